@@ -1,0 +1,26 @@
+#include "app/cli_common.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <exception>
+
+#include "kernels/device.h"
+
+namespace cnn {
+
+std::string version_string(const char* program) {
+  return fmt::format("{} {} (git {}), CUDA {}, architectures {}", program, CNN_VERSION,
+                     CNN_GIT_HASH, built_with_cuda() ? "on" : "off", CNN_CUDA_ARCHS);
+}
+
+int run_main(const char* program, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+    return 1;
+  }
+}
+
+}  // namespace cnn

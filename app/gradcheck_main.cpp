@@ -1,0 +1,15 @@
+// ./gradcheck: not built yet beyond its command line (see the open issues).
+#include <CLI/CLI.hpp>
+
+#include "app/cli_common.h"
+#include "kernels/error.h"
+
+int main(int argc, char** argv) {
+  return cnn::run_main("gradcheck", [&] {
+    CLI::App app{"gradcheck"};
+    app.set_version_flag("--version", cnn::version_string("gradcheck"));
+    CLI11_PARSE(app, argc, argv);
+    CNN_FAIL("gradcheck is not implemented yet");
+    return 0;
+  });
+}

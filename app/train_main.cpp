@@ -1,0 +1,15 @@
+// ./train: not built yet beyond its command line (see the open issues).
+#include <CLI/CLI.hpp>
+
+#include "app/cli_common.h"
+#include "kernels/error.h"
+
+int main(int argc, char** argv) {
+  return cnn::run_main("train", [&] {
+    CLI::App app{"train"};
+    app.set_version_flag("--version", cnn::version_string("train"));
+    CLI11_PARSE(app, argc, argv);
+    CNN_FAIL("train is not implemented yet");
+    return 0;
+  });
+}

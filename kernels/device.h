@@ -1,0 +1,24 @@
+#pragma once
+// Where a computation runs, chosen at run time.
+#include <string>
+
+namespace cnn {
+
+enum class Device { CPU, CUDA };
+
+const char* device_name(Device d);
+
+// True when this build has CUDA and a usable GPU is present. A machine without a driver (the
+// runtime answers "insufficient driver") counts as "no GPU", never as a crash. When false, *why
+// (if given) says why in a few words.
+bool cuda_available(std::string* why = nullptr);
+
+// "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)" or "CPU".
+std::string device_description(Device d);
+
+// Parses "cpu" | "cuda" | "auto" (auto: CUDA when available). Throws on anything else.
+Device resolve_device(const std::string& name);
+
+bool built_with_cuda();
+
+}  // namespace cnn

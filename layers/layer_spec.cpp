@@ -1,0 +1,157 @@
+#include "layers/layer_spec.h"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <set>
+
+#include "kernels/error.h"
+
+namespace cnn {
+
+const char* layer_kind_name(LayerKind k) {
+  switch (k) {
+    case LayerKind::Conv2d: return "conv2d";
+    case LayerKind::Relu: return "relu";
+    case LayerKind::MaxPool2d: return "maxpool2d";
+    case LayerKind::Flatten: return "flatten";
+    case LayerKind::Linear: return "linear";
+    case LayerKind::SoftmaxCrossEntropy: return "softmax_cross_entropy";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string where(const LayerSpec& s) {
+  std::string w = fmt::format("layer '{}' ({})", s.name, layer_kind_name(s.kind));
+  if (s.line > 0) w += fmt::format(" at config line {}", s.line);
+  return w;
+}
+
+int64_t pooled(int64_t in, int k, int stride, int pad) { return (in + 2 * pad - k) / stride + 1; }
+
+}  // namespace
+
+Shape layer_output_shape(const LayerSpec& s, const Shape& in) {
+  const int64_t n = in.at(0);
+  switch (s.kind) {
+    case LayerKind::Conv2d:
+    case LayerKind::MaxPool2d: {
+      CNN_CHECK(in.size() == 4, "{}: expects an image input (N, C, H, W), got {}", where(s),
+                shape_str(in));
+      CNN_CHECK(s.kernel_h > 0 && s.kernel_w > 0, "{}: kernel size must be positive", where(s));
+      CNN_CHECK(s.stride_h > 0 && s.stride_w > 0, "{}: stride must be positive", where(s));
+      CNN_CHECK(s.pad_h >= 0 && s.pad_w >= 0, "{}: padding must be >= 0", where(s));
+      CNN_CHECK(in[2] + 2 * s.pad_h >= s.kernel_h && in[3] + 2 * s.pad_w >= s.kernel_w,
+                "{}: kernel {}x{} is larger than its padded input {}x{}", where(s), s.kernel_h,
+                s.kernel_w, in[2] + 2 * s.pad_h, in[3] + 2 * s.pad_w);
+      if (s.kind == LayerKind::MaxPool2d)
+        CNN_CHECK(s.pad_h * 2 <= s.kernel_h && s.pad_w * 2 <= s.kernel_w,
+                  "{}: padding must be at most half the window", where(s));
+      int64_t c = s.kind == LayerKind::Conv2d ? s.out_channels : in[1];
+      CNN_CHECK(c > 0, "{}: out_channels must be positive", where(s));
+      return {n, c, pooled(in[2], s.kernel_h, s.stride_h, s.pad_h),
+              pooled(in[3], s.kernel_w, s.stride_w, s.pad_w)};
+    }
+    case LayerKind::Relu: return in;
+    case LayerKind::Flatten: return {n, shape_numel(in) / n};
+    case LayerKind::Linear:
+      CNN_CHECK(in.size() == 2, "{}: expects a flat input (N, features), got {}; add a flatten layer",
+                where(s), shape_str(in));
+      CNN_CHECK(s.out_features > 0, "{}: out_features must be positive", where(s));
+      return {n, s.out_features};
+    case LayerKind::SoftmaxCrossEntropy:
+      CNN_CHECK(in.size() == 2 && in[1] >= 2,
+                "{}: expects class scores (N, classes >= 2), got {}", where(s), shape_str(in));
+      return in;
+  }
+  return in;
+}
+
+int64_t layer_param_count(const LayerSpec& s, const Shape& in) {
+  if (s.kind == LayerKind::Conv2d)
+    return int64_t(s.out_channels) * in.at(1) * s.kernel_h * s.kernel_w + (s.bias ? s.out_channels : 0);
+  if (s.kind == LayerKind::Linear)
+    return int64_t(s.out_features) * in.at(1) + (s.bias ? s.out_features : 0);
+  return 0;
+}
+
+int64_t layer_forward_flops(const LayerSpec& s, const Shape& in) {
+  Shape out = layer_output_shape(s, in);
+  int64_t out_per_image = shape_numel(out) / out.at(0);
+  switch (s.kind) {
+    case LayerKind::Conv2d: return 2 * out_per_image * in.at(1) * s.kernel_h * s.kernel_w;
+    case LayerKind::Linear: return 2 * out_per_image * in.at(1);
+    case LayerKind::MaxPool2d: return out_per_image * s.kernel_h * s.kernel_w;
+    case LayerKind::Relu: return out_per_image;
+    case LayerKind::SoftmaxCrossEntropy: return 5 * out_per_image;
+    case LayerKind::Flatten: return 0;
+  }
+  return 0;
+}
+
+void finalize_layer_specs(std::vector<LayerSpec>& specs) {
+  CNN_CHECK(!specs.empty(), "model.layers is empty: expected a list of layers");
+  std::map<std::string, int> counters;
+  const std::map<LayerKind, std::string> prefix = {
+      {LayerKind::Conv2d, "conv"}, {LayerKind::Relu, "relu"},     {LayerKind::MaxPool2d, "pool"},
+      {LayerKind::Flatten, "flatten"}, {LayerKind::Linear, "fc"}, {LayerKind::SoftmaxCrossEntropy, "loss"}};
+  std::set<std::string> seen;
+  for (auto& s : specs) {
+    const std::string& p = prefix.at(s.kind);
+    int k = ++counters[p];
+    if (s.name.empty()) s.name = s.kind == LayerKind::SoftmaxCrossEntropy ? p : p + std::to_string(k);
+    CNN_CHECK(seen.insert(s.name).second, "{}: the name '{}' is used twice", where(s), s.name);
+  }
+  for (size_t i = 0; i + 1 < specs.size(); ++i)
+    CNN_CHECK(specs[i].kind != LayerKind::SoftmaxCrossEntropy,
+              "{}: softmax_cross_entropy must be the last layer", where(specs[i]));
+  CNN_CHECK(specs.back().kind == LayerKind::SoftmaxCrossEntropy,
+            "{}: the last layer must be softmax_cross_entropy", where(specs.back()));
+}
+
+NetworkSummary summarize_network(const std::vector<LayerSpec>& specs, const Shape& input_chw) {
+  NetworkSummary sum;
+  Shape cur = {1};
+  cur.insert(cur.end(), input_chw.begin(), input_chw.end());
+  for (const auto& s : specs) {
+    NetworkSummaryRow row;
+    row.name = s.name;
+    row.kind = layer_kind_name(s.kind);
+    row.params = layer_param_count(s, cur);
+    row.flops = layer_forward_flops(s, cur);
+    cur = layer_output_shape(s, cur);
+    row.out.assign(cur.begin() + 1, cur.end());
+    sum.total_params += row.params;
+    sum.total_flops += row.flops;
+    sum.rows.push_back(std::move(row));
+  }
+  return sum;
+}
+
+namespace {
+std::string with_commas(int64_t v) {
+  std::string s = std::to_string(v), out;
+  int cnt = 0;
+  for (auto it = s.rbegin(); it != s.rend(); ++it) {
+    if (cnt && cnt % 3 == 0) out.insert(out.begin(), ',');
+    out.insert(out.begin(), *it);
+    ++cnt;
+  }
+  return out;
+}
+}  // namespace
+
+std::string format_network_summary(const NetworkSummary& s) {
+  std::string out = fmt::format("{:<10} {:<22} {:<16} {:>12} {:>14}\n", "layer", "kind",
+                                "output (C,H,W)", "params", "fwd FLOPs/img");
+  for (const auto& r : s.rows)
+    out += fmt::format("{:<10} {:<22} {:<16} {:>12} {:>14}\n", r.name, r.kind, shape_str(r.out),
+                       with_commas(r.params), with_commas(r.flops));
+  out += fmt::format("{:<10} {:<22} {:<16} {:>12} {:>14}\n", "total", "", "",
+                     with_commas(s.total_params), with_commas(s.total_flops));
+  return out;
+}
+
+}  // namespace cnn

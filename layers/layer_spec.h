@@ -1,0 +1,58 @@
+#pragma once
+// Plain description of one layer, as the config lists it. Layers know no YAML: the app fills
+// these in from the config file.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/exec.h"
+#include "kernels/tensor.h"
+
+namespace cnn {
+
+enum class LayerKind { Conv2d, Relu, MaxPool2d, Flatten, Linear, SoftmaxCrossEntropy };
+
+const char* layer_kind_name(LayerKind k);  // "conv2d", "relu", ...
+
+struct LayerSpec {
+  LayerKind kind = LayerKind::Relu;
+  std::string name;  // unique, e.g. "conv1", "fc1"; used for checkpoint tensor names
+  // conv2d
+  int out_channels = 0;
+  int kernel_h = 0, kernel_w = 0;  // also maxpool2d window
+  int stride_h = 1, stride_w = 1;  // maxpool2d: defaults to its kernel size
+  int pad_h = 0, pad_w = 0;
+  // linear
+  int out_features = 0;
+  // conv2d, linear
+  bool bias = true;
+  Algo algo = Algo::Auto;
+  int line = 0;  // line of this layer in the config, for error messages
+};
+
+// Output shape (N, ...) of a layer for the given input shape. Throws naming the layer (and its
+// config line when known) and what was expected, e.g. a linear layer after an unflattened input.
+Shape layer_output_shape(const LayerSpec& spec, const Shape& in);
+
+// Number of trainable parameters and forward FLOPs (multiply-add = 2) for one image.
+int64_t layer_param_count(const LayerSpec& spec, const Shape& in);
+int64_t layer_forward_flops(const LayerSpec& spec, const Shape& in);
+
+// Fills in default names ("conv1", "relu1", "pool1", "fc1", ...) for layers without one and
+// checks that names are unique and the last layer is softmax_cross_entropy.
+void finalize_layer_specs(std::vector<LayerSpec>& specs);
+
+struct NetworkSummaryRow {
+  std::string name, kind;
+  Shape out;  // per image, without the batch dimension
+  int64_t params = 0, flops = 0;
+};
+struct NetworkSummary {
+  std::vector<NetworkSummaryRow> rows;
+  int64_t total_params = 0, total_flops = 0;
+};
+// Chains the shapes from one input image (C, H, W); throws at the first layer that does not fit.
+NetworkSummary summarize_network(const std::vector<LayerSpec>& specs, const Shape& input_chw);
+std::string format_network_summary(const NetworkSummary& s);  // the --dry-run table
+
+}  // namespace cnn

@@ -1,0 +1,76 @@
+#include "tests/test_util.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <random>
+
+namespace cnn::test {
+
+uint64_t fresh_seed() {
+  if (const char* s = std::getenv("CNN_TEST_SEED")) return std::strtoull(s, nullptr, 10);
+  static uint64_t counter = 0;
+  return static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) +
+         0x9E3779B97F4A7C15ull * ++counter;
+}
+
+std::vector<float> random_vector(size_t n, uint64_t seed, float lo, float hi) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<int32_t> random_labels(size_t n, int classes, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> d(0, classes - 1);
+  std::vector<int32_t> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+Tensor to_device(const std::vector<float>& v) {
+  return Tensor::from_host({static_cast<int64_t>(v.size())}, v, Device::CUDA);
+}
+
+std::vector<float> to_host(const float* d_ptr, size_t n) {
+  std::vector<float> v(n);
+  raw_copy(v.data(), Device::CPU, d_ptr, Device::CUDA, n * sizeof(float));
+  return v;
+}
+
+void poison_device(float* d_ptr, size_t n) {
+  std::vector<float> nan(n, std::numeric_limits<float>::quiet_NaN());
+  raw_copy(d_ptr, Device::CUDA, nan.data(), Device::CPU, n * sizeof(float));
+}
+
+double max_rel_error(const std::vector<float>& got, const std::vector<float>& ref, double floor) {
+  if (got.size() != ref.size()) return std::numeric_limits<double>::infinity();
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    double g = got[i], r = ref[i];
+    if (std::isnan(g) != std::isnan(r)) return std::numeric_limits<double>::infinity();
+    if (std::isnan(g)) continue;
+    worst = std::max(worst, std::fabs(g - r) / (floor + std::fabs(r)));
+  }
+  return worst;
+}
+
+bool any_nan(const std::vector<float>& v) {
+  for (float x : v)
+    if (std::isnan(x)) return true;
+  return false;
+}
+
+bool gpu_present() {
+  if (cuda_available()) return true;
+  const char* req = std::getenv("CNN_REQUIRE_GPU");
+  if (req && std::string(req) == "1") {
+    ADD_FAILURE() << "CNN_REQUIRE_GPU=1 but no CUDA device is usable";
+  }
+  return false;
+}
+
+}  // namespace cnn::test

@@ -1,0 +1,39 @@
+#pragma once
+// Helpers shared by the tests: seeded random data, NaN poisoning, error measures, GPU skips.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/device.h"
+#include "kernels/tensor.h"
+
+namespace cnn::test {
+
+// A fresh seed per call (time-based, printed by the test on failure through SCOPED_TRACE) unless
+// CNN_TEST_SEED is set, so a failure can be replayed.
+uint64_t fresh_seed();
+
+std::vector<float> random_vector(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f);
+std::vector<int32_t> random_labels(size_t n, int classes, uint64_t seed);
+
+// Device buffers filled from / read back to host vectors.
+Tensor to_device(const std::vector<float>& v);
+std::vector<float> to_host(const float* d_ptr, size_t n);
+void poison_device(float* d_ptr, size_t n);  // fills with NaN
+
+// max_i |a-b| / (atol_scale + |b|): relative error with a floor so near-zero values do not explode.
+double max_rel_error(const std::vector<float>& got, const std::vector<float>& ref, double floor = 1e-3);
+bool any_nan(const std::vector<float>& v);
+
+// True when a CUDA device is present. With CNN_REQUIRE_GPU=1 (set by scripts/gpu_check.sh on the
+// GPU machine) a missing device is a failure instead of a skip.
+bool gpu_present();
+
+}  // namespace cnn::test
+
+#define CNN_REQUIRE_GPU()                                                    \
+  do {                                                                       \
+    if (!::cnn::test::gpu_present()) GTEST_SKIP() << "no CUDA device";       \
+  } while (0)
