@@ -1,0 +1,84 @@
+#include "kernels/conv2d.h"
+#include "kernels/relu.h"
+#include "layers/layer_factories.h"
+
+namespace cnn {
+namespace {
+
+class Conv2dLayer : public Layer {
+ public:
+  using Layer::Layer;
+
+  Shape setup(const Shape& in, Device dev) override {
+    Shape out = Layer::setup(in, dev);
+    shape_.c = static_cast<int>(in[1]);
+    shape_.h = static_cast<int>(in[2]);
+    shape_.w = static_cast<int>(in[3]);
+    shape_.oc = spec_.out_channels;
+    shape_.kh = spec_.kernel_h;
+    shape_.kw = spec_.kernel_w;
+    shape_.stride_h = spec_.stride_h;
+    shape_.stride_w = spec_.stride_w;
+    shape_.pad_h = spec_.pad_h;
+    shape_.pad_w = spec_.pad_w;
+    shape_.n = static_cast<int>(in[0]);
+    check_conv2d_shape(shape_);
+    algo_ = algo_from_env("CONV", spec_.algo);
+    return out;
+  }
+
+  std::vector<ParamInfo> param_shapes() const override {
+    std::vector<ParamInfo> p = {
+        {name() + ".weight", {shape_.oc, shape_.c, shape_.kh, shape_.kw}, 0, false}};
+    if (spec_.bias) p.push_back({name() + ".bias", {shape_.oc}, 0, true});
+    return p;
+  }
+
+  void bind(float* params, float* grads) override {
+    w_ = params;
+    dw_ = grads;
+    const int64_t wn = int64_t(shape_.oc) * shape_.c * shape_.kh * shape_.kw;
+    b_ = spec_.bias ? params + wn : nullptr;
+    db_ = spec_.bias ? grads + wn : nullptr;
+  }
+
+  void init_params(float* h_params, std::mt19937_64& rng) const override {
+    const int64_t fan_in = int64_t(shape_.c) * shape_.kh * shape_.kw;
+    const int64_t wn = fan_in * shape_.oc;
+    init_weight_and_bias(h_params, wn, spec_.bias ? h_params + wn : nullptr, shape_.oc, fan_in, rng);
+  }
+
+  std::size_t scratch_floats(const Exec& ex) const override {
+    return conv2d_backward_weight_scratch_floats(shape_, ex);
+  }
+
+  void forward(int n, const float* x, float* y, const Exec& ex) override {
+    conv2d_forward(at(n), x, w_, b_, y, fused_relu_, algo_, ex);
+  }
+
+  void backward(int n, const float* x, const float* y, float* dy, float* dx, float* scratch,
+                const Exec& ex) override {
+    const Conv2dShape s = at(n);
+    if (fused_relu_) relu_backward(int64_t(n) * s.oc * s.oh() * s.ow(), y, dy, dy, ex);
+    conv2d_backward_weight(s, x, dy, dw_, db_, scratch, algo_, ex);
+    if (dx) conv2d_backward_data(s, dy, w_, dx, algo_, ex);
+  }
+
+ private:
+  Conv2dShape at(int n) const {
+    Conv2dShape s = shape_;
+    s.n = n;
+    return s;
+  }
+  Conv2dShape shape_;
+  Algo algo_ = Algo::Auto;
+  float *w_ = nullptr, *b_ = nullptr, *dw_ = nullptr, *db_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_conv2d_layer(const LayerSpec& spec) {
+  return std::make_unique<Conv2dLayer>(spec);
+}
+
+}  // namespace cnn

@@ -1,0 +1,75 @@
+#pragma once
+// One layer of the graph. Layers own no activations (the Network does) and run every pass
+// through the kernel APIs in kernels/; no CUDA code lives here.
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/exec.h"
+#include "kernels/tensor.h"
+#include "layers/layer_spec.h"
+
+namespace cnn {
+
+// A trainable tensor of a layer, placed in the network's flat parameter buffer.
+struct ParamInfo {
+  std::string name;  // "conv1.weight", "fc2.bias" (torch.nn naming)
+  Shape shape;       // torch.nn layout: conv (OC, IC, KH, KW), linear (OUT, IN), bias (C)
+  int64_t offset = 0;  // into the flat parameter / gradient buffers
+  bool is_bias = false;
+  int64_t numel() const { return shape_numel(shape); }
+};
+
+class Layer {
+ public:
+  explicit Layer(LayerSpec spec) : spec_(std::move(spec)) {}
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const LayerSpec& spec() const { return spec_; }
+  const std::string& name() const { return spec_.name; }
+
+  // Fixes the input shape (N = the largest batch) and the device, validates, returns the output
+  // shape. Layers allocate their own small state (e.g. pooling argmax) here.
+  virtual Shape setup(const Shape& in, Device /*dev*/) {
+    in_ = in;
+    out_ = layer_output_shape(spec_, in);
+    return out_;
+  }
+  const Shape& in_shape() const { return in_; }
+  const Shape& out_shape() const { return out_; }
+
+  // Parameter shapes in order (offsets are assigned by the Network).
+  virtual std::vector<ParamInfo> param_shapes() const { return {}; }
+  // Points the layer at its parameters and gradients inside the network's flat buffers.
+  virtual void bind(float* /*params*/, float* /*grads*/) {}
+  // He (Kaiming) uniform weights for ReLU nets, PyTorch-style uniform biases, into host memory.
+  virtual void init_params(float* /*h_params*/, std::mt19937_64& /*rng*/) const {}
+  // Scratch floats backward needs (deterministic reductions); the Network provides them.
+  virtual std::size_t scratch_floats(const Exec&) const { return 0; }
+
+  // y = f(x) for a batch of n (n <= the setup batch).
+  virtual void forward(int n, const float* x, float* y, const Exec& ex) = 0;
+  // Writes dx (when non-null) and ACCUMULATES parameter gradients. x and y are this layer's
+  // input and output of the last forward.
+  // dy may be overwritten (a fused ReLU masks it in place).
+  virtual void backward(int n, const float* x, const float* y, float* dy, float* dx,
+                        float* scratch, const Exec& ex) = 0;
+
+  // True when ReLU is fused into this layer's epilogue (the Network then skips the relu layer).
+  void set_fused_relu(bool on) { fused_relu_ = on; }
+  bool fused_relu() const { return fused_relu_; }
+
+ protected:
+  LayerSpec spec_;
+  Shape in_, out_;
+  bool fused_relu_ = false;
+};
+
+// Builds the layer for a spec (not the loss: the Network handles softmax_cross_entropy itself).
+std::unique_ptr<Layer> make_layer(const LayerSpec& spec);
+
+}  // namespace cnn

@@ -1,0 +1,69 @@
+#include "kernels/linear.h"
+#include "kernels/relu.h"
+#include "layers/layer_factories.h"
+
+namespace cnn {
+namespace {
+
+class LinearLayer : public Layer {
+ public:
+  using Layer::Layer;
+
+  Shape setup(const Shape& in, Device dev) override {
+    Shape out = Layer::setup(in, dev);
+    shape_ = {static_cast<int>(in[0]), static_cast<int>(in[1]), spec_.out_features};
+    check_linear_shape(shape_);
+    algo_ = algo_from_env("LINEAR", spec_.algo);
+    return out;
+  }
+
+  std::vector<ParamInfo> param_shapes() const override {
+    std::vector<ParamInfo> p = {{name() + ".weight", {shape_.out, shape_.in}, 0, false}};
+    if (spec_.bias) p.push_back({name() + ".bias", {shape_.out}, 0, true});
+    return p;
+  }
+
+  void bind(float* params, float* grads) override {
+    const int64_t wn = int64_t(shape_.out) * shape_.in;
+    w_ = params;
+    dw_ = grads;
+    b_ = spec_.bias ? params + wn : nullptr;
+    db_ = spec_.bias ? grads + wn : nullptr;
+  }
+
+  void init_params(float* h_params, std::mt19937_64& rng) const override {
+    const int64_t wn = int64_t(shape_.out) * shape_.in;
+    init_weight_and_bias(h_params, wn, spec_.bias ? h_params + wn : nullptr, shape_.out,
+                         shape_.in, rng);
+  }
+
+  std::size_t scratch_floats(const Exec& ex) const override {
+    return linear_backward_weight_scratch_floats(shape_, ex);
+  }
+
+  void forward(int n, const float* x, float* y, const Exec& ex) override {
+    linear_forward(at(n), x, w_, b_, y, fused_relu_, algo_, ex);
+  }
+
+  void backward(int n, const float* x, const float* y, float* dy, float* dx, float* scratch,
+                const Exec& ex) override {
+    const LinearShape s = at(n);
+    if (fused_relu_) relu_backward(int64_t(n) * s.out, y, dy, dy, ex);
+    linear_backward_weight(s, x, dy, dw_, db_, scratch, algo_, ex);
+    if (dx) linear_backward_data(s, dy, w_, dx, algo_, ex);
+  }
+
+ private:
+  LinearShape at(int n) const { return {n, shape_.in, shape_.out}; }
+  LinearShape shape_;
+  Algo algo_ = Algo::Auto;
+  float *w_ = nullptr, *b_ = nullptr, *dw_ = nullptr, *db_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_linear_layer(const LayerSpec& spec) {
+  return std::make_unique<LinearLayer>(spec);
+}
+
+}  // namespace cnn

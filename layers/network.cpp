@@ -1,0 +1,147 @@
+#include "layers/network.h"
+
+#include <algorithm>
+#include <random>
+
+#include "kernels/error.h"
+#include "kernels/softmax_xent.h"
+
+namespace cnn {
+
+Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
+                 const NetworkOptions& opt, const Exec& ex)
+    : opt_(opt), ex_(ex), input_chw_(input_chw) {
+  CNN_CHECK(opt.max_batch > 0, "batch size must be positive, got {}", opt.max_batch);
+  CNN_CHECK(!specs.empty() && specs.back().kind == LayerKind::SoftmaxCrossEntropy,
+            "the last layer must be softmax_cross_entropy");
+  Shape cur = {opt.max_batch};
+  cur.insert(cur.end(), input_chw.begin(), input_chw.end());
+
+  // Build and shape the layers; decide which buffers alias.
+  std::vector<bool> aliases_input;  // output is the input (flatten) or the previous output (relu)
+  for (size_t i = 0; i + 1 < specs.size(); ++i) {
+    auto layer = make_layer(specs[i]);
+    cur = layer->setup(cur, ex.device);
+    const bool fold = opt.fuse_relu && specs[i].kind == LayerKind::Relu && !layers_.empty() &&
+                      (layers_.back()->spec().kind == LayerKind::Conv2d ||
+                       layers_.back()->spec().kind == LayerKind::Linear) &&
+                      !layers_.back()->fused_relu();
+    if (fold) layers_.back()->set_fused_relu(true);
+    skipped_.push_back(fold);
+    aliases_input.push_back(fold || specs[i].kind == LayerKind::Flatten);
+    layers_.push_back(std::move(layer));
+  }
+  layer_output_shape(specs.back(), cur);  // validates the loss input
+  classes_ = static_cast<int>(cur.at(1));
+
+  // Activations: layer i writes acts_[i]; an aliasing layer shares its input's buffer.
+  Shape in_shape = {opt.max_batch};
+  in_shape.insert(in_shape.end(), input_chw.begin(), input_chw.end());
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const int64_t count = shape_numel(layers_[i]->out_shape());
+    if (aliases_input[i] && i > 0) {
+      acts_.push_back(acts_[i - 1]);
+      grad_acts_.push_back(grad_acts_[i - 1]);
+    } else if (aliases_input[i]) {
+      first_is_input_view_ = true;  // set to the input on every call
+      acts_.push_back(nullptr);
+      grad_acts_.push_back(nullptr);
+    } else {
+      storage_.emplace_back(Shape{count}, ex.device);
+      acts_.push_back(storage_.back().data());
+      storage_.emplace_back(Shape{count}, ex.device);
+      grad_acts_.push_back(storage_.back().data());
+    }
+  }
+
+  // Flat parameters: offsets in layer order, He-uniform init from the seed on the host.
+  int64_t total = 0;
+  std::vector<int64_t> layer_offset;
+  for (auto& l : layers_) {
+    layer_offset.push_back(total);
+    for (ParamInfo p : l->param_shapes()) {
+      p.offset = total;
+      total += p.numel();
+      infos_.push_back(p);
+    }
+  }
+  params_ = Buffer<float>(static_cast<size_t>(total), ex.device);
+  grads_ = Buffer<float>(static_cast<size_t>(total), ex.device);
+  grads_.zero();
+  std::vector<float> h_params(static_cast<size_t>(total));
+  std::mt19937_64 rng(opt.seed);
+  size_t scratch = 0;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    layers_[i]->init_params(h_params.data() + layer_offset[i], rng);
+    layers_[i]->bind(params_.data() + layer_offset[i], grads_.data() + layer_offset[i]);
+    scratch = std::max(scratch, layers_[i]->scratch_floats(ex));
+  }
+  params_.copy_from(h_params.data(), Device::CPU, h_params.size());
+  scratch_ = Buffer<float>(scratch, ex.device);
+
+  dlogits_ = Buffer<float>(size_t(opt.max_batch) * classes_, ex.device);
+  loss_rows_ = Buffer<float>(size_t(opt.max_batch), ex.device);
+  pred_ = Buffer<int32_t>(size_t(opt.max_batch), ex.device);
+}
+
+void Network::set_exec(const Exec& ex) {
+  CNN_CHECK(ex.device == ex_.device, "set_exec cannot move the network to another device");
+  size_t scratch = 0;
+  for (auto& l : layers_) scratch = std::max(scratch, l->scratch_floats(ex));
+  if (scratch > scratch_.size()) scratch_ = Buffer<float>(scratch, ex.device);
+  ex_ = ex;
+}
+
+const float* Network::forward(int n, const float* x) {
+  CNN_CHECK(n > 0 && n <= opt_.max_batch, "batch of {} images, expected 1..{}", n, opt_.max_batch);
+  if (first_is_input_view_) acts_[0] = const_cast<float*>(x);  // never written through
+  const float* in = x;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (!skipped_[i]) layers_[i]->forward(n, in, acts_[i], ex_);
+    in = acts_[i];
+  }
+  return in;
+}
+
+void Network::forward_backward(int n, const float* x, const int32_t* labels, float grad_scale) {
+  forward(n, x);
+  softmax_xent({n, classes_}, acts_.back(), labels, loss_rows_.data(), pred_.data(),
+               dlogits_.data(), grad_scale, ex_);
+  float* dy = dlogits_.data();
+  for (size_t i = layers_.size(); i-- > 0;) {
+    const float* in = i ? acts_[i - 1] : x;
+    float* dx = i ? grad_acts_[i - 1] : nullptr;  // the input image needs no gradient
+    if (!skipped_[i]) {
+      layers_[i]->backward(n, in, acts_[i], dy, dx, scratch_.data(), ex_);
+      if (dx) dy = dx;
+    }
+  }
+}
+
+std::vector<float> Network::params_to_host() const {
+  std::vector<float> h(params_.size());
+  raw_copy(h.data(), Device::CPU, params_.data(), params_.device(), params_.bytes());
+  return h;
+}
+
+void Network::params_from_host(const std::vector<float>& h) {
+  CNN_CHECK(h.size() == params_.size(), "{} parameter values for a network of {}", h.size(),
+            params_.size());
+  params_.copy_from(h.data(), Device::CPU, h.size());
+}
+
+std::vector<float> Network::grads_to_host() const {
+  std::vector<float> h(grads_.size());
+  raw_copy(h.data(), Device::CPU, grads_.data(), grads_.device(), grads_.bytes());
+  return h;
+}
+
+std::vector<uint8_t> Network::decay_mask(bool decay_biases) const {
+  std::vector<uint8_t> mask(params_.size(), 1);
+  for (const auto& p : infos_)
+    if (p.is_bias && !decay_biases)
+      std::fill(mask.begin() + p.offset, mask.begin() + p.offset + p.numel(), 0);
+  return mask;
+}
+
+}  // namespace cnn

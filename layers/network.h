@@ -1,0 +1,71 @@
+#pragma once
+// The ordered layer graph built from the config: owns every activation, activation gradient and
+// the flat parameter/gradient buffers, and runs forward/backward over a batch. The loss
+// (softmax cross-entropy, always last) is run by the Network itself because it also needs labels.
+#include <memory>
+#include <vector>
+
+#include "kernels/exec.h"
+#include "kernels/memory.h"
+#include "kernels/tensor.h"
+#include "layers/layer.h"
+
+namespace cnn {
+
+struct NetworkOptions {
+  int max_batch = 128;
+  uint64_t seed = 1;          // weight initialization
+  bool fuse_relu = true;      // fold a ReLU into the preceding conv/linear epilogue
+};
+
+class Network {
+ public:
+  Network(const std::vector<LayerSpec>& specs, const Shape& input_chw, const NetworkOptions& opt,
+          const Exec& ex);
+
+  // Logits for a batch of n images x (n, C, H, W) on the network's device.
+  const float* forward(int n, const float* x);
+  // Forward, loss and backward: writes loss_rows/pred for the batch and ACCUMULATES parameter
+  // gradients (zeroed by the optimizer's update). grad_scale multiplies dlogits (1/n for a mean).
+  void forward_backward(int n, const float* x, const int32_t* labels, float grad_scale);
+
+  const float* logits() const { return acts_.back(); }
+  const float* loss_rows() const { return loss_rows_.data(); }  // (n) after forward_backward
+  const int32_t* predictions() const { return pred_.data(); }   // (n) after forward_backward
+  int num_classes() const { return classes_; }
+  int max_batch() const { return opt_.max_batch; }
+  const Shape& input_chw() const { return input_chw_; }
+
+  float* params() { return params_.data(); }
+  float* grads() { return grads_.data(); }
+  const float* params() const { return params_.data(); }
+  int64_t num_params() const { return static_cast<int64_t>(params_.size()); }
+  const std::vector<ParamInfo>& param_infos() const { return infos_; }
+  const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
+  const Exec& exec() const { return ex_; }
+  void set_exec(const Exec& ex);  // same device; new stream / precision / determinism
+
+  std::vector<float> params_to_host() const;
+  void params_from_host(const std::vector<float>& h_params);
+  std::vector<float> grads_to_host() const;
+  // Per-element weight-decay mask (1 for weights, 0 for biases unless decay_biases).
+  std::vector<uint8_t> decay_mask(bool decay_biases) const;
+
+ private:
+  NetworkOptions opt_;
+  Exec ex_;
+  Shape input_chw_;
+  int classes_ = 0;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<bool> skipped_;          // relu layers folded into the previous layer
+  std::vector<Tensor> storage_;        // activation and gradient tensors
+  std::vector<float*> acts_;           // output of layer i (aliases for flatten / fused relu)
+  std::vector<float*> grad_acts_;      // gradient w.r.t. the output of layer i
+  bool first_is_input_view_ = false;   // a leading flatten: layer 0's output is the input itself
+  std::vector<ParamInfo> infos_;
+  Buffer<float> params_, grads_, scratch_;
+  Buffer<float> dlogits_, loss_rows_;
+  Buffer<int32_t> pred_;
+};
+
+}  // namespace cnn

@@ -1,0 +1,40 @@
+#pragma once
+// SGD (momentum, Nesterov, weight decay) and Adam/AdamW over the network's flat parameter
+// buffer: one update kernel per step for every parameter, which also zeroes the gradients.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/memory.h"
+#include "layers/network.h"
+#include "layers/optim_options.h"
+
+namespace cnn {
+
+class ParamOptimizer {
+ public:
+  ParamOptimizer(const OptimizerOptions& opt, Network& net);
+
+  // One update with this step's learning rate. With clip_grad_norm > 0 the global gradient norm
+  // is read back to the host first (the only host sync in a step, and only when clipping).
+  void step(double lr);
+
+  int64_t steps_taken() const { return steps_; }
+  // Optimizer state as named tensors for checkpoints ("optimizer.momentum", "optimizer.adam_m",
+  // "optimizer.adam_v"), and the reverse.
+  std::vector<std::pair<std::string, std::vector<float>>> state_to_host() const;
+  void state_from_host(const std::vector<std::pair<std::string, std::vector<float>>>& state,
+                       int64_t steps_taken);
+  double last_grad_norm() const { return last_norm_; }  // only when clipping
+
+ private:
+  OptimizerOptions opt_;
+  Network& net_;
+  int64_t steps_ = 0;
+  double last_norm_ = 0;
+  Buffer<float> m_, v_;        // momentum / Adam moments, like the parameters
+  Buffer<uint8_t> decay_mask_;
+  Buffer<double> norm_, norm_scratch_;
+};
+
+}  // namespace cnn

@@ -1,0 +1,49 @@
+#pragma once
+// A double-precision CPU twin of Network, built from the same specs with the same flat parameter
+// layout, running the kernels' double-precision CPU references. It is the ground truth for the
+// gradient checks: numerical gradients come from its loss.
+#include <cstdint>
+#include <vector>
+
+#include "layers/layer.h"
+
+namespace cnn {
+
+class RefNetwork {
+ public:
+  // specs may end with softmax_cross_entropy (loss = mean cross-entropy over the batch) or not
+  // (loss = sum of out * probe, a fixed random linear functional of the output).
+  RefNetwork(const std::vector<LayerSpec>& specs, const Shape& input_chw, int n);
+
+  const std::vector<ParamInfo>& param_infos() const { return infos_; }
+  int64_t num_params() const { return num_params_; }
+  int64_t input_count() const { return shape_numel(in_shape_); }
+  int64_t output_count() const { return out_count_; }
+  bool has_softmax() const { return softmax_; }
+
+  double loss(const std::vector<double>& params, const std::vector<double>& x,
+              const std::vector<int32_t>& labels, const std::vector<double>& probe) const;
+  // Analytic gradients of loss() with respect to the parameters and the input.
+  void gradients(const std::vector<double>& params, const std::vector<double>& x,
+                 const std::vector<int32_t>& labels, const std::vector<double>& probe,
+                 std::vector<double>* dparams, std::vector<double>* dx) const;
+
+ private:
+  struct Step {
+    LayerSpec spec;
+    Shape in, out;
+    int64_t param_offset = 0;
+  };
+  // Runs forward keeping every activation (acts[0] = x, acts[i+1] = output of step i).
+  std::vector<std::vector<double>> forward_all(const std::vector<double>& params,
+                                               const std::vector<double>& x,
+                                               std::vector<std::vector<int32_t>>* argmax) const;
+  std::vector<Step> steps_;
+  std::vector<ParamInfo> infos_;
+  Shape in_shape_;
+  int64_t num_params_ = 0, out_count_ = 0;
+  int n_ = 0, classes_ = 0;
+  bool softmax_ = false;
+};
+
+}  // namespace cnn
