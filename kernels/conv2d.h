@@ -41,4 +41,12 @@ void conv2d_backward_data_cpu(const Conv2dShape& s, const float* dy, const float
 void conv2d_backward_weight_cpu(const Conv2dShape& s, const float* x, const float* dy, float* dw,
                                 float* db);
 
+// Double-precision twins of the CPU references (same contracts), so that the numerical gradient
+// checker can run whole networks in double. One template implements both precisions.
+void conv2d_forward_cpu(const Conv2dShape& s, const double* x, const double* w, const double* b,
+                        double* y, bool relu);
+void conv2d_backward_data_cpu(const Conv2dShape& s, const double* dy, const double* w, double* dx);
+void conv2d_backward_weight_cpu(const Conv2dShape& s, const double* x, const double* dy, double* dw,
+                                double* db);
+
 }  // namespace cnn
