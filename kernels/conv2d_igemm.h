@@ -1,0 +1,34 @@
+#pragma once
+// Implicit-GEMM convolutions on the GPU (kernels/conv2d_igemm.cu): the convolution is computed
+// as a tiled matrix product whose operands are gathered from the NCHW tensors on the fly (no
+// im2col buffer; padding and stride by predication), FP32 FFMA or, with
+// ex.precision == Precision::TF32, TF32 tensor cores (mma.sync m16n8k8, FP32 accumulation).
+//   forward:         M = N*OH*OW, N = OC, K = C*KH*KW; bias + ReLU fused in the epilogue.
+//   backward_data:   M = N*H*W,   N = C,  K = OC*KH*KW (any stride).
+//   backward_weight: M = OC, N = C*KH*KW (+1 column of ones that yields db), K = N*OH*OW,
+//                    split over K across blocks; partial tiles atomicAdd-ed into dw/db, or, with
+//                    ex.deterministic, written to scratch and summed in a fixed order.
+// Same contracts as the public API in kernels/conv2d.h (dw/db ACCUMULATE; dx and y are
+// overwritten). All pointers are device pointers; launches are asynchronous on ex.stream.
+// Tensors must have fewer than 2^31 elements (32-bit offsets in the gathers).
+#include <cstddef>
+
+#include "kernels/conv2d.h"
+#include "kernels/exec.h"
+
+namespace cnn {
+
+void conv2d_forward_igemm_cuda(const Conv2dShape& s, const float* d_x, const float* d_w,
+                               const float* d_b, float* d_y, bool relu, const Exec& ex);
+
+void conv2d_backward_data_igemm_cuda(const Conv2dShape& s, const float* d_dy, const float* d_w,
+                                     float* d_dx, const Exec& ex);
+
+// Floats of scratch conv2d_backward_weight_igemm_cuda needs: 0 unless ex.deterministic. Depends
+// on the shape only (the split of K is a fixed chunk of output positions).
+std::size_t conv2d_backward_weight_igemm_scratch_floats(const Conv2dShape& s, const Exec& ex);
+
+void conv2d_backward_weight_igemm_cuda(const Conv2dShape& s, const float* d_x, const float* d_dy,
+                                       float* d_dw, float* d_db, float* d_scratch, const Exec& ex);
+
+}  // namespace cnn

@@ -1,0 +1,30 @@
+#pragma once
+// Dense single-precision GEMM on the GPU (kernels/gemm_cuda.cu), row-major like gemm_cpu.h:
+//   C (m, n) = epilogue(alpha * op(A) * op(B) + beta * C)
+// op(A) is (m, k): A is stored (m, k) with row stride lda, or, with trans_a, (k, m).
+// op(B) is (k, n): B is stored (k, n) with row stride ldb, or, with trans_b, (n, k).
+// The epilogue then adds bias[col] (bias may be null) and applies ReLU when relu is set:
+//   C[i][j] = relu(alpha * sum_l op(A)[i][l] op(B)[l][j] + beta * C[i][j] + bias[j]).
+// beta == 0 writes C without reading it (NaN there is overwritten, as in BLAS). k == 0 gives
+// C = beta * C (+ bias, relu). m or n == 0: nothing.
+//
+// Precision::FP32 runs FFMA on register micro-tiles; Precision::TF32 runs mma.sync m16n8k8 TF32
+// tensor-core instructions with FP32 accumulation (operands rounded to TF32, 10-bit mantissa).
+// Small-m/n shapes split k across the blocks of a thread-block cluster (sm_90) and sum the splits
+// in a fixed order, so results are bitwise repeatable run to run in every mode.
+//
+// Uses for the linear layer (x (N, IN), w (OUT, IN), y (N, OUT)):
+//   forward:  gemm_cuda(false, true,  N, OUT, IN,  1, x, IN, w, IN, 0, y, OUT, b, relu, ...)
+//   dx:       gemm_cuda(false, false, N, IN, OUT,  1, dy, OUT, w, IN, 0, dx, IN, nullptr, ...)
+//   dw += :   gemm_cuda(true,  false, OUT, IN, N,  1, dy, OUT, x, IN, 1, dw, IN, nullptr, ...)
+// All pointers are device pointers; the launch is asynchronous on `stream`.
+#include "kernels/exec.h"
+#include "kernels/stream.h"
+
+namespace cnn {
+
+void gemm_cuda(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a,
+               int lda, const float* d_b, int ldb, float beta, float* d_c, int ldc,
+               const float* d_bias, bool relu, Precision precision, cudaStream_t stream);
+
+}  // namespace cnn

@@ -1,0 +1,283 @@
+// The fast convolution kernels against the CPU references of kernels/conv2d.h:
+//   implicit GEMM (conv2d_igemm.h): forward, input gradient, weight gradient; FP32 and TF32;
+//   single input channel (conv2d_1ch.h): forward and weight gradient.
+// Awkward shapes (batch 1/3/129, channels 1..40, kernels 1/3/5 and non-square, stride 1/2/3 and
+// non-square, padding 0..4, odd images) and the reference network's conv1/conv2 at batch 128.
+// Weight gradients accumulate onto random dw/db, atomically and deterministically; the
+// deterministic ones must repeat bitwise.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/conv2d.h"
+#include "kernels/exec.h"
+#include "kernels/memory.h"
+#include "tests/test_util.h"
+#ifdef CNN_HAVE_CUDA
+#include "kernels/conv2d_1ch.h"
+#include "kernels/conv2d_igemm.h"
+#endif
+
+using namespace cnn;
+
+namespace {
+
+Conv2dShape shape(int n, int c, int h, int w, int oc, int kh, int kw, int sh, int sw, int ph,
+                  int pw) {
+  Conv2dShape s;
+  s.n = n;
+  s.c = c;
+  s.h = h;
+  s.w = w;
+  s.oc = oc;
+  s.kh = kh;
+  s.kw = kw;
+  s.stride_h = sh;
+  s.stride_w = sw;
+  s.pad_h = ph;
+  s.pad_w = pw;
+  return s;
+}
+
+std::string describe(const Conv2dShape& s) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "N=%d C=%d H=%d W=%d OC=%d K=%dx%d stride=%dx%d pad=%dx%d", s.n,
+                s.c, s.h, s.w, s.oc, s.kh, s.kw, s.stride_h, s.stride_w, s.pad_h, s.pad_w);
+  return buf;
+}
+
+// max |got - ref| / max |ref| (see gpu_gemm_cuda.cpp); NaN/inf in got gives infinity.
+double rel_to_max(const std::vector<float>& got, const std::vector<float>& ref) {
+  if (got.size() != ref.size()) return INFINITY;
+  double worst = 0, scale = 1e-30;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(got[i]) || std::isinf(got[i])) return INFINITY;
+    worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - ref[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(ref[i])));
+  }
+  return worst / scale;
+}
+
+double tolerance(Precision p, int64_t k) {
+  return p == Precision::TF32 ? 2e-3 : 1e-5 * std::sqrt(std::max(1.0, static_cast<double>(k)));
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Inputs and CPU reference results of one shape.
+struct Refs {
+  std::vector<float> x, w, b, dy, dw0, db0;  // inputs; dw0/db0: gradients accumulated onto
+  std::vector<float> y;                      // forward with bias, relu as given
+  std::vector<float> y_plain;                // forward without bias or relu (empty: not checked)
+  std::vector<float> dx;                     // input gradient (empty: not checked)
+  std::vector<float> dw, db;                 // dw0 + gradient, db0 + gradient
+};
+
+Refs make_refs(const Conv2dShape& s, uint64_t seed, bool relu, bool plain, bool dgrad) {
+  const size_t nx = static_cast<size_t>(s.n) * s.c * s.h * s.w;
+  const size_t ny = static_cast<size_t>(s.n) * s.oc * s.oh() * s.ow();
+  const size_t nw = static_cast<size_t>(s.oc) * s.c * s.kh * s.kw;
+  Refs r;
+  r.x = test::random_vector(nx, seed);
+  r.w = test::random_vector(nw, seed + 1);
+  r.b = test::random_vector(s.oc, seed + 2);
+  r.dy = test::random_vector(ny, seed + 3);
+  r.dw0 = test::random_vector(nw, seed + 4);
+  r.db0 = test::random_vector(s.oc, seed + 5);
+  r.y.resize(ny);
+  conv2d_forward_cpu(s, r.x.data(), r.w.data(), r.b.data(), r.y.data(), relu);
+  if (plain) {
+    r.y_plain.resize(ny);
+    conv2d_forward_cpu(s, r.x.data(), r.w.data(), nullptr, r.y_plain.data(), false);
+  }
+  if (dgrad) {
+    r.dx.resize(nx);
+    conv2d_backward_data_cpu(s, r.dy.data(), r.w.data(), r.dx.data());
+  }
+  r.dw = r.dw0;
+  r.db = r.db0;
+  conv2d_backward_weight_cpu(s, r.x.data(), r.dy.data(), r.dw.data(), r.db.data());
+  return r;
+}
+
+#ifdef CNN_HAVE_CUDA
+
+enum class Impl { Igemm, OneCh };
+
+Exec exec_of(Precision p, bool deterministic) {
+  Exec ex;
+  ex.device = Device::CUDA;
+  ex.precision = p;
+  ex.deterministic = deterministic;
+  return ex;
+}
+
+std::vector<float> gpu_forward(Impl impl, const Conv2dShape& s, const Refs& r, bool bias, bool relu,
+                               const Exec& ex) {
+  Tensor d_x = test::to_device(r.x), d_w = test::to_device(r.w), d_b = test::to_device(r.b);
+  Tensor d_y({static_cast<int64_t>(r.y.size())}, Device::CUDA);
+  test::poison_device(d_y.data(), r.y.size());
+  const float* b = bias ? d_b.data() : nullptr;
+  if (impl == Impl::Igemm)
+    conv2d_forward_igemm_cuda(s, d_x.data(), d_w.data(), b, d_y.data(), relu, ex);
+  else
+    conv2d_forward_1ch_cuda(s, d_x.data(), d_w.data(), b, d_y.data(), relu, ex);
+  return d_y.to_vector();
+}
+
+std::vector<float> gpu_backward_data(const Conv2dShape& s, const Refs& r, const Exec& ex) {
+  Tensor d_dy = test::to_device(r.dy), d_w = test::to_device(r.w);
+  Tensor d_dx({static_cast<int64_t>(r.x.size())}, Device::CUDA);
+  test::poison_device(d_dx.data(), r.x.size());
+  conv2d_backward_data_igemm_cuda(s, d_dy.data(), d_w.data(), d_dx.data(), ex);
+  return d_dx.to_vector();
+}
+
+// dw0/db0 accumulated on the device; db is skipped (null) when !with_db.
+void gpu_backward_weight(Impl impl, const Conv2dShape& s, const Refs& r, bool with_db,
+                         const Exec& ex, std::vector<float>& dw, std::vector<float>& db) {
+  Tensor d_x = test::to_device(r.x), d_dy = test::to_device(r.dy);
+  Tensor d_dw = test::to_device(r.dw0), d_db = test::to_device(r.db0);
+  const size_t scratch_floats = impl == Impl::Igemm
+                                    ? conv2d_backward_weight_igemm_scratch_floats(s, ex)
+                                    : conv2d_backward_weight_1ch_scratch_floats(s, ex);
+  Tensor d_scratch({static_cast<int64_t>(std::max<size_t>(1, scratch_floats))}, Device::CUDA);
+  test::poison_device(d_scratch.data(), std::max<size_t>(1, scratch_floats));
+  float* scratch = scratch_floats ? d_scratch.data() : nullptr;
+  float* dbp = with_db ? d_db.data() : nullptr;
+  if (impl == Impl::Igemm)
+    conv2d_backward_weight_igemm_cuda(s, d_x.data(), d_dy.data(), d_dw.data(), dbp, scratch, ex);
+  else
+    conv2d_backward_weight_1ch_cuda(s, d_x.data(), d_dy.data(), d_dw.data(), dbp, scratch, ex);
+  dw = d_dw.to_vector();
+  db = d_db.to_vector();
+}
+
+// Every check of one shape for one implementation and precision.
+void check_shape(Impl impl, const Conv2dShape& s, const Refs& r, bool relu, Precision prec) {
+  const int64_t k_fwd = int64_t{s.c} * s.kh * s.kw, k_dgrad = int64_t{s.oc} * s.kh * s.kw;
+  const int64_t k_wgrad = int64_t{s.n} * s.oh() * s.ow();
+  const Exec ex = exec_of(prec, false), ex_det = exec_of(prec, true);
+
+  const double e_y = rel_to_max(gpu_forward(impl, s, r, true, relu, ex), r.y);
+  EXPECT_LE(e_y, tolerance(prec, k_fwd)) << "forward (bias, relu=" << relu << ")";
+  double e_plain = 0, e_dx = 0;
+  if (!r.y_plain.empty()) {
+    e_plain = rel_to_max(gpu_forward(impl, s, r, false, false, ex), r.y_plain);
+    EXPECT_LE(e_plain, tolerance(prec, k_fwd)) << "forward (no bias)";
+  }
+  if (impl == Impl::Igemm && !r.dx.empty()) {
+    e_dx = rel_to_max(gpu_backward_data(s, r, ex), r.dx);
+    EXPECT_LE(e_dx, tolerance(prec, k_dgrad)) << "backward_data";
+  }
+
+  std::vector<float> dw, db, dw_det, db_det, dw_det2, db_det2;
+  gpu_backward_weight(impl, s, r, true, ex, dw, db);
+  const double e_dw = rel_to_max(dw, r.dw), e_db = rel_to_max(db, r.db);
+  EXPECT_LE(e_dw, tolerance(prec, k_wgrad)) << "backward_weight dw (atomic)";
+  EXPECT_LE(e_db, tolerance(prec, k_wgrad)) << "backward_weight db (atomic)";
+
+  gpu_backward_weight(impl, s, r, true, ex_det, dw_det, db_det);
+  gpu_backward_weight(impl, s, r, true, ex_det, dw_det2, db_det2);
+  const double e_dw_det = rel_to_max(dw_det, r.dw), e_db_det = rel_to_max(db_det, r.db);
+  EXPECT_LE(e_dw_det, tolerance(prec, k_wgrad)) << "backward_weight dw (deterministic)";
+  EXPECT_LE(e_db_det, tolerance(prec, k_wgrad)) << "backward_weight db (deterministic)";
+  EXPECT_TRUE(bitwise_equal(dw_det, dw_det2) && bitwise_equal(db_det, db_det2))
+      << "deterministic weight gradient differs between two runs";
+
+  // Without db: dw unchanged in meaning, db left alone.
+  std::vector<float> dw_nodb, db_nodb;
+  gpu_backward_weight(impl, s, r, false, ex_det, dw_nodb, db_nodb);
+  EXPECT_LE(rel_to_max(dw_nodb, r.dw), tolerance(prec, k_wgrad)) << "backward_weight without db";
+  EXPECT_TRUE(bitwise_equal(db_nodb, r.db0)) << "db was written although null";
+
+  std::printf("%-5s %-4s %s: rel err y %.2g%s dx %.2g dw %.2g db %.2g (det %.2g %.2g)\n",
+              impl == Impl::Igemm ? "igemm" : "1ch", precision_name(prec), describe(s).c_str(), e_y,
+              r.y_plain.empty() ? "" : (" plain " + std::to_string(e_plain)).c_str(), e_dx, e_dw,
+              e_db, e_dw_det, e_db_det);
+}
+
+void run_shapes(Impl impl, const std::vector<Conv2dShape>& shapes, bool big) {
+  int which = 0;
+  for (const Conv2dShape& s : shapes) {
+    check_conv2d_shape(s);
+    const uint64_t seed = test::fresh_seed();
+    const bool relu = (which++ % 2) == 0 || big;
+    SCOPED_TRACE(describe(s) + " seed=" + std::to_string(seed));
+    const Refs r = make_refs(s, seed, relu, /*plain=*/!big, /*dgrad=*/impl == Impl::Igemm);
+    if (impl == Impl::Igemm) {
+      for (Precision prec : {Precision::FP32, Precision::TF32}) {
+        SCOPED_TRACE(precision_name(prec));
+        check_shape(impl, s, r, relu, prec);
+      }
+    } else {
+      check_shape(impl, s, r, relu, Precision::FP32);
+    }
+  }
+}
+
+#endif  // CNN_HAVE_CUDA
+
+}  // namespace
+
+TEST(GpuConv2dFast, IgemmAwkwardShapes) {
+  CNN_REQUIRE_GPU();
+#ifdef CNN_HAVE_CUDA
+  run_shapes(Impl::Igemm,
+             {
+                 shape(1, 1, 5, 5, 1, 1, 1, 1, 1, 0, 0),       // all ones
+                 shape(3, 3, 7, 9, 5, 3, 3, 1, 1, 1, 1),       // batch 3, odd image
+                 shape(2, 3, 11, 8, 7, 3, 5, 2, 2, 2, 1),      // non-square kernel, stride 2
+                 shape(2, 4, 9, 10, 6, 3, 3, 2, 2, 1, 1),      // stride 2, pad 1
+                 shape(2, 5, 6, 7, 3, 1, 1, 1, 1, 0, 0),       // 1x1 kernel
+                 shape(2, 3, 9, 12, 4, 3, 3, 1, 2, 1, 0),      // non-square stride and pad
+                 shape(129, 3, 10, 10, 32, 5, 5, 1, 1, 2, 2),  // batch 129
+                 shape(3, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2),   // conv2 at batch 3
+                 shape(2, 40, 6, 5, 33, 3, 3, 1, 1, 1, 1),     // c > 32, oc = 33
+                 shape(1, 1, 28, 28, 32, 5, 5, 1, 1, 2, 2),    // conv1 through the GEMM path
+                 shape(4, 2, 5, 5, 3, 5, 5, 1, 1, 0, 0),       // kernel = image: 1x1 output
+                 shape(2, 3, 4, 4, 2, 3, 3, 3, 3, 4, 4),       // pad > kernel, stride 3
+             },
+             false);
+#endif
+}
+
+TEST(GpuConv2dFast, IgemmNetworkConv2Batch128) {
+  CNN_REQUIRE_GPU();
+#ifdef CNN_HAVE_CUDA
+  run_shapes(Impl::Igemm, {shape(128, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2)}, true);
+#endif
+}
+
+TEST(GpuConv2dFast, SingleChannelAwkwardShapes) {
+  CNN_REQUIRE_GPU();
+#ifdef CNN_HAVE_CUDA
+  run_shapes(Impl::OneCh,
+             {
+                 shape(3, 1, 7, 9, 5, 3, 3, 1, 1, 1, 1),       // fast 3x3
+                 shape(2, 1, 13, 6, 9, 5, 5, 1, 1, 0, 0),      // output width 2
+                 shape(1, 1, 30, 70, 3, 5, 5, 1, 1, 2, 2),     // width 70 (not 4k), oc 3
+                 shape(2, 1, 8, 300, 4, 3, 3, 1, 1, 1, 1),     // two column tiles
+                 shape(2, 1, 9, 9, 3, 3, 3, 2, 2, 1, 1),       // stride 2: direct kernels
+                 shape(2, 1, 10, 10, 4, 4, 2, 1, 1, 1, 0),     // non-square kernel: direct
+                 shape(1, 1, 5, 5, 1, 5, 5, 1, 1, 4, 4),       // pad 4: mostly padding
+                 shape(5, 1, 40, 40, 33, 5, 5, 1, 1, 0, 0),    // oc 33, two row tiles
+                 shape(129, 1, 28, 28, 32, 5, 5, 1, 1, 2, 2),  // batch 129: partial image chunk
+             },
+             false);
+#endif
+}
+
+TEST(GpuConv2dFast, SingleChannelNetworkConv1Batch128) {
+  CNN_REQUIRE_GPU();
+#ifdef CNN_HAVE_CUDA
+  run_shapes(Impl::OneCh, {shape(128, 1, 28, 28, 32, 5, 5, 1, 1, 2, 2)}, true);
+#endif
+}
