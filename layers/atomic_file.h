@@ -1,0 +1,35 @@
+#pragma once
+// Files that are never left half-written: checkpoints go through a temporary file that is flushed,
+// fsync'ed and renamed over the target, so a crash or a full disk leaves the previous file intact.
+// Every failure throws cnn::Error naming the path and the system's reason (strerror).
+#include <cstddef>
+#include <cstdio>
+#include <functional>
+#include <string>
+
+namespace cnn {
+
+// Writes `path` through `writer`, which receives a FILE* open on `path.tmp.<pid>` in the same
+// directory (same file system, so the final rename() is atomic). After the writer returns, the
+// stream is checked, flushed and fsync'ed, then renamed over `path`, and the directory is synced
+// (best effort). If anything fails, or the writer throws, the temporary file is removed, `path` is
+// left as it was, and the exception propagates: a cnn::Error gets the path prefixed, any other
+// exception type is rethrown unchanged.
+void write_file_atomically(const std::string& path, const std::function<void(std::FILE*)>& writer);
+
+// The same for a byte buffer that is already in memory.
+void write_file_atomically(const std::string& path, const void* data, size_t bytes);
+
+// fwrite that throws cnn::Error (with strerror) on a short write; writers should use it so that a
+// failure is reported where it happens. Buffered errors surface later, in the final flush.
+void write_bytes_checked(std::FILE* f, const void* data, size_t bytes);
+
+// Appends `line` plus '\n' to `path` (created if missing), then flushes and fsyncs, so a metrics
+// row survives a crash that follows it.
+void append_line_durably(const std::string& path, const std::string& line);
+
+// The whole content of `path`. Refuses (cnn::Error naming the path and both sizes) a file larger
+// than `max_bytes`, before reading it where the size is known and while reading otherwise (pipes).
+std::string read_file(const std::string& path, size_t max_bytes);
+
+}  // namespace cnn

@@ -1,0 +1,79 @@
+#pragma once
+// The Hugging Face safetensors format, for checkpoints that PyTorch/NumPy can open directly:
+//
+//   [8 bytes]  N, little-endian uint64: the header length
+//   [N bytes]  JSON object, padded with spaces to a multiple of 8:
+//              {"__metadata__": {"key": "string value", ...},
+//               "name": {"dtype": "F32", "shape": [d0, d1, ...], "data_offsets": [begin, end]},
+//               ...}
+//   [rest]     the tensors' raw little-endian bytes; data_offsets are relative to this section's
+//              start, and together the tensors tile it exactly (no gap, no overlap, no tail).
+//
+// The writer emits F32 tensors, offsets in the order given (any order is valid for readers). The
+// reader knows every byte-sized dtype of the format and trusts none of the sizes in the file.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace cnn {
+
+// One float tensor, row-major: data.size() equals the product of shape (1 for shape {}).
+struct NamedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+
+// Where one tensor lies in a file that has been read and validated.
+struct SafetensorsEntry {
+  std::string name;
+  std::string dtype;  // as spelled in the file: "F32", "I64", "BF16", ...
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;  // byte range within the data section
+  uint64_t numel() const;
+};
+
+class SafetensorsFile {
+ public:
+  const std::string& path() const { return path_; }
+  // Sorted by data offset, i.e. in the order of the bytes in the file.
+  const std::vector<SafetensorsEntry>& entries() const { return entries_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  const SafetensorsEntry* find(const std::string& name) const;  // nullptr when absent
+  // The tensor as floats; throws cnn::Error naming the file when it is absent or not F32.
+  NamedTensor tensor_f32(const std::string& name) const;
+  // The raw bytes of an entry of this file (end - begin of them).
+  const uint8_t* bytes(const SafetensorsEntry& e) const { return data_.data() + e.begin; }
+
+  const std::string* find_metadata(const std::string& key) const;  // nullptr when absent
+  // The value for `key`; throws cnn::Error naming the file and the key when it is absent.
+  const std::string& metadata_value(const std::string& key) const;
+
+ private:
+  friend SafetensorsFile read_safetensors(const std::string& path);
+  std::string path_;
+  std::vector<SafetensorsEntry> entries_;
+  std::map<std::string, size_t> index_;  // name -> position in entries_
+  std::map<std::string, std::string> metadata_;
+  std::vector<uint8_t> data_;  // (data section bytes)
+};
+
+// Headers beyond this are refused before any allocation (the reference reader's limit is similar).
+constexpr uint64_t kSafetensorsMaxHeaderBytes = 100ull << 20;
+
+// Writes the tensors (offsets in the given order) and the metadata atomically (temporary file,
+// fsync, rename). Throws cnn::Error for an empty, reserved ("__metadata__") or repeated name, a
+// negative dimension, or a shape whose product differs from data.size().
+void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+// Reads and validates the whole file. Throws cnn::Error naming the file and the problem for:
+// a file shorter than the length prefix, a header length beyond the file or the 100 MiB limit,
+// JSON that does not parse or is not an object, a repeated key, an unknown dtype or field, a
+// non-integer or negative dimension or offset, a shape whose byte size overflows or differs from
+// its data_offsets, offsets outside the data section, overlapping, or leaving bytes uncovered.
+SafetensorsFile read_safetensors(const std::string& path);
+
+}  // namespace cnn
