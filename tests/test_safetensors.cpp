@@ -193,6 +193,31 @@ TEST(Safetensors, GoldenLayout) {
   EXPECT_EQ(bare.substr(8, 56), bare_json + std::string(56 - bare_json.size(), ' '));
 }
 
+TEST(Safetensors, ReadsFileWrittenByReference) {
+  // The exact bytes that safetensors 0.8's numpy save_file wrote for
+  // {"w": arange(6, float32).reshape(2, 3), "i": [1, -2] int64}, metadata {"k": "v"}:
+  // it sorts by dtype size then name and pads the header with spaces to a multiple of 8.
+  TempDir dir;
+  const std::string path = dir.file("reference.safetensors");
+  const std::string header =
+      R"({"__metadata__":{"k":"v"},"i":{"dtype":"I64","shape":[2],"data_offsets":[0,16]},)"
+      R"("w":{"dtype":"F32","shape":[2,3],"data_offsets":[16,40]}}       )";
+  ASSERT_EQ(header.size(), 144u);
+  write_plain(path, le64(144) + header + le64(1) + le64(static_cast<uint64_t>(-2)) +
+                        float_bytes({0, 1, 2, 3, 4, 5}));
+  const SafetensorsFile f = read_safetensors(path);
+  ASSERT_EQ(f.entries().size(), 2u);
+  EXPECT_EQ(f.entries()[0].name, "i");  // entries come in data order
+  EXPECT_EQ(f.metadata_value("k"), "v");
+  const NamedTensor w = f.tensor_f32("w");
+  EXPECT_EQ(w.shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(w.data, (std::vector<float>{0, 1, 2, 3, 4, 5}));
+  int64_t i[2];
+  std::memcpy(i, f.bytes(*f.find("i")), sizeof(i));
+  EXPECT_EQ(i[0], 1);
+  EXPECT_EQ(i[1], -2);
+}
+
 TEST(Safetensors, WriterRejectsBadInput) {
   TempDir dir;
   const std::string path = dir.file("bad.safetensors");
