@@ -252,19 +252,24 @@ __global__ void conv2d_backward_weight_naive(ConvDims d, const float* __restrict
   }
 }
 
-// Thread mapping: a block owns (chunk of kConv2dWgradChunk output positions, oc, c). For each
-// tap (ky, kx), and for the bias when c == 0, every thread sums its strided share of the chunk's
-// positions (position = (n, oy, ox), ox fastest, so dy reads are coalesced), the block reduces
-// the per-thread sums in a fixed order, and thread 0 publishes the block's partial: atomicAdd into
-// dw/db (kDeterministic = false), or a plain store into scratch[chunk][slot] for the fixed-order
-// second stage (kDeterministic = true). Blocks walk (c, oc, chunk) with a grid-stride loop.
+// Thread mapping: a block owns (chunk of kConv2dWgradChunk output positions, oc, c), and thread t
+// owns the chunk's positions t, t + blockDim, ... (position = (n, oy, ox), ox fastest, so dy
+// reads are coalesced). For each of its positions a thread reads dy once and adds x * dy into its
+// own partial sum of every tap (ky, kx), plus dy alone into the bias sum when c == 0; the partial
+// sums live in a shared-memory column per thread, (jobs, blockDim) with jobs = KH*KW (+1), so a
+// position is decoded once rather than once per tap. Then, per job, the block reduces the columns
+// in a fixed order and thread 0 publishes the block's partial: atomicAdd into dw/db
+// (kDeterministic = false) or a plain store into scratch[chunk][slot] for the fixed-order second
+// stage (kDeterministic = true). Blocks walk (c, oc, chunk) with a grid-stride loop.
 template <bool kDeterministic>
 __global__ void __launch_bounds__(kBlock)
     conv2d_backward_weight_tiled(ConvDims d, int64_t chunks, const float* __restrict__ d_x,
                                  const float* __restrict__ d_dy, float* __restrict__ d_dw,
                                  float* __restrict__ d_db, float* __restrict__ d_scratch) {
+  extern __shared__ float s_acc[];  // (KH*KW + 1, blockDim.x): per-thread partial sums
   __shared__ float s_warp[kBlock / 32];
   const int taps = d.kh * d.kw;
+  const int tid = threadIdx.x, nthreads = blockDim.x;
   const int64_t weights = static_cast<int64_t>(d.oc) * d.c * taps;
   const int64_t slots = weights + d.oc;  // the scratch row length (conv2d_wgrad_slots)
   const int64_t positions = static_cast<int64_t>(d.n) * d.oh * d.ow;
@@ -276,28 +281,36 @@ __global__ void __launch_bounds__(kBlock)
     const int64_t chunk = blk / d.c / d.oc;
     const int64_t p_begin = chunk * kConv2dWgradChunk;
     const int64_t p_end = min(p_begin + kConv2dWgradChunk, positions);
-    // The block's last "tap" is the bias, handled by the c == 0 block of each (chunk, oc).
-    const int jobs = taps + (c == 0 && d_db ? 1 : 0);
+    // The block's last job is the bias, handled by the c == 0 block of each (chunk, oc).
+    const bool with_bias = c == 0 && d_db;
+    const int jobs = taps + (with_bias ? 1 : 0);
+
+    // A thread touches only its own column until block_sum, so no barrier is needed here; the
+    // barriers in the previous iteration's block_sum calls already ordered its reads.
+    for (int j = 0; j < jobs; ++j) s_acc[j * nthreads + tid] = 0.f;
+    for (int64_t p = p_begin + tid; p < p_end; p += nthreads) {
+      const int ox = static_cast<int>(p % d.ow);
+      const int oy = static_cast<int>(p / d.ow % d.oh);
+      const int64_t n = p / d.ow / d.oh;
+      const float g = d_dy[at4(n, oc, oy, ox, d.oc, d.oh, d.ow)];
+      if (with_bias) s_acc[taps * nthreads + tid] += g;
+      const float* x_plane = d_x + at4(n, c, 0, 0, d.c, d.h, d.w);  // (H, W) of image n, channel c
+      const int iy0 = oy * d.sh - d.ph, ix0 = ox * d.sw - d.pw;
+      for (int ky = 0; ky < d.kh; ++ky) {
+        const int iy = iy0 + ky;
+        if (iy < 0 || iy >= d.h) continue;  // zero padding contributes nothing
+        for (int kx = 0; kx < d.kw; ++kx) {
+          const int ix = ix0 + kx;
+          if (ix < 0 || ix >= d.w) continue;
+          s_acc[(ky * d.kw + kx) * nthreads + tid] += x_plane[iy * d.w + ix] * g;
+        }
+      }
+    }
 
     for (int job = 0; job < jobs; ++job) {
+      const float sum = block_sum(s_acc[job * nthreads + tid], s_warp);
+      if (tid != 0) continue;
       const bool bias = job == taps;
-      const int ky = job / d.kw, kx = job % d.kw;
-      float part = 0.f;
-      for (int64_t p = p_begin + threadIdx.x; p < p_end; p += blockDim.x) {
-        const int ox = static_cast<int>(p % d.ow);
-        const int oy = static_cast<int>(p / d.ow % d.oh);
-        const int64_t n = p / d.ow / d.oh;
-        const float g = d_dy[at4(n, oc, oy, ox, d.oc, d.oh, d.ow)];
-        if (bias) {
-          part += g;
-          continue;
-        }
-        const int iy = oy * d.sh - d.ph + ky, ix = ox * d.sw - d.pw + kx;
-        if (iy >= 0 && iy < d.h && ix >= 0 && ix < d.w)
-          part += d_x[at4(n, c, iy, ix, d.c, d.h, d.w)] * g;
-      }
-      const float sum = block_sum(part, s_warp);
-      if (threadIdx.x != 0) continue;
       const int64_t slot = bias ? weights + oc : (static_cast<int64_t>(oc) * d.c + c) * taps + job;
       if (kDeterministic) {
         d_scratch[chunk * slots + slot] = sum;
@@ -346,6 +359,17 @@ std::size_t max_smem_optin() {
   return static_cast<std::size_t>(bytes);
 }
 
+// True when `kernel` can launch with `bytes` of dynamic shared memory on this device; opts the
+// kernel in above the 48 KiB default when needed.
+template <class Kernel>
+bool fits_dynamic_smem(std::size_t bytes, Kernel kernel) {
+  if (bytes <= kDefaultSmemBytes) return true;
+  if (bytes > max_smem_optin()) return false;
+  CNN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(bytes)));
+  return true;
+}
+
 void launch_forward_naive(const ConvDims& d, const float* d_x, const float* d_w, const float* d_b,
                           float* d_y, bool relu, cudaStream_t stream) {
   const int64_t outputs = static_cast<int64_t>(d.n) * d.oc * d.oh * d.ow;
@@ -361,19 +385,23 @@ bool launch_forward_tiled(const ConvDims& d, const float* d_x, const float* d_w,
   const int64_t in_h = static_cast<int64_t>(std::min(kTileH, d.oh) - 1) * d.sh + d.kh;
   const int64_t in_w = static_cast<int64_t>(std::min(kTileW, d.ow) - 1) * d.sw + d.kw;
   const int64_t smem_floats = in_h * in_w + static_cast<int64_t>(kOcGroup) * d.kh * d.kw;
-  const std::size_t smem = static_cast<std::size_t>(smem_floats) * sizeof(float);
   if (smem_floats > (int64_t{1} << 30)) return false;  // keeps the size_t maths honest
-  if (smem > kDefaultSmemBytes) {
-    if (smem > max_smem_optin()) return false;
-    CNN_CUDA_CHECK(cudaFuncSetAttribute(
-        conv2d_forward_tiled, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  }
+  const std::size_t smem = static_cast<std::size_t>(smem_floats) * sizeof(float);
+  if (!fits_dynamic_smem(smem, conv2d_forward_tiled)) return false;
   const int64_t blocks = static_cast<int64_t>(d.n) * ceil_div(d.oh, kTileH) *
                          ceil_div(d.ow, kTileW) * ceil_div(d.oc, kOcGroup);
   conv2d_forward_tiled<<<grid_for(blocks), kTileH * kTileW, smem, stream>>>(
       d, static_cast<int>(in_h), static_cast<int>(in_w), d_x, d_w, d_b, d_y, relu);
   CNN_LAUNCH_CHECK("conv2d_forward_tiled");
   return true;
+}
+
+void launch_backward_weight_naive(const ConvDims& d, const float* d_x, const float* d_dy,
+                                  float* d_dw, float* d_db, cudaStream_t stream) {
+  const int64_t slots = static_cast<int64_t>(d.oc) * d.c * d.kh * d.kw + d.oc;
+  conv2d_backward_weight_naive<<<grid_for_items(slots), kBlock, 0, stream>>>(d, d_x, d_dy, d_dw,
+                                                                             d_db);
+  CNN_LAUNCH_CHECK("conv2d_backward_weight_naive");
 }
 
 }  // namespace
@@ -398,24 +426,29 @@ void conv2d_backward_weight_cuda(const Conv2dShape& s, const float* d_x, const f
                                  float* d_dw, float* d_db, float* d_scratch, Algo algo,
                                  bool deterministic, cudaStream_t stream) {
   const ConvDims d = dims_of(s);
-  const int64_t weights = static_cast<int64_t>(d.oc) * d.c * d.kh * d.kw;
-  if (algo == Algo::Naive) {  // serial per-weight sums: deterministic without scratch
-    conv2d_backward_weight_naive<<<grid_for_items(weights + d.oc), kBlock, 0, stream>>>(
-        d, d_x, d_dy, d_dw, d_db);
-    CNN_LAUNCH_CHECK("conv2d_backward_weight_naive");
+  // One shared-memory column of partial sums per thread and job (taps + bias).
+  const std::size_t smem = (static_cast<std::size_t>(d.kh) * d.kw + 1) * kBlock * sizeof(float);
+  const bool tiled_fits = deterministic
+                              ? fits_dynamic_smem(smem, conv2d_backward_weight_tiled<true>)
+                              : fits_dynamic_smem(smem, conv2d_backward_weight_tiled<false>);
+  // Naive: serial per-weight sums, deterministic without scratch. Also the fallback for kernels
+  // too large for the tiled variant's shared-memory partial sums.
+  if (algo == Algo::Naive || !tiled_fits) {
+    launch_backward_weight_naive(d, d_x, d_dy, d_dw, d_db, stream);
     return;
   }
   const int64_t chunks = conv2d_wgrad_chunks(s);
   const int64_t blocks = chunks * d.oc * d.c;
   if (!deterministic) {
     conv2d_backward_weight_tiled<false>
-        <<<grid_for(blocks), kBlock, 0, stream>>>(d, chunks, d_x, d_dy, d_dw, d_db, nullptr);
+        <<<grid_for(blocks), kBlock, smem, stream>>>(d, chunks, d_x, d_dy, d_dw, d_db, nullptr);
     CNN_LAUNCH_CHECK("conv2d_backward_weight_tiled<atomic>");
     return;
   }
   conv2d_backward_weight_tiled<true>
-      <<<grid_for(blocks), kBlock, 0, stream>>>(d, chunks, d_x, d_dy, d_dw, d_db, d_scratch);
+      <<<grid_for(blocks), kBlock, smem, stream>>>(d, chunks, d_x, d_dy, d_dw, d_db, d_scratch);
   CNN_LAUNCH_CHECK("conv2d_backward_weight_tiled<deterministic>");
+  const int64_t weights = static_cast<int64_t>(d.oc) * d.c * d.kh * d.kw;
   const int64_t slots = conv2d_wgrad_slots(s);
   conv2d_backward_weight_finish<<<grid_for_items(slots), kBlock, 0, stream>>>(
       weights, slots, chunks, d_scratch, d_dw, d_db);

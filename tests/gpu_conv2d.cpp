@@ -267,7 +267,9 @@ TEST(GpuConv2d, DeterministicWeightGradientIsBitwiseRepeatable) {
     auto run = [&](bool deterministic, std::vector<float>* dw_out, std::vector<float>* db_out) {
       const Exec ex = cuda_exec(deterministic);
       const size_t n = conv2d_backward_weight_scratch_floats(s, ex);
-      if (deterministic) EXPECT_GT(n, 0u);
+      if (deterministic) {
+        EXPECT_GT(n, 0u);
+      }
       Tensor scratch({int64_t(std::max<size_t>(n, 1))}, Device::CUDA);
       test::poison_device(scratch.data(), scratch.numel());
       Tensor dw = test::to_device(hdw0), db = test::to_device(hdb0);
