@@ -5,6 +5,8 @@
 // A 1x1 stride-1 unpadded convolution skips im2col: col_n is x_n itself.
 #include "kernels/conv2d_cpu_fast.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -32,72 +34,151 @@ Dims dims_of(const Conv2dShape& s) {
   return {int64_t(s.c) * s.kh * s.kw, int64_t(s.oh()) * s.ow(), direct};
 }
 
-// Output columns ox whose input column ox*stride - pad + kx lies in [0, w): [lo, hi).
-void valid_range(int out, int stride, int pad, int k, int in, int& lo, int& hi) {
-  // ix >= 0  <=>  ox >= ceil((pad - k) / stride);  ix < in  <=>  ox <= (in - 1 + pad - k) / stride.
-  const int first = pad - k;
-  lo = first <= 0 ? 0 : (first + stride - 1) / stride;
-  const int last = in - 1 + pad - k;
-  hi = last < 0 ? 0 : std::min(out, last / stride + 1);
-  lo = std::min(lo, hi);
+// ---- Row copies: im2col and col2im are many short rows (OW floats each), so each row must be a
+// couple of vector instructions, not a memcpy call. Masked loads do not fault past the row. ----
+
+// dst[r * dst_ld + i] = src[r * src_ld + i] (copy) or += (add), for r < rows, i < n.
+using RowsFn = void (*)(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int rows,
+                        int n);
+
+template <bool kAdd>
+void rows_portable(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int rows, int n) {
+  for (int r = 0; r < rows; ++r) {
+    float* d = dst + r * dst_ld;
+    const float* s = src + r * src_ld;
+    for (int i = 0; i < n; ++i) d[i] = kAdd ? d[i] + s[i] : s[i];
+  }
 }
 
-// col (K, P) from one image x (C, H, W); padding reads as zero.
-void im2col(const Conv2dShape& s, const float* x, float* col) {
+template <bool kAdd>
+__attribute__((target("avx512f"))) void rows_avx512(float* dst, int64_t dst_ld, const float* src,
+                                                    int64_t src_ld, int rows, int n) {
+  const __mmask16 tail = static_cast<__mmask16>((1u << (n % 16)) - 1u);
+  for (int r = 0; r < rows; ++r) {
+    float* d = dst + r * dst_ld;
+    const float* s = src + r * src_ld;
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+      __m512 v = _mm512_loadu_ps(s + i);
+      if (kAdd) v = _mm512_add_ps(v, _mm512_loadu_ps(d + i));
+      _mm512_storeu_ps(d + i, v);
+    }
+    if (tail != 0) {
+      __m512 v = _mm512_maskz_loadu_ps(tail, s + i);
+      if (kAdd) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(tail, d + i));
+      _mm512_mask_storeu_ps(d + i, tail, v);
+    }
+  }
+}
+
+template <bool kAdd>
+__attribute__((target("avx2"))) void rows_avx2(float* dst, int64_t dst_ld, const float* src,
+                                               int64_t src_ld, int rows, int n) {
+  const __m256i tail =
+      _mm256_cmpgt_epi32(_mm256_set1_epi32(n % 8), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  for (int r = 0; r < rows; ++r) {
+    float* d = dst + r * dst_ld;
+    const float* s = src + r * src_ld;
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+      __m256 v = _mm256_loadu_ps(s + i);
+      if (kAdd) v = _mm256_add_ps(v, _mm256_loadu_ps(d + i));
+      _mm256_storeu_ps(d + i, v);
+    }
+    if (n % 8 != 0) {
+      __m256 v = _mm256_maskload_ps(s + i, tail);
+      if (kAdd) v = _mm256_add_ps(v, _mm256_maskload_ps(d + i, tail));
+      _mm256_maskstore_ps(d + i, tail, v);
+    }
+  }
+}
+
+struct RowOps {
+  RowsFn copy, add;
+};
+
+// Copies and additions are exact, so the instruction set changes speed, never results.
+RowOps row_ops() {
+  if (cpu_isa_supported(CpuIsa::Avx512)) return {rows_avx512<false>, rows_avx512<true>};
+  if (cpu_isa_supported(CpuIsa::Avx2)) return {rows_avx2<false>, rows_avx2<true>};
+  return {rows_portable<false>, rows_portable<true>};
+}
+
+// Per-thread scratch, grown on demand; every use writes before it reads, so nothing carries
+// over between calls.
+struct Scratch {
+  std::vector<float> col;     // (K, P) column matrix
+  std::vector<float> padded;  // (C, H + 2*pad_h, W + 2*pad_w) zero-bordered image
+};
+
+float* grown(std::vector<float>& v, int64_t floats) {
+  if (static_cast<int64_t>(v.size()) < floats) v.resize(static_cast<size_t>(floats));
+  return v.data();
+}
+
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+// The image as seen through the padding: x itself when there is none, else a zero-bordered copy
+// in `buf`, so that im2col reads whole rows without bounds checks.
+const float* padded_image(const Conv2dShape& s, const RowOps& ops, const float* x,
+                          std::vector<float>& buf) {
+  if (s.pad_h == 0 && s.pad_w == 0) return x;
+  const int64_t hp = s.h + 2 * s.pad_h, wp = s.w + 2 * s.pad_w;
+  float* xp = grown(buf, s.c * hp * wp);  // (C, HP, WP)
+  std::fill(xp, xp + s.c * hp * wp, 0.f);
+  for (int c = 0; c < s.c; ++c)
+    ops.copy(xp + (c * hp + s.pad_h) * wp + s.pad_w, wp, x + int64_t(c) * s.h * s.w, s.w, s.h, s.w);
+  return xp;
+}
+
+// col (K, P) from the padded image xp (C, HP, WP).
+void im2col(const Conv2dShape& s, const RowOps& ops, const float* xp, float* col) {
   const int oh = s.oh(), ow = s.ow();
-  const int64_t p = int64_t(oh) * ow;
+  const int64_t hp = s.h + 2 * s.pad_h, wp = s.w + 2 * s.pad_w, p = int64_t(oh) * ow;
   for (int c = 0; c < s.c; ++c)
     for (int ky = 0; ky < s.kh; ++ky)
       for (int kx = 0; kx < s.kw; ++kx) {
-        float* row = col + ((int64_t(c) * s.kh + ky) * s.kw + kx) * p;
-        int lo, hi;
-        valid_range(ow, s.stride_w, s.pad_w, kx, s.w, lo, hi);
-        for (int oy = 0; oy < oh; ++oy) {
-          float* dst = row + int64_t(oy) * ow;
-          const int iy = oy * s.stride_h - s.pad_h + ky;
-          if (iy < 0 || iy >= s.h) {
-            std::fill(dst, dst + ow, 0.f);
-            continue;
-          }
-          // Input column of output column ox: base + ox * stride (in range for ox in [lo, hi)).
-          const int64_t base = (int64_t(c) * s.h + iy) * s.w - s.pad_w + kx;
-          std::fill(dst, dst + lo, 0.f);
-          if (s.stride_w == 1)
-            std::memcpy(dst + lo, x + (base + lo), sizeof(float) * (hi - lo));
-          else
-            for (int ox = lo; ox < hi; ++ox) dst[ox] = x[base + int64_t(ox) * s.stride_w];
-          std::fill(dst + hi, dst + ow, 0.f);
+        float* row = col + ((int64_t(c) * s.kh + ky) * s.kw + kx) * p;  // (OH, OW)
+        const float* src = xp + (c * hp + ky) * wp + kx;  // tap (ky, kx) of output (0, 0)
+        if (s.stride_w == 1) {
+          ops.copy(row, ow, src, s.stride_h * wp, oh, ow);
+          continue;
         }
+        for (int oy = 0; oy < oh; ++oy)
+          for (int ox = 0; ox < ow; ++ox)
+            row[oy * ow + ox] = src[oy * s.stride_h * wp + int64_t(ox) * s.stride_w];
       }
 }
 
-// dx (C, H, W) = sum of col (K, P) scattered back along the taps; overwrites dx. The fixed loop
-// order makes the float sums repeatable.
-void col2im(const Conv2dShape& s, const float* col, float* dx) {
+// dx (C, H, W) = col (K, P) scattered back along the taps; overwrites dx. Sums into a padded
+// buffer (dropping what lands in the padding at the end) in a fixed order, so results repeat.
+void col2im(const Conv2dShape& s, const RowOps& ops, const float* col, float* dx,
+            std::vector<float>& buf) {
   const int oh = s.oh(), ow = s.ow();
-  const int64_t p = int64_t(oh) * ow;
-  std::fill(dx, dx + int64_t(s.c) * s.h * s.w, 0.f);
+  const int64_t hp = s.h + 2 * s.pad_h, wp = s.w + 2 * s.pad_w, p = int64_t(oh) * ow;
+  const bool padded = s.pad_h != 0 || s.pad_w != 0;
+  float* dxp = padded ? grown(buf, s.c * hp * wp) : dx;  // (C, HP, WP)
+  std::fill(dxp, dxp + s.c * hp * wp, 0.f);
   for (int c = 0; c < s.c; ++c)
     for (int ky = 0; ky < s.kh; ++ky)
       for (int kx = 0; kx < s.kw; ++kx) {
         const float* row = col + ((int64_t(c) * s.kh + ky) * s.kw + kx) * p;
-        int lo, hi;
-        valid_range(ow, s.stride_w, s.pad_w, kx, s.w, lo, hi);
-        for (int oy = 0; oy < oh; ++oy) {
-          const int iy = oy * s.stride_h - s.pad_h + ky;
-          if (iy < 0 || iy >= s.h) continue;
-          const float* src = row + int64_t(oy) * ow;
-          const int64_t base = (int64_t(c) * s.h + iy) * s.w - s.pad_w + kx;
-          for (int ox = lo; ox < hi; ++ox) dx[base + int64_t(ox) * s.stride_w] += src[ox];
+        float* dst = dxp + (c * hp + ky) * wp + kx;
+        if (s.stride_w == 1) {
+          ops.add(dst, s.stride_h * wp, row, ow, oh, ow);
+          continue;
         }
+        for (int oy = 0; oy < oh; ++oy)
+          for (int ox = 0; ox < ow; ++ox)
+            dst[oy * s.stride_h * wp + int64_t(ox) * s.stride_w] += row[oy * ow + ox];
       }
-}
-
-// Per-thread column matrix, grown on demand. Scratch only: every use writes it before reading.
-float* col_buffer(int64_t floats) {
-  thread_local std::vector<float> buf;
-  if (static_cast<int64_t>(buf.size()) < floats) buf.resize(static_cast<size_t>(floats));
-  return buf.data();
+  if (!padded) return;
+  for (int c = 0; c < s.c; ++c)
+    ops.copy(dx + int64_t(c) * s.h * s.w, s.w, dxp + (c * hp + s.pad_h) * wp + s.pad_w, wp, s.h,
+             s.w);
 }
 
 GemmOptions serial() {
@@ -111,6 +192,7 @@ GemmOptions serial() {
 void conv2d_forward_cpu_fast(const Conv2dShape& s, const float* x, const float* w, const float* b,
                              float* y, bool relu) {
   const Dims d = dims_of(s);
+  const RowOps ops = row_ops();
   const int64_t x_img = int64_t(s.c) * s.h * s.w;  // floats per input image
   const int64_t y_img = int64_t(s.oc) * d.p;       // floats per output image
   parallel_tasks(s.n, [&](int64_t n) {
@@ -118,8 +200,9 @@ void conv2d_forward_cpu_fast(const Conv2dShape& s, const float* x, const float* 
     float* yn = y + n * y_img;        // (OC, P)
     const float* col = xn;            // (K, P)
     if (!d.direct) {
-      float* buf = col_buffer(d.k * d.p);
-      im2col(s, xn, buf);
+      Scratch& sc = scratch();
+      float* buf = grown(sc.col, d.k * d.p);
+      im2col(s, ops, padded_image(s, ops, xn, sc.padded), buf);
       col = buf;
     }
     gemm_cpu(false, false, s.oc, d.p, d.k, 1.f, w, d.k, col, d.p, 0.f, yn, d.p, serial());
@@ -138,6 +221,7 @@ void conv2d_forward_cpu_fast(const Conv2dShape& s, const float* x, const float* 
 void conv2d_backward_data_cpu_fast(const Conv2dShape& s, const float* dy, const float* w,
                                    float* dx) {
   const Dims d = dims_of(s);
+  const RowOps ops = row_ops();
   const int64_t x_img = int64_t(s.c) * s.h * s.w;
   const int64_t y_img = int64_t(s.oc) * d.p;
   parallel_tasks(s.n, [&](int64_t n) {
@@ -147,15 +231,17 @@ void conv2d_backward_data_cpu_fast(const Conv2dShape& s, const float* dy, const 
       gemm_cpu(true, false, d.k, d.p, s.oc, 1.f, w, d.k, dyn, d.p, 0.f, dxn, d.p, serial());
       return;
     }
-    float* col = col_buffer(d.k * d.p);  // (K, P)
+    Scratch& sc = scratch();
+    float* col = grown(sc.col, d.k * d.p);  // (K, P)
     gemm_cpu(true, false, d.k, d.p, s.oc, 1.f, w, d.k, dyn, d.p, 0.f, col, d.p, serial());
-    col2im(s, col, dxn);
+    col2im(s, ops, col, dxn, sc.padded);
   });
 }
 
 void conv2d_backward_weight_cpu_fast(const Conv2dShape& s, const float* x, const float* dy,
                                      float* dw, float* db) {
   const Dims d = dims_of(s);
+  const RowOps ops = row_ops();
   const int64_t x_img = int64_t(s.c) * s.h * s.w;
   const int64_t y_img = int64_t(s.oc) * d.p;
   const int64_t wsize = int64_t(s.oc) * d.k;
@@ -172,8 +258,9 @@ void conv2d_backward_weight_cpu_fast(const Conv2dShape& s, const float* x, const
       const float* dyn = dy + n * y_img;  // (OC, P)
       const float* col = xn;              // (K, P)
       if (!d.direct) {
-        float* buf = col_buffer(d.k * d.p);
-        im2col(s, xn, buf);
+        Scratch& sc = scratch();
+        float* buf = grown(sc.col, d.k * d.p);
+        im2col(s, ops, padded_image(s, ops, xn, sc.padded), buf);
         col = buf;
       }
       const float beta = n == n_lo ? 0.f : 1.f;  // the group's first image initializes dwg

@@ -21,7 +21,7 @@ namespace {
 // micro-kernel walks every (MR, kKC) panel of the A block in L2. The K block is fixed for every
 // instruction set and every split, which is what makes results independent of the split.
 constexpr int64_t kKC = 256;
-constexpr int64_t kMC = 96;    // rows of A per packed block (rounded to MR): 96 KiB at kKC
+constexpr int64_t kMC = 128;   // rows of A per packed block (rounded to MR): 128 KiB at kKC
 constexpr int64_t kNC = 1024;  // columns of B per packed block (rounded to NR): 1 MiB at kKC
 
 // Micro-kernel: c (MR, NR, row stride ldc) = alpha * a_panel * b_panel + beta * c, where
@@ -126,68 +126,147 @@ __attribute__((target("avx512f,avx2,fma"))) void micro_avx512(int64_t kc, const 
   }
 }
 
+// ---- Packing. ----
+// Two primitives cover the four cases: a straight copy (the source rows already run along k) and
+// a transposing copy (the source rows run along m or n). Both write (kc, width) panels with the
+// entries past the valid ones zero, so that edge tiles need no special micro-kernel.
+
+// dst[p * W + r] = src[p * lds + r] for r < ncols, zero for ncols <= r < W. A full panel copies
+// a compile-time number of floats per k, which the compiler turns into plain vector moves.
+template <int W>
+void copy_panel(const float* src, int64_t lds, int ncols, int64_t kc, float* dst) {
+  if (ncols == W) {
+    for (int64_t p = 0; p < kc; ++p)
+      for (int r = 0; r < W; ++r) dst[p * W + r] = src[p * lds + r];
+    return;
+  }
+  for (int64_t p = 0; p < kc; ++p) {
+    for (int r = 0; r < ncols; ++r) dst[p * W + r] = src[p * lds + r];
+    for (int r = ncols; r < W; ++r) dst[p * W + r] = 0.f;
+  }
+}
+
+// dst[p * ldd + r] = src[r * lds + p] for r < nrows (<= 8), p < kc; zero for nrows <= r < width.
+void transpose_panel_scalar(const float* src, int64_t lds, int nrows, int64_t kc, float* dst,
+                            int64_t ldd, int width) {
+  for (int r = 0; r < width; ++r) {
+    float* d = dst + r;
+    if (r >= nrows) {
+      for (int64_t p = 0; p < kc; ++p) d[p * ldd] = 0.f;
+      continue;
+    }
+    const float* s = src + r * lds;
+    for (int64_t p = 0; p < kc; ++p) d[p * ldd] = s[p];  // reads contiguous, writes into L1
+  }
+}
+
+// The same through 8x8 register transposes: 8 loads and 8 stores per 64 floats instead of 64
+// scalar moves. width is 8, or 6 for the AVX2 (6, 16) tile (masked stores).
+__attribute__((target("avx2,fma"))) void transpose_panel_avx2(const float* src, int64_t lds,
+                                                              int nrows, int64_t kc, float* dst,
+                                                              int64_t ldd, int width) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(width), lane);
+  int64_t p = 0;
+  for (; p + 8 <= kc; p += 8) {
+    __m256 r[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i)
+      r[i] = i < nrows ? _mm256_loadu_ps(src + i * lds + p) : _mm256_setzero_ps();
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    // s_q holds column q of rows 0-3 in its low half and column q+4 in its high half; rows 4-7
+    // likewise in s_{q+4}.
+    const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    const __m256 c[8] = {
+        _mm256_permute2f128_ps(s0, s4, 0x20), _mm256_permute2f128_ps(s1, s5, 0x20),
+        _mm256_permute2f128_ps(s2, s6, 0x20), _mm256_permute2f128_ps(s3, s7, 0x20),
+        _mm256_permute2f128_ps(s0, s4, 0x31), _mm256_permute2f128_ps(s1, s5, 0x31),
+        _mm256_permute2f128_ps(s2, s6, 0x31), _mm256_permute2f128_ps(s3, s7, 0x31)};
+    if (width == 8) {
+#pragma GCC unroll 8
+      for (int q = 0; q < 8; ++q) _mm256_storeu_ps(dst + (p + q) * ldd, c[q]);
+    } else {
+#pragma GCC unroll 8
+      for (int q = 0; q < 8; ++q) _mm256_maskstore_ps(dst + (p + q) * ldd, mask, c[q]);
+    }
+  }
+  for (; p < kc; ++p)
+    for (int i = 0; i < width; ++i) dst[p * ldd + i] = i < nrows ? src[i * lds + p] : 0.f;
+}
+
+// op(A) rows [i0, i0+mlen), columns [p0, p0+kc) -> ceil(mlen/MR) panels of (kc, MR).
+template <int MR, bool kAvx2>
+void pack_a(bool trans, const float* a, int64_t lda, int64_t i0, int64_t mlen, int64_t p0,
+            int64_t kc, float* out) {
+  for (int64_t ip = 0; ip < mlen; ip += MR) {
+    const int rows = static_cast<int>(std::min<int64_t>(MR, mlen - ip));
+    float* dst = out + ip * kc;  // panel ip/MR starts at (ip/MR) * MR * kc
+    if (trans) {                 // op(A)(i, p) = a[p * lda + i]: k rows contiguous in i
+      copy_panel<MR>(a + p0 * lda + i0 + ip, lda, rows, kc, dst);
+      continue;
+    }
+    // op(A)(i, p) = a[i * lda + p]: rows contiguous in p, transposed 8 rows at a time.
+    for (int g = 0; g < MR; g += 8) {
+      const int nrows = std::clamp(rows - g, 0, 8), width = std::min(8, MR - g);
+      const float* src = nrows > 0 ? a + (i0 + ip + g) * lda + p0 : a;  // a: not read
+      if (kAvx2)
+        transpose_panel_avx2(src, lda, nrows, kc, dst + g, MR, width);
+      else
+        transpose_panel_scalar(src, lda, nrows, kc, dst + g, MR, width);
+    }
+  }
+}
+
+// op(B) rows [p0, p0+kc), columns [j0, j0+nlen) -> ceil(nlen/NR) panels of (kc, NR).
+template <int NR, bool kAvx2>
+void pack_b(bool trans, const float* b, int64_t ldb, int64_t p0, int64_t kc, int64_t j0,
+            int64_t nlen, float* out) {
+  for (int64_t jp = 0; jp < nlen; jp += NR) {
+    const int cols = static_cast<int>(std::min<int64_t>(NR, nlen - jp));
+    float* dst = out + jp * kc;
+    if (!trans) {  // op(B)(p, j) = b[p * ldb + j]
+      copy_panel<NR>(b + p0 * ldb + j0 + jp, ldb, cols, kc, dst);
+      continue;
+    }
+    // op(B)(p, j) = b[j * ldb + p]
+    for (int g = 0; g < NR; g += 8) {
+      const int nrows = std::clamp(cols - g, 0, 8), width = std::min(8, NR - g);
+      const float* src = nrows > 0 ? b + (j0 + jp + g) * ldb + p0 : b;  // b: not read
+      if (kAvx2)
+        transpose_panel_avx2(src, ldb, nrows, kc, dst + g, NR, width);
+      else
+        transpose_panel_scalar(src, ldb, nrows, kc, dst + g, NR, width);
+    }
+  }
+}
+
+using PackAFn = void (*)(bool trans, const float* a, int64_t lda, int64_t i0, int64_t mlen,
+                         int64_t p0, int64_t kc, float* out);
+using PackBFn = void (*)(bool trans, const float* b, int64_t ldb, int64_t p0, int64_t kc,
+                         int64_t j0, int64_t nlen, float* out);
+
 struct Kernel {
   int mr, nr;
   MicroFn micro;
+  PackAFn pack_a;
+  PackBFn pack_b;
 };
 
 Kernel kernel_for(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::Avx512:
-      return {kAvx512MR, kAvx512NR, micro_avx512};
+      return {kAvx512MR, kAvx512NR, micro_avx512, pack_a<kAvx512MR, true>, pack_b<kAvx512NR, true>};
     case CpuIsa::Avx2:
-      return {kAvx2MR, kAvx2NR, micro_avx2};
+      return {kAvx2MR, kAvx2NR, micro_avx2, pack_a<kAvx2MR, true>, pack_b<kAvx2NR, true>};
     default:
-      return {kScalarMR, kScalarNR, micro_scalar};
-  }
-}
-
-// ---- Packing. Reads walk memory contiguously; writes land in the (L1/L2-sized) panels. ----
-
-// op(A) rows [i0, i0+mlen), columns [p0, p0+kc) -> ceil(mlen/MR) panels of (kc, MR), the rows
-// past mlen zero so edge tiles need no special micro-kernel.
-void pack_a(int mr, bool trans, const float* a, int64_t lda, int64_t i0, int64_t mlen, int64_t p0,
-            int64_t kc, float* out) {
-  for (int64_t ip = 0; ip < mlen; ip += mr) {
-    const int rows = static_cast<int>(std::min<int64_t>(mr, mlen - ip));
-    float* dst = out + ip * kc;  // panel ip/mr starts at (ip/mr) * mr * kc
-    if (!trans) {                // op(A)(i, p) = a[i * lda + p]: each row contiguous in p
-      for (int r = 0; r < rows; ++r) {
-        const float* src = a + (i0 + ip + r) * lda + p0;
-        for (int64_t p = 0; p < kc; ++p) dst[p * mr + r] = src[p];
-      }
-    } else {  // op(A)(i, p) = a[p * lda + i]: each k row contiguous in i
-      for (int64_t p = 0; p < kc; ++p) {
-        const float* src = a + (p0 + p) * lda + i0 + ip;
-        for (int r = 0; r < rows; ++r) dst[p * mr + r] = src[r];
-      }
-    }
-    for (int r = rows; r < mr; ++r)
-      for (int64_t p = 0; p < kc; ++p) dst[p * mr + r] = 0.f;
-  }
-}
-
-// op(B) rows [p0, p0+kc), columns [j0, j0+nlen) -> ceil(nlen/NR) panels of (kc, NR), zero-padded.
-void pack_b(int nr, bool trans, const float* b, int64_t ldb, int64_t p0, int64_t kc, int64_t j0,
-            int64_t nlen, float* out) {
-  for (int64_t jp = 0; jp < nlen; jp += nr) {
-    const int cols = static_cast<int>(std::min<int64_t>(nr, nlen - jp));
-    float* dst = out + jp * kc;
-    if (!trans) {  // op(B)(p, j) = b[p * ldb + j]
-      for (int64_t p = 0; p < kc; ++p) {
-        const float* src = b + (p0 + p) * ldb + j0 + jp;
-        float* d = dst + p * nr;
-        for (int j = 0; j < cols; ++j) d[j] = src[j];
-        for (int j = cols; j < nr; ++j) d[j] = 0.f;
-      }
-    } else {  // op(B)(p, j) = b[j * ldb + p]
-      for (int j = 0; j < cols; ++j) {
-        const float* src = b + (j0 + jp + j) * ldb + p0;
-        for (int64_t p = 0; p < kc; ++p) dst[p * nr + j] = src[p];
-      }
-      for (int j = cols; j < nr; ++j)
-        for (int64_t p = 0; p < kc; ++p) dst[p * nr + j] = 0.f;
-    }
+      return {kScalarMR, kScalarNR, micro_scalar, pack_a<kScalarMR, false>,
+              pack_b<kScalarNR, false>};
   }
 }
 
@@ -241,10 +320,10 @@ void gemm_region(const Kernel& kern, const GemmArgs& g, int64_t i_lo, int64_t i_
       const int64_t kc = std::min(kKC, g.k - pc);
       // The first K block applies the caller's beta; later ones accumulate onto it.
       const float beta = pc == 0 ? g.beta : 1.f;
-      pack_b(nr, g.trans_b, g.b, g.ldb, pc, kc, jc, nlen, pb);
+      kern.pack_b(g.trans_b, g.b, g.ldb, pc, kc, jc, nlen, pb);
       for (int64_t ic = i_lo; ic < i_hi; ic += mc) {
         const int64_t mlen = std::min(mc, i_hi - ic);
-        pack_a(mr, g.trans_a, g.a, g.lda, ic, mlen, pc, kc, pa);
+        kern.pack_a(g.trans_a, g.a, g.lda, ic, mlen, pc, kc, pa);
         for (int64_t jr = 0; jr < nlen; jr += nr) {
           const int cols = static_cast<int>(std::min<int64_t>(nr, nlen - jr));
           for (int64_t ir = 0; ir < mlen; ir += mr) {
