@@ -41,7 +41,7 @@ Problem make_problem(const RefNetwork& ref, int classes, const GradcheckOptions&
 }
 
 std::vector<int64_t> sample_indices(int64_t count, int samples, std::mt19937_64& rng) {
-  std::vector<int64_t> idx(size_t(count));
+  std::vector<int64_t> idx(static_cast<size_t>(count));
   std::iota(idx.begin(), idx.end(), 0);
   if (count > samples) {
     std::shuffle(idx.begin(), idx.end(), rng);

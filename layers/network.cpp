@@ -103,6 +103,12 @@ const float* Network::forward(int n, const float* x) {
   return in;
 }
 
+void Network::forward_loss(int n, const float* x, const int32_t* labels) {
+  forward(n, x);
+  softmax_xent({n, classes_}, acts_.back(), labels, loss_rows_.data(), pred_.data(), nullptr, 1.0f,
+               ex_);
+}
+
 void Network::forward_backward(int n, const float* x, const int32_t* labels, float grad_scale) {
   forward(n, x);
   softmax_xent({n, classes_}, acts_.back(), labels, loss_rows_.data(), pred_.data(),

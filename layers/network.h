@@ -29,6 +29,9 @@ class Network {
   // gradients (zeroed by the optimizer's update). grad_scale multiplies dlogits (1/n for a mean).
   void forward_backward(int n, const float* x, const int32_t* labels, float grad_scale);
 
+  // Forward and loss without gradients (evaluation): writes loss_rows/pred for the batch.
+  void forward_loss(int n, const float* x, const int32_t* labels);
+
   const float* logits() const { return acts_.back(); }
   const float* loss_rows() const { return loss_rows_.data(); }  // (n) after forward_backward
   const int32_t* predictions() const { return pred_.data(); }   // (n) after forward_backward

@@ -1,0 +1,45 @@
+#pragma once
+// Feeds one split of a dataset to the compute device as normalized float batches. On the GPU the
+// uint8 images live on the device and one gather kernel builds each batch (indices of the whole
+// epoch uploaded once per epoch, so a step copies nothing from the host); on the CPU the same
+// gather runs as its CPU twin.
+#include <cstdint>
+
+#include "data/batch_sampler.h"
+#include "data/gather.h"
+#include "kernels/exec.h"
+#include "kernels/memory.h"
+
+namespace cnn {
+
+class BatchSource {
+ public:
+  // augment may be null (evaluation). shuffle=false keeps the dataset order.
+  BatchSource(const Dataset& d, const Normalization& norm, const AugmentOptions* augment,
+              uint64_t seed, int batch, bool shuffle, bool drop_last, const Exec& ex);
+
+  int64_t size() const { return sampler_.size(); }
+  int64_t batches_per_epoch() const { return sampler_.batches_per_epoch(); }
+  void start_epoch(int64_t epoch, int64_t position = 0);
+  // Gathers the next batch into x()/labels(); false at the end of the epoch.
+  bool next(int* n);
+  int64_t position() const { return sampler_.position(); }
+
+  const float* x() const { return x_.data(); }           // (batch, C, H, W)
+  const int32_t* labels() const { return y_.data(); }    // (batch)
+  const int32_t* host_labels_of_last_batch() const { return last_labels_; }
+
+ private:
+  Exec ex_;
+  const Dataset& host_;
+  GatherParams params_;
+  BatchSampler sampler_;
+  DeviceDataset device_data_;         // CUDA only
+  Buffer<int32_t> d_order_;           // (N) the epoch's order on the device
+  Buffer<float> x_;                   // (batch, C, H, W)
+  Buffer<int32_t> y_;                 // (batch)
+  const int32_t* last_labels_ = nullptr;
+  std::vector<int32_t> last_labels_host_;
+};
+
+}  // namespace cnn

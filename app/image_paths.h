@@ -1,0 +1,17 @@
+#pragma once
+// Expands ./infer's PATH arguments: an image file, a folder (searched recursively, sorted), or a
+// glob pattern. Paths that match nothing are reported, not fatal.
+#include <string>
+#include <vector>
+
+namespace cnn {
+
+bool has_image_extension(const std::string& path);  // .png .bmp .jpg .jpeg, any case
+
+struct ExpandedPaths {
+  std::vector<std::string> files;
+  std::vector<std::string> errors;  // "PATH: no such file or directory" ...
+};
+ExpandedPaths expand_image_paths(const std::vector<std::string>& args);
+
+}  // namespace cnn

@@ -1,0 +1,56 @@
+#pragma once
+// What a run writes while it trains: log lines (console + logs/<run>/train.log through spdlog),
+// metrics.csv rows (appended durably; on resume, rows past the checkpoint are dropped first so
+// none is duplicated), and a progress bar on a terminal.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+namespace cnn {
+
+struct MetricsRow {
+  double time_s = 0;
+  int64_t epoch = 0, step = 0;
+  std::string phase;  // "train" | "eval" | "test"
+  double loss = 0, accuracy = 0, lr = 0, images_per_s = 0;
+};
+
+class RunLog {
+ public:
+  // progress: draw a bar (only when stdout is a terminal and the config allows it).
+  RunLog(const std::string& run_dir, bool progress);
+  ~RunLog();
+
+  template <class... Args>
+  void info(fmt::format_string<Args...> f, Args&&... args) {
+    clear_bar();
+    logger_->info(f, std::forward<Args>(args)...);
+  }
+  template <class... Args>
+  void warn(fmt::format_string<Args...> f, Args&&... args) {
+    clear_bar();
+    logger_->warn(f, std::forward<Args>(args)...);
+  }
+
+  // Keeps rows with step <= last_step (resume), rewriting the file atomically.
+  void truncate_metrics_after(int64_t last_step);
+  void metrics(const MetricsRow& row);
+
+  // Redraws the bar at most a few times a second: "epoch 3/8 [=====>   ] 212/469 loss 0.12 ...".
+  void progress(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches,
+                const std::string& stats, double eta_s);
+  void clear_bar();
+
+  const std::string& metrics_path() const { return metrics_path_; }
+
+ private:
+  std::shared_ptr<spdlog::logger> logger_;
+  std::string metrics_path_;
+  bool bar_enabled_ = false, bar_visible_ = false;
+  std::chrono::steady_clock::time_point last_draw_{};
+};
+
+}  // namespace cnn

@@ -1,0 +1,49 @@
+#pragma once
+// Checkpoints as safetensors: the network's tensors under torch.nn names and layouts
+// ("conv1.weight" (OC, IC, KH, KW), "fc1.weight" (OUT, IN), ...), the optimizer's state as more
+// tensors ("optimizer.momentum", ...), and in the metadata everything needed to resume exactly or
+// to run inference alone: the resolved config, class names, input size, normalization, and the
+// training position. Written atomically (temp file, fsync, rename).
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "layers/network.h"
+#include "layers/param_optimizer.h"
+
+namespace cnn {
+
+struct TrainPosition {
+  int64_t epoch = 0;          // epoch in progress (0-based)
+  int64_t batch_in_epoch = 0; // next batch to run within that epoch
+  int64_t global_step = 0;    // optimizer steps taken so far
+  double best_accuracy = -1;  // best evaluation accuracy so far (-1: none yet)
+};
+
+struct CheckpointMeta {
+  std::string config_yaml;  // the resolved config this network was trained with
+  std::vector<std::string> class_names;
+  Shape input_chw;
+  std::vector<float> mean, std;  // normalization applied to pixels in [0, 1]
+  TrainPosition position;
+  uint64_t seed = 0;
+};
+
+struct Checkpoint {
+  CheckpointMeta meta;
+  std::vector<std::pair<std::string, std::vector<float>>> optimizer_state;
+  std::vector<float> params;  // flat, in the network's layout (filled by load_checkpoint_for)
+};
+
+void save_checkpoint(const std::string& path, const Network& net, const ParamOptimizer* opt,
+                     const CheckpointMeta& meta);
+
+// Reads only the metadata (to rebuild the network for inference or check a resume).
+CheckpointMeta read_checkpoint_meta(const std::string& path);
+
+// Reads a checkpoint for this network: every parameter tensor must exist with the same shape,
+// and no extra parameter tensor may be present; a difference is an error naming the tensor.
+Checkpoint load_checkpoint_for(const std::string& path, const Network& net);
+
+}  // namespace cnn
