@@ -1,11 +1,18 @@
-// conv2d API: checks the shape once, then dispatches to the CPU reference or a CUDA launcher.
-// The CPU path ignores `algo` for now (there is only the reference there).
+// conv2d API: checks the shape once, then dispatches on the device and the variant.
+// CPU: naive = the reference loops, anything else = im2col + packed GEMM (conv2d_cpu_fast).
+// CUDA: naive / tiled = the direct kernels of conv2d.cu; igemm = implicit GEMM (FP32 FFMA, or
+// TF32 mma.sync when ex.precision is tf32); fast / auto = the single-input-channel kernels where
+// C == 1 (conv1), implicit GEMM elsewhere.
 #include "kernels/conv2d.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
+#include "kernels/conv2d_1ch.h"
+#include "kernels/conv2d_cpu_fast.h"
 #include "kernels/conv2d_cuda.h"
+#include "kernels/conv2d_igemm.h"
 #include "kernels/error.h"
 
 namespace cnn {
@@ -41,6 +48,21 @@ void check_conv2d_shape(const Conv2dShape& s) {
             padded_w);
 }
 
+#ifdef CNN_HAVE_CUDA
+namespace {
+
+enum class ConvPath { Direct, Igemm, OneChannel };
+
+// Which CUDA implementation serves `algo` for this shape.
+ConvPath cuda_path(const Conv2dShape& s, Algo algo) {
+  if (algo == Algo::Naive || algo == Algo::Tiled) return ConvPath::Direct;
+  if (algo == Algo::Igemm) return ConvPath::Igemm;
+  return conv2d_1ch_applicable(s) ? ConvPath::OneChannel : ConvPath::Igemm;
+}
+
+}  // namespace
+#endif
+
 #ifndef CNN_HAVE_CUDA
 namespace {
 
@@ -56,11 +78,18 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const 
   check_conv2d_shape(s);
   CNN_CHECK(x && w && y, "conv2d_forward: x, w and y must not be null");
   if (ex.device == Device::CPU) {
-    conv2d_forward_cpu(s, x, w, b, y, relu);
+    if (algo == Algo::Naive)
+      conv2d_forward_cpu(s, x, w, b, y, relu);
+    else
+      conv2d_forward_cpu_fast(s, x, w, b, y, relu);
     return;
   }
 #ifdef CNN_HAVE_CUDA
-  conv2d_forward_cuda(s, x, w, b, y, relu, algo, ex.stream);
+  switch (cuda_path(s, algo)) {
+    case ConvPath::Direct: conv2d_forward_cuda(s, x, w, b, y, relu, algo, ex.stream); break;
+    case ConvPath::Igemm: conv2d_forward_igemm_cuda(s, x, w, b, y, relu, ex); break;
+    case ConvPath::OneChannel: conv2d_forward_1ch_cuda(s, x, w, b, y, relu, ex); break;
+  }
 #else
   (void)algo;
   fail_without_cuda("conv2d_forward");
@@ -72,11 +101,17 @@ void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
   check_conv2d_shape(s);
   CNN_CHECK(dy && w && dx, "conv2d_backward_data: dy, w and dx must not be null");
   if (ex.device == Device::CPU) {
-    conv2d_backward_data_cpu(s, dy, w, dx);
+    if (algo == Algo::Naive)
+      conv2d_backward_data_cpu(s, dy, w, dx);
+    else
+      conv2d_backward_data_cpu_fast(s, dy, w, dx);
     return;
   }
 #ifdef CNN_HAVE_CUDA
-  conv2d_backward_data_cuda(s, dy, w, dx, algo, ex.stream);
+  if (cuda_path(s, algo) == ConvPath::Direct)
+    conv2d_backward_data_cuda(s, dy, w, dx, algo, ex.stream);
+  else
+    conv2d_backward_data_igemm_cuda(s, dy, w, dx, ex);
 #else
   (void)algo;
   fail_without_cuda("conv2d_backward_data");
@@ -86,7 +121,15 @@ void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
 std::size_t conv2d_backward_weight_scratch_floats(const Conv2dShape& s, const Exec& ex) {
   check_conv2d_shape(s);
   if (ex.device == Device::CPU) return 0;
-  return conv2d_backward_weight_scratch_floats_cuda(s, ex.deterministic);
+#ifdef CNN_HAVE_CUDA
+  // The largest of the variants, so that a layer can switch variant without reallocating.
+  return std::max({conv2d_backward_weight_scratch_floats_cuda(s, ex.deterministic),
+                   conv2d_backward_weight_igemm_scratch_floats(s, ex),
+                   conv2d_1ch_applicable(s) ? conv2d_backward_weight_1ch_scratch_floats(s, ex)
+                                            : std::size_t(0)});
+#else
+  return 0;
+#endif
 }
 
 void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,
@@ -94,15 +137,27 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
   check_conv2d_shape(s);
   CNN_CHECK(x && dy && dw, "conv2d_backward_weight: x, dy and dw must not be null");
   if (ex.device == Device::CPU) {
-    conv2d_backward_weight_cpu(s, x, dy, dw, db);
+    if (algo == Algo::Naive)
+      conv2d_backward_weight_cpu(s, x, dy, dw, db);
+    else
+      conv2d_backward_weight_cpu_fast(s, x, dy, dw, db);
     return;
   }
 #ifdef CNN_HAVE_CUDA
-  CNN_CHECK(scratch || conv2d_backward_weight_scratch_floats_cuda(s, ex.deterministic) == 0,
+  const std::size_t need = conv2d_backward_weight_scratch_floats(s, ex);
+  CNN_CHECK(scratch || need == 0,
             "conv2d_backward_weight: deterministic mode needs a scratch buffer of {} floats "
             "(conv2d_backward_weight_scratch_floats), got null",
-            conv2d_backward_weight_scratch_floats_cuda(s, ex.deterministic));
-  conv2d_backward_weight_cuda(s, x, dy, dw, db, scratch, algo, ex.deterministic, ex.stream);
+            need);
+  switch (cuda_path(s, algo)) {
+    case ConvPath::Direct:
+      conv2d_backward_weight_cuda(s, x, dy, dw, db, scratch, algo, ex.deterministic, ex.stream);
+      break;
+    case ConvPath::Igemm: conv2d_backward_weight_igemm_cuda(s, x, dy, dw, db, scratch, ex); break;
+    case ConvPath::OneChannel:
+      conv2d_backward_weight_1ch_cuda(s, x, dy, dw, db, scratch, ex);
+      break;
+  }
 #else
   (void)scratch;
   (void)algo;
