@@ -20,15 +20,16 @@ struct SyntheticOptions {  // a procedurally generated dataset that needs no dow
 
 struct DataOptions {
   DataFormat format = DataFormat::Idx;
-  std::string dir;    // idx: folder with train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz],
-                      //      t10k-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz]
+  std::string dir;  // idx: folder with train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz],
+                    //      t10k-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz]
   std::string train;  // folder: root with one subfolder per class; list: CSV "path,label"
   std::string test;   // same for the test set (empty: no test set)
   std::vector<std::string> classes;  // class names (idx/list; folder takes subfolder names)
   int channels = 1, height = 28, width = 28;  // what images are converted to
-  bool resize = false;           // resize images of another size (else refuse them)
+  bool resize = false;                        // resize images of another size (else refuse them)
   bool skip_bad_images = false;  // skip undecodable images, count and list the first few
   double validation_split = 0;   // fraction of the training set held out for validation
+  unsigned split_seed = 42;      // fixes which training images are held out for validation
   std::vector<float> mean, std;  // per channel; empty = computed from the training set
   bool drop_last = false;        // drop the final partial training batch
   AugmentOptions augment;

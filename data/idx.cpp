@@ -1,0 +1,195 @@
+#include "data/idx.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <limits>
+
+#include "data/file_io.h"
+#include "kernels/error.h"
+
+namespace cnn {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uint32_t kIdxUint8 = 0x08;  // the IDX type byte for unsigned bytes
+constexpr uint32_t kMagicImages = 0x00000803;
+constexpr uint32_t kMagicLabels = 0x00000801;
+// A cap well above any real dataset that keeps every product below 2^63.
+constexpr uint64_t kMaxPayload = uint64_t(1) << 40;
+
+uint32_t read_be32(const uint8_t* p) {
+  return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | uint32_t(p[3]);
+}
+void put_be32(std::vector<uint8_t>& out, uint32_t v) {
+  for (int s = 24; s >= 0; s -= 8) out.push_back(uint8_t(v >> s));
+}
+
+const char* idx_kind(uint32_t ndims) {
+  return ndims == 3 ? "images (idx3)" : "labels (idx1)";
+}
+
+// Reads an IDX uint8 file of `ndims` dimensions: returns the dims and the payload (header
+// stripped). Raw or gzip by magic.
+std::vector<uint8_t> read_idx(const std::string& path, uint32_t ndims,
+                              std::vector<uint32_t>& dims) {
+  const uint32_t expected_magic = (kIdxUint8 << 8) | ndims;
+  const size_t header = 4 + 4 * size_t(ndims);
+  std::vector<uint8_t> file = read_file(path);
+  const bool gz = is_gzip(file.data(), file.size());
+  const char* how = gz ? " (after gunzip)" : "";
+
+  // The header first: for gzip, inflate just enough for it.
+  std::vector<uint8_t> head;
+  if (gz) {
+    head = gunzip(file.data(), file.size(), header, path).data;
+  } else {
+    head.assign(file.begin(), file.begin() + std::min(header, file.size()));
+  }
+  if (head.size() >= 4) {
+    const uint32_t magic = read_be32(head.data());
+    if (magic != expected_magic) {
+      std::string hint;
+      if (magic == kMagicImages || magic == kMagicLabels)
+        hint = fmt::format(" - this looks like an IDX {} file", idx_kind(magic & 0xff));
+      else if ((magic >> 8) == 0 || (magic >> 16) != 0)
+        hint = " - not an IDX file";
+      else
+        hint = fmt::format(" - IDX type 0x{:02x} with {} dims; only uint8 (0x08) is supported",
+                           (magic >> 8) & 0xff, magic & 0xff);
+      CNN_FAIL("{}: wrong magic 0x{:08x}{}, expected 0x{:08x} for IDX {}{}", path, magic, how,
+               expected_magic, idx_kind(ndims), hint);
+    }
+  }
+  CNN_CHECK(head.size() == header,
+            "{}: short file: {} bytes{}, an IDX {} header alone needs {} bytes", path, head.size(),
+            how, idx_kind(ndims), header);
+
+  dims.assign(ndims, 0);
+  uint64_t payload = 1;
+  std::string dims_str;
+  for (uint32_t d = 0; d < ndims; ++d) {
+    dims[d] = read_be32(head.data() + 4 + 4 * d);
+    dims_str += (d ? "x" : "") + std::to_string(dims[d]);
+  }
+  for (uint32_t d = 0; d < ndims; ++d) {
+    CNN_CHECK(dims[d] > 0, "{}: dimension {} is 0 (dims {}): the file holds no data", path, d,
+              dims_str);
+    // Every dim is < 2^32 and the running product stays <= 2^40, so this cannot overflow.
+    payload *= dims[d];
+    CNN_CHECK(payload <= kMaxPayload,
+              "{}: dims {} describe more than 2^40 bytes - an absurd or corrupt header", path,
+              dims_str);
+  }
+  CNN_CHECK(dims[0] <= uint32_t(std::numeric_limits<int>::max()),
+            "{}: {} items is more than this loader supports", path, dims[0]);
+  const uint64_t total = header + payload;
+
+  std::vector<uint8_t> all;
+  if (gz) {
+    // Ask for one byte more than the header promises, to notice extra data.
+    Gunzipped g = gunzip(file.data(), file.size(), size_t(total + 1), path);
+    all = std::move(g.data);
+    file.clear();
+    file.shrink_to_fit();
+  } else {
+    all = std::move(file);
+  }
+  const uint64_t have = all.size();
+  CNN_CHECK(have >= total,
+            "{}: short file: the header says {} ({} bytes of data) but only {} bytes follow it{}",
+            path, dims_str, payload, have - header, how);
+  CNN_CHECK(have == total,
+            "{}: {} bytes{} follow the {} bytes of data that the header ({}) announces - a wrong "
+            "header or not an IDX file",
+            path, gz ? "more" : std::to_string(have - total).c_str(), how, payload, dims_str);
+  all.erase(all.begin(), all.begin() + header);
+  all.shrink_to_fit();
+  return all;
+}
+
+void write_idx(const std::string& path, uint32_t ndims, const std::vector<uint32_t>& dims,
+               const uint8_t* data, size_t bytes) {
+  std::vector<uint8_t> out;
+  out.reserve(4 + 4 * ndims + bytes);
+  put_be32(out, (kIdxUint8 << 8) | ndims);
+  for (uint32_t d : dims) put_be32(out, d);
+  out.insert(out.end(), data, data + bytes);
+  if (ends_with(path, ".gz")) out = gzip_compress(out.data(), out.size());
+  write_file_atomic(path, out.data(), out.size());
+}
+
+}  // namespace
+
+IdxImages read_idx_images(const std::string& path) {
+  std::vector<uint32_t> dims;
+  IdxImages im;
+  im.pixels = read_idx(path, 3, dims);
+  CNN_CHECK(dims[1] <= 65535 && dims[2] <= 65535, "{}: images of {}x{} pixels are absurd", path,
+            dims[1], dims[2]);
+  im.n = int(dims[0]);
+  im.h = int(dims[1]);
+  im.w = int(dims[2]);
+  return im;
+}
+
+std::vector<uint8_t> read_idx_labels(const std::string& path) {
+  std::vector<uint32_t> dims;
+  return read_idx(path, 1, dims);
+}
+
+void write_idx_images(const std::string& path, int n, int h, int w, const uint8_t* pixels) {
+  CNN_CHECK(n > 0 && h > 0 && w > 0, "{}: cannot write {}x{}x{} images", path, n, h, w);
+  write_idx(path, 3, {uint32_t(n), uint32_t(h), uint32_t(w)}, pixels, size_t(n) * h * w);
+}
+
+void write_idx_labels(const std::string& path, const std::vector<uint8_t>& labels) {
+  CNN_CHECK(!labels.empty(), "{}: cannot write an empty label file", path);
+  write_idx(path, 1, {uint32_t(labels.size())}, labels.data(), labels.size());
+}
+
+Dataset load_idx_dataset(const std::string& images_path, const std::string& labels_path,
+                         const std::vector<std::string>& class_names) {
+  IdxImages im = read_idx_images(images_path);
+  std::vector<uint8_t> lab = read_idx_labels(labels_path);
+  CNN_CHECK(lab.size() == size_t(im.n), "{}: count mismatch: {} labels, but {} has {} images",
+            labels_path, lab.size(), images_path, im.n);
+  Dataset d;
+  d.n = im.n;
+  d.c = 1;
+  d.h = im.h;
+  d.w = im.w;
+  d.images = std::move(im.pixels);
+  d.class_names = class_names;
+  const int max_label = *std::max_element(lab.begin(), lab.end());
+  if (d.class_names.empty())
+    for (int k = 0; k <= max_label; ++k) d.class_names.push_back(std::to_string(k));
+  const int classes = d.num_classes();
+  d.labels.resize(lab.size());
+  for (size_t i = 0; i < lab.size(); ++i) {
+    CNN_CHECK(lab[i] < classes, "{}: label {} of item {} is outside [0, {}) ({} class names given)",
+              labels_path, int(lab[i]), i, classes, classes);
+    d.labels[i] = lab[i];
+  }
+  d.source = images_path;
+  return d;
+}
+
+std::string find_idx_file_optional(const std::string& dir, const std::string& stem) {
+  const fs::path base = fs::path(dir) / stem;
+  std::error_code ec;
+  if (fs::is_regular_file(base, ec)) return base.string();
+  const fs::path gz = fs::path(dir) / (stem + ".gz");
+  if (fs::is_regular_file(gz, ec)) return gz.string();
+  return "";
+}
+
+std::string find_idx_file(const std::string& dir, const std::string& stem) {
+  std::string p = find_idx_file_optional(dir, stem);
+  CNN_CHECK(!p.empty(), "{}: missing IDX file: neither {} nor {}.gz exists there{}", dir, stem,
+            stem, dir.empty() ? " (data.dir is empty)" : "");
+  return p;
+}
+
+}  // namespace cnn

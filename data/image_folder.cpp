@@ -1,0 +1,362 @@
+#include "data/image_folder.h"
+
+#include <spdlog/spdlog.h>
+#include <stb_image.h>
+#include <stb_image_resize.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <climits>
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <thread>
+#include <unordered_map>
+
+#include "data/file_io.h"
+#include "kernels/error.h"
+
+namespace cnn {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string lower(std::string s) {
+  for (char& ch : s) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+bool has_image_extension(const fs::path& p) {
+  const std::string ext = lower(p.extension().string());
+  return ext == ".png" || ext == ".bmp" || ext == ".jpg" || ext == ".jpeg";
+}
+
+bool hidden(const fs::path& p) {
+  const std::string name = p.filename().string();
+  return !name.empty() && name[0] == '.';
+}
+
+const char* channel_word(int n) {
+  switch (n) {
+    case 1:
+      return "gray";
+    case 2:
+      return "gray+alpha";
+    case 3:
+      return "RGB";
+    default:
+      return "RGBA";
+  }
+}
+
+// One file to decode, with where it was listed (for messages) and its label.
+struct ImageJob {
+  std::string path;
+  std::string where;  // "" or "list.csv:12: "
+  int32_t label = 0;
+};
+
+// Decodes the jobs (in parallel: decoding dominates and the jobs are independent) into a Dataset
+// in job order, then applies the skip policy.
+Dataset decode_jobs(const std::vector<ImageJob>& jobs, const ImageLoadOptions& opt,
+                    std::vector<std::string> class_names, const std::string& source) {
+  CNN_CHECK(opt.channels == 1 || opt.channels == 3, "data.channels is {}, expected 1 or 3",
+            opt.channels);
+  CNN_CHECK(
+      opt.height > 0 && opt.width > 0 && opt.height <= kMaxImageSide && opt.width <= kMaxImageSide,
+      "data.height/width are {}x{}, expected 1..{}", opt.height, opt.width, kMaxImageSide);
+  const size_t n = jobs.size();
+  const size_t image_size = size_t(opt.channels) * opt.height * opt.width;
+  std::vector<uint8_t> images(n * image_size);  // (N, C, H, W)
+  std::vector<std::string> errors(n), formats(n);
+
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < n; i = next++) {
+      try {
+        const std::vector<uint8_t> bytes = read_file(jobs[i].path);
+        try {
+          std::vector<uint8_t> px = decode_image(bytes.data(), bytes.size(), opt.channels,
+                                                 opt.height, opt.width, opt.resize, &formats[i]);
+          std::copy(px.begin(), px.end(), images.begin() + i * image_size);
+        } catch (const std::exception& e) {
+          errors[i] = jobs[i].path + ": " + e.what();
+        }
+      } catch (const std::exception& e) {  // read_file's message already names the file
+        errors[i] = e.what();
+      }
+      if (!errors[i].empty()) errors[i] = jobs[i].where + errors[i];
+    }
+  };
+  const size_t hw = std::max(1u, std::thread::hardware_concurrency());
+  const size_t threads = std::min<size_t>({hw, 16, n / 32 + 1});
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& th : pool) th.join();
+
+  Dataset d;
+  d.c = opt.channels;
+  d.h = opt.height;
+  d.w = opt.width;
+  d.class_names = std::move(class_names);
+  d.source = source;
+  size_t kept = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!errors[i].empty()) {
+      CNN_CHECK(opt.skip_bad_images, "{} (set data.skip_bad_images: true to skip such files)",
+                errors[i]);
+      if (d.skipped_examples.size() < opt.keep_skipped) d.skipped_examples.push_back(errors[i]);
+      ++d.skipped;
+      continue;
+    }
+    if (opt.source_formats) ++(*opt.source_formats)[formats[i]];
+    if (kept != i)
+      std::copy_n(images.begin() + i * image_size, image_size, images.begin() + kept * image_size);
+    d.labels.push_back(jobs[i].label);
+    ++kept;
+  }
+  images.resize(kept * image_size);
+  d.images = std::move(images);
+  d.n = int(kept);
+  if (d.skipped) {
+    spdlog::warn("{}: skipped {} unreadable image(s) of {}; first: {}", source, d.skipped, n,
+                 d.skipped_examples.front());
+  }
+  CNN_CHECK(kept > 0, "{}: no usable images ({} listed, all unreadable)", source, n);
+  return d;
+}
+
+int32_t parse_label_index(const std::string& s, bool* ok) {
+  *ok = !s.empty() && s.size() <= 9 &&
+        std::all_of(s.begin(), s.end(), [](char ch) { return std::isdigit((unsigned char)ch); });
+  return *ok ? int32_t(std::stol(s)) : -1;
+}
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r"), e = s.find_last_not_of(" \t\r");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+std::string unquote(const std::string& s) {
+  if (s.size() >= 2 && s.front() == '"' && s.back() == '"') return s.substr(1, s.size() - 2);
+  return s;
+}
+
+std::string join(const std::vector<std::string>& v, size_t max_items = 12) {
+  std::string out;
+  for (size_t i = 0; i < v.size() && i < max_items; ++i) out += (i ? ", " : "") + v[i];
+  if (v.size() > max_items) out += fmt::format(", ... ({} in all)", v.size());
+  return out;
+}
+
+}  // namespace
+
+std::vector<uint8_t> decode_image(const uint8_t* bytes, size_t size, int c, int h, int w,
+                                  bool resize, std::string* format) {
+  CNN_CHECK(c == 1 || c == 3, "cannot convert images to {} channels, expected 1 or 3", c);
+  CNN_CHECK(size > 0, "empty file");
+  CNN_CHECK(size <= size_t(INT_MAX), "file of {} bytes is too large for an image", size);
+  const int len = int(size);
+  int iw = 0, ih = 0, comp = 0;
+  CNN_CHECK(stbi_info_from_memory(bytes, len, &iw, &ih, &comp),
+            "not a readable PNG/BMP/JPEG image ({})", stbi_failure_reason());
+  CNN_CHECK(!stbi_is_hdr_from_memory(bytes, len),
+            "HDR (floating-point) images are not supported, expected 8-bit PNG/BMP/JPEG");
+  CNN_CHECK(!stbi_is_16_bit_from_memory(bytes, len),
+            "16-bit images are not supported, expected 8 bits per channel");
+  CNN_CHECK(iw > 0 && ih > 0 && iw <= kMaxImageSide && ih <= kMaxImageSide,
+            "{}x{} pixels: sides above {} are refused", iw, ih, kMaxImageSide);
+  CNN_CHECK(resize || (iw == w && ih == h),
+            "image is {}x{} (WxH) but the model takes {}x{} (set data.resize: true to resize)", iw,
+            ih, w, h);
+
+  int dw = 0, dh = 0, n = 0;
+  std::unique_ptr<stbi_uc, void (*)(void*)> px(stbi_load_from_memory(bytes, len, &dw, &dh, &n, 0),
+                                               stbi_image_free);
+  CNN_CHECK(px, "cannot decode ({})", stbi_failure_reason());
+  CNN_CHECK(dw == iw && dh == ih && n >= 1 && n <= 4,
+            "decoder returned {}x{}x{}, header said {}x{}", dw, dh, n, iw, ih);
+  if (format) *format = fmt::format("{}x{} {}", iw, ih, channel_word(n));
+
+  // Channel conversion first (the resize then touches fewer channels). HWC, c channels.
+  const size_t pixels = size_t(iw) * ih;
+  std::vector<uint8_t> hwc(pixels * c);
+  const stbi_uc* p = px.get();
+  for (size_t i = 0; i < pixels; ++i, p += n) {
+    if (n <= 2) {  // gray (+ alpha, dropped)
+      for (int k = 0; k < c; ++k) hwc[i * c + k] = p[0];
+    } else if (c == 3) {  // RGB (+ alpha, dropped)
+      for (int k = 0; k < 3; ++k) hwc[i * 3 + k] = p[k];
+    } else {  // ITU-R 601-2 luma in 16-bit fixed point, rounded: PIL's convert("L")
+      hwc[i] = uint8_t((p[0] * 19595u + p[1] * 38470u + p[2] * 7471u + 0x8000u) >> 16);
+    }
+  }
+  if (iw != w || ih != h) {
+    std::vector<uint8_t> resized(size_t(w) * h * c);
+    CNN_CHECK(stbir_resize_uint8(hwc.data(), iw, ih, 0, resized.data(), w, h, 0, c),
+              "resizing {}x{} to {}x{} failed", iw, ih, w, h);
+    hwc = std::move(resized);
+  }
+  std::vector<uint8_t> chw(size_t(c) * h * w);  // (C, H, W)
+  const size_t plane = size_t(h) * w;
+  for (size_t i = 0; i < plane; ++i)
+    for (int k = 0; k < c; ++k) chw[k * plane + i] = hwc[i * c + k];
+  return chw;
+}
+
+std::vector<uint8_t> resize_chw(const uint8_t* src, int c, int h, int w, int oh, int ow) {
+  CNN_CHECK(c > 0 && h > 0 && w > 0 && oh > 0 && ow > 0, "cannot resize {}x{}x{} to {}x{}", c, h, w,
+            oh, ow);
+  std::vector<uint8_t> out(size_t(c) * oh * ow);  // (C, OH, OW)
+  for (int k = 0; k < c; ++k)
+    CNN_CHECK(stbir_resize_uint8(src + size_t(k) * h * w, w, h, 0, out.data() + size_t(k) * oh * ow,
+                                 ow, oh, 0, 1),
+              "resizing {}x{} to {}x{} failed", w, h, ow, oh);
+  return out;
+}
+
+std::vector<uint8_t> load_image_file(const std::string& path, int c, int h, int w, bool resize) {
+  const std::vector<uint8_t> bytes = read_file(path);
+  try {
+    return decode_image(bytes.data(), bytes.size(), c, h, w, resize);
+  } catch (const Error& e) {
+    CNN_FAIL("{}: {}", path, e.what());
+  }
+}
+
+Dataset load_image_folder(const std::string& root, const ImageLoadOptions& opt,
+                          const std::vector<std::string>& class_names) {
+  std::error_code ec;
+  CNN_CHECK(fs::exists(root, ec), "{}: image folder does not exist", root);
+  CNN_CHECK(fs::is_directory(root, ec), "{}: is not a folder (expected root/<class>/*.png)", root);
+  std::vector<std::string> subdirs;
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.is_directory() && !hidden(e.path())) subdirs.push_back(e.path().filename().string());
+  std::sort(subdirs.begin(), subdirs.end());
+  CNN_CHECK(!subdirs.empty(), "{}: no class subfolders (expected root/<class>/*.png|bmp|jpg)",
+            root);
+
+  std::vector<std::string> classes = class_names.empty() ? subdirs : class_names;
+  for (const auto& s : subdirs)
+    CNN_CHECK(std::find(classes.begin(), classes.end(), s) != classes.end(),
+              "{}: class folder '{}' is not one of the {} classes ({})", root, s, classes.size(),
+              join(classes));
+
+  std::vector<ImageJob> jobs;
+  for (size_t k = 0; k < classes.size(); ++k) {
+    const fs::path dir = fs::path(root) / classes[k];
+    CNN_CHECK(fs::is_directory(dir, ec), "{}: class folder '{}' is missing", root, classes[k]);
+    std::vector<std::string> files;
+    size_t ignored = 0;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      if (hidden(e.path()) || e.is_directory()) continue;
+      if (has_image_extension(e.path()))
+        files.push_back(e.path().string());
+      else
+        ++ignored;
+    }
+    std::sort(files.begin(), files.end());
+    CNN_CHECK(!files.empty(), "{}: empty class folder: no .png/.bmp/.jpg/.jpeg files{}",
+              dir.string(), ignored ? fmt::format(" ({} other files)", ignored) : "");
+    if (ignored)
+      spdlog::info("{}: ignored {} files without an image extension", dir.string(), ignored);
+    for (auto& f : files) jobs.push_back({std::move(f), "", int32_t(k)});
+  }
+  Dataset d = decode_jobs(jobs, opt, classes, root);
+  std::vector<int64_t> per_class(d.class_names.size(), 0);
+  for (int32_t l : d.labels) ++per_class[l];
+  for (size_t k = 0; k < per_class.size(); ++k)
+    CNN_CHECK(per_class[k] > 0, "{}: class '{}' has no usable images (all were unreadable)", root,
+              d.class_names[k]);
+  return d;
+}
+
+Dataset load_image_list(const std::string& csv_path, const ImageLoadOptions& opt,
+                        const std::vector<std::string>& class_names) {
+  const std::vector<uint8_t> raw = read_file(csv_path);
+  const std::string text(raw.begin(), raw.end());
+  const fs::path base = fs::path(csv_path).parent_path();
+
+  struct Row {
+    std::string path, label, where;
+  };
+  std::vector<Row> rows;
+  size_t line_no = 0, pos = 0;
+  bool first = true;
+  while (pos <= text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = trim(text.substr(pos, end - pos));
+    pos = end + 1;
+    ++line_no;
+    if (line.empty() || line[0] == '#') continue;
+    const std::string where = fmt::format("{}:{}: ", csv_path, line_no);
+    if (first && lower(line) == "path,label") {
+      first = false;
+      continue;
+    }
+    first = false;
+    const size_t comma = line.rfind(',');
+    CNN_CHECK(comma != std::string::npos, "{}expected \"path,label\", got \"{}\"", where, line);
+    Row r{unquote(trim(line.substr(0, comma))), unquote(trim(line.substr(comma + 1))), where};
+    CNN_CHECK(!r.path.empty(), "{}the path is empty", where);
+    CNN_CHECK(!r.label.empty(), "{}the label is empty", where);
+    rows.push_back(std::move(r));
+  }
+  CNN_CHECK(!rows.empty(), "{}: the list file has no entries (expected \"path,label\" lines)",
+            csv_path);
+
+  std::vector<std::string> classes = class_names;
+  if (classes.empty()) {  // derive: all indices, or all names
+    bool numeric = true, named = true;
+    int32_t max_index = 0;
+    std::set<std::string> names;
+    for (const Row& r : rows) {
+      bool ok = false;
+      const int32_t v = parse_label_index(r.label, &ok);
+      numeric = numeric && ok;
+      named = named && !ok;
+      CNN_CHECK(numeric || named,
+                "{}label \"{}\" mixes class indices and class names in one file; list the names in "
+                "data.classes to mix them",
+                r.where, r.label);
+      if (ok)
+        max_index = std::max(max_index, v);
+      else
+        names.insert(r.label);
+    }
+    if (numeric)
+      for (int32_t k = 0; k <= max_index; ++k) classes.push_back(std::to_string(k));
+    else
+      classes.assign(names.begin(), names.end());
+  }
+  std::unordered_map<std::string, int32_t> index_of;
+  for (size_t k = 0; k < classes.size(); ++k) index_of.emplace(classes[k], int32_t(k));
+
+  std::vector<ImageJob> jobs;
+  jobs.reserve(rows.size());
+  for (const Row& r : rows) {
+    int32_t label = -1;
+    if (auto it = index_of.find(r.label); it != index_of.end()) {  // a name (or "3" named "3")
+      label = it->second;
+    } else {
+      bool ok = false;
+      const bool negative = r.label.size() > 1 && r.label[0] == '-';
+      label = parse_label_index(negative ? r.label.substr(1) : r.label, &ok);
+      CNN_CHECK(!(ok && negative), "{}label {} is outside [0, {})", r.where, r.label,
+                classes.size());
+      CNN_CHECK(ok, "{}unknown class \"{}\" (classes: {})", r.where, r.label, join(classes));
+      CNN_CHECK(label < int32_t(classes.size()), "{}label {} is outside [0, {})", r.where, label,
+                classes.size());
+    }
+    fs::path p(r.path);
+    if (p.is_relative()) p = base / p;
+    jobs.push_back({p.string(), r.where, label});
+  }
+  return decode_jobs(jobs, opt, classes, csv_path);
+}
+
+}  // namespace cnn
