@@ -1,5 +1,7 @@
 #pragma once
 // Fully connected layer: y (N, OUT) = x (N, IN) * w^T + b, w (OUT, IN) as in torch.nn.Linear.
+// Variants: naive (one thread per output) and tiled (shared-memory GEMM with register
+// micro-tiles); auto and fast pick tiled. Arithmetic is FP32 whatever ex.precision says.
 #include <cstddef>
 
 #include "kernels/exec.h"
@@ -29,5 +31,11 @@ void linear_forward_cpu(const LinearShape& s, const float* x, const float* w, co
 void linear_backward_data_cpu(const LinearShape& s, const float* dy, const float* w, float* dx);
 void linear_backward_weight_cpu(const LinearShape& s, const float* x, const float* dy, float* dw,
                                 float* db);
+// Double twins for the numerical gradient checker.
+void linear_forward_cpu(const LinearShape& s, const double* x, const double* w, const double* b,
+                        double* y, bool relu);
+void linear_backward_data_cpu(const LinearShape& s, const double* dy, const double* w, double* dx);
+void linear_backward_weight_cpu(const LinearShape& s, const double* x, const double* dy, double* dw,
+                                double* db);
 
 }  // namespace cnn

@@ -15,6 +15,8 @@ struct MaxPoolShape {
   int ow() const { return (w + 2 * pad_w - kw) / stride_w + 1; }
 };
 
+// Throws naming the bad field. Padding must be at most half the window (as in PyTorch), which
+// guarantees that every window holds at least one real input element.
 void check_maxpool_shape(const MaxPoolShape& s);
 
 // y (N, C, OH, OW); argmax (N, C, OH, OW) = index h*W+w within the input plane of the winner.
@@ -26,7 +28,10 @@ void maxpool_backward(const MaxPoolShape& s, const float* dy, const int32_t* arg
                       const Exec& ex);
 
 void maxpool_forward_cpu(const MaxPoolShape& s, const float* x, float* y, int32_t* argmax);
-void maxpool_backward_cpu(const MaxPoolShape& s, const float* dy, const int32_t* argmax,
-                          float* dx);
+void maxpool_backward_cpu(const MaxPoolShape& s, const float* dy, const int32_t* argmax, float* dx);
+// Double twins for the numerical gradient checker (argmax stays int32).
+void maxpool_forward_cpu(const MaxPoolShape& s, const double* x, double* y, int32_t* argmax);
+void maxpool_backward_cpu(const MaxPoolShape& s, const double* dy, const int32_t* argmax,
+                          double* dx);
 
 }  // namespace cnn

@@ -25,7 +25,8 @@ struct AdamParams {
 
 // grad_scale multiplies every gradient first (gradient clipping passes min(1, max_norm/norm)).
 // decay_mask (may be null): per element 1 = apply weight decay, 0 = not (biases).
-// w, g, m (momentum buffer): `count` floats. g is zeroed on return.
+// w, g, m (momentum buffer): `count` floats. g is zeroed on return. m may be null when
+// momentum is 0; a fresh m must start at zero (torch's first step sets buf = g).
 void sgd_update(int64_t count, float* w, float* g, float* m, const uint8_t* decay_mask,
                 const SgdParams& p, float grad_scale, const Exec& ex);
 // m, v: first and second moment buffers.

@@ -1,0 +1,236 @@
+// Fully connected layer on the GPU. All three products (forward, input gradient, weight
+// gradient) are one GEMM, C (M, N) [+]= op(A) (M, K) * op(B) (K, N), with transpose flags as
+// template parameters, an optional accumulate into C, and a bias + ReLU epilogue:
+//   forward          y  (n, out) = x (n, in) * w^T          A = x,    B = w^T (w is (out, in))
+//   backward_data    dx (n, in)  = dy (n, out) * w          A = dy,   B = w
+//   backward_weight  dw (out, in) += dy^T * x               A = dy^T, B = x, accumulate
+// The weight gradient is a plain GEMM over the batch, so it needs no atomics and is
+// deterministic. Only db (column sums of dy) has a reduction mode switch.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cuda_check.h"
+#include "kernels/linear_cuda.h"
+#include "kernels/math_util.h"
+
+namespace cnn {
+namespace {
+
+struct GemmArgs {
+  int m, n, k;
+  const float* a;  // (M, K) row-major with lda = K, or (K, M) with lda = M when transposed
+  int lda;
+  const float* b;  // (K, N) row-major with ldb = N, or (N, K) with ldb = K when transposed
+  int ldb;
+  float* c;  // (M, N) row-major, ldc = N
+  int ldc;
+  const float* bias;  // (N) or null
+  bool relu;
+  bool accumulate;  // C = C + A*B instead of C = A*B
+};
+
+template <bool kTransA>
+__device__ __forceinline__ float load_a(const GemmArgs& g, int m, int k) {
+  return kTransA ? __ldg(g.a + int64_t(k) * g.lda + m) : __ldg(g.a + int64_t(m) * g.lda + k);
+}
+template <bool kTransB>
+__device__ __forceinline__ float load_b(const GemmArgs& g, int k, int n) {
+  return kTransB ? __ldg(g.b + int64_t(n) * g.ldb + k) : __ldg(g.b + int64_t(k) * g.ldb + n);
+}
+
+// The same epilogue for both variants, so naive and tiled differ only in the summation.
+__device__ __forceinline__ void store_c(const GemmArgs& g, int m, int n, float acc) {
+  float* p = g.c + int64_t(m) * g.ldc + n;
+  float v = g.accumulate ? *p + acc : acc;
+  if (g.bias) v += __ldg(g.bias + n);
+  if (g.relu) v = (v <= 0.f) ? 0.f : v;  // NaN passes, as in relu_forward
+  *p = v;
+}
+
+// Thread mapping: each thread owns output elements C(m, n), o = m*N + n, grid-stride; it sums
+// over k in order.
+template <bool kTransA, bool kTransB>
+__global__ void gemm_naive(GemmArgs g) {
+  const int64_t total = int64_t(g.m) * g.n;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < total; o += stride) {
+    const int m = int(o / g.n), n = int(o % g.n);
+    float acc = 0.f;
+    for (int k = 0; k < g.k; ++k)
+      acc = fmaf(load_a<kTransA>(g, m, k), load_b<kTransB>(g, k, n), acc);
+    store_c(g, m, n, acc);
+  }
+}
+
+// Thread mapping: block b (1-D grid, b = tile_row * tiles_n + tile_col) owns the C tile rows
+// [tile_row*BM, +BM) x cols [tile_col*BN, +BN); thread (ty, tx) owns the TM x TN register
+// micro-tile at rows tile_row*BM + ty*TM, cols tile_col*BN + tx*TN. Each step stages a BK-deep
+// slice of A and B in shared memory (zero-filled past the edges, so any M, N, K works); loads are
+// mapped so that consecutive threads read consecutive addresses of whichever dimension is
+// contiguous in global memory.
+template <int BM, int BN, int BK, int TM, int TN, bool kTransA, bool kTransB>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN)) gemm_tiled(GemmArgs g) {
+  constexpr int kThreads = (BM / TM) * (BN / TN);
+  constexpr int kPad = 4;  // keeps rows 16-byte aligned while spreading stores over banks
+  __shared__ __align__(16) float as[BK][BM + kPad];  // A slice, k-major: as[k][m]
+  __shared__ __align__(16) float bs[BK][BN + kPad];  // B slice: bs[k][n]
+
+  const int tid = threadIdx.x;
+  const int tx = tid % (BN / TN), ty = tid / (BN / TN);
+  const int tiles_n = (g.n + BN - 1) / BN;
+  const int m0 = int(blockIdx.x / tiles_n) * BM, n0 = int(blockIdx.x % tiles_n) * BN;
+
+  float acc[TM][TN];
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+
+  for (int k0 = 0; k0 < g.k; k0 += BK) {
+#pragma unroll
+    for (int idx = tid; idx < BM * BK; idx += kThreads) {
+      const int mm = kTransA ? idx % BM : idx / BK;
+      const int kk = kTransA ? idx / BM : idx % BK;
+      const int m = m0 + mm, k = k0 + kk;
+      as[kk][mm] = (m < g.m && k < g.k) ? load_a<kTransA>(g, m, k) : 0.f;
+    }
+#pragma unroll
+    for (int idx = tid; idx < BN * BK; idx += kThreads) {
+      const int nn = kTransB ? idx / BK : idx % BN;
+      const int kk = kTransB ? idx % BK : idx / BN;
+      const int n = n0 + nn, k = k0 + kk;
+      bs[kk][nn] = (n < g.n && k < g.k) ? load_b<kTransB>(g, k, n) : 0.f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < BK; ++kk) {
+      float a[TM], b[TN];
+#pragma unroll
+      for (int i = 0; i < TM; ++i) a[i] = as[kk][ty * TM + i];
+#pragma unroll
+      for (int j = 0; j < TN; ++j) b[j] = bs[kk][tx * TN + j];
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+    __syncthreads();  // the slice is overwritten by the next step
+  }
+
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
+    const int m = m0 + ty * TM + i;
+    if (m >= g.m) continue;
+#pragma unroll
+    for (int j = 0; j < TN; ++j) {
+      const int n = n0 + tx * TN + j;
+      if (n < g.n) store_c(g, m, n, acc[i][j]);
+    }
+  }
+}
+
+// Thread mapping: each thread owns one (column o, chunk r of kLinearDbRowsPerChunk rows) and
+// sums dy[i][o] over its rows in order. With one chunk it adds straight into db; otherwise it
+// writes scratch[r][o] (deterministic) or atomically adds into db.
+__global__ void db_partial(int n, int out, const float* __restrict__ d_dy, float* d_db,
+                           float* d_scratch, int chunks, bool deterministic) {
+  const int64_t total = int64_t(out) * chunks;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += stride) {
+    const int o = int(t % out), r = int(t / out);
+    const int i_end = min(n, (r + 1) * kLinearDbRowsPerChunk);
+    float sum = 0.f;
+    for (int i = r * kLinearDbRowsPerChunk; i < i_end; ++i)
+      sum += __ldg(d_dy + int64_t(i) * out + o);
+    if (chunks == 1)
+      d_db[o] += sum;
+    else if (deterministic)
+      d_scratch[int64_t(r) * out + o] = sum;
+    else
+      atomicAdd(d_db + o, sum);
+  }
+}
+
+// Thread mapping: each thread owns one column o of db and adds the chunk partials in order.
+__global__ void db_combine(int out, int chunks, const float* __restrict__ d_scratch,
+                           float* __restrict__ d_db) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < out; o += stride) {
+    float sum = 0.f;
+    for (int r = 0; r < chunks; ++r) sum += d_scratch[int64_t(r) * out + o];
+    d_db[o] += sum;
+  }
+}
+
+constexpr int kThreads1d = 256;
+constexpr int64_t kMaxBlocks1d = 65535;
+
+unsigned grid_1d(int64_t work) {
+  return static_cast<unsigned>(
+      std::clamp<int64_t>(ceil_div<int64_t>(work, kThreads1d), 1, kMaxBlocks1d));
+}
+
+// Large 64x64 tiles when they give enough blocks to fill the GPU, 32x32 tiles otherwise (the
+// batch-128 layers of the reference network have too few 64x64 tiles for 132 SMs).
+constexpr int kBigTileBlocks = 256;
+
+template <bool kTransA, bool kTransB>
+void launch_gemm(const GemmArgs& g, bool tiled, cudaStream_t stream) {
+  if (!tiled) {
+    gemm_naive<kTransA, kTransB><<<grid_1d(int64_t(g.m) * g.n), kThreads1d, 0, stream>>>(g);
+    CNN_LAUNCH_CHECK("gemm_naive");
+    return;
+  }
+  // A 1-D grid of tiles (x allows 2^31-1 blocks); check_linear_shape bounds M*N by 2^31-1.
+  const int64_t big_blocks = ceil_div<int64_t>(g.m, 64) * ceil_div<int64_t>(g.n, 64);
+  if (big_blocks >= kBigTileBlocks) {
+    gemm_tiled<64, 64, 16, 4, 4, kTransA, kTransB><<<unsigned(big_blocks), 256, 0, stream>>>(g);
+    CNN_LAUNCH_CHECK("gemm_tiled<64x64>");
+  } else {
+    const int64_t blocks = ceil_div<int64_t>(g.m, 32) * ceil_div<int64_t>(g.n, 32);
+    gemm_tiled<32, 32, 16, 2, 2, kTransA, kTransB><<<unsigned(blocks), 256, 0, stream>>>(g);
+    CNN_LAUNCH_CHECK("gemm_tiled<32x32>");
+  }
+}
+
+}  // namespace
+
+std::size_t linear_db_scratch_floats(const LinearShape& s) {
+  const int chunks = ceil_div(s.n, kLinearDbRowsPerChunk);
+  return chunks > 1 ? std::size_t(chunks) * s.out : 0;
+}
+
+void linear_forward_cuda(const LinearShape& s, const float* d_x, const float* d_w, const float* d_b,
+                         float* d_y, bool relu, bool tiled, cudaStream_t stream) {
+  // y (n, out) = x (n, in) * w^T, w (out, in) read as B^T.
+  GemmArgs g{s.n, s.out, s.in, d_x, s.in, d_w, s.in, d_y, s.out, d_b, relu, false};
+  launch_gemm<false, true>(g, tiled, stream);
+}
+
+void linear_backward_data_cuda(const LinearShape& s, const float* d_dy, const float* d_w,
+                               float* d_dx, bool tiled, cudaStream_t stream) {
+  // dx (n, in) = dy (n, out) * w (out, in).
+  GemmArgs g{s.n, s.in, s.out, d_dy, s.out, d_w, s.in, d_dx, s.in, nullptr, false, false};
+  launch_gemm<false, false>(g, tiled, stream);
+}
+
+void linear_backward_weight_cuda(const LinearShape& s, const float* d_x, const float* d_dy,
+                                 float* d_dw, float* d_db, float* d_scratch, bool tiled,
+                                 bool deterministic, cudaStream_t stream) {
+  // dw (out, in) += dy^T (out, n) * x (n, in); dy (n, out) read as A^T.
+  GemmArgs g{s.out, s.in, s.n, d_dy, s.out, d_x, s.in, d_dw, s.in, nullptr, false, true};
+  launch_gemm<true, false>(g, tiled, stream);
+  if (!d_db) return;
+  const int chunks = ceil_div(s.n, kLinearDbRowsPerChunk);
+  db_partial<<<grid_1d(int64_t(s.out) * chunks), kThreads1d, 0, stream>>>(
+      s.n, s.out, d_dy, d_db, d_scratch, chunks, deterministic);
+  CNN_LAUNCH_CHECK("db_partial");
+  if (chunks > 1 && deterministic) {
+    db_combine<<<grid_1d(s.out), kThreads1d, 0, stream>>>(s.out, chunks, d_scratch, d_db);
+    CNN_LAUNCH_CHECK("db_combine");
+  }
+}
+
+}  // namespace cnn

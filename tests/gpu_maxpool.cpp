@@ -1,0 +1,92 @@
+// Max-pool CUDA kernels against the CPU reference: ties (inputs from a few integers), padding,
+// stride != kernel, non-square, many planes, and bitwise repeatability of the gather backward.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "kernels/maxpool.h"
+#include "kernels/memory.h"
+#include "tests/test_util.h"
+
+using namespace cnn;
+
+namespace {
+
+MaxPoolShape make_shape(int n, int c, int h, int w, int kh, int kw, int sh, int sw, int ph,
+                        int pw) {
+  MaxPoolShape s;
+  s.n = n, s.c = c, s.h = h, s.w = w;
+  s.kh = kh, s.kw = kw;
+  s.stride_h = sh, s.stride_w = sw;
+  s.pad_h = ph, s.pad_w = pw;
+  return s;
+}
+
+void check_maxpool(const MaxPoolShape& s, bool few_values) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message()
+               << "seed " << seed << " shape (" << s.n << ", " << s.c << ", " << s.h << ", " << s.w
+               << ") k " << s.kh << "x" << s.kw << " stride " << s.stride_h << "x" << s.stride_w
+               << " pad " << s.pad_h << "x" << s.pad_w);
+  const size_t nx = size_t(s.n) * s.c * s.h * s.w, ny = size_t(s.n) * s.c * s.oh() * s.ow();
+  std::vector<float> x = test::random_vector(nx, seed);
+  if (few_values) {  // values from {-2, -1, 0, 1}: many ties inside each window
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int> d(-2, 1);
+    for (auto& v : x) v = float(d(rng));
+  }
+  const std::vector<float> dy = test::random_vector(ny, seed + 1);
+  std::vector<float> y_ref(ny), dx_ref(nx);
+  std::vector<int32_t> am_ref(ny);
+  maxpool_forward_cpu(s, x.data(), y_ref.data(), am_ref.data());
+  maxpool_backward_cpu(s, dy.data(), am_ref.data(), dx_ref.data());
+
+  Exec ex;
+  ex.device = Device::CUDA;
+  Tensor d_x = test::to_device(x);         // (N, C, H, W)
+  Tensor d_dy = test::to_device(dy);       // (N, C, OH, OW)
+  Buffer<float> d_y(ny, Device::CUDA);     // (N, C, OH, OW)
+  Buffer<int32_t> d_am(ny, Device::CUDA);  // (N, C, OH, OW)
+  Buffer<float> d_dx(nx, Device::CUDA);    // (N, C, H, W)
+  test::poison_device(d_y.data(), ny);
+  raw_zero(d_am.data(), Device::CUDA, d_am.bytes());
+  test::poison_device(d_dx.data(), nx);
+  maxpool_forward(s, d_x.data(), d_y.data(), d_am.data(), ex);
+  maxpool_backward(s, d_dy.data(), d_am.data(), d_dx.data(), ex);
+  const std::vector<float> y = test::to_host(d_y.data(), ny);
+  std::vector<int32_t> am(ny);
+  raw_copy(am.data(), Device::CPU, d_am.data(), Device::CUDA, ny * sizeof(int32_t));
+  const std::vector<float> dx = test::to_host(d_dx.data(), nx);
+
+  test::poison_device(d_dx.data(), nx);
+  maxpool_backward(s, d_dy.data(), d_am.data(), d_dx.data(), ex);
+  const std::vector<float> dx2 = test::to_host(d_dx.data(), nx);
+
+  const double ey = test::max_rel_error(y, y_ref), edx = test::max_rel_error(dx, dx_ref);
+  std::printf("maxpool (%d,%d,%d,%d) k%dx%d s%dx%d p%dx%d%s: worst rel error y %.3g dx %.3g\n", s.n,
+              s.c, s.h, s.w, s.kh, s.kw, s.stride_h, s.stride_w, s.pad_h, s.pad_w,
+              few_values ? " ties" : "", ey, edx);
+  EXPECT_EQ(ey, 0.0);
+  EXPECT_EQ(am, am_ref) << "argmax differs (tie or padding rule)";
+  EXPECT_LT(edx, 1e-6);
+  EXPECT_EQ(dx, dx2) << "backward is not bitwise repeatable";
+}
+
+}  // namespace
+
+TEST(GpuMaxPool, MatchesCpu) {
+  CNN_REQUIRE_GPU();
+  const MaxPoolShape shapes[] = {
+      make_shape(1, 1, 1, 1, 1, 1, 1, 1, 0, 0),      // smallest
+      make_shape(2, 3, 28, 28, 2, 2, 2, 2, 0, 0),    // the reference network's pool
+      make_shape(3, 5, 7, 9, 3, 3, 2, 2, 1, 1),      // 3x3 stride 2 pad 1, odd sizes
+      make_shape(1, 2, 13, 6, 3, 3, 1, 1, 1, 1),     // stride 1: heavily overlapping windows
+      make_shape(2, 4, 10, 15, 2, 3, 2, 1, 1, 1),    // non-square window, stride and padding
+      make_shape(1, 1, 11, 5, 5, 3, 3, 2, 2, 0),     // stride < kernel, pad in h only
+      make_shape(300, 256, 3, 3, 2, 2, 1, 1, 0, 0),  // N*C = 76800 planes
+  };
+  for (const MaxPoolShape& s : shapes)
+    for (bool few : {false, true}) check_maxpool(s, few);
+}

@@ -1,0 +1,163 @@
+// Optimizer CUDA kernels against the CPU reference over flat buffers whose sizes are not
+// multiples of 4 or of the block size: SGD (momentum, Nesterov, masked weight decay, grad
+// scale), Adam and AdamW over three steps; the two-stage sum of squares (bitwise repeatable)
+// and the NaN/Inf watch.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/memory.h"
+#include "kernels/optimizer.h"
+#include "tests/test_util.h"
+
+using namespace cnn;
+
+namespace {
+
+// max |got - ref| / max |ref|: float (GPU) and double (CPU) updates differ by a few ulps of the
+// terms, which matters relative to the buffer's scale, not to an element that cancelled to ~0.
+double scaled_error(const std::vector<float>& got, const std::vector<float>& ref) {
+  double worst = 0, scale = 1e-30;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (std::isnan(got[i])) return INFINITY;
+    worst = std::max(worst, std::fabs(double(got[i]) - ref[i]));
+    scale = std::max(scale, std::fabs(double(ref[i])));
+  }
+  return worst / scale;
+}
+
+struct State {
+  std::vector<float> w, m, v;
+};
+
+std::vector<uint8_t> random_mask(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> mask(n);
+  for (auto& b : mask) b = uint8_t(rng() & 1);
+  return mask;
+}
+
+// kind 0: SGD momentum + masked decay; 1: SGD Nesterov; 2: Adam (coupled decay); 3: AdamW.
+void check_optimizer(int64_t count, int kind, bool use_mask) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed << " count " << count << " kind " << kind
+                                    << (use_mask ? " mask" : ""));
+  const size_t n = size_t(count);
+  State cpu{test::random_vector(n, seed), std::vector<float>(n, 0.f), std::vector<float>(n, 0.f)};
+  const std::vector<uint8_t> mask = random_mask(n, seed + 7);
+  SgdParams sp;
+  sp.lr = 0.05f;
+  sp.momentum = 0.9f;
+  sp.weight_decay = 1e-2f;
+  sp.nesterov = kind == 1;
+  AdamParams ap;
+  ap.lr = 1e-2f;
+  ap.weight_decay = 0.05f;
+  ap.decoupled = kind == 3;
+  const float grad_scale = 0.75f;
+
+  Tensor d_w = test::to_device(cpu.w);                                // (count)
+  Tensor d_m = test::to_device(cpu.m), d_v = test::to_device(cpu.v);  // (count)
+  Buffer<float> d_g(n, Device::CUDA);                                 // (count)
+  Buffer<uint8_t> d_mask(n, Device::CUDA);                            // (count)
+  d_mask.copy_from(mask.data(), Device::CPU, n);
+  const uint8_t* h_mask = use_mask ? mask.data() : nullptr;
+  const uint8_t* dev_mask = use_mask ? d_mask.data() : nullptr;
+  Exec ex;
+  ex.device = Device::CUDA;
+
+  for (int step = 1; step <= 3; ++step) {
+    std::vector<float> g = test::random_vector(n, seed + 100 + step);
+    d_g.copy_from(g.data(), Device::CPU, n);
+    ap.step = step;
+    if (kind <= 1) {
+      sgd_update_cpu(count, cpu.w.data(), g.data(), cpu.m.data(), h_mask, sp, grad_scale);
+      sgd_update(count, d_w.data(), d_g.data(), d_m.data(), dev_mask, sp, grad_scale, ex);
+    } else {
+      adam_update_cpu(count, cpu.w.data(), g.data(), cpu.m.data(), cpu.v.data(), h_mask, ap,
+                      grad_scale);
+      adam_update(count, d_w.data(), d_g.data(), d_m.data(), d_v.data(), dev_mask, ap, grad_scale,
+                  ex);
+    }
+  }
+  const double ew = scaled_error(d_w.to_vector(), cpu.w);
+  const double em = scaled_error(d_m.to_vector(), cpu.m);
+  const double ev = kind >= 2 ? scaled_error(d_v.to_vector(), cpu.v) : 0.0;
+  std::printf("optimizer kind %d count %lld%s: scaled error w %.3g m %.3g v %.3g\n", kind,
+              (long long)count, use_mask ? " mask" : "", ew, em, ev);
+  EXPECT_LT(ew, 1e-5);
+  EXPECT_LT(em, 1e-5);
+  EXPECT_LT(ev, 1e-5);
+  const std::vector<float> g_after = test::to_host(d_g.data(), n);
+  EXPECT_EQ(g_after, std::vector<float>(n, 0.f)) << "gradients must be zeroed";
+}
+
+}  // namespace
+
+TEST(GpuOptimizer, UpdatesMatchCpu) {
+  CNN_REQUIRE_GPU();
+  for (int64_t count : {int64_t(1), int64_t(4099), int64_t(3000017)})
+    for (int kind = 0; kind < 4; ++kind)
+      for (bool mask : {false, true}) check_optimizer(count, kind, mask);
+}
+
+TEST(GpuOptimizer, SumSquaresIsFixedOrder) {
+  CNN_REQUIRE_GPU();
+  Exec ex;
+  ex.device = Device::CUDA;
+  Buffer<double> d_out(1, Device::CUDA);  // (1)
+  for (int64_t count : {int64_t(0), int64_t(1), int64_t(4097), int64_t(10000003)}) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " count " << count);
+    const std::vector<float> g = test::random_vector(size_t(count), seed);
+    double ref = 0;
+    sum_squares_cpu(count, g.data(), &ref);
+    Tensor d_g = test::to_device(g);
+    const int64_t ns = sum_squares_scratch_doubles(count);
+    Buffer<double> d_scratch(size_t(std::max<int64_t>(ns, 1)), Device::CUDA);  // (ns)
+    double got[2];
+    for (double& r : got) {
+      const double poison = std::numeric_limits<double>::quiet_NaN();
+      d_out.copy_from(&poison, Device::CPU, 1);
+      sum_squares(count, count ? d_g.data() : nullptr, d_out.data(), d_scratch.data(), ex);
+      raw_copy(&r, Device::CPU, d_out.data(), Device::CUDA, sizeof(double));
+    }
+    const double rel = std::fabs(got[0] - ref) / std::max(1e-300, std::fabs(ref));
+    std::printf("sum_squares count %lld: %.17g vs cpu %.17g, rel error %.3g\n", (long long)count,
+                got[0], ref, rel);
+    if (count == 0)
+      EXPECT_EQ(got[0], 0.0);
+    else
+      EXPECT_LT(rel, 1e-10);  // both sum in double, in different orders
+    EXPECT_EQ(got[0], got[1]) << "sum_squares is not bitwise repeatable";
+  }
+}
+
+TEST(GpuOptimizer, FindNonFinite) {
+  CNN_REQUIRE_GPU();
+  Exec ex;
+  ex.device = Device::CUDA;
+  const int64_t count = 1000003;
+  std::vector<float> x = test::random_vector(size_t(count), test::fresh_seed());
+  Buffer<int32_t> d_flag(1, Device::CUDA);  // (1)
+  auto run = [&](const std::vector<float>& v) {
+    Tensor d_x = test::to_device(v);
+    const int32_t zero = 0;
+    d_flag.copy_from(&zero, Device::CPU, 1);
+    find_nonfinite(count, d_x.data(), d_flag.data(), ex);
+    int32_t flag = -1;
+    raw_copy(&flag, Device::CPU, d_flag.data(), Device::CUDA, sizeof(flag));
+    return flag;
+  };
+  EXPECT_EQ(run(x), 0);
+  x[size_t(count) - 1] = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(run(x), 1);
+  x[size_t(count) - 1] = 0.f;
+  x[0] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(run(x), 1);
+}
