@@ -48,12 +48,13 @@ constexpr size_t kCublasWorkspaceBytes = size_t(64) << 20;
   X(cudnnGetErrorString)                                                                           \
   X(cudnnCreate)                                                                                   \
   X(cudnnDestroy)                                                                                  \
-  X(cudnnSetStream) X(cudnnCreateTensorDescriptor) X(cudnnSetTensor4dDescriptor)                   \
-      X(cudnnDestroyTensorDescriptor) X(cudnnCreateFilterDescriptor) X(cudnnSetFilter4dDescriptor) \
-          X(cudnnDestroyFilterDescriptor) X(cudnnCreateConvolutionDescriptor)                      \
-              X(cudnnSetConvolution2dDescriptor) X(cudnnSetConvolutionMathType) X(                 \
-                  cudnnDestroyConvolutionDescriptor) X(cudnnFindConvolutionForwardAlgorithmEx)     \
-                  X(cudnnFindConvolutionBackwardDataAlgorithmEx)                                   \
+  X(cudnnSetStream)                                                                                \
+  X(cudnnCreateTensorDescriptor) X(cudnnSetTensor4dDescriptor) X(cudnnDestroyTensorDescriptor)     \
+      X(cudnnCreateFilterDescriptor) X(cudnnSetFilter4dDescriptor) X(cudnnDestroyFilterDescriptor) \
+          X(cudnnCreateConvolutionDescriptor) X(cudnnSetConvolution2dDescriptor)                   \
+              X(cudnnSetConvolutionMathType) X(cudnnDestroyConvolutionDescriptor)                  \
+                  X(cudnnFindConvolutionForwardAlgorithmEx) X(                                     \
+                      cudnnFindConvolutionBackwardDataAlgorithmEx)                                 \
                       X(cudnnFindConvolutionBackwardFilterAlgorithmEx) X(cudnnConvolutionForward)  \
                           X(cudnnConvolutionBackwardData) X(cudnnConvolutionBackwardFilter)        \
                               X(cudnnCreateActivationDescriptor) X(cudnnSetActivationDescriptor)   \
@@ -63,12 +64,12 @@ constexpr size_t kCublasWorkspaceBytes = size_t(64) << 20;
                                               X(cudnnDestroyPoolingDescriptor)                     \
                                                   X(cudnnPoolingForward) X(cudnnPoolingBackward)
 
-#define CNN_CUBLAS_FUNCTIONS(X)                                                          \
-  X(cublasCreate_v2)                                                                     \
-  X(cublasDestroy_v2)                                                                    \
-  X(cublasSetStream_v2)                                                                  \
-  X(cublasSetMathMode) X(cublasSetWorkspace_v2) X(cublasSgemm_v2) X(cublasGetVersion_v2) \
-      X(cublasGetStatusString)
+#define CNN_CUBLAS_FUNCTIONS(X) \
+  X(cublasCreate_v2)            \
+  X(cublasDestroy_v2)           \
+  X(cublasSetStream_v2)         \
+  X(cublasSetMathMode)          \
+  X(cublasSetWorkspace_v2) X(cublasSgemm_v2) X(cublasGetVersion_v2) X(cublasGetStatusString)
 
 #define CNN_DECLARE_FN(name) decltype(&::name) name = nullptr;
 
@@ -311,6 +312,20 @@ struct FilterDesc {
   FilterDesc& operator=(const FilterDesc&) = delete;
 };
 
+struct ConvDesc {
+  Library::Impl* owner = nullptr;
+  cudnnConvolutionDescriptor_t d = nullptr;
+  explicit ConvDesc(Library::Impl& impl) : owner(&impl) {
+    auto& im = impl;
+    CNN_DNN(cudnnCreateConvolutionDescriptor, &d);
+  }
+  ~ConvDesc() {
+    if (d) owner->dnn.cudnnDestroyConvolutionDescriptor(d);
+  }
+  ConvDesc(const ConvDesc&) = delete;
+  ConvDesc& operator=(const ConvDesc&) = delete;
+};
+
 class CudnnConv final : public LibOp {
  public:
   CudnnConv(Library::Impl& im, const Conv2dShape& s, Pass pass, Precision p, const LibArgs& find)
@@ -318,8 +333,9 @@ class CudnnConv final : public LibOp {
         pass_(pass),
         x_(im, s.n, s.c, s.h, s.w),
         y_(im, s.n, s.oc, s.oh(), s.ow()),
-        w_(im, s.oc, s.c, s.kh, s.kw) {
-    CNN_DNN(cudnnCreateConvolutionDescriptor, &conv_);
+        w_(im, s.oc, s.c, s.kh, s.kw),
+        desc_conv_(im),
+        conv_(desc_conv_.d) {
     CNN_DNN(cudnnSetConvolution2dDescriptor, conv_, s.pad_h, s.pad_w, s.stride_h, s.stride_w, 1, 1,
             CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT);
     // FP32: FMA only. DEFAULT_MATH would let cuDNN pick TF32 tensor-core kernels on sm_80+.
@@ -328,10 +344,6 @@ class CudnnConv final : public LibOp {
     ws_ = const_cast<void*>(im.dnn_workspace());
     find_algo(find, math, p);
   }
-  ~CudnnConv() override {
-    if (conv_) im_.dnn.cudnnDestroyConvolutionDescriptor(conv_);
-  }
-
   void run(const LibArgs& a) override {
     auto& im = im_;
     const float one = 1.f, zero = 0.f;
@@ -417,7 +429,8 @@ class CudnnConv final : public LibOp {
   Pass pass_;
   TensorDesc x_, y_;
   FilterDesc w_;
-  cudnnConvolutionDescriptor_t conv_ = nullptr;
+  ConvDesc desc_conv_;
+  cudnnConvolutionDescriptor_t conv_;
   void* ws_ = nullptr;
   cudnnConvolutionFwdAlgo_t fwd_{};
   cudnnConvolutionBwdDataAlgo_t dgrad_{};

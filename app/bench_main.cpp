@@ -192,8 +192,8 @@ int run(const BenchOptions& opt, const std::string& command) {
   const NetworkSummary sum = summarize_network(net.specs, net.input_chw);
   const double fwd_flops = double(sum.total_flops);
   header.push_back(fmt::format(
-      "network: {}; input {}; {} parameters; {:.2f} MFLOP forward and {:.2f} MFLOP trained per "
-      "image (conv/linear, multiply-add = 2)",
+      "network: {}; input {}; {} parameters; per image {:.2f} MFLOP forward (all layers) and "
+      "{:.2f} MFLOP trained (conv/linear forward, input and weight gradients; multiply-add = 2)",
       net.source, shape_str(net.input_chw), with_commas(sum.total_params), fwd_flops / 1e6,
       trained_flops_per_image(net) / 1e6));
   if (lib) {

@@ -314,8 +314,10 @@ BenchRow measure(const BenchContext& ctx, OpData& d, const OpInfo& info, Precisi
     }
   } catch (const std::exception& e) {
     ensure_device_usable(what);
-    r.status = "n/a";
-    append_note(r, e.what());
+    // A variant an op does not have is refused by its API ("n/a"); a failed launch is an error.
+    const std::string msg = e.what();
+    r.status = msg.find("CUDA error") != std::string::npos ? "error" : "n/a";
+    append_note(r, msg);
     return r;
   }
   try {

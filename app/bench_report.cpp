@@ -46,6 +46,7 @@ std::string aligned(const std::vector<Column>& cols, const Table& rows) {
       out += cols[c].right ? pad + cells[c] : cells[c] + (last ? "" : pad);
       if (!last) out += "  ";
     }
+    while (!out.empty() && out.back() == ' ') out.pop_back();
     return out + "\n";
   };
   std::vector<std::string> titles;
