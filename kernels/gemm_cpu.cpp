@@ -134,7 +134,8 @@ __attribute__((target("avx512f,avx2,fma"))) void micro_avx512(int64_t kc, const 
 // dst[p * W + r] = src[p * lds + r] for r < ncols, zero for ncols <= r < W. A full panel copies
 // a compile-time number of floats per k, which the compiler turns into plain vector moves.
 template <int W>
-void copy_panel(const float* src, int64_t lds, int ncols, int64_t kc, float* dst) {
+__attribute__((always_inline)) inline void copy_panel(const float* src, int64_t lds, int ncols,
+                                                      int64_t kc, float* dst) {
   if (ncols == W) {
     for (int64_t p = 0; p < kc; ++p)
       for (int r = 0; r < W; ++r) dst[p * W + r] = src[p * lds + r];
@@ -202,8 +203,9 @@ __attribute__((target("avx2,fma"))) void transpose_panel_avx2(const float* src, 
 
 // op(A) rows [i0, i0+mlen), columns [p0, p0+kc) -> ceil(mlen/MR) panels of (kc, MR).
 template <int MR, bool kAvx2>
-void pack_a(bool trans, const float* a, int64_t lda, int64_t i0, int64_t mlen, int64_t p0,
-            int64_t kc, float* out) {
+__attribute__((always_inline)) inline void pack_a(bool trans, const float* a, int64_t lda,
+                                                  int64_t i0, int64_t mlen, int64_t p0, int64_t kc,
+                                                  float* out) {
   for (int64_t ip = 0; ip < mlen; ip += MR) {
     const int rows = static_cast<int>(std::min<int64_t>(MR, mlen - ip));
     float* dst = out + ip * kc;  // panel ip/MR starts at (ip/MR) * MR * kc
@@ -225,8 +227,9 @@ void pack_a(bool trans, const float* a, int64_t lda, int64_t i0, int64_t mlen, i
 
 // op(B) rows [p0, p0+kc), columns [j0, j0+nlen) -> ceil(nlen/NR) panels of (kc, NR).
 template <int NR, bool kAvx2>
-void pack_b(bool trans, const float* b, int64_t ldb, int64_t p0, int64_t kc, int64_t j0,
-            int64_t nlen, float* out) {
+__attribute__((always_inline)) inline void pack_b(bool trans, const float* b, int64_t ldb,
+                                                  int64_t p0, int64_t kc, int64_t j0, int64_t nlen,
+                                                  float* out) {
   for (int64_t jp = 0; jp < nlen; jp += NR) {
     const int cols = static_cast<int>(std::min<int64_t>(NR, nlen - jp));
     float* dst = out + jp * kc;
@@ -251,6 +254,23 @@ using PackAFn = void (*)(bool trans, const float* a, int64_t lda, int64_t i0, in
 using PackBFn = void (*)(bool trans, const float* b, int64_t ldb, int64_t p0, int64_t kc,
                          int64_t j0, int64_t nlen, float* out);
 
+// The packing loops compiled for each instruction set (inlined into these wrappers), so that the
+// straight copies move whole 256- or 512-bit vectors.
+#define CNN_PACK_WRAPPERS(name, target_isa, MR, NR, simd)                                         \
+  __attribute__((target(target_isa))) void pack_a_##name(bool trans, const float* a, int64_t lda, \
+                                                         int64_t i0, int64_t mlen, int64_t p0,    \
+                                                         int64_t kc, float* out) {                \
+    pack_a<MR, simd>(trans, a, lda, i0, mlen, p0, kc, out);                                       \
+  }                                                                                               \
+  __attribute__((target(target_isa))) void pack_b_##name(bool trans, const float* b, int64_t ldb, \
+                                                         int64_t p0, int64_t kc, int64_t j0,      \
+                                                         int64_t nlen, float* out) {              \
+    pack_b<NR, simd>(trans, b, ldb, p0, kc, j0, nlen, out);                                       \
+  }
+CNN_PACK_WRAPPERS(avx512, "avx512f,avx2,fma", kAvx512MR, kAvx512NR, true)
+CNN_PACK_WRAPPERS(avx2, "avx2,fma", kAvx2MR, kAvx2NR, true)
+#undef CNN_PACK_WRAPPERS
+
 struct Kernel {
   int mr, nr;
   MicroFn micro;
@@ -261,9 +281,9 @@ struct Kernel {
 Kernel kernel_for(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::Avx512:
-      return {kAvx512MR, kAvx512NR, micro_avx512, pack_a<kAvx512MR, true>, pack_b<kAvx512NR, true>};
+      return {kAvx512MR, kAvx512NR, micro_avx512, pack_a_avx512, pack_b_avx512};
     case CpuIsa::Avx2:
-      return {kAvx2MR, kAvx2NR, micro_avx2, pack_a<kAvx2MR, true>, pack_b<kAvx2NR, true>};
+      return {kAvx2MR, kAvx2NR, micro_avx2, pack_a_avx2, pack_b_avx2};
     default:
       return {kScalarMR, kScalarNR, micro_scalar, pack_a<kScalarMR, false>,
               pack_b<kScalarNR, false>};

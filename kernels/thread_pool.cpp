@@ -57,7 +57,17 @@ class ThreadPool {
   void run(int64_t tasks, const std::function<void(int64_t)>& fn) {
     if (tasks <= 0) return;
     if (tasks == 1 || threads_ == 1 || t_in_parallel) {
-      for (int64_t t = 0; t < tasks; ++t) fn(t);
+      // Inline, with the same contract as the pooled path: every task runs, the first error is
+      // rethrown at the end.
+      std::exception_ptr error;
+      for (int64_t t = 0; t < tasks; ++t) {
+        try {
+          fn(t);
+        } catch (...) {
+          if (!error) error = std::current_exception();
+        }
+      }
+      if (error) std::rethrow_exception(error);
       return;
     }
     std::lock_guard<std::mutex> submit(submit_mutex_);
