@@ -65,22 +65,57 @@ __global__ void gemm_naive(GemmArgs g) {
 }
 
 // Thread mapping: block b (1-D grid, b = tile_row * tiles_n + tile_col) owns the C tile rows
-// [tile_row*BM, +BM) x cols [tile_col*BN, +BN); thread (ty, tx) owns the TM x TN register
-// micro-tile at rows tile_row*BM + ty*TM, cols tile_col*BN + tx*TN. Each step stages a BK-deep
-// slice of A and B in shared memory (zero-filled past the edges, so any M, N, K works); loads are
-// mapped so that consecutive threads read consecutive addresses of whichever dimension is
-// contiguous in global memory.
-template <int BM, int BN, int BK, int TM, int TN, bool kTransA, bool kTransB>
-__global__ void __launch_bounds__((BM / TM) * (BN / TN)) gemm_tiled(GemmArgs g) {
-  constexpr int kThreads = (BM / TM) * (BN / TN);
+// [tile_row*BM, +BM) x cols [tile_col*BN, +BN). Its threads form KS groups; thread (ty, tx) of
+// group q owns the TM x TN register micro-tile at rows tile_row*BM + ty*TM, cols
+// tile_col*BN + tx*TN, summed over the BK-deep K slices q, q + KS, q + 2 KS, ... (KS > 1 splits K
+// inside the block, for shapes with too few tiles to fill the GPU; the groups' partial tiles are
+// added in group order at the end, so the result is deterministic). Slices are staged in shared
+// memory, zero-filled past the edges so any M, N, K works, and the next slice is fetched into
+// registers while the current one is multiplied. Loads are mapped so that consecutive threads
+// read consecutive addresses of whichever dimension is contiguous in global memory.
+template <int BM, int BN, int BK, int TM, int TN, int KS, bool kTransA, bool kTransB>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN) * KS) gemm_tiled(GemmArgs g) {
+  constexpr int kGroup = (BM / TM) * (BN / TN);  // threads per K group
+  constexpr int kLoadsA = BM * BK / kGroup, kLoadsB = BN * BK / kGroup;
+  static_assert(BM * BK % kGroup == 0 && BN * BK % kGroup == 0, "tile not divisible");
   constexpr int kPad = 4;  // keeps rows 16-byte aligned while spreading stores over banks
-  __shared__ __align__(16) float as[BK][BM + kPad];  // A slice, k-major: as[k][m]
-  __shared__ __align__(16) float bs[BK][BN + kPad];  // B slice: bs[k][n]
+  __shared__ __align__(16) float as[KS][BK][BM + kPad];  // A slices, k-major: as[q][k][m]
+  __shared__ __align__(16) float bs[KS][BK][BN + kPad];  // B slices: bs[q][k][n]
 
-  const int tid = threadIdx.x;
-  const int tx = tid % (BN / TN), ty = tid / (BN / TN);
+  const int q = threadIdx.x / kGroup, gt = threadIdx.x % kGroup;
+  const int tx = gt % (BN / TN), ty = gt / (BN / TN);
   const int tiles_n = (g.n + BN - 1) / BN;
   const int m0 = int(blockIdx.x / tiles_n) * BM, n0 = int(blockIdx.x % tiles_n) * BN;
+
+  float ra[kLoadsA], rb[kLoadsB];  // the next slice, in flight while the current one is used
+  auto fetch = [&](int k0) {
+#pragma unroll
+    for (int e = 0; e < kLoadsA; ++e) {
+      const int idx = gt + e * kGroup;
+      const int mm = kTransA ? idx % BM : idx / BK, kk = kTransA ? idx / BM : idx % BK;
+      const int m = m0 + mm, k = k0 + kk;
+      ra[e] = (m < g.m && k < g.k) ? load_a<kTransA>(g, m, k) : 0.f;
+    }
+#pragma unroll
+    for (int e = 0; e < kLoadsB; ++e) {
+      const int idx = gt + e * kGroup;
+      const int nn = kTransB ? idx / BK : idx % BN, kk = kTransB ? idx % BK : idx / BN;
+      const int n = n0 + nn, k = k0 + kk;
+      rb[e] = (n < g.n && k < g.k) ? load_b<kTransB>(g, k, n) : 0.f;
+    }
+  };
+  auto stash = [&] {
+#pragma unroll
+    for (int e = 0; e < kLoadsA; ++e) {
+      const int idx = gt + e * kGroup;
+      as[q][kTransA ? idx / BM : idx % BK][kTransA ? idx % BM : idx / BK] = ra[e];
+    }
+#pragma unroll
+    for (int e = 0; e < kLoadsB; ++e) {
+      const int idx = gt + e * kGroup;
+      bs[q][kTransB ? idx % BK : idx / BN][kTransB ? idx / BK : idx % BN] = rb[e];
+    }
+  };
 
   float acc[TM][TN];
 #pragma unroll
@@ -88,35 +123,49 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) gemm_tiled(GemmArgs g) 
 #pragma unroll
     for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
 
-  for (int k0 = 0; k0 < g.k; k0 += BK) {
-#pragma unroll
-    for (int idx = tid; idx < BM * BK; idx += kThreads) {
-      const int mm = kTransA ? idx % BM : idx / BK;
-      const int kk = kTransA ? idx / BM : idx % BK;
-      const int m = m0 + mm, k = k0 + kk;
-      as[kk][mm] = (m < g.m && k < g.k) ? load_a<kTransA>(g, m, k) : 0.f;
-    }
-#pragma unroll
-    for (int idx = tid; idx < BN * BK; idx += kThreads) {
-      const int nn = kTransB ? idx / BK : idx % BN;
-      const int kk = kTransB ? idx % BK : idx / BN;
-      const int n = n0 + nn, k = k0 + kk;
-      bs[kk][nn] = (n < g.n && k < g.k) ? load_b<kTransB>(g, k, n) : 0.f;
-    }
-    __syncthreads();
+  // Every group runs the same number of rounds (slices past K are zeros), so the block-wide
+  // barriers below are reached by all threads.
+  const int rounds = (g.k + BK * KS - 1) / (BK * KS);
+  fetch(q * BK);
+  stash();
+  __syncthreads();
+  for (int r = 0; r < rounds; ++r) {
+    const bool more = r + 1 < rounds;
+    if (more) fetch(((r + 1) * KS + q) * BK);
 #pragma unroll
     for (int kk = 0; kk < BK; ++kk) {
       float a[TM], b[TN];
 #pragma unroll
-      for (int i = 0; i < TM; ++i) a[i] = as[kk][ty * TM + i];
+      for (int i = 0; i < TM; ++i) a[i] = as[q][kk][ty * TM + i];
 #pragma unroll
-      for (int j = 0; j < TN; ++j) b[j] = bs[kk][tx * TN + j];
+      for (int j = 0; j < TN; ++j) b[j] = bs[q][kk][tx * TN + j];
 #pragma unroll
       for (int i = 0; i < TM; ++i)
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
     }
-    __syncthreads();  // the slice is overwritten by the next step
+    __syncthreads();  // everyone is done reading the slice before it is overwritten
+    if (more) {
+      stash();
+      __syncthreads();
+    }
+  }
+
+  if constexpr (KS > 1) {
+    __shared__ float partial[KS - 1][BM][BN];  // groups 1.. hand their tiles to group 0
+    if (q > 0) {
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) partial[q - 1][ty * TM + i][tx * TN + j] = acc[i][j];
+    }
+    __syncthreads();
+    if (q > 0) return;
+    for (int p = 0; p < KS - 1; ++p)
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] += partial[p][ty * TM + i][tx * TN + j];
   }
 
 #pragma unroll
@@ -172,8 +221,9 @@ unsigned grid_1d(int64_t work) {
       std::clamp<int64_t>(ceil_div<int64_t>(work, kThreads1d), 1, kMaxBlocks1d));
 }
 
-// Large 64x64 tiles when they give enough blocks to fill the GPU, 32x32 tiles otherwise (the
-// batch-128 layers of the reference network have too few 64x64 tiles for 132 SMs).
+// 64x64 tiles when they give enough blocks to fill the GPU; otherwise 32x32 tiles with K split
+// four ways inside the block (the batch-128 layers of the reference network have only 32 tiles
+// of 64x64, and a long K: 3136).
 constexpr int kBigTileBlocks = 256;
 
 template <bool kTransA, bool kTransB>
@@ -186,12 +236,12 @@ void launch_gemm(const GemmArgs& g, bool tiled, cudaStream_t stream) {
   // A 1-D grid of tiles (x allows 2^31-1 blocks); check_linear_shape bounds M*N by 2^31-1.
   const int64_t big_blocks = ceil_div<int64_t>(g.m, 64) * ceil_div<int64_t>(g.n, 64);
   if (big_blocks >= kBigTileBlocks) {
-    gemm_tiled<64, 64, 16, 4, 4, kTransA, kTransB><<<unsigned(big_blocks), 256, 0, stream>>>(g);
+    gemm_tiled<64, 64, 16, 4, 4, 1, kTransA, kTransB><<<unsigned(big_blocks), 256, 0, stream>>>(g);
     CNN_LAUNCH_CHECK("gemm_tiled<64x64>");
   } else {
     const int64_t blocks = ceil_div<int64_t>(g.m, 32) * ceil_div<int64_t>(g.n, 32);
-    gemm_tiled<32, 32, 16, 2, 2, kTransA, kTransB><<<unsigned(blocks), 256, 0, stream>>>(g);
-    CNN_LAUNCH_CHECK("gemm_tiled<32x32>");
+    gemm_tiled<32, 32, 16, 4, 4, 4, kTransA, kTransB><<<unsigned(blocks), 256, 0, stream>>>(g);
+    CNN_LAUNCH_CHECK("gemm_tiled<32x32 split-k 4>");
   }
 }
 

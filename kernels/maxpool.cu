@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 
 #include "kernels/cuda_check.h"
@@ -15,20 +16,39 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 65535;  // grid-stride beyond this; any count works
 
+// Index is int32_t when every flat index fits (no 64-bit divisions, which the GPU emulates in
+// software), int64_t otherwise; positions inside one plane are always 32-bit. kK = 2 compiles the
+// common 2x2 / stride 2 / no padding pool with constant geometry (divisions become shifts, the
+// window loops unroll); kK = 0 reads the geometry from the shape.
+template <int kK>
+struct Geometry {
+  int kh, kw, sh, sw, ph, pw;
+  __device__ explicit Geometry(const MaxPoolShape& s)
+      : kh(kK ? kK : s.kh),
+        kw(kK ? kK : s.kw),
+        sh(kK ? kK : s.stride_h),
+        sw(kK ? kK : s.stride_w),
+        ph(kK ? 0 : s.pad_h),
+        pw(kK ? 0 : s.pad_w) {}
+};
+
 // Thread mapping: each thread owns output elements o = (n, c, i, j) flattened, grid-stride;
 // it writes y[o] and argmax[o] from the window of input plane (n, c).
-__global__ void maxpool_forward_naive(MaxPoolShape s, int oh, int ow, int64_t total,
+template <class Index, int kK>
+__global__ void maxpool_forward_naive(MaxPoolShape s, int oh, int ow, Index total,
                                       const float* __restrict__ d_x, float* __restrict__ d_y,
                                       int32_t* __restrict__ d_argmax) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < total; o += stride) {
-    const int j = int(o % ow);
-    const int i = int((o / ow) % oh);
-    const int64_t p = o / (int64_t(ow) * oh);
-    const float* xp = d_x + p * s.h * s.w;  // (H, W)
-    const int h0 = i * s.stride_h - s.pad_h, w0 = j * s.stride_w - s.pad_w;
-    const int a_lo = max(0, -h0), a_hi = min(s.kh, s.h - h0);  // rows of the window in range
-    const int b_lo = max(0, -w0), b_hi = min(s.kw, s.w - w0);
+  const Geometry<kK> k(s);
+  const Index stride = Index(gridDim.x) * blockDim.x;
+  const int plane_out = oh * ow;
+  for (Index o = Index(blockIdx.x) * blockDim.x + threadIdx.x; o < total; o += stride) {
+    const Index p = o / plane_out;
+    const int r = int(o - p * plane_out);
+    const int i = r / ow, j = r - i * ow;
+    const float* xp = d_x + int64_t(p) * s.h * s.w;  // (H, W)
+    const int h0 = i * k.sh - k.ph, w0 = j * k.sw - k.pw;
+    const int a_lo = max(0, -h0), a_hi = min(k.kh, s.h - h0);  // rows of the window in range
+    const int b_lo = max(0, -w0), b_hi = min(k.kw, s.w - w0);
     float best = 0.f;
     int32_t best_idx = -1;  // padding never wins: the first real element is always taken
     for (int a = a_lo; a < a_hi; ++a) {
@@ -49,33 +69,41 @@ __global__ void maxpool_forward_naive(MaxPoolShape s, int oh, int ow, int64_t to
 
 // Thread mapping: each thread owns input-gradient elements e = (n, c, ih, iw) flattened,
 // grid-stride; it visits the windows that contain (ih, iw) in row-major order and sums the dy
-// of those whose argmax is (ih, iw).
-__global__ void maxpool_backward_gather(MaxPoolShape s, int oh, int ow, int64_t total,
+// of those whose argmax is (ih, iw) -- in double and in the CPU reference's order, so the result
+// equals the reference bit for bit.
+template <class Index, int kK>
+__global__ void maxpool_backward_gather(MaxPoolShape s, int oh, int ow, Index total,
                                         const float* __restrict__ d_dy,
                                         const int32_t* __restrict__ d_argmax,
                                         float* __restrict__ d_dx) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += stride) {
-    const int iw = int(e % s.w);
-    const int ih = int((e / s.w) % s.h);
-    const int64_t p = e / (int64_t(s.w) * s.h);
+  const Geometry<kK> k(s);
+  const Index stride = Index(gridDim.x) * blockDim.x;
+  const int plane_in = s.h * s.w;
+  for (Index e = Index(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += stride) {
+    const Index p = e / plane_in;
+    const int me = int(e - p * plane_in);  // h*W + w inside the plane, as argmax stores it
+    const int ih = me / s.w, iw = me - ih * s.w;
     // Window i covers rows [i*stride - pad, i*stride - pad + kh).
-    const int th = ih + s.pad_h - s.kh + 1, tw = iw + s.pad_w - s.kw + 1;
-    const int i_lo = th <= 0 ? 0 : (th + s.stride_h - 1) / s.stride_h;
-    const int j_lo = tw <= 0 ? 0 : (tw + s.stride_w - 1) / s.stride_w;
-    const int i_hi = min((ih + s.pad_h) / s.stride_h, oh - 1);
-    const int j_hi = min((iw + s.pad_w) / s.stride_w, ow - 1);
-    const int32_t me = ih * s.w + iw;
-    const int64_t base = p * oh * ow;
-    float acc = 0.f;
+    const int th = ih + k.ph - k.kh + 1, tw = iw + k.pw - k.kw + 1;
+    const int i_lo = th <= 0 ? 0 : (th + k.sh - 1) / k.sh;
+    const int j_lo = tw <= 0 ? 0 : (tw + k.sw - 1) / k.sw;
+    const int i_hi = min((ih + k.ph) / k.sh, oh - 1);
+    const int j_hi = min((iw + k.pw) / k.sw, ow - 1);
+    const float* dyp = d_dy + int64_t(p) * oh * ow;        // (OH, OW)
+    const int32_t* amp = d_argmax + int64_t(p) * oh * ow;  // (OH, OW)
+    double acc = 0;
     for (int i = i_lo; i <= i_hi; ++i) {
       for (int j = j_lo; j <= j_hi; ++j) {
-        const int64_t o = base + int64_t(i) * ow + j;
-        if (__ldg(d_argmax + o) == me) acc += __ldg(d_dy + o);
+        if (__ldg(amp + i * ow + j) == me) acc += __ldg(dyp + i * ow + j);
       }
     }
-    d_dx[e] = acc;
+    d_dx[e] = float(acc);
   }
+}
+
+bool is_2x2_stride_2(const MaxPoolShape& s) {
+  return s.kh == 2 && s.kw == 2 && s.stride_h == 2 && s.stride_w == 2 && s.pad_h == 0 &&
+         s.pad_w == 0;
 }
 
 unsigned grid_for(int64_t work) {
@@ -89,16 +117,35 @@ void maxpool_forward_cuda(const MaxPoolShape& s, const float* d_x, float* d_y, i
                           cudaStream_t stream) {
   const int oh = s.oh(), ow = s.ow();
   const int64_t total = int64_t(s.n) * s.c * oh * ow;  // outputs (N, C, OH, OW)
-  maxpool_forward_naive<<<grid_for(total), kThreads, 0, stream>>>(s, oh, ow, total, d_x, d_y,
-                                                                  d_argmax);
+  const unsigned grid = grid_for(total);
+  const bool small = total <= INT32_MAX;
+  if (is_2x2_stride_2(s) && small)
+    maxpool_forward_naive<int32_t, 2>
+        <<<grid, kThreads, 0, stream>>>(s, oh, ow, int32_t(total), d_x, d_y, d_argmax);
+  else if (small)
+    maxpool_forward_naive<int32_t, 0>
+        <<<grid, kThreads, 0, stream>>>(s, oh, ow, int32_t(total), d_x, d_y, d_argmax);
+  else
+    maxpool_forward_naive<int64_t, 0>
+        <<<grid, kThreads, 0, stream>>>(s, oh, ow, total, d_x, d_y, d_argmax);
   CNN_LAUNCH_CHECK("maxpool_forward_naive");
 }
 
 void maxpool_backward_cuda(const MaxPoolShape& s, const float* d_dy, const int32_t* d_argmax,
                            float* d_dx, cudaStream_t stream) {
+  const int oh = s.oh(), ow = s.ow();
   const int64_t total = int64_t(s.n) * s.c * s.h * s.w;  // input gradients (N, C, H, W)
-  maxpool_backward_gather<<<grid_for(total), kThreads, 0, stream>>>(s, s.oh(), s.ow(), total, d_dy,
-                                                                    d_argmax, d_dx);
+  const unsigned grid = grid_for(total);
+  const bool small = total <= INT32_MAX;
+  if (is_2x2_stride_2(s) && small)
+    maxpool_backward_gather<int32_t, 2>
+        <<<grid, kThreads, 0, stream>>>(s, oh, ow, int32_t(total), d_dy, d_argmax, d_dx);
+  else if (small)
+    maxpool_backward_gather<int32_t, 0>
+        <<<grid, kThreads, 0, stream>>>(s, oh, ow, int32_t(total), d_dy, d_argmax, d_dx);
+  else
+    maxpool_backward_gather<int64_t, 0>
+        <<<grid, kThreads, 0, stream>>>(s, oh, ow, total, d_dy, d_argmax, d_dx);
   CNN_LAUNCH_CHECK("maxpool_backward_gather");
 }
 
