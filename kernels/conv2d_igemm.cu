@@ -77,6 +77,54 @@ __device__ __forceinline__ float relu_keep_nan(float v) {
   return (v < 0.f) ? 0.f : v;
 }
 
+// Issues the copies of a k-lane loader (element (q, j): k = kl + 8 q, tile row x + j T/8) after
+// all their sources were computed, so that the copies go out back to back.
+template <class C, int kRows>
+__device__ __forceinline__ void issue_klanes(float* s, int stride, int kl, int x,
+                                             const float* const (&src)[C::BK / 8][kRows],
+                                             const bool (&v)[C::BK / 8][kRows]) {
+#pragma unroll
+  for (int q = 0; q < C::BK / 8; ++q)
+#pragma unroll
+    for (int j = 0; j < kRows; ++j)
+      cp_async4(s + (kl + 8 * q) * stride + x + j * (C::kThreads / 8), src[q][j], v[q][j]);
+}
+
+// The tap-table gather of one A k-tile (forward and input gradient): the thread's tile row
+// `row` takes k = k0 + kq + (T/BM) q; tap entries {offset, r} come from the shared table, a tap
+// is real when bit r of `mask` is set, and its source is src + base + offset. All table reads
+// and addresses come first, then the copies issue back to back. With one k per thread step
+// (T == BM) the entries of two consecutive k arrive in one 16-byte shared load.
+template <class C>
+__device__ __forceinline__ void gather_by_table(const int2* tab, int k0, int kq, int row,
+                                                unsigned mask, int base, const float* src,
+                                                float* s) {
+  constexpr int kStep = C::kThreads / C::BM, kN = C::BK / kStep;
+  int off[kN];
+  bool v[kN];
+  if constexpr (kStep == 1) {
+    const int4* tab4 = reinterpret_cast<const int4*>(tab + k0);  // k0 % BK == 0: aligned
+#pragma unroll
+    for (int j = 0; j < kN / 2; ++j) {
+      const int4 e = tab4[j];
+      v[2 * j] = (mask >> e.y) & 1u;
+      off[2 * j] = e.x;
+      v[2 * j + 1] = (mask >> e.w) & 1u;
+      off[2 * j + 1] = e.z;
+    }
+  } else {
+#pragma unroll
+    for (int q = 0; q < kN; ++q) {
+      const int2 e = tab[k0 + kq + q * kStep];
+      v[q] = (mask >> e.y) & 1u;
+      off[q] = e.x;
+    }
+  }
+#pragma unroll
+  for (int q = 0; q < kN; ++q)
+    cp_async4(s + (kq + q * kStep) * C::SA + row, src + (v[q] ? base + off[q] : 0), v[q]);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Forward: C[m = (n, oy, ox)][oc] = sum over k = (c, ky, kx) of x[n][c][iy][ix] * w[oc][k].
 struct FwdProblem {
@@ -150,13 +198,7 @@ struct FwdProblem {
     __device__ __forceinline__ void load(float* s, int k0) const {
       constexpr int kStep = C::kThreads / C::BM;
       if (tab) {
-#pragma unroll
-        for (int q = 0; q < C::BK / kStep; ++q) {
-          const int kl = kq + q * kStep;
-          const int2 e = tab[k0 + kl];
-          const bool v = (mask >> e.y) & 1u;
-          cp_async4(s + kl * C::SA + row, p.x + (v ? off + e.x : 0), v);
-        }
+        gather_by_table<C>(tab, k0, kq, row, mask, off, p.x, s);
         return;
       }
 #pragma unroll
@@ -257,13 +299,7 @@ struct DgradProblem {
     __device__ __forceinline__ void load(float* s, int k0) const {
       constexpr int kStep = C::kThreads / C::BM;
       if (tab) {
-#pragma unroll
-        for (int q = 0; q < C::BK / kStep; ++q) {
-          const int kl = kq + q * kStep;
-          const int2 e = tab[k0 + kl];
-          const bool v = (mask >> e.y) & 1u;
-          cp_async4(s + kl * C::SA + row, p.dy + (v ? base + e.x : 0), v);
-        }
+        gather_by_table<C>(tab, k0, kq, row, mask, base, p.dy, s);
         return;
       }
 #pragma unroll
@@ -302,6 +338,8 @@ struct DgradProblem {
       c0 = n0 + cl;
     }
     __device__ __forceinline__ void load(float* s, int k0) const {
+      const float* src[C::BK / 8][kRows];
+      bool v[C::BK / 8][kRows];
 #pragma unroll
       for (int q = 0; q < C::BK / 8; ++q) {
         const int k = k0 + kl + 8 * q;
@@ -310,11 +348,11 @@ struct DgradProblem {
 #pragma unroll
         for (int j = 0; j < kRows; ++j) {
           const int c = c0 + j * (C::kThreads / 8);
-          const bool v = k < p.K && c < p.g.c;
-          cp_async4(s + (kl + 8 * q) * C::SB + cl + j * (C::kThreads / 8),
-                    v ? p.w + (koff + c * p.g.khw) : p.w, v);
+          v[q][j] = k < p.K && c < p.g.c;
+          src[q][j] = v[q][j] ? p.w + (koff + c * p.g.khw) : p.w;
         }
       }
+      issue_klanes<C, kRows>(s, C::SB, kl, cl, src, v);
     }
   };
 
@@ -355,6 +393,8 @@ struct WgradProblem {
       r0 = m0 + rl;
     }
     __device__ __forceinline__ void load(float* s, int k0) const {
+      const float* src[C::BK / 8][kRows];
+      bool v[C::BK / 8][kRows];
 #pragma unroll
       for (int q = 0; q < C::BK / 8; ++q) {
         const int k = k0 + kl + 8 * q;
@@ -363,11 +403,11 @@ struct WgradProblem {
 #pragma unroll
         for (int j = 0; j < kRows; ++j) {
           const int oc = r0 + j * (C::kThreads / 8);
-          const bool v = k < p.K && oc < p.g.oc;
-          cp_async4(s + (kl + 8 * q) * C::SA + rl + j * (C::kThreads / 8),
-                    v ? p.dy + (koff + oc * p.g.ohw) : p.dy, v);
+          v[q][j] = k < p.K && oc < p.g.oc;
+          src[q][j] = v[q][j] ? p.dy + (koff + oc * p.g.ohw) : p.dy;
         }
       }
+      issue_klanes<C, kRows>(s, C::SA, kl, rl, src, v);
     }
   };
 
@@ -403,6 +443,8 @@ struct WgradProblem {
       }
     }
     __device__ __forceinline__ void load(float* s, int k0) const {
+      const float* src[C::BK / 8][kRows];
+      bool v[C::BK / 8][kRows];
 #pragma unroll
       for (int q = 0; q < C::BK / 8; ++q) {
         const int k = k0 + kl + 8 * q;
@@ -416,11 +458,11 @@ struct WgradProblem {
           const bool one = (ones >> j) & 1u;
           const bool inside = static_cast<unsigned>(iy0 + jy[j]) < static_cast<unsigned>(p.g.h) &&
                               static_cast<unsigned>(ix0 + jx[j]) < static_cast<unsigned>(p.g.w);
-          const bool v = kv && (one || inside);
-          const float* src = one ? &kOneF : p.x + (xoff + joff[j]);
-          cp_async4(s + (kl + 8 * q) * C::SB + cl + j * (C::kThreads / 8), v ? src : p.x, v);
+          v[q][j] = kv && (one || inside);
+          src[q][j] = v[q][j] ? (one ? &kOneF : p.x + (xoff + joff[j])) : p.x;
         }
       }
+      issue_klanes<C, kRows>(s, C::SB, kl, cl, src, v);
     }
   };
 
@@ -453,19 +495,29 @@ __global__ void wgrad_reduce_splits(const float* __restrict__ d_scratch, int spl
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tile choices. The 128x32 tile serves the problems with at most 32 output columns (conv2's
-// input gradient: C = 32), the 64x64 tile the rest.
+// Tile choices (128 threads each):
+//   Wide   128x64: forward / input gradient with more than 32 output columns (conv2 forward:
+//          OC = 64): 8x8 FFMA micro-tiles or 32x64 MMA warp tiles, the most work per loaded
+//          element and the most independent accumulators per warp;
+//   Narrow 128x32: at most 32 output columns (conv2's input gradient: C = 32; conv1: OC = 32);
+//   Square 64x64:  the weight gradient (M = OC is small, N = C*KH*KW large).
+// Wide and Narrow keep 4 stages in flight (3 ahead of the math): their long-scoreboard stalls
+// were the load latency of the gathers.
+template <bool kTf32>
+using CfgWide = igemm::Cfg<128, 64, 16, 128, 4, kTf32>;
+template <bool kTf32>
+using CfgNarrow = igemm::Cfg<128, 32, 16, 128, 4, kTf32>;
 template <bool kTf32>
 using CfgSquare = igemm::Cfg<64, 64, 16, 128, 3, kTf32>;
-template <bool kTf32>
-using CfgNarrow = igemm::Cfg<128, 32, 16, 128, 3, kTf32>;
 
-// Runs a full-K-epilogue problem (forward, input gradient): cluster split-K only when the tile
-// grid alone would leave SMs idle.
+// Runs a full-K-epilogue problem (forward, input gradient). K is split across a cluster
+// (summed in a fixed order through distributed shared memory) until the grid has ~2.5 blocks
+// per SM: the short-scoreboard and MMA latencies need more resident warps than one tile row
+// of blocks gives.
 template <bool kTf32, class P>
 void run_full(const P& p, cudaStream_t stream, const char* name) {
   const igemm::DeviceInfo dev = igemm::device_info();
-  const int64_t target = 2 * static_cast<int64_t>(dev.sms);
+  const int64_t target = static_cast<int64_t>(dev.sms) * 5 / 2;
   if (p.N <= 32) {
     using C = CfgNarrow<kTf32>;
     const int64_t tiles = ceil_div<int64_t>(p.M, C::BM) * ceil_div<int64_t>(p.N, C::BN);
@@ -473,7 +525,7 @@ void run_full(const P& p, cudaStream_t stream, const char* name) {
         dev.clusters ? igemm::pick_splits(tiles, ceil_div(p.K, C::BK), target, 8, 8) : 1;
     igemm::launch<C>(p, splits, stream, name);
   } else {
-    using C = CfgSquare<kTf32>;
+    using C = CfgWide<kTf32>;
     const int64_t tiles = ceil_div<int64_t>(p.M, C::BM) * ceil_div<int64_t>(p.N, C::BN);
     const int splits =
         dev.clusters ? igemm::pick_splits(tiles, ceil_div(p.K, C::BK), target, 8, 8) : 1;

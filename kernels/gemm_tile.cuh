@@ -143,21 +143,29 @@ struct SimtMath {
     return (j / 4) * (C::BN / 2) + (j % 4);
   }
 
+  // Fragments of step k + 1 are read from shared memory while step k's FFMAs issue, so the
+  // shared-memory latency hides behind arithmetic instead of stalling the warp.
+  __device__ __forceinline__ void load_frag(const float* As, const float* Bs, int k, float (&a)[TM],
+                                            float (&b)[TN]) const {
+    const float* ap = As + k * C::SA + tm * 4;
+    const float* bp = Bs + k * C::SB + tn * 4;
+    *reinterpret_cast<float4*>(&a[0]) = *reinterpret_cast<const float4*>(ap);
+    *reinterpret_cast<float4*>(&a[4]) = *reinterpret_cast<const float4*>(ap + C::BM / 2);
+    *reinterpret_cast<float4*>(&b[0]) = *reinterpret_cast<const float4*>(bp);
+    if constexpr (TN == 8)
+      *reinterpret_cast<float4*>(&b[4]) = *reinterpret_cast<const float4*>(bp + C::BN / 2);
+  }
+
   __device__ __forceinline__ void compute(const float* As, const float* Bs) {
+    float a[2][TM], b[2][TN];
+    load_frag(As, Bs, 0, a[0], b[0]);
 #pragma unroll
     for (int k = 0; k < C::BK; ++k) {
-      float a[TM], b[TN];
-      const float* ap = As + k * C::SA + tm * 4;
-      const float* bp = Bs + k * C::SB + tn * 4;
-      *reinterpret_cast<float4*>(&a[0]) = *reinterpret_cast<const float4*>(ap);
-      *reinterpret_cast<float4*>(&a[4]) = *reinterpret_cast<const float4*>(ap + C::BM / 2);
-      *reinterpret_cast<float4*>(&b[0]) = *reinterpret_cast<const float4*>(bp);
-      if constexpr (TN == 8)
-        *reinterpret_cast<float4*>(&b[4]) = *reinterpret_cast<const float4*>(bp + C::BN / 2);
+      if (k + 1 < C::BK) load_frag(As, Bs, k + 1, a[(k + 1) % 2], b[(k + 1) % 2]);
 #pragma unroll
       for (int i = 0; i < TM; ++i)
 #pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[k % 2][i], b[k % 2][j], acc[i][j]);
     }
   }
 
@@ -202,28 +210,37 @@ struct MmaMath {
         for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
   }
 
+  // Fragments of one k8 step, rounded to TF32. The next step's are loaded before this step's
+  // MMAs issue (register double buffering).
+  __device__ __forceinline__ void load_frag(const float* As, const float* Bs, int ks,
+                                            uint32_t (&a)[MI][4], uint32_t (&b)[NI][2]) const {
+    const float* ap = As + (ks + t) * C::SA + wm + g;
+    const float* bp = Bs + (ks + t) * C::SB + wn + g;
+#pragma unroll
+    for (int i = 0; i < MI; ++i) {
+      a[i][0] = to_tf32(ap[i * 16]);
+      a[i][1] = to_tf32(ap[i * 16 + 8]);
+      a[i][2] = to_tf32(ap[4 * C::SA + i * 16]);
+      a[i][3] = to_tf32(ap[4 * C::SA + i * 16 + 8]);
+    }
+#pragma unroll
+    for (int j = 0; j < NI; ++j) {
+      b[j][0] = to_tf32(bp[j * 8]);
+      b[j][1] = to_tf32(bp[4 * C::SB + j * 8]);
+    }
+  }
+
   __device__ __forceinline__ void compute(const float* As, const float* Bs) {
+    constexpr int kSteps = C::BK / 8;
+    uint32_t a[2][MI][4], b[2][NI][2];
+    load_frag(As, Bs, 0, a[0], b[0]);
 #pragma unroll
-    for (int ks = 0; ks < C::BK; ks += 8) {
-      uint32_t a[MI][4], b[NI][2];
-      const float* ap = As + (ks + t) * C::SA + wm + g;
-      const float* bp = Bs + (ks + t) * C::SB + wn + g;
-#pragma unroll
-      for (int i = 0; i < MI; ++i) {
-        a[i][0] = to_tf32(ap[i * 16]);
-        a[i][1] = to_tf32(ap[i * 16 + 8]);
-        a[i][2] = to_tf32(ap[4 * C::SA + i * 16]);
-        a[i][3] = to_tf32(ap[4 * C::SA + i * 16 + 8]);
-      }
-#pragma unroll
-      for (int j = 0; j < NI; ++j) {
-        b[j][0] = to_tf32(bp[j * 8]);
-        b[j][1] = to_tf32(bp[4 * C::SB + j * 8]);
-      }
+    for (int s = 0; s < kSteps; ++s) {
+      if (s + 1 < kSteps) load_frag(As, Bs, (s + 1) * 8, a[(s + 1) % 2], b[(s + 1) % 2]);
 #pragma unroll
       for (int i = 0; i < MI; ++i)
 #pragma unroll
-        for (int j = 0; j < NI; ++j) mma_tf32(acc[i][j], a[i], b[j]);
+        for (int j = 0; j < NI; ++j) mma_tf32(acc[i][j], a[s % 2][i], b[s % 2][j]);
     }
   }
 
@@ -269,29 +286,42 @@ struct StridedLoader {
       : base(base_), ld(ld_), X(X_), K(K_), x0(x0_), tid(tid_), k_contig(k_contig_) {}
 
   __device__ __forceinline__ void load(float* s, int k0) const {
+    // Sources first, then the copies back to back.
     if (k_contig) {
       const int kl = tid % 8, xl = tid / 8;
+      const float* src[kRowsK][kQK];
+      bool v[kRowsK][kQK];
 #pragma unroll
       for (int r = 0; r < kRowsK; ++r) {
         const int x = xl + r * (C::kThreads / 8);
         const bool xv = x0 + x < X;
-        const float* row = base + (x0 + x) * ld;
+        const float* row = base + (x0 + x) * ld + k0;
 #pragma unroll
         for (int q = 0; q < kQK; ++q) {
           const int k = kl + 8 * q;
-          const bool v = xv && (k0 + k < K);
-          cp_async4(s + k * S + x, v ? row + (k0 + k) : base, v);
+          v[r][q] = xv && (k0 + k < K);
+          src[r][q] = v[r][q] ? row + k : base;
         }
       }
+#pragma unroll
+      for (int r = 0; r < kRowsK; ++r)
+#pragma unroll
+        for (int q = 0; q < kQK; ++q)
+          cp_async4(s + (kl + 8 * q) * S + xl + r * (C::kThreads / 8), src[r][q], v[r][q]);
     } else {
       const int x = tid % BX, kl = tid / BX;
       const bool xv = x0 + x < X;
+      const float* src[kQX];
+      bool v[kQX];
 #pragma unroll
       for (int q = 0; q < kQX; ++q) {
         const int k = kl + q * (C::kThreads / BX);
-        const bool v = xv && (k0 + k < K);
-        cp_async4(s + k * S + x, v ? base + (int64_t)(k0 + k) * ld + (x0 + x) : base, v);
+        v[q] = xv && (k0 + k < K);
+        src[q] = v[q] ? base + (int64_t)(k0 + k) * ld + (x0 + x) : base;
       }
+#pragma unroll
+      for (int q = 0; q < kQX; ++q)
+        cp_async4(s + (kl + q * (C::kThreads / BX)) * S + x, src[q], v[q]);
     }
   }
 };

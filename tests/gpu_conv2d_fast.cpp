@@ -27,6 +27,8 @@ using namespace cnn;
 
 namespace {
 
+#ifdef CNN_HAVE_CUDA
+
 Conv2dShape shape(int n, int c, int h, int w, int oc, int kh, int kw, int sh, int sw, int ph,
                   int pw) {
   Conv2dShape s;
@@ -52,15 +54,23 @@ std::string describe(const Conv2dShape& s) {
 }
 
 // max |got - ref| / max |ref| (see gpu_gemm_cuda.cpp); NaN/inf in got gives infinity.
-double rel_to_max(const std::vector<float>& got, const std::vector<float>& ref) {
+double rel_to_max(const std::vector<float>& got, const std::vector<float>& ref,
+                  double typical = 0) {
   if (got.size() != ref.size()) return INFINITY;
-  double worst = 0, scale = 1e-30;
+  double worst = 0, scale = std::max(1e-30, typical);
   for (size_t i = 0; i < got.size(); ++i) {
     if (std::isnan(got[i]) || std::isinf(got[i])) return INFINITY;
     worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - ref[i]));
     scale = std::max(scale, std::fabs(static_cast<double>(ref[i])));
   }
   return worst / scale;
+}
+
+// Typical magnitude of a sum of k products of U(-1, 1) values (sqrt(k)/3): the error scale of
+// an output that happens to cancel to near zero (e.g. a bias gradient of one channel), so
+// that TF32 rounding of its terms is judged against the terms, not against the remainder.
+double typical(int64_t k) {
+  return std::sqrt(static_cast<double>(std::max<int64_t>(1, k))) / 3;
 }
 
 double tolerance(Precision p, int64_t k) {
@@ -106,8 +116,6 @@ Refs make_refs(const Conv2dShape& s, uint64_t seed, bool relu, bool plain, bool 
   conv2d_backward_weight_cpu(s, r.x.data(), r.dy.data(), r.dw.data(), r.db.data());
   return r;
 }
-
-#ifdef CNN_HAVE_CUDA
 
 enum class Impl { Igemm, OneCh };
 
@@ -166,27 +174,29 @@ void check_shape(Impl impl, const Conv2dShape& s, const Refs& r, bool relu, Prec
   const int64_t k_wgrad = int64_t{s.n} * s.oh() * s.ow();
   const Exec ex = exec_of(prec, false), ex_det = exec_of(prec, true);
 
-  const double e_y = rel_to_max(gpu_forward(impl, s, r, true, relu, ex), r.y);
+  const double e_y = rel_to_max(gpu_forward(impl, s, r, true, relu, ex), r.y, typical(k_fwd));
   EXPECT_LE(e_y, tolerance(prec, k_fwd)) << "forward (bias, relu=" << relu << ")";
   double e_plain = 0, e_dx = 0;
   if (!r.y_plain.empty()) {
-    e_plain = rel_to_max(gpu_forward(impl, s, r, false, false, ex), r.y_plain);
+    e_plain = rel_to_max(gpu_forward(impl, s, r, false, false, ex), r.y_plain, typical(k_fwd));
     EXPECT_LE(e_plain, tolerance(prec, k_fwd)) << "forward (no bias)";
   }
   if (impl == Impl::Igemm && !r.dx.empty()) {
-    e_dx = rel_to_max(gpu_backward_data(s, r, ex), r.dx);
+    e_dx = rel_to_max(gpu_backward_data(s, r, ex), r.dx, typical(k_dgrad));
     EXPECT_LE(e_dx, tolerance(prec, k_dgrad)) << "backward_data";
   }
 
   std::vector<float> dw, db, dw_det, db_det, dw_det2, db_det2;
   gpu_backward_weight(impl, s, r, true, ex, dw, db);
-  const double e_dw = rel_to_max(dw, r.dw), e_db = rel_to_max(db, r.db);
+  const double e_dw = rel_to_max(dw, r.dw, typical(k_wgrad)),
+               e_db = rel_to_max(db, r.db, typical(k_wgrad));
   EXPECT_LE(e_dw, tolerance(prec, k_wgrad)) << "backward_weight dw (atomic)";
   EXPECT_LE(e_db, tolerance(prec, k_wgrad)) << "backward_weight db (atomic)";
 
   gpu_backward_weight(impl, s, r, true, ex_det, dw_det, db_det);
   gpu_backward_weight(impl, s, r, true, ex_det, dw_det2, db_det2);
-  const double e_dw_det = rel_to_max(dw_det, r.dw), e_db_det = rel_to_max(db_det, r.db);
+  const double e_dw_det = rel_to_max(dw_det, r.dw, typical(k_wgrad)),
+               e_db_det = rel_to_max(db_det, r.db, typical(k_wgrad));
   EXPECT_LE(e_dw_det, tolerance(prec, k_wgrad)) << "backward_weight dw (deterministic)";
   EXPECT_LE(e_db_det, tolerance(prec, k_wgrad)) << "backward_weight db (deterministic)";
   EXPECT_TRUE(bitwise_equal(dw_det, dw_det2) && bitwise_equal(db_det, db_det2))
@@ -195,7 +205,8 @@ void check_shape(Impl impl, const Conv2dShape& s, const Refs& r, bool relu, Prec
   // Without db: dw unchanged in meaning, db left alone.
   std::vector<float> dw_nodb, db_nodb;
   gpu_backward_weight(impl, s, r, false, ex_det, dw_nodb, db_nodb);
-  EXPECT_LE(rel_to_max(dw_nodb, r.dw), tolerance(prec, k_wgrad)) << "backward_weight without db";
+  EXPECT_LE(rel_to_max(dw_nodb, r.dw, typical(k_wgrad)), tolerance(prec, k_wgrad))
+      << "backward_weight without db";
   EXPECT_TRUE(bitwise_equal(db_nodb, r.db0)) << "db was written although null";
 
   std::printf("%-5s %-4s %s: rel err y %.2g%s dx %.2g dw %.2g db %.2g (det %.2g %.2g)\n",
@@ -207,7 +218,7 @@ void check_shape(Impl impl, const Conv2dShape& s, const Refs& r, bool relu, Prec
 void run_shapes(Impl impl, const std::vector<Conv2dShape>& shapes, bool big) {
   int which = 0;
   for (const Conv2dShape& s : shapes) {
-    check_conv2d_shape(s);
+    ASSERT_TRUE(s.oh() >= 1 && s.ow() >= 1) << describe(s);
     const uint64_t seed = test::fresh_seed();
     const bool relu = (which++ % 2) == 0 || big;
     SCOPED_TRACE(describe(s) + " seed=" + std::to_string(seed));
