@@ -6,28 +6,20 @@
 #include <cstdint>
 
 #include "kernels/error.h"
+#include "kernels/linear_cpu_fast.h"
 #ifdef CNN_HAVE_CUDA
+#include "kernels/gemm_cuda.h"
 #include "kernels/linear_cuda.h"
 #endif
 
 namespace cnn {
 namespace {
 
-// True for the tiled GEMM, false for the naive one; throws for variants linear does not have.
-bool use_tiled(Algo algo) {
-  switch (algo) {
-    case Algo::Naive:
-      return false;
-    case Algo::Auto:
-    case Algo::Tiled:
-    case Algo::Fast:
-      return true;
-    case Algo::Igemm:
-      break;
-  }
-  CNN_FAIL("linear: algorithm '{}' is not available (expected naive, tiled, fast or auto)",
-           algo_name(algo));
-}
+// True for the tiled GEMM, false for the naive one (naive and tiled are linear.cu's kernels).
+bool use_tiled(Algo algo) { return algo != Algo::Naive; }
+
+// fast / auto / igemm: the register-tiled FP32 or TF32 tensor-core GEMM of gemm_cuda.cu.
+[[maybe_unused]] bool use_gemm_cuda(Algo algo) { return algo != Algo::Naive && algo != Algo::Tiled; }
 
 }  // namespace
 
@@ -47,8 +39,14 @@ void linear_forward(const LinearShape& s, const float* x, const float* w, const 
   check_linear_shape(s);
   CNN_CHECK(x && w && y, "linear_forward: x, w and y must not be null");
   const bool tiled = use_tiled(algo);
-  if (ex.device == Device::CPU) return linear_forward_cpu(s, x, w, b, y, relu);
+  if (ex.device == Device::CPU) {
+    if (algo == Algo::Naive) return linear_forward_cpu(s, x, w, b, y, relu);
+    return linear_forward_cpu_fast(s, x, w, b, y, relu);
+  }
 #ifdef CNN_HAVE_CUDA
+  if (use_gemm_cuda(algo))
+    return gemm_cuda(false, true, s.n, s.out, s.in, 1.f, x, s.in, w, s.in, 0.f, y, s.out, b, relu,
+                     ex.precision, ex.stream);
   linear_forward_cuda(s, x, w, b, y, relu, tiled, ex.stream);
 #else
   (void)tiled;
@@ -61,8 +59,14 @@ void linear_backward_data(const LinearShape& s, const float* dy, const float* w,
   check_linear_shape(s);
   CNN_CHECK(dy && w && dx, "linear_backward_data: dy, w and dx must not be null");
   const bool tiled = use_tiled(algo);
-  if (ex.device == Device::CPU) return linear_backward_data_cpu(s, dy, w, dx);
+  if (ex.device == Device::CPU) {
+    if (algo == Algo::Naive) return linear_backward_data_cpu(s, dy, w, dx);
+    return linear_backward_data_cpu_fast(s, dy, w, dx);
+  }
 #ifdef CNN_HAVE_CUDA
+  if (use_gemm_cuda(algo))
+    return gemm_cuda(false, false, s.n, s.in, s.out, 1.f, dy, s.out, w, s.in, 0.f, dx, s.in,
+                     nullptr, false, ex.precision, ex.stream);
   linear_backward_data_cuda(s, dy, w, dx, tiled, ex.stream);
 #else
   (void)tiled;
@@ -88,8 +92,17 @@ void linear_backward_weight(const LinearShape& s, const float* x, const float* d
             "linear_backward_weight: deterministic mode needs a scratch buffer of {} floats",
             linear_backward_weight_scratch_floats(s, ex));
   const bool tiled = use_tiled(algo);
-  if (ex.device == Device::CPU) return linear_backward_weight_cpu(s, x, dy, dw, db);
+  if (ex.device == Device::CPU) {
+    if (algo == Algo::Naive) return linear_backward_weight_cpu(s, x, dy, dw, db);
+    return linear_backward_weight_cpu_fast(s, x, dy, dw, db);
+  }
 #ifdef CNN_HAVE_CUDA
+  if (use_gemm_cuda(algo)) {
+    gemm_cuda(true, false, s.out, s.in, s.n, 1.f, dy, s.out, x, s.in, 1.f, dw, s.in, nullptr, false,
+              ex.precision, ex.stream);
+    if (db) linear_bias_grad_cuda(s, dy, db, scratch, ex.deterministic, ex.stream);
+    return;
+  }
   linear_backward_weight_cuda(s, x, dy, dw, db, scratch, tiled, ex.deterministic, ex.stream);
 #else
   (void)scratch;

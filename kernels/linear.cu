@@ -272,7 +272,11 @@ void linear_backward_weight_cuda(const LinearShape& s, const float* d_x, const f
   // dw (out, in) += dy^T (out, n) * x (n, in); dy (n, out) read as A^T.
   GemmArgs g{s.out, s.in, s.n, d_dy, s.out, d_x, s.in, d_dw, s.in, nullptr, false, true};
   launch_gemm<true, false>(g, tiled, stream);
-  if (!d_db) return;
+  if (d_db) linear_bias_grad_cuda(s, d_dy, d_db, d_scratch, deterministic, stream);
+}
+
+void linear_bias_grad_cuda(const LinearShape& s, const float* d_dy, float* d_db, float* d_scratch,
+                           bool deterministic, cudaStream_t stream) {
   const int chunks = ceil_div(s.n, kLinearDbRowsPerChunk);
   db_partial<<<grid_1d(int64_t(s.out) * chunks), kThreads1d, 0, stream>>>(
       s.n, s.out, d_dy, d_db, d_scratch, chunks, deterministic);

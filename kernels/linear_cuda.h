@@ -20,4 +20,8 @@ void linear_backward_weight_cuda(const LinearShape& s, const float* d_x, const f
                                  float* d_dw, float* d_db, float* d_scratch, bool tiled,
                                  bool deterministic, cudaStream_t stream);
 
+// db (out) += column sums of dy (n, out): atomicAdd per chunk, or fixed-order through scratch.
+void linear_bias_grad_cuda(const LinearShape& s, const float* d_dy, float* d_db, float* d_scratch,
+                           bool deterministic, cudaStream_t stream);
+
 }  // namespace cnn
