@@ -10,8 +10,8 @@
 namespace cnn {
 
 std::string version_string(const char* program) {
-  return fmt::format("{} {} (git {}), CUDA {}, architectures {}", program, CNN_VERSION,
-                     CNN_GIT_HASH, built_with_cuda() ? "on" : "off", CNN_CUDA_ARCHS);
+  return fmt::format("{} {} (git {}), CUDA {}, architectures {}", program, kBuildVersion,
+                     kBuildGitHash, built_with_cuda() ? "on" : "off", kBuildCudaArchs);
 }
 
 int run_main(const char* program, const std::function<int()>& body) {

@@ -6,6 +6,11 @@
 
 namespace cnn {
 
+// Filled in at configure time (build_info.cpp.in).
+extern const char* const kBuildVersion;
+extern const char* const kBuildGitHash;
+extern const char* const kBuildCudaArchs;
+
 std::string version_string(const char* program);  // version, git hash, CUDA on/off, archs
 
 // Runs body(); a cnn::Error or any std::exception becomes "program: error: <what>" and exit 1.
