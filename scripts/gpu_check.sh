@@ -48,17 +48,43 @@ if [ $sanitize -eq 1 ]; then
 fi
 
 if [ -f data/mnist/train-images-idx3-ubyte.gz ] || [ -f data/mnist/train-images-idx3-ubyte ]; then
-  step "short training run (configs/mnist.yaml, 1 epoch)"
-  "$bin/train" --config configs/mnist.yaml --device cuda --set training.epochs=1 \
-    --log-dir "$out/train_logs" > "$out/train.log" 2>&1 || fail "training run"
-  tail -8 "$out/train.log"
+  step "training run (configs/mnist.yaml)"
+  "$bin/train" --config configs/mnist.yaml --device cuda --set logging.progress=off \
+    --log-dir "$out/mnist" > "$out/train_mnist.log" 2>&1 || fail "mnist training run"
+  grep -E "test:|done" "$out/train_mnist.log" | tail -4
 fi
+if [ $quick -eq 0 ] && { [ -f data/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -f data/fashion-mnist/train-images-idx3-ubyte ]; }; then
+  step "training run (configs/fashion_mnist.yaml)"
+  "$bin/train" --config configs/fashion_mnist.yaml --device cuda --set logging.progress=off \
+    --log-dir "$out/fashion" > "$out/train_fashion.log" 2>&1 || fail "fashion-mnist training run"
+  grep -E "test:|done" "$out/train_fashion.log" | tail -4
+fi
+
+# cuDNN and cuBLAS for the benchmark's yardstick come from the PyTorch install there.
+libs=$(python3 - <<'PY' 2>/dev/null
+import importlib, os
+dirs = []
+for m in ("nvidia.cudnn", "nvidia.cublas", "nvidia.cu13", "nvidia.cuda_runtime"):
+    try:
+        p = importlib.import_module(m).__path__[0]
+        for sub in ("lib", "lib64"):
+            if os.path.isdir(os.path.join(p, sub)): dirs.append(os.path.join(p, sub))
+    except Exception:
+        pass
+print(":".join(dirs))
+PY
+)
+export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 if [ $quick -eq 0 ]; then
   step "benchmark"
   "$bin/bench" --config configs/mnist.yaml --markdown "$out/bench.md" --csv "$out/bench.csv" \
     > "$out/bench.log" 2>&1 || fail "bench"
   cat "$out/bench.md" 2>/dev/null || tail -30 "$out/bench.log"
+  step "PyTorch baseline"
+  timeout 240 python3 scripts/torch_baseline.py --config configs/mnist.yaml --markdown "$out/torch.md" \
+    > "$out/torch.log" 2>&1 || echo "torch baseline failed (not a test failure)"
+  cat "$out/torch.md" 2>/dev/null || tail -10 "$out/torch.log"
 fi
 
 echo
