@@ -27,7 +27,7 @@ struct Prediction {
 std::vector<std::pair<int, double>> top_k(const float* logits, int classes, int k) {
   double mx = logits[0];
   for (int c = 1; c < classes; ++c) mx = std::max(mx, double(logits[c]));
-  std::vector<std::pair<int, double>> p(size_t(classes));
+  std::vector<std::pair<int, double>> p(static_cast<size_t>(classes));
   double sum = 0;
   for (int c = 0; c < classes; ++c) sum += std::exp(double(logits[c]) - mx);
   for (int c = 0; c < classes; ++c) p[size_t(c)] = {c, std::exp(double(logits[c]) - mx) / sum};
