@@ -46,7 +46,7 @@ class Layer {
   virtual std::vector<ParamInfo> param_shapes() const { return {}; }
   // Points the layer at its parameters and gradients inside the network's flat buffers.
   virtual void bind(float* /*params*/, float* /*grads*/) {}
-  // He (Kaiming) uniform weights for ReLU nets, PyTorch-style uniform biases, into host memory.
+  // Kaiming-uniform weights and biases as torch.nn initializes them, into host memory.
   virtual void init_params(float* /*h_params*/, std::mt19937_64& /*rng*/) const {}
   // Scratch floats backward needs (deterministic reductions); the Network provides them.
   virtual std::size_t scratch_floats(const Exec&) const { return 0; }

@@ -12,8 +12,8 @@ std::unique_ptr<Layer> make_relu_layer(const LayerSpec& spec);
 std::unique_ptr<Layer> make_maxpool2d_layer(const LayerSpec& spec);
 std::unique_ptr<Layer> make_flatten_layer(const LayerSpec& spec);
 
-// He-uniform weights (bound sqrt(6 / fan_in), the ReLU gain) and PyTorch's bias bound
-// 1/sqrt(fan_in), drawn in a fixed order so a seed reproduces the same network.
+// Kaiming-uniform weights as torch.nn initializes them (a = sqrt(5): bound 1/sqrt(fan_in)) and
+// PyTorch's bias bound 1/sqrt(fan_in), drawn in a fixed order so a seed reproduces the network.
 void init_weight_and_bias(float* w, int64_t w_count, float* b, int64_t b_count, int64_t fan_in,
                           std::mt19937_64& rng);
 

@@ -19,7 +19,11 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& spec) {
 
 void init_weight_and_bias(float* w, int64_t w_count, float* b, int64_t b_count, int64_t fan_in,
                           std::mt19937_64& rng) {
-  const double w_bound = std::sqrt(6.0 / double(fan_in));
+  // Kaiming uniform with a = sqrt(5), torch.nn's default for Conv2d and Linear: bound
+  // 1/sqrt(fan_in). The plain He bound sqrt(6/fan_in) is 2.4x larger and made SGD at lr 0.05,
+  // momentum 0.9 diverge in the first steps on MNIST (measured), while the torch default trains
+  // like the PyTorch baseline we compare against.
+  const double w_bound = 1.0 / std::sqrt(double(fan_in));
   std::uniform_real_distribution<double> wd(-w_bound, w_bound);
   for (int64_t i = 0; i < w_count; ++i) w[i] = static_cast<float>(wd(rng));
   const double b_bound = 1.0 / std::sqrt(double(fan_in));
