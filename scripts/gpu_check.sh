@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine against binaries built elsewhere (scripts/stage_device.sh puts them in
 # .device_bin/): every GPU test, the gradient checks, a short training run and the benchmark.
-# Usage: scripts/gpu_check.sh [OUTDIR] [--sanitize] [--quick]
+# Usage: scripts/gpu_check.sh [OUTDIR] [--sanitize] [--quick]   (--quick: no benchmark)
 # Logs go to OUTDIR (default: $OUT when set, else logs/gpu_check). Exits non-zero if any GPU test
 # fails or is skipped on a machine that has a GPU.
 set -uo pipefail
@@ -53,7 +53,7 @@ if [ -f data/mnist/train-images-idx3-ubyte.gz ] || [ -f data/mnist/train-images-
     --log-dir "$out/mnist" > "$out/train_mnist.log" 2>&1 || fail "mnist training run"
   grep -E "test:|done" "$out/train_mnist.log" | tail -4
 fi
-if [ $quick -eq 0 ] && { [ -f data/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -f data/fashion-mnist/train-images-idx3-ubyte ]; }; then
+if { [ -f data/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -f data/fashion-mnist/train-images-idx3-ubyte ]; }; then
   step "training run (configs/fashion_mnist.yaml)"
   "$bin/train" --config configs/fashion_mnist.yaml --device cuda --set logging.progress=off \
     --log-dir "$out/fashion" > "$out/train_fashion.log" 2>&1 || fail "fashion-mnist training run"

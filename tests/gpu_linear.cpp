@@ -120,7 +120,8 @@ TEST(GpuLinear, MatchesCpuOnAwkwardShapes) {
   for (const LinearShape& s : shapes) check_linear(s);
 }
 
-TEST(GpuLinear, AutoIsTiledAndBitwiseRepeatable) {
+// Auto runs gemm_cuda (the fastest variant); it must repeat bitwise and agree with tiled.
+TEST(GpuLinear, AutoIsBitwiseRepeatableAndAgreesWithTiled) {
   CNN_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
@@ -138,5 +139,5 @@ TEST(GpuLinear, AutoIsTiledAndBitwiseRepeatable) {
     runs[i] = test::to_host(d_y.data(), d_y.size());
   }
   EXPECT_EQ(runs[0], runs[1]);
-  EXPECT_EQ(runs[0], runs[2]);
+  EXPECT_LT(test::max_rel_error(runs[0], runs[2], 1e-2), 1e-4);
 }
