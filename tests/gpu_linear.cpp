@@ -139,5 +139,6 @@ TEST(GpuLinear, AutoIsBitwiseRepeatableAndAgreesWithTiled) {
     runs[i] = test::to_host(d_y.data(), d_y.size());
   }
   EXPECT_EQ(runs[0], runs[1]);
-  EXPECT_LT(test::max_rel_error(runs[0], runs[2], 1e-2), 1e-4);
+  // Different summation orders: compare relative to the outputs' scale (~sqrt(K)), not per element.
+  EXPECT_LT(test::max_rel_error(runs[0], runs[2], 1.0), 1e-4);
 }
