@@ -25,8 +25,8 @@ class BatchSource {
   bool next(int* n);
   int64_t position() const { return sampler_.position(); }
 
-  const float* x() const { return x_.data(); }           // (batch, C, H, W)
-  const int32_t* labels() const { return y_.data(); }    // (batch)
+  const float* x() const { return x_.data(); }         // (batch, C, H, W)
+  const int32_t* labels() const { return y_.data(); }  // (batch)
   const int32_t* host_labels_of_last_batch() const { return last_labels_; }
 
  private:
@@ -34,10 +34,10 @@ class BatchSource {
   const Dataset& host_;
   GatherParams params_;
   BatchSampler sampler_;
-  DeviceDataset device_data_;         // CUDA only
-  Buffer<int32_t> d_order_;           // (N) the epoch's order on the device
-  Buffer<float> x_;                   // (batch, C, H, W)
-  Buffer<int32_t> y_;                 // (batch)
+  DeviceDataset device_data_;  // CUDA only
+  Buffer<int32_t> d_order_;    // (N) the epoch's order on the device
+  Buffer<float> x_;            // (batch, C, H, W)
+  Buffer<int32_t> y_;          // (batch)
   const int32_t* last_labels_ = nullptr;
   std::vector<int32_t> last_labels_host_;
 };

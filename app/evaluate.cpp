@@ -40,7 +40,8 @@ std::string format_confusion(const EvalResult& r, const std::vector<std::string>
   size_t w = 6;
   for (const auto& n : names) w = std::max(w, std::min<size_t>(n.size(), 12) + 1);
   std::string out = fmt::format("{:>{}}", "true\\pred", w + 4);
-  for (int c = 0; c < r.classes; ++c) out += fmt::format("{:>{}}", names[size_t(c)].substr(0, 12), w);
+  for (int c = 0; c < r.classes; ++c)
+    out += fmt::format("{:>{}}", names[size_t(c)].substr(0, 12), w);
   out += "\n";
   for (int t = 0; t < r.classes; ++t) {
     out += fmt::format("{:>{}}", names[size_t(t)].substr(0, 12), w + 4);

@@ -3,7 +3,6 @@
 // kernels on the chosen device (< 1e-2). With --config: the same two checks on that config's
 // network, on a small batch. Prints each tensor's relative error; exits 1 if any check fails.
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 
 #include "app/cli_common.h"

@@ -12,7 +12,8 @@ namespace fs = std::filesystem;
 
 bool has_image_extension(const std::string& path) {
   std::string ext = fs::path(path).extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   return ext == ".png" || ext == ".bmp" || ext == ".jpg" || ext == ".jpeg";
 }
 

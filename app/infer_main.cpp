@@ -1,7 +1,6 @@
 // ./infer: classifies image files with a trained checkpoint. The checkpoint carries the model,
 // class names, input size and normalization, so no config is needed.
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -49,16 +48,18 @@ void print(const Prediction& p, const std::vector<std::string>& names, const std
     nlohmann::json j = {{"path", p.path},
                         {"class", names[size_t(p.top[0].first)]},
                         {"probability", p.top[0].second}};
-    for (const auto& [c, prob] : p.top) j["top"].push_back({{"class", names[size_t(c)]}, {"probability", prob}});
+    for (const auto& [c, prob] : p.top)
+      j["top"].push_back({{"class", names[size_t(c)]}, {"probability", prob}});
     std::printf("%s\n", j.dump().c_str());
   } else if (format == "csv") {
     if (first) {
       std::printf("path,class,probability");
-      for (size_t i = 1; i < p.top.size(); ++i) std::printf(",top%zu_class,top%zu_probability", i + 1, i + 1);
+      for (size_t i = 1; i < p.top.size(); ++i)
+        std::printf(",top%zu_class,top%zu_probability", i + 1, i + 1);
       std::printf("\n");
     }
-    std::printf("%s,%s,%.6f", csv_field(p.path).c_str(), csv_field(names[size_t(p.top[0].first)]).c_str(),
-                p.top[0].second);
+    std::printf("%s,%s,%.6f", csv_field(p.path).c_str(),
+                csv_field(names[size_t(p.top[0].first)]).c_str(), p.top[0].second);
     for (size_t i = 1; i < p.top.size(); ++i)
       std::printf(",%s,%.6f", csv_field(names[size_t(p.top[i].first)]).c_str(), p.top[i].second);
     std::printf("\n");
@@ -107,8 +108,9 @@ int infer(const std::string& ckpt_path, int topk, const std::string& format,
     raw_copy(logits.data(), Device::CPU, d_logits, ex.device,
              size_t(n) * size_t(net.num_classes()) * sizeof(float));
     for (int i = 0; i < n; ++i) {
-      Prediction p{batch_paths[size_t(i)],
-                   top_k(logits.data() + size_t(i) * size_t(net.num_classes()), net.num_classes(), topk)};
+      Prediction p{
+          batch_paths[size_t(i)],
+          top_k(logits.data() + size_t(i) * size_t(net.num_classes()), net.num_classes(), topk)};
       print(p, meta.class_names, format, first);
       first = false;
     }
@@ -143,11 +145,14 @@ int main(int argc, char** argv) {
     std::string ckpt, format = "table", device = "auto";
     int topk = 1, batch = 256;
     std::vector<std::string> paths;
-    app.add_option("--checkpoint", ckpt, "checkpoint (.safetensors) written by ./train")->required();
-    app.add_option("--topk", topk, "also list the K most likely classes")->check(CLI::Range(1, 1000));
+    app.add_option("--checkpoint", ckpt, "checkpoint (.safetensors) written by ./train")
+        ->required();
+    app.add_option("--topk", topk, "also list the K most likely classes")
+        ->check(CLI::Range(1, 1000));
     app.add_option("--format", format, "table, json (one object per line) or csv")
         ->check(CLI::IsMember({"table", "json", "csv"}));
-    app.add_option("--device", device, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+    app.add_option("--device", device, "cpu, cuda or auto")
+        ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
     app.add_option("--batch", batch, "images per forward pass")->check(CLI::Range(1, 4096));
     app.add_option("paths", paths, "image files, folders (recursive) or glob patterns")->required();
     CLI11_PARSE(app, argc, argv);

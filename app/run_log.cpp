@@ -40,7 +40,9 @@ RunLog::RunLog(const std::string& run_dir, bool progress) {
   bar_enabled_ = progress && isatty(fileno(stdout));
 }
 
-RunLog::~RunLog() { clear_bar(); }
+RunLog::~RunLog() {
+  clear_bar();
+}
 
 void RunLog::truncate_metrics_after(int64_t last_step) {
   std::ifstream in(metrics_path_);

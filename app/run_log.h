@@ -2,12 +2,12 @@
 // What a run writes while it trains: log lines (console + logs/<run>/train.log through spdlog),
 // metrics.csv rows (appended durably; on resume, rows past the checkpoint are dropped first so
 // none is duplicated), and a progress bar on a terminal.
+#include <spdlog/spdlog.h>
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
-
-#include <spdlog/spdlog.h>
 
 namespace cnn {
 

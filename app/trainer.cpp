@@ -25,7 +25,9 @@ namespace {
 
 // The one process-wide mutable value: a signal handler can only talk to the loop through it.
 volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal = sig;
+}
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
@@ -93,12 +95,13 @@ bool Trainer::log_point(int64_t epoch, double lr) {
   images_since_log_ = 0;
   if (!std::isfinite(loss)) {
     const std::string bad = first_nonfinite_tensor(*net_);
-    CNN_FAIL("step {}: the training loss is {}; {} — stopping (the last checkpoint in {} is "
-             "intact; try a lower learning rate)",
-             pos_.global_step, loss,
-             bad.empty() ? "the parameters are finite, the logits overflowed"
-                         : "first layer with non-finite values: " + bad,
-             ckpt_dir_);
+    CNN_FAIL(
+        "step {}: the training loss is {}; {} — stopping (the last checkpoint in {} is "
+        "intact; try a lower learning rate)",
+        pos_.global_step, loss,
+        bad.empty() ? "the parameters are finite, the logits overflowed"
+                    : "first layer with non-finite values: " + bad,
+        ckpt_dir_);
   }
   log_->info("epoch {} step {}: loss {:.4f} acc {:.2f}% lr {:.4g} {:.0f} img/s", epoch + 1,
              pos_.global_step, loss, 100 * acc, lr, ips);
@@ -114,7 +117,8 @@ int Trainer::run() {
   ex_.precision = tr.precision;
   ex_.deterministic = tr.deterministic;
   run_dir_ = args_.log_dir.empty() ? cfg_.run_dir() : args_.log_dir;
-  ckpt_dir_ = cfg_.checkpoint.dir.empty() || (!args_.log_dir.empty() && cfg_.checkpoint.dir == cfg_.run_dir())
+  ckpt_dir_ = cfg_.checkpoint.dir.empty() ||
+                      (!args_.log_dir.empty() && cfg_.checkpoint.dir == cfg_.run_dir())
                   ? run_dir_
                   : cfg_.checkpoint.dir;
 
@@ -163,8 +167,8 @@ int Trainer::run() {
   log_->info("network (batch {}):\n{}", tr.batch_size,
              format_network_summary(summarize_network(cfg_.model.layers, cfg_.model.input_chw)));
   log_->info("data: train {} images ({}), {} {} images, {} classes, normalization {}",
-             data_.train.n, data_.train.source, data_.val.n > 0 ? "validation" : "test",
-             eval_set.n, data_.train.num_classes(), normalization_str(norm_));
+             data_.train.n, data_.train.source, data_.val.n > 0 ? "validation" : "test", eval_set.n,
+             data_.train.num_classes(), normalization_str(norm_));
   if (data_.train.skipped > 0)
     log_->warn("skipped {} unreadable training images, e.g. {}", data_.train.skipped,
                data_.train.skipped_examples.empty() ? "" : data_.train.skipped_examples[0]);
@@ -202,14 +206,14 @@ int Trainer::run() {
       lr = learning_rate(cfg_.schedule, cfg_.optimizer.lr,
                          double(pos_.global_step) / double(steps_per_epoch), total_epochs);
       net_->forward_backward(n, train.x(), train.labels(), 1.0f / float(n));
-      accumulate_metrics(n, net_->loss_rows(), net_->predictions(), train.labels(),
-                         totals_.data(), ex_);
+      accumulate_metrics(n, net_->loss_rows(), net_->predictions(), train.labels(), totals_.data(),
+                         ex_);
       opt_->step(lr);
       ++pos_.global_step;
       pos_.batch_in_epoch = train.position();
       images_since_log_ += n;
-      const bool at_log = cfg_.logging.every_steps > 0 &&
-                          pos_.global_step % cfg_.logging.every_steps == 0;
+      const bool at_log =
+          cfg_.logging.every_steps > 0 && pos_.global_step % cfg_.logging.every_steps == 0;
       if (at_log) log_point(epoch, lr);
       const double elapsed = seconds_since(epoch_start);
       log_->progress(epoch, tr.epochs, pos_.batch_in_epoch, steps_per_epoch,
@@ -221,8 +225,10 @@ int Trainer::run() {
       if (g_stop_signal) {
         log_->clear_bar();
         save("last.safetensors", pos_);
-        log_->info("stopped by signal {} at step {}; checkpoint {}/last.safetensors (continue "
-                   "with --resume)", int(g_stop_signal), pos_.global_step, ckpt_dir_);
+        log_->info(
+            "stopped by signal {} at step {}; checkpoint {}/last.safetensors (continue "
+            "with --resume)",
+            int(g_stop_signal), pos_.global_step, ckpt_dir_);
         return 0;
       }
       if (tr.max_steps > 0 && pos_.global_step >= tr.max_steps) {
@@ -244,11 +250,12 @@ int Trainer::run() {
       const auto eval_start = Clock::now();
       last_eval = evaluate(*net_, *eval);
       const double eval_s = seconds_since(eval_start);
-      log_->info("epoch {} {}: loss {:.4f} accuracy {:.2f}% ({} images) | epoch time {:.2f} s "
-                 "(train {:.2f} s, eval {:.2f} s), {:.1f} s elapsed",
-                 epoch + 1, data_.val.n > 0 ? "validation" : "test", last_eval.loss,
-                 100 * last_eval.accuracy, last_eval.count, train_s + eval_s, train_s, eval_s,
-                 seconds_since(start_));
+      log_->info(
+          "epoch {} {}: loss {:.4f} accuracy {:.2f}% ({} images) | epoch time {:.2f} s "
+          "(train {:.2f} s, eval {:.2f} s), {:.1f} s elapsed",
+          epoch + 1, data_.val.n > 0 ? "validation" : "test", last_eval.loss,
+          100 * last_eval.accuracy, last_eval.count, train_s + eval_s, train_s, eval_s,
+          seconds_since(start_));
       log_->metrics({seconds_since(start_), epoch + 1, pos_.global_step, "eval", last_eval.loss,
                      last_eval.accuracy, lr, 0});
       CNN_CHECK(std::isfinite(last_eval.loss), "epoch {}: the evaluation loss is {}; stopping",

@@ -86,9 +86,15 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const 
   }
 #ifdef CNN_HAVE_CUDA
   switch (cuda_path(s, algo)) {
-    case ConvPath::Direct: conv2d_forward_cuda(s, x, w, b, y, relu, algo, ex.stream); break;
-    case ConvPath::Igemm: conv2d_forward_igemm_cuda(s, x, w, b, y, relu, ex); break;
-    case ConvPath::OneChannel: conv2d_forward_1ch_cuda(s, x, w, b, y, relu, ex); break;
+    case ConvPath::Direct:
+      conv2d_forward_cuda(s, x, w, b, y, relu, algo, ex.stream);
+      break;
+    case ConvPath::Igemm:
+      conv2d_forward_igemm_cuda(s, x, w, b, y, relu, ex);
+      break;
+    case ConvPath::OneChannel:
+      conv2d_forward_1ch_cuda(s, x, w, b, y, relu, ex);
+      break;
   }
 #else
   (void)algo;
@@ -153,7 +159,9 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
     case ConvPath::Direct:
       conv2d_backward_weight_cuda(s, x, dy, dw, db, scratch, algo, ex.deterministic, ex.stream);
       break;
-    case ConvPath::Igemm: conv2d_backward_weight_igemm_cuda(s, x, dy, dw, db, scratch, ex); break;
+    case ConvPath::Igemm:
+      conv2d_backward_weight_igemm_cuda(s, x, dy, dw, db, scratch, ex);
+      break;
     case ConvPath::OneChannel:
       conv2d_backward_weight_1ch_cuda(s, x, dy, dw, db, scratch, ex);
       break;

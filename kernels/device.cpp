@@ -8,7 +8,9 @@
 
 namespace cnn {
 
-const char* device_name(Device d) { return d == Device::CUDA ? "cuda" : "cpu"; }
+const char* device_name(Device d) {
+  return d == Device::CUDA ? "cuda" : "cpu";
+}
 
 bool built_with_cuda() {
 #ifdef CNN_HAVE_CUDA

@@ -16,8 +16,8 @@ class Error : public std::runtime_error {
 
 // CNN_CHECK(cond, "fmt {}", args...): argument and shape checks; the message says what was
 // expected, not where in our code it was checked.
-#define CNN_CHECK(cond, ...)                                  \
-  do {                                                        \
+#define CNN_CHECK(cond, ...)                                     \
+  do {                                                           \
     if (!(cond)) throw ::cnn::Error(::fmt::format(__VA_ARGS__)); \
   } while (0)
 

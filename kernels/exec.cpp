@@ -8,11 +8,16 @@ namespace cnn {
 
 const char* algo_name(Algo a) {
   switch (a) {
-    case Algo::Auto: return "auto";
-    case Algo::Naive: return "naive";
-    case Algo::Tiled: return "tiled";
-    case Algo::Igemm: return "igemm";
-    case Algo::Fast: return "fast";
+    case Algo::Auto:
+      return "auto";
+    case Algo::Naive:
+      return "naive";
+    case Algo::Tiled:
+      return "tiled";
+    case Algo::Igemm:
+      return "igemm";
+    case Algo::Fast:
+      return "fast";
   }
   return "?";
 }
@@ -23,7 +28,9 @@ Algo parse_algo(const std::string& s) {
   CNN_FAIL("algorithm '{}' is not one of auto, naive, tiled, igemm, fast", s);
 }
 
-const char* precision_name(Precision p) { return p == Precision::TF32 ? "tf32" : "fp32"; }
+const char* precision_name(Precision p) {
+  return p == Precision::TF32 ? "tf32" : "fp32";
+}
 
 Precision parse_precision(const std::string& s) {
   if (s == "fp32") return Precision::FP32;

@@ -16,10 +16,14 @@ namespace cnn {
 namespace {
 
 // True for the tiled GEMM, false for the naive one (naive and tiled are linear.cu's kernels).
-bool use_tiled(Algo algo) { return algo != Algo::Naive; }
+bool use_tiled(Algo algo) {
+  return algo != Algo::Naive;
+}
 
 // fast / auto / igemm: the register-tiled FP32 or TF32 tensor-core GEMM of gemm_cuda.cu.
-[[maybe_unused]] bool use_gemm_cuda(Algo algo) { return algo != Algo::Naive && algo != Algo::Tiled; }
+[[maybe_unused]] bool use_gemm_cuda(Algo algo) {
+  return algo != Algo::Naive && algo != Algo::Tiled;
+}
 
 }  // namespace
 

@@ -32,8 +32,8 @@ Tensor Tensor::zeros(Shape shape, Device dev) {
 
 Tensor Tensor::from_host(Shape shape, const std::vector<float>& values, Device dev) {
   Tensor t(std::move(shape), dev);
-  CNN_CHECK(static_cast<int64_t>(values.size()) == t.numel(),
-            "from_host: {} values for shape {}", values.size(), shape_str(t.shape()));
+  CNN_CHECK(static_cast<int64_t>(values.size()) == t.numel(), "from_host: {} values for shape {}",
+            values.size(), shape_str(t.shape()));
   t.buf_.copy_from(values.data(), Device::CPU, values.size());
   return t;
 }

@@ -36,8 +36,10 @@ std::vector<T> get_json_list(const SafetensorsFile& f, const std::string& key) {
 
 CheckpointMeta meta_of(const SafetensorsFile& f) {
   const std::string* format = f.find_metadata("format");
-  CNN_CHECK(format && *format == kFormat, "{}: not a checkpoint of this trainer (metadata format "
-            "'{}', expected '{}')", f.path(), format ? *format : "", kFormat);
+  CNN_CHECK(format && *format == kFormat,
+            "{}: not a checkpoint of this trainer (metadata format "
+            "'{}', expected '{}')",
+            f.path(), format ? *format : "", kFormat);
   CheckpointMeta m;
   m.config_yaml = f.metadata_value("config");
   m.class_names = get_json_list<std::string>(f, "classes");
@@ -60,9 +62,9 @@ void save_checkpoint(const std::string& path, const Network& net, const ParamOpt
   std::vector<float> params = net.params_to_host();
   std::vector<NamedTensor> tensors;
   for (const auto& p : net.param_infos())
-    tensors.push_back({p.name, p.shape,
-                       std::vector<float>(params.begin() + p.offset,
-                                          params.begin() + p.offset + p.numel())});
+    tensors.push_back(
+        {p.name, p.shape,
+         std::vector<float>(params.begin() + p.offset, params.begin() + p.offset + p.numel())});
   if (opt)
     for (auto& [name, values] : opt->state_to_host())
       tensors.push_back({name, {static_cast<int64_t>(values.size())}, std::move(values)});
@@ -95,8 +97,10 @@ Checkpoint load_checkpoint_for(const std::string& path, const Network& net) {
   for (const auto& p : net.param_infos()) {
     expected.insert(p.name);
     const SafetensorsEntry* e = f.find(p.name);
-    CNN_CHECK(e, "{}: has no tensor '{}' that this network needs (was it trained with another "
-              "model config?)", path, p.name);
+    CNN_CHECK(e,
+              "{}: has no tensor '{}' that this network needs (was it trained with another "
+              "model config?)",
+              path, p.name);
     CNN_CHECK(e->shape == p.shape, "{}: tensor '{}' has shape {}, this network needs {}", path,
               p.name, shape_str(e->shape), shape_str(p.shape));
     NamedTensor t = f.tensor_f32(p.name);

@@ -15,10 +15,10 @@
 namespace cnn {
 
 struct TrainPosition {
-  int64_t epoch = 0;          // epoch in progress (0-based)
-  int64_t batch_in_epoch = 0; // next batch to run within that epoch
-  int64_t global_step = 0;    // optimizer steps taken so far
-  double best_accuracy = -1;  // best evaluation accuracy so far (-1: none yet)
+  int64_t epoch = 0;           // epoch in progress (0-based)
+  int64_t batch_in_epoch = 0;  // next batch to run within that epoch
+  int64_t global_step = 0;     // optimizer steps taken so far
+  double best_accuracy = -1;   // best evaluation accuracy so far (-1: none yet)
 };
 
 struct CheckpointMeta {

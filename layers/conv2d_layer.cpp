@@ -45,7 +45,8 @@ class Conv2dLayer : public Layer {
   void init_params(float* h_params, std::mt19937_64& rng) const override {
     const int64_t fan_in = int64_t(shape_.c) * shape_.kh * shape_.kw;
     const int64_t wn = fan_in * shape_.oc;
-    init_weight_and_bias(h_params, wn, spec_.bias ? h_params + wn : nullptr, shape_.oc, fan_in, rng);
+    init_weight_and_bias(h_params, wn, spec_.bias ? h_params + wn : nullptr, shape_.oc, fan_in,
+                         rng);
   }
 
   std::size_t scratch_floats(const Exec& ex) const override {

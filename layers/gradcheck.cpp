@@ -84,8 +84,8 @@ GradcheckResult compare(const std::string& title, const RefNetwork& ref, Problem
   r.title = title;
   r.tolerance = tolerance;
   std::mt19937_64 rng(opt.seed ^ 0x5bd1e995u);
-  auto add_row = [&](const std::string& what, std::vector<double>& v, int64_t offset,
-                     int64_t count, const std::vector<double>& analytic) {
+  auto add_row = [&](const std::string& what, std::vector<double>& v, int64_t offset, int64_t count,
+                     const std::vector<double>& analytic) {
     GradcheckRow row{what, 0, 0};
     std::vector<double> a, num;
     for (int64_t i : sample_indices(count, opt.samples_per_tensor, rng)) {
@@ -164,9 +164,9 @@ GradcheckResult gradcheck_network(const std::vector<LayerSpec>& specs, const Sha
   stream_sync(ex.device, ex.stream);
   std::vector<float> g = net.grads_to_host();
   std::vector<double> analytic(g.begin(), g.end());
-  return compare(fmt::format("{} float{}", device_name(ex.device),
-                             ex.deterministic ? " deterministic" : ""),
-                 ref, p, analytic, nullptr, opt, 1e-2);
+  return compare(
+      fmt::format("{} float{}", device_name(ex.device), ex.deterministic ? " deterministic" : ""),
+      ref, p, analytic, nullptr, opt, 1e-2);
 }
 
 std::vector<GradcheckCase> gradcheck_layer_cases() {

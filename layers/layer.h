@@ -15,8 +15,8 @@ namespace cnn {
 
 // A trainable tensor of a layer, placed in the network's flat parameter buffer.
 struct ParamInfo {
-  std::string name;  // "conv1.weight", "fc2.bias" (torch.nn naming)
-  Shape shape;       // torch.nn layout: conv (OC, IC, KH, KW), linear (OUT, IN), bias (C)
+  std::string name;    // "conv1.weight", "fc2.bias" (torch.nn naming)
+  Shape shape;         // torch.nn layout: conv (OC, IC, KH, KW), linear (OUT, IN), bias (C)
   int64_t offset = 0;  // into the flat parameter / gradient buffers
   bool is_bias = false;
   int64_t numel() const { return shape_numel(shape); }
@@ -56,8 +56,8 @@ class Layer {
   // Writes dx (when non-null) and ACCUMULATES parameter gradients. x and y are this layer's
   // input and output of the last forward.
   // dy may be overwritten (a fused ReLU masks it in place).
-  virtual void backward(int n, const float* x, const float* y, float* dy, float* dx,
-                        float* scratch, const Exec& ex) = 0;
+  virtual void backward(int n, const float* x, const float* y, float* dy, float* dx, float* scratch,
+                        const Exec& ex) = 0;
 
   // True when ReLU is fused into this layer's epilogue (the Network then skips the relu layer).
   void set_fused_relu(bool on) { fused_relu_ = on; }

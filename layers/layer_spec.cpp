@@ -11,12 +11,18 @@ namespace cnn {
 
 const char* layer_kind_name(LayerKind k) {
   switch (k) {
-    case LayerKind::Conv2d: return "conv2d";
-    case LayerKind::Relu: return "relu";
-    case LayerKind::MaxPool2d: return "maxpool2d";
-    case LayerKind::Flatten: return "flatten";
-    case LayerKind::Linear: return "linear";
-    case LayerKind::SoftmaxCrossEntropy: return "softmax_cross_entropy";
+    case LayerKind::Conv2d:
+      return "conv2d";
+    case LayerKind::Relu:
+      return "relu";
+    case LayerKind::MaxPool2d:
+      return "maxpool2d";
+    case LayerKind::Flatten:
+      return "flatten";
+    case LayerKind::Linear:
+      return "linear";
+    case LayerKind::SoftmaxCrossEntropy:
+      return "softmax_cross_entropy";
   }
   return "?";
 }
@@ -29,7 +35,9 @@ std::string where(const LayerSpec& s) {
   return w;
 }
 
-int64_t pooled(int64_t in, int k, int stride, int pad) { return (in + 2 * pad - k) / stride + 1; }
+int64_t pooled(int64_t in, int k, int stride, int pad) {
+  return (in + 2 * pad - k) / stride + 1;
+}
 
 }  // namespace
 
@@ -54,16 +62,19 @@ Shape layer_output_shape(const LayerSpec& s, const Shape& in) {
       return {n, c, pooled(in[2], s.kernel_h, s.stride_h, s.pad_h),
               pooled(in[3], s.kernel_w, s.stride_w, s.pad_w)};
     }
-    case LayerKind::Relu: return in;
-    case LayerKind::Flatten: return {n, shape_numel(in) / n};
+    case LayerKind::Relu:
+      return in;
+    case LayerKind::Flatten:
+      return {n, shape_numel(in) / n};
     case LayerKind::Linear:
-      CNN_CHECK(in.size() == 2, "{}: expects a flat input (N, features), got {}; add a flatten layer",
-                where(s), shape_str(in));
+      CNN_CHECK(in.size() == 2,
+                "{}: expects a flat input (N, features), got {}; add a flatten layer", where(s),
+                shape_str(in));
       CNN_CHECK(s.out_features > 0, "{}: out_features must be positive", where(s));
       return {n, s.out_features};
     case LayerKind::SoftmaxCrossEntropy:
-      CNN_CHECK(in.size() == 2 && in[1] >= 2,
-                "{}: expects class scores (N, classes >= 2), got {}", where(s), shape_str(in));
+      CNN_CHECK(in.size() == 2 && in[1] >= 2, "{}: expects class scores (N, classes >= 2), got {}",
+                where(s), shape_str(in));
       return in;
   }
   return in;
@@ -71,7 +82,8 @@ Shape layer_output_shape(const LayerSpec& s, const Shape& in) {
 
 int64_t layer_param_count(const LayerSpec& s, const Shape& in) {
   if (s.kind == LayerKind::Conv2d)
-    return int64_t(s.out_channels) * in.at(1) * s.kernel_h * s.kernel_w + (s.bias ? s.out_channels : 0);
+    return int64_t(s.out_channels) * in.at(1) * s.kernel_h * s.kernel_w +
+           (s.bias ? s.out_channels : 0);
   if (s.kind == LayerKind::Linear)
     return int64_t(s.out_features) * in.at(1) + (s.bias ? s.out_features : 0);
   return 0;
@@ -81,12 +93,18 @@ int64_t layer_forward_flops(const LayerSpec& s, const Shape& in) {
   Shape out = layer_output_shape(s, in);
   int64_t out_per_image = shape_numel(out) / out.at(0);
   switch (s.kind) {
-    case LayerKind::Conv2d: return 2 * out_per_image * in.at(1) * s.kernel_h * s.kernel_w;
-    case LayerKind::Linear: return 2 * out_per_image * in.at(1);
-    case LayerKind::MaxPool2d: return out_per_image * s.kernel_h * s.kernel_w;
-    case LayerKind::Relu: return out_per_image;
-    case LayerKind::SoftmaxCrossEntropy: return 5 * out_per_image;
-    case LayerKind::Flatten: return 0;
+    case LayerKind::Conv2d:
+      return 2 * out_per_image * in.at(1) * s.kernel_h * s.kernel_w;
+    case LayerKind::Linear:
+      return 2 * out_per_image * in.at(1);
+    case LayerKind::MaxPool2d:
+      return out_per_image * s.kernel_h * s.kernel_w;
+    case LayerKind::Relu:
+      return out_per_image;
+    case LayerKind::SoftmaxCrossEntropy:
+      return 5 * out_per_image;
+    case LayerKind::Flatten:
+      return 0;
   }
   return 0;
 }
@@ -95,13 +113,15 @@ void finalize_layer_specs(std::vector<LayerSpec>& specs) {
   CNN_CHECK(!specs.empty(), "model.layers is empty: expected a list of layers");
   std::map<std::string, int> counters;
   const std::map<LayerKind, std::string> prefix = {
-      {LayerKind::Conv2d, "conv"}, {LayerKind::Relu, "relu"},     {LayerKind::MaxPool2d, "pool"},
-      {LayerKind::Flatten, "flatten"}, {LayerKind::Linear, "fc"}, {LayerKind::SoftmaxCrossEntropy, "loss"}};
+      {LayerKind::Conv2d, "conv"},    {LayerKind::Relu, "relu"},
+      {LayerKind::MaxPool2d, "pool"}, {LayerKind::Flatten, "flatten"},
+      {LayerKind::Linear, "fc"},      {LayerKind::SoftmaxCrossEntropy, "loss"}};
   std::set<std::string> seen;
   for (auto& s : specs) {
     const std::string& p = prefix.at(s.kind);
     int k = ++counters[p];
-    if (s.name.empty()) s.name = s.kind == LayerKind::SoftmaxCrossEntropy ? p : p + std::to_string(k);
+    if (s.name.empty())
+      s.name = s.kind == LayerKind::SoftmaxCrossEntropy ? p : p + std::to_string(k);
     CNN_CHECK(seen.insert(s.name).second, "{}: the name '{}' is used twice", where(s), s.name);
   }
   for (size_t i = 0; i + 1 < specs.size(); ++i)

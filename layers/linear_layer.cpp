@@ -33,8 +33,8 @@ class LinearLayer : public Layer {
 
   void init_params(float* h_params, std::mt19937_64& rng) const override {
     const int64_t wn = int64_t(shape_.out) * shape_.in;
-    init_weight_and_bias(h_params, wn, spec_.bias ? h_params + wn : nullptr, shape_.out,
-                         shape_.in, rng);
+    init_weight_and_bias(h_params, wn, spec_.bias ? h_params + wn : nullptr, shape_.out, shape_.in,
+                         rng);
   }
 
   std::size_t scratch_floats(const Exec& ex) const override {

@@ -7,12 +7,18 @@ namespace cnn {
 
 std::unique_ptr<Layer> make_layer(const LayerSpec& spec) {
   switch (spec.kind) {
-    case LayerKind::Conv2d: return make_conv2d_layer(spec);
-    case LayerKind::Linear: return make_linear_layer(spec);
-    case LayerKind::Relu: return make_relu_layer(spec);
-    case LayerKind::MaxPool2d: return make_maxpool2d_layer(spec);
-    case LayerKind::Flatten: return make_flatten_layer(spec);
-    case LayerKind::SoftmaxCrossEntropy: break;
+    case LayerKind::Conv2d:
+      return make_conv2d_layer(spec);
+    case LayerKind::Linear:
+      return make_linear_layer(spec);
+    case LayerKind::Relu:
+      return make_relu_layer(spec);
+    case LayerKind::MaxPool2d:
+      return make_maxpool2d_layer(spec);
+    case LayerKind::Flatten:
+      return make_flatten_layer(spec);
+    case LayerKind::SoftmaxCrossEntropy:
+      break;
   }
   CNN_FAIL("layer '{}': {} is not a standalone layer", spec.name, layer_kind_name(spec.kind));
 }

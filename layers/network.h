@@ -14,8 +14,8 @@ namespace cnn {
 
 struct NetworkOptions {
   int max_batch = 128;
-  uint64_t seed = 1;          // weight initialization
-  bool fuse_relu = true;      // fold a ReLU into the preceding conv/linear epilogue
+  uint64_t seed = 1;      // weight initialization
+  bool fuse_relu = true;  // fold a ReLU into the preceding conv/linear epilogue
 };
 
 class Network {
@@ -60,11 +60,11 @@ class Network {
   Shape input_chw_;
   int classes_ = 0;
   std::vector<std::unique_ptr<Layer>> layers_;
-  std::vector<bool> skipped_;          // relu layers folded into the previous layer
-  std::vector<Tensor> storage_;        // activation and gradient tensors
-  std::vector<float*> acts_;           // output of layer i (aliases for flatten / fused relu)
-  std::vector<float*> grad_acts_;      // gradient w.r.t. the output of layer i
-  bool first_is_input_view_ = false;   // a leading flatten: layer 0's output is the input itself
+  std::vector<bool> skipped_;         // relu layers folded into the previous layer
+  std::vector<Tensor> storage_;       // activation and gradient tensors
+  std::vector<float*> acts_;          // output of layer i (aliases for flatten / fused relu)
+  std::vector<float*> grad_acts_;     // gradient w.r.t. the output of layer i
+  bool first_is_input_view_ = false;  // a leading flatten: layer 0's output is the input itself
   std::vector<ParamInfo> infos_;
   Buffer<float> params_, grads_, scratch_;
   Buffer<float> dlogits_, loss_rows_;

@@ -24,7 +24,8 @@ ParamOptimizer::ParamOptimizer(const OptimizerOptions& opt, Network& net) : opt_
   }
   if (opt.clip_grad_norm > 0) {
     norm_ = Buffer<double>(1, dev);
-    norm_scratch_ = Buffer<double>(static_cast<size_t>(sum_squares_scratch_doubles(int64_t(n))), dev);
+    norm_scratch_ =
+        Buffer<double>(static_cast<size_t>(sum_squares_scratch_doubles(int64_t(n))), dev);
   }
 }
 
@@ -38,7 +39,8 @@ void ParamOptimizer::step(double lr) {
     raw_copy(&sq, Device::CPU, norm_.data(), ex.device, sizeof(double), ex.stream);
     stream_sync(ex.device, ex.stream);
     last_norm_ = std::sqrt(sq);
-    if (last_norm_ > opt_.clip_grad_norm) scale = static_cast<float>(opt_.clip_grad_norm / last_norm_);
+    if (last_norm_ > opt_.clip_grad_norm)
+      scale = static_cast<float>(opt_.clip_grad_norm / last_norm_);
   }
   const uint8_t* mask = decay_mask_.empty() ? nullptr : decay_mask_.data();
   ++steps_;

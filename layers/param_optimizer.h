@@ -32,7 +32,7 @@ class ParamOptimizer {
   Network& net_;
   int64_t steps_ = 0;
   double last_norm_ = 0;
-  Buffer<float> m_, v_;        // momentum / Adam moments, like the parameters
+  Buffer<float> m_, v_;  // momentum / Adam moments, like the parameters
   Buffer<uint8_t> decay_mask_;
   Buffer<double> norm_, norm_scratch_;
 };

@@ -27,8 +27,8 @@ Conv2dShape conv_shape(const LayerSpec& s, const Shape& in) {
 }
 
 MaxPoolShape pool_shape(const LayerSpec& s, const Shape& in) {
-  return {int(in[0]), int(in[1]), int(in[2]), int(in[3]), s.kernel_h, s.kernel_w,
-          s.stride_h, s.stride_w, s.pad_h,    s.pad_w};
+  return {int(in[0]), int(in[1]), int(in[2]), int(in[3]), s.kernel_h,
+          s.kernel_w, s.stride_h, s.stride_w, s.pad_h,    s.pad_w};
 }
 
 }  // namespace
@@ -47,9 +47,8 @@ RefNetwork::RefNetwork(const std::vector<LayerSpec>& specs, const Shape& input_c
     Step st{s, cur, layer_output_shape(s, cur), num_params_};
     // Same parameter order and names as the float Network (weight, then bias).
     if (s.kind == LayerKind::Conv2d || s.kind == LayerKind::Linear) {
-      Shape w = s.kind == LayerKind::Conv2d
-                    ? Shape{s.out_channels, cur[1], s.kernel_h, s.kernel_w}
-                    : Shape{s.out_features, cur[1]};
+      Shape w = s.kind == LayerKind::Conv2d ? Shape{s.out_channels, cur[1], s.kernel_h, s.kernel_w}
+                                            : Shape{s.out_features, cur[1]};
       infos_.push_back({s.name + ".weight", w, num_params_, false});
       num_params_ += shape_numel(w);
       if (s.bias) {
@@ -87,15 +86,20 @@ std::vector<std::vector<double>> RefNetwork::forward_all(
         linear_forward_cpu(l, in.data(), w, b, out.data(), false);
         break;
       }
-      case LayerKind::Relu: relu_forward_cpu(int64_t(out.size()), in.data(), out.data()); break;
+      case LayerKind::Relu:
+        relu_forward_cpu(int64_t(out.size()), in.data(), out.data());
+        break;
       case LayerKind::MaxPool2d: {
         std::vector<int32_t> am(out.size());
         maxpool_forward_cpu(pool_shape(st.spec, st.in), in.data(), out.data(), am.data());
         if (argmax) (*argmax)[i] = std::move(am);
         break;
       }
-      case LayerKind::Flatten: out = in; break;
-      case LayerKind::SoftmaxCrossEntropy: break;
+      case LayerKind::Flatten:
+        out = in;
+        break;
+      case LayerKind::SoftmaxCrossEntropy:
+        break;
     }
     acts.push_back(std::move(out));
   }
@@ -103,7 +107,8 @@ std::vector<std::vector<double>> RefNetwork::forward_all(
 }
 
 double RefNetwork::loss(const std::vector<double>& p, const std::vector<double>& x,
-                        const std::vector<int32_t>& labels, const std::vector<double>& probe) const {
+                        const std::vector<int32_t>& labels,
+                        const std::vector<double>& probe) const {
   auto acts = forward_all(p, x, nullptr);
   const std::vector<double>& out = acts.back();
   double total = 0;
@@ -161,8 +166,11 @@ void RefNetwork::gradients(const std::vector<double>& p, const std::vector<doubl
       case LayerKind::MaxPool2d:
         maxpool_backward_cpu(pool_shape(st.spec, st.in), dy.data(), argmax[i].data(), din.data());
         break;
-      case LayerKind::Flatten: din = dy; break;
-      case LayerKind::SoftmaxCrossEntropy: break;
+      case LayerKind::Flatten:
+        din = dy;
+        break;
+      case LayerKind::SoftmaxCrossEntropy:
+        break;
     }
     dy = std::move(din);
   }

@@ -7,7 +7,9 @@
 namespace cnn {
 namespace {
 
-int64_t per_image(const Shape& s) { return shape_numel(s) / s.at(0); }
+int64_t per_image(const Shape& s) {
+  return shape_numel(s) / s.at(0);
+}
 
 class ReluLayer : public Layer {
  public:
@@ -26,9 +28,16 @@ class MaxPoolLayer : public Layer {
   using Layer::Layer;
   Shape setup(const Shape& in, Device dev) override {
     Shape out = Layer::setup(in, dev);
-    shape_ = {static_cast<int>(in[0]), static_cast<int>(in[1]), static_cast<int>(in[2]),
-              static_cast<int>(in[3]), spec_.kernel_h, spec_.kernel_w, spec_.stride_h,
-              spec_.stride_w, spec_.pad_h, spec_.pad_w};
+    shape_ = {static_cast<int>(in[0]),
+              static_cast<int>(in[1]),
+              static_cast<int>(in[2]),
+              static_cast<int>(in[3]),
+              spec_.kernel_h,
+              spec_.kernel_w,
+              spec_.stride_h,
+              spec_.stride_w,
+              spec_.pad_h,
+              spec_.pad_w};
     check_maxpool_shape(shape_);
     argmax_ = Buffer<int32_t>(static_cast<size_t>(shape_numel(out)), dev);
     return out;

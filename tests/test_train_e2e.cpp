@@ -19,7 +19,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string tiny_path() { return std::string(CNN_SOURCE_DIR) + "/configs/tiny.yaml"; }
+std::string tiny_path() {
+  return std::string(CNN_SOURCE_DIR) + "/configs/tiny.yaml";
+}
 
 fs::path fresh_dir(const std::string& name) {
   fs::path d = fs::temp_directory_path() / ("cnn_e2e_" + name + "_" + std::to_string(::getpid()));

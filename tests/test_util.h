@@ -24,7 +24,8 @@ std::vector<float> to_host(const float* d_ptr, size_t n);
 void poison_device(float* d_ptr, size_t n);  // fills with NaN
 
 // max_i |a-b| / (atol_scale + |b|): relative error with a floor so near-zero values do not explode.
-double max_rel_error(const std::vector<float>& got, const std::vector<float>& ref, double floor = 1e-3);
+double max_rel_error(const std::vector<float>& got, const std::vector<float>& ref,
+                     double floor = 1e-3);
 bool any_nan(const std::vector<float>& v);
 
 // True when a CUDA device is present. With CNN_REQUIRE_GPU=1 (set by scripts/gpu_check.sh on the
@@ -33,7 +34,7 @@ bool gpu_present();
 
 }  // namespace cnn::test
 
-#define CNN_REQUIRE_GPU()                                                    \
-  do {                                                                       \
-    if (!::cnn::test::gpu_present()) GTEST_SKIP() << "no CUDA device";       \
+#define CNN_REQUIRE_GPU()                                              \
+  do {                                                                 \
+    if (!::cnn::test::gpu_present()) GTEST_SKIP() << "no CUDA device"; \
   } while (0)
