@@ -106,8 +106,11 @@ TEST(TrainE2E, ResumeEqualsUninterruptedBitwise) {
   // metrics.csv: no duplicated steps after the resume.
   auto rows = read_csv(b / rest.name / "metrics.csv");
   std::set<std::string> seen;
-  for (size_t i = 1; i < rows.size(); ++i)
-    if (rows[i][3] == "train") EXPECT_TRUE(seen.insert(rows[i][2]).second) << "step " << rows[i][2];
+  for (size_t i = 1; i < rows.size(); ++i) {
+    if (rows[i][3] == "train") {
+      EXPECT_TRUE(seen.insert(rows[i][2]).second) << "step " << rows[i][2];
+    }
+  }
 }
 
 TEST(TrainE2E, MismatchedOrCorruptCheckpointIsRefusedAndNothingOverwritten) {
