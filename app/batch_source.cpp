@@ -5,13 +5,15 @@
 namespace cnn {
 
 BatchSource::BatchSource(const Dataset& d, const Normalization& norm, const AugmentOptions* augment,
-                         uint64_t seed, int batch, bool shuffle, bool drop_last, const Exec& ex)
+                         uint64_t seed, int batch, bool shuffle, bool drop_last, const Exec& ex,
+                         bool keep_host_labels)
     : ex_(ex),
       host_(d),
       params_(make_gather_params(d.c, d.h, d.w, norm, augment, seed)),
       sampler_(d.n, batch, shuffle, drop_last, seed),
       x_(size_t(batch) * size_t(d.image_size()), ex.device),
-      y_(size_t(batch), ex.device) {
+      y_(size_t(batch), ex.device),
+      keep_host_labels_(keep_host_labels) {
   if (ex.device == Device::CUDA) {
     device_data_ = DeviceDataset(d, ex.device);
     d_order_ = Buffer<int32_t>(size_t(d.n), ex.device);
@@ -29,9 +31,11 @@ bool BatchSource::next(int* n) {
   const int64_t first = sampler_.position() * sampler_.batch_size();
   const int32_t* indices = nullptr;
   if (!sampler_.next(&indices, n)) return false;
-  last_labels_host_.resize(size_t(*n));
-  for (int i = 0; i < *n; ++i) last_labels_host_[size_t(i)] = host_.labels[size_t(indices[i])];
-  last_labels_ = last_labels_host_.data();
+  if (keep_host_labels_) {
+    last_labels_host_.resize(size_t(*n));
+    for (int i = 0; i < *n; ++i) last_labels_host_[size_t(i)] = host_.labels[size_t(indices[i])];
+    last_labels_ = last_labels_host_.data();
+  }
   if (ex_.device == Device::CUDA) {
     device_data_.gather(params_, d_order_.data() + first, *n, x_.data(), y_.data(), ex_.stream);
   } else {

@@ -14,9 +14,12 @@ namespace cnn {
 
 class BatchSource {
  public:
-  // augment may be null (evaluation). shuffle=false keeps the dataset order.
+  // augment may be null (evaluation). shuffle=false keeps the dataset order. keep_host_labels:
+  // also keep each batch's labels on the host (evaluation's confusion matrix); training leaves it
+  // off so a step does no per-sample host work.
   BatchSource(const Dataset& d, const Normalization& norm, const AugmentOptions* augment,
-              uint64_t seed, int batch, bool shuffle, bool drop_last, const Exec& ex);
+              uint64_t seed, int batch, bool shuffle, bool drop_last, const Exec& ex,
+              bool keep_host_labels = false);
 
   int64_t size() const { return sampler_.size(); }
   int64_t batches_per_epoch() const { return sampler_.batches_per_epoch(); }
@@ -38,6 +41,7 @@ class BatchSource {
   Buffer<int32_t> d_order_;    // (N) the epoch's order on the device
   Buffer<float> x_;            // (batch, C, H, W)
   Buffer<int32_t> y_;          // (batch)
+  bool keep_host_labels_ = false;
   const int32_t* last_labels_ = nullptr;
   std::vector<int32_t> last_labels_host_;
 };

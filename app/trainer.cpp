@@ -182,7 +182,7 @@ int Trainer::run() {
   std::unique_ptr<BatchSource> eval;
   if (eval_set.n > 0)
     eval = std::make_unique<BatchSource>(eval_set, norm_, nullptr, tr.seed, tr.batch_size, false,
-                                         false, ex_);
+                                         false, ex_, true);
   totals_ = Buffer<double>(3, ex_.device);
   totals_.zero(ex_.stream);
 
