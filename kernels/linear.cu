@@ -202,6 +202,34 @@ __global__ void db_partial(int n, int out, const float* __restrict__ d_dy, float
   }
 }
 
+constexpr int kDbColsumWarps = 8;
+// Batches up to this size take db_colsum (one launch, no scratch, no atomics); larger ones the
+// chunked db_partial (+ db_combine), which spreads the rows over more blocks.
+constexpr int kDbColsumMaxRows = 1024;
+
+// Thread mapping: lane l of warp w owns column o = 32 blockIdx.x + l and sums rows w, w + 8, ...
+// in order; warp 0 then adds the 8 partials in warp order and accumulates into db. The order is
+// fixed, so atomic and deterministic modes give the same bits.
+__global__ void __launch_bounds__(32 * kDbColsumWarps)
+    db_colsum(int n, int out, const float* __restrict__ d_dy, float* __restrict__ d_db) {
+  __shared__ float part[kDbColsumWarps][32];
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  const int o = blockIdx.x * 32 + lane;
+  float sum = 0.f;
+  if (o < out) {
+#pragma unroll 4
+    for (int i = w; i < n; i += kDbColsumWarps) sum += __ldg(d_dy + int64_t(i) * out + o);
+  }
+  part[w][lane] = sum;
+  __syncthreads();
+  if (w == 0 && o < out) {
+    float total = 0.f;
+#pragma unroll
+    for (int q = 0; q < kDbColsumWarps; ++q) total += part[q][lane];
+    d_db[o] += total;
+  }
+}
+
 // Thread mapping: each thread owns one column o of db and adds the chunk partials in order.
 __global__ void db_combine(int out, int chunks, const float* __restrict__ d_scratch,
                            float* __restrict__ d_db) {
@@ -248,6 +276,7 @@ void launch_gemm(const GemmArgs& g, bool tiled, cudaStream_t stream) {
 }  // namespace
 
 std::size_t linear_db_scratch_floats(const LinearShape& s) {
+  if (s.n <= kDbColsumMaxRows) return 0;
   const int chunks = ceil_div(s.n, kLinearDbRowsPerChunk);
   return chunks > 1 ? std::size_t(chunks) * s.out : 0;
 }
@@ -277,6 +306,12 @@ void linear_backward_weight_cuda(const LinearShape& s, const float* d_x, const f
 
 void linear_bias_grad_cuda(const LinearShape& s, const float* d_dy, float* d_db, float* d_scratch,
                            bool deterministic, cudaStream_t stream) {
+  if (s.n <= kDbColsumMaxRows) {
+    db_colsum<<<static_cast<unsigned>(ceil_div(s.out, 32)), 32 * kDbColsumWarps, 0, stream>>>(
+        s.n, s.out, d_dy, d_db);
+    CNN_LAUNCH_CHECK("db_colsum");
+    return;
+  }
   const int chunks = ceil_div(s.n, kLinearDbRowsPerChunk);
   db_partial<<<grid_1d(int64_t(s.out) * chunks), kThreads1d, 0, stream>>>(
       s.n, s.out, d_dy, d_db, d_scratch, chunks, deterministic);

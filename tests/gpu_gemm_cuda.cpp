@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -56,20 +58,27 @@ struct GemmCase {
   int pad;  // extra leading-dimension elements beyond the minimum
   float alpha, beta;
   bool bias, relu;
+  int offset = 0;       // elements by which the a, b and c pointers are shifted (1: misaligned)
+  bool align4 = false;  // leading dimensions rounded up to a multiple of 4 before adding pad
 };
 
 std::string describe(const GemmCase& c) {
-  char buf[160];
+  char buf[200];
   std::snprintf(buf, sizeof buf,
-                "ta=%d tb=%d m=%d n=%d k=%d pad=%d alpha=%g beta=%g bias=%d relu=%d", c.ta, c.tb,
-                c.m, c.n, c.k, c.pad, c.alpha, c.beta, c.bias, c.relu);
+                "ta=%d tb=%d m=%d n=%d k=%d pad=%d align4=%d offset=%d alpha=%g beta=%g bias=%d "
+                "relu=%d",
+                c.ta, c.tb, c.m, c.n, c.k, c.pad, c.align4, c.offset, c.alpha, c.beta, c.bias,
+                c.relu);
   return buf;
 }
 
+int lead(const GemmCase& c, int cols) {
+  return (c.align4 ? (cols + 3) / 4 * 4 : cols) + c.pad;
+}
+
 // Plain-loop reference in double, same contract as gemm_cuda.
-void gemm_reference(const GemmCase& c, const std::vector<float>& a, int lda,
-                    const std::vector<float>& b, int ldb, std::vector<float>& cm, int ldc,
-                    const std::vector<float>& bias) {
+void gemm_reference(const GemmCase& c, const float* a, int lda, const float* b, int ldb, float* cm,
+                    int ldc, const float* bias) {
   for (int i = 0; i < c.m; ++i)
     for (int j = 0; j < c.n; ++j) {
       double acc = 0;
@@ -89,28 +98,36 @@ void gemm_reference(const GemmCase& c, const std::vector<float>& a, int lda,
     }
 }
 
-// Runs one case on the GPU in `prec` (twice when check_repeat, comparing bitwise) and returns
-// the error relative to the reference.
-double run_case(const GemmCase& c, Precision prec, uint64_t seed, bool check_repeat = false) {
+// Runs one case on the GPU through `path` in `prec` (twice when check_repeat, comparing
+// bitwise) and returns the error relative to the reference. `took` receives the path that ran.
+double run_case(const GemmCase& c, Precision prec, uint64_t seed, bool check_repeat = false,
+                GemmPath path = GemmPath::Auto, GemmPath* took = nullptr) {
   const int a_rows = c.ta ? c.k : c.m, a_cols = c.ta ? c.m : c.k;
   const int b_rows = c.tb ? c.n : c.k, b_cols = c.tb ? c.k : c.n;
-  const int lda = a_cols + c.pad, ldb = b_cols + c.pad, ldc = c.n + c.pad;
-  auto a = test::random_vector(static_cast<size_t>(std::max(1, a_rows)) * lda, seed);
-  auto b = test::random_vector(static_cast<size_t>(std::max(1, b_rows)) * ldb, seed + 1);
-  auto cm = test::random_vector(static_cast<size_t>(c.m) * ldc, seed + 2);
+  const int lda = lead(c, a_cols), ldb = lead(c, b_cols), ldc = lead(c, c.n);
+  const size_t off = static_cast<size_t>(c.offset);
+  auto a = test::random_vector(off + static_cast<size_t>(std::max(1, a_rows)) * lda, seed);
+  auto b = test::random_vector(off + static_cast<size_t>(std::max(1, b_rows)) * ldb, seed + 1);
+  auto cm = test::random_vector(off + static_cast<size_t>(c.m) * ldc, seed + 2);
   auto bias = test::random_vector(static_cast<size_t>(c.n), seed + 3);
   Tensor d_a = test::to_device(a), d_b = test::to_device(b), d_bias = test::to_device(bias);
   // beta == 0: the m x n block is poisoned (it must be overwritten without being read); the
   // leading-dimension padding keeps its values, which must survive untouched.
   if (c.beta == 0.f)
-    for (int i = 0; i < c.m; ++i) std::fill_n(cm.begin() + static_cast<size_t>(i) * ldc, c.n, NAN);
+    for (int i = 0; i < c.m; ++i)
+      std::fill_n(cm.begin() + static_cast<std::ptrdiff_t>(off + static_cast<size_t>(i) * ldc), c.n,
+                  NAN);
   Tensor d_c = test::to_device(cm);
   std::vector<float> ref = cm;
-  gemm_reference(c, a, lda, b, ldb, ref, ldc, bias);
+  gemm_reference(c, a.data() + off, lda, b.data() + off, ldb, ref.data() + off, ldc, bias.data());
   std::vector<float> c0 = cm;
+  if (took)
+    *took = gemm_cuda_resolve(path, c.ta, c.tb, c.m, c.n, c.k, d_a.data() + off, lda,
+                              d_b.data() + off, ldb);
   auto launch = [&] {
-    gemm_cuda(c.ta, c.tb, c.m, c.n, c.k, c.alpha, d_a.data(), lda, d_b.data(), ldb, c.beta,
-              d_c.data(), ldc, c.bias ? d_bias.data() : nullptr, c.relu, prec, nullptr);
+    gemm_cuda_path(path, c.ta, c.tb, c.m, c.n, c.k, c.alpha, d_a.data() + off, lda,
+                   d_b.data() + off, ldb, c.beta, d_c.data() + off, ldc,
+                   c.bias ? d_bias.data() : nullptr, c.relu, prec, nullptr);
   };
   launch();
   std::vector<float> got = d_c.to_vector();
@@ -123,6 +140,11 @@ double run_case(const GemmCase& c, Precision prec, uint64_t seed, bool check_rep
     })) << "second run differs bitwise";
   }
   return rel_to_max(got, ref, typical(c.k));
+}
+
+// True when the environment forces a GEMM path (then Auto's choice is not checked).
+bool path_forced_by_env() {
+  return std::getenv("CNN_GEMM_LEGACY") != nullptr || std::getenv("CNN_GEMM_PATH") != nullptr;
 }
 
 #endif  // CNN_HAVE_CUDA
@@ -185,6 +207,96 @@ TEST(GpuGemmCuda, SplitKIsBitwiseRepeatable) {
 #endif
 }
 
+// Every path (legacy 4-byte tiles, 16-byte tiles, the three small-shape kernels) on awkward
+// shapes: odd m/n/k, k not a multiple of 4, all transposes, alpha/beta/bias/relu, leading
+// dimensions aligned to 4 (the 16-byte path runs) or not, pointers shifted by one element (the
+// 16-byte path must fall back).
+TEST(GpuGemmCuda, AllPathsAwkwardShapes) {
+  CNN_REQUIRE_GPU();
+#ifdef CNN_HAVE_CUDA
+  const int sizes[][3] = {{1, 1, 1},      {3, 5, 7},       {65, 33, 17}, {130, 70, 301},
+                          {17, 200, 999}, {129, 10, 1023}, {31, 129, 3}, {64, 64, 32},
+                          {10, 97, 130},  {128, 67, 10},   {5, 9, 40}};
+  const GemmPath paths[] = {GemmPath::Legacy, GemmPath::Vec, GemmPath::SmallDot, GemmPath::SmallM,
+                            GemmPath::SmallK};
+  int which = 0;
+  for (GemmPath path : paths)
+    for (Precision prec : {Precision::FP32, Precision::TF32})
+      for (const auto& sz : sizes)
+        for (int t = 0; t < 4; ++t)
+          for (int layout = 0; layout < 3; ++layout) {  // ld % 4: 0, 3; pointers shifted by 1
+            ++which;
+            GemmCase c{(t & 1) != 0,
+                       (t & 2) != 0,
+                       sz[0],
+                       sz[1],
+                       sz[2],
+                       layout == 1 ? 3 : (which % 2) * 4,
+                       (which % 2) ? 1.5f : 1.f,
+                       (which % 4 == 1) ? 0.5f : 0.f,
+                       which % 3 != 1,
+                       which % 5 < 2,
+                       layout == 2 ? 1 : 0,
+                       true};
+            const uint64_t seed = test::fresh_seed();
+            SCOPED_TRACE(describe(c) + " path=" + gemm_path_name(path) +
+                         " prec=" + precision_name(prec) + " seed=" + std::to_string(seed));
+            GemmPath took = GemmPath::Auto;
+            const double err = run_case(c, prec, seed, false, path, &took);
+            // Small kernels compute in FP32 whatever the precision.
+            const bool small =
+                path == GemmPath::SmallDot || path == GemmPath::SmallM || path == GemmPath::SmallK;
+            EXPECT_LE(err, tolerance(small ? Precision::FP32 : prec, c.k)) << "rel err " << err;
+            if (path == GemmPath::Vec) {
+              EXPECT_EQ(took, layout == 0 ? GemmPath::Vec : GemmPath::Legacy)
+                  << "16-byte path taken / not taken as the alignment says";
+            } else {
+              EXPECT_EQ(took, path);
+            }
+          }
+#endif
+}
+
+// The paths Auto picks for the reference network's linear layers (batch 128), and that each of
+// them repeats bitwise (split-K clusters and the small kernels sum in a fixed order).
+TEST(GpuGemmCuda, NetworkShapesPathsAndBitwiseRepeat) {
+  CNN_REQUIRE_GPU();
+#ifdef CNN_HAVE_CUDA
+  struct NetCase {
+    const char* name;
+    GemmCase c;
+    GemmPath expect;
+  };
+  // As linear.cpp calls gemm_cuda: forward (x, w^T), dgrad (dy, w), wgrad (dy^T, x; beta 1).
+  const NetCase cases[] = {
+      {"fc1 fwd", {false, true, 128, 1024, 3136, 0, 1.f, 0.f, true, true}, GemmPath::Vec},
+      {"fc1 dgrad", {false, false, 128, 3136, 1024, 0, 1.f, 0.f, false, false}, GemmPath::Vec},
+      {"fc1 wgrad", {true, false, 1024, 3136, 128, 0, 1.f, 1.f, false, false}, GemmPath::Vec},
+      {"fc2 fwd", {false, true, 128, 10, 1024, 0, 1.f, 0.f, true, false}, GemmPath::SmallDot},
+      {"fc2 dgrad", {false, false, 128, 1024, 10, 0, 1.f, 0.f, false, false}, GemmPath::SmallK},
+      {"fc2 wgrad", {true, false, 10, 1024, 128, 0, 1.f, 1.f, false, false}, GemmPath::SmallM},
+  };
+  for (const NetCase& nc : cases)
+    for (Precision prec : {Precision::FP32, Precision::TF32})
+      for (GemmPath path : {GemmPath::Auto, GemmPath::Legacy}) {
+        const uint64_t seed = test::fresh_seed();
+        SCOPED_TRACE(std::string(nc.name) + " " + describe(nc.c) + " path=" + gemm_path_name(path) +
+                     " prec=" + precision_name(prec) + " seed=" + std::to_string(seed));
+        GemmPath took = GemmPath::Auto;
+        const double err = run_case(nc.c, prec, seed, /*check_repeat=*/true, path, &took);
+        std::printf("%s (%s, %s -> %s): rel err %.3g\n", nc.name, precision_name(prec),
+                    gemm_path_name(path), gemm_path_name(took), err);
+        EXPECT_LE(err, tolerance(prec, nc.c.k));
+        if (path == GemmPath::Auto && !path_forced_by_env()) {
+          EXPECT_EQ(took, nc.expect);
+        }
+        if (path == GemmPath::Legacy) {
+          EXPECT_EQ(took, GemmPath::Legacy);
+        }
+      }
+#endif
+}
+
 // The three products of the linear layer, as linear.cu would call gemm_cuda, against the CPU
 // references of kernels/linear.h, at the reference network's shapes and odd batches.
 TEST(GpuGemmCuda, LinearLayerShapesMatchCpuReferences) {
@@ -206,30 +318,31 @@ TEST(GpuGemmCuda, LinearLayerShapesMatchCpuReferences) {
     linear_backward_weight_cpu(s, x.data(), dy.data(), dw_ref.data(), db_ref.data());
     Tensor d_x = test::to_device(x), d_w = test::to_device(w), d_b = test::to_device(b);
     Tensor d_dy = test::to_device(dy);
-    for (Precision prec : {Precision::FP32, Precision::TF32}) {
-      SCOPED_TRACE("linear n=" + std::to_string(s.n) + " in=" + std::to_string(s.in) +
-                   " out=" + std::to_string(s.out) + " prec=" + precision_name(prec) +
-                   " seed=" + std::to_string(seed));
-      Tensor d_y({static_cast<int64_t>(ny)}, Device::CUDA),
-          d_dx({static_cast<int64_t>(nx)}, Device::CUDA);
-      Tensor d_dw = test::to_device(dw0);
-      test::poison_device(d_y.data(), ny);
-      test::poison_device(d_dx.data(), nx);
-      gemm_cuda(false, true, s.n, s.out, s.in, 1.f, d_x.data(), s.in, d_w.data(), s.in, 0.f,
-                d_y.data(), s.out, d_b.data(), relu, prec, nullptr);
-      gemm_cuda(false, false, s.n, s.in, s.out, 1.f, d_dy.data(), s.out, d_w.data(), s.in, 0.f,
-                d_dx.data(), s.in, nullptr, false, prec, nullptr);
-      gemm_cuda(true, false, s.out, s.in, s.n, 1.f, d_dy.data(), s.out, d_x.data(), s.in, 1.f,
-                d_dw.data(), s.in, nullptr, false, prec, nullptr);
-      const double ey = rel_to_max(d_y.to_vector(), y_ref, typical(s.in));
-      const double edx = rel_to_max(d_dx.to_vector(), dx_ref, typical(s.out));
-      const double edw = rel_to_max(d_dw.to_vector(), dw_ref, typical(s.n));
-      std::printf("linear %d x %d -> %d (%s): rel err y %.3g dx %.3g dw %.3g\n", s.n, s.in, s.out,
-                  precision_name(prec), ey, edx, edw);
-      EXPECT_LE(ey, tolerance(prec, s.in));
-      EXPECT_LE(edx, tolerance(prec, s.out));
-      EXPECT_LE(edw, tolerance(prec, s.n));
-    }
+    for (GemmPath path : {GemmPath::Auto, GemmPath::Legacy})
+      for (Precision prec : {Precision::FP32, Precision::TF32}) {
+        SCOPED_TRACE("linear n=" + std::to_string(s.n) + " in=" + std::to_string(s.in) +
+                     " out=" + std::to_string(s.out) + " prec=" + precision_name(prec) +
+                     " path=" + gemm_path_name(path) + " seed=" + std::to_string(seed));
+        Tensor d_y({static_cast<int64_t>(ny)}, Device::CUDA),
+            d_dx({static_cast<int64_t>(nx)}, Device::CUDA);
+        Tensor d_dw = test::to_device(dw0);
+        test::poison_device(d_y.data(), ny);
+        test::poison_device(d_dx.data(), nx);
+        gemm_cuda_path(path, false, true, s.n, s.out, s.in, 1.f, d_x.data(), s.in, d_w.data(), s.in,
+                       0.f, d_y.data(), s.out, d_b.data(), relu, prec, nullptr);
+        gemm_cuda_path(path, false, false, s.n, s.in, s.out, 1.f, d_dy.data(), s.out, d_w.data(),
+                       s.in, 0.f, d_dx.data(), s.in, nullptr, false, prec, nullptr);
+        gemm_cuda_path(path, true, false, s.out, s.in, s.n, 1.f, d_dy.data(), s.out, d_x.data(),
+                       s.in, 1.f, d_dw.data(), s.in, nullptr, false, prec, nullptr);
+        const double ey = rel_to_max(d_y.to_vector(), y_ref, typical(s.in));
+        const double edx = rel_to_max(d_dx.to_vector(), dx_ref, typical(s.out));
+        const double edw = rel_to_max(d_dw.to_vector(), dw_ref, typical(s.n));
+        std::printf("linear %d x %d -> %d (%s, %s): rel err y %.3g dx %.3g dw %.3g\n", s.n, s.in,
+                    s.out, precision_name(prec), gemm_path_name(path), ey, edx, edw);
+        EXPECT_LE(ey, tolerance(prec, s.in));
+        EXPECT_LE(edx, tolerance(prec, s.out));
+        EXPECT_LE(edw, tolerance(prec, s.n));
+      }
   }
 #endif
 }
