@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine against binaries built elsewhere (scripts/stage_device.sh puts them in
 # .device_bin/): every GPU test, the gradient checks, a short training run and the benchmark.
-# Usage: scripts/gpu_check.sh [OUTDIR] [--sanitize] [--quick]   (--quick: no benchmark)
+# Usage: scripts/gpu_check.sh [OUTDIR] [--sanitize] [--quick] [--no-train]
+#   --sanitize: compute-sanitizer memcheck/racecheck/synccheck on every GPU test case and a short
+#   training run; --quick: no benchmark; --no-train: no training runs.
 # Logs go to OUTDIR (default: $OUT when set, else logs/gpu_check). Exits non-zero if any GPU test
 # fails or is skipped on a machine that has a GPU.
 set -uo pipefail
@@ -9,10 +11,12 @@ cd "$(dirname "$0")/.."
 out="${OUT:-logs/gpu_check}"
 sanitize=0
 quick=0
+notrain=0
 for a in "$@"; do
   case "$a" in
     --sanitize) sanitize=1 ;;
     --quick) quick=1 ;;
+    --no-train) notrain=1 ;;
     *) out="$a" ;;
   esac
 done
@@ -38,22 +42,54 @@ step "gradient checks on the GPU"
 tail -5 "$out/gradcheck.log"
 
 if [ $sanitize -eq 1 ]; then
+  # compute-sanitizer slows kernels 10-100x (racecheck most), so the whole GPU test binary runs in
+  # gtest shards side by side (the host has 16 cores), every test case included, plus a short
+  # training run under memcheck. Each tool's shard logs are joined into one file afterwards.
+  step "compute-sanitizer memcheck, racecheck, synccheck (all GPU test cases, sharded)"
+  san_shards() {  # tool shards
+    local tool=$1 n=$2 i
+    for ((i = 0; i < n; i++)); do
+      GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i CNN_REQUIRE_GPU=1 timeout 560 \
+        compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/cnn_gpu_tests" \
+        > "$out/san_${tool}_$i.log" 2>&1 &
+    done
+  }
+  san_shards racecheck 10
+  san_shards synccheck 3
+  san_shards memcheck 3
+  if [ -f data/mnist/train-images-idx3-ubyte.gz ] || [ -f data/mnist/train-images-idx3-ubyte ]; then
+    timeout 560 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/train" \
+      --config configs/mnist.yaml --device cuda --set training.max_steps=40 \
+      --set logging.progress=off --log-dir "$out/san_train" > "$out/san_memcheck_train.log" 2>&1 &
+  fi
+  for job in $(jobs -p); do wait "$job" || true; done
   for tool in memcheck racecheck synccheck; do
-    step "compute-sanitizer $tool"
-    CNN_REQUIRE_GPU=1 compute-sanitizer --tool $tool --error-exitcode 9 \
-      "$bin/cnn_gpu_tests" --gtest_filter='-*Large*:*Huge*:*Grid*' > "$out/sanitize_$tool.log" 2>&1 \
+    cat "$out"/san_${tool}_[0-9]*.log > "$out/sanitize_$tool.log" && rm -f "$out"/san_${tool}_[0-9]*.log
+    ok=$(grep -cE '^\[  PASSED  \]' "$out/sanitize_$tool.log")
+    clean=$(grep -cE '(ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards)' "$out/sanitize_$tool.log")
+    tests=$(grep -E '^\[  PASSED  \]' "$out/sanitize_$tool.log" | grep -oE '[0-9]+ test' | awk '{s+=$1} END {print s+0}')
+    echo "$tool: $ok shards passed ($tests test cases), $clean clean summaries"
+    grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|FAILED|Timeout|Terminated' "$out/sanitize_$tool.log" | sort | uniq -c
+    { [ "$ok" -ge 1 ] && ! grep -qE 'ERROR SUMMARY: [1-9]|RACECHECK SUMMARY: [1-9]|\[  FAILED  \]' "$out/sanitize_$tool.log"; } \
       || fail "compute-sanitizer $tool"
-    grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED' "$out/sanitize_$tool.log" | tail -3
   done
+  [ "$(grep -cE '^\[  PASSED  \]' "$out/sanitize_racecheck.log")" -eq 10 ] || fail "racecheck: not every shard finished"
+  [ "$(grep -cE '^\[  PASSED  \]' "$out/sanitize_synccheck.log")" -eq 3 ] || fail "synccheck: not every shard finished"
+  [ "$(grep -cE '^\[  PASSED  \]' "$out/sanitize_memcheck.log")" -eq 3 ] || fail "memcheck: not every shard finished"
+  if [ -f "$out/san_memcheck_train.log" ]; then
+    grep -E 'ERROR SUMMARY' "$out/san_memcheck_train.log" | tail -1
+    grep -q 'ERROR SUMMARY: 0 errors' "$out/san_memcheck_train.log" || fail "memcheck on a training run"
+    rm -rf "$out/san_train"
+  fi
 fi
 
-if [ -f data/mnist/train-images-idx3-ubyte.gz ] || [ -f data/mnist/train-images-idx3-ubyte ]; then
+if [ $notrain -eq 0 ] && { [ -f data/mnist/train-images-idx3-ubyte.gz ] || [ -f data/mnist/train-images-idx3-ubyte ]; }; then
   step "training run (configs/mnist.yaml)"
   "$bin/train" --config configs/mnist.yaml --device cuda --set logging.progress=off \
     --log-dir "$out/mnist" > "$out/train_mnist.log" 2>&1 || fail "mnist training run"
   grep -E "test:|done" "$out/train_mnist.log" | tail -4
 fi
-if { [ -f data/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -f data/fashion-mnist/train-images-idx3-ubyte ]; }; then
+if [ $notrain -eq 0 ] && { [ -f data/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -f data/fashion-mnist/train-images-idx3-ubyte ]; }; then
   step "training run (configs/fashion_mnist.yaml)"
   "$bin/train" --config configs/fashion_mnist.yaml --device cuda --set logging.progress=off \
     --log-dir "$out/fashion" > "$out/train_fashion.log" 2>&1 || fail "fashion-mnist training run"
