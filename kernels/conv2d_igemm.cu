@@ -11,8 +11,11 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/conv2d_igemm.h"
+#include "kernels/conv2d_igemm_wgrad.h"
 #include "kernels/cuda_check.h"
 #include "kernels/gemm_tile.cuh"
 #include "kernels/math_util.h"
@@ -559,6 +562,21 @@ int wgrad_slots(const Conv2dShape& s, bool with_db) {
   return s.oc * s.c * s.kh * s.kw + (with_db ? s.oc : 0);
 }
 
+// CNN_CONV_LEGACY=1 (anything but empty or "0") selects the first-version kernels.
+bool legacy_from_env() {
+  static const bool legacy = [] {
+    const char* v = std::getenv("CNN_CONV_LEGACY");
+    return v && *v && std::strcmp(v, "0") != 0;
+  }();
+  return legacy;
+}
+
+bool use_wgrad_v2(const Conv2dShape& s, IgemmVariant variant) {
+  if (variant == IgemmVariant::Legacy) return false;
+  if (variant == IgemmVariant::Auto && legacy_from_env()) return false;
+  return conv2d_wgrad_v2_supported(s);
+}
+
 }  // namespace
 
 void conv2d_forward_igemm_cuda(const Conv2dShape& s, const float* d_x, const float* d_w,
@@ -603,16 +621,25 @@ void conv2d_backward_data_igemm_cuda(const Conv2dShape& s, const float* d_dy, co
 
 std::size_t conv2d_backward_weight_igemm_scratch_floats(const Conv2dShape& s, const Exec& ex) {
   if (!ex.deterministic) return 0;
-  // Sized for the db slots too, so the same buffer serves calls with and without db.
-  return static_cast<std::size_t>(wgrad_splits(s)) * static_cast<std::size_t>(wgrad_slots(s, true));
+  // Sized for the db slots too, so the same buffer serves calls with and without db; and for
+  // both variants, so the variant can change without reallocating.
+  const std::size_t legacy =
+      static_cast<std::size_t>(wgrad_splits(s)) * static_cast<std::size_t>(wgrad_slots(s, true));
+  const std::size_t v2 = conv2d_wgrad_v2_supported(s) ? conv2d_wgrad_v2_scratch_floats(s, ex) : 0;
+  return std::max(legacy, v2);
 }
 
 void conv2d_backward_weight_igemm_cuda(const Conv2dShape& s, const float* d_x, const float* d_dy,
-                                       float* d_dw, float* d_db, float* d_scratch, const Exec& ex) {
+                                       float* d_dw, float* d_db, float* d_scratch, const Exec& ex,
+                                       IgemmVariant variant) {
   check_int32(s, "conv2d_backward_weight_igemm");
   CNN_CHECK(!ex.deterministic || d_scratch,
             "conv2d_backward_weight_igemm: deterministic mode needs {} floats of scratch, got null",
             conv2d_backward_weight_igemm_scratch_floats(s, ex));
+  if (use_wgrad_v2(s, variant)) {
+    conv2d_backward_weight_v2_cuda(s, d_x, d_dy, d_dw, d_db, d_scratch, ex);
+    return;
+  }
   WgradProblem p{};
   p.g = geom_of(s);
   const bool with_db = d_db != nullptr;

@@ -24,11 +24,21 @@ void conv2d_forward_igemm_cuda(const Conv2dShape& s, const float* d_x, const flo
 void conv2d_backward_data_igemm_cuda(const Conv2dShape& s, const float* d_dy, const float* d_w,
                                      float* d_dx, const Exec& ex);
 
+// Which weight-gradient kernel runs (kept selectable so that a wrong answer or a slower run can
+// be bisected):
+//   Auto:   V2 unless the environment sets CNN_CONV_LEGACY=1 (read once per process);
+//   Legacy: the first version, on the k-major main loop of gemm_tile.cuh;
+//   V2:     conv2d_igemm_wgrad.cu (k-contiguous tiles, 16-byte dy copies, tap-mask table for x);
+//           shapes outside its limits (KH*KW > 32) run Legacy.
+enum class IgemmVariant { Auto, Legacy, V2 };
+
 // Floats of scratch conv2d_backward_weight_igemm_cuda needs: 0 unless ex.deterministic. Depends
-// on the shape only (the split of K is a fixed chunk of output positions).
+// on the shape only (the split of K is a fixed chunk of output positions); enough for either
+// variant.
 std::size_t conv2d_backward_weight_igemm_scratch_floats(const Conv2dShape& s, const Exec& ex);
 
 void conv2d_backward_weight_igemm_cuda(const Conv2dShape& s, const float* d_x, const float* d_dy,
-                                       float* d_dw, float* d_db, float* d_scratch, const Exec& ex);
+                                       float* d_dw, float* d_db, float* d_scratch, const Exec& ex,
+                                       IgemmVariant variant = IgemmVariant::Auto);
 
 }  // namespace cnn
