@@ -1,10 +1,12 @@
 // The fast convolution kernels against the CPU references of kernels/conv2d.h:
 //   implicit GEMM (conv2d_igemm.h): forward, input gradient, weight gradient; FP32 and TF32;
 //   single input channel (conv2d_1ch.h): forward and weight gradient.
-// Awkward shapes (batch 1/3/129, channels 1..40, kernels 1/3/5 and non-square, stride 1/2/3 and
-// non-square, padding 0..4, odd images) and the reference network's conv1/conv2 at batch 128.
+// Awkward shapes (batch 1/3/129/257, channels 1..40, kernels 1/3/5/7 and non-square, stride 1/2/3
+// and non-square, padding 0..4, odd images) and the reference network's conv1/conv2 at batch 128.
 // Weight gradients accumulate onto random dw/db, atomically and deterministically; the
-// deterministic ones must repeat bitwise.
+// deterministic ones must repeat bitwise. The implicit-GEMM weight gradient runs both variants
+// (IgemmVariant::Legacy and ::V2: OH*OW % 4 == 0 takes its 16-byte dy path, other shapes and a
+// misaligned dy its 4-byte path, KH*KW > 32 its fallback to Legacy).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -148,10 +150,15 @@ std::vector<float> gpu_backward_data(const Conv2dShape& s, const Refs& r, const 
   return d_dx.to_vector();
 }
 
-// dw0/db0 accumulated on the device; db is skipped (null) when !with_db.
-void gpu_backward_weight(Impl impl, const Conv2dShape& s, const Refs& r, bool with_db,
-                         const Exec& ex, std::vector<float>& dw, std::vector<float>& db) {
-  Tensor d_x = test::to_device(r.x), d_dy = test::to_device(r.dy);
+// dw0/db0 accumulated on the device; db is skipped (null) when !with_db. dy_shift > 0 places dy
+// that many floats past a 16-byte boundary (the v2 kernel must take its 4-byte path then).
+void gpu_backward_weight(Impl impl, IgemmVariant variant, const Conv2dShape& s, const Refs& r,
+                         bool with_db, const Exec& ex, std::vector<float>& dw,
+                         std::vector<float>& db, int dy_shift = 0) {
+  std::vector<float> dy_host(static_cast<size_t>(dy_shift), 0.f);
+  dy_host.insert(dy_host.end(), r.dy.begin(), r.dy.end());
+  Tensor d_x = test::to_device(r.x), d_dy = test::to_device(dy_host);
+  const float* dyp = d_dy.data() + dy_shift;
   Tensor d_dw = test::to_device(r.dw0), d_db = test::to_device(r.db0);
   const size_t scratch_floats = impl == Impl::Igemm
                                     ? conv2d_backward_weight_igemm_scratch_floats(s, ex)
@@ -161,18 +168,63 @@ void gpu_backward_weight(Impl impl, const Conv2dShape& s, const Refs& r, bool wi
   float* scratch = scratch_floats ? d_scratch.data() : nullptr;
   float* dbp = with_db ? d_db.data() : nullptr;
   if (impl == Impl::Igemm)
-    conv2d_backward_weight_igemm_cuda(s, d_x.data(), d_dy.data(), d_dw.data(), dbp, scratch, ex);
+    conv2d_backward_weight_igemm_cuda(s, d_x.data(), dyp, d_dw.data(), dbp, scratch, ex, variant);
   else
-    conv2d_backward_weight_1ch_cuda(s, d_x.data(), d_dy.data(), d_dw.data(), dbp, scratch, ex);
+    conv2d_backward_weight_1ch_cuda(s, d_x.data(), dyp, d_dw.data(), dbp, scratch, ex);
   dw = d_dw.to_vector();
   db = d_db.to_vector();
+}
+
+const char* variant_name(IgemmVariant v) {
+  return v == IgemmVariant::Legacy ? "legacy" : v == IgemmVariant::V2 ? "v2" : "auto";
+}
+
+// The weight-gradient checks of one shape, variant and precision: atomic, deterministic (twice,
+// bitwise equal), deterministic without db. Returns the errors for the log line.
+struct WgradErrors {
+  double dw = 0, db = 0, dw_det = 0, db_det = 0;
+};
+WgradErrors check_wgrad(Impl impl, IgemmVariant variant, const Conv2dShape& s, const Refs& r,
+                        Precision prec, int dy_shift = 0) {
+  SCOPED_TRACE(std::string("weight gradient variant ") + variant_name(variant) +
+               " dy_shift=" + std::to_string(dy_shift));
+  const int64_t k_wgrad = int64_t{s.n} * s.oh() * s.ow();
+  const Exec ex = exec_of(prec, false), ex_det = exec_of(prec, true);
+  WgradErrors e;
+  std::vector<float> dw, db, dw_det, db_det, dw_det2, db_det2;
+  gpu_backward_weight(impl, variant, s, r, true, ex, dw, db, dy_shift);
+  e.dw = rel_to_max(dw, r.dw, typical(k_wgrad));
+  e.db = rel_to_max(db, r.db, typical(k_wgrad));
+  EXPECT_LE(e.dw, tolerance(prec, k_wgrad)) << "backward_weight dw (atomic)";
+  EXPECT_LE(e.db, tolerance(prec, k_wgrad)) << "backward_weight db (atomic)";
+
+  gpu_backward_weight(impl, variant, s, r, true, ex_det, dw_det, db_det, dy_shift);
+  gpu_backward_weight(impl, variant, s, r, true, ex_det, dw_det2, db_det2, dy_shift);
+  e.dw_det = rel_to_max(dw_det, r.dw, typical(k_wgrad));
+  e.db_det = rel_to_max(db_det, r.db, typical(k_wgrad));
+  EXPECT_LE(e.dw_det, tolerance(prec, k_wgrad)) << "backward_weight dw (deterministic)";
+  EXPECT_LE(e.db_det, tolerance(prec, k_wgrad)) << "backward_weight db (deterministic)";
+  EXPECT_TRUE(bitwise_equal(dw_det, dw_det2) && bitwise_equal(db_det, db_det2))
+      << "deterministic weight gradient differs between two runs";
+
+  // Without db: dw unchanged in meaning, db left alone.
+  std::vector<float> dw_nodb, db_nodb;
+  gpu_backward_weight(impl, variant, s, r, false, ex_det, dw_nodb, db_nodb, dy_shift);
+  EXPECT_LE(rel_to_max(dw_nodb, r.dw, typical(k_wgrad)), tolerance(prec, k_wgrad))
+      << "backward_weight without db";
+  EXPECT_TRUE(bitwise_equal(db_nodb, r.db0)) << "db was written although null";
+  std::vector<float> dw_nodb_atomic, db_nodb_atomic;
+  gpu_backward_weight(impl, variant, s, r, false, ex, dw_nodb_atomic, db_nodb_atomic, dy_shift);
+  EXPECT_LE(rel_to_max(dw_nodb_atomic, r.dw, typical(k_wgrad)), tolerance(prec, k_wgrad))
+      << "backward_weight without db (atomic)";
+  EXPECT_TRUE(bitwise_equal(db_nodb_atomic, r.db0)) << "db was written although null (atomic)";
+  return e;
 }
 
 // Every check of one shape for one implementation and precision.
 void check_shape(Impl impl, const Conv2dShape& s, const Refs& r, bool relu, Precision prec) {
   const int64_t k_fwd = int64_t{s.c} * s.kh * s.kw, k_dgrad = int64_t{s.oc} * s.kh * s.kw;
-  const int64_t k_wgrad = int64_t{s.n} * s.oh() * s.ow();
-  const Exec ex = exec_of(prec, false), ex_det = exec_of(prec, true);
+  const Exec ex = exec_of(prec, false);
 
   const double e_y = rel_to_max(gpu_forward(impl, s, r, true, relu, ex), r.y, typical(k_fwd));
   EXPECT_LE(e_y, tolerance(prec, k_fwd)) << "forward (bias, relu=" << relu << ")";
@@ -186,33 +238,16 @@ void check_shape(Impl impl, const Conv2dShape& s, const Refs& r, bool relu, Prec
     EXPECT_LE(e_dx, tolerance(prec, k_dgrad)) << "backward_data";
   }
 
-  std::vector<float> dw, db, dw_det, db_det, dw_det2, db_det2;
-  gpu_backward_weight(impl, s, r, true, ex, dw, db);
-  const double e_dw = rel_to_max(dw, r.dw, typical(k_wgrad)),
-               e_db = rel_to_max(db, r.db, typical(k_wgrad));
-  EXPECT_LE(e_dw, tolerance(prec, k_wgrad)) << "backward_weight dw (atomic)";
-  EXPECT_LE(e_db, tolerance(prec, k_wgrad)) << "backward_weight db (atomic)";
-
-  gpu_backward_weight(impl, s, r, true, ex_det, dw_det, db_det);
-  gpu_backward_weight(impl, s, r, true, ex_det, dw_det2, db_det2);
-  const double e_dw_det = rel_to_max(dw_det, r.dw, typical(k_wgrad)),
-               e_db_det = rel_to_max(db_det, r.db, typical(k_wgrad));
-  EXPECT_LE(e_dw_det, tolerance(prec, k_wgrad)) << "backward_weight dw (deterministic)";
-  EXPECT_LE(e_db_det, tolerance(prec, k_wgrad)) << "backward_weight db (deterministic)";
-  EXPECT_TRUE(bitwise_equal(dw_det, dw_det2) && bitwise_equal(db_det, db_det2))
-      << "deterministic weight gradient differs between two runs";
-
-  // Without db: dw unchanged in meaning, db left alone.
-  std::vector<float> dw_nodb, db_nodb;
-  gpu_backward_weight(impl, s, r, false, ex_det, dw_nodb, db_nodb);
-  EXPECT_LE(rel_to_max(dw_nodb, r.dw, typical(k_wgrad)), tolerance(prec, k_wgrad))
-      << "backward_weight without db";
-  EXPECT_TRUE(bitwise_equal(db_nodb, r.db0)) << "db was written although null";
-
-  std::printf("%-5s %-4s %s: rel err y %.2g%s dx %.2g dw %.2g db %.2g (det %.2g %.2g)\n",
-              impl == Impl::Igemm ? "igemm" : "1ch", precision_name(prec), describe(s).c_str(), e_y,
-              r.y_plain.empty() ? "" : (" plain " + std::to_string(e_plain)).c_str(), e_dx, e_dw,
-              e_db, e_dw_det, e_db_det);
+  const std::vector<IgemmVariant> variants =
+      impl == Impl::Igemm ? std::vector<IgemmVariant>{IgemmVariant::Legacy, IgemmVariant::V2}
+                          : std::vector<IgemmVariant>{IgemmVariant::Auto};
+  for (IgemmVariant variant : variants) {
+    const WgradErrors w = check_wgrad(impl, variant, s, r, prec);
+    std::printf("%-5s %-4s %s: rel err y %.2g%s dx %.2g | %s dw %.2g db %.2g (det %.2g %.2g)\n",
+                impl == Impl::Igemm ? "igemm" : "1ch", precision_name(prec), describe(s).c_str(),
+                e_y, r.y_plain.empty() ? "" : (" plain " + std::to_string(e_plain)).c_str(), e_dx,
+                impl == Impl::Igemm ? variant_name(variant) : "", w.dw, w.db, w.dw_det, w.db_det);
+  }
 }
 
 void run_shapes(Impl impl, const std::vector<Conv2dShape>& shapes, bool big) {
@@ -264,6 +299,71 @@ TEST(GpuConv2dFast, IgemmNetworkConv2Batch128) {
   CNN_REQUIRE_GPU();
 #ifdef CNN_HAVE_CUDA
   run_shapes(Impl::Igemm, {shape(128, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2)}, true);
+#endif
+}
+
+// Shapes aimed at the weight-gradient variants: batch 257, C = 7, odd images, OH*OW % 4 != 0
+// (v2's 4-byte dy path) and == 0 (16-byte path), partial row / column tiles, the db column in a
+// second column tile, stride 2, padding 0/1/2, a 7x7 kernel (49 taps: v2 falls back to Legacy)
+// and a K range whose last split ends inside a k-tile.
+TEST(GpuConv2dFast, IgemmWgradVariantsAwkwardShapes) {
+  CNN_REQUIRE_GPU();
+#ifdef CNN_HAVE_CUDA
+  run_shapes(Impl::Igemm,
+             {
+                 shape(257, 7, 9, 7, 12, 3, 3, 1, 1, 1, 1),   // OHW 63: 4-byte dy, C*9+1 = 64
+                 shape(3, 7, 8, 8, 5, 5, 5, 1, 1, 2, 2),      // OHW 64: 16-byte dy, odd C
+                 shape(257, 3, 6, 6, 16, 3, 3, 2, 2, 1, 1),   // stride 2, OHW 9
+                 shape(1, 32, 14, 14, 64, 5, 5, 2, 2, 2, 2),  // batch 1, stride 2, OHW 49
+                 shape(2, 4, 6, 6, 70, 3, 3, 1, 1, 1, 1),     // OC 70: two row tiles, OHW 36
+                 shape(3, 3, 11, 13, 9, 5, 5, 1, 1, 0, 0),    // pad 0, OHW 63
+                 shape(5, 32, 12, 12, 64, 5, 5, 1, 1, 2, 2),  // 801 columns, OHW 144
+                 shape(2, 3, 10, 10, 4, 7, 7, 1, 1, 3, 3),    // 49 taps: Legacy fallback
+                 shape(257, 1, 5, 4, 3, 1, 1, 1, 1, 0, 0),    // 1x1, OHW 20, many splits
+             },
+             false);
+#endif
+}
+
+// dy 4 bytes past a 16-byte boundary: the v2 kernel must not use its 16-byte copies.
+TEST(GpuConv2dFast, IgemmWgradMisalignedDy) {
+  CNN_REQUIRE_GPU();
+#ifdef CNN_HAVE_CUDA
+  for (const Conv2dShape& s :
+       {shape(3, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2), shape(2, 5, 8, 8, 7, 3, 3, 1, 1, 1, 1)}) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(describe(s) + " seed=" + std::to_string(seed));
+    const Refs r = make_refs(s, seed, false, false, false);
+    for (Precision prec : {Precision::FP32, Precision::TF32}) {
+      SCOPED_TRACE(precision_name(prec));
+      for (IgemmVariant v : {IgemmVariant::Legacy, IgemmVariant::V2})
+        check_wgrad(Impl::Igemm, v, s, r, prec, 1);
+    }
+  }
+#endif
+}
+
+// Legacy and V2 agree with each other on the network's conv2 at batch 128 (both are also
+// checked against the reference in IgemmNetworkConv2Batch128), atomic and deterministic.
+TEST(GpuConv2dFast, IgemmWgradVariantsAgreeConv2) {
+  CNN_REQUIRE_GPU();
+#ifdef CNN_HAVE_CUDA
+  const Conv2dShape s = shape(128, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2);
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  const Refs r = make_refs(s, seed, false, false, false);
+  const int64_t k = int64_t{s.n} * s.oh() * s.ow();
+  for (Precision prec : {Precision::FP32, Precision::TF32})
+    for (bool det : {false, true}) {
+      SCOPED_TRACE(std::string(precision_name(prec)) + (det ? " deterministic" : " atomic"));
+      std::vector<float> dw_l, db_l, dw_v, db_v;
+      gpu_backward_weight(Impl::Igemm, IgemmVariant::Legacy, s, r, true, exec_of(prec, det), dw_l,
+                          db_l);
+      gpu_backward_weight(Impl::Igemm, IgemmVariant::V2, s, r, true, exec_of(prec, det), dw_v,
+                          db_v);
+      EXPECT_LE(rel_to_max(dw_v, dw_l, typical(k)), 2 * tolerance(prec, k));
+      EXPECT_LE(rel_to_max(db_v, db_l, typical(k)), 2 * tolerance(prec, k));
+    }
 #endif
 }
 
