@@ -39,12 +39,12 @@ void maxpool_forward(const MaxPoolShape& s, const float* x, float* y, int32_t* a
 }
 
 void maxpool_backward(const MaxPoolShape& s, const float* dy, const int32_t* argmax, float* dx,
-                      const Exec& ex) {
+                      const Exec& ex, const float* relu_y) {
   check_maxpool_shape(s);
   CNN_CHECK(dy && argmax && dx, "maxpool_backward: dy, argmax and dx must not be null");
-  if (ex.device == Device::CPU) return maxpool_backward_cpu(s, dy, argmax, dx);
+  if (ex.device == Device::CPU) return maxpool_backward_cpu(s, dy, argmax, dx, relu_y);
 #ifdef CNN_HAVE_CUDA
-  maxpool_backward_cuda(s, dy, argmax, dx, ex.stream);
+  maxpool_backward_cuda(s, dy, argmax, relu_y, dx, ex.stream);
 #else
   CNN_FAIL("maxpool_backward on cuda: built without CUDA");
 #endif

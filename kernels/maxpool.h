@@ -24,14 +24,18 @@ void check_maxpool_shape(const MaxPoolShape& s);
 void maxpool_forward(const MaxPoolShape& s, const float* x, float* y, int32_t* argmax,
                      const Exec& ex);
 // dx (N, C, H, W) = sum of dy routed to each argmax. Overwrites dx. Deterministic (gather).
+// relu_y (optional): the pool's own forward output y. When given, dy[o] counts only where
+// y[o] > 0: the backward of a ReLU just before the pool, fused (max(relu(v)) > 0 exactly when the
+// winning element's ReLU passed its gradient), so the full-size ReLU backward pass is skipped.
 void maxpool_backward(const MaxPoolShape& s, const float* dy, const int32_t* argmax, float* dx,
-                      const Exec& ex);
+                      const Exec& ex, const float* relu_y = nullptr);
 
 void maxpool_forward_cpu(const MaxPoolShape& s, const float* x, float* y, int32_t* argmax);
-void maxpool_backward_cpu(const MaxPoolShape& s, const float* dy, const int32_t* argmax, float* dx);
+void maxpool_backward_cpu(const MaxPoolShape& s, const float* dy, const int32_t* argmax, float* dx,
+                          const float* relu_y = nullptr);
 // Double twins for the numerical gradient checker (argmax stays int32).
 void maxpool_forward_cpu(const MaxPoolShape& s, const double* x, double* y, int32_t* argmax);
 void maxpool_backward_cpu(const MaxPoolShape& s, const double* dy, const int32_t* argmax,
-                          double* dx);
+                          double* dx, const double* relu_y = nullptr);
 
 }  // namespace cnn

@@ -42,13 +42,15 @@ void forward(const MaxPoolShape& s, const T* x, T* y, int32_t* argmax) {
 }
 
 template <class T>
-void backward(const MaxPoolShape& s, const T* dy, const int32_t* argmax, T* dx) {
+void backward(const MaxPoolShape& s, const T* dy, const int32_t* argmax, T* dx, const T* relu_y) {
   const int64_t plane_in = int64_t(s.h) * s.w, plane_out = int64_t(s.oh()) * s.ow();
   const int64_t planes = int64_t(s.n) * s.c;
   std::vector<double> acc(plane_in);  // (H, W) of one plane
   for (int64_t p = 0; p < planes; ++p) {
     std::fill(acc.begin(), acc.end(), 0.0);
-    for (int64_t o = 0; o < plane_out; ++o) acc[argmax[p * plane_out + o]] += dy[p * plane_out + o];
+    for (int64_t o = p * plane_out; o < (p + 1) * plane_out; ++o) {
+      if (!relu_y || relu_y[o] > T(0)) acc[argmax[o]] += dy[o];
+    }
     for (int64_t k = 0; k < plane_in; ++k) dx[p * plane_in + k] = static_cast<T>(acc[k]);
   }
 }
@@ -62,12 +64,12 @@ void maxpool_forward_cpu(const MaxPoolShape& s, const double* x, double* y, int3
   forward(s, x, y, argmax);
 }
 void maxpool_backward_cpu(const MaxPoolShape& s, const float* dy, const int32_t* argmax,
-                          float* dx) {
-  backward(s, dy, argmax, dx);
+                          float* dx, const float* relu_y) {
+  backward(s, dy, argmax, dx, relu_y);
 }
 void maxpool_backward_cpu(const MaxPoolShape& s, const double* dy, const int32_t* argmax,
-                          double* dx) {
-  backward(s, dy, argmax, dx);
+                          double* dx, const double* relu_y) {
+  backward(s, dy, argmax, dx, relu_y);
 }
 
 }  // namespace cnn

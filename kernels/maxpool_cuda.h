@@ -9,7 +9,8 @@ namespace cnn {
 
 void maxpool_forward_cuda(const MaxPoolShape& s, const float* d_x, float* d_y, int32_t* d_argmax,
                           cudaStream_t stream);
+// d_relu_y may be null (see maxpool_backward).
 void maxpool_backward_cuda(const MaxPoolShape& s, const float* d_dy, const int32_t* d_argmax,
-                           float* d_dx, cudaStream_t stream);
+                           const float* d_relu_y, float* d_dx, cudaStream_t stream);
 
 }  // namespace cnn

@@ -60,7 +60,7 @@ class Conv2dLayer : public Layer {
   void backward(int n, const float* x, const float* y, float* dy, float* dx, float* scratch,
                 const Exec& ex) override {
     const Conv2dShape s = at(n);
-    if (fused_relu_) relu_backward(int64_t(n) * s.oc * s.oh() * s.ow(), y, dy, dy, ex);
+    if (relu_backward_here()) relu_backward(int64_t(n) * s.oc * s.oh() * s.ow(), y, dy, dy, ex);
     conv2d_backward_weight(s, x, dy, dw_, db_, scratch, algo_, ex);
     if (dx) conv2d_backward_data(s, dy, w_, dx, algo_, ex);
   }

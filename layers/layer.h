@@ -63,10 +63,21 @@ class Layer {
   void set_fused_relu(bool on) { fused_relu_ = on; }
   bool fused_relu() const { return fused_relu_; }
 
+  // The ReLU backward fused across a following max-pool: the pool routes only gradients whose
+  // output is > 0 (exactly the windows whose winner passed the ReLU), and the layer with the
+  // fused ReLU then skips its full-size ReLU backward pass. The Network pairs the two.
+  virtual bool can_mask_input_relu() const { return false; }
+  void set_mask_input_relu(bool on) { mask_input_relu_ = on; }
+  void set_relu_masked_downstream(bool on) { relu_masked_downstream_ = on; }
+
  protected:
+  // Whether backward must run the ReLU mask itself.
+  bool relu_backward_here() const { return fused_relu_ && !relu_masked_downstream_; }
   LayerSpec spec_;
   Shape in_, out_;
   bool fused_relu_ = false;
+  bool mask_input_relu_ = false;
+  bool relu_masked_downstream_ = false;
 };
 
 // Builds the layer for a spec (not the loss: the Network handles softmax_cross_entropy itself).

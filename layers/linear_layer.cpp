@@ -48,7 +48,7 @@ class LinearLayer : public Layer {
   void backward(int n, const float* x, const float* y, float* dy, float* dx, float* scratch,
                 const Exec& ex) override {
     const LinearShape s = at(n);
-    if (fused_relu_) relu_backward(int64_t(n) * s.out, y, dy, dy, ex);
+    if (relu_backward_here()) relu_backward(int64_t(n) * s.out, y, dy, dy, ex);
     linear_backward_weight(s, x, dy, dw_, db_, scratch, algo_, ex);
     if (dx) linear_backward_data(s, dy, w_, dx, algo_, ex);
   }

@@ -31,6 +31,15 @@ Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
     aliases_input.push_back(fold || specs[i].kind == LayerKind::Flatten);
     layers_.push_back(std::move(layer));
   }
+  // A max-pool right after a layer with a fused ReLU applies that ReLU's gradient mask itself.
+  for (size_t i = 1; i < layers_.size(); ++i) {
+    const size_t prev = skipped_[i - 1] && i >= 2 ? i - 2 : i - 1;
+    if (skipped_[i] || skipped_[prev] || !layers_[i]->can_mask_input_relu() ||
+        !layers_[prev]->fused_relu())
+      continue;
+    layers_[i]->set_mask_input_relu(true);
+    layers_[prev]->set_relu_masked_downstream(true);
+  }
   layer_output_shape(specs.back(), cur);  // validates the loss input
   classes_ = static_cast<int>(cur.at(1));
 

@@ -45,10 +45,11 @@ class MaxPoolLayer : public Layer {
   void forward(int n, const float* x, float* y, const Exec& ex) override {
     maxpool_forward(at(n), x, y, argmax_.data(), ex);
   }
-  void backward(int n, const float*, const float*, float* dy, float* dx, float*,
+  void backward(int n, const float*, const float* y, float* dy, float* dx, float*,
                 const Exec& ex) override {
-    if (dx) maxpool_backward(at(n), dy, argmax_.data(), dx, ex);
+    if (dx) maxpool_backward(at(n), dy, argmax_.data(), dx, ex, mask_input_relu_ ? y : nullptr);
   }
+  bool can_mask_input_relu() const override { return true; }
 
  private:
   MaxPoolShape at(int n) const {

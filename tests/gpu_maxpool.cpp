@@ -2,6 +2,7 @@
 // stride != kernel, non-square, many planes, and bitwise repeatability of the gather backward.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -64,6 +65,14 @@ void check_maxpool(const MaxPoolShape& s, bool few_values) {
   maxpool_backward(s, d_dy.data(), d_am.data(), d_dx.data(), ex);
   const std::vector<float> dx2 = test::to_host(d_dx.data(), nx);
 
+  // With the fused ReLU mask (the pool's own output > 0 selects which gradients pass).
+  std::vector<float> dxm_ref(nx);
+  maxpool_backward_cpu(s, dy.data(), am_ref.data(), dxm_ref.data(), y_ref.data());
+  test::poison_device(d_dx.data(), nx);
+  maxpool_backward(s, d_dy.data(), d_am.data(), d_dx.data(), ex, d_y.data());
+  const std::vector<float> dxm = test::to_host(d_dx.data(), nx);
+  EXPECT_EQ(dxm, dxm_ref) << "backward with the fused ReLU mask differs from the CPU";
+
   const double ey = test::max_rel_error(y, y_ref), edx = test::max_rel_error(dx, dx_ref);
   std::printf("maxpool (%d,%d,%d,%d) k%dx%d s%dx%d p%dx%d%s: worst rel error y %.3g dx %.3g\n", s.n,
               s.c, s.h, s.w, s.kh, s.kw, s.stride_h, s.stride_w, s.pad_h, s.pad_w,
@@ -87,7 +96,39 @@ TEST(GpuMaxPool, MatchesCpu) {
       make_shape(2, 4, 10, 15, 2, 3, 2, 1, 1, 1),    // non-square window, stride and padding
       make_shape(1, 1, 11, 5, 5, 3, 3, 2, 2, 0),     // stride < kernel, pad in h only
       make_shape(300, 256, 3, 3, 2, 2, 1, 1, 0, 0),  // N*C = 76800 planes
+      make_shape(257, 3, 14, 10, 2, 2, 2, 2, 0, 0),  // 2x2 windows tiling the input exactly
+      make_shape(1, 7, 2, 2, 2, 2, 2, 2, 0, 0),      // exact tiling, one window per plane
   };
   for (const MaxPoolShape& s : shapes)
     for (bool few : {false, true}) check_maxpool(s, few);
+}
+
+// The exact-tiling 2x2 kernels move float2; pointers off by one float must take the general path
+// and still agree with the CPU.
+TEST(GpuMaxPool, MisalignedPointersFallBack) {
+  CNN_REQUIRE_GPU();
+  const MaxPoolShape s = make_shape(3, 5, 8, 6, 2, 2, 2, 2, 0, 0);
+  const size_t nx = size_t(s.n) * s.c * s.h * s.w, ny = size_t(s.n) * s.c * s.oh() * s.ow();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  const std::vector<float> x = test::random_vector(nx, seed), dy = test::random_vector(ny, seed + 1);
+  std::vector<float> y_ref(ny), dx_ref(nx);
+  std::vector<int32_t> am_ref(ny);
+  maxpool_forward_cpu(s, x.data(), y_ref.data(), am_ref.data());
+  maxpool_backward_cpu(s, dy.data(), am_ref.data(), dx_ref.data(), y_ref.data());
+
+  Exec ex;
+  ex.device = Device::CUDA;
+  std::vector<float> x1(nx + 1, 0.f);
+  std::copy(x.begin(), x.end(), x1.begin() + 1);
+  Tensor d_x1 = test::to_device(x1);  // the input starts one float into the buffer
+  Tensor d_dy = test::to_device(dy);
+  Buffer<float> d_y(ny, Device::CUDA), d_dx1(nx + 1, Device::CUDA);
+  Buffer<int32_t> d_am(ny, Device::CUDA);
+  test::poison_device(d_dx1.data(), nx + 1);
+  maxpool_forward(s, d_x1.data() + 1, d_y.data(), d_am.data(), ex);
+  maxpool_backward(s, d_dy.data(), d_am.data(), d_dx1.data() + 1, ex, d_y.data());
+  EXPECT_EQ(test::to_host(d_y.data(), ny), y_ref);
+  const std::vector<float> dx1 = test::to_host(d_dx1.data(), nx + 1);
+  EXPECT_EQ(std::vector<float>(dx1.begin() + 1, dx1.end()), dx_ref);
 }

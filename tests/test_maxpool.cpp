@@ -11,6 +11,7 @@
 
 #include "kernels/error.h"
 #include "kernels/maxpool.h"
+#include "kernels/relu.h"
 #include "tests/test_util.h"
 
 using namespace cnn;
@@ -170,4 +171,23 @@ TEST(MaxPool, GradientCheckDouble) {
         worst, std::fabs(dx[i] - num[i]) / std::max({1e-3, std::fabs(dx[i]), std::fabs(num[i])}));
   std::printf("maxpool gradient check: max rel error %.3g\n", worst);
   EXPECT_LT(worst, 1e-6);
+}
+
+// The ReLU backward fused into the pool's backward (relu_y = the pool's output) equals the
+// unfused pair: pool backward, then the ReLU mask on the pool's input. Bitwise, ties included.
+TEST(MaxPool, FusedReluMaskEqualsSeparateReluBackward) {
+  const MaxPoolShape s = make_shape(2, 3, 6, 8, 2, 2, 0);
+  const size_t nx = size_t(s.n) * s.c * s.h * s.w, ny = size_t(s.n) * s.c * s.oh() * s.ow();
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<int> few(-2, 2);  // many zeros after the ReLU: ties at 0
+  std::vector<float> pre(nx), r(nx), dy(ny);
+  for (auto& v : pre) v = float(few(rng));
+  for (auto& v : dy) v = float(few(rng)) + 0.5f;
+  relu_forward_cpu(int64_t(nx), pre.data(), r.data());
+  PoolOut p = pool(s, r);
+  std::vector<float> dx_sep(nx), dx_fused(nx);
+  maxpool_backward_cpu(s, dy.data(), p.argmax.data(), dx_sep.data());
+  relu_backward_cpu(int64_t(nx), r.data(), dx_sep.data(), dx_sep.data());
+  maxpool_backward_cpu(s, dy.data(), p.argmax.data(), dx_fused.data(), p.y.data());
+  EXPECT_EQ(dx_fused, dx_sep);
 }
