@@ -155,8 +155,8 @@ std::vector<float> gpu_backward_data(const Conv2dShape& s, const Refs& r, const 
 void gpu_backward_weight(Impl impl, IgemmVariant variant, const Conv2dShape& s, const Refs& r,
                          bool with_db, const Exec& ex, std::vector<float>& dw,
                          std::vector<float>& db, int dy_shift = 0) {
-  std::vector<float> dy_host(static_cast<size_t>(dy_shift), 0.f);
-  dy_host.insert(dy_host.end(), r.dy.begin(), r.dy.end());
+  std::vector<float> dy_host(r.dy.size() + static_cast<size_t>(dy_shift), 0.f);
+  std::copy(r.dy.begin(), r.dy.end(), dy_host.begin() + dy_shift);
   Tensor d_x = test::to_device(r.x), d_dy = test::to_device(dy_host);
   const float* dyp = d_dy.data() + dy_shift;
   Tensor d_dw = test::to_device(r.dw0), d_db = test::to_device(r.db0);
