@@ -44,21 +44,24 @@ RunLog::~RunLog() {
   clear_bar();
 }
 
-void RunLog::truncate_metrics_after(int64_t last_step) {
+void RunLog::truncate_metrics_after(int64_t last_step, bool eval_done) {
   std::ifstream in(metrics_path_);
   std::string line, kept = std::string(kMetricsHeader) + "\n";
   std::getline(in, line);  // header
   while (std::getline(in, line)) {
-    // A torn last line (a kill mid-write) has too few fields: dropped with the rest.
+    // A torn last line (a kill mid-write) has too few fields or no newline: dropped.
     std::stringstream ss(line);
     std::string field;
     int fields = 0;
     int64_t step = -1;
+    bool eval = false;
     while (std::getline(ss, field, ',')) {
       if (fields == 2) step = std::atoll(field.c_str());
+      if (fields == 3) eval = field == "eval";
       ++fields;
     }
-    if (fields == 8 && step <= last_step) kept += line + "\n";
+    const bool redone = step > last_step || (step == last_step && eval && !eval_done);
+    if (fields == 8 && !redone && !in.eof()) kept += line + "\n";
   }
   write_file_atomically(metrics_path_, kept.data(), kept.size());
 }

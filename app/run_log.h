@@ -35,8 +35,10 @@ class RunLog {
     logger_->warn(f, std::forward<Args>(args)...);
   }
 
-  // Keeps rows with step <= last_step (resume), rewriting the file atomically.
-  void truncate_metrics_after(int64_t last_step);
+  // Keeps rows with step <= last_step (resume; 0: a fresh run keeps the header only), rewriting
+  // the file atomically. eval_done: false drops the eval rows at last_step too, for a checkpoint
+  // taken on an epoch's last batch before that epoch's evaluation, which the resume runs again.
+  void truncate_metrics_after(int64_t last_step, bool eval_done = true);
   void metrics(const MetricsRow& row);
 
   // Redraws the bar at most a few times a second: "epoch 3/8 [=====>   ] 212/469 loss 0.12 ...".

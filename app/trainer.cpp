@@ -73,6 +73,14 @@ class Trainer {
 };
 
 void Trainer::save(const std::string& file, const TrainPosition& pos) {
+  const std::string path = ckpt_dir_ + "/" + file;
+  // The loss is only looked at on logging steps, so the weights may have diverged since: a
+  // checkpoint with NaN/Inf weights would replace the last good one.
+  const std::string bad = first_nonfinite_tensor(*net_);
+  CNN_CHECK(bad.empty(),
+            "step {}: parameter tensor '{}' holds non-finite values (NaN/Inf) — stopping without "
+            "writing {} (the last checkpoint there is intact; try a lower learning rate)",
+            pos.global_step, bad, path);
   CheckpointMeta m;
   m.config_yaml = cfg_.resolved_yaml;
   m.class_names = data_.train.class_names;
@@ -81,7 +89,12 @@ void Trainer::save(const std::string& file, const TrainPosition& pos) {
   m.std = norm_.std;
   m.position = pos;
   m.seed = cfg_.training.seed;
-  save_checkpoint(ckpt_dir_ + "/" + file, *net_, opt_.get(), m);
+  try {
+    save_checkpoint(path, *net_, opt_.get(), m);
+  } catch (const Error& e) {
+    CNN_FAIL("step {}: saving the checkpoint failed, the previous one is unchanged: {}",
+             pos.global_step, e.what());
+  }
 }
 
 bool Trainer::log_point(int64_t epoch, double lr) {
@@ -139,7 +152,12 @@ int Trainer::run() {
   NetworkOptions nopt;
   nopt.max_batch = tr.batch_size;
   nopt.seed = tr.seed;
-  net_ = std::make_unique<Network>(cfg_.model.layers, cfg_.model.input_chw, nopt, ex_);
+  try {
+    net_ = std::make_unique<Network>(cfg_.model.layers, cfg_.model.input_chw, nopt, ex_);
+  } catch (const Error& e) {
+    CNN_FAIL("cannot set up the network for batch {} on {}: {}", tr.batch_size,
+             device_name(ex_.device), e.what());
+  }
   CNN_CHECK(net_->num_classes() == data_.train.num_classes(),
             "the model ends in {} classes but the dataset has {} ({})", net_->num_classes(),
             data_.train.num_classes(), data_.train.source);
@@ -157,9 +175,11 @@ int Trainer::run() {
   std::error_code ec;
   std::filesystem::create_directories(ckpt_dir_, ec);
   CNN_CHECK(!ec, "cannot create the checkpoint directory '{}': {}", ckpt_dir_, ec.message());
+  for (const std::string& dir : {run_dir_, ckpt_dir_})
+    for (const std::string& f : remove_stale_temp_files(dir))
+      log_->warn("removed {}, left by an interrupted write", f);
   write_file_atomically(run_dir_ + "/config.yaml", cfg_.resolved_yaml.data(),
                         cfg_.resolved_yaml.size());
-  if (!args_.resume.empty()) log_->truncate_metrics_after(pos_.global_step);
 
   log_->info("run '{}' on {} | precision {} | algo {} | deterministic {} | seed {}", cfg_.name,
              device_description(ex_.device), precision_name(ex_.precision), algo_name(tr.algo),
@@ -177,12 +197,18 @@ int Trainer::run() {
                pos_.batch_in_epoch, pos_.global_step);
   if (!args_.init_weights.empty()) log_->info("initial weights from {}", args_.init_weights);
 
-  BatchSource train(data_.train, norm_, &cfg_.data.augment, tr.seed, tr.batch_size, true,
-                    cfg_.data.drop_last, ex_);
-  std::unique_ptr<BatchSource> eval;
-  if (eval_set.n > 0)
-    eval = std::make_unique<BatchSource>(eval_set, norm_, nullptr, tr.seed, tr.batch_size, false,
-                                         false, ex_, true);
+  std::unique_ptr<BatchSource> train_src, eval;
+  try {
+    train_src = std::make_unique<BatchSource>(data_.train, norm_, &cfg_.data.augment, tr.seed,
+                                              tr.batch_size, true, cfg_.data.drop_last, ex_);
+    if (eval_set.n > 0)
+      eval = std::make_unique<BatchSource>(eval_set, norm_, nullptr, tr.seed, tr.batch_size, false,
+                                           false, ex_, true);
+  } catch (const Error& e) {
+    CNN_FAIL("cannot set up the datasets ({} + {} images, batch {}) on {}: {}", data_.train.n,
+             eval_set.n, tr.batch_size, device_name(ex_.device), e.what());
+  }
+  BatchSource& train = *train_src;
   totals_ = Buffer<double>(3, ex_.device);
   totals_.zero(ex_.stream);
 
@@ -193,6 +219,9 @@ int Trainer::run() {
   const int64_t steps_per_epoch = train.batches_per_epoch();
   CNN_CHECK(steps_per_epoch > 0, "the training set ({} images) gives no batch of {} (drop_last)",
             data_.train.n, tr.batch_size);
+  // A fresh run starts metrics.csv afresh; a resume drops the rows past its checkpoint, and the
+  // evaluation that it runs again when the checkpoint was taken on an epoch's last batch.
+  log_->truncate_metrics_after(pos_.global_step, pos_.batch_in_epoch < steps_per_epoch);
   const double total_epochs = tr.epochs;
   EvalResult last_eval;
   bool stopped = false;
@@ -260,6 +289,14 @@ int Trainer::run() {
                      last_eval.accuracy, lr, 0});
       CNN_CHECK(std::isfinite(last_eval.loss), "epoch {}: the evaluation loss is {}; stopping",
                 epoch + 1, last_eval.loss);
+      // Written before the final checkpoint: a run killed after that checkpoint is complete, as
+      // a resume from it has nothing left to run.
+      if (last_epoch) {
+        log_->info("confusion matrix ({}):\n{}", data_.val.n > 0 ? "validation" : "test",
+                   format_confusion(last_eval, data_.train.class_names));
+        const std::string csv = confusion_csv(last_eval, data_.train.class_names);
+        write_file_atomically(run_dir_ + "/confusion.csv", csv.data(), csv.size());
+      }
       if (last_eval.accuracy > next.best_accuracy) {
         next.best_accuracy = last_eval.accuracy;
         if (cfg_.checkpoint.keep_best) save("best.safetensors", next);
@@ -269,12 +306,6 @@ int Trainer::run() {
     if ((cfg_.checkpoint.every_epochs > 0 && (epoch + 1) % cfg_.checkpoint.every_epochs == 0) ||
         last_epoch)
       save("last.safetensors", pos_);
-  }
-  if (eval && last_eval.count > 0) {
-    log_->info("confusion matrix ({}):\n{}", data_.val.n > 0 ? "validation" : "test",
-               format_confusion(last_eval, data_.train.class_names));
-    const std::string csv = confusion_csv(last_eval, data_.train.class_names);
-    write_file_atomically(run_dir_ + "/confusion.csv", csv.data(), csv.size());
   }
   log_->info("done: {} steps in {:.1f} s; best accuracy {:.2f}%; checkpoints in {}",
              pos_.global_step, seconds_since(start_), 100 * std::max(0.0, pos_.best_accuracy),

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
 
 #include "kernels/error.h"
 
@@ -17,18 +18,27 @@ void* raw_alloc(std::size_t bytes, Device dev) {
   if (dev == Device::CPU) {
     // 64-byte alignment keeps vectorized CPU loops and pinned-style copies happy.
     void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-    CNN_CHECK(p, "out of host memory allocating {:.1f} MiB", bytes / 1048576.0);
+    CNN_CHECK(p, "out of host memory: cannot allocate {:.1f} MiB (lower training.batch_size)",
+              bytes / 1048576.0);
     return p;
   }
 #ifdef CNN_HAVE_CUDA
   void* p = nullptr;
   cudaError_t err = cudaMalloc(&p, bytes);
   if (err != cudaSuccess) {
-    (void)cudaGetLastError();
+    (void)cudaGetLastError();  // an allocation failure is not sticky: clear it, keep the context
     std::size_t free_b = 0, total_b = 0;
-    cudaMemGetInfo(&free_b, &total_b);
-    CNN_FAIL("out of GPU memory: needed {:.1f} MiB more, {:.1f} MiB free of {:.1f} MiB ({})",
-             bytes / 1048576.0, free_b / 1048576.0, total_b / 1048576.0, cudaGetErrorString(err));
+    const bool info = cudaMemGetInfo(&free_b, &total_b) == cudaSuccess;
+    (void)cudaGetLastError();
+    int dev = -1;
+    (void)cudaGetDevice(&dev);
+    const std::string where = info ? fmt::format("GPU {} has {:.1f} MiB free of {:.1f} MiB", dev,
+                                                 free_b / 1048576.0, total_b / 1048576.0)
+                                   : fmt::format("GPU {}, free memory unknown", dev);
+    CNN_FAIL(
+        "out of GPU memory: cannot allocate {:.1f} MiB; {} ({}); lower training.batch_size or "
+        "free the GPU of other processes",
+        bytes / 1048576.0, where, cudaGetErrorString(err));
   }
   return p;
 #else

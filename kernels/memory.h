@@ -9,7 +9,9 @@
 
 namespace cnn {
 
-void* raw_alloc(std::size_t bytes, Device dev);  // throws with the size and free memory on OOM
+// Throws cnn::Error on failure, one line: the MiB requested, the device's free/total memory
+// (cudaMemGetInfo) and the hint to lower training.batch_size; callers add what it was for.
+void* raw_alloc(std::size_t bytes, Device dev);
 void raw_free(void* p, Device dev) noexcept;
 // Copies between any two devices; with a stream the copy is asynchronous on it (device side).
 void raw_copy(void* dst, Device dst_dev, const void* src, Device src_dev, std::size_t bytes,

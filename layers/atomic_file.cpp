@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "kernels/error.h"
@@ -92,6 +94,28 @@ void write_file_atomically(const std::string& path, const std::function<void(std
     CNN_FAIL("cannot write '{}': renaming '{}' over it failed: {}", path, tmp, errno_text(err));
   }
   sync_directory(directory_of(path));
+}
+
+std::vector<std::string> remove_stale_temp_files(const std::string& dir) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  std::filesystem::directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::filesystem::directory_entry& entry = *it;
+    const std::string name = entry.path().filename().string();
+    const size_t at = name.rfind(".tmp.");
+    if (at == std::string::npos || at == 0) continue;
+    const std::string pid_text = name.substr(at + 5);
+    if (pid_text.empty() || pid_text.size() > 9 ||
+        pid_text.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
+    const bool alive = pid != ::getpid() && (::kill(pid, 0) == 0 || errno == EPERM);
+    std::error_code type_ec;
+    if (alive || !entry.is_regular_file(type_ec)) continue;
+    if (std::remove(entry.path().c_str()) == 0) removed.push_back(entry.path().string());
+  }
+  return removed;
 }
 
 void write_file_atomically(const std::string& path, const void* data, size_t bytes) {

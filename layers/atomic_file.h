@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace cnn {
 
@@ -16,6 +17,11 @@ namespace cnn {
 // left as it was, and the exception propagates: a cnn::Error gets the path prefixed, any other
 // exception type is rethrown unchanged.
 void write_file_atomically(const std::string& path, const std::function<void(std::FILE*)>& writer);
+
+// A process killed mid-write leaves its "<name>.tmp.<pid>" behind. Removes those in `dir` whose
+// pid is no longer running (or is the caller's own: nothing of ours is in flight at start-up) and
+// returns their paths; a temporary file of a live process is left alone. Call at start-up.
+std::vector<std::string> remove_stale_temp_files(const std::string& dir);
 
 // The same for a byte buffer that is already in memory.
 void write_file_atomically(const std::string& path, const void* data, size_t bytes);
