@@ -9,6 +9,7 @@
 
 #include "kernels/exec.h"
 #include "kernels/tensor.h"
+#include "layers/autotune.h"
 #include "layers/layer_spec.h"
 
 namespace cnn {
@@ -58,6 +59,15 @@ class Layer {
   // dy may be overwritten (a fused ReLU masks it in place).
   virtual void backward(int n, const float* x, const float* y, float* dy, float* dx, float* scratch,
                         const Exec& ex) = 0;
+
+  // algo: auto on CUDA: times this layer's kernel variants for a batch of n on the given buffers
+  // (x input, y output, dy and dx gradients; dx null for the first layer) and keeps the fastest
+  // per pass. Writes y and dx and ACCUMULATES parameter gradients: the caller zeroes them after.
+  virtual std::vector<TuneChoice> autotune(int /*n*/, const float* /*x*/, float* /*y*/,
+                                           float* /*dy*/, float* /*dx*/, float* /*scratch*/,
+                                           const Exec& /*ex*/) {
+    return {};
+  }
 
   // True when ReLU is fused into this layer's epilogue (the Network then skips the relu layer).
   void set_fused_relu(bool on) { fused_relu_ = on; }

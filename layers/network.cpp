@@ -101,6 +101,29 @@ void Network::set_exec(const Exec& ex) {
   ex_ = ex;
 }
 
+std::vector<std::string> Network::autotune() {
+  std::vector<std::string> lines;
+  if (ex_.device != Device::CUDA || ex_.deterministic || !autotune_enabled_by_env()) return lines;
+  // Defined inputs for the timing runs: zeroed activations and a zero input batch.
+  Shape in_shape = {opt_.max_batch};
+  in_shape.insert(in_shape.end(), input_chw_.begin(), input_chw_.end());
+  Tensor input(in_shape, ex_.device);
+  input.zero(ex_.stream);
+  for (Tensor& t : storage_) t.zero(ex_.stream);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (skipped_[i]) continue;
+    const float* x = i ? acts_[i - 1] : input.data();
+    if (!x) x = input.data();  // a leading flatten aliases the input
+    float* dx = i ? grad_acts_[i - 1] : nullptr;
+    for (const TuneChoice& c :
+         layers_[i]->autotune(opt_.max_batch, x, acts_[i], grad_acts_[i], dx, scratch_.data(), ex_))
+      lines.push_back(describe(c));
+  }
+  grads_.zero(ex_.stream);
+  stream_sync(ex_.device, ex_.stream);
+  return lines;
+}
+
 const float* Network::forward(int n, const float* x) {
   CNN_CHECK(n > 0 && n <= opt_.max_batch, "batch of {} images, expected 1..{}", n, opt_.max_batch);
   if (first_is_input_view_) acts_[0] = const_cast<float*>(x);  // never written through

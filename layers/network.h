@@ -3,6 +3,7 @@
 // the flat parameter/gradient buffers, and runs forward/backward over a batch. The loss
 // (softmax cross-entropy, always last) is run by the Network itself because it also needs labels.
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kernels/exec.h"
@@ -47,6 +48,10 @@ class Network {
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
   const Exec& exec() const { return ex_; }
   void set_exec(const Exec& ex);  // same device; new stream / precision / determinism
+  // algo: auto on CUDA (not deterministic, CNN_AUTOTUNE not 0): every conv/linear layer times
+  // its kernel variants at the full batch and keeps the fastest per pass (layers/autotune.h).
+  // Leaves the parameter gradients zero. Returns one line per choice (empty when nothing tuned).
+  std::vector<std::string> autotune();
 
   std::vector<float> params_to_host() const;
   void params_from_host(const std::vector<float>& h_params);
