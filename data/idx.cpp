@@ -30,13 +30,12 @@ const char* idx_kind(uint32_t ndims) {
   return ndims == 3 ? "images (idx3)" : "labels (idx1)";
 }
 
-// Reads an IDX uint8 file of `ndims` dimensions: returns the dims and the payload (header
-// stripped). Raw or gzip by magic.
-std::vector<uint8_t> read_idx(const std::string& path, uint32_t ndims,
-                              std::vector<uint32_t>& dims) {
+// Parses the bytes of an IDX uint8 file of `ndims` dimensions: returns the dims and the payload
+// (header stripped). Raw or gzip by magic. `path` names the file in messages.
+std::vector<uint8_t> parse_idx(std::vector<uint8_t> file, const std::string& path, uint32_t ndims,
+                               std::vector<uint32_t>& dims) {
   const uint32_t expected_magic = (kIdxUint8 << 8) | ndims;
   const size_t header = 4 + 4 * size_t(ndims);
-  std::vector<uint8_t> file = read_file(path);
   const bool gz = is_gzip(file.data(), file.size());
   const char* how = gz ? " (after gunzip)" : "";
 
@@ -123,9 +122,17 @@ void write_idx(const std::string& path, uint32_t ndims, const std::vector<uint32
 }  // namespace
 
 IdxImages read_idx_images(const std::string& path) {
+  return parse_idx_images(read_file(path), path);
+}
+
+std::vector<uint8_t> read_idx_labels(const std::string& path) {
+  return parse_idx_labels(read_file(path), path);
+}
+
+IdxImages parse_idx_images(std::vector<uint8_t> file, const std::string& path) {
   std::vector<uint32_t> dims;
   IdxImages im;
-  im.pixels = read_idx(path, 3, dims);
+  im.pixels = parse_idx(std::move(file), path, 3, dims);
   CNN_CHECK(dims[1] <= 65535 && dims[2] <= 65535, "{}: images of {}x{} pixels are absurd", path,
             dims[1], dims[2]);
   im.n = int(dims[0]);
@@ -134,9 +141,9 @@ IdxImages read_idx_images(const std::string& path) {
   return im;
 }
 
-std::vector<uint8_t> read_idx_labels(const std::string& path) {
+std::vector<uint8_t> parse_idx_labels(std::vector<uint8_t> file, const std::string& path) {
   std::vector<uint32_t> dims;
-  return read_idx(path, 1, dims);
+  return parse_idx(std::move(file), path, 1, dims);
 }
 
 void write_idx_images(const std::string& path, int n, int h, int w, const uint8_t* pixels) {

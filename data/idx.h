@@ -17,6 +17,9 @@ struct IdxImages {
 
 IdxImages read_idx_images(const std::string& path);
 std::vector<uint8_t> read_idx_labels(const std::string& path);  // (N)
+// The same from the bytes of a file already in memory; `name` stands for the file in messages.
+IdxImages parse_idx_images(std::vector<uint8_t> file, const std::string& name);
+std::vector<uint8_t> parse_idx_labels(std::vector<uint8_t> file, const std::string& name);
 
 // Writers (for tests and tools). A path ending in ".gz" is written gzip-compressed. Files are
 // written atomically (temporary file, then rename).
