@@ -87,9 +87,18 @@ RunResult run_train(const fs::path& io_dir, const std::vector<std::string>& args
   argv.push_back(nullptr);
   const std::string out_path = (io_dir / "stdout.txt").string();
   const std::string err_path = (io_dir / "stderr.txt").string();
+  // The environment, with o.env replacing variables of the same name; built before the fork.
   std::vector<std::string> env_strings = o.env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string var = *e;
+    bool replaced = false;
+    for (const auto& x : o.env)
+      replaced |= var.compare(0, x.find('=') + 1, x, 0, x.find('=') + 1) == 0;
+    if (!replaced) env_strings.push_back(var);
+  }
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
 
   const auto start = Clock::now();
   const pid_t pid = ::fork();
@@ -99,13 +108,12 @@ RunResult run_train(const fs::path& io_dir, const std::vector<std::string>& args
     if (fo < 0 || fe < 0) ::_exit(126);
     ::dup2(fo, 1);
     ::dup2(fe, 2);
-    for (char* e : envp) ::putenv(e);
     if (o.fsize_limit > 0) {
       ::signal(SIGXFSZ, SIG_IGN);  // a write past the limit then fails with EFBIG
       const struct rlimit lim = {o.fsize_limit, o.fsize_limit};
       if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) ::_exit(125);
     }
-    ::execv(kTrain, argv.data());
+    ::execve(kTrain, argv.data(), envp.data());
     ::_exit(127);
   }
   RunResult r;
@@ -241,13 +249,17 @@ std::vector<int64_t> check_metrics(const fs::path& csv) {
 
 }  // namespace
 
-// Two runs of the same config and seed, in different folders: byte-identical checkpoints (the
-// metadata holds no time, path or host), the same confusion matrix.
+// Two runs of the same config and seed, in different folders and with different CPU thread
+// counts: byte-identical checkpoints (the metadata holds no time, path or host; the CPU kernels
+// split work into fixed slices whatever the thread count), the same confusion matrix.
 TEST(Faults, RepeatedRunsAreBitwiseIdentical) {
   fs::path a = fresh_dir("repeat_a"), b = fresh_dir("repeat_b");
-  RunResult ra = run_train(a, tiny_args(a / "run"));
+  RunOptions one, three;
+  one.env = {"CNN_CPU_THREADS=1"};
+  three.env = {"CNN_CPU_THREADS=3"};
+  RunResult ra = run_train(a, tiny_args(a / "run"), one);
   ASSERT_EQ(ra.exit_code, 0) << describe(ra);
-  RunResult rb = run_train(b, tiny_args(b / "run"));
+  RunResult rb = run_train(b, tiny_args(b / "run"), three);
   ASSERT_EQ(rb.exit_code, 0) << describe(rb);
   for (const char* f : {"last.safetensors", "best.safetensors", "confusion.csv"})
     EXPECT_TRUE(slurp(a / "run" / f) == slurp(b / "run" / f)) << f << " differs";
