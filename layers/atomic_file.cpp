@@ -125,6 +125,8 @@ void write_file_atomically(const std::string& path, const void* data, size_t byt
 void append_line_durably(const std::string& path, const std::string& line) {
   std::FILE* f = std::fopen(path.c_str(), "ab");
   if (f == nullptr) CNN_FAIL("cannot append to '{}': {}", path, errno_text(errno));
+  struct stat st {};
+  const off_t old_size = ::fstat(::fileno(f), &st) == 0 ? st.st_size : -1;
   std::string row = line;
   row += '\n';
   errno = 0;
@@ -137,7 +139,11 @@ void append_line_durably(const std::string& path, const std::string& line) {
                   : flush_err != 0 ? flush_err
                   : close_rc != 0  ? close_err
                                    : 0;
-  if (err != 0) CNN_FAIL("cannot append to '{}': {}", path, errno_text(err));
+  if (err != 0) {
+    // No torn row: cut the file back to its last whole line (a full disk wrote part of it).
+    if (old_size >= 0) (void)::truncate(path.c_str(), old_size);
+    CNN_FAIL("cannot append to '{}': {}", path, errno_text(err));
+  }
 }
 
 std::string read_file(const std::string& path, size_t max_bytes) {

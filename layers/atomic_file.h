@@ -31,7 +31,8 @@ void write_file_atomically(const std::string& path, const void* data, size_t byt
 void write_bytes_checked(std::FILE* f, const void* data, size_t bytes);
 
 // Appends `line` plus '\n' to `path` (created if missing), then flushes and fsyncs, so a metrics
-// row survives a crash that follows it.
+// row survives a crash that follows it. On failure (a full disk) the file is cut back to its
+// previous size, so no half row stays.
 void append_line_durably(const std::string& path, const std::string& line);
 
 // The whole content of `path`. Refuses (cnn::Error naming the path and both sizes) a file larger

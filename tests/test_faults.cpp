@@ -346,6 +346,33 @@ TEST(Faults, StaleTemporaryFilesAreRemovedAtStart) {
   fs::remove_all(dir);
 }
 
+// A metrics row that does not fit on the disk is not left half-written: the file is cut back to
+// its last whole row. In a child process, so that RLIMIT_FSIZE does not outlive the test.
+TEST(Faults, FailedAppendLeavesNoTornRow) {
+  fs::path dir = fresh_dir("append");
+  const std::string path = (dir / "metrics.csv").string();
+  cnn::append_line_durably(path, kMetricsHeader);
+  const auto before = fs::file_size(path);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    const struct rlimit lim = {before + 10, before + 10};
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+    try {
+      cnn::append_line_durably(path, std::string(100, '7'));
+      ::_exit(2);  // it fit: the limit did not work
+    } catch (const cnn::Error& e) {
+      ::_exit(std::string(e.what()).find(std::strerror(EFBIG)) != std::string::npos ? 0 : 3);
+    }
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: the append fit; 3: the error does not say EFBIG";
+  EXPECT_EQ(fs::file_size(path), before) << "a torn row was left";
+  fs::remove_all(dir);
+}
+
 // The disk fills up while a checkpoint is written (RLIMIT_FSIZE below the checkpoint's size, so
 // every other file still fits): train stops with one line naming the file and the reason, the
 // previous checkpoint is untouched, no temporary file is left, and a resume afterwards works.
