@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "kernels/conv2d_igemm.h"
+#include "kernels/conv2d_igemm_dgrad.h"
 #include "kernels/conv2d_igemm_wgrad.h"
 #include "kernels/cuda_check.h"
 #include "kernels/gemm_tile.cuh"
@@ -577,6 +578,12 @@ bool use_wgrad_v2(const Conv2dShape& s, IgemmVariant variant) {
   return conv2d_wgrad_v2_supported(s);
 }
 
+bool use_dgrad_v2(const Conv2dShape& s, const Exec& ex, IgemmVariant variant) {
+  if (variant == IgemmVariant::Legacy) return false;
+  if (variant == IgemmVariant::Auto && legacy_from_env()) return false;
+  return conv2d_dgrad_v2_supported(s, ex);
+}
+
 }  // namespace
 
 void conv2d_forward_igemm_cuda(const Conv2dShape& s, const float* d_x, const float* d_w,
@@ -601,8 +608,12 @@ void conv2d_forward_igemm_cuda(const Conv2dShape& s, const float* d_x, const flo
 }
 
 void conv2d_backward_data_igemm_cuda(const Conv2dShape& s, const float* d_dy, const float* d_w,
-                                     float* d_dx, const Exec& ex) {
+                                     float* d_dx, const Exec& ex, IgemmVariant variant) {
   check_int32(s, "conv2d_backward_data_igemm");
+  if (use_dgrad_v2(s, ex, variant)) {
+    conv2d_backward_data_v2_cuda(s, d_dy, d_w, d_dx, ex);
+    return;
+  }
   DgradProblem p{};
   p.g = geom_of(s);
   p.M = s.n * p.g.hw;

@@ -21,16 +21,20 @@ namespace cnn {
 void conv2d_forward_igemm_cuda(const Conv2dShape& s, const float* d_x, const float* d_w,
                                const float* d_b, float* d_y, bool relu, const Exec& ex);
 
-void conv2d_backward_data_igemm_cuda(const Conv2dShape& s, const float* d_dy, const float* d_w,
-                                     float* d_dx, const Exec& ex);
-
-// Which weight-gradient kernel runs (kept selectable so that a wrong answer or a slower run can
-// be bisected):
+// Which weight-gradient / input-gradient kernel runs (kept selectable so that a wrong answer or
+// a slower run can be bisected):
 //   Auto:   V2 unless the environment sets CNN_CONV_LEGACY=1 (read once per process);
 //   Legacy: the first version, on the k-major main loop of gemm_tile.cuh;
-//   V2:     conv2d_igemm_wgrad.cu (k-contiguous tiles, 16-byte dy copies, tap-mask table for x);
-//           shapes outside its limits (KH*KW > 32) run Legacy.
+//   V2:     weight gradient: conv2d_igemm_wgrad.cu (k-contiguous tiles, 16-byte dy copies,
+//           tap-mask table for x); shapes outside its limits (KH*KW > 32) run Legacy.
+//           input gradient: conv2d_igemm_dgrad.cu (TF32, stride 1, KH*KW <= 25: dy rows and
+//           weights staged in shared memory once per chunk of 8 output channels); FP32 and
+//           other shapes run Legacy.
 enum class IgemmVariant { Auto, Legacy, V2 };
+
+void conv2d_backward_data_igemm_cuda(const Conv2dShape& s, const float* d_dy, const float* d_w,
+                                     float* d_dx, const Exec& ex,
+                                     IgemmVariant variant = IgemmVariant::Auto);
 
 // Floats of scratch conv2d_backward_weight_igemm_cuda needs: 0 unless ex.deterministic. Depends
 // on the shape only (the split of K is a fixed chunk of output positions); enough for either
