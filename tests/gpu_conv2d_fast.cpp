@@ -6,7 +6,9 @@
 // Weight gradients accumulate onto random dw/db, atomically and deterministically; the
 // deterministic ones must repeat bitwise. The implicit-GEMM weight gradient runs both variants
 // (IgemmVariant::Legacy and ::V2: OH*OW % 4 == 0 takes its 16-byte dy path, other shapes and a
-// misaligned dy its 4-byte path, KH*KW > 32 its fallback to Legacy).
+// misaligned dy its 4-byte path, KH*KW > 32 its fallback to Legacy). The input gradient runs
+// both variants too (V2: TF32, stride 1, KH*KW <= 25, its shared-memory limit; 16-byte weight
+// copies when C*KH*KW % 4 == 0 and w is aligned, else 4-byte; everything else falls back).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 #ifdef CNN_HAVE_CUDA
 #include "kernels/conv2d_1ch.h"
 #include "kernels/conv2d_igemm.h"
+#include "kernels/conv2d_igemm_dgrad.h"
 #endif
 
 using namespace cnn;
@@ -142,11 +145,16 @@ std::vector<float> gpu_forward(Impl impl, const Conv2dShape& s, const Refs& r, b
   return d_y.to_vector();
 }
 
-std::vector<float> gpu_backward_data(const Conv2dShape& s, const Refs& r, const Exec& ex) {
-  Tensor d_dy = test::to_device(r.dy), d_w = test::to_device(r.w);
+// w_shift > 0 places w that many floats past a 16-byte boundary (the v2 input gradient must
+// take its 4-byte weight copies then).
+std::vector<float> gpu_backward_data(const Conv2dShape& s, const Refs& r, const Exec& ex,
+                                     IgemmVariant variant = IgemmVariant::Auto, int w_shift = 0) {
+  std::vector<float> w_host(r.w.size() + static_cast<size_t>(w_shift), 0.f);
+  std::copy(r.w.begin(), r.w.end(), w_host.begin() + w_shift);
+  Tensor d_dy = test::to_device(r.dy), d_w = test::to_device(w_host);
   Tensor d_dx({static_cast<int64_t>(r.x.size())}, Device::CUDA);
   test::poison_device(d_dx.data(), r.x.size());
-  conv2d_backward_data_igemm_cuda(s, d_dy.data(), d_w.data(), d_dx.data(), ex);
+  conv2d_backward_data_igemm_cuda(s, d_dy.data(), d_w.data() + w_shift, d_dx.data(), ex, variant);
   return d_dx.to_vector();
 }
 
@@ -177,6 +185,30 @@ void gpu_backward_weight(Impl impl, IgemmVariant variant, const Conv2dShape& s, 
 
 const char* variant_name(IgemmVariant v) {
   return v == IgemmVariant::Legacy ? "legacy" : v == IgemmVariant::V2 ? "v2" : "auto";
+}
+
+// The input gradient of one shape and precision with both variants (V2 twice: its in-block sum
+// of the two K halves has a fixed order, so the runs must agree bitwise). Returns the worse
+// error for the log line.
+double check_dgrad(const Conv2dShape& s, const Refs& r, Precision prec, int w_shift = 0) {
+  const int64_t k_dgrad = int64_t{s.oc} * s.kh * s.kw;
+  const Exec ex = exec_of(prec, false);
+  const bool v2_kernel = conv2d_dgrad_v2_supported(s, ex);
+  double worst = 0;
+  for (IgemmVariant variant : {IgemmVariant::Legacy, IgemmVariant::V2}) {
+    SCOPED_TRACE(std::string("input gradient variant ") + variant_name(variant) +
+                 (variant == IgemmVariant::V2 && !v2_kernel ? " (falls back to legacy)" : "") +
+                 " w_shift=" + std::to_string(w_shift));
+    const std::vector<float> dx = gpu_backward_data(s, r, ex, variant, w_shift);
+    const double e = rel_to_max(dx, r.dx, typical(k_dgrad));
+    EXPECT_LE(e, tolerance(prec, k_dgrad)) << "backward_data";
+    worst = std::max(worst, e);
+    if (variant == IgemmVariant::V2) {
+      EXPECT_TRUE(bitwise_equal(dx, gpu_backward_data(s, r, ex, variant, w_shift)))
+          << "input gradient differs between two runs";
+    }
+  }
+  return worst;
 }
 
 // The weight-gradient checks of one shape, variant and precision: atomic, deterministic (twice,
@@ -223,7 +255,7 @@ WgradErrors check_wgrad(Impl impl, IgemmVariant variant, const Conv2dShape& s, c
 
 // Every check of one shape for one implementation and precision.
 void check_shape(Impl impl, const Conv2dShape& s, const Refs& r, bool relu, Precision prec) {
-  const int64_t k_fwd = int64_t{s.c} * s.kh * s.kw, k_dgrad = int64_t{s.oc} * s.kh * s.kw;
+  const int64_t k_fwd = int64_t{s.c} * s.kh * s.kw;
   const Exec ex = exec_of(prec, false);
 
   const double e_y = rel_to_max(gpu_forward(impl, s, r, true, relu, ex), r.y, typical(k_fwd));
@@ -233,10 +265,7 @@ void check_shape(Impl impl, const Conv2dShape& s, const Refs& r, bool relu, Prec
     e_plain = rel_to_max(gpu_forward(impl, s, r, false, false, ex), r.y_plain, typical(k_fwd));
     EXPECT_LE(e_plain, tolerance(prec, k_fwd)) << "forward (no bias)";
   }
-  if (impl == Impl::Igemm && !r.dx.empty()) {
-    e_dx = rel_to_max(gpu_backward_data(s, r, ex), r.dx, typical(k_dgrad));
-    EXPECT_LE(e_dx, tolerance(prec, k_dgrad)) << "backward_data";
-  }
+  if (impl == Impl::Igemm && !r.dx.empty()) e_dx = check_dgrad(s, r, prec);
 
   const std::vector<IgemmVariant> variants =
       impl == Impl::Igemm ? std::vector<IgemmVariant>{IgemmVariant::Legacy, IgemmVariant::V2}
@@ -364,6 +393,88 @@ TEST(GpuConv2dFast, IgemmWgradVariantsAgreeConv2) {
       EXPECT_LE(rel_to_max(dw_v, dw_l, typical(k)), 2 * tolerance(prec, k));
       EXPECT_LE(rel_to_max(db_v, db_l, typical(k)), 2 * tolerance(prec, k));
     }
+#endif
+}
+
+// Shapes aimed at the input-gradient variants (each against the CPU with Legacy and V2, FP32
+// and TF32; FP32 runs Legacy either way): batch 1/3/257, C 3/7/32/40, odd images, kernels 1/3/5
+// and non-square, padding 0/1/2, stride 2 and 7x7 (fallbacks), OC not a multiple of the 8-channel
+// chunk, images smaller than the 64-pixel tile (a tile spans many images), a wide image whose
+// slab exceeds the shared-memory limit (fallback), C*KH*KW % 4 != 0 (4-byte weight copies).
+TEST(GpuConv2dFast, IgemmDgradVariantsAwkwardShapes) {
+  CNN_REQUIRE_GPU();
+#ifdef CNN_HAVE_CUDA
+  const std::vector<Conv2dShape> shapes = {
+      shape(1, 3, 7, 9, 5, 3, 3, 1, 1, 1, 1),      // batch 1, C 3, OC 5 (partial chunk)
+      shape(3, 7, 9, 11, 12, 5, 5, 1, 1, 2, 2),    // C 7: C*25 % 4 != 0 -> 4-byte weights
+      shape(257, 7, 5, 3, 9, 3, 3, 1, 1, 1, 1),    // batch 257, 15-pixel images, OC 9
+      shape(3, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2),  // conv2 at batch 3
+      shape(2, 32, 13, 15, 16, 1, 1, 1, 1, 0, 0),  // 1x1, pad 0
+      shape(3, 40, 6, 5, 33, 3, 3, 1, 1, 0, 0),    // C 40: two column tiles, pad 0
+      shape(2, 3, 11, 8, 7, 5, 3, 1, 1, 2, 1),     // non-square kernel (runtime KHW path)
+      shape(3, 5, 3, 3, 4, 3, 3, 1, 1, 2, 2),      // 9-pixel images, pad 2 > needed
+      shape(2, 4, 9, 10, 6, 3, 3, 2, 2, 1, 1),     // stride 2: fallback
+      shape(2, 3, 10, 10, 4, 7, 7, 1, 1, 3, 3),    // 49 taps: fallback
+      shape(1, 4, 6, 200, 8, 5, 5, 1, 1, 2, 2),    // slab over the limit: fallback
+      shape(2, 8, 7, 7, 16, 5, 5, 1, 1, 0, 0),     // pad 0, OH = 3
+  };
+  for (const Conv2dShape& s : shapes) {
+    ASSERT_TRUE(s.oh() >= 1 && s.ow() >= 1) << describe(s);
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(describe(s) + " seed=" + std::to_string(seed));
+    const Refs r = make_refs(s, seed, false, false, true);
+    for (Precision prec : {Precision::FP32, Precision::TF32}) {
+      SCOPED_TRACE(precision_name(prec));
+      const double e = check_dgrad(s, r, prec);
+      std::printf("dgrad %-4s %s: rel err dx %.2g (v2 kernel: %s)\n", precision_name(prec),
+                  describe(s).c_str(), e,
+                  conv2d_dgrad_v2_supported(s, exec_of(prec, false)) ? "yes" : "no");
+    }
+  }
+  // The dispatch is what the shapes above claim: conv2 runs the new kernel in TF32 only.
+  const Conv2dShape conv2 = shape(128, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2);
+  EXPECT_TRUE(conv2d_dgrad_v2_supported(conv2, exec_of(Precision::TF32, false)));
+  EXPECT_FALSE(conv2d_dgrad_v2_supported(conv2, exec_of(Precision::FP32, false)));
+  EXPECT_FALSE(conv2d_dgrad_v2_supported(shapes[8], exec_of(Precision::TF32, false)));
+  EXPECT_FALSE(conv2d_dgrad_v2_supported(shapes[9], exec_of(Precision::TF32, false)));
+  EXPECT_FALSE(conv2d_dgrad_v2_supported(shapes[10], exec_of(Precision::TF32, false)));
+#endif
+}
+
+// w 4 bytes past a 16-byte boundary: the v2 input gradient must not use its 16-byte copies.
+TEST(GpuConv2dFast, IgemmDgradMisalignedW) {
+  CNN_REQUIRE_GPU();
+#ifdef CNN_HAVE_CUDA
+  for (const Conv2dShape& s :
+       {shape(3, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2), shape(2, 4, 8, 8, 7, 3, 3, 1, 1, 1, 1)}) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(describe(s) + " seed=" + std::to_string(seed));
+    const Refs r = make_refs(s, seed, false, false, true);
+    for (Precision prec : {Precision::FP32, Precision::TF32}) {
+      SCOPED_TRACE(precision_name(prec));
+      check_dgrad(s, r, prec, 1);
+    }
+  }
+#endif
+}
+
+// Legacy and V2 input gradients agree on the network's conv2 at batch 128 (both are also checked
+// against the reference in IgemmNetworkConv2Batch128).
+TEST(GpuConv2dFast, IgemmDgradVariantsAgreeConv2) {
+  CNN_REQUIRE_GPU();
+#ifdef CNN_HAVE_CUDA
+  const Conv2dShape s = shape(128, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2);
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  const Refs r = make_refs(s, seed, false, false, false);
+  const int64_t k = int64_t{s.oc} * s.kh * s.kw;
+  for (Precision prec : {Precision::FP32, Precision::TF32}) {
+    SCOPED_TRACE(precision_name(prec));
+    const Exec ex = exec_of(prec, false);
+    const std::vector<float> dx_l = gpu_backward_data(s, r, ex, IgemmVariant::Legacy);
+    const std::vector<float> dx_v = gpu_backward_data(s, r, ex, IgemmVariant::V2);
+    EXPECT_LE(rel_to_max(dx_v, dx_l, typical(k)), 2 * tolerance(prec, k));
+  }
 #endif
 }
 
