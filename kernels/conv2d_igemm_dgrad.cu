@@ -371,6 +371,10 @@ void conv2d_backward_data_v2_cuda(const Conv2dShape& s, const float* d_dy, const
                            : dgrad_v2_kernel<0>;
   CNN_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(smem)));
+  // 3 blocks of ~70 KB (conv2) need the largest shared-memory carveout; each slab value is read
+  // once per block, so the smaller L1 costs nothing.
+  CNN_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                      cudaSharedmemCarveoutMaxShared));
   kern<<<grid, kThreads, smem, ex.stream>>>(p);
   CNN_LAUNCH_CHECK("conv2d_backward_data_v2_tf32");
 }
