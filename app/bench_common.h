@@ -47,6 +47,9 @@ struct BenchOptions {
   bool use_library = true;     // cuDNN / cuBLAS yardstick
   bool measure_peaks = true;   // copy bandwidth and SGEMM rate, once
   bool deterministic = false;  // Exec::deterministic for our kernels
+  // Step mode: time every batch size with atomicAdd reductions and deterministic ones, and note
+  // the deterministic step's cost relative to the atomicAdd one.
+  bool compare_deterministic = false;
   bool algo_override = false;  // step mode: every conv/linear layer runs `step_algo`
   Algo step_algo = Algo::Auto;
   uint64_t seed = 1234;

@@ -332,6 +332,9 @@ int main(int argc, char** argv) {
     app.add_flag("--no-peaks", no_peaks, "skip measuring the copy and SGEMM ceilings");
     app.add_flag("--deterministic", opt.deterministic,
                  "run our kernels with fixed-order reductions (Exec::deterministic)");
+    app.add_flag("--compare-deterministic", opt.compare_deterministic,
+                 "whole-step mode: time each batch size with atomicAdd and with deterministic "
+                 "reductions, and note the cost of deterministic mode");
     app.add_option("--seed", opt.seed, "seed of the random inputs")->capture_default_str();
     app.add_option("--markdown", opt.markdown, "also write the results as Markdown to FILE");
     app.add_option("--csv", opt.csv,

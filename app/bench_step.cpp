@@ -54,9 +54,10 @@ void append(std::string& note, const std::string& n) {
   if (!n.empty()) note = note.empty() ? n : note + "; " + n;
 }
 
-// Every measurement of one batch size and precision; a failure becomes an error row.
+// Every measurement of one batch size, precision and reduction mode; a failure becomes an error
+// row.
 void bench_one(const BenchContext& ctx, const NetDesc& net, int batch, Precision p,
-               double flops_per_image, std::vector<BenchRow>& rows) {
+               bool deterministic, double flops_per_image, std::vector<BenchRow>& rows) {
   const BenchOptions& opt = *ctx.opt;
   std::vector<LayerSpec> specs = net.specs;
   if (opt.algo_override)
@@ -67,7 +68,7 @@ void bench_one(const BenchContext& ctx, const NetDesc& net, int batch, Precision
   ex.device = Device::CUDA;
   ex.stream = ctx.stream;
   ex.precision = p;
-  ex.deterministic = opt.deterministic;
+  ex.deterministic = deterministic;
   NetworkOptions no;
   no.max_batch = batch;
   no.seed = opt.seed;
@@ -104,6 +105,7 @@ void bench_one(const BenchContext& ctx, const NetDesc& net, int batch, Precision
     to.use_graph = graph;
     const Timing t = time_launches(ctx.stream, step, to);
     r.variant = t.graph ? "graph" : (graph ? "launches (no graph)" : "launches");
+    if (deterministic) r.variant += ", deterministic";
     r.graph = t.graph;
     r.median_us = t.median_us;
     r.p95_us = t.p95_us;
@@ -127,27 +129,50 @@ void bench_one(const BenchContext& ctx, const NetDesc& net, int batch, Precision
     }
 }
 
+// Notes on each deterministic row its time relative to the matching atomicAdd row (same batch,
+// precision and timing mode): rows [base, det) are the atomicAdd ones, [det, end) the others.
+void note_deterministic_cost(std::vector<BenchRow>& rows, size_t base, size_t det) {
+  for (size_t i = det; i < rows.size(); ++i) {
+    const size_t j = base + (i - det);
+    if (j >= det || rows[j].status != "ok" || rows[i].status != "ok" ||
+        rows[j].graph != rows[i].graph)
+      continue;
+    const double ratio = rows[i].median_us / rows[j].median_us;
+    append(rows[i].note,
+           fmt::format("{:.2f}x the atomicAdd step ({:+.1f}%)", ratio, 100 * (ratio - 1)));
+  }
+}
+
 }  // namespace
 
 std::vector<BenchRow> bench_steps(const BenchContext& ctx, const NetDesc& net) {
   const BenchOptions& opt = *ctx.opt;
   const double per_image = trained_flops_per_image(net);
   std::vector<BenchRow> rows;
+  std::vector<bool> modes = {opt.deterministic};
+  if (opt.compare_deterministic) modes = {false, true};
   for (int batch : opt.step_batches)
     for (Precision p : opt.precisions) {
-      try {
-        bench_one(ctx, net, batch, p, per_image, rows);
-      } catch (const std::exception& e) {
-        cudaGetLastError();
-        const cudaError_t sticky = cudaDeviceSynchronize();
-        if (sticky != cudaSuccess)
-          CNN_FAIL("the GPU context is unusable after the batch-{} {} step: {} ({})", batch,
-                   precision_name(p), cudaGetErrorString(sticky), e.what());
-        BenchRow r = step_row(batch, p, per_image);
-        r.variant = "-";
-        r.status = "error";
-        r.note = e.what();
-        rows.push_back(r);
+      size_t atomic_first = rows.size();
+      for (bool deterministic : modes) {
+        const size_t first = rows.size();
+        if (!deterministic) atomic_first = first;
+        try {
+          bench_one(ctx, net, batch, p, deterministic, per_image, rows);
+        } catch (const std::exception& e) {
+          cudaGetLastError();
+          const cudaError_t sticky = cudaDeviceSynchronize();
+          if (sticky != cudaSuccess)
+            CNN_FAIL("the GPU context is unusable after the batch-{} {} step: {} ({})", batch,
+                     precision_name(p), cudaGetErrorString(sticky), e.what());
+          BenchRow r = step_row(batch, p, per_image);
+          r.variant = deterministic ? "-, deterministic" : "-";
+          r.status = "error";
+          r.note = e.what();
+          rows.push_back(r);
+        }
+        if (deterministic && opt.compare_deterministic)
+          note_deterministic_cost(rows, atomic_first, first);
       }
     }
   return rows;
