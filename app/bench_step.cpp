@@ -73,6 +73,10 @@ void bench_one(const BenchContext& ctx, const NetDesc& net, int batch, Precision
   no.max_batch = batch;
   no.seed = opt.seed;
   Network model(specs, net.input_chw, no, ex);
+  // algo: auto as the trainer runs it: each pass's variant timed once on these shapes.
+  const std::vector<std::string> tuned = model.autotune();
+  for (const std::string& line : tuned)
+    fmt::print(stderr, "step batch {} {}: algo auto {}\n", batch, precision_name(p), line);
   ParamOptimizer optimizer(net.optimizer, model);
 
   // Random images and labels, on the device before timing starts.
@@ -111,6 +115,7 @@ void bench_one(const BenchContext& ctx, const NetDesc& net, int batch, Precision
     r.p95_us = t.p95_us;
     append(r.note, t.note);
     r.status = "ok";
+    if (!tuned.empty()) append(r.note, fmt::format("algo auto tuned {} passes", tuned.size()));
     fill_rate(r, p);
     r.images_per_s = batch / (r.median_us * 1e-6);
     rows.push_back(r);
