@@ -152,6 +152,68 @@ std::string join(const std::vector<std::string>& v, size_t max_items = 12) {
   return out;
 }
 
+// stb_image 2.27 (Debian 12's libstb-dev) trusts the code counts of a JPEG Huffman table (DHT):
+// more than 256 codes in one table write past the decoder's arrays (upstream checks this since
+// 2.28). Walks the markers the way stb reads them, including the tables between progressive
+// scans, and says whether every table declares at most 256 codes. Not a JPEG: true.
+bool jpeg_huffman_tables_fit(const uint8_t* p, size_t n) {
+  if (n < 2 || p[0] != 0xFF || p[1] != 0xD8) return true;
+  auto byte = [&](size_t i) -> size_t { return i < n ? p[i] : 0; };  // stb reads 0 past the end
+  size_t i = 2;
+  while (i + 1 < n) {
+    if (p[i] != 0xFF) {  // entropy-coded data or junk: stb scans it for the next marker
+      ++i;
+      continue;
+    }
+    while (i < n && p[i] == 0xFF) ++i;  // fill bytes
+    if (i >= n) break;
+    const uint8_t m = p[i++];
+    if (m == 0x00 || (m >= 0xD0 && m <= 0xD7)) continue;  // stuffed zero, restart marker
+    const size_t len = byte(i) << 8 | byte(i + 1);
+    if (m == 0xC4) {  // the tables of one segment, read as stb does: by their counts
+      int64_t left = int64_t(len) - 2;
+      for (size_t t = i + 2; left > 0;) {
+        size_t codes = 0;
+        for (size_t k = 1; k <= 16; ++k) codes += byte(t + k);
+        if (codes > 256) return false;
+        t += 17 + codes;
+        left -= int64_t(17 + codes);
+      }
+    }
+    const bool has_length = (m >= 0xC0 && m <= 0xCF) || (m >= 0xDA && m <= 0xDD) ||
+                            (m >= 0xE0 && m <= 0xEF) || m == 0xFE;
+    if (!has_length) break;  // EOI, or a marker stb refuses: it reads no further
+    i += len;
+  }
+  return true;
+}
+
+// The fewest bytes in which a file of this format can hold a w x h image (0: not known).
+// stb_image allocates the whole image from the header's size and reads past the end of a short
+// file as zeros: a 70-byte BMP header claiming 16384x16384 made it allocate 1 GiB, and a 671-byte
+// JPEG decode 268 million pixels (found by fuzz/fuzz_image). No valid file is smaller than this.
+uint64_t min_file_bytes(const uint8_t* p, size_t n, uint64_t w, uint64_t h) {
+  auto le16 = [&](size_t i) { return i + 1 < n ? uint64_t(p[i]) | uint64_t(p[i + 1]) << 8 : 0; };
+  if (n >= 2 && p[0] == 'B' && p[1] == 'M') {  // stb reads no RLE: every pixel is in the file
+    const uint64_t bpp = std::max<uint64_t>(le16(14) == 12 ? le16(24) : le16(28), 1);
+    return h * ((w * bpp + 7) / 8);
+  }
+  static const uint8_t kPng[8] = {0x89, 'P', 'N', 'G', 13, 10, 26, 10};
+  if (n >= 8 && std::equal(kPng, kPng + 8, p)) {  // deflate compresses at most 1032:1
+    const uint8_t* end = p + std::min<size_t>(n, 64);
+    static const uint8_t kIhdr[4] = {'I', 'H', 'D', 'R'};  // first, or after Apple's CgBI chunk
+    const uint8_t* ihdr = std::search(p, end, kIhdr, kIhdr + 4);
+    if (end - ihdr < 14) return 0;
+    const uint64_t depth = std::max<uint8_t>(ihdr[12], 1), color = ihdr[13];
+    const uint64_t channels = color == 2 ? 3 : color == 4 ? 2 : color == 6 ? 4 : 1;
+    return h * (1 + (w * channels * depth + 7) / 8) / 1032;
+  }
+  // Huffman-coded: at least one bit per 8x8 block of a coded component, which may be subsampled
+  // up to 4x in each direction: 1/16 bit per full-resolution block (as dense as 1-bit PNG).
+  if (n >= 2 && p[0] == 0xFF && p[1] == 0xD8) return (w + 7) / 8 * ((h + 7) / 8) / 128;
+  return 0;
+}
+
 }  // namespace
 
 std::vector<uint8_t> decode_image(const uint8_t* bytes, size_t size, int c, int h, int w,
@@ -160,6 +222,8 @@ std::vector<uint8_t> decode_image(const uint8_t* bytes, size_t size, int c, int 
   CNN_CHECK(size > 0, "empty file");
   CNN_CHECK(size <= size_t(INT_MAX), "file of {} bytes is too large for an image", size);
   const int len = int(size);
+  CNN_CHECK(jpeg_huffman_tables_fit(bytes, size),
+            "corrupt JPEG: a Huffman table declares more than 256 codes");
   int iw = 0, ih = 0, comp = 0;
   CNN_CHECK(stbi_info_from_memory(bytes, len, &iw, &ih, &comp),
             "not a readable PNG/BMP/JPEG image ({})", stbi_failure_reason());
@@ -169,6 +233,11 @@ std::vector<uint8_t> decode_image(const uint8_t* bytes, size_t size, int c, int 
             "16-bit images are not supported, expected 8 bits per channel");
   CNN_CHECK(iw > 0 && ih > 0 && iw <= kMaxImageSide && ih <= kMaxImageSide,
             "{}x{} pixels: sides above {} are refused", iw, ih, kMaxImageSide);
+  const uint64_t need = min_file_bytes(bytes, size, uint64_t(iw), uint64_t(ih));
+  CNN_CHECK(size >= need,
+            "the header says {}x{} pixels, which need at least {} bytes, but the file has {} "
+            "(truncated or corrupt)",
+            iw, ih, need, size);
   CNN_CHECK(resize || (iw == w && ih == h),
             "image is {}x{} (WxH) but the model takes {}x{} (set data.resize: true to resize)", iw,
             ih, w, h);
