@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <initializer_list>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -36,7 +38,29 @@ std::string where(const LayerSpec& s) {
 }
 
 int64_t pooled(int64_t in, int k, int stride, int pad) {
-  return (in + 2 * pad - k) / stride + 1;
+  return (in + 2 * int64_t(pad) - k) / stride + 1;
+}
+
+// One image's input and output of every layer, every layer's weights and every pooling window
+// stay below 2^31 values: far beyond what this trainer runs, and small enough that every size,
+// per-image index (kernels index with int) and FLOP count derived from them fits its type.
+// Configs (and the configs inside checkpoints) that describe more are refused before anything
+// is allocated, instead of overflowing.
+constexpr int64_t kMaxValues = std::numeric_limits<int32_t>::max();
+
+// The product of positive factors, or kMaxValues + 1 as soon as it passes kMaxValues.
+int64_t capped_product(std::initializer_list<int64_t> factors) {
+  int64_t p = 1;
+  for (int64_t f : factors) {
+    if (f > 0 && p > kMaxValues / f) return kMaxValues + 1;
+    p *= f;
+  }
+  return p;
+}
+
+void check_size(const LayerSpec& s, const char* what, int64_t values) {
+  CNN_CHECK(values <= kMaxValues,
+            "{}: {} has more than 2^31-1 values, more than this trainer supports", where(s), what);
 }
 
 }  // namespace
@@ -51,26 +75,40 @@ Shape layer_output_shape(const LayerSpec& s, const Shape& in) {
       CNN_CHECK(s.kernel_h > 0 && s.kernel_w > 0, "{}: kernel size must be positive", where(s));
       CNN_CHECK(s.stride_h > 0 && s.stride_w > 0, "{}: stride must be positive", where(s));
       CNN_CHECK(s.pad_h >= 0 && s.pad_w >= 0, "{}: padding must be >= 0", where(s));
-      CNN_CHECK(in[2] + 2 * s.pad_h >= s.kernel_h && in[3] + 2 * s.pad_w >= s.kernel_w,
+      check_size(s, "the input of one image", capped_product({in[1], in[2], in[3]}));
+      check_size(s, "the window", capped_product({s.kernel_h, s.kernel_w}));
+      const int64_t padded_h = in[2] + 2 * int64_t(s.pad_h),
+                    padded_w = in[3] + 2 * int64_t(s.pad_w);
+      CNN_CHECK(padded_h >= s.kernel_h && padded_w >= s.kernel_w,
                 "{}: kernel {}x{} is larger than its padded input {}x{}", where(s), s.kernel_h,
-                s.kernel_w, in[2] + 2 * s.pad_h, in[3] + 2 * s.pad_w);
+                s.kernel_w, padded_h, padded_w);
       if (s.kind == LayerKind::MaxPool2d)
-        CNN_CHECK(s.pad_h * 2 <= s.kernel_h && s.pad_w * 2 <= s.kernel_w,
+        CNN_CHECK(2 * int64_t(s.pad_h) <= s.kernel_h && 2 * int64_t(s.pad_w) <= s.kernel_w,
                   "{}: padding must be at most half the window", where(s));
       int64_t c = s.kind == LayerKind::Conv2d ? s.out_channels : in[1];
       CNN_CHECK(c > 0, "{}: out_channels must be positive", where(s));
-      return {n, c, pooled(in[2], s.kernel_h, s.stride_h, s.pad_h),
-              pooled(in[3], s.kernel_w, s.stride_w, s.pad_w)};
+      if (s.kind == LayerKind::Conv2d)
+        check_size(s, "the weight tensor", capped_product({c, in[1], s.kernel_h, s.kernel_w}));
+      const int64_t oh = pooled(in[2], s.kernel_h, s.stride_h, s.pad_h);
+      const int64_t ow = pooled(in[3], s.kernel_w, s.stride_w, s.pad_w);
+      check_size(s, "the output of one image", capped_product({c, oh, ow}));
+      return {n, c, oh, ow};
     }
     case LayerKind::Relu:
       return in;
-    case LayerKind::Flatten:
-      return {n, shape_numel(in) / n};
+    case LayerKind::Flatten: {
+      int64_t values = 1;
+      for (size_t d = 1; d < in.size(); ++d) values = capped_product({values, in[d]});
+      check_size(s, "the input of one image", values);
+      return {n, values};
+    }
     case LayerKind::Linear:
       CNN_CHECK(in.size() == 2,
                 "{}: expects a flat input (N, features), got {}; add a flatten layer", where(s),
                 shape_str(in));
       CNN_CHECK(s.out_features > 0, "{}: out_features must be positive", where(s));
+      check_size(s, "the input of one image", in[1]);
+      check_size(s, "the weight tensor", capped_product({s.out_features, in[1]}));
       return {n, s.out_features};
     case LayerKind::SoftmaxCrossEntropy:
       CNN_CHECK(in.size() == 2 && in[1] >= 2, "{}: expects class scores (N, classes >= 2), got {}",
@@ -139,12 +177,14 @@ NetworkSummary summarize_network(const std::vector<LayerSpec>& specs, const Shap
     NetworkSummaryRow row;
     row.name = s.name;
     row.kind = layer_kind_name(s.kind);
+    const Shape out = layer_output_shape(s, cur);  // validates the sizes the counts use
     row.params = layer_param_count(s, cur);
     row.flops = layer_forward_flops(s, cur);
-    cur = layer_output_shape(s, cur);
+    cur = out;
     row.out.assign(cur.begin() + 1, cur.end());
     sum.total_params += row.params;
-    sum.total_flops += row.flops;
+    CNN_CHECK(!__builtin_add_overflow(sum.total_flops, row.flops, &sum.total_flops),
+              "{}: the network needs more than 2^63 FLOPs per image", where(s));
     sum.rows.push_back(std::move(row));
   }
   return sum;

@@ -257,6 +257,39 @@ TEST(Config, LayersThatDoNotChain) {
       "t.yaml:9: model.layers[4].linear.name: the name 'a' is already used by model.layers[0]");
 }
 
+// Sizes in range one by one whose products do not fit: refused with the layer, never overflowed
+// (UBSan found the signed overflows in the shape and FLOP arithmetic).
+TEST(Config, NetworksTooLargeToIndexAreRefused) {
+  const std::string big_input = replaced(kBase, "{channels: 1, height: 8, width: 8}",
+                                         "{channels: 1, height: 65536, width: 65536}");
+  EXPECT_HAS(
+      error_of(big_input),
+      "t.yaml:5: model.layers[0].conv2d: layer 'conv1' (conv2d) at config line 5: the input of "
+      "one image has more than 2^31-1 values");
+  EXPECT_HAS(error_of(replaced(kBase, "out_channels: 4,", "out_channels: 33554432,")),
+             "model.layers[0].conv2d: layer 'conv1' (conv2d) at config line 5: the output of one "
+             "image has more than 2^31-1 values");
+  EXPECT_HAS(error_of(replaced(kBase, "out_channels: 4,", "out_channels: 2147483647,")),
+             "layer 'conv1' (conv2d) at config line 5: the weight tensor has more than 2^31-1 "
+             "values");
+  EXPECT_HAS(error_of(replaced(kBase, "padding: 1}", "padding: 2147483647}")),
+             "the output of one image has more than 2^31-1 values");
+  EXPECT_HAS(
+      error_of(replaced(kBase, "{kernel: 2}", "{kernel: 2147483647, padding: 1073741823}")),
+      "model.layers[2].maxpool2d: layer 'pool1' (maxpool2d) at config line 7: the window has "
+      "more than 2^31-1 values");
+  EXPECT_HAS(error_of(replaced(kBase, "{out_features: 3}", "{out_features: 2147483647}")),
+             "model.layers[4].linear: layer 'fc1' (linear) at config line 9: the weight tensor has "
+             "more than 2^31-1 values");
+  // A leading flatten sees the model input itself.
+  EXPECT_HAS(error_of(replaced(big_input,
+                               "    - conv2d: {out_channels: 4, kernel: 3, padding: 1}\n"
+                               "    - relu\n    - maxpool2d: {kernel: 2}\n",
+                               "")),
+             "model.layers[0]: layer 'flatten1' (flatten) at config line 5: the input of one image "
+             "has more than 2^31-1 values");
+}
+
 TEST(Config, ClassCountMustMatchTheLastLayer) {
   const std::string msg = error_of(replaced(kBase, "{out_features: 3}", "{out_features: 4}"));
   EXPECT_HAS(msg, "t.yaml:9: model.layers[4].linear.out_features");

@@ -57,5 +57,27 @@ TEST(DryRun, EveryShippedConfigFormats) {
   }
 }
 
+// A valid config whose FLOPs per batch pass 2^63 (1,024 channels of 1,025x1,025 from 1,024x1,024
+// kernels, batch 2^20): the count was a signed overflow (UBSan); now the exact count is left out.
+TEST(DryRun, FlopsBeyondInt64AreNotOverflowed) {
+  const TrainConfig cfg = parse_config(R"(name: huge
+model:
+  input: {channels: 1, height: 1024, width: 1024}
+  layers:
+    - conv2d: {out_channels: 1024, kernel: 1024, padding: 512}
+    - maxpool2d: {kernel: 1025}
+    - flatten
+    - softmax_cross_entropy
+data: {format: synthetic, synthetic: {classes: 1024}}
+optimizer: {lr: 0.1}
+training: {epochs: 1, batch_size: 1048576}
+)",
+                                       "huge.yaml");
+  const std::string out = format_dry_run(cfg);
+  SCOPED_TRACE(out);
+  EXPECT_NE(out.find("forward FLOPs per batch: more than 2^63 (2365798307358.4"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace cnn
