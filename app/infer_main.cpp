@@ -76,6 +76,9 @@ int infer(const std::string& ckpt_path, int topk, const std::string& format,
           const std::string& device, int batch, const std::vector<std::string>& paths) {
   const CheckpointMeta meta = read_checkpoint_meta(ckpt_path);
   const TrainConfig cfg = parse_config(meta.config_yaml, ckpt_path + " (embedded config)");
+  CNN_CHECK(meta.input_chw == cfg.model.input_chw,
+            "{}: metadata input_chw {} differs from the embedded config's model.input {}",
+            ckpt_path, shape_str(meta.input_chw), shape_str(cfg.model.input_chw));
   const int c = int(meta.input_chw[0]), h = int(meta.input_chw[1]), w = int(meta.input_chw[2]);
   Normalization norm{meta.mean, meta.std};
   validate_normalization(norm, c);

@@ -72,6 +72,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   cnn::fuzz::refused([&] {  // ./infer (app/infer_main.cpp)
     const cnn::CheckpointMeta meta = cnn::read_checkpoint_meta(path);
     const cnn::TrainConfig cfg = cnn::parse_config(meta.config_yaml, path + " (embedded config)");
+    CNN_CHECK(meta.input_chw == cfg.model.input_chw, "input_chw differs from model.input");
     const int c = int(meta.input_chw[0]);
     cnn::validate_normalization(cnn::Normalization{meta.mean, meta.std}, c);
     cnn::NetworkOptions opt;

@@ -25,6 +25,28 @@ int64_t get_int(const SafetensorsFile& f, const std::string& key) {
   CNN_FAIL("{}: metadata '{}' is '{}', expected an integer", f.path(), key, v);
 }
 
+double get_double(const SafetensorsFile& f, const std::string& key) {
+  const std::string& v = f.metadata_value(key);
+  try {
+    size_t used = 0;
+    const double x = std::stod(v, &used);
+    if (used == v.size()) return x;
+  } catch (const std::exception&) {
+  }
+  CNN_FAIL("{}: metadata '{}' is '{}', expected a number", f.path(), key, v);
+}
+
+uint64_t get_uint64(const SafetensorsFile& f, const std::string& key) {
+  const std::string& v = f.metadata_value(key);
+  try {
+    size_t used = 0;
+    const unsigned long long x = std::stoull(v, &used);
+    if (used == v.size() && !v.empty() && v[0] != '-') return x;
+  } catch (const std::exception&) {
+  }
+  CNN_FAIL("{}: metadata '{}' is '{}', expected an unsigned integer", f.path(), key, v);
+}
+
 template <class T>
 std::vector<T> get_json_list(const SafetensorsFile& f, const std::string& key) {
   try {
@@ -49,8 +71,8 @@ CheckpointMeta meta_of(const SafetensorsFile& f) {
   m.position.epoch = get_int(f, "epoch");
   m.position.batch_in_epoch = get_int(f, "batch_in_epoch");
   m.position.global_step = get_int(f, "global_step");
-  m.position.best_accuracy = std::stod(f.metadata_value("best_accuracy"));
-  m.seed = static_cast<uint64_t>(std::stoull(f.metadata_value("seed")));
+  m.position.best_accuracy = get_double(f, "best_accuracy");
+  m.seed = get_uint64(f, "seed");
   CNN_CHECK(m.input_chw.size() == 3, "{}: metadata input_chw must have 3 values", f.path());
   return m;
 }

@@ -15,6 +15,7 @@
 
 #include "kernels/error.h"
 #include "layers/atomic_file.h"
+#include "layers/checkpoint.h"
 #include "layers/safetensors.h"
 #include "tests/test_util.h"
 
@@ -429,5 +430,49 @@ TEST(Safetensors, ReferenceImplementationReadsOurFile) {
     double sum = 0, abs_sum = 0;
     for (float v : t.data) sum += v, abs_sum += std::fabs(v);
     EXPECT_NEAR(s["sum"].get<double>(), sum, 1e-12 * abs_sum + 1e-300);
+  }
+}
+
+// Checkpoint metadata that is not a number was reported as a bare "stod" (std::invalid_argument)
+// and a negative seed wrapped around; both now name the file and the key (found by
+// fuzz/fuzz_safetensors).
+TEST(Safetensors, CheckpointMetadataErrorsNameTheKey) {
+  TempDir dir;
+  const std::map<std::string, std::string> good = {{"format", "cnn-trainer-checkpoint-1"},
+                                                   {"config", "name: x"},
+                                                   {"classes", "[\"a\", \"b\"]"},
+                                                   {"input_chw", "[1, 4, 4]"},
+                                                   {"mean", "[0.5]"},
+                                                   {"std", "[0.25]"},
+                                                   {"epoch", "1"},
+                                                   {"batch_in_epoch", "2"},
+                                                   {"global_step", "3"},
+                                                   {"best_accuracy", "0.75"},
+                                                   {"seed", "7"}};
+  const std::string path = dir.file("ck.safetensors");
+  write_safetensors(path, {}, good);
+  const CheckpointMeta m = read_checkpoint_meta(path);
+  EXPECT_EQ(m.position.best_accuracy, 0.75);
+  EXPECT_EQ(m.seed, 7u);
+
+  const std::pair<const char*, const char*> bad[] = {
+      {"best_accuracy", "x"}, {"best_accuracy", "0.5x"}, {"best_accuracy", ""},
+      {"seed", "-5"},         {"seed", "1e3"},           {"seed", "99999999999999999999999"},
+      {"epoch", "one"}};
+  for (const auto& [key, value] : bad) {
+    SCOPED_TRACE(std::string(key) + "=" + value);
+    auto meta = good;
+    meta[key] = value;
+    write_safetensors(path, {}, meta);
+    try {
+      read_checkpoint_meta(path);
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(path), std::string::npos) << msg;
+      EXPECT_NE(msg.find(std::string("metadata '") + key + "' is '" + value + "'"),
+                std::string::npos)
+          << msg;
+    }
   }
 }
