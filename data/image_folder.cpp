@@ -188,6 +188,22 @@ bool jpeg_huffman_tables_fit(const uint8_t* p, size_t n) {
   return true;
 }
 
+// stb_image 2.27 reserves the length an IDAT chunk claims before reading it: a 174-byte PNG
+// claiming a 2 GB chunk made it allocate 2 GB (found by fuzz/fuzz_image). Says whether every
+// IDAT chunk up to IEND lies within the file (true for other formats).
+bool png_idat_chunks_fit(const uint8_t* p, size_t n) {
+  static const uint8_t kPng[8] = {0x89, 'P', 'N', 'G', 13, 10, 26, 10};
+  if (n < 8 || !std::equal(kPng, kPng + 8, p)) return true;
+  for (size_t i = 8; i + 8 <= n;) {
+    const uint64_t len = uint64_t(p[i]) << 24 | uint64_t(p[i + 1]) << 16 | p[i + 2] << 8 | p[i + 3];
+    const std::string type(reinterpret_cast<const char*>(p + i + 4), 4);
+    if (type == "IDAT" && len > n - (i + 8)) return false;
+    if (type == "IEND") break;
+    i += 12 + len;  // length, type, data, CRC; len < 2^32 cannot overflow
+  }
+  return true;
+}
+
 // The fewest bytes in which a file of this format can hold a w x h image (0: not known).
 // stb_image allocates the whole image from the header's size and reads past the end of a short
 // file as zeros: a 70-byte BMP header claiming 16384x16384 made it allocate 1 GiB, and a 671-byte
@@ -234,6 +250,8 @@ std::vector<uint8_t> decode_image(const uint8_t* bytes, size_t size, int c, int 
   CNN_CHECK(iw > 0 && ih > 0 && iw <= kMaxImageSide && ih <= kMaxImageSide,
             "{}x{} pixels: sides above {} are refused", iw, ih, kMaxImageSide);
   const uint64_t need = min_file_bytes(bytes, size, uint64_t(iw), uint64_t(ih));
+  CNN_CHECK(png_idat_chunks_fit(bytes, size),
+            "corrupt PNG: an image data chunk (IDAT) claims more bytes than the file holds");
   CNN_CHECK(size >= need,
             "the header says {}x{} pixels, which need at least {} bytes, but the file has {} "
             "(truncated or corrupt)",

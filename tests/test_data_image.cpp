@@ -329,6 +329,20 @@ TEST_F(ImageTest, HeaderClaimingMorePixelsThanTheFileHoldsIsRefused) {
   EXPECT_EQ(decode(flat, 1, 4, 4, true).size(), 16u);
 }
 
+// Found by fuzz/fuzz_image: stb_image reserves the length an IDAT chunk claims before reading it,
+// so a 174-byte PNG claiming a 2 GB chunk allocated 2 GB. Refused before stb sees the data.
+TEST_F(ImageTest, PngChunkClaimingMoreThanTheFileIsRefused) {
+  std::vector<uint8_t> png = make_png(random_pixels(5, 3, 2, seed_));
+  ASSERT_EQ(decode(png, 1, 3, 5).size(), 15u);
+  size_t idat = 0;
+  for (size_t i = 8; i + 8 <= png.size() && !idat; ++i)
+    if (std::equal(png.begin() + i + 4, png.begin() + i + 8, "IDAT")) idat = i;
+  ASSERT_NE(idat, 0u);
+  png[idat] = 0x7e;  // length 0x7e0000xx: about 2 GB
+  const std::string e = error_of([&] { decode(png, 1, 3, 5); });
+  EXPECT_NE(e.find("IDAT) claims more bytes than the file holds"), std::string::npos) << e;
+}
+
 TEST_F(ImageTest, RefusalsWithReasons) {
   std::string e = error_of([&] { decode(make_raw_png(6, 4, 16, 0), 1, 4, 6); });
   EXPECT_NE(e.find("16-bit"), std::string::npos) << e;
@@ -344,11 +358,15 @@ TEST_F(ImageTest, RefusalsWithReasons) {
     decode({'n', 'o', 't', ' ', 'a', 'n', ' ', 'i', 'm', 'a', 'g', 'e'}, 1, 2, 2);
   });
   EXPECT_NE(e.find("not a readable"), std::string::npos) << e;
-  // A valid header with a truncated body: passes stbi_info, fails to decode.
+  // A valid header with a truncated body: passes stbi_info, fails to decode (without its IEND
+  // chunk), or is refused before decoding (cut inside the image data).
   auto png = make_png(random_pixels(9, 9, 3, seed_));
+  const auto no_iend = std::vector<uint8_t>(png.begin(), png.end() - 12);
+  e = error_of([&] { decode(no_iend, 3, 9, 9); });
+  EXPECT_NE(e.find("cannot decode"), std::string::npos) << e;
   png.resize(png.size() / 2);
   e = error_of([&] { decode(png, 3, 9, 9); });
-  EXPECT_NE(e.find("cannot decode"), std::string::npos) << e;
+  EXPECT_NE(e.find("corrupt PNG"), std::string::npos) << e;
   write("t.png", png);
   e = error_of([&] { load_image_file(path("t.png"), 3, 9, 9, false); });
   EXPECT_EQ(e.rfind(path("t.png") + ": ", 0), 0u) << e;  // "file: reason"
