@@ -119,7 +119,7 @@ TEST(GpuFaults, TrainBinaryExitsNonZeroOnOutOfMemory) {
   const std::string cmd = std::string(CNN_TRAIN_BINARY) + " --config " + tiny_config() +
                           " --device cuda --log-dir " + (dir / "run").string() +
                           " --set logging.progress=off --set training.batch_size=1048576"
-                          " --set model.layers[0].conv2d.out_channels=512 > " +
+                          " --set 'model.layers[0].conv2d.out_channels=512' > " +
                           (dir / "out.txt").string() + " 2> " + (dir / "err.txt").string();
   const int status = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(status)) << "train died by a signal: " << status;
