@@ -29,6 +29,9 @@ fail() { echo "FAIL: $*"; status=1; }
 step "device"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee "$out/device.txt"
 
+# The test binaries were built elsewhere: point them at this checkout and at ./train.
+export CNN_SOURCE_DIR="$PWD" CNN_TRAIN_BINARY="$PWD/$bin/train"
+
 step "GPU tests (CNN_REQUIRE_GPU=1: a skip is a failure)"
 CNN_REQUIRE_GPU=1 "$bin/cnn_gpu_tests" 2>&1 > "$out/gpu_tests.log"
 rc=$?
