@@ -3,7 +3,8 @@
 # .device_bin/): every GPU test, the gradient checks, a short training run and the benchmark.
 # Usage: scripts/gpu_check.sh [OUTDIR] [--sanitize] [--quick] [--no-train]
 #   --sanitize: compute-sanitizer memcheck/racecheck/synccheck on every GPU test case and a short
-#   training run; --quick: no benchmark; --no-train: no training runs.
+#   training run; --sanitize-filter=GTEST_FILTER: only those test cases under the sanitizers;
+#   --quick: no benchmark; --no-train: no training runs.
 # Logs go to OUTDIR (default: $OUT when set, else logs/gpu_check). Exits non-zero if any GPU test
 # fails or is skipped on a machine that has a GPU.
 set -uo pipefail
@@ -12,11 +13,13 @@ out="${OUT:-logs/gpu_check}"
 sanitize=0
 quick=0
 notrain=0
+san_filter="*"
 for a in "$@"; do
   case "$a" in
     --sanitize) sanitize=1 ;;
     --quick) quick=1 ;;
     --no-train) notrain=1 ;;
+    --sanitize-filter=*) san_filter="${a#--sanitize-filter=}" ;;
     *) out="$a" ;;
   esac
 done
@@ -49,19 +52,19 @@ if [ $sanitize -eq 1 ]; then
   # gtest shards side by side (the host has 16 cores), every test case included, plus a short
   # training run under memcheck. Each tool's shard logs are joined into one file afterwards.
   step "compute-sanitizer memcheck, racecheck, synccheck (all GPU test cases, sharded)"
+  # The reference-network cases run at batch 16 there (tests/test_util.h: network_batch).
   san_shards() {  # tool shards
     local tool=$1 n=$2 i
     for ((i = 0; i < n; i++)); do
-      GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i CNN_REQUIRE_GPU=1 timeout 560 \
-        compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/cnn_gpu_tests" \
-        > "$out/san_${tool}_$i.log" 2>&1 &
+      GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i CNN_REQUIRE_GPU=1 CNN_TEST_NETWORK_BATCH=16 \
+        timeout 500 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/cnn_gpu_tests" \
+        --gtest_filter="$san_filter" > "$out/san_${tool}_$i.log" 2>&1 &
     done
   }
-  san_shards racecheck 10
-  san_shards synccheck 3
-  san_shards memcheck 3
+  declare -A shards=([racecheck]=10 [synccheck]=3 [memcheck]=3)
+  for tool in racecheck synccheck memcheck; do san_shards $tool ${shards[$tool]}; done
   if [ -f data/mnist/train-images-idx3-ubyte.gz ] || [ -f data/mnist/train-images-idx3-ubyte ]; then
-    timeout 560 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/train" \
+    timeout 500 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/train" \
       --config configs/mnist.yaml --device cuda --set training.max_steps=40 \
       --set logging.progress=off --log-dir "$out/san_train" > "$out/san_memcheck_train.log" 2>&1 &
   fi
@@ -76,9 +79,10 @@ if [ $sanitize -eq 1 ]; then
     { [ "$ok" -ge 1 ] && ! grep -qE 'ERROR SUMMARY: [1-9]|RACECHECK SUMMARY: [1-9]|\[  FAILED  \]' "$out/sanitize_$tool.log"; } \
       || fail "compute-sanitizer $tool"
   done
-  [ "$(grep -cE '^\[  PASSED  \]' "$out/sanitize_racecheck.log")" -eq 10 ] || fail "racecheck: not every shard finished"
-  [ "$(grep -cE '^\[  PASSED  \]' "$out/sanitize_synccheck.log")" -eq 3 ] || fail "synccheck: not every shard finished"
-  [ "$(grep -cE '^\[  PASSED  \]' "$out/sanitize_memcheck.log")" -eq 3 ] || fail "memcheck: not every shard finished"
+  for tool in racecheck synccheck memcheck; do
+    [ "$(grep -cE '^\[  PASSED  \]' "$out/sanitize_$tool.log")" -eq "${shards[$tool]}" ] \
+      || fail "$tool: not every shard finished"
+  done
   if [ -f "$out/san_memcheck_train.log" ]; then
     grep -E 'ERROR SUMMARY' "$out/san_memcheck_train.log" | tail -1
     grep -q 'ERROR SUMMARY: 0 errors' "$out/san_memcheck_train.log" || fail "memcheck on a training run"

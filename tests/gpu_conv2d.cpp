@@ -230,8 +230,8 @@ TEST(GpuConv2d, AllVariantsMatchCpuOnShapeTable) {
 // The reference network's two convolutions at batch 128.
 TEST(GpuConv2d, NetworkShapesMatchCpu) {
   CNN_REQUIRE_GPU();
-  run_case(shape_of({128, 1, 28, 28, 32, 5, 5, 1, 1, 2, 2}));
-  run_case(shape_of({128, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2}));
+  run_case(shape_of({test::network_batch(), 1, 28, 28, 32, 5, 5, 1, 1, 2, 2}));
+  run_case(shape_of({test::network_batch(), 32, 14, 14, 64, 5, 5, 1, 1, 2, 2}));
 }
 
 // Tile + halo too large for shared memory: the tiled forward must fall back, not fail.
@@ -251,7 +251,7 @@ TEST(GpuConv2d, ManyPlanesBeyondGridLimit) {
 // the CPU (checked against the reference in the tests above as well).
 TEST(GpuConv2d, DeterministicWeightGradientIsBitwiseRepeatable) {
   CNN_REQUIRE_GPU();
-  const Case cases[] = {{128, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2},
+  const Case cases[] = {{test::network_batch(), 32, 14, 14, 64, 5, 5, 1, 1, 2, 2},
                         {257, 3, 13, 17, 5, 3, 5, 2, 1, 1, 2},
                         {70000, 1, 3, 3, 2, 3, 3, 1, 1, 1, 1}};
   for (const Case& k : cases) {

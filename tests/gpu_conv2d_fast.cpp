@@ -327,7 +327,7 @@ TEST(GpuConv2dFast, IgemmAwkwardShapes) {
 TEST(GpuConv2dFast, IgemmNetworkConv2Batch128) {
   CNN_REQUIRE_GPU();
 #ifdef CNN_HAVE_CUDA
-  run_shapes(Impl::Igemm, {shape(128, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2)}, true);
+  run_shapes(Impl::Igemm, {shape(test::network_batch(), 32, 14, 14, 64, 5, 5, 1, 1, 2, 2)}, true);
 #endif
 }
 
@@ -377,7 +377,7 @@ TEST(GpuConv2dFast, IgemmWgradMisalignedDy) {
 TEST(GpuConv2dFast, IgemmWgradVariantsAgreeConv2) {
   CNN_REQUIRE_GPU();
 #ifdef CNN_HAVE_CUDA
-  const Conv2dShape s = shape(128, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2);
+  const Conv2dShape s = shape(test::network_batch(), 32, 14, 14, 64, 5, 5, 1, 1, 2, 2);
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   const Refs r = make_refs(s, seed, false, false, false);
@@ -432,7 +432,7 @@ TEST(GpuConv2dFast, IgemmDgradVariantsAwkwardShapes) {
     }
   }
   // The dispatch is what the shapes above claim: conv2 runs the new kernel in TF32 only.
-  const Conv2dShape conv2 = shape(128, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2);
+  const Conv2dShape conv2 = shape(test::network_batch(), 32, 14, 14, 64, 5, 5, 1, 1, 2, 2);
   EXPECT_TRUE(conv2d_dgrad_v2_supported(conv2, exec_of(Precision::TF32, false)));
   EXPECT_FALSE(conv2d_dgrad_v2_supported(conv2, exec_of(Precision::FP32, false)));
   EXPECT_FALSE(conv2d_dgrad_v2_supported(shapes[8], exec_of(Precision::TF32, false)));
@@ -463,7 +463,7 @@ TEST(GpuConv2dFast, IgemmDgradMisalignedW) {
 TEST(GpuConv2dFast, IgemmDgradVariantsAgreeConv2) {
   CNN_REQUIRE_GPU();
 #ifdef CNN_HAVE_CUDA
-  const Conv2dShape s = shape(128, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2);
+  const Conv2dShape s = shape(test::network_batch(), 32, 14, 14, 64, 5, 5, 1, 1, 2, 2);
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   const Refs r = make_refs(s, seed, false, false, false);
@@ -500,6 +500,6 @@ TEST(GpuConv2dFast, SingleChannelAwkwardShapes) {
 TEST(GpuConv2dFast, SingleChannelNetworkConv1Batch128) {
   CNN_REQUIRE_GPU();
 #ifdef CNN_HAVE_CUDA
-  run_shapes(Impl::OneCh, {shape(128, 1, 28, 28, 32, 5, 5, 1, 1, 2, 2)}, true);
+  run_shapes(Impl::OneCh, {shape(test::network_batch(), 1, 28, 28, 32, 5, 5, 1, 1, 2, 2)}, true);
 #endif
 }

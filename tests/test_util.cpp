@@ -8,6 +8,14 @@
 
 namespace cnn::test {
 
+int network_batch() {
+  if (const char* s = std::getenv("CNN_TEST_NETWORK_BATCH")) {
+    const int n = std::atoi(s);
+    if (n > 0) return n;
+  }
+  return 128;
+}
+
 uint64_t fresh_seed() {
   if (const char* s = std::getenv("CNN_TEST_SEED")) return std::strtoull(s, nullptr, 10);
   static uint64_t counter = 0;

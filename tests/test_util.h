@@ -14,6 +14,10 @@ namespace cnn::test {
 // A fresh seed per call (time-based, printed by the test on failure through SCOPED_TRACE) unless
 // CNN_TEST_SEED is set, so a failure can be replayed.
 uint64_t fresh_seed();
+// The batch of the reference-network shape cases: 128, or CNN_TEST_NETWORK_BATCH. The
+// compute-sanitizer runs (scripts/gpu_check.sh --sanitize) set a small one, so that those cases
+// finish under racecheck's ~40x slowdown; every kernel path still runs.
+int network_batch();
 
 std::vector<float> random_vector(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f);
 std::vector<int32_t> random_labels(size_t n, int classes, uint64_t seed);
