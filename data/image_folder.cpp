@@ -156,10 +156,19 @@ std::string join(const std::vector<std::string>& v, size_t max_items = 12) {
 // more than 256 codes in one table write past the decoder's arrays (upstream checks this since
 // 2.28). Walks the markers the way stb reads them, including the tables between progressive
 // scans, and says whether every table declares at most 256 codes. Not a JPEG: true.
+// Where a JPEG's data starts after its SOI marker, which stb also finds after 0xFF fill bytes
+// (FF FF D8); 0 when the bytes are not a JPEG.
+size_t jpeg_after_soi(const uint8_t* p, size_t n) {
+  size_t i = 0;
+  if (n == 0 || p[i++] != 0xFF) return 0;
+  while (i < n && p[i] == 0xFF) ++i;
+  return i < n && p[i] == 0xD8 ? i + 1 : 0;
+}
+
 bool jpeg_huffman_tables_fit(const uint8_t* p, size_t n) {
-  if (n < 2 || p[0] != 0xFF || p[1] != 0xD8) return true;
-  auto byte = [&](size_t i) -> size_t { return i < n ? p[i] : 0; };  // stb reads 0 past the end
-  size_t i = 2;
+  size_t i = jpeg_after_soi(p, n);
+  if (i == 0) return true;
+  auto byte = [&](size_t k) -> size_t { return k < n ? p[k] : 0; };  // stb reads 0 past the end
   while (i + 1 < n) {
     if (p[i] != 0xFF) {  // entropy-coded data or junk: stb scans it for the next marker
       ++i;
@@ -226,7 +235,7 @@ uint64_t min_file_bytes(const uint8_t* p, size_t n, uint64_t w, uint64_t h) {
   }
   // Huffman-coded: at least one bit per 8x8 block of a coded component, which may be subsampled
   // up to 4x in each direction: 1/16 bit per full-resolution block (as dense as 1-bit PNG).
-  if (n >= 2 && p[0] == 0xFF && p[1] == 0xD8) return (w + 7) / 8 * ((h + 7) / 8) / 128;
+  if (jpeg_after_soi(p, n)) return (w + 7) / 8 * ((h + 7) / 8) / 128;
   return 0;
 }
 

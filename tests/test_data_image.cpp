@@ -288,7 +288,10 @@ TEST_F(ImageTest, JpegHuffmanTableWithTooManyCodesIsRefused) {
     }
     bad[counts + 14] = 200;
     bad[counts + 15] = 200;
-    const std::string e = error_of([&] { decode(bad, 3, 8, 8); });
+    std::string e = error_of([&] { decode(bad, 3, 8, 8); });
+    EXPECT_NE(e.find("Huffman table declares more than 256 codes"), std::string::npos) << e;
+    bad.insert(bad.begin(), 0xFF);  // stb skips 0xFF fill bytes before the SOI marker too
+    e = error_of([&] { decode(bad, 3, 8, 8); });
     EXPECT_NE(e.find("Huffman table declares more than 256 codes"), std::string::npos) << e;
   }
 }
