@@ -4,7 +4,8 @@
 # Usage: scripts/gpu_check.sh [OUTDIR] [--sanitize] [--quick] [--no-train]
 #   --sanitize: compute-sanitizer memcheck/racecheck/synccheck on every GPU test case and a short
 #   training run; --sanitize-filter=GTEST_FILTER: only those test cases under the sanitizers;
-#   --quick: no benchmark; --no-train: no training runs.
+#   --quick: no benchmark; --no-train: no training runs. SAN_TIMEOUT: seconds per sanitizer run
+#   (default 500).
 # Logs go to OUTDIR (default: $OUT when set, else logs/gpu_check). Exits non-zero if any GPU test
 # fails or is skipped on a machine that has a GPU.
 set -uo pipefail
@@ -57,14 +58,14 @@ if [ $sanitize -eq 1 ]; then
     local tool=$1 n=$2 i
     for ((i = 0; i < n; i++)); do
       GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i CNN_REQUIRE_GPU=1 CNN_TEST_NETWORK_BATCH=16 \
-        timeout 500 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/cnn_gpu_tests" \
+        timeout "${SAN_TIMEOUT:-500}" compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/cnn_gpu_tests" \
         --gtest_filter="$san_filter" > "$out/san_${tool}_$i.log" 2>&1 &
     done
   }
   declare -A shards=([racecheck]=10 [synccheck]=3 [memcheck]=3)
   for tool in racecheck synccheck memcheck; do san_shards $tool ${shards[$tool]}; done
   if [ -f data/mnist/train-images-idx3-ubyte.gz ] || [ -f data/mnist/train-images-idx3-ubyte ]; then
-    timeout 500 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/train" \
+    timeout "${SAN_TIMEOUT:-500}" compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/train" \
       --config configs/mnist.yaml --device cuda --set training.max_steps=40 \
       --set logging.progress=off --log-dir "$out/san_train" > "$out/san_memcheck_train.log" 2>&1 &
   fi
