@@ -2,8 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <type_traits>
 
 #include "kernels/error.h"
 #include "layers/safetensors.h"
@@ -47,13 +50,31 @@ uint64_t get_uint64(const SafetensorsFile& f, const std::string& key) {
   CNN_FAIL("{}: metadata '{}' is '{}', expected an unsigned integer", f.path(), key, v);
 }
 
+// A JSON list of strings, integers or (finite) numbers. Each item's type and range is checked
+// first: nlohmann's get<> casts 9.2e19 to int64 and 1e300 to float, which is undefined (UBSan,
+// found by fuzz/fuzz_safetensors).
 template <class T>
 std::vector<T> get_json_list(const SafetensorsFile& f, const std::string& key) {
+  nlohmann::json list;
   try {
-    return nlohmann::json::parse(f.metadata_value(key)).get<std::vector<T>>();
+    list = nlohmann::json::parse(f.metadata_value(key));
   } catch (const nlohmann::json::exception&) {
-    CNN_FAIL("{}: metadata '{}' is not a JSON list of the expected type", f.path(), key);
   }
+  bool ok = list.is_array();
+  for (const auto& v : list) {
+    if constexpr (std::is_same_v<T, std::string>) {
+      ok = ok && v.is_string();
+    } else if constexpr (std::is_integral_v<T>) {
+      ok = ok &&
+           (v.is_number_integer() &&
+            (v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(std::numeric_limits<T>::max())
+                                    : v.get<int64_t>() >= int64_t(std::numeric_limits<T>::min())));
+    } else {
+      ok = ok && v.is_number() && std::abs(v.get<double>()) <= std::numeric_limits<T>::max();
+    }
+  }
+  CNN_CHECK(ok, "{}: metadata '{}' is not a JSON list of the expected type", f.path(), key);
+  return list.get<std::vector<T>>();
 }
 
 CheckpointMeta meta_of(const SafetensorsFile& f) {

@@ -433,9 +433,9 @@ TEST(Safetensors, ReferenceImplementationReadsOurFile) {
   }
 }
 
-// Checkpoint metadata that is not a number was reported as a bare "stod" (std::invalid_argument)
-// and a negative seed wrapped around; both now name the file and the key (found by
-// fuzz/fuzz_safetensors).
+// Checkpoint metadata that is not a number was reported as a bare "stod" (std::invalid_argument),
+// a negative seed wrapped around, and out-of-range list items were cast with undefined behaviour;
+// all now name the file and the key (found by fuzz/fuzz_safetensors).
 TEST(Safetensors, CheckpointMetadataErrorsNameTheKey) {
   TempDir dir;
   const std::map<std::string, std::string> good = {{"format", "cnn-trainer-checkpoint-1"},
@@ -471,6 +471,31 @@ TEST(Safetensors, CheckpointMetadataErrorsNameTheKey) {
       const std::string msg = e.what();
       EXPECT_NE(msg.find(path), std::string::npos) << msg;
       EXPECT_NE(msg.find(std::string("metadata '") + key + "' is '" + value + "'"),
+                std::string::npos)
+          << msg;
+    }
+  }
+  // Lists whose items do not fit the type: nlohmann's casts of these were undefined behaviour.
+  const std::pair<const char*, const char*> bad_lists[] = {
+      {"input_chw", "[1, 4, 9.3e19]"},
+      {"input_chw", "[1, 4, 18446744073709551615]"},
+      {"input_chw", "[1, 4, 4.5]"},
+      {"mean", "[1e300]"},
+      {"std", "[\"0.25\"]"},
+      {"classes", "[\"a\", 1]"},
+      {"mean", "0.5"},
+      {"classes", "[\"a\""}};
+  for (const auto& [key, value] : bad_lists) {
+    SCOPED_TRACE(std::string(key) + "=" + value);
+    auto meta = good;
+    meta[key] = value;
+    write_safetensors(path, {}, meta);
+    try {
+      read_checkpoint_meta(path);
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(path + ": metadata '" + key + "' is not a JSON list of the expected type"),
                 std::string::npos)
           << msg;
     }
