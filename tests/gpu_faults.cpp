@@ -100,18 +100,20 @@ TEST(GpuFaults, AbsurdAllocationNamesSizeFreeMemoryAndHint) {
   expect_device_usable();
 }
 
-// 512 conv channels at batch 2^20: the first activation alone wants 512 GiB.
+// 4096 conv channels at batch 2^16: the first activation alone wants 256 GiB. (An 8x8 pool keeps
+// the linear layer's matrices under 2^31 elements, which its shape check would refuse first.)
 TEST(GpuFaults, TooLargeBatchStopsTrainingWithTheAllocationError) {
   CNN_REQUIRE_GPU();
   fs::path dir = fresh_dir("oom");
   try {
     train_tiny_cuda(dir,
-                    {"training.batch_size=1048576", "model.layers[0].conv2d.out_channels=512"});
-    FAIL() << "training at batch 2^20 with 512 channels did not run out of memory";
+                    {"training.batch_size=65536", "model.layers[0].conv2d.out_channels=4096",
+                     "model.layers[2].maxpool2d.kernel=8"});
+    FAIL() << "training at batch 2^16 with 4096 channels did not run out of memory";
   } catch (const Error& e) {
     const std::string m = e.what();
     EXPECT_EQ(m.find('\n'), std::string::npos) << m;
-    EXPECT_TRUE(contains(m, "cannot set up the network for batch 1048576 on cuda")) << m;
+    EXPECT_TRUE(contains(m, "cannot set up the network for batch 65536 on cuda")) << m;
     EXPECT_TRUE(contains(m, "out of GPU memory")) << m;
     EXPECT_TRUE(contains(m, "training.batch_size")) << m;
   }
@@ -131,8 +133,9 @@ TEST(GpuFaults, TrainBinaryExitsNonZeroOnOutOfMemory) {
   fs::path dir = fresh_dir("oom_binary");
   const std::string cmd = train + " --config " + tiny_config() +
                           " --device cuda --log-dir " + (dir / "run").string() +
-                          " --set logging.progress=off --set training.batch_size=1048576"
-                          " --set 'model.layers[0].conv2d.out_channels=512' > " +
+                          " --set logging.progress=off --set training.batch_size=65536"
+                          " --set 'model.layers[0].conv2d.out_channels=4096'"
+                          " --set 'model.layers[2].maxpool2d.kernel=8' > " +
                           (dir / "out.txt").string() + " 2> " + (dir / "err.txt").string();
   const int status = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(status)) << "train died by a signal: " << status;
@@ -140,7 +143,7 @@ TEST(GpuFaults, TrainBinaryExitsNonZeroOnOutOfMemory) {
   std::string err = slurp(dir / "err.txt");
   while (!err.empty() && err.back() == '\n') err.pop_back();
   EXPECT_EQ(err.find('\n'), std::string::npos) << err;
-  EXPECT_EQ(err.rfind("train: error: cannot set up the network for batch 1048576 on cuda", 0), 0u)
+  EXPECT_EQ(err.rfind("train: error: cannot set up the network for batch 65536 on cuda", 0), 0u)
       << err;
   EXPECT_TRUE(contains(err, "out of GPU memory")) << err;
   fs::remove_all(dir);
