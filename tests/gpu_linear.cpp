@@ -106,16 +106,18 @@ void check_linear(const LinearShape& s) {
 
 TEST(GpuLinear, MatchesCpuOnAwkwardShapes) {
   CNN_REQUIRE_GPU();
+  // Sanitizer runs (test::light_sweeps) shrink the big dimensions; every tile edge case stays.
+  const int big = test::light_sweeps() ? 130 : 1030, rows = test::light_sweeps() ? 100 : 1000;
   const LinearShape shapes[] = {
-      {128, 3136, 1024},  // fc1 of the reference network
-      {1, 3136, 1024},    // batch 1
-      {257, 1000, 10},    // fc2-like, odd batch
-      {128, 1024, 10},    // fc2
-      {1, 37, 5},        {257, 37, 5},     {33, 65, 129}, {64, 64, 64},
-      {3, 1, 1},         {1030, 37, 1030},  // forward on 64x64 tiles, K not a multiple of 16
-      {1030, 1030, 37},                     // backward_data on 64x64 tiles
-      {37, 1030, 1030},                     // backward_weight on 64x64 tiles, batch 37
-      {1000, 17, 300},                      // 16 chunks of rows for db
+      {test::network_batch(), 3136, 1024},  // fc1 of the reference network
+      {1, 3136, 1024},                      // batch 1
+      {257, 1000, 10},                      // fc2-like, odd batch
+      {test::network_batch(), 1024, 10},    // fc2
+      {1, 37, 5},        {257, 37, 5},    {33, 65, 129}, {64, 64, 64},
+      {3, 1, 1},         {big, 37, big},  // forward on 64x64 tiles, K not a multiple of 16
+      {big, big, 37},                     // backward_data on 64x64 tiles
+      {37, big, big},                     // backward_weight on 64x64 tiles, batch 37
+      {rows, 17, 300},                    // chunks of rows for db
   };
   for (const LinearShape& s : shapes) check_linear(s);
 }

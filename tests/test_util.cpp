@@ -16,6 +16,8 @@ int network_batch() {
   return 128;
 }
 
+bool light_sweeps() { return std::getenv("CNN_TEST_NETWORK_BATCH") != nullptr; }
+
 uint64_t fresh_seed() {
   if (const char* s = std::getenv("CNN_TEST_SEED")) return std::strtoull(s, nullptr, 10);
   static uint64_t counter = 0;

@@ -18,6 +18,9 @@ uint64_t fresh_seed();
 // compute-sanitizer runs (scripts/gpu_check.sh --sanitize) set a small one, so that those cases
 // finish under racecheck's ~40x slowdown; every kernel path still runs.
 int network_batch();
+// True when CNN_TEST_NETWORK_BATCH is set (the sanitizer runs): the long shape sweeps then run a
+// smaller sample of their shapes, each code path still covered.
+bool light_sweeps();
 
 std::vector<float> random_vector(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f);
 std::vector<int32_t> random_labels(size_t n, int classes, uint64_t seed);
