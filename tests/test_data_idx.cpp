@@ -111,6 +111,25 @@ TEST_F(IdxTest, MultiMemberGzip) {
   EXPECT_EQ(read_idx_images(path("multi")).pixels, px);
 }
 
+// The in-memory entry points (used by fuzz/fuzz_idx) read exactly what the file readers read,
+// and name the given source in their messages.
+TEST_F(IdxTest, ParseFromMemoryMatchesTheFileReaders) {
+  auto file = be32({0x803, 3, 2, 4});
+  const auto px = random_bytes(24);
+  file.insert(file.end(), px.begin(), px.end());
+  const IdxImages im = parse_idx_images(gzip_compress(file.data(), file.size()), "mem");
+  EXPECT_EQ(im.n, 3);
+  EXPECT_EQ(im.h, 2);
+  EXPECT_EQ(im.w, 4);
+  EXPECT_EQ(im.pixels, px);
+  auto labels = be32({0x801, 3});
+  labels.insert(labels.end(), {2, 0, 1});
+  EXPECT_EQ(parse_idx_labels(labels, "mem"), (std::vector<uint8_t>{2, 0, 1}));
+  file.pop_back();
+  const std::string e = error_of([&] { parse_idx_images(file, "in-memory.idx"); });
+  EXPECT_EQ(e.rfind("in-memory.idx: short file", 0), 0u) << e;
+}
+
 TEST_F(IdxTest, WrongMagic) {
   write_idx_labels(path("labels"), {1, 2, 3});
   std::string e = error_of([&] { read_idx_images(path("labels")); });
