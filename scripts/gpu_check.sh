@@ -51,7 +51,7 @@ tail -5 "$out/gradcheck.log"
 if [ $sanitize -eq 1 ]; then
   # compute-sanitizer slows kernels 10-100x (racecheck most), so the whole GPU test binary runs in
   # gtest shards side by side (the host has 16 cores), every test case included, plus a short
-  # training run under memcheck. Each tool's shard logs are joined into one file afterwards.
+  # training run under each tool. Each tool's shard logs are joined into one file afterwards.
   step "compute-sanitizer memcheck, racecheck, synccheck (all GPU test cases, sharded)"
   # The reference-network cases run at batch 16 there (tests/test_util.h: network_batch).
   san_shards() {  # tool shards
@@ -70,9 +70,11 @@ if [ $sanitize -eq 1 ]; then
   declare -A shards=([racecheck]=10 [synccheck]=3 [memcheck]=3)
   for tool in racecheck synccheck memcheck; do san_shards $tool ${shards[$tool]}; done
   if [ -f data/mnist/train-images-idx3-ubyte.gz ] || [ -f data/mnist/train-images-idx3-ubyte ]; then
-    timeout "${SAN_TIMEOUT:-500}" compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/train" \
-      --config configs/mnist.yaml --device cuda --set training.max_steps=40 \
-      --set logging.progress=off --log-dir "$out/san_train" > "$out/san_memcheck_train.log" 2>&1 &
+    for tool in memcheck racecheck synccheck; do  # a short training run under each tool
+      timeout "${SAN_TIMEOUT:-500}" compute-sanitizer --tool $tool --error-exitcode 9 "$bin/train" \
+        --config configs/mnist.yaml --device cuda --set training.max_steps=40 \
+        --set logging.progress=off --log-dir "$out/san_train_$tool" > "$out/san_train_$tool.log" 2>&1 &
+    done
   fi
   for job in $(jobs -p); do wait "$job" || true; done
   for tool in memcheck racecheck synccheck; do
@@ -89,11 +91,13 @@ if [ $sanitize -eq 1 ]; then
     [ "$(grep -cE '^\[  PASSED  \]' "$out/sanitize_$tool.log")" -eq "${shards[$tool]}" ] \
       || fail "$tool: not every shard finished"
   done
-  if [ -f "$out/san_memcheck_train.log" ]; then
-    grep -E 'ERROR SUMMARY' "$out/san_memcheck_train.log" | tail -1
-    grep -q 'ERROR SUMMARY: 0 errors' "$out/san_memcheck_train.log" || fail "memcheck on a training run"
-    rm -rf "$out/san_train"
-  fi
+  for tool in memcheck racecheck synccheck; do
+    [ -f "$out/san_train_$tool.log" ] || continue
+    echo "$tool on a training run: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/san_train_$tool.log" | tail -1)"
+    grep -qE 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards' "$out/san_train_$tool.log" \
+      || fail "$tool on a training run"
+    rm -rf "$out/san_train_$tool"
+  done
 fi
 
 if [ $notrain -eq 0 ] && { [ -f data/mnist/train-images-idx3-ubyte.gz ] || [ -f data/mnist/train-images-idx3-ubyte ]; }; then
