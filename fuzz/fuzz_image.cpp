@@ -1,9 +1,9 @@
 // The image decode path of image folders, list files and ./infer: stb_image (PNG/BMP/JPEG) plus
 // our channel conversion to (C, H, W), with the resize on (any size to the model's) and off (the
 // image must already have the model's size).
-#include <cstdio>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include "data/image_folder.h"
