@@ -9,6 +9,7 @@
 #   build-asan/fuzz/fuzz_<target> CRASH_FILE         (replays one input)
 #
 # Environment: CNN_FUZZ_BUILD (default build-asan), CNN_FUZZ_SKIP_TESTS=1 (fuzz only),
+# CNN_FUZZ_SEED (libFuzzer -seed; default 1, 0 = random),
 # CNN_FUZZ_JOBS (fuzzers run side by side; default: the number of cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,6 +70,10 @@ if [ "${CNN_FUZZ_SKIP_TESTS:-0}" != 1 ]; then
   fi
 fi
 
+# libFuzzer's random seed: fixed by default, so that a CI run replays the same mutation sequence
+# (a gate that passes today passes tomorrow on the same code); CNN_FUZZ_SEED=0 picks a new one
+# each run, for exploring.
+fuzz_seed=${CNN_FUZZ_SEED:-1}
 # Each fuzzer on a fresh copy of its seeds. -malloc_limit_mb turns one allocation sized from
 # untrusted input into a reported failure; -timeout does the same for a hang.
 work="$build/fuzz-work"
@@ -80,7 +85,7 @@ run_one() {
   local dict=()
   [ -f "fuzz/$t.dict" ] && dict=("-dict=fuzz/$t.dict")
   TMPDIR="$dir/tmp" ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} "$build/fuzz/fuzz_$t" "$dir/corpus" "${dict[@]}" \
-    -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=25 \
+    -max_total_time="$seconds" -seed="$fuzz_seed" -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=25 \
     -print_final_stats=1 -artifact_prefix="$dir/" >"$dir/log" 2>&1
 }
 pids=()
