@@ -16,20 +16,6 @@ using namespace cnn;
 
 namespace {
 
-Dataset random_dataset(int n, int c, int h, int w, int classes, uint64_t seed) {
-  Dataset d;
-  d.n = n;
-  d.c = c;
-  d.h = h;
-  d.w = w;
-  auto px = test::random_labels(size_t(n) * c * h * w, 256, seed);
-  d.images.assign(px.begin(), px.end());
-  d.labels = test::random_labels(n, classes, seed + 1);
-  for (int k = 0; k < classes; ++k) d.class_names.push_back(std::to_string(k));
-  d.source = "random";
-  return d;
-}
-
 // Gathers `idx` on the GPU (into NaN-poisoned buffers) and on the CPU; expects identical bits.
 void compare(const Dataset& d, const GatherParams& p, const std::vector<int32_t>& idx) {
   const size_t sz = size_t(d.image_size()), b = idx.size();
@@ -80,7 +66,7 @@ TEST(GpuDataGather, MatchesCpuBitwise) {
                         Case{1000, 1, 28, 28, 777, 4, true}, Case{5, 3, 33, 47, 64, 2, false},
                         Case{9, 4, 7, 5, 9, 0, true}}) {
     SCOPED_TRACE(::testing::Message() << "n " << k.n << " c " << k.c << " " << k.h << "x" << k.w);
-    Dataset d = random_dataset(k.n, k.c, k.h, k.w, 10, seed + k.n);
+    Dataset d = test::random_dataset(k.n, k.c, k.h, k.w, 10, seed + k.n);
     auto m = test::random_vector(k.c, seed + 1, 0.05f, 0.7f);
     auto s = test::random_vector(k.c, seed + 2, 0.1f, 0.6f);
     AugmentOptions aug{k.shift, k.flip};
@@ -94,7 +80,7 @@ TEST(GpuDataGather, EpochFromDeviceMemory) {
   CNN_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  Dataset d = random_dataset(50, 1, 12, 12, 4, seed);
+  Dataset d = test::random_dataset(50, 1, 12, 12, 4, seed);
   AugmentOptions aug{3, true};
   GatherParams p = make_gather_params(1, 12, 12, Normalization{{0.3f}, {0.2f}}, &aug, seed, 0);
   auto idx = test::random_labels(40, 50, seed + 1);
@@ -122,7 +108,7 @@ TEST(GpuDataGather, EpochFromDeviceMemory) {
 
 TEST(GpuDataGather, OutOfRangeIndexPoisonsTheSample) {
   CNN_REQUIRE_GPU();
-  Dataset d = random_dataset(6, 1, 4, 4, 2, test::fresh_seed());
+  Dataset d = test::random_dataset(6, 1, 4, 4, 2, test::fresh_seed());
   GatherParams p = make_gather_params(1, 4, 4, Normalization{{0.f}, {1.f}}, nullptr, 1);
   DeviceDataset dev(d, Device::CUDA);
   std::vector<int32_t> idx = {1, 6, -1};

@@ -15,19 +15,6 @@ using namespace cnn;
 
 namespace {
 
-Dataset random_dataset(int n, int c, int h, int w, int classes, uint64_t seed) {
-  Dataset d;
-  d.n = n;
-  d.c = c;
-  d.h = h;
-  d.w = w;
-  auto px = test::random_labels(size_t(n) * c * h * w, 256, seed);
-  d.images.assign(px.begin(), px.end());
-  d.labels = test::random_labels(n, classes, seed + 1);
-  for (int k = 0; k < classes; ++k) d.class_names.push_back(std::to_string(k));
-  return d;
-}
-
 Normalization random_norm(int c, uint64_t seed) {
   auto m = test::random_vector(c, seed, 0.1f, 0.6f);
   auto s = test::random_vector(c, seed + 1, 0.2f, 0.5f);
@@ -52,7 +39,7 @@ Batch gather_cpu(const Dataset& d, const GatherParams& p, const std::vector<int3
 TEST(DataGather, NoAugmentationIsExactNormalization) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  Dataset d = random_dataset(23, 3, 7, 9, 5, seed);
+  Dataset d = test::random_dataset(23, 3, 7, 9, 5, seed);
   Normalization norm = random_norm(3, seed + 2);
   GatherParams p = make_gather_params(3, 7, 9, norm, nullptr, seed);
   std::vector<int32_t> idx = {22, 0, 5, 5, 13};
@@ -75,7 +62,7 @@ TEST(DataGather, NoAugmentationIsExactNormalization) {
 TEST(DataGather, FlipMirrorsOrKeeps) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  Dataset d = random_dataset(64, 1, 5, 6, 3, seed);
+  Dataset d = test::random_dataset(64, 1, 5, 6, 3, seed);
   Normalization norm{{0.f}, {1.f}};
   AugmentOptions aug;
   aug.flip = true;
@@ -102,7 +89,7 @@ TEST(DataGather, ShiftIsPadAndCrop) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   const int h = 8, w = 11, shift = 3;
-  Dataset d = random_dataset(300, 2, h, w, 4, seed);
+  Dataset d = test::random_dataset(300, 2, h, w, 4, seed);
   for (uint8_t& v : d.images) v = std::max<uint8_t>(v, 1);  // so padding (0) is recognizable
   Normalization norm{{0.f, 0.f}, {1.f, 1.f}};
   AugmentOptions aug;
@@ -135,7 +122,7 @@ TEST(DataGather, ShiftIsPadAndCrop) {
 TEST(DataGather, DrawsDependOnSeedEpochAndIndexOnly) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  Dataset d = random_dataset(40, 1, 9, 9, 3, seed);
+  Dataset d = test::random_dataset(40, 1, 9, 9, 3, seed);
   Normalization norm = random_norm(1, seed);
   AugmentOptions aug{2, true};
   GatherParams p = make_gather_params(1, 9, 9, norm, &aug, seed, 4);
@@ -161,7 +148,7 @@ TEST(DataGather, DrawsDependOnSeedEpochAndIndexOnly) {
 }
 
 TEST(DataGather, DispatchChecks) {
-  Dataset d = random_dataset(5, 1, 4, 4, 2, 1);
+  Dataset d = test::random_dataset(5, 1, 4, 4, 2, 1);
   Normalization norm{{0.5f}, {0.25f}};
   GatherParams p = make_gather_params(1, 4, 4, norm, nullptr, 1);
   std::vector<float> x(16 * 2);

@@ -12,27 +12,10 @@
 
 using namespace cnn;
 
-namespace {
-
-Dataset random_dataset(int n, int c, int h, int w, int classes, uint64_t seed) {
-  Dataset d;
-  d.n = n;
-  d.c = c;
-  d.h = h;
-  d.w = w;
-  auto px = test::random_labels(size_t(n) * c * h * w, 256, seed);
-  d.images.assign(px.begin(), px.end());
-  d.labels = test::random_labels(n, classes, seed + 1);
-  for (int k = 0; k < classes; ++k) d.class_names.push_back(std::to_string(k));
-  return d;
-}
-
-}  // namespace
-
 TEST(DataPrefetch, SameBatchesAsDirectGather) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  Dataset d = random_dataset(101, 3, 6, 5, 7, seed);
+  Dataset d = test::random_dataset(101, 3, 6, 5, 7, seed);
   AugmentOptions aug{2, true};
   const Normalization norm{{0.2f, 0.3f, 0.4f}, {0.5f, 0.6f, 0.7f}};
   const int bs = 16;
@@ -73,7 +56,7 @@ TEST(DataPrefetch, SameBatchesAsDirectGather) {
 }
 
 TEST(DataPrefetch, WorkerErrorsReachTheCaller) {
-  Dataset d = random_dataset(10, 1, 4, 4, 2, test::fresh_seed());
+  Dataset d = test::random_dataset(10, 1, 4, 4, 2, test::fresh_seed());
   HostPrefetcher pf(d, 4, Device::CPU);
   GatherParams p = make_gather_params(1, 4, 4, Normalization{{0.f}, {1.f}}, nullptr, 1);
   BatchSampler big(20, 4, false, false, 1);  // indices beyond the dataset
@@ -88,7 +71,7 @@ TEST(DataPrefetch, WorkerErrorsReachTheCaller) {
 }
 
 TEST(DataPrefetch, LoaderThroughputIsMeasured) {
-  Dataset d = random_dataset(300, 1, 28, 28, 10, test::fresh_seed());
+  Dataset d = test::random_dataset(300, 1, 28, 28, 10, test::fresh_seed());
   GatherParams p = make_gather_params(1, 28, 28, Normalization{{0.1f}, {0.3f}}, nullptr, 1);
   const double ips = measure_loader_images_per_s(d, p, 64, 12, Device::CPU);
   std::printf("host loader: %.0f images/s (CPU)\n", ips);

@@ -16,6 +16,20 @@ int network_batch() {
   return 128;
 }
 
+Dataset random_dataset(int n, int c, int h, int w, int classes, uint64_t seed) {
+  Dataset d;
+  d.n = n;
+  d.c = c;
+  d.h = h;
+  d.w = w;
+  auto px = random_labels(size_t(n) * c * h * w, 256, seed);
+  d.images.assign(px.begin(), px.end());
+  d.labels = random_labels(n, classes, seed + 1);
+  for (int k = 0; k < classes; ++k) d.class_names.push_back(std::to_string(k));
+  d.source = "random";
+  return d;
+}
+
 bool light_sweeps() { return std::getenv("CNN_TEST_NETWORK_BATCH") != nullptr; }
 
 uint64_t fresh_seed() {

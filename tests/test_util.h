@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "data/dataset.h"
 #include "kernels/device.h"
 #include "kernels/tensor.h"
 
@@ -18,6 +19,8 @@ uint64_t fresh_seed();
 // compute-sanitizer runs (scripts/gpu_check.sh --sanitize) set a small one, so that those cases
 // finish under racecheck's ~40x slowdown; every kernel path still runs.
 int network_batch();
+// n random uint8 images (N, C, H, W) with labels in [0, classes) and class names "0".."classes-1".
+Dataset random_dataset(int n, int c, int h, int w, int classes, uint64_t seed);
 // True when CNN_TEST_NETWORK_BATCH is set (the sanitizer runs): the long shape sweeps then run a
 // smaller sample of their shapes, each code path still covered.
 bool light_sweeps();
