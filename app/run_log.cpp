@@ -73,7 +73,7 @@ void RunLog::metrics(const MetricsRow& r) {
 }
 
 void RunLog::progress(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches,
-                      const std::string& stats, double eta_s) {
+                      double lr, double eta_s) {
   if (!bar_enabled_) return;
   const auto now = std::chrono::steady_clock::now();
   if (batch < batches && now - last_draw_ < std::chrono::milliseconds(200)) return;
@@ -82,9 +82,8 @@ void RunLog::progress(int64_t epoch, int64_t epochs, int64_t batch, int64_t batc
   const int filled = batches ? int(kWidth * batch / batches) : kWidth;
   std::string bar(size_t(filled), '=');
   if (filled < kWidth) bar += '>' + std::string(size_t(kWidth - filled - 1), ' ');
-  std::printf("\r\033[Kepoch %lld/%lld [%s] %lld/%lld %s ETA %.0fs", (long long)epoch + 1,
-              (long long)epochs, bar.c_str(), (long long)batch, (long long)batches, stats.c_str(),
-              eta_s);
+  std::printf("\r\033[Kepoch %lld/%lld [%s] %lld/%lld lr %.3g ETA %.0fs", (long long)epoch + 1,
+              (long long)epochs, bar.c_str(), (long long)batch, (long long)batches, lr, eta_s);
   std::fflush(stdout);
   bar_visible_ = true;
 }

@@ -41,9 +41,10 @@ class RunLog {
   void truncate_metrics_after(int64_t last_step, bool eval_done = true);
   void metrics(const MetricsRow& row);
 
-  // Redraws the bar at most a few times a second: "epoch 3/8 [=====>   ] 212/469 loss 0.12 ...".
-  void progress(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches,
-                const std::string& stats, double eta_s);
+  // Redraws the bar at most a few times a second: "epoch 3/8 [=====>   ] 212/469 lr 0.05 ...".
+  // Called every step: returns before formatting anything unless it redraws.
+  void progress(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches, double lr,
+                double eta_s);
   void clear_bar();
 
   const std::string& metrics_path() const { return metrics_path_; }

@@ -246,8 +246,7 @@ int Trainer::run() {
           cfg_.logging.every_steps > 0 && pos_.global_step % cfg_.logging.every_steps == 0;
       if (at_log) log_point(epoch, lr);
       const double elapsed = seconds_since(epoch_start);
-      log_->progress(epoch, tr.epochs, pos_.batch_in_epoch, steps_per_epoch,
-                     fmt::format("lr {:.3g}", lr),
+      log_->progress(epoch, tr.epochs, pos_.batch_in_epoch, steps_per_epoch, lr,
                      elapsed / double(std::max<int64_t>(1, pos_.batch_in_epoch)) *
                          double(steps_per_epoch - pos_.batch_in_epoch));
       if (cfg_.checkpoint.every_steps > 0 && pos_.global_step % cfg_.checkpoint.every_steps == 0)
