@@ -42,4 +42,15 @@ double time_on_stream(const std::function<void()>& fn, const Exec& ex, int reps)
 #endif
 }
 
+void check_device_usable(const Exec& ex) {
+#ifdef CNN_HAVE_CUDA
+  (void)cudaGetLastError();
+  const cudaError_t err = cudaStreamSynchronize(ex.stream);
+  CNN_CHECK(err == cudaSuccess, "the GPU reported '{}'; the CUDA context is unusable",
+            cudaGetErrorString(err));
+#else
+  (void)ex;
+#endif
+}
+
 }  // namespace cnn

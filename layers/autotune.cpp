@@ -37,6 +37,7 @@ TuneChoice pick_fastest(const std::string& layer, const char* pass,
                         const std::function<void(Algo)>& run, const Exec& ex) {
   TuneChoice choice{layer, pass, Algo::Auto, {}};
   double best = 0;
+  std::string refusals;  // why each left-out variant was left out, for the error below
   for (Algo a : tune_candidates()) {
     double us = 0;
     try {
@@ -44,8 +45,16 @@ TuneChoice pick_fastest(const std::string& layer, const char* pass,
       const double first = time_on_stream([&] { run(a); }, ex, 1);
       const int reps = static_cast<int>(std::clamp(2000.0 / std::max(first, 1.0), 3.0, 50.0));
       us = time_on_stream([&] { run(a); }, ex, reps);
-    } catch (const Error&) {
-      continue;  // this variant does not support the shape
+    } catch (const Error& e) {
+      // A variant that does not support the shape is left out; a kernel fault is not a refusal.
+      try {
+        check_device_usable(ex);
+      } catch (const Error& broken) {
+        CNN_FAIL("algo: auto: timing {} {} with {}: {} ({})", layer, pass, algo_name(a),
+                 broken.what(), e.what());
+      }
+      refusals += fmt::format("; {}: {}", algo_name(a), e.what());
+      continue;
     }
     choice.timings.emplace_back(a, us);
     // A later candidate must be clearly faster (2%) to win: timing noise keeps the preferred one.
@@ -54,8 +63,8 @@ TuneChoice pick_fastest(const std::string& layer, const char* pass,
       best = us;
     }
   }
-  CNN_CHECK(choice.chosen != Algo::Auto, "algo: auto: no kernel variant supports {} {}", layer,
-            pass);
+  CNN_CHECK(choice.chosen != Algo::Auto, "algo: auto: no kernel variant supports {} {}{}", layer,
+            pass, refusals);
   return choice;
 }
 

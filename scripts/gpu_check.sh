@@ -70,9 +70,13 @@ if [ $sanitize -eq 1 ]; then
   declare -A shards=([racecheck]=10 [synccheck]=3 [memcheck]=3)
   for tool in racecheck synccheck memcheck; do san_shards $tool ${shards[$tool]}; done
   if [ -f data/mnist/train-images-idx3-ubyte.gz ] || [ -f data/mnist/train-images-idx3-ubyte ]; then
-    for tool in memcheck racecheck synccheck; do  # a short training run under each tool
+    # A short training run under each tool, small enough for racecheck (which instruments every
+    # shared-memory access) to finish: batch 32, 10 steps, start-up tuning (every variant of every
+    # pass), then an evaluation of a 2% validation split, a checkpoint and the final log.
+    for tool in memcheck racecheck synccheck; do
       timeout "${SAN_TIMEOUT:-500}" compute-sanitizer --tool $tool --error-exitcode 9 "$bin/train" \
-        --config configs/mnist.yaml --device cuda --set training.max_steps=40 \
+        --config configs/mnist.yaml --device cuda --set training.max_steps=10 \
+        --set training.batch_size=32 --set data.validation_split=0.02 \
         --set logging.progress=off --log-dir "$out/san_train_$tool" > "$out/san_train_$tool.log" 2>&1 &
     done
   fi
