@@ -27,6 +27,7 @@
 #include "kernels/conv2d_igemm_dgrad.h"
 #include "kernels/cuda_check.h"
 #include "kernels/math_util.h"
+#include "kernels/ptx.cuh"
 
 namespace cnn {
 namespace {
@@ -35,57 +36,13 @@ constexpr int kBM = 64, kBN = 32, kThreads = 128, kOcChunk = 8, kMaxKhw = 25;
 constexpr int kCsStride = kBN + 4;                 // epilogue partial tile [BM][BN + 4]
 constexpr std::size_t kMaxSmemBytes = 100 * 1024;  // keeps >= 2 blocks per SM
 
-// ---------------------------------------------------------------------------------------------
-// PTX wrappers (own copies: gemm_tile.cuh belongs to the dense GEMM).
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// Copies src_bytes (0..4) and zero-fills the rest (src must still be a mapped address).
-__device__ __forceinline__ void cp_async4(float* dst, const float* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-               "r"(valid ? 4 : 0)
-               : "memory");
-}
-// Copies src_bytes (0..16) and zero-fills the rest of the 16 bytes; src 16-byte aligned.
-__device__ __forceinline__ void cp_async16(float* dst, const float* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ uint32_t to_tf32(float f) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(f));
-  return r;
-}
-__device__ __forceinline__ void mma_tf32(float* d, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// n / d for 0 <= n < 2^31 with a multiply and a shift (see FastDiv in gemm_tile.cuh).
-struct Div {
-  uint32_t d = 1, mul = 0, shift = 0;
-  Div() = default;
-  explicit Div(int divisor) : d(static_cast<uint32_t>(divisor)) {
-    while ((uint64_t{1} << shift) < d) ++shift;
-    mul = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << shift) - d)) / d + 1);
-  }
-  __device__ __forceinline__ int div(int n) const {
-    return static_cast<int>((__umulhi(static_cast<uint32_t>(n), mul) + static_cast<uint32_t>(n)) >>
-                            shift);
-  }
-};
+using ptx::cp_async16;
+using ptx::cp_async4;
+using ptx::cp_async_commit;
+using ptx::cp_async_wait;
+using ptx::mma_tf32;
+using ptx::to_tf32;
+using Div = ptx::FastDiv;
 
 struct DgParams {
   const float* dy;  // (N, OC, OH, OW)

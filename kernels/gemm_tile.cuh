@@ -35,63 +35,18 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/math_util.h"
+#include "kernels/ptx.cuh"
 
 namespace cnn::igemm {
 
-// ---------------------------------------------------------------------------------------------
-// PTX wrappers.
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 4-byte asynchronous copy global -> shared; valid == false writes a zero and reads nothing
-// (src must still be a mapped address, so callers pass a base pointer then).
-__device__ __forceinline__ void cp_async4(float* dst, const float* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-               "r"(valid ? 4 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ uint32_t to_tf32(float f) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(f));
-  return r;
-}
-
-// d += a * b for one 16x8x8 TF32 tile, FP32 accumulation.
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4],
-                                         const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// ---------------------------------------------------------------------------------------------
-// Division by a run-time constant with a multiply and a shift (n < 2^31), for the index
-// decompositions of the gathers (k -> channel, tap, ...), which would otherwise cost ~20
-// instructions each. Round-up method: m = floor(2^32 (2^l - d) / d) + 1, q = (hi(n m) + n) >> l.
-struct FastDiv {
-  uint32_t d = 1, mul = 0, shift = 0;
-  FastDiv() = default;
-  explicit FastDiv(int divisor) : d(static_cast<uint32_t>(divisor)) {
-    while ((uint64_t{1} << shift) < d) ++shift;
-    mul = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << shift) - d)) / d + 1);
-  }
-  __device__ __forceinline__ int div(int n) const {
-    return static_cast<int>((__umulhi(static_cast<uint32_t>(n), mul) + static_cast<uint32_t>(n)) >>
-                            shift);
-  }
-};
+// The shared PTX wrappers (kernels/ptx.cuh), under the names this namespace's users know.
+using ptx::cp_async4;
+using ptx::cp_async_commit;
+using ptx::cp_async_wait;
+using ptx::FastDiv;
+using ptx::mma_tf32;
+using ptx::smem_u32;
+using ptx::to_tf32;
 
 // ---------------------------------------------------------------------------------------------
 // Tile configuration. kThreads = 128 or 256. For the MMA math the warps form a WGM x WGN grid

@@ -35,19 +35,12 @@
 
 namespace cnn::vgemm {
 
-using igemm::cp_async_commit;
-using igemm::cp_async_wait;
-using igemm::mma_tf32;
-using igemm::smem_u32;
-using igemm::to_tf32;
-
-// 16-byte asynchronous copy global -> shared, L1 bypassed; reads `bytes` (0, 4, 8, 12 or 16)
-// and zero-fills the rest. src must be 16-byte aligned (and mapped, even when bytes == 0).
-__device__ __forceinline__ void cp_async16(float* dst, const float* src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-               "r"(bytes)
-               : "memory");
-}
+using ptx::cp_async16;
+using ptx::cp_async_commit;
+using ptx::cp_async_wait;
+using ptx::mma_tf32;
+using ptx::smem_u32;
+using ptx::to_tf32;
 
 // kAK: A is contiguous along m in global memory (staged k-major); else along k (x-major).
 // kBK: B is contiguous along n (staged k-major); else along k.

@@ -1,0 +1,73 @@
+#pragma once
+// The inline-PTX wrappers and the fast integer division that every tiled kernel shares (dense
+// GEMM, implicit-GEMM convolution and its v2 gradient kernels): one copy, so a fix or a new
+// architecture's variant lands everywhere. Device code only; sm_80+ (cp.async, mma.sync TF32).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace cnn::ptx {
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 4-byte asynchronous copy global -> shared; valid == false writes a zero and reads nothing
+// (src must still be a mapped address, so callers pass a base pointer then).
+__device__ __forceinline__ void cp_async4(float* dst, const float* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+               "r"(valid ? 4 : 0)
+               : "memory");
+}
+
+// 16-byte asynchronous copy global -> shared, L1 bypassed; reads `bytes` (0, 4, 8, 12 or 16)
+// and zero-fills the rest. src must be 16-byte aligned (and mapped, even when bytes == 0).
+__device__ __forceinline__ void cp_async16(float* dst, const float* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+               "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Waits until at most N committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Rounds to TF32 (10-bit mantissa, round to nearest, ties away), as cuBLAS/cuDNN's TF32 mode.
+__device__ __forceinline__ uint32_t to_tf32(float f) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(f));
+  return r;
+}
+
+// d[0..3] += a * b for one 16x8x8 TF32 tile, FP32 accumulation.
+__device__ __forceinline__ void mma_tf32(float* d, const uint32_t (&a)[4],
+                                         const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Division by a run-time constant with a multiply and a shift (0 <= n < 2^31), for the index
+// decompositions of the gathers (k -> channel, tap, ...), which would otherwise cost ~20
+// instructions each. Round-up method: m = floor(2^32 (2^l - d) / d) + 1, q = (hi(n m) + n) >> l.
+struct FastDiv {
+  uint32_t d = 1, mul = 0, shift = 0;
+  FastDiv() = default;
+  explicit FastDiv(int divisor) : d(static_cast<uint32_t>(divisor)) {
+    while ((uint64_t{1} << shift) < d) ++shift;
+    mul = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << shift) - d)) / d + 1);
+  }
+  __device__ __forceinline__ int div(int n) const {
+    return static_cast<int>((__umulhi(static_cast<uint32_t>(n), mul) + static_cast<uint32_t>(n)) >>
+                            shift);
+  }
+};
+
+}  // namespace cnn::ptx
