@@ -1,4 +1,6 @@
 #include "kernels/conv2d.h"
+#include "kernels/conv_relu_pool.h"
+#include "kernels/error.h"
 #include "kernels/relu.h"
 #include "layers/layer_factories.h"
 
@@ -51,16 +53,33 @@ class Conv2dLayer : public Layer {
   }
 
   std::size_t scratch_floats(const Exec& ex) const override {
+    if (fused_pool_) return conv_relu_pool_backward_weight_scratch_floats(shape_, ex);
     return conv2d_backward_weight_scratch_floats(shape_, ex);
   }
 
+  bool fuse_relu_pool(Layer& pool) override {
+    int32_t* argmax = pool.pool_argmax();
+    if (!fused_relu_ || !argmax || !conv_relu_pool_applicable(shape_)) return false;
+    pool_argmax_ = argmax;
+    fused_pool_ = true;
+    return true;
+  }
+
+  // Fused with the pool (fuse_relu_pool): y is the pool's output (N, OC, OH/2, OW/2).
   void forward(int n, const float* x, float* y, const Exec& ex) override {
+    if (fused_pool_) return conv_relu_pool_forward(at(n), x, w_, b_, y, pool_argmax_, ex);
     conv2d_forward(at(n), x, w_, b_, y, fused_relu_, algo_fwd_, ex);
   }
 
+  // Fused with the pool: y and dy are the pool's output and its gradient.
   void backward(int n, const float* x, const float* y, float* dy, float* dx, float* scratch,
                 const Exec& ex) override {
     const Conv2dShape s = at(n);
+    if (fused_pool_) {
+      CNN_CHECK(!dx, "{}: the fused conv-relu-pool computes no input gradient", name());
+      conv_relu_pool_backward_weight(s, x, y, dy, pool_argmax_, dw_, db_, scratch, ex);
+      return;
+    }
     if (relu_backward_here()) relu_backward(int64_t(n) * s.oc * s.oh() * s.ow(), y, dy, dy, ex);
     conv2d_backward_weight(s, x, dy, dw_, db_, scratch, algo_dw_, ex);
     if (dx) conv2d_backward_data(s, dy, w_, dx, algo_dx_, ex);
@@ -68,7 +87,7 @@ class Conv2dLayer : public Layer {
 
   std::vector<TuneChoice> autotune(int n, const float* x, float* y, float* dy, float* dx,
                                    float* scratch, const Exec& ex) override {
-    if (algo_ != Algo::Auto) return {};
+    if (algo_ != Algo::Auto || fused_pool_) return {};  // the fused pass has no variants
     const Conv2dShape s = at(n);
     std::vector<TuneChoice> out;
     out.push_back(pick_fastest(name(), "forward", [&](Algo a) {
@@ -98,6 +117,7 @@ class Conv2dLayer : public Layer {
   Algo algo_ = Algo::Auto;  // as configured; Auto may be refined per pass by autotune()
   Algo algo_fwd_ = Algo::Auto, algo_dx_ = Algo::Auto, algo_dw_ = Algo::Auto;
   float *w_ = nullptr, *b_ = nullptr, *dw_ = nullptr, *db_ = nullptr;
+  int32_t* pool_argmax_ = nullptr;  // the fused pool's (N, OC, OH/2, OW/2)
 };
 
 }  // namespace

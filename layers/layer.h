@@ -80,6 +80,17 @@ class Layer {
   void set_mask_input_relu(bool on) { mask_input_relu_ = on; }
   void set_relu_masked_downstream(bool on) { relu_masked_downstream_ = on; }
 
+  // Conv -> ReLU -> max-pool run as one pass by this layer (kernels/conv_relu_pool.h), chosen by
+  // the Network for a first layer whose ReLU is fused: forward then writes the POOL's output
+  // (into the y it is given) and the pool's argmax, backward takes the pool's output gradient as
+  // dy and computes the parameter gradients only (dx must be null); the Network skips the relu and
+  // pool layers. Returns false, changing nothing, where the fused kernels do not apply.
+  virtual bool fuse_relu_pool(Layer& /*pool*/) { return false; }
+  bool fused_pool() const { return fused_pool_; }
+  // The argmax buffer (N, C, OH, OW) of a 2x2 / stride-2 / unpadded max-pool layer (the pool the
+  // fused kernels implement); null for every other layer.
+  virtual int32_t* pool_argmax() { return nullptr; }
+
  protected:
   // Whether backward must run the ReLU mask itself.
   bool relu_backward_here() const { return fused_relu_ && !relu_masked_downstream_; }
@@ -88,6 +99,7 @@ class Layer {
   bool fused_relu_ = false;
   bool mask_input_relu_ = false;
   bool relu_masked_downstream_ = false;
+  bool fused_pool_ = false;
 };
 
 // Builds the layer for a spec (not the loss: the Network handles softmax_cross_entropy itself).

@@ -1,12 +1,24 @@
 #include "layers/network.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <random>
 
 #include "kernels/error.h"
 #include "kernels/softmax_xent.h"
 
 namespace cnn {
+namespace {
+
+PoolFusion pool_fusion_from_env(PoolFusion configured) {
+  const char* v = std::getenv("CNN_FUSE_POOL");
+  if (v && std::strcmp(v, "0") == 0) return PoolFusion::Off;
+  if (v && std::strcmp(v, "1") == 0) return PoolFusion::On;
+  return configured;
+}
+
+}  // namespace
 
 Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
                  const NetworkOptions& opt, const Exec& ex)
@@ -31,6 +43,22 @@ Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
     aliases_input.push_back(fold || specs[i].kind == LayerKind::Flatten);
     layers_.push_back(std::move(layer));
   }
+  // conv(1 input channel) -> relu -> maxpool 2x2 as the first three layers: one fused pass that
+  // writes only the pooled output. Only as the first layer, whose input gradient is never needed
+  // (the fused backward computes none); elsewhere the layers run apart.
+  const PoolFusion pool_fusion = pool_fusion_from_env(opt.fuse_pool);
+  const bool fuse_pool = pool_fusion == PoolFusion::On ||
+                         (pool_fusion == PoolFusion::Auto && ex.device == Device::CUDA);
+  if (fuse_pool && layers_.size() >= 3 && layers_[0]->spec().kind == LayerKind::Conv2d &&
+      skipped_[1] && layers_[2]->spec().kind == LayerKind::MaxPool2d &&
+      layers_[0]->fuse_relu_pool(*layers_[2])) {
+    skipped_[2] = true;
+    aliases_input[2] = true;  // the conv writes the pool's output buffer
+    fusion_notes_.push_back(fmt::format(
+        "{} + {} + {}: fused conv-relu-maxpool (writes only the pooled output; CNN_FUSE_POOL=0 "
+        "runs them apart)",
+        layers_[0]->name(), layers_[1]->name(), layers_[2]->name()));
+  }
   // A max-pool right after a layer with a fused ReLU applies that ReLU's gradient mask itself.
   for (size_t i = 1; i < layers_.size(); ++i) {
     const size_t prev = skipped_[i - 1] && i >= 2 ? i - 2 : i - 1;
@@ -47,7 +75,9 @@ Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
   Shape in_shape = {opt.max_batch};
   in_shape.insert(in_shape.end(), input_chw.begin(), input_chw.end());
   for (size_t i = 0; i < layers_.size(); ++i) {
-    const int64_t count = shape_numel(layers_[i]->out_shape());
+    // A fused conv-relu-pool's buffer holds the pool's output; the relu and pool alias it.
+    const size_t holds = layers_[i]->fused_pool() ? i + 2 : i;
+    const int64_t count = shape_numel(layers_[holds]->out_shape());
     if (aliases_input[i] && i > 0) {
       acts_.push_back(acts_[i - 1]);
       grad_acts_.push_back(grad_acts_[i - 1]);
@@ -104,6 +134,7 @@ void Network::set_exec(const Exec& ex) {
 std::vector<std::string> Network::autotune() {
   std::vector<std::string> lines;
   if (ex_.device != Device::CUDA || ex_.deterministic || !autotune_enabled_by_env()) return lines;
+  lines = fusion_notes_;
   // Defined inputs for the timing runs: zeroed activations and a zero input batch.
   Shape in_shape = {opt_.max_batch};
   in_shape.insert(in_shape.end(), input_chw_.begin(), input_chw_.end());
@@ -121,6 +152,7 @@ std::vector<std::string> Network::autotune() {
   }
   grads_.zero(ex_.stream);
   stream_sync(ex_.device, ex_.stream);
+  if (lines.size() == fusion_notes_.size()) lines.clear();  // nothing tuned
   return lines;
 }
 

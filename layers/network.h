@@ -13,10 +13,17 @@
 
 namespace cnn {
 
+// Whether a first conv(1 input channel) -> relu -> maxpool(2x2, stride 2) runs as one fused pass
+// (kernels/conv_relu_pool.h; needs fuse_relu). Auto: on CUDA only (on the CPU the unfused fast
+// kernels are faster than the fused CPU twin, a plain reference). On: on the CPU too (tests).
+// The environment variable CNN_FUSE_POOL=0 / 1 overrides it with Off / On.
+enum class PoolFusion { Auto, On, Off };
+
 struct NetworkOptions {
   int max_batch = 128;
   uint64_t seed = 1;      // weight initialization
   bool fuse_relu = true;  // fold a ReLU into the preceding conv/linear epilogue
+  PoolFusion fuse_pool = PoolFusion::Auto;
 };
 
 class Network {
@@ -50,8 +57,12 @@ class Network {
   void set_exec(const Exec& ex);  // same device; new stream / precision / determinism
   // algo: auto on CUDA (not deterministic, CNN_AUTOTUNE not 0): every conv/linear layer times
   // its kernel variants at the full batch and keeps the fastest per pass (layers/autotune.h).
-  // Leaves the parameter gradients zero. Returns one line per choice (empty when nothing tuned).
+  // Leaves the parameter gradients zero. Returns one line per choice (empty when nothing tuned),
+  // led by the fusion_notes() when it tunes anything.
   std::vector<std::string> autotune();
+  // One line per conv-relu-pool fusion in effect ("conv1 + relu1 + pool1: fused ..."); empty when
+  // none (see PoolFusion). A fused conv's own variants are not tuned: the fused pass runs.
+  const std::vector<std::string>& fusion_notes() const { return fusion_notes_; }
 
   std::vector<float> params_to_host() const;
   void params_from_host(const std::vector<float>& h_params);
@@ -65,7 +76,9 @@ class Network {
   Shape input_chw_;
   int classes_ = 0;
   std::vector<std::unique_ptr<Layer>> layers_;
-  std::vector<bool> skipped_;         // relu layers folded into the previous layer
+  std::vector<bool> skipped_;         // relu layers folded into the previous layer (and the
+                                      // relu and pool of a fused conv-relu-pool)
+  std::vector<std::string> fusion_notes_;
   std::vector<Tensor> storage_;       // activation and gradient tensors
   std::vector<float*> acts_;          // output of layer i (aliases for flatten / fused relu)
   std::vector<float*> grad_acts_;     // gradient w.r.t. the output of layer i

@@ -50,6 +50,11 @@ class MaxPoolLayer : public Layer {
     if (dx) maxpool_backward(at(n), dy, argmax_.data(), dx, ex, mask_input_relu_ ? y : nullptr);
   }
   bool can_mask_input_relu() const override { return true; }
+  int32_t* pool_argmax() override {
+    const bool two_by_two = shape_.kh == 2 && shape_.kw == 2 && shape_.stride_h == 2 &&
+                            shape_.stride_w == 2 && shape_.pad_h == 0 && shape_.pad_w == 0;
+    return two_by_two ? argmax_.data() : nullptr;
+  }
 
  private:
   MaxPoolShape at(int n) const {
