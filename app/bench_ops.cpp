@@ -26,6 +26,7 @@ bool op_selected(const BenchOptions& opt, const std::string& op) {
 #include "app/bench_cudnn.h"
 #include "app/bench_timer.h"
 #include "kernels/conv2d.h"
+#include "kernels/conv_relu_pool.h"
 #include "kernels/cuda_check.h"
 #include "kernels/error.h"
 #include "kernels/linear.h"
@@ -632,6 +633,98 @@ void bench_relu(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
   }
 }
 
+// The first conv fused with its ReLU and 2x2 max-pool (kernels/conv_relu_pool.h), as the Network
+// runs it on CUDA: forward (writes only the pooled y and argmax) and the weight gradient from
+// the pooled dy. Compare with conv1.fwd + pool1.fwd and pool1.bwd + conv1.wgrad. Inputs on
+// binary grids so that every sum is exact: the argmax (near-ties) must match the CPU exactly.
+void bench_conv_relu_pool(const BenchContext& ctx, std::vector<BenchRow>& rows,
+                          const std::string& name, const Conv2dShape& s) {
+  const BenchOptions& opt = *ctx.opt;
+  const Precision p = opt.precisions.front();
+  const Exec ex = exec_for(ctx, p);
+  const MaxPoolShape ps = conv_relu_pool_pool_shape(s);
+  const int64_t hw = int64_t(s.h) * s.w, php = int64_t(ps.oh()) * ps.ow();
+  const size_t nx = size_t(s.n * hw), nw = size_t(s.oc) * s.kh * s.kw;
+  const size_t np = size_t(int64_t(s.n) * s.oc * php);
+  const std::vector<Range> chunks = split(s.n);
+  auto sub = [&](Range r) {
+    Conv2dShape t = s;
+    t.n = static_cast<int>(r.count);
+    return t;
+  };
+  auto grid = [](size_t n, std::mt19937_64& rng, int m, float step) {
+    std::uniform_int_distribution<int> u(-m, m);
+    std::vector<float> v(n);
+    for (auto& x : v) x = float(u(rng)) * step;
+    return v;
+  };
+  std::mt19937_64 rng(op_seed(opt.seed, name + ".fused"));
+  std::vector<float> x = grid(nx, rng, 2, 0.25f), w = grid(nw, rng, 4, 0.125f);
+  std::vector<float> b = grid(size_t(s.oc), rng, 8, 1.f / 32), y(np);
+  std::vector<int32_t> argmax(np);
+  parallel(chunks, [&](size_t, Range r) {
+    conv_relu_pool_forward_cpu(sub(r), x.data() + r.begin * hw, w.data(), b.data(),
+                               y.data() + r.begin * s.oc * php,
+                               argmax.data() + r.begin * s.oc * php);
+  });
+  const std::string shape = conv_shape_str(s) + " + relu + pool 2x2";
+  for (bool backward : {false, true}) {
+    OpInfo info;
+    info.op = name + (backward ? ".wgrad" : ".fwd");
+    if (!op_selected(opt, info.op)) continue;
+    info.shape = shape;
+    info.compute_bound = false;
+    OpData d;
+    if (!backward) {
+      info.flops = 2.0 * double(s.n) * s.oc * s.oh() * s.ow() * s.kh * s.kw;
+      info.bytes = 4.0 * double(nx + nw + 2 * np);  // x, w in; pooled y and argmax out
+      info.note = "replaces conv.fwd + pool.fwd (no full-size conv output)";
+      const int ix = d.input("x", x), iw = d.input("w", w), ib = d.input("b", b);
+      const int iy = d.output("y", y), iarg = d.output_i32("argmax", argmax);
+      d.allocate(choose_sets(ctx, d.set_bytes()), ctx.stream);
+      Candidate c{"fused",
+                  false,
+                  [&](int i) {
+                    conv_relu_pool_forward(s, d.f(i, ix), d.f(i, iw), d.f(i, ib), d.f(i, iy),
+                                           d.i32(i, iarg), ex);
+                  },
+                  {},
+                  ""};
+      rows.push_back(measure(ctx, d, info, p, kTolElementwise, c, kNaN));
+    } else {
+      info.flops = 2.0 * double(s.n) * s.oc * double(php) * s.kh * s.kw;  // one window per output
+      info.bytes = 4.0 * double(nx + 3 * np + 2 * nw);  // x, y, dy, argmax in; dw read + written
+      info.note = "replaces pool.bwd + conv.wgrad (no full-size conv gradient)";
+      std::vector<float> dy = grid(np, rng, 16, 1.f / 16), init = grid(nw, rng, 64, 1.f / 64);
+      std::vector<std::vector<float>> parts(chunks.size(), std::vector<float>(nw, 0.f));
+      parallel(chunks, [&](size_t i, Range r) {
+        conv_relu_pool_backward_weight_cpu(sub(r), x.data() + r.begin * hw,
+                                           y.data() + r.begin * s.oc * php,
+                                           dy.data() + r.begin * s.oc * php,
+                                           argmax.data() + r.begin * s.oc * php, parts[i].data(),
+                                           nullptr);
+      });
+      std::vector<float> ref = add_partials(init, parts);
+      const int ix = d.input("x", x), iy = d.input("y", y), idy = d.input("dy", std::move(dy));
+      const int iarg = d.input_i32("argmax", argmax);
+      const int idw = d.output("dw", std::move(ref), std::move(init));
+      d.allocate(choose_sets(ctx, d.set_bytes()), ctx.stream);
+      Buffer<float> scratch(conv_relu_pool_backward_weight_scratch_floats(s, ex), Device::CUDA);
+      Candidate c{"fused",
+                  false,
+                  [&](int i) {
+                    conv_relu_pool_backward_weight(s, d.f(i, ix), d.f(i, iy), d.f(i, idy),
+                                                   d.i32(i, iarg), d.f(i, idw), nullptr,
+                                                   scratch.empty() ? nullptr : scratch.data(),
+                                                   ex);
+                  },
+                  {},
+                  ""};
+      rows.push_back(measure(ctx, d, info, p, kTolElementwise, c, kNaN));
+    }
+  }
+}
+
 void bench_maxpool(const BenchContext& ctx, std::vector<BenchRow>& rows, const std::string& name,
                    const MaxPoolShape& s) {
   const BenchOptions& opt = *ctx.opt;
@@ -809,6 +902,15 @@ std::vector<BenchRow> bench_ops(const BenchContext& ctx, const NetDesc& net) {
         s.pad_h = spec.pad_h;
         s.pad_w = spec.pad_w;
         bench_conv(ctx, rows, spec.name, s, i == 0);
+        // The fusion the Network runs on CUDA: first layer, then relu and a 2x2 / stride-2 pool.
+        if (i == 0 && i + 2 < net.specs.size() && net.specs[i + 1].kind == LayerKind::Relu &&
+            net.specs[i + 2].kind == LayerKind::MaxPool2d && net.specs[i + 2].kernel_h == 2 &&
+            net.specs[i + 2].kernel_w == 2 && net.specs[i + 2].stride_h == 2 &&
+            net.specs[i + 2].stride_w == 2 && net.specs[i + 2].pad_h == 0 &&
+            net.specs[i + 2].pad_w == 0 && conv_relu_pool_applicable(s))
+          bench_conv_relu_pool(ctx, rows,
+                               spec.name + "+" + net.specs[i + 1].name + "+" + net.specs[i + 2].name,
+                               s);
         break;
       }
       case LayerKind::Linear:

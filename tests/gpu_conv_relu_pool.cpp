@@ -199,7 +199,9 @@ void check_shape(const Conv2dShape& s, bool quantized) {
       got.insert(got.end(), gdb.begin(), gdb.end());
       runs.push_back(std::move(got));
     }
-    if (det) EXPECT_TRUE(same_bits(runs[0], runs[1])) << "deterministic mode is not repeatable";
+    if (det) {
+      EXPECT_TRUE(same_bits(runs[0], runs[1])) << "deterministic mode is not repeatable";
+    }
 
     // Against the unfused GPU chain: pool backward with the ReLU mask, then the weight gradient.
     Buffer<float> d_dconv(nc, Device::CUDA);
@@ -378,10 +380,11 @@ TEST(GpuConvReluPool, NetworkFusedMatchesUnfused) {
     EXPECT_LE(rel_to_max(f1, p1), 1e-5) << "conv1 gradients";
     const std::vector<float> frest(fused.grads.begin() + conv1, fused.grads.end());
     const std::vector<float> prest(plain.grads.begin() + conv1, plain.grads.end());
-    if (det)
+    if (det) {
       EXPECT_TRUE(same_bits(frest, prest)) << "layers after the fusion must not change";
-    else
+    } else {
       EXPECT_LE(rel_to_max(frest, prest), 1e-5);
+    }
     EXPECT_LE(test::max_rel_error(fused.grads, cpu.grads), 1e-3) << "vs the CPU network";
     EXPECT_LE(test::max_rel_error(fused.loss, cpu.loss), 1e-4) << "loss vs the CPU network";
   }
