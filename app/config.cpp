@@ -229,7 +229,7 @@ LayerSpec read_layer(const ConfigNode& item, Algo default_algo, LayerSite* site)
 void read_training(const ConfigMap& top, TrainingOptions* t) {
   ConfigMap m(top.require("training", "a training section with at least epochs and batch_size"),
               {"epochs", "batch_size", "seed", "device", "precision", "algo", "deterministic",
-               "eval_every_epochs", "max_steps"});
+               "eval_every_epochs", "max_steps", "cuda_graph"});
   t->epochs = static_cast<int>(
       m.require("epochs", "the number of passes over the training set, an integer >= 1")
           .as_int(1, 1000000));
@@ -243,6 +243,7 @@ void read_training(const ConfigMap& top, TrainingOptions* t) {
   t->eval_every_epochs =
       static_cast<int>(m.get_int("eval_every_epochs", t->eval_every_epochs, 1, kIntMax));
   t->max_steps = m.get_int("max_steps", t->max_steps, 0);
+  t->cuda_graph = m.get_bool("cuda_graph", t->cuda_graph);
 }
 
 void read_model(const ConfigMap& top, TrainConfig* cfg, Sites* sites) {
@@ -642,7 +643,8 @@ std::string config_to_yaml(const TrainConfig& cfg) {
                    t.batch_size, t.seed, t.device);
   y += fmt::format("  precision: {}\n  algo: {}\n  deterministic: {}\n",
                    precision_name(t.precision), algo_name(t.algo), t.deterministic);
-  y += fmt::format("  eval_every_epochs: {}\n  max_steps: {}\n", t.eval_every_epochs, t.max_steps);
+  y += fmt::format("  eval_every_epochs: {}\n  max_steps: {}\n  cuda_graph: {}\n",
+                   t.eval_every_epochs, t.max_steps, t.cuda_graph);
 
   y += "logging:\n";
   y += fmt::format("  dir: {}\n  every_steps: {}\n  progress: {}\n", yaml_quote(cfg.logging.dir),

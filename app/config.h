@@ -28,7 +28,8 @@ struct TrainingOptions {
   Algo algo = Algo::Auto;  // default kernel variant for layers that name none
   bool deterministic = false;
   int eval_every_epochs = 1;
-  int64_t max_steps = 0;  // 0 = no limit; stops early for quick runs
+  int64_t max_steps = 0;   // 0 = no limit; stops early for quick runs
+  bool cuda_graph = true;  // replay the step as one CUDA graph (CNN_CUDA_GRAPH=0 also turns it off)
 };
 
 enum class ProgressMode { Auto, On, Off };  // auto: a progress bar only on a terminal

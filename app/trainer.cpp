@@ -4,12 +4,14 @@
 #include <cmath>
 #include <csignal>
 #include <filesystem>
+#include <functional>
 #include <memory>
 
 #include "app/batch_source.h"
 #include "app/config.h"
 #include "app/evaluate.h"
 #include "app/run_log.h"
+#include "app/step_graph.h"
 #include "data/check_data.h"
 #include "data/load_data.h"
 #include "kernels/error.h"
@@ -60,6 +62,7 @@ class Trainer {
   const TrainConfig& cfg_;
   const TrainArgs& args_;
   Exec ex_;
+  std::unique_ptr<TrainStream> stream_;  // outlives everything that launches on it
   std::string run_dir_, ckpt_dir_;
   DataSplits data_;
   Normalization norm_;
@@ -129,6 +132,8 @@ int Trainer::run() {
   ex_.device = resolve_device(tr.device);
   ex_.precision = tr.precision;
   ex_.deterministic = tr.deterministic;
+  stream_ = std::make_unique<TrainStream>(ex_.device);
+  ex_.stream = stream_->get();
   run_dir_ = args_.log_dir.empty() ? cfg_.run_dir() : args_.log_dir;
   ckpt_dir_ = cfg_.checkpoint.dir.empty() ||
                       (!args_.log_dir.empty() && cfg_.checkpoint.dir == cfg_.run_dir())
@@ -227,18 +232,48 @@ int Trainer::run() {
   EvalResult last_eval;
   bool stopped = false;
   double lr = cfg_.optimizer.lr;
+  // A step's launches: all that changes between steps is read from `state` on the device, so
+  // the same launches (captured once as a CUDA graph) serve every full batch.
+  const std::string graph_off =
+      cuda_graph_off_reason(ex_.device, tr.cuda_graph, opt_->syncs_host());
+  log_->info("CUDA graph: {}", graph_off.empty()
+                                   ? "on (the training step is captured after one plain step, "
+                                     "then replayed once per full batch)"
+                                   : "off (" + graph_off + ")");
+  StepState state(ex_, steps_per_epoch);
+  train.use_batch_counter(state.batch());
+  StepGraph graph(ex_, graph_off.empty());
+  int n = 0;
+  const std::function<void()> step_launches = [&] {
+    train.gather(n);
+    net_->forward_backward(n, train.x(), train.labels(), 1.0f / float(n));
+    accumulate_metrics(n, net_->loss_rows(), net_->predictions(), train.labels(), totals_.data(),
+                       ex_);
+    opt_->step_from(state.lr(), state.update());
+    state.advance();
+  };
   for (int64_t epoch = pos_.epoch; epoch < tr.epochs && !stopped; ++epoch) {
     const auto epoch_start = Clock::now();
     train.start_epoch(epoch, epoch == pos_.epoch ? pos_.batch_in_epoch : 0);
     pos_.epoch = epoch;
-    int n = 0;
-    while (train.next(&n)) {
-      lr = learning_rate(cfg_.schedule, cfg_.optimizer.lr,
-                         double(pos_.global_step) / double(steps_per_epoch), total_epochs);
-      net_->forward_backward(n, train.x(), train.labels(), 1.0f / float(n));
-      accumulate_metrics(n, net_->loss_rows(), net_->predictions(), train.labels(), totals_.data(),
-                         ex_);
-      opt_->step(lr);
+    // Batch k of the epoch runs at global step first_step + k (also after a resume inside it);
+    // the optimizer's update number is the global step after the update.
+    const int64_t first_step = pos_.global_step - train.position();
+    state.start_epoch(
+        epoch_lr_table(cfg_.schedule, cfg_.optimizer.lr, first_step, steps_per_epoch, total_epochs),
+        train.position(), pos_.global_step + 1);
+    for (;;) {
+      const int64_t batch_index = train.position();
+      if (!train.take(&n)) break;
+      lr = state.lr_at(batch_index);
+      graph.run(step_launches, n == tr.batch_size);
+      bool warning = false;
+      if (const std::string news = graph.take_news(&warning); !news.empty()) {
+        if (warning)
+          log_->warn("step {}: {}", pos_.global_step + 1, news);
+        else
+          log_->info("step {}: {}", pos_.global_step + 1, news);
+      }
       ++pos_.global_step;
       pos_.batch_in_epoch = train.position();
       images_since_log_ += n;

@@ -14,7 +14,8 @@ namespace {
 // Thread mapping: block b owns batch samples b, b + gridDim.x, ... (grid-stride over the batch);
 // within a sample, thread t owns output elements t, t + blockDim.x, ... of its (C, H, W) image,
 // so consecutive threads write consecutive floats. The augmentation draw is recomputed per thread
-// (three 64-bit mixes), cheaper than sharing it through shared memory and a barrier.
+// (three 64-bit mixes), cheaper than sharing it through shared memory and a barrier. With
+// p.batch_ptr the batch's first order entry is read from device memory here (graph replay).
 // The arithmetic is the CPU reference's, with the IEEE round-to-nearest intrinsics spelled out so
 // that no compiler flag (fast-math, contraction) can make the two differ by a bit.
 __global__ void gather_batch_naive(GatherParams p, const uint8_t* __restrict__ d_images,
@@ -22,9 +23,11 @@ __global__ void gather_batch_naive(GatherParams p, const uint8_t* __restrict__ d
                                    const int32_t* __restrict__ d_indices, int batch,
                                    float* __restrict__ d_x, int32_t* __restrict__ d_y) {
   const int64_t epoch = p.epoch_ptr ? *p.epoch_ptr : p.epoch;
+  const int64_t first = p.batch_ptr ? *p.batch_ptr * p.batch_stride : 0;
+  const bool batch_inside = !p.batch_ptr || (first >= 0 && first + batch <= n);
   const int plane = p.h * p.w, sample = plane * p.c;
   for (int b = blockIdx.x; b < batch; b += gridDim.x) {
-    const int64_t i = d_indices[b];
+    const int64_t i = batch_inside ? d_indices[first + b] : -1;
     float* dst = d_x + int64_t(b) * sample;  // (C, H, W)
     if (i < 0 || i >= n) {  // cannot throw here: poison the sample so the loss reports it
       for (int e = threadIdx.x; e < sample; e += blockDim.x) dst[e] = __int_as_float(0x7fc00000);

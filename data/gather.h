@@ -27,7 +27,19 @@ struct GatherParams {
   // When set, the epoch is read from here at run time (device memory for CUDA, host memory for
   // the CPU) instead of `epoch`, so a captured CUDA graph follows the current epoch.
   const int64_t* epoch_ptr = nullptr;
+  // When set (same memory as epoch_ptr), the batch's indices start at
+  // indices + (*batch_ptr) * batch_stride, read at run time: `indices` is then the whole epoch
+  // order (n entries) and a captured CUDA graph gathers each step's batch from its counter. A
+  // batch reaching past the order throws on the CPU and poisons the batch (NaN, label -1) on the
+  // GPU.
+  const int64_t* batch_ptr = nullptr;
+  int64_t batch_stride = 0;
 };
+
+// The first order entry of the batch that p.batch_ptr selects (0 without one); host memory only.
+inline int64_t gather_batch_offset(const GatherParams& p) {
+  return p.batch_ptr ? *p.batch_ptr * p.batch_stride : 0;
+}
 
 // Parameters for a dataset of (c, h, w); augment = nullptr (evaluation) draws no augmentation.
 GatherParams make_gather_params(int c, int h, int w, const Normalization& norm,

@@ -9,6 +9,11 @@ namespace cnn {
 void gather_batch_cpu(const GatherParams& p, const uint8_t* images, const int32_t* labels,
                       int64_t n, const int32_t* indices, int batch, float* x, int32_t* y) {
   const int64_t epoch = p.epoch_ptr ? *p.epoch_ptr : p.epoch;
+  const int64_t first = gather_batch_offset(p);
+  CNN_CHECK(!p.batch_ptr || (first >= 0 && first + batch <= n),
+            "gather: batch counter {} selects order entries [{}, {}) outside [0, {})",
+            p.batch_ptr ? *p.batch_ptr : 0, first, first + batch, n);
+  indices += first;
   const size_t plane = size_t(p.h) * p.w, sample = plane * p.c;
   for (int b = 0; b < batch; ++b) {
     const int64_t i = indices[b];

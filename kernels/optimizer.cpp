@@ -19,7 +19,7 @@ void check_count(const char* what, int64_t count) {
 }  // namespace
 
 void sgd_update(int64_t count, float* w, float* g, float* m, const uint8_t* decay_mask,
-                const SgdParams& p, float grad_scale, const Exec& ex) {
+                const SgdParams& p, float grad_scale, const Exec& ex, const float* lr_device) {
   check_count("sgd_update", count);
   CNN_CHECK(p.lr >= 0, "sgd: learning rate must be >= 0, got {}", p.lr);
   CNN_CHECK(p.momentum >= 0, "sgd: momentum must be >= 0, got {}", p.momentum);
@@ -29,28 +29,46 @@ void sgd_update(int64_t count, float* w, float* g, float* m, const uint8_t* deca
   if (count == 0) return;
   CNN_CHECK(w && g, "sgd_update: weights and gradients must not be null");
   CNN_CHECK(m || p.momentum == 0, "sgd_update: momentum {} needs a momentum buffer", p.momentum);
-  if (ex.device == Device::CPU) return sgd_update_cpu(count, w, g, m, decay_mask, p, grad_scale);
+  if (ex.device == Device::CPU) {
+    SgdParams q = p;
+    if (lr_device) q.lr = *lr_device;
+    CNN_CHECK(q.lr >= 0, "sgd: learning rate must be >= 0, got {}", q.lr);
+    return sgd_update_cpu(count, w, g, m, decay_mask, q, grad_scale);
+  }
 #ifdef CNN_HAVE_CUDA
-  sgd_update_cuda(count, w, g, m, decay_mask, p, grad_scale, ex.stream);
+  sgd_update_cuda(count, w, g, m, decay_mask, p, grad_scale, lr_device, ex.stream);
 #else
   CNN_FAIL("sgd_update on cuda: built without CUDA");
 #endif
 }
 
 void adam_update(int64_t count, float* w, float* g, float* m, float* v, const uint8_t* decay_mask,
-                 const AdamParams& p, float grad_scale, const Exec& ex) {
+                 const AdamParams& p, float grad_scale, const Exec& ex, const float* lr_device,
+                 const int64_t* step_device) {
   check_count("adam_update", count);
   CNN_CHECK(p.lr >= 0, "adam: learning rate must be >= 0, got {}", p.lr);
   CNN_CHECK(p.beta1 >= 0 && p.beta1 < 1 && p.beta2 >= 0 && p.beta2 < 1,
             "adam: betas ({}, {}) must lie in [0, 1)", p.beta1, p.beta2);
   CNN_CHECK(p.eps >= 0, "adam: eps must be >= 0, got {}", p.eps);
   CNN_CHECK(p.weight_decay >= 0, "adam: weight_decay must be >= 0, got {}", p.weight_decay);
-  CNN_CHECK(p.step >= 1, "adam: step must be >= 1 (1-based, after this update), got {}", p.step);
+  CNN_CHECK(step_device || p.step >= 1,
+            "adam: step must be >= 1 (1-based, after this update), got {}", p.step);
   if (count == 0) return;
   CNN_CHECK(w && g && m && v, "adam_update: weights, gradients, m and v must not be null");
-  if (ex.device == Device::CPU)
-    return adam_update_cpu(count, w, g, m, v, decay_mask, p, grad_scale);
+  if (ex.device == Device::CPU) {
+    AdamParams q = p;
+    if (lr_device) q.lr = *lr_device;
+    if (step_device) q.step = *step_device;
+    CNN_CHECK(q.lr >= 0, "adam: learning rate must be >= 0, got {}", q.lr);
+    CNN_CHECK(q.step >= 1, "adam: step must be >= 1 (1-based, after this update), got {}", q.step);
+    return adam_update_cpu(count, w, g, m, v, decay_mask, q, grad_scale);
+  }
 #ifdef CNN_HAVE_CUDA
+  if (lr_device || step_device) {
+    adam_update_device_step_cuda(count, w, g, m, v, decay_mask, p, grad_scale, lr_device,
+                                 step_device, ex.stream);
+    return;
+  }
   // Bias corrections in double on the host, as torch does in Python floats.
   const double bc1 = 1.0 - std::pow(double(p.beta1), double(p.step));
   const double bc2 = 1.0 - std::pow(double(p.beta2), double(p.step));
@@ -58,6 +76,18 @@ void adam_update(int64_t count, float* w, float* g, float* m, float* v, const ui
                    static_cast<float>(std::sqrt(bc2)), grad_scale, ex.stream);
 #else
   CNN_FAIL("adam_update on cuda: built without CUDA");
+#endif
+}
+
+void advance_step_counters(StepCounters* counters, const float* lr_table, int64_t table_len,
+                           const Exec& ex) {
+  CNN_CHECK(counters && table_len >= 0 && (table_len == 0 || lr_table),
+            "advance_step_counters: null counters or a table of {} without data", table_len);
+  if (ex.device == Device::CPU) return advance_step_counters_cpu(counters, lr_table, table_len);
+#ifdef CNN_HAVE_CUDA
+  advance_step_counters_cuda(counters, lr_table, table_len, ex.stream);
+#else
+  CNN_FAIL("advance_step_counters on cuda: built without CUDA");
 #endif
 }
 

@@ -18,10 +18,12 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 8192;
 
 // Thread mapping: each thread owns parameters i = tid, tid + stride, ... (grid-stride) and does
-// the whole torch.optim.SGD step for them, then zeroes g[i].
+// the whole torch.optim.SGD step for them, then zeroes g[i]. The learning rate comes from *d_lr
+// when set (a captured graph's step), else from p.
 __global__ void sgd_update_naive(int64_t count, float* __restrict__ d_w, float* __restrict__ d_g,
                                  float* __restrict__ d_m, const uint8_t* __restrict__ d_mask,
-                                 SgdParams p, float grad_scale) {
+                                 SgdParams p, float grad_scale, const float* __restrict__ d_lr) {
+  const float lr = d_lr ? *d_lr : p.lr;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
     const float w = d_w[i];
@@ -32,24 +34,46 @@ __global__ void sgd_update_naive(int64_t count, float* __restrict__ d_w, float* 
       d_m[i] = buf;
       d = p.nesterov ? d + p.momentum * buf : buf;
     }
-    d_w[i] = w - p.lr * d;
+    d_w[i] = w - lr * d;
     d_g[i] = 0.f;
   }
 }
 
 // Thread mapping: each thread owns parameters i = tid, tid + stride, ... (grid-stride) and does
-// the whole torch.optim.Adam / AdamW step for them, then zeroes g[i].
+// the whole torch.optim.Adam / AdamW step for them, then zeroes g[i]. kDeviceStep: lr and the
+// step number come from *d_lr / *d_step (either may be null: p's value) when the kernel runs (a
+// captured graph's step); thread 0 of each block derives step_size and bc2_sqrt from them in
+// double, with the host path's expressions, and shares them through shared memory.
+template <bool kDeviceStep>
 __global__ void adam_update_naive(int64_t count, float* __restrict__ d_w, float* __restrict__ d_g,
                                   float* __restrict__ d_m, float* __restrict__ d_v,
                                   const uint8_t* __restrict__ d_mask, AdamParams p, float step_size,
-                                  float bc2_sqrt, float grad_scale) {
+                                  float bc2_sqrt, float grad_scale, const float* __restrict__ d_lr,
+                                  const int64_t* __restrict__ d_step) {
+  float lr = p.lr;
+  if constexpr (kDeviceStep) {
+    __shared__ float s_step[3];  // lr, step_size, bc2_sqrt
+    if (threadIdx.x == 0) {
+      const float l = d_lr ? *d_lr : p.lr;
+      const double t = double(d_step ? *d_step : p.step);
+      const double bc1 = 1.0 - pow(double(p.beta1), t);
+      const double bc2 = 1.0 - pow(double(p.beta2), t);
+      s_step[0] = l;
+      s_step[1] = float(double(l) / bc1);
+      s_step[2] = float(sqrt(bc2));
+    }
+    __syncthreads();
+    lr = s_step[0];
+    step_size = s_step[1];
+    bc2_sqrt = s_step[2];
+  }
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
     float w = d_w[i];
     float d = d_g[i] * grad_scale;
     if (p.weight_decay != 0.f && (!d_mask || d_mask[i])) {
       if (p.decoupled)
-        w *= 1.f - p.lr * p.weight_decay;
+        w *= 1.f - lr * p.weight_decay;
       else
         d += p.weight_decay * w;
     }
@@ -61,6 +85,16 @@ __global__ void adam_update_naive(int64_t count, float* __restrict__ d_w, float*
     d_w[i] = w - step_size * (m / denom);
     d_g[i] = 0.f;
   }
+}
+
+// Thread mapping: one thread advances the step counters (the last launch of a training step).
+__global__ void advance_step_counters_single(StepCounters* __restrict__ d_c,
+                                             const float* __restrict__ d_lr_table,
+                                             int64_t table_len) {
+  const int64_t b = d_c->batch + 1;
+  d_c->batch = b;
+  d_c->update += 1;
+  if (b >= 0 && b < table_len) d_c->lr = d_lr_table[b];
 }
 
 // Thread mapping: block b owns partial b; its thread t sums g[i]^2 for
@@ -114,18 +148,32 @@ unsigned grid_for(int64_t work) {
 }  // namespace
 
 void sgd_update_cuda(int64_t count, float* d_w, float* d_g, float* d_m, const uint8_t* d_mask,
-                     const SgdParams& p, float grad_scale, cudaStream_t stream) {
+                     const SgdParams& p, float grad_scale, const float* d_lr, cudaStream_t stream) {
   sgd_update_naive<<<grid_for(count), kThreads, 0, stream>>>(count, d_w, d_g, d_m, d_mask, p,
-                                                             grad_scale);
+                                                             grad_scale, d_lr);
   CNN_LAUNCH_CHECK("sgd_update_naive");
 }
 
 void adam_update_cuda(int64_t count, float* d_w, float* d_g, float* d_m, float* d_v,
                       const uint8_t* d_mask, const AdamParams& p, float step_size, float bc2_sqrt,
                       float grad_scale, cudaStream_t stream) {
-  adam_update_naive<<<grid_for(count), kThreads, 0, stream>>>(count, d_w, d_g, d_m, d_v, d_mask, p,
-                                                              step_size, bc2_sqrt, grad_scale);
+  adam_update_naive<false><<<grid_for(count), kThreads, 0, stream>>>(
+      count, d_w, d_g, d_m, d_v, d_mask, p, step_size, bc2_sqrt, grad_scale, nullptr, nullptr);
   CNN_LAUNCH_CHECK("adam_update_naive");
+}
+
+void adam_update_device_step_cuda(int64_t count, float* d_w, float* d_g, float* d_m, float* d_v,
+                                  const uint8_t* d_mask, const AdamParams& p, float grad_scale,
+                                  const float* d_lr, const int64_t* d_step, cudaStream_t stream) {
+  adam_update_naive<true><<<grid_for(count), kThreads, 0, stream>>>(
+      count, d_w, d_g, d_m, d_v, d_mask, p, 0.f, 1.f, grad_scale, d_lr, d_step);
+  CNN_LAUNCH_CHECK("adam_update_naive<device step>");
+}
+
+void advance_step_counters_cuda(StepCounters* d_counters, const float* d_lr_table,
+                                int64_t table_len, cudaStream_t stream) {
+  advance_step_counters_single<<<1, 1, 0, stream>>>(d_counters, d_lr_table, table_len);
+  CNN_LAUNCH_CHECK("advance_step_counters_single");
 }
 
 void sum_squares_cuda(int64_t count, const float* d_g, double* d_out, double* d_scratch,

@@ -44,6 +44,12 @@ void adam_update_cpu(int64_t count, float* w, float* g, float* m, float* v,
   }
 }
 
+void advance_step_counters_cpu(StepCounters* counters, const float* lr_table, int64_t table_len) {
+  ++counters->batch;
+  ++counters->update;
+  if (counters->batch >= 0 && counters->batch < table_len) counters->lr = lr_table[counters->batch];
+}
+
 void sum_squares_cpu(int64_t count, const float* g, double* out) {
   double s = 0;
   for (int64_t i = 0; i < count; ++i) s += double(g[i]) * g[i];

@@ -29,38 +29,52 @@ ParamOptimizer::ParamOptimizer(const OptimizerOptions& opt, Network& net) : opt_
   }
 }
 
+float ParamOptimizer::clip_scale() {
+  if (opt_.clip_grad_norm <= 0) return 1.0f;
+  const Exec& ex = net_.exec();
+  sum_squares(net_.num_params(), net_.grads(), norm_.data(), norm_scratch_.data(), ex);
+  double sq = 0;
+  raw_copy(&sq, Device::CPU, norm_.data(), ex.device, sizeof(double), ex.stream);
+  stream_sync(ex.device, ex.stream);
+  last_norm_ = std::sqrt(sq);
+  return last_norm_ > opt_.clip_grad_norm ? static_cast<float>(opt_.clip_grad_norm / last_norm_)
+                                          : 1.0f;
+}
+
 void ParamOptimizer::step(double lr) {
+  const float scale = clip_scale();
+  ++steps_;
+  update(static_cast<float>(lr), steps_, nullptr, nullptr, scale);
+}
+
+void ParamOptimizer::step_from(const float* d_lr, const int64_t* d_update) {
+  CNN_CHECK(d_lr && d_update, "optimizer step: null device learning rate or step counter");
+  update(0.0f, 1, d_lr, d_update, clip_scale());
+}
+
+void ParamOptimizer::update(float lr, int64_t step, const float* d_lr, const int64_t* d_step,
+                            float scale) {
   const Exec& ex = net_.exec();
   const int64_t n = net_.num_params();
-  float scale = 1.0f;
-  if (opt_.clip_grad_norm > 0) {
-    sum_squares(n, net_.grads(), norm_.data(), norm_scratch_.data(), ex);
-    double sq = 0;
-    raw_copy(&sq, Device::CPU, norm_.data(), ex.device, sizeof(double), ex.stream);
-    stream_sync(ex.device, ex.stream);
-    last_norm_ = std::sqrt(sq);
-    if (last_norm_ > opt_.clip_grad_norm)
-      scale = static_cast<float>(opt_.clip_grad_norm / last_norm_);
-  }
   const uint8_t* mask = decay_mask_.empty() ? nullptr : decay_mask_.data();
-  ++steps_;
   if (opt_.type == OptimizerType::Sgd) {
     SgdParams p;
-    p.lr = static_cast<float>(lr);
+    p.lr = lr;
     p.momentum = static_cast<float>(opt_.momentum);
     p.weight_decay = static_cast<float>(opt_.weight_decay);
     p.nesterov = opt_.nesterov;
-    sgd_update(n, net_.params(), net_.grads(), m_.data(), mask, p, scale, ex);
+    sgd_update(n, net_.params(), net_.grads(), m_.data(), mask, p, scale, ex, d_lr);
   } else {
     AdamParams p;
-    p.lr = static_cast<float>(lr);
+    p.lr = lr;
     p.beta1 = static_cast<float>(opt_.beta1);
     p.beta2 = static_cast<float>(opt_.beta2);
     p.eps = static_cast<float>(opt_.eps);
     p.weight_decay = static_cast<float>(opt_.weight_decay);
     p.decoupled = opt_.type == OptimizerType::AdamW;
-    p.step = steps_;
-    adam_update(n, net_.params(), net_.grads(), m_.data(), v_.data(), mask, p, scale, ex);
+    p.step = step;
+    adam_update(n, net_.params(), net_.grads(), m_.data(), v_.data(), mask, p, scale, ex, d_lr,
+                d_step);
   }
 }
 

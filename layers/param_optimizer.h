@@ -18,6 +18,14 @@ class ParamOptimizer {
   // One update with this step's learning rate. With clip_grad_norm > 0 the global gradient norm
   // is read back to the host first (the only host sync in a step, and only when clipping).
   void step(double lr);
+  // The same update with the learning rate and Adam's 1-based step number read from memory of
+  // the network's device (*d_lr, *d_update) when it runs, so that a captured CUDA graph replays
+  // it every step. Does not advance steps_taken(): the caller keeps the count (its device
+  // counter). Syncs the host only when clipping (see syncs_host()).
+  void step_from(const float* d_lr, const int64_t* d_update);
+  // True when a step reads the gradient norm back to the host (clip_grad_norm > 0): such a step
+  // cannot be captured into a CUDA graph.
+  bool syncs_host() const { return opt_.clip_grad_norm > 0; }
 
   int64_t steps_taken() const { return steps_; }
   // Optimizer state as named tensors for checkpoints ("optimizer.momentum", "optimizer.adam_m",
@@ -28,6 +36,9 @@ class ParamOptimizer {
   double last_grad_norm() const { return last_norm_; }  // only when clipping
 
  private:
+  float clip_scale();  // gradient clipping's factor (1 without clipping); syncs when clipping
+  void update(float lr, int64_t step, const float* d_lr, const int64_t* d_step, float scale);
+
   OptimizerOptions opt_;
   Network& net_;
   int64_t steps_ = 0;
