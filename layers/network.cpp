@@ -11,11 +11,10 @@
 namespace cnn {
 namespace {
 
+// CNN_FUSE_POOL=0 turns the fusion off whatever the options say (to compare or bisect).
 PoolFusion pool_fusion_from_env(PoolFusion configured) {
   const char* v = std::getenv("CNN_FUSE_POOL");
-  if (v && std::strcmp(v, "0") == 0) return PoolFusion::Off;
-  if (v && std::strcmp(v, "1") == 0) return PoolFusion::On;
-  return configured;
+  return (v && std::strcmp(v, "0") == 0) ? PoolFusion::Off : configured;
 }
 
 }  // namespace

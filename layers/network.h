@@ -16,7 +16,7 @@ namespace cnn {
 // Whether a first conv(1 input channel) -> relu -> maxpool(2x2, stride 2) runs as one fused pass
 // (kernels/conv_relu_pool.h; needs fuse_relu). Auto: on CUDA only (on the CPU the unfused fast
 // kernels are faster than the fused CPU twin, a plain reference). On: on the CPU too (tests).
-// The environment variable CNN_FUSE_POOL=0 / 1 overrides it with Off / On.
+// The environment variable CNN_FUSE_POOL=0 overrides it with Off.
 enum class PoolFusion { Auto, On, Off };
 
 struct NetworkOptions {

@@ -1,7 +1,7 @@
 // The fused conv -> ReLU -> 2x2 max-pool on the CPU: when it applies, its CPU twin, and the
 // Network's fusion (PoolFusion::On on the CPU runs the twin): bitwise the same logits, loss and
 // gradients as the unfused network with the reference kernels (the twin composes exactly those),
-// the relu / pool layers skipped, the CNN_FUSE_POOL switch, and the shapes that must not fuse.
+// the relu / pool layers skipped, the CNN_FUSE_POOL=0 switch, and the shapes that must not fuse.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -88,14 +88,17 @@ Outputs run(const std::vector<LayerSpec>& specs, const Shape& chw, PoolFusion fu
   return out;
 }
 
-// Sets an environment variable for one scope.
+// Sets (value null: unsets) an environment variable for one scope.
 class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
     const char* old = std::getenv(name);
     had_ = old != nullptr;
     if (had_) old_ = old;
-    setenv(name, value, 1);
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
   }
   ~ScopedEnv() {
     if (had_)
@@ -167,6 +170,7 @@ TEST(ConvReluPool, CpuTwinTiesGoToTheFirstElement) {
 // PoolFusion::On on the CPU runs the CPU twin, which composes the reference kernels that the
 // unfused network runs with algo naive: every output bit for bit equal.
 TEST(ConvReluPool, CpuNetworkFusedEqualsUnfusedExactly) {
+  ScopedEnv no_switch("CNN_FUSE_POOL", nullptr);
   for (int k : {3, 5}) {
     const uint64_t seed = test::fresh_seed();
     SCOPED_TRACE("k " + std::to_string(k) + " seed " + std::to_string(seed));
@@ -183,6 +187,7 @@ TEST(ConvReluPool, CpuNetworkFusedEqualsUnfusedExactly) {
 }
 
 TEST(ConvReluPool, NetworkFusesOnlyWhereItApplies) {
+  ScopedEnv no_switch("CNN_FUSE_POOL", nullptr);
   NetworkOptions o;
   o.max_batch = 2;
   o.fuse_pool = PoolFusion::On;
