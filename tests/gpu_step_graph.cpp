@@ -254,15 +254,15 @@ TEST(GpuStepGraph, KernelsReadStepValuesFromDevice) {
     Buffer<int32_t> y(size_t(nb), Device::CUDA);
     dd.gather(q, d_order.data(), nb, x.data(), y.data());
     std::vector<float> got = down(x);
-    std::vector<int32_t> got_y(size_t(nb));
+    std::vector<int32_t> got_y(static_cast<size_t>(nb));
     raw_copy(got_y.data(), Device::CPU, y.data(), Device::CUDA, got_y.size() * 4);
     if (k == 6) {
       EXPECT_TRUE(std::isnan(got[0]));
       EXPECT_EQ(got_y[0], -1);
       continue;
     }
-    std::vector<float> ref(size_t(nb) * sz);
-    std::vector<int32_t> ref_y(size_t(nb));
+    std::vector<float> ref(static_cast<size_t>(nb) * sz);
+    std::vector<int32_t> ref_y(static_cast<size_t>(nb));
     gather_batch_cpu(p, d.images.data(), d.labels.data(), d.n, order.data() + k * 8, nb, ref.data(),
                      ref_y.data());
     EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "batch " << k;
