@@ -1,8 +1,9 @@
 #pragma once
 // Feeds one split of a dataset to the compute device as normalized float batches. On the GPU the
 // uint8 images live on the device and one gather kernel builds each batch (indices of the whole
-// epoch uploaded once per epoch, so a step copies nothing from the host); on the CPU the same
-// gather runs as its CPU twin.
+// epoch uploaded once per epoch, so a step copies nothing from the host; with a batch counter the
+// kernel also finds its batch there, so that a CUDA graph replays it); on the CPU the same gather
+// runs as its CPU twin.
 #include <cstdint>
 
 #include "data/batch_sampler.h"

@@ -80,7 +80,8 @@ class StepGraph {
   // of every full batch (no host sync). The first capturable step runs eagerly as a warm-up
   // (anything done once at first use happens outside the graph), the second is captured and
   // launched, later ones are replays. A failed capture turns the graph off: the step runs
-  // eagerly, and take_news() says why.
+  // eagerly (body runs a second time: it must only enqueue work, never change host state), and
+  // take_news() says why.
   void run(const std::function<void()>& body, bool capturable);
 
   bool replaying() const { return exec_ != nullptr; }
