@@ -698,11 +698,10 @@ void bench_conv_relu_pool(const BenchContext& ctx, std::vector<BenchRow>& rows,
       std::vector<float> dy = grid(np, rng, 16, 1.f / 16), init = grid(nw, rng, 64, 1.f / 64);
       std::vector<std::vector<float>> parts(chunks.size(), std::vector<float>(nw, 0.f));
       parallel(chunks, [&](size_t i, Range r) {
-        conv_relu_pool_backward_weight_cpu(sub(r), x.data() + r.begin * hw,
-                                           y.data() + r.begin * s.oc * php,
-                                           dy.data() + r.begin * s.oc * php,
-                                           argmax.data() + r.begin * s.oc * php, parts[i].data(),
-                                           nullptr);
+        conv_relu_pool_backward_weight_cpu(
+            sub(r), x.data() + r.begin * hw, y.data() + r.begin * s.oc * php,
+            dy.data() + r.begin * s.oc * php, argmax.data() + r.begin * s.oc * php, parts[i].data(),
+            nullptr);
       });
       std::vector<float> ref = add_partials(init, parts);
       const int ix = d.input("x", x), iy = d.input("y", y), idy = d.input("dy", std::move(dy));
@@ -715,8 +714,7 @@ void bench_conv_relu_pool(const BenchContext& ctx, std::vector<BenchRow>& rows,
                   [&](int i) {
                     conv_relu_pool_backward_weight(s, d.f(i, ix), d.f(i, iy), d.f(i, idy),
                                                    d.i32(i, iarg), d.f(i, idw), nullptr,
-                                                   scratch.empty() ? nullptr : scratch.data(),
-                                                   ex);
+                                                   scratch.empty() ? nullptr : scratch.data(), ex);
                   },
                   {},
                   ""};
@@ -908,9 +906,8 @@ std::vector<BenchRow> bench_ops(const BenchContext& ctx, const NetDesc& net) {
             net.specs[i + 2].kernel_w == 2 && net.specs[i + 2].stride_h == 2 &&
             net.specs[i + 2].stride_w == 2 && net.specs[i + 2].pad_h == 0 &&
             net.specs[i + 2].pad_w == 0 && conv_relu_pool_applicable(s))
-          bench_conv_relu_pool(ctx, rows,
-                               spec.name + "+" + net.specs[i + 1].name + "+" + net.specs[i + 2].name,
-                               s);
+          bench_conv_relu_pool(
+              ctx, rows, spec.name + "+" + net.specs[i + 1].name + "+" + net.specs[i + 2].name, s);
         break;
       }
       case LayerKind::Linear:

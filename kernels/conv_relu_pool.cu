@@ -20,10 +20,10 @@
 namespace cnn {
 namespace {
 
-constexpr int kFwdOc = 8;           // forward: output channels per thread (and per block)
-constexpr int kMaxTile = 256;       // pooled outputs per tile (forward: one per thread)
-constexpr int kMaxTileW = 32;       // pooled columns per tile
-constexpr int kWgradThreads = 128;  // weight gradient: threads per block
+constexpr int kFwdOc = 8;                 // forward: output channels per thread (and per block)
+constexpr int kMaxTile = 256;             // pooled outputs per tile (forward: one per thread)
+constexpr int kMaxTileW = 32;             // pooled columns per tile
+constexpr int kWgradThreads = 128;        // weight gradient: threads per block
 constexpr int kWgradItemsPerBlock = 768;  // (image, pooled output) items a block sums
 
 // Tile of the pooled output (tpw x tph) and its input tile in shared memory: rows x is floats
@@ -375,9 +375,9 @@ void launch_forward(const Params& p, unsigned blocks, int threads, cudaStream_t 
 
 template <int K, int Q>
 void launch_wgrad(const Params& p, unsigned blocks, cudaStream_t stream) {
-  const std::size_t smem = sizeof(float) * (static_cast<std::size_t>(kWgradThreads / 32) *
-                                                WgradDims<K, Q>::VP +
-                                            static_cast<std::size_t>(p.nb) * p.t.tile_floats());
+  const std::size_t smem =
+      sizeof(float) * (static_cast<std::size_t>(kWgradThreads / 32) * WgradDims<K, Q>::VP +
+                       static_cast<std::size_t>(p.nb) * p.t.tile_floats());
   crp_wgrad<K, Q><<<blocks, kWgradThreads, smem, stream>>>(p);
   CNN_LAUNCH_CHECK("crp_wgrad");
 }
@@ -398,11 +398,16 @@ void conv_relu_pool_forward_cuda(const Conv2dShape& s, const float* d_x, const f
   const int threads = ceil_div(p.t.items(), 32) * 32;  // one pooled output each, whole warps
   const unsigned nb = static_cast<unsigned>(blocks);
   switch (s.kh) {
-    case 1: return launch_forward<1>(p, nb, threads, ex.stream);
-    case 3: return launch_forward<3>(p, nb, threads, ex.stream);
-    case 5: return launch_forward<5>(p, nb, threads, ex.stream);
-    case 7: return launch_forward<7>(p, nb, threads, ex.stream);
-    default: CNN_FAIL("conv_relu_pool_forward: kernel {} has no fused kernel", s.kh);
+    case 1:
+      return launch_forward<1>(p, nb, threads, ex.stream);
+    case 3:
+      return launch_forward<3>(p, nb, threads, ex.stream);
+    case 5:
+      return launch_forward<5>(p, nb, threads, ex.stream);
+    case 7:
+      return launch_forward<7>(p, nb, threads, ex.stream);
+    default:
+      CNN_FAIL("conv_relu_pool_forward: kernel {} has no fused kernel", s.kh);
   }
 }
 
@@ -436,11 +441,20 @@ void conv_relu_pool_backward_weight_cuda(const Conv2dShape& s, const float* d_x,
   CNN_CHECK(blocks < (int64_t{1} << 31), "conv_relu_pool_backward_weight: {} blocks", blocks);
   const unsigned nb = static_cast<unsigned>(blocks);
   switch (s.kh) {
-    case 1: launch_wgrad<1, 4>(p, nb, ex.stream); break;
-    case 3: launch_wgrad<3, 4>(p, nb, ex.stream); break;
-    case 5: launch_wgrad<5, 4>(p, nb, ex.stream); break;
-    case 7: launch_wgrad<7, 2>(p, nb, ex.stream); break;
-    default: CNN_FAIL("conv_relu_pool_backward_weight: kernel {} has no fused kernel", s.kh);
+    case 1:
+      launch_wgrad<1, 4>(p, nb, ex.stream);
+      break;
+    case 3:
+      launch_wgrad<3, 4>(p, nb, ex.stream);
+      break;
+    case 5:
+      launch_wgrad<5, 4>(p, nb, ex.stream);
+      break;
+    case 7:
+      launch_wgrad<7, 2>(p, nb, ex.stream);
+      break;
+    default:
+      CNN_FAIL("conv_relu_pool_backward_weight: kernel {} has no fused kernel", s.kh);
   }
   if (ex.deterministic) {
     const int kk = s.kh * s.kw, total = s.oc * (kk + 1);

@@ -174,10 +174,10 @@ GradcheckResult gradcheck_network(const std::vector<LayerSpec>& specs, const Sha
   stream_sync(ex.device, ex.stream);
   std::vector<float> g = net.grads_to_host();
   std::vector<double> analytic(g.begin(), g.end());
-  return compare(fmt::format("{} float{}{}", device_name(ex.device),
-                             ex.deterministic ? " deterministic" : "",
-                             net.fusion_notes().empty() ? "" : " conv-relu-pool fused"),
-                 ref, p, analytic, nullptr, opt, 1e-2);
+  return compare(
+      fmt::format("{} float{}{}", device_name(ex.device), ex.deterministic ? " deterministic" : "",
+                  net.fusion_notes().empty() ? "" : " conv-relu-pool fused"),
+      ref, p, analytic, nullptr, opt, 1e-2);
 }
 
 std::vector<GradcheckCase> gradcheck_layer_cases() {

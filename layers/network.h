@@ -76,8 +76,9 @@ class Network {
   Shape input_chw_;
   int classes_ = 0;
   std::vector<std::unique_ptr<Layer>> layers_;
-  std::vector<bool> skipped_;         // relu layers folded into the previous layer (and the
-                                      // relu and pool of a fused conv-relu-pool)
+  // Layers not run: a relu folded into the previous layer, the relu and pool of a fused
+  // conv-relu-pool.
+  std::vector<bool> skipped_;
   std::vector<std::string> fusion_notes_;
   std::vector<Tensor> storage_;       // activation and gradient tensors
   std::vector<float*> acts_;          // output of layer i (aliases for flatten / fused relu)

@@ -143,8 +143,8 @@ void check_shape(const Conv2dShape& s, bool quantized) {
   const Exec ex = cuda_exec(false);
   Tensor d_x = test::to_device(d.x), d_w = test::to_device(d.w), d_b = test::to_device(d.b);
   Tensor d_dy = test::to_device(d.dy);
-  Buffer<float> d_y(np, Device::CUDA);      // (N, OC, OH/2, OW/2)
-  Buffer<int32_t> d_am(np, Device::CUDA);   // (N, OC, OH/2, OW/2)
+  Buffer<float> d_y(np, Device::CUDA);     // (N, OC, OH/2, OW/2)
+  Buffer<int32_t> d_am(np, Device::CUDA);  // (N, OC, OH/2, OW/2)
   test::poison_device(d_y.data(), np);
   const std::vector<int32_t> garbage(np, -7);
   d_am.copy_from(garbage.data(), Device::CPU, np);
@@ -173,8 +173,8 @@ void check_shape(const Conv2dShape& s, bool quantized) {
   // Backward from the GPU forward's y and argmax (the CPU's own could break a near-tie the
   // other way in continuous data).
   std::vector<float> dw_ref = d.dw0, db_ref = d.db0;
-  conv_relu_pool_backward_weight_cpu(s, d.x.data(), y.data(), d.dy.data(), am.data(),
-                                     dw_ref.data(), db_ref.data());
+  conv_relu_pool_backward_weight_cpu(s, d.x.data(), y.data(), d.dy.data(), am.data(), dw_ref.data(),
+                                     db_ref.data());
   const int64_t len = int64_t(s.n) * ps.oh() * ps.ow();  // terms per gradient
   const double tol = quantized ? 0.0 : 2e-6 * std::sqrt(double(len)) + 1e-6;
   for (bool det : {false, true}) {
@@ -230,12 +230,12 @@ std::vector<Conv2dShape> sweep() {
         v.push_back(shape(n, nc[1], im[0], im[1], k, k / 2));
       }
   // Unpadded (output smaller than the image), several tiles across and down, odd channels.
-  v.push_back(shape(3, 5, 10, 8, 3, 0));     // 8x6 output
-  v.push_back(shape(2, 7, 12, 14, 5, 0));    // 8x10 output
-  v.push_back(shape(2, 9, 6, 130, 3, 1));    // pooled 3x65: three column tiles
-  v.push_back(shape(2, 3, 600, 2, 5, 2));    // pooled 300x1: two row tiles
-  v.push_back(shape(3, 33, 16, 70, 7, 3));   // 33 channels: a partial group of 8 / 2
-  v.push_back(shape(2, 4, 2, 6, 3, 1));      // pooled 1x3
+  v.push_back(shape(3, 5, 10, 8, 3, 0));    // 8x6 output
+  v.push_back(shape(2, 7, 12, 14, 5, 0));   // 8x10 output
+  v.push_back(shape(2, 9, 6, 130, 3, 1));   // pooled 3x65: three column tiles
+  v.push_back(shape(2, 3, 600, 2, 5, 2));   // pooled 300x1: two row tiles
+  v.push_back(shape(3, 33, 16, 70, 7, 3));  // 33 channels: a partial group of 8 / 2
+  v.push_back(shape(2, 4, 2, 6, 3, 1));     // pooled 1x3
   return v;
 }
 
@@ -311,11 +311,16 @@ LayerSpec layer(LayerKind k, const std::string& name, int a = 0, int kernel = 0,
 // configs/mnist.yaml's network.
 std::vector<LayerSpec> mnist_specs() {
   using K = LayerKind;
-  return {layer(K::Conv2d, "conv1", 32, 5, 2), layer(K::Relu, "relu1"),
-          layer(K::MaxPool2d, "pool1", 0, 2),  layer(K::Conv2d, "conv2", 64, 5, 2),
-          layer(K::Relu, "relu2"),             layer(K::MaxPool2d, "pool2", 0, 2),
-          layer(K::Flatten, "flatten"),        layer(K::Linear, "fc1", 1024),
-          layer(K::Relu, "relu3"),             layer(K::Linear, "fc2", 10),
+  return {layer(K::Conv2d, "conv1", 32, 5, 2),
+          layer(K::Relu, "relu1"),
+          layer(K::MaxPool2d, "pool1", 0, 2),
+          layer(K::Conv2d, "conv2", 64, 5, 2),
+          layer(K::Relu, "relu2"),
+          layer(K::MaxPool2d, "pool2", 0, 2),
+          layer(K::Flatten, "flatten"),
+          layer(K::Linear, "fc1", 1024),
+          layer(K::Relu, "relu3"),
+          layer(K::Linear, "fc2", 10),
           layer(K::SoftmaxCrossEntropy, "loss")};
 }
 

@@ -56,11 +56,16 @@ LayerSpec linear(const std::string& name, int out) {
 // The reference network's layout, narrower: conv(1->c1, k) relu pool conv relu pool flatten fc
 // relu fc loss.
 std::vector<LayerSpec> small_net(int k, int pad, Algo algo) {
-  std::vector<LayerSpec> v = {conv("conv1", 6, k, pad),    spec(LayerKind::Relu, "relu1"),
-                              pool("pool1", 2, 2),         conv("conv2", 4, 3, 1),
-                              spec(LayerKind::Relu, "relu2"), pool("pool2", 2, 2),
-                              spec(LayerKind::Flatten, "flatten"), linear("fc1", 12),
-                              spec(LayerKind::Relu, "relu3"), linear("fc2", 10),
+  std::vector<LayerSpec> v = {conv("conv1", 6, k, pad),
+                              spec(LayerKind::Relu, "relu1"),
+                              pool("pool1", 2, 2),
+                              conv("conv2", 4, 3, 1),
+                              spec(LayerKind::Relu, "relu2"),
+                              pool("pool2", 2, 2),
+                              spec(LayerKind::Flatten, "flatten"),
+                              linear("fc1", 12),
+                              spec(LayerKind::Relu, "relu3"),
+                              linear("fc2", 10),
                               spec(LayerKind::SoftmaxCrossEntropy, "loss")};
   for (auto& s : v) s.algo = algo;
   return v;
@@ -118,9 +123,9 @@ class ScopedEnv {
 TEST(ConvReluPool, Applicability) {
   EXPECT_TRUE(conv_relu_pool_applicable(shape(128, 32, 28, 28, 5, 2)));  // conv1 of mnist.yaml
   EXPECT_TRUE(conv_relu_pool_applicable(shape(1, 1, 14, 2, 7, 3)));
-  EXPECT_TRUE(conv_relu_pool_applicable(shape(3, 5, 10, 8, 3, 0)));  // 8x6 output
-  EXPECT_FALSE(conv_relu_pool_applicable(shape(3, 5, 7, 8, 3, 1)));  // odd output height
-  EXPECT_FALSE(conv_relu_pool_applicable(shape(3, 5, 8, 8, 4, 2)));  // even kernel
+  EXPECT_TRUE(conv_relu_pool_applicable(shape(3, 5, 10, 8, 3, 0)));    // 8x6 output
+  EXPECT_FALSE(conv_relu_pool_applicable(shape(3, 5, 7, 8, 3, 1)));    // odd output height
+  EXPECT_FALSE(conv_relu_pool_applicable(shape(3, 5, 8, 8, 4, 2)));    // even kernel
   EXPECT_FALSE(conv_relu_pool_applicable(shape(3, 5, 18, 18, 9, 4)));  // 9x9: no kernel
   Conv2dShape s = shape(3, 5, 8, 8, 3, 1);
   s.c = 2;
@@ -148,7 +153,7 @@ TEST(ConvReluPool, Applicability) {
 // conv -> relu -> maxpool does; a positive one wins.
 TEST(ConvReluPool, CpuTwinTiesGoToTheFirstElement) {
   const Conv2dShape s = shape(1, 2, 2, 4, 1, 0);  // 1x1 kernel: the conv is w * x + b
-  const std::vector<float> x = {-1, -3, 2, 2,  //
+  const std::vector<float> x = {-1, -3, 2, 2,     //
                                 -2, -1, 1, 3};
   const std::vector<float> w = {1, -1}, b = {0, 0};
   std::vector<float> y(4);
