@@ -194,6 +194,7 @@ int Trainer::run() {
   log_->info("data: train {} images ({}), {} {} images, {} classes, normalization {}",
              data_.train.n, data_.train.source, data_.val.n > 0 ? "validation" : "test", eval_set.n,
              data_.train.num_classes(), normalization_str(norm_));
+  for (const std::string& line : net_->fusion_notes()) log_->info("fusion: {}", line);
   for (const std::string& line : net_->autotune()) log_->info("algo auto: {}", line);
   if (data_.train.skipped > 0)
     log_->warn("skipped {} unreadable training images, e.g. {}", data_.train.skipped,

@@ -57,8 +57,8 @@ class Network {
   void set_exec(const Exec& ex);  // same device; new stream / precision / determinism
   // algo: auto on CUDA (not deterministic, CNN_AUTOTUNE not 0): every conv/linear layer times
   // its kernel variants at the full batch and keeps the fastest per pass (layers/autotune.h).
-  // Leaves the parameter gradients zero. Returns one line per choice (empty when nothing tuned),
-  // led by the fusion_notes() when it tunes anything.
+  // Leaves the parameter gradients zero. Returns one line per choice (empty when nothing tuned);
+  // the trainer logs the fusion_notes() beside them.
   std::vector<std::string> autotune();
   // One line per conv-relu-pool fusion in effect ("conv1 + relu1 + pool1: fused ..."); empty when
   // none (see PoolFusion). A fused conv's own variants are not tuned: the fused pass runs.
