@@ -366,11 +366,28 @@ class CudnnConv final : public LibOp {
 
  private:
   // The fastest successful algorithm of cudnnFind*AlgorithmEx (results come sorted by time).
+  // In FP32 the Winograd algorithms are passed over: their transforms lose precision (5e-3
+  // against the CPU on conv2, over the 1e-4 FP32 tolerance every variant must meet), so Find
+  // picking one (it did on a busy GPU) would leave the FP32 row without a yardstick.
   template <class Perf>
-  const Perf& pick(const Perf* perf, int count, const char* fn) {
-    for (int i = 0; i < count; ++i)
-      if (perf[i].status == CUDNN_STATUS_SUCCESS) return perf[i];
+  const Perf& pick(const Perf* perf, int count, const char* fn, Precision p, int winograd,
+                   int winograd_nonfused) {
+    for (int i = 0; i < count; ++i) {
+      if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+      const int algo = static_cast<int>(perf[i].algo);
+      if (p == Precision::FP32 && (algo == winograd || algo == winograd_nonfused)) {
+        skipped_ += fmt::format("{}{} {:.1f} us", skipped_.empty() ? "" : ", ",
+                                algo == winograd ? "WINOGRAD" : "WINOGRAD_NONFUSED",
+                                1000.0 * perf[i].time);
+        continue;
+      }
+      return perf[i];
+    }
     CNN_FAIL("cuDNN: {} found no working algorithm among {} for {}", fn, count, pass_name(pass_));
+  }
+  // ", FP32-inexact skipped: WINOGRAD_NONFUSED 61.2 us" when pick() passed any over.
+  std::string skipped_note() const {
+    return skipped_.empty() ? "" : "; FP32-inexact skipped: " + skipped_;
   }
 
   template <class Perf>
@@ -394,10 +411,13 @@ class CudnnConv final : public LibOp {
         cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
         CNN_DNN(cudnnFindConvolutionForwardAlgorithmEx, im.dnn_handle, x_.d, f.a, w_.d, f.b, conv_,
                 y_.d, f.out, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf, ws_, kCudnnWorkspaceBytes);
-        const auto& best = pick(perf, n, "cudnnFindConvolutionForwardAlgorithmEx");
+        const auto& best = pick(perf, n, "cudnnFindConvolutionForwardAlgorithmEx", p,
+                                CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD,
+                                CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED);
         fwd_ = best.algo;
         adopt_math(best, math, p);
-        desc_ = fmt::format("cudnn {} ({})", fwd_algo_name(fwd_), math_name(math_used_));
+        desc_ = fmt::format("cudnn {} ({}){}", fwd_algo_name(fwd_), math_name(math_used_),
+                            skipped_note());
         break;
       }
       case Pass::BackwardData: {
@@ -405,10 +425,13 @@ class CudnnConv final : public LibOp {
         CNN_DNN(cudnnFindConvolutionBackwardDataAlgorithmEx, im.dnn_handle, w_.d, f.b, y_.d, f.a,
                 conv_, x_.d, f.out, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf, ws_,
                 kCudnnWorkspaceBytes);
-        const auto& best = pick(perf, n, "cudnnFindConvolutionBackwardDataAlgorithmEx");
+        const auto& best = pick(perf, n, "cudnnFindConvolutionBackwardDataAlgorithmEx", p,
+                                CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD,
+                                CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED);
         dgrad_ = best.algo;
         adopt_math(best, math, p);
-        desc_ = fmt::format("cudnn {} ({})", dgrad_algo_name(dgrad_), math_name(math_used_));
+        desc_ = fmt::format("cudnn {} ({}){}", dgrad_algo_name(dgrad_), math_name(math_used_),
+                            skipped_note());
         break;
       }
       case Pass::BackwardWeight: {
@@ -416,10 +439,12 @@ class CudnnConv final : public LibOp {
         CNN_DNN(cudnnFindConvolutionBackwardFilterAlgorithmEx, im.dnn_handle, x_.d, f.a, y_.d, f.b,
                 conv_, w_.d, f.out, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf, ws_,
                 kCudnnWorkspaceBytes);
-        const auto& best = pick(perf, n, "cudnnFindConvolutionBackwardFilterAlgorithmEx");
+        const auto& best = pick(perf, n, "cudnnFindConvolutionBackwardFilterAlgorithmEx", p,
+                                -1, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED);
         wgrad_ = best.algo;
         adopt_math(best, math, p);
-        desc_ = fmt::format("cudnn {} ({})", wgrad_algo_name(wgrad_), math_name(math_used_));
+        desc_ = fmt::format("cudnn {} ({}){}", wgrad_algo_name(wgrad_), math_name(math_used_),
+                            skipped_note());
         break;
       }
     }
@@ -437,6 +462,7 @@ class CudnnConv final : public LibOp {
   cudnnConvolutionBwdFilterAlgo_t wgrad_{};
   cudnnMathType_t math_used_ = CUDNN_DEFAULT_MATH;
   std::string desc_;
+  std::string skipped_;  // algorithms pick() passed over, with Find's times
 };
 
 // Row-major (as our kernels) in cuBLAS's column-major terms: a row-major (r x c) matrix is the

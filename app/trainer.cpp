@@ -31,6 +31,28 @@ extern "C" void on_stop_signal(int sig) {
   g_stop_signal = sig;
 }
 
+// Routes SIGINT/SIGTERM to the loop (stop at the next step boundary with a checkpoint) while a
+// run lasts and gives the previous handlers back afterwards: a process that trains in-process
+// (the tests) must still die of a SIGTERM sent after its training returned.
+class StopSignalScope {
+ public:
+  StopSignalScope() {
+    g_stop_signal = 0;
+    prev_int_ = std::signal(SIGINT, on_stop_signal);
+    prev_term_ = std::signal(SIGTERM, on_stop_signal);
+  }
+  ~StopSignalScope() {
+    std::signal(SIGINT, prev_int_ == SIG_ERR ? SIG_DFL : prev_int_);
+    std::signal(SIGTERM, prev_term_ == SIG_ERR ? SIG_DFL : prev_term_);
+  }
+  StopSignalScope(const StopSignalScope&) = delete;
+  StopSignalScope& operator=(const StopSignalScope&) = delete;
+
+ private:
+  void (*prev_int_)(int) = SIG_DFL;
+  void (*prev_term_)(int) = SIG_DFL;
+};
+
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -219,9 +241,7 @@ int Trainer::run() {
   totals_ = Buffer<double>(3, ex_.device);
   totals_.zero(ex_.stream);
 
-  g_stop_signal = 0;
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
+  const StopSignalScope stop_signals;
 
   const int64_t steps_per_epoch = train.batches_per_epoch();
   CNN_CHECK(steps_per_epoch > 0, "the training set ({} images) gives no batch of {} (drop_last)",

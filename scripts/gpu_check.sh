@@ -54,11 +54,13 @@ if [ $sanitize -eq 1 ]; then
   # training run under each tool. Each tool's shard logs are joined into one file afterwards.
   step "compute-sanitizer memcheck, racecheck, synccheck (all GPU test cases, sharded)"
   # The reference-network cases run at batch 16 there (tests/test_util.h: network_batch).
+  # timeout -k: a trainer takes SIGTERM as "stop after this step", which under racecheck can be a
+  # minute away; the KILL that follows makes sure nothing still runs when the benchmark starts.
   san_shards() {  # tool shards
     local tool=$1 n=$2 i
     for ((i = 0; i < n; i++)); do
       GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i CNN_REQUIRE_GPU=1 CNN_TEST_NETWORK_BATCH=16 \
-        timeout "${SAN_TIMEOUT:-500}" compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/cnn_gpu_tests" \
+        timeout -k 20 "${SAN_TIMEOUT:-500}" compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/cnn_gpu_tests" \
         --gtest_filter="$san_filter" > "$out/san_${tool}_$i.log" 2>&1 &
     done
   }
@@ -74,7 +76,7 @@ if [ $sanitize -eq 1 ]; then
     # shared-memory access) to finish: batch 32, 10 steps, start-up tuning (every variant of every
     # pass), then an evaluation of a 2% validation split, a checkpoint and the final log.
     for tool in memcheck racecheck synccheck; do
-      timeout "${SAN_TIMEOUT:-500}" compute-sanitizer --tool $tool --error-exitcode 9 "$bin/train" \
+      timeout -k 20 "${SAN_TIMEOUT:-500}" compute-sanitizer --tool $tool --error-exitcode 9 "$bin/train" \
         --config configs/mnist.yaml --device cuda --set training.max_steps=10 \
         --set training.batch_size=32 --set data.validation_split=0.02 \
         --set logging.progress=off --log-dir "$out/san_train_$tool" > "$out/san_train_$tool.log" 2>&1 &
