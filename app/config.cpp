@@ -14,6 +14,7 @@
 
 #include "app/config_yaml.h"
 #include "app/did_you_mean.h"
+#include "data/load_data.h"  // data_format_name
 #include "kernels/error.h"
 
 namespace cnn {
@@ -59,19 +60,6 @@ struct Sites {
   std::string classes_origin;  // "data.classes (line 31)": where the class count came from
 };
 
-const char* data_format_name(DataFormat f) {
-  switch (f) {
-    case DataFormat::Idx:
-      return "idx";
-    case DataFormat::Folder:
-      return "folder";
-    case DataFormat::List:
-      return "list";
-    case DataFormat::Synthetic:
-      return "synthetic";
-  }
-  return "?";
-}
 const char* optimizer_name(OptimizerType t) {
   switch (t) {
     case OptimizerType::Sgd:

@@ -27,21 +27,16 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using test::contains;
+using test::slurp;
+using test::source_dir;
+
 fs::path fresh_dir(const std::string& name) {
-  fs::path d =
-      fs::temp_directory_path() / ("cnn_gpu_faults_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
+  return test::fresh_dir("gpu_faults", name);
 }
 
-// CNN_SOURCE_DIR / CNN_TRAIN_BINARY from the environment win over the built-in paths, so the
+// CNN_TRAIN_BINARY from the environment wins over the built-in path, so the
 // binaries also run on a machine where the repository sits elsewhere (scripts/gpu_check.sh).
-std::string source_dir() {
-  const char* env = std::getenv("CNN_SOURCE_DIR");
-  return env && *env ? env : CNN_SOURCE_DIR;
-}
-
 std::string train_binary() {
   if (const char* env = std::getenv("CNN_TRAIN_BINARY"); env && *env) return env;
 #ifdef CNN_TRAIN_BINARY
@@ -51,17 +46,8 @@ std::string train_binary() {
 #endif
 }
 
-std::string tiny_config() { return source_dir() + "/configs/tiny.yaml"; }
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
+std::string tiny_config() {
+  return source_dir() + "/configs/tiny.yaml";
 }
 
 // A tiny run on the GPU writing to `dir`; returns the exit code.
@@ -106,9 +92,8 @@ TEST(GpuFaults, TooLargeBatchStopsTrainingWithTheAllocationError) {
   CNN_REQUIRE_GPU();
   fs::path dir = fresh_dir("oom");
   try {
-    train_tiny_cuda(dir,
-                    {"training.batch_size=65536", "model.layers[0].conv2d.out_channels=4096",
-                     "model.layers[2].maxpool2d.kernel=8"});
+    train_tiny_cuda(dir, {"training.batch_size=65536", "model.layers[0].conv2d.out_channels=4096",
+                          "model.layers[2].maxpool2d.kernel=8"});
     FAIL() << "training at batch 2^16 with 4096 channels did not run out of memory";
   } catch (const Error& e) {
     const std::string m = e.what();
@@ -131,8 +116,8 @@ TEST(GpuFaults, TrainBinaryExitsNonZeroOnOutOfMemory) {
   if (train.empty()) GTEST_SKIP() << "no path of ./train (set CNN_TRAIN_BINARY)";
   if (!fs::exists(train)) GTEST_SKIP() << train << " is not here";
   fs::path dir = fresh_dir("oom_binary");
-  const std::string cmd = train + " --config " + tiny_config() +
-                          " --device cuda --log-dir " + (dir / "run").string() +
+  const std::string cmd = train + " --config " + tiny_config() + " --device cuda --log-dir " +
+                          (dir / "run").string() +
                           " --set logging.progress=off --set training.batch_size=65536"
                           " --set 'model.layers[0].conv2d.out_channels=4096'"
                           " --set 'model.layers[2].maxpool2d.kernel=8' > " +

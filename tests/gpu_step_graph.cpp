@@ -28,28 +28,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using test::contains;
+using test::slurp;
+using test::source_dir;
+
 fs::path fresh_dir(const std::string& name) {
-  fs::path d =
-      fs::temp_directory_path() / ("cnn_gpu_graph_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-std::string source_dir() {
-  const char* env = std::getenv("CNN_SOURCE_DIR");
-  return env && *env ? env : CNN_SOURCE_DIR;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
+  return test::fresh_dir("gpu_graph", name);
 }
 
 // 1024 training images at batch 48: 21 full batches and a partial one of 16 per epoch, so 50

@@ -10,14 +10,12 @@
 #include "app/config.h"
 #include "app/did_you_mean.h"
 #include "kernels/error.h"
+#include "tests/test_util.h"
 
 namespace cnn {
 namespace {
 
-std::string source_dir() {
-  if (const char* env = std::getenv("CNN_SOURCE_DIR")) return env;
-  return CNN_SOURCE_DIR;
-}
+using test::source_dir;
 
 // A small valid config; the tests break one thing at a time. Line numbers matter below.
 const char* kBase = R"(name: t

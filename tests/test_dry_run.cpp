@@ -6,14 +6,12 @@
 
 #include "app/config.h"
 #include "app/dry_run.h"
+#include "tests/test_util.h"
 
 namespace cnn {
 namespace {
 
-std::string source_dir() {
-  if (const char* env = std::getenv("CNN_SOURCE_DIR")) return env;
-  return CNN_SOURCE_DIR;
-}
+using test::source_dir;
 
 TEST(DryRun, MnistReferenceNetworkTable) {
   const TrainConfig cfg = load_config(source_dir() + "/configs/mnist.yaml");

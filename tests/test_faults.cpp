@@ -34,10 +34,14 @@
 #include "kernels/memory.h"
 #include "layers/atomic_file.h"
 #include "layers/safetensors.h"
+#include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 
 namespace {
+
+using cnn::test::contains;
+using cnn::test::slurp;
 
 const char* const kTrain = CNN_TRAIN_BINARY;
 constexpr const char* kMetricsHeader = "time_s,epoch,step,phase,loss,accuracy,lr,images_per_s";
@@ -49,18 +53,7 @@ std::string tiny_config() {
 }
 
 fs::path fresh_dir(const std::string& name) {
-  fs::path d =
-      fs::temp_directory_path() / ("cnn_faults_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return cnn::test::fresh_dir("faults", name);
 }
 
 struct RunOptions {
@@ -187,10 +180,6 @@ std::string error_line(const RunResult& r) {
   EXPECT_EQ(e.find('\n'), std::string::npos) << "more than one line on stderr:\n" << r.err;
   EXPECT_EQ(e.rfind("train: error: ", 0), 0u) << r.err;
   return e;
-}
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
 }
 
 bool all_weights_finite(const fs::path& ckpt) {

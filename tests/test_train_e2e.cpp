@@ -13,6 +13,7 @@
 #include "kernels/error.h"
 #include "layers/checkpoint.h"
 #include "layers/safetensors.h"
+#include "tests/test_util.h"
 
 using namespace cnn;
 namespace fs = std::filesystem;
@@ -24,10 +25,7 @@ std::string tiny_path() {
 }
 
 fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("cnn_e2e_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
+  return test::fresh_dir("e2e", name);
 }
 
 TrainConfig tiny(const fs::path& dir, std::vector<std::string> extra = {}) {

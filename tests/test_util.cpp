@@ -1,12 +1,36 @@
 #include "tests/test_util.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <random>
+#include <sstream>
 
 namespace cnn::test {
+
+std::string source_dir() {
+  const char* env = std::getenv("CNN_SOURCE_DIR");
+  return env && *env ? env : CNN_SOURCE_DIR;
+}
+
+std::filesystem::path fresh_dir(const std::string& prefix, const std::string& name) {
+  const std::filesystem::path d = std::filesystem::temp_directory_path() /
+                                  ("cnn_" + prefix + "_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 int network_batch() {
   if (const char* s = std::getenv("CNN_TEST_NETWORK_BATCH")) {
@@ -30,7 +54,9 @@ Dataset random_dataset(int n, int c, int h, int w, int classes, uint64_t seed) {
   return d;
 }
 
-bool light_sweeps() { return std::getenv("CNN_TEST_NETWORK_BATCH") != nullptr; }
+bool light_sweeps() {
+  return std::getenv("CNN_TEST_NETWORK_BATCH") != nullptr;
+}
 
 uint64_t fresh_seed() {
   if (const char* s = std::getenv("CNN_TEST_SEED")) return std::strtoull(s, nullptr, 10);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,17 @@ void poison_device(float* d_ptr, size_t n);  // fills with NaN
 double max_rel_error(const std::vector<float>& got, const std::vector<float>& ref,
                      double floor = 1e-3);
 bool any_nan(const std::vector<float>& v);
+
+// The repository root: CNN_SOURCE_DIR from the environment when set (the GPU machine runs
+// binaries built elsewhere), else the source tree they were built from.
+std::string source_dir();
+// An empty folder <tmp>/cnn_<prefix>_<name>_<pid>, removed first if it exists.
+std::filesystem::path fresh_dir(const std::string& prefix, const std::string& name);
+// A whole file as bytes ("" when it cannot be read).
+std::string slurp(const std::filesystem::path& p);
+inline bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 // True when a CUDA device is present. With CNN_REQUIRE_GPU=1 (set by scripts/gpu_check.sh on the
 // GPU machine) a missing device is a failure instead of a skip.
