@@ -68,4 +68,20 @@ TuneChoice pick_fastest(const std::string& layer, const char* pass,
   return choice;
 }
 
+std::vector<TuneChoice> tune_passes(const std::string& layer, const std::function<void(Algo)>& fwd,
+                                    const std::function<void(Algo)>& dw,
+                                    const std::function<void(Algo)>* dx, PassAlgos* algos,
+                                    const Exec& ex) {
+  std::vector<TuneChoice> out;
+  out.push_back(pick_fastest(layer, "forward", fwd, ex));
+  algos->fwd = out.back().chosen;
+  out.push_back(pick_fastest(layer, "weight-grad", dw, ex));
+  algos->dw = out.back().chosen;
+  if (dx) {
+    out.push_back(pick_fastest(layer, "input-grad", *dx, ex));
+    algos->dx = out.back().chosen;
+  }
+  return out;
+}
+
 }  // namespace cnn

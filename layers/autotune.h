@@ -33,4 +33,17 @@ const std::vector<Algo>& tune_candidates();
 TuneChoice pick_fastest(const std::string& layer, const char* pass,
                         const std::function<void(Algo)>& run, const Exec& ex);
 
+// The variant of each pass of a conv/linear layer: as configured, or as tune_passes() picked.
+struct PassAlgos {
+  Algo fwd = Algo::Auto, dw = Algo::Auto, dx = Algo::Auto;
+  explicit PassAlgos(Algo all = Algo::Auto) : fwd(all), dw(all), dx(all) {}
+};
+
+// pick_fastest for a layer's forward, weight-gradient and (when dx is given: not the first
+// layer) input-gradient passes, in that order, into *algos; one choice per pass tuned.
+std::vector<TuneChoice> tune_passes(const std::string& layer, const std::function<void(Algo)>& fwd,
+                                    const std::function<void(Algo)>& dw,
+                                    const std::function<void(Algo)>* dx, PassAlgos* algos,
+                                    const Exec& ex);
+
 }  // namespace cnn

@@ -26,7 +26,7 @@ class Conv2dLayer : public Layer {
     shape_.n = static_cast<int>(in[0]);
     check_conv2d_shape(shape_);
     algo_ = algo_from_env("CONV", spec_.algo);
-    algo_fwd_ = algo_dx_ = algo_dw_ = algo_;
+    algos_ = PassAlgos(algo_);
     return out;
   }
 
@@ -68,7 +68,7 @@ class Conv2dLayer : public Layer {
   // Fused with the pool (fuse_relu_pool): y is the pool's output (N, OC, OH/2, OW/2).
   void forward(int n, const float* x, float* y, const Exec& ex) override {
     if (fused_pool_) return conv_relu_pool_forward(at(n), x, w_, b_, y, pool_argmax_, ex);
-    conv2d_forward(at(n), x, w_, b_, y, fused_relu_, algo_fwd_, ex);
+    conv2d_forward(at(n), x, w_, b_, y, fused_relu_, algos_.fwd, ex);
   }
 
   // Fused with the pool: y and dy are the pool's output and its gradient.
@@ -81,30 +81,21 @@ class Conv2dLayer : public Layer {
       return;
     }
     if (relu_backward_here()) relu_backward(int64_t(n) * s.oc * s.oh() * s.ow(), y, dy, dy, ex);
-    conv2d_backward_weight(s, x, dy, dw_, db_, scratch, algo_dw_, ex);
-    if (dx) conv2d_backward_data(s, dy, w_, dx, algo_dx_, ex);
+    conv2d_backward_weight(s, x, dy, dw_, db_, scratch, algos_.dw, ex);
+    if (dx) conv2d_backward_data(s, dy, w_, dx, algos_.dx, ex);
   }
 
   std::vector<TuneChoice> autotune(int n, const float* x, float* y, float* dy, float* dx,
                                    float* scratch, const Exec& ex) override {
     if (algo_ != Algo::Auto || fused_pool_) return {};  // the fused pass has no variants
     const Conv2dShape s = at(n);
-    std::vector<TuneChoice> out;
-    out.push_back(pick_fastest(name(), "forward", [&](Algo a) {
-      conv2d_forward(s, x, w_, b_, y, fused_relu_, a, ex);
-    }, ex));
-    algo_fwd_ = out.back().chosen;
-    out.push_back(pick_fastest(name(), "weight-grad", [&](Algo a) {
-      conv2d_backward_weight(s, x, dy, dw_, db_, scratch, a, ex);
-    }, ex));
-    algo_dw_ = out.back().chosen;
-    if (dx) {
-      out.push_back(pick_fastest(name(), "input-grad", [&](Algo a) {
-        conv2d_backward_data(s, dy, w_, dx, a, ex);
-      }, ex));
-      algo_dx_ = out.back().chosen;
-    }
-    return out;
+    const std::function<void(Algo)> input_grad = [&](Algo a) {
+      conv2d_backward_data(s, dy, w_, dx, a, ex);
+    };
+    return tune_passes(
+        name(), [&](Algo a) { conv2d_forward(s, x, w_, b_, y, fused_relu_, a, ex); },
+        [&](Algo a) { conv2d_backward_weight(s, x, dy, dw_, db_, scratch, a, ex); },
+        dx ? &input_grad : nullptr, &algos_, ex);
   }
 
  private:
@@ -115,7 +106,7 @@ class Conv2dLayer : public Layer {
   }
   Conv2dShape shape_;
   Algo algo_ = Algo::Auto;  // as configured; Auto may be refined per pass by autotune()
-  Algo algo_fwd_ = Algo::Auto, algo_dx_ = Algo::Auto, algo_dw_ = Algo::Auto;
+  PassAlgos algos_;
   float *w_ = nullptr, *b_ = nullptr, *dw_ = nullptr, *db_ = nullptr;
   int32_t* pool_argmax_ = nullptr;  // the fused pool's (N, OC, OH/2, OW/2)
 };

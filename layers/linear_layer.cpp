@@ -14,7 +14,7 @@ class LinearLayer : public Layer {
     shape_ = {static_cast<int>(in[0]), static_cast<int>(in[1]), spec_.out_features};
     check_linear_shape(shape_);
     algo_ = algo_from_env("LINEAR", spec_.algo);
-    algo_fwd_ = algo_dx_ = algo_dw_ = algo_;
+    algos_ = PassAlgos(algo_);
     return out;
   }
 
@@ -43,44 +43,35 @@ class LinearLayer : public Layer {
   }
 
   void forward(int n, const float* x, float* y, const Exec& ex) override {
-    linear_forward(at(n), x, w_, b_, y, fused_relu_, algo_fwd_, ex);
+    linear_forward(at(n), x, w_, b_, y, fused_relu_, algos_.fwd, ex);
   }
 
   void backward(int n, const float* x, const float* y, float* dy, float* dx, float* scratch,
                 const Exec& ex) override {
     const LinearShape s = at(n);
     if (relu_backward_here()) relu_backward(int64_t(n) * s.out, y, dy, dy, ex);
-    linear_backward_weight(s, x, dy, dw_, db_, scratch, algo_dw_, ex);
-    if (dx) linear_backward_data(s, dy, w_, dx, algo_dx_, ex);
+    linear_backward_weight(s, x, dy, dw_, db_, scratch, algos_.dw, ex);
+    if (dx) linear_backward_data(s, dy, w_, dx, algos_.dx, ex);
   }
 
   std::vector<TuneChoice> autotune(int n, const float* x, float* y, float* dy, float* dx,
                                    float* scratch, const Exec& ex) override {
     if (algo_ != Algo::Auto) return {};
     const LinearShape s = at(n);
-    std::vector<TuneChoice> out;
-    out.push_back(pick_fastest(name(), "forward", [&](Algo a) {
-      linear_forward(s, x, w_, b_, y, fused_relu_, a, ex);
-    }, ex));
-    algo_fwd_ = out.back().chosen;
-    out.push_back(pick_fastest(name(), "weight-grad", [&](Algo a) {
-      linear_backward_weight(s, x, dy, dw_, db_, scratch, a, ex);
-    }, ex));
-    algo_dw_ = out.back().chosen;
-    if (dx) {
-      out.push_back(pick_fastest(name(), "input-grad", [&](Algo a) {
-        linear_backward_data(s, dy, w_, dx, a, ex);
-      }, ex));
-      algo_dx_ = out.back().chosen;
-    }
-    return out;
+    const std::function<void(Algo)> input_grad = [&](Algo a) {
+      linear_backward_data(s, dy, w_, dx, a, ex);
+    };
+    return tune_passes(
+        name(), [&](Algo a) { linear_forward(s, x, w_, b_, y, fused_relu_, a, ex); },
+        [&](Algo a) { linear_backward_weight(s, x, dy, dw_, db_, scratch, a, ex); },
+        dx ? &input_grad : nullptr, &algos_, ex);
   }
 
  private:
   LinearShape at(int n) const { return {n, shape_.in, shape_.out}; }
   LinearShape shape_;
   Algo algo_ = Algo::Auto;  // as configured; Auto may be refined per pass by autotune()
-  Algo algo_fwd_ = Algo::Auto, algo_dx_ = Algo::Auto, algo_dw_ = Algo::Auto;
+  PassAlgos algos_;
   float *w_ = nullptr, *b_ = nullptr, *dw_ = nullptr, *db_ = nullptr;
 };
 
