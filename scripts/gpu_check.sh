@@ -5,7 +5,9 @@
 #   --sanitize: compute-sanitizer memcheck, racecheck and synccheck (or only the comma-separated
 #   TOOLS) on every GPU test case and a short training run; --sanitize-filter=GTEST_FILTER: only
 #   those test cases under the sanitizers; --quick: no benchmark; --no-train: no training runs;
-#   --no-tests: no plain GPU test run and no gradient check (for a call that only sanitizes).
+#   --no-tests: no plain GPU test run and no gradient check (for a call that only sanitizes);
+#   --profile: last, an ncu profile of our conv1/conv2/fc1 kernels (scripts/profile_kernels.sh).
+#   The sanitizers' training runs happen only without --sanitize-filter.
 #   SAN_TIMEOUT: seconds per sanitizer run (default 500). A full --sanitize does not fit one
 #   10-minute device call; split it by tool, e.g. `--sanitize=racecheck --no-tests --no-train
 #   --quick` in one call and `--sanitize=memcheck,synccheck` in the next.
@@ -19,6 +21,7 @@ san_tools="memcheck racecheck synccheck"
 quick=0
 notrain=0
 notests=0
+profile=0
 san_filter="*"
 for a in "$@"; do
   case "$a" in
@@ -27,6 +30,7 @@ for a in "$@"; do
     --quick) quick=1 ;;
     --no-train) notrain=1 ;;
     --no-tests) notests=1 ;;
+    --profile) profile=1 ;;
     --sanitize-filter=*) san_filter="${a#--sanitize-filter=}" ;;
     *) out="$a" ;;
   esac
@@ -92,6 +96,7 @@ if [ $sanitize -eq 1 ]; then
         --gtest_filter="$san_filter" > "$out/san_${tool}_$i.log" 2>&1 &
     done
   }
+  san_full=0; [ "$san_filter" = "*" ] && san_full=1
   # The out-of-memory tests make cudaMalloc fail on purpose, which memcheck reports as API errors.
   case "$san_filter" in
     *-*) ;;
@@ -107,7 +112,7 @@ if [ $sanitize -eq 1 ]; then
     shards[$tool]=$(( share < 1 ? 1 : share ))
     san_shards "$tool" "${shards[$tool]}"
   done
-  if have_mnist; then
+  if have_mnist && [ $san_full -eq 1 ]; then
     # A short training run under each tool: batch 32, a 2% validation split, a checkpoint and the
     # final log. memcheck and synccheck run 10 steps with start-up tuning (every variant of every
     # pass); racecheck, which instruments every shared-memory access (~40 s a step), runs 4 steps
@@ -178,6 +183,11 @@ if [ $quick -eq 0 ]; then
   timeout 240 python3 scripts/torch_baseline.py --config configs/mnist.yaml --markdown "$out/torch.md" \
     > "$out/torch.log" 2>&1 || echo "torch baseline failed (not a test failure)"
   cat "$out/torch.md" 2>/dev/null || tail -10 "$out/torch.log"
+fi
+
+if [ $profile -eq 1 ]; then
+  step "ncu profile of our kernels (not a test)"
+  bash scripts/profile_kernels.sh "$out/profile" || echo "profile failed (not a test failure)"
 fi
 
 echo
