@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -104,6 +105,62 @@ TEST(GpuOptimizer, UpdatesMatchCpu) {
   for (int64_t count : {int64_t(1), int64_t(4099), int64_t(3000017)})
     for (int kind = 0; kind < 4; ++kind)
       for (bool mask : {false, true}) check_optimizer(count, kind, mask);
+}
+
+// The launcher takes a 4-wide kernel when every array is 16-byte aligned and a scalar one
+// otherwise; both must give the same bits. The same update runs on buffers at offset 0 (4-wide,
+// count % 4 tail included) and at offset 1 float (scalar), mask at offset 0 and 1 likewise.
+TEST(GpuOptimizer, VectorAndScalarPathsAreBitwiseEqual) {
+  CNN_REQUIRE_GPU();
+  Exec ex;
+  ex.device = Device::CUDA;
+  for (int64_t count : {int64_t(3), int64_t(4), int64_t(1023), int64_t(100003)})
+    for (int kind = 0; kind < 4; ++kind) {
+      const uint64_t seed = test::fresh_seed();
+      SCOPED_TRACE(::testing::Message() << "seed " << seed << " count " << count << " kind " << kind);
+      const size_t n = size_t(count);
+      const std::vector<float> w0 = test::random_vector(n, seed);
+      const std::vector<uint8_t> mask = random_mask(n, seed + 3);
+      std::vector<float> result[2][3];  // [offset][w, m, v]
+      auto up = [](auto* dst, const auto* src, size_t count) {
+        raw_copy(dst, Device::CUDA, src, Device::CPU, count * sizeof(*src));
+      };
+      for (int off = 0; off < 2; ++off) {
+        Buffer<float> w(n + 1, Device::CUDA), g(n + 1, Device::CUDA);  // (count + 1) each
+        Buffer<float> m(n + 1, Device::CUDA), v(n + 1, Device::CUDA);
+        Buffer<uint8_t> mk(n + 1, Device::CUDA);  // (count + 1)
+        const std::vector<float> zeros(n, 0.f);
+        up(w.data() + off, w0.data(), n);
+        up(m.data() + off, zeros.data(), n);
+        up(v.data() + off, zeros.data(), n);
+        up(mk.data() + off, mask.data(), n);
+        SgdParams sp;
+        sp.momentum = 0.9f;
+        sp.weight_decay = 1e-2f;
+        sp.nesterov = kind == 1;
+        AdamParams ap;
+        ap.weight_decay = 0.05f;
+        ap.decoupled = kind == 3;
+        for (int step = 1; step <= 2; ++step) {
+          const std::vector<float> gh = test::random_vector(n, seed + 10 + step);
+          up(g.data() + off, gh.data(), n);
+          ap.step = step;
+          if (kind <= 1)
+            sgd_update(count, w.data() + off, g.data() + off, m.data() + off, mk.data() + off,
+                       sp, 0.5f, ex);
+          else
+            adam_update(count, w.data() + off, g.data() + off, m.data() + off, v.data() + off,
+                        mk.data() + off, ap, 0.5f, ex);
+        }
+        result[off][0] = test::to_host(w.data() + off, n);
+        result[off][1] = test::to_host(m.data() + off, n);
+        result[off][2] = test::to_host(v.data() + off, n);
+        EXPECT_EQ(test::to_host(g.data() + off, n), zeros) << "gradients must be zeroed";
+      }
+      for (int t = 0; t < 3; ++t)
+        EXPECT_EQ(0, std::memcmp(result[0][t].data(), result[1][t].data(), n * sizeof(float)))
+            << "the 4-wide and scalar paths differ in " << "wmv"[t];
+    }
 }
 
 TEST(GpuOptimizer, SumSquaresIsFixedOrder) {
