@@ -18,21 +18,23 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 8192;
 
-// The per-parameter rules, shared by the scalar and the 4-wide loops below so that both paths
-// compile to the same arithmetic for every element (their results are bitwise equal).
+// The per-parameter rules, shared by the scalar and the 4-wide loops below. Every multiply-add
+// is spelled out (fmaf, __fmul_rn, __fdiv_rn, __fadd_rn), so no instantiation is left to the
+// compiler's choice of which products to contract: the 4-wide and scalar loops, and the kernels
+// taking lr / step by value or from the device, give the same bits for every parameter.
 struct SgdRule {
   SgdParams p;
   float grad_scale, lr;
   // Updates w and the momentum m of one parameter from its gradient g.
   __device__ __forceinline__ void operator()(float& w, float g, float& m, bool decay) const {
-    float d = g * grad_scale;
-    if (p.weight_decay != 0.f && decay) d += p.weight_decay * w;
+    float d = __fmul_rn(g, grad_scale);
+    if (p.weight_decay != 0.f && decay) d = fmaf(p.weight_decay, w, d);
     if (p.momentum != 0.f) {
-      const float buf = p.momentum * m + d;
+      const float buf = fmaf(p.momentum, m, d);
       m = buf;
-      d = p.nesterov ? d + p.momentum * buf : buf;
+      d = p.nesterov ? fmaf(p.momentum, buf, d) : buf;
     }
-    w = w - lr * d;
+    w = fmaf(-lr, d, w);
   }
 };
 
@@ -41,17 +43,17 @@ struct AdamRule {
   float grad_scale, lr, step_size, bc2_sqrt;
   __device__ __forceinline__ void operator()(float& w, float g, float& m, float& v,
                                              bool decay) const {
-    float d = g * grad_scale;
+    float d = __fmul_rn(g, grad_scale);
     if (p.weight_decay != 0.f && decay) {
       if (p.decoupled)
-        w *= 1.f - lr * p.weight_decay;
+        w = __fmul_rn(w, fmaf(-lr, p.weight_decay, 1.f));
       else
-        d += p.weight_decay * w;
+        d = fmaf(p.weight_decay, w, d);
     }
-    m = p.beta1 * m + (1.f - p.beta1) * d;
-    v = p.beta2 * v + (1.f - p.beta2) * d * d;
-    const float denom = sqrtf(v) / bc2_sqrt + p.eps;
-    w = w - step_size * (m / denom);
+    m = fmaf(p.beta1, m, __fmul_rn(1.f - p.beta1, d));
+    v = fmaf(p.beta2, v, __fmul_rn(__fmul_rn(1.f - p.beta2, d), d));
+    const float denom = __fadd_rn(__fdiv_rn(sqrtf(v), bc2_sqrt), p.eps);
+    w = fmaf(-step_size, __fdiv_rn(m, denom), w);
   }
 };
 

@@ -6,7 +6,7 @@
 #   TOOLS) on every GPU test case and a short training run; --sanitize-filter=GTEST_FILTER: only
 #   those test cases under the sanitizers; --quick: no benchmark; --no-train: no training runs;
 #   --no-tests: no plain GPU test run and no gradient check (for a call that only sanitizes);
-#   --profile: last, an ncu profile of our conv1/conv2/fc1 kernels (scripts/profile_kernels.sh).
+#   --profile: last, an ncu profile of one training step's kernels (scripts/profile_kernels.sh).
 #   The sanitizers' training runs happen only without --sanitize-filter.
 #   SAN_TIMEOUT: seconds per sanitizer run (default 500). A full --sanitize does not fit one
 #   10-minute device call; split it by tool, e.g. `--sanitize=racecheck --no-tests --no-train

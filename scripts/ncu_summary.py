@@ -1,6 +1,5 @@
 #!/usr/bin/env python3
-"""One Markdown row per kernel (the last profiled launch of each name and grid) from an
-`ncu --csv --page details` file: time, grid, registers, occupancy, issue rate, pipe use, the top
+"""One Markdown row per profiled launch, in launch order, from an `ncu --csv --page details` file: time, grid, registers, occupancy, issue rate, pipe use, the top
 stall reasons. Used by scripts/profile_kernels.sh."""
 import csv
 import re
@@ -28,7 +27,7 @@ def short_name(full):
 
 
 def main(path):
-    kernels = {}  # (name, grid, block) -> {column: value}, last launch wins
+    kernels = {}  # (name, grid, block, launch id) -> {column: value}, in launch order
     with open(path, newline="") as f:
         lines = [l for l in f if l.startswith('"')]  # ncu's own log lines are not CSV rows
     for row in csv.DictReader(lines):
@@ -49,13 +48,10 @@ def main(path):
             d[WANTED[metric]] = v
         elif metric.startswith("FMA") or "Pipe" in metric and "Utilization" in metric:
             d.setdefault("pipes", {})[metric] = v
-    last = {}
-    for (name, grid, block, _id), d in kernels.items():
-        last[(name, grid, block)] = d
     cols = list(WANTED.values())
     print("| kernel | grid | block | " + " | ".join(cols) + " | top stalls (cycles per issue) |")
     print("|---|---|---|" + "---:|" * len(cols) + "---|")
-    for (name, grid, block), d in last.items():
+    for (name, grid, block, _id), d in kernels.items():
         stalls = sorted(d["stalls"].items(), key=lambda kv: -kv[1])[:3]
         s = ", ".join(f"{k} {v:.1f}" for k, v in stalls)
         vals = " | ".join(f"{d[c]:.1f}" if c in d else "-" for c in cols)

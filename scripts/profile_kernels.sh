@@ -1,23 +1,30 @@
 #!/usr/bin/env bash
-# Nsight Compute profile of our kernels at the config's shapes (batch 128), on the GPU machine
-# against the staged binaries (.device_bin/, see gpu_check.sh). Each op runs once as ./bench
-# validates it and once per graph replay (--warmup 0 --launches 1 --repeats 1, no cuDNN/cuBLAS),
-# so every kernel the op launches is profiled a few times; ncu_summary.py keeps the last one.
-# Usage: scripts/profile_kernels.sh OUTDIR [OPS (bench --ops filter, default conv1,conv2,fc1)]
-# Writes OUTDIR/ncu.csv (details page) and OUTDIR/ncu_summary.md. --clock-control none: the
-# GPU machine's clocks are left alone (as for every other measurement there).
+# Nsight Compute profile of the kernels of one training step of configs/mnist.yaml (batch 128),
+# FP32 and TF32, on the GPU machine against the staged binaries (.device_bin/, see gpu_check.sh).
+# The step runs with training.algo=fast: start-up tuning would launch every variant of every
+# pass dozens of times, and ncu replays each launch ~40 times; fast is the variant `auto` picks
+# for conv2 and fc1 on this network (./bench's summary). The first 40 launches are the first
+# (plain, uncaptured) step.
+# Usage: scripts/profile_kernels.sh OUTDIR
+# Writes OUTDIR/ncu_{fp32,tf32}.csv (details page) and OUTDIR/ncu_summary.md (one row per
+# kernel). --clock-control none: the GPU machine's clocks are left alone.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out="${1:?usage: profile_kernels.sh OUTDIR [OPS]}"
-ops="${2:-conv1,conv2,fc1}"
+out="${1:?usage: profile_kernels.sh OUTDIR}"
 mkdir -p "$out"
-ncu --clock-control none --graph-profiling node --csv --page details \
-  --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
-  --section WarpStateStats --section ComputeWorkloadAnalysis \
-  --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
-  .device_bin/bench --config configs/mnist.yaml --ops "$ops" --algos auto --no-lib --no-step \
-  --no-peaks --precision both --warmup 0 --launches 1 --repeats 1 > "$out/ncu.csv" 2> "$out/ncu.err"
-rc=$?
-python3 scripts/ncu_summary.py "$out/ncu.csv" > "$out/ncu_summary.md"
+rc=0
+: > "$out/ncu_summary.md"
+for prec in fp32 tf32; do
+  CNN_CUDA_GRAPH=0 timeout -k 10 "${PROFILE_TIMEOUT:-150}" ncu --clock-control none --csv --page details --launch-count 40 \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
+    --section WarpStateStats --section ComputeWorkloadAnalysis \
+    --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+    .device_bin/train --config configs/mnist.yaml --device cuda --set training.algo=fast \
+    --set training.precision=$prec --set training.max_steps=2 --set logging.progress=off \
+    --log-dir "$out/run_$prec" > "$out/ncu_$prec.csv" 2> "$out/ncu_$prec.err" || rc=$?
+  rm -rf "$out/run_$prec"
+  { echo "## $prec, batch 128, first training step"; echo
+    python3 scripts/ncu_summary.py "$out/ncu_$prec.csv"; echo; } >> "$out/ncu_summary.md"
+done
 cat "$out/ncu_summary.md"
 exit $rc
