@@ -25,8 +25,9 @@ constexpr int64_t kMaxBlocks = 8192;
 struct SgdRule {
   SgdParams p;
   float grad_scale, lr;
-  // Updates w and the momentum m of one parameter from its gradient g.
-  __device__ __forceinline__ void operator()(float& w, float g, float& m, bool decay) const {
+  // Updates w and the momentum m of one parameter from its gradient g (no second moment).
+  __device__ __forceinline__ void operator()(float& w, float g, float& m, float& /*v*/,
+                                             bool decay) const {
     float d = __fmul_rn(g, grad_scale);
     if (p.weight_decay != 0.f && decay) d = fmaf(p.weight_decay, w, d);
     if (p.momentum != 0.f) {
@@ -66,46 +67,61 @@ __device__ __forceinline__ uchar4 load_mask4(const uint8_t* d_mask, int64_t q) {
 
 // Thread mapping (both rules): with kVec, thread t owns quads q = t, t + stride, ... (parameters
 // 4q .. 4q+3) and then, grid-stride again, the count % 4 parameters after the last quad; without
-// it, parameters i = t, t + stride, .... Each zeroes the gradients it used. The learning rate
-// comes from *d_lr when set (a captured graph's step), else from p.
+// it, parameters i = t, t + stride, .... Each applies the rule and zeroes the gradients it used.
+// A null m or v (SGD without momentum; SGD has no v) reads as 0 and is not written.
+template <bool kVec, class Rule>
+__device__ __forceinline__ void update_params(int64_t count, float* __restrict__ d_w,
+                                              float* __restrict__ d_g, float* __restrict__ d_m,
+                                              float* __restrict__ d_v,
+                                              const uint8_t* __restrict__ d_mask,
+                                              const Rule& rule) {
+  const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  int64_t tail = 0;
+  if constexpr (kVec) {
+    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+    const int64_t quads = count / 4;
+    auto* w4 = reinterpret_cast<float4*>(d_w);
+    auto* g4 = reinterpret_cast<float4*>(d_g);
+    auto* m4 = reinterpret_cast<float4*>(d_m);
+    auto* v4 = reinterpret_cast<float4*>(d_v);
+    for (int64_t q = tid; q < quads; q += stride) {
+      float4 w = w4[q], m = d_m ? m4[q] : zero, v = d_v ? v4[q] : zero;
+      const float4 g = g4[q];
+      const uchar4 k = load_mask4(d_mask, q);
+      rule(w.x, g.x, m.x, v.x, k.x);
+      rule(w.y, g.y, m.y, v.y, k.y);
+      rule(w.z, g.z, m.z, v.z, k.z);
+      rule(w.w, g.w, m.w, v.w, k.w);
+      w4[q] = w;
+      if (d_m) m4[q] = m;
+      if (d_v) v4[q] = v;
+      g4[q] = zero;
+    }
+    tail = quads * 4;
+  }
+  for (int64_t i = tail + tid; i < count; i += stride) {
+    float w = d_w[i], m = d_m ? d_m[i] : 0.f, v = d_v ? d_v[i] : 0.f;
+    rule(w, d_g[i], m, v, !d_mask || d_mask[i]);
+    d_w[i] = w;
+    if (d_m) d_m[i] = m;
+    if (d_v) d_v[i] = v;
+    d_g[i] = 0.f;
+  }
+}
+
+// torch.optim.SGD. The learning rate comes from *d_lr when set (a captured graph's step), else
+// from p.
 template <bool kVec>
 __global__ void sgd_update_kernel(int64_t count, float* __restrict__ d_w, float* __restrict__ d_g,
                                   float* __restrict__ d_m, const uint8_t* __restrict__ d_mask,
                                   SgdParams p, float grad_scale, const float* __restrict__ d_lr) {
   const SgdRule rule{p, grad_scale, d_lr ? *d_lr : p.lr};
-  const bool momentum = p.momentum != 0.f;  // d_m may be null without momentum
-  const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  int64_t tail = 0;
-  if constexpr (kVec) {
-    const int64_t quads = count / 4;
-    auto* w4 = reinterpret_cast<float4*>(d_w);
-    auto* g4 = reinterpret_cast<float4*>(d_g);
-    auto* m4 = reinterpret_cast<float4*>(d_m);
-    for (int64_t q = tid; q < quads; q += stride) {
-      float4 w = w4[q], m = momentum ? m4[q] : make_float4(0.f, 0.f, 0.f, 0.f);
-      const float4 g = g4[q];
-      const uchar4 k = load_mask4(d_mask, q);
-      rule(w.x, g.x, m.x, k.x);
-      rule(w.y, g.y, m.y, k.y);
-      rule(w.z, g.z, m.z, k.z);
-      rule(w.w, g.w, m.w, k.w);
-      w4[q] = w;
-      if (momentum) m4[q] = m;
-      g4[q] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    tail = quads * 4;
-  }
-  for (int64_t i = tail + tid; i < count; i += stride) {
-    float w = d_w[i], m = momentum ? d_m[i] : 0.f;
-    rule(w, d_g[i], m, !d_mask || d_mask[i]);
-    d_w[i] = w;
-    if (momentum) d_m[i] = m;
-    d_g[i] = 0.f;
-  }
+  // Without momentum m is neither read nor written (the caller may pass none).
+  update_params<kVec>(count, d_w, d_g, p.momentum != 0.f ? d_m : nullptr, nullptr, d_mask, rule);
 }
 
-// Same mapping for torch.optim.Adam / AdamW. kDeviceStep: lr and the step number come from
+// torch.optim.Adam / AdamW. kDeviceStep: lr and the step number come from
 // *d_lr / *d_step (either may be null: p's value) when the kernel runs (a captured graph's step);
 // thread 0 of each block derives step_size and bc2_sqrt from them in double, with the host
 // path's expressions, and shares them through shared memory.
@@ -134,38 +150,7 @@ __global__ void adam_update_kernel(int64_t count, float* __restrict__ d_w, float
     bc2_sqrt = s_step[2];
   }
   const AdamRule rule{p, grad_scale, lr, step_size, bc2_sqrt};
-  const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  int64_t tail = 0;
-  if constexpr (kVec) {
-    const int64_t quads = count / 4;
-    auto* w4 = reinterpret_cast<float4*>(d_w);
-    auto* g4 = reinterpret_cast<float4*>(d_g);
-    auto* m4 = reinterpret_cast<float4*>(d_m);
-    auto* v4 = reinterpret_cast<float4*>(d_v);
-    for (int64_t q = tid; q < quads; q += stride) {
-      float4 w = w4[q], m = m4[q], v = v4[q];
-      const float4 g = g4[q];
-      const uchar4 k = load_mask4(d_mask, q);
-      rule(w.x, g.x, m.x, v.x, k.x);
-      rule(w.y, g.y, m.y, v.y, k.y);
-      rule(w.z, g.z, m.z, v.z, k.z);
-      rule(w.w, g.w, m.w, v.w, k.w);
-      w4[q] = w;
-      m4[q] = m;
-      v4[q] = v;
-      g4[q] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    tail = quads * 4;
-  }
-  for (int64_t i = tail + tid; i < count; i += stride) {
-    float w = d_w[i], m = d_m[i], v = d_v[i];
-    rule(w, d_g[i], m, v, !d_mask || d_mask[i]);
-    d_w[i] = w;
-    d_m[i] = m;
-    d_v[i] = v;
-    d_g[i] = 0.f;
-  }
+  update_params<kVec>(count, d_w, d_g, d_m, d_v, d_mask, rule);
 }
 
 // Thread mapping: one thread advances the step counters (the last launch of a training step).
