@@ -10,12 +10,17 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/conv1ch_common.cuh"
 #include "kernels/conv2d_1ch.h"
 #include "kernels/cuda_check.h"
 #include "kernels/math_util.h"
 
 namespace cnn {
 namespace {
+
+using conv1ch::load_input_tile;
+using conv1ch::reduce_scatter_step;
+using conv1ch::relu_keep_nan;
 
 constexpr int kFwdOcPerBlock = 8;    // forward: output channels per block (and per thread)
 constexpr int kWgradOcPerBlock = 4;  // weight gradient: output channels per block (and thread)
@@ -51,10 +56,6 @@ bool fast_path(const Conv2dShape& s) {
   return s.stride_h == 1 && s.stride_w == 1 && s.kh == s.kw && (s.kh == 3 || s.kh == 5);
 }
 
-__device__ __forceinline__ float relu_keep_nan(float v) {
-  return (v < 0.f) ? 0.f : v;
-}
-
 struct Params {
   const float* x;   // (N, 1, H, W)
   const float* w;   // (OC, 1, KH, KW)            forward
@@ -75,15 +76,9 @@ struct Params {
 
 // Fills the shared input tile of image n whose output tile starts at (oy0, ox0): rows x is
 // floats, zero where the window hangs over the padding.
-__device__ __forceinline__ void load_input_tile(const Params& p, int n, int oy0, int ox0,
-                                                float* s_x) {
-  const int iy0 = oy0 - p.ph, ix0 = ox0 - p.pw;
-  const float* img = p.x + static_cast<int64_t>(n) * p.h * p.w_;
-  for (int i = threadIdx.x; i < p.t.rows * p.t.is; i += blockDim.x) {
-    const int r = i / p.t.is, c = i - r * p.t.is;
-    const int iy = iy0 + r, ix = ix0 + c;
-    s_x[i] = (iy >= 0 && iy < p.h && ix >= 0 && ix < p.w_) ? __ldg(img + iy * p.w_ + ix) : 0.f;
-  }
+__device__ __forceinline__ void load_tile(const Params& p, int n, int oy0, int ox0, float* s_x) {
+  load_input_tile(p.x + static_cast<int64_t>(n) * p.h * p.w_, p.h, p.w_, oy0 - p.ph, ox0 - p.pw,
+                  p.t.rows, p.t.is, s_x);
 }
 
 // Forward, K x K taps, stride 1. Block: (spatial tile, 8 output channels, image), flattened in
@@ -114,7 +109,7 @@ __global__ void __launch_bounds__(kFwdThreads) conv1ch_forward_fast(const Params
     const int oc = oc0 + threadIdx.x;
     s_b[threadIdx.x] = (p.b && oc < p.oc) ? __ldg(p.b + oc) : 0.f;
   }
-  load_input_tile(p, n, oy0, ox0, s_x);
+  load_tile(p, n, oy0, ox0, s_x);
   __syncthreads();
 
   const int sy = threadIdx.x / p.t.tws, sx = threadIdx.x - sy * p.t.tws;
@@ -187,22 +182,6 @@ __global__ void conv1ch_forward_direct(const Params p, int kh, int kw, int sh, i
   }
 }
 
-// Butterfly reduce-scatter across the 32 lanes of a warp: on entry every lane holds VP partial
-// values; on return lane l holds in v[0 .. VP/32) the warp totals of values l*VP/32 + i.
-// Each step halves the live values (half exchanged, half kept), so the whole reduction costs
-// ~VP shuffles instead of 5*VP for VP separate tree reductions.
-template <int kHalf, int kOff, int VP>
-__device__ __forceinline__ void reduce_scatter_step(float (&v)[VP], int lane) {
-  const bool upper = (lane & kOff) != 0;
-#pragma unroll
-  for (int i = 0; i < kHalf; ++i) {
-    const float send = upper ? v[i] : v[i + kHalf];
-    const float keep = upper ? v[i + kHalf] : v[i];
-    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, kOff);
-  }
-  if constexpr (kOff > 1) reduce_scatter_step<kHalf / 2, kOff / 2, VP>(v, lane);
-}
-
 // Loads one item's 4 x 4 dy values (channels oc0.., strip at (oy, ox) of image n); zeros where
 // the channel or pixel does not exist.
 __device__ __forceinline__ void load_dy_strip(const Params& p, int n, int oc0, int oy, int ox,
@@ -251,7 +230,7 @@ __global__ void __launch_bounds__(kWgradThreads) conv1ch_wgrad_fast(const Params
   const int n0 = chunk * p.nb, nbl = min(p.nb, p.n - n0);
   const int tf = p.t.tile_floats();
 
-  for (int i = 0; i < nbl; ++i) load_input_tile(p, n0 + i, oy0, ox0, s_x + i * tf);
+  for (int i = 0; i < nbl; ++i) load_tile(p, n0 + i, oy0, ox0, s_x + i * tf);
   __syncthreads();
 
   float acc[VP];
@@ -310,43 +289,8 @@ __global__ void __launch_bounds__(kWgradThreads) conv1ch_wgrad_fast(const Params
 #pragma unroll
   for (int i = 0; i < VP / 32; ++i) s_red[warp * VP + lane * (VP / 32) + i] = acc[i];
   __syncthreads();
-  for (int vi = threadIdx.x; vi < V; vi += kWgradThreads) {
-    float sum = 0.f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) sum += s_red[w * VP + vi];  // fixed order
-    if (p.scratch) {
-      p.scratch[static_cast<int64_t>(blockIdx.x) * V + vi] = sum;
-    } else if (vi < kQ * KK) {
-      const int q = vi / KK, oc = oc0 + q;
-      if (oc < p.oc) atomicAdd(p.dw + oc * KK + (vi - q * KK), sum);
-    } else {
-      const int oc = oc0 + vi - kQ * KK;
-      if (p.db && oc < p.oc) atomicAdd(p.db + oc, sum);
-    }
-  }
-}
-
-// Second stage of the deterministic fast weight gradient: gradient (oc, r) (r < KK: weight tap,
-// r == KK: bias) sums the partials of its channel group's blocks in block order. Thread
-// mapping: one gradient per thread.
-__global__ void conv1ch_wgrad_reduce(const Params p, int kk) {
-  constexpr int kQ = kWgradOcPerBlock;
-  const int v_per_block = kQ * (kk + 1);
-  const int blocks_per_group = p.nchunks * p.t.tiles();
-  const int total = p.oc * (kk + 1);
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
-    const int oc = i / (kk + 1), r = i - oc * (kk + 1);
-    const int g = oc / kQ, q = oc - g * kQ;
-    if (r == kk && !p.db) continue;
-    const int vi = (r < kk) ? q * kk + r : kQ * kk + q;
-    const float* src = p.scratch + static_cast<int64_t>(g) * blocks_per_group * v_per_block + vi;
-    float sum = 0.f;
-    for (int b = 0; b < blocks_per_group; ++b) sum += src[static_cast<int64_t>(b) * v_per_block];
-    if (r < kk)
-      p.dw[oc * kk + r] += sum;
-    else
-      p.db[oc] += sum;
-  }
+  conv1ch::wgrad_block_epilogue<kWarps>(s_red, VP, kQ, KK, oc0, p.oc, p.dw, p.db, p.scratch,
+                                        blockIdx.x);
 }
 
 // Any kernel size and stride: block b sums gradient (oc, r) (r < kh*kw: weight tap, r ==
@@ -505,7 +449,8 @@ void conv2d_backward_weight_1ch_cuda(const Conv2dShape& s, const float* d_x, con
   }
   if (ex.deterministic) {
     const int total = s.oc * (kk + 1);
-    conv1ch_wgrad_reduce<<<grid_for(total, 256), 256, 0, ex.stream>>>(p, kk);
+    conv1ch::conv1ch_wgrad_reduce<kWgradOcPerBlock><<<grid_for(total, 256), 256, 0, ex.stream>>>(
+        p.scratch, p.dw, p.db, p.oc, kk, p.nchunks * p.t.tiles());
     CNN_LAUNCH_CHECK("conv1ch_wgrad_reduce");
   }
 }

@@ -1,17 +1,20 @@
 // Fused single-input-channel conv -> ReLU -> 2x2 / stride-2 max-pool (see conv_relu_pool.h).
-//   crp_forward<K>:      conv + bias + ReLU + pool of one 2x2 window (one pooled output) for 8
-//                        output channels per thread; writes the pooled y and the argmax only
-//   crp_wgrad<K, Q>:     weight and bias gradients of Q output channels per thread straight from
-//                        the pooled dy, argmax and y; warp reduce-scatter + block sum per block,
-//                        atomicAdd or (deterministic) per-block partials summed in block order
-//   crp_wgrad_reduce:    that deterministic second stage
-// Both passes tile the POOLED output into tiles of up to 256 outputs (a 14x14 pooled plane of
-// conv1 is one tile) and keep the matching input tile, (2*tile + K - 1) squared, in shared memory.
+//   crp_forward<K>:         conv + bias + ReLU + pool of one 2x2 window (one pooled output) for 8
+//                           output channels per thread; writes the pooled y and the argmax only
+//   crp_wgrad<K, kSlots>:   weight and bias gradients straight from the pooled dy, argmax and y:
+//                           one warp per (output channel, image), lanes over pooled positions,
+//                           the K x K window read from shared memory at the argmax's offset;
+//                           warp reduce-scatter, per-block sum over images, then atomicAdd or
+//                           (deterministic) per-block partials summed in block order by
+//                           conv1ch_wgrad_reduce (kernels/conv1ch_common.cuh)
+// Both passes tile the POOLED output and keep the matching input tile, about (2*tile + K - 1)
+// squared, in shared memory (a 14x14 pooled plane of conv1 is one tile in both).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/conv1ch_common.cuh"
 #include "kernels/conv_relu_pool_cuda.h"
 #include "kernels/cuda_check.h"
 #include "kernels/error.h"
@@ -20,16 +23,25 @@
 namespace cnn {
 namespace {
 
-constexpr int kFwdOc = 8;                 // forward: output channels per thread (and per block)
-constexpr int kMaxTile = 256;             // pooled outputs per tile (forward: one per thread)
-constexpr int kMaxTileW = 32;             // pooled columns per tile
-constexpr int kWgradThreads = 128;        // weight gradient: threads per block
-constexpr int kWgradItemsPerBlock = 768;  // (image, pooled output) items a block sums
+using conv1ch::relu_keep_nan;
+
+constexpr int kFwdOc = 8;               // forward: output channels per thread (and per block)
+constexpr int kMaxTile = 256;           // forward: pooled outputs per tile (one per thread)
+constexpr int kMaxTileW = 32;           // pooled columns per tile (both passes)
+constexpr int kWgradGroup = 8;          // weight gradient: output channels per block, one warp each
+constexpr int kWgradTileFloats = 1280;  // weight gradient: bound on one input tile (rows * is)
+
+// Images a weight-gradient block sums side by side (one warp per channel and image): 4 x 8 warps
+// = 1024 threads, one block per SM at <= 64 registers; 2 for 7x7 (50 accumulators).
+constexpr int wgrad_slots(int k) {
+  return k == 7 ? 2 : 4;
+}
 
 // Tile of the pooled output (tpw x tph) and its input tile in shared memory: rows x is floats
 // (row stride `is` even, so every window row starts 8-byte aligned and moves as float2).
+// lanes_x: weight gradient only, lanes per pooled row (the power of two >= tpw).
 struct Tiling {
-  int tpw, tph, tiles_x, tiles_y, rows, is;
+  int tpw, tph, tiles_x, tiles_y, rows, is, lanes_x;
   __host__ __device__ int tiles() const { return tiles_x * tiles_y; }
   __host__ __device__ int items() const { return tpw * tph; }
   __host__ __device__ int tile_floats() const { return rows * is; }
@@ -50,25 +62,16 @@ struct Params {
   int n, h, w_, oc, ow, poh, pow_, pad_h, pad_w;  // ow: conv output width; poh x pow_: pooled
   Tiling t;
   int ocg;      // output-channel groups
-  int nb;       // weight gradient: images per block
-  int nchunks;  // weight gradient: ceil(n / nb)
+  int nchunks;  // weight gradient: ceil(n / images per block)
 };
 
-__device__ __forceinline__ float relu_keep_nan(float v) {
-  return (v < 0.f) ? 0.f : v;
-}
-
-// Fills the shared input tile of image n for the pooled tile starting at (py0, px0): rows x is
-// floats, zero where the conv window hangs over the padding (or past the tile's last column).
-__device__ __forceinline__ void load_input_tile(const Params& p, int n, int py0, int px0,
-                                                float* s_x) {
-  const int iy0 = 2 * py0 - p.pad_h, ix0 = 2 * px0 - p.pad_w;
-  const float* img = p.x + static_cast<int64_t>(n) * p.h * p.w_;
-  for (int i = threadIdx.x; i < p.t.rows * p.t.is; i += blockDim.x) {
-    const int r = i / p.t.is, c = i - r * p.t.is;
-    const int iy = iy0 + r, ix = ix0 + c;
-    s_x[i] = (iy >= 0 && iy < p.h && ix >= 0 && ix < p.w_) ? __ldg(img + iy * p.w_ + ix) : 0.f;
-  }
+// Fills the shared input tile of image n for the pooled tile starting at (py0, px0), shifted
+// `shift` columns right: rows x is floats, zero where the conv window hangs over the padding
+// (or past the image).
+__device__ __forceinline__ void load_tile(const Params& p, int n, int py0, int px0, int shift,
+                                          float* s_x) {
+  conv1ch::load_input_tile(p.x + static_cast<int64_t>(n) * p.h * p.w_, p.h, p.w_, 2 * py0 - p.pad_h,
+                           2 * px0 - p.pad_w + shift, p.t.rows, p.t.is, s_x);
 }
 
 // Loads K + 1 consecutive floats (K odd) from an 8-byte aligned shared address.
@@ -114,7 +117,7 @@ __global__ void __launch_bounds__(kMaxTile) crp_forward(const Params p) {
     const int oc = oc0 + threadIdx.x;
     s_b[threadIdx.x] = (p.b && oc < p.oc) ? __ldg(p.b + oc) : 0.f;
   }
-  load_input_tile(p, n, py0, px0, s_x);
+  load_tile(p, n, py0, px0, 0, s_x);
   __syncthreads();
 
   const int ly = threadIdx.x / p.t.tpw, lx = threadIdx.x - ly * p.t.tpw;
@@ -175,149 +178,121 @@ __global__ void __launch_bounds__(kMaxTile) crp_forward(const Params p) {
   }
 }
 
-// Butterfly reduce-scatter across the 32 lanes of a warp (as in conv2d_1ch.cu): on entry every
-// lane holds VP partial values; on return lane l holds in v[0 .. VP/32) the warp totals of values
-// l*VP/32 + i.
-template <int kHalf, int kOff, int VP>
-__device__ __forceinline__ void reduce_scatter_step(float (&v)[VP], int lane) {
-  const bool upper = (lane & kOff) != 0;
-#pragma unroll
-  for (int i = 0; i < kHalf; ++i) {
-    const float send = upper ? v[i] : v[i + kHalf];
-    const float keep = upper ? v[i + kHalf] : v[i];
-    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, kOff);
-  }
-  if constexpr (kOff > 1) reduce_scatter_step<kHalf / 2, kOff / 2, VP>(v, lane);
-}
-
-template <int K, int Q>
-struct WgradDims {
-  static constexpr int KK = K * K;
-  static constexpr int V = Q * (KK + 1);  // gradients per block: (q, ky, kx) then biases q
-  static constexpr int VP = V <= 32 ? 32 : (V <= 64 ? 64 : 128);
-  static_assert(V <= VP, "gradient count exceeds the reduce-scatter width");
-};
-
-// Weight gradient from the pooled gradient. Block: (pooled tile, chunk of nb images, group of Q
-// output channels), flattened as blockIdx.x = (group * nchunks + chunk) * tiles + tile.
-// Thread mapping: thread tid walks the block's (image, pooled output) items tid, tid + 128, ...;
-// for each it reads the Q channels' dy (zeroed where the pooled y <= 0: the ReLU's mask) and
-// argmax, i.e. which of the window's 4 conv outputs gets the gradient, slides two input rows of
-// the (K+1) x (K+1) input window down from shared memory, and adds g x (the K x K window at the
-// argmax's offset, picked per channel by selects) into its Q*(K*K+1) register accumulators.
-// Then a warp reduce-scatter and a sum over the 4 warps in warp order give one partial per
-// gradient per block: atomicAdd, or scratch (block, value) when deterministic.
-template <int K, int Q>
-__global__ void __launch_bounds__(kWgradThreads) crp_wgrad(const Params p) {
-  using D = WgradDims<K, Q>;
-  constexpr int KK = D::KK, V = D::V, VP = D::VP;
-  constexpr int kWarps = kWgradThreads / 32;
+// Weight gradient from the pooled gradient. Block: (pooled tile, chunk of kSlots images, group of
+// 8 output channels), flattened as blockIdx.x = (group * nchunks + chunk) * tiles + tile; its
+// shared memory holds every image's input tile twice: copy 0, and copy 1 whose column c holds
+// copy 0's column c + 1.
+// Thread mapping: warp w serves channel oc0 + w % 8 of image n0 + w / 8. Lane l owns pooled
+// column lx = l % lanes_x and, in step s, row ly = s * (32 / lanes_x) + l / lanes_x of the tile:
+// it reads that output's dy, y (the ReLU mask: dy counts only where y > 0) and argmax, one
+// coalesced load each (issued a step ahead, so they are in flight during the previous item's
+// math), and adds g x (the K x K input window of the winning conv output) into K*K + 1 register
+// accumulators (taps, then the bias). The winner's row inside the 2x2 window moves the window
+// down one row, its column picks copy 1: no per-tap selects, taps in pairs as aligned float2.
+// Bank conflicts: with lanes_x >= 16 the row stride `is` and the copy size are multiples of 32
+// floats, so the 8-byte bank of a lane's float2 depends only on lx, not on the argmax: the 16
+// lanes of a half warp (distinct lx) hit 16 distinct banks, 2 wavefronts per float2 load (the
+// floor for 256 bytes). The odd last tap of each row is a scalar load on which the two half
+// warps' rows collide: 2 wavefronts too, so (K+1)/2 loads and K+1 wavefronts per window row.
+// Then a warp reduce-scatter, a per-block sum over the kSlots images in slot order, and
+// atomicAdd or scratch (block, value) when deterministic.
+template <int K, int kSlots>
+__global__ void __launch_bounds__(kWgradGroup * 32 * kSlots, 1) crp_wgrad(const Params p) {
+  constexpr int KK = K * K;
+  constexpr int VP = KK + 1 <= 32 ? 32 : 64;  // a channel's taps + bias, padded for the reduce
+  constexpr int kBlockValues = kWgradGroup * (KK + 1);  // layout of conv1ch_common.cuh
+  static_assert(KK + 1 <= VP, "gradient count exceeds the reduce-scatter width");
   extern __shared__ float4 smem_f4[];
-  float* s_red = reinterpret_cast<float*>(smem_f4);  // (warps, VP)
-  float* s_x = s_red + kWarps * VP;                  // (nb, rows, is)
+  float* s_part = reinterpret_cast<float*>(smem_f4);  // (kSlots, kBlockValues)
+  float* s_x = s_part + kSlots * kBlockValues;        // (kSlots, 2 copies, rows, is)
 
-  const int tiles = p.t.tiles();
+  const Tiling& t = p.t;
+  const int tiles = t.tiles();
   const int tile = blockIdx.x % tiles, rest = blockIdx.x / tiles;
   const int chunk = rest % p.nchunks, g = rest / p.nchunks;
-  const int tx = tile % p.t.tiles_x, ty = tile / p.t.tiles_x;
-  const int oc0 = g * Q, py0 = ty * p.t.tph, px0 = tx * p.t.tpw;
-  const int n0 = chunk * p.nb, nbl = min(p.nb, p.n - n0);
-  const int tf = p.t.tile_floats();
+  const int tx = tile % t.tiles_x, ty = tile / t.tiles_x;
+  const int oc0 = g * kWgradGroup, py0 = ty * t.tph, px0 = tx * t.tpw;
+  const int n0 = chunk * kSlots, nbl = min(kSlots, p.n - n0);
+  const int tf = t.rows * t.is;
 
-  for (int i = 0; i < nbl; ++i) load_input_tile(p, n0 + i, py0, px0, s_x + i * tf);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int q = warp % kWgradGroup, slot = warp / kWgradGroup;
+  const int oc = oc0 + q;
+  const int lx = lane % t.lanes_x, ly_lane = lane / t.lanes_x, ly_step = 32 / t.lanes_x;
+  const int px = px0 + lx;
+  // Warp-uniform except for the column test; a dead lane still walks the (uniform) steps.
+  const bool col_live = oc < p.oc && slot < nbl && lx < t.tpw && px < p.pow_;
+  const int64_t plane = col_live ? (static_cast<int64_t>(n0 + slot) * p.oc + oc) * p.poh : 0;
+
+  // One item's three loads; live == false leaves it out (past the tile, the plane, the batch or
+  // the channels).
+  struct Item {
+    int ly;
+    bool live;
+    int32_t am;
+    float y, dy;
+  };
+  auto fetch = [&](int ly) {
+    Item it{ly, col_live && ly < t.tph && py0 + ly < p.poh, 0, 0.f, 0.f};
+    if (it.live) {
+      const int64_t o = (plane + py0 + ly) * p.pow_ + px;
+      it.am = __ldg(p.am + o);
+      it.y = __ldg(p.ry + o);
+      it.dy = __ldg(p.dy + o);
+    }
+    return it;
+  };
+  Item next = fetch(ly_lane);  // in flight while the tiles load
+
+  for (int i = 0; i < nbl; ++i) {
+    load_tile(p, n0 + i, py0, px0, 0, s_x + (2 * i) * tf);
+    load_tile(p, n0 + i, py0, px0, 1, s_x + (2 * i + 1) * tf);
+  }
   __syncthreads();
 
   float acc[VP];
 #pragma unroll
   for (int i = 0; i < VP; ++i) acc[i] = 0.f;
 
-  const int per_image = p.t.items(), items = nbl * per_image;
-  for (int it = threadIdx.x; it < items; it += kWgradThreads) {
-    const int nl = it / per_image, s = it - nl * per_image;
-    const int ly = s / p.t.tpw, lx = s - ly * p.t.tpw;
-    const int py = py0 + ly, px = px0 + lx;
-    if (py >= p.poh || px >= p.pow_) continue;
-    const int corner = 2 * py * p.ow + 2 * px;
-    float gq[Q];
-    bool down[Q], right[Q];  // the winner's row / column inside the 2x2 window
-#pragma unroll
-    for (int q = 0; q < Q; ++q) {
-      gq[q] = 0.f;
-      down[q] = right[q] = false;
-      const int oc = oc0 + q;
-      if (oc < p.oc) {
-        const int64_t o = ((static_cast<int64_t>(n0 + nl) * p.oc + oc) * p.poh + py) * p.pow_ + px;
-        const int a = __ldg(p.am + o) - corner;  // 0, 1, OW or OW + 1
-        down[q] = a >= p.ow;
-        right[q] = (a - (down[q] ? p.ow : 0)) != 0;
-        gq[q] = (__ldg(p.ry + o) > 0.f) ? __ldg(p.dy + o) : 0.f;
-      }
-    }
-    const float* win = s_x + nl * tf + 2 * ly * p.t.is + 2 * lx;
-    float ra[K + 1], rb[K + 1];  // input rows ky and ky + 1 of the window
-    load_row<K>(win, rb);
+  for (int ly0 = 0; ly0 < t.tph; ly0 += ly_step) {
+    const Item cur = next;
+    next = fetch(ly0 + ly_step + ly_lane);
+    if (!cur.live) continue;
+    const int py = py0 + cur.ly;
+    const int a = cur.am - (2 * py * p.ow + 2 * px);  // 0, 1, OW or OW + 1
+    const int down = a >= p.ow ? 1 : 0;
+    const int right = (a - down * p.ow) != 0 ? 1 : 0;
+    // Zero where the pool's output is not positive (maxpool_backward's ReLU mask). The window is
+    // still multiplied (never skipped), so 0 x inf gives NaN as in the CPU reference, which
+    // multiplies every conv output's gradient, zeros included.
+    const float gv = (cur.y > 0.f) ? cur.dy : 0.f;
+    const float* win = s_x + (2 * slot + right) * tf + (2 * cur.ly + down) * t.is + 2 * lx;
 #pragma unroll
     for (int ky = 0; ky < K; ++ky) {
 #pragma unroll
-      for (int j = 0; j < K + 1; ++j) ra[j] = rb[j];
-      load_row<K>(win + (ky + 1) * p.t.is, rb);
-#pragma unroll
-      for (int q = 0; q < Q; ++q) {
-        float r[K + 1];
-#pragma unroll
-        for (int j = 0; j < K + 1; ++j) r[j] = down[q] ? rb[j] : ra[j];
-#pragma unroll
-        for (int kx = 0; kx < K; ++kx) {
-          const float v = right[q] ? r[kx + 1] : r[kx];
-          acc[q * KK + ky * K + kx] = fmaf(gq[q], v, acc[q * KK + ky * K + kx]);
-        }
+      for (int kx = 0; kx + 1 < K; kx += 2) {
+        const float2 v = *reinterpret_cast<const float2*>(win + ky * t.is + kx);
+        acc[ky * K + kx] = fmaf(gv, v.x, acc[ky * K + kx]);
+        acc[ky * K + kx + 1] = fmaf(gv, v.y, acc[ky * K + kx + 1]);
       }
+      acc[ky * K + K - 1] = fmaf(gv, win[ky * t.is + K - 1], acc[ky * K + K - 1]);
     }
-#pragma unroll
-    for (int q = 0; q < Q; ++q) acc[Q * KK + q] += gq[q];
+    acc[KK] += gv;
   }
 
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  reduce_scatter_step<VP / 2, 16, VP>(acc, lane);
+  conv1ch::reduce_scatter_step<VP / 2, 16, VP>(acc, lane);
+  float* part = s_part + slot * kBlockValues;
 #pragma unroll
-  for (int i = 0; i < VP / 32; ++i) s_red[warp * VP + lane * (VP / 32) + i] = acc[i];
+  for (int i = 0; i < VP / 32; ++i) {
+    const int r = lane * (VP / 32) + i;
+    if (r < KK)
+      part[q * KK + r] = acc[i];
+    else if (r == KK)
+      part[kWgradGroup * KK + q] = acc[i];
+  }
   __syncthreads();
-  for (int vi = threadIdx.x; vi < V; vi += kWgradThreads) {
-    float sum = 0.f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) sum += s_red[w * VP + vi];  // fixed order
-    if (p.scratch) {
-      p.scratch[static_cast<int64_t>(blockIdx.x) * V + vi] = sum;
-    } else if (vi < Q * KK) {
-      const int q = vi / KK, oc = oc0 + q;
-      if (oc < p.oc) atomicAdd(p.dw + oc * KK + (vi - q * KK), sum);
-    } else {
-      const int oc = oc0 + vi - Q * KK;
-      if (p.db && oc < p.oc) atomicAdd(p.db + oc, sum);
-    }
-  }
-}
-
-// Second stage of the deterministic weight gradient: gradient (oc, r) (r < KK: weight tap,
-// r == KK: bias) sums the partials of its channel group's blocks in block order. Thread
-// mapping: one gradient per thread.
-__global__ void crp_wgrad_reduce(const Params p, int kk, int q_per_group) {
-  const int v_per_block = q_per_group * (kk + 1);
-  const int blocks_per_group = p.nchunks * p.t.tiles();
-  const int total = p.oc * (kk + 1);
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
-    const int oc = i / (kk + 1), r = i - oc * (kk + 1);
-    const int g = oc / q_per_group, q = oc - g * q_per_group;
-    if (r == kk && !p.db) continue;
-    const int vi = (r < kk) ? q * kk + r : q_per_group * kk + q;
-    const float* src = p.scratch + static_cast<int64_t>(g) * blocks_per_group * v_per_block + vi;
-    float sum = 0.f;
-    for (int b = 0; b < blocks_per_group; ++b) sum += src[static_cast<int64_t>(b) * v_per_block];
-    if (r < kk)
-      p.dw[oc * kk + r] += sum;
-    else
-      p.db[oc] += sum;
-  }
+  conv1ch::wgrad_block_epilogue<kSlots>(s_part, kBlockValues, kWgradGroup, KK, oc0, p.oc, p.dw,
+                                        p.db, p.scratch, blockIdx.x);
 }
 
 Tiling tiling_of(const Conv2dShape& s) {
@@ -347,17 +322,24 @@ Params params_of(const Conv2dShape& s) {
   return p;
 }
 
-// Output channels per weight-gradient thread: 4, or 2 for 7x7 (register budget).
-int wgrad_q(int k) {
-  return k == 7 ? 2 : 4;
-}
-
-// Images per weight-gradient block: enough items to amortize the block's reduction, within
-// 40 KB of shared input tiles. A function of the shape only (it sizes the scratch).
-int wgrad_images_per_block(const Conv2dShape& s, const Tiling& t) {
-  const int by_items = std::max(1, kWgradItemsPerBlock / t.items());
-  const int by_smem = std::max(1, (40 * 1024 / 4) / t.tile_floats());
-  return std::max(1, std::min({by_items, by_smem, s.n}));
+// The weight gradient's tiling: tpw pooled columns per tile on lanes_x lanes; the row stride a
+// multiple of 32 floats when lanes_x >= 16 (the conflict-free case of crp_wgrad), else just
+// even; as many rows as keep one input tile within kWgradTileFloats (two copies of kSlots
+// tiles stay under 48 KB). A function of the shape only (it sizes the scratch).
+Tiling wgrad_tiling_of(const Conv2dShape& s) {
+  Tiling t{};
+  const int poh = s.oh() / 2, pow_ = s.ow() / 2, k = s.kh;
+  t.tpw = std::min(pow_, kMaxTileW);
+  t.lanes_x = 1;
+  while (t.lanes_x < t.tpw) t.lanes_x *= 2;
+  const int cols = 2 * t.tpw + k - 2;  // a window reads columns 0 .. 2 * (tpw - 1) + K - 1
+  const int align = t.lanes_x >= 16 ? 32 : 2;
+  t.is = ceil_div(cols, align) * align;
+  t.tph = std::max(1, std::min(poh, (kWgradTileFloats / t.is - (k - 1)) / 2));
+  t.tiles_x = ceil_div(pow_, t.tpw);
+  t.tiles_y = ceil_div(poh, t.tph);
+  t.rows = 2 * t.tph + k - 1;
+  return t;
 }
 
 int grid_for(int64_t work, int block) {
@@ -373,12 +355,14 @@ void launch_forward(const Params& p, unsigned blocks, int threads, cudaStream_t 
   CNN_LAUNCH_CHECK("crp_forward");
 }
 
-template <int K, int Q>
+template <int K>
 void launch_wgrad(const Params& p, unsigned blocks, cudaStream_t stream) {
+  constexpr int kSlots = wgrad_slots(K);
   const std::size_t smem =
-      sizeof(float) * (static_cast<std::size_t>(kWgradThreads / 32) * WgradDims<K, Q>::VP +
-                       static_cast<std::size_t>(p.nb) * p.t.tile_floats());
-  crp_wgrad<K, Q><<<blocks, kWgradThreads, smem, stream>>>(p);
+      sizeof(float) * (std::size_t{kSlots} * kWgradGroup * (K * K + 1) +
+                       std::size_t{kSlots} * 2 * static_cast<std::size_t>(p.t.tile_floats()));
+  CNN_CHECK(smem <= 48 * 1024, "conv_relu_pool_backward_weight: {} bytes of shared memory", smem);
+  crp_wgrad<K, kSlots><<<blocks, kWgradGroup * 32 * kSlots, smem, stream>>>(p);
   CNN_LAUNCH_CHECK("crp_wgrad");
 }
 
@@ -414,16 +398,17 @@ void conv_relu_pool_forward_cuda(const Conv2dShape& s, const float* d_x, const f
 std::size_t conv_relu_pool_backward_weight_scratch_floats_cuda(const Conv2dShape& s,
                                                                const Exec& ex) {
   if (!ex.deterministic) return 0;
-  const Tiling t = tiling_of(s);
-  const int nb = wgrad_images_per_block(s, t), q = wgrad_q(s.kh);
-  const int64_t blocks = int64_t{t.tiles()} * ceil_div(s.n, nb) * ceil_div(s.oc, q);
-  return static_cast<std::size_t>(blocks * q * (s.kh * s.kw + 1));
+  const Tiling t = wgrad_tiling_of(s);
+  const int64_t blocks =
+      int64_t{t.tiles()} * ceil_div(s.n, wgrad_slots(s.kh)) * ceil_div(s.oc, kWgradGroup);
+  return static_cast<std::size_t>(blocks * kWgradGroup * (s.kh * s.kw + 1));
 }
 
 void conv_relu_pool_backward_weight_cuda(const Conv2dShape& s, const float* d_x, const float* d_y,
                                          const float* d_dy, const int32_t* d_argmax, float* d_dw,
                                          float* d_db, float* d_scratch, const Exec& ex) {
   Params p = params_of(s);
+  p.t = wgrad_tiling_of(s);
   p.x = d_x;
   p.ry = d_y;
   p.dy = d_dy;
@@ -433,33 +418,32 @@ void conv_relu_pool_backward_weight_cuda(const Conv2dShape& s, const float* d_x,
   p.scratch = ex.deterministic ? d_scratch : nullptr;
   CNN_CHECK(!ex.deterministic || d_scratch,
             "conv_relu_pool_backward_weight: deterministic mode needs scratch");
-  const int q = wgrad_q(s.kh);
-  p.ocg = ceil_div(s.oc, q);
-  p.nb = wgrad_images_per_block(s, p.t);
-  p.nchunks = ceil_div(s.n, p.nb);
+  p.ocg = ceil_div(s.oc, kWgradGroup);
+  p.nchunks = ceil_div(s.n, wgrad_slots(s.kh));
   const int64_t blocks = int64_t{p.t.tiles()} * p.nchunks * p.ocg;
   CNN_CHECK(blocks < (int64_t{1} << 31), "conv_relu_pool_backward_weight: {} blocks", blocks);
   const unsigned nb = static_cast<unsigned>(blocks);
   switch (s.kh) {
     case 1:
-      launch_wgrad<1, 4>(p, nb, ex.stream);
+      launch_wgrad<1>(p, nb, ex.stream);
       break;
     case 3:
-      launch_wgrad<3, 4>(p, nb, ex.stream);
+      launch_wgrad<3>(p, nb, ex.stream);
       break;
     case 5:
-      launch_wgrad<5, 4>(p, nb, ex.stream);
+      launch_wgrad<5>(p, nb, ex.stream);
       break;
     case 7:
-      launch_wgrad<7, 2>(p, nb, ex.stream);
+      launch_wgrad<7>(p, nb, ex.stream);
       break;
     default:
       CNN_FAIL("conv_relu_pool_backward_weight: kernel {} has no fused kernel", s.kh);
   }
   if (ex.deterministic) {
     const int kk = s.kh * s.kw, total = s.oc * (kk + 1);
-    crp_wgrad_reduce<<<grid_for(total, 256), 256, 0, ex.stream>>>(p, kk, q);
-    CNN_LAUNCH_CHECK("crp_wgrad_reduce");
+    conv1ch::conv1ch_wgrad_reduce<kWgradGroup><<<grid_for(total, 256), 256, 0, ex.stream>>>(
+        p.scratch, p.dw, p.db, p.oc, kk, p.nchunks * p.t.tiles());
+    CNN_LAUNCH_CHECK("conv1ch_wgrad_reduce");
   }
 }
 

@@ -1,8 +1,9 @@
 // The fused conv -> ReLU -> 2x2 max-pool kernels (kernels/conv_relu_pool.h) against their CPU
 // twins and against the unfused GPU chain (conv2d_forward with ReLU, maxpool_forward /
-// maxpool_backward with the ReLU mask, conv2d_backward_weight). Awkward shapes: batch 1/3/257,
-// 1/5/32 output channels, images 28x28 / 6x10 / 14x2 and tall / wide ones that take several
-// tiles, kernels 1/3/5/7 with 'same' padding and a few unpadded. Two kinds of data:
+// maxpool_backward with the ReLU mask, conv2d_backward_weight). Awkward shapes: batch 1/3/5/257,
+// 1/5/12/32 output channels (partial groups of 8), images 28x28 / 6x10 / 14x2 / 26x26 / 40x40
+// and tall / wide ones that take several tiles, kernels 1/3/5/7 with 'same' padding and a few
+// unpadded. Two kinds of data:
 //   quantized: inputs, weights, bias and dy on coarse binary grids, so every sum is exact in
 //     float: y, argmax, dw and db must equal the CPU bit for bit, whatever the summation order;
 //     many ties and all-non-positive windows (the first window element must win);
@@ -236,6 +237,13 @@ std::vector<Conv2dShape> sweep() {
   v.push_back(shape(2, 3, 600, 2, 5, 2));   // pooled 300x1: two row tiles
   v.push_back(shape(3, 33, 16, 70, 7, 3));  // 33 channels: a partial group of 8 / 2
   v.push_back(shape(2, 4, 2, 6, 3, 1));     // pooled 1x3
+  // The weight gradient's lane mapping (lanes per pooled row: the power of two >= the tile
+  // width; one warp per channel and image, 4 or 2 images per block): pooled 13x13, a half-used
+  // last row step, 5 images (a chunk of one); pooled 20x20, 32 lanes per row and 3 row tiles;
+  // 7x7 on pooled 5x68, 3 column tiles, the last 4 wide, 3 images (2 per block).
+  v.push_back(shape(5, 12, 26, 26, 3, 1));
+  v.push_back(shape(2, 16, 40, 40, 5, 2));
+  v.push_back(shape(3, 4, 10, 136, 7, 3));
   return v;
 }
 
