@@ -365,13 +365,19 @@ class CudnnConv final : public LibOp {
   std::string describe() const override { return desc_; }
 
  private:
-  // The fastest successful algorithm of cudnnFind*AlgorithmEx (results come sorted by time).
-  // In FP32 the Winograd algorithms are passed over: their transforms lose precision (5e-3
-  // against the CPU on conv2, over the 1e-4 FP32 tolerance every variant must meet), so Find
-  // picking one (it did on a busy GPU) would leave the FP32 row without a yardstick.
+  struct Algo {
+    int algo;
+    cudnnMathType_t math;
+  };
+
+  // Every successful algorithm of cudnnFind*AlgorithmEx, in Find's order (fastest first by its
+  // own one-shot timing). In FP32 the Winograd algorithms are left out: their transforms lose
+  // precision (5e-3 against the CPU on conv2, over the 1e-4 FP32 tolerance every variant must
+  // meet). TF32 runs each with the math type it was found with (cuDNN's advice); FP32 keeps FMA
+  // whatever Find reports, so that no tensor-core kernel can slip in.
   template <class Perf>
-  const Perf& pick(const Perf* perf, int count, const char* fn, Precision p, int winograd,
-                   int winograd_nonfused) {
+  void collect(const Perf* perf, int count, const char* fn, Precision p, cudnnMathType_t math,
+               int winograd, int winograd_nonfused) {
     for (int i = 0; i < count; ++i) {
       if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
       const int algo = static_cast<int>(perf[i].algo);
@@ -381,28 +387,39 @@ class CudnnConv final : public LibOp {
                                 1000.0 * perf[i].time);
         continue;
       }
-      return perf[i];
+      algos_.push_back({algo, p == Precision::TF32 ? perf[i].mathType : math});
     }
-    CNN_FAIL("cuDNN: {} found no working algorithm among {} for {}", fn, count, pass_name(pass_));
-  }
-  // ", FP32-inexact skipped: WINOGRAD_NONFUSED 61.2 us" when pick() passed any over.
-  std::string skipped_note() const {
-    return skipped_.empty() ? "" : "; FP32-inexact skipped: " + skipped_;
+    CNN_CHECK(!algos_.empty(), "cuDNN: {} found no working algorithm among {} for {}", fn, count,
+              pass_name(pass_));
   }
 
-  template <class Perf>
-  void adopt_math(const Perf& best, cudnnMathType_t math, Precision p) {
+ public:
+  int algo_count() const override { return static_cast<int>(algos_.size()); }
+  void use_algo(int i) override {
     auto& im = im_;
-    // TF32: run with the math type the algorithm was timed with (cuDNN's advice). FP32 keeps
-    // FMA whatever Find reports, so that no tensor-core kernel can slip in.
-    cudnnMathType_t m = math;
-    if (p == Precision::TF32) {
-      m = best.mathType;
-      CNN_DNN(cudnnSetConvolutionMathType, conv_, m);
+    const Algo& a = algos_.at(static_cast<size_t>(i));
+    CNN_DNN(cudnnSetConvolutionMathType, conv_, a.math);
+    std::string name;
+    switch (pass_) {
+      case Pass::Forward:
+        fwd_ = static_cast<cudnnConvolutionFwdAlgo_t>(a.algo);
+        name = fwd_algo_name(fwd_);
+        break;
+      case Pass::BackwardData:
+        dgrad_ = static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo);
+        name = dgrad_algo_name(dgrad_);
+        break;
+      case Pass::BackwardWeight:
+        wgrad_ = static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo);
+        name = wgrad_algo_name(wgrad_);
+        break;
     }
-    math_used_ = m;
+    // ", FP32-inexact skipped: WINOGRAD_NONFUSED 61.2 us" when collect() passed any over.
+    desc_ = fmt::format("cudnn {} ({}){}", name, math_name(a.math),
+                        skipped_.empty() ? "" : "; FP32-inexact skipped: " + skipped_);
   }
 
+ private:
   void find_algo(const LibArgs& f, cudnnMathType_t math, Precision p) {
     auto& im = im_;
     int n = 0;
@@ -411,13 +428,8 @@ class CudnnConv final : public LibOp {
         cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
         CNN_DNN(cudnnFindConvolutionForwardAlgorithmEx, im.dnn_handle, x_.d, f.a, w_.d, f.b, conv_,
                 y_.d, f.out, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf, ws_, kCudnnWorkspaceBytes);
-        const auto& best = pick(perf, n, "cudnnFindConvolutionForwardAlgorithmEx", p,
-                                CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD,
-                                CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED);
-        fwd_ = best.algo;
-        adopt_math(best, math, p);
-        desc_ = fmt::format("cudnn {} ({}){}", fwd_algo_name(fwd_), math_name(math_used_),
-                            skipped_note());
+        collect(perf, n, "cudnnFindConvolutionForwardAlgorithmEx", p, math,
+                CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD, CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED);
         break;
       }
       case Pass::BackwardData: {
@@ -425,13 +437,9 @@ class CudnnConv final : public LibOp {
         CNN_DNN(cudnnFindConvolutionBackwardDataAlgorithmEx, im.dnn_handle, w_.d, f.b, y_.d, f.a,
                 conv_, x_.d, f.out, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf, ws_,
                 kCudnnWorkspaceBytes);
-        const auto& best = pick(perf, n, "cudnnFindConvolutionBackwardDataAlgorithmEx", p,
-                                CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD,
-                                CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED);
-        dgrad_ = best.algo;
-        adopt_math(best, math, p);
-        desc_ = fmt::format("cudnn {} ({}){}", dgrad_algo_name(dgrad_), math_name(math_used_),
-                            skipped_note());
+        collect(perf, n, "cudnnFindConvolutionBackwardDataAlgorithmEx", p, math,
+                CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD,
+                CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED);
         break;
       }
       case Pass::BackwardWeight: {
@@ -439,15 +447,12 @@ class CudnnConv final : public LibOp {
         CNN_DNN(cudnnFindConvolutionBackwardFilterAlgorithmEx, im.dnn_handle, x_.d, f.a, y_.d, f.b,
                 conv_, w_.d, f.out, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf, ws_,
                 kCudnnWorkspaceBytes);
-        const auto& best = pick(perf, n, "cudnnFindConvolutionBackwardFilterAlgorithmEx", p,
-                                -1, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED);
-        wgrad_ = best.algo;
-        adopt_math(best, math, p);
-        desc_ = fmt::format("cudnn {} ({}){}", wgrad_algo_name(wgrad_), math_name(math_used_),
-                            skipped_note());
+        collect(perf, n, "cudnnFindConvolutionBackwardFilterAlgorithmEx", p, math, -1,
+                CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED);
         break;
       }
     }
+    use_algo(0);
   }
 
   Library::Impl& im_;
@@ -460,9 +465,9 @@ class CudnnConv final : public LibOp {
   cudnnConvolutionFwdAlgo_t fwd_{};
   cudnnConvolutionBwdDataAlgo_t dgrad_{};
   cudnnConvolutionBwdFilterAlgo_t wgrad_{};
-  cudnnMathType_t math_used_ = CUDNN_DEFAULT_MATH;
+  std::vector<Algo> algos_;  // what use_algo() chooses from
   std::string desc_;
-  std::string skipped_;  // algorithms pick() passed over, with Find's times
+  std::string skipped_;  // algorithms collect() passed over, with Find's times
 };
 
 // Row-major (as our kernels) in cuBLAS's column-major terms: a row-major (r x c) matrix is the

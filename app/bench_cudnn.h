@@ -36,6 +36,12 @@ class LibOp {
   virtual ~LibOp() = default;
   virtual void run(const LibArgs& args) = 0;  // enqueues once on the library's stream
   virtual std::string describe() const = 0;   // "cudnn IMPLICIT_PRECOMP_GEMM (fma)"
+  // A call with several algorithms (cuDNN's convolutions) offers them all, so that the bench
+  // checks and times each its own way and keeps the fastest correct one: cudnnFind's one-shot
+  // timings once put an algorithm 1.7x slower than the best first. use_algo(i) switches run()
+  // and describe() to algorithm i (0: the one Find ranked first).
+  virtual int algo_count() const { return 1; }
+  virtual void use_algo(int /*i*/) {}
 };
 
 class Library {
@@ -52,9 +58,9 @@ class Library {
   std::string cudnn_status() const;  // "cuDNN 9.19.0 (libcudnn.so.9)" or why it is missing
   std::string cublas_status() const;
 
-  // Each throws cnn::Error naming the library call and its status on failure. The conv's
-  // algorithm is the fastest that cudnnFind*AlgorithmEx reports on `find` (buffers of the right
-  // sizes; their output is overwritten). Math: FP32 = CUDNN_FMA_MATH / CUBLAS_DEFAULT_MATH (no
+  // Each throws cnn::Error naming the library call and its status on failure. The conv offers
+  // every algorithm that cudnnFind*AlgorithmEx runs successfully on `find` (buffers of the right
+  // sizes; their output is overwritten), starting on the one Find ranks first. Math: FP32 = CUDNN_FMA_MATH / CUBLAS_DEFAULT_MATH (no
   // tensor cores, as PyTorch with allow_tf32 off); TF32 = CUDNN_DEFAULT_MATH (TF32 allowed, as
   // PyTorch with allow_tf32 on) / CUBLAS_TF32_TENSOR_OP_MATH.
   std::unique_ptr<LibOp> conv(const Conv2dShape& s, Pass pass, Precision p, const LibArgs& find);
