@@ -20,14 +20,13 @@ class ParamOptimizer {
   void step(double lr);
   // The same update with the learning rate and Adam's 1-based step number read from memory of
   // the network's device (*d_lr, *d_update) when it runs, so that a captured CUDA graph replays
-  // it every step. Does not advance steps_taken(): the caller keeps the count (its device
-  // counter). Syncs the host only when clipping (see syncs_host()).
+  // it every step. The caller keeps the step count (its device counter); the host count that
+  // step() advances is left as it was. Syncs the host only when clipping (see syncs_host()).
   void step_from(const float* d_lr, const int64_t* d_update);
   // True when a step reads the gradient norm back to the host (clip_grad_norm > 0): such a step
   // cannot be captured into a CUDA graph.
   bool syncs_host() const { return opt_.clip_grad_norm > 0; }
 
-  int64_t steps_taken() const { return steps_; }
   // Optimizer state as named tensors for checkpoints ("optimizer.momentum", "optimizer.adam_m",
   // "optimizer.adam_v"), and the reverse.
   std::vector<std::pair<std::string, std::vector<float>>> state_to_host() const;
