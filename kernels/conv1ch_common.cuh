@@ -23,9 +23,11 @@ __device__ __forceinline__ float relu_keep_nan(float v) {
 
 // Fills s_x, rows x is floats (row stride is), with the window of img (h x w) whose top-left
 // element is (iy0, ix0): zero where it hangs over the padding or past the image. The whole block
-// takes part; the caller synchronizes.
+// takes part; the caller synchronizes. Unrolled so that a thread's next loads are issued before
+// its earlier ones land (a tile is ~5 elements per thread of a 224-thread block).
 __device__ __forceinline__ void load_input_tile(const float* img, int h, int w, int iy0, int ix0,
                                                 int rows, int is, float* s_x) {
+#pragma unroll 4
   for (int i = threadIdx.x; i < rows * is; i += blockDim.x) {
     const int r = i / is, c = i - r * is;
     const int iy = iy0 + r, ix = ix0 + c;

@@ -65,13 +65,43 @@ struct Params {
   int nchunks;  // weight gradient: ceil(n / images per block)
 };
 
-// Fills the shared input tile of image n for the pooled tile starting at (py0, px0), shifted
-// `shift` columns right: rows x is floats, zero where the conv window hangs over the padding
-// (or past the image).
-__device__ __forceinline__ void load_tile(const Params& p, int n, int py0, int px0, int shift,
-                                          float* s_x) {
+// Fills the shared input tile of image n for the pooled tile starting at (py0, px0): rows x is
+// floats, zero where the conv window hangs over the padding (or past the image).
+__device__ __forceinline__ void load_tile(const Params& p, int n, int py0, int px0, float* s_x) {
   conv1ch::load_input_tile(p.x + static_cast<int64_t>(n) * p.h * p.w_, p.h, p.w_, 2 * py0 - p.pad_h,
-                           2 * px0 - p.pad_w + shift, p.t.rows, p.t.is, s_x);
+                           2 * px0 - p.pad_w, p.t.rows, p.t.is, s_x);
+}
+
+// The weight gradient's tiles, all in one pass: for images n0 .. n0 + kSlots - 1 the tile as
+// load_tile fills it (copy 0, at s_x + 2 * slot * tf) and the same tile shifted one column right
+// (copy 1, at s_x + (2 * slot + 1) * tf); slots past the batch are zero. Each thread issues its
+// 2 * kSlots loads of an element before storing any, so the fill waits on one memory latency
+// instead of 2 * kSlots in a row (as separate load_tile calls did: ~0.7 us each on the H200).
+template <int kSlots>
+__device__ __forceinline__ void load_wgrad_tiles(const Params& p, int n0, int py0, int px0,
+                                                 float* s_x) {
+  const int tf = p.t.tile_floats();
+  const int iy0 = 2 * py0 - p.pad_h, ix0 = 2 * px0 - p.pad_w;
+  for (int i = threadIdx.x; i < tf; i += blockDim.x) {
+    const int r = i / p.t.is, c = i - r * p.t.is;
+    const int iy = iy0 + r, ix = ix0 + c;
+    const bool row_in = iy >= 0 && iy < p.h;
+    const bool in0 = row_in && ix >= 0 && ix < p.w_;
+    const bool in1 = row_in && ix + 1 >= 0 && ix + 1 < p.w_;
+    float v0[kSlots], v1[kSlots];
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+      const bool live = n0 + s < p.n;
+      const int64_t off = (static_cast<int64_t>(n0 + s) * p.h + iy) * p.w_ + ix;
+      v0[s] = (live && in0) ? __ldg(p.x + off) : 0.f;
+      v1[s] = (live && in1) ? __ldg(p.x + off + 1) : 0.f;
+    }
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+      s_x[(2 * s) * tf + i] = v0[s];
+      s_x[(2 * s + 1) * tf + i] = v1[s];
+    }
+  }
 }
 
 // Loads K + 1 consecutive floats (K odd) from an 8-byte aligned shared address.
@@ -117,7 +147,7 @@ __global__ void __launch_bounds__(kMaxTile) crp_forward(const Params p) {
     const int oc = oc0 + threadIdx.x;
     s_b[threadIdx.x] = (p.b && oc < p.oc) ? __ldg(p.b + oc) : 0.f;
   }
-  load_tile(p, n, py0, px0, 0, s_x);
+  load_tile(p, n, py0, px0, s_x);
   __syncthreads();
 
   const int ly = threadIdx.x / p.t.tpw, lx = threadIdx.x - ly * p.t.tpw;
@@ -244,10 +274,7 @@ __global__ void __launch_bounds__(kWgradGroup * 32 * kSlots, 1) crp_wgrad(const 
   };
   Item next = fetch(ly_lane);  // in flight while the tiles load
 
-  for (int i = 0; i < nbl; ++i) {
-    load_tile(p, n0 + i, py0, px0, 0, s_x + (2 * i) * tf);
-    load_tile(p, n0 + i, py0, px0, 1, s_x + (2 * i + 1) * tf);
-  }
+  load_wgrad_tiles<kSlots>(p, n0, py0, px0, s_x);
   __syncthreads();
 
   float acc[VP];
