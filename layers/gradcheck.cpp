@@ -113,34 +113,6 @@ GradcheckResult compare(const std::string& title, const RefNetwork& ref, Problem
   return r;
 }
 
-LayerSpec spec(LayerKind k, const std::string& name) {
-  LayerSpec s;
-  s.kind = k;
-  s.name = name;
-  return s;
-}
-LayerSpec conv(const std::string& name, int oc, int kh, int kw, int stride, int pad) {
-  LayerSpec s = spec(LayerKind::Conv2d, name);
-  s.out_channels = oc;
-  s.kernel_h = kh;
-  s.kernel_w = kw;
-  s.stride_h = s.stride_w = stride;
-  s.pad_h = s.pad_w = pad;
-  return s;
-}
-LayerSpec pool(const std::string& name, int k, int stride, int pad) {
-  LayerSpec s = spec(LayerKind::MaxPool2d, name);
-  s.kernel_h = s.kernel_w = k;
-  s.stride_h = s.stride_w = stride;
-  s.pad_h = s.pad_w = pad;
-  return s;
-}
-LayerSpec linear(const std::string& name, int out) {
-  LayerSpec s = spec(LayerKind::Linear, name);
-  s.out_features = out;
-  return s;
-}
-
 }  // namespace
 
 GradcheckResult gradcheck_reference(const std::vector<LayerSpec>& specs, const Shape& input_chw,
@@ -183,37 +155,39 @@ GradcheckResult gradcheck_network(const std::vector<LayerSpec>& specs, const Sha
 std::vector<GradcheckCase> gradcheck_layer_cases() {
   const auto wrap = [](std::string title, std::vector<LayerSpec> body, Shape chw) {
     std::vector<LayerSpec> s;
-    if (chw.size() == 3) s.push_back(conv("prefix", int(chw[0]), 1, 1, 1, 0));
+    if (chw.size() == 3) s.push_back(conv2d_spec("prefix", int(chw[0]), 1, 1, 1, 0));
     for (auto& b : body) s.push_back(b);
-    if (chw.size() == 3) s.push_back(spec(LayerKind::Flatten, "flatten"));
-    s.push_back(linear("head", 5));
-    s.push_back(spec(LayerKind::SoftmaxCrossEntropy, "loss"));
+    if (chw.size() == 3) s.push_back(layer_spec(LayerKind::Flatten, "flatten"));
+    s.push_back(linear_spec("head", 5));
+    s.push_back(layer_spec(LayerKind::SoftmaxCrossEntropy, "loss"));
     return GradcheckCase{std::move(title), std::move(s), std::move(chw)};
   };
-  LayerSpec rect = conv("conv", 4, 3, 5, 1, 1);
+  LayerSpec rect = conv2d_spec("conv", 4, 3, 5, 1, 1);
   rect.stride_w = 2;
-  LayerSpec nobias = conv("conv", 3, 3, 3, 1, 0);
+  LayerSpec nobias = conv2d_spec("conv", 3, 3, 3, 1, 0);
   nobias.bias = false;
-  LayerSpec fc = linear("fc", 7);
+  LayerSpec fc = linear_spec("fc", 7);
   return {
-      wrap("conv2d 3x3 stride 1 pad 1", {conv("conv", 4, 3, 3, 1, 1)}, {3, 7, 6}),
-      wrap("conv2d 5x5 stride 2 pad 2", {conv("conv", 3, 5, 5, 2, 2)}, {2, 9, 8}),
+      wrap("conv2d 3x3 stride 1 pad 1", {conv2d_spec("conv", 4, 3, 3, 1, 1)}, {3, 7, 6}),
+      wrap("conv2d 5x5 stride 2 pad 2", {conv2d_spec("conv", 3, 5, 5, 2, 2)}, {2, 9, 8}),
       wrap("conv2d 3x5 stride 1x2 pad 1", {rect}, {2, 6, 9}),
       wrap("conv2d 1x1 no bias pad 0", {nobias}, {3, 5, 5}),
-      wrap("maxpool2d 2x2", {pool("pool", 2, 2, 0)}, {2, 6, 8}),
-      wrap("maxpool2d 3x3 stride 2 pad 1", {pool("pool", 3, 2, 1)}, {2, 7, 7}),
-      wrap("relu", {spec(LayerKind::Relu, "relu")}, {2, 4, 5}),
+      wrap("maxpool2d 2x2", {maxpool2d_spec("pool", 2, 2, 0)}, {2, 6, 8}),
+      wrap("maxpool2d 3x3 stride 2 pad 1", {maxpool2d_spec("pool", 3, 2, 1)}, {2, 7, 7}),
+      wrap("relu", {layer_spec(LayerKind::Relu, "relu")}, {2, 4, 5}),
       wrap("flatten + linear", {}, {2, 3, 4}),
-      wrap("linear + relu", {fc, spec(LayerKind::Relu, "relu")}, {11}),
+      wrap("linear + relu", {fc, layer_spec(LayerKind::Relu, "relu")}, {11}),
   };
 }
 
 GradcheckCase gradcheck_small_network_case() {
   return {"conv-relu-pool-conv-relu-pool-linear-relu-linear-softmax",
-          {conv("conv1", 4, 3, 3, 1, 1), spec(LayerKind::Relu, "relu1"), pool("pool1", 2, 2, 0),
-           conv("conv2", 6, 3, 3, 1, 1), spec(LayerKind::Relu, "relu2"), pool("pool2", 2, 2, 0),
-           spec(LayerKind::Flatten, "flatten"), linear("fc1", 16), spec(LayerKind::Relu, "relu3"),
-           linear("fc2", 10), spec(LayerKind::SoftmaxCrossEntropy, "loss")},
+          {conv2d_spec("conv1", 4, 3, 3, 1, 1), layer_spec(LayerKind::Relu, "relu1"),
+           maxpool2d_spec("pool1", 2, 2, 0), conv2d_spec("conv2", 6, 3, 3, 1, 1),
+           layer_spec(LayerKind::Relu, "relu2"), maxpool2d_spec("pool2", 2, 2, 0),
+           layer_spec(LayerKind::Flatten, "flatten"), linear_spec("fc1", 16),
+           layer_spec(LayerKind::Relu, "relu3"), linear_spec("fc2", 10),
+           layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")},
           {1, 12, 12}};
 }
 

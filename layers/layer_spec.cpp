@@ -11,6 +11,38 @@
 
 namespace cnn {
 
+LayerSpec layer_spec(LayerKind kind, const std::string& name) {
+  LayerSpec s;
+  s.kind = kind;
+  s.name = name;
+  return s;
+}
+
+LayerSpec conv2d_spec(const std::string& name, int out_channels, int kh, int kw, int stride,
+                      int pad) {
+  LayerSpec s = layer_spec(LayerKind::Conv2d, name);
+  s.out_channels = out_channels;
+  s.kernel_h = kh;
+  s.kernel_w = kw;
+  s.stride_h = s.stride_w = stride;
+  s.pad_h = s.pad_w = pad;
+  return s;
+}
+
+LayerSpec maxpool2d_spec(const std::string& name, int kernel, int stride, int pad) {
+  LayerSpec s = layer_spec(LayerKind::MaxPool2d, name);
+  s.kernel_h = s.kernel_w = kernel;
+  s.stride_h = s.stride_w = stride;
+  s.pad_h = s.pad_w = pad;
+  return s;
+}
+
+LayerSpec linear_spec(const std::string& name, int out_features) {
+  LayerSpec s = layer_spec(LayerKind::Linear, name);
+  s.out_features = out_features;
+  return s;
+}
+
 const char* layer_kind_name(LayerKind k) {
   switch (k) {
     case LayerKind::Conv2d:

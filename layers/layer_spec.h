@@ -30,6 +30,14 @@ struct LayerSpec {
   int line = 0;  // line of this layer in the config, for error messages
 };
 
+// Specs for a network written in code rather than read from a config (the gradient checks, the
+// bench's built-in reference network, tests). Square kernels where one size is given.
+LayerSpec layer_spec(LayerKind kind, const std::string& name);  // relu, flatten, loss, ...
+LayerSpec conv2d_spec(const std::string& name, int out_channels, int kh, int kw, int stride,
+                      int pad);
+LayerSpec maxpool2d_spec(const std::string& name, int kernel, int stride, int pad = 0);
+LayerSpec linear_spec(const std::string& name, int out_features);
+
 // Output shape (N, ...) of a layer for the given input shape. Throws naming the layer (and its
 // config line when known) and what was expected, e.g. a linear layer after an unflattened input.
 Shape layer_output_shape(const LayerSpec& spec, const Shape& in);

@@ -304,64 +304,19 @@ TEST(GpuConvReluPool, NonPositiveWindowsAndNaN) {
 
 namespace {
 
-LayerSpec layer(LayerKind k, const std::string& name, int a = 0, int kernel = 0, int pad = 0) {
-  LayerSpec s;
-  s.kind = k;
-  s.name = name;
-  if (k == LayerKind::Conv2d) s.out_channels = a;
-  if (k == LayerKind::Linear) s.out_features = a;
-  s.kernel_h = s.kernel_w = kernel;
-  if (k == LayerKind::MaxPool2d) s.stride_h = s.stride_w = kernel;
-  s.pad_h = s.pad_w = pad;
-  return s;
-}
-
 // configs/mnist.yaml's network.
 std::vector<LayerSpec> mnist_specs() {
-  using K = LayerKind;
-  return {layer(K::Conv2d, "conv1", 32, 5, 2),
-          layer(K::Relu, "relu1"),
-          layer(K::MaxPool2d, "pool1", 0, 2),
-          layer(K::Conv2d, "conv2", 64, 5, 2),
-          layer(K::Relu, "relu2"),
-          layer(K::MaxPool2d, "pool2", 0, 2),
-          layer(K::Flatten, "flatten"),
-          layer(K::Linear, "fc1", 1024),
-          layer(K::Relu, "relu3"),
-          layer(K::Linear, "fc2", 10),
-          layer(K::SoftmaxCrossEntropy, "loss")};
-}
-
-struct NetRun {
-  std::vector<float> logits, loss, grads;
-  bool fused = false;
-};
-
-NetRun run_net(const std::vector<LayerSpec>& specs, const Shape& chw, const Exec& ex,
-               PoolFusion fusion, int n, uint64_t seed) {
-  NetworkOptions o;
-  o.max_batch = n + 3;  // a partial batch
-  o.seed = seed;
-  o.fuse_pool = fusion;
-  Network net(specs, chw, o, ex);
-  NetRun r;
-  r.fused = !net.fusion_notes().empty();
-  const size_t per_image = size_t(shape_numel(chw));
-  const auto x = test::random_vector(size_t(n) * per_image, seed + 1);
-  const auto labels = test::random_labels(size_t(n), net.num_classes(), seed + 2);
-  Buffer<float> d_x(x.size(), ex.device);
-  d_x.copy_from(x.data(), Device::CPU, x.size());
-  Buffer<int32_t> d_labels(labels.size(), ex.device);
-  d_labels.copy_from(labels.data(), Device::CPU, labels.size());
-  net.forward_backward(n, d_x.data(), d_labels.data(), 1.0f / float(n));
-  stream_sync(ex.device, ex.stream);
-  const size_t classes = size_t(net.num_classes());
-  r.logits.resize(size_t(n) * classes);
-  raw_copy(r.logits.data(), Device::CPU, net.logits(), ex.device, r.logits.size() * sizeof(float));
-  r.loss.resize(size_t(n));
-  raw_copy(r.loss.data(), Device::CPU, net.loss_rows(), ex.device, r.loss.size() * sizeof(float));
-  r.grads = net.grads_to_host();
-  return r;
+  return {conv2d_spec("conv1", 32, 5, 5, 1, 2),
+          layer_spec(LayerKind::Relu, "relu1"),
+          maxpool2d_spec("pool1", 2, 2),
+          conv2d_spec("conv2", 64, 5, 5, 1, 2),
+          layer_spec(LayerKind::Relu, "relu2"),
+          maxpool2d_spec("pool2", 2, 2),
+          layer_spec(LayerKind::Flatten, "flatten"),
+          linear_spec("fc1", 1024),
+          layer_spec(LayerKind::Relu, "relu3"),
+          linear_spec("fc2", 10),
+          layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
 }
 
 }  // namespace
@@ -379,12 +334,13 @@ TEST(GpuConvReluPool, NetworkFusedMatchesUnfused) {
   const std::vector<LayerSpec> specs = mnist_specs();
   const Shape chw = {1, 28, 28};
   const int n = 9;
-  const NetRun cpu = run_net(specs, chw, Exec{}, PoolFusion::Off, n, seed);
+  const test::NetworkRun cpu = test::run_network_once(specs, chw, Exec{}, PoolFusion::Off, n, seed);
   for (bool det : {false, true}) {
     SCOPED_TRACE(det ? "deterministic" : "atomic");
     const Exec ex = cuda_exec(det);
-    const NetRun fused = run_net(specs, chw, ex, PoolFusion::Auto, n, seed);
-    const NetRun plain = run_net(specs, chw, ex, PoolFusion::Off, n, seed);
+    const test::NetworkRun fused =
+        test::run_network_once(specs, chw, ex, PoolFusion::Auto, n, seed);
+    const test::NetworkRun plain = test::run_network_once(specs, chw, ex, PoolFusion::Off, n, seed);
     EXPECT_TRUE(fused.fused);
     EXPECT_FALSE(plain.fused);
     EXPECT_TRUE(same_bits(fused.logits, plain.logits));
@@ -411,17 +367,14 @@ TEST(GpuConvReluPool, EnvironmentSwitch) {
   const std::vector<LayerSpec> specs = mnist_specs();
   NetworkOptions o;
   o.max_batch = 2;
-  const char* old = std::getenv("CNN_FUSE_POOL");
-  const std::string keep = old ? old : "";
-  setenv("CNN_FUSE_POOL", "0", 1);
-  Network off(specs, {1, 28, 28}, o, cuda_exec(false));
-  if (old)
-    setenv("CNN_FUSE_POOL", keep.c_str(), 1);
-  else
-    unsetenv("CNN_FUSE_POOL");
-  EXPECT_TRUE(off.fusion_notes().empty());
-  EXPECT_FALSE(off.layers()[0]->fused_pool());
-  if (!old) {
+  const bool preset = std::getenv("CNN_FUSE_POOL") != nullptr;
+  {
+    test::ScopedEnv env("CNN_FUSE_POOL", "0");
+    Network off(specs, {1, 28, 28}, o, cuda_exec(false));
+    EXPECT_TRUE(off.fusion_notes().empty());
+    EXPECT_FALSE(off.layers()[0]->fused_pool());
+  }
+  if (!preset) {
     Network on(specs, {1, 28, 28}, o, cuda_exec(false));
     EXPECT_EQ(on.fusion_notes().size(), 1u);
   }

@@ -28,95 +28,23 @@ Conv2dShape shape(int n, int oc, int h, int w, int k, int pad) {
   return s;
 }
 
-LayerSpec spec(LayerKind k, const std::string& name) {
-  LayerSpec s;
-  s.kind = k;
-  s.name = name;
-  return s;
-}
-LayerSpec conv(const std::string& name, int oc, int k, int pad) {
-  LayerSpec s = spec(LayerKind::Conv2d, name);
-  s.out_channels = oc;
-  s.kernel_h = s.kernel_w = k;
-  s.pad_h = s.pad_w = pad;
-  return s;
-}
-LayerSpec pool(const std::string& name, int k, int stride) {
-  LayerSpec s = spec(LayerKind::MaxPool2d, name);
-  s.kernel_h = s.kernel_w = k;
-  s.stride_h = s.stride_w = stride;
-  return s;
-}
-LayerSpec linear(const std::string& name, int out) {
-  LayerSpec s = spec(LayerKind::Linear, name);
-  s.out_features = out;
-  return s;
-}
-
 // The reference network's layout, narrower: conv(1->c1, k) relu pool conv relu pool flatten fc
 // relu fc loss.
 std::vector<LayerSpec> small_net(int k, int pad, Algo algo) {
-  std::vector<LayerSpec> v = {conv("conv1", 6, k, pad),
-                              spec(LayerKind::Relu, "relu1"),
-                              pool("pool1", 2, 2),
-                              conv("conv2", 4, 3, 1),
-                              spec(LayerKind::Relu, "relu2"),
-                              pool("pool2", 2, 2),
-                              spec(LayerKind::Flatten, "flatten"),
-                              linear("fc1", 12),
-                              spec(LayerKind::Relu, "relu3"),
-                              linear("fc2", 10),
-                              spec(LayerKind::SoftmaxCrossEntropy, "loss")};
+  std::vector<LayerSpec> v = {conv2d_spec("conv1", 6, k, k, 1, pad),
+                              layer_spec(LayerKind::Relu, "relu1"),
+                              maxpool2d_spec("pool1", 2, 2),
+                              conv2d_spec("conv2", 4, 3, 3, 1, 1),
+                              layer_spec(LayerKind::Relu, "relu2"),
+                              maxpool2d_spec("pool2", 2, 2),
+                              layer_spec(LayerKind::Flatten, "flatten"),
+                              linear_spec("fc1", 12),
+                              layer_spec(LayerKind::Relu, "relu3"),
+                              linear_spec("fc2", 10),
+                              layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
   for (auto& s : v) s.algo = algo;
   return v;
 }
-
-struct Outputs {
-  std::vector<float> logits, loss, grads;
-};
-
-Outputs run(const std::vector<LayerSpec>& specs, const Shape& chw, PoolFusion fusion, int n,
-            uint64_t seed, bool* fused) {
-  NetworkOptions o;
-  o.max_batch = n + 2;  // a partial batch
-  o.seed = seed;
-  o.fuse_pool = fusion;
-  Network net(specs, chw, o, Exec{});
-  *fused = !net.fusion_notes().empty();
-  const auto x = test::random_vector(size_t(n) * size_t(shape_numel(chw)), seed + 1);
-  const auto labels = test::random_labels(size_t(n), net.num_classes(), seed + 2);
-  net.forward_backward(n, x.data(), labels.data(), 1.0f / float(n));
-  Outputs out;
-  out.logits.assign(net.logits(), net.logits() + size_t(n) * net.num_classes());
-  out.loss.assign(net.loss_rows(), net.loss_rows() + n);
-  out.grads = net.grads_to_host();
-  return out;
-}
-
-// Sets (value null: unsets) an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_, old_.c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
-};
 
 }  // namespace
 
@@ -175,16 +103,17 @@ TEST(ConvReluPool, CpuTwinTiesGoToTheFirstElement) {
 // PoolFusion::On on the CPU runs the CPU twin, which composes the reference kernels that the
 // unfused network runs with algo naive: every output bit for bit equal.
 TEST(ConvReluPool, CpuNetworkFusedEqualsUnfusedExactly) {
-  ScopedEnv no_switch("CNN_FUSE_POOL", nullptr);
+  test::ScopedEnv no_switch("CNN_FUSE_POOL", nullptr);
   for (int k : {3, 5}) {
     const uint64_t seed = test::fresh_seed();
     SCOPED_TRACE("k " + std::to_string(k) + " seed " + std::to_string(seed));
     const auto specs = small_net(k, k / 2, Algo::Naive);
-    bool fused = false, unfused = true;
-    const Outputs a = run(specs, {1, 12, 8}, PoolFusion::On, 5, seed, &fused);
-    const Outputs b = run(specs, {1, 12, 8}, PoolFusion::Off, 5, seed, &unfused);
-    EXPECT_TRUE(fused);
-    EXPECT_FALSE(unfused);
+    const test::NetworkRun a =
+        test::run_network_once(specs, {1, 12, 8}, Exec{}, PoolFusion::On, 5, seed);
+    const test::NetworkRun b =
+        test::run_network_once(specs, {1, 12, 8}, Exec{}, PoolFusion::Off, 5, seed);
+    EXPECT_TRUE(a.fused);
+    EXPECT_FALSE(b.fused);
     EXPECT_EQ(a.logits, b.logits);
     EXPECT_EQ(a.loss, b.loss);
     EXPECT_EQ(a.grads, b.grads);
@@ -192,7 +121,7 @@ TEST(ConvReluPool, CpuNetworkFusedEqualsUnfusedExactly) {
 }
 
 TEST(ConvReluPool, NetworkFusesOnlyWhereItApplies) {
-  ScopedEnv no_switch("CNN_FUSE_POOL", nullptr);
+  test::ScopedEnv no_switch("CNN_FUSE_POOL", nullptr);
   NetworkOptions o;
   o.max_batch = 2;
   o.fuse_pool = PoolFusion::On;
@@ -209,7 +138,7 @@ TEST(ConvReluPool, NetworkFusesOnlyWhereItApplies) {
     EXPECT_TRUE(net.fusion_notes().empty());
   }
   {  // The switch.
-    ScopedEnv env("CNN_FUSE_POOL", "0");
+    test::ScopedEnv env("CNN_FUSE_POOL", "0");
     Network net(small_net(5, 2, Algo::Auto), {1, 12, 8}, o, Exec{});
     EXPECT_TRUE(net.fusion_notes().empty());
   }

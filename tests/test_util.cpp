@@ -10,6 +10,8 @@
 #include <random>
 #include <sstream>
 
+#include "kernels/memory.h"
+
 namespace cnn::test {
 
 std::string source_dir() {
@@ -121,6 +123,49 @@ bool gpu_present() {
     ADD_FAILURE() << "CNN_REQUIRE_GPU=1 but no CUDA device is usable";
   }
   return false;
+}
+
+ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {
+  if (const char* old = std::getenv(name)) {
+    had_ = true;
+    old_ = old;
+  }
+  if (value)
+    setenv(name, value, 1);
+  else
+    unsetenv(name);
+}
+
+ScopedEnv::~ScopedEnv() {
+  if (had_)
+    setenv(name_.c_str(), old_.c_str(), 1);
+  else
+    unsetenv(name_.c_str());
+}
+
+NetworkRun run_network_once(const std::vector<LayerSpec>& specs, const Shape& chw,
+                            const Exec& ex, PoolFusion fusion, int n, uint64_t seed) {
+  NetworkOptions o;
+  o.max_batch = n + 2;  // a partial batch
+  o.seed = seed;
+  o.fuse_pool = fusion;
+  Network net(specs, chw, o, ex);
+  NetworkRun r;
+  r.fused = !net.fusion_notes().empty();
+  const auto x = random_vector(size_t(n) * size_t(shape_numel(chw)), seed + 1);
+  const auto labels = random_labels(size_t(n), net.num_classes(), seed + 2);
+  Buffer<float> d_x(x.size(), ex.device);
+  d_x.copy_from(x.data(), Device::CPU, x.size());
+  Buffer<int32_t> d_labels(labels.size(), ex.device);
+  d_labels.copy_from(labels.data(), Device::CPU, labels.size());
+  net.forward_backward(n, d_x.data(), d_labels.data(), 1.0f / float(n));
+  stream_sync(ex.device, ex.stream);
+  r.logits.resize(size_t(n) * size_t(net.num_classes()));
+  raw_copy(r.logits.data(), Device::CPU, net.logits(), ex.device, r.logits.size() * sizeof(float));
+  r.loss.resize(size_t(n));
+  raw_copy(r.loss.data(), Device::CPU, net.loss_rows(), ex.device, r.loss.size() * sizeof(float));
+  r.grads = net.grads_to_host();
+  return r;
 }
 
 }  // namespace cnn::test

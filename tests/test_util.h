@@ -9,7 +9,10 @@
 
 #include "data/dataset.h"
 #include "kernels/device.h"
+#include "kernels/exec.h"
 #include "kernels/tensor.h"
+#include "layers/layer_spec.h"
+#include "layers/network.h"
 
 namespace cnn::test {
 
@@ -49,6 +52,29 @@ std::string slurp(const std::filesystem::path& p);
 inline bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
+
+// Sets (value null: unsets) an environment variable for one scope, then restores what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
+// One forward + backward of a Network built from specs on ex's device (max_batch n + 2, so the
+// batch is a partial one) over n seeded random images and labels: logits, per-row losses and all
+// gradients on the host, and whether the Network fused a conv-relu-pool.
+struct NetworkRun {
+  std::vector<float> logits, loss, grads;
+  bool fused = false;
+};
+NetworkRun run_network_once(const std::vector<LayerSpec>& specs, const Shape& chw,
+                            const Exec& ex, PoolFusion fusion, int n, uint64_t seed);
 
 // True when a CUDA device is present. With CNN_REQUIRE_GPU=1 (set by scripts/gpu_check.sh on the
 // GPU machine) a missing device is a failure instead of a skip.
