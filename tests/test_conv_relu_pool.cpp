@@ -158,13 +158,13 @@ TEST(ConvReluPool, NetworkFusesOnlyWhereItApplies) {
     Network two(small_net(5, 2, Algo::Auto), {2, 12, 8}, o, Exec{});
     EXPECT_TRUE(two.fusion_notes().empty());
     auto specs = small_net(5, 2, Algo::Auto);
-    specs[2] = pool("pool1", 3, 2);
+    specs[2] = maxpool2d_spec("pool1", 3, 2);
     Network p3(specs, {1, 12, 8}, o, Exec{});
     EXPECT_TRUE(p3.fusion_notes().empty());
   }
   {  // Not the first layer (its input gradient would be needed): apart.
     auto specs = small_net(5, 2, Algo::Auto);
-    specs.insert(specs.begin(), conv("conv0", 1, 1, 0));
+    specs.insert(specs.begin(), conv2d_spec("conv0", 1, 1, 1, 1, 0));
     Network net(specs, {1, 12, 8}, o, Exec{});
     EXPECT_TRUE(net.fusion_notes().empty());
   }
