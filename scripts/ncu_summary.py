@@ -46,8 +46,6 @@ def main(path):
             d["stalls"][m.group(1)] = v
         elif metric in WANTED:
             d[WANTED[metric]] = v
-        elif metric.startswith("FMA") or "Pipe" in metric and "Utilization" in metric:
-            d.setdefault("pipes", {})[metric] = v
     cols = list(WANTED.values())
     print("| kernel | grid | block | " + " | ".join(cols) + " | top stalls (cycles per issue) |")
     print("|---|---|---|" + "---:|" * len(cols) + "---|")
