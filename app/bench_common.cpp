@@ -17,17 +17,7 @@ NetDesc reference_net() {
   NetDesc n;
   n.source = "built-in reference network (configs/mnist.yaml)";
   n.input_chw = {1, 28, 28};
-  n.specs = {conv2d_spec("conv1", 32, 5, 5, 1, 2),
-             layer_spec(LayerKind::Relu, "relu1"),
-             maxpool2d_spec("pool1", 2, 2),
-             conv2d_spec("conv2", 64, 5, 5, 1, 2),
-             layer_spec(LayerKind::Relu, "relu2"),
-             maxpool2d_spec("pool2", 2, 2),
-             layer_spec(LayerKind::Flatten, "flatten1"),
-             linear_spec("fc1", 1024),
-             layer_spec(LayerKind::Relu, "relu3"),
-             linear_spec("fc2", 10),
-             layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
+  n.specs = conv_net_specs();
   n.optimizer.type = OptimizerType::Sgd;
   n.optimizer.lr = 0.05;
   n.optimizer.momentum = 0.9;

@@ -43,6 +43,20 @@ LayerSpec linear_spec(const std::string& name, int out_features) {
   return s;
 }
 
+std::vector<LayerSpec> conv_net_specs(const ConvNetSizes& z) {
+  return {conv2d_spec("conv1", z.conv1, z.kernel1, z.kernel1, 1, z.pad1),
+          layer_spec(LayerKind::Relu, "relu1"),
+          maxpool2d_spec("pool1", 2, 2),
+          conv2d_spec("conv2", z.conv2, z.kernel2, z.kernel2, 1, z.pad2),
+          layer_spec(LayerKind::Relu, "relu2"),
+          maxpool2d_spec("pool2", 2, 2),
+          layer_spec(LayerKind::Flatten, "flatten1"),
+          linear_spec("fc1", z.fc1),
+          layer_spec(LayerKind::Relu, "relu3"),
+          linear_spec("fc2", z.classes),
+          layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
+}
+
 const char* layer_kind_name(LayerKind k) {
   switch (k) {
     case LayerKind::Conv2d:

@@ -38,6 +38,16 @@ LayerSpec conv2d_spec(const std::string& name, int out_channels, int kh, int kw,
 LayerSpec maxpool2d_spec(const std::string& name, int kernel, int stride, int pad = 0);
 LayerSpec linear_spec(const std::string& name, int out_features);
 
+// conv -> relu -> maxpool 2x2 -> conv -> relu -> maxpool 2x2 -> flatten -> linear -> relu ->
+// linear -> softmax_cross_entropy, named as a config's defaults name them (conv1, relu1, pool1,
+// ..., flatten1, fc1, relu3, fc2, loss). The default sizes are configs/mnist.yaml's network.
+struct ConvNetSizes {
+  int conv1 = 32, kernel1 = 5, pad1 = 2;
+  int conv2 = 64, kernel2 = 5, pad2 = 2;
+  int fc1 = 1024, classes = 10;
+};
+std::vector<LayerSpec> conv_net_specs(const ConvNetSizes& sizes = {});
+
 // Output shape (N, ...) of a layer for the given input shape. Throws naming the layer (and its
 // config line when known) and what was expected, e.g. a linear layer after an unflattened input.
 Shape layer_output_shape(const LayerSpec& spec, const Shape& in);

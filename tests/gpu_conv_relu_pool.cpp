@@ -304,24 +304,10 @@ TEST(GpuConvReluPool, NonPositiveWindowsAndNaN) {
 
 namespace {
 
-// configs/mnist.yaml's network.
-std::vector<LayerSpec> mnist_specs() {
-  return {conv2d_spec("conv1", 32, 5, 5, 1, 2),
-          layer_spec(LayerKind::Relu, "relu1"),
-          maxpool2d_spec("pool1", 2, 2),
-          conv2d_spec("conv2", 64, 5, 5, 1, 2),
-          layer_spec(LayerKind::Relu, "relu2"),
-          maxpool2d_spec("pool2", 2, 2),
-          layer_spec(LayerKind::Flatten, "flatten"),
-          linear_spec("fc1", 1024),
-          layer_spec(LayerKind::Relu, "relu3"),
-          linear_spec("fc2", 10),
-          layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
-}
 
 }  // namespace
 
-// The reference network on the GPU with and without the fusion (the CNN_FUSE_POOL=0 path): the
+// The reference network (configs/mnist.yaml's) on the GPU with and without the fusion (the CNN_FUSE_POOL=0 path): the
 // forward is the same arithmetic (logits and loss bit for bit); conv1's gradients sum in another
 // order (tolerance), the other layers' are bitwise equal when deterministic. Both agree with the
 // CPU network.
@@ -331,7 +317,7 @@ TEST(GpuConvReluPool, NetworkFusedMatchesUnfused) {
     GTEST_SKIP() << "CNN_FUSE_POOL=0 is set";
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  const std::vector<LayerSpec> specs = mnist_specs();
+  const std::vector<LayerSpec> specs = conv_net_specs();
   const Shape chw = {1, 28, 28};
   const int n = 9;
   const test::NetworkRun cpu = test::run_network_once(specs, chw, Exec{}, PoolFusion::Off, n, seed);
@@ -364,7 +350,7 @@ TEST(GpuConvReluPool, NetworkFusedMatchesUnfused) {
 // CNN_FUSE_POOL=0 turns the fusion off on the GPU.
 TEST(GpuConvReluPool, EnvironmentSwitch) {
   CNN_REQUIRE_GPU();
-  const std::vector<LayerSpec> specs = mnist_specs();
+  const std::vector<LayerSpec> specs = conv_net_specs();
   NetworkOptions o;
   o.max_batch = 2;
   const bool preset = std::getenv("CNN_FUSE_POOL") != nullptr;

@@ -28,20 +28,17 @@ Conv2dShape shape(int n, int oc, int h, int w, int k, int pad) {
   return s;
 }
 
-// The reference network's layout, narrower: conv(1->c1, k) relu pool conv relu pool flatten fc
-// relu fc loss.
+// The reference network's layout, narrower, with a k x k first conv.
 std::vector<LayerSpec> small_net(int k, int pad, Algo algo) {
-  std::vector<LayerSpec> v = {conv2d_spec("conv1", 6, k, k, 1, pad),
-                              layer_spec(LayerKind::Relu, "relu1"),
-                              maxpool2d_spec("pool1", 2, 2),
-                              conv2d_spec("conv2", 4, 3, 3, 1, 1),
-                              layer_spec(LayerKind::Relu, "relu2"),
-                              maxpool2d_spec("pool2", 2, 2),
-                              layer_spec(LayerKind::Flatten, "flatten"),
-                              linear_spec("fc1", 12),
-                              layer_spec(LayerKind::Relu, "relu3"),
-                              linear_spec("fc2", 10),
-                              layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
+  ConvNetSizes z;
+  z.conv1 = 6;
+  z.kernel1 = k;
+  z.pad1 = pad;
+  z.conv2 = 4;
+  z.kernel2 = 3;
+  z.pad2 = 1;
+  z.fc1 = 12;
+  std::vector<LayerSpec> v = conv_net_specs(z);
   for (auto& s : v) s.algo = algo;
   return v;
 }
