@@ -30,20 +30,9 @@
 #include "tests/test_util.h"
 
 using namespace cnn;
+using test::one_channel_conv;
 
 namespace {
-
-Conv2dShape shape(int n, int oc, int h, int w, int k, int pad) {
-  Conv2dShape s;
-  s.n = n;
-  s.c = 1;
-  s.h = h;
-  s.w = w;
-  s.oc = oc;
-  s.kh = s.kw = k;
-  s.pad_h = s.pad_w = pad;
-  return s;
-}
 
 std::string describe(const Conv2dShape& s) {
   char buf[160];
@@ -228,22 +217,22 @@ std::vector<Conv2dShape> sweep() {
     for (const auto& im : images)
       for (const auto& nc : pairs) {
         const int n = (nc[0] == 257 && im[0] == 28 && test::light_sweeps()) ? 3 : nc[0];
-        v.push_back(shape(n, nc[1], im[0], im[1], k, k / 2));
+        v.push_back(one_channel_conv(n, nc[1], im[0], im[1], k, k / 2));
       }
   // Unpadded (output smaller than the image), several tiles across and down, odd channels.
-  v.push_back(shape(3, 5, 10, 8, 3, 0));    // 8x6 output
-  v.push_back(shape(2, 7, 12, 14, 5, 0));   // 8x10 output
-  v.push_back(shape(2, 9, 6, 130, 3, 1));   // pooled 3x65: three column tiles
-  v.push_back(shape(2, 3, 600, 2, 5, 2));   // pooled 300x1: two row tiles
-  v.push_back(shape(3, 33, 16, 70, 7, 3));  // 33 channels: a partial group of 8 / 2
-  v.push_back(shape(2, 4, 2, 6, 3, 1));     // pooled 1x3
+  v.push_back(one_channel_conv(3, 5, 10, 8, 3, 0));    // 8x6 output
+  v.push_back(one_channel_conv(2, 7, 12, 14, 5, 0));   // 8x10 output
+  v.push_back(one_channel_conv(2, 9, 6, 130, 3, 1));   // pooled 3x65: three column tiles
+  v.push_back(one_channel_conv(2, 3, 600, 2, 5, 2));   // pooled 300x1: two row tiles
+  v.push_back(one_channel_conv(3, 33, 16, 70, 7, 3));  // 33 channels: a partial group of 8 / 2
+  v.push_back(one_channel_conv(2, 4, 2, 6, 3, 1));     // pooled 1x3
   // The weight gradient's lane mapping (lanes per pooled row: the power of two >= the tile
   // width; one warp per channel and image, 4 or 2 images per block): pooled 13x13, a half-used
   // last row step, 5 images (a chunk of one); pooled 20x20, 32 lanes per row and 3 row tiles;
   // 7x7 on pooled 5x68, 3 column tiles, the last 4 wide, 3 images (2 per block).
-  v.push_back(shape(5, 12, 26, 26, 3, 1));
-  v.push_back(shape(2, 16, 40, 40, 5, 2));
-  v.push_back(shape(3, 4, 10, 136, 7, 3));
+  v.push_back(one_channel_conv(5, 12, 26, 26, 3, 1));
+  v.push_back(one_channel_conv(2, 16, 40, 40, 5, 2));
+  v.push_back(one_channel_conv(3, 4, 10, 136, 7, 3));
   return v;
 }
 
@@ -261,15 +250,15 @@ TEST(GpuConvReluPool, ContinuousMatchesCpuAndUnfusedChain) {
 
 TEST(GpuConvReluPool, NetworkConv1Batch128) {
   CNN_REQUIRE_GPU();
-  check_shape(shape(test::network_batch(), 32, 28, 28, 5, 2), false);
-  check_shape(shape(test::network_batch(), 32, 28, 28, 5, 2), true);
+  check_shape(one_channel_conv(test::network_batch(), 32, 28, 28, 5, 2), false);
+  check_shape(one_channel_conv(test::network_batch(), 32, 28, 28, 5, 2), true);
 }
 
 // All-negative pre-activations (a large negative bias): every window is ReLU'd to four zeros and
 // the first element must win; no gradient passes. And a NaN input: NaN wins its windows.
 TEST(GpuConvReluPool, NonPositiveWindowsAndNaN) {
   CNN_REQUIRE_GPU();
-  const Conv2dShape s = shape(3, 5, 6, 10, 3, 1);
+  const Conv2dShape s = one_channel_conv(3, 5, 6, 10, 3, 1);
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   Data d = make_data(s, seed, false);
@@ -302,15 +291,12 @@ TEST(GpuConvReluPool, NonPositiveWindowsAndNaN) {
   EXPECT_EQ(size_t(nan_windows + first_wins), np) << "a non-positive window's first element wins";
 }
 
-namespace {
+namespace {}  // namespace
 
-
-}  // namespace
-
-// The reference network (configs/mnist.yaml's) on the GPU with and without the fusion (the CNN_FUSE_POOL=0 path): the
-// forward is the same arithmetic (logits and loss bit for bit); conv1's gradients sum in another
-// order (tolerance), the other layers' are bitwise equal when deterministic. Both agree with the
-// CPU network.
+// The reference network (configs/mnist.yaml's) on the GPU with and without the fusion (the
+// CNN_FUSE_POOL=0 path): the forward is the same arithmetic (logits and loss bit for bit); conv1's
+// gradients sum in another order (tolerance), the other layers' are bitwise equal when
+// deterministic. Both agree with the CPU network.
 TEST(GpuConvReluPool, NetworkFusedMatchesUnfused) {
   CNN_REQUIRE_GPU();
   if (const char* v = std::getenv("CNN_FUSE_POOL"); v && std::string(v) == "0")

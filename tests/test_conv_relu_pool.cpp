@@ -14,19 +14,9 @@
 #include "tests/test_util.h"
 
 using namespace cnn;
+using test::one_channel_conv;
 
 namespace {
-
-Conv2dShape shape(int n, int oc, int h, int w, int k, int pad) {
-  Conv2dShape s;
-  s.n = n;
-  s.oc = oc;
-  s.h = h;
-  s.w = w;
-  s.kh = s.kw = k;
-  s.pad_h = s.pad_w = pad;
-  return s;
-}
 
 // The reference network's layout, narrower, with a k x k first conv.
 std::vector<LayerSpec> small_net(int k, int pad, Algo algo) {
@@ -46,39 +36,40 @@ std::vector<LayerSpec> small_net(int k, int pad, Algo algo) {
 }  // namespace
 
 TEST(ConvReluPool, Applicability) {
-  EXPECT_TRUE(conv_relu_pool_applicable(shape(128, 32, 28, 28, 5, 2)));  // conv1 of mnist.yaml
-  EXPECT_TRUE(conv_relu_pool_applicable(shape(1, 1, 14, 2, 7, 3)));
-  EXPECT_TRUE(conv_relu_pool_applicable(shape(3, 5, 10, 8, 3, 0)));    // 8x6 output
-  EXPECT_FALSE(conv_relu_pool_applicable(shape(3, 5, 7, 8, 3, 1)));    // odd output height
-  EXPECT_FALSE(conv_relu_pool_applicable(shape(3, 5, 8, 8, 4, 2)));    // even kernel
-  EXPECT_FALSE(conv_relu_pool_applicable(shape(3, 5, 18, 18, 9, 4)));  // 9x9: no kernel
-  Conv2dShape s = shape(3, 5, 8, 8, 3, 1);
+  EXPECT_TRUE(
+      conv_relu_pool_applicable(one_channel_conv(128, 32, 28, 28, 5, 2)));  // conv1 of mnist.yaml
+  EXPECT_TRUE(conv_relu_pool_applicable(one_channel_conv(1, 1, 14, 2, 7, 3)));
+  EXPECT_TRUE(conv_relu_pool_applicable(one_channel_conv(3, 5, 10, 8, 3, 0)));  // 8x6 output
+  EXPECT_FALSE(conv_relu_pool_applicable(one_channel_conv(3, 5, 7, 8, 3, 1)));  // odd output height
+  EXPECT_FALSE(conv_relu_pool_applicable(one_channel_conv(3, 5, 8, 8, 4, 2)));  // even kernel
+  EXPECT_FALSE(conv_relu_pool_applicable(one_channel_conv(3, 5, 18, 18, 9, 4)));  // 9x9: no kernel
+  Conv2dShape s = one_channel_conv(3, 5, 8, 8, 3, 1);
   s.c = 2;
   EXPECT_FALSE(conv_relu_pool_applicable(s));
-  s = shape(3, 5, 8, 8, 3, 1);
+  s = one_channel_conv(3, 5, 8, 8, 3, 1);
   s.stride_h = s.stride_w = 2;
   EXPECT_FALSE(conv_relu_pool_applicable(s));
-  s = shape(3, 5, 8, 8, 3, 1);
+  s = one_channel_conv(3, 5, 8, 8, 3, 1);
   s.kw = 5;
   s.pad_w = 2;
   EXPECT_FALSE(conv_relu_pool_applicable(s));
-  const MaxPoolShape p = conv_relu_pool_pool_shape(shape(3, 5, 10, 8, 3, 0));
+  const MaxPoolShape p = conv_relu_pool_pool_shape(one_channel_conv(3, 5, 10, 8, 3, 0));
   EXPECT_EQ(p.n, 3);
   EXPECT_EQ(p.c, 5);
   EXPECT_EQ(p.oh(), 4);
   EXPECT_EQ(p.ow(), 3);
   std::vector<float> buf(1000);
   std::vector<int32_t> am(1000);
-  EXPECT_THROW(conv_relu_pool_forward(shape(1, 1, 7, 8, 3, 1), buf.data(), buf.data(), nullptr,
-                                      buf.data(), am.data(), Exec{}),
+  EXPECT_THROW(conv_relu_pool_forward(one_channel_conv(1, 1, 7, 8, 3, 1), buf.data(), buf.data(),
+                                      nullptr, buf.data(), am.data(), Exec{}),
                Error);
 }
 
 // Windows whose pre-activations are all <= 0 pool to 0 at their FIRST element, exactly as
 // conv -> relu -> maxpool does; a positive one wins.
 TEST(ConvReluPool, CpuTwinTiesGoToTheFirstElement) {
-  const Conv2dShape s = shape(1, 2, 2, 4, 1, 0);  // 1x1 kernel: the conv is w * x + b
-  const std::vector<float> x = {-1, -3, 2, 2,     //
+  const Conv2dShape s = one_channel_conv(1, 2, 2, 4, 1, 0);  // 1x1 kernel: the conv is w * x + b
+  const std::vector<float> x = {-1, -3, 2, 2,                //
                                 -2, -1, 1, 3};
   const std::vector<float> w = {1, -1}, b = {0, 0};
   std::vector<float> y(4);

@@ -125,6 +125,18 @@ bool gpu_present() {
   return false;
 }
 
+Conv2dShape one_channel_conv(int n, int oc, int h, int w, int k, int pad) {
+  Conv2dShape s;
+  s.n = n;
+  s.c = 1;
+  s.h = h;
+  s.w = w;
+  s.oc = oc;
+  s.kh = s.kw = k;
+  s.pad_h = s.pad_w = pad;
+  return s;
+}
+
 ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {
   if (const char* old = std::getenv(name)) {
     had_ = true;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "kernels/conv2d.h"
 #include "kernels/device.h"
 #include "kernels/exec.h"
 #include "kernels/tensor.h"
@@ -52,6 +53,10 @@ std::string slurp(const std::filesystem::path& p);
 inline bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
+
+// A one-input-channel conv shape: N images of H x W, OC square K x K filters, stride 1, padding
+// pad on every side (the first layer's case, as the fused conv-relu-pool takes it).
+Conv2dShape one_channel_conv(int n, int oc, int h, int w, int k, int pad);
 
 // Sets (value null: unsets) an environment variable for one scope, then restores what was there.
 class ScopedEnv {
