@@ -30,9 +30,20 @@
 #include "tests/test_util.h"
 
 using namespace cnn;
-using test::one_channel_conv;
 
 namespace {
+
+Conv2dShape shape(int n, int oc, int h, int w, int k, int pad) {
+  Conv2dShape s;
+  s.n = n;
+  s.c = 1;
+  s.h = h;
+  s.w = w;
+  s.oc = oc;
+  s.kh = s.kw = k;
+  s.pad_h = s.pad_w = pad;
+  return s;
+}
 
 std::string describe(const Conv2dShape& s) {
   char buf[160];
@@ -217,22 +228,22 @@ std::vector<Conv2dShape> sweep() {
     for (const auto& im : images)
       for (const auto& nc : pairs) {
         const int n = (nc[0] == 257 && im[0] == 28 && test::light_sweeps()) ? 3 : nc[0];
-        v.push_back(one_channel_conv(n, nc[1], im[0], im[1], k, k / 2));
+        v.push_back(shape(n, nc[1], im[0], im[1], k, k / 2));
       }
   // Unpadded (output smaller than the image), several tiles across and down, odd channels.
-  v.push_back(one_channel_conv(3, 5, 10, 8, 3, 0));    // 8x6 output
-  v.push_back(one_channel_conv(2, 7, 12, 14, 5, 0));   // 8x10 output
-  v.push_back(one_channel_conv(2, 9, 6, 130, 3, 1));   // pooled 3x65: three column tiles
-  v.push_back(one_channel_conv(2, 3, 600, 2, 5, 2));   // pooled 300x1: two row tiles
-  v.push_back(one_channel_conv(3, 33, 16, 70, 7, 3));  // 33 channels: a partial group of 8 / 2
-  v.push_back(one_channel_conv(2, 4, 2, 6, 3, 1));     // pooled 1x3
+  v.push_back(shape(3, 5, 10, 8, 3, 0));    // 8x6 output
+  v.push_back(shape(2, 7, 12, 14, 5, 0));   // 8x10 output
+  v.push_back(shape(2, 9, 6, 130, 3, 1));   // pooled 3x65: three column tiles
+  v.push_back(shape(2, 3, 600, 2, 5, 2));   // pooled 300x1: two row tiles
+  v.push_back(shape(3, 33, 16, 70, 7, 3));  // 33 channels: a partial group of 8 / 2
+  v.push_back(shape(2, 4, 2, 6, 3, 1));     // pooled 1x3
   // The weight gradient's lane mapping (lanes per pooled row: the power of two >= the tile
   // width; one warp per channel and image, 4 or 2 images per block): pooled 13x13, a half-used
   // last row step, 5 images (a chunk of one); pooled 20x20, 32 lanes per row and 3 row tiles;
   // 7x7 on pooled 5x68, 3 column tiles, the last 4 wide, 3 images (2 per block).
-  v.push_back(one_channel_conv(5, 12, 26, 26, 3, 1));
-  v.push_back(one_channel_conv(2, 16, 40, 40, 5, 2));
-  v.push_back(one_channel_conv(3, 4, 10, 136, 7, 3));
+  v.push_back(shape(5, 12, 26, 26, 3, 1));
+  v.push_back(shape(2, 16, 40, 40, 5, 2));
+  v.push_back(shape(3, 4, 10, 136, 7, 3));
   return v;
 }
 
@@ -250,15 +261,15 @@ TEST(GpuConvReluPool, ContinuousMatchesCpuAndUnfusedChain) {
 
 TEST(GpuConvReluPool, NetworkConv1Batch128) {
   CNN_REQUIRE_GPU();
-  check_shape(one_channel_conv(test::network_batch(), 32, 28, 28, 5, 2), false);
-  check_shape(one_channel_conv(test::network_batch(), 32, 28, 28, 5, 2), true);
+  check_shape(shape(test::network_batch(), 32, 28, 28, 5, 2), false);
+  check_shape(shape(test::network_batch(), 32, 28, 28, 5, 2), true);
 }
 
 // All-negative pre-activations (a large negative bias): every window is ReLU'd to four zeros and
 // the first element must win; no gradient passes. And a NaN input: NaN wins its windows.
 TEST(GpuConvReluPool, NonPositiveWindowsAndNaN) {
   CNN_REQUIRE_GPU();
-  const Conv2dShape s = one_channel_conv(3, 5, 6, 10, 3, 1);
+  const Conv2dShape s = shape(3, 5, 6, 10, 3, 1);
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   Data d = make_data(s, seed, false);
@@ -291,28 +302,89 @@ TEST(GpuConvReluPool, NonPositiveWindowsAndNaN) {
   EXPECT_EQ(size_t(nan_windows + first_wins), np) << "a non-positive window's first element wins";
 }
 
-namespace {}  // namespace
+namespace {
 
-// The reference network (configs/mnist.yaml's) on the GPU with and without the fusion (the
-// CNN_FUSE_POOL=0 path): the forward is the same arithmetic (logits and loss bit for bit); conv1's
-// gradients sum in another order (tolerance), the other layers' are bitwise equal when
-// deterministic. Both agree with the CPU network.
+LayerSpec layer(LayerKind k, const std::string& name, int a = 0, int kernel = 0, int pad = 0) {
+  LayerSpec s;
+  s.kind = k;
+  s.name = name;
+  if (k == LayerKind::Conv2d) s.out_channels = a;
+  if (k == LayerKind::Linear) s.out_features = a;
+  s.kernel_h = s.kernel_w = kernel;
+  if (k == LayerKind::MaxPool2d) s.stride_h = s.stride_w = kernel;
+  s.pad_h = s.pad_w = pad;
+  return s;
+}
+
+// configs/mnist.yaml's network.
+std::vector<LayerSpec> mnist_specs() {
+  using K = LayerKind;
+  return {layer(K::Conv2d, "conv1", 32, 5, 2),
+          layer(K::Relu, "relu1"),
+          layer(K::MaxPool2d, "pool1", 0, 2),
+          layer(K::Conv2d, "conv2", 64, 5, 2),
+          layer(K::Relu, "relu2"),
+          layer(K::MaxPool2d, "pool2", 0, 2),
+          layer(K::Flatten, "flatten"),
+          layer(K::Linear, "fc1", 1024),
+          layer(K::Relu, "relu3"),
+          layer(K::Linear, "fc2", 10),
+          layer(K::SoftmaxCrossEntropy, "loss")};
+}
+
+struct NetRun {
+  std::vector<float> logits, loss, grads;
+  bool fused = false;
+};
+
+NetRun run_net(const std::vector<LayerSpec>& specs, const Shape& chw, const Exec& ex,
+               PoolFusion fusion, int n, uint64_t seed) {
+  NetworkOptions o;
+  o.max_batch = n + 3;  // a partial batch
+  o.seed = seed;
+  o.fuse_pool = fusion;
+  Network net(specs, chw, o, ex);
+  NetRun r;
+  r.fused = !net.fusion_notes().empty();
+  const size_t per_image = size_t(shape_numel(chw));
+  const auto x = test::random_vector(size_t(n) * per_image, seed + 1);
+  const auto labels = test::random_labels(size_t(n), net.num_classes(), seed + 2);
+  Buffer<float> d_x(x.size(), ex.device);
+  d_x.copy_from(x.data(), Device::CPU, x.size());
+  Buffer<int32_t> d_labels(labels.size(), ex.device);
+  d_labels.copy_from(labels.data(), Device::CPU, labels.size());
+  net.forward_backward(n, d_x.data(), d_labels.data(), 1.0f / float(n));
+  stream_sync(ex.device, ex.stream);
+  const size_t classes = size_t(net.num_classes());
+  r.logits.resize(size_t(n) * classes);
+  raw_copy(r.logits.data(), Device::CPU, net.logits(), ex.device, r.logits.size() * sizeof(float));
+  r.loss.resize(size_t(n));
+  raw_copy(r.loss.data(), Device::CPU, net.loss_rows(), ex.device, r.loss.size() * sizeof(float));
+  r.grads = net.grads_to_host();
+  return r;
+}
+
+}  // namespace
+
+// The reference network on the GPU with and without the fusion (the CNN_FUSE_POOL=0 path): the
+// forward is the same arithmetic (logits and loss bit for bit); conv1's gradients sum in another
+// order (tolerance), the other layers' are bitwise equal when deterministic. Both agree with the
+// CPU network.
 TEST(GpuConvReluPool, NetworkFusedMatchesUnfused) {
   CNN_REQUIRE_GPU();
   if (const char* v = std::getenv("CNN_FUSE_POOL"); v && std::string(v) == "0")
     GTEST_SKIP() << "CNN_FUSE_POOL=0 is set";
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  const std::vector<LayerSpec> specs = conv_net_specs();
+  const std::vector<LayerSpec> specs = mnist_specs();
   const Shape chw = {1, 28, 28};
   const int n = 9;
-  const test::NetworkRun cpu = test::run_network_once(specs, chw, Exec{}, PoolFusion::Off, n, seed);
+  const NetRun cpu = run_net(specs, chw, Exec{}, PoolFusion::Off, n, seed);
   for (bool det : {false, true}) {
     SCOPED_TRACE(det ? "deterministic" : "atomic");
     const Exec ex = cuda_exec(det);
-    const test::NetworkRun fused =
-        test::run_network_once(specs, chw, ex, PoolFusion::Auto, n, seed);
-    const test::NetworkRun plain = test::run_network_once(specs, chw, ex, PoolFusion::Off, n, seed);
+    const NetRun fused = run_net(specs, chw, ex, PoolFusion::Auto, n, seed);
+    const NetRun plain = run_net(specs, chw, ex, PoolFusion::Off, n, seed);
     EXPECT_TRUE(fused.fused);
     EXPECT_FALSE(plain.fused);
     EXPECT_TRUE(same_bits(fused.logits, plain.logits));
@@ -336,17 +408,20 @@ TEST(GpuConvReluPool, NetworkFusedMatchesUnfused) {
 // CNN_FUSE_POOL=0 turns the fusion off on the GPU.
 TEST(GpuConvReluPool, EnvironmentSwitch) {
   CNN_REQUIRE_GPU();
-  const std::vector<LayerSpec> specs = conv_net_specs();
+  const std::vector<LayerSpec> specs = mnist_specs();
   NetworkOptions o;
   o.max_batch = 2;
-  const bool preset = std::getenv("CNN_FUSE_POOL") != nullptr;
-  {
-    test::ScopedEnv env("CNN_FUSE_POOL", "0");
-    Network off(specs, {1, 28, 28}, o, cuda_exec(false));
-    EXPECT_TRUE(off.fusion_notes().empty());
-    EXPECT_FALSE(off.layers()[0]->fused_pool());
-  }
-  if (!preset) {
+  const char* old = std::getenv("CNN_FUSE_POOL");
+  const std::string keep = old ? old : "";
+  setenv("CNN_FUSE_POOL", "0", 1);
+  Network off(specs, {1, 28, 28}, o, cuda_exec(false));
+  if (old)
+    setenv("CNN_FUSE_POOL", keep.c_str(), 1);
+  else
+    unsetenv("CNN_FUSE_POOL");
+  EXPECT_TRUE(off.fusion_notes().empty());
+  EXPECT_FALSE(off.layers()[0]->fused_pool());
+  if (!old) {
     Network on(specs, {1, 28, 28}, o, cuda_exec(false));
     EXPECT_EQ(on.fusion_notes().size(), 1u);
   }
