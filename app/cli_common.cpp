@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <exception>
 
-#include "kernels/device.h"
+#include "runtime/device.h"
 
 namespace cnn {
 

@@ -6,9 +6,9 @@
 #include <cstdio>
 
 #include "app/cli_common.h"
-#include "app/config.h"
-#include "kernels/error.h"
-#include "layers/gradcheck.h"
+#include "app/config/config.h"
+#include "runtime/error.h"
+#include "layers/gradcheck/gradcheck.h"
 
 namespace {
 

@@ -7,12 +7,12 @@
 #include <nlohmann/json.hpp>
 
 #include "app/cli_common.h"
-#include "app/config.h"
+#include "app/config/config.h"
 #include "app/image_paths.h"
 #include "data/image_folder.h"
 #include "data/normalize.h"
-#include "kernels/error.h"
-#include "layers/checkpoint.h"
+#include "runtime/error.h"
+#include "layers/checkpoint/checkpoint.h"
 #include "layers/network.h"
 
 namespace cnn {

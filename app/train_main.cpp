@@ -5,10 +5,10 @@
 #include <vector>
 
 #include "app/cli_common.h"
-#include "app/config.h"
-#include "app/dry_run.h"
-#include "app/trainer.h"
-#include "kernels/error.h"
+#include "app/config/config.h"
+#include "app/config/dry_run.h"
+#include "app/train/trainer.h"
+#include "runtime/error.h"
 
 int main(int argc, char** argv) {
   return cnn::run_main("train", [&] {

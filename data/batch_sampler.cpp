@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "data/hash_rng.h"
-#include "kernels/error.h"
+#include "runtime/error.h"
 
 namespace cnn {
 

@@ -5,7 +5,7 @@
 
 #include "data/load_data.h"
 #include "data/normalize.h"
-#include "kernels/error.h"
+#include "runtime/error.h"
 
 namespace cnn {
 

@@ -1,6 +1,6 @@
 #include "data/dataset.h"
 
-#include "kernels/error.h"
+#include "runtime/error.h"
 
 namespace cnn {
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "kernels/error.h"
+#include "runtime/error.h"
 
 #ifdef CNN_HAVE_CUDA
 #include "data/gather_cuda.h"

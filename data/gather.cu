@@ -4,8 +4,8 @@
 
 #include "data/augment.h"
 #include "data/gather_cuda.h"
-#include "kernels/cuda_check.h"
-#include "kernels/math_util.h"
+#include "runtime/cuda_check.h"
+#include "runtime/math_util.h"
 
 namespace cnn {
 

@@ -9,8 +9,8 @@
 #include "data/data_options.h"
 #include "data/dataset.h"
 #include "data/normalize.h"
-#include "kernels/exec.h"
-#include "kernels/memory.h"
+#include "runtime/exec.h"
+#include "runtime/memory.h"
 
 namespace cnn {
 

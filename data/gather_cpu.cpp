@@ -2,7 +2,7 @@
 
 #include "data/augment.h"
 #include "data/gather.h"
-#include "kernels/error.h"
+#include "runtime/error.h"
 
 namespace cnn {
 

@@ -3,7 +3,7 @@
 #include <cstdint>
 
 #include "data/gather.h"
-#include "kernels/stream.h"
+#include "runtime/stream.h"
 
 namespace cnn {
 

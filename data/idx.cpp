@@ -4,8 +4,8 @@
 #include <filesystem>
 #include <limits>
 
-#include "data/file_io.h"
-#include "kernels/error.h"
+#include "runtime/file_io.h"
+#include "runtime/error.h"
 
 namespace cnn {
 

@@ -14,8 +14,8 @@
 #include <thread>
 #include <unordered_map>
 
-#include "data/file_io.h"
-#include "kernels/error.h"
+#include "runtime/file_io.h"
+#include "runtime/error.h"
 
 namespace cnn {
 

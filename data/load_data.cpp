@@ -11,7 +11,7 @@
 #include "data/idx.h"
 #include "data/image_folder.h"
 #include "data/synthetic.h"
-#include "kernels/error.h"
+#include "runtime/error.h"
 
 namespace cnn {
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "kernels/error.h"
+#include "runtime/error.h"
 
 namespace cnn {
 

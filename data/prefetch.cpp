@@ -4,13 +4,13 @@
 #include <chrono>
 #include <cstring>
 
-#include "kernels/error.h"
-#include "kernels/memory.h"
+#include "runtime/error.h"
+#include "runtime/memory.h"
 
 #ifdef CNN_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#include "kernels/cuda_check.h"
+#include "runtime/cuda_check.h"
 #endif
 
 namespace cnn {

@@ -14,8 +14,8 @@
 #include "data/batch_sampler.h"
 #include "data/dataset.h"
 #include "data/gather.h"
-#include "kernels/device.h"
-#include "kernels/stream.h"
+#include "runtime/device.h"
+#include "runtime/stream.h"
 
 namespace cnn {
 

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "data/hash_rng.h"
-#include "kernels/error.h"
+#include "runtime/error.h"
 
 namespace cnn {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "app/config.h"
-#include "app/dry_run.h"
+#include "app/config/config.h"
+#include "app/config/dry_run.h"
 #include "fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "data/file_io.h"
+#include "runtime/file_io.h"
 #include "data/idx.h"
 #include "fuzz/fuzz_util.h"
 

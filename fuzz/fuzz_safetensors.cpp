@@ -12,13 +12,13 @@
 #include <memory>
 #include <string>
 
-#include "app/config.h"
+#include "app/config/config.h"
 #include "data/normalize.h"
 #include "fuzz/fuzz_util.h"
 #include "fuzz/seed_network.h"
-#include "layers/checkpoint.h"
+#include "layers/checkpoint/checkpoint.h"
 #include "layers/network.h"
-#include "layers/safetensors.h"
+#include "layers/checkpoint/safetensors.h"
 
 namespace {
 

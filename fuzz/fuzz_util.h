@@ -5,7 +5,7 @@
 #include <exception>
 #include <string>
 
-#include "kernels/error.h"
+#include "runtime/error.h"
 
 namespace cnn::fuzz {
 

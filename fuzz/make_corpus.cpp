@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "app/config.h"
-#include "data/file_io.h"
+#include "app/config/config.h"
+#include "runtime/file_io.h"
 #include "data/idx.h"
 #include "fuzz/seed_network.h"
-#include "layers/checkpoint.h"
+#include "layers/checkpoint/checkpoint.h"
 #include "layers/network.h"
 #include "layers/param_optimizer.h"
 

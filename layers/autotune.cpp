@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "kernels/error.h"
-#include "kernels/stream_timer.h"
+#include "runtime/error.h"
+#include "runtime/stream_timer.h"
 
 namespace cnn {
 

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/exec.h"
+#include "runtime/exec.h"
 
 namespace cnn {
 

@@ -1,7 +1,7 @@
-#include "kernels/conv2d.h"
-#include "kernels/conv_relu_pool.h"
-#include "kernels/error.h"
-#include "kernels/relu.h"
+#include "kernels/conv/conv2d.h"
+#include "kernels/conv/conv_relu_pool.h"
+#include "runtime/error.h"
+#include "kernels/pointwise/relu.h"
 #include "layers/layer_factories.h"
 
 namespace cnn {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/exec.h"
-#include "kernels/tensor.h"
+#include "runtime/exec.h"
+#include "runtime/tensor.h"
 #include "layers/autotune.h"
 #include "layers/layer_spec.h"
 

@@ -7,7 +7,7 @@
 #include <map>
 #include <set>
 
-#include "kernels/error.h"
+#include "runtime/error.h"
 
 namespace cnn {
 

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/exec.h"
-#include "kernels/tensor.h"
+#include "runtime/exec.h"
+#include "runtime/tensor.h"
 
 namespace cnn {
 

@@ -1,5 +1,5 @@
-#include "kernels/linear.h"
-#include "kernels/relu.h"
+#include "kernels/gemm/linear.h"
+#include "kernels/pointwise/relu.h"
 #include "layers/layer_factories.h"
 
 namespace cnn {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/error.h"
+#include "runtime/error.h"
 
 namespace cnn {
 namespace {

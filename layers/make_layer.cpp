@@ -1,6 +1,6 @@
 #include <cmath>
 
-#include "kernels/error.h"
+#include "runtime/error.h"
 #include "layers/layer_factories.h"
 
 namespace cnn {

@@ -5,8 +5,8 @@
 #include <cstring>
 #include <random>
 
-#include "kernels/error.h"
-#include "kernels/softmax_xent.h"
+#include "runtime/error.h"
+#include "kernels/loss/softmax_xent.h"
 
 namespace cnn {
 namespace {

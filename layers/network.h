@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/exec.h"
-#include "kernels/memory.h"
-#include "kernels/tensor.h"
+#include "runtime/exec.h"
+#include "runtime/memory.h"
+#include "runtime/tensor.h"
 #include "layers/layer.h"
 
 namespace cnn {

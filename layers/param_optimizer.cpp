@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/error.h"
-#include "kernels/optimizer.h"
+#include "runtime/error.h"
+#include "kernels/optimizer/optimizer.h"
 
 namespace cnn {
 

@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/memory.h"
+#include "runtime/memory.h"
 #include "layers/network.h"
 #include "layers/optim_options.h"
 

@@ -1,11 +1,11 @@
 #include "layers/ref_network.h"
 
-#include "kernels/conv2d.h"
-#include "kernels/error.h"
-#include "kernels/linear.h"
-#include "kernels/maxpool.h"
-#include "kernels/relu.h"
-#include "kernels/softmax_xent.h"
+#include "kernels/conv/conv2d.h"
+#include "runtime/error.h"
+#include "kernels/gemm/linear.h"
+#include "kernels/pool/maxpool.h"
+#include "kernels/pointwise/relu.h"
+#include "kernels/loss/softmax_xent.h"
 
 namespace cnn {
 namespace {

@@ -1,7 +1,7 @@
 // The parameter-free layers: relu, maxpool2d, flatten.
-#include "kernels/maxpool.h"
-#include "kernels/memory.h"
-#include "kernels/relu.h"
+#include "kernels/pool/maxpool.h"
+#include "runtime/memory.h"
+#include "kernels/pointwise/relu.h"
 #include "layers/layer_factories.h"
 
 namespace cnn {

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "layers/gradcheck.h"
+#include "layers/gradcheck/gradcheck.h"
 #include "layers/network.h"
 #include "tests/test_util.h"
 

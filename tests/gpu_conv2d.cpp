@@ -15,9 +15,9 @@
 #include <cuda_runtime_api.h>
 #endif
 
-#include "kernels/conv2d.h"
-#include "kernels/memory.h"
-#include "kernels/tensor.h"
+#include "kernels/conv/conv2d.h"
+#include "runtime/memory.h"
+#include "runtime/tensor.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

@@ -18,14 +18,14 @@
 #include <string>
 #include <vector>
 
-#include "kernels/conv2d.h"
-#include "kernels/exec.h"
-#include "kernels/memory.h"
+#include "kernels/conv/conv2d.h"
+#include "runtime/exec.h"
+#include "runtime/memory.h"
 #include "tests/test_util.h"
 #ifdef CNN_HAVE_CUDA
-#include "kernels/conv2d_1ch.h"
-#include "kernels/conv2d_igemm.h"
-#include "kernels/conv2d_igemm_dgrad.h"
+#include "kernels/conv/conv2d_1ch.h"
+#include "kernels/conv/conv2d_igemm.h"
+#include "kernels/conv/conv2d_igemm_dgrad.h"
 #endif
 
 using namespace cnn;

@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels/conv2d.h"
-#include "kernels/conv_relu_pool.h"
-#include "kernels/maxpool.h"
-#include "kernels/memory.h"
+#include "kernels/conv/conv2d.h"
+#include "kernels/conv/conv_relu_pool.h"
+#include "kernels/pool/maxpool.h"
+#include "runtime/memory.h"
 #include "layers/network.h"
 #include "tests/test_util.h"
 

@@ -9,7 +9,7 @@
 
 #include "data/gather.h"
 #include "data/normalize.h"
-#include "kernels/memory.h"
+#include "runtime/memory.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

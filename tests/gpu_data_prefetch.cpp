@@ -8,7 +8,7 @@
 #include "data/batch_sampler.h"
 #include "data/gather.h"
 #include "data/prefetch.h"
-#include "kernels/memory.h"
+#include "runtime/memory.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

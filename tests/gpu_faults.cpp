@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "app/config.h"
-#include "app/trainer.h"
-#include "kernels/error.h"
-#include "kernels/memory.h"
-#include "layers/safetensors.h"
+#include "app/config/config.h"
+#include "app/train/trainer.h"
+#include "runtime/error.h"
+#include "runtime/memory.h"
+#include "layers/checkpoint/safetensors.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

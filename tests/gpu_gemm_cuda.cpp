@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "kernels/exec.h"
-#include "kernels/linear.h"
-#include "kernels/memory.h"
+#include "runtime/exec.h"
+#include "kernels/gemm/linear.h"
+#include "runtime/memory.h"
 #include "tests/test_util.h"
 #ifdef CNN_HAVE_CUDA
-#include "kernels/gemm_cuda.h"
+#include "kernels/gemm/gemm_cuda.h"
 #endif
 
 using namespace cnn;

@@ -2,7 +2,7 @@
 // gradient (rel error < 1e-2), every layer case and the small network, atomic and deterministic.
 #include <gtest/gtest.h>
 
-#include "layers/gradcheck.h"
+#include "layers/gradcheck/gradcheck.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <vector>
 
-#include "kernels/linear.h"
-#include "kernels/memory.h"
+#include "kernels/gemm/linear.h"
+#include "runtime/memory.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

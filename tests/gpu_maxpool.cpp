@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/maxpool.h"
-#include "kernels/memory.h"
+#include "kernels/pool/maxpool.h"
+#include "runtime/memory.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

@@ -12,8 +12,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/memory.h"
-#include "kernels/optimizer.h"
+#include "runtime/memory.h"
+#include "kernels/optimizer/optimizer.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

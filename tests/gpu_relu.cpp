@@ -6,8 +6,8 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/memory.h"
-#include "kernels/relu.h"
+#include "runtime/memory.h"
+#include "kernels/pointwise/relu.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/memory.h"
-#include "kernels/softmax_xent.h"
+#include "runtime/memory.h"
+#include "kernels/loss/softmax_xent.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

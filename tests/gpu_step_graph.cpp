@@ -15,12 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "app/config.h"
-#include "app/trainer.h"
+#include "app/config/config.h"
+#include "app/train/trainer.h"
 #include "data/gather.h"
-#include "kernels/memory.h"
-#include "kernels/optimizer.h"
-#include "layers/safetensors.h"
+#include "runtime/memory.h"
+#include "kernels/optimizer/optimizer.h"
+#include "layers/checkpoint/safetensors.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

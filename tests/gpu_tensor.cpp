@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "kernels/tensor.h"
+#include "runtime/tensor.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

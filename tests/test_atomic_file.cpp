@@ -10,8 +10,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/error.h"
-#include "layers/atomic_file.h"
+#include "runtime/error.h"
+#include "runtime/atomic_file.h"
 
 using namespace cnn;
 namespace fs = std::filesystem;

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "app/config.h"
-#include "app/did_you_mean.h"
-#include "kernels/error.h"
+#include "app/config/config.h"
+#include "app/config/did_you_mean.h"
+#include "runtime/error.h"
 #include "tests/test_util.h"
 
 namespace cnn {

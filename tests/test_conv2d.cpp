@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/conv2d.h"
-#include "kernels/error.h"
+#include "kernels/conv/conv2d.h"
+#include "runtime/error.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/conv_relu_pool.h"
-#include "kernels/error.h"
+#include "kernels/conv/conv_relu_pool.h"
+#include "runtime/error.h"
 #include "layers/network.h"
 #include "tests/test_util.h"
 

@@ -10,11 +10,11 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/conv2d.h"
-#include "kernels/conv2d_cpu_fast.h"
-#include "kernels/linear.h"
-#include "kernels/linear_cpu_fast.h"
-#include "kernels/thread_pool.h"
+#include "kernels/conv/conv2d.h"
+#include "kernels/conv/conv2d_cpu_fast.h"
+#include "kernels/gemm/linear.h"
+#include "kernels/gemm/linear_cpu_fast.h"
+#include "runtime/thread_pool.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

@@ -8,7 +8,7 @@
 #include "data/augment.h"
 #include "data/gather.h"
 #include "data/normalize.h"
-#include "kernels/error.h"
+#include "runtime/error.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

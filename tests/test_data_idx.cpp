@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "data/file_io.h"
+#include "runtime/file_io.h"
 #include "data/idx.h"
 #include "data/load_data.h"
-#include "kernels/error.h"
+#include "runtime/error.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

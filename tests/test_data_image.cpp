@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "data/check_data.h"
-#include "data/file_io.h"
+#include "runtime/file_io.h"
 #include "data/image_folder.h"
 #include "data/load_data.h"
-#include "kernels/error.h"
+#include "runtime/error.h"
 #include "tests/test_util.h"
 
 // stb_image_write's JPEG bit writer shifts a signed int past its range (UBSan: "left shift of

@@ -7,7 +7,7 @@
 #include "data/batch_sampler.h"
 #include "data/gather.h"
 #include "data/prefetch.h"
-#include "kernels/error.h"
+#include "runtime/error.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "data/batch_sampler.h"
-#include "kernels/error.h"
+#include "runtime/error.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

@@ -7,7 +7,7 @@
 
 #include "data/load_data.h"
 #include "data/synthetic.h"
-#include "kernels/error.h"
+#include "runtime/error.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

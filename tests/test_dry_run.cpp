@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "app/config.h"
-#include "app/dry_run.h"
+#include "app/config/config.h"
+#include "app/config/dry_run.h"
 #include "tests/test_util.h"
 
 namespace cnn {

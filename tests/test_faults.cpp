@@ -30,10 +30,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels/error.h"
-#include "kernels/memory.h"
-#include "layers/atomic_file.h"
-#include "layers/safetensors.h"
+#include "runtime/error.h"
+#include "runtime/memory.h"
+#include "runtime/atomic_file.h"
+#include "layers/checkpoint/safetensors.h"
 #include "tests/test_util.h"
 
 namespace fs = std::filesystem;

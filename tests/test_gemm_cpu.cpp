@@ -10,9 +10,9 @@
 #include <stdexcept>
 #include <vector>
 
-#include "kernels/error.h"
-#include "kernels/gemm_cpu.h"
-#include "kernels/thread_pool.h"
+#include "runtime/error.h"
+#include "kernels/gemm/gemm_cpu.h"
+#include "runtime/thread_pool.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

@@ -2,7 +2,7 @@
 // (rel error < 1e-6), and the float Network's backward on the CPU (< 1e-2).
 #include <gtest/gtest.h>
 
-#include "layers/gradcheck.h"
+#include "layers/gradcheck/gradcheck.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

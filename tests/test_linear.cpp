@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/error.h"
-#include "kernels/linear.h"
+#include "runtime/error.h"
+#include "kernels/gemm/linear.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-#include "kernels/error.h"
+#include "runtime/error.h"
 #include "layers/lr_schedule.h"
 
 using namespace cnn;

@@ -9,9 +9,9 @@
 #include <random>
 #include <vector>
 
-#include "kernels/error.h"
-#include "kernels/maxpool.h"
-#include "kernels/relu.h"
+#include "runtime/error.h"
+#include "kernels/pool/maxpool.h"
+#include "kernels/pointwise/relu.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

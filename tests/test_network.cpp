@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "kernels/error.h"
-#include "layers/gradcheck.h"
+#include "runtime/error.h"
+#include "layers/gradcheck/gradcheck.h"
 #include "layers/network.h"
 #include "tests/test_util.h"
 

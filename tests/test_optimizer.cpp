@@ -6,8 +6,8 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/error.h"
-#include "kernels/optimizer.h"
+#include "runtime/error.h"
+#include "kernels/optimizer/optimizer.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

@@ -6,8 +6,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/error.h"
-#include "kernels/relu.h"
+#include "runtime/error.h"
+#include "kernels/pointwise/relu.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

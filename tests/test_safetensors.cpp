@@ -13,10 +13,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/error.h"
-#include "layers/atomic_file.h"
-#include "layers/checkpoint.h"
-#include "layers/safetensors.h"
+#include "runtime/error.h"
+#include "runtime/atomic_file.h"
+#include "layers/checkpoint/checkpoint.h"
+#include "layers/checkpoint/safetensors.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

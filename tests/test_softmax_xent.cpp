@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/error.h"
-#include "kernels/softmax_xent.h"
+#include "runtime/error.h"
+#include "kernels/loss/softmax_xent.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

@@ -11,15 +11,15 @@
 #include <sstream>
 #include <vector>
 
-#include "app/batch_source.h"
-#include "app/config.h"
-#include "app/step_graph.h"
-#include "app/trainer.h"
+#include "app/train/batch_source.h"
+#include "app/config/config.h"
+#include "app/train/step_graph.h"
+#include "app/train/trainer.h"
 #include "data/gather.h"
-#include "kernels/error.h"
-#include "kernels/optimizer.h"
+#include "runtime/error.h"
+#include "kernels/optimizer/optimizer.h"
 #include "layers/lr_schedule.h"
-#include "layers/safetensors.h"
+#include "layers/checkpoint/safetensors.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
-#include "kernels/error.h"
-#include "kernels/exec.h"
-#include "kernels/tensor.h"
+#include "runtime/error.h"
+#include "runtime/exec.h"
+#include "runtime/tensor.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

@@ -8,11 +8,11 @@
 #include <set>
 #include <sstream>
 
-#include "app/config.h"
-#include "app/trainer.h"
-#include "kernels/error.h"
-#include "layers/checkpoint.h"
-#include "layers/safetensors.h"
+#include "app/config/config.h"
+#include "app/train/trainer.h"
+#include "runtime/error.h"
+#include "layers/checkpoint/checkpoint.h"
+#include "layers/checkpoint/safetensors.h"
 #include "tests/test_util.h"
 
 using namespace cnn;

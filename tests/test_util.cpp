@@ -10,7 +10,7 @@
 #include <random>
 #include <sstream>
 
-#include "kernels/memory.h"
+#include "runtime/memory.h"
 
 namespace cnn::test {
 

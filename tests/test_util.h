@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "data/dataset.h"
-#include "kernels/conv2d.h"
-#include "kernels/device.h"
-#include "kernels/exec.h"
-#include "kernels/tensor.h"
+#include "kernels/conv/conv2d.h"
+#include "runtime/device.h"
+#include "runtime/exec.h"
+#include "runtime/tensor.h"
 #include "layers/layer_spec.h"
 #include "layers/network.h"
 

@@ -1,0 +1,984 @@
+#include "app/bench/bench_ops.h"
+
+namespace cnn::bench {
+
+bool op_selected(const BenchOptions& opt, const std::string& op) {
+  if (opt.ops.empty()) return true;
+  for (const auto& f : opt.ops)
+    if (op.find(f) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace cnn::bench
+
+#ifdef CNN_HAVE_CUDA
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "app/bench/bench_cudnn.h"
+#include "app/bench/bench_timer.h"
+#include "kernels/conv/conv2d.h"
+#include "kernels/conv/conv_relu_pool.h"
+#include "runtime/cuda_check.h"
+#include "runtime/error.h"
+#include "kernels/gemm/linear.h"
+#include "kernels/pool/maxpool.h"
+#include "runtime/memory.h"
+#include "kernels/optimizer/optimizer.h"
+#include "kernels/pointwise/relu.h"
+#include "kernels/loss/softmax_xent.h"
+
+namespace cnn::bench {
+
+namespace {
+
+// ---- random inputs and parallel references -------------------------------------------------
+
+std::vector<float> random_floats(size_t n, std::mt19937_64& rng, float lo = -1.f, float hi = 1.f) {
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+std::vector<int32_t> random_labels(size_t n, int classes, std::mt19937_64& rng) {
+  std::uniform_int_distribution<int32_t> u(0, classes - 1);
+  std::vector<int32_t> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+uint64_t op_seed(uint64_t seed, const std::string& op) {
+  return seed ^ (std::hash<std::string>{}(op)*0x9E3779B97F4A7C15ull);
+}
+
+struct Range {
+  int64_t begin, count;
+};
+
+// Contiguous chunks of [0, n), one per core: the CPU references are plain loops, and the
+// batch-128 convolutions would take seconds each on one core.
+std::vector<Range> split(int64_t n) {
+  const int64_t parts = std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()), n);
+  std::vector<Range> out;
+  for (int64_t i = 0; i < parts; ++i) {
+    const int64_t b = n * i / parts, e = n * (i + 1) / parts;
+    if (e > b) out.push_back({b, e - b});
+  }
+  return out;
+}
+
+void parallel(const std::vector<Range>& ranges, const std::function<void(size_t, Range)>& fn) {
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < ranges.size(); ++i) threads.emplace_back(fn, i, ranges[i]);
+  for (auto& t : threads) t.join();
+}
+
+// ref = init + sum of per-chunk partial gradients (summed in double).
+std::vector<float> add_partials(const std::vector<float>& init,
+                                const std::vector<std::vector<float>>& parts) {
+  std::vector<float> out(init.size());
+  for (size_t i = 0; i < init.size(); ++i) {
+    double acc = init[i];
+    for (const auto& p : parts) acc += p[i];
+    out[i] = static_cast<float>(acc);
+  }
+  return out;
+}
+
+// ---- device buffers in rotating sets, validation -------------------------------------------
+
+struct Check {
+  double err = 0;
+  bool ok = true;
+  std::string note;
+};
+
+// The buffers of one op, in `sets` identical copies at different addresses: timing rotates among
+// them so that the working set exceeds L2 and the inputs come from device memory.
+class OpData {
+ public:
+  int input(const std::string& name, std::vector<float> v) {
+    Role r(name, v.size(), false, false);
+    r.init_f = std::move(v);
+    return add(std::move(r));
+  }
+  int input_i32(const std::string& name, std::vector<int32_t> v) {
+    Role r(name, v.size(), true, false);
+    r.init_i = std::move(v);
+    return add(std::move(r));
+  }
+  // An output compared with `ref`. With `init` empty it is poisoned (all bits set: NaN, or -1 for
+  // int32) before validation, so an element the op never writes shows; otherwise it starts from
+  // init (accumulating and in-place ops).
+  int output(const std::string& name, std::vector<float> ref, std::vector<float> init = {}) {
+    Role r(name, ref.size(), false, true);
+    r.ref_f = std::move(ref);
+    r.init_f = std::move(init);
+    return add(std::move(r));
+  }
+  int output_i32(const std::string& name, std::vector<int32_t> ref) {
+    Role r(name, ref.size(), true, true);
+    r.ref_i = std::move(ref);
+    return add(std::move(r));
+  }
+
+  size_t set_bytes() const {
+    size_t b = 0;
+    for (const auto& r : roles_) b += r.count * 4;
+    return b;
+  }
+  int sets() const { return sets_; }
+
+  void allocate(int sets, cudaStream_t stream) {
+    mem_.clear();
+    sets_ = sets;
+    for (int s = 0; s < sets; ++s)
+      for (const auto& r : roles_) {
+        mem_.emplace_back(r.count * 4, Device::CUDA);
+        upload_init(r, mem_.back(), stream);
+      }
+    CNN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+
+  float* f(int set, int role) { return reinterpret_cast<float*>(slot(set, role).data()); }
+  int32_t* i32(int set, int role) { return reinterpret_cast<int32_t*>(slot(set, role).data()); }
+
+  // Resets set 0's outputs, runs launch(0) once and compares the outputs listed in `only` (all
+  // when empty) with the reference.
+  Check validate(const std::function<void(int)>& launch, cudaStream_t stream, double tol,
+                 const std::vector<int>& only) {
+    for (size_t i = 0; i < roles_.size(); ++i)
+      if (roles_[i].output) upload_init(roles_[i], slot(0, int(i)), stream);
+    launch(0);
+    CNN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    Check c;
+    for (size_t i = 0; i < roles_.size(); ++i) {
+      const Role& r = roles_[i];
+      if (!r.output) continue;
+      if (!only.empty() && std::find(only.begin(), only.end(), int(i)) == only.end()) continue;
+      if (r.is_int) {
+        compare_ints(r, slot(0, int(i)), c);
+      } else {
+        compare_floats(r, slot(0, int(i)), c);
+      }
+    }
+    if (c.err > tol) c.ok = false;
+    if (!c.ok && c.note.empty())
+      c.note = fmt::format("error {:.2e} exceeds the tolerance {:.0e}", c.err, tol);
+    return c;
+  }
+
+ private:
+  struct Role {
+    Role(std::string n, size_t c, bool i, bool o)
+        : name(std::move(n)), count(c), is_int(i), output(o) {}
+    std::string name;
+    size_t count = 0;
+    bool is_int = false, output = false;
+    std::vector<float> init_f, ref_f;
+    std::vector<int32_t> init_i, ref_i;
+  };
+
+  int add(Role r) {
+    CNN_CHECK(mem_.empty(), "bench: buffer roles must be declared before allocate()");
+    roles_.push_back(std::move(r));
+    return static_cast<int>(roles_.size()) - 1;
+  }
+  Buffer<unsigned char>& slot(int set, int role) {
+    return mem_.at(static_cast<size_t>(set) * roles_.size() + static_cast<size_t>(role));
+  }
+  static void upload_init(const Role& r, Buffer<unsigned char>& b, cudaStream_t stream) {
+    if (!r.init_f.empty()) {
+      raw_copy(b.data(), Device::CUDA, r.init_f.data(), Device::CPU, b.bytes(), stream);
+    } else if (!r.init_i.empty()) {
+      raw_copy(b.data(), Device::CUDA, r.init_i.data(), Device::CPU, b.bytes(), stream);
+    } else {
+      CNN_CUDA_CHECK(cudaMemsetAsync(b.data(), 0xFF, b.bytes(), stream));
+    }
+  }
+  static void compare_floats(const Role& r, const Buffer<unsigned char>& b, Check& c) {
+    std::vector<float> got(r.count);
+    raw_copy(got.data(), Device::CPU, b.data(), Device::CUDA, b.bytes());
+    double max_ref = 0, max_diff = 0;
+    size_t nonfinite = 0;
+    for (size_t i = 0; i < r.count; ++i) {
+      max_ref = std::max(max_ref, std::fabs(double(r.ref_f[i])));
+      if (!std::isfinite(got[i])) {
+        ++nonfinite;
+        continue;
+      }
+      max_diff = std::max(max_diff, std::fabs(double(got[i]) - double(r.ref_f[i])));
+    }
+    const double err = nonfinite ? std::numeric_limits<double>::infinity()
+                                 : max_diff / (max_ref > 0 ? max_ref : 1.0);
+    c.err = std::max(c.err, err);
+    if (nonfinite) {
+      c.ok = false;
+      c.note += fmt::format("{}: {} of {} values NaN/Inf (unwritten or overflow); ", r.name,
+                            nonfinite, r.count);
+    }
+  }
+  static void compare_ints(const Role& r, const Buffer<unsigned char>& b, Check& c) {
+    std::vector<int32_t> got(r.count);
+    raw_copy(got.data(), Device::CPU, b.data(), Device::CUDA, b.bytes());
+    size_t diff = 0;
+    for (size_t i = 0; i < r.count; ++i) diff += got[i] != r.ref_i[i];
+    if (diff) {
+      c.ok = false;
+      c.note += fmt::format("{}: {} of {} differ; ", r.name, diff, r.count);
+    }
+  }
+
+  std::vector<Role> roles_;
+  std::vector<Buffer<unsigned char>> mem_;  // (sets, roles)
+  int sets_ = 0;
+};
+
+// ---- measuring one candidate ----------------------------------------------------------------
+
+struct OpInfo {
+  std::string op, shape;
+  double flops = 0, bytes = 0;
+  bool compute_bound = true;
+  std::string note;  // shown on every row of the op
+};
+
+struct Candidate {
+  std::string variant;
+  bool is_lib = false;
+  std::function<void(int)> launch;  // one launch on input set i
+  std::vector<int> check;           // outputs compared (empty: all)
+  std::string note;
+};
+
+// After an exception: a sticky error (illegal address, ...) leaves the context unusable, and
+// every later number would be garbage, so stop there; anything else was local to the call.
+void ensure_device_usable(const std::string& what) {
+  cudaGetLastError();
+  const cudaError_t e = cudaDeviceSynchronize();
+  if (e != cudaSuccess)
+    CNN_FAIL("the GPU context is unusable after {}: {}; stopping the benchmark", what,
+             cudaGetErrorString(e));
+}
+
+BenchRow base_row(const OpInfo& info, Precision p, const std::string& variant) {
+  BenchRow r;
+  r.section = "op";
+  r.op = info.op;
+  r.shape = info.shape;
+  r.variant = variant;
+  r.precision = precision_name(p);
+  r.flops = info.flops;
+  r.bytes = info.bytes;
+  r.compute_bound = info.compute_bound;
+  r.note = info.note;
+  return r;
+}
+
+void append_note(BenchRow& r, const std::string& n) {
+  if (n.empty()) return;
+  r.note = r.note.empty() ? n : r.note + "; " + n;
+}
+
+int choose_sets(const BenchContext& ctx, size_t set_bytes) {
+  const BenchOptions& opt = *ctx.opt;
+  if (opt.rotate > 0) return opt.rotate;
+  if (opt.rotate == 0 || set_bytes == 0) return 1;
+  constexpr double kMaxFootprint = 4.0 * (1ull << 30);
+  const double target = 2.0 * std::max(ctx.dev.l2_bytes, 1 << 20);
+  double sets = std::ceil(target / double(set_bytes));
+  sets = std::min({sets, 64.0, std::floor(kMaxFootprint / double(set_bytes))});
+  return std::max(1, static_cast<int>(sets));
+}
+
+BenchRow measure(const BenchContext& ctx, OpData& d, const OpInfo& info, Precision p, double tol,
+                 const Candidate& c, double lib_us) {
+  BenchRow r = base_row(info, p, c.variant);
+  append_note(r, c.note);
+  const std::string what = info.op + " " + c.variant + " " + precision_name(p);
+  try {
+    const Check chk = d.validate(c.launch, ctx.stream, tol, c.check);
+    r.err = chk.err;
+    if (!chk.ok) {
+      r.status = "WRONG";
+      append_note(r, "not timed: " + chk.note);
+      return r;
+    }
+  } catch (const std::exception& e) {
+    ensure_device_usable(what);
+    // A variant an op does not have is refused by its API ("n/a"); a failed launch is an error.
+    const std::string msg = e.what();
+    r.status = msg.find("CUDA error") != std::string::npos ? "error" : "n/a";
+    append_note(r, msg);
+    return r;
+  }
+  try {
+    TimerOptions to;
+    to.launches = std::max(ctx.opt->launches, d.sets());
+    to.repeats = ctx.opt->repeats;
+    to.warmup = ctx.opt->warmup;
+    const int sets = d.sets();
+    const Timing t = time_launches(
+        ctx.stream, [&](int i) { c.launch(i % sets); }, to);
+    r.median_us = t.median_us;
+    r.p95_us = t.p95_us;
+    r.graph = t.graph;
+    append_note(r, t.note);
+  } catch (const std::exception& e) {
+    ensure_device_usable(what);
+    r.status = "error";
+    append_note(r, e.what());
+    return r;
+  }
+  r.status = "ok";
+  fill_rate(r, p);
+  if (!c.is_lib && std::isfinite(lib_us) && r.median_us > 0) {
+    r.lib_us = lib_us;
+    r.lib_over_ours = lib_us / r.median_us;
+  }
+  return r;
+}
+
+// "cudnn FFT_TILING (fma math); ..." -> "FFT_TILING": the algorithm's name in a description.
+std::string algo_label(const std::string& desc) {
+  const size_t start = desc.find(' ');
+  const std::string rest = start == std::string::npos ? desc : desc.substr(start + 1);
+  return rest.substr(0, rest.find(" ("));
+}
+
+// Prepares and measures the library call (a row either way); returns its median or NaN.
+double measure_lib(const BenchContext& ctx, std::vector<BenchRow>& rows, OpData& d,
+                   const OpInfo& info, Precision p, double tol, const char* lib_name,
+                   bool available, const std::function<std::unique_ptr<LibOp>()>& make,
+                   const std::function<LibArgs(int)>& args, const std::vector<int>& check = {}) {
+  if (!ctx.lib || !available) return kNaN;
+  std::unique_ptr<LibOp> op;
+  try {
+    op = make();
+  } catch (const std::exception& e) {
+    ensure_device_usable(info.op + " " + lib_name + " set-up");
+    BenchRow r = base_row(info, p, lib_name);
+    r.status = "error";
+    append_note(r, e.what());
+    rows.push_back(r);
+    return kNaN;
+  }
+  // Every algorithm the call offers is checked and timed like our variants; the row is the
+  // fastest correct one, its note listing the others ("also timed: FFT 80.1 us, ALGO_1 WRONG").
+  LibOp* raw = op.get();
+  std::vector<BenchRow> tried;
+  std::vector<std::string> labels;
+  for (int a = 0; a < raw->algo_count(); ++a) {
+    raw->use_algo(a);
+    const std::string desc = raw->describe();
+    Candidate c{lib_name, true, [raw, &args](int i) { raw->run(args(i)); }, check, desc};
+    tried.push_back(measure(ctx, d, info, p, tol, c, kNaN));
+    labels.push_back(algo_label(desc));
+  }
+  size_t best = 0;
+  for (size_t i = 1; i < tried.size(); ++i) {
+    if (tried[i].status == "ok" &&
+        (tried[best].status != "ok" || tried[i].median_us < tried[best].median_us))
+      best = i;
+  }
+  std::string others;
+  for (size_t i = 0; i < tried.size(); ++i) {
+    if (i == best) continue;
+    const std::string t = tried[i].status == "ok" ? fmt::format("{:.1f} us", tried[i].median_us)
+                                                  : tried[i].status;
+    others += fmt::format("{}{} {}", others.empty() ? "" : ", ", labels[i], t);
+  }
+  BenchRow r = tried.at(best);
+  if (!others.empty()) append_note(r, "also timed: " + others);
+  rows.push_back(r);
+  return r.status == "ok" ? r.median_us : kNaN;
+}
+
+double matmul_tol(Precision p) {
+  return p == Precision::FP32 ? kTolFp32 : kTolTf32;
+}
+
+Exec exec_for(const BenchContext& ctx, Precision p) {
+  Exec ex;
+  ex.device = Device::CUDA;
+  ex.stream = ctx.stream;
+  ex.precision = p;
+  ex.deterministic = ctx.opt->deterministic;
+  return ex;
+}
+
+// ---- convolution ------------------------------------------------------------------------------
+
+std::string conv_shape_str(const Conv2dShape& s) {
+  std::string out = fmt::format("{}x{}x{}x{} -> {} k{}x{}", s.n, s.c, s.h, s.w, s.oc, s.kh, s.kw);
+  if (s.stride_h != 1 || s.stride_w != 1)
+    out += s.stride_h == s.stride_w ? fmt::format(" s{}", s.stride_h)
+                                    : fmt::format(" s{}x{}", s.stride_h, s.stride_w);
+  if (s.pad_h || s.pad_w)
+    out += s.pad_h == s.pad_w ? fmt::format(" p{}", s.pad_h)
+                              : fmt::format(" p{}x{}", s.pad_h, s.pad_w);
+  return out;
+}
+
+void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std::string& name,
+                const Conv2dShape& s, bool first_layer) {
+  const BenchOptions& opt = *ctx.opt;
+  const int64_t chw = int64_t(s.c) * s.h * s.w, ohw = int64_t(s.oh()) * s.ow();
+  const size_t nx = size_t(s.n * chw), ny = size_t(int64_t(s.n) * s.oc * ohw);
+  const size_t nw = size_t(int64_t(s.oc) * s.c * s.kh * s.kw);
+  const double flops = 2.0 * double(s.n) * s.oc * double(ohw) * s.c * s.kh * s.kw;
+  const std::vector<Range> chunks = split(s.n);
+  auto sub = [&](Range r) {
+    Conv2dShape t = s;
+    t.n = static_cast<int>(r.count);
+    return t;
+  };
+
+  for (Pass pass : {Pass::Forward, Pass::BackwardData, Pass::BackwardWeight}) {
+    OpInfo info;
+    info.op = name + "." + pass_name(pass);
+    if (!op_selected(opt, info.op)) continue;
+    info.shape = conv_shape_str(s);
+    info.flops = flops;
+    std::mt19937_64 rng(op_seed(opt.seed, info.op));
+    OpData d;
+    int a = 0, b = 0, out = 0;
+    if (pass == Pass::Forward) {
+      std::vector<float> x = random_floats(nx, rng), w = random_floats(nw, rng), y(ny);
+      parallel(chunks, [&](size_t, Range r) {
+        conv2d_forward_cpu(sub(r), x.data() + r.begin * chw, w.data(), nullptr,
+                           y.data() + r.begin * s.oc * ohw, false);
+      });
+      a = d.input("x", std::move(x));
+      b = d.input("w", std::move(w));
+      out = d.output("y", std::move(y));
+      info.bytes = 4.0 * double(nx + nw + ny);
+    } else if (pass == Pass::BackwardData) {
+      std::vector<float> dy = random_floats(ny, rng), w = random_floats(nw, rng), dx(nx);
+      parallel(chunks, [&](size_t, Range r) {
+        conv2d_backward_data_cpu(sub(r), dy.data() + r.begin * s.oc * ohw, w.data(),
+                                 dx.data() + r.begin * chw);
+      });
+      a = d.input("dy", std::move(dy));
+      b = d.input("w", std::move(w));
+      out = d.output("dx", std::move(dx));
+      info.bytes = 4.0 * double(ny + nw + nx);
+      if (first_layer) info.note = "not needed in training (first layer)";
+    } else {
+      std::vector<float> x = random_floats(nx, rng), dy = random_floats(ny, rng);
+      std::vector<float> init = random_floats(nw, rng);
+      std::vector<std::vector<float>> parts(chunks.size(), std::vector<float>(nw, 0.f));
+      parallel(chunks, [&](size_t i, Range r) {
+        conv2d_backward_weight_cpu(sub(r), x.data() + r.begin * chw,
+                                   dy.data() + r.begin * s.oc * ohw, parts[i].data(), nullptr);
+      });
+      std::vector<float> ref = add_partials(init, parts);
+      a = d.input("x", std::move(x));
+      b = d.input("dy", std::move(dy));
+      out = d.output("dw", std::move(ref), std::move(init));
+      info.bytes = 4.0 * double(nx + ny + 2 * nw);
+    }
+    d.allocate(choose_sets(ctx, d.set_bytes()), ctx.stream);
+
+    for (Precision p : opt.precisions) {
+      const Exec ex = exec_for(ctx, p);
+      const double tol = matmul_tol(p);
+      auto args = [&](int i) { return LibArgs{d.f(i, a), d.f(i, b), nullptr, d.f(i, out)}; };
+      const double lib_us = measure_lib(
+          ctx, rows, d, info, p, tol, "cudnn", ctx.lib && ctx.lib->cudnn_ok(),
+          [&] { return ctx.lib->conv(s, pass, p, args(0)); }, args);
+      Buffer<float> scratch;
+      if (pass == Pass::BackwardWeight)
+        scratch = Buffer<float>(conv2d_backward_weight_scratch_floats(s, ex), Device::CUDA);
+      for (Algo algo : opt.algos) {
+        Candidate c;
+        c.variant = algo_name(algo);
+        c.launch = [&, algo](int i) {
+          if (pass == Pass::Forward)
+            conv2d_forward(s, d.f(i, a), d.f(i, b), nullptr, d.f(i, out), false, algo, ex);
+          else if (pass == Pass::BackwardData)
+            conv2d_backward_data(s, d.f(i, a), d.f(i, b), d.f(i, out), algo, ex);
+          else
+            conv2d_backward_weight(s, d.f(i, a), d.f(i, b), d.f(i, out), nullptr,
+                                   scratch.empty() ? nullptr : scratch.data(), algo, ex);
+        };
+        rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
+      }
+    }
+  }
+}
+
+// ---- linear -------------------------------------------------------------------------------------
+
+void bench_linear(const BenchContext& ctx, std::vector<BenchRow>& rows, const std::string& name,
+                  const LinearShape& s) {
+  const BenchOptions& opt = *ctx.opt;
+  const size_t nx = size_t(s.n) * s.in, ny = size_t(s.n) * s.out, nw = size_t(s.in) * s.out;
+  const std::vector<Range> chunks = split(s.n);
+  auto sub = [&](Range r) { return LinearShape{static_cast<int>(r.count), s.in, s.out}; };
+
+  for (Pass pass : {Pass::Forward, Pass::BackwardData, Pass::BackwardWeight}) {
+    OpInfo info;
+    info.op = name + "." + pass_name(pass);
+    if (!op_selected(opt, info.op)) continue;
+    info.shape = fmt::format("{}x{} -> {}", s.n, s.in, s.out);
+    info.flops = 2.0 * double(s.n) * s.in * s.out;
+    std::mt19937_64 rng(op_seed(opt.seed, info.op));
+    OpData d;
+    int a = 0, b = 0, out = 0;
+    if (pass == Pass::Forward) {
+      std::vector<float> x = random_floats(nx, rng), w = random_floats(nw, rng), y(ny);
+      parallel(chunks, [&](size_t, Range r) {
+        linear_forward_cpu(sub(r), x.data() + r.begin * s.in, w.data(), nullptr,
+                           y.data() + r.begin * s.out, false);
+      });
+      a = d.input("x", std::move(x));
+      b = d.input("w", std::move(w));
+      out = d.output("y", std::move(y));
+      info.bytes = 4.0 * double(nx + nw + ny);
+    } else if (pass == Pass::BackwardData) {
+      std::vector<float> dy = random_floats(ny, rng), w = random_floats(nw, rng), dx(nx);
+      parallel(chunks, [&](size_t, Range r) {
+        linear_backward_data_cpu(sub(r), dy.data() + r.begin * s.out, w.data(),
+                                 dx.data() + r.begin * s.in);
+      });
+      a = d.input("dy", std::move(dy));
+      b = d.input("w", std::move(w));
+      out = d.output("dx", std::move(dx));
+      info.bytes = 4.0 * double(ny + nw + nx);
+    } else {
+      std::vector<float> x = random_floats(nx, rng), dy = random_floats(ny, rng);
+      std::vector<float> init = random_floats(nw, rng);
+      std::vector<std::vector<float>> parts(chunks.size(), std::vector<float>(nw, 0.f));
+      parallel(chunks, [&](size_t i, Range r) {
+        linear_backward_weight_cpu(sub(r), x.data() + r.begin * s.in, dy.data() + r.begin * s.out,
+                                   parts[i].data(), nullptr);
+      });
+      std::vector<float> ref = add_partials(init, parts);
+      a = d.input("x", std::move(x));
+      b = d.input("dy", std::move(dy));
+      out = d.output("dw", std::move(ref), std::move(init));
+      info.bytes = 4.0 * double(nx + ny + 2 * nw);
+    }
+    d.allocate(choose_sets(ctx, d.set_bytes()), ctx.stream);
+
+    for (Precision p : opt.precisions) {
+      const Exec ex = exec_for(ctx, p);
+      const double tol = matmul_tol(p);
+      auto args = [&](int i) { return LibArgs{d.f(i, a), d.f(i, b), nullptr, d.f(i, out)}; };
+      const double lib_us = measure_lib(
+          ctx, rows, d, info, p, tol, "cublas", ctx.lib && ctx.lib->cublas_ok(),
+          [&] { return ctx.lib->gemm(s, pass, p); }, args);
+      Buffer<float> scratch;
+      if (pass == Pass::BackwardWeight)
+        scratch = Buffer<float>(linear_backward_weight_scratch_floats(s, ex), Device::CUDA);
+      for (Algo algo : opt.algos) {
+        Candidate c;
+        c.variant = algo_name(algo);
+        c.launch = [&, algo](int i) {
+          if (pass == Pass::Forward)
+            linear_forward(s, d.f(i, a), d.f(i, b), nullptr, d.f(i, out), false, algo, ex);
+          else if (pass == Pass::BackwardData)
+            linear_backward_data(s, d.f(i, a), d.f(i, b), d.f(i, out), algo, ex);
+          else
+            linear_backward_weight(s, d.f(i, a), d.f(i, b), d.f(i, out), nullptr,
+                                   scratch.empty() ? nullptr : scratch.data(), algo, ex);
+        };
+        rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
+      }
+    }
+  }
+}
+
+// ---- element-wise and small ops (one precision: they do no matrix arithmetic) ------------------
+
+// (N, C, H, W) of an activation; flat ones (N, F) become (N, F, 1, 1) for cuDNN.
+std::array<int, 4> dims4(const Shape& s) {
+  std::array<int, 4> d = {1, 1, 1, 1};
+  d[0] = static_cast<int>(s.at(0));
+  if (s.size() == 4) {
+    for (int i = 1; i < 4; ++i) d[size_t(i)] = static_cast<int>(s[size_t(i)]);
+  } else {
+    d[1] = static_cast<int>(shape_numel(s) / s.at(0));
+  }
+  return d;
+}
+
+void bench_relu(const BenchContext& ctx, std::vector<BenchRow>& rows, const std::string& name,
+                const Shape& shape) {
+  const BenchOptions& opt = *ctx.opt;
+  const Precision p = opt.precisions.front();
+  const Exec ex = exec_for(ctx, p);
+  const int64_t count = shape_numel(shape);
+  const auto dd = dims4(shape);
+  for (bool backward : {false, true}) {
+    OpInfo info;
+    info.op = name + (backward ? ".bwd" : ".fwd");
+    if (!op_selected(opt, info.op)) continue;
+    info.shape = shape_str(shape);
+    info.compute_bound = false;
+    info.bytes = 4.0 * double(count) * (backward ? 3 : 2);
+    std::mt19937_64 rng(op_seed(opt.seed, info.op));
+    std::vector<float> x = random_floats(size_t(count), rng), y(static_cast<size_t>(count));
+    relu_forward_cpu(count, x.data(), y.data());
+    OpData d;
+    if (!backward) {
+      const int ix = d.input("x", x), iy = d.output("y", y);
+      d.allocate(choose_sets(ctx, d.set_bytes()), ctx.stream);
+      auto args = [&](int i) { return LibArgs{d.f(i, ix), nullptr, nullptr, d.f(i, iy)}; };
+      const double lib_us = measure_lib(
+          ctx, rows, d, info, p, kTolElementwise, "cudnn", ctx.lib && ctx.lib->cudnn_ok(),
+          [&] { return ctx.lib->relu(dd[0], dd[1], dd[2], dd[3], false); }, args);
+      Candidate c{"default",
+                  false,
+                  [&](int i) { relu_forward(count, d.f(i, ix), d.f(i, iy), ex); },
+                  {},
+                  ""};
+      rows.push_back(measure(ctx, d, info, p, kTolElementwise, c, lib_us));
+    } else {
+      std::vector<float> dy = random_floats(size_t(count), rng), dx(static_cast<size_t>(count));
+      relu_backward_cpu(count, y.data(), dy.data(), dx.data());
+      const int iy = d.input("y", std::move(y)), idy = d.input("dy", std::move(dy));
+      const int ix = d.input("x", std::move(x)), idx = d.output("dx", std::move(dx));
+      d.allocate(choose_sets(ctx, d.set_bytes()), ctx.stream);
+      auto args = [&](int i) { return LibArgs{d.f(i, iy), d.f(i, idy), d.f(i, ix), d.f(i, idx)}; };
+      const double lib_us = measure_lib(
+          ctx, rows, d, info, p, kTolElementwise, "cudnn", ctx.lib && ctx.lib->cudnn_ok(),
+          [&] { return ctx.lib->relu(dd[0], dd[1], dd[2], dd[3], true); }, args);
+      Candidate c{"default",
+                  false,
+                  [&](int i) { relu_backward(count, d.f(i, iy), d.f(i, idy), d.f(i, idx), ex); },
+                  {},
+                  ""};
+      rows.push_back(measure(ctx, d, info, p, kTolElementwise, c, lib_us));
+    }
+  }
+}
+
+// The first conv fused with its ReLU and 2x2 max-pool (kernels/conv_relu_pool.h), as the Network
+// runs it on CUDA: forward (writes only the pooled y and argmax) and the weight gradient from
+// the pooled dy. Compare with conv1.fwd + pool1.fwd and pool1.bwd + conv1.wgrad. Inputs on
+// binary grids so that every sum is exact: the argmax (near-ties) must match the CPU exactly.
+void bench_conv_relu_pool(const BenchContext& ctx, std::vector<BenchRow>& rows,
+                          const std::string& name, const Conv2dShape& s) {
+  const BenchOptions& opt = *ctx.opt;
+  const Precision p = opt.precisions.front();
+  const Exec ex = exec_for(ctx, p);
+  const MaxPoolShape ps = conv_relu_pool_pool_shape(s);
+  const int64_t hw = int64_t(s.h) * s.w, php = int64_t(ps.oh()) * ps.ow();
+  const size_t nx = size_t(s.n * hw), nw = size_t(s.oc) * s.kh * s.kw;
+  const size_t np = size_t(int64_t(s.n) * s.oc * php);
+  const std::vector<Range> chunks = split(s.n);
+  auto sub = [&](Range r) {
+    Conv2dShape t = s;
+    t.n = static_cast<int>(r.count);
+    return t;
+  };
+  auto grid = [](size_t n, std::mt19937_64& rng, int m, float step) {
+    std::uniform_int_distribution<int> u(-m, m);
+    std::vector<float> v(n);
+    for (auto& x : v) x = float(u(rng)) * step;
+    return v;
+  };
+  std::mt19937_64 rng(op_seed(opt.seed, name + ".fused"));
+  std::vector<float> x = grid(nx, rng, 2, 0.25f), w = grid(nw, rng, 4, 0.125f);
+  std::vector<float> b = grid(size_t(s.oc), rng, 8, 1.f / 32), y(np);
+  std::vector<int32_t> argmax(np);
+  parallel(chunks, [&](size_t, Range r) {
+    conv_relu_pool_forward_cpu(sub(r), x.data() + r.begin * hw, w.data(), b.data(),
+                               y.data() + r.begin * s.oc * php,
+                               argmax.data() + r.begin * s.oc * php);
+  });
+  const std::string shape = conv_shape_str(s) + " + relu + pool 2x2";
+  for (bool backward : {false, true}) {
+    OpInfo info;
+    info.op = name + (backward ? ".wgrad" : ".fwd");
+    if (!op_selected(opt, info.op)) continue;
+    info.shape = shape;
+    info.compute_bound = false;
+    OpData d;
+    if (!backward) {
+      info.flops = 2.0 * double(s.n) * s.oc * s.oh() * s.ow() * s.kh * s.kw;
+      info.bytes = 4.0 * double(nx + nw + 2 * np);  // x, w in; pooled y and argmax out
+      info.note = "replaces conv.fwd + pool.fwd (no full-size conv output)";
+      const int ix = d.input("x", x), iw = d.input("w", w), ib = d.input("b", b);
+      const int iy = d.output("y", y), iarg = d.output_i32("argmax", argmax);
+      d.allocate(choose_sets(ctx, d.set_bytes()), ctx.stream);
+      Candidate c{"fused",
+                  false,
+                  [&](int i) {
+                    conv_relu_pool_forward(s, d.f(i, ix), d.f(i, iw), d.f(i, ib), d.f(i, iy),
+                                           d.i32(i, iarg), ex);
+                  },
+                  {},
+                  ""};
+      rows.push_back(measure(ctx, d, info, p, kTolElementwise, c, kNaN));
+    } else {
+      info.flops = 2.0 * double(s.n) * s.oc * double(php) * s.kh * s.kw;  // one window per output
+      info.bytes = 4.0 * double(nx + 3 * np + 2 * nw);  // x, y, dy, argmax in; dw read + written
+      info.note = "replaces pool.bwd + conv.wgrad (no full-size conv gradient)";
+      std::vector<float> dy = grid(np, rng, 16, 1.f / 16), init = grid(nw, rng, 64, 1.f / 64);
+      std::vector<std::vector<float>> parts(chunks.size(), std::vector<float>(nw, 0.f));
+      parallel(chunks, [&](size_t i, Range r) {
+        conv_relu_pool_backward_weight_cpu(
+            sub(r), x.data() + r.begin * hw, y.data() + r.begin * s.oc * php,
+            dy.data() + r.begin * s.oc * php, argmax.data() + r.begin * s.oc * php, parts[i].data(),
+            nullptr);
+      });
+      std::vector<float> ref = add_partials(init, parts);
+      const int ix = d.input("x", x), iy = d.input("y", y), idy = d.input("dy", std::move(dy));
+      const int iarg = d.input_i32("argmax", argmax);
+      const int idw = d.output("dw", std::move(ref), std::move(init));
+      d.allocate(choose_sets(ctx, d.set_bytes()), ctx.stream);
+      Buffer<float> scratch(conv_relu_pool_backward_weight_scratch_floats(s, ex), Device::CUDA);
+      Candidate c{"fused",
+                  false,
+                  [&](int i) {
+                    conv_relu_pool_backward_weight(s, d.f(i, ix), d.f(i, iy), d.f(i, idy),
+                                                   d.i32(i, iarg), d.f(i, idw), nullptr,
+                                                   scratch.empty() ? nullptr : scratch.data(), ex);
+                  },
+                  {},
+                  ""};
+      rows.push_back(measure(ctx, d, info, p, kTolElementwise, c, kNaN));
+    }
+  }
+}
+
+void bench_maxpool(const BenchContext& ctx, std::vector<BenchRow>& rows, const std::string& name,
+                   const MaxPoolShape& s) {
+  const BenchOptions& opt = *ctx.opt;
+  const Precision p = opt.precisions.front();
+  const Exec ex = exec_for(ctx, p);
+  const size_t nx = size_t(s.n) * s.c * s.h * s.w, ny = size_t(s.n) * s.c * s.oh() * s.ow();
+  const std::string shape = fmt::format("{}x{}x{}x{} k{}x{} s{}x{} p{}x{}", s.n, s.c, s.h, s.w,
+                                        s.kh, s.kw, s.stride_h, s.stride_w, s.pad_h, s.pad_w);
+  for (bool backward : {false, true}) {
+    OpInfo info;
+    info.op = name + (backward ? ".bwd" : ".fwd");
+    if (!op_selected(opt, info.op)) continue;
+    info.shape = shape;
+    info.compute_bound = false;
+    // fwd: read x, write y and argmax; bwd: read dy and argmax, write dx.
+    info.bytes = 4.0 * double(backward ? 2 * ny + nx : nx + 2 * ny);
+    std::mt19937_64 rng(op_seed(opt.seed, info.op));
+    std::vector<float> x = random_floats(nx, rng), y(ny);
+    std::vector<int32_t> argmax(ny);
+    maxpool_forward_cpu(s, x.data(), y.data(), argmax.data());
+    OpData d;
+    if (!backward) {
+      const int ix = d.input("x", std::move(x)), iy = d.output("y", std::move(y));
+      const int iarg = d.output_i32("argmax", std::move(argmax));
+      d.allocate(choose_sets(ctx, d.set_bytes()), ctx.stream);
+      auto args = [&](int i) { return LibArgs{d.f(i, ix), nullptr, nullptr, d.f(i, iy)}; };
+      // cuDNN keeps no argmax: only y is compared for it.
+      const double lib_us = measure_lib(ctx, rows, d, info, p, kTolElementwise, "cudnn",
+                                        ctx.lib && ctx.lib->cudnn_ok(),
+                                        [&] { return ctx.lib->maxpool(s, false); }, args, {iy});
+      Candidate c{"default",
+                  false,
+                  [&](int i) { maxpool_forward(s, d.f(i, ix), d.f(i, iy), d.i32(i, iarg), ex); },
+                  {},
+                  ""};
+      rows.push_back(measure(ctx, d, info, p, kTolElementwise, c, lib_us));
+    } else {
+      std::vector<float> dy = random_floats(ny, rng), dx(nx);
+      maxpool_backward_cpu(s, dy.data(), argmax.data(), dx.data());
+      const int idy = d.input("dy", std::move(dy)), iarg = d.input_i32("argmax", argmax);
+      const int iy = d.input("y", std::move(y)), ix = d.input("x", std::move(x));
+      const int idx = d.output("dx", std::move(dx));
+      d.allocate(choose_sets(ctx, d.set_bytes()), ctx.stream);
+      auto args = [&](int i) { return LibArgs{d.f(i, iy), d.f(i, idy), d.f(i, ix), d.f(i, idx)}; };
+      const double lib_us = measure_lib(
+          ctx, rows, d, info, p, kTolElementwise, "cudnn", ctx.lib && ctx.lib->cudnn_ok(),
+          [&] { return ctx.lib->maxpool(s, true); }, args);
+      Candidate c{"default",
+                  false,
+                  [&](int i) { maxpool_backward(s, d.f(i, idy), d.i32(i, iarg), d.f(i, idx), ex); },
+                  {},
+                  "cuDNN reads x and y instead of an argmax"};
+      rows.push_back(measure(ctx, d, info, p, kTolElementwise, c, lib_us));
+    }
+  }
+}
+
+void bench_xent(const BenchContext& ctx, std::vector<BenchRow>& rows, const std::string& name,
+                const XentShape& s) {
+  const BenchOptions& opt = *ctx.opt;
+  const Precision p = opt.precisions.front();
+  const Exec ex = exec_for(ctx, p);
+  OpInfo info;
+  info.op = name + ".xent";
+  if (!op_selected(opt, info.op)) return;
+  info.shape = fmt::format("{}x{}", s.n, s.classes);
+  info.compute_bound = false;
+  const size_t nl = size_t(s.n) * s.classes;
+  info.bytes = 4.0 * double(2 * nl + 4 * size_t(s.n));  // logits, labels in; dlogits, loss, pred
+  std::mt19937_64 rng(op_seed(opt.seed, info.op));
+  std::vector<float> logits = random_floats(nl, rng, -4.f, 4.f);
+  std::vector<int32_t> labels = random_labels(size_t(s.n), s.classes, rng);
+  std::vector<float> loss(static_cast<size_t>(s.n)), dlogits(nl);
+  std::vector<int32_t> pred(static_cast<size_t>(s.n));
+  const float scale = 1.0f / float(s.n);
+  softmax_xent_cpu(s, logits.data(), labels.data(), loss.data(), pred.data(), dlogits.data(),
+                   scale);
+  OpData d;
+  const int il = d.input("logits", std::move(logits)), ilab = d.input_i32("labels", labels);
+  const int iloss = d.output("loss", std::move(loss)), ipred = d.output_i32("pred", pred);
+  const int idl = d.output("dlogits", std::move(dlogits));
+  d.allocate(choose_sets(ctx, d.set_bytes()), ctx.stream);
+  Candidate c{"default",
+              false,
+              [&](int i) {
+                softmax_xent(s, d.f(i, il), d.i32(i, ilab), d.f(i, iloss), d.i32(i, ipred),
+                             d.f(i, idl), scale, ex);
+              },
+              {},
+              "fused forward + backward; no library counterpart"};
+  rows.push_back(measure(ctx, d, info, p, kTolElementwise, c, kNaN));
+}
+
+void bench_optimizer(const BenchContext& ctx, std::vector<BenchRow>& rows,
+                     const OptimizerOptions& oo, int64_t count) {
+  const BenchOptions& opt = *ctx.opt;
+  const Precision p = opt.precisions.front();
+  const Exec ex = exec_for(ctx, p);
+  const bool sgd = oo.type == OptimizerType::Sgd;
+  OpInfo info;
+  info.op = sgd ? "optimizer.sgd" : "optimizer.adam";
+  if (!op_selected(opt, info.op)) return;
+  info.shape = fmt::format("{} params", count);
+  info.compute_bound = false;
+  // Read and write w, g (zeroed) and each state buffer.
+  info.bytes = 4.0 * double(count) * (sgd ? 6 : 8);
+  std::mt19937_64 rng(op_seed(opt.seed, info.op));
+  const size_t n = size_t(count);
+  std::vector<float> w = random_floats(n, rng), g = random_floats(n, rng);
+  std::vector<float> m = random_floats(n, rng), v = random_floats(n, rng, 0.f, 1.f);
+  std::vector<float> rw = w, rg = g, rm = m, rv = v;
+  OpData d;
+  Candidate c;
+  c.variant = "default";
+  // After the first launch g is zero (the update zeroes it): the kernel does the same loads,
+  // arithmetic and stores whatever the values, so later launches time the same work.
+  if (sgd) {
+    SgdParams sp;
+    sp.lr = float(oo.lr);
+    sp.momentum = float(oo.momentum);
+    sp.weight_decay = float(oo.weight_decay);
+    sp.nesterov = oo.nesterov;
+    sgd_update_cpu(count, rw.data(), rg.data(), rm.data(), nullptr, sp, 1.0f);
+    const int iw = d.output("w", std::move(rw), std::move(w));
+    const int ig = d.output("g", std::move(rg), std::move(g));
+    const int im = d.output("m", std::move(rm), std::move(m));
+    c.launch = [&d, iw, ig, im, sp, count, ex](int i) {
+      sgd_update(count, d.f(i, iw), d.f(i, ig), d.f(i, im), nullptr, sp, 1.0f, ex);
+    };
+  } else {
+    AdamParams ap;
+    ap.lr = float(oo.lr);
+    ap.beta1 = float(oo.beta1);
+    ap.beta2 = float(oo.beta2);
+    ap.eps = float(oo.eps);
+    ap.weight_decay = float(oo.weight_decay);
+    ap.decoupled = oo.type == OptimizerType::AdamW;
+    ap.step = 10;
+    adam_update_cpu(count, rw.data(), rg.data(), rm.data(), rv.data(), nullptr, ap, 1.0f);
+    const int iw = d.output("w", std::move(rw), std::move(w));
+    const int ig = d.output("g", std::move(rg), std::move(g));
+    const int im = d.output("m", std::move(rm), std::move(m));
+    const int iv = d.output("v", std::move(rv), std::move(v));
+    c.launch = [&d, iw, ig, im, iv, ap, count, ex](int i) {
+      adam_update(count, d.f(i, iw), d.f(i, ig), d.f(i, im), d.f(i, iv), nullptr, ap, 1.0f, ex);
+    };
+  }
+  c.note = "no library counterpart";
+  d.allocate(choose_sets(ctx, d.set_bytes()), ctx.stream);
+  rows.push_back(measure(ctx, d, info, p, kTolElementwise, c, kNaN));
+}
+
+}  // namespace
+
+std::vector<BenchRow> bench_ops(const BenchContext& ctx, const NetDesc& net) {
+  const BenchOptions& opt = *ctx.opt;
+  CNN_CHECK(!opt.precisions.empty(), "bench: no precision selected");
+  std::vector<BenchRow> rows;
+  Shape cur = {opt.batch};
+  cur.insert(cur.end(), net.input_chw.begin(), net.input_chw.end());
+  for (size_t i = 0; i < net.specs.size(); ++i) {
+    const LayerSpec& spec = net.specs[i];
+    switch (spec.kind) {
+      case LayerKind::Conv2d: {
+        Conv2dShape s;
+        s.n = int(cur.at(0));
+        s.c = int(cur.at(1));
+        s.h = int(cur.at(2));
+        s.w = int(cur.at(3));
+        s.oc = spec.out_channels;
+        s.kh = spec.kernel_h;
+        s.kw = spec.kernel_w;
+        s.stride_h = spec.stride_h;
+        s.stride_w = spec.stride_w;
+        s.pad_h = spec.pad_h;
+        s.pad_w = spec.pad_w;
+        bench_conv(ctx, rows, spec.name, s, i == 0);
+        // The fusion the Network runs on CUDA: first layer, then relu and a 2x2 / stride-2 pool.
+        if (i == 0 && i + 2 < net.specs.size() && net.specs[i + 1].kind == LayerKind::Relu &&
+            net.specs[i + 2].kind == LayerKind::MaxPool2d && net.specs[i + 2].kernel_h == 2 &&
+            net.specs[i + 2].kernel_w == 2 && net.specs[i + 2].stride_h == 2 &&
+            net.specs[i + 2].stride_w == 2 && net.specs[i + 2].pad_h == 0 &&
+            net.specs[i + 2].pad_w == 0 && conv_relu_pool_applicable(s))
+          bench_conv_relu_pool(
+              ctx, rows, spec.name + "+" + net.specs[i + 1].name + "+" + net.specs[i + 2].name, s);
+        break;
+      }
+      case LayerKind::Linear:
+        bench_linear(
+            ctx, rows, spec.name,
+            LinearShape{int(cur.at(0)), int(shape_numel(cur) / cur.at(0)), spec.out_features});
+        break;
+      case LayerKind::Relu:
+        bench_relu(ctx, rows, spec.name, cur);
+        break;
+      case LayerKind::MaxPool2d: {
+        MaxPoolShape s;
+        s.n = int(cur.at(0));
+        s.c = int(cur.at(1));
+        s.h = int(cur.at(2));
+        s.w = int(cur.at(3));
+        s.kh = spec.kernel_h;
+        s.kw = spec.kernel_w;
+        s.stride_h = spec.stride_h;
+        s.stride_w = spec.stride_w;
+        s.pad_h = spec.pad_h;
+        s.pad_w = spec.pad_w;
+        bench_maxpool(ctx, rows, spec.name, s);
+        break;
+      }
+      case LayerKind::SoftmaxCrossEntropy:
+        bench_xent(ctx, rows, spec.name, XentShape{int(cur.at(0)), int(cur.at(1))});
+        break;
+      case LayerKind::Flatten:
+        break;
+    }
+    cur = layer_output_shape(spec, cur);
+  }
+  const int64_t params = summarize_network(net.specs, net.input_chw).total_params;
+  bench_optimizer(ctx, rows, net.optimizer, params);
+  return rows;
+}
+
+}  // namespace cnn::bench
+
+#endif  // CNN_HAVE_CUDA

@@ -1,0 +1,17 @@
+#pragma once
+// Op mode of ./bench: every conv and linear layer of the network (forward, input gradient, weight
+// gradient), every relu and maxpool layer (forward, backward), the softmax cross-entropy and the
+// optimizer update. Each of our variants and the library call is first checked against the CPU
+// reference on the same random input (a wrong one is not timed), then timed by graph replay.
+#include <vector>
+
+#include "app/bench/bench_common.h"
+
+namespace cnn::bench {
+
+std::vector<BenchRow> bench_ops(const BenchContext& ctx, const NetDesc& net);
+
+// True when `op` (e.g. "conv2.wgrad") passes the --ops filters (any filter a substring of it).
+bool op_selected(const BenchOptions& opt, const std::string& op);
+
+}  // namespace cnn::bench

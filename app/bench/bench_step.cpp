@@ -1,0 +1,188 @@
+#include "app/bench/bench_step.h"
+
+namespace cnn::bench {
+
+double trained_flops_per_image(const NetDesc& net) {
+  Shape cur = {1};
+  cur.insert(cur.end(), net.input_chw.begin(), net.input_chw.end());
+  double total = 0;
+  bool only_views_before = true;  // the input's gradient is never computed
+  for (const LayerSpec& spec : net.specs) {
+    if (spec.kind == LayerKind::Conv2d || spec.kind == LayerKind::Linear) {
+      const double f = double(layer_forward_flops(spec, cur));
+      total += f * (only_views_before ? 2 : 3);
+    }
+    if (spec.kind != LayerKind::Flatten) only_views_before = false;
+    cur = layer_output_shape(spec, cur);
+  }
+  return total;
+}
+
+}  // namespace cnn::bench
+
+#ifdef CNN_HAVE_CUDA
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <random>
+
+#include "app/bench/bench_timer.h"
+#include "runtime/cuda_check.h"
+#include "runtime/error.h"
+#include "runtime/memory.h"
+#include "layers/network.h"
+#include "layers/param_optimizer.h"
+
+namespace cnn::bench {
+
+namespace {
+
+BenchRow step_row(int batch, Precision p, double flops_per_image) {
+  BenchRow r;
+  r.section = "step";
+  r.op = "step";
+  r.shape = fmt::format("batch {}", batch);
+  r.precision = precision_name(p);
+  r.batch = batch;
+  r.flops = flops_per_image * batch;
+  r.compute_bound = true;
+  return r;
+}
+
+void append(std::string& note, const std::string& n) {
+  if (!n.empty()) note = note.empty() ? n : note + "; " + n;
+}
+
+// Every measurement of one batch size, precision and reduction mode; a failure becomes an error
+// row.
+void bench_one(const BenchContext& ctx, const NetDesc& net, int batch, Precision p,
+               bool deterministic, double flops_per_image, std::vector<BenchRow>& rows) {
+  const BenchOptions& opt = *ctx.opt;
+  std::vector<LayerSpec> specs = net.specs;
+  if (opt.algo_override)
+    for (auto& s : specs)
+      if (s.kind == LayerKind::Conv2d || s.kind == LayerKind::Linear) s.algo = opt.step_algo;
+
+  Exec ex;
+  ex.device = Device::CUDA;
+  ex.stream = ctx.stream;
+  ex.precision = p;
+  ex.deterministic = deterministic;
+  NetworkOptions no;
+  no.max_batch = batch;
+  no.seed = opt.seed;
+  Network model(specs, net.input_chw, no, ex);
+  // algo: auto as the trainer runs it: each pass's variant timed once on these shapes.
+  const std::vector<std::string> tuned = model.autotune();
+  for (const std::string& line : tuned)
+    fmt::print(stderr, "step batch {} {}: algo auto {}\n", batch, precision_name(p), line);
+  ParamOptimizer optimizer(net.optimizer, model);
+
+  // Random images and labels, on the device before timing starts.
+  std::mt19937_64 rng(opt.seed + uint64_t(batch));
+  const size_t image = size_t(shape_numel(net.input_chw));
+  std::vector<float> h_x(image * size_t(batch));
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (auto& v : h_x) v = u(rng);
+  std::vector<int32_t> h_labels(static_cast<size_t>(batch));
+  std::uniform_int_distribution<int32_t> cls(0, model.num_classes() - 1);
+  for (auto& v : h_labels) v = cls(rng);
+  Buffer<float> x(h_x.size(), Device::CUDA);  // (batch, C, H, W)
+  x.copy_from(h_x.data(), Device::CPU, h_x.size());
+  Buffer<int32_t> labels(h_labels.size(), Device::CUDA);  // (batch)
+  labels.copy_from(h_labels.data(), Device::CPU, h_labels.size());
+
+  const float grad_scale = 1.0f / float(batch);
+  const double lr = net.optimizer.lr;
+  auto step = [&](int) {
+    model.forward_backward(batch, x.data(), labels.data(), grad_scale);
+    optimizer.step(lr);
+  };
+
+  for (bool graph : {false, true}) {
+    BenchRow r = step_row(batch, p, flops_per_image);
+    TimerOptions to;
+    to.launches = 1;
+    to.repeats = opt.step_repeats;
+    to.warmup = graph ? 3 : 10;  // the first rounds also let `auto` variants pick
+    to.use_graph = graph;
+    const Timing t = time_launches(ctx.stream, step, to);
+    r.variant = t.graph ? "graph" : (graph ? "launches (no graph)" : "launches");
+    if (deterministic) r.variant += ", deterministic";
+    r.graph = t.graph;
+    r.median_us = t.median_us;
+    r.p95_us = t.p95_us;
+    append(r.note, t.note);
+    r.status = "ok";
+    if (!tuned.empty()) append(r.note, fmt::format("algo auto tuned {} passes", tuned.size()));
+    fill_rate(r, p);
+    r.images_per_s = batch / (r.median_us * 1e-6);
+    rows.push_back(r);
+  }
+
+  // Random labels on random images: the loss should stay finite; if not, say so (the timing of
+  // NaN arithmetic is not representative).
+  std::vector<float> loss(static_cast<size_t>(batch));
+  CNN_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+  raw_copy(loss.data(), Device::CPU, model.loss_rows(), Device::CUDA, loss.size() * 4);
+  for (float v : loss)
+    if (!std::isfinite(v)) {
+      for (size_t i = rows.size() - 2; i < rows.size(); ++i)
+        append(rows[i].note, "loss became non-finite during the run");
+      break;
+    }
+}
+
+// Notes on each deterministic row its time relative to the matching atomicAdd row (same batch,
+// precision and timing mode): rows [base, det) are the atomicAdd ones, [det, end) the others.
+void note_deterministic_cost(std::vector<BenchRow>& rows, size_t base, size_t det) {
+  for (size_t i = det; i < rows.size(); ++i) {
+    const size_t j = base + (i - det);
+    if (j >= det || rows[j].status != "ok" || rows[i].status != "ok" ||
+        rows[j].graph != rows[i].graph)
+      continue;
+    const double ratio = rows[i].median_us / rows[j].median_us;
+    append(rows[i].note,
+           fmt::format("{:.2f}x the atomicAdd step ({:+.1f}%)", ratio, 100 * (ratio - 1)));
+  }
+}
+
+}  // namespace
+
+std::vector<BenchRow> bench_steps(const BenchContext& ctx, const NetDesc& net) {
+  const BenchOptions& opt = *ctx.opt;
+  const double per_image = trained_flops_per_image(net);
+  std::vector<BenchRow> rows;
+  std::vector<bool> modes = {opt.deterministic};
+  if (opt.compare_deterministic) modes = {false, true};
+  for (int batch : opt.step_batches)
+    for (Precision p : opt.precisions) {
+      size_t atomic_first = rows.size();
+      for (bool deterministic : modes) {
+        const size_t first = rows.size();
+        if (!deterministic) atomic_first = first;
+        try {
+          bench_one(ctx, net, batch, p, deterministic, per_image, rows);
+        } catch (const std::exception& e) {
+          cudaGetLastError();
+          const cudaError_t sticky = cudaDeviceSynchronize();
+          if (sticky != cudaSuccess)
+            CNN_FAIL("the GPU context is unusable after the batch-{} {} step: {} ({})", batch,
+                     precision_name(p), cudaGetErrorString(sticky), e.what());
+          BenchRow r = step_row(batch, p, per_image);
+          r.variant = deterministic ? "-, deterministic" : "-";
+          r.status = "error";
+          r.note = e.what();
+          rows.push_back(r);
+        }
+        if (deterministic && opt.compare_deterministic)
+          note_deterministic_cost(rows, atomic_first, first);
+      }
+    }
+  return rows;
+}
+
+}  // namespace cnn::bench
+
+#endif  // CNN_HAVE_CUDA

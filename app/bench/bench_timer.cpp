@@ -1,0 +1,146 @@
+#ifdef CNN_HAVE_CUDA
+#include "app/bench/bench_timer.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "runtime/cuda_check.h"
+#include "runtime/error.h"
+
+namespace cnn::bench {
+
+namespace {
+
+// Owns a chain of events: samples are the gaps between consecutive ones.
+class EventChain {
+ public:
+  explicit EventChain(int n) : events_(static_cast<size_t>(n), nullptr) {
+    for (auto& e : events_) CNN_CUDA_CHECK(cudaEventCreate(&e));
+  }
+  ~EventChain() {
+    for (auto e : events_)
+      if (e) cudaEventDestroy(e);
+  }
+  EventChain(const EventChain&) = delete;
+  EventChain& operator=(const EventChain&) = delete;
+  cudaEvent_t operator[](size_t i) const { return events_[i]; }
+  // Per-launch microseconds of each gap, after the stream has finished.
+  std::vector<double> gaps_us(int launches_per_gap) const {
+    std::vector<double> out;
+    for (size_t i = 0; i + 1 < events_.size(); ++i) {
+      float ms = 0;
+      CNN_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]));
+      out.push_back(1000.0 * ms / launches_per_gap);
+    }
+    return out;
+  }
+
+ private:
+  std::vector<cudaEvent_t> events_;
+};
+
+struct GraphHolder {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ~GraphHolder() {
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+  }
+};
+
+// Captures K launches; returns false (with the reason, the stream out of capture mode and the
+// error state cleared) when any part of it fails.
+bool capture(cudaStream_t stream, const std::function<void(int)>& launch, int first, int count,
+             GraphHolder& g, std::string* why) {
+  cudaError_t err = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+  if (err != cudaSuccess) {
+    *why = std::string("cudaStreamBeginCapture: ") + cudaGetErrorString(err);
+    cudaGetLastError();
+    return false;
+  }
+  std::string failure;
+  try {
+    for (int i = 0; i < count; ++i) launch(first + i);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  err = cudaStreamEndCapture(stream, &g.graph);
+  if (failure.empty() && err != cudaSuccess)
+    failure = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(err);
+  if (failure.empty()) {
+    err = cudaGraphInstantiate(&g.exec, g.graph, 0);
+    if (err != cudaSuccess)
+      failure = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(err);
+  }
+  if (!failure.empty()) {
+    cudaGetLastError();  // capture errors are not sticky; clear them before plain launches
+    *why = failure;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return std::numeric_limits<double>::quiet_NaN();
+  std::sort(v.begin(), v.end());
+  const double rank = std::ceil(q * static_cast<double>(v.size()));
+  const size_t idx = static_cast<size_t>(std::clamp(rank, 1.0, double(v.size()))) - 1;
+  return v[idx];
+}
+
+Timing time_launches(cudaStream_t stream, const std::function<void(int)>& launch,
+                     const TimerOptions& opt) {
+  CNN_CHECK(opt.launches > 0 && opt.repeats > 0 && opt.warmup >= 0,
+            "timer: launches ({}) and repeats ({}) must be positive, warmup ({}) >= 0",
+            opt.launches, opt.repeats, opt.warmup);
+  CNN_CHECK(stream != nullptr,
+            "timer: a created stream is needed (the legacy stream cannot be "
+            "captured)");
+  int next = 0;
+  for (int r = 0; r < opt.warmup; ++r)
+    for (int i = 0; i < opt.launches; ++i) launch(next++);
+  CNN_CUDA_CHECK(cudaStreamSynchronize(stream));
+
+  Timing t;
+  GraphHolder g;
+  if (opt.use_graph) {
+    std::string why;
+    t.graph = capture(stream, launch, next, opt.launches, g, &why);
+    next += opt.launches;
+    if (t.graph) {
+      // One replay outside the timing: uploads the graph and warms what the capture did not run.
+      CNN_CUDA_CHECK(cudaGraphLaunch(g.exec, stream));
+      CNN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    } else {
+      t.note = "no CUDA graph (" + why + "); plain launches";
+    }
+  }
+
+  EventChain ev(opt.repeats + 1);
+  CNN_CUDA_CHECK(cudaEventRecord(ev[0], stream));
+  for (int r = 0; r < opt.repeats; ++r) {
+    if (t.graph) {
+      CNN_CUDA_CHECK(cudaGraphLaunch(g.exec, stream));
+    } else {
+      for (int i = 0; i < opt.launches; ++i) launch(next++);
+    }
+    CNN_CUDA_CHECK(cudaEventRecord(ev[static_cast<size_t>(r) + 1], stream));
+  }
+  CNN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  CNN_CUDA_CHECK(cudaGetLastError());
+
+  const std::vector<double> us = ev.gaps_us(opt.launches);
+  t.samples = static_cast<int>(us.size());
+  t.median_us = percentile(us, 0.5);
+  t.p95_us = percentile(us, 0.95);
+  t.min_us = *std::min_element(us.begin(), us.end());
+  return t;
+}
+
+}  // namespace cnn::bench
+#endif  // CNN_HAVE_CUDA

@@ -1,0 +1,37 @@
+#pragma once
+// Timing of device work: warm up, capture K launches in a CUDA graph, replay the graph R times
+// back to back between CUDA events, and report per-launch statistics. A graph removes the launch
+// gaps that would otherwise dominate kernels of a few microseconds.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/stream.h"
+
+namespace cnn::bench {
+
+struct TimerOptions {
+  int launches = 20;  // K: launches per graph, i.e. per timing sample
+  int repeats = 50;   // R: timing samples
+  int warmup = 3;     // plain rounds of K launches before capture (module load, autotuning)
+  bool use_graph = true;
+};
+
+struct Timing {
+  double median_us = 0, p95_us = 0, min_us = 0;  // per launch
+  int samples = 0;
+  bool graph = false;  // false: plain launches (the graph was not asked for or could not be made)
+  std::string note;    // why there is no graph when one was asked for
+};
+
+// launch(i) enqueues launch number i on `stream` (i counts up from 0 through warm-up, capture and
+// any fallback, so callers rotate among input sets with i % sets). It must not synchronize the
+// stream or allocate device memory, or the capture fails and the timing falls back to plain
+// launches (said in Timing::note). Exceptions from launch() outside a capture propagate.
+Timing time_launches(cudaStream_t stream, const std::function<void(int)>& launch,
+                     const TimerOptions& opt);
+
+// Nearest-rank percentile, q in [0, 1]; NaN for an empty sample.
+double percentile(std::vector<double> v, double q);
+
+}  // namespace cnn::bench

@@ -1,0 +1,177 @@
+#include "app/train/step_graph.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+
+#include "runtime/error.h"
+#include "layers/lr_schedule.h"
+
+#ifdef CNN_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "runtime/cuda_check.h"
+#endif
+
+namespace cnn {
+
+bool sync_check_enabled();  // kernels/sync_check.cpp
+
+TrainStream::TrainStream(Device dev) {
+  if (dev != Device::CUDA) return;
+#ifdef CNN_HAVE_CUDA
+  // Default flags: a blocking stream, ordered with the legacy stream's synchronous copies.
+  CNN_CUDA_CHECK(cudaStreamCreate(&stream_));
+#else
+  CNN_FAIL("a CUDA stream was requested but this build has no CUDA");
+#endif
+}
+
+TrainStream::~TrainStream() {
+#ifdef CNN_HAVE_CUDA
+  if (stream_) cudaStreamDestroy(stream_);
+#endif
+}
+
+std::vector<double> epoch_lr_table(const ScheduleOptions& s, double base_lr, int64_t first_step,
+                                   int64_t steps_per_epoch, double total_epochs) {
+  CNN_CHECK(steps_per_epoch > 0, "lr table: {} steps per epoch", steps_per_epoch);
+  std::vector<double> t(static_cast<size_t>(steps_per_epoch));
+  for (int64_t k = 0; k < steps_per_epoch; ++k)
+    t[size_t(k)] =
+        learning_rate(s, base_lr, double(first_step + k) / double(steps_per_epoch), total_epochs);
+  return t;
+}
+
+StepState::StepState(const Exec& ex, int64_t steps_per_epoch)
+    : ex_(ex),
+      counters_(1, ex.device),
+      table_(static_cast<size_t>(std::max<int64_t>(1, steps_per_epoch)), ex.device) {}
+
+void StepState::start_epoch(const std::vector<double>& lr_per_batch, int64_t batch,
+                            int64_t update) {
+  CNN_CHECK(!lr_per_batch.empty() && lr_per_batch.size() <= table_.size(),
+            "step state: a table of {} learning rates for {} batches per epoch",
+            lr_per_batch.size(), table_.size());
+  CNN_CHECK(batch >= 0 && update >= 1, "step state: batch {} / update {}", batch, update);
+  host_table_ = lr_per_batch;
+  // The float the by-value optimizer path would pass (static_cast<float>(lr)).
+  host_table_f_.assign(lr_per_batch.size(), 0.f);
+  for (size_t k = 0; k < lr_per_batch.size(); ++k)
+    host_table_f_[k] = static_cast<float>(lr_per_batch[k]);
+  host_counters_.batch = batch;
+  host_counters_.update = update;
+  host_counters_.lr = host_table_f_[std::min(size_t(batch), host_table_f_.size() - 1)];
+  table_.copy_from(host_table_f_.data(), Device::CPU, host_table_f_.size(), ex_.stream);
+  counters_.copy_from(&host_counters_, Device::CPU, 1, ex_.stream);
+}
+
+void StepState::advance() {
+  advance_step_counters(counters_.data(), table_.data(), int64_t(host_table_f_.size()), ex_);
+}
+
+double StepState::lr_at(int64_t batch) const {
+  CNN_CHECK(!host_table_.empty(), "step state: no epoch started");
+  return host_table_[size_t(std::clamp<int64_t>(batch, 0, int64_t(host_table_.size()) - 1))];
+}
+
+std::string cuda_graph_off_reason(Device dev, bool config_on, bool optimizer_syncs_host) {
+  if (dev != Device::CUDA) return "the CPU runs each step directly";
+  if (!config_on) return "training.cuda_graph is false";
+  if (const char* v = std::getenv("CNN_CUDA_GRAPH"); v && std::strcmp(v, "0") == 0)
+    return "CNN_CUDA_GRAPH=0";
+  if (optimizer_syncs_host)
+    return "optimizer.clip_grad_norm reads the gradient norm back to the host every step";
+  if (sync_check_enabled()) return "CNN_SYNC_CHECK synchronizes after every launch";
+  return "";
+}
+
+StepGraph::StepGraph(const Exec& ex, bool enabled) : ex_(ex), enabled_(enabled) {
+  CNN_CHECK(!enabled || (ex.device == Device::CUDA && ex.stream),
+            "a CUDA graph needs the CUDA device and a created stream");
+}
+
+StepGraph::~StepGraph() {
+#ifdef CNN_HAVE_CUDA
+  // A replay may still run (a run left by an exception): let it finish before its graph goes.
+  if (exec_ && cudaStreamSynchronize(ex_.stream) != cudaSuccess) (void)cudaGetLastError();
+  if (exec_) cudaGraphExecDestroy(exec_);
+  if (graph_) cudaGraphDestroy(graph_);
+#endif
+}
+
+std::string StepGraph::take_news(bool* warning) {
+  *warning = failed_;
+  return std::move(news_);
+}
+
+void StepGraph::run(const std::function<void()>& body, bool capturable) {
+  if (!enabled_ || failed_ || !capturable) return body();
+#ifdef CNN_HAVE_CUDA
+  if (exec_) {
+    CNN_CUDA_CHECK(cudaGraphLaunch(exec_, ex_.stream));
+    return;
+  }
+  if (!warmed_up_) {
+    warmed_up_ = true;
+    return body();
+  }
+  std::string why;
+  if (!capture(body, &why)) {
+    failed_ = true;
+    news_ = "CUDA graph: capturing the training step failed (" + why +
+            "); the steps run as plain launches";
+    return body();
+  }
+  size_t nodes = 0;
+  if (cudaGraphGetNodes(graph_, nullptr, &nodes) != cudaSuccess) (void)cudaGetLastError();
+  news_ = fmt::format(
+      "CUDA graph: captured the training step ({} nodes); every full batch is one replay", nodes);
+  CNN_CUDA_CHECK(cudaGraphLaunch(exec_, ex_.stream));
+#else
+  body();
+#endif
+}
+
+bool StepGraph::capture(const std::function<void()>& body, std::string* why) {
+#ifdef CNN_HAVE_CUDA
+  cudaError_t err = cudaStreamBeginCapture(ex_.stream, cudaStreamCaptureModeThreadLocal);
+  if (err != cudaSuccess) {
+    *why = std::string("cudaStreamBeginCapture: ") + cudaGetErrorString(err);
+    (void)cudaGetLastError();
+    return false;
+  }
+  std::string failure;
+  try {
+    body();
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  cudaGraph_t graph = nullptr;
+  err = cudaStreamEndCapture(ex_.stream, &graph);
+  if (failure.empty() && err != cudaSuccess)
+    failure = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(err);
+  cudaGraphExec_t exec = nullptr;
+  if (failure.empty()) {
+    err = cudaGraphInstantiate(&exec, graph, 0);
+    if (err != cudaSuccess)
+      failure = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(err);
+  }
+  if (!failure.empty()) {
+    if (graph) cudaGraphDestroy(graph);
+    (void)cudaGetLastError();  // capture errors are not sticky; clear them for the plain launches
+    *why = failure;
+    return false;
+  }
+  graph_ = graph;
+  exec_ = exec;
+  return true;
+#else
+  (void)body;
+  *why = "built without CUDA";
+  return false;
+#endif
+}
+
+}  // namespace cnn

@@ -1,0 +1,176 @@
+// conv2d API: checks the shape once, then dispatches on the device and the variant.
+// CPU: naive = the reference loops, anything else = im2col + packed GEMM (conv2d_cpu_fast).
+// CUDA: naive / tiled = the direct kernels of conv2d.cu; igemm = implicit GEMM (FP32 FFMA, or
+// TF32 mma.sync when ex.precision is tf32); fast / auto = the single-input-channel kernels where
+// C == 1 (conv1), implicit GEMM elsewhere.
+#include "kernels/conv/conv2d.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "kernels/conv/conv2d_1ch.h"
+#include "kernels/conv/conv2d_cpu_fast.h"
+#include "kernels/conv/conv2d_cuda.h"
+#include "kernels/conv/conv2d_igemm.h"
+#include "runtime/error.h"
+
+namespace cnn {
+
+void check_conv2d_shape(const Conv2dShape& s) {
+  const struct {
+    const char* name;
+    int value;
+  } positive[] = {{"n", s.n},
+                  {"c", s.c},
+                  {"h", s.h},
+                  {"w", s.w},
+                  {"oc", s.oc},
+                  {"kh", s.kh},
+                  {"kw", s.kw},
+                  {"stride_h", s.stride_h},
+                  {"stride_w", s.stride_w}};
+  for (const auto& f : positive)
+    CNN_CHECK(f.value > 0, "conv2d: {} = {} must be positive", f.name, f.value);
+  CNN_CHECK(s.pad_h >= 0, "conv2d: pad_h = {} must be >= 0", s.pad_h);
+  CNN_CHECK(s.pad_w >= 0, "conv2d: pad_w = {} must be >= 0", s.pad_w);
+  // In int64 so that a huge pad cannot overflow the check itself.
+  const int64_t padded_h = static_cast<int64_t>(s.h) + 2 * static_cast<int64_t>(s.pad_h);
+  const int64_t padded_w = static_cast<int64_t>(s.w) + 2 * static_cast<int64_t>(s.pad_w);
+  CNN_CHECK(padded_h >= s.kh, "conv2d: kh = {} exceeds the padded input height h + 2*pad_h = {}",
+            s.kh, padded_h);
+  CNN_CHECK(padded_w >= s.kw, "conv2d: kw = {} exceeds the padded input width w + 2*pad_w = {}",
+            s.kw, padded_w);
+  // oh()/ow() are computed in int; keep the padded extent within it.
+  CNN_CHECK(padded_h <= std::numeric_limits<int>::max(), "conv2d: h + 2*pad_h = {} is too large",
+            padded_h);
+  CNN_CHECK(padded_w <= std::numeric_limits<int>::max(), "conv2d: w + 2*pad_w = {} is too large",
+            padded_w);
+}
+
+#ifdef CNN_HAVE_CUDA
+namespace {
+
+enum class ConvPath { Direct, Igemm, OneChannel };
+
+// Which CUDA implementation serves `algo` for this shape.
+ConvPath cuda_path(const Conv2dShape& s, Algo algo) {
+  if (algo == Algo::Naive || algo == Algo::Tiled) return ConvPath::Direct;
+  if (algo == Algo::Igemm) return ConvPath::Igemm;
+  return conv2d_1ch_applicable(s) ? ConvPath::OneChannel : ConvPath::Igemm;
+}
+
+}  // namespace
+#endif
+
+#ifndef CNN_HAVE_CUDA
+namespace {
+
+[[noreturn]] void fail_without_cuda(const char* op) {
+  CNN_FAIL("{}: device cuda requested, but this program was built without CUDA", op);
+}
+
+}  // namespace
+#endif
+
+void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y,
+                    bool relu, Algo algo, const Exec& ex) {
+  check_conv2d_shape(s);
+  CNN_CHECK(x && w && y, "conv2d_forward: x, w and y must not be null");
+  if (ex.device == Device::CPU) {
+    if (algo == Algo::Naive)
+      conv2d_forward_cpu(s, x, w, b, y, relu);
+    else
+      conv2d_forward_cpu_fast(s, x, w, b, y, relu);
+    return;
+  }
+#ifdef CNN_HAVE_CUDA
+  switch (cuda_path(s, algo)) {
+    case ConvPath::Direct:
+      conv2d_forward_cuda(s, x, w, b, y, relu, algo, ex.stream);
+      break;
+    case ConvPath::Igemm:
+      conv2d_forward_igemm_cuda(s, x, w, b, y, relu, ex);
+      break;
+    case ConvPath::OneChannel:
+      conv2d_forward_1ch_cuda(s, x, w, b, y, relu, ex);
+      break;
+  }
+#else
+  (void)algo;
+  fail_without_cuda("conv2d_forward");
+#endif
+}
+
+void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx,
+                          Algo algo, const Exec& ex) {
+  check_conv2d_shape(s);
+  CNN_CHECK(dy && w && dx, "conv2d_backward_data: dy, w and dx must not be null");
+  if (ex.device == Device::CPU) {
+    if (algo == Algo::Naive)
+      conv2d_backward_data_cpu(s, dy, w, dx);
+    else
+      conv2d_backward_data_cpu_fast(s, dy, w, dx);
+    return;
+  }
+#ifdef CNN_HAVE_CUDA
+  if (cuda_path(s, algo) == ConvPath::Direct)
+    conv2d_backward_data_cuda(s, dy, w, dx, algo, ex.stream);
+  else
+    conv2d_backward_data_igemm_cuda(s, dy, w, dx, ex);
+#else
+  (void)algo;
+  fail_without_cuda("conv2d_backward_data");
+#endif
+}
+
+std::size_t conv2d_backward_weight_scratch_floats(const Conv2dShape& s, const Exec& ex) {
+  check_conv2d_shape(s);
+  if (ex.device == Device::CPU) return 0;
+#ifdef CNN_HAVE_CUDA
+  // The largest of the variants, so that a layer can switch variant without reallocating.
+  return std::max({conv2d_backward_weight_scratch_floats_cuda(s, ex.deterministic),
+                   conv2d_backward_weight_igemm_scratch_floats(s, ex),
+                   conv2d_1ch_applicable(s) ? conv2d_backward_weight_1ch_scratch_floats(s, ex)
+                                            : std::size_t(0)});
+#else
+  return 0;
+#endif
+}
+
+void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,
+                            float* db, float* scratch, Algo algo, const Exec& ex) {
+  check_conv2d_shape(s);
+  CNN_CHECK(x && dy && dw, "conv2d_backward_weight: x, dy and dw must not be null");
+  if (ex.device == Device::CPU) {
+    if (algo == Algo::Naive)
+      conv2d_backward_weight_cpu(s, x, dy, dw, db);
+    else
+      conv2d_backward_weight_cpu_fast(s, x, dy, dw, db);
+    return;
+  }
+#ifdef CNN_HAVE_CUDA
+  const std::size_t need = conv2d_backward_weight_scratch_floats(s, ex);
+  CNN_CHECK(scratch || need == 0,
+            "conv2d_backward_weight: deterministic mode needs a scratch buffer of {} floats "
+            "(conv2d_backward_weight_scratch_floats), got null",
+            need);
+  switch (cuda_path(s, algo)) {
+    case ConvPath::Direct:
+      conv2d_backward_weight_cuda(s, x, dy, dw, db, scratch, algo, ex.deterministic, ex.stream);
+      break;
+    case ConvPath::Igemm:
+      conv2d_backward_weight_igemm_cuda(s, x, dy, dw, db, scratch, ex);
+      break;
+    case ConvPath::OneChannel:
+      conv2d_backward_weight_1ch_cuda(s, x, dy, dw, db, scratch, ex);
+      break;
+  }
+#else
+  (void)scratch;
+  (void)algo;
+  fail_without_cuda("conv2d_backward_weight");
+#endif
+}
+
+}  // namespace cnn

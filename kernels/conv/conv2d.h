@@ -1,0 +1,52 @@
+#pragma once
+// 2-D convolution (cross-correlation, as in PyTorch), NCHW, weights (OC, IC, KH, KW).
+// Forward, input gradient, and weight/bias gradients. Each API checks the shape once, then
+// dispatches to the CPU reference (conv2d_cpu.cpp) or a CUDA variant (conv2d.cu).
+#include <cstddef>
+
+#include "runtime/exec.h"
+
+namespace cnn {
+
+struct Conv2dShape {
+  int n = 1, c = 1, h = 1, w = 1;  // input (N, C, H, W)
+  int oc = 1, kh = 1, kw = 1;      // weights (OC, C, KH, KW)
+  int stride_h = 1, stride_w = 1;
+  int pad_h = 0, pad_w = 0;
+  int oh() const { return (h + 2 * pad_h - kh) / stride_h + 1; }
+  int ow() const { return (w + 2 * pad_w - kw) / stride_w + 1; }
+};
+
+void check_conv2d_shape(const Conv2dShape& s);  // throws naming the bad field
+
+// y (N, OC, OH, OW) = conv(x, w) + b. b may be null. relu=true applies ReLU in the epilogue.
+void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y,
+                    bool relu, Algo algo, const Exec& ex);
+
+// dx (N, C, H, W) = conv_transpose(dy, w). Overwrites dx.
+void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx,
+                          Algo algo, const Exec& ex);
+
+// dw (OC, C, KH, KW) += sum over batch of x (*) dy; db (OC) += sum of dy (db may be null).
+// ACCUMULATES into dw/db (the caller zeroes gradients once per step). Default: atomicAdd;
+// ex.deterministic: fixed-order two-stage reduction through `scratch`, bitwise repeatable.
+std::size_t conv2d_backward_weight_scratch_floats(const Conv2dShape& s, const Exec& ex);
+void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,
+                            float* db, float* scratch, Algo algo, const Exec& ex);
+
+// CPU references: plain loops, double accumulation. Same contracts as above.
+void conv2d_forward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* b,
+                        float* y, bool relu);
+void conv2d_backward_data_cpu(const Conv2dShape& s, const float* dy, const float* w, float* dx);
+void conv2d_backward_weight_cpu(const Conv2dShape& s, const float* x, const float* dy, float* dw,
+                                float* db);
+
+// Double-precision twins of the CPU references (same contracts), so that the numerical gradient
+// checker can run whole networks in double. One template implements both precisions.
+void conv2d_forward_cpu(const Conv2dShape& s, const double* x, const double* w, const double* b,
+                        double* y, bool relu);
+void conv2d_backward_data_cpu(const Conv2dShape& s, const double* dy, const double* w, double* dx);
+void conv2d_backward_weight_cpu(const Conv2dShape& s, const double* x, const double* dy, double* dw,
+                                double* db);
+
+}  // namespace cnn

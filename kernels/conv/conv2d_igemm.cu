@@ -1,0 +1,683 @@
+// Implicit-GEMM convolutions (see conv2d_igemm.h) on the tiled main loop of gemm_tile.cuh.
+// Each problem below says how one element of the A and B tiles is gathered from the NCHW
+// tensors (padding, stride and tile edges become zero-filled cp.async), and where a finished
+// element of C goes. The gathers keep per-thread state for the index that is fixed over the
+// whole K loop (an output pixel, an input pixel, a weight column) and decompose the running
+// k index with multiply-shift divisions.
+//   _simt: FP32 FFMA, 8x4 register micro-tiles (64x64 or 128x32 block tiles)
+//   _tf32: mma.sync m16n8k8 TF32, 32x32 warp tiles
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/conv/conv2d_igemm.h"
+#include "kernels/conv/conv2d_igemm_dgrad.h"
+#include "kernels/conv/conv2d_igemm_wgrad.h"
+#include "runtime/cuda_check.h"
+#include "kernels/gemm/gemm_tile.cuh"
+#include "runtime/math_util.h"
+
+namespace cnn {
+namespace {
+
+using igemm::cp_async4;
+using igemm::FastDiv;
+
+// Output positions per split of the weight-gradient reduction: a fixed chunk, so the split
+// count (and the deterministic scratch size) follows from the shape alone. 512 gives conv2
+// 49 splits x 13 tiles = 637 blocks (~5 per SM); 1024 left 18% of the SM time idle.
+constexpr int kWgradChunk = 512;
+
+// Far outside any image: an out-of-range tile row gets this origin so every tap reads padding.
+constexpr int kFarAway = -(1 << 29);
+
+// The source of the constant-one column that turns the weight-gradient GEMM's extra column
+// into db (a cp.async needs a global address to copy from).
+__device__ const float kOneF = 1.f;
+
+// Conv2dShape plus derived sizes and their dividers, usable on the device.
+struct ConvGeom {
+  int n, c, h, w, oc, kh, kw, sh, sw, ph, pw, oh, ow;
+  int hw, ohw, khw, chw;
+  bool unit_stride;
+  FastDiv div_ohw, div_ow, div_hw, div_w, div_khw, div_kw, div_sh, div_sw;
+};
+
+ConvGeom geom_of(const Conv2dShape& s) {
+  ConvGeom g{};
+  g.n = s.n;
+  g.c = s.c;
+  g.h = s.h;
+  g.w = s.w;
+  g.oc = s.oc;
+  g.kh = s.kh;
+  g.kw = s.kw;
+  g.sh = s.stride_h;
+  g.sw = s.stride_w;
+  g.ph = s.pad_h;
+  g.pw = s.pad_w;
+  g.oh = s.oh();
+  g.ow = s.ow();
+  g.hw = s.h * s.w;
+  g.ohw = g.oh * g.ow;
+  g.khw = s.kh * s.kw;
+  g.chw = s.c * g.hw;
+  g.unit_stride = s.stride_h == 1 && s.stride_w == 1;
+  g.div_ohw = FastDiv(g.ohw);
+  g.div_ow = FastDiv(g.ow);
+  g.div_hw = FastDiv(g.hw);
+  g.div_w = FastDiv(g.w);
+  g.div_khw = FastDiv(g.khw);
+  g.div_kw = FastDiv(g.kw);
+  g.div_sh = FastDiv(g.sh);
+  g.div_sw = FastDiv(g.sw);
+  return g;
+}
+
+__device__ __forceinline__ float relu_keep_nan(float v) {
+  return (v < 0.f) ? 0.f : v;
+}
+
+// Issues the copies of a k-lane loader (element (q, j): k = kl + 8 q, tile row x + j T/8) after
+// all their sources were computed, so that the copies go out back to back.
+template <class C, int kRows>
+__device__ __forceinline__ void issue_klanes(float* s, int stride, int kl, int x,
+                                             const float* const (&src)[C::BK / 8][kRows],
+                                             const bool (&v)[C::BK / 8][kRows]) {
+#pragma unroll
+  for (int q = 0; q < C::BK / 8; ++q)
+#pragma unroll
+    for (int j = 0; j < kRows; ++j)
+      cp_async4(s + (kl + 8 * q) * stride + x + j * (C::kThreads / 8), src[q][j], v[q][j]);
+}
+
+// The tap-table gather of one A k-tile (forward and input gradient): the thread's tile row
+// `row` takes k = k0 + kq + (T/BM) q; tap entries {offset, r} come from the shared table, a tap
+// is real when bit r of `mask` is set, and its source is src + base + offset. All table reads
+// and addresses come first, then the copies issue back to back. With one k per thread step
+// (T == BM) the entries of two consecutive k arrive in one 16-byte shared load.
+template <class C>
+__device__ __forceinline__ void gather_by_table(const int2* tab, int k0, int kq, int row,
+                                                unsigned mask, int base, const float* src,
+                                                float* s) {
+  constexpr int kStep = C::kThreads / C::BM, kN = C::BK / kStep;
+  int off[kN];
+  bool v[kN];
+  if constexpr (kStep == 1) {
+    const int4* tab4 = reinterpret_cast<const int4*>(tab + k0);  // k0 % BK == 0: aligned
+#pragma unroll
+    for (int j = 0; j < kN / 2; ++j) {
+      const int4 e = tab4[j];
+      v[2 * j] = (mask >> e.y) & 1u;
+      off[2 * j] = e.x;
+      v[2 * j + 1] = (mask >> e.w) & 1u;
+      off[2 * j + 1] = e.z;
+    }
+  } else {
+#pragma unroll
+    for (int q = 0; q < kN; ++q) {
+      const int2 e = tab[k0 + kq + q * kStep];
+      v[q] = (mask >> e.y) & 1u;
+      off[q] = e.x;
+    }
+  }
+#pragma unroll
+  for (int q = 0; q < kN; ++q)
+    cp_async4(s + (kq + q * kStep) * C::SA + row, src + (v[q] ? base + off[q] : 0), v[q]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward: C[m = (n, oy, ox)][oc] = sum over k = (c, ky, kx) of x[n][c][iy][ix] * w[oc][k].
+struct FwdProblem {
+  int M, N, K;
+  ConvGeom g;
+  const float* x;  // (N, C, H, W)
+  const float* w;  // (OC, C*KH*KW)
+  const float* b;  // (OC) or null
+  float* y;        // (N, OC, OH, OW)
+  bool relu;
+
+  static constexpr bool kMFastOut = true;
+  static constexpr bool kClusterSplit = true;
+
+  // Tap table (when table_ints > 0): entry k = {offset of tap k = (c, ky, kx) from the pixel's
+  // window origin, tap index r = ky*KW + kx} (r = 31 past K); a per-thread bit mask over r says
+  // which taps fall inside the image, so a gathered element costs one shared load, a bit test
+  // and an add instead of two divisions and four compares.
+  static constexpr bool kHasTable = true;
+  int table_ints;
+  __device__ __forceinline__ void build_table(int* t, int tid, int nthreads) const {
+    for (int k = tid; k < table_ints / 2; k += nthreads) {
+      int delta = 0, code = 31;
+      if (k < K) {
+        const int c = g.div_khw.div(k), r = k - c * g.khw;
+        const int ky = g.div_kw.div(r), kx = r - ky * g.kw;
+        delta = c * g.hw + ky * g.w + kx;
+        code = r;
+      }
+      t[2 * k] = delta;
+      t[2 * k + 1] = code;
+    }
+  }
+
+  // Thread mapping: one tile row (output pixel) per thread, lanes on consecutive pixels (so
+  // the reads of one tap coalesce along ox); k = tid / BM + (T / BM) q.
+  template <class C>
+  struct ALoader {
+    const FwdProblem& p;
+    const int2* tab;
+    int row, kq, off, iy0, ix0;
+    unsigned mask = 0;  // bit r: tap r of this pixel's window lies inside the image
+    __device__ __forceinline__ ALoader(const FwdProblem& p_, int m0, int tid, const int* table)
+        : p(p_), tab(reinterpret_cast<const int2*>(table)) {
+      row = tid % C::BM;
+      kq = tid / C::BM;
+      const int m = m0 + row;
+      if (m < p.M) {
+        const int n = p.g.div_ohw.div(m), r = m - n * p.g.ohw;
+        const int oy = p.g.div_ow.div(r), ox = r - oy * p.g.ow;
+        iy0 = oy * p.g.sh - p.g.ph;
+        ix0 = ox * p.g.sw - p.g.pw;
+        off = n * p.g.chw + iy0 * p.g.w + ix0;
+        if (tab) {
+          int ky = 0, kx = 0;
+          for (int r2 = 0; r2 < p.g.khw; ++r2) {
+            if (static_cast<unsigned>(iy0 + ky) < static_cast<unsigned>(p.g.h) &&
+                static_cast<unsigned>(ix0 + kx) < static_cast<unsigned>(p.g.w))
+              mask |= 1u << r2;
+            if (++kx == p.g.kw) {
+              kx = 0;
+              ++ky;
+            }
+          }
+        }
+      } else {
+        iy0 = ix0 = kFarAway;
+        off = 0;
+      }
+    }
+    __device__ __forceinline__ void load(float* s, int k0) const {
+      constexpr int kStep = C::kThreads / C::BM;
+      if (tab) {
+        gather_by_table<C>(tab, k0, kq, row, mask, off, p.x, s);
+        return;
+      }
+#pragma unroll
+      for (int q = 0; q < C::BK / kStep; ++q) {
+        const int kl = kq + q * kStep, k = k0 + kl;
+        const int c = p.g.div_khw.div(k), r = k - c * p.g.khw;
+        const int ky = p.g.div_kw.div(r), kx = r - ky * p.g.kw;
+        const bool v = k < p.K && static_cast<unsigned>(iy0 + ky) < static_cast<unsigned>(p.g.h) &&
+                       static_cast<unsigned>(ix0 + kx) < static_cast<unsigned>(p.g.w);
+        cp_async4(s + kl * C::SA + row, v ? p.x + (off + c * p.g.hw + ky * p.g.w + kx) : p.x, v);
+      }
+    }
+  };
+
+  // Weights (OC, K) are a plain k-contiguous operand.
+  template <class C>
+  struct BLoader : igemm::StridedLoader<C, C::BN> {
+    __device__ __forceinline__ BLoader(const FwdProblem& p, int n0, int tid, const int*)
+        : igemm::StridedLoader<C, C::BN>(p.w, p.K, true, p.N, p.K, n0, tid) {}
+  };
+
+  __device__ __forceinline__ void apply(int m, int oc, float v, int) const {
+    const int n = g.div_ohw.div(m), pix = m - n * g.ohw;
+    if (b) v += b[oc];
+    if (relu) v = relu_keep_nan(v);
+    y[(n * g.oc + oc) * g.ohw + pix] = v;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Input gradient: C[m = (n, iy, ix)][c] = sum over k = (oc, ky, kx) of dy[n][oc][oy][ox] *
+// w[oc][c][ky][kx], where oy = (iy + ph - ky) / sh must be a whole number in [0, OH).
+struct DgradProblem {
+  int M, N, K;
+  ConvGeom g;
+  const float* dy;  // (N, OC, OH, OW)
+  const float* w;   // (OC, C, KH, KW)
+  float* dx;        // (N, C, H, W)
+
+  static constexpr bool kMFastOut = true;
+  static constexpr bool kClusterSplit = true;
+
+  // Tap table for unit stride (see FwdProblem): entry k = (oc, ky, kx) -> {offset of dy[oc][iy +
+  // ph - ky][ix + pw - kx] from dy[0][iy + ph][ix + pw], r}.
+  static constexpr bool kHasTable = true;
+  int table_ints;
+  __device__ __forceinline__ void build_table(int* t, int tid, int nthreads) const {
+    for (int k = tid; k < table_ints / 2; k += nthreads) {
+      int delta = 0, code = 31;
+      if (k < K) {
+        const int oc = g.div_khw.div(k), r = k - oc * g.khw;
+        const int ky = g.div_kw.div(r), kx = r - ky * g.kw;
+        delta = oc * g.ohw - ky * g.ow - kx;
+        code = r;
+      }
+      t[2 * k] = delta;
+      t[2 * k + 1] = code;
+    }
+  }
+
+  // Thread mapping: one tile row (input pixel) per thread, lanes on consecutive pixels.
+  template <class C>
+  struct ALoader {
+    const DgradProblem& p;
+    const int2* tab;
+    int row, kq, off, ty0, tx0;
+    int base = 0;       // table path: offset of dy[n][0][iy + ph][ix + pw]
+    unsigned mask = 0;  // table path, bit r: tap r reads an existing dy pixel
+    __device__ __forceinline__ ALoader(const DgradProblem& p_, int m0, int tid, const int* table)
+        : p(p_), tab(reinterpret_cast<const int2*>(table)) {
+      row = tid % C::BM;
+      kq = tid / C::BM;
+      const int m = m0 + row;
+      if (m < p.M) {
+        const int n = p.g.div_hw.div(m), r = m - n * p.g.hw;
+        const int iy = p.g.div_w.div(r), ix = r - iy * p.g.w;
+        ty0 = iy + p.g.ph;
+        tx0 = ix + p.g.pw;
+        off = n * p.g.oc * p.g.ohw;
+        if (tab) {
+          base = off + ty0 * p.g.ow + tx0;
+          int ky = 0, kx = 0;
+          for (int r2 = 0; r2 < p.g.khw; ++r2) {
+            if (static_cast<unsigned>(ty0 - ky) < static_cast<unsigned>(p.g.oh) &&
+                static_cast<unsigned>(tx0 - kx) < static_cast<unsigned>(p.g.ow))
+              mask |= 1u << r2;
+            if (++kx == p.g.kw) {
+              kx = 0;
+              ++ky;
+            }
+          }
+        }
+      } else {
+        ty0 = tx0 = kFarAway;
+        off = 0;
+      }
+    }
+    __device__ __forceinline__ void load(float* s, int k0) const {
+      constexpr int kStep = C::kThreads / C::BM;
+      if (tab) {
+        gather_by_table<C>(tab, k0, kq, row, mask, base, p.dy, s);
+        return;
+      }
+#pragma unroll
+      for (int q = 0; q < C::BK / kStep; ++q) {
+        const int kl = kq + q * kStep, k = k0 + kl;
+        const int oc = p.g.div_khw.div(k), r = k - oc * p.g.khw;
+        const int ky = p.g.div_kw.div(r), kx = r - ky * p.g.kw;
+        int oy = ty0 - ky, ox = tx0 - kx;
+        bool v = k < p.K;
+        if (!p.g.unit_stride) {
+          v = v && oy >= 0 && ox >= 0;
+          const int qy = p.g.div_sh.div(max(oy, 0)), qx = p.g.div_sw.div(max(ox, 0));
+          v = v && qy * p.g.sh == oy && qx * p.g.sw == ox;
+          oy = qy;
+          ox = qx;
+        }
+        v = v && static_cast<unsigned>(oy) < static_cast<unsigned>(p.g.oh) &&
+            static_cast<unsigned>(ox) < static_cast<unsigned>(p.g.ow);
+        cp_async4(s + kl * C::SA + row, v ? p.dy + (off + oc * p.g.ohw + oy * p.g.ow + ox) : p.dy,
+                  v);
+      }
+    }
+  };
+
+  // B[k = (oc, r)][c] = w[(oc*C + c)*KHW + r]: runs of KHW taps are contiguous, so lanes go
+  // along k: lane -> k = k0 + lane % 8 [+ 8 q], column c = tid / 8 [+ T/8 j].
+  template <class C>
+  struct BLoader {
+    static constexpr int kRows = C::BN / (C::kThreads / 8);
+    const DgradProblem& p;
+    int kl, cl, c0;
+    __device__ __forceinline__ BLoader(const DgradProblem& p_, int n0, int tid, const int*)
+        : p(p_) {
+      kl = tid % 8;
+      cl = tid / 8;
+      c0 = n0 + cl;
+    }
+    __device__ __forceinline__ void load(float* s, int k0) const {
+      const float* src[C::BK / 8][kRows];
+      bool v[C::BK / 8][kRows];
+#pragma unroll
+      for (int q = 0; q < C::BK / 8; ++q) {
+        const int k = k0 + kl + 8 * q;
+        const int oc = p.g.div_khw.div(k), r = k - oc * p.g.khw;
+        const int koff = oc * p.g.c * p.g.khw + r;
+#pragma unroll
+        for (int j = 0; j < kRows; ++j) {
+          const int c = c0 + j * (C::kThreads / 8);
+          v[q][j] = k < p.K && c < p.g.c;
+          src[q][j] = v[q][j] ? p.w + (koff + c * p.g.khw) : p.w;
+        }
+      }
+      issue_klanes<C, kRows>(s, C::SB, kl, cl, src, v);
+    }
+  };
+
+  __device__ __forceinline__ void apply(int m, int c, float v, int) const {
+    const int n = g.div_hw.div(m), pix = m - n * g.hw;
+    dx[(n * g.c + c) * g.hw + pix] = v;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Weight gradient: C[oc][j = (c, ky, kx)] = sum over k = (n, oy, ox) of dy[n][oc][oy][ox] *
+// x[n][c][iy][ix]; column j = C*KH*KW (when db is wanted) multiplies by ones and yields db.
+struct WgradProblem {
+  int M, N, K;
+  ConvGeom g;
+  const float* x;   // (N, C, H, W)
+  const float* dy;  // (N, OC, OH, OW)
+  float* dw;        // (OC, C*KH*KW), accumulated
+  float* db;        // (OC) or null, accumulated
+  float* scratch;   // deterministic: (splits, slots) partial tiles; else null
+  int slots;        // OC*C*KH*KW (+ OC with db)
+
+  static constexpr bool kMFastOut = false;  // dw rows run along j
+  static constexpr bool kClusterSplit = false;
+  static constexpr bool kHasTable = false;
+
+  // A[oc][k] = dy[(n*OC + oc)*OHW + pix]: lanes along k (output pixels, contiguous).
+  // Thread mapping: k = k0 + tid % 8 [+ 8 q], row oc = m0 + tid / 8 [+ T/8 j].
+  template <class C>
+  struct ALoader {
+    static constexpr int kRows = C::BM / (C::kThreads / 8);
+    const WgradProblem& p;
+    int kl, r0, rl;
+    __device__ __forceinline__ ALoader(const WgradProblem& p_, int m0, int tid, const int*)
+        : p(p_) {
+      kl = tid % 8;
+      rl = tid / 8;
+      r0 = m0 + rl;
+    }
+    __device__ __forceinline__ void load(float* s, int k0) const {
+      const float* src[C::BK / 8][kRows];
+      bool v[C::BK / 8][kRows];
+#pragma unroll
+      for (int q = 0; q < C::BK / 8; ++q) {
+        const int k = k0 + kl + 8 * q;
+        const int n = p.g.div_ohw.div(k), pix = k - n * p.g.ohw;
+        const int koff = n * p.g.oc * p.g.ohw + pix;
+#pragma unroll
+        for (int j = 0; j < kRows; ++j) {
+          const int oc = r0 + j * (C::kThreads / 8);
+          v[q][j] = k < p.K && oc < p.g.oc;
+          src[q][j] = v[q][j] ? p.dy + (koff + oc * p.g.ohw) : p.dy;
+        }
+      }
+      issue_klanes<C, kRows>(s, C::SA, kl, rl, src, v);
+    }
+  };
+
+  // B[k][j] = x[n][c][oy*sh - ph + ky][ox*sw - pw + kx]: lanes along k (consecutive output
+  // pixels read consecutive input pixels). Each thread's columns j are fixed for the whole K
+  // loop, so their (c, ky, kx) offsets are computed once.
+  template <class C>
+  struct BLoader {
+    static constexpr int kRows = C::BN / (C::kThreads / 8);
+    const WgradProblem& p;
+    int kl, cl;
+    int joff[kRows], jy[kRows], jx[kRows];
+    unsigned ones = 0;  // bit j: column j is the ones column (db)
+    __device__ __forceinline__ BLoader(const WgradProblem& p_, int n0, int tid, const int*)
+        : p(p_) {
+      kl = tid % 8;
+      cl = tid / 8;
+      const int ckhw = p.g.c * p.g.khw;
+#pragma unroll
+      for (int j = 0; j < kRows; ++j) {
+        const int col = n0 + cl + j * (C::kThreads / 8);
+        joff[j] = 0;
+        jy[j] = jx[j] = kFarAway;  // never inside the image: reads padding (zero)
+        if (col < ckhw) {
+          const int c = p.g.div_khw.div(col), r = col - c * p.g.khw;
+          const int ky = p.g.div_kw.div(r), kx = r - ky * p.g.kw;
+          joff[j] = c * p.g.hw + ky * p.g.w + kx;
+          jy[j] = ky;
+          jx[j] = kx;
+        } else if (col < p.N) {
+          ones |= 1u << j;
+        }
+      }
+    }
+    __device__ __forceinline__ void load(float* s, int k0) const {
+      const float* src[C::BK / 8][kRows];
+      bool v[C::BK / 8][kRows];
+#pragma unroll
+      for (int q = 0; q < C::BK / 8; ++q) {
+        const int k = k0 + kl + 8 * q;
+        const int n = p.g.div_ohw.div(k), pix = k - n * p.g.ohw;
+        const int oy = p.g.div_ow.div(pix), ox = pix - oy * p.g.ow;
+        const int iy0 = oy * p.g.sh - p.g.ph, ix0 = ox * p.g.sw - p.g.pw;
+        const int xoff = n * p.g.chw + iy0 * p.g.w + ix0;
+        const bool kv = k < p.K;
+#pragma unroll
+        for (int j = 0; j < kRows; ++j) {
+          const bool one = (ones >> j) & 1u;
+          const bool inside = static_cast<unsigned>(iy0 + jy[j]) < static_cast<unsigned>(p.g.h) &&
+                              static_cast<unsigned>(ix0 + jx[j]) < static_cast<unsigned>(p.g.w);
+          v[q][j] = kv && (one || inside);
+          src[q][j] = v[q][j] ? (one ? &kOneF : p.x + (xoff + joff[j])) : p.x;
+        }
+      }
+      issue_klanes<C, kRows>(s, C::SB, kl, cl, src, v);
+    }
+  };
+
+  __device__ __forceinline__ void apply(int oc, int j, float v, int split) const {
+    const int ckhw = g.c * g.khw;
+    const int slot = (j < ckhw) ? oc * ckhw + j : g.oc * ckhw + oc;
+    if (scratch) {
+      scratch[static_cast<int64_t>(split) * slots + slot] = v;
+    } else if (j < ckhw) {
+      atomicAdd(dw + slot, v);
+    } else {
+      atomicAdd(db + oc, v);
+    }
+  }
+};
+
+// Second stage of the deterministic weight gradient: target[i] += sum over splits of
+// scratch[split][i], in split order. Thread mapping: one slot per thread (grid-stride).
+__global__ void wgrad_reduce_splits(const float* __restrict__ d_scratch, int splits, int slots,
+                                    int weight_slots, float* __restrict__ d_dw,
+                                    float* __restrict__ d_db) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < slots; i += gridDim.x * blockDim.x) {
+    float acc = 0.f;
+    for (int s = 0; s < splits; ++s) acc += d_scratch[static_cast<int64_t>(s) * slots + i];
+    if (i < weight_slots)
+      d_dw[i] += acc;
+    else
+      d_db[i - weight_slots] += acc;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tile choices (128 threads each):
+//   Wide   128x64: forward / input gradient with more than 32 output columns (conv2 forward:
+//          OC = 64): 8x8 FFMA micro-tiles or 32x64 MMA warp tiles, the most work per loaded
+//          element and the most independent accumulators per warp;
+//   Narrow 128x32: at most 32 output columns (conv2's input gradient: C = 32; conv1: OC = 32);
+//   Square 64x64:  the weight gradient (M = OC is small, N = C*KH*KW large).
+// All keep 4 stages in flight (3 ahead of the math): the long-scoreboard stalls of the
+// 3-stage version were the load latency of the gathers.
+template <bool kTf32>
+using CfgWide = igemm::Cfg<128, 64, 16, 128, 4, kTf32>;
+template <bool kTf32>
+using CfgNarrow = igemm::Cfg<128, 32, 16, 128, 4, kTf32>;
+template <bool kTf32>
+using CfgSquare = igemm::Cfg<64, 64, 16, 128, 4, kTf32>;
+
+// Runs a full-K-epilogue problem (forward, input gradient). K is split across a cluster
+// (summed in a fixed order through distributed shared memory) until the grid has ~2.5 blocks
+// per SM: the short-scoreboard and MMA latencies need more resident warps than one tile row
+// of blocks gives.
+template <bool kTf32, class P>
+void run_full(const P& p, cudaStream_t stream, const char* name) {
+  const igemm::DeviceInfo dev = igemm::device_info();
+  const int64_t target = static_cast<int64_t>(dev.sms) * 5 / 2;
+  if (p.N <= 32) {
+    using C = CfgNarrow<kTf32>;
+    const int64_t tiles = ceil_div<int64_t>(p.M, C::BM) * ceil_div<int64_t>(p.N, C::BN);
+    const int splits =
+        dev.clusters ? igemm::pick_splits(tiles, ceil_div(p.K, C::BK), target, 8, 8) : 1;
+    igemm::launch<C>(p, splits, stream, name);
+  } else {
+    using C = CfgWide<kTf32>;
+    const int64_t tiles = ceil_div<int64_t>(p.M, C::BM) * ceil_div<int64_t>(p.N, C::BN);
+    const int splits =
+        dev.clusters ? igemm::pick_splits(tiles, ceil_div(p.K, C::BK), target, 8, 8) : 1;
+    igemm::launch<C>(p, splits, stream, name);
+  }
+}
+
+void check_int32(const Conv2dShape& s, const char* op) {
+  const int64_t x = int64_t{s.n} * s.c * s.h * s.w;
+  const int64_t y = int64_t{s.n} * s.oc * s.oh() * s.ow();
+  const int64_t w = int64_t{s.oc} * s.c * s.kh * s.kw + s.oc;
+  CNN_CHECK(x < INT_MAX && y < INT_MAX && w < INT_MAX,
+            "{}: tensors of {} / {} / {} elements exceed the 2^31 limit of the igemm kernels", op,
+            x, y, w);
+}
+
+// Ints of the tap table for a K-long reduction over khw taps (0: gather by division instead).
+// The table covers K rounded up to a multiple of every BK used (32) and stays within 32 KB.
+int tap_table_ints(int K, int khw) {
+  const int k_pad = (K + 31) / 32 * 32;
+  return (khw <= 31 && k_pad <= 4096) ? 2 * k_pad : 0;
+}
+
+int wgrad_splits(const Conv2dShape& s) {
+  const int64_t positions = int64_t{s.n} * s.oh() * s.ow();
+  return static_cast<int>(std::max<int64_t>(1, ceil_div<int64_t>(positions, kWgradChunk)));
+}
+
+int wgrad_slots(const Conv2dShape& s, bool with_db) {
+  return s.oc * s.c * s.kh * s.kw + (with_db ? s.oc : 0);
+}
+
+// CNN_CONV_LEGACY=1 (anything but empty or "0") selects the first-version kernels.
+bool legacy_from_env() {
+  static const bool legacy = [] {
+    const char* v = std::getenv("CNN_CONV_LEGACY");
+    return v && *v && std::strcmp(v, "0") != 0;
+  }();
+  return legacy;
+}
+
+bool use_wgrad_v2(const Conv2dShape& s, IgemmVariant variant) {
+  if (variant == IgemmVariant::Legacy) return false;
+  if (variant == IgemmVariant::Auto && legacy_from_env()) return false;
+  return conv2d_wgrad_v2_supported(s);
+}
+
+bool use_dgrad_v2(const Conv2dShape& s, const Exec& ex, IgemmVariant variant) {
+  if (variant == IgemmVariant::Legacy) return false;
+  if (variant == IgemmVariant::Auto && legacy_from_env()) return false;
+  return conv2d_dgrad_v2_supported(s, ex);
+}
+
+}  // namespace
+
+void conv2d_forward_igemm_cuda(const Conv2dShape& s, const float* d_x, const float* d_w,
+                               const float* d_b, float* d_y, bool relu, const Exec& ex) {
+  check_int32(s, "conv2d_forward_igemm");
+  FwdProblem p{};
+  p.g = geom_of(s);
+  p.M = s.n * p.g.ohw;
+  p.N = s.oc;
+  p.K = s.c * p.g.khw;
+  p.x = d_x;
+  p.w = d_w;
+  p.b = d_b;
+  p.y = d_y;
+  p.relu = relu;
+  p.table_ints = tap_table_ints(p.K, p.g.khw);
+  if (p.M == 0 || p.N == 0) return;
+  if (ex.precision == Precision::TF32)
+    run_full<true>(p, ex.stream, "conv2d_forward_igemm_tf32");
+  else
+    run_full<false>(p, ex.stream, "conv2d_forward_igemm_simt");
+}
+
+void conv2d_backward_data_igemm_cuda(const Conv2dShape& s, const float* d_dy, const float* d_w,
+                                     float* d_dx, const Exec& ex, IgemmVariant variant) {
+  check_int32(s, "conv2d_backward_data_igemm");
+  if (use_dgrad_v2(s, ex, variant)) {
+    conv2d_backward_data_v2_cuda(s, d_dy, d_w, d_dx, ex);
+    return;
+  }
+  DgradProblem p{};
+  p.g = geom_of(s);
+  p.M = s.n * p.g.hw;
+  p.N = s.c;
+  p.K = s.oc * p.g.khw;
+  p.dy = d_dy;
+  p.w = d_w;
+  p.dx = d_dx;
+  p.table_ints = p.g.unit_stride ? tap_table_ints(p.K, p.g.khw) : 0;
+  if (p.M == 0 || p.N == 0) return;
+  if (ex.precision == Precision::TF32)
+    run_full<true>(p, ex.stream, "conv2d_backward_data_igemm_tf32");
+  else
+    run_full<false>(p, ex.stream, "conv2d_backward_data_igemm_simt");
+}
+
+std::size_t conv2d_backward_weight_igemm_scratch_floats(const Conv2dShape& s, const Exec& ex) {
+  if (!ex.deterministic) return 0;
+  // Sized for the db slots too, so the same buffer serves calls with and without db; and for
+  // both variants, so the variant can change without reallocating.
+  const std::size_t legacy =
+      static_cast<std::size_t>(wgrad_splits(s)) * static_cast<std::size_t>(wgrad_slots(s, true));
+  const std::size_t v2 = conv2d_wgrad_v2_supported(s) ? conv2d_wgrad_v2_scratch_floats(s, ex) : 0;
+  return std::max(legacy, v2);
+}
+
+void conv2d_backward_weight_igemm_cuda(const Conv2dShape& s, const float* d_x, const float* d_dy,
+                                       float* d_dw, float* d_db, float* d_scratch, const Exec& ex,
+                                       IgemmVariant variant) {
+  check_int32(s, "conv2d_backward_weight_igemm");
+  CNN_CHECK(!ex.deterministic || d_scratch,
+            "conv2d_backward_weight_igemm: deterministic mode needs {} floats of scratch, got null",
+            conv2d_backward_weight_igemm_scratch_floats(s, ex));
+  if (use_wgrad_v2(s, variant)) {
+    conv2d_backward_weight_v2_cuda(s, d_x, d_dy, d_dw, d_db, d_scratch, ex);
+    return;
+  }
+  WgradProblem p{};
+  p.g = geom_of(s);
+  const bool with_db = d_db != nullptr;
+  const int ckhw = s.c * p.g.khw;
+  p.M = s.oc;
+  p.N = ckhw + (with_db ? 1 : 0);
+  p.K = s.n * p.g.ohw;
+  p.x = d_x;
+  p.dy = d_dy;
+  p.dw = d_dw;
+  p.db = d_db;
+  p.scratch = ex.deterministic ? d_scratch : nullptr;
+  p.slots = wgrad_slots(s, with_db);
+  if (p.K == 0) return;
+  const int splits = wgrad_splits(s);
+  if (ex.precision == Precision::TF32)
+    igemm::launch<CfgSquare<true>>(p, splits, ex.stream, "conv2d_backward_weight_igemm_tf32");
+  else
+    igemm::launch<CfgSquare<false>>(p, splits, ex.stream, "conv2d_backward_weight_igemm_simt");
+  if (ex.deterministic) {
+    constexpr int kBlock = 256;
+    const int blocks =
+        static_cast<int>(std::min<int64_t>(ceil_div<int64_t>(p.slots, kBlock), 4096));
+    wgrad_reduce_splits<<<blocks, kBlock, 0, ex.stream>>>(d_scratch, splits, p.slots, s.oc * ckhw,
+                                                          d_dw, d_db);
+    CNN_LAUNCH_CHECK("wgrad_reduce_splits");
+  }
+}
+
+}  // namespace cnn

@@ -1,0 +1,48 @@
+#pragma once
+// Implicit-GEMM convolutions on the GPU (kernels/conv2d_igemm.cu): the convolution is computed
+// as a tiled matrix product whose operands are gathered from the NCHW tensors on the fly (no
+// im2col buffer; padding and stride by predication), FP32 FFMA or, with
+// ex.precision == Precision::TF32, TF32 tensor cores (mma.sync m16n8k8, FP32 accumulation).
+//   forward:         M = N*OH*OW, N = OC, K = C*KH*KW; bias + ReLU fused in the epilogue.
+//   backward_data:   M = N*H*W,   N = C,  K = OC*KH*KW (any stride).
+//   backward_weight: M = OC, N = C*KH*KW (+1 column of ones that yields db), K = N*OH*OW,
+//                    split over K across blocks; partial tiles atomicAdd-ed into dw/db, or, with
+//                    ex.deterministic, written to scratch and summed in a fixed order.
+// Same contracts as the public API in kernels/conv2d.h (dw/db ACCUMULATE; dx and y are
+// overwritten). All pointers are device pointers; launches are asynchronous on ex.stream.
+// Tensors must have fewer than 2^31 elements (32-bit offsets in the gathers).
+#include <cstddef>
+
+#include "kernels/conv/conv2d.h"
+#include "runtime/exec.h"
+
+namespace cnn {
+
+void conv2d_forward_igemm_cuda(const Conv2dShape& s, const float* d_x, const float* d_w,
+                               const float* d_b, float* d_y, bool relu, const Exec& ex);
+
+// Which weight-gradient / input-gradient kernel runs (kept selectable so that a wrong answer or
+// a slower run can be bisected):
+//   Auto:   V2 unless the environment sets CNN_CONV_LEGACY=1 (read once per process);
+//   Legacy: the first version, on the k-major main loop of gemm_tile.cuh;
+//   V2:     weight gradient: conv2d_igemm_wgrad.cu (k-contiguous tiles, 16-byte dy copies,
+//           tap-mask table for x); shapes outside its limits (KH*KW > 32) run Legacy.
+//           input gradient: conv2d_igemm_dgrad.cu (TF32, stride 1, KH*KW <= 25: dy rows and
+//           weights staged in shared memory once per chunk of 8 output channels); FP32 and
+//           other shapes run Legacy.
+enum class IgemmVariant { Auto, Legacy, V2 };
+
+void conv2d_backward_data_igemm_cuda(const Conv2dShape& s, const float* d_dy, const float* d_w,
+                                     float* d_dx, const Exec& ex,
+                                     IgemmVariant variant = IgemmVariant::Auto);
+
+// Floats of scratch conv2d_backward_weight_igemm_cuda needs: 0 unless ex.deterministic. Depends
+// on the shape only (the split of K is a fixed chunk of output positions); enough for either
+// variant.
+std::size_t conv2d_backward_weight_igemm_scratch_floats(const Conv2dShape& s, const Exec& ex);
+
+void conv2d_backward_weight_igemm_cuda(const Conv2dShape& s, const float* d_x, const float* d_dy,
+                                       float* d_dw, float* d_db, float* d_scratch, const Exec& ex,
+                                       IgemmVariant variant = IgemmVariant::Auto);
+
+}  // namespace cnn

@@ -1,0 +1,20 @@
+#pragma once
+// CUDA launchers for conv_relu_pool.h (kernels/conv_relu_pool.cu). Called by conv_relu_pool.cpp
+// after the checks; all pointers are device pointers, launches asynchronous on ex.stream.
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/conv/conv2d.h"
+#include "runtime/exec.h"
+
+namespace cnn {
+
+void conv_relu_pool_forward_cuda(const Conv2dShape& s, const float* d_x, const float* d_w,
+                                 const float* d_b, float* d_y, int32_t* d_argmax, const Exec& ex);
+std::size_t conv_relu_pool_backward_weight_scratch_floats_cuda(const Conv2dShape& s,
+                                                               const Exec& ex);
+void conv_relu_pool_backward_weight_cuda(const Conv2dShape& s, const float* d_x, const float* d_y,
+                                         const float* d_dy, const int32_t* d_argmax, float* d_dw,
+                                         float* d_db, float* d_scratch, const Exec& ex);
+
+}  // namespace cnn

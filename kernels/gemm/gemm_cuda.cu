@@ -1,0 +1,243 @@
+// Dense GEMM on the GPU (see gemm_cuda.h): dispatch between
+//   the 16-byte tile path (gemm_tile_vec.cuh): 64x64 tiles, BK 32, 16-byte cp.async into
+//     operand-major shared tiles, FP32 FFMA 8x4 micro-tiles or TF32 mma.sync, cluster split-K;
+//   the legacy tile path (gemm_tile.cuh's main loop with plain strided 4-byte loaders):
+//     _simt: FP32 FFMA, 8x4 register micro-tile per thread (64x64 or 128x32 block tiles)
+//     _tf32: mma.sync m16n8k8 TF32, 32x32 warp tiles (same block tiles);
+//   the small-shape kernels of gemm_small.h (one dimension tiny: fc2's n = 10).
+// Small m*n: k is split across the blocks of a thread-block cluster (sm_90), whose partial tiles
+// are summed through distributed shared memory in a fixed order before the epilogue.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "runtime/cuda_check.h"
+#include "kernels/gemm/gemm_cuda.h"
+#include "kernels/gemm/gemm_small.h"
+#include "kernels/gemm/gemm_tile.cuh"
+#include "kernels/gemm/gemm_tile_vec.cuh"
+#include "runtime/math_util.h"
+
+namespace cnn {
+namespace {
+
+// C (M, N) row-major; A element (m, k) at a[m*lda + k] (a_kcontig) or a[k*lda + m]; B element
+// (k, n) at b[n*ldb + k] (b_kcontig) or b[k*ldb + n].
+struct GemmProblem {
+  int M, N, K;
+  const float* a;
+  int64_t lda;
+  bool a_kcontig;
+  const float* b;
+  int64_t ldb;
+  bool b_kcontig;
+  float* c;
+  int64_t ldc;
+  float alpha, beta;
+  const float* bias;  // (N) or null
+  bool relu;
+
+  static constexpr bool kMFastOut = false;  // row-major C: n runs contiguous
+  static constexpr bool kClusterSplit = true;
+  static constexpr bool kHasTable = false;
+
+  template <class C>
+  struct ALoader : igemm::StridedLoader<C, C::BM> {
+    __device__ __forceinline__ ALoader(const GemmProblem& p, int m0, int tid, const int*)
+        : igemm::StridedLoader<C, C::BM>(p.a, p.lda, p.a_kcontig, p.M, p.K, m0, tid) {}
+  };
+  template <class C>
+  struct BLoader : igemm::StridedLoader<C, C::BN> {
+    __device__ __forceinline__ BLoader(const GemmProblem& p, int n0, int tid, const int*)
+        : igemm::StridedLoader<C, C::BN>(p.b, p.ldb, p.b_kcontig, p.N, p.K, n0, tid) {}
+  };
+
+  __device__ __forceinline__ void apply(int m, int n, float v, int /*split*/) const {
+    float* dst = c + m * ldc + n;
+    v *= alpha;
+    if (beta != 0.f) v = fmaf(beta, *dst, v);
+    if (bias) v += bias[n];
+    if (relu) v = (v <= 0.f) ? 0.f : v;  // NaN passes, as in the CPU references
+    *dst = v;
+  }
+};
+
+template <bool kTf32>
+using CfgSquare = igemm::Cfg<64, 64, 16, 128, 3, kTf32>;  // the general tile
+template <bool kTf32>
+using CfgNarrow = igemm::Cfg<128, 32, 16, 128, 3, kTf32>;  // n <= 32 (fc2's n = 10)
+
+template <bool kTf32>
+void run_gemm(const GemmProblem& p, cudaStream_t stream) {
+  const igemm::DeviceInfo dev = igemm::device_info();
+  // Enough blocks for ~2 per SM; split k (cluster, <= 8 ways) when the tile grid alone is short.
+  const int64_t target = 2 * static_cast<int64_t>(dev.sms);
+  if (p.N <= 32) {
+    using C = CfgNarrow<kTf32>;
+    const int64_t tiles = ceil_div<int64_t>(p.M, C::BM) * ceil_div<int64_t>(p.N, C::BN);
+    const int splits =
+        dev.clusters ? igemm::pick_splits(tiles, ceil_div(p.K, C::BK), target, 8, 4) : 1;
+    igemm::launch<C>(p, splits, stream, kTf32 ? "gemm_tf32_narrow" : "gemm_simt_narrow");
+  } else {
+    using C = CfgSquare<kTf32>;
+    const int64_t tiles = ceil_div<int64_t>(p.M, C::BM) * ceil_div<int64_t>(p.N, C::BN);
+    const int splits =
+        dev.clusters ? igemm::pick_splits(tiles, ceil_div(p.K, C::BK), target, 8, 4) : 1;
+    igemm::launch<C>(p, splits, stream, kTf32 ? "gemm_tf32" : "gemm_simt");
+  }
+}
+
+// The 16-byte path: both operands' base 16-byte aligned and leading dimensions multiples of 4.
+bool vec_ok(const float* a, int lda, const float* b, int ldb) {
+  auto aligned = [](const float* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
+  return aligned(a) && aligned(b) && lda % 4 == 0 && ldb % 4 == 0;
+}
+
+template <bool kTf32, bool kAK, bool kBK>
+void run_vec(const vgemm::Problem& p, cudaStream_t stream) {
+  using C = vgemm::Cfg<64, 64, 32, 4, kTf32, kAK, kBK>;
+  const igemm::DeviceInfo dev = igemm::device_info();
+  const int64_t tiles = ceil_div<int64_t>(p.M, C::BM) * ceil_div<int64_t>(p.N, C::BN);
+  // Split k (cluster, <= 8 ways, >= 2 k-tiles of 32 each) until ~2 blocks per SM.
+  const int splits = dev.clusters ? igemm::pick_splits(tiles, ceil_div(p.K, C::BK),
+                                                       2 * static_cast<int64_t>(dev.sms), 8, 2)
+                                  : 1;
+  vgemm::launch<C>(p, splits, stream, kTf32 ? "gemm_vec_tf32" : "gemm_vec_simt");
+}
+
+template <bool kTf32>
+void run_vec_layout(const vgemm::Problem& p, bool a_mcontig, bool b_ncontig, cudaStream_t stream) {
+  if (a_mcontig) {
+    if (b_ncontig)
+      run_vec<kTf32, true, true>(p, stream);
+    else
+      run_vec<kTf32, true, false>(p, stream);
+  } else {
+    if (b_ncontig)
+      run_vec<kTf32, false, true>(p, stream);
+    else
+      run_vec<kTf32, false, false>(p, stream);
+  }
+}
+
+// CNN_GEMM_PATH (legacy | tile | auto) or CNN_GEMM_LEGACY=1, read at each call (cheap next to a
+// launch; the layers' GEMMs run inside a captured graph).
+enum class EnvPath { Auto, Legacy, Tile };
+EnvPath env_path() {
+  const char* legacy = std::getenv("CNN_GEMM_LEGACY");
+  if (legacy && std::strcmp(legacy, "") != 0 && std::strcmp(legacy, "0") != 0)
+    return EnvPath::Legacy;
+  const char* v = std::getenv("CNN_GEMM_PATH");
+  if (!v || !*v || std::strcmp(v, "auto") == 0) return EnvPath::Auto;
+  if (std::strcmp(v, "legacy") == 0) return EnvPath::Legacy;
+  if (std::strcmp(v, "tile") == 0) return EnvPath::Tile;
+  CNN_FAIL("CNN_GEMM_PATH={}: expected legacy, tile or auto", v);
+}
+
+}  // namespace
+
+const char* gemm_path_name(GemmPath path) {
+  switch (path) {
+    case GemmPath::Auto:
+      return "auto";
+    case GemmPath::Legacy:
+      return "legacy";
+    case GemmPath::Vec:
+      return "vec";
+    case GemmPath::SmallDot:
+      return "small_dot";
+    case GemmPath::SmallM:
+      return "small_m";
+    case GemmPath::SmallK:
+      return "small_k";
+  }
+  return "?";
+}
+
+GemmPath gemm_cuda_resolve(GemmPath path, bool trans_a, bool trans_b, int m, int n, int k,
+                           const float* d_a, int lda, const float* d_b, int ldb) {
+  if (path == GemmPath::Auto) {
+    const EnvPath env = env_path();
+    if (env == EnvPath::Legacy) return GemmPath::Legacy;
+    const bool a_kcontig = !trans_a, b_kcontig = trans_b;
+    if (env == EnvPath::Auto && k > 0) {
+      if (a_kcontig && b_kcontig && int64_t(m) * n <= 16384 && k >= 32) return GemmPath::SmallDot;
+      if (!b_kcontig && m <= 16 && k <= 512) return GemmPath::SmallM;
+      if (!b_kcontig && k <= 16) return GemmPath::SmallK;
+    }
+    path = GemmPath::Vec;
+  }
+  if (path == GemmPath::Vec && !(k > 0 && vec_ok(d_a, lda, d_b, ldb))) return GemmPath::Legacy;
+  return path;
+}
+
+void gemm_cuda_path(GemmPath path, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                    const float* d_a, int lda, const float* d_b, int ldb, float beta, float* d_c,
+                    int ldc, const float* d_bias, bool relu, Precision precision,
+                    cudaStream_t stream) {
+  CNN_CHECK(m >= 0 && n >= 0 && k >= 0, "gemm_cuda: negative size m={} n={} k={}", m, n, k);
+  if (m == 0 || n == 0) return;
+  CNN_CHECK(ldc >= n, "gemm_cuda: ldc={} < n={}", ldc, n);
+  CNN_CHECK(lda >= (trans_a ? m : k) && ldb >= (trans_b ? k : n),
+            "gemm_cuda: lda={} / ldb={} too small for m={} n={} k={} (trans {} {})", lda, ldb, m, n,
+            k, trans_a, trans_b);
+  CNN_CHECK(d_c && (k == 0 || (d_a && d_b)), "gemm_cuda: null matrix pointer");
+  const GemmPath use = gemm_cuda_resolve(path, trans_a, trans_b, m, n, k, d_a, lda, d_b, ldb);
+  const bool tf32 = precision == Precision::TF32;
+  switch (use) {
+    case GemmPath::SmallDot:
+    case GemmPath::SmallM:
+    case GemmPath::SmallK: {
+      gemm_small::Args p{m,
+                         n,
+                         k,
+                         d_a,
+                         trans_a ? 1 : int64_t(lda),
+                         trans_a ? int64_t(lda) : 1,
+                         d_b,
+                         trans_b ? 1 : int64_t(ldb),
+                         trans_b ? int64_t(ldb) : 1,
+                         d_c,
+                         ldc,
+                         alpha,
+                         beta,
+                         d_bias,
+                         relu};
+      if (use == GemmPath::SmallDot)
+        gemm_small::launch_dot(p, stream);
+      else if (use == GemmPath::SmallM)
+        gemm_small::launch_small_m(p, stream);
+      else
+        gemm_small::launch_small_k(p, stream);
+      return;
+    }
+    case GemmPath::Vec: {
+      const bool c_vec = (reinterpret_cast<uintptr_t>(d_c) & 15u) == 0 && ldc % 4 == 0;
+      vgemm::Problem p{m, n, k, d_a, lda, d_b, ldb, d_c, ldc, alpha, beta, d_bias, relu, c_vec};
+      if (tf32)
+        run_vec_layout<true>(p, trans_a, !trans_b, stream);
+      else
+        run_vec_layout<false>(p, trans_a, !trans_b, stream);
+      return;
+    }
+    default: {
+      GemmProblem p{m,       n,   k,   d_a,   lda,  !trans_a, d_b, ldb,
+                    trans_b, d_c, ldc, alpha, beta, d_bias,   relu};
+      if (tf32)
+        run_gemm<true>(p, stream);
+      else
+        run_gemm<false>(p, stream);
+    }
+  }
+}
+
+void gemm_cuda(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a,
+               int lda, const float* d_b, int ldb, float beta, float* d_c, int ldc,
+               const float* d_bias, bool relu, Precision precision, cudaStream_t stream) {
+  gemm_cuda_path(GemmPath::Auto, trans_a, trans_b, m, n, k, alpha, d_a, lda, d_b, ldb, beta, d_c,
+                 ldc, d_bias, relu, precision, stream);
+}
+
+}  // namespace cnn

@@ -1,0 +1,56 @@
+#pragma once
+// Dense single-precision GEMM on the GPU (kernels/gemm_cuda.cu), row-major like gemm_cpu.h:
+//   C (m, n) = epilogue(alpha * op(A) * op(B) + beta * C)
+// op(A) is (m, k): A is stored (m, k) with row stride lda, or, with trans_a, (k, m).
+// op(B) is (k, n): B is stored (k, n) with row stride ldb, or, with trans_b, (n, k).
+// The epilogue then adds bias[col] (bias may be null) and applies ReLU when relu is set:
+//   C[i][j] = relu(alpha * sum_l op(A)[i][l] op(B)[l][j] + beta * C[i][j] + bias[j]).
+// beta == 0 writes C without reading it (NaN there is overwritten, as in BLAS). k == 0 gives
+// C = beta * C (+ bias, relu). m or n == 0: nothing.
+//
+// Precision::FP32 runs FFMA on register micro-tiles; Precision::TF32 runs mma.sync m16n8k8 TF32
+// tensor-core instructions with FP32 accumulation (operands rounded to TF32, 10-bit mantissa).
+// Small-m/n shapes split k across the blocks of a thread-block cluster (sm_90) and sum the splits
+// in a fixed order, so results are bitwise repeatable run to run in every mode (no path uses
+// atomics).
+//
+// Uses for the linear layer (x (N, IN), w (OUT, IN), y (N, OUT)):
+//   forward:  gemm_cuda(false, true,  N, OUT, IN,  1, x, IN, w, IN, 0, y, OUT, b, relu, ...)
+//   dx:       gemm_cuda(false, false, N, IN, OUT,  1, dy, OUT, w, IN, 0, dx, IN, nullptr, ...)
+//   dw += :   gemm_cuda(true,  false, OUT, IN, N,  1, dy, OUT, x, IN, 1, dw, IN, nullptr, ...)
+// All pointers are device pointers; the launch is asynchronous on `stream`.
+#include "runtime/exec.h"
+#include "runtime/stream.h"
+
+namespace cnn {
+
+// Which kernel runs a gemm_cuda call.
+//   Auto: the small-shape kernels where one dimension is small (SmallDot: both operands
+//         contiguous along k and m*n <= 16384, k >= 32; SmallM: B contiguous along n,
+//         m <= 16 and k <= 512; SmallK: B contiguous along n and k <= 16), else Vec where both
+//         operands allow 16-byte copies (16-byte aligned base, leading dimension a multiple of 4),
+//         else Legacy. CNN_GEMM_PATH=legacy (or CNN_GEMM_LEGACY=1) makes Auto take Legacy always;
+//         CNN_GEMM_PATH=tile makes it skip the small-shape kernels (Vec, else Legacy).
+//   Legacy: the 4-byte-copy tile kernel of gemm_tile.cuh (any alignment).
+//   Vec: the 16-byte-copy tile kernel of gemm_tile_vec.cuh; runs Legacy where the operands are
+//        not aligned for it.
+//   SmallDot / SmallM / SmallK: the kernels of gemm_small.h, for any shape (slow off their
+//        shapes; FP32 arithmetic whatever the precision).
+enum class GemmPath { Auto, Legacy, Vec, SmallDot, SmallM, SmallK };
+const char* gemm_path_name(GemmPath path);
+
+// The path a call with these arguments takes (Auto resolved, environment included).
+GemmPath gemm_cuda_resolve(GemmPath path, bool trans_a, bool trans_b, int m, int n, int k,
+                           const float* d_a, int lda, const float* d_b, int ldb);
+
+void gemm_cuda_path(GemmPath path, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                    const float* d_a, int lda, const float* d_b, int ldb, float beta, float* d_c,
+                    int ldc, const float* d_bias, bool relu, Precision precision,
+                    cudaStream_t stream);
+
+// gemm_cuda_path(GemmPath::Auto, ...).
+void gemm_cuda(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a,
+               int lda, const float* d_b, int ldb, float beta, float* d_c, int ldc,
+               const float* d_bias, bool relu, Precision precision, cudaStream_t stream);
+
+}  // namespace cnn

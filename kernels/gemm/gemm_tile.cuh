@@ -1,0 +1,446 @@
+#pragma once
+// Device-side building blocks shared by the dense GEMM (gemm_cuda.cu) and the implicit-GEMM
+// convolutions (conv2d_igemm.cu): one tiled GEMM main loop, parameterized by a "problem" that
+// says how to gather the A and B tiles from global memory and what to do with each result.
+//
+//   C (M, N) = A (M, K) * B (K, N), computed in BM x BN block tiles, BK-deep k-tiles.
+//
+// Shared memory holds both operands k-major (As[k][m], Bs[k][n], rows padded) in kStages
+// buffers filled with 4-byte cp.async (zero-filled where the element is out of range or is
+// padding), so any M/N/K, stride, transpose or gather works without an im2col buffer. The math
+// is either FP32 FFMA on 8 x TN register micro-tiles (SimtMath) or TF32 tensor cores,
+// mma.sync.m16n8k8 with FP32 accumulation (MmaMath). The epilogue stages the accumulator tile
+// through shared memory so the problem can write it with whichever index runs contiguous in its
+// output, and, for split-K inside a thread-block cluster (sm_90), reduces the splits through
+// distributed shared memory in a fixed order (deterministic, no scratch).
+//
+// A problem type P provides:
+//   int M, N, K;
+//   template <class C> struct ALoader { ALoader(const P&, int m0, int tid, const int* table);
+//                                        void load(float* s, int k0) const; };  // s: [BK][SA]
+//   template <class C> struct BLoader { ... same with n0, s: [BK][SB] };
+//   static constexpr bool kHasTable;       // with table_ints > 0: build_table(int* t, tid, T)
+//   int table_ints;                        // fills a per-block shared table (then synced) that
+//                                          // the loaders get; null when table_ints == 0
+//   static constexpr bool kMFastOut;       // output runs contiguous in m (else in n)
+//   static constexpr bool kClusterSplit;   // gridDim.z > 1: splits summed in a cluster (else
+//                                          // apply() gets each split's partial and its index)
+//   void apply(int m, int n, float v, int split) const;  // one finished element
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "runtime/cuda_check.h"
+#include "runtime/math_util.h"
+#include "kernels/common/ptx.cuh"
+
+namespace cnn::igemm {
+
+// The shared PTX wrappers (kernels/ptx.cuh), under the names this namespace's users know.
+using ptx::cp_async4;
+using ptx::cp_async_commit;
+using ptx::cp_async_wait;
+using ptx::FastDiv;
+using ptx::mma_tf32;
+using ptx::smem_u32;
+using ptx::to_tf32;
+
+// ---------------------------------------------------------------------------------------------
+// Tile configuration. kThreads = 128 or 256. For the MMA math the warps form a WGM x WGN grid
+// of warp tiles (32 rows each when possible).
+template <int BM_, int BN_, int BK_, int kThreads_, int kStages_, bool kTf32_>
+struct Cfg {
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, kThreads = kThreads_, kStages = kStages_;
+  static constexpr bool kTf32 = kTf32_;
+  // Row padding of the k-major tiles. MMA fragment loads read As[k0 + t][g] for t < 4, g < 8:
+  // a row stride = 8 (mod 32) puts the 32 lanes on 32 banks. The SIMT loads read whole float4
+  // rows; there a stride = 4 (mod 32) makes the k-lane cp.async writes conflict-free.
+  static constexpr int kPad = kTf32 ? 8 : 4;
+  static constexpr int SA = BM + kPad, SB = BN + kPad;
+  static constexpr int kStageFloats = BK * (SA + SB);
+  // Output staging: [BN][BM + 4] (m contiguous) or [BM][BN + 4] (n contiguous).
+  static constexpr int kCsFloats = (BM + 4) * (BN + 4);
+  static constexpr std::size_t kSmemBytes =
+      sizeof(float) * static_cast<std::size_t>(
+                          kStages * kStageFloats > kCsFloats ? kStages * kStageFloats : kCsFloats);
+  static_assert(BK % 8 == 0, "BK must be a multiple of 8 (k-lane groups, MMA k8 steps)");
+  static_assert(BM % 32 == 0 && BN % 32 == 0, "tile sides must be multiples of 32");
+  static_assert(kThreads % BM == 0 && kThreads % BN == 0, "m-lane loaders need T % BX == 0");
+};
+
+// ---------------------------------------------------------------------------------------------
+// FP32 math: thread (tm, tn) owns rows {tm*4 + i, BM/2 + tm*4 + i} (i < 4) and columns
+// {tn*4 + j (, BN/2 + tn*4 + j)} (j < 4), so each k step reads two float4 of A and one or two
+// float4 of B from shared memory for 32 or 64 FFMA.
+template <class C>
+struct SimtMath {
+  static constexpr int TM = 8;
+  static constexpr int TN = C::BM * C::BN / (C::kThreads * TM);
+  static_assert(TN == 4 || TN == 8, "SIMT micro-tile must be 8x4 or 8x8");
+  static constexpr int TGN = C::BN / TN;  // threads along n
+  static_assert((C::BM / TM) * TGN == C::kThreads, "thread grid must cover the tile");
+  float acc[TM][TN];
+  int tm, tn;
+
+  __device__ __forceinline__ explicit SimtMath(int tid) : tm(tid / TGN), tn(tid % TGN) {
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+  }
+  __device__ __forceinline__ static int row(int i) {
+    return (i / 4) * (C::BM / 2) + (i % 4);
+  }
+  __device__ __forceinline__ static int col(int j) {
+    return (j / 4) * (C::BN / 2) + (j % 4);
+  }
+
+  // Fragments of step k + 1 are read from shared memory while step k's FFMAs issue, so the
+  // shared-memory latency hides behind arithmetic instead of stalling the warp.
+  __device__ __forceinline__ void load_frag(const float* As, const float* Bs, int k, float (&a)[TM],
+                                            float (&b)[TN]) const {
+    const float* ap = As + k * C::SA + tm * 4;
+    const float* bp = Bs + k * C::SB + tn * 4;
+    *reinterpret_cast<float4*>(&a[0]) = *reinterpret_cast<const float4*>(ap);
+    *reinterpret_cast<float4*>(&a[4]) = *reinterpret_cast<const float4*>(ap + C::BM / 2);
+    *reinterpret_cast<float4*>(&b[0]) = *reinterpret_cast<const float4*>(bp);
+    if constexpr (TN == 8)
+      *reinterpret_cast<float4*>(&b[4]) = *reinterpret_cast<const float4*>(bp + C::BN / 2);
+  }
+
+  __device__ __forceinline__ void compute(const float* As, const float* Bs) {
+    float a[2][TM], b[2][TN];
+    load_frag(As, Bs, 0, a[0], b[0]);
+#pragma unroll
+    for (int k = 0; k < C::BK; ++k) {
+      if (k + 1 < C::BK) load_frag(As, Bs, k + 1, a[(k + 1) % 2], b[(k + 1) % 2]);
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[k % 2][i], b[k % 2][j], acc[i][j]);
+    }
+  }
+
+  // Writes the accumulators to the staging tile (layout: see Cfg::kCsFloats).
+  __device__ __forceinline__ void stage(float* Cs, bool m_fast) const {
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) {
+        const int m = tm * 4 + row(i), n = tn * 4 + col(j);
+        if (m_fast)
+          Cs[n * (C::BM + 4) + m] = acc[i][j];
+        else
+          Cs[m * (C::BN + 4) + n] = acc[i][j];
+      }
+  }
+};
+
+// TF32 tensor-core math: warp w owns a WM x WN warp tile of MI x NI m16n8 accumulator tiles.
+template <class C>
+struct MmaMath {
+  static constexpr int kWarps = C::kThreads / 32;
+  static constexpr int WGM = (C::BM / 32 < kWarps) ? C::BM / 32 : kWarps;
+  static constexpr int WGN = kWarps / WGM;
+  static constexpr int WM = C::BM / WGM, WN = C::BN / WGN;
+  static constexpr int MI = WM / 16, NI = WN / 8;
+  static_assert(WGM * WGN == kWarps && WM % 16 == 0 && WN % 8 == 0, "bad warp grid");
+  float acc[MI][NI][4];
+  int wm, wn, g, t;  // warp tile origin; lane's group (row) and thread-in-group (column)
+
+  __device__ __forceinline__ explicit MmaMath(int tid) {
+    const int warp = tid / 32, lane = tid % 32;
+    wm = (warp % WGM) * WM;
+    wn = (warp / WGM) * WN;
+    g = lane / 4;
+    t = lane % 4;
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < NI; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
+  }
+
+  // Fragments of one k8 step, rounded to TF32. The next step's are loaded before this step's
+  // MMAs issue (register double buffering).
+  __device__ __forceinline__ void load_frag(const float* As, const float* Bs, int ks,
+                                            uint32_t (&a)[MI][4], uint32_t (&b)[NI][2]) const {
+    const float* ap = As + (ks + t) * C::SA + wm + g;
+    const float* bp = Bs + (ks + t) * C::SB + wn + g;
+#pragma unroll
+    for (int i = 0; i < MI; ++i) {
+      a[i][0] = to_tf32(ap[i * 16]);
+      a[i][1] = to_tf32(ap[i * 16 + 8]);
+      a[i][2] = to_tf32(ap[4 * C::SA + i * 16]);
+      a[i][3] = to_tf32(ap[4 * C::SA + i * 16 + 8]);
+    }
+#pragma unroll
+    for (int j = 0; j < NI; ++j) {
+      b[j][0] = to_tf32(bp[j * 8]);
+      b[j][1] = to_tf32(bp[4 * C::SB + j * 8]);
+    }
+  }
+
+  __device__ __forceinline__ void compute(const float* As, const float* Bs) {
+    constexpr int kSteps = C::BK / 8;
+    uint32_t a[2][MI][4], b[2][NI][2];
+    load_frag(As, Bs, 0, a[0], b[0]);
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      if (s + 1 < kSteps) load_frag(As, Bs, (s + 1) * 8, a[(s + 1) % 2], b[(s + 1) % 2]);
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j) mma_tf32(acc[i][j], a[s % 2][i], b[s % 2][j]);
+    }
+  }
+
+  __device__ __forceinline__ void stage(float* Cs, bool m_fast) const {
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < NI; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int m = wm + i * 16 + g + (r / 2) * 8, n = wn + j * 8 + 2 * t + (r % 2);
+          if (m_fast)
+            Cs[n * (C::BM + 4) + m] = acc[i][j][r];
+          else
+            Cs[m * (C::BN + 4) + n] = acc[i][j][r];
+        }
+  }
+};
+
+template <class C>
+using MathOf = std::conditional_t<C::kTf32, MmaMath<C>, SimtMath<C>>;
+
+// ---------------------------------------------------------------------------------------------
+// Loader for a plain strided operand: element (x, k) of the tile's operand (x = m for A, n for
+// B) is at base[x * ld + k] when k_contig, else at base[k * ld + x]. The lanes of a warp run
+// along the contiguous index so the global reads coalesce:
+//   k_contig: lane -> (k = lane % 8 [+ 8q], x = tid / 8 [+ T/8 r]), 32-byte row segments;
+//   else:     lane -> (x = tid % BX, k = tid / BX [+ T/BX q]).
+template <class C, int BX>
+struct StridedLoader {
+  static constexpr int S = BX + C::kPad;                  // smem row stride (SA or SB)
+  static constexpr int kRowsK = BX / (C::kThreads / 8);   // rows per thread, k_contig
+  static constexpr int kQK = C::BK / 8;                   // k groups per thread, k_contig
+  static constexpr int kQX = C::BK / (C::kThreads / BX);  // k per thread, x-contig
+  static_assert(kRowsK >= 1 && kQX >= 1, "tile too small for the thread count");
+  const float* base;
+  int64_t ld;
+  int X, K, x0, tid;
+  bool k_contig;
+
+  __device__ __forceinline__ StridedLoader(const float* base_, int64_t ld_, bool k_contig_, int X_,
+                                           int K_, int x0_, int tid_)
+      : base(base_), ld(ld_), X(X_), K(K_), x0(x0_), tid(tid_), k_contig(k_contig_) {}
+
+  __device__ __forceinline__ void load(float* s, int k0) const {
+    // Sources first, then the copies back to back.
+    if (k_contig) {
+      const int kl = tid % 8, xl = tid / 8;
+      const float* src[kRowsK][kQK];
+      bool v[kRowsK][kQK];
+#pragma unroll
+      for (int r = 0; r < kRowsK; ++r) {
+        const int x = xl + r * (C::kThreads / 8);
+        const bool xv = x0 + x < X;
+        const float* row = base + (x0 + x) * ld + k0;
+#pragma unroll
+        for (int q = 0; q < kQK; ++q) {
+          const int k = kl + 8 * q;
+          v[r][q] = xv && (k0 + k < K);
+          src[r][q] = v[r][q] ? row + k : base;
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kRowsK; ++r)
+#pragma unroll
+        for (int q = 0; q < kQK; ++q)
+          cp_async4(s + (kl + 8 * q) * S + xl + r * (C::kThreads / 8), src[r][q], v[r][q]);
+    } else {
+      const int x = tid % BX, kl = tid / BX;
+      const bool xv = x0 + x < X;
+      const float* src[kQX];
+      bool v[kQX];
+#pragma unroll
+      for (int q = 0; q < kQX; ++q) {
+        const int k = kl + q * (C::kThreads / BX);
+        v[q] = xv && (k0 + k < K);
+        src[q] = v[q] ? base + (int64_t)(k0 + k) * ld + (x0 + x) : base;
+      }
+#pragma unroll
+      for (int q = 0; q < kQX; ++q)
+        cp_async4(s + (kl + q * (C::kThreads / BX)) * S + x, src[q], v[q]);
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// The kernel. Block (bx, by, bz) computes tile (bx, by) over the bz-th of gridDim.z equal runs
+// of k-tiles. Thread mapping: the math classes above (each thread a register micro-tile, or a
+// warp an MMA warp tile); in the epilogue thread tid owns staged elements tid, tid + T, ...
+// (m- or n-fastest as the problem asks). P::kClusterSplit with gridDim.z > 1: the splits of a
+// tile form one thread-block cluster and are summed through distributed shared memory before
+// apply(); otherwise apply() sees each split's partial sums.
+template <class C, class P>
+__global__ void __launch_bounds__(C::kThreads) igemm_kernel(const __grid_constant__ P p) {
+  extern __shared__ float4 smem_f4[];
+  float* smem = reinterpret_cast<float*>(smem_f4);
+  const int tid = threadIdx.x;
+  const int m0 = blockIdx.x * C::BM, n0 = blockIdx.y * C::BN;
+  const int split = blockIdx.z, splits = gridDim.z;
+  const int ktiles = (p.K + C::BK - 1) / C::BK;
+  const int per = (ktiles + splits - 1) / splits;
+  const int kt0 = min(split * per, ktiles), nk = min(kt0 + per, ktiles) - kt0;
+
+  // Optional per-block lookup table (e.g. the k -> tap offsets of a convolution's gather),
+  // placed after the pipeline / staging buffers.
+  const int* table = nullptr;
+  if constexpr (P::kHasTable) {
+    if (p.table_ints > 0) {
+      int* t = reinterpret_cast<int*>(smem + C::kSmemBytes / sizeof(float));
+      p.build_table(t, tid, C::kThreads);
+      __syncthreads();
+      table = t;
+    }
+  }
+  const typename P::template ALoader<C> al(p, m0, tid, table);
+  const typename P::template BLoader<C> bl(p, n0, tid, table);
+  MathOf<C> math(tid);
+
+  auto stage_a = [&](int s) { return smem + s * C::kStageFloats; };
+  auto stage_b = [&](int s) { return smem + s * C::kStageFloats + C::BK * C::SA; };
+
+#pragma unroll
+  for (int s = 0; s < C::kStages - 1; ++s) {
+    if (s < nk) {
+      al.load(stage_a(s), (kt0 + s) * C::BK);
+      bl.load(stage_b(s), (kt0 + s) * C::BK);
+    }
+    cp_async_commit();
+  }
+  for (int i = 0; i < nk; ++i) {
+    cp_async_wait<C::kStages - 2>();
+    __syncthreads();  // tile i visible to all; everyone is done with tile i - 1's buffer
+    const int nx = i + C::kStages - 1;
+    if (nx < nk) {
+      al.load(stage_a(nx % C::kStages), (kt0 + nx) * C::BK);
+      bl.load(stage_b(nx % C::kStages), (kt0 + nx) * C::BK);
+    }
+    cp_async_commit();
+    math.compute(stage_a(i % C::kStages), stage_b(i % C::kStages));
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the pipeline buffers become the staging tile
+
+  constexpr bool kMFast = P::kMFastOut;
+  float* Cs = smem;
+  math.stage(Cs, kMFast);
+  constexpr int kElems = C::BM * C::BN;
+  auto coords = [](int e, int& m, int& n, int& idx) {
+    if (kMFast) {
+      m = e % C::BM;
+      n = e / C::BM;
+      idx = n * (C::BM + 4) + m;
+    } else {
+      n = e % C::BN;
+      m = e / C::BN;
+      idx = m * (C::BN + 4) + n;
+    }
+  };
+
+  if (P::kClusterSplit && splits > 1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every split's tile staged
+    const int rank = static_cast<int>(cluster.block_rank());
+    const int chunk = ((kElems + splits - 1) / splits + 31) / 32 * 32;
+    const int e_end = min(kElems, (rank + 1) * chunk);
+    for (int e = rank * chunk + tid; e < e_end; e += C::kThreads) {
+      int m, n, idx;
+      coords(e, m, n, idx);
+      float v = 0.f;
+      for (int q = 0; q < splits; ++q) v += cluster.map_shared_rank(Cs, q)[idx];  // fixed order
+      if (m0 + m < p.M && n0 + n < p.N) p.apply(m0 + m, n0 + n, v, 0);
+    }
+    cluster.sync();  // keep this block's shared memory alive until every reader is done
+#else
+    __trap();  // the launcher never asks for clusters below sm_90
+#endif
+  } else {
+    __syncthreads();
+    for (int e = tid; e < kElems; e += C::kThreads) {
+      int m, n, idx;
+      coords(e, m, n, idx);
+      if (m0 + m < p.M && n0 + n < p.N) p.apply(m0 + m, n0 + n, Cs[idx], split);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side.
+
+struct DeviceInfo {
+  int sms = 132;
+  bool clusters = false;  // sm_90+: thread-block clusters for the split-K reduction
+};
+
+inline DeviceInfo device_info() {
+  int dev = 0, sms = 0, major = 0;
+  CNN_CUDA_CHECK(cudaGetDevice(&dev));
+  CNN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  CNN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  return DeviceInfo{sms, major >= 9};
+}
+
+// Launches igemm_kernel<C, P> over a (ceil(M/BM), ceil(N/BN), splits) grid on `stream`. With
+// P::kClusterSplit and splits > 1 the splits of a tile form a cluster (splits <= 8, sm_90).
+template <class C, class P>
+void launch(const P& p, int splits, cudaStream_t stream, const char* name) {
+  const int64_t tiles_m = ceil_div<int64_t>(p.M, C::BM), tiles_n = ceil_div<int64_t>(p.N, C::BN);
+  CNN_CHECK(tiles_m <= 0x7fffffff && tiles_n <= 65535 && splits >= 1 && splits <= 65535,
+            "{}: grid ({}, {}, {}) exceeds the CUDA limits", name, tiles_m, tiles_n, splits);
+  const bool use_cluster = P::kClusterSplit && splits > 1;
+  CNN_CHECK(!use_cluster || splits <= 8, "{}: cluster split-K of {} > 8", name, splits);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(tiles_m), static_cast<unsigned>(tiles_n),
+                     static_cast<unsigned>(splits));
+  cfg.blockDim = dim3(C::kThreads);
+  std::size_t smem_bytes = C::kSmemBytes;
+  if constexpr (P::kHasTable) smem_bytes += sizeof(int) * static_cast<std::size_t>(p.table_ints);
+  cfg.dynamicSmemBytes = smem_bytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  if (use_cluster) {
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = static_cast<unsigned>(splits);
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  auto kern = igemm_kernel<C, P>;
+  if (smem_bytes > 48 * 1024)
+    CNN_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(smem_bytes)));
+  CNN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, p));
+  CNN_LAUNCH_CHECK(name);
+}
+
+// Largest power-of-two split (<= max_split) that keeps at least min_ktiles k-tiles per split,
+// stopping once tiles * split reaches target_blocks.
+inline int pick_splits(int64_t tiles, int ktiles, int64_t target_blocks, int max_split,
+                       int min_ktiles) {
+  int s = 1;
+  while (s * 2 <= max_split && tiles * s < target_blocks && ktiles / (s * 2) >= min_ktiles) s *= 2;
+  return s;
+}
+
+}  // namespace cnn::igemm

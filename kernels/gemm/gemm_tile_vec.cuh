@@ -1,0 +1,435 @@
+#pragma once
+// The dense GEMM's 16-byte tile path (used by gemm_cuda.cu when both operands allow it):
+//   C (M, N) row-major = epilogue(alpha * A (M, K) * B (K, N) + beta * C + bias[n]),
+// in 64 x 64 block tiles, BK = 32, 4-stage cp.async pipeline, 128 threads.
+//
+// Unlike gemm_tile.cuh (4-byte copies into k-major tiles, which any gather can fill) every
+// global read here is one 16-byte `cp.async.cg` (LDGSTS.E.BYPASS.128): each operand is staged
+// in shared memory along the dimension that is contiguous in global memory, so four elements
+// land in one shared row:
+//   operand contiguous along m (or n): k-major tile  S[k][x], row stride BX + 8;
+//   operand contiguous along k:        x-major tile  S[x][k], row stride BK + 4 = 36.
+// The strides keep the fragment reads conflict-free: an MMA fragment reads S[k0+t][x0+g]
+// (stride = 8 mod 32: banks 8t + g) or S[x0+g][k0+t] (stride = 4 mod 32: banks 4g + t); the
+// FP32 float4 reads of an x-major tile are broadcasts (A) or 8 consecutive rows (B: 16-byte
+// units 9 row + c, distinct mod 8).
+// Edges: a 16-byte copy whose four elements are partly outside the matrix reads only the valid
+// ones (cp.async src-size 4/8/12) and zero-fills the rest; a chunk wholly outside reads nothing.
+// So any M, N, K works, but every 16-byte source must be 16-byte aligned: the caller checks
+// that the base pointers are 16-byte aligned and the leading dimensions multiples of 4 (tiles
+// and chunks start at multiples of 4 elements).
+//
+// Split-K: as in gemm_tile.cuh, the k-tiles are split in equal runs over the gridDim.z blocks of
+// a thread-block cluster (sm_90, <= 8), whose staged partial tiles are summed through
+// distributed shared memory in rank order (deterministic, no scratch, no atomics).
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "runtime/cuda_check.h"
+#include "kernels/gemm/gemm_tile.cuh"
+#include "runtime/math_util.h"
+
+namespace cnn::vgemm {
+
+using ptx::cp_async16;
+using ptx::cp_async_commit;
+using ptx::cp_async_wait;
+using ptx::mma_tf32;
+using ptx::smem_u32;
+using ptx::to_tf32;
+
+// kAK: A is contiguous along m in global memory (staged k-major); else along k (x-major).
+// kBK: B is contiguous along n (staged k-major); else along k.
+template <int BM_, int BN_, int BK_, int kStages_, bool kTf32_, bool kAK_, bool kBK_>
+struct Cfg {
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, kThreads = 128, kStages = kStages_;
+  static constexpr bool kTf32 = kTf32_, kAK = kAK_, kBK = kBK_;
+  static constexpr int SA = kAK ? BM + 8 : BK + 4;  // row stride of the A tile
+  static constexpr int SB = kBK ? BN + 8 : BK + 4;
+  static constexpr int kAFloats = kAK ? BK * SA : BM * SA;
+  static constexpr int kBFloats = kBK ? BK * SB : BN * SB;
+  static constexpr int kStageFloats = kAFloats + kBFloats;
+  static constexpr int SC = BN + 4;  // output staging [BM][BN + 4], n contiguous
+  static constexpr int kCsFloats = BM * SC;
+  static constexpr std::size_t kSmemBytes =
+      sizeof(float) * static_cast<std::size_t>(
+                          kStages * kStageFloats > kCsFloats ? kStages * kStageFloats : kCsFloats);
+  static_assert(BK == 32, "x-major stride BK + 4 must be 4 mod 32 (and 9 16-byte units)");
+  static_assert(BM == 64 && BN == 64, "the math classes below are written for 64 x 64 tiles");
+  static_assert(kAFloats % 4 == 0 && kBFloats % 4 == 0 && SA % 4 == 0 && SB % 4 == 0 && SC % 4 == 0,
+                "16-byte aligned shared rows");
+};
+
+// Thread mapping of a loader: 16-byte chunk c = tid + q*T of the tile (q < kPer) is row
+// c / kPerRow, 4-element column (c % kPerRow) * 4 of the shared tile, so consecutive lanes read
+// consecutive 16 bytes of one global row (256 B per row for a k-major 64-wide tile, 128 B for
+// an x-major 32-deep one).
+template <class C, int BX, bool kKMajor>
+struct VecLoader {
+  static constexpr int S = kKMajor ? BX + 8 : C::BK + 4;
+  static constexpr int kPerRow = (kKMajor ? BX : C::BK) / 4;
+  static constexpr int kChunks = BX * C::BK / 4;
+  static constexpr int kPer = kChunks / C::kThreads;
+  static_assert(kChunks % C::kThreads == 0, "tile must split evenly into 16-byte chunks");
+  const float* base;  // element (x, k) at base[k*ld + x] (kKMajor) or base[x*ld + k]
+  int64_t ld;
+  int X, K, x0, tid;
+
+  __device__ __forceinline__ VecLoader(const float* base_, int64_t ld_, int X_, int K_, int x0_,
+                                       int tid_)
+      : base(base_), ld(ld_), X(X_), K(K_), x0(x0_), tid(tid_) {}
+
+  __device__ __forceinline__ void load(float* s, int k0) const {
+    const float* src[kPer];
+    int bytes[kPer];
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) {
+      const int c = tid + q * C::kThreads;
+      const int row = c / kPerRow, col = (c % kPerRow) * 4;
+      if constexpr (kKMajor) {
+        const int k = k0 + row, x = x0 + col;
+        const int n = (k < K) ? min(max(X - x, 0), 4) : 0;
+        bytes[q] = 4 * n;
+        src[q] = n ? base + static_cast<int64_t>(k) * ld + x : base;
+      } else {
+        const int x = x0 + row, k = k0 + col;
+        const int n = (x < X) ? min(max(K - k, 0), 4) : 0;
+        bytes[q] = 4 * n;
+        src[q] = n ? base + static_cast<int64_t>(x) * ld + k : base;
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) {
+      const int c = tid + q * C::kThreads;
+      cp_async16(s + (c / kPerRow) * S + (c % kPerRow) * 4, src[q], bytes[q]);
+    }
+  }
+};
+
+// FP32 math, 8 x 4 register micro-tile per thread; thread (tm, tn) = (tid / 16, tid % 16).
+// Rows: k-major A: {tm*4 + i, 32 + tm*4 + i} (i < 4), float4 reads along m;
+//       x-major A: {tm + 8 i} (i < 8), float4 reads along k (a quarter-warp shares tm).
+// Columns: k-major B: {tn*4 + j}; x-major B: {tn + 16 j} (j < 4).
+// Per 4 k: 8 + 4 float4 shared reads for 128 FFMA in either layout.
+template <class C>
+struct SimtMath {
+  static constexpr int TM = 8, TN = 4;
+  float acc[TM][TN];
+  int tm, tn;
+
+  __device__ __forceinline__ explicit SimtMath(int tid) : tm(tid / 16), tn(tid % 16) {
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+  }
+  __device__ __forceinline__ int row(int i) const {
+    return C::kAK ? (i / 4) * (C::BM / 2) + tm * 4 + (i % 4) : tm + 8 * i;
+  }
+  __device__ __forceinline__ int col(int j) const {
+    return C::kBK ? tn * 4 + j : tn + 16 * j;
+  }
+
+  __device__ __forceinline__ void compute(const float* As, const float* Bs) {
+#pragma unroll
+    for (int kq = 0; kq < C::BK; kq += 4) {
+      float a[TM][4], b[TN][4];
+      if constexpr (C::kAK) {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float4 v =
+                *reinterpret_cast<const float4*>(As + (kq + kk) * C::SA + h * (C::BM / 2) + tm * 4);
+            a[h * 4 + 0][kk] = v.x;
+            a[h * 4 + 1][kk] = v.y;
+            a[h * 4 + 2][kk] = v.z;
+            a[h * 4 + 3][kk] = v.w;
+          }
+      } else {
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+          const float4 v = *reinterpret_cast<const float4*>(As + row(i) * C::SA + kq);
+          a[i][0] = v.x;
+          a[i][1] = v.y;
+          a[i][2] = v.z;
+          a[i][3] = v.w;
+        }
+      }
+      if constexpr (C::kBK) {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const float4 v = *reinterpret_cast<const float4*>(Bs + (kq + kk) * C::SB + tn * 4);
+          b[0][kk] = v.x;
+          b[1][kk] = v.y;
+          b[2][kk] = v.z;
+          b[3][kk] = v.w;
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+          const float4 v = *reinterpret_cast<const float4*>(Bs + col(j) * C::SB + kq);
+          b[j][0] = v.x;
+          b[j][1] = v.y;
+          b[j][2] = v.z;
+          b[j][3] = v.w;
+        }
+      }
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+          for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i][kk], b[j][kk], acc[i][j]);
+    }
+  }
+
+  __device__ __forceinline__ void stage(float* Cs) const {
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) Cs[row(i) * C::SC + col(j)] = acc[i][j];
+  }
+};
+
+// TF32 tensor-core math: 2 x 2 warps of 32 x 32 warp tiles, MI x NI = 2 x 4 m16n8k8 MMAs per k8
+// step; operands rounded with cvt.rna.tf32 as they leave shared memory, FP32 accumulation;
+// the next k8 step's fragments are read while this step's MMAs issue.
+template <class C>
+struct MmaMath {
+  static constexpr int WM = 32, WN = 32, MI = 2, NI = 4;
+  float acc[MI][NI][4];
+  int wm, wn, g, t;
+
+  __device__ __forceinline__ explicit MmaMath(int tid) {
+    const int warp = tid / 32, lane = tid % 32;
+    wm = (warp % 2) * WM;
+    wn = (warp / 2) * WN;
+    g = lane / 4;
+    t = lane % 4;
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < NI; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
+  }
+
+  // A(m, k) and B(k, n) of the staged tiles, in either layout.
+  __device__ __forceinline__ static float at_a(const float* As, int m, int k) {
+    return C::kAK ? As[k * C::SA + m] : As[m * C::SA + k];
+  }
+  __device__ __forceinline__ static float at_b(const float* Bs, int k, int n) {
+    return C::kBK ? Bs[k * C::SB + n] : Bs[n * C::SB + k];
+  }
+
+  // Fragment layout of mma.m16n8k8 (tf32): a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4);
+  // b0 (k t, n g), b1 (k t+4, n g).
+  __device__ __forceinline__ void load_frag(const float* As, const float* Bs, int ks,
+                                            uint32_t (&a)[MI][4], uint32_t (&b)[NI][2]) const {
+#pragma unroll
+    for (int i = 0; i < MI; ++i) {
+      const int m = wm + i * 16 + g;
+      a[i][0] = to_tf32(at_a(As, m, ks + t));
+      a[i][1] = to_tf32(at_a(As, m + 8, ks + t));
+      a[i][2] = to_tf32(at_a(As, m, ks + t + 4));
+      a[i][3] = to_tf32(at_a(As, m + 8, ks + t + 4));
+    }
+#pragma unroll
+    for (int j = 0; j < NI; ++j) {
+      const int n = wn + j * 8 + g;
+      b[j][0] = to_tf32(at_b(Bs, ks + t, n));
+      b[j][1] = to_tf32(at_b(Bs, ks + t + 4, n));
+    }
+  }
+
+  __device__ __forceinline__ void compute(const float* As, const float* Bs) {
+    constexpr int kSteps = C::BK / 8;
+    uint32_t a[2][MI][4], b[2][NI][2];
+    load_frag(As, Bs, 0, a[0], b[0]);
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      if (s + 1 < kSteps) load_frag(As, Bs, (s + 1) * 8, a[(s + 1) % 2], b[(s + 1) % 2]);
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j) mma_tf32(acc[i][j], a[s % 2][i], b[s % 2][j]);
+    }
+  }
+
+  // Accumulator layout: c0, c1 (row g, cols 2t, 2t+1), c2, c3 (row g+8, same cols).
+  __device__ __forceinline__ void stage(float* Cs) const {
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < NI; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int m = wm + i * 16 + g + (r / 2) * 8, n = wn + j * 8 + 2 * t + (r % 2);
+          Cs[m * C::SC + n] = acc[i][j][r];
+        }
+  }
+};
+
+// C (M, N) row-major with row stride ldc; A element (m, k) at a[k*lda + m] (kAK) or
+// a[m*lda + k]; B element (k, n) at b[k*ldb + n] (kBK) or b[n*ldb + k].
+struct Problem {
+  int M, N, K;
+  const float* a;
+  int64_t lda;
+  const float* b;
+  int64_t ldb;
+  float* c;
+  int64_t ldc;
+  float alpha, beta;
+  const float* bias;  // (N) or null
+  bool relu;
+  bool c_vec;  // c 16-byte aligned and ldc % 4 == 0: float4 epilogue where 4 columns are in range
+
+  __device__ __forceinline__ float finish(float v, float old, int n) const {
+    v *= alpha;
+    if (beta != 0.f) v = fmaf(beta, old, v);
+    if (bias) v += bias[n];
+    if (relu) v = (v <= 0.f) ? 0.f : v;  // NaN passes, as in the CPU references
+    return v;
+  }
+
+  // Columns n .. n+3 of row m (n a multiple of 4), those < N.
+  __device__ __forceinline__ void store4(int m, int n, float4 v) const {
+    if (m >= M) return;
+    float* dst = c + m * ldc + n;
+    if (c_vec && n + 3 < N) {
+      float4 old = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (beta != 0.f) old = *reinterpret_cast<const float4*>(dst);
+      float4 r;
+      r.x = finish(v.x, old.x, n);
+      r.y = finish(v.y, old.y, n + 1);
+      r.z = finish(v.z, old.z, n + 2);
+      r.w = finish(v.w, old.w, n + 3);
+      *reinterpret_cast<float4*>(dst) = r;
+      return;
+    }
+    const float vs[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      if (n + r < N) dst[r] = finish(vs[r], beta != 0.f ? dst[r] : 0.f, n + r);
+  }
+};
+
+// Block (bx, by, bz) computes tile (bx, by) over the bz-th of gridDim.z equal runs of k-tiles.
+// Thread mapping: the math classes above (a thread's register micro-tile, or a warp's MMA
+// tile); in the epilogue thread tid owns the 4-column groups e = tid, tid + T, ... of the
+// staged tile (of its cluster rank's slice when split), row e / (BN/4), columns 4 (e % (BN/4)).
+template <class C>
+__global__ void __launch_bounds__(C::kThreads) vec_gemm_kernel(const __grid_constant__ Problem p) {
+  extern __shared__ float4 smem_f4[];
+  float* smem = reinterpret_cast<float*>(smem_f4);
+  const int tid = threadIdx.x;
+  const int m0 = blockIdx.x * C::BM, n0 = blockIdx.y * C::BN;
+  const int split = blockIdx.z, splits = gridDim.z;
+  const int ktiles = (p.K + C::BK - 1) / C::BK;
+  const int per = (ktiles + splits - 1) / splits;
+  const int kt0 = min(split * per, ktiles), nk = min(kt0 + per, ktiles) - kt0;
+
+  const VecLoader<C, C::BM, C::kAK> al(p.a, p.lda, p.M, p.K, m0, tid);
+  const VecLoader<C, C::BN, C::kBK> bl(p.b, p.ldb, p.N, p.K, n0, tid);
+  std::conditional_t<C::kTf32, MmaMath<C>, SimtMath<C>> math(tid);
+
+  auto stage_a = [&](int s) { return smem + s * C::kStageFloats; };
+  auto stage_b = [&](int s) { return smem + s * C::kStageFloats + C::kAFloats; };
+
+#pragma unroll
+  for (int s = 0; s < C::kStages - 1; ++s) {
+    if (s < nk) {
+      al.load(stage_a(s), (kt0 + s) * C::BK);
+      bl.load(stage_b(s), (kt0 + s) * C::BK);
+    }
+    cp_async_commit();
+  }
+  for (int i = 0; i < nk; ++i) {
+    cp_async_wait<C::kStages - 2>();
+    __syncthreads();  // tile i visible to all; everyone is done with tile i - 1's buffer
+    const int nx = i + C::kStages - 1;
+    if (nx < nk) {
+      al.load(stage_a(nx % C::kStages), (kt0 + nx) * C::BK);
+      bl.load(stage_b(nx % C::kStages), (kt0 + nx) * C::BK);
+    }
+    cp_async_commit();
+    math.compute(stage_a(i % C::kStages), stage_b(i % C::kStages));
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the pipeline buffers become the staging tile
+
+  float* Cs = smem;
+  math.stage(Cs);
+  constexpr int kGroups = C::BM * C::BN / 4, kPerRow = C::BN / 4;
+
+  if (splits > 1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every split's tile staged
+    const int rank = static_cast<int>(cluster.block_rank());
+    const int chunk = (kGroups + splits - 1) / splits;
+    const int e_end = min(kGroups, (rank + 1) * chunk);
+    for (int e = rank * chunk + tid; e < e_end; e += C::kThreads) {
+      const int m = e / kPerRow, n = (e % kPerRow) * 4;
+      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int q = 0; q < splits; ++q) {  // fixed order
+        const float4 w =
+            *reinterpret_cast<const float4*>(cluster.map_shared_rank(Cs, q) + m * C::SC + n);
+        v.x += w.x;
+        v.y += w.y;
+        v.z += w.z;
+        v.w += w.w;
+      }
+      p.store4(m0 + m, n0 + n, v);
+    }
+    cluster.sync();  // keep this block's shared memory alive until every reader is done
+#else
+    __trap();  // the launcher never splits below sm_90
+#endif
+  } else {
+    __syncthreads();
+    for (int e = tid; e < kGroups; e += C::kThreads) {
+      const int m = e / kPerRow, n = (e % kPerRow) * 4;
+      p.store4(m0 + m, n0 + n, *reinterpret_cast<const float4*>(Cs + m * C::SC + n));
+    }
+  }
+}
+
+// Launches vec_gemm_kernel<C> over a (ceil(M/BM), ceil(N/BN), splits) grid; splits > 1 forms
+// clusters of the splits (sm_90, <= 8).
+template <class C>
+void launch(const Problem& p, int splits, cudaStream_t stream, const char* name) {
+  const int64_t tiles_m = ceil_div<int64_t>(p.M, C::BM), tiles_n = ceil_div<int64_t>(p.N, C::BN);
+  CNN_CHECK(tiles_m <= 0x7fffffff && tiles_n <= 65535 && splits >= 1 && splits <= 8,
+            "{}: grid ({}, {}, {}) exceeds the limits", name, tiles_m, tiles_n, splits);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(tiles_m), static_cast<unsigned>(tiles_n),
+                     static_cast<unsigned>(splits));
+  cfg.blockDim = dim3(C::kThreads);
+  cfg.dynamicSmemBytes = C::kSmemBytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  if (splits > 1) {
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = static_cast<unsigned>(splits);
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  auto kern = vec_gemm_kernel<C>;
+  if (C::kSmemBytes > 48 * 1024)
+    CNN_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(C::kSmemBytes)));
+  CNN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, p));
+  CNN_LAUNCH_CHECK(name);
+}
+
+}  // namespace cnn::vgemm

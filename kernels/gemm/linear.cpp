@@ -1,0 +1,118 @@
+// Fully connected dispatch: checks the shape once, picks the variant, then runs the CPU
+// reference or the CUDA launcher.
+#include "kernels/gemm/linear.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "runtime/error.h"
+#include "kernels/gemm/linear_cpu_fast.h"
+#ifdef CNN_HAVE_CUDA
+#include "kernels/gemm/gemm_cuda.h"
+#include "kernels/gemm/linear_cuda.h"
+#endif
+
+namespace cnn {
+namespace {
+
+// True for the tiled GEMM, false for the naive one (naive and tiled are linear.cu's kernels).
+bool use_tiled(Algo algo) {
+  return algo != Algo::Naive;
+}
+
+// fast / auto / igemm: the register-tiled FP32 or TF32 tensor-core GEMM of gemm_cuda.cu.
+[[maybe_unused]] bool use_gemm_cuda(Algo algo) {
+  return algo != Algo::Naive && algo != Algo::Tiled;
+}
+
+}  // namespace
+
+void check_linear_shape(const LinearShape& s) {
+  CNN_CHECK(s.n >= 1 && s.in >= 1 && s.out >= 1,
+            "linear: shape (N, IN, OUT) = ({}, {}, {}) must be positive", s.n, s.in, s.out);
+  const int64_t biggest =
+      std::max({int64_t(s.n) * s.in, int64_t(s.n) * s.out, int64_t(s.out) * s.in});
+  CNN_CHECK(
+      biggest <= INT32_MAX,
+      "linear: shape (N, IN, OUT) = ({}, {}, {}) has a matrix of {} elements (at most 2^31-1)", s.n,
+      s.in, s.out, biggest);
+}
+
+void linear_forward(const LinearShape& s, const float* x, const float* w, const float* b, float* y,
+                    bool relu, Algo algo, const Exec& ex) {
+  check_linear_shape(s);
+  CNN_CHECK(x && w && y, "linear_forward: x, w and y must not be null");
+  const bool tiled = use_tiled(algo);
+  if (ex.device == Device::CPU) {
+    if (algo == Algo::Naive) return linear_forward_cpu(s, x, w, b, y, relu);
+    return linear_forward_cpu_fast(s, x, w, b, y, relu);
+  }
+#ifdef CNN_HAVE_CUDA
+  if (use_gemm_cuda(algo))
+    return gemm_cuda(false, true, s.n, s.out, s.in, 1.f, x, s.in, w, s.in, 0.f, y, s.out, b, relu,
+                     ex.precision, ex.stream);
+  linear_forward_cuda(s, x, w, b, y, relu, tiled, ex.stream);
+#else
+  (void)tiled;
+  CNN_FAIL("linear_forward on cuda: built without CUDA");
+#endif
+}
+
+void linear_backward_data(const LinearShape& s, const float* dy, const float* w, float* dx,
+                          Algo algo, const Exec& ex) {
+  check_linear_shape(s);
+  CNN_CHECK(dy && w && dx, "linear_backward_data: dy, w and dx must not be null");
+  const bool tiled = use_tiled(algo);
+  if (ex.device == Device::CPU) {
+    if (algo == Algo::Naive) return linear_backward_data_cpu(s, dy, w, dx);
+    return linear_backward_data_cpu_fast(s, dy, w, dx);
+  }
+#ifdef CNN_HAVE_CUDA
+  if (use_gemm_cuda(algo))
+    return gemm_cuda(false, false, s.n, s.in, s.out, 1.f, dy, s.out, w, s.in, 0.f, dx, s.in,
+                     nullptr, false, ex.precision, ex.stream);
+  linear_backward_data_cuda(s, dy, w, dx, tiled, ex.stream);
+#else
+  (void)tiled;
+  CNN_FAIL("linear_backward_data on cuda: built without CUDA");
+#endif
+}
+
+std::size_t linear_backward_weight_scratch_floats(const LinearShape& s, const Exec& ex) {
+  check_linear_shape(s);
+  if (ex.device == Device::CPU || !ex.deterministic) return 0;
+#ifdef CNN_HAVE_CUDA
+  return linear_db_scratch_floats(s);
+#else
+  return 0;
+#endif
+}
+
+void linear_backward_weight(const LinearShape& s, const float* x, const float* dy, float* dw,
+                            float* db, float* scratch, Algo algo, const Exec& ex) {
+  check_linear_shape(s);
+  CNN_CHECK(x && dy && dw, "linear_backward_weight: x, dy and dw must not be null");
+  CNN_CHECK(!db || scratch || linear_backward_weight_scratch_floats(s, ex) == 0,
+            "linear_backward_weight: deterministic mode needs a scratch buffer of {} floats",
+            linear_backward_weight_scratch_floats(s, ex));
+  const bool tiled = use_tiled(algo);
+  if (ex.device == Device::CPU) {
+    if (algo == Algo::Naive) return linear_backward_weight_cpu(s, x, dy, dw, db);
+    return linear_backward_weight_cpu_fast(s, x, dy, dw, db);
+  }
+#ifdef CNN_HAVE_CUDA
+  if (use_gemm_cuda(algo)) {
+    gemm_cuda(true, false, s.out, s.in, s.n, 1.f, dy, s.out, x, s.in, 1.f, dw, s.in, nullptr, false,
+              ex.precision, ex.stream);
+    if (db) linear_bias_grad_cuda(s, dy, db, scratch, ex.deterministic, ex.stream);
+    return;
+  }
+  linear_backward_weight_cuda(s, x, dy, dw, db, scratch, tiled, ex.deterministic, ex.stream);
+#else
+  (void)scratch;
+  (void)tiled;
+  CNN_FAIL("linear_backward_weight on cuda: built without CUDA");
+#endif
+}
+
+}  // namespace cnn

@@ -1,0 +1,41 @@
+#pragma once
+// Fully connected layer: y (N, OUT) = x (N, IN) * w^T + b, w (OUT, IN) as in torch.nn.Linear.
+// Variants: naive (one thread per output) and tiled (shared-memory GEMM with register
+// micro-tiles); auto and fast pick tiled. Arithmetic is FP32 whatever ex.precision says.
+#include <cstddef>
+
+#include "runtime/exec.h"
+
+namespace cnn {
+
+struct LinearShape {
+  int n = 1, in = 1, out = 1;
+};
+
+void check_linear_shape(const LinearShape& s);
+
+// relu=true applies ReLU in the epilogue. b may be null.
+void linear_forward(const LinearShape& s, const float* x, const float* w, const float* b, float* y,
+                    bool relu, Algo algo, const Exec& ex);
+// dx (N, IN) = dy (N, OUT) * w. Overwrites dx.
+void linear_backward_data(const LinearShape& s, const float* dy, const float* w, float* dx,
+                          Algo algo, const Exec& ex);
+// dw (OUT, IN) += dy^T * x; db (OUT) += column sums of dy (db may be null). ACCUMULATES.
+// Deterministic mode uses `scratch` for a fixed-order reduction where the variant needs it.
+std::size_t linear_backward_weight_scratch_floats(const LinearShape& s, const Exec& ex);
+void linear_backward_weight(const LinearShape& s, const float* x, const float* dy, float* dw,
+                            float* db, float* scratch, Algo algo, const Exec& ex);
+
+void linear_forward_cpu(const LinearShape& s, const float* x, const float* w, const float* b,
+                        float* y, bool relu);
+void linear_backward_data_cpu(const LinearShape& s, const float* dy, const float* w, float* dx);
+void linear_backward_weight_cpu(const LinearShape& s, const float* x, const float* dy, float* dw,
+                                float* db);
+// Double twins for the numerical gradient checker.
+void linear_forward_cpu(const LinearShape& s, const double* x, const double* w, const double* b,
+                        double* y, bool relu);
+void linear_backward_data_cpu(const LinearShape& s, const double* dy, const double* w, double* dx);
+void linear_backward_weight_cpu(const LinearShape& s, const double* x, const double* dy, double* dw,
+                                double* db);
+
+}  // namespace cnn

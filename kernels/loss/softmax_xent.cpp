@@ -1,0 +1,45 @@
+// Softmax cross-entropy dispatch: checks the shape once, then runs the CPU reference or the CUDA
+// launcher.
+#include "kernels/loss/softmax_xent.h"
+
+#include <cstdint>
+
+#include "runtime/error.h"
+#ifdef CNN_HAVE_CUDA
+#include "kernels/loss/softmax_xent_cuda.h"
+#endif
+
+namespace cnn {
+
+void softmax_xent(const XentShape& s, const float* logits, const int32_t* labels, float* loss_rows,
+                  int32_t* pred, float* dlogits, float grad_scale, const Exec& ex) {
+  CNN_CHECK(s.n >= 1 && s.classes >= 1,
+            "softmax_xent: shape (N, classes) = ({}, {}) must be positive", s.n, s.classes);
+  CNN_CHECK(int64_t(s.n) * s.classes <= INT32_MAX,
+            "softmax_xent: {} x {} logits exceed 2^31-1 elements", s.n, s.classes);
+  CNN_CHECK(logits && labels && loss_rows && pred,
+            "softmax_xent: logits, labels, loss_rows and pred must not be null");
+  if (ex.device == Device::CPU)
+    return softmax_xent_cpu(s, logits, labels, loss_rows, pred, dlogits, grad_scale);
+#ifdef CNN_HAVE_CUDA
+  softmax_xent_cuda(s, logits, labels, loss_rows, pred, dlogits, grad_scale, ex.stream);
+#else
+  CNN_FAIL("softmax_xent on cuda: built without CUDA");
+#endif
+}
+
+void accumulate_metrics(int n, const float* loss_rows, const int32_t* pred, const int32_t* labels,
+                        double* totals, const Exec& ex) {
+  CNN_CHECK(n >= 0, "accumulate_metrics: row count must be >= 0, got {}", n);
+  CNN_CHECK(totals && (n == 0 || (loss_rows && pred && labels)),
+            "accumulate_metrics: null pointer for {} rows", n);
+  if (n == 0) return;
+  if (ex.device == Device::CPU) return accumulate_metrics_cpu(n, loss_rows, pred, labels, totals);
+#ifdef CNN_HAVE_CUDA
+  accumulate_metrics_cuda(n, loss_rows, pred, labels, totals, ex.stream);
+#else
+  CNN_FAIL("accumulate_metrics on cuda: built without CUDA");
+#endif
+}
+
+}  // namespace cnn

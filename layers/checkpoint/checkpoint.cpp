@@ -1,0 +1,163 @@
+#include "layers/checkpoint/checkpoint.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <type_traits>
+
+#include "runtime/error.h"
+#include "layers/checkpoint/safetensors.h"
+
+namespace cnn {
+namespace {
+
+constexpr const char* kFormat = "cnn-trainer-checkpoint-1";
+constexpr const char* kOptimizerPrefix = "optimizer.";
+
+int64_t get_int(const SafetensorsFile& f, const std::string& key) {
+  const std::string& v = f.metadata_value(key);
+  try {
+    size_t used = 0;
+    long long x = std::stoll(v, &used);
+    if (used == v.size()) return x;
+  } catch (const std::exception&) {
+  }
+  CNN_FAIL("{}: metadata '{}' is '{}', expected an integer", f.path(), key, v);
+}
+
+double get_double(const SafetensorsFile& f, const std::string& key) {
+  const std::string& v = f.metadata_value(key);
+  try {
+    size_t used = 0;
+    const double x = std::stod(v, &used);
+    if (used == v.size()) return x;
+  } catch (const std::exception&) {
+  }
+  CNN_FAIL("{}: metadata '{}' is '{}', expected a number", f.path(), key, v);
+}
+
+uint64_t get_uint64(const SafetensorsFile& f, const std::string& key) {
+  const std::string& v = f.metadata_value(key);
+  try {
+    size_t used = 0;
+    const unsigned long long x = std::stoull(v, &used);
+    if (used == v.size() && !v.empty() && v[0] != '-') return x;
+  } catch (const std::exception&) {
+  }
+  CNN_FAIL("{}: metadata '{}' is '{}', expected an unsigned integer", f.path(), key, v);
+}
+
+// A JSON list of strings, integers or (finite) numbers. Each item's type and range is checked
+// first: nlohmann's get<> casts 9.2e19 to int64 and 1e300 to float, which is undefined (UBSan,
+// found by fuzz/fuzz_safetensors).
+template <class T>
+std::vector<T> get_json_list(const SafetensorsFile& f, const std::string& key) {
+  nlohmann::json list;
+  try {
+    list = nlohmann::json::parse(f.metadata_value(key));
+  } catch (const nlohmann::json::exception&) {
+  }
+  bool ok = list.is_array();
+  for (const auto& v : list) {
+    if constexpr (std::is_same_v<T, std::string>) {
+      ok = ok && v.is_string();
+    } else if constexpr (std::is_integral_v<T>) {
+      ok = ok &&
+           (v.is_number_integer() &&
+            (v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(std::numeric_limits<T>::max())
+                                    : v.get<int64_t>() >= int64_t(std::numeric_limits<T>::min())));
+    } else {
+      ok = ok && v.is_number() && std::abs(v.get<double>()) <= std::numeric_limits<T>::max();
+    }
+  }
+  CNN_CHECK(ok, "{}: metadata '{}' is not a JSON list of the expected type", f.path(), key);
+  return list.get<std::vector<T>>();
+}
+
+CheckpointMeta meta_of(const SafetensorsFile& f) {
+  const std::string* format = f.find_metadata("format");
+  CNN_CHECK(format && *format == kFormat,
+            "{}: not a checkpoint of this trainer (metadata format "
+            "'{}', expected '{}')",
+            f.path(), format ? *format : "", kFormat);
+  CheckpointMeta m;
+  m.config_yaml = f.metadata_value("config");
+  m.class_names = get_json_list<std::string>(f, "classes");
+  m.input_chw = get_json_list<int64_t>(f, "input_chw");
+  m.mean = get_json_list<float>(f, "mean");
+  m.std = get_json_list<float>(f, "std");
+  m.position.epoch = get_int(f, "epoch");
+  m.position.batch_in_epoch = get_int(f, "batch_in_epoch");
+  m.position.global_step = get_int(f, "global_step");
+  m.position.best_accuracy = get_double(f, "best_accuracy");
+  m.seed = get_uint64(f, "seed");
+  CNN_CHECK(m.input_chw.size() == 3, "{}: metadata input_chw must have 3 values", f.path());
+  return m;
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const Network& net, const ParamOptimizer* opt,
+                     const CheckpointMeta& meta) {
+  std::vector<float> params = net.params_to_host();
+  std::vector<NamedTensor> tensors;
+  for (const auto& p : net.param_infos())
+    tensors.push_back(
+        {p.name, p.shape,
+         std::vector<float>(params.begin() + p.offset, params.begin() + p.offset + p.numel())});
+  if (opt)
+    for (auto& [name, values] : opt->state_to_host())
+      tensors.push_back({name, {static_cast<int64_t>(values.size())}, std::move(values)});
+  std::map<std::string, std::string> md = {
+      {"format", kFormat},
+      {"config", meta.config_yaml},
+      {"classes", nlohmann::json(meta.class_names).dump()},
+      {"input_chw", nlohmann::json(meta.input_chw).dump()},
+      {"mean", nlohmann::json(meta.mean).dump()},
+      {"std", nlohmann::json(meta.std).dump()},
+      {"epoch", std::to_string(meta.position.epoch)},
+      {"batch_in_epoch", std::to_string(meta.position.batch_in_epoch)},
+      {"global_step", std::to_string(meta.position.global_step)},
+      {"best_accuracy", fmt::format("{:.17g}", meta.position.best_accuracy)},
+      {"seed", std::to_string(meta.seed)},
+  };
+  write_safetensors(path, tensors, md);
+}
+
+CheckpointMeta read_checkpoint_meta(const std::string& path) {
+  return meta_of(read_safetensors(path));
+}
+
+Checkpoint load_checkpoint_for(const std::string& path, const Network& net) {
+  SafetensorsFile f = read_safetensors(path);
+  Checkpoint ck;
+  ck.meta = meta_of(f);
+  ck.params.assign(static_cast<size_t>(net.num_params()), 0.f);
+  std::set<std::string> expected;
+  for (const auto& p : net.param_infos()) {
+    expected.insert(p.name);
+    const SafetensorsEntry* e = f.find(p.name);
+    CNN_CHECK(e,
+              "{}: has no tensor '{}' that this network needs (was it trained with another "
+              "model config?)",
+              path, p.name);
+    CNN_CHECK(e->shape == p.shape, "{}: tensor '{}' has shape {}, this network needs {}", path,
+              p.name, shape_str(e->shape), shape_str(p.shape));
+    NamedTensor t = f.tensor_f32(p.name);
+    std::copy(t.data.begin(), t.data.end(), ck.params.begin() + p.offset);
+  }
+  for (const auto& e : f.entries()) {
+    if (e.name.rfind(kOptimizerPrefix, 0) == 0) {
+      ck.optimizer_state.emplace_back(e.name, f.tensor_f32(e.name).data);
+      continue;
+    }
+    CNN_CHECK(expected.count(e.name), "{}: has tensor '{}' that this network does not have", path,
+              e.name);
+  }
+  return ck;
+}
+
+}  // namespace cnn

@@ -1,0 +1,204 @@
+#include "layers/gradcheck/gradcheck.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "runtime/error.h"
+#include "layers/network.h"
+#include "layers/ref_network.h"
+
+namespace cnn {
+namespace {
+
+struct Problem {
+  std::vector<double> params, x, probe;
+  std::vector<int32_t> labels;
+};
+
+Problem make_problem(const RefNetwork& ref, int classes, const GradcheckOptions& opt) {
+  std::mt19937_64 rng(opt.seed);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  Problem p;
+  p.params.resize(size_t(ref.num_params()));
+  // Parameters at a modest scale so activations stay O(1) through the chain.
+  for (const auto& info : ref.param_infos()) {
+    const double fan_in = double(info.numel()) / double(info.shape[0]);
+    const double bound = info.is_bias ? 0.5 : std::sqrt(3.0 / std::max(1.0, fan_in));
+    for (int64_t i = 0; i < info.numel(); ++i) p.params[size_t(info.offset + i)] = bound * u(rng);
+  }
+  p.x.resize(size_t(ref.input_count()));
+  for (auto& v : p.x) v = u(rng);
+  p.probe.resize(size_t(ref.output_count()));
+  for (auto& v : p.probe) v = u(rng);
+  std::uniform_int_distribution<int32_t> lab(0, std::max(1, classes) - 1);
+  p.labels.resize(size_t(opt.batch));
+  for (auto& l : p.labels) l = lab(rng);
+  return p;
+}
+
+std::vector<int64_t> sample_indices(int64_t count, int samples, std::mt19937_64& rng) {
+  std::vector<int64_t> idx(static_cast<size_t>(count));
+  std::iota(idx.begin(), idx.end(), 0);
+  if (count > samples) {
+    std::shuffle(idx.begin(), idx.end(), rng);
+    idx.resize(size_t(samples));
+  }
+  return idx;
+}
+
+double rel_error(const std::vector<double>& a, const std::vector<double>& b) {
+  double diff = 0, na = 0, nb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (a[i] - b[i]) * (a[i] - b[i]);
+    na += a[i] * a[i];
+    nb += b[i] * b[i];
+  }
+  const double denom = std::max({std::sqrt(na), std::sqrt(nb), 1e-12});
+  return std::sqrt(diff) / denom;
+}
+
+// Numerical derivative of the loss along coordinate i of v (params or x), or false where the
+// step crosses a kink (a ReLU input or a max-pool tie within h): there the one-sided differences
+// disagree, neither is the derivative, and a float network may fairly take either side.
+bool numerical(const RefNetwork& ref, Problem& p, std::vector<double>& v, int64_t i, double h,
+               double center, double* out) {
+  const double keep = v[size_t(i)];
+  v[size_t(i)] = keep + h;
+  const double up = ref.loss(p.params, p.x, p.labels, p.probe);
+  v[size_t(i)] = keep - h;
+  const double down = ref.loss(p.params, p.x, p.labels, p.probe);
+  v[size_t(i)] = keep;
+  const double ahead = (up - center) / h, behind = (center - down) / h;
+  // Smooth: the sides differ by ~h * |f''| (~1e-6); a kink jumps by a share of the gradient.
+  if (std::abs(ahead - behind) > 1e-3 * (std::abs(ahead) + std::abs(behind)) + 1e-6) return false;
+  *out = (up - down) / (2 * h);
+  return true;
+}
+
+int classes_of(const std::vector<LayerSpec>& specs, const Shape& input_chw) {
+  return int(summarize_network(specs, input_chw).rows.back().out.at(0));
+}
+
+GradcheckResult compare(const std::string& title, const RefNetwork& ref, Problem& p,
+                        const std::vector<double>& analytic_params,
+                        const std::vector<double>* analytic_x, const GradcheckOptions& opt,
+                        double tolerance) {
+  GradcheckResult r;
+  r.title = title;
+  r.tolerance = tolerance;
+  std::mt19937_64 rng(opt.seed ^ 0x5bd1e995u);
+  const double center = ref.loss(p.params, p.x, p.labels, p.probe);
+  auto add_row = [&](const std::string& what, std::vector<double>& v, int64_t offset, int64_t count,
+                     const std::vector<double>& analytic) {
+    GradcheckRow row{what, 0, 0};
+    std::vector<double> a, num;
+    for (int64_t i : sample_indices(count, opt.samples_per_tensor, rng)) {
+      double d = 0;
+      if (!numerical(ref, p, v, offset + i, opt.step, center, &d)) continue;  // at a kink
+      a.push_back(analytic[size_t(offset + i)]);
+      num.push_back(d);
+    }
+    row.checked = int64_t(a.size());
+    row.rel_error = rel_error(a, num);
+    r.worst = std::max(r.worst, row.rel_error);
+    r.rows.push_back(row);
+  };
+  for (const auto& info : ref.param_infos())
+    add_row(info.name, p.params, info.offset, info.numel(), analytic_params);
+  if (analytic_x) add_row("input", p.x, 0, int64_t(p.x.size()), *analytic_x);
+  return r;
+}
+
+}  // namespace
+
+GradcheckResult gradcheck_reference(const std::vector<LayerSpec>& specs, const Shape& input_chw,
+                                    const GradcheckOptions& opt) {
+  RefNetwork ref(specs, input_chw, opt.batch);
+  Problem p = make_problem(ref, classes_of(specs, input_chw), opt);
+  std::vector<double> dparams, dx;
+  ref.gradients(p.params, p.x, p.labels, p.probe, &dparams, &dx);
+  return compare("cpu double", ref, p, dparams, &dx, opt, 1e-6);
+}
+
+GradcheckResult gradcheck_network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
+                                  const GradcheckOptions& opt, const Exec& ex, bool fuse_relu) {
+  RefNetwork ref(specs, input_chw, opt.batch);
+  CNN_CHECK(ref.has_softmax(), "gradcheck_network needs a network ending in softmax_cross_entropy");
+  Problem p = make_problem(ref, classes_of(specs, input_chw), opt);
+
+  NetworkOptions nopt;
+  nopt.max_batch = opt.batch;
+  nopt.fuse_relu = fuse_relu;
+  Network net(specs, input_chw, nopt, ex);
+  CNN_CHECK(net.num_params() == ref.num_params(), "network and reference disagree on the layout");
+  net.params_from_host(std::vector<float>(p.params.begin(), p.params.end()));
+
+  std::vector<float> hx(p.x.begin(), p.x.end());
+  Buffer<float> x(hx.size(), ex.device);
+  x.copy_from(hx.data(), Device::CPU, hx.size());
+  Buffer<int32_t> labels(p.labels.size(), ex.device);
+  labels.copy_from(p.labels.data(), Device::CPU, p.labels.size());
+  net.forward_backward(opt.batch, x.data(), labels.data(), 1.0f / float(opt.batch));
+  stream_sync(ex.device, ex.stream);
+  std::vector<float> g = net.grads_to_host();
+  std::vector<double> analytic(g.begin(), g.end());
+  return compare(
+      fmt::format("{} float{}{}", device_name(ex.device), ex.deterministic ? " deterministic" : "",
+                  net.fusion_notes().empty() ? "" : " conv-relu-pool fused"),
+      ref, p, analytic, nullptr, opt, 1e-2);
+}
+
+std::vector<GradcheckCase> gradcheck_layer_cases() {
+  const auto wrap = [](std::string title, std::vector<LayerSpec> body, Shape chw) {
+    std::vector<LayerSpec> s;
+    if (chw.size() == 3) s.push_back(conv2d_spec("prefix", int(chw[0]), 1, 1, 1, 0));
+    for (auto& b : body) s.push_back(b);
+    if (chw.size() == 3) s.push_back(layer_spec(LayerKind::Flatten, "flatten"));
+    s.push_back(linear_spec("head", 5));
+    s.push_back(layer_spec(LayerKind::SoftmaxCrossEntropy, "loss"));
+    return GradcheckCase{std::move(title), std::move(s), std::move(chw)};
+  };
+  LayerSpec rect = conv2d_spec("conv", 4, 3, 5, 1, 1);
+  rect.stride_w = 2;
+  LayerSpec nobias = conv2d_spec("conv", 3, 3, 3, 1, 0);
+  nobias.bias = false;
+  LayerSpec fc = linear_spec("fc", 7);
+  return {
+      wrap("conv2d 3x3 stride 1 pad 1", {conv2d_spec("conv", 4, 3, 3, 1, 1)}, {3, 7, 6}),
+      wrap("conv2d 5x5 stride 2 pad 2", {conv2d_spec("conv", 3, 5, 5, 2, 2)}, {2, 9, 8}),
+      wrap("conv2d 3x5 stride 1x2 pad 1", {rect}, {2, 6, 9}),
+      wrap("conv2d 1x1 no bias pad 0", {nobias}, {3, 5, 5}),
+      wrap("maxpool2d 2x2", {maxpool2d_spec("pool", 2, 2, 0)}, {2, 6, 8}),
+      wrap("maxpool2d 3x3 stride 2 pad 1", {maxpool2d_spec("pool", 3, 2, 1)}, {2, 7, 7}),
+      wrap("relu", {layer_spec(LayerKind::Relu, "relu")}, {2, 4, 5}),
+      wrap("flatten + linear", {}, {2, 3, 4}),
+      wrap("linear + relu", {fc, layer_spec(LayerKind::Relu, "relu")}, {11}),
+  };
+}
+
+GradcheckCase gradcheck_small_network_case() {
+  return {"conv-relu-pool-conv-relu-pool-linear-relu-linear-softmax",
+          {conv2d_spec("conv1", 4, 3, 3, 1, 1), layer_spec(LayerKind::Relu, "relu1"),
+           maxpool2d_spec("pool1", 2, 2, 0), conv2d_spec("conv2", 6, 3, 3, 1, 1),
+           layer_spec(LayerKind::Relu, "relu2"), maxpool2d_spec("pool2", 2, 2, 0),
+           layer_spec(LayerKind::Flatten, "flatten"), linear_spec("fc1", 16),
+           layer_spec(LayerKind::Relu, "relu3"), linear_spec("fc2", 10),
+           layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")},
+          {1, 12, 12}};
+}
+
+std::string format_gradcheck(const GradcheckResult& r) {
+  std::string out;
+  for (const auto& row : r.rows)
+    out += fmt::format("  {:<16} {:>6} checked  rel error {:.2e}\n", row.what, row.checked,
+                       row.rel_error);
+  out += fmt::format("  {} worst {:.2e} (tolerance {:.0e}): {}\n", r.title, r.worst, r.tolerance,
+                     r.passed() ? "PASS" : "FAIL");
+  return out;
+}
+
+}  // namespace cnn

@@ -1,0 +1,55 @@
+#pragma once
+// Numerical gradient checks: central differences of the double-precision RefNetwork's loss
+// against (a) its own analytic backward in double on the CPU and (b) the float Network's
+// backward on any device (the GPU included).
+#include <string>
+#include <vector>
+
+#include "runtime/exec.h"
+#include "layers/layer_spec.h"
+
+namespace cnn {
+
+struct GradcheckRow {
+  std::string what;  // "conv1.weight", "input", ...
+  int64_t checked = 0;
+  double rel_error = 0;  // ||analytic - numerical|| / max(||analytic||, ||numerical||)
+};
+
+struct GradcheckResult {
+  std::string title;
+  std::vector<GradcheckRow> rows;
+  double worst = 0, tolerance = 0;
+  bool passed() const { return worst < tolerance; }
+};
+
+struct GradcheckOptions {
+  int batch = 2;
+  uint64_t seed = 1;
+  int samples_per_tensor = 24;  // coordinates checked per parameter tensor (all when fewer)
+  double step = 1e-6;           // central-difference step (double precision)
+};
+
+// Analytic double backward vs numerical, on the CPU. Tolerance 1e-6.
+GradcheckResult gradcheck_reference(const std::vector<LayerSpec>& specs, const Shape& input_chw,
+                                    const GradcheckOptions& opt);
+// Float Network on ex.device (fused ReLU as configured) vs the double numerical gradient.
+// Tolerance 1e-2 (float arithmetic; TF32 is not used here).
+GradcheckResult gradcheck_network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
+                                  const GradcheckOptions& opt, const Exec& ex, bool fuse_relu);
+
+// One small network per layer kind and configuration (stride, padding, rectangular kernels,
+// overlapping pools), each wrapped so that its input and parameter gradients both matter:
+// [conv 1x1 prefix] + layer + [flatten] + linear(5) + softmax_cross_entropy.
+struct GradcheckCase {
+  std::string title;
+  std::vector<LayerSpec> specs;
+  Shape input_chw;
+};
+std::vector<GradcheckCase> gradcheck_layer_cases();
+// The whole small network of the issue: conv-relu-pool-conv-relu-pool-linear-relu-linear-softmax.
+GradcheckCase gradcheck_small_network_case();
+
+std::string format_gradcheck(const GradcheckResult& r);
+
+}  // namespace cnn

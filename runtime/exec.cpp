@@ -1,0 +1,48 @@
+#include "runtime/exec.h"
+
+#include <cstdlib>
+
+#include "runtime/error.h"
+
+namespace cnn {
+
+const char* algo_name(Algo a) {
+  switch (a) {
+    case Algo::Auto:
+      return "auto";
+    case Algo::Naive:
+      return "naive";
+    case Algo::Tiled:
+      return "tiled";
+    case Algo::Igemm:
+      return "igemm";
+    case Algo::Fast:
+      return "fast";
+  }
+  return "?";
+}
+
+Algo parse_algo(const std::string& s) {
+  for (Algo a : {Algo::Auto, Algo::Naive, Algo::Tiled, Algo::Igemm, Algo::Fast})
+    if (s == algo_name(a)) return a;
+  CNN_FAIL("algorithm '{}' is not one of auto, naive, tiled, igemm, fast", s);
+}
+
+const char* precision_name(Precision p) {
+  return p == Precision::TF32 ? "tf32" : "fp32";
+}
+
+Precision parse_precision(const std::string& s) {
+  if (s == "fp32") return Precision::FP32;
+  if (s == "tf32") return Precision::TF32;
+  CNN_FAIL("precision '{}' is not one of fp32, tf32", s);
+}
+
+Algo algo_from_env(const char* op_upper, Algo configured) {
+  std::string key = std::string("CNN_ALGO_") + op_upper;
+  if (const char* v = std::getenv(key.c_str())) return parse_algo(v);
+  if (const char* v = std::getenv("CNN_ALGO")) return parse_algo(v);
+  return configured;
+}
+
+}  // namespace cnn

@@ -1,0 +1,176 @@
+#include "runtime/file_io.h"
+
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+
+#include "runtime/error.h"
+
+namespace cnn {
+
+namespace fs = std::filesystem;
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  std::error_code ec;
+  CNN_CHECK(!fs::is_directory(path, ec), "{}: is a directory, expected a file", path);
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  CNN_CHECK(f, "{}: cannot open ({})", path, std::strerror(errno));
+  std::vector<uint8_t> out;
+  // Read in chunks rather than trusting a size from stat, so pipes and growing files work too.
+  constexpr size_t kChunk = 1 << 20;
+  size_t used = 0;
+  for (;;) {
+    out.resize(used + kChunk);
+    size_t got = std::fread(out.data() + used, 1, kChunk, f);
+    used += got;
+    if (got < kChunk) break;
+  }
+  const bool failed = std::ferror(f);
+  std::fclose(f);
+  CNN_CHECK(!failed, "{}: read error after {} bytes", path, used);
+  out.resize(used);
+  out.shrink_to_fit();
+  return out;
+}
+
+void write_file_atomic(const std::string& path, const uint8_t* data, size_t bytes) {
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  CNN_CHECK(f, "{}: cannot create ({})", tmp, std::strerror(errno));
+  bool ok = bytes == 0 || std::fwrite(data, 1, bytes, f) == bytes;
+  ok = std::fflush(f) == 0 && ok;
+  ok = ::fsync(fileno(f)) == 0 && ok;
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp.c_str());
+    CNN_FAIL("{}: write failed ({})", path, why);
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    std::remove(tmp.c_str());
+    CNN_FAIL("{}: cannot rename the finished temporary file into place ({})", path, ec.message());
+  }
+}
+
+bool is_gzip(const uint8_t* data, size_t bytes) {
+  return bytes >= 2 && data[0] == 0x1f && data[1] == 0x8b;
+}
+
+namespace {
+
+// RAII for a z_stream in inflate mode.
+struct Inflater {
+  z_stream zs{};
+  bool live = false;
+  ~Inflater() {
+    if (live) inflateEnd(&zs);
+  }
+};
+
+}  // namespace
+
+Gunzipped gunzip(const uint8_t* data, size_t bytes, size_t max_out, const std::string& name) {
+  CNN_CHECK(is_gzip(data, bytes), "{}: bad gzip data: no gzip magic", name);
+  Gunzipped out;
+  Inflater inf;
+  // 16 + MAX_WBITS: gzip wrapper only (header and CRC-32/size trailer checked by zlib).
+  CNN_CHECK(inflateInit2(&inf.zs, 16 + MAX_WBITS) == Z_OK, "{}: cannot start zlib", name);
+  inf.live = true;
+
+  size_t in_pos = 0, used = 0;
+  auto feed = [&] {  // zlib counts in uInt: feed at most 1 GiB at a time
+    const size_t n = std::min<size_t>(bytes - in_pos, size_t(1) << 30);
+    inf.zs.next_in = const_cast<Bytef*>(data + in_pos);
+    inf.zs.avail_in = static_cast<uInt>(n);
+  };
+  feed();
+  for (;;) {
+    if (used == max_out) {  // the caller asked for no more; `complete` stays false
+      out.data.resize(used);
+      return out;
+    }
+    if (out.data.size() == used)
+      out.data.resize(std::min(max_out, std::max<size_t>(used * 2, 1 << 16)));
+    const size_t room = std::min<size_t>(out.data.size() - used, size_t(1) << 30);
+    inf.zs.next_out = out.data.data() + used;
+    inf.zs.avail_out = static_cast<uInt>(room);
+    const uInt avail_before = inf.zs.avail_in;
+    const int rc = inflate(&inf.zs, Z_NO_FLUSH);
+    used += room - inf.zs.avail_out;
+    in_pos += avail_before - inf.zs.avail_in;
+    if (rc == Z_STREAM_END) {
+      // Another member may follow (as `cat a.gz b.gz` makes); zero padding is tolerated as gzip
+      // itself does; anything else is garbage.
+      if (in_pos == bytes) break;
+      if (is_gzip(data + in_pos, bytes - in_pos)) {
+        CNN_CHECK(inflateReset(&inf.zs) == Z_OK, "{}: zlib reset failed", name);
+        feed();
+        continue;
+      }
+      const bool zeros = std::all_of(data + in_pos, data + bytes, [](uint8_t b) { return b == 0; });
+      CNN_CHECK(zeros, "{}: bad gzip data: {} bytes of garbage after the compressed stream", name,
+                bytes - in_pos);
+      break;
+    }
+    if (rc == Z_OK) {
+      if (inf.zs.avail_in == 0 && in_pos < bytes) feed();
+      continue;
+    }
+    if (rc == Z_BUF_ERROR && in_pos == bytes)
+      CNN_FAIL("{}: bad gzip data: truncated (the compressed stream ends early after {} bytes)",
+               name, used);
+    if (rc == Z_BUF_ERROR && inf.zs.avail_in == 0) {
+      feed();
+      continue;
+    }
+    CNN_FAIL("{}: bad gzip data: {}", name, inf.zs.msg ? inf.zs.msg : zError(rc));
+  }
+  out.data.resize(used);
+  out.complete = true;
+  return out;
+}
+
+std::vector<uint8_t> gzip_compress(const uint8_t* data, size_t bytes) {
+  z_stream zs{};
+  CNN_CHECK(deflateInit2(&zs, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) == Z_OK,
+            "cannot start zlib deflate");
+  std::vector<uint8_t> out;
+  size_t in_pos = 0, used = 0;
+  int rc = Z_OK;
+  while (rc != Z_STREAM_END) {
+    if (zs.avail_in == 0 && in_pos < bytes) {
+      const size_t n = std::min<size_t>(bytes - in_pos, size_t(1) << 30);
+      zs.next_in = const_cast<Bytef*>(data + in_pos);
+      zs.avail_in = static_cast<uInt>(n);
+      in_pos += n;
+    }
+    out.resize(std::max<size_t>(used + (1 << 16), used * 3 / 2));
+    zs.next_out = out.data() + used;
+    zs.avail_out = static_cast<uInt>(out.size() - used);
+    const size_t room = zs.avail_out;
+    rc = deflate(&zs, in_pos == bytes && zs.avail_in == 0 ? Z_FINISH : Z_NO_FLUSH);
+    used += room - zs.avail_out;
+    if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR) {
+      deflateEnd(&zs);
+      CNN_FAIL("gzip compression failed ({})", zError(rc));
+    }
+  }
+  deflateEnd(&zs);
+  out.resize(used);
+  return out;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace cnn
