@@ -2,11 +2,9 @@
 
 #include <algorithm>
 
-#include "runtime/error.h"
-
-#ifdef CNN_HAVE_CUDA
 #include "data/gather_cuda.h"
-#endif
+#include "runtime/dispatch.h"
+#include "runtime/error.h"
 
 namespace cnn {
 
@@ -49,11 +47,8 @@ void gather_batch(const GatherParams& p, const uint8_t* images, const int32_t* l
     gather_batch_cpu(p, images, labels, n, indices, batch, x, y);
     return;
   }
-#ifdef CNN_HAVE_CUDA
-  gather_batch_cuda(p, images, labels, n, indices, batch, x, y, ex.stream);
-#else
-  CNN_FAIL("gather_batch: Device::CUDA requested but this build has no CUDA (built without CUDA)");
-#endif
+  CNN_CUDA_BRANCH("gather_batch",
+                  gather_batch_cuda(p, images, labels, n, indices, batch, x, y, ex.stream));
 }
 
 DeviceDataset::DeviceDataset(const Dataset& d, Device dev) {

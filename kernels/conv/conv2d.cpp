@@ -13,6 +13,7 @@
 #include "kernels/conv/conv2d_cpu_fast.h"
 #include "kernels/conv/conv2d_cuda.h"
 #include "kernels/conv/conv2d_igemm.h"
+#include "runtime/dispatch.h"
 #include "runtime/error.h"
 
 namespace cnn {
@@ -48,30 +49,18 @@ void check_conv2d_shape(const Conv2dShape& s) {
             padded_w);
 }
 
-#ifdef CNN_HAVE_CUDA
 namespace {
 
 enum class ConvPath { Direct, Igemm, OneChannel };
 
-// Which CUDA implementation serves `algo` for this shape.
-ConvPath cuda_path(const Conv2dShape& s, Algo algo) {
+// Which CUDA implementation serves `algo` for this shape (unused in a CPU-only build).
+[[maybe_unused]] ConvPath cuda_path(const Conv2dShape& s, Algo algo) {
   if (algo == Algo::Naive || algo == Algo::Tiled) return ConvPath::Direct;
   if (algo == Algo::Igemm) return ConvPath::Igemm;
   return conv2d_1ch_applicable(s) ? ConvPath::OneChannel : ConvPath::Igemm;
 }
 
 }  // namespace
-#endif
-
-#ifndef CNN_HAVE_CUDA
-namespace {
-
-[[noreturn]] void fail_without_cuda(const char* op) {
-  CNN_FAIL("{}: device cuda requested, but this program was built without CUDA", op);
-}
-
-}  // namespace
-#endif
 
 void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y,
                     bool relu, Algo algo, const Exec& ex) {
@@ -84,22 +73,19 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const 
       conv2d_forward_cpu_fast(s, x, w, b, y, relu);
     return;
   }
-#ifdef CNN_HAVE_CUDA
-  switch (cuda_path(s, algo)) {
-    case ConvPath::Direct:
-      conv2d_forward_cuda(s, x, w, b, y, relu, algo, ex.stream);
-      break;
-    case ConvPath::Igemm:
-      conv2d_forward_igemm_cuda(s, x, w, b, y, relu, ex);
-      break;
-    case ConvPath::OneChannel:
-      conv2d_forward_1ch_cuda(s, x, w, b, y, relu, ex);
-      break;
-  }
-#else
-  (void)algo;
-  fail_without_cuda("conv2d_forward");
-#endif
+  CNN_CUDA_BRANCH("conv2d_forward", {
+    switch (cuda_path(s, algo)) {
+      case ConvPath::Direct:
+        conv2d_forward_cuda(s, x, w, b, y, relu, algo, ex.stream);
+        break;
+      case ConvPath::Igemm:
+        conv2d_forward_igemm_cuda(s, x, w, b, y, relu, ex);
+        break;
+      case ConvPath::OneChannel:
+        conv2d_forward_1ch_cuda(s, x, w, b, y, relu, ex);
+        break;
+    }
+  });
 }
 
 void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx,
@@ -113,29 +99,24 @@ void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
       conv2d_backward_data_cpu_fast(s, dy, w, dx);
     return;
   }
-#ifdef CNN_HAVE_CUDA
-  if (cuda_path(s, algo) == ConvPath::Direct)
-    conv2d_backward_data_cuda(s, dy, w, dx, algo, ex.stream);
-  else
-    conv2d_backward_data_igemm_cuda(s, dy, w, dx, ex);
-#else
-  (void)algo;
-  fail_without_cuda("conv2d_backward_data");
-#endif
+  CNN_CUDA_BRANCH("conv2d_backward_data", {
+    if (cuda_path(s, algo) == ConvPath::Direct)
+      conv2d_backward_data_cuda(s, dy, w, dx, algo, ex.stream);
+    else
+      conv2d_backward_data_igemm_cuda(s, dy, w, dx, ex);
+  });
 }
 
 std::size_t conv2d_backward_weight_scratch_floats(const Conv2dShape& s, const Exec& ex) {
   check_conv2d_shape(s);
   if (ex.device == Device::CPU) return 0;
-#ifdef CNN_HAVE_CUDA
   // The largest of the variants, so that a layer can switch variant without reallocating.
-  return std::max({conv2d_backward_weight_scratch_floats_cuda(s, ex.deterministic),
-                   conv2d_backward_weight_igemm_scratch_floats(s, ex),
-                   conv2d_1ch_applicable(s) ? conv2d_backward_weight_1ch_scratch_floats(s, ex)
-                                            : std::size_t(0)});
-#else
-  return 0;
-#endif
+  return CNN_CUDA_VALUE(
+      std::max({conv2d_backward_weight_scratch_floats_cuda(s, ex.deterministic),
+                conv2d_backward_weight_igemm_scratch_floats(s, ex),
+                conv2d_1ch_applicable(s) ? conv2d_backward_weight_1ch_scratch_floats(s, ex)
+                                         : std::size_t(0)}),
+      std::size_t(0));
 }
 
 void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,
@@ -149,28 +130,24 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
       conv2d_backward_weight_cpu_fast(s, x, dy, dw, db);
     return;
   }
-#ifdef CNN_HAVE_CUDA
-  const std::size_t need = conv2d_backward_weight_scratch_floats(s, ex);
-  CNN_CHECK(scratch || need == 0,
-            "conv2d_backward_weight: deterministic mode needs a scratch buffer of {} floats "
-            "(conv2d_backward_weight_scratch_floats), got null",
-            need);
-  switch (cuda_path(s, algo)) {
-    case ConvPath::Direct:
-      conv2d_backward_weight_cuda(s, x, dy, dw, db, scratch, algo, ex.deterministic, ex.stream);
-      break;
-    case ConvPath::Igemm:
-      conv2d_backward_weight_igemm_cuda(s, x, dy, dw, db, scratch, ex);
-      break;
-    case ConvPath::OneChannel:
-      conv2d_backward_weight_1ch_cuda(s, x, dy, dw, db, scratch, ex);
-      break;
-  }
-#else
-  (void)scratch;
-  (void)algo;
-  fail_without_cuda("conv2d_backward_weight");
-#endif
+  CNN_CUDA_BRANCH("conv2d_backward_weight", {
+    const std::size_t need = conv2d_backward_weight_scratch_floats(s, ex);
+    CNN_CHECK(scratch || need == 0,
+              "conv2d_backward_weight: deterministic mode needs a scratch buffer of {} floats "
+              "(conv2d_backward_weight_scratch_floats), got null",
+              need);
+    switch (cuda_path(s, algo)) {
+      case ConvPath::Direct:
+        conv2d_backward_weight_cuda(s, x, dy, dw, db, scratch, algo, ex.deterministic, ex.stream);
+        break;
+      case ConvPath::Igemm:
+        conv2d_backward_weight_igemm_cuda(s, x, dy, dw, db, scratch, ex);
+        break;
+      case ConvPath::OneChannel:
+        conv2d_backward_weight_1ch_cuda(s, x, dy, dw, db, scratch, ex);
+        break;
+    }
+  });
 }
 
 }  // namespace cnn

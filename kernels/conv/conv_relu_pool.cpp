@@ -3,10 +3,9 @@
 
 #include <cstdint>
 
-#include "runtime/error.h"
-#ifdef CNN_HAVE_CUDA
 #include "kernels/conv/conv_relu_pool_cuda.h"
-#endif
+#include "runtime/dispatch.h"
+#include "runtime/error.h"
 
 namespace cnn {
 
@@ -52,20 +51,12 @@ void conv_relu_pool_forward(const Conv2dShape& s, const float* x, const float* w
   check(s, "conv_relu_pool_forward");
   CNN_CHECK(x && w && y && argmax, "conv_relu_pool_forward: x, w, y and argmax must not be null");
   if (ex.device == Device::CPU) return conv_relu_pool_forward_cpu(s, x, w, b, y, argmax);
-#ifdef CNN_HAVE_CUDA
-  conv_relu_pool_forward_cuda(s, x, w, b, y, argmax, ex);
-#else
-  CNN_FAIL("conv_relu_pool_forward on cuda: built without CUDA");
-#endif
+  CNN_CUDA_BRANCH("conv_relu_pool_forward", conv_relu_pool_forward_cuda(s, x, w, b, y, argmax, ex));
 }
 
 std::size_t conv_relu_pool_backward_weight_scratch_floats(const Conv2dShape& s, const Exec& ex) {
   if (ex.device == Device::CPU || !conv_relu_pool_applicable(s)) return 0;
-#ifdef CNN_HAVE_CUDA
-  return conv_relu_pool_backward_weight_scratch_floats_cuda(s, ex);
-#else
-  return 0;
-#endif
+  return CNN_CUDA_VALUE(conv_relu_pool_backward_weight_scratch_floats_cuda(s, ex), std::size_t(0));
 }
 
 void conv_relu_pool_backward_weight(const Conv2dShape& s, const float* x, const float* y,
@@ -76,16 +67,13 @@ void conv_relu_pool_backward_weight(const Conv2dShape& s, const float* x, const 
             "conv_relu_pool_backward_weight: x, y, dy, argmax and dw must not be null");
   if (ex.device == Device::CPU)
     return conv_relu_pool_backward_weight_cpu(s, x, y, dy, argmax, dw, db);
-#ifdef CNN_HAVE_CUDA
-  CNN_CHECK(scratch || conv_relu_pool_backward_weight_scratch_floats(s, ex) == 0,
-            "conv_relu_pool_backward_weight: deterministic mode needs {} floats of scratch, got "
-            "null",
-            conv_relu_pool_backward_weight_scratch_floats(s, ex));
-  conv_relu_pool_backward_weight_cuda(s, x, y, dy, argmax, dw, db, scratch, ex);
-#else
-  (void)scratch;
-  CNN_FAIL("conv_relu_pool_backward_weight on cuda: built without CUDA");
-#endif
+  CNN_CUDA_BRANCH("conv_relu_pool_backward_weight", {
+    CNN_CHECK(scratch || conv_relu_pool_backward_weight_scratch_floats(s, ex) == 0,
+              "conv_relu_pool_backward_weight: deterministic mode needs {} floats of scratch, got "
+              "null",
+              conv_relu_pool_backward_weight_scratch_floats(s, ex));
+    conv_relu_pool_backward_weight_cuda(s, x, y, dy, argmax, dw, db, scratch, ex);
+  });
 }
 
 }  // namespace cnn

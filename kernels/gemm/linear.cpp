@@ -5,12 +5,11 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "runtime/error.h"
-#include "kernels/gemm/linear_cpu_fast.h"
-#ifdef CNN_HAVE_CUDA
 #include "kernels/gemm/gemm_cuda.h"
+#include "kernels/gemm/linear_cpu_fast.h"
 #include "kernels/gemm/linear_cuda.h"
-#endif
+#include "runtime/dispatch.h"
+#include "runtime/error.h"
 
 namespace cnn {
 namespace {
@@ -47,15 +46,12 @@ void linear_forward(const LinearShape& s, const float* x, const float* w, const 
     if (algo == Algo::Naive) return linear_forward_cpu(s, x, w, b, y, relu);
     return linear_forward_cpu_fast(s, x, w, b, y, relu);
   }
-#ifdef CNN_HAVE_CUDA
-  if (use_gemm_cuda(algo))
-    return gemm_cuda(false, true, s.n, s.out, s.in, 1.f, x, s.in, w, s.in, 0.f, y, s.out, b, relu,
-                     ex.precision, ex.stream);
-  linear_forward_cuda(s, x, w, b, y, relu, tiled, ex.stream);
-#else
-  (void)tiled;
-  CNN_FAIL("linear_forward on cuda: built without CUDA");
-#endif
+  CNN_CUDA_BRANCH("linear_forward", {
+    if (use_gemm_cuda(algo))
+      return gemm_cuda(false, true, s.n, s.out, s.in, 1.f, x, s.in, w, s.in, 0.f, y, s.out, b, relu,
+                       ex.precision, ex.stream);
+    linear_forward_cuda(s, x, w, b, y, relu, tiled, ex.stream);
+  });
 }
 
 void linear_backward_data(const LinearShape& s, const float* dy, const float* w, float* dx,
@@ -67,25 +63,18 @@ void linear_backward_data(const LinearShape& s, const float* dy, const float* w,
     if (algo == Algo::Naive) return linear_backward_data_cpu(s, dy, w, dx);
     return linear_backward_data_cpu_fast(s, dy, w, dx);
   }
-#ifdef CNN_HAVE_CUDA
-  if (use_gemm_cuda(algo))
-    return gemm_cuda(false, false, s.n, s.in, s.out, 1.f, dy, s.out, w, s.in, 0.f, dx, s.in,
-                     nullptr, false, ex.precision, ex.stream);
-  linear_backward_data_cuda(s, dy, w, dx, tiled, ex.stream);
-#else
-  (void)tiled;
-  CNN_FAIL("linear_backward_data on cuda: built without CUDA");
-#endif
+  CNN_CUDA_BRANCH("linear_backward_data", {
+    if (use_gemm_cuda(algo))
+      return gemm_cuda(false, false, s.n, s.in, s.out, 1.f, dy, s.out, w, s.in, 0.f, dx, s.in,
+                       nullptr, false, ex.precision, ex.stream);
+    linear_backward_data_cuda(s, dy, w, dx, tiled, ex.stream);
+  });
 }
 
 std::size_t linear_backward_weight_scratch_floats(const LinearShape& s, const Exec& ex) {
   check_linear_shape(s);
   if (ex.device == Device::CPU || !ex.deterministic) return 0;
-#ifdef CNN_HAVE_CUDA
-  return linear_db_scratch_floats(s);
-#else
-  return 0;
-#endif
+  return CNN_CUDA_VALUE(linear_db_scratch_floats(s), std::size_t(0));
 }
 
 void linear_backward_weight(const LinearShape& s, const float* x, const float* dy, float* dw,
@@ -100,19 +89,15 @@ void linear_backward_weight(const LinearShape& s, const float* x, const float* d
     if (algo == Algo::Naive) return linear_backward_weight_cpu(s, x, dy, dw, db);
     return linear_backward_weight_cpu_fast(s, x, dy, dw, db);
   }
-#ifdef CNN_HAVE_CUDA
-  if (use_gemm_cuda(algo)) {
-    gemm_cuda(true, false, s.out, s.in, s.n, 1.f, dy, s.out, x, s.in, 1.f, dw, s.in, nullptr, false,
-              ex.precision, ex.stream);
-    if (db) linear_bias_grad_cuda(s, dy, db, scratch, ex.deterministic, ex.stream);
-    return;
-  }
-  linear_backward_weight_cuda(s, x, dy, dw, db, scratch, tiled, ex.deterministic, ex.stream);
-#else
-  (void)scratch;
-  (void)tiled;
-  CNN_FAIL("linear_backward_weight on cuda: built without CUDA");
-#endif
+  CNN_CUDA_BRANCH("linear_backward_weight", {
+    if (use_gemm_cuda(algo)) {
+      gemm_cuda(true, false, s.out, s.in, s.n, 1.f, dy, s.out, x, s.in, 1.f, dw, s.in, nullptr,
+                false, ex.precision, ex.stream);
+      if (db) linear_bias_grad_cuda(s, dy, db, scratch, ex.deterministic, ex.stream);
+      return;
+    }
+    linear_backward_weight_cuda(s, x, dy, dw, db, scratch, tiled, ex.deterministic, ex.stream);
+  });
 }
 
 }  // namespace cnn

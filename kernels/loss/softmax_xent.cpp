@@ -4,10 +4,9 @@
 
 #include <cstdint>
 
-#include "runtime/error.h"
-#ifdef CNN_HAVE_CUDA
 #include "kernels/loss/softmax_xent_cuda.h"
-#endif
+#include "runtime/dispatch.h"
+#include "runtime/error.h"
 
 namespace cnn {
 
@@ -21,11 +20,8 @@ void softmax_xent(const XentShape& s, const float* logits, const int32_t* labels
             "softmax_xent: logits, labels, loss_rows and pred must not be null");
   if (ex.device == Device::CPU)
     return softmax_xent_cpu(s, logits, labels, loss_rows, pred, dlogits, grad_scale);
-#ifdef CNN_HAVE_CUDA
-  softmax_xent_cuda(s, logits, labels, loss_rows, pred, dlogits, grad_scale, ex.stream);
-#else
-  CNN_FAIL("softmax_xent on cuda: built without CUDA");
-#endif
+  CNN_CUDA_BRANCH("softmax_xent", softmax_xent_cuda(s, logits, labels, loss_rows, pred, dlogits,
+                                                    grad_scale, ex.stream));
 }
 
 void accumulate_metrics(int n, const float* loss_rows, const int32_t* pred, const int32_t* labels,
@@ -35,11 +31,8 @@ void accumulate_metrics(int n, const float* loss_rows, const int32_t* pred, cons
             "accumulate_metrics: null pointer for {} rows", n);
   if (n == 0) return;
   if (ex.device == Device::CPU) return accumulate_metrics_cpu(n, loss_rows, pred, labels, totals);
-#ifdef CNN_HAVE_CUDA
-  accumulate_metrics_cuda(n, loss_rows, pred, labels, totals, ex.stream);
-#else
-  CNN_FAIL("accumulate_metrics on cuda: built without CUDA");
-#endif
+  CNN_CUDA_BRANCH("accumulate_metrics",
+                  accumulate_metrics_cuda(n, loss_rows, pred, labels, totals, ex.stream));
 }
 
 }  // namespace cnn

@@ -5,9 +5,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/optimizer/optimizer_cuda.h"  // declarations only; safe in a CPU-only build
+#include "runtime/dispatch.h"
 #include "runtime/error.h"
 #include "runtime/math_util.h"
-#include "kernels/optimizer/optimizer_cuda.h"  // declarations only; safe in a CPU-only build
 
 namespace cnn {
 namespace {
@@ -35,11 +36,8 @@ void sgd_update(int64_t count, float* w, float* g, float* m, const uint8_t* deca
     CNN_CHECK(q.lr >= 0, "sgd: learning rate must be >= 0, got {}", q.lr);
     return sgd_update_cpu(count, w, g, m, decay_mask, q, grad_scale);
   }
-#ifdef CNN_HAVE_CUDA
-  sgd_update_cuda(count, w, g, m, decay_mask, p, grad_scale, lr_device, ex.stream);
-#else
-  CNN_FAIL("sgd_update on cuda: built without CUDA");
-#endif
+  CNN_CUDA_BRANCH("sgd_update",
+                  sgd_update_cuda(count, w, g, m, decay_mask, p, grad_scale, lr_device, ex.stream));
 }
 
 void adam_update(int64_t count, float* w, float* g, float* m, float* v, const uint8_t* decay_mask,
@@ -63,20 +61,18 @@ void adam_update(int64_t count, float* w, float* g, float* m, float* v, const ui
     CNN_CHECK(q.step >= 1, "adam: step must be >= 1 (1-based, after this update), got {}", q.step);
     return adam_update_cpu(count, w, g, m, v, decay_mask, q, grad_scale);
   }
-#ifdef CNN_HAVE_CUDA
-  if (lr_device || step_device) {
-    adam_update_device_step_cuda(count, w, g, m, v, decay_mask, p, grad_scale, lr_device,
-                                 step_device, ex.stream);
-    return;
-  }
-  // Bias corrections in double on the host, as torch does in Python floats.
-  const double bc1 = 1.0 - std::pow(double(p.beta1), double(p.step));
-  const double bc2 = 1.0 - std::pow(double(p.beta2), double(p.step));
-  adam_update_cuda(count, w, g, m, v, decay_mask, p, static_cast<float>(p.lr / bc1),
-                   static_cast<float>(std::sqrt(bc2)), grad_scale, ex.stream);
-#else
-  CNN_FAIL("adam_update on cuda: built without CUDA");
-#endif
+  CNN_CUDA_BRANCH("adam_update", {
+    if (lr_device || step_device) {
+      adam_update_device_step_cuda(count, w, g, m, v, decay_mask, p, grad_scale, lr_device,
+                                   step_device, ex.stream);
+      return;
+    }
+    // Bias corrections in double on the host, as torch does in Python floats.
+    const double bc1 = 1.0 - std::pow(double(p.beta1), double(p.step));
+    const double bc2 = 1.0 - std::pow(double(p.beta2), double(p.step));
+    adam_update_cuda(count, w, g, m, v, decay_mask, p, static_cast<float>(p.lr / bc1),
+                     static_cast<float>(std::sqrt(bc2)), grad_scale, ex.stream);
+  });
 }
 
 void advance_step_counters(StepCounters* counters, const float* lr_table, int64_t table_len,
@@ -84,11 +80,8 @@ void advance_step_counters(StepCounters* counters, const float* lr_table, int64_
   CNN_CHECK(counters && table_len >= 0 && (table_len == 0 || lr_table),
             "advance_step_counters: null counters or a table of {} without data", table_len);
   if (ex.device == Device::CPU) return advance_step_counters_cpu(counters, lr_table, table_len);
-#ifdef CNN_HAVE_CUDA
-  advance_step_counters_cuda(counters, lr_table, table_len, ex.stream);
-#else
-  CNN_FAIL("advance_step_counters on cuda: built without CUDA");
-#endif
+  CNN_CUDA_BRANCH("advance_step_counters",
+                  advance_step_counters_cuda(counters, lr_table, table_len, ex.stream));
 }
 
 int64_t sum_squares_scratch_doubles(int64_t count) {
@@ -102,11 +95,7 @@ void sum_squares(int64_t count, const float* g, double* out, double* scratch, co
   CNN_CHECK(scratch || sum_squares_scratch_doubles(count) == 0,
             "sum_squares: needs a scratch buffer of {} doubles",
             sum_squares_scratch_doubles(count));
-#ifdef CNN_HAVE_CUDA
-  sum_squares_cuda(count, g, out, scratch, ex.stream);
-#else
-  CNN_FAIL("sum_squares on cuda: built without CUDA");
-#endif
+  CNN_CUDA_BRANCH("sum_squares", sum_squares_cuda(count, g, out, scratch, ex.stream));
 }
 
 void find_nonfinite(int64_t count, const float* x, int32_t* flag, const Exec& ex) {
@@ -114,11 +103,7 @@ void find_nonfinite(int64_t count, const float* x, int32_t* flag, const Exec& ex
   CNN_CHECK(flag && (count == 0 || x), "find_nonfinite: null pointer for {} elements", count);
   if (count == 0) return;
   if (ex.device == Device::CPU) return find_nonfinite_cpu(count, x, flag);
-#ifdef CNN_HAVE_CUDA
-  find_nonfinite_cuda(count, x, flag, ex.stream);
-#else
-  CNN_FAIL("find_nonfinite on cuda: built without CUDA");
-#endif
+  CNN_CUDA_BRANCH("find_nonfinite", find_nonfinite_cuda(count, x, flag, ex.stream));
 }
 
 }  // namespace cnn

@@ -1,10 +1,9 @@
 // ReLU dispatch: checks the arguments once, then runs the CPU reference or the CUDA launcher.
 #include "kernels/pointwise/relu.h"
 
-#include "runtime/error.h"
-#ifdef CNN_HAVE_CUDA
 #include "kernels/pointwise/relu_cuda.h"
-#endif
+#include "runtime/dispatch.h"
+#include "runtime/error.h"
 
 namespace cnn {
 namespace {
@@ -20,22 +19,14 @@ void relu_forward(int64_t count, const float* x, float* y, const Exec& ex) {
   check_args("relu_forward", count, x, y, y);
   if (count == 0) return;
   if (ex.device == Device::CPU) return relu_forward_cpu(count, x, y);
-#ifdef CNN_HAVE_CUDA
-  relu_forward_cuda(count, x, y, ex.stream);
-#else
-  CNN_FAIL("relu_forward on cuda: built without CUDA");
-#endif
+  CNN_CUDA_BRANCH("relu_forward", relu_forward_cuda(count, x, y, ex.stream));
 }
 
 void relu_backward(int64_t count, const float* y, const float* dy, float* dx, const Exec& ex) {
   check_args("relu_backward", count, y, dy, dx);
   if (count == 0) return;
   if (ex.device == Device::CPU) return relu_backward_cpu(count, y, dy, dx);
-#ifdef CNN_HAVE_CUDA
-  relu_backward_cuda(count, y, dy, dx, ex.stream);
-#else
-  CNN_FAIL("relu_backward on cuda: built without CUDA");
-#endif
+  CNN_CUDA_BRANCH("relu_backward", relu_backward_cuda(count, y, dy, dx, ex.stream));
 }
 
 }  // namespace cnn

@@ -3,10 +3,9 @@
 
 #include <cstdint>
 
-#include "runtime/error.h"
-#ifdef CNN_HAVE_CUDA
 #include "kernels/pool/maxpool_cuda.h"
-#endif
+#include "runtime/dispatch.h"
+#include "runtime/error.h"
 
 namespace cnn {
 
@@ -31,11 +30,7 @@ void maxpool_forward(const MaxPoolShape& s, const float* x, float* y, int32_t* a
   check_maxpool_shape(s);
   CNN_CHECK(x && y && argmax, "maxpool_forward: x, y and argmax must not be null");
   if (ex.device == Device::CPU) return maxpool_forward_cpu(s, x, y, argmax);
-#ifdef CNN_HAVE_CUDA
-  maxpool_forward_cuda(s, x, y, argmax, ex.stream);
-#else
-  CNN_FAIL("maxpool_forward on cuda: built without CUDA");
-#endif
+  CNN_CUDA_BRANCH("maxpool_forward", maxpool_forward_cuda(s, x, y, argmax, ex.stream));
 }
 
 void maxpool_backward(const MaxPoolShape& s, const float* dy, const int32_t* argmax, float* dx,
@@ -43,11 +38,7 @@ void maxpool_backward(const MaxPoolShape& s, const float* dy, const int32_t* arg
   check_maxpool_shape(s);
   CNN_CHECK(dy && argmax && dx, "maxpool_backward: dy, argmax and dx must not be null");
   if (ex.device == Device::CPU) return maxpool_backward_cpu(s, dy, argmax, dx, relu_y);
-#ifdef CNN_HAVE_CUDA
-  maxpool_backward_cuda(s, dy, argmax, relu_y, dx, ex.stream);
-#else
-  CNN_FAIL("maxpool_backward on cuda: built without CUDA");
-#endif
+  CNN_CUDA_BRANCH("maxpool_backward", maxpool_backward_cuda(s, dy, argmax, relu_y, dx, ex.stream));
 }
 
 }  // namespace cnn

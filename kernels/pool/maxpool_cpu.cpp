@@ -63,8 +63,8 @@ void maxpool_forward_cpu(const MaxPoolShape& s, const float* x, float* y, int32_
 void maxpool_forward_cpu(const MaxPoolShape& s, const double* x, double* y, int32_t* argmax) {
   forward(s, x, y, argmax);
 }
-void maxpool_backward_cpu(const MaxPoolShape& s, const float* dy, const int32_t* argmax,
-                          float* dx, const float* relu_y) {
+void maxpool_backward_cpu(const MaxPoolShape& s, const float* dy, const int32_t* argmax, float* dx,
+                          const float* relu_y) {
   backward(s, dy, argmax, dx, relu_y);
 }
 void maxpool_backward_cpu(const MaxPoolShape& s, const double* dy, const int32_t* argmax,
