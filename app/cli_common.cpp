@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "runtime/device.h"
+#include "runtime/env_switches.h"
 
 namespace cnn {
 
@@ -16,6 +17,8 @@ std::string version_string(const char* program) {
 
 int run_main(const char* program, const std::function<int()>& body) {
   try {
+    // Every CNN_* variable is read and checked before any work (runtime/env_switches.h).
+    process_env_switches();
     return body();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error: %s\n", program, e.what());

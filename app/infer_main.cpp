@@ -87,6 +87,7 @@ int infer(const std::string& ckpt_path, int topk, const std::string& format,
   ex.device = resolve_device(device);
   NetworkOptions nopt;
   nopt.max_batch = batch;
+  nopt = with_env_switches(nopt, process_env_switches());
   Network net(cfg.model.layers, meta.input_chw, nopt, ex);
   CNN_CHECK(size_t(net.num_classes()) == meta.class_names.size(),
             "{}: the network has {} classes but the checkpoint names {}", ckpt_path,

@@ -23,11 +23,6 @@ std::string describe(const TuneChoice& c) {
   return s;
 }
 
-bool autotune_enabled_by_env() {
-  const char* v = std::getenv("CNN_AUTOTUNE");
-  return !(v && std::strcmp(v, "0") == 0);
-}
-
 const std::vector<Algo>& tune_candidates() {
   static const std::vector<Algo> c = {Algo::Fast, Algo::Igemm, Algo::Tiled, Algo::Naive};
   return c;

@@ -2,7 +2,8 @@
 // `algo: auto` on CUDA: each conv/linear layer times its kernel variants once at start-up, on the
 // real shapes and precision, and keeps the fastest per pass (forward, input gradient, weight
 // gradient). Skipped in deterministic mode (a timed choice could differ between two runs, and
-// with it the rounding) and when CNN_AUTOTUNE=0; the fixed rule of each op's dispatch applies then.
+// with it the rounding) and when NetworkOptions.autotune is off (CNN_AUTOTUNE=0); the fixed rule of
+// each op's dispatch applies then.
 #include <functional>
 #include <string>
 #include <utility>
@@ -21,9 +22,6 @@ struct TuneChoice {
 
 // "conv1 forward: fast 13.4 us (igemm 17.7, tiled 24.4, naive 92.3)"
 std::string describe(const TuneChoice& c);
-
-// False when CNN_AUTOTUNE is set to 0.
-bool autotune_enabled_by_env();
 
 // The variants tried, in order of preference when two time the same.
 const std::vector<Algo>& tune_candidates();

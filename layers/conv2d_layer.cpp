@@ -25,7 +25,7 @@ class Conv2dLayer : public Layer {
     shape_.pad_w = spec_.pad_w;
     shape_.n = static_cast<int>(in[0]);
     check_conv2d_shape(shape_);
-    algo_ = algo_from_env("CONV", spec_.algo);
+    algo_ = spec_.algo;
     algos_ = PassAlgos(algo_);
     return out;
   }

@@ -13,7 +13,7 @@ class LinearLayer : public Layer {
     Shape out = Layer::setup(in, dev);
     shape_ = {static_cast<int>(in[0]), static_cast<int>(in[1]), spec_.out_features};
     check_linear_shape(shape_);
-    algo_ = algo_from_env("LINEAR", spec_.algo);
+    algo_ = spec_.algo;
     algos_ = PassAlgos(algo_);
     return out;
   }

@@ -5,19 +5,28 @@
 #include <cstring>
 #include <random>
 
-#include "runtime/error.h"
 #include "kernels/loss/softmax_xent.h"
+#include "runtime/error.h"
 
 namespace cnn {
 namespace {
 
-// CNN_FUSE_POOL=0 turns the fusion off whatever the options say (to compare or bisect).
-PoolFusion pool_fusion_from_env(PoolFusion configured) {
-  const char* v = std::getenv("CNN_FUSE_POOL");
-  return (v && std::strcmp(v, "0") == 0) ? PoolFusion::Off : configured;
+// The spec a layer is built from: the configured one, its variant replaced where the options say.
+LayerSpec with_algo_override(LayerSpec spec, const NetworkOptions& opt) {
+  if (spec.kind == LayerKind::Conv2d && opt.conv_algo) spec.algo = *opt.conv_algo;
+  if (spec.kind == LayerKind::Linear && opt.linear_algo) spec.algo = *opt.linear_algo;
+  return spec;
 }
 
 }  // namespace
+
+NetworkOptions with_env_switches(NetworkOptions opt, const EnvSwitches& env) {
+  if (!env.fuse_pool) opt.fuse_pool = PoolFusion::Off;
+  if (!env.autotune) opt.autotune = false;
+  if (Algo a = env.algo_for("conv", Algo::Auto); env.algo_conv || env.algo) opt.conv_algo = a;
+  if (Algo a = env.algo_for("linear", Algo::Auto); env.algo_linear || env.algo) opt.linear_algo = a;
+  return opt;
+}
 
 Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
                  const NetworkOptions& opt, const Exec& ex)
@@ -31,7 +40,7 @@ Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
   // Build and shape the layers; decide which buffers alias.
   std::vector<bool> aliases_input;  // output is the input (flatten) or the previous output (relu)
   for (size_t i = 0; i + 1 < specs.size(); ++i) {
-    auto layer = make_layer(specs[i]);
+    auto layer = make_layer(with_algo_override(specs[i], opt));
     cur = layer->setup(cur, ex.device);
     const bool fold = opt.fuse_relu && specs[i].kind == LayerKind::Relu && !layers_.empty() &&
                       (layers_.back()->spec().kind == LayerKind::Conv2d ||
@@ -45,7 +54,7 @@ Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
   // conv(1 input channel) -> relu -> maxpool 2x2 as the first three layers: one fused pass that
   // writes only the pooled output. Only as the first layer, whose input gradient is never needed
   // (the fused backward computes none); elsewhere the layers run apart.
-  const PoolFusion pool_fusion = pool_fusion_from_env(opt.fuse_pool);
+  const PoolFusion pool_fusion = opt.fuse_pool;
   const bool fuse_pool = pool_fusion == PoolFusion::On ||
                          (pool_fusion == PoolFusion::Auto && ex.device == Device::CUDA);
   if (fuse_pool && layers_.size() >= 3 && layers_[0]->spec().kind == LayerKind::Conv2d &&
@@ -132,7 +141,7 @@ void Network::set_exec(const Exec& ex) {
 
 std::vector<std::string> Network::autotune() {
   std::vector<std::string> lines;
-  if (ex_.device != Device::CUDA || ex_.deterministic || !autotune_enabled_by_env()) return lines;
+  if (ex_.device != Device::CUDA || ex_.deterministic || !opt_.autotune) return lines;
   // Defined inputs for the timing runs: zeroed activations and a zero input batch.
   Shape in_shape = {opt_.max_batch};
   in_shape.insert(in_shape.end(), input_chw_.begin(), input_chw_.end());

@@ -3,20 +3,21 @@
 // the flat parameter/gradient buffers, and runs forward/backward over a batch. The loss
 // (softmax cross-entropy, always last) is run by the Network itself because it also needs labels.
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "layers/layer.h"
+#include "runtime/env_switches.h"
 #include "runtime/exec.h"
 #include "runtime/memory.h"
 #include "runtime/tensor.h"
-#include "layers/layer.h"
 
 namespace cnn {
 
 // Whether a first conv(1 input channel) -> relu -> maxpool(2x2, stride 2) runs as one fused pass
 // (kernels/conv_relu_pool.h; needs fuse_relu). Auto: on CUDA only (on the CPU the unfused fast
 // kernels are faster than the fused CPU twin, a plain reference). On: on the CPU too (tests).
-// The environment variable CNN_FUSE_POOL=0 overrides it with Off.
 enum class PoolFusion { Auto, On, Off };
 
 struct NetworkOptions {
@@ -24,7 +25,14 @@ struct NetworkOptions {
   uint64_t seed = 1;      // weight initialization
   bool fuse_relu = true;  // fold a ReLU into the preceding conv/linear epilogue
   PoolFusion fuse_pool = PoolFusion::Auto;
+  bool autotune = true;  // `algo: auto` on CUDA times the variants at start-up (autotune.h)
+  // Variants that replace every conv / linear layer's configured one (CNN_ALGO*).
+  std::optional<Algo> conv_algo, linear_algo;
 };
+
+// The options with the environment's overrides applied (CNN_FUSE_POOL=0, CNN_AUTOTUNE=0,
+// CNN_ALGO*; runtime/env_switches.h). The programs call this once when a run starts.
+NetworkOptions with_env_switches(NetworkOptions opt, const EnvSwitches& env);
 
 class Network {
  public:

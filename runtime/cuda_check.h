@@ -7,7 +7,7 @@
 #include "runtime/error.h"
 
 namespace cnn {
-bool sync_check_enabled();  // reads CNN_SYNC_CHECK once
+bool sync_check_enabled();  // CNN_SYNC_CHECK (runtime/env_switches.h)
 }
 
 #define CNN_CUDA_CHECK(expr)                                                                     \

@@ -38,11 +38,4 @@ Precision parse_precision(const std::string& s) {
   CNN_FAIL("precision '{}' is not one of fp32, tf32", s);
 }
 
-Algo algo_from_env(const char* op_upper, Algo configured) {
-  std::string key = std::string("CNN_ALGO_") + op_upper;
-  if (const char* v = std::getenv(key.c_str())) return parse_algo(v);
-  if (const char* v = std::getenv("CNN_ALGO")) return parse_algo(v);
-  return configured;
-}
-
 }  // namespace cnn

@@ -18,10 +18,6 @@ Algo parse_algo(const std::string& s);  // throws naming the value and the allow
 const char* precision_name(Precision p);
 Precision parse_precision(const std::string& s);
 
-// CNN_ALGO_<OP> (e.g. CNN_ALGO_CONV=naive) or CNN_ALGO overrides the configured variant, so a
-// wrong answer can be bisected without editing configs.
-Algo algo_from_env(const char* op_upper, Algo configured);
-
 struct Exec {
   Device device = Device::CPU;
   cudaStream_t stream = nullptr;

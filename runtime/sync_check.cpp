@@ -1,14 +1,9 @@
-#include <cstdlib>
-#include <cstring>
+#include "runtime/env_switches.h"
 
 namespace cnn {
 
 bool sync_check_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("CNN_SYNC_CHECK");
-    return v && std::strcmp(v, "0") != 0 && *v;
-  }();
-  return enabled;
+  return process_env_switches().sync_check;
 }
 
 }  // namespace cnn

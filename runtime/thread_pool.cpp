@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/env_switches.h"
 #include "runtime/error.h"
 
 namespace cnn {
@@ -20,14 +21,7 @@ namespace {
 thread_local bool t_in_parallel = false;
 
 int threads_from_env() {
-  const char* env = std::getenv("CNN_CPU_THREADS");
-  if (env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    const long v = std::strtol(env, &end, 10);
-    CNN_CHECK(end != env && *end == '\0' && v >= 1 && v <= 256,
-              "CNN_CPU_THREADS='{}': expected an integer from 1 to 256", env);
-    return static_cast<int>(v);
-  }
+  if (const int n = process_env_switches().cpu_threads; n > 0) return n;
   const unsigned hw = std::thread::hardware_concurrency();
   return std::clamp(static_cast<int>(hw == 0 ? 1 : hw), 1, kMaxDefaultCpuThreads);
 }

@@ -5,10 +5,10 @@
 // and non-square, padding 0..4, odd images) and the reference network's conv1/conv2 at batch 128.
 // Weight gradients accumulate onto random dw/db, atomically and deterministically; the
 // deterministic ones must repeat bitwise. The implicit-GEMM weight gradient runs both variants
-// (IgemmVariant::Legacy and ::V2: OH*OW % 4 == 0 takes its 16-byte dy path, other shapes and a
-// misaligned dy its 4-byte path, KH*KW > 32 its fallback to Legacy). The input gradient runs
-// both variants too (V2: TF32, stride 1, KH*KW <= 25, its shared-memory limit; 16-byte weight
-// copies when C*KH*KW % 4 == 0 and w is aligned, else 4-byte; everything else falls back).
+// (IgemmVariant::Generic and ::Dedicated: OH*OW % 4 == 0 takes its 16-byte dy path, other shapes
+// and a misaligned dy its 4-byte path, KH*KW > 32 its fallback to Generic). The input gradient runs
+// both variants too (Dedicated: TF32, stride 1, KH*KW <= 25, its shared-memory limit; 16-byte
+// weight copies when C*KH*KW % 4 == 0 and w is aligned, else 4-byte; everything else falls back).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -145,7 +145,7 @@ std::vector<float> gpu_forward(Impl impl, const Conv2dShape& s, const Refs& r, b
   return d_y.to_vector();
 }
 
-// w_shift > 0 places w that many floats past a 16-byte boundary (the v2 input gradient must
+// w_shift > 0 places w that many floats past a 16-byte boundary (the dedicated input gradient must
 // take its 4-byte weight copies then).
 std::vector<float> gpu_backward_data(const Conv2dShape& s, const Refs& r, const Exec& ex,
                                      IgemmVariant variant = IgemmVariant::Auto, int w_shift = 0) {
@@ -159,7 +159,7 @@ std::vector<float> gpu_backward_data(const Conv2dShape& s, const Refs& r, const 
 }
 
 // dw0/db0 accumulated on the device; db is skipped (null) when !with_db. dy_shift > 0 places dy
-// that many floats past a 16-byte boundary (the v2 kernel must take its 4-byte path then).
+// that many floats past a 16-byte boundary (the dedicated kernel must take its 4-byte path then).
 void gpu_backward_weight(Impl impl, IgemmVariant variant, const Conv2dShape& s, const Refs& r,
                          bool with_db, const Exec& ex, std::vector<float>& dw,
                          std::vector<float>& db, int dy_shift = 0) {
@@ -184,26 +184,29 @@ void gpu_backward_weight(Impl impl, IgemmVariant variant, const Conv2dShape& s, 
 }
 
 const char* variant_name(IgemmVariant v) {
-  return v == IgemmVariant::Legacy ? "legacy" : v == IgemmVariant::V2 ? "v2" : "auto";
+  return v == IgemmVariant::Generic     ? "generic"
+         : v == IgemmVariant::Dedicated ? "dedicated"
+                                        : "auto";
 }
 
-// The input gradient of one shape and precision with both variants (V2 twice: its in-block sum
-// of the two K halves has a fixed order, so the runs must agree bitwise). Returns the worse
+// The input gradient of one shape and precision with both variants (Dedicated twice: its in-block
+// sum of the two K halves has a fixed order, so the runs must agree bitwise). Returns the worse
 // error for the log line.
 double check_dgrad(const Conv2dShape& s, const Refs& r, Precision prec, int w_shift = 0) {
   const int64_t k_dgrad = int64_t{s.oc} * s.kh * s.kw;
   const Exec ex = exec_of(prec, false);
-  const bool v2_kernel = conv2d_dgrad_v2_supported(s, ex);
+  const bool v2_kernel = conv2d_dgrad_dedicated_supported(s, ex);
   double worst = 0;
-  for (IgemmVariant variant : {IgemmVariant::Legacy, IgemmVariant::V2}) {
-    SCOPED_TRACE(std::string("input gradient variant ") + variant_name(variant) +
-                 (variant == IgemmVariant::V2 && !v2_kernel ? " (falls back to legacy)" : "") +
-                 " w_shift=" + std::to_string(w_shift));
+  for (IgemmVariant variant : {IgemmVariant::Generic, IgemmVariant::Dedicated}) {
+    SCOPED_TRACE(
+        std::string("input gradient variant ") + variant_name(variant) +
+        (variant == IgemmVariant::Dedicated && !v2_kernel ? " (falls back to generic)" : "") +
+        " w_shift=" + std::to_string(w_shift));
     const std::vector<float> dx = gpu_backward_data(s, r, ex, variant, w_shift);
     const double e = rel_to_max(dx, r.dx, typical(k_dgrad));
     EXPECT_LE(e, tolerance(prec, k_dgrad)) << "backward_data";
     worst = std::max(worst, e);
-    if (variant == IgemmVariant::V2) {
+    if (variant == IgemmVariant::Dedicated) {
       EXPECT_TRUE(bitwise_equal(dx, gpu_backward_data(s, r, ex, variant, w_shift)))
           << "input gradient differs between two runs";
     }
@@ -268,8 +271,9 @@ void check_shape(Impl impl, const Conv2dShape& s, const Refs& r, bool relu, Prec
   if (impl == Impl::Igemm && !r.dx.empty()) e_dx = check_dgrad(s, r, prec);
 
   const std::vector<IgemmVariant> variants =
-      impl == Impl::Igemm ? std::vector<IgemmVariant>{IgemmVariant::Legacy, IgemmVariant::V2}
-                          : std::vector<IgemmVariant>{IgemmVariant::Auto};
+      impl == Impl::Igemm
+          ? std::vector<IgemmVariant>{IgemmVariant::Generic, IgemmVariant::Dedicated}
+          : std::vector<IgemmVariant>{IgemmVariant::Auto};
   for (IgemmVariant variant : variants) {
     const WgradErrors w = check_wgrad(impl, variant, s, r, prec);
     std::printf("%-5s %-4s %s: rel err y %.2g%s dx %.2g | %s dw %.2g db %.2g (det %.2g %.2g)\n",
@@ -332,9 +336,9 @@ TEST(GpuConv2dFast, IgemmNetworkConv2Batch128) {
 }
 
 // Shapes aimed at the weight-gradient variants: batch 257, C = 7, odd images, OH*OW % 4 != 0
-// (v2's 4-byte dy path) and == 0 (16-byte path), partial row / column tiles, the db column in a
-// second column tile, stride 2, padding 0/1/2, a 7x7 kernel (49 taps: v2 falls back to Legacy)
-// and a K range whose last split ends inside a k-tile.
+// (dedicated's 4-byte dy path) and == 0 (16-byte path), partial row / column tiles, the db column
+// in a second column tile, stride 2, padding 0/1/2, a 7x7 kernel (49 taps: dedicated falls back to
+// Generic) and a K range whose last split ends inside a k-tile.
 TEST(GpuConv2dFast, IgemmWgradVariantsAwkwardShapes) {
   CNN_REQUIRE_GPU();
 #ifdef CNN_HAVE_CUDA
@@ -347,14 +351,14 @@ TEST(GpuConv2dFast, IgemmWgradVariantsAwkwardShapes) {
                  shape(2, 4, 6, 6, 70, 3, 3, 1, 1, 1, 1),     // OC 70: two row tiles, OHW 36
                  shape(3, 3, 11, 13, 9, 5, 5, 1, 1, 0, 0),    // pad 0, OHW 63
                  shape(5, 32, 12, 12, 64, 5, 5, 1, 1, 2, 2),  // 801 columns, OHW 144
-                 shape(2, 3, 10, 10, 4, 7, 7, 1, 1, 3, 3),    // 49 taps: Legacy fallback
+                 shape(2, 3, 10, 10, 4, 7, 7, 1, 1, 3, 3),    // 49 taps: Generic fallback
                  shape(257, 1, 5, 4, 3, 1, 1, 1, 1, 0, 0),    // 1x1, OHW 20, many splits
              },
              false);
 #endif
 }
 
-// dy 4 bytes past a 16-byte boundary: the v2 kernel must not use its 16-byte copies.
+// dy 4 bytes past a 16-byte boundary: the dedicated kernel must not use its 16-byte copies.
 TEST(GpuConv2dFast, IgemmWgradMisalignedDy) {
   CNN_REQUIRE_GPU();
 #ifdef CNN_HAVE_CUDA
@@ -365,14 +369,14 @@ TEST(GpuConv2dFast, IgemmWgradMisalignedDy) {
     const Refs r = make_refs(s, seed, false, false, false);
     for (Precision prec : {Precision::FP32, Precision::TF32}) {
       SCOPED_TRACE(precision_name(prec));
-      for (IgemmVariant v : {IgemmVariant::Legacy, IgemmVariant::V2})
+      for (IgemmVariant v : {IgemmVariant::Generic, IgemmVariant::Dedicated})
         check_wgrad(Impl::Igemm, v, s, r, prec, 1);
     }
   }
 #endif
 }
 
-// Legacy and V2 agree with each other on the network's conv2 at batch 128 (both are also
+// Generic and Dedicated agree with each other on the network's conv2 at batch 128 (both are also
 // checked against the reference in IgemmNetworkConv2Batch128), atomic and deterministic.
 TEST(GpuConv2dFast, IgemmWgradVariantsAgreeConv2) {
   CNN_REQUIRE_GPU();
@@ -386,21 +390,21 @@ TEST(GpuConv2dFast, IgemmWgradVariantsAgreeConv2) {
     for (bool det : {false, true}) {
       SCOPED_TRACE(std::string(precision_name(prec)) + (det ? " deterministic" : " atomic"));
       std::vector<float> dw_l, db_l, dw_v, db_v;
-      gpu_backward_weight(Impl::Igemm, IgemmVariant::Legacy, s, r, true, exec_of(prec, det), dw_l,
+      gpu_backward_weight(Impl::Igemm, IgemmVariant::Generic, s, r, true, exec_of(prec, det), dw_l,
                           db_l);
-      gpu_backward_weight(Impl::Igemm, IgemmVariant::V2, s, r, true, exec_of(prec, det), dw_v,
-                          db_v);
+      gpu_backward_weight(Impl::Igemm, IgemmVariant::Dedicated, s, r, true, exec_of(prec, det),
+                          dw_v, db_v);
       EXPECT_LE(rel_to_max(dw_v, dw_l, typical(k)), 2 * tolerance(prec, k));
       EXPECT_LE(rel_to_max(db_v, db_l, typical(k)), 2 * tolerance(prec, k));
     }
 #endif
 }
 
-// Shapes aimed at the input-gradient variants (each against the CPU with Legacy and V2, FP32
-// and TF32; FP32 runs Legacy either way): batch 1/3/257, C 3/7/32/40, odd images, kernels 1/3/5
-// and non-square, padding 0/1/2, stride 2 and 7x7 (fallbacks), OC not a multiple of the 8-channel
-// chunk, images smaller than the 64-pixel tile (a tile spans many images), a wide image whose
-// slab exceeds the shared-memory limit (fallback), C*KH*KW % 4 != 0 (4-byte weight copies).
+// Shapes aimed at the input-gradient variants (each against the CPU with Generic and Dedicated,
+// FP32 and TF32; FP32 runs Generic either way): batch 1/3/257, C 3/7/32/40, odd images, kernels
+// 1/3/5 and non-square, padding 0/1/2, stride 2 and 7x7 (fallbacks), OC not a multiple of the
+// 8-channel chunk, images smaller than the 64-pixel tile (a tile spans many images), a wide image
+// whose slab exceeds the shared-memory limit (fallback), C*KH*KW % 4 != 0 (4-byte weight copies).
 TEST(GpuConv2dFast, IgemmDgradVariantsAwkwardShapes) {
   CNN_REQUIRE_GPU();
 #ifdef CNN_HAVE_CUDA
@@ -426,22 +430,22 @@ TEST(GpuConv2dFast, IgemmDgradVariantsAwkwardShapes) {
     for (Precision prec : {Precision::FP32, Precision::TF32}) {
       SCOPED_TRACE(precision_name(prec));
       const double e = check_dgrad(s, r, prec);
-      std::printf("dgrad %-4s %s: rel err dx %.2g (v2 kernel: %s)\n", precision_name(prec),
+      std::printf("dgrad %-4s %s: rel err dx %.2g (dedicated kernel: %s)\n", precision_name(prec),
                   describe(s).c_str(), e,
-                  conv2d_dgrad_v2_supported(s, exec_of(prec, false)) ? "yes" : "no");
+                  conv2d_dgrad_dedicated_supported(s, exec_of(prec, false)) ? "yes" : "no");
     }
   }
   // The dispatch is what the shapes above claim: conv2 runs the new kernel in TF32 only.
   const Conv2dShape conv2 = shape(test::network_batch(), 32, 14, 14, 64, 5, 5, 1, 1, 2, 2);
-  EXPECT_TRUE(conv2d_dgrad_v2_supported(conv2, exec_of(Precision::TF32, false)));
-  EXPECT_FALSE(conv2d_dgrad_v2_supported(conv2, exec_of(Precision::FP32, false)));
-  EXPECT_FALSE(conv2d_dgrad_v2_supported(shapes[8], exec_of(Precision::TF32, false)));
-  EXPECT_FALSE(conv2d_dgrad_v2_supported(shapes[9], exec_of(Precision::TF32, false)));
-  EXPECT_FALSE(conv2d_dgrad_v2_supported(shapes[10], exec_of(Precision::TF32, false)));
+  EXPECT_TRUE(conv2d_dgrad_dedicated_supported(conv2, exec_of(Precision::TF32, false)));
+  EXPECT_FALSE(conv2d_dgrad_dedicated_supported(conv2, exec_of(Precision::FP32, false)));
+  EXPECT_FALSE(conv2d_dgrad_dedicated_supported(shapes[8], exec_of(Precision::TF32, false)));
+  EXPECT_FALSE(conv2d_dgrad_dedicated_supported(shapes[9], exec_of(Precision::TF32, false)));
+  EXPECT_FALSE(conv2d_dgrad_dedicated_supported(shapes[10], exec_of(Precision::TF32, false)));
 #endif
 }
 
-// w 4 bytes past a 16-byte boundary: the v2 input gradient must not use its 16-byte copies.
+// w 4 bytes past a 16-byte boundary: the dedicated input gradient must not use its 16-byte copies.
 TEST(GpuConv2dFast, IgemmDgradMisalignedW) {
   CNN_REQUIRE_GPU();
 #ifdef CNN_HAVE_CUDA
@@ -458,8 +462,8 @@ TEST(GpuConv2dFast, IgemmDgradMisalignedW) {
 #endif
 }
 
-// Legacy and V2 input gradients agree on the network's conv2 at batch 128 (both are also checked
-// against the reference in IgemmNetworkConv2Batch128).
+// Generic and Dedicated input gradients agree on the network's conv2 at batch 128 (both are also
+// checked against the reference in IgemmNetworkConv2Batch128).
 TEST(GpuConv2dFast, IgemmDgradVariantsAgreeConv2) {
   CNN_REQUIRE_GPU();
 #ifdef CNN_HAVE_CUDA
@@ -471,8 +475,8 @@ TEST(GpuConv2dFast, IgemmDgradVariantsAgreeConv2) {
   for (Precision prec : {Precision::FP32, Precision::TF32}) {
     SCOPED_TRACE(precision_name(prec));
     const Exec ex = exec_of(prec, false);
-    const std::vector<float> dx_l = gpu_backward_data(s, r, ex, IgemmVariant::Legacy);
-    const std::vector<float> dx_v = gpu_backward_data(s, r, ex, IgemmVariant::V2);
+    const std::vector<float> dx_l = gpu_backward_data(s, r, ex, IgemmVariant::Generic);
+    const std::vector<float> dx_v = gpu_backward_data(s, r, ex, IgemmVariant::Dedicated);
     EXPECT_LE(rel_to_max(dx_v, dx_l, typical(k)), 2 * tolerance(prec, k));
   }
 #endif

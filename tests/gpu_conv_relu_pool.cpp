@@ -25,8 +25,8 @@
 #include "kernels/conv/conv2d.h"
 #include "kernels/conv/conv_relu_pool.h"
 #include "kernels/pool/maxpool.h"
-#include "runtime/memory.h"
 #include "layers/network.h"
+#include "runtime/memory.h"
 #include "tests/test_util.h"
 
 using namespace cnn;
@@ -414,7 +414,7 @@ TEST(GpuConvReluPool, EnvironmentSwitch) {
   const char* old = std::getenv("CNN_FUSE_POOL");
   const std::string keep = old ? old : "";
   setenv("CNN_FUSE_POOL", "0", 1);
-  Network off(specs, {1, 28, 28}, o, cuda_exec(false));
+  Network off(specs, {1, 28, 28}, with_env_switches(o, read_env_switches()), cuda_exec(false));
   if (old)
     setenv("CNN_FUSE_POOL", keep.c_str(), 1);
   else
@@ -422,7 +422,7 @@ TEST(GpuConvReluPool, EnvironmentSwitch) {
   EXPECT_TRUE(off.fusion_notes().empty());
   EXPECT_FALSE(off.layers()[0]->fused_pool());
   if (!old) {
-    Network on(specs, {1, 28, 28}, o, cuda_exec(false));
+    Network on(specs, {1, 28, 28}, with_env_switches(o, read_env_switches()), cuda_exec(false));
     EXPECT_EQ(on.fusion_notes().size(), 1u);
   }
 }

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/exec.h"
 #include "kernels/gemm/linear.h"
+#include "runtime/exec.h"
 #include "runtime/memory.h"
 #include "tests/test_util.h"
 #ifdef CNN_HAVE_CUDA
@@ -144,7 +144,7 @@ double run_case(const GemmCase& c, Precision prec, uint64_t seed, bool check_rep
 
 // True when the environment forces a GEMM path (then Auto's choice is not checked).
 bool path_forced_by_env() {
-  return std::getenv("CNN_GEMM_LEGACY") != nullptr || std::getenv("CNN_GEMM_PATH") != nullptr;
+  return std::getenv("CNN_GEMM_PATH") != nullptr;
 }
 
 #endif  // CNN_HAVE_CUDA
@@ -207,7 +207,7 @@ TEST(GpuGemmCuda, SplitKIsBitwiseRepeatable) {
 #endif
 }
 
-// Every path (legacy 4-byte tiles, 16-byte tiles, the three small-shape kernels) on awkward
+// Every path (strided 4-byte tiles, 16-byte tiles, the three small-shape kernels) on awkward
 // shapes: odd m/n/k, k not a multiple of 4, all transposes, alpha/beta/bias/relu, leading
 // dimensions aligned to 4 (the 16-byte path runs) or not, pointers shifted by one element (the
 // 16-byte path must fall back).
@@ -217,8 +217,8 @@ TEST(GpuGemmCuda, AllPathsAwkwardShapes) {
   const int sizes[][3] = {{1, 1, 1},      {3, 5, 7},       {65, 33, 17}, {130, 70, 301},
                           {17, 200, 999}, {129, 10, 1023}, {31, 129, 3}, {64, 64, 32},
                           {10, 97, 130},  {128, 67, 10},   {5, 9, 40}};
-  const GemmPath paths[] = {GemmPath::Legacy, GemmPath::Vec, GemmPath::SmallDot, GemmPath::SmallM,
-                            GemmPath::SmallK};
+  const GemmPath paths[] = {GemmPath::StridedTile, GemmPath::VecTile, GemmPath::SmallDot,
+                            GemmPath::SmallM, GemmPath::SmallK};
   int which = 0;
   for (GemmPath path : paths)
     for (Precision prec : {Precision::FP32, Precision::TF32})
@@ -250,8 +250,8 @@ TEST(GpuGemmCuda, AllPathsAwkwardShapes) {
             const bool small =
                 path == GemmPath::SmallDot || path == GemmPath::SmallM || path == GemmPath::SmallK;
             EXPECT_LE(err, tolerance(small ? Precision::FP32 : prec, c.k)) << "rel err " << err;
-            if (path == GemmPath::Vec) {
-              EXPECT_EQ(took, layout == 0 ? GemmPath::Vec : GemmPath::Legacy)
+            if (path == GemmPath::VecTile) {
+              EXPECT_EQ(took, layout == 0 ? GemmPath::VecTile : GemmPath::StridedTile)
                   << "16-byte path taken / not taken as the alignment says";
             } else {
               EXPECT_EQ(took, path);
@@ -273,16 +273,16 @@ TEST(GpuGemmCuda, NetworkShapesPathsAndBitwiseRepeat) {
   // As linear.cpp calls gemm_cuda: forward (x, w^T), dgrad (dy, w), wgrad (dy^T, x; beta 1).
   const int nb = test::network_batch();
   const NetCase cases[] = {
-      {"fc1 fwd", {false, true, nb, 1024, 3136, 0, 1.f, 0.f, true, true}, GemmPath::Vec},
-      {"fc1 dgrad", {false, false, nb, 3136, 1024, 0, 1.f, 0.f, false, false}, GemmPath::Vec},
-      {"fc1 wgrad", {true, false, 1024, 3136, nb, 0, 1.f, 1.f, false, false}, GemmPath::Vec},
+      {"fc1 fwd", {false, true, nb, 1024, 3136, 0, 1.f, 0.f, true, true}, GemmPath::VecTile},
+      {"fc1 dgrad", {false, false, nb, 3136, 1024, 0, 1.f, 0.f, false, false}, GemmPath::VecTile},
+      {"fc1 wgrad", {true, false, 1024, 3136, nb, 0, 1.f, 1.f, false, false}, GemmPath::VecTile},
       {"fc2 fwd", {false, true, nb, 10, 1024, 0, 1.f, 0.f, true, false}, GemmPath::SmallDot},
       {"fc2 dgrad", {false, false, nb, 1024, 10, 0, 1.f, 0.f, false, false}, GemmPath::SmallK},
       {"fc2 wgrad", {true, false, 10, 1024, nb, 0, 1.f, 1.f, false, false}, GemmPath::SmallM},
   };
   for (const NetCase& nc : cases)
     for (Precision prec : {Precision::FP32, Precision::TF32})
-      for (GemmPath path : {GemmPath::Auto, GemmPath::Legacy}) {
+      for (GemmPath path : {GemmPath::Auto, GemmPath::StridedTile}) {
         const uint64_t seed = test::fresh_seed();
         SCOPED_TRACE(std::string(nc.name) + " " + describe(nc.c) + " path=" + gemm_path_name(path) +
                      " prec=" + precision_name(prec) + " seed=" + std::to_string(seed));
@@ -294,8 +294,8 @@ TEST(GpuGemmCuda, NetworkShapesPathsAndBitwiseRepeat) {
         if (path == GemmPath::Auto && !path_forced_by_env() && !test::light_sweeps()) {
           EXPECT_EQ(took, nc.expect);
         }
-        if (path == GemmPath::Legacy) {
-          EXPECT_EQ(took, GemmPath::Legacy);
+        if (path == GemmPath::StridedTile) {
+          EXPECT_EQ(took, GemmPath::StridedTile);
         }
       }
 #endif
@@ -306,9 +306,11 @@ TEST(GpuGemmCuda, NetworkShapesPathsAndBitwiseRepeat) {
 TEST(GpuGemmCuda, LinearLayerShapesMatchCpuReferences) {
   CNN_REQUIRE_GPU();
 #ifdef CNN_HAVE_CUDA
-  const LinearShape shapes[] = {
-      {test::network_batch(), 3136, 1024}, {test::network_batch(), 1024, 10}, {1, 3136, 1024},
-      {129, 100, 10}, {3, 7, 5}};
+  const LinearShape shapes[] = {{test::network_batch(), 3136, 1024},
+                                {test::network_batch(), 1024, 10},
+                                {1, 3136, 1024},
+                                {129, 100, 10},
+                                {3, 7, 5}};
   for (const LinearShape& s : shapes) {
     const uint64_t seed = test::fresh_seed();
     const size_t nx = static_cast<size_t>(s.n) * s.in, ny = static_cast<size_t>(s.n) * s.out,
@@ -323,7 +325,7 @@ TEST(GpuGemmCuda, LinearLayerShapesMatchCpuReferences) {
     linear_backward_weight_cpu(s, x.data(), dy.data(), dw_ref.data(), db_ref.data());
     Tensor d_x = test::to_device(x), d_w = test::to_device(w), d_b = test::to_device(b);
     Tensor d_dy = test::to_device(dy);
-    for (GemmPath path : {GemmPath::Auto, GemmPath::Legacy})
+    for (GemmPath path : {GemmPath::Auto, GemmPath::StridedTile})
       for (Precision prec : {Precision::FP32, Precision::TF32}) {
         SCOPED_TRACE("linear n=" + std::to_string(s.n) + " in=" + std::to_string(s.in) +
                      " out=" + std::to_string(s.out) + " prec=" + precision_name(prec) +

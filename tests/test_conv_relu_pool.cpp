@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "kernels/conv/conv_relu_pool.h"
-#include "runtime/error.h"
 #include "layers/network.h"
+#include "runtime/error.h"
 #include "tests/test_util.h"
 
 using namespace cnn;
@@ -127,7 +127,8 @@ TEST(ConvReluPool, NetworkFusesOnlyWhereItApplies) {
   }
   {  // The switch.
     test::ScopedEnv env("CNN_FUSE_POOL", "0");
-    Network net(small_net(5, 2, Algo::Auto), {1, 12, 8}, o, Exec{});
+    Network net(small_net(5, 2, Algo::Auto), {1, 12, 8}, with_env_switches(o, read_env_switches()),
+                Exec{});
     EXPECT_TRUE(net.fusion_notes().empty());
   }
   {  // ReLU not fused: nothing to fuse into.

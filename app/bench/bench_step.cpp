@@ -72,6 +72,7 @@ void bench_one(const BenchContext& ctx, const NetDesc& net, int batch, Precision
   NetworkOptions no;
   no.max_batch = batch;
   no.seed = opt.seed;
+  no = with_env_switches(no, process_env_switches());
   Network model(specs, net.input_chw, no, ex);
   // algo: auto as the trainer runs it: each pass's variant timed once on these shapes.
   const std::vector<std::string> tuned = model.autotune();

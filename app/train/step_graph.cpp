@@ -5,8 +5,9 @@
 #include <cstring>
 #include <exception>
 
-#include "runtime/error.h"
 #include "layers/lr_schedule.h"
+#include "runtime/env_switches.h"
+#include "runtime/error.h"
 
 #ifdef CNN_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -15,8 +16,6 @@
 #endif
 
 namespace cnn {
-
-bool sync_check_enabled();  // kernels/sync_check.cpp
 
 TrainStream::TrainStream(Device dev) {
   if (dev != Device::CUDA) return;
@@ -79,11 +78,11 @@ double StepState::lr_at(int64_t batch) const {
 std::string cuda_graph_off_reason(Device dev, bool config_on, bool optimizer_syncs_host) {
   if (dev != Device::CUDA) return "the CPU runs each step directly";
   if (!config_on) return "training.cuda_graph is false";
-  if (const char* v = std::getenv("CNN_CUDA_GRAPH"); v && std::strcmp(v, "0") == 0)
-    return "CNN_CUDA_GRAPH=0";
+  const EnvSwitches env = read_env_switches();  // once per run: the trainer asks at start
+  if (!env.cuda_graph) return "CNN_CUDA_GRAPH=0";
   if (optimizer_syncs_host)
     return "optimizer.clip_grad_norm reads the gradient norm back to the host every step";
-  if (sync_check_enabled()) return "CNN_SYNC_CHECK synchronizes after every launch";
+  if (env.sync_check) return "CNN_SYNC_CHECK synchronizes after every launch";
   return "";
 }
 

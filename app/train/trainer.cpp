@@ -179,6 +179,7 @@ int Trainer::run() {
   NetworkOptions nopt;
   nopt.max_batch = tr.batch_size;
   nopt.seed = tr.seed;
+  nopt = with_env_switches(nopt, read_env_switches());  // read once per run, at its start
   try {
     net_ = std::make_unique<Network>(cfg_.model.layers, cfg_.model.input_chw, nopt, ex_);
   } catch (const Error& e) {

@@ -1,6 +1,6 @@
 #pragma once
 // The inline-PTX wrappers and the fast integer division that every tiled kernel shares (dense
-// GEMM, implicit-GEMM convolution and its v2 gradient kernels): one copy, so a fix or a new
+// GEMM, implicit-GEMM convolution and its dedicated gradient kernels): one copy, so a fix or a new
 // architecture's variant lands everywhere. Device code only; sm_80+ (cp.async, mma.sync TF32).
 #include <cuda_runtime.h>
 

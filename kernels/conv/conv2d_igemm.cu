@@ -17,8 +17,9 @@
 #include "kernels/conv/conv2d_igemm.h"
 #include "kernels/conv/conv2d_igemm_dgrad.h"
 #include "kernels/conv/conv2d_igemm_wgrad.h"
-#include "runtime/cuda_check.h"
 #include "kernels/gemm/gemm_tile.cuh"
+#include "runtime/cuda_check.h"
+#include "runtime/env_switches.h"
 #include "runtime/math_util.h"
 
 namespace cnn {
@@ -563,25 +564,21 @@ int wgrad_slots(const Conv2dShape& s, bool with_db) {
   return s.oc * s.c * s.kh * s.kw + (with_db ? s.oc : 0);
 }
 
-// CNN_CONV_LEGACY=1 (anything but empty or "0") selects the first-version kernels.
-bool legacy_from_env() {
-  static const bool legacy = [] {
-    const char* v = std::getenv("CNN_CONV_LEGACY");
-    return v && *v && std::strcmp(v, "0") != 0;
-  }();
-  return legacy;
+// CNN_CONV_GENERIC=1 makes Auto take the generic kernels (to bisect the dedicated ones).
+bool generic_from_env() {
+  return process_env_switches().conv_generic;
 }
 
-bool use_wgrad_v2(const Conv2dShape& s, IgemmVariant variant) {
-  if (variant == IgemmVariant::Legacy) return false;
-  if (variant == IgemmVariant::Auto && legacy_from_env()) return false;
-  return conv2d_wgrad_v2_supported(s);
+bool use_dedicated_wgrad(const Conv2dShape& s, IgemmVariant variant) {
+  if (variant == IgemmVariant::Generic) return false;
+  if (variant == IgemmVariant::Auto && generic_from_env()) return false;
+  return conv2d_wgrad_dedicated_supported(s);
 }
 
-bool use_dgrad_v2(const Conv2dShape& s, const Exec& ex, IgemmVariant variant) {
-  if (variant == IgemmVariant::Legacy) return false;
-  if (variant == IgemmVariant::Auto && legacy_from_env()) return false;
-  return conv2d_dgrad_v2_supported(s, ex);
+bool use_dedicated_dgrad(const Conv2dShape& s, const Exec& ex, IgemmVariant variant) {
+  if (variant == IgemmVariant::Generic) return false;
+  if (variant == IgemmVariant::Auto && generic_from_env()) return false;
+  return conv2d_dgrad_dedicated_supported(s, ex);
 }
 
 }  // namespace
@@ -610,8 +607,8 @@ void conv2d_forward_igemm_cuda(const Conv2dShape& s, const float* d_x, const flo
 void conv2d_backward_data_igemm_cuda(const Conv2dShape& s, const float* d_dy, const float* d_w,
                                      float* d_dx, const Exec& ex, IgemmVariant variant) {
   check_int32(s, "conv2d_backward_data_igemm");
-  if (use_dgrad_v2(s, ex, variant)) {
-    conv2d_backward_data_v2_cuda(s, d_dy, d_w, d_dx, ex);
+  if (use_dedicated_dgrad(s, ex, variant)) {
+    conv2d_backward_data_dedicated_cuda(s, d_dy, d_w, d_dx, ex);
     return;
   }
   DgradProblem p{};
@@ -634,10 +631,11 @@ std::size_t conv2d_backward_weight_igemm_scratch_floats(const Conv2dShape& s, co
   if (!ex.deterministic) return 0;
   // Sized for the db slots too, so the same buffer serves calls with and without db; and for
   // both variants, so the variant can change without reallocating.
-  const std::size_t legacy =
+  const std::size_t generic =
       static_cast<std::size_t>(wgrad_splits(s)) * static_cast<std::size_t>(wgrad_slots(s, true));
-  const std::size_t v2 = conv2d_wgrad_v2_supported(s) ? conv2d_wgrad_v2_scratch_floats(s, ex) : 0;
-  return std::max(legacy, v2);
+  const std::size_t dedicated =
+      conv2d_wgrad_dedicated_supported(s) ? conv2d_wgrad_dedicated_scratch_floats(s, ex) : 0;
+  return std::max(generic, dedicated);
 }
 
 void conv2d_backward_weight_igemm_cuda(const Conv2dShape& s, const float* d_x, const float* d_dy,
@@ -647,8 +645,8 @@ void conv2d_backward_weight_igemm_cuda(const Conv2dShape& s, const float* d_x, c
   CNN_CHECK(!ex.deterministic || d_scratch,
             "conv2d_backward_weight_igemm: deterministic mode needs {} floats of scratch, got null",
             conv2d_backward_weight_igemm_scratch_floats(s, ex));
-  if (use_wgrad_v2(s, variant)) {
-    conv2d_backward_weight_v2_cuda(s, d_x, d_dy, d_dw, d_db, d_scratch, ex);
+  if (use_dedicated_wgrad(s, variant)) {
+    conv2d_backward_weight_dedicated_cuda(s, d_x, d_dy, d_dw, d_db, d_scratch, ex);
     return;
   }
   WgradProblem p{};

@@ -23,14 +23,14 @@ void conv2d_forward_igemm_cuda(const Conv2dShape& s, const float* d_x, const flo
 
 // Which weight-gradient / input-gradient kernel runs (kept selectable so that a wrong answer or
 // a slower run can be bisected):
-//   Auto:   V2 unless the environment sets CNN_CONV_LEGACY=1 (read once per process);
-//   Legacy: the first version, on the k-major main loop of gemm_tile.cuh;
-//   V2:     weight gradient: conv2d_igemm_wgrad.cu (k-contiguous tiles, 16-byte dy copies,
-//           tap-mask table for x); shapes outside its limits (KH*KW > 32) run Legacy.
+//   Auto:      Dedicated unless CNN_CONV_GENERIC=1 (runtime/env_switches.h);
+//   Generic:   on the k-major main loop of gemm_tile.cuh shared with the forward pass (any shape);
+//   Dedicated: weight gradient: conv2d_igemm_wgrad.cu (k-contiguous tiles, 16-byte dy copies,
+//              tap-mask table for x); shapes outside its limits (KH*KW > 32) run Generic.
 //           input gradient: conv2d_igemm_dgrad.cu (TF32, stride 1, KH*KW <= 25: dy rows and
 //           weights staged in shared memory once per chunk of 8 output channels); FP32 and
-//           other shapes run Legacy.
-enum class IgemmVariant { Auto, Legacy, V2 };
+//              other shapes run Generic.
+enum class IgemmVariant { Auto, Generic, Dedicated };
 
 void conv2d_backward_data_igemm_cuda(const Conv2dShape& s, const float* d_dy, const float* d_w,
                                      float* d_dx, const Exec& ex,

@@ -1,5 +1,5 @@
-// Input gradient, version 2 (see conv2d_igemm_dgrad.h): C (M = N*H*W, N = C) = A (M, K) B (K, N)
-// with K = OC*KH*KW, stride 1, TF32 mma.sync m16n8k8 with FP32 accumulation.
+// Input gradient, dedicated kernel (see conv2d_igemm_dgrad.h): C (M = N*H*W, N = C) = A (M, K) B
+// (K, N) with K = OC*KH*KW, stride 1, TF32 mma.sync m16n8k8 with FP32 accumulation.
 //
 // Slab. Think of dy as one tall zero-padded image: image n occupies virtual rows n*PH .. n*PH +
 // PH - 1 (PH = H + KH - 1) and columns 0 .. PW - 1 (PW = W + KW - 1); virtual (row, col) holds
@@ -24,10 +24,10 @@
 #include <climits>
 #include <cstdint>
 
+#include "kernels/common/ptx.cuh"
 #include "kernels/conv/conv2d_igemm_dgrad.h"
 #include "runtime/cuda_check.h"
 #include "runtime/math_util.h"
-#include "kernels/common/ptx.cuh"
 
 namespace cnn {
 namespace {
@@ -68,7 +68,8 @@ struct DgParams {
 // both). Epilogue: the warps of K half 0 add the half-1 partials and store their own fragments.
 // Block (bx, by) = (64-pixel tile, 32-channel tile).
 template <int kKhw>
-__global__ void __launch_bounds__(kThreads, 3) dgrad_v2_kernel(const __grid_constant__ DgParams p) {
+__global__ void __launch_bounds__(kThreads, 3)
+    dgrad_slab_kernel(const __grid_constant__ DgParams p) {
   extern __shared__ float4 smem_f4[];
   float* smem = reinterpret_cast<float*>(smem_f4);
   const int khw = kKhw ? kKhw : p.khw;
@@ -264,11 +265,11 @@ Plan plan_of(const Conv2dShape& s) {
 
 }  // namespace
 
-bool conv2d_dgrad_v2_supported(const Conv2dShape& s, const Exec& ex) {
+bool conv2d_dgrad_dedicated_supported(const Conv2dShape& s, const Exec& ex) {
   if (ex.precision != Precision::TF32) return false;
   if (s.n <= 0 || s.c <= 0 || s.h <= 0 || s.w <= 0 || s.oc <= 0 || s.kh <= 0 || s.kw <= 0 ||
       s.oh() <= 0 || s.ow() <= 0)
-    return false;  // Legacy handles (or rejects) degenerate shapes
+    return false;  // Generic handles (or rejects) degenerate shapes
   if (s.stride_h != 1 || s.stride_w != 1) return false;
   if (s.kh * s.kw > kMaxKhw) return false;
   const int64_t x = int64_t{s.n} * s.c * s.h * s.w;
@@ -280,10 +281,10 @@ bool conv2d_dgrad_v2_supported(const Conv2dShape& s, const Exec& ex) {
   return plan_of(s).bytes <= static_cast<int64_t>(kMaxSmemBytes);
 }
 
-void conv2d_backward_data_v2_cuda(const Conv2dShape& s, const float* d_dy, const float* d_w,
-                                  float* d_dx, const Exec& ex) {
-  CNN_CHECK(conv2d_dgrad_v2_supported(s, ex),
-            "conv2d_backward_data_v2: shape or precision outside the kernel's limits (TF32, "
+void conv2d_backward_data_dedicated_cuda(const Conv2dShape& s, const float* d_dy, const float* d_w,
+                                         float* d_dx, const Exec& ex) {
+  CNN_CHECK(conv2d_dgrad_dedicated_supported(s, ex),
+            "conv2d_backward_data_dedicated: shape or precision outside the kernel's limits (TF32, "
             "stride 1, KH*KW <= 25, shared memory, 2^31)");
   const int64_t M = int64_t{s.n} * s.h * s.w;
   const Plan pl = plan_of(s);
@@ -322,10 +323,10 @@ void conv2d_backward_data_v2_cuda(const Conv2dShape& s, const float* d_dy, const
   const dim3 grid(static_cast<unsigned>(ceil_div<int64_t>(M, kBM)),
                   static_cast<unsigned>(ceil_div<int64_t>(s.c, kBN)));
   const std::size_t smem = static_cast<std::size_t>(pl.bytes);
-  auto kern = p.khw == 25  ? dgrad_v2_kernel<25>
-              : p.khw == 9 ? dgrad_v2_kernel<9>
-              : p.khw == 1 ? dgrad_v2_kernel<1>
-                           : dgrad_v2_kernel<0>;
+  auto kern = p.khw == 25  ? dgrad_slab_kernel<25>
+              : p.khw == 9 ? dgrad_slab_kernel<9>
+              : p.khw == 1 ? dgrad_slab_kernel<1>
+                           : dgrad_slab_kernel<0>;
   CNN_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(smem)));
   // 3 blocks of ~70 KB (conv2) need the largest shared-memory carveout; each slab value is read
@@ -333,7 +334,7 @@ void conv2d_backward_data_v2_cuda(const Conv2dShape& s, const float* d_dy, const
   CNN_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
                                       cudaSharedmemCarveoutMaxShared));
   kern<<<grid, kThreads, smem, ex.stream>>>(p);
-  CNN_LAUNCH_CHECK("conv2d_backward_data_v2_tf32");
+  CNN_LAUNCH_CHECK("conv2d_backward_data_dedicated_tf32");
 }
 
 }  // namespace cnn

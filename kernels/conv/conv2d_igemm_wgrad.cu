@@ -1,4 +1,4 @@
-// Weight gradient, version 2 (see conv2d_igemm_wgrad.h): C (M = OC, N = C*KH*KW [+1]) =
+// Weight gradient, dedicated kernel (see conv2d_igemm_wgrad.h): C (M = OC, N = C*KH*KW [+1]) =
 // A (M, K) * B (K, N) with K = N*OH*OW output positions, split over K across blocks.
 //   A[oc][k] = dy[n][oc][pix]          contiguous in k: 16-byte cp.async.cg when OH*OW % 4 == 0
 //                                      and dy is 16-byte aligned, else 4-byte copies;
@@ -15,17 +15,17 @@
 // The db column (j = C*KH*KW) is a row of ones written once into every stage (A is zero past
 // the end of K, so its value there does not matter); rows past N are zeros written once.
 // Partial tiles are atomicAdd-ed into dw/db, or, deterministic, written to scratch and summed
-// in split order by a second kernel (the same scheme as the first version).
+// in split order by a second kernel (the same scheme as the generic variant).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <climits>
 #include <cstdint>
 
+#include "kernels/common/ptx.cuh"
 #include "kernels/conv/conv2d_igemm_wgrad.h"
 #include "runtime/cuda_check.h"
 #include "runtime/math_util.h"
-#include "kernels/common/ptx.cuh"
 
 namespace cnn {
 namespace {
@@ -80,7 +80,8 @@ struct WgParams {
 // Epilogue: thread tid owns staged elements tid + 128 e, column-fastest (coalesced along j).
 // Block (bx, by, bz) = (column tile, split of K, row tile).
 template <bool kTf32>
-__global__ void __launch_bounds__(kThreads, 4) wgrad_v2_kernel(const __grid_constant__ WgParams p) {
+__global__ void __launch_bounds__(kThreads, 4)
+    wgrad_ktile_kernel(const __grid_constant__ WgParams p) {
   extern __shared__ float4 smem_f4[];
   float* smem = reinterpret_cast<float*>(smem_f4);
   int2* tab = reinterpret_cast<int2*>(smem + kStages * kStageFloats);  // [chunk]
@@ -310,9 +311,9 @@ __global__ void __launch_bounds__(kThreads, 4) wgrad_v2_kernel(const __grid_cons
 
 // Second stage of the deterministic path: target[i] += sum over splits of scratch[split][i], in
 // split order. Thread mapping: one slot per thread (grid-stride).
-__global__ void wgrad_v2_reduce(const float* __restrict__ d_scratch, int splits, int slots,
-                                int weight_slots, float* __restrict__ d_dw,
-                                float* __restrict__ d_db) {
+__global__ void wgrad_ktile_reduce(const float* __restrict__ d_scratch, int splits, int slots,
+                                   int weight_slots, float* __restrict__ d_dw,
+                                   float* __restrict__ d_db) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < slots; i += gridDim.x * blockDim.x) {
     float acc = 0.f;
     for (int s = 0; s < splits; ++s) acc += d_scratch[static_cast<int64_t>(s) * slots + i];
@@ -343,7 +344,7 @@ Split split_of(const Conv2dShape& s) {
 
 }  // namespace
 
-bool conv2d_wgrad_v2_supported(const Conv2dShape& s) {
+bool conv2d_wgrad_dedicated_supported(const Conv2dShape& s) {
   const int64_t x = int64_t{s.n} * s.c * s.h * s.w;
   const int64_t y = int64_t{s.n} * s.oc * s.oh() * s.ow();
   const int64_t w = int64_t{s.oc} * s.c * s.kh * s.kw + s.oc;
@@ -352,20 +353,23 @@ bool conv2d_wgrad_v2_supported(const Conv2dShape& s) {
   return sp.splits <= 65535 && sp.tiles_m <= 65535 && sp.tiles_n <= INT_MAX;
 }
 
-std::size_t conv2d_wgrad_v2_scratch_floats(const Conv2dShape& s, const Exec& ex) {
+std::size_t conv2d_wgrad_dedicated_scratch_floats(const Conv2dShape& s, const Exec& ex) {
   if (!ex.deterministic) return 0;
   // Sized for the db slots too, so the same buffer serves calls with and without db.
   return static_cast<std::size_t>(split_of(s).splits) *
          static_cast<std::size_t>(int64_t{s.oc} * s.c * s.kh * s.kw + s.oc);
 }
 
-void conv2d_backward_weight_v2_cuda(const Conv2dShape& s, const float* d_x, const float* d_dy,
-                                    float* d_dw, float* d_db, float* d_scratch, const Exec& ex) {
-  CNN_CHECK(conv2d_wgrad_v2_supported(s),
-            "conv2d_backward_weight_v2: shape outside the kernel's limits (KH*KW <= 32, 2^31)");
-  CNN_CHECK(!ex.deterministic || d_scratch,
-            "conv2d_backward_weight_v2: deterministic mode needs {} floats of scratch, got null",
-            conv2d_wgrad_v2_scratch_floats(s, ex));
+void conv2d_backward_weight_dedicated_cuda(const Conv2dShape& s, const float* d_x,
+                                           const float* d_dy, float* d_dw, float* d_db,
+                                           float* d_scratch, const Exec& ex) {
+  CNN_CHECK(
+      conv2d_wgrad_dedicated_supported(s),
+      "conv2d_backward_weight_dedicated: shape outside the kernel's limits (KH*KW <= 32, 2^31)");
+  CNN_CHECK(
+      !ex.deterministic || d_scratch,
+      "conv2d_backward_weight_dedicated: deterministic mode needs {} floats of scratch, got null",
+      conv2d_wgrad_dedicated_scratch_floats(s, ex));
   WgParams p{};
   p.x = d_x;
   p.dy = d_dy;
@@ -403,18 +407,19 @@ void conv2d_backward_weight_v2_cuda(const Conv2dShape& s, const float* d_x, cons
                   static_cast<unsigned>(sp.tiles_m));
   const std::size_t smem = kPipeBytes + sizeof(int2) * static_cast<std::size_t>(p.chunk);
   const bool tf32 = ex.precision == Precision::TF32;
-  auto kern = tf32 ? wgrad_v2_kernel<true> : wgrad_v2_kernel<false>;
+  auto kern = tf32 ? wgrad_ktile_kernel<true> : wgrad_ktile_kernel<false>;
   CNN_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(smem)));
   kern<<<grid, kThreads, smem, ex.stream>>>(p);
-  CNN_LAUNCH_CHECK(tf32 ? "conv2d_backward_weight_v2_tf32" : "conv2d_backward_weight_v2_simt");
+  CNN_LAUNCH_CHECK(tf32 ? "conv2d_backward_weight_dedicated_tf32"
+                        : "conv2d_backward_weight_dedicated_simt");
   if (ex.deterministic) {
     constexpr int kBlock = 256;
     const int blocks =
         static_cast<int>(std::min<int64_t>(ceil_div<int64_t>(p.slots, kBlock), 4096));
-    wgrad_v2_reduce<<<blocks, kBlock, 0, ex.stream>>>(d_scratch, static_cast<int>(sp.splits),
-                                                      p.slots, s.oc * p.ckhw, d_dw, d_db);
-    CNN_LAUNCH_CHECK("wgrad_v2_reduce");
+    wgrad_ktile_reduce<<<blocks, kBlock, 0, ex.stream>>>(d_scratch, static_cast<int>(sp.splits),
+                                                         p.slots, s.oc * p.ckhw, d_dw, d_db);
+    CNN_LAUNCH_CHECK("wgrad_ktile_reduce");
   }
 }
 

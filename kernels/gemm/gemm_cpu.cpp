@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/env_switches.h"
 #include "runtime/error.h"
 #include "runtime/math_util.h"
 #include "runtime/thread_pool.h"
@@ -384,18 +385,20 @@ CpuIsa detect_isa() {
     best = CpuIsa::Avx512;
   else if (cpu_isa_supported(CpuIsa::Avx2))
     best = CpuIsa::Avx2;
-  const char* env = std::getenv("CNN_CPU_ISA");
-  if (env == nullptr || *env == '\0') return best;
-  const std::string s(env);
   CpuIsa want;
-  if (s == "scalar")
-    want = CpuIsa::Scalar;
-  else if (s == "avx2")
-    want = CpuIsa::Avx2;
-  else if (s == "avx512")
-    want = CpuIsa::Avx512;
-  else
-    CNN_FAIL("CNN_CPU_ISA='{}': expected scalar, avx2 or avx512", s);
+  switch (process_env_switches().cpu_isa) {
+    case CpuIsaSwitch::Best:
+      return best;
+    case CpuIsaSwitch::Scalar:
+      want = CpuIsa::Scalar;
+      break;
+    case CpuIsaSwitch::Avx2:
+      want = CpuIsa::Avx2;
+      break;
+    case CpuIsaSwitch::Avx512:
+      want = CpuIsa::Avx512;
+      break;
+  }
   return static_cast<int>(want) < static_cast<int>(best) ? want : best;
 }
 

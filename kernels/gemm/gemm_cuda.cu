@@ -1,7 +1,7 @@
 // Dense GEMM on the GPU (see gemm_cuda.h): dispatch between
 //   the 16-byte tile path (gemm_tile_vec.cuh): 64x64 tiles, BK 32, 16-byte cp.async into
 //     operand-major shared tiles, FP32 FFMA 8x4 micro-tiles or TF32 mma.sync, cluster split-K;
-//   the legacy tile path (gemm_tile.cuh's main loop with plain strided 4-byte loaders):
+//   the strided tile path (gemm_tile.cuh's main loop with plain strided 4-byte loaders):
 //     _simt: FP32 FFMA, 8x4 register micro-tile per thread (64x64 or 128x32 block tiles)
 //     _tf32: mma.sync m16n8k8 TF32, 32x32 warp tiles (same block tiles);
 //   the small-shape kernels of gemm_small.h (one dimension tiny: fc2's n = 10).
@@ -13,11 +13,12 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "runtime/cuda_check.h"
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_small.h"
 #include "kernels/gemm/gemm_tile.cuh"
 #include "kernels/gemm/gemm_tile_vec.cuh"
+#include "runtime/cuda_check.h"
+#include "runtime/env_switches.h"
 #include "runtime/math_util.h"
 
 namespace cnn {
@@ -122,29 +123,15 @@ void run_vec_layout(const vgemm::Problem& p, bool a_mcontig, bool b_ncontig, cud
   }
 }
 
-// CNN_GEMM_PATH (legacy | tile | auto) or CNN_GEMM_LEGACY=1, read at each call (cheap next to a
-// launch; the layers' GEMMs run inside a captured graph).
-enum class EnvPath { Auto, Legacy, Tile };
-EnvPath env_path() {
-  const char* legacy = std::getenv("CNN_GEMM_LEGACY");
-  if (legacy && std::strcmp(legacy, "") != 0 && std::strcmp(legacy, "0") != 0)
-    return EnvPath::Legacy;
-  const char* v = std::getenv("CNN_GEMM_PATH");
-  if (!v || !*v || std::strcmp(v, "auto") == 0) return EnvPath::Auto;
-  if (std::strcmp(v, "legacy") == 0) return EnvPath::Legacy;
-  if (std::strcmp(v, "tile") == 0) return EnvPath::Tile;
-  CNN_FAIL("CNN_GEMM_PATH={}: expected legacy, tile or auto", v);
-}
-
 }  // namespace
 
 const char* gemm_path_name(GemmPath path) {
   switch (path) {
     case GemmPath::Auto:
       return "auto";
-    case GemmPath::Legacy:
-      return "legacy";
-    case GemmPath::Vec:
+    case GemmPath::StridedTile:
+      return "strided";
+    case GemmPath::VecTile:
       return "vec";
     case GemmPath::SmallDot:
       return "small_dot";
@@ -159,17 +146,18 @@ const char* gemm_path_name(GemmPath path) {
 GemmPath gemm_cuda_resolve(GemmPath path, bool trans_a, bool trans_b, int m, int n, int k,
                            const float* d_a, int lda, const float* d_b, int ldb) {
   if (path == GemmPath::Auto) {
-    const EnvPath env = env_path();
-    if (env == EnvPath::Legacy) return GemmPath::Legacy;
+    const GemmPathSwitch env = process_env_switches().gemm_path;
+    if (env == GemmPathSwitch::Strided) return GemmPath::StridedTile;
     const bool a_kcontig = !trans_a, b_kcontig = trans_b;
-    if (env == EnvPath::Auto && k > 0) {
+    if (env == GemmPathSwitch::Auto && k > 0) {
       if (a_kcontig && b_kcontig && int64_t(m) * n <= 16384 && k >= 32) return GemmPath::SmallDot;
       if (!b_kcontig && m <= 16 && k <= 512) return GemmPath::SmallM;
       if (!b_kcontig && k <= 16) return GemmPath::SmallK;
     }
-    path = GemmPath::Vec;
+    path = GemmPath::VecTile;
   }
-  if (path == GemmPath::Vec && !(k > 0 && vec_ok(d_a, lda, d_b, ldb))) return GemmPath::Legacy;
+  if (path == GemmPath::VecTile && !(k > 0 && vec_ok(d_a, lda, d_b, ldb)))
+    return GemmPath::StridedTile;
   return path;
 }
 
@@ -213,7 +201,7 @@ void gemm_cuda_path(GemmPath path, bool trans_a, bool trans_b, int m, int n, int
         gemm_small::launch_small_k(p, stream);
       return;
     }
-    case GemmPath::Vec: {
+    case GemmPath::VecTile: {
       const bool c_vec = (reinterpret_cast<uintptr_t>(d_c) & 15u) == 0 && ldc % 4 == 0;
       vgemm::Problem p{m, n, k, d_a, lda, d_b, ldb, d_c, ldc, alpha, beta, d_bias, relu, c_vec};
       if (tf32)

@@ -29,14 +29,14 @@ namespace cnn {
 //         contiguous along k and m*n <= 16384, k >= 32; SmallM: B contiguous along n,
 //         m <= 16 and k <= 512; SmallK: B contiguous along n and k <= 16), else Vec where both
 //         operands allow 16-byte copies (16-byte aligned base, leading dimension a multiple of 4),
-//         else Legacy. CNN_GEMM_PATH=legacy (or CNN_GEMM_LEGACY=1) makes Auto take Legacy always;
-//         CNN_GEMM_PATH=tile makes it skip the small-shape kernels (Vec, else Legacy).
-//   Legacy: the 4-byte-copy tile kernel of gemm_tile.cuh (any alignment).
-//   Vec: the 16-byte-copy tile kernel of gemm_tile_vec.cuh; runs Legacy where the operands are
+//         else StridedTile. CNN_GEMM_PATH=strided makes Auto take StridedTile always;
+//         CNN_GEMM_PATH=tile makes it skip the small-shape kernels (VecTile, else StridedTile).
+//   StridedTile: the 4-byte-copy tile kernel of gemm_tile.cuh (any alignment).
+//   VecTile: the 16-byte-copy tile kernel of gemm_tile_vec.cuh; runs StridedTile where the operands are
 //        not aligned for it.
 //   SmallDot / SmallM / SmallK: the kernels of gemm_small.h, for any shape (slow off their
 //        shapes; FP32 arithmetic whatever the precision).
-enum class GemmPath { Auto, Legacy, Vec, SmallDot, SmallM, SmallK };
+enum class GemmPath { Auto, StridedTile, VecTile, SmallDot, SmallM, SmallK };
 const char* gemm_path_name(GemmPath path);
 
 // The path a call with these arguments takes (Auto resolved, environment included).

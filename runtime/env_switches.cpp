@@ -1,0 +1,111 @@
+#include "runtime/env_switches.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "runtime/error.h"
+
+namespace cnn {
+namespace {
+
+const char* get(const char* name) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? v : nullptr;
+}
+
+// "0" turns an on-by-default switch off; anything else set leaves it on.
+bool on_unless_zero(const char* name) {
+  const char* v = get(name);
+  return !(v && std::strcmp(v, "0") == 0);
+}
+
+// Set to anything but "0" turns an off-by-default switch on.
+bool off_unless_set(const char* name) {
+  const char* v = get(name);
+  return v && std::strcmp(v, "0") != 0;
+}
+
+std::optional<Algo> algo_of(const char* name) {
+  const char* v = get(name);
+  if (!v) return std::nullopt;
+  try {
+    return parse_algo(v);
+  } catch (const Error& e) {
+    CNN_FAIL("{}: {}", name, e.what());
+  }
+}
+
+}  // namespace
+
+Algo EnvSwitches::algo_for(const char* op, Algo configured) const {
+  const std::optional<Algo>& own = std::strcmp(op, "conv") == 0 ? algo_conv : algo_linear;
+  if (own) return *own;
+  if (algo) return *algo;
+  return configured;
+}
+
+EnvSwitches read_env_switches() {
+  EnvSwitches e;
+  e.algo = algo_of("CNN_ALGO");
+  e.algo_conv = algo_of("CNN_ALGO_CONV");
+  e.algo_linear = algo_of("CNN_ALGO_LINEAR");
+  e.autotune = on_unless_zero("CNN_AUTOTUNE");
+  e.fuse_pool = on_unless_zero("CNN_FUSE_POOL");
+  e.cuda_graph = on_unless_zero("CNN_CUDA_GRAPH");
+  if (const char* v = get("CNN_GEMM_PATH")) {
+    const std::string s(v);
+    if (s == "auto")
+      e.gemm_path = GemmPathSwitch::Auto;
+    else if (s == "strided")
+      e.gemm_path = GemmPathSwitch::Strided;
+    else if (s == "tile")
+      e.gemm_path = GemmPathSwitch::Tile;
+    else
+      CNN_FAIL("CNN_GEMM_PATH='{}': expected strided, tile or auto", s);
+  }
+  e.conv_generic = off_unless_set("CNN_CONV_GENERIC");
+  if (const char* v = get("CNN_CPU_ISA")) {
+    const std::string s(v);
+    if (s == "scalar")
+      e.cpu_isa = CpuIsaSwitch::Scalar;
+    else if (s == "avx2")
+      e.cpu_isa = CpuIsaSwitch::Avx2;
+    else if (s == "avx512")
+      e.cpu_isa = CpuIsaSwitch::Avx512;
+    else
+      CNN_FAIL("CNN_CPU_ISA='{}': expected scalar, avx2 or avx512", s);
+  }
+  if (const char* v = get("CNN_CPU_THREADS")) {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    CNN_CHECK(end != v && *end == '\0' && n >= 1 && n <= 256,
+              "CNN_CPU_THREADS='{}': expected an integer from 1 to 256", v);
+    e.cpu_threads = static_cast<int>(n);
+  }
+  e.sync_check = off_unless_set("CNN_SYNC_CHECK");
+  return e;
+}
+
+const EnvSwitches& process_env_switches() {
+  static const EnvSwitches e = read_env_switches();
+  return e;
+}
+
+const std::vector<EnvSwitchRow>& env_switch_table() {
+  static const std::vector<EnvSwitchRow> rows = {
+      {"CNN_ALGO", "auto|naive|tiled|igemm|fast", "every conv and linear layer's kernel variant"},
+      {"CNN_ALGO_CONV, CNN_ALGO_LINEAR", "as CNN_ALGO", "the variant of one kind of layer"},
+      {"CNN_AUTOTUNE", "0", "no start-up timing of variants: each op's fixed rule picks"},
+      {"CNN_FUSE_POOL", "0", "no fused conv-relu-maxpool kernel"},
+      {"CNN_CUDA_GRAPH", "0", "launch each training step's kernels directly, no CUDA graph"},
+      {"CNN_GEMM_PATH", "strided|tile|auto", "the CUDA GEMM's path (strided: any alignment)"},
+      {"CNN_CONV_GENERIC", "1", "implicit-GEMM conv gradients on the generic main loop"},
+      {"CNN_CPU_ISA", "scalar|avx2|avx512", "cap the CPU kernels' instruction set"},
+      {"CNN_CPU_THREADS", "1..256", "threads of the CPU kernels (default: the cores, at most 16)"},
+      {"CNN_SYNC_CHECK", "1", "synchronize after every launch, so a fault names its kernel"},
+  };
+  return rows;
+}
+
+}  // namespace cnn

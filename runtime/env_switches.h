@@ -1,0 +1,58 @@
+#pragma once
+// Every CNN_* environment variable, in one table, parsed in one place (env_switches.cpp). Two
+// kinds:
+//  - overrides of options (algo, autotune, pool fusion, CUDA graph): the programs read the
+//    variables once when a run starts and apply them to the options they override
+//    (apply_env_switches() in layers/network.h, the trainer's CUDA-graph decision); layers and
+//    kernels never look at them;
+//  - debugging switches of the kernels (GEMM path, generic conv gradients, CPU ISA and threads,
+//    a sync after every launch), for bisecting a wrong answer or a slow run. They reach launchers
+//    that take no options, so they are read once per process (process_env_switches()) and are
+//    constant from then on; each program's main() reads them at start so that a bad value fails
+//    before any work.
+#include <optional>
+#include <vector>
+
+#include "runtime/exec.h"
+
+namespace cnn {
+
+enum class GemmPathSwitch { Auto, Strided, Tile };       // CNN_GEMM_PATH
+enum class CpuIsaSwitch { Best, Scalar, Avx2, Avx512 };  // CNN_CPU_ISA
+
+struct EnvSwitches {
+  // Overrides of options.
+  std::optional<Algo> algo;         // CNN_ALGO: every conv and linear layer's variant
+  std::optional<Algo> algo_conv;    // CNN_ALGO_CONV: conv layers (before CNN_ALGO)
+  std::optional<Algo> algo_linear;  // CNN_ALGO_LINEAR: linear layers (before CNN_ALGO)
+  bool autotune = true;             // CNN_AUTOTUNE=0: no start-up timing of variants
+  bool fuse_pool = true;            // CNN_FUSE_POOL=0: no fused conv-relu-maxpool
+  bool cuda_graph = true;           // CNN_CUDA_GRAPH=0: launch each step's kernels directly
+  // Debugging switches of the kernels.
+  GemmPathSwitch gemm_path = GemmPathSwitch::Auto;  // CNN_GEMM_PATH=strided|tile|auto
+  bool conv_generic = false;  // CNN_CONV_GENERIC=1: generic implicit-GEMM conv gradients
+  CpuIsaSwitch cpu_isa = CpuIsaSwitch::Best;  // CNN_CPU_ISA=scalar|avx2|avx512
+  int cpu_threads = 0;                        // CNN_CPU_THREADS=1..256 (0: the hardware's)
+  bool sync_check = false;                    // CNN_SYNC_CHECK=1: synchronize after every launch
+
+  // The variant a conv ("conv") or linear ("linear") layer runs: CNN_ALGO_<OP>, else CNN_ALGO,
+  // else the configured one.
+  Algo algo_for(const char* op, Algo configured) const;
+};
+
+// Reads and validates the variables now. A bad value throws one line naming the variable, its
+// value and the allowed ones.
+EnvSwitches read_env_switches();
+
+// The process's snapshot: read on the first call, the same afterwards.
+const EnvSwitches& process_env_switches();
+
+// The table printed in the README and by `--help`: name, values, effect.
+struct EnvSwitchRow {
+  const char* name;
+  const char* values;
+  const char* effect;
+};
+const std::vector<EnvSwitchRow>& env_switch_table();
+
+}  // namespace cnn
