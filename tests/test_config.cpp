@@ -126,7 +126,7 @@ TEST(Config, ShippedConfigsSayWhatTheyShould) {
   const TrainConfig m = load_config(source_dir() + "/configs/mnist.yaml");
   EXPECT_EQ(m.name, "mnist");
   EXPECT_EQ(m.data.format, DataFormat::Idx);
-  EXPECT_EQ(m.data.dir, "data/mnist");
+  EXPECT_EQ(m.data.dir, "datasets/mnist");
   EXPECT_EQ(m.model.layers.size(), 11u);
   EXPECT_EQ(m.optimizer.type, OptimizerType::Sgd);
   EXPECT_DOUBLE_EQ(m.optimizer.lr, 0.05);
@@ -137,7 +137,7 @@ TEST(Config, ShippedConfigsSayWhatTheyShould) {
   EXPECT_FLOAT_EQ(m.data.std[0], 0.3081f);
 
   const TrainConfig f = load_config(source_dir() + "/configs/fashion_mnist.yaml");
-  EXPECT_EQ(f.data.dir, "data/fashion-mnist");
+  EXPECT_EQ(f.data.dir, "datasets/fashion-mnist");
   ASSERT_EQ(f.data.classes.size(), 10u);
   EXPECT_EQ(f.data.classes[0], "T-shirt/top");
   EXPECT_EQ(f.data.classes[9], "Ankle boot");
