@@ -131,6 +131,7 @@ std::string resolve_resume_path(const std::string& arg) {
   CNN_CHECK(!arg.empty(), "--resume needs a checkpoint file or a run folder");
   fs::path p = follow_links(arg);
   std::error_code ec;
+  CNN_CHECK(fs::exists(p, ec), "--resume {}: no such checkpoint file or run folder", arg);
   if (fs::is_directory(p, ec)) {
     p /= kLastCheckpoint;
     CNN_CHECK(fs::exists(p, ec),
