@@ -571,7 +571,8 @@ TEST(Faults, SecondRunOnALiveRunsFolderIsRefused) {
   const std::vector<std::string> sets = {"training.epochs=40", "checkpoint.every_steps=0"};
   std::vector<RunResult> second;
   RunOptions o;
-  o.when = [&] { return train_rows(run / "metrics.csv") > 0; };
+  // Once it has a checkpoint, so that the resume's refusal can only be the lock.
+  o.when = [&] { return fs::exists(run / "last.safetensors"); };
   o.on_wait = [&] {
     second.push_back(run_train(other, tiny_args(run, {"training.epochs=1"})));
     std::vector<std::string> over = tiny_args(run, {"training.epochs=1"});

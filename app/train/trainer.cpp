@@ -208,6 +208,10 @@ bool Trainer::claim_folders() {
   run_dir_ = folders_->run_dir();
   ckpt_dir_ = folders_->ckpt_dir();
   if (plan_ && plan_->finished()) {
+    // Nothing is trained, but a write that a kill interrupted at the very end is still tidied.
+    for (const std::string& dir : {run_dir_, ckpt_dir_})
+      for (const std::string& f : remove_stale_temp_files(dir))
+        std::printf("removed %s, left by an interrupted write\n", f.c_str());
     std::printf(
         "%s\n",
         plan_->finished_message(continue_command(args_.program, run_dir_, ckpt_dir_)).c_str());
@@ -308,9 +312,11 @@ void Trainer::prepare_steps() {
     totals_.zero(ex_.stream);
   else
     totals_.copy_from(ckpt_meta_.train_window.data(), Device::CPU, 3, ex_.stream);
-  // A fresh run starts metrics.csv afresh; a resume drops the rows past its checkpoint, and the
-  // evaluation that it runs again when the checkpoint was taken on an epoch's last batch.
-  log_->truncate_metrics_after(pos_.global_step, pos_.batch_in_epoch < steps_per_epoch_);
+  // A fresh run starts metrics.csv afresh; a resume drops the rows past its checkpoint, and those
+  // at its step that it writes again: the evaluation when the checkpoint was taken on an epoch's
+  // last batch, the train row when the checkpoint holds an open window.
+  log_->truncate_metrics_after(pos_.global_step, pos_.batch_in_epoch < steps_per_epoch_,
+                               resume_ckpt_.empty() || ckpt_meta_.train_window[2] == 0);
   lr_ = cfg_.optimizer.lr;
   // A step's launches: all that changes between steps is read from `state` on the device, so
   // the same launches (captured once as a CUDA graph) serve every full batch.
