@@ -120,7 +120,6 @@ class Trainer {
   std::unique_ptr<RunLog> log_;
   std::unique_ptr<BatchSource> train_, eval_;
   std::unique_ptr<StepState> state_;
-  std::unique_ptr<StepGraph> graph_;
   std::function<void()> step_launches_;
   int n_ = 0;  // the current batch's size
   int64_t steps_per_epoch_ = 0;
@@ -130,6 +129,8 @@ class Trainer {
   Clock::time_point start_ = Clock::now(), last_log_ = Clock::now(), epoch_start_;
   double elapsed_before_ = 0;  // seconds trained before this process (a resume)
   int64_t images_since_log_ = 0;
+  // Last, so destroyed first: it waits for a replay still in flight before the buffers go.
+  std::unique_ptr<StepGraph> graph_;
 };
 
 void Trainer::save(const std::string& file, const TrainPosition& pos) {
