@@ -7,6 +7,8 @@
 #include "app/cli_common.h"
 #include "app/config/config.h"
 #include "app/config/dry_run.h"
+#include "app/train/resume_plan.h"
+#include "app/train/run_folder.h"
 #include "app/train/trainer.h"
 #include "runtime/error.h"
 
@@ -17,20 +19,25 @@ int main(int argc, char** argv) {
         "reported, with their line, before anything runs."};
     app.set_version_flag("--version", cnn::version_string("train"), "Print the version and exit");
     cnn::TrainArgs args;
+    args.program = argc > 0 ? argv[0] : "train";
+    std::string config_path;
     std::vector<std::string> sets;
     std::string device;
     bool dry_run = false, check_data = false, skip_bad = false;
-    app.add_option("-c,--config", args.config_path, "The run config, e.g. configs/mnist.yaml")
-        ->required()
+    app.add_option("-c,--config", config_path,
+                   "The run config, e.g. configs/mnist.yaml (optional with --resume: "
+                   "the checkpoint's own config is used, --set still applies)")
         ->type_name("FILE");
     app.add_option("--set", sets,
                    "Override one config key, e.g. --set optimizer.lr=0.01 or "
                    "--set model.layers[7].linear.out_features=512 (repeatable)")
         ->type_name("KEY=VALUE")
         ->allow_extra_args(false);
-    auto* resume = app.add_option("--resume", args.resume,
-                                  "Continue a run from a checkpoint (weights, optimizer, step)")
-                       ->type_name("CKPT");
+    auto* resume =
+        app.add_option("--resume", args.resume,
+                       "Continue a run in its own folder from a checkpoint (weights, optimizer, "
+                       "step); a run folder stands for its last.safetensors")
+            ->type_name("CKPT|RUN_DIR");
     app.add_option("--init-weights", args.init_weights,
                    "Start from a checkpoint's weights with a fresh optimizer and schedule")
         ->type_name("CKPT")
@@ -39,8 +46,12 @@ int main(int argc, char** argv) {
                    "Where to train: cpu, cuda or auto (overrides training.device)")
         ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
     app.add_option("--log-dir", args.log_dir,
-                   "Folder for this run's logs and checkpoints (instead of <logging.dir>/<name>)")
+                   "Folder for this run's logs and checkpoints (instead of <logging.dir>/<name>, "
+                   "or <name>-2, -3, ... when that holds a run); refused when it holds a run")
         ->type_name("DIR");
+    app.add_flag("--overwrite", args.overwrite,
+                 "Start afresh in <logging.dir>/<name> (or --log-dir), deleting the run there")
+        ->excludes(resume);
     auto* dry = app.add_flag("--dry-run", dry_run,
                              "Validate the config, print the network table and FLOPs, and exit");
     app.add_flag("--check-data", check_data,
@@ -60,7 +71,13 @@ int main(int argc, char** argv) {
     // way and show up in the resolved config the run saves.
     if (!device.empty()) sets.push_back("training.device=" + device);
     if (skip_bad) sets.push_back("data.skip_bad_images=true");
-    const cnn::TrainConfig cfg = cnn::load_config(args.config_path, sets);
+    CNN_CHECK(!config_path.empty() || !args.resume.empty(),
+              "--config FILE is required (except with --resume, which reads the checkpoint's "
+              "config) (see train --help)");
+    if (!args.resume.empty()) args.resume = cnn::resolve_resume_path(args.resume);
+    const cnn::TrainConfig cfg = config_path.empty()
+                                     ? cnn::config_from_checkpoint(args.resume, sets)
+                                     : cnn::load_config(config_path, sets);
 
     if (dry_run) {
       std::fputs(cnn::format_dry_run(cfg).c_str(), stdout);

@@ -41,6 +41,18 @@ const char* schedule_name(ScheduleType type) {
   return "unknown";
 }
 
+const std::vector<std::string>& schedule_names() {
+  static const std::vector<std::string> names = {"constant", "step", "cosine", "onecycle"};
+  return names;
+}
+
+ScheduleType schedule_type(const std::string& name) {
+  for (ScheduleType t :
+       {ScheduleType::Constant, ScheduleType::Step, ScheduleType::Cosine, ScheduleType::OneCycle})
+    if (name == schedule_name(t)) return t;
+  CNN_FAIL("schedule: unknown type '{}', expected constant, step, cosine or onecycle", name);
+}
+
 void check_schedule(const ScheduleOptions& s, double base_lr, double total_epochs) {
   CNN_CHECK(finite_positive(base_lr), "schedule: learning rate is {}, expected a positive number",
             base_lr);
@@ -107,6 +119,16 @@ double learning_rate(const ScheduleOptions& s, double base_lr, double epoch_prog
     default:
       return base_lr;
   }
+}
+
+std::vector<double> epoch_lr_table(const ScheduleOptions& s, double base_lr, int64_t first_step,
+                                   int64_t steps_per_epoch, double total_epochs) {
+  CNN_CHECK(steps_per_epoch > 0, "lr table: {} steps per epoch", steps_per_epoch);
+  std::vector<double> t(static_cast<size_t>(steps_per_epoch));
+  for (int64_t k = 0; k < steps_per_epoch; ++k)
+    t[size_t(k)] =
+        learning_rate(s, base_lr, double(first_step + k) / double(steps_per_epoch), total_epochs);
+  return t;
 }
 
 }  // namespace cnn

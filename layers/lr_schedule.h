@@ -20,6 +20,14 @@
 //              Both halves are cosine, as PyTorch's OneCycleLR does by default. onecycle
 //              ignores warmup_epochs: its rise from base/25 is the warm-up.
 // Past the end (t > T) every schedule holds its value at T.
+//
+// This file is the whole schedule: the names the config uses, the check, the formula, and the
+// per-batch table the trainer uploads for an epoch (which the step's last launch walks on the
+// device, kernels/optimizer advance_step_counters).
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "layers/optim_options.h"
 
 namespace cnn {
@@ -34,7 +42,15 @@ void check_schedule(const ScheduleOptions& s, double base_lr, double total_epoch
 double learning_rate(const ScheduleOptions& s, double base_lr, double epoch_progress,
                      double total_epochs);
 
-// "constant", "step", "cosine", "onecycle": the names the config uses, for logs.
+// The learning rate of each batch of an epoch whose batch 0 sits at schedule step `first_step`
+// (epoch * steps_per_epoch): batch k runs at learning_rate((first_step + k) / steps_per_epoch).
+std::vector<double> epoch_lr_table(const ScheduleOptions& s, double base_lr, int64_t first_step,
+                                   int64_t steps_per_epoch, double total_epochs);
+
+// "constant", "step", "cosine", "onecycle": the names the config uses.
 const char* schedule_name(ScheduleType type);
+const std::vector<std::string>& schedule_names();
+// The type a name stands for; throws cnn::Error listing the names for any other.
+ScheduleType schedule_type(const std::string& name);
 
 }  // namespace cnn

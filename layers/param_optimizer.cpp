@@ -3,10 +3,22 @@
 #include <algorithm>
 #include <cmath>
 
-#include "runtime/error.h"
 #include "kernels/optimizer/optimizer.h"
+#include "runtime/error.h"
 
 namespace cnn {
+
+const char* optimizer_name(OptimizerType type) {
+  switch (type) {
+    case OptimizerType::Sgd:
+      return "sgd";
+    case OptimizerType::Adam:
+      return "adam";
+    case OptimizerType::AdamW:
+      return "adamw";
+  }
+  return "?";
+}
 
 ParamOptimizer::ParamOptimizer(const OptimizerOptions& opt, Network& net) : opt_(opt), net_(net) {
   const Device dev = net.exec().device;

@@ -5,11 +5,14 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/memory.h"
 #include "layers/network.h"
 #include "layers/optim_options.h"
+#include "runtime/memory.h"
 
 namespace cnn {
+
+// "sgd", "adam", "adamw": the names the config uses.
+const char* optimizer_name(OptimizerType type);
 
 class ParamOptimizer {
  public:

@@ -8,7 +8,9 @@
 // - a diverging run (a huge learning rate): it stops naming the step and the tensor, and never
 //   writes a checkpoint with non-finite weights;
 // - an impossible host allocation: one error line with the size and the hint;
-// - two runs of the same config and seed: byte-identical checkpoints.
+// - two runs of the same config and seed: byte-identical checkpoints;
+// - SIGINT/SIGTERM: a checkpoint, exit 130/143 and the printed command that continues the run;
+// - a second run or resume on the folder of a live run: refused, naming the live run's pid.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -23,6 +25,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -30,10 +33,10 @@
 #include <string>
 #include <vector>
 
+#include "layers/checkpoint/safetensors.h"
+#include "runtime/atomic_file.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
-#include "runtime/atomic_file.h"
-#include "layers/checkpoint/safetensors.h"
 #include "tests/test_util.h"
 
 namespace fs = std::filesystem;
@@ -61,6 +64,10 @@ struct RunOptions {
   rlim_t fsize_limit = 0;        // RLIMIT_FSIZE in the child (0: none); SIGXFSZ is ignored
   double timeout_s = 120;        // a hung child is killed and the test fails
   std::vector<std::string> env;  // extra NAME=VALUE
+  // Once when() holds while the child runs: on_wait() (e.g. a second run), then `signal`.
+  std::function<bool()> when;
+  std::function<void()> on_wait;
+  int signal = 0;
 };
 
 struct RunResult {
@@ -115,9 +122,15 @@ RunResult run_train(const fs::path& io_dir, const std::vector<std::string>& args
     return r;
   }
   int status = 0;
+  bool reached = false;
   for (;;) {
     const pid_t got = ::waitpid(pid, &status, WNOHANG);
     if (got == pid) break;
+    if (o.when && !reached && o.when()) {
+      reached = true;
+      if (o.on_wait) o.on_wait();
+      if (o.signal) ::kill(pid, o.signal);
+    }
     const double t = std::chrono::duration<double>(Clock::now() - start).count();
     const bool kill_now = o.kill_after_s >= 0 && t >= o.kill_after_s;
     if (kill_now || t >= o.timeout_s) {
@@ -191,8 +204,10 @@ bool all_weights_finite(const fs::path& ckpt) {
 }
 
 // metrics.csv is whole: the header, then rows of 8 fields that parse, train rows strictly
-// increasing in step, no (step, phase) twice, steps never going back. Returns the eval steps.
-std::vector<int64_t> check_metrics(const fs::path& csv) {
+// increasing in step, no (step, phase) twice, steps and time_s never going back. Returns the eval
+// steps; *train_rows (if given) gets each train row's "epoch,step,phase,loss,accuracy,lr".
+std::vector<int64_t> check_metrics(const fs::path& csv,
+                                   std::vector<std::string>* train_rows = nullptr) {
   std::ifstream in(csv);
   std::string line;
   std::vector<int64_t> eval_steps;
@@ -202,6 +217,7 @@ std::vector<int64_t> check_metrics(const fs::path& csv) {
   EXPECT_TRUE(!all.empty() && all.back() == '\n') << "the last row has no newline (torn)";
   std::set<std::pair<int64_t, std::string>> seen;
   int64_t last_step = 0, last_train = 0;
+  double last_time = 0;
   int row = 1;
   while (std::getline(in, line)) {
     ++row;
@@ -222,6 +238,9 @@ std::vector<int64_t> check_metrics(const fs::path& csv) {
       EXPECT_EQ(used, f[size_t(i)].size()) << "row " << row << " field " << i << ": " << line;
     }
     const int64_t step = std::stoll(f[2]);
+    const double time_s = std::stod(f[0]);
+    EXPECT_GE(time_s, last_time) << "row " << row << ": time_s goes back: " << line;
+    last_time = time_s;
     EXPECT_TRUE(f[3] == "train" || f[3] == "eval") << line;
     EXPECT_TRUE(seen.insert({step, f[3]}).second) << "row " << row << " repeats: " << line;
     EXPECT_GE(step, last_step) << "row " << row << " goes back: " << line;
@@ -229,6 +248,9 @@ std::vector<int64_t> check_metrics(const fs::path& csv) {
     if (f[3] == "train") {
       EXPECT_GT(step, last_train) << "row " << row << ": " << line;
       last_train = step;
+      if (train_rows)
+        train_rows->push_back(f[1] + "," + f[2] + "," + f[3] + "," + f[4] + "," + f[5] + "," +
+                              f[6]);
     } else {
       eval_steps.push_back(step);
     }
@@ -266,7 +288,8 @@ TEST(Faults, KilledAndResumedRunEqualsUninterruptedBitwise) {
   const std::string ref_last = slurp(ref / "run" / "last.safetensors");
   const std::string ref_best = slurp(ref / "run" / "best.safetensors");
   const std::string ref_confusion = slurp(ref / "run" / "confusion.csv");
-  const std::vector<int64_t> ref_evals = check_metrics(ref / "run" / "metrics.csv");
+  std::vector<std::string> ref_train;
+  const std::vector<int64_t> ref_evals = check_metrics(ref / "run" / "metrics.csv", &ref_train);
   ASSERT_EQ(ref_evals.size(), 3u);  // one per epoch
 
   uint64_t first_seed = uint64_t(Clock::now().time_since_epoch().count());
@@ -288,7 +311,10 @@ TEST(Faults, KilledAndResumedRunEqualsUninterruptedBitwise) {
       const bool resume = fs::exists(ckpt);
       RunOptions o;
       if (attempt + 1 < kMaxAttempts) o.kill_after_s = delay(rng);
-      RunResult r = run_train(io, resume ? with_resume(tiny_args(run), ckpt) : tiny_args(run), o);
+      // A start over after a kill before the first checkpoint replaces that attempt's files.
+      std::vector<std::string> fresh = tiny_args(run);
+      if (attempt > 0) fresh.push_back("--overwrite");
+      RunResult r = run_train(io, resume ? with_resume(tiny_args(run), ckpt) : fresh, o);
       resumes += resume;
       fresh_restarts += !resume && attempt > 0;
       if (r.killed) {
@@ -303,7 +329,11 @@ TEST(Faults, KilledAndResumedRunEqualsUninterruptedBitwise) {
     EXPECT_TRUE(slurp(ckpt) == ref_last) << "last.safetensors differs from the uninterrupted run";
     EXPECT_TRUE(slurp(run / "best.safetensors") == ref_best) << "best.safetensors differs";
     EXPECT_EQ(slurp(run / "confusion.csv"), ref_confusion);
-    EXPECT_EQ(check_metrics(run / "metrics.csv"), ref_evals) << "evaluation rows";
+    std::vector<std::string> train_rows;
+    EXPECT_EQ(check_metrics(run / "metrics.csv", &train_rows), ref_evals) << "evaluation rows";
+    // Every train row averages the same steps as the uninterrupted run's, also the first one
+    // after a resume from a checkpoint taken inside a logging window.
+    EXPECT_EQ(train_rows, ref_train) << "train rows";
     EXPECT_EQ(temp_files(run), std::vector<std::string>{}) << "temporary files left behind";
     if (!HasFailure()) fs::remove_all(io);
   }
@@ -473,6 +503,108 @@ TEST(Faults, DivergingRunStopsAndKeepsTheLastGoodCheckpoint) {
   }
   EXPECT_EQ(temp_files(run), std::vector<std::string>{});
   if (!HasFailure()) fs::remove_all(io);
+}
+
+// The training rows in metrics.csv: once a run has logged one, its signal handlers are in place.
+size_t train_rows(const fs::path& csv) {
+  const std::string all = slurp(csv);
+  size_t n = 0;
+  for (size_t at = all.find(",train,"); at != std::string::npos; at = all.find(",train,", at + 1))
+    ++n;
+  return n;
+}
+
+// The line "... Continue with: <command>" of a stopped run, split into its words (the test paths
+// need no quoting).
+std::vector<std::string> continue_command(const std::string& out) {
+  const std::string key = "Continue with: ";
+  const size_t at = out.rfind(key);
+  if (at == std::string::npos) return {};
+  std::stringstream ss(out.substr(at + key.size(), out.find('\n', at) - at - key.size()));
+  std::vector<std::string> words;
+  for (std::string w; ss >> w;) words.push_back(w);
+  return words;
+}
+
+// SIGINT, then SIGTERM, each once the run has written a checkpoint: each time a checkpoint at the
+// step reached, exit 130 / 143 (a script can tell it from a finished run), and the printed
+// command (--resume and the run folder, nothing else) continues it; the third run finishes with
+// exit 0 and the checkpoint an uninterrupted run writes.
+TEST(Faults, SignalStopsWithCheckpointExitCodeAndContinueCommand) {
+  fs::path ref = fresh_dir("signal_ref"), io = fresh_dir("signal"), run = io / "run";
+  const std::vector<std::string> sets = {"training.epochs=12", "checkpoint.every_steps=0"};
+  RunResult full = run_train(ref, tiny_args(ref / "run", sets));
+  ASSERT_EQ(full.exit_code, 0) << describe(full);
+
+  std::vector<std::string> args = tiny_args(run, sets);
+  for (const int sig : {SIGINT, SIGTERM}) {
+    const std::string before = slurp(run / "last.safetensors");
+    RunOptions o;
+    const size_t rows_before = train_rows(run / "metrics.csv");
+    o.when = [&] { return train_rows(run / "metrics.csv") > rows_before; };
+    o.signal = sig;
+    RunResult r = run_train(io, args, o);
+    ASSERT_EQ(r.exit_code, 128 + sig) << describe(r);
+    EXPECT_TRUE(contains(r.out, sig == SIGINT ? "stopped by SIGINT" : "stopped by SIGTERM"))
+        << r.out;
+    ASSERT_TRUE(fs::exists(run / "last.safetensors")) << r.out;
+    EXPECT_FALSE(slurp(run / "last.safetensors") == before) << "no checkpoint at the stop";
+    args = continue_command(r.out);
+    ASSERT_EQ(args, (std::vector<std::string>{kTrain, "--resume", run.string()})) << r.out;
+    args.erase(args.begin());  // run_train adds the program
+  }
+  RunResult last = run_train(io, args);
+  ASSERT_EQ(last.exit_code, 0) << describe(last);
+  EXPECT_TRUE(slurp(run / "last.safetensors") == slurp(ref / "run" / "last.safetensors"));
+  check_metrics(run / "metrics.csv");
+  if (!HasFailure()) {
+    fs::remove_all(io);
+    fs::remove_all(ref);
+  }
+}
+
+// While a run trains, a second ./train on its folder (a fresh run with --log-dir, --overwrite, or
+// a resume) is refused with one line naming the running one's pid, and changes nothing; the first
+// run then finishes normally. Without --log-dir the second run would get a folder of its own.
+TEST(Faults, SecondRunOnALiveRunsFolderIsRefused) {
+  fs::path io = fresh_dir("concurrent"), other = fresh_dir("concurrent_2"), run = io / "run";
+  const std::vector<std::string> sets = {"training.epochs=40", "checkpoint.every_steps=0"};
+  std::vector<RunResult> second;
+  RunOptions o;
+  // Once it has a checkpoint, so that the resume's refusal can only be the lock.
+  o.when = [&] { return fs::exists(run / "last.safetensors"); };
+  o.on_wait = [&] {
+    second.push_back(run_train(other, tiny_args(run, {"training.epochs=1"})));
+    std::vector<std::string> over = tiny_args(run, {"training.epochs=1"});
+    over.push_back("--overwrite");
+    second.push_back(run_train(other, over));
+    second.push_back(run_train(other, {"--resume", run.string()}));
+  };
+  o.signal = SIGTERM;
+  RunResult first = run_train(io, tiny_args(run, sets), o);
+  EXPECT_EQ(first.exit_code, 143) << describe(first);
+  ASSERT_EQ(second.size(), 3u);
+  for (const RunResult& r : second) {
+    EXPECT_EQ(r.exit_code, 1) << describe(r);
+    const std::string line = error_line(r);
+    EXPECT_TRUE(contains(line, "'" + run.string() + "' is in use by another ./train (pid "))
+        << line;
+  }
+  const std::string pid_line = slurp(run / ".lock");
+  EXPECT_TRUE(contains(second[0].err, "(pid " + pid_line.substr(0, pid_line.find('\n')) + ")"))
+      << second[0].err << " vs .lock " << pid_line;
+  // Nothing of the refused runs reached the folder: one run's log, its metrics whole.
+  const std::string log = slurp(run / "train.log");
+  EXPECT_EQ(log.find("run 'tiny'"), log.rfind("run 'tiny'")) << log;
+  check_metrics(run / "metrics.csv");
+  // The lock died with the process: the folder can be resumed now.
+  RunResult resumed = run_train(other, {"--resume", run.string(), "--set", "training.max_steps=1"});
+  EXPECT_EQ(resumed.exit_code, 0) << describe(resumed);
+  EXPECT_TRUE(contains(resumed.out, "nothing to do")) << resumed.out;
+  if (!HasFailure()) {
+    fs::remove_all(io);
+    fs::remove_all(other);
+  }
 }
 
 // An allocation that cannot succeed is one error line with the size and the hint, not a crash.

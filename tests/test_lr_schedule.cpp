@@ -3,8 +3,8 @@
 #include <cmath>
 #include <limits>
 
-#include "runtime/error.h"
 #include "layers/lr_schedule.h"
+#include "runtime/error.h"
 
 using namespace cnn;
 
@@ -16,6 +16,14 @@ const double kPi = std::acos(-1.0);
 ScheduleOptions options(ScheduleType type) {
   ScheduleOptions s;
   s.type = type;
+  return s;
+}
+
+ScheduleOptions warm_cosine() {
+  ScheduleOptions s;
+  s.type = ScheduleType::Cosine;
+  s.warmup_epochs = 0.5;
+  s.min_lr = 0.001;
   return s;
 }
 
@@ -167,4 +175,28 @@ TEST(LrSchedule, Names) {
   EXPECT_STREQ(schedule_name(ScheduleType::Step), "step");
   EXPECT_STREQ(schedule_name(ScheduleType::Cosine), "cosine");
   EXPECT_STREQ(schedule_name(ScheduleType::OneCycle), "onecycle");
+}
+
+// Batch k of an epoch starting at schedule step first runs at learning_rate((first + k) / spe):
+// the value the step-by-step loop computes, for a fresh epoch and for one resumed inside it.
+TEST(LrSchedule, EpochTableMatchesThePerStepSchedule) {
+  const ScheduleOptions s = warm_cosine();
+  const int64_t spe = 22;
+  for (int64_t first : {int64_t(0), int64_t(22), int64_t(37), int64_t(44)}) {
+    const std::vector<double> t = epoch_lr_table(s, 0.05, first, spe, 3);
+    ASSERT_EQ(t.size(), size_t(spe));
+    for (int64_t k = 0; k < spe; ++k)
+      EXPECT_EQ(t[size_t(k)], learning_rate(s, 0.05, double(first + k) / double(spe), 3))
+          << "first " << first << " batch " << k;
+  }
+  EXPECT_THROW(epoch_lr_table(s, 0.05, 0, 0, 3), Error);
+  ScheduleOptions bad = s;
+  bad.warmup_epochs = 5;  // past the 3 epochs: the schedule's own check
+  EXPECT_THROW(epoch_lr_table(bad, 0.05, 0, spe, 3), Error);
+}
+
+// The config reads a schedule's type through the same names the logs and the resolved config print.
+TEST(LrSchedule, NamesRoundTrip) {
+  for (const std::string& n : schedule_names()) EXPECT_EQ(schedule_name(schedule_type(n)), n);
+  EXPECT_THROW(schedule_type("linear"), Error);
 }

@@ -1,7 +1,7 @@
-// The host side of the trainer's CUDA-graph step (app/step_graph.h): the per-epoch learning-rate
-// table, the step counters and their advance, the gather that finds its batch from the counter,
-// the optimizer reading lr and step from memory, and the switch. On the CPU the trainer runs
-// these same counters eagerly, so the end-to-end tests cover them too.
+// The host side of the trainer's CUDA-graph step (app/train/step_graph.h): the step counters and
+// their advance, the gather that finds its batch from the counter, the optimizer reading lr and
+// step from memory, and the switch. On the CPU the trainer runs these same counters eagerly, so the
+// end-to-end tests cover them too.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -11,15 +11,14 @@
 #include <sstream>
 #include <vector>
 
-#include "app/train/batch_source.h"
 #include "app/config/config.h"
+#include "app/train/batch_source.h"
 #include "app/train/step_graph.h"
 #include "app/train/trainer.h"
 #include "data/gather.h"
-#include "runtime/error.h"
 #include "kernels/optimizer/optimizer.h"
-#include "layers/lr_schedule.h"
 #include "layers/checkpoint/safetensors.h"
+#include "runtime/error.h"
 #include "tests/test_util.h"
 
 using namespace cnn;
@@ -27,37 +26,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-ScheduleOptions warm_cosine() {
-  ScheduleOptions s;
-  s.type = ScheduleType::Cosine;
-  s.warmup_epochs = 0.5;
-  s.min_lr = 0.001;
-  return s;
-}
-
 bool same_bits(float a, float b) {
   return std::memcmp(&a, &b, sizeof(float)) == 0;
 }
 
 }  // namespace
-
-// Batch k of an epoch starting at global step first runs at learning_rate((first + k) / spe):
-// the value the step-by-step loop computes, for a fresh epoch and for one resumed inside it.
-TEST(StepGraph, LrTableMatchesThePerStepSchedule) {
-  const ScheduleOptions s = warm_cosine();
-  const int64_t spe = 22;
-  for (int64_t first : {int64_t(0), int64_t(22), int64_t(37), int64_t(44)}) {
-    const std::vector<double> t = epoch_lr_table(s, 0.05, first, spe, 3);
-    ASSERT_EQ(t.size(), size_t(spe));
-    for (int64_t k = 0; k < spe; ++k)
-      EXPECT_EQ(t[size_t(k)], learning_rate(s, 0.05, double(first + k) / double(spe), 3))
-          << "first " << first << " batch " << k;
-  }
-  EXPECT_THROW(epoch_lr_table(s, 0.05, 0, 0, 3), Error);
-  ScheduleOptions bad = s;
-  bad.warmup_epochs = 5;  // past the 3 epochs: the schedule's own check
-  EXPECT_THROW(epoch_lr_table(bad, 0.05, 0, spe, 3), Error);
-}
 
 TEST(StepGraph, AdvanceStepsBatchUpdateAndLr) {
   const std::vector<float> table = {0.5f, 0.25f, 0.125f};

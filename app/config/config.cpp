@@ -15,6 +15,8 @@
 #include "app/config/config_yaml.h"
 #include "app/config/did_you_mean.h"
 #include "data/load_data.h"  // data_format_name
+#include "layers/lr_schedule.h"
+#include "layers/param_optimizer.h"  // optimizer_name
 #include "runtime/error.h"
 
 namespace cnn {
@@ -59,31 +61,6 @@ struct Sites {
   std::vector<LayerSite> layers;
   std::string classes_origin;  // "data.classes (line 31)": where the class count came from
 };
-
-const char* optimizer_name(OptimizerType t) {
-  switch (t) {
-    case OptimizerType::Sgd:
-      return "sgd";
-    case OptimizerType::Adam:
-      return "adam";
-    case OptimizerType::AdamW:
-      return "adamw";
-  }
-  return "?";
-}
-const char* schedule_name(ScheduleType t) {
-  switch (t) {
-    case ScheduleType::Constant:
-      return "constant";
-    case ScheduleType::Step:
-      return "step";
-    case ScheduleType::Cosine:
-      return "cosine";
-    case ScheduleType::OneCycle:
-      return "onecycle";
-  }
-  return "?";
-}
 
 // An absent optional section reads like an empty one.
 ConfigNode optional_child(const ConfigMap& m, const std::string& key) {
@@ -396,12 +373,7 @@ void read_optimizer(const ConfigMap& top, OptimizerOptions* o) {
 void read_schedule(const ConfigMap& top, const TrainConfig& cfg, ScheduleOptions* s) {
   ConfigMap m(optional_child(top, "schedule"), {"type", "warmup_epochs", "warmup_start_factor",
                                                 "step_epochs", "gamma", "min_lr", "pct_start"});
-  const std::string type =
-      m.get_choice("type", "constant", {"constant", "step", "cosine", "onecycle"});
-  s->type = type == "constant" ? ScheduleType::Constant
-            : type == "step"   ? ScheduleType::Step
-            : type == "cosine" ? ScheduleType::Cosine
-                               : ScheduleType::OneCycle;
+  s->type = schedule_type(m.get_choice("type", "constant", schedule_names()));
   s->warmup_epochs =
       m.get_number("warmup_epochs", s->warmup_epochs, between(0, cfg.training.epochs));
   s->warmup_start_factor =

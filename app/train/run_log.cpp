@@ -44,7 +44,7 @@ RunLog::~RunLog() {
   clear_bar();
 }
 
-void RunLog::truncate_metrics_after(int64_t last_step, bool eval_done) {
+void RunLog::truncate_metrics_after(int64_t last_step, bool eval_done, bool train_row_done) {
   std::ifstream in(metrics_path_);
   std::string line, kept = std::string(kMetricsHeader) + "\n";
   std::getline(in, line);  // header
@@ -60,7 +60,8 @@ void RunLog::truncate_metrics_after(int64_t last_step, bool eval_done) {
       if (fields == 3) eval = field == "eval";
       ++fields;
     }
-    const bool redone = step > last_step || (step == last_step && eval && !eval_done);
+    const bool redone = step > last_step ||
+                        (step == last_step && (eval ? !eval_done : !train_row_done));
     if (fields == 8 && !redone && !in.eof()) kept += line + "\n";
   }
   write_file_atomically(metrics_path_, kept.data(), kept.size());

@@ -38,7 +38,10 @@ class RunLog {
   // Keeps rows with step <= last_step (resume; 0: a fresh run keeps the header only), rewriting
   // the file atomically. eval_done: false drops the eval rows at last_step too, for a checkpoint
   // taken on an epoch's last batch before that epoch's evaluation, which the resume runs again.
-  void truncate_metrics_after(int64_t last_step, bool eval_done = true);
+  // train_row_done: false drops a train row at last_step, for a checkpoint taken with an open
+  // window of training metrics, whose row the resume writes again.
+  void truncate_metrics_after(int64_t last_step, bool eval_done = true,
+                              bool train_row_done = true);
   void metrics(const MetricsRow& row);
 
   // Redraws the bar at most a few times a second: "epoch 3/8 [=====>   ] 212/469 lr 0.05 ...".

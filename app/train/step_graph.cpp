@@ -5,7 +5,6 @@
 #include <cstring>
 #include <exception>
 
-#include "layers/lr_schedule.h"
 #include "runtime/env_switches.h"
 #include "runtime/error.h"
 
@@ -31,16 +30,6 @@ TrainStream::~TrainStream() {
 #ifdef CNN_HAVE_CUDA
   if (stream_) cudaStreamDestroy(stream_);
 #endif
-}
-
-std::vector<double> epoch_lr_table(const ScheduleOptions& s, double base_lr, int64_t first_step,
-                                   int64_t steps_per_epoch, double total_epochs) {
-  CNN_CHECK(steps_per_epoch > 0, "lr table: {} steps per epoch", steps_per_epoch);
-  std::vector<double> t(static_cast<size_t>(steps_per_epoch));
-  for (int64_t k = 0; k < steps_per_epoch; ++k)
-    t[size_t(k)] =
-        learning_rate(s, base_lr, double(first_step + k) / double(steps_per_epoch), total_epochs);
-  return t;
 }
 
 StepState::StepState(const Exec& ex, int64_t steps_per_epoch)

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/exec.h"
-#include "runtime/memory.h"
 #include "kernels/optimizer/optimizer.h"
 #include "layers/optim_options.h"
+#include "runtime/exec.h"
+#include "runtime/memory.h"
 
 namespace cnn {
 
@@ -32,20 +32,15 @@ class TrainStream {
   cudaStream_t stream_ = nullptr;
 };
 
-// The learning rate of each batch of an epoch whose batch 0 is global step `first_step` (so
-// batch k runs at learning_rate(step (first_step + k) / steps_per_epoch), exactly the value the
-// step-by-step loop computes).
-std::vector<double> epoch_lr_table(const ScheduleOptions& s, double base_lr, int64_t first_step,
-                                   int64_t steps_per_epoch, double total_epochs);
-
 // The step counters and the epoch's learning-rate table in memory of ex.device.
 class StepState {
  public:
   StepState(const Exec& ex, int64_t steps_per_epoch);
 
   // At an epoch's start or a resume inside it: the table (one rate per batch of the epoch, from
-  // epoch_lr_table), the batch the epoch continues at, and the optimizer's 1-based update number
-  // of that batch. Asynchronous on ex.stream, ordered after the steps before it.
+  // epoch_lr_table in layers/lr_schedule.h), the batch the epoch continues at, and the optimizer's
+  // 1-based update number of that batch. Asynchronous on ex.stream, ordered after the steps before
+  // it.
   void start_epoch(const std::vector<double>& lr_per_batch, int64_t batch, int64_t update);
   void advance();  // the step's last launch (advance_step_counters)
 

@@ -3,24 +3,29 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <memory>
 
-#include "app/train/batch_source.h"
 #include "app/config/config.h"
+#include "app/train/batch_source.h"
+#include "app/train/checkpoint_times.h"
 #include "app/train/evaluate.h"
+#include "app/train/resume_plan.h"
+#include "app/train/run_folder.h"
 #include "app/train/run_log.h"
 #include "app/train/step_graph.h"
+#include "data/batch_sampler.h"
 #include "data/check_data.h"
 #include "data/load_data.h"
-#include "runtime/error.h"
-#include "kernels/optimizer/optimizer.h"
 #include "kernels/loss/softmax_xent.h"
-#include "runtime/atomic_file.h"
+#include "kernels/optimizer/optimizer.h"
 #include "layers/checkpoint/checkpoint.h"
 #include "layers/lr_schedule.h"
 #include "layers/param_optimizer.h"
+#include "runtime/atomic_file.h"
+#include "runtime/error.h"
 
 namespace cnn {
 namespace {
@@ -72,29 +77,60 @@ std::string first_nonfinite_tensor(Network& net) {
   return "";
 }
 
+enum class EpochEnd { Done, MaxSteps, Signal };
+
+// One run: setup (folders, data, network, checkpoint, log), then per epoch the steps and the end
+// of the epoch (evaluation, best and last checkpoints).
 class Trainer {
  public:
   Trainer(const TrainConfig& cfg, const TrainArgs& args) : cfg_(cfg), args_(args) {}
   int run();
 
  private:
+  // Setup, in order; everything that can refuse runs before anything is written.
+  bool claim_folders();  // false: a finished run, nothing to do
+  void load_model_and_data();
+  void open_run_log();
+  void prepare_steps();
+  // The loop.
+  EpochEnd run_epoch(int64_t epoch);
+  void end_of_epoch(int64_t epoch, bool stopped);
+  void evaluate_epoch(int64_t epoch, double train_s, bool last_epoch, TrainPosition* next);
+  int stop_by_signal(int sig);
+  void finish();
+
   void save(const std::string& file, const TrainPosition& pos);
-  bool log_point(int64_t epoch, double lr);  // false: stop (NaN)
+  void log_point(int64_t epoch);
+  double elapsed() const { return elapsed_before_ + seconds_since(start_); }
 
   const TrainConfig& cfg_;
   const TrainArgs& args_;
   Exec ex_;
   std::unique_ptr<TrainStream> stream_;  // outlives everything that launches on it
-  std::string run_dir_, ckpt_dir_;
+  std::unique_ptr<RunFolders> folders_;
+  std::string run_dir_, ckpt_dir_, resume_ckpt_;
+  std::unique_ptr<ResumePlan> plan_;
+  std::vector<std::string> resume_notes_;
   DataSplits data_;
+  const Dataset* eval_set_ = nullptr;
   Normalization norm_;
   std::unique_ptr<Network> net_;
   std::unique_ptr<ParamOptimizer> opt_;
+  CheckpointMeta ckpt_meta_;  // of --resume / --init-weights
   std::unique_ptr<RunLog> log_;
+  std::unique_ptr<BatchSource> train_, eval_;
+  std::unique_ptr<StepState> state_;
+  std::function<void()> step_launches_;
+  int n_ = 0;  // the current batch's size
+  int64_t steps_per_epoch_ = 0;
   TrainPosition pos_;
+  double lr_ = 0;
   Buffer<double> totals_;  // device: loss sum, correct, count since the last logging point
-  Clock::time_point start_ = Clock::now(), last_log_ = Clock::now();
+  Clock::time_point start_ = Clock::now(), last_log_ = Clock::now(), epoch_start_;
+  double elapsed_before_ = 0;  // seconds trained before this process (a resume)
   int64_t images_since_log_ = 0;
+  // Last, so destroyed first: it waits for a replay still in flight before the buffers go.
+  std::unique_ptr<StepGraph> graph_;
 };
 
 void Trainer::save(const std::string& file, const TrainPosition& pos) {
@@ -114,19 +150,25 @@ void Trainer::save(const std::string& file, const TrainPosition& pos) {
   m.std = norm_.std;
   m.position = pos;
   m.seed = cfg_.training.seed;
+  raw_copy(m.train_window.data(), Device::CPU, totals_.data(), ex_.device, sizeof(m.train_window));
   try {
     save_checkpoint(path, *net_, opt_.get(), m);
   } catch (const Error& e) {
     CNN_FAIL("step {}: saving the checkpoint failed, the previous one is unchanged: {}",
              pos.global_step, e.what());
   }
+  try {
+    record_checkpoint_time(ckpt_dir_, file, pos, elapsed());
+  } catch (const Error& e) {
+    log_->warn("step {}: {} (only a resumed run's time_s is affected)", pos.global_step, e.what());
+  }
 }
 
-bool Trainer::log_point(int64_t epoch, double lr) {
+void Trainer::log_point(int64_t epoch) {
   double t[3] = {0, 0, 0};
   raw_copy(t, Device::CPU, totals_.data(), ex_.device, sizeof(t));  // the step's one sync
   totals_.zero(ex_.stream);
-  if (t[2] == 0) return true;
+  if (t[2] == 0) return;
   const double loss = t[0] / t[2], acc = t[1] / t[2];
   const double ips = images_since_log_ / std::max(1e-9, seconds_since(last_log_));
   last_log_ = Clock::now();
@@ -142,37 +184,56 @@ bool Trainer::log_point(int64_t epoch, double lr) {
         ckpt_dir_);
   }
   log_->info("epoch {} step {}: loss {:.4f} acc {:.2f}% lr {:.4g} {:.0f} img/s", epoch + 1,
-             pos_.global_step, loss, 100 * acc, lr, ips);
-  log_->metrics({seconds_since(start_), epoch + 1, pos_.global_step, "train", loss, acc, lr, ips});
+             pos_.global_step, loss, 100 * acc, lr_, ips);
+  log_->metrics({elapsed(), epoch + 1, pos_.global_step, "train", loss, acc, lr_, ips});
+}
+
+bool Trainer::claim_folders() {
+  CNN_CHECK(args_.resume.empty() || args_.init_weights.empty(),
+            "--resume and --init-weights cannot be used together");
+  CNN_CHECK(args_.resume.empty() || !args_.overwrite,
+            "--overwrite starts a run afresh and --resume continues one; use only one");
+  if (!args_.resume.empty()) resume_ckpt_ = resolve_resume_path(args_.resume);
+  const std::string& ckpt_in = resume_ckpt_.empty() ? args_.init_weights : resume_ckpt_;
+  if (!ckpt_in.empty()) ckpt_meta_ = read_checkpoint_meta(ckpt_in);
+  if (!resume_ckpt_.empty()) plan_ = std::make_unique<ResumePlan>(cfg_, ckpt_meta_, resume_ckpt_);
+
+  RunFolderRequest req;
+  req.name = cfg_.name;
+  req.logs_root = cfg_.logging.dir;
+  req.log_dir = args_.log_dir;
+  if (cfg_.checkpoint.dir != cfg_.run_dir()) req.checkpoint_dir = cfg_.checkpoint.dir;
+  req.resume = resume_ckpt_;
+  req.overwrite = args_.overwrite;
+  folders_ = std::make_unique<RunFolders>(req);
+  run_dir_ = folders_->run_dir();
+  ckpt_dir_ = folders_->ckpt_dir();
+  if (plan_ && plan_->finished()) {
+    // Nothing is trained, but a write that a kill interrupted at the very end is still tidied.
+    for (const std::string& dir : {run_dir_, ckpt_dir_})
+      for (const std::string& f : remove_stale_temp_files(dir))
+        std::printf("removed %s, left by an interrupted write\n", f.c_str());
+    std::printf(
+        "%s\n",
+        plan_->finished_message(continue_command(args_.program, run_dir_, ckpt_dir_)).c_str());
+    return false;
+  }
+  if (plan_) {
+    pos_ = ckpt_meta_.position;
+    elapsed_before_ = checkpoint_elapsed(resume_ckpt_, pos_, run_dir_ + "/metrics.csv");
+  }
   return true;
 }
 
-int Trainer::run() {
-  CNN_CHECK(args_.resume.empty() || args_.init_weights.empty(),
-            "--resume and --init-weights cannot be used together");
+void Trainer::load_model_and_data() {
   const TrainingOptions& tr = cfg_.training;
-  ex_.device = resolve_device(tr.device);
-  ex_.precision = tr.precision;
-  ex_.deterministic = tr.deterministic;
-  stream_ = std::make_unique<TrainStream>(ex_.device);
-  ex_.stream = stream_->get();
-  run_dir_ = args_.log_dir.empty() ? cfg_.run_dir() : args_.log_dir;
-  ckpt_dir_ = cfg_.checkpoint.dir.empty() ||
-                      (!args_.log_dir.empty() && cfg_.checkpoint.dir == cfg_.run_dir())
-                  ? run_dir_
-                  : cfg_.checkpoint.dir;
-
-  // Everything that can refuse (checkpoint, data) is checked before anything is written.
-  const std::string& ckpt_in = args_.resume.empty() ? args_.init_weights : args_.resume;
-  CheckpointMeta ckpt_meta;
-  if (!ckpt_in.empty()) ckpt_meta = read_checkpoint_meta(ckpt_in);
-
   data_ = load_data(cfg_.data);
-  const Dataset& eval_set = data_.val.n > 0 ? data_.val : data_.test;
+  eval_set_ = data_.val.n > 0 ? &data_.val : &data_.test;
   std::vector<float> mean = cfg_.data.mean, stdv = cfg_.data.std;
+  const std::string& ckpt_in = resume_ckpt_.empty() ? args_.init_weights : resume_ckpt_;
   if (mean.empty() && !ckpt_in.empty()) {
-    mean = ckpt_meta.mean;
-    stdv = ckpt_meta.std;
+    mean = ckpt_meta_.mean;
+    stdv = ckpt_meta_.std;
   }
   norm_ = resolve_normalization(mean, stdv, data_.train);
 
@@ -190,15 +251,20 @@ int Trainer::run() {
             "the model ends in {} classes but the dataset has {} ({})", net_->num_classes(),
             data_.train.num_classes(), data_.train.source);
   opt_ = std::make_unique<ParamOptimizer>(cfg_.optimizer, *net_);
-  if (!ckpt_in.empty()) {
-    Checkpoint ck = load_checkpoint_for(ckpt_in, *net_);
-    net_->params_from_host(ck.params);
-    if (!args_.resume.empty()) {
-      opt_->state_from_host(ck.optimizer_state, ck.meta.position.global_step);
-      pos_ = ck.meta.position;
-    }
-  }
+  if (ckpt_in.empty()) return;
+  Checkpoint ck = load_checkpoint_for(ckpt_in, *net_);
+  net_->params_from_host(ck.params);
+  if (resume_ckpt_.empty()) return;
+  std::vector<std::string> names;
+  for (const auto& [name, values] : ck.optimizer_state) names.push_back(name);
+  const std::string note = ResumePlan::check_optimizer_state(cfg_.optimizer, names, resume_ckpt_);
+  if (!note.empty()) resume_notes_.push_back(note);
+  opt_->state_from_host(ck.optimizer_state, ck.meta.position.global_step);
+}
 
+void Trainer::open_run_log() {
+  const TrainingOptions& tr = cfg_.training;
+  folders_->start_run();
   log_ = std::make_unique<RunLog>(run_dir_, cfg_.logging.progress != ProgressMode::Off);
   std::error_code ec;
   std::filesystem::create_directories(ckpt_dir_, ec);
@@ -209,51 +275,51 @@ int Trainer::run() {
   write_file_atomically(run_dir_ + "/config.yaml", cfg_.resolved_yaml.data(),
                         cfg_.resolved_yaml.size());
 
-  log_->info("run '{}' on {} | precision {} | algo {} | deterministic {} | seed {}", cfg_.name,
-             device_description(ex_.device), precision_name(ex_.precision), algo_name(tr.algo),
-             tr.deterministic, tr.seed);
+  log_->info("run '{}' in {} on {} | precision {} | algo {} | deterministic {} | seed {}",
+             cfg_.name, run_dir_, device_description(ex_.device), precision_name(ex_.precision),
+             algo_name(tr.algo), tr.deterministic, tr.seed);
+  if (!folders_->note().empty()) log_->info("{}", folders_->note());
   log_->info("network (batch {}):\n{}", tr.batch_size,
              format_network_summary(summarize_network(cfg_.model.layers, cfg_.model.input_chw)));
   log_->info("data: train {} images ({}), {} {} images, {} classes, normalization {}",
-             data_.train.n, data_.train.source, data_.val.n > 0 ? "validation" : "test", eval_set.n,
-             data_.train.num_classes(), normalization_str(norm_));
+             data_.train.n, data_.train.source, data_.val.n > 0 ? "validation" : "test",
+             eval_set_->n, data_.train.num_classes(), normalization_str(norm_));
   for (const std::string& line : net_->fusion_notes()) log_->info("fusion: {}", line);
   for (const std::string& line : net_->autotune()) log_->info("algo auto: {}", line);
   if (data_.train.skipped > 0)
     log_->warn("skipped {} unreadable training images, e.g. {}", data_.train.skipped,
                data_.train.skipped_examples.empty() ? "" : data_.train.skipped_examples[0]);
-  if (!args_.resume.empty())
-    log_->info("resuming from {} at epoch {} batch {} (step {})", args_.resume, pos_.epoch + 1,
-               pos_.batch_in_epoch, pos_.global_step);
+  if (!resume_ckpt_.empty())
+    log_->info("resuming from {} at epoch {} batch {} (step {}, {:.1f} s trained)", resume_ckpt_,
+               pos_.epoch + 1, pos_.batch_in_epoch, pos_.global_step, elapsed_before_);
+  for (const std::string& line : resume_notes_) log_->warn("resume: {}", line);
   if (!args_.init_weights.empty()) log_->info("initial weights from {}", args_.init_weights);
+}
 
-  std::unique_ptr<BatchSource> train_src, eval;
+void Trainer::prepare_steps() {
+  const TrainingOptions& tr = cfg_.training;
   try {
-    train_src = std::make_unique<BatchSource>(data_.train, norm_, &cfg_.data.augment, tr.seed,
-                                              tr.batch_size, true, cfg_.data.drop_last, ex_);
-    if (eval_set.n > 0)
-      eval = std::make_unique<BatchSource>(eval_set, norm_, nullptr, tr.seed, tr.batch_size, false,
-                                           false, ex_, true);
+    train_ = std::make_unique<BatchSource>(data_.train, norm_, &cfg_.data.augment, tr.seed,
+                                           tr.batch_size, true, cfg_.data.drop_last, ex_);
+    if (eval_set_->n > 0)
+      eval_ = std::make_unique<BatchSource>(*eval_set_, norm_, nullptr, tr.seed, tr.batch_size,
+                                            false, false, ex_, true);
   } catch (const Error& e) {
     CNN_FAIL("cannot set up the datasets ({} + {} images, batch {}) on {}: {}", data_.train.n,
-             eval_set.n, tr.batch_size, device_name(ex_.device), e.what());
+             eval_set_->n, tr.batch_size, device_name(ex_.device), e.what());
   }
-  BatchSource& train = *train_src;
   totals_ = Buffer<double>(3, ex_.device);
-  totals_.zero(ex_.stream);
-
-  const StopSignalScope stop_signals;
-
-  const int64_t steps_per_epoch = train.batches_per_epoch();
-  CNN_CHECK(steps_per_epoch > 0, "the training set ({} images) gives no batch of {} (drop_last)",
-            data_.train.n, tr.batch_size);
-  // A fresh run starts metrics.csv afresh; a resume drops the rows past its checkpoint, and the
-  // evaluation that it runs again when the checkpoint was taken on an epoch's last batch.
-  log_->truncate_metrics_after(pos_.global_step, pos_.batch_in_epoch < steps_per_epoch);
-  const double total_epochs = tr.epochs;
-  EvalResult last_eval;
-  bool stopped = false;
-  double lr = cfg_.optimizer.lr;
+  // A resume continues the window of training rows that its checkpoint was taken in.
+  if (resume_ckpt_.empty())
+    totals_.zero(ex_.stream);
+  else
+    totals_.copy_from(ckpt_meta_.train_window.data(), Device::CPU, 3, ex_.stream);
+  // A fresh run starts metrics.csv afresh; a resume drops the rows past its checkpoint, and those
+  // at its step that it writes again: the evaluation when the checkpoint was taken on an epoch's
+  // last batch, the train row when the checkpoint holds an open window.
+  log_->truncate_metrics_after(pos_.global_step, pos_.batch_in_epoch < steps_per_epoch_,
+                               resume_ckpt_.empty() || ckpt_meta_.train_window[2] == 0);
+  lr_ = cfg_.optimizer.lr;
   // A step's launches: all that changes between steps is read from `state` on the device, so
   // the same launches (captured once as a CUDA graph) serve every full batch.
   const std::string graph_off =
@@ -262,111 +328,149 @@ int Trainer::run() {
                                    ? "on (the training step is captured after one plain step, "
                                      "then replayed once per full batch)"
                                    : "off (" + graph_off + ")");
-  StepState state(ex_, steps_per_epoch);
-  train.use_batch_counter(state.batch());
-  StepGraph graph(ex_, graph_off.empty());
-  int n = 0;
-  const std::function<void()> step_launches = [&] {
-    train.gather(n);
-    net_->forward_backward(n, train.x(), train.labels(), 1.0f / float(n));
-    accumulate_metrics(n, net_->loss_rows(), net_->predictions(), train.labels(), totals_.data(),
+  state_ = std::make_unique<StepState>(ex_, steps_per_epoch_);
+  train_->use_batch_counter(state_->batch());
+  graph_ = std::make_unique<StepGraph>(ex_, graph_off.empty());
+  step_launches_ = [this] {
+    train_->gather(n_);
+    net_->forward_backward(n_, train_->x(), train_->labels(), 1.0f / float(n_));
+    accumulate_metrics(n_, net_->loss_rows(), net_->predictions(), train_->labels(), totals_.data(),
                        ex_);
-    opt_->step_from(state.lr(), state.update());
-    state.advance();
+    opt_->step_from(state_->lr(), state_->update());
+    state_->advance();
   };
-  for (int64_t epoch = pos_.epoch; epoch < tr.epochs && !stopped; ++epoch) {
-    const auto epoch_start = Clock::now();
-    train.start_epoch(epoch, epoch == pos_.epoch ? pos_.batch_in_epoch : 0);
-    pos_.epoch = epoch;
-    // Batch k of the epoch runs at global step first_step + k (also after a resume inside it);
-    // the optimizer's update number is the global step after the update.
-    const int64_t first_step = pos_.global_step - train.position();
-    state.start_epoch(
-        epoch_lr_table(cfg_.schedule, cfg_.optimizer.lr, first_step, steps_per_epoch, total_epochs),
-        train.position(), pos_.global_step + 1);
-    for (;;) {
-      const int64_t batch_index = train.position();
-      if (!train.take(&n)) break;
-      lr = state.lr_at(batch_index);
-      graph.run(step_launches, n == tr.batch_size);
-      bool warning = false;
-      if (const std::string news = graph.take_news(&warning); !news.empty()) {
-        if (warning)
-          log_->warn("step {}: {}", pos_.global_step + 1, news);
-        else
-          log_->info("step {}: {}", pos_.global_step + 1, news);
-      }
-      ++pos_.global_step;
-      pos_.batch_in_epoch = train.position();
-      images_since_log_ += n;
-      const bool at_log =
-          cfg_.logging.every_steps > 0 && pos_.global_step % cfg_.logging.every_steps == 0;
-      if (at_log) log_point(epoch, lr);
-      const double elapsed = seconds_since(epoch_start);
-      log_->progress(epoch, tr.epochs, pos_.batch_in_epoch, steps_per_epoch, lr,
-                     elapsed / double(std::max<int64_t>(1, pos_.batch_in_epoch)) *
-                         double(steps_per_epoch - pos_.batch_in_epoch));
-      if (cfg_.checkpoint.every_steps > 0 && pos_.global_step % cfg_.checkpoint.every_steps == 0)
-        save("last.safetensors", pos_);
-      if (g_stop_signal) {
-        log_->clear_bar();
-        save("last.safetensors", pos_);
-        log_->info(
-            "stopped by signal {} at step {}; checkpoint {}/last.safetensors (continue "
-            "with --resume)",
-            int(g_stop_signal), pos_.global_step, ckpt_dir_);
-        return 0;
-      }
-      if (tr.max_steps > 0 && pos_.global_step >= tr.max_steps) {
-        stopped = true;
-        break;
-      }
+}
+
+EpochEnd Trainer::run_epoch(int64_t epoch) {
+  const TrainingOptions& tr = cfg_.training;
+  BatchSource& train = *train_;
+  epoch_start_ = Clock::now();
+  train.start_epoch(epoch, epoch == pos_.epoch ? pos_.batch_in_epoch : 0);
+  pos_.epoch = epoch;
+  // The schedule follows the fractional epoch (batch k at (epoch * steps + k) / steps, also after
+  // a resume inside the epoch or one that changed the batch size); the optimizer's update number
+  // is the global step after the update.
+  state_->start_epoch(epoch_lr_table(cfg_.schedule, cfg_.optimizer.lr, epoch * steps_per_epoch_,
+                                     steps_per_epoch_, tr.epochs),
+                      train.position(), pos_.global_step + 1);
+  for (;;) {
+    const int64_t batch_index = train.position();
+    if (!train.take(&n_)) return EpochEnd::Done;
+    lr_ = state_->lr_at(batch_index);
+    graph_->run(step_launches_, n_ == tr.batch_size);
+    bool warning = false;
+    if (const std::string news = graph_->take_news(&warning); !news.empty()) {
+      if (warning)
+        log_->warn("step {}: {}", pos_.global_step + 1, news);
+      else
+        log_->info("step {}: {}", pos_.global_step + 1, news);
     }
-    log_point(epoch, lr);
-    stream_sync(ex_.device, ex_.stream);
-    const double train_s = seconds_since(epoch_start);
-    const bool epoch_done = !stopped || pos_.batch_in_epoch >= steps_per_epoch;
-    TrainPosition next = pos_;
-    if (epoch_done) {
-      next.epoch = epoch + 1;
-      next.batch_in_epoch = 0;
-    }
-    const bool last_epoch = epoch + 1 == tr.epochs || stopped;
-    if (eval && ((epoch + 1) % tr.eval_every_epochs == 0 || last_epoch)) {
-      const auto eval_start = Clock::now();
-      last_eval = evaluate(*net_, *eval);
-      const double eval_s = seconds_since(eval_start);
-      log_->info(
-          "epoch {} {}: loss {:.4f} accuracy {:.2f}% ({} images) | epoch time {:.2f} s "
-          "(train {:.2f} s, eval {:.2f} s), {:.1f} s elapsed",
-          epoch + 1, data_.val.n > 0 ? "validation" : "test", last_eval.loss,
-          100 * last_eval.accuracy, last_eval.count, train_s + eval_s, train_s, eval_s,
-          seconds_since(start_));
-      log_->metrics({seconds_since(start_), epoch + 1, pos_.global_step, "eval", last_eval.loss,
-                     last_eval.accuracy, lr, 0});
-      CNN_CHECK(std::isfinite(last_eval.loss), "epoch {}: the evaluation loss is {}; stopping",
-                epoch + 1, last_eval.loss);
-      // Written before the final checkpoint: a run killed after that checkpoint is complete, as
-      // a resume from it has nothing left to run.
-      if (last_epoch) {
-        log_->info("confusion matrix ({}):\n{}", data_.val.n > 0 ? "validation" : "test",
-                   format_confusion(last_eval, data_.train.class_names));
-        const std::string csv = confusion_csv(last_eval, data_.train.class_names);
-        write_file_atomically(run_dir_ + "/confusion.csv", csv.data(), csv.size());
-      }
-      if (last_eval.accuracy > next.best_accuracy) {
-        next.best_accuracy = last_eval.accuracy;
-        if (cfg_.checkpoint.keep_best) save("best.safetensors", next);
-      }
-    }
-    pos_ = next;
-    if ((cfg_.checkpoint.every_epochs > 0 && (epoch + 1) % cfg_.checkpoint.every_epochs == 0) ||
-        last_epoch)
+    ++pos_.global_step;
+    pos_.batch_in_epoch = train.position();
+    images_since_log_ += n_;
+    if (cfg_.logging.every_steps > 0 && pos_.global_step % cfg_.logging.every_steps == 0)
+      log_point(epoch);
+    const double epoch_s = seconds_since(epoch_start_);
+    log_->progress(epoch, tr.epochs, pos_.batch_in_epoch, steps_per_epoch_, lr_,
+                   epoch_s / double(std::max<int64_t>(1, pos_.batch_in_epoch)) *
+                       double(steps_per_epoch_ - pos_.batch_in_epoch));
+    if (cfg_.checkpoint.every_steps > 0 && pos_.global_step % cfg_.checkpoint.every_steps == 0)
       save("last.safetensors", pos_);
+    if (g_stop_signal) return EpochEnd::Signal;
+    if (tr.max_steps > 0 && pos_.global_step >= tr.max_steps) return EpochEnd::MaxSteps;
   }
+}
+
+void Trainer::evaluate_epoch(int64_t epoch, double train_s, bool last_epoch, TrainPosition* next) {
+  const char* split = data_.val.n > 0 ? "validation" : "test";
+  const auto eval_start = Clock::now();
+  const EvalResult r = evaluate(*net_, *eval_);
+  const double eval_s = seconds_since(eval_start);
+  log_->info(
+      "epoch {} {}: loss {:.4f} accuracy {:.2f}% ({} images) | epoch time {:.2f} s "
+      "(train {:.2f} s, eval {:.2f} s), {:.1f} s elapsed",
+      epoch + 1, split, r.loss, 100 * r.accuracy, r.count, train_s + eval_s, train_s, eval_s,
+      elapsed());
+  log_->metrics({elapsed(), epoch + 1, pos_.global_step, "eval", r.loss, r.accuracy, lr_, 0});
+  CNN_CHECK(std::isfinite(r.loss), "epoch {}: the evaluation loss is {}; stopping", epoch + 1,
+            r.loss);
+  // Written before the final checkpoint: a run killed after that checkpoint is complete, as a
+  // resume from it has nothing left to run.
+  if (last_epoch) {
+    log_->info("confusion matrix ({}):\n{}", split, format_confusion(r, data_.train.class_names));
+    const std::string csv = confusion_csv(r, data_.train.class_names);
+    write_file_atomically(run_dir_ + "/confusion.csv", csv.data(), csv.size());
+  }
+  if (r.accuracy > next->best_accuracy) {
+    next->best_accuracy = r.accuracy;
+    if (cfg_.checkpoint.keep_best) save("best.safetensors", *next);
+  }
+}
+
+void Trainer::end_of_epoch(int64_t epoch, bool stopped) {
+  const TrainingOptions& tr = cfg_.training;
+  log_point(epoch);
+  stream_sync(ex_.device, ex_.stream);
+  const double train_s = seconds_since(epoch_start_);
+  TrainPosition next = pos_;
+  if (!stopped || pos_.batch_in_epoch >= steps_per_epoch_) {
+    next.epoch = epoch + 1;
+    next.batch_in_epoch = 0;
+  }
+  const bool last_epoch = epoch + 1 == tr.epochs || stopped;
+  if (eval_ && ((epoch + 1) % tr.eval_every_epochs == 0 || last_epoch))
+    evaluate_epoch(epoch, train_s, last_epoch, &next);
+  pos_ = next;
+  if ((cfg_.checkpoint.every_epochs > 0 && (epoch + 1) % cfg_.checkpoint.every_epochs == 0) ||
+      last_epoch)
+    save("last.safetensors", pos_);
+}
+
+int Trainer::stop_by_signal(int sig) {
+  log_->clear_bar();
+  save("last.safetensors", pos_);
+  log_->info("stopped by {} at epoch {} step {}; checkpoint {}/last.safetensors. Continue with: {}",
+             sig == SIGINT ? "SIGINT" : "SIGTERM", pos_.epoch + 1, pos_.global_step, ckpt_dir_,
+             continue_command(args_.program, run_dir_, ckpt_dir_));
+  return 128 + sig;
+}
+
+void Trainer::finish() {
   log_->info("done: {} steps in {:.1f} s; best accuracy {:.2f}%; checkpoints in {}",
-             pos_.global_step, seconds_since(start_), 100 * std::max(0.0, pos_.best_accuracy),
-             ckpt_dir_);
+             pos_.global_step, elapsed(), 100 * std::max(0.0, pos_.best_accuracy), ckpt_dir_);
+}
+
+int Trainer::run() {
+  const TrainingOptions& tr = cfg_.training;
+  if (!claim_folders()) return 0;
+  ex_.device = resolve_device(tr.device);
+  ex_.precision = tr.precision;
+  ex_.deterministic = tr.deterministic;
+  stream_ = std::make_unique<TrainStream>(ex_.device);
+  ex_.stream = stream_->get();
+  load_model_and_data();
+  {
+    // The number of steps per epoch is the sampler's; known once the data is.
+    const BatchSampler probe(data_.train.n, tr.batch_size, true, cfg_.data.drop_last, tr.seed);
+    steps_per_epoch_ = probe.batches_per_epoch();
+  }
+  CNN_CHECK(steps_per_epoch_ > 0, "the training set ({} images) gives no batch of {} (drop_last)",
+            data_.train.n, tr.batch_size);
+  if (plan_) {
+    const std::vector<std::string> changes = plan_->change_notes(steps_per_epoch_);
+    resume_notes_.insert(resume_notes_.begin(), changes.begin(), changes.end());
+  }
+  open_run_log();
+  prepare_steps();
+
+  const StopSignalScope stop_signals;
+  for (int64_t epoch = pos_.epoch; epoch < tr.epochs; ++epoch) {
+    const EpochEnd how = run_epoch(epoch);
+    if (how == EpochEnd::Signal) return stop_by_signal(int(g_stop_signal));
+    end_of_epoch(epoch, how == EpochEnd::MaxSteps);
+    if (how == EpochEnd::MaxSteps) break;
+  }
+  finish();
   return 0;
 }
 

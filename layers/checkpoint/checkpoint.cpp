@@ -8,8 +8,8 @@
 #include <set>
 #include <type_traits>
 
-#include "runtime/error.h"
 #include "layers/checkpoint/safetensors.h"
+#include "runtime/error.h"
 
 namespace cnn {
 namespace {
@@ -94,6 +94,12 @@ CheckpointMeta meta_of(const SafetensorsFile& f) {
   m.position.global_step = get_int(f, "global_step");
   m.position.best_accuracy = get_double(f, "best_accuracy");
   m.seed = get_uint64(f, "seed");
+  if (f.find_metadata("train_window")) {  // absent in checkpoints of older builds
+    const std::vector<double> w = get_json_list<double>(f, "train_window");
+    CNN_CHECK(w.size() == 3 && w[0] >= 0 && w[1] >= 0 && w[2] >= 0,
+              "{}: metadata train_window must hold 3 numbers >= 0", f.path());
+    std::copy(w.begin(), w.end(), m.train_window.begin());
+  }
   CNN_CHECK(m.input_chw.size() == 3, "{}: metadata input_chw must have 3 values", f.path());
   return m;
 }
@@ -123,6 +129,7 @@ void save_checkpoint(const std::string& path, const Network& net, const ParamOpt
       {"global_step", std::to_string(meta.position.global_step)},
       {"best_accuracy", fmt::format("{:.17g}", meta.position.best_accuracy)},
       {"seed", std::to_string(meta.seed)},
+      {"train_window", nlohmann::json(meta.train_window).dump()},
   };
   write_safetensors(path, tensors, md);
 }

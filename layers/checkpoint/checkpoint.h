@@ -4,6 +4,7 @@
 // tensors ("optimizer.momentum", ...), and in the metadata everything needed to resume exactly or
 // to run inference alone: the resolved config, class names, input size, normalization, and the
 // training position. Written atomically (temp file, fsync, rename).
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -28,6 +29,9 @@ struct CheckpointMeta {
   std::vector<float> mean, std;  // normalization applied to pixels in [0, 1]
   TrainPosition position;
   uint64_t seed = 0;
+  // Training loss sum, correct count and image count since the last metrics row: a resumed run
+  // averages its first row over the same steps as an uninterrupted run would.
+  std::array<double, 3> train_window = {0, 0, 0};
 };
 
 struct Checkpoint {
