@@ -13,11 +13,12 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "runtime/cuda_check.h"
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_small.h"
 #include "kernels/gemm/gemm_tile.cuh"
 #include "kernels/gemm/gemm_tile_vec.cuh"
+#include "kernels/gemm/gemm_wgmma.h"
+#include "runtime/cuda_check.h"
 #include "runtime/math_util.h"
 
 namespace cnn {
@@ -122,9 +123,9 @@ void run_vec_layout(const vgemm::Problem& p, bool a_mcontig, bool b_ncontig, cud
   }
 }
 
-// CNN_GEMM_PATH (legacy | tile | auto) or CNN_GEMM_LEGACY=1, read at each call (cheap next to a
-// launch; the layers' GEMMs run inside a captured graph).
-enum class EnvPath { Auto, Legacy, Tile };
+// CNN_GEMM_PATH (legacy | tile | wgmma | auto) or CNN_GEMM_LEGACY=1, read at each call (cheap
+// next to a launch; the layers' GEMMs run inside a captured graph).
+enum class EnvPath { Auto, Legacy, Tile, Wgmma };
 EnvPath env_path() {
   const char* legacy = std::getenv("CNN_GEMM_LEGACY");
   if (legacy && std::strcmp(legacy, "") != 0 && std::strcmp(legacy, "0") != 0)
@@ -133,7 +134,8 @@ EnvPath env_path() {
   if (!v || !*v || std::strcmp(v, "auto") == 0) return EnvPath::Auto;
   if (std::strcmp(v, "legacy") == 0) return EnvPath::Legacy;
   if (std::strcmp(v, "tile") == 0) return EnvPath::Tile;
-  CNN_FAIL("CNN_GEMM_PATH={}: expected legacy, tile or auto", v);
+  if (std::strcmp(v, "wgmma") == 0) return EnvPath::Wgmma;
+  CNN_FAIL("CNN_GEMM_PATH={}: expected legacy, tile, wgmma or auto", v);
 }
 
 }  // namespace
@@ -152,12 +154,24 @@ const char* gemm_path_name(GemmPath path) {
       return "small_m";
     case GemmPath::SmallK:
       return "small_k";
+    case GemmPath::Wgmma:
+      return "wgmma";
   }
   return "?";
 }
 
 GemmPath gemm_cuda_resolve(GemmPath path, bool trans_a, bool trans_b, int m, int n, int k,
-                           const float* d_a, int lda, const float* d_b, int ldb) {
+                           const float* d_a, int lda, const float* d_b, int ldb,
+                           Precision precision) {
+  // Wgmma runs where it can (TF32, k > 0, an sm_90a build on a cc 9.0 device); elsewhere the
+  // call goes the way Auto without the environment's wgmma would.
+  const bool wgmma_ok = precision == Precision::TF32 && k > 0 && gemm_wgmma_available();
+  if (path == GemmPath::Wgmma) {
+    if (wgmma_ok) return path;
+    path = GemmPath::Auto;
+  } else if (path == GemmPath::Auto && env_path() == EnvPath::Wgmma && wgmma_ok) {
+    return GemmPath::Wgmma;
+  }
   if (path == GemmPath::Auto) {
     const EnvPath env = env_path();
     if (env == EnvPath::Legacy) return GemmPath::Legacy;
@@ -184,9 +198,14 @@ void gemm_cuda_path(GemmPath path, bool trans_a, bool trans_b, int m, int n, int
             "gemm_cuda: lda={} / ldb={} too small for m={} n={} k={} (trans {} {})", lda, ldb, m, n,
             k, trans_a, trans_b);
   CNN_CHECK(d_c && (k == 0 || (d_a && d_b)), "gemm_cuda: null matrix pointer");
-  const GemmPath use = gemm_cuda_resolve(path, trans_a, trans_b, m, n, k, d_a, lda, d_b, ldb);
+  const GemmPath use =
+      gemm_cuda_resolve(path, trans_a, trans_b, m, n, k, d_a, lda, d_b, ldb, precision);
   const bool tf32 = precision == Precision::TF32;
   switch (use) {
+    case GemmPath::Wgmma:
+      gemm_wgmma(trans_a, trans_b, m, n, k, alpha, d_a, lda, d_b, ldb, beta, d_c, ldc, d_bias, relu,
+                 stream);
+      return;
     case GemmPath::SmallDot:
     case GemmPath::SmallM:
     case GemmPath::SmallK: {
