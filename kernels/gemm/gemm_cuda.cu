@@ -13,12 +13,12 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "runtime/cuda_check.h"
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_small.h"
 #include "kernels/gemm/gemm_tile.cuh"
 #include "kernels/gemm/gemm_tile_vec.cuh"
 #include "kernels/gemm/gemm_wgmma.h"
-#include "runtime/cuda_check.h"
 #include "runtime/math_util.h"
 
 namespace cnn {
@@ -165,11 +165,13 @@ GemmPath gemm_cuda_resolve(GemmPath path, bool trans_a, bool trans_b, int m, int
                            Precision precision) {
   // Wgmma runs where it can (TF32, k > 0, an sm_90a build on a cc 9.0 device); elsewhere the
   // call goes the way Auto without the environment's wgmma would.
-  const bool wgmma_ok = precision == Precision::TF32 && k > 0 && gemm_wgmma_available();
+  auto wgmma_ok = [&] {
+    return precision == Precision::TF32 && k > 0 && gemm_wgmma_available();
+  };
   if (path == GemmPath::Wgmma) {
-    if (wgmma_ok) return path;
+    if (wgmma_ok()) return path;
     path = GemmPath::Auto;
-  } else if (path == GemmPath::Auto && env_path() == EnvPath::Wgmma && wgmma_ok) {
+  } else if (path == GemmPath::Auto && env_path() == EnvPath::Wgmma && wgmma_ok()) {
     return GemmPath::Wgmma;
   }
   if (path == GemmPath::Auto) {
