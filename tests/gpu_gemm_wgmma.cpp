@@ -173,15 +173,16 @@ Result run(const Case& c, uint64_t seed, bool via_dispatch = false) {
       diff2 += std::isnan(g) ? INFINITY : e * e;
       ref2 += double(ref) * ref;
       const bool over = !(ratio <= 1.0);
-      if (over) ++r.bad;
-      if (!(g == ref)) {
-        if (r.exact_bad == 0 && (over || c.fill == Fill::SmallInt)) {
-          char buf[120];
-          std::snprintf(buf, sizeof buf, "(%d, %d): got %.9g, expected %.9g", i, j, g, ref);
-          r.first_bad = buf;
-        }
-        ++r.exact_bad;
+      const bool inexact = !(g == ref);
+      // The first element over the bound; with integer inputs, the first inexact one.
+      if ((over && r.bad == 0) ||
+          (inexact && c.fill == Fill::SmallInt && r.exact_bad == 0 && r.bad == 0)) {
+        char buf[120];
+        std::snprintf(buf, sizeof buf, "(%d, %d): got %.9g, expected %.9g", i, j, g, ref);
+        r.first_bad = buf;
       }
+      if (over) ++r.bad;
+      if (inexact) ++r.exact_bad;
     }
   for (size_t i = 0; i < r.got.size(); ++i)
     if (!in_block[i] && std::memcmp(&r.got[i], &c0[i], 4) != 0) r.padding_kept = false;
