@@ -61,8 +61,10 @@ EnvSwitches read_env_switches() {
       e.gemm_path = GemmPathSwitch::Strided;
     else if (s == "tile")
       e.gemm_path = GemmPathSwitch::Tile;
+    else if (s == "wgmma")
+      e.gemm_path = GemmPathSwitch::Wgmma;
     else
-      CNN_FAIL("CNN_GEMM_PATH='{}': expected strided, tile or auto", s);
+      CNN_FAIL("CNN_GEMM_PATH='{}': expected strided, tile, wgmma or auto", s);
   }
   e.conv_generic = off_unless_set("CNN_CONV_GENERIC");
   if (const char* v = get("CNN_CPU_ISA")) {
@@ -99,7 +101,8 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_AUTOTUNE", "0", "no start-up timing of variants: each op's fixed rule picks"},
       {"CNN_FUSE_POOL", "0", "no fused conv-relu-maxpool kernel"},
       {"CNN_CUDA_GRAPH", "0", "launch each training step's kernels directly, no CUDA graph"},
-      {"CNN_GEMM_PATH", "strided|tile|auto", "the CUDA GEMM's path (strided: any alignment)"},
+      {"CNN_GEMM_PATH", "strided|tile|wgmma|auto",
+       "the CUDA GEMM's path (strided: any alignment; wgmma: Hopper, TF32)"},
       {"CNN_CONV_GENERIC", "1", "implicit-GEMM conv gradients on the generic main loop"},
       {"CNN_CPU_ISA", "scalar|avx2|avx512", "cap the CPU kernels' instruction set"},
       {"CNN_CPU_THREADS", "1..256", "threads of the CPU kernels (default: the cores, at most 16)"},

@@ -17,8 +17,8 @@
 
 namespace cnn {
 
-enum class GemmPathSwitch { Auto, Strided, Tile };       // CNN_GEMM_PATH
-enum class CpuIsaSwitch { Best, Scalar, Avx2, Avx512 };  // CNN_CPU_ISA
+enum class GemmPathSwitch { Auto, Strided, Tile, Wgmma };  // CNN_GEMM_PATH
+enum class CpuIsaSwitch { Best, Scalar, Avx2, Avx512 };    // CNN_CPU_ISA
 
 struct EnvSwitches {
   // Overrides of options.
@@ -29,7 +29,7 @@ struct EnvSwitches {
   bool fuse_pool = true;            // CNN_FUSE_POOL=0: no fused conv-relu-maxpool
   bool cuda_graph = true;           // CNN_CUDA_GRAPH=0: launch each step's kernels directly
   // Debugging switches of the kernels.
-  GemmPathSwitch gemm_path = GemmPathSwitch::Auto;  // CNN_GEMM_PATH=strided|tile|auto
+  GemmPathSwitch gemm_path = GemmPathSwitch::Auto;  // CNN_GEMM_PATH=strided|tile|wgmma|auto
   bool conv_generic = false;  // CNN_CONV_GENERIC=1: generic implicit-GEMM conv gradients
   CpuIsaSwitch cpu_isa = CpuIsaSwitch::Best;  // CNN_CPU_ISA=scalar|avx2|avx512
   int cpu_threads = 0;                        // CNN_CPU_THREADS=1..256 (0: the hardware's)

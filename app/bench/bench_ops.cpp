@@ -31,6 +31,8 @@ bool op_selected(const BenchOptions& opt, const std::string& op) {
 #include "kernels/conv/conv_relu_pool.h"
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
+#include "kernels/gemm/gemm_cuda.h"
+#include "kernels/gemm/gemm_wgmma.h"
 #include "kernels/gemm/linear.h"
 #include "kernels/pool/maxpool.h"
 #include "runtime/memory.h"
@@ -515,6 +517,17 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
         };
         rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
       }
+      // The forward on the Hopper wgmma kernel (implicit GEMM, im2col gathered by its producer).
+      if (pass == Pass::Forward && p == Precision::TF32 && gemm_wgmma_available()) {
+        Candidate c;
+        c.variant = "conv:wgmma";
+        const WgmmaConvShape ws{s.n,  s.c,        s.h,        s.w,     s.oc,   s.kh,
+                                s.kw, s.stride_h, s.stride_w, s.pad_h, s.pad_w};
+        c.launch = [&, ws](int i) {
+          conv2d_forward_wgmma(ws, d.f(i, a), d.f(i, b), nullptr, d.f(i, out), false, ctx.stream);
+        };
+        rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
+      }
     }
   }
 }
@@ -596,6 +609,28 @@ void bench_linear(const BenchContext& ctx, std::vector<BenchRow>& rows, const st
                                    scratch.empty() ? nullptr : scratch.data(), algo, ex);
         };
         rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
+      }
+      // The tensor-core GEMM paths side by side, called as linear.cpp calls gemm_cuda: the
+      // mma.sync 16-byte tile path and, on a compute capability 9.0 GPU, the wgmma + TMA one.
+      if (p == Precision::TF32) {
+        std::vector<std::pair<const char*, GemmPath>> paths = {{"gemm:vec", GemmPath::VecTile}};
+        if (gemm_wgmma_available()) paths.push_back({"gemm:wgmma", GemmPath::Wgmma});
+        for (const auto& [label, path] : paths) {
+          Candidate c;
+          c.variant = label;
+          c.launch = [&, path = path](int i) {
+            if (pass == Pass::Forward)
+              gemm_cuda_path(path, false, true, s.n, s.out, s.in, 1.f, d.f(i, a), s.in, d.f(i, b),
+                             s.in, 0.f, d.f(i, out), s.out, nullptr, false, p, ctx.stream);
+            else if (pass == Pass::BackwardData)
+              gemm_cuda_path(path, false, false, s.n, s.in, s.out, 1.f, d.f(i, a), s.out, d.f(i, b),
+                             s.in, 0.f, d.f(i, out), s.in, nullptr, false, p, ctx.stream);
+            else
+              gemm_cuda_path(path, true, false, s.out, s.in, s.n, 1.f, d.f(i, b), s.out, d.f(i, a),
+                             s.in, 1.f, d.f(i, out), s.in, nullptr, false, p, ctx.stream);
+          };
+          rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
+        }
       }
     }
   }

@@ -17,6 +17,7 @@
 #include "kernels/gemm/gemm_small.h"
 #include "kernels/gemm/gemm_tile.cuh"
 #include "kernels/gemm/gemm_tile_vec.cuh"
+#include "kernels/gemm/gemm_wgmma.h"
 #include "runtime/cuda_check.h"
 #include "runtime/env_switches.h"
 #include "runtime/math_util.h"
@@ -139,12 +140,25 @@ const char* gemm_path_name(GemmPath path) {
       return "small_m";
     case GemmPath::SmallK:
       return "small_k";
+    case GemmPath::Wgmma:
+      return "wgmma";
   }
   return "?";
 }
 
 GemmPath gemm_cuda_resolve(GemmPath path, bool trans_a, bool trans_b, int m, int n, int k,
-                           const float* d_a, int lda, const float* d_b, int ldb) {
+                           const float* d_a, int lda, const float* d_b, int ldb,
+                           Precision precision) {
+  // Wgmma runs where it can (TF32, k > 0, an sm_90a build on a cc 9.0 device); elsewhere the
+  // call goes the way Auto without the environment's wgmma would.
+  auto wgmma_ok = [&] { return precision == Precision::TF32 && k > 0 && gemm_wgmma_available(); };
+  if (path == GemmPath::Wgmma) {
+    if (wgmma_ok()) return path;
+    path = GemmPath::Auto;
+  } else if (path == GemmPath::Auto && process_env_switches().gemm_path == GemmPathSwitch::Wgmma &&
+             wgmma_ok()) {
+    return GemmPath::Wgmma;
+  }
   if (path == GemmPath::Auto) {
     const GemmPathSwitch env = process_env_switches().gemm_path;
     if (env == GemmPathSwitch::Strided) return GemmPath::StridedTile;
@@ -172,9 +186,14 @@ void gemm_cuda_path(GemmPath path, bool trans_a, bool trans_b, int m, int n, int
             "gemm_cuda: lda={} / ldb={} too small for m={} n={} k={} (trans {} {})", lda, ldb, m, n,
             k, trans_a, trans_b);
   CNN_CHECK(d_c && (k == 0 || (d_a && d_b)), "gemm_cuda: null matrix pointer");
-  const GemmPath use = gemm_cuda_resolve(path, trans_a, trans_b, m, n, k, d_a, lda, d_b, ldb);
+  const GemmPath use =
+      gemm_cuda_resolve(path, trans_a, trans_b, m, n, k, d_a, lda, d_b, ldb, precision);
   const bool tf32 = precision == Precision::TF32;
   switch (use) {
+    case GemmPath::Wgmma:
+      gemm_wgmma(trans_a, trans_b, m, n, k, alpha, d_a, lda, d_b, ldb, beta, d_c, ldc, d_bias, relu,
+                 stream);
+      return;
     case GemmPath::SmallDot:
     case GemmPath::SmallM:
     case GemmPath::SmallK: {

@@ -30,18 +30,24 @@ namespace cnn {
 //         m <= 16 and k <= 512; SmallK: B contiguous along n and k <= 16), else Vec where both
 //         operands allow 16-byte copies (16-byte aligned base, leading dimension a multiple of 4),
 //         else StridedTile. CNN_GEMM_PATH=strided makes Auto take StridedTile always;
-//         CNN_GEMM_PATH=tile makes it skip the small-shape kernels (VecTile, else StridedTile).
+//         CNN_GEMM_PATH=tile makes it skip the small-shape kernels (VecTile, else StridedTile);
+//         CNN_GEMM_PATH=wgmma makes it take Wgmma.
 //   StridedTile: the 4-byte-copy tile kernel of gemm_tile.cuh (any alignment).
-//   VecTile: the 16-byte-copy tile kernel of gemm_tile_vec.cuh; runs StridedTile where the operands are
-//        not aligned for it.
+//   VecTile: the 16-byte-copy tile kernel of gemm_tile_vec.cuh; runs StridedTile where the
+//        operands are not aligned for it.
 //   SmallDot / SmallM / SmallK: the kernels of gemm_small.h, for any shape (slow off their
 //        shapes; FP32 arithmetic whatever the precision).
-enum class GemmPath { Auto, StridedTile, VecTile, SmallDot, SmallM, SmallK };
+//   Wgmma: the Hopper wgmma + TMA kernel of gemm_wgmma.h (TF32 only, any layout and alignment);
+//        where it cannot run (not a compute capability 9.0 device, a build without architecture
+//        90, precision FP32, k == 0) the call takes what Auto would. Auto never picks it by
+//        itself until it has been verified on the device; CNN_GEMM_PATH=wgmma makes Auto take it.
+enum class GemmPath { Auto, StridedTile, VecTile, SmallDot, SmallM, SmallK, Wgmma };
 const char* gemm_path_name(GemmPath path);
 
 // The path a call with these arguments takes (Auto resolved, environment included).
 GemmPath gemm_cuda_resolve(GemmPath path, bool trans_a, bool trans_b, int m, int n, int k,
-                           const float* d_a, int lda, const float* d_b, int ldb);
+                           const float* d_a, int lda, const float* d_b, int ldb,
+                           Precision precision = Precision::TF32);
 
 void gemm_cuda_path(GemmPath path, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                     const float* d_a, int lda, const float* d_b, int ldb, float beta, float* d_c,

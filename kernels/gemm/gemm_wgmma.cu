@@ -1,0 +1,683 @@
+// Hopper wgmma GEMM (see gemm_wgmma.h). One block computes a 128 x 128 tile of C over a range of
+// k-tiles of 32; 384 threads in three warpgroups:
+//   warpgroup 0, the producer: fills a ring of kStages shared-memory stages, each holding the A
+//     tile (128 rows x 32 k) and the B^T tile (128 columns x 32 k), both K-major in the 128-byte
+//     swizzled layout that wgmma's descriptors name (row r at r * 128 bytes, its 16-byte chunk c
+//     stored at chunk c ^ (r % 8); 8-row groups 1024 bytes apart). TMA writes that layout itself
+//     (CU_TENSOR_MAP_SWIZZLE_128B, zero fill past the edges); the gather path writes it with
+//     st.shared and fence.proxy.async. A stage is announced on its `full` mbarrier (TMA bytes
+//     and/or 128 producer arrivals) and reused once its `empty` mbarrier has seen the 8 consumer
+//     warps release it.
+//   warpgroups 1 and 2, the consumers: warpgroup w multiplies rows [64 (w - 1), +64) of the tile,
+//     4 wgmma.m64n128k8 per stage, one stage's group kept in flight while the next is issued.
+// Epilogue: the consumers write their accumulators to shared memory (reusing the stage ring);
+// the blocks of the cluster (the k splits of one tile, blockIdx.z = cluster rank) then each sum
+// a band of 128 / splits rows over all ranks' partial tiles, read through distributed shared
+// memory in rank order (so any split count gives bitwise repeatable results), and apply alpha,
+// beta, bias and ReLU on the way to global memory.
+// The convolution forward (conv2d_forward_wgmma) is the same kernel with the A tile gathered as
+// im2col and C stored NCHW (kConv).
+// <cuda.h> gives CUtensorMap and its enums only: the encoder comes from the runtime's driver
+// entry point, so nothing links libcuda.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/gemm/gemm_wgmma.h"
+#include "runtime/cuda_check.h"
+#include "runtime/math_util.h"
+
+namespace cnn {
+namespace {
+
+constexpr int kBM = 128, kBN = 128, kBK = 32;  // block tile; kBK fp32 = one 128-byte swizzle row
+constexpr int kStages = 4;
+constexpr int kThreads = 384;                // producer + 2 consumer warpgroups
+constexpr int kTileBytes = kBM * kBK * 4;    // 16 KB, A or B^T tile of one stage
+constexpr int kStageBytes = 2 * kTileBytes;  // A then B^T
+constexpr int kEpiPitch = kBN + 4;           // floats; rows stay 16-byte aligned
+constexpr int kBarrierOffset = kStages * kStageBytes;
+constexpr int kSmemBytes = 1024 + kBarrierOffset + 2 * kStages * 8;  // + alignment slack
+static_assert(kBM * kEpiPitch * 4 <= kBarrierOffset, "epilogue tile must fit in the stage ring");
+static_assert(kBM == kBN, "the gather maps one producer thread per tile row");
+constexpr int kMaxSplits = 8;  // portable cluster size
+
+// Operand (r, k) of the A tile is op(A)[m0 + r][k]; of the B^T tile, op(B)[k][n0 + r]. Stored at
+// ptr[r * ld + k] when kcontig, else ptr[k * ld + r] (row index global).
+struct Operand {
+  const float* ptr;
+  int64_t ld;
+  int rows;  // m for A, n for B
+  bool kcontig;
+};
+
+// Convolution forward as a GEMM: A (M = N*OH*OW, K = C*KH*KW) is the im2col view of x
+// (N, C, H, W), gathered on the fly; C (M, OC) is stored into y (N, OC, OH, OW).
+struct ConvGeom {
+  int c, h, w, kh, kw, stride_h, stride_w, pad_h, pad_w, oh, ow;
+};
+
+struct Params {
+  Operand a, b;
+  int M, N, K;
+  int ktiles;  // ceil(K / kBK)
+  float* c;
+  int64_t ldc;
+  float alpha, beta;
+  const float* bias;  // (N) or null
+  bool relu;
+  ConvGeom conv;  // used by the kConv kernels only
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define CNN_WGMMA_DEVICE_CODE 1
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Arrives and announces `bytes` still to come from the copy engine on this phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  asm volatile(
+      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      " selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+
+// A wait that should last microseconds; one that lasts 10 s (a pipeline bug: a phase or byte
+// count that never completes) traps, so that the launch fails with an error instead of hanging
+// the device call.
+constexpr uint64_t kWaitLimitNs = 10'000'000'000ull;
+
+// Waits until the phase with the given parity has completed.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  if (mbar_try_wait(bar, parity)) return;
+  const uint64_t start = global_ns();
+  for (uint32_t spin = 1;; ++spin) {
+    if (mbar_try_wait(bar, parity)) return;
+    if ((spin & 1023u) == 0 && global_ns() - start > kWaitLimitNs) __trap();
+  }
+}
+
+// 2-D tile load (coordinates: k, then row) into shared memory, completing on `bar`.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int k, int row,
+                                            uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(row), "r"(bar)
+      : "memory");
+}
+
+// Generic-proxy shared-memory writes made visible to the async proxy (wgmma reads).
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void st_shared_v4(uint32_t addr, float x, float y, float z, float w) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(x), "f"(y), "f"(z),
+               "f"(w)
+               : "memory");
+}
+__device__ __forceinline__ void st_shared_v2(uint32_t addr, float x, float y) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
+}
+
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ uint32_t cluster_size() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(r));
+  return r;
+}
+// All threads of all blocks of the cluster; orders shared-memory writes before it with reads
+// after it, cluster-wide.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile(
+      "barrier.cluster.arrive.release.aligned;\n"
+      "barrier.cluster.wait.acquire.aligned;\n" ::
+          : "memory");
+}
+// The address of `local` (a shared::cta address) in the shared memory of cluster block `rank`.
+__device__ __forceinline__ uint32_t map_rank(uint32_t local, uint32_t rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(local), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ float4 ld_cluster_v4(uint32_t addr) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+
+// Shared-memory matrix descriptor for a K-major operand in the 128-byte swizzle layout:
+// start address >> 4 in bits 0-13; leading byte offset (unused for swizzled K-major, 1 by
+// convention) in 16-29; stride byte offset 1024 >> 4 (between 8-row core-matrix groups) in
+// 32-45; base offset 0 (tiles are 1024-byte aligned) in 49-51; swizzle mode 1 = 128B in 62-63.
+// Adding 2 (32 bytes) to the descriptor moves the start by k = 8 tf32 within the swizzle row:
+// the hardware applies the XOR on the absolute address bits, as TMA did when writing.
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t tile_addr) {
+  return static_cast<uint64_t>((tile_addr & 0x3FFFF) >> 4) | (uint64_t{1} << 16) |
+         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accumulator reads/writes across the asynchronous wgmma.
+__device__ __forceinline__ void fence_acc(float (&d)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d (64 x 128 per warpgroup, fragment layout below) += A (64 x 8) * B (8 x 128), both from
+// shared memory through descriptors, TF32 in, FP32 accumulate. Thread (warp w, lane l) holds,
+// for j = 0..15: d[4j + 0, 1] = D[16 w + l / 4][8 j + 2 (l % 4) + 0, 1] and d[4j + 2, 3] the
+// same columns of row 16 w + l / 4 + 8.
+__device__ __forceinline__ void wgmma_m64n128k8_tf32(float (&d)[64], uint64_t desc_a,
+                                                     uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, "
+      "%37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, "
+      "%55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, 1, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b));
+}
+
+// Byte offset of element (r, k) (k < 32) in a K-major 128-byte-swizzled tile.
+__device__ __forceinline__ uint32_t sw128_offset(int r, int chunk) {
+  return static_cast<uint32_t>(r * 128 + ((chunk ^ (r & 7)) << 4));
+}
+
+// Producer thread t (0..127) fills its part of one 128 x 32 operand tile at `dst` from global
+// memory, zeros outside rows x K; in two halves of 16 loads, each issued before its stores
+// (all 32 at once leave too few registers for the consumers' accumulators: ptxas spilled).
+//   M/N-contiguous source: thread t owns tile row t, eight 4-k chunks; a warp reads 32
+//     consecutive floats of one k row per load (coalesced).
+//   K-contiguous source (misaligned for TMA): thread t owns chunk t % 8 of rows t / 8 + 16 j;
+//     8 lanes cover one row's 32 k.
+__device__ __forceinline__ void gather_tile(uint32_t dst, const Operand& op, int row0, int k0,
+                                            int K, int t) {
+  float v[4][4];
+  if (!op.kcontig) {
+    const int row = row0 + t;
+    const bool row_ok = row < op.rows;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int k = k0 + 16 * half + 4 * c + e;
+          v[c][e] = (row_ok && k < K) ? __ldg(op.ptr + int64_t(k) * op.ld + row) : 0.f;
+        }
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        st_shared_v4(dst + sw128_offset(t, 4 * half + c), v[c][0], v[c][1], v[c][2], v[c][3]);
+    }
+  } else {
+    const int c = t & 7, rb = t >> 3;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int row = row0 + rb + 16 * (4 * half + j);
+        const float* src = op.ptr + int64_t(row) * op.ld;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int k = k0 + 4 * c + e;
+          v[j][e] = (row < op.rows && k < K) ? __ldg(src + k) : 0.f;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        st_shared_v4(dst + sw128_offset(rb + 16 * (4 * half + j), c), v[j][0], v[j][1], v[j][2],
+                     v[j][3]);
+    }
+  }
+}
+
+// The im2col gather of the convolution's A tile: thread t owns tile row t (output pixel
+// m0 + t: consecutive lanes, consecutive pixels, so the loads of a warp run along a row of x
+// for stride 1) and its 32 k = (c, r, s), decomposed once per tile and stepped.
+__device__ __forceinline__ void gather_im2col(uint32_t dst, const Operand& op, const ConvGeom& g,
+                                              int m0, int k0, int K, int t) {
+  const int m = m0 + t;
+  const int pix_per_img = g.oh * g.ow;
+  const int img = m / pix_per_img, pix = m - img * pix_per_img;
+  const int oy = pix / g.ow, ox = pix - oy * g.ow;
+  const int iy0 = oy * g.stride_h - g.pad_h, ix0 = ox * g.stride_w - g.pad_w;
+  const float* x_img = op.ptr + int64_t(img) * g.c * g.h * g.w;
+  const bool row_ok = m < op.rows;
+  const int taps = g.kh * g.kw;
+  int c = k0 / taps;
+  int r = (k0 - c * taps) / g.kw;
+  int s = k0 - c * taps - r * g.kw;
+  float v[8][4];
+#pragma unroll
+  for (int q = 0; q < 8; ++q)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int k = k0 + 4 * q + e;
+      const int iy = iy0 + r, ix = ix0 + s;
+      const bool ok = row_ok && k < K && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+      v[q][e] = ok ? __ldg(x_img + (int64_t(c) * g.h + iy) * g.w + ix) : 0.f;
+      if (++s == g.kw) {
+        s = 0;
+        if (++r == g.kh) {
+          r = 0;
+          ++c;
+        }
+      }
+    }
+#pragma unroll
+  for (int q = 0; q < 8; ++q)
+    st_shared_v4(dst + sw128_offset(t, q), v[q][0], v[q][1], v[q][2], v[q][3]);
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+// Thread mapping: see the file comment. Grid (tiles_m * tiles_n, 1, splits), cluster
+// (1, 1, splits); block x owns C rows [128 (x / tiles_n), +128) x columns [128 (x % tiles_n),
+// +128), split z its k-tiles [z T / splits, (z + 1) T / splits) of T = ceil(K / 32).
+// kConv: A is gathered as im2col (gather_im2col) and C element (m, n) goes to
+// y[((m / P) * N + n) * P + m % P], P = OH * OW.
+template <bool kATma, bool kBTma, bool kConv>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_a,
+                      const __grid_constant__ CUtensorMap map_b, const Params p) {
+#ifdef CNN_WGMMA_DEVICE_CODE
+  static_assert(!(kConv && kATma), "the convolution's A is always gathered");
+  constexpr bool kAnyGather = !kATma || !kBTma;
+  constexpr uint32_t kTxBytes = (kATma ? kTileBytes : 0) + (kBTma ? kTileBytes : 0);
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const uint32_t bars = base + kBarrierOffset;  // full[kStages], then empty[kStages]
+  auto full = [&](int s) { return bars + 8u * s; };
+  auto empty = [&](int s) { return bars + 8u * (kStages + s); };
+  auto tile_a = [&](int s) { return base + uint32_t(s) * kStageBytes; };
+  auto tile_b = [&](int s) { return base + uint32_t(s) * kStageBytes + kTileBytes; };
+
+  const int tid = threadIdx.x;
+  const int tiles_n = (p.N + kBN - 1) / kBN;
+  const int m0 = int(blockIdx.x / tiles_n) * kBM, n0 = int(blockIdx.x % tiles_n) * kBN;
+  const uint32_t rank = cluster_rank(), nsplit = cluster_size();
+  const int kt_begin = int(int64_t(p.ktiles) * rank / nsplit);
+  const int kt_end = int(int64_t(p.ktiles) * (rank + 1) / nsplit);
+  const int nk = kt_end - kt_begin;
+
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full(s), kAnyGather ? 128 : 1);
+      mbar_init(empty(s), 8);  // lane 0 of each consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  const int wg = tid / 128;
+  if (wg == 0) {
+    // Producer. With TMA for both operands one thread issues everything.
+    if (kAnyGather || tid == 0) {
+      for (int i = 0; i < nk; ++i) {
+        const int s = i % kStages;
+        if (i >= kStages) mbar_wait(empty(s), ((i / kStages) - 1) & 1);
+        const int k0 = (kt_begin + i) * kBK;
+        if constexpr (kConv)
+          gather_im2col(tile_a(s), p.a, p.conv, m0, k0, p.K, tid);
+        else if constexpr (!kATma)
+          gather_tile(tile_a(s), p.a, m0, k0, p.K, tid);
+        if constexpr (!kBTma) gather_tile(tile_b(s), p.b, n0, k0, p.K, tid);
+        if constexpr (kAnyGather) fence_proxy_async();
+        if (tid == 0) {
+          if constexpr (kTxBytes > 0) {
+            mbar_arrive_expect_tx(full(s), kTxBytes);
+            if constexpr (kATma) tma_load_2d(tile_a(s), &map_a, k0, m0, full(s));
+            if constexpr (kBTma) tma_load_2d(tile_b(s), &map_b, k0, n0, full(s));
+          } else {
+            mbar_arrive(full(s));
+          }
+        } else {
+          mbar_arrive(full(s));
+        }
+      }
+    }
+  }
+
+  float acc[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+  const int lane = tid & 31;
+  if (wg > 0) {
+    // Consumer warpgroup wg - 1: tile rows [64 (wg - 1), +64).
+    const uint32_t a_off = uint32_t(wg - 1) * 64 * 128;  // 64 rows of 128 bytes
+    for (int i = 0; i < nk; ++i) {
+      const int s = i % kStages;
+      mbar_wait(full(s), (i / kStages) & 1);
+      const uint64_t da = sw128_desc(tile_a(s) + a_off), db = sw128_desc(tile_b(s));
+      wgmma_fence();
+      fence_acc(acc);
+#pragma unroll
+      for (int kk = 0; kk < kBK / 8; ++kk) wgmma_m64n128k8_tf32(acc, da + 2 * kk, db + 2 * kk);
+      wgmma_commit();
+      fence_acc(acc);
+      wgmma_wait<1>();  // the previous stage's products are done: release it
+      fence_acc(acc);
+      if (i > 0 && lane == 0) mbar_arrive(empty((i - 1) % kStages));
+    }
+    wgmma_wait<0>();
+    fence_acc(acc);
+  }
+
+  // Every stage has been consumed (so every TMA write has landed): reuse the ring for the
+  // partial tile, (kBM, kEpiPitch) floats.
+  __syncthreads();
+  if (wg > 0) {
+    const int w = (tid / 32) & 3, g = lane >> 2, t4 = lane & 3;
+    const int row = (wg - 1) * 64 + w * 16 + g;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int col = 8 * j + 2 * t4;
+      st_shared_v2(base + uint32_t(row * kEpiPitch + col) * 4, acc[4 * j], acc[4 * j + 1]);
+      st_shared_v2(base + uint32_t((row + 8) * kEpiPitch + col) * 4, acc[4 * j + 2],
+                   acc[4 * j + 3]);
+    }
+  }
+  cluster_sync();
+
+  // This block's band of rows, summed over the cluster's partial tiles in rank order.
+  const int band = kBM / int(nsplit);
+  const int r_begin = int(rank) * band;
+  for (int idx = tid; idx < band * (kBN / 4); idx += kThreads) {
+    // Row-major C: a warp covers one row's 128 columns (coalesced). NCHW: a warp covers 32
+    // rows (pixels, contiguous in y) of one group of 4 columns.
+    const int r = r_begin + (kConv ? idx % band : idx / (kBN / 4));
+    const int c4 = (kConv ? idx / band : idx % (kBN / 4)) * 4;
+    const uint32_t local = base + uint32_t(r * kEpiPitch + c4) * 4;
+    float4 sum = ld_cluster_v4(map_rank(local, 0));
+    for (uint32_t q = 1; q < nsplit; ++q) {
+      const float4 v = ld_cluster_v4(map_rank(local, q));
+      sum.x += v.x;
+      sum.y += v.y;
+      sum.z += v.z;
+      sum.w += v.w;
+    }
+    const int m = m0 + r;
+    if (m >= p.M) continue;
+    const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
+    float* crow;
+    int64_t col_stride = 1;
+    if constexpr (kConv) {
+      const int pix_per_img = p.conv.oh * p.conv.ow;
+      const int img = m / pix_per_img;
+      crow = p.c + int64_t(img) * p.N * pix_per_img + (m - img * pix_per_img);
+      col_stride = pix_per_img;
+    } else {
+      crow = p.c + int64_t(m) * p.ldc;
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int n = n0 + c4 + e;
+      if (n >= p.N) break;
+      float v = p.alpha * vals[e];
+      if (p.beta != 0.f) v = fmaf(p.beta, crow[n * col_stride], v);
+      if (p.bias) v += __ldg(p.bias + n);
+      if (p.relu) v = (v <= 0.f) ? 0.f : v;  // NaN passes, as in the CPU references
+      crow[n * col_stride] = v;
+    }
+  }
+  cluster_sync();  // no block leaves while another still reads its partial tile
+#else
+  (void)map_a;
+  (void)map_b;
+  (void)p;
+#if defined(__CUDA_ARCH__)
+  __trap();  // never dispatched: gemm_wgmma_available() is false without the sm_90a cubin
+#endif
+#endif
+}
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda).
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    CNN_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
+                                                    cudaEnableDefault, &q));
+    CNN_CHECK(f && q == cudaDriverEntryPointSuccess,
+              "gemm_wgmma: the driver has no cuTensorMapEncodeTiled (query result {})", int(q));
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// TMA takes a K-contiguous operand whose base is 16-byte aligned and whose row stride is a
+// multiple of 16 bytes.
+bool tma_ok(const Operand& op) {
+  return op.kcontig && (reinterpret_cast<uintptr_t>(op.ptr) & 15u) == 0 && op.ld % 4 == 0;
+}
+
+// A (rows, K) K-contiguous operand as a 2-D tensor map with 32 x 128 boxes, 128-byte swizzle,
+// zero fill outside.
+CUtensorMap make_map(const Operand& op, int K) {
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {cuuint64_t(K), cuuint64_t(op.rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(op.ld) * 4};
+  const cuuint32_t box[2] = {kBK, kBM};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = tensor_map_encoder()(
+      &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(op.ptr), dims, strides, box,
+      elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  CNN_CHECK(r == CUDA_SUCCESS,
+            "gemm_wgmma: cuTensorMapEncodeTiled failed (error {}) for a ({}, {}) operand with "
+            "row stride {} floats",
+            int(r), op.rows, K, op.ld);
+  return map;
+}
+
+template <bool kATma, bool kBTma, bool kConv = false>
+void launch(const Params& p, const CUtensorMap& map_a, const CUtensorMap& map_b, int splits,
+            cudaStream_t stream) {
+  auto kernel = gemm_wgmma_kernel<kATma, kBTma, kConv>;
+  CNN_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  const int64_t tiles = ceil_div<int64_t>(p.M, kBM) * ceil_div<int64_t>(p.N, kBN);
+  CNN_CHECK(tiles <= 0x7fffffff, "gemm_wgmma: {} tiles exceed the grid limit", tiles);
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr[1];
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = kSmemBytes;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = 1;
+  // A cluster of `splits` blocks of ~130 KB each needs that many free SMs in one GPC; where the
+  // device cannot place one, fewer splits (the kernel takes the split count from the cluster).
+  for (;;) {
+    cfg.gridDim = dim3(static_cast<unsigned>(tiles), 1, static_cast<unsigned>(splits));
+    attr[0].val.clusterDim.z = static_cast<unsigned>(splits);
+    if (splits == 1) break;
+    int clusters = 0;
+    CNN_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+    if (clusters > 0) break;
+    splits /= 2;
+  }
+  CNN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, map_a, map_b, p));
+  CNN_LAUNCH_CHECK("gemm_wgmma");
+}
+
+int sm_count() {
+  int dev = 0, sms = 0;
+  CNN_CUDA_CHECK(cudaGetDevice(&dev));
+  CNN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
+}
+
+}  // namespace
+
+bool gemm_wgmma_available() {
+#ifdef CNN_WGMMA_SM90A
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;
+#else
+  return false;
+#endif
+}
+
+int gemm_wgmma_pick_splits(int m, int n, int k) {
+  // One wave at one block per SM (the stage ring takes ~130 KB): double the splits while the
+  // doubled grid still fits on the SMs and each split keeps >= 4 k-tiles.
+  const int64_t tiles = ceil_div<int64_t>(m, kBM) * ceil_div<int64_t>(n, kBN);
+  const int ktiles = ceil_div(k, kBK);
+  const int64_t sms = sm_count();
+  int s = 1;
+  while (s * 2 <= kMaxSplits && tiles * s * 2 <= sms && ktiles / (s * 2) >= 4) s *= 2;
+  return s;
+}
+
+void gemm_wgmma(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a,
+                int lda, const float* d_b, int ldb, float beta, float* d_c, int ldc,
+                const float* d_bias, bool relu, cudaStream_t stream, const WgmmaOptions& opt) {
+  CNN_CHECK(gemm_wgmma_available(),
+            "gemm_wgmma: needs a compute capability 9.0 GPU and a build with CUDA architecture 90");
+  CNN_CHECK(m > 0 && n > 0 && k > 0, "gemm_wgmma: sizes must be positive (m={} n={} k={})", m, n,
+            k);
+  CNN_CHECK(d_a && d_b && d_c, "gemm_wgmma: null matrix pointer");
+  CNN_CHECK(ldc >= n && lda >= (trans_a ? m : k) && ldb >= (trans_b ? k : n),
+            "gemm_wgmma: leading dimensions lda={} ldb={} ldc={} too small for m={} n={} k={}", lda,
+            ldb, ldc, m, n, k);
+  const int splits = opt.splits > 0 ? opt.splits : gemm_wgmma_pick_splits(m, n, k);
+  CNN_CHECK(splits == 1 || splits == 2 || splits == 4 || splits == 8,
+            "gemm_wgmma: splits={} (expected 1, 2, 4 or 8)", splits);
+
+  Params p{};
+  p.a = Operand{d_a, lda, m, !trans_a};
+  p.b = Operand{d_b, ldb, n, trans_b};
+  p.M = m;
+  p.N = n;
+  p.K = k;
+  p.ktiles = ceil_div(k, kBK);
+  p.c = d_c;
+  p.ldc = ldc;
+  p.alpha = alpha;
+  p.beta = beta;
+  p.bias = d_bias;
+  p.relu = relu;
+  const bool a_tma = !opt.force_gather && tma_ok(p.a);
+  const bool b_tma = !opt.force_gather && tma_ok(p.b);
+  const CUtensorMap map_a = a_tma ? make_map(p.a, k) : CUtensorMap{};
+  const CUtensorMap map_b = b_tma ? make_map(p.b, k) : CUtensorMap{};
+  if (a_tma && b_tma)
+    launch<true, true>(p, map_a, map_b, splits, stream);
+  else if (a_tma)
+    launch<true, false>(p, map_a, map_b, splits, stream);
+  else if (b_tma)
+    launch<false, true>(p, map_a, map_b, splits, stream);
+  else
+    launch<false, false>(p, map_a, map_b, splits, stream);
+}
+
+void conv2d_forward_wgmma(const WgmmaConvShape& s, const float* d_x, const float* d_w,
+                          const float* d_b, float* d_y, bool relu, cudaStream_t stream,
+                          const WgmmaOptions& opt) {
+  CNN_CHECK(gemm_wgmma_available(),
+            "conv2d_forward_wgmma: needs a compute capability 9.0 GPU and a build with CUDA "
+            "architecture 90");
+  CNN_CHECK(s.n > 0 && s.c > 0 && s.h > 0 && s.w > 0 && s.oc > 0 && s.kh > 0 && s.kw > 0 &&
+                s.stride_h > 0 && s.stride_w > 0 && s.pad_h >= 0 && s.pad_w >= 0,
+            "conv2d_forward_wgmma: bad shape (N, C, H, W) = ({}, {}, {}, {}), OC={} kernel {}x{} "
+            "stride {}x{} padding {}x{}",
+            s.n, s.c, s.h, s.w, s.oc, s.kh, s.kw, s.stride_h, s.stride_w, s.pad_h, s.pad_w);
+  CNN_CHECK(d_x && d_w && d_y, "conv2d_forward_wgmma: null tensor pointer");
+  const int oh = (s.h + 2 * s.pad_h - s.kh) / s.stride_h + 1;
+  const int ow = (s.w + 2 * s.pad_w - s.kw) / s.stride_w + 1;
+  CNN_CHECK(oh > 0 && ow > 0,
+            "conv2d_forward_wgmma: the {}x{} kernel does not fit the padded {}x{} input", s.kh,
+            s.kw, s.h, s.w);
+  const int64_t m = int64_t(s.n) * oh * ow, k = int64_t(s.c) * s.kh * s.kw;
+  CNN_CHECK(m <= INT32_MAX && k <= INT32_MAX && int64_t(s.n) * s.c * s.h * s.w <= INT32_MAX &&
+                m * s.oc <= INT32_MAX,
+            "conv2d_forward_wgmma: tensors of more than 2^31-1 elements");
+  const int splits = opt.splits > 0 ? opt.splits : gemm_wgmma_pick_splits(int(m), s.oc, int(k));
+  CNN_CHECK(splits == 1 || splits == 2 || splits == 4 || splits == 8,
+            "conv2d_forward_wgmma: splits={} (expected 1, 2, 4 or 8)", splits);
+
+  Params p{};
+  p.a = Operand{d_x, 0, int(m), false};
+  p.b = Operand{d_w, k, s.oc, true};
+  p.M = int(m);
+  p.N = s.oc;
+  p.K = int(k);
+  p.ktiles = ceil_div(int(k), kBK);
+  p.c = d_y;
+  p.ldc = 0;
+  p.alpha = 1.f;
+  p.beta = 0.f;
+  p.bias = d_b;
+  p.relu = relu;
+  p.conv = ConvGeom{s.c, s.h, s.w, s.kh, s.kw, s.stride_h, s.stride_w, s.pad_h, s.pad_w, oh, ow};
+  const bool b_tma = !opt.force_gather && tma_ok(p.b);
+  const CUtensorMap map_b = b_tma ? make_map(p.b, int(k)) : CUtensorMap{};
+  if (b_tma)
+    launch<false, true, true>(p, CUtensorMap{}, map_b, splits, stream);
+  else
+    launch<false, false, true>(p, CUtensorMap{}, map_b, splits, stream);
+}
+
+}  // namespace cnn

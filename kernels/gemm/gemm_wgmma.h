@@ -1,0 +1,57 @@
+#pragma once
+// Hopper (sm_90a) tensor-core GEMM: wgmma.mma_async fed from shared memory by TMA
+// (cp.async.bulk.tensor) through a multi-stage mbarrier pipeline, one producer warpgroup and two
+// consumer warpgroups, split-K across the blocks of a thread-block cluster. Same contract as
+// gemm_cuda.h (row-major, op(A) (m, k), op(B) (k, n), alpha/beta, bias + ReLU epilogue, beta == 0
+// writes C without reading it), TF32 inputs (FP32 in memory, the tensor cores read the top 19
+// bits: truncation, not rounding) with FP32 accumulation. Results are bitwise repeatable: the
+// split-K partial tiles are summed in cluster-rank order, never with atomics.
+//
+// wgmma reads TF32 operands K-major only. An operand stored K-contiguous (A without trans_a, B
+// with trans_b) whose base is 16-byte aligned and whose leading dimension is a multiple of 4 is
+// loaded by TMA; any other operand (stored M/N-contiguous, or misaligned) is gathered by the
+// producer warpgroup with ordinary loads and transposed into the same swizzled layout, so every
+// transpose combination and any alignment runs on this kernel.
+//
+// Only compiled for the device when the build's CUDA architectures include 90 (then this file
+// gets an sm_90a cubin and no plain sm_90 one); gemm_wgmma_available() says whether it can run
+// on the current device (compute capability 9.0 exactly).
+#include "runtime/stream.h"
+
+namespace cnn {
+
+// True when this build has the sm_90a kernel and the current device is compute capability 9.0.
+bool gemm_wgmma_available();
+
+struct WgmmaOptions {
+  int splits = 0;             // k split across a cluster: 0 picks (1..8), else 1, 2, 4 or 8
+  bool force_gather = false;  // load both operands with the producer's gather, never TMA (tests)
+};
+
+// C (m, n) = epilogue(alpha * op(A) * op(B) + beta * C), as gemm_cuda. m, n, k > 0. Throws
+// cnn::Error when !gemm_wgmma_available().
+void gemm_wgmma(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a,
+                int lda, const float* d_b, int ldb, float beta, float* d_c, int ldc,
+                const float* d_bias, bool relu, cudaStream_t stream,
+                const WgmmaOptions& opt = WgmmaOptions{});
+
+// The split count gemm_wgmma picks for this shape on the current device (opt.splits == 0).
+int gemm_wgmma_pick_splits(int m, int n, int k);
+
+// Convolution forward on the same kernel (implicit GEMM, groups 1, no dilation):
+//   y (N, OC, OH, OW) = relu?(conv(x (N, C, H, W), w (OC, C, KH, KW)) + b), b (OC) may be null,
+// as conv2d_forward (kernels/conv/conv2d.h) defines it: M = N*OH*OW output pixels, K = C*KH*KW,
+// the GEMM's columns the output channels. A = im2col(x), gathered by the producer warpgroup
+// into the swizzled layout; B = w viewed as (OC, K), K-contiguous: TMA when K is a multiple of 4
+// and w is 16-byte aligned, else gathered; C stored NCHW by the epilogue. Throws cnn::Error when
+// !gemm_wgmma_available().
+struct WgmmaConvShape {
+  int n = 1, c = 1, h = 1, w = 1;  // input (N, C, H, W)
+  int oc = 1, kh = 1, kw = 1;      // weights (OC, C, KH, KW)
+  int stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+};
+void conv2d_forward_wgmma(const WgmmaConvShape& s, const float* d_x, const float* d_w,
+                          const float* d_b, float* d_y, bool relu, cudaStream_t stream,
+                          const WgmmaOptions& opt = WgmmaOptions{});
+
+}  // namespace cnn

@@ -1,0 +1,546 @@
+// The Hopper wgmma GEMM (kernels/gemm/gemm_wgmma.h) against the CPU GEMM (kernels/gemm/gemm_cpu.h).
+// Skipped unless the device is compute capability 9.0 and the build has the sm_90a kernel. The
+// cases go from one tile up, so that the first failing one names the broken stage:
+//   OneTileExact            one 128x128 tile, k = 8 (one wgmma k-step): descriptors, swizzle,
+//                           accumulator layout. Small-integer inputs make TF32 exact, so a
+//                           mismatch is a layout error; the first wrong (row, col) is printed.
+//   OneTileEachLoader       the same through each loader pair (TMA/TMA, TMA/gather,
+//                           gather/TMA, gather/gather) and transpose mode, k = 32 (all four
+//                           k-steps of a stage), still exact.
+//   PipelineExact           many k-tiles (ring wrap-around, mbarrier phases), tails in m, n, k.
+//   TmaAndGatherBitwise     the same problem through TMA and through the gather: the tensor
+//                           cores must see the same bits, so the outputs are bitwise equal.
+//   SplitKExactAndRepeat    splits 1, 2, 4, 8 (cluster + DSMEM reduction): exact on integers,
+//                           and bitwise repeatable on random floats.
+//   AwkwardShapes           m, n, k from {1, 7, 64, 127, 128, 129, 1000, 1024, 3136}, every
+//                           transpose, leading dimensions aligned / ragged / shifted pointers,
+//                           alpha, beta, bias, ReLU; poisoned C; padding of C untouched.
+//   LinearShapes            the linear layer's three products (batch 1, 128, 512) through
+//                           gemm_cuda_path(GemmPath::Wgmma), bitwise repeatable.
+//   Dispatch                GemmPath::Wgmma falls back in FP32 and for k == 0 (runs on any GPU).
+//   ConvForward             conv2d_forward_wgmma (im2col gather for A, NCHW store) against
+//                           conv2d_forward_cpu: 1x1 / 3x3 / 5x5 / 7x7, stride 1 / 2, padding
+//                           0 / 1 / 2 / 3, 3 input channels, channel counts not multiples of 8,
+//                           batch 1, non-square images; exact first, then random.
+//
+// TF32 tolerance: the tensor cores read the top 19 bits of each FP32 operand (truncation: a
+// relative error below 2^-10 per operand, so below 2^-9 + 2^-20 per product); FP32 accumulation
+// adds at most ~k 2^-24 relative to sum |a b|. So per element
+//   |got - ref| <= (2^-9 + k 2^-23) * sum_l |a_il b_lj| (+ the same for the CPU reference),
+// a bound that holds for every input, not only on average. On random inputs the typical error
+// is far smaller (~sqrt(k) 2^-11 relative to the terms), so in addition the whole output's
+// relative Frobenius error must stay under 4e-3: that catches a dropped k-tile or a lost split
+// (error ~ sqrt(32 / k)), which the per-element bound alone could let through for long k.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/conv/conv2d.h"
+#include "kernels/gemm/gemm_cpu.h"
+#include "runtime/exec.h"
+#include "runtime/tensor.h"
+#include "runtime/env_switches.h"
+#include "tests/test_util.h"
+#ifdef CNN_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "kernels/gemm/gemm_cuda.h"
+#include "kernels/gemm/gemm_wgmma.h"
+#endif
+
+using namespace cnn;
+
+namespace {
+
+#ifdef CNN_HAVE_CUDA
+
+#define CNN_REQUIRE_WGMMA()                                                                \
+  do {                                                                                     \
+    CNN_REQUIRE_GPU();                                                                     \
+    if (!gemm_wgmma_available())                                                           \
+      GTEST_SKIP() << "wgmma GEMM needs a compute capability 9.0 GPU and an sm_90a build"; \
+  } while (0)
+
+enum class Fill { Random, SmallInt };
+
+struct Case {
+  bool ta = false, tb = true;
+  int m = 1, n = 1, k = 1;
+  int pad = 0;         // extra leading-dimension elements
+  int offset = 0;      // elements by which a, b and c are shifted (1: not 16-byte aligned)
+  bool align4 = true;  // leading dimensions rounded up to a multiple of 4 before adding pad
+  float alpha = 1.f, beta = 0.f;
+  bool bias = false, relu = false;
+  Fill fill = Fill::Random;
+  WgmmaOptions opt{};
+};
+
+std::string describe(const Case& c) {
+  char buf[240];
+  std::snprintf(buf, sizeof buf,
+                "ta=%d tb=%d m=%d n=%d k=%d pad=%d offset=%d align4=%d alpha=%g beta=%g bias=%d "
+                "relu=%d fill=%s splits=%d gather=%d",
+                c.ta, c.tb, c.m, c.n, c.k, c.pad, c.offset, c.align4, c.alpha, c.beta, c.bias,
+                c.relu, c.fill == Fill::SmallInt ? "int" : "random", c.opt.splits,
+                c.opt.force_gather);
+  return buf;
+}
+
+std::vector<float> make_values(size_t n, Fill fill, uint64_t seed) {
+  if (fill == Fill::Random) return test::random_vector(n, seed);
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> d(-2, 2);
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(d(rng));
+  return v;
+}
+
+struct Result {
+  std::vector<float> got;  // the whole C buffer, padding and offset included
+  double worst_ratio = 0;  // max over elements of |got - ref| / bound
+  double frob_rel = 0;     // ||got - ref|| / ||ref|| over the m x n block
+  int64_t bad = 0;         // elements over the bound (NaN counts)
+  int64_t exact_bad = 0;   // elements != ref (meaningful for SmallInt)
+  std::string first_bad;   // "(row, col): got x, expected y" of the first bad element
+  bool padding_kept = true;
+};
+
+// Runs case c through gemm_wgmma (or gemm_cuda_path(path) when via_dispatch) and checks it
+// against gemm_cpu on the host.
+Result run(const Case& c, uint64_t seed, bool via_dispatch = false) {
+  const int a_rows = c.ta ? c.k : c.m, a_cols = c.ta ? c.m : c.k;
+  const int b_rows = c.tb ? c.n : c.k, b_cols = c.tb ? c.k : c.n;
+  auto lead = [&](int cols) { return (c.align4 ? (cols + 3) / 4 * 4 : cols) + c.pad; };
+  const int lda = lead(a_cols), ldb = lead(b_cols), ldc = lead(c.n);
+  const size_t off = static_cast<size_t>(c.offset);
+  const auto a = make_values(off + size_t(a_rows) * lda, c.fill, seed);
+  const auto b = make_values(off + size_t(b_rows) * ldb, c.fill, seed + 1);
+  auto c0 = make_values(off + size_t(c.m) * ldc, c.fill, seed + 2);
+  const auto bias = make_values(size_t(c.n), c.fill, seed + 3);
+  if (c.beta == 0.f)  // the m x n block must be overwritten without being read
+    for (int i = 0; i < c.m; ++i) std::fill_n(c0.begin() + off + size_t(i) * ldc, c.n, NAN);
+
+  // Reference: alpha * op(A) op(B) (+ beta C) (+ bias), ReLU; and sum |a b| for the bound.
+  std::vector<float> prod(size_t(c.m) * c.n), absprod(size_t(c.m) * c.n);
+  gemm_cpu(c.ta, c.tb, c.m, c.n, c.k, 1.f, a.data() + off, lda, b.data() + off, ldb, 0.f,
+           prod.data(), c.n);
+  std::vector<float> abs_a(a.size()), abs_b(b.size());
+  std::transform(a.begin(), a.end(), abs_a.begin(), [](float x) { return std::fabs(x); });
+  std::transform(b.begin(), b.end(), abs_b.begin(), [](float x) { return std::fabs(x); });
+  gemm_cpu(c.ta, c.tb, c.m, c.n, c.k, 1.f, abs_a.data() + off, lda, abs_b.data() + off, ldb, 0.f,
+           absprod.data(), c.n);
+
+  Tensor d_a = test::to_device(a), d_b = test::to_device(b), d_c = test::to_device(c0);
+  Tensor d_bias = test::to_device(bias);
+  const float* pa = d_a.data() + off;
+  const float* pb = d_b.data() + off;
+  float* pc = d_c.data() + off;
+  if (via_dispatch)
+    gemm_cuda_path(GemmPath::Wgmma, c.ta, c.tb, c.m, c.n, c.k, c.alpha, pa, lda, pb, ldb, c.beta,
+                   pc, ldc, c.bias ? d_bias.data() : nullptr, c.relu, Precision::TF32, nullptr);
+  else
+    gemm_wgmma(c.ta, c.tb, c.m, c.n, c.k, c.alpha, pa, lda, pb, ldb, c.beta, pc, ldc,
+               c.bias ? d_bias.data() : nullptr, c.relu, nullptr, c.opt);
+  Result r;
+  r.got = d_c.to_vector();
+
+  const double bound_rel = std::ldexp(1.0, -9) + c.k * std::ldexp(1.0, -23);
+  const double ulp4 = 4 * std::ldexp(1.0, -24);  // the epilogue's own roundings
+  double diff2 = 0, ref2 = 0;
+  std::vector<char> in_block(r.got.size(), 0);
+  for (int i = 0; i < c.m; ++i)
+    for (int j = 0; j < c.n; ++j) {
+      const size_t ci = off + size_t(i) * ldc + j, pi = size_t(i) * c.n + j;
+      in_block[ci] = 1;
+      const double ab = double(c.alpha) * prod[pi];
+      const double bc = c.beta != 0.f ? double(c.beta) * c0[ci] : 0.0;
+      const double bj = c.bias ? double(bias[j]) : 0.0;
+      double v = ab + bc + bj;
+      if (c.relu && v <= 0) v = 0;
+      const float ref = static_cast<float>(v);
+      const double g = r.got[ci];
+      const double bound = 2 * bound_rel * std::fabs(double(c.alpha)) * absprod[pi] +
+                           ulp4 * (std::fabs(ab) + std::fabs(bc) + std::fabs(bj)) + 1e-30;
+      const double e = std::fabs(g - ref);
+      const double ratio = std::isnan(g) ? INFINITY : e / bound;
+      r.worst_ratio = std::max(r.worst_ratio, ratio);
+      diff2 += std::isnan(g) ? INFINITY : e * e;
+      ref2 += double(ref) * ref;
+      const bool over = !(ratio <= 1.0);
+      const bool inexact = !(g == ref);
+      // The first element over the bound; with integer inputs, the first inexact one.
+      if ((over && r.bad == 0) ||
+          (inexact && c.fill == Fill::SmallInt && r.exact_bad == 0 && r.bad == 0)) {
+        char buf[120];
+        std::snprintf(buf, sizeof buf, "(%d, %d): got %.9g, expected %.9g", i, j, g, ref);
+        r.first_bad = buf;
+      }
+      if (over) ++r.bad;
+      if (inexact) ++r.exact_bad;
+    }
+  for (size_t i = 0; i < r.got.size(); ++i)
+    if (!in_block[i] && std::memcmp(&r.got[i], &c0[i], 4) != 0) r.padding_kept = false;
+  r.frob_rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+  return r;
+}
+
+void expect_close(const Case& c, const Result& r) {
+  EXPECT_EQ(r.bad, 0) << r.bad << " elements over the TF32 bound (worst ratio " << r.worst_ratio
+                      << "), first " << r.first_bad;
+  EXPECT_LE(r.frob_rel, 4e-3) << "relative Frobenius error";
+  EXPECT_TRUE(r.padding_kept) << "C's leading-dimension padding or the bytes before it changed";
+  if (c.fill == Fill::SmallInt) {
+    EXPECT_EQ(r.exact_bad, 0) << "small-integer inputs are exact in TF32; first wrong element "
+                              << r.first_bad;
+  }
+}
+
+bool bitwise_equal(const std::vector<float>& x, const std::vector<float>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * 4) == 0;
+}
+
+#endif  // CNN_HAVE_CUDA
+
+}  // namespace
+
+TEST(GpuGemmWgmma, OneTileExact) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA();
+  // 64 x 64 x 8: the first consumer warpgroup, one wgmma k-step, one stage, one split; then the
+  // full 128 x 128 tile (both consumer warpgroups, all 16 n8 blocks of the accumulator).
+  for (int size : {64, 128}) {
+    Case c;
+    c.m = c.n = size;
+    c.k = 8;
+    c.fill = Fill::SmallInt;
+    c.opt.splits = 1;
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(describe(c) + " seed=" + std::to_string(seed));
+    const Result r = run(c, seed);
+    std::printf("one tile %dx%dx8 (TMA, TMA): %lld wrong elements%s%s\n", size, size,
+                static_cast<long long>(r.exact_bad), r.exact_bad ? ", first " : "",
+                r.first_bad.c_str());
+    expect_close(c, r);
+  }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(GpuGemmWgmma, OneTileEachLoader) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA();
+  // Transpose modes: (ta, tb) = (0, 1) both K-contiguous: TMA/TMA; (0, 0) TMA/gather (dgrad);
+  // (1, 1) gather/TMA; (1, 0) gather/gather (wgrad). force_gather: gather/gather for all.
+  for (int t = 0; t < 4; ++t)
+    for (bool gather : {false, true}) {
+      Case c;
+      c.ta = (t & 1) != 0;
+      c.tb = (t & 2) == 0;
+      c.m = c.n = 128;
+      c.k = 32;
+      c.fill = Fill::SmallInt;
+      c.opt.splits = 1;
+      c.opt.force_gather = gather;
+      const uint64_t seed = test::fresh_seed();
+      SCOPED_TRACE(describe(c) + " seed=" + std::to_string(seed));
+      const Result r = run(c, seed);
+      std::printf("one tile 128x128x32 ta=%d tb=%d gather=%d: %lld wrong%s%s\n", c.ta, c.tb, gather,
+                  static_cast<long long>(r.exact_bad), r.exact_bad ? ", first " : "",
+                  r.first_bad.c_str());
+      expect_close(c, r);
+    }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(GpuGemmWgmma, PipelineExact) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA();
+  // 13 and 40 k-tiles wrap the 4-stage ring several times; ragged k (k % 32 != 0, odd); m, n
+  // tails inside a tile; two by three tiles.
+  const int sizes[][3] = {{128, 128, 416}, {128, 128, 1280}, {100, 90, 417}, {257, 300, 1001}};
+  for (const auto& sz : sizes)
+    for (int t = 0; t < 4; ++t) {
+      Case c;
+      c.ta = (t & 1) != 0;
+      c.tb = (t & 2) == 0;
+      c.m = sz[0];
+      c.n = sz[1];
+      c.k = sz[2];
+      c.fill = Fill::SmallInt;
+      c.opt.splits = 1;
+      const uint64_t seed = test::fresh_seed();
+      SCOPED_TRACE(describe(c) + " seed=" + std::to_string(seed));
+      const Result r = run(c, seed);
+      std::printf("pipeline %dx%dx%d ta=%d tb=%d: %lld wrong%s%s\n", c.m, c.n, c.k, c.ta, c.tb,
+                  static_cast<long long>(r.exact_bad), r.exact_bad ? ", first " : "",
+                  r.first_bad.c_str());
+      expect_close(c, r);
+    }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(GpuGemmWgmma, TmaAndGatherBitwise) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA();
+  for (int t = 0; t < 4; ++t) {
+    Case c;
+    c.ta = (t & 1) != 0;
+    c.tb = (t & 2) == 0;
+    c.m = 200;
+    c.n = 129;
+    c.k = 333;
+    c.opt.splits = 2;
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(describe(c) + " seed=" + std::to_string(seed));
+    const Result tma = run(c, seed);
+    c.opt.force_gather = true;
+    const Result gather = run(c, seed);
+    expect_close(c, tma);
+    expect_close(c, gather);
+    EXPECT_TRUE(bitwise_equal(tma.got, gather.got))
+        << "TMA and the gather must hand the tensor cores the same bits";
+  }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(GpuGemmWgmma, SplitKExactAndRepeat) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA();
+  // fc1's forward shape (k = 3136, 98 k-tiles) and a k shorter than the split count (k-tiles
+  // 1: seven of eight ranks add nothing but still take part in the reduction).
+  const int sizes[][3] = {{test::network_batch(), 1024, 3136}, {130, 140, 7}};
+  for (const auto& sz : sizes)
+    for (int splits : {1, 2, 4, 8}) {
+      Case c;
+      c.m = sz[0];
+      c.n = sz[1];
+      c.k = sz[2];
+      c.opt.splits = splits;
+      c.fill = Fill::SmallInt;
+      const uint64_t seed = test::fresh_seed();
+      SCOPED_TRACE(describe(c) + " seed=" + std::to_string(seed));
+      const Result exact = run(c, seed);
+      std::printf("split-k %dx%dx%d splits=%d: %lld wrong%s%s\n", c.m, c.n, c.k, splits,
+                  static_cast<long long>(exact.exact_bad), exact.exact_bad ? ", first " : "",
+                  exact.first_bad.c_str());
+      expect_close(c, exact);
+      c.fill = Fill::Random;
+      c.bias = c.relu = true;
+      const Result r1 = run(c, seed + 10), r2 = run(c, seed + 10);
+      expect_close(c, r1);
+      EXPECT_TRUE(bitwise_equal(r1.got, r2.got)) << "two runs differ bitwise";
+    }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(GpuGemmWgmma, AwkwardShapes) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA();
+  // (m, n, k) from {1, 7, 64, 127, 128, 129, 1000, 1024, 3136}; the large ones run with
+  // aligned leading dimensions only (the CPU reference is the cost).
+  const int sizes[][3] = {{1, 1, 1},       {7, 7, 7},         {1, 7, 64},        {64, 64, 8},
+                          {127, 128, 129}, {129, 127, 128},   {128, 1000, 7},    {1000, 129, 127},
+                          {7, 3136, 64},   {1, 1024, 3136},   {1, 3136, 1024},   {3136, 64, 1000},
+                          {1024, 129, 1},  {512, 1024, 3136}, {1000, 1024, 1024}};
+  int which = 0;
+  for (const auto& sz : sizes) {
+    const bool big = double(sz[0]) * sz[1] * sz[2] > 1e8;
+    for (int t = 0; t < 4; ++t)
+      for (int layout = 0; layout < 3; ++layout) {  // aligned; ld + 3; pointers shifted by 1
+        if (big && layout > 0) continue;
+        if (test::light_sweeps() && (which % 3 != 0 || big)) {
+          ++which;
+          continue;
+        }
+        ++which;
+        Case c;
+        c.ta = (t & 1) != 0;
+        c.tb = (t & 2) == 0;
+        c.m = sz[0];
+        c.n = sz[1];
+        c.k = sz[2];
+        c.pad = layout == 1 ? 3 : (layout == 0 ? 4 * (which % 2) : 0);
+        c.align4 = layout != 1;
+        c.offset = layout == 2 ? 1 : 0;
+        c.alpha = (which % 2) ? 1.5f : 1.f;
+        c.beta = (which % 4 == 1) ? 0.5f : 0.f;
+        c.bias = which % 3 != 1;
+        c.relu = which % 5 < 2;
+        const uint64_t seed = test::fresh_seed();
+        SCOPED_TRACE(describe(c) + " seed=" + std::to_string(seed));
+        expect_close(c, run(c, seed));
+      }
+  }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(GpuGemmWgmma, LinearShapes) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA();
+  // As linear.cpp calls gemm_cuda (x (N, IN), w (OUT, IN)): forward (x, w^T), dgrad (dy, w),
+  // wgrad (dy^T, x; beta 1), at fc1 (3136 -> 1024) and fc2 (1024 -> 10).
+  const int layers[][2] = {{3136, 1024}, {1024, 10}};  // (in, out)
+  for (int batch : {1, test::network_batch(), 512})
+    for (const auto& io : layers) {
+      const int in = io[0], out = io[1];
+      const Case cases[] = {
+          {false, true, batch, out, in, 0, 0, true, 1.f, 0.f, true, true},     // forward
+          {false, false, batch, in, out, 0, 0, true, 1.f, 0.f, false, false},  // dgrad
+          {true, false, out, in, batch, 0, 0, true, 1.f, 1.f, false, false},   // wgrad, dw +=
+      };
+      for (const Case& c : cases) {
+        const uint64_t seed = test::fresh_seed();
+        SCOPED_TRACE(describe(c) + " seed=" + std::to_string(seed));
+        const Result r1 = run(c, seed, /*via_dispatch=*/true);
+        const Result r2 = run(c, seed, /*via_dispatch=*/true);
+        std::printf("linear %d x %d -> %d, gemm %dx%dx%d ta=%d tb=%d: worst/bound %.3g, rel %.3g\n",
+                    batch, in, out, c.m, c.n, c.k, c.ta, c.tb, r1.worst_ratio, r1.frob_rel);
+        expect_close(c, r1);
+        EXPECT_TRUE(bitwise_equal(r1.got, r2.got)) << "two runs differ bitwise";
+      }
+    }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(GpuGemmWgmma, Dispatch) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_GPU();
+  // Wgmma is never taken in FP32, for k == 0, or off compute capability 9.0.
+  float* none = nullptr;
+  EXPECT_NE(gemm_cuda_resolve(GemmPath::Wgmma, false, true, 128, 128, 128, none, 128, none, 128,
+                              Precision::FP32),
+            GemmPath::Wgmma);
+  EXPECT_NE(gemm_cuda_resolve(GemmPath::Wgmma, false, true, 128, 128, 0, none, 128, none, 128,
+                              Precision::TF32),
+            GemmPath::Wgmma);
+  EXPECT_EQ(gemm_cuda_resolve(GemmPath::Wgmma, false, true, 128, 128, 128, none, 128, none, 128,
+                              Precision::TF32) == GemmPath::Wgmma,
+            gemm_wgmma_available());
+  // Auto never picks it unless CNN_GEMM_PATH=wgmma says so (read once per process).
+  const bool env_wgmma = process_env_switches().gemm_path == GemmPathSwitch::Wgmma;
+  EXPECT_EQ(gemm_cuda_resolve(GemmPath::Auto, false, true, 128, 1024, 3136, none, 3136, none, 3136,
+                              Precision::TF32) == GemmPath::Wgmma,
+            env_wgmma && gemm_wgmma_available());
+  {
+    test::ScopedEnv env("CNN_GEMM_PATH", "wgmma");
+    EXPECT_EQ(read_env_switches().gemm_path, GemmPathSwitch::Wgmma);
+  }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(GpuGemmWgmma, ConvForward) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA();
+  struct ConvCase {
+    Conv2dShape s;
+    bool relu, bias;
+  };
+  auto shape = [](int n, int c, int h, int w, int oc, int k, int stride, int pad) {
+    Conv2dShape s;
+    s.n = n;
+    s.c = c;
+    s.h = h;
+    s.w = w;
+    s.oc = oc;
+    s.kh = s.kw = k;
+    s.stride_h = s.stride_w = stride;
+    s.pad_h = s.pad_w = pad;
+    return s;
+  };
+  const ConvCase cases[] = {
+      {shape(1, 1, 8, 8, 1, 1, 1, 0), false, false},     // the smallest: one pixel column
+      {shape(2, 3, 17, 13, 20, 3, 1, 1), true, true},    // 3 input channels, odd sizes
+      {shape(1, 16, 32, 32, 64, 3, 1, 1), true, true},   // K = 144: TMA for w
+      {shape(3, 5, 21, 19, 7, 5, 2, 2), false, true},    // stride 2, K = 125: gathered w
+      {shape(2, 3, 40, 36, 24, 7, 2, 3), true, true},    // a 7x7 stride-2 stem
+      {shape(4, 64, 16, 16, 130, 3, 1, 1), true, true},  // two column tiles, ragged
+      {shape(2, 33, 9, 11, 65, 1, 1, 0), false, true},   // 1x1
+      {shape(1, 64, 56, 56, 64, 3, 1, 1), true, false},  // M = 3136: many row tiles
+  };
+  for (const ConvCase& cc : cases)
+    for (Fill fill : {Fill::SmallInt, Fill::Random}) {
+      const Conv2dShape& s = cc.s;
+      const uint64_t seed = test::fresh_seed();
+      char buf[200];
+      std::snprintf(buf, sizeof buf,
+                    "conv N=%d C=%d H=%d W=%d OC=%d k=%d stride=%d pad=%d relu=%d bias=%d fill=%s "
+                    "seed=%llu",
+                    s.n, s.c, s.h, s.w, s.oc, s.kh, s.stride_h, s.pad_h, cc.relu, cc.bias,
+                    fill == Fill::SmallInt ? "int" : "random",
+                    static_cast<unsigned long long>(seed));
+      SCOPED_TRACE(buf);
+      const size_t nx = size_t(s.n) * s.c * s.h * s.w, nw = size_t(s.oc) * s.c * s.kh * s.kw;
+      const size_t ny = size_t(s.n) * s.oc * s.oh() * s.ow();
+      const auto x = make_values(nx, fill, seed), w = make_values(nw, fill, seed + 1);
+      const auto b = make_values(size_t(s.oc), fill, seed + 2);
+      std::vector<float> ref(ny), absref(ny);
+      conv2d_forward_cpu(s, x.data(), w.data(), cc.bias ? b.data() : nullptr, ref.data(), cc.relu);
+      std::vector<float> ax(nx), aw(nw);
+      std::transform(x.begin(), x.end(), ax.begin(), [](float v) { return std::fabs(v); });
+      std::transform(w.begin(), w.end(), aw.begin(), [](float v) { return std::fabs(v); });
+      conv2d_forward_cpu(s, ax.data(), aw.data(), nullptr, absref.data(), false);
+      Tensor d_x = test::to_device(x), d_w = test::to_device(w), d_b = test::to_device(b);
+      Tensor d_y = test::to_device(std::vector<float>(ny, NAN));
+      const WgmmaConvShape ws{s.n,  s.c,        s.h,        s.w,     s.oc,   s.kh,
+                              s.kw, s.stride_h, s.stride_w, s.pad_h, s.pad_w};
+      conv2d_forward_wgmma(ws, d_x.data(), d_w.data(), cc.bias ? d_b.data() : nullptr, d_y.data(),
+                           cc.relu, nullptr);
+      const std::vector<float> got = d_y.to_vector();
+      const int k = s.c * s.kh * s.kw;
+      const double bound_rel = std::ldexp(1.0, -9) + k * std::ldexp(1.0, -23);
+      int64_t bad = 0, wrong = 0;
+      std::string first;
+      double diff2 = 0, ref2 = 0;
+      for (size_t i = 0; i < ny; ++i) {
+        const double e = std::fabs(double(got[i]) - ref[i]);
+        const double bound =
+            2 * bound_rel * absref[i] + 4 * std::ldexp(1.0, -24) * (std::fabs(ref[i]) + 1) + 1e-30;
+        if (!(e <= bound)) ++bad;
+        if (!(got[i] == ref[i])) {
+          if (wrong == 0) {
+            char where[120];
+            std::snprintf(where, sizeof where, "y[%zu]: got %.9g, expected %.9g", i, double(got[i]),
+                          double(ref[i]));
+            first = where;
+          }
+          ++wrong;
+        }
+        diff2 += std::isnan(got[i]) ? INFINITY : e * e;
+        ref2 += double(ref[i]) * ref[i];
+      }
+      const double frob = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+      std::printf("%s: %lld wrong, %lld over the bound, rel %.3g%s%s\n", buf,
+                  static_cast<long long>(wrong), static_cast<long long>(bad), frob,
+                  wrong ? ", first " : "", first.c_str());
+      EXPECT_EQ(bad, 0) << "first differing element " << first;
+      EXPECT_LE(frob, 4e-3);
+      if (fill == Fill::SmallInt) {
+        EXPECT_EQ(wrong, 0) << "small-integer inputs are exact in TF32; " << first;
+      }
+    }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
