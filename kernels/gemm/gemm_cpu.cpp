@@ -385,7 +385,7 @@ CpuIsa detect_isa() {
     best = CpuIsa::Avx512;
   else if (cpu_isa_supported(CpuIsa::Avx2))
     best = CpuIsa::Avx2;
-  CpuIsa want;
+  CpuIsa want = best;
   switch (process_env_switches().cpu_isa) {
     case CpuIsaSwitch::Best:
       return best;
