@@ -12,5 +12,6 @@ rm -rf .device_bin && mkdir -p .device_bin
 for f in train infer bench gradcheck cnn_gpu_tests libcnn.so; do
   cp "build-gpu/bin/$f" .device_bin/
 done
+cp -L "$(dirname "$(readlink -f /usr/local/cuda/bin/nvcc)")/../lib64/libcudart.so.13" .device_bin/  # beside them ($ORIGIN)
 strip .device_bin/*
 du -sh .device_bin

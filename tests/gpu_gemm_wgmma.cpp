@@ -44,9 +44,9 @@
 
 #include "kernels/conv/conv2d.h"
 #include "kernels/gemm/gemm_cpu.h"
+#include "runtime/env_switches.h"
 #include "runtime/exec.h"
 #include "runtime/tensor.h"
-#include "runtime/env_switches.h"
 #include "tests/test_util.h"
 #ifdef CNN_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -436,11 +436,17 @@ TEST(GpuGemmWgmma, Dispatch) {
   EXPECT_EQ(gemm_cuda_resolve(GemmPath::Wgmma, false, true, 128, 128, 128, none, 128, none, 128,
                               Precision::TF32) == GemmPath::Wgmma,
             gemm_wgmma_available());
-  // Auto never picks it unless CNN_GEMM_PATH=wgmma says so (read once per process).
-  const bool env_wgmma = process_env_switches().gemm_path == GemmPathSwitch::Wgmma;
-  EXPECT_EQ(gemm_cuda_resolve(GemmPath::Auto, false, true, 128, 1024, 3136, none, 3136, none, 3136,
+  // Auto picks it for a TF32 problem with both operands K-major (fc1 forward), unless the
+  // environment names another path (read once per process); with transposed operands only
+  // when CNN_GEMM_PATH=wgmma says so.
+  const GemmPathSwitch env = process_env_switches().gemm_path;
+  EXPECT_EQ(
+      gemm_cuda_resolve(GemmPath::Auto, false, true, 128, 1024, 3136, none, 3136, none, 3136,
+                        Precision::TF32) == GemmPath::Wgmma,
+      (env == GemmPathSwitch::Auto || env == GemmPathSwitch::Wgmma) && gemm_wgmma_available());
+  EXPECT_EQ(gemm_cuda_resolve(GemmPath::Auto, false, false, 128, 3136, 1024, none, 1024, none, 3136,
                               Precision::TF32) == GemmPath::Wgmma,
-            env_wgmma && gemm_wgmma_available());
+            env == GemmPathSwitch::Wgmma && gemm_wgmma_available());
   {
     test::ScopedEnv env("CNN_GEMM_PATH", "wgmma");
     EXPECT_EQ(read_env_switches().gemm_path, GemmPathSwitch::Wgmma);

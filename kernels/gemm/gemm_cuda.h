@@ -39,8 +39,9 @@ namespace cnn {
 //        shapes; FP32 arithmetic whatever the precision).
 //   Wgmma: the Hopper wgmma + TMA kernel of gemm_wgmma.h (TF32 only, any layout and alignment);
 //        where it cannot run (not a compute capability 9.0 device, a build without architecture
-//        90, precision FP32, k == 0) the call takes what Auto would. Auto never picks it by
-//        itself until it has been verified on the device; CNN_GEMM_PATH=wgmma makes Auto take it.
+//        90, precision FP32, k == 0) the call takes what Auto would. Auto picks it for TF32
+//        problems whose operands are both K-major (after the small-shape kernels);
+//        CNN_GEMM_PATH=wgmma makes Auto take it for every TF32 problem.
 enum class GemmPath { Auto, StridedTile, VecTile, SmallDot, SmallM, SmallK, Wgmma };
 const char* gemm_path_name(GemmPath path);
 
