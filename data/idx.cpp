@@ -6,6 +6,7 @@
 
 #include "runtime/file_io.h"
 #include "runtime/error.h"
+#include "data/idx_cache.h"
 
 namespace cnn {
 
@@ -158,7 +159,7 @@ void write_idx_labels(const std::string& path, const std::vector<uint8_t>& label
 
 Dataset load_idx_dataset(const std::string& images_path, const std::string& labels_path,
                          const std::vector<std::string>& class_names) {
-  IdxImages im = read_idx_images(images_path);
+  IdxImages im = read_idx_images_cached(images_path);
   std::vector<uint8_t> lab = read_idx_labels(labels_path);
   CNN_CHECK(lab.size() == size_t(im.n), "{}: count mismatch: {} labels, but {} has {} images",
             labels_path, lab.size(), images_path, im.n);

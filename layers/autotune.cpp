@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "layers/tune_cache.h"
 #include "runtime/error.h"
 #include "runtime/stream_timer.h"
 
@@ -20,6 +21,7 @@ std::string describe(const TuneChoice& c) {
     }
   }
   if (!others.empty()) s += " (" + others + ")";
+  if (c.cached) s += " [cached]";
   return s;
 }
 
@@ -63,17 +65,71 @@ TuneChoice pick_fastest(const std::string& layer, const char* pass,
   return choice;
 }
 
+TuneChoice pick_cached_or_timed(const TuneSite& site, const char* pass,
+                                const std::function<void(Algo)>& run, const Exec& ex,
+                                const std::function<TuneChoice()>& time_candidates) {
+  if (!site.cache) return time_candidates();
+  const std::string key =
+      TuneCache::key(site.op, pass, precision_name(ex.precision), ex.deterministic);
+  if (const CachedTune* hit = site.cache->find(key)) {
+    const auto& cands = tune_candidates();
+    const auto named =
+        std::find_if(cands.begin(), cands.end(), [&](Algo a) { return hit->algo == algo_name(a); });
+    if (named != cands.end()) {
+      // The cache only names a variant: the variant's own shape check decides whether it may
+      // run, exactly as when it was timed; a refusal means the entry is wrong, so time afresh.
+      bool accepted = true;
+      try {
+        run(*named);
+      } catch (const Error& e) {
+        try {
+          check_device_usable(ex);
+        } catch (const Error& broken) {
+          CNN_FAIL("algo: auto: {} {} with the cached {}: {} ({})", site.layer, pass,
+                   algo_name(*named), broken.what(), e.what());
+        }
+        accepted = false;
+      }
+      if (accepted) {
+        TuneChoice c{site.layer, pass, *named, {}, true};
+        for (const auto& [name, us] : hit->us)
+          for (Algo a : cands)
+            if (name == algo_name(a)) c.timings.emplace_back(a, us);
+        return c;
+      }
+    }
+  }
+  TuneChoice c = time_candidates();
+  CachedTune record{algo_name(c.chosen), {}};
+  for (const auto& [a, us] : c.timings) record.us.emplace_back(algo_name(a), us);
+  site.cache->put(key, std::move(record));
+  return c;
+}
+
+TuneChoice pick_fastest(const TuneSite& site, const char* pass,
+                        const std::function<void(Algo)>& run, const Exec& ex) {
+  return pick_cached_or_timed(site, pass, run, ex,
+                              [&] { return pick_fastest(site.layer, pass, run, ex); });
+}
+
 std::vector<TuneChoice> tune_passes(const std::string& layer, const std::function<void(Algo)>& fwd,
                                     const std::function<void(Algo)>& dw,
                                     const std::function<void(Algo)>* dx, PassAlgos* algos,
                                     const Exec& ex) {
+  return tune_passes(TuneSite{layer, "", nullptr}, fwd, dw, dx, algos, ex);
+}
+
+std::vector<TuneChoice> tune_passes(const TuneSite& site, const std::function<void(Algo)>& fwd,
+                                    const std::function<void(Algo)>& dw,
+                                    const std::function<void(Algo)>* dx, PassAlgos* algos,
+                                    const Exec& ex) {
   std::vector<TuneChoice> out;
-  out.push_back(pick_fastest(layer, "forward", fwd, ex));
+  out.push_back(pick_fastest(site, "forward", fwd, ex));
   algos->fwd = out.back().chosen;
-  out.push_back(pick_fastest(layer, "weight-grad", dw, ex));
+  out.push_back(pick_fastest(site, "weight-grad", dw, ex));
   algos->dw = out.back().chosen;
   if (dx) {
-    out.push_back(pick_fastest(layer, "input-grad", *dx, ex));
+    out.push_back(pick_fastest(site, "input-grad", *dx, ex));
     algos->dx = out.back().chosen;
   }
   return out;

@@ -4,6 +4,8 @@
 // gradient). Skipped in deterministic mode (a timed choice could differ between two runs, and
 // with it the rounding) and when NetworkOptions.autotune is off (CNN_AUTOTUNE=0); the fixed rule of
 // each op's dispatch applies then.
+// With a TuneCache (layers/tune_cache.h) a choice recorded by an earlier run on the same GPU and
+// build is reused instead of timed, after checking that the variant still accepts the shape.
 #include <functional>
 #include <string>
 #include <utility>
@@ -13,14 +15,18 @@
 
 namespace cnn {
 
+class TuneCache;
+
 struct TuneChoice {
   std::string layer;  // "conv1"
   std::string pass;   // "forward", "input-grad", "weight-grad"
   Algo chosen = Algo::Auto;
   std::vector<std::pair<Algo, double>> timings;  // microseconds per call, in candidate order
+  bool cached = false;                           // taken from a TuneCache, not timed now
 };
 
-// "conv1 forward: fast 13.4 us (igemm 17.7, tiled 24.4, naive 92.3)"
+// "conv1 forward: fast 13.4 us (igemm 17.7, tiled 24.4, naive 92.3)"; a cached choice ends in
+// " [cached]" (its timings are those of the run that measured them).
 std::string describe(const TuneChoice& c);
 
 // The variants tried, in order of preference when two time the same.
@@ -31,6 +37,27 @@ const std::vector<Algo>& tune_candidates();
 TuneChoice pick_fastest(const std::string& layer, const char* pass,
                         const std::function<void(Algo)>& run, const Exec& ex);
 
+// Where a tuned call sits: the layer (for the log), its op and shape (the cache key, e.g.
+// "conv2d n128 c32 h14 w14 oc64 k5x5 s1x1 p2x2 bias relu": everything the variants' speed
+// depends on), and the cache to consult and fill (null: time every candidate, remember nothing).
+struct TuneSite {
+  std::string layer;
+  std::string op;
+  TuneCache* cache = nullptr;
+};
+
+// pick_fastest through site.cache: a recorded choice for (op, pass, ex.precision,
+// ex.deterministic) naming one of tune_candidates() is run once to check that it accepts the
+// shape and is then taken without timing; otherwise (no entry, an unknown name, a refusal) the
+// candidates are timed and the pick is recorded in the cache.
+TuneChoice pick_fastest(const TuneSite& site, const char* pass,
+                        const std::function<void(Algo)>& run, const Exec& ex);
+// Its cache logic with the timing passed in (`time_candidates`, called on a miss), so that the
+// tests run it on the CPU.
+TuneChoice pick_cached_or_timed(const TuneSite& site, const char* pass,
+                                const std::function<void(Algo)>& run, const Exec& ex,
+                                const std::function<TuneChoice()>& time_candidates);
+
 // The variant of each pass of a conv/linear layer: as configured, or as tune_passes() picked.
 struct PassAlgos {
   Algo fwd = Algo::Auto, dw = Algo::Auto, dx = Algo::Auto;
@@ -40,6 +67,11 @@ struct PassAlgos {
 // pick_fastest for a layer's forward, weight-gradient and (when dx is given: not the first
 // layer) input-gradient passes, in that order, into *algos; one choice per pass tuned.
 std::vector<TuneChoice> tune_passes(const std::string& layer, const std::function<void(Algo)>& fwd,
+                                    const std::function<void(Algo)>& dw,
+                                    const std::function<void(Algo)>* dx, PassAlgos* algos,
+                                    const Exec& ex);
+// The same through a TuneSite (its cache, when set).
+std::vector<TuneChoice> tune_passes(const TuneSite& site, const std::function<void(Algo)>& fwd,
                                     const std::function<void(Algo)>& dw,
                                     const std::function<void(Algo)>* dx, PassAlgos* algos,
                                     const Exec& ex);

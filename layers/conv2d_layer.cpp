@@ -92,8 +92,14 @@ class Conv2dLayer : public Layer {
     const std::function<void(Algo)> input_grad = [&](Algo a) {
       conv2d_backward_data(s, dy, w_, dx, a, ex);
     };
+    // Everything the variants' speed depends on: the shape, the bias and the fused ReLU.
+    const std::string op =
+        fmt::format("conv2d n{} c{} h{} w{} oc{} k{}x{} s{}x{} p{}x{}{}{}", s.n, s.c, s.h, s.w,
+                    s.oc, s.kh, s.kw, s.stride_h, s.stride_w, s.pad_h, s.pad_w, b_ ? " bias" : "",
+                    fused_relu_ ? " relu" : "");
     return tune_passes(
-        name(), [&](Algo a) { conv2d_forward(s, x, w_, b_, y, fused_relu_, a, ex); },
+        TuneSite{name(), op, tune_cache_},
+        [&](Algo a) { conv2d_forward(s, x, w_, b_, y, fused_relu_, a, ex); },
         [&](Algo a) { conv2d_backward_weight(s, x, dy, dw_, db_, scratch, a, ex); },
         dx ? &input_grad : nullptr, &algos_, ex);
   }

@@ -68,6 +68,8 @@ class Layer {
                                            const Exec& /*ex*/) {
     return {};
   }
+  // The cache autotune() consults and fills (layers/tune_cache.h); null: time everything.
+  void set_tune_cache(TuneCache* cache) { tune_cache_ = cache; }
 
   // True when ReLU is fused into this layer's epilogue (the Network then skips the relu layer).
   void set_fused_relu(bool on) { fused_relu_ = on; }
@@ -100,6 +102,7 @@ class Layer {
   bool mask_input_relu_ = false;
   bool relu_masked_downstream_ = false;
   bool fused_pool_ = false;
+  TuneCache* tune_cache_ = nullptr;
 };
 
 // Builds the layer for a spec (not the loss: the Network handles softmax_cross_entropy itself).

@@ -1,6 +1,7 @@
 #include "kernels/gemm/linear.h"
 #include "kernels/pointwise/relu.h"
 #include "layers/layer_factories.h"
+#include "runtime/error.h"
 
 namespace cnn {
 namespace {
@@ -61,8 +62,11 @@ class LinearLayer : public Layer {
     const std::function<void(Algo)> input_grad = [&](Algo a) {
       linear_backward_data(s, dy, w_, dx, a, ex);
     };
+    const std::string op = fmt::format("linear n{} in{} out{}{}{}", s.n, s.in, s.out,
+                                       b_ ? " bias" : "", fused_relu_ ? " relu" : "");
     return tune_passes(
-        name(), [&](Algo a) { linear_forward(s, x, w_, b_, y, fused_relu_, a, ex); },
+        TuneSite{name(), op, tune_cache_},
+        [&](Algo a) { linear_forward(s, x, w_, b_, y, fused_relu_, a, ex); },
         [&](Algo a) { linear_backward_weight(s, x, dy, dw_, db_, scratch, a, ex); },
         dx ? &input_grad : nullptr, &algos_, ex);
   }

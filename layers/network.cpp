@@ -139,7 +139,7 @@ void Network::set_exec(const Exec& ex) {
   ex_ = ex;
 }
 
-std::vector<std::string> Network::autotune() {
+std::vector<std::string> Network::autotune(TuneCache* cache) {
   std::vector<std::string> lines;
   if (ex_.device != Device::CUDA || ex_.deterministic || !opt_.autotune) return lines;
   // Defined inputs for the timing runs: zeroed activations and a zero input batch.
@@ -153,9 +153,11 @@ std::vector<std::string> Network::autotune() {
     const float* x = i ? acts_[i - 1] : input.data();
     if (!x) x = input.data();  // a leading flatten aliases the input
     float* dx = i ? grad_acts_[i - 1] : nullptr;
+    layers_[i]->set_tune_cache(cache);
     for (const TuneChoice& c :
          layers_[i]->autotune(opt_.max_batch, x, acts_[i], grad_acts_[i], dx, scratch_.data(), ex_))
       lines.push_back(describe(c));
+    layers_[i]->set_tune_cache(nullptr);  // the cache need not outlive the network
   }
   grads_.zero(ex_.stream);
   stream_sync(ex_.device, ex_.stream);

@@ -66,8 +66,9 @@ class Network {
   // algo: auto on CUDA (not deterministic, CNN_AUTOTUNE not 0): every conv/linear layer times
   // its kernel variants at the full batch and keeps the fastest per pass (layers/autotune.h).
   // Leaves the parameter gradients zero. Returns one line per choice (empty when nothing tuned);
-  // the trainer logs the fusion_notes() beside them.
-  std::vector<std::string> autotune();
+  // the trainer logs the fusion_notes() beside them. With a cache, choices recorded there for the
+  // same shapes are reused untimed and new ones are added to it (the caller saves it).
+  std::vector<std::string> autotune(TuneCache* cache = nullptr);
   // One line per conv-relu-pool fusion in effect ("conv1 + relu1 + pool1: fused ..."); empty when
   // none (see PoolFusion). A fused conv's own variants are not tuned: the fused pass runs.
   const std::vector<std::string>& fusion_notes() const { return fusion_notes_; }

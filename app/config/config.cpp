@@ -194,7 +194,8 @@ LayerSpec read_layer(const ConfigNode& item, Algo default_algo, LayerSite* site)
 void read_training(const ConfigMap& top, TrainingOptions* t) {
   ConfigMap m(top.require("training", "a training section with at least epochs and batch_size"),
               {"epochs", "batch_size", "seed", "device", "precision", "algo", "deterministic",
-               "eval_every_epochs", "max_steps", "cuda_graph"});
+               "eval_every_epochs", "max_steps", "cuda_graph",
+               "autotune_cache", "stop_at_accuracy"});
   t->epochs = static_cast<int>(
       m.require("epochs", "the number of passes over the training set, an integer >= 1")
           .as_int(1, 1000000));
@@ -209,6 +210,14 @@ void read_training(const ConfigMap& top, TrainingOptions* t) {
       static_cast<int>(m.get_int("eval_every_epochs", t->eval_every_epochs, 1, kIntMax));
   t->max_steps = m.get_int("max_steps", t->max_steps, 0);
   t->cuda_graph = m.get_bool("cuda_graph", t->cuda_graph);
+  t->autotune_cache = m.get_bool("autotune_cache", t->autotune_cache);
+  t->stop_at_accuracy = m.get_number("stop_at_accuracy", t->stop_at_accuracy, between(0, 100));
+  // A fraction where a percentage belongs would stop every run after its first evaluation.
+  if (t->stop_at_accuracy > 0 && t->stop_at_accuracy <= 1)
+    m.at("stop_at_accuracy")
+        .fail(fmt::format("is a test accuracy in percent, in (1, 100] or 0 for off; did you mean "
+                          "{}?",
+                          100 * t->stop_at_accuracy));
 }
 
 void read_model(const ConfigMap& top, TrainConfig* cfg, Sites* sites) {
@@ -605,6 +614,8 @@ std::string config_to_yaml(const TrainConfig& cfg) {
                    precision_name(t.precision), algo_name(t.algo), t.deterministic);
   y += fmt::format("  eval_every_epochs: {}\n  max_steps: {}\n  cuda_graph: {}\n",
                    t.eval_every_epochs, t.max_steps, t.cuda_graph);
+  y += fmt::format("  autotune_cache: {}\n  stop_at_accuracy: {}\n", t.autotune_cache,
+                   fmt_double(t.stop_at_accuracy));
 
   y += "logging:\n";
   y += fmt::format("  dir: {}\n  every_steps: {}\n  progress: {}\n", yaml_quote(cfg.logging.dir),

@@ -30,6 +30,8 @@ struct TrainingOptions {
   int eval_every_epochs = 1;
   int64_t max_steps = 0;   // 0 = no limit; stops early for quick runs
   bool cuda_graph = true;  // replay the step as one CUDA graph (CNN_CUDA_GRAPH=0 also turns it off)
+  bool autotune_cache = true;   // reuse algo: auto's choices across runs (app/train/startup.h)
+  double stop_at_accuracy = 0;  // percent; stop after the evaluation that reaches it; 0 = off
 };
 
 enum class ProgressMode { Auto, On, Off };  // auto: a progress bar only on a terminal

@@ -26,6 +26,9 @@
 #include "layers/param_optimizer.h"
 #include "runtime/atomic_file.h"
 #include "runtime/error.h"
+#include "app/cli_common.h"
+#include "app/train/run_summary.h"
+#include "app/train/startup.h"
 
 namespace cnn {
 namespace {
@@ -105,6 +108,8 @@ class Trainer {
 
   const TrainConfig& cfg_;
   const TrainArgs& args_;
+  StartupClock startup_;
+  AccuracyTarget target_{cfg_.training.stop_at_accuracy, startup_};
   Exec ex_;
   std::unique_ptr<TrainStream> stream_;  // outlives everything that launches on it
   std::unique_ptr<RunFolders> folders_;
@@ -228,6 +233,7 @@ bool Trainer::claim_folders() {
 void Trainer::load_model_and_data() {
   const TrainingOptions& tr = cfg_.training;
   data_ = load_data(cfg_.data);
+  startup_.mark("dataset decode");
   eval_set_ = data_.val.n > 0 ? &data_.val : &data_.test;
   std::vector<float> mean = cfg_.data.mean, stdv = cfg_.data.std;
   const std::string& ckpt_in = resume_ckpt_.empty() ? args_.init_weights : resume_ckpt_;
@@ -285,7 +291,9 @@ void Trainer::open_run_log() {
              data_.train.n, data_.train.source, data_.val.n > 0 ? "validation" : "test",
              eval_set_->n, data_.train.num_classes(), normalization_str(norm_));
   for (const std::string& line : net_->fusion_notes()) log_->info("fusion: {}", line);
-  for (const std::string& line : net_->autotune()) log_->info("algo auto: {}", line);
+  startup_.mark("logs");
+  autotune_network(*net_, tr.autotune_cache, kBuildGitHash, *log_);
+  startup_.mark("autotune");
   if (data_.train.skipped > 0)
     log_->warn("skipped {} unreadable training images, e.g. {}", data_.train.skipped,
                data_.train.skipped_examples.empty() ? "" : data_.train.skipped_examples[0]);
@@ -308,6 +316,7 @@ void Trainer::prepare_steps() {
     CNN_FAIL("cannot set up the datasets ({} + {} images, batch {}) on {}: {}", data_.train.n,
              eval_set_->n, tr.batch_size, device_name(ex_.device), e.what());
   }
+  startup_.mark("dataset upload");
   totals_ = Buffer<double>(3, ex_.device);
   // A resume continues the window of training rows that its checkpoint was taken in.
   if (resume_ckpt_.empty())
@@ -331,6 +340,7 @@ void Trainer::prepare_steps() {
   state_ = std::make_unique<StepState>(ex_, steps_per_epoch_);
   train_->use_batch_counter(state_->batch());
   graph_ = std::make_unique<StepGraph>(ex_, graph_off.empty());
+  startup_.expect_graph(graph_off.empty());
   step_launches_ = [this] {
     train_->gather(n_);
     net_->forward_backward(n_, train_->x(), train_->labels(), 1.0f / float(n_));
@@ -358,6 +368,7 @@ EpochEnd Trainer::run_epoch(int64_t epoch) {
     if (!train.take(&n_)) return EpochEnd::Done;
     lr_ = state_->lr_at(batch_index);
     graph_->run(step_launches_, n_ == tr.batch_size);
+    if (!startup_.reported()) startup_.after_step(ex_, *log_);
     bool warning = false;
     if (const std::string news = graph_->take_news(&warning); !news.empty()) {
       if (warning)
@@ -394,6 +405,8 @@ void Trainer::evaluate_epoch(int64_t epoch, double train_s, bool last_epoch, Tra
   log_->metrics({elapsed(), epoch + 1, pos_.global_step, "eval", r.loss, r.accuracy, lr_, 0});
   CNN_CHECK(std::isfinite(r.loss), "epoch {}: the evaluation loss is {}; stopping", epoch + 1,
             r.loss);
+  if (target_.reached_now(epoch + 1, pos_.global_step, r.accuracy))
+    last_epoch = true;  // training.stop_at_accuracy
   // Written before the final checkpoint: a run killed after that checkpoint is complete, as a
   // resume from it has nothing left to run.
   if (last_epoch) {
@@ -422,7 +435,7 @@ void Trainer::end_of_epoch(int64_t epoch, bool stopped) {
     evaluate_epoch(epoch, train_s, last_epoch, &next);
   pos_ = next;
   if ((cfg_.checkpoint.every_epochs > 0 && (epoch + 1) % cfg_.checkpoint.every_epochs == 0) ||
-      last_epoch)
+      last_epoch || target_.reached())
     save("last.safetensors", pos_);
 }
 
@@ -436,19 +449,26 @@ int Trainer::stop_by_signal(int sig) {
 }
 
 void Trainer::finish() {
-  log_->info("done: {} steps in {:.1f} s; best accuracy {:.2f}%; checkpoints in {}",
-             pos_.global_step, elapsed(), 100 * std::max(0.0, pos_.best_accuracy), ckpt_dir_);
+  log_->info("done: {} steps in {:.1f} s; best accuracy {:.2f}%; checkpoints in {}{}",
+             pos_.global_step, elapsed(), 100 * std::max(0.0, pos_.best_accuracy), ckpt_dir_,
+             target_.summary());
+  target_.write_run_json(run_dir_, cfg_, pos_.epoch, pos_.global_step,
+                         std::max(0.0, pos_.best_accuracy));
 }
 
 int Trainer::run() {
   const TrainingOptions& tr = cfg_.training;
+  startup_.mark("config");
   if (!claim_folders()) return 0;
+  startup_.mark("run folder");
   ex_.device = resolve_device(tr.device);
   ex_.precision = tr.precision;
   ex_.deterministic = tr.deterministic;
   stream_ = std::make_unique<TrainStream>(ex_.device);
   ex_.stream = stream_->get();
+  startup_.mark("CUDA context");
   load_model_and_data();
+  startup_.mark("network");
   {
     // The number of steps per epoch is the sampler's; known once the data is.
     const BatchSampler probe(data_.train.n, tr.batch_size, true, cfg_.data.drop_last, tr.seed);
@@ -468,7 +488,7 @@ int Trainer::run() {
     const EpochEnd how = run_epoch(epoch);
     if (how == EpochEnd::Signal) return stop_by_signal(int(g_stop_signal));
     end_of_epoch(epoch, how == EpochEnd::MaxSteps);
-    if (how == EpochEnd::MaxSteps) break;
+    if (how == EpochEnd::MaxSteps || target_.reached()) break;
   }
   finish();
   return 0;
