@@ -5,8 +5,10 @@
 // size, modification time and its gzip trailer (the CRC-32 and length of the decoded bytes,
 // gzip's own hash of what the copy holds); a copy that does not match, is unreadable or fails the
 // IDX checks is ignored and written again. The copy is written atomically, so concurrent runs
-// never read a torn one. Only gzip sources of at least kMinCachedSource bytes are cached (a raw
-// IDX file is read as fast as the copy would be); CNN_DATA_CACHE=0 turns it off.
+// never read a torn one; its pixels are not checksummed again on every read (that would cost
+// about as much as reading them), so damage inside a complete copy goes unnoticed: delete it.
+// Only gzip sources of at least kMinCachedSource bytes are cached (a raw IDX file is read as fast
+// as the copy would be); CNN_DATA_CACHE=0 turns it off.
 #include <cstddef>
 #include <string>
 
