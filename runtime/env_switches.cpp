@@ -107,6 +107,9 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_CPU_ISA", "scalar|avx2|avx512", "cap the CPU kernels' instruction set"},
       {"CNN_CPU_THREADS", "1..256", "threads of the CPU kernels (default: the cores, at most 16)"},
       {"CNN_SYNC_CHECK", "1", "synchronize after every launch, so a fault names its kernel"},
+      // Read where they are used, per run or per file (the trainer's start-up, the IDX loader).
+      {"CNN_AUTOTUNE_CACHE", "0|FILE", "no autotune cache, or this file instead of the user's"},
+      {"CNN_DATA_CACHE", "0", "no decoded copy (<file>.decoded) beside gzip IDX image files"},
   };
   return rows;
 }

@@ -47,7 +47,9 @@ EnvSwitches read_env_switches();
 // The process's snapshot: read on the first call, the same afterwards.
 const EnvSwitches& process_env_switches();
 
-// The table printed in the README and by `--help`: name, values, effect.
+// The table printed in the README and by `--help`: name, values, effect. Two more variables are
+// listed there that are read where they are used: CNN_AUTOTUNE_CACHE (app/train/startup.cpp,
+// layers/tune_cache.h) and CNN_DATA_CACHE (data/idx_cache.cpp).
 struct EnvSwitchRow {
   const char* name;
   const char* values;
