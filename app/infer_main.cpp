@@ -103,7 +103,7 @@ int infer(const std::string& ckpt_path, int topk, const std::string& format,
 
   ExpandedPaths expanded = expand_image_paths(paths);
   int failures = int(expanded.errors.size());
-  for (const auto& e : expanded.errors) std::fprintf(stderr, "infer: %s\n", e.c_str());
+  for (const auto& e : expanded.errors) std::fprintf(stderr, "infer: %s\n", printable(e).c_str());
 
   const size_t image_floats = size_t(c) * size_t(h) * size_t(w);
   std::vector<float> h_x(size_t(batch) * image_floats);
@@ -135,7 +135,7 @@ int infer(const std::string& ckpt_path, int topk, const std::string& format,
       normalize_image(pixels.data(), c, h, w, norm, h_x.data() + batch_paths.size() * image_floats);
       batch_paths.push_back(path);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "infer: %s\n", e.what());
+      std::fprintf(stderr, "infer: %s\n", printable(e.what()).c_str());
       ++failures;
       continue;
     }

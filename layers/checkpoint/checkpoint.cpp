@@ -10,6 +10,7 @@
 
 #include "layers/checkpoint/safetensors.h"
 #include "runtime/error.h"
+#include "runtime/text.h"
 
 namespace cnn {
 namespace {
@@ -30,7 +31,7 @@ int64_t get_int(const SafetensorsFile& f, const std::string& key) {
     if (used == v.size()) return x;
   } catch (const std::exception&) {
   }
-  CNN_FAIL("{}: metadata '{}' is '{}', expected an integer", f.path(), key, v);
+  CNN_FAIL("{}: metadata '{}' is '{}', expected an integer", f.path(), key, excerpt(v));
 }
 
 int64_t get_counter(const SafetensorsFile& f, const std::string& key) {
@@ -48,7 +49,7 @@ double get_double(const SafetensorsFile& f, const std::string& key) {
     if (used == v.size()) return x;
   } catch (const std::exception&) {
   }
-  CNN_FAIL("{}: metadata '{}' is '{}', expected a number", f.path(), key, v);
+  CNN_FAIL("{}: metadata '{}' is '{}', expected a number", f.path(), key, excerpt(v));
 }
 
 uint64_t get_uint64(const SafetensorsFile& f, const std::string& key) {
@@ -59,7 +60,7 @@ uint64_t get_uint64(const SafetensorsFile& f, const std::string& key) {
     if (used == v.size() && !v.empty() && v[0] != '-') return x;
   } catch (const std::exception&) {
   }
-  CNN_FAIL("{}: metadata '{}' is '{}', expected an unsigned integer", f.path(), key, v);
+  CNN_FAIL("{}: metadata '{}' is '{}', expected an unsigned integer", f.path(), key, excerpt(v));
 }
 
 // A JSON list of strings, integers or (finite) numbers. Each item's type and range is checked
@@ -97,7 +98,7 @@ CheckpointMeta meta_of(const SafetensorsFile& f) {
   CNN_CHECK(format && *format == kFormat,
             "{}: not a checkpoint of this trainer (metadata format "
             "'{}', expected '{}')",
-            f.path(), format ? *format : "", kFormat);
+            f.path(), excerpt(format ? *format : ""), kFormat);
   CheckpointMeta m;
   m.config_yaml = f.metadata_value("config");
   m.class_names = get_json_list<std::string>(f, "classes");
