@@ -17,6 +17,7 @@
 
 #include "app/config/config.h"
 #include "app/config/did_you_mean.h"
+#include "app/train/resume_plan.h"
 #include "data/check_data.h"
 #include "data/idx.h"
 #include "data/image_folder.h"
@@ -164,7 +165,7 @@ Network tiny_network() {
 
 }  // namespace
 
-// ---- 1. nesting: refused before parsing, no value echoed whole ---------------------------------
+// ---- 1. nesting: refused before parsing, no value echoed whole ----------------------------------
 
 TEST(Hostile, SafetensorsDeepNestingIsRefusedBeforeParsing) {
   const fs::path dir = test::fresh_dir("hostile", "nesting");
@@ -204,8 +205,7 @@ TEST(Hostile, CheckpointNestedMetadataListIsRefused) {
   EXPECT_HAS(error_of([&] { read_checkpoint_meta(path); }), "'classes' nests lists");
 }
 
-// ---- 2. names that are not UTF-8
-// -----------------------------------------------------------------
+// ---- 2. names that are not UTF-8 ----------------------------------------------------------------
 
 TEST(Hostile, TextHelpers) {
   EXPECT_TRUE(valid_utf8("plain ascii"));
@@ -255,8 +255,7 @@ TEST(Hostile, ConfigClassNameNotUtf8IsRefused) {
   EXPECT_HAS(msg, "not valid UTF-8");
 }
 
-// ---- 3. not a regular file, or far too large: refused before reading
-// ------------------------------
+// ---- 3. not a regular file, or far too large: refused before reading ----------------------------
 
 TEST(Hostile, ConfigThatIsNotARegularFileIsRefused) {
   EXPECT_HAS(error_of([] { load_config("/dev/zero"); }), "is a device");
@@ -332,8 +331,7 @@ TEST(Hostile, FifoAndDeviceInAClassFolderAreRefusedOrSkipped) {
   EXPECT_HAS(d.skipped_examples[1], "zero.png: is a device");
 }
 
-// ---- 4. decompression bombs: headers compared before the body is inflated
-// -------------------------
+// ---- 4. decompression bombs: headers compared before the body is inflated -----------------------
 
 TEST(Hostile, GzipIdxHeadersAreCheckedBeforeInflating) {
   const fs::path dir = test::fresh_dir("hostile", "gzip_bomb");
@@ -376,7 +374,7 @@ TEST(Hostile, IdxLargerThanMemoryIsRefusedFromItsHeader) {
              "more than this machine's");
 }
 
-// ---- 5. sizes from small inputs ----------------------------------------------------------------
+// ---- 5. sizes from small inputs -----------------------------------------------------------------
 
 TEST(Hostile, ListLabelBeyondTheRowsIsRefused) {
   const fs::path dir = test::fresh_dir("hostile", "list_label");
@@ -404,12 +402,23 @@ TEST(Hostile, CheckpointModelLargerThanItsTensorsIsRefusedBeforeBuilding) {
                check_checkpoint_can_hold(path, meta, cfg.model.layers, {1, 4096, 4096});
              }),
              "(input (1, 4096, 4096)) has 16777238 parameters");
+  // ./infer and a --resume without --config build the network from the stored config: refused
+  // from the file's size before that.
+  std::string big = meta.config_yaml;
+  for (const std::string side : {"height: ", "width: "}) {
+    for (size_t at = big.find(side + "4"); at != std::string::npos;
+         at = big.find(side + "4", at + side.size() + 4))
+      big.replace(at, side.size() + 1, side + "4096");
+  }
+  rewrite_checkpoint(path, "config", big);
+  rewrite_checkpoint(path, "input_chw", "[1, 4096, 4096]");
+  EXPECT_HAS(error_of([&] { config_from_checkpoint(path, {}); }),
+             "(input (1, 4096, 4096)) has 16777238 parameters");
   rewrite_checkpoint(path, "input_chw", "[1, 4096, 99999]");
   EXPECT_HAS(error_of([&] { read_checkpoint_meta(path); }), "input_chw is (1, 4096, 99999)");
 }
 
-// ---- 6. quadratic work
-// ---------------------------------------------------------------------------
+// ---- 6. quadratic work --------------------------------------------------------------------------
 
 TEST(Hostile, ManyClassNamesAreCheckedInLinearTime) {
   std::string list = "[";
@@ -436,8 +445,7 @@ TEST(Hostile, HugeUnknownKeyIsRefusedQuicklyAndShortly) {
              "larger than the limit");
 }
 
-// ---- 7. checksums that stb_image does not verify
-// -------------------------------------------------
+// ---- 7. checksums that stb_image does not verify ------------------------------------------------
 
 TEST(Hostile, PngWithBadCrcOrAdlerIsABadImage) {
   const std::string good = gray_png(4, 4);
@@ -476,8 +484,7 @@ TEST(Hostile, PngWithBadCrcOrAdlerIsABadImage) {
   EXPECT_HAS(report, "bad.png: corrupt PNG");
 }
 
-// ---- 8. non-finite and absurd checkpoints
-// --------------------------------------------------------
+// ---- 8. non-finite and absurd checkpoints -------------------------------------------------------
 
 TEST(Hostile, CheckpointWithNonFiniteTensorIsRefusedNamingIt) {
   const fs::path dir = test::fresh_dir("hostile", "ck_nan");

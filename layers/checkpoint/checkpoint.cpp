@@ -146,7 +146,7 @@ void check_checkpoint_can_hold(const std::string& path, const CheckpointMeta& me
   const uint64_t need = uint64_t(sum.total_params) * sizeof(float);
   CNN_CHECK(need <= meta.tensor_bytes,
             "{}: its config's model (input {}) has {} parameters ({} bytes), but the file holds "
-            "only {} bytes of tensors - a corrupt or edited checkpoint",
+            "only {} bytes of tensors (a corrupt or edited checkpoint, or another model)",
             path, shape_str(input_chw), sum.total_params, need, meta.tensor_bytes);
 }
 
