@@ -11,9 +11,10 @@
 #include "app/image_paths.h"
 #include "data/image_folder.h"
 #include "data/normalize.h"
-#include "runtime/error.h"
 #include "layers/checkpoint/checkpoint.h"
 #include "layers/network.h"
+#include "runtime/error.h"
+#include "runtime/text.h"
 
 namespace cnn {
 namespace {
@@ -35,8 +36,10 @@ std::vector<std::pair<int, double>> top_k(const float* logits, int classes, int 
   return p;
 }
 
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+// Control characters and bytes that are not UTF-8 are written as \xHH (printable()).
+std::string csv_field(const std::string& raw) {
+  const std::string s = printable(raw);
+  if (s.find_first_of(",\"") == std::string::npos) return s;
   std::string q = "\"";
   for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
   return q + "\"";
@@ -50,7 +53,8 @@ void print(const Prediction& p, const std::vector<std::string>& names, const std
                         {"probability", p.top[0].second}};
     for (const auto& [c, prob] : p.top)
       j["top"].push_back({{"class", names[size_t(c)]}, {"probability", prob}});
-    std::printf("%s\n", j.dump().c_str());
+    // File names are bytes: ones that are not UTF-8 get U+FFFD instead of stopping the output.
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else if (format == "csv") {
     if (first) {
       std::printf("path,class,probability");
@@ -67,8 +71,9 @@ void print(const Prediction& p, const std::vector<std::string>& names, const std
     std::string others;
     for (size_t i = 1; i < p.top.size(); ++i)
       others += fmt::format("  {} {:.1f}%", names[size_t(p.top[i].first)], 100 * p.top[i].second);
-    std::printf("%-40s %-14s %6.2f%%%s\n", p.path.c_str(), names[size_t(p.top[0].first)].c_str(),
-                100 * p.top[0].second, others.c_str());
+    std::printf("%-40s %-14s %6.2f%%%s\n", printable(p.path).c_str(),
+                printable(names[size_t(p.top[0].first)]).c_str(), 100 * p.top[0].second,
+                printable(others).c_str());
   }
 }
 
@@ -83,6 +88,8 @@ int infer(const std::string& ckpt_path, int topk, const std::string& format,
   Normalization norm{meta.mean, meta.std};
   validate_normalization(norm, c);
 
+  check_checkpoint_can_hold(ckpt_path, meta, cfg.model.layers, meta.input_chw);
+
   Exec ex;
   ex.device = resolve_device(device);
   NetworkOptions nopt;
@@ -96,7 +103,7 @@ int infer(const std::string& ckpt_path, int topk, const std::string& format,
 
   ExpandedPaths expanded = expand_image_paths(paths);
   int failures = int(expanded.errors.size());
-  for (const auto& e : expanded.errors) std::fprintf(stderr, "infer: %s\n", e.c_str());
+  for (const auto& e : expanded.errors) std::fprintf(stderr, "infer: %s\n", printable(e).c_str());
 
   const size_t image_floats = size_t(c) * size_t(h) * size_t(w);
   std::vector<float> h_x(size_t(batch) * image_floats);
@@ -128,7 +135,7 @@ int infer(const std::string& ckpt_path, int topk, const std::string& format,
       normalize_image(pixels.data(), c, h, w, norm, h_x.data() + batch_paths.size() * image_floats);
       batch_paths.push_back(path);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "infer: %s\n", e.what());
+      std::fprintf(stderr, "infer: %s\n", printable(e.what()).c_str());
       ++failures;
       continue;
     }

@@ -1,12 +1,15 @@
 #include "data/idx.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <limits>
 
-#include "runtime/file_io.h"
+#include "data/image_folder.h"  // kMaxImageSide
 #include "runtime/error.h"
 #include "data/idx_cache.h"
+#include "runtime/file_io.h"
 
 namespace cnn {
 
@@ -19,6 +22,8 @@ constexpr uint32_t kMagicImages = 0x00000803;
 constexpr uint32_t kMagicLabels = 0x00000801;
 // A cap well above any real dataset that keeps every product below 2^63.
 constexpr uint64_t kMaxPayload = uint64_t(1) << 40;
+// Enough of a file's start to hold its IDX header, also behind a gzip header with a long name.
+constexpr size_t kHeadBytes = 1 << 16;
 
 uint32_t read_be32(const uint8_t* p) {
   return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | uint32_t(p[3]);
@@ -31,21 +36,35 @@ const char* idx_kind(uint32_t ndims) {
   return ndims == 3 ? "images (idx3)" : "labels (idx1)";
 }
 
-// Parses the bytes of an IDX uint8 file of `ndims` dimensions: returns the dims and the payload
-// (header stripped). Raw or gzip by magic. `path` names the file in messages.
-std::vector<uint8_t> parse_idx(std::vector<uint8_t> file, const std::string& path, uint32_t ndims,
-                               std::vector<uint32_t>& dims) {
-  const uint32_t expected_magic = (kIdxUint8 << 8) | ndims;
-  const size_t header = 4 + 4 * size_t(ndims);
-  const bool gz = is_gzip(file.data(), file.size());
-  const char* how = gz ? " (after gunzip)" : "";
+// Deflate expands at most about 1032:1, so n bytes of gzip hold no more than this.
+uint64_t gzip_capacity(uint64_t n) {
+  return n * 1032 + (1 << 16);
+}
 
-  // The header first: for gzip, inflate just enough for it.
+// What the header of an IDX uint8 file of `ndims` dimensions says, read from the file's first
+// bytes (all of them or a prefix of at least the header; for gzip enough to inflate it), with
+// every check that needs no more than the header and the file's size.
+struct IdxHeader {
+  std::vector<uint32_t> dims;
+  std::string dims_str;  // "60000x28x28"
+  uint64_t header = 0, payload = 0;
+  bool gz = false;
+};
+
+IdxHeader parse_idx_header(const uint8_t* data, size_t n, uint64_t file_bytes,
+                           const std::string& path, uint32_t ndims) {
+  IdxHeader h;
+  const uint32_t expected_magic = (kIdxUint8 << 8) | ndims;
+  h.header = 4 + 4 * uint64_t(ndims);
+  h.gz = is_gzip(data, n);
+  const char* how = h.gz ? " (after gunzip)" : "";
+
+  // For gzip, inflate just enough for the header.
   std::vector<uint8_t> head;
-  if (gz) {
-    head = gunzip(file.data(), file.size(), header, path).data;
+  if (h.gz) {
+    head = gunzip(data, n, size_t(h.header), path).data;
   } else {
-    head.assign(file.begin(), file.begin() + std::min(header, file.size()));
+    head.assign(data, data + std::min<size_t>(size_t(h.header), n));
   }
   if (head.size() >= 4) {
     const uint32_t magic = read_be32(head.data());
@@ -62,32 +81,61 @@ std::vector<uint8_t> parse_idx(std::vector<uint8_t> file, const std::string& pat
                expected_magic, idx_kind(ndims), hint);
     }
   }
-  CNN_CHECK(head.size() == header,
+  CNN_CHECK(head.size() == h.header,
             "{}: short file: {} bytes{}, an IDX {} header alone needs {} bytes", path, head.size(),
-            how, idx_kind(ndims), header);
+            how, idx_kind(ndims), h.header);
 
-  dims.assign(ndims, 0);
-  uint64_t payload = 1;
-  std::string dims_str;
+  h.dims.assign(ndims, 0);
+  h.payload = 1;
   for (uint32_t d = 0; d < ndims; ++d) {
-    dims[d] = read_be32(head.data() + 4 + 4 * d);
-    dims_str += (d ? "x" : "") + std::to_string(dims[d]);
+    h.dims[d] = read_be32(head.data() + 4 + 4 * d);
+    h.dims_str += (d ? "x" : "") + std::to_string(h.dims[d]);
   }
   for (uint32_t d = 0; d < ndims; ++d) {
-    CNN_CHECK(dims[d] > 0, "{}: dimension {} is 0 (dims {}): the file holds no data", path, d,
-              dims_str);
+    CNN_CHECK(h.dims[d] > 0, "{}: dimension {} is 0 (dims {}): the file holds no data", path, d,
+              h.dims_str);
     // Every dim is < 2^32 and the running product stays <= 2^40, so this cannot overflow.
-    payload *= dims[d];
-    CNN_CHECK(payload <= kMaxPayload,
+    h.payload *= h.dims[d];
+    CNN_CHECK(h.payload <= kMaxPayload,
               "{}: dims {} describe more than 2^40 bytes - an absurd or corrupt header", path,
-              dims_str);
+              h.dims_str);
   }
-  CNN_CHECK(dims[0] <= uint32_t(std::numeric_limits<int>::max()),
-            "{}: {} items is more than this loader supports", path, dims[0]);
-  const uint64_t total = header + payload;
+  CNN_CHECK(h.dims[0] <= uint32_t(std::numeric_limits<int>::max()),
+            "{}: {} items is more than this loader supports", path, h.dims[0]);
+  if (ndims == 3)
+    CNN_CHECK(h.dims[1] <= uint32_t(kMaxImageSide) && h.dims[2] <= uint32_t(kMaxImageSide),
+              "{}: images of {}x{} pixels are absurd (sides above {} are refused)", path, h.dims[1],
+              h.dims[2], kMaxImageSide);
+  // The file's size bounds what it can hold, before a byte of the body is read or inflated.
+  const uint64_t total = h.header + h.payload;
+  if (!h.gz) {
+    CNN_CHECK(file_bytes >= total,
+              "{}: short file: the header says {} ({} bytes of data) but only {} bytes follow it",
+              path, h.dims_str, h.payload, file_bytes - std::min(file_bytes, h.header));
+    CNN_CHECK(file_bytes == total,
+              "{}: {} bytes follow the {} bytes of data that the header ({}) announces - a wrong "
+              "header or not an IDX file",
+              path, file_bytes - total, h.payload, h.dims_str);
+  } else {
+    CNN_CHECK(total <= gzip_capacity(file_bytes),
+              "{}: short file: the header says {} ({} bytes of data), more than {} bytes of gzip "
+              "can hold",
+              path, h.dims_str, h.payload, file_bytes);
+  }
+  return h;
+}
+
+// Parses the bytes of an IDX uint8 file of `ndims` dimensions: returns the dims and the payload
+// (header stripped). Raw or gzip by magic. `path` names the file in messages.
+std::vector<uint8_t> parse_idx(std::vector<uint8_t> file, const std::string& path, uint32_t ndims,
+                               std::vector<uint32_t>& dims) {
+  const IdxHeader h = parse_idx_header(file.data(), file.size(), file.size(), path, ndims);
+  dims = h.dims;
+  const char* how = h.gz ? " (after gunzip)" : "";
+  const uint64_t total = h.header + h.payload;
 
   std::vector<uint8_t> all;
-  if (gz) {
+  if (h.gz) {
     // Ask for one byte more than the header promises, to notice extra data.
     Gunzipped g = gunzip(file.data(), file.size(), size_t(total + 1), path);
     all = std::move(g.data);
@@ -99,14 +147,26 @@ std::vector<uint8_t> parse_idx(std::vector<uint8_t> file, const std::string& pat
   const uint64_t have = all.size();
   CNN_CHECK(have >= total,
             "{}: short file: the header says {} ({} bytes of data) but only {} bytes follow it{}",
-            path, dims_str, payload, have - header, how);
+            path, h.dims_str, h.payload, have - h.header, how);
   CNN_CHECK(have == total,
             "{}: {} bytes{} follow the {} bytes of data that the header ({}) announces - a wrong "
             "header or not an IDX file",
-            path, gz ? "more" : std::to_string(have - total).c_str(), how, payload, dims_str);
-  all.erase(all.begin(), all.begin() + header);
+            path, h.gz ? "more" : std::to_string(have - total).c_str(), how, h.payload, h.dims_str);
+  all.erase(all.begin(), all.begin() + h.header);
   all.shrink_to_fit();
   return all;
+}
+
+// The header of the file at `path`, from its first bytes only.
+IdxHeader peek_idx_header(const std::string& path, uint32_t ndims) {
+  const FileHead head = read_file_head(path, kHeadBytes);
+  return parse_idx_header(head.bytes.data(), head.bytes.size(), head.file_bytes, path, ndims);
+}
+
+// Physical memory: a dataset announced larger than this cannot be loaded whole.
+uint64_t memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : kMaxPayload;
 }
 
 void write_idx(const std::string& path, uint32_t ndims, const std::vector<uint32_t>& dims,
@@ -134,8 +194,6 @@ IdxImages parse_idx_images(std::vector<uint8_t> file, const std::string& path) {
   std::vector<uint32_t> dims;
   IdxImages im;
   im.pixels = parse_idx(std::move(file), path, 3, dims);
-  CNN_CHECK(dims[1] <= 65535 && dims[2] <= 65535, "{}: images of {}x{} pixels are absurd", path,
-            dims[1], dims[2]);
   im.n = int(dims[0]);
   im.h = int(dims[1]);
   im.w = int(dims[2]);
@@ -158,7 +216,24 @@ void write_idx_labels(const std::string& path, const std::vector<uint8_t>& label
 }
 
 Dataset load_idx_dataset(const std::string& images_path, const std::string& labels_path,
-                         const std::vector<std::string>& class_names) {
+                         const std::vector<std::string>& class_names, const IdxExpect& expect) {
+  // Both headers first, against each other, the model and the memory: a gzip bomb whose header
+  // matches its body (1 x 65535 x 65535) inflated 4.3 GB before the label count was compared.
+  const IdxHeader hi = peek_idx_header(images_path, 3);
+  const IdxHeader hl = peek_idx_header(labels_path, 1);
+  CNN_CHECK(hl.dims[0] == hi.dims[0], "{}: count mismatch: {} labels, but {} has {} images",
+            labels_path, hl.dims[0], images_path, hi.dims[0]);
+  CNN_CHECK(expect.width == 0 || expect.resize ||
+                (int64_t(hi.dims[1]) == expect.height && int64_t(hi.dims[2]) == expect.width),
+            "{}: images are {}x{} (WxH) but data.width/height say {}x{} (set data.resize: true "
+            "to resize them)",
+            images_path, hi.dims[2], hi.dims[1], expect.width, expect.height);
+  const uint64_t memory = memory_bytes();
+  CNN_CHECK(hi.payload <= memory,
+            "{}: the header announces {} images ({} bytes), more than this machine's {} bytes of "
+            "memory",
+            images_path, hi.dims_str, hi.payload, memory);
+
   IdxImages im = read_idx_images_cached(images_path);
   std::vector<uint8_t> lab = read_idx_labels(labels_path);
   CNN_CHECK(lab.size() == size_t(im.n), "{}: count mismatch: {} labels, but {} has {} images",

@@ -26,10 +26,20 @@ std::vector<uint8_t> parse_idx_labels(std::vector<uint8_t> file, const std::stri
 void write_idx_images(const std::string& path, int n, int h, int w, const uint8_t* pixels);
 void write_idx_labels(const std::string& path, const std::vector<uint8_t>& labels);
 
+// What the model takes, when known: images of another size are refused from the header alone
+// unless they are to be resized. width 0: anything.
+struct IdxExpect {
+  int height = 0, width = 0;
+  bool resize = true;
+};
+
 // Images + labels as a Dataset (C = 1). class_names empty: "0".."max label". Throws naming the
-// file when the counts disagree or a label is outside [0, classes).
+// file when the counts disagree or a label is outside [0, classes). Both headers are checked
+// (counts, image size against `expect`, size against the machine's memory, against the file's
+// size) before either body is read or inflated; non-regular files (FIFOs, devices) are refused.
 Dataset load_idx_dataset(const std::string& images_path, const std::string& labels_path,
-                         const std::vector<std::string>& class_names);
+                         const std::vector<std::string>& class_names,
+                         const IdxExpect& expect = IdxExpect());
 
 // "dir/stem" if it exists, else "dir/stem.gz"; throws naming both when neither does.
 std::string find_idx_file(const std::string& dir, const std::string& stem);

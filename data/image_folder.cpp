@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <stb_image.h>
 #include <stb_image_resize.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -14,8 +15,9 @@
 #include <thread>
 #include <unordered_map>
 
-#include "runtime/file_io.h"
 #include "runtime/error.h"
+#include "runtime/file_io.h"
+#include "runtime/text.h"
 
 namespace cnn {
 
@@ -51,6 +53,9 @@ const char* channel_word(int n) {
   }
 }
 
+// The bytes of one image file, its size checked against its header first (defined below).
+std::vector<uint8_t> read_image_file(const std::string& path);
+
 // One file to decode, with where it was listed (for messages) and its label.
 struct ImageJob {
   std::string path;
@@ -76,7 +81,7 @@ Dataset decode_jobs(const std::vector<ImageJob>& jobs, const ImageLoadOptions& o
   auto work = [&] {
     for (size_t i = next++; i < n; i = next++) {
       try {
-        const std::vector<uint8_t> bytes = read_file(jobs[i].path);
+        const std::vector<uint8_t> bytes = read_image_file(jobs[i].path);
         try {
           std::vector<uint8_t> px = decode_image(bytes.data(), bytes.size(), opt.channels,
                                                  opt.height, opt.width, opt.resize, &formats[i]);
@@ -147,7 +152,7 @@ std::string unquote(const std::string& s) {
 
 std::string join(const std::vector<std::string>& v, size_t max_items = 12) {
   std::string out;
-  for (size_t i = 0; i < v.size() && i < max_items; ++i) out += (i ? ", " : "") + v[i];
+  for (size_t i = 0; i < v.size() && i < max_items; ++i) out += (i ? ", " : "") + excerpt(v[i]);
   if (v.size() > max_items) out += fmt::format(", ... ({} in all)", v.size());
   return out;
 }
@@ -239,6 +244,94 @@ uint64_t min_file_bytes(const uint8_t* p, size_t n, uint64_t w, uint64_t h) {
   return 0;
 }
 
+uint32_t be32(const uint8_t* p) {
+  return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | uint32_t(p[3]);
+}
+
+// stb_image checks neither the CRC of a PNG chunk nor the Adler-32 of the zlib stream in IDAT:
+// a PNG with flipped bits trained, passed --check-data and was classified with rc 0. Walks the
+// chunks up to IEND, checks each one's CRC-32 (type and data), then inflates the concatenated
+// IDAT data with zlib, which checks the Adler-32 at the stream's end. Throws "corrupt PNG: ...".
+// Not a PNG: nothing to check. Apple's CgBI PNGs hold raw deflate (no Adler-32): CRCs only.
+void check_png_checksums(const uint8_t* p, size_t n) {
+  static const uint8_t kPng[8] = {0x89, 'P', 'N', 'G', 13, 10, 26, 10};
+  if (n < 8 || !std::equal(kPng, kPng + 8, p)) return;
+  std::vector<std::pair<size_t, size_t>> idat;  // (offset, length) of each IDAT's data
+  bool cgbi = false;
+  size_t i = 8;
+  for (; i + 12 <= n;) {
+    const uint64_t len = be32(p + i);
+    const std::string type(reinterpret_cast<const char*>(p + i + 4), 4);
+    CNN_CHECK(len <= n - i - 12, "corrupt PNG: chunk '{}' at byte {} runs past the end of the file",
+              printable(type), i);
+    const uint32_t want = be32(p + i + 8 + len);
+    const uint32_t got = uint32_t(crc32(0, p + i + 4, uInt(4 + len)));
+    CNN_CHECK(got == want,
+              "corrupt PNG: chunk '{}' at byte {} fails its CRC check (stored 0x{:08x}, computed "
+              "0x{:08x})",
+              printable(type), i, want, got);
+    if (type == "CgBI") cgbi = true;
+    if (type == "IDAT") idat.emplace_back(i + 8, size_t(len));
+    i += 12 + len;
+    if (type == "IEND") break;
+  }
+  if (cgbi || idat.empty()) return;  // no image data: stb refuses it on its own
+
+  z_stream zs{};
+  CNN_CHECK(inflateInit(&zs) == Z_OK, "cannot start zlib");
+  std::vector<uint8_t> sink(1 << 16);  // the pixels are stb's to decode: only the check counts
+  int rc = Z_OK;
+  for (size_t k = 0; k < idat.size() && rc != Z_STREAM_END; ++k) {
+    zs.next_in = const_cast<Bytef*>(p + idat[k].first);
+    zs.avail_in = uInt(idat[k].second);
+    while (rc == Z_OK && zs.avail_in > 0) {
+      zs.next_out = sink.data();
+      zs.avail_out = uInt(sink.size());
+      rc = inflate(&zs, Z_NO_FLUSH);
+      if (rc == Z_BUF_ERROR) rc = Z_OK;  // needs the next chunk's bytes
+    }
+  }
+  while (rc == Z_OK) {  // all input given: drain what zlib still holds
+    zs.next_out = sink.data();
+    zs.avail_out = uInt(sink.size());
+    rc = inflate(&zs, Z_NO_FLUSH);
+    if (rc == Z_OK && zs.avail_out == sink.size()) rc = Z_BUF_ERROR;
+  }
+  const std::string why = zs.msg ? zs.msg : zError(rc);
+  inflateEnd(&zs);
+  CNN_CHECK(rc != Z_DATA_ERROR || why != "incorrect data check",
+            "corrupt PNG: the image data fails its Adler-32 check");
+  CNN_CHECK(rc == Z_STREAM_END, "corrupt PNG: the image data (zlib) is {}",
+            rc == Z_BUF_ERROR ? "truncated" : why);
+}
+
+// Files up to this size are read whole; a larger one first has its header read, which must
+// describe an image that can need a file that large (an 8 GB file named .png was read whole).
+constexpr uint64_t kSmallImageFile = uint64_t(16) << 20;
+
+// The largest file an image of w x h pixels plausibly needs: 8 bytes per pixel (uncompressed
+// 32-bit BMP, or PNG's stored deflate of RGBA, twice over) plus room for metadata.
+uint64_t max_image_file_bytes(uint64_t w, uint64_t h) {
+  return 8 * w * h + kSmallImageFile;
+}
+
+std::vector<uint8_t> read_image_file(const std::string& path) {
+  const uint64_t size = regular_file_size(path);
+  if (size <= kSmallImageFile) return read_file(path, kSmallImageFile, "image file");
+  // Every format's size is in its first bytes (JPEG's after its APP segments, 64 KB each).
+  const FileHead head = read_file_head(path, size_t(1) << 20);
+  int iw = 0, ih = 0, comp = 0;
+  CNN_CHECK(stbi_info_from_memory(head.bytes.data(), int(head.bytes.size()), &iw, &ih, &comp),
+            "{}: not a readable PNG/BMP/JPEG image ({}; the file has {} bytes)", path,
+            stbi_failure_reason(), head.file_bytes);
+  const uint64_t most = max_image_file_bytes(uint64_t(iw), uint64_t(ih));
+  CNN_CHECK(head.file_bytes <= most,
+            "{}: the file has {} bytes, but a {}x{} image never needs more than {} (corrupt, or "
+            "not an image)",
+            path, head.file_bytes, iw, ih, most);
+  return read_file(path, most, "image file");
+}
+
 }  // namespace
 
 std::vector<uint8_t> decode_image(const uint8_t* bytes, size_t size, int c, int h, int w,
@@ -261,6 +354,7 @@ std::vector<uint8_t> decode_image(const uint8_t* bytes, size_t size, int c, int 
   const uint64_t need = min_file_bytes(bytes, size, uint64_t(iw), uint64_t(ih));
   CNN_CHECK(png_idat_chunks_fit(bytes, size),
             "corrupt PNG: an image data chunk (IDAT) claims more bytes than the file holds");
+  check_png_checksums(bytes, size);
   CNN_CHECK(size >= need,
             "the header says {}x{} pixels, which need at least {} bytes, but the file has {} "
             "(truncated or corrupt)",
@@ -315,7 +409,7 @@ std::vector<uint8_t> resize_chw(const uint8_t* src, int c, int h, int w, int oh,
 }
 
 std::vector<uint8_t> load_image_file(const std::string& path, int c, int h, int w, bool resize) {
-  const std::vector<uint8_t> bytes = read_file(path);
+  const std::vector<uint8_t> bytes = read_image_file(path);
   try {
     return decode_image(bytes.data(), bytes.size(), c, h, w, resize);
   } catch (const Error& e) {
@@ -329,31 +423,46 @@ Dataset load_image_folder(const std::string& root, const ImageLoadOptions& opt,
   CNN_CHECK(fs::exists(root, ec), "{}: image folder does not exist", root);
   CNN_CHECK(fs::is_directory(root, ec), "{}: is not a folder (expected root/<class>/*.png)", root);
   std::vector<std::string> subdirs;
-  for (const auto& e : fs::directory_iterator(root))
-    if (e.is_directory() && !hidden(e.path())) subdirs.push_back(e.path().filename().string());
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code type_ec;
+    if (!it->is_directory(type_ec) || hidden(it->path())) continue;
+    std::string name = it->path().filename().string();
+    // Class names go into the checkpoint (JSON): a folder named with bytes that are not UTF-8
+    // failed there, after a whole epoch of training.
+    CNN_CHECK(valid_utf8(name),
+              "{}: class folder '{}' is not named in UTF-8; class names must be text (rename it)",
+              root, printable(name));
+    subdirs.push_back(std::move(name));
+  }
+  CNN_CHECK(!ec, "{}: cannot list the folder ({})", root, ec.message());
   std::sort(subdirs.begin(), subdirs.end());
   CNN_CHECK(!subdirs.empty(), "{}: no class subfolders (expected root/<class>/*.png|bmp|jpg)",
             root);
 
   std::vector<std::string> classes = class_names.empty() ? subdirs : class_names;
+  const std::set<std::string> known(classes.begin(), classes.end());
   for (const auto& s : subdirs)
-    CNN_CHECK(std::find(classes.begin(), classes.end(), s) != classes.end(),
-              "{}: class folder '{}' is not one of the {} classes ({})", root, s, classes.size(),
-              join(classes));
+    CNN_CHECK(known.count(s), "{}: class folder '{}' is not one of the {} classes ({})", root, s,
+              classes.size(), join(classes));
 
   std::vector<ImageJob> jobs;
   for (size_t k = 0; k < classes.size(); ++k) {
     const fs::path dir = fs::path(root) / classes[k];
-    CNN_CHECK(fs::is_directory(dir, ec), "{}: class folder '{}' is missing", root, classes[k]);
+    CNN_CHECK(fs::is_directory(dir, ec), "{}: class folder '{}' is missing", root,
+              printable(classes[k]));
     std::vector<std::string> files;
     size_t ignored = 0;
-    for (const auto& e : fs::directory_iterator(dir)) {
-      if (hidden(e.path()) || e.is_directory()) continue;
-      if (has_image_extension(e.path()))
-        files.push_back(e.path().string());
+    // Links, FIFOs and devices with an image extension are listed too: reading one refuses it
+    // by its type (one line naming it; skippable), never blocks on it or reads it endlessly.
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      std::error_code type_ec;
+      if (hidden(it->path()) || it->is_directory(type_ec)) continue;
+      if (has_image_extension(it->path()))
+        files.push_back(it->path().string());
       else
         ++ignored;
     }
+    CNN_CHECK(!ec, "{}: cannot list the folder ({})", printable(dir.string()), ec.message());
     std::sort(files.begin(), files.end());
     CNN_CHECK(!files.empty(), "{}: empty class folder: no .png/.bmp/.jpg/.jpeg files{}",
               dir.string(), ignored ? fmt::format(" ({} other files)", ignored) : "");
@@ -372,7 +481,7 @@ Dataset load_image_folder(const std::string& root, const ImageLoadOptions& opt,
 
 Dataset load_image_list(const std::string& csv_path, const ImageLoadOptions& opt,
                         const std::vector<std::string>& class_names) {
-  const std::vector<uint8_t> raw = read_file(csv_path);
+  const std::vector<uint8_t> raw = read_file(csv_path, kMaxListFileBytes, "list file");
   const std::string text(raw.begin(), raw.end());
   const fs::path base = fs::path(csv_path).parent_path();
 
@@ -396,7 +505,8 @@ Dataset load_image_list(const std::string& csv_path, const ImageLoadOptions& opt
     }
     first = false;
     const size_t comma = line.rfind(',');
-    CNN_CHECK(comma != std::string::npos, "{}expected \"path,label\", got \"{}\"", where, line);
+    CNN_CHECK(comma != std::string::npos, "{}expected \"path,label\", got \"{}\"", where,
+              excerpt(line));
     Row r{unquote(trim(line.substr(0, comma))), unquote(trim(line.substr(comma + 1))), where};
     CNN_CHECK(!r.path.empty(), "{}the path is empty", where);
     CNN_CHECK(!r.label.empty(), "{}the label is empty", where);
@@ -419,11 +529,21 @@ Dataset load_image_list(const std::string& csv_path, const ImageLoadOptions& opt
                 "{}label \"{}\" mixes class indices and class names in one file; list the names in "
                 "data.classes to mix them",
                 r.where, r.label);
-      if (ok)
+      if (ok) {
         max_index = std::max(max_index, v);
-      else
+      } else {
+        CNN_CHECK(valid_utf8(r.label), "{}the class name \"{}\" is not valid UTF-8", r.where,
+                  printable(r.label));
         names.insert(r.label);
+      }
     }
+    // Every class index up to the largest becomes a class name: one row labelled 99999999 made
+    // 10^8 of them. More classes than rows (and than kMaxListClasses) is a typo or a corrupt file.
+    const size_t most = std::max(rows.size(), kMaxListClasses);
+    CNN_CHECK(!numeric || size_t(max_index) < most,
+              "{}: label {} would make {} classes, but the file has {} rows; list the class names "
+              "in data.classes if that is meant",
+              csv_path, max_index, int64_t(max_index) + 1, rows.size());
     if (numeric)
       for (int32_t k = 0; k <= max_index; ++k) classes.push_back(std::to_string(k));
     else
@@ -444,7 +564,8 @@ Dataset load_image_list(const std::string& csv_path, const ImageLoadOptions& opt
       label = parse_label_index(negative ? r.label.substr(1) : r.label, &ok);
       CNN_CHECK(!(ok && negative), "{}label {} is outside [0, {})", r.where, r.label,
                 classes.size());
-      CNN_CHECK(ok, "{}unknown class \"{}\" (classes: {})", r.where, r.label, join(classes));
+      CNN_CHECK(ok, "{}unknown class \"{}\" (classes: {})", r.where, excerpt(r.label),
+                join(classes));
       CNN_CHECK(label < int32_t(classes.size()), "{}label {} is outside [0, {})", r.where, label,
                 classes.size());
     }

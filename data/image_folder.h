@@ -11,6 +11,10 @@
 namespace cnn {
 
 constexpr int kMaxImageSide = 16384;  // larger images are refused before decoding
+// A list file larger than this is refused before it is read (10 million rows fit).
+constexpr uint64_t kMaxListFileBytes = uint64_t(1) << 30;
+// A list whose integer labels imply more classes than this and than it has rows is refused.
+constexpr size_t kMaxListClasses = 1024;
 
 // How decoded images are conformed to the model's input.
 struct ImageLoadOptions {

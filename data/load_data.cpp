@@ -65,15 +65,17 @@ ImageLoadOptions image_options(const DataOptions& opt, const DataLoadHooks* hook
 
 void load_idx(const DataOptions& opt, const DataLoadHooks* hooks, DataSplits& s) {
   CNN_CHECK(!opt.dir.empty(), "data.dir is empty: the idx format needs the folder of the files");
-  s.train = load_idx_dataset(find_idx_file(opt.dir, "train-images-idx3-ubyte"),
-                             find_idx_file(opt.dir, "train-labels-idx1-ubyte"), opt.classes);
+  const IdxExpect expect{opt.height, opt.width, opt.resize};
+  s.train =
+      load_idx_dataset(find_idx_file(opt.dir, "train-images-idx3-ubyte"),
+                       find_idx_file(opt.dir, "train-labels-idx1-ubyte"), opt.classes, expect);
   const std::string ti = find_idx_file_optional(opt.dir, "t10k-images-idx3-ubyte");
   const std::string tl = find_idx_file_optional(opt.dir, "t10k-labels-idx1-ubyte");
   CNN_CHECK(ti.empty() == tl.empty(), "{}: {} exists but not its {} file", opt.dir,
             ti.empty() ? tl : ti,
             ti.empty() ? "t10k-images-idx3-ubyte[.gz]" : "t10k-labels-idx1-ubyte[.gz]");
   if (!ti.empty()) {
-    s.test = load_idx_dataset(ti, tl, s.train.class_names);
+    s.test = load_idx_dataset(ti, tl, s.train.class_names, expect);
   } else {
     spdlog::warn("{}: no t10k-* files, so there is no test set", opt.dir);
   }

@@ -17,8 +17,8 @@
 #include "fuzz/fuzz_util.h"
 #include "fuzz/seed_network.h"
 #include "layers/checkpoint/checkpoint.h"
-#include "layers/network.h"
 #include "layers/checkpoint/safetensors.h"
+#include "layers/network.h"
 
 namespace {
 
@@ -75,6 +75,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     CNN_CHECK(meta.input_chw == cfg.model.input_chw, "input_chw differs from model.input");
     const int c = int(meta.input_chw[0]);
     cnn::validate_normalization(cnn::Normalization{meta.mean, meta.std}, c);
+    cnn::check_checkpoint_can_hold(path, meta, cfg.model.layers, meta.input_chw);
     cnn::NetworkOptions opt;
     opt.max_batch = 1;
     cnn::Network net(cfg.model.layers, meta.input_chw, opt, cnn::Exec{});

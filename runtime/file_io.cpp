@@ -1,5 +1,7 @@
 #include "runtime/file_io.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -16,27 +18,85 @@ namespace cnn {
 
 namespace fs = std::filesystem;
 
-std::vector<uint8_t> read_file(const std::string& path) {
-  std::error_code ec;
-  CNN_CHECK(!fs::is_directory(path, ec), "{}: is a directory, expected a file", path);
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  CNN_CHECK(f, "{}: cannot open ({})", path, std::strerror(errno));
-  std::vector<uint8_t> out;
-  // Read in chunks rather than trusting a size from stat, so pipes and growing files work too.
-  constexpr size_t kChunk = 1 << 20;
-  size_t used = 0;
-  for (;;) {
-    out.resize(used + kChunk);
-    size_t got = std::fread(out.data() + used, 1, kChunk, f);
-    used += got;
-    if (got < kChunk) break;
+namespace {
+
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// An open regular file. O_NONBLOCK: opening a FIFO for reading otherwise waits for a writer, so
+// the type check after the open would never run.
+struct RegularFile {
+  int fd = -1;
+  uint64_t size = 0;
+  RegularFile(const std::string& path) {
+    fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    CNN_CHECK(fd >= 0, "{}: cannot open ({})", path, std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      const int err = errno;
+      ::close(fd);
+      CNN_FAIL("{}: cannot stat ({})", path, std::strerror(err));
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      CNN_FAIL("{}: is {}, expected a regular file", path, file_kind(st.st_mode));
+    }
+    size = uint64_t(st.st_size);
   }
-  const bool failed = std::ferror(f);
-  std::fclose(f);
-  CNN_CHECK(!failed, "{}: read error after {} bytes", path, used);
-  out.resize(used);
-  out.shrink_to_fit();
+  ~RegularFile() { ::close(fd); }
+  RegularFile(const RegularFile&) = delete;
+  RegularFile& operator=(const RegularFile&) = delete;
+
+  // Up to n bytes from the start; fewer only when the file is shorter (it may shrink meanwhile).
+  size_t read_into(uint8_t* dst, size_t n, const std::string& path) const {
+    size_t used = 0;
+    while (used < n) {
+      const ssize_t got = ::pread(fd, dst + used, std::min<size_t>(n - used, 1 << 30), off_t(used));
+      if (got < 0 && errno == EINTR) continue;
+      CNN_CHECK(got >= 0, "{}: read error after {} bytes ({})", path, used, std::strerror(errno));
+      if (got == 0) break;
+      used += size_t(got);
+    }
+    return used;
+  }
+};
+
+}  // namespace
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  return read_file(path, std::numeric_limits<uint64_t>::max(), "file");
+}
+
+std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes, const char* what) {
+  const RegularFile f(path);
+  CNN_CHECK(f.size <= max_bytes, "{}: {} of {} bytes is larger than the limit of {} bytes", path,
+            what, f.size, max_bytes);
+  CNN_CHECK(f.size <= std::numeric_limits<size_t>::max() / 2, "{}: {} bytes cannot be held", path,
+            f.size);
+  // The size comes from fstat; one byte more is asked for, to notice a file that grew meanwhile.
+  std::vector<uint8_t> out(size_t(f.size) + 1);
+  const size_t got = f.read_into(out.data(), out.size(), path);
+  CNN_CHECK(got <= f.size, "{}: the file grew while it was read (expected {} bytes)", path, f.size);
+  out.resize(got);
   return out;
+}
+
+FileHead read_file_head(const std::string& path, size_t max_bytes) {
+  const RegularFile f(path);
+  FileHead h;
+  h.file_bytes = f.size;
+  h.bytes.resize(size_t(std::min<uint64_t>(f.size, max_bytes)));
+  h.bytes.resize(f.read_into(h.bytes.data(), h.bytes.size(), path));
+  return h;
+}
+
+uint64_t regular_file_size(const std::string& path) {
+  return RegularFile(path).size;
 }
 
 void write_file_atomic(const std::string& path, const uint8_t* data, size_t bytes) {

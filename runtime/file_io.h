@@ -8,8 +8,25 @@
 
 namespace cnn {
 
-// The whole file; throws "path: cannot open (...)" or "path: is a directory".
+// The whole of a regular file; throws "path: cannot open (...)", or "path: is a directory" / "is
+// a FIFO" / "is a device": anything but a regular file is refused before a byte is read, since a
+// FIFO blocks forever and /dev/zero never ends.
 std::vector<uint8_t> read_file(const std::string& path);
+
+// The same, refusing a file above max_bytes (by its size, before reading) with
+// "path: <what> of N bytes is larger than the limit of M bytes".
+std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes, const char* what);
+
+// The first max_bytes of a regular file, and the file's size: for checking a header before
+// deciding to read the rest.
+struct FileHead {
+  std::vector<uint8_t> bytes;
+  uint64_t file_bytes = 0;
+};
+FileHead read_file_head(const std::string& path, size_t max_bytes);
+
+// The size of a regular file (throws as read_file does for anything else).
+uint64_t regular_file_size(const std::string& path);
 
 // Writes to "path.tmp-<pid>", flushes, then renames over `path`, so that a failed write never
 // leaves a half file behind.

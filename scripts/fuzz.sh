@@ -19,7 +19,7 @@ seconds=${1:-30}
 build=${CNN_FUZZ_BUILD:-build-asan}
 cores=$(nproc 2>/dev/null || echo 2)
 jobs=${CNN_FUZZ_JOBS:-$cores}
-targets=(idx image config safetensors)
+targets=(idx image config safetensors list folder)
 start=$SECONDS
 
 # clang 14 with its compiler-rt (libFuzzer, ASan, UBSan) and llvm-symbolizer for readable

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <unordered_map>
 
 #include "app/config/config_yaml.h"
 #include "app/config/did_you_mean.h"
@@ -18,6 +19,8 @@
 #include "layers/lr_schedule.h"
 #include "layers/param_optimizer.h"  // optimizer_name
 #include "runtime/error.h"
+#include "runtime/file_io.h"
+#include "runtime/text.h"
 
 namespace cnn {
 
@@ -118,7 +121,7 @@ LayerSpec read_layer(const ConfigNode& item, Algo default_algo, LayerSite* site)
   } else if (item.is_map()) {
     std::vector<std::string> keys;
     for (const auto& kv : item.yaml())
-      keys.push_back(kv.first.IsScalar() ? kv.first.Scalar() : "?");
+      keys.push_back(kv.first.IsScalar() ? excerpt(kv.first.Scalar()) : "?");
     if (keys.size() != 1)
       item.fail(
           fmt::format("expected one layer per item, a one-key map like '- conv2d: {{...}}', "
@@ -275,12 +278,17 @@ void read_data(const ConfigMap& top, TrainConfig* cfg, Sites* sites) {
     const auto items = cn.as_list();
     if (items.size() < 2)
       cn.fail(fmt::format("expected a list of at least 2 class names, got {}", items.size()));
+    std::unordered_map<std::string, size_t> seen;  // name -> item: linear, not pairwise
     for (size_t i = 0; i < items.size(); ++i) {
       std::string name = items[i].as_nonempty_string();
-      for (size_t j = 0; j < i; ++j)
-        if (d.classes[j] == name)
-          items[i].fail(
-              fmt::format("the class name '{}' is listed twice (also item [{}])", name, j));
+      // Class names go into checkpoints (JSON) and result files: bytes that are not UTF-8 would
+      // fail there, after the training they were meant to label.
+      if (!valid_utf8(name))
+        items[i].fail(fmt::format("the class name '{}' is not valid UTF-8", excerpt(name)));
+      const auto [it, fresh] = seen.emplace(name, i);
+      if (!fresh)
+        items[i].fail(fmt::format("the class name '{}' is listed twice (also item [{}])",
+                                  excerpt(name), it->second));
       d.classes.push_back(std::move(name));
     }
     sites->classes_origin =
@@ -500,6 +508,10 @@ std::string fmt_layer(const LayerSpec& s) {
 
 TrainConfig parse_config(const std::string& yaml_text, const std::string& source_name,
                          const std::vector<std::string>& overrides) {
+  // yaml-cpp's time and memory grow with the text (a 48 MB key took 33 s and 2.9 GB to refuse).
+  CNN_CHECK(yaml_text.size() <= kMaxConfigBytes,
+            "{}: a config of {} bytes is larger than the limit of {} bytes", source_name,
+            yaml_text.size(), kMaxConfigBytes);
   YamlDoc doc(source_name);
   YAML::Node tree;
   try {
@@ -546,12 +558,8 @@ TrainConfig parse_config(const std::string& yaml_text, const std::string& source
 }
 
 TrainConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream in(path, std::ios::binary);
-  CNN_CHECK(in.is_open(), "cannot read config file '{}': {}", path, std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  CNN_CHECK(!in.bad(), "cannot read config file '{}': read error", path);
-  return parse_config(text.str(), path, overrides);
+  const std::vector<uint8_t> bytes = read_file(path, kMaxConfigBytes, "config file");
+  return parse_config(std::string(bytes.begin(), bytes.end()), path, overrides);
 }
 
 std::string config_to_yaml(const TrainConfig& cfg) {

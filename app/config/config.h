@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "data/data_options.h"
-#include "runtime/exec.h"
-#include "runtime/tensor.h"
 #include "layers/layer_spec.h"
 #include "layers/optim_options.h"
+#include "runtime/exec.h"
+#include "runtime/tensor.h"
 
 namespace cnn {
 
@@ -74,6 +74,10 @@ struct TrainConfig {
 TrainConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 
 // Same, from text; `source_name` stands for the file in messages and gives the default run name.
+// Configs (files, --config, and those embedded in checkpoints) larger than this are refused
+// before parsing: real ones are a few KB.
+constexpr size_t kMaxConfigBytes = size_t(4) << 20;
+
 TrainConfig parse_config(const std::string& yaml_text, const std::string& source_name,
                          const std::vector<std::string>& overrides = {});
 

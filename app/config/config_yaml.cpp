@@ -10,6 +10,7 @@
 
 #include "app/config/did_you_mean.h"
 #include "runtime/error.h"
+#include "runtime/text.h"
 
 namespace cnn {
 
@@ -194,7 +195,7 @@ std::string ConfigNode::describe() const {
   if (is_null()) return "nothing";
   if (is_map()) return "a map";
   if (is_list()) return "a list";
-  return "'" + node_.Scalar() + "'";
+  return "'" + excerpt(node_.Scalar()) + "'";
 }
 
 int64_t ConfigNode::as_int(int64_t lo, int64_t hi) const {
@@ -207,8 +208,8 @@ int64_t ConfigNode::as_int(int64_t lo, int64_t hi) const {
   if (s.empty() || std::isspace(static_cast<unsigned char>(s[0])) || *end != '\0' ||
       errno == ERANGE)
     fail(fmt::format("expected an integer{}, got {}", range, describe()));
-  if (v < lo) fail(fmt::format("expected an integer{}, got {}", range, s));
-  if (v > hi) fail(fmt::format("expected an integer in [{}, {}], got {}", lo, hi, s));
+  if (v < lo) fail(fmt::format("expected an integer{}, got {}", range, excerpt(s)));
+  if (v > hi) fail(fmt::format("expected an integer in [{}, {}], got {}", lo, hi, excerpt(s)));
   return v;
 }
 
@@ -234,7 +235,7 @@ double ConfigNode::as_number(const NumRange& r) const {
   if (s.empty() || std::isspace(static_cast<unsigned char>(s[0])) || *end != '\0' ||
       !std::isfinite(v))
     fail(fmt::format("expected a number{}, got {}", range, describe()));
-  if (!r.contains(v)) fail(fmt::format("expected a number{}, got {}", range, s));
+  if (!r.contains(v)) fail(fmt::format("expected a number{}, got {}", range, excerpt(s)));
   return v;
 }
 
@@ -296,8 +297,9 @@ ConfigMap::ConfigMap(const ConfigNode& node, std::vector<std::string> known)
     const int line = mark_line(kv.first, node_.line());
     if (!kv.first.IsScalar())
       node_.doc().fail(node_.path(), line, "expected a plain name as the key, got a map or list");
-    const std::string key = kv.first.Scalar();
-    ConfigNode child = node_.child(kv.second, key, line);
+    const std::string& key = kv.first.Scalar();
+    // A key is echoed in every message about it: a hostile one only as an excerpt.
+    ConfigNode child = node_.child(kv.second, excerpt(key), line);
     for (const auto& prev : children_)
       if (prev.first == key)
         child.fail(fmt::format("duplicate key (first given at line {})", prev.second.line()));

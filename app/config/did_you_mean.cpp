@@ -30,6 +30,9 @@ std::string lower(std::string s) {
 }  // namespace
 
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
+  // The distance costs time and memory of len(word) x len(candidate); no typo of a known name is
+  // this long, and a 48 MB key must not cost gigabytes to refuse.
+  if (word.size() > kMaxSuggestedWord) return "";
   const std::string w = lower(word);
   const int limit = std::max<int>(1, static_cast<int>(w.size()) / 3);
   std::string best;

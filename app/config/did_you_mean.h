@@ -11,6 +11,8 @@ int edit_distance(const std::string& a, const std::string& b);
 
 // The candidate closest to `word` when it is close enough to be a plausible typo (at most a third
 // of the word's length, at least 1, ignoring case); empty when none is.
+// Words longer than this get no suggestion.
+constexpr size_t kMaxSuggestedWord = 64;
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);
 
 // "; did you mean 'x'?" for the closest match, or "" when there is none.

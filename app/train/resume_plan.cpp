@@ -67,11 +67,15 @@ std::vector<std::string> expected_state(const OptimizerOptions& o) {
 TrainConfig config_from_checkpoint(const std::string& ckpt, const std::vector<std::string>& sets) {
   const CheckpointMeta meta = read_checkpoint_meta(ckpt);
   CNN_CHECK(!meta.config_yaml.empty(), "{}: the checkpoint holds no config; pass --config", ckpt);
+  TrainConfig cfg;
   try {
-    return parse_config(meta.config_yaml, ckpt + " (its stored config)", sets);
+    cfg = parse_config(meta.config_yaml, ckpt + " (its stored config)", sets);
   } catch (const Error& e) {
     CNN_FAIL("{} (pass --config FILE to resume with another config)", e.what());
   }
+  // Before the network is built from it: a stored input of 4096x4096 would allocate first.
+  check_checkpoint_can_hold(ckpt, meta, cfg.model.layers, cfg.model.input_chw);
+  return cfg;
 }
 
 ResumePlan::ResumePlan(const TrainConfig& cfg, const CheckpointMeta& meta, const std::string& ckpt)

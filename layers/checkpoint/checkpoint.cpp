@@ -10,12 +10,18 @@
 
 #include "layers/checkpoint/safetensors.h"
 #include "runtime/error.h"
+#include "runtime/text.h"
 
 namespace cnn {
 namespace {
 
 constexpr const char* kFormat = "cnn-trainer-checkpoint-1";
 constexpr const char* kOptimizerPrefix = "optimizer.";
+// Counters beyond 2^53 cannot even be told apart as doubles (the step in a learning-rate formula):
+// larger is corruption, not a long run.
+constexpr int64_t kMaxCounter = int64_t(1) << 53;
+// The largest image side and the channel counts the data loaders produce.
+constexpr int64_t kMaxInputSide = 16384;
 
 int64_t get_int(const SafetensorsFile& f, const std::string& key) {
   const std::string& v = f.metadata_value(key);
@@ -25,7 +31,14 @@ int64_t get_int(const SafetensorsFile& f, const std::string& key) {
     if (used == v.size()) return x;
   } catch (const std::exception&) {
   }
-  CNN_FAIL("{}: metadata '{}' is '{}', expected an integer", f.path(), key, v);
+  CNN_FAIL("{}: metadata '{}' is '{}', expected an integer", f.path(), key, excerpt(v));
+}
+
+int64_t get_counter(const SafetensorsFile& f, const std::string& key) {
+  const int64_t v = get_int(f, key);
+  CNN_CHECK(v >= 0 && v <= kMaxCounter, "{}: metadata '{}' is {}, expected 0..2^53", f.path(), key,
+            v);
+  return v;
 }
 
 double get_double(const SafetensorsFile& f, const std::string& key) {
@@ -36,7 +49,7 @@ double get_double(const SafetensorsFile& f, const std::string& key) {
     if (used == v.size()) return x;
   } catch (const std::exception&) {
   }
-  CNN_FAIL("{}: metadata '{}' is '{}', expected a number", f.path(), key, v);
+  CNN_FAIL("{}: metadata '{}' is '{}', expected a number", f.path(), key, excerpt(v));
 }
 
 uint64_t get_uint64(const SafetensorsFile& f, const std::string& key) {
@@ -47,7 +60,7 @@ uint64_t get_uint64(const SafetensorsFile& f, const std::string& key) {
     if (used == v.size() && !v.empty() && v[0] != '-') return x;
   } catch (const std::exception&) {
   }
-  CNN_FAIL("{}: metadata '{}' is '{}', expected an unsigned integer", f.path(), key, v);
+  CNN_FAIL("{}: metadata '{}' is '{}', expected an unsigned integer", f.path(), key, excerpt(v));
 }
 
 // A JSON list of strings, integers or (finite) numbers. Each item's type and range is checked
@@ -56,8 +69,11 @@ uint64_t get_uint64(const SafetensorsFile& f, const std::string& key) {
 template <class T>
 std::vector<T> get_json_list(const SafetensorsFile& f, const std::string& key) {
   nlohmann::json list;
+  const std::string& text = f.metadata_value(key);
+  CNN_CHECK(json_nesting_depth(text) <= 1, "{}: metadata '{}' nests lists, expected a flat list",
+            f.path(), key);
   try {
-    list = nlohmann::json::parse(f.metadata_value(key));
+    list = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception&) {
   }
   bool ok = list.is_array();
@@ -82,17 +98,20 @@ CheckpointMeta meta_of(const SafetensorsFile& f) {
   CNN_CHECK(format && *format == kFormat,
             "{}: not a checkpoint of this trainer (metadata format "
             "'{}', expected '{}')",
-            f.path(), format ? *format : "", kFormat);
+            f.path(), excerpt(format ? *format : ""), kFormat);
   CheckpointMeta m;
   m.config_yaml = f.metadata_value("config");
   m.class_names = get_json_list<std::string>(f, "classes");
   m.input_chw = get_json_list<int64_t>(f, "input_chw");
   m.mean = get_json_list<float>(f, "mean");
   m.std = get_json_list<float>(f, "std");
-  m.position.epoch = get_int(f, "epoch");
-  m.position.batch_in_epoch = get_int(f, "batch_in_epoch");
-  m.position.global_step = get_int(f, "global_step");
+  m.position.epoch = get_counter(f, "epoch");
+  m.position.batch_in_epoch = get_counter(f, "batch_in_epoch");
+  m.position.global_step = get_counter(f, "global_step");
   m.position.best_accuracy = get_double(f, "best_accuracy");
+  CNN_CHECK(m.position.best_accuracy >= -1 && m.position.best_accuracy <= 1,
+            "{}: metadata 'best_accuracy' is {}, expected -1 (none) or a fraction in [0, 1]",
+            f.path(), m.position.best_accuracy);
   m.seed = get_uint64(f, "seed");
   if (f.find_metadata("train_window")) {  // absent in checkpoints of older builds
     const std::vector<double> w = get_json_list<double>(f, "train_window");
@@ -101,10 +120,35 @@ CheckpointMeta meta_of(const SafetensorsFile& f) {
     std::copy(w.begin(), w.end(), m.train_window.begin());
   }
   CNN_CHECK(m.input_chw.size() == 3, "{}: metadata input_chw must have 3 values", f.path());
+  CNN_CHECK((m.input_chw[0] == 1 || m.input_chw[0] == 3) && m.input_chw[1] >= 1 &&
+                m.input_chw[1] <= kMaxInputSide && m.input_chw[2] >= 1 &&
+                m.input_chw[2] <= kMaxInputSide,
+            "{}: metadata input_chw is {}, expected 1 or 3 channels and sides 1..{}", f.path(),
+            shape_str(m.input_chw), kMaxInputSide);
+  CNN_CHECK(!m.class_names.empty(), "{}: metadata 'classes' is empty", f.path());
+  for (const auto& e : f.entries()) m.tensor_bytes += e.end - e.begin;
   return m;
 }
 
+// NaN weights would classify as "nan%" with rc 0, and a resume would blame the learning rate.
+void check_finite(const std::string& path, const NamedTensor& t) {
+  for (size_t i = 0; i < t.data.size(); ++i)
+    CNN_CHECK(std::isfinite(t.data[i]),
+              "{}: tensor '{}' holds {} at element {}; a checkpoint must hold finite values", path,
+              t.name, t.data[i], i);
+}
+
 }  // namespace
+
+void check_checkpoint_can_hold(const std::string& path, const CheckpointMeta& meta,
+                               const std::vector<LayerSpec>& layers, const Shape& input_chw) {
+  const NetworkSummary sum = summarize_network(layers, input_chw);
+  const uint64_t need = uint64_t(sum.total_params) * sizeof(float);
+  CNN_CHECK(need <= meta.tensor_bytes,
+            "{}: its config's model (input {}) has {} parameters ({} bytes), but the file holds "
+            "only {} bytes of tensors (a corrupt or edited checkpoint, or another model)",
+            path, shape_str(input_chw), sum.total_params, need, meta.tensor_bytes);
+}
 
 void save_checkpoint(const std::string& path, const Network& net, const ParamOptimizer* opt,
                      const CheckpointMeta& meta) {
@@ -154,11 +198,14 @@ Checkpoint load_checkpoint_for(const std::string& path, const Network& net) {
     CNN_CHECK(e->shape == p.shape, "{}: tensor '{}' has shape {}, this network needs {}", path,
               p.name, shape_str(e->shape), shape_str(p.shape));
     NamedTensor t = f.tensor_f32(p.name);
+    check_finite(path, t);
     std::copy(t.data.begin(), t.data.end(), ck.params.begin() + p.offset);
   }
   for (const auto& e : f.entries()) {
     if (e.name.rfind(kOptimizerPrefix, 0) == 0) {
-      ck.optimizer_state.emplace_back(e.name, f.tensor_f32(e.name).data);
+      NamedTensor t = f.tensor_f32(e.name);
+      check_finite(path, t);
+      ck.optimizer_state.emplace_back(e.name, std::move(t.data));
       continue;
     }
     CNN_CHECK(expected.count(e.name), "{}: has tensor '{}' that this network does not have", path,

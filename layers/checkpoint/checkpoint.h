@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "layers/layer_spec.h"
 #include "layers/network.h"
 #include "layers/param_optimizer.h"
 
@@ -32,6 +33,7 @@ struct CheckpointMeta {
   // Training loss sum, correct count and image count since the last metrics row: a resumed run
   // averages its first row over the same steps as an uninterrupted run would.
   std::array<double, 3> train_window = {0, 0, 0};
+  uint64_t tensor_bytes = 0;  // the size of the file's data section (all tensors together)
 };
 
 struct Checkpoint {
@@ -46,8 +48,15 @@ void save_checkpoint(const std::string& path, const Network& net, const ParamOpt
 // Reads only the metadata (to rebuild the network for inference or check a resume).
 CheckpointMeta read_checkpoint_meta(const std::string& path);
 
+// Refuses (naming the file) a model whose parameters cannot be in this checkpoint: one claiming a
+// 4096x4096 input would otherwise allocate gigabytes of activations before the tensors are
+// compared. Call before building the network from the embedded config.
+void check_checkpoint_can_hold(const std::string& path, const CheckpointMeta& meta,
+                               const std::vector<LayerSpec>& layers, const Shape& input_chw);
+
 // Reads a checkpoint for this network: every parameter tensor must exist with the same shape,
-// and no extra parameter tensor may be present; a difference is an error naming the tensor.
+// and no extra parameter tensor may be present; a difference is an error naming the tensor, and
+// so is a NaN or infinite value in any float tensor (parameters and optimizer state).
 Checkpoint load_checkpoint_for(const std::string& path, const Network& net);
 
 }  // namespace cnn

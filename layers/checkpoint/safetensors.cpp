@@ -1,6 +1,8 @@
 #include "layers/checkpoint/safetensors.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -11,8 +13,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "runtime/error.h"
 #include "runtime/atomic_file.h"
+#include "runtime/error.h"
+#include "runtime/text.h"
 
 // The data section is little-endian; copying floats with memcpy is only right on such a host.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes little-endian");
@@ -42,6 +45,11 @@ bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) {
   if (a != 0 && b > std::numeric_limits<uint64_t>::max() / a) return true;
   *out = a * b;
   return false;
+}
+
+// A value for an error message: never the whole of it (a header may hold megabytes of it).
+std::string json_excerpt(const Json& j) {
+  return excerpt(j.dump());
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -136,7 +144,7 @@ class Reader {
 
   void parse_entry(const std::string& name, const Json& value, SafetensorsEntry* e) const {
     if (!value.is_object())
-      fail("tensor '{}' is described by {}, expected an object", name, value.dump());
+      fail("tensor '{}' is described by {}, expected an object", name, json_excerpt(value));
     for (const auto& [field, _] : value.items()) {
       if (field != "dtype" && field != "shape" && field != "data_offsets") {
         fail("tensor '{}' has unknown field '{}' (expected dtype, shape, data_offsets)", name,
@@ -148,21 +156,24 @@ class Reader {
     }
     e->name = name;
     const Json& dtype = value["dtype"];
-    if (!dtype.is_string()) fail("tensor '{}' has dtype {}, expected a string", name, dtype.dump());
+    if (!dtype.is_string())
+      fail("tensor '{}' has dtype {}, expected a string", name, json_excerpt(dtype));
     e->dtype = dtype.get<std::string>();
     const size_t elem = dtype_bytes(e->dtype);
     if (elem == 0) fail("tensor '{}' has unknown dtype '{}'", name, e->dtype);
 
     const Json& shape = value["shape"];
-    if (!shape.is_array()) fail("tensor '{}' has shape {}, expected an array", name, shape.dump());
+    if (!shape.is_array())
+      fail("tensor '{}' has shape {}, expected an array", name, json_excerpt(shape));
     uint64_t bytes = elem;
     for (const Json& d : shape) {
       uint64_t dim = 0;
       if (!json_uint(d, &dim) || dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        fail("tensor '{}' has shape {}, expected non-negative integers", name, shape.dump());
+        fail("tensor '{}' has shape {}, expected non-negative integers", name, json_excerpt(shape));
       }
       if (mul_overflows(bytes, dim, &bytes)) {
-        fail("tensor '{}' has shape {} whose byte size overflows 64 bits", name, shape.dump());
+        fail("tensor '{}' has shape {} whose byte size overflows 64 bits", name,
+             json_excerpt(shape));
       }
       e->shape.push_back(static_cast<int64_t>(dim));
     }
@@ -171,20 +182,21 @@ class Reader {
     if (!offsets.is_array() || offsets.size() != 2 || !json_uint(offsets[0], &e->begin) ||
         !json_uint(offsets[1], &e->end) || e->begin > e->end) {
       fail("tensor '{}' has data_offsets {}, expected [begin, end] with 0 <= begin <= end", name,
-           offsets.dump());
+           json_excerpt(offsets));
     }
     if (e->end - e->begin != bytes) {
       fail(
           "tensor '{}' of dtype {} and shape {} needs {} bytes, but its data_offsets [{}, {}] "
           "span {}",
-          name, e->dtype, shape.dump(), bytes, e->begin, e->end, e->end - e->begin);
+          name, e->dtype, json_excerpt(shape), bytes, e->begin, e->end, e->end - e->begin);
     }
   }
 
   void parse_metadata(const Json& value, std::map<std::string, std::string>* metadata) const {
-    if (!value.is_object()) fail("'{}' is {}, expected an object", kMetadataKey, value.dump());
+    if (!value.is_object())
+      fail("'{}' is {}, expected an object", kMetadataKey, json_excerpt(value));
     for (const auto& [key, v] : value.items()) {
-      if (!v.is_string()) fail("metadata '{}' is {}, expected a string", key, v.dump());
+      if (!v.is_string()) fail("metadata '{}' is {}, expected a string", key, json_excerpt(v));
       (*metadata)[key] = v.get<std::string>();
     }
   }
@@ -226,6 +238,27 @@ class Reader {
 };
 
 }  // namespace
+
+size_t json_nesting_depth(std::string_view text) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;  // the escaped character cannot end the string
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
 
 uint64_t SafetensorsEntry::numel() const {
   uint64_t n = 1;
@@ -279,8 +312,14 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
 
 SafetensorsFile read_safetensors(const std::string& path) {
   Reader r(path);
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) CNN_FAIL("cannot open safetensors file '{}': {}", path, std::strerror(errno));
+  // O_NONBLOCK: opening a FIFO otherwise waits for a writer forever, before fstat can refuse it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) CNN_FAIL("cannot open safetensors file '{}': {}", path, std::strerror(errno));
+  std::FILE* f = ::fdopen(fd, "rb");
+  if (f == nullptr) {
+    ::close(fd);
+    CNN_FAIL("cannot open safetensors file '{}': {}", path, std::strerror(errno));
+  }
   struct FileCloser {
     std::FILE* f;
     ~FileCloser() { std::fclose(f); }
@@ -288,7 +327,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
 
   struct stat st {};
   if (::fstat(::fileno(f), &st) != 0) r.fail("cannot stat: {}", std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) r.fail("not a regular file");
+  if (!S_ISREG(st.st_mode)) r.fail("not a regular file (a directory, FIFO or device)");
   const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
 
   auto read_exactly = [&](void* dst, size_t n, const char* what) {
@@ -327,6 +366,12 @@ SafetensorsFile read_safetensors(const std::string& path) {
   if (const size_t nul = header.find('\0'); nul != std::string::npos) {
     r.fail("header is not valid JSON: NUL byte at offset {}", nul);
   }
+  // Deep nesting is refused before parsing: nlohmann's parser, dump() and destructor recurse per
+  // level, and 70,000 nested arrays overflowed the stack.
+  if (const size_t depth = json_nesting_depth(header); depth > kSafetensorsMaxJsonDepth) {
+    r.fail("header nests {} levels of arrays/objects, more than the limit of {}", depth,
+           kSafetensorsMaxJsonDepth);
+  }
   DuplicateKeyFinder dup;
   Json root;
   try {
@@ -334,7 +379,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
       return dup.on_event(event, parsed);
     });
   } catch (const Json::exception& e) {
-    r.fail("header is not valid JSON: {}", e.what());
+    r.fail("header is not valid JSON: {}", excerpt(e.what(), 200));
   }
   if (!dup.duplicate.empty()) r.fail("header has the key '{}' twice", dup.duplicate);
   if (!root.is_object()) r.fail("header is {}, expected a JSON object", root.type_name());

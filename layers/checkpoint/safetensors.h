@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace cnn {
@@ -62,6 +63,13 @@ class SafetensorsFile {
 
 // Headers beyond this are refused before any allocation (the reference reader's limit is similar).
 constexpr uint64_t kSafetensorsMaxHeaderBytes = 100ull << 20;
+
+// Headers nesting arrays/objects deeper than this are refused before parsing (ours nest 3 deep).
+constexpr size_t kSafetensorsMaxJsonDepth = 64;
+
+// The deepest nesting of arrays and objects in JSON text (brackets inside strings not counted);
+// a linear scan, safe on any bytes.
+size_t json_nesting_depth(std::string_view text);
 
 // Writes the tensors (offsets in the given order) and the metadata atomically (temporary file,
 // fsync, rename). Throws cnn::Error for an empty, reserved ("__metadata__") or repeated name, a
