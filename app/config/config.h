@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "data/data_options.h"
-#include "runtime/exec.h"
-#include "runtime/tensor.h"
 #include "layers/layer_spec.h"
 #include "layers/optim_options.h"
+#include "runtime/exec.h"
+#include "runtime/tensor.h"
 
 namespace cnn {
 
@@ -30,6 +30,7 @@ struct TrainingOptions {
   int eval_every_epochs = 1;
   int64_t max_steps = 0;   // 0 = no limit; stops early for quick runs
   bool cuda_graph = true;  // replay the step as one CUDA graph (CNN_CUDA_GRAPH=0 also turns it off)
+  double label_smoothing = 0.0;  // of the training loss, in [0, 1) (torch's semantics)
 };
 
 enum class ProgressMode { Auto, On, Off };  // auto: a progress bar only on a terminal

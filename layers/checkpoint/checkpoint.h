@@ -37,7 +37,8 @@ struct CheckpointMeta {
 struct Checkpoint {
   CheckpointMeta meta;
   std::vector<std::pair<std::string, std::vector<float>>> optimizer_state;
-  std::vector<float> params;  // flat, in the network's layout (filled by load_checkpoint_for)
+  std::vector<float> params;   // flat, in the network's layout (filled by load_checkpoint_for)
+  std::vector<float> buffers;  // flat, the network's buffer layout (batchnorm running statistics)
 };
 
 void save_checkpoint(const std::string& path, const Network& net, const ParamOptimizer* opt,
@@ -46,8 +47,10 @@ void save_checkpoint(const std::string& path, const Network& net, const ParamOpt
 // Reads only the metadata (to rebuild the network for inference or check a resume).
 CheckpointMeta read_checkpoint_meta(const std::string& path);
 
-// Reads a checkpoint for this network: every parameter tensor must exist with the same shape,
-// and no extra parameter tensor may be present; a difference is an error naming the tensor.
+// Reads a checkpoint for this network: every parameter and buffer tensor must exist with the same
+// shape (buffers marked is_int64 as I64, the others F32), and no extra tensor may be present; a
+// difference is an error naming the tensor. Apply with net.params_from_host(ck.params) and
+// net.buffers_from_host(ck.buffers).
 Checkpoint load_checkpoint_for(const std::string& path, const Network& net);
 
 }  // namespace cnn
