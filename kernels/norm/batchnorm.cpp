@@ -1,10 +1,9 @@
 // Batch-norm dispatch: checks the shape once, then runs the CPU reference or the CUDA launchers.
 #include "kernels/norm/batchnorm.h"
 
-#include "runtime/error.h"
-#ifdef CNN_HAVE_CUDA
 #include "kernels/norm/batchnorm_cuda.h"
-#endif
+#include "runtime/dispatch.h"
+#include "runtime/error.h"
 
 namespace cnn {
 
@@ -19,12 +18,8 @@ void check_batchnorm_shape(const BatchNormShape& s, bool training) {
 }
 
 int64_t batchnorm_scratch_doubles(const BatchNormShape& s, Device dev) {
-#ifdef CNN_HAVE_CUDA
-  if (dev == Device::CUDA) return 2 * int64_t(s.c) * batchnorm_splits(s) + 3 * int64_t(s.c);
-#endif
-  (void)s;
-  (void)dev;
-  return 0;
+  if (dev == Device::CPU) return 0;
+  return CNN_CUDA_VALUE(2 * int64_t(s.c) * batchnorm_splits(s) + 3 * int64_t(s.c), int64_t(0));
 }
 
 void batchnorm_forward_train(const BatchNormShape& s, const float* x, const float* gamma,
@@ -38,13 +33,11 @@ void batchnorm_forward_train(const BatchNormShape& s, const float* x, const floa
             a.momentum, a.eps);
   if (ex.device == Device::CPU)
     return batchnorm_forward_train_cpu(s, x, gamma, beta, y, save_mean, save_invstd, a);
-#ifdef CNN_HAVE_CUDA
-  CNN_CHECK(scratch, "batchnorm_forward_train: null scratch on cuda");
-  batchnorm_forward_train_cuda(s, x, gamma, beta, y, save_mean, save_invstd, a, scratch, ex.stream);
-#else
-  (void)scratch;
-  CNN_FAIL("batchnorm_forward_train on cuda: built without CUDA");
-#endif
+  CNN_CUDA_BRANCH("batchnorm_forward_train", {
+    CNN_CHECK(scratch, "batchnorm_forward_train: null scratch on cuda");
+    batchnorm_forward_train_cuda(s, x, gamma, beta, y, save_mean, save_invstd, a, scratch,
+                                 ex.stream);
+  });
 }
 
 void batchnorm_forward_eval(const BatchNormShape& s, const float* x, const float* gamma,
@@ -56,11 +49,9 @@ void batchnorm_forward_eval(const BatchNormShape& s, const float* x, const float
   CNN_CHECK(eps > 0, "batchnorm_forward_eval: eps {} must be positive", eps);
   if (ex.device == Device::CPU)
     return batchnorm_forward_eval_cpu(s, x, gamma, beta, running_mean, running_var, eps, y);
-#ifdef CNN_HAVE_CUDA
-  batchnorm_forward_eval_cuda(s, x, gamma, beta, running_mean, running_var, eps, y, ex.stream);
-#else
-  CNN_FAIL("batchnorm_forward_eval on cuda: built without CUDA");
-#endif
+  CNN_CUDA_BRANCH(
+      "batchnorm_forward_eval",
+      batchnorm_forward_eval_cuda(s, x, gamma, beta, running_mean, running_var, eps, y, ex.stream));
 }
 
 void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy,
@@ -71,14 +62,11 @@ void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy
             "batchnorm_backward: null pointer");
   if (ex.device == Device::CPU)
     return batchnorm_backward_cpu(s, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
-#ifdef CNN_HAVE_CUDA
-  CNN_CHECK(scratch, "batchnorm_backward: null scratch on cuda");
-  batchnorm_backward_cuda(s, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, scratch,
-                          ex.stream);
-#else
-  (void)scratch;
-  CNN_FAIL("batchnorm_backward on cuda: built without CUDA");
-#endif
+  CNN_CUDA_BRANCH("batchnorm_backward", {
+    CNN_CHECK(scratch, "batchnorm_backward: null scratch on cuda");
+    batchnorm_backward_cuda(s, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, scratch,
+                            ex.stream);
+  });
 }
 
 }  // namespace cnn

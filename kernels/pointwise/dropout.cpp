@@ -4,10 +4,9 @@
 #include <cmath>
 #include <cstdint>
 
-#include "runtime/error.h"
-#ifdef CNN_HAVE_CUDA
 #include "kernels/pointwise/dropout_cuda.h"
-#endif
+#include "runtime/dispatch.h"
+#include "runtime/error.h"
 
 namespace cnn {
 
@@ -30,13 +29,8 @@ void apply(int64_t count, const float* in, float* out, const DropoutArgs& a, con
   if (ex.device == Device::CPU)
     return forward ? dropout_forward_cpu(count, in, out, a)
                    : dropout_backward_cpu(count, in, out, a);
-#ifdef CNN_HAVE_CUDA
-  dropout_apply_cuda(count, in, out, dropout_threshold(a.p), 1.0f / (1.0f - a.p), a.seed, a.step,
-                     ex.stream);
-#else
-  (void)forward;
-  CNN_FAIL("dropout on cuda: built without CUDA");
-#endif
+  CNN_CUDA_BRANCH("dropout", dropout_apply_cuda(count, in, out, dropout_threshold(a.p),
+                                                1.0f / (1.0f - a.p), a.seed, a.step, ex.stream));
 }
 
 }  // namespace

@@ -1,10 +1,9 @@
 // Average-pool dispatch: checks the shape once, then runs the CPU reference or the CUDA launcher.
 #include "kernels/pool/avgpool.h"
 
-#include "runtime/error.h"
-#ifdef CNN_HAVE_CUDA
 #include "kernels/pool/avgpool_cuda.h"
-#endif
+#include "runtime/dispatch.h"
+#include "runtime/error.h"
 
 namespace cnn {
 
@@ -26,22 +25,14 @@ void avgpool_forward(const AvgPoolShape& s, const float* x, float* y, const Exec
   check_avgpool_shape(s);
   CNN_CHECK(x && y, "avgpool_forward: x and y must not be null");
   if (ex.device == Device::CPU) return avgpool_forward_cpu(s, x, y);
-#ifdef CNN_HAVE_CUDA
-  avgpool_forward_cuda(s, x, y, ex.stream);
-#else
-  CNN_FAIL("avgpool_forward on cuda: built without CUDA");
-#endif
+  CNN_CUDA_BRANCH("avgpool_forward", avgpool_forward_cuda(s, x, y, ex.stream));
 }
 
 void avgpool_backward(const AvgPoolShape& s, const float* dy, float* dx, const Exec& ex) {
   check_avgpool_shape(s);
   CNN_CHECK(dy && dx, "avgpool_backward: dy and dx must not be null");
   if (ex.device == Device::CPU) return avgpool_backward_cpu(s, dy, dx);
-#ifdef CNN_HAVE_CUDA
-  avgpool_backward_cuda(s, dy, dx, ex.stream);
-#else
-  CNN_FAIL("avgpool_backward on cuda: built without CUDA");
-#endif
+  CNN_CUDA_BRANCH("avgpool_backward", avgpool_backward_cuda(s, dy, dx, ex.stream));
 }
 
 namespace {
@@ -56,22 +47,16 @@ void global_avgpool_forward(int64_t planes, int64_t plane, const float* x, float
                             const Exec& ex) {
   check_global(planes, plane, x, y);
   if (ex.device == Device::CPU) return global_avgpool_forward_cpu(planes, plane, x, y);
-#ifdef CNN_HAVE_CUDA
-  global_avgpool_forward_cuda(planes, plane, x, y, ex.stream);
-#else
-  CNN_FAIL("global_avgpool_forward on cuda: built without CUDA");
-#endif
+  CNN_CUDA_BRANCH("global_avgpool_forward",
+                  global_avgpool_forward_cuda(planes, plane, x, y, ex.stream));
 }
 
 void global_avgpool_backward(int64_t planes, int64_t plane, const float* dy, float* dx,
                              const Exec& ex) {
   check_global(planes, plane, dy, dx);
   if (ex.device == Device::CPU) return global_avgpool_backward_cpu(planes, plane, dy, dx);
-#ifdef CNN_HAVE_CUDA
-  global_avgpool_backward_cuda(planes, plane, dy, dx, ex.stream);
-#else
-  CNN_FAIL("global_avgpool_backward on cuda: built without CUDA");
-#endif
+  CNN_CUDA_BRANCH("global_avgpool_backward",
+                  global_avgpool_backward_cuda(planes, plane, dy, dx, ex.stream));
 }
 
 }  // namespace cnn
