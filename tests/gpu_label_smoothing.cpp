@@ -20,8 +20,8 @@ TEST(GpuLabelSmoothing, MatchesCpu) {
                                           << " eps " << eps << " spread " << spread);
         const std::vector<float> logits = test::random_vector(size_t(n) * k, seed, -spread, spread);
         const std::vector<int32_t> labels = test::random_labels(size_t(n), k, seed + 1);
-        std::vector<float> loss_ref(size_t(n)), d_ref(size_t(n) * k);
-        std::vector<int32_t> pred_ref(size_t(n));
+        std::vector<float> loss_ref(static_cast<size_t>(n)), d_ref(size_t(n) * k);
+        std::vector<int32_t> pred_ref(static_cast<size_t>(n));
         softmax_xent_cpu({n, k}, logits.data(), labels.data(), loss_ref.data(), pred_ref.data(),
                          d_ref.data(), 1.f / float(n), eps);
         Exec ex;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "app/config/config.h"
+#include "app/train/trainer.h"
 #include "layers/checkpoint/checkpoint.h"
 #include "layers/checkpoint/safetensors.h"
 #include "layers/fold_batchnorm.h"
@@ -192,7 +193,7 @@ TEST(NormNetwork, FoldedAndUnfoldedAgreeInEval) {
 namespace {
 const char* kNormConfig = R"(name: t
 model:
-  input: {channels: 1, height: 8, width: 8}
+  input: {channels: 1, height: 16, width: 16}
   layers:
     - conv2d: {out_channels: 4, kernel: 3, padding: 1, bias: false}
     - batchnorm2d: {momentum: 0.2, eps: 1.0e-3}
@@ -276,4 +277,44 @@ TEST(NormConfig, BadValuesNameTheKeyAndLine) {
   EXPECT_HAS(e, "momentum");  // did you mean
   e = error_of(replaced(kNormConfig, "avgpool2d: {kernel: 2}", "avgpool2d"));
   EXPECT_HAS(e, "avgpool2d: {kernel: 2}");
+}
+
+namespace {
+
+// Every tensor of a checkpoint, I64 ones as floats.
+std::vector<float> tensors_of(const std::string& path) {
+  const SafetensorsFile f = read_safetensors(path);
+  std::vector<float> all;
+  for (const auto& e : f.entries()) {
+    if (e.dtype == "I64") {
+      for (int64_t v : f.tensor_i64(e.name).ints) all.push_back(float(v));
+      continue;
+    }
+    const std::vector<float> t = f.tensor_f32(e.name).data;
+    all.insert(all.end(), t.begin(), t.end());
+  }
+  return all;
+}
+
+TrainConfig norm_run(const std::string& dir, int64_t max_steps) {
+  return parse_config(kNormConfig, "t.yaml",
+                      {"training.device=cpu", "logging.progress=off", "logging.dir=" + dir,
+                       "training.epochs=3", "training.max_steps=" + std::to_string(max_steps)});
+}
+
+}  // namespace
+
+TEST(NormTrainE2E, ResumeRestoresRunningStatisticsAndDropoutStepBitwise) {
+  const auto a = test::fresh_dir("norm", "full"), b = test::fresh_dir("norm", "split");
+  const TrainConfig full = norm_run(a.string(), 7);
+  ASSERT_EQ(run_training(full, TrainArgs{}), 0);
+  const std::string full_ckpt = (a / full.name / "last.safetensors").string();
+  const SafetensorsFile f = read_safetensors(full_ckpt);
+  EXPECT_EQ(f.tensor_i64("bn1.num_batches_tracked").ints, (std::vector<int64_t>{7}));
+  ASSERT_EQ(run_training(norm_run(b.string(), 4), TrainArgs{}), 0);
+  const TrainConfig rest = norm_run(b.string(), 7);
+  TrainArgs args;
+  args.resume = (b / rest.name / "last.safetensors").string();
+  ASSERT_EQ(run_training(rest, args), 0);
+  EXPECT_EQ(tensors_of(full_ckpt), tensors_of((b / rest.name / "last.safetensors").string()));
 }
