@@ -130,6 +130,6 @@ TEST(BatchNormCpu, BackwardIdentities) {
     EXPECT_NEAR(dbeta[size_t(c)], 2.0 + sdy, 1e-5);
     EXPECT_NEAR(dgamma[size_t(c)], 1.0 + sdyxh, 1e-5);
     EXPECT_NEAR(sdx, 0.0, 1e-5);
-    EXPECT_NEAR(sdxxh, 0.0, 1e-4);
+    EXPECT_NEAR(sdxxh, 0.0, 1e-3);  // exact only for eps = 0: off by ~eps / var * sum(dy xhat)
   }
 }
