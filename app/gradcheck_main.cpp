@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
       cnn::TrainConfig cfg = cnn::load_config(config, overrides);
       cases.push_back({config, cfg.model.layers, cfg.model.input_chw});
       opt.samples_per_tensor = samples ? samples : 8;
+      opt.label_smoothing = cfg.training.label_smoothing;  // the loss the config trains
     }
     bool ok = true;
     int failed = 0;

@@ -12,6 +12,7 @@
 #include "data/image_folder.h"
 #include "data/normalize.h"
 #include "layers/checkpoint/checkpoint.h"
+#include "layers/fold_batchnorm.h"
 #include "layers/network.h"
 #include "runtime/error.h"
 #include "runtime/text.h"
@@ -95,11 +96,20 @@ int infer(const std::string& ckpt_path, int topk, const std::string& format,
   NetworkOptions nopt;
   nopt.max_batch = batch;
   nopt = with_env_switches(nopt, process_env_switches());
-  Network net(cfg.model.layers, meta.input_chw, nopt, ex);
+  // The checkpoint is read against the trained layout, then every conv/linear + batchnorm pair
+  // is folded into one layer (layers/fold_batchnorm.h): eval mode in fewer passes.
+  NetworkOptions layout_opt;
+  layout_opt.max_batch = 1;
+  const Network layout(cfg.model.layers, meta.input_chw, layout_opt, Exec{});
+  const Checkpoint ck = load_checkpoint_for(ckpt_path, layout);
+  const FoldedNetwork folded =
+      fold_batchnorm(cfg.model.layers, meta.input_chw, ck.params, ck.buffers);
+  Network net(folded.specs, meta.input_chw, nopt, ex);
   CNN_CHECK(size_t(net.num_classes()) == meta.class_names.size(),
             "{}: the network has {} classes but the checkpoint names {}", ckpt_path,
             net.num_classes(), meta.class_names.size());
-  net.params_from_host(load_checkpoint_for(ckpt_path, net).params);
+  net.params_from_host(folded.params);
+  net.buffers_from_host(folded.buffers);
 
   ExpandedPaths expanded = expand_image_paths(paths);
   int failures = int(expanded.errors.size());

@@ -7,19 +7,20 @@
 #include <string>
 #include <vector>
 
-#include "runtime/exec.h"
-#include "runtime/tensor.h"
 #include "layers/autotune.h"
 #include "layers/layer_spec.h"
+#include "runtime/exec.h"
+#include "runtime/tensor.h"
 
 namespace cnn {
 
 // A trainable tensor of a layer, placed in the network's flat parameter buffer.
 struct ParamInfo {
-  std::string name;    // "conv1.weight", "fc2.bias" (torch.nn naming)
-  Shape shape;         // torch.nn layout: conv (OC, IC, KH, KW), linear (OUT, IN), bias (C)
-  int64_t offset = 0;  // into the flat parameter / gradient buffers
-  bool is_bias = false;
+  std::string name;       // "conv1.weight", "fc2.bias" (torch.nn naming)
+  Shape shape;            // torch.nn layout: conv (OC, IC, KH, KW), linear (OUT, IN), bias (C)
+  int64_t offset = 0;     // into the flat parameter / gradient buffers
+  bool is_bias = false;   // also the 1-D batchnorm weight: no weight decay unless decay_biases
+  bool is_int64 = false;  // a buffer kept as float but saved as int64 (num_batches_tracked)
   int64_t numel() const { return shape_numel(shape); }
 };
 
@@ -49,6 +50,11 @@ class Layer {
   virtual void bind(float* /*params*/, float* /*grads*/) {}
   // Kaiming-uniform weights and biases as torch.nn initializes them, into host memory.
   virtual void init_params(float* /*h_params*/, std::mt19937_64& /*rng*/) const {}
+  // Buffers: state that is saved with the parameters but never optimized (batchnorm's running
+  // statistics), in the network's flat buffer array, under torch.nn names.
+  virtual std::vector<ParamInfo> buffer_shapes() const { return {}; }
+  virtual void bind_buffers(float* /*buffers*/) {}
+  virtual void init_buffers(float* /*h_buffers*/) const {}
   // Scratch floats backward needs (deterministic reductions); the Network provides them.
   virtual std::size_t scratch_floats(const Exec&) const { return 0; }
 

@@ -11,6 +11,12 @@ std::unique_ptr<Layer> make_linear_layer(const LayerSpec& spec);
 std::unique_ptr<Layer> make_relu_layer(const LayerSpec& spec);
 std::unique_ptr<Layer> make_maxpool2d_layer(const LayerSpec& spec);
 std::unique_ptr<Layer> make_flatten_layer(const LayerSpec& spec);
+std::unique_ptr<Layer> make_batchnorm_layer(const LayerSpec& spec);  // 2d and 1d
+std::unique_ptr<Layer> make_avgpool2d_layer(const LayerSpec& spec);
+std::unique_ptr<Layer> make_global_avgpool_layer(const LayerSpec& spec);
+std::unique_ptr<Layer> make_dropout_layer(const LayerSpec& spec);
+// The seed a dropout layer's masks come from: the run's seed mixed with the layer's name.
+uint64_t dropout_layer_seed(uint64_t run_seed, const std::string& layer_name);
 
 // Kaiming-uniform weights as torch.nn initializes them (a = sqrt(5): bound 1/sqrt(fan_in)) and
 // PyTorch's bias bound 1/sqrt(fan_in), drawn in a fixed order so a seed reproduces the network.

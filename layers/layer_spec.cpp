@@ -43,6 +43,22 @@ LayerSpec linear_spec(const std::string& name, int out_features) {
   return s;
 }
 
+LayerSpec batchnorm_spec(LayerKind kind, const std::string& name) {
+  return layer_spec(kind, name);
+}
+
+LayerSpec avgpool2d_spec(const std::string& name, int kernel, int stride, int pad) {
+  LayerSpec s = maxpool2d_spec(name, kernel, stride, pad);
+  s.kind = LayerKind::AvgPool2d;
+  return s;
+}
+
+LayerSpec dropout_spec(const std::string& name, double p) {
+  LayerSpec s = layer_spec(LayerKind::Dropout, name);
+  s.dropout_p = p;
+  return s;
+}
+
 std::vector<LayerSpec> conv_net_specs(const ConvNetSizes& z) {
   return {conv2d_spec("conv1", z.conv1, z.kernel1, z.kernel1, 1, z.pad1),
           layer_spec(LayerKind::Relu, "relu1"),
@@ -71,6 +87,16 @@ const char* layer_kind_name(LayerKind k) {
       return "linear";
     case LayerKind::SoftmaxCrossEntropy:
       return "softmax_cross_entropy";
+    case LayerKind::BatchNorm2d:
+      return "batchnorm2d";
+    case LayerKind::BatchNorm1d:
+      return "batchnorm1d";
+    case LayerKind::AvgPool2d:
+      return "avgpool2d";
+    case LayerKind::GlobalAvgPool:
+      return "global_avgpool";
+    case LayerKind::Dropout:
+      return "dropout";
   }
   return "?";
 }
@@ -115,6 +141,7 @@ Shape layer_output_shape(const LayerSpec& s, const Shape& in) {
   const int64_t n = in.at(0);
   switch (s.kind) {
     case LayerKind::Conv2d:
+    case LayerKind::AvgPool2d:
     case LayerKind::MaxPool2d: {
       CNN_CHECK(in.size() == 4, "{}: expects an image input (N, C, H, W), got {}", where(s),
                 shape_str(in));
@@ -128,7 +155,7 @@ Shape layer_output_shape(const LayerSpec& s, const Shape& in) {
       CNN_CHECK(padded_h >= s.kernel_h && padded_w >= s.kernel_w,
                 "{}: kernel {}x{} is larger than its padded input {}x{}", where(s), s.kernel_h,
                 s.kernel_w, padded_h, padded_w);
-      if (s.kind == LayerKind::MaxPool2d)
+      if (s.kind != LayerKind::Conv2d)
         CNN_CHECK(2 * int64_t(s.pad_h) <= s.kernel_h && 2 * int64_t(s.pad_w) <= s.kernel_w,
                   "{}: padding must be at most half the window", where(s));
       int64_t c = s.kind == LayerKind::Conv2d ? s.out_channels : in[1];
@@ -141,6 +168,35 @@ Shape layer_output_shape(const LayerSpec& s, const Shape& in) {
       return {n, c, oh, ow};
     }
     case LayerKind::Relu:
+      return in;
+    case LayerKind::BatchNorm2d:
+      CNN_CHECK(in.size() == 4,
+                "{}: expects an image input (N, C, H, W), got {}; after a flatten or linear layer "
+                "use batchnorm1d",
+                where(s), shape_str(in));
+      check_size(s, "the input of one image", capped_product({in[1], in[2], in[3]}));
+      CNN_CHECK(s.momentum >= 0 && s.momentum <= 1, "{}: momentum must be in [0, 1], got {}",
+                where(s), s.momentum);
+      CNN_CHECK(s.eps > 0, "{}: eps must be positive, got {}", where(s), s.eps);
+      return in;
+    case LayerKind::BatchNorm1d:
+      CNN_CHECK(in.size() == 2,
+                "{}: expects a flat input (N, features), got {}; after a conv or pooling layer "
+                "use batchnorm2d",
+                where(s), shape_str(in));
+      check_size(s, "the input of one image", in[1]);
+      CNN_CHECK(s.momentum >= 0 && s.momentum <= 1, "{}: momentum must be in [0, 1], got {}",
+                where(s), s.momentum);
+      CNN_CHECK(s.eps > 0, "{}: eps must be positive, got {}", where(s), s.eps);
+      return in;
+    case LayerKind::GlobalAvgPool:
+      CNN_CHECK(in.size() == 4, "{}: expects an image input (N, C, H, W), got {}", where(s),
+                shape_str(in));
+      check_size(s, "the input of one image", capped_product({in[1], in[2], in[3]}));
+      return {n, in[1], 1, 1};
+    case LayerKind::Dropout:
+      CNN_CHECK(s.dropout_p >= 0 && s.dropout_p < 1, "{}: p must be in [0, 1), got {}", where(s),
+                s.dropout_p);
       return in;
     case LayerKind::Flatten: {
       int64_t values = 1;
@@ -170,6 +226,8 @@ int64_t layer_param_count(const LayerSpec& s, const Shape& in) {
            (s.bias ? s.out_channels : 0);
   if (s.kind == LayerKind::Linear)
     return int64_t(s.out_features) * in.at(1) + (s.bias ? s.out_features : 0);
+  if (s.kind == LayerKind::BatchNorm2d || s.kind == LayerKind::BatchNorm1d)
+    return 2 * in.at(1);  // weight and bias; the running statistics are buffers
   return 0;
 }
 
@@ -182,8 +240,15 @@ int64_t layer_forward_flops(const LayerSpec& s, const Shape& in) {
     case LayerKind::Linear:
       return 2 * out_per_image * in.at(1);
     case LayerKind::MaxPool2d:
+    case LayerKind::AvgPool2d:
       return out_per_image * s.kernel_h * s.kernel_w;
+    case LayerKind::GlobalAvgPool:
+      return shape_numel(in) / in.at(0);
+    case LayerKind::BatchNorm2d:
+    case LayerKind::BatchNorm1d:
+      return 2 * out_per_image;  // one multiply-add per element with the folded scale and shift
     case LayerKind::Relu:
+    case LayerKind::Dropout:
       return out_per_image;
     case LayerKind::SoftmaxCrossEntropy:
       return 5 * out_per_image;
@@ -197,9 +262,12 @@ void finalize_layer_specs(std::vector<LayerSpec>& specs) {
   CNN_CHECK(!specs.empty(), "model.layers is empty: expected a list of layers");
   std::map<std::string, int> counters;
   const std::map<LayerKind, std::string> prefix = {
-      {LayerKind::Conv2d, "conv"},    {LayerKind::Relu, "relu"},
-      {LayerKind::MaxPool2d, "pool"}, {LayerKind::Flatten, "flatten"},
-      {LayerKind::Linear, "fc"},      {LayerKind::SoftmaxCrossEntropy, "loss"}};
+      {LayerKind::Conv2d, "conv"},       {LayerKind::Relu, "relu"},
+      {LayerKind::MaxPool2d, "pool"},    {LayerKind::Flatten, "flatten"},
+      {LayerKind::Linear, "fc"},         {LayerKind::SoftmaxCrossEntropy, "loss"},
+      {LayerKind::BatchNorm2d, "bn"},    {LayerKind::BatchNorm1d, "bn"},
+      {LayerKind::AvgPool2d, "avgpool"}, {LayerKind::GlobalAvgPool, "global_avgpool"},
+      {LayerKind::Dropout, "dropout"}};
   std::set<std::string> seen;
   for (auto& s : specs) {
     const std::string& p = prefix.at(s.kind);

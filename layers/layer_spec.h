@@ -10,7 +10,19 @@
 
 namespace cnn {
 
-enum class LayerKind { Conv2d, Relu, MaxPool2d, Flatten, Linear, SoftmaxCrossEntropy };
+enum class LayerKind {
+  Conv2d,
+  Relu,
+  MaxPool2d,
+  Flatten,
+  Linear,
+  SoftmaxCrossEntropy,
+  BatchNorm2d,    // per channel of (N, C, H, W)
+  BatchNorm1d,    // per feature of (N, F)
+  AvgPool2d,      // torch's count_include_pad=True
+  GlobalAvgPool,  // (N, C, H, W) -> (N, C, 1, 1)
+  Dropout,
+};
 
 const char* layer_kind_name(LayerKind k);  // "conv2d", "relu", ...
 
@@ -27,6 +39,10 @@ struct LayerSpec {
   // conv2d, linear
   bool bias = true;
   Algo algo = Algo::Auto;
+  // batchnorm2d, batchnorm1d: torch.nn's defaults
+  double momentum = 0.1, eps = 1e-5;
+  // dropout: probability of zeroing an element in training, in [0, 1)
+  double dropout_p = 0.5;
   int line = 0;  // line of this layer in the config, for error messages
 };
 
@@ -37,6 +53,9 @@ LayerSpec conv2d_spec(const std::string& name, int out_channels, int kh, int kw,
                       int pad);
 LayerSpec maxpool2d_spec(const std::string& name, int kernel, int stride, int pad = 0);
 LayerSpec linear_spec(const std::string& name, int out_features);
+LayerSpec batchnorm_spec(LayerKind kind, const std::string& name);  // BatchNorm2d or BatchNorm1d
+LayerSpec avgpool2d_spec(const std::string& name, int kernel, int stride, int pad = 0);
+LayerSpec dropout_spec(const std::string& name, double p);
 
 // conv -> relu -> maxpool 2x2 -> conv -> relu -> maxpool 2x2 -> flatten -> linear -> relu ->
 // linear -> softmax_cross_entropy, named as a config's defaults name them (conv1, relu1, pool1,

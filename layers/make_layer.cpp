@@ -1,7 +1,7 @@
 #include <cmath>
 
-#include "runtime/error.h"
 #include "layers/layer_factories.h"
+#include "runtime/error.h"
 
 namespace cnn {
 
@@ -17,6 +17,15 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& spec) {
       return make_maxpool2d_layer(spec);
     case LayerKind::Flatten:
       return make_flatten_layer(spec);
+    case LayerKind::BatchNorm2d:
+    case LayerKind::BatchNorm1d:
+      return make_batchnorm_layer(spec);
+    case LayerKind::AvgPool2d:
+      return make_avgpool2d_layer(spec);
+    case LayerKind::GlobalAvgPool:
+      return make_global_avgpool_layer(spec);
+    case LayerKind::Dropout:
+      return make_dropout_layer(spec);
     case LayerKind::SoftmaxCrossEntropy:
       break;
   }

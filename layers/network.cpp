@@ -126,6 +126,27 @@ Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
   params_.copy_from(h_params.data(), Device::CPU, h_params.size());
   scratch_ = Buffer<float>(scratch, ex.device);
 
+  // Buffers: offsets in layer order, their initial values from the layers.
+  int64_t buffer_total = 0;
+  std::vector<int64_t> buffer_offset;
+  for (auto& l : layers_) {
+    buffer_offset.push_back(buffer_total);
+    for (ParamInfo b : l->buffer_shapes()) {
+      b.offset = buffer_total;
+      buffer_total += b.numel();
+      buffer_infos_.push_back(b);
+    }
+  }
+  if (buffer_total > 0) {
+    buffers_ = Buffer<float>(static_cast<size_t>(buffer_total), ex.device);
+    std::vector<float> h_buffers(static_cast<size_t>(buffer_total));
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      layers_[i]->init_buffers(h_buffers.data() + buffer_offset[i]);
+      layers_[i]->bind_buffers(buffers_.data() + buffer_offset[i]);
+    }
+    buffers_.copy_from(h_buffers.data(), Device::CPU, h_buffers.size());
+  }
+
   dlogits_ = Buffer<float>(size_t(opt.max_batch) * classes_, ex.device);
   loss_rows_ = Buffer<float>(size_t(opt.max_batch), ex.device);
   pred_ = Buffer<int32_t>(size_t(opt.max_batch), ex.device);
@@ -164,15 +185,28 @@ std::vector<std::string> Network::autotune(TuneCache* cache) {
   return lines;
 }
 
-const float* Network::forward(int n, const float* x) {
+Exec Network::mode_exec(bool training) const {
+  Exec ex = ex_;
+  ex.training = training;
+  ex.seed = opt_.seed;
+  ex.step = step_;
+  return ex;
+}
+
+const float* Network::run_forward(int n, const float* x, bool training) {
   CNN_CHECK(n > 0 && n <= opt_.max_batch, "batch of {} images, expected 1..{}", n, opt_.max_batch);
   if (first_is_input_view_) acts_[0] = const_cast<float*>(x);  // never written through
+  const Exec ex = mode_exec(training);
   const float* in = x;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    if (!skipped_[i]) layers_[i]->forward(n, in, acts_[i], ex_);
+    if (!skipped_[i]) layers_[i]->forward(n, in, acts_[i], ex);
     in = acts_[i];
   }
   return in;
+}
+
+const float* Network::forward(int n, const float* x) {
+  return run_forward(n, x, false);
 }
 
 void Network::forward_loss(int n, const float* x, const int32_t* labels) {
@@ -182,15 +216,16 @@ void Network::forward_loss(int n, const float* x, const int32_t* labels) {
 }
 
 void Network::forward_backward(int n, const float* x, const int32_t* labels, float grad_scale) {
-  forward(n, x);
+  run_forward(n, x, true);
   softmax_xent({n, classes_}, acts_.back(), labels, loss_rows_.data(), pred_.data(),
-               dlogits_.data(), grad_scale, ex_);
+               dlogits_.data(), grad_scale, ex_, opt_.label_smoothing);
+  const Exec ex = mode_exec(true);
   float* dy = dlogits_.data();
   for (size_t i = layers_.size(); i-- > 0;) {
     const float* in = i ? acts_[i - 1] : x;
     float* dx = i ? grad_acts_[i - 1] : nullptr;  // the input image needs no gradient
     if (!skipped_[i]) {
-      layers_[i]->backward(n, in, acts_[i], dy, dx, scratch_.data(), ex_);
+      layers_[i]->backward(n, in, acts_[i], dy, dx, scratch_.data(), ex);
       if (dx) dy = dx;
     }
   }
@@ -206,6 +241,19 @@ void Network::params_from_host(const std::vector<float>& h) {
   CNN_CHECK(h.size() == params_.size(), "{} parameter values for a network of {}", h.size(),
             params_.size());
   params_.copy_from(h.data(), Device::CPU, h.size());
+}
+
+std::vector<float> Network::buffers_to_host() const {
+  std::vector<float> h(buffers_.size());
+  if (!h.empty())
+    raw_copy(h.data(), Device::CPU, buffers_.data(), buffers_.device(), buffers_.bytes());
+  return h;
+}
+
+void Network::buffers_from_host(const std::vector<float>& h) {
+  CNN_CHECK(h.size() == buffers_.size(), "{} buffer values for a network of {}", h.size(),
+            buffers_.size());
+  if (!h.empty()) buffers_.copy_from(h.data(), Device::CPU, h.size());
 }
 
 std::vector<float> Network::grads_to_host() const {

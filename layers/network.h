@@ -28,6 +28,9 @@ struct NetworkOptions {
   bool autotune = true;  // `algo: auto` on CUDA times the variants at start-up (autotune.h)
   // Variants that replace every conv / linear layer's configured one (CNN_ALGO*).
   std::optional<Algo> conv_algo, linear_algo;
+  // Label smoothing of the training loss (forward_backward) in [0, 1); forward_loss (evaluation)
+  // reports the plain cross-entropy of the true labels.
+  float label_smoothing = 0.0f;
 };
 
 // The options with the environment's overrides applied (CNN_FUSE_POOL=0, CNN_AUTOTUNE=0,
@@ -39,10 +42,12 @@ class Network {
   Network(const std::vector<LayerSpec>& specs, const Shape& input_chw, const NetworkOptions& opt,
           const Exec& ex);
 
-  // Logits for a batch of n images x (n, C, H, W) on the network's device.
+  // Logits for a batch of n images x (n, C, H, W) on the network's device, in eval mode
+  // (batchnorm's running statistics, no dropout).
   const float* forward(int n, const float* x);
   // Forward, loss and backward: writes loss_rows/pred for the batch and ACCUMULATES parameter
   // gradients (zeroed by the optimizer's update). grad_scale multiplies dlogits (1/n for a mean).
+  // Training mode: batch statistics (which also move batchnorm's running statistics), dropout.
   void forward_backward(int n, const float* x, const int32_t* labels, float grad_scale);
 
   // Forward and loss without gradients (evaluation): writes loss_rows/pred for the batch.
@@ -63,6 +68,9 @@ class Network {
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
   const Exec& exec() const { return ex_; }
   void set_exec(const Exec& ex);  // same device; new stream / precision / determinism
+  // The step counter dropout draws its masks from (memory of the network's device, read when the
+  // kernels run: the trainer's, which a CUDA graph advances). Null: step 0 every time.
+  void set_step_counter(const int64_t* d_step) { step_ = d_step; }
   // algo: auto on CUDA (not deterministic, CNN_AUTOTUNE not 0): every conv/linear layer times
   // its kernel variants at the full batch and keeps the fastest per pass (layers/autotune.h).
   // Leaves the parameter gradients zero. Returns one line per choice (empty when nothing tuned);
@@ -76,6 +84,12 @@ class Network {
   std::vector<float> params_to_host() const;
   void params_from_host(const std::vector<float>& h_params);
   std::vector<float> grads_to_host() const;
+  // Buffers (batchnorm's running statistics): saved and loaded with the parameters, never
+  // optimized. Flat floats in layer order; is_int64 ones are counts saved as int64.
+  const std::vector<ParamInfo>& buffer_infos() const { return buffer_infos_; }
+  int64_t num_buffers() const { return static_cast<int64_t>(buffers_.size()); }
+  std::vector<float> buffers_to_host() const;
+  void buffers_from_host(const std::vector<float>& h_buffers);
   // Per-element weight-decay mask (1 for weights, 0 for biases unless decay_biases).
   std::vector<uint8_t> decay_mask(bool decay_biases) const;
 
@@ -93,8 +107,12 @@ class Network {
   std::vector<float*> acts_;          // output of layer i (aliases for flatten / fused relu)
   std::vector<float*> grad_acts_;     // gradient w.r.t. the output of layer i
   bool first_is_input_view_ = false;  // a leading flatten: layer 0's output is the input itself
-  std::vector<ParamInfo> infos_;
-  Buffer<float> params_, grads_, scratch_;
+  std::vector<ParamInfo> infos_, buffer_infos_;
+  Buffer<float> params_, grads_, scratch_, buffers_;
+  const int64_t* step_ = nullptr;
+  // Runs the layers forward in training or eval mode; returns the logits.
+  const float* run_forward(int n, const float* x, bool training);
+  Exec mode_exec(bool training) const;
   Buffer<float> dlogits_, loss_rows_;
   Buffer<int32_t> pred_;
 };

@@ -1,11 +1,15 @@
 #include "layers/ref_network.h"
 
 #include "kernels/conv/conv2d.h"
-#include "runtime/error.h"
 #include "kernels/gemm/linear.h"
-#include "kernels/pool/maxpool.h"
-#include "kernels/pointwise/relu.h"
 #include "kernels/loss/softmax_xent.h"
+#include "kernels/norm/batchnorm.h"
+#include "kernels/pointwise/dropout.h"
+#include "kernels/pointwise/relu.h"
+#include "kernels/pool/avgpool.h"
+#include "kernels/pool/maxpool.h"
+#include "layers/layer_factories.h"
+#include "runtime/error.h"
 
 namespace cnn {
 namespace {
@@ -31,9 +35,25 @@ MaxPoolShape pool_shape(const LayerSpec& s, const Shape& in) {
           s.kernel_w, s.stride_h, s.stride_w, s.pad_h,    s.pad_w};
 }
 
+BatchNormShape bn_shape(const Shape& in) {
+  return {int(in[0]), int(in[1]), in.size() == 4 ? in[2] * in[3] : 1};
+}
+
+// The float Network's dropout mask times its scale, per element (0 or 1 / (1 - p) in float).
+std::vector<double> dropout_factors(const LayerSpec& s, uint64_t seed, int64_t count) {
+  DropoutArgs a;
+  a.p = static_cast<float>(s.dropout_p);
+  a.seed = dropout_layer_seed(seed, s.name);
+  std::vector<float> ones(size_t(count), 1.0f), f(ones.size());
+  dropout_forward_cpu(count, ones.data(), f.data(), a);
+  return std::vector<double>(f.begin(), f.end());
+}
+
 }  // namespace
 
-RefNetwork::RefNetwork(const std::vector<LayerSpec>& specs, const Shape& input_chw, int n) : n_(n) {
+RefNetwork::RefNetwork(const std::vector<LayerSpec>& specs, const Shape& input_chw, int n,
+                       double label_smoothing, uint64_t seed)
+    : n_(n), label_smoothing_(label_smoothing), seed_(seed) {
   in_shape_ = {n};
   in_shape_.insert(in_shape_.end(), input_chw.begin(), input_chw.end());
   Shape cur = in_shape_;
@@ -56,6 +76,11 @@ RefNetwork::RefNetwork(const std::vector<LayerSpec>& specs, const Shape& input_c
         infos_.push_back({s.name + ".bias", {b}, num_params_, true});
         num_params_ += b;
       }
+    }
+    if (s.kind == LayerKind::BatchNorm2d || s.kind == LayerKind::BatchNorm1d) {
+      infos_.push_back({s.name + ".weight", {cur[1]}, num_params_, true});
+      infos_.push_back({s.name + ".bias", {cur[1]}, num_params_ + cur[1], true});
+      num_params_ += 2 * cur[1];
     }
     cur = st.out;
     steps_.push_back(st);
@@ -98,6 +123,25 @@ std::vector<std::vector<double>> RefNetwork::forward_all(
       case LayerKind::Flatten:
         out = in;
         break;
+      case LayerKind::BatchNorm2d:
+      case LayerKind::BatchNorm1d: {
+        const BatchNormShape b = bn_shape(st.in);
+        std::vector<double> mean(size_t(b.c)), invstd(size_t(b.c));
+        batchnorm_forward_train_cpu(b, in.data(), w, w + b.c, out.data(), mean.data(),
+                                    invstd.data(), st.spec.eps);
+        break;
+      }
+      case LayerKind::AvgPool2d:
+        avgpool_forward_cpu(pool_shape(st.spec, st.in), in.data(), out.data());
+        break;
+      case LayerKind::GlobalAvgPool:
+        global_avgpool_forward_cpu(st.in[0] * st.in[1], st.in[2] * st.in[3], in.data(), out.data());
+        break;
+      case LayerKind::Dropout: {
+        const std::vector<double> f = dropout_factors(st.spec, seed_, int64_t(in.size()));
+        for (size_t k = 0; k < in.size(); ++k) out[k] = in[k] * f[k];
+        break;
+      }
       case LayerKind::SoftmaxCrossEntropy:
         break;
     }
@@ -116,7 +160,7 @@ double RefNetwork::loss(const std::vector<double>& p, const std::vector<double>&
     std::vector<double> rows(n_);
     std::vector<int32_t> pred(n_);
     softmax_xent_cpu({n_, classes_}, out.data(), labels.data(), rows.data(), pred.data(),
-                     static_cast<double*>(nullptr), 1.0);
+                     static_cast<double*>(nullptr), 1.0, label_smoothing_);
     for (double r : rows) total += r;
     return total / n_;
   }
@@ -134,7 +178,7 @@ void RefNetwork::gradients(const std::vector<double>& p, const std::vector<doubl
     std::vector<double> rows(n_);
     std::vector<int32_t> pred(n_);
     softmax_xent_cpu({n_, classes_}, acts.back().data(), labels.data(), rows.data(), pred.data(),
-                     dy.data(), 1.0 / n_);
+                     dy.data(), 1.0 / n_, label_smoothing_);
   } else {
     dy = probe;
   }
@@ -169,6 +213,28 @@ void RefNetwork::gradients(const std::vector<double>& p, const std::vector<doubl
       case LayerKind::Flatten:
         din = dy;
         break;
+      case LayerKind::BatchNorm2d:
+      case LayerKind::BatchNorm1d: {
+        const BatchNormShape b = bn_shape(st.in);
+        std::vector<double> mean(size_t(b.c)), invstd(size_t(b.c)), y(in.size());
+        batchnorm_forward_train_cpu(b, in.data(), w, w + b.c, y.data(), mean.data(), invstd.data(),
+                                    st.spec.eps);
+        batchnorm_backward_cpu(b, in.data(), dy.data(), w, mean.data(), invstd.data(), din.data(),
+                               dw, dw + b.c);
+        break;
+      }
+      case LayerKind::AvgPool2d:
+        avgpool_backward_cpu(pool_shape(st.spec, st.in), dy.data(), din.data());
+        break;
+      case LayerKind::GlobalAvgPool:
+        global_avgpool_backward_cpu(st.in[0] * st.in[1], st.in[2] * st.in[3], dy.data(),
+                                    din.data());
+        break;
+      case LayerKind::Dropout: {
+        const std::vector<double> f = dropout_factors(st.spec, seed_, int64_t(in.size()));
+        for (size_t k = 0; k < in.size(); ++k) din[k] = dy[k] * f[k];
+        break;
+      }
       case LayerKind::SoftmaxCrossEntropy:
         break;
     }

@@ -13,7 +13,11 @@ class RefNetwork {
  public:
   // specs may end with softmax_cross_entropy (loss = mean cross-entropy over the batch) or not
   // (loss = sum of out * probe, a fixed random linear functional of the output).
-  RefNetwork(const std::vector<LayerSpec>& specs, const Shape& input_chw, int n);
+  // Training mode: batchnorm with the batch's statistics, dropout with the mask the float
+  // Network draws for `seed` (its NetworkOptions::seed) at step 0. label_smoothing as
+  // NetworkOptions::label_smoothing.
+  RefNetwork(const std::vector<LayerSpec>& specs, const Shape& input_chw, int n,
+             double label_smoothing = 0.0, uint64_t seed = 1);
 
   const std::vector<ParamInfo>& param_infos() const { return infos_; }
   int64_t num_params() const { return num_params_; }
@@ -44,6 +48,8 @@ class RefNetwork {
   int64_t num_params_ = 0, out_count_ = 0;
   int n_ = 0, classes_ = 0;
   bool softmax_ = false;
+  double label_smoothing_ = 0;
+  uint64_t seed_ = 1;
 };
 
 }  // namespace cnn

@@ -23,6 +23,14 @@ struct Exec {
   cudaStream_t stream = nullptr;
   Precision precision = Precision::FP32;
   bool deterministic = false;  // fixed-order reductions instead of atomicAdd
+  // Training-mode forward (batch statistics in batchnorm, dropout masks); eval otherwise. Set by
+  // the Network for the passes that train, so that layers nested in other layers see it too.
+  bool training = false;
+  // The run's seed and a step counter in memory of `device` (the trainer's, advanced by the
+  // step's last launch, so a captured CUDA graph sees it move): dropout draws its mask from
+  // them. Null reads as step 0.
+  uint64_t seed = 0;
+  const int64_t* step = nullptr;
 };
 
 }  // namespace cnn

@@ -1006,6 +1006,8 @@ std::vector<BenchRow> bench_ops(const BenchContext& ctx, const NetDesc& net) {
         break;
       case LayerKind::Flatten:
         break;
+      default:  // batchnorm, avgpool, dropout: no per-op rows yet (the step bench runs them)
+        break;
     }
     cur = layer_output_shape(spec, cur);
   }

@@ -46,8 +46,9 @@ namespace {
 
 constexpr int64_t kIntMax = std::numeric_limits<int>::max();
 const std::vector<std::string> kAlgoNames = {"auto", "naive", "tiled", "igemm", "fast"};
-const std::vector<std::string> kLayerKinds = {"conv2d",  "relu",   "maxpool2d",
-                                              "flatten", "linear", "softmax_cross_entropy"};
+const std::vector<std::string> kLayerKinds = {
+    "conv2d",      "relu",        "maxpool2d", "flatten",        "linear", "softmax_cross_entropy",
+    "batchnorm2d", "batchnorm1d", "avgpool2d", "global_avgpool", "dropout"};
 
 // Where one layer sits in the file, so that shape errors found later point at it.
 struct LayerSite {
@@ -113,10 +114,11 @@ LayerSpec read_layer(const ConfigNode& item, Algo default_algo, LayerSite* site)
     kind = item.as_choice(kLayerKinds);
     site->path = item.path();
     params = item.child(YAML::Node(), kind, item.line());
-    if (kind == "conv2d" || kind == "maxpool2d" || kind == "linear")
+    if (kind == "conv2d" || kind == "maxpool2d" || kind == "linear" || kind == "avgpool2d")
       item.fail(fmt::format("a {} layer needs its parameters, e.g. '- {}'", kind,
                             kind == "conv2d"      ? "conv2d: {out_channels: 32, kernel: 3}"
                             : kind == "maxpool2d" ? "maxpool2d: {kernel: 2}"
+                            : kind == "avgpool2d" ? "avgpool2d: {kernel: 2}"
                                                   : "linear: {out_features: 10}"));
   } else if (item.is_map()) {
     std::vector<std::string> keys;
@@ -147,8 +149,12 @@ LayerSpec read_layer(const ConfigNode& item, Algo default_algo, LayerSite* site)
   std::vector<std::string> known = {"name"};
   if (kind == "conv2d")
     known = {"out_channels", "kernel", "stride", "padding", "bias", "algo", "name"};
-  else if (kind == "maxpool2d")
+  else if (kind == "maxpool2d" || kind == "avgpool2d")
     known = {"kernel", "stride", "padding", "name"};
+  else if (kind == "batchnorm2d" || kind == "batchnorm1d")
+    known = {"momentum", "eps", "name"};
+  else if (kind == "dropout")
+    known = {"p", "name"};
   else if (kind == "linear")
     known = {"out_features", "bias", "algo", "name"};
   ConfigMap p(params, known);
@@ -174,8 +180,8 @@ LayerSpec read_layer(const ConfigNode& item, Algo default_algo, LayerSite* site)
               &spec.kernel_h, &spec.kernel_w);
     read_pair_key(p, "stride", 1, 1, 1, &spec.stride_h, &spec.stride_w);
     read_pair_key(p, "padding", 0, 0, 0, &spec.pad_h, &spec.pad_w);
-  } else if (kind == "maxpool2d") {
-    spec.kind = LayerKind::MaxPool2d;
+  } else if (kind == "maxpool2d" || kind == "avgpool2d") {
+    spec.kind = kind == "maxpool2d" ? LayerKind::MaxPool2d : LayerKind::AvgPool2d;
     read_pair(p.require("kernel", "the window size: an integer or [height, width]"), 1,
               &spec.kernel_h, &spec.kernel_w);
     read_pair_key(p, "stride", 1, spec.kernel_h, spec.kernel_w, &spec.stride_h, &spec.stride_w);
@@ -184,6 +190,15 @@ LayerSpec read_layer(const ConfigNode& item, Algo default_algo, LayerSite* site)
     spec.kind = LayerKind::Linear;
     spec.out_features = static_cast<int>(
         p.require("out_features", "the number of outputs, an integer >= 1").as_int(1, kIntMax));
+  } else if (kind == "batchnorm2d" || kind == "batchnorm1d") {
+    spec.kind = kind == "batchnorm2d" ? LayerKind::BatchNorm2d : LayerKind::BatchNorm1d;
+    spec.momentum = p.get_number("momentum", spec.momentum, between(0, 1));
+    spec.eps = p.get_number("eps", spec.eps, between(0, 1, true));
+  } else if (kind == "global_avgpool") {
+    spec.kind = LayerKind::GlobalAvgPool;
+  } else if (kind == "dropout") {
+    spec.kind = LayerKind::Dropout;
+    spec.dropout_p = p.get_number("p", spec.dropout_p, between(0, 1, false, true));
   } else if (kind == "relu") {
     spec.kind = LayerKind::Relu;
   } else if (kind == "flatten") {
@@ -198,7 +213,7 @@ void read_training(const ConfigMap& top, TrainingOptions* t) {
   ConfigMap m(top.require("training", "a training section with at least epochs and batch_size"),
               {"epochs", "batch_size", "seed", "device", "precision", "algo", "deterministic",
                "eval_every_epochs", "max_steps", "cuda_graph",
-               "autotune_cache", "stop_at_accuracy"});
+               "autotune_cache", "stop_at_accuracy", "label_smoothing"});
   t->epochs = static_cast<int>(
       m.require("epochs", "the number of passes over the training set, an integer >= 1")
           .as_int(1, 1000000));
@@ -221,6 +236,8 @@ void read_training(const ConfigMap& top, TrainingOptions* t) {
         .fail(fmt::format("is a test accuracy in percent, in (1, 100] or 0 for off; did you mean "
                           "{}?",
                           100 * t->stop_at_accuracy));
+  t->label_smoothing =
+      m.get_number("label_smoothing", t->label_smoothing, between(0, 1, false, true));
 }
 
 void read_model(const ConfigMap& top, TrainConfig* cfg, Sites* sites) {
@@ -490,11 +507,19 @@ std::string fmt_layer(const LayerSpec& s) {
       p += fmt::format(", out_channels: {}", s.out_channels);
       [[fallthrough]];
     case LayerKind::MaxPool2d:
+    case LayerKind::AvgPool2d:
       p += fmt::format(", kernel: [{}, {}], stride: [{}, {}], padding: [{}, {}]", s.kernel_h,
                        s.kernel_w, s.stride_h, s.stride_w, s.pad_h, s.pad_w);
       break;
     case LayerKind::Linear:
       p += fmt::format(", out_features: {}", s.out_features);
+      break;
+    case LayerKind::BatchNorm2d:
+    case LayerKind::BatchNorm1d:
+      p += fmt::format(", momentum: {}, eps: {}", fmt_double(s.momentum), fmt_double(s.eps));
+      break;
+    case LayerKind::Dropout:
+      p += fmt::format(", p: {}", fmt_double(s.dropout_p));
       break;
     default:
       break;
@@ -624,6 +649,7 @@ std::string config_to_yaml(const TrainConfig& cfg) {
                    t.eval_every_epochs, t.max_steps, t.cuda_graph);
   y += fmt::format("  autotune_cache: {}\n  stop_at_accuracy: {}\n", t.autotune_cache,
                    fmt_double(t.stop_at_accuracy));
+  y += fmt::format("  label_smoothing: {}\n", fmt_double(t.label_smoothing));
 
   y += "logging:\n";
   y += fmt::format("  dir: {}\n  every_steps: {}\n  progress: {}\n", yaml_quote(cfg.logging.dir),

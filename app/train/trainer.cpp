@@ -247,6 +247,7 @@ void Trainer::load_model_and_data() {
   nopt.max_batch = tr.batch_size;
   nopt.seed = tr.seed;
   nopt = with_env_switches(nopt, read_env_switches());  // read once per run, at its start
+  nopt.label_smoothing = static_cast<float>(tr.label_smoothing);
   try {
     net_ = std::make_unique<Network>(cfg_.model.layers, cfg_.model.input_chw, nopt, ex_);
   } catch (const Error& e) {
@@ -260,6 +261,7 @@ void Trainer::load_model_and_data() {
   if (ckpt_in.empty()) return;
   Checkpoint ck = load_checkpoint_for(ckpt_in, *net_);
   net_->params_from_host(ck.params);
+  net_->buffers_from_host(ck.buffers);  // batchnorm's running statistics
   if (resume_ckpt_.empty()) return;
   std::vector<std::string> names;
   for (const auto& [name, values] : ck.optimizer_state) names.push_back(name);
@@ -339,6 +341,7 @@ void Trainer::prepare_steps() {
                                    : "off (" + graph_off + ")");
   state_ = std::make_unique<StepState>(ex_, steps_per_epoch_);
   train_->use_batch_counter(state_->batch());
+  net_->set_step_counter(state_->update());  // dropout's masks move with the graph's step
   graph_ = std::make_unique<StepGraph>(ex_, graph_off.empty());
   startup_.expect_graph(graph_off.empty());
   step_launches_ = [this] {

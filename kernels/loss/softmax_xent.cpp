@@ -11,17 +11,21 @@
 namespace cnn {
 
 void softmax_xent(const XentShape& s, const float* logits, const int32_t* labels, float* loss_rows,
-                  int32_t* pred, float* dlogits, float grad_scale, const Exec& ex) {
+                  int32_t* pred, float* dlogits, float grad_scale, const Exec& ex,
+                  float label_smoothing) {
   CNN_CHECK(s.n >= 1 && s.classes >= 1,
             "softmax_xent: shape (N, classes) = ({}, {}) must be positive", s.n, s.classes);
   CNN_CHECK(int64_t(s.n) * s.classes <= INT32_MAX,
             "softmax_xent: {} x {} logits exceed 2^31-1 elements", s.n, s.classes);
   CNN_CHECK(logits && labels && loss_rows && pred,
             "softmax_xent: logits, labels, loss_rows and pred must not be null");
+  CNN_CHECK(label_smoothing >= 0.f && label_smoothing < 1.f,
+            "softmax_xent: label_smoothing {} must be in [0, 1)", label_smoothing);
   if (ex.device == Device::CPU)
-    return softmax_xent_cpu(s, logits, labels, loss_rows, pred, dlogits, grad_scale);
+    return softmax_xent_cpu(s, logits, labels, loss_rows, pred, dlogits, grad_scale,
+                            label_smoothing);
   CNN_CUDA_BRANCH("softmax_xent", softmax_xent_cuda(s, logits, labels, loss_rows, pred, dlogits,
-                                                    grad_scale, ex.stream));
+                                                    grad_scale, label_smoothing, ex.stream));
 }
 
 void accumulate_metrics(int n, const float* loss_rows, const int32_t* pred, const int32_t* labels,

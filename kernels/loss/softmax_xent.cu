@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <cub/cub.cuh>
 
+#include "kernels/loss/softmax_xent_cuda.h"
 #include "runtime/cuda_check.h"
 #include "runtime/math_util.h"
-#include "kernels/loss/softmax_xent_cuda.h"
 
 namespace cnn {
 namespace {
@@ -37,8 +37,8 @@ struct FirstMax {
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     softmax_xent_warp(int n, int classes, const float* __restrict__ d_logits,
                       const int32_t* __restrict__ d_labels, float* __restrict__ d_loss_rows,
-                      int32_t* __restrict__ d_pred, float* __restrict__ d_dlogits,
-                      float grad_scale) {
+                      int32_t* __restrict__ d_pred, float* __restrict__ d_dlogits, float grad_scale,
+                      float eps) {
   using MaxReduce = cub::WarpReduce<MaxAt>;
   using SumReduce = cub::WarpReduce<float>;
   __shared__ typename MaxReduce::TempStorage max_tmp[kWarpsPerBlock];
@@ -65,13 +65,25 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   rest = __shfl_sync(0xffffffffu, rest, 0);
   const float inv_sum = 1.f / (1.f + rest);
 
+  // Label smoothing's share eps / K of every class, and the sum of the centered logits its loss
+  // term needs (only summed when smoothing).
+  const float spread = eps / float(classes);
+  float centered = 0.f;
+  if (eps > 0.f) {
+    float c_part = 0.f;
+    for (int j = lane; j < classes; j += kWarp) c_part += __ldg(l + j) - best.v;
+    __syncwarp();                                     // sum_tmp is reused
+    centered = SumReduce(sum_tmp[warp]).Sum(c_part);  // valid in lane 0, the one that uses it
+  }
+
   const int label = __ldg(d_labels + row);
   const bool valid = label >= 0 && label < classes;
   if (lane == 0) {
     // log(sum) - (l[label] - max); the difference of two logits is exact, so large logits lose
-    // nothing.
+    // nothing. Smoothing: log(sum) - (1 - eps)(l[label] - max) - eps/K sum_j (l_j - max).
     d_loss_rows[row] =
-        valid ? log1pf(rest) - (__ldg(l + label) - best.v) : __int_as_float(0x7fc00000);
+        valid ? log1pf(rest) - (1.f - eps) * (__ldg(l + label) - best.v) - spread * centered
+              : __int_as_float(0x7fc00000);
     d_pred[row] = best.i;
   }
   if (!d_dlogits) return;
@@ -79,10 +91,10 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   for (int j = lane; j < classes; j += kWarp) {
     float g;
     if (j == best.i)  // p = 1 / (1 + rest), and p - 1 = -rest / (1 + rest) without cancellation
-      g = (j == label) ? -rest * inv_sum : inv_sum;
+      g = (j == label) ? -rest * inv_sum + eps : inv_sum;
     else
-      g = expf(__ldg(l + j) - best.v) * inv_sum - (j == label ? 1.f : 0.f);
-    d[j] = g * grad_scale;
+      g = expf(__ldg(l + j) - best.v) * inv_sum - (j == label ? 1.f - eps : 0.f);
+    d[j] = (g - spread) * grad_scale;
   }
 }
 
@@ -114,10 +126,11 @@ __global__ void __launch_bounds__(kMetricsThreads)
 
 void softmax_xent_cuda(const XentShape& s, const float* d_logits, const int32_t* d_labels,
                        float* d_loss_rows, int32_t* d_pred, float* d_dlogits, float grad_scale,
-                       cudaStream_t stream) {
+                       float label_smoothing, cudaStream_t stream) {
   const unsigned blocks = unsigned(ceil_div<int64_t>(s.n, kWarpsPerBlock));
   softmax_xent_warp<<<blocks, kWarp * kWarpsPerBlock, 0, stream>>>(
-      s.n, s.classes, d_logits, d_labels, d_loss_rows, d_pred, d_dlogits, grad_scale);
+      s.n, s.classes, d_logits, d_labels, d_loss_rows, d_pred, d_dlogits, grad_scale,
+      label_smoothing);
   CNN_LAUNCH_CHECK("softmax_xent_warp");
 }
 

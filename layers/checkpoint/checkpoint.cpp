@@ -158,6 +158,18 @@ void save_checkpoint(const std::string& path, const Network& net, const ParamOpt
     tensors.push_back(
         {p.name, p.shape,
          std::vector<float>(params.begin() + p.offset, params.begin() + p.offset + p.numel())});
+  const std::vector<float> buffers = net.buffers_to_host();
+  for (const auto& b : net.buffer_infos()) {
+    NamedTensor t{b.name, b.shape, {}};
+    const auto first = buffers.begin() + b.offset, last = first + b.numel();
+    if (b.is_int64) {
+      t.int64 = true;
+      for (auto it = first; it != last; ++it) t.ints.push_back(static_cast<int64_t>(*it));
+    } else {
+      t.data.assign(first, last);
+    }
+    tensors.push_back(std::move(t));
+  }
   if (opt)
     for (auto& [name, values] : opt->state_to_host())
       tensors.push_back({name, {static_cast<int64_t>(values.size())}, std::move(values)});
@@ -200,6 +212,25 @@ Checkpoint load_checkpoint_for(const std::string& path, const Network& net) {
     NamedTensor t = f.tensor_f32(p.name);
     check_finite(path, t);
     std::copy(t.data.begin(), t.data.end(), ck.params.begin() + p.offset);
+  }
+  ck.buffers.assign(static_cast<size_t>(net.num_buffers()), 0.f);
+  for (const auto& b : net.buffer_infos()) {
+    expected.insert(b.name);
+    const SafetensorsEntry* e = f.find(b.name);
+    CNN_CHECK(e,
+              "{}: has no tensor '{}' that this network needs (was it trained with another "
+              "model config?)",
+              path, b.name);
+    CNN_CHECK(e->shape == b.shape, "{}: tensor '{}' has shape {}, this network needs {}", path,
+              b.name, shape_str(e->shape), shape_str(b.shape));
+    if (b.is_int64) {
+      const NamedTensor t = f.tensor_i64(b.name);
+      for (size_t i = 0; i < t.ints.size(); ++i)
+        ck.buffers[size_t(b.offset) + i] = static_cast<float>(t.ints[i]);
+    } else {
+      const NamedTensor t = f.tensor_f32(b.name);
+      std::copy(t.data.begin(), t.data.end(), ck.buffers.begin() + b.offset);
+    }
   }
   for (const auto& e : f.entries()) {
     if (e.name.rfind(kOptimizerPrefix, 0) == 0) {

@@ -39,7 +39,8 @@ struct CheckpointMeta {
 struct Checkpoint {
   CheckpointMeta meta;
   std::vector<std::pair<std::string, std::vector<float>>> optimizer_state;
-  std::vector<float> params;  // flat, in the network's layout (filled by load_checkpoint_for)
+  std::vector<float> params;   // flat, in the network's layout (filled by load_checkpoint_for)
+  std::vector<float> buffers;  // flat, the network's buffer layout (batchnorm running statistics)
 };
 
 void save_checkpoint(const std::string& path, const Network& net, const ParamOptimizer* opt,
@@ -54,9 +55,11 @@ CheckpointMeta read_checkpoint_meta(const std::string& path);
 void check_checkpoint_can_hold(const std::string& path, const CheckpointMeta& meta,
                                const std::vector<LayerSpec>& layers, const Shape& input_chw);
 
-// Reads a checkpoint for this network: every parameter tensor must exist with the same shape,
-// and no extra parameter tensor may be present; a difference is an error naming the tensor, and
-// so is a NaN or infinite value in any float tensor (parameters and optimizer state).
+// Reads a checkpoint for this network: every parameter and buffer tensor must exist with the same
+// shape (buffers marked is_int64 as I64, the others F32), and no extra tensor may be present; a
+// difference is an error naming the tensor, and so is a NaN or infinite value in any float
+// tensor (parameters, buffers and optimizer state). Apply with net.params_from_host(ck.params)
+// and net.buffers_from_host(ck.buffers).
 Checkpoint load_checkpoint_for(const std::string& path, const Network& net);
 
 }  // namespace cnn

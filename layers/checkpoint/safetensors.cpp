@@ -68,9 +68,10 @@ std::string header_json(const std::vector<NamedTensor>& tensors,
   }
   uint64_t offset = 0;
   for (const NamedTensor& t : tensors) {
-    const uint64_t bytes = t.data.size() * sizeof(float);
+    const uint64_t bytes =
+        t.int64 ? t.ints.size() * sizeof(int64_t) : t.data.size() * sizeof(float);
     OrderedJson entry = OrderedJson::object();
-    entry["dtype"] = "F32";
+    entry["dtype"] = t.int64 ? "I64" : "F32";
     entry["shape"] = t.shape;
     entry["data_offsets"] = {offset, offset + bytes};
     header[t.name] = std::move(entry);
@@ -99,9 +100,9 @@ void check_tensors_for_writing(const std::string& path, const std::vector<NamedT
                 "cannot write '{}': tensor '{}' shape {} overflows", path, t.name,
                 shape_text(t.shape));
     }
-    CNN_CHECK(numel == t.data.size(),
+    CNN_CHECK(numel == t.count(),
               "cannot write '{}': tensor '{}' has shape {} ({} elements) but {} values", path,
-              t.name, shape_text(t.shape), numel, t.data.size());
+              t.name, shape_text(t.shape), numel, t.count());
   }
 }
 
@@ -281,6 +282,16 @@ NamedTensor SafetensorsFile::tensor_f32(const std::string& name) const {
   return t;
 }
 
+NamedTensor SafetensorsFile::tensor_i64(const std::string& name) const {
+  const SafetensorsEntry* e = find(name);
+  CNN_CHECK(e != nullptr, "safetensors file '{}': no tensor named '{}'", path_, name);
+  CNN_CHECK(e->dtype == "I64", "safetensors file '{}': tensor '{}' has dtype {}, expected I64",
+            path_, name, e->dtype);
+  NamedTensor t = NamedTensor::i64(e->name, e->shape, std::vector<int64_t>(e->numel()));
+  if (!t.ints.empty()) std::memcpy(t.ints.data(), bytes(*e), t.ints.size() * sizeof(int64_t));
+  return t;
+}
+
 const std::string* SafetensorsFile::find_metadata(const std::string& key) const {
   const auto it = metadata_.find(key);
   return it == metadata_.end() ? nullptr : &it->second;
@@ -305,7 +316,10 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
     write_bytes_checked(f, prefix, sizeof(prefix));
     write_bytes_checked(f, header.data(), header.size());
     for (const NamedTensor& t : tensors) {
-      write_bytes_checked(f, t.data.data(), t.data.size() * sizeof(float));
+      if (t.int64)
+        write_bytes_checked(f, t.ints.data(), t.ints.size() * sizeof(int64_t));
+      else
+        write_bytes_checked(f, t.data.data(), t.data.size() * sizeof(float));
     }
   });
 }

@@ -7,9 +7,9 @@
 #include <numeric>
 #include <random>
 
-#include "runtime/error.h"
 #include "layers/network.h"
 #include "layers/ref_network.h"
+#include "runtime/error.h"
 
 namespace cnn {
 namespace {
@@ -79,6 +79,15 @@ bool numerical(const RefNetwork& ref, Problem& p, std::vector<double>& v, int64_
   return true;
 }
 
+// batchnorm1d normalizes each feature over the batch alone: over 2 values its output is
+// +-gamma whatever the input, every input gradient is ~0 and no relative error of it means
+// anything. Such networks are checked with a batch of at least 6.
+GradcheckOptions with_batch_for(const std::vector<LayerSpec>& specs, GradcheckOptions opt) {
+  for (const auto& s : specs)
+    if (s.kind == LayerKind::BatchNorm1d) opt.batch = std::max(opt.batch, 6);
+  return opt;
+}
+
 int classes_of(const std::vector<LayerSpec>& specs, const Shape& input_chw) {
   return int(summarize_network(specs, input_chw).rows.back().out.at(0));
 }
@@ -116,8 +125,9 @@ GradcheckResult compare(const std::string& title, const RefNetwork& ref, Problem
 }  // namespace
 
 GradcheckResult gradcheck_reference(const std::vector<LayerSpec>& specs, const Shape& input_chw,
-                                    const GradcheckOptions& opt) {
-  RefNetwork ref(specs, input_chw, opt.batch);
+                                    const GradcheckOptions& asked) {
+  const GradcheckOptions opt = with_batch_for(specs, asked);
+  RefNetwork ref(specs, input_chw, opt.batch, opt.label_smoothing);
   Problem p = make_problem(ref, classes_of(specs, input_chw), opt);
   std::vector<double> dparams, dx;
   ref.gradients(p.params, p.x, p.labels, p.probe, &dparams, &dx);
@@ -125,14 +135,16 @@ GradcheckResult gradcheck_reference(const std::vector<LayerSpec>& specs, const S
 }
 
 GradcheckResult gradcheck_network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
-                                  const GradcheckOptions& opt, const Exec& ex, bool fuse_relu) {
-  RefNetwork ref(specs, input_chw, opt.batch);
+                                  const GradcheckOptions& asked, const Exec& ex, bool fuse_relu) {
+  const GradcheckOptions opt = with_batch_for(specs, asked);
+  NetworkOptions nopt;
+  RefNetwork ref(specs, input_chw, opt.batch, opt.label_smoothing, nopt.seed);
   CNN_CHECK(ref.has_softmax(), "gradcheck_network needs a network ending in softmax_cross_entropy");
   Problem p = make_problem(ref, classes_of(specs, input_chw), opt);
 
-  NetworkOptions nopt;
   nopt.max_batch = opt.batch;
   nopt.fuse_relu = fuse_relu;
+  nopt.label_smoothing = static_cast<float>(opt.label_smoothing);
   Network net(specs, input_chw, nopt, ex);
   CNN_CHECK(net.num_params() == ref.num_params(), "network and reference disagree on the layout");
   net.params_from_host(std::vector<float>(p.params.begin(), p.params.end()));
@@ -167,6 +179,12 @@ std::vector<GradcheckCase> gradcheck_layer_cases() {
   LayerSpec nobias = conv2d_spec("conv", 3, 3, 3, 1, 0);
   nobias.bias = false;
   LayerSpec fc = linear_spec("fc", 7);
+  // Before a batchnorm a bias has no effect (the batch mean removes it): its gradient is 0 and
+  // no relative error of it means anything, so these layers have none, as in real nets.
+  LayerSpec conv_bn = conv2d_spec("conv", 4, 3, 3, 1, 1);
+  conv_bn.bias = false;
+  LayerSpec fc_bn = linear_spec("fc", 7);
+  fc_bn.bias = false;
   return {
       wrap("conv2d 3x3 stride 1 pad 1", {conv2d_spec("conv", 4, 3, 3, 1, 1)}, {3, 7, 6}),
       wrap("conv2d 5x5 stride 2 pad 2", {conv2d_spec("conv", 3, 5, 5, 2, 2)}, {2, 9, 8}),
@@ -177,6 +195,13 @@ std::vector<GradcheckCase> gradcheck_layer_cases() {
       wrap("relu", {layer_spec(LayerKind::Relu, "relu")}, {2, 4, 5}),
       wrap("flatten + linear", {}, {2, 3, 4}),
       wrap("linear + relu", {fc, layer_spec(LayerKind::Relu, "relu")}, {11}),
+      wrap("conv2d + batchnorm2d", {conv_bn, batchnorm_spec(LayerKind::BatchNorm2d, "bn")},
+           {3, 5, 3}),
+      wrap("linear + batchnorm1d", {fc_bn, batchnorm_spec(LayerKind::BatchNorm1d, "bn")}, {9}),
+      wrap("avgpool2d 2x2", {avgpool2d_spec("pool", 2, 2, 0)}, {2, 6, 8}),
+      wrap("avgpool2d 3x3 stride 2 pad 1", {avgpool2d_spec("pool", 3, 2, 1)}, {2, 7, 7}),
+      wrap("global_avgpool", {layer_spec(LayerKind::GlobalAvgPool, "gap")}, {3, 5, 7}),
+      wrap("dropout 0.3", {dropout_spec("drop", 0.3)}, {2, 4, 5}),
   };
 }
 

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/exec.h"
 #include "layers/layer_spec.h"
+#include "runtime/exec.h"
 
 namespace cnn {
 
@@ -28,6 +28,7 @@ struct GradcheckOptions {
   uint64_t seed = 1;
   int samples_per_tensor = 24;  // coordinates checked per parameter tensor (all when fewer)
   double step = 1e-6;           // central-difference step (double precision)
+  double label_smoothing = 0;   // of the loss, as NetworkOptions::label_smoothing
 };
 
 // Analytic double backward vs numerical, on the CPU. Tolerance 1e-6.

@@ -1,0 +1,68 @@
+#pragma once
+// Batch normalization over (N, C, HW): per channel c, the statistics of the N * HW values
+// x[n, c, i]. BatchNorm2d is HW = H * W; BatchNorm1d on (N, F) is C = F, HW = 1. Torch's
+// semantics: training normalizes with the batch's biased variance and moves the running
+// statistics towards the batch mean and the UNBIASED variance by `momentum`; eval normalizes with
+// the running statistics.
+#include <cstdint>
+
+#include "runtime/exec.h"
+
+namespace cnn {
+
+struct BatchNormShape {
+  int n = 1, c = 1;
+  int64_t hw = 1;
+  int64_t count() const { return int64_t(n) * hw; }  // values per channel
+};
+
+// Throws naming the bad field. training: at least two values per channel, as torch requires
+// ("Expected more than 1 value per channel when training").
+void check_batchnorm_shape(const BatchNormShape& s, bool training);
+
+// Doubles of scratch the CUDA passes need (per-channel partial sums); 0 on the CPU.
+int64_t batchnorm_scratch_doubles(const BatchNormShape& s, Device dev);
+
+struct BatchNormTrainArgs {
+  float momentum = 0.1f, eps = 1e-5f;
+  float* running_mean = nullptr;  // (C) updated in place
+  float* running_var = nullptr;   // (C) updated in place
+  float* num_batches = nullptr;   // (1) incremented by one (a float counter: exact to 2^24)
+};
+
+// Training forward: y = (x - mean) * invstd * gamma + beta with the batch statistics, which are
+// also written to save_mean / save_invstd (C) for backward. scratch: batchnorm_scratch_doubles.
+// The reductions run in a fixed order on every device, so the pass is bitwise repeatable.
+void batchnorm_forward_train(const BatchNormShape& s, const float* x, const float* gamma,
+                             const float* beta, float* y, float* save_mean, float* save_invstd,
+                             const BatchNormTrainArgs& a, double* scratch, const Exec& ex);
+// Eval forward with the running statistics.
+void batchnorm_forward_eval(const BatchNormShape& s, const float* x, const float* gamma,
+                            const float* beta, const float* running_mean, const float* running_var,
+                            float eps, float* y, const Exec& ex);
+// Backward of the training forward: dx (may be null) overwritten, dgamma and dbeta (C)
+// ACCUMULATED. The standard formula:
+//   dx = gamma * invstd / M * (M * dy - sum(dy) - xhat * sum(dy * xhat)),  M = N * HW.
+void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy,
+                        const float* gamma, const float* save_mean, const float* save_invstd,
+                        float* dx, float* dgamma, float* dbeta, double* scratch, const Exec& ex);
+
+// CPU references, plain loops accumulating in double; the double twins serve the gradient checks.
+// The running-statistics pointers of `a` may be null (gradcheck).
+void batchnorm_forward_train_cpu(const BatchNormShape& s, const float* x, const float* gamma,
+                                 const float* beta, float* y, float* save_mean, float* save_invstd,
+                                 const BatchNormTrainArgs& a);
+void batchnorm_forward_train_cpu(const BatchNormShape& s, const double* x, const double* gamma,
+                                 const double* beta, double* y, double* save_mean,
+                                 double* save_invstd, double eps);
+void batchnorm_forward_eval_cpu(const BatchNormShape& s, const float* x, const float* gamma,
+                                const float* beta, const float* running_mean,
+                                const float* running_var, float eps, float* y);
+void batchnorm_backward_cpu(const BatchNormShape& s, const float* x, const float* dy,
+                            const float* gamma, const float* save_mean, const float* save_invstd,
+                            float* dx, float* dgamma, float* dbeta);
+void batchnorm_backward_cpu(const BatchNormShape& s, const double* x, const double* dy,
+                            const double* gamma, const double* save_mean, const double* save_invstd,
+                            double* dx, double* dgamma, double* dbeta);
+
+}  // namespace cnn

@@ -1,0 +1,117 @@
+// CPU reference for batch normalization: plain loops, statistics in double, one template for
+// float and double.
+#include <cmath>
+#include <vector>
+
+#include "kernels/norm/batchnorm.h"
+
+namespace cnn {
+namespace {
+
+template <class T>
+void forward_train(const BatchNormShape& s, const T* x, const T* gamma, const T* beta, T* y,
+                   T* save_mean, T* save_invstd, double eps, std::vector<double>* batch_var) {
+  const int64_t m = s.count();
+  batch_var->assign(size_t(s.c), 0.0);
+  for (int c = 0; c < s.c; ++c) {
+    double sum = 0;
+    for (int n = 0; n < s.n; ++n)
+      for (int64_t i = 0; i < s.hw; ++i) sum += x[(int64_t(n) * s.c + c) * s.hw + i];
+    const double mean = sum / double(m);
+    double sq = 0;
+    for (int n = 0; n < s.n; ++n)
+      for (int64_t i = 0; i < s.hw; ++i) {
+        const double d = x[(int64_t(n) * s.c + c) * s.hw + i] - mean;
+        sq += d * d;
+      }
+    const double var = sq / double(m);  // biased: what the batch is normalized with
+    const double invstd = 1.0 / std::sqrt(var + eps);
+    (*batch_var)[size_t(c)] = var;
+    save_mean[c] = static_cast<T>(mean);
+    save_invstd[c] = static_cast<T>(invstd);
+    for (int n = 0; n < s.n; ++n)
+      for (int64_t i = 0; i < s.hw; ++i) {
+        const int64_t k = (int64_t(n) * s.c + c) * s.hw + i;
+        y[k] = static_cast<T>((x[k] - mean) * invstd * double(gamma[c]) + double(beta[c]));
+      }
+  }
+}
+
+template <class T>
+void backward(const BatchNormShape& s, const T* x, const T* dy, const T* gamma, const T* mean,
+              const T* invstd, T* dx, T* dgamma, T* dbeta) {
+  const double m = double(s.count());
+  for (int c = 0; c < s.c; ++c) {
+    double sum_dy = 0, sum_dy_xhat = 0;
+    for (int n = 0; n < s.n; ++n)
+      for (int64_t i = 0; i < s.hw; ++i) {
+        const int64_t k = (int64_t(n) * s.c + c) * s.hw + i;
+        sum_dy += dy[k];
+        sum_dy_xhat += double(dy[k]) * (double(x[k]) - double(mean[c])) * double(invstd[c]);
+      }
+    dgamma[c] = static_cast<T>(double(dgamma[c]) + sum_dy_xhat);
+    dbeta[c] = static_cast<T>(double(dbeta[c]) + sum_dy);
+    if (!dx) continue;
+    const double k_scale = double(gamma[c]) * double(invstd[c]) / m;
+    for (int n = 0; n < s.n; ++n)
+      for (int64_t i = 0; i < s.hw; ++i) {
+        const int64_t k = (int64_t(n) * s.c + c) * s.hw + i;
+        const double xhat = (double(x[k]) - double(mean[c])) * double(invstd[c]);
+        dx[k] = static_cast<T>(k_scale * (m * double(dy[k]) - sum_dy - xhat * sum_dy_xhat));
+      }
+  }
+}
+
+}  // namespace
+
+void batchnorm_forward_train_cpu(const BatchNormShape& s, const float* x, const float* gamma,
+                                 const float* beta, float* y, float* save_mean, float* save_invstd,
+                                 const BatchNormTrainArgs& a) {
+  std::vector<double> var;
+  forward_train(s, x, gamma, beta, y, save_mean, save_invstd, a.eps, &var);
+  const double m = double(s.count());
+  for (int c = 0; c < s.c; ++c) {
+    const double unbiased = var[size_t(c)] * m / (m - 1);
+    if (a.running_mean)
+      a.running_mean[c] = static_cast<float>((1.0 - a.momentum) * a.running_mean[c] +
+                                             double(a.momentum) * save_mean[c]);
+    if (a.running_var)
+      a.running_var[c] =
+          static_cast<float>((1.0 - a.momentum) * a.running_var[c] + a.momentum * unbiased);
+  }
+  if (a.num_batches) *a.num_batches += 1.0f;
+}
+
+void batchnorm_forward_train_cpu(const BatchNormShape& s, const double* x, const double* gamma,
+                                 const double* beta, double* y, double* save_mean,
+                                 double* save_invstd, double eps) {
+  std::vector<double> var;
+  forward_train(s, x, gamma, beta, y, save_mean, save_invstd, eps, &var);
+}
+
+void batchnorm_forward_eval_cpu(const BatchNormShape& s, const float* x, const float* gamma,
+                                const float* beta, const float* running_mean,
+                                const float* running_var, float eps, float* y) {
+  for (int n = 0; n < s.n; ++n)
+    for (int c = 0; c < s.c; ++c) {
+      const double invstd = 1.0 / std::sqrt(double(running_var[c]) + double(eps));
+      for (int64_t i = 0; i < s.hw; ++i) {
+        const int64_t k = (int64_t(n) * s.c + c) * s.hw + i;
+        y[k] = static_cast<float>((double(x[k]) - running_mean[c]) * invstd * gamma[c] + beta[c]);
+      }
+    }
+}
+
+void batchnorm_backward_cpu(const BatchNormShape& s, const float* x, const float* dy,
+                            const float* gamma, const float* save_mean, const float* save_invstd,
+                            float* dx, float* dgamma, float* dbeta) {
+  backward(s, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+}
+
+void batchnorm_backward_cpu(const BatchNormShape& s, const double* x, const double* dy,
+                            const double* gamma, const double* save_mean, const double* save_invstd,
+                            double* dx, double* dgamma, double* dbeta) {
+  backward(s, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+}
+
+}  // namespace cnn

@@ -1,0 +1,64 @@
+// avgpool2d and global_avgpool: parameter-free, deterministic in both passes.
+#include "kernels/pool/avgpool.h"
+#include "layers/layer_factories.h"
+
+namespace cnn {
+namespace {
+
+class AvgPoolLayer : public Layer {
+ public:
+  using Layer::Layer;
+  Shape setup(const Shape& in, Device dev) override {
+    Shape out = Layer::setup(in, dev);
+    shape_ = {static_cast<int>(in[0]),
+              static_cast<int>(in[1]),
+              static_cast<int>(in[2]),
+              static_cast<int>(in[3]),
+              spec_.kernel_h,
+              spec_.kernel_w,
+              spec_.stride_h,
+              spec_.stride_w,
+              spec_.pad_h,
+              spec_.pad_w};
+    check_avgpool_shape(shape_);
+    return out;
+  }
+  void forward(int n, const float* x, float* y, const Exec& ex) override {
+    avgpool_forward(at(n), x, y, ex);
+  }
+  void backward(int n, const float*, const float*, float* dy, float* dx, float*,
+                const Exec& ex) override {
+    if (dx) avgpool_backward(at(n), dy, dx, ex);
+  }
+
+ private:
+  AvgPoolShape at(int n) const {
+    AvgPoolShape s = shape_;
+    s.n = n;
+    return s;
+  }
+  AvgPoolShape shape_;
+};
+
+class GlobalAvgPoolLayer : public Layer {
+ public:
+  using Layer::Layer;
+  void forward(int n, const float* x, float* y, const Exec& ex) override {
+    global_avgpool_forward(int64_t(n) * in_[1], in_[2] * in_[3], x, y, ex);
+  }
+  void backward(int n, const float*, const float*, float* dy, float* dx, float*,
+                const Exec& ex) override {
+    if (dx) global_avgpool_backward(int64_t(n) * in_[1], in_[2] * in_[3], dy, dx, ex);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_avgpool2d_layer(const LayerSpec& spec) {
+  return std::make_unique<AvgPoolLayer>(spec);
+}
+std::unique_ptr<Layer> make_global_avgpool_layer(const LayerSpec& spec) {
+  return std::make_unique<GlobalAvgPoolLayer>(spec);
+}
+
+}  // namespace cnn

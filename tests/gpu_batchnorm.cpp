@@ -1,0 +1,184 @@
+// Batch-norm CUDA kernels against the CPU reference: batch 1, C = 1/3/17, odd H*W, BatchNorm1d
+// shapes (H*W = 1), a large-mean input (the variance must not cancel), many splits per channel;
+// NaN-poisoned outputs; the training pass bitwise repeatable; eval; the batch-1 refusal.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <vector>
+
+#include "kernels/norm/batchnorm.h"
+#include "runtime/error.h"
+#include "runtime/memory.h"
+#include "tests/test_util.h"
+
+using namespace cnn;
+
+namespace {
+
+struct Outputs {
+  std::vector<float> y, mean, invstd, rm, rv, count, dx, dgamma, dbeta;
+};
+
+struct Inputs {
+  BatchNormShape s;
+  std::vector<float> x, gamma, beta, dy, rm, rv, dgamma, dbeta;
+};
+
+Inputs make_inputs(const BatchNormShape& s, uint64_t seed, float offset) {
+  Inputs in;
+  in.s = s;
+  const size_t n = size_t(s.n) * size_t(s.c) * size_t(s.hw), c = size_t(s.c);
+  in.x = test::random_vector(n, seed, offset - 2.f, offset + 2.f);
+  in.gamma = test::random_vector(c, seed + 1, 0.5f, 1.5f);
+  in.beta = test::random_vector(c, seed + 2);
+  in.dy = test::random_vector(n, seed + 3);
+  in.rm = test::random_vector(c, seed + 4);
+  in.rv = test::random_vector(c, seed + 5, 0.5f, 2.f);
+  in.dgamma = test::random_vector(c, seed + 6);  // gradients accumulate onto these
+  in.dbeta = test::random_vector(c, seed + 7);
+  return in;
+}
+
+Outputs run_cpu(const Inputs& in) {
+  const BatchNormShape& s = in.s;
+  Outputs o;
+  o.y.resize(in.x.size());
+  o.dx.resize(in.x.size());
+  o.mean.resize(size_t(s.c));
+  o.invstd.resize(size_t(s.c));
+  o.rm = in.rm;
+  o.rv = in.rv;
+  o.count = {5.f};
+  o.dgamma = in.dgamma;
+  o.dbeta = in.dbeta;
+  BatchNormTrainArgs a;
+  a.momentum = 0.1f;
+  a.eps = 1e-5f;
+  a.running_mean = o.rm.data();
+  a.running_var = o.rv.data();
+  a.num_batches = o.count.data();
+  batchnorm_forward_train_cpu(s, in.x.data(), in.gamma.data(), in.beta.data(), o.y.data(),
+                              o.mean.data(), o.invstd.data(), a);
+  batchnorm_backward_cpu(s, in.x.data(), in.dy.data(), in.gamma.data(), o.mean.data(),
+                         o.invstd.data(), o.dx.data(), o.dgamma.data(), o.dbeta.data());
+  return o;
+}
+
+Outputs run_cuda(const Inputs& in, bool deterministic) {
+  const BatchNormShape& s = in.s;
+  Exec ex;
+  ex.device = Device::CUDA;
+  ex.deterministic = deterministic;
+  const size_t n = in.x.size(), c = size_t(s.c);
+  Tensor x = test::to_device(in.x), gamma = test::to_device(in.gamma),
+         beta = test::to_device(in.beta), dy = test::to_device(in.dy), rm = test::to_device(in.rm),
+         rv = test::to_device(in.rv), dgamma = test::to_device(in.dgamma),
+         dbeta = test::to_device(in.dbeta), count = test::to_device({5.f});
+  Buffer<float> y(n, Device::CUDA), dx(n, Device::CUDA), mean(c, Device::CUDA),
+      invstd(c, Device::CUDA);
+  Buffer<double> scratch(size_t(batchnorm_scratch_doubles(s, Device::CUDA)), Device::CUDA);
+  test::poison_device(y.data(), n);
+  test::poison_device(dx.data(), n);
+  test::poison_device(mean.data(), c);
+  test::poison_device(invstd.data(), c);
+  BatchNormTrainArgs a;
+  a.momentum = 0.1f;
+  a.eps = 1e-5f;
+  a.running_mean = rm.data();
+  a.running_var = rv.data();
+  a.num_batches = count.data();
+  batchnorm_forward_train(s, x.data(), gamma.data(), beta.data(), y.data(), mean.data(),
+                          invstd.data(), a, scratch.data(), ex);
+  batchnorm_backward(s, x.data(), dy.data(), gamma.data(), mean.data(), invstd.data(), dx.data(),
+                     dgamma.data(), dbeta.data(), scratch.data(), ex);
+  Outputs o;
+  o.y = test::to_host(y.data(), n);
+  o.dx = test::to_host(dx.data(), n);
+  o.mean = test::to_host(mean.data(), c);
+  o.invstd = test::to_host(invstd.data(), c);
+  o.rm = test::to_host(rm.data(), c);
+  o.rv = test::to_host(rv.data(), c);
+  o.count = test::to_host(count.data(), 1);
+  o.dgamma = test::to_host(dgamma.data(), c);
+  o.dbeta = test::to_host(dbeta.data(), c);
+  return o;
+}
+
+void check_shape(const BatchNormShape& s, float offset) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed << " (N, C, HW) = (" << s.n << ", " << s.c
+                                    << ", " << s.hw << ") offset " << offset);
+  const Inputs in = make_inputs(s, seed, offset);
+  const Outputs ref = run_cpu(in), got = run_cuda(in, false);
+  const std::vector<
+      std::pair<const char*, std::pair<const std::vector<float>*, const std::vector<float>*>>>
+      pairs = {{"y", {&got.y, &ref.y}},
+               {"mean", {&got.mean, &ref.mean}},
+               {"invstd", {&got.invstd, &ref.invstd}},
+               {"running_mean", {&got.rm, &ref.rm}},
+               {"running_var", {&got.rv, &ref.rv}},
+               {"count", {&got.count, &ref.count}},
+               {"dx", {&got.dx, &ref.dx}},
+               {"dgamma", {&got.dgamma, &ref.dgamma}},
+               {"dbeta", {&got.dbeta, &ref.dbeta}}};
+  for (const auto& [what, p] : pairs) {
+    EXPECT_FALSE(test::any_nan(*p.first)) << what;
+    const double e = test::max_rel_error(*p.first, *p.second);
+    std::printf("batchnorm (%d, %d, %lld) %s: rel error %.3g\n", s.n, s.c, (long long)s.hw, what,
+                e);
+    EXPECT_LT(e, 1e-3) << what;
+  }
+  // The reductions run in a fixed order in every mode: two runs give the same bits.
+  const Outputs again = run_cuda(in, true);
+  EXPECT_EQ(got.y, again.y);
+  EXPECT_EQ(got.dx, again.dx);
+  EXPECT_EQ(got.dgamma, again.dgamma);
+  EXPECT_EQ(got.rv, again.rv);
+}
+
+}  // namespace
+
+TEST(GpuBatchNorm, TrainingMatchesCpuOnAwkwardShapes) {
+  CNN_REQUIRE_GPU();
+  for (const BatchNormShape& s :
+       {BatchNormShape{1, 3, 7}, BatchNormShape{1, 17, 33 * 31}, BatchNormShape{2, 17, 1},
+        BatchNormShape{5, 1, 1}, BatchNormShape{3, 1, 4001}, BatchNormShape{128, 16, 28 * 28},
+        BatchNormShape{7, 600, 1}, BatchNormShape{64, 3, 32 * 32}})
+    check_shape(s, 0.f);
+  // A large mean against a small spread: sum-of-squares variance in float would cancel.
+  check_shape(BatchNormShape{16, 5, 15 * 15}, 100.f);
+}
+
+TEST(GpuBatchNorm, EvalMatchesCpu) {
+  CNN_REQUIRE_GPU();
+  for (const BatchNormShape& s :
+       {BatchNormShape{1, 3, 7}, BatchNormShape{1, 17, 1}, BatchNormShape{9, 5, 13 * 11}}) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    const Inputs in = make_inputs(s, seed, 0.f);
+    std::vector<float> ref(in.x.size());
+    batchnorm_forward_eval_cpu(s, in.x.data(), in.gamma.data(), in.beta.data(), in.rm.data(),
+                               in.rv.data(), 1e-5f, ref.data());
+    Exec ex;
+    ex.device = Device::CUDA;
+    Tensor x = test::to_device(in.x), g = test::to_device(in.gamma), b = test::to_device(in.beta),
+           rm = test::to_device(in.rm), rv = test::to_device(in.rv);
+    Buffer<float> y(in.x.size(), Device::CUDA);
+    test::poison_device(y.data(), in.x.size());
+    batchnorm_forward_eval(s, x.data(), g.data(), b.data(), rm.data(), rv.data(), 1e-5f, y.data(),
+                           ex);
+    const std::vector<float> got = test::to_host(y.data(), in.x.size());
+    EXPECT_LT(test::max_rel_error(got, ref), 1e-5);
+  }
+}
+
+TEST(GpuBatchNorm, TrainingRefusesOneValuePerChannel) {
+  CNN_REQUIRE_GPU();
+  Exec ex;
+  ex.device = Device::CUDA;
+  Tensor v = test::to_device(std::vector<float>(8, 1.f));
+  Buffer<double> scratch(64, Device::CUDA);
+  EXPECT_THROW(batchnorm_forward_train({1, 8, 1}, v.data(), v.data(), v.data(), v.data(), v.data(),
+                                       v.data(), BatchNormTrainArgs{}, scratch.data(), ex),
+               Error);
+}

@@ -1,0 +1,103 @@
+// A network with every new kind (batchnorm 2d/1d, avgpool, global avgpool, dropout) and label
+// smoothing, CUDA against CPU: one training step (logits, losses, gradients, running
+// statistics), eval logits, and the step bitwise repeatable in deterministic mode.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "layers/network.h"
+#include "runtime/memory.h"
+#include "tests/test_util.h"
+
+using namespace cnn;
+
+namespace {
+
+std::vector<LayerSpec> norm_net() {
+  LayerSpec conv2 = conv2d_spec("conv2", 5, 3, 3, 1, 1);
+  conv2.bias = false;
+  return {conv2d_spec("conv1", 4, 3, 3, 1, 1),
+          batchnorm_spec(LayerKind::BatchNorm2d, "bn1"),
+          layer_spec(LayerKind::Relu, "relu1"),
+          avgpool2d_spec("pool1", 3, 2, 1),
+          conv2,
+          batchnorm_spec(LayerKind::BatchNorm2d, "bn2"),
+          layer_spec(LayerKind::Relu, "relu2"),
+          layer_spec(LayerKind::GlobalAvgPool, "gap"),
+          layer_spec(LayerKind::Flatten, "flatten"),
+          linear_spec("fc1", 6),
+          batchnorm_spec(LayerKind::BatchNorm1d, "bn3"),
+          layer_spec(LayerKind::Relu, "relu3"),
+          dropout_spec("drop", 0.25),
+          linear_spec("fc2", 3),
+          layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
+}
+const Shape kChw = {3, 17, 15};
+
+struct Step {
+  std::vector<float> logits, loss, grads, buffers, eval_logits;
+};
+
+Step run(const Exec& ex, uint64_t seed, int n) {
+  NetworkOptions o;
+  o.max_batch = n;
+  o.seed = seed;
+  o.label_smoothing = 0.1f;
+  Network net(norm_net(), kChw, o, ex);
+  const std::vector<float> x = test::random_vector(size_t(n) * 3 * 17 * 15, seed + 1);
+  const std::vector<int32_t> labels = test::random_labels(size_t(n), 3, seed + 2);
+  Buffer<float> d_x(x.size(), ex.device);
+  d_x.copy_from(x.data(), Device::CPU, x.size());
+  Buffer<int32_t> d_labels(labels.size(), ex.device);
+  d_labels.copy_from(labels.data(), Device::CPU, labels.size());
+  const int64_t step = 9;
+  Buffer<int64_t> d_step(1, ex.device);
+  d_step.copy_from(&step, Device::CPU, 1);
+  net.set_step_counter(d_step.data());
+  net.forward_backward(n, d_x.data(), d_labels.data(), 1.f / float(n));
+  stream_sync(ex.device, ex.stream);
+  Step s;
+  s.logits.resize(size_t(n) * 3);
+  raw_copy(s.logits.data(), Device::CPU, net.logits(), ex.device, s.logits.size() * sizeof(float));
+  s.loss.resize(size_t(n));
+  raw_copy(s.loss.data(), Device::CPU, net.loss_rows(), ex.device, s.loss.size() * sizeof(float));
+  s.grads = net.grads_to_host();
+  s.buffers = net.buffers_to_host();
+  const float* e = net.forward(n, d_x.data());
+  s.eval_logits.resize(size_t(n) * 3);
+  raw_copy(s.eval_logits.data(), Device::CPU, e, ex.device, s.eval_logits.size() * sizeof(float));
+  return s;
+}
+
+}  // namespace
+
+TEST(GpuNormNetwork, TrainingStepAndEvalMatchCpu) {
+  CNN_REQUIRE_GPU();
+  for (int n : {2, 33}) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed) + " batch " + std::to_string(n));
+    const Step cpu = run(Exec{}, seed, n);
+    Exec ex;
+    ex.device = Device::CUDA;
+    const Step gpu = run(ex, seed, n);
+    EXPECT_LT(test::max_rel_error(gpu.logits, cpu.logits), 1e-3);
+    EXPECT_LT(test::max_rel_error(gpu.loss, cpu.loss), 1e-3);
+    EXPECT_LT(test::max_rel_error(gpu.grads, cpu.grads, 1e-2), 1e-2);
+    EXPECT_LT(test::max_rel_error(gpu.buffers, cpu.buffers), 1e-4);
+    EXPECT_LT(test::max_rel_error(gpu.eval_logits, cpu.eval_logits), 1e-3);
+  }
+}
+
+TEST(GpuNormNetwork, DeterministicStepIsBitwiseRepeatable) {
+  CNN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Exec ex;
+  ex.device = Device::CUDA;
+  ex.deterministic = true;
+  const Step a = run(ex, seed, 64), b = run(ex, seed, 64);
+  EXPECT_EQ(a.logits, b.logits);
+  EXPECT_EQ(a.grads, b.grads);
+  EXPECT_EQ(a.buffers, b.buffers);
+  EXPECT_EQ(a.eval_logits, b.eval_logits);
+}
