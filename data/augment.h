@@ -3,7 +3,7 @@
 // no generator state, so the CPU and the GPU, any batch size and any resume point draw the same.
 #include <cstdint>
 
-#include "data/hash_rng.h"
+#include "runtime/hash_rng.h"
 
 namespace cnn {
 

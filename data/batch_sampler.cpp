@@ -5,7 +5,7 @@
 #include <numeric>
 #include <utility>
 
-#include "data/hash_rng.h"
+#include "runtime/hash_rng.h"
 #include "runtime/error.h"
 
 namespace cnn {

@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "data/batch_sampler.h"
-#include "data/hash_rng.h"
+#include "runtime/hash_rng.h"
 #include "data/idx.h"
 #include "data/image_folder.h"
 #include "data/synthetic.h"

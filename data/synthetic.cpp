@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "data/hash_rng.h"
+#include "runtime/hash_rng.h"
 #include "runtime/error.h"
 
 namespace cnn {

@@ -1,5 +1,5 @@
 // Dropout: masks in training (kernels/pointwise/dropout.h), a copy in eval.
-#include "data/hash_rng.h"
+#include "runtime/hash_rng.h"
 #include "kernels/pointwise/dropout.h"
 #include "layers/layer_factories.h"
 #include "runtime/memory.h"

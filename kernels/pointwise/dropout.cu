@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "data/hash_rng.h"  // header-only, no dependencies: the hash the data pipeline also uses
+#include "runtime/hash_rng.h"  // header-only, no dependencies: the hash the data pipeline also uses
 #include "kernels/pointwise/dropout_cuda.h"
 #include "runtime/cuda_check.h"
 #include "runtime/math_util.h"

@@ -1,6 +1,6 @@
 // CPU reference for dropout: the same hash and threshold as the CUDA kernel, so both devices
 // draw the same mask and give the same bits.
-#include "data/hash_rng.h"  // header-only, no dependencies: the hash the data pipeline also uses
+#include "runtime/hash_rng.h"  // header-only, no dependencies: the hash the data pipeline also uses
 #include "kernels/pointwise/dropout.h"
 
 namespace cnn {
