@@ -14,6 +14,9 @@
 #include <vector>
 
 #include "kernels/conv/conv2d_grouped.h"
+#include "layers/gradcheck/gradcheck.h"
+#include "layers/layer_spec.h"
+#include "runtime/error.h"
 #include "runtime/memory.h"
 #include "runtime/tensor.h"
 #include "tests/test_util.h"
@@ -264,4 +267,37 @@ TEST(GpuConv2dGrouped, IgemmIsRefused) {
   EXPECT_THROW(conv2d_grouped_forward(s, x.data(), w.data(), nullptr, y.data(), false, Algo::Igemm,
                                       cuda_exec()),
                Error);
+}
+
+// The float Network on the GPU (grouped layer followed by a fused ReLU) against the double
+// numerical gradient, once per variant of the grouped layer.
+TEST(GpuConv2dGrouped, GradcheckFloatNetworkOnGpu) {
+  CNN_REQUIRE_GPU();
+  struct Net {
+    const char* title;
+    int out, k, stride, pad, dil, groups;
+    Shape chw;
+  };
+  const Net nets[] = {{"depthwise 3x3", 6, 3, 1, 1, 1, 6, {6, 7, 8}},
+                      {"depthwise 5x5 multiplier 2", 8, 5, 1, 2, 1, 4, {4, 9, 8}},
+                      {"groups 2 of 4 dilation 2 stride 2", 6, 3, 2, 2, 2, 2, {4, 9, 9}}};
+  for (const Net& n : nets)
+    for (Algo a : {Algo::Naive, Algo::Tiled, Algo::Fast}) {
+      LayerSpec conv = conv2d_spec("conv", n.out, n.k, n.k, n.stride, n.pad);
+      conv.dil_h = conv.dil_w = n.dil;
+      conv.groups = n.groups;
+      conv.algo = a;
+      const std::vector<LayerSpec> specs = {conv2d_spec("prefix", int(n.chw[0]), 1, 1, 1, 0),
+                                            conv,
+                                            layer_spec(LayerKind::Relu, "relu"),
+                                            layer_spec(LayerKind::Flatten, "flatten"),
+                                            linear_spec("fc", 5),
+                                            layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
+      GradcheckOptions o;
+      o.seed = test::fresh_seed();
+      SCOPED_TRACE(std::string(n.title) + " " + algo_name(a) + " seed " + std::to_string(o.seed));
+      const GradcheckResult r = gradcheck_network(specs, n.chw, o, cuda_exec(), true);
+      std::printf("%s %s\n%s", n.title, algo_name(a), format_gradcheck(r).c_str());
+      EXPECT_TRUE(r.passed()) << format_gradcheck(r);
+    }
 }
