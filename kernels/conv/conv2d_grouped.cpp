@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "kernels/conv/conv2d_grouped_cuda.h"
+#include "runtime/dispatch.h"
 #include "runtime/error.h"
 #include "runtime/math_util.h"
 
@@ -85,14 +86,6 @@ DepthwiseTiling depthwise_tiling(const Conv2dGroupedShape& s, int max_rows, int6
   return t;
 }
 
-#ifndef CNN_HAVE_CUDA
-namespace {
-[[noreturn]] void fail_without_cuda(const char* op) {
-  CNN_FAIL("{}: device cuda requested, but this program was built without CUDA", op);
-}
-}  // namespace
-#endif
-
 namespace {
 void check_algo(Algo algo) {
   CNN_CHECK(algo != Algo::Igemm,
@@ -107,11 +100,8 @@ void conv2d_grouped_forward(const Conv2dGroupedShape& s, const float* x, const f
   check_algo(algo);
   CNN_CHECK(x && w && y, "conv2d_grouped_forward: x, w and y must not be null");
   if (ex.device == Device::CPU) return conv2d_grouped_forward_cpu(s, x, w, b, y, relu);
-#ifdef CNN_HAVE_CUDA
-  conv2d_grouped_forward_cuda(s, x, w, b, y, relu, algo, ex.stream);
-#else
-  fail_without_cuda("conv2d_grouped_forward");
-#endif
+  CNN_CUDA_BRANCH("conv2d_grouped_forward",
+                  conv2d_grouped_forward_cuda(s, x, w, b, y, relu, algo, ex.stream));
 }
 
 void conv2d_grouped_backward_data(const Conv2dGroupedShape& s, const float* dy, const float* w,
@@ -120,22 +110,16 @@ void conv2d_grouped_backward_data(const Conv2dGroupedShape& s, const float* dy, 
   check_algo(algo);
   CNN_CHECK(dy && w && dx, "conv2d_grouped_backward_data: dy, w and dx must not be null");
   if (ex.device == Device::CPU) return conv2d_grouped_backward_data_cpu(s, dy, w, dx);
-#ifdef CNN_HAVE_CUDA
-  conv2d_grouped_backward_data_cuda(s, dy, w, dx, algo, ex.stream);
-#else
-  fail_without_cuda("conv2d_grouped_backward_data");
-#endif
+  CNN_CUDA_BRANCH("conv2d_grouped_backward_data",
+                  conv2d_grouped_backward_data_cuda(s, dy, w, dx, algo, ex.stream));
 }
 
 std::size_t conv2d_grouped_backward_weight_scratch_floats(const Conv2dGroupedShape& s,
                                                           const Exec& ex) {
   check_conv2d_grouped_shape(s);
   if (ex.device == Device::CPU) return 0;
-#ifdef CNN_HAVE_CUDA
-  return conv2d_grouped_backward_weight_scratch_floats_cuda(s, ex.deterministic);
-#else
-  return 0;
-#endif
+  return CNN_CUDA_VALUE(conv2d_grouped_backward_weight_scratch_floats_cuda(s, ex.deterministic),
+                        std::size_t(0));
 }
 
 void conv2d_grouped_backward_weight(const Conv2dGroupedShape& s, const float* x, const float* dy,
@@ -145,17 +129,15 @@ void conv2d_grouped_backward_weight(const Conv2dGroupedShape& s, const float* x,
   check_algo(algo);
   CNN_CHECK(x && dy && dw, "conv2d_grouped_backward_weight: x, dy and dw must not be null");
   if (ex.device == Device::CPU) return conv2d_grouped_backward_weight_cpu(s, x, dy, dw, db);
-#ifdef CNN_HAVE_CUDA
-  const std::size_t need = conv2d_grouped_backward_weight_scratch_floats(s, ex);
-  CNN_CHECK(scratch || need == 0,
-            "conv2d_grouped_backward_weight: deterministic mode needs a scratch buffer of {} "
-            "floats (conv2d_grouped_backward_weight_scratch_floats), got null",
-            need);
-  conv2d_grouped_backward_weight_cuda(s, x, dy, dw, db, scratch, algo, ex.deterministic, ex.stream);
-#else
-  (void)scratch;
-  fail_without_cuda("conv2d_grouped_backward_weight");
-#endif
+  CNN_CUDA_BRANCH("conv2d_grouped_backward_weight", {
+    const std::size_t need = conv2d_grouped_backward_weight_scratch_floats(s, ex);
+    CNN_CHECK(scratch || need == 0,
+              "conv2d_grouped_backward_weight: deterministic mode needs a scratch buffer of {} "
+              "floats (conv2d_grouped_backward_weight_scratch_floats), got null",
+              need);
+    conv2d_grouped_backward_weight_cuda(s, x, dy, dw, db, scratch, algo, ex.deterministic,
+                                        ex.stream);
+  });
 }
 
 }  // namespace cnn
