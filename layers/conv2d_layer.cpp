@@ -1,4 +1,5 @@
 #include "kernels/conv/conv2d.h"
+#include "kernels/conv/conv2d_grouped.h"
 #include "kernels/conv/conv_relu_pool.h"
 #include "runtime/error.h"
 #include "kernels/pointwise/relu.h"
@@ -24,15 +25,26 @@ class Conv2dLayer : public Layer {
     shape_.pad_h = spec_.pad_h;
     shape_.pad_w = spec_.pad_w;
     shape_.n = static_cast<int>(in[0]);
-    check_conv2d_shape(shape_);
-    algo_ = spec_.algo;
+    // Grouped or dilated convolutions run the grouped op; the plain one keeps conv2d's kernels.
+    grouped_ = spec_.groups != 1 || spec_.dil_h != 1 || spec_.dil_w != 1;
+    gshape_ = grouped_shape(shape_);
+    algo_ = spec_.algo;  // CNN_ALGO* already applied by the Network
+    if (grouped_) {
+      check_conv2d_grouped_shape(gshape_);
+      CNN_CHECK(algo_ != Algo::Igemm,
+                "{}: algo igemm is not implemented for grouped or dilated convolutions; expected "
+                "naive, tiled, fast or auto",
+                name());
+    } else {
+      check_conv2d_shape(shape_);
+    }
     algos_ = PassAlgos(algo_);
     return out;
   }
 
   std::vector<ParamInfo> param_shapes() const override {
     std::vector<ParamInfo> p = {
-        {name() + ".weight", {shape_.oc, shape_.c, shape_.kh, shape_.kw}, 0, false}};
+        {name() + ".weight", {shape_.oc, in_per_group(), shape_.kh, shape_.kw}, 0, false}};
     if (spec_.bias) p.push_back({name() + ".bias", {shape_.oc}, 0, true});
     return p;
   }
@@ -40,13 +52,13 @@ class Conv2dLayer : public Layer {
   void bind(float* params, float* grads) override {
     w_ = params;
     dw_ = grads;
-    const int64_t wn = int64_t(shape_.oc) * shape_.c * shape_.kh * shape_.kw;
+    const int64_t wn = int64_t(shape_.oc) * in_per_group() * shape_.kh * shape_.kw;
     b_ = spec_.bias ? params + wn : nullptr;
     db_ = spec_.bias ? grads + wn : nullptr;
   }
 
   void init_params(float* h_params, std::mt19937_64& rng) const override {
-    const int64_t fan_in = int64_t(shape_.c) * shape_.kh * shape_.kw;
+    const int64_t fan_in = int64_t(in_per_group()) * shape_.kh * shape_.kw;
     const int64_t wn = fan_in * shape_.oc;
     init_weight_and_bias(h_params, wn, spec_.bias ? h_params + wn : nullptr, shape_.oc, fan_in,
                          rng);
@@ -54,12 +66,13 @@ class Conv2dLayer : public Layer {
 
   std::size_t scratch_floats(const Exec& ex) const override {
     if (fused_pool_) return conv_relu_pool_backward_weight_scratch_floats(shape_, ex);
+    if (grouped_) return conv2d_grouped_backward_weight_scratch_floats(gshape_, ex);
     return conv2d_backward_weight_scratch_floats(shape_, ex);
   }
 
   bool fuse_relu_pool(Layer& pool) override {
     int32_t* argmax = pool.pool_argmax();
-    if (!fused_relu_ || !argmax || !conv_relu_pool_applicable(shape_)) return false;
+    if (grouped_ || !fused_relu_ || !argmax || !conv_relu_pool_applicable(shape_)) return false;
     pool_argmax_ = argmax;
     fused_pool_ = true;
     return true;
@@ -68,50 +81,88 @@ class Conv2dLayer : public Layer {
   // Fused with the pool (fuse_relu_pool): y is the pool's output (N, OC, OH/2, OW/2).
   void forward(int n, const float* x, float* y, const Exec& ex) override {
     if (fused_pool_) return conv_relu_pool_forward(at(n), x, w_, b_, y, pool_argmax_, ex);
-    conv2d_forward(at(n), x, w_, b_, y, fused_relu_, algos_.fwd, ex);
+    run_forward(n, x, y, algos_.fwd, ex);
   }
 
   // Fused with the pool: y and dy are the pool's output and its gradient.
   void backward(int n, const float* x, const float* y, float* dy, float* dx, float* scratch,
                 const Exec& ex) override {
-    const Conv2dShape s = at(n);
     if (fused_pool_) {
       CNN_CHECK(!dx, "{}: the fused conv-relu-pool computes no input gradient", name());
-      conv_relu_pool_backward_weight(s, x, y, dy, pool_argmax_, dw_, db_, scratch, ex);
+      conv_relu_pool_backward_weight(at(n), x, y, dy, pool_argmax_, dw_, db_, scratch, ex);
       return;
     }
-    if (relu_backward_here()) relu_backward(int64_t(n) * s.oc * s.oh() * s.ow(), y, dy, dy, ex);
-    conv2d_backward_weight(s, x, dy, dw_, db_, scratch, algos_.dw, ex);
-    if (dx) conv2d_backward_data(s, dy, w_, dx, algos_.dx, ex);
+    if (relu_backward_here())
+      relu_backward(int64_t(n) * gshape_.oc * gshape_.oh() * gshape_.ow(), y, dy, dy, ex);
+    run_backward_weight(n, x, dy, scratch, algos_.dw, ex);
+    if (dx) run_backward_data(n, dy, dx, algos_.dx, ex);
   }
 
   std::vector<TuneChoice> autotune(int n, const float* x, float* y, float* dy, float* dx,
                                    float* scratch, const Exec& ex) override {
     if (algo_ != Algo::Auto || fused_pool_) return {};  // the fused pass has no variants
-    const Conv2dShape s = at(n);
     const std::function<void(Algo)> input_grad = [&](Algo a) {
-      conv2d_backward_data(s, dy, w_, dx, a, ex);
+      run_backward_data(n, dy, dx, a, ex);
     };
-    // Everything the variants' speed depends on: the shape, the bias and the fused ReLU.
-    const std::string op =
-        fmt::format("conv2d n{} c{} h{} w{} oc{} k{}x{} s{}x{} p{}x{}{}{}", s.n, s.c, s.h, s.w,
-                    s.oc, s.kh, s.kw, s.stride_h, s.stride_w, s.pad_h, s.pad_w, b_ ? " bias" : "",
-                    fused_relu_ ? " relu" : "");
+    // Everything the variants' speed depends on: the shape (groups and dilation included), the
+    // bias and the fused ReLU.
+    const Conv2dShape s = at(n);
+    const std::string op = fmt::format(
+        "conv2d n{} c{} h{} w{} oc{} k{}x{} s{}x{} p{}x{}{}{}{}", s.n, s.c, s.h, s.w, s.oc, s.kh,
+        s.kw, s.stride_h, s.stride_w, s.pad_h, s.pad_w,
+        grouped_ ? fmt::format(" d{}x{} g{}", spec_.dil_h, spec_.dil_w, spec_.groups) : "",
+        b_ ? " bias" : "", fused_relu_ ? " relu" : "");
     return tune_passes(
-        TuneSite{name(), op, tune_cache_},
-        [&](Algo a) { conv2d_forward(s, x, w_, b_, y, fused_relu_, a, ex); },
-        [&](Algo a) { conv2d_backward_weight(s, x, dy, dw_, db_, scratch, a, ex); },
-        dx ? &input_grad : nullptr, &algos_, ex);
+        TuneSite{name(), op, tune_cache_}, [&](Algo a) { run_forward(n, x, y, a, ex); },
+        [&](Algo a) { run_backward_weight(n, x, dy, scratch, a, ex); }, dx ? &input_grad : nullptr,
+        &algos_, ex);
   }
 
  private:
+  int in_per_group() const { return shape_.c / spec_.groups; }
+
+  Conv2dGroupedShape grouped_shape(const Conv2dShape& c) const {
+    Conv2dGroupedShape g;
+    g.n = c.n, g.c = c.c, g.h = c.h, g.w = c.w, g.oc = c.oc, g.kh = c.kh, g.kw = c.kw;
+    g.stride_h = c.stride_h, g.stride_w = c.stride_w, g.pad_h = c.pad_h, g.pad_w = c.pad_w;
+    g.dil_h = spec_.dil_h, g.dil_w = spec_.dil_w, g.groups = spec_.groups;
+    return g;
+  }
+  Conv2dGroupedShape grouped_at(int n) const {
+    Conv2dGroupedShape g = gshape_;
+    g.n = n;
+    return g;
+  }
+
+  void run_forward(int n, const float* x, float* y, Algo a, const Exec& ex) {
+    if (grouped_)
+      conv2d_grouped_forward(grouped_at(n), x, w_, b_, y, fused_relu_, a, ex);
+    else
+      conv2d_forward(at(n), x, w_, b_, y, fused_relu_, a, ex);
+  }
+  void run_backward_weight(int n, const float* x, const float* dy, float* scratch, Algo a,
+                           const Exec& ex) {
+    if (grouped_)
+      conv2d_grouped_backward_weight(grouped_at(n), x, dy, dw_, db_, scratch, a, ex);
+    else
+      conv2d_backward_weight(at(n), x, dy, dw_, db_, scratch, a, ex);
+  }
+  void run_backward_data(int n, const float* dy, float* dx, Algo a, const Exec& ex) {
+    if (grouped_)
+      conv2d_grouped_backward_data(grouped_at(n), dy, w_, dx, a, ex);
+    else
+      conv2d_backward_data(at(n), dy, w_, dx, a, ex);
+  }
+
   Conv2dShape at(int n) const {
     Conv2dShape s = shape_;
     s.n = n;
     return s;
   }
   Conv2dShape shape_;
-  Algo algo_ = Algo::Auto;  // as configured; Auto may be refined per pass by autotune()
+  Conv2dGroupedShape gshape_;  // the same with dilation and groups
+  bool grouped_ = false;       // groups != 1 or dilation != 1: the grouped op serves it
+  Algo algo_ = Algo::Auto;     // as configured; Auto may be refined per pass by autotune()
   PassAlgos algos_;
   float *w_ = nullptr, *b_ = nullptr, *dw_ = nullptr, *db_ = nullptr;
   int32_t* pool_argmax_ = nullptr;  // the fused pool's (N, OC, OH/2, OW/2)

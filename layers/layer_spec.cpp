@@ -150,20 +150,35 @@ Shape layer_output_shape(const LayerSpec& s, const Shape& in) {
       CNN_CHECK(s.pad_h >= 0 && s.pad_w >= 0, "{}: padding must be >= 0", where(s));
       check_size(s, "the input of one image", capped_product({in[1], in[2], in[3]}));
       check_size(s, "the window", capped_product({s.kernel_h, s.kernel_w}));
+      const bool conv = s.kind == LayerKind::Conv2d;
+      if (conv) {
+        CNN_CHECK(s.dil_h > 0 && s.dil_w > 0, "{}: dilation must be positive", where(s));
+        CNN_CHECK(s.groups > 0, "{}: groups must be positive", where(s));
+        CNN_CHECK(in[1] % s.groups == 0,
+                  "{}: groups = {} does not divide the {} input channels; expected a divisor",
+                  where(s), s.groups, in[1]);
+        CNN_CHECK(s.out_channels % s.groups == 0,
+                  "{}: groups = {} does not divide out_channels = {}; expected a divisor", where(s),
+                  s.groups, s.out_channels);
+      }
+      // The window a (dilated) kernel spans; pooling windows are not dilated.
+      const int64_t span_h = conv ? int64_t(s.dil_h) * (s.kernel_h - 1) + 1 : s.kernel_h;
+      const int64_t span_w = conv ? int64_t(s.dil_w) * (s.kernel_w - 1) + 1 : s.kernel_w;
       const int64_t padded_h = in[2] + 2 * int64_t(s.pad_h),
                     padded_w = in[3] + 2 * int64_t(s.pad_w);
-      CNN_CHECK(padded_h >= s.kernel_h && padded_w >= s.kernel_w,
-                "{}: kernel {}x{} is larger than its padded input {}x{}", where(s), s.kernel_h,
-                s.kernel_w, padded_h, padded_w);
+      CNN_CHECK(padded_h >= span_h && padded_w >= span_w,
+                "{}: kernel {}x{} is larger than its padded input {}x{}", where(s), span_h, span_w,
+                padded_h, padded_w);
       if (s.kind != LayerKind::Conv2d)
         CNN_CHECK(2 * int64_t(s.pad_h) <= s.kernel_h && 2 * int64_t(s.pad_w) <= s.kernel_w,
                   "{}: padding must be at most half the window", where(s));
       int64_t c = s.kind == LayerKind::Conv2d ? s.out_channels : in[1];
       CNN_CHECK(c > 0, "{}: out_channels must be positive", where(s));
       if (s.kind == LayerKind::Conv2d)
-        check_size(s, "the weight tensor", capped_product({c, in[1], s.kernel_h, s.kernel_w}));
-      const int64_t oh = pooled(in[2], s.kernel_h, s.stride_h, s.pad_h);
-      const int64_t ow = pooled(in[3], s.kernel_w, s.stride_w, s.pad_w);
+        check_size(s, "the weight tensor",
+                   capped_product({c, in[1] / s.groups, s.kernel_h, s.kernel_w}));
+      const int64_t oh = pooled(in[2], static_cast<int>(span_h), s.stride_h, s.pad_h);
+      const int64_t ow = pooled(in[3], static_cast<int>(span_w), s.stride_w, s.pad_w);
       check_size(s, "the output of one image", capped_product({c, oh, ow}));
       return {n, c, oh, ow};
     }
@@ -222,7 +237,7 @@ Shape layer_output_shape(const LayerSpec& s, const Shape& in) {
 
 int64_t layer_param_count(const LayerSpec& s, const Shape& in) {
   if (s.kind == LayerKind::Conv2d)
-    return int64_t(s.out_channels) * in.at(1) * s.kernel_h * s.kernel_w +
+    return int64_t(s.out_channels) * (in.at(1) / s.groups) * s.kernel_h * s.kernel_w +
            (s.bias ? s.out_channels : 0);
   if (s.kind == LayerKind::Linear)
     return int64_t(s.out_features) * in.at(1) + (s.bias ? s.out_features : 0);
@@ -236,7 +251,7 @@ int64_t layer_forward_flops(const LayerSpec& s, const Shape& in) {
   int64_t out_per_image = shape_numel(out) / out.at(0);
   switch (s.kind) {
     case LayerKind::Conv2d:
-      return 2 * out_per_image * in.at(1) * s.kernel_h * s.kernel_w;
+      return 2 * out_per_image * (in.at(1) / s.groups) * s.kernel_h * s.kernel_w;
     case LayerKind::Linear:
       return 2 * out_per_image * in.at(1);
     case LayerKind::MaxPool2d:

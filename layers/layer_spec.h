@@ -34,6 +34,8 @@ struct LayerSpec {
   int kernel_h = 0, kernel_w = 0;  // also maxpool2d window
   int stride_h = 1, stride_w = 1;  // maxpool2d: defaults to its kernel size
   int pad_h = 0, pad_w = 0;
+  int dil_h = 1, dil_w = 1;  // conv2d: dilation
+  int groups = 1;            // conv2d: channel groups (depthwise when == in_channels)
   // linear
   int out_features = 0;
   // conv2d, linear

@@ -1,6 +1,8 @@
 #include "layers/ref_network.h"
 
 #include "kernels/conv/conv2d.h"
+#include "kernels/conv/conv2d_grouped.h"
+#include "runtime/error.h"
 #include "kernels/gemm/linear.h"
 #include "kernels/loss/softmax_xent.h"
 #include "kernels/norm/batchnorm.h"
@@ -28,6 +30,20 @@ Conv2dShape conv_shape(const LayerSpec& s, const Shape& in) {
   c.pad_h = s.pad_h;
   c.pad_w = s.pad_w;
   return c;
+}
+
+// Grouped or dilated convolutions run the grouped op's reference; plain ones keep conv2d's.
+bool is_grouped(const LayerSpec& s) {
+  return s.groups != 1 || s.dil_h != 1 || s.dil_w != 1;
+}
+
+Conv2dGroupedShape grouped_shape(const LayerSpec& s, const Shape& in) {
+  const Conv2dShape c = conv_shape(s, in);
+  Conv2dGroupedShape g;
+  g.n = c.n, g.c = c.c, g.h = c.h, g.w = c.w, g.oc = c.oc, g.kh = c.kh, g.kw = c.kw;
+  g.stride_h = c.stride_h, g.stride_w = c.stride_w, g.pad_h = c.pad_h, g.pad_w = c.pad_w;
+  g.dil_h = s.dil_h, g.dil_w = s.dil_w, g.groups = s.groups;
+  return g;
 }
 
 MaxPoolShape pool_shape(const LayerSpec& s, const Shape& in) {
@@ -67,8 +83,9 @@ RefNetwork::RefNetwork(const std::vector<LayerSpec>& specs, const Shape& input_c
     Step st{s, cur, layer_output_shape(s, cur), num_params_};
     // Same parameter order and names as the float Network (weight, then bias).
     if (s.kind == LayerKind::Conv2d || s.kind == LayerKind::Linear) {
-      Shape w = s.kind == LayerKind::Conv2d ? Shape{s.out_channels, cur[1], s.kernel_h, s.kernel_w}
-                                            : Shape{s.out_features, cur[1]};
+      Shape w = s.kind == LayerKind::Conv2d
+                    ? Shape{s.out_channels, cur[1] / s.groups, s.kernel_h, s.kernel_w}
+                    : Shape{s.out_features, cur[1]};
       infos_.push_back({s.name + ".weight", w, num_params_, false});
       num_params_ += shape_numel(w);
       if (s.bias) {
@@ -100,6 +117,12 @@ std::vector<std::vector<double>> RefNetwork::forward_all(
     const double* w = p.data() + st.param_offset;
     switch (st.spec.kind) {
       case LayerKind::Conv2d: {
+        if (is_grouped(st.spec)) {
+          const Conv2dGroupedShape g = grouped_shape(st.spec, st.in);
+          const double* b = st.spec.bias ? w + int64_t(g.oc) * g.cg() * g.kh * g.kw : nullptr;
+          conv2d_grouped_forward_cpu(g, in.data(), w, b, out.data(), false);
+          break;
+        }
         Conv2dShape c = conv_shape(st.spec, st.in);
         const double* b = st.spec.bias ? w + int64_t(c.oc) * c.c * c.kh * c.kw : nullptr;
         conv2d_forward_cpu(c, in.data(), w, b, out.data(), false);
@@ -191,6 +214,14 @@ void RefNetwork::gradients(const std::vector<double>& p, const std::vector<doubl
     double* dw = dparams->data() + st.param_offset;
     switch (st.spec.kind) {
       case LayerKind::Conv2d: {
+        if (is_grouped(st.spec)) {
+          const Conv2dGroupedShape g = grouped_shape(st.spec, st.in);
+          const int64_t wn = int64_t(g.oc) * g.cg() * g.kh * g.kw;
+          conv2d_grouped_backward_weight_cpu(g, in.data(), dy.data(), dw,
+                                             st.spec.bias ? dw + wn : nullptr);
+          conv2d_grouped_backward_data_cpu(g, dy.data(), w, din.data());
+          break;
+        }
         Conv2dShape c = conv_shape(st.spec, st.in);
         const int64_t wn = int64_t(c.oc) * c.c * c.kh * c.kw;
         conv2d_backward_weight_cpu(c, in.data(), dy.data(), dw, st.spec.bias ? dw + wn : nullptr);

@@ -42,6 +42,7 @@ struct BenchOptions {
   int rotate = -1;    // input sets to rotate among; -1 = enough to exceed 2x L2
   bool run_ops = true;
   bool run_step = true;
+  bool depthwise = false;  // --depthwise: only the seed article's depthwise-convolution table
   std::vector<int> step_batches = {64, 128, 512};
   int step_repeats = 200;
   bool use_library = true;     // cuDNN / cuBLAS yardstick

@@ -62,7 +62,8 @@ constexpr size_t kCublasWorkspaceBytes = size_t(64) << 20;
                                       X(cudnnActivationBackward) X(cudnnCreatePoolingDescriptor)   \
                                           X(cudnnSetPooling2dDescriptor)                           \
                                               X(cudnnDestroyPoolingDescriptor)                     \
-                                                  X(cudnnPoolingForward) X(cudnnPoolingBackward)
+                                                  X(cudnnPoolingForward) X(cudnnPoolingBackward)   \
+                                                      X(cudnnSetConvolutionGroupCount)
 
 #define CNN_CUBLAS_FUNCTIONS(X) \
   X(cublasCreate_v2)            \
@@ -328,16 +329,18 @@ struct ConvDesc {
 
 class CudnnConv final : public LibOp {
  public:
-  CudnnConv(Library::Impl& im, const Conv2dShape& s, Pass pass, Precision p, const LibArgs& find)
+  CudnnConv(Library::Impl& im, const Conv2dShape& s, int groups, Pass pass, Precision p,
+            const LibArgs& find)
       : im_(im),
         pass_(pass),
         x_(im, s.n, s.c, s.h, s.w),
         y_(im, s.n, s.oc, s.oh(), s.ow()),
-        w_(im, s.oc, s.c, s.kh, s.kw),
+        w_(im, s.oc, s.c / groups, s.kh, s.kw),
         desc_conv_(im),
         conv_(desc_conv_.d) {
     CNN_DNN(cudnnSetConvolution2dDescriptor, conv_, s.pad_h, s.pad_w, s.stride_h, s.stride_w, 1, 1,
             CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT);
+    if (groups != 1) CNN_DNN(cudnnSetConvolutionGroupCount, conv_, groups);
     // FP32: FMA only. DEFAULT_MATH would let cuDNN pick TF32 tensor-core kernels on sm_80+.
     const cudnnMathType_t math = p == Precision::FP32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
     CNN_DNN(cudnnSetConvolutionMathType, conv_, math);
@@ -572,9 +575,9 @@ class CudnnMaxPool final : public LibOp {
 }  // namespace
 
 std::unique_ptr<LibOp> Library::conv(const Conv2dShape& s, Pass pass, Precision p,
-                                     const LibArgs& find) {
+                                     const LibArgs& find, int groups) {
   CNN_CHECK(impl_->dnn_ok, "{}", impl_->dnn_status);
-  return std::make_unique<CudnnConv>(*impl_, s, pass, p, find);
+  return std::make_unique<CudnnConv>(*impl_, s, groups, pass, p, find);
 }
 
 std::unique_ptr<LibOp> Library::gemm(const LinearShape& s, Pass pass, Precision p) {
@@ -623,7 +626,7 @@ std::string Library::cudnn_status() const {
 std::string Library::cublas_status() const {
   return "cuBLAS unavailable: built without cudnn.h";
 }
-std::unique_ptr<LibOp> Library::conv(const Conv2dShape&, Pass, Precision, const LibArgs&) {
+std::unique_ptr<LibOp> Library::conv(const Conv2dShape&, Pass, Precision, const LibArgs&, int) {
   CNN_FAIL("{}", cudnn_status());
 }
 std::unique_ptr<LibOp> Library::gemm(const LinearShape&, Pass, Precision) {

@@ -63,7 +63,10 @@ class Library {
   // sizes; their output is overwritten), starting on the one Find ranks first. Math: FP32 = CUDNN_FMA_MATH / CUBLAS_DEFAULT_MATH (no
   // tensor cores, as PyTorch with allow_tf32 off); TF32 = CUDNN_DEFAULT_MATH (TF32 allowed, as
   // PyTorch with allow_tf32 on) / CUBLAS_TF32_TENSOR_OP_MATH.
-  std::unique_ptr<LibOp> conv(const Conv2dShape& s, Pass pass, Precision p, const LibArgs& find);
+  // groups > 1: a grouped convolution (cudnnSetConvolutionGroupCount), weights (OC, C/groups,
+  // KH, KW); groups == C is depthwise.
+  std::unique_ptr<LibOp> conv(const Conv2dShape& s, Pass pass, Precision p, const LibArgs& find,
+                              int groups = 1);
   std::unique_ptr<LibOp> gemm(const LinearShape& s, Pass pass, Precision p);
   std::unique_ptr<LibOp> relu(int n, int c, int h, int w, bool backward);
   std::unique_ptr<LibOp> maxpool(const MaxPoolShape& s, bool backward);

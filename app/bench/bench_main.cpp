@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "app/bench/bench_common.h"
+#include "app/bench/bench_depthwise.h"
 #include "app/bench/bench_ops.h"
 #include "app/bench/bench_report.h"
 #include "app/bench/bench_step.h"
@@ -237,20 +238,31 @@ int run(const BenchOptions& opt, const std::string& command) {
       "same function; the step uses the network as configured");
 
   std::vector<BenchRow> rows;
-  if (opt.run_ops) {
+  if (opt.depthwise) {
+    std::fprintf(stderr, "bench: the depthwise-convolution table...\n");
+    rows = bench_depthwise(ctx);
+    std::fputs(format_text(header, rows).c_str(), stdout);
+    std::fputs(format_depthwise(rows, false).c_str(), stdout);
+    std::fflush(stdout);
+    if (!opt.markdown.empty())
+      write_text_file(opt.markdown, format_markdown(header, rows) + format_depthwise(rows, true));
+    if (!opt.csv.empty()) write_text_file(opt.csv, format_csv(rows));
+  } else if (opt.run_ops) {
     std::fprintf(stderr, "bench: ops at batch %d...\n", opt.batch);
     rows = bench_ops(ctx, net);
   }
-  if (opt.run_step) {
+  if (opt.run_step && !opt.depthwise) {
     std::fprintf(stderr, "bench: whole steps...\n");
     std::vector<BenchRow> s = bench_steps(ctx, net);
     rows.insert(rows.end(), s.begin(), s.end());
   }
 
-  std::fputs(format_text(header, rows).c_str(), stdout);
-  std::fflush(stdout);
-  if (!opt.markdown.empty()) write_text_file(opt.markdown, format_markdown(header, rows));
-  if (!opt.csv.empty()) write_text_file(opt.csv, format_csv(rows));
+  if (!opt.depthwise) {
+    std::fputs(format_text(header, rows).c_str(), stdout);
+    std::fflush(stdout);
+    if (!opt.markdown.empty()) write_text_file(opt.markdown, format_markdown(header, rows));
+    if (!opt.csv.empty()) write_text_file(opt.csv, format_csv(rows));
+  }
 
   int wrong = 0, errors = 0;
   for (const auto& r : rows) {
@@ -328,6 +340,9 @@ int main(int argc, char** argv) {
     app.add_option("--step-algo", step_algo,
                    "whole-step mode: run every conv/linear layer with this variant instead of "
                    "the config's");
+    app.add_flag("--depthwise", opt.depthwise,
+                 "only the seed article's depthwise-convolution table (naive, tiled, fast and "
+                 "cuDNN on its shapes; --ops filters it, e.g. --ops dw3x3_8x64)");
     app.add_flag("--no-lib", no_lib, "skip cuDNN/cuBLAS");
     app.add_flag("--no-peaks", no_peaks, "skip measuring the copy and SGEMM ceilings");
     app.add_flag("--deterministic", opt.deterministic,

@@ -26,8 +26,10 @@ bool op_selected(const BenchOptions& opt, const std::string& op) {
 #include <vector>
 
 #include "app/bench/bench_cudnn.h"
+#include "app/bench/bench_depthwise.h"
 #include "app/bench/bench_timer.h"
 #include "kernels/conv/conv2d.h"
+#include "kernels/conv/conv2d_grouped.h"
 #include "kernels/conv/conv_relu_pool.h"
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
@@ -943,6 +945,122 @@ void bench_optimizer(const BenchContext& ctx, std::vector<BenchRow>& rows,
   rows.push_back(measure(ctx, d, info, p, kTolElementwise, c, kNaN));
 }
 
+// ---- grouped and depthwise convolution -------------------------------------------------------
+
+std::string grouped_shape_str(const Conv2dGroupedShape& s) {
+  std::string out = fmt::format("{}x{}x{}x{} -> {} k{}x{}", s.n, s.c, s.h, s.w, s.oc, s.kh, s.kw);
+  if (s.stride_h != 1 || s.stride_w != 1) out += fmt::format(" s{}x{}", s.stride_h, s.stride_w);
+  if (s.pad_h || s.pad_w) out += fmt::format(" p{}x{}", s.pad_h, s.pad_w);
+  if (s.dil_h != 1 || s.dil_w != 1) out += fmt::format(" d{}x{}", s.dil_h, s.dil_w);
+  out += s.groups == s.c ? " depthwise" : fmt::format(" g{}", s.groups);
+  return out;
+}
+
+// bench_conv for the grouped op: forward, input gradient and weight gradient, each of our
+// variants (naive, tiled, fast; auto is fast and igemm does not exist here) and cuDNN's grouped
+// convolution (groups = G, fastest correct algorithm) where the dilation is 1.
+void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
+                        const std::string& name, const Conv2dGroupedShape& s, bool first_layer) {
+  const BenchOptions& opt = *ctx.opt;
+  const int64_t chw = int64_t(s.c) * s.h * s.w, ohw = int64_t(s.oh()) * s.ow();
+  const size_t nx = size_t(s.n * chw), ny = size_t(int64_t(s.n) * s.oc * ohw);
+  const size_t nw = size_t(int64_t(s.oc) * s.cg() * s.kh * s.kw);
+  const double flops = 2.0 * double(s.n) * s.oc * double(ohw) * s.cg() * s.kh * s.kw;
+  const std::vector<Range> chunks = split(s.n);
+  auto sub = [&](Range r) {
+    Conv2dGroupedShape t = s;
+    t.n = static_cast<int>(r.count);
+    return t;
+  };
+  // The cuDNN descriptor of the same convolution (its conv call takes no dilation).
+  Conv2dShape lib_shape;
+  lib_shape.n = s.n, lib_shape.c = s.c, lib_shape.h = s.h, lib_shape.w = s.w;
+  lib_shape.oc = s.oc, lib_shape.kh = s.kh, lib_shape.kw = s.kw;
+  lib_shape.stride_h = s.stride_h, lib_shape.stride_w = s.stride_w;
+  lib_shape.pad_h = s.pad_h, lib_shape.pad_w = s.pad_w;
+  const bool lib_ok = ctx.lib && ctx.lib->cudnn_ok() && s.dil_h == 1 && s.dil_w == 1;
+
+  for (Pass pass : {Pass::Forward, Pass::BackwardData, Pass::BackwardWeight}) {
+    OpInfo info;
+    info.op = name + "." + pass_name(pass);
+    if (!op_selected(opt, info.op)) continue;
+    info.shape = grouped_shape_str(s);
+    info.flops = flops;
+    // Depthwise convolutions do ~2*K*K FLOPs per value moved: bandwidth-bound, judged in GB/s.
+    info.compute_bound = s.cg() * s.kh * s.kw >= 64;
+    std::mt19937_64 rng(op_seed(opt.seed, info.op));
+    OpData d;
+    int a = 0, b = 0, out = 0;
+    if (pass == Pass::Forward) {
+      std::vector<float> x = random_floats(nx, rng), w = random_floats(nw, rng), y(ny);
+      parallel(chunks, [&](size_t, Range r) {
+        conv2d_grouped_forward_cpu(sub(r), x.data() + r.begin * chw, w.data(), nullptr,
+                                   y.data() + r.begin * s.oc * ohw, false);
+      });
+      a = d.input("x", std::move(x));
+      b = d.input("w", std::move(w));
+      out = d.output("y", std::move(y));
+      info.bytes = 4.0 * double(nx + nw + ny);
+    } else if (pass == Pass::BackwardData) {
+      std::vector<float> dy = random_floats(ny, rng), w = random_floats(nw, rng), dx(nx);
+      parallel(chunks, [&](size_t, Range r) {
+        conv2d_grouped_backward_data_cpu(sub(r), dy.data() + r.begin * s.oc * ohw, w.data(),
+                                         dx.data() + r.begin * chw);
+      });
+      a = d.input("dy", std::move(dy));
+      b = d.input("w", std::move(w));
+      out = d.output("dx", std::move(dx));
+      info.bytes = 4.0 * double(ny + nw + nx);
+      if (first_layer) info.note = "not needed in training (first layer)";
+    } else {
+      std::vector<float> x = random_floats(nx, rng), dy = random_floats(ny, rng);
+      std::vector<float> init = random_floats(nw, rng);
+      std::vector<std::vector<float>> parts(chunks.size(), std::vector<float>(nw, 0.f));
+      parallel(chunks, [&](size_t i, Range r) {
+        conv2d_grouped_backward_weight_cpu(sub(r), x.data() + r.begin * chw,
+                                           dy.data() + r.begin * s.oc * ohw, parts[i].data(),
+                                           nullptr);
+      });
+      std::vector<float> ref = add_partials(init, parts);
+      a = d.input("x", std::move(x));
+      b = d.input("dy", std::move(dy));
+      out = d.output("dw", std::move(ref), std::move(init));
+      info.bytes = 4.0 * double(nx + ny + 2 * nw);
+    }
+    d.allocate(choose_sets(ctx, d.set_bytes()), ctx.stream);
+
+    for (Precision p : opt.precisions) {
+      if (p != Precision::FP32) continue;  // the grouped kernels are FP32 only
+      const Exec ex = exec_for(ctx, p);
+      const double tol = matmul_tol(p);
+      auto args = [&](int i) { return LibArgs{d.f(i, a), d.f(i, b), nullptr, d.f(i, out)}; };
+      const double lib_us = measure_lib(
+          ctx, rows, d, info, p, tol, "cudnn", lib_ok,
+          [&] { return ctx.lib->conv(lib_shape, pass, p, args(0), s.groups); }, args);
+      Buffer<float> scratch;
+      if (pass == Pass::BackwardWeight)
+        scratch = Buffer<float>(conv2d_grouped_backward_weight_scratch_floats(s, ex), Device::CUDA);
+      for (Algo algo : opt.algos) {
+        if (algo == Algo::Igemm || algo == Algo::Auto) continue;
+        Candidate c;
+        c.variant = algo_name(algo);
+        if (algo == Algo::Fast && !conv2d_grouped_fast_applicable(s))
+          c.note = "fast does not apply to this shape: runs the tiled kernels";
+        c.launch = [&, algo](int i) {
+          if (pass == Pass::Forward)
+            conv2d_grouped_forward(s, d.f(i, a), d.f(i, b), nullptr, d.f(i, out), false, algo, ex);
+          else if (pass == Pass::BackwardData)
+            conv2d_grouped_backward_data(s, d.f(i, a), d.f(i, b), d.f(i, out), algo, ex);
+          else
+            conv2d_grouped_backward_weight(s, d.f(i, a), d.f(i, b), d.f(i, out), nullptr,
+                                           scratch.empty() ? nullptr : scratch.data(), algo, ex);
+        };
+        rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<BenchRow> bench_ops(const BenchContext& ctx, const NetDesc& net) {
@@ -955,6 +1073,16 @@ std::vector<BenchRow> bench_ops(const BenchContext& ctx, const NetDesc& net) {
     const LayerSpec& spec = net.specs[i];
     switch (spec.kind) {
       case LayerKind::Conv2d: {
+        if (spec.groups != 1 || spec.dil_h != 1 || spec.dil_w != 1) {
+          Conv2dGroupedShape g;
+          g.n = int(cur.at(0)), g.c = int(cur.at(1)), g.h = int(cur.at(2)), g.w = int(cur.at(3));
+          g.oc = spec.out_channels, g.kh = spec.kernel_h, g.kw = spec.kernel_w;
+          g.stride_h = spec.stride_h, g.stride_w = spec.stride_w;
+          g.pad_h = spec.pad_h, g.pad_w = spec.pad_w;
+          g.dil_h = spec.dil_h, g.dil_w = spec.dil_w, g.groups = spec.groups;
+          bench_grouped_conv(ctx, rows, spec.name, g, i == 0);
+          break;
+        }
         Conv2dShape s;
         s.n = int(cur.at(0));
         s.c = int(cur.at(1));
@@ -1013,6 +1141,18 @@ std::vector<BenchRow> bench_ops(const BenchContext& ctx, const NetDesc& net) {
   }
   const int64_t params = summarize_network(net.specs, net.input_chw).total_params;
   bench_optimizer(ctx, rows, net.optimizer, params);
+  return rows;
+}
+
+std::vector<BenchRow> bench_depthwise(const BenchContext& ctx) {
+  std::vector<BenchRow> rows;
+  for (const DepthwiseCase& k : depthwise_cases()) {
+    Conv2dGroupedShape s;
+    s.n = k.n, s.c = k.c, s.h = k.h, s.w = k.w, s.oc = k.c, s.kh = s.kw = k.k;
+    s.pad_h = s.pad_w = k.k / 2;
+    s.groups = k.c;
+    bench_grouped_conv(ctx, rows, k.name, s, false);
+  }
   return rows;
 }
 

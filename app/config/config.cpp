@@ -148,7 +148,8 @@ LayerSpec read_layer(const ConfigNode& item, Algo default_algo, LayerSite* site)
 
   std::vector<std::string> known = {"name"};
   if (kind == "conv2d")
-    known = {"out_channels", "kernel", "stride", "padding", "bias", "algo", "name"};
+    known = {"out_channels", "kernel", "stride", "padding", "dilation",
+             "groups",       "bias",   "algo",   "name"};
   else if (kind == "maxpool2d" || kind == "avgpool2d")
     known = {"kernel", "stride", "padding", "name"};
   else if (kind == "batchnorm2d" || kind == "batchnorm1d")
@@ -180,6 +181,8 @@ LayerSpec read_layer(const ConfigNode& item, Algo default_algo, LayerSite* site)
               &spec.kernel_h, &spec.kernel_w);
     read_pair_key(p, "stride", 1, 1, 1, &spec.stride_h, &spec.stride_w);
     read_pair_key(p, "padding", 0, 0, 0, &spec.pad_h, &spec.pad_w);
+    read_pair_key(p, "dilation", 1, 1, 1, &spec.dil_h, &spec.dil_w);
+    spec.groups = static_cast<int>(p.get_int("groups", 1, 1, kIntMax));
   } else if (kind == "maxpool2d" || kind == "avgpool2d") {
     spec.kind = kind == "maxpool2d" ? LayerKind::MaxPool2d : LayerKind::AvgPool2d;
     read_pair(p.require("kernel", "the window size: an integer or [height, width]"), 1,
@@ -505,6 +508,8 @@ std::string fmt_layer(const LayerSpec& s) {
   switch (s.kind) {
     case LayerKind::Conv2d:
       p += fmt::format(", out_channels: {}", s.out_channels);
+      if (s.dil_h != 1 || s.dil_w != 1) p += fmt::format(", dilation: [{}, {}]", s.dil_h, s.dil_w);
+      if (s.groups != 1) p += fmt::format(", groups: {}", s.groups);
       [[fallthrough]];
     case LayerKind::MaxPool2d:
     case LayerKind::AvgPool2d:

@@ -1,0 +1,143 @@
+// Grouped convolution API: checks the shape once, then dispatches on the device and the variant.
+// CPU: the reference loops for every algo. CUDA: naive / tiled / fast (conv2d_grouped.cu); auto
+// is fast, which falls back to tiled where the depthwise kernels do not apply.
+#include "kernels/conv/conv2d_grouped.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "kernels/conv/conv2d_grouped_cuda.h"
+#include "runtime/dispatch.h"
+#include "runtime/error.h"
+#include "runtime/math_util.h"
+
+namespace cnn {
+
+void check_conv2d_grouped_shape(const Conv2dGroupedShape& s) {
+  const struct {
+    const char* name;
+    int value;
+  } positive[] = {{"n", s.n},
+                  {"c", s.c},
+                  {"h", s.h},
+                  {"w", s.w},
+                  {"oc", s.oc},
+                  {"kh", s.kh},
+                  {"kw", s.kw},
+                  {"stride_h", s.stride_h},
+                  {"stride_w", s.stride_w},
+                  {"dil_h", s.dil_h},
+                  {"dil_w", s.dil_w},
+                  {"groups", s.groups}};
+  for (const auto& f : positive)
+    CNN_CHECK(f.value > 0, "conv2d: {} = {} must be positive", f.name, f.value);
+  CNN_CHECK(s.pad_h >= 0, "conv2d: pad_h = {} must be >= 0", s.pad_h);
+  CNN_CHECK(s.pad_w >= 0, "conv2d: pad_w = {} must be >= 0", s.pad_w);
+  CNN_CHECK(s.c % s.groups == 0, "conv2d: groups = {} does not divide the {} input channels",
+            s.groups, s.c);
+  CNN_CHECK(s.oc % s.groups == 0, "conv2d: groups = {} does not divide the {} output channels",
+            s.groups, s.oc);
+  // In int64 so that a huge pad or dilation cannot overflow the check itself.
+  const int64_t padded_h = int64_t(s.h) + 2 * int64_t(s.pad_h);
+  const int64_t padded_w = int64_t(s.w) + 2 * int64_t(s.pad_w);
+  const int64_t span_h = int64_t(s.dil_h) * (s.kh - 1) + 1,
+                span_w = int64_t(s.dil_w) * (s.kw - 1) + 1;
+  CNN_CHECK(padded_h >= span_h,
+            "conv2d: the dilated kernel height {} exceeds the padded input height {}", span_h,
+            padded_h);
+  CNN_CHECK(padded_w >= span_w,
+            "conv2d: the dilated kernel width {} exceeds the padded input width {}", span_w,
+            padded_w);
+  CNN_CHECK(padded_h <= std::numeric_limits<int>::max(), "conv2d: h + 2*pad_h = {} is too large",
+            padded_h);
+  CNN_CHECK(padded_w <= std::numeric_limits<int>::max(), "conv2d: w + 2*pad_w = {} is too large",
+            padded_w);
+}
+
+bool conv2d_grouped_fast_applicable(const Conv2dGroupedShape& s) {
+  return s.groups == s.c && s.kh == s.kw && (s.kh == 3 || s.kh == 5 || s.kh == 7) &&
+         s.stride_h == 1 && s.stride_w == 1 && s.pad_h == s.kh / 2 && s.pad_w == s.kw / 2 &&
+         s.dil_h == 1 && s.dil_w == 1;
+}
+
+DepthwiseTiling depthwise_tiling(const Conv2dGroupedShape& s, int max_rows, int64_t planes) {
+  // Enough blocks for two waves on a 132-SM H200; a constant rather than the device's count so
+  // that the tiling, and with it the deterministic reduction order, is a function of the shape.
+  constexpr int64_t kTargetBlocks = 264;
+  constexpr int64_t kMaxSmemBytes = 40 * 1024;
+  DepthwiseTiling t;
+  const int h = s.oh(), w = s.ow();
+  t.tx = 1;
+  while (t.tx < 32 && 4 * t.tx < w) t.tx *= 2;
+  t.ty = 256 / t.tx;
+  t.rows = max_rows;
+  const auto update = [&] {
+    t.tiles_x = ceil_div(w, t.tile_w());
+    t.tiles_y = ceil_div(h, t.tile_h());
+    return planes * t.tiles_x * t.tiles_y;
+  };
+  const auto smem = [&] { return int64_t(t.tile_h() + s.kh - 1) * (t.tile_w() + 8) * 4; };
+  // Never below one warp per block: the reductions shuffle across whole warps.
+  while (t.tx * t.ty > 32 && (t.ty * t.rows >= 2 * h || smem() > kMaxSmemBytes)) t.ty /= 2;
+  while (update() < kTargetBlocks && t.rows > 1) t.rows /= 2;
+  while (update() < kTargetBlocks && t.tx * t.ty > 64) t.ty /= 2;
+  update();
+  return t;
+}
+
+namespace {
+void check_algo(Algo algo) {
+  CNN_CHECK(algo != Algo::Igemm,
+            "conv2d: algo igemm is not implemented for grouped or dilated convolutions; "
+            "expected naive, tiled, fast or auto");
+}
+}  // namespace
+
+void conv2d_grouped_forward(const Conv2dGroupedShape& s, const float* x, const float* w,
+                            const float* b, float* y, bool relu, Algo algo, const Exec& ex) {
+  check_conv2d_grouped_shape(s);
+  check_algo(algo);
+  CNN_CHECK(x && w && y, "conv2d_grouped_forward: x, w and y must not be null");
+  if (ex.device == Device::CPU) return conv2d_grouped_forward_cpu(s, x, w, b, y, relu);
+  CNN_CUDA_BRANCH("conv2d_grouped_forward",
+                  conv2d_grouped_forward_cuda(s, x, w, b, y, relu, algo, ex.stream));
+}
+
+void conv2d_grouped_backward_data(const Conv2dGroupedShape& s, const float* dy, const float* w,
+                                  float* dx, Algo algo, const Exec& ex) {
+  check_conv2d_grouped_shape(s);
+  check_algo(algo);
+  CNN_CHECK(dy && w && dx, "conv2d_grouped_backward_data: dy, w and dx must not be null");
+  if (ex.device == Device::CPU) return conv2d_grouped_backward_data_cpu(s, dy, w, dx);
+  CNN_CUDA_BRANCH("conv2d_grouped_backward_data",
+                  conv2d_grouped_backward_data_cuda(s, dy, w, dx, algo, ex.stream));
+}
+
+std::size_t conv2d_grouped_backward_weight_scratch_floats(const Conv2dGroupedShape& s,
+                                                          const Exec& ex) {
+  check_conv2d_grouped_shape(s);
+  if (ex.device == Device::CPU) return 0;
+  return CNN_CUDA_VALUE(conv2d_grouped_backward_weight_scratch_floats_cuda(s, ex.deterministic),
+                        std::size_t(0));
+}
+
+void conv2d_grouped_backward_weight(const Conv2dGroupedShape& s, const float* x, const float* dy,
+                                    float* dw, float* db, float* scratch, Algo algo,
+                                    const Exec& ex) {
+  check_conv2d_grouped_shape(s);
+  check_algo(algo);
+  CNN_CHECK(x && dy && dw, "conv2d_grouped_backward_weight: x, dy and dw must not be null");
+  if (ex.device == Device::CPU) return conv2d_grouped_backward_weight_cpu(s, x, dy, dw, db);
+  CNN_CUDA_BRANCH("conv2d_grouped_backward_weight", {
+    const std::size_t need = conv2d_grouped_backward_weight_scratch_floats(s, ex);
+    CNN_CHECK(scratch || need == 0,
+              "conv2d_grouped_backward_weight: deterministic mode needs a scratch buffer of {} "
+              "floats (conv2d_grouped_backward_weight_scratch_floats), got null",
+              need);
+    conv2d_grouped_backward_weight_cuda(s, x, dy, dw, db, scratch, algo, ex.deterministic,
+                                        ex.stream);
+  });
+}
+
+}  // namespace cnn

@@ -1,0 +1,72 @@
+#pragma once
+// Grouped and dilated 2-D convolution (cross-correlation, as torch.nn.Conv2d), NCHW, weights
+// (OC, C/G, KH, KW). Input channels [g*C/G, (g+1)*C/G) feed output channels [g*OC/G, (g+1)*OC/G).
+// Depthwise is G == C; OC/C is then the channel multiplier. The plain convolution (G = 1,
+// dilation 1) has its own faster kernels in conv2d.h; this op serves everything else.
+//
+// Variants (Algo), forward, input gradient and weight gradient alike:
+//   naive  one thread per output element (the seed article's first kernel)
+//   tiled  a shared-memory input tile + halo per block (the article's second kernel)
+//   fast   depthwise 3x3/5x5/7x7, stride 1, "same" padding, dilation 1: register tiling (each
+//          thread several outputs along W), float4 loads where aligned, fused bias and ReLU;
+//          every other shape runs the tiled kernels
+//   auto   fast (which itself falls back to tiled)
+//   igemm  not offered: refused with cnn::Error (autotune leaves it out)
+#include <cstddef>
+
+#include "runtime/exec.h"
+
+namespace cnn {
+
+struct Conv2dGroupedShape {
+  int n = 1, c = 1, h = 1, w = 1;  // input (N, C, H, W)
+  int oc = 1, kh = 1, kw = 1;      // weights (OC, C/groups, KH, KW)
+  int stride_h = 1, stride_w = 1;
+  int pad_h = 0, pad_w = 0;
+  int dil_h = 1, dil_w = 1;
+  int groups = 1;
+  int cg() const { return c / groups; }    // input channels per group
+  int ocg() const { return oc / groups; }  // output channels per group
+  int oh() const { return (h + 2 * pad_h - dil_h * (kh - 1) - 1) / stride_h + 1; }
+  int ow() const { return (w + 2 * pad_w - dil_w * (kw - 1) - 1) / stride_w + 1; }
+};
+
+void check_conv2d_grouped_shape(const Conv2dGroupedShape& s);  // throws naming the bad field
+
+// True when the fast depthwise kernels serve this shape (the others fall back to tiled).
+bool conv2d_grouped_fast_applicable(const Conv2dGroupedShape& s);
+
+// y (N, OC, OH, OW) = conv(x, w) + b. b may be null. relu=true applies ReLU in the epilogue.
+void conv2d_grouped_forward(const Conv2dGroupedShape& s, const float* x, const float* w,
+                            const float* b, float* y, bool relu, Algo algo, const Exec& ex);
+
+// dx (N, C, H, W) = conv_transpose(dy, w). Overwrites dx.
+void conv2d_grouped_backward_data(const Conv2dGroupedShape& s, const float* dy, const float* w,
+                                  float* dx, Algo algo, const Exec& ex);
+
+// dw (OC, C/G, KH, KW) += sum over the batch of x (*) dy; db (OC) += sum of dy (db may be null).
+// ACCUMULATES. Default: atomicAdd; ex.deterministic: fixed-order two-stage reduction through
+// `scratch` (size from the _scratch_floats function, the largest over the variants), bitwise
+// repeatable.
+std::size_t conv2d_grouped_backward_weight_scratch_floats(const Conv2dGroupedShape& s,
+                                                          const Exec& ex);
+void conv2d_grouped_backward_weight(const Conv2dGroupedShape& s, const float* x, const float* dy,
+                                    float* dw, float* db, float* scratch, Algo algo,
+                                    const Exec& ex);
+
+// CPU references: plain loops over the definition, double accumulation; float and double twins
+// (the double ones serve the numerical gradient checks). Same contracts as above.
+void conv2d_grouped_forward_cpu(const Conv2dGroupedShape& s, const float* x, const float* w,
+                                const float* b, float* y, bool relu);
+void conv2d_grouped_backward_data_cpu(const Conv2dGroupedShape& s, const float* dy, const float* w,
+                                      float* dx);
+void conv2d_grouped_backward_weight_cpu(const Conv2dGroupedShape& s, const float* x,
+                                        const float* dy, float* dw, float* db);
+void conv2d_grouped_forward_cpu(const Conv2dGroupedShape& s, const double* x, const double* w,
+                                const double* b, double* y, bool relu);
+void conv2d_grouped_backward_data_cpu(const Conv2dGroupedShape& s, const double* dy,
+                                      const double* w, double* dx);
+void conv2d_grouped_backward_weight_cpu(const Conv2dGroupedShape& s, const double* x,
+                                        const double* dy, double* dw, double* db);
+
+}  // namespace cnn

@@ -1,0 +1,54 @@
+#pragma once
+// CUDA launchers of the grouped convolution (conv2d_grouped.cu), called by conv2d_grouped.cpp
+// after the shape check. Device pointers; every launch is asynchronous on `stream`.
+//
+// Deterministic weight gradients write per-partial sums into scratch laid out (partials, slots),
+// slots = OC*(C/G)*KH*KW weights then OC biases, and a second kernel adds them in partial order.
+// The partials depend on the shape only (never on the device), so the scratch size is known
+// without a device.
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/conv/conv2d_grouped.h"
+#include "runtime/stream.h"
+
+namespace cnn {
+
+// Tiled wgrad: chunks of this many output positions (n, oy, ox) per partial.
+constexpr int64_t kGroupedWgradChunk = 4096;
+
+// The fast depthwise kernels' block geometry: blockDim (tx, ty); each thread owns 4 adjacent
+// outputs along W and `rows` rows, so a block covers a (ty*rows) x (4*tx) output tile.
+struct DepthwiseTiling {
+  int tx = 32, ty = 8, rows = 1;
+  int tiles_x = 1, tiles_y = 1;
+  int tile_w() const { return 4 * tx; }
+  int tile_h() const { return ty * rows; }
+};
+// `planes` blocks' worth of (image, channel) planes are tiled; max_rows: the forward and
+// input-gradient kernels hold kDepthwiseFwdRows rows of accumulators, the weight gradient walks
+// up to kDepthwiseWgradRows rows per thread. Tiles shrink for small images and small problems so
+// that the grid still fills the device. A function of the shape only.
+DepthwiseTiling depthwise_tiling(const Conv2dGroupedShape& s, int max_rows, int64_t planes);
+constexpr int kDepthwiseFwdRows = 2;
+constexpr int kDepthwiseWgradRows = 4;
+
+inline int64_t conv2d_grouped_wgrad_slots(const Conv2dGroupedShape& s) {
+  return static_cast<int64_t>(s.oc) * s.cg() * s.kh * s.kw + s.oc;
+}
+
+std::size_t conv2d_grouped_backward_weight_scratch_floats_cuda(const Conv2dGroupedShape& s,
+                                                               bool deterministic);
+
+void conv2d_grouped_forward_cuda(const Conv2dGroupedShape& s, const float* d_x, const float* d_w,
+                                 const float* d_b, float* d_y, bool relu, Algo algo,
+                                 cudaStream_t stream);
+void conv2d_grouped_backward_data_cuda(const Conv2dGroupedShape& s, const float* d_dy,
+                                       const float* d_w, float* d_dx, Algo algo,
+                                       cudaStream_t stream);
+void conv2d_grouped_backward_weight_cuda(const Conv2dGroupedShape& s, const float* d_x,
+                                         const float* d_dy, float* d_dw, float* d_db,
+                                         float* d_scratch, Algo algo, bool deterministic,
+                                         cudaStream_t stream);
+
+}  // namespace cnn

@@ -1,0 +1,304 @@
+// Grouped and depthwise conv2d on the GPU: every CUDA variant (naive, tiled, fast, auto) against
+// the CPU reference over awkward shapes (batch 1, odd sizes, kernels 1/3/5/7, stride 2, padding
+// 0/1/2, dilation 2, channel multiplier 2, groups 4 of 8 channels), misaligned buffers for the
+// fast kernels' scalar path, and the deterministic weight gradient's bitwise repeatability.
+// Outputs are poisoned with NaN before each run; tolerances scale with the reduction length.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/conv/conv2d_grouped.h"
+#include "layers/gradcheck/gradcheck.h"
+#include "layers/layer_spec.h"
+#include "runtime/error.h"
+#include "runtime/memory.h"
+#include "runtime/tensor.h"
+#include "tests/test_util.h"
+
+using namespace cnn;
+
+namespace {
+
+struct Case {
+  int n, c, h, w, oc, k, stride, pad, dil, groups;
+};
+
+Conv2dGroupedShape shape_of(const Case& k) {
+  Conv2dGroupedShape s;
+  s.n = k.n, s.c = k.c, s.h = k.h, s.w = k.w, s.oc = k.oc, s.kh = s.kw = k.k;
+  s.stride_h = s.stride_w = k.stride;
+  s.pad_h = s.pad_w = k.pad;
+  s.dil_h = s.dil_w = k.dil;
+  s.groups = k.groups;
+  return s;
+}
+
+std::string describe(const Conv2dGroupedShape& s) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "N%d C%d %dx%d -> OC%d k%dx%d s%d p%d d%d g%d%s", s.n, s.c, s.h,
+                s.w, s.oc, s.kh, s.kw, s.stride_h, s.pad_h, s.dil_h, s.groups,
+                conv2d_grouped_fast_applicable(s) ? " (fast applies)" : "");
+  return buf;
+}
+
+size_t x_size(const Conv2dGroupedShape& s) {
+  return size_t(s.n) * s.c * s.h * s.w;
+}
+size_t w_size(const Conv2dGroupedShape& s) {
+  return size_t(s.oc) * s.cg() * s.kh * s.kw;
+}
+size_t y_size(const Conv2dGroupedShape& s) {
+  return size_t(s.n) * s.oc * s.oh() * s.ow();
+}
+
+Exec cuda_exec(bool deterministic = false) {
+  Exec ex;
+  ex.device = Device::CUDA;
+  ex.deterministic = deterministic;
+  return ex;
+}
+
+// Relative to |ref| plus a tenth of the reference's rms; tolerance 1e-5 * sqrt(reduction length).
+void expect_close(const std::vector<float>& got, const std::vector<float>& ref, double k,
+                  const std::string& what) {
+  double sq = 0;
+  for (float v : ref) sq += double(v) * v;
+  const double floor = std::max(0.1 * std::sqrt(sq / std::max<size_t>(ref.size(), 1)), 1e-6);
+  const double tol = 1e-5 * std::sqrt(std::max(k, 1.0));
+  double worst = 0;
+  size_t nan = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) {
+      ++nan;
+      continue;
+    }
+    worst =
+        std::max(worst, std::fabs(double(got[i]) - ref[i]) / (std::fabs(double(ref[i])) + floor));
+  }
+  std::printf("  %-40s worst rel error %.2e (tol %.1e)\n", what.c_str(), worst, tol);
+  EXPECT_EQ(nan, 0u) << what << ": NaN/Inf left in the output (unwritten element?)";
+  EXPECT_LE(worst, tol) << what;
+}
+
+struct Problem {
+  Conv2dGroupedShape s;
+  std::vector<float> x, w, b, dy, dw0, db0;
+  std::vector<float> y_plain, y_bias_relu, dx, dw, db;
+};
+
+Problem make_problem(const Conv2dGroupedShape& s, uint64_t seed) {
+  Problem p;
+  p.s = s;
+  p.x = test::random_vector(x_size(s), seed);
+  p.w = test::random_vector(w_size(s), seed + 1);
+  p.b = test::random_vector(s.oc, seed + 2);
+  p.dy = test::random_vector(y_size(s), seed + 3);
+  p.dw0 = test::random_vector(w_size(s), seed + 4);
+  p.db0 = test::random_vector(s.oc, seed + 5);
+  p.y_plain.resize(y_size(s));
+  conv2d_grouped_forward_cpu(s, p.x.data(), p.w.data(), nullptr, p.y_plain.data(), false);
+  p.y_bias_relu.resize(y_size(s));
+  conv2d_grouped_forward_cpu(s, p.x.data(), p.w.data(), p.b.data(), p.y_bias_relu.data(), true);
+  p.dx.resize(x_size(s));
+  conv2d_grouped_backward_data_cpu(s, p.dy.data(), p.w.data(), p.dx.data());
+  p.dw = p.dw0;
+  p.db = p.db0;
+  conv2d_grouped_backward_weight_cpu(s, p.x.data(), p.dy.data(), p.dw.data(), p.db.data());
+  return p;
+}
+
+// A device copy of v starting `offset` floats into its allocation, so that offset 1 breaks the
+// 16-byte alignment the fast kernels' float4 path needs (they must fall back to scalar loads).
+struct Shifted {
+  Tensor mem;
+  float* ptr;
+  Shifted(const std::vector<float>& v, int offset)
+      : mem({int64_t(v.size() + 4)}, Device::CUDA), ptr(mem.data() + offset) {
+    raw_copy(ptr, Device::CUDA, v.data(), Device::CPU, v.size() * sizeof(float));
+  }
+};
+
+void check_all_variants(const Problem& p, int offset) {
+  const Conv2dGroupedShape& s = p.s;
+  const Exec ex = cuda_exec();
+  Shifted x(p.x, offset), dy(p.dy, offset), y(std::vector<float>(y_size(s)), offset),
+      dx(std::vector<float>(x_size(s)), offset);
+  Tensor w = test::to_device(p.w), b = test::to_device(p.b);
+  const double k_fwd = double(s.cg()) * s.kh * s.kw + 1;
+  const double k_data = double(s.ocg()) * s.kh * s.kw;
+  const double k_wgt = double(s.n) * s.oh() * s.ow() + 1;
+  const struct {
+    Algo algo;
+    const char* name;
+  } algos[] = {
+      {Algo::Naive, "naive"}, {Algo::Tiled, "tiled"}, {Algo::Fast, "fast"}, {Algo::Auto, "auto"}};
+  for (const auto& a : algos) {
+    const std::string tag = std::string(a.name) + (offset ? " misaligned" : "");
+    test::poison_device(y.ptr, y_size(s));
+    conv2d_grouped_forward(s, x.ptr, w.data(), nullptr, y.ptr, false, a.algo, ex);
+    expect_close(test::to_host(y.ptr, y_size(s)), p.y_plain, k_fwd, "forward " + tag);
+
+    test::poison_device(y.ptr, y_size(s));
+    conv2d_grouped_forward(s, x.ptr, w.data(), b.data(), y.ptr, true, a.algo, ex);
+    expect_close(test::to_host(y.ptr, y_size(s)), p.y_bias_relu, k_fwd, "forward+bias+relu " + tag);
+
+    test::poison_device(dx.ptr, x_size(s));
+    conv2d_grouped_backward_data(s, dy.ptr, w.data(), dx.ptr, a.algo, ex);
+    expect_close(test::to_host(dx.ptr, x_size(s)), p.dx, k_data, "backward_data " + tag);
+
+    for (bool det : {false, true}) {
+      const Exec wex = cuda_exec(det);
+      const std::string wtag = tag + (det ? " deterministic" : " atomic");
+      const size_t scratch_n = conv2d_grouped_backward_weight_scratch_floats(s, wex);
+      Tensor scratch({int64_t(std::max<size_t>(scratch_n, 1))}, Device::CUDA);
+      test::poison_device(scratch.data(), scratch.numel());  // stage 2 reads only stage-1 writes
+      Tensor dw = test::to_device(p.dw0), db = test::to_device(p.db0);
+      conv2d_grouped_backward_weight(s, x.ptr, dy.ptr, dw.data(), db.data(),
+                                     scratch_n ? scratch.data() : nullptr, a.algo, wex);
+      expect_close(test::to_host(dw.data(), w_size(s)), p.dw, k_wgt, "dw " + wtag);
+      expect_close(test::to_host(db.data(), s.oc), p.db, k_wgt, "db " + wtag);
+      // Without a bias gradient the weights come out the same.
+      Tensor dw2 = test::to_device(p.dw0);
+      test::poison_device(scratch.data(), scratch.numel());
+      conv2d_grouped_backward_weight(s, x.ptr, dy.ptr, dw2.data(), nullptr,
+                                     scratch_n ? scratch.data() : nullptr, a.algo, wex);
+      expect_close(test::to_host(dw2.data(), w_size(s)), p.dw, k_wgt, "dw (no db) " + wtag);
+    }
+  }
+}
+
+void run_case(const Case& k) {
+  const Conv2dGroupedShape s = shape_of(k);
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + ", shape " + describe(s));
+  std::printf("%s (seed %llu)\n", describe(s).c_str(), static_cast<unsigned long long>(seed));
+  const Problem p = make_problem(s, seed);
+  check_all_variants(p, 0);
+  if (conv2d_grouped_fast_applicable(s)) check_all_variants(p, 1);
+}
+
+}  // namespace
+
+TEST(GpuConv2dGrouped, AllVariantsMatchCpuOnShapeTable) {
+  CNN_REQUIRE_GPU();
+  const Case cases[] = {
+      // n   c   h    w   oc  k  s  p  d  groups
+      {1, 8, 13, 17, 8, 3, 1, 1, 1, 8},     // depthwise 3x3, odd sizes, batch 1 (fast)
+      {2, 12, 13, 17, 12, 5, 1, 2, 1, 12},  // 12 channels 5x5 (the seed's case, fast)
+      {2, 4, 16, 20, 4, 3, 1, 1, 1, 4},     // W a multiple of 4: the float4 path
+      {1, 6, 19, 24, 6, 7, 1, 3, 1, 6},     // 7x7 (fast)
+      {2, 6, 13, 17, 12, 3, 1, 1, 1, 6},    // channel multiplier 2 (fast)
+      {2, 5, 12, 16, 10, 5, 1, 2, 1, 5},    // multiplier 2, 5x5, W % 4 == 0
+      {2, 8, 13, 17, 8, 3, 2, 1, 1, 8},     // depthwise stride 2 (tiled)
+      {1, 8, 13, 17, 8, 3, 1, 0, 1, 8},     // pad 0 (tiled)
+      {1, 8, 13, 17, 8, 3, 1, 2, 2, 8},     // dilation 2, pad 2
+      {2, 8, 13, 17, 16, 3, 1, 1, 1, 4},    // groups 4 of 8 channels, 2 in -> 4 out per group
+      {2, 8, 13, 17, 8, 5, 2, 2, 1, 4},     // groups 4, 5x5, stride 2
+      {1, 8, 13, 17, 4, 1, 1, 0, 1, 2},     // 1x1, groups 2
+      {2, 6, 15, 11, 6, 3, 1, 1, 3, 1},     // dilation 3 without groups
+      {1, 3, 5, 6, 3, 3, 1, 2, 1, 3},       // outputs that see only padding
+      {1, 12, 64, 64, 12, 5, 1, 2, 1, 12},  // several fast tiles
+      {3, 4, 70, 150, 4, 3, 1, 1, 1, 4},    // several fast tiles along W with a ragged edge
+      {1, 1, 1, 1, 1, 1, 1, 0, 1, 1},       // a single pixel
+  };
+  for (const Case& k : cases) run_case(k);
+}
+
+// The bench's largest case shape at a smaller batch, so the fast kernels run full-size tiles.
+TEST(GpuConv2dGrouped, SeedShapesMatchCpu) {
+  CNN_REQUIRE_GPU();
+  run_case({1, 64, 32, 32, 64, 3, 1, 1, 1, 64});
+  if (test::light_sweeps()) return;  // under the sanitizers: the small one covers the code paths
+  run_case({2, 64, 128, 128, 64, 3, 1, 1, 1, 64});
+}
+
+// Deterministic mode: two weight-gradient runs give bitwise equal dw and db, for every variant.
+TEST(GpuConv2dGrouped, DeterministicWeightGradientIsBitwiseRepeatable) {
+  CNN_REQUIRE_GPU();
+  for (const Case& k :
+       {Case{4, 16, 33, 36, 16, 3, 1, 1, 1, 16}, Case{4, 8, 33, 37, 8, 3, 2, 1, 1, 4},
+        Case{8, 12, 64, 64, 12, 5, 1, 2, 1, 12}}) {
+    const Conv2dGroupedShape s = shape_of(k);
+    SCOPED_TRACE(describe(s));
+    const Problem p = make_problem(s, test::fresh_seed());
+    const Exec ex = cuda_exec(true);
+    Tensor x = test::to_device(p.x), dy = test::to_device(p.dy);
+    const size_t scratch_n = conv2d_grouped_backward_weight_scratch_floats(s, ex);
+    Tensor scratch({int64_t(std::max<size_t>(scratch_n, 1))}, Device::CUDA);
+    for (Algo a : {Algo::Naive, Algo::Tiled, Algo::Fast}) {
+      std::vector<float> first_w, first_b;
+      for (int run = 0; run < 2; ++run) {
+        Tensor dw = test::to_device(p.dw0), db = test::to_device(p.db0);
+        conv2d_grouped_backward_weight(s, x.data(), dy.data(), dw.data(), db.data(), scratch.data(),
+                                       a, ex);
+        std::vector<float> hw = test::to_host(dw.data(), w_size(s));
+        std::vector<float> hb = test::to_host(db.data(), s.oc);
+        if (run == 0) {
+          first_w = hw;
+          first_b = hb;
+          continue;
+        }
+        EXPECT_EQ(0, std::memcmp(hw.data(), first_w.data(), hw.size() * sizeof(float)))
+            << algo_name(a) << ": dw differs between two deterministic runs";
+        EXPECT_EQ(0, std::memcmp(hb.data(), first_b.data(), hb.size() * sizeof(float)))
+            << algo_name(a) << ": db differs between two deterministic runs";
+      }
+    }
+  }
+}
+
+// N*C planes beyond 65535 (the y/z grid limit): every launch covers them all.
+TEST(GpuConv2dGrouped, ManyPlanesBeyondGridLimit) {
+  CNN_REQUIRE_GPU();
+  run_case({300, 256, 4, 4, 256, 3, 1, 1, 1, 256});
+}
+
+// igemm is not a variant of the grouped op: refused with a clear error, not run.
+TEST(GpuConv2dGrouped, IgemmIsRefused) {
+  CNN_REQUIRE_GPU();
+  const Conv2dGroupedShape s = shape_of({1, 4, 5, 5, 4, 3, 1, 1, 1, 4});
+  Tensor x({int64_t(x_size(s))}, Device::CUDA), w({int64_t(w_size(s))}, Device::CUDA),
+      y({int64_t(y_size(s))}, Device::CUDA);
+  EXPECT_THROW(conv2d_grouped_forward(s, x.data(), w.data(), nullptr, y.data(), false, Algo::Igemm,
+                                      cuda_exec()),
+               Error);
+}
+
+// The float Network on the GPU (grouped layer followed by a fused ReLU) against the double
+// numerical gradient, once per variant of the grouped layer.
+TEST(GpuConv2dGrouped, GradcheckFloatNetworkOnGpu) {
+  CNN_REQUIRE_GPU();
+  struct Net {
+    const char* title;
+    int out, k, stride, pad, dil, groups;
+    Shape chw;
+  };
+  const Net nets[] = {{"depthwise 3x3", 6, 3, 1, 1, 1, 6, {6, 7, 8}},
+                      {"depthwise 5x5 multiplier 2", 8, 5, 1, 2, 1, 4, {4, 9, 8}},
+                      {"groups 2 of 4 dilation 2 stride 2", 6, 3, 2, 2, 2, 2, {4, 9, 9}}};
+  for (const Net& n : nets)
+    for (Algo a : {Algo::Naive, Algo::Tiled, Algo::Fast}) {
+      LayerSpec conv = conv2d_spec("conv", n.out, n.k, n.k, n.stride, n.pad);
+      conv.dil_h = conv.dil_w = n.dil;
+      conv.groups = n.groups;
+      conv.algo = a;
+      const std::vector<LayerSpec> specs = {conv2d_spec("prefix", int(n.chw[0]), 1, 1, 1, 0),
+                                            conv,
+                                            layer_spec(LayerKind::Relu, "relu"),
+                                            layer_spec(LayerKind::Flatten, "flatten"),
+                                            linear_spec("fc", 5),
+                                            layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
+      GradcheckOptions o;
+      o.seed = test::fresh_seed();
+      SCOPED_TRACE(std::string(n.title) + " " + algo_name(a) + " seed " + std::to_string(o.seed));
+      const GradcheckResult r = gradcheck_network(specs, n.chw, o, cuda_exec(), true);
+      std::printf("%s %s\n%s", n.title, algo_name(a), format_gradcheck(r).c_str());
+      EXPECT_TRUE(r.passed()) << format_gradcheck(r);
+    }
+}
