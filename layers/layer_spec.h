@@ -10,7 +10,7 @@
 
 namespace cnn {
 
-enum class LayerKind { Conv2d, Relu, MaxPool2d, Flatten, Linear, SoftmaxCrossEntropy };
+enum class LayerKind { Conv2d, Relu, MaxPool2d, Flatten, Linear, SoftmaxCrossEntropy, Residual };
 
 const char* layer_kind_name(LayerKind k);  // "conv2d", "relu", ...
 
@@ -28,6 +28,9 @@ struct LayerSpec {
   bool bias = true;
   Algo algo = Algo::Auto;
   int line = 0;  // line of this layer in the config, for error messages
+  // residual: output = branch(x) + shortcut(x), an empty shortcut being the identity. Blocks do
+  // not nest (a block inside a block is refused).
+  std::vector<LayerSpec> branch, shortcut;
 };
 
 // Specs for a network written in code rather than read from a config (the gradient checks, the
@@ -56,6 +59,24 @@ Shape layer_output_shape(const LayerSpec& spec, const Shape& in);
 int64_t layer_param_count(const LayerSpec& spec, const Shape& in);
 int64_t layer_forward_flops(const LayerSpec& spec, const Shape& in);
 
+// A residual block: output = branch(x) + shortcut(x); shortcut empty = identity.
+LayerSpec residual_spec(const std::string& name, std::vector<LayerSpec> branch,
+                        std::vector<LayerSpec> shortcut = {});
+
+// One node of the layer graph: the specs with every residual block opened up into its layers,
+// its shortcut's layers and the add that joins them, in an order where a node's inputs come
+// before it (the parameter order, the forward order; backward runs it in reverse).
+struct GraphNode {
+  LayerSpec spec;  // the add of a block carries the block's spec (name, line), branches cleared
+  int input = -1;  // the node whose output this node reads; -1: the network input
+  // The add of a block (spec.kind == Residual) reads `input` (the branch's last node) and this
+  // one: the shortcut's last node, or the block's input for the identity.
+  int shortcut_input = -1;
+  int depth = 0;  // 1 inside a block, for display
+  bool in_shortcut = false;
+};
+std::vector<GraphNode> layer_graph(const std::vector<LayerSpec>& specs);
+
 // Fills in default names ("conv1", "relu1", "pool1", "fc1", ...) for layers without one and
 // checks that names are unique and the last layer is softmax_cross_entropy.
 void finalize_layer_specs(std::vector<LayerSpec>& specs);
@@ -64,6 +85,9 @@ struct NetworkSummaryRow {
   std::string name, kind;
   Shape out;  // per image, without the batch dimension
   int64_t params = 0, flops = 0;
+  // 1 for the rows inside a residual block (its layers, its shortcut, its add); the block's own
+  // row (depth 0) carries the block's totals.
+  int depth = 0;
 };
 struct NetworkSummary {
   std::vector<NetworkSummaryRow> rows;

@@ -1006,6 +1006,8 @@ std::vector<BenchRow> bench_ops(const BenchContext& ctx, const NetDesc& net) {
         break;
       case LayerKind::Flatten:
         break;
+      case LayerKind::Residual:  // timed as a whole in the step; its layers are not rows here
+        break;
     }
     cur = layer_output_shape(spec, cur);
   }
