@@ -4,16 +4,20 @@
 // line) and the --dry-run table.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "app/config/config.h"
 #include "app/config/dry_run.h"
+#include "app/train/trainer.h"
 #include "kernels/conv/conv2d.h"
 #include "kernels/gemm/linear.h"
 #include "kernels/loss/softmax_xent.h"
 #include "kernels/pointwise/add.h"
 #include "kernels/pointwise/relu.h"
+#include "layers/checkpoint/checkpoint.h"
+#include "layers/checkpoint/safetensors.h"
 #include "layers/gradcheck/gradcheck.h"
 #include "layers/network.h"
 #include "runtime/error.h"
@@ -352,6 +356,57 @@ TEST(Residual, BadBlocksAreRefusedWithTheirLine) {
                         "- conv2d: {out_channels: 6, kernel: 1, stride: 2, name: conv1}"));
   // conv1 is the first layer's default name; the clash is named at the shortcut's line.
   EXPECT_HAS(dup, "'conv1' (conv2d) at config line 19: the name 'conv1' is used twice");
+}
+
+// configs/tiny.yaml with a residual network (the override tests/gpu_residual.cpp runs on CUDA):
+// trains on the CPU, repeats bitwise, resumes bitwise, and its checkpoint's resolved config
+// rebuilds the network that loads it (as ./infer does).
+std::vector<std::string> tiny_residual_sets(const std::filesystem::path& dir, int steps) {
+  return {"training.device=cpu", "logging.progress=off", "logging.dir=" + dir.string(),
+          "training.max_steps=" + std::to_string(steps),
+          "model.layers=[{conv2d: {out_channels: 8, kernel: 3, padding: 1}}, relu, "
+          "{residual: {layers: [{conv2d: {out_channels: 8, kernel: 3, padding: 1}}, relu, "
+          "{conv2d: {out_channels: 8, kernel: 3, padding: 1}}]}}, relu, "
+          "{residual: {layers: [{conv2d: {out_channels: 16, kernel: 3, stride: 2, padding: 1}}, "
+          "relu, {conv2d: {out_channels: 16, kernel: 3, padding: 1}}], "
+          "shortcut: [{conv2d: {out_channels: 16, kernel: 1, stride: 2}}]}}, relu, "
+          "{maxpool2d: {kernel: 2}}, flatten, {linear: {out_features: 4}}, softmax_cross_entropy]"};
+}
+
+std::vector<float> weights_of(const std::filesystem::path& ckpt) {
+  const SafetensorsFile f = read_safetensors(ckpt.string());
+  std::vector<float> all;
+  for (const auto& e : f.entries()) {
+    const std::vector<float> t = f.tensor_f32(e.name).data;
+    all.insert(all.end(), t.begin(), t.end());
+  }
+  return all;
+}
+
+TEST(Residual, TrainsRepeatsAndResumesBitwiseOnTheCpu) {
+  namespace fs = std::filesystem;
+  const std::string tiny = test::source_dir() + "/configs/tiny.yaml";
+  const fs::path a = test::fresh_dir("residual", "a"), b = test::fresh_dir("residual", "b"),
+                 c = test::fresh_dir("residual", "c");
+  ASSERT_EQ(run_training(load_config(tiny, tiny_residual_sets(a, 40)), TrainArgs{}), 0);
+  ASSERT_EQ(run_training(load_config(tiny, tiny_residual_sets(b, 40)), TrainArgs{}), 0);
+  const fs::path last = a / "tiny" / "last.safetensors";
+  EXPECT_EQ(weights_of(last), weights_of(b / "tiny" / "last.safetensors"));
+  ASSERT_EQ(run_training(load_config(tiny, tiny_residual_sets(c, 15)), TrainArgs{}), 0);
+  TrainArgs resume;
+  resume.resume = (c / "tiny" / "last.safetensors").string();
+  ASSERT_EQ(run_training(load_config(tiny, tiny_residual_sets(c, 40)), resume), 0);
+  EXPECT_EQ(weights_of(last), weights_of(c / "tiny" / "last.safetensors"));
+
+  const CheckpointMeta meta = read_checkpoint_meta(last.string());
+  const TrainConfig again = parse_config(meta.config_yaml, "checkpoint");
+  ASSERT_EQ(again.model.layers.size(), 10u);
+  EXPECT_EQ(again.model.layers[4].shortcut.at(0).name, "conv6");
+  NetworkOptions o;
+  o.max_batch = 2;
+  Network net(again.model.layers, meta.input_chw, o, Exec{});
+  const Checkpoint ck = load_checkpoint_for(last.string(), net);
+  EXPECT_EQ(ck.params.size(), size_t(net.num_params()));
 }
 
 }  // namespace
