@@ -114,14 +114,16 @@ TEST(Residual, ForwardAndBackwardMatchTheHandWrittenComposition) {
     std::vector<float> got_logits(logits.size());
     raw_copy(got_logits.data(), Device::CPU, net.logits(), Device::CPU,
              got_logits.size() * sizeof(float));
-    EXPECT_LT(test::max_rel_error(got_logits, logits), 1e-5);
+    // Float sums in another order (the Network runs the fast CPU kernels, the reference plain
+    // loops): up to 3.3e-4 with the 1e-3 floor over 1000 seeds; a wrong or missing term is O(1).
+    EXPECT_LT(test::max_rel_error(got_logits, logits), 2e-3);
     for (size_t k = 0; k < names.size(); ++k) {
       const ParamInfo& info = net.param_infos()[k];
       const std::vector<float> g(grads.begin() + info.offset,
                                  grads.begin() + info.offset + info.numel());
       const std::vector<float> e(ref.begin() + info.offset,
                                  ref.begin() + info.offset + info.numel());
-      EXPECT_LT(test::max_rel_error(g, e), 1e-4) << info.name;
+      EXPECT_LT(test::max_rel_error(g, e), 2e-3) << info.name;
     }
   }
 }
