@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <functional>
 #include <initializer_list>
 #include <limits>
 #include <map>
@@ -59,6 +60,14 @@ LayerSpec dropout_spec(const std::string& name, double p) {
   return s;
 }
 
+LayerSpec residual_spec(const std::string& name, std::vector<LayerSpec> branch,
+                        std::vector<LayerSpec> shortcut) {
+  LayerSpec s = layer_spec(LayerKind::Residual, name);
+  s.branch = std::move(branch);
+  s.shortcut = std::move(shortcut);
+  return s;
+}
+
 std::vector<LayerSpec> conv_net_specs(const ConvNetSizes& z) {
   return {conv2d_spec("conv1", z.conv1, z.kernel1, z.kernel1, 1, z.pad1),
           layer_spec(LayerKind::Relu, "relu1"),
@@ -97,6 +106,8 @@ const char* layer_kind_name(LayerKind k) {
       return "global_avgpool";
     case LayerKind::Dropout:
       return "dropout";
+    case LayerKind::Residual:
+      return "residual";
   }
   return "?";
 }
@@ -133,6 +144,47 @@ int64_t capped_product(std::initializer_list<int64_t> factors) {
 void check_size(const LayerSpec& s, const char* what, int64_t values) {
   CNN_CHECK(values <= kMaxValues,
             "{}: {} has more than 2^31-1 values, more than this trainer supports", where(s), what);
+}
+
+// What a residual block may hold: at least one layer, no loss, no block (nesting would need the
+// graph to track blocks within blocks; refused in this version).
+void check_block(const LayerSpec& s) {
+  CNN_CHECK(!s.branch.empty(), "{}: a residual block needs at least one layer under 'layers'",
+            where(s));
+  for (const auto* list : {&s.branch, &s.shortcut})
+    for (const LayerSpec& c : *list) {
+      CNN_CHECK(c.kind != LayerKind::Residual,
+                "{}: holds the residual block '{}'; blocks inside blocks are not supported in "
+                "this version, put them one after the other",
+                where(s), c.name);
+      CNN_CHECK(c.kind != LayerKind::SoftmaxCrossEntropy,
+                "{}: holds softmax_cross_entropy, which must be the network's last layer",
+                where(s));
+    }
+}
+
+Shape chain_shapes(const std::vector<LayerSpec>& specs, Shape cur) {
+  for (const LayerSpec& c : specs) cur = layer_output_shape(c, cur);
+  return cur;
+}
+
+Shape per_image(const Shape& s) {
+  return Shape(s.begin() + 1, s.end());
+}
+
+Shape residual_output_shape(const LayerSpec& s, const Shape& in) {
+  check_block(s);
+  const Shape a = chain_shapes(s.branch, in);
+  const Shape b = chain_shapes(s.shortcut, in);
+  CNN_CHECK(a == b,
+            "{}: its layers give {} per image but its shortcut ({}) gives {}; the two are added, "
+            "so they must match (a shortcut such as [conv2d: {{out_channels: C, kernel: 1, "
+            "stride: S}}] maps one to the other)",
+            where(s), shape_str(per_image(a)),
+            s.shortcut.empty() ? std::string("the identity")
+                               : fmt::format("ending in '{}'", s.shortcut.back().name),
+            shape_str(per_image(b)));
+  return a;
 }
 
 }  // namespace
@@ -231,11 +283,24 @@ Shape layer_output_shape(const LayerSpec& s, const Shape& in) {
       CNN_CHECK(in.size() == 2 && in[1] >= 2, "{}: expects class scores (N, classes >= 2), got {}",
                 where(s), shape_str(in));
       return in;
+    case LayerKind::Residual:
+      return residual_output_shape(s, in);
   }
   return in;
 }
 
 int64_t layer_param_count(const LayerSpec& s, const Shape& in) {
+  if (s.kind == LayerKind::Residual) {
+    int64_t total = 0;
+    for (const auto* list : {&s.branch, &s.shortcut}) {
+      Shape cur = in;
+      for (const LayerSpec& c : *list) {
+        total += layer_param_count(c, cur);
+        cur = layer_output_shape(c, cur);
+      }
+    }
+    return total;
+  }
   if (s.kind == LayerKind::Conv2d)
     return int64_t(s.out_channels) * (in.at(1) / s.groups) * s.kernel_h * s.kernel_w +
            (s.bias ? s.out_channels : 0);
@@ -269,8 +334,51 @@ int64_t layer_forward_flops(const LayerSpec& s, const Shape& in) {
       return 5 * out_per_image;
     case LayerKind::Flatten:
       return 0;
+    case LayerKind::Residual: {
+      int64_t total = out_per_image;  // the add
+      for (const auto* list : {&s.branch, &s.shortcut}) {
+        Shape cur = in;
+        for (const LayerSpec& c : *list) {
+          total += layer_forward_flops(c, cur);
+          cur = layer_output_shape(c, cur);
+        }
+      }
+      return total;
+    }
   }
   return 0;
+}
+
+std::vector<GraphNode> layer_graph(const std::vector<LayerSpec>& specs) {
+  std::vector<GraphNode> g;
+  int prev = -1;
+  const auto chain = [&g](const std::vector<LayerSpec>& list, int from, bool shortcut) {
+    for (const LayerSpec& c : list) {
+      GraphNode node;
+      node.spec = c;
+      node.input = from;
+      node.depth = 1;
+      node.in_shortcut = shortcut;
+      g.push_back(std::move(node));
+      from = static_cast<int>(g.size()) - 1;
+    }
+    return from;
+  };
+  for (const LayerSpec& s : specs) {
+    GraphNode node;
+    node.spec = s;
+    node.input = prev;
+    if (s.kind == LayerKind::Residual) {
+      check_block(s);
+      node.input = chain(s.branch, prev, false);
+      node.shortcut_input = chain(s.shortcut, prev, true);
+      node.spec.branch.clear();
+      node.spec.shortcut.clear();
+    }
+    g.push_back(std::move(node));
+    prev = static_cast<int>(g.size()) - 1;
+  }
+  return g;
 }
 
 void finalize_layer_specs(std::vector<LayerSpec>& specs) {
@@ -282,15 +390,25 @@ void finalize_layer_specs(std::vector<LayerSpec>& specs) {
       {LayerKind::Linear, "fc"},         {LayerKind::SoftmaxCrossEntropy, "loss"},
       {LayerKind::BatchNorm2d, "bn"},    {LayerKind::BatchNorm1d, "bn"},
       {LayerKind::AvgPool2d, "avgpool"}, {LayerKind::GlobalAvgPool, "global_avgpool"},
-      {LayerKind::Dropout, "dropout"}};
+      {LayerKind::Dropout, "dropout"},   {LayerKind::Residual, "res"}};
   std::set<std::string> seen;
-  for (auto& s : specs) {
-    const std::string& p = prefix.at(s.kind);
-    int k = ++counters[p];
-    if (s.name.empty())
-      s.name = s.kind == LayerKind::SoftmaxCrossEntropy ? p : p + std::to_string(k);
-    CNN_CHECK(seen.insert(s.name).second, "{}: the name '{}' is used twice", where(s), s.name);
-  }
+  // Layers inside a block count on with the rest, in file order (the block, its layers, its
+  // shortcut): conv3 in a block is the third conv2d of the file, as a torch module would name it.
+  const std::function<void(std::vector<LayerSpec>&)> name_all = [&](std::vector<LayerSpec>& list) {
+    for (auto& s : list) {
+      const std::string& p = prefix.at(s.kind);
+      int k = ++counters[p];
+      if (s.name.empty())
+        s.name = s.kind == LayerKind::SoftmaxCrossEntropy ? p : p + std::to_string(k);
+      CNN_CHECK(seen.insert(s.name).second, "{}: the name '{}' is used twice", where(s), s.name);
+      if (s.kind == LayerKind::Residual) {
+        name_all(s.branch);
+        name_all(s.shortcut);
+        check_block(s);
+      }
+    }
+  };
+  name_all(specs);
   for (size_t i = 0; i + 1 < specs.size(); ++i)
     CNN_CHECK(specs[i].kind != LayerKind::SoftmaxCrossEntropy,
               "{}: softmax_cross_entropy must be the last layer", where(specs[i]));
@@ -298,23 +416,51 @@ void finalize_layer_specs(std::vector<LayerSpec>& specs) {
             "{}: the last layer must be softmax_cross_entropy", where(specs.back()));
 }
 
+namespace {
+
+NetworkSummaryRow summary_row(const LayerSpec& s, const Shape& in, int depth) {
+  NetworkSummaryRow row;
+  row.name = s.name;
+  row.kind = layer_kind_name(s.kind);
+  row.out = per_image(layer_output_shape(s, in));  // validates the sizes the counts use
+  row.params = layer_param_count(s, in);
+  row.flops = layer_forward_flops(s, in);
+  row.depth = depth;
+  return row;
+}
+
+// A block's rows after its own: its layers, its shortcut's (kind marked), the add.
+void add_block_rows(const LayerSpec& s, const Shape& in, std::vector<NetworkSummaryRow>* rows) {
+  Shape cur = in;
+  for (const LayerSpec& c : s.branch) {
+    rows->push_back(summary_row(c, cur, 1));
+    cur = layer_output_shape(c, cur);
+  }
+  cur = in;
+  for (const LayerSpec& c : s.shortcut) {
+    rows->push_back(summary_row(c, cur, 1));
+    rows->back().kind += " (shortcut)";
+    cur = layer_output_shape(c, cur);
+  }
+  if (s.shortcut.empty()) rows->push_back({"-", "identity (shortcut)", per_image(in), 0, 0, 1});
+  const Shape out = per_image(cur);
+  rows->push_back({"+", "add", out, 0, shape_numel(out), 1});
+}
+
+}  // namespace
+
 NetworkSummary summarize_network(const std::vector<LayerSpec>& specs, const Shape& input_chw) {
   NetworkSummary sum;
   Shape cur = {1};
   cur.insert(cur.end(), input_chw.begin(), input_chw.end());
   for (const auto& s : specs) {
-    NetworkSummaryRow row;
-    row.name = s.name;
-    row.kind = layer_kind_name(s.kind);
-    const Shape out = layer_output_shape(s, cur);  // validates the sizes the counts use
-    row.params = layer_param_count(s, cur);
-    row.flops = layer_forward_flops(s, cur);
-    cur = out;
-    row.out.assign(cur.begin() + 1, cur.end());
+    NetworkSummaryRow row = summary_row(s, cur, 0);
     sum.total_params += row.params;
     CNN_CHECK(!__builtin_add_overflow(sum.total_flops, row.flops, &sum.total_flops),
               "{}: the network needs more than 2^63 FLOPs per image", where(s));
     sum.rows.push_back(std::move(row));
+    if (s.kind == LayerKind::Residual) add_block_rows(s, cur, &sum.rows);
+    cur = layer_output_shape(s, cur);
   }
   return sum;
 }
@@ -333,12 +479,14 @@ std::string with_commas(int64_t v) {
 }  // namespace
 
 std::string format_network_summary(const NetworkSummary& s) {
-  std::string out = fmt::format("{:<10} {:<22} {:<16} {:>12} {:>14}\n", "layer", "kind",
+  // A residual block's row carries its totals; its layers follow, indented.
+  std::string out = fmt::format("{:<12} {:<22} {:<16} {:>12} {:>14}\n", "layer", "kind",
                                 "output (C,H,W)", "params", "fwd FLOPs/img");
   for (const auto& r : s.rows)
-    out += fmt::format("{:<10} {:<22} {:<16} {:>12} {:>14}\n", r.name, r.kind, shape_str(r.out),
+    out += fmt::format("{:<12} {:<22} {:<16} {:>12} {:>14}\n",
+                       std::string(2 * size_t(r.depth), ' ') + r.name, r.kind, shape_str(r.out),
                        with_commas(r.params), with_commas(r.flops));
-  out += fmt::format("{:<10} {:<22} {:<16} {:>12} {:>14}\n", "total", "", "",
+  out += fmt::format("{:<12} {:<22} {:<16} {:>12} {:>14}\n", "total", "", "",
                      with_commas(s.total_params), with_commas(s.total_flops));
   return out;
 }

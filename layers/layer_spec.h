@@ -22,6 +22,7 @@ enum class LayerKind {
   AvgPool2d,      // torch's count_include_pad=True
   GlobalAvgPool,  // (N, C, H, W) -> (N, C, 1, 1)
   Dropout,
+  Residual,  // output = branch(x) + shortcut(x) (identity when the shortcut is empty)
 };
 
 const char* layer_kind_name(LayerKind k);  // "conv2d", "relu", ...
@@ -46,6 +47,9 @@ struct LayerSpec {
   // dropout: probability of zeroing an element in training, in [0, 1)
   double dropout_p = 0.5;
   int line = 0;  // line of this layer in the config, for error messages
+  // residual: output = branch(x) + shortcut(x), an empty shortcut being the identity. Blocks do
+  // not nest (a block inside a block is refused).
+  std::vector<LayerSpec> branch, shortcut;
 };
 
 // Specs for a network written in code rather than read from a config (the gradient checks, the
@@ -77,6 +81,24 @@ Shape layer_output_shape(const LayerSpec& spec, const Shape& in);
 int64_t layer_param_count(const LayerSpec& spec, const Shape& in);
 int64_t layer_forward_flops(const LayerSpec& spec, const Shape& in);
 
+// A residual block: output = branch(x) + shortcut(x); shortcut empty = identity.
+LayerSpec residual_spec(const std::string& name, std::vector<LayerSpec> branch,
+                        std::vector<LayerSpec> shortcut = {});
+
+// One node of the layer graph: the specs with every residual block opened up into its layers,
+// its shortcut's layers and the add that joins them, in an order where a node's inputs come
+// before it (the parameter order, the forward order; backward runs it in reverse).
+struct GraphNode {
+  LayerSpec spec;  // the add of a block carries the block's spec (name, line), branches cleared
+  int input = -1;  // the node whose output this node reads; -1: the network input
+  // The add of a block (spec.kind == Residual) reads `input` (the branch's last node) and this
+  // one: the shortcut's last node, or the block's input for the identity.
+  int shortcut_input = -1;
+  int depth = 0;  // 1 inside a block, for display
+  bool in_shortcut = false;
+};
+std::vector<GraphNode> layer_graph(const std::vector<LayerSpec>& specs);
+
 // Fills in default names ("conv1", "relu1", "pool1", "fc1", ...) for layers without one and
 // checks that names are unique and the last layer is softmax_cross_entropy.
 void finalize_layer_specs(std::vector<LayerSpec>& specs);
@@ -85,6 +107,9 @@ struct NetworkSummaryRow {
   std::string name, kind;
   Shape out;  // per image, without the batch dimension
   int64_t params = 0, flops = 0;
+  // 1 for the rows inside a residual block (its layers, its shortcut, its add); the block's own
+  // row (depth 0) carries the block's totals.
+  int depth = 0;
 };
 struct NetworkSummary {
   std::vector<NetworkSummaryRow> rows;

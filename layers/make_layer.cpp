@@ -27,6 +27,7 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& spec) {
     case LayerKind::Dropout:
       return make_dropout_layer(spec);
     case LayerKind::SoftmaxCrossEntropy:
+    case LayerKind::Residual:  // the Network opens a block up into its layers and an add
       break;
   }
   CNN_FAIL("layer '{}': {} is not a standalone layer", spec.name, layer_kind_name(spec.kind));

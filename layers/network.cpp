@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <numeric>
 #include <random>
 
 #include "kernels/loss/softmax_xent.h"
+#include "kernels/pointwise/add.h"
 #include "runtime/error.h"
 
 namespace cnn {
@@ -17,6 +20,23 @@ LayerSpec with_algo_override(LayerSpec spec, const NetworkOptions& opt) {
   if (spec.kind == LayerKind::Linear && opt.linear_algo) spec.algo = *opt.linear_algo;
   return spec;
 }
+
+// The add that ends a residual block. It reads two inputs, which the one-input Layer interface
+// cannot pass, so the Network runs its passes; this entry keeps layers() one per graph node.
+class ResidualAddLayer : public Layer {
+ public:
+  using Layer::Layer;
+  Shape setup(const Shape& in, Device) override {
+    in_ = out_ = in;
+    return out_;
+  }
+  void forward(int, const float*, float*, const Exec&) override {
+    CNN_FAIL("{}: the add of a residual block is run by the Network", name());
+  }
+  void backward(int, const float*, const float*, float*, float*, float*, const Exec&) override {
+    CNN_FAIL("{}: the add of a residual block is run by the Network", name());
+  }
+};
 
 }  // namespace
 
@@ -34,22 +54,55 @@ Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
   CNN_CHECK(opt.max_batch > 0, "batch size must be positive, got {}", opt.max_batch);
   CNN_CHECK(!specs.empty() && specs.back().kind == LayerKind::SoftmaxCrossEntropy,
             "the last layer must be softmax_cross_entropy");
-  Shape cur = {opt.max_batch};
-  cur.insert(cur.end(), input_chw.begin(), input_chw.end());
+  const std::vector<GraphNode> graph = layer_graph(specs);
+  const size_t count = graph.size() - 1;  // the loss is run by the Network
+  Shape in_shape = {opt.max_batch};
+  in_shape.insert(in_shape.end(), input_chw.begin(), input_chw.end());
+  const auto shape_of = [&](int k) { return k < 0 ? in_shape : layers_[size_t(k)]->out_shape(); };
+  const auto kind_of = [&](int k) { return layers_[size_t(k)]->spec().kind; };
 
-  // Build and shape the layers; decide which buffers alias.
-  std::vector<bool> aliases_input;  // output is the input (flatten) or the previous output (relu)
-  for (size_t i = 0; i + 1 < specs.size(); ++i) {
-    auto layer = make_layer(with_algo_override(specs[i], opt));
-    cur = layer->setup(cur, ex.device);
-    const bool fold = opt.fuse_relu && specs[i].kind == LayerKind::Relu && !layers_.empty() &&
-                      (layers_.back()->spec().kind == LayerKind::Conv2d ||
-                       layers_.back()->spec().kind == LayerKind::Linear) &&
-                      !layers_.back()->fused_relu();
-    if (fold) layers_.back()->set_fused_relu(true);
-    skipped_.push_back(fold);
-    aliases_input.push_back(fold || specs[i].kind == LayerKind::Flatten);
-    layers_.push_back(std::move(layer));
+  // Build and shape the layers.
+  for (size_t i = 0; i < count; ++i) {
+    const GraphNode& g = graph[i];
+    input_.push_back(g.input);
+    shortcut_input_.push_back(g.shortcut_input);
+    if (g.spec.kind == LayerKind::Residual) {
+      CNN_CHECK(shape_of(g.input) == shape_of(g.shortcut_input),
+                "residual block '{}': its layers give {} but its shortcut gives {}; they must "
+                "match to be added",
+                g.spec.name, shape_str(shape_of(g.input)), shape_str(shape_of(g.shortcut_input)));
+      layers_.push_back(std::make_unique<ResidualAddLayer>(g.spec));
+    } else {
+      layers_.push_back(make_layer(with_algo_override(g.spec, opt)));
+    }
+    layers_.back()->setup(shape_of(g.input), ex.device);
+  }
+  layer_output_shape(specs.back(), shape_of(int(count) - 1));  // validates the loss input
+  classes_ = static_cast<int>(shape_of(int(count) - 1).at(1));
+
+  // Who reads each output; the last reader in the list writes its gradient first.
+  std::vector<int> consumers(count, 0);
+  last_consumer_.assign(count, -1);
+  for (size_t i = 0; i <= count; ++i) {
+    const int ins[2] = {i < count ? input_[i] : int(count) - 1,
+                        i < count ? shortcut_input_[i] : -1};
+    for (int t : ins)
+      if (t >= 0) {
+        ++consumers[size_t(t)];
+        last_consumer_[size_t(t)] = int(i);
+      }
+  }
+
+  // A relu whose input feeds nothing else is folded into the conv/linear epilogue before it.
+  skipped_.assign(count, false);
+  for (size_t i = 0; i < count; ++i) {
+    const int t = input_[i];
+    if (!opt.fuse_relu || kind_of(int(i)) != LayerKind::Relu || t < 0) continue;
+    if ((kind_of(t) != LayerKind::Conv2d && kind_of(t) != LayerKind::Linear) ||
+        consumers[size_t(t)] != 1 || layers_[size_t(t)]->fused_relu())
+      continue;
+    layers_[size_t(t)]->set_fused_relu(true);
+    skipped_[i] = true;
   }
   // conv(1 input channel) -> relu -> maxpool 2x2 as the first three layers: one fused pass that
   // writes only the pooled output. Only as the first layer, whose input gradient is never needed
@@ -57,48 +110,92 @@ Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
   const PoolFusion pool_fusion = opt.fuse_pool;
   const bool fuse_pool = pool_fusion == PoolFusion::On ||
                          (pool_fusion == PoolFusion::Auto && ex.device == Device::CUDA);
-  if (fuse_pool && layers_.size() >= 3 && layers_[0]->spec().kind == LayerKind::Conv2d &&
-      skipped_[1] && layers_[2]->spec().kind == LayerKind::MaxPool2d &&
+  if (fuse_pool && count >= 3 && kind_of(0) == LayerKind::Conv2d && skipped_[1] && input_[2] == 1 &&
+      consumers[1] == 1 && kind_of(2) == LayerKind::MaxPool2d &&
       layers_[0]->fuse_relu_pool(*layers_[2])) {
     skipped_[2] = true;
-    aliases_input[2] = true;  // the conv writes the pool's output buffer
     fusion_notes_.push_back(fmt::format(
         "{} + {} + {}: fused conv-relu-maxpool (writes only the pooled output; CNN_FUSE_POOL=0 "
         "runs them apart)",
         layers_[0]->name(), layers_[1]->name(), layers_[2]->name()));
   }
-  // A max-pool right after a layer with a fused ReLU applies that ReLU's gradient mask itself.
-  for (size_t i = 1; i < layers_.size(); ++i) {
-    const size_t prev = skipped_[i - 1] && i >= 2 ? i - 2 : i - 1;
-    if (skipped_[i] || skipped_[prev] || !layers_[i]->can_mask_input_relu() ||
-        !layers_[prev]->fused_relu())
+  // A max-pool reading a folded relu's output (and the only reader of it) applies that ReLU's
+  // gradient mask itself.
+  for (size_t i = 0; i < count; ++i) {
+    const int t = input_[i];
+    if (skipped_[i] || t < 0 || !skipped_[size_t(t)] || consumers[size_t(t)] != 1 ||
+        !layers_[i]->can_mask_input_relu())
       continue;
+    const int prev = input_[size_t(t)];
+    if (prev < 0 || skipped_[size_t(prev)] || !layers_[size_t(prev)]->fused_relu()) continue;
     layers_[i]->set_mask_input_relu(true);
-    layers_[prev]->set_relu_masked_downstream(true);
+    layers_[size_t(prev)]->set_relu_masked_downstream(true);
   }
-  layer_output_shape(specs.back(), cur);  // validates the loss input
-  classes_ = static_cast<int>(cur.at(1));
 
-  // Activations: layer i writes acts_[i]; an aliasing layer shares its input's buffer.
-  Shape in_shape = {opt.max_batch};
-  in_shape.insert(in_shape.end(), input_chw.begin(), input_chw.end());
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    // A fused conv-relu-pool's buffer holds the pool's output; the relu and pool alias it.
-    const size_t holds = layers_[i]->fused_pool() ? i + 2 : i;
-    const int64_t count = shape_numel(layers_[holds]->out_shape());
-    if (aliases_input[i] && i > 0) {
-      acts_.push_back(acts_[i - 1]);
-      grad_acts_.push_back(grad_acts_[i - 1]);
-    } else if (aliases_input[i]) {
-      first_is_input_view_ = true;  // set to the input on every call
-      acts_.push_back(nullptr);
-      grad_acts_.push_back(nullptr);
-    } else {
-      storage_.emplace_back(Shape{count}, ex.device);
-      acts_.push_back(storage_.back().data());
-      storage_.emplace_back(Shape{count}, ex.device);
-      grad_acts_.push_back(storage_.back().data());
+  // Gradients are needed only downstream of parameters (a leading flatten or pool needs none).
+  needs_grad_.assign(count, false);
+  for (size_t i = 0; i < count; ++i)
+    needs_grad_[i] = !layers_[i]->param_shapes().empty() ||
+                     (input_[i] >= 0 && needs_grad_[size_t(input_[i])]) ||
+                     (shortcut_input_[i] >= 0 && needs_grad_[size_t(shortcut_input_[i])]);
+
+  // Buffers. Activations: a folded relu, the relu and pool of a fused conv-relu-pool and a
+  // flatten share their input's buffer. Gradients: the same, except a flatten whose input has
+  // other readers (their gradients are summed in the input's buffer, not the flatten's); and a
+  // block's branch end shares its add's gradient (the add's other input gets a copy first).
+  std::vector<int64_t> stored(count);  // values per batch that node i's pass writes itself
+  for (size_t i = 0; i < count; ++i) {
+    const size_t holds = layers_[i]->fused_pool() ? i + 2 : i;  // the fused conv writes the pool's
+    stored[i] = skipped_[i] ? 0 : shape_numel(layers_[holds]->out_shape());
+  }
+  std::vector<int> act_owner(count);  // node whose buffer holds the output; -1: the input
+  std::vector<int> grad_root(count);
+  std::iota(grad_root.begin(), grad_root.end(), 0);
+  const std::function<int(int)> root = [&](int k) {
+    return grad_root[size_t(k)] == k ? k : grad_root[size_t(k)] = root(grad_root[size_t(k)]);
+  };
+  const auto share_grad = [&](int a, int b) { grad_root[size_t(root(a))] = root(b); };
+  for (size_t i = 0; i < count; ++i) {
+    const int t = input_[i];
+    const LayerKind k = kind_of(int(i));
+    const bool view = skipped_[i] || k == LayerKind::Flatten;
+    act_owner[i] = !view ? int(i) : t < 0 ? -1 : act_owner[size_t(t)];
+    if (t >= 0 && (skipped_[i] || ((k == LayerKind::Flatten || k == LayerKind::Residual) &&
+                                   consumers[size_t(t)] == 1)))
+      share_grad(int(i), t);
+  }
+  std::vector<int64_t> act_size(count, 0), grad_size(count, 0);
+  std::vector<bool> grad_used(count, false);
+  for (size_t i = 0; i < count; ++i) {
+    if (act_owner[i] >= 0)
+      act_size[size_t(act_owner[i])] = std::max(act_size[size_t(act_owner[i])], stored[i]);
+    const size_t r = size_t(root(int(i)));
+    grad_size[r] = std::max(grad_size[r], stored[i]);
+    grad_used[r] = grad_used[r] || needs_grad_[i];
+  }
+  std::vector<float*> act_buf(count, nullptr), grad_buf(count, nullptr);
+  for (size_t i = 0; i < count; ++i) {
+    if (act_size[i] > 0) {
+      storage_.emplace_back(Shape{act_size[i]}, ex.device);
+      act_buf[i] = storage_.back().data();
     }
+    if (grad_used[i] && grad_size[i] > 0) {
+      storage_.emplace_back(Shape{grad_size[i]}, ex.device);
+      grad_buf[i] = storage_.back().data();
+    }
+  }
+  for (size_t i = 0; i < count; ++i) {
+    acts_.push_back(act_owner[i] < 0 ? nullptr : act_buf[size_t(act_owner[i])]);
+    if (act_owner[i] < 0) input_views_.push_back(i);  // set to the input on every call
+    grad_acts_.push_back(needs_grad_[i] ? grad_buf[size_t(root(int(i)))] : nullptr);
+  }
+  int64_t sum_size = 0;
+  for (size_t t = 0; t < count; ++t)
+    if (consumers[t] > 1 && needs_grad_[t])
+      sum_size = std::max(sum_size, shape_numel(layers_[t]->out_shape()));
+  if (sum_size > 0) {
+    storage_.emplace_back(Shape{sum_size}, ex.device);
+    grad_sum_ = storage_.back().data();
   }
 
   // Flat parameters: offsets in layer order, He-uniform init from the seed on the host.
@@ -147,9 +244,12 @@ Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
     buffers_.copy_from(h_buffers.data(), Device::CPU, h_buffers.size());
   }
 
-  dlogits_ = Buffer<float>(size_t(opt.max_batch) * classes_, ex.device);
   loss_rows_ = Buffer<float>(size_t(opt.max_batch), ex.device);
   pred_ = Buffer<int32_t>(size_t(opt.max_batch), ex.device);
+}
+
+int64_t Network::per_image(int node) const {
+  return shape_numel(layers_[size_t(node)]->out_shape()) / opt_.max_batch;
 }
 
 void Network::set_exec(const Exec& ex) {
@@ -169,14 +269,15 @@ std::vector<std::string> Network::autotune(TuneCache* cache) {
   Tensor input(in_shape, ex_.device);
   input.zero(ex_.stream);
   for (Tensor& t : storage_) t.zero(ex_.stream);
+  for (size_t v : input_views_) acts_[v] = input.data();
   for (size_t i = 0; i < layers_.size(); ++i) {
-    if (skipped_[i]) continue;
-    const float* x = i ? acts_[i - 1] : input.data();
-    if (!x) x = input.data();  // a leading flatten aliases the input
-    float* dx = i ? grad_acts_[i - 1] : nullptr;
+    if (skipped_[i] || layers_[i]->spec().kind == LayerKind::Residual) continue;
+    const int t = input_[i];
+    float* dx = t >= 0 && needs_grad_[size_t(t)] ? grad_acts_[size_t(t)] : nullptr;
     layers_[i]->set_tune_cache(cache);
     for (const TuneChoice& c :
-         layers_[i]->autotune(opt_.max_batch, x, acts_[i], grad_acts_[i], dx, scratch_.data(), ex_))
+         layers_[i]->autotune(opt_.max_batch, act_of(t, input.data()), acts_[i], grad_acts_[i], dx,
+                              scratch_.data(), ex_))
       lines.push_back(describe(c));
     layers_[i]->set_tune_cache(nullptr);  // the cache need not outlive the network
   }
@@ -195,14 +296,17 @@ Exec Network::mode_exec(bool training) const {
 
 const float* Network::run_forward(int n, const float* x, bool training) {
   CNN_CHECK(n > 0 && n <= opt_.max_batch, "batch of {} images, expected 1..{}", n, opt_.max_batch);
-  if (first_is_input_view_) acts_[0] = const_cast<float*>(x);  // never written through
+  for (size_t v : input_views_) acts_[v] = const_cast<float*>(x);  // never written through
   const Exec ex = mode_exec(training);
-  const float* in = x;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    if (!skipped_[i]) layers_[i]->forward(n, in, acts_[i], ex);
-    in = acts_[i];
+    if (skipped_[i]) continue;
+    if (layers_[i]->spec().kind == LayerKind::Residual)
+      add_forward(n * per_image(int(i)), act_of(input_[i], x), act_of(shortcut_input_[i], x),
+                  acts_[i], ex);
+    else
+      layers_[i]->forward(n, act_of(input_[i], x), acts_[i], ex);
   }
-  return in;
+  return acts_.back();
 }
 
 const float* Network::forward(int n, const float* x) {
@@ -218,17 +322,42 @@ void Network::forward_loss(int n, const float* x, const int32_t* labels) {
 void Network::forward_backward(int n, const float* x, const int32_t* labels, float grad_scale) {
   run_forward(n, x, true);
   softmax_xent({n, classes_}, acts_.back(), labels, loss_rows_.data(), pred_.data(),
-               dlogits_.data(), grad_scale, ex_, opt_.label_smoothing);
+               grad_acts_.back(), grad_scale, ex, opt_.label_smoothing);
   const Exec ex = mode_exec(true);
-  float* dy = dlogits_.data();
-  for (size_t i = layers_.size(); i-- > 0;) {
-    const float* in = i ? acts_[i - 1] : x;
-    float* dx = i ? grad_acts_[i - 1] : nullptr;  // the input image needs no gradient
-    if (!skipped_[i]) {
-      layers_[i]->backward(n, in, acts_[i], dy, dx, scratch_.data(), ex);
-      if (dx) dy = dx;
+  for (size_t i = layers_.size(); i-- > 0;)
+    if (!skipped_[i]) backward_node(i, n, x, ex);
+}
+
+void Network::backward_node(size_t i, int n, const float* x, const Exec& ex) {
+  float* dy = grad_acts_[i];
+  if (!dy) return;  // no parameter at or before this node
+  if (layers_[i]->spec().kind == LayerKind::Residual) {
+    // The add passes dy to both inputs: the branch end shares dy's buffer, the other input gets
+    // it copied (its last reader) or summed in.
+    for (const int t : {input_[i], shortcut_input_[i]}) {
+      if (t < 0 || !needs_grad_[size_t(t)] || grad_acts_[size_t(t)] == dy) continue;
+      float* g = grad_acts_[size_t(t)];
+      if (last_consumer_[size_t(t)] == int(i))
+        raw_copy(g, ex.device, dy, ex.device, size_t(n * per_image(t)) * sizeof(float),
+                 ex.stream);
+      else
+        add_forward(n * per_image(t), g, dy, g, ex);
+    }
+    return;
+  }
+  const int t = input_[i];
+  float* dx = nullptr;  // the input image needs no gradient, nor anything before parameters
+  bool sum = false;
+  if (t >= 0 && needs_grad_[size_t(t)]) {
+    dx = grad_acts_[size_t(t)];
+    if (dx != dy && last_consumer_[size_t(t)] != int(i)) {
+      dx = grad_sum_;
+      sum = true;
     }
   }
+  layers_[i]->backward(n, act_of(t, x), acts_[i], dy, dx, scratch_.data(), ex);
+  if (sum)
+    add_forward(n * per_image(t), grad_acts_[size_t(t)], grad_sum_, grad_acts_[size_t(t)], ex);
 }
 
 std::vector<float> Network::params_to_host() const {

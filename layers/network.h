@@ -1,7 +1,14 @@
 #pragma once
-// The ordered layer graph built from the config: owns every activation, activation gradient and
-// the flat parameter/gradient buffers, and runs forward/backward over a batch. The loss
-// (softmax cross-entropy, always last) is run by the Network itself because it also needs labels.
+// The layer graph built from the config: owns every activation, activation gradient and the flat
+// parameter/gradient buffers, and runs forward/backward over a batch. The loss (softmax
+// cross-entropy, always last) is run by the Network itself because it also needs labels.
+//
+// The graph is a DAG in one flat list (layer_graph(): a residual block opened up into its layers,
+// its shortcut's layers and an add), not a layer that owns sub-networks: every layer stays one
+// entry of layers(), so whatever walks the layers (parameters, checkpoints, tuning, modes) sees
+// the ones inside blocks without knowing about blocks. Where a tensor feeds two nodes (a block's
+// input) their input gradients are summed: the last consumer in the list writes the gradient,
+// the others write a scratch buffer that is then added to it.
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,6 +72,8 @@ class Network {
   const float* params() const { return params_.data(); }
   int64_t num_params() const { return static_cast<int64_t>(params_.size()); }
   const std::vector<ParamInfo>& param_infos() const { return infos_; }
+  // One per graph node (the loss excluded), in forward order; a residual block's add is a
+  // parameter-free entry whose passes the Network runs itself (it reads two inputs).
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
   const Exec& exec() const { return ex_; }
   void set_exec(const Exec& ex);  // same device; new stream / precision / determinism
@@ -98,22 +107,33 @@ class Network {
   Exec ex_;
   Shape input_chw_;
   int classes_ = 0;
+  // The input gradient node i writes for its input t (null where none is needed), running its
+  // backward; sums it into t's gradient when another consumer of t wrote that first.
+  void backward_node(size_t i, int n, const float* x, const Exec& ex);
+  const float* act_of(int node, const float* x) const { return node < 0 ? x : acts_[node]; }
+  int64_t per_image(int node) const;
+
   std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<int> input_;           // node read by node i; -1: the network input
+  std::vector<int> shortcut_input_;  // a block's add: its second input; else -1
+  std::vector<int> last_consumer_;   // of node i's output (the loss counts); it writes the grad
+  std::vector<bool> needs_grad_;     // node i's output depends on parameters
   // Layers not run: a relu folded into the previous layer, the relu and pool of a fused
   // conv-relu-pool.
   std::vector<bool> skipped_;
   std::vector<std::string> fusion_notes_;
-  std::vector<Tensor> storage_;       // activation and gradient tensors
-  std::vector<float*> acts_;          // output of layer i (aliases for flatten / fused relu)
-  std::vector<float*> grad_acts_;     // gradient w.r.t. the output of layer i
-  bool first_is_input_view_ = false;  // a leading flatten: layer 0's output is the input itself
+  std::vector<Tensor> storage_;      // activation and gradient tensors
+  std::vector<float*> acts_;         // output of node i (aliases for flatten / fused relu)
+  std::vector<float*> grad_acts_;    // gradient w.r.t. the output of node i (null: none needed)
+  std::vector<size_t> input_views_;  // nodes whose output is the network input itself (flatten)
+  float* grad_sum_ = nullptr;        // a second consumer's input gradient before it is summed
   std::vector<ParamInfo> infos_, buffer_infos_;
   Buffer<float> params_, grads_, scratch_, buffers_;
   const int64_t* step_ = nullptr;
   // Runs the layers forward in training or eval mode; returns the logits.
   const float* run_forward(int n, const float* x, bool training);
   Exec mode_exec(bool training) const;
-  Buffer<float> dlogits_, loss_rows_;
+  Buffer<float> loss_rows_;
   Buffer<int32_t> pred_;
 };
 

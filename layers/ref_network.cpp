@@ -4,6 +4,9 @@
 #include "kernels/conv/conv2d_grouped.h"
 #include "runtime/error.h"
 #include "kernels/gemm/linear.h"
+#include "kernels/pool/maxpool.h"
+#include "kernels/pointwise/add.h"
+#include "kernels/pointwise/relu.h"
 #include "kernels/loss/softmax_xent.h"
 #include "kernels/norm/batchnorm.h"
 #include "kernels/pointwise/dropout.h"
@@ -73,14 +76,17 @@ RefNetwork::RefNetwork(const std::vector<LayerSpec>& specs, const Shape& input_c
   in_shape_ = {n};
   in_shape_.insert(in_shape_.end(), input_chw.begin(), input_chw.end());
   Shape cur = in_shape_;
-  for (const auto& s : specs) {
+  for (const GraphNode& node : layer_graph(specs)) {
+    const LayerSpec& s = node.spec;
+    cur = node.input < 0 ? in_shape_ : steps_[size_t(node.input)].out;
     if (s.kind == LayerKind::SoftmaxCrossEntropy) {
       layer_output_shape(s, cur);
       softmax_ = true;
       classes_ = int(cur[1]);
       break;
     }
-    Step st{s, cur, layer_output_shape(s, cur), num_params_};
+    Step st{s, cur, cur, num_params_, node.input, node.shortcut_input};
+    if (s.kind != LayerKind::Residual) st.out = layer_output_shape(s, cur);
     // Same parameter order and names as the float Network (weight, then bias).
     if (s.kind == LayerKind::Conv2d || s.kind == LayerKind::Linear) {
       Shape w = s.kind == LayerKind::Conv2d
@@ -112,7 +118,7 @@ std::vector<std::vector<double>> RefNetwork::forward_all(
   if (argmax) argmax->assign(steps_.size(), {});
   for (size_t i = 0; i < steps_.size(); ++i) {
     const Step& st = steps_[i];
-    const std::vector<double>& in = acts.back();
+    const std::vector<double>& in = acts[size_t(st.input + 1)];
     std::vector<double> out(static_cast<size_t>(shape_numel(st.out)));
     const double* w = p.data() + st.param_offset;
     switch (st.spec.kind) {
@@ -167,6 +173,10 @@ std::vector<std::vector<double>> RefNetwork::forward_all(
       }
       case LayerKind::SoftmaxCrossEntropy:
         break;
+      case LayerKind::Residual:
+        add_forward_cpu(int64_t(out.size()), in.data(), acts[size_t(st.shortcut_input + 1)].data(),
+                        out.data());
+        break;
     }
     acts.push_back(std::move(out));
   }
@@ -206,9 +216,20 @@ void RefNetwork::gradients(const std::vector<double>& p, const std::vector<doubl
     dy = probe;
   }
   dparams->assign(static_cast<size_t>(num_params_), 0.0);
+  // grad[i + 1]: the loss gradient w.r.t. the output of step i, summed over its readers;
+  // grad[0]: w.r.t. the input.
+  std::vector<std::vector<double>> grad(acts.size());
+  grad.back() = std::move(dy);
+  const auto sum_into = [&grad](int step, const std::vector<double>& g) {
+    std::vector<double>& to = grad[size_t(step + 1)];
+    if (to.empty()) to.assign(g.size(), 0.0);
+    add_forward_cpu(int64_t(g.size()), to.data(), g.data(), to.data());
+  };
   for (size_t i = steps_.size(); i-- > 0;) {
     const Step& st = steps_[i];
-    const std::vector<double>& in = acts[i];
+    const std::vector<double>& in = acts[size_t(st.input + 1)];
+    dy = std::move(grad[i + 1]);
+    if (dy.empty()) dy.assign(acts[i + 1].size(), 0.0);  // an output nothing reads
     std::vector<double> din(in.size(), 0.0);
     const double* w = p.data() + st.param_offset;
     double* dw = dparams->data() + st.param_offset;
@@ -268,10 +289,14 @@ void RefNetwork::gradients(const std::vector<double>& p, const std::vector<doubl
       }
       case LayerKind::SoftmaxCrossEntropy:
         break;
+      case LayerKind::Residual:  // the add passes dy to both of its inputs
+        din = dy;
+        sum_into(st.shortcut_input, dy);
+        break;
     }
-    dy = std::move(din);
+    sum_into(st.input, din);
   }
-  if (dx) *dx = std::move(dy);
+  if (dx) *dx = std::move(grad[0]);
 }
 
 }  // namespace cnn

@@ -37,8 +37,11 @@ class RefNetwork {
     LayerSpec spec;
     Shape in, out;
     int64_t param_offset = 0;
+    int input = -1;           // step whose output this one reads; -1: the network input
+    int shortcut_input = -1;  // a residual block's add (spec.kind Residual): its second input
   };
-  // Runs forward keeping every activation (acts[0] = x, acts[i+1] = output of step i).
+  // Runs forward keeping every activation (acts[0] = x, acts[i+1] = output of step i), over the
+  // graph of layer_graph() (residual blocks opened up into their layers and an add).
   std::vector<std::vector<double>> forward_all(const std::vector<double>& params,
                                                const std::vector<double>& x,
                                                std::vector<std::vector<int32_t>>* argmax) const;

@@ -9,8 +9,16 @@ and P95 per launch).
 
     python3 scripts/torch_baseline.py [--config configs/mnist.yaml] [--markdown FILE]
 
-The network comes from the config's model section (PyYAML needed); without --config, and without
-configs/mnist.yaml, the reference network is built in.
+The network comes from the config's model section (PyYAML needed), residual blocks, BatchNorm,
+grouped convs, pooling and dropout included, as one torch module whose attribute names are the
+layers' names (conv3, bn3, ...); without --config, and without configs/mnist.yaml, the reference
+network is built in.
+
+    python3 scripts/torch_baseline.py --checkpoint logs/resnet_fashion/best.safetensors \
+        [--expect-accuracy 94.71]
+
+loads one of our checkpoints into that module (built from the checkpoint's own resolved config)
+and reports its test accuracy, computed by torch in eval mode.
 """
 
 import argparse
@@ -53,74 +61,176 @@ def pair(v, what):
     fail(f"{what}: expected an integer or [h, w], got {v!r}")
 
 
-def load_network(path):
-    if path is None:
-        if not os.path.exists("configs/mnist.yaml"):
-            return REFERENCE
-        path = "configs/mnist.yaml"
-    try:
-        import yaml
-    except ImportError:
-        fail(f"reading {path} needs PyYAML (pip install pyyaml), or leave out --config")
-    with open(path) as f:
-        cfg = yaml.safe_load(f)
-    model = (cfg or {}).get("model") or fail(f"{path}: no model section")
-    inp = model.get("input") or fail(f"{path}: model.input is missing")
+# Default names as the trainer gives them (layers/layer_spec.cpp, finalize_layer_specs): per
+# prefix, counting in file order, a residual block before its layers and its layers before its
+# shortcut's. Only layers with tensors need to match (conv, bn, fc): the others have no state.
+PREFIX = {"conv2d": "conv", "relu": "relu", "maxpool2d": "pool", "flatten": "flatten",
+          "linear": "fc", "softmax_cross_entropy": "loss", "residual": "res",
+          "batchnorm2d": "bn", "batchnorm1d": "bn", "avgpool2d": "avgpool",
+          "global_avgpool": "global_avgpool", "dropout": "dropout"}
+
+
+def parse_layers(items, where):
+    """[(kind, params)] from a config's layer list; a residual's params hold parsed lists."""
     layers = []
-    for i, item in enumerate(model.get("layers") or []):
+    for i, item in enumerate(items or []):
+        at = f"{where}[{i}]"
         if isinstance(item, str):
-            layers.append((item, {}))
+            kind, params = item, {}
         elif isinstance(item, dict) and len(item) == 1:
             kind, params = next(iter(item.items()))
-            layers.append((kind, dict(params or {})))
+            params = dict(params or {})
         else:
-            fail(f"{path}: model.layers[{i}]: expected a name or a one-key map, got {item!r}")
+            fail(f"{at}: expected a name or a one-key map, got {item!r}")
+        if kind == "residual":
+            if not params.get("layers"):
+                fail(f"{at}.residual: needs its layers")
+            params["layers"] = parse_layers(params["layers"], f"{at}.residual.layers")
+            params["shortcut"] = parse_layers(params.get("shortcut"), f"{at}.residual.shortcut")
+        layers.append((kind, params))
+    return layers
+
+
+def name_layers(layers, counters=None):
+    counters = {} if counters is None else counters
+    for kind, p in layers:
+        prefix = PREFIX.get(kind, kind)
+        counters[prefix] = counters.get(prefix, 0) + 1
+        if not p.get("name"):
+            p["name"] = prefix if kind == "softmax_cross_entropy" else f"{prefix}{counters[prefix]}"
+        if kind == "residual":
+            name_layers(p["layers"], counters)
+            name_layers(p["shortcut"], counters)
+    return layers
+
+
+def network_from_config(cfg, source):
+    model = (cfg or {}).get("model") or fail(f"{source}: no model section")
+    inp = model.get("input") or fail(f"{source}: model.input is missing")
+    layers = name_layers(parse_layers(model.get("layers"), "model.layers"))
     opt = dict(REFERENCE["optimizer"])
     opt.update(cfg.get("optimizer") or {})
     if opt.get("type", "sgd") != "sgd":
-        print(f"torch_baseline: note: {path} uses {opt['type']}; the baseline times SGD "
+        print(f"torch_baseline: note: {source} uses {opt['type']}; the baseline times SGD "
               "momentum as the anchors do", file=sys.stderr)
+    training = cfg.get("training") or {}
     return {"input": (inp["channels"], inp["height"], inp["width"]), "layers": layers,
-            "optimizer": opt, "source": path}
+            "optimizer": opt, "source": source,
+            "label_smoothing": float(training.get("label_smoothing", 0.0)),
+            "data": cfg.get("data") or {}}
+
+
+def read_yaml(text, what):
+    try:
+        import yaml
+    except ImportError:
+        fail(f"reading {what} needs PyYAML (pip install pyyaml), or leave out --config")
+    return yaml.safe_load(text)
+
+
+def load_network(path):
+    if path is None:
+        if not os.path.exists("configs/mnist.yaml"):
+            net = dict(REFERENCE)
+            net["layers"] = name_layers([(k, dict(p)) for k, p in REFERENCE["layers"]])
+            net["label_smoothing"] = 0.0
+            return net
+        path = "configs/mnist.yaml"
+    with open(path) as f:
+        return network_from_config(read_yaml(f.read(), path), path)
+
+
+def conv_out(size, k, s, p, d=1):
+    return (size + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def make_module(nn, kind, p, shape):
+    """(torch module or None, output shape per image) of one non-residual layer."""
+    if kind == "conv2d":
+        kh, kw = pair(p.get("kernel"), "conv2d.kernel")
+        sh, sw = pair(p.get("stride", 1), "conv2d.stride")
+        ph, pw = pair(p.get("padding", 0), "conv2d.padding")
+        dh, dw = pair(p.get("dilation", 1), "conv2d.dilation")
+        m = nn.Conv2d(shape[0], p["out_channels"], (kh, kw), (sh, sw), (ph, pw), (dh, dw),
+                      groups=p.get("groups", 1), bias=p.get("bias", True))
+        return m, (p["out_channels"], conv_out(shape[1], kh, sh, ph, dh),
+                   conv_out(shape[2], kw, sw, pw, dw))
+    if kind in ("batchnorm2d", "batchnorm1d"):
+        cls = nn.BatchNorm2d if kind == "batchnorm2d" else nn.BatchNorm1d
+        return cls(shape[0], eps=p.get("eps", 1e-5), momentum=p.get("momentum", 0.1)), shape
+    if kind == "relu":
+        return nn.ReLU(), shape
+    if kind in ("maxpool2d", "avgpool2d"):
+        kh, kw = pair(p.get("kernel"), f"{kind}.kernel")
+        sh, sw = pair(p.get("stride", [kh, kw]), f"{kind}.stride")
+        ph, pw = pair(p.get("padding", 0), f"{kind}.padding")
+        m = (nn.MaxPool2d((kh, kw), (sh, sw), (ph, pw)) if kind == "maxpool2d"
+             else nn.AvgPool2d((kh, kw), (sh, sw), (ph, pw), count_include_pad=True))
+        return m, (shape[0], conv_out(shape[1], kh, sh, ph), conv_out(shape[2], kw, sw, pw))
+    if kind == "global_avgpool":
+        return nn.AdaptiveAvgPool2d(1), (shape[0], 1, 1)
+    if kind == "dropout":
+        return nn.Dropout(p.get("p", 0.5)), shape
+    if kind == "flatten":
+        n = 1
+        for d in shape:
+            n *= d
+        return nn.Flatten(), (n,)
+    if kind == "linear":
+        return nn.Linear(shape[0], p["out_features"], bias=p.get("bias", True)), (p["out_features"],)
+    if kind == "softmax_cross_entropy":
+        return None, shape  # nn.CrossEntropyLoss on the logits
+    fail(f"layer kind {kind!r} is not supported by the baseline")
 
 
 def build_model(torch, net):
+    """The config's network as one torch module whose attributes are the layers' names, so that
+    its state_dict keys are the trainer's checkpoint tensor names (conv3.weight, bn3.running_var).
+    A residual block runs its layers and its shortcut (identity when empty) and adds them."""
     nn = torch.nn
-    c, h, w = net["input"]
-    shape = (c, h, w)
-    mods = []
-    for kind, p in net["layers"]:
-        if kind == "conv2d":
-            kh, kw = pair(p.get("kernel"), "conv2d.kernel")
-            sh, sw = pair(p.get("stride", 1), "conv2d.stride")
-            ph, pw = pair(p.get("padding", 0), "conv2d.padding")
-            mods.append(nn.Conv2d(shape[0], p["out_channels"], (kh, kw), (sh, sw), (ph, pw),
-                                  bias=p.get("bias", True)))
-            shape = (p["out_channels"], (shape[1] + 2 * ph - kh) // sh + 1,
-                     (shape[2] + 2 * pw - kw) // sw + 1)
-        elif kind == "relu":
-            mods.append(nn.ReLU())
-        elif kind == "maxpool2d":
-            kh, kw = pair(p.get("kernel"), "maxpool2d.kernel")
-            sh, sw = pair(p.get("stride", [kh, kw]), "maxpool2d.stride")
-            ph, pw = pair(p.get("padding", 0), "maxpool2d.padding")
-            mods.append(nn.MaxPool2d((kh, kw), (sh, sw), (ph, pw)))
-            shape = (shape[0], (shape[1] + 2 * ph - kh) // sh + 1,
-                     (shape[2] + 2 * pw - kw) // sw + 1)
-        elif kind == "flatten":
-            mods.append(nn.Flatten())
-            n = 1
-            for d in shape:
-                n *= d
-            shape = (n,)
-        elif kind == "linear":
-            mods.append(nn.Linear(shape[0], p["out_features"], bias=p.get("bias", True)))
-            shape = (p["out_features"],)
-        elif kind == "softmax_cross_entropy":
-            pass  # nn.CrossEntropyLoss on the logits
-        else:
-            fail(f"layer kind {kind!r} is not supported by the baseline")
-    return nn.Sequential(*mods), shape[0]
+
+    class ZooNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.plan, shape = self._plan(net["layers"], tuple(net["input"]), False)
+            self.out_features = shape[0]
+
+        def _plan(self, layers, shape, in_block):
+            plan = []
+            for kind, p in layers:
+                name = p["name"]
+                if kind == "residual":
+                    if in_block:
+                        fail(f"{name}: residual blocks do not nest")
+                    branch, a = self._plan(p["layers"], shape, True)
+                    shortcut, b = self._plan(p["shortcut"], shape, True)
+                    if a != b:
+                        fail(f"residual block {name}: its layers give {a}, its shortcut {b}")
+                    plan.append(("residual", branch, shortcut))
+                    shape = a
+                    continue
+                module, shape = make_module(nn, kind, p, shape)
+                if module is not None:
+                    if "." in name:
+                        fail(f"layer name {name!r}: torch attribute names cannot hold '.'")
+                    self.add_module(name, module)
+                    plan.append(("layer", name))
+            return plan, shape
+
+        def _run(self, plan, x):
+            for step in plan:
+                if step[0] == "residual":
+                    y = self._run(step[1], x)
+                    x = y + (self._run(step[2], x) if step[2] else x)
+                else:
+                    x = getattr(self, step[1])(x)
+            return x
+
+        def forward(self, x):
+            return self._run(self.plan, x)
+
+    model = ZooNet()
+    return model, model.out_features
 
 
 def set_precision(torch, tf32):
@@ -157,7 +267,7 @@ def step_benchmark(torch, net, batch, tf32, steps, windows):
     opt = torch.optim.SGD(model.parameters(), lr=o["lr"], momentum=o.get("momentum", 0.9),
                           nesterov=o.get("nesterov", False),
                           weight_decay=o.get("weight_decay", 0.0))
-    loss_fn = torch.nn.CrossEntropyLoss()
+    loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=net.get("label_smoothing", 0.0))
     x = torch.rand(batch, *net["input"], device="cuda") * 2 - 1
     y = torch.randint(0, classes, (batch,), device="cuda")
 
@@ -193,37 +303,24 @@ def step_benchmark(torch, net, batch, tf32, steps, windows):
     return eager * 1000, (graph_ms * 1000 if graph_ms is not None else None), note
 
 
-def op_shapes(net, batch):
-    """(name, kind, params, input shape) of every conv/linear/relu/maxpool layer at this batch."""
-    shape = (batch,) + tuple(net["input"])
-    counters = {}
-    out = []
-    for kind, p in net["layers"]:
-        prefix = {"conv2d": "conv", "relu": "relu", "maxpool2d": "pool", "flatten": "flatten",
-                  "linear": "fc", "softmax_cross_entropy": "loss"}[kind]
-        counters[prefix] = counters.get(prefix, 0) + 1
-        name = p.get("name") or (prefix if kind == "softmax_cross_entropy"
-                                 else f"{prefix}{counters[prefix]}")
-        out.append((name, kind, p, shape))
-        if kind == "conv2d":
-            kh, kw = pair(p.get("kernel"), "kernel")
-            sh, sw = pair(p.get("stride", 1), "stride")
-            ph, pw = pair(p.get("padding", 0), "padding")
-            shape = (batch, p["out_channels"], (shape[2] + 2 * ph - kh) // sh + 1,
-                     (shape[3] + 2 * pw - kw) // sw + 1)
-        elif kind == "maxpool2d":
-            kh, kw = pair(p.get("kernel"), "kernel")
-            sh, sw = pair(p.get("stride", [kh, kw]), "stride")
-            ph, pw = pair(p.get("padding", 0), "padding")
-            shape = (batch, shape[1], (shape[2] + 2 * ph - kh) // sh + 1,
-                     (shape[3] + 2 * pw - kw) // sw + 1)
-        elif kind == "flatten":
-            n = 1
-            for d in shape[1:]:
-                n *= d
-            shape = (batch, n)
-        elif kind == "linear":
-            shape = (batch, p["out_features"])
+def op_shapes(torch, net, batch):
+    """(name, kind, module, input shape) of every conv/linear/relu/maxpool layer at this batch,
+    residual blocks included, recorded by forward hooks on one pass of the model."""
+    model, _ = build_model(torch, net)
+    kinds = {torch.nn.Conv2d: "conv2d", torch.nn.Linear: "linear", torch.nn.ReLU: "relu",
+             torch.nn.MaxPool2d: "maxpool2d"}
+    out, hooks = [], []
+    for name, m in model.named_children():
+        kind = kinds.get(type(m))
+        if kind:
+            hooks.append(m.register_forward_hook(
+                lambda mod, inp, _o, name=name, kind=kind: out.append(
+                    (name, kind, mod, tuple(inp[0].shape)))))
+    model.eval()
+    with torch.no_grad():
+        model(torch.zeros(batch, *net["input"]))
+    for h in hooks:
+        h.remove()
     return out
 
 
@@ -253,28 +350,26 @@ def op_benchmark(torch, net, batch, tf32, launches, repeats):
     aten = torch.ops.aten
     rows = []
     torch.manual_seed(2)
-    for name, kind, p, shape in op_shapes(net, batch):
+    for name, kind, m, shape in op_shapes(torch, net, batch):
         def rnd(*s):
             return torch.rand(*s, device="cuda") * 2 - 1
         if kind == "conv2d":
-            kh, kw = pair(p.get("kernel"), "kernel")
-            stride = list(pair(p.get("stride", 1), "stride"))
-            pad = list(pair(p.get("padding", 0), "padding"))
+            stride, pad, dil, groups = list(m.stride), list(m.padding), list(m.dilation), m.groups
             x = rnd(*shape)
-            w = rnd(p["out_channels"], shape[1], kh, kw)
-            y = F.conv2d(x, w, None, stride, pad)
+            w = rnd(*m.weight.shape)
+            y = F.conv2d(x, w, None, stride, pad, dil, groups)
             dy = rnd(*y.shape)
 
             def bwd(mask):
-                return lambda: aten.convolution_backward(dy, x, w, None, stride, pad, [1, 1],
-                                                         False, [0, 0], 1, mask)
-            passes = [("fwd", lambda: F.conv2d(x, w, None, stride, pad)),
+                return lambda: aten.convolution_backward(dy, x, w, None, stride, pad, dil,
+                                                         False, [0, 0], groups, mask)
+            passes = [("fwd", lambda: F.conv2d(x, w, None, stride, pad, dil, groups)),
                       ("dgrad", bwd([True, False, False])),
                       ("wgrad", bwd([False, True, False]))]
         elif kind == "linear":
             x = rnd(*shape)
-            w = rnd(p["out_features"], shape[1])
-            dy = rnd(shape[0], p["out_features"])
+            w = rnd(m.out_features, shape[1])
+            dy = rnd(shape[0], m.out_features)
             passes = [("fwd", lambda: F.linear(x, w)), ("dgrad", lambda: dy @ w),
                       ("wgrad", lambda: dy.t() @ x)]
         elif kind == "relu":
@@ -285,17 +380,137 @@ def op_benchmark(torch, net, batch, tf32, launches, repeats):
         elif kind == "maxpool2d":
             if tf32:
                 continue
-            kh, kw = pair(p.get("kernel"), "kernel")
-            stride = pair(p.get("stride", [kh, kw]), "stride")
-            pad = pair(p.get("padding", 0), "padding")
             x = rnd(*shape)
-            passes = [("fwd", lambda: F.max_pool2d(x, (kh, kw), stride, pad))]
+            passes = [("fwd", lambda: F.max_pool2d(x, m.kernel_size, m.stride, m.padding))]
         else:
             continue
         for pname, fn in passes:
             med, p95 = graph_time(torch, fn, launches, repeats)
             rows.append((f"{name}.{pname}", "x".join(map(str, shape)), med, p95))
     return rows
+
+
+def read_safetensors(torch, path):
+    """(metadata, {name: tensor}) of a safetensors file, without the safetensors package."""
+    import json
+    import struct
+    dtypes = {"F32": torch.float32, "F64": torch.float64, "I64": torch.int64,
+              "I32": torch.int32, "F16": torch.float16, "BF16": torch.bfloat16, "U8": torch.uint8}
+    with open(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < 8:
+        fail(f"{path}: not a safetensors file (shorter than its 8-byte header length)")
+    (n,) = struct.unpack("<Q", raw[:8])
+    if 8 + n > len(raw):
+        fail(f"{path}: header length {n} runs past the end of the file")
+    header = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    meta = header.pop("__metadata__", {}) or {}
+    tensors = {}
+    for name, e in header.items():
+        if e["dtype"] not in dtypes:
+            fail(f"{path}: tensor {name}: dtype {e['dtype']} not handled here")
+        b, end = e["data_offsets"]
+        t = torch.frombuffer(bytearray(data[b:end]), dtype=dtypes[e["dtype"]])
+        tensors[name] = t.reshape(e["shape"]) if e["shape"] else t.reshape(())
+    return meta, tensors
+
+
+def read_idx(path):
+    import gzip
+    import struct
+    for p in (path, path + ".gz"):
+        if os.path.exists(p):
+            opener = gzip.open if p.endswith(".gz") else open
+            with opener(p, "rb") as f:
+                raw = f.read()
+            dims = raw[3]
+            shape = struct.unpack(">" + "I" * dims, raw[4:4 + 4 * dims])
+            return shape, raw[4 + 4 * dims:]
+    fail(f"{path}[.gz]: not found")
+
+
+def load_test_set(torch, net, meta):
+    """The config's test images as a float tensor (N, C, H, W), normalized as in training, and
+    the labels. IDX (data.dir/t10k-*) or a class-folder tree (data.test; needs Pillow)."""
+    data = net["data"]
+    c, h, w = net["input"]
+    fmt = data.get("format")
+    if fmt == "idx":
+        d = data.get("dir") or fail("data.dir is missing")
+        shape, pixels = read_idx(os.path.join(d, "t10k-images-idx3-ubyte"))
+        _, labels = read_idx(os.path.join(d, "t10k-labels-idx1-ubyte"))
+        x = torch.frombuffer(bytearray(pixels), dtype=torch.uint8).reshape(shape[0], 1, shape[1],
+                                                                            shape[2])
+        y = torch.frombuffer(bytearray(labels), dtype=torch.uint8).long()
+    elif fmt == "folder":
+        try:
+            from PIL import Image
+        except ImportError:
+            fail("reading an image folder needs Pillow (pip install pillow)")
+        root = data.get("test") or fail("data.test is missing: no test folder to score")
+        classes = json_list(meta, "classes") or sorted(os.listdir(root))
+        xs, ys = [], []
+        for label, cls in enumerate(classes):
+            folder = os.path.join(root, cls)
+            for fn in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+                img = Image.open(os.path.join(folder, fn)).convert("L" if c == 1 else "RGB")
+                if img.size != (w, h):
+                    img = img.resize((w, h))
+                t = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8)
+                xs.append(t.reshape(h, w, c).permute(2, 0, 1))
+                ys.append(label)
+        if not xs:
+            fail(f"{root}: no images found under its class folders")
+        x, y = torch.stack(xs), torch.tensor(ys)
+    else:
+        fail(f"data.format {fmt!r}: the accuracy check reads idx or folder test sets")
+    mean = torch.tensor(json_list(meta, "mean") or [0.0] * c).reshape(1, c, 1, 1)
+    std = torch.tensor(json_list(meta, "std") or [1.0] * c).reshape(1, c, 1, 1)
+    return (x.float() / 255.0 - mean) / std, y
+
+
+def json_list(meta, key):
+    import json
+    return json.loads(meta[key]) if key in meta else None
+
+
+def score_checkpoint(torch, path, config_path, data_dir):
+    """Loads our checkpoint into the torch module built from its own resolved config (or
+    --config) and scores the test set. Returns (accuracy %, images, the checkpoint's best %)."""
+    meta, tensors = read_safetensors(torch, path)
+    if config_path:
+        net = load_network(config_path)
+    elif "config" in meta:
+        net = network_from_config(read_yaml(meta["config"], path + " (its config)"), path)
+    else:
+        fail(f"{path}: no config in its metadata; pass --config")
+    if data_dir:
+        net["data"]["dir"] = data_dir
+    model, _ = build_model(torch, net)
+    state = {k: v for k, v in tensors.items() if not k.startswith("optimizer.")}
+    want = model.state_dict()
+    missing = [k for k in want if k not in state]
+    extra = [k for k in state if k not in want]
+    if missing or extra:
+        fail(f"{path}: tensors do not match the torch module: missing {missing[:8]}, "
+             f"unexpected {extra[:8]}")
+    for k, v in state.items():
+        if tuple(v.shape) != tuple(want[k].shape):
+            fail(f"{path}: {k}: shape {tuple(v.shape)}, the torch module has {tuple(want[k].shape)}")
+    model.load_state_dict({k: v.to(want[k].dtype) for k, v in state.items()}, strict=True)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        set_precision(torch, False)
+    model = model.to(device).eval()
+    x, y = load_test_set(torch, net, meta)
+    correct = 0
+    with torch.no_grad():
+        for i in range(0, len(y), 1000):
+            logits = model(x[i:i + 1000].to(device))
+            correct += int((logits.argmax(1).cpu() == y[i:i + 1000]).sum())
+    best = float(meta.get("best_accuracy", "-1"))
+    return 100.0 * correct / len(y), len(y), (100.0 * best if 0 <= best <= 1 else best)
 
 
 def fmt_us(v):
@@ -329,12 +544,28 @@ def main():
     ap.add_argument("--no-ops", action="store_true", help="whole-step timings only")
     ap.add_argument("--no-step", action="store_true", help="per-op timings only")
     ap.add_argument("--markdown", help="also write the tables as Markdown to FILE")
+    ap.add_argument("--checkpoint", help="instead of timing: load this checkpoint (safetensors) "
+                    "into the torch module and report its test accuracy")
+    ap.add_argument("--data-dir", help="with --checkpoint: the IDX folder, if not data.dir")
+    ap.add_argument("--expect-accuracy", type=float,
+                    help="with --checkpoint: exit 1 unless torch scores this (percent)")
+    ap.add_argument("--tolerance", type=float, default=0.05,
+                    help="allowed difference for --expect-accuracy, in points (default 0.05)")
     args = ap.parse_args()
 
     try:
         import torch
     except ImportError:
         fail("PyTorch is not importable in this Python")
+    if args.checkpoint:
+        acc, count, best = score_checkpoint(torch, args.checkpoint, args.config, args.data_dir)
+        print(f"{args.checkpoint}: torch test accuracy {acc:.2f}% of {count} images "
+              f"(the checkpoint's best evaluation: {best:.2f}%)")
+        if args.expect_accuracy is not None and abs(acc - args.expect_accuracy) > args.tolerance:
+            print(f"torch_baseline: expected {args.expect_accuracy:.2f}% within "
+                  f"{args.tolerance} points", file=sys.stderr)
+            return 1
+        return 0
     if not torch.cuda.is_available():
         print("torch_baseline: no CUDA device", file=sys.stderr)
         return 1

@@ -1134,6 +1134,7 @@ std::vector<BenchRow> bench_ops(const BenchContext& ctx, const NetDesc& net) {
         break;
       case LayerKind::Flatten:
         break;
+      case LayerKind::Residual:  // timed as a whole in the step; its layers are not rows here
       default:  // batchnorm, avgpool, dropout: no per-op rows yet (the step bench runs them)
         break;
     }

@@ -3,17 +3,23 @@
 namespace cnn::bench {
 
 double trained_flops_per_image(const NetDesc& net) {
-  Shape cur = {1};
-  cur.insert(cur.end(), net.input_chw.begin(), net.input_chw.end());
+  // Over the graph (residual blocks opened up); a conv/linear pass whose input depends on no
+  // parameter computes no input gradient, as the Network skips it.
+  const std::vector<GraphNode> graph = layer_graph(net.specs);
+  Shape input = {1};
+  input.insert(input.end(), net.input_chw.begin(), net.input_chw.end());
+  std::vector<Shape> out(graph.size());
+  std::vector<bool> needs_grad(graph.size(), false);
   double total = 0;
-  bool only_views_before = true;  // the input's gradient is never computed
-  for (const LayerSpec& spec : net.specs) {
-    if (spec.kind == LayerKind::Conv2d || spec.kind == LayerKind::Linear) {
-      const double f = double(layer_forward_flops(spec, cur));
-      total += f * (only_views_before ? 2 : 3);
-    }
-    if (spec.kind != LayerKind::Flatten) only_views_before = false;
-    cur = layer_output_shape(spec, cur);
+  for (size_t i = 0; i < graph.size(); ++i) {
+    const GraphNode& g = graph[i];
+    const Shape& in = g.input < 0 ? input : out[size_t(g.input)];
+    const bool grad_in = g.input >= 0 && needs_grad[size_t(g.input)];
+    const bool weighted = g.spec.kind == LayerKind::Conv2d || g.spec.kind == LayerKind::Linear;
+    if (weighted) total += double(layer_forward_flops(g.spec, in)) * (grad_in ? 3 : 2);
+    needs_grad[i] =
+        weighted || grad_in || (g.shortcut_input >= 0 && needs_grad[size_t(g.shortcut_input)]);
+    out[i] = g.spec.kind == LayerKind::Residual ? in : layer_output_shape(g.spec, in);
   }
   return total;
 }

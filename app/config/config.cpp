@@ -48,7 +48,7 @@ constexpr int64_t kIntMax = std::numeric_limits<int>::max();
 const std::vector<std::string> kAlgoNames = {"auto", "naive", "tiled", "igemm", "fast"};
 const std::vector<std::string> kLayerKinds = {
     "conv2d",      "relu",        "maxpool2d", "flatten",        "linear", "softmax_cross_entropy",
-    "batchnorm2d", "batchnorm1d", "avgpool2d", "global_avgpool", "dropout"};
+    "batchnorm2d", "batchnorm1d", "avgpool2d", "global_avgpool", "dropout", "residual"};
 
 // Where one layer sits in the file, so that shape errors found later point at it.
 struct LayerSite {
@@ -56,6 +56,7 @@ struct LayerSite {
   int line = 0;
   bool named = false;  // the config gave it a name
   int name_line = 0;
+  std::vector<LayerSite> branch, shortcut;  // a residual block's layers
 };
 
 // What later checks need to know about where things were found.
@@ -104,7 +105,29 @@ void read_pair_key(const ConfigMap& m, const std::string& key, int64_t lo, int d
   if (m.has(key)) read_pair(m.at(key), lo, h, w);
 }
 
-LayerSpec read_layer(const ConfigNode& item, Algo default_algo, LayerSite* site) {
+LayerSpec read_layer(const ConfigNode& item, Algo default_algo, LayerSite* site,
+                     bool in_block = false);
+
+// A residual block's `layers` (required) or `shortcut` (optional, empty = identity) list.
+void read_block_list(const ConfigMap& p, const std::string& key, Algo default_algo,
+                     std::vector<LayerSpec>* specs, std::vector<LayerSite>* sites) {
+  if (!p.has(key)) {
+    if (key == "layers")
+      p.require(key, "the block's layers, a list like [conv2d: {...}, relu, conv2d: {...}]");
+    return;
+  }
+  const ConfigNode list = p.at(key);
+  if (list.is_null() && key == "shortcut") return;
+  const auto items = list.as_list();
+  if (items.empty() && key == "layers")
+    list.fail("expected at least one layer in the block (the shortcut alone would add x to x)");
+  for (const auto& item : items) {
+    sites->emplace_back();
+    specs->push_back(read_layer(item, default_algo, &sites->back(), true));
+  }
+}
+
+LayerSpec read_layer(const ConfigNode& item, Algo default_algo, LayerSite* site, bool in_block) {
   LayerSpec spec;
   spec.line = item.line();
   site->line = item.line();
@@ -120,6 +143,10 @@ LayerSpec read_layer(const ConfigNode& item, Algo default_algo, LayerSite* site)
                             : kind == "maxpool2d" ? "maxpool2d: {kernel: 2}"
                             : kind == "avgpool2d" ? "avgpool2d: {kernel: 2}"
                                                   : "linear: {out_features: 10}"));
+    if (kind == "residual")
+      item.fail(
+          "a residual block needs its layers, e.g. '- residual: {layers: [conv2d: {...}, relu, "
+          "conv2d: {...}], shortcut: [...]}'");
   } else if (item.is_map()) {
     std::vector<std::string> keys;
     for (const auto& kv : item.yaml())
@@ -146,8 +173,16 @@ LayerSpec read_layer(const ConfigNode& item, Algo default_algo, LayerSite* site)
                     item.describe()));
   }
 
+  if (in_block && kind == "residual")
+    params.fail(
+        "a residual block inside a residual block is not supported in this version; put the "
+        "blocks one after the other");
+  if (in_block && kind == "softmax_cross_entropy")
+    params.fail("softmax_cross_entropy must be the network's last layer, not inside a block");
   std::vector<std::string> known = {"name"};
-  if (kind == "conv2d")
+  if (kind == "residual")
+    known = {"layers", "shortcut", "name"};
+  else if (kind == "conv2d")
     known = {"out_channels", "kernel", "stride", "padding", "dilation",
              "groups",       "bias",   "algo",   "name"};
   else if (kind == "maxpool2d" || kind == "avgpool2d")
@@ -206,6 +241,10 @@ LayerSpec read_layer(const ConfigNode& item, Algo default_algo, LayerSite* site)
     spec.kind = LayerKind::Relu;
   } else if (kind == "flatten") {
     spec.kind = LayerKind::Flatten;
+  } else if (kind == "residual") {
+    spec.kind = LayerKind::Residual;
+    read_block_list(p, "layers", default_algo, &spec.branch, &site->branch);
+    read_block_list(p, "shortcut", default_algo, &spec.shortcut, &site->shortcut);
   } else {
     spec.kind = LayerKind::SoftmaxCrossEntropy;
   }
@@ -438,18 +477,48 @@ void read_checkpoint(const ConfigMap& top, const TrainConfig& cfg, CheckpointOpt
   c->keep_best = m.get_bool("keep_best", c->keep_best);
 }
 
+// Every layer with its site, those inside residual blocks after their block, in file order.
+void flatten_sites(const std::vector<LayerSpec>& specs, const std::vector<LayerSite>& sites,
+                   std::vector<std::pair<const LayerSpec*, const LayerSite*>>* out) {
+  for (size_t i = 0; i < specs.size(); ++i) {
+    out->emplace_back(&specs[i], &sites[i]);
+    flatten_sites(specs[i].branch, sites[i].branch, out);
+    flatten_sites(specs[i].shortcut, sites[i].shortcut, out);
+  }
+}
+
+// The shapes through a list of layers from `cur`, each error pointing at its layer (inside a
+// residual block: at the layer in the block; a block whose two paths differ: at the block).
+Shape chain_checked(const YamlDoc& doc, const std::vector<LayerSpec>& specs,
+                    const std::vector<LayerSite>& sites, Shape cur) {
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].kind == LayerKind::Residual) {
+      chain_checked(doc, specs[i].branch, sites[i].branch, cur);
+      chain_checked(doc, specs[i].shortcut, sites[i].shortcut, cur);
+    }
+    try {
+      cur = layer_output_shape(specs[i], cur);
+    } catch (const Error& e) {
+      doc.fail(sites[i].path, sites[i].line, e.what());
+    }
+  }
+  return cur;
+}
+
 // Names, loss position, shape chaining and class count, each error pointing at its layer.
 void check_network(const YamlDoc& doc, TrainConfig* cfg, const Sites& sites) {
   auto& layers = cfg->model.layers;
   const size_t n = layers.size();
-  for (size_t i = 0; i < n; ++i) {
-    const LayerSite& si = sites.layers[i];
+  std::vector<std::pair<const LayerSpec*, const LayerSite*>> all;
+  flatten_sites(layers, sites.layers, &all);
+  for (size_t i = 0; i < all.size(); ++i) {
+    const LayerSite& si = *all[i].second;
     if (!si.named) continue;
     for (size_t j = 0; j < i; ++j)
-      if (sites.layers[j].named && layers[j].name == layers[i].name)
+      if (all[j].second->named && all[j].first->name == all[i].first->name)
         doc.fail(si.path + ".name", si.name_line,
-                 fmt::format("the name '{}' is already used by model.layers[{}] (line {})",
-                             layers[i].name, j, sites.layers[j].line));
+                 fmt::format("the name '{}' is already used by {} (line {})", all[i].first->name,
+                             all[j].second->path, all[j].second->line));
   }
   for (size_t i = 0; i + 1 < n; ++i)
     if (layers[i].kind == LayerKind::SoftmaxCrossEntropy)
@@ -467,13 +536,7 @@ void check_network(const YamlDoc& doc, TrainConfig* cfg, const Sites& sites) {
 
   Shape cur = {1};
   cur.insert(cur.end(), cfg->model.input_chw.begin(), cfg->model.input_chw.end());
-  for (size_t i = 0; i < n; ++i) {
-    try {
-      cur = layer_output_shape(layers[i], cur);
-    } catch (const Error& e) {
-      doc.fail(sites.layers[i].path, sites.layers[i].line, e.what());
-    }
-  }
+  chain_checked(doc, layers, sites.layers, cur);
   const NetworkSummary sum = summarize_network(layers, cfg->model.input_chw);
   const int64_t scores = sum.rows.back().out.at(0);
   const int known = cfg->known_class_count();
@@ -532,6 +595,18 @@ std::string fmt_layer(const LayerSpec& s) {
   if (s.kind == LayerKind::Conv2d || s.kind == LayerKind::Linear)
     p += fmt::format(", bias: {}, algo: {}", s.bias, algo_name(s.algo));
   return fmt::format("    - {}: {{{}}}\n", layer_kind_name(s.kind), p);
+}
+
+// A residual block in block style, its layers as fmt_layer writes them, indented under it.
+std::string fmt_residual(const LayerSpec& s) {
+  std::string out = fmt::format("    - residual:\n        name: {}\n", yaml_quote(s.name));
+  const auto list = [&out](const char* key, const std::vector<LayerSpec>& specs) {
+    out += fmt::format("        {}:{}\n", key, specs.empty() ? " []" : "");
+    for (const LayerSpec& c : specs) out += "      " + fmt_layer(c);
+  };
+  list("layers", s.branch);
+  list("shortcut", s.shortcut);
+  return out;
 }
 
 }  // namespace
@@ -605,7 +680,8 @@ std::string config_to_yaml(const TrainConfig& cfg) {
   y += fmt::format("  input: {{channels: {}, height: {}, width: {}}}\n", cfg.model.input_chw.at(0),
                    cfg.model.input_chw.at(1), cfg.model.input_chw.at(2));
   y += "  layers:\n";
-  for (const auto& l : cfg.model.layers) y += fmt_layer(l);
+  for (const auto& l : cfg.model.layers)
+    y += l.kind == LayerKind::Residual ? fmt_residual(l) : fmt_layer(l);
 
   y += "data:\n";
   y += fmt::format("  format: {}\n", data_format_name(d.format));

@@ -185,6 +185,14 @@ std::vector<GradcheckCase> gradcheck_layer_cases() {
   conv_bn.bias = false;
   LayerSpec fc_bn = linear_spec("fc", 7);
   fc_bn.bias = false;
+  // Residual blocks: the prefix conv's output feeds the block's layers and its shortcut, so its
+  // gradient is the sum of both paths'.
+  const LayerSpec relu_a = layer_spec(LayerKind::Relu, "relu_a");
+  const LayerSpec identity_block = residual_spec(
+      "res", {conv2d_spec("conv_a", 2, 3, 3, 1, 1), relu_a, conv2d_spec("conv_b", 2, 3, 3, 1, 1)});
+  const LayerSpec projection_block = residual_spec(
+      "res", {conv2d_spec("conv_a", 4, 3, 3, 2, 1), relu_a, conv2d_spec("conv_b", 4, 3, 3, 1, 1)},
+      {conv2d_spec("proj", 4, 1, 1, 2, 0)});
   return {
       wrap("conv2d 3x3 stride 1 pad 1", {conv2d_spec("conv", 4, 3, 3, 1, 1)}, {3, 7, 6}),
       wrap("conv2d 5x5 stride 2 pad 2", {conv2d_spec("conv", 3, 5, 5, 2, 2)}, {2, 9, 8}),
@@ -202,6 +210,9 @@ std::vector<GradcheckCase> gradcheck_layer_cases() {
       wrap("avgpool2d 3x3 stride 2 pad 1", {avgpool2d_spec("pool", 3, 2, 1)}, {2, 7, 7}),
       wrap("global_avgpool", {layer_spec(LayerKind::GlobalAvgPool, "gap")}, {3, 5, 7}),
       wrap("dropout 0.3", {dropout_spec("drop", 0.3)}, {2, 4, 5}),
+      wrap("residual conv-relu-conv + identity", {identity_block}, {2, 6, 5}),
+      wrap("residual stride 2 + 1x1 projection",
+           {projection_block, layer_spec(LayerKind::Relu, "relu")}, {3, 7, 6}),
   };
 }
 
