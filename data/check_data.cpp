@@ -7,6 +7,7 @@
 #include <map>
 #include <vector>
 
+#include "data/image_folder.h"
 #include "data/load_data.h"
 #include "data/normalize.h"
 #include "runtime/error.h"
@@ -26,17 +27,6 @@ std::string example_file(const std::string& example, const std::string& reason) 
   return example;
 }
 
-// Reasons that differ only in their numbers (sizes, byte counts) are one cause.
-std::string cause_key(const std::string& reason) {
-  std::string key;
-  for (char c : reason)
-    if (!std::isdigit(static_cast<unsigned char>(c)))
-      key += c;
-    else if (key.empty() || key.back() != '#')
-      key += '#';
-  return key;
-}
-
 // "problems: 420 file(s) in 2 cause(s)", then per cause (most files first) its count, its reason
 // and a few of its files.
 void describe_bad_files(std::string& out, const Dataset& d) {
@@ -50,7 +40,7 @@ void describe_bad_files(std::string& out, const Dataset& d) {
   const size_t listed = std::min(d.skipped_examples.size(), d.skipped_reasons.size());
   for (size_t i = 0; i < listed; ++i) {
     const std::string& r = d.skipped_reasons[i];
-    auto [it, added] = index.emplace(cause_key(r), causes.size());
+    auto [it, added] = index.emplace(cause_of(r), causes.size());
     if (added) causes.push_back({r, false, {}});
     Cause& c = causes[it->second];
     c.varies = c.varies || r != c.reason;

@@ -129,11 +129,30 @@ Dataset decode_jobs(const std::vector<ImageJob>& jobs, const ImageLoadOptions& o
   images.resize(kept * image_size);
   d.images = std::move(images);
   d.n = int(kept);
+  if (kept == 0) {
+    // Usually one cause for all (every image of another size, with data.resize off): say it
+    // once, with its count, instead of the first file's reason alone.
+    std::map<std::string, size_t> count;
+    std::string top;
+    for (const std::string& r : reasons) {
+      const size_t c = ++count[cause_of(r)];
+      if (top.empty() || c > count[cause_of(top)]) top = r;
+    }
+    const size_t top_count = count[cause_of(top)];
+    const size_t first =
+        size_t(std::find_if(reasons.begin(), reasons.end(),
+                            [&](const std::string& r) { return cause_of(r) == cause_of(top); }) -
+               reasons.begin());
+    CNN_FAIL("{}: none of the {} images is usable: {} x {}, e.g. {}{}", source, n, top_count, top,
+             jobs[first].where + jobs[first].path,
+             count.size() > 1 ? fmt::format("; and {} other cause(s) (--check-data lists them)",
+                                            count.size() - 1)
+                              : "");
+  }
   if (d.skipped) {
     spdlog::warn("{}: skipped {} unreadable image(s) of {}; first: {}", source, d.skipped, n,
                  d.skipped_examples.front());
   }
-  CNN_CHECK(kept > 0, "{}: no usable images ({} listed, all unreadable)", source, n);
   return d;
 }
 
@@ -248,6 +267,16 @@ uint64_t min_file_bytes(const uint8_t* p, size_t n, uint64_t w, uint64_t h) {
 }
 
 }  // namespace
+
+std::string cause_of(const std::string& reason) {
+  std::string key;
+  for (char c : reason)
+    if (!std::isdigit(static_cast<unsigned char>(c)))
+      key += c;
+    else if (key.empty() || key.back() != '#')
+      key += '#';
+  return key;
+}
 
 std::vector<uint8_t> decode_image(const uint8_t* bytes, size_t size, int c, int h, int w,
                                   bool resize, std::string* format, bool crop) {

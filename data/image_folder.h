@@ -33,6 +33,10 @@ struct ImageLoadOptions {
 std::vector<uint8_t> decode_image(const uint8_t* bytes, size_t size, int c, int h, int w,
                                   bool resize, std::string* format = nullptr, bool crop = false);
 
+// The cause of an unusable image: its reason with each run of digits as '#', so that reasons
+// that differ only in sizes or byte counts count as one ("image is #x# (WxH) but ...").
+std::string cause_of(const std::string& reason);
+
 // Resizes a (c, h, w) uint8 image to (c, oh, ow), plane by plane (stb resize, as for files).
 std::vector<uint8_t> resize_chw(const uint8_t* src, int c, int h, int w, int oh, int ow);
 

@@ -651,3 +651,24 @@ TEST_F(ImageTest, MissingIdxFilesSayHowToFetchThem) {
   int64_t problems = 0;
   EXPECT_NE(check_data_report(opt, &problems).find("get_data.sh"), std::string::npos);
 }
+
+TEST_F(ImageTest, NoUsableImageNamesTheCommonCauseOnce) {
+  for (int i = 0; i < 4; ++i)
+    write("train/" + std::string(i % 2 ? "a" : "b") + "/" + std::to_string(i) + ".png",
+          flat_png(6 + i, 5, 9));
+  write("train/a/bad.png", {'x'});
+  DataOptions opt;
+  opt.format = DataFormat::Folder;
+  opt.train = path("train");
+  opt.height = 3;
+  opt.width = 4;
+  opt.skip_bad_images = true;
+  const std::string e = error_of([&] { load_data(opt); });
+  EXPECT_NE(
+      e.find("none of the 5 images is usable: 4 x image is 7x5 (WxH) but the model takes 4x3"),
+      std::string::npos)
+      << e;
+  EXPECT_NE(e.find("e.g. " + path("train/a/1.png")), std::string::npos) << e;
+  EXPECT_NE(e.find("and 1 other cause(s)"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+}

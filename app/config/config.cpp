@@ -518,10 +518,13 @@ void resolve_auto_outputs(const YamlDoc& doc, TrainConfig* cfg, Sites* sites) {
       origin = fmt::format("the class folders of data.train ({})", cfg->data.train);
       if (classes < 2)
         doc.fail(si.path + ".out_features", si.auto_outputs_line,
-                 fmt::format("auto needs the number of classes, but data.train '{}' has {} class "
-                             "folders; expected root/<class>/*.png with at least 2 classes, or "
-                             "list the names in data.classes",
-                             cfg->data.train, classes));
+                 fmt::format("auto needs the number of classes, but data.train '{}' {}; "
+                             "expected root/<class>/*.png with at least 2 classes, or list the "
+                             "names in data.classes",
+                             cfg->data.train,
+                             std::filesystem::is_directory(cfg->data.train)
+                                 ? fmt::format("has {} class folder(s)", classes)
+                                 : std::string("is not a folder")));
       sites->classes_origin = fmt::format("{} gives {}", origin, classes);
     }
     if (classes == 0)

@@ -15,7 +15,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kMinBar = 10, kMaxBar = 30;
+constexpr int kMinBar = 10, kMaxBar = 20;
 
 struct Field {
   std::string text;  // "" for the bar, which takes the room left
@@ -31,27 +31,35 @@ std::string bar_text(int64_t done, int64_t total, int inner) {
   return s + "]";
 }
 
-// Joins the fields with single spaces within `width`: drops the least kept fields until the rest
-// fits with a bar of at least kMinBar, then gives the bar the room left (up to kMaxBar).
+// Joins the fields with single spaces within `width`. The bar keeps its full kMaxBar while
+// fields less useful than it can be dropped (so that it does not change length as the numbers
+// do); then it shrinks to kMinBar, then more useful fields go, least useful first.
 std::string fit(std::vector<Field> fields, int width, int64_t done, int64_t total) {
   width = std::max(width, 1);
-  auto fixed_width = [&] {
+  int bar_keep = 0;
+  for (const Field& f : fields)
+    if (f.bar) bar_keep = f.keep;
+  auto line_width = [&](int bar) {
     int w = -1;
-    for (const Field& f : fields) w += 1 + (f.bar ? kMinBar + 2 : int(f.text.size()));
+    for (const Field& f : fields) w += 1 + (f.bar ? bar + 2 : int(f.text.size()));
     return w;
   };
-  while (fixed_width() > width) {
+  auto drop_least = [&](int below) {
     auto least = std::min_element(fields.begin(), fields.end(),
                                   [](const Field& a, const Field& b) { return a.keep < b.keep; });
-    if (fields.size() == 1) break;
+    if (fields.size() == 1 || least->keep >= below) return false;
     fields.erase(least);
+    return true;
+  };
+  while (line_width(kMaxBar) > width && drop_least(bar_keep)) {
   }
-  const int spare = width - fixed_width();
+  while (line_width(kMinBar) > width && drop_least(1 << 30)) {
+  }
+  const int bar = std::clamp(width - line_width(0), kMinBar, kMaxBar);
   std::string line;
   for (const Field& f : fields) {
     if (!line.empty()) line += ' ';
-    line +=
-        f.bar ? bar_text(done, total, kMinBar + std::clamp(spare, 0, kMaxBar - kMinBar)) : f.text;
+    line += f.bar ? bar_text(done, total, bar) : f.text;
   }
   if (int(line.size()) > width) line.resize(size_t(width));
   return line;
