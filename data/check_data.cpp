@@ -152,8 +152,8 @@ std::string check_data_report(const DataOptions& opt, int64_t* problems) {
   out += fmt::format("; images converted to {}x{}x{}{}\n", opt.channels, opt.height, opt.width,
                      opt.resize ? " (resizing)" : "");
   int64_t bad = 0;
+  std::map<std::string, int64_t> train_formats, test_formats;  // filled as far as it got
   try {
-    std::map<std::string, int64_t> train_formats, test_formats;
     DataLoadHooks hooks;
     hooks.skip_and_list_all_bad = true;
     hooks.train_formats = &train_formats;
@@ -177,6 +177,11 @@ std::string check_data_report(const DataOptions& opt, int64_t* problems) {
   } catch (const std::exception& e) {
     ++bad;
     out += fmt::format("error: {}\n", e.what());
+    // The sizes read before the error still tell what the images are (e.g. all of another size).
+    for (const auto& [name, formats] :
+         {std::pair{"train", &train_formats}, {"test", &test_formats}})
+      if (!formats->empty())
+        out += fmt::format("{} (as far as read):\n{}", name, describe_formats(*formats));
   }
   if (problems) *problems = bad;
   return out;

@@ -671,4 +671,11 @@ TEST_F(ImageTest, NoUsableImageNamesTheCommonCauseOnce) {
   EXPECT_NE(e.find("e.g. " + path("train/a/1.png")), std::string::npos) << e;
   EXPECT_NE(e.find("and 1 other cause(s)"), std::string::npos) << e;
   EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  // --check-data still says what the images are.
+  int64_t problems = 0;
+  const std::string r = check_data_report(opt, &problems);
+  EXPECT_NE(r.find("error: " + path("train") + ": none of the 5 images is usable"),
+            std::string::npos)
+      << r;
+  EXPECT_NE(r.find("source sizes: width 6..9, height 5..5 (4 different)"), std::string::npos) << r;
 }
