@@ -14,8 +14,8 @@
 #include "app/train/evaluate.h"
 #include "app/train/resume_plan.h"
 #include "app/train/run_folder.h"
+#include "app/train/end_summary.h"
 #include "app/train/run_log.h"
-#include "app/train/run_summary.h"
 #include "app/train/step_graph.h"
 #include "data/batch_sampler.h"
 #include "data/check_data.h"
@@ -28,7 +28,7 @@
 #include "runtime/atomic_file.h"
 #include "runtime/error.h"
 #include "app/cli_common.h"
-#include "app/train/end_summary.h"
+#include "app/train/run_summary.h"
 #include "app/train/startup.h"
 
 namespace cnn {
