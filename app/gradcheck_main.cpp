@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
     app.add_option("--seed", opt.seed, "random seed for inputs, weights and sampled coordinates");
     app.add_option("--samples", samples, "coordinates checked per tensor (default 24, config 8)")
         ->check(CLI::Range(1, 100000));
-    CLI11_PARSE(app, argc, argv);
+    if (!cnn::parse_command_line(app, argc, argv, "gradcheck")) return 0;
 
     cnn::Exec ex;
     ex.device = cnn::resolve_device(device);

@@ -19,14 +19,22 @@ bool has_image_extension(const std::string& path) {
 
 namespace {
 
+void note_skipped(const std::string& path, ExpandedPaths& out) {
+  if (out.skipped++ == 0) out.skipped_example = path;
+}
+
 void add_folder(const std::string& dir, ExpandedPaths& out) {
   std::vector<std::string> found;
   std::error_code ec;
   for (fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec),
        end;
        !ec && it != end; it.increment(ec))
-    if (it->is_regular_file(ec) && has_image_extension(it->path().string()))
-      found.push_back(it->path().string());
+    if (it->is_regular_file(ec)) {
+      if (has_image_extension(it->path().string()))
+        found.push_back(it->path().string());
+      else
+        note_skipped(it->path().string(), out);
+    }
   if (ec) out.errors.push_back(dir + ": " + ec.message());
   std::sort(found.begin(), found.end());
   if (found.empty()) out.errors.push_back(dir + ": no PNG, BMP or JPG images inside");
@@ -51,8 +59,10 @@ ExpandedPaths expand_image_paths(const std::vector<std::string>& args) {
           std::string p = g.gl_pathv[i];
           if (fs::is_directory(p, ec))
             add_folder(p, out);
-          else
+          else if (has_image_extension(p))
             out.files.push_back(p);
+          else
+            note_skipped(p, out);
         }
       } else {
         out.errors.push_back(a + ": the pattern matches no file");

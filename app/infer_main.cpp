@@ -2,13 +2,16 @@
 // class names, input size and normalization, so no config is needed.
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "app/cli_common.h"
 #include "app/config/config.h"
 #include "app/image_paths.h"
+#include "app/train/evaluate.h"
 #include "data/image_folder.h"
 #include "data/normalize.h"
 #include "layers/checkpoint/checkpoint.h"
@@ -46,12 +49,28 @@ std::string csv_field(const std::string& raw) {
   return q + "\"";
 }
 
+// Column widths of the table: the longest path (up to 60, longer ones overflow) and class name.
+struct TableLayout {
+  size_t path = 5, name = 5;
+  bool truth = false;  // a "true" column (labels from the folders)
+};
+
+std::string table_header(const TableLayout& t, int topk) {
+  std::string h = fmt::format("{:<{}}", "image", t.path);
+  if (t.truth) h += fmt::format("  {:<{}}", "true", t.name);
+  for (int i = 1; i <= topk; ++i)
+    h += fmt::format("  {:<{}} {:>7}", i == 1 ? std::string("class") : fmt::format("top{}", i),
+                     t.name, i == 1 ? std::string("prob") : fmt::format("p{}", i));
+  return h;
+}
+
 void print(const Prediction& p, const std::vector<std::string>& names, const std::string& format,
-           bool first) {
+           bool first, const TableLayout& t, int truth) {
   if (format == "json") {
     nlohmann::json j = {{"path", p.path},
                         {"class", names[size_t(p.top[0].first)]},
                         {"probability", p.top[0].second}};
+    if (truth >= 0) j["true_class"] = names[size_t(truth)];
     for (const auto& [c, prob] : p.top)
       j["top"].push_back({{"class", names[size_t(c)]}, {"probability", prob}});
     // File names are bytes: ones that are not UTF-8 get U+FFFD instead of stopping the output.
@@ -61,25 +80,65 @@ void print(const Prediction& p, const std::vector<std::string>& names, const std
       std::printf("path,class,probability");
       for (size_t i = 1; i < p.top.size(); ++i)
         std::printf(",top%zu_class,top%zu_probability", i + 1, i + 1);
+      if (truth >= 0) std::printf(",true_class");
       std::printf("\n");
     }
     std::printf("%s,%s,%.6f", csv_field(p.path).c_str(),
                 csv_field(names[size_t(p.top[0].first)]).c_str(), p.top[0].second);
     for (size_t i = 1; i < p.top.size(); ++i)
       std::printf(",%s,%.6f", csv_field(names[size_t(p.top[i].first)]).c_str(), p.top[i].second);
+    if (truth >= 0) std::printf(",%s", csv_field(names[size_t(truth)]).c_str());
     std::printf("\n");
   } else {
-    std::string others;
-    for (size_t i = 1; i < p.top.size(); ++i)
-      others += fmt::format("  {} {:.1f}%", names[size_t(p.top[i].first)], 100 * p.top[i].second);
-    std::printf("%-40s %-14s %6.2f%%%s\n", printable(p.path).c_str(),
-                printable(names[size_t(p.top[0].first)]).c_str(), 100 * p.top[0].second,
-                printable(others).c_str());
+    if (first) std::printf("%s\n", table_header(t, int(p.top.size())).c_str());
+    std::string row = fmt::format("{:<{}}", printable(p.path), t.path);
+    if (t.truth) row += fmt::format("  {:<{}}", printable(names[size_t(truth)]), t.name);
+    for (const auto& [c, prob] : p.top)
+      row += fmt::format("  {:<{}} {:>6.2f}%", printable(names[size_t(c)]), t.name, 100 * prob);
+    if (t.truth && truth != p.top[0].first) row += "  (wrong)";
+    std::printf("%s\n", row.c_str());
   }
 }
 
-int infer(const std::string& ckpt_path, int topk, const std::string& format,
-          const std::string& device, int batch, const std::vector<std::string>& paths) {
+// The run's best checkpoint when given a run folder (the last when there is no best).
+std::string resolve_checkpoint(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return path;
+  for (const char* name : {"best.safetensors", "last.safetensors"}) {
+    const fs::path p = fs::path(path) / name;
+    if (fs::is_regular_file(p, ec)) return p.string();
+  }
+  CNN_FAIL(
+      "{}: a folder without best.safetensors or last.safetensors; expected a run folder "
+      "written by ./train or a .safetensors file",
+      path);
+}
+
+// The class index of each image from its parent folder's name, or -1 for all when some parent
+// is not a class name (then there is no ground truth, unless `required`, which fails instead).
+std::vector<int> labels_from_folders(const std::vector<std::string>& files,
+                                     const std::vector<std::string>& names, bool required) {
+  std::vector<int> labels;
+  for (const auto& f : files) {
+    const std::string parent = std::filesystem::path(f).parent_path().filename().string();
+    const auto it = std::find(names.begin(), names.end(), parent);
+    if (it == names.end()) {
+      CNN_CHECK(!required,
+                "--labels-from-folders: {} sits in folder '{}', which is not one of the model's "
+                "{} classes",
+                f, parent, names.size());
+      return std::vector<int>(files.size(), -1);
+    }
+    labels.push_back(int(it - names.begin()));
+  }
+  return labels;
+}
+
+int infer(const std::string& ckpt_arg, int topk, const std::string& format,
+          const std::string& device, int batch, bool labels_required,
+          const std::vector<std::string>& paths) {
+  const std::string ckpt_path = resolve_checkpoint(ckpt_arg);
   const CheckpointMeta meta = read_checkpoint_meta(ckpt_path);
   const TrainConfig cfg = parse_config(meta.config_yaml, ckpt_path + " (embedded config)");
   CNN_CHECK(meta.input_chw == cfg.model.input_chw,
@@ -111,15 +170,30 @@ int infer(const std::string& ckpt_path, int topk, const std::string& format,
   net.params_from_host(folded.params);
   net.buffers_from_host(folded.buffers);
 
+  // Timed from here: images/s is about reading and classifying, not loading the model.
+  const auto start = std::chrono::steady_clock::now();
   ExpandedPaths expanded = expand_image_paths(paths);
   int failures = int(expanded.errors.size());
   for (const auto& e : expanded.errors) std::fprintf(stderr, "infer: %s\n", printable(e).c_str());
+  const std::vector<int> truth =
+      labels_from_folders(expanded.files, meta.class_names, labels_required);
+  const bool have_truth = !truth.empty() && truth[0] >= 0;
+  TableLayout layout;
+  layout.truth = have_truth;
+  for (const auto& f : expanded.files)
+    layout.path = std::max(layout.path, std::min<size_t>(f.size(), 60));
+  for (const auto& n : meta.class_names) layout.name = std::max(layout.name, n.size());
+  EvalResult confusion;  // row = folder's class, column = prediction
+  confusion.classes = net.num_classes();
+  confusion.confusion.assign(size_t(confusion.classes) * size_t(confusion.classes), 0);
+  int64_t classified = 0, correct = 0;
 
   const size_t image_floats = size_t(c) * size_t(h) * size_t(w);
   std::vector<float> h_x(size_t(batch) * image_floats);
   Buffer<float> d_x(h_x.size(), ex.device);
   std::vector<float> logits(size_t(batch) * size_t(net.num_classes()));
   std::vector<std::string> batch_paths;
+  std::vector<int> batch_truth;
   bool first = true;
   auto flush = [&] {
     if (batch_paths.empty()) return;
@@ -132,18 +206,29 @@ int infer(const std::string& ckpt_path, int topk, const std::string& format,
       Prediction p{
           batch_paths[size_t(i)],
           top_k(logits.data() + size_t(i) * size_t(net.num_classes()), net.num_classes(), topk)};
-      print(p, meta.class_names, format, first);
+      const int t = batch_truth[size_t(i)];
+      print(p, meta.class_names, format, first, layout, t);
       first = false;
+      ++classified;
+      if (t >= 0) {
+        ++confusion.confusion[size_t(t) * size_t(confusion.classes) + size_t(p.top[0].first)];
+        ++confusion.count;
+        correct += t == p.top[0].first;
+      }
     }
     std::fflush(stdout);
     batch_paths.clear();
+    batch_truth.clear();
   };
-  for (const auto& path : expanded.files) {
+  for (size_t k = 0; k < expanded.files.size(); ++k) {
+    const std::string& path = expanded.files[k];
     try {
       // Other sizes are resized: users' own images rarely come at the training size.
-      std::vector<uint8_t> pixels = load_image_file(path, c, h, w, true);
+      // As in training when it cropped (data.resize: crop), else stretched.
+      std::vector<uint8_t> pixels = load_image_file(path, c, h, w, true, cfg.data.resize_crop);
       normalize_image(pixels.data(), c, h, w, norm, h_x.data() + batch_paths.size() * image_floats);
       batch_paths.push_back(path);
+      batch_truth.push_back(have_truth ? truth[k] : -1);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "infer: %s\n", printable(e.what()).c_str());
       ++failures;
@@ -152,7 +237,28 @@ int infer(const std::string& ckpt_path, int topk, const std::string& format,
     if (int(batch_paths.size()) == batch) flush();
   }
   flush();
-  if (failures) std::fprintf(stderr, "infer: %d of the inputs failed\n", failures);
+
+  // The closing lines: on stdout under a table, on stderr under JSON/CSV (which stay parseable).
+  std::FILE* out = format == "table" ? stdout : stderr;
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::string closing = fmt::format(
+      "{} image{} in {:.2f} s ({:.1f} images/s, {})", classified, classified == 1 ? "" : "s", secs,
+      double(classified) / std::max(secs, 1e-9), device_name(ex.device));
+  if (expanded.skipped)
+    closing += fmt::format(
+        "; skipped {} file{} without an image extension (.png .bmp .jpg .jpeg), e.g. {}",
+        expanded.skipped, expanded.skipped == 1 ? "" : "s", expanded.skipped_example);
+  if (failures)
+    closing += fmt::format("; {} input{} failed (see above)", failures, failures == 1 ? "" : "s");
+  std::fprintf(out, "%s\n", closing.c_str());
+  if (confusion.count > 0) {
+    std::fprintf(out, "accuracy %.2f%% (%lld of %lld; true classes from the folder names)\n",
+                 100 * double(correct) / double(confusion.count), (long long)correct,
+                 (long long)confusion.count);
+    std::fprintf(out, "confusion matrix (rows: true class, columns: predicted):\n%s",
+                 format_confusion(confusion, meta.class_names).c_str());
+  }
   return failures ? 1 : 0;
 }
 
@@ -166,8 +272,14 @@ int main(int argc, char** argv) {
     std::string ckpt, format = "table", device = "auto";
     int topk = 1, batch = 256;
     std::vector<std::string> paths;
-    app.add_option("--checkpoint", ckpt, "checkpoint (.safetensors) written by ./train")
+    bool labels_required = false;
+    app.add_option("--checkpoint", ckpt,
+                   "checkpoint (.safetensors) written by ./train, or its run folder (takes "
+                   "best.safetensors, else last.safetensors)")
         ->required();
+    app.add_flag("--labels-from-folders", labels_required,
+                 "the folder each image sits in names its true class: report accuracy and a "
+                 "confusion matrix (automatic when every folder is a class name)");
     app.add_option("--topk", topk, "also list the K most likely classes")
         ->check(CLI::Range(1, 1000));
     app.add_option("--format", format, "table, json (one object per line) or csv")
@@ -176,7 +288,7 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
     app.add_option("--batch", batch, "images per forward pass")->check(CLI::Range(1, 4096));
     app.add_option("paths", paths, "image files, folders (recursive) or glob patterns")->required();
-    CLI11_PARSE(app, argc, argv);
-    return cnn::infer(ckpt, topk, format, device, batch, paths);
+    if (!cnn::parse_command_line(app, argc, argv, "infer")) return 0;
+    return cnn::infer(ckpt, topk, format, device, batch, labels_required, paths);
   });
 }

@@ -59,13 +59,7 @@ int main(int argc, char** argv) {
         ->excludes(dry);
     app.add_flag("--skip-bad-images", skip_bad,
                  "Skip images that cannot be decoded (overrides data.skip_bad_images)");
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-      // --help and --version end here with exit code 0; real mistakes become one error line.
-      if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
-      CNN_FAIL("{} (see train --help)", e.what());
-    }
+    if (!cnn::parse_command_line(app, argc, argv, "train")) return 0;
 
     // Command-line switches go through the same path as --set, so they are validated the same
     // way and show up in the resolved config the run saves.

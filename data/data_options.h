@@ -27,6 +27,7 @@ struct DataOptions {
   std::vector<std::string> classes;  // class names (idx/list; folder takes subfolder names)
   int channels = 1, height = 28, width = 28;  // what images are converted to
   bool resize = false;                        // resize images of another size (else refuse them)
+  bool resize_crop = false;  // resize keeping the aspect ratio: the shorter side, center-cropped
   bool skip_bad_images = false;  // skip undecodable images, count and list the first few
   double validation_split = 0;   // fraction of the training set held out for validation
   unsigned split_seed = 42;      // fixes which training images are held out for validation

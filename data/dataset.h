@@ -15,6 +15,7 @@ struct Dataset {
   std::string source;                         // where it came from, for the log
   int64_t skipped = 0;                        // unreadable images skipped (data.skip_bad_images)
   std::vector<std::string> skipped_examples;  // "file: reason" for the first few of them
+  std::vector<std::string> skipped_reasons;   // the reason alone, for the same files
 
   int64_t image_size() const { return int64_t(c) * h * w; }
   int num_classes() const { return static_cast<int>(class_names.size()); }

@@ -75,7 +75,7 @@ Dataset decode_jobs(const std::vector<ImageJob>& jobs, const ImageLoadOptions& o
   const size_t n = jobs.size();
   const size_t image_size = size_t(opt.channels) * opt.height * opt.width;
   std::vector<uint8_t> images(n * image_size);  // (N, C, H, W)
-  std::vector<std::string> errors(n), formats(n);
+  std::vector<std::string> errors(n), reasons(n), formats(n);
 
   std::atomic<size_t> next{0};
   auto work = [&] {
@@ -83,14 +83,17 @@ Dataset decode_jobs(const std::vector<ImageJob>& jobs, const ImageLoadOptions& o
       try {
         const std::vector<uint8_t> bytes = read_image_file(jobs[i].path);
         try {
-          std::vector<uint8_t> px = decode_image(bytes.data(), bytes.size(), opt.channels,
-                                                 opt.height, opt.width, opt.resize, &formats[i]);
+          std::vector<uint8_t> px =
+              decode_image(bytes.data(), bytes.size(), opt.channels, opt.height, opt.width,
+                           opt.resize, &formats[i], opt.crop);
           std::copy(px.begin(), px.end(), images.begin() + i * image_size);
         } catch (const std::exception& e) {
           errors[i] = jobs[i].path + ": " + e.what();
+          reasons[i] = e.what();
         }
       } catch (const std::exception& e) {  // read_file's message already names the file
         errors[i] = e.what();
+        reasons[i] = "cannot read the file";
       }
       if (!errors[i].empty()) errors[i] = jobs[i].where + errors[i];
     }
@@ -113,8 +116,13 @@ Dataset decode_jobs(const std::vector<ImageJob>& jobs, const ImageLoadOptions& o
     if (!errors[i].empty()) {
       CNN_CHECK(opt.skip_bad_images, "{} (set data.skip_bad_images: true to skip such files)",
                 errors[i]);
-      if (d.skipped_examples.size() < opt.keep_skipped) d.skipped_examples.push_back(errors[i]);
+      if (d.skipped_examples.size() < opt.keep_skipped) {
+        d.skipped_examples.push_back(errors[i]);
+        d.skipped_reasons.push_back(reasons[i]);
+      }
       ++d.skipped;
+      // A file refused for its size still has one (read from its header): it counts.
+      if (opt.source_formats && !formats[i].empty()) ++(*opt.source_formats)[formats[i]];
       continue;
     }
     if (opt.source_formats) ++(*opt.source_formats)[formats[i]];
@@ -126,11 +134,30 @@ Dataset decode_jobs(const std::vector<ImageJob>& jobs, const ImageLoadOptions& o
   images.resize(kept * image_size);
   d.images = std::move(images);
   d.n = int(kept);
+  if (kept == 0) {
+    // Usually one cause for all (every image of another size, with data.resize off): say it
+    // once, with its count, instead of the first file's reason alone.
+    std::map<std::string, size_t> count;
+    std::string top;
+    for (const std::string& r : reasons) {
+      const size_t c = ++count[cause_of(r)];
+      if (top.empty() || c > count[cause_of(top)]) top = r;
+    }
+    const size_t top_count = count[cause_of(top)];
+    const size_t first =
+        size_t(std::find_if(reasons.begin(), reasons.end(),
+                            [&](const std::string& r) { return cause_of(r) == cause_of(top); }) -
+               reasons.begin());
+    CNN_FAIL("{}: none of the {} images is usable: {} x {}, e.g. {}{}", source, n, top_count, top,
+             jobs[first].where + jobs[first].path,
+             count.size() > 1 ? fmt::format("; and {} other cause(s) (--check-data lists them)",
+                                            count.size() - 1)
+                              : "");
+  }
   if (d.skipped) {
     spdlog::warn("{}: skipped {} unreadable image(s) of {}; first: {}", source, d.skipped, n,
                  d.skipped_examples.front());
   }
-  CNN_CHECK(kept > 0, "{}: no usable images ({} listed, all unreadable)", source, n);
   return d;
 }
 
@@ -334,8 +361,18 @@ std::vector<uint8_t> read_image_file(const std::string& path) {
 
 }  // namespace
 
+std::string cause_of(const std::string& reason) {
+  std::string key;
+  for (char c : reason)
+    if (!std::isdigit(static_cast<unsigned char>(c)))
+      key += c;
+    else if (key.empty() || key.back() != '#')
+      key += '#';
+  return key;
+}
+
 std::vector<uint8_t> decode_image(const uint8_t* bytes, size_t size, int c, int h, int w,
-                                  bool resize, std::string* format) {
+                                  bool resize, std::string* format, bool crop) {
   CNN_CHECK(c == 1 || c == 3, "cannot convert images to {} channels, expected 1 or 3", c);
   CNN_CHECK(size > 0, "empty file");
   CNN_CHECK(size <= size_t(INT_MAX), "file of {} bytes is too large for an image", size);
@@ -351,6 +388,7 @@ std::vector<uint8_t> decode_image(const uint8_t* bytes, size_t size, int c, int 
             "16-bit images are not supported, expected 8 bits per channel");
   CNN_CHECK(iw > 0 && ih > 0 && iw <= kMaxImageSide && ih <= kMaxImageSide,
             "{}x{} pixels: sides above {} are refused", iw, ih, kMaxImageSide);
+  if (format) *format = fmt::format("{}x{} {}", iw, ih, channel_word(comp));
   const uint64_t need = min_file_bytes(bytes, size, uint64_t(iw), uint64_t(ih));
   CNN_CHECK(png_idat_chunks_fit(bytes, size),
             "corrupt PNG: an image data chunk (IDAT) claims more bytes than the file holds");
@@ -360,8 +398,9 @@ std::vector<uint8_t> decode_image(const uint8_t* bytes, size_t size, int c, int 
             "(truncated or corrupt)",
             iw, ih, need, size);
   CNN_CHECK(resize || (iw == w && ih == h),
-            "image is {}x{} (WxH) but the model takes {}x{} (set data.resize: true to resize)", iw,
-            ih, w, h);
+            "image is {}x{} (WxH) but the model takes {}x{} (set data.resize: stretch or crop to "
+            "resize)",
+            iw, ih, w, h);
 
   int dw = 0, dh = 0, n = 0;
   std::unique_ptr<stbi_uc, void (*)(void*)> px(stbi_load_from_memory(bytes, len, &dw, &dh, &n, 0),
@@ -385,9 +424,20 @@ std::vector<uint8_t> decode_image(const uint8_t* bytes, size_t size, int c, int 
     }
   }
   if (iw != w || ih != h) {
+    // The region that is scaled: all of the image, or (crop) its centered part of the target's
+    // aspect ratio, compared as iw/ih vs w/h in integers.
+    int rw = iw, rh = ih, x0 = 0, y0 = 0;
+    if (crop && int64_t(iw) * h > int64_t(ih) * w) {  // wider than the target
+      rw = std::max(1, int((int64_t(ih) * w + h / 2) / h));
+      x0 = (iw - rw) / 2;
+    } else if (crop && int64_t(iw) * h < int64_t(ih) * w) {  // taller
+      rh = std::max(1, int((int64_t(iw) * h + w / 2) / w));
+      y0 = (ih - rh) / 2;
+    }
     std::vector<uint8_t> resized(size_t(w) * h * c);
-    CNN_CHECK(stbir_resize_uint8(hwc.data(), iw, ih, 0, resized.data(), w, h, 0, c),
-              "resizing {}x{} to {}x{} failed", iw, ih, w, h);
+    const uint8_t* region = hwc.data() + (size_t(y0) * iw + x0) * c;
+    CNN_CHECK(stbir_resize_uint8(region, rw, rh, iw * c, resized.data(), w, h, 0, c),
+              "resizing {}x{} to {}x{} failed", rw, rh, w, h);
     hwc = std::move(resized);
   }
   std::vector<uint8_t> chw(size_t(c) * h * w);  // (C, H, W)
@@ -408,10 +458,11 @@ std::vector<uint8_t> resize_chw(const uint8_t* src, int c, int h, int w, int oh,
   return out;
 }
 
-std::vector<uint8_t> load_image_file(const std::string& path, int c, int h, int w, bool resize) {
+std::vector<uint8_t> load_image_file(const std::string& path, int c, int h, int w, bool resize,
+                                     bool crop) {
   const std::vector<uint8_t> bytes = read_image_file(path);
   try {
-    return decode_image(bytes.data(), bytes.size(), c, h, w, resize);
+    return decode_image(bytes.data(), bytes.size(), c, h, w, resize, nullptr, crop);
   } catch (const Error& e) {
     CNN_FAIL("{}: {}", path, e.what());
   }

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "data/batch_sampler.h"
+#include "data/check_data.h"
 #include "runtime/hash_rng.h"
 #include "data/idx.h"
 #include "data/image_folder.h"
@@ -54,6 +55,7 @@ ImageLoadOptions image_options(const DataOptions& opt, const DataLoadHooks* hook
   io.height = opt.height;
   io.width = opt.width;
   io.resize = opt.resize;
+  io.crop = opt.resize_crop;
   io.skip_bad_images = opt.skip_bad_images;
   if (hooks && hooks->skip_and_list_all_bad) {
     io.skip_bad_images = true;
@@ -65,10 +67,15 @@ ImageLoadOptions image_options(const DataOptions& opt, const DataLoadHooks* hook
 
 void load_idx(const DataOptions& opt, const DataLoadHooks* hooks, DataSplits& s) {
   CNN_CHECK(!opt.dir.empty(), "data.dir is empty: the idx format needs the folder of the files");
+  std::string images, labels;
+  try {
+    images = find_idx_file(opt.dir, "train-images-idx3-ubyte");
+    labels = find_idx_file(opt.dir, "train-labels-idx1-ubyte");
+  } catch (const Error& e) {
+    CNN_FAIL("{}; {}", e.what(), dataset_download_hint(opt.dir));
+  }
   const IdxExpect expect{opt.height, opt.width, opt.resize};
-  s.train =
-      load_idx_dataset(find_idx_file(opt.dir, "train-images-idx3-ubyte"),
-                       find_idx_file(opt.dir, "train-labels-idx1-ubyte"), opt.classes, expect);
+  s.train = load_idx_dataset(images, labels, opt.classes, expect);
   const std::string ti = find_idx_file_optional(opt.dir, "t10k-images-idx3-ubyte");
   const std::string tl = find_idx_file_optional(opt.dir, "t10k-labels-idx1-ubyte");
   CNN_CHECK(ti.empty() == tl.empty(), "{}: {} exists but not its {} file", opt.dir,
@@ -159,6 +166,7 @@ void split_validation(Dataset all, double fraction, uint64_t seed, Dataset* trai
   Dataset t = subset(all, train_idx, src);
   t.skipped = all.skipped;
   t.skipped_examples = std::move(all.skipped_examples);
+  t.skipped_reasons = std::move(all.skipped_reasons);
   *train = std::move(t);
 }
 

@@ -54,6 +54,18 @@ def read_run(path):
     return run
 
 
+def accuracy_limits(percents):
+    """The accuracy axis zoomed to the data (in %): a run that climbs from 97% to 99% is drawn
+    across the plot instead of as a flat line under 100. A margin of a tenth of the range (at
+    least 0.5 points), clamped to [0, 100]; None when there is nothing to draw."""
+    vals = [v for v in percents if v is not None and math.isfinite(v)]
+    if not vals:
+        return None
+    lo, hi = min(vals), max(vals)
+    margin = max(0.1 * (hi - lo), 0.5)
+    return max(0.0, lo - margin), min(100.0, hi + margin)
+
+
 def label_of(path):
     folder = os.path.basename(os.path.dirname(os.path.abspath(path)))
     return folder or path
@@ -84,6 +96,7 @@ def main():
         return 0
 
     fig, (ax_loss, ax_acc, ax_lr) = plt.subplots(1, 3, figsize=(15, 4.2))
+    all_acc = []
     for i, (label, run) in enumerate(runs):
         color = f"C{i}"
         for phase, style in (("train", "-"), ("eval", "o-")):
@@ -93,13 +106,18 @@ def main():
             xs = [p[0] for p in pts]
             ax_loss.plot(xs, [p[1] for p in pts], style, color=color, alpha=0.5 if phase == "train" else 1,
                          markersize=3, label=f"{label} {phase}")
-            ax_acc.plot(xs, [100 * p[2] if p[2] is not None else None for p in pts], style,
+            acc = [100 * p[2] if p[2] is not None else None for p in pts]
+            all_acc += acc
+            ax_acc.plot(xs, acc, style,
                         color=color, alpha=0.5 if phase == "train" else 1, markersize=3,
                         label=f"{label} {phase}")
         if run["train"]:
             ax_lr.plot([p[0] for p in run["train"]], [p[3] for p in run["train"]], color=color, label=label)
     ax_loss.set(title="loss", xlabel="epoch", yscale="log")
     ax_acc.set(title="accuracy (%)", xlabel="epoch")
+    limits = accuracy_limits(all_acc)
+    if limits:
+        ax_acc.set_ylim(*limits)
     ax_lr.set(title="learning rate", xlabel="epoch")
     for ax in (ax_loss, ax_acc, ax_lr):
         ax.grid(alpha=0.3)

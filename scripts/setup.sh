@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs what is missing (Debian/Ubuntu packages), then configures and builds into build/.
+# python3-matplotlib is for scripts/plot_metrics.py (the training curves as a PNG).
 # Safe to run again: installed packages are skipped and the build is incremental.
 # Extra arguments go to CMake's configure step, e.g. -DCMAKE_CUDA_ARCHITECTURES=90.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake git python3 libcli11-dev libspdlog-dev libfmt-dev libyaml-cpp-dev
-          libstb-dev libgtest-dev zlib1g-dev nlohmann-json3-dev)
+          libstb-dev libgtest-dev zlib1g-dev nlohmann-json3-dev python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

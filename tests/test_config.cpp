@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -112,15 +113,14 @@ TEST(Config, EveryShippedConfigParsesAndRoundTrips) {
     if (entry.path().extension() != ".yaml") continue;
     SCOPED_TRACE(entry.path().string());
     ++count;
+    // out_features: auto counts the class folders of data.train, which is the user's and not
+    // here: the classes are given instead (the folder counting is test_own_images' part).
+    std::ifstream in(entry.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::vector<std::string> sets;
+    if (text.find("out_features: auto") != std::string::npos) sets = {"data.classes=[a, b]"};
     TrainConfig c;
-    try {
-      c = load_config(entry.path().string());
-    } catch (const Error& e) {
-      // The model zoo's configs parse once BatchNorm, groups, pooling, dropout and label
-      // smoothing are in the build (tests/test_zoo_configs.cpp skips them likewise).
-      if (test::pending_layer_error(e.what())) continue;
-      FAIL() << e.what();
-    }
+    ASSERT_NO_THROW(c = load_config(entry.path().string(), sets));
     // The resolved text reads back to the same configuration.
     TrainConfig again;
     ASSERT_NO_THROW(again = parse_config(c.resolved_yaml, "resolved.yaml"));

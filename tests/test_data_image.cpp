@@ -587,3 +587,95 @@ TEST_F(ImageTest, LoadDataFolderAndListAndCheckReport) {
   EXPECT_EQ(problems, 0) << ok;
   EXPECT_NE(ok.find("result: ok"), std::string::npos) << ok;
 }
+
+TEST_F(ImageTest, CropKeepsTheAspectRatio) {
+  // 12x4: a black 4-pixel border left and right around a white 4x4 middle. Cropped to a square
+  // the middle fills the image; stretched, the black ends stay visible at both sides.
+  Pixels p{12, 4, 1, std::vector<uint8_t>(48)};
+  for (int y = 0; y < 4; ++y)
+    for (int x = 0; x < 12; ++x) p.hwc[size_t(y) * 12 + x] = x >= 4 && x < 8 ? 255 : 0;
+  const auto png = make_png(p);
+  const auto crop = decode_image(png.data(), png.size(), 1, 4, 4, true, nullptr, true);
+  for (uint8_t v : crop) EXPECT_GT(v, 225);
+  const auto stretch = decode_image(png.data(), png.size(), 1, 4, 4, true, nullptr, false);
+  EXPECT_LT(stretch[0], 60);
+  EXPECT_LT(stretch[3], 60);
+  // Taller than wide: the middle rows are kept.
+  Pixels t{2, 6, 1, std::vector<uint8_t>(12, 0)};
+  for (int x = 0; x < 2; ++x) t.hwc[2 * 2 + x] = t.hwc[3 * 2 + x] = 255;
+  const auto tall = make_png(t);
+  const auto rows = decode_image(tall.data(), tall.size(), 1, 2, 2, true, nullptr, true);
+  for (uint8_t v : rows) EXPECT_GT(v, 225);
+}
+
+TEST_F(ImageTest, CheckDataGroupsProblemsByCause) {
+  // 7 images of other sizes (one cause, numbers vary), 2 corrupt files, 2 good ones.
+  for (int i = 0; i < 7; ++i)
+    write("train/" + std::string(i % 2 ? "a" : "b") + "/big" + std::to_string(i) + ".png",
+          flat_png(5 + i, 3 + i, 9));
+  write("train/a/bad1.png", {'x', 'y'});
+  write("train/b/bad2.png", {'x', 'y', 'z'});
+  write("train/a/ok.png", flat_png(4, 3, 10));
+  write("train/b/ok.png", flat_png(4, 3, 20));
+  DataOptions opt;
+  opt.format = DataFormat::Folder;
+  opt.train = path("train");
+  opt.height = 3;
+  opt.width = 4;
+  int64_t problems = 0;
+  const std::string r = check_data_report(opt, &problems);
+  EXPECT_EQ(problems, 9) << r;
+  EXPECT_NE(r.find("unusable: 9 file(s), 2 cause(s)"), std::string::npos) << r;
+  EXPECT_NE(r.find("7 x image is 6x4 (WxH) but the model takes 4x3"), std::string::npos) << r;
+  EXPECT_NE(r.find("(numbers vary by file)"), std::string::npos) << r;
+  EXPECT_NE(r.find("... and 4 more"), std::string::npos) << r;
+  EXPECT_NE(r.find("2 x not a readable PNG/BMP/JPEG image"), std::string::npos) << r;
+  // At most 3 example files per cause: 3 + 2 of the 9 files are named.
+  size_t named = 0;
+  for (size_t at = r.find(path("train")); at != std::string::npos;
+       at = r.find(path("train"), at + 1))
+    ++named;
+  EXPECT_EQ(named, 5u + 2u) << r;  // + the header line and the "from <root>" line
+  EXPECT_NE(r.find("source sizes: width 4..11, height 3..9 (8 different)"), std::string::npos) << r;
+}
+
+TEST_F(ImageTest, MissingIdxFilesSayHowToFetchThem) {
+  DataOptions opt;
+  opt.format = DataFormat::Idx;
+  opt.dir = path("data/fashion");
+  std::string e = error_of([&] { load_data(opt); });
+  EXPECT_NE(e.find("scripts/get_data.sh fashion-mnist " + opt.dir), std::string::npos) << e;
+  EXPECT_EQ(dataset_download_hint("datasets/mnist"), "fetch it with: scripts/get_data.sh mnist");
+  EXPECT_NE(dataset_download_hint("elsewhere").find("mnist|fashion-mnist elsewhere"),
+            std::string::npos);
+  int64_t problems = 0;
+  EXPECT_NE(check_data_report(opt, &problems).find("get_data.sh"), std::string::npos);
+}
+
+TEST_F(ImageTest, NoUsableImageNamesTheCommonCauseOnce) {
+  for (int i = 0; i < 4; ++i)
+    write("train/" + std::string(i % 2 ? "a" : "b") + "/" + std::to_string(i) + ".png",
+          flat_png(6 + i, 5, 9));
+  write("train/a/bad.png", {'x'});
+  DataOptions opt;
+  opt.format = DataFormat::Folder;
+  opt.train = path("train");
+  opt.height = 3;
+  opt.width = 4;
+  opt.skip_bad_images = true;
+  const std::string e = error_of([&] { load_data(opt); });
+  EXPECT_NE(
+      e.find("none of the 5 images is usable: 4 x image is 7x5 (WxH) but the model takes 4x3"),
+      std::string::npos)
+      << e;
+  EXPECT_NE(e.find("e.g. " + path("train/a/1.png")), std::string::npos) << e;
+  EXPECT_NE(e.find("and 1 other cause(s)"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  // --check-data still says what the images are.
+  int64_t problems = 0;
+  const std::string r = check_data_report(opt, &problems);
+  EXPECT_NE(r.find("error: " + path("train") + ": none of the 5 images is usable"),
+            std::string::npos)
+      << r;
+  EXPECT_NE(r.find("source sizes: width 6..9, height 5..5 (4 different)"), std::string::npos) << r;
+}

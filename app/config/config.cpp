@@ -57,6 +57,7 @@ struct LayerSite {
   bool named = false;  // the config gave it a name
   int name_line = 0;
   std::vector<LayerSite> branch, shortcut;  // a residual block's layers
+  int auto_outputs_line = 0;  // linear: out_features: auto (the number of classes), else 0
 };
 
 // What later checks need to know about where things were found.
@@ -226,8 +227,14 @@ LayerSpec read_layer(const ConfigNode& item, Algo default_algo, LayerSite* site,
     read_pair_key(p, "padding", 0, 0, 0, &spec.pad_h, &spec.pad_w);
   } else if (kind == "linear") {
     spec.kind = LayerKind::Linear;
-    spec.out_features = static_cast<int>(
-        p.require("out_features", "the number of outputs, an integer >= 1").as_int(1, kIntMax));
+    const ConfigNode out =
+        p.require("out_features", "the number of outputs, an integer >= 1 or auto");
+    if (out.is_scalar() && out.as_string() == "auto") {
+      spec.out_features = 1;  // the number of classes, once the data section is read
+      site->auto_outputs_line = out.line();
+    } else {
+      spec.out_features = static_cast<int>(out.as_int(1, kIntMax));
+    }
   } else if (kind == "batchnorm2d" || kind == "batchnorm1d") {
     spec.kind = kind == "batchnorm2d" ? LayerKind::BatchNorm2d : LayerKind::BatchNorm1d;
     spec.momentum = p.get_number("momentum", spec.momentum, between(0, 1));
@@ -367,7 +374,20 @@ void read_data(const ConfigMap& top, TrainConfig* cfg, Sites* sites) {
       n.fail(fmt::format("expected {} to match model.input.{} (line {}), got {}", chw[i], dims[i],
                          sites->input_line, v));
   }
-  d.resize = m.get_bool("resize", d.resize);
+  if (m.has("resize")) {
+    const ConfigNode r = m.at("resize");
+    const std::string v = r.is_scalar() ? r.as_string() : "";
+    d.resize = v == "stretch" || v == "crop";
+    d.resize_crop = v == "crop";
+    if (!d.resize) {
+      try {
+        d.resize = r.as_bool();  // true: stretch, as before the modes had names
+      } catch (const Error&) {
+        r.fail(fmt::format("expected false, stretch or crop (true means stretch), got {}",
+                           r.describe()));
+      }
+    }
+  }
   d.skip_bad_images = m.get_bool("skip_bad_images", d.skip_bad_images);
   d.validation_split = m.get_number("validation_split", 0, between(0, 1, false, true));
   d.split_seed = static_cast<unsigned>(
@@ -556,6 +576,58 @@ void check_network(const YamlDoc& doc, TrainConfig* cfg, const Sites& sites) {
   }
 }
 
+// The class folders of a folder dataset's root, as load_image_folder finds them (sorted,
+// hidden ones left out); empty when the root is not a readable folder.
+std::vector<std::string> class_folders(const std::string& root) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (it->is_directory(ec) && !name.empty() && name[0] != '.') names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// out_features: auto becomes the number of classes: data.classes, data.synthetic.classes, or
+// the class folders of a folder dataset. Only the layer that gives the class scores may say it.
+void resolve_auto_outputs(const YamlDoc& doc, TrainConfig* cfg, Sites* sites) {
+  auto& layers = cfg->model.layers;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LayerSite& si = sites->layers[i];
+    if (!si.auto_outputs_line) continue;
+    for (size_t k = i + 1; k < layers.size(); ++k)
+      if (layers[k].kind == LayerKind::Linear || layers[k].kind == LayerKind::Conv2d)
+        doc.fail(si.path + ".out_features", si.auto_outputs_line,
+                 fmt::format("auto (the number of classes) is only for the layer that gives the "
+                             "class scores, but model.layers[{}] comes after it",
+                             k));
+    int classes = cfg->known_class_count();
+    std::string origin = sites->classes_origin;
+    if (classes == 0 && cfg->data.format == DataFormat::Folder) {
+      classes = int(class_folders(cfg->data.train).size());
+      origin = fmt::format("the class folders of data.train ({})", cfg->data.train);
+      if (classes < 2)
+        doc.fail(si.path + ".out_features", si.auto_outputs_line,
+                 fmt::format("auto needs the number of classes, but data.train '{}' {}; "
+                             "expected root/<class>/*.png with at least 2 classes, or list the "
+                             "names in data.classes",
+                             cfg->data.train,
+                             std::filesystem::is_directory(cfg->data.train)
+                                 ? fmt::format("has {} class folder(s)", classes)
+                                 : std::string("is not a folder")));
+      sites->classes_origin = fmt::format("{} gives {}", origin, classes);
+    }
+    if (classes == 0)
+      doc.fail(si.path + ".out_features", si.auto_outputs_line,
+               fmt::format("auto needs the number of classes: list them in data.classes (format "
+                           "{} does not name them before the data is read)",
+                           data_format_name(cfg->data.format)));
+    layers[i].out_features = classes;
+    cfg->notes.push_back(fmt::format("{}.out_features: auto = {} ({})", si.path, classes, origin));
+  }
+}
+
 std::string fmt_double(double v) {
   return fmt::format("{}", v);
 }
@@ -656,6 +728,7 @@ TrainConfig parse_config(const std::string& yaml_text, const std::string& source
   read_schedule(top, cfg, &cfg.schedule);
   read_logging(top, &cfg.logging);
   read_checkpoint(top, cfg, &cfg.checkpoint);
+  resolve_auto_outputs(doc, &cfg, &sites);
   check_network(doc, &cfg, sites);
 
   cfg.resolved_yaml = config_to_yaml(cfg);
@@ -695,7 +768,10 @@ std::string config_to_yaml(const TrainConfig& cfg) {
   y += fmt::format("  channels: {}\n  height: {}\n  width: {}\n", d.channels, d.height, d.width);
   y +=
       fmt::format("  resize: {}\n  skip_bad_images: {}\n  validation_split: {}\n  split_seed: {}\n",
-                  d.resize, d.skip_bad_images, fmt_double(d.validation_split), d.split_seed);
+                  !d.resize       ? "false"
+                  : d.resize_crop ? "crop"
+                                  : "stretch",
+                  d.skip_bad_images, fmt_double(d.validation_split), d.split_seed);
   if (d.mean.empty())
     y += "  normalize: auto\n";
   else

@@ -63,6 +63,7 @@ struct TrainConfig {
 
   std::string source_path;    // the config file it came from
   std::string resolved_yaml;  // every key with defaults and overrides applied (config_to_yaml)
+  std::vector<std::string> notes;  // what the config left to be found out, e.g. out_features: auto
 
   std::string run_dir() const { return logging.dir + "/" + name; }
   // Number of classes the data section names (data.classes or synthetic.classes), 0 if unknown

@@ -9,8 +9,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "runtime/error.h"
 #include "runtime/atomic_file.h"
+#include "runtime/error.h"
 
 namespace cnn {
 
@@ -33,16 +33,17 @@ RunLog::RunLog(const std::string& run_dir, bool progress) {
   }
   auto console = std::make_shared<spdlog::sinks::stdout_sink_mt>();
   logger_ = std::make_shared<spdlog::logger>("train", spdlog::sinks_init_list{console, file_sink});
-  logger_->set_pattern("[%Y-%m-%d %H:%M:%S] %v");
-  logger_->flush_on(spdlog::level::info);
+  file_logger_ = std::make_shared<spdlog::logger>("train.log", file_sink);
+  for (const auto& l : {logger_, file_logger_}) {
+    l->set_pattern("[%Y-%m-%d %H:%M:%S] %v");
+    l->flush_on(spdlog::level::info);
+  }
   metrics_path_ = run_dir + "/metrics.csv";
   if (!fs::exists(metrics_path_)) append_line_durably(metrics_path_, kMetricsHeader);
-  bar_enabled_ = progress && isatty(fileno(stdout));
+  if (progress && isatty(fileno(stdout))) display_ = std::make_unique<ProgressDisplay>(stdout);
 }
 
-RunLog::~RunLog() {
-  clear_bar();
-}
+RunLog::~RunLog() = default;  // the display leaves a finished epoch's line, clears a live one
 
 void RunLog::truncate_metrics_after(int64_t last_step, bool eval_done, bool train_row_done) {
   std::ifstream in(metrics_path_);
@@ -71,29 +72,20 @@ void RunLog::metrics(const MetricsRow& r) {
   append_line_durably(metrics_path_,
                       fmt::format("{:.3f},{},{},{},{:.6f},{:.6f},{:.6g},{:.1f}", r.time_s, r.epoch,
                                   r.step, r.phase, r.loss, r.accuracy, r.lr, r.images_per_s));
+  if (display_ && r.phase == "train") display_->add_window(r.loss, r.accuracy, r.images_per_s);
 }
 
-void RunLog::progress(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches,
-                      double lr, double eta_s) {
-  if (!bar_enabled_) return;
-  const auto now = std::chrono::steady_clock::now();
-  if (batch < batches && now - last_draw_ < std::chrono::milliseconds(200)) return;
-  last_draw_ = now;
-  constexpr int kWidth = 28;
-  const int filled = batches ? int(kWidth * batch / batches) : kWidth;
-  std::string bar(size_t(filled), '=');
-  if (filled < kWidth) bar += '>' + std::string(size_t(kWidth - filled - 1), ' ');
-  std::printf("\r\033[Kepoch %lld/%lld [%s] %lld/%lld lr %.3g ETA %.0fs", (long long)epoch + 1,
-              (long long)epochs, bar.c_str(), (long long)batch, (long long)batches, lr, eta_s);
-  std::fflush(stdout);
-  bar_visible_ = true;
+void RunLog::progress(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches, double lr,
+                      double eta_s) {
+  if (display_) display_->update(epoch, epochs, batch, batches, lr, eta_s);
 }
 
 void RunLog::clear_bar() {
-  if (!bar_visible_) return;
-  std::printf("\r\033[K");
-  std::fflush(stdout);
-  bar_visible_ = false;
+  if (display_) display_->before_log();
+}
+
+void RunLog::redraw_bar() {
+  if (display_) display_->after_log();
 }
 
 }  // namespace cnn

@@ -1,13 +1,15 @@
 #pragma once
 // What a run writes while it trains: log lines (console + logs/<run>/train.log through spdlog),
 // metrics.csv rows (appended durably; on resume, rows past the checkpoint are dropped first so
-// none is duplicated), and a progress bar on a terminal.
+// none is duplicated), and the progress display on a terminal.
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+
+#include "app/train/progress.h"
 
 namespace cnn {
 
@@ -28,11 +30,22 @@ class RunLog {
   void info(fmt::format_string<Args...> f, Args&&... args) {
     clear_bar();
     logger_->info(f, std::forward<Args>(args)...);
+    redraw_bar();
   }
   template <class... Args>
   void warn(fmt::format_string<Args...> f, Args&&... args) {
     clear_bar();
     logger_->warn(f, std::forward<Args>(args)...);
+    redraw_bar();
+  }
+  // A training window's loss line: while the progress display shows these values live, it goes
+  // to train.log only; without a display, to the console too.
+  template <class... Args>
+  void step_info(fmt::format_string<Args...> f, Args&&... args) {
+    if (display_)
+      file_logger_->info(f, std::forward<Args>(args)...);
+    else
+      logger_->info(f, std::forward<Args>(args)...);
   }
 
   // Keeps rows with step <= last_step (resume; 0: a fresh run keeps the header only), rewriting
@@ -44,19 +57,19 @@ class RunLog {
                               bool train_row_done = true);
   void metrics(const MetricsRow& row);
 
-  // Redraws the bar at most a few times a second: "epoch 3/8 [=====>   ] 212/469 lr 0.05 ...".
-  // Called every step: returns before formatting anything unless it redraws.
+  // Redraws the progress display (progress.h) at most a few times a second. Called every step:
+  // returns before formatting anything unless it redraws.
   void progress(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches, double lr,
                 double eta_s);
-  void clear_bar();
+  void clear_bar();   // takes the live line away (a finished epoch's line stays)
+  void redraw_bar();  // after a log line
 
   const std::string& metrics_path() const { return metrics_path_; }
 
  private:
-  std::shared_ptr<spdlog::logger> logger_;
+  std::shared_ptr<spdlog::logger> logger_, file_logger_;
   std::string metrics_path_;
-  bool bar_enabled_ = false, bar_visible_ = false;
-  std::chrono::steady_clock::time_point last_draw_{};
+  std::unique_ptr<ProgressDisplay> display_;  // only when stdout is a terminal
 };
 
 }  // namespace cnn

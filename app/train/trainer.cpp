@@ -14,6 +14,7 @@
 #include "app/train/evaluate.h"
 #include "app/train/resume_plan.h"
 #include "app/train/run_folder.h"
+#include "app/train/end_summary.h"
 #include "app/train/run_log.h"
 #include "app/train/step_graph.h"
 #include "data/batch_sampler.h"
@@ -188,8 +189,8 @@ void Trainer::log_point(int64_t epoch) {
                     : "first layer with non-finite values: " + bad,
         ckpt_dir_);
   }
-  log_->info("epoch {} step {}: loss {:.4f} acc {:.2f}% lr {:.4g} {:.0f} img/s", epoch + 1,
-             pos_.global_step, loss, 100 * acc, lr_, ips);
+  log_->step_info("epoch {} step {}: loss {:.4f} acc {:.2f}% lr {:.4g} {:.0f} img/s", epoch + 1,
+                  pos_.global_step, loss, 100 * acc, lr_, ips);
   log_->metrics({elapsed(), epoch + 1, pos_.global_step, "train", loss, acc, lr_, ips});
 }
 
@@ -287,6 +288,9 @@ void Trainer::open_run_log() {
              cfg_.name, run_dir_, device_description(ex_.device), precision_name(ex_.precision),
              algo_name(tr.algo), tr.deterministic, tr.seed);
   if (!folders_->note().empty()) log_->info("{}", folders_->note());
+  if (std::string why; tr.device == "auto" && ex_.device == Device::CPU && !cuda_available(&why))
+    log_->info("device auto chose the CPU: {}", why);
+  for (const std::string& note : cfg_.notes) log_->info("config: {}", note);
   log_->info("network (batch {}):\n{}", tr.batch_size,
              format_network_summary(summarize_network(cfg_.model.layers, cfg_.model.input_chw)));
   log_->info("data: train {} images ({}), {} {} images, {} classes, normalization {}",
@@ -452,9 +456,19 @@ int Trainer::stop_by_signal(int sig) {
 }
 
 void Trainer::finish() {
-  log_->info("done: {} steps in {:.1f} s; best accuracy {:.2f}%; checkpoints in {}{}",
-             pos_.global_step, elapsed(), 100 * std::max(0.0, pos_.best_accuracy), ckpt_dir_,
-             target_.summary());
+  EndSummaryInput in;
+  in.metrics_csv = log_->metrics_path();
+  in.run_dir = run_dir_;
+  in.ckpt_dir = ckpt_dir_;
+  in.resume_command = continue_command(args_.program, run_dir_, ckpt_dir_);
+  in.eval_name = data_.val.n > 0 ? "validation" : "test";
+  in.epochs = cfg_.training.epochs;
+  in.steps = pos_.global_step;
+  in.seconds = elapsed();
+  in.target = target_.summary();
+  std::string text = format_end_summary(in);
+  text.pop_back();
+  log_->info("{}", text);
   target_.write_run_json(run_dir_, cfg_, pos_.epoch, pos_.global_step,
                          std::max(0.0, pos_.best_accuracy));
 }
