@@ -157,10 +157,10 @@ int infer(const std::string& ckpt_arg, int topk, const std::string& format,
   nopt = with_env_switches(nopt, process_env_switches());
   // The checkpoint is read against the trained layout, then every conv/linear + batchnorm pair
   // is folded into one layer (layers/fold_batchnorm.h): eval mode in fewer passes.
-  NetworkOptions layout_opt;
-  layout_opt.max_batch = 1;
-  const Network layout(cfg.model.layers, meta.input_chw, layout_opt, Exec{});
-  const Checkpoint ck = load_checkpoint_for(ckpt_path, layout);
+  NetworkOptions trained_opt;
+  trained_opt.max_batch = 1;
+  const Network trained(cfg.model.layers, meta.input_chw, trained_opt, Exec{});
+  const Checkpoint ck = load_checkpoint_for(ckpt_path, trained);
   const FoldedNetwork folded =
       fold_batchnorm(cfg.model.layers, meta.input_chw, ck.params, ck.buffers);
   Network net(folded.specs, meta.input_chw, nopt, ex);
