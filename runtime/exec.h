@@ -1,6 +1,7 @@
 #pragma once
 // How one op call executes: where, on which stream, at which precision, and whether reductions
 // must be bitwise repeatable. Passed explicitly to every kernel API; no globals.
+#include <cstdint>
 #include <string>
 
 #include "runtime/device.h"
