@@ -515,7 +515,7 @@ TEST(GpuGemmWgmma, Dispatch) {
             gemm_wgmma_available());
   // Auto picks it for a TF32 problem with both operands K-major (fc1 forward), unless the
   // environment names another path (read once per process); with transposed operands only
-  // when CNN_GEMM_PATH=wgmma says so.
+  // when CNN_GEMM_PATH=wgmma or CNN_WGMMA_MN=tma says so.
   const GemmPathSwitch env = process_env_switches().gemm_path;
   EXPECT_EQ(
       gemm_cuda_resolve(GemmPath::Auto, false, true, 128, 1024, 3136, none, 3136, none, 3136,
@@ -523,10 +523,16 @@ TEST(GpuGemmWgmma, Dispatch) {
       (env == GemmPathSwitch::Auto || env == GemmPathSwitch::Wgmma) && gemm_wgmma_available());
   EXPECT_EQ(gemm_cuda_resolve(GemmPath::Auto, false, false, 128, 3136, 1024, none, 1024, none, 3136,
                               Precision::TF32) == GemmPath::Wgmma,
-            env == GemmPathSwitch::Wgmma && gemm_wgmma_available());
+            (env == GemmPathSwitch::Wgmma ||
+             (env == GemmPathSwitch::Auto && process_env_switches().wgmma_mn_tma)) &&
+                gemm_wgmma_available());
   {
     test::ScopedEnv env("CNN_GEMM_PATH", "wgmma");
     EXPECT_EQ(read_env_switches().gemm_path, GemmPathSwitch::Wgmma);
+  }
+  {
+    test::ScopedEnv env("CNN_WGMMA_MN", "tma");
+    EXPECT_TRUE(read_env_switches().wgmma_mn_tma);
   }
 #else
   GTEST_SKIP() << "built without CUDA";
