@@ -66,6 +66,15 @@ EnvSwitches read_env_switches() {
     else
       CNN_FAIL("CNN_GEMM_PATH='{}': expected strided, tile, wgmma or auto", s);
   }
+  if (const char* v = get("CNN_WGMMA_MN")) {
+    const std::string s(v);
+    if (s == "tma")
+      e.wgmma_mn_tma = true;
+    else if (s == "gather")
+      e.wgmma_mn_tma = false;
+    else
+      CNN_FAIL("CNN_WGMMA_MN='{}': expected tma or gather", s);
+  }
   e.conv_generic = off_unless_set("CNN_CONV_GENERIC");
   if (const char* v = get("CNN_CPU_ISA")) {
     const std::string s(v);
@@ -103,6 +112,9 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_CUDA_GRAPH", "0", "launch each training step's kernels directly, no CUDA graph"},
       {"CNN_GEMM_PATH", "strided|tile|wgmma|auto",
        "the CUDA GEMM's path (strided: any alignment; wgmma: Hopper, TF32)"},
+      {"CNN_WGMMA_MN", "tma|gather",
+       "how the wgmma GEMM loads M/N-contiguous operands (tma: TMA, then a shared-memory "
+       "transpose)"},
       {"CNN_CONV_GENERIC", "1", "implicit-GEMM conv gradients on the generic main loop"},
       {"CNN_CPU_ISA", "scalar|avx2|avx512", "cap the CPU kernels' instruction set"},
       {"CNN_CPU_THREADS", "1..256", "threads of the CPU kernels (default: the cores, at most 16)"},

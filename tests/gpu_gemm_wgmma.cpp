@@ -10,6 +10,12 @@
 //   PipelineExact           many k-tiles (ring wrap-around, mbarrier phases), tails in m, n, k.
 //   TmaAndGatherBitwise     the same problem through TMA and through the gather: the tensor
 //                           cores must see the same bits, so the outputs are bitwise equal.
+//   StagedExact             the M/N-contiguous operands by TMA into staging and transposed in
+//                           shared memory (WgmmaMnLoad::Tma): one tile, then many k-tiles (the
+//                           3-stage ring of two staged operands wraps), tails; exact.
+//   StagedAndGatherBitwise  the staged transpose and the gather on the same random data, dgrad
+//                           and wgrad shapes of fc1 included (beta 1): bitwise equal outputs;
+//                           misaligned operands fall back to the gather and stay correct.
 //   SplitKExactAndRepeat    splits 1, 2, 4, 8 (cluster + DSMEM reduction): exact on integers,
 //                           and bitwise repeatable on random floats.
 //   AwkwardShapes           m, n, k from {1, 7, 64, 127, 128, 129, 1000, 1024, 3136}, every
@@ -86,10 +92,10 @@ std::string describe(const Case& c) {
   char buf[240];
   std::snprintf(buf, sizeof buf,
                 "ta=%d tb=%d m=%d n=%d k=%d pad=%d offset=%d align4=%d alpha=%g beta=%g bias=%d "
-                "relu=%d fill=%s splits=%d gather=%d",
+                "relu=%d fill=%s splits=%d gather=%d mn_tma=%d",
                 c.ta, c.tb, c.m, c.n, c.k, c.pad, c.offset, c.align4, c.alpha, c.beta, c.bias,
                 c.relu, c.fill == Fill::SmallInt ? "int" : "random", c.opt.splits,
-                c.opt.force_gather);
+                c.opt.force_gather, c.opt.mn_load == WgmmaMnLoad::Tma);
   return buf;
 }
 
@@ -317,6 +323,77 @@ TEST(GpuGemmWgmma, TmaAndGatherBitwise) {
 #endif
 }
 
+TEST(GpuGemmWgmma, StagedExact) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA();
+  // (ta, tb) = (0, 0): B staged (dgrad); (1, 1): A staged; (1, 0): both staged (wgrad). One
+  // stage's k (32), then 13 / 40 k-tiles and ragged m, n, k.
+  const int sizes[][3] = {
+      {128, 128, 32}, {128, 128, 416}, {128, 128, 1280}, {100, 90, 417}, {257, 300, 1001}};
+  for (const auto& sz : sizes)
+    for (int t : {1, 2, 3}) {
+      Case c;
+      c.ta = (t & 1) != 0;
+      c.tb = (t & 2) == 0;
+      c.m = sz[0];
+      c.n = sz[1];
+      c.k = sz[2];
+      c.fill = Fill::SmallInt;
+      c.opt.splits = 1;
+      c.opt.mn_load = WgmmaMnLoad::Tma;
+      const uint64_t seed = test::fresh_seed();
+      SCOPED_TRACE(describe(c) + " seed=" + std::to_string(seed));
+      const Result r = run(c, seed);
+      std::printf("staged %dx%dx%d ta=%d tb=%d: %lld wrong%s%s\n", c.m, c.n, c.k, c.ta, c.tb,
+                  static_cast<long long>(r.exact_bad), r.exact_bad ? ", first " : "",
+                  r.first_bad.c_str());
+      expect_close(c, r);
+    }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(GpuGemmWgmma, StagedAndGatherBitwise) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA();
+  // {m, n, k, splits (0: picked), beta != 0, layout: 0 aligned, 1 ld + 3 (gather fallback),
+  // 2 pointers shifted by 1 (gather fallback)}; fc1's dgrad (128 x 3136 x 1024) and wgrad
+  // (1024 x 3136 x 128, dw += ) at batch 128.
+  const int cases[][6] = {{200, 129, 333, 2, 0, 0},   {257, 300, 1001, 1, 1, 0},
+                          {300, 260, 128, 0, 1, 0},   {128, 3136, 1024, 0, 0, 0},
+                          {1024, 3136, 128, 0, 1, 0}, {129, 127, 128, 4, 1, 0},
+                          {200, 129, 333, 2, 0, 1},   {200, 129, 333, 2, 1, 2}};
+  for (const auto& cs : cases)
+    for (int t = 0; t < 4; ++t) {
+      Case c;
+      c.ta = (t & 1) != 0;
+      c.tb = (t & 2) == 0;
+      c.m = cs[0];
+      c.n = cs[1];
+      c.k = cs[2];
+      c.opt.splits = cs[3];
+      c.beta = cs[4] ? 1.f : 0.f;
+      c.pad = cs[5] == 1 ? 3 : 0;
+      c.align4 = cs[5] != 1;
+      c.offset = cs[5] == 2 ? 1 : 0;
+      c.bias = c.relu = (t == 2);
+      const uint64_t seed = test::fresh_seed();
+      SCOPED_TRACE(describe(c) + " seed=" + std::to_string(seed));
+      c.opt.mn_load = WgmmaMnLoad::Tma;
+      const Result staged = run(c, seed);
+      c.opt.mn_load = WgmmaMnLoad::Gather;
+      const Result gather = run(c, seed);
+      expect_close(c, staged);
+      expect_close(c, gather);
+      EXPECT_TRUE(bitwise_equal(staged.got, gather.got))
+          << "the staged transpose and the gather must hand the tensor cores the same bits";
+    }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
 TEST(GpuGemmWgmma, SplitKExactAndRepeat) {
 #ifdef CNN_HAVE_CUDA
   CNN_REQUIRE_WGMMA();
@@ -438,7 +515,7 @@ TEST(GpuGemmWgmma, Dispatch) {
             gemm_wgmma_available());
   // Auto picks it for a TF32 problem with both operands K-major (fc1 forward), unless the
   // environment names another path (read once per process); with transposed operands only
-  // when CNN_GEMM_PATH=wgmma says so.
+  // when CNN_GEMM_PATH=wgmma or CNN_WGMMA_MN=tma says so.
   const GemmPathSwitch env = process_env_switches().gemm_path;
   EXPECT_EQ(
       gemm_cuda_resolve(GemmPath::Auto, false, true, 128, 1024, 3136, none, 3136, none, 3136,
@@ -446,10 +523,16 @@ TEST(GpuGemmWgmma, Dispatch) {
       (env == GemmPathSwitch::Auto || env == GemmPathSwitch::Wgmma) && gemm_wgmma_available());
   EXPECT_EQ(gemm_cuda_resolve(GemmPath::Auto, false, false, 128, 3136, 1024, none, 1024, none, 3136,
                               Precision::TF32) == GemmPath::Wgmma,
-            env == GemmPathSwitch::Wgmma && gemm_wgmma_available());
+            (env == GemmPathSwitch::Wgmma ||
+             (env == GemmPathSwitch::Auto && process_env_switches().wgmma_mn_tma)) &&
+                gemm_wgmma_available());
   {
     test::ScopedEnv env("CNN_GEMM_PATH", "wgmma");
     EXPECT_EQ(read_env_switches().gemm_path, GemmPathSwitch::Wgmma);
+  }
+  {
+    test::ScopedEnv env("CNN_WGMMA_MN", "tma");
+    EXPECT_TRUE(read_env_switches().wgmma_mn_tma);
   }
 #else
   GTEST_SKIP() << "built without CUDA";

@@ -633,6 +633,23 @@ void bench_linear(const BenchContext& ctx, std::vector<BenchRow>& rows, const st
           };
           rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
         }
+        // The transposed passes once more with their M/N-contiguous operands staged by TMA and
+        // transposed in shared memory (whatever CNN_WGMMA_MN says), beside the gather above.
+        if (gemm_wgmma_available() && pass != Pass::Forward) {
+          Candidate c;
+          c.variant = "gemm:wgmma-staged";
+          c.launch = [&](int i) {
+            WgmmaOptions opt;
+            opt.mn_load = WgmmaMnLoad::Tma;
+            if (pass == Pass::BackwardData)
+              gemm_wgmma(false, false, s.n, s.in, s.out, 1.f, d.f(i, a), s.out, d.f(i, b), s.in,
+                         0.f, d.f(i, out), s.in, nullptr, false, ctx.stream, opt);
+            else
+              gemm_wgmma(true, false, s.out, s.in, s.n, 1.f, d.f(i, b), s.out, d.f(i, a), s.in,
+                         1.f, d.f(i, out), s.in, nullptr, false, ctx.stream, opt);
+          };
+          rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
+        }
       }
     }
   }

@@ -40,7 +40,9 @@ namespace cnn {
 //   Wgmma: the Hopper wgmma + TMA kernel of gemm_wgmma.h (TF32 only, any layout and alignment);
 //        where it cannot run (not a compute capability 9.0 device, a build without architecture
 //        90, precision FP32, k == 0) the call takes what Auto would. Auto picks it for TF32
-//        problems whose operands are both K-major (after the small-shape kernels);
+//        problems whose operands are both K-major (after the small-shape kernels), and, with
+//        CNN_WGMMA_MN=tma, for transposed ones whose operands are TMA-aligned (16-byte base,
+//        leading dimension a multiple of 4: staged by TMA, transposed in shared memory);
 //        CNN_GEMM_PATH=wgmma makes Auto take it for every TF32 problem.
 enum class GemmPath { Auto, StridedTile, VecTile, SmallDot, SmallM, SmallK, Wgmma };
 const char* gemm_path_name(GemmPath path);

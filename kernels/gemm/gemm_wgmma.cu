@@ -8,6 +8,12 @@
 //     st.shared and fence.proxy.async. A stage is announced on its `full` mbarrier (TMA bytes
 //     and/or 128 producer arrivals) and reused once its `empty` mbarrier has seen the 8 consumer
 //     warps release it.
+//   With WgmmaMnLoad::Tma, an M/N-contiguous operand (TMA-aligned) is not gathered: thread 0
+//     loads it by TMA as it lies, four 32 (rows) x 32 (k) boxes in the 128-byte swizzle, into a
+//     staging ring (kStages - 1 k-tiles ahead, on the `staged` mbarriers), and the 128 producer
+//     threads transpose each staged tile shared -> shared into the K-major stage with 16-byte
+//     loads and stores (fence.proxy.async, then the `full` arrive). The gather's serial
+//     load-then-store per stage became asynchronous copies that stay in flight.
 //   warpgroups 1 and 2, the consumers: warpgroup w multiplies rows [64 (w - 1), +64) of the tile,
 //     4 wgmma.m64n128k8 per stage, one stage's group kept in flight while the next is issued.
 // Epilogue: the consumers write their accumulators to shared memory (reusing the stage ring);
@@ -27,22 +33,41 @@
 
 #include "kernels/gemm/gemm_wgmma.h"
 #include "runtime/cuda_check.h"
+#include "runtime/env_switches.h"
 #include "runtime/math_util.h"
 
 namespace cnn {
 namespace {
 
 constexpr int kBM = 128, kBN = 128, kBK = 32;  // block tile; kBK fp32 = one 128-byte swizzle row
-constexpr int kStages = 4;
-constexpr int kThreads = 384;                // producer + 2 consumer warpgroups
-constexpr int kTileBytes = kBM * kBK * 4;    // 16 KB, A or B^T tile of one stage
-constexpr int kStageBytes = 2 * kTileBytes;  // A then B^T
-constexpr int kEpiPitch = kBN + 4;           // floats; rows stay 16-byte aligned
-constexpr int kBarrierOffset = kStages * kStageBytes;
-constexpr int kSmemBytes = 1024 + kBarrierOffset + 2 * kStages * 8;  // + alignment slack
-static_assert(kBM * kEpiPitch * 4 <= kBarrierOffset, "epilogue tile must fit in the stage ring");
+constexpr int kThreads = 384;                  // producer + 2 consumer warpgroups
+constexpr int kTileBytes = kBM * kBK * 4;      // 16 KB, A or B^T tile of one stage
+constexpr int kStageBytes = 2 * kTileBytes;    // A then B^T
+constexpr int kEpiPitch = kBN + 4;             // floats; rows stay 16-byte aligned
 static_assert(kBM == kBN, "the gather maps one producer thread per tile row");
 constexpr int kMaxSplits = 8;  // portable cluster size
+
+// How the producer fills an operand's K-major tile:
+//   kTmaK:   TMA straight into the swizzled K-major tile (K-contiguous operand);
+//   kGather: ordinary loads, written transposed/swizzled by the producer threads;
+//   kTmaMN:  TMA of the tile as it lies (M/N-contiguous: four 32 x 32 boxes, 128-byte swizzle)
+//            into a staging buffer, then transposed shared -> shared by the producer threads.
+enum Load { kTmaK, kGather, kTmaMN };
+
+// Shared-memory plan of one instantiation: the K-major stage ring, then (kTmaMN operands) a
+// staging ring of the same depth, then the mbarriers full, empty, staged. Two staged operands
+// leave room for 3 stages (192 KB), one for 4 (192 KB), none for 4 (128 KB).
+template <int kLA, int kLB>
+struct Plan {
+  static constexpr int kStagedOps = (kLA == kTmaMN) + (kLB == kTmaMN);
+  static constexpr bool kMN = kStagedOps > 0;
+  static constexpr int kStages = kStagedOps == 2 ? 3 : 4;
+  static constexpr int kStagingOffset = kStages * kStageBytes;
+  static constexpr int kBarrierOffset = kStagingOffset + kStages * kStagedOps * kTileBytes;
+  static constexpr int kSmemBytes = 1024 + kBarrierOffset + 3 * kStages * 8;  // + alignment
+  static_assert(kBM * kEpiPitch * 4 <= kStages * kStageBytes, "epilogue tile must fit the ring");
+  static_assert(kSmemBytes <= 227 * 1024, "over the per-block shared-memory limit");
+};
 
 // Operand (r, k) of the A tile is op(A)[m0 + r][k]; of the B^T tile, op(B)[k][n0 + r]. Stored at
 // ptr[r * ld + k] when kcontig, else ptr[k * ld + r] (row index global).
@@ -286,6 +311,50 @@ __device__ __forceinline__ void gather_tile(uint32_t dst, const Operand& op, int
   }
 }
 
+__device__ __forceinline__ float4 ld_shared_v4(uint32_t addr) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+
+// Producer thread t (0..127) transposes its part of one staged M/N-major tile `src` into the
+// K-major swizzled tile `dst`. src holds four TMA boxes of 32 rows x 32 k, box q the rows
+// [32 q, +32): k row kk at q * 4096 + kk * 128, the 16-byte chunk of rows 4 c .. 4 c + 3 at chunk
+// c ^ (kk % 8). The tile is 32 x 8 blocks of 4 rows x 4 k; thread t owns two: it reads the 4 k
+// rows of a block (4 x 16-byte loads), and writes its 4 tile rows (4 x 16-byte stores), the 4 x 4
+// transpose happening in registers. Lane i = t % 8 of each quarter warp takes row chunk
+// mc = i + 8 mhi and k chunk kc = ((i / 2) ^ u) + 4 h ((mhi, u, h) from t / 8 and the repeat),
+// which gives the 8 lanes 8 distinct 16-byte bank groups on both sides of the swizzle: loads
+// (i ^ 4 (kc % 2) ^ e) and stores (kc ^ 4 (i % 2) ^ j) conflict-free.
+__device__ __forceinline__ void transpose_staged(uint32_t dst, uint32_t src, int t) {
+  const int i = t & 7, g = t >> 3;
+#pragma unroll
+  for (int rep = 0; rep < 2; ++rep) {
+    const int combo = 2 * g + rep;  // 0..31
+    const int mc = i + 8 * (combo & 3);
+    const int kc = ((i >> 1) ^ ((combo >> 2) & 3)) + 4 * (combo >> 4);
+    float4 v[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int kk = 4 * kc + e;
+      v[e] =
+          ld_shared_v4(src + uint32_t((mc >> 3) * 4096 + kk * 128 + (((mc & 7) ^ (kk & 7)) << 4)));
+    }
+    st_shared_v4(dst + sw128_offset(4 * mc + 0, kc), v[0].x, v[1].x, v[2].x, v[3].x);
+    st_shared_v4(dst + sw128_offset(4 * mc + 1, kc), v[0].y, v[1].y, v[2].y, v[3].y);
+    st_shared_v4(dst + sw128_offset(4 * mc + 2, kc), v[0].z, v[1].z, v[2].z, v[3].z);
+    st_shared_v4(dst + sw128_offset(4 * mc + 3, kc), v[0].w, v[1].w, v[2].w, v[3].w);
+  }
+}
+
+// Named barrier of the producer warpgroup only (id 1; 0 is __syncthreads).
+__device__ __forceinline__ void producer_sync() {
+  asm volatile("bar.sync 1, 128;\n" ::: "memory");
+}
+
 // The im2col gather of the convolution's A tile: thread t owns tile row t (output pixel
 // m0 + t: consecutive lanes, consecutive pixels, so the loads of a warp run along a row of x
 // for stride 1) and its 32 k = (c, r, s), decomposed once per tile and stepped.
@@ -331,21 +400,32 @@ __device__ __forceinline__ void gather_im2col(uint32_t dst, const Operand& op, c
 // +128), split z its k-tiles [z T / splits, (z + 1) T / splits) of T = ceil(K / 32).
 // kConv: A is gathered as im2col (gather_im2col) and C element (m, n) goes to
 // y[((m / P) * N + n) * P + m % P], P = OH * OW.
-template <bool kATma, bool kBTma, bool kConv>
+template <int kLA, int kLB, bool kConv>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_a,
                       const __grid_constant__ CUtensorMap map_b, const Params p) {
 #ifdef CNN_WGMMA_DEVICE_CODE
-  static_assert(!(kConv && kATma), "the convolution's A is always gathered");
-  constexpr bool kAnyGather = !kATma || !kBTma;
+  using P = Plan<kLA, kLB>;
+  constexpr int kStages = P::kStages;
+  constexpr bool kATma = kLA == kTmaK, kBTma = kLB == kTmaK;
+  static_assert(!(kConv && kLA != kGather), "the convolution's A is always gathered");
+  static_assert(!P::kMN || (kLA != kGather && kLB != kGather),
+                "a staged operand goes with a TMA operand, not a gathered one");
+  constexpr bool kAnyGather = kLA == kGather || kLB == kGather;
   constexpr uint32_t kTxBytes = (kATma ? kTileBytes : 0) + (kBTma ? kTileBytes : 0);
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  const uint32_t bars = base + kBarrierOffset;  // full[kStages], then empty[kStages]
+  const uint32_t bars = base + P::kBarrierOffset;  // full[kStages], empty[kStages], staged[]
   auto full = [&](int s) { return bars + 8u * s; };
   auto empty = [&](int s) { return bars + 8u * (kStages + s); };
+  auto staged = [&](int s) { return bars + 8u * (2 * kStages + s); };
   auto tile_a = [&](int s) { return base + uint32_t(s) * kStageBytes; };
   auto tile_b = [&](int s) { return base + uint32_t(s) * kStageBytes + kTileBytes; };
+  // Staging of stage s: the A box set (if staged), then the B one.
+  auto stage_a = [&](int s) {
+    return base + uint32_t(P::kStagingOffset + s * P::kStagedOps * kTileBytes);
+  };
+  auto stage_b = [&](int s) { return stage_a(s) + (kLA == kTmaMN ? uint32_t(kTileBytes) : 0u); };
 
   const int tid = threadIdx.x;
   const int tiles_n = (p.N + kBN - 1) / kBN;
@@ -357,15 +437,51 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(full(s), kAnyGather ? 128 : 1);
+      mbar_init(full(s), (kAnyGather || P::kMN) ? 128 : 1);
       mbar_init(empty(s), 8);  // lane 0 of each consumer warp
+      mbar_init(staged(s), 1);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
   const int wg = tid / 128;
-  if (wg == 0) {
+  if (wg == 0 && P::kMN) {
+    // Producer with staged operands. Thread 0 issues every TMA (staging boxes and K-major
+    // tiles) for k-tile j on staged(j % kStages), kStages - 1 k-tiles ahead; all 128 threads
+    // then wait for k-tile i, transpose its staged tiles into the K-major stage, fence and
+    // arrive on full. The producer barrier after the transpose frees k-tile i's staging for
+    // the TMA of k-tile i + kStages - 1 (the same slot when i + kStages - 1 = i - 1 mod kStages).
+    auto issue = [&](int j) {
+      const int s = j % kStages;
+      // A K-major TMA tile overwrites the stage the consumers read for k-tile j - kStages.
+      if (kTxBytes > 0 && j >= kStages) mbar_wait(empty(s), ((j / kStages) - 1) & 1);
+      const int k0 = (kt_begin + j) * kBK;
+      mbar_arrive_expect_tx(staged(s), 2 * kTileBytes);
+      if constexpr (kLA == kTmaK) tma_load_2d(tile_a(s), &map_a, k0, m0, staged(s));
+      if constexpr (kLB == kTmaK) tma_load_2d(tile_b(s), &map_b, k0, n0, staged(s));
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        if constexpr (kLA == kTmaMN)
+          tma_load_2d(stage_a(s) + q * 4096u, &map_a, m0 + 32 * q, k0, staged(s));
+        if constexpr (kLB == kTmaMN)
+          tma_load_2d(stage_b(s) + q * 4096u, &map_b, n0 + 32 * q, k0, staged(s));
+      }
+    };
+    if (tid == 0)
+      for (int j = 0; j < kStages - 1 && j < nk; ++j) issue(j);
+    for (int i = 0; i < nk; ++i) {
+      const int s = i % kStages;
+      mbar_wait(staged(s), (i / kStages) & 1);
+      if (i >= kStages) mbar_wait(empty(s), ((i / kStages) - 1) & 1);
+      if constexpr (kLA == kTmaMN) transpose_staged(tile_a(s), stage_a(s), tid);
+      if constexpr (kLB == kTmaMN) transpose_staged(tile_b(s), stage_b(s), tid);
+      fence_proxy_async();
+      mbar_arrive(full(s));
+      producer_sync();
+      if (tid == 0 && i + kStages - 1 < nk) issue(i + kStages - 1);
+    }
+  } else if (wg == 0) {
     // Producer. With TMA for both operands one thread issues everything.
     if (kAnyGather || tid == 0) {
       for (int i = 0; i < nk; ++i) {
@@ -437,42 +553,97 @@ __global__ void __launch_bounds__(kThreads, 1)
   // This block's band of rows, summed over the cluster's partial tiles in rank order.
   const int band = kBM / int(nsplit);
   const int r_begin = int(rank) * band;
-  for (int idx = tid; idx < band * (kBN / 4); idx += kThreads) {
-    // Row-major C: a warp covers one row's 128 columns (coalesced). NCHW: a warp covers 32
-    // rows (pixels, contiguous in y) of one group of 4 columns.
-    const int r = r_begin + (kConv ? idx % band : idx / (kBN / 4));
-    const int c4 = (kConv ? idx / band : idx % (kBN / 4)) * 4;
-    const uint32_t local = base + uint32_t(r * kEpiPitch + c4) * 4;
-    float4 sum = ld_cluster_v4(map_rank(local, 0));
-    for (uint32_t q = 1; q < nsplit; ++q) {
-      const float4 v = ld_cluster_v4(map_rank(local, q));
-      sum.x += v.x;
-      sum.y += v.y;
-      sum.z += v.z;
-      sum.w += v.w;
-    }
-    const int m = m0 + r;
-    if (m >= p.M) continue;
-    const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
-    float* crow;
-    int64_t col_stride = 1;
-    if constexpr (kConv) {
-      const int pix_per_img = p.conv.oh * p.conv.ow;
-      const int img = m / pix_per_img;
-      crow = p.c + int64_t(img) * p.N * pix_per_img + (m - img * pix_per_img);
-      col_stride = pix_per_img;
-    } else {
-      crow = p.c + int64_t(m) * p.ldc;
-    }
+  if constexpr (P::kMN) {
+    // Row-major C only (no convolution has a staged operand). kBatch items per thread at a
+    // time, their beta * C reads all issued before the first store: the weight gradient
+    // (beta = 1) otherwise waits one memory latency per item, ~11 per thread and tile.
+    constexpr int kBatch = 4;
+    const int items = band * (kBN / 4);
+    for (int idx0 = tid; idx0 < items; idx0 += kBatch * kThreads) {
+      float vals[kBatch][4], old[kBatch][4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int n = n0 + c4 + e;
-      if (n >= p.N) break;
-      float v = p.alpha * vals[e];
-      if (p.beta != 0.f) v = fmaf(p.beta, crow[n * col_stride], v);
-      if (p.bias) v += __ldg(p.bias + n);
-      if (p.relu) v = (v <= 0.f) ? 0.f : v;  // NaN passes, as in the CPU references
-      crow[n * col_stride] = v;
+      for (int b = 0; b < kBatch; ++b) {
+        const int idx = idx0 + b * kThreads;
+        const int r = r_begin + idx / (kBN / 4), c4 = (idx % (kBN / 4)) * 4;
+        const int m = m0 + r;
+        if (idx >= items || m >= p.M) continue;
+        const uint32_t local = base + uint32_t(r * kEpiPitch + c4) * 4;
+        float4 sum = ld_cluster_v4(map_rank(local, 0));
+        for (uint32_t q = 1; q < nsplit; ++q) {
+          const float4 v = ld_cluster_v4(map_rank(local, q));
+          sum.x += v.x;
+          sum.y += v.y;
+          sum.z += v.z;
+          sum.w += v.w;
+        }
+        vals[b][0] = sum.x;
+        vals[b][1] = sum.y;
+        vals[b][2] = sum.z;
+        vals[b][3] = sum.w;
+        const float* crow = p.c + int64_t(m) * p.ldc;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int n = n0 + c4 + e;
+          old[b][e] = (p.beta != 0.f && n < p.N) ? crow[n] : 0.f;
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int idx = idx0 + b * kThreads;
+        const int r = r_begin + idx / (kBN / 4), c4 = (idx % (kBN / 4)) * 4;
+        const int m = m0 + r;
+        if (idx >= items || m >= p.M) continue;
+        float* crow = p.c + int64_t(m) * p.ldc;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int n = n0 + c4 + e;
+          if (n >= p.N) break;
+          float v = p.alpha * vals[b][e];
+          if (p.beta != 0.f) v = fmaf(p.beta, old[b][e], v);
+          if (p.bias) v += __ldg(p.bias + n);
+          if (p.relu) v = (v <= 0.f) ? 0.f : v;  // NaN passes, as in the CPU references
+          crow[n] = v;
+        }
+      }
+    }
+  } else {
+    for (int idx = tid; idx < band * (kBN / 4); idx += kThreads) {
+      // Row-major C: a warp covers one row's 128 columns (coalesced). NCHW: a warp covers 32
+      // rows (pixels, contiguous in y) of one group of 4 columns.
+      const int r = r_begin + (kConv ? idx % band : idx / (kBN / 4));
+      const int c4 = (kConv ? idx / band : idx % (kBN / 4)) * 4;
+      const uint32_t local = base + uint32_t(r * kEpiPitch + c4) * 4;
+      float4 sum = ld_cluster_v4(map_rank(local, 0));
+      for (uint32_t q = 1; q < nsplit; ++q) {
+        const float4 v = ld_cluster_v4(map_rank(local, q));
+        sum.x += v.x;
+        sum.y += v.y;
+        sum.z += v.z;
+        sum.w += v.w;
+      }
+      const int m = m0 + r;
+      if (m >= p.M) continue;
+      const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
+      float* crow;
+      int64_t col_stride = 1;
+      if constexpr (kConv) {
+        const int pix_per_img = p.conv.oh * p.conv.ow;
+        const int img = m / pix_per_img;
+        crow = p.c + int64_t(img) * p.N * pix_per_img + (m - img * pix_per_img);
+        col_stride = pix_per_img;
+      } else {
+        crow = p.c + int64_t(m) * p.ldc;
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int n = n0 + c4 + e;
+        if (n >= p.N) break;
+        float v = p.alpha * vals[e];
+        if (p.beta != 0.f) v = fmaf(p.beta, crow[n * col_stride], v);
+        if (p.bias) v += __ldg(p.bias + n);
+        if (p.relu) v = (v <= 0.f) ? 0.f : v;  // NaN passes, as in the CPU references
+        crow[n * col_stride] = v;
+      }
     }
   }
   cluster_sync();  // no block leaves while another still reads its partial tile
@@ -500,35 +671,41 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
-// TMA takes a K-contiguous operand whose base is 16-byte aligned and whose row stride is a
-// multiple of 16 bytes.
+// TMA takes an operand whose base is 16-byte aligned and whose row stride is a multiple of 16
+// bytes; K-contiguous straight into the K-major tile, M/N-contiguous into staging.
+bool tma_aligned(const Operand& op) {
+  return (reinterpret_cast<uintptr_t>(op.ptr) & 15u) == 0 && op.ld % 4 == 0;
+}
 bool tma_ok(const Operand& op) {
-  return op.kcontig && (reinterpret_cast<uintptr_t>(op.ptr) & 15u) == 0 && op.ld % 4 == 0;
+  return op.kcontig && tma_aligned(op);
 }
 
-// A (rows, K) K-contiguous operand as a 2-D tensor map with 32 x 128 boxes, 128-byte swizzle,
-// zero fill outside.
+// The operand as a 2-D tensor map, 128-byte swizzle, zero fill outside. K-contiguous: dims
+// (K, rows), 32 x 128 boxes (k, rows), the K-major tile itself. M/N-contiguous: dims (rows, K),
+// 32 x 32 boxes (rows, k), four of which make a staged tile.
 CUtensorMap make_map(const Operand& op, int K) {
   CUtensorMap map{};
-  const cuuint64_t dims[2] = {cuuint64_t(K), cuuint64_t(op.rows)};
+  const cuuint64_t dims[2] = {cuuint64_t(op.kcontig ? K : op.rows),
+                              cuuint64_t(op.kcontig ? op.rows : K)};
   const cuuint64_t strides[1] = {cuuint64_t(op.ld) * 4};
-  const cuuint32_t box[2] = {kBK, kBM};
+  const cuuint32_t box[2] = {kBK, op.kcontig ? cuuint32_t(kBM) : cuuint32_t(kBK)};
   const cuuint32_t elem_strides[2] = {1, 1};
   const CUresult r = tensor_map_encoder()(
       &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(op.ptr), dims, strides, box,
       elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   CNN_CHECK(r == CUDA_SUCCESS,
-            "gemm_wgmma: cuTensorMapEncodeTiled failed (error {}) for a ({}, {}) operand with "
+            "gemm_wgmma: cuTensorMapEncodeTiled failed (error {}) for a ({}, {}) {} operand with "
             "row stride {} floats",
-            int(r), op.rows, K, op.ld);
+            int(r), op.rows, K, op.kcontig ? "K-contiguous" : "M/N-contiguous", op.ld);
   return map;
 }
 
-template <bool kATma, bool kBTma, bool kConv = false>
+template <int kLA, int kLB, bool kConv = false>
 void launch(const Params& p, const CUtensorMap& map_a, const CUtensorMap& map_b, int splits,
             cudaStream_t stream) {
-  auto kernel = gemm_wgmma_kernel<kATma, kBTma, kConv>;
+  auto kernel = gemm_wgmma_kernel<kLA, kLB, kConv>;
+  constexpr int kSmemBytes = Plan<kLA, kLB>::kSmemBytes;
   CNN_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   const int64_t tiles = ceil_div<int64_t>(p.M, kBM) * ceil_div<int64_t>(p.N, kBN);
@@ -619,18 +796,32 @@ void gemm_wgmma(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
   p.beta = beta;
   p.bias = d_bias;
   p.relu = relu;
+  const bool mn_tma = opt.mn_load == WgmmaMnLoad::Tma ||
+                      (opt.mn_load == WgmmaMnLoad::Default && process_env_switches().wgmma_mn_tma);
+  if (mn_tma && !opt.force_gather && (!p.a.kcontig || !p.b.kcontig) && tma_aligned(p.a) &&
+      tma_aligned(p.b)) {
+    // Both operands by TMA, the M/N-contiguous ones staged and transposed in shared memory.
+    const CUtensorMap map_a = make_map(p.a, k), map_b = make_map(p.b, k);
+    if (p.a.kcontig)
+      launch<kTmaK, kTmaMN>(p, map_a, map_b, splits, stream);
+    else if (p.b.kcontig)
+      launch<kTmaMN, kTmaK>(p, map_a, map_b, splits, stream);
+    else
+      launch<kTmaMN, kTmaMN>(p, map_a, map_b, splits, stream);
+    return;
+  }
   const bool a_tma = !opt.force_gather && tma_ok(p.a);
   const bool b_tma = !opt.force_gather && tma_ok(p.b);
   const CUtensorMap map_a = a_tma ? make_map(p.a, k) : CUtensorMap{};
   const CUtensorMap map_b = b_tma ? make_map(p.b, k) : CUtensorMap{};
   if (a_tma && b_tma)
-    launch<true, true>(p, map_a, map_b, splits, stream);
+    launch<kTmaK, kTmaK>(p, map_a, map_b, splits, stream);
   else if (a_tma)
-    launch<true, false>(p, map_a, map_b, splits, stream);
+    launch<kTmaK, kGather>(p, map_a, map_b, splits, stream);
   else if (b_tma)
-    launch<false, true>(p, map_a, map_b, splits, stream);
+    launch<kGather, kTmaK>(p, map_a, map_b, splits, stream);
   else
-    launch<false, false>(p, map_a, map_b, splits, stream);
+    launch<kGather, kGather>(p, map_a, map_b, splits, stream);
 }
 
 void conv2d_forward_wgmma(const WgmmaConvShape& s, const float* d_x, const float* d_w,
@@ -675,9 +866,9 @@ void conv2d_forward_wgmma(const WgmmaConvShape& s, const float* d_x, const float
   const bool b_tma = !opt.force_gather && tma_ok(p.b);
   const CUtensorMap map_b = b_tma ? make_map(p.b, int(k)) : CUtensorMap{};
   if (b_tma)
-    launch<false, true, true>(p, CUtensorMap{}, map_b, splits, stream);
+    launch<kGather, kTmaK, true>(p, CUtensorMap{}, map_b, splits, stream);
   else
-    launch<false, false, true>(p, CUtensorMap{}, map_b, splits, stream);
+    launch<kGather, kGather, true>(p, CUtensorMap{}, map_b, splits, stream);
 }
 
 }  // namespace cnn

@@ -11,7 +11,8 @@
 // with trans_b) whose base is 16-byte aligned and whose leading dimension is a multiple of 4 is
 // loaded by TMA; any other operand (stored M/N-contiguous, or misaligned) is gathered by the
 // producer warpgroup with ordinary loads and transposed into the same swizzled layout, so every
-// transpose combination and any alignment runs on this kernel.
+// transpose combination and any alignment runs on this kernel. WgmmaMnLoad::Tma instead loads an
+// aligned M/N-contiguous operand by TMA into staging and transposes it in shared memory.
 //
 // Only compiled for the device when the build's CUDA architectures include 90 (then this file
 // gets an sm_90a cubin and no plain sm_90 one); gemm_wgmma_available() says whether it can run
@@ -23,9 +24,18 @@ namespace cnn {
 // True when this build has the sm_90a kernel and the current device is compute capability 9.0.
 bool gemm_wgmma_available();
 
+// How an M/N-contiguous operand (dgrad's w, wgrad's dy and x) reaches its K-major tile:
+//   Gather: the producer's transposing loads (verified on the H200);
+//   Tma: TMA of the tile as it lies into a staging buffer (four 32 x 32 boxes), transposed shared
+//        -> shared by the producer warpgroup, kStages - 1 k-tiles of TMA in flight; taken when
+//        both operands are TMA-aligned (16-byte base, leading dimension a multiple of 4);
+//   Default: Tma when CNN_WGMMA_MN=tma, else Gather (until the Tma path has run on the device).
+enum class WgmmaMnLoad { Default, Gather, Tma };
+
 struct WgmmaOptions {
   int splits = 0;             // k split across a cluster: 0 picks (1..8), else 1, 2, 4 or 8
   bool force_gather = false;  // load both operands with the producer's gather, never TMA (tests)
+  WgmmaMnLoad mn_load = WgmmaMnLoad::Default;
 };
 
 // C (m, n) = epilogue(alpha * op(A) * op(B) + beta * C), as gemm_cuda. m, n, k > 0. Throws
