@@ -47,8 +47,9 @@ void check_avgpool(const AvgPoolShape& s) {
   const std::vector<float> y = test::to_host(d_y.data(), ny), dx = test::to_host(d_dx.data(), nx);
   EXPECT_FALSE(test::any_nan(y));
   EXPECT_FALSE(test::any_nan(dx));
-  EXPECT_LT(test::max_rel_error(y, y_ref), 1e-5);
-  EXPECT_LT(test::max_rel_error(dx, dx_ref), 1e-5);
+  // A window's float sum in another order than the CPU twin's: ~1e-5 on near-zero averages.
+  EXPECT_LT(test::max_rel_error(y, y_ref), 1e-4);
+  EXPECT_LT(test::max_rel_error(dx, dx_ref), 1e-4);
   test::poison_device(d_dx.data(), nx);
   avgpool_backward(s, d_dy.data(), d_dx.data(), ex);
   EXPECT_EQ(test::to_host(d_dx.data(), nx), dx);  // gather: fixed order, same bits

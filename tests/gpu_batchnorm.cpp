@@ -3,6 +3,9 @@
 // NaN-poisoned outputs; the training pass bitwise repeatable; eval; the batch-1 refusal.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include <cstdio>
 #include <vector>
 
@@ -123,7 +126,11 @@ void check_shape(const BatchNormShape& s, float offset) {
                {"dbeta", {&got.dbeta, &ref.dbeta}}};
   for (const auto& [what, p] : pairs) {
     EXPECT_FALSE(test::any_nan(*p.first)) << what;
-    const double e = test::max_rel_error(*p.first, *p.second);
+    // Near-zero elements are measured against a tenth of the tensor's largest value: at an
+    // offset, float's x - mean keeps only ~1e-5 of the spread, which is no error of the kernel.
+    double scale = 0;
+    for (float v : *p.second) scale = std::max(scale, double(std::fabs(v)));
+    const double e = test::max_rel_error(*p.first, *p.second, 0.1 * scale);
     std::printf("batchnorm (%d, %d, %lld) %s: rel error %.3g\n", s.n, s.c, (long long)s.hw, what,
                 e);
     EXPECT_LT(e, 1e-3) << what;

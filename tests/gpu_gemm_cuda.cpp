@@ -125,7 +125,7 @@ double run_case(const GemmCase& c, Precision prec, uint64_t seed, bool check_rep
   std::vector<float> c0 = cm;
   if (took)
     *took = gemm_cuda_resolve(path, c.ta, c.tb, c.m, c.n, c.k, d_a.data() + off, lda,
-                              d_b.data() + off, ldb);
+                              d_b.data() + off, ldb, prec);
   auto launch = [&] {
     gemm_cuda_path(path, c.ta, c.tb, c.m, c.n, c.k, c.alpha, d_a.data() + off, lda,
                    d_b.data() + off, ldb, c.beta, d_c.data() + off, ldc,
