@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-
 #include <cstdio>
 #include <vector>
 
@@ -175,7 +174,9 @@ TEST(GpuBatchNorm, EvalMatchesCpu) {
     batchnorm_forward_eval(s, x.data(), g.data(), b.data(), rm.data(), rv.data(), 1e-5f, y.data(),
                            ex);
     const std::vector<float> got = test::to_host(y.data(), in.x.size());
-    EXPECT_LT(test::max_rel_error(got, ref), 1e-5);
+    double scale = 0;  // near-zero outputs against the tensor's scale, as in check_shape
+    for (float v : ref) scale = std::max(scale, double(std::fabs(v)));
+    EXPECT_LT(test::max_rel_error(got, ref, 0.1 * scale), 1e-5);
   }
 }
 

@@ -304,9 +304,9 @@ TEST(GpuGemmCuda, NetworkShapesPathsAndBitwiseRepeat) {
                     gemm_path_name(path), gemm_path_name(took), err);
         EXPECT_LE(err, tolerance(prec, nc.c.k));
         if (path == GemmPath::Auto && !path_forced_by_env() && !test::light_sweeps()) {
-          const bool wgmma =
-              (nc.wgmma_in_tf32 || (nc.wgmma_staged && process_env_switches().wgmma_mn_tma)) &&
-              prec == Precision::TF32 && gemm_wgmma_available();
+          const bool wgmma = (nc.wgmma_in_tf32 || nc.wgmma_staged) &&
+                             process_env_switches().wgmma_mn_tma && prec == Precision::TF32 &&
+                             gemm_wgmma_available();
           EXPECT_EQ(took, wgmma ? GemmPath::Wgmma : nc.expect);
         }
         if (path == GemmPath::StridedTile) {

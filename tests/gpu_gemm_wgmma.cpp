@@ -513,14 +513,14 @@ TEST(GpuGemmWgmma, Dispatch) {
   EXPECT_EQ(gemm_cuda_resolve(GemmPath::Wgmma, false, true, 128, 128, 128, none, 128, none, 128,
                               Precision::TF32) == GemmPath::Wgmma,
             gemm_wgmma_available());
-  // Auto picks it for a TF32 problem with both operands K-major (fc1 forward), unless the
-  // environment names another path (read once per process); with transposed operands only
-  // when CNN_GEMM_PATH=wgmma or CNN_WGMMA_MN=tma says so.
+  // Auto picks it only when CNN_GEMM_PATH=wgmma or CNN_WGMMA_MN=tma says so (read once per
+  // process), for K-major and transposed operands alike.
   const GemmPathSwitch env = process_env_switches().gemm_path;
-  EXPECT_EQ(
-      gemm_cuda_resolve(GemmPath::Auto, false, true, 128, 1024, 3136, none, 3136, none, 3136,
-                        Precision::TF32) == GemmPath::Wgmma,
-      (env == GemmPathSwitch::Auto || env == GemmPathSwitch::Wgmma) && gemm_wgmma_available());
+  EXPECT_EQ(gemm_cuda_resolve(GemmPath::Auto, false, true, 128, 1024, 3136, none, 3136, none, 3136,
+                              Precision::TF32) == GemmPath::Wgmma,
+            (env == GemmPathSwitch::Wgmma ||
+             (env == GemmPathSwitch::Auto && process_env_switches().wgmma_mn_tma)) &&
+                gemm_wgmma_available());
   EXPECT_EQ(gemm_cuda_resolve(GemmPath::Auto, false, false, 128, 3136, 1024, none, 1024, none, 3136,
                               Precision::TF32) == GemmPath::Wgmma,
             (env == GemmPathSwitch::Wgmma ||
