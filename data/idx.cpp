@@ -6,9 +6,10 @@
 #include <filesystem>
 #include <limits>
 
-#include "data/image_folder.h"  // kMaxImageSide
-#include "runtime/error.h"
 #include "data/idx_cache.h"
+#include "data/image_folder.h"  // kMaxImageSide
+#include "runtime/atomic_file.h"
+#include "runtime/error.h"
 #include "runtime/file_io.h"
 
 namespace cnn {
@@ -177,7 +178,7 @@ void write_idx(const std::string& path, uint32_t ndims, const std::vector<uint32
   for (uint32_t d : dims) put_be32(out, d);
   out.insert(out.end(), data, data + bytes);
   if (ends_with(path, ".gz")) out = gzip_compress(out.data(), out.size());
-  write_file_atomic(path, out.data(), out.size());
+  write_file_atomically(path, out.data(), out.size());
 }
 
 }  // namespace

@@ -99,27 +99,6 @@ uint64_t regular_file_size(const std::string& path) {
   return RegularFile(path).size;
 }
 
-void write_file_atomic(const std::string& path, const uint8_t* data, size_t bytes) {
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  CNN_CHECK(f, "{}: cannot create ({})", tmp, std::strerror(errno));
-  bool ok = bytes == 0 || std::fwrite(data, 1, bytes, f) == bytes;
-  ok = std::fflush(f) == 0 && ok;
-  ok = ::fsync(fileno(f)) == 0 && ok;
-  ok = std::fclose(f) == 0 && ok;
-  if (!ok) {
-    const std::string why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    CNN_FAIL("{}: write failed ({})", path, why);
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    CNN_FAIL("{}: cannot rename the finished temporary file into place ({})", path, ec.message());
-  }
-}
-
 bool is_gzip(const uint8_t* data, size_t bytes) {
   return bytes >= 2 && data[0] == 0x1f && data[1] == 0x8b;
 }

@@ -1,6 +1,6 @@
 #pragma once
-// Whole-file reads and atomic writes, and gzip (de)compression with zlib. Every error names the
-// file and says what is wrong with it.
+// Whole-file reads (atomic writes: runtime/atomic_file.h), and gzip (de)compression with zlib.
+// Every error names the file and says what is wrong with it.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -27,10 +27,6 @@ FileHead read_file_head(const std::string& path, size_t max_bytes);
 
 // The size of a regular file (throws as read_file does for anything else).
 uint64_t regular_file_size(const std::string& path);
-
-// Writes to "path.tmp-<pid>", flushes, then renames over `path`, so that a failed write never
-// leaves a half file behind.
-void write_file_atomic(const std::string& path, const uint8_t* data, size_t bytes);
 
 // True when the bytes start with the gzip magic 1f 8b.
 bool is_gzip(const uint8_t* data, size_t bytes);

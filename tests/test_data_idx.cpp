@@ -6,10 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "runtime/file_io.h"
 #include "data/idx.h"
 #include "data/load_data.h"
+#include "runtime/atomic_file.h"
 #include "runtime/error.h"
+#include "runtime/file_io.h"
 #include "tests/test_util.h"
 
 using namespace cnn;
@@ -32,7 +33,7 @@ class IdxTest : public ::testing::Test {
   }
   std::string path(const std::string& name) const { return (fs::path(dir_) / name).string(); }
   void write(const std::string& name, const std::vector<uint8_t>& bytes) const {
-    write_file_atomic(path(name), bytes.data(), bytes.size());
+    write_file_atomically(path(name), bytes.data(), bytes.size());
   }
   std::vector<uint8_t> random_bytes(size_t n) const {
     std::vector<uint8_t> v(n);

@@ -10,10 +10,11 @@
 #include <vector>
 
 #include "data/check_data.h"
-#include "runtime/file_io.h"
 #include "data/image_folder.h"
 #include "data/load_data.h"
+#include "runtime/atomic_file.h"
 #include "runtime/error.h"
+#include "runtime/file_io.h"
 #include "tests/test_util.h"
 
 // stb_image_write's JPEG bit writer shifts a signed int past its range (UBSan: "left shift of
@@ -165,7 +166,7 @@ class ImageTest : public ::testing::Test {
   std::string path(const std::string& rel) const { return (fs::path(dir_) / rel).string(); }
   void write(const std::string& rel, const std::vector<uint8_t>& bytes) const {
     fs::create_directories(fs::path(path(rel)).parent_path());
-    write_file_atomic(path(rel), bytes.data(), bytes.size());
+    write_file_atomically(path(rel), bytes.data(), bytes.size());
   }
   void write_text(const std::string& rel, const std::string& text) const {
     write(rel, std::vector<uint8_t>(text.begin(), text.end()));
