@@ -6,7 +6,7 @@
 # reproducer is left in build-asan/fuzz-work/<target>/ and named in the output.
 #
 #   bash scripts/fuzz.sh [SECONDS_PER_TARGET]        (default 30)
-#   build-asan/fuzz/fuzz_<target> CRASH_FILE         (replays one input)
+#   build-asan/bin/fuzz_<target> CRASH_FILE         (replays one input)
 #
 # Environment: CNN_FUZZ_BUILD (default build-asan), CNN_FUZZ_SKIP_TESTS=1 (fuzz only),
 # CNN_FUZZ_SEED (libFuzzer -seed; default 1, 0 = random),
@@ -84,7 +84,7 @@ run_one() {
   cp -r "fuzz/corpus/$t/." "$dir/corpus/"
   local dict=()
   [ -f "fuzz/$t.dict" ] && dict=("-dict=fuzz/$t.dict")
-  TMPDIR="$dir/tmp" ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} "$build/fuzz/fuzz_$t" "$dir/corpus" "${dict[@]}" \
+  TMPDIR="$dir/tmp" ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} "$build/bin/fuzz_$t" "$dir/corpus" "${dict[@]}" \
     -max_total_time="$seconds" -seed="$fuzz_seed" -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=25 \
     -print_final_stats=1 -artifact_prefix="$dir/" >"$dir/log" 2>&1
 }
