@@ -187,7 +187,7 @@ TEST(NormNetwork, FoldedAndUnfoldedAgreeInEval) {
   const std::vector<float> unfolded(a, a + 15);
   const float* b = fast.forward(5, x.data());
   const std::vector<float> fused(b, b + 15);
-  EXPECT_LT(test::max_rel_error(fused, unfolded, 1e-5), 1e-5);
+  EXPECT_LT(test::max_rel_error(fused, unfolded, 1e-5), 1e-4);
 }
 
 namespace {
