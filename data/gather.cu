@@ -40,7 +40,7 @@ __global__ void gather_batch_naive(GatherParams p, const uint8_t* __restrict__ d
       const int k = e / plane, r = e - k * plane;
       const int oy = r / p.w, ox = r - oy * p.w;
       const int sy = oy + a.dy;
-      const int sx = (a.flip ? p.w - 1 - ox : ox) + a.dx;
+      const int sx = (a.flip != p.mirror ? p.w - 1 - ox : ox) + a.dx;
       const bool inside = sy >= 0 && sy < p.h && sx >= 0 && sx < p.w;
       const float v = inside ? float(src[k * plane + sy * p.w + sx]) : 0.f;
       dst[e] = __fdiv_rn(__fsub_rn(__fdiv_rn(v, 255.f), p.mean[k]), p.stdev[k]);

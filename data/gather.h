@@ -22,6 +22,8 @@ struct GatherParams {
   float stdev[kMaxGatherChannels] = {1, 1, 1, 1};
   int shift = 0;      // 0: no translation
   bool flip = false;  // random horizontal flip
+  // Mirror every sample (evaluation's test-time augmentation); on top of a drawn flip it undoes it.
+  bool mirror = false;
   uint64_t seed = 0;
   int64_t epoch = 0;
   // When set, the epoch is read from here at run time (device memory for CUDA, host memory for

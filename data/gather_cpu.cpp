@@ -25,7 +25,7 @@ void gather_batch_cpu(const GatherParams& p, const uint8_t* images, const int32_
       for (int oy = 0; oy < p.h; ++oy) {
         for (int ox = 0; ox < p.w; ++ox) {
           const int sy = oy + a.dy;
-          const int sx = (a.flip ? p.w - 1 - ox : ox) + a.dx;
+          const int sx = (a.flip != p.mirror ? p.w - 1 - ox : ox) + a.dx;
           // Outside the image is the zero padding of pad + crop (a black pixel, normalized).
           const bool inside = sy >= 0 && sy < p.h && sx >= 0 && sx < p.w;
           const float v = inside ? float(src[(size_t(k) * p.h + sy) * p.w + sx]) : 0.f;

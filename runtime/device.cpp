@@ -65,4 +65,15 @@ Device resolve_device(const std::string& name) {
   CNN_FAIL("device '{}' is not one of cpu, cuda, auto", name);
 }
 
+Device open_device(const std::string& name) {
+  const Device d = resolve_device(name);
+#ifdef CNN_HAVE_CUDA
+  if (d == Device::CUDA) {
+    const cudaError_t err = cudaFree(nullptr);  // the documented way to create the context
+    CNN_CHECK(err == cudaSuccess, "cannot create a CUDA context: {}", cudaGetErrorString(err));
+  }
+#endif
+  return d;
+}
+
 }  // namespace cnn

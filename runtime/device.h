@@ -19,6 +19,12 @@ std::string device_description(Device d);
 // Parses "cpu" | "cuda" | "auto" (auto: CUDA when available). Throws on anything else.
 Device resolve_device(const std::string& name);
 
+// resolve_device, then for CUDA also creates the current device's context, so that the first
+// allocation or launch does not pay for it. The context is the process's (the runtime's
+// primary context), so it may be opened on one thread and used on another: the trainer opens it
+// on a thread of its own while it decodes the dataset.
+Device open_device(const std::string& name);
+
 bool built_with_cuda();
 
 }  // namespace cnn

@@ -30,9 +30,9 @@ struct EnvSwitches {
   bool cuda_graph = true;           // CNN_CUDA_GRAPH=0: launch each step's kernels directly
   // Debugging switches of the kernels.
   GemmPathSwitch gemm_path = GemmPathSwitch::Auto;  // CNN_GEMM_PATH=strided|tile|wgmma|auto
-  // CNN_WGMMA_MN=tma: the wgmma GEMM loads M/N-contiguous operands by TMA and transposes them in
-  // shared memory (gather: the producer's transposing loads, the default until verified).
-  bool wgmma_mn_tma = false;
+  // CNN_WGMMA_MN=tma (default) | gather: the wgmma GEMM loads an M/N-contiguous operand by TMA
+  // and transposes it in shared memory, or with the producer's transposing loads (gather).
+  bool wgmma_mn_tma = true;
   bool conv_generic = false;  // CNN_CONV_GENERIC=1: generic implicit-GEMM conv gradients
   CpuIsaSwitch cpu_isa = CpuIsaSwitch::Best;  // CNN_CPU_ISA=scalar|avx2|avx512
   int cpu_threads = 0;                        // CNN_CPU_THREADS=1..256 (0: the hardware's)

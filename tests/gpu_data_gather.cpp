@@ -73,6 +73,8 @@ TEST(GpuDataGather, MatchesCpuBitwise) {
     GatherParams p = make_gather_params(k.c, k.h, k.w, Normalization{m, s}, &aug, seed, 3);
     auto idx = test::random_labels(k.batch, k.n, seed + 3);  // repeats allowed
     compare(d, p, idx);
+    p.mirror = true;  // evaluation's test-time flip, on top of the drawn flips
+    compare(d, p, idx);
   }
 }
 

@@ -272,7 +272,7 @@ TEST(GpuGemmCuda, NetworkShapesPathsAndBitwiseRepeat) {
     GemmCase c;
     GemmPath expect;
     bool wgmma_in_tf32 = false;  // both operands K-major: Wgmma on a Hopper GPU in TF32
-    bool wgmma_staged = false;   // transposed, TMA-aligned: Wgmma there with CNN_WGMMA_MN=tma
+    bool wgmma_staged = false;  // B transposed, TMA-aligned: Wgmma there unless CNN_WGMMA_MN=gather
   };
   // As linear.cpp calls gemm_cuda: forward (x, w^T), dgrad (dy, w), wgrad (dy^T, x; beta 1).
   const int nb = test::network_batch();
@@ -283,11 +283,7 @@ TEST(GpuGemmCuda, NetworkShapesPathsAndBitwiseRepeat) {
        GemmPath::VecTile,
        false,
        true},
-      {"fc1 wgrad",
-       {true, false, 1024, 3136, nb, 0, 1.f, 1.f, false, false},
-       GemmPath::VecTile,
-       false,
-       true},
+      {"fc1 wgrad", {true, false, 1024, 3136, nb, 0, 1.f, 1.f, false, false}, GemmPath::VecTile},
       {"fc2 fwd", {false, true, nb, 10, 1024, 0, 1.f, 0.f, true, false}, GemmPath::SmallDot},
       {"fc2 dgrad", {false, false, nb, 1024, 10, 0, 1.f, 0.f, false, false}, GemmPath::SmallK},
       {"fc2 wgrad", {true, false, 10, 1024, nb, 0, 1.f, 1.f, false, false}, GemmPath::SmallM},
@@ -304,9 +300,9 @@ TEST(GpuGemmCuda, NetworkShapesPathsAndBitwiseRepeat) {
                     gemm_path_name(path), gemm_path_name(took), err);
         EXPECT_LE(err, tolerance(prec, nc.c.k));
         if (path == GemmPath::Auto && !path_forced_by_env() && !test::light_sweeps()) {
-          const bool wgmma = (nc.wgmma_in_tf32 || nc.wgmma_staged) &&
-                             process_env_switches().wgmma_mn_tma && prec == Precision::TF32 &&
-                             gemm_wgmma_available();
+          const bool wgmma =
+              (nc.wgmma_in_tf32 || (nc.wgmma_staged && process_env_switches().wgmma_mn_tma)) &&
+              prec == Precision::TF32 && gemm_wgmma_available();
           EXPECT_EQ(took, wgmma ? GemmPath::Wgmma : nc.expect);
         }
         if (path == GemmPath::StridedTile) {

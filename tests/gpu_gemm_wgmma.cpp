@@ -34,9 +34,12 @@
 // adds at most ~k 2^-24 relative to sum |a b|. So per element
 //   |got - ref| <= (2^-9 + k 2^-23) * sum_l |a_il b_lj| (+ the same for the CPU reference),
 // a bound that holds for every input, not only on average. On random inputs the typical error
-// is far smaller (~sqrt(k) 2^-11 relative to the terms), so in addition the whole output's
-// relative Frobenius error must stay under 4e-3: that catches a dropped k-tile or a lost split
-// (error ~ sqrt(32 / k)), which the per-element bound alone could let through for long k.
+// is far smaller (~2^-10 relative to sqrt(sum_l (a_il b_lj)^2), the size of a sum of k terms of
+// random sign), so in addition ||got - ref||_F must stay under 4e-3 ||alpha sqrt(sum_l (a
+// b)^2)||_F: that catches a dropped k-tile or a lost split (error ~ sqrt(32 / k) of that scale),
+// which the per-element bound alone could let through for long k. The scale is that of the terms,
+// not of the result: with k = 1 and a bias, a * b + bias can cancel to almost nothing, and a
+// relative error against ||ref|| then measures the cancellation, not the kernel.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -111,7 +114,7 @@ std::vector<float> make_values(size_t n, Fill fill, uint64_t seed) {
 struct Result {
   std::vector<float> got;  // the whole C buffer, padding and offset included
   double worst_ratio = 0;  // max over elements of |got - ref| / bound
-  double frob_rel = 0;     // ||got - ref|| / ||ref|| over the m x n block
+  double frob_rel = 0;     // ||got - ref|| / ||alpha sqrt(sum_l (a b)^2)|| over the m x n block
   int64_t bad = 0;         // elements over the bound (NaN counts)
   int64_t exact_bad = 0;   // elements != ref (meaningful for SmallInt)
   std::string first_bad;   // "(row, col): got x, expected y" of the first bad element
@@ -133,8 +136,9 @@ Result run(const Case& c, uint64_t seed, bool via_dispatch = false) {
   if (c.beta == 0.f)  // the m x n block must be overwritten without being read
     for (int i = 0; i < c.m; ++i) std::fill_n(c0.begin() + off + size_t(i) * ldc, c.n, NAN);
 
-  // Reference: alpha * op(A) op(B) (+ beta C) (+ bias), ReLU; and sum |a b| for the bound.
-  std::vector<float> prod(size_t(c.m) * c.n), absprod(size_t(c.m) * c.n);
+  // Reference: alpha * op(A) op(B) (+ beta C) (+ bias), ReLU; sum |a b| for the bound and
+  // sum (a b)^2 for the Frobenius check.
+  std::vector<float> prod(size_t(c.m) * c.n), absprod(size_t(c.m) * c.n), sqprod(size_t(c.m) * c.n);
   gemm_cpu(c.ta, c.tb, c.m, c.n, c.k, 1.f, a.data() + off, lda, b.data() + off, ldb, 0.f,
            prod.data(), c.n);
   std::vector<float> abs_a(a.size()), abs_b(b.size());
@@ -142,6 +146,11 @@ Result run(const Case& c, uint64_t seed, bool via_dispatch = false) {
   std::transform(b.begin(), b.end(), abs_b.begin(), [](float x) { return std::fabs(x); });
   gemm_cpu(c.ta, c.tb, c.m, c.n, c.k, 1.f, abs_a.data() + off, lda, abs_b.data() + off, ldb, 0.f,
            absprod.data(), c.n);
+  std::vector<float> sq_a(a.size()), sq_b(b.size());
+  std::transform(a.begin(), a.end(), sq_a.begin(), [](float x) { return x * x; });
+  std::transform(b.begin(), b.end(), sq_b.begin(), [](float x) { return x * x; });
+  gemm_cpu(c.ta, c.tb, c.m, c.n, c.k, 1.f, sq_a.data() + off, lda, sq_b.data() + off, ldb, 0.f,
+           sqprod.data(), c.n);
 
   Tensor d_a = test::to_device(a), d_b = test::to_device(b), d_c = test::to_device(c0);
   Tensor d_bias = test::to_device(bias);
@@ -159,7 +168,7 @@ Result run(const Case& c, uint64_t seed, bool via_dispatch = false) {
 
   const double bound_rel = std::ldexp(1.0, -9) + c.k * std::ldexp(1.0, -23);
   const double ulp4 = 4 * std::ldexp(1.0, -24);  // the epilogue's own roundings
-  double diff2 = 0, ref2 = 0;
+  double diff2 = 0, scale2 = 0;
   std::vector<char> in_block(r.got.size(), 0);
   for (int i = 0; i < c.m; ++i)
     for (int j = 0; j < c.n; ++j) {
@@ -178,7 +187,7 @@ Result run(const Case& c, uint64_t seed, bool via_dispatch = false) {
       const double ratio = std::isnan(g) ? INFINITY : e / bound;
       r.worst_ratio = std::max(r.worst_ratio, ratio);
       diff2 += std::isnan(g) ? INFINITY : e * e;
-      ref2 += double(ref) * ref;
+      scale2 += double(c.alpha) * c.alpha * sqprod[pi];
       const bool over = !(ratio <= 1.0);
       const bool inexact = !(g == ref);
       // The first element over the bound; with integer inputs, the first inexact one.
@@ -193,7 +202,7 @@ Result run(const Case& c, uint64_t seed, bool via_dispatch = false) {
     }
   for (size_t i = 0; i < r.got.size(); ++i)
     if (!in_block[i] && std::memcmp(&r.got[i], &c0[i], 4) != 0) r.padding_kept = false;
-  r.frob_rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+  r.frob_rel = scale2 > 0 ? std::sqrt(diff2 / scale2) : std::sqrt(diff2);
   return r;
 }
 
@@ -513,19 +522,25 @@ TEST(GpuGemmWgmma, Dispatch) {
   EXPECT_EQ(gemm_cuda_resolve(GemmPath::Wgmma, false, true, 128, 128, 128, none, 128, none, 128,
                               Precision::TF32) == GemmPath::Wgmma,
             gemm_wgmma_available());
-  // Auto picks it only when CNN_GEMM_PATH=wgmma or CNN_WGMMA_MN=tma says so (read once per
-  // process), for K-major and transposed operands alike.
+  // Auto picks it in TF32 where A is K-contiguous: the forward (both operands K-major) always,
+  // the input gradient (B N-contiguous) with the TMA staging (CNN_WGMMA_MN, default tma); never
+  // the weight gradient (A M-contiguous) unless CNN_GEMM_PATH=wgmma. The switches are read once
+  // per process.
   const GemmPathSwitch env = process_env_switches().gemm_path;
+  const bool staged = process_env_switches().wgmma_mn_tma;
+  const bool avail = gemm_wgmma_available();
   EXPECT_EQ(gemm_cuda_resolve(GemmPath::Auto, false, true, 128, 1024, 3136, none, 3136, none, 3136,
                               Precision::TF32) == GemmPath::Wgmma,
-            (env == GemmPathSwitch::Wgmma ||
-             (env == GemmPathSwitch::Auto && process_env_switches().wgmma_mn_tma)) &&
-                gemm_wgmma_available());
+            (env == GemmPathSwitch::Wgmma || env == GemmPathSwitch::Auto) && avail);
   EXPECT_EQ(gemm_cuda_resolve(GemmPath::Auto, false, false, 128, 3136, 1024, none, 1024, none, 3136,
                               Precision::TF32) == GemmPath::Wgmma,
-            (env == GemmPathSwitch::Wgmma ||
-             (env == GemmPathSwitch::Auto && process_env_switches().wgmma_mn_tma)) &&
-                gemm_wgmma_available());
+            (env == GemmPathSwitch::Wgmma || (env == GemmPathSwitch::Auto && staged)) && avail);
+  EXPECT_EQ(gemm_cuda_resolve(GemmPath::Auto, true, false, 1024, 3136, 128, none, 1024, none, 3136,
+                              Precision::TF32) == GemmPath::Wgmma,
+            env == GemmPathSwitch::Wgmma && avail);
+  EXPECT_NE(gemm_cuda_resolve(GemmPath::Auto, false, true, 128, 1024, 3136, none, 3136, none, 3136,
+                              Precision::FP32),
+            GemmPath::Wgmma);
   {
     test::ScopedEnv env("CNN_GEMM_PATH", "wgmma");
     EXPECT_EQ(read_env_switches().gemm_path, GemmPathSwitch::Wgmma);
@@ -533,6 +548,10 @@ TEST(GpuGemmWgmma, Dispatch) {
   {
     test::ScopedEnv env("CNN_WGMMA_MN", "tma");
     EXPECT_TRUE(read_env_switches().wgmma_mn_tma);
+  }
+  {
+    test::ScopedEnv env("CNN_WGMMA_MN", "gather");
+    EXPECT_FALSE(read_env_switches().wgmma_mn_tma);
   }
 #else
   GTEST_SKIP() << "built without CUDA";

@@ -85,6 +85,32 @@ TEST(DataGather, FlipMirrorsOrKeeps) {
   EXPECT_LT(flipped, 54);
 }
 
+// Test-time flipping mirrors every sample; on top of a drawn flip it gives the plain image.
+TEST(DataGather, MirrorFlipsEverySampleOnTopOfTheDrawnFlip) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Dataset d = test::random_dataset(64, 2, 4, 7, 3, seed);
+  Normalization norm{{0.f, 0.f}, {1.f, 1.f}};
+  std::vector<int32_t> idx(64);
+  for (int i = 0; i < 64; ++i) idx[i] = i;
+  for (const bool drawn : {false, true}) {
+    AugmentOptions aug;
+    aug.flip = drawn;
+    GatherParams p = make_gather_params(2, 4, 7, norm, &aug, seed, 5);
+    p.mirror = true;
+    Batch b = gather_cpu(d, p, idx);
+    for (int i = 0; i < 64; ++i) {
+      const bool flipped = !draw_augment(seed, 5, i, 0, drawn).flip;
+      for (int e = 0; e < 2 * 4 * 7; ++e) {
+        const int x = e % 7, rest = e - x;
+        const int sx = flipped ? 6 - x : x;
+        ASSERT_EQ(b.x[i * 56 + e], d.images[i * 56 + rest + sx] / 255.f)
+            << "sample " << i << " drawn flip " << !flipped << " element " << e;
+      }
+    }
+  }
+}
+
 TEST(DataGather, ShiftIsPadAndCrop) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));

@@ -41,14 +41,17 @@ TEST(TimeToAccuracy, KeysParseValidateAndRoundTrip) {
   const TrainConfig d = load_config(test::source_dir() + "/configs/tiny.yaml");
   EXPECT_DOUBLE_EQ(d.training.stop_at_accuracy, 0);
   EXPECT_TRUE(d.training.autotune_cache);
-  const TrainConfig c =
-      load_config(test::source_dir() + "/configs/tiny.yaml",
-                  {"training.stop_at_accuracy=93.5", "training.autotune_cache=false"});
+  EXPECT_FALSE(d.training.eval_flip);
+  const TrainConfig c = load_config(test::source_dir() + "/configs/tiny.yaml",
+                                    {"training.stop_at_accuracy=93.5",
+                                     "training.autotune_cache=false", "training.eval_flip=true"});
   EXPECT_DOUBLE_EQ(c.training.stop_at_accuracy, 93.5);
   EXPECT_FALSE(c.training.autotune_cache);
+  EXPECT_TRUE(c.training.eval_flip);
   const TrainConfig again = parse_config(c.resolved_yaml, "resolved.yaml");
   EXPECT_DOUBLE_EQ(again.training.stop_at_accuracy, 93.5);
   EXPECT_FALSE(again.training.autotune_cache);
+  EXPECT_TRUE(again.training.eval_flip);
 
   // A fraction is refused with the percentage it probably meant.
   const std::string frac = config_error({"training.stop_at_accuracy=0.93"});

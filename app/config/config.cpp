@@ -262,7 +262,7 @@ void read_training(const ConfigMap& top, TrainingOptions* t) {
   ConfigMap m(top.require("training", "a training section with at least epochs and batch_size"),
               {"epochs", "batch_size", "seed", "device", "precision", "algo", "deterministic",
                "eval_every_epochs", "max_steps", "cuda_graph",
-               "autotune_cache", "stop_at_accuracy", "label_smoothing"});
+               "autotune_cache", "stop_at_accuracy", "label_smoothing", "eval_flip"});
   t->epochs = static_cast<int>(
       m.require("epochs", "the number of passes over the training set, an integer >= 1")
           .as_int(1, 1000000));
@@ -287,6 +287,7 @@ void read_training(const ConfigMap& top, TrainingOptions* t) {
                           100 * t->stop_at_accuracy));
   t->label_smoothing =
       m.get_number("label_smoothing", t->label_smoothing, between(0, 1, false, true));
+  t->eval_flip = m.get_bool("eval_flip", t->eval_flip);
 }
 
 void read_model(const ConfigMap& top, TrainConfig* cfg, Sites* sites) {
@@ -806,7 +807,8 @@ std::string config_to_yaml(const TrainConfig& cfg) {
                    t.eval_every_epochs, t.max_steps, t.cuda_graph);
   y += fmt::format("  autotune_cache: {}\n  stop_at_accuracy: {}\n", t.autotune_cache,
                    fmt_double(t.stop_at_accuracy));
-  y += fmt::format("  label_smoothing: {}\n", fmt_double(t.label_smoothing));
+  y += fmt::format("  label_smoothing: {}\n  eval_flip: {}\n", fmt_double(t.label_smoothing),
+                   t.eval_flip);
 
   y += "logging:\n";
   y += fmt::format("  dir: {}\n  every_steps: {}\n  progress: {}\n", yaml_quote(cfg.logging.dir),

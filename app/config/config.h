@@ -33,6 +33,7 @@ struct TrainingOptions {
   bool autotune_cache = true;   // reuse algo: auto's choices across runs (app/train/startup.h)
   double stop_at_accuracy = 0;  // percent; stop after the evaluation that reaches it; 0 = off
   double label_smoothing = 0.0;  // of the training loss, in [0, 1) (torch's semantics)
+  bool eval_flip = false;  // evaluation predicts from an image's logits plus its mirror image's
 };
 
 enum class ProgressMode { Auto, On, Off };  // auto: a progress bar only on a terminal

@@ -64,6 +64,12 @@ void BatchSource::gather(int n) {
   }
 }
 
+void BatchSource::gather_mirrored(int n) {
+  params_.mirror = true;
+  gather(n);
+  params_.mirror = false;
+}
+
 bool BatchSource::next(int* n) {
   if (!take(n)) return false;
   gather(*n);

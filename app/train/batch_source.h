@@ -31,6 +31,8 @@ class BatchSource {
   // of the epoch), gather(n) builds that batch into x()/labels().
   bool take(int* n);
   void gather(int n);
+  // gather(n) with every image mirrored left-right: the second half of test-time flipping.
+  void gather_mirrored(int n);
   int64_t position() const { return sampler_.position(); }
 
   // Training under a CUDA graph: from now on the gather reads the batch's position in the epoch

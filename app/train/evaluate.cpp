@@ -3,12 +3,46 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "kernels/loss/softmax_xent.h"
+#include "kernels/pointwise/add.h"
 
 namespace cnn {
 
-EvalResult evaluate(Network& net, BatchSource& source) {
+namespace {
+
+// Test-time flipping: the batch's logits plus those of its mirror image; the predictions
+// (argmax of the sum) go into *pred. The loss rows stay those of the plain images.
+class MirroredPredictions {
+ public:
+  MirroredPredictions(int batch, int classes, const Exec& ex)
+      : classes_(classes),
+        ex_(ex),
+        sum_(size_t(batch) * size_t(classes), ex.device),
+        loss_(size_t(batch), ex.device),
+        pred_(size_t(batch), ex.device) {}
+
+  const int32_t* run(Network& net, BatchSource& source, int n) {
+    const size_t count = size_t(n) * size_t(classes_);
+    raw_copy(sum_.data(), ex_.device, net.logits(), ex_.device, count * sizeof(float), ex_.stream);
+    source.gather_mirrored(n);
+    add_forward(int64_t(count), sum_.data(), net.forward(n, source.x()), sum_.data(), ex_);
+    softmax_xent({n, classes_}, sum_.data(), source.labels(), loss_.data(), pred_.data(), nullptr,
+                 1.0f, ex_);
+    return pred_.data();
+  }
+
+ private:
+  int classes_;
+  Exec ex_;
+  Buffer<float> sum_, loss_;
+  Buffer<int32_t> pred_;
+};
+
+}  // namespace
+
+EvalResult evaluate(Network& net, BatchSource& source, bool mirror) {
   const Exec& ex = net.exec();
   EvalResult r;
   r.classes = net.num_classes();
@@ -16,14 +50,17 @@ EvalResult evaluate(Network& net, BatchSource& source) {
   Buffer<double> totals(3, ex.device);  // loss sum, correct, count
   totals.zero(ex.stream);
   std::vector<int32_t> pred(size_t(net.max_batch()));
+  std::optional<MirroredPredictions> mirrored;
+  if (mirror) mirrored.emplace(net.max_batch(), r.classes, ex);
   source.start_epoch(0);
   int n = 0;
   while (source.next(&n)) {
     net.forward_loss(n, source.x(), source.labels());
-    accumulate_metrics(n, net.loss_rows(), net.predictions(), source.labels(), totals.data(), ex);
+    const int32_t* d_pred = mirrored ? mirrored->run(net, source, n) : net.predictions();
+    accumulate_metrics(n, net.loss_rows(), d_pred, source.labels(), totals.data(), ex);
     // The predictions come back per batch for the confusion matrix; evaluation is not the hot
     // path, and this keeps the device free of a classes^2 histogram kernel.
-    raw_copy(pred.data(), Device::CPU, net.predictions(), ex.device, size_t(n) * sizeof(int32_t));
+    raw_copy(pred.data(), Device::CPU, d_pred, ex.device, size_t(n) * sizeof(int32_t));
     const int32_t* labels = source.host_labels_of_last_batch();
     for (int i = 0; i < n; ++i)
       ++r.confusion[size_t(labels[i]) * size_t(r.classes) + size_t(pred[size_t(i)])];

@@ -16,7 +16,9 @@ struct EvalResult {
   std::vector<int64_t> confusion;  // (classes, classes): row = true label, column = prediction
 };
 
-EvalResult evaluate(Network& net, BatchSource& source);
+// mirror: test-time flipping, each image's prediction from the sum of its logits and those of
+// its left-right mirror image (accuracy and confusion); the loss stays that of the plain images.
+EvalResult evaluate(Network& net, BatchSource& source, bool mirror = false);
 
 // A printable table and a CSV of the confusion matrix with class names.
 std::string format_confusion(const EvalResult& r, const std::vector<std::string>& class_names);

@@ -6,16 +6,20 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <memory>
 
+#include "app/cli_common.h"
 #include "app/config/config.h"
 #include "app/train/batch_source.h"
 #include "app/train/checkpoint_times.h"
+#include "app/train/end_summary.h"
 #include "app/train/evaluate.h"
 #include "app/train/resume_plan.h"
 #include "app/train/run_folder.h"
-#include "app/train/end_summary.h"
 #include "app/train/run_log.h"
+#include "app/train/run_summary.h"
+#include "app/train/startup.h"
 #include "app/train/step_graph.h"
 #include "data/batch_sampler.h"
 #include "data/check_data.h"
@@ -27,9 +31,6 @@
 #include "layers/param_optimizer.h"
 #include "runtime/atomic_file.h"
 #include "runtime/error.h"
-#include "app/cli_common.h"
-#include "app/train/run_summary.h"
-#include "app/train/startup.h"
 
 namespace cnn {
 namespace {
@@ -233,8 +234,6 @@ bool Trainer::claim_folders() {
 
 void Trainer::load_model_and_data() {
   const TrainingOptions& tr = cfg_.training;
-  data_ = load_data(cfg_.data);
-  startup_.mark("dataset decode");
   eval_set_ = data_.val.n > 0 ? &data_.val : &data_.test;
   std::vector<float> mean = cfg_.data.mean, stdv = cfg_.data.std;
   const std::string& ckpt_in = resume_ckpt_.empty() ? args_.init_weights : resume_ckpt_;
@@ -402,7 +401,7 @@ EpochEnd Trainer::run_epoch(int64_t epoch) {
 void Trainer::evaluate_epoch(int64_t epoch, double train_s, bool last_epoch, TrainPosition* next) {
   const char* split = data_.val.n > 0 ? "validation" : "test";
   const auto eval_start = Clock::now();
-  const EvalResult r = evaluate(*net_, *eval_);
+  const EvalResult r = evaluate(*net_, *eval_, cfg_.training.eval_flip);
   const double eval_s = seconds_since(eval_start);
   log_->info(
       "epoch {} {}: loss {:.4f} accuracy {:.2f}% ({} images) | epoch time {:.2f} s "
@@ -478,12 +477,19 @@ int Trainer::run() {
   startup_.mark("config");
   if (!claim_folders()) return 0;
   startup_.mark("run folder");
-  ex_.device = resolve_device(tr.device);
+  // Creating the CUDA context is most of the start-up (0.23 s of 0.39 on the H200, measured
+  // from train.log's start-up line); it needs nothing from the dataset, so a thread of its own
+  // creates it while this one decodes the dataset.
+  std::future<Device> device =
+      std::async(std::launch::async, [name = tr.device] { return open_device(name); });
+  data_ = load_data(cfg_.data);
+  startup_.mark("dataset decode");
+  ex_.device = device.get();
   ex_.precision = tr.precision;
   ex_.deterministic = tr.deterministic;
   stream_ = std::make_unique<TrainStream>(ex_.device);
   ex_.stream = stream_->get();
-  startup_.mark("CUDA context");
+  startup_.mark("CUDA context wait");
   load_model_and_data();
   startup_.mark("network");
   {

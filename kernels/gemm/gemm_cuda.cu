@@ -167,12 +167,13 @@ GemmPath gemm_cuda_resolve(GemmPath path, bool trans_a, bool trans_b, int m, int
       if (a_kcontig && b_kcontig && int64_t(m) * n <= 16384 && k >= 32) return GemmPath::SmallDot;
       if (!b_kcontig && m <= 16 && k <= 512) return GemmPath::SmallM;
       if (!b_kcontig && k <= 16) return GemmPath::SmallK;
-      // The wgmma kernel is faster on fc1 (H200, TF32: forward 12.9 us against 22.0 for the
-      // mma.sync tile; input gradient staged 13.2 against 21.7) but stays opt-in
-      // (CNN_GEMM_PATH=wgmma, or CNN_WGMMA_MN=tma for TMA-aligned operands) until
-      // GpuGemmWgmma.AwkwardShapes passes on every seed: it failed for one random seed in
-      // three runs on the H200.
-      if (process_env_switches().wgmma_mn_tma && vec_ok(d_a, lda, d_b, ldb) && wgmma_ok())
+      // The wgmma kernel is faster where A is K-contiguous (H200, TF32, fc1 at batch 128:
+      // forward 12.9 us against 22.0 for the mma.sync tile, input gradient with B staged by TMA
+      // 13.2 against 21.7); the weight gradient (A = dy^T, M-contiguous) stays on the tile,
+      // 24.6 us against 31.0. CNN_WGMMA_MN=gather turns the staging off, and then only the
+      // all-K-contiguous forward is worth it.
+      if (!trans_a && vec_ok(d_a, lda, d_b, ldb) && wgmma_ok() &&
+          (b_kcontig || process_env_switches().wgmma_mn_tma))
         return GemmPath::Wgmma;
     }
     path = GemmPath::VecTile;

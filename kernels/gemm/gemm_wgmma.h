@@ -29,7 +29,7 @@ bool gemm_wgmma_available();
 //   Tma: TMA of the tile as it lies into a staging buffer (four 32 x 32 boxes), transposed shared
 //        -> shared by the producer warpgroup, kStages - 1 k-tiles of TMA in flight; taken when
 //        both operands are TMA-aligned (16-byte base, leading dimension a multiple of 4);
-//   Default: Tma when CNN_WGMMA_MN=tma, else Gather (until the Tma path has run on the device).
+//   Default: Tma unless CNN_WGMMA_MN=gather.
 enum class WgmmaMnLoad { Default, Gather, Tma };
 
 struct WgmmaOptions {
