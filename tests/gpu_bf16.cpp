@@ -29,6 +29,7 @@
 
 #include "kernels/common/bf16_round.h"
 #include "kernels/conv/conv2d.h"
+#include "layers/gradcheck/gradcheck.h"
 #include "runtime/exec.h"
 #include "runtime/memory.h"
 #include "tests/test_util.h"
@@ -328,6 +329,56 @@ TEST(GpuBf16, GemmTilePaths) {
       expect_within(download(d_c), r, c.k, "gemm");
     }
   }
+}
+
+// ---- whole networks ----------------------------------------------------------------------------
+
+// Every gradcheck case and the small network at BF16 (tolerance gradcheck_network_tolerance:
+// 5e-2), atomic and deterministic.
+TEST(GpuBf16, GradcheckEveryLayer) {
+  CNN_REQUIRE_GPU();
+  EXPECT_EQ(gradcheck_network_tolerance(Precision::BF16), 5e-2);
+  auto cases = gradcheck_layer_cases();
+  cases.push_back(gradcheck_small_network_case());
+  for (bool det : {false, true}) {
+    for (const auto& c : cases) {
+      GradcheckOptions o;
+      o.seed = test::fresh_seed();
+      o.batch = 3;
+      SCOPED_TRACE(c.title + (det ? " deterministic" : " atomic") + " seed " +
+                   std::to_string(o.seed));
+      const GradcheckResult r = gradcheck_network(c.specs, c.input_chw, o, bf16_exec(det), true);
+      EXPECT_TRUE(r.passed()) << format_gradcheck(r);
+    }
+  }
+}
+
+// A BF16 step of the small network in deterministic mode repeats bitwise, and its gradients stay
+// within BF16 reach of the FP32 ones (2^-7 per product, a few products deep: 5e-2 of the
+// gradient vector's norm).
+TEST(GpuBf16, NetworkStepRepeatsAndTracksFp32) {
+  CNN_REQUIRE_GPU();
+  const GradcheckCase c = gradcheck_small_network_case();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int n = 37;
+  const test::NetworkRun a =
+      test::run_network_once(c.specs, c.input_chw, bf16_exec(true), PoolFusion::Auto, n, seed);
+  const test::NetworkRun b =
+      test::run_network_once(c.specs, c.input_chw, bf16_exec(true), PoolFusion::Auto, n, seed);
+  ASSERT_EQ(a.grads.size(), b.grads.size());
+  EXPECT_EQ(std::memcmp(a.grads.data(), b.grads.data(), a.grads.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)), 0);
+  Exec fp32 = bf16_exec(true);
+  fp32.precision = Precision::FP32;
+  const test::NetworkRun f =
+      test::run_network_once(c.specs, c.input_chw, fp32, PoolFusion::Auto, n, seed);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < f.grads.size(); ++i) {
+    num += (double(a.grads[i]) - f.grads[i]) * (double(a.grads[i]) - f.grads[i]);
+    den += double(f.grads[i]) * f.grads[i];
+  }
+  EXPECT_LE(std::sqrt(num), 5e-2 * std::sqrt(den));
 }
 
 #endif  // CNN_HAVE_CUDA
