@@ -7,7 +7,7 @@
 // global read here is one 16-byte `cp.async.cg` (LDGSTS.E.BYPASS.128): each operand is staged
 // in shared memory along the dimension that is contiguous in global memory, so four elements
 // land in one shared row:
-//   operand contiguous along m (or n): k-major tile  S[k][x], row stride BX + 8;
+//   operand contiguous along m (or n): k-major tile  S[k][x], row stride BX + 8 (BF16: BX + 4);
 //   operand contiguous along k:        x-major tile  S[x][k], row stride BK + 4 = 36.
 // The strides keep the fragment reads conflict-free: an MMA fragment reads S[k0+t][x0+g]
 // (stride = 8 mod 32: banks 8t + g) or S[x0+g][k0+t] (stride = 4 mod 32: banks 4g + t); the
