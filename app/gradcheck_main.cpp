@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   return cnn::run_main("gradcheck", [&] {
     CLI::App app{"Numerical gradient checks of every layer's backward pass (central differences)"};
     app.set_version_flag("--version", cnn::version_string("gradcheck"));
-    std::string config, device = "auto";
+    std::string config, device = "auto", precision = "fp32";
     std::vector<std::string> overrides;
     cnn::GradcheckOptions opt;
     int samples = 0;
@@ -32,6 +32,9 @@ int main(int argc, char** argv) {
     app.add_option("--set", overrides, "override a config key (key.path=value), repeatable");
     app.add_option("--device", device, "where the float kernels run: cpu, cuda or auto")
         ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+    app.add_option("--precision", precision,
+                   "multiply precision of the conv / linear passes: fp32, tf32 or bf16 (GPU)")
+        ->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
     app.add_option("--batch", opt.batch, "images per check")->check(CLI::Range(1, 64));
     app.add_option("--seed", opt.seed, "random seed for inputs, weights and sampled coordinates");
     app.add_option("--samples", samples, "coordinates checked per tensor (default 24, config 8)")
@@ -40,6 +43,7 @@ int main(int argc, char** argv) {
 
     cnn::Exec ex;
     ex.device = cnn::resolve_device(device);
+    ex.precision = cnn::parse_precision(precision);
     std::vector<cnn::GradcheckCase> cases;
     if (config.empty()) {
       cases = cnn::gradcheck_layer_cases();

@@ -29,13 +29,22 @@ Algo parse_algo(const std::string& s) {
 }
 
 const char* precision_name(Precision p) {
-  return p == Precision::TF32 ? "tf32" : "fp32";
+  switch (p) {
+    case Precision::FP32:
+      return "fp32";
+    case Precision::TF32:
+      return "tf32";
+    case Precision::BF16:
+      return "bf16";
+  }
+  return "?";
 }
 
 Precision parse_precision(const std::string& s) {
   if (s == "fp32") return Precision::FP32;
   if (s == "tf32") return Precision::TF32;
-  CNN_FAIL("precision '{}' is not one of fp32, tf32", s);
+  if (s == "bf16") return Precision::BF16;
+  CNN_FAIL("precision '{}' is not one of fp32, tf32, bf16", s);
 }
 
 }  // namespace cnn

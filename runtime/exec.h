@@ -9,7 +9,10 @@
 
 namespace cnn {
 
-enum class Precision { FP32, TF32 };
+// The multiply precision of the tensor-core passes (conv forward / input gradient / weight
+// gradient on igemm, the linear layer's GEMM tiles): FP32 FFMA, TF32 or BF16 operands on
+// mma.sync, FP32 accumulation in every case. Storage, weights and optimizer stay FP32.
+enum class Precision { FP32, TF32, BF16 };
 
 // Kernel variant. Each op supports a subset; Auto picks (and may time) the best one.
 enum class Algo { Auto, Naive, Tiled, Igemm, Fast };

@@ -359,6 +359,17 @@ TEST(ConfigSet, OverridesScalarsAndListItems) {
   EXPECT_EQ(r.model.layers[1].kind, LayerKind::Relu);
 }
 
+TEST(ConfigSet, PrecisionTakesBf16) {
+  EXPECT_EQ(parse_config(kBase, "t.yaml", {"training.precision=bf16"}).training.precision,
+            Precision::BF16);
+  const TrainConfig c = parse_config(kBase, "t.yaml", {"training.precision=bf16"});
+  EXPECT_NE(c.resolved_yaml.find("precision: bf16"), std::string::npos) << c.resolved_yaml;
+  EXPECT_EQ(parse_config(c.resolved_yaml, "resolved.yaml").training.precision, Precision::BF16);
+  const std::string bad = error_of(kBase, {"training.precision=fp16"});
+  EXPECT_HAS(bad, "fp16");
+  EXPECT_HAS(bad, "bf16");
+}
+
 TEST(ConfigSet, BadOverridesNameTheSetArgument) {
   const std::string typo = error_of(kBase, {"model.layers[4].linear.out_featurs=3"});
   EXPECT_HAS(typo, "t.yaml: --set model.layers[4].linear.out_featurs=3");

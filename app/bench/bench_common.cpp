@@ -6,7 +6,9 @@ void fill_rate(BenchRow& r, Precision p) {
   if (!(r.median_us > 0)) return;
   if (r.compute_bound) {
     r.rate = r.flops / (r.median_us * 1e6);  // TFLOP/s
-    r.peak_frac = r.rate / (p == Precision::FP32 ? kPeakFp32Tflops : kPeakTf32Tflops);
+    r.peak_frac = r.rate / (p == Precision::FP32   ? kPeakFp32Tflops
+                            : p == Precision::TF32 ? kPeakTf32Tflops
+                                                   : kPeakBf16Tflops);
   } else {
     r.rate = r.bytes / (r.median_us * 1e3);  // GB/s
     r.peak_frac = r.rate / kPeakHbmGBps;

@@ -21,13 +21,16 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // against these (printed in the header); the measured ceilings are printed beside them.
 constexpr double kPeakFp32Tflops = 67.0;
 constexpr double kPeakTf32Tflops = 495.0;  // dense
+constexpr double kPeakBf16Tflops = 989.0;  // dense
 constexpr double kPeakHbmGBps = 4800.0;
 
 // Validation: worst |ours - ref| / max|ref| over the output, against the float64-accumulating CPU
 // reference. FP32 sums of a few thousand terms land near 1e-6; TF32 rounds every operand to a
-// 10-bit mantissa and lands near 1e-3. Element-wise ops must be exact up to float rounding.
+// 10-bit mantissa and lands near 1e-3; BF16 keeps 7 stored bits (2^-8 relative per operand, 8x
+// TF32's 2^-11) and lands near 8e-3. Element-wise ops must be exact up to float rounding.
 constexpr double kTolFp32 = 1e-4;
 constexpr double kTolTf32 = 1e-2;
+constexpr double kTolBf16 = 4e-2;
 constexpr double kTolElementwise = 1e-5;
 
 struct BenchOptions {
@@ -79,7 +82,7 @@ struct BenchRow {
   std::string op;         // "conv2.fwd", "relu1.bwd", "sgd", "step"
   std::string shape;      // human-readable problem size
   std::string variant;    // our algo name, "cudnn", "cublas", or step mode "graph" / "launches"
-  std::string precision;  // "fp32" | "tf32"
+  std::string precision;  // "fp32" | "tf32" | "bf16"
   std::string status;     // "ok" | "WRONG" | "n/a" | "error"
   double err = kNaN;      // max |out - ref| / max |ref|
   double median_us = kNaN, p95_us = kNaN;

@@ -79,6 +79,12 @@ struct CudnnApi {
 };
 struct CublasApi {
   CNN_CUBLAS_FUNCTIONS(CNN_DECLARE_FN)
+  // The exported cublasGemmEx; C++ sees an inline overload of the same name besides it (taking a
+  // cudaDataType compute type), so its type is spelled out.
+  cublasStatus_t (*cublasGemmEx)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                                 int, const void*, const void*, cudaDataType, int, const void*,
+                                 cudaDataType, int, const void*, void*, cudaDataType, int,
+                                 cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
 };
 
 // Opens the first library of `names` that loads (an environment variable may name a path to
@@ -117,6 +123,7 @@ std::string resolve(void* lib, CudnnApi& api) {
 template <>
 std::string resolve(void* lib, CublasApi& api) {
   CNN_CUBLAS_FUNCTIONS(CNN_RESOLVE_FN)
+  CNN_RESOLVE_FN(cublasGemmEx)
   return "";
 }
 
@@ -483,29 +490,51 @@ class CublasGemm final : public LibOp {
   CublasGemm(Library::Impl& im, const LinearShape& s, Pass pass, Precision p)
       : im_(im), s_(s), pass_(pass), p_(p) {}
   void run(const LibArgs& a) override {
-    auto& im = im_;
-    cublasHandle_t h = im.blas_handle[p_ == Precision::FP32 ? 0 : 1];
     const float one = 1.f, zero = 0.f;
     switch (pass_) {
       case Pass::Forward:
-        CNN_BLAS(cublasSgemm_v2, h, CUBLAS_OP_T, CUBLAS_OP_N, s_.out, s_.n, s_.in, &one, a.b, s_.in,
-                 a.a, s_.in, &zero, a.out, s_.out);
+        gemm(CUBLAS_OP_T, CUBLAS_OP_N, s_.out, s_.n, s_.in, a.b, s_.in, a.a, s_.in, zero, a.out,
+             s_.out);
         break;
       case Pass::BackwardData:
-        CNN_BLAS(cublasSgemm_v2, h, CUBLAS_OP_N, CUBLAS_OP_N, s_.in, s_.n, s_.out, &one, a.b, s_.in,
-                 a.a, s_.out, &zero, a.out, s_.in);
+        gemm(CUBLAS_OP_N, CUBLAS_OP_N, s_.in, s_.n, s_.out, a.b, s_.in, a.a, s_.out, zero, a.out,
+             s_.in);
         break;
       case Pass::BackwardWeight:
-        CNN_BLAS(cublasSgemm_v2, h, CUBLAS_OP_N, CUBLAS_OP_T, s_.in, s_.out, s_.n, &one, a.a, s_.in,
-                 a.b, s_.out, &one, a.out, s_.in);
+        gemm(CUBLAS_OP_N, CUBLAS_OP_T, s_.in, s_.out, s_.n, a.a, s_.in, a.b, s_.out, one, a.out,
+             s_.in);
         break;
     }
   }
   std::string describe() const override {
-    return p_ == Precision::FP32 ? "cublasSgemm (default math)" : "cublasSgemm (tf32 tensor-op)";
+    switch (p_) {
+      case Precision::FP32:
+        return "cublasSgemm (default math)";
+      case Precision::TF32:
+        return "cublasSgemm (tf32 tensor-op)";
+      case Precision::BF16:
+        break;
+    }
+    return "cublasGemmEx (fp32 data, CUBLAS_COMPUTE_32F_FAST_16BF)";
   }
 
  private:
+  // BF16: FP32 matrices, operands rounded to BF16 inside cuBLAS, FP32 accumulation; the same
+  // problem our BF16 kernels solve.
+  void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* A,
+            int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+    auto& im = im_;
+    const float one = 1.f;
+    if (p_ == Precision::BF16) {
+      CNN_BLAS(cublasGemmEx, im.blas_handle[0], ta, tb, m, n, k, &one, A, CUDA_R_32F, lda, B,
+               CUDA_R_32F, ldb, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_FAST_16BF,
+               CUBLAS_GEMM_DEFAULT);
+      return;
+    }
+    CNN_BLAS(cublasSgemm_v2, im.blas_handle[p_ == Precision::FP32 ? 0 : 1], ta, tb, m, n, k, &one,
+             A, lda, B, ldb, &beta, C, ldc);
+  }
+
   Library::Impl& im_;
   LinearShape s_;
   Pass pass_;

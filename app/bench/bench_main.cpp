@@ -209,9 +209,9 @@ int run(const BenchOptions& opt, const std::string& command) {
                     "libraries' FP32 modes do",
                     o));
   header.push_back(fmt::format(
-      "peaks used for % peak: FP32 {:.0f} TFLOP/s, TF32 {:.0f} TFLOP/s (dense), HBM {:.0f} GB/s "
-      "(H200 datasheet)",
-      kPeakFp32Tflops, kPeakTf32Tflops, kPeakHbmGBps));
+      "peaks used for % peak: FP32 {:.0f} TFLOP/s, TF32 {:.0f} TFLOP/s, BF16 {:.0f} TFLOP/s "
+      "(dense), HBM {:.0f} GB/s (H200 datasheet)",
+      kPeakFp32Tflops, kPeakTf32Tflops, kPeakBf16Tflops, kPeakHbmGBps));
   for (const auto& h : header) std::fprintf(stderr, "%s\n", h.c_str());
   if (opt.measure_peaks) {
     std::fprintf(stderr, "bench: measuring the copy and SGEMM ceilings...\n");
@@ -226,10 +226,10 @@ int run(const BenchOptions& opt, const std::string& command) {
   }
   header.push_back(fmt::format(
       "method: each variant checked against the CPU reference first (tolerance FP32 {:.0e}, "
-      "TF32 {:.0e}, element-wise {:.0e}; a wrong one is not timed); ops: {} launches captured in "
-      "a CUDA graph, {} replays, median and P95 per launch, inputs rotated among copies {}; "
-      "step: one step per graph replay, {} replays",
-      kTolFp32, kTolTf32, kTolElementwise, opt.launches, opt.repeats,
+      "TF32 {:.0e}, BF16 {:.0e}, element-wise {:.0e}; a wrong one is not timed); ops: {} "
+      "launches captured in a CUDA graph, {} replays, median and P95 per launch, inputs rotated "
+      "among copies {}; step: one step per graph replay, {} replays",
+      kTolFp32, kTolTf32, kTolBf16, kTolElementwise, opt.launches, opt.repeats,
       opt.rotate < 0 ? std::string("filling 2x L2")
                      : fmt::format("({} sets)", std::max(opt.rotate, 1)),
       opt.step_repeats));
@@ -307,8 +307,9 @@ int main(int argc, char** argv) {
     app.add_option("--batch", opt.batch, "batch size of the per-op measurements")
         ->check(CLI::PositiveNumber)
         ->capture_default_str();
-    app.add_option("--precision", precision, "fp32 | tf32 | both")
-        ->check(CLI::IsMember({"fp32", "tf32", "both"}))
+    app.add_option("--precision", precision,
+                   "fp32 | tf32 | bf16 | both (fp32 and tf32) | all (fp32, tf32, bf16)")
+        ->check(CLI::IsMember({"fp32", "tf32", "bf16", "both", "all"}))
         ->capture_default_str();
     app.add_option("--ops", ops,
                    "comma-separated filters; an op runs when one is part of its name "
@@ -363,6 +364,8 @@ int main(int argc, char** argv) {
     opt.measure_peaks = !no_peaks;
     if (precision == "fp32") opt.precisions = {Precision::FP32};
     if (precision == "tf32") opt.precisions = {Precision::TF32};
+    if (precision == "bf16") opt.precisions = {Precision::BF16};
+    if (precision == "all") opt.precisions = {Precision::FP32, Precision::TF32, Precision::BF16};
     opt.ops = bench::split_list(ops);
     if (!algos.empty()) {
       opt.algos.clear();

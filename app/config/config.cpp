@@ -270,7 +270,7 @@ void read_training(const ConfigMap& top, TrainingOptions* t) {
       m.require("batch_size", "the number of images per step, an integer >= 1").as_int(1, 1 << 20));
   if (m.has("seed")) t->seed = m.at("seed").as_uint64();
   t->device = m.get_choice("device", t->device, {"cpu", "cuda", "auto"});
-  t->precision = parse_precision(m.get_choice("precision", "fp32", {"fp32", "tf32"}));
+  t->precision = parse_precision(m.get_choice("precision", "fp32", {"fp32", "tf32", "bf16"}));
   t->algo = parse_algo(m.get_choice("algo", "auto", kAlgoNames));
   t->deterministic = m.get_bool("deterministic", t->deterministic);
   t->eval_every_epochs =

@@ -286,6 +286,9 @@ void Trainer::open_run_log() {
   log_->info("run '{}' in {} on {} | precision {} | algo {} | deterministic {} | seed {}",
              cfg_.name, run_dir_, device_description(ex_.device), precision_name(ex_.precision),
              algo_name(tr.algo), tr.deterministic, tr.seed);
+  if (ex_.device == Device::CPU && ex_.precision != Precision::FP32)
+    log_->info("precision {} selects the GPU's tensor-core math; the CPU computes in fp32",
+               precision_name(ex_.precision));
   if (!folders_->note().empty()) log_->info("{}", folders_->note());
   if (std::string why; tr.device == "auto" && ex_.device == Device::CPU && !cuda_available(&why))
     log_->info("device auto chose the CPU: {}", why);

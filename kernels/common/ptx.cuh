@@ -1,7 +1,8 @@
 #pragma once
 // The inline-PTX wrappers and the fast integer division that every tiled kernel shares (dense
 // GEMM, implicit-GEMM convolution and its dedicated gradient kernels): one copy, so a fix or a new
-// architecture's variant lands everywhere. Device code only; sm_80+ (cp.async, mma.sync TF32).
+// architecture's variant lands everywhere. Device code only; sm_80+ (cp.async, mma.sync TF32 and
+// BF16).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -49,6 +50,26 @@ __device__ __forceinline__ void mma_tf32(float* d, const uint32_t (&a)[4],
                                          const uint32_t (&b)[2]) {
   asm volatile(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Packs two floats into a bf16x2 register, each rounded to nearest even (8 significant bits):
+// `lo` lands in bits 0..15, the element of the lower k index in the mma.sync fragment layouts.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// d[0..3] += a * b for one 16x8x16 BF16 tile, FP32 accumulation. Fragments (g = lane / 4,
+// t = lane % 4; each register a bf16 pair, lower k in the low half): a0 (row g, k 2t..2t+1),
+// a1 (row g+8, same k), a2 (row g, k 2t+8..2t+9), a3 (row g+8, k 2t+8..); b0 (k 2t..2t+1,
+// col g), b1 (k 2t+8..2t+9, col g). Accumulators as in mma_tf32.
+__device__ __forceinline__ void mma_bf16(float* d, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));

@@ -6,6 +6,7 @@
 // k index with multiply-shift divisions.
 //   _simt: FP32 FFMA, 8x4 register micro-tiles (64x64 or 128x32 block tiles)
 //   _tf32: mma.sync m16n8k8 TF32, 32x32 warp tiles
+//   _bf16: mma.sync m16n8k16 BF16 (operands rounded to nearest even), the same warp tiles
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -509,29 +510,30 @@ __global__ void wgrad_reduce_splits(const float* __restrict__ d_scratch, int spl
 //   Square 64x64:  the weight gradient (M = OC is small, N = C*KH*KW large).
 // All keep 4 stages in flight (3 ahead of the math): the long-scoreboard stalls of the
 // 3-stage version were the load latency of the gathers.
-template <bool kTf32>
-using CfgWide = igemm::Cfg<128, 64, 16, 128, 4, kTf32>;
-template <bool kTf32>
-using CfgNarrow = igemm::Cfg<128, 32, 16, 128, 4, kTf32>;
-template <bool kTf32>
-using CfgSquare = igemm::Cfg<64, 64, 16, 128, 4, kTf32>;
+using igemm::Mma;
+template <Mma kMma>
+using CfgWide = igemm::Cfg<128, 64, 16, 128, 4, kMma>;
+template <Mma kMma>
+using CfgNarrow = igemm::Cfg<128, 32, 16, 128, 4, kMma>;
+template <Mma kMma>
+using CfgSquare = igemm::Cfg<64, 64, 16, 128, 4, kMma>;
 
 // Runs a full-K-epilogue problem (forward, input gradient). K is split across a cluster
 // (summed in a fixed order through distributed shared memory) until the grid has ~2.5 blocks
 // per SM: the short-scoreboard and MMA latencies need more resident warps than one tile row
 // of blocks gives.
-template <bool kTf32, class P>
+template <Mma kMma, class P>
 void run_full(const P& p, cudaStream_t stream, const char* name) {
   const igemm::DeviceInfo dev = igemm::device_info();
   const int64_t target = static_cast<int64_t>(dev.sms) * 5 / 2;
   if (p.N <= 32) {
-    using C = CfgNarrow<kTf32>;
+    using C = CfgNarrow<kMma>;
     const int64_t tiles = ceil_div<int64_t>(p.M, C::BM) * ceil_div<int64_t>(p.N, C::BN);
     const int splits =
         dev.clusters ? igemm::pick_splits(tiles, ceil_div(p.K, C::BK), target, 8, 8) : 1;
     igemm::launch<C>(p, splits, stream, name);
   } else {
-    using C = CfgWide<kTf32>;
+    using C = CfgWide<kMma>;
     const int64_t tiles = ceil_div<int64_t>(p.M, C::BM) * ceil_div<int64_t>(p.N, C::BN);
     const int splits =
         dev.clusters ? igemm::pick_splits(tiles, ceil_div(p.K, C::BK), target, 8, 8) : 1;
@@ -599,9 +601,11 @@ void conv2d_forward_igemm_cuda(const Conv2dShape& s, const float* d_x, const flo
   p.table_ints = tap_table_ints(p.K, p.g.khw);
   if (p.M == 0 || p.N == 0) return;
   if (ex.precision == Precision::TF32)
-    run_full<true>(p, ex.stream, "conv2d_forward_igemm_tf32");
+    run_full<Mma::Tf32>(p, ex.stream, "conv2d_forward_igemm_tf32");
+  else if (ex.precision == Precision::BF16)
+    run_full<Mma::Bf16>(p, ex.stream, "conv2d_forward_igemm_bf16");
   else
-    run_full<false>(p, ex.stream, "conv2d_forward_igemm_simt");
+    run_full<Mma::Simt>(p, ex.stream, "conv2d_forward_igemm_simt");
 }
 
 void conv2d_backward_data_igemm_cuda(const Conv2dShape& s, const float* d_dy, const float* d_w,
@@ -622,9 +626,11 @@ void conv2d_backward_data_igemm_cuda(const Conv2dShape& s, const float* d_dy, co
   p.table_ints = p.g.unit_stride ? tap_table_ints(p.K, p.g.khw) : 0;
   if (p.M == 0 || p.N == 0) return;
   if (ex.precision == Precision::TF32)
-    run_full<true>(p, ex.stream, "conv2d_backward_data_igemm_tf32");
+    run_full<Mma::Tf32>(p, ex.stream, "conv2d_backward_data_igemm_tf32");
+  else if (ex.precision == Precision::BF16)
+    run_full<Mma::Bf16>(p, ex.stream, "conv2d_backward_data_igemm_bf16");
   else
-    run_full<false>(p, ex.stream, "conv2d_backward_data_igemm_simt");
+    run_full<Mma::Simt>(p, ex.stream, "conv2d_backward_data_igemm_simt");
 }
 
 std::size_t conv2d_backward_weight_igemm_scratch_floats(const Conv2dShape& s, const Exec& ex) {
@@ -665,9 +671,11 @@ void conv2d_backward_weight_igemm_cuda(const Conv2dShape& s, const float* d_x, c
   if (p.K == 0) return;
   const int splits = wgrad_splits(s);
   if (ex.precision == Precision::TF32)
-    igemm::launch<CfgSquare<true>>(p, splits, ex.stream, "conv2d_backward_weight_igemm_tf32");
+    igemm::launch<CfgSquare<Mma::Tf32>>(p, splits, ex.stream, "conv2d_backward_weight_igemm_tf32");
+  else if (ex.precision == Precision::BF16)
+    igemm::launch<CfgSquare<Mma::Bf16>>(p, splits, ex.stream, "conv2d_backward_weight_igemm_bf16");
   else
-    igemm::launch<CfgSquare<false>>(p, splits, ex.stream, "conv2d_backward_weight_igemm_simt");
+    igemm::launch<CfgSquare<Mma::Simt>>(p, splits, ex.stream, "conv2d_backward_weight_igemm_simt");
   if (ex.deterministic) {
     constexpr int kBlock = 256;
     const int blocks =

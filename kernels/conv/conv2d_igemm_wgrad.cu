@@ -11,7 +11,8 @@
 //   FP32 float4 reads along k (8 lanes = 8 rows, same chunk; A reads are broadcasts);
 //   TF32 float2 fragment reads (16 lanes = 4 rows x 4 pairs, k permuted within each k8 step:
 //   MMA k slot t <-> k 2t, slot t + 4 <-> k 2t + 1, the same for A and B, so the sum is the
-//   same dot product).
+//   same dot product); BF16 fragments (m16n8k16) are the float2 reads of two such k8 steps,
+//   k unpermuted (a register's pair is k 2t, 2t + 1).
 // The db column (j = C*KH*KW) is a row of ones written once into every stage (A is zero past
 // the end of K, so its value there does not matter); rows past N are zeros written once.
 // Partial tiles are atomicAdd-ed into dw/db, or, deterministic, written to scratch and summed
@@ -45,7 +46,9 @@ using ptx::cp_async16;
 using ptx::cp_async4;
 using ptx::cp_async_commit;
 using ptx::cp_async_wait;
+using ptx::mma_bf16;
 using ptx::mma_tf32;
+using ptx::pack_bf16x2;
 using ptx::to_tf32;
 using Div = ptx::FastDiv;
 
@@ -76,10 +79,12 @@ struct WgParams {
 // Thread mapping. Loaders: thread tid copies tile rows tid/8 + 16 r (r < 4) at k lane tid % 8
 // (16-byte dy path: chunk tid % 8; 4-byte paths: k = tid % 8 + 8 q, q < 4). FP32 math: thread
 // (tm, tn) = (tid / 16, tid % 16) owns C rows tm + 8 i (i < 8) and columns tn + 16 j (j < 4).
-// TF32 math: warp w owns the 32x32 warp tile at ((w % 2) 32, (w / 2) 32), m16n8k8 fragments.
+// MMA math (kMath = kTf32 or kBf16): warp w owns the 32x32 warp tile at ((w % 2) 32, (w / 2)
+// 32), m16n8k8 TF32 or m16n8k16 BF16 fragments.
 // Epilogue: thread tid owns staged elements tid + 128 e, column-fastest (coalesced along j).
 // Block (bx, by, bz) = (column tile, split of K, row tile).
-template <bool kTf32>
+constexpr int kSimt = 0, kTf32 = 1, kBf16 = 2;
+template <int kMath>
 __global__ void __launch_bounds__(kThreads, 4)
     wgrad_ktile_kernel(const __grid_constant__ WgParams p) {
   extern __shared__ float4 smem_f4[];
@@ -209,7 +214,39 @@ __global__ void __launch_bounds__(kThreads, 4)
   auto compute = [&](int stage) {
     const float* As = smem + stage * kStageFloats;
     const float* Bs = As + kBM * kBK;
-    if constexpr (kTf32) {
+    if constexpr (kMath == kBf16) {
+      const int f = swz(g);
+      // The float2 of k8 step q at row r: k = 8 q + 2 t, 8 q + 2 t + 1 (as in the TF32 reads).
+      auto pair = [&](const float* T, int r, int q) {
+        const int co = (((2 * q + (t >> 1)) ^ f) << 2) | ((t & 1) << 1);
+        return *reinterpret_cast<const float2*>(T + r * kBK + co);
+      };
+#pragma unroll
+      for (int s = 0; s < kBK / 16; ++s) {
+        uint32_t a[2][4], b[4][2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int r = wm + 16 * i + g;
+          const float2 a0 = pair(As, r, 2 * s), a1 = pair(As, r + 8, 2 * s);
+          const float2 a2 = pair(As, r, 2 * s + 1), a3 = pair(As, r + 8, 2 * s + 1);
+          a[i][0] = pack_bf16x2(a0.x, a0.y);
+          a[i][1] = pack_bf16x2(a1.x, a1.y);
+          a[i][2] = pack_bf16x2(a2.x, a2.y);
+          a[i][3] = pack_bf16x2(a3.x, a3.y);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float2 b0 = pair(Bs, wn + 8 * j + g, 2 * s),
+                       b1 = pair(Bs, wn + 8 * j + g, 2 * s + 1);
+          b[j][0] = pack_bf16x2(b0.x, b0.y);
+          b[j][1] = pack_bf16x2(b1.x, b1.y);
+        }
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) mma_bf16(&acc[(i * 4 + j) * 4], a[i], b[j]);
+      }
+    } else if constexpr (kMath == kTf32) {
       const int f = swz(g);  // every fragment row is g (mod 8)
 #pragma unroll
       for (int s = 0; s < kBK / 8; ++s) {
@@ -278,7 +315,7 @@ __global__ void __launch_bounds__(kThreads, 4)
   __syncthreads();  // the pipeline buffers become the staging tile
 
   float* Cs = smem;  // [BM][BN + 4]
-  if constexpr (kTf32) {
+  if constexpr (kMath != kSimt) {
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -406,13 +443,15 @@ void conv2d_backward_weight_dedicated_cuda(const Conv2dShape& s, const float* d_
   const dim3 grid(static_cast<unsigned>(sp.tiles_n), static_cast<unsigned>(sp.splits),
                   static_cast<unsigned>(sp.tiles_m));
   const std::size_t smem = kPipeBytes + sizeof(int2) * static_cast<std::size_t>(p.chunk);
-  const bool tf32 = ex.precision == Precision::TF32;
-  auto kern = tf32 ? wgrad_ktile_kernel<true> : wgrad_ktile_kernel<false>;
+  auto kern = ex.precision == Precision::TF32   ? wgrad_ktile_kernel<kTf32>
+              : ex.precision == Precision::BF16 ? wgrad_ktile_kernel<kBf16>
+                                                : wgrad_ktile_kernel<kSimt>;
   CNN_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(smem)));
   kern<<<grid, kThreads, smem, ex.stream>>>(p);
-  CNN_LAUNCH_CHECK(tf32 ? "conv2d_backward_weight_dedicated_tf32"
-                        : "conv2d_backward_weight_dedicated_simt");
+  CNN_LAUNCH_CHECK(ex.precision == Precision::TF32   ? "conv2d_backward_weight_dedicated_tf32"
+                   : ex.precision == Precision::BF16 ? "conv2d_backward_weight_dedicated_bf16"
+                                                     : "conv2d_backward_weight_dedicated_simt");
   if (ex.deterministic) {
     constexpr int kBlock = 256;
     const int blocks =

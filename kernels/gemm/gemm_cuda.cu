@@ -66,28 +66,34 @@ struct GemmProblem {
   }
 };
 
-template <bool kTf32>
-using CfgSquare = igemm::Cfg<64, 64, 16, 128, 3, kTf32>;  // the general tile
-template <bool kTf32>
-using CfgNarrow = igemm::Cfg<128, 32, 16, 128, 3, kTf32>;  // n <= 32 (fc2's n = 10)
+using igemm::Mma;
+template <Mma kMma>
+using CfgSquare = igemm::Cfg<64, 64, 16, 128, 3, kMma>;  // the general tile
+template <Mma kMma>
+using CfgNarrow = igemm::Cfg<128, 32, 16, 128, 3, kMma>;  // n <= 32 (fc2's n = 10)
 
-template <bool kTf32>
+constexpr const char* mma_tag(Mma m, const char* simt, const char* tf32, const char* bf16) {
+  return m == Mma::Tf32 ? tf32 : m == Mma::Bf16 ? bf16 : simt;
+}
+
+template <Mma kMma>
 void run_gemm(const GemmProblem& p, cudaStream_t stream) {
   const igemm::DeviceInfo dev = igemm::device_info();
   // Enough blocks for ~2 per SM; split k (cluster, <= 8 ways) when the tile grid alone is short.
   const int64_t target = 2 * static_cast<int64_t>(dev.sms);
   if (p.N <= 32) {
-    using C = CfgNarrow<kTf32>;
+    using C = CfgNarrow<kMma>;
     const int64_t tiles = ceil_div<int64_t>(p.M, C::BM) * ceil_div<int64_t>(p.N, C::BN);
     const int splits =
         dev.clusters ? igemm::pick_splits(tiles, ceil_div(p.K, C::BK), target, 8, 4) : 1;
-    igemm::launch<C>(p, splits, stream, kTf32 ? "gemm_tf32_narrow" : "gemm_simt_narrow");
+    igemm::launch<C>(p, splits, stream,
+                     mma_tag(kMma, "gemm_simt_narrow", "gemm_tf32_narrow", "gemm_bf16_narrow"));
   } else {
-    using C = CfgSquare<kTf32>;
+    using C = CfgSquare<kMma>;
     const int64_t tiles = ceil_div<int64_t>(p.M, C::BM) * ceil_div<int64_t>(p.N, C::BN);
     const int splits =
         dev.clusters ? igemm::pick_splits(tiles, ceil_div(p.K, C::BK), target, 8, 4) : 1;
-    igemm::launch<C>(p, splits, stream, kTf32 ? "gemm_tf32" : "gemm_simt");
+    igemm::launch<C>(p, splits, stream, mma_tag(kMma, "gemm_simt", "gemm_tf32", "gemm_bf16"));
   }
 }
 
@@ -97,30 +103,31 @@ bool vec_ok(const float* a, int lda, const float* b, int ldb) {
   return aligned(a) && aligned(b) && lda % 4 == 0 && ldb % 4 == 0;
 }
 
-template <bool kTf32, bool kAK, bool kBK>
+template <Mma kMma, bool kAK, bool kBK>
 void run_vec(const vgemm::Problem& p, cudaStream_t stream) {
-  using C = vgemm::Cfg<64, 64, 32, 4, kTf32, kAK, kBK>;
+  using C = vgemm::Cfg<64, 64, 32, 4, kMma, kAK, kBK>;
   const igemm::DeviceInfo dev = igemm::device_info();
   const int64_t tiles = ceil_div<int64_t>(p.M, C::BM) * ceil_div<int64_t>(p.N, C::BN);
   // Split k (cluster, <= 8 ways, >= 2 k-tiles of 32 each) until ~2 blocks per SM.
   const int splits = dev.clusters ? igemm::pick_splits(tiles, ceil_div(p.K, C::BK),
                                                        2 * static_cast<int64_t>(dev.sms), 8, 2)
                                   : 1;
-  vgemm::launch<C>(p, splits, stream, kTf32 ? "gemm_vec_tf32" : "gemm_vec_simt");
+  vgemm::launch<C>(p, splits, stream,
+                   mma_tag(kMma, "gemm_vec_simt", "gemm_vec_tf32", "gemm_vec_bf16"));
 }
 
-template <bool kTf32>
+template <Mma kMma>
 void run_vec_layout(const vgemm::Problem& p, bool a_mcontig, bool b_ncontig, cudaStream_t stream) {
   if (a_mcontig) {
     if (b_ncontig)
-      run_vec<kTf32, true, true>(p, stream);
+      run_vec<kMma, true, true>(p, stream);
     else
-      run_vec<kTf32, true, false>(p, stream);
+      run_vec<kMma, true, false>(p, stream);
   } else {
     if (b_ncontig)
-      run_vec<kTf32, false, true>(p, stream);
+      run_vec<kMma, false, true>(p, stream);
     else
-      run_vec<kTf32, false, false>(p, stream);
+      run_vec<kMma, false, false>(p, stream);
   }
 }
 
@@ -196,7 +203,6 @@ void gemm_cuda_path(GemmPath path, bool trans_a, bool trans_b, int m, int n, int
   CNN_CHECK(d_c && (k == 0 || (d_a && d_b)), "gemm_cuda: null matrix pointer");
   const GemmPath use =
       gemm_cuda_resolve(path, trans_a, trans_b, m, n, k, d_a, lda, d_b, ldb, precision);
-  const bool tf32 = precision == Precision::TF32;
   switch (use) {
     case GemmPath::Wgmma:
       gemm_wgmma(trans_a, trans_b, m, n, k, alpha, d_a, lda, d_b, ldb, beta, d_c, ldc, d_bias, relu,
@@ -231,19 +237,23 @@ void gemm_cuda_path(GemmPath path, bool trans_a, bool trans_b, int m, int n, int
     case GemmPath::VecTile: {
       const bool c_vec = (reinterpret_cast<uintptr_t>(d_c) & 15u) == 0 && ldc % 4 == 0;
       vgemm::Problem p{m, n, k, d_a, lda, d_b, ldb, d_c, ldc, alpha, beta, d_bias, relu, c_vec};
-      if (tf32)
-        run_vec_layout<true>(p, trans_a, !trans_b, stream);
+      if (precision == Precision::TF32)
+        run_vec_layout<Mma::Tf32>(p, trans_a, !trans_b, stream);
+      else if (precision == Precision::BF16)
+        run_vec_layout<Mma::Bf16>(p, trans_a, !trans_b, stream);
       else
-        run_vec_layout<false>(p, trans_a, !trans_b, stream);
+        run_vec_layout<Mma::Simt>(p, trans_a, !trans_b, stream);
       return;
     }
     default: {
       GemmProblem p{m,       n,   k,   d_a,   lda,  !trans_a, d_b, ldb,
                     trans_b, d_c, ldc, alpha, beta, d_bias,   relu};
-      if (tf32)
-        run_gemm<true>(p, stream);
+      if (precision == Precision::TF32)
+        run_gemm<Mma::Tf32>(p, stream);
+      else if (precision == Precision::BF16)
+        run_gemm<Mma::Bf16>(p, stream);
       else
-        run_gemm<false>(p, stream);
+        run_gemm<Mma::Simt>(p, stream);
     }
   }
 }

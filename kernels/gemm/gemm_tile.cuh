@@ -8,11 +8,12 @@
 // Shared memory holds both operands k-major (As[k][m], Bs[k][n], rows padded) in kStages
 // buffers filled with 4-byte cp.async (zero-filled where the element is out of range or is
 // padding), so any M/N/K, stride, transpose or gather works without an im2col buffer. The math
-// is either FP32 FFMA on 8 x TN register micro-tiles (SimtMath) or TF32 tensor cores,
-// mma.sync.m16n8k8 with FP32 accumulation (MmaMath). The epilogue stages the accumulator tile
-// through shared memory so the problem can write it with whichever index runs contiguous in its
-// output, and, for split-K inside a thread-block cluster (sm_90), reduces the splits through
-// distributed shared memory in a fixed order (deterministic, no scratch).
+// is either FP32 FFMA on 8 x TN register micro-tiles (SimtMath) or tensor cores with FP32
+// accumulation (MmaMath): mma.sync.m16n8k8 on TF32 or m16n8k16 on BF16 operands. The epilogue
+// stages the accumulator tile through shared memory so the problem can write it with whichever
+// index runs contiguous in its output, and, for split-K inside a thread-block cluster (sm_90),
+// reduces the splits through distributed shared memory in a fixed order (deterministic, no
+// scratch).
 //
 // A problem type P provides:
 //   int M, N, K;
@@ -44,21 +45,29 @@ using ptx::cp_async4;
 using ptx::cp_async_commit;
 using ptx::cp_async_wait;
 using ptx::FastDiv;
+using ptx::mma_bf16;
 using ptx::mma_tf32;
+using ptx::pack_bf16x2;
 using ptx::smem_u32;
 using ptx::to_tf32;
 
 // ---------------------------------------------------------------------------------------------
+// Which math a tile runs: FP32 FFMA, or mma.sync tensor cores on TF32 or BF16 operands (FP32
+// accumulation either way).
+enum class Mma { Simt, Tf32, Bf16 };
+
 // Tile configuration. kThreads = 128 or 256. For the MMA math the warps form a WGM x WGN grid
 // of warp tiles (32 rows each when possible).
-template <int BM_, int BN_, int BK_, int kThreads_, int kStages_, bool kTf32_>
+template <int BM_, int BN_, int BK_, int kThreads_, int kStages_, Mma kMma_>
 struct Cfg {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, kThreads = kThreads_, kStages = kStages_;
-  static constexpr bool kTf32 = kTf32_;
-  // Row padding of the k-major tiles. MMA fragment loads read As[k0 + t][g] for t < 4, g < 8:
-  // a row stride = 8 (mod 32) puts the 32 lanes on 32 banks. The SIMT loads read whole float4
-  // rows; there a stride = 4 (mod 32) makes the k-lane cp.async writes conflict-free.
-  static constexpr int kPad = kTf32 ? 8 : 4;
+  static constexpr Mma kMma = kMma_;
+  // Row padding of the k-major tiles. TF32 fragment loads read As[k0 + t][g] for t < 4, g < 8:
+  // a row stride = 8 (mod 32) puts the 32 lanes on 32 banks. BF16 fragment loads read rows
+  // k0 + 2t and k0 + 2t + 1: there a stride = 4 (mod 32) does (banks 8t + g and 8t + 4 + g).
+  // The SIMT loads read whole float4 rows; there a stride = 4 (mod 32) makes the k-lane
+  // cp.async writes conflict-free.
+  static constexpr int kPad = kMma == Mma::Tf32 ? 8 : 4;
   static constexpr int SA = BM + kPad, SB = BN + kPad;
   static constexpr int kStageFloats = BK * (SA + SB);
   // Output staging: [BN][BM + 4] (m contiguous) or [BM][BN + 4] (n contiguous).
@@ -67,6 +76,7 @@ struct Cfg {
       sizeof(float) * static_cast<std::size_t>(
                           kStages * kStageFloats > kCsFloats ? kStages * kStageFloats : kCsFloats);
   static_assert(BK % 8 == 0, "BK must be a multiple of 8 (k-lane groups, MMA k8 steps)");
+  static_assert(kMma != Mma::Bf16 || BK % 16 == 0, "BF16 MMA steps are k16");
   static_assert(BM % 32 == 0 && BN % 32 == 0, "tile sides must be multiples of 32");
   static_assert(kThreads % BM == 0 && kThreads % BN == 0, "m-lane loaders need T % BX == 0");
 };
@@ -139,9 +149,13 @@ struct SimtMath {
   }
 };
 
-// TF32 tensor-core math: warp w owns a WM x WN warp tile of MI x NI m16n8 accumulator tiles.
+// Tensor-core math: warp w owns a WM x WN warp tile of MI x NI m16n8 accumulator tiles, fed by
+// m16n8k8 TF32 or m16n8k16 BF16 MMAs (C::kMma). Operands are rounded as they leave shared
+// memory: the tiles stay FP32 because the cp.async copies that fill them cannot convert.
 template <class C>
 struct MmaMath {
+  static constexpr bool kBf16 = C::kMma == Mma::Bf16;
+  static constexpr int KS = kBf16 ? 16 : 8;  // k per MMA step
   static constexpr int kWarps = C::kThreads / 32;
   static constexpr int WGM = (C::BM / 32 < kWarps) ? C::BM / 32 : kWarps;
   static constexpr int WGN = kWarps / WGM;
@@ -165,37 +179,61 @@ struct MmaMath {
         for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
   }
 
-  // Fragments of one k8 step, rounded to TF32. The next step's are loaded before this step's
-  // MMAs issue (register double buffering).
+  // Fragments of one k step, rounded to TF32 or BF16 (layouts: ptx::mma_tf32 / mma_bf16). The
+  // next step's are loaded before this step's MMAs issue (register double buffering).
   __device__ __forceinline__ void load_frag(const float* As, const float* Bs, int ks,
                                             uint32_t (&a)[MI][4], uint32_t (&b)[NI][2]) const {
-    const float* ap = As + (ks + t) * C::SA + wm + g;
-    const float* bp = Bs + (ks + t) * C::SB + wn + g;
+    if constexpr (kBf16) {
+      const float* ap = As + (ks + 2 * t) * C::SA + wm + g;
+      const float* bp = Bs + (ks + 2 * t) * C::SB + wn + g;
 #pragma unroll
-    for (int i = 0; i < MI; ++i) {
-      a[i][0] = to_tf32(ap[i * 16]);
-      a[i][1] = to_tf32(ap[i * 16 + 8]);
-      a[i][2] = to_tf32(ap[4 * C::SA + i * 16]);
-      a[i][3] = to_tf32(ap[4 * C::SA + i * 16 + 8]);
-    }
+      for (int i = 0; i < MI; ++i) {
+        const float* q = ap + i * 16;
+        a[i][0] = pack_bf16x2(q[0], q[C::SA]);
+        a[i][1] = pack_bf16x2(q[8], q[C::SA + 8]);
+        a[i][2] = pack_bf16x2(q[8 * C::SA], q[9 * C::SA]);
+        a[i][3] = pack_bf16x2(q[8 * C::SA + 8], q[9 * C::SA + 8]);
+      }
 #pragma unroll
-    for (int j = 0; j < NI; ++j) {
-      b[j][0] = to_tf32(bp[j * 8]);
-      b[j][1] = to_tf32(bp[4 * C::SB + j * 8]);
+      for (int j = 0; j < NI; ++j) {
+        const float* q = bp + j * 8;
+        b[j][0] = pack_bf16x2(q[0], q[C::SB]);
+        b[j][1] = pack_bf16x2(q[8 * C::SB], q[9 * C::SB]);
+      }
+    } else {
+      const float* ap = As + (ks + t) * C::SA + wm + g;
+      const float* bp = Bs + (ks + t) * C::SB + wn + g;
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+        a[i][0] = to_tf32(ap[i * 16]);
+        a[i][1] = to_tf32(ap[i * 16 + 8]);
+        a[i][2] = to_tf32(ap[4 * C::SA + i * 16]);
+        a[i][3] = to_tf32(ap[4 * C::SA + i * 16 + 8]);
+      }
+#pragma unroll
+      for (int j = 0; j < NI; ++j) {
+        b[j][0] = to_tf32(bp[j * 8]);
+        b[j][1] = to_tf32(bp[4 * C::SB + j * 8]);
+      }
     }
   }
 
   __device__ __forceinline__ void compute(const float* As, const float* Bs) {
-    constexpr int kSteps = C::BK / 8;
+    constexpr int kSteps = C::BK / KS;
     uint32_t a[2][MI][4], b[2][NI][2];
     load_frag(As, Bs, 0, a[0], b[0]);
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
-      if (s + 1 < kSteps) load_frag(As, Bs, (s + 1) * 8, a[(s + 1) % 2], b[(s + 1) % 2]);
+      if (s + 1 < kSteps) load_frag(As, Bs, (s + 1) * KS, a[(s + 1) % 2], b[(s + 1) % 2]);
 #pragma unroll
       for (int i = 0; i < MI; ++i)
 #pragma unroll
-        for (int j = 0; j < NI; ++j) mma_tf32(acc[i][j], a[s % 2][i], b[s % 2][j]);
+        for (int j = 0; j < NI; ++j) {
+          if constexpr (kBf16)
+            mma_bf16(acc[i][j], a[s % 2][i], b[s % 2][j]);
+          else
+            mma_tf32(acc[i][j], a[s % 2][i], b[s % 2][j]);
+        }
     }
   }
 
@@ -216,7 +254,7 @@ struct MmaMath {
 };
 
 template <class C>
-using MathOf = std::conditional_t<C::kTf32, MmaMath<C>, SimtMath<C>>;
+using MathOf = std::conditional_t<C::kMma == Mma::Simt, SimtMath<C>, MmaMath<C>>;
 
 // ---------------------------------------------------------------------------------------------
 // Loader for a plain strided operand: element (x, k) of the tile's operand (x = m for A, n for

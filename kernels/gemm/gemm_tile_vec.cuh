@@ -7,7 +7,7 @@
 // global read here is one 16-byte `cp.async.cg` (LDGSTS.E.BYPASS.128): each operand is staged
 // in shared memory along the dimension that is contiguous in global memory, so four elements
 // land in one shared row:
-//   operand contiguous along m (or n): k-major tile  S[k][x], row stride BX + 8;
+//   operand contiguous along m (or n): k-major tile  S[k][x], row stride BX + 8 (BF16: BX + 4);
 //   operand contiguous along k:        x-major tile  S[x][k], row stride BK + 4 = 36.
 // The strides keep the fragment reads conflict-free: an MMA fragment reads S[k0+t][x0+g]
 // (stride = 8 mod 32: banks 8t + g) or S[x0+g][k0+t] (stride = 4 mod 32: banks 4g + t); the
@@ -38,18 +38,26 @@ namespace cnn::vgemm {
 using ptx::cp_async16;
 using ptx::cp_async_commit;
 using ptx::cp_async_wait;
+using ptx::mma_bf16;
 using ptx::mma_tf32;
+using ptx::pack_bf16x2;
 using ptx::smem_u32;
 using ptx::to_tf32;
 
 // kAK: A is contiguous along m in global memory (staged k-major); else along k (x-major).
 // kBK: B is contiguous along n (staged k-major); else along k.
-template <int BM_, int BN_, int BK_, int kStages_, bool kTf32_, bool kAK_, bool kBK_>
+template <int BM_, int BN_, int BK_, int kStages_, igemm::Mma kMma_, bool kAK_, bool kBK_>
 struct Cfg {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, kThreads = 128, kStages = kStages_;
-  static constexpr bool kTf32 = kTf32_, kAK = kAK_, kBK = kBK_;
-  static constexpr int SA = kAK ? BM + 8 : BK + 4;  // row stride of the A tile
-  static constexpr int SB = kBK ? BN + 8 : BK + 4;
+  static constexpr igemm::Mma kMma = kMma_;
+  static constexpr bool kAK = kAK_, kBK = kBK_;
+  // k-major row padding: 8 for the TF32 / FP32 reads above; BF16 fragments read rows k0 + 2t
+  // and k0 + 2t + 1, conflict-free at a stride = 4 (mod 32) (banks 8t + g, 8t + 4 + g). Its
+  // x-major reads S[x0+g][k0+2t], S[..][k0+2t+1] are 2-way conflicted at stride 36: no 16-byte
+  // aligned stride serves pairs along k.
+  static constexpr int kKPad = kMma == igemm::Mma::Bf16 ? 4 : 8;
+  static constexpr int SA = kAK ? BM + kKPad : BK + 4;  // row stride of the A tile
+  static constexpr int SB = kBK ? BN + kKPad : BK + 4;
   static constexpr int kAFloats = kAK ? BK * SA : BM * SA;
   static constexpr int kBFloats = kBK ? BK * SB : BN * SB;
   static constexpr int kStageFloats = kAFloats + kBFloats;
@@ -70,7 +78,7 @@ struct Cfg {
 // an x-major 32-deep one).
 template <class C, int BX, bool kKMajor>
 struct VecLoader {
-  static constexpr int S = kKMajor ? BX + 8 : C::BK + 4;
+  static constexpr int S = kKMajor ? BX + C::kKPad : C::BK + 4;
   static constexpr int kPerRow = (kKMajor ? BX : C::BK) / 4;
   static constexpr int kChunks = BX * C::BK / 4;
   static constexpr int kPer = kChunks / C::kThreads;
@@ -196,11 +204,14 @@ struct SimtMath {
   }
 };
 
-// TF32 tensor-core math: 2 x 2 warps of 32 x 32 warp tiles, MI x NI = 2 x 4 m16n8k8 MMAs per k8
-// step; operands rounded with cvt.rna.tf32 as they leave shared memory, FP32 accumulation;
-// the next k8 step's fragments are read while this step's MMAs issue.
+// Tensor-core math: 2 x 2 warps of 32 x 32 warp tiles, MI x NI = 2 x 4 MMAs per k step
+// (m16n8k8 TF32 or m16n8k16 BF16, C::kMma); operands rounded (cvt.rna.tf32 / cvt.rn.bf16x2) as
+// they leave shared memory, FP32 accumulation; the next k step's fragments are read while this
+// step's MMAs issue.
 template <class C>
 struct MmaMath {
+  static constexpr bool kBf16 = C::kMma == igemm::Mma::Bf16;
+  static constexpr int KS = kBf16 ? 16 : 8;  // k per MMA step
   static constexpr int WM = 32, WN = 32, MI = 2, NI = 4;
   float acc[MI][NI][4];
   int wm, wn, g, t;
@@ -231,33 +242,56 @@ struct MmaMath {
   // b0 (k t, n g), b1 (k t+4, n g).
   __device__ __forceinline__ void load_frag(const float* As, const float* Bs, int ks,
                                             uint32_t (&a)[MI][4], uint32_t (&b)[NI][2]) const {
+    if constexpr (kBf16) {  // layout: ptx::mma_bf16
+      const int k = ks + 2 * t;
 #pragma unroll
-    for (int i = 0; i < MI; ++i) {
-      const int m = wm + i * 16 + g;
-      a[i][0] = to_tf32(at_a(As, m, ks + t));
-      a[i][1] = to_tf32(at_a(As, m + 8, ks + t));
-      a[i][2] = to_tf32(at_a(As, m, ks + t + 4));
-      a[i][3] = to_tf32(at_a(As, m + 8, ks + t + 4));
-    }
+      for (int i = 0; i < MI; ++i) {
+        const int m = wm + i * 16 + g;
+        a[i][0] = pack_bf16x2(at_a(As, m, k), at_a(As, m, k + 1));
+        a[i][1] = pack_bf16x2(at_a(As, m + 8, k), at_a(As, m + 8, k + 1));
+        a[i][2] = pack_bf16x2(at_a(As, m, k + 8), at_a(As, m, k + 9));
+        a[i][3] = pack_bf16x2(at_a(As, m + 8, k + 8), at_a(As, m + 8, k + 9));
+      }
 #pragma unroll
-    for (int j = 0; j < NI; ++j) {
-      const int n = wn + j * 8 + g;
-      b[j][0] = to_tf32(at_b(Bs, ks + t, n));
-      b[j][1] = to_tf32(at_b(Bs, ks + t + 4, n));
+      for (int j = 0; j < NI; ++j) {
+        const int n = wn + j * 8 + g;
+        b[j][0] = pack_bf16x2(at_b(Bs, k, n), at_b(Bs, k + 1, n));
+        b[j][1] = pack_bf16x2(at_b(Bs, k + 8, n), at_b(Bs, k + 9, n));
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+        const int m = wm + i * 16 + g;
+        a[i][0] = to_tf32(at_a(As, m, ks + t));
+        a[i][1] = to_tf32(at_a(As, m + 8, ks + t));
+        a[i][2] = to_tf32(at_a(As, m, ks + t + 4));
+        a[i][3] = to_tf32(at_a(As, m + 8, ks + t + 4));
+      }
+#pragma unroll
+      for (int j = 0; j < NI; ++j) {
+        const int n = wn + j * 8 + g;
+        b[j][0] = to_tf32(at_b(Bs, ks + t, n));
+        b[j][1] = to_tf32(at_b(Bs, ks + t + 4, n));
+      }
     }
   }
 
   __device__ __forceinline__ void compute(const float* As, const float* Bs) {
-    constexpr int kSteps = C::BK / 8;
+    constexpr int kSteps = C::BK / KS;
     uint32_t a[2][MI][4], b[2][NI][2];
     load_frag(As, Bs, 0, a[0], b[0]);
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
-      if (s + 1 < kSteps) load_frag(As, Bs, (s + 1) * 8, a[(s + 1) % 2], b[(s + 1) % 2]);
+      if (s + 1 < kSteps) load_frag(As, Bs, (s + 1) * KS, a[(s + 1) % 2], b[(s + 1) % 2]);
 #pragma unroll
       for (int i = 0; i < MI; ++i)
 #pragma unroll
-        for (int j = 0; j < NI; ++j) mma_tf32(acc[i][j], a[s % 2][i], b[s % 2][j]);
+        for (int j = 0; j < NI; ++j) {
+          if constexpr (kBf16)
+            mma_bf16(acc[i][j], a[s % 2][i], b[s % 2][j]);
+          else
+            mma_tf32(acc[i][j], a[s % 2][i], b[s % 2][j]);
+        }
     }
   }
 
@@ -337,7 +371,7 @@ __global__ void __launch_bounds__(C::kThreads) vec_gemm_kernel(const __grid_cons
 
   const VecLoader<C, C::BM, C::kAK> al(p.a, p.lda, p.M, p.K, m0, tid);
   const VecLoader<C, C::BN, C::kBK> bl(p.b, p.ldb, p.N, p.K, n0, tid);
-  std::conditional_t<C::kTf32, MmaMath<C>, SimtMath<C>> math(tid);
+  std::conditional_t<C::kMma == igemm::Mma::Simt, SimtMath<C>, MmaMath<C>> math(tid);
 
   auto stage_a = [&](int s) { return smem + s * C::kStageFloats; };
   auto stage_b = [&](int s) { return smem + s * C::kStageFloats + C::kAFloats; };

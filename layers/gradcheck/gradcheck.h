@@ -34,8 +34,8 @@ struct GradcheckOptions {
 // Analytic double backward vs numerical, on the CPU. Tolerance 1e-6.
 GradcheckResult gradcheck_reference(const std::vector<LayerSpec>& specs, const Shape& input_chw,
                                     const GradcheckOptions& opt);
-// Float Network on ex.device (fused ReLU as configured) vs the double numerical gradient.
-// Tolerance 1e-2 (float arithmetic; TF32 is not used here).
+// Float Network on ex.device (fused ReLU as configured) at ex.precision vs the double
+// numerical gradient, within gradcheck_network_tolerance(ex.precision).
 GradcheckResult gradcheck_network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
                                   const GradcheckOptions& opt, const Exec& ex, bool fuse_relu);
 
@@ -48,6 +48,8 @@ struct GradcheckCase {
   Shape input_chw;
 };
 std::vector<GradcheckCase> gradcheck_layer_cases();
+// 1e-2 for FP32 and TF32, 5e-2 for BF16 (the derivation is at the definition).
+double gradcheck_network_tolerance(Precision p);
 // The whole small network of the issue: conv-relu-pool-conv-relu-pool-linear-relu-linear-softmax.
 GradcheckCase gradcheck_small_network_case();
 
