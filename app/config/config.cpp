@@ -261,8 +261,8 @@ LayerSpec read_layer(const ConfigNode& item, Algo default_algo, LayerSite* site,
 void read_training(const ConfigMap& top, TrainingOptions* t) {
   ConfigMap m(top.require("training", "a training section with at least epochs and batch_size"),
               {"epochs", "batch_size", "seed", "device", "precision", "algo", "deterministic",
-               "autotune_cache", "stop_at_accuracy", "label_smoothing", "eval_flip", "gpus",
-               "nccl_library"});
+               "eval_every_epochs", "max_steps", "cuda_graph", "autotune_cache", "stop_at_accuracy",
+               "label_smoothing", "eval_flip", "gpus", "nccl_library"});
   t->epochs = static_cast<int>(
       m.require("epochs", "the number of passes over the training set, an integer >= 1")
           .as_int(1, 1000000));
