@@ -5,8 +5,8 @@
 #include <numeric>
 #include <utility>
 
-#include "runtime/hash_rng.h"
 #include "runtime/error.h"
+#include "runtime/hash_rng.h"
 
 namespace cnn {
 
@@ -27,22 +27,33 @@ std::vector<int32_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch) 
   return perm;
 }
 
-BatchSampler::BatchSampler(int64_t n, int batch_size, bool shuffle, bool drop_last, uint64_t seed)
-    : n_(n), batch_size_(batch_size), shuffle_(shuffle), drop_last_(drop_last), seed_(seed) {
+BatchSampler::BatchSampler(int64_t n, int batch_size, bool shuffle, bool drop_last, uint64_t seed,
+                           int rank, int world)
+    : n_(n),
+      batch_size_(batch_size),
+      shuffle_(shuffle),
+      drop_last_(drop_last),
+      rank_(rank),
+      world_(world),
+      seed_(seed) {
   CNN_CHECK(n > 0 && n <= std::numeric_limits<int32_t>::max(),
             "batch sampler: {} samples, expected 1..2^31-1", n);
   CNN_CHECK(batch_size > 0, "batch size is {}, expected > 0", batch_size);
-  CNN_CHECK(!drop_last || batch_size <= n,
-            "drop_last with batch size {} and only {} samples leaves no batch at all", batch_size,
-            n);
+  CNN_CHECK(world >= 1 && rank >= 0 && rank < world, "batch sampler: rank {} of {} ranks", rank,
+            world);
+  CNN_CHECK(!drop_last || global_batch() <= n,
+            "drop_last with batch size {}{} and only {} samples leaves no batch at all",
+            global_batch(),
+            world > 1 ? fmt::format(" ({} per GPU x {} GPUs)", batch_size, world) : "", n);
 }
 
 int64_t BatchSampler::batches_per_epoch() const {
-  return drop_last_ ? n_ / batch_size_ : (n_ + batch_size_ - 1) / batch_size_;
+  const int64_t g = global_batch();
+  return drop_last_ ? n_ / g : (n_ + g - 1) / g;
 }
 
 int64_t BatchSampler::samples_per_epoch() const {
-  return drop_last_ ? batches_per_epoch() * batch_size_ : n_;
+  return drop_last_ ? batches_per_epoch() * global_batch() : n_;
 }
 
 void BatchSampler::start_epoch(int64_t epoch, int64_t position) {
@@ -65,10 +76,13 @@ void BatchSampler::start_epoch(int64_t epoch, int64_t position) {
 bool BatchSampler::next(const int32_t** indices, int* count) {
   CNN_CHECK(epoch_ >= 0, "batch sampler: next() before start_epoch()");
   if (position_ >= batches_per_epoch()) return false;
-  const int64_t begin = position_ * batch_size_;
-  const int64_t end = std::min<int64_t>(begin + batch_size_, n_);
+  const int64_t global_begin = position_ * global_batch();
+  const int64_t global_end = std::min<int64_t>(global_begin + global_batch(), n_);
+  const int64_t begin = std::min(slice_begin(position_), global_end);
+  const int64_t end = std::min<int64_t>(begin + batch_size_, global_end);
   *indices = order_.data() + begin;
   *count = static_cast<int>(end - begin);
+  last_global_count_ = global_end - global_begin;
   ++position_;
   return true;
 }

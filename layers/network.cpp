@@ -203,6 +203,7 @@ Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
   std::vector<int64_t> layer_offset;
   for (auto& l : layers_) {
     layer_offset.push_back(total);
+    layer_param_begin_.push_back(total);
     for (ParamInfo p : l->param_shapes()) {
       p.offset = total;
       total += p.numel();
@@ -324,8 +325,14 @@ void Network::forward_backward(int n, const float* x, const int32_t* labels, flo
   softmax_xent({n, classes_}, acts_.back(), labels, loss_rows_.data(), pred_.data(),
                grad_acts_.back(), grad_scale, ex_, opt_.label_smoothing);
   const Exec ex = mode_exec(true);
-  for (size_t i = layers_.size(); i-- > 0;)
+  for (size_t i = layers_.size(); i-- > 0;) {
     if (!skipped_[i]) backward_node(i, n, x, ex);
+    if (grads_ready_) grads_ready_(layer_param_begin_[i]);
+  }
+}
+
+std::vector<int64_t> Network::grads_ready_offsets() const {
+  return std::vector<int64_t>(layer_param_begin_.rbegin(), layer_param_begin_.rend());
 }
 
 void Network::backward_node(size_t i, int n, const float* x, const Exec& ex) {
@@ -338,8 +345,7 @@ void Network::backward_node(size_t i, int n, const float* x, const Exec& ex) {
       if (t < 0 || !needs_grad_[size_t(t)] || grad_acts_[size_t(t)] == dy) continue;
       float* g = grad_acts_[size_t(t)];
       if (last_consumer_[size_t(t)] == int(i))
-        raw_copy(g, ex.device, dy, ex.device, size_t(n * per_image(t)) * sizeof(float),
-                 ex.stream);
+        raw_copy(g, ex.device, dy, ex.device, size_t(n * per_image(t)) * sizeof(float), ex.stream);
       else
         add_forward(n * per_image(t), g, dy, g, ex);
     }

@@ -9,6 +9,7 @@
 // the ones inside blocks without knowing about blocks. Where a tensor feeds two nodes (a block's
 // input) their input gradients are summed: the last consumer in the list writes the gradient,
 // the others write a scratch buffer that is then added to it.
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -72,6 +73,15 @@ class Network {
   const float* params() const { return params_.data(); }
   int64_t num_params() const { return static_cast<int64_t>(params_.size()); }
   const std::vector<ParamInfo>& param_infos() const { return infos_; }
+  // Data-parallel training: called during forward_backward's backward pass, after each node's
+  // gradients are enqueued, with the flat offset from which every parameter gradient of this step
+  // is final (parameters lie in layer order and backward runs in reverse, so that offset falls
+  // node by node to 0). The hook may enqueue work (an all-reduce of the finished range on another
+  // stream, after an event); null: none.
+  using GradsReadyHook = std::function<void(int64_t final_from)>;
+  void set_grads_ready_hook(GradsReadyHook hook) { grads_ready_ = std::move(hook); }
+  // The offsets final_from takes, in the order the backward pass reaches them (the last is 0).
+  std::vector<int64_t> grads_ready_offsets() const;
   // One per graph node (the loss excluded), in forward order; a residual block's add is a
   // parameter-free entry whose passes the Network runs itself (it reads two inputs).
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
@@ -130,6 +140,8 @@ class Network {
   std::vector<ParamInfo> infos_, buffer_infos_;
   Buffer<float> params_, grads_, scratch_, buffers_;
   const int64_t* step_ = nullptr;
+  std::vector<int64_t> layer_param_begin_;  // node i's parameters start here (layer order)
+  GradsReadyHook grads_ready_;
   // Runs the layers forward in training or eval mode; returns the logits.
   const float* run_forward(int n, const float* x, bool training);
   Exec mode_exec(bool training) const;

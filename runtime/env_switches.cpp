@@ -95,6 +95,14 @@ EnvSwitches read_env_switches() {
     e.cpu_threads = static_cast<int>(n);
   }
   e.sync_check = off_unless_set("CNN_SYNC_CHECK");
+  if (const char* v = get("CNN_NCCL_LIBRARY")) e.nccl_library = v;
+  if (const char* v = get("CNN_NCCL_TIMEOUT_S")) {
+    char* end = nullptr;
+    const double t = std::strtod(v, &end);
+    CNN_CHECK(end != v && *end == '\0' && t >= 1 && t <= 86400,
+              "CNN_NCCL_TIMEOUT_S='{}': expected seconds from 1 to 86400", v);
+    e.nccl_timeout_s = t;
+  }
   return e;
 }
 
@@ -119,6 +127,13 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_CPU_ISA", "scalar|avx2|avx512", "cap the CPU kernels' instruction set"},
       {"CNN_CPU_THREADS", "1..256", "threads of the CPU kernels (default: the cores, at most 16)"},
       {"CNN_SYNC_CHECK", "1", "synchronize after every launch, so a fault names its kernel"},
+      {"CNN_NCCL_LIBRARY", "FILE|DIR",
+       "multi-GPU training: libnccl.so.2 to load (over training.nccl_library)"},
+      {"CNN_NCCL_TIMEOUT_S", "1..86400",
+       "multi-GPU training: a step's collectives slower than this stop the run (default 600)"},
+      // Set by train --gpus N for its rank processes (or taken from mpirun's OMPI_COMM_WORLD_*).
+      {"CNN_RANK, CNN_WORLD_SIZE, CNN_LOCAL_RANK", "0..N-1, N, 0..",
+       "this process is one rank of a data-parallel run (set by the launcher)"},
       // Read where they are used, per run or per file (the trainer's start-up, the IDX loader).
       {"CNN_AUTOTUNE_CACHE", "0|FILE", "no autotune cache, or this file instead of the user's"},
       {"CNN_DATA_CACHE", "0", "no decoded copy (<file>.decoded) beside gzip IDX image files"},

@@ -11,6 +11,7 @@
 //    constant from then on; each program's main() reads them at start so that a bad value fails
 //    before any work.
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "runtime/exec.h"
@@ -28,6 +29,8 @@ struct EnvSwitches {
   bool autotune = true;             // CNN_AUTOTUNE=0: no start-up timing of variants
   bool fuse_pool = true;            // CNN_FUSE_POOL=0: no fused conv-relu-maxpool
   bool cuda_graph = true;           // CNN_CUDA_GRAPH=0: launch each step's kernels directly
+  std::string nccl_library;         // CNN_NCCL_LIBRARY: libnccl.so.2's path (or its folder)
+  double nccl_timeout_s = 600;      // CNN_NCCL_TIMEOUT_S: a collective slower than this fails
   // Debugging switches of the kernels.
   GemmPathSwitch gemm_path = GemmPathSwitch::Auto;  // CNN_GEMM_PATH=strided|tile|wgmma|auto
   // CNN_WGMMA_MN=tma (default) | gather: the wgmma GEMM loads an M/N-contiguous operand by TMA

@@ -47,7 +47,7 @@ namespace {
 constexpr int64_t kIntMax = std::numeric_limits<int>::max();
 const std::vector<std::string> kAlgoNames = {"auto", "naive", "tiled", "igemm", "fast"};
 const std::vector<std::string> kLayerKinds = {
-    "conv2d",      "relu",        "maxpool2d", "flatten",        "linear", "softmax_cross_entropy",
+    "conv2d",      "relu",        "maxpool2d", "flatten",        "linear",  "softmax_cross_entropy",
     "batchnorm2d", "batchnorm1d", "avgpool2d", "global_avgpool", "dropout", "residual"};
 
 // Where one layer sits in the file, so that shape errors found later point at it.
@@ -261,8 +261,8 @@ LayerSpec read_layer(const ConfigNode& item, Algo default_algo, LayerSite* site,
 void read_training(const ConfigMap& top, TrainingOptions* t) {
   ConfigMap m(top.require("training", "a training section with at least epochs and batch_size"),
               {"epochs", "batch_size", "seed", "device", "precision", "algo", "deterministic",
-               "eval_every_epochs", "max_steps", "cuda_graph",
-               "autotune_cache", "stop_at_accuracy", "label_smoothing", "eval_flip"});
+               "eval_every_epochs", "max_steps", "cuda_graph", "autotune_cache", "stop_at_accuracy",
+               "label_smoothing", "eval_flip", "gpus", "nccl_library"});
   t->epochs = static_cast<int>(
       m.require("epochs", "the number of passes over the training set, an integer >= 1")
           .as_int(1, 1000000));
@@ -288,6 +288,8 @@ void read_training(const ConfigMap& top, TrainingOptions* t) {
   t->label_smoothing =
       m.get_number("label_smoothing", t->label_smoothing, between(0, 1, false, true));
   t->eval_flip = m.get_bool("eval_flip", t->eval_flip);
+  t->gpus = static_cast<int>(m.get_int("gpus", t->gpus, 1, 1024));
+  t->nccl_library = m.get_string("nccl_library", t->nccl_library);
 }
 
 void read_model(const ConfigMap& top, TrainConfig* cfg, Sites* sites) {
@@ -809,6 +811,8 @@ std::string config_to_yaml(const TrainConfig& cfg) {
                    fmt_double(t.stop_at_accuracy));
   y += fmt::format("  label_smoothing: {}\n  eval_flip: {}\n", fmt_double(t.label_smoothing),
                    t.eval_flip);
+  y += fmt::format("  gpus: {}\n", t.gpus);
+  if (!t.nccl_library.empty()) y += fmt::format("  nccl_library: {}\n", yaml_quote(t.nccl_library));
 
   y += "logging:\n";
   y += fmt::format("  dir: {}\n  every_steps: {}\n  progress: {}\n", yaml_quote(cfg.logging.dir),

@@ -30,10 +30,15 @@ struct TrainingOptions {
   int eval_every_epochs = 1;
   int64_t max_steps = 0;   // 0 = no limit; stops early for quick runs
   bool cuda_graph = true;  // replay the step as one CUDA graph (CNN_CUDA_GRAPH=0 also turns it off)
-  bool autotune_cache = true;   // reuse algo: auto's choices across runs (app/train/startup.h)
-  double stop_at_accuracy = 0;  // percent; stop after the evaluation that reaches it; 0 = off
+  bool autotune_cache = true;    // reuse algo: auto's choices across runs (app/train/startup.h)
+  double stop_at_accuracy = 0;   // percent; stop after the evaluation that reaches it; 0 = off
   double label_smoothing = 0.0;  // of the training loss, in [0, 1) (torch's semantics)
   bool eval_flip = false;  // evaluation predicts from an image's logits plus its mirror image's
+  // Data-parallel training: ranks (one per GPU; train --gpus N sets it), each at batch_size, so
+  // a step's global batch is gpus * batch_size. NCCL's library path ("" = libnccl.so.2 from the
+  // loader's search path; CNN_NCCL_LIBRARY wins).
+  int gpus = 1;
+  std::string nccl_library;
 };
 
 enum class ProgressMode { Auto, On, Off };  // auto: a progress bar only on a terminal
@@ -62,8 +67,8 @@ struct TrainConfig {
   LoggingOptions logging;
   CheckpointOptions checkpoint;
 
-  std::string source_path;    // the config file it came from
-  std::string resolved_yaml;  // every key with defaults and overrides applied (config_to_yaml)
+  std::string source_path;         // the config file it came from
+  std::string resolved_yaml;       // every key with defaults and overrides applied (config_to_yaml)
   std::vector<std::string> notes;  // what the config left to be found out, e.g. out_features: auto
 
   std::string run_dir() const { return logging.dir + "/" + name; }

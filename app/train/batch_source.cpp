@@ -6,11 +6,11 @@ namespace cnn {
 
 BatchSource::BatchSource(const Dataset& d, const Normalization& norm, const AugmentOptions* augment,
                          uint64_t seed, int batch, bool shuffle, bool drop_last, const Exec& ex,
-                         bool keep_host_labels)
+                         bool keep_host_labels, int rank, int world)
     : ex_(ex),
       host_(d),
       params_(make_gather_params(d.c, d.h, d.w, norm, augment, seed)),
-      sampler_(d.n, batch, shuffle, drop_last, seed),
+      sampler_(d.n, batch, shuffle, drop_last, seed, rank, world),
       x_(size_t(batch) * size_t(d.image_size()), ex.device),
       y_(size_t(batch), ex.device),
       keep_host_labels_(keep_host_labels) {
@@ -27,7 +27,7 @@ void BatchSource::use_batch_counter(const int64_t* batch_counter) {
   epoch_.copy_from(&host_epoch_, Device::CPU, 1, ex_.stream);
   params_.epoch_ptr = epoch_.data();
   params_.batch_ptr = batch_counter;
-  params_.batch_stride = sampler_.batch_size();
+  params_.batch_stride = sampler_.global_batch();
 }
 
 void BatchSource::start_epoch(int64_t epoch, int64_t position) {
@@ -42,7 +42,7 @@ void BatchSource::start_epoch(int64_t epoch, int64_t position) {
 }
 
 bool BatchSource::take(int* n) {
-  first_ = sampler_.position() * sampler_.batch_size();
+  first_ = sampler_.slice_begin(sampler_.position());
   if (!sampler_.next(&indices_, n)) return false;
   if (keep_host_labels_) {
     last_labels_host_.resize(size_t(*n));
@@ -54,13 +54,16 @@ bool BatchSource::take(int* n) {
 
 void BatchSource::gather(int n) {
   // With a batch counter the gather finds the batch in the whole order itself.
+  // (This rank's slice starts rank * batch entries into each global batch.)
+  if (n == 0) return;  // a rank past the end of a final partial global batch
   const bool counted = params_.batch_ptr != nullptr;
+  const int64_t slice = sampler_.slice_begin(0);
   if (ex_.device == Device::CUDA) {
-    device_data_.gather(params_, d_order_.data() + (counted ? 0 : first_), n, x_.data(), y_.data(),
-                        ex_.stream);
+    device_data_.gather(params_, d_order_.data() + (counted ? slice : first_), n, x_.data(),
+                        y_.data(), ex_.stream);
   } else {
     gather_batch_cpu(params_, host_.images.data(), host_.labels.data(), host_.n,
-                     counted ? sampler_.order().data() : indices_, n, x_.data(), y_.data());
+                     counted ? sampler_.order().data() + slice : indices_, n, x_.data(), y_.data());
   }
 }
 

@@ -3,7 +3,7 @@
 // uint8 images live on the device and one gather kernel builds each batch (indices of the whole
 // epoch uploaded once per epoch, so a step copies nothing from the host; with a batch counter the
 // kernel also finds its batch there, so that a CUDA graph replays it); on the CPU the same gather
-// runs as its CPU twin.
+// runs as its CPU twin. With world > 1 it feeds one rank's slice of each global batch.
 #include <cstdint>
 
 #include "data/batch_sampler.h"
@@ -20,7 +20,7 @@ class BatchSource {
   // off so a step does no per-sample host work.
   BatchSource(const Dataset& d, const Normalization& norm, const AugmentOptions* augment,
               uint64_t seed, int batch, bool shuffle, bool drop_last, const Exec& ex,
-              bool keep_host_labels = false);
+              bool keep_host_labels = false, int rank = 0, int world = 1);
 
   int64_t size() const { return sampler_.size(); }
   int64_t batches_per_epoch() const { return sampler_.batches_per_epoch(); }
@@ -34,6 +34,8 @@ class BatchSource {
   // gather(n) with every image mirrored left-right: the second half of test-time flipping.
   void gather_mirrored(int n);
   int64_t position() const { return sampler_.position(); }
+  // The global batch the last take() chose (all ranks together; see BatchSampler).
+  int64_t last_global_count() const { return sampler_.last_global_count(); }
 
   // Training under a CUDA graph: from now on the gather reads the batch's position in the epoch
   // from *batch_counter (memory of the device, e.g. StepCounters::batch, advanced by the step

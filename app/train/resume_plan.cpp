@@ -105,13 +105,19 @@ ResumePlan::ResumePlan(const TrainConfig& cfg, const CheckpointMeta& meta, const
             "of --resume (or keep optimizer.type {})",
             ckpt, optimizer_name(from), optimizer_name(to), optimizer_kind(from),
             optimizer_kind(to), optimizer_name(to), ckpt, optimizer_name(from));
-  const int old_batch = old_->training.batch_size, new_batch = cfg.training.batch_size;
-  CNN_CHECK(old_batch == new_batch || pos_.batch_in_epoch == 0,
-            "--resume {}: training.batch_size {} -> {} inside epoch {} (the checkpoint is at its "
-            "batch {}): the rest of that epoch's images cannot be split into the new batches; "
-            "finish the epoch with batch_size {} (--set training.epochs={}), then resume with {}",
-            ckpt, old_batch, new_batch, pos_.epoch + 1, pos_.batch_in_epoch, old_batch,
-            pos_.epoch + 1, new_batch);
+  // The global batch is what the position counts: a different number of GPUs changes it too.
+  const TrainingOptions &ot = old_->training, &nt = cfg.training;
+  const std::string change =
+      ot.gpus == 1 && nt.gpus == 1
+          ? fmt::format("training.batch_size {} -> {}", ot.batch_size, nt.batch_size)
+          : fmt::format("the global batch (batch_size x gpus) {} x {} -> {} x {}", ot.batch_size,
+                        ot.gpus, nt.batch_size, nt.gpus);
+  CNN_CHECK(int64_t(ot.batch_size) * ot.gpus == int64_t(nt.batch_size) * nt.gpus ||
+                pos_.batch_in_epoch == 0,
+            "--resume {}: {} inside epoch {} (the checkpoint is at its batch {}): the rest of "
+            "that epoch's images cannot be split into the new batches; finish the epoch as it "
+            "was (--set training.epochs={}), then resume with the new batch",
+            ckpt, change, pos_.epoch + 1, pos_.batch_in_epoch, pos_.epoch + 1);
 }
 
 bool ResumePlan::finished() const {
@@ -152,12 +158,13 @@ std::vector<std::string> ResumePlan::change_notes(int64_t steps_per_epoch) const
         "the Adam moments carry over; weight decay is now {} (optimizer.type {})",
         cfg_.optimizer.type == OptimizerType::AdamW ? "decoupled" : "added to the gradient",
         optimizer_name(cfg_.optimizer.type)));
-  if (o.training.batch_size != cfg_.training.batch_size)
+  const int64_t old_global = int64_t(o.training.batch_size) * o.training.gpus;
+  const int64_t new_global = int64_t(cfg_.training.batch_size) * cfg_.training.gpus;
+  if (old_global != new_global)
     notes.push_back(fmt::format(
         "batch size {} -> {}: {} steps per epoch from epoch {} on; the step count continues from "
         "{} and the schedule follows epochs (the learning rate is not rescaled)",
-        o.training.batch_size, cfg_.training.batch_size, steps_per_epoch, pos_.epoch + 1,
-        pos_.global_step));
+        old_global, new_global, steps_per_epoch, pos_.epoch + 1, pos_.global_step));
   // The schedule is a function of the fractional epoch: compare both configs at the resume point.
   const double t = double(pos_.epoch) + double(pos_.batch_in_epoch) / double(steps_per_epoch);
   const double lr_old = learning_rate(o.schedule, o.optimizer.lr, t, o.training.epochs);

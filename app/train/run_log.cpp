@@ -43,9 +43,18 @@ RunLog::RunLog(const std::string& run_dir, bool progress) {
   if (progress && isatty(fileno(stdout))) display_ = std::make_unique<ProgressDisplay>(stdout);
 }
 
+RunLog::RunLog(int rank) {
+  auto err = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+  logger_ = std::make_shared<spdlog::logger>(fmt::format("rank{}", rank), err);
+  logger_->set_pattern(fmt::format("[%Y-%m-%d %H:%M:%S] rank {}: %v", rank));
+  logger_->set_level(spdlog::level::warn);
+  file_logger_ = logger_;
+}
+
 RunLog::~RunLog() = default;  // the display leaves a finished epoch's line, clears a live one
 
 void RunLog::truncate_metrics_after(int64_t last_step, bool eval_done, bool train_row_done) {
+  if (metrics_path_.empty()) return;  // a rank's log without files
   std::ifstream in(metrics_path_);
   std::string line, kept = std::string(kMetricsHeader) + "\n";
   std::getline(in, line);  // header
@@ -61,14 +70,15 @@ void RunLog::truncate_metrics_after(int64_t last_step, bool eval_done, bool trai
       if (fields == 3) eval = field == "eval";
       ++fields;
     }
-    const bool redone = step > last_step ||
-                        (step == last_step && (eval ? !eval_done : !train_row_done));
+    const bool redone =
+        step > last_step || (step == last_step && (eval ? !eval_done : !train_row_done));
     if (fields == 8 && !redone && !in.eof()) kept += line + "\n";
   }
   write_file_atomically(metrics_path_, kept.data(), kept.size());
 }
 
 void RunLog::metrics(const MetricsRow& r) {
+  if (metrics_path_.empty()) return;
   append_line_durably(metrics_path_,
                       fmt::format("{:.3f},{},{},{},{:.6f},{:.6f},{:.6g},{:.1f}", r.time_s, r.epoch,
                                   r.step, r.phase, r.loss, r.accuracy, r.lr, r.images_per_s));

@@ -24,6 +24,9 @@ class RunLog {
  public:
   // progress: draw a bar (only when stdout is a terminal and the config allows it).
   RunLog(const std::string& run_dir, bool progress);
+  // A rank other than 0 of a data-parallel run: writes no file; warnings go to stderr with the
+  // rank's name, everything else is dropped (rank 0 logs the run).
+  explicit RunLog(int rank);
   ~RunLog();
 
   template <class... Args>
@@ -53,8 +56,7 @@ class RunLog {
   // taken on an epoch's last batch before that epoch's evaluation, which the resume runs again.
   // train_row_done: false drops a train row at last_step, for a checkpoint taken with an open
   // window of training metrics, whose row the resume writes again.
-  void truncate_metrics_after(int64_t last_step, bool eval_done = true,
-                              bool train_row_done = true);
+  void truncate_metrics_after(int64_t last_step, bool eval_done = true, bool train_row_done = true);
   void metrics(const MetricsRow& row);
 
   // Redraws the progress display (progress.h) at most a few times a second. Called every step:

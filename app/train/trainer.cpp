@@ -8,6 +8,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <optional>
 
 #include "app/cli_common.h"
 #include "app/config/config.h"
@@ -30,6 +31,7 @@
 #include "layers/lr_schedule.h"
 #include "layers/param_optimizer.h"
 #include "runtime/atomic_file.h"
+#include "runtime/env_switches.h"
 #include "runtime/error.h"
 
 namespace cnn {
@@ -84,6 +86,10 @@ std::string first_nonfinite_tensor(Network& net) {
 
 enum class EpochEnd { Done, MaxSteps, Signal };
 
+// Gradient buckets of a data-parallel run: small enough that the first all-reduce starts early
+// in the backward pass, large enough that NCCL's per-call latency (~10-30 us) stays small.
+constexpr int64_t kGradBucketBytes = int64_t(4) << 20;
+
 // One run: setup (folders, data, network, checkpoint, log), then per epoch the steps and the end
 // of the epoch (evaluation, best and last checkpoints).
 class Trainer {
@@ -103,6 +109,9 @@ class Trainer {
   void evaluate_epoch(int64_t epoch, double train_s, bool last_epoch, TrainPosition* next);
   int stop_by_signal(int sig);
   void finish();
+  // Rank 0's evaluation may stop the run (training.stop_at_accuracy): every rank learns it at the
+  // end of each epoch, so that none waits in an all-reduce that the others never join.
+  void share_stop_decision();
 
   void save(const std::string& file, const TrainPosition& pos);
   void log_point(int64_t epoch);
@@ -110,6 +119,8 @@ class Trainer {
 
   const TrainConfig& cfg_;
   const TrainArgs& args_;
+  // Rank 0 (or the only process) logs, evaluates and writes; other ranks only train.
+  const bool lead_ = args_.rank.rank == 0;
   StartupClock startup_;
   AccuracyTarget target_{cfg_.training.stop_at_accuracy, startup_};
   Exec ex_;
@@ -128,14 +139,17 @@ class Trainer {
   std::unique_ptr<BatchSource> train_, eval_;
   std::unique_ptr<StepState> state_;
   std::function<void()> step_launches_;
-  int n_ = 0;  // the current batch's size
+  int n_ = 0;             // the current batch's size (this rank's slice of it)
+  int64_t global_n_ = 0;  // the current global batch's size (all ranks)
   int64_t steps_per_epoch_ = 0;
   TrainPosition pos_;
   double lr_ = 0;
   Buffer<double> totals_;  // device: loss sum, correct, count since the last logging point
   Clock::time_point start_ = Clock::now(), last_log_ = Clock::now(), epoch_start_;
-  double elapsed_before_ = 0;  // seconds trained before this process (a resume)
+  double elapsed_before_ = 0;    // seconds trained before this process (a resume)
+  bool stop_requested_ = false;  // rank > 0: rank 0 reached training.stop_at_accuracy
   int64_t images_since_log_ = 0;
+  std::unique_ptr<DataParallel> dp_;  // a data-parallel run's communicator; else null
   // Last, so destroyed first: it waits for a replay still in flight before the buffers go.
   std::unique_ptr<StepGraph> graph_;
 };
@@ -190,8 +204,20 @@ void Trainer::log_point(int64_t epoch) {
                     : "first layer with non-finite values: " + bad,
         ckpt_dir_);
   }
-  log_->step_info("epoch {} step {}: loss {:.4f} acc {:.2f}% lr {:.4g} {:.0f} img/s", epoch + 1,
-                  pos_.global_step, loss, 100 * acc, lr_, ips);
+  std::string comm;
+  if (dp_) {
+    // From the last step's CUDA events (the copy above synchronized): the all-reduce's span and
+    // how long the step waited for it after its backward pass (communication not hidden).
+    const CommTimes ct = dp_->last_times();
+    comm = ct.allreduce_ms < 0
+               ? " | all-reduce: no timing"
+               : fmt::format(
+                     " | all-reduce {:.3f} ms/step, backward waited {:.3f} ms (rank 0's "
+                     "shard)",
+                     ct.allreduce_ms, ct.exposed_ms);
+  }
+  log_->step_info("epoch {} step {}: loss {:.4f} acc {:.2f}% lr {:.4g} {:.0f} img/s{}", epoch + 1,
+                  pos_.global_step, loss, 100 * acc, lr_, ips, comm);
   log_->metrics({elapsed(), epoch + 1, pos_.global_step, "train", loss, acc, lr_, ips});
 }
 
@@ -204,6 +230,12 @@ bool Trainer::claim_folders() {
   const std::string& ckpt_in = resume_ckpt_.empty() ? args_.init_weights : resume_ckpt_;
   if (!ckpt_in.empty()) ckpt_meta_ = read_checkpoint_meta(ckpt_in);
   if (!resume_ckpt_.empty()) plan_ = std::make_unique<ResumePlan>(cfg_, ckpt_meta_, resume_ckpt_);
+  if (!lead_) {
+    // Rank 0 owns the run folder; the others read the same checkpoint and start where it does.
+    if (plan_ && plan_->finished()) return false;
+    if (plan_) pos_ = ckpt_meta_.position;
+    return true;
+  }
 
   RunFolderRequest req;
   req.name = cfg_.name;
@@ -272,6 +304,11 @@ void Trainer::load_model_and_data() {
 
 void Trainer::open_run_log() {
   const TrainingOptions& tr = cfg_.training;
+  if (!lead_) {
+    log_ = std::make_unique<RunLog>(args_.rank.rank);
+    autotune_network(*net_, tr.autotune_cache, kBuildGitHash, *log_);
+    return;
+  }
   folders_->start_run();
   log_ = std::make_unique<RunLog>(run_dir_, cfg_.logging.progress != ProgressMode::Off);
   std::error_code ec;
@@ -310,14 +347,20 @@ void Trainer::open_run_log() {
                pos_.epoch + 1, pos_.batch_in_epoch, pos_.global_step, elapsed_before_);
   for (const std::string& line : resume_notes_) log_->warn("resume: {}", line);
   if (!args_.init_weights.empty()) log_->info("initial weights from {}", args_.init_weights);
+  if (dp_)
+    log_->info(
+        "data-parallel: {}; global batch {} ({} per GPU); rank 0 logs its own shard's "
+        "training loss, evaluates and writes checkpoints",
+        dp_->describe(), int64_t(tr.batch_size) * tr.gpus, tr.batch_size);
 }
 
 void Trainer::prepare_steps() {
   const TrainingOptions& tr = cfg_.training;
   try {
     train_ = std::make_unique<BatchSource>(data_.train, norm_, &cfg_.data.augment, tr.seed,
-                                           tr.batch_size, true, cfg_.data.drop_last, ex_);
-    if (eval_set_->n > 0)
+                                           tr.batch_size, true, cfg_.data.drop_last, ex_, false,
+                                           args_.rank.rank, args_.rank.world);
+    if (eval_set_->n > 0 && lead_)
       eval_ = std::make_unique<BatchSource>(*eval_set_, norm_, nullptr, tr.seed, tr.batch_size,
                                             false, false, ex_, true);
   } catch (const Error& e) {
@@ -350,11 +393,17 @@ void Trainer::prepare_steps() {
   net_->set_step_counter(state_->update());  // dropout's masks move with the graph's step
   graph_ = std::make_unique<StepGraph>(ex_, graph_off.empty());
   startup_.expect_graph(graph_off.empty());
+  if (dp_) dp_->attach(*net_, ex_, kGradBucketBytes);
   step_launches_ = [this] {
     train_->gather(n_);
-    net_->forward_backward(n_, train_->x(), train_->labels(), 1.0f / float(n_));
-    accumulate_metrics(n_, net_->loss_rows(), net_->predictions(), train_->labels(), totals_.data(),
-                       ex_);
+    // Each rank's gradient is its slice's sum over the global batch's size, so that the ranks'
+    // sum (the all-reduce) is the global batch's mean: one process at batch gpus * batch_size.
+    // A rank past the end of a final partial batch computes nothing but joins the all-reduce.
+    if (n_ > 0) net_->forward_backward(n_, train_->x(), train_->labels(), 1.0f / float(global_n_));
+    if (dp_) dp_->finish_step();
+    if (n_ > 0)
+      accumulate_metrics(n_, net_->loss_rows(), net_->predictions(), train_->labels(),
+                         totals_.data(), ex_);
     opt_->step_from(state_->lr(), state_->update());
     state_->advance();
   };
@@ -375,8 +424,11 @@ EpochEnd Trainer::run_epoch(int64_t epoch) {
   for (;;) {
     const int64_t batch_index = train.position();
     if (!train.take(&n_)) return EpochEnd::Done;
+    global_n_ = train.last_global_count();
     lr_ = state_->lr_at(batch_index);
-    graph_->run(step_launches_, n_ == tr.batch_size);
+    // A captured step bakes in the full global batch (its gradient scale).
+    graph_->run(step_launches_, global_n_ == int64_t(tr.batch_size) * tr.gpus);
+    if (dp_) dp_->watch_step();
     if (!startup_.reported()) startup_.after_step(ex_, *log_);
     bool warning = false;
     if (const std::string news = graph_->take_news(&warning); !news.empty()) {
@@ -387,15 +439,22 @@ EpochEnd Trainer::run_epoch(int64_t epoch) {
     }
     ++pos_.global_step;
     pos_.batch_in_epoch = train.position();
-    images_since_log_ += n_;
-    if (cfg_.logging.every_steps > 0 && pos_.global_step % cfg_.logging.every_steps == 0)
-      log_point(epoch);
+    images_since_log_ += global_n_;
+    if (!lead_) {
+      if (tr.max_steps > 0 && pos_.global_step >= tr.max_steps) return EpochEnd::MaxSteps;
+      continue;
+    }
+    const bool log_now =
+        cfg_.logging.every_steps > 0 && pos_.global_step % cfg_.logging.every_steps == 0;
+    const bool save_now =
+        cfg_.checkpoint.every_steps > 0 && pos_.global_step % cfg_.checkpoint.every_steps == 0;
+    if (dp_ && (log_now || save_now || g_stop_signal)) dp_->drain();
+    if (log_now) log_point(epoch);
     const double epoch_s = seconds_since(epoch_start_);
     log_->progress(epoch, tr.epochs, pos_.batch_in_epoch, steps_per_epoch_, lr_,
                    epoch_s / double(std::max<int64_t>(1, pos_.batch_in_epoch)) *
                        double(steps_per_epoch_ - pos_.batch_in_epoch));
-    if (cfg_.checkpoint.every_steps > 0 && pos_.global_step % cfg_.checkpoint.every_steps == 0)
-      save("last.safetensors", pos_);
+    if (save_now) save("last.safetensors", pos_);
     if (g_stop_signal) return EpochEnd::Signal;
     if (tr.max_steps > 0 && pos_.global_step >= tr.max_steps) return EpochEnd::MaxSteps;
   }
@@ -431,7 +490,8 @@ void Trainer::evaluate_epoch(int64_t epoch, double train_s, bool last_epoch, Tra
 
 void Trainer::end_of_epoch(int64_t epoch, bool stopped) {
   const TrainingOptions& tr = cfg_.training;
-  log_point(epoch);
+  if (dp_) dp_->drain();
+  if (lead_) log_point(epoch);
   stream_sync(ex_.device, ex_.stream);
   const double train_s = seconds_since(epoch_start_);
   TrainPosition next = pos_;
@@ -443,9 +503,21 @@ void Trainer::end_of_epoch(int64_t epoch, bool stopped) {
   if (eval_ && ((epoch + 1) % tr.eval_every_epochs == 0 || last_epoch))
     evaluate_epoch(epoch, train_s, last_epoch, &next);
   pos_ = next;
+  if (dp_) share_stop_decision();
+  if (!lead_) return;
   if ((cfg_.checkpoint.every_epochs > 0 && (epoch + 1) % cfg_.checkpoint.every_epochs == 0) ||
       last_epoch || target_.reached())
     save("last.safetensors", pos_);
+}
+
+void Trainer::share_stop_decision() {
+  Buffer<float> flag(1, ex_.device);
+  const float mine = lead_ && target_.reached() ? 1.0f : 0.0f;
+  flag.copy_from(&mine, Device::CPU, 1, ex_.stream);
+  dp_->all_reduce_sum(flag.data(), 1);
+  float sum = 0;
+  raw_copy(&sum, Device::CPU, flag.data(), ex_.device, sizeof(sum));  // syncs the stream
+  if (sum > 0 && !lead_) stop_requested_ = true;
 }
 
 int Trainer::stop_by_signal(int sig) {
@@ -480,14 +552,31 @@ int Trainer::run() {
   startup_.mark("config");
   if (!claim_folders()) return 0;
   startup_.mark("run folder");
-  // Creating the CUDA context is most of the start-up (0.23 s of 0.39 on the H200, measured
-  // from train.log's start-up line); it needs nothing from the dataset, so a thread of its own
-  // creates it while this one decodes the dataset.
-  std::future<Device> device =
-      std::async(std::launch::async, [name = tr.device] { return open_device(name); });
-  data_ = load_data(cfg_.data);
-  startup_.mark("dataset decode");
-  ex_.device = device.get();
+  if (args_.rank.distributed()) {
+    // A rank selects its GPU (DataParallel) before anything creates a CUDA context, so the
+    // context is not opened on another thread (which would open it on GPU 0).
+    data_ = load_data(cfg_.data);
+    startup_.mark("dataset decode");
+    RankInfo info = args_.rank;
+    if (info.id_file.empty())  // mpirun: a file in the logs folder, which all ranks must share
+      info.id_file = cfg_.logging.dir + "/" + cfg_.name + ".nccl-id";
+    dp_ = std::make_unique<DataParallel>(info, tr.nccl_library, tr.deterministic,
+                                         read_env_switches().nccl_timeout_s);
+    ex_.device = open_device(tr.device);
+    CNN_CHECK(ex_.device == Device::CUDA,
+              "rank {} of {}: multi-GPU training needs a GPU (training.device is {}, which "
+              "resolved to the CPU)",
+              args_.rank.rank, args_.rank.world, tr.device);
+  } else {
+    // Creating the CUDA context is most of the start-up (0.23 s of 0.39 on the H200, measured
+    // from train.log's start-up line); it needs nothing from the dataset, so a thread of its own
+    // creates it while this one decodes the dataset.
+    std::future<Device> device =
+        std::async(std::launch::async, [name = tr.device] { return open_device(name); });
+    data_ = load_data(cfg_.data);
+    startup_.mark("dataset decode");
+    ex_.device = device.get();
+  }
   ex_.precision = tr.precision;
   ex_.deterministic = tr.deterministic;
   stream_ = std::make_unique<TrainStream>(ex_.device);
@@ -497,7 +586,8 @@ int Trainer::run() {
   startup_.mark("network");
   {
     // The number of steps per epoch is the sampler's; known once the data is.
-    const BatchSampler probe(data_.train.n, tr.batch_size, true, cfg_.data.drop_last, tr.seed);
+    const BatchSampler probe(data_.train.n, tr.batch_size, true, cfg_.data.drop_last, tr.seed,
+                             args_.rank.rank, args_.rank.world);
     steps_per_epoch_ = probe.batches_per_epoch();
   }
   CNN_CHECK(steps_per_epoch_ > 0, "the training set ({} images) gives no batch of {} (drop_last)",
@@ -509,14 +599,21 @@ int Trainer::run() {
   open_run_log();
   prepare_steps();
 
-  const StopSignalScope stop_signals;
+  // Ranks other than 0 leave SIGINT (a terminal's Ctrl-C reaches every rank) to rank 0, which
+  // saves the checkpoint; the launcher then stops them with SIGTERM.
+  std::optional<StopSignalScope> stop_signals;
+  if (lead_)
+    stop_signals.emplace();
+  else
+    std::signal(SIGINT, SIG_IGN);
   for (int64_t epoch = pos_.epoch; epoch < tr.epochs; ++epoch) {
     const EpochEnd how = run_epoch(epoch);
     if (how == EpochEnd::Signal) return stop_by_signal(int(g_stop_signal));
     end_of_epoch(epoch, how == EpochEnd::MaxSteps);
-    if (how == EpochEnd::MaxSteps || target_.reached()) break;
+    if (how == EpochEnd::MaxSteps || target_.reached() || stop_requested_) break;
   }
-  finish();
+  if (dp_) stream_sync(ex_.device, ex_.stream);
+  if (lead_) finish();
   return 0;
 }
 

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "app/train/distributed.h"
+
 namespace cnn {
 
 struct TrainConfig;
@@ -14,6 +16,7 @@ struct TrainArgs {
   std::string log_dir;       // --log-dir DIR (overrides <logging.dir>/<name>)
   bool overwrite = false;    // --overwrite: replace the run in <logging.dir>/<name> or --log-dir
   std::string program;       // argv[0], for the command that continues a stopped run
+  RankInfo rank;             // a data-parallel run's rank (one process: rank 0 of 1)
 };
 
 // Trains as the config says; returns the process exit code: 0 when done (or nothing was left to
