@@ -33,12 +33,18 @@ __device__ __forceinline__ float lowest<float>() {
   return -FLT_MAX;
 }
 
+// The shape's derived sizes, computed on the host (QConvShape's methods are host code).
+struct Dims {
+  int oh, ow, ph, pw, cg, ocg;
+};
+
 // The int32 sum of one conv output (image img, row y, column xo, channel o).
 template <bool kDp4a>
-__device__ __forceinline__ int32_t conv_sum(const QConvShape& s, const int8_t* __restrict__ xi,
+__device__ __forceinline__ int32_t conv_sum(const QConvShape& s, const Dims& d,
+                                            const int8_t* __restrict__ xi,
                                             const int8_t* __restrict__ w, int y, int xo, int o) {
-  const int cg = s.cg();
-  const int g = o / s.ocg();
+  const int cg = d.cg;
+  const int g = o / d.ocg;
   const int reduce = kDp4a ? s.cgp : cg;  // groups == 1: the zero padding adds nothing
   int32_t sum = 0;
   for (int r = 0; r < s.kh; ++r) {
@@ -65,10 +71,10 @@ __device__ __forceinline__ int32_t conv_sum(const QConvShape& s, const int8_t* _
 // channel fastest; it computes the conv outputs of its pool window and keeps their maximum.
 // Channels o in [OC, stride) of an int8 output are written as zero.
 template <class T, bool kDp4a>
-__global__ void qconv_direct(QConvShape s, const int8_t* __restrict__ d_x,
+__global__ void qconv_direct(QConvShape s, Dims d, const int8_t* __restrict__ d_x,
                              const int8_t* __restrict__ d_w, const float* __restrict__ d_mult,
                              const float* __restrict__ d_add, bool relu, int stride, T* d_y) {
-  const int ph = s.ph(), pw = s.pw(), oh = s.oh(), ow = s.ow();
+  const int ph = d.ph, pw = d.pw, oh = d.oh, ow = d.ow;
   const int64_t total = int64_t(s.n) * ph * pw * stride;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= total) return;
@@ -91,7 +97,7 @@ __global__ void qconv_direct(QConvShape s, const int8_t* __restrict__ d_x,
     for (int q = 0; q < s.pool_kw; ++q) {
       const int xo = px * s.pool_sw - s.pool_pw + q;
       if (xo < 0 || xo >= ow) continue;
-      float v = __fmaf_rn(__int2float_rn(conv_sum<kDp4a>(s, xi, d_w, y, xo, o)), m, a);
+      float v = __fmaf_rn(__int2float_rn(conv_sum<kDp4a>(s, d, xi, d_w, y, xo, o)), m, a);
       if (relu) v = v > 0.f ? v : 0.f;
       T t;
       if constexpr (sizeof(T) == 1)
@@ -110,12 +116,13 @@ void launch(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, const QEp
   const int64_t total = int64_t(s.n) * s.ph() * s.pw() * stride;
   const unsigned blocks = unsigned(ceil_div<int64_t>(total, kThreads));
   const bool dp4a = s.groups == 1 || s.cg() % 4 == 0;
+  const Dims d{s.oh(), s.ow(), s.ph(), s.pw(), s.cg(), s.ocg()};
   if (dp4a)
     qconv_direct<T, true>
-        <<<blocks, kThreads, 0, stream>>>(s, d_x, d_w, ep.mult, ep.add, ep.relu, stride, d_y);
+        <<<blocks, kThreads, 0, stream>>>(s, d, d_x, d_w, ep.mult, ep.add, ep.relu, stride, d_y);
   else
     qconv_direct<T, false>
-        <<<blocks, kThreads, 0, stream>>>(s, d_x, d_w, ep.mult, ep.add, ep.relu, stride, d_y);
+        <<<blocks, kThreads, 0, stream>>>(s, d, d_x, d_w, ep.mult, ep.add, ep.relu, stride, d_y);
   CNN_CUDA_CHECK(cudaGetLastError());
 }
 
