@@ -216,14 +216,15 @@ int evaluate_test_set(LoadedModel& m, const InferOptions& o, const Exec& ex) {
 int infer(const InferOptions& o) {
   const int topk = o.topk, batch = o.batch;
   const std::string& format = o.format;
+  // Checked before the model loads: a forgotten path is the command line's error, not the model's.
+  CNN_CHECK(o.evaluate || !o.paths.empty(),
+            "paths is required: name image files, folders or globs, or pass --evaluate for the "
+            "config's test set");
   Exec ex;
   ex.device = resolve_device(o.device);
   if (o.precision == "tf32") ex.precision = Precision::TF32;
   LoadedModel model = load_model(o, ex);
   if (o.evaluate) return evaluate_test_set(model, o, ex);
-  CNN_CHECK(!o.paths.empty(),
-            "no images given: name image files, folders or globs, or pass "
-            "--evaluate for the config's test set");
   const CheckpointMeta& meta = model.meta;
   const TrainConfig& cfg = model.cfg;
   const int c = int(meta.input_chw[0]), h = int(meta.input_chw[1]), w = int(meta.input_chw[2]);
