@@ -11,12 +11,15 @@
 #include "app/cli_common.h"
 #include "app/config/config.h"
 #include "app/image_paths.h"
+#include "app/quant_cli.h"
 #include "app/train/evaluate.h"
 #include "data/image_folder.h"
 #include "data/normalize.h"
 #include "layers/checkpoint/checkpoint.h"
 #include "layers/fold_batchnorm.h"
 #include "layers/network.h"
+#include "layers/quant/int8_network.h"
+#include "layers/quant/quant_file.h"
 #include "runtime/error.h"
 #include "runtime/text.h"
 
@@ -100,21 +103,6 @@ void print(const Prediction& p, const std::vector<std::string>& names, const std
   }
 }
 
-// The run's best checkpoint when given a run folder (the last when there is no best).
-std::string resolve_checkpoint(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::is_directory(path, ec)) return path;
-  for (const char* name : {"best.safetensors", "last.safetensors"}) {
-    const fs::path p = fs::path(path) / name;
-    if (fs::is_regular_file(p, ec)) return p.string();
-  }
-  CNN_FAIL(
-      "{}: a folder without best.safetensors or last.safetensors; expected a run folder "
-      "written by ./train or a .safetensors file",
-      path);
-}
-
 // The class index of each image from its parent folder's name, or -1 for all when some parent
 // is not a class name (then there is no ground truth, unless `required`, which fails instead).
 std::vector<int> labels_from_folders(const std::vector<std::string>& files,
@@ -135,40 +123,120 @@ std::vector<int> labels_from_folders(const std::vector<std::string>& files,
   return labels;
 }
 
-int infer(const std::string& ckpt_arg, int topk, const std::string& format,
-          const std::string& device, int batch, bool labels_required,
-          const std::vector<std::string>& paths) {
-  const std::string ckpt_path = resolve_checkpoint(ckpt_arg);
-  const CheckpointMeta meta = read_checkpoint_meta(ckpt_path);
-  const TrainConfig cfg = parse_config(meta.config_yaml, ckpt_path + " (embedded config)");
-  CNN_CHECK(meta.input_chw == cfg.model.input_chw,
-            "{}: metadata input_chw {} differs from the embedded config's model.input {}",
-            ckpt_path, shape_str(meta.input_chw), shape_str(cfg.model.input_chw));
+struct InferOptions {
+  std::string checkpoint, format = "table", device = "auto", precision = "fp32";
+  std::string method = calibration_method_name(kDefaultCalibration), data_dir;
+  int topk = 1, batch = 256, calibrate = 0;
+  bool labels_required = false, evaluate = false;
+  std::vector<std::string> paths;
+};
+
+// The model ./infer runs: the float network (FP32 or TF32) or the int8 one, behind one forward.
+struct LoadedModel {
+  CheckpointMeta meta;
+  TrainConfig cfg;
+  std::unique_ptr<Network> net;
+  std::unique_ptr<Int8Network> qnet;
+  std::string description;  // "fp32", "int8 (percentile calibration)", ...
+  const float* forward(int n, const float* d_x) {
+    return net ? net->forward(n, d_x) : qnet->forward(n, d_x);
+  }
+  int num_classes() const { return net ? net->num_classes() : qnet->num_classes(); }
+};
+
+LoadedModel load_model(const InferOptions& o, const Exec& ex) {
+  const std::string ckpt_path = resolve_checkpoint(o.checkpoint);
+  LoadedModel m;
+  const bool int8 = o.precision == "int8";
+  if (is_quantized_file(ckpt_path)) {
+    CNN_CHECK(int8,
+              "{}: an int8 model written by ./quantize; run it with --precision int8 (got "
+              "--precision {})",
+              ckpt_path, o.precision);
+    CNN_CHECK(o.calibrate == 0, "--calibrate: {} is quantized already; drop --calibrate",
+              ckpt_path);
+    m.meta = read_quantized_meta(ckpt_path);
+    m.cfg = embedded_config(ckpt_path, m.meta);
+    const QuantizedModel qm = load_quantized(ckpt_path, m.cfg.model.layers, m.meta.input_chw);
+    m.qnet = std::make_unique<Int8Network>(qm, o.batch, ex);
+    m.description = fmt::format("int8 ({} calibration)", qm.method);
+  } else if (int8) {
+    CNN_CHECK(o.calibrate > 0,
+              "--precision int8: {} is a float checkpoint; quantize it with ./quantize, or add "
+              "--calibrate N to quantize it here on N training images",
+              ckpt_path);
+    const Fp32Model fp = load_fp32_model(ckpt_path);
+    m.meta = fp.meta;
+    m.cfg = fp.cfg;
+    int count = 0;
+    const std::vector<float> calib =
+        calibration_images(fp.cfg, fp.meta, o.calibrate, o.data_dir, &count);
+    const QuantizedModel qm = quantize_network(fp.folded, fp.meta.input_chw, calib.data(), count,
+                                               parse_calibration_method(o.method));
+    m.qnet = std::make_unique<Int8Network>(qm, o.batch, ex);
+    m.description = fmt::format("int8 ({} calibration on {} images)", qm.method, count);
+  } else {
+    const Fp32Model fp = load_fp32_model(ckpt_path);
+    m.meta = fp.meta;
+    m.cfg = fp.cfg;
+    NetworkOptions nopt;
+    nopt.max_batch = o.batch;
+    nopt = with_env_switches(nopt, process_env_switches());
+    m.net = std::make_unique<Network>(fp.folded.specs, fp.meta.input_chw, nopt, ex);
+    m.net->params_from_host(fp.folded.params);
+    m.net->buffers_from_host(fp.folded.buffers);
+    m.description = o.precision;
+  }
+  CNN_CHECK(size_t(m.num_classes()) == m.meta.class_names.size(),
+            "{}: the network has {} classes but the checkpoint names {}", ckpt_path,
+            m.num_classes(), m.meta.class_names.size());
+  return m;
+}
+
+// --evaluate: the accuracy on the config's test set.
+int evaluate_test_set(LoadedModel& m, const InferOptions& o, const Exec& ex) {
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t image = shape_numel(m.meta.input_chw);
+  Buffer<float> d_x(size_t(o.batch) * size_t(image), ex.device);
+  const TestAccuracy a =
+      test_set_accuracy(m.cfg, m.meta, o.batch, o.data_dir, [&](int n, const float* h_x) {
+        d_x.copy_from(h_x, Device::CPU, size_t(n) * size_t(image));
+        const float* d_y = m.forward(n, d_x.data());
+        std::vector<float> y(size_t(n) * size_t(m.num_classes()));
+        raw_copy(y.data(), Device::CPU, d_y, ex.device, y.size() * sizeof(float));
+        return y;
+      });
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("test accuracy %.2f%% on %lld images, %s, %s (%.2f s)\n", 100 * a.accuracy,
+              (long long)a.count, m.description.c_str(), device_name(ex.device), secs);
+  return 0;
+}
+
+int infer(const InferOptions& o) {
+  const int topk = o.topk, batch = o.batch;
+  const std::string& format = o.format;
+  // Checked before the model loads: a forgotten path is the command line's error, not the model's.
+  CNN_CHECK(o.evaluate || !o.paths.empty(),
+            "paths is required: name image files, folders or globs, or pass --evaluate for the "
+            "config's test set");
+  Exec ex;
+  ex.device = resolve_device(o.device);
+  if (o.precision == "tf32") ex.precision = Precision::TF32;
+  LoadedModel model = load_model(o, ex);
+  if (o.evaluate) return evaluate_test_set(model, o, ex);
+  const CheckpointMeta& meta = model.meta;
+  const TrainConfig& cfg = model.cfg;
   const int c = int(meta.input_chw[0]), h = int(meta.input_chw[1]), w = int(meta.input_chw[2]);
   Normalization norm{meta.mean, meta.std};
   validate_normalization(norm, c);
-
-  check_checkpoint_can_hold(ckpt_path, meta, cfg.model.layers, meta.input_chw);
-
-  Exec ex;
-  ex.device = resolve_device(device);
-  NetworkOptions nopt;
-  nopt.max_batch = batch;
-  nopt = with_env_switches(nopt, process_env_switches());
-  // The checkpoint is read against the trained layout, then every conv/linear + batchnorm pair
-  // is folded into one layer (layers/fold_batchnorm.h): eval mode in fewer passes.
-  NetworkOptions trained_opt;
-  trained_opt.max_batch = 1;
-  const Network trained(cfg.model.layers, meta.input_chw, trained_opt, Exec{});
-  const Checkpoint ck = load_checkpoint_for(ckpt_path, trained);
-  const FoldedNetwork folded =
-      fold_batchnorm(cfg.model.layers, meta.input_chw, ck.params, ck.buffers);
-  Network net(folded.specs, meta.input_chw, nopt, ex);
-  CNN_CHECK(size_t(net.num_classes()) == meta.class_names.size(),
-            "{}: the network has {} classes but the checkpoint names {}", ckpt_path,
-            net.num_classes(), meta.class_names.size());
-  net.params_from_host(folded.params);
-  net.buffers_from_host(folded.buffers);
+  const bool labels_required = o.labels_required;
+  const std::vector<std::string>& paths = o.paths;
+  struct {
+    LoadedModel& m;
+    const float* forward(int n, const float* x) { return m.forward(n, x); }
+    int num_classes() const { return m.num_classes(); }
+  } net{model};
 
   // Timed from here: images/s is about reading and classifying, not loading the model.
   const auto start = std::chrono::steady_clock::now();
@@ -269,26 +337,37 @@ int main(int argc, char** argv) {
   return cnn::run_main("infer", [&] {
     CLI::App app{"Classify images with a checkpoint written by ./train"};
     app.set_version_flag("--version", cnn::version_string("infer"));
-    std::string ckpt, format = "table", device = "auto";
-    int topk = 1, batch = 256;
-    std::vector<std::string> paths;
-    bool labels_required = false;
-    app.add_option("--checkpoint", ckpt,
-                   "checkpoint (.safetensors) written by ./train, or its run folder (takes "
-                   "best.safetensors, else last.safetensors)")
+    cnn::InferOptions o;
+    app.add_option("--checkpoint", o.checkpoint,
+                   "checkpoint (.safetensors) written by ./train or ./quantize, or a run folder "
+                   "(takes best.safetensors, else last.safetensors)")
         ->required();
-    app.add_flag("--labels-from-folders", labels_required,
+    app.add_flag("--labels-from-folders", o.labels_required,
                  "the folder each image sits in names its true class: report accuracy and a "
                  "confusion matrix (automatic when every folder is a class name)");
-    app.add_option("--topk", topk, "also list the K most likely classes")
+    app.add_option("--topk", o.topk, "also list the K most likely classes")
         ->check(CLI::Range(1, 1000));
-    app.add_option("--format", format, "table, json (one object per line) or csv")
+    app.add_option("--format", o.format, "table, json (one object per line) or csv")
         ->check(CLI::IsMember({"table", "json", "csv"}));
-    app.add_option("--device", device, "cpu, cuda or auto")
+    app.add_option("--device", o.device, "cpu, cuda or auto")
         ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
-    app.add_option("--batch", batch, "images per forward pass")->check(CLI::Range(1, 4096));
-    app.add_option("paths", paths, "image files, folders (recursive) or glob patterns")->required();
+    app.add_option("--batch", o.batch, "images per forward pass")->check(CLI::Range(1, 4096));
+    app.add_option("--precision", o.precision,
+                   "fp32, tf32 or int8 (a model from ./quantize, or a float checkpoint with "
+                   "--calibrate)")
+        ->check(CLI::IsMember({"fp32", "tf32", "int8"}));
+    app.add_option("--calibrate", o.calibrate,
+                   "with --precision int8 and a float checkpoint: quantize it here, calibrating "
+                   "on N training images")
+        ->check(CLI::Range(1, 1 << 20));
+    app.add_option("--method", o.method, "calibration for --calibrate: max, percentile or mse")
+        ->check(CLI::IsMember({"max", "percentile", "mse"}));
+    app.add_flag("--evaluate", o.evaluate,
+                 "print the accuracy on the config's test set instead of classifying files");
+    app.add_option("--data", o.data_dir,
+                   "dataset folder instead of the config's data.dir (--evaluate, --calibrate)");
+    app.add_option("paths", o.paths, "image files, folders (recursive) or glob patterns");
     if (!cnn::parse_command_line(app, argc, argv, "infer")) return 0;
-    return cnn::infer(ckpt, topk, format, device, batch, labels_required, paths);
+    return cnn::infer(o);
   });
 }

@@ -42,6 +42,18 @@ bool folds(const LayerSpec& a, const LayerSpec& b) {
 
 }  // namespace
 
+std::vector<LayerSpec> fold_batchnorm_specs(const std::vector<LayerSpec>& specs) {
+  std::vector<LayerSpec> out;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    out.push_back(specs[i]);
+    if (i + 1 < specs.size() && folds(specs[i], specs[i + 1])) {
+      out.back().bias = true;
+      ++i;
+    }
+  }
+  return out;
+}
+
 FoldedNetwork fold_batchnorm(const std::vector<LayerSpec>& specs, const Shape& input_chw,
                              const std::vector<float>& params, const std::vector<float>& buffers) {
   const Layout src = layout_of(specs, input_chw);

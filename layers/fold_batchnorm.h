@@ -19,6 +19,10 @@ struct FoldedNetwork {
   std::vector<std::string> folded;  // "conv1 + bn1", one per fold
 };
 
+// The specs alone: each conv2d (linear) directly followed by batchnorm2d (batchnorm1d) becomes
+// one layer with a bias, the batchnorm gone (what fold_batchnorm's specs are).
+std::vector<LayerSpec> fold_batchnorm_specs(const std::vector<LayerSpec>& specs);
+
 // params / buffers: flat, in the layout of a Network built from `specs` (Network::params_to_host,
 // Checkpoint::params). Throws when they do not fit that layout.
 FoldedNetwork fold_batchnorm(const std::vector<LayerSpec>& specs, const Shape& input_chw,

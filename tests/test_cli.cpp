@@ -93,9 +93,9 @@ void expect_one_error_line(const ChildResult& r, const std::string& prog,
 
 TEST(Cli, EveryProgramReportsMisuseInOneFormat) {
   const std::string bins[] = {CNN_TRAIN_BINARY, CNN_INFER_BINARY, CNN_GRADCHECK_BINARY,
-                              CNN_BENCH_BINARY};
-  const char* names[] = {"train", "infer", "gradcheck", "bench"};
-  for (int i = 0; i < 4; ++i) {
+                              CNN_BENCH_BINARY, CNN_QUANTIZE_BINARY};
+  const char* names[] = {"train", "infer", "gradcheck", "bench", "quantize"};
+  for (int i = 0; i < 5; ++i) {
     SCOPED_TRACE(names[i]);
     expect_one_error_line(run(bins[i] + " --bogus"), names[i], "--bogus");
     const ChildResult help = run(bins[i] + " --help");
@@ -104,6 +104,11 @@ TEST(Cli, EveryProgramReportsMisuseInOneFormat) {
   }
   expect_one_error_line(run(std::string(CNN_INFER_BINARY) + " --checkpoint c.safetensors"), "infer",
                         "paths is required");
+  expect_one_error_line(run(std::string(CNN_QUANTIZE_BINARY) + " --checkpoint c.safetensors"),
+                        "quantize", "c.safetensors");
+  expect_one_error_line(
+      run(std::string(CNN_INFER_BINARY) + " --checkpoint c.safetensors --precision int4 x.png"),
+      "infer", "--precision");
   expect_one_error_line(run(std::string(CNN_GRADCHECK_BINARY) + " --batch 0"), "gradcheck",
                         "--batch");
 }

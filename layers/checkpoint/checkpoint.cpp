@@ -173,7 +173,15 @@ void save_checkpoint(const std::string& path, const Network& net, const ParamOpt
   if (opt)
     for (auto& [name, values] : opt->state_to_host())
       tensors.push_back({name, {static_cast<int64_t>(values.size())}, std::move(values)});
-  std::map<std::string, std::string> md = {
+  write_safetensors(path, tensors, checkpoint_metadata(meta));
+}
+
+CheckpointMeta checkpoint_meta_of(const SafetensorsFile& f) {
+  return meta_of(f);
+}
+
+std::map<std::string, std::string> checkpoint_metadata(const CheckpointMeta& meta) {
+  return {
       {"format", kFormat},
       {"config", meta.config_yaml},
       {"classes", nlohmann::json(meta.class_names).dump()},
@@ -187,7 +195,6 @@ void save_checkpoint(const std::string& path, const Network& net, const ParamOpt
       {"seed", std::to_string(meta.seed)},
       {"train_window", nlohmann::json(meta.train_window).dump()},
   };
-  write_safetensors(path, tensors, md);
 }
 
 CheckpointMeta read_checkpoint_meta(const std::string& path) {
@@ -196,6 +203,10 @@ CheckpointMeta read_checkpoint_meta(const std::string& path) {
 
 Checkpoint load_checkpoint_for(const std::string& path, const Network& net) {
   SafetensorsFile f = read_safetensors(path);
+  CNN_CHECK(!f.find_metadata("quantization"),
+            "{}: an int8 model written by ./quantize, not a float checkpoint; run it with "
+            "./infer --precision int8",
+            path);
   Checkpoint ck;
   ck.meta = meta_of(f);
   ck.params.assign(static_cast<size_t>(net.num_params()), 0.f);

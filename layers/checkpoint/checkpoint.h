@@ -6,6 +6,7 @@
 // training position. Written atomically (temp file, fsync, rename).
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,6 +46,13 @@ struct Checkpoint {
 
 void save_checkpoint(const std::string& path, const Network& net, const ParamOptimizer* opt,
                      const CheckpointMeta& meta);
+
+class SafetensorsFile;
+// The metadata of a checkpoint file already read (the keys save_checkpoint writes), validated;
+// throws naming the file. Quantized models (layers/quant/quant_file.h) carry the same keys.
+CheckpointMeta checkpoint_meta_of(const SafetensorsFile& f);
+// The metadata save_checkpoint writes for `meta`.
+std::map<std::string, std::string> checkpoint_metadata(const CheckpointMeta& meta);
 
 // Reads only the metadata (to rebuild the network for inference or check a resume).
 CheckpointMeta read_checkpoint_meta(const std::string& path);

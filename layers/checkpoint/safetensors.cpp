@@ -68,10 +68,11 @@ std::string header_json(const std::vector<NamedTensor>& tensors,
   }
   uint64_t offset = 0;
   for (const NamedTensor& t : tensors) {
-    const uint64_t bytes =
-        t.int64 ? t.ints.size() * sizeof(int64_t) : t.data.size() * sizeof(float);
+    const uint64_t bytes = t.int64  ? t.ints.size() * sizeof(int64_t)
+                           : t.int8 ? t.bytes.size()
+                                    : t.data.size() * sizeof(float);
     OrderedJson entry = OrderedJson::object();
-    entry["dtype"] = t.int64 ? "I64" : "F32";
+    entry["dtype"] = t.int64 ? "I64" : t.int8 ? "I8" : "F32";
     entry["shape"] = t.shape;
     entry["data_offsets"] = {offset, offset + bytes};
     header[t.name] = std::move(entry);
@@ -292,6 +293,16 @@ NamedTensor SafetensorsFile::tensor_i64(const std::string& name) const {
   return t;
 }
 
+NamedTensor SafetensorsFile::tensor_i8(const std::string& name) const {
+  const SafetensorsEntry* e = find(name);
+  CNN_CHECK(e != nullptr, "safetensors file '{}': no tensor named '{}'", path_, name);
+  CNN_CHECK(e->dtype == "I8", "safetensors file '{}': tensor '{}' has dtype {}, expected I8", path_,
+            name, e->dtype);
+  NamedTensor t = NamedTensor::i8(e->name, e->shape, std::vector<int8_t>(e->numel()));
+  if (!t.bytes.empty()) std::memcpy(t.bytes.data(), bytes(*e), t.bytes.size());
+  return t;
+}
+
 const std::string* SafetensorsFile::find_metadata(const std::string& key) const {
   const auto it = metadata_.find(key);
   return it == metadata_.end() ? nullptr : &it->second;
@@ -318,6 +329,8 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
     for (const NamedTensor& t : tensors) {
       if (t.int64)
         write_bytes_checked(f, t.ints.data(), t.ints.size() * sizeof(int64_t));
+      else if (t.int8)
+        write_bytes_checked(f, t.bytes.data(), t.bytes.size());
       else
         write_bytes_checked(f, t.data.data(), t.data.size() * sizeof(float));
     }

@@ -9,7 +9,7 @@
 //   [rest]     the tensors' raw little-endian bytes; data_offsets are relative to this section's
 //              start, and together the tensors tile it exactly (no gap, no overlap, no tail).
 //
-// The writer emits F32 and I64 tensors, offsets in the order given (any order is valid for
+// The writer emits F32, I64 and I8 tensors, offsets in the order given (any order is valid for
 // readers). The reader knows every byte-sized dtype of the format and trusts none of the sizes in
 // the file.
 #include <cstdint>
@@ -21,13 +21,19 @@
 
 namespace cnn {
 
-// One tensor, row-major: F32 (data) or, with int64 set, I64 (ints, as torch's int64 buffers
-// such as BatchNorm's num_batches_tracked); the values' count equals the product of shape (1 for
-// shape {}).
+// One tensor, row-major: F32 (data), with int8 set I8 (bytes), or with int64 set I64 (ints, as
+// torch's int64 buffers such as BatchNorm's num_batches_tracked); the values' count equals the
+// product of shape (1 for shape {}).
 struct NamedTensor {
   NamedTensor() = default;
   NamedTensor(std::string n, std::vector<int64_t> s, std::vector<float> d)
       : name(std::move(n)), shape(std::move(s)), data(std::move(d)) {}
+  static NamedTensor i8(std::string n, std::vector<int64_t> s, std::vector<int8_t> v) {
+    NamedTensor t(std::move(n), std::move(s), {});
+    t.int8 = true;
+    t.bytes = std::move(v);
+    return t;
+  }
   static NamedTensor i64(std::string n, std::vector<int64_t> s, std::vector<int64_t> v) {
     NamedTensor t(std::move(n), std::move(s), {});
     t.int64 = true;
@@ -39,7 +45,9 @@ struct NamedTensor {
   std::vector<float> data;
   bool int64 = false;
   std::vector<int64_t> ints;
-  size_t count() const { return int64 ? ints.size() : data.size(); }
+  bool int8 = false;  // I8 (quantized weights), values in `bytes`
+  std::vector<int8_t> bytes;
+  size_t count() const { return int64 ? ints.size() : int8 ? bytes.size() : data.size(); }
 };
 
 // Where one tensor lies in a file that has been read and validated.
@@ -63,6 +71,8 @@ class SafetensorsFile {
   NamedTensor tensor_f32(const std::string& name) const;
   // The tensor as int64 values (int64 set); throws naming the file when it is absent or not I64.
   NamedTensor tensor_i64(const std::string& name) const;
+  // The tensor as int8 values (int8 set); throws naming the file when it is absent or not I8.
+  NamedTensor tensor_i8(const std::string& name) const;
   // The raw bytes of an entry of this file (end - begin of them).
   const uint8_t* bytes(const SafetensorsEntry& e) const { return data_.data() + e.begin; }
 

@@ -1,0 +1,52 @@
+// Int8 convolution dispatch: checks the shape once, then runs the CPU twin or the CUDA kernels.
+#include "kernels/quant/qconv.h"
+
+#include "kernels/quant/qconv_cuda.h"
+#include "runtime/dispatch.h"
+#include "runtime/error.h"
+
+namespace cnn {
+
+int qconv_weight_inner(int c, int groups) {
+  return groups == 1 ? round_up4(c) : c / groups;
+}
+
+void check_qconv_shape(const QConvShape& s) {
+  CNN_CHECK(s.n >= 1 && s.h >= 1 && s.w >= 1 && s.c >= 1,
+            "qconv: bad input shape n={} h={} w={} c={}", s.n, s.h, s.w, s.c);
+  CNN_CHECK(s.cp >= s.c && s.cp % 4 == 0,
+            "qconv: channel stride {} must be >= {} and a multiple of 4", s.cp, s.c);
+  CNN_CHECK(s.groups >= 1 && s.c % s.groups == 0 && s.oc % s.groups == 0,
+            "qconv: groups {} must divide channels {} and output channels {}", s.groups, s.c, s.oc);
+  CNN_CHECK(s.oc >= 1 && s.ocp >= s.oc && s.ocp % 4 == 0,
+            "qconv: output channel stride {} must be >= {} and a multiple of 4", s.ocp, s.oc);
+  CNN_CHECK(s.cgp == qconv_weight_inner(s.c, s.groups),
+            "qconv: weight inner extent {} for {} channels in {} groups, expected {}", s.cgp, s.c,
+            s.groups, qconv_weight_inner(s.c, s.groups));
+  CNN_CHECK(s.kh >= 1 && s.kw >= 1 && s.stride_h >= 1 && s.stride_w >= 1 && s.pad_h >= 0 &&
+                s.pad_w >= 0 && s.dil_h >= 1 && s.dil_w >= 1,
+            "qconv: bad kernel/stride/padding/dilation");
+  CNN_CHECK(s.oh() >= 1 && s.ow() >= 1, "qconv: the kernel does not fit the input");
+  CNN_CHECK(s.pool_kh >= 1 && s.pool_kw >= 1 && s.pool_sh >= 1 && s.pool_sw >= 1 &&
+                s.pool_ph >= 0 && s.pool_pw >= 0 && 2 * s.pool_ph <= s.pool_kh &&
+                2 * s.pool_pw <= s.pool_kw && s.ph() >= 1 && s.pw() >= 1,
+            "qconv: bad pool window");
+}
+
+void qconv_forward(const QConvShape& s, const int8_t* x, const int8_t* w, const QEpilogue& ep,
+                   int8_t* y, const Exec& ex) {
+  check_qconv_shape(s);
+  CNN_CHECK(x && w && y && ep.mult && ep.add, "qconv_forward: null pointer");
+  if (ex.device == Device::CPU) return qconv_forward_cpu(s, x, w, ep, y);
+  CNN_CUDA_BRANCH("qconv_forward", qconv_forward_cuda(s, x, w, ep, y, ex.stream));
+}
+
+void qconv_forward_float(const QConvShape& s, const int8_t* x, const int8_t* w, const QEpilogue& ep,
+                         float* y, const Exec& ex) {
+  check_qconv_shape(s);
+  CNN_CHECK(x && w && y && ep.mult && ep.add, "qconv_forward_float: null pointer");
+  if (ex.device == Device::CPU) return qconv_forward_float_cpu(s, x, w, ep, y);
+  CNN_CUDA_BRANCH("qconv_forward_float", qconv_forward_float_cuda(s, x, w, ep, y, ex.stream));
+}
+
+}  // namespace cnn

@@ -1,0 +1,81 @@
+#pragma once
+// Int8 convolution for inference: int8 activations and weights, int32 accumulation, and an
+// epilogue that requantizes (or dequantizes), applies ReLU and a following max-pool in the same
+// pass. A linear layer is this conv with the kernel covering its whole input image (1x1 output).
+//
+// Layouts (chosen for 4-byte dp4a loads along the reduction):
+//   x (N, H, W, CP)            channels padded to CP (a multiple of 4) with zeros
+//   w (OC, KH, KW, CGP)        CGP = C/groups rounded up to 4 for groups == 1 (zero padded),
+//                              C/groups otherwise; input channel ci of group g is x's g*C/groups+ci
+//   y int8 (N, PH, PW, OCP)    OCP a multiple of 4; channels OC..OCP-1 are written as zero
+//   y float (N, PH, PW, OC)    dequantized (the logits)
+// where (PH, PW) is the pooled output size ((OH, OW) without a pool).
+//
+// The integer part is exact and defined identically on the CPU and the GPU:
+//   acc   = sum x * w over the window (int32)
+//   v     = fma(float(acc), mult[o], add[o])          one correctly rounded fused multiply-add
+//   v     = max(v, 0) with relu
+//   int8  : q = round_half_even(clamp(v, -127, 127))  (std::nearbyint / __float2int_rn)
+//   float : y = v
+//   pool  : the max over the window of the values above (padded positions never win)
+// so the CUDA kernels and the CPU twin agree bit for bit.
+#include <cmath>
+#include <cstdint>
+
+#include "runtime/exec.h"
+
+namespace cnn {
+
+struct QConvShape {
+  int n = 1, h = 1, w = 1, c = 1, cp = 4;  // input (N, H, W, CP), C real channels
+  int oc = 1, ocp = 4;                     // output channels, padded stride of an int8 output
+  int kh = 1, kw = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1;
+  int groups = 1;
+  int cgp = 4;  // weights' innermost extent (see above)
+  // The max-pool that follows (1x1 stride 1: none); padded positions never win.
+  int pool_kh = 1, pool_kw = 1, pool_sh = 1, pool_sw = 1, pool_ph = 0, pool_pw = 0;
+  int oh() const { return (h + 2 * pad_h - dil_h * (kh - 1) - 1) / stride_h + 1; }
+  int ow() const { return (w + 2 * pad_w - dil_w * (kw - 1) - 1) / stride_w + 1; }
+  int ph() const { return (oh() + 2 * pool_ph - pool_kh) / pool_sh + 1; }
+  int pw() const { return (ow() + 2 * pool_pw - pool_kw) / pool_sw + 1; }
+  int cg() const { return c / groups; }
+  int ocg() const { return oc / groups; }
+};
+
+// The weights' innermost extent for this shape (CGP above).
+int qconv_weight_inner(int c, int groups);
+inline int round_up4(int v) {
+  return (v + 3) / 4 * 4;
+}
+
+void check_qconv_shape(const QConvShape& s);  // throws naming the bad field
+
+struct QEpilogue {
+  const float* mult = nullptr;  // (OC) on the op's device
+  const float* add = nullptr;   // (OC)
+  bool relu = false;
+};
+
+// y_q int8 output (requantized).
+void qconv_forward(const QConvShape& s, const int8_t* x, const int8_t* w, const QEpilogue& ep,
+                   int8_t* y, const Exec& ex);
+// y float output (dequantized, e.g. logits).
+void qconv_forward_float(const QConvShape& s, const int8_t* x, const int8_t* w, const QEpilogue& ep,
+                         float* y, const Exec& ex);
+
+// CPU twins: plain loops.
+void qconv_forward_cpu(const QConvShape& s, const int8_t* x, const int8_t* w, const QEpilogue& ep,
+                       int8_t* y);
+void qconv_forward_float_cpu(const QConvShape& s, const int8_t* x, const int8_t* w,
+                             const QEpilogue& ep, float* y);
+// The int32 accumulators alone (N, OH, OW, OC), unpooled: what the tests compare with a plain
+// reference.
+void qconv_accumulate_cpu(const QConvShape& s, const int8_t* x, const int8_t* w, int32_t* acc);
+
+// The rounding both twins use, for the CPU side and for tests.
+inline int8_t requantize_value(float v) {
+  v = v < -127.f ? -127.f : (v > 127.f ? 127.f : v);
+  return static_cast<int8_t>(std::nearbyint(v));
+}
+
+}  // namespace cnn

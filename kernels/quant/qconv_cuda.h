@@ -1,0 +1,18 @@
+#pragma once
+// CUDA launchers for qconv.h and quantize.h (kernels/quant/qconv.cu, quantize.cu).
+#include <cstdint>
+
+#include "kernels/quant/qconv.h"
+#include "kernels/quant/quantize.h"
+#include "runtime/stream.h"
+
+namespace cnn {
+
+void qconv_forward_cuda(const QConvShape& s, const int8_t* d_x, const int8_t* d_w,
+                        const QEpilogue& ep, int8_t* d_y, cudaStream_t stream);
+void qconv_forward_float_cuda(const QConvShape& s, const int8_t* d_x, const int8_t* d_w,
+                              const QEpilogue& ep, float* d_y, cudaStream_t stream);
+void quantize_nchw_to_nhwc_cuda(const QuantizeShape& s, const float* d_x, float inv_scale,
+                                int8_t* d_y, cudaStream_t stream);
+
+}  // namespace cnn

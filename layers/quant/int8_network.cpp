@@ -1,0 +1,136 @@
+#include "layers/quant/int8_network.h"
+
+#include <cmath>
+
+#include "kernels/quant/quantize.h"
+#include "runtime/error.h"
+
+namespace cnn {
+
+void validate_quantized_model(const QuantizedModel& m, const std::string& source) {
+  CNN_CHECK(!m.stages.empty(), "{}: no int8 layers", source);
+  for (size_t i = 0; i < m.stages.size(); ++i) {
+    const QuantStage& q = m.stages[i];
+    CNN_CHECK(int64_t(q.weight.size()) == q.weight_numel(),
+              "{}: tensor '{}.weight' has {} values, expected {} (shape {})", source, q.name,
+              q.weight.size(), q.weight_numel(), shape_str(q.weight_shape()));
+    CNN_CHECK(int64_t(q.weight_scale.size()) == q.oc,
+              "{}: tensor '{}.weight_scale' has {} values, expected {} (one per output channel)",
+              source, q.name, q.weight_scale.size(), q.oc);
+    CNN_CHECK(int64_t(q.bias.size()) == q.oc, "{}: tensor '{}.bias' has {} values, expected {}",
+              source, q.name, q.bias.size(), q.oc);
+    for (size_t o = 0; o < q.weight_scale.size(); ++o)
+      CNN_CHECK(std::isfinite(q.weight_scale[o]) && q.weight_scale[o] > 0.f,
+                "{}: tensor '{}.weight_scale' holds {} at element {}, expected a finite scale > 0",
+                source, q.name, q.weight_scale[o], o);
+    CNN_CHECK(std::isfinite(q.input_scale) && q.input_scale > 0.f,
+              "{}: tensor '{}.input_scale' is {}, expected a finite scale > 0", source, q.name,
+              q.input_scale);
+    for (size_t o = 0; o < q.bias.size(); ++o)
+      CNN_CHECK(std::isfinite(q.bias[o]), "{}: tensor '{}.bias' holds {} at element {}", source,
+                q.name, q.bias[o], o);
+    for (size_t k = 0; k < q.weight.size(); ++k)
+      CNN_CHECK(q.weight[k] != -128,
+                "{}: tensor '{}.weight' holds -128 at element {}; symmetric int8 weights lie in "
+                "[-127, 127]",
+                source, q.name, k);
+  }
+}
+
+Int8Network::Int8Network(const QuantizedModel& m, int max_batch, const Exec& ex)
+    : ex_(ex), max_batch_(max_batch), input_chw_(m.input_chw) {
+  CNN_CHECK(max_batch >= 1, "int8: batch must be >= 1, got {}", max_batch);
+  validate_quantized_model(m, "int8 model");
+  classes_ = m.num_classes();
+  const QuantStage& first = m.stages[0];
+  input_inv_scale_ = 1.f / first.input_scale;
+  x_q_ = Buffer<int8_t>(size_t(max_batch) * first.h * first.w * round_up4(first.c), ex.device);
+  for (size_t i = 0; i < m.stages.size(); ++i) {
+    const QuantStage& q = m.stages[i];
+    const bool last = i + 1 == m.stages.size();
+    Stage st;
+    QConvShape& s = st.shape;
+    s.n = max_batch, s.h = q.h, s.w = q.w, s.c = q.c, s.cp = round_up4(q.c);
+    s.oc = q.oc, s.ocp = round_up4(q.oc);
+    if (q.linear) {
+      s.kh = q.h, s.kw = q.w;  // the whole image: one output
+    } else {
+      s.kh = q.kh, s.kw = q.kw, s.stride_h = q.stride_h, s.stride_w = q.stride_w;
+      s.pad_h = q.pad_h, s.pad_w = q.pad_w, s.dil_h = q.dil_h, s.dil_w = q.dil_w;
+      s.groups = q.groups;
+      if (q.pool) {
+        s.pool_kh = q.pool_kh, s.pool_kw = q.pool_kw, s.pool_sh = q.pool_sh;
+        s.pool_sw = q.pool_sw, s.pool_ph = q.pool_ph, s.pool_pw = q.pool_pw;
+      }
+    }
+    s.cgp = qconv_weight_inner(s.c, s.groups);
+    check_qconv_shape(s);
+    if (i > 0) {
+      const QConvShape& prev = stages_.back().shape;
+      CNN_CHECK(prev.ph() == s.h && prev.pw() == s.w && prev.oc == s.c,
+                "int8: layer '{}' reads ({}, {}, {}) but the layer before writes ({}, {}, {})",
+                q.name, s.c, s.h, s.w, prev.oc, prev.ph(), prev.pw());
+    }
+    CNN_CHECK(!last || (s.ph() == 1 && s.pw() == 1), "int8: the last layer '{}' must be linear",
+              q.name);
+    st.relu = q.relu;
+    // Weights: torch layout -> (OC, KH, KW, CGP), zero padded.
+    std::vector<int8_t> w(size_t(s.oc) * s.kh * s.kw * s.cgp, 0);
+    const int cg = s.cg();
+    for (int o = 0; o < s.oc; ++o)
+      for (int ci = 0; ci < cg; ++ci)
+        for (int r = 0; r < s.kh; ++r)
+          for (int t = 0; t < s.kw; ++t)
+            w[((size_t(o) * s.kh + r) * s.kw + t) * s.cgp + ci] =
+                q.weight[((size_t(o) * cg + ci) * s.kh + r) * s.kw + t];
+    // The requantization into the next stage's scale; the last stage dequantizes.
+    const double out_scale = last ? 1.0 : double(m.stages[i + 1].input_scale);
+    std::vector<float> mult(size_t(s.oc)), add(size_t(s.oc));
+    for (int o = 0; o < s.oc; ++o) {
+      mult[size_t(o)] =
+          float(double(q.input_scale) * double(q.weight_scale[size_t(o)]) / out_scale);
+      add[size_t(o)] = float(double(q.bias[size_t(o)]) / out_scale);
+    }
+    st.w = Buffer<int8_t>(w.size(), ex.device);
+    st.w.copy_from(w.data(), Device::CPU, w.size());
+    st.mult = Buffer<float>(mult.size(), ex.device);
+    st.mult.copy_from(mult.data(), Device::CPU, mult.size());
+    st.add = Buffer<float>(add.size(), ex.device);
+    st.add.copy_from(add.data(), Device::CPU, add.size());
+    if (!last) st.y = Buffer<int8_t>(size_t(max_batch) * s.ph() * s.pw() * s.ocp, ex.device);
+    stages_.push_back(std::move(st));
+  }
+  logits_ = Buffer<float>(size_t(max_batch) * size_t(classes_), ex.device);
+}
+
+const float* Int8Network::forward(int n, const float* x) {
+  CNN_CHECK(n >= 1 && n <= max_batch_, "int8 forward: batch {} outside 1..{}", n, max_batch_);
+  QuantizeShape qs;
+  qs.n = n, qs.c = int(input_chw_[0]), qs.h = int(input_chw_[1]), qs.w = int(input_chw_[2]);
+  qs.cp = round_up4(qs.c);
+  quantize_nchw_to_nhwc(qs, x, input_inv_scale_, x_q_.data(), ex_);
+  const int8_t* cur = x_q_.data();
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    Stage& st = stages_[i];
+    QConvShape s = st.shape;
+    s.n = n;
+    const QEpilogue ep{st.mult.data(), st.add.data(), st.relu};
+    if (i + 1 == stages_.size()) {
+      qconv_forward_float(s, cur, st.w.data(), ep, logits_.data(), ex_);
+    } else {
+      qconv_forward(s, cur, st.w.data(), ep, st.y.data(), ex_);
+      cur = st.y.data();
+    }
+  }
+  return logits_.data();
+}
+
+std::vector<int8_t> Int8Network::stage_output_to_host(size_t i, int n) const {
+  const QConvShape& s = stages_.at(i).shape;
+  CNN_CHECK(!stages_[i].y.empty(), "int8: stage {} writes float logits, not int8", i);
+  std::vector<int8_t> out(size_t(n) * s.ph() * s.pw() * s.ocp);
+  raw_copy(out.data(), Device::CPU, stages_[i].y.data(), ex_.device, out.size());
+  return out;
+}
+
+}  // namespace cnn

@@ -1,0 +1,51 @@
+#pragma once
+// Runs a QuantizedModel on a device through the int8 kernels (kernels/quant/): the float input
+// is quantized once, every stage (conv/linear + ReLU + max-pool) reads and writes int8
+// activations (N, H, W, C padded to 4), and the last stage writes dequantized float logits.
+#include <cstdint>
+#include <vector>
+
+#include "kernels/quant/qconv.h"
+#include "layers/quant/quant_model.h"
+#include "runtime/exec.h"
+#include "runtime/memory.h"
+
+namespace cnn {
+
+class Int8Network {
+ public:
+  // Throws naming the stage when the model is inconsistent (weight/scale sizes, shapes that do not
+  // chain, scales that are not finite and > 0).
+  Int8Network(const QuantizedModel& model, int max_batch, const Exec& ex);
+
+  // Logits (n, classes) on the network's device for x (n, C, H, W) normalized floats there.
+  const float* forward(int n, const float* x);
+  int num_classes() const { return classes_; }
+  int max_batch() const { return max_batch_; }
+  const Exec& exec() const { return ex_; }
+  // The int8 output (n, PH, PW, OCP) of stage i of the last forward, on the host (tests).
+  std::vector<int8_t> stage_output_to_host(size_t i, int n) const;
+  const QConvShape& stage_shape(size_t i) const { return stages_[i].shape; }
+
+ private:
+  struct Stage {
+    QConvShape shape;  // n = max batch
+    bool relu = false;
+    Buffer<int8_t> w;  // (OC, KH, KW, CGP)
+    Buffer<float> mult, add;
+    Buffer<int8_t> y;  // (N, PH, PW, OCP); empty for the last stage
+  };
+  Exec ex_;
+  int max_batch_ = 0, classes_ = 0;
+  Shape input_chw_;
+  float input_inv_scale_ = 1.f;
+  Buffer<int8_t> x_q_;  // (N, H, W, CP)
+  std::vector<Stage> stages_;
+  Buffer<float> logits_;
+};
+
+// Checks a QuantizedModel's tensors (sizes, finite values, positive scales), naming the first
+// bad one; `source` names the file in the message.
+void validate_quantized_model(const QuantizedModel& m, const std::string& source);
+
+}  // namespace cnn

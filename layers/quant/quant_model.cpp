@@ -1,0 +1,288 @@
+#include "layers/quant/quant_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "kernels/conv/conv2d_grouped.h"
+#include "kernels/gemm/linear.h"
+#include "kernels/pool/maxpool.h"
+#include "kernels/quant/qconv.h"
+#include "layers/network.h"
+#include "runtime/error.h"
+
+namespace cnn {
+namespace {
+
+// Samples kept per stage for the percentile and MSE searches (every k-th value).
+constexpr int64_t kMaxSamples = int64_t(1) << 18;
+// Calibration runs the float forward in chunks of this many images (bounded memory).
+constexpr int kCalibrationChunk = 256;
+
+std::string where(const LayerSpec& s) {
+  return s.line > 0 ? fmt::format("layer '{}' (line {})", s.name, s.line)
+                    : fmt::format("layer '{}'", s.name);
+}
+
+}  // namespace
+
+int8_t requantize_weight(float v) {
+  return requantize_value(v);
+}
+
+const char* calibration_method_name(CalibrationMethod m) {
+  switch (m) {
+    case CalibrationMethod::Max:
+      return "max";
+    case CalibrationMethod::Percentile:
+      return "percentile";
+    case CalibrationMethod::Mse:
+      return "mse";
+  }
+  return "?";
+}
+
+CalibrationMethod parse_calibration_method(const std::string& s) {
+  if (s == "max") return CalibrationMethod::Max;
+  if (s == "percentile") return CalibrationMethod::Percentile;
+  if (s == "mse") return CalibrationMethod::Mse;
+  CNN_FAIL("calibration method '{}': expected max, percentile or mse", s);
+}
+
+Shape QuantStage::weight_shape() const {
+  if (linear) return {oc, int64_t(c) * h * w};
+  return {oc, c / groups, kh, kw};
+}
+
+int64_t QuantStage::weight_numel() const {
+  return shape_numel(weight_shape());
+}
+
+int QuantStage::out_h() const {
+  if (linear) return 1;
+  const int oh = (h + 2 * pad_h - dil_h * (kh - 1) - 1) / stride_h + 1;
+  return pool ? (oh + 2 * pool_ph - pool_kh) / pool_sh + 1 : oh;
+}
+
+int QuantStage::out_w() const {
+  if (linear) return 1;
+  const int ow = (w + 2 * pad_w - dil_w * (kw - 1) - 1) / stride_w + 1;
+  return pool ? (ow + 2 * pool_pw - pool_kw) / pool_sw + 1 : ow;
+}
+
+std::vector<QuantStage> plan_int8(const std::vector<LayerSpec>& specs, const Shape& input_chw) {
+  CNN_CHECK(input_chw.size() == 3, "int8: input shape {} is not (C, H, W)", shape_str(input_chw));
+  std::vector<QuantStage> plan;
+  int c = int(input_chw[0]), h = int(input_chw[1]), w = int(input_chw[2]);
+  bool flat = false;
+  // Whether only layers the last stage absorbs came after it (a relu / pool may still fuse).
+  bool open = false;
+  for (const LayerSpec& s : specs) {
+    switch (s.kind) {
+      case LayerKind::Conv2d: {
+        CNN_CHECK(!flat, "int8: {} is a conv2d after flatten", where(s));
+        QuantStage q;
+        q.name = s.name;
+        q.c = c, q.h = h, q.w = w, q.oc = s.out_channels;
+        q.kh = s.kernel_h, q.kw = s.kernel_w, q.stride_h = s.stride_h, q.stride_w = s.stride_w;
+        q.pad_h = s.pad_h, q.pad_w = s.pad_w, q.dil_h = s.dil_h, q.dil_w = s.dil_w;
+        q.groups = s.groups;
+        plan.push_back(q);
+        c = q.oc, h = q.out_h(), w = q.out_w();
+        open = true;
+        break;
+      }
+      case LayerKind::Linear: {
+        QuantStage q;
+        q.name = s.name;
+        q.linear = true;
+        q.c = c, q.h = h, q.w = w, q.oc = s.out_features;
+        plan.push_back(q);
+        c = q.oc, h = 1, w = 1;
+        open = true;
+        break;
+      }
+      case LayerKind::Relu:
+        CNN_CHECK(open && !plan.back().relu,
+                  "int8: {} (relu) does not follow a conv2d or linear layer; int8 fuses a ReLU "
+                  "into the conv/linear before it",
+                  where(s));
+        plan.back().relu = true;
+        plan.back().fused.push_back(s.name);
+        break;
+      case LayerKind::MaxPool2d: {
+        CNN_CHECK(open && !plan.back().linear && !plan.back().pool && !flat,
+                  "int8: {} (maxpool2d) does not follow a conv2d (and its relu); int8 fuses a "
+                  "max-pool into the conv before it",
+                  where(s));
+        QuantStage& q = plan.back();
+        q.pool = true;
+        q.pool_kh = s.kernel_h, q.pool_kw = s.kernel_w, q.pool_sh = s.stride_h;
+        q.pool_sw = s.stride_w, q.pool_ph = s.pad_h, q.pool_pw = s.pad_w;
+        q.fused.push_back(s.name);
+        h = q.out_h(), w = q.out_w();
+        break;
+      }
+      case LayerKind::Flatten:
+        flat = true;
+        break;
+      case LayerKind::Dropout:
+        break;  // the identity at inference
+      case LayerKind::SoftmaxCrossEntropy:
+        break;
+      default:
+        CNN_FAIL(
+            "int8: {} ({}) has no int8 kernel; int8 runs conv2d (grouped too), linear, relu, "
+            "maxpool2d after a conv, flatten, dropout, and batchnorm folded into the conv/linear "
+            "just before it",
+            where(s), layer_kind_name(s.kind));
+    }
+  }
+  CNN_CHECK(!plan.empty() && plan.back().linear,
+            "int8: the network must end with a linear layer (the logits)");
+  return plan;
+}
+
+std::vector<FloatStage> float_stages(const std::vector<QuantStage>& plan,
+                                     const FoldedNetwork& folded, const Shape& input_chw) {
+  NetworkOptions o;
+  o.max_batch = 1;
+  const Network net(folded.specs, input_chw, o, Exec{});
+  std::map<std::string, ParamInfo> infos;
+  for (const auto& p : net.param_infos()) infos[p.name] = p;
+  CNN_CHECK(int64_t(folded.params.size()) == net.num_params(),
+            "int8: {} parameters for a network of {}", folded.params.size(), net.num_params());
+  std::vector<FloatStage> out;
+  for (const QuantStage& q : plan) {
+    FloatStage f;
+    const auto w = infos.find(q.name + ".weight");
+    CNN_CHECK(w != infos.end() && w->second.numel() == q.weight_numel(),
+              "int8: no weight of {} elements for layer '{}'", q.weight_numel(), q.name);
+    f.weight.assign(folded.params.begin() + w->second.offset,
+                    folded.params.begin() + w->second.offset + w->second.numel());
+    const auto b = infos.find(q.name + ".bias");
+    if (b != infos.end())
+      f.bias.assign(folded.params.begin() + b->second.offset,
+                    folded.params.begin() + b->second.offset + b->second.numel());
+    else
+      f.bias.assign(size_t(q.oc), 0.f);
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+std::vector<float> float_forward(const std::vector<QuantStage>& plan,
+                                 const std::vector<FloatStage>& weights, const float* x, int n,
+                                 std::vector<std::vector<float>>* stage_inputs) {
+  const Exec cpu;
+  std::vector<float> cur(x, x + int64_t(n) * plan[0].c * plan[0].h * plan[0].w);
+  if (stage_inputs) stage_inputs->clear();
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const QuantStage& q = plan[i];
+    const FloatStage& f = weights[i];
+    if (stage_inputs) stage_inputs->push_back(cur);
+    std::vector<float> y;
+    if (q.linear) {
+      const LinearShape s{n, q.c * q.h * q.w, q.oc};
+      y.resize(size_t(n) * size_t(q.oc));
+      linear_forward(s, cur.data(), f.weight.data(), f.bias.data(), y.data(), q.relu, Algo::Auto,
+                     cpu);
+    } else {
+      Conv2dGroupedShape s;
+      s.n = n, s.c = q.c, s.h = q.h, s.w = q.w, s.oc = q.oc, s.kh = q.kh, s.kw = q.kw;
+      s.stride_h = q.stride_h, s.stride_w = q.stride_w, s.pad_h = q.pad_h, s.pad_w = q.pad_w;
+      s.dil_h = q.dil_h, s.dil_w = q.dil_w, s.groups = q.groups;
+      y.resize(size_t(n) * size_t(q.oc) * size_t(s.oh()) * size_t(s.ow()));
+      conv2d_grouped_forward(s, cur.data(), f.weight.data(), f.bias.data(), y.data(), q.relu,
+                             Algo::Auto, cpu);
+      if (q.pool) {
+        MaxPoolShape p;
+        p.n = n, p.c = q.oc, p.h = s.oh(), p.w = s.ow(), p.kh = q.pool_kh, p.kw = q.pool_kw;
+        p.stride_h = q.pool_sh, p.stride_w = q.pool_sw, p.pad_h = q.pool_ph, p.pad_w = q.pool_pw;
+        std::vector<float> pooled(size_t(n) * size_t(q.oc) * size_t(p.oh()) * size_t(p.ow()));
+        std::vector<int32_t> argmax(pooled.size());
+        maxpool_forward(p, y.data(), pooled.data(), argmax.data(), cpu);
+        y = std::move(pooled);
+      }
+    }
+    cur = std::move(y);
+  }
+  return cur;
+}
+
+float calibrate_scale(const std::vector<float>& samples, float max_abs, CalibrationMethod method) {
+  if (!(max_abs > 0.f)) return 1.f;
+  double clip = max_abs;
+  if (method == CalibrationMethod::Percentile && !samples.empty()) {
+    std::vector<float> a(samples.size());
+    for (size_t i = 0; i < a.size(); ++i) a[i] = std::fabs(samples[i]);
+    const size_t k = std::min(
+        a.size() - 1, size_t(std::ceil(kCalibrationPercentile / 100.0 * double(a.size()))) - 1);
+    std::nth_element(a.begin(), a.begin() + long(k), a.end());
+    if (a[k] > 0.f) clip = a[k];
+  } else if (method == CalibrationMethod::Mse && !samples.empty()) {
+    // The clip among 200 candidates up to the max that minimizes the quantize-dequantize error.
+    double best = -1;
+    for (int k = 1; k <= 200; ++k) {
+      const double t = max_abs * k / 200.0, s = t / 127.0;
+      double err = 0;
+      for (float v : samples) {
+        const double q = std::min(127.0, std::max(-127.0, std::nearbyint(v / s)));
+        err += (q * s - v) * (q * s - v);
+      }
+      if (best < 0 || err < best) best = err, clip = t;
+    }
+  }
+  return float(clip / 127.0);
+}
+
+QuantizedModel quantize_network(const FoldedNetwork& folded, const Shape& input_chw, const float* x,
+                                int n, CalibrationMethod method) {
+  CNN_CHECK(n >= 1, "int8: calibration needs at least one image, got {}", n);
+  QuantizedModel m;
+  m.stages = plan_int8(folded.specs, input_chw);
+  m.input_chw = input_chw;
+  m.method = calibration_method_name(method);
+  m.calibration_images = n;
+  const std::vector<FloatStage> fw = float_stages(m.stages, folded, input_chw);
+  for (size_t i = 0; i < m.stages.size(); ++i) {
+    QuantStage& q = m.stages[i];
+    const int64_t per_out = q.weight_numel() / q.oc;
+    q.weight.resize(size_t(q.weight_numel()));
+    q.weight_scale.resize(size_t(q.oc));
+    q.bias = fw[i].bias;
+    for (int o = 0; o < q.oc; ++o) {
+      const float* wo = fw[i].weight.data() + o * per_out;
+      float mx = 0.f;
+      for (int64_t k = 0; k < per_out; ++k) mx = std::max(mx, std::fabs(wo[k]));
+      const float s = mx > 0.f ? mx / 127.f : 1.f;
+      q.weight_scale[size_t(o)] = s;
+      for (int64_t k = 0; k < per_out; ++k)
+        q.weight[size_t(o * per_out + k)] = requantize_weight(wo[k] / s);
+    }
+  }
+  // Calibration: the float activations reaching each stage, sampled.
+  const int64_t image = shape_numel(input_chw);
+  std::vector<std::vector<float>> samples(m.stages.size());
+  std::vector<float> max_abs(m.stages.size(), 0.f);
+  std::vector<int64_t> seen(m.stages.size(), 0);
+  for (int b = 0; b < n; b += kCalibrationChunk) {
+    const int cnt = std::min(kCalibrationChunk, n - b);
+    std::vector<std::vector<float>> inputs;
+    float_forward(m.stages, fw, x + int64_t(b) * image, cnt, &inputs);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const QuantStage& q = m.stages[i];
+      const int64_t total = int64_t(n) * q.c * q.h * q.w;
+      const int64_t step = std::max<int64_t>(1, total / kMaxSamples);
+      for (float v : inputs[i]) {
+        max_abs[i] = std::max(max_abs[i], std::fabs(v));
+        if (seen[i]++ % step == 0) samples[i].push_back(v);
+      }
+    }
+  }
+  for (size_t i = 0; i < m.stages.size(); ++i)
+    m.stages[i].input_scale = calibrate_scale(samples[i], max_abs[i], method);
+  return m;
+}
+
+}  // namespace cnn

@@ -1,0 +1,86 @@
+#pragma once
+// Post-training int8 quantization of a trained network (BatchNorm folded first):
+//   weights   symmetric, one scale per output channel: s_w[o] = max|w[o, :]| / 127
+//   inputs    one scale per quantized layer's input, calibrated on training images (max,
+//             percentile or MSE of the float activations that reach the layer)
+//   biases    float32
+// A QuantizedModel is what ./quantize writes (quant_file.h) and what Int8Network runs.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "layers/fold_batchnorm.h"
+#include "layers/layer_spec.h"
+#include "runtime/tensor.h"
+
+namespace cnn {
+
+enum class CalibrationMethod { Max, Percentile, Mse };
+const char* calibration_method_name(CalibrationMethod m);
+CalibrationMethod parse_calibration_method(const std::string& s);  // throws naming the value
+// The default: what measured best on MNIST / Fashion-MNIST (notes/int8.md).
+constexpr CalibrationMethod kDefaultCalibration = CalibrationMethod::Mse;
+// The percentile of |x| that the percentile method clips at.
+constexpr double kCalibrationPercentile = 99.99;
+
+// One int8 pass: a conv2d or linear layer with the ReLU and max-pool that follow it.
+struct QuantStage {
+  std::string name;     // the conv/linear layer's name, the prefix of its tensors
+  bool linear = false;  // a linear layer reads its input image (c, h, w) flattened as torch does
+  int c = 1, h = 1, w = 1;  // input image
+  int oc = 1;               // output channels / features
+  int kh = 1, kw = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1;
+  int groups = 1;
+  bool relu = false;
+  bool pool = false;  // max-pool after the conv (ReLU commutes with it)
+  int pool_kh = 1, pool_kw = 1, pool_sh = 1, pool_sw = 1, pool_ph = 0, pool_pw = 0;
+  std::vector<std::string> fused;  // names of the relu / pool layers this stage runs
+
+  // Filled by quantize_network or read from a file:
+  std::vector<int8_t> weight;       // torch layout: (OC, C/groups, KH, KW) or (OUT, C*H*W)
+  std::vector<float> weight_scale;  // (OC)
+  float input_scale = 1.f;
+  std::vector<float> bias;  // (OC), zeros for a layer without bias
+
+  Shape weight_shape() const;  // the torch shape of `weight`
+  int64_t weight_numel() const;
+  int out_h() const;  // after the pool
+  int out_w() const;
+};
+
+struct QuantizedModel {
+  std::vector<QuantStage> stages;
+  Shape input_chw;
+  std::string method;  // calibration method name
+  int64_t calibration_images = 0;
+  int num_classes() const { return stages.empty() ? 0 : stages.back().oc; }
+};
+
+// The int8 stages of a network whose batchnorms are folded (fold_batchnorm's specs), without
+// weights. Throws naming the first layer that int8 cannot run and what it can.
+std::vector<QuantStage> plan_int8(const std::vector<LayerSpec>& folded_specs,
+                                  const Shape& input_chw);
+
+// Quantizes the folded network: weights per channel, and input scales calibrated with `method`
+// on n images x (n, C, H, W) (normalized floats, host memory).
+QuantizedModel quantize_network(const FoldedNetwork& folded, const Shape& input_chw, const float* x,
+                                int n, CalibrationMethod method);
+
+// The FP32 forward of the stages (float weights, host memory): the inputs of every stage for n
+// images x, stage_inputs[i] (n, c, h, w) NCHW, and the logits. Used for calibration and tests.
+struct FloatStage {
+  std::vector<float> weight, bias;  // torch layouts
+};
+std::vector<FloatStage> float_stages(const std::vector<QuantStage>& plan,
+                                     const FoldedNetwork& folded, const Shape& input_chw);
+std::vector<float> float_forward(const std::vector<QuantStage>& plan,
+                                 const std::vector<FloatStage>& weights, const float* x, int n,
+                                 std::vector<std::vector<float>>* stage_inputs);
+
+// round_half_even(clamp(v, -127, 127)): the rounding of the int8 kernels (kernels/quant/qconv.h).
+int8_t requantize_weight(float v);
+
+// The scale that maps the sampled activations onto [-127, 127] by `method` (1 when all are 0).
+float calibrate_scale(const std::vector<float>& samples, float max_abs, CalibrationMethod method);
+
+}  // namespace cnn

@@ -1,0 +1,168 @@
+// The int8 CUDA kernels against their CPU twin, bit for bit: int8 outputs, dequantized floats,
+// the input quantization, and a whole quantized network's logits.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "kernels/quant/qconv.h"
+#include "kernels/quant/quantize.h"
+#include "layers/fold_batchnorm.h"
+#include "layers/network.h"
+#include "layers/quant/int8_network.h"
+#include "layers/quant/quant_model.h"
+#include "runtime/memory.h"
+#include "tests/test_util.h"
+
+namespace cnn {
+namespace {
+
+template <class T>
+Buffer<T> upload(const std::vector<T>& v) {
+  Buffer<T> b(v.size(), Device::CUDA);
+  b.copy_from(v.data(), Device::CPU, v.size());
+  return b;
+}
+
+template <class T>
+std::vector<T> download(const Buffer<T>& b) {
+  std::vector<T> v(b.size());
+  raw_copy(v.data(), Device::CPU, b.data(), Device::CUDA, b.bytes());
+  return v;
+}
+
+QConvShape shape(int n, int c, int h, int w, int oc, int k, int stride, int pad, int groups,
+                 int pool, int dil = 1) {
+  QConvShape s;
+  s.n = n, s.c = c, s.h = h, s.w = w, s.oc = oc, s.kh = s.kw = k;
+  s.stride_h = s.stride_w = stride, s.pad_h = s.pad_w = pad, s.groups = groups;
+  s.dil_h = s.dil_w = dil;
+  if (pool) s.pool_kh = s.pool_kw = s.pool_sh = s.pool_sw = pool;
+  s.cp = round_up4(c), s.ocp = round_up4(oc), s.cgp = qconv_weight_inner(c, groups);
+  return s;
+}
+
+void check_qconv(const QConvShape& s, uint64_t seed, bool relu) {
+  SCOPED_TRACE(::testing::Message()
+               << "seed " << seed << " n=" << s.n << " c=" << s.c << " " << s.h << "x" << s.w
+               << " oc=" << s.oc << " k=" << s.kh << " stride=" << s.stride_h
+               << " groups=" << s.groups << " pool=" << s.pool_kh << " relu=" << relu);
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> d(-127, 127);
+  std::vector<int8_t> x(size_t(s.n) * s.h * s.w * s.cp), w(size_t(s.oc) * s.kh * s.kw * s.cgp);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = int(i % size_t(s.cp)) < s.c ? int8_t(d(rng)) : 0;
+  for (size_t i = 0; i < w.size(); ++i) w[i] = int(i % size_t(s.cgp)) < s.cg() ? int8_t(d(rng)) : 0;
+  std::uniform_real_distribution<float> m(1e-4f, 3e-3f), a(-20.f, 20.f);
+  std::vector<float> mult, add;
+  for (int o = 0; o < s.oc; ++o) mult.push_back(m(rng)), add.push_back(a(rng));
+  const QEpilogue ep{mult.data(), add.data(), relu};
+  std::vector<int8_t> ref(size_t(s.n) * s.ph() * s.pw() * s.ocp);
+  std::vector<float> ref_f(size_t(s.n) * s.ph() * s.pw() * s.oc);
+  qconv_forward_cpu(s, x.data(), w.data(), ep, ref.data());
+  qconv_forward_float_cpu(s, x.data(), w.data(), ep, ref_f.data());
+
+  Exec ex;
+  ex.device = Device::CUDA;
+  Buffer<int8_t> d_x = upload(x), d_w = upload(w);
+  Buffer<float> d_mult = upload(mult), d_add = upload(add);
+  Buffer<int8_t> d_y = upload(std::vector<int8_t>(ref.size(), int8_t(99)));  // poisoned
+  Buffer<float> d_yf(ref_f.size(), Device::CUDA);
+  test::poison_device(d_yf.data(), d_yf.size());
+  const QEpilogue d_ep{d_mult.data(), d_add.data(), relu};
+  qconv_forward(s, d_x.data(), d_w.data(), d_ep, d_y.data(), ex);
+  qconv_forward_float(s, d_x.data(), d_w.data(), d_ep, d_yf.data(), ex);
+  const std::vector<int8_t> got = download(d_y);
+  const std::vector<float> got_f = download(d_yf);
+  size_t bad = 0;
+  for (size_t i = 0; i < ref.size(); ++i) bad += got[i] != ref[i];
+  EXPECT_EQ(bad, 0u) << "int8 outputs differ from the CPU twin";
+  bad = 0;
+  for (size_t i = 0; i < ref_f.size(); ++i)
+    bad += std::memcmp(&got_f[i], &ref_f[i], sizeof(float)) != 0;
+  EXPECT_EQ(bad, 0u) << "dequantized outputs differ from the CPU twin";
+}
+
+TEST(GpuQuant, ConvMatchesCpuTwinBitForBit) {
+  CNN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  for (int n : {1, 2, 257})
+    for (bool relu : {false, true}) {
+      check_qconv(shape(n, 1, 28, 28, 32, 5, 1, 2, 1, 2), seed, relu);       // LeNet conv1 + pool
+      check_qconv(shape(n, 32, 14, 14, 64, 5, 1, 2, 1, 2), seed, relu);      // LeNet conv2 + pool
+      check_qconv(shape(n, 6, 9, 7, 7, 3, 2, 1, 1, 0), seed + 1, relu);      // stride 2, odd
+      check_qconv(shape(n, 8, 7, 11, 12, 3, 1, 1, 2, 2), seed + 2, relu);    // groups of 4
+      check_qconv(shape(n, 9, 5, 6, 6, 1, 1, 0, 3, 0), seed + 3, relu);      // groups of 3
+      check_qconv(shape(n, 13, 9, 9, 13, 3, 2, 1, 13, 0), seed + 4, relu);   // depthwise
+      check_qconv(shape(n, 5, 10, 9, 3, 3, 1, 2, 1, 0, 2), seed + 5, relu);  // dilation 2
+      check_qconv(shape(n, 7, 3, 3, 10, 3, 1, 0, 1, 0), seed + 6, relu);     // a linear layer
+      check_qconv(shape(n, 1027, 1, 1, 33, 1, 1, 0, 1, 0), seed + 7, relu);  // wide linear
+    }
+}
+
+TEST(GpuQuant, InputQuantizationMatchesCpuTwin) {
+  CNN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  QuantizeShape s;
+  s.n = 37, s.c = 3, s.h = 13, s.w = 9, s.cp = 4;
+  std::vector<float> x = test::random_vector(size_t(s.n) * s.c * s.h * s.w, seed, -3.f, 3.f);
+  x[0] = 2.5f / 40.f;  // ties after scaling are rounded to even on both sides
+  std::vector<int8_t> ref(size_t(s.n) * s.h * s.w * s.cp);
+  quantize_nchw_to_nhwc_cpu(s, x.data(), 40.f, ref.data());
+  Exec ex;
+  ex.device = Device::CUDA;
+  Buffer<float> d_x = upload(x);
+  Buffer<int8_t> d_y = upload(std::vector<int8_t>(ref.size(), int8_t(99)));
+  quantize_nchw_to_nhwc(s, d_x.data(), 40.f, d_y.data(), ex);
+  EXPECT_EQ(download(d_y), ref);
+}
+
+TEST(GpuQuant, NetworkLogitsEqualCpu) {
+  CNN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  LayerSpec dw = conv2d_spec("conv2", 8, 3, 3, 1, 1);
+  dw.groups = 8;
+  const std::vector<LayerSpec> specs = {conv2d_spec("conv1", 8, 3, 3, 1, 1),
+                                        batchnorm_spec(LayerKind::BatchNorm2d, "bn1"),
+                                        layer_spec(LayerKind::Relu, "relu1"),
+                                        maxpool2d_spec("pool1", 2, 2),
+                                        dw,
+                                        layer_spec(LayerKind::Relu, "relu2"),
+                                        conv2d_spec("conv3", 12, 3, 3, 2, 1),
+                                        layer_spec(LayerKind::Relu, "relu3"),
+                                        layer_spec(LayerKind::Flatten, "flatten1"),
+                                        linear_spec("fc1", 21),
+                                        layer_spec(LayerKind::Relu, "relu4"),
+                                        linear_spec("fc2", 10),
+                                        layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
+  const Shape input{3, 17, 15};
+  NetworkOptions o;
+  o.max_batch = 1;
+  o.seed = seed;
+  const Network net(specs, input, o, Exec{});
+  const FoldedNetwork folded =
+      fold_batchnorm(specs, input, net.params_to_host(), net.buffers_to_host());
+  const int64_t image = shape_numel(input);
+  const std::vector<float> x = test::random_vector(size_t(257 * image), seed + 1, -2.f, 2.f);
+  const QuantizedModel m = quantize_network(folded, input, x.data(), 64, kDefaultCalibration);
+  Int8Network cpu(m, 257, Exec{});
+  Exec ex;
+  ex.device = Device::CUDA;
+  Int8Network gpu(m, 257, ex);
+  Buffer<float> d_x = upload(x);
+  for (int n : {1, 5, 257}) {
+    const float* y = cpu.forward(n, x.data());
+    const std::vector<float> ref(y, y + size_t(n) * 10);
+    std::vector<float> got(ref.size());
+    raw_copy(got.data(), Device::CPU, gpu.forward(n, d_x.data()), Device::CUDA,
+             got.size() * sizeof(float));
+    EXPECT_EQ(got, ref) << "batch " << n;
+    for (size_t i = 0; i < 4; ++i)
+      EXPECT_EQ(gpu.stage_output_to_host(i, n), cpu.stage_output_to_host(i, n))
+          << "stage " << i << " batch " << n;
+  }
+}
+
+}  // namespace
+}  // namespace cnn

@@ -1,0 +1,434 @@
+// Int8 inference on the CPU: the integer twin against a plain reference, the rounding, a small
+// trained network quantized (arg-max agreement with FP32), the quantized file's round trip and
+// its refusals of files that are not what they claim.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <random>
+
+#include "data/synthetic.h"
+#include "kernels/quant/qconv.h"
+#include "kernels/quant/quantize.h"
+#include "layers/checkpoint/safetensors.h"
+#include "layers/fold_batchnorm.h"
+#include "layers/network.h"
+#include "layers/param_optimizer.h"
+#include "layers/quant/int8_network.h"
+#include "layers/quant/quant_file.h"
+#include "layers/quant/quant_model.h"
+#include "runtime/error.h"
+#include "tests/test_util.h"
+
+namespace cnn {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::vector<int8_t> random_int8(size_t n, std::mt19937_64& rng) {
+  std::uniform_int_distribution<int> d(-127, 127);
+  std::vector<int8_t> v(n);
+  for (auto& x : v) x = int8_t(d(rng));
+  return v;
+}
+
+// x (N, H, W, CP) with zero padding channels; w (OC, KH, KW, CGP) with zero padding.
+struct QConvCase {
+  QConvShape s;
+  std::vector<int8_t> x, w;
+  std::vector<float> mult, add;
+};
+
+QConvCase make_case(QConvShape s, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  s.cp = round_up4(s.c);
+  s.ocp = round_up4(s.oc);
+  s.cgp = qconv_weight_inner(s.c, s.groups);
+  QConvCase k;
+  k.x = random_int8(size_t(s.n) * s.h * s.w * s.cp, rng);
+  for (size_t i = 0; i < k.x.size(); ++i)
+    if (int(i % size_t(s.cp)) >= s.c) k.x[i] = 0;
+  k.w = random_int8(size_t(s.oc) * s.kh * s.kw * s.cgp, rng);
+  for (size_t i = 0; i < k.w.size(); ++i)
+    if (int(i % size_t(s.cgp)) >= s.cg()) k.w[i] = 0;
+  std::uniform_real_distribution<float> m(1e-4f, 3e-3f), a(-20.f, 20.f);
+  for (int o = 0; o < s.oc; ++o) k.mult.push_back(m(rng)), k.add.push_back(a(rng));
+  k.s = s;
+  return k;
+}
+
+// Plain reference: the definition, one output at a time, in int64.
+int64_t ref_sum(const QConvCase& k, int img, int y, int xo, int o) {
+  const QConvShape& s = k.s;
+  const int g = o / s.ocg();
+  int64_t sum = 0;
+  for (int ci = 0; ci < s.cg(); ++ci)
+    for (int r = 0; r < s.kh; ++r)
+      for (int q = 0; q < s.kw; ++q) {
+        const int iy = y * s.stride_h - s.pad_h + r * s.dil_h;
+        const int ix = xo * s.stride_w - s.pad_w + q * s.dil_w;
+        if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;
+        const int c = g * s.cg() + ci;
+        sum += int64_t(k.x[((size_t(img) * s.h + iy) * s.w + ix) * s.cp + c]) *
+               k.w[((size_t(o) * s.kh + r) * s.kw + q) * s.cgp + ci];
+      }
+  return sum;
+}
+
+std::vector<QConvShape> awkward_shapes() {
+  std::vector<QConvShape> v;
+  auto add = [&](int n, int c, int h, int w, int oc, int k, int stride, int pad, int groups,
+                 int pool) {
+    QConvShape s;
+    s.n = n, s.c = c, s.h = h, s.w = w, s.oc = oc, s.kh = s.kw = k;
+    s.stride_h = s.stride_w = stride, s.pad_h = s.pad_w = pad, s.groups = groups;
+    if (pool) s.pool_kh = s.pool_kw = s.pool_sh = s.pool_sw = pool;
+    v.push_back(s);
+  };
+  add(2, 1, 9, 7, 5, 3, 1, 1, 1, 2);   // one input channel, odd sizes, pool
+  add(3, 6, 8, 5, 7, 3, 2, 1, 1, 0);   // stride 2, channels not multiples of 4
+  add(1, 8, 7, 7, 12, 3, 1, 1, 2, 2);  // groups of 4 channels (dp4a) + pool over odd size
+  add(2, 6, 6, 9, 6, 5, 1, 2, 6, 0);   // depthwise, kernel 5
+  add(2, 9, 5, 5, 6, 1, 1, 0, 3, 0);   // groups of 3 channels, 1x1
+  add(4, 5, 3, 3, 10, 3, 1, 0, 1, 0);  // a linear layer: kernel = image
+  QConvShape d;                        // dilation 2, pool with padding
+  d.n = 2, d.c = 4, d.h = 9, d.w = 8, d.oc = 3, d.kh = d.kw = 3, d.pad_h = d.pad_w = 2;
+  d.dil_h = d.dil_w = 2, d.pool_kh = d.pool_kw = 3, d.pool_sh = d.pool_sw = 2;
+  d.pool_ph = d.pool_pw = 1;
+  v.push_back(d);
+  return v;
+}
+
+TEST(Quant, AccumulatorsMatchPlainReference) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (const QConvShape& shape : awkward_shapes()) {
+    const QConvCase k = make_case(shape, seed);
+    const QConvShape& s = k.s;
+    std::vector<int32_t> acc(size_t(s.n) * s.oh() * s.ow() * s.oc);
+    qconv_accumulate_cpu(s, k.x.data(), k.w.data(), acc.data());
+    for (int i = 0; i < s.n; ++i)
+      for (int y = 0; y < s.oh(); ++y)
+        for (int x = 0; x < s.ow(); ++x)
+          for (int o = 0; o < s.oc; ++o)
+            ASSERT_EQ(acc[((size_t(i) * s.oh() + y) * s.ow() + x) * s.oc + o],
+                      ref_sum(k, i, y, x, o))
+                << "c=" << s.c << " groups=" << s.groups << " at " << i << "," << y << "," << x
+                << "," << o;
+  }
+}
+
+TEST(Quant, EpilogueMatchesPlainReference) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (const QConvShape& shape : awkward_shapes())
+    for (bool relu : {false, true}) {
+      const QConvCase k = make_case(shape, seed + 1);
+      const QConvShape& s = k.s;
+      const QEpilogue ep{k.mult.data(), k.add.data(), relu};
+      std::vector<int8_t> y(size_t(s.n) * s.ph() * s.pw() * s.ocp, int8_t(99));
+      std::vector<float> yf(size_t(s.n) * s.ph() * s.pw() * s.oc, NAN);
+      qconv_forward(s, k.x.data(), k.w.data(), ep, y.data(), Exec{});
+      qconv_forward_float(s, k.x.data(), k.w.data(), ep, yf.data(), Exec{});
+      for (int i = 0; i < s.n; ++i)
+        for (int py = 0; py < s.ph(); ++py)
+          for (int px = 0; px < s.pw(); ++px)
+            for (int o = 0; o < s.ocp; ++o) {
+              const size_t at = ((size_t(i) * s.ph() + py) * s.pw() + px) * s.ocp + o;
+              if (o >= s.oc) {
+                ASSERT_EQ(y[at], 0) << "padding channel " << o;
+                continue;
+              }
+              int best = -1000;
+              float bestf = -INFINITY;
+              for (int r = 0; r < s.pool_kh; ++r)
+                for (int q = 0; q < s.pool_kw; ++q) {
+                  const int oy = py * s.pool_sh - s.pool_ph + r;
+                  const int ox = px * s.pool_sw - s.pool_pw + q;
+                  if (oy < 0 || oy >= s.oh() || ox < 0 || ox >= s.ow()) continue;
+                  float v = std::fma(float(ref_sum(k, i, oy, ox, o)), k.mult[size_t(o)],
+                                     k.add[size_t(o)]);
+                  if (relu) v = std::max(v, 0.f);
+                  bestf = std::max(bestf, v);
+                  const double clamped = std::min(127.0, std::max(-127.0, double(v)));
+                  best = std::max(best, int(std::nearbyint(clamped)));
+                }
+              ASSERT_EQ(int(y[at]), best) << "groups=" << s.groups << " o=" << o;
+              ASSERT_EQ(yf[((size_t(i) * s.ph() + py) * s.pw() + px) * s.oc + o], bestf);
+            }
+    }
+}
+
+TEST(Quant, RoundsHalfToEvenAndSaturates) {
+  QuantizeShape s;
+  s.n = 1, s.c = 1, s.h = 1, s.w = 8, s.cp = 4;
+  const std::vector<float> x = {2.5f, 3.5f, -2.5f, -0.5f, 0.5f, 300.f, -300.f, 126.6f};
+  std::vector<int8_t> y(size_t(8 * 4), int8_t(99));
+  quantize_nchw_to_nhwc(s, x.data(), 1.f, y.data(), Exec{});
+  const std::vector<int> want = {2, 4, -2, 0, 0, 127, -127, 127};
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(int(y[size_t(i) * 4]), want[size_t(i)]) << "x=" << x[size_t(i)];
+    for (int c = 1; c < 4; ++c) EXPECT_EQ(y[size_t(i) * 4 + c], 0);
+  }
+}
+
+// A small net with BatchNorm, a grouped conv and dropout, trained for a few SGD steps on
+// synthetic 16x16 images.
+struct Trained {
+  std::vector<LayerSpec> specs;
+  Shape input{1, 16, 16};
+  FoldedNetwork folded;
+  std::vector<float> train_x, test_x;
+  std::vector<int32_t> test_labels;
+  int n_train = 512, n_test = 400;
+};
+
+std::vector<float> to_float(const Dataset& d) {
+  std::vector<float> x(d.images.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = (float(d.images[i]) / 255.f - 0.2f) / 0.3f;
+  return x;
+}
+
+const Trained& trained_net() {
+  static const Trained t = [] {
+    Trained t;
+    LayerSpec conv2 = conv2d_spec("conv2", 12, 3, 3, 2, 1);
+    conv2.groups = 2;
+    t.specs = {conv2d_spec("conv1", 8, 3, 3, 1, 1),
+               batchnorm_spec(LayerKind::BatchNorm2d, "bn1"),
+               layer_spec(LayerKind::Relu, "relu1"),
+               maxpool2d_spec("pool1", 2, 2),
+               conv2,
+               layer_spec(LayerKind::Relu, "relu2"),
+               layer_spec(LayerKind::Flatten, "flatten1"),
+               linear_spec("fc1", 32),
+               layer_spec(LayerKind::Relu, "relu3"),
+               dropout_spec("drop1", 0.1),
+               linear_spec("fc2", 4),
+               layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
+    const Dataset train = make_synthetic(t.n_train, 4, 11, SyntheticSplit::Train, 1, 16, 16);
+    const Dataset test = make_synthetic(t.n_test, 4, 11, SyntheticSplit::Test, 1, 16, 16);
+    t.train_x = to_float(train);
+    t.test_x = to_float(test);
+    t.test_labels = test.labels;
+    NetworkOptions o;
+    o.max_batch = 32;
+    Network net(t.specs, t.input, o, Exec{});
+    OptimizerOptions oo;
+    oo.lr = 0.05;
+    ParamOptimizer opt(oo, net);
+    for (int step = 0; step < 80; ++step) {
+      const int b = (step * 32) % t.n_train;
+      net.forward_backward(32, t.train_x.data() + size_t(b) * 256, train.labels.data() + b,
+                           1.f / 32);
+      opt.step(oo.lr);
+    }
+    t.folded = fold_batchnorm(t.specs, t.input, net.params_to_host(), net.buffers_to_host());
+    return t;
+  }();
+  return t;
+}
+
+std::vector<int> argmax_rows(const std::vector<float>& logits, int classes) {
+  std::vector<int> out;
+  for (size_t i = 0; i < logits.size(); i += size_t(classes))
+    out.push_back(
+        int(std::max_element(logits.begin() + long(i), logits.begin() + long(i) + classes) -
+            (logits.begin() + long(i))));
+  return out;
+}
+
+std::vector<float> int8_logits(const QuantizedModel& m, const std::vector<float>& x, int n) {
+  Int8Network q(m, n, Exec{});
+  const float* y = q.forward(n, x.data());
+  return std::vector<float>(y, y + size_t(n) * size_t(q.num_classes()));
+}
+
+TEST(Quant, TrainedNetworkKeepsItsPredictions) {
+  const Trained& t = trained_net();
+  const QuantizedModel m =
+      quantize_network(t.folded, t.input, t.train_x.data(), 256, kDefaultCalibration);
+  ASSERT_EQ(m.stages.size(), 4u);  // conv1 (+bn1, relu1, pool1), conv2 (+relu2), fc1, fc2
+  EXPECT_TRUE(m.stages[0].relu && m.stages[0].pool);
+  const std::vector<QuantStage> plan = plan_int8(t.folded.specs, t.input);
+  const std::vector<float> ref = float_forward(plan, float_stages(plan, t.folded, t.input),
+                                               t.test_x.data(), t.n_test, nullptr);
+  const std::vector<float> q = int8_logits(m, t.test_x, t.n_test);
+  const std::vector<int> a = argmax_rows(ref, 4), b = argmax_rows(q, 4);
+  int agree = 0, right32 = 0, right8 = 0;
+  for (int i = 0; i < t.n_test; ++i) {
+    agree += a[size_t(i)] == b[size_t(i)];
+    right32 += a[size_t(i)] == t.test_labels[size_t(i)];
+    right8 += b[size_t(i)] == t.test_labels[size_t(i)];
+  }
+  std::printf("fp32 %.2f%%, int8 %.2f%%, arg-max agreement %.2f%% on %d images\n",
+              100.0 * right32 / t.n_test, 100.0 * right8 / t.n_test, 100.0 * agree / t.n_test,
+              t.n_test);
+  EXPECT_GT(right32, t.n_test / 2) << "the float network did not learn: the test proves nothing";
+  EXPECT_GE(agree, int(std::ceil(0.99 * t.n_test)));
+  // The float network of the Network class gives the same logits as the stages' float forward.
+  NetworkOptions o;
+  o.max_batch = t.n_test;
+  Network net(t.folded.specs, t.input, o, Exec{});
+  net.params_from_host(t.folded.params);
+  net.buffers_from_host(t.folded.buffers);
+  const float* y = net.forward(t.n_test, t.test_x.data());
+  EXPECT_LT(test::max_rel_error(std::vector<float>(y, y + ref.size()), ref), 1e-4);
+}
+
+TEST(Quant, CalibrationMethodsOrderTheirClips) {
+  std::vector<float> v(10000);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = float(i % 100) / 100.f;
+  v[0] = 50.f;  // one outlier
+  const float mx = calibrate_scale(v, 50.f, CalibrationMethod::Max);
+  const float pc = calibrate_scale(v, 50.f, CalibrationMethod::Percentile);
+  const float ms = calibrate_scale(v, 50.f, CalibrationMethod::Mse);
+  EXPECT_FLOAT_EQ(mx, 50.f / 127.f);
+  EXPECT_LT(pc, mx / 10);  // the outlier is clipped
+  EXPECT_LT(ms, mx);
+  EXPECT_EQ(calibrate_scale({0.f, 0.f}, 0.f, CalibrationMethod::Mse), 1.f);
+}
+
+struct SavedModel {
+  std::filesystem::path dir, path;
+  QuantizedModel model;
+};
+
+SavedModel saved_model(const std::string& name) {
+  const Trained& t = trained_net();
+  SavedModel s;
+  s.dir = test::fresh_dir("quant", name);
+  s.path = s.dir / "model.int8.safetensors";
+  s.model = quantize_network(t.folded, t.input, t.train_x.data(), 64, CalibrationMethod::Max);
+  CheckpointMeta meta;
+  meta.config_yaml = "model: {}";
+  meta.class_names = {"a", "b", "c", "d"};
+  meta.input_chw = t.input;
+  meta.mean = {0.2f};
+  meta.std = {0.3f};
+  save_quantized(s.path.string(), s.model, meta, t.folded.folded);
+  return s;
+}
+
+TEST(Quant, FileRoundTrips) {
+  const Trained& t = trained_net();
+  const SavedModel s = saved_model("roundtrip");
+  const QuantizedModel back = load_quantized(s.path.string(), t.specs, t.input);
+  ASSERT_EQ(back.stages.size(), s.model.stages.size());
+  for (size_t i = 0; i < back.stages.size(); ++i) {
+    EXPECT_EQ(back.stages[i].weight, s.model.stages[i].weight);
+    EXPECT_EQ(back.stages[i].weight_scale, s.model.stages[i].weight_scale);
+    EXPECT_EQ(back.stages[i].input_scale, s.model.stages[i].input_scale);
+    EXPECT_EQ(back.stages[i].bias, s.model.stages[i].bias);
+  }
+  EXPECT_EQ(back.method, "max");
+  EXPECT_EQ(int8_logits(back, t.test_x, 37), int8_logits(s.model, t.test_x, 37));
+  const CheckpointMeta meta = read_quantized_meta(s.path.string());
+  EXPECT_EQ(meta.class_names.size(), 4u);
+  // A float loader refuses it by name instead of reading int8 bytes as floats.
+  NetworkOptions o;
+  o.max_batch = 1;
+  const Network net(t.specs, t.input, o, Exec{});
+  const std::string e = error_of([&] { load_checkpoint_for(s.path.string(), net); });
+  EXPECT_TRUE(test::contains(e, "--precision int8")) << e;
+}
+
+// Rewrites the saved file with `edit` applied to its tensors and metadata.
+std::string rewritten(const SavedModel& s, const std::string& name,
+                      const std::function<void(std::vector<NamedTensor>&,
+                                               std::map<std::string, std::string>&)>& edit) {
+  const SafetensorsFile f = read_safetensors(s.path.string());
+  std::vector<NamedTensor> tensors;
+  for (const auto& e : f.entries())
+    tensors.push_back(e.dtype == "I8" ? f.tensor_i8(e.name) : f.tensor_f32(e.name));
+  std::map<std::string, std::string> md = f.metadata();
+  edit(tensors, md);
+  const std::string out = (s.dir / (name + ".safetensors")).string();
+  write_safetensors(out, tensors, md);
+  return out;
+}
+
+NamedTensor* find(std::vector<NamedTensor>& ts, const std::string& name) {
+  for (auto& t : ts)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+TEST(Quant, RefusesFilesThatAreNotWhatTheyClaim) {
+  const Trained& t = trained_net();
+  const SavedModel s = saved_model("bad");
+  struct Case {
+    std::string name, expect;
+    std::function<void(std::vector<NamedTensor>&, std::map<std::string, std::string>&)> edit;
+  };
+  const std::vector<Case> cases = {
+      {"scale_missing", "no tensor 'conv2.weight_scale'",
+       [](auto& ts, auto&) {
+         ts.erase(std::remove_if(ts.begin(), ts.end(),
+                                 [](auto& x) { return x.name == "conv2.weight_scale"; }),
+                  ts.end());
+       }},
+      {"scale_shape", "tensor 'fc1.weight_scale' has shape (31)",
+       [](auto& ts, auto&) {
+         NamedTensor* x = find(ts, "fc1.weight_scale");
+         x->data.pop_back();
+         x->shape = {31};
+       }},
+      {"input_scale_zero", "'conv1.input_scale' is 0",
+       [](auto& ts, auto&) { find(ts, "conv1.input_scale")->data = {0.f}; }},
+      {"scale_nan", "'fc2.weight_scale' holds nan",
+       [](auto& ts, auto&) { find(ts, "fc2.weight_scale")->data[1] = NAN; }},
+      {"float_weights", "tensor 'conv1.weight' has dtype F32, expected I8",
+       [](auto& ts, auto&) {
+         NamedTensor* x = find(ts, "conv1.weight");
+         std::vector<float> f(x->bytes.begin(), x->bytes.end());
+         *x = NamedTensor(x->name, x->shape, f);
+       }},
+      {"weight_shape", "tensor 'conv2.weight' has shape (12, 8, 3, 3), expected (12, 4, 3, 3)",
+       [](auto& ts, auto&) {
+         NamedTensor* x = find(ts, "conv2.weight");
+         x->bytes.resize(x->bytes.size() * 2);
+         x->shape = {12, 8, 3, 3};
+       }},
+      {"minus_128", "'fc1.weight' holds -128",
+       [](auto& ts, auto&) { find(ts, "fc1.weight")->bytes[5] = -128; }},
+      {"extra_tensor", "tensor 'bn1.running_mean' belongs to no int8 layer",
+       [](auto& ts, auto&) {
+         ts.push_back({"bn1.running_mean", {8}, std::vector<float>(8)});
+       }},
+      {"not_quantized", "not a quantized model", [](auto&, auto& md) { md.erase("quantization"); }},
+      {"version", "quantization_version is '7'",
+       [](auto&, auto& md) { md["quantization_version"] = "7"; }},
+  };
+  for (const Case& c : cases) {
+    const std::string path = rewritten(s, c.name, c.edit);
+    const std::string e = error_of([&] { load_quantized(path, t.specs, t.input); });
+    EXPECT_TRUE(test::contains(e, c.expect)) << c.name << ": " << e;
+    EXPECT_TRUE(test::contains(e, path)) << c.name << ": " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << c.name << ": " << e;
+  }
+  // int8 with a layer it has no kernel for: named, with what int8 runs.
+  std::vector<LayerSpec> with_avgpool = t.specs;
+  with_avgpool.insert(with_avgpool.begin() + 4, avgpool2d_spec("avg1", 1, 1));
+  const std::string e = error_of([&] { load_quantized(s.path.string(), with_avgpool, t.input); });
+  EXPECT_TRUE(test::contains(e, "layer 'avg1' (avgpool2d) has no int8 kernel")) << e;
+  const std::string e2 = error_of([&] {
+    plan_int8({conv2d_spec("conv1", 4, 3, 3, 1, 1), layer_spec(LayerKind::Relu, "r"),
+               layer_spec(LayerKind::Relu, "r2"), layer_spec(LayerKind::Flatten, "f"),
+               linear_spec("fc", 2), layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")},
+              t.input);
+  });
+  EXPECT_TRUE(test::contains(e2, "layer 'r2' (relu) does not follow")) << e2;
+}
+
+}  // namespace
+}  // namespace cnn
