@@ -10,6 +10,6 @@ cmake -S . -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURE
   -DCNN_LINK_PROGRAMS=OFF -DCMAKE_PREFIX_PATH="$kit" \
   -DGTest_DIR="$kit/lib/x86_64-linux-gnu/cmake/GTest" \
   -DZLIB_LIBRARY=/usr/lib/x86_64-linux-gnu/libz.so.1 -DZLIB_INCLUDE_DIR="$kit/include" >/dev/null
-ninja -C "$b" -j "$(nproc)" train infer bench gradcheck cnn_gpu_tests
+ninja -C "$b" -j "$(nproc)" train infer quantize bench gradcheck cnn_gpu_tests
 rm -rf .device_bin && mkdir -p .device_bin
-for f in train infer bench gradcheck cnn_gpu_tests libcnn.so; do cp "$b/bin/$f" .device_bin/; done
+for f in train infer quantize bench gradcheck cnn_gpu_tests libcnn.so; do cp "$b/bin/$f" .device_bin/; done
