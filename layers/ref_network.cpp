@@ -114,11 +114,36 @@ RefNetwork::RefNetwork(const std::vector<LayerSpec>& specs, const Shape& input_c
 std::vector<std::vector<double>> RefNetwork::forward_all(
     const std::vector<double>& p, const std::vector<double>& x,
     std::vector<std::vector<int32_t>>* argmax) const {
-  std::vector<std::vector<double>> acts = {x};
-  if (argmax) argmax->assign(steps_.size(), {});
+  return forward_from(0, {x}, p, argmax);
+}
+
+std::vector<std::vector<double>> RefNetwork::activations(const std::vector<double>& p,
+                                                         const std::vector<double>& x) const {
+  return forward_all(p, x, nullptr);
+}
+
+size_t RefNetwork::step_of_param(int64_t offset) const {
   for (size_t i = 0; i < steps_.size(); ++i) {
+    const int64_t end = i + 1 < steps_.size() ? steps_[i + 1].param_offset : num_params_;
+    if (steps_[i].param_offset <= offset && offset < end) return i;
+  }
+  CNN_FAIL("parameter index {} is outside the network's {} parameters", offset, num_params_);
+}
+
+std::vector<std::vector<double>> RefNetwork::forward_from(
+    size_t first, const std::vector<std::vector<double>>& prefix, const std::vector<double>& p,
+    std::vector<std::vector<int32_t>>* argmax) const {
+  CNN_CHECK(prefix.size() > first, "forward_from: {} activations given, {} needed", prefix.size(),
+            first + 1);
+  std::vector<std::vector<double>> acts(first + 1);
+  if (first == 0) acts[0] = prefix[0];
+  const auto act = [&](int j) -> const std::vector<double>& {
+    return size_t(j) <= first ? prefix[size_t(j)] : acts[size_t(j)];
+  };
+  if (argmax) argmax->assign(steps_.size(), {});
+  for (size_t i = first; i < steps_.size(); ++i) {
     const Step& st = steps_[i];
-    const std::vector<double>& in = acts[size_t(st.input + 1)];
+    const std::vector<double>& in = act(st.input + 1);
     std::vector<double> out(static_cast<size_t>(shape_numel(st.out)));
     const double* w = p.data() + st.param_offset;
     switch (st.spec.kind) {
@@ -174,7 +199,7 @@ std::vector<std::vector<double>> RefNetwork::forward_all(
       case LayerKind::SoftmaxCrossEntropy:
         break;
       case LayerKind::Residual:
-        add_forward_cpu(int64_t(out.size()), in.data(), acts[size_t(st.shortcut_input + 1)].data(),
+        add_forward_cpu(int64_t(out.size()), in.data(), act(st.shortcut_input + 1).data(),
                         out.data());
         break;
     }
@@ -186,8 +211,17 @@ std::vector<std::vector<double>> RefNetwork::forward_all(
 double RefNetwork::loss(const std::vector<double>& p, const std::vector<double>& x,
                         const std::vector<int32_t>& labels,
                         const std::vector<double>& probe) const {
-  auto acts = forward_all(p, x, nullptr);
-  const std::vector<double>& out = acts.back();
+  return loss_of(forward_all(p, x, nullptr).back(), labels, probe);
+}
+
+double RefNetwork::loss_from(size_t first, const std::vector<std::vector<double>>& acts,
+                             const std::vector<double>& p, const std::vector<int32_t>& labels,
+                             const std::vector<double>& probe) const {
+  return loss_of(forward_from(first, acts, p, nullptr).back(), labels, probe);
+}
+
+double RefNetwork::loss_of(const std::vector<double>& out, const std::vector<int32_t>& labels,
+                           const std::vector<double>& probe) const {
   double total = 0;
   if (softmax_) {
     std::vector<double> rows(n_);
