@@ -42,6 +42,9 @@ int main(int argc, char** argv) {
     app.add_option("--samples", samples,
                    "coordinates checked per tensor, all of a smaller one (default 24, config 16)")
         ->check(CLI::Range(1, 100000));
+    app.add_option("--step", opt.step, "central-difference step (double precision)")
+        ->check(CLI::Range(1e-9, 1e-2))
+        ->capture_default_str();
     if (!cnn::parse_command_line(app, argc, argv, "gradcheck")) return 0;
 
     cnn::Exec ex;

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch + cuDNN baseline for ./bench: the same network and SGD-momentum step, data on the GPU.
 
-Whole step: eager and one CUDA graph per step, FP32 and TF32, batch 64/128/512, printing us/step
-and images/s as ./bench does. Per op (cross-check of ./bench's cuDNN/cuBLAS columns): conv
+Whole step: eager and one CUDA graph per step, FP32 and TF32 (and BF16 autocast with
+--precision bf16), batch 64/128/512, printing us/step and images/s as ./bench does. Per op (cross-check of ./bench's cuDNN/cuBLAS columns): conv
 forward / input gradient / weight gradient through aten.convolution_backward, linear through
 matmuls, ReLU and max-pool, each captured K times in a CUDA graph and replayed R times (median
 and P95 per launch).
