@@ -30,11 +30,15 @@ class RefNetwork {
   // The gradient checks' shortcut: a parameter of step k changes no activation before step k, so
   // loss() after perturbing only steps >= first reuses the activations of an unperturbed pass
   // (acts[0] = x, acts[i + 1] = output of step i, from activations()), shared by any threads.
+  // With `pieces`: per step, a hash of the linear piece the pass is on (which ReLU inputs are
+  // positive, which max-pool inputs win), 0 for steps not run; a central difference whose sides
+  // changed pieces straddles a kink, however small its jump.
   std::vector<std::vector<double>> activations(const std::vector<double>& params,
-                                               const std::vector<double>& x) const;
+                                               const std::vector<double>& x,
+                                               std::vector<uint64_t>* pieces = nullptr) const;
   double loss_from(size_t first, const std::vector<std::vector<double>>& acts,
                    const std::vector<double>& params, const std::vector<int32_t>& labels,
-                   const std::vector<double>& probe) const;
+                   const std::vector<double>& probe, std::vector<uint64_t>* pieces = nullptr) const;
   // The step whose parameters hold flat index `offset` (one of param_infos()' ranges).
   size_t step_of_param(int64_t offset) const;
   // Analytic gradients of loss() with respect to the parameters and the input.
@@ -60,7 +64,8 @@ class RefNetwork {
   std::vector<std::vector<double>> forward_from(size_t first,
                                                 const std::vector<std::vector<double>>& prefix,
                                                 const std::vector<double>& params,
-                                                std::vector<std::vector<int32_t>>* argmax) const;
+                                                std::vector<std::vector<int32_t>>* argmax,
+                                                std::vector<uint64_t>* pieces = nullptr) const;
   double loss_of(const std::vector<double>& out, const std::vector<int32_t>& labels,
                  const std::vector<double>& probe) const;
   std::vector<Step> steps_;

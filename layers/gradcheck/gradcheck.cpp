@@ -65,14 +65,24 @@ double rel_error(const std::vector<double>& a, const std::vector<double>& b) {
 // Numerical derivative of the loss along coordinate i of v (params or x), or false where the
 // step crosses a kink (a ReLU input or a max-pool tie within h): there the one-sided differences
 // disagree, neither is the derivative, and a float network may fairly take either side.
-// A parameter's perturbation runs the network from its step on (`acts`: an unperturbed pass);
-// the input's (acts null) runs all of it.
+// Numerical derivative of the loss along coordinate i of v (params or x), or false where the
+// step crosses a kink: a ReLU input changes sign or a max-pool winner changes on either side
+// (`pieces` differ from the centre's, `center_pieces`), or the one-sided differences disagree.
+// There neither side is the derivative and a float network may fairly take either; in a large
+// net a single ReLU of thousands can cross with a jump too small for the one-sided test and
+// still move the quotient by ~1e-6 relative. A parameter's perturbation runs the network from
+// its step on (`acts`: the unperturbed pass); the input's (acts null) runs all of it.
 bool numerical(const RefNetwork& ref, Problem& p, std::vector<double>& v, int64_t i, double h,
-               double center, const std::vector<std::vector<double>>* acts, double* out) {
+               double center, const std::vector<std::vector<double>>* acts,
+               const std::vector<uint64_t>& center_pieces, double* out) {
   const size_t first = acts ? ref.step_of_param(i) : 0;
+  bool same_pieces = true;
   const auto loss = [&] {
-    return acts ? ref.loss_from(first, *acts, p.params, p.labels, p.probe)
-                : ref.loss(p.params, p.x, p.labels, p.probe);
+    std::vector<uint64_t> pieces;
+    const double l = acts ? ref.loss_from(first, *acts, p.params, p.labels, p.probe, &pieces)
+                          : ref.loss_from(0, {p.x}, p.params, p.labels, p.probe, &pieces);
+    for (size_t s = first; s < pieces.size(); ++s) same_pieces &= pieces[s] == center_pieces[s];
+    return l;
   };
   const double keep = v[size_t(i)];
   v[size_t(i)] = keep + h;
@@ -80,6 +90,7 @@ bool numerical(const RefNetwork& ref, Problem& p, std::vector<double>& v, int64_
   v[size_t(i)] = keep - h;
   const double down = loss();
   v[size_t(i)] = keep;
+  if (!same_pieces) return false;
   const double ahead = (up - center) / h, behind = (center - down) / h;
   // Smooth: the sides differ by ~h * |f''| (~1e-6); a kink jumps by a share of the gradient.
   if (std::abs(ahead - behind) > 1e-3 * (std::abs(ahead) + std::abs(behind)) + 1e-6) return false;
@@ -151,7 +162,8 @@ struct Gradchecker::Impl {
       for (size_t k = 0; k < rows[r].index.size(); ++k) tasks.push_back({r, k});
     }
     const double center = ref.loss(p.params, p.x, p.labels, p.probe);
-    const std::vector<std::vector<double>> acts = ref.activations(p.params, p.x);
+    std::vector<uint64_t> center_pieces;
+    const std::vector<std::vector<double>> acts = ref.activations(p.params, p.x, &center_pieces);
     // Each chunk perturbs its own copy of the parameters and input; the RefNetwork is const.
     parallel_for(0, int64_t(tasks.size()), [&](int64_t lo, int64_t hi) {
       Problem mine = p;
@@ -161,7 +173,7 @@ struct Gradchecker::Impl {
         std::vector<double>& v = r.is_input ? mine.x : mine.params;
         double d = 0;
         r.smooth[k] = numerical(ref, mine, v, r.offset + r.index[k], opt.step, center,
-                                r.is_input ? nullptr : &acts, &d);
+                                r.is_input ? nullptr : &acts, center_pieces, &d);
         r.numerical[k] = d;
       }
     });
