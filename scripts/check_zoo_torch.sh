@@ -4,7 +4,8 @@
 # scripts/torch_baseline.py --checkpoint RUNS_DIR/<net>/best.safetensors builds the torch module
 # from the checkpoint's own config, loads every tensor (BatchNorm buffers with the int64
 # num_batches_tracked, grouped convs, residual blocks' names), evaluates in eval mode (dropout
-# off, BatchNorm on running statistics) and must match our accuracy from RUNS_DIR/<net>/run.json.
+# off, BatchNorm on running statistics) and must match our accuracy from RUNS_DIR/<net>/run.json
+# (our evaluation without test-time flipping, validation split 0: the test set, as torch scores it).
 #
 # Usage: scripts/check_zoo_torch.sh RUNS_DIR [NET...]
 #   NET: default resnet_fashion mobilenet_fashion vgg_cifar; a net whose dataset folder is missing
@@ -48,7 +49,7 @@ for net in "${nets[@]}"; do
   fi
   dir="$runs/$net"
   if ! "$train" --config "$cfg" --device "${DEVICE:-auto}" --set "training.epochs=${EPOCHS:-1}" \
-      --set data.validation_split=0 \
+      --set data.validation_split=0 --set training.eval_flip=false \
       --set logging.progress=off --log-dir "$dir" --overwrite > "$runs/$net.train.log" 2>&1; then
     echo "$net: FAIL (training exited non-zero: $(tail -1 "$runs/$net.train.log"))"
     failed=1
