@@ -5,21 +5,21 @@
 # one Markdown table: net, precision, ours us/step, PyTorch graph, PyTorch eager, graph/ours.
 #
 # Usage: scripts/bench_zoo.sh OUTDIR [PRECISIONS] [NET...]
-#   PRECISIONS  comma-separated, default fp32,tf32; each is passed to ./bench --precision and
-#               torch_baseline.py --precision as it is, so bf16 is one more word once ./bench
-#               takes it (torch_baseline runs bf16 as autocast with FP32 master weights)
+#   PRECISIONS  comma-separated, default fp32,tf32,bf16; each is passed to ./bench --precision
+#               and torch_baseline.py --precision as it is (torch_baseline runs bf16 as autocast
+#               with FP32 master weights)
 #   NET         config names under configs/ (default: mnist fashion_mnist resnet_fashion
 #               mobilenet_fashion vgg_cifar); synthetic data, so no dataset is needed
 #   BATCH (128), STEP_REPEATS (200, ./bench), TORCH_STEPS (50 steps x 5 windows): environment
 # Writes under OUTDIR: zoo.md (the table and the commands), ours_<net>_<prec>.{csv,log},
 # torch_<net>.{csv,log}. Without an importable torch with CUDA it says so in one line and the
 # PyTorch columns read "-". Exits non-zero when one of our measurements failed.
-# Expected on an H200: ~10 s per net and precision of ours (start-up, autotune, 410 steps), ~10 s
-# per net of PyTorch (import, cudnn.benchmark, 2 x 250 steps per precision): ~2 minutes in all.
+# Expected on an H200: ~10 s per net and precision of ours (start-up, autotune, 410 steps), ~15 s
+# per net of PyTorch (import, cudnn.benchmark, 2 x 250 steps per precision): ~3 minutes in all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:?usage: scripts/bench_zoo.sh OUTDIR [PRECISIONS] [NET...]}"
-precs="${2:-fp32,tf32}"
+precs="${2:-fp32,tf32,bf16}"
 shift $(($# >= 2 ? 2 : $#))
 nets=("$@")
 [ ${#nets[@]} -gt 0 ] || nets=(mnist fashion_mnist resnet_fashion mobilenet_fashion vgg_cifar)
