@@ -114,11 +114,44 @@ RefNetwork::RefNetwork(const std::vector<LayerSpec>& specs, const Shape& input_c
 std::vector<std::vector<double>> RefNetwork::forward_all(
     const std::vector<double>& p, const std::vector<double>& x,
     std::vector<std::vector<int32_t>>* argmax) const {
-  std::vector<std::vector<double>> acts = {x};
-  if (argmax) argmax->assign(steps_.size(), {});
+  return forward_from(0, {x}, p, argmax);
+}
+
+std::vector<std::vector<double>> RefNetwork::activations(const std::vector<double>& p,
+                                                         const std::vector<double>& x,
+                                                         std::vector<uint64_t>* pieces) const {
+  return forward_from(0, {x}, p, nullptr, pieces);
+}
+
+size_t RefNetwork::step_of_param(int64_t offset) const {
   for (size_t i = 0; i < steps_.size(); ++i) {
+    const int64_t end = i + 1 < steps_.size() ? steps_[i + 1].param_offset : num_params_;
+    if (steps_[i].param_offset <= offset && offset < end) return i;
+  }
+  CNN_FAIL("parameter index {} is outside the network's {} parameters", offset, num_params_);
+}
+
+std::vector<std::vector<double>> RefNetwork::forward_from(
+    size_t first, const std::vector<std::vector<double>>& prefix, const std::vector<double>& p,
+    std::vector<std::vector<int32_t>>* argmax, std::vector<uint64_t>* pieces) const {
+  CNN_CHECK(prefix.size() > first, "forward_from: {} activations given, {} needed", prefix.size(),
+            first + 1);
+  std::vector<std::vector<double>> acts(first + 1);
+  if (first == 0) acts[0] = prefix[0];
+  const auto act = [&](int j) -> const std::vector<double>& {
+    return size_t(j) <= first ? prefix[size_t(j)] : acts[size_t(j)];
+  };
+  if (argmax) argmax->assign(steps_.size(), {});
+  if (pieces) pieces->assign(steps_.size(), 0);
+  // FNV-1a over one value per element.
+  const auto hash = [](auto begin, auto end, auto key) {
+    uint64_t h = 1469598103934665603ull;
+    for (auto it = begin; it != end; ++it) h = (h ^ uint64_t(key(*it))) * 1099511628211ull;
+    return h;
+  };
+  for (size_t i = first; i < steps_.size(); ++i) {
     const Step& st = steps_[i];
-    const std::vector<double>& in = acts[size_t(st.input + 1)];
+    const std::vector<double>& in = act(st.input + 1);
     std::vector<double> out(static_cast<size_t>(shape_numel(st.out)));
     const double* w = p.data() + st.param_offset;
     switch (st.spec.kind) {
@@ -142,10 +175,12 @@ std::vector<std::vector<double>> RefNetwork::forward_all(
       }
       case LayerKind::Relu:
         relu_forward_cpu(int64_t(out.size()), in.data(), out.data());
+        if (pieces) (*pieces)[i] = hash(in.begin(), in.end(), [](double v) { return v > 0; });
         break;
       case LayerKind::MaxPool2d: {
         std::vector<int32_t> am(out.size());
         maxpool_forward_cpu(pool_shape(st.spec, st.in), in.data(), out.data(), am.data());
+        if (pieces) (*pieces)[i] = hash(am.begin(), am.end(), [](int32_t v) { return v; });
         if (argmax) (*argmax)[i] = std::move(am);
         break;
       }
@@ -174,7 +209,7 @@ std::vector<std::vector<double>> RefNetwork::forward_all(
       case LayerKind::SoftmaxCrossEntropy:
         break;
       case LayerKind::Residual:
-        add_forward_cpu(int64_t(out.size()), in.data(), acts[size_t(st.shortcut_input + 1)].data(),
+        add_forward_cpu(int64_t(out.size()), in.data(), act(st.shortcut_input + 1).data(),
                         out.data());
         break;
     }
@@ -186,8 +221,18 @@ std::vector<std::vector<double>> RefNetwork::forward_all(
 double RefNetwork::loss(const std::vector<double>& p, const std::vector<double>& x,
                         const std::vector<int32_t>& labels,
                         const std::vector<double>& probe) const {
-  auto acts = forward_all(p, x, nullptr);
-  const std::vector<double>& out = acts.back();
+  return loss_of(forward_all(p, x, nullptr).back(), labels, probe);
+}
+
+double RefNetwork::loss_from(size_t first, const std::vector<std::vector<double>>& acts,
+                             const std::vector<double>& p, const std::vector<int32_t>& labels,
+                             const std::vector<double>& probe,
+                             std::vector<uint64_t>* pieces) const {
+  return loss_of(forward_from(first, acts, p, nullptr, pieces).back(), labels, probe);
+}
+
+double RefNetwork::loss_of(const std::vector<double>& out, const std::vector<int32_t>& labels,
+                           const std::vector<double>& probe) const {
   double total = 0;
   if (softmax_) {
     std::vector<double> rows(n_);

@@ -27,6 +27,20 @@ class RefNetwork {
 
   double loss(const std::vector<double>& params, const std::vector<double>& x,
               const std::vector<int32_t>& labels, const std::vector<double>& probe) const;
+  // The gradient checks' shortcut: a parameter of step k changes no activation before step k, so
+  // loss() after perturbing only steps >= first reuses the activations of an unperturbed pass
+  // (acts[0] = x, acts[i + 1] = output of step i, from activations()), shared by any threads.
+  // With `pieces`: per step, a hash of the linear piece the pass is on (which ReLU inputs are
+  // positive, which max-pool inputs win), 0 for steps not run; a central difference whose sides
+  // changed pieces straddles a kink, however small its jump.
+  std::vector<std::vector<double>> activations(const std::vector<double>& params,
+                                               const std::vector<double>& x,
+                                               std::vector<uint64_t>* pieces = nullptr) const;
+  double loss_from(size_t first, const std::vector<std::vector<double>>& acts,
+                   const std::vector<double>& params, const std::vector<int32_t>& labels,
+                   const std::vector<double>& probe, std::vector<uint64_t>* pieces = nullptr) const;
+  // The step whose parameters hold flat index `offset` (one of param_infos()' ranges).
+  size_t step_of_param(int64_t offset) const;
   // Analytic gradients of loss() with respect to the parameters and the input.
   void gradients(const std::vector<double>& params, const std::vector<double>& x,
                  const std::vector<int32_t>& labels, const std::vector<double>& probe,
@@ -45,6 +59,15 @@ class RefNetwork {
   std::vector<std::vector<double>> forward_all(const std::vector<double>& params,
                                                const std::vector<double>& x,
                                                std::vector<std::vector<int32_t>>* argmax) const;
+  // forward_all from step `first` on, reading acts[0..first] from `prefix`; those entries of
+  // the result are left empty.
+  std::vector<std::vector<double>> forward_from(size_t first,
+                                                const std::vector<std::vector<double>>& prefix,
+                                                const std::vector<double>& params,
+                                                std::vector<std::vector<int32_t>>* argmax,
+                                                std::vector<uint64_t>* pieces = nullptr) const;
+  double loss_of(const std::vector<double>& out, const std::vector<int32_t>& labels,
+                 const std::vector<double>& probe) const;
   std::vector<Step> steps_;
   std::vector<ParamInfo> infos_;
   Shape in_shape_;

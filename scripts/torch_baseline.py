@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch + cuDNN baseline for ./bench: the same network and SGD-momentum step, data on the GPU.
 
-Whole step: eager and one CUDA graph per step, FP32 and TF32, batch 64/128/512, printing us/step
-and images/s as ./bench does. Per op (cross-check of ./bench's cuDNN/cuBLAS columns): conv
+Whole step: eager and one CUDA graph per step, FP32 and TF32 (and BF16 autocast with
+--precision bf16), batch 64/128/512, printing us/step and images/s as ./bench does. Per op (cross-check of ./bench's cuDNN/cuBLAS columns): conv
 forward / input gradient / weight gradient through aten.convolution_backward, linear through
 matmuls, ReLU and max-pool, each captured K times in a CUDA graph and replayed R times (median
 and P95 per launch).
@@ -258,8 +258,12 @@ def time_region(torch, fn, iters):
     return start.elapsed_time(stop) / iters
 
 
-def step_benchmark(torch, net, batch, tf32, steps, windows):
-    set_precision(torch, tf32)
+def step_benchmark(torch, net, batch, precision, steps, windows):
+    """precision: fp32 (no TF32 anywhere), tf32, or bf16 (autocast to bfloat16 around forward and
+    loss, FP32 master weights and SGD, as torch's mixed-precision recipe; TF32 for what autocast
+    leaves in FP32)."""
+    set_precision(torch, precision != "fp32")
+    bf16 = precision == "bf16"
     torch.manual_seed(1)
     model, classes = build_model(torch, net)
     model = model.cuda()
@@ -271,9 +275,13 @@ def step_benchmark(torch, net, batch, tf32, steps, windows):
     x = torch.rand(batch, *net["input"], device="cuda") * 2 - 1
     y = torch.randint(0, classes, (batch,), device="cuda")
 
+    def forward_loss():
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            return loss_fn(model(x), y)
+
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
+        loss = forward_loss()
         loss.backward()
         opt.step()
 
@@ -292,7 +300,7 @@ def step_benchmark(torch, net, batch, tf32, steps, windows):
         g = torch.cuda.CUDAGraph()
         opt.zero_grad(set_to_none=True)
         with torch.cuda.graph(g):
-            static_loss = loss_fn(model(x), y)
+            static_loss = forward_loss()
             static_loss.backward()
             opt.step()
         g.replay()
@@ -535,7 +543,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", help="config whose model is timed (default configs/mnist.yaml)")
     ap.add_argument("--batches", default="64,128,512", help="whole-step batch sizes")
-    ap.add_argument("--precision", default="both", choices=["fp32", "tf32", "both"])
+    ap.add_argument("--precision", default="both",
+                    help="comma-separated fp32, tf32, bf16 (whole step only), or both (= fp32,tf32)")
     ap.add_argument("--steps", type=int, default=100, help="steps per timing window")
     ap.add_argument("--windows", type=int, default=5, help="timing windows (median taken)")
     ap.add_argument("--op-batch", type=int, default=128, help="batch of the per-op timings")
@@ -544,6 +553,8 @@ def main():
     ap.add_argument("--no-ops", action="store_true", help="whole-step timings only")
     ap.add_argument("--no-step", action="store_true", help="per-op timings only")
     ap.add_argument("--markdown", help="also write the tables as Markdown to FILE")
+    ap.add_argument("--step-csv", help="also write the whole-step rows as CSV to FILE "
+                    "(batch,precision,eager_us,graph_us,note; scripts/bench_zoo.sh reads it)")
     ap.add_argument("--checkpoint", help="instead of timing: load this checkpoint (safetensors) "
                     "into the torch module and report its test accuracy")
     ap.add_argument("--data-dir", help="with --checkpoint: the IDX folder, if not data.dir")
@@ -570,7 +581,13 @@ def main():
         print("torch_baseline: no CUDA device", file=sys.stderr)
         return 1
     net = load_network(args.config)
-    precisions = {"fp32": [False], "tf32": [True], "both": [False, True]}[args.precision]
+    precisions = []
+    for p in args.precision.split(","):
+        for q in (["fp32", "tf32"] if p == "both" else [p]):
+            if q not in ("fp32", "tf32", "bf16"):
+                fail(f"--precision: {q!r} is not one of fp32, tf32, bf16, both")
+            if q not in precisions:
+                precisions.append(q)
     try:
         batches = [int(b) for b in args.batches.split(",") if b]
     except ValueError:
@@ -591,22 +608,34 @@ def main():
                 "note"]
         rows = []
         for b in batches:
-            for tf32 in precisions:
-                eager, graph, note = step_benchmark(torch, net, b, tf32, args.steps, args.windows)
-                rows.append((b, "tf32" if tf32 else "fp32", fmt_us(eager), f"{b / eager * 1e6:.0f}",
+            for prec in precisions:
+                eager, graph, note = step_benchmark(torch, net, b, prec, args.steps, args.windows)
+                rows.append((b, prec, fmt_us(eager), f"{b / eager * 1e6:.0f}",
                              fmt_us(graph), "-" if graph is None else f"{b / graph * 1e6:.0f}",
                              note))
         print("\nWhole training step (forward + backward + SGD momentum)")
         print(table(cols, rows))
         md += ["", "## Whole training step", "", md_table(cols, rows)]
+        if args.step_csv:
+            import csv
+            tmp = args.step_csv + ".tmp"
+            with open(tmp, "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(["batch", "precision", "eager_us", "graph_us", "note"])
+                for r in rows:
+                    w.writerow([r[0], r[1], r[2], r[4], r[6]])
+            os.replace(tmp, args.step_csv)
 
     if not args.no_ops:
         cols = ["op", "input", "prec", "median us", "p95 us"]
         rows = []
-        for tf32 in precisions:
+        for prec in precisions:
+            if prec == "bf16":
+                continue  # the per-op cross-check covers ./bench's FP32 and TF32 columns
+            tf32 = prec == "tf32"
             for name, shape, med, p95 in op_benchmark(torch, net, args.op_batch, tf32,
                                                       args.launches, args.repeats):
-                rows.append((name, shape, "tf32" if tf32 else "fp32", f"{med:.1f}", f"{p95:.1f}"))
+                rows.append((name, shape, prec, f"{med:.1f}", f"{p95:.1f}"))
         print(f"\nPer op through torch (cuDNN/cuBLAS), batch {args.op_batch}: {args.launches} "
               f"launches per CUDA graph, {args.repeats} replays, same buffers every launch")
         print(table(cols, rows))

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "layers/gradcheck/gradcheck.h"
+#include "layers/ref_network.h"
 #include "tests/test_util.h"
 
 using namespace cnn;
@@ -52,5 +53,69 @@ TEST(Gradcheck, EveryLayerFloatOnCpu) {
     SCOPED_TRACE(c.title + " seed " + std::to_string(o.seed));
     GradcheckResult r = gradcheck_network(c.specs, c.input_chw, o, Exec{}, false);
     EXPECT_TRUE(r.passed()) << format_gradcheck(r);
+  }
+}
+
+// The check must be able to fail: a backward that is 5% off in any single parameter tensor (a
+// missing term, a wrong scale) fails the float tolerance, and the failing row names the tensor.
+TEST(Gradcheck, CatchesAWrongGradientInEveryTensor) {
+  const GradcheckCase c = gradcheck_layer_cases().at(15);  // residual: both paths feed the prefix
+  GradcheckOptions o = options();
+  SCOPED_TRACE(c.title + " seed " + std::to_string(o.seed));
+  Gradchecker check(c.specs, c.input_chw, o);
+  const std::vector<double> right = check.reference_parameter_gradient();
+  ASSERT_TRUE(check.parameters("right", right, 1e-6).passed());
+  const RefNetwork ref(c.specs, c.input_chw, check.batch());
+  for (const ParamInfo& info : ref.param_infos()) {
+    std::vector<double> wrong = right;
+    for (int64_t i = 0; i < info.numel(); ++i) wrong[size_t(info.offset + i)] *= 1.05;
+    const GradcheckResult r = check.parameters("wrong " + info.name, wrong, 1e-2);
+    EXPECT_FALSE(r.passed()) << format_gradcheck(r);
+    for (const GradcheckRow& row : r.rows)
+      if (row.what != info.name) {
+        EXPECT_LT(row.rel_error, 1e-6) << row.what;
+      }
+  }
+}
+
+// The shared numerical gradients give the same verdicts as the one-shot functions.
+TEST(Gradcheck, SharedChecksMatchTheOneShotFunctions) {
+  const GradcheckCase c = gradcheck_small_network_case();
+  GradcheckOptions o = options();
+  SCOPED_TRACE("seed " + std::to_string(o.seed));
+  Gradchecker check(c.specs, c.input_chw, o);
+  const GradcheckResult shared = check.network(Exec{}, true);
+  const GradcheckResult alone = gradcheck_network(c.specs, c.input_chw, o, Exec{}, true);
+  ASSERT_EQ(shared.rows.size(), alone.rows.size());
+  for (size_t i = 0; i < shared.rows.size(); ++i) {
+    EXPECT_EQ(shared.rows[i].what, alone.rows[i].what);
+    EXPECT_EQ(shared.rows[i].checked, alone.rows[i].checked);
+    EXPECT_DOUBLE_EQ(shared.rows[i].rel_error, alone.rows[i].rel_error);
+  }
+}
+
+// The shortcut the numerical gradients take: after perturbing one parameter, running the network
+// from that parameter's step on gives exactly the loss of a whole pass, in every tensor of a
+// network with residual blocks (the add reads an activation from before the block).
+TEST(Gradcheck, LossFromAParametersStepEqualsTheWholePass) {
+  const GradcheckCase c = gradcheck_layer_cases().at(16);  // residual with projection
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int n = 2;
+  const RefNetwork ref(c.specs, c.input_chw, n);
+  const std::vector<float> pf = test::random_vector(size_t(ref.num_params()), seed, -0.5f, 0.5f);
+  const std::vector<float> xf = test::random_vector(size_t(ref.input_count()), seed + 1);
+  std::vector<double> params(pf.begin(), pf.end());
+  const std::vector<double> x(xf.begin(), xf.end());
+  const std::vector<int32_t> labels = {1, 3};
+  const std::vector<double> probe;
+  const auto acts = ref.activations(params, x);
+  for (const ParamInfo& info : ref.param_infos()) {
+    const int64_t i = info.offset + info.numel() / 2;
+    params[size_t(i)] += 0.25;
+    EXPECT_EQ(ref.loss_from(ref.step_of_param(i), acts, params, labels, probe),
+              ref.loss(params, x, labels, probe))
+        << info.name;
+    params[size_t(i)] -= 0.25;
   }
 }

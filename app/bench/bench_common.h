@@ -42,6 +42,9 @@ struct BenchOptions {
   int repeats = 50;   // graph replays (timing samples) per op
   int launches = 20;  // launches captured per graph
   int warmup = 3;     // plain rounds of `launches` before capture
+  // Op rows: seconds the timed samples of one row may take (TimerOptions::budget_s); 0 = always
+  // `repeats` x `launches`. Slow rows (naive kernels on large shapes) keep >= 5 samples.
+  double budget_s = 0.25;
   int rotate = -1;    // input sets to rotate among; -1 = enough to exceed 2x L2
   bool run_ops = true;
   bool run_step = true;

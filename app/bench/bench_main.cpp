@@ -227,9 +227,13 @@ int run(const BenchOptions& opt, const std::string& command) {
   header.push_back(fmt::format(
       "method: each variant checked against the CPU reference first (tolerance FP32 {:.0e}, "
       "TF32 {:.0e}, BF16 {:.0e}, element-wise {:.0e}; a wrong one is not timed); ops: {} "
-      "launches captured in a CUDA graph, {} replays, median and P95 per launch, inputs rotated "
+      "launches captured in a CUDA graph, {} replays{}, median and P95 per launch, inputs rotated "
       "among copies {}; step: one step per graph replay, {} replays",
       kTolFp32, kTolTf32, kTolBf16, kTolElementwise, opt.launches, opt.repeats,
+      opt.budget_s > 0 ? fmt::format(" (fewer launches and replays, at least 5, where they would "
+                                     "take over {:g} s)",
+                                     opt.budget_s)
+                       : std::string(),
       opt.rotate < 0 ? std::string("filling 2x L2")
                      : fmt::format("({} sets)", std::max(opt.rotate, 1)),
       opt.step_repeats));
@@ -322,6 +326,11 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--launches", opt.launches, "launches captured in one graph")
         ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+    app.add_option("--time-budget", opt.budget_s,
+                   "seconds the timed samples of one op row may take: slow variants get fewer "
+                   "launches and replays (at least 5 replays); 0 = always --repeats x --launches")
+        ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
     app.add_option("--warmup", opt.warmup, "plain rounds of launches before capture")
         ->check(CLI::NonNegativeNumber)

@@ -144,6 +144,26 @@ class OpData {
   }
   int sets() const { return sets_; }
 
+  // Replaces an output's reference after allocate(): for large shapes the reference is a device
+  // kernel's result (itself checked against the CPU twin in the GPU tests).
+  void set_reference(int role, std::vector<float> ref) {
+    Role& r = roles_.at(size_t(role));
+    CNN_CHECK(r.output && !r.is_int && ref.size() == r.count,
+              "bench: set_reference needs a float output of {} values", r.count);
+    r.ref_f = std::move(ref);
+  }
+  // Runs launch(0) on set 0 from the outputs' initial state and returns one output.
+  std::vector<float> run_and_read(const std::function<void(int)>& launch, int role,
+                                  cudaStream_t stream) {
+    for (size_t i = 0; i < roles_.size(); ++i)
+      if (roles_[i].output) upload_init(roles_[i], slot(0, int(i)), stream);
+    launch(0);
+    CNN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<float> got(roles_.at(size_t(role)).count);
+    raw_copy(got.data(), Device::CPU, slot(0, role).data(), Device::CUDA, got.size() * 4);
+    return got;
+  }
+
   void allocate(int sets, cudaStream_t stream) {
     mem_.clear();
     sets_ = sets;
@@ -332,6 +352,7 @@ BenchRow measure(const BenchContext& ctx, OpData& d, const OpInfo& info, Precisi
     to.launches = std::max(ctx.opt->launches, d.sets());
     to.repeats = ctx.opt->repeats;
     to.warmup = ctx.opt->warmup;
+    to.budget_s = ctx.opt->budget_s;
     const int sets = d.sets();
     const Timing t = time_launches(
         ctx.stream, [&](int i) { c.launch(i % sets); }, to);
@@ -339,6 +360,9 @@ BenchRow measure(const BenchContext& ctx, OpData& d, const OpInfo& info, Precisi
     r.p95_us = t.p95_us;
     r.graph = t.graph;
     append_note(r, t.note);
+    if (t.samples < to.repeats || t.launches < to.launches)
+      append_note(r, fmt::format("time budget: {} samples of {} launch{}", t.samples, t.launches,
+                                 t.launches == 1 ? "" : "es"));
   } catch (const std::exception& e) {
     ensure_device_usable(what);
     r.status = "error";
@@ -1001,6 +1025,10 @@ void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
   lib_shape.stride_h = s.stride_h, lib_shape.stride_w = s.stride_w;
   lib_shape.pad_h = s.pad_h, lib_shape.pad_w = s.pad_w;
   const bool lib_ok = ctx.lib && ctx.lib->cudnn_ok() && s.dil_h == 1 && s.dil_w == 1;
+  // Above 2M values per tensor the reference is our naive kernel's result on the device: the CPU
+  // twin would cost seconds per large shape (one thread per image; the seed's 1x256x128x128 has
+  // one), and it is the GPU tests' job (tests/gpu_conv2d_grouped.cpp checks naive against it).
+  const bool device_ref = std::max(nx, ny) > (size_t(1) << 21);
 
   for (Pass pass : {Pass::Forward, Pass::BackwardData, Pass::BackwardWeight}) {
     OpInfo info;
@@ -1015,20 +1043,22 @@ void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
     int a = 0, b = 0, out = 0;
     if (pass == Pass::Forward) {
       std::vector<float> x = random_floats(nx, rng), w = random_floats(nw, rng), y(ny);
-      parallel(chunks, [&](size_t, Range r) {
-        conv2d_grouped_forward_cpu(sub(r), x.data() + r.begin * chw, w.data(), nullptr,
-                                   y.data() + r.begin * s.oc * ohw, false);
-      });
+      if (!device_ref)
+        parallel(chunks, [&](size_t, Range r) {
+          conv2d_grouped_forward_cpu(sub(r), x.data() + r.begin * chw, w.data(), nullptr,
+                                     y.data() + r.begin * s.oc * ohw, false);
+        });
       a = d.input("x", std::move(x));
       b = d.input("w", std::move(w));
       out = d.output("y", std::move(y));
       info.bytes = 4.0 * double(nx + nw + ny);
     } else if (pass == Pass::BackwardData) {
       std::vector<float> dy = random_floats(ny, rng), w = random_floats(nw, rng), dx(nx);
-      parallel(chunks, [&](size_t, Range r) {
-        conv2d_grouped_backward_data_cpu(sub(r), dy.data() + r.begin * s.oc * ohw, w.data(),
-                                         dx.data() + r.begin * chw);
-      });
+      if (!device_ref)
+        parallel(chunks, [&](size_t, Range r) {
+          conv2d_grouped_backward_data_cpu(sub(r), dy.data() + r.begin * s.oc * ohw, w.data(),
+                                           dx.data() + r.begin * chw);
+        });
       a = d.input("dy", std::move(dy));
       b = d.input("w", std::move(w));
       out = d.output("dx", std::move(dx));
@@ -1037,12 +1067,14 @@ void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
     } else {
       std::vector<float> x = random_floats(nx, rng), dy = random_floats(ny, rng);
       std::vector<float> init = random_floats(nw, rng);
-      std::vector<std::vector<float>> parts(chunks.size(), std::vector<float>(nw, 0.f));
-      parallel(chunks, [&](size_t i, Range r) {
-        conv2d_grouped_backward_weight_cpu(sub(r), x.data() + r.begin * chw,
-                                           dy.data() + r.begin * s.oc * ohw, parts[i].data(),
-                                           nullptr);
-      });
+      std::vector<std::vector<float>> parts(device_ref ? 0 : chunks.size(),
+                                            std::vector<float>(nw, 0.f));
+      if (!device_ref)
+        parallel(chunks, [&](size_t i, Range r) {
+          conv2d_grouped_backward_weight_cpu(sub(r), x.data() + r.begin * chw,
+                                             dy.data() + r.begin * s.oc * ohw, parts[i].data(),
+                                             nullptr);
+        });
       std::vector<float> ref = add_partials(init, parts);
       a = d.input("x", std::move(x));
       b = d.input("dy", std::move(dy));
@@ -1051,34 +1083,40 @@ void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
     }
     d.allocate(choose_sets(ctx, d.set_bytes()), ctx.stream);
 
-    for (Precision p : opt.precisions) {
-      if (p != Precision::FP32) continue;  // the grouped kernels are FP32 only
-      const Exec ex = exec_for(ctx, p);
-      const double tol = matmul_tol(p);
-      auto args = [&](int i) { return LibArgs{d.f(i, a), d.f(i, b), nullptr, d.f(i, out)}; };
-      const double lib_us = measure_lib(
-          ctx, rows, d, info, p, tol, "cudnn", lib_ok,
-          [&] { return ctx.lib->conv(lib_shape, pass, p, args(0), s.groups); }, args);
-      Buffer<float> scratch;
-      if (pass == Pass::BackwardWeight)
-        scratch = Buffer<float>(conv2d_grouped_backward_weight_scratch_floats(s, ex), Device::CUDA);
-      for (Algo algo : opt.algos) {
-        if (algo == Algo::Igemm || algo == Algo::Auto) continue;
-        Candidate c;
-        c.variant = algo_name(algo);
-        if (algo == Algo::Fast && !conv2d_grouped_fast_applicable(s))
-          c.note = "fast does not apply to this shape: runs the tiled kernels";
-        c.launch = [&, algo](int i) {
-          if (pass == Pass::Forward)
-            conv2d_grouped_forward(s, d.f(i, a), d.f(i, b), nullptr, d.f(i, out), false, algo, ex);
-          else if (pass == Pass::BackwardData)
-            conv2d_grouped_backward_data(s, d.f(i, a), d.f(i, b), d.f(i, out), algo, ex);
-          else
-            conv2d_grouped_backward_weight(s, d.f(i, a), d.f(i, b), d.f(i, out), nullptr,
-                                           scratch.empty() ? nullptr : scratch.data(), algo, ex);
-        };
-        rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
-      }
+    const Precision p = Precision::FP32;  // the grouped kernels are FP32 only
+    if (std::find(opt.precisions.begin(), opt.precisions.end(), p) == opt.precisions.end())
+      continue;
+    const Exec ex = exec_for(ctx, p);
+    const double tol = matmul_tol(p);
+    Buffer<float> scratch;
+    if (pass == Pass::BackwardWeight)
+      scratch = Buffer<float>(conv2d_grouped_backward_weight_scratch_floats(s, ex), Device::CUDA);
+    auto launch = [&](Algo algo, int i) {
+      if (pass == Pass::Forward)
+        conv2d_grouped_forward(s, d.f(i, a), d.f(i, b), nullptr, d.f(i, out), false, algo, ex);
+      else if (pass == Pass::BackwardData)
+        conv2d_grouped_backward_data(s, d.f(i, a), d.f(i, b), d.f(i, out), algo, ex);
+      else
+        conv2d_grouped_backward_weight(s, d.f(i, a), d.f(i, b), d.f(i, out), nullptr,
+                                       scratch.empty() ? nullptr : scratch.data(), algo, ex);
+    };
+    if (device_ref) {
+      d.set_reference(out, d.run_and_read([&](int i) { launch(Algo::Naive, i); }, out, ctx.stream));
+      if (!info.note.empty()) info.note += "; ";
+      info.note += "reference: the naive kernel (the GPU tests check it against the CPU twin)";
+    }
+    auto args = [&](int i) { return LibArgs{d.f(i, a), d.f(i, b), nullptr, d.f(i, out)}; };
+    const double lib_us = measure_lib(
+        ctx, rows, d, info, p, tol, "cudnn", lib_ok,
+        [&] { return ctx.lib->conv(lib_shape, pass, p, args(0), s.groups); }, args);
+    for (Algo algo : opt.algos) {
+      if (algo == Algo::Igemm || algo == Algo::Auto) continue;
+      Candidate c;
+      c.variant = algo_name(algo);
+      if (algo == Algo::Fast && !conv2d_grouped_fast_applicable(s))
+        c.note = "fast does not apply to this shape: runs the tiled kernels";
+      c.launch = [&launch, algo](int i) { launch(algo, i); };
+      rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
     }
   }
 }

@@ -83,6 +83,24 @@ bool capture(cudaStream_t stream, const std::function<void(int)>& launch, int fi
   return true;
 }
 
+// Under a budget: K, R and the warm-up rounds for a launch that takes about est_us.
+TimerOptions fit_budget(const TimerOptions& opt, double est_us) {
+  TimerOptions o = opt;
+  const double budget_us = opt.budget_s * 1e6;
+  const int min_reps = std::max(1, std::min(opt.min_repeats, opt.repeats));
+  // K shrinks only when even min_reps samples of K launches would overrun the budget. A K below
+  // the number of rotated input sets reuses fewer sets; such a launch takes milliseconds, far
+  // longer than L2 could hide.
+  const double k_fit = budget_us / (est_us * min_reps);
+  o.launches = static_cast<int>(std::clamp(k_fit, 1.0, double(opt.launches)));
+  const double sample_us = est_us * o.launches;
+  o.repeats =
+      static_cast<int>(std::clamp(budget_us / sample_us, double(min_reps), double(opt.repeats)));
+  // The probe already ran two launches; further warm-up rounds only while they are cheap.
+  o.warmup = static_cast<int>(std::clamp(0.1 * budget_us / sample_us, 0.0, double(opt.warmup)));
+  return o;
+}
+
 }  // namespace
 
 double percentile(std::vector<double> v, double q) {
@@ -94,19 +112,32 @@ double percentile(std::vector<double> v, double q) {
 }
 
 Timing time_launches(cudaStream_t stream, const std::function<void(int)>& launch,
-                     const TimerOptions& opt) {
-  CNN_CHECK(opt.launches > 0 && opt.repeats > 0 && opt.warmup >= 0,
+                     const TimerOptions& asked) {
+  CNN_CHECK(asked.launches > 0 && asked.repeats > 0 && asked.warmup >= 0,
             "timer: launches ({}) and repeats ({}) must be positive, warmup ({}) >= 0",
-            opt.launches, opt.repeats, opt.warmup);
+            asked.launches, asked.repeats, asked.warmup);
   CNN_CHECK(stream != nullptr,
             "timer: a created stream is needed (the legacy stream cannot be "
             "captured)");
   int next = 0;
+  TimerOptions opt = asked;
+  if (asked.budget_s > 0) {
+    // The first launch absorbs module loading and first-touch costs; the second is the probe.
+    launch(next++);
+    CNN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    EventChain probe(2);
+    CNN_CUDA_CHECK(cudaEventRecord(probe[0], stream));
+    launch(next++);
+    CNN_CUDA_CHECK(cudaEventRecord(probe[1], stream));
+    CNN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    opt = fit_budget(asked, std::max(probe.gaps_us(1).at(0), 0.5));
+  }
   for (int r = 0; r < opt.warmup; ++r)
     for (int i = 0; i < opt.launches; ++i) launch(next++);
   CNN_CUDA_CHECK(cudaStreamSynchronize(stream));
 
   Timing t;
+  t.launches = opt.launches;
   GraphHolder g;
   if (opt.use_graph) {
     std::string why;

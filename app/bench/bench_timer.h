@@ -15,11 +15,19 @@ struct TimerOptions {
   int repeats = 50;   // R: timing samples
   int warmup = 3;     // plain rounds of K launches before capture (module load, autotuning)
   bool use_graph = true;
+  // > 0: the timed samples together should take about this many seconds. One probed launch
+  // estimates the launch time; K, the warm-up rounds and R then shrink so that slow kernels
+  // (the naive ones on large shapes take milliseconds each) cost a fraction of a second instead
+  // of R*K launches, while fast ones keep every sample. R never drops below min_repeats, so a
+  // P95 always rests on a few samples.
+  double budget_s = 0;
+  int min_repeats = 5;
 };
 
 struct Timing {
   double median_us = 0, p95_us = 0, min_us = 0;  // per launch
   int samples = 0;
+  int launches = 0;    // K actually used (smaller than asked for under a budget)
   bool graph = false;  // false: plain launches (the graph was not asked for or could not be made)
   std::string note;    // why there is no graph when one was asked for
 };

@@ -10,6 +10,7 @@
 #include "layers/network.h"
 #include "layers/ref_network.h"
 #include "runtime/error.h"
+#include "runtime/thread_pool.h"
 
 namespace cnn {
 namespace {
@@ -64,14 +65,32 @@ double rel_error(const std::vector<double>& a, const std::vector<double>& b) {
 // Numerical derivative of the loss along coordinate i of v (params or x), or false where the
 // step crosses a kink (a ReLU input or a max-pool tie within h): there the one-sided differences
 // disagree, neither is the derivative, and a float network may fairly take either side.
+// Numerical derivative of the loss along coordinate i of v (params or x), or false where the
+// step crosses a kink: a ReLU input changes sign or a max-pool winner changes on either side
+// (`pieces` differ from the centre's, `center_pieces`), or the one-sided differences disagree.
+// There neither side is the derivative and a float network may fairly take either; in a large
+// net a single ReLU of thousands can cross with a jump too small for the one-sided test and
+// still move the quotient by ~1e-6 relative. A parameter's perturbation runs the network from
+// its step on (`acts`: the unperturbed pass); the input's (acts null) runs all of it.
 bool numerical(const RefNetwork& ref, Problem& p, std::vector<double>& v, int64_t i, double h,
-               double center, double* out) {
+               double center, const std::vector<std::vector<double>>* acts,
+               const std::vector<uint64_t>& center_pieces, double* out) {
+  const size_t first = acts ? ref.step_of_param(i) : 0;
+  bool same_pieces = true;
+  const auto loss = [&] {
+    std::vector<uint64_t> pieces;
+    const double l = acts ? ref.loss_from(first, *acts, p.params, p.labels, p.probe, &pieces)
+                          : ref.loss_from(0, {p.x}, p.params, p.labels, p.probe, &pieces);
+    for (size_t s = first; s < pieces.size(); ++s) same_pieces &= pieces[s] == center_pieces[s];
+    return l;
+  };
   const double keep = v[size_t(i)];
   v[size_t(i)] = keep + h;
-  const double up = ref.loss(p.params, p.x, p.labels, p.probe);
+  const double up = loss();
   v[size_t(i)] = keep - h;
-  const double down = ref.loss(p.params, p.x, p.labels, p.probe);
+  const double down = loss();
   v[size_t(i)] = keep;
+  if (!same_pieces) return false;
   const double ahead = (up - center) / h, behind = (center - down) / h;
   // Smooth: the sides differ by ~h * |f''| (~1e-6); a kink jumps by a share of the gradient.
   if (std::abs(ahead - behind) > 1e-3 * (std::abs(ahead) + std::abs(behind)) + 1e-6) return false;
@@ -92,79 +111,156 @@ int classes_of(const std::vector<LayerSpec>& specs, const Shape& input_chw) {
   return int(summarize_network(specs, input_chw).rows.back().out.at(0));
 }
 
-GradcheckResult compare(const std::string& title, const RefNetwork& ref, Problem& p,
-                        const std::vector<double>& analytic_params,
-                        const std::vector<double>* analytic_x, const GradcheckOptions& opt,
-                        double tolerance) {
-  GradcheckResult r;
-  r.title = title;
-  r.tolerance = tolerance;
-  std::mt19937_64 rng(opt.seed ^ 0x5bd1e995u);
-  const double center = ref.loss(p.params, p.x, p.labels, p.probe);
-  auto add_row = [&](const std::string& what, std::vector<double>& v, int64_t offset, int64_t count,
-                     const std::vector<double>& analytic) {
-    GradcheckRow row{what, 0, 0};
-    std::vector<double> a, num;
-    for (int64_t i : sample_indices(count, opt.samples_per_tensor, rng)) {
-      double d = 0;
-      if (!numerical(ref, p, v, offset + i, opt.step, center, &d)) continue;  // at a kink
-      a.push_back(analytic[size_t(offset + i)]);
-      num.push_back(d);
-    }
-    row.checked = int64_t(a.size());
-    row.rel_error = rel_error(a, num);
-    r.worst = std::max(r.worst, row.rel_error);
-    r.rows.push_back(row);
-  };
-  for (const auto& info : ref.param_infos())
-    add_row(info.name, p.params, info.offset, info.numel(), analytic_params);
-  if (analytic_x) add_row("input", p.x, 0, int64_t(p.x.size()), *analytic_x);
-  return r;
-}
+// The coordinates checked in one tensor (or the input) and their numerical derivatives.
+struct SampledRow {
+  std::string what;
+  bool is_input = false;
+  int64_t offset = 0;
+  std::vector<int64_t> index;  // within the tensor
+  std::vector<char> smooth;    // 0: the step crosses a kink there; not compared
+  std::vector<double> numerical;
+};
 
 }  // namespace
 
-GradcheckResult gradcheck_reference(const std::vector<LayerSpec>& specs, const Shape& input_chw,
-                                    const GradcheckOptions& asked) {
-  const GradcheckOptions opt = with_batch_for(specs, asked);
-  RefNetwork ref(specs, input_chw, opt.batch, opt.label_smoothing);
-  Problem p = make_problem(ref, classes_of(specs, input_chw), opt);
-  std::vector<double> dparams, dx;
-  ref.gradients(p.params, p.x, p.labels, p.probe, &dparams, &dx);
-  return compare("cpu double", ref, p, dparams, &dx, opt, 1e-6);
+struct Gradchecker::Impl {
+  GradcheckOptions opt;
+  std::vector<LayerSpec> specs;
+  Shape input_chw;
+  RefNetwork ref;
+  Problem p;
+  std::vector<SampledRow> rows;  // every parameter tensor, then the input
+
+  Impl(const std::vector<LayerSpec>& s, const Shape& chw, const GradcheckOptions& o)
+      : opt(o),
+        specs(s),
+        input_chw(chw),
+        ref(s, chw, o.batch, o.label_smoothing, NetworkOptions{}.seed),
+        p(make_problem(ref, classes_of(s, chw), o)) {
+    // The same draws, in the same order, as one row after another would make.
+    std::mt19937_64 rng(opt.seed ^ 0x5bd1e995u);
+    for (const auto& info : ref.param_infos()) {
+      SampledRow r;
+      r.what = info.name;
+      r.offset = info.offset;
+      r.index = sample_indices(info.numel(), opt.samples_per_tensor, rng);
+      rows.push_back(std::move(r));
+    }
+    SampledRow in;
+    in.what = "input";
+    in.is_input = true;
+    in.index = sample_indices(int64_t(p.x.size()), opt.samples_per_tensor, rng);
+    rows.push_back(std::move(in));
+
+    struct Task {
+      size_t row, k;
+    };
+    std::vector<Task> tasks;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      rows[r].smooth.assign(rows[r].index.size(), 0);
+      rows[r].numerical.assign(rows[r].index.size(), 0.0);
+      for (size_t k = 0; k < rows[r].index.size(); ++k) tasks.push_back({r, k});
+    }
+    const double center = ref.loss(p.params, p.x, p.labels, p.probe);
+    std::vector<uint64_t> center_pieces;
+    const std::vector<std::vector<double>> acts = ref.activations(p.params, p.x, &center_pieces);
+    // Each chunk perturbs its own copy of the parameters and input; the RefNetwork is const.
+    parallel_for(0, int64_t(tasks.size()), [&](int64_t lo, int64_t hi) {
+      Problem mine = p;
+      for (int64_t t = lo; t < hi; ++t) {
+        SampledRow& r = rows[tasks[size_t(t)].row];
+        const size_t k = tasks[size_t(t)].k;
+        std::vector<double>& v = r.is_input ? mine.x : mine.params;
+        double d = 0;
+        r.smooth[k] = numerical(ref, mine, v, r.offset + r.index[k], opt.step, center,
+                                r.is_input ? nullptr : &acts, center_pieces, &d);
+        r.numerical[k] = d;
+      }
+    });
+  }
+
+  GradcheckResult compare(const std::string& title, const std::vector<double>& analytic_params,
+                          const std::vector<double>* analytic_x, double tolerance) const {
+    GradcheckResult res;
+    res.title = title;
+    res.tolerance = tolerance;
+    for (const SampledRow& r : rows) {
+      if (r.is_input && !analytic_x) continue;
+      const std::vector<double>& analytic = r.is_input ? *analytic_x : analytic_params;
+      std::vector<double> a, num;
+      for (size_t k = 0; k < r.index.size(); ++k) {
+        if (!r.smooth[k]) continue;  // at a kink
+        a.push_back(analytic[size_t(r.offset + r.index[k])]);
+        num.push_back(r.numerical[k]);
+      }
+      GradcheckRow row{r.what, int64_t(a.size()), rel_error(a, num)};
+      res.worst = std::max(res.worst, row.rel_error);
+      res.rows.push_back(row);
+    }
+    return res;
+  }
+};
+
+Gradchecker::Gradchecker(const std::vector<LayerSpec>& specs, const Shape& input_chw,
+                         const GradcheckOptions& opt)
+    : impl_(std::make_unique<Impl>(specs, input_chw, with_batch_for(specs, opt))) {}
+
+Gradchecker::~Gradchecker() = default;
+
+int Gradchecker::batch() const {
+  return impl_->opt.batch;
 }
 
-GradcheckResult gradcheck_network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
-                                  const GradcheckOptions& asked, const Exec& ex, bool fuse_relu) {
-  const GradcheckOptions opt = with_batch_for(specs, asked);
+std::vector<double> Gradchecker::reference_parameter_gradient() const {
+  const Impl& m = *impl_;
+  std::vector<double> dparams, dx;
+  m.ref.gradients(m.p.params, m.p.x, m.p.labels, m.p.probe, &dparams, &dx);
+  return dparams;
+}
+
+GradcheckResult Gradchecker::reference() {
+  const Impl& m = *impl_;
+  std::vector<double> dparams, dx;
+  m.ref.gradients(m.p.params, m.p.x, m.p.labels, m.p.probe, &dparams, &dx);
+  return m.compare("cpu double", dparams, &dx, 1e-6);
+}
+
+GradcheckResult Gradchecker::parameters(const std::string& title,
+                                        const std::vector<double>& analytic, double tolerance) {
+  CNN_CHECK(int64_t(analytic.size()) == impl_->ref.num_params(),
+            "gradcheck: {} analytic gradients for a network of {} parameters", analytic.size(),
+            impl_->ref.num_params());
+  return impl_->compare(title, analytic, nullptr, tolerance);
+}
+
+GradcheckResult Gradchecker::network(const Exec& ex, bool fuse_relu) {
+  const Impl& m = *impl_;
+  CNN_CHECK(m.ref.has_softmax(),
+            "gradcheck_network needs a network ending in softmax_cross_entropy");
   NetworkOptions nopt;
-  RefNetwork ref(specs, input_chw, opt.batch, opt.label_smoothing, nopt.seed);
-  CNN_CHECK(ref.has_softmax(), "gradcheck_network needs a network ending in softmax_cross_entropy");
-  Problem p = make_problem(ref, classes_of(specs, input_chw), opt);
-
-  nopt.max_batch = opt.batch;
+  nopt.max_batch = m.opt.batch;
   nopt.fuse_relu = fuse_relu;
-  nopt.label_smoothing = static_cast<float>(opt.label_smoothing);
-  Network net(specs, input_chw, nopt, ex);
-  CNN_CHECK(net.num_params() == ref.num_params(), "network and reference disagree on the layout");
-  net.params_from_host(std::vector<float>(p.params.begin(), p.params.end()));
+  nopt.label_smoothing = static_cast<float>(m.opt.label_smoothing);
+  Network net(m.specs, m.input_chw, nopt, ex);
+  CNN_CHECK(net.num_params() == m.ref.num_params(), "network and reference disagree on the layout");
+  net.params_from_host(std::vector<float>(m.p.params.begin(), m.p.params.end()));
 
-  std::vector<float> hx(p.x.begin(), p.x.end());
+  std::vector<float> hx(m.p.x.begin(), m.p.x.end());
   Buffer<float> x(hx.size(), ex.device);
   x.copy_from(hx.data(), Device::CPU, hx.size());
-  Buffer<int32_t> labels(p.labels.size(), ex.device);
-  labels.copy_from(p.labels.data(), Device::CPU, p.labels.size());
-  net.forward_backward(opt.batch, x.data(), labels.data(), 1.0f / float(opt.batch));
+  Buffer<int32_t> labels(m.p.labels.size(), ex.device);
+  labels.copy_from(m.p.labels.data(), Device::CPU, m.p.labels.size());
+  net.forward_backward(m.opt.batch, x.data(), labels.data(), 1.0f / float(m.opt.batch));
   stream_sync(ex.device, ex.stream);
   std::vector<float> g = net.grads_to_host();
   std::vector<double> analytic(g.begin(), g.end());
-  return compare(
+  return m.compare(
       fmt::format(
           "{} float{}{}{}", device_name(ex.device),
           ex.precision == Precision::FP32 ? "" : std::string(" ") + precision_name(ex.precision),
           ex.deterministic ? " deterministic" : "",
           net.fusion_notes().empty() ? "" : " conv-relu-pool fused"),
-      ref, p, analytic, nullptr, opt, gradcheck_network_tolerance(ex.precision));
+      analytic, nullptr, gradcheck_network_tolerance(ex.precision));
 }
 
 double gradcheck_network_tolerance(Precision p) {
@@ -174,6 +270,16 @@ double gradcheck_network_tolerance(Precision p) {
   // / linear, then input and weight gradients): 4.7e-2 if every error pointed the same way;
   // random ones (rms ~0.6 2^-8 per product) add to ~6e-3. 5e-2 covers the aligned case.
   return p == Precision::BF16 ? 5e-2 : 1e-2;
+}
+
+GradcheckResult gradcheck_reference(const std::vector<LayerSpec>& specs, const Shape& input_chw,
+                                    const GradcheckOptions& opt) {
+  return Gradchecker(specs, input_chw, opt).reference();
+}
+
+GradcheckResult gradcheck_network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
+                                  const GradcheckOptions& opt, const Exec& ex, bool fuse_relu) {
+  return Gradchecker(specs, input_chw, opt).network(ex, fuse_relu);
 }
 
 std::vector<GradcheckCase> gradcheck_layer_cases() {

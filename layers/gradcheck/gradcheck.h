@@ -2,6 +2,7 @@
 // Numerical gradient checks: central differences of the double-precision RefNetwork's loss
 // against (a) its own analytic backward in double on the CPU and (b) the float Network's
 // backward on any device (the GPU included).
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,36 @@ struct GradcheckOptions {
   int samples_per_tensor = 24;  // coordinates checked per parameter tensor (all when fewer)
   double step = 1e-6;           // central-difference step (double precision)
   double label_smoothing = 0;   // of the loss, as NetworkOptions::label_smoothing
+};
+
+// One case's sampled coordinates and their central differences. Each difference costs two double
+// forward passes of the whole network, which is the whole cost of a check, so they are computed
+// once (in parallel over the coordinates, on cpu_thread_count() threads) and shared by every
+// check of the case: the double reference, the float network, its deterministic run.
+class Gradchecker {
+ public:
+  Gradchecker(const std::vector<LayerSpec>& specs, const Shape& input_chw,
+              const GradcheckOptions& opt);
+  ~Gradchecker();
+  Gradchecker(const Gradchecker&) = delete;
+  Gradchecker& operator=(const Gradchecker&) = delete;
+
+  int batch() const;  // opt.batch, raised to 6 for batchnorm1d
+  // Analytic double backward vs numerical, on the CPU. Tolerance 1e-6.
+  GradcheckResult reference();
+  // Float Network on ex.device at ex.precision vs numerical, within
+  // gradcheck_network_tolerance(ex.precision).
+  GradcheckResult network(const Exec& ex, bool fuse_relu);
+  // Any analytic parameter gradient (flat, in the network's layout) vs numerical: what the two
+  // above do, open to tests that hand in a wrong gradient.
+  GradcheckResult parameters(const std::string& title, const std::vector<double>& analytic,
+                             double tolerance);
+  // The reference's analytic parameter gradient, to start such a test from.
+  std::vector<double> reference_parameter_gradient() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 // Analytic double backward vs numerical, on the CPU. Tolerance 1e-6.
