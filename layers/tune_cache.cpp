@@ -7,6 +7,7 @@
 
 #include "runtime/atomic_file.h"
 #include "runtime/error.h"
+#include "runtime/file_io.h"
 
 namespace cnn {
 namespace {
@@ -64,7 +65,7 @@ json choice_to_json(const CachedTune& c) {
 // The file's sections, checked for shape; throws cnn::Error (or json's exceptions) saying what is
 // wrong with it.
 json read_sections(const std::string& path) {
-  const json doc = json::parse(read_file(path, kMaxFileBytes));
+  const json doc = json::parse(read_file(path, {kMaxFileBytes, "autotune cache", true}));
   CNN_CHECK(doc.is_object() && doc.value("format", "") == kFormat,
             "not an autotune cache (no \"format\": \"{}\")", kFormat);
   CNN_CHECK(doc.value("version", 0) == kVersion, "version {}, this build reads version {}",

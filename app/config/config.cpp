@@ -47,7 +47,7 @@ namespace {
 constexpr int64_t kIntMax = std::numeric_limits<int>::max();
 const std::vector<std::string> kAlgoNames = {"auto", "naive", "tiled", "igemm", "fast"};
 const std::vector<std::string> kLayerKinds = {
-    "conv2d",      "relu",        "maxpool2d", "flatten",        "linear", "softmax_cross_entropy",
+    "conv2d",      "relu",        "maxpool2d", "flatten",        "linear",  "softmax_cross_entropy",
     "batchnorm2d", "batchnorm1d", "avgpool2d", "global_avgpool", "dropout", "residual"};
 
 // Where one layer sits in the file, so that shape errors found later point at it.
@@ -737,7 +737,7 @@ TrainConfig parse_config(const std::string& yaml_text, const std::string& source
 }
 
 TrainConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  const std::vector<uint8_t> bytes = read_file(path, kMaxConfigBytes, "config file");
+  const std::vector<uint8_t> bytes = read_file(path, {kMaxConfigBytes, "config file"});
   return parse_config(std::string(bytes.begin(), bytes.end()), path, overrides);
 }
 
