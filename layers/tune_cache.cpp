@@ -169,14 +169,13 @@ void TuneCache::save(const std::string& path) const {
   write_file_atomically(path, text.data(), text.size());
 }
 
-std::string tune_cache_path(const std::function<const char*(const char*)>& env) {
+std::string tune_cache_path(const std::optional<std::string>& forced,
+                            const std::function<const char*(const char*)>& env) {
   const auto var = [&](const char* name) {
     const char* v = env(name);
     return std::string(v ? v : "");
   };
-  const std::string forced = var("CNN_AUTOTUNE_CACHE");
-  if (forced == "0" || forced == "off") return "";
-  if (!forced.empty()) return forced;
+  if (forced) return *forced;
   if (const std::string xdg = var("XDG_CACHE_HOME"); !xdg.empty() && xdg[0] == '/')
     return xdg + "/cnn-trainer/autotune.json";
   if (const std::string home = var("HOME"); !home.empty())

@@ -53,6 +53,11 @@ EnvSwitches read_env_switches() {
   e.autotune = on_unless_zero("CNN_AUTOTUNE");
   e.fuse_pool = on_unless_zero("CNN_FUSE_POOL");
   e.cuda_graph = on_unless_zero("CNN_CUDA_GRAPH");
+  if (const char* v = get("CNN_AUTOTUNE_CACHE")) {
+    const std::string s(v);
+    e.autotune_cache = (s == "0" || s == "off") ? std::string() : s;
+  }
+  e.data_cache = on_unless_zero("CNN_DATA_CACHE");
   if (const char* v = get("CNN_GEMM_PATH")) {
     const std::string s(v);
     if (s == "auto")
@@ -119,7 +124,6 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_CPU_ISA", "scalar|avx2|avx512", "cap the CPU kernels' instruction set"},
       {"CNN_CPU_THREADS", "1..256", "threads of the CPU kernels (default: the cores, at most 16)"},
       {"CNN_SYNC_CHECK", "1", "synchronize after every launch, so a fault names its kernel"},
-      // Read where they are used, per run or per file (the trainer's start-up, the IDX loader).
       {"CNN_AUTOTUNE_CACHE", "0|FILE", "no autotune cache, or this file instead of the user's"},
       {"CNN_DATA_CACHE", "0", "no decoded copy (<file>.decoded) beside gzip IDX image files"},
   };

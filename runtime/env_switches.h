@@ -1,9 +1,10 @@
 #pragma once
 // Every CNN_* environment variable, in one table, parsed in one place (env_switches.cpp). Two
 // kinds:
-//  - overrides of options (algo, autotune, pool fusion, CUDA graph): the programs read the
-//    variables once when a run starts and apply them to the options they override
-//    (apply_env_switches() in layers/network.h, the trainer's CUDA-graph decision); layers and
+//  - overrides of options (algo, autotune, pool fusion, CUDA graph, the autotune and decoded-data
+//    caches): the programs read the variables once when a run starts and apply them to the
+//    options they override (with_env_switches() in layers/network.h, the trainer's CUDA-graph
+//    decision, its autotune cache file, DataOptions::decoded_cache); layers, data loaders and
 //    kernels never look at them;
 //  - debugging switches of the kernels (GEMM path, generic conv gradients, CPU ISA and threads,
 //    a sync after every launch), for bisecting a wrong answer or a slow run. They reach launchers
@@ -11,6 +12,7 @@
 //    constant from then on; each program's main() reads them at start so that a bad value fails
 //    before any work.
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "runtime/exec.h"
@@ -28,6 +30,9 @@ struct EnvSwitches {
   bool autotune = true;             // CNN_AUTOTUNE=0: no start-up timing of variants
   bool fuse_pool = true;            // CNN_FUSE_POOL=0: no fused conv-relu-maxpool
   bool cuda_graph = true;           // CNN_CUDA_GRAPH=0: launch each step's kernels directly
+  // CNN_AUTOTUNE_CACHE: unset: the user's cache file; "0" or "off": no cache (""); else this file.
+  std::optional<std::string> autotune_cache;
+  bool data_cache = true;  // CNN_DATA_CACHE=0: no decoded copy beside gzip IDX image files
   // Debugging switches of the kernels.
   GemmPathSwitch gemm_path = GemmPathSwitch::Auto;  // CNN_GEMM_PATH=strided|tile|wgmma|auto
   // CNN_WGMMA_MN=tma (default) | gather: the wgmma GEMM loads an M/N-contiguous operand by TMA
@@ -50,9 +55,7 @@ EnvSwitches read_env_switches();
 // The process's snapshot: read on the first call, the same afterwards.
 const EnvSwitches& process_env_switches();
 
-// The table printed in the README and by `--help`: name, values, effect. Two more variables are
-// listed there that are read where they are used: CNN_AUTOTUNE_CACHE (app/train/startup.cpp,
-// layers/tune_cache.h) and CNN_DATA_CACHE (data/idx_cache.cpp).
+// The table printed in the README and by `--help`: name, values, effect.
 struct EnvSwitchRow {
   const char* name;
   const char* values;

@@ -30,6 +30,7 @@
 #include "layers/lr_schedule.h"
 #include "layers/param_optimizer.h"
 #include "runtime/atomic_file.h"
+#include "runtime/env_switches.h"
 #include "runtime/error.h"
 
 namespace cnn {
@@ -111,6 +112,7 @@ class Trainer {
   const TrainConfig& cfg_;
   const TrainArgs& args_;
   StartupClock startup_;
+  const EnvSwitches env_ = read_env_switches();  // the CNN_* overrides, read once as the run starts
   AccuracyTarget target_{cfg_.training.stop_at_accuracy, startup_};
   Exec ex_;
   std::unique_ptr<TrainStream> stream_;  // outlives everything that launches on it
@@ -246,7 +248,7 @@ void Trainer::load_model_and_data() {
   NetworkOptions nopt;
   nopt.max_batch = tr.batch_size;
   nopt.seed = tr.seed;
-  nopt = with_env_switches(nopt, read_env_switches());  // read once per run, at its start
+  nopt = with_env_switches(nopt, env_);
   nopt.label_smoothing = static_cast<float>(tr.label_smoothing);
   try {
     net_ = std::make_unique<Network>(cfg_.model.layers, cfg_.model.input_chw, nopt, ex_);
@@ -297,7 +299,7 @@ void Trainer::open_run_log() {
              eval_set_->n, data_.train.num_classes(), normalization_str(norm_));
   for (const std::string& line : net_->fusion_notes()) log_->info("fusion: {}", line);
   startup_.mark("logs");
-  autotune_network(*net_, tr.autotune_cache, kBuildGitHash, *log_);
+  autotune_network(*net_, tr.autotune_cache, env_.autotune_cache, kBuildGitHash, *log_);
   startup_.mark("autotune");
   if (data_.train.skipped > 0)
     log_->warn("skipped {} unreadable training images, e.g. {}", data_.train.skipped,
@@ -482,7 +484,9 @@ int Trainer::run() {
   // creates it while this one decodes the dataset.
   std::future<Device> device =
       std::async(std::launch::async, [name = tr.device] { return open_device(name); });
-  data_ = load_data(cfg_.data);
+  DataOptions data_opt = cfg_.data;
+  data_opt.decoded_cache = env_.data_cache;
+  data_ = load_data(data_opt);
   startup_.mark("dataset decode");
   ex_.device = device.get();
   ex_.precision = tr.precision;
@@ -525,7 +529,9 @@ int run_training(const TrainConfig& cfg, const TrainArgs& args) {
 
 int run_check_data(const TrainConfig& cfg) {
   int64_t problems = 0;
-  std::printf("%s", check_data_report(cfg.data, &problems).c_str());
+  DataOptions data_opt = cfg.data;
+  data_opt.decoded_cache = read_env_switches().data_cache;
+  std::printf("%s", check_data_report(data_opt, &problems).c_str());
   return problems ? 1 : 0;
 }
 
