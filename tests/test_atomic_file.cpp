@@ -24,7 +24,8 @@ namespace {
 
 // The file as text, refused above max_bytes.
 std::string read_text(const std::string& path, uint64_t max_bytes) {
-  return cnn::test::as_string(cnn::read_file(path, {max_bytes}));
+  const std::vector<uint8_t> bytes = cnn::read_file(path, {max_bytes});
+  return std::string(bytes.begin(), bytes.end());
 }
 
 // A fresh directory per test, removed afterwards, so tests never see each other's files.
@@ -212,7 +213,10 @@ TEST(AtomicFile, ReadFileStreamsOnlyWhenAllowed) {
     });
     std::string got, error;
     try {
-      got = test::as_string(read_file(fifo, {cap, "stream", true}));
+      got = [&] {
+        const std::vector<uint8_t> b = read_file(fifo, {cap, "stream", true});
+        return std::string(b.begin(), b.end());
+      }();
     } catch (const Error& e) {
       error = e.what();
     }

@@ -27,7 +27,8 @@ namespace {
 
 // The file as text, refused above max_bytes.
 std::string read_text(const std::string& path, uint64_t max_bytes) {
-  return cnn::test::as_string(cnn::read_file(path, {max_bytes}));
+  const std::vector<uint8_t> bytes = cnn::read_file(path, {max_bytes});
+  return std::string(bytes.begin(), bytes.end());
 }
 
 class TempDir {

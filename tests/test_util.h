@@ -9,11 +9,11 @@
 
 #include "data/dataset.h"
 #include "kernels/conv/conv2d.h"
-#include "layers/layer_spec.h"
-#include "layers/network.h"
 #include "runtime/device.h"
 #include "runtime/exec.h"
 #include "runtime/tensor.h"
+#include "layers/layer_spec.h"
+#include "layers/network.h"
 
 namespace cnn::test {
 
@@ -50,10 +50,6 @@ std::string source_dir();
 std::filesystem::path fresh_dir(const std::string& prefix, const std::string& name);
 // A whole file as bytes ("" when it cannot be read).
 std::string slurp(const std::filesystem::path& p);
-// Bytes (read_file's result) as a string, for comparing file content with text.
-inline std::string as_string(const std::vector<uint8_t>& bytes) {
-  return std::string(bytes.begin(), bytes.end());
-}
 inline bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
@@ -82,8 +78,8 @@ struct NetworkRun {
   std::vector<float> logits, loss, grads;
   bool fused = false;
 };
-NetworkRun run_network_once(const std::vector<LayerSpec>& specs, const Shape& chw, const Exec& ex,
-                            PoolFusion fusion, int n, uint64_t seed);
+NetworkRun run_network_once(const std::vector<LayerSpec>& specs, const Shape& chw,
+                            const Exec& ex, PoolFusion fusion, int n, uint64_t seed);
 
 // True when a config's parse error is only about a layer kind or key that lands from another
 // branch (BatchNorm, grouped/dilated conv, pooling, dropout, label smoothing): the model zoo's
