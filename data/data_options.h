@@ -33,6 +33,7 @@ struct DataOptions {
   unsigned split_seed = 42;      // fixes which training images are held out for validation
   std::vector<float> mean, std;  // per channel; empty = computed from the training set
   bool drop_last = false;        // drop the final partial training batch
+  bool decoded_cache = true;     // a decoded copy beside gzip IDX image files (data/idx_cache.h)
   AugmentOptions augment;
   SyntheticOptions synthetic;
 };

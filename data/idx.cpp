@@ -217,7 +217,8 @@ void write_idx_labels(const std::string& path, const std::vector<uint8_t>& label
 }
 
 Dataset load_idx_dataset(const std::string& images_path, const std::string& labels_path,
-                         const std::vector<std::string>& class_names, const IdxExpect& expect) {
+                         const std::vector<std::string>& class_names, const IdxExpect& expect,
+                         bool decoded_cache) {
   // Both headers first, against each other, the model and the memory: a gzip bomb whose header
   // matches its body (1 x 65535 x 65535) inflated 4.3 GB before the label count was compared.
   const IdxHeader hi = peek_idx_header(images_path, 3);
@@ -235,7 +236,7 @@ Dataset load_idx_dataset(const std::string& images_path, const std::string& labe
             "memory",
             images_path, hi.dims_str, hi.payload, memory);
 
-  IdxImages im = read_idx_images_cached(images_path);
+  IdxImages im = read_idx_images_cached(images_path, nullptr, decoded_cache);
   std::vector<uint8_t> lab = read_idx_labels(labels_path);
   CNN_CHECK(lab.size() == size_t(im.n), "{}: count mismatch: {} labels, but {} has {} images",
             labels_path, lab.size(), images_path, im.n);

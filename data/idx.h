@@ -37,9 +37,10 @@ struct IdxExpect {
 // file when the counts disagree or a label is outside [0, classes). Both headers are checked
 // (counts, image size against `expect`, size against the machine's memory, against the file's
 // size) before either body is read or inflated; non-regular files (FIFOs, devices) are refused.
+// decoded_cache: read a gzip image file through its decoded copy (data/idx_cache.h).
 Dataset load_idx_dataset(const std::string& images_path, const std::string& labels_path,
                          const std::vector<std::string>& class_names,
-                         const IdxExpect& expect = IdxExpect());
+                         const IdxExpect& expect = IdxExpect(), bool decoded_cache = true);
 
 // "dir/stem" if it exists, else "dir/stem.gz"; throws naming both when neither does.
 std::string find_idx_file(const std::string& dir, const std::string& stem);

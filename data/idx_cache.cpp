@@ -86,23 +86,18 @@ bool read_copy(const std::string& copy, const CacheHeader& want, IdxImages* im) 
   return ok;
 }
 
-bool cache_enabled_by_env() {
-  const char* v = std::getenv("CNN_DATA_CACHE");
-  return !(v && std::strcmp(v, "0") == 0);
-}
-
 }  // namespace
 
 std::string decoded_cache_path(const std::string& source) {
   return source + ".decoded";
 }
 
-IdxImages read_idx_images_cached(const std::string& path, DecodeCache* how) {
+IdxImages read_idx_images_cached(const std::string& path, DecodeCache* how, bool use_copy) {
   DecodeCache dummy;
   DecodeCache& result = how ? *how : dummy;
   result = DecodeCache::Off;
   CacheHeader h{};
-  if (!cache_enabled_by_env() || !source_header(path, &h)) return read_idx_images(path);
+  if (!use_copy || !source_header(path, &h)) return read_idx_images(path);
   const std::string copy = decoded_cache_path(path);
   if (IdxImages cached; read_copy(copy, h, &cached)) {
     result = DecodeCache::Hit;

@@ -8,7 +8,7 @@
 // never read a torn one; its pixels are not checksummed again on every read (that would cost
 // about as much as reading them), so damage inside a complete copy goes unnoticed: delete it.
 // Only gzip sources of at least kMinCachedSource bytes are cached (a raw IDX file is read as fast
-// as the copy would be); CNN_DATA_CACHE=0 turns it off.
+// as the copy would be); DataOptions::decoded_cache (CNN_DATA_CACHE=0) turns it off.
 #include <cstddef>
 #include <string>
 
@@ -20,8 +20,10 @@ constexpr size_t kMinCachedSource = size_t(1) << 20;
 
 enum class DecodeCache { Off, Hit, Written, Unwritable };
 
-// read_idx_images(path) through the decoded copy; *how (if given) says what happened.
-IdxImages read_idx_images_cached(const std::string& path, DecodeCache* how = nullptr);
+// read_idx_images(path) through the decoded copy (read_idx_images alone when !use_copy); *how
+// (if given) says what happened.
+IdxImages read_idx_images_cached(const std::string& path, DecodeCache* how = nullptr,
+                                 bool use_copy = true);
 
 // The decoded copy's path for a source path.
 std::string decoded_cache_path(const std::string& source);

@@ -344,7 +344,7 @@ uint64_t max_image_file_bytes(uint64_t w, uint64_t h) {
 
 std::vector<uint8_t> read_image_file(const std::string& path) {
   const uint64_t size = regular_file_size(path);
-  if (size <= kSmallImageFile) return read_file(path, kSmallImageFile, "image file");
+  if (size <= kSmallImageFile) return read_file(path, {kSmallImageFile, "image file"});
   // Every format's size is in its first bytes (JPEG's after its APP segments, 64 KB each).
   const FileHead head = read_file_head(path, size_t(1) << 20);
   int iw = 0, ih = 0, comp = 0;
@@ -356,7 +356,7 @@ std::vector<uint8_t> read_image_file(const std::string& path) {
             "{}: the file has {} bytes, but a {}x{} image never needs more than {} (corrupt, or "
             "not an image)",
             path, head.file_bytes, iw, ih, most);
-  return read_file(path, most, "image file");
+  return read_file(path, {most, "image file"});
 }
 
 }  // namespace
@@ -532,7 +532,7 @@ Dataset load_image_folder(const std::string& root, const ImageLoadOptions& opt,
 
 Dataset load_image_list(const std::string& csv_path, const ImageLoadOptions& opt,
                         const std::vector<std::string>& class_names) {
-  const std::vector<uint8_t> raw = read_file(csv_path, kMaxListFileBytes, "list file");
+  const std::vector<uint8_t> raw = read_file(csv_path, {kMaxListFileBytes, "list file"});
   const std::string text(raw.begin(), raw.end());
   const fs::path base = fs::path(csv_path).parent_path();
 

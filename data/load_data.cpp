@@ -8,11 +8,11 @@
 
 #include "data/batch_sampler.h"
 #include "data/check_data.h"
-#include "runtime/hash_rng.h"
 #include "data/idx.h"
 #include "data/image_folder.h"
 #include "data/synthetic.h"
 #include "runtime/error.h"
+#include "runtime/hash_rng.h"
 
 namespace cnn {
 
@@ -75,14 +75,14 @@ void load_idx(const DataOptions& opt, const DataLoadHooks* hooks, DataSplits& s)
     CNN_FAIL("{}; {}", e.what(), dataset_download_hint(opt.dir));
   }
   const IdxExpect expect{opt.height, opt.width, opt.resize};
-  s.train = load_idx_dataset(images, labels, opt.classes, expect);
+  s.train = load_idx_dataset(images, labels, opt.classes, expect, opt.decoded_cache);
   const std::string ti = find_idx_file_optional(opt.dir, "t10k-images-idx3-ubyte");
   const std::string tl = find_idx_file_optional(opt.dir, "t10k-labels-idx1-ubyte");
   CNN_CHECK(ti.empty() == tl.empty(), "{}: {} exists but not its {} file", opt.dir,
             ti.empty() ? tl : ti,
             ti.empty() ? "t10k-images-idx3-ubyte[.gz]" : "t10k-labels-idx1-ubyte[.gz]");
   if (!ti.empty()) {
-    s.test = load_idx_dataset(ti, tl, s.train.class_names, expect);
+    s.test = load_idx_dataset(ti, tl, s.train.class_names, expect, opt.decoded_cache);
   } else {
     spdlog::warn("{}: no t10k-* files, so there is no test set", opt.dir);
   }

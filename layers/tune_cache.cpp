@@ -7,6 +7,7 @@
 
 #include "runtime/atomic_file.h"
 #include "runtime/error.h"
+#include "runtime/file_io.h"
 
 namespace cnn {
 namespace {
@@ -64,7 +65,7 @@ json choice_to_json(const CachedTune& c) {
 // The file's sections, checked for shape; throws cnn::Error (or json's exceptions) saying what is
 // wrong with it.
 json read_sections(const std::string& path) {
-  const json doc = json::parse(read_file(path, kMaxFileBytes));
+  const json doc = json::parse(read_file(path, {kMaxFileBytes, "autotune cache", true}));
   CNN_CHECK(doc.is_object() && doc.value("format", "") == kFormat,
             "not an autotune cache (no \"format\": \"{}\")", kFormat);
   CNN_CHECK(doc.value("version", 0) == kVersion, "version {}, this build reads version {}",
@@ -168,14 +169,13 @@ void TuneCache::save(const std::string& path) const {
   write_file_atomically(path, text.data(), text.size());
 }
 
-std::string tune_cache_path(const std::function<const char*(const char*)>& env) {
+std::string tune_cache_path(const std::optional<std::string>& forced,
+                            const std::function<const char*(const char*)>& env) {
   const auto var = [&](const char* name) {
     const char* v = env(name);
     return std::string(v ? v : "");
   };
-  const std::string forced = var("CNN_AUTOTUNE_CACHE");
-  if (forced == "0" || forced == "off") return "";
-  if (!forced.empty()) return forced;
+  if (forced) return *forced;
   if (const std::string xdg = var("XDG_CACHE_HOME"); !xdg.empty() && xdg[0] == '/')
     return xdg + "/cnn-trainer/autotune.json";
   if (const std::string home = var("HOME"); !home.empty())

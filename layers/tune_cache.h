@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -66,10 +67,11 @@ class TuneCache {
   bool changed_ = false;
 };
 
-// Where the cache file lives: CNN_AUTOTUNE_CACHE (a file path; "0" or "off" turns the cache
-// off), else $XDG_CACHE_HOME/cnn-trainer/autotune.json, else $HOME/.cache/cnn-trainer/
-// autotune.json. "" when off or when neither variable is set. `env` looks a variable up
-// (std::getenv in the program; tests pass their own).
-std::string tune_cache_path(const std::function<const char*(const char*)>& env);
+// Where the cache file lives: `forced` when given (EnvSwitches::autotune_cache, from
+// CNN_AUTOTUNE_CACHE; "" is off), else $XDG_CACHE_HOME/cnn-trainer/autotune.json, else
+// $HOME/.cache/cnn-trainer/autotune.json. "" when off or when neither variable is set. `env` looks
+// a variable up (std::getenv in the program; tests pass their own).
+std::string tune_cache_path(const std::optional<std::string>& forced,
+                            const std::function<const char*(const char*)>& env);
 
 }  // namespace cnn

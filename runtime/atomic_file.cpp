@@ -146,42 +146,4 @@ void append_line_durably(const std::string& path, const std::string& line) {
   }
 }
 
-std::string read_file(const std::string& path, size_t max_bytes) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) CNN_FAIL("cannot open '{}': {}", path, errno_text(errno));
-  struct FileCloser {
-    std::FILE* f;
-    ~FileCloser() { std::fclose(f); }
-  } closer{f};
-
-  struct stat st {};
-  if (::fstat(::fileno(f), &st) == 0) {
-    CNN_CHECK(!S_ISDIR(st.st_mode), "cannot read '{}': it is a directory", path);
-    if (S_ISREG(st.st_mode)) {
-      CNN_CHECK(static_cast<uint64_t>(st.st_size) <= max_bytes,
-                "refusing to read '{}': it is {} bytes, more than the limit of {} bytes", path,
-                static_cast<uint64_t>(st.st_size), max_bytes);
-    }
-  }
-  // Read in chunks rather than trusting st_size: the file may be a pipe or may grow meanwhile.
-  std::string out;
-  std::vector<char> chunk(1 << 16);
-  for (;;) {
-    errno = 0;
-    const size_t got = std::fread(chunk.data(), 1, chunk.size(), f);
-    if (got > 0) {
-      CNN_CHECK(out.size() + got <= max_bytes,
-                "refusing to read '{}': it is more than the limit of {} bytes", path, max_bytes);
-      out.append(chunk.data(), got);
-    }
-    if (got < chunk.size()) {
-      if (std::ferror(f)) {
-        CNN_FAIL("cannot read '{}': {}", path, errno_text(errno != 0 ? errno : EIO));
-      }
-      break;
-    }
-  }
-  return out;
-}
-
 }  // namespace cnn

@@ -1,7 +1,8 @@
 #pragma once
-// Files that are never left half-written: checkpoints go through a temporary file that is flushed,
-// fsync'ed and renamed over the target, so a crash or a full disk leaves the previous file intact.
-// Every failure throws cnn::Error naming the path and the system's reason (strerror).
+// Files that are never left half-written (reads: runtime/file_io.h): checkpoints go through a
+// temporary file that is flushed, fsync'ed and renamed over the target, so a crash or a full disk
+// leaves the previous file intact. Every failure throws cnn::Error naming the path and the system's
+// reason (strerror).
 #include <cstddef>
 #include <cstdio>
 #include <functional>
@@ -34,9 +35,5 @@ void write_bytes_checked(std::FILE* f, const void* data, size_t bytes);
 // row survives a crash that follows it. On failure (a full disk) the file is cut back to its
 // previous size, so no half row stays.
 void append_line_durably(const std::string& path, const std::string& line);
-
-// The whole content of `path`. Refuses (cnn::Error naming the path and both sizes) a file larger
-// than `max_bytes`, before reading it where the size is known and while reading otherwise (pipes).
-std::string read_file(const std::string& path, size_t max_bytes);
 
 }  // namespace cnn

@@ -53,6 +53,11 @@ EnvSwitches read_env_switches() {
   e.autotune = on_unless_zero("CNN_AUTOTUNE");
   e.fuse_pool = on_unless_zero("CNN_FUSE_POOL");
   e.cuda_graph = on_unless_zero("CNN_CUDA_GRAPH");
+  if (const char* v = get("CNN_AUTOTUNE_CACHE")) {
+    const std::string s(v);
+    e.autotune_cache = (s == "0" || s == "off") ? std::string() : s;
+  }
+  e.data_cache = on_unless_zero("CNN_DATA_CACHE");
   if (const char* v = get("CNN_GEMM_PATH")) {
     const std::string s(v);
     if (s == "auto")
@@ -134,7 +139,6 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       // Set by train --gpus N for its rank processes (or taken from mpirun's OMPI_COMM_WORLD_*).
       {"CNN_RANK, CNN_WORLD_SIZE, CNN_LOCAL_RANK", "0..N-1, N, 0..",
        "this process is one rank of a data-parallel run (set by the launcher)"},
-      // Read where they are used, per run or per file (the trainer's start-up, the IDX loader).
       {"CNN_AUTOTUNE_CACHE", "0|FILE", "no autotune cache, or this file instead of the user's"},
       {"CNN_DATA_CACHE", "0", "no decoded copy (<file>.decoded) beside gzip IDX image files"},
   };

@@ -1,9 +1,10 @@
 #pragma once
 // Every CNN_* environment variable, in one table, parsed in one place (env_switches.cpp). Two
 // kinds:
-//  - overrides of options (algo, autotune, pool fusion, CUDA graph): the programs read the
-//    variables once when a run starts and apply them to the options they override
-//    (apply_env_switches() in layers/network.h, the trainer's CUDA-graph decision); layers and
+//  - overrides of options (algo, autotune, pool fusion, CUDA graph, the autotune and decoded-data
+//    caches): the programs read the variables once when a run starts and apply them to the
+//    options they override (with_env_switches() in layers/network.h, the trainer's CUDA-graph
+//    decision, its autotune cache file, DataOptions::decoded_cache); layers, data loaders and
 //    kernels never look at them;
 //  - debugging switches of the kernels (GEMM path, generic conv gradients, CPU ISA and threads,
 //    a sync after every launch), for bisecting a wrong answer or a slow run. They reach launchers
@@ -31,6 +32,9 @@ struct EnvSwitches {
   bool cuda_graph = true;           // CNN_CUDA_GRAPH=0: launch each step's kernels directly
   std::string nccl_library;         // CNN_NCCL_LIBRARY: libnccl.so.2's path (or its folder)
   double nccl_timeout_s = 600;      // CNN_NCCL_TIMEOUT_S: a collective slower than this fails
+  // CNN_AUTOTUNE_CACHE: unset: the user's cache file; "0" or "off": no cache (""); else this file.
+  std::optional<std::string> autotune_cache;
+  bool data_cache = true;  // CNN_DATA_CACHE=0: no decoded copy beside gzip IDX image files
   // Debugging switches of the kernels.
   GemmPathSwitch gemm_path = GemmPathSwitch::Auto;  // CNN_GEMM_PATH=strided|tile|wgmma|auto
   // CNN_WGMMA_MN=tma (default) | gather: the wgmma GEMM loads an M/N-contiguous operand by TMA
@@ -53,9 +57,7 @@ EnvSwitches read_env_switches();
 // The process's snapshot: read on the first call, the same afterwards.
 const EnvSwitches& process_env_switches();
 
-// The table printed in the README and by `--help`: name, values, effect. Two more variables are
-// listed there that are read where they are used: CNN_AUTOTUNE_CACHE (app/train/startup.cpp,
-// layers/tune_cache.h) and CNN_DATA_CACHE (data/idx_cache.cpp).
+// The table printed in the README and by `--help`: name, values, effect.
 struct EnvSwitchRow {
   const char* name;
   const char* values;

@@ -28,37 +28,48 @@ const char* file_kind(mode_t mode) {
   return "not a regular file";
 }
 
-// An open regular file. O_NONBLOCK: opening a FIFO for reading otherwise waits for a writer, so
-// the type check after the open would never run.
-struct RegularFile {
+// An open file: a regular one, or with allow_streams also a pipe, FIFO or device. O_NONBLOCK:
+// opening a FIFO for reading otherwise waits for a writer, so the type check after the open would
+// never run; a stream that is allowed gets blocking reads back once it is known to be one.
+struct OpenFile {
   int fd = -1;
-  uint64_t size = 0;
-  RegularFile(const std::string& path) {
+  bool regular = false;
+  uint64_t size = 0;  // st_size of a regular file (0 for /proc files, whose size is unknown)
+  OpenFile(const std::string& path, bool allow_streams) {
     fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     CNN_CHECK(fd >= 0, "{}: cannot open ({})", path, std::strerror(errno));
     struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      const int err = errno;
+    const int stat_err = ::fstat(fd, &st) == 0 ? 0 : errno;
+    regular = stat_err == 0 && S_ISREG(st.st_mode);
+    const bool stream_ok = stat_err == 0 && allow_streams && !S_ISDIR(st.st_mode);
+    if (!regular && !stream_ok) {
       ::close(fd);
-      CNN_FAIL("{}: cannot stat ({})", path, std::strerror(err));
-    }
-    if (!S_ISREG(st.st_mode)) {
-      ::close(fd);
+      if (stat_err != 0) CNN_FAIL("{}: cannot stat ({})", path, std::strerror(stat_err));
       CNN_FAIL("{}: is {}, expected a regular file", path, file_kind(st.st_mode));
     }
-    size = uint64_t(st.st_size);
+    if (S_ISFIFO(st.st_mode)) {  // reopened blocking, which waits for the FIFO's writer
+      ::close(fd);
+      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      CNN_CHECK(fd >= 0, "{}: cannot open ({})", path, std::strerror(errno));
+    } else if (!regular) {
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    }
+    size = regular ? uint64_t(st.st_size) : 0;
   }
-  ~RegularFile() { ::close(fd); }
-  RegularFile(const RegularFile&) = delete;
-  RegularFile& operator=(const RegularFile&) = delete;
+  ~OpenFile() { ::close(fd); }
+  OpenFile(const OpenFile&) = delete;
+  OpenFile& operator=(const OpenFile&) = delete;
 
-  // Up to n bytes from the start; fewer only when the file is shorter (it may shrink meanwhile).
-  size_t read_into(uint8_t* dst, size_t n, const std::string& path) const {
+  // Up to n bytes from offset `at` on; fewer only at the end of the file (it may shrink meanwhile).
+  size_t read_into(uint8_t* dst, size_t n, size_t at, const std::string& path) const {
     size_t used = 0;
     while (used < n) {
-      const ssize_t got = ::pread(fd, dst + used, std::min<size_t>(n - used, 1 << 30), off_t(used));
+      const size_t want = std::min<size_t>(n - used, 1 << 30);
+      const ssize_t got =
+          regular ? ::pread(fd, dst + used, want, off_t(at + used)) : ::read(fd, dst + used, want);
       if (got < 0 && errno == EINTR) continue;
-      CNN_CHECK(got >= 0, "{}: read error after {} bytes ({})", path, used, std::strerror(errno));
+      CNN_CHECK(got >= 0, "{}: read error after {} bytes ({})", path, at + used,
+                std::strerror(errno));
       if (got == 0) break;
       used += size_t(got);
     }
@@ -68,35 +79,45 @@ struct RegularFile {
 
 }  // namespace
 
-std::vector<uint8_t> read_file(const std::string& path) {
-  return read_file(path, std::numeric_limits<uint64_t>::max(), "file");
-}
-
-std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes, const char* what) {
-  const RegularFile f(path);
-  CNN_CHECK(f.size <= max_bytes, "{}: {} of {} bytes is larger than the limit of {} bytes", path,
-            what, f.size, max_bytes);
+std::vector<uint8_t> read_file(const std::string& path, const ReadFileOptions& options) {
+  const OpenFile f(path, options.allow_streams);
+  const uint64_t cap = options.max_bytes;
+  CNN_CHECK(f.size <= cap, "{}: {} of {} bytes is larger than the limit of {} bytes", path,
+            options.what, f.size, cap);
   CNN_CHECK(f.size <= std::numeric_limits<size_t>::max() / 2, "{}: {} bytes cannot be held", path,
             f.size);
-  // The size comes from fstat; one byte more is asked for, to notice a file that grew meanwhile.
-  std::vector<uint8_t> out(size_t(f.size) + 1);
-  const size_t got = f.read_into(out.data(), out.size(), path);
-  CNN_CHECK(got <= f.size, "{}: the file grew while it was read (expected {} bytes)", path, f.size);
-  out.resize(got);
+  // A known size is read in one go, asking for one byte more to notice a file that grew meanwhile.
+  // An unknown size (a stream, a /proc file) is read in growing chunks, up to one byte past the
+  // cap.
+  const bool size_known = f.regular && f.size > 0;
+  const uint64_t most =
+      size_known ? f.size + 1 : (cap == std::numeric_limits<uint64_t>::max() ? cap : cap + 1);
+  std::vector<uint8_t> out(size_t(size_known ? f.size + 1 : std::min<uint64_t>(most, 1 << 16)));
+  size_t used = 0;
+  for (;;) {
+    const size_t got = f.read_into(out.data() + used, out.size() - used, used, path);
+    used += got;
+    CNN_CHECK(used <= cap, "{}: {} is larger than the limit of {} bytes", path, options.what, cap);
+    if (used < out.size() || used >= most) break;
+    out.resize(size_t(std::min<uint64_t>(most, uint64_t(out.size()) * 2)));
+  }
+  CNN_CHECK(!size_known || used <= f.size,
+            "{}: the file grew while it was read (expected {} bytes)", path, f.size);
+  out.resize(used);
   return out;
 }
 
 FileHead read_file_head(const std::string& path, size_t max_bytes) {
-  const RegularFile f(path);
+  const OpenFile f(path, false);
   FileHead h;
   h.file_bytes = f.size;
   h.bytes.resize(size_t(std::min<uint64_t>(f.size, max_bytes)));
-  h.bytes.resize(f.read_into(h.bytes.data(), h.bytes.size(), path));
+  h.bytes.resize(f.read_into(h.bytes.data(), h.bytes.size(), 0, path));
   return h;
 }
 
 uint64_t regular_file_size(const std::string& path) {
-  return RegularFile(path).size;
+  return OpenFile(path, false).size;
 }
 
 bool is_gzip(const uint8_t* data, size_t bytes) {

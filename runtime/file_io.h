@@ -3,19 +3,27 @@
 // Every error names the file and says what is wrong with it.
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
 namespace cnn {
 
-// The whole of a regular file; throws "path: cannot open (...)", or "path: is a directory" / "is
-// a FIFO" / "is a device": anything but a regular file is refused before a byte is read, since a
-// FIFO blocks forever and /dev/zero never ends.
-std::vector<uint8_t> read_file(const std::string& path);
+// What read_file accepts. By default only a regular file of any size: anything else is refused
+// before a byte is read ("path: is a directory" / "is a FIFO" / "is a device"), since a FIFO
+// blocks forever and /dev/zero never ends.
+struct ReadFileOptions {
+  // A larger file is refused with "path: <what> of N bytes is larger than the limit of M bytes",
+  // by its size before reading, and while reading where the size is unknown (a /proc file, a pipe).
+  uint64_t max_bytes = std::numeric_limits<uint64_t>::max();
+  const char* what = "file";  // names the content in the size error
+  // Also read pipes, FIFOs and devices (not directories) up to max_bytes: for a JSON file that a
+  // user may hand over as /dev/stdin. Opening a FIFO then waits for its writer.
+  bool allow_streams = false;
+};
 
-// The same, refusing a file above max_bytes (by its size, before reading) with
-// "path: <what> of N bytes is larger than the limit of M bytes".
-std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes, const char* what);
+// The whole content of `path`; throws "path: cannot open (...)" and the refusals above.
+std::vector<uint8_t> read_file(const std::string& path, const ReadFileOptions& options = {});
 
 // The first max_bytes of a regular file, and the file's size: for checking a header before
 // deciding to read the rest.

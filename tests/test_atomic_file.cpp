@@ -9,14 +9,24 @@
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
+#include <utility>
 
-#include "runtime/error.h"
 #include "runtime/atomic_file.h"
+#include "runtime/error.h"
+#include "runtime/file_io.h"
+#include "tests/test_util.h"
 
 using namespace cnn;
 namespace fs = std::filesystem;
 
 namespace {
+
+// The file as text, refused above max_bytes.
+std::string read_text(const std::string& path, uint64_t max_bytes) {
+  const std::vector<uint8_t> bytes = cnn::read_file(path, {max_bytes});
+  return std::string(bytes.begin(), bytes.end());
+}
 
 // A fresh directory per test, removed afterwards, so tests never see each other's files.
 class TempDir {
@@ -85,11 +95,11 @@ TEST(AtomicFile, WritesAndReplaces) {
   TempDir dir;
   const std::string path = dir.file("out.bin");
   write_string(path, "first version");
-  EXPECT_EQ(read_file(path, 1 << 20), "first version");
+  EXPECT_EQ(read_text(path, 1 << 20), "first version");
   write_string(path, "second");
-  EXPECT_EQ(read_file(path, 1 << 20), "second");
+  EXPECT_EQ(read_text(path, 1 << 20), "second");
   write_string(path, "");
-  EXPECT_EQ(read_file(path, 1 << 20), "");
+  EXPECT_EQ(read_text(path, 1 << 20), "");
   EXPECT_EQ(dir.leftover_temporaries(), 0);
 }
 
@@ -105,7 +115,7 @@ TEST(AtomicFile, WriterThrowingMidwayLeavesOldFileIntact) {
                                        throw std::runtime_error("interrupted");
                                      }),
                std::runtime_error);
-  EXPECT_EQ(read_file(path, 1 << 20), "the old checkpoint");
+  EXPECT_EQ(read_text(path, 1 << 20), "the old checkpoint");
   EXPECT_EQ(dir.leftover_temporaries(), 0);
 
   // A cnn::Error comes back with the path in front of it.
@@ -117,7 +127,7 @@ TEST(AtomicFile, WriterThrowingMidwayLeavesOldFileIntact) {
         });
       },
       path, "tensor 'fc.w' is not finite");
-  EXPECT_EQ(read_file(path, 1 << 20), "the old checkpoint");
+  EXPECT_EQ(read_text(path, 1 << 20), "the old checkpoint");
   EXPECT_EQ(dir.leftover_temporaries(), 0);
 }
 
@@ -149,7 +159,7 @@ TEST(AtomicFile, WriteFailingMidwayLeavesOldFileIntact) {
   write_string(path, "old contents");
   EXPECT_EXIT(write_under_file_size_limit(path, 1 << 20), ::testing::ExitedWithCode(0),
               "big\\.bin.*File too large");
-  EXPECT_EQ(read_file(path, 1 << 20), "old contents");
+  EXPECT_EQ(read_text(path, 1 << 20), "old contents");
   EXPECT_EQ(dir.leftover_temporaries(), 0);
 }
 
@@ -159,7 +169,7 @@ TEST(AtomicFile, AppendLineDurably) {
   append_line_durably(path, "epoch,loss");
   append_line_durably(path, "1,0.5");
   append_line_durably(path, "2,0.25");
-  EXPECT_EQ(read_file(path, 1 << 20), "epoch,loss\n1,0.5\n2,0.25\n");
+  EXPECT_EQ(read_text(path, 1 << 20), "epoch,loss\n1,0.5\n2,0.25\n");
 }
 
 TEST(AtomicFile, AppendToFullDeviceFails) {
@@ -172,16 +182,49 @@ TEST(AtomicFile, ReadFileLimitsAndErrors) {
   TempDir dir;
   const std::string path = dir.file("ten.txt");
   write_string(path, "0123456789");
-  EXPECT_EQ(read_file(path, 10), "0123456789");
-  expect_error_mentions([&] { read_file(path, 9); }, path, "10 bytes, more than the limit of 9");
+  EXPECT_EQ(read_text(path, 10), "0123456789");
+  expect_error_mentions([&] { read_text(path, 9); }, path,
+                        "10 bytes is larger than the limit of 9");
 
   const std::string missing = dir.file("missing.txt");
-  expect_error_mentions([&] { read_file(missing, 100); }, missing, "No such file");
-  expect_error_mentions([&] { read_file(dir.file(""), 100); }, "cnn_atomic_", "directory");
+  expect_error_mentions([&] { read_text(missing, 100); }, missing, "No such file");
+  expect_error_mentions([&] { read_text(dir.file(""), 100); }, "cnn_atomic_", "directory");
 
   // /proc files report size 0, so only the limit while reading can catch them.
   if (fs::exists("/proc/self/status")) {
-    expect_error_mentions([] { read_file("/proc/self/status", 16); }, "/proc/self/status",
-                          "more than the limit of 16");
+    expect_error_mentions([] { read_text("/proc/self/status", 16); }, "/proc/self/status",
+                          "larger than the limit of 16");
+  }
+}
+
+TEST(AtomicFile, ReadFileStreamsOnlyWhenAllowed) {
+  TempDir dir;
+  const std::string fifo = dir.file("pipe");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // Refused before anything blocks: no writer is ever opened here.
+  expect_error_mentions([&] { read_file(fifo, {100}); }, fifo, "FIFO");
+
+  // Allowed: the content comes through the pipe, and the cap still holds while reading.
+  for (const auto& [text, cap] : {std::pair<std::string, uint64_t>{"through the pipe", 100},
+                                  std::pair<std::string, uint64_t>{std::string(300, 'x'), 64}}) {
+    std::thread writer([&fifo, text = text] {
+      std::ofstream out(fifo, std::ios::binary);
+      out << text;
+    });
+    std::string got, error;
+    try {
+      got = [&] {
+        const std::vector<uint8_t> b = read_file(fifo, {cap, "stream", true});
+        return std::string(b.begin(), b.end());
+      }();
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    writer.join();
+    if (text.size() <= cap) {
+      EXPECT_EQ(got, text);
+    } else {
+      EXPECT_NE(error.find("larger than the limit of 64"), std::string::npos) << error;
+    }
   }
 }

@@ -10,6 +10,7 @@
 
 #include "data/idx.h"
 #include "data/idx_cache.h"
+#include "runtime/env_switches.h"
 #include "runtime/error.h"
 #include "tests/test_util.h"
 
@@ -105,8 +106,8 @@ TEST(IdxCache, SmallRawOrSwitchedOffSourcesAreReadDirectly) {
 
   const fs::path big = dir / "big-idx3-ubyte.gz";
   write_images(big, 2000, 5);
-  test::ScopedEnv off("CNN_DATA_CACHE", "0");
-  read_idx_images_cached(big.string(), &how);
+  test::ScopedEnv off("CNN_DATA_CACHE", "0");  // reaches the loader through the switches
+  read_idx_images_cached(big.string(), &how, read_env_switches().data_cache);
   EXPECT_EQ(how, DecodeCache::Off);
   EXPECT_FALSE(fs::exists(decoded_cache_path(big.string())));
 }

@@ -13,16 +13,23 @@
 #include <stdexcept>
 #include <string>
 
-#include "runtime/error.h"
-#include "runtime/atomic_file.h"
 #include "layers/checkpoint/checkpoint.h"
 #include "layers/checkpoint/safetensors.h"
+#include "runtime/atomic_file.h"
+#include "runtime/error.h"
+#include "runtime/file_io.h"
 #include "tests/test_util.h"
 
 using namespace cnn;
 namespace fs = std::filesystem;
 
 namespace {
+
+// The file as text, refused above max_bytes.
+std::string read_text(const std::string& path, uint64_t max_bytes) {
+  const std::vector<uint8_t> bytes = cnn::read_file(path, {max_bytes});
+  return std::string(bytes.begin(), bytes.end());
+}
 
 class TempDir {
  public:
@@ -181,13 +188,13 @@ TEST(Safetensors, GoldenLayout) {
                                "\x00\x00\x00\xC0"   // -2.0f
                                "\x00\x00\x00\x3F",  // 0.5f
                                12);
-  const std::string got = read_file(path, 1 << 20);
+  const std::string got = read_text(path, 1 << 20);
   EXPECT_EQ(got.size(), 8u + 136u + 12u);
   EXPECT_EQ(got, want);
 
   // No metadata: no "__metadata__" key at all; the header still ends on a multiple of 8.
   write_safetensors(path, {{"x", {}, {3.f}}});
-  const std::string bare = read_file(path, 1 << 20);
+  const std::string bare = read_text(path, 1 << 20);
   const std::string bare_json = R"({"x":{"dtype":"F32","shape":[],"data_offsets":[0,4]}})";
   ASSERT_EQ(bare.size(), 8u + 56u + 4u);
   EXPECT_EQ(bare.substr(0, 8), le64(56));
@@ -342,7 +349,7 @@ TEST(Safetensors, TruncatedValidFileGivesClearError) {
   TempDir dir;
   const std::string good = dir.file("good.safetensors");
   write_safetensors(good, {{"a", {3, 5}, test::random_vector(15, test::fresh_seed())}});
-  const std::string bytes = read_file(good, 1 << 20);
+  const std::string bytes = read_text(good, 1 << 20);
   const std::string cut = dir.file("cut.safetensors");
   write_file_atomically(cut, bytes.data(), bytes.size() - 3);
   expect_read_error(cut, "outside the 57-byte data section");
@@ -357,7 +364,7 @@ TEST(Safetensors, RandomCorruptionNeverCrashes) {
   TempDir dir;
   const std::string good = dir.file("good.safetensors");
   write_safetensors(good, random_tensors(seed), {{"epoch", "3"}});
-  const std::string bytes = read_file(good, 1 << 20);
+  const std::string bytes = read_text(good, 1 << 20);
   const std::string bad = dir.file("bad.safetensors");
   std::mt19937_64 rng(seed);
   uint64_t header_bytes = 0;

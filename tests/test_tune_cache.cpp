@@ -11,6 +11,7 @@
 
 #include "layers/autotune.h"
 #include "layers/tune_cache.h"
+#include "runtime/env_switches.h"
 #include "runtime/error.h"
 #include "tests/test_util.h"
 
@@ -189,17 +190,22 @@ TEST(TuneCache, PathFollowsTheEnvironment) {
       return it == vars.end() ? nullptr : it->second.c_str();
     };
   };
-  EXPECT_EQ(tune_cache_path(env({{"HOME", "/home/u"}})),
+  EXPECT_EQ(tune_cache_path(std::nullopt, env({{"HOME", "/home/u"}})),
             "/home/u/.cache/cnn-trainer/autotune.json");
-  EXPECT_EQ(tune_cache_path(env({{"HOME", "/home/u"}, {"XDG_CACHE_HOME", "/c"}})),
+  EXPECT_EQ(tune_cache_path(std::nullopt, env({{"HOME", "/home/u"}, {"XDG_CACHE_HOME", "/c"}})),
             "/c/cnn-trainer/autotune.json");
   // A relative XDG_CACHE_HOME is invalid by the spec and ignored.
-  EXPECT_EQ(tune_cache_path(env({{"HOME", "/home/u"}, {"XDG_CACHE_HOME", "rel"}})),
+  EXPECT_EQ(tune_cache_path(std::nullopt, env({{"HOME", "/home/u"}, {"XDG_CACHE_HOME", "rel"}})),
             "/home/u/.cache/cnn-trainer/autotune.json");
-  EXPECT_EQ(tune_cache_path(env({{"HOME", "/home/u"}, {"CNN_AUTOTUNE_CACHE", "/x/t.json"}})),
-            "/x/t.json");
-  EXPECT_EQ(tune_cache_path(env({{"HOME", "/home/u"}, {"CNN_AUTOTUNE_CACHE", "0"}})), "");
-  EXPECT_EQ(tune_cache_path(env({})), "");
+  // CNN_AUTOTUNE_CACHE reaches the path through the switches read at the program's start.
+  const auto forced_by = [](const char* value) {
+    test::ScopedEnv set("CNN_AUTOTUNE_CACHE", value);
+    return read_env_switches().autotune_cache;
+  };
+  EXPECT_EQ(tune_cache_path(forced_by("/x/t.json"), env({{"HOME", "/home/u"}})), "/x/t.json");
+  EXPECT_EQ(tune_cache_path(forced_by("0"), env({{"HOME", "/home/u"}})), "");
+  EXPECT_EQ(tune_cache_path(forced_by("off"), env({{"HOME", "/home/u"}})), "");
+  EXPECT_EQ(tune_cache_path(std::nullopt, env({})), "");
 }
 
 // The lookup around the timing: a hit is run once (its own shape check) and not timed.

@@ -31,16 +31,16 @@ bool op_selected(const BenchOptions& opt, const std::string& op) {
 #include "kernels/conv/conv2d.h"
 #include "kernels/conv/conv2d_grouped.h"
 #include "kernels/conv/conv_relu_pool.h"
-#include "runtime/cuda_check.h"
-#include "runtime/error.h"
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_wgmma.h"
 #include "kernels/gemm/linear.h"
-#include "kernels/pool/maxpool.h"
-#include "runtime/memory.h"
+#include "kernels/loss/softmax_xent.h"
 #include "kernels/optimizer/optimizer.h"
 #include "kernels/pointwise/relu.h"
-#include "kernels/loss/softmax_xent.h"
+#include "kernels/pool/maxpool.h"
+#include "runtime/cuda_check.h"
+#include "runtime/error.h"
+#include "runtime/memory.h"
 
 namespace cnn::bench {
 
@@ -423,8 +423,8 @@ double measure_lib(const BenchContext& ctx, std::vector<BenchRow>& rows, OpData&
   std::string others;
   for (size_t i = 0; i < tried.size(); ++i) {
     if (i == best) continue;
-    const std::string t = tried[i].status == "ok" ? fmt::format("{:.1f} us", tried[i].median_us)
-                                                  : tried[i].status;
+    const std::string t =
+        tried[i].status == "ok" ? fmt::format("{:.1f} us", tried[i].median_us) : tried[i].status;
     others += fmt::format("{}{} {}", others.empty() ? "" : ", ", labels[i], t);
   }
   BenchRow r = tried.at(best);
@@ -446,6 +446,67 @@ Exec exec_for(const BenchContext& ctx, Precision p) {
   return ex;
 }
 
+// The three passes of a layer that maps x (N, x_per) through nw weights to y (N, y_per): conv,
+// grouped conv and linear.
+struct PassTensors {
+  int a = 0, b = 0,
+      out = 0;  // OpData indices: forward x, w -> y; data dy, w -> dx; weight x, dy -> dw
+};
+
+// Random inputs for `pass` and their CPU reference, computed in batch chunks on every core:
+// forward(r, x, w, y), backward_data(r, dy, w, dx), backward_weight(r, x, dy, dw) compute the
+// images of r, their pointers already offset to r. The weight gradient adds the chunks' partial
+// sums to random initial values. Sets info.bytes; the random draws come in a fixed order, so a
+// seed gives the same data every time. cpu_reference = false skips the reference (large shapes,
+// checked against a device kernel instead): the output holds zeros (the weight gradient: its
+// initial values).
+template <class Forward, class BackwardData, class BackwardWeight>
+PassTensors layer_pass_data(Pass pass, std::mt19937_64& rng, int64_t n, int64_t x_per,
+                            int64_t y_per, size_t nw, OpData& d, OpInfo& info, Forward forward,
+                            BackwardData backward_data, BackwardWeight backward_weight,
+                            bool cpu_reference = true) {
+  const size_t nx = size_t(n * x_per), ny = size_t(n * y_per);
+  const std::vector<Range> chunks = split(n);
+  PassTensors t;
+  if (pass == Pass::Forward) {
+    std::vector<float> x = random_floats(nx, rng), w = random_floats(nw, rng), y(ny);
+    if (cpu_reference)
+      parallel(chunks, [&](size_t, Range r) {
+        forward(r, x.data() + r.begin * x_per, w.data(), y.data() + r.begin * y_per);
+      });
+    t.a = d.input("x", std::move(x));
+    t.b = d.input("w", std::move(w));
+    t.out = d.output("y", std::move(y));
+    info.bytes = 4.0 * double(nx + nw + ny);
+  } else if (pass == Pass::BackwardData) {
+    std::vector<float> dy = random_floats(ny, rng), w = random_floats(nw, rng), dx(nx);
+    if (cpu_reference)
+      parallel(chunks, [&](size_t, Range r) {
+        backward_data(r, dy.data() + r.begin * y_per, w.data(), dx.data() + r.begin * x_per);
+      });
+    t.a = d.input("dy", std::move(dy));
+    t.b = d.input("w", std::move(w));
+    t.out = d.output("dx", std::move(dx));
+    info.bytes = 4.0 * double(ny + nw + nx);
+  } else {
+    std::vector<float> x = random_floats(nx, rng), dy = random_floats(ny, rng);
+    std::vector<float> init = random_floats(nw, rng);
+    std::vector<std::vector<float>> parts(cpu_reference ? chunks.size() : 0,
+                                          std::vector<float>(nw, 0.f));
+    if (cpu_reference)
+      parallel(chunks, [&](size_t i, Range r) {
+        backward_weight(r, x.data() + r.begin * x_per, dy.data() + r.begin * y_per,
+                        parts[i].data());
+      });
+    std::vector<float> ref = add_partials(init, parts);
+    t.a = d.input("x", std::move(x));
+    t.b = d.input("dy", std::move(dy));
+    t.out = d.output("dw", std::move(ref), std::move(init));
+    info.bytes = 4.0 * double(nx + ny + 2 * nw);
+  }
+  return t;
+}
+
 // ---- convolution ------------------------------------------------------------------------------
 
 std::string conv_shape_str(const Conv2dShape& s) {
@@ -463,10 +524,8 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
                 const Conv2dShape& s, bool first_layer) {
   const BenchOptions& opt = *ctx.opt;
   const int64_t chw = int64_t(s.c) * s.h * s.w, ohw = int64_t(s.oh()) * s.ow();
-  const size_t nx = size_t(s.n * chw), ny = size_t(int64_t(s.n) * s.oc * ohw);
   const size_t nw = size_t(int64_t(s.oc) * s.c * s.kh * s.kw);
   const double flops = 2.0 * double(s.n) * s.oc * double(ohw) * s.c * s.kh * s.kw;
-  const std::vector<Range> chunks = split(s.n);
   auto sub = [&](Range r) {
     Conv2dShape t = s;
     t.n = static_cast<int>(r.count);
@@ -481,42 +540,20 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
     info.flops = flops;
     std::mt19937_64 rng(op_seed(opt.seed, info.op));
     OpData d;
-    int a = 0, b = 0, out = 0;
-    if (pass == Pass::Forward) {
-      std::vector<float> x = random_floats(nx, rng), w = random_floats(nw, rng), y(ny);
-      parallel(chunks, [&](size_t, Range r) {
-        conv2d_forward_cpu(sub(r), x.data() + r.begin * chw, w.data(), nullptr,
-                           y.data() + r.begin * s.oc * ohw, false);
-      });
-      a = d.input("x", std::move(x));
-      b = d.input("w", std::move(w));
-      out = d.output("y", std::move(y));
-      info.bytes = 4.0 * double(nx + nw + ny);
-    } else if (pass == Pass::BackwardData) {
-      std::vector<float> dy = random_floats(ny, rng), w = random_floats(nw, rng), dx(nx);
-      parallel(chunks, [&](size_t, Range r) {
-        conv2d_backward_data_cpu(sub(r), dy.data() + r.begin * s.oc * ohw, w.data(),
-                                 dx.data() + r.begin * chw);
-      });
-      a = d.input("dy", std::move(dy));
-      b = d.input("w", std::move(w));
-      out = d.output("dx", std::move(dx));
-      info.bytes = 4.0 * double(ny + nw + nx);
-      if (first_layer) info.note = "not needed in training (first layer)";
-    } else {
-      std::vector<float> x = random_floats(nx, rng), dy = random_floats(ny, rng);
-      std::vector<float> init = random_floats(nw, rng);
-      std::vector<std::vector<float>> parts(chunks.size(), std::vector<float>(nw, 0.f));
-      parallel(chunks, [&](size_t i, Range r) {
-        conv2d_backward_weight_cpu(sub(r), x.data() + r.begin * chw,
-                                   dy.data() + r.begin * s.oc * ohw, parts[i].data(), nullptr);
-      });
-      std::vector<float> ref = add_partials(init, parts);
-      a = d.input("x", std::move(x));
-      b = d.input("dy", std::move(dy));
-      out = d.output("dw", std::move(ref), std::move(init));
-      info.bytes = 4.0 * double(nx + ny + 2 * nw);
-    }
+    const PassTensors t = layer_pass_data(
+        pass, rng, s.n, chw, s.oc * ohw, nw, d, info,
+        [&](Range r, const float* x, const float* w, float* y) {
+          conv2d_forward_cpu(sub(r), x, w, nullptr, y, false);
+        },
+        [&](Range r, const float* dy, const float* w, float* dx) {
+          conv2d_backward_data_cpu(sub(r), dy, w, dx);
+        },
+        [&](Range r, const float* x, const float* dy, float* dw) {
+          conv2d_backward_weight_cpu(sub(r), x, dy, dw, nullptr);
+        });
+    const int a = t.a, b = t.b, out = t.out;
+    if (pass == Pass::BackwardData && first_layer)
+      info.note = "not needed in training (first layer)";
     d.allocate(choose_sets(ctx, d.set_bytes()), ctx.stream);
 
     for (Precision p : opt.precisions) {
@@ -567,8 +604,7 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
 void bench_linear(const BenchContext& ctx, std::vector<BenchRow>& rows, const std::string& name,
                   const LinearShape& s) {
   const BenchOptions& opt = *ctx.opt;
-  const size_t nx = size_t(s.n) * s.in, ny = size_t(s.n) * s.out, nw = size_t(s.in) * s.out;
-  const std::vector<Range> chunks = split(s.n);
+  const size_t nw = size_t(s.in) * s.out;
   auto sub = [&](Range r) { return LinearShape{static_cast<int>(r.count), s.in, s.out}; };
 
   for (Pass pass : {Pass::Forward, Pass::BackwardData, Pass::BackwardWeight}) {
@@ -579,41 +615,18 @@ void bench_linear(const BenchContext& ctx, std::vector<BenchRow>& rows, const st
     info.flops = 2.0 * double(s.n) * s.in * s.out;
     std::mt19937_64 rng(op_seed(opt.seed, info.op));
     OpData d;
-    int a = 0, b = 0, out = 0;
-    if (pass == Pass::Forward) {
-      std::vector<float> x = random_floats(nx, rng), w = random_floats(nw, rng), y(ny);
-      parallel(chunks, [&](size_t, Range r) {
-        linear_forward_cpu(sub(r), x.data() + r.begin * s.in, w.data(), nullptr,
-                           y.data() + r.begin * s.out, false);
-      });
-      a = d.input("x", std::move(x));
-      b = d.input("w", std::move(w));
-      out = d.output("y", std::move(y));
-      info.bytes = 4.0 * double(nx + nw + ny);
-    } else if (pass == Pass::BackwardData) {
-      std::vector<float> dy = random_floats(ny, rng), w = random_floats(nw, rng), dx(nx);
-      parallel(chunks, [&](size_t, Range r) {
-        linear_backward_data_cpu(sub(r), dy.data() + r.begin * s.out, w.data(),
-                                 dx.data() + r.begin * s.in);
-      });
-      a = d.input("dy", std::move(dy));
-      b = d.input("w", std::move(w));
-      out = d.output("dx", std::move(dx));
-      info.bytes = 4.0 * double(ny + nw + nx);
-    } else {
-      std::vector<float> x = random_floats(nx, rng), dy = random_floats(ny, rng);
-      std::vector<float> init = random_floats(nw, rng);
-      std::vector<std::vector<float>> parts(chunks.size(), std::vector<float>(nw, 0.f));
-      parallel(chunks, [&](size_t i, Range r) {
-        linear_backward_weight_cpu(sub(r), x.data() + r.begin * s.in, dy.data() + r.begin * s.out,
-                                   parts[i].data(), nullptr);
-      });
-      std::vector<float> ref = add_partials(init, parts);
-      a = d.input("x", std::move(x));
-      b = d.input("dy", std::move(dy));
-      out = d.output("dw", std::move(ref), std::move(init));
-      info.bytes = 4.0 * double(nx + ny + 2 * nw);
-    }
+    const PassTensors t = layer_pass_data(
+        pass, rng, s.n, s.in, s.out, nw, d, info,
+        [&](Range r, const float* x, const float* w, float* y) {
+          linear_forward_cpu(sub(r), x, w, nullptr, y, false);
+        },
+        [&](Range r, const float* dy, const float* w, float* dx) {
+          linear_backward_data_cpu(sub(r), dy, w, dx);
+        },
+        [&](Range r, const float* x, const float* dy, float* dw) {
+          linear_backward_weight_cpu(sub(r), x, dy, dw, nullptr);
+        });
+    const int a = t.a, b = t.b, out = t.out;
     d.allocate(choose_sets(ctx, d.set_bytes()), ctx.stream);
 
     for (Precision p : opt.precisions) {
@@ -674,8 +687,8 @@ void bench_linear(const BenchContext& ctx, std::vector<BenchRow>& rows, const st
               gemm_wgmma(false, false, s.n, s.in, s.out, 1.f, d.f(i, a), s.out, d.f(i, b), s.in,
                          0.f, d.f(i, out), s.in, nullptr, false, ctx.stream, opt);
             else
-              gemm_wgmma(true, false, s.out, s.in, s.n, 1.f, d.f(i, b), s.out, d.f(i, a), s.in,
-                         1.f, d.f(i, out), s.in, nullptr, false, ctx.stream, opt);
+              gemm_wgmma(true, false, s.out, s.in, s.n, 1.f, d.f(i, b), s.out, d.f(i, a), s.in, 1.f,
+                         d.f(i, out), s.in, nullptr, false, ctx.stream, opt);
           };
           rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
         }
@@ -1009,10 +1022,8 @@ void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
                         const std::string& name, const Conv2dGroupedShape& s, bool first_layer) {
   const BenchOptions& opt = *ctx.opt;
   const int64_t chw = int64_t(s.c) * s.h * s.w, ohw = int64_t(s.oh()) * s.ow();
-  const size_t nx = size_t(s.n * chw), ny = size_t(int64_t(s.n) * s.oc * ohw);
   const size_t nw = size_t(int64_t(s.oc) * s.cg() * s.kh * s.kw);
   const double flops = 2.0 * double(s.n) * s.oc * double(ohw) * s.cg() * s.kh * s.kw;
-  const std::vector<Range> chunks = split(s.n);
   auto sub = [&](Range r) {
     Conv2dGroupedShape t = s;
     t.n = static_cast<int>(r.count);
@@ -1040,47 +1051,21 @@ void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
     info.compute_bound = s.cg() * s.kh * s.kw >= 64;
     std::mt19937_64 rng(op_seed(opt.seed, info.op));
     OpData d;
-    int a = 0, b = 0, out = 0;
-    if (pass == Pass::Forward) {
-      std::vector<float> x = random_floats(nx, rng), w = random_floats(nw, rng), y(ny);
-      if (!device_ref)
-        parallel(chunks, [&](size_t, Range r) {
-          conv2d_grouped_forward_cpu(sub(r), x.data() + r.begin * chw, w.data(), nullptr,
-                                     y.data() + r.begin * s.oc * ohw, false);
-        });
-      a = d.input("x", std::move(x));
-      b = d.input("w", std::move(w));
-      out = d.output("y", std::move(y));
-      info.bytes = 4.0 * double(nx + nw + ny);
-    } else if (pass == Pass::BackwardData) {
-      std::vector<float> dy = random_floats(ny, rng), w = random_floats(nw, rng), dx(nx);
-      if (!device_ref)
-        parallel(chunks, [&](size_t, Range r) {
-          conv2d_grouped_backward_data_cpu(sub(r), dy.data() + r.begin * s.oc * ohw, w.data(),
-                                           dx.data() + r.begin * chw);
-        });
-      a = d.input("dy", std::move(dy));
-      b = d.input("w", std::move(w));
-      out = d.output("dx", std::move(dx));
-      info.bytes = 4.0 * double(ny + nw + nx);
-      if (first_layer) info.note = "not needed in training (first layer)";
-    } else {
-      std::vector<float> x = random_floats(nx, rng), dy = random_floats(ny, rng);
-      std::vector<float> init = random_floats(nw, rng);
-      std::vector<std::vector<float>> parts(device_ref ? 0 : chunks.size(),
-                                            std::vector<float>(nw, 0.f));
-      if (!device_ref)
-        parallel(chunks, [&](size_t i, Range r) {
-          conv2d_grouped_backward_weight_cpu(sub(r), x.data() + r.begin * chw,
-                                             dy.data() + r.begin * s.oc * ohw, parts[i].data(),
-                                             nullptr);
-        });
-      std::vector<float> ref = add_partials(init, parts);
-      a = d.input("x", std::move(x));
-      b = d.input("dy", std::move(dy));
-      out = d.output("dw", std::move(ref), std::move(init));
-      info.bytes = 4.0 * double(nx + ny + 2 * nw);
-    }
+    const PassTensors t = layer_pass_data(
+        pass, rng, s.n, chw, s.oc * ohw, nw, d, info,
+        [&](Range r, const float* x, const float* w, float* y) {
+          conv2d_grouped_forward_cpu(sub(r), x, w, nullptr, y, false);
+        },
+        [&](Range r, const float* dy, const float* w, float* dx) {
+          conv2d_grouped_backward_data_cpu(sub(r), dy, w, dx);
+        },
+        [&](Range r, const float* x, const float* dy, float* dw) {
+          conv2d_grouped_backward_weight_cpu(sub(r), x, dy, dw, nullptr);
+        },
+        !device_ref);
+    const int a = t.a, b = t.b, out = t.out;
+    if (pass == Pass::BackwardData && first_layer)
+      info.note = "not needed in training (first layer)";
     d.allocate(choose_sets(ctx, d.set_bytes()), ctx.stream);
 
     const Precision p = Precision::FP32;  // the grouped kernels are FP32 only

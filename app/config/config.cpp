@@ -739,7 +739,7 @@ TrainConfig parse_config(const std::string& yaml_text, const std::string& source
 }
 
 TrainConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  const std::vector<uint8_t> bytes = read_file(path, kMaxConfigBytes, "config file");
+  const std::vector<uint8_t> bytes = read_file(path, {kMaxConfigBytes, "config file"});
   return parse_config(std::string(bytes.begin(), bytes.end()), path, overrides);
 }
 

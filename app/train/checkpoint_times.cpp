@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "runtime/atomic_file.h"
+#include "runtime/file_io.h"
 
 namespace cnn {
 
@@ -18,7 +19,7 @@ constexpr size_t kMaxTimesBytes = 1 << 20;
 
 nlohmann::json read_times(const std::string& path) {
   try {
-    return nlohmann::json::parse(read_file(path, kMaxTimesBytes));
+    return nlohmann::json::parse(read_file(path, {kMaxTimesBytes, "checkpoint times", true}));
   } catch (const std::exception&) {
     return nlohmann::json::object();  // missing or damaged: only the metrics fallback is lost
   }

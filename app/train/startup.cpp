@@ -89,14 +89,16 @@ std::string StartupClock::describe() const {
                      after.empty() ? "" : "; then " + after + " s");
 }
 
-void autotune_network(Network& net, bool use_cache, const std::string& build_hash, RunLog& log) {
+void autotune_network(Network& net, bool use_cache, const std::optional<std::string>& forced_file,
+                      const std::string& build_hash, RunLog& log) {
   const Exec& ex = net.exec();
   if (ex.device != Device::CUDA || ex.deterministic) {
     for (const std::string& line : net.autotune()) log.info("algo auto: {}", line);
     return;
   }
   const std::string path =
-      use_cache ? tune_cache_path([](const char* name) { return std::getenv(name); }) : "";
+      use_cache ? tune_cache_path(forced_file, [](const char* name) { return std::getenv(name); })
+                : "";
   TuneIdentity id = device_identity(true);
   id["build"] = build_hash;
   std::string note;

@@ -3,6 +3,7 @@
 // before the first step goes (one log line and run.json), and the start-up work that a second
 // run can skip (the autotune cache).
 #include <chrono>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,10 +48,11 @@ class StartupClock {
 };
 
 // `algo: auto`'s tuning through the user's cache file (layers/tune_cache.h): on when `use_cache`
-// (training.autotune_cache) and the environment (CNN_AUTOTUNE_CACHE, XDG_CACHE_HOME, HOME) name
-// a file. Logs each choice, a note when the cache was ignored, and saves new choices (a failed
-// save is a warning: the run does not need the cache). Where nothing is tuned (CPU,
-// deterministic, a fixed algo, CNN_AUTOTUNE=0) the cache is not touched.
-void autotune_network(Network& net, bool use_cache, const std::string& build_hash, RunLog& log);
+// (training.autotune_cache) and `forced_file` (EnvSwitches::autotune_cache) or the environment
+// (XDG_CACHE_HOME, HOME) name a file. Logs each choice, a note when the cache was ignored, and
+// saves new choices (a failed save is a warning: the run does not need the cache). Where nothing is
+// tuned (CPU, deterministic, a fixed algo, CNN_AUTOTUNE=0) the cache is not touched.
+void autotune_network(Network& net, bool use_cache, const std::optional<std::string>& forced_file,
+                      const std::string& build_hash, RunLog& log);
 
 }  // namespace cnn

@@ -122,6 +122,7 @@ class Trainer {
   // Rank 0 (or the only process) logs, evaluates and writes; other ranks only train.
   const bool lead_ = args_.rank.rank == 0;
   StartupClock startup_;
+  const EnvSwitches env_ = read_env_switches();  // the CNN_* overrides, read once as the run starts
   AccuracyTarget target_{cfg_.training.stop_at_accuracy, startup_};
   Exec ex_;
   std::unique_ptr<TrainStream> stream_;  // outlives everything that launches on it
@@ -278,7 +279,7 @@ void Trainer::load_model_and_data() {
   NetworkOptions nopt;
   nopt.max_batch = tr.batch_size;
   nopt.seed = tr.seed;
-  nopt = with_env_switches(nopt, read_env_switches());  // read once per run, at its start
+  nopt = with_env_switches(nopt, env_);
   nopt.label_smoothing = static_cast<float>(tr.label_smoothing);
   try {
     net_ = std::make_unique<Network>(cfg_.model.layers, cfg_.model.input_chw, nopt, ex_);
@@ -337,7 +338,7 @@ void Trainer::open_run_log() {
              eval_set_->n, data_.train.num_classes(), normalization_str(norm_));
   for (const std::string& line : net_->fusion_notes()) log_->info("fusion: {}", line);
   startup_.mark("logs");
-  autotune_network(*net_, tr.autotune_cache, kBuildGitHash, *log_);
+  autotune_network(*net_, tr.autotune_cache, env_.autotune_cache, kBuildGitHash, *log_);
   startup_.mark("autotune");
   if (data_.train.skipped > 0)
     log_->warn("skipped {} unreadable training images, e.g. {}", data_.train.skipped,
@@ -552,16 +553,18 @@ int Trainer::run() {
   startup_.mark("config");
   if (!claim_folders()) return 0;
   startup_.mark("run folder");
+  DataOptions data_opt = cfg_.data;
+  data_opt.decoded_cache = env_.data_cache;
   if (args_.rank.distributed()) {
     // A rank selects its GPU (DataParallel) before anything creates a CUDA context, so the
     // context is not opened on another thread (which would open it on GPU 0).
-    data_ = load_data(cfg_.data);
+    data_ = load_data(data_opt);
     startup_.mark("dataset decode");
     RankInfo info = args_.rank;
     if (info.id_file.empty())  // mpirun: a file in the logs folder, which all ranks must share
       info.id_file = cfg_.logging.dir + "/" + cfg_.name + ".nccl-id";
     dp_ = std::make_unique<DataParallel>(info, tr.nccl_library, tr.deterministic,
-                                         read_env_switches().nccl_timeout_s);
+                                         env_.nccl_timeout_s);
     ex_.device = open_device(tr.device);
     CNN_CHECK(ex_.device == Device::CUDA,
               "rank {} of {}: multi-GPU training needs a GPU (training.device is {}, which "
@@ -573,7 +576,7 @@ int Trainer::run() {
     // creates it while this one decodes the dataset.
     std::future<Device> device =
         std::async(std::launch::async, [name = tr.device] { return open_device(name); });
-    data_ = load_data(cfg_.data);
+    data_ = load_data(data_opt);
     startup_.mark("dataset decode");
     ex_.device = device.get();
   }
@@ -625,7 +628,9 @@ int run_training(const TrainConfig& cfg, const TrainArgs& args) {
 
 int run_check_data(const TrainConfig& cfg) {
   int64_t problems = 0;
-  std::printf("%s", check_data_report(cfg.data, &problems).c_str());
+  DataOptions data_opt = cfg.data;
+  data_opt.decoded_cache = read_env_switches().data_cache;
+  std::printf("%s", check_data_report(data_opt, &problems).c_str());
   return problems ? 1 : 0;
 }
 

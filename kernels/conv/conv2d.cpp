@@ -7,46 +7,20 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <limits>
 
 #include "kernels/conv/conv2d_1ch.h"
 #include "kernels/conv/conv2d_cpu_fast.h"
 #include "kernels/conv/conv2d_cuda.h"
 #include "kernels/conv/conv2d_igemm.h"
+#include "kernels/conv/conv_window_check.h"
 #include "runtime/dispatch.h"
 #include "runtime/error.h"
 
 namespace cnn {
 
 void check_conv2d_shape(const Conv2dShape& s) {
-  const struct {
-    const char* name;
-    int value;
-  } positive[] = {{"n", s.n},
-                  {"c", s.c},
-                  {"h", s.h},
-                  {"w", s.w},
-                  {"oc", s.oc},
-                  {"kh", s.kh},
-                  {"kw", s.kw},
-                  {"stride_h", s.stride_h},
-                  {"stride_w", s.stride_w}};
-  for (const auto& f : positive)
-    CNN_CHECK(f.value > 0, "conv2d: {} = {} must be positive", f.name, f.value);
-  CNN_CHECK(s.pad_h >= 0, "conv2d: pad_h = {} must be >= 0", s.pad_h);
-  CNN_CHECK(s.pad_w >= 0, "conv2d: pad_w = {} must be >= 0", s.pad_w);
-  // In int64 so that a huge pad cannot overflow the check itself.
-  const int64_t padded_h = static_cast<int64_t>(s.h) + 2 * static_cast<int64_t>(s.pad_h);
-  const int64_t padded_w = static_cast<int64_t>(s.w) + 2 * static_cast<int64_t>(s.pad_w);
-  CNN_CHECK(padded_h >= s.kh, "conv2d: kh = {} exceeds the padded input height h + 2*pad_h = {}",
-            s.kh, padded_h);
-  CNN_CHECK(padded_w >= s.kw, "conv2d: kw = {} exceeds the padded input width w + 2*pad_w = {}",
-            s.kw, padded_w);
-  // oh()/ow() are computed in int; keep the padded extent within it.
-  CNN_CHECK(padded_h <= std::numeric_limits<int>::max(), "conv2d: h + 2*pad_h = {} is too large",
-            padded_h);
-  CNN_CHECK(padded_w <= std::numeric_limits<int>::max(), "conv2d: w + 2*pad_w = {} is too large",
-            padded_w);
+  check_conv_window(
+      {s.n, s.c, s.h, s.w, s.oc, s.kh, s.kw, s.stride_h, s.stride_w, s.pad_h, s.pad_w});
 }
 
 namespace {

@@ -11,22 +11,17 @@
 #include <cstdint>
 
 #include "kernels/conv/conv2d_cuda.h"
+#include "kernels/conv/direct_conv_common.cuh"
 #include "runtime/cuda_check.h"
 #include "runtime/math_util.h"
 
 namespace cnn {
 namespace {
 
-constexpr int kBlock = 256;  // threads per block of the 1-D kernels and the wgrad reduction
-// Grids are capped here; the grid-stride loops cover any remaining work.
-constexpr int64_t kMaxGridBlocks = int64_t{1} << 20;
-
 // Tiled forward: a block computes a kTileH x kTileW output tile for kOcGroup output channels.
 constexpr int kTileH = 16;
 constexpr int kTileW = 16;
 constexpr int kOcGroup = 8;
-// Above this much dynamic shared memory a kernel must opt in (cudaFuncSetAttribute).
-constexpr std::size_t kDefaultSmemBytes = 48 * 1024;
 
 // Conv2dShape plus the derived output size, usable on the device (Conv2dShape's oh()/ow() are
 // host functions).
@@ -40,33 +35,6 @@ struct ConvDims {
 ConvDims dims_of(const Conv2dShape& s) {
   return ConvDims{s.n,        s.c,        s.h,     s.w,     s.oc,   s.kh,  s.kw,
                   s.stride_h, s.stride_w, s.pad_h, s.pad_w, s.oh(), s.ow()};
-}
-
-__device__ __forceinline__ int64_t at4(int64_t i0, int64_t i1, int64_t i2, int64_t i3, int d1,
-                                       int d2, int d3) {
-  return ((i0 * d1 + i1) * d2 + i2) * d3 + i3;
-}
-
-// max(v, 0) that lets NaN through, like the CPU reference's std::max(v, 0.0).
-__device__ __forceinline__ float relu_keep_nan(float v) {
-  return v < 0.f ? 0.f : v;
-}
-
-// Sum of v over the block, valid in thread 0. blockDim.x must be a multiple of 32 (<= 1024).
-// The order of additions is fixed by the thread layout, so the result is bitwise repeatable.
-// s_warp holds one float per warp and may be reused by the next call.
-__device__ float block_sum(float v, float* s_warp) {
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  __syncthreads();  // the previous call's readers of s_warp are done
-  if (lane == 0) s_warp[warp] = v;
-  __syncthreads();
-  v = 0.f;
-  if (warp == 0) {
-    v = lane < warps ? s_warp[lane] : 0.f;
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-  }
-  return v;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -323,52 +291,8 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-// Thread mapping: one thread per slot (grid-stride); it adds that slot's per-chunk partial sums
-// in chunk order and then adds the total into dw/db, so the result is bitwise repeatable.
-__global__ void conv2d_backward_weight_finish(int64_t weights, int64_t slots, int64_t chunks,
-                                              const float* __restrict__ d_scratch,
-                                              float* __restrict__ d_dw, float* __restrict__ d_db) {
-  for (int64_t slot = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; slot < slots;
-       slot += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    if (slot >= weights && !d_db) continue;
-    float sum = 0.f;
-    for (int64_t k = 0; k < chunks; ++k) sum += d_scratch[k * slots + slot];
-    if (slot < weights)
-      d_dw[slot] += sum;
-    else
-      d_db[slot - weights] += sum;
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Launch helpers
-
-unsigned grid_for(int64_t work_blocks) {
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min(work_blocks, kMaxGridBlocks)));
-}
-
-unsigned grid_for_items(int64_t items) {
-  return grid_for(ceil_div<int64_t>(items, kBlock));
-}
-
-// Largest dynamic shared memory one block of this device may use (after opting in).
-std::size_t max_smem_optin() {
-  int dev = 0, bytes = 0;
-  CNN_CUDA_CHECK(cudaGetDevice(&dev));
-  CNN_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return static_cast<std::size_t>(bytes);
-}
-
-// True when `kernel` can launch with `bytes` of dynamic shared memory on this device; opts the
-// kernel in above the 48 KiB default when needed.
-template <class Kernel>
-bool fits_dynamic_smem(std::size_t bytes, Kernel kernel) {
-  if (bytes <= kDefaultSmemBytes) return true;
-  if (bytes > max_smem_optin()) return false;
-  CNN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(bytes)));
-  return true;
-}
 
 void launch_forward_naive(const ConvDims& d, const float* d_x, const float* d_w, const float* d_b,
                           float* d_y, bool relu, cudaStream_t stream) {
@@ -450,9 +374,9 @@ void conv2d_backward_weight_cuda(const Conv2dShape& s, const float* d_x, const f
   CNN_LAUNCH_CHECK("conv2d_backward_weight_tiled<deterministic>");
   const int64_t weights = static_cast<int64_t>(d.oc) * d.c * d.kh * d.kw;
   const int64_t slots = conv2d_wgrad_slots(s);
-  conv2d_backward_weight_finish<<<grid_for_items(slots), kBlock, 0, stream>>>(
-      weights, slots, chunks, d_scratch, d_dw, d_db);
-  CNN_LAUNCH_CHECK("conv2d_backward_weight_finish");
+  backward_weight_finish<<<grid_for_items(slots), kBlock, 0, stream>>>(weights, slots, chunks,
+                                                                       d_scratch, d_dw, d_db);
+  CNN_LAUNCH_CHECK("backward_weight_finish");
 }
 
 }  // namespace cnn

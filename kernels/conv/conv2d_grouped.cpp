@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <limits>
 
 #include "kernels/conv/conv2d_grouped_cuda.h"
+#include "kernels/conv/conv_window_check.h"
 #include "runtime/dispatch.h"
 #include "runtime/error.h"
 #include "runtime/math_util.h"
@@ -15,44 +15,13 @@
 namespace cnn {
 
 void check_conv2d_grouped_shape(const Conv2dGroupedShape& s) {
-  const struct {
-    const char* name;
-    int value;
-  } positive[] = {{"n", s.n},
-                  {"c", s.c},
-                  {"h", s.h},
-                  {"w", s.w},
-                  {"oc", s.oc},
-                  {"kh", s.kh},
-                  {"kw", s.kw},
-                  {"stride_h", s.stride_h},
-                  {"stride_w", s.stride_w},
-                  {"dil_h", s.dil_h},
-                  {"dil_w", s.dil_w},
-                  {"groups", s.groups}};
-  for (const auto& f : positive)
-    CNN_CHECK(f.value > 0, "conv2d: {} = {} must be positive", f.name, f.value);
-  CNN_CHECK(s.pad_h >= 0, "conv2d: pad_h = {} must be >= 0", s.pad_h);
-  CNN_CHECK(s.pad_w >= 0, "conv2d: pad_w = {} must be >= 0", s.pad_w);
+  check_conv_window({s.n, s.c, s.h, s.w, s.oc, s.kh, s.kw, s.stride_h, s.stride_w, s.pad_h, s.pad_w,
+                     s.dil_h, s.dil_w});
+  CNN_CHECK(s.groups > 0, "conv2d: groups = {} must be positive", s.groups);
   CNN_CHECK(s.c % s.groups == 0, "conv2d: groups = {} does not divide the {} input channels",
             s.groups, s.c);
   CNN_CHECK(s.oc % s.groups == 0, "conv2d: groups = {} does not divide the {} output channels",
             s.groups, s.oc);
-  // In int64 so that a huge pad or dilation cannot overflow the check itself.
-  const int64_t padded_h = int64_t(s.h) + 2 * int64_t(s.pad_h);
-  const int64_t padded_w = int64_t(s.w) + 2 * int64_t(s.pad_w);
-  const int64_t span_h = int64_t(s.dil_h) * (s.kh - 1) + 1,
-                span_w = int64_t(s.dil_w) * (s.kw - 1) + 1;
-  CNN_CHECK(padded_h >= span_h,
-            "conv2d: the dilated kernel height {} exceeds the padded input height {}", span_h,
-            padded_h);
-  CNN_CHECK(padded_w >= span_w,
-            "conv2d: the dilated kernel width {} exceeds the padded input width {}", span_w,
-            padded_w);
-  CNN_CHECK(padded_h <= std::numeric_limits<int>::max(), "conv2d: h + 2*pad_h = {} is too large",
-            padded_h);
-  CNN_CHECK(padded_w <= std::numeric_limits<int>::max(), "conv2d: w + 2*pad_w = {} is too large",
-            padded_w);
 }
 
 bool conv2d_grouped_fast_applicable(const Conv2dGroupedShape& s) {

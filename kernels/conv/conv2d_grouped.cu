@@ -15,16 +15,14 @@
 #include <cstdint>
 
 #include "kernels/conv/conv2d_grouped_cuda.h"
+#include "kernels/conv/direct_conv_common.cuh"
 #include "runtime/cuda_check.h"
 #include "runtime/math_util.h"
 
 namespace cnn {
 namespace {
 
-constexpr int kBlock = 256;
-constexpr int64_t kMaxGridBlocks = int64_t{1} << 20;
 constexpr int kTile = 16;  // tiled kernels: 16 x 16 outputs (or input gradients) per block
-constexpr std::size_t kDefaultSmemBytes = 48 * 1024;
 
 // Conv2dGroupedShape with the derived sizes, usable on the device.
 struct GDims {
@@ -40,35 +38,9 @@ GDims dims_of(const Conv2dGroupedShape& s) {
                s.pad_h, s.pad_w, s.dil_h, s.dil_w, s.cg(), s.ocg(), s.oh(), s.ow()};
 }
 
-__device__ __forceinline__ int64_t at4(int64_t i0, int64_t i1, int64_t i2, int64_t i3, int d1,
-                                       int d2, int d3) {
-  return ((i0 * d1 + i1) * d2 + i2) * d3 + i3;
-}
-
-// max(v, 0) that lets NaN through, like the CPU reference's std::max(v, 0.0).
-__device__ __forceinline__ float relu_keep_nan(float v) {
-  return v < 0.f ? 0.f : v;
-}
-
 // Floor division for a possibly negative numerator and a positive divisor.
 __device__ __forceinline__ int floor_div(int a, int b) {
   return a >= 0 ? a / b : -((-a + b - 1) / b);
-}
-
-// Sum of v over the block, valid in thread 0; fixed order, so bitwise repeatable. blockDim.x a
-// multiple of 32. s_warp (one float per warp) may be reused by the next call.
-__device__ float block_sum(float v, float* s_warp) {
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  __syncthreads();
-  if (lane == 0) s_warp[warp] = v;
-  __syncthreads();
-  v = 0.f;
-  if (warp == 0) {
-    v = lane < warps ? s_warp[lane] : 0.f;
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-  }
-  return v;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -359,23 +331,6 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-// Thread mapping: one thread per slot (grid-stride); it adds the slot's per-partial sums in
-// partial order, then the total into dw/db, so the result is bitwise repeatable.
-__global__ void grouped_backward_weight_finish(int64_t weights, int64_t slots, int64_t partials,
-                                               const float* __restrict__ d_scratch,
-                                               float* __restrict__ d_dw, float* __restrict__ d_db) {
-  for (int64_t slot = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; slot < slots;
-       slot += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    if (slot >= weights && !d_db) continue;
-    float sum = 0.f;
-    for (int64_t k = 0; k < partials; ++k) sum += d_scratch[k * slots + slot];
-    if (slot < weights)
-      d_dw[slot] += sum;
-    else
-      d_db[slot - weights] += sum;
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Fast depthwise (C/G == 1, K x K with K odd, stride 1, padding K/2, dilation 1: output size ==
 // input size). Shared-memory tiles are (tile_h + K - 1) rows x (tile_w + 8) columns; column j
@@ -629,31 +584,6 @@ __global__ void __launch_bounds__(kBlock)
 // ---------------------------------------------------------------------------------------------
 // Launch helpers
 
-unsigned grid_for(int64_t work_blocks) {
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min(work_blocks, kMaxGridBlocks)));
-}
-
-unsigned grid_for_items(int64_t items) {
-  return grid_for(ceil_div<int64_t>(items, kBlock));
-}
-
-std::size_t max_smem_optin() {
-  int dev = 0, bytes = 0;
-  CNN_CUDA_CHECK(cudaGetDevice(&dev));
-  CNN_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return static_cast<std::size_t>(bytes);
-}
-
-// True when `kernel` can launch with `bytes` of dynamic shared memory; opts in above 48 KiB.
-template <class Kernel>
-bool fits_dynamic_smem(std::size_t bytes, Kernel kernel) {
-  if (bytes <= kDefaultSmemBytes) return true;
-  if (bytes > max_smem_optin()) return false;
-  CNN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(bytes)));
-  return true;
-}
-
 bool fast_vec(const Conv2dGroupedShape& s, const float* a, const float* b) {
   const auto aligned = [](const float* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   return s.w % 4 == 0 && aligned(a) && aligned(b);
@@ -713,9 +643,9 @@ void launch_fast_wgrad(const Conv2dGroupedShape& s, const float* d_x, const floa
   CNN_LAUNCH_CHECK("depthwise_fast_wgrad");
   if (!deterministic) return;
   const int64_t weights = int64_t(s.oc) * K * K, slots = conv2d_grouped_wgrad_slots(s);
-  grouped_backward_weight_finish<<<grid_for_items(slots), kBlock, 0, stream>>>(
-      weights, slots, partials, d_scratch, d_dw, d_db);
-  CNN_LAUNCH_CHECK("grouped_backward_weight_finish");
+  backward_weight_finish<<<grid_for_items(slots), kBlock, 0, stream>>>(weights, slots, partials,
+                                                                       d_scratch, d_dw, d_db);
+  CNN_LAUNCH_CHECK("backward_weight_finish");
 }
 
 bool use_fast(const Conv2dGroupedShape& s, Algo algo) {
@@ -847,9 +777,9 @@ void conv2d_grouped_backward_weight_cuda(const Conv2dGroupedShape& s, const floa
       <<<grid_for(blocks), kBlock, smem, stream>>>(d, chunks, d_x, d_dy, d_dw, d_db, d_scratch);
   CNN_LAUNCH_CHECK("grouped_backward_weight_tiled<deterministic>");
   const int64_t weights = int64_t(d.oc) * d.cg * d.kh * d.kw, slots = conv2d_grouped_wgrad_slots(s);
-  grouped_backward_weight_finish<<<grid_for_items(slots), kBlock, 0, stream>>>(
-      weights, slots, chunks, d_scratch, d_dw, d_db);
-  CNN_LAUNCH_CHECK("grouped_backward_weight_finish");
+  backward_weight_finish<<<grid_for_items(slots), kBlock, 0, stream>>>(weights, slots, chunks,
+                                                                       d_scratch, d_dw, d_db);
+  CNN_LAUNCH_CHECK("backward_weight_finish");
 }
 
 }  // namespace cnn

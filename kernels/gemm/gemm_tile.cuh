@@ -34,9 +34,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/common/ptx.cuh"
 #include "runtime/cuda_check.h"
 #include "runtime/math_util.h"
-#include "kernels/common/ptx.cuh"
 
 namespace cnn::igemm {
 
@@ -320,41 +320,29 @@ struct StridedLoader {
 };
 
 // ---------------------------------------------------------------------------------------------
-// The kernel. Block (bx, by, bz) computes tile (bx, by) over the bz-th of gridDim.z equal runs
-// of k-tiles. Thread mapping: the math classes above (each thread a register micro-tile, or a
-// warp an MMA warp tile); in the epilogue thread tid owns staged elements tid, tid + T, ...
-// (m- or n-fastest as the problem asks). P::kClusterSplit with gridDim.z > 1: the splits of a
-// tile form one thread-block cluster and are summed through distributed shared memory before
-// apply(); otherwise apply() sees each split's partial sums.
-template <class C, class P>
-__global__ void __launch_bounds__(C::kThreads) igemm_kernel(const __grid_constant__ P p) {
-  extern __shared__ float4 smem_f4[];
-  float* smem = reinterpret_cast<float*>(smem_f4);
-  const int tid = threadIdx.x;
-  const int m0 = blockIdx.x * C::BM, n0 = blockIdx.y * C::BN;
-  const int split = blockIdx.z, splits = gridDim.z;
-  const int ktiles = (p.K + C::BK - 1) / C::BK;
+// The main loop that igemm_kernel and the 16-byte path's vec_gemm_kernel (gemm_tile_vec.cuh)
+// share.
+
+// The k-tiles of block split `split` of `splits`: ceil(K / bk) k-tiles cut into equal runs,
+// [kt0, kt0 + nk) (nk may be 0 for the last splits).
+struct KTileRun {
+  int kt0, nk;
+};
+__device__ __forceinline__ KTileRun k_tile_run(int K, int bk, int split, int splits) {
+  const int ktiles = (K + bk - 1) / bk;
   const int per = (ktiles + splits - 1) / splits;
-  const int kt0 = min(split * per, ktiles), nk = min(kt0 + per, ktiles) - kt0;
+  const int kt0 = min(split * per, ktiles);
+  return {kt0, min(kt0 + per, ktiles) - kt0};
+}
 
-  // Optional per-block lookup table (e.g. the k -> tap offsets of a convolution's gather),
-  // placed after the pipeline / staging buffers.
-  const int* table = nullptr;
-  if constexpr (P::kHasTable) {
-    if (p.table_ints > 0) {
-      int* t = reinterpret_cast<int*>(smem + C::kSmemBytes / sizeof(float));
-      p.build_table(t, tid, C::kThreads);
-      __syncthreads();
-      table = t;
-    }
-  }
-  const typename P::template ALoader<C> al(p, m0, tid, table);
-  const typename P::template BLoader<C> bl(p, n0, tid, table);
-  MathOf<C> math(tid);
-
-  auto stage_a = [&](int s) { return smem + s * C::kStageFloats; };
-  auto stage_b = [&](int s) { return smem + s * C::kStageFloats + C::BK * C::SA; };
-
+// A kStages-deep cp.async pipeline over the run: al / bl copy the A / B tile of a k offset into
+// a stage's buffers (stage_a(s), stage_b(s)), and math.compute consumes tile i while the copies of
+// tile i + kStages - 1 are in flight. Returns with every copy landed and the block synchronized,
+// so the pipeline buffers may be reused (the epilogue's staging tile).
+template <class C, class ALoader, class BLoader, class Math, class StageA, class StageB>
+__device__ __forceinline__ void run_k_pipeline(const ALoader& al, const BLoader& bl, Math& math,
+                                               KTileRun run, StageA stage_a, StageB stage_b) {
+  const int kt0 = run.kt0, nk = run.nk;
 #pragma unroll
   for (int s = 0; s < C::kStages - 1; ++s) {
     if (s < nk) {
@@ -376,6 +364,43 @@ __global__ void __launch_bounds__(C::kThreads) igemm_kernel(const __grid_constan
   }
   cp_async_wait<0>();
   __syncthreads();  // the pipeline buffers become the staging tile
+}
+
+// ---------------------------------------------------------------------------------------------
+// The kernel. Block (bx, by, bz) computes tile (bx, by) over the bz-th of gridDim.z equal runs
+// of k-tiles. Thread mapping: the math classes above (each thread a register micro-tile, or a
+// warp an MMA warp tile); in the epilogue thread tid owns staged elements tid, tid + T, ...
+// (m- or n-fastest as the problem asks). P::kClusterSplit with gridDim.z > 1: the splits of a
+// tile form one thread-block cluster and are summed through distributed shared memory before
+// apply(); otherwise apply() sees each split's partial sums.
+template <class C, class P>
+__global__ void __launch_bounds__(C::kThreads) igemm_kernel(const __grid_constant__ P p) {
+  extern __shared__ float4 smem_f4[];
+  float* smem = reinterpret_cast<float*>(smem_f4);
+  const int tid = threadIdx.x;
+  const int m0 = blockIdx.x * C::BM, n0 = blockIdx.y * C::BN;
+  const int split = blockIdx.z, splits = gridDim.z;
+  const KTileRun run = k_tile_run(p.K, C::BK, split, splits);
+
+  // Optional per-block lookup table (e.g. the k -> tap offsets of a convolution's gather),
+  // placed after the pipeline / staging buffers.
+  const int* table = nullptr;
+  if constexpr (P::kHasTable) {
+    if (p.table_ints > 0) {
+      int* t = reinterpret_cast<int*>(smem + C::kSmemBytes / sizeof(float));
+      p.build_table(t, tid, C::kThreads);
+      __syncthreads();
+      table = t;
+    }
+  }
+  const typename P::template ALoader<C> al(p, m0, tid, table);
+  const typename P::template BLoader<C> bl(p, n0, tid, table);
+  MathOf<C> math(tid);
+
+  auto stage_a = [&](int s) { return smem + s * C::kStageFloats; };
+  auto stage_b = [&](int s) { return smem + s * C::kStageFloats + C::BK * C::SA; };
+
+  run_k_pipeline<C>(al, bl, math, run, stage_a, stage_b);
 
   constexpr bool kMFast = P::kMFastOut;
   float* Cs = smem;

@@ -29,8 +29,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "runtime/cuda_check.h"
 #include "kernels/gemm/gemm_tile.cuh"
+#include "runtime/cuda_check.h"
 #include "runtime/math_util.h"
 
 namespace cnn::vgemm {
@@ -364,10 +364,8 @@ __global__ void __launch_bounds__(C::kThreads) vec_gemm_kernel(const __grid_cons
   float* smem = reinterpret_cast<float*>(smem_f4);
   const int tid = threadIdx.x;
   const int m0 = blockIdx.x * C::BM, n0 = blockIdx.y * C::BN;
-  const int split = blockIdx.z, splits = gridDim.z;
-  const int ktiles = (p.K + C::BK - 1) / C::BK;
-  const int per = (ktiles + splits - 1) / splits;
-  const int kt0 = min(split * per, ktiles), nk = min(kt0 + per, ktiles) - kt0;
+  const int splits = gridDim.z;
+  const igemm::KTileRun run = igemm::k_tile_run(p.K, C::BK, blockIdx.z, splits);
 
   const VecLoader<C, C::BM, C::kAK> al(p.a, p.lda, p.M, p.K, m0, tid);
   const VecLoader<C, C::BN, C::kBK> bl(p.b, p.ldb, p.N, p.K, n0, tid);
@@ -376,27 +374,7 @@ __global__ void __launch_bounds__(C::kThreads) vec_gemm_kernel(const __grid_cons
   auto stage_a = [&](int s) { return smem + s * C::kStageFloats; };
   auto stage_b = [&](int s) { return smem + s * C::kStageFloats + C::kAFloats; };
 
-#pragma unroll
-  for (int s = 0; s < C::kStages - 1; ++s) {
-    if (s < nk) {
-      al.load(stage_a(s), (kt0 + s) * C::BK);
-      bl.load(stage_b(s), (kt0 + s) * C::BK);
-    }
-    cp_async_commit();
-  }
-  for (int i = 0; i < nk; ++i) {
-    cp_async_wait<C::kStages - 2>();
-    __syncthreads();  // tile i visible to all; everyone is done with tile i - 1's buffer
-    const int nx = i + C::kStages - 1;
-    if (nx < nk) {
-      al.load(stage_a(nx % C::kStages), (kt0 + nx) * C::BK);
-      bl.load(stage_b(nx % C::kStages), (kt0 + nx) * C::BK);
-    }
-    cp_async_commit();
-    math.compute(stage_a(i % C::kStages), stage_b(i % C::kStages));
-  }
-  cp_async_wait<0>();
-  __syncthreads();  // the pipeline buffers become the staging tile
+  igemm::run_k_pipeline<C>(al, bl, math, run, stage_a, stage_b);
 
   float* Cs = smem;
   math.stage(Cs);
