@@ -1039,6 +1039,7 @@ void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
   // Above 2M values per tensor the reference is our naive kernel's result on the device: the CPU
   // twin would cost seconds per large shape (one thread per image; the seed's 1x256x128x128 has
   // one), and it is the GPU tests' job (tests/gpu_conv2d_grouped.cpp checks naive against it).
+  const size_t nx = size_t(s.n * chw), ny = size_t(s.n * s.oc * ohw);
   const bool device_ref = std::max(nx, ny) > (size_t(1) << 21);
 
   for (Pass pass : {Pass::Forward, Pass::BackwardData, Pass::BackwardWeight}) {

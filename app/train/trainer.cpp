@@ -307,7 +307,7 @@ void Trainer::open_run_log() {
   const TrainingOptions& tr = cfg_.training;
   if (!lead_) {
     log_ = std::make_unique<RunLog>(args_.rank.rank);
-    autotune_network(*net_, tr.autotune_cache, kBuildGitHash, *log_);
+    autotune_network(*net_, tr.autotune_cache, env_.autotune_cache, kBuildGitHash, *log_);
     return;
   }
   folders_->start_run();
