@@ -11,6 +11,7 @@
 #include "layers/network.h"
 #include "runtime/atomic_file.h"
 #include "runtime/error.h"
+#include "runtime/file_io.h"
 
 #if defined(CNN_HAVE_CUDA)
 #include <cuda_runtime_api.h>
@@ -107,7 +108,8 @@ NcclUniqueId wait_nccl_id_file(const std::string& path, const std::string& token
   std::string why = "it does not exist";
   for (;;) {
     if (access(path.c_str(), R_OK) == 0) {
-      const std::string text = read_file(path, 4096);
+      const std::vector<uint8_t> bytes = read_file(path, {4096, "NCCL id file"});
+      const std::string text(bytes.begin(), bytes.end());
       if (text.compare(0, want.size(), want) != 0) {
         why = "it is from another job (its first line is not '" + want.substr(0, want.size() - 1) +
               "')";
