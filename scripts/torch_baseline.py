@@ -125,7 +125,19 @@ def read_yaml(text, what):
         import yaml
     except ImportError:
         fail(f"reading {what} needs PyYAML (pip install pyyaml), or leave out --config")
-    return yaml.safe_load(text)
+    import re
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    # PyYAML follows YAML 1.1, where a float needs a dot: the trainer's resolved config (stored in
+    # every checkpoint) writes 1e-05, which it would read as a string. YAML 1.2's float form:
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+"
+                   r"|\.[0-9_]+(?:[eE][-+]?[0-9]+)?|\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+        list("-+0123456789."))
+    return yaml.load(text, Loader=Loader)
 
 
 def load_network(path):

@@ -231,10 +231,10 @@ DataParallel::~DataParallel() {
 
 std::string DataParallel::describe() const {
   return fmt::format(
-      "rank {} of {} ({}), GPU {}; NCCL {} from {}{}; {} gradient bucket(s) summed on their own "
+      "rank {} of {} ({}), GPU {}; NCCL {} from {}{}; gradients summed in buckets on their own "
       "stream while backward runs",
       info_.rank, info_.world, info_.source, info_.local_rank, lib_->version_string(), lib_->path(),
-      deterministic_ ? "; deterministic: NCCL_ALGO=Ring NCCL_PROTO=Simple" : "", buckets_.size());
+      deterministic_ ? "; deterministic: NCCL_ALGO=Ring NCCL_PROTO=Simple" : "");
 }
 
 void DataParallel::attach(Network& net, const Exec& ex, int64_t bucket_bytes) {

@@ -394,7 +394,10 @@ void Trainer::prepare_steps() {
   net_->set_step_counter(state_->update());  // dropout's masks move with the graph's step
   graph_ = std::make_unique<StepGraph>(ex_, graph_off.empty());
   startup_.expect_graph(graph_off.empty());
-  if (dp_) dp_->attach(*net_, ex_, kGradBucketBytes);
+  if (dp_) {
+    dp_->attach(*net_, ex_, kGradBucketBytes);
+    if (lead_) log_->info("data-parallel: {} gradient bucket(s)", dp_->num_buckets());
+  }
   step_launches_ = [this] {
     train_->gather(n_);
     // Each rank's gradient is its slice's sum over the global batch's size, so that the ranks'

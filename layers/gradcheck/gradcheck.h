@@ -79,7 +79,7 @@ struct GradcheckCase {
   Shape input_chw;
 };
 std::vector<GradcheckCase> gradcheck_layer_cases();
-// 1e-2 for FP32 and TF32, 5e-2 for BF16 (the derivation is at the definition).
+// 1e-2 for FP32 and TF32, 1e-1 for BF16 (the derivation is at the definition).
 double gradcheck_network_tolerance(Precision p);
 // The whole small network of the issue: conv-relu-pool-conv-relu-pool-linear-relu-linear-softmax.
 GradcheckCase gradcheck_small_network_case();
