@@ -32,6 +32,22 @@ export CNN_SOURCE_DIR="$PWD" CNN_TRAIN_BINARY="$PWD/.device_bin/train"
 cores=$(nproc)
 weight=0
 for tool in $tools; do [ "$tool" = racecheck ] && weight=$((weight + 2)) || weight=$((weight + 1)); done
+# A shard past SAN_TIMEOUT is killed by timeout, but compute-sanitizer's target can outlive it and
+# keep the GPU busy (it distorted a benchmark run after this script once). Every process started
+# here carries this marker in its environment; on exit, whatever still carries it is killed.
+marker="sanitize_kernels.$$.$RANDOM"
+kill_leftovers() {
+  local e pid
+  for e in /proc/[0-9]*/environ; do
+    pid=${e#/proc/}
+    pid=${pid%/environ}
+    [ "$pid" = "$$" ] && continue
+    grep -qz "^CNN_SANITIZE_MARKER=$marker\$" "$e" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+  done
+  return 0
+}
+trap kill_leftovers EXIT
+
 declare -A shards=()
 start=$SECONDS
 for tool in $tools; do
@@ -40,12 +56,14 @@ for tool in $tools; do
   [ "$n" -ge 1 ] || n=1
   shards[$tool]=$n
   for ((i = 0; i < n; i++)); do
-    GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i CNN_REQUIRE_GPU=1 CNN_TEST_NETWORK_BATCH=16 \
+    CNN_SANITIZE_MARKER=$marker GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i CNN_REQUIRE_GPU=1 \
+      CNN_TEST_NETWORK_BATCH=16 \
       timeout -k 20 "${SAN_TIMEOUT:-270}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
       "$bin" --gtest_filter="$filter" > "$out/san_${tool}_$i.log" 2>&1 &
   done
 done
 for job in $(jobs -p); do wait "$job" || true; done
+kill_leftovers
 
 status=0
 : > "$out/sanitize_summary.txt"

