@@ -1,6 +1,6 @@
 #pragma once
 // Gunzipping Fashion-MNIST's 47 MB of training images is most of a run's start-up on a fast GPU
-// (notes/startup.md has the numbers), so a gzip IDX image file is decoded once into a plain copy
+// (docs/training.md has the numbers), so a gzip IDX image file is decoded once into a plain copy
 // beside it, "<file>.decoded", that later runs read instead. The copy's header names the source's
 // size, modification time and its gzip trailer (the CRC-32 and length of the decoded bytes,
 // gzip's own hash of what the copy holds); a copy that does not match, is unreadable or fails the

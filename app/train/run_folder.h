@@ -1,5 +1,5 @@
 #pragma once
-// Where a run writes, so that runs never clobber each other (notes/runs.md):
+// Where a run writes, so that runs never clobber each other (docs/training.md, "Where a run writes"):
 // - a fresh run of name N takes <logging.dir>/N when that folder is missing or empty, else the
 //   first free of N-2, N-3, ...; <logging.dir>/N-latest is then pointed at it (atomically);
 // - --overwrite takes <logging.dir>/N (or --log-dir) as it is, deleting the previous run's files;

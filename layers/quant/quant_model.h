@@ -18,7 +18,7 @@ namespace cnn {
 enum class CalibrationMethod { Max, Percentile, Mse };
 const char* calibration_method_name(CalibrationMethod m);
 CalibrationMethod parse_calibration_method(const std::string& s);  // throws naming the value
-// The default: what measured best on MNIST / Fashion-MNIST (notes/int8.md).
+// The default: what measured best on MNIST / Fashion-MNIST (docs/inference.md).
 constexpr CalibrationMethod kDefaultCalibration = CalibrationMethod::Mse;
 // The percentile of |x| that the percentile method clips at.
 constexpr double kCalibrationPercentile = 99.99;
