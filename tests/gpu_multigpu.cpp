@@ -46,16 +46,6 @@ RankInfo one_rank(const std::string& name) {
   return r;
 }
 
-std::vector<float> weights_of(const fs::path& ckpt) {
-  SafetensorsFile f = read_safetensors(ckpt.string());
-  std::vector<float> all;
-  for (const auto& e : f.entries()) {
-    auto t = f.tensor_f32(e.name).data;
-    all.insert(all.end(), t.begin(), t.end());
-  }
-  return all;
-}
-
 }  // namespace
 
 TEST(GpuDataParallel, OneRankAllReduceAndBucketedGradientsAreExact) {
@@ -115,8 +105,8 @@ TEST(GpuDataParallel, OneRankTrainingEqualsOrdinaryTrainingBitwise) {
   TrainArgs args;
   args.rank = one_rank("train-id");
   ASSERT_EQ(run_training(ranked, args), 0);
-  const auto a = weights_of(dir / "plain" / "last.safetensors");
-  const auto b = weights_of(dir / "ranked" / "last.safetensors");
+  const auto a = test::checkpoint_weights(dir / "plain" / "last.safetensors");
+  const auto b = test::checkpoint_weights(dir / "ranked" / "last.safetensors");
   ASSERT_FALSE(a.empty());
   EXPECT_EQ(a, b) << "the 1-rank NCCL run trained other weights than the ordinary run";
   EXPECT_TRUE(

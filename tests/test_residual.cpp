@@ -375,16 +375,6 @@ std::vector<std::string> tiny_residual_sets(const std::filesystem::path& dir, in
           "{maxpool2d: {kernel: 2}}, flatten, {linear: {out_features: 4}}, softmax_cross_entropy]"};
 }
 
-std::vector<float> weights_of(const std::filesystem::path& ckpt) {
-  const SafetensorsFile f = read_safetensors(ckpt.string());
-  std::vector<float> all;
-  for (const auto& e : f.entries()) {
-    const std::vector<float> t = f.tensor_f32(e.name).data;
-    all.insert(all.end(), t.begin(), t.end());
-  }
-  return all;
-}
-
 TEST(Residual, TrainsRepeatsAndResumesBitwiseOnTheCpu) {
   namespace fs = std::filesystem;
   const std::string tiny = test::source_dir() + "/configs/tiny.yaml";
@@ -393,12 +383,14 @@ TEST(Residual, TrainsRepeatsAndResumesBitwiseOnTheCpu) {
   ASSERT_EQ(run_training(load_config(tiny, tiny_residual_sets(a, 40)), TrainArgs{}), 0);
   ASSERT_EQ(run_training(load_config(tiny, tiny_residual_sets(b, 40)), TrainArgs{}), 0);
   const fs::path last = a / "tiny" / "last.safetensors";
-  EXPECT_EQ(weights_of(last), weights_of(b / "tiny" / "last.safetensors"));
+  EXPECT_EQ(test::checkpoint_weights(last),
+            test::checkpoint_weights(b / "tiny" / "last.safetensors"));
   ASSERT_EQ(run_training(load_config(tiny, tiny_residual_sets(c, 15)), TrainArgs{}), 0);
   TrainArgs resume;
   resume.resume = (c / "tiny" / "last.safetensors").string();
   ASSERT_EQ(run_training(load_config(tiny, tiny_residual_sets(c, 40)), resume), 0);
-  EXPECT_EQ(weights_of(last), weights_of(c / "tiny" / "last.safetensors"));
+  EXPECT_EQ(test::checkpoint_weights(last),
+            test::checkpoint_weights(c / "tiny" / "last.safetensors"));
 
   const CheckpointMeta meta = read_checkpoint_meta(last.string());
   const TrainConfig again = parse_config(meta.config_yaml, "checkpoint");

@@ -54,16 +54,6 @@ std::vector<std::vector<std::string>> read_csv(const fs::path& p) {
   return rows;
 }
 
-std::vector<float> weights_of(const fs::path& ckpt) {
-  SafetensorsFile f = read_safetensors(ckpt.string());
-  std::vector<float> all;
-  for (const auto& e : f.entries()) {
-    auto t = f.tensor_f32(e.name).data;
-    all.insert(all.end(), t.begin(), t.end());
-  }
-  return all;
-}
-
 }  // namespace
 
 TEST(TrainE2E, TinyLossFallsAndCheckpointsAreWritten) {
@@ -104,8 +94,8 @@ TEST(TrainE2E, ResumeEqualsUninterruptedBitwise) {
   TrainArgs args;
   args.resume = (b / rest.name / "last.safetensors").string();
   ASSERT_EQ(run_training(rest, args), 0);
-  EXPECT_EQ(weights_of(a / full.name / "last.safetensors"),
-            weights_of(b / rest.name / "last.safetensors"));
+  EXPECT_EQ(test::checkpoint_weights(a / full.name / "last.safetensors"),
+            test::checkpoint_weights(b / rest.name / "last.safetensors"));
   // metrics.csv: no duplicated steps after the resume, and time_s continues from the
   // checkpoint's elapsed time instead of starting again at 0.
   auto rows = read_csv(b / rest.name / "metrics.csv");
@@ -127,7 +117,7 @@ TEST(TrainE2E, MismatchedOrCorruptCheckpointIsRefusedAndNothingOverwritten) {
   TrainConfig cfg = tiny(dir, {"training.max_steps=3"});
   ASSERT_EQ(run_training(cfg, TrainArgs{}), 0);
   fs::path ckpt = dir / cfg.name / "last.safetensors";
-  const auto before = weights_of(ckpt);
+  const auto before = test::checkpoint_weights(ckpt);
   TrainConfig other = tiny(dir, {"model.layers[0].conv2d.out_channels=5"});
   TrainArgs args;
   args.resume = ckpt.string();
@@ -137,14 +127,14 @@ TEST(TrainE2E, MismatchedOrCorruptCheckpointIsRefusedAndNothingOverwritten) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("shape"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(weights_of(ckpt), before);
+  EXPECT_EQ(test::checkpoint_weights(ckpt), before);
 
   fs::path truncated = dir / "truncated.safetensors";
   fs::copy_file(ckpt, truncated);
   fs::resize_file(truncated, fs::file_size(truncated) / 2);
   args.resume = truncated.string();
   EXPECT_THROW(run_training(cfg, args), Error);
-  EXPECT_EQ(weights_of(ckpt), before);
+  EXPECT_EQ(test::checkpoint_weights(ckpt), before);
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 
+#include "layers/checkpoint/safetensors.h"
 #include "runtime/memory.h"
 
 namespace cnn::test {
@@ -155,8 +156,8 @@ ScopedEnv::~ScopedEnv() {
     unsetenv(name_.c_str());
 }
 
-NetworkRun run_network_once(const std::vector<LayerSpec>& specs, const Shape& chw,
-                            const Exec& ex, PoolFusion fusion, int n, uint64_t seed) {
+NetworkRun run_network_once(const std::vector<LayerSpec>& specs, const Shape& chw, const Exec& ex,
+                            PoolFusion fusion, int n, uint64_t seed) {
   NetworkOptions o;
   o.max_batch = n + 2;  // a partial batch
   o.seed = seed;
@@ -186,6 +187,16 @@ bool pending_layer_error(const std::string& msg) {
   for (const char* key : {".groups:", ".dilation:", "training.label_smoothing:"})
     if (contains(msg, key)) return true;
   return false;
+}
+
+std::vector<float> checkpoint_weights(const std::filesystem::path& ckpt) {
+  const SafetensorsFile f = read_safetensors(ckpt.string());
+  std::vector<float> all;
+  for (const auto& e : f.entries()) {
+    const std::vector<float> t = f.tensor_f32(e.name).data;
+    all.insert(all.end(), t.begin(), t.end());
+  }
+  return all;
 }
 
 }  // namespace cnn::test

@@ -9,11 +9,11 @@
 
 #include "data/dataset.h"
 #include "kernels/conv/conv2d.h"
+#include "layers/layer_spec.h"
+#include "layers/network.h"
 #include "runtime/device.h"
 #include "runtime/exec.h"
 #include "runtime/tensor.h"
-#include "layers/layer_spec.h"
-#include "layers/network.h"
 
 namespace cnn::test {
 
@@ -48,6 +48,10 @@ bool any_nan(const std::vector<float>& v);
 std::string source_dir();
 // An empty folder <tmp>/cnn_<prefix>_<name>_<pid>, removed first if it exists.
 std::filesystem::path fresh_dir(const std::string& prefix, const std::string& name);
+
+// Every FP32 tensor of a safetensors checkpoint, concatenated in file order (for comparing two
+// runs' weights bitwise).
+std::vector<float> checkpoint_weights(const std::filesystem::path& ckpt);
 // A whole file as bytes ("" when it cannot be read).
 std::string slurp(const std::filesystem::path& p);
 inline bool contains(const std::string& s, const std::string& part) {
@@ -78,8 +82,8 @@ struct NetworkRun {
   std::vector<float> logits, loss, grads;
   bool fused = false;
 };
-NetworkRun run_network_once(const std::vector<LayerSpec>& specs, const Shape& chw,
-                            const Exec& ex, PoolFusion fusion, int n, uint64_t seed);
+NetworkRun run_network_once(const std::vector<LayerSpec>& specs, const Shape& chw, const Exec& ex,
+                            PoolFusion fusion, int n, uint64_t seed);
 
 // True when a config's parse error is only about a layer kind or key that lands from another
 // branch (BatchNorm, grouped/dilated conv, pooling, dropout, label smoothing): the model zoo's
