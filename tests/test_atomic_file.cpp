@@ -212,9 +212,10 @@ TEST(AtomicFile, ReadFileStreamsOnlyWhenAllowed) {
       out << text;
     });
     std::string got, error;
+    const uint64_t limit = cap;  // a structured binding cannot be captured in C++17 (clang)
     try {
       got = [&] {
-        const std::vector<uint8_t> b = read_file(fifo, {cap, "stream", true});
+        const std::vector<uint8_t> b = read_file(fifo, {limit, "stream", true});
         return std::string(b.begin(), b.end());
       }();
     } catch (const Error& e) {

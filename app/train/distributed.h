@@ -104,7 +104,8 @@ class DataParallel {
   bool deterministic_ = false;
   std::unique_ptr<NcclLib> lib_;
   NcclComm comm_ = nullptr;
-  bool failed_ = false;  // aborted: the destructor must not wait for a collective
+  [[maybe_unused]] bool failed_ =
+      false;  // aborted: the destructor must not wait for a collective (CUDA + NCCL builds)
   Exec ex_;
   float* d_grads_ = nullptr;
   std::vector<GradBucket> buckets_;
