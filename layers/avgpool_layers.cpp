@@ -10,16 +10,7 @@ class AvgPoolLayer : public Layer {
   using Layer::Layer;
   Shape setup(const Shape& in, Device dev) override {
     Shape out = Layer::setup(in, dev);
-    shape_ = {static_cast<int>(in[0]),
-              static_cast<int>(in[1]),
-              static_cast<int>(in[2]),
-              static_cast<int>(in[3]),
-              spec_.kernel_h,
-              spec_.kernel_w,
-              spec_.stride_h,
-              spec_.stride_w,
-              spec_.pad_h,
-              spec_.pad_w};
+    shape_ = pool_window_shape(in, spec_);
     check_avgpool_shape(shape_);
     return out;
   }

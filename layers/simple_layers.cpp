@@ -1,8 +1,8 @@
 // The parameter-free layers: relu, maxpool2d, flatten.
-#include "kernels/pool/maxpool.h"
-#include "runtime/memory.h"
 #include "kernels/pointwise/relu.h"
+#include "kernels/pool/maxpool.h"
 #include "layers/layer_factories.h"
+#include "runtime/memory.h"
 
 namespace cnn {
 namespace {
@@ -28,16 +28,7 @@ class MaxPoolLayer : public Layer {
   using Layer::Layer;
   Shape setup(const Shape& in, Device dev) override {
     Shape out = Layer::setup(in, dev);
-    shape_ = {static_cast<int>(in[0]),
-              static_cast<int>(in[1]),
-              static_cast<int>(in[2]),
-              static_cast<int>(in[3]),
-              spec_.kernel_h,
-              spec_.kernel_w,
-              spec_.stride_h,
-              spec_.stride_w,
-              spec_.pad_h,
-              spec_.pad_w};
+    shape_ = pool_window_shape(in, spec_);
     check_maxpool_shape(shape_);
     argmax_ = Buffer<int32_t>(static_cast<size_t>(shape_numel(out)), dev);
     return out;

@@ -127,18 +127,7 @@ Exec bf16_exec(bool deterministic = false) {
 
 // ---- convolution ------------------------------------------------------------------------------
 
-Conv2dShape shape(int n, int c, int h, int w, int oc, int k, int stride, int pad) {
-  Conv2dShape s;
-  s.n = n;
-  s.c = c;
-  s.h = h;
-  s.w = w;
-  s.oc = oc;
-  s.kh = s.kw = k;
-  s.stride_h = s.stride_w = stride;
-  s.pad_h = s.pad_w = pad;
-  return s;
-}
+constexpr auto shape = test::square_conv;
 
 std::string describe(const Conv2dShape& s) {
   char buf[160];

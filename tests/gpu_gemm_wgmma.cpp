@@ -565,18 +565,7 @@ TEST(GpuGemmWgmma, ConvForward) {
     Conv2dShape s;
     bool relu, bias;
   };
-  auto shape = [](int n, int c, int h, int w, int oc, int k, int stride, int pad) {
-    Conv2dShape s;
-    s.n = n;
-    s.c = c;
-    s.h = h;
-    s.w = w;
-    s.oc = oc;
-    s.kh = s.kw = k;
-    s.stride_h = s.stride_w = stride;
-    s.pad_h = s.pad_w = pad;
-    return s;
-  };
+  constexpr auto shape = test::square_conv;
   const ConvCase cases[] = {
       {shape(1, 1, 8, 8, 1, 1, 1, 0), false, false},     // the smallest: one pixel column
       {shape(2, 3, 17, 13, 20, 3, 1, 1), true, true},    // 3 input channels, odd sizes

@@ -13,25 +13,7 @@ using namespace cnn;
 
 namespace {
 
-std::vector<LayerSpec> norm_net() {
-  LayerSpec conv2 = conv2d_spec("conv2", 5, 3, 3, 1, 1);
-  conv2.bias = false;
-  return {conv2d_spec("conv1", 4, 3, 3, 1, 1),
-          batchnorm_spec(LayerKind::BatchNorm2d, "bn1"),
-          layer_spec(LayerKind::Relu, "relu1"),
-          avgpool2d_spec("pool1", 3, 2, 1),
-          conv2,
-          batchnorm_spec(LayerKind::BatchNorm2d, "bn2"),
-          layer_spec(LayerKind::Relu, "relu2"),
-          layer_spec(LayerKind::GlobalAvgPool, "gap"),
-          layer_spec(LayerKind::Flatten, "flatten"),
-          linear_spec("fc1", 6),
-          batchnorm_spec(LayerKind::BatchNorm1d, "bn3"),
-          layer_spec(LayerKind::Relu, "relu3"),
-          dropout_spec("drop", 0.25),
-          linear_spec("fc2", 3),
-          layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
-}
+constexpr auto norm_net = test::norm_net;
 const Shape kChw = {3, 17, 15};
 
 struct Step {

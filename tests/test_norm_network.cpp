@@ -3,6 +3,8 @@
 // num_batches_tracked), conv/linear + batchnorm folding for inference, and config errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -19,28 +21,8 @@ using namespace cnn;
 
 namespace {
 
-// conv-bn-relu-avgpool-conv(no bias)-bn-relu-global_avgpool-flatten-linear-bn1d-relu-dropout-
-// linear-loss on (3, 9, 7): every new kind, and both fold cases (conv with and without bias,
-// linear).
-std::vector<LayerSpec> norm_net() {
-  LayerSpec conv2 = conv2d_spec("conv2", 5, 3, 3, 1, 1);
-  conv2.bias = false;
-  return {conv2d_spec("conv1", 4, 3, 3, 1, 1),
-          batchnorm_spec(LayerKind::BatchNorm2d, "bn1"),
-          layer_spec(LayerKind::Relu, "relu1"),
-          avgpool2d_spec("pool1", 3, 2, 1),
-          conv2,
-          batchnorm_spec(LayerKind::BatchNorm2d, "bn2"),
-          layer_spec(LayerKind::Relu, "relu2"),
-          layer_spec(LayerKind::GlobalAvgPool, "gap"),
-          layer_spec(LayerKind::Flatten, "flatten"),
-          linear_spec("fc1", 6),
-          batchnorm_spec(LayerKind::BatchNorm1d, "bn3"),
-          layer_spec(LayerKind::Relu, "relu3"),
-          dropout_spec("drop", 0.25),
-          linear_spec("fc2", 3),
-          layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
-}
+// test::norm_net() on (3, 9, 7).
+constexpr auto norm_net = test::norm_net;
 const Shape kChw = {3, 9, 7};
 
 // Random parameters and plausible running statistics (var in [0.5, 2]) into net.
@@ -124,8 +106,14 @@ TEST(NormNetwork, DropoutIsRepeatablePerStepAndOffInEval) {
     net.forward_backward(4, x.data(), labels.data(), 0.25f);
     return net.grads_to_host();
   };
-  EXPECT_EQ(grads_at(3), grads_at(3));
-  EXPECT_NE(grads_at(3), grads_at(4));
+  const std::vector<float> at3 = grads_at(3);
+  EXPECT_EQ(at3, grads_at(3));
+  // A new step draws a new mask; it changes the gradients unless it happens to keep and drop the
+  // same units among the ~12 that ReLU lets through (0.625^12, about 1 in 280, was seen), so the
+  // next five steps must not all give step 3's gradients.
+  bool moved = false;
+  for (int64_t step = 4; step < 9 && !moved; ++step) moved = grads_at(step) != at3;
+  EXPECT_TRUE(moved) << "dropout's masks do not follow the step counter";
 }
 
 TEST(NormNetwork, CheckpointRoundTripWithTorchNamesAndInt64Count) {
@@ -187,7 +175,15 @@ TEST(NormNetwork, FoldedAndUnfoldedAgreeInEval) {
   const std::vector<float> unfolded(a, a + 15);
   const float* b = fast.forward(5, x.data());
   const std::vector<float> fused(b, b + 15);
-  EXPECT_LT(test::max_rel_error(fused, unfolded, 1e-5), 1e-4);
+  // The fold reorders float rounding (scale times weights, then the sums), so the logits agree to
+  // float accuracy relative to their own size, not each to its own: a logit near zero has no
+  // relative accuracy (4.75e-4 relative was seen). A wrong fold is off by O(1) of that size.
+  double diff = 0, size = 0;
+  for (size_t i = 0; i < unfolded.size(); ++i) {
+    diff = std::max(diff, double(std::fabs(fused[i] - unfolded[i])));
+    size = std::max(size, double(std::fabs(unfolded[i])));
+  }
+  EXPECT_LT(diff, 1e-5 * size) << "largest difference " << diff << " for logits up to " << size;
 }
 
 namespace {

@@ -30,18 +30,6 @@ namespace {
 #define EXPECT_HAS(msg, part) \
   EXPECT_NE((msg).find(part), std::string::npos) << "'" << (part) << "' not in: " << (msg)
 
-Conv2dShape conv(int n, int c, int h, int w, int oc, int k, int pad) {
-  Conv2dShape s;
-  s.n = n;
-  s.c = c;
-  s.h = h;
-  s.w = w;
-  s.oc = oc;
-  s.kh = s.kw = k;
-  s.pad_h = s.pad_w = pad;
-  return s;
-}
-
 // conv1 (1x1) -> res1 {conv2 3x3, relu1, conv3 3x3; identity} -> relu2 -> flatten -> fc1 -> loss.
 // conv1's output feeds both the block's layers and its identity shortcut.
 std::vector<LayerSpec> identity_net() {
@@ -82,7 +70,8 @@ TEST(Residual, ForwardAndBackwardMatchTheHandWrittenComposition) {
 
     // The same by hand: a = conv1(x); s = conv3(relu(conv2(a))) + a; logits = fc1(relu(s)).
     const auto at = [&](size_t k) { return p.data() + net.param_infos()[k].offset; };
-    const Conv2dShape s1 = conv(n, c, h, w, 3, 1, 0), s2 = conv(n, 3, h, w, 3, 3, 1);
+    const Conv2dShape s1 = test::square_conv(n, c, h, w, 3, 1, 1, 0),
+                      s2 = test::square_conv(n, 3, h, w, 3, 3, 1, 1);
     const int64_t m = int64_t(n) * 3 * h * w;
     const LinearShape fl{n, 3 * h * w, classes};
     std::vector<float> a(m), h2(m), b(m), sum(m), r(m), logits(size_t(n * classes));

@@ -126,16 +126,21 @@ bool gpu_present() {
   return false;
 }
 
-Conv2dShape one_channel_conv(int n, int oc, int h, int w, int k, int pad) {
+Conv2dShape square_conv(int n, int c, int h, int w, int oc, int k, int stride, int pad) {
   Conv2dShape s;
   s.n = n;
-  s.c = 1;
+  s.c = c;
   s.h = h;
   s.w = w;
   s.oc = oc;
   s.kh = s.kw = k;
+  s.stride_h = s.stride_w = stride;
   s.pad_h = s.pad_w = pad;
   return s;
+}
+
+Conv2dShape one_channel_conv(int n, int oc, int h, int w, int k, int pad) {
+  return square_conv(n, 1, h, w, oc, k, 1, pad);
 }
 
 ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {
@@ -197,6 +202,26 @@ std::vector<float> checkpoint_weights(const std::filesystem::path& ckpt) {
     all.insert(all.end(), t.begin(), t.end());
   }
   return all;
+}
+
+std::vector<LayerSpec> norm_net() {
+  LayerSpec conv2 = conv2d_spec("conv2", 5, 3, 3, 1, 1);
+  conv2.bias = false;
+  return {conv2d_spec("conv1", 4, 3, 3, 1, 1),
+          batchnorm_spec(LayerKind::BatchNorm2d, "bn1"),
+          layer_spec(LayerKind::Relu, "relu1"),
+          avgpool2d_spec("pool1", 3, 2, 1),
+          conv2,
+          batchnorm_spec(LayerKind::BatchNorm2d, "bn2"),
+          layer_spec(LayerKind::Relu, "relu2"),
+          layer_spec(LayerKind::GlobalAvgPool, "gap"),
+          layer_spec(LayerKind::Flatten, "flatten"),
+          linear_spec("fc1", 6),
+          batchnorm_spec(LayerKind::BatchNorm1d, "bn3"),
+          layer_spec(LayerKind::Relu, "relu3"),
+          dropout_spec("drop", 0.25),
+          linear_spec("fc2", 3),
+          layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
 }
 
 }  // namespace cnn::test

@@ -60,6 +60,13 @@ inline bool contains(const std::string& s, const std::string& part) {
 
 // A one-input-channel conv shape: N images of H x W, OC square K x K filters, stride 1, padding
 // pad on every side (the first layer's case, as the fused conv-relu-pool takes it).
+// conv-bn-relu-avgpool-conv(no bias)-bn-relu-global_avgpool-flatten-linear-bn1d-relu-dropout-
+// linear-loss: every normalization-era layer kind, and both BatchNorm fold cases (conv with and
+// without bias, linear); three classes.
+std::vector<LayerSpec> norm_net();
+
+// A k x k convolution of x (n, c, h, w) to oc channels with one stride and padding for both axes.
+Conv2dShape square_conv(int n, int c, int h, int w, int oc, int k, int stride, int pad);
 Conv2dShape one_channel_conv(int n, int oc, int h, int w, int k, int pad);
 
 // Sets (value null: unsets) an environment variable for one scope, then restores what was there.
