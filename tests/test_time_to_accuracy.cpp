@@ -62,6 +62,35 @@ TEST(TimeToAccuracy, KeysParseValidateAndRoundTrip) {
   EXPECT_TRUE(test::contains(big, "training.stop_at_accuracy")) << big;
   const std::string word = config_error({"training.autotune_cache=maybe"});
   EXPECT_TRUE(test::contains(word, "training.autotune_cache")) << word;
+
+  EXPECT_EQ(d.training.eval_from_epoch, 1);
+  const TrainConfig late =
+      load_config(test::source_dir() + "/configs/tiny.yaml", {"training.eval_from_epoch=7"});
+  EXPECT_EQ(late.training.eval_from_epoch, 7);
+  EXPECT_EQ(parse_config(late.resolved_yaml, "resolved.yaml").training.eval_from_epoch, 7);
+  const std::string zero = config_error({"training.eval_from_epoch=0"});
+  EXPECT_TRUE(test::contains(zero, "training.eval_from_epoch")) << zero;
+}
+
+// Epochs before training.eval_from_epoch are not evaluated (the target cannot be reached there,
+// however good the model), the last epoch always is.
+TEST(TimeToAccuracy, EvaluationStartsAtEvalFromEpoch) {
+  const fs::path dir = test::fresh_dir("tta", "from");
+  TrainConfig cfg = tiny(
+      dir, {"training.epochs=4", "training.stop_at_accuracy=1.5", "training.eval_from_epoch=3"});
+  ASSERT_EQ(run_training(cfg, TrainArgs{}), 0);
+  const auto j = nlohmann::json::parse(test::slurp(dir / cfg.name / "run.json"));
+  ASSERT_TRUE(j.at("reached").get<bool>()) << j.dump(1);
+  EXPECT_EQ(j.at("reached_epoch").get<int>(), 3) << "epochs 1 and 2 must not be evaluated";
+
+  const fs::path dir2 = test::fresh_dir("tta", "from_last");
+  TrainConfig cfg2 = tiny(dir2, {"training.epochs=2", "training.eval_from_epoch=5"});
+  ASSERT_EQ(run_training(cfg2, TrainArgs{}), 0);
+  const std::string log = test::slurp(dir2 / cfg2.name / "train.log");
+  EXPECT_TRUE(test::contains(log, "epoch 2 test") || test::contains(log, "epoch 2 validation"))
+      << log;
+  EXPECT_FALSE(test::contains(log, "epoch 1 test") || test::contains(log, "epoch 1 validation"))
+      << log;
 }
 
 TEST(TimeToAccuracy, StopsAtTheFirstEvaluationThatReachesTheTarget) {

@@ -261,8 +261,8 @@ LayerSpec read_layer(const ConfigNode& item, Algo default_algo, LayerSite* site,
 void read_training(const ConfigMap& top, TrainingOptions* t) {
   ConfigMap m(top.require("training", "a training section with at least epochs and batch_size"),
               {"epochs", "batch_size", "seed", "device", "precision", "algo", "deterministic",
-               "eval_every_epochs", "max_steps", "cuda_graph", "autotune_cache", "stop_at_accuracy",
-               "label_smoothing", "eval_flip", "gpus", "nccl_library"});
+               "eval_every_epochs", "eval_from_epoch", "max_steps", "cuda_graph", "autotune_cache",
+               "stop_at_accuracy", "label_smoothing", "eval_flip", "gpus", "nccl_library"});
   t->epochs = static_cast<int>(
       m.require("epochs", "the number of passes over the training set, an integer >= 1")
           .as_int(1, 1000000));
@@ -275,6 +275,8 @@ void read_training(const ConfigMap& top, TrainingOptions* t) {
   t->deterministic = m.get_bool("deterministic", t->deterministic);
   t->eval_every_epochs =
       static_cast<int>(m.get_int("eval_every_epochs", t->eval_every_epochs, 1, kIntMax));
+  t->eval_from_epoch =
+      static_cast<int>(m.get_int("eval_from_epoch", t->eval_from_epoch, 1, kIntMax));
   t->max_steps = m.get_int("max_steps", t->max_steps, 0);
   t->cuda_graph = m.get_bool("cuda_graph", t->cuda_graph);
   t->autotune_cache = m.get_bool("autotune_cache", t->autotune_cache);
@@ -805,8 +807,9 @@ std::string config_to_yaml(const TrainConfig& cfg) {
                    t.batch_size, t.seed, t.device);
   y += fmt::format("  precision: {}\n  algo: {}\n  deterministic: {}\n",
                    precision_name(t.precision), algo_name(t.algo), t.deterministic);
-  y += fmt::format("  eval_every_epochs: {}\n  max_steps: {}\n  cuda_graph: {}\n",
-                   t.eval_every_epochs, t.max_steps, t.cuda_graph);
+  y += fmt::format("  eval_every_epochs: {}\n  eval_from_epoch: {}\n  max_steps: {}\n",
+                   t.eval_every_epochs, t.eval_from_epoch, t.max_steps);
+  y += fmt::format("  cuda_graph: {}\n", t.cuda_graph);
   y += fmt::format("  autotune_cache: {}\n  stop_at_accuracy: {}\n", t.autotune_cache,
                    fmt_double(t.stop_at_accuracy));
   y += fmt::format("  label_smoothing: {}\n  eval_flip: {}\n", fmt_double(t.label_smoothing),

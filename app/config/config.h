@@ -28,6 +28,10 @@ struct TrainingOptions {
   Algo algo = Algo::Auto;  // default kernel variant for layers that name none
   bool deterministic = false;
   int eval_every_epochs = 1;
+  // The first epoch (1-based) evaluated; earlier ones skip evaluation (a speed run's early epochs
+  // cannot reach its target, and each evaluation costs a pass over the test set). The last epoch
+  // is always evaluated.
+  int eval_from_epoch = 1;
   int64_t max_steps = 0;   // 0 = no limit; stops early for quick runs
   bool cuda_graph = true;  // replay the step as one CUDA graph (CNN_CUDA_GRAPH=0 also turns it off)
   bool autotune_cache = true;    // reuse algo: auto's choices across runs (app/train/startup.h)

@@ -504,8 +504,8 @@ void Trainer::end_of_epoch(int64_t epoch, bool stopped) {
     next.batch_in_epoch = 0;
   }
   const bool last_epoch = epoch + 1 == tr.epochs || stopped;
-  if (eval_ && ((epoch + 1) % tr.eval_every_epochs == 0 || last_epoch))
-    evaluate_epoch(epoch, train_s, last_epoch, &next);
+  const bool eval_due = epoch + 1 >= tr.eval_from_epoch && (epoch + 1) % tr.eval_every_epochs == 0;
+  if (eval_ && (eval_due || last_epoch)) evaluate_epoch(epoch, train_s, last_epoch, &next);
   pos_ = next;
   if (dp_) share_stop_decision();
   if (!lead_) return;
