@@ -80,6 +80,26 @@ EnvSwitches read_env_switches() {
     else
       CNN_FAIL("CNN_WGMMA_MN='{}': expected tma or gather", s);
   }
+  if (const char* v = get("CNN_WGMMA_CONV_GATHER")) {
+    const std::string s(v);
+    if (s == "async")
+      e.wgmma_conv_gather = WgmmaConvGatherSwitch::Async;
+    else if (s == "waitgroup")
+      e.wgmma_conv_gather = WgmmaConvGatherSwitch::WaitGroup;
+    else if (s == "sync")
+      e.wgmma_conv_gather = WgmmaConvGatherSwitch::Sync;
+    else
+      CNN_FAIL("CNN_WGMMA_CONV_GATHER='{}': expected async, waitgroup or sync", s);
+  }
+  if (const char* v = get("CNN_WGMMA_CONV_BN")) {
+    const std::string s(v);
+    if (s == "auto")
+      e.wgmma_conv_block_n = 0;
+    else if (s == "64" || s == "128")
+      e.wgmma_conv_block_n = std::stoi(s);
+    else
+      CNN_FAIL("CNN_WGMMA_CONV_BN='{}': expected 64, 128 or auto", s);
+  }
   e.conv_generic = off_unless_set("CNN_CONV_GENERIC");
   if (const char* v = get("CNN_CPU_ISA")) {
     const std::string s(v);
@@ -118,7 +138,8 @@ const EnvSwitches& process_env_switches() {
 
 const std::vector<EnvSwitchRow>& env_switch_table() {
   static const std::vector<EnvSwitchRow> rows = {
-      {"CNN_ALGO", "auto|naive|tiled|igemm|fast", "every conv and linear layer's kernel variant"},
+      {"CNN_ALGO", "auto|naive|tiled|igemm|fast|wgmma",
+       "every conv and linear layer's kernel variant"},
       {"CNN_ALGO_CONV, CNN_ALGO_LINEAR", "as CNN_ALGO", "the variant of one kind of layer"},
       {"CNN_AUTOTUNE", "0", "no start-up timing of variants: each op's fixed rule picks"},
       {"CNN_FUSE_POOL", "0", "no fused conv-relu-maxpool kernel"},
@@ -128,6 +149,10 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_WGMMA_MN", "tma|gather",
        "how the wgmma GEMM loads M/N-contiguous operands (tma: TMA, then a shared-memory "
        "transpose)"},
+      {"CNN_WGMMA_CONV_GATHER", "async|waitgroup|sync",
+       "how the wgmma convolution gathers im2col (async: cp.async + mbarrier; waitgroup: "
+       "cp.async groups; sync: loads and stores)"},
+      {"CNN_WGMMA_CONV_BN", "64|128|auto", "the wgmma convolution's block tile width"},
       {"CNN_CONV_GENERIC", "1", "implicit-GEMM conv gradients on the generic main loop"},
       {"CNN_CPU_ISA", "scalar|avx2|avx512", "cap the CPU kernels' instruction set"},
       {"CNN_CPU_THREADS", "1..256", "threads of the CPU kernels (default: the cores, at most 16)"},

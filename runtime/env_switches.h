@@ -19,8 +19,9 @@
 
 namespace cnn {
 
-enum class GemmPathSwitch { Auto, Strided, Tile, Wgmma };  // CNN_GEMM_PATH
-enum class CpuIsaSwitch { Best, Scalar, Avx2, Avx512 };    // CNN_CPU_ISA
+enum class GemmPathSwitch { Auto, Strided, Tile, Wgmma };     // CNN_GEMM_PATH
+enum class CpuIsaSwitch { Best, Scalar, Avx2, Avx512 };       // CNN_CPU_ISA
+enum class WgmmaConvGatherSwitch { Async, WaitGroup, Sync };  // CNN_WGMMA_CONV_GATHER
 
 struct EnvSwitches {
   // Overrides of options.
@@ -40,7 +41,11 @@ struct EnvSwitches {
   // CNN_WGMMA_MN=tma (default) | gather: the wgmma GEMM loads an M/N-contiguous operand by TMA
   // and transposes it in shared memory, or with the producer's transposing loads (gather).
   bool wgmma_mn_tma = true;
-  bool conv_generic = false;  // CNN_CONV_GENERIC=1: generic implicit-GEMM conv gradients
+  // CNN_WGMMA_CONV_GATHER=async (default) | waitgroup | sync: how the wgmma convolution's
+  // producer fills its stages (kernels/conv/conv2d_wgmma.h, WgmmaConvGather).
+  WgmmaConvGatherSwitch wgmma_conv_gather = WgmmaConvGatherSwitch::Async;
+  int wgmma_conv_block_n = 0;  // CNN_WGMMA_CONV_BN=64|128|auto: its block tile width (0: auto)
+  bool conv_generic = false;   // CNN_CONV_GENERIC=1: generic implicit-GEMM conv gradients
   CpuIsaSwitch cpu_isa = CpuIsaSwitch::Best;  // CNN_CPU_ISA=scalar|avx2|avx512
   int cpu_threads = 0;                        // CNN_CPU_THREADS=1..256 (0: the hardware's)
   bool sync_check = false;                    // CNN_SYNC_CHECK=1: synchronize after every launch

@@ -21,8 +21,6 @@
 // a band of 128 / splits rows over all ranks' partial tiles, read through distributed shared
 // memory in rank order (so any split count gives bitwise repeatable results), and apply alpha,
 // beta, bias and ReLU on the way to global memory.
-// The convolution forward (conv2d_forward_wgmma) is the same kernel with the A tile gathered as
-// im2col and C stored NCHW (kConv).
 // <cuda.h> gives CUtensorMap and its enums only: the encoder comes from the runtime's driver
 // entry point, so nothing links libcuda.
 #include <cuda.h>
@@ -81,12 +79,6 @@ struct Operand {
   bool kcontig;
 };
 
-// Convolution forward as a GEMM: A (M = N*OH*OW, K = C*KH*KW) is the im2col view of x
-// (N, C, H, W), gathered on the fly; C (M, OC) is stored into y (N, OC, OH, OW).
-struct ConvGeom {
-  int c, h, w, kh, kw, stride_h, stride_w, pad_h, pad_w, oh, ow;
-};
-
 struct Params {
   Operand a, b;
   int M, N, K;
@@ -96,7 +88,6 @@ struct Params {
   float alpha, beta;
   const float* bias;  // (N) or null
   bool relu;
-  ConvGeom conv;  // used by the kConv kernels only
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -180,52 +171,12 @@ __device__ __forceinline__ void transpose_staged(uint32_t dst, uint32_t src, int
   }
 }
 
-// The im2col gather of the convolution's A tile: thread t owns tile row t (output pixel
-// m0 + t: consecutive lanes, consecutive pixels, so the loads of a warp run along a row of x
-// for stride 1) and its 32 k = (c, r, s), decomposed once per tile and stepped.
-__device__ __forceinline__ void gather_im2col(uint32_t dst, const Operand& op, const ConvGeom& g,
-                                              int m0, int k0, int K, int t) {
-  const int m = m0 + t;
-  const int pix_per_img = g.oh * g.ow;
-  const int img = m / pix_per_img, pix = m - img * pix_per_img;
-  const int oy = pix / g.ow, ox = pix - oy * g.ow;
-  const int iy0 = oy * g.stride_h - g.pad_h, ix0 = ox * g.stride_w - g.pad_w;
-  const float* x_img = op.ptr + int64_t(img) * g.c * g.h * g.w;
-  const bool row_ok = m < op.rows;
-  const int taps = g.kh * g.kw;
-  int c = k0 / taps;
-  int r = (k0 - c * taps) / g.kw;
-  int s = k0 - c * taps - r * g.kw;
-  float v[8][4];
-#pragma unroll
-  for (int q = 0; q < 8; ++q)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int k = k0 + 4 * q + e;
-      const int iy = iy0 + r, ix = ix0 + s;
-      const bool ok = row_ok && k < K && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-      v[q][e] = ok ? __ldg(x_img + (int64_t(c) * g.h + iy) * g.w + ix) : 0.f;
-      if (++s == g.kw) {
-        s = 0;
-        if (++r == g.kh) {
-          r = 0;
-          ++c;
-        }
-      }
-    }
-#pragma unroll
-  for (int q = 0; q < 8; ++q)
-    st_shared_v4(dst + sw128_offset(t, q), v[q][0], v[q][1], v[q][2], v[q][3]);
-}
-
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 // Thread mapping: see the file comment. Grid (tiles_m * tiles_n, 1, splits), cluster
 // (1, 1, splits); block x owns C rows [128 (x / tiles_n), +128) x columns [128 (x % tiles_n),
 // +128), split z its k-tiles [z T / splits, (z + 1) T / splits) of T = ceil(K / 32).
-// kConv: A is gathered as im2col (gather_im2col) and C element (m, n) goes to
-// y[((m / P) * N + n) * P + m % P], P = OH * OW.
-template <int kLA, int kLB, bool kConv>
+template <int kLA, int kLB>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_a,
                       const __grid_constant__ CUtensorMap map_b, const Params p) {
@@ -233,7 +184,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   using P = Plan<kLA, kLB>;
   constexpr int kStages = P::kStages;
   constexpr bool kATma = kLA == kTmaK, kBTma = kLB == kTmaK;
-  static_assert(!(kConv && kLA != kGather), "the convolution's A is always gathered");
   static_assert(!P::kMN || (kLA != kGather && kLB != kGather),
                 "a staged operand goes with a TMA operand, not a gathered one");
   constexpr bool kAnyGather = kLA == kGather || kLB == kGather;
@@ -313,10 +263,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int s = i % kStages;
         if (i >= kStages) mbar_wait(empty(s), ((i / kStages) - 1) & 1);
         const int k0 = (kt_begin + i) * kBK;
-        if constexpr (kConv)
-          gather_im2col(tile_a(s), p.a, p.conv, m0, k0, p.K, tid);
-        else if constexpr (!kATma)
-          gather_tile(tile_a(s), p.a, m0, k0, p.K, tid);
+        if constexpr (!kATma) gather_tile(tile_a(s), p.a, m0, k0, p.K, tid);
         if constexpr (!kBTma) gather_tile(tile_b(s), p.b, n0, k0, p.K, tid);
         if constexpr (kAnyGather) fence_proxy_async();
         if (tid == 0) {
@@ -379,7 +326,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int band = kBM / int(nsplit);
   const int r_begin = int(rank) * band;
   if constexpr (P::kMN) {
-    // Row-major C only (no convolution has a staged operand). kBatch items per thread at a
+    // kBatch items per thread at a
     // time, their beta * C reads all issued before the first store: the weight gradient
     // (beta = 1) otherwise waits one memory latency per item, ~11 per thread and tile.
     constexpr int kBatch = 4;
@@ -433,10 +380,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     for (int idx = tid; idx < band * (kBN / 4); idx += kThreads) {
-      // Row-major C: a warp covers one row's 128 columns (coalesced). NCHW: a warp covers 32
-      // rows (pixels, contiguous in y) of one group of 4 columns.
-      const int r = r_begin + (kConv ? idx % band : idx / (kBN / 4));
-      const int c4 = (kConv ? idx / band : idx % (kBN / 4)) * 4;
+      // A warp covers one row's 128 columns (coalesced).
+      const int r = r_begin + idx / (kBN / 4);
+      const int c4 = (idx % (kBN / 4)) * 4;
       const uint32_t local = base + uint32_t(r * kEpiPitch + c4) * 4;
       float4 sum = ld_cluster_v4(map_rank(local, 0));
       for (uint32_t q = 1; q < nsplit; ++q) {
@@ -449,25 +395,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int m = m0 + r;
       if (m >= p.M) continue;
       const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
-      float* crow;
-      int64_t col_stride = 1;
-      if constexpr (kConv) {
-        const int pix_per_img = p.conv.oh * p.conv.ow;
-        const int img = m / pix_per_img;
-        crow = p.c + int64_t(img) * p.N * pix_per_img + (m - img * pix_per_img);
-        col_stride = pix_per_img;
-      } else {
-        crow = p.c + int64_t(m) * p.ldc;
-      }
+      float* crow = p.c + int64_t(m) * p.ldc;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int n = n0 + c4 + e;
         if (n >= p.N) break;
         float v = p.alpha * vals[e];
-        if (p.beta != 0.f) v = fmaf(p.beta, crow[n * col_stride], v);
+        if (p.beta != 0.f) v = fmaf(p.beta, crow[n], v);
         if (p.bias) v += __ldg(p.bias + n);
         if (p.relu) v = (v <= 0.f) ? 0.f : v;  // NaN passes, as in the CPU references
-        crow[n * col_stride] = v;
+        crow[n] = v;
       }
     }
   }
@@ -512,10 +449,10 @@ CUtensorMap make_map(const Operand& op, int K) {
   return map;
 }
 
-template <int kLA, int kLB, bool kConv = false>
+template <int kLA, int kLB>
 void launch(const Params& p, const CUtensorMap& map_a, const CUtensorMap& map_b, int splits,
             cudaStream_t stream) {
-  auto kernel = gemm_wgmma_kernel<kLA, kLB, kConv>;
+  auto kernel = gemm_wgmma_kernel<kLA, kLB>;
   constexpr int kSmemBytes = Plan<kLA, kLB>::kSmemBytes;
   CNN_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
@@ -633,53 +570,6 @@ void gemm_wgmma(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
     launch<kGather, kTmaK>(p, map_a, map_b, splits, stream);
   else
     launch<kGather, kGather>(p, map_a, map_b, splits, stream);
-}
-
-void conv2d_forward_wgmma(const WgmmaConvShape& s, const float* d_x, const float* d_w,
-                          const float* d_b, float* d_y, bool relu, cudaStream_t stream,
-                          const WgmmaOptions& opt) {
-  CNN_CHECK(gemm_wgmma_available(),
-            "conv2d_forward_wgmma: needs a compute capability 9.0 GPU and a build with CUDA "
-            "architecture 90");
-  CNN_CHECK(s.n > 0 && s.c > 0 && s.h > 0 && s.w > 0 && s.oc > 0 && s.kh > 0 && s.kw > 0 &&
-                s.stride_h > 0 && s.stride_w > 0 && s.pad_h >= 0 && s.pad_w >= 0,
-            "conv2d_forward_wgmma: bad shape (N, C, H, W) = ({}, {}, {}, {}), OC={} kernel {}x{} "
-            "stride {}x{} padding {}x{}",
-            s.n, s.c, s.h, s.w, s.oc, s.kh, s.kw, s.stride_h, s.stride_w, s.pad_h, s.pad_w);
-  CNN_CHECK(d_x && d_w && d_y, "conv2d_forward_wgmma: null tensor pointer");
-  const int oh = (s.h + 2 * s.pad_h - s.kh) / s.stride_h + 1;
-  const int ow = (s.w + 2 * s.pad_w - s.kw) / s.stride_w + 1;
-  CNN_CHECK(oh > 0 && ow > 0,
-            "conv2d_forward_wgmma: the {}x{} kernel does not fit the padded {}x{} input", s.kh,
-            s.kw, s.h, s.w);
-  const int64_t m = int64_t(s.n) * oh * ow, k = int64_t(s.c) * s.kh * s.kw;
-  CNN_CHECK(m <= INT32_MAX && k <= INT32_MAX && int64_t(s.n) * s.c * s.h * s.w <= INT32_MAX &&
-                m * s.oc <= INT32_MAX,
-            "conv2d_forward_wgmma: tensors of more than 2^31-1 elements");
-  const int splits = opt.splits > 0 ? opt.splits : gemm_wgmma_pick_splits(int(m), s.oc, int(k));
-  CNN_CHECK(splits == 1 || splits == 2 || splits == 4 || splits == 8,
-            "conv2d_forward_wgmma: splits={} (expected 1, 2, 4 or 8)", splits);
-
-  Params p{};
-  p.a = Operand{d_x, 0, int(m), false};
-  p.b = Operand{d_w, k, s.oc, true};
-  p.M = int(m);
-  p.N = s.oc;
-  p.K = int(k);
-  p.ktiles = ceil_div(int(k), kBK);
-  p.c = d_y;
-  p.ldc = 0;
-  p.alpha = 1.f;
-  p.beta = 0.f;
-  p.bias = d_b;
-  p.relu = relu;
-  p.conv = ConvGeom{s.c, s.h, s.w, s.kh, s.kw, s.stride_h, s.stride_w, s.pad_h, s.pad_w, oh, ow};
-  const bool b_tma = !opt.force_gather && tma_ok(p.b);
-  const CUtensorMap map_b = b_tma ? make_map(p.b, int(k)) : CUtensorMap{};
-  if (b_tma)
-    launch<kGather, kTmaK, true>(p, CUtensorMap{}, map_b, splits, stream);
-  else
-    launch<kGather, kGather, true>(p, CUtensorMap{}, map_b, splits, stream);
 }
 
 }  // namespace cnn

@@ -14,6 +14,8 @@
 // transpose combination and any alignment runs on this kernel. WgmmaMnLoad::Tma instead loads an
 // aligned M/N-contiguous operand by TMA into staging and transposes it in shared memory.
 //
+// The convolutions on the same design are kernels/conv/conv2d_wgmma.h.
+//
 // Only compiled for the device when the build's CUDA architectures include 90 (then this file
 // gets an sm_90a cubin and no plain sm_90 one); gemm_wgmma_available() says whether it can run
 // on the current device (compute capability 9.0 exactly).
@@ -47,21 +49,5 @@ void gemm_wgmma(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
 
 // The split count gemm_wgmma picks for this shape on the current device (opt.splits == 0).
 int gemm_wgmma_pick_splits(int m, int n, int k);
-
-// Convolution forward on the same kernel (implicit GEMM, groups 1, no dilation):
-//   y (N, OC, OH, OW) = relu?(conv(x (N, C, H, W), w (OC, C, KH, KW)) + b), b (OC) may be null,
-// as conv2d_forward (kernels/conv/conv2d.h) defines it: M = N*OH*OW output pixels, K = C*KH*KW,
-// the GEMM's columns the output channels. A = im2col(x), gathered by the producer warpgroup
-// into the swizzled layout; B = w viewed as (OC, K), K-contiguous: TMA when K is a multiple of 4
-// and w is 16-byte aligned, else gathered; C stored NCHW by the epilogue. Throws cnn::Error when
-// !gemm_wgmma_available().
-struct WgmmaConvShape {
-  int n = 1, c = 1, h = 1, w = 1;  // input (N, C, H, W)
-  int oc = 1, kh = 1, kw = 1;      // weights (OC, C, KH, KW)
-  int stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
-};
-void conv2d_forward_wgmma(const WgmmaConvShape& s, const float* d_x, const float* d_w,
-                          const float* d_b, float* d_y, bool relu, cudaStream_t stream,
-                          const WgmmaOptions& opt = WgmmaOptions{});
 
 }  // namespace cnn
