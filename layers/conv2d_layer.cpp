@@ -31,10 +31,10 @@ class Conv2dLayer : public Layer {
     algo_ = spec_.algo;  // CNN_ALGO* already applied by the Network
     if (grouped_) {
       check_conv2d_grouped_shape(gshape_);
-      CNN_CHECK(algo_ != Algo::Igemm,
-                "{}: algo igemm is not implemented for grouped or dilated convolutions; expected "
+      CNN_CHECK(algo_ != Algo::Igemm && algo_ != Algo::Wgmma,
+                "{}: algo {} is not implemented for grouped or dilated convolutions; expected "
                 "naive, tiled, fast or auto",
-                name());
+                name(), algo_name(algo_));
     } else {
       check_conv2d_shape(shape_);
     }

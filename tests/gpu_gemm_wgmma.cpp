@@ -24,10 +24,7 @@
 //   LinearShapes            the linear layer's three products (batch 1, 128, 512) through
 //                           gemm_cuda_path(GemmPath::Wgmma), bitwise repeatable.
 //   Dispatch                GemmPath::Wgmma falls back in FP32 and for k == 0 (runs on any GPU).
-//   ConvForward             conv2d_forward_wgmma (im2col gather for A, NCHW store) against
-//                           conv2d_forward_cpu: 1x1 / 3x3 / 5x5 / 7x7, stride 1 / 2, padding
-//                           0 / 1 / 2 / 3, 3 input channels, channel counts not multiples of 8,
-//                           batch 1, non-square images; exact first, then random.
+// The convolutions on the same design are tested in gpu_conv_wgmma.cpp.
 //
 // TF32 tolerance: the tensor cores read the top 19 bits of each FP32 operand (truncation: a
 // relative error below 2^-10 per operand, so below 2^-9 + 2^-20 per product); FP32 accumulation
@@ -51,7 +48,6 @@
 #include <string>
 #include <vector>
 
-#include "kernels/conv/conv2d.h"
 #include "kernels/gemm/gemm_cpu.h"
 #include "runtime/env_switches.h"
 #include "runtime/exec.h"
@@ -553,90 +549,6 @@ TEST(GpuGemmWgmma, Dispatch) {
     test::ScopedEnv env("CNN_WGMMA_MN", "gather");
     EXPECT_FALSE(read_env_switches().wgmma_mn_tma);
   }
-#else
-  GTEST_SKIP() << "built without CUDA";
-#endif
-}
-
-TEST(GpuGemmWgmma, ConvForward) {
-#ifdef CNN_HAVE_CUDA
-  CNN_REQUIRE_WGMMA();
-  struct ConvCase {
-    Conv2dShape s;
-    bool relu, bias;
-  };
-  constexpr auto shape = test::square_conv;
-  const ConvCase cases[] = {
-      {shape(1, 1, 8, 8, 1, 1, 1, 0), false, false},     // the smallest: one pixel column
-      {shape(2, 3, 17, 13, 20, 3, 1, 1), true, true},    // 3 input channels, odd sizes
-      {shape(1, 16, 32, 32, 64, 3, 1, 1), true, true},   // K = 144: TMA for w
-      {shape(3, 5, 21, 19, 7, 5, 2, 2), false, true},    // stride 2, K = 125: gathered w
-      {shape(2, 3, 40, 36, 24, 7, 2, 3), true, true},    // a 7x7 stride-2 stem
-      {shape(4, 64, 16, 16, 130, 3, 1, 1), true, true},  // two column tiles, ragged
-      {shape(2, 33, 9, 11, 65, 1, 1, 0), false, true},   // 1x1
-      {shape(1, 64, 56, 56, 64, 3, 1, 1), true, false},  // M = 3136: many row tiles
-  };
-  for (const ConvCase& cc : cases)
-    for (Fill fill : {Fill::SmallInt, Fill::Random}) {
-      const Conv2dShape& s = cc.s;
-      const uint64_t seed = test::fresh_seed();
-      char buf[200];
-      std::snprintf(buf, sizeof buf,
-                    "conv N=%d C=%d H=%d W=%d OC=%d k=%d stride=%d pad=%d relu=%d bias=%d fill=%s "
-                    "seed=%llu",
-                    s.n, s.c, s.h, s.w, s.oc, s.kh, s.stride_h, s.pad_h, cc.relu, cc.bias,
-                    fill == Fill::SmallInt ? "int" : "random",
-                    static_cast<unsigned long long>(seed));
-      SCOPED_TRACE(buf);
-      const size_t nx = size_t(s.n) * s.c * s.h * s.w, nw = size_t(s.oc) * s.c * s.kh * s.kw;
-      const size_t ny = size_t(s.n) * s.oc * s.oh() * s.ow();
-      const auto x = make_values(nx, fill, seed), w = make_values(nw, fill, seed + 1);
-      const auto b = make_values(size_t(s.oc), fill, seed + 2);
-      std::vector<float> ref(ny), absref(ny);
-      conv2d_forward_cpu(s, x.data(), w.data(), cc.bias ? b.data() : nullptr, ref.data(), cc.relu);
-      std::vector<float> ax(nx), aw(nw);
-      std::transform(x.begin(), x.end(), ax.begin(), [](float v) { return std::fabs(v); });
-      std::transform(w.begin(), w.end(), aw.begin(), [](float v) { return std::fabs(v); });
-      conv2d_forward_cpu(s, ax.data(), aw.data(), nullptr, absref.data(), false);
-      Tensor d_x = test::to_device(x), d_w = test::to_device(w), d_b = test::to_device(b);
-      Tensor d_y = test::to_device(std::vector<float>(ny, NAN));
-      const WgmmaConvShape ws{s.n,  s.c,        s.h,        s.w,     s.oc,   s.kh,
-                              s.kw, s.stride_h, s.stride_w, s.pad_h, s.pad_w};
-      conv2d_forward_wgmma(ws, d_x.data(), d_w.data(), cc.bias ? d_b.data() : nullptr, d_y.data(),
-                           cc.relu, nullptr);
-      const std::vector<float> got = d_y.to_vector();
-      const int k = s.c * s.kh * s.kw;
-      const double bound_rel = std::ldexp(1.0, -9) + k * std::ldexp(1.0, -23);
-      int64_t bad = 0, wrong = 0;
-      std::string first;
-      double diff2 = 0, ref2 = 0;
-      for (size_t i = 0; i < ny; ++i) {
-        const double e = std::fabs(double(got[i]) - ref[i]);
-        const double bound =
-            2 * bound_rel * absref[i] + 4 * std::ldexp(1.0, -24) * (std::fabs(ref[i]) + 1) + 1e-30;
-        if (!(e <= bound)) ++bad;
-        if (!(got[i] == ref[i])) {
-          if (wrong == 0) {
-            char where[120];
-            std::snprintf(where, sizeof where, "y[%zu]: got %.9g, expected %.9g", i, double(got[i]),
-                          double(ref[i]));
-            first = where;
-          }
-          ++wrong;
-        }
-        diff2 += std::isnan(got[i]) ? INFINITY : e * e;
-        ref2 += double(ref[i]) * ref[i];
-      }
-      const double frob = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
-      std::printf("%s: %lld wrong, %lld over the bound, rel %.3g%s%s\n", buf,
-                  static_cast<long long>(wrong), static_cast<long long>(bad), frob,
-                  wrong ? ", first " : "", first.c_str());
-      EXPECT_EQ(bad, 0) << "first differing element " << first;
-      EXPECT_LE(frob, 4e-3);
-      if (fill == Fill::SmallInt) {
-        EXPECT_EQ(wrong, 0) << "small-integer inputs are exact in TF32; " << first;
-      }
-    }
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif

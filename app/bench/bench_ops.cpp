@@ -30,6 +30,7 @@ bool op_selected(const BenchOptions& opt, const std::string& op) {
 #include "app/bench/bench_timer.h"
 #include "kernels/conv/conv2d.h"
 #include "kernels/conv/conv2d_grouped.h"
+#include "kernels/conv/conv2d_wgmma.h"
 #include "kernels/conv/conv_relu_pool.h"
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_wgmma.h"
@@ -584,16 +585,35 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
         };
         rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
       }
-      // The forward on the Hopper wgmma kernel (implicit GEMM, im2col gathered by its producer).
-      if (pass == Pass::Forward && p == Precision::TF32 && gemm_wgmma_available()) {
-        Candidate c;
-        c.variant = "conv:wgmma";
-        const WgmmaConvShape ws{s.n,  s.c,        s.h,        s.w,     s.oc,   s.kh,
-                                s.kw, s.stride_h, s.stride_w, s.pad_h, s.pad_w};
-        c.launch = [&, ws](int i) {
-          conv2d_forward_wgmma(ws, d.f(i, a), d.f(i, b), nullptr, d.f(i, out), false, ctx.stream);
+      // The Hopper wgmma kernels' forward and stride-1 input gradient with each block tile
+      // width (the `wgmma` row takes the picked one), and with the synchronous im2col gather
+      // (loads, then st.shared, one stage at a time) for comparison with the asynchronous one.
+      const bool wgmma_pass = pass == Pass::Forward ||
+                              (pass == Pass::BackwardData && s.stride_h == 1 && s.stride_w == 1);
+      if (wgmma_pass && p == Precision::TF32 && conv2d_wgmma_available()) {
+        struct WgmmaRow {
+          const char* variant;
+          WgmmaConvOptions opt;
         };
-        rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
+        WgmmaConvOptions bn64, bn128, sync;
+        bn64.block_n = 64;
+        bn128.block_n = 128;
+        sync.gather = WgmmaConvGather::Sync;
+        for (const WgmmaRow& w :
+             {WgmmaRow{"conv:wgmma-bn64", bn64}, WgmmaRow{"conv:wgmma-bn128", bn128},
+              WgmmaRow{"conv:wgmma-sync", sync}}) {
+          Candidate c;
+          c.variant = w.variant;
+          const WgmmaConvOptions o = w.opt;
+          c.launch = [&, o](int i) {
+            if (pass == Pass::Forward)
+              conv2d_forward_wgmma(s, d.f(i, a), d.f(i, b), nullptr, d.f(i, out), false, ctx.stream,
+                                   o);
+            else
+              conv2d_backward_data_wgmma(s, d.f(i, a), d.f(i, b), d.f(i, out), ctx.stream, o);
+          };
+          rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
+        }
       }
     }
   }
@@ -640,6 +660,7 @@ void bench_linear(const BenchContext& ctx, std::vector<BenchRow>& rows, const st
       if (pass == Pass::BackwardWeight)
         scratch = Buffer<float>(linear_backward_weight_scratch_floats(s, ex), Device::CUDA);
       for (Algo algo : opt.algos) {
+        if (algo == Algo::Wgmma) continue;  // a convolution variant (the gemm rows below)
         Candidate c;
         c.variant = algo_name(algo);
         c.launch = [&, algo](int i) {
@@ -1096,7 +1117,7 @@ void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
         ctx, rows, d, info, p, tol, "cudnn", lib_ok,
         [&] { return ctx.lib->conv(lib_shape, pass, p, args(0), s.groups); }, args);
     for (Algo algo : opt.algos) {
-      if (algo == Algo::Igemm || algo == Algo::Auto) continue;
+      if (algo == Algo::Igemm || algo == Algo::Wgmma || algo == Algo::Auto) continue;
       Candidate c;
       c.variant = algo_name(algo);
       if (algo == Algo::Fast && !conv2d_grouped_fast_applicable(s))

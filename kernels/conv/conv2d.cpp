@@ -2,7 +2,9 @@
 // CPU: naive = the reference loops, anything else = im2col + packed GEMM (conv2d_cpu_fast).
 // CUDA: naive / tiled = the direct kernels of conv2d.cu; igemm = implicit GEMM (FP32 FFMA, or
 // TF32 mma.sync when ex.precision is tf32); fast / auto = the single-input-channel kernels where
-// C == 1 (conv1), implicit GEMM elsewhere.
+// C == 1 (conv1), implicit GEMM elsewhere; wgmma = the Hopper wgmma kernels (conv2d_wgmma.h) for
+// the forward and the stride-1 input gradient at TF32, refused (cnn::Error, so that autotune
+// leaves it out) wherever they cannot run.
 #include "kernels/conv/conv2d.h"
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include "kernels/conv/conv2d_cpu_fast.h"
 #include "kernels/conv/conv2d_cuda.h"
 #include "kernels/conv/conv2d_igemm.h"
+#include "kernels/conv/conv2d_wgmma.h"
 #include "kernels/conv/conv_window_check.h"
 #include "runtime/dispatch.h"
 #include "runtime/error.h"
@@ -25,13 +28,21 @@ void check_conv2d_shape(const Conv2dShape& s) {
 
 namespace {
 
-enum class ConvPath { Direct, Igemm, OneChannel };
+enum class ConvPath { Direct, Igemm, OneChannel, Wgmma };
 
 // Which CUDA implementation serves `algo` for this shape (unused in a CPU-only build).
 [[maybe_unused]] ConvPath cuda_path(const Conv2dShape& s, Algo algo) {
   if (algo == Algo::Naive || algo == Algo::Tiled) return ConvPath::Direct;
   if (algo == Algo::Igemm) return ConvPath::Igemm;
+  if (algo == Algo::Wgmma) return ConvPath::Wgmma;
   return conv2d_1ch_applicable(s) ? ConvPath::OneChannel : ConvPath::Igemm;
+}
+
+// The wgmma kernels multiply in TF32 only: FP32 must stay exact FFMA, BF16 has its own kernels.
+[[maybe_unused]] void check_wgmma_precision(const char* op, const Exec& ex) {
+  CNN_CHECK(ex.precision == Precision::TF32,
+            "{}: algo wgmma runs at precision tf32 only (got {}); expected igemm, fast or auto", op,
+            precision_name(ex.precision));
 }
 
 }  // namespace
@@ -58,6 +69,10 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const 
       case ConvPath::OneChannel:
         conv2d_forward_1ch_cuda(s, x, w, b, y, relu, ex);
         break;
+      case ConvPath::Wgmma:
+        check_wgmma_precision("conv2d_forward", ex);
+        conv2d_forward_wgmma(s, x, w, b, y, relu, ex.stream);
+        break;
     }
   });
 }
@@ -74,10 +89,18 @@ void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
     return;
   }
   CNN_CUDA_BRANCH("conv2d_backward_data", {
-    if (cuda_path(s, algo) == ConvPath::Direct)
-      conv2d_backward_data_cuda(s, dy, w, dx, algo, ex.stream);
-    else
-      conv2d_backward_data_igemm_cuda(s, dy, w, dx, ex);
+    switch (cuda_path(s, algo)) {
+      case ConvPath::Direct:
+        conv2d_backward_data_cuda(s, dy, w, dx, algo, ex.stream);
+        break;
+      case ConvPath::Wgmma:
+        check_wgmma_precision("conv2d_backward_data", ex);
+        conv2d_backward_data_wgmma(s, dy, w, dx, ex.stream);
+        break;
+      default:
+        conv2d_backward_data_igemm_cuda(s, dy, w, dx, ex);
+        break;
+    }
   });
 }
 
@@ -120,6 +143,10 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
       case ConvPath::OneChannel:
         conv2d_backward_weight_1ch_cuda(s, x, dy, dw, db, scratch, ex);
         break;
+      case ConvPath::Wgmma:
+        CNN_FAIL(
+            "conv2d_backward_weight: algo wgmma has no weight-gradient kernel; expected igemm, "
+            "fast or auto");
     }
   });
 }

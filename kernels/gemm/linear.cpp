@@ -24,6 +24,15 @@ bool use_tiled(Algo algo) {
   return algo != Algo::Naive && algo != Algo::Tiled;
 }
 
+// The wgmma variant is a convolution kernel (conv2d_wgmma.h); the linear layers' TF32 GEMM picks
+// the wgmma GEMM itself (gemm_cuda, Auto path) where it pays.
+[[maybe_unused]] void refuse_wgmma(const char* op, Algo algo) {
+  CNN_CHECK(algo != Algo::Wgmma,
+            "{}: algo wgmma is a convolution kernel; linear layers take naive, tiled, igemm, fast "
+            "or auto (CNN_ALGO_CONV=wgmma sets the convolutions only)",
+            op);
+}
+
 }  // namespace
 
 void check_linear_shape(const LinearShape& s) {
@@ -47,6 +56,7 @@ void linear_forward(const LinearShape& s, const float* x, const float* w, const 
     return linear_forward_cpu_fast(s, x, w, b, y, relu);
   }
   CNN_CUDA_BRANCH("linear_forward", {
+    refuse_wgmma("linear_forward", algo);
     if (use_gemm_cuda(algo))
       return gemm_cuda(false, true, s.n, s.out, s.in, 1.f, x, s.in, w, s.in, 0.f, y, s.out, b, relu,
                        ex.precision, ex.stream);
@@ -64,6 +74,7 @@ void linear_backward_data(const LinearShape& s, const float* dy, const float* w,
     return linear_backward_data_cpu_fast(s, dy, w, dx);
   }
   CNN_CUDA_BRANCH("linear_backward_data", {
+    refuse_wgmma("linear_backward_data", algo);
     if (use_gemm_cuda(algo))
       return gemm_cuda(false, false, s.n, s.in, s.out, 1.f, dy, s.out, w, s.in, 0.f, dx, s.in,
                        nullptr, false, ex.precision, ex.stream);
@@ -90,6 +101,7 @@ void linear_backward_weight(const LinearShape& s, const float* x, const float* d
     return linear_backward_weight_cpu_fast(s, x, dy, dw, db);
   }
   CNN_CUDA_BRANCH("linear_backward_weight", {
+    refuse_wgmma("linear_backward_weight", algo);
     if (use_gemm_cuda(algo)) {
       gemm_cuda(true, false, s.out, s.in, s.n, 1.f, dy, s.out, x, s.in, 1.f, dw, s.in, nullptr,
                 false, ex.precision, ex.stream);
