@@ -40,6 +40,10 @@ struct EnvSwitches {
   // CNN_WGMMA_MN=tma (default) | gather: the wgmma GEMM loads an M/N-contiguous operand by TMA
   // and transposes it in shared memory, or with the producer's transposing loads (gather).
   bool wgmma_mn_tma = true;
+  // CNN_WGMMA_WGRAD=async (default) | sync: the wgmma conv weight gradient's producer hands its
+  // cp.async copies over by cp.async.mbarrier.arrive (async) or waits for them, fences and
+  // arrives (sync), to bisect a wrong answer.
+  bool wgmma_wgrad_sync = false;
   bool conv_generic = false;  // CNN_CONV_GENERIC=1: generic implicit-GEMM conv gradients
   CpuIsaSwitch cpu_isa = CpuIsaSwitch::Best;  // CNN_CPU_ISA=scalar|avx2|avx512
   int cpu_threads = 0;                        // CNN_CPU_THREADS=1..256 (0: the hardware's)

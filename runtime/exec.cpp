@@ -18,14 +18,16 @@ const char* algo_name(Algo a) {
       return "igemm";
     case Algo::Fast:
       return "fast";
+    case Algo::Wgmma:
+      return "wgmma";
   }
   return "?";
 }
 
 Algo parse_algo(const std::string& s) {
-  for (Algo a : {Algo::Auto, Algo::Naive, Algo::Tiled, Algo::Igemm, Algo::Fast})
+  for (Algo a : {Algo::Auto, Algo::Naive, Algo::Tiled, Algo::Igemm, Algo::Fast, Algo::Wgmma})
     if (s == algo_name(a)) return a;
-  CNN_FAIL("algorithm '{}' is not one of auto, naive, tiled, igemm, fast", s);
+  CNN_FAIL("algorithm '{}' is not one of auto, naive, tiled, igemm, fast, wgmma", s);
 }
 
 const char* precision_name(Precision p) {

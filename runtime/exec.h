@@ -15,7 +15,7 @@ namespace cnn {
 enum class Precision { FP32, TF32, BF16 };
 
 // Kernel variant. Each op supports a subset; Auto picks (and may time) the best one.
-enum class Algo { Auto, Naive, Tiled, Igemm, Fast };
+enum class Algo { Auto, Naive, Tiled, Igemm, Fast, Wgmma };
 
 const char* algo_name(Algo a);
 Algo parse_algo(const std::string& s);  // throws naming the value and the allowed ones

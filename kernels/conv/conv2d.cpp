@@ -2,7 +2,8 @@
 // CPU: naive = the reference loops, anything else = im2col + packed GEMM (conv2d_cpu_fast).
 // CUDA: naive / tiled = the direct kernels of conv2d.cu; igemm = implicit GEMM (FP32 FFMA, or
 // TF32 mma.sync when ex.precision is tf32); fast / auto = the single-input-channel kernels where
-// C == 1 (conv1), implicit GEMM elsewhere.
+// C == 1 (conv1), implicit GEMM elsewhere; wgmma = the Hopper tensor-core weight gradient
+// (conv2d_wgmma_wgrad, TF32 on a compute capability 9.0 GPU), refused with the reason elsewhere.
 #include "kernels/conv/conv2d.h"
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "kernels/conv/conv2d_cpu_fast.h"
 #include "kernels/conv/conv2d_cuda.h"
 #include "kernels/conv/conv2d_igemm.h"
+#include "kernels/conv/conv2d_wgmma_wgrad.h"
 #include "kernels/conv/conv_window_check.h"
 #include "runtime/dispatch.h"
 #include "runtime/error.h"
@@ -25,12 +27,13 @@ void check_conv2d_shape(const Conv2dShape& s) {
 
 namespace {
 
-enum class ConvPath { Direct, Igemm, OneChannel };
+enum class ConvPath { Direct, Igemm, OneChannel, Wgmma };
 
 // Which CUDA implementation serves `algo` for this shape (unused in a CPU-only build).
 [[maybe_unused]] ConvPath cuda_path(const Conv2dShape& s, Algo algo) {
   if (algo == Algo::Naive || algo == Algo::Tiled) return ConvPath::Direct;
   if (algo == Algo::Igemm) return ConvPath::Igemm;
+  if (algo == Algo::Wgmma) return ConvPath::Wgmma;
   return conv2d_1ch_applicable(s) ? ConvPath::OneChannel : ConvPath::Igemm;
 }
 
@@ -58,6 +61,10 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const 
       case ConvPath::OneChannel:
         conv2d_forward_1ch_cuda(s, x, w, b, y, relu, ex);
         break;
+      case ConvPath::Wgmma:
+        CNN_FAIL(
+            "conv2d_forward: algo wgmma has no forward pass here; expected naive, tiled, igemm, "
+            "fast or auto");
     }
   });
 }
@@ -74,7 +81,11 @@ void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
     return;
   }
   CNN_CUDA_BRANCH("conv2d_backward_data", {
-    if (cuda_path(s, algo) == ConvPath::Direct)
+    const ConvPath path = cuda_path(s, algo);
+    CNN_CHECK(path != ConvPath::Wgmma,
+              "conv2d_backward_data: algo wgmma has no input-gradient pass here; expected naive, "
+              "tiled, igemm, fast or auto");
+    if (path == ConvPath::Direct)
       conv2d_backward_data_cuda(s, dy, w, dx, algo, ex.stream);
     else
       conv2d_backward_data_igemm_cuda(s, dy, w, dx, ex);
@@ -88,6 +99,7 @@ std::size_t conv2d_backward_weight_scratch_floats(const Conv2dShape& s, const Ex
   return CNN_CUDA_VALUE(
       std::max({conv2d_backward_weight_scratch_floats_cuda(s, ex.deterministic),
                 conv2d_backward_weight_igemm_scratch_floats(s, ex),
+                conv2d_wgrad_wgmma_scratch_floats(s, ex),
                 conv2d_1ch_applicable(s) ? conv2d_backward_weight_1ch_scratch_floats(s, ex)
                                          : std::size_t(0)}),
       std::size_t(0));
@@ -119,6 +131,9 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
         break;
       case ConvPath::OneChannel:
         conv2d_backward_weight_1ch_cuda(s, x, dy, dw, db, scratch, ex);
+        break;
+      case ConvPath::Wgmma:
+        conv2d_backward_weight_wgmma(s, x, dy, dw, db, scratch, ex);  // throws its reason
         break;
     }
   });

@@ -57,9 +57,10 @@ DepthwiseTiling depthwise_tiling(const Conv2dGroupedShape& s, int max_rows, int6
 
 namespace {
 void check_algo(Algo algo) {
-  CNN_CHECK(algo != Algo::Igemm,
-            "conv2d: algo igemm is not implemented for grouped or dilated convolutions; "
-            "expected naive, tiled, fast or auto");
+  CNN_CHECK(algo != Algo::Igemm && algo != Algo::Wgmma,
+            "conv2d: algo {} is not implemented for grouped or dilated convolutions; "
+            "expected naive, tiled, fast or auto",
+            algo_name(algo));
 }
 }  // namespace
 
