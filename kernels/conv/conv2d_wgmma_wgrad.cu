@@ -214,6 +214,7 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
         cp_async_mbarrier_arrive_noinc(full(s));
       }
     }
+    cp_async_wait_all();  // no thread leaves with copies into shared memory still in flight
     return;
   }
 
