@@ -4,10 +4,12 @@
 //   OneTileExact        one image, one k-tile, small-integer inputs (exact in TF32): descriptors,
 //                       swizzle, fragment layout; the first wrong (oc, j) is printed.
 //   AwkwardShapes       C in {1, 3, 17, 64}, OC in {5, 64, 96, 130}, 1x1 / 3x3 / 5x5 / 7x7,
-//                       stride 1 / 2, padding 0..3, OH*OW a multiple of 4 (dy by TMA) and not
-//                       (gathered), batch 1 and 3, OH*OW < 32 and not a multiple of 32, db and
-//                       none; accumulation into a nonzero dw/db; exact on integers, then random.
-//   LoadersBitwise      deterministic mode, the same inputs through TMA and the gather for dy,
+//                       stride 1 / 2, padding 0..3, OH*OW a multiple of 4 and >= 32 (k-tiles
+//                       per image, dy by TMA) and not (k-tiles packed across images, dy
+//                       gathered), batch 1 and 3, OH*OW not a multiple of 32, db and none;
+//                       accumulation into a nonzero dw/db; exact on integers, then random.
+//   LoadersBitwise      deterministic mode, the same inputs through TMA and the gather for dy
+//                       (per-image k-tiles; a packed shape too),
 //                       and through the async (noinc arrive + consumer fence) and the sync
 //                       (wait, fence, arrive) hand-over: bitwise equal outputs; a dy shifted off
 //                       16-byte alignment falls back to the gather and stays correct.
@@ -237,17 +239,18 @@ TEST(GpuConvWgmmaWgrad, AwkwardShapes) {
   };
   const WgCase cases[] = {
       {conv(1, 1, 8, 8, 5, 1, 1, 0), true},       // 1x1, C = 1, OH*OW = 64: TMA
-      {conv(3, 3, 17, 13, 64, 3, 1, 1), true},    // OH*OW = 221: gathered dy, batch 3
+      {conv(3, 3, 17, 13, 64, 3, 1, 1), true},    // OH*OW = 221: packed, gathered dy
       {conv(1, 17, 20, 20, 96, 5, 1, 2), false},  // BM 128 with 32 empty rows, 5x5
       {conv(3, 64, 16, 16, 130, 3, 1, 1), true},  // two row tiles, 5 column tiles + db
       {conv(2, 3, 40, 36, 64, 7, 2, 3), true},    // a 7x7 stride-2 stem, OH*OW = 360
-      {conv(3, 17, 11, 9, 5, 3, 2, 0), true},     // stride 2, OH*OW = 20 < 32
+      {conv(3, 17, 11, 9, 5, 3, 2, 0), true},     // stride 2, OH*OW = 20 < 32: packed
       {conv(1, 64, 9, 11, 96, 1, 1, 0), true},    // 1x1, OH*OW = 99: gathered
       {conv(2, 1, 23, 29, 130, 5, 2, 3), false},  // C = 1, padding 3, OH*OW = 208
       {conv(1, 64, 32, 32, 64, 3, 1, 1), true},   // a VGG layer at batch 1: 32 k-tiles
       {conv(3, 3, 7, 7, 130, 7, 1, 3), true},     // 7x7, OH*OW = 49: gathered, ragged k-tile
       {conv(2, 17, 6, 6, 64, 5, 1, 3), true},     // padding 3 > k / 2: all-padding taps
-      {conv(3, 64, 8, 8, 64, 3, 2, 1), false},    // OH*OW = 16: half-empty k-tiles
+      {conv(3, 64, 8, 8, 64, 3, 2, 1), false},    // OH*OW = 16: packed, 3 images a k-tile
+      {conv(5, 64, 2, 2, 130, 3, 1, 1), true},    // OH*OW = 4: packed, 8 images a k-tile
   };
   for (const WgCase& c : cases)
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {

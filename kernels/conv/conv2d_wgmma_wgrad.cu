@@ -1,17 +1,24 @@
 // Weight gradient on Hopper wgmma (see conv2d_wgmma_wgrad.h): C (M = OC, N = C*KH*KW [+1]) +=
-// A (M, K) B (K, N), K = the pixels of all images, k-tiles of 32 pixels that never cross an image
-// (each image's OH*OW pixels padded with zeros to a multiple of 32), so a k-tile is one image's
-// pixels [p0, p0 + 32).
-//   A[oc][k] = dy[n][oc][p]: K-contiguous. TMA with a 3-D tensor map (OH*OW, OC, N), boxes
-//     (32 pixels, BM rows, 1 image), 128-byte swizzle, zero fill past OH*OW and OC, when OH*OW is
-//     a multiple of 4 and dy is 16-byte aligned (TMA's stride rule); else gathered like B.
+// A (M, K) B (K, N), K = the pixels of all images, in k-tiles of 32 pixels. Two ways to cut K:
+//   per image (OH*OW a multiple of 4 and >= 32): k-tiles never cross an image (each image's
+//     OH*OW pixels padded with zeros to a multiple of 32), a k-tile is one image's pixels
+//     [p0, p0 + 32), and dy can come by TMA;
+//   packed (OH*OW not a multiple of 4, or < 32): k-tiles run over the N*OH*OW pixels of the
+//     batch as one sequence, crossing images, both operands gathered. dy would be gathered there
+//     anyway (TMA's stride rule), and for small images the per-image padding would waste most of
+//     a k-tile (OH*OW = 16: half, 4: seven eighths) in both the gather and the tensor cores.
+//   The choice depends on the shape alone, so the split and the scratch size do too.
+//   A[oc][k] = dy[n][oc][p]: K-contiguous. Per image and dy 16-byte aligned: TMA with a 3-D
+//     tensor map (OH*OW, OC, N), boxes (32 pixels, BM rows, 1 image), 128-byte swizzle, zero fill
+//     past OH*OW and OC; else gathered like B (lanes = consecutive pixels, 4-byte cp.async).
 //   B^T[j][k] = x[n][c][oy*sh - ph + kh][ox*sw - pw + kw] for column j = (c, kh, kw): the im2col
 //     gather, by the producer warpgroup with 4-byte cp.async (zero fill for padding and pixels past
 //     OH*OW) straight into the K-major 128-byte-swizzled layout wgmma reads: a warp copies 32
 //     consecutive pixels (lanes) of one column j, i.e. 32 consecutive floats of a row of x for
 //     stride 1, 128 contiguous bytes of one swizzled shared-memory row.
 //   Column j = C*KH*KW is the bias gradient when db is given: a row of ones in every stage, written
-//     once (A is zero past OH*OW, so the ones there add nothing); columns past it are zero rows.
+//     once (A is zero for pixels that do not exist, so the ones there add nothing); columns past
+//     it are zero rows.
 // One block: one BM x 128 tile of C over its split's k-tiles; a producer warpgroup and BM / 64
 // consumer warpgroups, each 4 wgmma.m64n128k8 per 32-pixel stage on its 64 rows; a ring of 4
 // stages on full/empty mbarriers as in gemm_wgmma.cu.
@@ -90,8 +97,10 @@ struct WgradParams {
   int64_t chw;  // floats per image of x
   int ckhw;     // C*KH*KW
   int ncols;    // ckhw (+1 with db)
-  int kt_img;   // k-tiles per image, ceil(OH*OW / 32)
-  int ktiles;   // N * kt_img
+  int npix;     // N*OH*OW
+  bool packed;  // k-tiles over all pixels of the batch, else per image (file comment)
+  int kt_img;   // per image: k-tiles per image, ceil(OH*OW / 32)
+  int ktiles;   // packed: ceil(npix / 32); per image: N * kt_img
   int splits;
   int64_t slots;  // scratch floats per split: OC*ckhw + OC
 };
@@ -102,9 +111,9 @@ struct WgradParams {
 
 // Thread mapping: see the file comment. Grid (tiles_n, splits, tiles_m): block (x, z) owns C rows
 // [BM z, +BM) x columns [128 x, +128), split y its k-tiles [y T / splits, (y + 1) T / splits).
-// Producer (warpgroup 0): lane l of warp w copies pixel p0 + l of tile rows j = w + 4 i. Consumer
-// warpgroup g (1..BM/64): rows [64 (g - 1), +64), the wgmma fragment layout (wgmma_ptx.cuh), and
-// each thread adds its own fragment elements to dw/db in the epilogue.
+// Producer (warpgroup 0): lane l of warp w copies pixel l of the k-tile into rows j = w + 4 i.
+// Consumer warpgroup g (1..BM/64): rows [64 (g - 1), +64), the wgmma fragment layout
+// (wgmma_ptx.cuh), and each thread adds its own fragment elements to dw/db in the epilogue.
 template <int kBM, bool kTmaA, bool kSync>
 __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks)
     wgrad_wgmma_kernel(const __grid_constant__ CUtensorMap map_dy,
@@ -169,16 +178,26 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
       const int s = i % kStages;
       if (i >= kStages) mbar_wait(empty(s), ((i / kStages) - 1) & 1);
       const int t = kt_begin + i;
-      const int img = t / p.kt_img;
-      const int p0 = (t - img * p.kt_img) * kBK;
-      if constexpr (kTmaA) {
-        if (tid == 0) {
-          mbar_arrive_expect_tx(full(s), P::kATileBytes);
-          tma_load_3d(tile_a(s), &map_dy, p0, m0, img, full(s));
+      // This lane's pixel: image img, pixel pix of it, pv when it exists.
+      int img, pix;
+      bool pv;
+      if (p.packed) {
+        const int k = t * kBK + lane;
+        pv = k < p.npix;
+        img = k / p.ohw;
+        pix = k - img * p.ohw;
+      } else {
+        img = t / p.kt_img;
+        const int p0 = (t - img * p.kt_img) * kBK;
+        pix = p0 + lane;
+        pv = pix < p.ohw;
+        if constexpr (kTmaA) {
+          if (tid == 0) {
+            mbar_arrive_expect_tx(full(s), P::kATileBytes);
+            tma_load_3d(tile_a(s), &map_dy, p0, m0, img, full(s));
+          }
         }
       }
-      const int pix = p0 + lane;
-      const bool pv = pix < p.ohw;
       const int oy = pix / p.ow, ox = pix - oy * p.ow;
       const int iy0 = oy * p.sh - p.ph, ix0 = ox * p.sw - p.pw;
       const int64_t win = int64_t(img) * p.chw + int64_t(iy0) * p.w + ix0;  // may be < 0
@@ -296,6 +315,7 @@ __global__ void wgrad_wgmma_reduce(const float* __restrict__ d_scratch, int spli
 struct Geometry {
   int bm = 64;
   int64_t ohw = 0, kt_img = 0, ktiles = 0, tiles_m = 0, tiles_n = 0;
+  bool packed = false;
   int splits = 1;
 };
 
@@ -306,7 +326,8 @@ Geometry geometry_of(const Conv2dShape& s) {
   g.bm = s.oc <= 64 ? 64 : 128;
   g.ohw = int64_t{s.oh()} * s.ow();
   g.kt_img = ceil_div<int64_t>(g.ohw, kBK);
-  g.ktiles = int64_t{s.n} * g.kt_img;
+  g.packed = g.ohw % 4 != 0 || g.ohw < kBK;
+  g.ktiles = g.packed ? ceil_div<int64_t>(int64_t{s.n} * g.ohw, kBK) : int64_t{s.n} * g.kt_img;
   g.tiles_m = ceil_div<int64_t>(s.oc, g.bm);
   g.tiles_n = ceil_div<int64_t>(int64_t{s.c} * s.kh * s.kw + 1, kBN);
   const int64_t target = int64_t{kSms} * (g.bm == 64 ? WgPlan<64>::kMinBlocks : 1);
@@ -438,13 +459,14 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
   p.chw = int64_t{s.c} * s.h * s.w;
   p.ckhw = s.c * p.khw;
   p.ncols = p.ckhw + (d_db ? 1 : 0);
+  p.npix = static_cast<int>(int64_t{s.n} * g.ohw);
+  p.packed = g.packed;
   p.kt_img = static_cast<int>(g.kt_img);
   p.ktiles = static_cast<int>(g.ktiles);
   p.splits = g.splits;
   p.slots = int64_t{s.oc} * p.ckhw + s.oc;
 
-  const bool tma =
-      !opt.force_gather && p.ohw % 4 == 0 && reinterpret_cast<uintptr_t>(d_dy) % 16 == 0;
+  const bool tma = !opt.force_gather && !g.packed && reinterpret_cast<uintptr_t>(d_dy) % 16 == 0;
   const bool sync =
       opt.copies == WgmmaWgradOptions::Copies::Sync ||
       (opt.copies == WgmmaWgradOptions::Copies::Default && process_env_switches().wgmma_wgrad_sync);
