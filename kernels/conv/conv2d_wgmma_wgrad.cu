@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
       // This lane's pixel: image img, pixel pix of it, pv when it exists.
       int img, pix;
       bool pv;
-      if (p.packed) {
+      if (!kTmaA && p.packed) {  // the host never pairs packed k-tiles with TMA
         const int k = t * kBK + lane;
         pv = k < p.npix;
         img = k / p.ohw;
