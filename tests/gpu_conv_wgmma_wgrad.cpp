@@ -207,7 +207,9 @@ void check(const Problem& p, const Output& o, const std::string& what) {
               static_cast<long long>(bad), frob, first.empty() ? "" : ", first ", first.c_str());
   EXPECT_EQ(bad, 0) << what << ": " << first;
   EXPECT_LE(frob, 4e-3) << what;
-  if (p.fill == Fill::SmallInt) EXPECT_EQ(wrong, 0) << "integers are exact in TF32; " << first;
+  if (p.fill == Fill::SmallInt) {
+    EXPECT_EQ(wrong, 0) << "integers are exact in TF32; " << first;
+  }
 }
 
 bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
