@@ -17,6 +17,7 @@
 //                       pixels) and agrees with the atomic mode within the tolerance.
 //   Dispatch            conv2d_backward_weight with Algo::Wgmma: runs (H200) or refuses naming
 //                       why; FP32 refused; forward / backward_data / grouped refuse wgmma.
+//   AlgoNameAndRefusals "wgmma" parses; linear and grouped conv refuse it (no device needed).
 //
 // TF32 tolerance (as tests/gpu_gemm_wgmma.cpp derives it): the tensor cores read the top 19 bits
 // of each operand (relative error below 2^-10 each, so below 2^-9 + 2^-20 per product), FP32
@@ -38,6 +39,7 @@
 
 #include "kernels/conv/conv2d.h"
 #include "kernels/conv/conv2d_grouped.h"
+#include "kernels/gemm/linear.h"
 #include "runtime/error.h"
 #include "runtime/exec.h"
 #include "runtime/tensor.h"
@@ -52,9 +54,32 @@ using namespace cnn;
 
 namespace {
 
-TEST(GpuConvWgmmaWgrad, AlgoName) {
+// Runs without a device: the name parses, and the ops without a wgmma kernel refuse it.
+TEST(GpuConvWgmmaWgrad, AlgoNameAndRefusals) {
   EXPECT_EQ(parse_algo("wgmma"), Algo::Wgmma);
   EXPECT_STREQ(algo_name(Algo::Wgmma), "wgmma");
+  const Exec cpu;
+  LinearShape ls;
+  ls.n = 2;
+  ls.in = 3;
+  ls.out = 4;
+  std::vector<float> x(6, 1.f), w(12, 1.f), y(8), dx(6), dw(12);
+  EXPECT_THROW(linear_forward(ls, x.data(), w.data(), nullptr, y.data(), false, Algo::Wgmma, cpu),
+               Error);
+  EXPECT_THROW(linear_backward_data(ls, y.data(), w.data(), dx.data(), Algo::Wgmma, cpu), Error);
+  EXPECT_THROW(
+      linear_backward_weight(ls, x.data(), y.data(), dw.data(), nullptr, nullptr, Algo::Wgmma, cpu),
+      Error);
+  Conv2dGroupedShape g;
+  g.n = 1;
+  g.c = 2;
+  g.h = g.w = 4;
+  g.oc = 2;
+  g.groups = 2;
+  std::vector<float> gx(32, 1.f), gw(2, 1.f), gy(32);
+  EXPECT_THROW(
+      conv2d_grouped_forward(g, gx.data(), gw.data(), nullptr, gy.data(), false, Algo::Wgmma, cpu),
+      Error);
 }
 
 #ifdef CNN_HAVE_CUDA

@@ -24,6 +24,13 @@ bool use_tiled(Algo algo) {
   return algo != Algo::Naive && algo != Algo::Tiled;
 }
 
+// wgmma names the Hopper convolution kernels; the linear layer's GEMM picks its own path
+// (CNN_GEMM_PATH), so it refuses the name instead of running another variant under it.
+void check_algo(const char* op, Algo algo) {
+  CNN_CHECK(algo != Algo::Wgmma,
+            "{}: algo wgmma is for convolutions; expected naive, tiled, igemm, fast or auto", op);
+}
+
 }  // namespace
 
 void check_linear_shape(const LinearShape& s) {
@@ -41,6 +48,7 @@ void linear_forward(const LinearShape& s, const float* x, const float* w, const 
                     bool relu, Algo algo, const Exec& ex) {
   check_linear_shape(s);
   CNN_CHECK(x && w && y, "linear_forward: x, w and y must not be null");
+  check_algo("linear_forward", algo);
   const bool tiled = use_tiled(algo);
   if (ex.device == Device::CPU) {
     if (algo == Algo::Naive) return linear_forward_cpu(s, x, w, b, y, relu);
@@ -58,6 +66,7 @@ void linear_backward_data(const LinearShape& s, const float* dy, const float* w,
                           Algo algo, const Exec& ex) {
   check_linear_shape(s);
   CNN_CHECK(dy && w && dx, "linear_backward_data: dy, w and dx must not be null");
+  check_algo("linear_backward_data", algo);
   const bool tiled = use_tiled(algo);
   if (ex.device == Device::CPU) {
     if (algo == Algo::Naive) return linear_backward_data_cpu(s, dy, w, dx);
@@ -81,6 +90,7 @@ void linear_backward_weight(const LinearShape& s, const float* x, const float* d
                             float* db, float* scratch, Algo algo, const Exec& ex) {
   check_linear_shape(s);
   CNN_CHECK(x && dy && dw, "linear_backward_weight: x, dy and dw must not be null");
+  check_algo("linear_backward_weight", algo);
   CNN_CHECK(!db || scratch || linear_backward_weight_scratch_floats(s, ex) == 0,
             "linear_backward_weight: deterministic mode needs a scratch buffer of {} floats",
             linear_backward_weight_scratch_floats(s, ex));
