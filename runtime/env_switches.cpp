@@ -100,6 +100,15 @@ EnvSwitches read_env_switches() {
     else
       CNN_FAIL("CNN_WGMMA_CONV_BN='{}': expected 64, 128 or auto", s);
   }
+  if (const char* v = get("CNN_WGMMA_WGRAD")) {
+    const std::string s(v);
+    if (s == "async")
+      e.wgmma_wgrad_sync = false;
+    else if (s == "sync")
+      e.wgmma_wgrad_sync = true;
+    else
+      CNN_FAIL("CNN_WGMMA_WGRAD='{}': expected async or sync", s);
+  }
   e.conv_generic = off_unless_set("CNN_CONV_GENERIC");
   if (const char* v = get("CNN_CPU_ISA")) {
     const std::string s(v);
@@ -153,6 +162,9 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "how the wgmma convolution gathers im2col (async: cp.async + mbarrier; waitgroup: "
        "cp.async groups; sync: loads and stores)"},
       {"CNN_WGMMA_CONV_BN", "64|128|auto", "the wgmma convolution's block tile width"},
+      {"CNN_WGMMA_WGRAD", "async|sync",
+       "how the wgmma conv weight gradient hands its cp.async copies to the tensor cores (sync: "
+       "each producer thread waits for its copies, then arrives)"},
       {"CNN_CONV_GENERIC", "1", "implicit-GEMM conv gradients on the generic main loop"},
       {"CNN_CPU_ISA", "scalar|avx2|avx512", "cap the CPU kernels' instruction set"},
       {"CNN_CPU_THREADS", "1..256", "threads of the CPU kernels (default: the cores, at most 16)"},

@@ -45,7 +45,11 @@ struct EnvSwitches {
   // producer fills its stages (kernels/conv/conv2d_wgmma.h, WgmmaConvGather).
   WgmmaConvGatherSwitch wgmma_conv_gather = WgmmaConvGatherSwitch::Async;
   int wgmma_conv_block_n = 0;  // CNN_WGMMA_CONV_BN=64|128|auto: its block tile width (0: auto)
-  bool conv_generic = false;   // CNN_CONV_GENERIC=1: generic implicit-GEMM conv gradients
+  // CNN_WGMMA_WGRAD=async (default) | sync: the wgmma conv weight gradient's producer hands its
+  // cp.async copies over by cp.async.mbarrier.arrive (async) or waits for them, fences and
+  // arrives (sync), to bisect a wrong answer.
+  bool wgmma_wgrad_sync = false;
+  bool conv_generic = false;  // CNN_CONV_GENERIC=1: generic implicit-GEMM conv gradients
   CpuIsaSwitch cpu_isa = CpuIsaSwitch::Best;  // CNN_CPU_ISA=scalar|avx2|avx512
   int cpu_threads = 0;                        // CNN_CPU_THREADS=1..256 (0: the hardware's)
   bool sync_check = false;                    // CNN_SYNC_CHECK=1: synchronize after every launch

@@ -401,12 +401,14 @@ TEST(GpuConvWgmma, Refusals) {
   expect_refused(
       [&] { conv2d_backward_data(s2, d_y.data(), d_w.data(), d_x.data(), Algo::Wgmma, ex); },
       "input gradient stride 2");
+  ex.precision = Precision::FP32;
   expect_refused(
       [&] {
         conv2d_backward_weight(s, d_x.data(), d_y.data(), d_w.data(), d_db.data(), nullptr,
                                Algo::Wgmma, ex);
       },
-      "weight gradient");
+      "weight gradient fp32");
+  ex.precision = Precision::TF32;
   Conv2dGroupedShape g;
   g.n = 2, g.c = 8, g.h = 9, g.w = 9, g.oc = 16, g.kh = 3, g.kw = 3, g.pad_h = 1, g.pad_w = 1;
   g.groups = 2;

@@ -31,6 +31,7 @@ bool op_selected(const BenchOptions& opt, const std::string& op) {
 #include "kernels/conv/conv2d.h"
 #include "kernels/conv/conv2d_grouped.h"
 #include "kernels/conv/conv2d_wgmma.h"
+#include "kernels/conv/conv2d_wgmma_wgrad.h"
 #include "kernels/conv/conv_relu_pool.h"
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_wgmma.h"
@@ -614,6 +615,17 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
           };
           rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
         }
+      }
+      // The weight gradient on the Hopper wgmma kernel (split-K, dy by TMA, im2col by cp.async);
+      // through the conv2d API, so the same scratch and the same refusals.
+      if (pass == Pass::BackwardWeight && p == Precision::TF32 && conv2d_wgrad_wgmma_available()) {
+        Candidate c;
+        c.variant = "conv:wgmma";
+        c.launch = [&](int i) {
+          conv2d_backward_weight(s, d.f(i, a), d.f(i, b), d.f(i, out), nullptr,
+                                 scratch.empty() ? nullptr : scratch.data(), Algo::Wgmma, ex);
+        };
+        rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
       }
     }
   }

@@ -2,9 +2,10 @@
 // CPU: naive = the reference loops, anything else = im2col + packed GEMM (conv2d_cpu_fast).
 // CUDA: naive / tiled = the direct kernels of conv2d.cu; igemm = implicit GEMM (FP32 FFMA, or
 // TF32 mma.sync when ex.precision is tf32); fast / auto = the single-input-channel kernels where
-// C == 1 (conv1), implicit GEMM elsewhere; wgmma = the Hopper wgmma kernels (conv2d_wgmma.h) for
-// the forward and the stride-1 input gradient at TF32, refused (cnn::Error, so that autotune
-// leaves it out) wherever they cannot run.
+// C == 1 (conv1), implicit GEMM elsewhere; wgmma = the Hopper wgmma kernels at TF32: the
+// forward and the stride-1 input gradient (conv2d_wgmma.h), the weight gradient
+// (conv2d_wgmma_wgrad.h); refused (cnn::Error, so that autotune leaves it out) wherever they
+// cannot run.
 #include "kernels/conv/conv2d.h"
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "kernels/conv/conv2d_cuda.h"
 #include "kernels/conv/conv2d_igemm.h"
 #include "kernels/conv/conv2d_wgmma.h"
+#include "kernels/conv/conv2d_wgmma_wgrad.h"
 #include "kernels/conv/conv_window_check.h"
 #include "runtime/dispatch.h"
 #include "runtime/error.h"
@@ -111,6 +113,7 @@ std::size_t conv2d_backward_weight_scratch_floats(const Conv2dShape& s, const Ex
   return CNN_CUDA_VALUE(
       std::max({conv2d_backward_weight_scratch_floats_cuda(s, ex.deterministic),
                 conv2d_backward_weight_igemm_scratch_floats(s, ex),
+                conv2d_wgrad_wgmma_scratch_floats(s, ex),
                 conv2d_1ch_applicable(s) ? conv2d_backward_weight_1ch_scratch_floats(s, ex)
                                          : std::size_t(0)}),
       std::size_t(0));
@@ -128,9 +131,6 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
     return;
   }
   CNN_CUDA_BRANCH("conv2d_backward_weight", {
-    CNN_CHECK(algo != Algo::Wgmma,
-              "conv2d_backward_weight: algo wgmma has no weight-gradient kernel; expected igemm, "
-              "fast or auto");
     const std::size_t need = conv2d_backward_weight_scratch_floats(s, ex);
     CNN_CHECK(scratch || need == 0,
               "conv2d_backward_weight: deterministic mode needs a scratch buffer of {} floats "
@@ -146,7 +146,8 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
       case ConvPath::OneChannel:
         conv2d_backward_weight_1ch_cuda(s, x, dy, dw, db, scratch, ex);
         break;
-      case ConvPath::Wgmma:  // refused above
+      case ConvPath::Wgmma:
+        conv2d_backward_weight_wgmma(s, x, dy, dw, db, scratch, ex);  // throws its reason
         break;
     }
   });

@@ -24,13 +24,11 @@ bool use_tiled(Algo algo) {
   return algo != Algo::Naive && algo != Algo::Tiled;
 }
 
-// The wgmma variant is a convolution kernel (conv2d_wgmma.h); the linear layers' TF32 GEMM picks
-// the wgmma GEMM itself (gemm_cuda, Auto path) where it pays.
-[[maybe_unused]] void refuse_wgmma(const char* op, Algo algo) {
+// wgmma names the Hopper convolution kernels; the linear layer's GEMM picks its own path
+// (CNN_GEMM_PATH), so it refuses the name instead of running another variant under it.
+void check_algo(const char* op, Algo algo) {
   CNN_CHECK(algo != Algo::Wgmma,
-            "{}: algo wgmma is a convolution kernel; linear layers take naive, tiled, igemm, fast "
-            "or auto (CNN_ALGO_CONV=wgmma sets the convolutions only)",
-            op);
+            "{}: algo wgmma is for convolutions; expected naive, tiled, igemm, fast or auto", op);
 }
 
 }  // namespace
@@ -50,13 +48,13 @@ void linear_forward(const LinearShape& s, const float* x, const float* w, const 
                     bool relu, Algo algo, const Exec& ex) {
   check_linear_shape(s);
   CNN_CHECK(x && w && y, "linear_forward: x, w and y must not be null");
+  check_algo("linear_forward", algo);
   const bool tiled = use_tiled(algo);
   if (ex.device == Device::CPU) {
     if (algo == Algo::Naive) return linear_forward_cpu(s, x, w, b, y, relu);
     return linear_forward_cpu_fast(s, x, w, b, y, relu);
   }
   CNN_CUDA_BRANCH("linear_forward", {
-    refuse_wgmma("linear_forward", algo);
     if (use_gemm_cuda(algo))
       return gemm_cuda(false, true, s.n, s.out, s.in, 1.f, x, s.in, w, s.in, 0.f, y, s.out, b, relu,
                        ex.precision, ex.stream);
@@ -68,13 +66,13 @@ void linear_backward_data(const LinearShape& s, const float* dy, const float* w,
                           Algo algo, const Exec& ex) {
   check_linear_shape(s);
   CNN_CHECK(dy && w && dx, "linear_backward_data: dy, w and dx must not be null");
+  check_algo("linear_backward_data", algo);
   const bool tiled = use_tiled(algo);
   if (ex.device == Device::CPU) {
     if (algo == Algo::Naive) return linear_backward_data_cpu(s, dy, w, dx);
     return linear_backward_data_cpu_fast(s, dy, w, dx);
   }
   CNN_CUDA_BRANCH("linear_backward_data", {
-    refuse_wgmma("linear_backward_data", algo);
     if (use_gemm_cuda(algo))
       return gemm_cuda(false, false, s.n, s.in, s.out, 1.f, dy, s.out, w, s.in, 0.f, dx, s.in,
                        nullptr, false, ex.precision, ex.stream);
@@ -92,6 +90,7 @@ void linear_backward_weight(const LinearShape& s, const float* x, const float* d
                             float* db, float* scratch, Algo algo, const Exec& ex) {
   check_linear_shape(s);
   CNN_CHECK(x && dy && dw, "linear_backward_weight: x, dy and dw must not be null");
+  check_algo("linear_backward_weight", algo);
   CNN_CHECK(!db || scratch || linear_backward_weight_scratch_floats(s, ex) == 0,
             "linear_backward_weight: deterministic mode needs a scratch buffer of {} floats",
             linear_backward_weight_scratch_floats(s, ex));
@@ -101,7 +100,6 @@ void linear_backward_weight(const LinearShape& s, const float* x, const float* d
     return linear_backward_weight_cpu_fast(s, x, dy, dw, db);
   }
   CNN_CUDA_BRANCH("linear_backward_weight", {
-    refuse_wgmma("linear_backward_weight", algo);
     if (use_gemm_cuda(algo)) {
       gemm_cuda(true, false, s.out, s.in, s.n, 1.f, dy, s.out, x, s.in, 1.f, dw, s.in, nullptr,
                 false, ex.precision, ex.stream);

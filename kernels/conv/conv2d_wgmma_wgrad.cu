@@ -1,0 +1,491 @@
+// Weight gradient on Hopper wgmma (see conv2d_wgmma_wgrad.h): C (M = OC, N = C*KH*KW [+1]) +=
+// A (M, K) B (K, N), K = the pixels of all images, in k-tiles of 32 pixels. Two ways to cut K:
+//   per image (OH*OW a multiple of 4 and >= 32): k-tiles never cross an image (each image's
+//     OH*OW pixels padded with zeros to a multiple of 32), a k-tile is one image's pixels
+//     [p0, p0 + 32), and dy can come by TMA;
+//   packed (OH*OW not a multiple of 4, or < 32): k-tiles run over the N*OH*OW pixels of the
+//     batch as one sequence, crossing images, both operands gathered. dy would be gathered there
+//     anyway (TMA's stride rule), and for small images the per-image padding would waste most of
+//     a k-tile (OH*OW = 16: half, 4: seven eighths) in both the gather and the tensor cores.
+//   The choice depends on the shape alone, so the split and the scratch size do too.
+//   A[oc][k] = dy[n][oc][p]: K-contiguous. Per image and dy 16-byte aligned: TMA with a 3-D
+//     tensor map (OH*OW, OC, N), boxes (32 pixels, BM rows, 1 image), 128-byte swizzle, zero fill
+//     past OH*OW and OC; else gathered like B (lanes = consecutive pixels, 4-byte cp.async).
+//   B^T[j][k] = x[n][c][oy*sh - ph + kh][ox*sw - pw + kw] for column j = (c, kh, kw): the im2col
+//     gather, by the producer warpgroup with 4-byte cp.async (zero fill for padding and pixels past
+//     OH*OW) straight into the K-major 128-byte-swizzled layout wgmma reads: a warp copies 32
+//     consecutive pixels (lanes) of one column j, i.e. 32 consecutive floats of a row of x for
+//     stride 1, 128 contiguous bytes of one swizzled shared-memory row.
+//   Column j = C*KH*KW is the bias gradient when db is given: a row of ones in every stage, written
+//     once (A is zero for pixels that do not exist, so the ones there add nothing); columns past
+//     it are zero rows.
+// One block: one BM x 128 tile of C over its split's k-tiles; a producer warpgroup and BM / 64
+// consumer warpgroups, each 4 wgmma.m64n128k8 per 32-pixel stage on its 64 rows; a ring of 4
+// stages on full/empty mbarriers as in gemm_wgmma.cu.
+//
+// Tile: BM = 64 (one consumer warpgroup, 256 threads, 2 blocks per SM) when OC <= 64, else 128
+// (two consumer warpgroups, 384 threads, 1 block per SM). A 128-row tile for OC = 64 would gather
+// the same B for half a tile of zero rows: the B gather (32 cp.async per producer thread and
+// stage) is the producer's whole cost, and the 64-row tile keeps it at 128 columns for 64 useful
+// rows, while two resident blocks per SM keep two producers and two consumers busy.
+//
+// Why the consumers fence: cp.async writes shared memory through the generic proxy, and wgmma
+// reads its operands through the async proxy; the PTX memory model orders the two only across a
+// proxy fence (fence.proxy.async), and the producer cannot execute one after its copies land
+// without waiting for them (cp.async.mbarrier.arrive completes later, on its own). So each
+// consumer thread, once its mbarrier wait has made the copies visible to it (the arrive-on has
+// release semantics, the wait acquire), executes fence.proxy.async.shared::cta before its wgmmas
+// of that stage. (CUTLASS's cp.async warp-specialized sm90 mainloop issues no fence at all; the
+// fence costs a few cycles per stage and makes the ordering the one the model documents.) The TMA
+// tile of A needs none: TMA writes through the async proxy. CNN_WGMMA_WGRAD=sync selects the
+// other documented form: each producer thread waits for its own copies (cp.async.wait_all),
+// fences, then arrives, as the wgmma GEMM's verified gather does.
+//
+// Split-K: ceil(132 * blocks per SM / tiles) splits (a constant, not a device query, so that the
+// deterministic scratch size depends on the shape alone), at least 4 k-tiles each. Partial tiles
+// go from the accumulator registers to dw/db by atomicAdd, or into scratch[split][slot]
+// (deterministic), summed in split order by wgrad_wgmma_reduce.
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "kernels/conv/conv2d_wgmma_wgrad.h"
+#include "kernels/gemm/gemm_wgmma.h"
+#include "kernels/gemm/wgmma_ptx.cuh"
+#include "runtime/cuda_check.h"
+#include "runtime/env_switches.h"
+#include "runtime/math_util.h"
+
+namespace cnn {
+namespace {
+
+using namespace wgmma;
+
+constexpr int kBK = 32;    // pixels per stage: one 128-byte swizzle row of fp32
+constexpr int kBN = 128;   // columns j per tile (B^T tile rows)
+constexpr int kSms = 132;  // an H200's SMs: the split target (see the file comment)
+constexpr int kMinKtilesPerSplit = 4;
+
+template <int kBM>
+struct WgPlan {
+  static constexpr int kConsumers = kBM / 64;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kMinBlocks = kBM == 64 ? 2 : 1;
+  static constexpr int kStages = 4;
+  static constexpr int kATileBytes = kBM * kBK * 4;
+  static constexpr int kBTileBytes = kBN * kBK * 4;
+  static constexpr int kStageBytes = kATileBytes + kBTileBytes;
+  static constexpr int kTableOffset = kStages * kStageBytes;  // int4 per tile column
+  static constexpr int kBarrierOffset = kTableOffset + kBN * 16;
+  static constexpr int kSmemBytes = 1024 + kBarrierOffset + 2 * kStages * 8;  // + alignment
+  static_assert(kATileBytes % 1024 == 0, "tiles must stay 1024-byte aligned for the swizzle");
+  static_assert(kMinBlocks * (kSmemBytes + 1024) <= 228 * 1024, "blocks per SM do not fit");
+};
+
+struct WgradParams {
+  const float* x;   // (N, C, H, W)
+  const float* dy;  // (N, OC, OH, OW)
+  float* dw;        // (OC, C*KH*KW), accumulated
+  float* db;        // (OC) or null, accumulated
+  float* scratch;   // deterministic: (splits, slots); else null
+  int oc, h, w, kh, kw, khw, sh, sw, ph, pw, ow;
+  int ohw, hw;
+  int64_t chw;  // floats per image of x
+  int ckhw;     // C*KH*KW
+  int ncols;    // ckhw (+1 with db)
+  int npix;     // N*OH*OW
+  bool packed;  // k-tiles over all pixels of the batch, else per image (file comment)
+  int kt_img;   // per image: k-tiles per image, ceil(OH*OW / 32)
+  int ktiles;   // packed: ceil(npix / 32); per image: N * kt_img
+  int splits;
+  int64_t slots;  // scratch floats per split: OC*ckhw + OC
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define CNN_WGMMA_WGRAD_DEVICE_CODE 1
+#endif
+
+// Thread mapping: see the file comment. Grid (tiles_n, splits, tiles_m): block (x, z) owns C rows
+// [BM z, +BM) x columns [128 x, +128), split y its k-tiles [y T / splits, (y + 1) T / splits).
+// Producer (warpgroup 0): lane l of warp w copies pixel l of the k-tile into rows j = w + 4 i.
+// Consumer warpgroup g (1..BM/64): rows [64 (g - 1), +64), the wgmma fragment layout
+// (wgmma_ptx.cuh), and each thread adds its own fragment elements to dw/db in the epilogue.
+template <int kBM, bool kTmaA, bool kSync>
+__global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks)
+    wgrad_wgmma_kernel(const __grid_constant__ CUtensorMap map_dy,
+                       const __grid_constant__ WgradParams p) {
+#ifdef CNN_WGMMA_WGRAD_DEVICE_CODE
+  using P = WgPlan<kBM>;
+  constexpr int kStages = P::kStages;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t raw = smem_addr(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  int4* const table = reinterpret_cast<int4*>(smem_raw + (base - raw) + P::kTableOffset);
+  const uint32_t bars = base + P::kBarrierOffset;  // full[kStages], empty[kStages]
+  auto full = [&](int s) { return bars + 8u * s; };
+  auto empty = [&](int s) { return bars + 8u * (kStages + s); };
+  auto tile_a = [&](int s) { return base + uint32_t(s) * P::kStageBytes; };
+  auto tile_b = [&](int s) { return tile_a(s) + uint32_t(P::kATileBytes); };
+
+  const int tid = threadIdx.x, lane = tid & 31, wg = tid / 128;
+  const int n0 = int(blockIdx.x) * kBN, split = int(blockIdx.y), m0 = int(blockIdx.z) * kBM;
+  const int kt_begin = int(int64_t(p.ktiles) * split / p.splits);
+  const int kt_end = int(int64_t(p.ktiles) * (split + 1) / p.splits);
+  const int nk = kt_end - kt_begin;
+
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      // The 128 producer threads' cp.async arrivals, plus thread 0's expect_tx arrival for TMA.
+      mbar_init(full(s), 128 + (kTmaA ? 1 : 0));
+      mbar_init(empty(s), 4 * P::kConsumers);  // lane 0 of each consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  // Column table: thread t < 128 decomposes column n0 + t once, {offset of tap (c, kh, kw) from
+  // the window origin in x, kh, kw, live}; a column past C*KH*KW gets its constant row (ones for
+  // db, else zeros) in every stage now, never copied again.
+  if (tid < kBN) {
+    const int j = n0 + tid;
+    int4 e = make_int4(0, 0, 0, 0);
+    if (j < p.ckhw) {
+      const int c = j / p.khw, rs = j - c * p.khw;
+      const int r = rs / p.kw, s = rs - r * p.kw;
+      e = make_int4(c * p.hw + r * p.w + s, r, s, 1);
+    } else {
+      const float v = j < p.ncols ? 1.f : 0.f;
+      for (int s = 0; s < kStages; ++s)
+        for (int q = 0; q < 8; ++q)
+          st_shared_v4(tile_b(s) + uint32_t(tid * 128 + q * 16), v, v, v, v);
+    }
+    table[tid] = e;
+  }
+  // Rows of a gathered A past OC stay zero (TMA zero-fills them itself).
+  if (!kTmaA && tid < kBM && m0 + tid >= p.oc)
+    for (int s = 0; s < kStages; ++s)
+      for (int q = 0; q < 8; ++q)
+        st_shared_v4(tile_a(s) + uint32_t(tid * 128 + q * 16), 0.f, 0.f, 0.f, 0.f);
+  fence_proxy_async();  // the constant rows above are read by wgmma (async proxy)
+  __syncthreads();
+
+  if (wg == 0) {
+    const int warp = tid >> 5;
+    const uint32_t lane_chunk = uint32_t(lane >> 2), lane_byte = uint32_t(lane & 3) * 4;
+    for (int i = 0; i < nk; ++i) {
+      const int s = i % kStages;
+      if (i >= kStages) mbar_wait(empty(s), ((i / kStages) - 1) & 1);
+      const int t = kt_begin + i;
+      // This lane's pixel: image img, pixel pix of it, pv when it exists.
+      int img, pix;
+      bool pv;
+      if (!kTmaA && p.packed) {  // the host never pairs packed k-tiles with TMA
+        const int k = t * kBK + lane;
+        pv = k < p.npix;
+        img = k / p.ohw;
+        pix = k - img * p.ohw;
+      } else {
+        img = t / p.kt_img;
+        const int p0 = (t - img * p.kt_img) * kBK;
+        pix = p0 + lane;
+        pv = pix < p.ohw;
+        if constexpr (kTmaA) {
+          if (tid == 0) {
+            mbar_arrive_expect_tx(full(s), P::kATileBytes);
+            tma_load_3d(tile_a(s), &map_dy, p0, m0, img, full(s));
+          }
+        }
+      }
+      const int oy = pix / p.ow, ox = pix - oy * p.ow;
+      const int iy0 = oy * p.sh - p.ph, ix0 = ox * p.sw - p.pw;
+      const int64_t win = int64_t(img) * p.chw + int64_t(iy0) * p.w + ix0;  // may be < 0
+      const uint32_t b_stage = tile_b(s);
+#pragma unroll 8
+      for (int rr = 0; rr < kBN / 4; ++rr) {
+        const int j = warp + 4 * rr;
+        const int4 e = table[j];
+        if (e.w == 0) continue;  // the same j for the whole warp
+        const int iy = iy0 + e.y, ix = ix0 + e.z;
+        const bool ok = pv && unsigned(iy) < unsigned(p.h) && unsigned(ix) < unsigned(p.w);
+        const uint32_t dst =
+            b_stage + uint32_t(j * 128) + ((lane_chunk ^ uint32_t(j & 7)) << 4) + lane_byte;
+        cp_async4_zfill(dst, p.x + (ok ? win + e.x : 0), ok ? 4u : 0u);
+      }
+      if constexpr (!kTmaA) {
+        const int64_t dy_pix = int64_t(img) * p.oc * p.ohw + pix;
+        const uint32_t a_stage = tile_a(s);
+#pragma unroll 8
+        for (int rr = 0; rr < kBM / 4; ++rr) {
+          const int m = warp + 4 * rr;
+          if (m0 + m >= p.oc) break;  // m ascends with rr
+          const uint32_t dst =
+              a_stage + uint32_t(m * 128) + ((lane_chunk ^ uint32_t(m & 7)) << 4) + lane_byte;
+          cp_async4_zfill(dst, p.dy + (pv ? dy_pix + int64_t(m0 + m) * p.ohw : 0), pv ? 4u : 0u);
+        }
+      }
+      if constexpr (kSync) {
+        cp_async_wait_all();
+        fence_proxy_async();
+        mbar_arrive(full(s));
+      } else {
+        cp_async_mbarrier_arrive_noinc(full(s));
+      }
+    }
+    cp_async_wait_all();  // no thread leaves with copies into shared memory still in flight
+    return;
+  }
+
+  // Consumer warpgroup wg: tile rows [64 (wg - 1), +64).
+  float acc[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+  const uint32_t a_off = uint32_t(wg - 1) * 64 * 128;  // 64 rows of 128 bytes
+  for (int i = 0; i < nk; ++i) {
+    const int s = i % kStages;
+    mbar_wait(full(s), (i / kStages) & 1);
+    if constexpr (!kSync) fence_proxy_async();  // the producer's cp.async writes (file comment)
+    const uint64_t da = sw128_desc(tile_a(s) + a_off), db = sw128_desc(tile_b(s));
+    wgmma_fence();
+    fence_acc(acc);
+#pragma unroll
+    for (int kk = 0; kk < kBK / 8; ++kk) wgmma_m64n128k8_tf32(acc, da + 2 * kk, db + 2 * kk);
+    wgmma_commit();
+    fence_acc(acc);
+    wgmma_wait<1>();  // the previous stage's products are done: release it
+    fence_acc(acc);
+    if (i > 0 && lane == 0) mbar_arrive(empty((i - 1) % kStages));
+  }
+  wgmma_wait<0>();
+  fence_acc(acc);
+
+  // acc[4 j + 2 h + e] = C[16 w + g + 8 h][8 j + 2 t4 + e] of this warpgroup's 64 rows.
+  const int w = (tid / 32) & 3, g = lane >> 2, t4 = lane & 3;
+  float* const slab = p.scratch ? p.scratch + int64_t(split) * p.slots : nullptr;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int oc = m0 + (wg - 1) * 64 + w * 16 + g + 8 * h;
+    if (oc >= p.oc) continue;
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = n0 + 8 * j + 2 * t4 + e;
+        const float v = acc[4 * j + 2 * h + e];
+        if (col < p.ckhw) {
+          const int64_t slot = int64_t(oc) * p.ckhw + col;
+          if (slab)
+            slab[slot] = v;
+          else
+            atomicAdd(p.dw + slot, v);
+        } else if (col < p.ncols) {
+          if (slab)
+            slab[int64_t(p.oc) * p.ckhw + oc] = v;
+          else
+            atomicAdd(p.db + oc, v);
+        }
+      }
+  }
+#else
+  (void)map_dy;
+  (void)p;
+#if defined(__CUDA_ARCH__)
+  __trap();  // never dispatched: conv2d_wgrad_wgmma_available() is false without sm_90a
+#endif
+#endif
+}
+
+// Second stage of the deterministic path: target[i] += sum over splits of scratch[split][i], in
+// split order. Thread mapping: one slot per thread (grid-stride); slots < weight_slots are dw.
+__global__ void wgrad_wgmma_reduce(const float* __restrict__ d_scratch, int splits, int64_t slots,
+                                   int64_t weight_slots, int64_t used, float* __restrict__ d_dw,
+                                   float* __restrict__ d_db) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < used;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    float acc = 0.f;
+    for (int s = 0; s < splits; ++s) acc += d_scratch[int64_t(s) * slots + i];
+    if (i < weight_slots)
+      d_dw[i] += acc;
+    else
+      d_db[i - weight_slots] += acc;
+  }
+}
+
+struct Geometry {
+  int bm = 64;
+  int64_t ohw = 0, kt_img = 0, ktiles = 0, tiles_m = 0, tiles_n = 0;
+  bool packed = false;
+  int splits = 1;
+};
+
+// A function of the shape alone (the db column counted either way), so that the scratch size
+// does not depend on db or on the device.
+Geometry geometry_of(const Conv2dShape& s) {
+  Geometry g;
+  g.bm = s.oc <= 64 ? 64 : 128;
+  g.ohw = int64_t{s.oh()} * s.ow();
+  g.kt_img = ceil_div<int64_t>(g.ohw, kBK);
+  g.packed = g.ohw % 4 != 0 || g.ohw < kBK;
+  g.ktiles = g.packed ? ceil_div<int64_t>(int64_t{s.n} * g.ohw, kBK) : int64_t{s.n} * g.kt_img;
+  g.tiles_m = ceil_div<int64_t>(s.oc, g.bm);
+  g.tiles_n = ceil_div<int64_t>(int64_t{s.c} * s.kh * s.kw + 1, kBN);
+  const int64_t target = int64_t{kSms} * (g.bm == 64 ? WgPlan<64>::kMinBlocks : 1);
+  int64_t splits = std::max<int64_t>(1, target / (g.tiles_m * g.tiles_n));
+  splits = std::min(splits, std::max<int64_t>(1, g.ktiles / kMinKtilesPerSplit));
+  g.splits = static_cast<int>(std::min<int64_t>(splits, 65535));
+  return g;
+}
+
+// The sizes the kernel's 32-bit index arithmetic and grid allow.
+bool within_limits(const Conv2dShape& s) {
+  const int64_t x = int64_t{s.n} * s.c * s.h * s.w;
+  const int64_t y = int64_t{s.n} * s.oc * s.oh() * s.ow();
+  const int64_t w = int64_t{s.oc} * s.c * s.kh * s.kw + s.oc;
+  const Geometry g = geometry_of(s);
+  return x <= INT_MAX && y <= INT_MAX && w <= INT_MAX && g.ktiles <= INT_MAX &&
+         g.tiles_m <= 65535 && g.tiles_n <= INT_MAX;
+}
+
+// dy as a 3-D tensor (OH*OW, OC, N), boxes (32, BM, 1), 128-byte swizzle, zero fill outside.
+CUtensorMap make_dy_map(const float* d_dy, const Conv2dShape& s, int ohw, int bm) {
+  CUtensorMap map{};
+  const cuuint64_t dims[3] = {cuuint64_t(ohw), cuuint64_t(s.oc), cuuint64_t(s.n)};
+  const cuuint64_t strides[2] = {cuuint64_t(ohw) * 4, cuuint64_t(ohw) * s.oc * 4};
+  const cuuint32_t box[3] = {kBK, cuuint32_t(bm), 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = tensor_map_encoder()(
+      &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(d_dy), dims, strides, box,
+      elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  CNN_CHECK(r == CUDA_SUCCESS,
+            "conv2d_backward_weight_wgmma: cuTensorMapEncodeTiled failed (error {}) for dy "
+            "(N, OC, OH*OW) = ({}, {}, {})",
+            int(r), s.n, s.oc, ohw);
+  return map;
+}
+
+template <int kBM, bool kTmaA, bool kSync>
+void launch(const CUtensorMap& map, const WgradParams& p, dim3 grid, cudaStream_t stream) {
+  using P = WgPlan<kBM>;
+  auto kernel = wgrad_wgmma_kernel<kBM, kTmaA, kSync>;
+  CNN_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, P::kSmemBytes));
+  kernel<<<grid, P::kThreads, P::kSmemBytes, stream>>>(map, p);
+  CNN_LAUNCH_CHECK("conv2d_backward_weight_wgmma");
+}
+
+template <int kBM>
+void launch_bm(bool tma, bool sync, const CUtensorMap& map, const WgradParams& p, dim3 grid,
+               cudaStream_t stream) {
+  if (tma && sync)
+    launch<kBM, true, true>(map, p, grid, stream);
+  else if (tma)
+    launch<kBM, true, false>(map, p, grid, stream);
+  else if (sync)
+    launch<kBM, false, true>(map, p, grid, stream);
+  else
+    launch<kBM, false, false>(map, p, grid, stream);
+}
+
+}  // namespace
+
+bool conv2d_wgrad_wgmma_available() {
+#ifdef CNN_WGMMA_SM90A
+  return gemm_wgmma_available();
+#else
+  return false;
+#endif
+}
+
+std::string conv2d_wgrad_wgmma_refusal(const Conv2dShape& s, const Exec& ex) {
+  if (ex.precision != Precision::TF32)
+    return fmt::format(
+        "conv2d_backward_weight: algo wgmma multiplies in TF32 only, the precision is {}; "
+        "expected precision tf32 (or another algo)",
+        precision_name(ex.precision));
+  if (!conv2d_wgrad_wgmma_available())
+    return "conv2d_backward_weight: algo wgmma needs a compute capability 9.0 GPU and a build "
+           "with CUDA architecture 90 (sm_90a)";
+  if (!within_limits(s))
+    return fmt::format(
+        "conv2d_backward_weight: algo wgmma: N={} C={} {}x{} OC={} {}x{} is over the kernel's "
+        "limits (tensors of at most 2^31-1 elements, OC tiles <= 65535)",
+        s.n, s.c, s.h, s.w, s.oc, s.kh, s.kw);
+  return {};
+}
+
+std::size_t conv2d_wgrad_wgmma_scratch_floats(const Conv2dShape& s, const Exec& ex) {
+  if (!ex.deterministic || !within_limits(s)) return 0;
+  return static_cast<std::size_t>(geometry_of(s).splits) *
+         static_cast<std::size_t>(int64_t{s.oc} * s.c * s.kh * s.kw + s.oc);
+}
+
+int conv2d_wgrad_wgmma_splits(const Conv2dShape& s) {
+  return geometry_of(s).splits;
+}
+
+void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const float* d_dy,
+                                  float* d_dw, float* d_db, float* d_scratch, const Exec& ex,
+                                  const WgmmaWgradOptions& opt) {
+  check_conv2d_shape(s);
+  const std::string refusal = conv2d_wgrad_wgmma_refusal(s, ex);
+  CNN_CHECK(refusal.empty(), "{}", refusal);
+  CNN_CHECK(d_x && d_dy && d_dw, "conv2d_backward_weight_wgmma: x, dy and dw must not be null");
+  CNN_CHECK(!ex.deterministic || d_scratch,
+            "conv2d_backward_weight_wgmma: deterministic mode needs {} floats of scratch "
+            "(conv2d_backward_weight_scratch_floats), got null",
+            conv2d_wgrad_wgmma_scratch_floats(s, ex));
+  const Geometry g = geometry_of(s);
+  WgradParams p{};
+  p.x = d_x;
+  p.dy = d_dy;
+  p.dw = d_dw;
+  p.db = d_db;
+  p.scratch = ex.deterministic ? d_scratch : nullptr;
+  p.oc = s.oc;
+  p.h = s.h;
+  p.w = s.w;
+  p.kh = s.kh;
+  p.kw = s.kw;
+  p.khw = s.kh * s.kw;
+  p.sh = s.stride_h;
+  p.sw = s.stride_w;
+  p.ph = s.pad_h;
+  p.pw = s.pad_w;
+  p.ow = s.ow();
+  p.ohw = static_cast<int>(g.ohw);
+  p.hw = s.h * s.w;
+  p.chw = int64_t{s.c} * s.h * s.w;
+  p.ckhw = s.c * p.khw;
+  p.ncols = p.ckhw + (d_db ? 1 : 0);
+  p.npix = static_cast<int>(int64_t{s.n} * g.ohw);
+  p.packed = g.packed;
+  p.kt_img = static_cast<int>(g.kt_img);
+  p.ktiles = static_cast<int>(g.ktiles);
+  p.splits = g.splits;
+  p.slots = int64_t{s.oc} * p.ckhw + s.oc;
+
+  const bool tma = !opt.force_gather && !g.packed && reinterpret_cast<uintptr_t>(d_dy) % 16 == 0;
+  const bool sync =
+      opt.copies == WgmmaWgradOptions::Copies::Sync ||
+      (opt.copies == WgmmaWgradOptions::Copies::Default && process_env_switches().wgmma_wgrad_sync);
+  const CUtensorMap map = tma ? make_dy_map(d_dy, s, p.ohw, g.bm) : CUtensorMap{};
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.ncols, kBN)), static_cast<unsigned>(g.splits),
+                  static_cast<unsigned>(g.tiles_m));
+  if (g.bm == 64)
+    launch_bm<64>(tma, sync, map, p, grid, ex.stream);
+  else
+    launch_bm<128>(tma, sync, map, p, grid, ex.stream);
+
+  if (ex.deterministic) {
+    constexpr int kBlock = 256;
+    const int64_t used = int64_t{s.oc} * p.ckhw + (d_db ? s.oc : 0);
+    const int blocks = static_cast<int>(std::min<int64_t>(ceil_div<int64_t>(used, kBlock), 4096));
+    wgrad_wgmma_reduce<<<blocks, kBlock, 0, ex.stream>>>(d_scratch, g.splits, p.slots,
+                                                         int64_t{s.oc} * p.ckhw, used, d_dw, d_db);
+    CNN_LAUNCH_CHECK("wgrad_wgmma_reduce");
+  }
+}
+
+}  // namespace cnn

@@ -1,0 +1,49 @@
+#pragma once
+// Weight gradient of the dense convolution on the Hopper tensor cores (wgmma, sm_90a only; see
+// conv2d_wgmma_wgrad.cu). Same contract as conv2d_backward_weight (kernels/conv/conv2d.h):
+//   dw (OC, C, KH, KW) += sum over n, output pixels p of dy[n][oc][p] * im2col(x)[n][p][(c, kh,
+//   kw)] db (OC) += sum of dy (db may be null)
+// as the GEMM C (M = OC, N = C*KH*KW [+1 for db]) += A (M, K) B (K, N), K = N*OH*OW pixels, TF32
+// operands (the top 19 bits of each FP32 value) and FP32 accumulation. K is split across many
+// blocks; their partial tiles are atomicAdd-ed into dw/db, or with ex.deterministic written to a
+// scratch slab per split and summed in split order (bitwise repeatable).
+#include <cstddef>
+#include <string>
+
+#include "kernels/conv/conv2d.h"
+#include "runtime/exec.h"
+
+namespace cnn {
+
+struct WgmmaWgradOptions {
+  // dy gathered by the producer's cp.async even where TMA could load it (tests compare both).
+  bool force_gather = false;
+  // How the producer hands its cp.async copies to the tensor cores:
+  //   Async: cp.async.mbarrier.arrive.noinc on the stage's mbarrier, the consumers fence after
+  //          their wait (the copies stay in flight while the producer fills the next stage);
+  //   Sync:  each producer thread waits for its own copies, fences, then arrives (the pattern of
+  //          the wgmma GEMM's gather), a fallback to bisect a wrong answer;
+  //   Default: Async unless CNN_WGMMA_WGRAD=sync.
+  enum class Copies { Default, Async, Sync } copies = Copies::Default;
+};
+
+// True when this build has the sm_90a kernel and the current device is compute capability 9.0.
+bool conv2d_wgrad_wgmma_available();
+
+// Why this call cannot run on the wgmma kernel (unavailable, not TF32, sizes over its limits), or
+// an empty string when it can.
+std::string conv2d_wgrad_wgmma_refusal(const Conv2dShape& s, const Exec& ex);
+
+// Scratch floats of the deterministic path (0 unless ex.deterministic); a function of the shape
+// alone, so a buffer sized once serves every call.
+std::size_t conv2d_wgrad_wgmma_scratch_floats(const Conv2dShape& s, const Exec& ex);
+
+// The split of K this shape gets (blocks per output tile); for tests and the benchmark's notes.
+int conv2d_wgrad_wgmma_splits(const Conv2dShape& s);
+
+// Throws cnn::Error naming the reason when conv2d_wgrad_wgmma_refusal() is not empty.
+void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const float* d_dy,
+                                  float* d_dw, float* d_db, float* d_scratch, const Exec& ex,
+                                  const WgmmaWgradOptions& opt = WgmmaWgradOptions{});
+
+}  // namespace cnn

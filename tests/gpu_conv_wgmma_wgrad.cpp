@@ -1,0 +1,400 @@
+// The Hopper wgmma weight gradient (kernels/conv/conv2d_wgmma_wgrad.h) against
+// conv2d_backward_weight_cpu. Skipped unless the device is compute capability 9.0 and the build
+// has the sm_90a kernel (Dispatch runs on any GPU). Cases:
+//   OneTileExact        one image, one k-tile, small-integer inputs (exact in TF32): descriptors,
+//                       swizzle, fragment layout; the first wrong (oc, j) is printed.
+//   AwkwardShapes       C in {1, 3, 17, 64}, OC in {5, 64, 96, 130}, 1x1 / 3x3 / 5x5 / 7x7,
+//                       stride 1 / 2, padding 0..3, OH*OW a multiple of 4 and >= 32 (k-tiles
+//                       per image, dy by TMA) and not (k-tiles packed across images, dy
+//                       gathered), batch 1 and 3, OH*OW not a multiple of 32, db and none;
+//                       accumulation into a nonzero dw/db; exact on integers, then random.
+//   LoadersBitwise      deterministic mode, the same inputs through TMA and the gather for dy
+//                       (per-image k-tiles; a packed shape too),
+//                       and through the async (noinc arrive + consumer fence) and the sync
+//                       (wait, fence, arrive) hand-over: bitwise equal outputs; a dy shifted off
+//                       16-byte alignment falls back to the gather and stays correct.
+//   DeterministicRepeat deterministic mode is bitwise repeatable over many splits (K = 8192
+//                       pixels) and agrees with the atomic mode within the tolerance.
+//   Dispatch            conv2d_backward_weight with Algo::Wgmma: runs (H200) or refuses naming
+//                       why; FP32 refused; forward / backward_data / grouped refuse wgmma.
+//   AlgoNameAndRefusals "wgmma" parses; linear and grouped conv refuse it (no device needed).
+//
+// TF32 tolerance (as tests/gpu_gemm_wgmma.cpp derives it): the tensor cores read the top 19 bits
+// of each operand (relative error below 2^-10 each, so below 2^-9 + 2^-20 per product), FP32
+// accumulation adds at most ~K 2^-24 relative to sum |a b|, K = N*OH*OW. Per element
+//   |got - ref| <= 2 (2^-9 + K 2^-23) sum_k |dy x| + 4 ulp (|ref| + |dw0|)
+// holds for every input; in addition ||got - ref||_F <= 4e-3 ||sqrt(sum_k (dy x)^2)||_F catches a
+// dropped k-tile or split, which the per-element bound alone could let through for long K. db is
+// the same with x = 1 (its ones column is exact in TF32).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/conv/conv2d.h"
+#include "kernels/conv/conv2d_grouped.h"
+#include "kernels/gemm/linear.h"
+#include "runtime/error.h"
+#include "runtime/exec.h"
+#include "runtime/tensor.h"
+#include "tests/test_util.h"
+#ifdef CNN_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "kernels/conv/conv2d_wgmma_wgrad.h"
+#endif
+
+using namespace cnn;
+
+namespace {
+
+// Runs without a device: the name parses, and the ops without a wgmma kernel refuse it.
+TEST(GpuConvWgmmaWgrad, AlgoNameAndRefusals) {
+  EXPECT_EQ(parse_algo("wgmma"), Algo::Wgmma);
+  EXPECT_STREQ(algo_name(Algo::Wgmma), "wgmma");
+  const Exec cpu;
+  LinearShape ls;
+  ls.n = 2;
+  ls.in = 3;
+  ls.out = 4;
+  std::vector<float> x(6, 1.f), w(12, 1.f), y(8), dx(6), dw(12);
+  EXPECT_THROW(linear_forward(ls, x.data(), w.data(), nullptr, y.data(), false, Algo::Wgmma, cpu),
+               Error);
+  EXPECT_THROW(linear_backward_data(ls, y.data(), w.data(), dx.data(), Algo::Wgmma, cpu), Error);
+  EXPECT_THROW(
+      linear_backward_weight(ls, x.data(), y.data(), dw.data(), nullptr, nullptr, Algo::Wgmma, cpu),
+      Error);
+  Conv2dGroupedShape g;
+  g.n = 1;
+  g.c = 2;
+  g.h = g.w = 4;
+  g.oc = 2;
+  g.groups = 2;
+  std::vector<float> gx(32, 1.f), gw(2, 1.f), gy(32);
+  EXPECT_THROW(
+      conv2d_grouped_forward(g, gx.data(), gw.data(), nullptr, gy.data(), false, Algo::Wgmma, cpu),
+      Error);
+}
+
+#ifdef CNN_HAVE_CUDA
+
+#define CNN_REQUIRE_WGMMA_WGRAD()                                                            \
+  do {                                                                                       \
+    CNN_REQUIRE_GPU();                                                                       \
+    if (!conv2d_wgrad_wgmma_available())                                                     \
+      GTEST_SKIP() << "the wgmma weight gradient needs a compute capability 9.0 GPU and an " \
+                      "sm_90a build";                                                        \
+  } while (0)
+
+enum class Fill { Random, SmallInt };
+
+std::vector<float> make_values(size_t n, Fill fill, uint64_t seed) {
+  if (fill == Fill::Random) return test::random_vector(n, seed);
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> d(-2, 2);
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(d(rng));
+  return v;
+}
+
+Exec tf32_exec(bool deterministic) {
+  Exec ex;
+  ex.device = Device::CUDA;
+  ex.precision = Precision::TF32;
+  ex.deterministic = deterministic;
+  return ex;
+}
+
+std::string describe(const Conv2dShape& s, bool db) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf,
+                "N=%d C=%d H=%d W=%d OC=%d k=%dx%d stride=%d pad=%d (OH*OW=%d) db=%d splits=%d",
+                s.n, s.c, s.h, s.w, s.oc, s.kh, s.kw, s.stride_h, s.pad_h, s.oh() * s.ow(), db,
+                conv2d_wgrad_wgmma_splits(s));
+  return buf;
+}
+
+// One problem's inputs and its reference: dw = dw0 + sum dy x (db likewise), and the sums of
+// |dy x| and (dy x)^2 for the bounds.
+struct Problem {
+  Conv2dShape s;
+  bool with_db = true;
+  Fill fill = Fill::Random;
+  std::vector<float> x, dy, dw0, db0;
+  std::vector<float> ref_dw, ref_db, abs_dw, abs_db, sq_dw, sq_db;
+};
+
+Problem make_problem(const Conv2dShape& s, bool with_db, Fill fill, uint64_t seed) {
+  Problem p;
+  p.s = s;
+  p.with_db = with_db;
+  p.fill = fill;
+  const size_t nx = size_t(s.n) * s.c * s.h * s.w, ny = size_t(s.n) * s.oc * s.oh() * s.ow();
+  const size_t nw = size_t(s.oc) * s.c * s.kh * s.kw;
+  p.x = make_values(nx, fill, seed);
+  p.dy = make_values(ny, fill, seed + 1);
+  p.dw0 = make_values(nw, fill, seed + 2);
+  p.db0 = make_values(size_t(s.oc), fill, seed + 3);
+  p.ref_dw = p.dw0;
+  p.ref_db = p.db0;
+  conv2d_backward_weight_cpu(s, p.x.data(), p.dy.data(), p.ref_dw.data(), p.ref_db.data());
+  auto map = [](const std::vector<float>& v, float (*f)(float)) {
+    std::vector<float> r(v.size());
+    std::transform(v.begin(), v.end(), r.begin(), f);
+    return r;
+  };
+  const auto ax = map(p.x, [](float v) { return std::fabs(v); });
+  const auto ady = map(p.dy, [](float v) { return std::fabs(v); });
+  const auto sx = map(p.x, [](float v) { return v * v; });
+  const auto sdy = map(p.dy, [](float v) { return v * v; });
+  p.abs_dw.assign(nw, 0.f);
+  p.abs_db.assign(size_t(s.oc), 0.f);
+  p.sq_dw.assign(nw, 0.f);
+  p.sq_db.assign(size_t(s.oc), 0.f);
+  conv2d_backward_weight_cpu(s, ax.data(), ady.data(), p.abs_dw.data(), p.abs_db.data());
+  conv2d_backward_weight_cpu(s, sx.data(), sdy.data(), p.sq_dw.data(), p.sq_db.data());
+  return p;
+}
+
+struct RunOptions {
+  bool deterministic = false;
+  WgmmaWgradOptions opt{};
+  int dy_offset = 0;  // floats by which dy is shifted (1: not 16-byte aligned, so gathered)
+};
+
+struct Output {
+  std::vector<float> dw, db;
+};
+
+Output run_wgmma(const Problem& p, const RunOptions& r) {
+  const Conv2dShape& s = p.s;
+  const Exec ex = tf32_exec(r.deterministic);
+  std::vector<float> dy(size_t(r.dy_offset) + p.dy.size(), NAN);
+  std::copy(p.dy.begin(), p.dy.end(), dy.begin() + r.dy_offset);
+  Tensor d_x = test::to_device(p.x), d_dy = test::to_device(dy);
+  Tensor d_dw = test::to_device(p.dw0), d_db = test::to_device(p.db0);
+  const size_t scratch_floats = conv2d_backward_weight_scratch_floats(s, ex);
+  EXPECT_GE(scratch_floats, conv2d_wgrad_wgmma_scratch_floats(s, ex));
+  Tensor scratch({int64_t(std::max<size_t>(scratch_floats, 1))}, Device::CUDA);
+  test::poison_device(scratch.data(), std::max<size_t>(scratch_floats, 1));
+  conv2d_backward_weight_wgmma(s, d_x.data(), d_dy.data() + r.dy_offset, d_dw.data(),
+                               p.with_db ? d_db.data() : nullptr,
+                               r.deterministic ? scratch.data() : nullptr, ex, r.opt);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return {d_dw.to_vector(), d_db.to_vector()};
+}
+
+// Checks one output against the reference; prints a one-line summary.
+void check(const Problem& p, const Output& o, const std::string& what) {
+  const Conv2dShape& s = p.s;
+  const double k = double(s.n) * s.oh() * s.ow();
+  const double bound_rel = std::ldexp(1.0, -9) + k * std::ldexp(1.0, -23);
+  const double ulp4 = 4 * std::ldexp(1.0, -24);
+  int64_t bad = 0, wrong = 0;
+  std::string first;
+  double diff2 = 0, scale2 = 0;
+  auto one = [&](const char* name, size_t i, float got, float ref, float ref0, float absv,
+                 float sqv) {
+    const double e = std::fabs(double(got) - ref);
+    const double bound =
+        2 * bound_rel * absv + ulp4 * (std::fabs(double(ref)) + std::fabs(double(ref0))) + 1e-30;
+    const bool over = !(e <= bound);
+    const bool inexact = !(got == ref);
+    if ((over && bad == 0) || (inexact && p.fill == Fill::SmallInt && wrong == 0 && bad == 0)) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "%s[%zu] (oc %zu): got %.9g, expected %.9g", name, i,
+                    std::string(name) == "dw" ? i / (size_t(s.c) * s.kh * s.kw) : i, double(got),
+                    double(ref));
+      first = buf;
+    }
+    bad += over;
+    wrong += inexact;
+    diff2 += std::isnan(got) ? INFINITY : e * e;
+    scale2 += sqv;
+  };
+  for (size_t i = 0; i < p.ref_dw.size(); ++i)
+    one("dw", i, o.dw[i], p.ref_dw[i], p.dw0[i], p.abs_dw[i], p.sq_dw[i]);
+  for (size_t i = 0; i < p.ref_db.size(); ++i) {
+    if (p.with_db)
+      one("db", i, o.db[i], p.ref_db[i], p.db0[i], p.abs_db[i], p.sq_db[i]);
+    else if (!(o.db[i] == p.db0[i]) && bad++ == 0)
+      first = "db changed although none was given";
+  }
+  const double frob = std::sqrt(diff2 / std::max(scale2, 1e-30));
+  std::printf("%s %s: %lld inexact, %lld over the bound, rel %.3g%s%s\n", what.c_str(),
+              describe(s, p.with_db).c_str(), static_cast<long long>(wrong),
+              static_cast<long long>(bad), frob, first.empty() ? "" : ", first ", first.c_str());
+  EXPECT_EQ(bad, 0) << what << ": " << first;
+  EXPECT_LE(frob, 4e-3) << what;
+  if (p.fill == Fill::SmallInt) {
+    EXPECT_EQ(wrong, 0) << "integers are exact in TF32; " << first;
+  }
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](float x, float y) {
+           return std::memcmp(&x, &y, sizeof x) == 0;
+         });
+}
+
+constexpr auto conv = test::square_conv;  // (n, c, h, w, oc, k, stride, pad)
+
+TEST(GpuConvWgmmaWgrad, OneTileExact) {
+  CNN_REQUIRE_WGMMA_WGRAD();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  // OH*OW = 32: one k-tile; OC = 5 (BM 64), C*KH*KW = 9 (one column tile): TMA for dy.
+  const Problem p = make_problem(conv(1, 1, 6, 6, 5, 3, 1, 1), true, Fill::SmallInt, seed);
+  for (bool gather : {false, true}) {
+    RunOptions r;
+    r.opt.force_gather = gather;
+    check(p, run_wgmma(p, r), gather ? "one tile, gather" : "one tile, tma");
+  }
+}
+
+TEST(GpuConvWgmmaWgrad, AwkwardShapes) {
+  CNN_REQUIRE_WGMMA_WGRAD();
+  struct WgCase {
+    Conv2dShape s;
+    bool db;
+  };
+  const WgCase cases[] = {
+      {conv(1, 1, 8, 8, 5, 1, 1, 0), true},       // 1x1, C = 1, OH*OW = 64: TMA
+      {conv(3, 3, 17, 13, 64, 3, 1, 1), true},    // OH*OW = 221: packed, gathered dy
+      {conv(1, 17, 20, 20, 96, 5, 1, 2), false},  // BM 128 with 32 empty rows, 5x5
+      {conv(3, 64, 16, 16, 130, 3, 1, 1), true},  // two row tiles, 5 column tiles + db
+      {conv(2, 3, 40, 36, 64, 7, 2, 3), true},    // a 7x7 stride-2 stem, OH*OW = 360
+      {conv(3, 17, 11, 9, 5, 3, 2, 0), true},     // stride 2, OH*OW = 20 < 32: packed
+      {conv(1, 64, 9, 11, 96, 1, 1, 0), true},    // 1x1, OH*OW = 99: gathered
+      {conv(2, 1, 23, 29, 130, 5, 2, 3), false},  // C = 1, padding 3, OH*OW = 208
+      {conv(1, 64, 32, 32, 64, 3, 1, 1), true},   // a VGG layer at batch 1: 32 k-tiles
+      {conv(3, 3, 7, 7, 130, 7, 1, 3), true},     // 7x7, OH*OW = 49: gathered, ragged k-tile
+      {conv(2, 17, 6, 6, 64, 5, 1, 3), true},     // padding 3 > k / 2: all-padding taps
+      {conv(3, 64, 8, 8, 64, 3, 2, 1), false},    // OH*OW = 16: packed, 3 images a k-tile
+      {conv(5, 64, 2, 2, 130, 3, 1, 1), true},    // OH*OW = 4: packed, 8 images a k-tile
+  };
+  for (const WgCase& c : cases)
+    for (Fill fill : {Fill::SmallInt, Fill::Random}) {
+      const uint64_t seed = test::fresh_seed();
+      const std::string where = describe(c.s, c.db) + " seed " + std::to_string(seed);
+      SCOPED_TRACE(where);
+      const Problem p = make_problem(c.s, c.db, fill, seed);
+      check(p, run_wgmma(p, RunOptions{}), fill == Fill::SmallInt ? "int" : "random");
+    }
+}
+
+TEST(GpuConvWgmmaWgrad, LoadersBitwise) {
+  CNN_REQUIRE_WGMMA_WGRAD();
+  for (const Conv2dShape& s : {conv(3, 17, 12, 12, 64, 3, 1, 1), conv(2, 64, 16, 16, 130, 3, 1, 1),
+                               conv(3, 3, 13, 11, 96, 5, 2, 2)}) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(describe(s, true) + " seed " + std::to_string(seed));
+    const Problem p = make_problem(s, true, Fill::Random, seed);
+    using Copies = WgmmaWgradOptions::Copies;
+    RunOptions base;
+    base.deterministic = true;
+    base.opt.copies = Copies::Async;
+    const Output ref = run_wgmma(p, base);
+    check(p, ref, "deterministic async");
+    for (bool gather : {false, true})
+      for (Copies copies : {Copies::Async, Copies::Sync}) {
+        RunOptions r = base;
+        r.opt.force_gather = gather;
+        r.opt.copies = copies;
+        const Output o = run_wgmma(p, r);
+        EXPECT_TRUE(bitwise_equal(o.dw, ref.dw) && bitwise_equal(o.db, ref.db))
+            << "gather=" << gather << " sync=" << (copies == Copies::Sync)
+            << " differs from the TMA/async run";
+      }
+    RunOptions shifted = base;
+    shifted.dy_offset = 1;
+    const Output o = run_wgmma(p, shifted);
+    EXPECT_TRUE(bitwise_equal(o.dw, ref.dw) && bitwise_equal(o.db, ref.db))
+        << "misaligned dy (gathered) differs";
+  }
+}
+
+TEST(GpuConvWgmmaWgrad, DeterministicRepeat) {
+  CNN_REQUIRE_WGMMA_WGRAD();
+  const Conv2dShape s = conv(8, 64, 32, 32, 64, 3, 1, 1);  // K = 8192 pixels: many splits
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(describe(s, true) + " seed " + std::to_string(seed));
+  EXPECT_GT(conv2d_wgrad_wgmma_splits(s), 8);
+  const Problem p = make_problem(s, true, Fill::Random, seed);
+  RunOptions det;
+  det.deterministic = true;
+  const Output a = run_wgmma(p, det), b = run_wgmma(p, det);
+  check(p, a, "deterministic");
+  EXPECT_TRUE(bitwise_equal(a.dw, b.dw) && bitwise_equal(a.db, b.db))
+      << "two deterministic runs differ";
+  check(p, run_wgmma(p, RunOptions{}), "atomic");
+}
+
+TEST(GpuConvWgmmaWgrad, Dispatch) {
+  CNN_REQUIRE_GPU();
+  const Conv2dShape s = conv(2, 5, 9, 9, 7, 3, 1, 1);
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const Problem p = make_problem(s, true, Fill::SmallInt, seed);
+  Tensor d_x = test::to_device(p.x), d_dy = test::to_device(p.dy);
+  Tensor d_dw = test::to_device(p.dw0), d_db = test::to_device(p.db0);
+  for (bool deterministic : {false, true}) {
+    const Exec ex = tf32_exec(deterministic);
+    Tensor scratch({int64_t(std::max<size_t>(conv2d_backward_weight_scratch_floats(s, ex), 1))},
+                   Device::CUDA);
+    d_dw = test::to_device(p.dw0);
+    d_db = test::to_device(p.db0);
+    auto run = [&] {
+      conv2d_backward_weight(s, d_x.data(), d_dy.data(), d_dw.data(), d_db.data(), scratch.data(),
+                             Algo::Wgmma, ex);
+    };
+    if (conv2d_wgrad_wgmma_available()) {
+      run();
+      check(p, {d_dw.to_vector(), d_db.to_vector()}, "via conv2d_backward_weight");
+    } else {
+      try {
+        run();
+        ADD_FAILURE() << "algo wgmma ran without the sm_90a kernel";
+      } catch (const Error& e) {
+        EXPECT_TRUE(test::contains(e.what(), "9.0")) << e.what();
+      }
+    }
+  }
+  // FP32 is refused with the reason, whatever the device.
+  Exec fp32 = tf32_exec(false);
+  fp32.precision = Precision::FP32;
+  try {
+    conv2d_backward_weight(s, d_x.data(), d_dy.data(), d_dw.data(), d_db.data(), nullptr,
+                           Algo::Wgmma, fp32);
+    ADD_FAILURE() << "algo wgmma ran in FP32";
+  } catch (const Error& e) {
+    EXPECT_TRUE(test::contains(e.what(), "tf32")) << e.what();
+  }
+  EXPECT_FALSE(conv2d_wgrad_wgmma_refusal(s, fp32).empty());
+  // The grouped convolution has no wgmma kernel and refuses it (the dense forward and input
+  // gradient are tests/gpu_conv_wgmma.cpp's).
+  const Exec ex = tf32_exec(false);
+  Conv2dGroupedShape g;
+  g.n = 2;
+  g.c = 4;
+  g.h = 9;
+  g.w = 9;
+  g.oc = 4;
+  g.kh = g.kw = 3;
+  g.pad_h = g.pad_w = 1;
+  g.groups = 2;
+  EXPECT_THROW(conv2d_grouped_backward_weight(g, d_x.data(), d_dy.data(), d_dw.data(), nullptr,
+                                              nullptr, Algo::Wgmma, ex),
+               Error);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+#endif  // CNN_HAVE_CUDA
+
+}  // namespace
