@@ -110,6 +110,15 @@ EnvSwitches read_env_switches() {
       CNN_FAIL("CNN_WGMMA_WGRAD='{}': expected async or sync", s);
   }
   e.conv_generic = off_unless_set("CNN_CONV_GENERIC");
+  if (const char* v = get("CNN_BF16_SMEM")) {
+    const std::string s(v);
+    if (s == "bf16")
+      e.bf16_smem_packed = true;
+    else if (s == "f32")
+      e.bf16_smem_packed = false;
+    else
+      CNN_FAIL("CNN_BF16_SMEM='{}': expected bf16 or f32", s);
+  }
   if (const char* v = get("CNN_CPU_ISA")) {
     const std::string s(v);
     if (s == "scalar")
@@ -166,6 +175,9 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "how the wgmma conv weight gradient hands its cp.async copies to the tensor cores (sync: "
        "each producer thread waits for its copies, then arrives)"},
       {"CNN_CONV_GENERIC", "1", "implicit-GEMM conv gradients on the generic main loop"},
+      {"CNN_BF16_SMEM", "bf16|f32",
+       "BF16 implicit-GEMM convs: operand tiles in shared memory as bf16 pairs (default) or "
+       "floats"},
       {"CNN_CPU_ISA", "scalar|avx2|avx512", "cap the CPU kernels' instruction set"},
       {"CNN_CPU_THREADS", "1..256", "threads of the CPU kernels (default: the cores, at most 16)"},
       {"CNN_SYNC_CHECK", "1", "synchronize after every launch, so a fault names its kernel"},

@@ -50,6 +50,9 @@ struct EnvSwitches {
   // arrives (sync), to bisect a wrong answer.
   bool wgmma_wgrad_sync = false;
   bool conv_generic = false;  // CNN_CONV_GENERIC=1: generic implicit-GEMM conv gradients
+  // CNN_BF16_SMEM=bf16 (default) | f32: the BF16 implicit-GEMM convs keep their operand tiles as
+  // packed bf16 pairs in shared memory (filled through registers), or as floats (cp.async).
+  bool bf16_smem_packed = true;
   CpuIsaSwitch cpu_isa = CpuIsaSwitch::Best;  // CNN_CPU_ISA=scalar|avx2|avx512
   int cpu_threads = 0;                        // CNN_CPU_THREADS=1..256 (0: the hardware's)
   bool sync_check = false;                    // CNN_SYNC_CHECK=1: synchronize after every launch

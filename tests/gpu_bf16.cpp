@@ -3,6 +3,9 @@
 // forward, input gradient and weight gradient (both variants of each), and the dense GEMM's
 // strided and 16-byte tile paths in every transpose combination (the linear layer's products).
 //
+// The generic kernels also run on both BF16 shared-memory tilings (float tiles, packed bf16
+// pairs), against the twins and against each other bitwise where neither splits K.
+//
 // Two bounds per output element, S = sum over k of |a b| (the CPU twin run on |a| and |b|):
 //   emulated: the CPU twin in double on operands rounded with round_to_bf16 (bit-exact model
 //             of cvt.rn.bf16x2). The products of two BF16 values are exact in FP32, so only the
@@ -259,6 +262,191 @@ TEST(GpuBf16, ConvBackwardWeight) {
       }
     }
   }
+}
+
+// ---- packed BF16 tiles --------------------------------------------------------------------------
+// The generic kernels on both shared-memory tilings (Bf16Tiles::Float: float tiles rounded at the
+// fragment loads; Packed: bf16 pairs rounded by the loaders), whatever CNN_BF16_SMEM says.
+
+const char* tiles_name(Bf16Tiles t) {
+  return t == Bf16Tiles::Packed ? " packed" : " float";
+}
+
+size_t x_size(const Conv2dShape& s) {
+  return size_t(s.n) * s.c * s.h * s.w;
+}
+size_t w_size(const Conv2dShape& s) {
+  return size_t(s.oc) * s.c * s.kh * s.kw;
+}
+size_t y_size(const Conv2dShape& s) {
+  return size_t(s.n) * s.oc * s.oh() * s.ow();
+}
+
+Refs forward_refs(const Conv2dShape& s, const std::vector<float>& x, const std::vector<float>& w) {
+  Refs r;
+  r.ref.resize(y_size(s));
+  r.ref_abs.resize(y_size(s));
+  r.emu.resize(y_size(s));
+  r.emu_abs.resize(y_size(s));
+  const auto xd = to_double(x), wd = to_double(w), xe = bf16_of(x), we = bf16_of(w);
+  conv2d_forward_cpu(s, xd.data(), wd.data(), nullptr, r.ref.data(), false);
+  conv2d_forward_cpu(s, abs_of(xd).data(), abs_of(wd).data(), nullptr, r.ref_abs.data(), false);
+  conv2d_forward_cpu(s, xe.data(), we.data(), nullptr, r.emu.data(), false);
+  conv2d_forward_cpu(s, abs_of(xe).data(), abs_of(we).data(), nullptr, r.emu_abs.data(), false);
+  return r;
+}
+
+Refs dgrad_refs(const Conv2dShape& s, const std::vector<float>& dy, const std::vector<float>& w) {
+  Refs r;
+  r.ref.resize(x_size(s));
+  r.ref_abs.resize(x_size(s));
+  r.emu.resize(x_size(s));
+  r.emu_abs.resize(x_size(s));
+  const auto yd = to_double(dy), wd = to_double(w), ye = bf16_of(dy), we = bf16_of(w);
+  conv2d_backward_data_cpu(s, yd.data(), wd.data(), r.ref.data());
+  conv2d_backward_data_cpu(s, abs_of(yd).data(), abs_of(wd).data(), r.ref_abs.data());
+  conv2d_backward_data_cpu(s, ye.data(), we.data(), r.emu.data());
+  conv2d_backward_data_cpu(s, abs_of(ye).data(), abs_of(we).data(), r.emu_abs.data());
+  return r;
+}
+
+// dw and db as one vector, accumulated onto w0 and b0.
+Refs wgrad_refs(const Conv2dShape& s, const std::vector<float>& x, const std::vector<float>& dy,
+                const std::vector<float>& w0, const std::vector<float>& b0) {
+  const size_t nw = w_size(s);
+  Refs r;
+  auto init = [&](std::vector<double>& v, bool with_base) {
+    v.assign(nw + s.oc, 0.0);
+    if (with_base) {
+      std::copy(w0.begin(), w0.end(), v.begin());
+      std::copy(b0.begin(), b0.end(), v.begin() + nw);
+    }
+  };
+  init(r.ref, true);
+  init(r.emu, true);
+  init(r.ref_abs, false);
+  init(r.emu_abs, false);
+  r.base_abs = abs_of(r.ref);
+  const auto xd = to_double(x), yd = to_double(dy), xe = bf16_of(x), ye = bf16_of(dy);
+  conv2d_backward_weight_cpu(s, xd.data(), yd.data(), r.ref.data(), r.ref.data() + nw);
+  conv2d_backward_weight_cpu(s, abs_of(xd).data(), abs_of(yd).data(), r.ref_abs.data(),
+                             r.ref_abs.data() + nw);
+  conv2d_backward_weight_cpu(s, xe.data(), ye.data(), r.emu.data(), r.emu.data() + nw);
+  conv2d_backward_weight_cpu(s, abs_of(xe).data(), abs_of(ye).data(), r.emu_abs.data(),
+                             r.emu_abs.data() + nw);
+  return r;
+}
+
+std::vector<float> run_forward(const Conv2dShape& s, const std::vector<float>& x,
+                               const std::vector<float>& w, Bf16Tiles t) {
+  Buffer<float> d_x = upload(x), d_w = upload(w), d_y = poisoned(y_size(s));
+  conv2d_forward_igemm_cuda(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, bf16_exec(), t);
+  return download(d_y);
+}
+
+std::vector<float> run_dgrad(const Conv2dShape& s, const std::vector<float>& dy,
+                             const std::vector<float>& w, Bf16Tiles t) {
+  Buffer<float> d_dy = upload(dy), d_w = upload(w), d_dx = poisoned(x_size(s));
+  conv2d_backward_data_igemm_cuda(s, d_dy.data(), d_w.data(), d_dx.data(), bf16_exec(),
+                                  IgemmVariant::Generic, t);
+  return download(d_dx);
+}
+
+std::vector<float> run_wgrad(const Conv2dShape& s, const std::vector<float>& x,
+                             const std::vector<float>& dy, const std::vector<float>& w0,
+                             const std::vector<float>& b0, bool det, Bf16Tiles t) {
+  const Exec ex = bf16_exec(det);
+  Buffer<float> d_x = upload(x), d_dy = upload(dy), d_dw = upload(w0), d_db = upload(b0);
+  Buffer<float> scratch(std::max<size_t>(1, conv2d_backward_weight_igemm_scratch_floats(s, ex)),
+                        Device::CUDA);
+  conv2d_backward_weight_igemm_cuda(s, d_x.data(), d_dy.data(), d_dw.data(), d_db.data(),
+                                    det ? scratch.data() : nullptr, ex, IgemmVariant::Generic, t);
+  std::vector<float> out = download(d_dw), db = download(d_db);
+  out.insert(out.end(), db.begin(), db.end());
+  return out;
+}
+
+// conv_cases() plus a 7x7 at stride 1 (no tap table: 49 taps > 31, the gathers divide), a 1x1 at
+// stride 2 with batch 3, and K = 576 on a single tile (split over a cluster of 4 packed k-tile
+// runs of 32).
+std::vector<Conv2dShape> packed_cases() {
+  std::vector<Conv2dShape> v = conv_cases();
+  v.push_back(shape(3, 7, 13, 12, 9, 7, 1, 3));
+  v.push_back(shape(3, 13, 10, 9, 5, 1, 2, 0));
+  v.push_back(shape(2, 64, 8, 8, 64, 3, 1, 1));
+  return v;
+}
+
+TEST(GpuBf16, TilingsMatchCpuTwinOnAwkwardShapes) {
+  CNN_REQUIRE_GPU();
+  for (const Conv2dShape& s : packed_cases()) {
+    for (Bf16Tiles t : {Bf16Tiles::Float, Bf16Tiles::Packed}) {
+      const uint64_t seed = test::fresh_seed();
+      SCOPED_TRACE(describe(s) + tiles_name(t) + " seed " + std::to_string(seed));
+      const std::vector<float> x = test::random_vector(x_size(s), seed),
+                               w = test::random_vector(w_size(s), seed + 1),
+                               dy = test::random_vector(y_size(s), seed + 2),
+                               b0 = test::random_vector(size_t(s.oc), seed + 3);
+      expect_within(run_forward(s, x, w, t), forward_refs(s, x, w), int64_t(s.c) * s.kh * s.kw,
+                    "forward");
+      expect_within(run_dgrad(s, dy, w, t), dgrad_refs(s, dy, w), int64_t(s.oc) * s.kh * s.kw,
+                    "input gradient");
+      const Refs wr = wgrad_refs(s, x, dy, w, b0);
+      for (bool det : {false, true}) {
+        const std::vector<float> got = run_wgrad(s, x, dy, w, b0, det, t);
+        expect_within(got, wr, int64_t(s.n) * s.oh() * s.ow(),
+                      det ? "weight gradient, deterministic" : "weight gradient, atomic");
+        if (det) {
+          const std::vector<float> again = run_wgrad(s, x, dy, w, b0, det, t);
+          EXPECT_EQ(std::memcmp(got.data(), again.data(), got.size() * sizeof(float)), 0)
+              << "deterministic weight gradient not bitwise repeatable";
+        }
+      }
+    }
+  }
+}
+
+// Both tilings feed the MMAs bitwise the same operands (one cvt.rn on the same bits) in the same
+// k16 order, so where neither splits K the results are bitwise equal: forward and input gradient
+// with K <= 224 (a cluster split needs 256 k: 16 k-tiles of 16, 8 of 32), the weight gradient
+// with at most 512 output positions (one chunk) in deterministic mode. The packed tiles' extra
+// all-zero k16 step (K rounded up to 32, not 16) adds exact zeros.
+TEST(GpuBf16, PackedTilesMatchFloatTilesBitwiseWithoutSplit) {
+  CNN_REQUIRE_GPU();
+  constexpr int64_t kNoSplitK = 224;
+  const std::vector<Conv2dShape> cases = {
+      shape(1, 3, 19, 17, 4, 7, 2, 3),   shape(3, 5, 9, 7, 7, 5, 1, 2),
+      shape(3, 33, 9, 9, 70, 1, 1, 0),   shape(2, 6, 15, 13, 9, 3, 2, 1),
+      shape(1, 24, 11, 10, 20, 3, 1, 1), shape(2, 8, 12, 11, 40, 5, 1, 2),
+      shape(3, 4, 7, 9, 4, 7, 1, 3)};
+  int compared = 0;
+  for (const Conv2dShape& s : cases) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(describe(s) + " seed " + std::to_string(seed));
+    const std::vector<float> x = test::random_vector(x_size(s), seed),
+                             w = test::random_vector(w_size(s), seed + 1),
+                             dy = test::random_vector(y_size(s), seed + 2),
+                             b0 = test::random_vector(size_t(s.oc), seed + 3);
+    auto same = [&](const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+      ++compared;
+      ASSERT_EQ(a.size(), b.size()) << what;
+      for (size_t i = 0; i < a.size(); ++i)
+        if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+          ADD_FAILURE() << what << ": element " << i << " packed " << a[i] << ", float " << b[i];
+          return;
+        }
+    };
+    if (int64_t(s.c) * s.kh * s.kw <= kNoSplitK)
+      same(run_forward(s, x, w, Bf16Tiles::Packed), run_forward(s, x, w, Bf16Tiles::Float),
+           "forward");
+    if (int64_t(s.oc) * s.kh * s.kw <= kNoSplitK)
+      same(run_dgrad(s, dy, w, Bf16Tiles::Packed), run_dgrad(s, dy, w, Bf16Tiles::Float),
+           "input gradient");
+    if (int64_t(s.n) * s.oh() * s.ow() <= 512)
+      same(run_wgrad(s, x, dy, w, b0, true, Bf16Tiles::Packed),
+           run_wgrad(s, x, dy, w, b0, true, Bf16Tiles::Float), "weight gradient");
+  }
+  EXPECT_EQ(compared, 20);  // the cases are chosen so that all but one input gradient compare
 }
 
 // ---- dense GEMM ---------------------------------------------------------------------------------

@@ -7,6 +7,8 @@
 //   _simt: FP32 FFMA, 8x4 register micro-tiles (64x64 or 128x32 block tiles)
 //   _tf32: mma.sync m16n8k8 TF32, 32x32 warp tiles
 //   _bf16: mma.sync m16n8k16 BF16 (operands rounded to nearest even), the same warp tiles
+//   _bf16_packed: the same MMAs on packed bf16 tiles (Bf16Tiles::Packed): each loader also
+//          has a register half (fetch: global loads one k-tile ahead; store: round, write pairs)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -97,18 +99,27 @@ __device__ __forceinline__ void issue_klanes(float* s, int stride, int kl, int x
       cp_async4(s + (kl + 8 * q) * stride + x + j * (C::kThreads / 8), src[q][j], v[q][j]);
 }
 
+// The register half of a k-lane loader L (packed BF16 tiles): L::sources' elements loaded.
+template <class C, int kRows, class L>
+__device__ __forceinline__ void fetch_klanes(const L& l, int k0, float (&r)[C::BK / 8][kRows]) {
+  const float* src[C::BK / 8][kRows];
+  bool v[C::BK / 8][kRows];
+  l.sources(k0, src, v);
+#pragma unroll
+  for (int q = 0; q < C::BK / 8; ++q)
+#pragma unroll
+    for (int j = 0; j < kRows; ++j) r[q][j] = igemm::load_or_zero(src[q][j], v[q][j]);
+}
+
 // The tap-table gather of one A k-tile (forward and input gradient): the thread's tile row
 // `row` takes k = k0 + kq + (T/BM) q; tap entries {offset, r} come from the shared table, a tap
 // is real when bit r of `mask` is set, and its source is src + base + offset. All table reads
 // and addresses come first, then the copies issue back to back. With one k per thread step
 // (T == BM) the entries of two consecutive k arrive in one 16-byte shared load.
-template <class C>
-__device__ __forceinline__ void gather_by_table(const int2* tab, int k0, int kq, int row,
-                                                unsigned mask, int base, const float* src,
-                                                float* s) {
-  constexpr int kStep = C::kThreads / C::BM, kN = C::BK / kStep;
-  int off[kN];
-  bool v[kN];
+template <class C, int kN = C::BK / (C::kThreads / C::BM)>
+__device__ __forceinline__ void taps_by_table(const int2* tab, int k0, int kq, unsigned mask,
+                                              int (&off)[kN], bool (&v)[kN]) {
+  constexpr int kStep = C::kThreads / C::BM;
   if constexpr (kStep == 1) {
     const int4* tab4 = reinterpret_cast<const int4*>(tab + k0);  // k0 % BK == 0: aligned
 #pragma unroll
@@ -127,9 +138,32 @@ __device__ __forceinline__ void gather_by_table(const int2* tab, int k0, int kq,
       off[q] = e.x;
     }
   }
+}
+
+template <class C>
+__device__ __forceinline__ void gather_by_table(const int2* tab, int k0, int kq, int row,
+                                                unsigned mask, int base, const float* src,
+                                                float* s) {
+  constexpr int kStep = C::kThreads / C::BM, kN = C::BK / kStep;
+  int off[kN];
+  bool v[kN];
+  taps_by_table<C>(tab, k0, kq, mask, off, v);
 #pragma unroll
   for (int q = 0; q < kN; ++q)
     cp_async4(s + (kq + q * kStep) * C::SA + row, src + (v[q] ? base + off[q] : 0), v[q]);
+}
+
+// The same elements into registers, for packed BF16 tiles (element q: k = kq + q T/BM).
+template <class C>
+__device__ __forceinline__ void fetch_by_table(const int2* tab, int k0, int kq, unsigned mask,
+                                               int base, const float* src,
+                                               float (&r)[C::BK / (C::kThreads / C::BM)]) {
+  constexpr int kN = C::BK / (C::kThreads / C::BM);
+  int off[kN];
+  bool v[kN];
+  taps_by_table<C>(tab, k0, kq, mask, off, v);
+#pragma unroll
+  for (int q = 0; q < kN; ++q) r[q] = igemm::load_or_zero(src + (v[q] ? base + off[q] : 0), v[q]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -210,13 +244,40 @@ struct FwdProblem {
       }
 #pragma unroll
       for (int q = 0; q < C::BK / kStep; ++q) {
-        const int kl = kq + q * kStep, k = k0 + kl;
-        const int c = p.g.div_khw.div(k), r = k - c * p.g.khw;
-        const int ky = p.g.div_kw.div(r), kx = r - ky * p.g.kw;
-        const bool v = k < p.K && static_cast<unsigned>(iy0 + ky) < static_cast<unsigned>(p.g.h) &&
-                       static_cast<unsigned>(ix0 + kx) < static_cast<unsigned>(p.g.w);
-        cp_async4(s + kl * C::SA + row, v ? p.x + (off + c * p.g.hw + ky * p.g.w + kx) : p.x, v);
+        bool v;
+        const float* src = source(k0 + kq + q * kStep, v);
+        cp_async4(s + (kq + q * kStep) * C::SA + row, src, v);
       }
+    }
+    // Element k of the thread's row without the table: its address (p.x when v is false).
+    __device__ __forceinline__ const float* source(int k, bool& v) const {
+      const int c = p.g.div_khw.div(k), r = k - c * p.g.khw;
+      const int ky = p.g.div_kw.div(r), kx = r - ky * p.g.kw;
+      v = k < p.K && static_cast<unsigned>(iy0 + ky) < static_cast<unsigned>(p.g.h) &&
+          static_cast<unsigned>(ix0 + kx) < static_cast<unsigned>(p.g.w);
+      return v ? p.x + (off + c * p.g.hw + ky * p.g.w + kx) : p.x;
+    }
+
+    // Packed BF16 tiles: the same elements through registers (element q: k = kq + q T/BM).
+    struct Regs {
+      float v[C::BK / (C::kThreads / C::BM)];
+    };
+    __device__ __forceinline__ void fetch(Regs& rg, int k0) const {
+      constexpr int kStep = C::kThreads / C::BM, kN = C::BK / kStep;
+      if (tab) {
+        fetch_by_table<C>(tab, k0, kq, mask, off, p.x, rg.v);
+        return;
+      }
+#pragma unroll
+      for (int q = 0; q < kN; ++q) {
+        bool v;
+        const float* src = source(k0 + kq + q * kStep, v);
+        rg.v[q] = igemm::load_or_zero(src, v);
+      }
+    }
+    __device__ __forceinline__ void store(uint32_t* s, const Regs& rg) const {
+      constexpr int kStep = C::kThreads / C::BM;
+      igemm::store_mlane<C::SA, C::BK / kStep, kStep>(s, kq, row, rg.v);
     }
   };
 
@@ -311,23 +372,49 @@ struct DgradProblem {
       }
 #pragma unroll
       for (int q = 0; q < C::BK / kStep; ++q) {
-        const int kl = kq + q * kStep, k = k0 + kl;
-        const int oc = p.g.div_khw.div(k), r = k - oc * p.g.khw;
-        const int ky = p.g.div_kw.div(r), kx = r - ky * p.g.kw;
-        int oy = ty0 - ky, ox = tx0 - kx;
-        bool v = k < p.K;
-        if (!p.g.unit_stride) {
-          v = v && oy >= 0 && ox >= 0;
-          const int qy = p.g.div_sh.div(max(oy, 0)), qx = p.g.div_sw.div(max(ox, 0));
-          v = v && qy * p.g.sh == oy && qx * p.g.sw == ox;
-          oy = qy;
-          ox = qx;
-        }
-        v = v && static_cast<unsigned>(oy) < static_cast<unsigned>(p.g.oh) &&
-            static_cast<unsigned>(ox) < static_cast<unsigned>(p.g.ow);
-        cp_async4(s + kl * C::SA + row, v ? p.dy + (off + oc * p.g.ohw + oy * p.g.ow + ox) : p.dy,
-                  v);
+        bool v;
+        const float* src = source(k0 + kq + q * kStep, v);
+        cp_async4(s + (kq + q * kStep) * C::SA + row, src, v);
       }
+    }
+    // Element k of the thread's row without the table: its address (p.dy when v is false).
+    __device__ __forceinline__ const float* source(int k, bool& v) const {
+      const int oc = p.g.div_khw.div(k), r = k - oc * p.g.khw;
+      const int ky = p.g.div_kw.div(r), kx = r - ky * p.g.kw;
+      int oy = ty0 - ky, ox = tx0 - kx;
+      v = k < p.K;
+      if (!p.g.unit_stride) {
+        v = v && oy >= 0 && ox >= 0;
+        const int qy = p.g.div_sh.div(max(oy, 0)), qx = p.g.div_sw.div(max(ox, 0));
+        v = v && qy * p.g.sh == oy && qx * p.g.sw == ox;
+        oy = qy;
+        ox = qx;
+      }
+      v = v && static_cast<unsigned>(oy) < static_cast<unsigned>(p.g.oh) &&
+          static_cast<unsigned>(ox) < static_cast<unsigned>(p.g.ow);
+      return v ? p.dy + (off + oc * p.g.ohw + oy * p.g.ow + ox) : p.dy;
+    }
+
+    // Packed BF16 tiles: the same elements through registers (element q: k = kq + q T/BM).
+    struct Regs {
+      float v[C::BK / (C::kThreads / C::BM)];
+    };
+    __device__ __forceinline__ void fetch(Regs& rg, int k0) const {
+      constexpr int kStep = C::kThreads / C::BM, kN = C::BK / kStep;
+      if (tab) {
+        fetch_by_table<C>(tab, k0, kq, mask, base, p.dy, rg.v);
+        return;
+      }
+#pragma unroll
+      for (int q = 0; q < kN; ++q) {
+        bool v;
+        const float* src = source(k0 + kq + q * kStep, v);
+        rg.v[q] = igemm::load_or_zero(src, v);
+      }
+    }
+    __device__ __forceinline__ void store(uint32_t* s, const Regs& rg) const {
+      constexpr int kStep = C::kThreads / C::BM;
+      igemm::store_mlane<C::SA, C::BK / kStep, kStep>(s, kq, row, rg.v);
     }
   };
 
@@ -344,9 +431,9 @@ struct DgradProblem {
       cl = tid / 8;
       c0 = n0 + cl;
     }
-    __device__ __forceinline__ void load(float* s, int k0) const {
-      const float* src[C::BK / 8][kRows];
-      bool v[C::BK / 8][kRows];
+    // The thread's elements of the k-tile at k0: addresses (the base pointer where v is false).
+    __device__ __forceinline__ void sources(int k0, const float* (&src)[C::BK / 8][kRows],
+                                            bool (&v)[C::BK / 8][kRows]) const {
 #pragma unroll
       for (int q = 0; q < C::BK / 8; ++q) {
         const int k = k0 + kl + 8 * q;
@@ -359,7 +446,22 @@ struct DgradProblem {
           src[q][j] = v[q][j] ? p.w + (koff + c * p.g.khw) : p.w;
         }
       }
+    }
+    __device__ __forceinline__ void load(float* s, int k0) const {
+      const float* src[C::BK / 8][kRows];
+      bool v[C::BK / 8][kRows];
+      sources(k0, src, v);
       issue_klanes<C, kRows>(s, C::SB, kl, cl, src, v);
+    }
+    // Packed BF16 tiles: the same elements through registers.
+    struct Regs {
+      float v[C::BK / 8][kRows];
+    };
+    __device__ __forceinline__ void fetch(Regs& rg, int k0) const {
+      fetch_klanes<C, kRows>(*this, k0, rg.v);
+    }
+    __device__ __forceinline__ void store(uint32_t* s, const Regs& rg) const {
+      igemm::store_klanes<C, C::SB, kRows>(s, kl, cl, rg.v);
     }
   };
 
@@ -399,9 +501,9 @@ struct WgradProblem {
       rl = tid / 8;
       r0 = m0 + rl;
     }
-    __device__ __forceinline__ void load(float* s, int k0) const {
-      const float* src[C::BK / 8][kRows];
-      bool v[C::BK / 8][kRows];
+    // The thread's elements of the k-tile at k0: addresses (the base pointer where v is false).
+    __device__ __forceinline__ void sources(int k0, const float* (&src)[C::BK / 8][kRows],
+                                            bool (&v)[C::BK / 8][kRows]) const {
 #pragma unroll
       for (int q = 0; q < C::BK / 8; ++q) {
         const int k = k0 + kl + 8 * q;
@@ -414,7 +516,22 @@ struct WgradProblem {
           src[q][j] = v[q][j] ? p.dy + (koff + oc * p.g.ohw) : p.dy;
         }
       }
+    }
+    __device__ __forceinline__ void load(float* s, int k0) const {
+      const float* src[C::BK / 8][kRows];
+      bool v[C::BK / 8][kRows];
+      sources(k0, src, v);
       issue_klanes<C, kRows>(s, C::SA, kl, rl, src, v);
+    }
+    // Packed BF16 tiles: the same elements through registers.
+    struct Regs {
+      float v[C::BK / 8][kRows];
+    };
+    __device__ __forceinline__ void fetch(Regs& rg, int k0) const {
+      fetch_klanes<C, kRows>(*this, k0, rg.v);
+    }
+    __device__ __forceinline__ void store(uint32_t* s, const Regs& rg) const {
+      igemm::store_klanes<C, C::SA, kRows>(s, kl, rl, rg.v);
     }
   };
 
@@ -449,9 +566,9 @@ struct WgradProblem {
         }
       }
     }
-    __device__ __forceinline__ void load(float* s, int k0) const {
-      const float* src[C::BK / 8][kRows];
-      bool v[C::BK / 8][kRows];
+    // The thread's elements of the k-tile at k0: addresses (the base pointer where v is false).
+    __device__ __forceinline__ void sources(int k0, const float* (&src)[C::BK / 8][kRows],
+                                            bool (&v)[C::BK / 8][kRows]) const {
 #pragma unroll
       for (int q = 0; q < C::BK / 8; ++q) {
         const int k = k0 + kl + 8 * q;
@@ -469,7 +586,22 @@ struct WgradProblem {
           src[q][j] = v[q][j] ? (one ? &kOneF : p.x + (xoff + joff[j])) : p.x;
         }
       }
+    }
+    __device__ __forceinline__ void load(float* s, int k0) const {
+      const float* src[C::BK / 8][kRows];
+      bool v[C::BK / 8][kRows];
+      sources(k0, src, v);
       issue_klanes<C, kRows>(s, C::SB, kl, cl, src, v);
+    }
+    // Packed BF16 tiles: the same elements through registers.
+    struct Regs {
+      float v[C::BK / 8][kRows];
+    };
+    __device__ __forceinline__ void fetch(Regs& rg, int k0) const {
+      fetch_klanes<C, kRows>(*this, k0, rg.v);
+    }
+    __device__ __forceinline__ void store(uint32_t* s, const Regs& rg) const {
+      igemm::store_klanes<C, C::SB, kRows>(s, kl, cl, rg.v);
     }
   };
 
@@ -517,28 +649,51 @@ template <Mma kMma>
 using CfgNarrow = igemm::Cfg<128, 32, 16, 128, 4, kMma>;
 template <Mma kMma>
 using CfgSquare = igemm::Cfg<64, 64, 16, 128, 4, kMma>;
+// Packed BF16 tiles (CNN_BF16_SMEM=bf16): the same block tiles, 32 k a tile in two shared stages
+// (32 k of bf16 pairs take the bytes of 16 k of floats) and one k-tile in flight in registers.
+using CfgWidePacked = igemm::Cfg<128, 64, 32, 128, 2, Mma::Bf16, true>;
+using CfgNarrowPacked = igemm::Cfg<128, 32, 32, 128, 2, Mma::Bf16, true>;
+using CfgSquarePacked = igemm::Cfg<64, 64, 32, 128, 2, Mma::Bf16, true>;
+
+bool packed(Bf16Tiles tiles) {
+  return tiles == Bf16Tiles::Packed ||
+         (tiles == Bf16Tiles::Auto && process_env_switches().bf16_smem_packed);
+}
 
 // Runs a full-K-epilogue problem (forward, input gradient). K is split across a cluster
 // (summed in a fixed order through distributed shared memory) until the grid has ~2.5 blocks
 // per SM: the short-scoreboard and MMA latencies need more resident warps than one tile row
 // of blocks gives.
-template <Mma kMma, class P>
+// A split keeps at least 128 k (8 k-tiles of 16, 4 of 32).
+template <class CNarrow, class CWide, class P>
 void run_full(const P& p, cudaStream_t stream, const char* name) {
   const igemm::DeviceInfo dev = igemm::device_info();
   const int64_t target = static_cast<int64_t>(dev.sms) * 5 / 2;
-  if (p.N <= 32) {
-    using C = CfgNarrow<kMma>;
+  auto go = [&](auto cfg) {
+    using C = decltype(cfg);
     const int64_t tiles = ceil_div<int64_t>(p.M, C::BM) * ceil_div<int64_t>(p.N, C::BN);
     const int splits =
-        dev.clusters ? igemm::pick_splits(tiles, ceil_div(p.K, C::BK), target, 8, 8) : 1;
+        dev.clusters ? igemm::pick_splits(tiles, ceil_div(p.K, C::BK), target, 8, 128 / C::BK) : 1;
     igemm::launch<C>(p, splits, stream, name);
-  } else {
-    using C = CfgWide<kMma>;
-    const int64_t tiles = ceil_div<int64_t>(p.M, C::BM) * ceil_div<int64_t>(p.N, C::BN);
-    const int splits =
-        dev.clusters ? igemm::pick_splits(tiles, ceil_div(p.K, C::BK), target, 8, 8) : 1;
-    igemm::launch<C>(p, splits, stream, name);
-  }
+  };
+  if (p.N <= 32)
+    go(CNarrow{});
+  else
+    go(CWide{});
+}
+
+// The precision's tiles: FP32 FFMA, TF32, BF16 on float or (CNN_BF16_SMEM) packed tiles.
+template <class P>
+void run_full_for(const P& p, Precision precision, Bf16Tiles tiles, cudaStream_t stream,
+                  const char* simt, const char* tf32, const char* bf16, const char* bf16_packed) {
+  if (precision == Precision::TF32)
+    run_full<CfgNarrow<Mma::Tf32>, CfgWide<Mma::Tf32>>(p, stream, tf32);
+  else if (precision == Precision::BF16 && packed(tiles))
+    run_full<CfgNarrowPacked, CfgWidePacked>(p, stream, bf16_packed);
+  else if (precision == Precision::BF16)
+    run_full<CfgNarrow<Mma::Bf16>, CfgWide<Mma::Bf16>>(p, stream, bf16);
+  else
+    run_full<CfgNarrow<Mma::Simt>, CfgWide<Mma::Simt>>(p, stream, simt);
 }
 
 void check_int32(const Conv2dShape& s, const char* op) {
@@ -586,7 +741,8 @@ bool use_dedicated_dgrad(const Conv2dShape& s, const Exec& ex, IgemmVariant vari
 }  // namespace
 
 void conv2d_forward_igemm_cuda(const Conv2dShape& s, const float* d_x, const float* d_w,
-                               const float* d_b, float* d_y, bool relu, const Exec& ex) {
+                               const float* d_b, float* d_y, bool relu, const Exec& ex,
+                               Bf16Tiles tiles) {
   check_int32(s, "conv2d_forward_igemm");
   FwdProblem p{};
   p.g = geom_of(s);
@@ -600,16 +756,14 @@ void conv2d_forward_igemm_cuda(const Conv2dShape& s, const float* d_x, const flo
   p.relu = relu;
   p.table_ints = tap_table_ints(p.K, p.g.khw);
   if (p.M == 0 || p.N == 0) return;
-  if (ex.precision == Precision::TF32)
-    run_full<Mma::Tf32>(p, ex.stream, "conv2d_forward_igemm_tf32");
-  else if (ex.precision == Precision::BF16)
-    run_full<Mma::Bf16>(p, ex.stream, "conv2d_forward_igemm_bf16");
-  else
-    run_full<Mma::Simt>(p, ex.stream, "conv2d_forward_igemm_simt");
+  run_full_for(p, ex.precision, tiles, ex.stream, "conv2d_forward_igemm_simt",
+               "conv2d_forward_igemm_tf32", "conv2d_forward_igemm_bf16",
+               "conv2d_forward_igemm_bf16_packed");
 }
 
 void conv2d_backward_data_igemm_cuda(const Conv2dShape& s, const float* d_dy, const float* d_w,
-                                     float* d_dx, const Exec& ex, IgemmVariant variant) {
+                                     float* d_dx, const Exec& ex, IgemmVariant variant,
+                                     Bf16Tiles tiles) {
   check_int32(s, "conv2d_backward_data_igemm");
   if (use_dedicated_dgrad(s, ex, variant)) {
     conv2d_backward_data_dedicated_cuda(s, d_dy, d_w, d_dx, ex);
@@ -625,12 +779,9 @@ void conv2d_backward_data_igemm_cuda(const Conv2dShape& s, const float* d_dy, co
   p.dx = d_dx;
   p.table_ints = p.g.unit_stride ? tap_table_ints(p.K, p.g.khw) : 0;
   if (p.M == 0 || p.N == 0) return;
-  if (ex.precision == Precision::TF32)
-    run_full<Mma::Tf32>(p, ex.stream, "conv2d_backward_data_igemm_tf32");
-  else if (ex.precision == Precision::BF16)
-    run_full<Mma::Bf16>(p, ex.stream, "conv2d_backward_data_igemm_bf16");
-  else
-    run_full<Mma::Simt>(p, ex.stream, "conv2d_backward_data_igemm_simt");
+  run_full_for(p, ex.precision, tiles, ex.stream, "conv2d_backward_data_igemm_simt",
+               "conv2d_backward_data_igemm_tf32", "conv2d_backward_data_igemm_bf16",
+               "conv2d_backward_data_igemm_bf16_packed");
 }
 
 std::size_t conv2d_backward_weight_igemm_scratch_floats(const Conv2dShape& s, const Exec& ex) {
@@ -646,7 +797,7 @@ std::size_t conv2d_backward_weight_igemm_scratch_floats(const Conv2dShape& s, co
 
 void conv2d_backward_weight_igemm_cuda(const Conv2dShape& s, const float* d_x, const float* d_dy,
                                        float* d_dw, float* d_db, float* d_scratch, const Exec& ex,
-                                       IgemmVariant variant) {
+                                       IgemmVariant variant, Bf16Tiles tiles) {
   check_int32(s, "conv2d_backward_weight_igemm");
   CNN_CHECK(!ex.deterministic || d_scratch,
             "conv2d_backward_weight_igemm: deterministic mode needs {} floats of scratch, got null",
@@ -672,6 +823,9 @@ void conv2d_backward_weight_igemm_cuda(const Conv2dShape& s, const float* d_x, c
   const int splits = wgrad_splits(s);
   if (ex.precision == Precision::TF32)
     igemm::launch<CfgSquare<Mma::Tf32>>(p, splits, ex.stream, "conv2d_backward_weight_igemm_tf32");
+  else if (ex.precision == Precision::BF16 && packed(tiles))
+    igemm::launch<CfgSquarePacked>(p, splits, ex.stream,
+                                   "conv2d_backward_weight_igemm_bf16_packed");
   else if (ex.precision == Precision::BF16)
     igemm::launch<CfgSquare<Mma::Bf16>>(p, splits, ex.stream, "conv2d_backward_weight_igemm_bf16");
   else

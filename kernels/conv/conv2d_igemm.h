@@ -2,7 +2,8 @@
 // Implicit-GEMM convolutions on the GPU (kernels/conv2d_igemm.cu): the convolution is computed
 // as a tiled matrix product whose operands are gathered from the NCHW tensors on the fly (no
 // im2col buffer; padding and stride by predication), FP32 FFMA or, with
-// ex.precision == Precision::TF32, TF32 tensor cores (mma.sync m16n8k8, FP32 accumulation).
+// ex.precision == Precision::TF32, TF32 tensor cores (mma.sync m16n8k8, FP32 accumulation), or
+// with Precision::BF16, BF16 tensor cores (mma.sync m16n8k16, FP32 accumulation).
 //   forward:         M = N*OH*OW, N = OC, K = C*KH*KW; bias + ReLU fused in the epilogue.
 //   backward_data:   M = N*H*W,   N = C,  K = OC*KH*KW (any stride).
 //   backward_weight: M = OC, N = C*KH*KW (+1 column of ones that yields db), K = N*OH*OW,
@@ -18,8 +19,20 @@
 
 namespace cnn {
 
+// How the BF16 (ex.precision == Precision::BF16) generic kernels keep their operand tiles in
+// shared memory (the other precisions ignore it):
+//   Auto:   Packed unless CNN_BF16_SMEM=f32 (runtime/env_switches.h);
+//   Float:  floats, filled by 4-byte cp.async and rounded to BF16 as the fragments are loaded;
+//   Packed: bf16 pairs rounded (to nearest even, as Float) by the loaders, which read global
+//           memory into registers one k-tile ahead: half the shared-memory bytes, half the
+//           fragment loads, no conversions in the math loop. The MMA operands are bitwise the
+//           same; only the split of K into cluster partials (32-deep k-tiles instead of 16) can
+//           change the rounding of the sum.
+enum class Bf16Tiles { Auto, Float, Packed };
+
 void conv2d_forward_igemm_cuda(const Conv2dShape& s, const float* d_x, const float* d_w,
-                               const float* d_b, float* d_y, bool relu, const Exec& ex);
+                               const float* d_b, float* d_y, bool relu, const Exec& ex,
+                               Bf16Tiles tiles = Bf16Tiles::Auto);
 
 // Which weight-gradient / input-gradient kernel runs (kept selectable so that a wrong answer or
 // a slower run can be bisected):
@@ -34,7 +47,8 @@ enum class IgemmVariant { Auto, Generic, Dedicated };
 
 void conv2d_backward_data_igemm_cuda(const Conv2dShape& s, const float* d_dy, const float* d_w,
                                      float* d_dx, const Exec& ex,
-                                     IgemmVariant variant = IgemmVariant::Auto);
+                                     IgemmVariant variant = IgemmVariant::Auto,
+                                     Bf16Tiles tiles = Bf16Tiles::Auto);
 
 // Floats of scratch conv2d_backward_weight_igemm_cuda needs: 0 unless ex.deterministic. Depends
 // on the shape only (the split of K is a fixed chunk of output positions); enough for either
@@ -43,6 +57,7 @@ std::size_t conv2d_backward_weight_igemm_scratch_floats(const Conv2dShape& s, co
 
 void conv2d_backward_weight_igemm_cuda(const Conv2dShape& s, const float* d_x, const float* d_dy,
                                        float* d_dw, float* d_db, float* d_scratch, const Exec& ex,
-                                       IgemmVariant variant = IgemmVariant::Auto);
+                                       IgemmVariant variant = IgemmVariant::Auto,
+                                       Bf16Tiles tiles = Bf16Tiles::Auto);
 
 }  // namespace cnn

@@ -20,6 +20,10 @@
 //   template <class C> struct ALoader { ALoader(const P&, int m0, int tid, const int* table);
 //                                        void load(float* s, int k0) const; };  // s: [BK][SA]
 //   template <class C> struct BLoader { ... same with n0, s: [BK][SB] };
+//     with packed BF16 tiles (C::kPacked) both loaders also provide
+//       struct Regs;                                  // one k-tile's elements of this thread
+//       void fetch(Regs&, int k0) const;              // global -> registers (0 where invalid)
+//       void store(uint32_t* s, const Regs&) const;   // registers -> packed words [BK/2][SX]
 //   static constexpr bool kHasTable;       // with table_ints > 0: build_table(int* t, tid, T)
 //   int table_ints;                        // fills a per-block shared table (then synced) that
 //                                          // the loaders get; null when table_ints == 0
@@ -57,19 +61,23 @@ using ptx::to_tf32;
 enum class Mma { Simt, Tf32, Bf16 };
 
 // Tile configuration. kThreads = 128 or 256. For the MMA math the warps form a WGM x WGN grid
-// of warp tiles (32 rows each when possible).
-template <int BM_, int BN_, int BK_, int kThreads_, int kStages_, Mma kMma_>
+// of warp tiles (32 rows each when possible). kPacked (BF16 only): the operand tiles hold packed
+// bf16 pairs instead of floats (see PackedPipeline below); SA, SB and kStageFloats then count
+// 32-bit words, one word per (k pair, row).
+template <int BM_, int BN_, int BK_, int kThreads_, int kStages_, Mma kMma_, bool kPacked_ = false>
 struct Cfg {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, kThreads = kThreads_, kStages = kStages_;
   static constexpr Mma kMma = kMma_;
+  static constexpr bool kPacked = kPacked_;
   // Row padding of the k-major tiles. TF32 fragment loads read As[k0 + t][g] for t < 4, g < 8:
   // a row stride = 8 (mod 32) puts the 32 lanes on 32 banks. BF16 fragment loads read rows
   // k0 + 2t and k0 + 2t + 1: there a stride = 4 (mod 32) does (banks 8t + g and 8t + 4 + g).
-  // The SIMT loads read whole float4 rows; there a stride = 4 (mod 32) makes the k-lane
-  // cp.async writes conflict-free.
-  static constexpr int kPad = kMma == Mma::Tf32 ? 8 : 4;
+  // Packed BF16 fragment loads read word rows kp0 + t (one word = the k pair 2t, 2t + 1): a
+  // stride = 8 (mod 32) again. The SIMT loads read whole float4 rows; there a stride = 4 (mod
+  // 32) makes the k-lane cp.async writes conflict-free.
+  static constexpr int kPad = (kMma == Mma::Tf32 || kPacked) ? 8 : 4;
   static constexpr int SA = BM + kPad, SB = BN + kPad;
-  static constexpr int kStageFloats = BK * (SA + SB);
+  static constexpr int kStageFloats = (kPacked ? BK / 2 : BK) * (SA + SB);
   // Output staging: [BN][BM + 4] (m contiguous) or [BM][BN + 4] (n contiguous).
   static constexpr int kCsFloats = (BM + 4) * (BN + 4);
   static constexpr std::size_t kSmemBytes =
@@ -77,9 +85,60 @@ struct Cfg {
                           kStages * kStageFloats > kCsFloats ? kStages * kStageFloats : kCsFloats);
   static_assert(BK % 8 == 0, "BK must be a multiple of 8 (k-lane groups, MMA k8 steps)");
   static_assert(kMma != Mma::Bf16 || BK % 16 == 0, "BF16 MMA steps are k16");
+  static_assert(!kPacked || (kMma == Mma::Bf16 && kStages == 2),
+                "packed tiles are BF16, double-buffered");
   static_assert(BM % 32 == 0 && BN % 32 == 0, "tile sides must be multiples of 32");
   static_assert(kThreads % BM == 0 && kThreads % BN == 0, "m-lane loaders need T % BX == 0");
 };
+
+// ---------------------------------------------------------------------------------------------
+// Packed BF16 tiles: word (kp, x) of a stage = {bf16(k = 2 kp) in bits 0..15, bf16(2 kp + 1) in
+// bits 16..31} of row x, each rounded to nearest even by the same cvt as pack_bf16x2 (so the MMA
+// operands are bitwise the ones the float tiles give). The loaders' register half: fetch() reads
+// a k-tile from global memory into registers (zero where invalid, as the zero-filled cp.async),
+// store() rounds and writes them.
+
+// Round-to-nearest-even BF16 bits of f: the low half of pack_bf16x2(f, 0).
+__device__ __forceinline__ unsigned short bf16_bits(float f) {
+  return static_cast<unsigned short>(pack_bf16x2(f, 0.f) & 0xffffu);
+}
+
+// Global load of *src when v, else 0 (src is a valid address either way, as for cp_async4).
+__device__ __forceinline__ float load_or_zero(const float* src, bool v) {
+  float r = 0.f;
+  if (v) r = __ldg(src);
+  return r;
+}
+
+// Element (k, x) of a packed stage with row stride S words.
+__device__ __forceinline__ void store_bf16(uint32_t* s, int S, int k, int x, float f) {
+  reinterpret_cast<unsigned short*>(s)[2 * ((k >> 1) * S + x) + (k & 1)] = bf16_bits(f);
+}
+
+// Stores the elements of an m-lane loader (element q: k = kq + q kStep, row x). With kStep == 1
+// each thread holds whole k pairs: one 32-bit store per pair.
+template <int S, int kN, int kStep>
+__device__ __forceinline__ void store_mlane(uint32_t* s, int kq, int x, const float (&r)[kN]) {
+  if constexpr (kStep == 1) {
+#pragma unroll
+    for (int j = 0; j < kN / 2; ++j) s[j * S + x] = pack_bf16x2(r[2 * j], r[2 * j + 1]);
+  } else {
+#pragma unroll
+    for (int q = 0; q < kN; ++q) store_bf16(s, S, kq + q * kStep, x, r[q]);
+  }
+}
+
+// Stores the elements of a k-lane loader (element (q, j): k = kl + 8 q, row x + j T/8). A warp's
+// 16-bit stores land in 16 distinct words of 16 banks (S = 8 mod 32), two lanes a word.
+template <class C, int S, int kRows>
+__device__ __forceinline__ void store_klanes(uint32_t* s, int kl, int x,
+                                             const float (&r)[C::BK / 8][kRows]) {
+#pragma unroll
+  for (int q = 0; q < C::BK / 8; ++q)
+#pragma unroll
+    for (int j = 0; j < kRows; ++j)
+      store_bf16(s, S, kl + 8 * q, x + j * (C::kThreads / 8), r[q][j]);
+}
 
 // ---------------------------------------------------------------------------------------------
 // FP32 math: thread (tm, tn) owns rows {tm*4 + i, BM/2 + tm*4 + i} (i < 4) and columns
@@ -150,8 +209,9 @@ struct SimtMath {
 };
 
 // Tensor-core math: warp w owns a WM x WN warp tile of MI x NI m16n8 accumulator tiles, fed by
-// m16n8k8 TF32 or m16n8k16 BF16 MMAs (C::kMma). Operands are rounded as they leave shared
-// memory: the tiles stay FP32 because the cp.async copies that fill them cannot convert.
+// m16n8k8 TF32 or m16n8k16 BF16 MMAs (C::kMma). With float tiles the operands are rounded as
+// they leave shared memory (the cp.async copies that fill them cannot convert); packed BF16
+// tiles (C::kPacked) were rounded by the loaders, and a fragment register is one shared word.
 template <class C>
 struct MmaMath {
   static constexpr bool kBf16 = C::kMma == Mma::Bf16;
@@ -183,7 +243,23 @@ struct MmaMath {
   // next step's are loaded before this step's MMAs issue (register double buffering).
   __device__ __forceinline__ void load_frag(const float* As, const float* Bs, int ks,
                                             uint32_t (&a)[MI][4], uint32_t (&b)[NI][2]) const {
-    if constexpr (kBf16) {
+    if constexpr (C::kPacked) {
+      const uint32_t* ap = reinterpret_cast<const uint32_t*>(As) + (ks / 2 + t) * C::SA + wm + g;
+      const uint32_t* bp = reinterpret_cast<const uint32_t*>(Bs) + (ks / 2 + t) * C::SB + wn + g;
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+        const uint32_t* q = ap + i * 16;
+        a[i][0] = q[0];
+        a[i][1] = q[8];
+        a[i][2] = q[4 * C::SA];
+        a[i][3] = q[4 * C::SA + 8];
+      }
+#pragma unroll
+      for (int j = 0; j < NI; ++j) {
+        b[j][0] = bp[j * 8];
+        b[j][1] = bp[4 * C::SB + j * 8];
+      }
+    } else if constexpr (kBf16) {
       const float* ap = As + (ks + 2 * t) * C::SA + wm + g;
       const float* bp = Bs + (ks + 2 * t) * C::SB + wn + g;
 #pragma unroll
@@ -220,6 +296,20 @@ struct MmaMath {
 
   __device__ __forceinline__ void compute(const float* As, const float* Bs) {
     constexpr int kSteps = C::BK / KS;
+    if constexpr (C::kPacked) {
+      // A fragment is one shared load a register here (no conversion): single-buffered, which
+      // saves the registers the k-tile in flight needs; the other warps hide the load latency.
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+        uint32_t a[MI][4], b[NI][2];
+        load_frag(As, Bs, s * KS, a, b);
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int j = 0; j < NI; ++j) mma_bf16(acc[i][j], a[i], b[j]);
+      }
+      return;
+    }
     uint32_t a[2][MI][4], b[2][NI][2];
     load_frag(As, Bs, 0, a[0], b[0]);
 #pragma unroll
@@ -317,6 +407,51 @@ struct StridedLoader {
         cp_async4(s + (kl + q * (C::kThreads / BX)) * S + x, src[q], v[q]);
     }
   }
+
+  // Packed BF16 tiles (C::kPacked): the same elements through registers. Element e: k_contig
+  // (r, q) = (e / kQK, e % kQK), else q = e.
+  struct Regs {
+    float v[kRowsK * kQK];
+  };
+  static_assert(kRowsK * kQK == kQX, "both layouts move BX BK / T elements a thread");
+  __device__ __forceinline__ void fetch(Regs& rg, int k0) const {
+    if (k_contig) {
+      const int kl = tid % 8, xl = tid / 8;
+#pragma unroll
+      for (int r = 0; r < kRowsK; ++r) {
+        const int x = xl + r * (C::kThreads / 8);
+        const bool xv = x0 + x < X;
+        const float* row = base + (x0 + x) * ld + k0;
+#pragma unroll
+        for (int q = 0; q < kQK; ++q) {
+          const int k = kl + 8 * q;
+          const bool v = xv && (k0 + k < K);
+          rg.v[r * kQK + q] = load_or_zero(v ? row + k : base, v);
+        }
+      }
+    } else {
+      const int x = tid % BX, kl = tid / BX;
+      const bool xv = x0 + x < X;
+#pragma unroll
+      for (int q = 0; q < kQX; ++q) {
+        const int k = kl + q * (C::kThreads / BX);
+        const bool v = xv && (k0 + k < K);
+        rg.v[q] = load_or_zero(v ? base + (int64_t)(k0 + k) * ld + (x0 + x) : base, v);
+      }
+    }
+  }
+  __device__ __forceinline__ void store(uint32_t* s, const Regs& rg) const {
+    if (k_contig) {
+      const int kl = tid % 8, xl = tid / 8;
+#pragma unroll
+      for (int r = 0; r < kRowsK; ++r)
+#pragma unroll
+        for (int q = 0; q < kQK; ++q)
+          store_bf16(s, S, kl + 8 * q, xl + r * (C::kThreads / 8), rg.v[r * kQK + q]);
+    } else {
+      store_mlane<S, kQX, C::kThreads / BX>(s, tid / BX, tid % BX, rg.v);
+    }
+  }
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -366,6 +501,47 @@ __device__ __forceinline__ void run_k_pipeline(const ALoader& al, const BLoader&
   __syncthreads();  // the pipeline buffers become the staging tile
 }
 
+// The packed-BF16 main loop: two shared-memory stages and one k-tile in registers. Iteration i
+// computes tile i from stage i % 2 while the global loads of tile i + 1 (issued one iteration
+// earlier) land in registers; then the thread rounds and stores tile i + 1 into the other stage
+// (last read by tile i - 1, which every thread finished before this iteration's barrier) and
+// issues the loads of tile i + 2. One barrier per k-tile; the loads have a whole tile's math to
+// arrive. Returns with the block synchronized (the staging tile reuses the stages).
+template <class C, class ALoader, class BLoader, class Math>
+__device__ __forceinline__ void run_k_pipeline_packed(const ALoader& al, const BLoader& bl,
+                                                      Math& math, KTileRun run, uint32_t* smem) {
+  constexpr int kAWords = C::BK / 2 * C::SA;
+  auto stage_a = [&](int s) { return smem + s * C::kStageFloats; };
+  auto stage_b = [&](int s) { return smem + s * C::kStageFloats + kAWords; };
+  const int kt0 = run.kt0, nk = run.nk;
+  typename ALoader::Regs ra;
+  typename BLoader::Regs rb;
+  if (nk > 0) {
+    al.fetch(ra, kt0 * C::BK);
+    bl.fetch(rb, kt0 * C::BK);
+    al.store(stage_a(0), ra);
+    bl.store(stage_b(0), rb);
+  }
+  if (nk > 1) {
+    al.fetch(ra, (kt0 + 1) * C::BK);
+    bl.fetch(rb, (kt0 + 1) * C::BK);
+  }
+  for (int i = 0; i < nk; ++i) {
+    __syncthreads();  // tile i stored by all; everyone is done with tile i - 1's stage
+    math.compute(reinterpret_cast<const float*>(stage_a(i % 2)),
+                 reinterpret_cast<const float*>(stage_b(i % 2)));
+    if (i + 1 < nk) {
+      al.store(stage_a((i + 1) % 2), ra);
+      bl.store(stage_b((i + 1) % 2), rb);
+    }
+    if (i + 2 < nk) {
+      al.fetch(ra, (kt0 + i + 2) * C::BK);
+      bl.fetch(rb, (kt0 + i + 2) * C::BK);
+    }
+  }
+  __syncthreads();  // the stages become the staging tile
+}
+
 // ---------------------------------------------------------------------------------------------
 // The kernel. Block (bx, by, bz) computes tile (bx, by) over the bz-th of gridDim.z equal runs
 // of k-tiles. Thread mapping: the math classes above (each thread a register micro-tile, or a
@@ -374,7 +550,7 @@ __device__ __forceinline__ void run_k_pipeline(const ALoader& al, const BLoader&
 // tile form one thread-block cluster and are summed through distributed shared memory before
 // apply(); otherwise apply() sees each split's partial sums.
 template <class C, class P>
-__global__ void __launch_bounds__(C::kThreads) igemm_kernel(const __grid_constant__ P p) {
+__device__ __forceinline__ void igemm_body(const P& p) {
   extern __shared__ float4 smem_f4[];
   float* smem = reinterpret_cast<float*>(smem_f4);
   const int tid = threadIdx.x;
@@ -400,7 +576,10 @@ __global__ void __launch_bounds__(C::kThreads) igemm_kernel(const __grid_constan
   auto stage_a = [&](int s) { return smem + s * C::kStageFloats; };
   auto stage_b = [&](int s) { return smem + s * C::kStageFloats + C::BK * C::SA; };
 
-  run_k_pipeline<C>(al, bl, math, run, stage_a, stage_b);
+  if constexpr (C::kPacked)
+    run_k_pipeline_packed<C>(al, bl, math, run, reinterpret_cast<uint32_t*>(smem));
+  else
+    run_k_pipeline<C>(al, bl, math, run, stage_a, stage_b);
 
   constexpr bool kMFast = P::kMFastOut;
   float* Cs = smem;
@@ -447,6 +626,18 @@ __global__ void __launch_bounds__(C::kThreads) igemm_kernel(const __grid_constan
   }
 }
 
+template <class C, class P>
+__global__ void __launch_bounds__(C::kThreads) igemm_kernel(const __grid_constant__ P p) {
+  igemm_body<C>(p);
+}
+
+// Packed tiles: the registers that hold the k-tile in flight would otherwise leave room for only
+// two blocks (8 warps) per SM; the bound keeps three.
+template <class C, class P>
+__global__ void __launch_bounds__(C::kThreads, 3) igemm_packed_kernel(const __grid_constant__ P p) {
+  igemm_body<C>(p);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Host side.
 
@@ -489,7 +680,11 @@ void launch(const P& p, int splits, cudaStream_t stream, const char* name) {
     cfg.attrs = attr;
     cfg.numAttrs = 1;
   }
-  auto kern = igemm_kernel<C, P>;
+  void (*kern)(P) = nullptr;
+  if constexpr (C::kPacked)
+    kern = igemm_packed_kernel<C, P>;
+  else
+    kern = igemm_kernel<C, P>;
   if (smem_bytes > 48 * 1024)
     CNN_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(smem_bytes)));
