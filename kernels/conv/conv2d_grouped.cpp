@@ -40,7 +40,7 @@ bool depthwise_rows_fits(const Conv2dGroupedShape& s) {
   // As the launcher strips the plane: one quad of 4 outputs per thread.
   const int64_t rows = std::min<int64_t>(
       s.h, std::max<int64_t>(1, kDepthwiseRowsThreads / ceil_div<int64_t>(s.w, 4)));
-  return int64_t(s.n) * s.c * ceil_div<int64_t>(s.h, rows) < (int64_t(1) << 31);
+  return int64_t(s.n) * s.c * ceil_div<int64_t>(s.h, rows) < (int64_t(1) << 30);
 }
 
 DepthwiseTiling depthwise_tiling(const Conv2dGroupedShape& s, int max_rows, int64_t planes) {

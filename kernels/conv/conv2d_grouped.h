@@ -45,7 +45,8 @@ bool conv2d_grouped_fast_applicable(const Conv2dGroupedShape& s);
 enum class DepthwiseKernel { Auto, Tile, Rows };
 constexpr int64_t kDepthwiseRowsMaxOutputs = int64_t(1) << 18;
 DepthwiseKernel conv2d_grouped_fast_kernel(const Conv2dGroupedShape& s);  // Tile or Rows
-// The rows kernel's block count, N * C * ceil(H / rows per block), fits an int.
+// The rows kernel's block count, N * C * ceil(H / rows per block), is below 2^30: its int
+// grid-stride index then cannot overflow.
 bool depthwise_rows_fits(const Conv2dGroupedShape& s);
 
 // y (N, OC, OH, OW) = conv(x, w) + b. b may be null. relu=true applies ReLU in the epilogue.

@@ -44,7 +44,7 @@ std::size_t conv2d_grouped_backward_weight_scratch_floats_cuda(const Conv2dGroup
 
 // The fast variant's forward and input gradient run the kernel `kernel` names (Auto: the one
 // conv2d_grouped_fast_kernel picks; the tests force each). Rows falls back to Tile where its
-// block count would not fit an int (depthwise_rows_fits).
+// block count would reach 2^30 (depthwise_rows_fits).
 void conv2d_grouped_forward_cuda(const Conv2dGroupedShape& s, const float* d_x, const float* d_w,
                                  const float* d_b, float* d_y, bool relu, Algo algo,
                                  cudaStream_t stream,
