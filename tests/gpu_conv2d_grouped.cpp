@@ -1,7 +1,8 @@
 // Grouped and depthwise conv2d on the GPU: every CUDA variant (naive, tiled, fast, auto) against
 // the CPU reference over awkward shapes (batch 1, odd sizes, kernels 1/3/5/7, stride 2, padding
 // 0/1/2, dilation 2, channel multiplier 2, groups 4 of 8 channels), misaligned buffers for the
-// fast kernels' scalar path, and the deterministic weight gradient's bitwise repeatability.
+// fast kernels' scalar path, and the deterministic weight gradient's bitwise repeatability. The
+// fast variant's two forward / input-gradient kernels (tile and rows) are also forced one by one.
 // Outputs are poisoned with NaN before each run; tolerances scale with the reduction length.
 #include <gtest/gtest.h>
 
@@ -14,6 +15,9 @@
 #include <vector>
 
 #include "kernels/conv/conv2d_grouped.h"
+#ifdef CNN_HAVE_CUDA
+#include "kernels/conv/conv2d_grouped_cuda.h"
+#endif
 #include "layers/gradcheck/gradcheck.h"
 #include "layers/layer_spec.h"
 #include "runtime/error.h"
@@ -43,7 +47,9 @@ std::string describe(const Conv2dGroupedShape& s) {
   char buf[160];
   std::snprintf(buf, sizeof buf, "N%d C%d %dx%d -> OC%d k%dx%d s%d p%d d%d g%d%s", s.n, s.c, s.h,
                 s.w, s.oc, s.kh, s.kw, s.stride_h, s.pad_h, s.dil_h, s.groups,
-                conv2d_grouped_fast_applicable(s) ? " (fast applies)" : "");
+                !conv2d_grouped_fast_applicable(s)                       ? ""
+                : conv2d_grouped_fast_kernel(s) == DepthwiseKernel::Rows ? " (fast: rows)"
+                                                                         : " (fast: tile)");
   return buf;
 }
 
@@ -258,6 +264,67 @@ TEST(GpuConv2dGrouped, ManyPlanesBeyondGridLimit) {
   CNN_REQUIRE_GPU();
   run_case({300, 256, 4, 4, 256, 3, 1, 1, 1, 256});
 }
+
+#ifdef CNN_HAVE_CUDA
+// The fast variant's forward and input gradient through each kernel in turn (the shape picks one;
+// these force both), against the CPU reference: W not a multiple of 4, H = 1, channel multiplier
+// 2, 5x5 and 7x7, batch 1 and 3, a row wider than one block's quads (W > 1024), float4 rows and
+// misaligned buffers (the scalar path), and a stride-2 shape the fast kernels do not take (both
+// requests must fall back to tiled). Each kernel's forward runs twice: bitwise the same.
+TEST(GpuConv2dGrouped, RowsAndTileKernelsMatchCpu) {
+  CNN_REQUIRE_GPU();
+  const Case cases[] = {
+      // n   c   h     w   oc  k  s  p  d  groups
+      {1, 64, 32, 32, 64, 3, 1, 1, 1, 64},  // the seed's small shape
+      {3, 5, 13, 17, 5, 3, 1, 1, 1, 5},     // batch 3, W % 4 == 1
+      {1, 4, 1, 22, 4, 3, 1, 1, 1, 4},      // H = 1, W % 4 == 2
+      {2, 3, 9, 12, 6, 5, 1, 2, 1, 3},      // multiplier 2, 5x5, float4 rows
+      {1, 6, 11, 7, 12, 7, 1, 3, 1, 6},     // multiplier 2, 7x7 wider than the image
+      {3, 2, 5, 1030, 2, 3, 1, 1, 1, 2},    // 258 quads a row: threads take several
+      {1, 2, 40, 8, 2, 7, 1, 3, 1, 2},      // 7x7, W = 8: several strips per plane
+      {2, 4, 9, 10, 4, 3, 2, 1, 1, 4},      // stride 2: no fast kernel, tiled serves both
+  };
+  const Exec ex = cuda_exec();
+  for (const Case& k : cases) {
+    const Conv2dGroupedShape s = shape_of(k);
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed) + ", shape " + describe(s));
+    std::printf("%s (seed %llu)\n", describe(s).c_str(), static_cast<unsigned long long>(seed));
+    const Problem p = make_problem(s, seed);
+    const double k_fwd = double(s.cg()) * s.kh * s.kw + 1, k_data = double(s.ocg()) * s.kh * s.kw;
+    Tensor w = test::to_device(p.w), b = test::to_device(p.b);
+    for (int offset : {0, 1}) {
+      Shifted x(p.x, offset), dy(p.dy, offset), y(std::vector<float>(y_size(s)), offset),
+          dx(std::vector<float>(x_size(s)), offset);
+      for (DepthwiseKernel kernel : {DepthwiseKernel::Tile, DepthwiseKernel::Rows}) {
+        const std::string tag = std::string(kernel == DepthwiseKernel::Rows ? "rows" : "tile") +
+                                (offset ? " misaligned" : "");
+        test::poison_device(y.ptr, y_size(s));
+        conv2d_grouped_forward_cuda(s, x.ptr, w.data(), nullptr, y.ptr, false, Algo::Fast,
+                                    ex.stream, kernel);
+        expect_close(test::to_host(y.ptr, y_size(s)), p.y_plain, k_fwd, "forward " + tag);
+
+        test::poison_device(y.ptr, y_size(s));
+        conv2d_grouped_forward_cuda(s, x.ptr, w.data(), b.data(), y.ptr, true, Algo::Fast,
+                                    ex.stream, kernel);
+        const std::vector<float> first = test::to_host(y.ptr, y_size(s));
+        expect_close(first, p.y_bias_relu, k_fwd, "forward+bias+relu " + tag);
+        test::poison_device(y.ptr, y_size(s));
+        conv2d_grouped_forward_cuda(s, x.ptr, w.data(), b.data(), y.ptr, true, Algo::Fast,
+                                    ex.stream, kernel);
+        const std::vector<float> again = test::to_host(y.ptr, y_size(s));
+        EXPECT_EQ(0, std::memcmp(first.data(), again.data(), first.size() * sizeof(float)))
+            << tag << ": two forward runs differ";
+
+        test::poison_device(dx.ptr, x_size(s));
+        conv2d_grouped_backward_data_cuda(s, dy.ptr, w.data(), dx.ptr, Algo::Fast, ex.stream,
+                                          kernel);
+        expect_close(test::to_host(dx.ptr, x_size(s)), p.dx, k_data, "backward_data " + tag);
+      }
+    }
+  }
+}
+#endif  // CNN_HAVE_CUDA
 
 // igemm is not a variant of the grouped op: refused with a clear error, not run.
 TEST(GpuConv2dGrouped, IgemmIsRefused) {

@@ -244,6 +244,36 @@ TEST(Conv2dCpu, DoubleOverloadsAgreeWithFloat) {
   expect_close(dbf, dbd);
 }
 
+// The gradient checker's im2col forward computes the reference's sums in another order: equal to
+// rounding on shapes that exercise every path (output-channel and pixel tails of the 4 x 8
+// register block, stride, asymmetric padding, taps wholly in the padding, batch 3, no bias).
+TEST(Conv2dCpu, Im2colDoubleForwardEqualsTheReference) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const Conv2dShape shapes[] = {
+      make_shape(1, 3, 32, 32, 8, 3, 3, 1, 1, 1, 1),  // whole blocks
+      make_shape(3, 5, 9, 7, 6, 3, 5, 2, 1, 1, 2),    // tails in both, stride 2 in H
+      make_shape(2, 2, 5, 6, 3, 5, 5, 1, 2, 2, 2),    // stride 2 in W, pad 2
+      make_shape(1, 4, 1, 11, 9, 1, 3, 1, 1, 0, 1),   // H = 1
+      make_shape(2, 3, 4, 4, 5, 1, 1, 1, 1, 0, 0),    // 1x1
+      make_shape(1, 2, 3, 3, 2, 3, 3, 1, 1, 3, 3),    // taps entirely in the padding
+  };
+  uint64_t k = seed;
+  for (const Conv2dShape& s : shapes) {
+    const auto x = random_doubles(x_size(s), k++), w = random_doubles(w_size(s), k++);
+    const auto b = random_doubles(size_t(s.oc), k++);
+    for (const bool bias : {true, false}) {
+      std::vector<double> ref(y_size(s)), got(y_size(s), std::nan(""));
+      conv2d_forward_cpu(s, x.data(), w.data(), bias ? b.data() : nullptr, ref.data(), false);
+      conv2d_forward_im2col_cpu(s, x.data(), w.data(), bias ? b.data() : nullptr, got.data());
+      for (size_t i = 0; i < ref.size(); ++i)
+        ASSERT_NEAR(got[i], ref[i], 1e-13 * (1 + std::fabs(ref[i])))
+            << "shape n" << s.n << " c" << s.c << " " << s.h << "x" << s.w << " oc" << s.oc
+            << " at " << i << " bias " << bias;
+    }
+  }
+}
+
 // <conv(x, w), g> = <x, backward_data(g)> = <w, backward_weight(x, g)>: the backward passes are
 // the exact adjoints of the forward map, checked in double on awkward shapes.
 TEST(Conv2dCpu, BackwardPassesAreAdjointsOfForward) {

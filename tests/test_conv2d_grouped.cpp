@@ -168,6 +168,26 @@ TEST(Conv2dGroupedCpu, DepthwiseMultiplierChannelOrderAsTorch) {
   EXPECT_EQ(y, (std::vector<float>{1, 2, 2, 4, 30, 60, 40.5f, 80.5f}));
 }
 
+// The fast variant's kernel choice: the seed's launch-bound 1x64x32x32 reads rows without shared
+// memory, the bandwidth-bound seed shapes tile; a block count of 2^30 or more never picks rows.
+TEST(Conv2dGroupedCpu, FastKernelPickedByProblemSize) {
+  const auto pick = [](int n, int c, int h, int w) {
+    return conv2d_grouped_fast_kernel(shape_of({n, c, h, w, c, 3, 3, 1, 1, 1, c}));
+  };
+  EXPECT_EQ(pick(1, 64, 32, 32), DepthwiseKernel::Rows);
+  EXPECT_EQ(pick(1, 64, 64, 64), DepthwiseKernel::Rows);  // 2^18 outputs, the bound
+  EXPECT_EQ(pick(1, 65, 64, 64), DepthwiseKernel::Tile);
+  EXPECT_EQ(pick(1, 64, 128, 128), DepthwiseKernel::Tile);
+  EXPECT_EQ(pick(8, 64, 128, 128), DepthwiseKernel::Tile);
+  EXPECT_EQ(pick(1, 256, 128, 128), DepthwiseKernel::Tile);
+  EXPECT_TRUE(depthwise_rows_fits(shape_of({1, 64, 32, 32, 64, 3, 3, 1, 1, 1, 64})));
+  // 2^15 images of 2^15 channels of one row: 2^30 blocks.
+  EXPECT_FALSE(
+      depthwise_rows_fits(shape_of({1 << 15, 1 << 15, 1, 4, 1 << 15, 3, 3, 1, 1, 1, 1 << 15})));
+  EXPECT_TRUE(depthwise_rows_fits(
+      shape_of({(1 << 15) - 1, 1 << 15, 1, 4, 1 << 15, 3, 3, 1, 1, 1, 1 << 15})));
+}
+
 TEST(Conv2dGroupedCpu, ShapeChecksNameTheField) {
   Conv2dGroupedShape s;
   s.c = 6, s.oc = 6, s.h = s.w = 5, s.kh = s.kw = 3, s.groups = 4;

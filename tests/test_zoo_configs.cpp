@@ -1,4 +1,5 @@
-// The model zoo (configs/resnet_fashion.yaml, mobilenet_fashion.yaml, vgg_cifar.yaml): each
+// The model zoo (configs/resnet_fashion.yaml, mobilenet_fashion.yaml, vgg_cifar.yaml and its
+// vgg_fashion_rgb.yaml twin): each
 // parses and --dry-runs to its network table. They use layer kinds and keys (batchnorm2d,
 // conv2d groups, global_avgpool, dropout, training.label_smoothing) that land from other branches;
 // where this build does not know one yet the test skips, naming it, instead of failing.
@@ -71,6 +72,19 @@ TEST(ZooConfigs, VggCifarDryRuns) {
   SCOPED_TRACE(out);
   for (const char* shape : {"(64, 32, 32)", "(128, 8, 8)", "(256, 4, 4)", "(4096)", "(512)"})
     EXPECT_TRUE(test::contains(out, shape)) << shape;
+}
+
+// configs/vgg_fashion_rgb.yaml measures vgg_cifar's network on Fashion-MNIST rendered as RGB
+// folders: everything but the name line of the dry run (network, training) is the same.
+TEST(ZooConfigs, VggFashionRgbIsVggCifarOnOtherData) {
+  std::string pending;
+  const std::string cifar = dry_run_of("vgg_cifar", &pending);
+  SKIP_IF_PENDING("vgg_cifar", pending);
+  const std::string rgb = dry_run_of("vgg_fashion_rgb", &pending);
+  const auto body = [](const std::string& s) { return s.substr(s.find('\n')); };
+  EXPECT_EQ(body(cifar), body(rgb));
+  const TrainConfig c = load_config(test::source_dir() + "/configs/vgg_fashion_rgb.yaml");
+  EXPECT_EQ(c.data.classes.size(), 10u);
 }
 
 }  // namespace

@@ -49,4 +49,11 @@ void conv2d_backward_data_cpu(const Conv2dShape& s, const double* dy, const doub
 void conv2d_backward_weight_cpu(const Conv2dShape& s, const double* x, const double* dy, double* dw,
                                 double* db);
 
+// The double forward (no ReLU) through an im2col matrix and a register-blocked product: the same
+// sums as conv2d_forward_cpu in another order (equal to ~1e-15 relative; tests/test_conv2d.cpp),
+// about ten times faster. The numerical gradient checks, which run a network forward twice per
+// checked coordinate, use it; the references above stay the ground truth.
+void conv2d_forward_im2col_cpu(const Conv2dShape& s, const double* x, const double* w,
+                               const double* b, double* y);
+
 }  // namespace cnn

@@ -119,4 +119,71 @@ void conv2d_backward_weight_cpu(const Conv2dShape& s, const double* x, const dou
   backward_weight_ref(s, x, dy, dw, db);
 }
 
+// ---- Double forward through im2col (the gradient checker's many forward passes) ----
+
+namespace {
+
+// Output channels and pixels per register block of the product: 4 x 8 double accumulators.
+constexpr int kBlockOc = 4, kBlockP = 8;
+
+// col (K, P) of image x_n (C, H, W), zero where a tap falls in the padding.
+void im2col_double(const Conv2dShape& s, const double* x, double* col) {
+  const int oh = s.oh(), ow = s.ow();
+  const int64_t p = int64_t(oh) * ow;
+  for (int c = 0; c < s.c; ++c)
+    for (int ky = 0; ky < s.kh; ++ky)
+      for (int kx = 0; kx < s.kw; ++kx) {
+        double* row = col + ((int64_t(c) * s.kh + ky) * s.kw + kx) * p;
+        for (int oy = 0; oy < oh; ++oy) {
+          const int iy = oy * s.stride_h - s.pad_h + ky;
+          for (int ox = 0; ox < ow; ++ox) {
+            const int ix = ox * s.stride_w - s.pad_w + kx;
+            const bool inside = iy >= 0 && iy < s.h && ix >= 0 && ix < s.w;
+            row[oy * ow + ox] = inside ? x[(int64_t(c) * s.h + iy) * s.w + ix] : 0.0;
+          }
+        }
+      }
+}
+
+// y (OC, P) = b + w (OC, K) * col (K, P) for output channels [o0, o0 + no) and pixels
+// [p0, p0 + np), no <= kBlockOc, np <= kBlockP: the accumulators stay in registers over all of K.
+void product_block(const double* w, const double* col, const double* b, double* y, int64_t k,
+                   int64_t p, int64_t o0, int no, int64_t p0, int np) {
+  double acc[kBlockOc][kBlockP] = {};
+  if (no == kBlockOc && np == kBlockP) {
+    for (int64_t i = 0; i < k; ++i) {
+      const double* c = col + i * p + p0;
+      for (int o = 0; o < kBlockOc; ++o) {
+        const double wv = w[(o0 + o) * k + i];
+        for (int j = 0; j < kBlockP; ++j) acc[o][j] += wv * c[j];
+      }
+    }
+  } else {
+    for (int64_t i = 0; i < k; ++i)
+      for (int o = 0; o < no; ++o)
+        for (int j = 0; j < np; ++j) acc[o][j] += w[(o0 + o) * k + i] * col[i * p + p0 + j];
+  }
+  for (int o = 0; o < no; ++o)
+    for (int j = 0; j < np; ++j) y[(o0 + o) * p + p0 + j] = (b ? b[o0 + o] : 0.0) + acc[o][j];
+}
+
+}  // namespace
+
+void conv2d_forward_im2col_cpu(const Conv2dShape& s, const double* x, const double* w,
+                               const double* b, double* y) {
+  const int64_t k = int64_t(s.c) * s.kh * s.kw, p = int64_t(s.oh()) * s.ow();
+  // One column matrix per thread, kept between calls: a fresh one would cost a page-faulting
+  // allocation per layer per pass (MiBs for a VGG layer); im2col writes every element.
+  thread_local std::vector<double> col;  // (K, P)
+  if (col.size() < static_cast<size_t>(k * p)) col.resize(static_cast<size_t>(k * p));
+  for (int n = 0; n < s.n; ++n) {
+    im2col_double(s, x + int64_t(n) * s.c * s.h * s.w, col.data());
+    double* yn = y + int64_t(n) * s.oc * p;  // (OC, P)
+    for (int64_t o0 = 0; o0 < s.oc; o0 += kBlockOc)
+      for (int64_t p0 = 0; p0 < p; p0 += kBlockP)
+        product_block(w, col.data(), b, yn, k, p, o0, int(std::min<int64_t>(kBlockOc, s.oc - o0)),
+                      p0, int(std::min<int64_t>(kBlockP, p - p0)));
+  }
+}
+
 }  // namespace cnn

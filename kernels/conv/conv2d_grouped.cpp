@@ -30,6 +30,19 @@ bool conv2d_grouped_fast_applicable(const Conv2dGroupedShape& s) {
          s.dil_h == 1 && s.dil_w == 1;
 }
 
+DepthwiseKernel conv2d_grouped_fast_kernel(const Conv2dGroupedShape& s) {
+  const int64_t outputs = int64_t(s.n) * s.oc * s.oh() * s.ow();
+  return outputs <= kDepthwiseRowsMaxOutputs && depthwise_rows_fits(s) ? DepthwiseKernel::Rows
+                                                                       : DepthwiseKernel::Tile;
+}
+
+bool depthwise_rows_fits(const Conv2dGroupedShape& s) {
+  // As the launcher strips the plane: one quad of 4 outputs per thread.
+  const int64_t rows = std::min<int64_t>(
+      s.h, std::max<int64_t>(1, kDepthwiseRowsThreads / ceil_div<int64_t>(s.w, 4)));
+  return int64_t(s.n) * s.c * ceil_div<int64_t>(s.h, rows) < (int64_t(1) << 30);
+}
+
 DepthwiseTiling depthwise_tiling(const Conv2dGroupedShape& s, int max_rows, int64_t planes) {
   // Enough blocks for two waves on a 132-SM H200; a constant rather than the device's count so
   // that the tiling, and with it the deterministic reduction order, is a function of the shape.

@@ -1,8 +1,9 @@
 // CUDA variants of the grouped, dilated 2-D convolution (NCHW, weights (OC, C/G, KH, KW)).
 //   forward:          _naive (one thread per output), _tiled (shared-memory input tile + halo),
-//                     depthwise_fast (register tiling, float4, fused bias/ReLU)
+//                     depthwise_fast (register tiling, float4, fused bias/ReLU) and, for
+//                     launch-bound problems, depthwise_rows (no shared memory, one quad per thread)
 //   backward_data:    _naive (gather per dx element), _tiled (shared-memory dy tile + halo),
-//                     depthwise_fast (the forward kernel on dy with the kernel flipped)
+//                     depthwise_fast / depthwise_rows (the forward kernels on dy, kernel flipped)
 //   backward_weight:  _naive (one thread per weight, serial sum), _tiled (per-chunk block
 //                     reductions), depthwise_fast_wgrad (per-tile register sums); the last two
 //                     publish by atomicAdd or, deterministic, into scratch for a fixed-order
@@ -582,6 +583,123 @@ __global__ void __launch_bounds__(kBlock)
 }
 
 // ---------------------------------------------------------------------------------------------
+// Depthwise "rows" kernel, for launch-bound problems (a few hundred thousand outputs): there the
+// time is the launch plus one round trip to memory, and the tile kernel's staging (a shared-
+// memory fill, a barrier, 64-bit index divisions) is latency on the critical path. Here every
+// thread reads its K input rows straight through the read-only cache (the neighbours' loads make
+// the overlapping columns L1 hits), so one load round trip, the FMAs and one store are all there
+// is. Same applicability as depthwise_fast.
+
+struct RowsDims {
+  int c, h, w;  // one plane is H x W for input and output alike
+  int m;        // channel multiplier OC / C
+  int qw;       // quads (4 adjacent outputs) per row: ceil(W / 4)
+  int strip;    // output rows per block
+  int strips;   // blocks per plane: ceil(H / strip)
+  int blocks;   // planes * strips (< 2^31: depthwise_rows_fits)
+};
+
+// Input columns ox0 - 4 .. ox0 + 7 of row iy of `plane` into v[0..11], zero outside the image;
+// only the columns a K-wide window of 4 outputs reads (4 - K/2 .. 7 + K/2) are loaded.
+template <int K, bool kVec>
+__device__ __forceinline__ void load_row12(const float* __restrict__ plane, int h, int w, int iy,
+                                           int ox0, float* v) {
+  constexpr int P = K / 2;
+#pragma unroll
+  for (int j = 0; j < 12; ++j) v[j] = 0.f;
+  if (iy < 0 || iy >= h) return;
+  const float* src = plane + static_cast<int64_t>(iy) * w;
+  if (kVec) {
+    // W % 4 == 0 and a 16-byte aligned plane: each float4 is wholly inside or outside the row.
+#pragma unroll
+    for (int q = 0; q < 3; ++q) {
+      const int ix = ox0 - 4 + 4 * q;
+      if (ix >= 0 && ix < w) {
+        const float4 f = __ldg(reinterpret_cast<const float4*>(src + ix));
+        v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int j = 4 - P; j < 8 + P; ++j) {
+      const int ix = ox0 - 4 + j;
+      if (ix >= 0 && ix < w) v[j] = __ldg(src + ix);
+    }
+  }
+}
+
+// Thread mapping: block b covers output rows [strip * S, strip * S + S) of one (n, c) plane,
+// (n, c, strip) = b's decomposition; its threads walk the S * ceil(W/4) quads of that strip
+// (one each where S * ceil(W/4) <= blockDim, the launcher's usual choice), a quad being 4
+// adjacent outputs along W whose sums stay in registers. Forward (kBackward = false): the quad
+// of each of the m output planes c*m + j, from the K input rows of x[n, c], bias and ReLU fused
+// into the store. Input gradient (kBackward = true): the quad of dx[n, c] summed over the m
+// planes dy[n, c*m + j], each correlated with its kernel flipped. Grid-stride over the blocks.
+template <int K, bool kVec, bool kBackward>
+__global__ void __launch_bounds__(kDepthwiseRowsThreads)
+    depthwise_rows(RowsDims d, const float* __restrict__ d_in, const float* __restrict__ d_w,
+                   const float* __restrict__ d_b, float* __restrict__ d_out, bool relu) {
+  constexpr int P = K / 2;
+  const int64_t plane_size = static_cast<int64_t>(d.h) * d.w;
+  const int items = d.strip * d.qw;
+  for (int blk = blockIdx.x; blk < d.blocks; blk += gridDim.x) {
+    const int strip = blk % d.strips, plane = blk / d.strips;  // plane = n * C + c
+    const int c = plane % d.c, n = plane / d.c;
+    for (int item = threadIdx.x; item < items; item += blockDim.x) {
+      const int oy = strip * d.strip + item / d.qw, ox0 = 4 * (item % d.qw);
+      if (oy >= d.h) break;  // items only grow
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+      for (int j = 0; j < d.m; ++j) {
+        const int oc = c * d.m + j;
+        const float* src = kBackward
+                               ? d_in + (static_cast<int64_t>(n) * d.c * d.m + oc) * plane_size
+                               : d_in + static_cast<int64_t>(plane) * plane_size;
+        const float* wk = d_w + static_cast<int64_t>(oc) * K * K;
+        if (!kBackward) acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
+#pragma unroll
+        for (int ky = 0; ky < K; ++ky) {
+          float v[12];
+          load_row12<K, kVec>(src, d.h, d.w, oy - P + ky, ox0, v);
+#pragma unroll
+          for (int kx = 0; kx < K; ++kx) {
+            const float wv = __ldg(wk + (kBackward ? K * K - 1 - (ky * K + kx) : ky * K + kx));
+#pragma unroll
+            for (int q = 0; q < 4; ++q) acc[q] += v[4 + q - P + kx] * wv;
+          }
+        }
+        if (kBackward) continue;
+        const float bias = d_b ? __ldg(d_b + oc) : 0.f;
+        float o[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          o[q] = acc[q] + bias;
+          if (relu) o[q] = relu_keep_nan(o[q]);
+        }
+        float* dst = d_out + (static_cast<int64_t>(n) * d.c * d.m + oc) * plane_size +
+                     static_cast<int64_t>(oy) * d.w + ox0;
+        if (kVec) {
+          *reinterpret_cast<float4*>(dst) = make_float4(o[0], o[1], o[2], o[3]);
+        } else {
+#pragma unroll
+          for (int q = 0; q < 4; ++q)
+            if (ox0 + q < d.w) dst[q] = o[q];
+        }
+      }
+      if (!kBackward) continue;
+      float* dst =
+          d_out + static_cast<int64_t>(plane) * plane_size + static_cast<int64_t>(oy) * d.w + ox0;
+      if (kVec) {
+        *reinterpret_cast<float4*>(dst) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      } else {
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          if (ox0 + q < d.w) dst[q] = acc[q];
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Launch helpers
 
 bool fast_vec(const Conv2dGroupedShape& s, const float* a, const float* b) {
@@ -614,6 +732,61 @@ void launch_fast(const Conv2dGroupedShape& s, const float* d_in, const float* d_
         <<<grid, block, smem, stream>>>(d, d_in, d_w, d_b, d_out, relu);
   }
   CNN_LAUNCH_CHECK(kBackward ? "depthwise_fast<dgrad>" : "depthwise_fast<fwd>");
+}
+
+// The rows kernel's strip: enough whole rows for one quad per thread of a full block, fewer
+// threads where the plane has fewer quads. Nothing that the results depend on.
+RowsDims rows_dims(const Conv2dGroupedShape& s, int* threads) {
+  RowsDims d{};
+  d.c = s.c, d.h = s.h, d.w = s.w, d.m = s.oc / s.c;
+  d.qw = ceil_div(s.w, 4);
+  d.strip = std::min(s.h, std::max(1, kDepthwiseRowsThreads / d.qw));
+  d.strips = ceil_div(s.h, d.strip);
+  d.blocks = static_cast<int>(int64_t(s.n) * s.c * d.strips);
+  *threads = static_cast<int>(std::min<int64_t>(
+      kDepthwiseRowsThreads, ceil_div<int64_t>(int64_t(d.strip) * d.qw, 32) * 32));
+  return d;
+}
+
+template <int K, bool kBackward>
+void launch_rows(const Conv2dGroupedShape& s, const float* d_in, const float* d_w, const float* d_b,
+                 float* d_out, bool relu, cudaStream_t stream) {
+  int threads = kDepthwiseRowsThreads;
+  const RowsDims d = rows_dims(s, &threads);
+  const unsigned grid = grid_for(d.blocks);
+  if (fast_vec(s, d_in, d_out))
+    depthwise_rows<K, true, kBackward>
+        <<<grid, threads, 0, stream>>>(d, d_in, d_w, d_b, d_out, relu);
+  else
+    depthwise_rows<K, false, kBackward>
+        <<<grid, threads, 0, stream>>>(d, d_in, d_w, d_b, d_out, relu);
+  CNN_LAUNCH_CHECK(kBackward ? "depthwise_rows<dgrad>" : "depthwise_rows<fwd>");
+}
+
+// The fast forward or input gradient with the kernel `kernel` picks (Auto: by shape).
+template <bool kBackward>
+void launch_depthwise(const Conv2dGroupedShape& s, const float* d_in, const float* d_w,
+                      const float* d_b, float* d_out, bool relu, DepthwiseKernel kernel,
+                      cudaStream_t stream) {
+  if (kernel == DepthwiseKernel::Auto) kernel = conv2d_grouped_fast_kernel(s);
+  if (kernel == DepthwiseKernel::Rows && depthwise_rows_fits(s)) {
+    switch (s.kh) {
+      case 3:
+        return launch_rows<3, kBackward>(s, d_in, d_w, d_b, d_out, relu, stream);
+      case 5:
+        return launch_rows<5, kBackward>(s, d_in, d_w, d_b, d_out, relu, stream);
+      default:
+        return launch_rows<7, kBackward>(s, d_in, d_w, d_b, d_out, relu, stream);
+    }
+  }
+  switch (s.kh) {
+    case 3:
+      return launch_fast<3, kBackward>(s, d_in, d_w, d_b, d_out, relu, stream);
+    case 5:
+      return launch_fast<5, kBackward>(s, d_in, d_w, d_b, d_out, relu, stream);
+    default:
+      return launch_fast<7, kBackward>(s, d_in, d_w, d_b, d_out, relu, stream);
+  }
 }
 
 template <int K>
@@ -700,17 +873,9 @@ std::size_t conv2d_grouped_backward_weight_scratch_floats_cuda(const Conv2dGroup
 
 void conv2d_grouped_forward_cuda(const Conv2dGroupedShape& s, const float* d_x, const float* d_w,
                                  const float* d_b, float* d_y, bool relu, Algo algo,
-                                 cudaStream_t stream) {
-  if (use_fast(s, algo)) {
-    switch (s.kh) {
-      case 3:
-        return launch_fast<3, false>(s, d_x, d_w, d_b, d_y, relu, stream);
-      case 5:
-        return launch_fast<5, false>(s, d_x, d_w, d_b, d_y, relu, stream);
-      default:
-        return launch_fast<7, false>(s, d_x, d_w, d_b, d_y, relu, stream);
-    }
-  }
+                                 cudaStream_t stream, DepthwiseKernel kernel) {
+  if (use_fast(s, algo))
+    return launch_depthwise<false>(s, d_x, d_w, d_b, d_y, relu, kernel, stream);
   const GDims d = dims_of(s);
   if (algo != Algo::Naive && launch_forward_tiled(d, d_x, d_w, d_b, d_y, relu, stream)) return;
   const int64_t outputs = int64_t(d.n) * d.oc * d.oh * d.ow;
@@ -721,17 +886,9 @@ void conv2d_grouped_forward_cuda(const Conv2dGroupedShape& s, const float* d_x, 
 
 void conv2d_grouped_backward_data_cuda(const Conv2dGroupedShape& s, const float* d_dy,
                                        const float* d_w, float* d_dx, Algo algo,
-                                       cudaStream_t stream) {
-  if (use_fast(s, algo)) {
-    switch (s.kh) {
-      case 3:
-        return launch_fast<3, true>(s, d_dy, d_w, nullptr, d_dx, false, stream);
-      case 5:
-        return launch_fast<5, true>(s, d_dy, d_w, nullptr, d_dx, false, stream);
-      default:
-        return launch_fast<7, true>(s, d_dy, d_w, nullptr, d_dx, false, stream);
-    }
-  }
+                                       cudaStream_t stream, DepthwiseKernel kernel) {
+  if (use_fast(s, algo))
+    return launch_depthwise<true>(s, d_dy, d_w, nullptr, d_dx, false, kernel, stream);
   const GDims d = dims_of(s);
   if (algo != Algo::Naive && launch_backward_data_tiled(d, d_dy, d_w, d_dx, stream)) return;
   const int64_t inputs = int64_t(d.n) * d.c * d.h * d.w;

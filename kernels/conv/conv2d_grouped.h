@@ -9,10 +9,12 @@
 //   tiled  a shared-memory input tile + halo per block (the article's second kernel)
 //   fast   depthwise 3x3/5x5/7x7, stride 1, "same" padding, dilation 1: register tiling (each
 //          thread several outputs along W), float4 loads where aligned, fused bias and ReLU;
+//          small problems read their rows without shared memory (DepthwiseKernel below);
 //          every other shape runs the tiled kernels
 //   auto   fast (which itself falls back to tiled)
 //   igemm  not offered: refused with cnn::Error (autotune leaves it out)
 #include <cstddef>
+#include <cstdint>
 
 #include "runtime/exec.h"
 
@@ -35,6 +37,17 @@ void check_conv2d_grouped_shape(const Conv2dGroupedShape& s);  // throws naming 
 
 // True when the fast depthwise kernels serve this shape (the others fall back to tiled).
 bool conv2d_grouped_fast_applicable(const Conv2dGroupedShape& s);
+
+// Which kernel the fast variant's forward and input gradient run: Tile (a shared-memory input
+// tile per block, for the bandwidth-bound sizes) or Rows (no shared memory, each thread reading
+// its rows straight from the cache: launch-bound problems of at most kDepthwiseRowsMaxOutputs
+// outputs, where the staging would only add latency). The weight gradient always tiles.
+enum class DepthwiseKernel { Auto, Tile, Rows };
+constexpr int64_t kDepthwiseRowsMaxOutputs = int64_t(1) << 18;
+DepthwiseKernel conv2d_grouped_fast_kernel(const Conv2dGroupedShape& s);  // Tile or Rows
+// The rows kernel's block count, N * C * ceil(H / rows per block), is below 2^30: its int
+// grid-stride index then cannot overflow.
+bool depthwise_rows_fits(const Conv2dGroupedShape& s);
 
 // y (N, OC, OH, OW) = conv(x, w) + b. b may be null. relu=true applies ReLU in the epilogue.
 void conv2d_grouped_forward(const Conv2dGroupedShape& s, const float* x, const float* w,

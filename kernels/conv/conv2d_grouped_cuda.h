@@ -30,6 +30,8 @@ struct DepthwiseTiling {
 // up to kDepthwiseWgradRows rows per thread. Tiles shrink for small images and small problems so
 // that the grid still fills the device. A function of the shape only.
 DepthwiseTiling depthwise_tiling(const Conv2dGroupedShape& s, int max_rows, int64_t planes);
+// The rows kernel's threads per block (fewer where a plane has fewer quads of 4 outputs).
+constexpr int kDepthwiseRowsThreads = 256;
 constexpr int kDepthwiseFwdRows = 2;
 constexpr int kDepthwiseWgradRows = 4;
 
@@ -40,12 +42,17 @@ inline int64_t conv2d_grouped_wgrad_slots(const Conv2dGroupedShape& s) {
 std::size_t conv2d_grouped_backward_weight_scratch_floats_cuda(const Conv2dGroupedShape& s,
                                                                bool deterministic);
 
+// The fast variant's forward and input gradient run the kernel `kernel` names (Auto: the one
+// conv2d_grouped_fast_kernel picks; the tests force each). Rows falls back to Tile where its
+// block count would reach 2^30 (depthwise_rows_fits).
 void conv2d_grouped_forward_cuda(const Conv2dGroupedShape& s, const float* d_x, const float* d_w,
                                  const float* d_b, float* d_y, bool relu, Algo algo,
-                                 cudaStream_t stream);
+                                 cudaStream_t stream,
+                                 DepthwiseKernel kernel = DepthwiseKernel::Auto);
 void conv2d_grouped_backward_data_cuda(const Conv2dGroupedShape& s, const float* d_dy,
                                        const float* d_w, float* d_dx, Algo algo,
-                                       cudaStream_t stream);
+                                       cudaStream_t stream,
+                                       DepthwiseKernel kernel = DepthwiseKernel::Auto);
 void conv2d_grouped_backward_weight_cuda(const Conv2dGroupedShape& s, const float* d_x,
                                          const float* d_dy, float* d_dw, float* d_db,
                                          float* d_scratch, Algo algo, bool deterministic,
