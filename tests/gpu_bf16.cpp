@@ -510,13 +510,44 @@ TEST(GpuBf16, GemmTilePaths) {
 
 // ---- whole networks ----------------------------------------------------------------------------
 
-// Every gradcheck case and the small network at BF16 (tolerance gradcheck_network_tolerance:
-// 1e-1), atomic and deterministic.
+// The network checks below run smooth versions of the gradcheck cases: no ReLU, average instead
+// of max pooling. BF16 moves a layer's outputs by ~2^-8 relative; wherever a ReLU input or a
+// max-pool runner-up lies that close to its kink, the BF16 forward takes the other linear piece
+// than the double reference whose derivative it is compared with, and every gradient upstream
+// carries the difference. On the H200, 12 runs of the kinked cases measured 0.11-0.35 relative
+// error in 7 of them (conv weights and biases upstream of a ReLU or max-pool), with the packed
+// and the float shared-memory tiles alike, while the smooth nets exercise the same BF16
+// convolution, linear and residual passes and leave only the rounding (~1e-2). The kinks
+// themselves are checked at FP32 and TF32 (tolerance 1e-2), where flips are ~100x rarer.
+LayerSpec smooth_layer(const LayerSpec& l) {
+  LayerSpec s = l;
+  if (s.kind == LayerKind::MaxPool2d) s.kind = LayerKind::AvgPool2d;
+  s.branch.clear();
+  s.shortcut.clear();
+  for (const LayerSpec& b : l.branch)
+    if (b.kind != LayerKind::Relu) s.branch.push_back(smooth_layer(b));
+  for (const LayerSpec& b : l.shortcut)
+    if (b.kind != LayerKind::Relu) s.shortcut.push_back(smooth_layer(b));
+  return s;
+}
+
+GradcheckCase smooth(GradcheckCase c) {
+  std::vector<LayerSpec> specs;
+  for (const LayerSpec& l : c.specs)
+    if (l.kind != LayerKind::Relu) specs.push_back(smooth_layer(l));
+  c.specs = std::move(specs);
+  c.title += " (smooth)";
+  return c;
+}
+
+// Every gradcheck case and the small network, made smooth, at BF16 (tolerance
+// gradcheck_network_tolerance: 1e-1), atomic and deterministic.
 TEST(GpuBf16, GradcheckEveryLayer) {
   CNN_REQUIRE_GPU();
   EXPECT_EQ(gradcheck_network_tolerance(Precision::BF16), 1e-1);
-  auto cases = gradcheck_layer_cases();
-  cases.push_back(gradcheck_small_network_case());
+  std::vector<GradcheckCase> cases;
+  for (const GradcheckCase& c : gradcheck_layer_cases()) cases.push_back(smooth(c));
+  cases.push_back(smooth(gradcheck_small_network_case()));
   for (bool det : {false, true}) {
     for (const auto& c : cases) {
       GradcheckOptions o;
@@ -530,12 +561,12 @@ TEST(GpuBf16, GradcheckEveryLayer) {
   }
 }
 
-// A BF16 step of the small network in deterministic mode repeats bitwise, and its gradients stay
-// within BF16 reach of the FP32 ones (2^-7 per product, a few products deep: 5e-2 of the
-// gradient vector's norm).
+// A BF16 step of the small network (made smooth, see above) in deterministic mode repeats
+// bitwise, and its gradients stay within BF16 reach of the FP32 ones (2^-7 per product, a few
+// products deep: 5e-2 of the gradient vector's norm).
 TEST(GpuBf16, NetworkStepRepeatsAndTracksFp32) {
   CNN_REQUIRE_GPU();
-  const GradcheckCase c = gradcheck_small_network_case();
+  const GradcheckCase c = smooth(gradcheck_small_network_case());
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   const int n = 37;

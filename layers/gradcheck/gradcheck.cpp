@@ -269,10 +269,12 @@ double gradcheck_network_tolerance(Precision p) {
   // product. A gradient here passes through up to ~6 rounded products in sequence (forward conv
   // / linear, then input and weight gradients), more in a residual block (two convolutions
   // forward, two input gradients back, the weight gradient: ~8): 6.3e-2 if every error pointed
-  // the same way; random ones (rms ~0.6 2^-8 per product) add to ~7e-3. The H200 measured
-  // 5.35e-2 on the residual case (a first bound of 5e-2 failed there), so 1e-1 covers the aligned
-  // case. A wrong BF16 path (a dropped k-slice, a mis-rounded operand tile) is off by O(1); the
-  // FP32 checks keep their 1e-2 for the smaller mistakes.
+  // the same way; random ones (rms ~0.6 2^-8 per product) add to ~7e-3; 1e-1 covers the aligned
+  // case. This bounds rounding only: a network with ReLUs or max-pools can also take the other
+  // side of a kink that lies within BF16's noise of an activation (measured up to 0.35 on the
+  // H200), so the BF16 network checks (tests/gpu_bf16.cpp) run smooth networks. A wrong BF16
+  // path (a dropped k-slice, a mis-rounded operand tile) is off by O(1); the FP32 checks keep
+  // their 1e-2 for the smaller mistakes.
   return p == Precision::BF16 ? 1e-1 : 1e-2;
 }
 
