@@ -65,21 +65,34 @@ void check_qconv(const QConvShape& s, uint64_t seed, bool relu) {
   ex.device = Device::CUDA;
   Buffer<int8_t> d_x = upload(x), d_w = upload(w);
   Buffer<float> d_mult = upload(mult), d_add = upload(add);
-  Buffer<int8_t> d_y = upload(std::vector<int8_t>(ref.size(), int8_t(99)));  // poisoned
-  Buffer<float> d_yf(ref_f.size(), Device::CUDA);
-  test::poison_device(d_yf.data(), d_yf.size());
   const QEpilogue d_ep{d_mult.data(), d_add.data(), relu};
-  qconv_forward(s, d_x.data(), d_w.data(), d_ep, d_y.data(), ex);
-  qconv_forward_float(s, d_x.data(), d_w.data(), d_ep, d_yf.data(), ex);
-  const std::vector<int8_t> got = download(d_y);
-  const std::vector<float> got_f = download(d_yf);
-  size_t bad = 0;
-  for (size_t i = 0; i < ref.size(); ++i) bad += got[i] != ref[i];
-  EXPECT_EQ(bad, 0u) << "int8 outputs differ from the CPU twin";
-  bad = 0;
-  for (size_t i = 0; i < ref_f.size(); ++i)
-    bad += std::memcmp(&got_f[i], &ref_f[i], sizeof(float)) != 0;
-  EXPECT_EQ(bad, 0u) << "dequantized outputs differ from the CPU twin";
+  // The direct kernel always; the tensor-core kernel where it takes the shape (both must agree
+  // with the twin bit for bit).
+  Buffer<int8_t> d_packed;
+  if (qconv_igemm_supported(s)) {
+    std::vector<int8_t> packed(size_t(qconv_igemm_weight_size(s)));
+    qconv_pack_igemm_weights(s, w.data(), packed.data());
+    d_packed = upload(packed);
+  }
+  const int8_t* const paths[] = {nullptr, d_packed.data()};
+  for (const int8_t* w_igemm : paths) {
+    const char* path = w_igemm ? "tensor-core" : "direct";
+    Buffer<int8_t> d_y = upload(std::vector<int8_t>(ref.size(), int8_t(99)));  // poisoned
+    Buffer<float> d_yf(ref_f.size(), Device::CUDA);
+    test::poison_device(d_yf.data(), d_yf.size());
+    qconv_forward(s, d_x.data(), d_w.data(), d_ep, d_y.data(), ex, w_igemm);
+    qconv_forward_float(s, d_x.data(), d_w.data(), d_ep, d_yf.data(), ex, w_igemm);
+    const std::vector<int8_t> got = download(d_y);
+    const std::vector<float> got_f = download(d_yf);
+    size_t bad = 0;
+    for (size_t i = 0; i < ref.size(); ++i) bad += got[i] != ref[i];
+    EXPECT_EQ(bad, 0u) << path << ": int8 outputs differ from the CPU twin";
+    bad = 0;
+    for (size_t i = 0; i < ref_f.size(); ++i)
+      bad += std::memcmp(&got_f[i], &ref_f[i], sizeof(float)) != 0;
+    EXPECT_EQ(bad, 0u) << path << ": dequantized outputs differ from the CPU twin";
+    if (d_packed.empty()) break;
+  }
 }
 
 TEST(GpuQuant, ConvMatchesCpuTwinBitForBit) {
@@ -97,6 +110,39 @@ TEST(GpuQuant, ConvMatchesCpuTwinBitForBit) {
       check_qconv(shape(n, 7, 3, 3, 10, 3, 1, 0, 1, 0), seed + 6, relu);     // a linear layer
       check_qconv(shape(n, 1027, 1, 1, 33, 1, 1, 0, 1, 0), seed + 7, relu);  // wide linear
     }
+}
+
+// The tensor-core kernel's awkward cases: channels not a multiple of 4, 16 or 32 (the 4-byte
+// gather) and multiples of 16 (the 16-byte one), odd output channels and more than one column
+// tile, stride 2, kernels 1/3/5/7, overlapping and padded pool windows, a window of 9 that does
+// not divide the 128-row tile, a channel stride larger than needed, batch 1 and 3.
+TEST(GpuQuant, TensorCoreConvMatchesCpuTwinBitForBit) {
+  CNN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  uint64_t k = 0;
+  for (int n : {1, 3})
+    for (bool relu : {false, true}) {
+      check_qconv(shape(n, 3, 11, 13, 7, 3, 1, 1, 1, 0), seed + k++, relu);
+      check_qconv(shape(n, 5, 9, 10, 9, 5, 2, 2, 1, 0), seed + k++, relu);
+      check_qconv(shape(n, 37, 8, 7, 65, 1, 1, 0, 1, 0), seed + k++, relu);     // 1x1, 2 tiles
+      check_qconv(shape(n, 16, 15, 9, 33, 7, 2, 3, 1, 0), seed + k++, relu);    // 16-byte loads
+      check_qconv(shape(n, 48, 6, 6, 131, 3, 1, 1, 1, 2), seed + k++, relu);    // 3 tiles, pool
+      check_qconv(shape(n, 33, 7, 9, 17, 3, 2, 1, 1, 0), seed + k++, relu);     // K tail
+      check_qconv(shape(n, 64, 7, 7, 129, 7, 1, 0, 1, 0), seed + k++, relu);    // linear 3136
+      check_qconv(shape(n, 2, 12, 12, 5, 3, 1, 1, 1, 0, 2), seed + k++, relu);  // dilation 2
+      QConvShape s = shape(n, 6, 13, 11, 11, 3, 1, 1, 1, 0);
+      s.pool_kh = s.pool_kw = 3, s.pool_sh = s.pool_sw = 2, s.pool_ph = s.pool_pw = 1;  // 9
+      check_qconv(s, seed + k++, relu);
+      s = shape(n, 32, 9, 8, 20, 3, 1, 1, 1, 0);
+      s.pool_kh = 2, s.pool_kw = 3, s.pool_sh = 1, s.pool_sw = 2;  // overlapping, not square
+      check_qconv(s, seed + k++, relu);
+      s = shape(n, 20, 5, 5, 6, 3, 1, 1, 1, 0);
+      s.cp = 32, s.ocp = 12;  // wider strides than the channels need
+      check_qconv(s, seed + k++, relu);
+    }
+  // The shapes all ran on the tensor-core kernel, so the test tests it.
+  EXPECT_TRUE(qconv_igemm_supported(shape(3, 3, 11, 13, 7, 3, 1, 1, 1, 0)));
+  EXPECT_FALSE(qconv_igemm_supported(shape(3, 13, 9, 9, 13, 3, 2, 1, 13, 0)));  // depthwise
 }
 
 TEST(GpuQuant, InputQuantizationMatchesCpuTwin) {
@@ -150,6 +196,9 @@ TEST(GpuQuant, NetworkLogitsEqualCpu) {
   Exec ex;
   ex.device = Device::CUDA;
   Int8Network gpu(m, 257, ex);
+  EXPECT_TRUE(gpu.stage_uses_tensor_cores(0));   // conv1
+  EXPECT_FALSE(gpu.stage_uses_tensor_cores(1));  // depthwise conv2: the direct kernel
+  EXPECT_TRUE(gpu.stage_uses_tensor_cores(4));   // fc2
   Buffer<float> d_x = upload(x);
   for (int n : {1, 5, 257}) {
     const float* y = cpu.forward(n, x.data());

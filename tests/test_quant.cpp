@@ -168,6 +168,34 @@ TEST(Quant, EpilogueMatchesPlainReference) {
     }
 }
 
+// The tensor-core kernel's weights: row o is w's row o, then zeros to KP; rows from OC on are
+// zero; the size is whole 64 x 64 tiles.
+TEST(Quant, PacksTensorCoreWeightsIntoZeroPaddedTiles) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  QConvShape s;
+  s.n = 2, s.c = 5, s.h = 7, s.w = 6, s.oc = 67, s.kh = s.kw = 3;
+  QConvCase k = make_case(s, seed);
+  s = k.s;
+  ASSERT_TRUE(qconv_igemm_supported(s));
+  const int64_t kk = 3 * 3 * 8, kp = 128, oct = 128;  // K = 72 -> 128; OCP = 68 -> 128
+  ASSERT_EQ(qconv_igemm_weight_size(s), oct * kp);
+  std::vector<int8_t> packed(size_t(oct * kp), int8_t(55));
+  qconv_pack_igemm_weights(s, k.w.data(), packed.data());
+  size_t bad = 0;
+  for (int64_t o = 0; o < oct; ++o)
+    for (int64_t i = 0; i < kp; ++i)
+      bad += packed[size_t(o * kp + i)] != (o < s.oc && i < kk ? k.w[size_t(o * kk + i)] : 0);
+  EXPECT_EQ(bad, 0u);
+  QConvShape dw = s;
+  dw.c = dw.oc = dw.groups = 4, dw.cp = dw.ocp = 4, dw.cgp = 1;
+  EXPECT_FALSE(qconv_igemm_supported(dw));
+  EXPECT_NE(error_of([&] {
+              qconv_pack_igemm_weights(dw, k.w.data(), packed.data());
+            }).find("tensor-core path"),
+            std::string::npos);
+}
+
 TEST(Quant, RoundsHalfToEvenAndSaturates) {
   QuantizeShape s;
   s.n = 1, s.c = 1, s.h = 1, s.w = 8, s.cp = 4;

@@ -93,6 +93,12 @@ Int8Network::Int8Network(const QuantizedModel& m, int max_batch, const Exec& ex)
     }
     st.w = Buffer<int8_t>(w.size(), ex.device);
     st.w.copy_from(w.data(), Device::CPU, w.size());
+    if (ex.device == Device::CUDA && qconv_igemm_supported(s)) {
+      std::vector<int8_t> packed(size_t(qconv_igemm_weight_size(s)));
+      qconv_pack_igemm_weights(s, w.data(), packed.data());
+      st.w_igemm = Buffer<int8_t>(packed.size(), ex.device);
+      st.w_igemm.copy_from(packed.data(), Device::CPU, packed.size());
+    }
     st.mult = Buffer<float>(mult.size(), ex.device);
     st.mult.copy_from(mult.data(), Device::CPU, mult.size());
     st.add = Buffer<float>(add.size(), ex.device);
@@ -115,10 +121,11 @@ const float* Int8Network::forward(int n, const float* x) {
     QConvShape s = st.shape;
     s.n = n;
     const QEpilogue ep{st.mult.data(), st.add.data(), st.relu};
+    const int8_t* w_igemm = st.w_igemm.empty() ? nullptr : st.w_igemm.data();
     if (i + 1 == stages_.size()) {
-      qconv_forward_float(s, cur, st.w.data(), ep, logits_.data(), ex_);
+      qconv_forward_float(s, cur, st.w.data(), ep, logits_.data(), ex_, w_igemm);
     } else {
-      qconv_forward(s, cur, st.w.data(), ep, st.y.data(), ex_);
+      qconv_forward(s, cur, st.w.data(), ep, st.y.data(), ex_, w_igemm);
       cur = st.y.data();
     }
   }

@@ -26,12 +26,15 @@ class Int8Network {
   // The int8 output (n, PH, PW, OCP) of stage i of the last forward, on the host (tests).
   std::vector<int8_t> stage_output_to_host(size_t i, int n) const;
   const QConvShape& stage_shape(size_t i) const { return stages_[i].shape; }
+  // Whether stage i runs on the tensor-core kernel (else the direct one, or the CPU twin).
+  bool stage_uses_tensor_cores(size_t i) const { return !stages_.at(i).w_igemm.empty(); }
 
  private:
   struct Stage {
     QConvShape shape;  // n = max batch
     bool relu = false;
-    Buffer<int8_t> w;  // (OC, KH, KW, CGP)
+    Buffer<int8_t> w;        // (OC, KH, KW, CGP)
+    Buffer<int8_t> w_igemm;  // (OCT, KP) for the tensor-core kernel; empty where it does not apply
     Buffer<float> mult, add;
     Buffer<int8_t> y;  // (N, PH, PW, OCP); empty for the last stage
   };
