@@ -37,7 +37,7 @@ void validate_quantized_model(const QuantizedModel& m, const std::string& source
   }
 }
 
-Int8Network::Int8Network(const QuantizedModel& m, int max_batch, const Exec& ex)
+Int8Network::Int8Network(const QuantizedModel& m, int max_batch, const Exec& ex, bool tensor_cores)
     : ex_(ex), max_batch_(max_batch), input_chw_(m.input_chw) {
   CNN_CHECK(max_batch >= 1, "int8: batch must be >= 1, got {}", max_batch);
   validate_quantized_model(m, "int8 model");
@@ -93,7 +93,7 @@ Int8Network::Int8Network(const QuantizedModel& m, int max_batch, const Exec& ex)
     }
     st.w = Buffer<int8_t>(w.size(), ex.device);
     st.w.copy_from(w.data(), Device::CPU, w.size());
-    if (ex.device == Device::CUDA && qconv_igemm_supported(s)) {
+    if (tensor_cores && ex.device == Device::CUDA && qconv_igemm_supported(s)) {
       std::vector<int8_t> packed(size_t(qconv_igemm_weight_size(s)));
       qconv_pack_igemm_weights(s, w.data(), packed.data());
       st.w_igemm = Buffer<int8_t>(packed.size(), ex.device);

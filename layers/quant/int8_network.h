@@ -16,7 +16,9 @@ class Int8Network {
  public:
   // Throws naming the stage when the model is inconsistent (weight/scale sizes, shapes that do not
   // chain, scales that are not finite and > 0).
-  Int8Network(const QuantizedModel& model, int max_batch, const Exec& ex);
+  // tensor_cores: run every stage that qconv_igemm_supported takes on the tensor-core kernel
+  // (CUDA); false keeps them all on the direct kernel (for comparisons and bisecting).
+  Int8Network(const QuantizedModel& model, int max_batch, const Exec& ex, bool tensor_cores = true);
 
   // Logits (n, classes) on the network's device for x (n, C, H, W) normalized floats there.
   const float* forward(int n, const float* x);
