@@ -163,10 +163,45 @@ TEST(GpuQuant, InputQuantizationMatchesCpuTwin) {
   EXPECT_EQ(download(d_y), ref);
 }
 
+// A quantized network (random weights, calibrated on random images) on the GPU against the same
+// on the CPU: the logits and every int8 stage output, bit for bit; on_tensor_cores: which stages
+// should run on the tensor-core kernel.
+void check_network(const std::vector<LayerSpec>& specs, const Shape& input,
+                   const std::vector<bool>& on_tensor_cores, uint64_t seed) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  NetworkOptions o;
+  o.max_batch = 1;
+  o.seed = seed;
+  const Network net(specs, input, o, Exec{});
+  const FoldedNetwork folded =
+      fold_batchnorm(specs, input, net.params_to_host(), net.buffers_to_host());
+  const int64_t image = shape_numel(input);
+  const std::vector<float> x = test::random_vector(size_t(257 * image), seed + 1, -2.f, 2.f);
+  const QuantizedModel m = quantize_network(folded, input, x.data(), 64, kDefaultCalibration);
+  ASSERT_EQ(m.stages.size(), on_tensor_cores.size());
+  const int classes = m.num_classes();
+  Int8Network cpu(m, 257, Exec{});
+  Exec ex;
+  ex.device = Device::CUDA;
+  Int8Network gpu(m, 257, ex);
+  for (size_t i = 0; i < on_tensor_cores.size(); ++i)
+    EXPECT_EQ(gpu.stage_uses_tensor_cores(i), on_tensor_cores[i]) << "stage " << i;
+  Buffer<float> d_x = upload(x);
+  for (int n : {1, 5, 257}) {
+    const float* y = cpu.forward(n, x.data());
+    const std::vector<float> ref(y, y + size_t(n) * size_t(classes));
+    std::vector<float> got(ref.size());
+    raw_copy(got.data(), Device::CPU, gpu.forward(n, d_x.data()), Device::CUDA,
+             got.size() * sizeof(float));
+    EXPECT_EQ(got, ref) << "batch " << n;
+    for (size_t i = 0; i + 1 < m.stages.size(); ++i)
+      EXPECT_EQ(gpu.stage_output_to_host(i, n), cpu.stage_output_to_host(i, n))
+          << "stage " << i << " batch " << n;
+  }
+}
+
 TEST(GpuQuant, NetworkLogitsEqualCpu) {
   CNN_REQUIRE_GPU();
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   LayerSpec dw = conv2d_spec("conv2", 8, 3, 3, 1, 1);
   dw.groups = 8;
   const std::vector<LayerSpec> specs = {conv2d_spec("conv1", 8, 3, 3, 1, 1),
@@ -182,35 +217,28 @@ TEST(GpuQuant, NetworkLogitsEqualCpu) {
                                         layer_spec(LayerKind::Relu, "relu4"),
                                         linear_spec("fc2", 10),
                                         layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
-  const Shape input{3, 17, 15};
-  NetworkOptions o;
-  o.max_batch = 1;
-  o.seed = seed;
-  const Network net(specs, input, o, Exec{});
-  const FoldedNetwork folded =
-      fold_batchnorm(specs, input, net.params_to_host(), net.buffers_to_host());
-  const int64_t image = shape_numel(input);
-  const std::vector<float> x = test::random_vector(size_t(257 * image), seed + 1, -2.f, 2.f);
-  const QuantizedModel m = quantize_network(folded, input, x.data(), 64, kDefaultCalibration);
-  Int8Network cpu(m, 257, Exec{});
-  Exec ex;
-  ex.device = Device::CUDA;
-  Int8Network gpu(m, 257, ex);
-  EXPECT_TRUE(gpu.stage_uses_tensor_cores(0));   // conv1
-  EXPECT_FALSE(gpu.stage_uses_tensor_cores(1));  // depthwise conv2: the direct kernel
-  EXPECT_TRUE(gpu.stage_uses_tensor_cores(4));   // fc2
-  Buffer<float> d_x = upload(x);
-  for (int n : {1, 5, 257}) {
-    const float* y = cpu.forward(n, x.data());
-    const std::vector<float> ref(y, y + size_t(n) * 10);
-    std::vector<float> got(ref.size());
-    raw_copy(got.data(), Device::CPU, gpu.forward(n, d_x.data()), Device::CUDA,
-             got.size() * sizeof(float));
-    EXPECT_EQ(got, ref) << "batch " << n;
-    for (size_t i = 0; i < 4; ++i)
-      EXPECT_EQ(gpu.stage_output_to_host(i, n), cpu.stage_output_to_host(i, n))
-          << "stage " << i << " batch " << n;
-  }
+  check_network(specs, Shape{3, 17, 15}, {true, false, true, true, true}, test::fresh_seed());
+}
+
+// Global average pooling inside the classifier's int8 sum (MobileNet's tail), and a 1x1 conv.
+TEST(GpuQuant, GlobalPoolNetworkLogitsEqualCpu) {
+  CNN_REQUIRE_GPU();
+  LayerSpec dw = conv2d_spec("conv2", 16, 3, 3, 2, 1);
+  dw.groups = 16;
+  const std::vector<LayerSpec> specs = {conv2d_spec("conv1", 16, 3, 3, 1, 1),
+                                        batchnorm_spec(LayerKind::BatchNorm2d, "bn1"),
+                                        layer_spec(LayerKind::Relu, "relu1"),
+                                        dw,
+                                        batchnorm_spec(LayerKind::BatchNorm2d, "bn2"),
+                                        layer_spec(LayerKind::Relu, "relu2"),
+                                        conv2d_spec("conv3", 35, 1, 1, 1, 0),
+                                        layer_spec(LayerKind::Relu, "relu3"),
+                                        layer_spec(LayerKind::GlobalAvgPool, "gap1"),
+                                        layer_spec(LayerKind::Flatten, "flatten1"),
+                                        dropout_spec("drop1", 0.2),
+                                        linear_spec("fc1", 7),
+                                        layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
+  check_network(specs, Shape{3, 19, 13}, {true, false, true, true}, test::fresh_seed());
 }
 
 }  // namespace

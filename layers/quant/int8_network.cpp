@@ -77,18 +77,21 @@ Int8Network::Int8Network(const QuantizedModel& m, int max_batch, const Exec& ex,
     // Weights: torch layout -> (OC, KH, KW, CGP), zero padded.
     std::vector<int8_t> w(size_t(s.oc) * s.kh * s.kw * s.cgp, 0);
     const int cg = s.cg();
+    // A global average pool before a linear layer: w[o, ci] at every position.
     for (int o = 0; o < s.oc; ++o)
       for (int ci = 0; ci < cg; ++ci)
         for (int r = 0; r < s.kh; ++r)
           for (int t = 0; t < s.kw; ++t)
             w[((size_t(o) * s.kh + r) * s.kw + t) * s.cgp + ci] =
-                q.weight[((size_t(o) * cg + ci) * s.kh + r) * s.kw + t];
+                q.global_avg ? q.weight[size_t(o) * cg + ci]
+                             : q.weight[((size_t(o) * cg + ci) * s.kh + r) * s.kw + t];
     // The requantization into the next stage's scale; the last stage dequantizes.
     const double out_scale = last ? 1.0 : double(m.stages[i + 1].input_scale);
+    const double positions = q.global_avg ? double(q.h) * q.w : 1.0;  // the pool's 1/(h*w)
     std::vector<float> mult(size_t(s.oc)), add(size_t(s.oc));
     for (int o = 0; o < s.oc; ++o) {
       mult[size_t(o)] =
-          float(double(q.input_scale) * double(q.weight_scale[size_t(o)]) / out_scale);
+          float(double(q.input_scale) * double(q.weight_scale[size_t(o)]) / out_scale / positions);
       add[size_t(o)] = float(double(q.bias[size_t(o)]) / out_scale);
     }
     st.w = Buffer<int8_t>(w.size(), ex.device);
