@@ -255,6 +255,22 @@ std::vector<InferRow> bench_infer(const BenchContext& ctx, const NetDesc& net,
     ex.stream = ctx.stream;
     try {
       Int8Network q(qm, max_batch, ex, tc);
+      // Validation first, as every ./bench row: the logits of a few images equal the CPU twin's
+      // bit for bit, else the row is not timed.
+      const int n_check = std::min(max_batch, 8);
+      std::vector<float> h_x(size_t(shape_numel(net.input_chw)) * size_t(n_check));
+      raw_copy(h_x.data(), Device::CPU, x.data(), Device::CUDA, h_x.size() * sizeof(float));
+      Int8Network cpu(qm, n_check, Exec{});
+      const float* ref = cpu.forward(n_check, h_x.data());
+      std::vector<float> got(size_t(n_check) * size_t(q.num_classes()));
+      const float* d_logits = q.forward(n_check, x.data());
+      CNN_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+      raw_copy(got.data(), Device::CPU, d_logits, Device::CUDA, got.size() * sizeof(float));
+      if (!std::equal(got.begin(), got.end(), ref)) {
+        for (int b : batches)
+          rows.push_back(failed(what, b, "WRONG: the logits differ from the CPU twin's"));
+        continue;
+      }
       for (int b : batches)
         rows.push_back(timed(ctx, what, b, [&](int) { q.forward(b, x.data()); }));
       if (tc) {

@@ -255,6 +255,11 @@ int run(const BenchOptions& opt, const std::string& command) {
     std::fflush(stdout);
     if (!opt.markdown.empty()) write_text_file(opt.markdown, md);
     if (!opt.csv.empty()) write_text_file(opt.csv, format_infer_csv(rows));
+    for (const InferRow& r : rows)
+      if (r.note.rfind("WRONG", 0) == 0) {
+        std::fprintf(stderr, "bench: %s gave WRONG results and was not timed\n", r.what.c_str());
+        return 3;
+      }
     return 0;
   }
 
