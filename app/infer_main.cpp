@@ -20,6 +20,7 @@
 #include "layers/network.h"
 #include "layers/quant/int8_network.h"
 #include "layers/quant/quant_file.h"
+#include "runtime/env_switches.h"
 #include "runtime/error.h"
 #include "runtime/text.h"
 
@@ -158,7 +159,7 @@ LoadedModel load_model(const InferOptions& o, const Exec& ex) {
     m.meta = read_quantized_meta(ckpt_path);
     m.cfg = embedded_config(ckpt_path, m.meta);
     const QuantizedModel qm = load_quantized(ckpt_path, m.cfg.model.layers, m.meta.input_chw);
-    m.qnet = std::make_unique<Int8Network>(qm, o.batch, ex);
+    m.qnet = std::make_unique<Int8Network>(qm, o.batch, ex, !process_env_switches().int8_direct);
     m.description = fmt::format("int8 ({} calibration)", qm.method);
   } else if (int8) {
     CNN_CHECK(o.calibrate > 0,
@@ -173,7 +174,7 @@ LoadedModel load_model(const InferOptions& o, const Exec& ex) {
         calibration_images(fp.cfg, fp.meta, o.calibrate, o.data_dir, &count);
     const QuantizedModel qm = quantize_network(fp.folded, fp.meta.input_chw, calib.data(), count,
                                                parse_calibration_method(o.method));
-    m.qnet = std::make_unique<Int8Network>(qm, o.batch, ex);
+    m.qnet = std::make_unique<Int8Network>(qm, o.batch, ex, !process_env_switches().int8_direct);
     m.description = fmt::format("int8 ({} calibration on {} images)", qm.method, count);
   } else {
     const Fp32Model fp = load_fp32_model(ckpt_path);

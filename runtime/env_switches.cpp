@@ -119,6 +119,7 @@ EnvSwitches read_env_switches() {
     else
       CNN_FAIL("CNN_BF16_SMEM='{}': expected bf16 or f32", s);
   }
+  e.int8_direct = off_unless_set("CNN_INT8_DIRECT");
   if (const char* v = get("CNN_CPU_ISA")) {
     const std::string s(v);
     if (s == "scalar")
@@ -178,6 +179,8 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_BF16_SMEM", "bf16|f32",
        "BF16 implicit-GEMM convs: operand tiles in shared memory as bf16 pairs (default) or "
        "floats"},
+      {"CNN_INT8_DIRECT", "1",
+       "int8 inference: every layer on the direct dp4a kernel, none on tensor cores"},
       {"CNN_CPU_ISA", "scalar|avx2|avx512", "cap the CPU kernels' instruction set"},
       {"CNN_CPU_THREADS", "1..256", "threads of the CPU kernels (default: the cores, at most 16)"},
       {"CNN_SYNC_CHECK", "1", "synchronize after every launch, so a fault names its kernel"},

@@ -53,6 +53,7 @@ struct EnvSwitches {
   // CNN_BF16_SMEM=bf16 (default) | f32: the BF16 implicit-GEMM convs keep their operand tiles as
   // packed bf16 pairs in shared memory (filled through registers), or as floats (cp.async).
   bool bf16_smem_packed = true;
+  bool int8_direct = false;  // CNN_INT8_DIRECT=1: every int8 layer on the direct dp4a kernel
   CpuIsaSwitch cpu_isa = CpuIsaSwitch::Best;  // CNN_CPU_ISA=scalar|avx2|avx512
   int cpu_threads = 0;                        // CNN_CPU_THREADS=1..256 (0: the hardware's)
   bool sync_check = false;                    // CNN_SYNC_CHECK=1: synchronize after every launch

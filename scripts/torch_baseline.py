@@ -5,7 +5,8 @@ Whole step: eager and one CUDA graph per step, FP32 and TF32 (and BF16 autocast 
 --precision bf16), batch 64/128/512, printing us/step and images/s as ./bench does. Per op (cross-check of ./bench's cuDNN/cuBLAS columns): conv
 forward / input gradient / weight gradient through aten.convolution_backward, linear through
 matmuls, ReLU and max-pool, each captured K times in a CUDA graph and replayed R times (median
-and P95 per launch).
+and P95 per launch). Inference (--infer): the forward alone under torch.inference_mode(), eager
+and CUDA graph, batch 1/32/256, FP32/TF32/BF16 autocast (scripts/bench_infer.sh).
 
     python3 scripts/torch_baseline.py [--config configs/mnist.yaml] [--markdown FILE]
 
@@ -323,6 +324,43 @@ def step_benchmark(torch, net, batch, precision, steps, windows):
     return eager * 1000, (graph_ms * 1000 if graph_ms is not None else None), note
 
 
+def infer_benchmark(torch, net, batch, precision, iters, windows):
+    """The forward alone under torch.inference_mode(), eval mode (BatchNorm on running stats,
+    dropout off), no loss: eager and one CUDA graph per forward. precision as step_benchmark."""
+    set_precision(torch, precision != "fp32")
+    bf16 = precision == "bf16"
+    torch.manual_seed(1)
+    model, _ = build_model(torch, net)
+    model = model.cuda().eval()
+    x = torch.rand(batch, *net["input"], device="cuda") * 2 - 1
+
+    def forward():
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            return model(x)
+
+    with torch.inference_mode():
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(5):
+                forward()
+        torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        eager = statistics.median(time_region(torch, forward, iters) for _ in range(windows))
+        graph_ms, note = None, ""
+        try:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                forward()
+            g.replay()
+            torch.cuda.synchronize()
+            graph_ms = statistics.median(time_region(torch, g.replay, iters)
+                                         for _ in range(windows))
+        except Exception as e:  # report, keep the eager number
+            note = f"graph capture failed: {e}"
+    return eager * 1000, (graph_ms * 1000 if graph_ms is not None else None), note
+
+
 def op_shapes(torch, net, batch):
     """(name, kind, module, input shape) of every conv/linear/relu/maxpool layer at this batch,
     residual blocks included, recorded by forward hooks on one pass of the model."""
@@ -554,7 +592,8 @@ def md_table(cols, rows):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", help="config whose model is timed (default configs/mnist.yaml)")
-    ap.add_argument("--batches", default="64,128,512", help="whole-step batch sizes")
+    ap.add_argument("--batches", help="whole-step batch sizes (default 64,128,512; with --infer "
+                    "1,32,256)")
     ap.add_argument("--precision", default="both",
                     help="comma-separated fp32, tf32, bf16 (whole step only), or both (= fp32,tf32)")
     ap.add_argument("--steps", type=int, default=100, help="steps per timing window")
@@ -567,6 +606,12 @@ def main():
     ap.add_argument("--markdown", help="also write the tables as Markdown to FILE")
     ap.add_argument("--step-csv", help="also write the whole-step rows as CSV to FILE "
                     "(batch,precision,eager_us,graph_us,note; scripts/bench_zoo.sh reads it)")
+    ap.add_argument("--infer", action="store_true",
+                    help="instead of the step and op timings: the inference forward "
+                    "(torch.inference_mode, eval) at --batches (default here 1,32,256), eager and "
+                    "CUDA graph, in each --precision (fp32, tf32, bf16 autocast)")
+    ap.add_argument("--infer-csv", help="with --infer: also write the rows as CSV to FILE "
+                    "(batch,precision,eager_us,graph_us,note; scripts/bench_infer.sh reads it)")
     ap.add_argument("--checkpoint", help="instead of timing: load this checkpoint (safetensors) "
                     "into the torch module and report its test accuracy")
     ap.add_argument("--data-dir", help="with --checkpoint: the IDX folder, if not data.dir")
@@ -600,6 +645,8 @@ def main():
                 fail(f"--precision: {q!r} is not one of fp32, tf32, bf16, both")
             if q not in precisions:
                 precisions.append(q)
+    if args.batches is None:
+        args.batches = "1,32,256" if args.infer else "64,128,512"
     try:
         batches = [int(b) for b in args.batches.split(",") if b]
     except ValueError:
@@ -614,6 +661,30 @@ def main():
     ]
     print("\n".join(header))
     md = ["# PyTorch baseline", ""] + ["    " + h for h in header]
+
+    if args.infer:
+        cols = ["batch", "prec", "eager us", "eager img/s", "graph us", "graph img/s", "note"]
+        rows = []
+        for b in batches:
+            for prec in precisions:
+                eager, graph, note = infer_benchmark(torch, net, b, prec, args.steps,
+                                                     args.windows)
+                rows.append((b, prec, fmt_us(eager), f"{b / eager * 1e6:.0f}",
+                             fmt_us(graph), "-" if graph is None else f"{b / graph * 1e6:.0f}",
+                             note))
+        print("\nInference forward (torch.inference_mode, eval)")
+        print(table(cols, rows))
+        md += ["", "## Inference forward", "", md_table(cols, rows)]
+        if args.infer_csv:
+            import csv
+            tmp = args.infer_csv + ".tmp"
+            with open(tmp, "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(["batch", "precision", "eager_us", "graph_us", "note"])
+                for r in rows:
+                    w.writerow([r[0], r[1], r[2], r[4], r[6]])
+            os.replace(tmp, args.infer_csv)
+        args.no_step = args.no_ops = True
 
     if not args.no_step:
         cols = ["batch", "prec", "eager us/step", "eager img/s", "graph us/step", "graph img/s",

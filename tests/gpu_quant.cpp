@@ -65,21 +65,34 @@ void check_qconv(const QConvShape& s, uint64_t seed, bool relu) {
   ex.device = Device::CUDA;
   Buffer<int8_t> d_x = upload(x), d_w = upload(w);
   Buffer<float> d_mult = upload(mult), d_add = upload(add);
-  Buffer<int8_t> d_y = upload(std::vector<int8_t>(ref.size(), int8_t(99)));  // poisoned
-  Buffer<float> d_yf(ref_f.size(), Device::CUDA);
-  test::poison_device(d_yf.data(), d_yf.size());
   const QEpilogue d_ep{d_mult.data(), d_add.data(), relu};
-  qconv_forward(s, d_x.data(), d_w.data(), d_ep, d_y.data(), ex);
-  qconv_forward_float(s, d_x.data(), d_w.data(), d_ep, d_yf.data(), ex);
-  const std::vector<int8_t> got = download(d_y);
-  const std::vector<float> got_f = download(d_yf);
-  size_t bad = 0;
-  for (size_t i = 0; i < ref.size(); ++i) bad += got[i] != ref[i];
-  EXPECT_EQ(bad, 0u) << "int8 outputs differ from the CPU twin";
-  bad = 0;
-  for (size_t i = 0; i < ref_f.size(); ++i)
-    bad += std::memcmp(&got_f[i], &ref_f[i], sizeof(float)) != 0;
-  EXPECT_EQ(bad, 0u) << "dequantized outputs differ from the CPU twin";
+  // The direct kernel always; the tensor-core kernel where it takes the shape (both must agree
+  // with the twin bit for bit).
+  Buffer<int8_t> d_packed;
+  if (qconv_igemm_supported(s)) {
+    std::vector<int8_t> packed(size_t(qconv_igemm_weight_size(s)));
+    qconv_pack_igemm_weights(s, w.data(), packed.data());
+    d_packed = upload(packed);
+  }
+  const int8_t* const paths[] = {nullptr, d_packed.data()};
+  for (const int8_t* w_igemm : paths) {
+    const char* path = w_igemm ? "tensor-core" : "direct";
+    Buffer<int8_t> d_y = upload(std::vector<int8_t>(ref.size(), int8_t(99)));  // poisoned
+    Buffer<float> d_yf(ref_f.size(), Device::CUDA);
+    test::poison_device(d_yf.data(), d_yf.size());
+    qconv_forward(s, d_x.data(), d_w.data(), d_ep, d_y.data(), ex, w_igemm);
+    qconv_forward_float(s, d_x.data(), d_w.data(), d_ep, d_yf.data(), ex, w_igemm);
+    const std::vector<int8_t> got = download(d_y);
+    const std::vector<float> got_f = download(d_yf);
+    size_t bad = 0;
+    for (size_t i = 0; i < ref.size(); ++i) bad += got[i] != ref[i];
+    EXPECT_EQ(bad, 0u) << path << ": int8 outputs differ from the CPU twin";
+    bad = 0;
+    for (size_t i = 0; i < ref_f.size(); ++i)
+      bad += std::memcmp(&got_f[i], &ref_f[i], sizeof(float)) != 0;
+    EXPECT_EQ(bad, 0u) << path << ": dequantized outputs differ from the CPU twin";
+    if (d_packed.empty()) break;
+  }
 }
 
 TEST(GpuQuant, ConvMatchesCpuTwinBitForBit) {
@@ -97,6 +110,39 @@ TEST(GpuQuant, ConvMatchesCpuTwinBitForBit) {
       check_qconv(shape(n, 7, 3, 3, 10, 3, 1, 0, 1, 0), seed + 6, relu);     // a linear layer
       check_qconv(shape(n, 1027, 1, 1, 33, 1, 1, 0, 1, 0), seed + 7, relu);  // wide linear
     }
+}
+
+// The tensor-core kernel's awkward cases: channels not a multiple of 4, 16 or 32 (the 4-byte
+// gather) and multiples of 16 (the 16-byte one), odd output channels and more than one column
+// tile, stride 2, kernels 1/3/5/7, overlapping and padded pool windows, a window of 9 that does
+// not divide the 128-row tile, a channel stride larger than needed, batch 1 and 3.
+TEST(GpuQuant, TensorCoreConvMatchesCpuTwinBitForBit) {
+  CNN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  uint64_t k = 0;
+  for (int n : {1, 3})
+    for (bool relu : {false, true}) {
+      check_qconv(shape(n, 3, 11, 13, 7, 3, 1, 1, 1, 0), seed + k++, relu);
+      check_qconv(shape(n, 5, 9, 10, 9, 5, 2, 2, 1, 0), seed + k++, relu);
+      check_qconv(shape(n, 37, 8, 7, 65, 1, 1, 0, 1, 0), seed + k++, relu);     // 1x1, 2 tiles
+      check_qconv(shape(n, 16, 15, 9, 33, 7, 2, 3, 1, 0), seed + k++, relu);    // 16-byte loads
+      check_qconv(shape(n, 48, 6, 6, 131, 3, 1, 1, 1, 2), seed + k++, relu);    // 3 tiles, pool
+      check_qconv(shape(n, 33, 7, 9, 17, 3, 2, 1, 1, 0), seed + k++, relu);     // K tail
+      check_qconv(shape(n, 64, 7, 7, 129, 7, 1, 0, 1, 0), seed + k++, relu);    // linear 3136
+      check_qconv(shape(n, 2, 12, 12, 5, 3, 1, 1, 1, 0, 2), seed + k++, relu);  // dilation 2
+      QConvShape s = shape(n, 6, 13, 11, 11, 3, 1, 1, 1, 0);
+      s.pool_kh = s.pool_kw = 3, s.pool_sh = s.pool_sw = 2, s.pool_ph = s.pool_pw = 1;  // 9
+      check_qconv(s, seed + k++, relu);
+      s = shape(n, 32, 9, 8, 20, 3, 1, 1, 1, 0);
+      s.pool_kh = 2, s.pool_kw = 3, s.pool_sh = 1, s.pool_sw = 2;  // overlapping, not square
+      check_qconv(s, seed + k++, relu);
+      s = shape(n, 20, 5, 5, 6, 3, 1, 1, 1, 0);
+      s.cp = 32, s.ocp = 12;  // wider strides than the channels need
+      check_qconv(s, seed + k++, relu);
+    }
+  // The shapes all ran on the tensor-core kernel, so the test tests it.
+  EXPECT_TRUE(qconv_igemm_supported(shape(3, 3, 11, 13, 7, 3, 1, 1, 1, 0)));
+  EXPECT_FALSE(qconv_igemm_supported(shape(3, 13, 9, 9, 13, 3, 2, 1, 13, 0)));  // depthwise
 }
 
 TEST(GpuQuant, InputQuantizationMatchesCpuTwin) {
@@ -117,10 +163,45 @@ TEST(GpuQuant, InputQuantizationMatchesCpuTwin) {
   EXPECT_EQ(download(d_y), ref);
 }
 
+// A quantized network (random weights, calibrated on random images) on the GPU against the same
+// on the CPU: the logits and every int8 stage output, bit for bit; on_tensor_cores: which stages
+// should run on the tensor-core kernel.
+void check_network(const std::vector<LayerSpec>& specs, const Shape& input,
+                   const std::vector<bool>& on_tensor_cores, uint64_t seed) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  NetworkOptions o;
+  o.max_batch = 1;
+  o.seed = seed;
+  const Network net(specs, input, o, Exec{});
+  const FoldedNetwork folded =
+      fold_batchnorm(specs, input, net.params_to_host(), net.buffers_to_host());
+  const int64_t image = shape_numel(input);
+  const std::vector<float> x = test::random_vector(size_t(257 * image), seed + 1, -2.f, 2.f);
+  const QuantizedModel m = quantize_network(folded, input, x.data(), 64, kDefaultCalibration);
+  ASSERT_EQ(m.stages.size(), on_tensor_cores.size());
+  const int classes = m.num_classes();
+  Int8Network cpu(m, 257, Exec{});
+  Exec ex;
+  ex.device = Device::CUDA;
+  Int8Network gpu(m, 257, ex);
+  for (size_t i = 0; i < on_tensor_cores.size(); ++i)
+    EXPECT_EQ(gpu.stage_uses_tensor_cores(i), on_tensor_cores[i]) << "stage " << i;
+  Buffer<float> d_x = upload(x);
+  for (int n : {1, 5, 257}) {
+    const float* y = cpu.forward(n, x.data());
+    const std::vector<float> ref(y, y + size_t(n) * size_t(classes));
+    std::vector<float> got(ref.size());
+    raw_copy(got.data(), Device::CPU, gpu.forward(n, d_x.data()), Device::CUDA,
+             got.size() * sizeof(float));
+    EXPECT_EQ(got, ref) << "batch " << n;
+    for (size_t i = 0; i + 1 < m.stages.size(); ++i)
+      EXPECT_EQ(gpu.stage_output_to_host(i, n), cpu.stage_output_to_host(i, n))
+          << "stage " << i << " batch " << n;
+  }
+}
+
 TEST(GpuQuant, NetworkLogitsEqualCpu) {
   CNN_REQUIRE_GPU();
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   LayerSpec dw = conv2d_spec("conv2", 8, 3, 3, 1, 1);
   dw.groups = 8;
   const std::vector<LayerSpec> specs = {conv2d_spec("conv1", 8, 3, 3, 1, 1),
@@ -136,32 +217,28 @@ TEST(GpuQuant, NetworkLogitsEqualCpu) {
                                         layer_spec(LayerKind::Relu, "relu4"),
                                         linear_spec("fc2", 10),
                                         layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
-  const Shape input{3, 17, 15};
-  NetworkOptions o;
-  o.max_batch = 1;
-  o.seed = seed;
-  const Network net(specs, input, o, Exec{});
-  const FoldedNetwork folded =
-      fold_batchnorm(specs, input, net.params_to_host(), net.buffers_to_host());
-  const int64_t image = shape_numel(input);
-  const std::vector<float> x = test::random_vector(size_t(257 * image), seed + 1, -2.f, 2.f);
-  const QuantizedModel m = quantize_network(folded, input, x.data(), 64, kDefaultCalibration);
-  Int8Network cpu(m, 257, Exec{});
-  Exec ex;
-  ex.device = Device::CUDA;
-  Int8Network gpu(m, 257, ex);
-  Buffer<float> d_x = upload(x);
-  for (int n : {1, 5, 257}) {
-    const float* y = cpu.forward(n, x.data());
-    const std::vector<float> ref(y, y + size_t(n) * 10);
-    std::vector<float> got(ref.size());
-    raw_copy(got.data(), Device::CPU, gpu.forward(n, d_x.data()), Device::CUDA,
-             got.size() * sizeof(float));
-    EXPECT_EQ(got, ref) << "batch " << n;
-    for (size_t i = 0; i < 4; ++i)
-      EXPECT_EQ(gpu.stage_output_to_host(i, n), cpu.stage_output_to_host(i, n))
-          << "stage " << i << " batch " << n;
-  }
+  check_network(specs, Shape{3, 17, 15}, {true, false, true, true, true}, test::fresh_seed());
+}
+
+// Global average pooling inside the classifier's int8 sum (MobileNet's tail), and a 1x1 conv.
+TEST(GpuQuant, GlobalPoolNetworkLogitsEqualCpu) {
+  CNN_REQUIRE_GPU();
+  LayerSpec dw = conv2d_spec("conv2", 16, 3, 3, 2, 1);
+  dw.groups = 16;
+  const std::vector<LayerSpec> specs = {conv2d_spec("conv1", 16, 3, 3, 1, 1),
+                                        batchnorm_spec(LayerKind::BatchNorm2d, "bn1"),
+                                        layer_spec(LayerKind::Relu, "relu1"),
+                                        dw,
+                                        batchnorm_spec(LayerKind::BatchNorm2d, "bn2"),
+                                        layer_spec(LayerKind::Relu, "relu2"),
+                                        conv2d_spec("conv3", 35, 1, 1, 1, 0),
+                                        layer_spec(LayerKind::Relu, "relu3"),
+                                        layer_spec(LayerKind::GlobalAvgPool, "gap1"),
+                                        layer_spec(LayerKind::Flatten, "flatten1"),
+                                        dropout_spec("drop1", 0.2),
+                                        linear_spec("fc1", 7),
+                                        layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
+  check_network(specs, Shape{3, 19, 13}, {true, false, true, true}, test::fresh_seed());
 }
 
 }  // namespace

@@ -168,6 +168,34 @@ TEST(Quant, EpilogueMatchesPlainReference) {
     }
 }
 
+// The tensor-core kernel's weights: row o is w's row o, then zeros to KP; rows from OC on are
+// zero; the size is whole 64 x 64 tiles.
+TEST(Quant, PacksTensorCoreWeightsIntoZeroPaddedTiles) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  QConvShape s;
+  s.n = 2, s.c = 5, s.h = 7, s.w = 6, s.oc = 67, s.kh = s.kw = 3;
+  QConvCase k = make_case(s, seed);
+  s = k.s;
+  ASSERT_TRUE(qconv_igemm_supported(s));
+  const int64_t kk = 3 * 3 * 8, kp = 128, oct = 128;  // K = 72 -> 128; OCP = 68 -> 128
+  ASSERT_EQ(qconv_igemm_weight_size(s), oct * kp);
+  std::vector<int8_t> packed(size_t(oct * kp), int8_t(55));
+  qconv_pack_igemm_weights(s, k.w.data(), packed.data());
+  size_t bad = 0;
+  for (int64_t o = 0; o < oct; ++o)
+    for (int64_t i = 0; i < kp; ++i)
+      bad += packed[size_t(o * kp + i)] != (o < s.oc && i < kk ? k.w[size_t(o * kk + i)] : 0);
+  EXPECT_EQ(bad, 0u);
+  QConvShape dw = s;
+  dw.c = dw.oc = dw.groups = 4, dw.cp = dw.ocp = 4, dw.cgp = 1;
+  EXPECT_FALSE(qconv_igemm_supported(dw));
+  EXPECT_NE(error_of([&] {
+              qconv_pack_igemm_weights(dw, k.w.data(), packed.data());
+            }).find("tensor-core path"),
+            std::string::npos);
+}
+
 TEST(Quant, RoundsHalfToEvenAndSaturates) {
   QuantizeShape s;
   s.n = 1, s.c = 1, s.h = 1, s.w = 8, s.cp = 4;
@@ -198,44 +226,62 @@ std::vector<float> to_float(const Dataset& d) {
   return x;
 }
 
+Trained train_net(std::vector<LayerSpec> specs) {
+  Trained t;
+  t.specs = std::move(specs);
+  const Dataset train = make_synthetic(t.n_train, 4, 11, SyntheticSplit::Train, 1, 16, 16);
+  const Dataset test = make_synthetic(t.n_test, 4, 11, SyntheticSplit::Test, 1, 16, 16);
+  t.train_x = to_float(train);
+  t.test_x = to_float(test);
+  t.test_labels = test.labels;
+  NetworkOptions o;
+  o.max_batch = 32;
+  Network net(t.specs, t.input, o, Exec{});
+  OptimizerOptions oo;
+  oo.lr = 0.05;
+  ParamOptimizer opt(oo, net);
+  for (int step = 0; step < 80; ++step) {
+    const int b = (step * 32) % t.n_train;
+    net.forward_backward(32, t.train_x.data() + size_t(b) * 256, train.labels.data() + b, 1.f / 32);
+    opt.step(oo.lr);
+  }
+  t.folded = fold_batchnorm(t.specs, t.input, net.params_to_host(), net.buffers_to_host());
+  return t;
+}
+
 const Trained& trained_net() {
   static const Trained t = [] {
-    Trained t;
     LayerSpec conv2 = conv2d_spec("conv2", 12, 3, 3, 2, 1);
     conv2.groups = 2;
-    t.specs = {conv2d_spec("conv1", 8, 3, 3, 1, 1),
-               batchnorm_spec(LayerKind::BatchNorm2d, "bn1"),
-               layer_spec(LayerKind::Relu, "relu1"),
-               maxpool2d_spec("pool1", 2, 2),
-               conv2,
-               layer_spec(LayerKind::Relu, "relu2"),
-               layer_spec(LayerKind::Flatten, "flatten1"),
-               linear_spec("fc1", 32),
-               layer_spec(LayerKind::Relu, "relu3"),
-               dropout_spec("drop1", 0.1),
-               linear_spec("fc2", 4),
-               layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
-    const Dataset train = make_synthetic(t.n_train, 4, 11, SyntheticSplit::Train, 1, 16, 16);
-    const Dataset test = make_synthetic(t.n_test, 4, 11, SyntheticSplit::Test, 1, 16, 16);
-    t.train_x = to_float(train);
-    t.test_x = to_float(test);
-    t.test_labels = test.labels;
-    NetworkOptions o;
-    o.max_batch = 32;
-    Network net(t.specs, t.input, o, Exec{});
-    OptimizerOptions oo;
-    oo.lr = 0.05;
-    ParamOptimizer opt(oo, net);
-    for (int step = 0; step < 80; ++step) {
-      const int b = (step * 32) % t.n_train;
-      net.forward_backward(32, t.train_x.data() + size_t(b) * 256, train.labels.data() + b,
-                           1.f / 32);
-      opt.step(oo.lr);
-    }
-    t.folded = fold_batchnorm(t.specs, t.input, net.params_to_host(), net.buffers_to_host());
-    return t;
+    return train_net(
+        {conv2d_spec("conv1", 8, 3, 3, 1, 1), batchnorm_spec(LayerKind::BatchNorm2d, "bn1"),
+         layer_spec(LayerKind::Relu, "relu1"), maxpool2d_spec("pool1", 2, 2), conv2,
+         layer_spec(LayerKind::Relu, "relu2"), layer_spec(LayerKind::Flatten, "flatten1"),
+         linear_spec("fc1", 32), layer_spec(LayerKind::Relu, "relu3"), dropout_spec("drop1", 0.1),
+         linear_spec("fc2", 4), layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")});
   }();
   return t;
+}
+
+// A MobileNet-like net: a depthwise and a pointwise conv with BatchNorm, global average pooling,
+// dropout and the classifier (the pool runs inside the classifier's int8 sum).
+std::vector<LayerSpec> pooled_specs() {
+  LayerSpec dw = conv2d_spec("conv2", 8, 3, 3, 2, 1);
+  dw.groups = 8;
+  return {conv2d_spec("conv1", 8, 3, 3, 1, 1),
+          batchnorm_spec(LayerKind::BatchNorm2d, "bn1"),
+          layer_spec(LayerKind::Relu, "relu1"),
+          dw,
+          batchnorm_spec(LayerKind::BatchNorm2d, "bn2"),
+          layer_spec(LayerKind::Relu, "relu2"),
+          conv2d_spec("conv3", 16, 1, 1, 1, 0),
+          batchnorm_spec(LayerKind::BatchNorm2d, "bn3"),
+          layer_spec(LayerKind::Relu, "relu3"),
+          layer_spec(LayerKind::GlobalAvgPool, "gap1"),
+          layer_spec(LayerKind::Flatten, "flatten1"),
+          dropout_spec("drop1", 0.2),
+          linear_spec("fc1", 4),
+          layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
 }
 
 std::vector<int> argmax_rows(const std::vector<float>& logits, int classes) {
@@ -283,6 +329,61 @@ TEST(Quant, TrainedNetworkKeepsItsPredictions) {
   net.buffers_from_host(t.folded.buffers);
   const float* y = net.forward(t.n_test, t.test_x.data());
   EXPECT_LT(test::max_rel_error(std::vector<float>(y, y + ref.size()), ref), 1e-4);
+}
+
+TEST(Quant, GlobalAveragePoolRunsInsideTheClassifier) {
+  const Trained t = train_net(pooled_specs());
+  const QuantizedModel m =
+      quantize_network(t.folded, t.input, t.train_x.data(), 256, kDefaultCalibration);
+  ASSERT_EQ(m.stages.size(), 4u);  // conv1, conv2 (depthwise), conv3, fc1 (+ gap1)
+  const QuantStage& fc = m.stages[3];
+  EXPECT_TRUE(fc.linear && fc.global_avg);
+  EXPECT_EQ(fc.h, 8);
+  EXPECT_EQ(fc.weight_shape(), (Shape{4, 16}));  // the float layer's shape
+  const std::vector<QuantStage> plan = plan_int8(t.folded.specs, t.input);
+  const std::vector<float> ref = float_forward(plan, float_stages(plan, t.folded, t.input),
+                                               t.test_x.data(), t.n_test, nullptr);
+  // The stages' float forward is the float network's (the pool included).
+  NetworkOptions o;
+  o.max_batch = t.n_test;
+  Network net(t.folded.specs, t.input, o, Exec{});
+  net.params_from_host(t.folded.params);
+  net.buffers_from_host(t.folded.buffers);
+  const float* y = net.forward(t.n_test, t.test_x.data());
+  EXPECT_LT(test::max_rel_error(std::vector<float>(y, y + ref.size()), ref), 1e-4);
+  // int8 keeps the float network's answers and its accuracy.
+  const std::vector<float> q = int8_logits(m, t.test_x, t.n_test);
+  const std::vector<int> a = argmax_rows(ref, 4), b = argmax_rows(q, 4);
+  int agree = 0, right32 = 0, right8 = 0;
+  for (int i = 0; i < t.n_test; ++i) {
+    agree += a[size_t(i)] == b[size_t(i)];
+    right32 += a[size_t(i)] == t.test_labels[size_t(i)];
+    right8 += b[size_t(i)] == t.test_labels[size_t(i)];
+  }
+  std::printf("fp32 %.2f%%, int8 %.2f%%, arg-max agreement %.2f%% on %d images\n",
+              100.0 * right32 / t.n_test, 100.0 * right8 / t.n_test, 100.0 * agree / t.n_test,
+              t.n_test);
+  EXPECT_GT(right32, t.n_test / 2) << "the float network did not learn: the test proves nothing";
+  EXPECT_GE(agree, int(std::ceil(0.98 * t.n_test)));
+  EXPECT_GE(right8, right32 - int(std::ceil(0.01 * t.n_test)));
+  // The logits themselves, relative to their size (not each to its own: some lie near zero).
+  double diff = 0, size = 0;
+  for (size_t i = 0; i < ref.size(); ++i)
+    diff = std::max(diff, double(std::fabs(q[i] - ref[i]))),
+    size = std::max(size, double(std::fabs(ref[i])));
+  EXPECT_LT(diff, 0.1 * size);
+}
+
+TEST(Quant, RefusesWhatComesBetweenGlobalPoolAndClassifier) {
+  std::vector<LayerSpec> specs = fold_batchnorm_specs(pooled_specs());
+  const auto gap = std::find_if(specs.begin(), specs.end(), [](const LayerSpec& s) {
+    return s.kind == LayerKind::GlobalAvgPool;
+  });
+  ASSERT_NE(gap, specs.end());
+  specs.insert(gap + 1, layer_spec(LayerKind::Relu, "relu9"));
+  const std::string e = error_of([&] { plan_int8(specs, Shape{1, 16, 16}); });
+  EXPECT_NE(e.find("relu9"), std::string::npos) << e;
+  EXPECT_NE(e.find("gap1"), std::string::npos) << e;
 }
 
 TEST(Quant, CalibrationMethodsOrderTheirClips) {

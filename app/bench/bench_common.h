@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "layers/layer_spec.h"
+#include "layers/optim_options.h"
 #include "runtime/exec.h"
 #include "runtime/stream.h"
 #include "runtime/tensor.h"
-#include "layers/layer_spec.h"
-#include "layers/optim_options.h"
 
 namespace cnn::bench {
 
@@ -46,11 +46,13 @@ struct BenchOptions {
   // Op rows: seconds the timed samples of one row may take (TimerOptions::budget_s); 0 = always
   // `repeats` x `launches`. Slow rows (naive kernels on large shapes) keep >= 5 samples.
   double budget_s = 0.25;
-  int rotate = -1;    // input sets to rotate among; -1 = enough to exceed 2x L2
+  int rotate = -1;  // input sets to rotate among; -1 = enough to exceed 2x L2
   bool run_ops = true;
   bool run_step = true;
   bool depthwise = false;  // --depthwise: only the seed article's depthwise-convolution table
   std::vector<int> step_batches = {64, 128, 512};
+  bool infer = false;  // --infer: only the inference table (bench_infer.h)
+  std::vector<int> infer_batches = {1, 32, 256};
   int step_repeats = 200;
   bool use_library = true;     // cuDNN / cuBLAS yardstick
   bool measure_peaks = true;   // copy bandwidth and SGEMM rate, once

@@ -10,6 +10,7 @@
 
 #include "app/bench/bench_common.h"
 #include "app/bench/bench_depthwise.h"
+#include "app/bench/bench_infer.h"
 #include "app/bench/bench_ops.h"
 #include "app/bench/bench_report.h"
 #include "app/bench/bench_step.h"
@@ -241,6 +242,27 @@ int run(const BenchOptions& opt, const std::string& command) {
       "conv/linear op rows run without bias and fused ReLU, so ours and the library compute the "
       "same function; the step uses the network as configured");
 
+  if (opt.infer) {
+    std::fprintf(stderr, "bench: inference forward...\n");
+    header.push_back(fmt::format(
+        "method: one forward per CUDA-graph replay, {} replays, median; random images on the "
+        "device; int8 quantized here (max calibration on {} random images: the speed does not "
+        "depend on the values); eval mode, no loss",
+        opt.step_repeats, 16));
+    const std::vector<InferRow> rows = bench_infer(ctx, net, opt.infer_batches);
+    const std::string md = format_infer_markdown(header, rows, opt.infer_batches);
+    std::fputs(md.c_str(), stdout);
+    std::fflush(stdout);
+    if (!opt.markdown.empty()) write_text_file(opt.markdown, md);
+    if (!opt.csv.empty()) write_text_file(opt.csv, format_infer_csv(rows));
+    for (const InferRow& r : rows)
+      if (r.note.rfind("WRONG", 0) == 0) {
+        std::fprintf(stderr, "bench: %s gave WRONG results and was not timed\n", r.what.c_str());
+        return 3;
+      }
+    return 0;
+  }
+
   std::vector<BenchRow> rows;
   if (opt.depthwise) {
     std::fprintf(stderr, "bench: the depthwise-convolution table...\n");
@@ -352,6 +374,12 @@ int main(int argc, char** argv) {
     app.add_flag("--depthwise", opt.depthwise,
                  "only the seed article's depthwise-convolution table (naive, tiled, fast and "
                  "cuDNN on its shapes; --ops filters it, e.g. --ops dw3x3_8x64)");
+    std::string infer_batches = "1,32,256";
+    app.add_flag("--infer", opt.infer,
+                 "inference mode only: the forward in FP32, TF32, BF16 and int8 (quantized here) "
+                 "at each --infer-batches size, and each int8 stage alone; one Markdown table");
+    app.add_option("--infer-batches", infer_batches, "batch sizes of the inference mode")
+        ->capture_default_str();
     app.add_flag("--no-lib", no_lib, "skip cuDNN/cuBLAS");
     app.add_flag("--no-peaks", no_peaks, "skip measuring the copy and SGEMM ceilings");
     app.add_flag("--deterministic", opt.deterministic,
@@ -383,6 +411,8 @@ int main(int argc, char** argv) {
     }
     if (rotate != "auto") opt.rotate = bench::parse_int_list(rotate, "--rotate").at(0);
     opt.step_batches = bench::parse_int_list(batches, "--step-batches");
+    opt.infer_batches = bench::parse_int_list(infer_batches, "--infer-batches");
+    if (opt.infer) opt.measure_peaks = false;  // the inference table does not use them
     if (!step_algo.empty()) {
       opt.algo_override = true;
       opt.step_algo = parse_algo(step_algo);

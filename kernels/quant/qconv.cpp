@@ -1,6 +1,8 @@
 // Int8 convolution dispatch: checks the shape once, then runs the CPU twin or the CUDA kernels.
 #include "kernels/quant/qconv.h"
 
+#include <algorithm>
+
 #include "kernels/quant/qconv_cuda.h"
 #include "runtime/dispatch.h"
 #include "runtime/error.h"
@@ -33,20 +35,59 @@ void check_qconv_shape(const QConvShape& s) {
             "qconv: bad pool window");
 }
 
+bool qconv_igemm_supported(const QConvShape& s) {
+  // The gather addresses activations with 32-bit offsets.
+  const int64_t x_size = int64_t(s.n) * s.h * s.w * s.cp;
+  const int64_t k = int64_t(s.kh) * s.kw * s.cgp;
+  return s.groups == 1 && s.pool_kh * s.pool_kw <= kQIgemmTileM && x_size < (int64_t{1} << 31) &&
+         k < (int64_t{1} << 30);
+}
+
+int64_t qconv_igemm_weight_size(const QConvShape& s) {
+  const int64_t k = int64_t(s.kh) * s.kw * s.cgp;
+  const int64_t kp = (k + kQIgemmTileK - 1) / kQIgemmTileK * kQIgemmTileK;
+  const int64_t oct = (int64_t(s.ocp) + kQIgemmTileN - 1) / kQIgemmTileN * kQIgemmTileN;
+  return oct * kp;
+}
+
+void qconv_pack_igemm_weights(const QConvShape& s, const int8_t* w, int8_t* packed) {
+  CNN_CHECK(qconv_igemm_supported(s), "qconv: the tensor-core path does not take this shape");
+  const int64_t k = int64_t(s.kh) * s.kw * s.cgp;
+  const int64_t kp = (k + kQIgemmTileK - 1) / kQIgemmTileK * kQIgemmTileK;
+  const int64_t size = qconv_igemm_weight_size(s);
+  std::fill(packed, packed + size, int8_t(0));
+  for (int64_t o = 0; o < s.oc; ++o) std::copy(w + o * k, w + (o + 1) * k, packed + o * kp);
+}
+
 void qconv_forward(const QConvShape& s, const int8_t* x, const int8_t* w, const QEpilogue& ep,
-                   int8_t* y, const Exec& ex) {
+                   int8_t* y, const Exec& ex, const int8_t* w_igemm) {
   check_qconv_shape(s);
   CNN_CHECK(x && w && y && ep.mult && ep.add, "qconv_forward: null pointer");
+  CNN_CHECK(!w_igemm || qconv_igemm_supported(s),
+            "qconv_forward: repacked weights given for a shape the tensor-core path does not take");
   if (ex.device == Device::CPU) return qconv_forward_cpu(s, x, w, ep, y);
-  CNN_CUDA_BRANCH("qconv_forward", qconv_forward_cuda(s, x, w, ep, y, ex.stream));
+  CNN_CUDA_BRANCH("qconv_forward", {
+    if (w_igemm)
+      qconv_igemm_forward_cuda(s, x, w_igemm, ep, y, ex.stream);
+    else
+      qconv_forward_cuda(s, x, w, ep, y, ex.stream);
+  });
 }
 
 void qconv_forward_float(const QConvShape& s, const int8_t* x, const int8_t* w, const QEpilogue& ep,
-                         float* y, const Exec& ex) {
+                         float* y, const Exec& ex, const int8_t* w_igemm) {
   check_qconv_shape(s);
   CNN_CHECK(x && w && y && ep.mult && ep.add, "qconv_forward_float: null pointer");
+  CNN_CHECK(!w_igemm || qconv_igemm_supported(s),
+            "qconv_forward_float: repacked weights given for a shape the tensor-core path does "
+            "not take");
   if (ex.device == Device::CPU) return qconv_forward_float_cpu(s, x, w, ep, y);
-  CNN_CUDA_BRANCH("qconv_forward_float", qconv_forward_float_cuda(s, x, w, ep, y, ex.stream));
+  CNN_CUDA_BRANCH("qconv_forward_float", {
+    if (w_igemm)
+      qconv_igemm_forward_float_cuda(s, x, w_igemm, ep, y, ex.stream);
+    else
+      qconv_forward_float_cuda(s, x, w, ep, y, ex.stream);
+  });
 }
 
 }  // namespace cnn

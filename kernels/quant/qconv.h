@@ -56,12 +56,26 @@ struct QEpilogue {
   bool relu = false;
 };
 
-// y_q int8 output (requantized).
+// The tensor-core path (qconv_igemm.cu): an implicit GEMM with mma.sync m16n8k32 s8, rows the
+// conv outputs of whole pool windows (so the max-pool stays fused), columns the output channels,
+// the reduction k = (kh, kw, ci) in the order of w's layout. It reads its weights repacked once
+// (qconv_pack_igemm_weights) into (OCT, KP): OCT = OCP rounded up to kQIgemmTileN rows and
+// KP = KH*KW*CGP rounded up to kQIgemmTileK, zero padded, so every tile load is a whole,
+// aligned 16-byte copy. Supported: groups == 1 and a pool window of at most kQIgemmTileM outputs.
+constexpr int kQIgemmTileM = 128, kQIgemmTileN = 64, kQIgemmTileK = 64;
+bool qconv_igemm_supported(const QConvShape& s);
+int64_t qconv_igemm_weight_size(const QConvShape& s);  // bytes of the repacked weights
+// w (OC, KH, KW, CGP) -> packed (OCT, KP), host memory both.
+void qconv_pack_igemm_weights(const QConvShape& s, const int8_t* w, int8_t* packed);
+
+// y_q int8 output (requantized). w_igemm: the repacked weights on the op's device, or null; a
+// CUDA call with them runs the tensor-core kernel (the shape must be qconv_igemm_supported),
+// without them the direct dp4a kernel. The CPU twin reads w alone. Both give the same bits.
 void qconv_forward(const QConvShape& s, const int8_t* x, const int8_t* w, const QEpilogue& ep,
-                   int8_t* y, const Exec& ex);
+                   int8_t* y, const Exec& ex, const int8_t* w_igemm = nullptr);
 // y float output (dequantized, e.g. logits).
 void qconv_forward_float(const QConvShape& s, const int8_t* x, const int8_t* w, const QEpilogue& ep,
-                         float* y, const Exec& ex);
+                         float* y, const Exec& ex, const int8_t* w_igemm = nullptr);
 
 // CPU twins: plain loops.
 void qconv_forward_cpu(const QConvShape& s, const int8_t* x, const int8_t* w, const QEpilogue& ep,

@@ -12,6 +12,12 @@ void qconv_forward_cuda(const QConvShape& s, const int8_t* d_x, const int8_t* d_
                         const QEpilogue& ep, int8_t* d_y, cudaStream_t stream);
 void qconv_forward_float_cuda(const QConvShape& s, const int8_t* d_x, const int8_t* d_w,
                               const QEpilogue& ep, float* d_y, cudaStream_t stream);
+// The tensor-core kernels (qconv_igemm.cu); w_packed from qconv_pack_igemm_weights.
+void qconv_igemm_forward_cuda(const QConvShape& s, const int8_t* d_x, const int8_t* d_w_packed,
+                              const QEpilogue& ep, int8_t* d_y, cudaStream_t stream);
+void qconv_igemm_forward_float_cuda(const QConvShape& s, const int8_t* d_x,
+                                    const int8_t* d_w_packed, const QEpilogue& ep, float* d_y,
+                                    cudaStream_t stream);
 void quantize_nchw_to_nhwc_cuda(const QuantizeShape& s, const float* d_x, float inv_scale,
                                 int8_t* d_y, cudaStream_t stream);
 

@@ -37,7 +37,7 @@ void validate_quantized_model(const QuantizedModel& m, const std::string& source
   }
 }
 
-Int8Network::Int8Network(const QuantizedModel& m, int max_batch, const Exec& ex)
+Int8Network::Int8Network(const QuantizedModel& m, int max_batch, const Exec& ex, bool tensor_cores)
     : ex_(ex), max_batch_(max_batch), input_chw_(m.input_chw) {
   CNN_CHECK(max_batch >= 1, "int8: batch must be >= 1, got {}", max_batch);
   validate_quantized_model(m, "int8 model");
@@ -77,22 +77,31 @@ Int8Network::Int8Network(const QuantizedModel& m, int max_batch, const Exec& ex)
     // Weights: torch layout -> (OC, KH, KW, CGP), zero padded.
     std::vector<int8_t> w(size_t(s.oc) * s.kh * s.kw * s.cgp, 0);
     const int cg = s.cg();
+    // A global average pool before a linear layer: w[o, ci] at every position.
     for (int o = 0; o < s.oc; ++o)
       for (int ci = 0; ci < cg; ++ci)
         for (int r = 0; r < s.kh; ++r)
           for (int t = 0; t < s.kw; ++t)
             w[((size_t(o) * s.kh + r) * s.kw + t) * s.cgp + ci] =
-                q.weight[((size_t(o) * cg + ci) * s.kh + r) * s.kw + t];
+                q.global_avg ? q.weight[size_t(o) * cg + ci]
+                             : q.weight[((size_t(o) * cg + ci) * s.kh + r) * s.kw + t];
     // The requantization into the next stage's scale; the last stage dequantizes.
     const double out_scale = last ? 1.0 : double(m.stages[i + 1].input_scale);
+    const double positions = q.global_avg ? double(q.h) * q.w : 1.0;  // the pool's 1/(h*w)
     std::vector<float> mult(size_t(s.oc)), add(size_t(s.oc));
     for (int o = 0; o < s.oc; ++o) {
       mult[size_t(o)] =
-          float(double(q.input_scale) * double(q.weight_scale[size_t(o)]) / out_scale);
+          float(double(q.input_scale) * double(q.weight_scale[size_t(o)]) / out_scale / positions);
       add[size_t(o)] = float(double(q.bias[size_t(o)]) / out_scale);
     }
     st.w = Buffer<int8_t>(w.size(), ex.device);
     st.w.copy_from(w.data(), Device::CPU, w.size());
+    if (tensor_cores && ex.device == Device::CUDA && qconv_igemm_supported(s)) {
+      std::vector<int8_t> packed(size_t(qconv_igemm_weight_size(s)));
+      qconv_pack_igemm_weights(s, w.data(), packed.data());
+      st.w_igemm = Buffer<int8_t>(packed.size(), ex.device);
+      st.w_igemm.copy_from(packed.data(), Device::CPU, packed.size());
+    }
     st.mult = Buffer<float>(mult.size(), ex.device);
     st.mult.copy_from(mult.data(), Device::CPU, mult.size());
     st.add = Buffer<float>(add.size(), ex.device);
@@ -115,10 +124,11 @@ const float* Int8Network::forward(int n, const float* x) {
     QConvShape s = st.shape;
     s.n = n;
     const QEpilogue ep{st.mult.data(), st.add.data(), st.relu};
+    const int8_t* w_igemm = st.w_igemm.empty() ? nullptr : st.w_igemm.data();
     if (i + 1 == stages_.size()) {
-      qconv_forward_float(s, cur, st.w.data(), ep, logits_.data(), ex_);
+      qconv_forward_float(s, cur, st.w.data(), ep, logits_.data(), ex_, w_igemm);
     } else {
-      qconv_forward(s, cur, st.w.data(), ep, st.y.data(), ex_);
+      qconv_forward(s, cur, st.w.data(), ep, st.y.data(), ex_, w_igemm);
       cur = st.y.data();
     }
   }

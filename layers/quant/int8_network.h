@@ -16,7 +16,9 @@ class Int8Network {
  public:
   // Throws naming the stage when the model is inconsistent (weight/scale sizes, shapes that do not
   // chain, scales that are not finite and > 0).
-  Int8Network(const QuantizedModel& model, int max_batch, const Exec& ex);
+  // tensor_cores: run every stage that qconv_igemm_supported takes on the tensor-core kernel
+  // (CUDA); false keeps them all on the direct kernel (for comparisons and bisecting).
+  Int8Network(const QuantizedModel& model, int max_batch, const Exec& ex, bool tensor_cores = true);
 
   // Logits (n, classes) on the network's device for x (n, C, H, W) normalized floats there.
   const float* forward(int n, const float* x);
@@ -26,12 +28,15 @@ class Int8Network {
   // The int8 output (n, PH, PW, OCP) of stage i of the last forward, on the host (tests).
   std::vector<int8_t> stage_output_to_host(size_t i, int n) const;
   const QConvShape& stage_shape(size_t i) const { return stages_[i].shape; }
+  // Whether stage i runs on the tensor-core kernel (else the direct one, or the CPU twin).
+  bool stage_uses_tensor_cores(size_t i) const { return !stages_.at(i).w_igemm.empty(); }
 
  private:
   struct Stage {
     QConvShape shape;  // n = max batch
     bool relu = false;
-    Buffer<int8_t> w;  // (OC, KH, KW, CGP)
+    Buffer<int8_t> w;        // (OC, KH, KW, CGP)
+    Buffer<int8_t> w_igemm;  // (OCT, KP) for the tensor-core kernel; empty where it does not apply
     Buffer<float> mult, add;
     Buffer<int8_t> y;  // (N, PH, PW, OCP); empty for the last stage
   };

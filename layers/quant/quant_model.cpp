@@ -50,7 +50,7 @@ CalibrationMethod parse_calibration_method(const std::string& s) {
 }
 
 Shape QuantStage::weight_shape() const {
-  if (linear) return {oc, int64_t(c) * h * w};
+  if (linear) return {oc, global_avg ? int64_t(c) : int64_t(c) * h * w};
   return {oc, c / groups, kh, kw};
 }
 
@@ -77,9 +77,18 @@ std::vector<QuantStage> plan_int8(const std::vector<LayerSpec>& specs, const Sha
   bool flat = false;
   // Whether only layers the last stage absorbs came after it (a relu / pool may still fuse).
   bool open = false;
+  // A global_avgpool waiting for the linear layer that absorbs it (its name, else empty).
+  std::string avg_pending;
+  const auto no_pending_avg = [&](const LayerSpec& s) {
+    CNN_CHECK(avg_pending.empty(),
+              "int8: {} ({}) follows global_avgpool '{}'; int8 runs a global_avgpool only "
+              "inside the linear layer after it (flatten and dropout may stand between)",
+              where(s), layer_kind_name(s.kind), avg_pending);
+  };
   for (const LayerSpec& s : specs) {
     switch (s.kind) {
       case LayerKind::Conv2d: {
+        no_pending_avg(s);
         CNN_CHECK(!flat, "int8: {} is a conv2d after flatten", where(s));
         QuantStage q;
         q.name = s.name;
@@ -97,12 +106,18 @@ std::vector<QuantStage> plan_int8(const std::vector<LayerSpec>& specs, const Sha
         q.name = s.name;
         q.linear = true;
         q.c = c, q.h = h, q.w = w, q.oc = s.out_features;
+        if (!avg_pending.empty()) {
+          q.global_avg = true;
+          q.fused.push_back(avg_pending);
+          avg_pending.clear();
+        }
         plan.push_back(q);
         c = q.oc, h = 1, w = 1;
         open = true;
         break;
       }
       case LayerKind::Relu:
+        no_pending_avg(s);
         CNN_CHECK(open && !plan.back().relu,
                   "int8: {} (relu) does not follow a conv2d or linear layer; int8 fuses a ReLU "
                   "into the conv/linear before it",
@@ -111,6 +126,7 @@ std::vector<QuantStage> plan_int8(const std::vector<LayerSpec>& specs, const Sha
         plan.back().fused.push_back(s.name);
         break;
       case LayerKind::MaxPool2d: {
+        no_pending_avg(s);
         CNN_CHECK(open && !plan.back().linear && !plan.back().pool && !flat,
                   "int8: {} (maxpool2d) does not follow a conv2d (and its relu); int8 fuses a "
                   "max-pool into the conv before it",
@@ -126,6 +142,14 @@ std::vector<QuantStage> plan_int8(const std::vector<LayerSpec>& specs, const Sha
       case LayerKind::Flatten:
         flat = true;
         break;
+      case LayerKind::GlobalAvgPool:
+        CNN_CHECK(!flat && avg_pending.empty() && !plan.empty(),
+                  "int8: {} (global_avgpool) must follow a conv2d and come before the linear "
+                  "layer that absorbs it",
+                  where(s));
+        avg_pending = s.name;
+        open = false;
+        break;
       case LayerKind::Dropout:
         break;  // the identity at inference
       case LayerKind::SoftmaxCrossEntropy:
@@ -133,8 +157,8 @@ std::vector<QuantStage> plan_int8(const std::vector<LayerSpec>& specs, const Sha
       default:
         CNN_FAIL(
             "int8: {} ({}) has no int8 kernel; int8 runs conv2d (grouped too), linear, relu, "
-            "maxpool2d after a conv, flatten, dropout, and batchnorm folded into the conv/linear "
-            "just before it",
+            "maxpool2d after a conv, global_avgpool before the linear layer, flatten, dropout, "
+            "and batchnorm folded into the conv/linear just before it",
             where(s), layer_kind_name(s.kind));
     }
   }
@@ -183,7 +207,17 @@ std::vector<float> float_forward(const std::vector<QuantStage>& plan,
     if (stage_inputs) stage_inputs->push_back(cur);
     std::vector<float> y;
     if (q.linear) {
-      const LinearShape s{n, q.c * q.h * q.w, q.oc};
+      if (q.global_avg) {  // the float pool, as the float network runs it before the layer
+        const int64_t hw = int64_t(q.h) * q.w;
+        std::vector<float> pooled(size_t(n) * size_t(q.c));
+        for (size_t i = 0; i < pooled.size(); ++i) {
+          double sum = 0;
+          for (int64_t p = 0; p < hw; ++p) sum += cur[i * size_t(hw) + size_t(p)];
+          pooled[i] = float(sum / double(hw));
+        }
+        cur = std::move(pooled);
+      }
+      const LinearShape s{n, q.global_avg ? q.c : q.c * q.h * q.w, q.oc};
       y.resize(size_t(n) * size_t(q.oc));
       linear_forward(s, cur.data(), f.weight.data(), f.bias.data(), y.data(), q.relu, Algo::Auto,
                      cpu);

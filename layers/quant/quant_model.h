@@ -27,6 +27,11 @@ constexpr double kCalibrationPercentile = 99.99;
 struct QuantStage {
   std::string name;     // the conv/linear layer's name, the prefix of its tensors
   bool linear = false;  // a linear layer reads its input image (c, h, w) flattened as torch does
+  // A linear layer after global_avgpool (flatten and dropout between): it reads the un-pooled
+  // image (c, h, w) and averages it inside its integer sum (each weight w[o, ci] repeated over
+  // the h*w positions, 1/(h*w) folded into the requantization), so the pool costs no pass and
+  // no rounding of its own. Weights stay (OUT, C), as the float layer's.
+  bool global_avg = false;
   int c = 1, h = 1, w = 1;  // input image
   int oc = 1;               // output channels / features
   int kh = 1, kw = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1;

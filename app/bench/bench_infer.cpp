@@ -1,0 +1,292 @@
+#include "app/bench/bench_infer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+
+#include "runtime/error.h"
+
+namespace cnn::bench {
+
+std::string format_infer_markdown(const std::vector<std::string>& header,
+                                  const std::vector<InferRow>& rows,
+                                  const std::vector<int>& batches) {
+  std::string out;
+  for (const std::string& h : header) out += h + "  \n";
+  out += "\n| forward | ";
+  for (int b : batches) out += fmt::format("batch {} (images/s) | ", b);
+  out += "notes |\n|---|";
+  for (size_t i = 0; i < batches.size(); ++i) out += "---:|";
+  out += "---|\n";
+  // Network rows in first-seen order, one column per batch size.
+  std::vector<std::string> order;
+  std::map<std::string, std::map<int, const InferRow*>> cells;
+  std::vector<const InferRow*> stages;
+  for (const InferRow& r : rows) {
+    if (r.what.find(" stage ") != std::string::npos) {
+      stages.push_back(&r);
+      continue;
+    }
+    if (!cells.count(r.what)) order.push_back(r.what);
+    cells[r.what][r.batch] = &r;
+  }
+  for (const std::string& w : order) {
+    out += "| " + w + " | ";
+    std::string notes;
+    for (int b : batches) {
+      const auto it = cells[w].find(b);
+      if (it == cells[w].end() || !(it->second->images_per_s > 0)) {
+        out += "- | ";
+      } else {
+        out += fmt::format("{:.0f} | ", it->second->images_per_s);
+      }
+      if (it != cells[w].end() && !it->second->note.empty() &&
+          notes.find(it->second->note) == std::string::npos)
+        notes += (notes.empty() ? "" : "; ") + it->second->note;
+    }
+    out += notes + " |\n";
+  }
+  if (!stages.empty()) {
+    out += fmt::format("\n| int8 stage alone, batch {} | median us | P95 us | notes |\n",
+                       stages.front()->batch);
+    out += "|---|---:|---:|---|\n";
+    for (const InferRow* r : stages)
+      out +=
+          fmt::format("| {} | {:.2f} | {:.2f} | {} |\n", r->what, r->median_us, r->p95_us, r->note);
+  }
+  return out;
+}
+
+std::string format_infer_csv(const std::vector<InferRow>& rows) {
+  // Text fields quoted, inner quotes doubled (RFC 4180).
+  auto quoted = [](const std::string& s) {
+    std::string q = "\"";
+    for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return q + "\"";
+  };
+  auto num = [](double v) { return std::isfinite(v) ? fmt::format("{}", v) : std::string(); };
+  std::string out = "what,batch,median_us,p95_us,images_per_s,note\n";
+  for (const InferRow& r : rows)
+    out += fmt::format("{},{},{},{},{},{}\n", quoted(r.what), r.batch, num(r.median_us),
+                       num(r.p95_us), num(r.images_per_s), quoted(r.note));
+  return out;
+}
+
+}  // namespace cnn::bench
+
+#ifdef CNN_HAVE_CUDA
+
+#include <cuda_runtime_api.h>
+
+#include <random>
+
+#include "app/bench/bench_timer.h"
+#include "kernels/quant/qconv.h"
+#include "layers/fold_batchnorm.h"
+#include "layers/network.h"
+#include "layers/quant/int8_network.h"
+#include "layers/quant/quant_model.h"
+#include "runtime/cuda_check.h"
+#include "runtime/memory.h"
+
+namespace cnn::bench {
+namespace {
+
+// Calibration images for the bench's quantized model: few, since only the scales' existence
+// matters here, not their values.
+constexpr int kCalibrationImages = 16;
+
+InferRow timed(const BenchContext& ctx, const std::string& what, int batch,
+               const std::function<void(int)>& launch) {
+  TimerOptions to;
+  to.launches = 1;
+  to.repeats = ctx.opt->step_repeats;
+  to.warmup = 5;
+  to.use_graph = true;
+  const Timing t = time_launches(ctx.stream, launch, to);
+  InferRow r;
+  r.what = what;
+  r.batch = batch;
+  r.median_us = t.median_us;
+  r.p95_us = t.p95_us;
+  r.images_per_s = batch / (t.median_us * 1e-6);
+  r.note = t.graph ? "" : "no graph: " + t.note;
+  return r;
+}
+
+InferRow failed(const std::string& what, int batch, const std::string& why) {
+  cudaGetLastError();
+  const cudaError_t sticky = cudaDeviceSynchronize();
+  CNN_CHECK(sticky == cudaSuccess, "the GPU context is unusable after '{}' at batch {}: {} ({})",
+            what, batch, cudaGetErrorString(sticky), why);
+  InferRow r;
+  r.what = what;
+  r.batch = batch;
+  r.note = why;
+  return r;
+}
+
+Buffer<float> random_images(const Shape& chw, int batch, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> h(size_t(shape_numel(chw)) * size_t(batch));
+  for (auto& v : h) v = u(rng);
+  Buffer<float> d(h.size(), Device::CUDA);
+  d.copy_from(h.data(), Device::CPU, h.size());
+  return d;
+}
+
+// Every int8 stage alone at `batch`: random int8 activations and weights, both kernels.
+void bench_stages(const BenchContext& ctx, const Int8Network& q, size_t stages, int batch,
+                  std::vector<InferRow>& rows) {
+  std::mt19937_64 rng(ctx.opt->seed);
+  std::uniform_int_distribution<int> d(-127, 127);
+  Exec ex;
+  ex.device = Device::CUDA;
+  ex.stream = ctx.stream;
+  for (size_t i = 0; i < stages; ++i) {
+    QConvShape s = q.stage_shape(i);
+    s.n = batch;
+    const bool last = i + 1 == stages;
+    std::vector<int8_t> hx(size_t(s.n) * s.h * s.w * s.cp), hw(size_t(s.oc) * s.kh * s.kw * s.cgp);
+    for (auto& v : hx) v = int8_t(d(rng));
+    for (auto& v : hw) v = int8_t(d(rng));
+    std::vector<float> hm(size_t(s.oc), 1e-3f), ha(size_t(s.oc), 0.5f);
+    Buffer<int8_t> x(hx.size(), Device::CUDA), w(hw.size(), Device::CUDA);
+    x.copy_from(hx.data(), Device::CPU, hx.size());
+    w.copy_from(hw.data(), Device::CPU, hw.size());
+    Buffer<float> m(hm.size(), Device::CUDA), a(ha.size(), Device::CUDA);
+    m.copy_from(hm.data(), Device::CPU, hm.size());
+    a.copy_from(ha.data(), Device::CPU, ha.size());
+    Buffer<int8_t> packed;
+    if (qconv_igemm_supported(s)) {
+      std::vector<int8_t> hp(size_t(qconv_igemm_weight_size(s)));
+      qconv_pack_igemm_weights(s, hw.data(), hp.data());
+      packed = Buffer<int8_t>(hp.size(), Device::CUDA);
+      packed.copy_from(hp.data(), Device::CPU, hp.size());
+    }
+    Buffer<int8_t> y(size_t(s.n) * s.ph() * s.pw() * s.ocp, Device::CUDA);
+    Buffer<float> yf(size_t(s.n) * s.ph() * s.pw() * s.oc, Device::CUDA);
+    const QEpilogue ep{m.data(), a.data(), !last};
+    const double macs = double(s.n) * s.oh() * s.ow() * s.oc * s.kh * s.kw * s.cg() *
+                        (double(s.ph()) * s.pw() * s.pool_kh * s.pool_kw) /
+                        (double(s.oh()) * s.ow());  // pooled windows recompute overlaps
+    const std::string shape =
+        fmt::format("{}x{}x{} -> {} k{}x{} s{}{}", s.c, s.h, s.w, s.oc, s.kh, s.kw, s.stride_h,
+                    s.pool_kh * s.pool_kw > 1 ? fmt::format(" + pool {}", s.pool_kh) : "");
+    InferRow direct;
+    for (bool tc : {false, true}) {
+      if (tc && packed.empty()) break;
+      const int8_t* wp = tc ? packed.data() : nullptr;
+      const std::string what =
+          fmt::format("int8 stage {} ({}) {}", i, shape, tc ? "tensor cores" : "direct dp4a");
+      InferRow r = timed(ctx, what, batch, [&](int) {
+        if (last)
+          qconv_forward_float(s, x.data(), w.data(), ep, yf.data(), ex, wp);
+        else
+          qconv_forward(s, x.data(), w.data(), ep, y.data(), ex, wp);
+      });
+      const double tops = 2 * macs / (r.median_us * 1e-6) / 1e12;
+      r.note = fmt::format("{:.1f} TOP/s", tops) + (r.note.empty() ? "" : "; " + r.note);
+      if (tc && direct.median_us > 0)
+        r.note += fmt::format("; {:.2f}x the direct kernel", direct.median_us / r.median_us);
+      if (!tc) direct = r;
+      rows.push_back(r);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<InferRow> bench_infer(const BenchContext& ctx, const NetDesc& net,
+                                  const std::vector<int>& batches) {
+  const BenchOptions& opt = *ctx.opt;
+  std::vector<InferRow> rows;
+  int max_batch = 1;
+  for (int b : batches) max_batch = std::max(max_batch, b);
+  Buffer<float> x = random_images(net.input_chw, max_batch, opt.seed);
+
+  // The float network once per precision; its parameters (random, seeded) feed the int8 model.
+  std::vector<float> params, buffers;
+  for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16}) {
+    Exec ex;
+    ex.device = Device::CUDA;
+    ex.stream = ctx.stream;
+    ex.precision = p;
+    NetworkOptions no;
+    no.max_batch = max_batch;
+    no.seed = opt.seed;
+    no = with_env_switches(no, process_env_switches());
+    try {
+      Network model(net.specs, net.input_chw, no, ex);
+      const std::vector<std::string> tuned = model.autotune();
+      for (const std::string& line : tuned)
+        fmt::print(stderr, "infer {}: algo auto {}\n", precision_name(p), line);
+      if (params.empty()) params = model.params_to_host(), buffers = model.buffers_to_host();
+      for (int b : batches)
+        rows.push_back(timed(ctx, precision_name(p), b, [&](int) { model.forward(b, x.data()); }));
+    } catch (const std::exception& e) {
+      for (int b : batches) rows.push_back(failed(precision_name(p), b, e.what()));
+    }
+  }
+
+  QuantizedModel qm;
+  std::string why_not;
+  try {
+    const FoldedNetwork folded = fold_batchnorm(net.specs, net.input_chw, params, buffers);
+    std::vector<float> h(size_t(shape_numel(net.input_chw)) * kCalibrationImages);
+    std::mt19937_64 rng(opt.seed + 1);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    for (auto& v : h) v = u(rng);
+    qm = quantize_network(folded, net.input_chw, h.data(), kCalibrationImages,
+                          CalibrationMethod::Max);
+  } catch (const std::exception& e) {
+    why_not = e.what();
+  }
+  for (bool tc : {true, false}) {
+    const std::string what = tc ? "int8 (tensor cores)" : "int8 (direct dp4a)";
+    if (!why_not.empty()) {
+      for (int b : batches) rows.push_back(failed(what, b, why_not));
+      continue;
+    }
+    Exec ex;
+    ex.device = Device::CUDA;
+    ex.stream = ctx.stream;
+    try {
+      Int8Network q(qm, max_batch, ex, tc);
+      // Validation first, as every ./bench row: the logits of a few images equal the CPU twin's
+      // bit for bit, else the row is not timed.
+      const int n_check = std::min(max_batch, 8);
+      std::vector<float> h_x(size_t(shape_numel(net.input_chw)) * size_t(n_check));
+      raw_copy(h_x.data(), Device::CPU, x.data(), Device::CUDA, h_x.size() * sizeof(float));
+      Int8Network cpu(qm, n_check, Exec{});
+      const float* ref = cpu.forward(n_check, h_x.data());
+      std::vector<float> got(size_t(n_check) * size_t(q.num_classes()));
+      const float* d_logits = q.forward(n_check, x.data());
+      CNN_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+      raw_copy(got.data(), Device::CPU, d_logits, Device::CUDA, got.size() * sizeof(float));
+      if (!std::equal(got.begin(), got.end(), ref)) {
+        for (int b : batches)
+          rows.push_back(failed(what, b, "WRONG: the logits differ from the CPU twin's"));
+        continue;
+      }
+      for (int b : batches)
+        rows.push_back(timed(ctx, what, b, [&](int) { q.forward(b, x.data()); }));
+      if (tc) {
+        size_t on_tc = 0;
+        for (size_t i = 0; i < qm.stages.size(); ++i) on_tc += q.stage_uses_tensor_cores(i);
+        rows[rows.size() - 1].note =
+            fmt::format("{} of {} stages on tensor cores", on_tc, qm.stages.size());
+        bench_stages(ctx, q, qm.stages.size(), max_batch, rows);
+      }
+    } catch (const std::exception& e) {
+      for (int b : batches) rows.push_back(failed(what, b, e.what()));
+    }
+  }
+  return rows;
+}
+
+}  // namespace cnn::bench
+
+#endif  // CNN_HAVE_CUDA

@@ -1,0 +1,307 @@
+// Int8 convolution on tensor cores: an implicit GEMM with mma.sync m16n8k32 (s8 x s8 -> s32).
+//   GEMM rows    conv outputs, grouped by pool window: row m of a block is window element
+//                m % WIN of pooled position P0 + m / WIN (WIN = pool_kh * pool_kw, 1 without a
+//                pool), so that every window lies inside one block and the max-pool stays fused
+//                (overlapping windows recompute their shared outputs, as the direct kernel does)
+//   GEMM columns output channels
+//   reduction    k = (r, q, ci), ci fastest: the order of the activations' NHWC layout, so four
+//                consecutive k are one aligned 4-byte word of x (channels are padded to 4), and
+//                sixteen are one 16-byte chunk when CGP and CP are multiples of 16
+// Block tile 128 x 64 x 64 bytes, 8 warps of 32 x 32, a 3-stage cp.async pipeline; shared memory
+// rows of 64 bytes with their 16-byte chunks XOR-swizzled by (row / 2) % 4, so the fragment loads
+// of a warp hit 32 different banks. The epilogue is the one of qconv.h, with the intrinsics whose
+// rounding the CPU twin reproduces (__int2float_rn, __fmaf_rn, __float2int_rn): the per-output
+// values go through shared memory, then each output takes the max over its window's rows in the
+// CPU twin's order.
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <cstdint>
+
+#include "kernels/common/ptx.cuh"
+#include "kernels/quant/qconv_cuda.h"
+#include "runtime/cuda_check.h"
+#include "runtime/math_util.h"
+
+namespace cnn {
+namespace {
+
+constexpr int kBM = kQIgemmTileM, kBN = kQIgemmTileN, kBK = kQIgemmTileK;
+constexpr int kStages = 3, kThreads = 256;
+constexpr int kStageA = kBM * kBK, kStageB = kBN * kBK;  // bytes
+constexpr int kSmemPipe = kStages * (kStageA + kStageB);
+constexpr int kSmemEpilogue = kBM * kBN * 4;  // float values at most
+constexpr int kSmem = kSmemPipe > kSmemEpilogue ? kSmemPipe : kSmemEpilogue;
+static_assert(kBK == 64 && kBN == 64 && kBM == 128, "the thread mappings below assume these");
+
+struct Dims {
+  int npp;  // pooled positions N * PH * PW
+  int win;  // pool window elements
+  int ppb;  // pooled positions per block: kBM / win
+  int k;    // KH * KW * CGP
+  int kp;   // k rounded up to kBK: the packed weights' row length
+  int oh, ow, ph, pw;
+  ptx::FastDiv div_win, div_pkw, div_pw, div_ph, div_cgp, div_kw;
+};
+
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(ptx::smem_u32(dst)), "l"(src),
+               "r"(valid ? 4 : 0)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(ptx::smem_u32(dst)),
+               "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+
+// d[0..3] += a * b for one 16x8x32 int8 tile. Fragments (g = lane / 4, t = lane % 4; each
+// register four int8, lower k in the low byte): a0 (row g, k 4t..4t+3), a1 (row g+8, same k),
+// a2 (row g, k 4t+16..), a3 (row g+8, k 4t+16..); b0 (k 4t..4t+3, col g), b1 (k 4t+16.., col g);
+// d0, d1 (row g, cols 2t, 2t+1), d2, d3 (row g+8, same cols).
+__device__ __forceinline__ void mma_s8(int32_t* d, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Byte offset of 4-byte word `word` (0..15) of tile row `row` (64 bytes a row), swizzled.
+__device__ __forceinline__ int swizzle(int row, int word) {
+  return row * kBK + ((((word >> 2) ^ (row >> 1)) & 3) << 4) + (word & 3) * 4;
+}
+
+__device__ __forceinline__ int8_t requantize(float v) {
+  v = fminf(fmaxf(v, -127.f), 127.f);
+  return static_cast<int8_t>(__float2int_rn(v));
+}
+
+template <class T>
+__device__ __forceinline__ T lowest();
+template <>
+__device__ __forceinline__ int8_t lowest<int8_t>() {
+  return -128;
+}
+template <>
+__device__ __forceinline__ float lowest<float>() {
+  return -FLT_MAX;
+}
+
+// Where block row m reads its input: false for rows past the block's pooled positions and for
+// window elements in the pool's padding.
+__device__ __forceinline__ bool decode_row(const QConvShape& s, const Dims& d, int pp0, int m,
+                                           int& base, int& iy0, int& ix0) {
+  const int p = d.div_win.div(m);
+  const int wi = m - p * d.win;
+  const int pp = pp0 + p;
+  if (p >= d.ppb || pp >= d.npp) return false;
+  const int t = d.div_pw.div(pp);
+  const int px = pp - t * d.pw;
+  const int img = d.div_ph.div(t);
+  const int py = t - img * d.ph;
+  const int r = d.div_pkw.div(wi);
+  const int q = wi - r * s.pool_kw;
+  const int y = py * s.pool_sh - s.pool_ph + r;
+  const int xo = px * s.pool_sw - s.pool_pw + q;
+  if (y < 0 || y >= d.oh || xo < 0 || xo >= d.ow) return false;
+  base = img * s.h * s.w * s.cp;
+  iy0 = y * s.stride_h - s.pad_h;
+  ix0 = xo * s.stride_w - s.pad_w;
+  return true;
+}
+
+// Thread mapping: block (bx, by) computes the outputs of pooled positions [bx * ppb, +ppb) and
+// channels [by * 64, +64); warp w owns GEMM rows 32 (w / 2) .. +31 and columns 32 (w % 2) .. +31
+// of the block tile (2 x 4 mma tiles); in the epilogue, thread i writes the outputs
+// (position, channel) = divmod(i + 256 j, 64) of the block, the channel fastest.
+// Loads: A (the im2col gather) by 4-byte words, thread i owning word i % 16 of rows i / 16 + 16 j
+// (kVec16: 16-byte chunk i % 4 of rows i / 4 + 64 j); B by one 16-byte chunk per thread.
+// Two blocks an SM: at most 128 registers a thread, which ptxas reaches without spilling (left
+// free, it chose 64 and spilled in the 16-byte variant).
+template <class T, bool kVec16>
+__global__ void __launch_bounds__(kThreads, 2)
+    qconv_igemm(QConvShape s, Dims d, const int8_t* __restrict__ d_x,
+                const int8_t* __restrict__ d_w, const float* __restrict__ d_mult,
+                const float* __restrict__ d_add, bool relu, int out_stride, T* __restrict__ d_y) {
+  __shared__ __align__(128) uint8_t smem[kSmem];
+  __shared__ bool row_ok[kBM];
+  uint8_t* const sa = smem;                      // kStages x (kBM, kBK)
+  uint8_t* const sb = smem + kStages * kStageA;  // kStages x (kBN, kBK)
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, tg = lane & 3;
+  const int pp0 = blockIdx.x * d.ppb;
+  const int n0 = blockIdx.y * kBN;
+
+  constexpr int kRows = kVec16 ? kBM * 4 / kThreads : kBM * 16 / kThreads;  // 2 or 8
+  constexpr int kRowStep = kThreads / (kVec16 ? 4 : 16);
+  const int col = kVec16 ? tid & 3 : tid & 15;  // chunk or word of the rows this thread loads
+  const int row0 = kVec16 ? tid >> 2 : tid >> 4;
+  int base[kRows], iy0[kRows], ix0[kRows];
+  bool ok[kRows];
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    base[j] = 0, iy0[j] = 0, ix0[j] = 0;
+    ok[j] = decode_row(s, d, pp0, row0 + j * kRowStep, base[j], iy0[j], ix0[j]);
+  }
+  if (tid < kBM) {
+    int b, y, x;
+    row_ok[tid] = decode_row(s, d, pp0, tid, b, y, x);
+  }
+
+  const int8_t* const wrow = d_w + int64_t(n0 + (tid >> 2)) * d.kp + (tid & 3) * 16;
+  auto load_stage = [&](int slot, int k0) {
+    // A: the gather of this thread's rows at reduction index k.
+    const int k = k0 + col * (kVec16 ? 16 : 4);
+    const bool k_ok = k < d.k;
+    const int rq = d.div_cgp.div(k);
+    const int c = k - rq * s.cgp;
+    const int r = d.div_kw.div(rq);
+    const int dy = r * s.dil_h, dx = (rq - r * s.kw) * s.dil_w;
+    uint8_t* const a = sa + slot * kStageA;
+#pragma unroll
+    for (int j = 0; j < kRows; ++j) {
+      const int m = row0 + j * kRowStep;
+      const int iy = iy0[j] + dy, ix = ix0[j] + dx;
+      const bool valid = k_ok && ok[j] && iy >= 0 && iy < s.h && ix >= 0 && ix < s.w;
+      const int8_t* src = valid ? d_x + base[j] + (iy * s.w + ix) * s.cp + c : d_x;
+      if (kVec16)
+        cp_async16(a + swizzle(m, col * 4), src, valid);
+      else
+        cp_async4(a + swizzle(m, col), src, valid);
+    }
+    // B: the packed weights are zero padded to whole tiles.
+    const int n = tid >> 2;
+    cp_async16(sb + slot * kStageB + swizzle(n, (tid & 3) * 4), wrow + k0, true);
+  };
+
+  int32_t acc[2][4][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0;
+
+  const int kt_count = d.kp / kBK;
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < kt_count) load_stage(st, st * kBK);
+    ptx::cp_async_commit();
+  }
+  const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
+  for (int kt = 0; kt < kt_count; ++kt) {
+    ptx::cp_async_wait<kStages - 2>();
+    __syncthreads();  // stage kt landed for all; stage kt - 1 is no longer read
+    const int next = kt + kStages - 1;
+    if (next < kt_count) load_stage(next % kStages, next * kBK);
+    ptx::cp_async_commit();
+    const uint8_t* const a = sa + (kt % kStages) * kStageA;
+    const uint8_t* const b = sb + (kt % kStages) * kStageB;
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      uint32_t af[2][4], bf[4][2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int row = wm + i * 16 + g;
+        af[i][0] = *reinterpret_cast<const uint32_t*>(a + swizzle(row, kk * 8 + tg));
+        af[i][1] = *reinterpret_cast<const uint32_t*>(a + swizzle(row + 8, kk * 8 + tg));
+        af[i][2] = *reinterpret_cast<const uint32_t*>(a + swizzle(row, kk * 8 + tg + 4));
+        af[i][3] = *reinterpret_cast<const uint32_t*>(a + swizzle(row + 8, kk * 8 + tg + 4));
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int n = wn + j * 8 + g;
+        bf[j][0] = *reinterpret_cast<const uint32_t*>(b + swizzle(n, kk * 8 + tg));
+        bf[j][1] = *reinterpret_cast<const uint32_t*>(b + swizzle(n, kk * 8 + tg + 4));
+      }
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) mma_s8(acc[i][j], af[i], bf[j]);
+    }
+  }
+  ptx::cp_async_wait<0>();
+  __syncthreads();  // the pipeline's buffers become the epilogue's
+
+  T* const e = reinterpret_cast<T*>(smem);  // (kBM, kBN) epilogue values
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int cl = wn + j * 8 + tg * 2 + h;
+      const int o = n0 + cl;
+      const bool live = o < s.oc;
+      const float m = live ? __ldg(d_mult + o) : 0.f, ad = live ? __ldg(d_add + o) : 0.f;
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int v2 = 0; v2 < 2; ++v2) {
+          const int row = wm + i * 16 + g + v2 * 8;
+          float v = __fmaf_rn(__int2float_rn(acc[i][j][v2 * 2 + h]), m, ad);
+          if (relu) v = v > 0.f ? v : 0.f;
+          T t;
+          if constexpr (sizeof(T) == 1)
+            t = requantize(v);
+          else
+            t = v;
+          e[row * kBN + cl] = t;
+        }
+    }
+  __syncthreads();
+
+  for (int idx = tid; idx < d.ppb * kBN; idx += kThreads) {
+    const int p = idx / kBN, cl = idx % kBN;
+    const int pp = pp0 + p, o = n0 + cl;
+    if (pp >= d.npp || o >= out_stride) continue;
+    T best = lowest<T>();
+    for (int wi = 0; wi < d.win; ++wi) {
+      const int m = p * d.win + wi;
+      if (!row_ok[m]) continue;
+      const T t = e[m * kBN + cl];
+      best = t > best ? t : best;
+    }
+    d_y[int64_t(pp) * out_stride + o] = o < s.oc ? best : T(0);
+  }
+}
+
+template <class T>
+void launch(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, const QEpilogue& ep,
+            int out_stride, T* d_y, cudaStream_t stream) {
+  Dims d;
+  d.oh = s.oh(), d.ow = s.ow(), d.ph = s.ph(), d.pw = s.pw();
+  d.npp = s.n * d.ph * d.pw;
+  d.win = s.pool_kh * s.pool_kw;
+  d.ppb = kBM / d.win;
+  d.k = s.kh * s.kw * s.cgp;
+  d.kp = ceil_div(d.k, kBK) * kBK;
+  d.div_win = ptx::FastDiv(d.win), d.div_pkw = ptx::FastDiv(s.pool_kw);
+  d.div_pw = ptx::FastDiv(d.pw), d.div_ph = ptx::FastDiv(d.ph);
+  d.div_cgp = ptx::FastDiv(s.cgp), d.div_kw = ptx::FastDiv(s.kw);
+  const dim3 grid(unsigned(ceil_div(d.npp, d.ppb)), unsigned(ceil_div(out_stride, kBN)));
+  const bool vec16 =
+      s.cgp % 16 == 0 && s.cp % 16 == 0 && reinterpret_cast<uintptr_t>(d_x) % 16 == 0;
+  if (vec16)
+    qconv_igemm<T, true>
+        <<<grid, kThreads, 0, stream>>>(s, d, d_x, d_w, ep.mult, ep.add, ep.relu, out_stride, d_y);
+  else
+    qconv_igemm<T, false>
+        <<<grid, kThreads, 0, stream>>>(s, d, d_x, d_w, ep.mult, ep.add, ep.relu, out_stride, d_y);
+  CNN_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void qconv_igemm_forward_cuda(const QConvShape& s, const int8_t* d_x, const int8_t* d_w_packed,
+                              const QEpilogue& ep, int8_t* d_y, cudaStream_t stream) {
+  launch<int8_t>(s, d_x, d_w_packed, ep, s.ocp, d_y, stream);
+}
+
+void qconv_igemm_forward_float_cuda(const QConvShape& s, const int8_t* d_x,
+                                    const int8_t* d_w_packed, const QEpilogue& ep, float* d_y,
+                                    cudaStream_t stream) {
+  launch<float>(s, d_x, d_w_packed, ep, s.oc, d_y, stream);
+}
+
+}  // namespace cnn
