@@ -541,7 +541,11 @@ GradcheckCase smooth(GradcheckCase c) {
 }
 
 // Every gradcheck case and the small network, made smooth, at BF16 (tolerance
-// gradcheck_network_tolerance: 1e-1), atomic and deterministic.
+// gradcheck_network_tolerance: 1e-1), atomic and deterministic. Errors are measured against at
+// least a tenth of the network's largest gradient (GradcheckOptions::denominator_floor): the
+// H200 measured 0.49 on a smooth case's prefix.bias, whose gradient (through a softmax head, a
+// sum over classes of terms that cancel) is far smaller than the BF16 rounding of its terms, while
+// every weight of that case was within 1.4e-3.
 TEST(GpuBf16, GradcheckEveryLayer) {
   CNN_REQUIRE_GPU();
   EXPECT_EQ(gradcheck_network_tolerance(Precision::BF16), 1e-1);
@@ -553,6 +557,7 @@ TEST(GpuBf16, GradcheckEveryLayer) {
       GradcheckOptions o;
       o.seed = test::fresh_seed();
       o.batch = 3;
+      o.denominator_floor = 0.1;
       SCOPED_TRACE(c.title + (det ? " deterministic" : " atomic") + " seed " +
                    std::to_string(o.seed));
       const GradcheckResult r = gradcheck_network(c.specs, c.input_chw, o, bf16_exec(det), true);

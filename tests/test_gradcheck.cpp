@@ -78,6 +78,38 @@ TEST(Gradcheck, CatchesAWrongGradientInEveryTensor) {
   }
 }
 
+// denominator_floor: an error that is large for its own tensor but small against the network's
+// largest gradient passes only with the floor; an error of the network's own size still fails.
+TEST(Gradcheck, DenominatorFloorMeasuresAgainstTheNetworksLargestGradient) {
+  const GradcheckCase c = gradcheck_layer_cases().at(0);  // prefix conv, conv, head
+  GradcheckOptions o = options();
+  SCOPED_TRACE(c.title + " seed " + std::to_string(o.seed));
+  Gradchecker plain(c.specs, c.input_chw, o);
+  o.denominator_floor = 0.1;
+  Gradchecker floored(c.specs, c.input_chw, o);
+  const std::vector<double> right = plain.reference_parameter_gradient();
+  const RefNetwork ref(c.specs, c.input_chw, plain.batch());
+  double rms_max = 0;  // the largest per-coordinate RMS gradient of a tensor
+  for (const ParamInfo& info : ref.param_infos()) {
+    double sq = 0;
+    for (int64_t i = 0; i < info.numel(); ++i)
+      sq += right[size_t(info.offset + i)] * right[size_t(info.offset + i)];
+    rms_max = std::max(rms_max, std::sqrt(sq / double(info.numel())));
+  }
+  ASSERT_GT(rms_max, 0);
+  const ParamInfo& bias = ref.param_infos().at(1);  // prefix.bias
+  ASSERT_EQ(bias.name, "prefix.bias");
+  for (const double shift : {1e-3, 1.0}) {
+    // Every coordinate of the bias moved by shift x rms_max: relative to the floor
+    // (0.1 x rms_max per coordinate) that is an error of 10 x shift.
+    std::vector<double> wrong = right;
+    for (int64_t i = 0; i < bias.numel(); ++i) wrong[size_t(bias.offset + i)] += shift * rms_max;
+    const GradcheckResult f = floored.parameters("floored", wrong, 1e-1);
+    EXPECT_EQ(f.passed(), shift < 0.01) << format_gradcheck(f);
+  }
+  EXPECT_TRUE(plain.parameters("plain", right, 1e-6).passed());
+}
+
 // The shared numerical gradients give the same verdicts as the one-shot functions.
 TEST(Gradcheck, SharedChecksMatchTheOneShotFunctions) {
   const GradcheckCase c = gradcheck_small_network_case();

@@ -51,14 +51,16 @@ std::vector<int64_t> sample_indices(int64_t count, int samples, std::mt19937_64&
   return idx;
 }
 
-double rel_error(const std::vector<double>& a, const std::vector<double>& b) {
+// ||a - b|| / max(||a||, ||b||, floor_norm).
+double rel_error(const std::vector<double>& a, const std::vector<double>& b,
+                 double floor_norm = 0) {
   double diff = 0, na = 0, nb = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     diff += (a[i] - b[i]) * (a[i] - b[i]);
     na += a[i] * a[i];
     nb += b[i] * b[i];
   }
-  const double denom = std::max({std::sqrt(na), std::sqrt(nb), 1e-12});
+  const double denom = std::max({std::sqrt(na), std::sqrt(nb), floor_norm, 1e-12});
   return std::sqrt(diff) / denom;
 }
 
@@ -184,6 +186,19 @@ struct Gradchecker::Impl {
     GradcheckResult res;
     res.title = title;
     res.tolerance = tolerance;
+    // The largest per-coordinate RMS numerical gradient of a parameter tensor (denominator_floor).
+    double rms_max = 0;
+    for (const SampledRow& r : rows) {
+      if (r.is_input) continue;
+      double sq = 0;
+      int64_t n = 0;
+      for (size_t k = 0; k < r.index.size(); ++k) {
+        if (!r.smooth[k]) continue;
+        sq += r.numerical[k] * r.numerical[k];
+        ++n;
+      }
+      if (n > 0) rms_max = std::max(rms_max, std::sqrt(sq / double(n)));
+    }
     for (const SampledRow& r : rows) {
       if (r.is_input && !analytic_x) continue;
       const std::vector<double>& analytic = r.is_input ? *analytic_x : analytic_params;
@@ -193,7 +208,8 @@ struct Gradchecker::Impl {
         a.push_back(analytic[size_t(r.offset + r.index[k])]);
         num.push_back(r.numerical[k]);
       }
-      GradcheckRow row{r.what, int64_t(a.size()), rel_error(a, num)};
+      const double floor_norm = opt.denominator_floor * rms_max * std::sqrt(double(a.size()));
+      GradcheckRow row{r.what, int64_t(a.size()), rel_error(a, num, floor_norm)};
       res.worst = std::max(res.worst, row.rel_error);
       res.rows.push_back(row);
     }
@@ -272,7 +288,8 @@ double gradcheck_network_tolerance(Precision p) {
   // the same way; random ones (rms ~0.6 2^-8 per product) add to ~7e-3; 1e-1 covers the aligned
   // case. This bounds rounding only: a network with ReLUs or max-pools can also take the other
   // side of a kink that lies within BF16's noise of an activation (measured up to 0.35 on the
-  // H200), so the BF16 network checks (tests/gpu_bf16.cpp) run smooth networks. A wrong BF16
+  // H200), so the BF16 network checks (tests/gpu_bf16.cpp) run smooth networks, and measure each
+  // tensor against a floor of the network's largest gradient (denominator_floor). A wrong BF16
   // path (a dropped k-slice, a mis-rounded operand tile) is off by O(1); the FP32 checks keep
   // their 1e-2 for the smaller mistakes.
   return p == Precision::BF16 ? 1e-1 : 1e-2;

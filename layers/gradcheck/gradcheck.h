@@ -30,6 +30,14 @@ struct GradcheckOptions {
   int samples_per_tensor = 24;  // coordinates checked per parameter tensor (all when fewer)
   double step = 1e-6;           // central-difference step (double precision)
   double label_smoothing = 0;   // of the loss, as NetworkOptions::label_smoothing
+  // Each tensor's error is relative to the larger of its analytic and numerical gradients' norms;
+  // a floor > 0 raises that denominator to at least floor x (the largest per-coordinate RMS
+  // numerical gradient of any parameter tensor) x sqrt(coordinates checked). BF16 rounds each
+  // term of a gradient sum by ~2^-8, so a tensor whose gradient cancels to far below its terms
+  // (a bias feeding a softmax head, whose gradient sums to zero over the classes) carries an
+  // error far above its own size but not above the network's; 0 (FP32, TF32) keeps the plain
+  // relative error.
+  double denominator_floor = 0;
 };
 
 // One case's sampled coordinates and their central differences. Each difference costs two double
