@@ -6,7 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 b=${1:-build-device}
 kit=$PWD/.devkit
+# The commit the tree was staged at (the copy's own git history, if any, may be older).
+hash=$(cat "$kit/commit" 2>/dev/null || true)
 cmake -S . -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+  ${hash:+-DCNN_GIT_HASH="$hash"} \
   -DCNN_LINK_PROGRAMS=OFF -DCMAKE_PREFIX_PATH="$kit" \
   -DGTest_DIR="$kit/lib/x86_64-linux-gnu/cmake/GTest" \
   -DZLIB_LIBRARY=/usr/lib/x86_64-linux-gnu/libz.so.1 -DZLIB_INCLUDE_DIR="$kit/include" >/dev/null

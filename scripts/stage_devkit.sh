@@ -11,4 +11,8 @@ cp /usr/include/zlib.h /usr/include/zconf.h .devkit/include/
 cp /usr/lib/x86_64-linux-gnu/libyaml-cpp.a .devkit/lib/
 cp /usr/lib/x86_64-linux-gnu/libg{test,mock}*.a .devkit/lib/x86_64-linux-gnu/
 cp -r /usr/lib/x86_64-linux-gnu/cmake/GTest .devkit/lib/x86_64-linux-gnu/cmake/
+# The commit being staged, for the binaries' --version (plus "+changes" when the tree is dirty).
+h=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+[ -z "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] || h="$h+changes"
+echo "$h" > .devkit/commit
 du -sh .devkit
