@@ -328,13 +328,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-int sm_count() {
-  int dev = 0, sms = 0;
-  CNN_CUDA_CHECK(cudaGetDevice(&dev));
-  CNN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return sms;
-}
-
 // The (OC, K) weights as a 2-D tensor map (k, row), 32 x BN boxes, 128-byte swizzle, zero fill
 // past the edges: the K-major B^T tile itself.
 CUtensorMap make_weight_map(const float* d_w, int k, int oc, int bn) {
@@ -355,35 +348,9 @@ CUtensorMap make_weight_map(const float* d_w, int k, int oc, int bn) {
 
 template <int BN, bool kBTma>
 void launch(const ConvParams& p, const CUtensorMap& map_b, int splits, cudaStream_t stream) {
-  auto kernel = conv2d_wgmma_kernel<BN, kBTma>;
-  constexpr int kSmemBytes = Plan<BN>::kSmemBytes;
-  CNN_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   const int64_t tiles = ceil_div<int64_t>(p.M, kBM) * ceil_div<int64_t>(p.N, BN);
-  CNN_CHECK(tiles <= 0x7fffffff, "conv2d wgmma: {} tiles exceed the grid limit", tiles);
-  cudaLaunchConfig_t cfg{};
-  cudaLaunchAttribute attr[1];
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = kSmemBytes;
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = 1;
-  // A cluster needs `splits` free SMs in one GPC; where the device cannot place one, fewer
-  // splits (the kernel takes the split count from the cluster).
-  for (;;) {
-    cfg.gridDim = dim3(static_cast<unsigned>(tiles), 1, static_cast<unsigned>(splits));
-    attr[0].val.clusterDim.z = static_cast<unsigned>(splits);
-    if (splits == 1) break;
-    int clusters = 0;
-    CNN_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
-    if (clusters > 0) break;
-    splits /= 2;
-  }
-  CNN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, map_b, p));
-  CNN_LAUNCH_CHECK("conv2d_wgmma");
+  launch_split_k_clusters(conv2d_wgmma_kernel<BN, kBTma>, tiles, splits, kThreads,
+                          Plan<BN>::kSmemBytes, stream, "conv2d_wgmma", map_b, p);
 }
 
 int pick_splits(int64_t m, int n, int k, int bn) {

@@ -452,42 +452,9 @@ CUtensorMap make_map(const Operand& op, int K) {
 template <int kLA, int kLB>
 void launch(const Params& p, const CUtensorMap& map_a, const CUtensorMap& map_b, int splits,
             cudaStream_t stream) {
-  auto kernel = gemm_wgmma_kernel<kLA, kLB>;
-  constexpr int kSmemBytes = Plan<kLA, kLB>::kSmemBytes;
-  CNN_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   const int64_t tiles = ceil_div<int64_t>(p.M, kBM) * ceil_div<int64_t>(p.N, kBN);
-  CNN_CHECK(tiles <= 0x7fffffff, "gemm_wgmma: {} tiles exceed the grid limit", tiles);
-  cudaLaunchConfig_t cfg{};
-  cudaLaunchAttribute attr[1];
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = kSmemBytes;
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = 1;
-  // A cluster of `splits` blocks of ~130 KB each needs that many free SMs in one GPC; where the
-  // device cannot place one, fewer splits (the kernel takes the split count from the cluster).
-  for (;;) {
-    cfg.gridDim = dim3(static_cast<unsigned>(tiles), 1, static_cast<unsigned>(splits));
-    attr[0].val.clusterDim.z = static_cast<unsigned>(splits);
-    if (splits == 1) break;
-    int clusters = 0;
-    CNN_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
-    if (clusters > 0) break;
-    splits /= 2;
-  }
-  CNN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, map_a, map_b, p));
-  CNN_LAUNCH_CHECK("gemm_wgmma");
-}
-
-int sm_count() {
-  int dev = 0, sms = 0;
-  CNN_CUDA_CHECK(cudaGetDevice(&dev));
-  CNN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return sms;
+  launch_split_k_clusters(gemm_wgmma_kernel<kLA, kLB>, tiles, splits, kThreads,
+                          Plan<kLA, kLB>::kSmemBytes, stream, "gemm_wgmma", map_a, map_b, p);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "runtime/cuda_check.h"
 
@@ -298,6 +299,48 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
   }();
   return fn;
+}
+
+// The device's SM count (the split-K pickers size their grids by it).
+inline int sm_count() {
+  int dev = 0, sms = 0;
+  CNN_CUDA_CHECK(cudaGetDevice(&dev));
+  CNN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
+}
+
+// Launches a split-K kernel on (tiles, 1, splits) blocks in thread-block clusters of (1, 1,
+// splits), the split count read by the kernel from its cluster. A cluster of `splits` blocks of
+// ~130 KB each needs that many free SMs in one GPC; where the device cannot place one, fewer
+// splits (halved until it can).
+template <typename... Params, typename... Args>
+void launch_split_k_clusters(void (*kernel)(Params...), int64_t tiles, int splits, int threads,
+                             int smem_bytes, cudaStream_t stream, const char* what,
+                             Args&&... args) {
+  CNN_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  CNN_CHECK(tiles <= 0x7fffffff, "{}: {} tiles exceed the grid limit", what, tiles);
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr[1];
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = 1;
+  for (;;) {
+    cfg.gridDim = dim3(static_cast<unsigned>(tiles), 1, static_cast<unsigned>(splits));
+    attr[0].val.clusterDim.z = static_cast<unsigned>(splits);
+    if (splits == 1) break;
+    int clusters = 0;
+    CNN_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+    if (clusters > 0) break;
+    splits /= 2;
+  }
+  CNN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+  CNN_LAUNCH_CHECK(what);
 }
 
 }  // namespace wgmma
