@@ -16,7 +16,7 @@
 //   DeterministicRepeat deterministic mode is bitwise repeatable over many splits (K = 8192
 //                       pixels) and agrees with the atomic mode within the tolerance.
 //   Dispatch            conv2d_backward_weight with Algo::Wgmma: runs (H200) or refuses naming
-//                       why; FP32 refused; forward / backward_data / grouped refuse wgmma.
+//                       why; FP32 refused; the grouped convolution refuses wgmma.
 //   AlgoNameAndRefusals "wgmma" parses; linear and grouped conv refuse it (no device needed).
 //
 // TF32 tolerance (as tests/gpu_gemm_wgmma.cpp derives it): the tensor cores read the top 19 bits
