@@ -38,8 +38,8 @@ struct WgmmaConvOptions {
 // True when this build has the sm_90a kernels and the current device is compute capability 9.0.
 bool conv2d_wgmma_available();
 
-// The block tile width for a GEMM of m rows and n (output channel) columns: 64 when n <= 64,
-// when 64-wide tiles waste fewer columns, or when 128-wide ones leave SMs idle; else 128.
+// The block tile width for a GEMM of m rows and n (output channel) columns: 64 when n <= 64 or
+// when 64-wide tiles waste fewer columns; else 128 (m does not decide it: split-K fills SMs).
 int conv2d_wgmma_pick_block_n(int64_t m, int n);
 
 // y (N, OC, OH, OW) = relu?(conv(x, w) + b), as conv2d_forward; b may be null.
