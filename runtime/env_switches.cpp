@@ -119,6 +119,19 @@ EnvSwitches read_env_switches() {
     else
       CNN_FAIL("CNN_BF16_SMEM='{}': expected bf16 or f32", s);
   }
+  if (const char* v = get("CNN_DEPTHWISE_KERNEL")) {
+    const std::string s(v);
+    if (s == "auto")
+      e.depthwise_kernel = DepthwiseKernelSwitch::Auto;
+    else if (s == "tile")
+      e.depthwise_kernel = DepthwiseKernelSwitch::Tile;
+    else if (s == "rows")
+      e.depthwise_kernel = DepthwiseKernelSwitch::Rows;
+    else if (s == "stream")
+      e.depthwise_kernel = DepthwiseKernelSwitch::Stream;
+    else
+      CNN_FAIL("CNN_DEPTHWISE_KERNEL='{}': expected tile, rows, stream or auto", s);
+  }
   e.int8_direct = off_unless_set("CNN_INT8_DIRECT");
   if (const char* v = get("CNN_CPU_ISA")) {
     const std::string s(v);
@@ -179,6 +192,8 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_BF16_SMEM", "bf16|f32",
        "BF16 implicit-GEMM convs: operand tiles in shared memory as bf16 pairs (default) or "
        "floats"},
+      {"CNN_DEPTHWISE_KERNEL", "tile|rows|stream|auto",
+       "the fast depthwise convolution's kernel (rows: forward and input gradient only)"},
       {"CNN_INT8_DIRECT", "1",
        "int8 inference: every layer on the direct dp4a kernel, none on tensor cores"},
       {"CNN_CPU_ISA", "scalar|avx2|avx512", "cap the CPU kernels' instruction set"},

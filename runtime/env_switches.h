@@ -19,9 +19,10 @@
 
 namespace cnn {
 
-enum class GemmPathSwitch { Auto, Strided, Tile, Wgmma };     // CNN_GEMM_PATH
-enum class CpuIsaSwitch { Best, Scalar, Avx2, Avx512 };       // CNN_CPU_ISA
-enum class WgmmaConvGatherSwitch { Async, WaitGroup, Sync };  // CNN_WGMMA_CONV_GATHER
+enum class GemmPathSwitch { Auto, Strided, Tile, Wgmma };       // CNN_GEMM_PATH
+enum class CpuIsaSwitch { Best, Scalar, Avx2, Avx512 };         // CNN_CPU_ISA
+enum class WgmmaConvGatherSwitch { Async, WaitGroup, Sync };    // CNN_WGMMA_CONV_GATHER
+enum class DepthwiseKernelSwitch { Auto, Tile, Rows, Stream };  // CNN_DEPTHWISE_KERNEL
 
 struct EnvSwitches {
   // Overrides of options.
@@ -53,6 +54,10 @@ struct EnvSwitches {
   // CNN_BF16_SMEM=bf16 (default) | f32: the BF16 implicit-GEMM convs keep their operand tiles as
   // packed bf16 pairs in shared memory (filled through registers), or as floats (cp.async).
   bool bf16_smem_packed = true;
+  // CNN_DEPTHWISE_KERNEL=auto (default) | tile | rows | stream: the kernel the fast depthwise
+  // convolution runs (kernels/conv/conv2d_grouped.h, DepthwiseKernel); the weight gradient has
+  // no rows kernel and runs tile for it.
+  DepthwiseKernelSwitch depthwise_kernel = DepthwiseKernelSwitch::Auto;
   bool int8_direct = false;  // CNN_INT8_DIRECT=1: every int8 layer on the direct dp4a kernel
   CpuIsaSwitch cpu_isa = CpuIsaSwitch::Best;  // CNN_CPU_ISA=scalar|avx2|avx512
   int cpu_threads = 0;                        // CNN_CPU_THREADS=1..256 (0: the hardware's)

@@ -1,11 +1,14 @@
 // CUDA variants of the grouped, dilated 2-D convolution (NCHW, weights (OC, C/G, KH, KW)).
 //   forward:          _naive (one thread per output), _tiled (shared-memory input tile + halo),
-//                     depthwise_fast (register tiling, float4, fused bias/ReLU) and, for
-//                     launch-bound problems, depthwise_rows (no shared memory, one quad per thread)
+//                     depthwise_fast (register tiling, float4, fused bias/ReLU), for
+//                     launch-bound problems depthwise_rows (no shared memory, one quad per
+//                     thread), for bandwidth-bound ones depthwise_stream (each thread walks down
+//                     a strip of its plane with a register ring of rows)
 //   backward_data:    _naive (gather per dx element), _tiled (shared-memory dy tile + halo),
-//                     depthwise_fast / depthwise_rows (the forward kernels on dy, kernel flipped)
+//                     depthwise_fast / _rows / _stream (the forward kernels on dy, kernel flipped)
 //   backward_weight:  _naive (one thread per weight, serial sum), _tiled (per-chunk block
-//                     reductions), depthwise_fast_wgrad (per-tile register sums); the last two
+//                     reductions), depthwise_fast_wgrad (per-tile register sums),
+//                     depthwise_stream_wgrad (per-strip register sums); the last three
 //                     publish by atomicAdd or, deterministic, into scratch for a fixed-order
 //                     second stage.
 // Blocks walk their work with grid-stride loops over a 1-D grid, so no grid dimension limits the
@@ -18,6 +21,7 @@
 #include "kernels/conv/conv2d_grouped_cuda.h"
 #include "kernels/conv/direct_conv_common.cuh"
 #include "runtime/cuda_check.h"
+#include "runtime/env_switches.h"
 #include "runtime/math_util.h"
 
 namespace cnn {
@@ -700,6 +704,285 @@ __global__ void __launch_bounds__(kDepthwiseRowsThreads)
 }
 
 // ---------------------------------------------------------------------------------------------
+// Depthwise "stream" kernels, for the bandwidth-bound problems: a thread walks down a strip of
+// one plane, 4 columns wide, row by row. The K input rows its current output row needs, and the
+// D rows after them, sit in a register ring of R = K + D row windows (the K + 3 columns
+// ox0 - K/2 .. ox0 + 3 + K/2: load_window); each step issues the load of the row D steps ahead
+// before computing, so D rows per thread are in flight while it works, and each input row is
+// read once per strip (the neighbours' overlapping columns and the strips' K - 1 halo rows are
+// cache hits). The row loop is unrolled by R so that the ring rotates by renaming registers,
+// never by moving a register whose load is still in flight.
+
+struct StreamDims {
+  int c, h, w;     // one plane is H x W for input and output alike
+  int m;           // channel multiplier OC / C
+  int tiles_x;     // blocks across a plane's width
+  int strips;      // blocks down a plane's height
+  int rows;        // rows per thread
+  int64_t planes;  // planes the grid walks: N * OC (forward, weight gradient) or N * C (dgrad)
+};
+
+// Rows of the prefetch distance: two for 3x3 (a short window leaves registers to spare), one
+// for 5x5 and 7x7, whose rings (and the weight gradient's 50 sums) would otherwise spill.
+template <int K>
+constexpr int stream_ahead() {
+  return K == 3 ? 2 : 1;
+}
+
+// Input columns ox0 - P .. ox0 + 3 + P of row iy into v[4 - P .. 7 + P] (v[j] is column
+// ox0 - 4 + j), zero outside the image; v's other entries are never read. The vector path (W %
+// 4 == 0, 16-byte aligned plane) loads the middle quad as one float4 and each side with the
+// narrowest aligned load that covers it (a float for 3x3, a float2 for 5x5, a float4 for 7x7),
+// so the ring holds only the columns the window reads.
+template <int K, bool kVec>
+__device__ __forceinline__ void load_window(const float* __restrict__ plane, int h, int w, int iy,
+                                            int ox0, float* v) {
+  constexpr int P = K / 2;
+#pragma unroll
+  for (int j = 4 - P; j < 8 + P; ++j) v[j] = 0.f;
+  if (iy < 0 || iy >= h) return;
+  const float* src = plane + static_cast<int64_t>(iy) * w;
+  if (!kVec) {
+#pragma unroll
+    for (int j = 4 - P; j < 8 + P; ++j) {
+      const int ix = ox0 - 4 + j;
+      if (ix >= 0 && ix < w) v[j] = __ldg(src + ix);
+    }
+    return;
+  }
+  const float4 mid = __ldg(reinterpret_cast<const float4*>(src + ox0));
+  v[4] = mid.x, v[5] = mid.y, v[6] = mid.z, v[7] = mid.w;
+  const bool left = ox0 > 0, right = ox0 + 4 < w;  // whole quads: inside or outside the row
+  if (K == 3) {
+    if (left) v[3] = __ldg(src + ox0 - 1);
+    if (right) v[8] = __ldg(src + ox0 + 4);
+  } else if (K == 5) {
+    if (left) {
+      const float2 f = __ldg(reinterpret_cast<const float2*>(src + ox0 - 2));
+      v[2] = f.x, v[3] = f.y;
+    }
+    if (right) {
+      const float2 f = __ldg(reinterpret_cast<const float2*>(src + ox0 + 4));
+      v[8] = f.x, v[9] = f.y;
+    }
+  } else {
+    if (left) {
+      const float4 f = __ldg(reinterpret_cast<const float4*>(src + ox0 - 4));
+      v[1] = f.y, v[2] = f.z, v[3] = f.w;
+    }
+    if (right) {
+      const float4 f = __ldg(reinterpret_cast<const float4*>(src + ox0 + 4));
+      v[8] = f.x, v[9] = f.y, v[10] = f.z;
+    }
+  }
+}
+
+StreamDims stream_dims(const Conv2dGroupedShape& s, const DepthwiseStreamTiling& t,
+                       int64_t planes) {
+  return StreamDims{s.c, s.h, s.w, s.oc / s.c, t.tiles_x, t.strips, t.rows, planes};
+}
+
+// The output rows [y0, y_end) at columns ox0 .. ox0 + 3 of one plane: the correlation of `src`
+// with the K x K weights wr, plus `bias`, ReLU'd if `relu`, stored into dst (or, kAdd, added to
+// what dst holds: the input gradient's second and later output channels). Rows of src outside
+// [0, hl) read as zero; hl = min(H, y_end + K/2) stops the ring loading rows no output needs.
+template <int K, bool kVec, bool kAdd>
+__device__ __forceinline__ void stream_rows(const float* __restrict__ src, const float* wr,
+                                            float bias, bool relu, float* __restrict__ dst, int w,
+                                            int y0, int y_end, int hl, int ox0) {
+  constexpr int P = K / 2, D = stream_ahead<K>(), R = K + D;
+  float v[R][12];
+#pragma unroll
+  for (int r = 0; r < R - 1; ++r) load_window<K, kVec>(src, hl, w, y0 - P + r, ox0, v[r]);
+  for (int t0 = 0; y0 + t0 < y_end; t0 += R) {
+#pragma unroll
+    for (int u = 0; u < R; ++u) {
+      const int oy = y0 + t0 + u;
+      if (oy >= y_end) break;
+      // The row D steps ahead goes where the row last used one step ago was.
+      load_window<K, kVec>(src, hl, w, oy - P + R - 1, ox0, v[(u + R - 1) % R]);
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int ky = 0; ky < K; ++ky)
+#pragma unroll
+        for (int kx = 0; kx < K; ++kx) {
+          const float wv = wr[ky * K + kx];
+#pragma unroll
+          for (int q = 0; q < 4; ++q) acc[q] += v[(u + ky) % R][4 + q - P + kx] * wv;
+        }
+      float* out = dst + static_cast<int64_t>(oy) * w + ox0;
+      float o[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        o[q] = acc[q] + bias;
+        if (relu) o[q] = relu_keep_nan(o[q]);
+      }
+      if (kVec) {
+        if (kAdd) {
+          const float4 prev = *reinterpret_cast<const float4*>(out);
+          o[0] += prev.x, o[1] += prev.y, o[2] += prev.z, o[3] += prev.w;
+        }
+        *reinterpret_cast<float4*>(out) = make_float4(o[0], o[1], o[2], o[3]);
+      } else {
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          if (ox0 + q < w) out[q] = kAdd ? out[q] + o[q] : o[q];
+      }
+    }
+  }
+}
+
+// Thread mapping: block (tx, ty) of plane part (tile x, strip); thread (tx, ty) owns output
+// columns ox0 = tile_x * 4TX + 4tx .. +3 of rows [y0, y0 + d.rows), y0 = (strip * TY + ty) *
+// d.rows, of one plane, and streams down them (stream_rows). Forward (kBackward = false): plane
+// (n, oc) of y from plane (n, oc / m) of x, bias and ReLU fused into the store. Input gradient
+// (kBackward = true): plane (n, c) of dx, the sum over the m planes dy[n, c*m + j] each
+// correlated with its kernel flipped, the second and later ones added to what the thread stored
+// (its own elements: no atomics, bitwise repeatable). Blocks walk (tile x, strip, plane) with a
+// grid-stride loop; no barriers, so idle threads simply skip.
+template <int K, bool kVec, bool kBackward>
+__global__ void __launch_bounds__(kDepthwiseStreamThreads)
+    depthwise_stream(StreamDims d, const float* __restrict__ d_in, const float* __restrict__ d_w,
+                     const float* __restrict__ d_b, float* __restrict__ d_out, bool relu) {
+  const int64_t plane_size = static_cast<int64_t>(d.h) * d.w;
+  const int64_t blocks = d.planes * d.strips * d.tiles_x;
+  for (int64_t blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
+    const int tile_x = static_cast<int>(blk % d.tiles_x);
+    const int strip = static_cast<int>(blk / d.tiles_x % d.strips);
+    const int64_t plane = blk / d.tiles_x / d.strips;
+    const int ox0 = 4 * (tile_x * blockDim.x + threadIdx.x);
+    const int y0 = (strip * blockDim.y + threadIdx.y) * d.rows;
+    if (ox0 >= d.w || y0 >= d.h) continue;
+    const int y_end = min(d.h, y0 + d.rows), hl = min(d.h, y_end + K / 2);
+    float wr[K * K];
+    if (!kBackward) {
+      const int64_t oc_total = static_cast<int64_t>(d.c) * d.m;
+      const int64_t oc = plane % oc_total, n = plane / oc_total;
+#pragma unroll
+      for (int t = 0; t < K * K; ++t) wr[t] = __ldg(d_w + oc * K * K + t);
+      const float bias = d_b ? __ldg(d_b + oc) : 0.f;
+      stream_rows<K, kVec, false>(d_in + (n * d.c + oc / d.m) * plane_size, wr, bias, relu,
+                                  d_out + plane * plane_size, d.w, y0, y_end, hl, ox0);
+      continue;
+    }
+    for (int j = 0; j < d.m; ++j) {
+      const int64_t oc = plane * d.m + j;  // plane = n * C + c, so this is n * OC + c * m + j
+      const int64_t w_oc = oc % (static_cast<int64_t>(d.c) * d.m);
+#pragma unroll
+      for (int t = 0; t < K * K; ++t) wr[t] = __ldg(d_w + w_oc * K * K + K * K - 1 - t);
+      const float* src = d_in + oc * plane_size;
+      float* dst = d_out + plane * plane_size;
+      if (j == 0)
+        stream_rows<K, kVec, false>(src, wr, 0.f, false, dst, d.w, y0, y_end, hl, ox0);
+      else
+        stream_rows<K, kVec, true>(src, wr, 0.f, false, dst, d.w, y0, y_end, hl, ox0);
+    }
+  }
+}
+
+// Thread mapping: as depthwise_stream's forward, over planes (n, oc) of dy: thread (tx, ty)
+// streams down rows [y0, y0 + d.rows) at columns ox0 .. ox0 + 3 of dy[n, oc] and the x[n, oc/m]
+// rows around them (the register ring), keeping all K*K tap sums plus the bias sum in
+// registers; the dy row is loaded D steps ahead like the x rows. The block then reduces each sum
+// in a fixed order (warp shuffles, then the warps in order) and publishes it by one atomicAdd per
+// weight or (kDeterministic) into scratch[partial][slot], partial = (n, strip, tile x). Blocks
+// walk (partial, oc) with a grid-stride loop.
+template <int K, bool kVec, bool kDeterministic>
+__global__ void __launch_bounds__(kDepthwiseStreamThreads)
+    depthwise_stream_wgrad(StreamDims d, int n_images, const float* __restrict__ d_x,
+                           const float* __restrict__ d_dy, float* __restrict__ d_dw,
+                           float* __restrict__ d_db, float* __restrict__ d_scratch) {
+  constexpr int P = K / 2, D = stream_ahead<K>(), R = K + D;
+  constexpr int kJobs = K * K + 1;
+  __shared__ float s_red[kDepthwiseStreamThreads / 32][kJobs];
+  const int TX = blockDim.x, TY = blockDim.y;
+  const int tid = threadIdx.y * TX + threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int warps = TX * TY / 32;  // the tiling keeps blocks whole warps
+  const int oc_total = d.c * d.m;
+  const int64_t plane_size = static_cast<int64_t>(d.h) * d.w;
+  const int64_t partials = static_cast<int64_t>(n_images) * d.strips * d.tiles_x;
+  const int64_t slots = static_cast<int64_t>(oc_total) * K * K + oc_total;
+  const int64_t blocks = partials * oc_total;
+  for (int64_t blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
+    const int64_t part = blk % partials;
+    const int oc = static_cast<int>(blk / partials);
+    const int tile_x = static_cast<int>(part % d.tiles_x);
+    const int strip = static_cast<int>(part / d.tiles_x % d.strips);
+    const int64_t n = part / d.tiles_x / d.strips;
+    const int ox0 = 4 * (tile_x * TX + threadIdx.x);
+    const int y0 = (strip * TY + threadIdx.y) * d.rows;
+    float acc[kJobs];
+#pragma unroll
+    for (int t = 0; t < kJobs; ++t) acc[t] = 0.f;
+    if (ox0 < d.w && y0 < d.h) {
+      const int y_end = min(d.h, y0 + d.rows), hl = min(d.h, y_end + P);
+      const float* x_plane = d_x + (n * d.c + oc / d.m) * plane_size;
+      const float* dy_plane = d_dy + (n * oc_total + oc) * plane_size;
+      float v[R][12];
+      float g[R][4];
+      // dy row of step t: its quad, zero past the strip or the row's end.
+      const auto load_g = [&](int oy, float* gq) {
+        gq[0] = gq[1] = gq[2] = gq[3] = 0.f;
+        if (oy >= y_end) return;
+        const float* src = dy_plane + static_cast<int64_t>(oy) * d.w + ox0;
+        if (kVec) {
+          const float4 f = __ldg(reinterpret_cast<const float4*>(src));
+          gq[0] = f.x, gq[1] = f.y, gq[2] = f.z, gq[3] = f.w;
+        } else {
+#pragma unroll
+          for (int q = 0; q < 4; ++q)
+            if (ox0 + q < d.w) gq[q] = __ldg(src + q);
+        }
+      };
+#pragma unroll
+      for (int r = 0; r < R - 1; ++r) load_window<K, kVec>(x_plane, hl, d.w, y0 - P + r, ox0, v[r]);
+#pragma unroll
+      for (int r = 0; r < D; ++r) load_g(y0 + r, g[r]);
+      for (int t0 = 0; y0 + t0 < y_end; t0 += R) {
+#pragma unroll
+        for (int u = 0; u < R; ++u) {
+          const int oy = y0 + t0 + u;
+          if (oy >= y_end) break;
+          load_window<K, kVec>(x_plane, hl, d.w, oy - P + R - 1, ox0, v[(u + R - 1) % R]);
+          load_g(oy + D, g[(u + D) % R]);
+          const float* gq = g[u % R];
+          acc[K * K] += (gq[0] + gq[1]) + (gq[2] + gq[3]);
+#pragma unroll
+          for (int ky = 0; ky < K; ++ky)
+#pragma unroll
+            for (int kx = 0; kx < K; ++kx)
+#pragma unroll
+              for (int q = 0; q < 4; ++q)
+                acc[ky * K + kx] += v[(u + ky) % R][4 + q - P + kx] * gq[q];
+        }
+      }
+    }
+    __syncthreads();  // the previous block's readers of s_red are done
+#pragma unroll
+    for (int t = 0; t < kJobs; ++t) {
+      float s = acc[t];
+      for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xffffffffu, s, off);
+      if (lane == 0) s_red[warp][t] = s;
+    }
+    __syncthreads();
+    for (int job = tid; job < kJobs; job += TX * TY) {
+      if (job == K * K && !d_db) continue;
+      float sum = 0.f;
+      for (int wi = 0; wi < warps; ++wi) sum += s_red[wi][job];
+      const bool bias = job == K * K;
+      const int64_t slot = bias ? static_cast<int64_t>(oc_total) * K * K + oc
+                                : static_cast<int64_t>(oc) * K * K + job;
+      if (kDeterministic)
+        d_scratch[part * slots + slot] = sum;
+      else if (bias)
+        atomicAdd(&d_db[oc], sum);
+      else
+        atomicAdd(&d_dw[slot], sum);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Launch helpers
 
 bool fast_vec(const Conv2dGroupedShape& s, const float* a, const float* b) {
@@ -763,12 +1046,54 @@ void launch_rows(const Conv2dGroupedShape& s, const float* d_in, const float* d_
   CNN_LAUNCH_CHECK(kBackward ? "depthwise_rows<dgrad>" : "depthwise_rows<fwd>");
 }
 
-// The fast forward or input gradient with the kernel `kernel` picks (Auto: by shape).
+template <int K, bool kBackward>
+void launch_stream(const Conv2dGroupedShape& s, const float* d_in, const float* d_w,
+                   const float* d_b, float* d_out, bool relu, cudaStream_t stream) {
+  const DepthwiseStreamTiling t = depthwise_stream_tiling(s);
+  const int64_t planes = int64_t(s.n) * (kBackward ? s.c : s.oc);
+  const StreamDims d = stream_dims(s, t, planes);
+  const unsigned grid = grid_for(planes * t.strips * t.tiles_x);
+  const dim3 block(t.tx, t.ty);
+  if (fast_vec(s, d_in, d_out))
+    depthwise_stream<K, true, kBackward>
+        <<<grid, block, 0, stream>>>(d, d_in, d_w, d_b, d_out, relu);
+  else
+    depthwise_stream<K, false, kBackward>
+        <<<grid, block, 0, stream>>>(d, d_in, d_w, d_b, d_out, relu);
+  CNN_LAUNCH_CHECK(kBackward ? "depthwise_stream<dgrad>" : "depthwise_stream<fwd>");
+}
+
+// The kernel an Auto request runs: CNN_DEPTHWISE_KERNEL's, else the shape's pick.
+DepthwiseKernel resolve_kernel(DepthwiseKernel kernel, DepthwiseKernel by_shape) {
+  if (kernel != DepthwiseKernel::Auto) return kernel;
+  switch (process_env_switches().depthwise_kernel) {
+    case DepthwiseKernelSwitch::Tile:
+      return DepthwiseKernel::Tile;
+    case DepthwiseKernelSwitch::Rows:
+      return DepthwiseKernel::Rows;
+    case DepthwiseKernelSwitch::Stream:
+      return DepthwiseKernel::Stream;
+    default:
+      return by_shape;
+  }
+}
+
+// The fast forward or input gradient with the kernel `kernel` picks (Auto: resolve_kernel).
 template <bool kBackward>
 void launch_depthwise(const Conv2dGroupedShape& s, const float* d_in, const float* d_w,
                       const float* d_b, float* d_out, bool relu, DepthwiseKernel kernel,
                       cudaStream_t stream) {
-  if (kernel == DepthwiseKernel::Auto) kernel = conv2d_grouped_fast_kernel(s);
+  kernel = resolve_kernel(kernel, conv2d_grouped_fast_kernel(s));
+  if (kernel == DepthwiseKernel::Stream) {
+    switch (s.kh) {
+      case 3:
+        return launch_stream<3, kBackward>(s, d_in, d_w, d_b, d_out, relu, stream);
+      case 5:
+        return launch_stream<5, kBackward>(s, d_in, d_w, d_b, d_out, relu, stream);
+      default:
+        return launch_stream<7, kBackward>(s, d_in, d_w, d_b, d_out, relu, stream);
+    }
+  }
   if (kernel == DepthwiseKernel::Rows && depthwise_rows_fits(s)) {
     switch (s.kh) {
       case 3:
@@ -814,6 +1139,36 @@ void launch_fast_wgrad(const Conv2dGroupedShape& s, const float* d_x, const floa
     CNN_DW_WGRAD(false, false);
 #undef CNN_DW_WGRAD
   CNN_LAUNCH_CHECK("depthwise_fast_wgrad");
+  if (!deterministic) return;
+  const int64_t weights = int64_t(s.oc) * K * K, slots = conv2d_grouped_wgrad_slots(s);
+  backward_weight_finish<<<grid_for_items(slots), kBlock, 0, stream>>>(weights, slots, partials,
+                                                                       d_scratch, d_dw, d_db);
+  CNN_LAUNCH_CHECK("backward_weight_finish");
+}
+
+template <int K>
+void launch_stream_wgrad(const Conv2dGroupedShape& s, const float* d_x, const float* d_dy,
+                         float* d_dw, float* d_db, float* d_scratch, bool deterministic,
+                         cudaStream_t stream) {
+  const DepthwiseStreamTiling t = depthwise_stream_tiling(s);
+  const StreamDims d = stream_dims(s, t, int64_t(s.n) * s.oc);
+  const dim3 block(t.tx, t.ty);
+  const int64_t partials = int64_t(s.n) * t.strips * t.tiles_x;
+  const unsigned grid = grid_for(partials * s.oc);
+  const bool vec = fast_vec(s, d_x, d_dy);
+#define CNN_DW_STREAM_WGRAD(VEC, DET) \
+  depthwise_stream_wgrad<K, VEC, DET> \
+      <<<grid, block, 0, stream>>>(d, s.n, d_x, d_dy, d_dw, d_db, DET ? d_scratch : nullptr)
+  if (vec && deterministic)
+    CNN_DW_STREAM_WGRAD(true, true);
+  else if (vec)
+    CNN_DW_STREAM_WGRAD(true, false);
+  else if (deterministic)
+    CNN_DW_STREAM_WGRAD(false, true);
+  else
+    CNN_DW_STREAM_WGRAD(false, false);
+#undef CNN_DW_STREAM_WGRAD
+  CNN_LAUNCH_CHECK("depthwise_stream_wgrad");
   if (!deterministic) return;
   const int64_t weights = int64_t(s.oc) * K * K, slots = conv2d_grouped_wgrad_slots(s);
   backward_weight_finish<<<grid_for_items(slots), kBlock, 0, stream>>>(weights, slots, partials,
@@ -867,6 +1222,8 @@ std::size_t conv2d_grouped_backward_weight_scratch_floats_cuda(const Conv2dGroup
   if (conv2d_grouped_fast_applicable(s)) {
     const DepthwiseTiling t = depthwise_tiling(s, kDepthwiseWgradRows, int64_t(s.n) * s.oc);
     partials = std::max(partials, int64_t(s.n) * t.tiles_x * t.tiles_y);
+    const DepthwiseStreamTiling st = depthwise_stream_tiling(s);
+    partials = std::max(partials, int64_t(s.n) * st.strips * st.tiles_x);
   }
   return static_cast<std::size_t>(partials * conv2d_grouped_wgrad_slots(s));
 }
@@ -899,7 +1256,18 @@ void conv2d_grouped_backward_data_cuda(const Conv2dGroupedShape& s, const float*
 void conv2d_grouped_backward_weight_cuda(const Conv2dGroupedShape& s, const float* d_x,
                                          const float* d_dy, float* d_dw, float* d_db,
                                          float* d_scratch, Algo algo, bool deterministic,
-                                         cudaStream_t stream) {
+                                         cudaStream_t stream, DepthwiseKernel kernel) {
+  if (use_fast(s, algo) &&
+      resolve_kernel(kernel, conv2d_grouped_fast_wgrad_kernel(s)) == DepthwiseKernel::Stream) {
+    switch (s.kh) {
+      case 3:
+        return launch_stream_wgrad<3>(s, d_x, d_dy, d_dw, d_db, d_scratch, deterministic, stream);
+      case 5:
+        return launch_stream_wgrad<5>(s, d_x, d_dy, d_dw, d_db, d_scratch, deterministic, stream);
+      default:
+        return launch_stream_wgrad<7>(s, d_x, d_dy, d_dw, d_db, d_scratch, deterministic, stream);
+    }
+  }
   if (use_fast(s, algo)) {
     switch (s.kh) {
       case 3:

@@ -9,8 +9,8 @@
 //   tiled  a shared-memory input tile + halo per block (the article's second kernel)
 //   fast   depthwise 3x3/5x5/7x7, stride 1, "same" padding, dilation 1: register tiling (each
 //          thread several outputs along W), float4 loads where aligned, fused bias and ReLU;
-//          small problems read their rows without shared memory (DepthwiseKernel below);
-//          every other shape runs the tiled kernels
+//          small problems read their rows without shared memory, large ones stream down
+//          their planes (DepthwiseKernel below); every other shape runs the tiled kernels
 //   auto   fast (which itself falls back to tiled)
 //   igemm  not offered: refused with cnn::Error (autotune leaves it out)
 #include <cstddef>
@@ -38,13 +38,26 @@ void check_conv2d_grouped_shape(const Conv2dGroupedShape& s);  // throws naming 
 // True when the fast depthwise kernels serve this shape (the others fall back to tiled).
 bool conv2d_grouped_fast_applicable(const Conv2dGroupedShape& s);
 
-// Which kernel the fast variant's forward and input gradient run: Tile (a shared-memory input
-// tile per block, for the bandwidth-bound sizes) or Rows (no shared memory, each thread reading
-// its rows straight from the cache: launch-bound problems of at most kDepthwiseRowsMaxOutputs
-// outputs, where the staging would only add latency). The weight gradient always tiles.
-enum class DepthwiseKernel { Auto, Tile, Rows };
+// Which kernel the fast variant runs.
+//   Tile    a shared-memory input tile per block (forward, input and weight gradient).
+//   Rows    forward and input gradient only: no shared memory, each thread reading its rows
+//           straight from the cache; for launch-bound problems of at most
+//           kDepthwiseRowsMaxOutputs outputs, where the staging would only add latency.
+//   Stream  forward, input and weight gradient: each thread walks down a strip of its plane
+//           (4 columns wide) row by row, keeping the K rows it needs plus the next ones in
+//           flight in registers, so each input row comes from DRAM once and several rows are
+//           loading while it computes; for the bandwidth-bound problems above that bound with
+//           channel multiplier 1 and W >= kDepthwiseStreamMinW. Below that width the rows are
+//           too short for whole 16-byte loads per lane to pay; with a multiplier, the input
+//           gradient would re-read and re-write dx once per output channel, where the tile
+//           kernel keeps the sums in registers. Neither is measured, so Tile keeps them.
+enum class DepthwiseKernel { Auto, Tile, Rows, Stream };
 constexpr int64_t kDepthwiseRowsMaxOutputs = int64_t(1) << 18;
-DepthwiseKernel conv2d_grouped_fast_kernel(const Conv2dGroupedShape& s);  // Tile or Rows
+constexpr int kDepthwiseStreamMinW = 32;
+// Forward and input gradient: Rows, Stream or Tile, by the rule above.
+DepthwiseKernel conv2d_grouped_fast_kernel(const Conv2dGroupedShape& s);
+// Weight gradient: Stream where the rule above says Stream, else Tile (there is no rows wgrad).
+DepthwiseKernel conv2d_grouped_fast_wgrad_kernel(const Conv2dGroupedShape& s);
 // The rows kernel's block count, N * C * ceil(H / rows per block), is below 2^30: its int
 // grid-stride index then cannot overflow.
 bool depthwise_rows_fits(const Conv2dGroupedShape& s);

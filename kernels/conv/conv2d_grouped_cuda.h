@@ -35,6 +35,19 @@ constexpr int kDepthwiseRowsThreads = 256;
 constexpr int kDepthwiseFwdRows = 2;
 constexpr int kDepthwiseWgradRows = 4;
 
+// The streaming kernels' geometry: blockDim (tx, ty); thread (tx, ty) owns the 4 columns
+// tile_x * 4tx + 4tx .. +3 of rows [(strip * ty + ty) * rows, + rows) of one plane, so a block
+// covers a (ty * rows) x (4 * tx) part of a plane, and a plane takes tiles_x * strips blocks.
+// A function of the shape only (the weight gradient's partials are (n, strip, tile x)).
+struct DepthwiseStreamTiling {
+  int tx = 32, ty = 8, rows = 16;
+  int tiles_x = 1, strips = 1;
+  int tile_w() const { return 4 * tx; }
+  int tile_h() const { return ty * rows; }
+};
+constexpr int kDepthwiseStreamThreads = 256;
+DepthwiseStreamTiling depthwise_stream_tiling(const Conv2dGroupedShape& s);
+
 inline int64_t conv2d_grouped_wgrad_slots(const Conv2dGroupedShape& s) {
   return static_cast<int64_t>(s.oc) * s.cg() * s.kh * s.kw + s.oc;
 }
@@ -43,8 +56,9 @@ std::size_t conv2d_grouped_backward_weight_scratch_floats_cuda(const Conv2dGroup
                                                                bool deterministic);
 
 // The fast variant's forward and input gradient run the kernel `kernel` names (Auto: the one
-// conv2d_grouped_fast_kernel picks; the tests force each). Rows falls back to Tile where its
-// block count would reach 2^30 (depthwise_rows_fits).
+// CNN_DEPTHWISE_KERNEL forces, else the one conv2d_grouped_fast_kernel picks; the tests force
+// each). Rows falls back to Tile where its block count would reach 2^30 (depthwise_rows_fits).
+// The weight gradient likewise (Rows there means Tile).
 void conv2d_grouped_forward_cuda(const Conv2dGroupedShape& s, const float* d_x, const float* d_w,
                                  const float* d_b, float* d_y, bool relu, Algo algo,
                                  cudaStream_t stream,
@@ -56,6 +70,7 @@ void conv2d_grouped_backward_data_cuda(const Conv2dGroupedShape& s, const float*
 void conv2d_grouped_backward_weight_cuda(const Conv2dGroupedShape& s, const float* d_x,
                                          const float* d_dy, float* d_dw, float* d_db,
                                          float* d_scratch, Algo algo, bool deterministic,
-                                         cudaStream_t stream);
+                                         cudaStream_t stream,
+                                         DepthwiseKernel kernel = DepthwiseKernel::Auto);
 
 }  // namespace cnn
