@@ -2,7 +2,8 @@
 // the CPU reference over awkward shapes (batch 1, odd sizes, kernels 1/3/5/7, stride 2, padding
 // 0/1/2, dilation 2, channel multiplier 2, groups 4 of 8 channels), misaligned buffers for the
 // fast kernels' scalar path, and the deterministic weight gradient's bitwise repeatability. The
-// fast variant's two forward / input-gradient kernels (tile and rows) are also forced one by one.
+// fast variant's forward / input-gradient kernels (tile, rows, stream) and its weight-gradient
+// kernels (tile, stream) are also forced one by one.
 // Outputs are poisoned with NaN before each run; tolerances scale with the reduction length.
 #include <gtest/gtest.h>
 
@@ -47,9 +48,10 @@ std::string describe(const Conv2dGroupedShape& s) {
   char buf[160];
   std::snprintf(buf, sizeof buf, "N%d C%d %dx%d -> OC%d k%dx%d s%d p%d d%d g%d%s", s.n, s.c, s.h,
                 s.w, s.oc, s.kh, s.kw, s.stride_h, s.pad_h, s.dil_h, s.groups,
-                !conv2d_grouped_fast_applicable(s)                       ? ""
-                : conv2d_grouped_fast_kernel(s) == DepthwiseKernel::Rows ? " (fast: rows)"
-                                                                         : " (fast: tile)");
+                !conv2d_grouped_fast_applicable(s)                         ? ""
+                : conv2d_grouped_fast_kernel(s) == DepthwiseKernel::Rows   ? " (fast: rows)"
+                : conv2d_grouped_fast_kernel(s) == DepthwiseKernel::Stream ? " (fast: stream)"
+                                                                           : " (fast: tile)");
   return buf;
 }
 
@@ -323,6 +325,125 @@ TEST(GpuConv2dGrouped, RowsAndTileKernelsMatchCpu) {
       }
     }
   }
+}
+// The stream kernels (forward, input gradient, weight gradient) forced on every shape, against
+// the CPU reference: W = 1, 3, 5 (a plane narrower than one quad), 127 and 130 (ragged last
+// quad, scalar path), 128 (float4 path); H = 1, 2, 129; channel multiplier 1 and 2; 3x3, 5x5,
+// 7x7 (padding 1, 2, 3); batch 1 and 3; aligned and misaligned buffers; the shape's own strips
+// and long strips (rows per thread 4, 13 and 32: the register ring wraps several times and the
+// last group is partial). Forward, input gradient and the deterministic weight gradient run twice
+// and must agree bit for bit. Padding 0 is not a "same" convolution: a forced stream request
+// must fall back (to the tiled kernels) and still match.
+TEST(GpuConv2dGrouped, StreamKernelsMatchCpu) {
+  CNN_REQUIRE_GPU();
+  const Case cases[] = {
+      // n   c   h     w   oc  k  s  p  d  groups
+      {1, 3, 129, 130, 3, 3, 1, 1, 1, 3},  // W % 4 == 2, H odd
+      {3, 2, 129, 128, 2, 3, 1, 1, 1, 2},  // float4 rows, batch 3
+      {1, 2, 2, 127, 4, 3, 1, 1, 1, 2},    // H = 2, multiplier 2
+      {3, 3, 1, 5, 3, 3, 1, 1, 1, 3},      // H = 1, W = 5
+      {1, 4, 17, 1, 4, 3, 1, 1, 1, 4},     // W = 1
+      {1, 2, 33, 3, 4, 5, 1, 2, 1, 2},     // W = 3, 5x5, multiplier 2
+      {3, 2, 129, 130, 2, 5, 1, 2, 1, 2},  // 5x5, ragged
+      {1, 3, 40, 128, 6, 5, 1, 2, 1, 3},   // 5x5 float4, multiplier 2
+      {1, 2, 129, 127, 2, 7, 1, 3, 1, 2},  // 7x7, W % 4 == 3
+      {3, 2, 2, 128, 4, 7, 1, 3, 1, 2},    // 7x7 float4, H = 2, multiplier 2
+      {1, 2, 20, 5, 2, 7, 1, 3, 1, 2},     // 7x7 wider than the image
+      {1, 3, 17, 130, 3, 3, 1, 0, 1, 3},   // pad 0: not fast, the request falls back
+  };
+  for (const Case& k : cases) {
+    const Conv2dGroupedShape s = shape_of(k);
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed) + ", shape " + describe(s));
+    std::printf("%s (seed %llu)\n", describe(s).c_str(), static_cast<unsigned long long>(seed));
+    const Problem p = make_problem(s, seed);
+    const double k_fwd = double(s.cg()) * s.kh * s.kw + 1, k_data = double(s.ocg()) * s.kh * s.kw;
+    const double k_wgt = double(s.n) * s.oh() * s.ow() + 1;
+    Tensor w = test::to_device(p.w), b = test::to_device(p.b);
+    const size_t scratch_n = conv2d_grouped_backward_weight_scratch_floats(s, cuda_exec(true));
+    Tensor scratch({int64_t(std::max<size_t>(scratch_n, 1))}, Device::CUDA);
+    const cudaStream_t st = cuda_exec().stream;
+    for (int offset : {0, 1}) {
+      Shifted x(p.x, offset), dy(p.dy, offset), y(std::vector<float>(y_size(s)), offset),
+          dx(std::vector<float>(x_size(s)), offset);
+      for (int rows : {0, 4, 13, 32}) {
+        const std::string tag =
+            "stream rows " + std::to_string(rows) + (offset ? " misaligned" : "");
+        const auto fwd = [&](const float* bias, bool relu) {
+          test::poison_device(y.ptr, y_size(s));
+          conv2d_grouped_forward_cuda(s, x.ptr, w.data(), bias, y.ptr, relu, Algo::Fast, st,
+                                      DepthwiseKernel::Stream, rows);
+          return test::to_host(y.ptr, y_size(s));
+        };
+        expect_close(fwd(nullptr, false), p.y_plain, k_fwd, "forward " + tag);
+        const std::vector<float> first = fwd(b.data(), true);
+        expect_close(first, p.y_bias_relu, k_fwd, "forward+bias+relu " + tag);
+        const std::vector<float> again = fwd(b.data(), true);
+        EXPECT_EQ(0, std::memcmp(first.data(), again.data(), first.size() * sizeof(float)))
+            << tag << ": two forward runs differ";
+
+        const auto dgrad = [&] {
+          test::poison_device(dx.ptr, x_size(s));
+          conv2d_grouped_backward_data_cuda(s, dy.ptr, w.data(), dx.ptr, Algo::Fast, st,
+                                            DepthwiseKernel::Stream, rows);
+          return test::to_host(dx.ptr, x_size(s));
+        };
+        const std::vector<float> dx1 = dgrad(), dx2 = dgrad();
+        expect_close(dx1, p.dx, k_data, "backward_data " + tag);
+        EXPECT_EQ(0, std::memcmp(dx1.data(), dx2.data(), dx1.size() * sizeof(float)))
+            << tag << ": two input-gradient runs differ";
+
+        for (bool det : {false, true}) {
+          const std::string wtag = tag + (det ? " deterministic" : " atomic");
+          std::vector<float> first_w, first_b;
+          for (int run = 0; run < 2; ++run) {
+            Tensor dw = test::to_device(p.dw0), db = test::to_device(p.db0);
+            test::poison_device(scratch.data(), scratch.numel());
+            conv2d_grouped_backward_weight_cuda(s, x.ptr, dy.ptr, dw.data(), db.data(),
+                                                det ? scratch.data() : nullptr, Algo::Fast, det, st,
+                                                DepthwiseKernel::Stream, rows);
+            std::vector<float> hw = test::to_host(dw.data(), w_size(s));
+            std::vector<float> hb = test::to_host(db.data(), s.oc);
+            if (run == 0) {
+              expect_close(hw, p.dw, k_wgt, "dw " + wtag);
+              expect_close(hb, p.db, k_wgt, "db " + wtag);
+              first_w = hw, first_b = hb;
+              continue;
+            }
+            if (!det) continue;
+            EXPECT_EQ(0, std::memcmp(hw.data(), first_w.data(), hw.size() * sizeof(float)))
+                << wtag << ": dw differs between two deterministic runs";
+            EXPECT_EQ(0, std::memcmp(hb.data(), first_b.data(), hb.size() * sizeof(float)))
+                << wtag << ": db differs between two deterministic runs";
+          }
+          // Without a bias gradient the weights come out the same.
+          Tensor dw2 = test::to_device(p.dw0);
+          test::poison_device(scratch.data(), scratch.numel());
+          conv2d_grouped_backward_weight_cuda(s, x.ptr, dy.ptr, dw2.data(), nullptr,
+                                              det ? scratch.data() : nullptr, Algo::Fast, det, st,
+                                              DepthwiseKernel::Stream, rows);
+          expect_close(test::to_host(dw2.data(), w_size(s)), p.dw, k_wgt, "dw (no db) " + wtag);
+        }
+      }
+    }
+  }
+}
+
+// The seed's large shapes go to the stream kernels under auto (fast) and match the CPU twin
+// there; the pick rule's other side (multiplier 2, W < 32, small problems) keeps tile and rows.
+TEST(GpuConv2dGrouped, StreamPickedForLargeShapes) {
+  CNN_REQUIRE_GPU();
+  const auto pick = [](const Case& k) { return conv2d_grouped_fast_kernel(shape_of(k)); };
+  EXPECT_EQ(pick({8, 64, 128, 128, 64, 3, 1, 1, 1, 64}), DepthwiseKernel::Stream);
+  EXPECT_EQ(pick({1, 256, 128, 128, 256, 3, 1, 1, 1, 256}), DepthwiseKernel::Stream);
+  EXPECT_EQ(conv2d_grouped_fast_wgrad_kernel(shape_of({8, 64, 128, 128, 64, 3, 1, 1, 1, 64})),
+            DepthwiseKernel::Stream);
+  EXPECT_EQ(pick({1, 64, 32, 32, 64, 3, 1, 1, 1, 64}), DepthwiseKernel::Rows);
+  EXPECT_EQ(pick({8, 64, 128, 128, 128, 3, 1, 1, 1, 64}), DepthwiseKernel::Tile);
+  EXPECT_EQ(pick({64, 64, 128, 16, 64, 3, 1, 1, 1, 64}), DepthwiseKernel::Tile);
+  if (test::light_sweeps()) return;
+  // Auto through the public API on a stream-picked shape (W % 4 == 0, 3 images of 2^18 outputs).
+  run_case({3, 16, 128, 128, 16, 3, 1, 1, 1, 16});
 }
 #endif  // CNN_HAVE_CUDA
 

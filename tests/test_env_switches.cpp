@@ -45,3 +45,38 @@ TEST(EnvSwitches, TableListsBf16Smem) {
     found = found || std::strcmp(r.name, "CNN_BF16_SMEM") == 0;
   EXPECT_TRUE(found);
 }
+
+// CNN_DEPTHWISE_KERNEL: the fast depthwise convolution's kernel, auto unless set.
+TEST(EnvSwitches, DepthwiseKernelParsesEachValue) {
+  {
+    test::ScopedEnv env("CNN_DEPTHWISE_KERNEL", nullptr);
+    EXPECT_EQ(read_env_switches().depthwise_kernel, DepthwiseKernelSwitch::Auto);
+  }
+  const struct {
+    const char* value;
+    DepthwiseKernelSwitch want;
+  } values[] = {{"auto", DepthwiseKernelSwitch::Auto},
+                {"tile", DepthwiseKernelSwitch::Tile},
+                {"rows", DepthwiseKernelSwitch::Rows},
+                {"stream", DepthwiseKernelSwitch::Stream}};
+  for (const auto& v : values) {
+    test::ScopedEnv env("CNN_DEPTHWISE_KERNEL", v.value);
+    EXPECT_EQ(read_env_switches().depthwise_kernel, v.want) << v.value;
+  }
+}
+
+TEST(EnvSwitches, DepthwiseKernelRejectsOtherValues) {
+  test::ScopedEnv env("CNN_DEPTHWISE_KERNEL", "fast");
+  try {
+    read_env_switches();
+    FAIL() << "CNN_DEPTHWISE_KERNEL=fast accepted";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("CNN_DEPTHWISE_KERNEL='fast'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("tile, rows, stream or auto"), std::string::npos) << msg;
+  }
+  bool found = false;
+  for (const EnvSwitchRow& r : env_switch_table())
+    found = found || std::strcmp(r.name, "CNN_DEPTHWISE_KERNEL") == 0;
+  EXPECT_TRUE(found);
+}

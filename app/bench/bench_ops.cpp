@@ -30,6 +30,7 @@ bool op_selected(const BenchOptions& opt, const std::string& op) {
 #include "app/bench/bench_timer.h"
 #include "kernels/conv/conv2d.h"
 #include "kernels/conv/conv2d_grouped.h"
+#include "kernels/conv/conv2d_grouped_cuda.h"
 #include "kernels/conv/conv2d_wgmma.h"
 #include "kernels/conv/conv2d_wgmma_wgrad.h"
 #include "kernels/conv/conv_relu_pool.h"
@@ -1134,7 +1135,38 @@ void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
       c.variant = algo_name(algo);
       if (algo == Algo::Fast && !conv2d_grouped_fast_applicable(s))
         c.note = "fast does not apply to this shape: runs the tiled kernels";
+      if (algo == Algo::Fast && conv2d_grouped_fast_applicable(s))
+        c.note =
+            std::string("runs ") + depthwise_kernel_name(pass == Pass::BackwardWeight
+                                                             ? conv2d_grouped_fast_wgrad_kernel(s)
+                                                             : conv2d_grouped_fast_kernel(s));
       c.launch = [&launch, algo](int i) { launch(algo, i); };
+      rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
+    }
+    // The fast variant's kernels one by one (fast:tile, fast:rows, fast:stream), old next to
+    // new on the same shape whatever the pick rule (and CNN_DEPTHWISE_KERNEL) would run.
+    const bool fast_listed =
+        std::find(opt.algos.begin(), opt.algos.end(), Algo::Fast) != opt.algos.end();
+    if (!fast_listed || !conv2d_grouped_fast_applicable(s)) continue;
+    for (DepthwiseKernel kernel :
+         {DepthwiseKernel::Tile, DepthwiseKernel::Rows, DepthwiseKernel::Stream}) {
+      if (kernel == DepthwiseKernel::Rows &&
+          (pass == Pass::BackwardWeight || !depthwise_rows_fits(s)))
+        continue;
+      Candidate c;
+      c.variant = std::string("fast:") + depthwise_kernel_name(kernel);
+      c.launch = [&, kernel](int i) {
+        if (pass == Pass::Forward)
+          conv2d_grouped_forward_cuda(s, d.f(i, a), d.f(i, b), nullptr, d.f(i, out), false,
+                                      Algo::Fast, ex.stream, kernel);
+        else if (pass == Pass::BackwardData)
+          conv2d_grouped_backward_data_cuda(s, d.f(i, a), d.f(i, b), d.f(i, out), Algo::Fast,
+                                            ex.stream, kernel);
+        else
+          conv2d_grouped_backward_weight_cuda(s, d.f(i, a), d.f(i, b), d.f(i, out), nullptr,
+                                              scratch.empty() ? nullptr : scratch.data(),
+                                              Algo::Fast, ex.deterministic, ex.stream, kernel);
+      };
       rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
     }
   }

@@ -37,6 +37,19 @@ bool stream_wins(const Conv2dGroupedShape& s) {
 }
 }  // namespace
 
+const char* depthwise_kernel_name(DepthwiseKernel k) {
+  switch (k) {
+    case DepthwiseKernel::Tile:
+      return "tile";
+    case DepthwiseKernel::Rows:
+      return "rows";
+    case DepthwiseKernel::Stream:
+      return "stream";
+    default:
+      return "auto";
+  }
+}
+
 DepthwiseKernel conv2d_grouped_fast_kernel(const Conv2dGroupedShape& s) {
   const int64_t outputs = int64_t(s.n) * s.oc * s.oh() * s.ow();
   if (outputs <= kDepthwiseRowsMaxOutputs && depthwise_rows_fits(s)) return DepthwiseKernel::Rows;
@@ -79,7 +92,7 @@ DepthwiseTiling depthwise_tiling(const Conv2dGroupedShape& s, int max_rows, int6
   return t;
 }
 
-DepthwiseStreamTiling depthwise_stream_tiling(const Conv2dGroupedShape& s) {
+DepthwiseStreamTiling depthwise_stream_tiling(const Conv2dGroupedShape& s, int rows) {
   // About 2^18 threads before the strips get short (down to 4 rows). The 3x3 kernels take 70-110
   // registers (sm_90, ptxas -v), so an SM holds 2-3 blocks of 256: the seed's 8x64x128x128 then
   // runs 1024 blocks of 8-row strips in ~2.6 waves of 396 rather than 512 whole planes in 1.3
@@ -96,6 +109,7 @@ DepthwiseStreamTiling depthwise_stream_tiling(const Conv2dGroupedShape& s) {
   t.rows = 32;
   while (t.rows > 4 && planes * t.tiles_x * t.tx * ceil_div(s.h, t.rows) < kTargetThreads)
     t.rows /= 2;
+  if (rows > 0) t.rows = rows;
   // ty strips per block, at most kDepthwiseStreamThreads threads, never below one warp (the
   // weight gradient's reduction shuffles across whole warps).
   t.ty = 1;

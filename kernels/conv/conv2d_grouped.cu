@@ -863,19 +863,19 @@ __global__ void __launch_bounds__(kDepthwiseStreamThreads)
       const float bias = d_b ? __ldg(d_b + oc) : 0.f;
       stream_rows<K, kVec, false>(d_in + (n * d.c + oc / d.m) * plane_size, wr, bias, relu,
                                   d_out + plane * plane_size, d.w, y0, y_end, hl, ox0);
-      continue;
-    }
-    for (int j = 0; j < d.m; ++j) {
-      const int64_t oc = plane * d.m + j;  // plane = n * C + c, so this is n * OC + c * m + j
-      const int64_t w_oc = oc % (static_cast<int64_t>(d.c) * d.m);
+    } else {
+      for (int j = 0; j < d.m; ++j) {
+        const int64_t oc = plane * d.m + j;  // plane = n * C + c, so this is n * OC + c * m + j
+        const int64_t w_oc = oc % (static_cast<int64_t>(d.c) * d.m);
 #pragma unroll
-      for (int t = 0; t < K * K; ++t) wr[t] = __ldg(d_w + w_oc * K * K + K * K - 1 - t);
-      const float* src = d_in + oc * plane_size;
-      float* dst = d_out + plane * plane_size;
-      if (j == 0)
-        stream_rows<K, kVec, false>(src, wr, 0.f, false, dst, d.w, y0, y_end, hl, ox0);
-      else
-        stream_rows<K, kVec, true>(src, wr, 0.f, false, dst, d.w, y0, y_end, hl, ox0);
+        for (int t = 0; t < K * K; ++t) wr[t] = __ldg(d_w + w_oc * K * K + K * K - 1 - t);
+        const float* src = d_in + oc * plane_size;
+        float* dst = d_out + plane * plane_size;
+        if (j == 0)
+          stream_rows<K, kVec, false>(src, wr, 0.f, false, dst, d.w, y0, y_end, hl, ox0);
+        else
+          stream_rows<K, kVec, true>(src, wr, 0.f, false, dst, d.w, y0, y_end, hl, ox0);
+      }
     }
   }
 }
@@ -1048,8 +1048,8 @@ void launch_rows(const Conv2dGroupedShape& s, const float* d_in, const float* d_
 
 template <int K, bool kBackward>
 void launch_stream(const Conv2dGroupedShape& s, const float* d_in, const float* d_w,
-                   const float* d_b, float* d_out, bool relu, cudaStream_t stream) {
-  const DepthwiseStreamTiling t = depthwise_stream_tiling(s);
+                   const float* d_b, float* d_out, bool relu, int rows, cudaStream_t stream) {
+  const DepthwiseStreamTiling t = depthwise_stream_tiling(s, rows);
   const int64_t planes = int64_t(s.n) * (kBackward ? s.c : s.oc);
   const StreamDims d = stream_dims(s, t, planes);
   const unsigned grid = grid_for(planes * t.strips * t.tiles_x);
@@ -1081,17 +1081,17 @@ DepthwiseKernel resolve_kernel(DepthwiseKernel kernel, DepthwiseKernel by_shape)
 // The fast forward or input gradient with the kernel `kernel` picks (Auto: resolve_kernel).
 template <bool kBackward>
 void launch_depthwise(const Conv2dGroupedShape& s, const float* d_in, const float* d_w,
-                      const float* d_b, float* d_out, bool relu, DepthwiseKernel kernel,
+                      const float* d_b, float* d_out, bool relu, DepthwiseKernel kernel, int rows,
                       cudaStream_t stream) {
   kernel = resolve_kernel(kernel, conv2d_grouped_fast_kernel(s));
   if (kernel == DepthwiseKernel::Stream) {
     switch (s.kh) {
       case 3:
-        return launch_stream<3, kBackward>(s, d_in, d_w, d_b, d_out, relu, stream);
+        return launch_stream<3, kBackward>(s, d_in, d_w, d_b, d_out, relu, rows, stream);
       case 5:
-        return launch_stream<5, kBackward>(s, d_in, d_w, d_b, d_out, relu, stream);
+        return launch_stream<5, kBackward>(s, d_in, d_w, d_b, d_out, relu, rows, stream);
       default:
-        return launch_stream<7, kBackward>(s, d_in, d_w, d_b, d_out, relu, stream);
+        return launch_stream<7, kBackward>(s, d_in, d_w, d_b, d_out, relu, rows, stream);
     }
   }
   if (kernel == DepthwiseKernel::Rows && depthwise_rows_fits(s)) {
@@ -1148,9 +1148,11 @@ void launch_fast_wgrad(const Conv2dGroupedShape& s, const float* d_x, const floa
 
 template <int K>
 void launch_stream_wgrad(const Conv2dGroupedShape& s, const float* d_x, const float* d_dy,
-                         float* d_dw, float* d_db, float* d_scratch, bool deterministic,
+                         float* d_dw, float* d_db, float* d_scratch, bool deterministic, int rows,
                          cudaStream_t stream) {
-  const DepthwiseStreamTiling t = depthwise_stream_tiling(s);
+  // Deterministic: scratch holds the shape's own tiling's partials; fewer rows would need more.
+  if (deterministic && rows < depthwise_stream_tiling(s).rows) rows = 0;
+  const DepthwiseStreamTiling t = depthwise_stream_tiling(s, rows);
   const StreamDims d = stream_dims(s, t, int64_t(s.n) * s.oc);
   const dim3 block(t.tx, t.ty);
   const int64_t partials = int64_t(s.n) * t.strips * t.tiles_x;
@@ -1230,9 +1232,9 @@ std::size_t conv2d_grouped_backward_weight_scratch_floats_cuda(const Conv2dGroup
 
 void conv2d_grouped_forward_cuda(const Conv2dGroupedShape& s, const float* d_x, const float* d_w,
                                  const float* d_b, float* d_y, bool relu, Algo algo,
-                                 cudaStream_t stream, DepthwiseKernel kernel) {
+                                 cudaStream_t stream, DepthwiseKernel kernel, int stream_rows) {
   if (use_fast(s, algo))
-    return launch_depthwise<false>(s, d_x, d_w, d_b, d_y, relu, kernel, stream);
+    return launch_depthwise<false>(s, d_x, d_w, d_b, d_y, relu, kernel, stream_rows, stream);
   const GDims d = dims_of(s);
   if (algo != Algo::Naive && launch_forward_tiled(d, d_x, d_w, d_b, d_y, relu, stream)) return;
   const int64_t outputs = int64_t(d.n) * d.oc * d.oh * d.ow;
@@ -1243,9 +1245,10 @@ void conv2d_grouped_forward_cuda(const Conv2dGroupedShape& s, const float* d_x, 
 
 void conv2d_grouped_backward_data_cuda(const Conv2dGroupedShape& s, const float* d_dy,
                                        const float* d_w, float* d_dx, Algo algo,
-                                       cudaStream_t stream, DepthwiseKernel kernel) {
+                                       cudaStream_t stream, DepthwiseKernel kernel,
+                                       int stream_rows) {
   if (use_fast(s, algo))
-    return launch_depthwise<true>(s, d_dy, d_w, nullptr, d_dx, false, kernel, stream);
+    return launch_depthwise<true>(s, d_dy, d_w, nullptr, d_dx, false, kernel, stream_rows, stream);
   const GDims d = dims_of(s);
   if (algo != Algo::Naive && launch_backward_data_tiled(d, d_dy, d_w, d_dx, stream)) return;
   const int64_t inputs = int64_t(d.n) * d.c * d.h * d.w;
@@ -1256,16 +1259,20 @@ void conv2d_grouped_backward_data_cuda(const Conv2dGroupedShape& s, const float*
 void conv2d_grouped_backward_weight_cuda(const Conv2dGroupedShape& s, const float* d_x,
                                          const float* d_dy, float* d_dw, float* d_db,
                                          float* d_scratch, Algo algo, bool deterministic,
-                                         cudaStream_t stream, DepthwiseKernel kernel) {
+                                         cudaStream_t stream, DepthwiseKernel kernel,
+                                         int stream_rows) {
   if (use_fast(s, algo) &&
       resolve_kernel(kernel, conv2d_grouped_fast_wgrad_kernel(s)) == DepthwiseKernel::Stream) {
     switch (s.kh) {
       case 3:
-        return launch_stream_wgrad<3>(s, d_x, d_dy, d_dw, d_db, d_scratch, deterministic, stream);
+        return launch_stream_wgrad<3>(s, d_x, d_dy, d_dw, d_db, d_scratch, deterministic,
+                                      stream_rows, stream);
       case 5:
-        return launch_stream_wgrad<5>(s, d_x, d_dy, d_dw, d_db, d_scratch, deterministic, stream);
+        return launch_stream_wgrad<5>(s, d_x, d_dy, d_dw, d_db, d_scratch, deterministic,
+                                      stream_rows, stream);
       default:
-        return launch_stream_wgrad<7>(s, d_x, d_dy, d_dw, d_db, d_scratch, deterministic, stream);
+        return launch_stream_wgrad<7>(s, d_x, d_dy, d_dw, d_db, d_scratch, deterministic,
+                                      stream_rows, stream);
     }
   }
   if (use_fast(s, algo)) {

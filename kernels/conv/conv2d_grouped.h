@@ -54,6 +54,7 @@ bool conv2d_grouped_fast_applicable(const Conv2dGroupedShape& s);
 enum class DepthwiseKernel { Auto, Tile, Rows, Stream };
 constexpr int64_t kDepthwiseRowsMaxOutputs = int64_t(1) << 18;
 constexpr int kDepthwiseStreamMinW = 32;
+const char* depthwise_kernel_name(DepthwiseKernel k);  // "auto", "tile", "rows", "stream"
 // Forward and input gradient: Rows, Stream or Tile, by the rule above.
 DepthwiseKernel conv2d_grouped_fast_kernel(const Conv2dGroupedShape& s);
 // Weight gradient: Stream where the rule above says Stream, else Tile (there is no rows wgrad).

@@ -46,7 +46,8 @@ struct DepthwiseStreamTiling {
   int tile_h() const { return ty * rows; }
 };
 constexpr int kDepthwiseStreamThreads = 256;
-DepthwiseStreamTiling depthwise_stream_tiling(const Conv2dGroupedShape& s);
+// rows > 0 forces the rows per thread (the tests' long strips, which wrap the register ring).
+DepthwiseStreamTiling depthwise_stream_tiling(const Conv2dGroupedShape& s, int rows = 0);
 
 inline int64_t conv2d_grouped_wgrad_slots(const Conv2dGroupedShape& s) {
   return static_cast<int64_t>(s.oc) * s.cg() * s.kh * s.kw + s.oc;
@@ -58,19 +59,24 @@ std::size_t conv2d_grouped_backward_weight_scratch_floats_cuda(const Conv2dGroup
 // The fast variant's forward and input gradient run the kernel `kernel` names (Auto: the one
 // CNN_DEPTHWISE_KERNEL forces, else the one conv2d_grouped_fast_kernel picks; the tests force
 // each). Rows falls back to Tile where its block count would reach 2^30 (depthwise_rows_fits).
-// The weight gradient likewise (Rows there means Tile).
+// The weight gradient likewise (Rows there means Tile). stream_rows > 0 forces the stream
+// kernels' rows per thread (the deterministic weight gradient only where that needs no more
+// scratch than the shape's own tiling).
 void conv2d_grouped_forward_cuda(const Conv2dGroupedShape& s, const float* d_x, const float* d_w,
                                  const float* d_b, float* d_y, bool relu, Algo algo,
                                  cudaStream_t stream,
-                                 DepthwiseKernel kernel = DepthwiseKernel::Auto);
+                                 DepthwiseKernel kernel = DepthwiseKernel::Auto,
+                                 int stream_rows = 0);
 void conv2d_grouped_backward_data_cuda(const Conv2dGroupedShape& s, const float* d_dy,
                                        const float* d_w, float* d_dx, Algo algo,
                                        cudaStream_t stream,
-                                       DepthwiseKernel kernel = DepthwiseKernel::Auto);
+                                       DepthwiseKernel kernel = DepthwiseKernel::Auto,
+                                       int stream_rows = 0);
 void conv2d_grouped_backward_weight_cuda(const Conv2dGroupedShape& s, const float* d_x,
                                          const float* d_dy, float* d_dw, float* d_db,
                                          float* d_scratch, Algo algo, bool deterministic,
                                          cudaStream_t stream,
-                                         DepthwiseKernel kernel = DepthwiseKernel::Auto);
+                                         DepthwiseKernel kernel = DepthwiseKernel::Auto,
+                                         int stream_rows = 0);
 
 }  // namespace cnn
