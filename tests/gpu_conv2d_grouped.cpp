@@ -430,7 +430,8 @@ TEST(GpuConv2dGrouped, StreamKernelsMatchCpu) {
 }
 
 // The seed's large shapes go to the stream kernels under auto (fast) and match the CPU twin
-// there; the pick rule's other side (multiplier 2, W < 32, small problems) keeps tile and rows.
+// there; the pick rule's other side (multiplier 2, W < 32, under 2^21 outputs) keeps tile and
+// rows.
 TEST(GpuConv2dGrouped, StreamPickedForLargeShapes) {
   CNN_REQUIRE_GPU();
   const auto pick = [](const Case& k) { return conv2d_grouped_fast_kernel(shape_of(k)); };
@@ -439,11 +440,14 @@ TEST(GpuConv2dGrouped, StreamPickedForLargeShapes) {
   EXPECT_EQ(conv2d_grouped_fast_wgrad_kernel(shape_of({8, 64, 128, 128, 64, 3, 1, 1, 1, 64})),
             DepthwiseKernel::Stream);
   EXPECT_EQ(pick({1, 64, 32, 32, 64, 3, 1, 1, 1, 64}), DepthwiseKernel::Rows);
+  EXPECT_EQ(pick({1, 64, 128, 128, 64, 3, 1, 1, 1, 64}), DepthwiseKernel::Tile);
   EXPECT_EQ(pick({8, 64, 128, 128, 128, 3, 1, 1, 1, 64}), DepthwiseKernel::Tile);
   EXPECT_EQ(pick({64, 64, 128, 16, 64, 3, 1, 1, 1, 64}), DepthwiseKernel::Tile);
   if (test::light_sweeps()) return;
-  // Auto through the public API on a stream-picked shape (W % 4 == 0, 3 images of 2^18 outputs).
-  run_case({3, 16, 128, 128, 16, 3, 1, 1, 1, 16});
+  // Auto through the public API on a stream-picked ragged shape (W % 4 == 1: the scalar path;
+  // 2.1M outputs); SeedShapesMatchCpu's 2x64x128x128 covers the float4 path.
+  EXPECT_EQ(pick({1, 130, 127, 129, 130, 3, 1, 1, 1, 130}), DepthwiseKernel::Stream);
+  run_case({1, 130, 127, 129, 130, 3, 1, 1, 1, 130});
 }
 #endif  // CNN_HAVE_CUDA
 

@@ -169,9 +169,10 @@ TEST(Conv2dGroupedCpu, DepthwiseMultiplierChannelOrderAsTorch) {
 }
 
 // The fast variant's kernel choice: the seed's launch-bound 1x64x32x32 reads rows without shared
-// memory, the bandwidth-bound seed shapes stream, and above 2^18 outputs a channel multiplier or
-// a plane narrower than 32 columns keeps the tile kernel; the weight gradient streams where the
-// forward does and tiles everywhere else; a block count of 2^30 or more never picks rows.
+// memory, the bandwidth-bound seed shapes (2^21 outputs and more) stream, the ones between tile,
+// and a channel multiplier or a plane narrower than 32 columns keeps the tile kernel; the weight
+// gradient streams where the forward does and tiles everywhere else; a block count of 2^30 or more
+// never picks rows.
 TEST(Conv2dGroupedCpu, FastKernelPickedByProblemSize) {
   const auto pick = [](int n, int c, int h, int w, int m = 1) {
     return conv2d_grouped_fast_kernel(shape_of({n, c, h, w, c * m, 3, 3, 1, 1, 1, c}));
@@ -181,15 +182,18 @@ TEST(Conv2dGroupedCpu, FastKernelPickedByProblemSize) {
   };
   EXPECT_EQ(pick(1, 64, 32, 32), DepthwiseKernel::Rows);
   EXPECT_EQ(pick(1, 64, 64, 64), DepthwiseKernel::Rows);  // 2^18 outputs, the bound
-  EXPECT_EQ(pick(1, 65, 64, 64), DepthwiseKernel::Stream);
-  EXPECT_EQ(pick(1, 64, 128, 128), DepthwiseKernel::Stream);
+  EXPECT_EQ(pick(1, 65, 64, 64), DepthwiseKernel::Tile);
+  EXPECT_EQ(pick(1, 64, 128, 128), DepthwiseKernel::Tile);     // 2^20 outputs
+  EXPECT_EQ(pick(1, 128, 128, 128), DepthwiseKernel::Stream);  // 2^21, the bound
+  EXPECT_EQ(pick(1, 127, 128, 128), DepthwiseKernel::Tile);
   EXPECT_EQ(pick(8, 64, 128, 128), DepthwiseKernel::Stream);
   EXPECT_EQ(pick(1, 256, 128, 128), DepthwiseKernel::Stream);
-  EXPECT_EQ(pick(8, 12, 64, 64), DepthwiseKernel::Stream);
+  EXPECT_EQ(pick(8, 12, 64, 64), DepthwiseKernel::Tile);
   EXPECT_EQ(pick(8, 64, 128, 128, 2), DepthwiseKernel::Tile);  // multiplier 2
   EXPECT_EQ(pick(64, 64, 256, 31), DepthwiseKernel::Tile);     // W < 32
   EXPECT_EQ(pick(64, 64, 256, 32), DepthwiseKernel::Stream);
   EXPECT_EQ(pick_wgrad(1, 64, 32, 32), DepthwiseKernel::Tile);  // no rows weight gradient
+  EXPECT_EQ(pick_wgrad(1, 64, 128, 128), DepthwiseKernel::Tile);
   EXPECT_EQ(pick_wgrad(8, 64, 128, 128), DepthwiseKernel::Stream);
   EXPECT_EQ(pick_wgrad(1, 256, 128, 128), DepthwiseKernel::Stream);
   EXPECT_EQ(pick_wgrad(8, 64, 128, 128, 2), DepthwiseKernel::Tile);

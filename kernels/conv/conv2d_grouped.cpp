@@ -33,7 +33,7 @@ bool conv2d_grouped_fast_applicable(const Conv2dGroupedShape& s) {
 namespace {
 bool stream_wins(const Conv2dGroupedShape& s) {
   const int64_t outputs = int64_t(s.n) * s.oc * s.oh() * s.ow();
-  return outputs > kDepthwiseRowsMaxOutputs && s.oc == s.c && s.w >= kDepthwiseStreamMinW;
+  return outputs >= kDepthwiseStreamMinOutputs && s.oc == s.c && s.w >= kDepthwiseStreamMinW;
 }
 }  // namespace
 

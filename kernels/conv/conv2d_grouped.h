@@ -46,13 +46,17 @@ bool conv2d_grouped_fast_applicable(const Conv2dGroupedShape& s);
 //   Stream  forward, input and weight gradient: each thread walks down a strip of its plane
 //           (4 columns wide) row by row, keeping the K rows it needs plus the next ones in
 //           flight in registers, so each input row comes from DRAM once and several rows are
-//           loading while it computes; for the bandwidth-bound problems above that bound with
-//           channel multiplier 1 and W >= kDepthwiseStreamMinW. Below that width the rows are
-//           too short for whole 16-byte loads per lane to pay; with a multiplier, the input
-//           gradient would re-read and re-write dx once per output channel, where the tile
-//           kernel keeps the sums in registers. Neither is measured, so Tile keeps them.
+//           loading while it computes; for the bandwidth-bound problems of at least
+//           kDepthwiseStreamMinOutputs outputs with channel multiplier 1 and W >=
+//           kDepthwiseStreamMinW. Smaller problems are launch- and latency-bound on the tile
+//           kernel (H200: 6.3 us for 2^20 outputs, 3.6x the HBM floor, mostly fixed cost), and
+//           their strips would be a few rows; below that width the rows are too short for
+//           whole 16-byte loads per lane to pay; with a multiplier, the input gradient would
+//           re-read and re-write dx once per output channel, where the tile kernel keeps the
+//           sums in registers. None of those is measured, so Tile keeps them.
 enum class DepthwiseKernel { Auto, Tile, Rows, Stream };
 constexpr int64_t kDepthwiseRowsMaxOutputs = int64_t(1) << 18;
+constexpr int64_t kDepthwiseStreamMinOutputs = int64_t(1) << 21;
 constexpr int kDepthwiseStreamMinW = 32;
 const char* depthwise_kernel_name(DepthwiseKernel k);  // "auto", "tile", "rows", "stream"
 // Forward and input gradient: Rows, Stream or Tile, by the rule above.
