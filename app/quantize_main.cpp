@@ -38,9 +38,18 @@ int quantize(const std::string& ckpt_arg, int calibrate, const std::string& meth
   for (const std::string& f : fp.folded.folded) std::printf("folded %s\n", f.c_str());
   int64_t int8_bytes = 0, float_bytes = 0;
   for (const QuantStage& q : qm.stages) {
-    const auto [lo, hi] = std::minmax_element(q.weight_scale.begin(), q.weight_scale.end());
     std::string fused;
     for (const auto& f : q.fused) fused += " + " + f;
+    if (q.add) {
+      std::printf(
+          "%-8s%s: int8 add, input scales %.4g (layers) and %.4g (shortcut), output scale "
+          "%.4g\n",
+          q.name.c_str(), fused.c_str(), double(q.input_scale), double(q.shortcut_scale),
+          double(q.output_scale));
+      int8_bytes += 3 * 4;
+      continue;
+    }
+    const auto [lo, hi] = std::minmax_element(q.weight_scale.begin(), q.weight_scale.end());
     std::printf("%-8s%s: int8 weights %s, weight scales %.3g..%.3g, input scale %.4g\n",
                 q.name.c_str(), fused.c_str(), shape_str(q.weight_shape()).c_str(), double(*lo),
                 double(*hi), double(q.input_scale));

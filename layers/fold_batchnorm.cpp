@@ -40,18 +40,33 @@ bool folds(const LayerSpec& a, const LayerSpec& b) {
          (a.kind == LayerKind::Linear && b.kind == LayerKind::BatchNorm1d);
 }
 
-}  // namespace
-
-std::vector<LayerSpec> fold_batchnorm_specs(const std::vector<LayerSpec>& specs) {
+// The specs with each folding pair made one layer, residual blocks' layers and shortcuts too
+// (a block's conv + BN folds like any other); pairs, when given, gets one entry per fold.
+struct FoldPair {
+  std::string layer, bn;
+  double eps = 0;
+};
+std::vector<LayerSpec> fold_list(const std::vector<LayerSpec>& specs,
+                                 std::vector<FoldPair>* pairs) {
   std::vector<LayerSpec> out;
   for (size_t i = 0; i < specs.size(); ++i) {
     out.push_back(specs[i]);
-    if (i + 1 < specs.size() && folds(specs[i], specs[i + 1])) {
+    if (specs[i].kind == LayerKind::Residual) {
+      out.back().branch = fold_list(specs[i].branch, pairs);
+      out.back().shortcut = fold_list(specs[i].shortcut, pairs);
+    } else if (i + 1 < specs.size() && folds(specs[i], specs[i + 1])) {
       out.back().bias = true;
+      if (pairs) pairs->push_back({specs[i].name, specs[i + 1].name, specs[i + 1].eps});
       ++i;
     }
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<LayerSpec> fold_batchnorm_specs(const std::vector<LayerSpec>& specs) {
+  return fold_list(specs, nullptr);
 }
 
 FoldedNetwork fold_batchnorm(const std::vector<LayerSpec>& specs, const Shape& input_chw,
@@ -61,16 +76,9 @@ FoldedNetwork fold_batchnorm(const std::vector<LayerSpec>& specs, const Shape& i
             "fold_batchnorm: {} parameters and {} buffer values for a network of {} and {}",
             params.size(), buffers.size(), src.num_params, src.num_buffers);
   FoldedNetwork out;
-  std::map<std::string, std::string> bn_of;  // folded layer name -> its batchnorm's name
-  for (size_t i = 0; i < specs.size(); ++i) {
-    out.specs.push_back(specs[i]);
-    if (i + 1 < specs.size() && folds(specs[i], specs[i + 1])) {
-      out.specs.back().bias = true;
-      bn_of[specs[i].name] = specs[i + 1].name;
-      out.folded.push_back(specs[i].name + " + " + specs[i + 1].name);
-      ++i;
-    }
-  }
+  std::vector<FoldPair> pairs;
+  out.specs = fold_list(specs, &pairs);
+  for (const FoldPair& f : pairs) out.folded.push_back(f.layer + " + " + f.bn);
   const Layout dst = layout_of(out.specs, input_chw);
   out.params.assign(size_t(dst.num_params), 0.f);
   out.buffers.assign(size_t(dst.num_buffers), 0.f);
@@ -83,7 +91,8 @@ FoldedNetwork fold_batchnorm(const std::vector<LayerSpec>& specs, const Shape& i
     const float* v = at(src.params, params, name);
     std::copy(v, v + p.numel(), out.params.begin() + p.offset);
   }
-  for (const auto& [layer, bn] : bn_of) {
+  for (const FoldPair& f : pairs) {
+    const std::string &layer = f.layer, &bn = f.bn;
     const ParamInfo& w = dst.params.at(layer + ".weight");
     const ParamInfo& b = dst.params.at(layer + ".bias");
     const int64_t oc = w.shape.at(0), per_out = w.numel() / oc;
@@ -91,9 +100,7 @@ FoldedNetwork fold_batchnorm(const std::vector<LayerSpec>& specs, const Shape& i
     const float* beta = at(src.params, params, bn + ".bias");
     const float* mean = at(src.buffers, buffers, bn + ".running_mean");
     const float* var = at(src.buffers, buffers, bn + ".running_var");
-    double eps = 0;
-    for (const auto& s : specs)
-      if (s.name == bn) eps = s.eps;
+    const double eps = f.eps;
     const bool had_bias = src.params.count(layer + ".bias") > 0;
     const float* old_b = had_bias ? at(src.params, params, layer + ".bias") : nullptr;
     for (int64_t o = 0; o < oc; ++o) {

@@ -3,7 +3,8 @@
 // directly by batchnorm2d (batchnorm1d) becomes one conv2d (linear) with a bias,
 //   w'[o] = w[o] * s[o],  b'[o] = (b[o] - running_mean[o]) * s[o] + bias_bn[o],
 //   s[o] = weight_bn[o] / sqrt(running_var[o] + eps),
-// which computes the eval-mode pair in one pass (and lets a following ReLU fuse again).
+// which computes the eval-mode pair in one pass (and lets a following ReLU fuse again). Pairs
+// inside residual blocks (their layers and shortcuts) fold the same way.
 #include <string>
 #include <vector>
 

@@ -146,6 +146,7 @@ void bench_stages(const BenchContext& ctx, const Int8Network& q, size_t stages, 
   ex.device = Device::CUDA;
   ex.stream = ctx.stream;
   for (size_t i = 0; i < stages; ++i) {
+    if (q.stage_is_add(i)) continue;  // memory bound, timed within the whole network
     QConvShape s = q.stage_shape(i);
     s.n = batch;
     const bool last = i + 1 == stages;
@@ -274,10 +275,11 @@ std::vector<InferRow> bench_infer(const BenchContext& ctx, const NetDesc& net,
       for (int b : batches)
         rows.push_back(timed(ctx, what, b, [&](int) { q.forward(b, x.data()); }));
       if (tc) {
-        size_t on_tc = 0;
-        for (size_t i = 0; i < qm.stages.size(); ++i) on_tc += q.stage_uses_tensor_cores(i);
+        size_t on_tc = 0, convs = 0;
+        for (size_t i = 0; i < qm.stages.size(); ++i)
+          on_tc += q.stage_uses_tensor_cores(i), convs += !q.stage_is_add(i);
         rows[rows.size() - 1].note =
-            fmt::format("{} of {} stages on tensor cores", on_tc, qm.stages.size());
+            fmt::format("{} of {} conv/linear stages on tensor cores", on_tc, convs);
         bench_stages(ctx, q, qm.stages.size(), max_batch, rows);
       }
     } catch (const std::exception& e) {

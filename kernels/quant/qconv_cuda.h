@@ -1,7 +1,9 @@
 #pragma once
-// CUDA launchers for qconv.h and quantize.h (kernels/quant/qconv.cu, quantize.cu).
+// CUDA launchers for qconv.h, quantize.h and qadd.h (kernels/quant/qconv.cu, qconv_igemm.cu,
+// qadd.cu).
 #include <cstdint>
 
+#include "kernels/quant/qadd.h"
 #include "kernels/quant/qconv.h"
 #include "kernels/quant/quantize.h"
 #include "runtime/stream.h"
@@ -20,5 +22,8 @@ void qconv_igemm_forward_float_cuda(const QConvShape& s, const int8_t* d_x,
                                     cudaStream_t stream);
 void quantize_nchw_to_nhwc_cuda(const QuantizeShape& s, const float* d_x, float inv_scale,
                                 int8_t* d_y, cudaStream_t stream);
+// d_a, d_b, d_y 4-byte aligned (Buffer allocations are).
+void qadd_forward_cuda(const QAddShape& s, const int8_t* d_a, const int8_t* d_b,
+                       const QAddScales& k, int8_t* d_y, cudaStream_t stream);
 
 }  // namespace cnn

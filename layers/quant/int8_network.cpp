@@ -1,5 +1,6 @@
 #include "layers/quant/int8_network.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/quant/quantize.h"
@@ -7,10 +8,34 @@
 
 namespace cnn {
 
+namespace {
+
+std::string scale_tensor(const QuantStage& q, bool shortcut) {
+  return q.name + (shortcut ? ".shortcut_scale" : ".input_scale");
+}
+
+void check_scale(float v, const std::string& source, const std::string& tensor) {
+  CNN_CHECK(std::isfinite(v) && v > 0.f, "{}: tensor '{}' is {}, expected a finite scale > 0",
+            source, tensor, v);
+}
+
+}  // namespace
+
 void validate_quantized_model(const QuantizedModel& m, const std::string& source) {
   CNN_CHECK(!m.stages.empty(), "{}: no int8 layers", source);
-  for (size_t i = 0; i < m.stages.size(); ++i) {
-    const QuantStage& q = m.stages[i];
+  const int count = int(m.stages.size());
+  for (int i = 0; i < count; ++i) {
+    const QuantStage& q = m.stages[size_t(i)];
+    CNN_CHECK(q.input >= -1 && q.input < i && (!q.add || (q.shortcut >= -1 && q.shortcut < i)),
+              "int8: stage '{}' reads a stage that does not come before it", q.name);
+    check_scale(q.input_scale, source, q.name + ".input_scale");
+    if (q.add) {
+      CNN_CHECK(i + 1 < count, "{}: the network ends with the add '{}', not a linear layer", source,
+                q.name);
+      check_scale(q.shortcut_scale, source, q.name + ".shortcut_scale");
+      check_scale(q.output_scale, source, q.name + ".output_scale");
+      continue;
+    }
     CNN_CHECK(int64_t(q.weight.size()) == q.weight_numel(),
               "{}: tensor '{}.weight' has {} values, expected {} (shape {})", source, q.name,
               q.weight.size(), q.weight_numel(), shape_str(q.weight_shape()));
@@ -23,9 +48,6 @@ void validate_quantized_model(const QuantizedModel& m, const std::string& source
       CNN_CHECK(std::isfinite(q.weight_scale[o]) && q.weight_scale[o] > 0.f,
                 "{}: tensor '{}.weight_scale' holds {} at element {}, expected a finite scale > 0",
                 source, q.name, q.weight_scale[o], o);
-    CNN_CHECK(std::isfinite(q.input_scale) && q.input_scale > 0.f,
-              "{}: tensor '{}.input_scale' is {}, expected a finite scale > 0", source, q.name,
-              q.input_scale);
     for (size_t o = 0; o < q.bias.size(); ++o)
       CNN_CHECK(std::isfinite(q.bias[o]), "{}: tensor '{}.bias' holds {} at element {}", source,
                 q.name, q.bias[o], o);
@@ -35,6 +57,35 @@ void validate_quantized_model(const QuantizedModel& m, const std::string& source
                 "[-127, 127]",
                 source, q.name, k);
   }
+  // One int8 tensor has one scale: every layer that reads it (and the add that writes it) must
+  // record the same one.
+  for (int j = -1; j + 1 < count; ++j) {
+    std::string first;
+    float s = 0.f;
+    const auto agree = [&](const std::string& tensor, float v) {
+      if (first.empty()) {
+        first = tensor, s = v;
+        return;
+      }
+      CNN_CHECK(
+          v == s,
+          "{}: tensor '{}' is {} but '{}' is {}; both are the scale of the activations {} "
+          "writes, expected equal",
+          source, tensor, v, first, s,
+          j < 0 ? std::string("the input quantization") : "'" + m.stages[size_t(j)].name + "'");
+    };
+    if (j >= 0 && m.stages[size_t(j)].add)
+      agree(m.stages[size_t(j)].name + ".output_scale", m.stages[size_t(j)].output_scale);
+    for (const QuantStage& q : m.stages) {
+      if (q.input == j) agree(scale_tensor(q, false), q.input_scale);
+      if (q.add && q.shortcut == j) agree(scale_tensor(q, true), q.shortcut_scale);
+    }
+    const bool read = std::any_of(m.stages.begin(), m.stages.end(), [&](const QuantStage& q) {
+      return q.input == j || (q.add && q.shortcut == j);
+    });
+    CNN_CHECK(read, "int8: no layer reads the output of '{}'",
+              j < 0 ? std::string("the input") : m.stages[size_t(j)].name);
+  }
 }
 
 Int8Network::Int8Network(const QuantizedModel& m, int max_batch, const Exec& ex, bool tensor_cores)
@@ -43,15 +94,45 @@ Int8Network::Int8Network(const QuantizedModel& m, int max_batch, const Exec& ex,
   validate_quantized_model(m, "int8 model");
   classes_ = m.num_classes();
   const QuantStage& first = m.stages[0];
-  input_inv_scale_ = 1.f / first.input_scale;
+  const Shape first_chw{first.c, first.h, first.w};
+  CNN_CHECK(first.input == -1 && first_chw == m.input_chw,
+            "int8: the first layer '{}' does not read the network input {}", first.name,
+            shape_str(m.input_chw));
+  input_inv_scale_ = 1.f / output_scale_of(m, -1);
   x_q_ = Buffer<int8_t>(size_t(max_batch) * first.h * first.w * round_up4(first.c), ex.device);
   for (size_t i = 0; i < m.stages.size(); ++i) {
     const QuantStage& q = m.stages[i];
     const bool last = i + 1 == m.stages.size();
     Stage st;
+    st.input = q.input, st.shortcut = q.shortcut, st.is_add = q.add;
     QConvShape& s = st.shape;
     s.n = max_batch, s.h = q.h, s.w = q.w, s.c = q.c, s.cp = round_up4(q.c);
     s.oc = q.oc, s.ocp = round_up4(q.oc);
+    // What the stage reads: the (C, H, W) its input's writer writes.
+    const auto check_reads = [&](int j, const char* what) {
+      const int c = j < 0 ? int(m.input_chw[0]) : m.stages[size_t(j)].out_c();
+      const int h = j < 0 ? int(m.input_chw[1]) : stages_[size_t(j)].shape.ph();
+      const int w = j < 0 ? int(m.input_chw[2]) : stages_[size_t(j)].shape.pw();
+      CNN_CHECK(c == s.c && h == s.h && w == s.w,
+                "int8: layer '{}' reads ({}, {}, {}) as its {} but '{}' writes ({}, {}, {})",
+                q.name, s.c, s.h, s.w, what,
+                j < 0 ? std::string("input") : m.stages[size_t(j)].name, c, h, w);
+    };
+    check_reads(q.input, "input");
+    if (q.add) {
+      // Shaped as a 1x1 conv whose output is its tensor, so ph/pw/ocp describe it as for a conv.
+      CNN_CHECK(q.oc == q.c, "int8: add '{}' of {} channels writes {}", q.name, q.c, q.oc);
+      s.cgp = qconv_weight_inner(s.c, s.groups);
+      check_qconv_shape(s);
+      check_reads(q.shortcut, "shortcut");
+      const double out = double(q.output_scale);
+      st.scales.mult_a = float(double(q.input_scale) / out);
+      st.scales.mult_b = float(double(q.shortcut_scale) / out);
+      st.scales.relu = q.relu;
+      st.y = Buffer<int8_t>(size_t(max_batch) * s.h * s.w * s.ocp, ex.device);
+      stages_.push_back(std::move(st));
+      continue;
+    }
     if (q.linear) {
       s.kh = q.h, s.kw = q.w;  // the whole image: one output
     } else {
@@ -65,12 +146,6 @@ Int8Network::Int8Network(const QuantizedModel& m, int max_batch, const Exec& ex,
     }
     s.cgp = qconv_weight_inner(s.c, s.groups);
     check_qconv_shape(s);
-    if (i > 0) {
-      const QConvShape& prev = stages_.back().shape;
-      CNN_CHECK(prev.ph() == s.h && prev.pw() == s.w && prev.oc == s.c,
-                "int8: layer '{}' reads ({}, {}, {}) but the layer before writes ({}, {}, {})",
-                q.name, s.c, s.h, s.w, prev.oc, prev.ph(), prev.pw());
-    }
     CNN_CHECK(!last || (s.ph() == 1 && s.pw() == 1), "int8: the last layer '{}' must be linear",
               q.name);
     st.relu = q.relu;
@@ -85,8 +160,8 @@ Int8Network::Int8Network(const QuantizedModel& m, int max_batch, const Exec& ex,
             w[((size_t(o) * s.kh + r) * s.kw + t) * s.cgp + ci] =
                 q.global_avg ? q.weight[size_t(o) * cg + ci]
                              : q.weight[((size_t(o) * cg + ci) * s.kh + r) * s.kw + t];
-    // The requantization into the next stage's scale; the last stage dequantizes.
-    const double out_scale = last ? 1.0 : double(m.stages[i + 1].input_scale);
+    // The requantization into the scale of this stage's output; the last stage dequantizes.
+    const double out_scale = last ? 1.0 : double(output_scale_of(m, int(i)));
     const double positions = q.global_avg ? double(q.h) * q.w : 1.0;  // the pool's 1/(h*w)
     std::vector<float> mult(size_t(s.oc)), add(size_t(s.oc));
     for (int o = 0; o < s.oc; ++o) {
@@ -118,19 +193,25 @@ const float* Int8Network::forward(int n, const float* x) {
   qs.n = n, qs.c = int(input_chw_[0]), qs.h = int(input_chw_[1]), qs.w = int(input_chw_[2]);
   qs.cp = round_up4(qs.c);
   quantize_nchw_to_nhwc(qs, x, input_inv_scale_, x_q_.data(), ex_);
-  const int8_t* cur = x_q_.data();
+  const auto output = [&](int j) -> const int8_t* {
+    return j < 0 ? x_q_.data() : stages_[size_t(j)].y.data();
+  };
   for (size_t i = 0; i < stages_.size(); ++i) {
     Stage& st = stages_[i];
     QConvShape s = st.shape;
     s.n = n;
+    const int8_t* in = output(st.input);
+    if (st.is_add) {
+      const QAddShape as{n, s.h, s.w, s.c, s.cp};
+      qadd_forward(as, in, output(st.shortcut), st.scales, st.y.data(), ex_);
+      continue;
+    }
     const QEpilogue ep{st.mult.data(), st.add.data(), st.relu};
     const int8_t* w_igemm = st.w_igemm.empty() ? nullptr : st.w_igemm.data();
-    if (i + 1 == stages_.size()) {
-      qconv_forward_float(s, cur, st.w.data(), ep, logits_.data(), ex_, w_igemm);
-    } else {
-      qconv_forward(s, cur, st.w.data(), ep, st.y.data(), ex_, w_igemm);
-      cur = st.y.data();
-    }
+    if (i + 1 == stages_.size())
+      qconv_forward_float(s, in, st.w.data(), ep, logits_.data(), ex_, w_igemm);
+    else
+      qconv_forward(s, in, st.w.data(), ep, st.y.data(), ex_, w_igemm);
   }
   return logits_.data();
 }

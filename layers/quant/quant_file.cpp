@@ -44,6 +44,12 @@ void save_quantized(const std::string& path, const QuantizedModel& m, const Chec
   validate_quantized_model(m, path);
   std::vector<NamedTensor> tensors;
   for (const QuantStage& q : m.stages) {
+    if (q.add) {
+      tensors.push_back({q.name + ".input_scale", {1}, {q.input_scale}});
+      tensors.push_back({q.name + ".shortcut_scale", {1}, {q.shortcut_scale}});
+      tensors.push_back({q.name + ".output_scale", {1}, {q.output_scale}});
+      continue;
+    }
     tensors.push_back(NamedTensor::i8(q.name + ".weight", q.weight_shape(), q.weight));
     tensors.push_back({q.name + ".weight_scale", {q.oc}, q.weight_scale});
     tensors.push_back({q.name + ".input_scale", {1}, {q.input_scale}});
@@ -82,6 +88,17 @@ QuantizedModel load_quantized(const std::string& path, const std::vector<LayerSp
   if (const std::string* c = f.find_metadata("calibration")) m.method = *c;
   std::set<std::string> expected;
   for (QuantStage& q : m.stages) {
+    if (q.add) {
+      float* scales[] = {&q.input_scale, &q.shortcut_scale, &q.output_scale};
+      const char* names[] = {".input_scale", ".shortcut_scale", ".output_scale"};
+      for (int k = 0; k < 3; ++k) {
+        const std::string t = q.name + names[k];
+        entry(f, t, "F32", {1});
+        *scales[k] = f.tensor_f32(t).data[0];
+        expected.insert(t);
+      }
+      continue;
+    }
     const std::string w = q.name + ".weight", ws = q.name + ".weight_scale",
                       is = q.name + ".input_scale", b = q.name + ".bias";
     entry(f, w, "I8", q.weight_shape());

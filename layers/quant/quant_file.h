@@ -4,6 +4,11 @@
 //   <layer>.weight_scale  F32 (OC): one symmetric scale per output channel
 //   <layer>.input_scale   F32 (1): the scale of the int8 activations the layer reads
 //   <layer>.bias          F32 (OC): BatchNorm folded in
+// and per residual block (its add):
+//   <block>.input_scale, <block>.shortcut_scale  F32 (1): the scales of the two int8 tensors added
+//   <block>.output_scale  F32 (1): the scale of the sum (after the block's ReLU)
+// An activation that several layers read has one scale; each records it, and reading checks that
+// they agree.
 // and the float checkpoint's metadata (config, classes, input size, normalization) plus
 //   quantization = "int8-per-channel-symmetric", quantization_version = "1",
 //   calibration = max|percentile|mse, calibration_images = N, folded = JSON list.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 
 #include "kernels/conv/conv2d_grouped.h"
@@ -74,8 +75,10 @@ std::vector<QuantStage> plan_int8(const std::vector<LayerSpec>& specs, const Sha
   CNN_CHECK(input_chw.size() == 3, "int8: input shape {} is not (C, H, W)", shape_str(input_chw));
   std::vector<QuantStage> plan;
   int c = int(input_chw[0]), h = int(input_chw[1]), w = int(input_chw[2]);
+  int cur = -1;  // the stage that writes the current activations (-1: the network input)
   bool flat = false;
-  // Whether only layers the last stage absorbs came after it (a relu / pool may still fuse).
+  // Whether only layers the last stage absorbs came after it (a relu / pool may still fuse); it
+  // is false at the start of a block's layers and shortcut, whose input other layers read too.
   bool open = false;
   // A global_avgpool waiting for the linear layer that absorbs it (its name, else empty).
   std::string avg_pending;
@@ -85,86 +88,129 @@ std::vector<QuantStage> plan_int8(const std::vector<LayerSpec>& specs, const Sha
               "inside the linear layer after it (flatten and dropout may stand between)",
               where(s), layer_kind_name(s.kind), avg_pending);
   };
-  for (const LayerSpec& s : specs) {
-    switch (s.kind) {
-      case LayerKind::Conv2d: {
-        no_pending_avg(s);
-        CNN_CHECK(!flat, "int8: {} is a conv2d after flatten", where(s));
-        QuantStage q;
-        q.name = s.name;
-        q.c = c, q.h = h, q.w = w, q.oc = s.out_channels;
-        q.kh = s.kernel_h, q.kw = s.kernel_w, q.stride_h = s.stride_h, q.stride_w = s.stride_w;
-        q.pad_h = s.pad_h, q.pad_w = s.pad_w, q.dil_h = s.dil_h, q.dil_w = s.dil_w;
-        q.groups = s.groups;
-        plan.push_back(q);
-        c = q.oc, h = q.out_h(), w = q.out_w();
-        open = true;
-        break;
-      }
-      case LayerKind::Linear: {
-        QuantStage q;
-        q.name = s.name;
-        q.linear = true;
-        q.c = c, q.h = h, q.w = w, q.oc = s.out_features;
-        if (!avg_pending.empty()) {
-          q.global_avg = true;
-          q.fused.push_back(avg_pending);
-          avg_pending.clear();
+  const auto push = [&](QuantStage q) {
+    q.input = cur;
+    plan.push_back(std::move(q));
+    cur = int(plan.size()) - 1;
+    open = true;
+  };
+  std::function<void(const std::vector<LayerSpec>&, bool)> run = [&](const auto& list,
+                                                                     bool in_block) {
+    for (const LayerSpec& s : list) {
+      switch (s.kind) {
+        case LayerKind::Conv2d: {
+          no_pending_avg(s);
+          CNN_CHECK(!flat, "int8: {} is a conv2d after flatten", where(s));
+          QuantStage q;
+          q.name = s.name;
+          q.c = c, q.h = h, q.w = w, q.oc = s.out_channels;
+          q.kh = s.kernel_h, q.kw = s.kernel_w, q.stride_h = s.stride_h, q.stride_w = s.stride_w;
+          q.pad_h = s.pad_h, q.pad_w = s.pad_w, q.dil_h = s.dil_h, q.dil_w = s.dil_w;
+          q.groups = s.groups;
+          c = q.oc, h = q.out_h(), w = q.out_w();
+          push(q);
+          break;
         }
-        plan.push_back(q);
-        c = q.oc, h = 1, w = 1;
-        open = true;
-        break;
+        case LayerKind::Linear: {
+          CNN_CHECK(!in_block, "int8: {} is a linear layer inside a residual block", where(s));
+          QuantStage q;
+          q.name = s.name;
+          q.linear = true;
+          q.c = c, q.h = h, q.w = w, q.oc = s.out_features;
+          if (!avg_pending.empty()) {
+            q.global_avg = true;
+            q.fused.push_back(avg_pending);
+            avg_pending.clear();
+          }
+          c = q.oc, h = 1, w = 1;
+          push(q);
+          break;
+        }
+        case LayerKind::Relu:
+          no_pending_avg(s);
+          CNN_CHECK(open && !plan.back().relu,
+                    "int8: {} (relu) does not follow a conv2d, linear layer or residual block; "
+                    "int8 fuses a ReLU into the layer before it",
+                    where(s));
+          plan.back().relu = true;
+          plan.back().fused.push_back(s.name);
+          break;
+        case LayerKind::MaxPool2d: {
+          no_pending_avg(s);
+          CNN_CHECK(open && !plan.back().linear && !plan.back().add && !plan.back().pool && !flat,
+                    "int8: {} (maxpool2d) does not follow a conv2d (and its relu); int8 fuses a "
+                    "max-pool into the conv before it",
+                    where(s));
+          QuantStage& q = plan.back();
+          q.pool = true;
+          q.pool_kh = s.kernel_h, q.pool_kw = s.kernel_w, q.pool_sh = s.stride_h;
+          q.pool_sw = s.stride_w, q.pool_ph = s.pad_h, q.pool_pw = s.pad_w;
+          q.fused.push_back(s.name);
+          h = q.out_h(), w = q.out_w();
+          break;
+        }
+        case LayerKind::Flatten:
+          CNN_CHECK(!in_block, "int8: {} is a flatten inside a residual block", where(s));
+          flat = true;
+          break;
+        case LayerKind::GlobalAvgPool:
+          CNN_CHECK(!in_block && !flat && avg_pending.empty() && !plan.empty(),
+                    "int8: {} (global_avgpool) must follow a conv2d or residual block and come "
+                    "before the linear layer that absorbs it",
+                    where(s));
+          avg_pending = s.name;
+          open = false;
+          break;
+        case LayerKind::Dropout:
+          break;  // the identity at inference
+        case LayerKind::SoftmaxCrossEntropy:
+          break;
+        case LayerKind::Residual: {
+          no_pending_avg(s);
+          CNN_CHECK(!in_block && !flat, "int8: {} (residual) must not follow flatten", where(s));
+          const int in = cur, in_c = c, in_h = h, in_w = w;
+          open = false;
+          run(s.branch, true);
+          CNN_CHECK(cur != in, "int8: residual block {} has no conv2d in its layers", where(s));
+          const int branch = cur, bc = c, bh = h, bw = w;
+          cur = in, c = in_c, h = in_h, w = in_w, open = false;
+          run(s.shortcut, true);
+          CNN_CHECK(bc == c && bh == h && bw == w,
+                    "int8: residual block {}: its layers give ({}, {}, {}) but its shortcut "
+                    "gives ({}, {}, {})",
+                    where(s), bc, bh, bw, c, h, w);
+          QuantStage q;
+          q.name = s.name;
+          q.add = true;
+          q.c = q.oc = c, q.h = h, q.w = w;
+          q.shortcut = cur;
+          cur = branch;
+          push(q);
+          break;
+        }
+        default:
+          CNN_FAIL(
+              "int8: {} ({}) has no int8 kernel; int8 runs conv2d (grouped too), linear, relu, "
+              "maxpool2d after a conv, residual blocks of these, global_avgpool before the "
+              "linear layer, flatten, dropout, and batchnorm folded into the conv/linear just "
+              "before it",
+              where(s), layer_kind_name(s.kind));
       }
-      case LayerKind::Relu:
-        no_pending_avg(s);
-        CNN_CHECK(open && !plan.back().relu,
-                  "int8: {} (relu) does not follow a conv2d or linear layer; int8 fuses a ReLU "
-                  "into the conv/linear before it",
-                  where(s));
-        plan.back().relu = true;
-        plan.back().fused.push_back(s.name);
-        break;
-      case LayerKind::MaxPool2d: {
-        no_pending_avg(s);
-        CNN_CHECK(open && !plan.back().linear && !plan.back().pool && !flat,
-                  "int8: {} (maxpool2d) does not follow a conv2d (and its relu); int8 fuses a "
-                  "max-pool into the conv before it",
-                  where(s));
-        QuantStage& q = plan.back();
-        q.pool = true;
-        q.pool_kh = s.kernel_h, q.pool_kw = s.kernel_w, q.pool_sh = s.stride_h;
-        q.pool_sw = s.stride_w, q.pool_ph = s.pad_h, q.pool_pw = s.pad_w;
-        q.fused.push_back(s.name);
-        h = q.out_h(), w = q.out_w();
-        break;
-      }
-      case LayerKind::Flatten:
-        flat = true;
-        break;
-      case LayerKind::GlobalAvgPool:
-        CNN_CHECK(!flat && avg_pending.empty() && !plan.empty(),
-                  "int8: {} (global_avgpool) must follow a conv2d and come before the linear "
-                  "layer that absorbs it",
-                  where(s));
-        avg_pending = s.name;
-        open = false;
-        break;
-      case LayerKind::Dropout:
-        break;  // the identity at inference
-      case LayerKind::SoftmaxCrossEntropy:
-        break;
-      default:
-        CNN_FAIL(
-            "int8: {} ({}) has no int8 kernel; int8 runs conv2d (grouped too), linear, relu, "
-            "maxpool2d after a conv, global_avgpool before the linear layer, flatten, dropout, "
-            "and batchnorm folded into the conv/linear just before it",
-            where(s), layer_kind_name(s.kind));
     }
-  }
+  };
+  run(specs, false);
   CNN_CHECK(!plan.empty() && plan.back().linear,
             "int8: the network must end with a linear layer (the logits)");
   return plan;
+}
+
+float output_scale_of(const QuantizedModel& m, int j) {
+  if (j >= 0 && m.stages.at(size_t(j)).add) return m.stages[size_t(j)].output_scale;
+  for (const QuantStage& q : m.stages) {
+    if (q.input == j) return q.input_scale;
+    if (q.add && q.shortcut == j) return q.shortcut_scale;
+  }
+  CNN_FAIL("int8: no layer reads the output of stage {}", j);
 }
 
 std::vector<FloatStage> float_stages(const std::vector<QuantStage>& plan,
@@ -179,6 +225,10 @@ std::vector<FloatStage> float_stages(const std::vector<QuantStage>& plan,
   std::vector<FloatStage> out;
   for (const QuantStage& q : plan) {
     FloatStage f;
+    if (q.add) {  // no weights
+      out.push_back(std::move(f));
+      continue;
+    }
     const auto w = infos.find(q.name + ".weight");
     CNN_CHECK(w != infos.end() && w->second.numel() == q.weight_numel(),
               "int8: no weight of {} elements for layer '{}'", q.weight_numel(), q.name);
@@ -197,16 +247,25 @@ std::vector<FloatStage> float_stages(const std::vector<QuantStage>& plan,
 
 std::vector<float> float_forward(const std::vector<QuantStage>& plan,
                                  const std::vector<FloatStage>& weights, const float* x, int n,
-                                 std::vector<std::vector<float>>* stage_inputs) {
+                                 std::vector<std::vector<float>>* stage_outputs) {
   const Exec cpu;
-  std::vector<float> cur(x, x + int64_t(n) * plan[0].c * plan[0].h * plan[0].w);
-  if (stage_inputs) stage_inputs->clear();
+  const std::vector<float> input(x, x + int64_t(n) * plan[0].c * plan[0].h * plan[0].w);
+  // Every stage's output, kept while a later stage may read it.
+  std::vector<std::vector<float>> outs(plan.size());
+  const auto of = [&](int j) -> const std::vector<float>& { return j < 0 ? input : outs[j]; };
   for (size_t i = 0; i < plan.size(); ++i) {
     const QuantStage& q = plan[i];
     const FloatStage& f = weights[i];
-    if (stage_inputs) stage_inputs->push_back(cur);
+    std::vector<float> cur = of(q.input);
     std::vector<float> y;
-    if (q.linear) {
+    if (q.add) {  // the block's add, then its ReLU
+      const std::vector<float>& b = of(q.shortcut);
+      y.resize(cur.size());
+      for (size_t k = 0; k < y.size(); ++k) {
+        y[k] = cur[k] + b[k];
+        if (q.relu) y[k] = std::max(y[k], 0.f);
+      }
+    } else if (q.linear) {
       if (q.global_avg) {  // the float pool, as the float network runs it before the layer
         const int64_t hw = int64_t(q.h) * q.w;
         std::vector<float> pooled(size_t(n) * size_t(q.c));
@@ -239,9 +298,11 @@ std::vector<float> float_forward(const std::vector<QuantStage>& plan,
         y = std::move(pooled);
       }
     }
-    cur = std::move(y);
+    outs[i] = std::move(y);
   }
-  return cur;
+  std::vector<float> logits = outs.back();
+  if (stage_outputs) *stage_outputs = std::move(outs);
+  return logits;
 }
 
 float calibrate_scale(const std::vector<float>& samples, float max_abs, CalibrationMethod method) {
@@ -281,6 +342,7 @@ QuantizedModel quantize_network(const FoldedNetwork& folded, const Shape& input_
   const std::vector<FloatStage> fw = float_stages(m.stages, folded, input_chw);
   for (size_t i = 0; i < m.stages.size(); ++i) {
     QuantStage& q = m.stages[i];
+    if (q.add) continue;  // no weights
     const int64_t per_out = q.weight_numel() / q.oc;
     q.weight.resize(size_t(q.weight_numel()));
     q.weight_scale.resize(size_t(q.oc));
@@ -295,27 +357,38 @@ QuantizedModel quantize_network(const FoldedNetwork& folded, const Shape& input_
         q.weight[size_t(o * per_out + k)] = requantize_weight(wo[k] / s);
     }
   }
-  // Calibration: the float activations reaching each stage, sampled.
+  // Calibration: the float activations of every int8 tensor (the network input, each stage's
+  // output but the logits), sampled; tensor t + 1 is stage t's output. Every layer that reads a
+  // tensor gets its one scale.
   const int64_t image = shape_numel(input_chw);
-  std::vector<std::vector<float>> samples(m.stages.size());
-  std::vector<float> max_abs(m.stages.size(), 0.f);
-  std::vector<int64_t> seen(m.stages.size(), 0);
+  const size_t tensors = m.stages.size();
+  std::vector<std::vector<float>> samples(tensors);
+  std::vector<float> max_abs(tensors, 0.f);
+  std::vector<int64_t> seen(tensors, 0);
+  const auto sample = [&](size_t t, const std::vector<float>& v, int cnt) {
+    const int64_t total = int64_t(v.size()) / cnt * n;  // values of all n images
+    const int64_t step = std::max<int64_t>(1, total / kMaxSamples);
+    for (float f : v) {
+      max_abs[t] = std::max(max_abs[t], std::fabs(f));
+      if (seen[t]++ % step == 0) samples[t].push_back(f);
+    }
+  };
   for (int b = 0; b < n; b += kCalibrationChunk) {
     const int cnt = std::min(kCalibrationChunk, n - b);
-    std::vector<std::vector<float>> inputs;
-    float_forward(m.stages, fw, x + int64_t(b) * image, cnt, &inputs);
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      const QuantStage& q = m.stages[i];
-      const int64_t total = int64_t(n) * q.c * q.h * q.w;
-      const int64_t step = std::max<int64_t>(1, total / kMaxSamples);
-      for (float v : inputs[i]) {
-        max_abs[i] = std::max(max_abs[i], std::fabs(v));
-        if (seen[i]++ % step == 0) samples[i].push_back(v);
-      }
-    }
+    const float* xb = x + int64_t(b) * image;
+    std::vector<std::vector<float>> outs;
+    float_forward(m.stages, fw, xb, cnt, &outs);
+    sample(0, std::vector<float>(xb, xb + int64_t(cnt) * image), cnt);
+    for (size_t i = 0; i + 1 < outs.size(); ++i) sample(i + 1, outs[i], cnt);
   }
-  for (size_t i = 0; i < m.stages.size(); ++i)
-    m.stages[i].input_scale = calibrate_scale(samples[i], max_abs[i], method);
+  std::vector<float> scale(tensors);
+  for (size_t t = 0; t < tensors; ++t) scale[t] = calibrate_scale(samples[t], max_abs[t], method);
+  const auto scale_of = [&](int j) { return scale[size_t(j + 1)]; };
+  for (size_t i = 0; i < m.stages.size(); ++i) {
+    QuantStage& q = m.stages[i];
+    q.input_scale = scale_of(q.input);
+    if (q.add) q.shortcut_scale = scale_of(q.shortcut), q.output_scale = scale_of(int(i));
+  }
   return m;
 }
 

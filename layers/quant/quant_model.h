@@ -2,7 +2,8 @@
 // Post-training int8 quantization of a trained network (BatchNorm folded first):
 //   weights   symmetric, one scale per output channel: s_w[o] = max|w[o, :]| / 127
 //   inputs    one scale per quantized layer's input, calibrated on training images (max,
-//             percentile or MSE of the float activations that reach the layer)
+//             percentile or MSE of the float activations that reach the layer); an activation
+//             that several layers read (a residual block's input) has one scale they all share
 //   biases    float32
 // A QuantizedModel is what ./quantize writes (quant_file.h) and what Int8Network runs.
 #include <cstdint>
@@ -23,9 +24,17 @@ constexpr CalibrationMethod kDefaultCalibration = CalibrationMethod::Mse;
 // The percentile of |x| that the percentile method clips at.
 constexpr double kCalibrationPercentile = 99.99;
 
-// One int8 pass: a conv2d or linear layer with the ReLU and max-pool that follow it.
+// One int8 pass: a conv2d or linear layer with the ReLU and max-pool that follow it, or the add
+// that ends a residual block with the ReLU that follows it.
 struct QuantStage {
-  std::string name;     // the conv/linear layer's name, the prefix of its tensors
+  std::string name;  // the conv/linear layer's (the block's) name, the prefix of its tensors
+  // The add of a residual block: out = requantize(branch * input_scale / output_scale +
+  // shortcut * shortcut_scale / output_scale), ReLU fused; no weights. c, h, w: its tensors.
+  bool add = false;
+  // The stage whose int8 output this stage reads (-1: the quantized network input); an add
+  // reads `input` (the block's layers) and `shortcut` (its shortcut's last conv, or for the
+  // identity the stage that wrote the block's input).
+  int input = -1, shortcut = -1;
   bool linear = false;  // a linear layer reads its input image (c, h, w) flattened as torch does
   // A linear layer after global_avgpool (flatten and dropout between): it reads the un-pooled
   // image (c, h, w) and averages it inside its integer sum (each weight w[o, ci] repeated over
@@ -44,13 +53,15 @@ struct QuantStage {
   // Filled by quantize_network or read from a file:
   std::vector<int8_t> weight;       // torch layout: (OC, C/groups, KH, KW) or (OUT, C*H*W)
   std::vector<float> weight_scale;  // (OC)
-  float input_scale = 1.f;
-  std::vector<float> bias;  // (OC), zeros for a layer without bias
+  float input_scale = 1.f;          // an add: the scale of its `input` (the block's layers' output)
+  float shortcut_scale = 1.f, output_scale = 1.f;  // an add's
+  std::vector<float> bias;                         // (OC), zeros for a layer without bias
 
   Shape weight_shape() const;  // the torch shape of `weight`
   int64_t weight_numel() const;
   int out_h() const;  // after the pool
   int out_w() const;
+  int out_c() const { return add ? c : oc; }
 };
 
 struct QuantizedModel {
@@ -60,6 +71,10 @@ struct QuantizedModel {
   int64_t calibration_images = 0;
   int num_classes() const { return stages.empty() ? 0 : stages.back().oc; }
 };
+
+// The scale of stage j's int8 output (j = -1: the network input), as its readers record it; the
+// first reader's (validate_quantized_model checks that they agree). Throws when nothing reads it.
+float output_scale_of(const QuantizedModel& m, int j);
 
 // The int8 stages of a network whose batchnorms are folded (fold_batchnorm's specs), without
 // weights. Throws naming the first layer that int8 cannot run and what it can.
@@ -71,8 +86,8 @@ std::vector<QuantStage> plan_int8(const std::vector<LayerSpec>& folded_specs,
 QuantizedModel quantize_network(const FoldedNetwork& folded, const Shape& input_chw, const float* x,
                                 int n, CalibrationMethod method);
 
-// The FP32 forward of the stages (float weights, host memory): the inputs of every stage for n
-// images x, stage_inputs[i] (n, c, h, w) NCHW, and the logits. Used for calibration and tests.
+// The FP32 forward of the stages (float weights, host memory): the output of every stage for n
+// images x, stage_outputs[i] (n, c, h, w) NCHW, and the logits. Used for calibration and tests.
 struct FloatStage {
   std::vector<float> weight, bias;  // torch layouts
 };
@@ -80,7 +95,7 @@ std::vector<FloatStage> float_stages(const std::vector<QuantStage>& plan,
                                      const FoldedNetwork& folded, const Shape& input_chw);
 std::vector<float> float_forward(const std::vector<QuantStage>& plan,
                                  const std::vector<FloatStage>& weights, const float* x, int n,
-                                 std::vector<std::vector<float>>* stage_inputs);
+                                 std::vector<std::vector<float>>* stage_outputs);
 
 // round_half_even(clamp(v, -127, 127)): the rounding of the int8 kernels (kernels/quant/qconv.h).
 int8_t requantize_weight(float v);
