@@ -1,10 +1,12 @@
 // The int8 CUDA kernels against their CPU twin, bit for bit: int8 outputs, dequantized floats,
-// the input quantization, and a whole quantized network's logits.
+// the input quantization, the residual add, and whole quantized networks' logits (a ResNet's
+// too).
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <random>
 
+#include "kernels/quant/qadd.h"
 #include "kernels/quant/qconv.h"
 #include "kernels/quant/quantize.h"
 #include "layers/fold_batchnorm.h"
@@ -163,6 +165,53 @@ TEST(GpuQuant, InputQuantizationMatchesCpuTwin) {
   EXPECT_EQ(download(d_y), ref);
 }
 
+// The residual add: awkward shapes (C not a multiple of 4, odd H and W, batch 1 and 3, a channel
+// stride wider than needed), multipliers above and below 1, ReLU on and off, inputs that
+// saturate, and exact ties (a = b = 1 with multipliers 0.25: 0.5 rounds to 0, 1.5 to 2) so the
+// rounding is exercised where the twins could differ.
+TEST(GpuQuant, ResidualAddMatchesCpuTwinBitForBit) {
+  CNN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> d(-127, 127);
+  std::uniform_real_distribution<float> m(0.05f, 2.5f);
+  Exec ex;
+  ex.device = Device::CUDA;
+  const std::vector<QAddShape> shapes = {{1, 7, 5, 3, 4},   {3, 9, 11, 10, 12},
+                                         {1, 1, 1, 1, 4},   {3, 14, 14, 33, 36},
+                                         {1, 13, 3, 6, 16}, {3, 28, 28, 32, 32}};
+  uint64_t k = 0;
+  for (const QAddShape& s : shapes)
+    for (bool relu : {false, true})
+      for (int variant = 0; variant < 3; ++variant) {
+        SCOPED_TRACE(::testing::Message()
+                     << "seed " << seed << " n=" << s.n << " " << s.h << "x" << s.w << " c=" << s.c
+                     << " cp=" << s.cp << " relu=" << relu << " variant " << variant);
+        const size_t size = size_t(s.n) * s.h * s.w * s.cp;
+        std::vector<int8_t> a(size), b(size);
+        for (size_t i = 0; i < size; ++i) {
+          const bool real = int(i % size_t(s.cp)) < s.c;
+          a[i] = real ? int8_t(d(rng)) : int8_t(0);
+          b[i] = real ? int8_t(d(rng)) : int8_t(0);
+          if (variant == 2 && real && i % 3 == 0) a[i] = b[i] = int8_t(i % 2 ? 1 : 3);  // ties
+        }
+        QAddScales sc{m(rng), m(rng), relu};
+        if (variant == 1) sc.mult_a = 3.f, sc.mult_b = 2.5f;  // saturates
+        if (variant == 2) sc.mult_a = sc.mult_b = 0.25f;
+        std::vector<int8_t> ref(size, int8_t(99));
+        qadd_forward_cpu(s, a.data(), b.data(), sc, ref.data());
+        Buffer<int8_t> d_a = upload(a), d_b = upload(b);
+        Buffer<int8_t> d_y = upload(std::vector<int8_t>(size, int8_t(99)));  // poisoned
+        qadd_forward(s, d_a.data(), d_b.data(), sc, d_y.data(), ex);
+        const std::vector<int8_t> got = download(d_y);
+        size_t bad = 0;
+        for (size_t i = 0; i < size; ++i) bad += got[i] != ref[i];
+        EXPECT_EQ(bad, 0u) << "of " << size;
+        ++k;
+      }
+  EXPECT_EQ(k, shapes.size() * 6);
+}
+
 // A quantized network (random weights, calibrated on random images) on the GPU against the same
 // on the CPU: the logits and every int8 stage output, bit for bit; on_tensor_cores: which stages
 // should run on the tensor-core kernel.
@@ -183,20 +232,25 @@ void check_network(const std::vector<LayerSpec>& specs, const Shape& input,
   Int8Network cpu(m, 257, Exec{});
   Exec ex;
   ex.device = Device::CUDA;
-  Int8Network gpu(m, 257, ex);
-  for (size_t i = 0; i < on_tensor_cores.size(); ++i)
-    EXPECT_EQ(gpu.stage_uses_tensor_cores(i), on_tensor_cores[i]) << "stage " << i;
+  Int8Network gpu_tc(m, 257, ex), gpu_direct(m, 257, ex, /*tensor_cores=*/false);
+  for (size_t i = 0; i < on_tensor_cores.size(); ++i) {
+    EXPECT_EQ(gpu_tc.stage_uses_tensor_cores(i), on_tensor_cores[i]) << "stage " << i;
+    EXPECT_FALSE(gpu_direct.stage_uses_tensor_cores(i)) << "stage " << i;
+  }
   Buffer<float> d_x = upload(x);
   for (int n : {1, 5, 257}) {
     const float* y = cpu.forward(n, x.data());
     const std::vector<float> ref(y, y + size_t(n) * size_t(classes));
-    std::vector<float> got(ref.size());
-    raw_copy(got.data(), Device::CPU, gpu.forward(n, d_x.data()), Device::CUDA,
-             got.size() * sizeof(float));
-    EXPECT_EQ(got, ref) << "batch " << n;
-    for (size_t i = 0; i + 1 < m.stages.size(); ++i)
-      EXPECT_EQ(gpu.stage_output_to_host(i, n), cpu.stage_output_to_host(i, n))
-          << "stage " << i << " batch " << n;
+    for (Int8Network* gpu : {&gpu_tc, &gpu_direct}) {
+      const char* path = gpu == &gpu_tc ? "tensor cores" : "direct";
+      std::vector<float> got(ref.size());
+      raw_copy(got.data(), Device::CPU, gpu->forward(n, d_x.data()), Device::CUDA,
+               got.size() * sizeof(float));
+      EXPECT_EQ(got, ref) << path << " batch " << n;
+      for (size_t i = 0; i + 1 < m.stages.size(); ++i)
+        EXPECT_EQ(gpu->stage_output_to_host(i, n), cpu.stage_output_to_host(i, n))
+            << path << " stage " << i << " (" << m.stages[i].name << ") batch " << n;
+    }
   }
 }
 
@@ -239,6 +293,40 @@ TEST(GpuQuant, GlobalPoolNetworkLogitsEqualCpu) {
                                         linear_spec("fc1", 7),
                                         layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
   check_network(specs, Shape{3, 19, 13}, {true, false, true, true}, test::fresh_seed());
+}
+
+// A BatchNorm ResNet as configs/resnet_fashion.yaml builds it (a stem, identity blocks, a
+// projection block with a stride-2 1x1 conv + BN shortcut, a ReLU after each block, global
+// average pooling), at awkward sizes: odd input 15x13, channels 6 and 10 (not multiples of 4).
+// The whole int8 forward on the GPU (tensor-core convs, the add kernel) equals the CPU twin's bit
+// for bit, logits and every int8 tensor, at batch 1, 5 and 257; and once more with every conv on
+// the direct kernel.
+TEST(GpuQuant, ResNetLogitsEqualCpu) {
+  CNN_REQUIRE_GPU();
+  const auto bn = [](const std::string& n) { return batchnorm_spec(LayerKind::BatchNorm2d, n); };
+  const auto relu = [](const std::string& n) { return layer_spec(LayerKind::Relu, n); };
+  const std::vector<LayerSpec> specs = {
+      conv2d_spec("conv1", 6, 3, 3, 1, 1),
+      bn("bn1"),
+      relu("relu1"),
+      residual_spec("res1", {conv2d_spec("conv2", 6, 3, 3, 1, 1), bn("bn2"), relu("relu2"),
+                             conv2d_spec("conv3", 6, 3, 3, 1, 1), bn("bn3")}),
+      relu("relu3"),
+      residual_spec("res2",
+                    {conv2d_spec("conv4", 10, 3, 3, 2, 1), bn("bn4"), relu("relu4"),
+                     conv2d_spec("conv5", 10, 3, 3, 1, 1), bn("bn5")},
+                    {conv2d_spec("conv6", 10, 1, 1, 2, 0), bn("bn6")}),
+      relu("relu5"),
+      residual_spec("res3", {conv2d_spec("conv7", 10, 3, 3, 1, 1), bn("bn7"), relu("relu6"),
+                             conv2d_spec("conv8", 10, 3, 3, 1, 1), bn("bn8")}),
+      layer_spec(LayerKind::GlobalAvgPool, "gap1"),  // res3 without a ReLU after it
+      layer_spec(LayerKind::Flatten, "flatten1"),
+      linear_spec("fc1", 7),
+      layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
+  // conv1, conv2, conv3, res1, conv4, conv5, conv6, res2, conv7, conv8, res3, fc1
+  const std::vector<bool> tc = {true, true,  true, false, true,  true,
+                                true, false, true, true,  false, true};
+  check_network(specs, Shape{3, 15, 13}, tc, test::fresh_seed());
 }
 
 }  // namespace
