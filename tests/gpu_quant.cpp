@@ -167,8 +167,8 @@ TEST(GpuQuant, InputQuantizationMatchesCpuTwin) {
 
 // The residual add: awkward shapes (C not a multiple of 4, odd H and W, batch 1 and 3, a channel
 // stride wider than needed), multipliers above and below 1, ReLU on and off, inputs that
-// saturate, and exact ties (a = b = 1 with multipliers 0.25: 0.5 rounds to 0, 1.5 to 2) so the
-// rounding is exercised where the twins could differ.
+// saturate, and exact ties (multipliers 0.25, a = b = 1: 0.5 rounds to 0; a = b = 3: 1.5 to 2) so
+// the rounding is exercised where the twins could differ.
 TEST(GpuQuant, ResidualAddMatchesCpuTwinBitForBit) {
   CNN_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
