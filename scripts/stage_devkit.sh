@@ -5,7 +5,8 @@
 # machine takes much longer for. Carry .devkit with the call.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rm -rf .devkit && mkdir -p .devkit/include .devkit/lib/x86_64-linux-gnu/cmake
+# Only the copied parts are replaced: other files kept in .devkit/ (scripts for the device) stay.
+rm -rf .devkit/include .devkit/lib && mkdir -p .devkit/include .devkit/lib/x86_64-linux-gnu/cmake
 for d in CLI spdlog fmt nlohmann yaml-cpp gtest gmock stb; do cp -r "/usr/include/$d" .devkit/include/; done
 cp /usr/include/zlib.h /usr/include/zconf.h .devkit/include/
 cp /usr/lib/x86_64-linux-gnu/libyaml-cpp.a .devkit/lib/
