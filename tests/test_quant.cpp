@@ -297,6 +297,25 @@ std::vector<int> argmax_rows(const std::vector<float>& logits, int classes) {
   return out;
 }
 
+// How the float logits `ref` and the int8 logits `q` of n images (4 classes) classify them:
+// images where their arg-maxes agree, and each one's correct answers; printed with `what`.
+struct Predictions {
+  int agree = 0, right32 = 0, right8 = 0;
+};
+Predictions compare_predictions(const std::vector<float>& ref, const std::vector<float>& q,
+                                const std::vector<int32_t>& labels, int n, const char* what) {
+  const std::vector<int> a = argmax_rows(ref, 4), b = argmax_rows(q, 4);
+  Predictions p;
+  for (int i = 0; i < n; ++i) {
+    p.agree += a[size_t(i)] == b[size_t(i)];
+    p.right32 += a[size_t(i)] == labels[size_t(i)];
+    p.right8 += b[size_t(i)] == labels[size_t(i)];
+  }
+  std::printf("%sfp32 %.2f%%, int8 %.2f%%, arg-max agreement %.2f%% on %d images\n", what,
+              100.0 * p.right32 / n, 100.0 * p.right8 / n, 100.0 * p.agree / n, n);
+  return p;
+}
+
 std::vector<float> int8_logits(const QuantizedModel& m, const std::vector<float>& x, int n) {
   Int8Network q(m, n, Exec{});
   const float* y = q.forward(n, x.data());
@@ -313,16 +332,7 @@ TEST(Quant, TrainedNetworkKeepsItsPredictions) {
   const std::vector<float> ref = float_forward(plan, float_stages(plan, t.folded, t.input),
                                                t.test_x.data(), t.n_test, nullptr);
   const std::vector<float> q = int8_logits(m, t.test_x, t.n_test);
-  const std::vector<int> a = argmax_rows(ref, 4), b = argmax_rows(q, 4);
-  int agree = 0, right32 = 0, right8 = 0;
-  for (int i = 0; i < t.n_test; ++i) {
-    agree += a[size_t(i)] == b[size_t(i)];
-    right32 += a[size_t(i)] == t.test_labels[size_t(i)];
-    right8 += b[size_t(i)] == t.test_labels[size_t(i)];
-  }
-  std::printf("fp32 %.2f%%, int8 %.2f%%, arg-max agreement %.2f%% on %d images\n",
-              100.0 * right32 / t.n_test, 100.0 * right8 / t.n_test, 100.0 * agree / t.n_test,
-              t.n_test);
+  const auto [agree, right32, right8] = compare_predictions(ref, q, t.test_labels, t.n_test, "");
   EXPECT_GT(right32, t.n_test / 2) << "the float network did not learn: the test proves nothing";
   EXPECT_GE(agree, int(std::ceil(0.99 * t.n_test)));
   // The float network of the Network class gives the same logits as the stages' float forward.
@@ -357,16 +367,7 @@ TEST(Quant, GlobalAveragePoolRunsInsideTheClassifier) {
   EXPECT_LT(test::max_rel_error(std::vector<float>(y, y + ref.size()), ref), 1e-4);
   // int8 keeps the float network's answers and its accuracy.
   const std::vector<float> q = int8_logits(m, t.test_x, t.n_test);
-  const std::vector<int> a = argmax_rows(ref, 4), b = argmax_rows(q, 4);
-  int agree = 0, right32 = 0, right8 = 0;
-  for (int i = 0; i < t.n_test; ++i) {
-    agree += a[size_t(i)] == b[size_t(i)];
-    right32 += a[size_t(i)] == t.test_labels[size_t(i)];
-    right8 += b[size_t(i)] == t.test_labels[size_t(i)];
-  }
-  std::printf("fp32 %.2f%%, int8 %.2f%%, arg-max agreement %.2f%% on %d images\n",
-              100.0 * right32 / t.n_test, 100.0 * right8 / t.n_test, 100.0 * agree / t.n_test,
-              t.n_test);
+  const auto [agree, right32, right8] = compare_predictions(ref, q, t.test_labels, t.n_test, "");
   EXPECT_GT(right32, t.n_test / 2) << "the float network did not learn: the test proves nothing";
   EXPECT_GE(agree, int(std::ceil(0.98 * t.n_test)));
   EXPECT_GE(right8, right32 - int(std::ceil(0.01 * t.n_test)));
@@ -489,16 +490,8 @@ TEST(Quant, ResidualNetworkKeepsItsPredictions) {
   EXPECT_LT(test::max_rel_error(ref, ref_trained), 1e-3);
 
   const std::vector<float> q = int8_logits(m, t.test_x, t.n_test);
-  const std::vector<int> a = argmax_rows(ref, 4), b = argmax_rows(q, 4);
-  int agree = 0, right32 = 0, right8 = 0;
-  for (int i = 0; i < t.n_test; ++i) {
-    agree += a[size_t(i)] == b[size_t(i)];
-    right32 += a[size_t(i)] == t.test_labels[size_t(i)];
-    right8 += b[size_t(i)] == t.test_labels[size_t(i)];
-  }
-  std::printf("resnet: fp32 %.2f%%, int8 %.2f%%, arg-max agreement %.2f%% on %d images\n",
-              100.0 * right32 / t.n_test, 100.0 * right8 / t.n_test, 100.0 * agree / t.n_test,
-              t.n_test);
+  const auto [agree, right32, right8] =
+      compare_predictions(ref, q, t.test_labels, t.n_test, "resnet: ");
   EXPECT_GT(right32, t.n_test / 2) << "the float network did not learn: the test proves nothing";
   EXPECT_GE(agree, int(std::ceil(0.97 * t.n_test)));
   EXPECT_GE(right8, right32 - int(std::ceil(0.01 * t.n_test)));
