@@ -494,6 +494,41 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
+// The depthwise weight-gradient kernels' last step: each thread's K*K tap sums and bias sum
+// (acc) reduced over the block in a fixed order (warp shuffles, then the warps in order through
+// s_red) and published for output channel oc: atomicAdd into dw/db, or (kDeterministic) into
+// scratch[part][slot] for the fixed-order second stage. The jobs may outnumber the block's
+// threads (7x7: 50 sums, blocks of 32 threads).
+template <int K, bool kDeterministic, int kWarps>
+__device__ __forceinline__ void publish_tap_sums(const float (&acc)[K * K + 1],
+                                                 float (&s_red)[kWarps][K * K + 1], int lane,
+                                                 int warp, int warps, int tid, int threads, int oc,
+                                                 int oc_total, int64_t part, int64_t slots,
+                                                 float* d_dw, float* d_db, float* d_scratch) {
+  constexpr int kJobs = K * K + 1;
+#pragma unroll
+  for (int t = 0; t < kJobs; ++t) {
+    float v = acc[t];
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+    if (lane == 0) s_red[warp][t] = v;
+  }
+  __syncthreads();
+  for (int job = tid; job < kJobs; job += threads) {
+    if (job == K * K && !d_db) continue;
+    float sum = 0.f;
+    for (int wi = 0; wi < warps; ++wi) sum += s_red[wi][job];
+    const bool bias = job == K * K;
+    const int64_t slot =
+        bias ? static_cast<int64_t>(oc_total) * K * K + oc : static_cast<int64_t>(oc) * K * K + job;
+    if (kDeterministic)
+      d_scratch[part * slots + slot] = sum;
+    else if (bias)
+      atomicAdd(&d_db[oc], sum);
+    else
+      atomicAdd(&d_dw[slot], sum);
+  }
+}
+
 // Thread mapping: block (tx, ty) of a (rows*ty) x (4*tx) output tile of one (n, oc) plane;
 // thread (tx, ty) owns 4 adjacent output positions along W in rows ty, ty + TY, ... (d.rows of
 // them) and keeps all K*K tap sums plus the bias sum in registers, reading dy straight from
@@ -561,28 +596,8 @@ __global__ void __launch_bounds__(kBlock)
       }
     }
     // Fixed-order block reduction of the kJobs sums.
-#pragma unroll
-    for (int t = 0; t < kJobs; ++t) {
-      float v = acc[t];
-      for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-      if (lane == 0) s_red[warp][t] = v;
-    }
-    __syncthreads();
-    // kJobs may exceed the block (7x7: 50 sums, blocks of 32 threads).
-    for (int job = tid; job < kJobs; job += TX * TY) {
-      if (job == K * K && !d_db) continue;
-      float sum = 0.f;
-      for (int wi = 0; wi < warps; ++wi) sum += s_red[wi][job];
-      const bool bias = job == K * K;
-      const int64_t slot = bias ? static_cast<int64_t>(oc_total) * K * K + oc
-                                : static_cast<int64_t>(oc) * K * K + job;
-      if (kDeterministic)
-        d_scratch[part * slots + slot] = sum;
-      else if (bias)
-        atomicAdd(&d_db[oc], sum);
-      else
-        atomicAdd(&d_dw[slot], sum);
-    }
+    publish_tap_sums<K, kDeterministic>(acc, s_red, lane, warp, warps, tid, TX * TY, oc, oc_total,
+                                        part, slots, d_dw, d_db, d_scratch);
   }
 }
 
@@ -958,27 +973,8 @@ __global__ void __launch_bounds__(kDepthwiseStreamThreads)
       }
     }
     __syncthreads();  // the previous block's readers of s_red are done
-#pragma unroll
-    for (int t = 0; t < kJobs; ++t) {
-      float s = acc[t];
-      for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xffffffffu, s, off);
-      if (lane == 0) s_red[warp][t] = s;
-    }
-    __syncthreads();
-    for (int job = tid; job < kJobs; job += TX * TY) {
-      if (job == K * K && !d_db) continue;
-      float sum = 0.f;
-      for (int wi = 0; wi < warps; ++wi) sum += s_red[wi][job];
-      const bool bias = job == K * K;
-      const int64_t slot = bias ? static_cast<int64_t>(oc_total) * K * K + oc
-                                : static_cast<int64_t>(oc) * K * K + job;
-      if (kDeterministic)
-        d_scratch[part * slots + slot] = sum;
-      else if (bias)
-        atomicAdd(&d_db[oc], sum);
-      else
-        atomicAdd(&d_dw[slot], sum);
-    }
+    publish_tap_sums<K, kDeterministic>(acc, s_red, lane, warp, warps, tid, TX * TY, oc, oc_total,
+                                        part, slots, d_dw, d_db, d_scratch);
   }
 }
 
