@@ -166,6 +166,25 @@ __device__ __forceinline__ void fetch_by_table(const int2* tab, int k0, int kq, 
   for (int q = 0; q < kN; ++q) r[q] = igemm::load_or_zero(src + (v[q] ? base + off[q] : 0), v[q]);
 }
 
+// Packed BF16 tiles of a gather G that owns one tile row and steps k (element q: k = kq + q T/BM):
+// through G's tap table when it has one (base, src as fetch_by_table's), else through
+// G::source(k, valid).
+template <class C, class G>
+__device__ __forceinline__ void fetch_mlane(const G& g, int k0, int base, const float* src,
+                                            float (&r)[C::BK / (C::kThreads / C::BM)]) {
+  constexpr int kStep = C::kThreads / C::BM, kN = C::BK / kStep;
+  if (g.tab) {
+    fetch_by_table<C>(g.tab, k0, g.kq, g.mask, base, src, r);
+    return;
+  }
+#pragma unroll
+  for (int q = 0; q < kN; ++q) {
+    bool v;
+    const float* at = g.source(k0 + g.kq + q * kStep, v);
+    r[q] = igemm::load_or_zero(at, v);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Forward: C[m = (n, oy, ox)][oc] = sum over k = (c, ky, kx) of x[n][c][iy][ix] * w[oc][k].
 struct FwdProblem {
@@ -263,17 +282,7 @@ struct FwdProblem {
       float v[C::BK / (C::kThreads / C::BM)];
     };
     __device__ __forceinline__ void fetch(Regs& rg, int k0) const {
-      constexpr int kStep = C::kThreads / C::BM, kN = C::BK / kStep;
-      if (tab) {
-        fetch_by_table<C>(tab, k0, kq, mask, off, p.x, rg.v);
-        return;
-      }
-#pragma unroll
-      for (int q = 0; q < kN; ++q) {
-        bool v;
-        const float* src = source(k0 + kq + q * kStep, v);
-        rg.v[q] = igemm::load_or_zero(src, v);
-      }
+      fetch_mlane<C>(*this, k0, off, p.x, rg.v);
     }
     __device__ __forceinline__ void store(uint32_t* s, const Regs& rg) const {
       constexpr int kStep = C::kThreads / C::BM;
@@ -400,17 +409,7 @@ struct DgradProblem {
       float v[C::BK / (C::kThreads / C::BM)];
     };
     __device__ __forceinline__ void fetch(Regs& rg, int k0) const {
-      constexpr int kStep = C::kThreads / C::BM, kN = C::BK / kStep;
-      if (tab) {
-        fetch_by_table<C>(tab, k0, kq, mask, base, p.dy, rg.v);
-        return;
-      }
-#pragma unroll
-      for (int q = 0; q < kN; ++q) {
-        bool v;
-        const float* src = source(k0 + kq + q * kStep, v);
-        rg.v[q] = igemm::load_or_zero(src, v);
-      }
+      fetch_mlane<C>(*this, k0, base, p.dy, rg.v);
     }
     __device__ __forceinline__ void store(uint32_t* s, const Regs& rg) const {
       constexpr int kStep = C::kThreads / C::BM;
