@@ -111,6 +111,31 @@ __device__ __forceinline__ void fetch_klanes(const L& l, int k0, float (&r)[C::B
     for (int j = 0; j < kRows; ++j) r[q][j] = igemm::load_or_zero(src[q][j], v[q][j]);
 }
 
+// The copy and register halves of a k-lane loader L over a tile of BX rows (element (q, j):
+// k = k0 + kl + 8 q, tile row xl + j T/8, shared row stride S), both from L::sources(k0, src, v).
+template <class C, int BX, int S, class L>
+struct KLaneLoader {
+  static constexpr int kRows = BX / (C::kThreads / 8);
+  int kl, xl;
+  __device__ __forceinline__ explicit KLaneLoader(int tid) : kl(tid % 8), xl(tid / 8) {}
+  __device__ __forceinline__ void load(float* s, int k0) const {
+    const float* src[C::BK / 8][kRows];
+    bool v[C::BK / 8][kRows];
+    static_cast<const L&>(*this).sources(k0, src, v);
+    issue_klanes<C, kRows>(s, S, kl, xl, src, v);
+  }
+  // Packed BF16 tiles: the same elements through registers.
+  struct Regs {
+    float v[C::BK / 8][kRows];
+  };
+  __device__ __forceinline__ void fetch(Regs& rg, int k0) const {
+    fetch_klanes<C, kRows>(static_cast<const L&>(*this), k0, rg.v);
+  }
+  __device__ __forceinline__ void store(uint32_t* s, const Regs& rg) const {
+    igemm::store_klanes<C, S, kRows>(s, kl, xl, rg.v);
+  }
+};
+
 // The tap-table gather of one A k-tile (forward and input gradient): the thread's tile row
 // `row` takes k = k0 + kq + (T/BM) q; tap entries {offset, r} come from the shared table, a tap
 // is real when bit r of `mask` is set, and its source is src + base + offset. All table reads
@@ -420,15 +445,14 @@ struct DgradProblem {
   // B[k = (oc, r)][c] = w[(oc*C + c)*KHW + r]: runs of KHW taps are contiguous, so lanes go
   // along k: lane -> k = k0 + lane % 8 [+ 8 q], column c = tid / 8 [+ T/8 j].
   template <class C>
-  struct BLoader {
-    static constexpr int kRows = C::BN / (C::kThreads / 8);
+  struct BLoader : KLaneLoader<C, C::BN, C::SB, BLoader<C>> {
+    using Base = KLaneLoader<C, C::BN, C::SB, BLoader<C>>;
+    using Base::kl, Base::kRows;
     const DgradProblem& p;
-    int kl, cl, c0;
+    int c0;
     __device__ __forceinline__ BLoader(const DgradProblem& p_, int n0, int tid, const int*)
-        : p(p_) {
-      kl = tid % 8;
-      cl = tid / 8;
-      c0 = n0 + cl;
+        : Base(tid), p(p_) {
+      c0 = n0 + Base::xl;
     }
     // The thread's elements of the k-tile at k0: addresses (the base pointer where v is false).
     __device__ __forceinline__ void sources(int k0, const float* (&src)[C::BK / 8][kRows],
@@ -445,22 +469,6 @@ struct DgradProblem {
           src[q][j] = v[q][j] ? p.w + (koff + c * p.g.khw) : p.w;
         }
       }
-    }
-    __device__ __forceinline__ void load(float* s, int k0) const {
-      const float* src[C::BK / 8][kRows];
-      bool v[C::BK / 8][kRows];
-      sources(k0, src, v);
-      issue_klanes<C, kRows>(s, C::SB, kl, cl, src, v);
-    }
-    // Packed BF16 tiles: the same elements through registers.
-    struct Regs {
-      float v[C::BK / 8][kRows];
-    };
-    __device__ __forceinline__ void fetch(Regs& rg, int k0) const {
-      fetch_klanes<C, kRows>(*this, k0, rg.v);
-    }
-    __device__ __forceinline__ void store(uint32_t* s, const Regs& rg) const {
-      igemm::store_klanes<C, C::SB, kRows>(s, kl, cl, rg.v);
     }
   };
 
@@ -490,15 +498,14 @@ struct WgradProblem {
   // A[oc][k] = dy[(n*OC + oc)*OHW + pix]: lanes along k (output pixels, contiguous).
   // Thread mapping: k = k0 + tid % 8 [+ 8 q], row oc = m0 + tid / 8 [+ T/8 j].
   template <class C>
-  struct ALoader {
-    static constexpr int kRows = C::BM / (C::kThreads / 8);
+  struct ALoader : KLaneLoader<C, C::BM, C::SA, ALoader<C>> {
+    using Base = KLaneLoader<C, C::BM, C::SA, ALoader<C>>;
+    using Base::kl, Base::kRows;
     const WgradProblem& p;
-    int kl, r0, rl;
+    int r0;
     __device__ __forceinline__ ALoader(const WgradProblem& p_, int m0, int tid, const int*)
-        : p(p_) {
-      kl = tid % 8;
-      rl = tid / 8;
-      r0 = m0 + rl;
+        : Base(tid), p(p_) {
+      r0 = m0 + Base::xl;
     }
     // The thread's elements of the k-tile at k0: addresses (the base pointer where v is false).
     __device__ __forceinline__ void sources(int k0, const float* (&src)[C::BK / 8][kRows],
@@ -516,42 +523,24 @@ struct WgradProblem {
         }
       }
     }
-    __device__ __forceinline__ void load(float* s, int k0) const {
-      const float* src[C::BK / 8][kRows];
-      bool v[C::BK / 8][kRows];
-      sources(k0, src, v);
-      issue_klanes<C, kRows>(s, C::SA, kl, rl, src, v);
-    }
-    // Packed BF16 tiles: the same elements through registers.
-    struct Regs {
-      float v[C::BK / 8][kRows];
-    };
-    __device__ __forceinline__ void fetch(Regs& rg, int k0) const {
-      fetch_klanes<C, kRows>(*this, k0, rg.v);
-    }
-    __device__ __forceinline__ void store(uint32_t* s, const Regs& rg) const {
-      igemm::store_klanes<C, C::SA, kRows>(s, kl, rl, rg.v);
-    }
   };
 
   // B[k][j] = x[n][c][oy*sh - ph + ky][ox*sw - pw + kx]: lanes along k (consecutive output
   // pixels read consecutive input pixels). Each thread's columns j are fixed for the whole K
   // loop, so their (c, ky, kx) offsets are computed once.
   template <class C>
-  struct BLoader {
-    static constexpr int kRows = C::BN / (C::kThreads / 8);
+  struct BLoader : KLaneLoader<C, C::BN, C::SB, BLoader<C>> {
+    using Base = KLaneLoader<C, C::BN, C::SB, BLoader<C>>;
+    using Base::kl, Base::kRows;
     const WgradProblem& p;
-    int kl, cl;
     int joff[kRows], jy[kRows], jx[kRows];
     unsigned ones = 0;  // bit j: column j is the ones column (db)
     __device__ __forceinline__ BLoader(const WgradProblem& p_, int n0, int tid, const int*)
-        : p(p_) {
-      kl = tid % 8;
-      cl = tid / 8;
+        : Base(tid), p(p_) {
       const int ckhw = p.g.c * p.g.khw;
 #pragma unroll
       for (int j = 0; j < kRows; ++j) {
-        const int col = n0 + cl + j * (C::kThreads / 8);
+        const int col = n0 + Base::xl + j * (C::kThreads / 8);
         joff[j] = 0;
         jy[j] = jx[j] = kFarAway;  // never inside the image: reads padding (zero)
         if (col < ckhw) {
@@ -585,22 +574,6 @@ struct WgradProblem {
           src[q][j] = v[q][j] ? (one ? &kOneF : p.x + (xoff + joff[j])) : p.x;
         }
       }
-    }
-    __device__ __forceinline__ void load(float* s, int k0) const {
-      const float* src[C::BK / 8][kRows];
-      bool v[C::BK / 8][kRows];
-      sources(k0, src, v);
-      issue_klanes<C, kRows>(s, C::SB, kl, cl, src, v);
-    }
-    // Packed BF16 tiles: the same elements through registers.
-    struct Regs {
-      float v[C::BK / 8][kRows];
-    };
-    __device__ __forceinline__ void fetch(Regs& rg, int k0) const {
-      fetch_klanes<C, kRows>(*this, k0, rg.v);
-    }
-    __device__ __forceinline__ void store(uint32_t* s, const Regs& rg) const {
-      igemm::store_klanes<C, C::SB, kRows>(s, kl, cl, rg.v);
     }
   };
 
