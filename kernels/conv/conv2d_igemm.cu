@@ -210,6 +210,45 @@ __device__ __forceinline__ void fetch_mlane(const G& g, int k0, int base, const 
   }
 }
 
+// The copy and register halves of an m-lane gather L (tile row `row` per thread, lanes on
+// consecutive rows; element q: k = kq + q T/BM): through the tap table when there is one (the
+// source L::table_src() + L::table_base() + entry offset; bit r of `mask`: tap r is real), else
+// through L::source(k, valid).
+template <class C, class L>
+struct MLaneLoader {
+  const int2* tab;
+  int row, kq;
+  unsigned mask = 0;
+  __device__ __forceinline__ MLaneLoader(int tid, const int* table)
+      : tab(reinterpret_cast<const int2*>(table)), row(tid % C::BM), kq(tid / C::BM) {}
+  __device__ __forceinline__ void load(float* s, int k0) const {
+    const L& l = static_cast<const L&>(*this);
+    constexpr int kStep = C::kThreads / C::BM;
+    if (tab) {
+      gather_by_table<C>(tab, k0, kq, row, mask, l.table_base(), l.table_src(), s);
+      return;
+    }
+#pragma unroll
+    for (int q = 0; q < C::BK / kStep; ++q) {
+      bool v;
+      const float* src = l.source(k0 + kq + q * kStep, v);
+      cp_async4(s + (kq + q * kStep) * C::SA + row, src, v);
+    }
+  }
+  // Packed BF16 tiles: the same elements through registers (element q: k = kq + q T/BM).
+  struct Regs {
+    float v[C::BK / (C::kThreads / C::BM)];
+  };
+  __device__ __forceinline__ void fetch(Regs& rg, int k0) const {
+    const L& l = static_cast<const L&>(*this);
+    fetch_mlane<C>(l, k0, l.table_base(), l.table_src(), rg.v);
+  }
+  __device__ __forceinline__ void store(uint32_t* s, const Regs& rg) const {
+    constexpr int kStep = C::kThreads / C::BM;
+    igemm::store_mlane<C::SA, C::BK / kStep, kStep>(s, kq, row, rg.v);
+  }
+};
+
 // ---------------------------------------------------------------------------------------------
 // Forward: C[m = (n, oy, ox)][oc] = sum over k = (c, ky, kx) of x[n][c][iy][ix] * w[oc][k].
 struct FwdProblem {
@@ -247,15 +286,13 @@ struct FwdProblem {
   // Thread mapping: one tile row (output pixel) per thread, lanes on consecutive pixels (so
   // the reads of one tap coalesce along ox); k = tid / BM + (T / BM) q.
   template <class C>
-  struct ALoader {
+  struct ALoader : MLaneLoader<C, ALoader<C>> {
+    using Base = MLaneLoader<C, ALoader<C>>;
+    using Base::tab, Base::row, Base::mask;  // mask bit r: tap r of the window is in the image
     const FwdProblem& p;
-    const int2* tab;
-    int row, kq, off, iy0, ix0;
-    unsigned mask = 0;  // bit r: tap r of this pixel's window lies inside the image
+    int off, iy0, ix0;
     __device__ __forceinline__ ALoader(const FwdProblem& p_, int m0, int tid, const int* table)
-        : p(p_), tab(reinterpret_cast<const int2*>(table)) {
-      row = tid % C::BM;
-      kq = tid / C::BM;
+        : Base(tid, table), p(p_) {
       const int m = m0 + row;
       if (m < p.M) {
         const int n = p.g.div_ohw.div(m), r = m - n * p.g.ohw;
@@ -280,19 +317,9 @@ struct FwdProblem {
         off = 0;
       }
     }
-    __device__ __forceinline__ void load(float* s, int k0) const {
-      constexpr int kStep = C::kThreads / C::BM;
-      if (tab) {
-        gather_by_table<C>(tab, k0, kq, row, mask, off, p.x, s);
-        return;
-      }
-#pragma unroll
-      for (int q = 0; q < C::BK / kStep; ++q) {
-        bool v;
-        const float* src = source(k0 + kq + q * kStep, v);
-        cp_async4(s + (kq + q * kStep) * C::SA + row, src, v);
-      }
-    }
+    // The table path reads p.x + off + entry offset.
+    __device__ __forceinline__ int table_base() const { return off; }
+    __device__ __forceinline__ const float* table_src() const { return p.x; }
     // Element k of the thread's row without the table: its address (p.x when v is false).
     __device__ __forceinline__ const float* source(int k, bool& v) const {
       const int c = p.g.div_khw.div(k), r = k - c * p.g.khw;
@@ -300,18 +327,6 @@ struct FwdProblem {
       v = k < p.K && static_cast<unsigned>(iy0 + ky) < static_cast<unsigned>(p.g.h) &&
           static_cast<unsigned>(ix0 + kx) < static_cast<unsigned>(p.g.w);
       return v ? p.x + (off + c * p.g.hw + ky * p.g.w + kx) : p.x;
-    }
-
-    // Packed BF16 tiles: the same elements through registers (element q: k = kq + q T/BM).
-    struct Regs {
-      float v[C::BK / (C::kThreads / C::BM)];
-    };
-    __device__ __forceinline__ void fetch(Regs& rg, int k0) const {
-      fetch_mlane<C>(*this, k0, off, p.x, rg.v);
-    }
-    __device__ __forceinline__ void store(uint32_t* s, const Regs& rg) const {
-      constexpr int kStep = C::kThreads / C::BM;
-      igemm::store_mlane<C::SA, C::BK / kStep, kStep>(s, kq, row, rg.v);
     }
   };
 
@@ -363,16 +378,14 @@ struct DgradProblem {
 
   // Thread mapping: one tile row (input pixel) per thread, lanes on consecutive pixels.
   template <class C>
-  struct ALoader {
+  struct ALoader : MLaneLoader<C, ALoader<C>> {
+    using Base = MLaneLoader<C, ALoader<C>>;
+    using Base::tab, Base::row, Base::mask;  // table path, mask bit r: tap r reads a dy pixel
     const DgradProblem& p;
-    const int2* tab;
-    int row, kq, off, ty0, tx0;
-    int base = 0;       // table path: offset of dy[n][0][iy + ph][ix + pw]
-    unsigned mask = 0;  // table path, bit r: tap r reads an existing dy pixel
+    int off, ty0, tx0;
+    int base = 0;  // table path: offset of dy[n][0][iy + ph][ix + pw]
     __device__ __forceinline__ ALoader(const DgradProblem& p_, int m0, int tid, const int* table)
-        : p(p_), tab(reinterpret_cast<const int2*>(table)) {
-      row = tid % C::BM;
-      kq = tid / C::BM;
+        : Base(tid, table), p(p_) {
       const int m = m0 + row;
       if (m < p.M) {
         const int n = p.g.div_hw.div(m), r = m - n * p.g.hw;
@@ -398,19 +411,9 @@ struct DgradProblem {
         off = 0;
       }
     }
-    __device__ __forceinline__ void load(float* s, int k0) const {
-      constexpr int kStep = C::kThreads / C::BM;
-      if (tab) {
-        gather_by_table<C>(tab, k0, kq, row, mask, base, p.dy, s);
-        return;
-      }
-#pragma unroll
-      for (int q = 0; q < C::BK / kStep; ++q) {
-        bool v;
-        const float* src = source(k0 + kq + q * kStep, v);
-        cp_async4(s + (kq + q * kStep) * C::SA + row, src, v);
-      }
-    }
+    // The table path reads p.dy + base + entry offset.
+    __device__ __forceinline__ int table_base() const { return base; }
+    __device__ __forceinline__ const float* table_src() const { return p.dy; }
     // Element k of the thread's row without the table: its address (p.dy when v is false).
     __device__ __forceinline__ const float* source(int k, bool& v) const {
       const int oc = p.g.div_khw.div(k), r = k - oc * p.g.khw;
@@ -427,18 +430,6 @@ struct DgradProblem {
       v = v && static_cast<unsigned>(oy) < static_cast<unsigned>(p.g.oh) &&
           static_cast<unsigned>(ox) < static_cast<unsigned>(p.g.ow);
       return v ? p.dy + (off + oc * p.g.ohw + oy * p.g.ow + ox) : p.dy;
-    }
-
-    // Packed BF16 tiles: the same elements through registers (element q: k = kq + q T/BM).
-    struct Regs {
-      float v[C::BK / (C::kThreads / C::BM)];
-    };
-    __device__ __forceinline__ void fetch(Regs& rg, int k0) const {
-      fetch_mlane<C>(*this, k0, base, p.dy, rg.v);
-    }
-    __device__ __forceinline__ void store(uint32_t* s, const Regs& rg) const {
-      constexpr int kStep = C::kThreads / C::BM;
-      igemm::store_mlane<C::SA, C::BK / kStep, kStep>(s, kq, row, rg.v);
     }
   };
 
