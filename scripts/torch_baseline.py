@@ -589,6 +589,31 @@ def md_table(cols, rows):
     return "\n".join(out)
 
 
+def eager_graph_section(bench, batches, precisions, cols, title, heading, csv_path, md):
+    """Runs bench(batch, precision) -> (eager us, graph us or None, note) for every batch and
+    precision; prints the table under title, appends it to md under heading and, when csv_path
+    is given, writes it there (through a temporary file)."""
+    rows = []
+    for b in batches:
+        for prec in precisions:
+            eager, graph, note = bench(b, prec)
+            rows.append((b, prec, fmt_us(eager), f"{b / eager * 1e6:.0f}",
+                         fmt_us(graph), "-" if graph is None else f"{b / graph * 1e6:.0f}",
+                         note))
+    print(f"\n{title}")
+    print(table(cols, rows))
+    md += ["", f"## {heading}", "", md_table(cols, rows)]
+    if csv_path:
+        import csv
+        tmp = csv_path + ".tmp"
+        with open(tmp, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["batch", "precision", "eager_us", "graph_us", "note"])
+            for r in rows:
+                w.writerow([r[0], r[1], r[2], r[4], r[6]])
+        os.replace(tmp, csv_path)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", help="config whose model is timed (default configs/mnist.yaml)")
@@ -663,51 +688,22 @@ def main():
     md = ["# PyTorch baseline", ""] + ["    " + h for h in header]
 
     if args.infer:
-        cols = ["batch", "prec", "eager us", "eager img/s", "graph us", "graph img/s", "note"]
-        rows = []
-        for b in batches:
-            for prec in precisions:
-                eager, graph, note = infer_benchmark(torch, net, b, prec, args.steps,
-                                                     args.windows)
-                rows.append((b, prec, fmt_us(eager), f"{b / eager * 1e6:.0f}",
-                             fmt_us(graph), "-" if graph is None else f"{b / graph * 1e6:.0f}",
-                             note))
-        print("\nInference forward (torch.inference_mode, eval)")
-        print(table(cols, rows))
-        md += ["", "## Inference forward", "", md_table(cols, rows)]
-        if args.infer_csv:
-            import csv
-            tmp = args.infer_csv + ".tmp"
-            with open(tmp, "w", newline="") as f:
-                w = csv.writer(f)
-                w.writerow(["batch", "precision", "eager_us", "graph_us", "note"])
-                for r in rows:
-                    w.writerow([r[0], r[1], r[2], r[4], r[6]])
-            os.replace(tmp, args.infer_csv)
+        eager_graph_section(
+            lambda b, prec: infer_benchmark(torch, net, b, prec, args.steps, args.windows),
+            batches, precisions,
+            ["batch", "prec", "eager us", "eager img/s", "graph us", "graph img/s", "note"],
+            "Inference forward (torch.inference_mode, eval)", "Inference forward",
+            args.infer_csv, md)
         args.no_step = args.no_ops = True
 
     if not args.no_step:
-        cols = ["batch", "prec", "eager us/step", "eager img/s", "graph us/step", "graph img/s",
-                "note"]
-        rows = []
-        for b in batches:
-            for prec in precisions:
-                eager, graph, note = step_benchmark(torch, net, b, prec, args.steps, args.windows)
-                rows.append((b, prec, fmt_us(eager), f"{b / eager * 1e6:.0f}",
-                             fmt_us(graph), "-" if graph is None else f"{b / graph * 1e6:.0f}",
-                             note))
-        print("\nWhole training step (forward + backward + SGD momentum)")
-        print(table(cols, rows))
-        md += ["", "## Whole training step", "", md_table(cols, rows)]
-        if args.step_csv:
-            import csv
-            tmp = args.step_csv + ".tmp"
-            with open(tmp, "w", newline="") as f:
-                w = csv.writer(f)
-                w.writerow(["batch", "precision", "eager_us", "graph_us", "note"])
-                for r in rows:
-                    w.writerow([r[0], r[1], r[2], r[4], r[6]])
-            os.replace(tmp, args.step_csv)
+        eager_graph_section(
+            lambda b, prec: step_benchmark(torch, net, b, prec, args.steps, args.windows),
+            batches, precisions,
+            ["batch", "prec", "eager us/step", "eager img/s", "graph us/step", "graph img/s",
+             "note"],
+            "Whole training step (forward + backward + SGD momentum)", "Whole training step",
+            args.step_csv, md)
 
     if not args.no_ops:
         cols = ["op", "input", "prec", "median us", "p95 us"]

@@ -149,129 +149,6 @@ std::vector<Conv2dShape> conv_cases() {
           shape(4, 64, 8, 8, 64, 3, 1, 1),  shape(2, 17, 10, 10, 40, 3, 2, 0)};
 }
 
-TEST(GpuBf16, ConvForward) {
-  CNN_REQUIRE_GPU();
-  for (const Conv2dShape& s : conv_cases()) {
-    const uint64_t seed = test::fresh_seed();
-    SCOPED_TRACE(describe(s) + " seed " + std::to_string(seed));
-    const size_t nx = size_t(s.n) * s.c * s.h * s.w, nw = size_t(s.oc) * s.c * s.kh * s.kw;
-    const size_t ny = size_t(s.n) * s.oc * s.oh() * s.ow();
-    const std::vector<float> x = test::random_vector(nx, seed),
-                             w = test::random_vector(nw, seed + 1);
-    Refs r;
-    r.ref.resize(ny);
-    r.ref_abs.resize(ny);
-    r.emu.resize(ny);
-    r.emu_abs.resize(ny);
-    const auto xd = to_double(x), wd = to_double(w), xe = bf16_of(x), we = bf16_of(w);
-    conv2d_forward_cpu(s, xd.data(), wd.data(), nullptr, r.ref.data(), false);
-    conv2d_forward_cpu(s, abs_of(xd).data(), abs_of(wd).data(), nullptr, r.ref_abs.data(), false);
-    conv2d_forward_cpu(s, xe.data(), we.data(), nullptr, r.emu.data(), false);
-    conv2d_forward_cpu(s, abs_of(xe).data(), abs_of(we).data(), nullptr, r.emu_abs.data(), false);
-
-    Buffer<float> dx = upload(x), dw = upload(w), dy = poisoned(ny);
-    conv2d_forward_igemm_cuda(s, dx.data(), dw.data(), nullptr, dy.data(), false, bf16_exec());
-    expect_within(download(dy), r, int64_t(s.c) * s.kh * s.kw, "forward");
-  }
-}
-
-TEST(GpuBf16, ConvBackwardData) {
-  CNN_REQUIRE_GPU();
-  for (const Conv2dShape& s : conv_cases()) {
-    for (IgemmVariant v : {IgemmVariant::Generic, IgemmVariant::Dedicated}) {
-      const uint64_t seed = test::fresh_seed();
-      SCOPED_TRACE(describe(s) + (v == IgemmVariant::Generic ? " generic" : " dedicated") +
-                   " seed " + std::to_string(seed));
-      const size_t nx = size_t(s.n) * s.c * s.h * s.w, nw = size_t(s.oc) * s.c * s.kh * s.kw;
-      const size_t ny = size_t(s.n) * s.oc * s.oh() * s.ow();
-      const std::vector<float> dy = test::random_vector(ny, seed),
-                               w = test::random_vector(nw, seed + 1);
-      Refs r;
-      r.ref.resize(nx);
-      r.ref_abs.resize(nx);
-      r.emu.resize(nx);
-      r.emu_abs.resize(nx);
-      const auto yd = to_double(dy), wd = to_double(w), ye = bf16_of(dy), we = bf16_of(w);
-      conv2d_backward_data_cpu(s, yd.data(), wd.data(), r.ref.data());
-      conv2d_backward_data_cpu(s, abs_of(yd).data(), abs_of(wd).data(), r.ref_abs.data());
-      conv2d_backward_data_cpu(s, ye.data(), we.data(), r.emu.data());
-      conv2d_backward_data_cpu(s, abs_of(ye).data(), abs_of(we).data(), r.emu_abs.data());
-
-      Buffer<float> d_dy = upload(dy), d_w = upload(w), d_dx = poisoned(nx);
-      conv2d_backward_data_igemm_cuda(s, d_dy.data(), d_w.data(), d_dx.data(), bf16_exec(), v);
-      expect_within(download(d_dx), r, int64_t(s.oc) * s.kh * s.kw, "input gradient");
-    }
-  }
-}
-
-TEST(GpuBf16, ConvBackwardWeight) {
-  CNN_REQUIRE_GPU();
-  for (const Conv2dShape& s : conv_cases()) {
-    for (IgemmVariant v : {IgemmVariant::Generic, IgemmVariant::Dedicated}) {
-      for (bool det : {false, true}) {
-        const uint64_t seed = test::fresh_seed();
-        SCOPED_TRACE(describe(s) + (v == IgemmVariant::Generic ? " generic" : " dedicated") +
-                     (det ? " deterministic" : " atomic") + " seed " + std::to_string(seed));
-        const size_t nx = size_t(s.n) * s.c * s.h * s.w, nw = size_t(s.oc) * s.c * s.kh * s.kw;
-        const size_t ny = size_t(s.n) * s.oc * s.oh() * s.ow();
-        const std::vector<float> x = test::random_vector(nx, seed),
-                                 dy = test::random_vector(ny, seed + 1);
-        const std::vector<float> w0 = test::random_vector(nw, seed + 2),
-                                 b0 = test::random_vector(size_t(s.oc), seed + 3);
-        // dw and db checked as one vector: dw (OC*C*KH*KW) then db (OC).
-        Refs r;
-        auto init = [&](std::vector<double>& v, bool with_base) {
-          v.assign(nw + s.oc, 0.0);
-          if (with_base) {
-            std::copy(w0.begin(), w0.end(), v.begin());
-            std::copy(b0.begin(), b0.end(), v.begin() + nw);
-          }
-        };
-        init(r.ref, true);
-        init(r.emu, true);
-        init(r.ref_abs, false);
-        init(r.emu_abs, false);
-        r.base_abs = abs_of(r.ref);
-        const auto xd = to_double(x), yd = to_double(dy), xe = bf16_of(x), ye = bf16_of(dy);
-        conv2d_backward_weight_cpu(s, xd.data(), yd.data(), r.ref.data(), r.ref.data() + nw);
-        conv2d_backward_weight_cpu(s, abs_of(xd).data(), abs_of(yd).data(), r.ref_abs.data(),
-                                   r.ref_abs.data() + nw);
-        conv2d_backward_weight_cpu(s, xe.data(), ye.data(), r.emu.data(), r.emu.data() + nw);
-        conv2d_backward_weight_cpu(s, abs_of(xe).data(), abs_of(ye).data(), r.emu_abs.data(),
-                                   r.emu_abs.data() + nw);
-
-        const Exec ex = bf16_exec(det);
-        Buffer<float> d_x = upload(x), d_dy = upload(dy);
-        Buffer<float> scratch(
-            std::max<size_t>(1, conv2d_backward_weight_igemm_scratch_floats(s, ex)), Device::CUDA);
-        auto run = [&] {
-          Buffer<float> d_dw = upload(w0), d_db = upload(b0);
-          conv2d_backward_weight_igemm_cuda(s, d_x.data(), d_dy.data(), d_dw.data(), d_db.data(),
-                                            det ? scratch.data() : nullptr, ex, v);
-          std::vector<float> out = download(d_dw), db = download(d_db);
-          out.insert(out.end(), db.begin(), db.end());
-          return out;
-        };
-        const std::vector<float> got = run();
-        expect_within(got, r, int64_t(s.n) * s.oh() * s.ow(), "weight gradient");
-        if (det) {
-          const std::vector<float> again = run();
-          EXPECT_EQ(std::memcmp(got.data(), again.data(), got.size() * sizeof(float)), 0)
-              << "deterministic weight gradient not bitwise repeatable";
-        }
-      }
-    }
-  }
-}
-
-// ---- packed BF16 tiles --------------------------------------------------------------------------
-// The generic kernels on both shared-memory tilings (Bf16Tiles::Float: float tiles rounded at the
-// fragment loads; Packed: bf16 pairs rounded by the loaders), whatever CNN_BF16_SMEM says.
-
-const char* tiles_name(Bf16Tiles t) {
-  return t == Bf16Tiles::Packed ? " packed" : " float";
-}
-
 size_t x_size(const Conv2dShape& s) {
   return size_t(s.n) * s.c * s.h * s.w;
 }
@@ -282,6 +159,7 @@ size_t y_size(const Conv2dShape& s) {
   return size_t(s.n) * s.oc * s.oh() * s.ow();
 }
 
+// The twins of each conv pass: FP32 operands in double, their BF16 roundings, and both on |a|, |b|.
 Refs forward_refs(const Conv2dShape& s, const std::vector<float>& x, const std::vector<float>& w) {
   Refs r;
   r.ref.resize(y_size(s));
@@ -335,6 +213,86 @@ Refs wgrad_refs(const Conv2dShape& s, const std::vector<float>& x, const std::ve
   conv2d_backward_weight_cpu(s, abs_of(xe).data(), abs_of(ye).data(), r.emu_abs.data(),
                              r.emu_abs.data() + nw);
   return r;
+}
+
+TEST(GpuBf16, ConvForward) {
+  CNN_REQUIRE_GPU();
+  for (const Conv2dShape& s : conv_cases()) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(describe(s) + " seed " + std::to_string(seed));
+    const std::vector<float> x = test::random_vector(x_size(s), seed),
+                             w = test::random_vector(w_size(s), seed + 1);
+    const Refs r = forward_refs(s, x, w);
+
+    Buffer<float> dx = upload(x), dw = upload(w), dy = poisoned(y_size(s));
+    conv2d_forward_igemm_cuda(s, dx.data(), dw.data(), nullptr, dy.data(), false, bf16_exec());
+    expect_within(download(dy), r, int64_t(s.c) * s.kh * s.kw, "forward");
+  }
+}
+
+TEST(GpuBf16, ConvBackwardData) {
+  CNN_REQUIRE_GPU();
+  for (const Conv2dShape& s : conv_cases()) {
+    for (IgemmVariant v : {IgemmVariant::Generic, IgemmVariant::Dedicated}) {
+      const uint64_t seed = test::fresh_seed();
+      SCOPED_TRACE(describe(s) + (v == IgemmVariant::Generic ? " generic" : " dedicated") +
+                   " seed " + std::to_string(seed));
+      const std::vector<float> dy = test::random_vector(y_size(s), seed),
+                               w = test::random_vector(w_size(s), seed + 1);
+      const Refs r = dgrad_refs(s, dy, w);
+
+      Buffer<float> d_dy = upload(dy), d_w = upload(w), d_dx = poisoned(x_size(s));
+      conv2d_backward_data_igemm_cuda(s, d_dy.data(), d_w.data(), d_dx.data(), bf16_exec(), v);
+      expect_within(download(d_dx), r, int64_t(s.oc) * s.kh * s.kw, "input gradient");
+    }
+  }
+}
+
+TEST(GpuBf16, ConvBackwardWeight) {
+  CNN_REQUIRE_GPU();
+  for (const Conv2dShape& s : conv_cases()) {
+    for (IgemmVariant v : {IgemmVariant::Generic, IgemmVariant::Dedicated}) {
+      for (bool det : {false, true}) {
+        const uint64_t seed = test::fresh_seed();
+        SCOPED_TRACE(describe(s) + (v == IgemmVariant::Generic ? " generic" : " dedicated") +
+                     (det ? " deterministic" : " atomic") + " seed " + std::to_string(seed));
+        const std::vector<float> x = test::random_vector(x_size(s), seed),
+                                 dy = test::random_vector(y_size(s), seed + 1);
+        const std::vector<float> w0 = test::random_vector(w_size(s), seed + 2),
+                                 b0 = test::random_vector(size_t(s.oc), seed + 3);
+        // dw and db checked as one vector: dw (OC*C*KH*KW) then db (OC).
+        const Refs r = wgrad_refs(s, x, dy, w0, b0);
+
+        const Exec ex = bf16_exec(det);
+        Buffer<float> d_x = upload(x), d_dy = upload(dy);
+        Buffer<float> scratch(
+            std::max<size_t>(1, conv2d_backward_weight_igemm_scratch_floats(s, ex)), Device::CUDA);
+        auto run = [&] {
+          Buffer<float> d_dw = upload(w0), d_db = upload(b0);
+          conv2d_backward_weight_igemm_cuda(s, d_x.data(), d_dy.data(), d_dw.data(), d_db.data(),
+                                            det ? scratch.data() : nullptr, ex, v);
+          std::vector<float> out = download(d_dw), db = download(d_db);
+          out.insert(out.end(), db.begin(), db.end());
+          return out;
+        };
+        const std::vector<float> got = run();
+        expect_within(got, r, int64_t(s.n) * s.oh() * s.ow(), "weight gradient");
+        if (det) {
+          const std::vector<float> again = run();
+          EXPECT_EQ(std::memcmp(got.data(), again.data(), got.size() * sizeof(float)), 0)
+              << "deterministic weight gradient not bitwise repeatable";
+        }
+      }
+    }
+  }
+}
+
+// ---- packed BF16 tiles --------------------------------------------------------------------------
+// The generic kernels on both shared-memory tilings (Bf16Tiles::Float: float tiles rounded at the
+// fragment loads; Packed: bf16 pairs rounded by the loaders), whatever CNN_BF16_SMEM says.
+
+const char* tiles_name(Bf16Tiles t) {
+  return t == Bf16Tiles::Packed ? " packed" : " float";
 }
 
 std::vector<float> run_forward(const Conv2dShape& s, const std::vector<float>& x,

@@ -111,6 +111,31 @@ __device__ __forceinline__ void fetch_klanes(const L& l, int k0, float (&r)[C::B
     for (int j = 0; j < kRows; ++j) r[q][j] = igemm::load_or_zero(src[q][j], v[q][j]);
 }
 
+// The copy and register halves of a k-lane loader L over a tile of BX rows (element (q, j):
+// k = k0 + kl + 8 q, tile row xl + j T/8, shared row stride S), both from L::sources(k0, src, v).
+template <class C, int BX, int S, class L>
+struct KLaneLoader {
+  static constexpr int kRows = BX / (C::kThreads / 8);
+  int kl, xl;
+  __device__ __forceinline__ explicit KLaneLoader(int tid) : kl(tid % 8), xl(tid / 8) {}
+  __device__ __forceinline__ void load(float* s, int k0) const {
+    const float* src[C::BK / 8][kRows];
+    bool v[C::BK / 8][kRows];
+    static_cast<const L&>(*this).sources(k0, src, v);
+    issue_klanes<C, kRows>(s, S, kl, xl, src, v);
+  }
+  // Packed BF16 tiles: the same elements through registers.
+  struct Regs {
+    float v[C::BK / 8][kRows];
+  };
+  __device__ __forceinline__ void fetch(Regs& rg, int k0) const {
+    fetch_klanes<C, kRows>(static_cast<const L&>(*this), k0, rg.v);
+  }
+  __device__ __forceinline__ void store(uint32_t* s, const Regs& rg) const {
+    igemm::store_klanes<C, S, kRows>(s, kl, xl, rg.v);
+  }
+};
+
 // The tap-table gather of one A k-tile (forward and input gradient): the thread's tile row
 // `row` takes k = k0 + kq + (T/BM) q; tap entries {offset, r} come from the shared table, a tap
 // is real when bit r of `mask` is set, and its source is src + base + offset. All table reads
@@ -185,6 +210,45 @@ __device__ __forceinline__ void fetch_mlane(const G& g, int k0, int base, const 
   }
 }
 
+// The copy and register halves of an m-lane gather L (tile row `row` per thread, lanes on
+// consecutive rows; element q: k = kq + q T/BM): through the tap table when there is one (the
+// source L::table_src() + L::table_base() + entry offset; bit r of `mask`: tap r is real), else
+// through L::source(k, valid).
+template <class C, class L>
+struct MLaneLoader {
+  const int2* tab;
+  int row, kq;
+  unsigned mask = 0;
+  __device__ __forceinline__ MLaneLoader(int tid, const int* table)
+      : tab(reinterpret_cast<const int2*>(table)), row(tid % C::BM), kq(tid / C::BM) {}
+  __device__ __forceinline__ void load(float* s, int k0) const {
+    const L& l = static_cast<const L&>(*this);
+    constexpr int kStep = C::kThreads / C::BM;
+    if (tab) {
+      gather_by_table<C>(tab, k0, kq, row, mask, l.table_base(), l.table_src(), s);
+      return;
+    }
+#pragma unroll
+    for (int q = 0; q < C::BK / kStep; ++q) {
+      bool v;
+      const float* src = l.source(k0 + kq + q * kStep, v);
+      cp_async4(s + (kq + q * kStep) * C::SA + row, src, v);
+    }
+  }
+  // Packed BF16 tiles: the same elements through registers (element q: k = kq + q T/BM).
+  struct Regs {
+    float v[C::BK / (C::kThreads / C::BM)];
+  };
+  __device__ __forceinline__ void fetch(Regs& rg, int k0) const {
+    const L& l = static_cast<const L&>(*this);
+    fetch_mlane<C>(l, k0, l.table_base(), l.table_src(), rg.v);
+  }
+  __device__ __forceinline__ void store(uint32_t* s, const Regs& rg) const {
+    constexpr int kStep = C::kThreads / C::BM;
+    igemm::store_mlane<C::SA, C::BK / kStep, kStep>(s, kq, row, rg.v);
+  }
+};
+
 // ---------------------------------------------------------------------------------------------
 // Forward: C[m = (n, oy, ox)][oc] = sum over k = (c, ky, kx) of x[n][c][iy][ix] * w[oc][k].
 struct FwdProblem {
@@ -222,15 +286,13 @@ struct FwdProblem {
   // Thread mapping: one tile row (output pixel) per thread, lanes on consecutive pixels (so
   // the reads of one tap coalesce along ox); k = tid / BM + (T / BM) q.
   template <class C>
-  struct ALoader {
+  struct ALoader : MLaneLoader<C, ALoader<C>> {
+    using Base = MLaneLoader<C, ALoader<C>>;
+    using Base::tab, Base::row, Base::mask;  // mask bit r: tap r of the window is in the image
     const FwdProblem& p;
-    const int2* tab;
-    int row, kq, off, iy0, ix0;
-    unsigned mask = 0;  // bit r: tap r of this pixel's window lies inside the image
+    int off, iy0, ix0;
     __device__ __forceinline__ ALoader(const FwdProblem& p_, int m0, int tid, const int* table)
-        : p(p_), tab(reinterpret_cast<const int2*>(table)) {
-      row = tid % C::BM;
-      kq = tid / C::BM;
+        : Base(tid, table), p(p_) {
       const int m = m0 + row;
       if (m < p.M) {
         const int n = p.g.div_ohw.div(m), r = m - n * p.g.ohw;
@@ -255,19 +317,9 @@ struct FwdProblem {
         off = 0;
       }
     }
-    __device__ __forceinline__ void load(float* s, int k0) const {
-      constexpr int kStep = C::kThreads / C::BM;
-      if (tab) {
-        gather_by_table<C>(tab, k0, kq, row, mask, off, p.x, s);
-        return;
-      }
-#pragma unroll
-      for (int q = 0; q < C::BK / kStep; ++q) {
-        bool v;
-        const float* src = source(k0 + kq + q * kStep, v);
-        cp_async4(s + (kq + q * kStep) * C::SA + row, src, v);
-      }
-    }
+    // The table path reads p.x + off + entry offset.
+    __device__ __forceinline__ int table_base() const { return off; }
+    __device__ __forceinline__ const float* table_src() const { return p.x; }
     // Element k of the thread's row without the table: its address (p.x when v is false).
     __device__ __forceinline__ const float* source(int k, bool& v) const {
       const int c = p.g.div_khw.div(k), r = k - c * p.g.khw;
@@ -275,18 +327,6 @@ struct FwdProblem {
       v = k < p.K && static_cast<unsigned>(iy0 + ky) < static_cast<unsigned>(p.g.h) &&
           static_cast<unsigned>(ix0 + kx) < static_cast<unsigned>(p.g.w);
       return v ? p.x + (off + c * p.g.hw + ky * p.g.w + kx) : p.x;
-    }
-
-    // Packed BF16 tiles: the same elements through registers (element q: k = kq + q T/BM).
-    struct Regs {
-      float v[C::BK / (C::kThreads / C::BM)];
-    };
-    __device__ __forceinline__ void fetch(Regs& rg, int k0) const {
-      fetch_mlane<C>(*this, k0, off, p.x, rg.v);
-    }
-    __device__ __forceinline__ void store(uint32_t* s, const Regs& rg) const {
-      constexpr int kStep = C::kThreads / C::BM;
-      igemm::store_mlane<C::SA, C::BK / kStep, kStep>(s, kq, row, rg.v);
     }
   };
 
@@ -338,16 +378,14 @@ struct DgradProblem {
 
   // Thread mapping: one tile row (input pixel) per thread, lanes on consecutive pixels.
   template <class C>
-  struct ALoader {
+  struct ALoader : MLaneLoader<C, ALoader<C>> {
+    using Base = MLaneLoader<C, ALoader<C>>;
+    using Base::tab, Base::row, Base::mask;  // table path, mask bit r: tap r reads a dy pixel
     const DgradProblem& p;
-    const int2* tab;
-    int row, kq, off, ty0, tx0;
-    int base = 0;       // table path: offset of dy[n][0][iy + ph][ix + pw]
-    unsigned mask = 0;  // table path, bit r: tap r reads an existing dy pixel
+    int off, ty0, tx0;
+    int base = 0;  // table path: offset of dy[n][0][iy + ph][ix + pw]
     __device__ __forceinline__ ALoader(const DgradProblem& p_, int m0, int tid, const int* table)
-        : p(p_), tab(reinterpret_cast<const int2*>(table)) {
-      row = tid % C::BM;
-      kq = tid / C::BM;
+        : Base(tid, table), p(p_) {
       const int m = m0 + row;
       if (m < p.M) {
         const int n = p.g.div_hw.div(m), r = m - n * p.g.hw;
@@ -373,19 +411,9 @@ struct DgradProblem {
         off = 0;
       }
     }
-    __device__ __forceinline__ void load(float* s, int k0) const {
-      constexpr int kStep = C::kThreads / C::BM;
-      if (tab) {
-        gather_by_table<C>(tab, k0, kq, row, mask, base, p.dy, s);
-        return;
-      }
-#pragma unroll
-      for (int q = 0; q < C::BK / kStep; ++q) {
-        bool v;
-        const float* src = source(k0 + kq + q * kStep, v);
-        cp_async4(s + (kq + q * kStep) * C::SA + row, src, v);
-      }
-    }
+    // The table path reads p.dy + base + entry offset.
+    __device__ __forceinline__ int table_base() const { return base; }
+    __device__ __forceinline__ const float* table_src() const { return p.dy; }
     // Element k of the thread's row without the table: its address (p.dy when v is false).
     __device__ __forceinline__ const float* source(int k, bool& v) const {
       const int oc = p.g.div_khw.div(k), r = k - oc * p.g.khw;
@@ -403,32 +431,19 @@ struct DgradProblem {
           static_cast<unsigned>(ox) < static_cast<unsigned>(p.g.ow);
       return v ? p.dy + (off + oc * p.g.ohw + oy * p.g.ow + ox) : p.dy;
     }
-
-    // Packed BF16 tiles: the same elements through registers (element q: k = kq + q T/BM).
-    struct Regs {
-      float v[C::BK / (C::kThreads / C::BM)];
-    };
-    __device__ __forceinline__ void fetch(Regs& rg, int k0) const {
-      fetch_mlane<C>(*this, k0, base, p.dy, rg.v);
-    }
-    __device__ __forceinline__ void store(uint32_t* s, const Regs& rg) const {
-      constexpr int kStep = C::kThreads / C::BM;
-      igemm::store_mlane<C::SA, C::BK / kStep, kStep>(s, kq, row, rg.v);
-    }
   };
 
   // B[k = (oc, r)][c] = w[(oc*C + c)*KHW + r]: runs of KHW taps are contiguous, so lanes go
   // along k: lane -> k = k0 + lane % 8 [+ 8 q], column c = tid / 8 [+ T/8 j].
   template <class C>
-  struct BLoader {
-    static constexpr int kRows = C::BN / (C::kThreads / 8);
+  struct BLoader : KLaneLoader<C, C::BN, C::SB, BLoader<C>> {
+    using Base = KLaneLoader<C, C::BN, C::SB, BLoader<C>>;
+    using Base::kl, Base::kRows;
     const DgradProblem& p;
-    int kl, cl, c0;
+    int c0;
     __device__ __forceinline__ BLoader(const DgradProblem& p_, int n0, int tid, const int*)
-        : p(p_) {
-      kl = tid % 8;
-      cl = tid / 8;
-      c0 = n0 + cl;
+        : Base(tid), p(p_) {
+      c0 = n0 + Base::xl;
     }
     // The thread's elements of the k-tile at k0: addresses (the base pointer where v is false).
     __device__ __forceinline__ void sources(int k0, const float* (&src)[C::BK / 8][kRows],
@@ -445,22 +460,6 @@ struct DgradProblem {
           src[q][j] = v[q][j] ? p.w + (koff + c * p.g.khw) : p.w;
         }
       }
-    }
-    __device__ __forceinline__ void load(float* s, int k0) const {
-      const float* src[C::BK / 8][kRows];
-      bool v[C::BK / 8][kRows];
-      sources(k0, src, v);
-      issue_klanes<C, kRows>(s, C::SB, kl, cl, src, v);
-    }
-    // Packed BF16 tiles: the same elements through registers.
-    struct Regs {
-      float v[C::BK / 8][kRows];
-    };
-    __device__ __forceinline__ void fetch(Regs& rg, int k0) const {
-      fetch_klanes<C, kRows>(*this, k0, rg.v);
-    }
-    __device__ __forceinline__ void store(uint32_t* s, const Regs& rg) const {
-      igemm::store_klanes<C, C::SB, kRows>(s, kl, cl, rg.v);
     }
   };
 
@@ -490,15 +489,14 @@ struct WgradProblem {
   // A[oc][k] = dy[(n*OC + oc)*OHW + pix]: lanes along k (output pixels, contiguous).
   // Thread mapping: k = k0 + tid % 8 [+ 8 q], row oc = m0 + tid / 8 [+ T/8 j].
   template <class C>
-  struct ALoader {
-    static constexpr int kRows = C::BM / (C::kThreads / 8);
+  struct ALoader : KLaneLoader<C, C::BM, C::SA, ALoader<C>> {
+    using Base = KLaneLoader<C, C::BM, C::SA, ALoader<C>>;
+    using Base::kl, Base::kRows;
     const WgradProblem& p;
-    int kl, r0, rl;
+    int r0;
     __device__ __forceinline__ ALoader(const WgradProblem& p_, int m0, int tid, const int*)
-        : p(p_) {
-      kl = tid % 8;
-      rl = tid / 8;
-      r0 = m0 + rl;
+        : Base(tid), p(p_) {
+      r0 = m0 + Base::xl;
     }
     // The thread's elements of the k-tile at k0: addresses (the base pointer where v is false).
     __device__ __forceinline__ void sources(int k0, const float* (&src)[C::BK / 8][kRows],
@@ -516,42 +514,24 @@ struct WgradProblem {
         }
       }
     }
-    __device__ __forceinline__ void load(float* s, int k0) const {
-      const float* src[C::BK / 8][kRows];
-      bool v[C::BK / 8][kRows];
-      sources(k0, src, v);
-      issue_klanes<C, kRows>(s, C::SA, kl, rl, src, v);
-    }
-    // Packed BF16 tiles: the same elements through registers.
-    struct Regs {
-      float v[C::BK / 8][kRows];
-    };
-    __device__ __forceinline__ void fetch(Regs& rg, int k0) const {
-      fetch_klanes<C, kRows>(*this, k0, rg.v);
-    }
-    __device__ __forceinline__ void store(uint32_t* s, const Regs& rg) const {
-      igemm::store_klanes<C, C::SA, kRows>(s, kl, rl, rg.v);
-    }
   };
 
   // B[k][j] = x[n][c][oy*sh - ph + ky][ox*sw - pw + kx]: lanes along k (consecutive output
   // pixels read consecutive input pixels). Each thread's columns j are fixed for the whole K
   // loop, so their (c, ky, kx) offsets are computed once.
   template <class C>
-  struct BLoader {
-    static constexpr int kRows = C::BN / (C::kThreads / 8);
+  struct BLoader : KLaneLoader<C, C::BN, C::SB, BLoader<C>> {
+    using Base = KLaneLoader<C, C::BN, C::SB, BLoader<C>>;
+    using Base::kl, Base::kRows;
     const WgradProblem& p;
-    int kl, cl;
     int joff[kRows], jy[kRows], jx[kRows];
     unsigned ones = 0;  // bit j: column j is the ones column (db)
     __device__ __forceinline__ BLoader(const WgradProblem& p_, int n0, int tid, const int*)
-        : p(p_) {
-      kl = tid % 8;
-      cl = tid / 8;
+        : Base(tid), p(p_) {
       const int ckhw = p.g.c * p.g.khw;
 #pragma unroll
       for (int j = 0; j < kRows; ++j) {
-        const int col = n0 + cl + j * (C::kThreads / 8);
+        const int col = n0 + Base::xl + j * (C::kThreads / 8);
         joff[j] = 0;
         jy[j] = jx[j] = kFarAway;  // never inside the image: reads padding (zero)
         if (col < ckhw) {
@@ -585,22 +565,6 @@ struct WgradProblem {
           src[q][j] = v[q][j] ? (one ? &kOneF : p.x + (xoff + joff[j])) : p.x;
         }
       }
-    }
-    __device__ __forceinline__ void load(float* s, int k0) const {
-      const float* src[C::BK / 8][kRows];
-      bool v[C::BK / 8][kRows];
-      sources(k0, src, v);
-      issue_klanes<C, kRows>(s, C::SB, kl, cl, src, v);
-    }
-    // Packed BF16 tiles: the same elements through registers.
-    struct Regs {
-      float v[C::BK / 8][kRows];
-    };
-    __device__ __forceinline__ void fetch(Regs& rg, int k0) const {
-      fetch_klanes<C, kRows>(*this, k0, rg.v);
-    }
-    __device__ __forceinline__ void store(uint32_t* s, const Regs& rg) const {
-      igemm::store_klanes<C, C::SB, kRows>(s, kl, cl, rg.v);
     }
   };
 

@@ -208,6 +208,27 @@ struct SimtMath {
   }
 };
 
+// The kSteps MMA steps of one staged k-tile on a tensor-core math M (M::load_frag, M::acc),
+// register double-buffered: step s + 1's fragments load before step s's MMAs issue.
+template <int kSteps, class M>
+__device__ __forceinline__ void mma_steps_double_buffered(M& m, const float* As, const float* Bs) {
+  uint32_t a[2][M::MI][4], b[2][M::NI][2];
+  m.load_frag(As, Bs, 0, a[0], b[0]);
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    if (s + 1 < kSteps) m.load_frag(As, Bs, (s + 1) * M::KS, a[(s + 1) % 2], b[(s + 1) % 2]);
+#pragma unroll
+    for (int i = 0; i < M::MI; ++i)
+#pragma unroll
+      for (int j = 0; j < M::NI; ++j) {
+        if constexpr (M::kBf16)
+          mma_bf16(m.acc[i][j], a[s % 2][i], b[s % 2][j]);
+        else
+          mma_tf32(m.acc[i][j], a[s % 2][i], b[s % 2][j]);
+      }
+  }
+}
+
 // Tensor-core math: warp w owns a WM x WN warp tile of MI x NI m16n8 accumulator tiles, fed by
 // m16n8k8 TF32 or m16n8k16 BF16 MMAs (C::kMma). With float tiles the operands are rounded as
 // they leave shared memory (the cp.async copies that fill them cannot convert); packed BF16
@@ -310,21 +331,7 @@ struct MmaMath {
       }
       return;
     }
-    uint32_t a[2][MI][4], b[2][NI][2];
-    load_frag(As, Bs, 0, a[0], b[0]);
-#pragma unroll
-    for (int s = 0; s < kSteps; ++s) {
-      if (s + 1 < kSteps) load_frag(As, Bs, (s + 1) * KS, a[(s + 1) % 2], b[(s + 1) % 2]);
-#pragma unroll
-      for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int j = 0; j < NI; ++j) {
-          if constexpr (kBf16)
-            mma_bf16(acc[i][j], a[s % 2][i], b[s % 2][j]);
-          else
-            mma_tf32(acc[i][j], a[s % 2][i], b[s % 2][j]);
-        }
-    }
+    mma_steps_double_buffered<kSteps>(*this, As, Bs);
   }
 
   __device__ __forceinline__ void stage(float* Cs, bool m_fast) const {

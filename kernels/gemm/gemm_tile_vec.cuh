@@ -277,22 +277,7 @@ struct MmaMath {
   }
 
   __device__ __forceinline__ void compute(const float* As, const float* Bs) {
-    constexpr int kSteps = C::BK / KS;
-    uint32_t a[2][MI][4], b[2][NI][2];
-    load_frag(As, Bs, 0, a[0], b[0]);
-#pragma unroll
-    for (int s = 0; s < kSteps; ++s) {
-      if (s + 1 < kSteps) load_frag(As, Bs, (s + 1) * KS, a[(s + 1) % 2], b[(s + 1) % 2]);
-#pragma unroll
-      for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int j = 0; j < NI; ++j) {
-          if constexpr (kBf16)
-            mma_bf16(acc[i][j], a[s % 2][i], b[s % 2][j]);
-          else
-            mma_tf32(acc[i][j], a[s % 2][i], b[s % 2][j]);
-        }
-    }
+    igemm::mma_steps_double_buffered<C::BK / KS>(*this, As, Bs);
   }
 
   // Accumulator layout: c0, c1 (row g, cols 2t, 2t+1), c2, c3 (row g+8, same cols).
