@@ -121,8 +121,11 @@ TEST(ConvNhwcLayout, Refusals) {
 TEST(ConvNhwcLayout, RefusalsStrideAndLargeBox) {
   EXPECT_THROW((void)im2col_geometry(conv(1, 1, 4, 4, 1, 1, 1, 1, 1, 0, 130), "x"), Error);
   EXPECT_THROW((void)im2col_geometry(conv(1, 1, 4, 4, 1, 1, 1, 1, 1, 129, 0), "x"), Error);
-  // 128 on both corners is still expressible (lower -128; upper 128 - 128 = 0).
-  EXPECT_NO_THROW((void)im2col_geometry(conv(1, 1, 4, 4, 1, 1, 1, 1, 1, 128, 0), "x"));
+  // Padding p on a 1x1 kernel: lower -p, upper p (the box runs p past the far edge too).
+  EXPECT_NO_THROW((void)im2col_geometry(conv(1, 1, 4, 4, 1, 1, 1, 1, 1, 127, 0), "x"));
+  EXPECT_THROW((void)im2col_geometry(conv(1, 1, 4, 4, 1, 1, 1, 1, 1, 128, 0), "x"), Error);
+  // A 7x7 kernel takes 6 off the far corner: padding 133 gives upper 127, lower -133 (refused).
+  EXPECT_THROW((void)im2col_geometry(conv(1, 1, 4, 4, 1, 7, 7, 1, 1, 133, 0), "x"), Error);
   // A large image is no problem: the corners depend on the padding and kernel only.
   EXPECT_NO_THROW((void)im2col_geometry(conv(1, 1, 4000, 3000, 1, 7, 7, 2, 2, 3, 3), "x"));
 }
