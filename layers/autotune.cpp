@@ -26,7 +26,8 @@ std::string describe(const TuneChoice& c) {
 }
 
 const std::vector<Algo>& tune_candidates() {
-  static const std::vector<Algo> c = {Algo::Fast, Algo::Wgmma, Algo::Igemm, Algo::Tiled, Algo::Naive};
+  static const std::vector<Algo> c = {Algo::Fast,  Algo::Wgmma, Algo::WgmmaNhwc,
+                                      Algo::Igemm, Algo::Tiled, Algo::Naive};
   return c;
 }
 

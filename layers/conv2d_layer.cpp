@@ -31,7 +31,7 @@ class Conv2dLayer : public Layer {
     algo_ = spec_.algo;  // CNN_ALGO* already applied by the Network
     if (grouped_) {
       check_conv2d_grouped_shape(gshape_);
-      CNN_CHECK(algo_ != Algo::Igemm && algo_ != Algo::Wgmma,
+      CNN_CHECK(algo_ != Algo::Igemm && algo_ != Algo::Wgmma && algo_ != Algo::WgmmaNhwc,
                 "{}: algo {} is not implemented for grouped or dilated convolutions; expected "
                 "naive, tiled, fast or auto",
                 name(), algo_name(algo_));

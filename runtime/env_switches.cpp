@@ -170,7 +170,7 @@ const EnvSwitches& process_env_switches() {
 
 const std::vector<EnvSwitchRow>& env_switch_table() {
   static const std::vector<EnvSwitchRow> rows = {
-      {"CNN_ALGO", "auto|naive|tiled|igemm|fast|wgmma",
+      {"CNN_ALGO", "auto|naive|tiled|igemm|fast|wgmma|wgmma-nhwc",
        "every conv and linear layer's kernel variant"},
       {"CNN_ALGO_CONV, CNN_ALGO_LINEAR", "as CNN_ALGO", "the variant of one kind of layer"},
       {"CNN_AUTOTUNE", "0", "no start-up timing of variants: each op's fixed rule picks"},

@@ -20,14 +20,17 @@ const char* algo_name(Algo a) {
       return "fast";
     case Algo::Wgmma:
       return "wgmma";
+    case Algo::WgmmaNhwc:
+      return "wgmma-nhwc";
   }
   return "?";
 }
 
 Algo parse_algo(const std::string& s) {
-  for (Algo a : {Algo::Auto, Algo::Naive, Algo::Tiled, Algo::Igemm, Algo::Fast, Algo::Wgmma})
+  for (Algo a : {Algo::Auto, Algo::Naive, Algo::Tiled, Algo::Igemm, Algo::Fast, Algo::Wgmma,
+                 Algo::WgmmaNhwc})
     if (s == algo_name(a)) return a;
-  CNN_FAIL("algorithm '{}' is not one of auto, naive, tiled, igemm, fast, wgmma", s);
+  CNN_FAIL("algorithm '{}' is not one of auto, naive, tiled, igemm, fast, wgmma, wgmma-nhwc", s);
 }
 
 const char* precision_name(Precision p) {

@@ -15,7 +15,9 @@ namespace cnn {
 enum class Precision { FP32, TF32, BF16 };
 
 // Kernel variant. Each op supports a subset; Auto picks (and may time) the best one.
-enum class Algo { Auto, Naive, Tiled, Igemm, Fast, Wgmma };
+// WgmmaNhwc: the Hopper convolution with TMA im2col on a channels-last copy (forward, stride-1
+// input gradient; its weight gradient is wgmma's).
+enum class Algo { Auto, Naive, Tiled, Igemm, Fast, Wgmma, WgmmaNhwc };
 
 const char* algo_name(Algo a);
 Algo parse_algo(const std::string& s);  // throws naming the value and the allowed ones

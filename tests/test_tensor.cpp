@@ -56,6 +56,8 @@ TEST(Exec, AlgoNames) {
   EXPECT_EQ(parse_algo("tiled"), Algo::Tiled);
   EXPECT_EQ(parse_algo("wgmma"), Algo::Wgmma);
   EXPECT_STREQ(algo_name(Algo::Wgmma), "wgmma");
+  EXPECT_EQ(parse_algo("wgmma-nhwc"), Algo::WgmmaNhwc);
+  EXPECT_STREQ(algo_name(Algo::WgmmaNhwc), "wgmma-nhwc");
   EXPECT_THROW(parse_algo("fastest"), Error);
   EXPECT_EQ(parse_precision("tf32"), Precision::TF32);
 }

@@ -38,8 +38,8 @@ struct BenchOptions {
   int batch = 128;     // op mode
   std::vector<Precision> precisions = {Precision::FP32, Precision::TF32};
   std::vector<std::string> ops;  // filters (substring of the op name); empty = all
-  std::vector<Algo> algos = {Algo::Naive, Algo::Tiled, Algo::Igemm,
-                             Algo::Fast,  Algo::Wgmma, Algo::Auto};
+  std::vector<Algo> algos = {Algo::Naive, Algo::Tiled,     Algo::Igemm, Algo::Fast,
+                             Algo::Wgmma, Algo::WgmmaNhwc, Algo::Auto};
   int repeats = 50;   // graph replays (timing samples) per op
   int launches = 20;  // launches captured per graph
   int warmup = 3;     // plain rounds of `launches` before capture

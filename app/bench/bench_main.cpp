@@ -342,7 +342,8 @@ int main(int argc, char** argv) {
                    "(conv1.fwd, conv2.wgrad, fc1.dgrad, relu1.bwd, pool2.fwd, loss.xent, "
                    "optimizer.sgd; e.g. --ops conv2,fc1.wgrad)");
     app.add_option("--algos", algos,
-                   "our variants to measure (default naive,tiled,igemm,fast,wgmma,auto)");
+                   "our variants to measure (default "
+                   "naive,tiled,igemm,fast,wgmma,wgmma-nhwc,auto)");
     app.add_option("--repeats", opt.repeats, "graph replays (timing samples) per op")
         ->check(CLI::PositiveNumber)
         ->capture_default_str();

@@ -673,7 +673,7 @@ void bench_linear(const BenchContext& ctx, std::vector<BenchRow>& rows, const st
       if (pass == Pass::BackwardWeight)
         scratch = Buffer<float>(linear_backward_weight_scratch_floats(s, ex), Device::CUDA);
       for (Algo algo : opt.algos) {
-        if (algo == Algo::Wgmma) continue;  // a convolution variant (the gemm rows below)
+        if (algo == Algo::Wgmma || algo == Algo::WgmmaNhwc) continue;  // convolution variants
         Candidate c;
         c.variant = algo_name(algo);
         c.launch = [&, algo](int i) {
@@ -1130,7 +1130,9 @@ void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
         ctx, rows, d, info, p, tol, "cudnn", lib_ok,
         [&] { return ctx.lib->conv(lib_shape, pass, p, args(0), s.groups); }, args);
     for (Algo algo : opt.algos) {
-      if (algo == Algo::Igemm || algo == Algo::Wgmma || algo == Algo::Auto) continue;
+      if (algo == Algo::Igemm || algo == Algo::Wgmma || algo == Algo::WgmmaNhwc ||
+          algo == Algo::Auto)
+        continue;
       Candidate c;
       c.variant = algo_name(algo);
       if (algo == Algo::Fast && !conv2d_grouped_fast_applicable(s))

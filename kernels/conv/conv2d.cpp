@@ -5,7 +5,9 @@
 // C == 1 (conv1), implicit GEMM elsewhere; wgmma = the Hopper wgmma kernels at TF32: the
 // forward and the stride-1 input gradient (conv2d_wgmma.h), the weight gradient
 // (conv2d_wgmma_wgrad.h); refused (cnn::Error, so that autotune leaves it out) wherever they
-// cannot run.
+// cannot run. wgmma-nhwc = the forward and stride-1 input gradient with TMA im2col on a
+// channels-last copy (conv2d_wgmma_nhwc.h, its scratch allocated on the stream per call), the
+// weight gradient as wgmma; refused where those are.
 #include "kernels/conv/conv2d.h"
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 #include "kernels/conv/conv2d_cuda.h"
 #include "kernels/conv/conv2d_igemm.h"
 #include "kernels/conv/conv2d_wgmma.h"
+#include "kernels/conv/conv2d_wgmma_nhwc.h"
 #include "kernels/conv/conv2d_wgmma_wgrad.h"
 #include "kernels/conv/conv_window_check.h"
 #include "runtime/dispatch.h"
@@ -30,21 +33,23 @@ void check_conv2d_shape(const Conv2dShape& s) {
 
 namespace {
 
-enum class ConvPath { Direct, Igemm, OneChannel, Wgmma };
+enum class ConvPath { Direct, Igemm, OneChannel, Wgmma, WgmmaNhwc };
 
 // Which CUDA implementation serves `algo` for this shape (unused in a CPU-only build).
 [[maybe_unused]] ConvPath cuda_path(const Conv2dShape& s, Algo algo) {
   if (algo == Algo::Naive || algo == Algo::Tiled) return ConvPath::Direct;
   if (algo == Algo::Igemm) return ConvPath::Igemm;
   if (algo == Algo::Wgmma) return ConvPath::Wgmma;
+  if (algo == Algo::WgmmaNhwc) return ConvPath::WgmmaNhwc;
   return conv2d_1ch_applicable(s) ? ConvPath::OneChannel : ConvPath::Igemm;
 }
 
 // The wgmma kernels multiply in TF32 only: FP32 must stay exact FFMA, BF16 has its own kernels.
-[[maybe_unused]] void check_wgmma_precision(const char* op, const Exec& ex) {
+[[maybe_unused]] void check_wgmma_precision(const char* op, const Exec& ex,
+                                            Algo algo = Algo::Wgmma) {
   CNN_CHECK(ex.precision == Precision::TF32,
-            "{}: algo wgmma runs at precision tf32 only (got {}); expected igemm, fast or auto", op,
-            precision_name(ex.precision));
+            "{}: algo {} runs at precision tf32 only (got {}); expected igemm, fast or auto", op,
+            algo_name(algo), precision_name(ex.precision));
 }
 
 }  // namespace
@@ -75,6 +80,10 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const 
         check_wgmma_precision("conv2d_forward", ex);
         conv2d_forward_wgmma(s, x, w, b, y, relu, ex.stream);
         break;
+      case ConvPath::WgmmaNhwc:
+        check_wgmma_precision("conv2d_forward", ex, algo);
+        conv2d_forward_wgmma_nhwc(s, x, w, b, y, relu, nullptr, ex.stream);
+        break;
     }
   });
 }
@@ -98,6 +107,10 @@ void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
       case ConvPath::Wgmma:
         check_wgmma_precision("conv2d_backward_data", ex);
         conv2d_backward_data_wgmma(s, dy, w, dx, ex.stream);
+        break;
+      case ConvPath::WgmmaNhwc:
+        check_wgmma_precision("conv2d_backward_data", ex, algo);
+        conv2d_backward_data_wgmma_nhwc(s, dy, w, dx, nullptr, ex.stream);
         break;
       default:
         conv2d_backward_data_igemm_cuda(s, dy, w, dx, ex);
@@ -147,6 +160,7 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
         conv2d_backward_weight_1ch_cuda(s, x, dy, dw, db, scratch, ex);
         break;
       case ConvPath::Wgmma:
+      case ConvPath::WgmmaNhwc:  // the weight gradient has no channels-last kernel: wgmma's
         conv2d_backward_weight_wgmma(s, x, dy, dw, db, scratch, ex);  // throws its reason
         break;
     }

@@ -121,7 +121,7 @@ DepthwiseStreamTiling depthwise_stream_tiling(const Conv2dGroupedShape& s, int r
 
 namespace {
 void check_algo(Algo algo) {
-  CNN_CHECK(algo != Algo::Igemm && algo != Algo::Wgmma,
+  CNN_CHECK(algo != Algo::Igemm && algo != Algo::Wgmma && algo != Algo::WgmmaNhwc,
             "conv2d: algo {} is not implemented for grouped or dilated convolutions; "
             "expected naive, tiled, fast or auto",
             algo_name(algo));

@@ -39,6 +39,7 @@
 #include <cstdint>
 
 #include "kernels/conv/conv2d_wgmma.h"
+#include "kernels/conv/conv2d_wgmma_tile.cuh"
 #include "kernels/gemm/gemm_wgmma.h"
 #include "kernels/gemm/wgmma_ptx.cuh"
 #include "runtime/cuda_check.h"
@@ -230,86 +231,12 @@ __device__ __forceinline__ void conv_wgmma_body(const CUtensorMap& map_b, const 
     }
   }
 
-  constexpr int kAcc = BN / 2;
-  float acc[kAcc];
+  float acc[BN / 2];
 #pragma unroll
-  for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
-  const int lane = tid & 31;
-  if (wg > 0) {
-    // Consumer warpgroup wg - 1: tile rows [64 (wg - 1), +64).
-    const uint32_t a_off = uint32_t(wg - 1) * 64 * 128;  // 64 rows of 128 bytes
-    for (int i = 0; i < nk; ++i) {
-      const int s = i % kStages;
-      mbar_wait(full(s), (i / kStages) & 1);
-      if (async) fence_proxy_async();  // see the file comment
-      const uint64_t da = sw128_desc(tile_a(s) + a_off), db = sw128_desc(tile_b(s));
-      wgmma_fence();
-      fence_acc(acc);
-#pragma unroll
-      for (int kk = 0; kk < kBK / 8; ++kk) {
-        if constexpr (BN == 128)
-          wgmma_m64n128k8_tf32(acc, da + 2 * kk, db + 2 * kk);
-        else
-          wgmma_m64n64k8_tf32(acc, da + 2 * kk, db + 2 * kk);
-      }
-      wgmma_commit();
-      fence_acc(acc);
-      wgmma_wait<1>();  // the previous stage's products are done: release it
-      fence_acc(acc);
-      if (i > 0 && lane == 0) mbar_arrive(empty((i - 1) % kStages));
-    }
-    wgmma_wait<0>();
-    fence_acc(acc);
-  }
-
-  // Every stage has been consumed (so every copy has landed): reuse the ring for the partial
-  // tile, (kBM, kEpiPitch) floats.
-  __syncthreads();
-  constexpr int kPitch = P::kEpiPitch;
-  if (wg > 0) {
-    const int w = (tid / 32) & 3, g = lane >> 2, t4 = lane & 3;
-    const int row = (wg - 1) * 64 + w * 16 + g;
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      const int col = 8 * j + 2 * t4;
-      st_shared_v2(base + uint32_t(row * kPitch + col) * 4, acc[4 * j], acc[4 * j + 1]);
-      st_shared_v2(base + uint32_t((row + 8) * kPitch + col) * 4, acc[4 * j + 2], acc[4 * j + 3]);
-    }
-  }
-  cluster_sync();
-
-  // This block's band of rows, summed over the cluster's partial tiles in rank order. A warp
-  // covers 32 rows (pixels, contiguous in y) of one group of 4 columns.
-  const int band = kBM / int(nsplit);
-  const int r_begin = int(rank) * band;
-  const int pix_per_img = p.oh * p.ow;
-  for (int idx = tid; idx < band * (BN / 4); idx += kThreads) {
-    const int r = r_begin + idx % band, c4 = (idx / band) * 4;
-    const uint32_t local = base + uint32_t(r * kPitch + c4) * 4;
-    float4 sum = ld_cluster_v4(map_rank(local, 0));
-    for (uint32_t q = 1; q < nsplit; ++q) {
-      const float4 v = ld_cluster_v4(map_rank(local, q));
-      sum.x += v.x;
-      sum.y += v.y;
-      sum.z += v.z;
-      sum.w += v.w;
-    }
-    const int m = m0 + r;
-    if (m >= p.M) continue;
-    const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
-    const int img = m / pix_per_img;
-    float* crow = p.y + int64_t(img) * p.N * pix_per_img + (m - img * pix_per_img);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int n = n0 + c4 + e;
-      if (n >= p.N) break;
-      float v = vals[e];
-      if (p.bias) v += __ldg(p.bias + n);
-      if (p.relu) v = (v <= 0.f) ? 0.f : v;  // NaN passes, as in the CPU references
-      crow[int64_t(n) * pix_per_img] = v;
-    }
-  }
-  cluster_sync();  // no block leaves while another still reads its partial tile
+  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+  if (wg > 0) consume_stages<BN, kStages>(acc, nk, wg, async, full, empty, tile_a, tile_b);
+  store_conv_tile<BN, P::kEpiPitch>(acc, base, m0, n0,
+                                    ConvTileStore{p.y, p.bias, p.relu, p.M, p.N, p.oh * p.ow});
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

@@ -27,8 +27,9 @@ bool use_tiled(Algo algo) {
 // wgmma names the Hopper convolution kernels; the linear layer's GEMM picks its own path
 // (CNN_GEMM_PATH), so it refuses the name instead of running another variant under it.
 void check_algo(const char* op, Algo algo) {
-  CNN_CHECK(algo != Algo::Wgmma,
-            "{}: algo wgmma is for convolutions; expected naive, tiled, igemm, fast or auto", op);
+  CNN_CHECK(algo != Algo::Wgmma && algo != Algo::WgmmaNhwc,
+            "{}: algo {} is for convolutions; expected naive, tiled, igemm, fast or auto", op,
+            algo_name(algo));
 }
 
 }  // namespace

@@ -1,0 +1,128 @@
+#include "kernels/conv/conv2d_nhwc_layout.h"
+
+#include <cstring>
+
+#include "runtime/error.h"
+
+namespace cnn {
+
+Im2colGeometry im2col_geometry(const Conv2dShape& g, const char* what) {
+  Im2colGeometry geo;
+  const int oh = g.oh(), ow = g.ow();
+  CNN_CHECK(oh >= 1 && ow >= 1, "{}: empty output ({}x{})", what, oh, ow);
+  CNN_CHECK(g.stride_h >= 1 && g.stride_h <= 8 && g.stride_w >= 1 && g.stride_w <= 8,
+            "{}: algo wgmma-nhwc handles strides 1..8 (TMA traversal strides; got {}x{})", what,
+            g.stride_h, g.stride_w);
+  geo.lower_w = -g.pad_w;
+  geo.lower_h = -g.pad_h;
+  geo.upper_w = (ow - 1) * g.stride_w - g.pad_w - (g.w - 1);
+  geo.upper_h = (oh - 1) * g.stride_h - g.pad_h - (g.h - 1);
+  for (int v : {geo.lower_w, geo.lower_h, geo.upper_w, geo.upper_h})
+    CNN_CHECK(v >= -128 && v <= 127,
+              "{}: algo wgmma-nhwc: the im2col box corner {} is outside the TMA's [-128, 127] "
+              "(padding {}x{}, kernel {}x{})",
+              what, v, g.pad_h, g.pad_w, g.kh, g.kw);
+  geo.stride_w = g.stride_w;
+  geo.stride_h = g.stride_h;
+  geo.chunks = (g.c + kNhwcChannelBlock - 1) / kNhwcChannelBlock;
+  geo.c_pad = geo.chunks * kNhwcChannelBlock;
+  geo.taps = g.kh * g.kw;
+  geo.ktiles = geo.taps * geo.chunks;
+  return geo;
+}
+
+Im2colPixel im2col_start(const Conv2dShape& g, const Im2colGeometry& geo, int64_t m0) {
+  const int64_t pix = int64_t(g.oh()) * g.ow();
+  const int64_t n = m0 / pix, r = m0 - n * pix;
+  const int oy = int(r / g.ow()), ox = int(r % g.ow());
+  return {int(n), geo.lower_h + oy * geo.stride_h, geo.lower_w + ox * geo.stride_w};
+}
+
+Im2colPixel im2col_walk(const Conv2dShape& g, const Im2colGeometry& geo, Im2colPixel p,
+                        int steps) {
+  const int right = g.w - 1 + geo.upper_w, bottom = g.h - 1 + geo.upper_h;
+  for (int i = 0; i < steps; ++i) {
+    p.x += geo.stride_w;
+    if (p.x > right) {
+      p.x = geo.lower_w;
+      p.y += geo.stride_h;
+      if (p.y > bottom) {
+        p.y = geo.lower_h;
+        ++p.n;
+      }
+    }
+  }
+  return p;
+}
+
+float round_tf32_cpu(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  if ((u & 0x7f800000u) != 0x7f800000u) {  // finite: add half a TF32 ulp to the magnitude
+    u += 0x1000u;
+    u &= ~0x1fffu;
+  }
+  float r;
+  std::memcpy(&r, &u, 4);
+  return r;
+}
+
+void nchw_to_nhwc_tf32_cpu(const float* x, int n, int c, int64_t hw, int c_pad, float* out) {
+  for (int i = 0; i < n; ++i)
+    for (int64_t p = 0; p < hw; ++p)
+      for (int ch = 0; ch < c_pad; ++ch)
+        out[(int64_t(i) * hw + p) * c_pad + ch] =
+            ch < c ? round_tf32_cpu(x[(int64_t(i) * c + ch) * hw + p]) : 0.f;
+}
+
+WeightPack forward_weight_pack(const Conv2dShape& s) {
+  WeightPack wp;
+  wp.rows = s.oc;
+  wp.taps = s.kh * s.kw;
+  wp.k_count = s.c;
+  wp.k_pad = (s.c + kNhwcChannelBlock - 1) / kNhwcChannelBlock * kNhwcChannelBlock;
+  wp.ld_r = int64_t(s.c) * wp.taps;
+  wp.ld_k = wp.taps;
+  wp.flip = false;
+  return wp;
+}
+
+WeightPack backward_data_weight_pack(const Conv2dShape& s) {
+  WeightPack wp;
+  wp.rows = s.c;
+  wp.taps = s.kh * s.kw;
+  wp.k_count = s.oc;
+  wp.k_pad = (s.oc + kNhwcChannelBlock - 1) / kNhwcChannelBlock * kNhwcChannelBlock;
+  wp.ld_r = wp.taps;
+  wp.ld_k = int64_t(s.c) * wp.taps;
+  wp.flip = true;
+  return wp;
+}
+
+void pack_weights_tf32_cpu(const WeightPack& wp, const float* w, float* out) {
+  for (int r = 0; r < wp.rows; ++r)
+    for (int t = 0; t < wp.taps; ++t)
+      for (int k = 0; k < wp.k_pad; ++k) {
+        const int tap = wp.flip ? wp.taps - 1 - t : t;
+        out[(int64_t(r) * wp.taps + t) * wp.k_pad + k] =
+            k < wp.k_count ? round_tf32_cpu(w[r * wp.ld_r + k * wp.ld_k + tap]) : 0.f;
+      }
+}
+
+Conv2dShape backward_data_as_forward(const Conv2dShape& s) {
+  Conv2dShape g;
+  g.n = s.n;
+  g.c = s.oc;
+  g.h = s.oh();
+  g.w = s.ow();
+  g.oc = s.c;
+  g.kh = s.kh;
+  g.kw = s.kw;
+  g.stride_h = 1;
+  g.stride_w = 1;
+  g.pad_h = s.kh - 1 - s.pad_h;
+  g.pad_w = s.kw - 1 - s.pad_w;
+  return g;
+}
+
+}  // namespace cnn

@@ -1,0 +1,78 @@
+#pragma once
+// The channels-last view of a convolution that the Hopper TMA im2col kernel
+// (conv2d_wgmma_nhwc.h) runs on, as plain host code so that it is tested on any machine:
+//   - the im2col tensor map's geometry (bounding-box corners, traversal strides, padded channels)
+//     computed from a Conv2dShape, and a model of the traversal the TMA walks with it;
+//   - the CPU twins of the two pre-pass kernels: NCHW activations into a zero-padded NHWC copy,
+//     and the weights into (rows, KH, KW, K padded) K-major rows, both rounded to TF32.
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/conv/conv2d.h"
+
+namespace cnn {
+
+constexpr int kNhwcChannelBlock = 32;  // fp32 channels per 128-byte swizzle row = one k-tile
+
+// How cuTensorMapEncodeIm2col and the im2col copies see one convolution `g` (a GEMM view: for the
+// input gradient, the convolution of dy with the flipped weights, padding KH-1-ph, possibly
+// negative). The tensor is (N, H, W, c_pad) channels-last. A TMA im2col copy starts at a pixel
+// (x, y, n) inside the bounding box, loads channels [c, c + 32) of pixel (x + kx, y + ky, n) (zero
+// outside the tensor), then steps x by stride_w; past the box's right edge x returns to its left
+// edge and y steps by stride_h; past its bottom edge y returns to the top and n steps by one.
+// The box is the set of the filter's top-left input pixels (tap (0, 0)), one per output pixel:
+//   x in [-pad_w, (OW - 1) stride_w - pad_w], y in [-pad_h, (OH - 1) stride_h - pad_h],
+// so traversal order = output-pixel order m = (n, oy, ox) and a 128-row tile starting at m0 is
+// one copy per (tap, 32 channels). The driver takes the box as offsets from the tensor's corners:
+//   pixelBoxLowerCorner = {lower_w, lower_h} = {-pad_w, -pad_h}             (from (0, 0))
+//   pixelBoxUpperCorner = {upper_w, upper_h} = {(OW-1) stride_w - pad_w - (W-1), ...}
+//                                                                  (from (W - 1, H - 1))
+// (arrays innermost dimension first, like globalDim), elementStrides = {1, stride_w, stride_h, 1},
+// and the copy's im2col offsets are the tap (kx, ky).
+struct Im2colGeometry {
+  int lower_w = 0, lower_h = 0, upper_w = 0, upper_h = 0;
+  int stride_w = 1, stride_h = 1;
+  int c_pad = 0;   // channels of the NHWC copy: c rounded up to kNhwcChannelBlock
+  int chunks = 0;  // c_pad / kNhwcChannelBlock
+  int taps = 0;    // kh * kw
+  int ktiles = 0;  // taps * chunks: k ordered (tap, channel), channel innermost
+};
+
+// Throws cnn::Error (one line, naming `what`) where the TMA cannot express the convolution: a
+// corner outside [-128, 127] (4-D im2col maps), a stride above 8.
+Im2colGeometry im2col_geometry(const Conv2dShape& g, const char* what);
+
+struct Im2colPixel {
+  int n, y, x;
+};
+// The pixel where the copy for the tile starting at output pixel m0 starts (tap (0, 0)).
+Im2colPixel im2col_start(const Conv2dShape& g, const Im2colGeometry& geo, int64_t m0);
+// The pixel of row `steps` of a copy started at `start`: the traversal above, written as the
+// hardware walks it (one step at a time, wrapping at the corners), not from the conv formula.
+Im2colPixel im2col_walk(const Conv2dShape& g, const Im2colGeometry& geo, Im2colPixel start,
+                        int steps);
+
+// Round to the nearest TF32 (10 stored mantissa bits), ties away from zero: cvt.rna.tf32.f32.
+float round_tf32_cpu(float v);
+
+// CPU twin of the activation pre-pass: x (n, c, hw) into out (n, hw, c_pad), channels >= c zero.
+void nchw_to_nhwc_tf32_cpu(const float* x, int n, int c, int64_t hw, int c_pad, float* out);
+
+// CPU twin of the weight pre-pass: out (rows, taps, k_pad), element (r, t, k) =
+//   k < k_count ? round_tf32(w[r ld_r + k ld_k + (flip ? taps - 1 - t : t)]) : 0.
+// The forward: rows = OC, k = input channel, ld_r = C taps, ld_k = taps, no flip.
+// The input gradient: rows = C, k = output channel, ld_r = taps, ld_k = C taps, flip.
+struct WeightPack {
+  int rows = 0, taps = 0, k_count = 0, k_pad = 0;
+  int64_t ld_r = 0, ld_k = 0;
+  bool flip = false;
+};
+WeightPack forward_weight_pack(const Conv2dShape& s);
+WeightPack backward_data_weight_pack(const Conv2dShape& s);
+void pack_weights_tf32_cpu(const WeightPack& wp, const float* w, float* out);
+
+// The input gradient as the GEMM view above: the convolution of dy (N, OC, OH, OW) with the
+// flipped weights, stride 1, padding KH-1-ph (x KW-1-pw), giving dx (N, C, H, W).
+Conv2dShape backward_data_as_forward(const Conv2dShape& s);
+
+}  // namespace cnn

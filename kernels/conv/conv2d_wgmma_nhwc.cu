@@ -1,0 +1,438 @@
+// Hopper wgmma convolution on a channels-last copy, A by TMA im2col (see conv2d_wgmma_nhwc.h).
+// One block computes a 128 x BN tile of the implicit GEMM (rows: output pixels m = (n, oy, ox);
+// columns: output channels) over a range of k-tiles, k-tile kt = (tap, 32-channel chunk) with
+// tap = kt / chunks; 384 threads in three warpgroups:
+//   warpgroup 0, the producer: thread 0 alone fills a ring of kStages shared-memory stages. For
+//     stage i it waits for the stage to be free (`empty`), announces the stage's bytes on its
+//     `full` barrier (arrive.expect_tx, A 16 KB + B BN x 128 B: a TMA counts the whole box, zero
+//     filled parts included) and issues two copies completing on that barrier:
+//       A: cp.async.bulk.tensor.4d im2col from the (N, H, W, Cp) copy, coordinates {c0, x0, y0,
+//          n0} = channel chunk and the tile's first pixel's top-left input pixel (im2col_start),
+//          offsets {kx, ky}: 128 pixels x 32 channels, row r = output pixel m0 + r (the traversal
+//          follows output-pixel order, conv2d_nhwc_layout.h), zero outside the image;
+//       B: the 2-D tiled TMA of the (rows, taps * Cp) packed weights, box {32, BN} at (kt * 32,
+//          n0), zero past the last row.
+//     Both land K-major in the 128-byte swizzle layout (row r at r * 128 bytes, 16-byte chunk c
+//     at c ^ (r % 8); stages are 1024-byte aligned), which is what the wgmma descriptors name.
+//   warpgroups 1 and 2, the consumers, and the epilogue: conv2d_wgmma_tile.cuh (TMA writes are
+//     async-proxy: no proxy fence before the wgmma reads).
+// Every mbarrier wait is bounded (wgmma_ptx.cuh: a trap after 10 s), so a wrong byte count fails
+// the launch instead of hanging the device.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/common/ptx.cuh"
+#include "kernels/conv/conv2d_nhwc_layout.h"
+#include "kernels/conv/conv2d_wgmma.h"
+#include "kernels/conv/conv2d_wgmma_nhwc.h"
+#include "kernels/conv/conv2d_wgmma_tile.cuh"
+#include "kernels/gemm/wgmma_ptx.cuh"
+#include "runtime/cuda_check.h"
+#include "runtime/env_switches.h"
+#include "runtime/math_util.h"
+
+namespace cnn {
+namespace {
+
+using namespace wgmma;
+
+constexpr int kBM = 128, kBK = kNhwcChannelBlock;  // kBK fp32 = one 128-byte swizzle row
+constexpr int kThreads = 384;
+constexpr int kATileBytes = kBM * kBK * 4;
+constexpr int kMaxSplits = 8;  // portable cluster size
+
+// Shared-memory plan of one tile width: the stage ring, then the mbarriers full[kStages],
+// empty[kStages]. The epilogue's partial tile reuses the ring. One thread keeps the ring full, so
+// the stages are limited by shared memory only (192 KB of ring for both widths).
+template <int BN>
+struct NhwcPlan {
+  static constexpr int kBTileBytes = BN * kBK * 4;
+  static constexpr int kStageBytes = kATileBytes + kBTileBytes;
+  static constexpr int kStages = BN == 64 ? 8 : 6;
+  static constexpr int kEpiPitch = BN + 4;  // floats; rows stay 16-byte aligned
+  static constexpr int kBarrierOffset = kStages * kStageBytes;
+  static constexpr int kSmemBytes = 1024 + kBarrierOffset + 2 * kStages * 8;  // + alignment
+  static_assert(kBM * kEpiPitch * 4 <= kStages * kStageBytes, "epilogue tile must fit the ring");
+  static_assert(kSmemBytes <= 227 * 1024, "over the per-block shared-memory limit");
+  static_assert(kStageBytes % 1024 == 0 && kATileBytes % 1024 == 0, "tiles 1024-byte aligned");
+};
+
+// The implicit GEMM: C (M, N) = A (M, ktiles * 32) B, stored NCHW; the geometry that locates a
+// tile's first pixel in the im2col box (Im2colGeometry).
+struct NhwcParams {
+  const float* bias;  // (N) or null
+  float* y;           // (N_img, N, oh, ow)
+  int relu;
+  int M, N, ktiles, chunks, kw;
+  int oh, ow, stride_h, stride_w, lower_h, lower_w;
+};
+
+// Thread mapping of the pre-pass: a 32 x 32 (channel, pixel) tile of one image per block of
+// 32 x 8 threads, through shared memory so that the reads run along pixels (NCHW rows) and the
+// writes along channels (NHWC rows); channels c..c_pad-1 are written as zeros.
+__global__ void nchw_to_nhwc_tf32_kernel(const float* __restrict__ x, int n, int c, int64_t hw,
+                                         int c_pad, float* __restrict__ out) {
+  __shared__ float tile[32][33];
+  const int64_t p0 = int64_t(blockIdx.x) * 32;
+  const int c0 = int(blockIdx.y) * 32;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  for (int img = blockIdx.z; img < n; img += gridDim.z) {
+    for (int j = ty; j < 32; j += 8) {
+      const int ch = c0 + j;
+      const int64_t p = p0 + tx;
+      tile[j][tx] = (ch < c && p < hw) ? __ldg(x + (int64_t(img) * c + ch) * hw + p) : 0.f;
+    }
+    __syncthreads();
+    for (int j = ty; j < 32; j += 8) {
+      const int64_t p = p0 + j;
+      if (p < hw)
+        out[(int64_t(img) * hw + p) * c_pad + c0 + tx] =
+            __uint_as_float(ptx::to_tf32(tile[tx][j]));
+    }
+    __syncthreads();
+  }
+}
+
+// Thread mapping: one thread per packed weight (r, t, k), grid-stride (see WeightPack).
+__global__ void pack_weights_tf32_kernel(const float* __restrict__ w, int rows, int taps,
+                                         int k_count, int k_pad, int64_t ld_r, int64_t ld_k,
+                                         int flip, float* __restrict__ out) {
+  const int64_t total = int64_t(rows) * taps * k_pad;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int k = int(i % k_pad);
+    const int64_t rt = i / k_pad;
+    const int t = int(rt % taps), r = int(rt / taps);
+    const int tap = flip ? taps - 1 - t : t;
+    out[i] = k < k_count ? __uint_as_float(ptx::to_tf32(__ldg(w + r * ld_r + k * ld_k + tap)))
+                         : 0.f;
+  }
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define CNN_WGMMA_NHWC_DEVICE_CODE 1
+
+// 4-D im2col TMA: channels [c, c + channelsPerPixel) of pixelsPerColumn pixels walked from (x, y,
+// n) through the map's bounding box, each read at (x + off_x, y + off_y), completing on `bar`.
+__device__ __forceinline__ void tma_load_im2col_4d(uint32_t dst, const CUtensorMap* map, int c,
+                                                   int x, int y, int n, uint16_t off_x,
+                                                   uint16_t off_y, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6], {%7, %8};\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c), "r"(x), "r"(y), "r"(n), "r"(bar),
+      "h"(off_x), "h"(off_y)
+      : "memory");
+}
+
+// Thread mapping: see the file comment. Grid (tiles_m * tiles_n, 1, splits), cluster (1, 1,
+// splits); block x owns C rows [128 (x / tiles_n), +128) x columns [BN (x % tiles_n), +BN), split
+// z its k-tiles [z T / splits, (z + 1) T / splits).
+template <int BN>
+__device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a, const CUtensorMap& map_b,
+                                               const NhwcParams& p) {
+  using P = NhwcPlan<BN>;
+  constexpr int kStages = P::kStages;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const uint32_t bars = base + P::kBarrierOffset;
+  auto full = [&](int s) { return bars + 8u * s; };
+  auto empty = [&](int s) { return bars + 8u * (kStages + s); };
+  auto tile_a = [&](int s) { return base + uint32_t(s) * P::kStageBytes; };
+  auto tile_b = [&](int s) { return base + uint32_t(s) * P::kStageBytes + kATileBytes; };
+
+  const int tid = threadIdx.x;
+  const int tiles_n = (p.N + BN - 1) / BN;
+  const int m0 = int(blockIdx.x / tiles_n) * kBM, n0 = int(blockIdx.x % tiles_n) * BN;
+  const uint32_t rank = cluster_rank(), nsplit = cluster_size();
+  const int kt_begin = int(int64_t(p.ktiles) * rank / nsplit);
+  const int kt_end = int(int64_t(p.ktiles) * (rank + 1) / nsplit);
+  const int nk = kt_end - kt_begin;
+
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full(s), 1);   // the producer's arrive.expect_tx; the copies complete the bytes
+      mbar_init(empty(s), 8);  // lane 0 of each consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  const int wg = tid / 128;
+  if (tid == 0) {
+    // The tile's first output pixel and the top-left input pixel of its filter window: where the
+    // im2col traversal starts (im2col_start).
+    const int pix = p.oh * p.ow;
+    const int img = m0 / pix, r = m0 - img * pix;
+    const int oy = r / p.ow, ox = r - oy * p.ow;
+    const int x0 = p.lower_w + ox * p.stride_w, y0 = p.lower_h + oy * p.stride_h;
+    for (int i = 0; i < nk; ++i) {
+      const int s = i % kStages;
+      if (i >= kStages) mbar_wait(empty(s), ((i / kStages) - 1) & 1);
+      const int kt = kt_begin + i;
+      const int tap = kt / p.chunks, c0 = (kt - tap * p.chunks) * kBK;
+      const int ky = tap / p.kw, kx = tap - ky * p.kw;
+      mbar_arrive_expect_tx(full(s), P::kStageBytes);
+      tma_load_im2col_4d(tile_a(s), &map_a, c0, x0, y0, img, uint16_t(kx), uint16_t(ky), full(s));
+      tma_load_2d(tile_b(s), &map_b, kt * kBK, n0, full(s));
+    }
+  }
+
+  float acc[BN / 2];
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+  if (wg > 0) consume_stages<BN, kStages>(acc, nk, wg, false, full, empty, tile_a, tile_b);
+  store_conv_tile<BN, P::kEpiPitch>(acc, base, m0, n0,
+                                    ConvTileStore{p.y, p.bias, p.relu, p.M, p.N, p.oh * p.ow});
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+template <int BN>
+__global__ void __launch_bounds__(kThreads, 1)
+    conv2d_wgmma_nhwc_kernel(const __grid_constant__ CUtensorMap map_a,
+                             const __grid_constant__ CUtensorMap map_b, const NhwcParams p) {
+#ifdef CNN_WGMMA_NHWC_DEVICE_CODE
+  conv_nhwc_body<BN>(map_a, map_b, p);
+#else
+  (void)map_a;
+  (void)map_b;
+  (void)p;
+#if defined(__CUDA_ARCH__)
+  __trap();  // never dispatched: conv2d_wgmma_nhwc_available() is false without the sm_90a cubin
+#endif
+#endif
+}
+
+// cuTensorMapEncodeIm2col through the runtime's driver entry point (no -lcuda).
+PFN_cuTensorMapEncodeIm2col_v12000 im2col_map_encoder() {
+  static const PFN_cuTensorMapEncodeIm2col_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    CNN_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeIm2col", &f, 12000,
+                                                    cudaEnableDefault, &q));
+    CNN_CHECK(f && q == cudaDriverEntryPointSuccess,
+              "conv2d wgmma-nhwc: the driver has no cuTensorMapEncodeIm2col (query result {})",
+              int(q));
+    return reinterpret_cast<PFN_cuTensorMapEncodeIm2col_v12000>(f);
+  }();
+  return fn;
+}
+
+// The (N, H, W, Cp) copy as an im2col map: 128 pixels x 32 channels per copy, 128-byte swizzle,
+// zero fill outside the tensor; corners and traversal strides from `geo` (conv2d_nhwc_layout.h).
+CUtensorMap make_im2col_map(const float* d_nhwc, const Conv2dShape& g, const Im2colGeometry& geo) {
+  CUtensorMap map{};
+  const cuuint64_t dims[4] = {cuuint64_t(geo.c_pad), cuuint64_t(g.w), cuuint64_t(g.h),
+                              cuuint64_t(g.n)};
+  const cuuint64_t row = cuuint64_t(geo.c_pad) * 4;
+  const cuuint64_t strides[3] = {row, row * cuuint64_t(g.w), row * cuuint64_t(g.w) * g.h};
+  const int lower[2] = {geo.lower_w, geo.lower_h};
+  const int upper[2] = {geo.upper_w, geo.upper_h};
+  const cuuint32_t elem_strides[4] = {1, cuuint32_t(geo.stride_w), cuuint32_t(geo.stride_h), 1};
+  const CUresult r = im2col_map_encoder()(
+      &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, const_cast<float*>(d_nhwc), dims, strides, lower,
+      upper, kBK, kBM, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  CNN_CHECK(r == CUDA_SUCCESS,
+            "conv2d wgmma-nhwc: cuTensorMapEncodeIm2col failed (error {}) for N={} H={} W={} "
+            "Cp={} corners ({}, {}) ({}, {}) strides {}x{}",
+            int(r), g.n, g.h, g.w, geo.c_pad, geo.lower_w, geo.lower_h, geo.upper_w, geo.upper_h,
+            geo.stride_h, geo.stride_w);
+  return map;
+}
+
+// The packed (rows, K') weights, K' = taps * Cp, as a 2-D map (k, row), 32 x BN boxes, 128-byte
+// swizzle, zero fill past the last row: the K-major B^T tile itself.
+CUtensorMap make_packed_weight_map(const float* d_w, int64_t k, int rows, int bn) {
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(k) * 4};
+  const cuuint32_t box[2] = {kBK, cuuint32_t(bn)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = tensor_map_encoder()(
+      &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(d_w), dims, strides, box,
+      elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  CNN_CHECK(r == CUDA_SUCCESS,
+            "conv2d wgmma-nhwc: cuTensorMapEncodeTiled failed (error {}) for ({}, {}) weights",
+            int(r), rows, k);
+  return map;
+}
+
+int pick_splits(int64_t m, int n, int ktiles, int bn) {
+  // One wave at one block per SM: double the splits while the doubled grid still fits on the
+  // SMs and each split keeps >= 4 k-tiles (as conv2d_wgmma.cu).
+  const int64_t tiles = ceil_div<int64_t>(m, kBM) * ceil_div<int64_t>(n, bn);
+  const int64_t sms = sm_count();
+  int s = 1;
+  while (s * 2 <= kMaxSplits && tiles * s * 2 <= sms && ktiles / (s * 2) >= 4) s *= 2;
+  return s;
+}
+
+// Floats of the packed weights, rounded up so that the NHWC copy after them stays 128-byte aligned.
+int64_t packed_weight_floats(const WeightPack& wp) {
+  return (int64_t(wp.rows) * wp.taps * wp.k_pad + 31) / 32 * 32;
+}
+
+std::size_t scratch_floats(const Conv2dShape& g, const WeightPack& wp) {
+  const int64_t c_pad = ceil_div(g.c, kNhwcChannelBlock) * int64_t(kNhwcChannelBlock);
+  return std::size_t(packed_weight_floats(wp) + int64_t(g.n) * g.h * g.w * c_pad);
+}
+
+// Runs conv(a, packed weights) of the GEMM view g (a: g's input, NCHW) into y, NCHW: the two
+// pre-passes into the scratch, then the main kernel.
+void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const float* d_w,
+         const float* d_b, float* d_y, bool relu, float* d_scratch, cudaStream_t stream,
+         const WgmmaNhwcOptions& opt, const char* what) {
+  CNN_CHECK(conv2d_wgmma_nhwc_available(),
+            "{}: algo wgmma-nhwc needs a compute capability 9.0 GPU and a build with CUDA "
+            "architecture 90",
+            what);
+  CNN_CHECK(opt.block_n == 0 || opt.block_n == 64 || opt.block_n == 128,
+            "{}: block_n={} (expected 0, 64 or 128)", what, opt.block_n);
+  const Im2colGeometry geo = im2col_geometry(g, what);
+  const int oh = g.oh(), ow = g.ow();
+  const int64_t m = int64_t(g.n) * oh * ow;
+  const int64_t a_elems = int64_t(g.n) * g.c * g.h * g.w, copy_elems = a_elems / g.c * geo.c_pad;
+  CNN_CHECK(m <= INT32_MAX && a_elems <= INT32_MAX && copy_elems <= INT32_MAX &&
+                m * g.oc <= INT32_MAX && int64_t(wp.rows) * wp.taps * wp.k_pad <= INT32_MAX,
+            "{}: algo wgmma-nhwc handles tensors of at most 2^31-1 elements", what);
+  CNN_CHECK((reinterpret_cast<uintptr_t>(d_scratch) & 15u) == 0,
+            "{}: algo wgmma-nhwc needs a 16-byte aligned scratch", what);
+
+  const int env_bn = process_env_switches().wgmma_conv_block_n;
+  const int bn = opt.block_n ? opt.block_n : env_bn ? env_bn : conv2d_wgmma_pick_block_n(m, g.oc);
+  const int splits = opt.splits > 0 ? opt.splits : pick_splits(m, g.oc, geo.ktiles, bn);
+  CNN_CHECK(splits == 1 || splits == 2 || splits == 4 || splits == 8,
+            "{}: splits={} (expected 1, 2, 4 or 8)", what, splits);
+
+  float* d_wpack = d_scratch;                          // (rows, taps, k_pad)
+  float* d_nhwc = d_scratch + packed_weight_floats(wp);  // (N, H, W, c_pad)
+  pack_weights_tf32_cuda(wp, d_w, d_wpack, stream);
+  nchw_to_nhwc_tf32_cuda(d_a, g.n, g.c, int64_t(g.h) * g.w, geo.c_pad, d_nhwc, stream);
+
+  const CUtensorMap map_a = make_im2col_map(d_nhwc, g, geo);
+  const CUtensorMap map_b =
+      make_packed_weight_map(d_wpack, int64_t(wp.taps) * wp.k_pad, wp.rows, bn);
+  NhwcParams p{};
+  p.bias = d_b;
+  p.y = d_y;
+  p.relu = relu;
+  p.M = int(m);
+  p.N = g.oc;
+  p.ktiles = geo.ktiles;
+  p.chunks = geo.chunks;
+  p.kw = g.kw;
+  p.oh = oh;
+  p.ow = ow;
+  p.stride_h = g.stride_h;
+  p.stride_w = g.stride_w;
+  p.lower_h = geo.lower_h;
+  p.lower_w = geo.lower_w;
+  const int64_t tiles = ceil_div<int64_t>(m, kBM) * ceil_div<int64_t>(g.oc, bn);
+  if (bn == 64)
+    launch_split_k_clusters(conv2d_wgmma_nhwc_kernel<64>, tiles, splits, kThreads,
+                            NhwcPlan<64>::kSmemBytes, stream, "conv2d_wgmma_nhwc", map_a, map_b,
+                            p);
+  else
+    launch_split_k_clusters(conv2d_wgmma_nhwc_kernel<128>, tiles, splits, kThreads,
+                            NhwcPlan<128>::kSmemBytes, stream, "conv2d_wgmma_nhwc", map_a, map_b,
+                            p);
+}
+
+// run() with the caller's scratch, or with one allocated on the stream for the call.
+void run_with_scratch(const Conv2dShape& g, const WeightPack& wp, const float* d_a,
+                      const float* d_w, const float* d_b, float* d_y, bool relu, float* d_scratch,
+                      cudaStream_t stream, const WgmmaNhwcOptions& opt, const char* what) {
+  if (d_scratch) {
+    run(g, wp, d_a, d_w, d_b, d_y, relu, d_scratch, stream, opt, what);
+    return;
+  }
+  CNN_CHECK(conv2d_wgmma_nhwc_available(),
+            "{}: algo wgmma-nhwc needs a compute capability 9.0 GPU and a build with CUDA "
+            "architecture 90",
+            what);
+  (void)im2col_geometry(g, what);  // refuse before allocating
+  void* scratch = nullptr;
+  CNN_CUDA_CHECK(cudaMallocAsync(&scratch, scratch_floats(g, wp) * sizeof(float), stream));
+  try {
+    run(g, wp, d_a, d_w, d_b, d_y, relu, static_cast<float*>(scratch), stream, opt, what);
+  } catch (...) {
+    (void)cudaFreeAsync(scratch, stream);
+    throw;
+  }
+  CNN_CUDA_CHECK(cudaFreeAsync(scratch, stream));
+}
+
+}  // namespace
+
+bool conv2d_wgmma_nhwc_available() {
+  return conv2d_wgmma_available();
+}
+
+void nchw_to_nhwc_tf32_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad, float* d_out,
+                            cudaStream_t stream) {
+  CNN_CHECK(n >= 1 && c >= 1 && hw >= 1 && c_pad >= c && c_pad % 32 == 0,
+            "nchw_to_nhwc_tf32: n={} c={} hw={} c_pad={} (expected positive sizes, c_pad >= c, "
+            "a multiple of 32)",
+            n, c, hw, c_pad);
+  CNN_CHECK(ceil_div<int64_t>(hw, 32) <= INT32_MAX && c_pad / 32 <= 65535,
+            "nchw_to_nhwc_tf32: hw={} c_pad={} exceed the grid", hw, c_pad);
+  const dim3 grid(unsigned(ceil_div<int64_t>(hw, 32)), unsigned(c_pad / 32),
+                  unsigned(std::min(n, 65535)));
+  nchw_to_nhwc_tf32_kernel<<<grid, dim3(32, 8), 0, stream>>>(d_x, n, c, hw, c_pad, d_out);
+  CNN_LAUNCH_CHECK("nchw_to_nhwc_tf32");
+}
+
+void pack_weights_tf32_cuda(const WeightPack& wp, const float* d_w, float* d_out,
+                            cudaStream_t stream) {
+  CNN_CHECK(wp.rows >= 1 && wp.taps >= 1 && wp.k_count >= 1 && wp.k_pad >= wp.k_count,
+            "pack_weights_tf32: rows={} taps={} k={} k_pad={}", wp.rows, wp.taps, wp.k_count,
+            wp.k_pad);
+  const int64_t total = int64_t(wp.rows) * wp.taps * wp.k_pad;
+  const int threads = 256;
+  const int blocks = int(std::min<int64_t>(ceil_div<int64_t>(total, threads), 4096));
+  pack_weights_tf32_kernel<<<blocks, threads, 0, stream>>>(d_w, wp.rows, wp.taps, wp.k_count,
+                                                           wp.k_pad, wp.ld_r, wp.ld_k,
+                                                           wp.flip ? 1 : 0, d_out);
+  CNN_LAUNCH_CHECK("pack_weights_tf32");
+}
+
+std::size_t conv2d_forward_wgmma_nhwc_scratch_floats(const Conv2dShape& s) {
+  return scratch_floats(s, forward_weight_pack(s));
+}
+
+std::size_t conv2d_backward_data_wgmma_nhwc_scratch_floats(const Conv2dShape& s) {
+  return scratch_floats(backward_data_as_forward(s), backward_data_weight_pack(s));
+}
+
+void conv2d_forward_wgmma_nhwc(const Conv2dShape& s, const float* d_x, const float* d_w,
+                               const float* d_b, float* d_y, bool relu, float* d_scratch,
+                               cudaStream_t stream, const WgmmaNhwcOptions& opt) {
+  const char* what = "conv2d_forward";
+  check_conv2d_shape(s);
+  CNN_CHECK(d_x && d_w && d_y, "{}: null tensor pointer", what);
+  run_with_scratch(s, forward_weight_pack(s), d_x, d_w, d_b, d_y, relu, d_scratch, stream, opt,
+                   what);
+}
+
+void conv2d_backward_data_wgmma_nhwc(const Conv2dShape& s, const float* d_dy, const float* d_w,
+                                     float* d_dx, float* d_scratch, cudaStream_t stream,
+                                     const WgmmaNhwcOptions& opt) {
+  const char* what = "conv2d_backward_data";
+  check_conv2d_shape(s);
+  CNN_CHECK(s.stride_h == 1 && s.stride_w == 1,
+            "{}: algo wgmma-nhwc handles stride 1 only (got stride {}x{}); expected igemm, fast "
+            "or auto for strided convolutions",
+            what, s.stride_h, s.stride_w);
+  CNN_CHECK(d_dy && d_w && d_dx, "{}: null tensor pointer", what);
+  run_with_scratch(backward_data_as_forward(s), backward_data_weight_pack(s), d_dy, d_w, nullptr,
+                   d_dx, false, d_scratch, stream, opt, what);
+}
+
+}  // namespace cnn

@@ -1,0 +1,57 @@
+#pragma once
+// Convolution forward and stride-1 input gradient on the Hopper (sm_90a) wgmma tensor cores with
+// the A operand loaded by TMA in im2col mode from a channels-last copy (conv2d_wgmma_nhwc.cu),
+// TF32 in, FP32 accumulate. Each call:
+//   1. writes the activations (x, or dy for the input gradient) into an NHWC copy with the
+//      channels zero padded to a multiple of 32 (one 128-byte swizzle row), rounded to TF32;
+//   2. writes the weights as (rows, KH, KW, K padded) K-major rows, rounded to TF32: w itself
+//      for the forward, w'[c][kh][kw][oc] = w[oc][c][KH-1-kh][KW-1-kw] for the input gradient
+//      (redone every call: weights change every step, and they are small);
+//   3. runs the implicit GEMM with k ordered (tap, channel): each pipeline stage is one tap x 32
+//      channels, filled by ONE thread issuing one TMA im2col copy (128 pixels x 32 channels,
+//      padding zero-filled by the hardware) and one tiled TMA of the weights (BN x 32); the
+//      consumers and the split-K NCHW epilogue are conv2d_wgmma.cu's (conv2d_wgmma_tile.cuh).
+// The copies live in a scratch of conv2d_*_wgmma_nhwc_scratch_floats(s) floats, passed in or, when
+// null, allocated on the stream for the call (cudaMallocAsync / cudaFreeAsync, so a captured CUDA
+// graph holds it as a graph allocation).
+// Refusals (cnn::Error, one line): no compute capability 9.0 device / no sm_90a build, a stride
+// > 1 input gradient, strides above 8 or paddings the TMA box corners cannot express, tensors past
+// 2^31-1 elements.
+#include <cstddef>
+
+#include "kernels/conv/conv2d.h"
+#include "runtime/stream.h"
+
+namespace cnn {
+
+struct WgmmaNhwcOptions {
+  int splits = 0;   // K split across a cluster: 0 picks (1..8), else 1, 2, 4 or 8
+  int block_n = 0;  // 0 picks (conv2d_wgmma_pick_block_n, CNN_WGMMA_CONV_BN), else 64 or 128
+};
+
+// True when this build has the sm_90a kernels and the current device is compute capability 9.0.
+bool conv2d_wgmma_nhwc_available();
+
+std::size_t conv2d_forward_wgmma_nhwc_scratch_floats(const Conv2dShape& s);
+std::size_t conv2d_backward_data_wgmma_nhwc_scratch_floats(const Conv2dShape& s);
+
+// y (N, OC, OH, OW) = relu?(conv(x, w) + b), as conv2d_forward; b may be null. d_scratch: see above
+// (16-byte aligned), or null.
+void conv2d_forward_wgmma_nhwc(const Conv2dShape& s, const float* d_x, const float* d_w,
+                               const float* d_b, float* d_y, bool relu, float* d_scratch,
+                               cudaStream_t stream, const WgmmaNhwcOptions& opt = {});
+
+// dx (N, C, H, W) = conv_transpose(dy, w), as conv2d_backward_data (overwrites dx). Stride 1.
+void conv2d_backward_data_wgmma_nhwc(const Conv2dShape& s, const float* d_dy, const float* d_w,
+                                     float* d_dx, float* d_scratch, cudaStream_t stream,
+                                     const WgmmaNhwcOptions& opt = {});
+
+// The pre-pass kernels alone (their CPU twins: conv2d_nhwc_layout.h), for the tests.
+// x (n, c, hw) -> out (n, hw, c_pad), channels >= c zero, values rounded to TF32.
+void nchw_to_nhwc_tf32_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad, float* d_out,
+                            cudaStream_t stream);
+struct WeightPack;
+void pack_weights_tf32_cuda(const WeightPack& wp, const float* d_w, float* d_out,
+                            cudaStream_t stream);
+
+}  // namespace cnn

@@ -1,0 +1,123 @@
+#pragma once
+// The consumer side of the Hopper wgmma convolution kernels (conv2d_wgmma.cu, the NCHW gather;
+// conv2d_wgmma_nhwc.cu, TMA im2col on a channels-last copy), shared by both: the two consumer
+// warpgroups' wgmma loop over the ring of stages, and the epilogue that sums the K splits of a
+// thread-block cluster through distributed shared memory, adds bias, applies ReLU and stores the
+// 128 x BN tile into the NCHW output. Both kernels run 384 threads: warpgroup 0 produces,
+// warpgroups 1 and 2 consume rows [64 (wg - 1), +64) of the tile. Stage s holds the A tile
+// (128 rows x 32 k) and the B^T tile (BN rows x 32 k), K-major in the 128-byte swizzled layout.
+#include <cstdint>
+
+#include "kernels/gemm/wgmma_ptx.cuh"
+
+namespace cnn {
+namespace wgmma {
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+constexpr int kConvTileM = 128;    // rows (output pixels) of a block tile
+constexpr int kConvThreads = 384;  // producer + 2 consumer warpgroups
+
+// Consumer warpgroup wg (1 or 2): for each of the nk stages in ring order, waits for `full`,
+// multiplies 4 wgmma.m64nBNk8 into acc, keeps one stage's group in flight and releases the
+// previous stage on its `empty` barrier (lane 0 of each of the 8 consumer warps arrives: init
+// the empty barriers with 8). fence_generic: the stage was written by generic-proxy copies
+// (cp.async), so each consumer thread fences before its async-proxy wgmma reads (see
+// conv2d_wgmma.cu); TMA-written stages need no fence.
+template <int BN, int kStages, class Full, class Empty, class TileA, class TileB>
+__device__ __forceinline__ void consume_stages(float (&acc)[BN / 2], int nk, int wg,
+                                               bool fence_generic, Full full, Empty empty,
+                                               TileA tile_a, TileB tile_b) {
+  const int lane = threadIdx.x & 31;
+  const uint32_t a_off = uint32_t(wg - 1) * 64 * 128;  // 64 rows of 128 bytes
+  for (int i = 0; i < nk; ++i) {
+    const int s = i % kStages;
+    mbar_wait(full(s), (i / kStages) & 1);
+    if (fence_generic) fence_proxy_async();
+    const uint64_t da = sw128_desc(tile_a(s) + a_off), db = sw128_desc(tile_b(s));
+    wgmma_fence();
+    fence_acc(acc);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      if constexpr (BN == 128)
+        wgmma_m64n128k8_tf32(acc, da + 2 * kk, db + 2 * kk);
+      else
+        wgmma_m64n64k8_tf32(acc, da + 2 * kk, db + 2 * kk);
+    }
+    wgmma_commit();
+    fence_acc(acc);
+    wgmma_wait<1>();  // the previous stage's products are done: release it
+    fence_acc(acc);
+    if (i > 0 && lane == 0) mbar_arrive(empty((i - 1) % kStages));
+  }
+  wgmma_wait<0>();
+  fence_acc(acc);
+}
+
+// Where the epilogue stores: C (M, N) of the implicit GEMM into y (N_img, N, OH, OW), row m =
+// (image, pixel) with pix_per_img = OH * OW pixels per image.
+struct ConvTileStore {
+  float* y;
+  const float* bias;  // (N) or null
+  int relu;
+  int M, N, pix_per_img;
+};
+
+// Every thread of the block calls it after its role's loop. The accumulators go to shared
+// memory at `base` (the ring, reused: every stage has been consumed, so every copy has landed),
+// (128, kPitch) floats; then the blocks of the cluster (the K splits of one tile) each sum a
+// band of rows over all ranks' partial tiles in rank order (bitwise repeatable), add bias, apply
+// ReLU and store NCHW. A warp covers 32 rows (pixels, contiguous in y) of one group of 4 columns.
+template <int BN, int kPitch>
+__device__ __forceinline__ void store_conv_tile(const float (&acc)[BN / 2], uint32_t base, int m0,
+                                                int n0, const ConvTileStore& p) {
+  const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
+  __syncthreads();
+  if (wg > 0) {
+    const int w = (tid / 32) & 3, g = lane >> 2, t4 = lane & 3;
+    const int row = (wg - 1) * 64 + w * 16 + g;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      const int col = 8 * j + 2 * t4;
+      st_shared_v2(base + uint32_t(row * kPitch + col) * 4, acc[4 * j], acc[4 * j + 1]);
+      st_shared_v2(base + uint32_t((row + 8) * kPitch + col) * 4, acc[4 * j + 2], acc[4 * j + 3]);
+    }
+  }
+  cluster_sync();
+
+  const uint32_t rank = cluster_rank(), nsplit = cluster_size();
+  const int band = kConvTileM / int(nsplit);
+  const int r_begin = int(rank) * band;
+  for (int idx = tid; idx < band * (BN / 4); idx += kConvThreads) {
+    const int r = r_begin + idx % band, c4 = (idx / band) * 4;
+    const uint32_t local = base + uint32_t(r * kPitch + c4) * 4;
+    float4 sum = ld_cluster_v4(map_rank(local, 0));
+    for (uint32_t q = 1; q < nsplit; ++q) {
+      const float4 v = ld_cluster_v4(map_rank(local, q));
+      sum.x += v.x;
+      sum.y += v.y;
+      sum.z += v.z;
+      sum.w += v.w;
+    }
+    const int m = m0 + r;
+    if (m >= p.M) continue;
+    const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
+    const int img = m / p.pix_per_img;
+    float* crow = p.y + int64_t(img) * p.N * p.pix_per_img + (m - img * p.pix_per_img);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int n = n0 + c4 + e;
+      if (n >= p.N) break;
+      float v = vals[e];
+      if (p.bias) v += __ldg(p.bias + n);
+      if (p.relu) v = (v <= 0.f) ? 0.f : v;  // NaN passes, as in the CPU references
+      crow[int64_t(n) * p.pix_per_img] = v;
+    }
+  }
+  cluster_sync();  // no block leaves while another still reads its partial tile
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+}  // namespace wgmma
+}  // namespace cnn

@@ -1,0 +1,487 @@
+// The Hopper TMA-im2col convolution (kernels/conv/conv2d_wgmma_nhwc.h) against the CPU twins.
+// Skipped unless the device is compute capability 9.0 and the build has the sm_90a kernels (the
+// dispatch refusals run on any GPU):
+//   PrePasses            the NCHW -> padded NHWC TF32 copy and the weight packing (forward and
+//                        flipped input-gradient order) bitwise equal to their CPU twins
+//                        (conv2d_nhwc_layout.h), outputs poisoned with NaN first.
+//   ForwardShapes        C in {1, 3, 17, 64, 130}, OC in {8, 24, 64, 200}, H, W in {7, 13, 32,
+//                        33}, batch 1 and 3, stride 1 and 2, kernels 1x1 .. 7x7 (and 3x5),
+//                        padding 0 .. 3, with and without bias / ReLU; both tile widths; small
+//                        integers first (exact in TF32: a mismatch is an addressing error), then
+//                        random values.
+//   BackwardDataShapes   the stride-1 input gradient on the same kinds of shapes, negative
+//                        effective padding (padding > kernel - 1) included.
+//   SplitsAndRepeat      K split 1, 2, 4, 8 across a cluster: each correct, each run twice
+//                        bitwise equal.
+//   ScratchAllocated     a null scratch (allocated on the stream) gives the bits of a passed one.
+//   Dispatch             Algo::WgmmaNhwc through conv2d_forward / conv2d_backward_data at TF32
+//                        gives the direct call's bits; its weight gradient is Algo::Wgmma's.
+//   Refusals             FP32 / BF16, a stride-2 input gradient, a padding the TMA box cannot
+//                        express, grouped convolutions and linear layers: one-line cnn::Error;
+//                        autotune leaves the refused variant out and still picks another.
+// Tolerance: as gpu_conv_wgmma.cpp (TF32): per element
+//   |got - ref| <= 2 (2^-9 + K 2^-23) sum |x w| + 4 ulp (|ref| + 1),
+// and ||got - ref|| <= 4e-3 sqrt(sum (x w)^2).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/conv/conv2d.h"
+#include "kernels/conv/conv2d_grouped.h"
+#include "kernels/conv/conv2d_nhwc_layout.h"
+#include "kernels/gemm/linear.h"
+#include "layers/autotune.h"
+#include "runtime/error.h"
+#include "runtime/exec.h"
+#include "runtime/tensor.h"
+#include "tests/test_util.h"
+#ifdef CNN_HAVE_CUDA
+#include "kernels/conv/conv2d_wgmma_nhwc.h"
+#endif
+
+using namespace cnn;
+
+namespace {
+
+#ifdef CNN_HAVE_CUDA
+
+#define CNN_REQUIRE_WGMMA_NHWC()                                                                  \
+  do {                                                                                            \
+    CNN_REQUIRE_GPU();                                                                            \
+    if (!conv2d_wgmma_nhwc_available())                                                           \
+      GTEST_SKIP() << "wgmma-nhwc convolution needs a compute capability 9.0 GPU and an sm_90a "  \
+                      "build";                                                                    \
+  } while (0)
+
+enum class Fill { Random, SmallInt };
+enum class Pass { Forward, BackwardData };
+
+struct ConvCase {
+  Conv2dShape s;
+  bool bias = false, relu = false;  // forward only
+};
+
+Conv2dShape conv(int n, int c, int h, int w, int oc, int kh, int kw, int sh, int sw, int ph,
+                 int pw) {
+  Conv2dShape s;
+  s.n = n, s.c = c, s.h = h, s.w = w, s.oc = oc, s.kh = kh, s.kw = kw;
+  s.stride_h = sh, s.stride_w = sw, s.pad_h = ph, s.pad_w = pw;
+  return s;
+}
+
+std::vector<float> make_values(size_t n, Fill fill, uint64_t seed) {
+  if (fill == Fill::Random) return test::random_vector(n, seed);
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> d(-2, 2);
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(d(rng));
+  return v;
+}
+
+// One case's inputs and CPU references: ref, the same pass on |inputs| (for the per-element
+// bound) and on squared inputs (for the Frobenius scale).
+struct Problem {
+  Pass pass;
+  ConvCase cc;
+  Fill fill;
+  std::vector<float> in, w, b;  // in: x (forward) or dy (input gradient)
+  std::vector<float> ref, absref, sqref;
+  int k = 0;  // GEMM depth
+  std::string what;
+};
+
+Problem make_problem(Pass pass, const ConvCase& cc, Fill fill, uint64_t seed) {
+  const Conv2dShape& s = cc.s;
+  Problem p{pass, cc, fill, {}, {}, {}, {}, {}, {}, 0, {}};
+  const size_t nx = size_t(s.n) * s.c * s.h * s.w, ny = size_t(s.n) * s.oc * s.oh() * s.ow();
+  const size_t nw = size_t(s.oc) * s.c * s.kh * s.kw;
+  const bool fwd = pass == Pass::Forward;
+  p.in = make_values(fwd ? nx : ny, fill, seed);
+  p.w = make_values(nw, fill, seed + 1);
+  p.b = make_values(size_t(s.oc), fill, seed + 2);
+  auto map = [](const std::vector<float>& v, bool square) {
+    std::vector<float> r(v.size());
+    std::transform(v.begin(), v.end(), r.begin(),
+                   [square](float x) { return square ? x * x : std::fabs(x); });
+    return r;
+  };
+  const size_t nout = fwd ? ny : nx;
+  p.ref.resize(nout);
+  p.absref.resize(nout);
+  p.sqref.resize(nout);
+  if (fwd) {
+    conv2d_forward_cpu(s, p.in.data(), p.w.data(), cc.bias ? p.b.data() : nullptr, p.ref.data(),
+                       cc.relu);
+    conv2d_forward_cpu(s, map(p.in, false).data(), map(p.w, false).data(), nullptr, p.absref.data(),
+                       false);
+    conv2d_forward_cpu(s, map(p.in, true).data(), map(p.w, true).data(), nullptr, p.sqref.data(),
+                       false);
+  } else {
+    conv2d_backward_data_cpu(s, p.in.data(), p.w.data(), p.ref.data());
+    conv2d_backward_data_cpu(s, map(p.in, false).data(), map(p.w, false).data(), p.absref.data());
+    conv2d_backward_data_cpu(s, map(p.in, true).data(), map(p.w, true).data(), p.sqref.data());
+  }
+  p.k = (fwd ? s.c : s.oc) * s.kh * s.kw;
+  char buf[260];
+  std::snprintf(buf, sizeof buf,
+                "%s N=%d C=%d H=%d W=%d OC=%d k=%dx%d stride=%dx%d pad=%dx%d bias=%d relu=%d "
+                "fill=%s seed=%llu",
+                fwd ? "forward" : "input gradient", s.n, s.c, s.h, s.w, s.oc, s.kh, s.kw,
+                s.stride_h, s.stride_w, s.pad_h, s.pad_w, fwd && cc.bias, fwd && cc.relu,
+                fill == Fill::SmallInt ? "int" : "random", static_cast<unsigned long long>(seed));
+  p.what = buf;
+  return p;
+}
+
+std::string describe(const WgmmaNhwcOptions& o) {
+  return "block_n=" + std::to_string(o.block_n) + " splits=" + std::to_string(o.splits);
+}
+
+enum class Via { Direct, DirectOwnScratch, Dispatch };
+
+// Runs the problem on the GPU (output poisoned with NaN first): the direct call with `opt` (a
+// scratch allocated here, poisoned, or none: the call allocates it), or conv2d_forward /
+// conv2d_backward_data with Algo::WgmmaNhwc at TF32.
+std::vector<float> run_gpu(const Problem& p, const WgmmaNhwcOptions& opt, Via via = Via::Direct) {
+  const Conv2dShape& s = p.cc.s;
+  Tensor d_in = test::to_device(p.in), d_w = test::to_device(p.w), d_b = test::to_device(p.b);
+  Tensor d_out = test::to_device(std::vector<float>(p.ref.size(), NAN));
+  const bool fwd = p.pass == Pass::Forward;
+  const float* bias = fwd && p.cc.bias ? d_b.data() : nullptr;
+  if (via == Via::Dispatch) {
+    Exec ex;
+    ex.device = Device::CUDA;
+    ex.precision = Precision::TF32;
+    if (fwd)
+      conv2d_forward(s, d_in.data(), d_w.data(), bias, d_out.data(), p.cc.relu, Algo::WgmmaNhwc,
+                     ex);
+    else
+      conv2d_backward_data(s, d_in.data(), d_w.data(), d_out.data(), Algo::WgmmaNhwc, ex);
+  } else {
+    const size_t nscratch = fwd ? conv2d_forward_wgmma_nhwc_scratch_floats(s)
+                                : conv2d_backward_data_wgmma_nhwc_scratch_floats(s);
+    Tensor d_scratch = test::to_device(std::vector<float>(nscratch, NAN));
+    float* scratch = via == Via::Direct ? nullptr : d_scratch.data();
+    if (fwd)
+      conv2d_forward_wgmma_nhwc(s, d_in.data(), d_w.data(), bias, d_out.data(), p.cc.relu,
+                                scratch, nullptr, opt);
+    else
+      conv2d_backward_data_wgmma_nhwc(s, d_in.data(), d_w.data(), d_out.data(), scratch, nullptr,
+                                      opt);
+  }
+  return d_out.to_vector();
+}
+
+// Checks got against the problem's reference (see the file comment); prints one summary line.
+void expect_close(const Problem& p, const std::vector<float>& got, const std::string& how) {
+  SCOPED_TRACE(p.what + " " + how);
+  ASSERT_EQ(got.size(), p.ref.size());
+  const double bound_rel = std::ldexp(1.0, -9) + p.k * std::ldexp(1.0, -23);
+  const double ulp4 = 4 * std::ldexp(1.0, -24);
+  int64_t bad = 0, wrong = 0;
+  std::string first;
+  double diff2 = 0, scale2 = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double ref = p.ref[i], g = got[i];
+    const double e = std::fabs(g - ref);
+    const double bound = 2 * bound_rel * p.absref[i] + ulp4 * (std::fabs(ref) + 1) + 1e-30;
+    if (!(e <= bound)) ++bad;
+    if (!(g == ref)) {
+      if (wrong == 0) {
+        char where[120];
+        std::snprintf(where, sizeof where, "out[%zu]: got %.9g, expected %.9g", i, g, ref);
+        first = where;
+      }
+      ++wrong;
+    }
+    diff2 += std::isnan(g) ? INFINITY : e * e;
+    scale2 += p.sqref[i];
+  }
+  const double frob = scale2 > 0 ? std::sqrt(diff2 / scale2) : std::sqrt(diff2);
+  std::printf("%s %s: %lld inexact, %lld over the bound, rel %.3g%s%s\n", p.what.c_str(),
+              how.c_str(), static_cast<long long>(wrong), static_cast<long long>(bad), frob,
+              wrong ? ", first " : "", first.c_str());
+  EXPECT_EQ(bad, 0) << "first differing element " << first;
+  EXPECT_LE(frob, 4e-3) << "relative Frobenius error";
+  if (p.fill == Fill::SmallInt) {
+    EXPECT_EQ(wrong, 0) << "small-integer inputs are exact in TF32; " << first;
+  }
+}
+
+bool bitwise_equal(const std::vector<float>& x, const std::vector<float>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * 4) == 0;
+}
+
+const std::vector<ConvCase>& forward_cases() {
+  static const std::vector<ConvCase> c = {
+      {conv(1, 1, 7, 7, 8, 1, 1, 1, 1, 0, 0)},                    // M = 49, one k-tile
+      {conv(3, 3, 13, 13, 24, 3, 3, 1, 1, 1, 1), true, true},     // C = 3: 29 zero channels
+      {conv(1, 17, 33, 32, 64, 5, 5, 1, 1, 2, 2), true},          // 25 taps, M = 1056
+      {conv(3, 64, 13, 13, 200, 3, 3, 1, 1, 1, 1), true, true},   // 200 columns: 2 x 128 - 56
+      {conv(3, 3, 33, 33, 64, 7, 7, 2, 2, 3, 3), true, true},     // a 7x7 stride-2 stem
+      {conv(1, 17, 32, 33, 8, 5, 5, 2, 2, 2, 2)},                 // stride 2, OC = 8
+      {conv(3, 130, 7, 13, 24, 1, 1, 1, 1, 0, 0), true},          // 1x1, 130 channels: 5 chunks
+      {conv(1, 1, 32, 32, 200, 5, 5, 1, 1, 2, 2), false, true},   // one input channel
+      {conv(3, 64, 32, 32, 64, 3, 3, 1, 1, 1, 1)},                // M = 3072, 18 k-tiles
+      {conv(3, 17, 13, 33, 24, 3, 5, 1, 2, 1, 2), false, true},   // 3x5, strides 1x2
+      {conv(1, 3, 13, 7, 64, 3, 3, 2, 2, 3, 3), true},            // padding 3 > kernel / 2
+      {conv(3, 130, 13, 13, 64, 3, 3, 2, 2, 0, 0), true, true},   // stride 2, padding 0
+      {conv(1, 64, 33, 33, 24, 1, 1, 2, 2, 0, 0)},                // 1x1 stride 2 (projection)
+      {conv(3, 17, 7, 7, 200, 7, 7, 1, 1, 3, 3), true},           // 7x7 on 7x7, same padding
+      {conv(1, 3, 33, 13, 8, 5, 5, 2, 1, 0, 1)},                  // strides 2x1, padding 0x1
+  };
+  return c;
+}
+
+const std::vector<ConvCase>& backward_data_cases() {
+  static const std::vector<ConvCase> c = {
+      {conv(1, 1, 7, 7, 8, 1, 1, 1, 1, 0, 0)},        // dx has 1 channel: one output column
+      {conv(3, 3, 13, 13, 64, 3, 3, 1, 1, 1, 1)},     // dy 64 channels, 3 dx columns
+      {conv(1, 17, 33, 32, 200, 5, 5, 1, 1, 2, 2)},   // dy 200 channels: 7 chunks (24 zero)
+      {conv(3, 64, 13, 13, 130, 3, 3, 1, 1, 1, 1)},   // K = 9 x 160
+      {conv(1, 64, 13, 13, 8, 7, 7, 1, 1, 3, 3)},     // 7x7, OC = 8
+      {conv(1, 130, 7, 7, 24, 3, 3, 1, 1, 0, 0)},     // 130 columns, padding 0 (flipped: 2)
+      {conv(3, 17, 7, 13, 24, 1, 1, 1, 1, 2, 2)},     // padding 2 on 1x1: flipped padding -2
+      {conv(3, 17, 13, 33, 64, 3, 5, 1, 1, 0, 2)},    // 3x5, padding 0x2
+      {conv(3, 64, 32, 32, 64, 3, 3, 1, 1, 1, 1)},    // the VGG-style shape
+      {conv(3, 1, 32, 33, 24, 5, 5, 1, 1, 2, 2)},     // the first layer's shape (C = 1)
+      {conv(1, 3, 13, 7, 200, 7, 7, 1, 1, 3, 2)},     // 7x7, paddings 3x2
+  };
+  return c;
+}
+
+#endif  // CNN_HAVE_CUDA
+
+}  // namespace
+
+TEST(GpuConvWgmmaNhwc, PrePasses) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA_NHWC();
+  struct Copy {
+    int n, c;
+    int64_t hw;
+  };
+  for (const Copy& k : {Copy{1, 1, 49}, Copy{3, 3, 169}, Copy{3, 130, 13 * 33}, Copy{2, 64, 1024},
+                        Copy{1, 17, 33 * 32}}) {
+    const int c_pad = (k.c + 31) / 32 * 32;
+    const std::vector<float> x = test::random_vector(size_t(k.n) * k.c * k.hw, test::fresh_seed());
+    std::vector<float> want(size_t(k.n) * k.hw * c_pad);
+    nchw_to_nhwc_tf32_cpu(x.data(), k.n, k.c, k.hw, c_pad, want.data());
+    Tensor d_x = test::to_device(x), d_out = test::to_device(std::vector<float>(want.size(), NAN));
+    nchw_to_nhwc_tf32_cuda(d_x.data(), k.n, k.c, k.hw, c_pad, d_out.data(), nullptr);
+    EXPECT_TRUE(bitwise_equal(d_out.to_vector(), want))
+        << "nchw_to_nhwc_tf32 n=" << k.n << " c=" << k.c << " hw=" << k.hw;
+  }
+  for (const Conv2dShape& s : {conv(1, 3, 7, 7, 24, 3, 3, 1, 1, 1, 1),
+                               conv(1, 130, 7, 7, 8, 1, 1, 1, 1, 0, 0),
+                               conv(1, 17, 7, 7, 200, 7, 5, 1, 1, 3, 2)})
+    for (bool fwd : {true, false}) {
+      const WeightPack wp = fwd ? forward_weight_pack(s) : backward_data_weight_pack(s);
+      const std::vector<float> w =
+          test::random_vector(size_t(s.oc) * s.c * s.kh * s.kw, test::fresh_seed());
+      std::vector<float> want(size_t(wp.rows) * wp.taps * wp.k_pad);
+      pack_weights_tf32_cpu(wp, w.data(), want.data());
+      Tensor d_w = test::to_device(w), d_out = test::to_device(std::vector<float>(want.size(), NAN));
+      pack_weights_tf32_cuda(wp, d_w.data(), d_out.data(), nullptr);
+      EXPECT_TRUE(bitwise_equal(d_out.to_vector(), want))
+          << "pack_weights_tf32 " << (fwd ? "forward" : "input gradient") << " C=" << s.c
+          << " OC=" << s.oc << " k=" << s.kh << "x" << s.kw;
+    }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(GpuConvWgmmaNhwc, ForwardShapes) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA_NHWC();
+  for (const ConvCase& cc : forward_cases())
+    for (Fill fill : {Fill::SmallInt, Fill::Random}) {
+      const Problem p = make_problem(Pass::Forward, cc, fill, test::fresh_seed());
+      for (int bn : {64, 128}) {
+        WgmmaNhwcOptions o;
+        o.block_n = bn;
+        expect_close(p, run_gpu(p, o), describe(o));
+      }
+    }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(GpuConvWgmmaNhwc, BackwardDataShapes) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA_NHWC();
+  for (const ConvCase& cc : backward_data_cases())
+    for (Fill fill : {Fill::SmallInt, Fill::Random}) {
+      const Problem p = make_problem(Pass::BackwardData, cc, fill, test::fresh_seed());
+      for (int bn : {64, 128}) {
+        WgmmaNhwcOptions o;
+        o.block_n = bn;
+        expect_close(p, run_gpu(p, o), describe(o));
+      }
+    }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(GpuConvWgmmaNhwc, SplitsAndRepeat) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA_NHWC();
+  const std::pair<Pass, ConvCase> cases[] = {{Pass::Forward, forward_cases()[8]},
+                                             {Pass::Forward, forward_cases()[4]},
+                                             {Pass::BackwardData, backward_data_cases()[3]}};
+  for (const auto& [pass, cc] : cases)
+    for (Fill fill : {Fill::SmallInt, Fill::Random}) {
+      const Problem p = make_problem(pass, cc, fill, test::fresh_seed());
+      for (int bn : {64, 128})
+        for (int splits : {1, 2, 4, 8}) {
+          WgmmaNhwcOptions o;
+          o.block_n = bn;
+          o.splits = splits;
+          const std::vector<float> a = run_gpu(p, o), b = run_gpu(p, o);
+          expect_close(p, a, describe(o));
+          EXPECT_TRUE(bitwise_equal(a, b)) << p.what << " " << describe(o) << ": not repeatable";
+        }
+    }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(GpuConvWgmmaNhwc, ScratchAllocated) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA_NHWC();
+  const std::pair<Pass, ConvCase> cases[] = {{Pass::Forward, forward_cases()[3]},
+                                             {Pass::BackwardData, backward_data_cases()[2]}};
+  for (const auto& [pass, cc] : cases) {
+    const Problem p = make_problem(pass, cc, Fill::Random, test::fresh_seed());
+    const std::vector<float> own = run_gpu(p, {}, Via::DirectOwnScratch);
+    expect_close(p, own, "caller's scratch");
+    EXPECT_TRUE(bitwise_equal(run_gpu(p, {}, Via::Direct), own))
+        << p.what << ": the stream-allocated scratch differs from the caller's";
+  }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(GpuConvWgmmaNhwc, Dispatch) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA_NHWC();
+  const std::pair<Pass, ConvCase> cases[] = {{Pass::Forward, forward_cases()[1]},
+                                             {Pass::Forward, forward_cases()[4]},
+                                             {Pass::BackwardData, backward_data_cases()[1]},
+                                             {Pass::BackwardData, backward_data_cases()[5]}};
+  for (const auto& [pass, cc] : cases) {
+    const Problem p = make_problem(pass, cc, Fill::Random, test::fresh_seed());
+    const std::vector<float> direct = run_gpu(p, WgmmaNhwcOptions{});
+    expect_close(p, direct, "direct");
+    EXPECT_TRUE(bitwise_equal(run_gpu(p, {}, Via::Dispatch), direct))
+        << p.what << ": Algo::WgmmaNhwc differs from the direct call";
+  }
+  // The weight gradient under wgmma-nhwc is wgmma's kernel: the same bits (deterministic).
+  const Conv2dShape s = conv(3, 17, 13, 13, 24, 3, 3, 1, 1, 1, 1);
+  Exec ex;
+  ex.device = Device::CUDA;
+  ex.precision = Precision::TF32;
+  ex.deterministic = true;
+  Tensor d_x = test::to_device(test::random_vector(size_t(s.n) * s.c * s.h * s.w, 3));
+  Tensor d_dy = test::to_device(test::random_vector(size_t(s.n) * s.oc * s.oh() * s.ow(), 4));
+  Tensor d_scratch = test::to_device(
+      std::vector<float>(std::max<size_t>(conv2d_backward_weight_scratch_floats(s, ex), 1), 0.f));
+  std::vector<float> dw[2];
+  int i = 0;
+  for (Algo a : {Algo::Wgmma, Algo::WgmmaNhwc}) {
+    Tensor d_dw = test::to_device(std::vector<float>(size_t(s.oc) * s.c * 9, 0.f));
+    Tensor d_db = test::to_device(std::vector<float>(size_t(s.oc), 0.f));
+    conv2d_backward_weight(s, d_x.data(), d_dy.data(), d_dw.data(), d_db.data(), d_scratch.data(),
+                           a, ex);
+    dw[i++] = d_dw.to_vector();
+  }
+  EXPECT_TRUE(bitwise_equal(dw[0], dw[1])) << "the weight gradient under wgmma-nhwc";
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(GpuConvWgmmaNhwc, Refusals) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_GPU();
+  const Conv2dShape s = conv(2, 8, 9, 9, 16, 3, 3, 1, 1, 1, 1);
+  const Conv2dShape s2 = conv(2, 8, 9, 9, 16, 3, 3, 2, 2, 1, 1);
+  Conv2dShape wide = conv(1, 8, 4, 4, 16, 1, 1, 1, 1, 130, 0);  // lower corner -130
+  const size_t nmax = size_t(16) * 4 * 264;
+  Tensor d_x = test::to_device(test::random_vector(nmax, 1));
+  Tensor d_w = test::to_device(test::random_vector(16 * 8 * 9, 2));
+  Tensor d_y = test::to_device(std::vector<float>(nmax, 0.f));
+  Exec ex;
+  ex.device = Device::CUDA;
+  auto expect_refused = [](const std::function<void()>& f, const char* what) {
+    try {
+      f();
+      ADD_FAILURE() << what << ": Algo::WgmmaNhwc was not refused";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      std::printf("%s: %s\n", what, msg.c_str());
+      EXPECT_NE(msg.find("wgmma-nhwc"), std::string::npos) << what << ": the refusal " << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << what << ": one line expected: " << msg;
+    }
+  };
+  for (Precision pr : {Precision::FP32, Precision::BF16}) {
+    ex.precision = pr;
+    expect_refused(
+        [&] {
+          conv2d_forward(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, Algo::WgmmaNhwc,
+                         ex);
+        },
+        pr == Precision::FP32 ? "forward fp32" : "forward bf16");
+    expect_refused(
+        [&] { conv2d_backward_data(s, d_y.data(), d_w.data(), d_x.data(), Algo::WgmmaNhwc, ex); },
+        pr == Precision::FP32 ? "input gradient fp32" : "input gradient bf16");
+  }
+  ex.precision = Precision::TF32;
+  expect_refused(
+      [&] { conv2d_backward_data(s2, d_y.data(), d_w.data(), d_x.data(), Algo::WgmmaNhwc, ex); },
+      "input gradient stride 2");
+  expect_refused(
+      [&] {
+        conv2d_forward(wide, d_x.data(), d_w.data(), nullptr, d_y.data(), false, Algo::WgmmaNhwc,
+                       ex);
+      },
+      "forward padding 130");
+  Conv2dGroupedShape g;
+  g.n = 2, g.c = 8, g.h = 9, g.w = 9, g.oc = 16, g.kh = 3, g.kw = 3, g.pad_h = 1, g.pad_w = 1;
+  g.groups = 2;
+  expect_refused(
+      [&] {
+        conv2d_grouped_forward(g, d_x.data(), d_w.data(), nullptr, d_y.data(), false,
+                               Algo::WgmmaNhwc, ex);
+      },
+      "grouped forward");
+  expect_refused(
+      [&] {
+        linear_forward(LinearShape{2, 8, 16}, d_x.data(), d_w.data(), nullptr, d_y.data(), false,
+                       Algo::WgmmaNhwc, ex);
+      },
+      "linear forward");
+  // Autotune times the candidates; the refused one is left out, another is picked.
+  const TuneChoice c = pick_fastest(
+      std::string("conv_s2"), "input-grad",
+      [&](Algo a) { conv2d_backward_data(s2, d_y.data(), d_w.data(), d_x.data(), a, ex); }, ex);
+  EXPECT_NE(c.chosen, Algo::WgmmaNhwc);
+  EXPECT_NE(c.chosen, Algo::Auto);
+  for (const auto& [a, us] : c.timings) EXPECT_NE(a, Algo::WgmmaNhwc) << "timed at " << us << " us";
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}

@@ -1,0 +1,210 @@
+// The channels-last view of the TMA im2col convolution (kernels/conv/conv2d_nhwc_layout.h), on
+// the CPU:
+//   KnownCorners       the corners of a 3x3 padding-1 convolution on 14x14 (the PTX ISA's im2col
+//                      example: the box from (-1, -1) to (12, 12)) and of a stride-2 one.
+//   TraversalIsOutputOrder  for forward and input-gradient views of awkward shapes (stride 1/2,
+//                      kernels 1..7, padding 0..3, batch 1..3), the traversal model started at
+//                      each 128-row tile visits, row by row, the top-left input pixel of output
+//                      pixel m0 + r: the corners encode the convolution.
+//   Refusals           corners outside [-128, 127] and strides above 8, one line each.
+//   RoundTf32          round to nearest, ties away from zero, on the 13 dropped bits.
+//   EmulatedGemm       the whole GPU scheme on the CPU: the NHWC copy and packed weights (the
+//                      pre-passes' twins), k ordered (tap, 32-channel chunk), rows found by the
+//                      traversal model, against conv2d_forward_cpu / conv2d_backward_data_cpu on
+//                      small integers (exact).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/conv/conv2d.h"
+#include "kernels/conv/conv2d_nhwc_layout.h"
+#include "runtime/error.h"
+
+using namespace cnn;
+
+namespace {
+
+Conv2dShape conv(int n, int c, int h, int w, int oc, int kh, int kw, int sh, int sw, int ph,
+                 int pw) {
+  Conv2dShape s;
+  s.n = n, s.c = c, s.h = h, s.w = w, s.oc = oc, s.kh = kh, s.kw = kw;
+  s.stride_h = sh, s.stride_w = sw, s.pad_h = ph, s.pad_w = pw;
+  return s;
+}
+
+std::vector<Conv2dShape> shapes() {
+  return {
+      conv(1, 3, 7, 7, 8, 1, 1, 1, 1, 0, 0),     conv(3, 17, 13, 13, 24, 3, 3, 1, 1, 1, 1),
+      conv(2, 5, 33, 32, 8, 5, 5, 2, 2, 2, 2),   conv(1, 1, 32, 33, 8, 7, 7, 2, 2, 3, 3),
+      conv(3, 4, 13, 7, 8, 3, 5, 1, 2, 0, 2),    conv(2, 4, 7, 13, 8, 5, 3, 2, 1, 3, 0),
+      conv(1, 2, 33, 33, 8, 3, 3, 2, 2, 0, 0),   conv(3, 2, 13, 13, 8, 1, 1, 2, 2, 0, 0),
+      conv(2, 2, 7, 7, 8, 1, 1, 1, 1, 2, 2),     conv(1, 2, 32, 32, 8, 7, 7, 1, 1, 0, 0),
+      conv(1, 2, 9, 11, 8, 3, 3, 2, 2, 3, 3),
+  };
+}
+
+}  // namespace
+
+TEST(ConvNhwcLayout, KnownCorners) {
+  const Im2colGeometry a = im2col_geometry(conv(1, 64, 14, 14, 8, 3, 3, 1, 1, 1, 1), "test");
+  EXPECT_EQ(a.lower_w, -1);
+  EXPECT_EQ(a.lower_h, -1);
+  EXPECT_EQ(a.upper_w, -1);
+  EXPECT_EQ(a.upper_h, -1);
+  EXPECT_EQ(a.c_pad, 64);
+  EXPECT_EQ(a.chunks, 2);
+  EXPECT_EQ(a.ktiles, 18);
+  // 32x33, 3x3, stride 2, padding 1: OH = 16, OW = 17; box x in [-1, 31], y in [-1, 29].
+  const Im2colGeometry b = im2col_geometry(conv(1, 3, 32, 33, 8, 3, 3, 2, 2, 1, 1), "test");
+  EXPECT_EQ(b.lower_w, -1);
+  EXPECT_EQ(b.upper_w, 31 - 32);
+  EXPECT_EQ(b.lower_h, -1);
+  EXPECT_EQ(b.upper_h, 29 - 31);
+  EXPECT_EQ(b.stride_w, 2);
+  EXPECT_EQ(b.c_pad, 32);
+}
+
+TEST(ConvNhwcLayout, TraversalIsOutputOrder) {
+  for (const Conv2dShape& s : shapes())
+    for (bool fwd : {true, false}) {
+      if (!fwd && (s.stride_h != 1 || s.stride_w != 1)) continue;
+      const Conv2dShape g = fwd ? s : backward_data_as_forward(s);
+      SCOPED_TRACE(::testing::Message() << (fwd ? "forward" : "input gradient") << " N=" << g.n
+                                        << " H=" << g.h << " W=" << g.w << " k=" << g.kh << "x"
+                                        << g.kw << " stride=" << g.stride_h << "x" << g.stride_w
+                                        << " pad=" << g.pad_h << "x" << g.pad_w);
+      if (!fwd) {
+        EXPECT_EQ(g.oh(), s.h);
+        EXPECT_EQ(g.ow(), s.w);
+      }
+      const Im2colGeometry geo = im2col_geometry(g, "test");
+      const int oh = g.oh(), ow = g.ow();
+      const int64_t m_total = int64_t(g.n) * oh * ow;
+      int mismatches = 0;
+      for (int64_t m0 = 0; m0 < m_total; m0 += 128) {
+        Im2colPixel p = im2col_start(g, geo, m0);
+        for (int r = 0; r < 128 && m0 + r < m_total; ++r) {
+          if (r > 0) p = im2col_walk(g, geo, p, 1);
+          const int64_t m = m0 + r;
+          const int n = int(m / (oh * ow)), oy = int(m % (oh * ow) / ow), ox = int(m % ow);
+          const bool same = p.n == n && p.y == oy * g.stride_h - g.pad_h &&
+                            p.x == ox * g.stride_w - g.pad_w;
+          if (!same && mismatches++ < 3)
+            ADD_FAILURE() << "m=" << m << ": walked to (" << p.n << ", " << p.y << ", " << p.x
+                          << "), expected (" << n << ", " << oy * g.stride_h - g.pad_h << ", "
+                          << ox * g.stride_w - g.pad_w << ")";
+        }
+      }
+    }
+}
+
+TEST(ConvNhwcLayout, Refusals) {
+  auto expect_one_line = [](const Conv2dShape& g, const char* part) {
+    try {
+      (void)im2col_geometry(g, "conv2d_forward");
+      ADD_FAILURE() << "not refused: " << part;
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(part), std::string::npos) << msg;
+      EXPECT_NE(msg.find("wgmma-nhwc"), std::string::npos) << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    }
+  };
+  expect_one_line(conv(1, 1, 4, 4, 1, 1, 1, 1, 1, 130, 0), "[-128, 127]");
+  expect_one_line(conv(1, 1, 40, 40, 1, 1, 1, 9, 1, 0, 0), "strides 1..8");
+}
+
+TEST(ConvNhwcLayout, RefusalsStrideAndLargeBox) {
+  EXPECT_THROW((void)im2col_geometry(conv(1, 1, 4, 4, 1, 1, 1, 1, 1, 0, 130), "x"), Error);
+  EXPECT_THROW((void)im2col_geometry(conv(1, 1, 4, 4, 1, 1, 1, 1, 1, 129, 0), "x"), Error);
+  // Padding p on a 1x1 kernel: lower -p, upper p (the box runs p past the far edge too).
+  EXPECT_NO_THROW((void)im2col_geometry(conv(1, 1, 4, 4, 1, 1, 1, 1, 1, 127, 0), "x"));
+  EXPECT_THROW((void)im2col_geometry(conv(1, 1, 4, 4, 1, 1, 1, 1, 1, 128, 0), "x"), Error);
+  // A 7x7 kernel takes 6 off the far corner: padding 133 gives upper 127, lower -133 (refused).
+  EXPECT_THROW((void)im2col_geometry(conv(1, 1, 4, 4, 1, 7, 7, 1, 1, 133, 0), "x"), Error);
+  // A large image is no problem: the corners depend on the padding and kernel only.
+  EXPECT_NO_THROW((void)im2col_geometry(conv(1, 1, 4000, 3000, 1, 7, 7, 2, 2, 3, 3), "x"));
+}
+
+TEST(ConvNhwcLayout, RoundTf32) {
+  const float ulp = std::ldexp(1.f, -10);
+  EXPECT_EQ(round_tf32_cpu(1.f), 1.f);
+  EXPECT_EQ(round_tf32_cpu(1.f + ulp), 1.f + ulp);
+  EXPECT_EQ(round_tf32_cpu(1.f + ulp / 2), 1.f + ulp);        // tie: away from zero
+  EXPECT_EQ(round_tf32_cpu(-(1.f + ulp / 2)), -(1.f + ulp));  // tie, negative
+  EXPECT_EQ(round_tf32_cpu(1.f + ulp / 4), 1.f);
+  EXPECT_EQ(round_tf32_cpu(1.f + ulp * 3 / 4), 1.f + ulp);
+  EXPECT_EQ(round_tf32_cpu(0.f), 0.f);
+  EXPECT_TRUE(std::isinf(round_tf32_cpu(INFINITY)));
+  EXPECT_TRUE(std::isnan(round_tf32_cpu(NAN)));
+}
+
+TEST(ConvNhwcLayout, EmulatedGemm) {
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<int> d(-2, 2);
+  auto ints = [&](size_t n) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = float(d(rng));
+    return v;
+  };
+  std::vector<Conv2dShape> cases = shapes();
+  cases.push_back(conv(2, 40, 7, 9, 24, 3, 3, 1, 1, 1, 1));   // two channel chunks
+  cases.push_back(conv(1, 33, 13, 7, 40, 3, 3, 2, 2, 1, 1));  // 33 channels, 40 rows
+  for (const Conv2dShape& s : cases)
+    for (bool fwd : {true, false}) {
+      if (!fwd && (s.stride_h != 1 || s.stride_w != 1)) continue;
+      const Conv2dShape g = fwd ? s : backward_data_as_forward(s);
+      const WeightPack wp = fwd ? forward_weight_pack(s) : backward_data_weight_pack(s);
+      SCOPED_TRACE(::testing::Message() << (fwd ? "forward" : "input gradient") << " C=" << s.c
+                                        << " OC=" << s.oc << " H=" << s.h << " W=" << s.w);
+      const Im2colGeometry geo = im2col_geometry(g, "test");
+      ASSERT_EQ(wp.rows, g.oc);
+      ASSERT_EQ(wp.k_pad, geo.c_pad);
+      ASSERT_EQ(wp.taps, geo.taps);
+      const std::vector<float> a = ints(size_t(g.n) * g.c * g.h * g.w);
+      const std::vector<float> w = ints(size_t(s.oc) * s.c * s.kh * s.kw);
+      std::vector<float> nhwc(size_t(g.n) * g.h * g.w * geo.c_pad, NAN);
+      nchw_to_nhwc_tf32_cpu(a.data(), g.n, g.c, int64_t(g.h) * g.w, geo.c_pad, nhwc.data());
+      std::vector<float> packed(size_t(wp.rows) * wp.taps * wp.k_pad, NAN);
+      pack_weights_tf32_cpu(wp, w.data(), packed.data());
+
+      const int oh = g.oh(), ow = g.ow();
+      const int64_t m_total = int64_t(g.n) * oh * ow;
+      std::vector<float> got(size_t(m_total) * g.oc, NAN);
+      for (int64_t m0 = 0; m0 < m_total; m0 += 128) {
+        Im2colPixel p = im2col_start(g, geo, m0);
+        for (int r = 0; r < 128 && m0 + r < m_total; ++r) {
+          if (r > 0) p = im2col_walk(g, geo, p, 1);
+          const int64_t m = m0 + r;
+          for (int col = 0; col < g.oc; ++col) {
+            double sum = 0;
+            for (int kt = 0; kt < geo.ktiles; ++kt) {
+              const int tap = kt / geo.chunks, c0 = (kt % geo.chunks) * kNhwcChannelBlock;
+              const int y = p.y + tap / g.kw, x = p.x + tap % g.kw;
+              if (p.n >= g.n || y < 0 || y >= g.h || x < 0 || x >= g.w) continue;  // zero fill
+              for (int cc = 0; cc < kNhwcChannelBlock; ++cc) {
+                const float av = nhwc[((size_t(p.n) * g.h + y) * g.w + x) * geo.c_pad + c0 + cc];
+                const float bv = packed[(size_t(col) * wp.taps + tap) * wp.k_pad + c0 + cc];
+                sum += double(av) * bv;
+              }
+            }
+            const int64_t img = m / (oh * ow), pix = m % (oh * ow);
+            got[size_t((img * g.oc + col) * oh * ow + pix)] = float(sum);
+          }
+        }
+      }
+      std::vector<float> ref(got.size());
+      if (fwd)
+        conv2d_forward_cpu(s, a.data(), w.data(), nullptr, ref.data(), false);
+      else
+        conv2d_backward_data_cpu(s, a.data(), w.data(), ref.data());
+      int bad = 0;
+      for (size_t i = 0; i < ref.size(); ++i)
+        if (!(got[i] == ref[i]) && bad++ < 3)
+          ADD_FAILURE() << "out[" << i << "]: " << got[i] << " vs " << ref[i];
+    }
+}
