@@ -132,6 +132,17 @@ EnvSwitches read_env_switches() {
     else
       CNN_FAIL("CNN_DEPTHWISE_KERNEL='{}': expected tile, rows, stream or auto", s);
   }
+  if (const char* v = get("CNN_DEPTHWISE_STREAM_STRIPS")) {
+    const std::string s(v);
+    if (s == "auto")
+      e.depthwise_stream_strips = DepthwiseStreamStripsSwitch::Auto;
+    else if (s == "fill")
+      e.depthwise_stream_strips = DepthwiseStreamStripsSwitch::Fill;
+    else if (s == "long")
+      e.depthwise_stream_strips = DepthwiseStreamStripsSwitch::Long;
+    else
+      CNN_FAIL("CNN_DEPTHWISE_STREAM_STRIPS='{}': expected fill, long or auto", s);
+  }
   e.int8_direct = off_unless_set("CNN_INT8_DIRECT");
   if (const char* v = get("CNN_CPU_ISA")) {
     const std::string s(v);
@@ -194,6 +205,9 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "floats"},
       {"CNN_DEPTHWISE_KERNEL", "tile|rows|stream|auto",
        "the fast depthwise convolution's kernel (rows: forward and input gradient only)"},
+      {"CNN_DEPTHWISE_STREAM_STRIPS", "fill|long|auto",
+       "how the depthwise stream kernels cut planes into strips (auto: long for the weight "
+       "gradient, fill for the others)"},
       {"CNN_INT8_DIRECT", "1",
        "int8 inference: every layer on the direct dp4a kernel, none on tensor cores"},
       {"CNN_CPU_ISA", "scalar|avx2|avx512", "cap the CPU kernels' instruction set"},

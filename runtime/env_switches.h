@@ -23,6 +23,7 @@ enum class GemmPathSwitch { Auto, Strided, Tile, Wgmma };       // CNN_GEMM_PATH
 enum class CpuIsaSwitch { Best, Scalar, Avx2, Avx512 };         // CNN_CPU_ISA
 enum class WgmmaConvGatherSwitch { Async, WaitGroup, Sync };    // CNN_WGMMA_CONV_GATHER
 enum class DepthwiseKernelSwitch { Auto, Tile, Rows, Stream };  // CNN_DEPTHWISE_KERNEL
+enum class DepthwiseStreamStripsSwitch { Auto, Fill, Long };    // CNN_DEPTHWISE_STREAM_STRIPS
 
 struct EnvSwitches {
   // Overrides of options.
@@ -58,6 +59,10 @@ struct EnvSwitches {
   // convolution runs (kernels/conv/conv2d_grouped.h, DepthwiseKernel); the weight gradient has
   // no rows kernel and runs tile for it.
   DepthwiseKernelSwitch depthwise_kernel = DepthwiseKernelSwitch::Auto;
+  // CNN_DEPTHWISE_STREAM_STRIPS=auto (default) | fill | long: how the depthwise stream kernels
+  // cut their planes into strips (kernels/conv/conv2d_grouped_cuda.h, DepthwiseStreamStrips);
+  // auto: long for the weight gradient, fill for the forward and input gradient.
+  DepthwiseStreamStripsSwitch depthwise_stream_strips = DepthwiseStreamStripsSwitch::Auto;
   bool int8_direct = false;  // CNN_INT8_DIRECT=1: every int8 layer on the direct dp4a kernel
   CpuIsaSwitch cpu_isa = CpuIsaSwitch::Best;  // CNN_CPU_ISA=scalar|avx2|avx512
   int cpu_threads = 0;                        // CNN_CPU_THREADS=1..256 (0: the hardware's)

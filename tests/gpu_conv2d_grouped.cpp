@@ -429,6 +429,91 @@ TEST(GpuConv2dGrouped, StreamKernelsMatchCpu) {
   }
 }
 
+// The stream weight gradient's strip plans (DepthwiseStreamStrips): Fill's short strips and
+// Long's, each forced through its rows per thread, and the launcher's own pick, atomic and
+// deterministic (twice, bit for bit), against the CPU twin; the forward and input gradient on
+// Long's rows too (CNN_DEPTHWISE_STREAM_STRIPS=long runs them so). Shapes where the plans
+// differ: batch 1 with many channels (the seed's 1x256x128x128 regime, where Long takes one
+// wave of 16-row strips), odd H so the last strip ends mid-block (131 = 128 + 3 rows: one
+// thread row of the second strip), W % 4 == 2 and == 1 (the scalar path) and W = 128 (float4,
+// aligned and misaligned), 3x3, 5x5 and 7x7. The deterministic scratch holds either plan.
+TEST(GpuConv2dGrouped, StreamWeightGradientStripPlansMatchCpu) {
+  CNN_REQUIRE_GPU();
+  std::vector<Case> cases = {
+      // n   c    h    w   oc  k  s  p  d  groups
+      {1, 40, 37, 126, 40, 3, 1, 1, 1, 40},    // small: Fill 4 rows, Long 8
+      {1, 96, 45, 61, 96, 7, 1, 3, 1, 96},     // 7x7, W % 4 == 1
+  };
+  if (!test::light_sweeps()) {
+    cases.push_back({1, 200, 131, 126, 200, 3, 1, 1, 1, 200});  // Long 16 rows, 2 strips
+    cases.push_back({1, 200, 131, 128, 200, 3, 1, 1, 1, 200});  // the same on float4 rows
+    cases.push_back({1, 150, 67, 126, 150, 5, 1, 2, 1, 150});   // 5x5: Fill 4, Long 8
+  }
+  const cudaStream_t st = cuda_exec().stream;
+  for (const Case& k : cases) {
+    const Conv2dGroupedShape s = shape_of(k);
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed) + ", shape " + describe(s));
+    const DepthwiseStreamTiling fill = depthwise_stream_tiling(s, 0, DepthwiseStreamStrips::Fill);
+    const DepthwiseStreamTiling lng = depthwise_stream_tiling(s, 0, DepthwiseStreamStrips::Long);
+    std::printf("%s (seed %llu): fill %d rows x %d strips, long %d rows x %d strips\n",
+                describe(s).c_str(), static_cast<unsigned long long>(seed), fill.rows,
+                fill.strips, lng.rows, lng.strips);
+    ASSERT_LT(fill.rows, lng.rows) << "the plans must differ for this case to test them";
+    const Problem p = make_problem(s, seed);
+    const double k_fwd = double(s.cg()) * s.kh * s.kw + 1, k_data = double(s.ocg()) * s.kh * s.kw;
+    const double k_wgt = double(s.n) * s.oh() * s.ow() + 1;
+    Tensor w = test::to_device(p.w);
+    const size_t scratch_n = conv2d_grouped_backward_weight_scratch_floats(s, cuda_exec(true));
+    for (const DepthwiseStreamTiling& t : {fill, lng})
+      ASSERT_GE(scratch_n, size_t(s.n) * t.strips * t.tiles_x * conv2d_grouped_wgrad_slots(s))
+          << "the deterministic scratch must hold the partials of " << t.rows << "-row strips";
+    Tensor scratch({int64_t(std::max<size_t>(scratch_n, 1))}, Device::CUDA);
+    for (int offset : {0, 1}) {
+      Shifted x(p.x, offset), dy(p.dy, offset), y(std::vector<float>(y_size(s)), offset),
+          dx(std::vector<float>(x_size(s)), offset);
+      // 0: the launcher's plan (Long unless CNN_DEPTHWISE_STREAM_STRIPS says otherwise).
+      for (int rows : {fill.rows, lng.rows, 0}) {
+        const std::string tag =
+            "stream rows " + std::to_string(rows) + (offset ? " misaligned" : "");
+        for (bool det : {false, true}) {
+          const std::string wtag = tag + (det ? " deterministic" : " atomic");
+          std::vector<float> first_w, first_b;
+          for (int run = 0; run < (det ? 2 : 1); ++run) {
+            Tensor dw = test::to_device(p.dw0), db = test::to_device(p.db0);
+            test::poison_device(scratch.data(), scratch.numel());
+            conv2d_grouped_backward_weight_cuda(s, x.ptr, dy.ptr, dw.data(), db.data(),
+                                                det ? scratch.data() : nullptr, Algo::Fast, det, st,
+                                                DepthwiseKernel::Stream, rows);
+            std::vector<float> hw = test::to_host(dw.data(), w_size(s));
+            std::vector<float> hb = test::to_host(db.data(), s.oc);
+            if (run == 0) {
+              expect_close(hw, p.dw, k_wgt, "dw " + wtag);
+              expect_close(hb, p.db, k_wgt, "db " + wtag);
+              first_w = hw, first_b = hb;
+              continue;
+            }
+            EXPECT_EQ(0, std::memcmp(hw.data(), first_w.data(), hw.size() * sizeof(float)))
+                << wtag << ": dw differs between two deterministic runs";
+            EXPECT_EQ(0, std::memcmp(hb.data(), first_b.data(), hb.size() * sizeof(float)))
+                << wtag << ": db differs between two deterministic runs";
+          }
+        }
+      }
+      const std::string tag = "stream long rows " + std::to_string(lng.rows) +
+                              (offset ? " misaligned" : "");
+      test::poison_device(y.ptr, y_size(s));
+      conv2d_grouped_forward_cuda(s, x.ptr, w.data(), nullptr, y.ptr, false, Algo::Fast, st,
+                                  DepthwiseKernel::Stream, lng.rows);
+      expect_close(test::to_host(y.ptr, y_size(s)), p.y_plain, k_fwd, "forward " + tag);
+      test::poison_device(dx.ptr, x_size(s));
+      conv2d_grouped_backward_data_cuda(s, dy.ptr, w.data(), dx.ptr, Algo::Fast, st,
+                                        DepthwiseKernel::Stream, lng.rows);
+      expect_close(test::to_host(dx.ptr, x_size(s)), p.dx, k_data, "backward_data " + tag);
+    }
+  }
+}
+
 // The seed's large shapes go to the stream kernels under auto (fast) and match the CPU twin
 // there; the pick rule's other side (multiplier 2, W < 32, under 2^21 outputs) keeps tile and
 // rows.

@@ -46,6 +46,10 @@ struct BenchOptions {
   // Op rows: seconds the timed samples of one row may take (TimerOptions::budget_s); 0 = always
   // `repeats` x `launches`. Slow rows (naive kernels on large shapes) keep >= 5 samples.
   double budget_s = 0.25;
+  // Library calls with several algorithms (cuDNN's convolutions): > 0 checks and times only
+  // those that the library's own search timed within this factor of its fastest (the others are
+  // listed with that time, and timed only when none of the first is correct); 0 = every one.
+  double lib_retime_within = 0;
   int rotate = -1;  // input sets to rotate among; -1 = enough to exceed 2x L2
   bool run_ops = true;
   bool run_step = true;

@@ -378,6 +378,7 @@ class CudnnConv final : public LibOp {
   struct Algo {
     int algo;
     cudnnMathType_t math;
+    double find_us;  // Find's own one-shot time
   };
 
   // Every successful algorithm of cudnnFind*AlgorithmEx, in Find's order (fastest first by its
@@ -397,7 +398,8 @@ class CudnnConv final : public LibOp {
                                 1000.0 * perf[i].time);
         continue;
       }
-      algos_.push_back({algo, p == Precision::TF32 ? perf[i].mathType : math});
+      algos_.push_back(
+          {algo, p == Precision::TF32 ? perf[i].mathType : math, 1000.0 * perf[i].time});
     }
     CNN_CHECK(!algos_.empty(), "cuDNN: {} found no working algorithm among {} for {}", fn, count,
               pass_name(pass_));
@@ -405,6 +407,7 @@ class CudnnConv final : public LibOp {
 
  public:
   int algo_count() const override { return static_cast<int>(algos_.size()); }
+  double find_us(int i) const override { return algos_.at(static_cast<size_t>(i)).find_us; }
   void use_algo(int i) override {
     auto& im = im_;
     const Algo& a = algos_.at(static_cast<size_t>(i));

@@ -3,6 +3,7 @@
 // opened at run time (dlopen, found through LD_LIBRARY_PATH), so ./bench runs without them and
 // says why the library columns are empty. Only ./bench uses this; train/infer never link them.
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -42,6 +43,8 @@ class LibOp {
   // and describe() to algorithm i (0: the one Find ranked first).
   virtual int algo_count() const { return 1; }
   virtual void use_algo(int /*i*/) {}
+  // Algorithm i's time by the library's own search (cudnnFind), microseconds; NaN where none.
+  virtual double find_us(int /*i*/) const { return std::numeric_limits<double>::quiet_NaN(); }
 };
 
 class Library {

@@ -28,7 +28,8 @@ std::string ratio(double v) {
 
 }  // namespace
 
-std::string format_depthwise(const std::vector<BenchRow>& rows, bool markdown) {
+std::string format_depthwise(const std::vector<BenchRow>& rows, const BenchOptions& opt,
+                             double seconds, bool markdown) {
   const std::vector<std::string> titles = {"shape",  "pass",     "variant",   "P50 us",
                                            "P95 us", "floor us", "P50/floor", "cuDNN/ours"};
   std::vector<std::vector<std::string>> table;
@@ -84,9 +85,26 @@ std::string format_depthwise(const std::vector<BenchRow>& rows, bool markdown) {
     }
     out += "\n";
   };
-  out += markdown ? "\n### Depthwise convolution (the seed article's table)\n\n"
+  // How the rows were timed, and what that cost.
+  std::string timing = fmt::format(
+      "up to {} samples of {} launches per row", opt.repeats, opt.launches);
+  if (opt.budget_s > 0)
+    timing += fmt::format(
+        "; a row whose samples would take over {:g} s gets fewer launches per sample and "
+        "fewer samples (at least 5), its note says how many",
+        opt.budget_s);
+  if (opt.lib_retime_within > 0)
+    timing += fmt::format(
+        "; cuDNN: the algorithms cudnnFind timed within {:g}x of its fastest are checked and "
+        "timed, the others listed with Find's time",
+        opt.lib_retime_within);
+  timing += fmt::format("; the table took {:.0f} s", seconds);
+  out += markdown ? "\n### Depthwise convolution (the seed article's table)\n\nFP32; floor = "
+                    "bytes moved / 4.8 TB/s; " +
+                        timing + ".\n\n"
                   : "\nDepthwise convolution (the seed article's table), FP32; floor = bytes "
-                    "moved / 4.8 TB/s\n";
+                    "moved / 4.8 TB/s;\n" +
+                        timing + "\n";
   emit(titles);
   if (markdown) {
     out += "|";

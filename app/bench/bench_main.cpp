@@ -1,6 +1,7 @@
 // ./bench: times every kernel of a config's network against cuDNN/cuBLAS on the same shapes and
 // precision (after checking each against the CPU reference), and the whole training step.
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -266,12 +267,17 @@ int run(const BenchOptions& opt, const std::string& command) {
   std::vector<BenchRow> rows;
   if (opt.depthwise) {
     std::fprintf(stderr, "bench: the depthwise-convolution table...\n");
+    const auto start = std::chrono::steady_clock::now();
     rows = bench_depthwise(ctx);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stderr, "bench: the depthwise table took %.1f s\n", seconds);
     std::fputs(format_text(header, rows).c_str(), stdout);
-    std::fputs(format_depthwise(rows, false).c_str(), stdout);
+    std::fputs(format_depthwise(rows, opt, seconds, false).c_str(), stdout);
     std::fflush(stdout);
     if (!opt.markdown.empty())
-      write_text_file(opt.markdown, format_markdown(header, rows) + format_depthwise(rows, true));
+      write_text_file(opt.markdown,
+                      format_markdown(header, rows) + format_depthwise(rows, opt, seconds, true));
     if (!opt.csv.empty()) write_text_file(opt.csv, format_csv(rows));
   } else if (opt.run_ops) {
     std::fprintf(stderr, "bench: ops at batch %d...\n", opt.batch);
@@ -352,9 +358,15 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--time-budget", opt.budget_s,
                    "seconds the timed samples of one op row may take: slow variants get fewer "
-                   "launches and replays (at least 5 replays); 0 = always --repeats x --launches")
+                   "launches and replays (at least 5 replays); 0 = always --repeats x --launches "
+                   "(--depthwise: 0.05 unless given)")
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
+    app.add_option("--lib-retime-within", opt.lib_retime_within,
+                   "check and time only the cuDNN convolution algorithms that cudnnFind timed "
+                   "within this factor of its fastest (the others are listed); 0 = all "
+                   "(default 0; --depthwise: 4)")
+        ->check(CLI::NonNegativeNumber);
     app.add_option("--warmup", opt.warmup, "plain rounds of launches before capture")
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
@@ -396,6 +408,15 @@ int main(int argc, char** argv) {
     if (!parse_command_line(app, argc, argv, "bench")) return 0;
 
     CNN_CHECK(!(step_only && no_step), "--step and --no-step exclude each other");
+    CNN_CHECK(opt.lib_retime_within == 0 || opt.lib_retime_within >= 1,
+              "--lib-retime-within {}: expected 0 (time every algorithm) or a factor >= 1",
+              opt.lib_retime_within);
+    if (opt.depthwise) {
+      // The table's own defaults (bench_depthwise.h): it has ~200 rows.
+      if (app.count("--time-budget") == 0) opt.budget_s = bench::kDepthwiseRowBudgetS;
+      if (app.count("--lib-retime-within") == 0)
+        opt.lib_retime_within = bench::kDepthwiseLibRetimeWithin;
+    }
     opt.run_ops = !step_only;
     opt.run_step = !no_step;
     opt.use_library = !no_lib;

@@ -16,7 +16,9 @@ bool op_selected(const BenchOptions& opt, const std::string& op) {
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <limits>
 #include <random>
@@ -407,15 +409,45 @@ double measure_lib(const BenchContext& ctx, std::vector<BenchRow>& rows, OpData&
   }
   // Every algorithm the call offers is checked and timed like our variants; the row is the
   // fastest correct one, its note listing the others ("also timed: FFT 80.1 us, ALGO_1 WRONG").
+  // With lib_retime_within > 0, algorithms the library's own search timed at more than that
+  // many times its fastest are only listed, unless none of the others is correct.
   LibOp* raw = op.get();
   std::vector<BenchRow> tried;
   std::vector<std::string> labels;
-  for (int a = 0; a < raw->algo_count(); ++a) {
+  const auto time_algo = [&](int a) {
     raw->use_algo(a);
     const std::string desc = raw->describe();
     Candidate c{lib_name, true, [raw, &args](int i) { raw->run(args(i)); }, check, desc};
     tried.push_back(measure(ctx, d, info, p, tol, c, kNaN));
     labels.push_back(algo_label(desc));
+  };
+  double fastest_find = kNaN;
+  for (int a = 0; a < raw->algo_count(); ++a) {
+    const double f = raw->find_us(a);
+    if (std::isfinite(f) && (!std::isfinite(fastest_find) || f < fastest_find)) fastest_find = f;
+  }
+  const double within = ctx.opt->lib_retime_within;
+  const auto far_behind = [&](int a) {
+    return within > 0 && std::isfinite(raw->find_us(a)) && raw->find_us(a) > within * fastest_find;
+  };
+  std::vector<int> listed;
+  for (int a = 0; a < raw->algo_count(); ++a) {
+    if (far_behind(a))
+      listed.push_back(a);
+    else
+      time_algo(a);
+  }
+  const bool any_ok = std::any_of(tried.begin(), tried.end(),
+                                  [](const BenchRow& t) { return t.status == "ok"; });
+  std::string not_retimed;
+  for (int a : listed) {
+    if (!any_ok) {
+      time_algo(a);
+      continue;
+    }
+    raw->use_algo(a);
+    not_retimed += fmt::format("{}{} {:.1f} us", not_retimed.empty() ? "" : ", ",
+                               algo_label(raw->describe()), raw->find_us(a));
   }
   size_t best = 0;
   for (size_t i = 1; i < tried.size(); ++i) {
@@ -432,6 +464,9 @@ double measure_lib(const BenchContext& ctx, std::vector<BenchRow>& rows, OpData&
   }
   BenchRow r = tried.at(best);
   if (!others.empty()) append_note(r, "also timed: " + others);
+  if (!not_retimed.empty())
+    append_note(r, fmt::format("not re-timed, by Find over {:g}x its fastest: {}", within,
+                               not_retimed));
   rows.push_back(r);
   return r.status == "ok" ? r.median_us : kNaN;
 }
@@ -1049,6 +1084,38 @@ std::string grouped_shape_str(const Conv2dGroupedShape& s) {
   return out;
 }
 
+// In the depthwise table, one stderr line per op on scope exit: its rows and where its seconds
+// went (inputs and reference, cuDNN's Find and algorithms, our variants), so a slow table says
+// which part is slow.
+class OpClock {
+ public:
+  OpClock(bool on, std::string op, const std::vector<BenchRow>& rows)
+      : on_(on), op_(std::move(op)), rows_(rows), first_row_(rows.size()), start_(now()) {}
+  ~OpClock() {
+    if (!on_) return;
+    const double total = now() - start_;
+    std::fprintf(stderr,
+                 "bench: %s: %zu rows in %.2f s (inputs and reference %.2f s, cuDNN %.2f s, "
+                 "ours %.2f s)\n",
+                 op_.c_str(), rows_.size() - first_row_, total, prep_s, lib_s,
+                 total - prep_s - lib_s);
+  }
+  OpClock(const OpClock&) = delete;
+  OpClock& operator=(const OpClock&) = delete;
+  static double now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  double prep_s = 0, lib_s = 0;
+
+ private:
+  bool on_;
+  std::string op_;
+  const std::vector<BenchRow>& rows_;
+  size_t first_row_;
+  double start_;
+};
+
 // bench_conv for the grouped op: forward, input gradient and weight gradient, each of our
 // variants (naive, tiled, fast; auto is fast and igemm does not exist here) and cuDNN's grouped
 // convolution (groups = G, fastest correct algorithm) where the dilation is 1.
@@ -1080,6 +1147,8 @@ void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
     OpInfo info;
     info.op = name + "." + pass_name(pass);
     if (!op_selected(opt, info.op)) continue;
+    OpClock clock(opt.depthwise, info.op, rows);
+    const double clock_start = OpClock::now();
     info.shape = grouped_shape_str(s);
     info.flops = flops;
     // Depthwise convolutions do ~2*K*K FLOPs per value moved: bandwidth-bound, judged in GB/s.
@@ -1125,10 +1194,13 @@ void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
       if (!info.note.empty()) info.note += "; ";
       info.note += "reference: the naive kernel (the GPU tests check it against the CPU twin)";
     }
+    clock.prep_s = OpClock::now() - clock_start;
     auto args = [&](int i) { return LibArgs{d.f(i, a), d.f(i, b), nullptr, d.f(i, out)}; };
+    const double lib_start = OpClock::now();
     const double lib_us = measure_lib(
         ctx, rows, d, info, p, tol, "cudnn", lib_ok,
         [&] { return ctx.lib->conv(lib_shape, pass, p, args(0), s.groups); }, args);
+    clock.lib_s = OpClock::now() - lib_start;
     for (Algo algo : opt.algos) {
       if (algo == Algo::Igemm || algo == Algo::Wgmma || algo == Algo::WgmmaNhwc ||
           algo == Algo::Auto)
@@ -1150,25 +1222,52 @@ void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
     const bool fast_listed =
         std::find(opt.algos.begin(), opt.algos.end(), Algo::Fast) != opt.algos.end();
     if (!fast_listed || !conv2d_grouped_fast_applicable(s)) continue;
+    const auto fast_candidate = [&](DepthwiseKernel kernel, int stream_rows) {
+      Candidate c;
+      c.launch = [&, kernel, stream_rows](int i) {
+        if (pass == Pass::Forward)
+          conv2d_grouped_forward_cuda(s, d.f(i, a), d.f(i, b), nullptr, d.f(i, out), false,
+                                      Algo::Fast, ex.stream, kernel, stream_rows);
+        else if (pass == Pass::BackwardData)
+          conv2d_grouped_backward_data_cuda(s, d.f(i, a), d.f(i, b), d.f(i, out), Algo::Fast,
+                                            ex.stream, kernel, stream_rows);
+        else
+          conv2d_grouped_backward_weight_cuda(
+              s, d.f(i, a), d.f(i, b), d.f(i, out), nullptr,
+              scratch.empty() ? nullptr : scratch.data(), Algo::Fast, ex.deterministic,
+              ex.stream, kernel, stream_rows);
+      };
+      return c;
+    };
     for (DepthwiseKernel kernel :
          {DepthwiseKernel::Tile, DepthwiseKernel::Rows, DepthwiseKernel::Stream}) {
       if (kernel == DepthwiseKernel::Rows &&
           (pass == Pass::BackwardWeight || !depthwise_rows_fits(s)))
         continue;
-      Candidate c;
+      Candidate c = fast_candidate(kernel, 0);
       c.variant = std::string("fast:") + depthwise_kernel_name(kernel);
-      c.launch = [&, kernel](int i) {
-        if (pass == Pass::Forward)
-          conv2d_grouped_forward_cuda(s, d.f(i, a), d.f(i, b), nullptr, d.f(i, out), false,
-                                      Algo::Fast, ex.stream, kernel);
-        else if (pass == Pass::BackwardData)
-          conv2d_grouped_backward_data_cuda(s, d.f(i, a), d.f(i, b), d.f(i, out), Algo::Fast,
-                                            ex.stream, kernel);
-        else
-          conv2d_grouped_backward_weight_cuda(s, d.f(i, a), d.f(i, b), d.f(i, out), nullptr,
-                                              scratch.empty() ? nullptr : scratch.data(),
-                                              Algo::Fast, ex.deterministic, ex.stream, kernel);
-      };
+      if (kernel == DepthwiseKernel::Stream) {
+        const bool wgrad = pass == Pass::BackwardWeight;
+        const DepthwiseStreamStrips plan = depthwise_stream_strips(wgrad);
+        c.note = fmt::format("{} strips, {} rows per thread", depthwise_stream_strips_name(plan),
+                             depthwise_stream_tiling(s, 0, plan).rows);
+      }
+      rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
+    }
+    // Where the stream kernel is the pick, its strip plans side by side: the rows per thread of
+    // each (fill's and long's among them), forced, so one run compares them.
+    if (!ctx.opt->depthwise || conv2d_grouped_fast_wgrad_kernel(s) != DepthwiseKernel::Stream)
+      continue;
+    for (int stream_rows : {4, 8, 16, 32}) {
+      Candidate c = fast_candidate(DepthwiseKernel::Stream, stream_rows);
+      c.variant = fmt::format("fast:stream r{}", stream_rows);
+      for (DepthwiseStreamStrips plan : {DepthwiseStreamStrips::Fill, DepthwiseStreamStrips::Long})
+        if (depthwise_stream_tiling(s, 0, plan).rows == stream_rows)
+          c.note += fmt::format("{}{} plan's rows", c.note.empty() ? "" : "; ",
+                                depthwise_stream_strips_name(plan));
+      if (ex.deterministic && pass == Pass::BackwardWeight &&
+          stream_rows < depthwise_stream_tiling(s, 0, DepthwiseStreamStrips::Fill).rows)
+        continue;  // more partials than the scratch holds: the launcher would run its plan
       rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
     }
   }

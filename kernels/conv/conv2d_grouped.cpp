@@ -9,6 +9,7 @@
 #include "kernels/conv/conv2d_grouped_cuda.h"
 #include "kernels/conv/conv_window_check.h"
 #include "runtime/dispatch.h"
+#include "runtime/env_switches.h"
 #include "runtime/error.h"
 #include "runtime/math_util.h"
 
@@ -92,23 +93,44 @@ DepthwiseTiling depthwise_tiling(const Conv2dGroupedShape& s, int max_rows, int6
   return t;
 }
 
-DepthwiseStreamTiling depthwise_stream_tiling(const Conv2dGroupedShape& s, int rows) {
-  // About 2^18 threads before the strips get short (down to 4 rows). The 3x3 kernels take 70-110
-  // registers (sm_90, ptxas -v), so an SM holds 2-3 blocks of 256: the seed's 8x64x128x128 then
-  // runs 1024 blocks of 8-row strips in ~2.6 waves of 396 rather than 512 whole planes in 1.3
-  // (the last wave a third full), for 25% more halo rows read from L2. Constants, not the
-  // device's size, so that the tiling, and with it the deterministic reduction order, is a
-  // function of the shape.
-  constexpr int64_t kTargetThreads = int64_t(1) << 18;
+const char* depthwise_stream_strips_name(DepthwiseStreamStrips p) {
+  return p == DepthwiseStreamStrips::Long ? "long" : "fill";
+}
+
+DepthwiseStreamStrips depthwise_stream_strips(bool weight_gradient) {
+  switch (process_env_switches().depthwise_stream_strips) {
+    case DepthwiseStreamStripsSwitch::Fill:
+      return DepthwiseStreamStrips::Fill;
+    case DepthwiseStreamStripsSwitch::Long:
+      return DepthwiseStreamStrips::Long;
+    default:
+      return weight_gradient ? DepthwiseStreamStrips::Long : DepthwiseStreamStrips::Fill;
+  }
+}
+
+DepthwiseStreamTiling depthwise_stream_tiling(const Conv2dGroupedShape& s, int rows,
+                                              DepthwiseStreamStrips plan) {
+  // Fill: about 2^18 threads before the strips get short (down to 4 rows). The 3x3 kernels take
+  // 70-110 registers (sm_90, ptxas -v), so an SM holds 2-3 blocks of 256: the seed's
+  // 8x64x128x128 then runs 1024 blocks of 8-row strips in ~2.6 waves of 396 rather than 512
+  // whole planes in 1.3 (the last wave a third full), for 25% more halo rows read from L2.
+  // Constants, not the device's size, so that the tiling, and with it the deterministic
+  // reduction order, is a function of the shape.
   DepthwiseStreamTiling t;
   const int qw = ceil_div(s.w, 4);
   t.tx = 1;
   while (t.tx < 32 && t.tx < qw) t.tx *= 2;
   t.tiles_x = ceil_div(s.w, t.tile_w());
   const int64_t planes = int64_t(s.n) * s.oc;
+  const auto threads = [&](int r) { return planes * t.tiles_x * t.tx * ceil_div(s.h, r); };
   t.rows = 32;
-  while (t.rows > 4 && planes * t.tiles_x * t.tx * ceil_div(s.h, t.rows) < kTargetThreads)
-    t.rows /= 2;
+  while (t.rows > 4 && threads(t.rows) < kDepthwiseStreamFillThreads) t.rows /= 2;
+  if (plan == DepthwiseStreamStrips::Long && t.rows < kDepthwiseStreamMinRows) {
+    // Too few planes for several waves of long strips: one wave of them instead (the
+    // seed's 1x256x128x128: 256 blocks of 16-row strips where Fill ran 1024 of 4 rows).
+    t.rows = kDepthwiseStreamMinRows;
+    while (t.rows < 32 && threads(t.rows) > kDepthwiseStreamWaveThreads) t.rows *= 2;
+  }
   if (rows > 0) t.rows = rows;
   // ty strips per block, at most kDepthwiseStreamThreads threads, never below one warp (the
   // weight gradient's reduction shuffles across whole warps).

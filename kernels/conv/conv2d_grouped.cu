@@ -1045,7 +1045,7 @@ void launch_rows(const Conv2dGroupedShape& s, const float* d_in, const float* d_
 template <int K, bool kBackward>
 void launch_stream(const Conv2dGroupedShape& s, const float* d_in, const float* d_w,
                    const float* d_b, float* d_out, bool relu, int rows, cudaStream_t stream) {
-  const DepthwiseStreamTiling t = depthwise_stream_tiling(s, rows);
+  const DepthwiseStreamTiling t = depthwise_stream_tiling(s, rows, depthwise_stream_strips(false));
   const int64_t planes = int64_t(s.n) * (kBackward ? s.c : s.oc);
   const StreamDims d = stream_dims(s, t, planes);
   const unsigned grid = grid_for(planes * t.strips * t.tiles_x);
@@ -1146,9 +1146,11 @@ template <int K>
 void launch_stream_wgrad(const Conv2dGroupedShape& s, const float* d_x, const float* d_dy,
                          float* d_dw, float* d_db, float* d_scratch, bool deterministic, int rows,
                          cudaStream_t stream) {
-  // Deterministic: scratch holds the shape's own tiling's partials; fewer rows would need more.
-  if (deterministic && rows < depthwise_stream_tiling(s).rows) rows = 0;
-  const DepthwiseStreamTiling t = depthwise_stream_tiling(s, rows);
+  // Deterministic: scratch holds the Fill plan's partials, the most of any plan (its strips are
+  // the shortest); fewer rows would need more.
+  if (deterministic && rows < depthwise_stream_tiling(s, 0, DepthwiseStreamStrips::Fill).rows)
+    rows = 0;
+  const DepthwiseStreamTiling t = depthwise_stream_tiling(s, rows, depthwise_stream_strips(true));
   const StreamDims d = stream_dims(s, t, int64_t(s.n) * s.oc);
   const dim3 block(t.tx, t.ty);
   const int64_t partials = int64_t(s.n) * t.strips * t.tiles_x;
@@ -1220,8 +1222,11 @@ std::size_t conv2d_grouped_backward_weight_scratch_floats_cuda(const Conv2dGroup
   if (conv2d_grouped_fast_applicable(s)) {
     const DepthwiseTiling t = depthwise_tiling(s, kDepthwiseWgradRows, int64_t(s.n) * s.oc);
     partials = std::max(partials, int64_t(s.n) * t.tiles_x * t.tiles_y);
-    const DepthwiseStreamTiling st = depthwise_stream_tiling(s);
-    partials = std::max(partials, int64_t(s.n) * st.strips * st.tiles_x);
+    // Either plan (CNN_DEPTHWISE_STREAM_STRIPS picks): Long's strips are never shorter.
+    for (DepthwiseStreamStrips plan : {DepthwiseStreamStrips::Fill, DepthwiseStreamStrips::Long}) {
+      const DepthwiseStreamTiling st = depthwise_stream_tiling(s, 0, plan);
+      partials = std::max(partials, int64_t(s.n) * st.strips * st.tiles_x);
+    }
   }
   return static_cast<std::size_t>(partials * conv2d_grouped_wgrad_slots(s));
 }
