@@ -293,6 +293,7 @@ void bench_passes_vs_float(const BenchContext& ctx, const QuantizedModel& qm,
       Network net(folded.specs, qm.input_chw, no, ex);
       net.params_from_host(folded.params);
       net.buffers_from_host(folded.buffers);
+      CNN_CUDA_CHECK(cudaDeviceSynchronize());  // the uploads, before ctx.stream (non-blocking)
       for (const std::string& line : net.autotune())
         fmt::print(stderr, "infer {} (batchnorm folded): algo auto {}\n", precision_name(p), line);
       net.forward(batch, x.data());  // every node's input defined

@@ -17,16 +17,18 @@ constexpr int kThreads = 256;
 
 // Thread mapping: one thread per element (img, r, q, c) of y (N, OH, OW, CP), c fastest;
 // channels C..CP-1 are written as zero.
-__global__ void qavgpool_kernel(QAvgPoolShape s, int64_t total, const int8_t* __restrict__ d_x,
-                                float mult, bool relu, int8_t* __restrict__ d_y) {
+// (oh, ow: s.oh(), s.ow(), computed on the host: the shape's methods are host code.)
+__global__ void qavgpool_kernel(QAvgPoolShape s, int oh, int ow, int64_t total,
+                                const int8_t* __restrict__ d_x, float mult, bool relu,
+                                int8_t* __restrict__ d_y) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= total) return;
   const int c = int(idx % s.cp);
   int64_t rest = idx / s.cp;
-  const int q = int(rest % s.ow());
-  rest /= s.ow();
-  const int r = int(rest % s.oh());
-  const int64_t img = rest / s.oh();
+  const int q = int(rest % ow);
+  rest /= ow;
+  const int r = int(rest % oh);
+  const int64_t img = rest / oh;
   if (c >= s.c) {
     d_y[idx] = 0;
     return;
@@ -54,7 +56,7 @@ void qavgpool_forward_cuda(const QAvgPoolShape& s, const int8_t* d_x, float mult
   const int64_t total = int64_t(s.n) * s.oh() * s.ow() * s.cp;
   if (total == 0) return;
   qavgpool_kernel<<<unsigned(ceil_div<int64_t>(total, kThreads)), kThreads, 0, stream>>>(
-      s, total, d_x, mult, relu, d_y);
+      s, s.oh(), s.ow(), total, d_x, mult, relu, d_y);
   CNN_CUDA_CHECK(cudaGetLastError());
 }
 

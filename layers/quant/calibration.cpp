@@ -72,6 +72,8 @@ void network_forward(const std::vector<QuantStage>& plan, const FoldedNetwork& f
   Network net(folded.specs, input_chw, o, ex);
   net.params_from_host(folded.params);
   net.buffers_from_host(folded.buffers);
+  // Those uploads ran on the default stream; ex.stream may not wait for it (non-blocking).
+  stream_sync(ex.device, nullptr);
   const std::vector<size_t> nodes = stage_output_nodes(plan, folded.specs);
   const int64_t image = shape_numel(input_chw);
   Buffer<float> d_x(size_t(o.max_batch) * size_t(image), ex.device);
@@ -79,7 +81,7 @@ void network_forward(const std::vector<QuantStage>& plan, const FoldedNetwork& f
   for (int b = 0; b < n; b += kCalibrationChunk) {
     const int cnt = std::min(kCalibrationChunk, n - b);
     const float* xb = x + int64_t(b) * image;
-    d_x.copy_from(xb, Device::CPU, size_t(cnt) * size_t(image));
+    d_x.copy_from(xb, Device::CPU, size_t(cnt) * size_t(image), ex.stream);
     net.forward(cnt, d_x.data());
     stream_sync(ex.device, ex.stream);
     stats.add(0, xb, int64_t(cnt) * image, cnt);
@@ -88,7 +90,8 @@ void network_forward(const std::vector<QuantStage>& plan, const FoldedNetwork& f
       const int64_t count = int64_t(cnt) * q.out_c() * q.out_h() * q.out_w();
       h_y.resize(size_t(count));
       raw_copy(h_y.data(), Device::CPU, net.activation(nodes[i]), ex.device,
-               size_t(count) * sizeof(float));
+               size_t(count) * sizeof(float), ex.stream);
+      stream_sync(ex.device, ex.stream);
       stats.add(i + 1, h_y.data(), count, cnt);
     }
   }
