@@ -344,9 +344,9 @@ TEST(GpuQuant, AvgPoolMatchesCpuTwinBitForBit) {
     int n, h, w, c, cp, kh, kw, stride_h, stride_w, pad_h, pad_w;
   };
   const std::vector<Case> cases = {
-      {1, 7, 5, 3, 4, 2, 2, 2, 2, 0, 0},      {3, 9, 11, 10, 12, 3, 3, 2, 2, 1, 1},
-      {1, 1, 1, 1, 4, 1, 1, 1, 1, 0, 0},      {2, 14, 14, 33, 36, 3, 3, 1, 1, 1, 1},
-      {257, 6, 5, 6, 8, 2, 3, 1, 2, 1, 1},    {2, 28, 28, 64, 64, 7, 7, 7, 7, 0, 0},
+      {1, 7, 5, 3, 4, 2, 2, 2, 2, 0, 0},   {3, 9, 11, 10, 12, 3, 3, 2, 2, 1, 1},
+      {1, 1, 1, 1, 4, 1, 1, 1, 1, 0, 0},   {2, 14, 14, 33, 36, 3, 3, 1, 1, 1, 1},
+      {257, 6, 5, 6, 8, 2, 3, 1, 2, 1, 1}, {2, 28, 28, 64, 64, 7, 7, 7, 7, 0, 0},
       {3, 13, 9, 5, 16, 5, 4, 3, 2, 2, 2}};
   int runs = 0;
   for (const Case& k : cases)
@@ -460,7 +460,8 @@ TEST(GpuQuant, CalibrationOnGpuEqualsCpu) {
       test::random_vector(size_t(n) * size_t(shape_numel(input)), seed + 1, -2.f, 2.f);
   Exec gpu;
   gpu.device = Device::CUDA;
-  const QuantizedModel cpu_max = quantize_network(folded, input, x.data(), n, CalibrationMethod::Max);
+  const QuantizedModel cpu_max =
+      quantize_network(folded, input, x.data(), n, CalibrationMethod::Max);
   for (CalibrationMethod method :
        {CalibrationMethod::Max, CalibrationMethod::Percentile, CalibrationMethod::Mse}) {
     const QuantizedModel a = method == CalibrationMethod::Max
@@ -471,8 +472,8 @@ TEST(GpuQuant, CalibrationOnGpuEqualsCpu) {
     ASSERT_EQ(b.stages.size(), a.stages.size());
     for (size_t i = 0; i < a.stages.size(); ++i) {
       const QuantStage &p = a.stages[i], &q = b.stages[i];
-      SCOPED_TRACE(::testing::Message() << calibration_method_name(method) << " stage " << i
-                                        << " (" << p.name << ")");
+      SCOPED_TRACE(::testing::Message()
+                   << calibration_method_name(method) << " stage " << i << " (" << p.name << ")");
       EXPECT_EQ(q.weight, p.weight);
       EXPECT_EQ(q.weight_scale, p.weight_scale);
       EXPECT_EQ(q.bias, p.bias);
@@ -485,8 +486,7 @@ TEST(GpuQuant, CalibrationOnGpuEqualsCpu) {
       const QuantStage& m = cpu_max.stages[i];
       near(q.input_scale, p.input_scale, m.input_scale, "input_scale");
       if (p.add) near(q.shortcut_scale, p.shortcut_scale, m.shortcut_scale, "shortcut_scale");
-      if (p.add || p.avgpool)
-        near(q.output_scale, p.output_scale, m.output_scale, "output_scale");
+      if (p.add || p.avgpool) near(q.output_scale, p.output_scale, m.output_scale, "output_scale");
     }
   }
 }

@@ -28,15 +28,15 @@ int pool_one(std::vector<int> window, float mult, bool relu) {
 }
 
 TEST(QAvgPool, RoundsTheMeanHalfToEven) {
-  EXPECT_EQ(pool_one({1, 1, 0, 0}, 0.25f, false), 0);    // 0.5 -> 0
-  EXPECT_EQ(pool_one({3, 3, 0, 0}, 0.25f, false), 2);    // 1.5 -> 2
-  EXPECT_EQ(pool_one({5, 5, 0, 0}, 0.25f, false), 2);    // 2.5 -> 2
-  EXPECT_EQ(pool_one({1, 1, 1, 0}, 0.25f, false), 1);    // 0.75 -> 1
-  EXPECT_EQ(pool_one({-3, -3, 0, 0}, 0.25f, false), -2);  // -1.5 -> -2
-  EXPECT_EQ(pool_one({-3, -3, 0, 0}, 0.25f, true), 0);   // ReLU
-  EXPECT_EQ(pool_one({127, 127, 127, 127}, 3.f, false), 127);      // saturates
+  EXPECT_EQ(pool_one({1, 1, 0, 0}, 0.25f, false), 0);               // 0.5 -> 0
+  EXPECT_EQ(pool_one({3, 3, 0, 0}, 0.25f, false), 2);               // 1.5 -> 2
+  EXPECT_EQ(pool_one({5, 5, 0, 0}, 0.25f, false), 2);               // 2.5 -> 2
+  EXPECT_EQ(pool_one({1, 1, 1, 0}, 0.25f, false), 1);               // 0.75 -> 1
+  EXPECT_EQ(pool_one({-3, -3, 0, 0}, 0.25f, false), -2);            // -1.5 -> -2
+  EXPECT_EQ(pool_one({-3, -3, 0, 0}, 0.25f, true), 0);              // ReLU
+  EXPECT_EQ(pool_one({127, 127, 127, 127}, 3.f, false), 127);       // saturates
   EXPECT_EQ(pool_one({-127, -127, -127, -127}, 3.f, false), -127);  // never -128
-  EXPECT_EQ(pool_one({10, 20, 30, 40}, 0.125f, false), 12);  // 100 / 8 = 12.5 -> 12
+  EXPECT_EQ(pool_one({10, 20, 30, 40}, 0.125f, false), 12);         // 100 / 8 = 12.5 -> 12
 }
 
 TEST(QAvgPool, PaddedZerosCountInTheMean) {
@@ -60,8 +60,9 @@ TEST(QAvgPool, WithinHalfAStepOfTheFloatPool) {
   struct Case {
     int n, h, w, c, k, stride, pad;
   };
-  for (const Case& k : {Case{2, 7, 5, 3, 2, 2, 0}, Case{3, 9, 11, 10, 3, 2, 1},
-                        Case{1, 1, 1, 1, 1, 1, 0}, Case{2, 6, 9, 6, 5, 1, 2}, Case{1, 8, 8, 4, 8, 8, 0}})
+  for (const Case& k :
+       {Case{2, 7, 5, 3, 2, 2, 0}, Case{3, 9, 11, 10, 3, 2, 1}, Case{1, 1, 1, 1, 1, 1, 0},
+        Case{2, 6, 9, 6, 5, 1, 2}, Case{1, 8, 8, 4, 8, 8, 0}})
     for (bool relu : {false, true}) {
       QAvgPoolShape s;
       s.n = k.n, s.h = k.h, s.w = k.w, s.c = k.c, s.cp = round_up4(k.c);

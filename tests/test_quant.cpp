@@ -834,9 +834,8 @@ TEST(Quant, AveragePoolFileRoundTripsAndRefusesDamage) {
   const std::string missing = rewritten(s, "avg_missing", drop("avg2.output_scale"));
   std::string e = error_of([&] { load_quantized(missing, t.specs, t.input); });
   EXPECT_TRUE(test::contains(e, "has no tensor 'avg2.output_scale'")) << e;
-  const std::string disagree = rewritten(s, "avg_disagree", [](auto& ts, auto&) {
-    find(ts, "conv2.input_scale")->data[0] *= 2;
-  });
+  const std::string disagree = rewritten(
+      s, "avg_disagree", [](auto& ts, auto&) { find(ts, "conv2.input_scale")->data[0] *= 2; });
   e = error_of([&] { load_quantized(disagree, t.specs, t.input); });
   EXPECT_TRUE(test::contains(e, "both are the scale of the activations 'avg1' writes")) << e;
 }
@@ -849,23 +848,22 @@ TEST(Quant, CalibrationThroughTheNetworkGivesTheSameScales) {
   for (const Trained* t : {&trained_resnet(), &trained_avgpool_net(), &trained_net()}) {
     const std::vector<QuantStage> plan = plan_int8(t->folded.specs, t->input);
     const auto scales = [&](CalibrationMethod method, CalibrationForward fwd) {
-      return calibrate_activation_scales(plan, t->folded, t->input, t->train_x.data(), 300,
-                                         method, Exec{}, fwd);
+      return calibrate_activation_scales(plan, t->folded, t->input, t->train_x.data(), 300, method,
+                                         Exec{}, fwd);
     };
     const std::vector<float> max_scale = scales(CalibrationMethod::Max, CalibrationForward::Stages);
     ASSERT_EQ(max_scale.size(), plan.size());
     for (CalibrationMethod method :
          {CalibrationMethod::Max, CalibrationMethod::Percentile, CalibrationMethod::Mse}) {
-      const std::vector<float> a = method == CalibrationMethod::Max
-                                       ? max_scale
-                                       : scales(method, CalibrationForward::Stages);
+      const std::vector<float> a =
+          method == CalibrationMethod::Max ? max_scale : scales(method, CalibrationForward::Stages);
       const std::vector<float> b = scales(method, CalibrationForward::Network);
       ASSERT_EQ(a.size(), b.size());
       for (size_t k = 0; k < a.size(); ++k) {
         SCOPED_TRACE(::testing::Message() << calibration_method_name(method) << " tensor " << k
                                           << " (" << (k ? plan[k - 1].name : "input") << ")");
-        const double tol = method == CalibrationMethod::Mse ? max_scale[k] / 200.0 * 1.001
-                                                            : 1e-5 * a[k];
+        const double tol =
+            method == CalibrationMethod::Mse ? max_scale[k] / 200.0 * 1.001 : 1e-5 * a[k];
         EXPECT_NEAR(b[k], a[k], tol);
         EXPECT_NE(a[k], 1.f);  // a tensor of zeros would prove nothing
       }

@@ -80,7 +80,10 @@ std::string format_infer_markdown(const std::vector<std::string>& header,
       out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} |\n", r->what, us(r->median_us),
                          us(r->fp32_us), us(r->tf32_us), ratio(r->fp32_us, r->median_us),
                          ratio(r->tf32_us, r->median_us),
-                         !(sp > 0) ? "-" : sp >= kInt8GoalSpeedup ? "yes" : "no", r->note);
+                         !(sp > 0)                ? "-"
+                         : sp >= kInt8GoalSpeedup ? "yes"
+                                                  : "no",
+                         r->note);
     }
   }
   return out;

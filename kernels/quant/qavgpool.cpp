@@ -18,8 +18,8 @@ void check_qavgpool_shape(const QAvgPoolShape& s) {
             "qavgpool: bad window {}x{} stride {}x{} padding {}x{} (padding at most half the "
             "window, at most 65536 elements)",
             s.kh, s.kw, s.stride_h, s.stride_w, s.pad_h, s.pad_w);
-  CNN_CHECK(s.oh() >= 1 && s.ow() >= 1, "qavgpool: the {}x{} window does not fit {}x{}", s.kh,
-            s.kw, s.h, s.w);
+  CNN_CHECK(s.oh() >= 1 && s.ow() >= 1, "qavgpool: the {}x{} window does not fit {}x{}", s.kh, s.kw,
+            s.h, s.w);
 }
 
 void qavgpool_forward(const QAvgPoolShape& s, const int8_t* x, float mult, bool relu, int8_t* y,

@@ -1,9 +1,9 @@
 #pragma once
 // Runs a QuantizedModel on a device through the int8 kernels (kernels/quant/): the float input
 // is quantized once, every stage (conv/linear + ReLU + max-pool, a residual block's add + ReLU,
-// or an average pool + ReLU) reads and writes int8 activations (N, H, W, C padded to 4), each kept in its own buffer
-// for the stages that read it later (a block's shortcut), and the last stage writes dequantized
-// float logits.
+// or an average pool + ReLU) reads and writes int8 activations (N, H, W, C padded to 4), each kept
+// in its own buffer for the stages that read it later (a block's shortcut), and the last stage
+// writes dequantized float logits.
 #include <cstdint>
 #include <vector>
 

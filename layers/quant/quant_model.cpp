@@ -159,8 +159,10 @@ std::vector<QuantStage> plan_int8(const std::vector<LayerSpec>& specs, const Sha
           q.c = q.oc = c, q.h = h, q.w = w;
           q.pool_kh = s.kernel_h, q.pool_kw = s.kernel_w, q.pool_sh = s.stride_h;
           q.pool_sw = s.stride_w, q.pool_ph = s.pad_h, q.pool_pw = s.pad_w;
-          CNN_CHECK(q.out_h() >= 1 && q.out_w() >= 1, "int8: {} (avgpool2d): the window does not "
-                    "fit the input ({}, {}, {})", where(s), c, h, w);
+          CNN_CHECK(q.out_h() >= 1 && q.out_w() >= 1,
+                    "int8: {} (avgpool2d): the window does not "
+                    "fit the input ({}, {}, {})",
+                    where(s), c, h, w);
           h = q.out_h(), w = q.out_w();
           push(q);
           break;

@@ -62,7 +62,7 @@ struct QuantStage {
   float input_scale = 1.f;          // an add: the scale of its `input` (the block's layers' output)
   float shortcut_scale = 1.f;       // an add's
   float output_scale = 1.f;         // an add's and an avgpool's
-  std::vector<float> bias;                         // (OC), zeros for a layer without bias
+  std::vector<float> bias;          // (OC), zeros for a layer without bias
 
   Shape weight_shape() const;  // the torch shape of `weight`
   int64_t weight_numel() const;
