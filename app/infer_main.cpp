@@ -173,7 +173,7 @@ LoadedModel load_model(const InferOptions& o, const Exec& ex) {
     const std::vector<float> calib =
         calibration_images(fp.cfg, fp.meta, o.calibrate, o.data_dir, &count);
     const QuantizedModel qm = quantize_network(fp.folded, fp.meta.input_chw, calib.data(), count,
-                                               parse_calibration_method(o.method));
+                                               parse_calibration_method(o.method), ex);
     m.qnet = std::make_unique<Int8Network>(qm, o.batch, ex, !process_env_switches().int8_direct);
     m.description = fmt::format("int8 ({} calibration on {} images)", qm.method, count);
   } else {

@@ -33,8 +33,12 @@ int quantize(const std::string& ckpt_arg, int calibrate, const std::string& meth
   const Fp32Model fp = load_fp32_model(ckpt);
   int count = 0;
   const std::vector<float> calib = calibration_images(fp.cfg, fp.meta, calibrate, data_dir, &count);
+  // Calibration's float forward runs where --evaluate runs: the training network on the GPU when
+  // there is one, the CPU loops otherwise.
+  Exec ex;
+  ex.device = resolve_device(device);
   const QuantizedModel qm =
-      quantize_network(fp.folded, fp.meta.input_chw, calib.data(), count, method);
+      quantize_network(fp.folded, fp.meta.input_chw, calib.data(), count, method, ex);
   for (const std::string& f : fp.folded.folded) std::printf("folded %s\n", f.c_str());
   int64_t int8_bytes = 0, float_bytes = 0;
   for (const QuantStage& q : qm.stages) {
@@ -49,6 +53,13 @@ int quantize(const std::string& ckpt_arg, int calibrate, const std::string& meth
       int8_bytes += 3 * 4;
       continue;
     }
+    if (q.avgpool) {
+      std::printf("%-8s%s: int8 avgpool %dx%d, input scale %.4g, output scale %.4g\n",
+                  q.name.c_str(), fused.c_str(), q.pool_kh, q.pool_kw, double(q.input_scale),
+                  double(q.output_scale));
+      int8_bytes += 2 * 4;
+      continue;
+    }
     const auto [lo, hi] = std::minmax_element(q.weight_scale.begin(), q.weight_scale.end());
     std::printf("%-8s%s: int8 weights %s, weight scales %.3g..%.3g, input scale %.4g\n",
                 q.name.c_str(), fused.c_str(), shape_str(q.weight_shape()).c_str(), double(*lo),
@@ -58,11 +69,11 @@ int quantize(const std::string& ckpt_arg, int calibrate, const std::string& meth
   }
   save_quantized(output, qm, fp.meta, fp.folded.folded);
   std::printf(
-      "wrote %s: %lld bytes of tensors (float: %lld), %s calibration on %d training images\n",
-      output.c_str(), (long long)int8_bytes, (long long)float_bytes, qm.method.c_str(), count);
+      "wrote %s: %lld bytes of tensors (float: %lld), %s calibration on %d training images "
+      "(%s)\n",
+      output.c_str(), (long long)int8_bytes, (long long)float_bytes, qm.method.c_str(), count,
+      device_name(ex.device));
   if (evaluate) {
-    Exec ex;
-    ex.device = resolve_device(device);
     constexpr int kBatch = 256;
     NetworkOptions nopt;
     nopt.max_batch = kBatch;
@@ -112,7 +123,7 @@ int main(int argc, char** argv) {
     app.add_option("--data", data_dir, "dataset folder instead of the config's data.dir (IDX)");
     app.add_flag("--evaluate", evaluate,
                  "also print the test-set accuracy of the float and the int8 model");
-    app.add_option("--device", device, "cpu, cuda or auto (for --evaluate)")
+    app.add_option("--device", device, "cpu, cuda or auto: where calibration and --evaluate run")
         ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
     if (!cnn::parse_command_line(app, argc, argv, "quantize")) return 0;
     return cnn::quantize(ckpt, calibrate, method, output, data_dir, evaluate, device);

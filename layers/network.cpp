@@ -299,15 +299,29 @@ const float* Network::run_forward(int n, const float* x, bool training) {
   CNN_CHECK(n > 0 && n <= opt_.max_batch, "batch of {} images, expected 1..{}", n, opt_.max_batch);
   for (size_t v : input_views_) acts_[v] = const_cast<float*>(x);  // never written through
   const Exec ex = mode_exec(training);
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    if (skipped_[i]) continue;
-    if (layers_[i]->spec().kind == LayerKind::Residual)
-      add_forward(n * per_image(int(i)), act_of(input_[i], x), act_of(shortcut_input_[i], x),
-                  acts_[i], ex);
-    else
-      layers_[i]->forward(n, act_of(input_[i], x), acts_[i], ex);
-  }
+  for (size_t i = 0; i < layers_.size(); ++i) run_node(i, n, x, ex);
   return acts_.back();
+}
+
+void Network::run_node(size_t i, int n, const float* x, const Exec& ex) {
+  if (skipped_[i]) return;
+  if (layers_[i]->spec().kind == LayerKind::Residual)
+    add_forward(n * per_image(int(i)), act_of(input_[i], x), act_of(shortcut_input_[i], x),
+                acts_[i], ex);
+  else
+    layers_[i]->forward(n, act_of(input_[i], x), acts_[i], ex);
+}
+
+const float* Network::activation(size_t node) const {
+  CNN_CHECK(node < layers_.size(), "node {} of a network of {}", node, layers_.size());
+  return acts_[node];
+}
+
+void Network::forward_node(size_t node, int n, const float* x) {
+  CNN_CHECK(node < layers_.size(), "node {} of a network of {}", node, layers_.size());
+  CNN_CHECK(n > 0 && n <= opt_.max_batch, "batch of {} images, expected 1..{}", n, opt_.max_batch);
+  for (size_t v : input_views_) acts_[v] = const_cast<float*>(x);  // never written through
+  run_node(node, n, x, mode_exec(false));
 }
 
 const float* Network::forward(int n, const float* x) {

@@ -62,6 +62,14 @@ class Network {
   void forward_loss(int n, const float* x, const int32_t* labels);
 
   const float* logits() const { return acts_.back(); }
+  // The output of node `node` (an index into layers()) of the last forward, on the network's
+  // device, (n, per-image shape) NCHW: the values the next layer reads. A folded relu's is its
+  // conv's buffer (ReLU applied), a fused conv-relu-pool's pool holds the pooled output; the
+  // conv under a fused pool holds that pooled output too (read the pool's). Calibration reads it.
+  const float* activation(size_t node) const;
+  // Runs node `node` alone on the activations of the last forward (or of the nodes run before
+  // it): for timing one layer as the whole forward runs it (a skipped node does nothing).
+  void forward_node(size_t node, int n, const float* x);
   const float* loss_rows() const { return loss_rows_.data(); }  // (n) after forward_backward
   const int32_t* predictions() const { return pred_.data(); }   // (n) after forward_backward
   int num_classes() const { return classes_; }
@@ -144,6 +152,7 @@ class Network {
   GradsReadyHook grads_ready_;
   // Runs the layers forward in training or eval mode; returns the logits.
   const float* run_forward(int n, const float* x, bool training);
+  void run_node(size_t i, int n, const float* x, const Exec& ex);
   Exec mode_exec(bool training) const;
   Buffer<float> loss_rows_;
   Buffer<int32_t> pred_;

@@ -1,12 +1,13 @@
 // The int8 CUDA kernels against their CPU twin, bit for bit: int8 outputs, dequantized floats,
-// the input quantization, the residual add, and whole quantized networks' logits (a ResNet's
-// too).
+// the input quantization, the residual add, the average pool, and whole quantized networks'
+// logits (a ResNet's too); and calibration on the GPU against calibration on the CPU.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <random>
 
 #include "kernels/quant/qadd.h"
+#include "kernels/quant/qavgpool.h"
 #include "kernels/quant/qconv.h"
 #include "kernels/quant/quantize.h"
 #include "layers/fold_batchnorm.h"
@@ -327,6 +328,167 @@ TEST(GpuQuant, ResNetLogitsEqualCpu) {
   const std::vector<bool> tc = {true, true,  true, false, true,  true,
                                 true, false, true, true,  false, true};
   check_network(specs, Shape{3, 15, 13}, tc, test::fresh_seed());
+}
+
+// The int8 average pool against its CPU twin bit for bit: awkward sizes, channels not multiples
+// of 4, padded windows, overlapping and non-dividing strides, batch 257, random multipliers,
+// exact ties (a 2x2 window's 1/4) and saturation.
+TEST(GpuQuant, AvgPoolMatchesCpuTwinBitForBit) {
+  CNN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> d(-127, 127);
+  Exec ex;
+  ex.device = Device::CUDA;
+  struct Case {
+    int n, h, w, c, cp, kh, kw, stride_h, stride_w, pad_h, pad_w;
+  };
+  const std::vector<Case> cases = {
+      {1, 7, 5, 3, 4, 2, 2, 2, 2, 0, 0},   {3, 9, 11, 10, 12, 3, 3, 2, 2, 1, 1},
+      {1, 1, 1, 1, 4, 1, 1, 1, 1, 0, 0},   {2, 14, 14, 33, 36, 3, 3, 1, 1, 1, 1},
+      {257, 6, 5, 6, 8, 2, 3, 1, 2, 1, 1}, {2, 28, 28, 64, 64, 7, 7, 7, 7, 0, 0},
+      {3, 13, 9, 5, 16, 5, 4, 3, 2, 2, 2}};
+  int runs = 0;
+  for (const Case& k : cases)
+    for (bool relu : {false, true})
+      for (int variant = 0; variant < 3; ++variant) {
+        QAvgPoolShape s;
+        s.n = k.n, s.h = k.h, s.w = k.w, s.c = k.c, s.cp = k.cp, s.kh = k.kh, s.kw = k.kw;
+        s.stride_h = k.stride_h, s.stride_w = k.stride_w, s.pad_h = k.pad_h, s.pad_w = k.pad_w;
+        SCOPED_TRACE(::testing::Message()
+                     << "seed " << seed << " n=" << s.n << " " << s.h << "x" << s.w << " c=" << s.c
+                     << " cp=" << s.cp << " window " << s.kh << "x" << s.kw << " stride "
+                     << s.stride_h << "x" << s.stride_w << " pad " << s.pad_h << "x" << s.pad_w
+                     << " relu=" << relu << " variant " << variant);
+        std::vector<int8_t> x(size_t(s.n) * s.h * s.w * s.cp);
+        for (size_t i = 0; i < x.size(); ++i)
+          x[i] = int(i % size_t(s.cp)) < s.c ? int8_t(d(rng)) : int8_t(0);
+        std::uniform_real_distribution<float> m(0.2f, 2.f);
+        float mult = m(rng) / float(s.kh * s.kw);
+        if (variant == 1) mult = 3.f;  // saturates
+        if (variant == 2) {            // ties: small sums over 1/4
+          mult = 0.25f;
+          for (size_t i = 0; i < x.size(); ++i)
+            if (int(i % size_t(s.cp)) < s.c) x[i] = int8_t(d(rng) % 3);
+        }
+        std::vector<int8_t> ref(size_t(s.n) * s.oh() * s.ow() * s.cp, int8_t(99));
+        qavgpool_forward_cpu(s, x.data(), mult, relu, ref.data());
+        Buffer<int8_t> d_x = upload(x);
+        Buffer<int8_t> d_y = upload(std::vector<int8_t>(ref.size(), int8_t(99)));  // poisoned
+        qavgpool_forward(s, d_x.data(), mult, relu, d_y.data(), ex);
+        const std::vector<int8_t> got = download(d_y);
+        size_t bad = 0;
+        for (size_t i = 0; i < ref.size(); ++i) bad += got[i] != ref[i];
+        EXPECT_EQ(bad, 0u) << "of " << ref.size();
+        ++runs;
+      }
+  EXPECT_EQ(runs, int(cases.size()) * 6);
+}
+
+// A net with every kind of int8 stage: a first conv(1 channel) + BN + ReLU + 2x2 max-pool (the
+// float network fuses it into one conv-relu-pool pass on the GPU), an identity residual block
+// with BN, an avgpool2d between a BN'd conv and its ReLU (padded, stride 2), a projection block
+// (stride-2 1x1 conv + BN shortcut), global average pooling into the classifier. Odd sizes,
+// channels not multiples of 4.
+std::vector<LayerSpec> every_stage_specs() {
+  const auto bn = [](const std::string& n) { return batchnorm_spec(LayerKind::BatchNorm2d, n); };
+  const auto relu = [](const std::string& n) { return layer_spec(LayerKind::Relu, n); };
+  return {conv2d_spec("conv1", 6, 5, 5, 1, 2),
+          bn("bn1"),
+          relu("relu1"),
+          maxpool2d_spec("pool1", 2, 2),
+          residual_spec("res1", {conv2d_spec("conv2", 6, 3, 3, 1, 1), bn("bn2"), relu("relu2"),
+                                 conv2d_spec("conv3", 6, 3, 3, 1, 1), bn("bn3")}),
+          relu("relu3"),
+          conv2d_spec("conv4", 10, 3, 3, 1, 1),
+          bn("bn4"),
+          avgpool2d_spec("avg1", 3, 2, 1),
+          relu("relu4"),
+          residual_spec("res2",
+                        {conv2d_spec("conv5", 9, 3, 3, 2, 1), bn("bn5"), relu("relu5"),
+                         conv2d_spec("conv6", 9, 3, 3, 1, 1), bn("bn6")},
+                        {conv2d_spec("conv7", 9, 1, 1, 2, 0), bn("bn7")}),
+          relu("relu6"),
+          layer_spec(LayerKind::GlobalAvgPool, "gap1"),
+          layer_spec(LayerKind::Flatten, "flatten1"),
+          linear_spec("fc1", 7),
+          layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
+}
+
+// BatchNorm running statistics away from (0, 1), so that folding changes the weights.
+std::vector<float> random_bn_buffers(const Network& net, uint64_t seed) {
+  std::vector<float> b = net.buffers_to_host();
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> mean(-0.5f, 0.5f), var(0.3f, 3.f);
+  for (const ParamInfo& p : net.buffer_infos()) {
+    const bool is_var = p.name.find("running_var") != std::string::npos;
+    const bool is_mean = p.name.find("running_mean") != std::string::npos;
+    for (int64_t i = 0; i < p.numel(); ++i)
+      if (is_var || is_mean) b[size_t(p.offset + i)] = is_var ? var(rng) : mean(rng);
+  }
+  return b;
+}
+
+TEST(GpuQuant, AvgPoolNetworkLogitsEqualCpu) {
+  CNN_REQUIRE_GPU();
+  // conv1, conv2, conv3, res1, conv4, avg1, conv5, conv6, conv7, res2, fc1
+  const std::vector<bool> tc = {true, true, true, false, true, false,
+                                true, true, true, false, true};
+  check_network(every_stage_specs(), Shape{1, 18, 14}, tc, test::fresh_seed());
+}
+
+// Calibration on the GPU (the training Network's forward in FP32, the stage outputs copied back)
+// gives the CPU's scales for every int8 tensor: max and percentile within a relative 1e-4 (float
+// summation order, through ~10 layers), mse within one step of its 200-candidate search (a near
+// tie that rounding tips); the weights, biases and plan are the same. 300 images: a full chunk of
+// 256 and a partial one.
+TEST(GpuQuant, CalibrationOnGpuEqualsCpu) {
+  CNN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const std::vector<LayerSpec> specs = every_stage_specs();
+  const Shape input{1, 18, 14};
+  NetworkOptions o;
+  o.max_batch = 1;
+  o.seed = seed;
+  const Network net(specs, input, o, Exec{});
+  const FoldedNetwork folded =
+      fold_batchnorm(specs, input, net.params_to_host(), random_bn_buffers(net, seed + 2));
+  ASSERT_EQ(folded.folded.size(), 7u);
+  const int n = 300;
+  const std::vector<float> x =
+      test::random_vector(size_t(n) * size_t(shape_numel(input)), seed + 1, -2.f, 2.f);
+  Exec gpu;
+  gpu.device = Device::CUDA;
+  const QuantizedModel cpu_max =
+      quantize_network(folded, input, x.data(), n, CalibrationMethod::Max);
+  for (CalibrationMethod method :
+       {CalibrationMethod::Max, CalibrationMethod::Percentile, CalibrationMethod::Mse}) {
+    const QuantizedModel a = method == CalibrationMethod::Max
+                                 ? cpu_max
+                                 : quantize_network(folded, input, x.data(), n, method);
+    const QuantizedModel b = quantize_network(folded, input, x.data(), n, method, gpu);
+    ASSERT_EQ(a.stages.size(), 11u);
+    ASSERT_EQ(b.stages.size(), a.stages.size());
+    for (size_t i = 0; i < a.stages.size(); ++i) {
+      const QuantStage &p = a.stages[i], &q = b.stages[i];
+      SCOPED_TRACE(::testing::Message()
+                   << calibration_method_name(method) << " stage " << i << " (" << p.name << ")");
+      EXPECT_EQ(q.weight, p.weight);
+      EXPECT_EQ(q.weight_scale, p.weight_scale);
+      EXPECT_EQ(q.bias, p.bias);
+      const auto near = [&](float got, float want, float max_scale, const char* what) {
+        const double tol =
+            method == CalibrationMethod::Mse ? max_scale / 200.0 * 1.001 : 1e-4 * want;
+        EXPECT_NEAR(got, want, tol) << what;
+        EXPECT_NE(want, 1.f) << what << ": a tensor of zeros proves nothing";
+      };
+      const QuantStage& m = cpu_max.stages[i];
+      near(q.input_scale, p.input_scale, m.input_scale, "input_scale");
+      if (p.add) near(q.shortcut_scale, p.shortcut_scale, m.shortcut_scale, "shortcut_scale");
+      if (p.add || p.avgpool) near(q.output_scale, p.output_scale, m.output_scale, "output_scale");
+    }
+  }
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "layers/fold_batchnorm.h"
 #include "layers/network.h"
 #include "layers/param_optimizer.h"
+#include "layers/quant/calibration.h"
 #include "layers/quant/int8_network.h"
 #include "layers/quant/quant_file.h"
 #include "layers/quant/quant_model.h"
@@ -672,12 +673,22 @@ TEST(Quant, RefusesFilesThatAreNotWhatTheyClaim) {
     EXPECT_TRUE(test::contains(e, path)) << c.name << ": " << e;
     EXPECT_EQ(e.find('\n'), std::string::npos) << c.name << ": " << e;
   }
-  // int8 with a layer it has no kernel for: named, with what int8 runs.
-  // (avgpool2d stays refused: see docs/inference.md.)
-  std::vector<LayerSpec> with_avgpool = t.specs;
-  with_avgpool.insert(with_avgpool.begin() + 4, avgpool2d_spec("avg1", 1, 1));
-  const std::string e = error_of([&] { load_quantized(s.path.string(), with_avgpool, t.input); });
-  EXPECT_TRUE(test::contains(e, "layer 'avg1' (avgpool2d) has no int8 kernel")) << e;
+  // int8 with a layer it has no kernel for: named, with what int8 runs (a batchnorm that does
+  // not follow a conv folds nowhere).
+  std::vector<LayerSpec> with_bn = t.specs;
+  with_bn.insert(with_bn.begin() + 4, batchnorm_spec(LayerKind::BatchNorm2d, "bn9"));
+  const std::string e = error_of([&] { load_quantized(s.path.string(), with_bn, t.input); });
+  EXPECT_TRUE(test::contains(e, "layer 'bn9' (batchnorm2d) has no int8 kernel")) << e;
+  EXPECT_TRUE(test::contains(e, "avgpool2d")) << e;
+  // An avgpool2d after flatten (int8 pools images only).
+  std::vector<LayerSpec> flat_avg = t.specs;
+  const auto flatten = std::find_if(flat_avg.begin(), flat_avg.end(), [](const LayerSpec& l) {
+    return l.kind == LayerKind::Flatten;
+  });
+  ASSERT_NE(flatten, flat_avg.end());
+  flat_avg.insert(flatten + 1, avgpool2d_spec("avg9", 1, 1));
+  const std::string e3 = error_of([&] { plan_int8(fold_batchnorm_specs(flat_avg), t.input); });
+  EXPECT_TRUE(test::contains(e3, "layer 'avg9' (avgpool2d) follows flatten")) << e3;
   const std::string e2 = error_of([&] {
     plan_int8({conv2d_spec("conv1", 4, 3, 3, 1, 1), layer_spec(LayerKind::Relu, "r"),
                layer_spec(LayerKind::Relu, "r2"), layer_spec(LayerKind::Flatten, "f"),
@@ -746,6 +757,127 @@ TEST(Quant, ResidualFileRoundTripsAndRefusesDamage) {
     EXPECT_TRUE(test::contains(e, path)) << c.name << ": " << e;
     EXPECT_EQ(e.find('\n'), std::string::npos) << c.name << ": " << e;
   }
+}
+
+// A net with two average pools: one after a conv's ReLU (2x2), one between a BatchNorm'd conv
+// and its ReLU (3x3, stride 2, padding 1: negative inputs, padded zeros, the ReLU fused).
+std::vector<LayerSpec> avgpool_specs() {
+  return {conv2d_spec("conv1", 8, 3, 3, 1, 1),
+          batchnorm_spec(LayerKind::BatchNorm2d, "bn1"),
+          layer_spec(LayerKind::Relu, "relu1"),
+          avgpool2d_spec("avg1", 2, 2),
+          conv2d_spec("conv2", 10, 3, 3, 1, 1),
+          batchnorm_spec(LayerKind::BatchNorm2d, "bn2"),
+          avgpool2d_spec("avg2", 3, 2, 1),
+          layer_spec(LayerKind::Relu, "relu2"),
+          layer_spec(LayerKind::Flatten, "flatten1"),
+          linear_spec("fc1", 4),
+          layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
+}
+
+const Trained& trained_avgpool_net() {
+  static const Trained t = train_net(avgpool_specs());
+  return t;
+}
+
+TEST(Quant, AveragePoolRunsInInt8) {
+  const Trained& t = trained_avgpool_net();
+  const QuantizedModel m =
+      quantize_network(t.folded, t.input, t.train_x.data(), 256, kDefaultCalibration);
+  // conv1 (+relu1), avg1, conv2, avg2 (+relu2), fc1
+  ASSERT_EQ(m.stages.size(), 5u);
+  const QuantStage &avg1 = m.stages[1], &avg2 = m.stages[3];
+  EXPECT_TRUE(avg1.avgpool && !avg1.relu && avg1.input == 0 && avg1.out_h() == 8);
+  EXPECT_TRUE(avg2.avgpool && avg2.relu && avg2.input == 2 && avg2.out_h() == 4);
+  EXPECT_EQ(avg2.fused, std::vector<std::string>{"relu2"});
+  // The avg pools' output scales are their readers' input scales.
+  EXPECT_EQ(avg1.output_scale, m.stages[2].input_scale);
+  EXPECT_EQ(avg2.output_scale, m.stages[4].input_scale);
+  const std::vector<QuantStage> plan = plan_int8(t.folded.specs, t.input);
+  const std::vector<float> ref = float_forward(plan, float_stages(plan, t.folded, t.input),
+                                               t.test_x.data(), t.n_test, nullptr);
+  // The stages' float forward (avgpool included) is the Network's.
+  NetworkOptions o;
+  o.max_batch = t.n_test;
+  Network net(t.folded.specs, t.input, o, Exec{});
+  net.params_from_host(t.folded.params);
+  const float* y = net.forward(t.n_test, t.test_x.data());
+  double diff = 0, size = 0;  // against the logits' range: summation order moves small ones
+  for (size_t i = 0; i < ref.size(); ++i)
+    diff = std::max(diff, double(std::fabs(y[i] - ref[i]))),
+    size = std::max(size, double(std::fabs(ref[i])));
+  EXPECT_LT(diff, 1e-5 * size);
+  const std::vector<float> q = int8_logits(m, t.test_x, t.n_test);
+  const auto [agree, right32, right8] =
+      compare_predictions(ref, q, t.test_labels, t.n_test, "avgpool net: ");
+  EXPECT_GT(right32, t.n_test / 2) << "the float network did not learn: the test proves nothing";
+  EXPECT_GE(agree, int(std::ceil(0.98 * t.n_test)));
+}
+
+TEST(Quant, AveragePoolFileRoundTripsAndRefusesDamage) {
+  const Trained& t = trained_avgpool_net();
+  const SavedModel s = saved_model("avgpool", t);
+  const QuantizedModel back = load_quantized(s.path.string(), t.specs, t.input);
+  ASSERT_EQ(back.stages.size(), s.model.stages.size());
+  for (size_t i = 0; i < back.stages.size(); ++i) {
+    EXPECT_EQ(back.stages[i].avgpool, s.model.stages[i].avgpool);
+    EXPECT_EQ(back.stages[i].input_scale, s.model.stages[i].input_scale);
+    EXPECT_EQ(back.stages[i].output_scale, s.model.stages[i].output_scale);
+  }
+  EXPECT_EQ(int8_logits(back, t.test_x, 37), int8_logits(s.model, t.test_x, 37));
+  const auto drop = [](const std::string& name) {
+    return [name](std::vector<NamedTensor>& ts, std::map<std::string, std::string>&) {
+      ts.erase(std::remove_if(ts.begin(), ts.end(), [&](auto& x) { return x.name == name; }),
+               ts.end());
+    };
+  };
+  const std::string missing = rewritten(s, "avg_missing", drop("avg2.output_scale"));
+  std::string e = error_of([&] { load_quantized(missing, t.specs, t.input); });
+  EXPECT_TRUE(test::contains(e, "has no tensor 'avg2.output_scale'")) << e;
+  const std::string disagree = rewritten(
+      s, "avg_disagree", [](auto& ts, auto&) { find(ts, "conv2.input_scale")->data[0] *= 2; });
+  e = error_of([&] { load_quantized(disagree, t.specs, t.input); });
+  EXPECT_TRUE(test::contains(e, "both are the scale of the activations 'avg1' writes")) << e;
+}
+
+// Calibration through the training Network's forward (the GPU's path; here on the CPU) gives
+// the scales of the stages' own float forward: max and percentile up to float rounding, mse up
+// to one step of its 200-candidate search where rounding tips a near tie. Every int8 tensor:
+// the input, convs, residual adds, average pools.
+TEST(Quant, CalibrationThroughTheNetworkGivesTheSameScales) {
+  for (const Trained* t : {&trained_resnet(), &trained_avgpool_net(), &trained_net()}) {
+    const std::vector<QuantStage> plan = plan_int8(t->folded.specs, t->input);
+    const auto scales = [&](CalibrationMethod method, CalibrationForward fwd) {
+      return calibrate_activation_scales(plan, t->folded, t->input, t->train_x.data(), 300, method,
+                                         Exec{}, fwd);
+    };
+    const std::vector<float> max_scale = scales(CalibrationMethod::Max, CalibrationForward::Stages);
+    ASSERT_EQ(max_scale.size(), plan.size());
+    for (CalibrationMethod method :
+         {CalibrationMethod::Max, CalibrationMethod::Percentile, CalibrationMethod::Mse}) {
+      const std::vector<float> a =
+          method == CalibrationMethod::Max ? max_scale : scales(method, CalibrationForward::Stages);
+      const std::vector<float> b = scales(method, CalibrationForward::Network);
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t k = 0; k < a.size(); ++k) {
+        SCOPED_TRACE(::testing::Message() << calibration_method_name(method) << " tensor " << k
+                                          << " (" << (k ? plan[k - 1].name : "input") << ")");
+        const double tol =
+            method == CalibrationMethod::Mse ? max_scale[k] / 200.0 * 1.001 : 1e-5 * a[k];
+        EXPECT_NEAR(b[k], a[k], tol);
+        EXPECT_NE(a[k], 1.f);  // a tensor of zeros would prove nothing
+      }
+    }
+  }
+  // The stages' output nodes: a fused ReLU's, a block's ReLU after the add, the classifier.
+  const Trained& r = trained_resnet();
+  const std::vector<QuantStage> plan = plan_int8(r.folded.specs, r.input);
+  const std::vector<size_t> nodes = stage_output_nodes(plan, r.folded.specs);
+  const std::vector<GraphNode> graph = layer_graph(r.folded.specs);
+  std::vector<std::string> names;
+  for (size_t k : nodes) names.push_back(graph[k].spec.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"relu1", "relu2", "conv3", "relu3", "relu4", "conv5",
+                                             "conv6", "relu5", "fc1"}));
 }
 
 }  // namespace

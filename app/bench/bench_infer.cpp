@@ -9,6 +9,12 @@
 
 namespace cnn::bench {
 
+double int8_speedup_over_float(const InferRow& r) {
+  const double best_float = std::min(r.fp32_us, r.tf32_us);
+  if (!(r.median_us > 0) || !(best_float > 0)) return kNaN;
+  return best_float / r.median_us;
+}
+
 std::string format_infer_markdown(const std::vector<std::string>& header,
                                   const std::vector<InferRow>& rows,
                                   const std::vector<int>& batches) {
@@ -22,8 +28,12 @@ std::string format_infer_markdown(const std::vector<std::string>& header,
   // Network rows in first-seen order, one column per batch size.
   std::vector<std::string> order;
   std::map<std::string, std::map<int, const InferRow*>> cells;
-  std::vector<const InferRow*> stages;
+  std::vector<const InferRow*> stages, passes;
   for (const InferRow& r : rows) {
+    if (r.vs_float) {
+      passes.push_back(&r);
+      continue;
+    }
     if (r.what.find(" stage ") != std::string::npos) {
       stages.push_back(&r);
       continue;
@@ -55,6 +65,27 @@ std::string format_infer_markdown(const std::vector<std::string>& header,
       out +=
           fmt::format("| {} | {:.2f} | {:.2f} | {} |\n", r->what, r->median_us, r->p95_us, r->note);
   }
+  if (!passes.empty()) {
+    const auto us = [](double v) { return v > 0 ? fmt::format("{:.2f}", v) : std::string("-"); };
+    const auto ratio = [](double a, double b) {
+      return a > 0 && b > 0 ? fmt::format("{:.2f}x", a / b) : std::string("-");
+    };
+    out += fmt::format(
+        "\n| int8 pass vs the same float pass, batch {} | int8 us | FP32 us | TF32 us | "
+        "FP32 / int8 | TF32 / int8 | >= {}x the faster float | notes |\n",
+        passes.front()->batch, kInt8GoalSpeedup);
+    out += "|---|---:|---:|---:|---:|---:|---|---|\n";
+    for (const InferRow* r : passes) {
+      const double sp = int8_speedup_over_float(*r);
+      out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} |\n", r->what, us(r->median_us),
+                         us(r->fp32_us), us(r->tf32_us), ratio(r->fp32_us, r->median_us),
+                         ratio(r->tf32_us, r->median_us),
+                         !(sp > 0)                ? "-"
+                         : sp >= kInt8GoalSpeedup ? "yes"
+                                                  : "no",
+                         r->note);
+    }
+  }
   return out;
 }
 
@@ -67,9 +98,16 @@ std::string format_infer_csv(const std::vector<InferRow>& rows) {
   };
   auto num = [](double v) { return std::isfinite(v) ? fmt::format("{}", v) : std::string(); };
   std::string out = "what,batch,median_us,p95_us,images_per_s,note\n";
-  for (const InferRow& r : rows)
+  for (const InferRow& r : rows) {
+    // A comparison row keeps the columns: the float times go into its note.
+    std::string note = r.note;
+    if (r.vs_float)
+      note = fmt::format("fp32_us={} tf32_us={} speedup_over_faster_float={}{}", num(r.fp32_us),
+                         num(r.tf32_us), num(int8_speedup_over_float(r)),
+                         note.empty() ? "" : "; " + note);
     out += fmt::format("{},{},{},{},{},{}\n", quoted(r.what), r.batch, num(r.median_us),
-                       num(r.p95_us), num(r.images_per_s), quoted(r.note));
+                       num(r.p95_us), num(r.images_per_s), quoted(note));
+  }
   return out;
 }
 
@@ -137,16 +175,19 @@ Buffer<float> random_images(const Shape& chw, int batch, uint64_t seed) {
   return d;
 }
 
-// Every int8 stage alone at `batch`: random int8 activations and weights, both kernels.
-void bench_stages(const BenchContext& ctx, const Int8Network& q, size_t stages, int batch,
-                  std::vector<InferRow>& rows) {
+// Every int8 stage alone at `batch`: random int8 activations and weights, both kernels. Returns
+// per conv/linear stage the row of its faster kernel (others: an empty row).
+std::vector<InferRow> bench_stages(const BenchContext& ctx, const Int8Network& q, size_t stages,
+                                   int batch, std::vector<InferRow>& rows) {
+  std::vector<InferRow> best(stages);
   std::mt19937_64 rng(ctx.opt->seed);
   std::uniform_int_distribution<int> d(-127, 127);
   Exec ex;
   ex.device = Device::CUDA;
   ex.stream = ctx.stream;
   for (size_t i = 0; i < stages; ++i) {
-    if (q.stage_is_add(i)) continue;  // memory bound, timed within the whole network
+    // Memory bound, timed within the whole network.
+    if (q.stage_is_add(i) || q.stage_is_avgpool(i)) continue;
     QConvShape s = q.stage_shape(i);
     s.n = batch;
     const bool last = i + 1 == stages;
@@ -193,9 +234,86 @@ void bench_stages(const BenchContext& ctx, const Int8Network& q, size_t stages, 
       if (tc && direct.median_us > 0)
         r.note += fmt::format("; {:.2f}x the direct kernel", direct.median_us / r.median_us);
       if (!tc) direct = r;
+      if (!(best[i].median_us <= r.median_us)) {
+        best[i] = r;
+        best[i].what = tc ? "tensor cores" : "direct dp4a";
+      }
       rows.push_back(r);
     }
   }
+  return best;
+}
+
+// The nodes of a float Network on the folded specs that one int8 stage stands for: from the first
+// to the last of its own layer and the layers it fuses, in graph order (a global_avgpool and the
+// flatten/dropout between it and the classifier included).
+std::pair<size_t, size_t> stage_nodes(const QuantStage& q, const std::vector<LayerSpec>& specs) {
+  const std::vector<GraphNode> graph = layer_graph(specs);
+  size_t lo = graph.size(), hi = 0;
+  for (size_t k = 0; k < graph.size(); ++k) {
+    const std::string& name = graph[k].spec.name;
+    if (name == q.name || std::find(q.fused.begin(), q.fused.end(), name) != q.fused.end())
+      lo = std::min(lo, k), hi = std::max(hi, k);
+  }
+  CNN_CHECK(lo <= hi, "bench: stage '{}' has no layer in the float network", q.name);
+  return {lo, hi};
+}
+
+// Each conv/linear stage's faster int8 kernel (best[i]) next to the same pass of the float
+// network with BatchNorm folded, autotuned at `batch`, in FP32 and TF32: the nodes the stage
+// stands for, run one after another as the whole forward runs them (a ReLU folded into the conv,
+// a fused conv-relu-pool, a separate max-pool pass where the float network has one).
+void bench_passes_vs_float(const BenchContext& ctx, const QuantizedModel& qm,
+                           const FoldedNetwork& folded, const Buffer<float>& x, int batch,
+                           const std::vector<InferRow>& best, std::vector<InferRow>& rows) {
+  std::vector<InferRow> cmp;
+  std::vector<size_t> stage_of;
+  for (size_t i = 0; i < qm.stages.size(); ++i) {
+    if (!(best[i].median_us > 0)) continue;
+    const QuantStage& q = qm.stages[i];
+    InferRow r;
+    r.vs_float = true;
+    std::string layers = q.name;
+    for (const std::string& f : q.fused) layers += " + " + f;
+    r.what = fmt::format("stage {}: {}", i, layers);
+    r.batch = batch;
+    r.median_us = best[i].median_us, r.p95_us = best[i].p95_us;
+    r.images_per_s = best[i].images_per_s;
+    r.note = "int8 on " + best[i].what;
+    cmp.push_back(r);
+    stage_of.push_back(i);
+  }
+  for (Precision p : {Precision::FP32, Precision::TF32}) {
+    Exec ex;
+    ex.device = Device::CUDA;
+    ex.stream = ctx.stream;
+    ex.precision = p;
+    NetworkOptions no;
+    no.max_batch = batch;
+    no.seed = ctx.opt->seed;
+    no = with_env_switches(no, process_env_switches());
+    try {
+      Network net(folded.specs, qm.input_chw, no, ex);
+      net.params_from_host(folded.params);
+      net.buffers_from_host(folded.buffers);
+      CNN_CUDA_CHECK(cudaDeviceSynchronize());  // the uploads, before ctx.stream (non-blocking)
+      for (const std::string& line : net.autotune())
+        fmt::print(stderr, "infer {} (batchnorm folded): algo auto {}\n", precision_name(p), line);
+      net.forward(batch, x.data());  // every node's input defined
+      for (size_t j = 0; j < cmp.size(); ++j) {
+        const auto [lo, hi] = stage_nodes(qm.stages[stage_of[j]], folded.specs);
+        const InferRow t = timed(ctx, cmp[j].what, batch, [&](int) {
+          for (size_t k = lo; k <= hi; ++k) net.forward_node(k, batch, x.data());
+        });
+        (p == Precision::FP32 ? cmp[j].fp32_us : cmp[j].tf32_us) = t.median_us;
+      }
+    } catch (const std::exception& e) {
+      failed(precision_name(p), batch, e.what());  // throws if the GPU context is gone
+      for (InferRow& r : cmp)
+        r.note += fmt::format("; no {} time: {}", precision_name(p), e.what());
+    }
+  }
+  rows.insert(rows.end(), cmp.begin(), cmp.end());
 }
 
 }  // namespace
@@ -233,15 +351,19 @@ std::vector<InferRow> bench_infer(const BenchContext& ctx, const NetDesc& net,
   }
 
   QuantizedModel qm;
+  FoldedNetwork folded;
   std::string why_not;
   try {
-    const FoldedNetwork folded = fold_batchnorm(net.specs, net.input_chw, params, buffers);
+    folded = fold_batchnorm(net.specs, net.input_chw, params, buffers);
     std::vector<float> h(size_t(shape_numel(net.input_chw)) * kCalibrationImages);
     std::mt19937_64 rng(opt.seed + 1);
     std::uniform_real_distribution<float> u(-1.f, 1.f);
     for (auto& v : h) v = u(rng);
+    Exec cal;
+    cal.device = Device::CUDA;
+    cal.stream = ctx.stream;
     qm = quantize_network(folded, net.input_chw, h.data(), kCalibrationImages,
-                          CalibrationMethod::Max);
+                          CalibrationMethod::Max, cal);
   } catch (const std::exception& e) {
     why_not = e.what();
   }
@@ -280,7 +402,8 @@ std::vector<InferRow> bench_infer(const BenchContext& ctx, const NetDesc& net,
           on_tc += q.stage_uses_tensor_cores(i), convs += !q.stage_is_add(i);
         rows[rows.size() - 1].note =
             fmt::format("{} of {} conv/linear stages on tensor cores", on_tc, convs);
-        bench_stages(ctx, q, qm.stages.size(), max_batch, rows);
+        const std::vector<InferRow> best = bench_stages(ctx, q, qm.stages.size(), max_batch, rows);
+        bench_passes_vs_float(ctx, qm, folded, x, max_batch, best, rows);
       }
     } catch (const std::exception& e) {
       for (int b : batches) rows.push_back(failed(what, b, e.what()));

@@ -1,9 +1,10 @@
 #pragma once
-// CUDA launchers for qconv.h, quantize.h and qadd.h (kernels/quant/qconv.cu, qconv_igemm.cu,
-// qadd.cu).
+// CUDA launchers for qconv.h, quantize.h, qadd.h and qavgpool.h (kernels/quant/qconv.cu,
+// qconv_igemm.cu, qadd.cu, qavgpool.cu).
 #include <cstdint>
 
 #include "kernels/quant/qadd.h"
+#include "kernels/quant/qavgpool.h"
 #include "kernels/quant/qconv.h"
 #include "kernels/quant/quantize.h"
 #include "runtime/stream.h"
@@ -25,5 +26,7 @@ void quantize_nchw_to_nhwc_cuda(const QuantizeShape& s, const float* d_x, float 
 // d_a, d_b, d_y 4-byte aligned (Buffer allocations are).
 void qadd_forward_cuda(const QAddShape& s, const int8_t* d_a, const int8_t* d_b,
                        const QAddScales& k, int8_t* d_y, cudaStream_t stream);
+void qavgpool_forward_cuda(const QAvgPoolShape& s, const int8_t* d_x, float mult, bool relu,
+                           int8_t* d_y, cudaStream_t stream);
 
 }  // namespace cnn

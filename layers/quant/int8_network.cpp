@@ -21,6 +21,14 @@ void check_scale(float v, const std::string& source, const std::string& tensor) 
 
 }  // namespace
 
+QAvgPoolShape avgpool_shape(const QConvShape& s) {
+  QAvgPoolShape p;
+  p.n = s.n, p.h = s.h, p.w = s.w, p.c = s.c, p.cp = s.cp;
+  p.kh = s.pool_kh, p.kw = s.pool_kw, p.stride_h = s.pool_sh, p.stride_w = s.pool_sw;
+  p.pad_h = s.pool_ph, p.pad_w = s.pool_pw;
+  return p;
+}
+
 void validate_quantized_model(const QuantizedModel& m, const std::string& source) {
   CNN_CHECK(!m.stages.empty(), "{}: no int8 layers", source);
   const int count = int(m.stages.size());
@@ -29,6 +37,12 @@ void validate_quantized_model(const QuantizedModel& m, const std::string& source
     CNN_CHECK(q.input >= -1 && q.input < i && (!q.add || (q.shortcut >= -1 && q.shortcut < i)),
               "int8: stage '{}' reads a stage that does not come before it", q.name);
     check_scale(q.input_scale, source, q.name + ".input_scale");
+    if (q.avgpool) {
+      CNN_CHECK(i + 1 < count, "{}: the network ends with the avgpool2d '{}', not a linear layer",
+                source, q.name);
+      check_scale(q.output_scale, source, q.name + ".output_scale");
+      continue;
+    }
     if (q.add) {
       CNN_CHECK(i + 1 < count, "{}: the network ends with the add '{}', not a linear layer", source,
                 q.name);
@@ -74,7 +88,7 @@ void validate_quantized_model(const QuantizedModel& m, const std::string& source
           source, tensor, v, first, s,
           j < 0 ? std::string("the input quantization") : "'" + m.stages[size_t(j)].name + "'");
     };
-    if (j >= 0 && m.stages[size_t(j)].add)
+    if (j >= 0 && (m.stages[size_t(j)].add || m.stages[size_t(j)].avgpool))
       agree(m.stages[size_t(j)].name + ".output_scale", m.stages[size_t(j)].output_scale);
     for (const QuantStage& q : m.stages) {
       if (q.input == j) agree(scale_tensor(q, false), q.input_scale);
@@ -104,7 +118,7 @@ Int8Network::Int8Network(const QuantizedModel& m, int max_batch, const Exec& ex,
     const QuantStage& q = m.stages[i];
     const bool last = i + 1 == m.stages.size();
     Stage st;
-    st.input = q.input, st.shortcut = q.shortcut, st.is_add = q.add;
+    st.input = q.input, st.shortcut = q.shortcut, st.is_add = q.add, st.is_avgpool = q.avgpool;
     QConvShape& s = st.shape;
     s.n = max_batch, s.h = q.h, s.w = q.w, s.c = q.c, s.cp = round_up4(q.c);
     s.oc = q.oc, s.ocp = round_up4(q.oc);
@@ -119,6 +133,21 @@ Int8Network::Int8Network(const QuantizedModel& m, int max_batch, const Exec& ex,
                 j < 0 ? std::string("input") : m.stages[size_t(j)].name, c, h, w);
     };
     check_reads(q.input, "input");
+    if (q.avgpool) {
+      // Shaped as a 1x1 conv followed by a pool of the stage's window, so ph/pw/ocp describe its
+      // output as for a conv.
+      CNN_CHECK(q.oc == q.c, "int8: avgpool2d '{}' of {} channels writes {}", q.name, q.c, q.oc);
+      s.pool_kh = q.pool_kh, s.pool_kw = q.pool_kw, s.pool_sh = q.pool_sh;
+      s.pool_sw = q.pool_sw, s.pool_ph = q.pool_ph, s.pool_pw = q.pool_pw;
+      s.cgp = qconv_weight_inner(s.c, s.groups);
+      check_qconv_shape(s);
+      st.avg_mult = float(double(q.input_scale) /
+                          (double(q.output_scale) * double(q.pool_kh) * double(q.pool_kw)));
+      st.relu = q.relu;
+      st.y = Buffer<int8_t>(size_t(max_batch) * s.ph() * s.pw() * s.ocp, ex.device);
+      stages_.push_back(std::move(st));
+      continue;
+    }
     if (q.add) {
       // Shaped as a 1x1 conv whose output is its tensor, so ph/pw/ocp describe it as for a conv.
       CNN_CHECK(q.oc == q.c, "int8: add '{}' of {} channels writes {}", q.name, q.c, q.oc);
@@ -204,6 +233,10 @@ const float* Int8Network::forward(int n, const float* x) {
     if (st.is_add) {
       const QAddShape as{n, s.h, s.w, s.c, s.cp};
       qadd_forward(as, in, output(st.shortcut), st.scales, st.y.data(), ex_);
+      continue;
+    }
+    if (st.is_avgpool) {
+      qavgpool_forward(avgpool_shape(s), in, st.avg_mult, st.relu, st.y.data(), ex_);
       continue;
     }
     const QEpilogue ep{st.mult.data(), st.add.data(), st.relu};

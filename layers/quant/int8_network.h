@@ -1,13 +1,14 @@
 #pragma once
 // Runs a QuantizedModel on a device through the int8 kernels (kernels/quant/): the float input
-// is quantized once, every stage (conv/linear + ReLU + max-pool, or a residual block's add +
-// ReLU) reads and writes int8 activations (N, H, W, C padded to 4), each kept in its own buffer
-// for the stages that read it later (a block's shortcut), and the last stage writes dequantized
-// float logits.
+// is quantized once, every stage (conv/linear + ReLU + max-pool, a residual block's add + ReLU,
+// or an average pool + ReLU) reads and writes int8 activations (N, H, W, C padded to 4), each kept
+// in its own buffer for the stages that read it later (a block's shortcut), and the last stage
+// writes dequantized float logits.
 #include <cstdint>
 #include <vector>
 
 #include "kernels/quant/qadd.h"
+#include "kernels/quant/qavgpool.h"
 #include "kernels/quant/qconv.h"
 #include "layers/quant/quant_model.h"
 #include "runtime/exec.h"
@@ -30,9 +31,11 @@ class Int8Network {
   const Exec& exec() const { return ex_; }
   // The int8 output (n, PH, PW, OCP) of stage i of the last forward, on the host (tests).
   std::vector<int8_t> stage_output_to_host(size_t i, int n) const;
-  // A conv/linear stage's shape; an add's tensor as the output of a 1x1 conv (c == oc).
+  // A conv/linear stage's shape; an add's tensor as the output of a 1x1 conv (c == oc); an
+  // average pool's as a 1x1 conv (c == oc) followed by a pool of its window.
   const QConvShape& stage_shape(size_t i) const { return stages_[i].shape; }
   bool stage_is_add(size_t i) const { return stages_.at(i).is_add; }
+  bool stage_is_avgpool(size_t i) const { return stages_.at(i).is_avgpool; }
   // Whether stage i runs on the tensor-core kernel (else the direct one, or the CPU twin).
   bool stage_uses_tensor_cores(size_t i) const { return !stages_.at(i).w_igemm.empty(); }
 
@@ -40,8 +43,10 @@ class Int8Network {
   struct Stage {
     QConvShape shape;               // n = max batch
     int input = -1, shortcut = -1;  // the stages whose outputs it reads (-1: x_q_)
-    bool is_add = false;            // a residual add (scales), else a conv (w, mult, add)
+    bool is_add = false;            // a residual add (scales)
+    bool is_avgpool = false;        // an average pool (avg_mult), else a conv (w, mult, add)
     QAddScales scales;
+    float avg_mult = 1.f;
     bool relu = false;
     Buffer<int8_t> w;        // (OC, KH, KW, CGP)
     Buffer<int8_t> w_igemm;  // (OCT, KP) for the tensor-core kernel; empty where it does not apply
@@ -56,6 +61,9 @@ class Int8Network {
   std::vector<Stage> stages_;
   Buffer<float> logits_;
 };
+
+// The int8 average pool of an avgpool stage's shape (Int8Network::stage_shape).
+QAvgPoolShape avgpool_shape(const QConvShape& s);
 
 // Checks a QuantizedModel's tensors (sizes, finite values, positive scales), naming the first
 // bad one; `source` names the file in the message.

@@ -50,6 +50,11 @@ void save_quantized(const std::string& path, const QuantizedModel& m, const Chec
       tensors.push_back({q.name + ".output_scale", {1}, {q.output_scale}});
       continue;
     }
+    if (q.avgpool) {
+      tensors.push_back({q.name + ".input_scale", {1}, {q.input_scale}});
+      tensors.push_back({q.name + ".output_scale", {1}, {q.output_scale}});
+      continue;
+    }
     tensors.push_back(NamedTensor::i8(q.name + ".weight", q.weight_shape(), q.weight));
     tensors.push_back({q.name + ".weight_scale", {q.oc}, q.weight_scale});
     tensors.push_back({q.name + ".input_scale", {1}, {q.input_scale}});
@@ -87,16 +92,21 @@ QuantizedModel load_quantized(const std::string& path, const std::vector<LayerSp
   }
   if (const std::string* c = f.find_metadata("calibration")) m.method = *c;
   std::set<std::string> expected;
+  const auto read_scale = [&](const std::string& t, float* v) {
+    entry(f, t, "F32", {1});
+    *v = f.tensor_f32(t).data[0];
+    expected.insert(t);
+  };
   for (QuantStage& q : m.stages) {
     if (q.add) {
-      float* scales[] = {&q.input_scale, &q.shortcut_scale, &q.output_scale};
-      const char* names[] = {".input_scale", ".shortcut_scale", ".output_scale"};
-      for (int k = 0; k < 3; ++k) {
-        const std::string t = q.name + names[k];
-        entry(f, t, "F32", {1});
-        *scales[k] = f.tensor_f32(t).data[0];
-        expected.insert(t);
-      }
+      read_scale(q.name + ".input_scale", &q.input_scale);
+      read_scale(q.name + ".shortcut_scale", &q.shortcut_scale);
+      read_scale(q.name + ".output_scale", &q.output_scale);
+      continue;
+    }
+    if (q.avgpool) {
+      read_scale(q.name + ".input_scale", &q.input_scale);
+      read_scale(q.name + ".output_scale", &q.output_scale);
       continue;
     }
     const std::string w = q.name + ".weight", ws = q.name + ".weight_scale",

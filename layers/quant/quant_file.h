@@ -7,6 +7,9 @@
 // and per residual block (its add):
 //   <block>.input_scale, <block>.shortcut_scale  F32 (1): the scales of the two int8 tensors added
 //   <block>.output_scale  F32 (1): the scale of the sum (after the block's ReLU)
+// and per avgpool2d:
+//   <pool>.input_scale, <pool>.output_scale  F32 (1): the scales of the int8 tensors it reads and
+//   writes
 // An activation that several layers read has one scale; each records it, and reading checks that
 // they agree.
 // and the float checkpoint's metadata (config, classes, input size, normalization) plus

@@ -7,18 +7,15 @@
 
 #include "kernels/conv/conv2d_grouped.h"
 #include "kernels/gemm/linear.h"
+#include "kernels/pool/avgpool.h"
 #include "kernels/pool/maxpool.h"
 #include "kernels/quant/qconv.h"
 #include "layers/network.h"
+#include "layers/quant/calibration.h"
 #include "runtime/error.h"
 
 namespace cnn {
 namespace {
-
-// Samples kept per stage for the percentile and MSE searches (every k-th value).
-constexpr int64_t kMaxSamples = int64_t(1) << 18;
-// Calibration runs the float forward in chunks of this many images (bounded memory).
-constexpr int kCalibrationChunk = 256;
 
 std::string where(const LayerSpec& s) {
   return s.line > 0 ? fmt::format("layer '{}' (line {})", s.name, s.line)
@@ -61,12 +58,14 @@ int64_t QuantStage::weight_numel() const {
 
 int QuantStage::out_h() const {
   if (linear) return 1;
+  if (avgpool) return (h + 2 * pool_ph - pool_kh) / pool_sh + 1;
   const int oh = (h + 2 * pad_h - dil_h * (kh - 1) - 1) / stride_h + 1;
   return pool ? (oh + 2 * pool_ph - pool_kh) / pool_sh + 1 : oh;
 }
 
 int QuantStage::out_w() const {
   if (linear) return 1;
+  if (avgpool) return (w + 2 * pool_pw - pool_kw) / pool_sw + 1;
   const int ow = (w + 2 * pad_w - dil_w * (kw - 1) - 1) / stride_w + 1;
   return pool ? (ow + 2 * pool_pw - pool_kw) / pool_sw + 1 : ow;
 }
@@ -137,7 +136,8 @@ std::vector<QuantStage> plan_int8(const std::vector<LayerSpec>& specs, const Sha
           break;
         case LayerKind::MaxPool2d: {
           no_pending_avg(s);
-          CNN_CHECK(open && !plan.back().linear && !plan.back().add && !plan.back().pool && !flat,
+          CNN_CHECK(open && !plan.back().linear && !plan.back().add && !plan.back().avgpool &&
+                        !plan.back().pool && !flat,
                     "int8: {} (maxpool2d) does not follow a conv2d (and its relu); int8 fuses a "
                     "max-pool into the conv before it",
                     where(s));
@@ -147,6 +147,24 @@ std::vector<QuantStage> plan_int8(const std::vector<LayerSpec>& specs, const Sha
           q.pool_sw = s.stride_w, q.pool_ph = s.pad_h, q.pool_pw = s.pad_w;
           q.fused.push_back(s.name);
           h = q.out_h(), w = q.out_w();
+          break;
+        }
+        case LayerKind::AvgPool2d: {
+          no_pending_avg(s);
+          CNN_CHECK(!flat, "int8: {} (avgpool2d) follows flatten; int8 pools images (C, H, W)",
+                    where(s));
+          QuantStage q;
+          q.name = s.name;
+          q.avgpool = true;
+          q.c = q.oc = c, q.h = h, q.w = w;
+          q.pool_kh = s.kernel_h, q.pool_kw = s.kernel_w, q.pool_sh = s.stride_h;
+          q.pool_sw = s.stride_w, q.pool_ph = s.pad_h, q.pool_pw = s.pad_w;
+          CNN_CHECK(q.out_h() >= 1 && q.out_w() >= 1,
+                    "int8: {} (avgpool2d): the window does not "
+                    "fit the input ({}, {}, {})",
+                    where(s), c, h, w);
+          h = q.out_h(), w = q.out_w();
+          push(q);
           break;
         }
         case LayerKind::Flatten:
@@ -191,9 +209,9 @@ std::vector<QuantStage> plan_int8(const std::vector<LayerSpec>& specs, const Sha
         default:
           CNN_FAIL(
               "int8: {} ({}) has no int8 kernel; int8 runs conv2d (grouped too), linear, relu, "
-              "maxpool2d after a conv, residual blocks of these, global_avgpool before the "
-              "linear layer, flatten, dropout, and batchnorm folded into the conv/linear just "
-              "before it",
+              "maxpool2d after a conv, avgpool2d, residual blocks of these, global_avgpool "
+              "before the linear layer, flatten, dropout, and batchnorm folded into the "
+              "conv/linear just before it",
               where(s), layer_kind_name(s.kind));
       }
     }
@@ -205,7 +223,8 @@ std::vector<QuantStage> plan_int8(const std::vector<LayerSpec>& specs, const Sha
 }
 
 float output_scale_of(const QuantizedModel& m, int j) {
-  if (j >= 0 && m.stages.at(size_t(j)).add) return m.stages[size_t(j)].output_scale;
+  if (j >= 0 && (m.stages.at(size_t(j)).add || m.stages[size_t(j)].avgpool))
+    return m.stages[size_t(j)].output_scale;
   for (const QuantStage& q : m.stages) {
     if (q.input == j) return q.input_scale;
     if (q.add && q.shortcut == j) return q.shortcut_scale;
@@ -225,7 +244,7 @@ std::vector<FloatStage> float_stages(const std::vector<QuantStage>& plan,
   std::vector<FloatStage> out;
   for (const QuantStage& q : plan) {
     FloatStage f;
-    if (q.add) {  // no weights
+    if (!q.has_weights()) {
       out.push_back(std::move(f));
       continue;
     }
@@ -265,6 +284,14 @@ std::vector<float> float_forward(const std::vector<QuantStage>& plan,
         y[k] = cur[k] + b[k];
         if (q.relu) y[k] = std::max(y[k], 0.f);
       }
+    } else if (q.avgpool) {  // the float pool, then its ReLU
+      AvgPoolShape p;
+      p.n = n, p.c = q.c, p.h = q.h, p.w = q.w, p.kh = q.pool_kh, p.kw = q.pool_kw;
+      p.stride_h = q.pool_sh, p.stride_w = q.pool_sw, p.pad_h = q.pool_ph, p.pad_w = q.pool_pw;
+      y.resize(size_t(n) * size_t(q.c) * size_t(p.oh()) * size_t(p.ow()));
+      avgpool_forward(p, cur.data(), y.data(), cpu);
+      if (q.relu)
+        for (float& v : y) v = std::max(v, 0.f);
     } else if (q.linear) {
       if (q.global_avg) {  // the float pool, as the float network runs it before the layer
         const int64_t hw = int64_t(q.h) * q.w;
@@ -332,7 +359,7 @@ float calibrate_scale(const std::vector<float>& samples, float max_abs, Calibrat
 }
 
 QuantizedModel quantize_network(const FoldedNetwork& folded, const Shape& input_chw, const float* x,
-                                int n, CalibrationMethod method) {
+                                int n, CalibrationMethod method, const Exec& ex) {
   CNN_CHECK(n >= 1, "int8: calibration needs at least one image, got {}", n);
   QuantizedModel m;
   m.stages = plan_int8(folded.specs, input_chw);
@@ -342,7 +369,7 @@ QuantizedModel quantize_network(const FoldedNetwork& folded, const Shape& input_
   const std::vector<FloatStage> fw = float_stages(m.stages, folded, input_chw);
   for (size_t i = 0; i < m.stages.size(); ++i) {
     QuantStage& q = m.stages[i];
-    if (q.add) continue;  // no weights
+    if (!q.has_weights()) continue;
     const int64_t per_out = q.weight_numel() / q.oc;
     q.weight.resize(size_t(q.weight_numel()));
     q.weight_scale.resize(size_t(q.oc));
@@ -357,37 +384,17 @@ QuantizedModel quantize_network(const FoldedNetwork& folded, const Shape& input_
         q.weight[size_t(o * per_out + k)] = requantize_weight(wo[k] / s);
     }
   }
-  // Calibration: the float activations of every int8 tensor (the network input, each stage's
-  // output but the logits), sampled; tensor t + 1 is stage t's output. Every layer that reads a
+  // One scale per int8 tensor (tensor t + 1 is stage t's output); every layer that reads a
   // tensor gets its one scale.
-  const int64_t image = shape_numel(input_chw);
-  const size_t tensors = m.stages.size();
-  std::vector<std::vector<float>> samples(tensors);
-  std::vector<float> max_abs(tensors, 0.f);
-  std::vector<int64_t> seen(tensors, 0);
-  const auto sample = [&](size_t t, const std::vector<float>& v, int cnt) {
-    const int64_t total = int64_t(v.size()) / cnt * n;  // values of all n images
-    const int64_t step = std::max<int64_t>(1, total / kMaxSamples);
-    for (float f : v) {
-      max_abs[t] = std::max(max_abs[t], std::fabs(f));
-      if (seen[t]++ % step == 0) samples[t].push_back(f);
-    }
-  };
-  for (int b = 0; b < n; b += kCalibrationChunk) {
-    const int cnt = std::min(kCalibrationChunk, n - b);
-    const float* xb = x + int64_t(b) * image;
-    std::vector<std::vector<float>> outs;
-    float_forward(m.stages, fw, xb, cnt, &outs);
-    sample(0, std::vector<float>(xb, xb + int64_t(cnt) * image), cnt);
-    for (size_t i = 0; i + 1 < outs.size(); ++i) sample(i + 1, outs[i], cnt);
-  }
-  std::vector<float> scale(tensors);
-  for (size_t t = 0; t < tensors; ++t) scale[t] = calibrate_scale(samples[t], max_abs[t], method);
+  const std::vector<float> scale = calibrate_activation_scales(
+      m.stages, folded, input_chw, x, n, method, ex,
+      ex.device == Device::CUDA ? CalibrationForward::Network : CalibrationForward::Stages);
   const auto scale_of = [&](int j) { return scale[size_t(j + 1)]; };
   for (size_t i = 0; i < m.stages.size(); ++i) {
     QuantStage& q = m.stages[i];
     q.input_scale = scale_of(q.input);
-    if (q.add) q.shortcut_scale = scale_of(q.shortcut), q.output_scale = scale_of(int(i));
+    if (q.add) q.shortcut_scale = scale_of(q.shortcut);
+    if (q.add || q.avgpool) q.output_scale = scale_of(int(i));
   }
   return m;
 }

@@ -12,6 +12,7 @@
 
 #include "layers/fold_batchnorm.h"
 #include "layers/layer_spec.h"
+#include "runtime/exec.h"
 #include "runtime/tensor.h"
 
 namespace cnn {
@@ -24,13 +25,18 @@ constexpr CalibrationMethod kDefaultCalibration = CalibrationMethod::Mse;
 // The percentile of |x| that the percentile method clips at.
 constexpr double kCalibrationPercentile = 99.99;
 
-// One int8 pass: a conv2d or linear layer with the ReLU and max-pool that follow it, or the add
-// that ends a residual block with the ReLU that follows it.
+// One int8 pass: a conv2d or linear layer with the ReLU and max-pool that follow it, the add
+// that ends a residual block with the ReLU that follows it, or an avgpool2d with its ReLU.
 struct QuantStage {
   std::string name;  // the conv/linear layer's (the block's) name, the prefix of its tensors
   // The add of a residual block: out = requantize(branch * input_scale / output_scale +
   // shortcut * shortcut_scale / output_scale), ReLU fused; no weights. c, h, w: its tensors.
   bool add = false;
+  // An avgpool2d (torch's count_include_pad: every window divides by kh * kw): reads (c, h, w)
+  // at input_scale, writes (c, out_h, out_w) at its own output_scale,
+  //   y = requantize(window sum * input_scale / (output_scale * pool_kh * pool_kw)),
+  // ReLU fused; no weights. Its window is pool_kh ... pool_pw (`pool` stays false); oc == c.
+  bool avgpool = false;
   // The stage whose int8 output this stage reads (-1: the quantized network input); an add
   // reads `input` (the block's layers) and `shortcut` (its shortcut's last conv, or for the
   // identity the stage that wrote the block's input).
@@ -54,14 +60,16 @@ struct QuantStage {
   std::vector<int8_t> weight;       // torch layout: (OC, C/groups, KH, KW) or (OUT, C*H*W)
   std::vector<float> weight_scale;  // (OC)
   float input_scale = 1.f;          // an add: the scale of its `input` (the block's layers' output)
-  float shortcut_scale = 1.f, output_scale = 1.f;  // an add's
-  std::vector<float> bias;                         // (OC), zeros for a layer without bias
+  float shortcut_scale = 1.f;       // an add's
+  float output_scale = 1.f;         // an add's and an avgpool's
+  std::vector<float> bias;          // (OC), zeros for a layer without bias
 
   Shape weight_shape() const;  // the torch shape of `weight`
   int64_t weight_numel() const;
   int out_h() const;  // after the pool
   int out_w() const;
-  int out_c() const { return add ? c : oc; }
+  int out_c() const { return add || avgpool ? c : oc; }
+  bool has_weights() const { return !add && !avgpool; }
 };
 
 struct QuantizedModel {
@@ -82,12 +90,14 @@ std::vector<QuantStage> plan_int8(const std::vector<LayerSpec>& folded_specs,
                                   const Shape& input_chw);
 
 // Quantizes the folded network: weights per channel, and input scales calibrated with `method`
-// on n images x (n, C, H, W) (normalized floats, host memory).
+// on n images x (n, C, H, W) (normalized floats, host memory). The calibration's float forward
+// runs on ex's device: on CUDA the training Network's forward (layers/quant/calibration.h), on
+// the CPU the stages' own loops (float_forward).
 QuantizedModel quantize_network(const FoldedNetwork& folded, const Shape& input_chw, const float* x,
-                                int n, CalibrationMethod method);
+                                int n, CalibrationMethod method, const Exec& ex = Exec{});
 
 // The FP32 forward of the stages (float weights, host memory): the output of every stage for n
-// images x, stage_outputs[i] (n, c, h, w) NCHW, and the logits. Used for calibration and tests.
+// images x, stage_outputs[i] (n, c, h, w) NCHW, and the logits. The CPU calibration and tests.
 struct FloatStage {
   std::vector<float> weight, bias;  // torch layouts
 };
