@@ -53,12 +53,12 @@ namespace {
 
 #ifdef CNN_HAVE_CUDA
 
-#define CNN_REQUIRE_WGMMA_NHWC()                                                                  \
-  do {                                                                                            \
-    CNN_REQUIRE_GPU();                                                                            \
-    if (!conv2d_wgmma_nhwc_available())                                                           \
-      GTEST_SKIP() << "wgmma-nhwc convolution needs a compute capability 9.0 GPU and an sm_90a "  \
-                      "build";                                                                    \
+#define CNN_REQUIRE_WGMMA_NHWC()                                                                 \
+  do {                                                                                           \
+    CNN_REQUIRE_GPU();                                                                           \
+    if (!conv2d_wgmma_nhwc_available())                                                          \
+      GTEST_SKIP() << "wgmma-nhwc convolution needs a compute capability 9.0 GPU and an sm_90a " \
+                      "build";                                                                   \
   } while (0)
 
 enum class Fill { Random, SmallInt };
@@ -171,8 +171,8 @@ std::vector<float> run_gpu(const Problem& p, const WgmmaNhwcOptions& opt, Via vi
     Tensor d_scratch = test::to_device(std::vector<float>(nscratch, NAN));
     float* scratch = via == Via::Direct ? nullptr : d_scratch.data();
     if (fwd)
-      conv2d_forward_wgmma_nhwc(s, d_in.data(), d_w.data(), bias, d_out.data(), p.cc.relu,
-                                scratch, nullptr, opt);
+      conv2d_forward_wgmma_nhwc(s, d_in.data(), d_w.data(), bias, d_out.data(), p.cc.relu, scratch,
+                                nullptr, opt);
     else
       conv2d_backward_data_wgmma_nhwc(s, d_in.data(), d_w.data(), d_out.data(), scratch, nullptr,
                                       opt);
@@ -222,38 +222,38 @@ bool bitwise_equal(const std::vector<float>& x, const std::vector<float>& y) {
 
 const std::vector<ConvCase>& forward_cases() {
   static const std::vector<ConvCase> c = {
-      {conv(1, 1, 7, 7, 8, 1, 1, 1, 1, 0, 0)},                    // M = 49, one k-tile
-      {conv(3, 3, 13, 13, 24, 3, 3, 1, 1, 1, 1), true, true},     // C = 3: 29 zero channels
-      {conv(1, 17, 33, 32, 64, 5, 5, 1, 1, 2, 2), true},          // 25 taps, M = 1056
-      {conv(3, 64, 13, 13, 200, 3, 3, 1, 1, 1, 1), true, true},   // 200 columns: 2 x 128 - 56
-      {conv(3, 3, 33, 33, 64, 7, 7, 2, 2, 3, 3), true, true},     // a 7x7 stride-2 stem
-      {conv(1, 17, 32, 33, 8, 5, 5, 2, 2, 2, 2)},                 // stride 2, OC = 8
-      {conv(3, 130, 7, 13, 24, 1, 1, 1, 1, 0, 0), true},          // 1x1, 130 channels: 5 chunks
-      {conv(1, 1, 32, 32, 200, 5, 5, 1, 1, 2, 2), false, true},   // one input channel
-      {conv(3, 64, 32, 32, 64, 3, 3, 1, 1, 1, 1)},                // M = 3072, 18 k-tiles
-      {conv(3, 17, 13, 33, 24, 3, 5, 1, 2, 1, 2), false, true},   // 3x5, strides 1x2
-      {conv(1, 3, 13, 7, 64, 3, 3, 2, 2, 3, 3), true},            // padding 3 > kernel / 2
-      {conv(3, 130, 13, 13, 64, 3, 3, 2, 2, 0, 0), true, true},   // stride 2, padding 0
-      {conv(1, 64, 33, 33, 24, 1, 1, 2, 2, 0, 0)},                // 1x1 stride 2 (projection)
-      {conv(3, 17, 7, 7, 200, 7, 7, 1, 1, 3, 3), true},           // 7x7 on 7x7, same padding
-      {conv(1, 3, 33, 13, 8, 5, 5, 2, 1, 0, 1)},                  // strides 2x1, padding 0x1
+      {conv(1, 1, 7, 7, 8, 1, 1, 1, 1, 0, 0)},                   // M = 49, one k-tile
+      {conv(3, 3, 13, 13, 24, 3, 3, 1, 1, 1, 1), true, true},    // C = 3: 29 zero channels
+      {conv(1, 17, 33, 32, 64, 5, 5, 1, 1, 2, 2), true},         // 25 taps, M = 1056
+      {conv(3, 64, 13, 13, 200, 3, 3, 1, 1, 1, 1), true, true},  // 200 columns: 2 x 128 - 56
+      {conv(3, 3, 33, 33, 64, 7, 7, 2, 2, 3, 3), true, true},    // a 7x7 stride-2 stem
+      {conv(1, 17, 32, 33, 8, 5, 5, 2, 2, 2, 2)},                // stride 2, OC = 8
+      {conv(3, 130, 7, 13, 24, 1, 1, 1, 1, 0, 0), true},         // 1x1, 130 channels: 5 chunks
+      {conv(1, 1, 32, 32, 200, 5, 5, 1, 1, 2, 2), false, true},  // one input channel
+      {conv(3, 64, 32, 32, 64, 3, 3, 1, 1, 1, 1)},               // M = 3072, 18 k-tiles
+      {conv(3, 17, 13, 33, 24, 3, 5, 1, 2, 1, 2), false, true},  // 3x5, strides 1x2
+      {conv(1, 3, 13, 7, 64, 3, 3, 2, 2, 3, 3), true},           // padding 3 > kernel / 2
+      {conv(3, 130, 13, 13, 64, 3, 3, 2, 2, 0, 0), true, true},  // stride 2, padding 0
+      {conv(1, 64, 33, 33, 24, 1, 1, 2, 2, 0, 0)},               // 1x1 stride 2 (projection)
+      {conv(3, 17, 7, 7, 200, 7, 7, 1, 1, 3, 3), true},          // 7x7 on 7x7, same padding
+      {conv(1, 3, 33, 13, 8, 5, 5, 2, 1, 0, 1)},                 // strides 2x1, padding 0x1
   };
   return c;
 }
 
 const std::vector<ConvCase>& backward_data_cases() {
   static const std::vector<ConvCase> c = {
-      {conv(1, 1, 7, 7, 8, 1, 1, 1, 1, 0, 0)},        // dx has 1 channel: one output column
-      {conv(3, 3, 13, 13, 64, 3, 3, 1, 1, 1, 1)},     // dy 64 channels, 3 dx columns
-      {conv(1, 17, 33, 32, 200, 5, 5, 1, 1, 2, 2)},   // dy 200 channels: 7 chunks (24 zero)
-      {conv(3, 64, 13, 13, 130, 3, 3, 1, 1, 1, 1)},   // K = 9 x 160
-      {conv(1, 64, 13, 13, 8, 7, 7, 1, 1, 3, 3)},     // 7x7, OC = 8
-      {conv(1, 130, 7, 7, 24, 3, 3, 1, 1, 0, 0)},     // 130 columns, padding 0 (flipped: 2)
-      {conv(3, 17, 7, 13, 24, 1, 1, 1, 1, 2, 2)},     // padding 2 on 1x1: flipped padding -2
-      {conv(3, 17, 13, 33, 64, 3, 5, 1, 1, 0, 2)},    // 3x5, padding 0x2
-      {conv(3, 64, 32, 32, 64, 3, 3, 1, 1, 1, 1)},    // the VGG-style shape
-      {conv(3, 1, 32, 33, 24, 5, 5, 1, 1, 2, 2)},     // the first layer's shape (C = 1)
-      {conv(1, 3, 13, 7, 200, 7, 7, 1, 1, 3, 2)},     // 7x7, paddings 3x2
+      {conv(1, 1, 7, 7, 8, 1, 1, 1, 1, 0, 0)},       // dx has 1 channel: one output column
+      {conv(3, 3, 13, 13, 64, 3, 3, 1, 1, 1, 1)},    // dy 64 channels, 3 dx columns
+      {conv(1, 17, 33, 32, 200, 5, 5, 1, 1, 2, 2)},  // dy 200 channels: 7 chunks (24 zero)
+      {conv(3, 64, 13, 13, 130, 3, 3, 1, 1, 1, 1)},  // K = 9 x 160
+      {conv(1, 64, 13, 13, 8, 7, 7, 1, 1, 3, 3)},    // 7x7, OC = 8
+      {conv(1, 130, 7, 7, 24, 3, 3, 1, 1, 0, 0)},    // 130 columns, padding 0 (flipped: 2)
+      {conv(3, 17, 7, 13, 24, 1, 1, 1, 1, 2, 2)},    // padding 2 on 1x1: flipped padding -2
+      {conv(3, 17, 13, 33, 64, 3, 5, 1, 1, 0, 2)},   // 3x5, padding 0x2
+      {conv(3, 64, 32, 32, 64, 3, 3, 1, 1, 1, 1)},   // the VGG-style shape
+      {conv(3, 1, 32, 33, 24, 5, 5, 1, 1, 2, 2)},    // the first layer's shape (C = 1)
+      {conv(1, 3, 13, 7, 200, 7, 7, 1, 1, 3, 2)},    // 7x7, paddings 3x2
   };
   return c;
 }
@@ -280,16 +280,17 @@ TEST(GpuConvWgmmaNhwc, PrePasses) {
     EXPECT_TRUE(bitwise_equal(d_out.to_vector(), want))
         << "nchw_to_nhwc_tf32 n=" << k.n << " c=" << k.c << " hw=" << k.hw;
   }
-  for (const Conv2dShape& s : {conv(1, 3, 7, 7, 24, 3, 3, 1, 1, 1, 1),
-                               conv(1, 130, 7, 7, 8, 1, 1, 1, 1, 0, 0),
-                               conv(1, 17, 7, 7, 200, 7, 5, 1, 1, 3, 2)})
+  for (const Conv2dShape& s :
+       {conv(1, 3, 7, 7, 24, 3, 3, 1, 1, 1, 1), conv(1, 130, 7, 7, 8, 1, 1, 1, 1, 0, 0),
+        conv(1, 17, 7, 7, 200, 7, 5, 1, 1, 3, 2)})
     for (bool fwd : {true, false}) {
       const WeightPack wp = fwd ? forward_weight_pack(s) : backward_data_weight_pack(s);
       const std::vector<float> w =
           test::random_vector(size_t(s.oc) * s.c * s.kh * s.kw, test::fresh_seed());
       std::vector<float> want(size_t(wp.rows) * wp.taps * wp.k_pad);
       pack_weights_tf32_cpu(wp, w.data(), want.data());
-      Tensor d_w = test::to_device(w), d_out = test::to_device(std::vector<float>(want.size(), NAN));
+      Tensor d_w = test::to_device(w),
+             d_out = test::to_device(std::vector<float>(want.size(), NAN));
       pack_weights_tf32_cuda(wp, d_w.data(), d_out.data(), nullptr);
       EXPECT_TRUE(bitwise_equal(d_out.to_vector(), want))
           << "pack_weights_tf32 " << (fwd ? "forward" : "input gradient") << " C=" << s.c

@@ -38,11 +38,11 @@ Conv2dShape conv(int n, int c, int h, int w, int oc, int kh, int kw, int sh, int
 
 std::vector<Conv2dShape> shapes() {
   return {
-      conv(1, 3, 7, 7, 8, 1, 1, 1, 1, 0, 0),     conv(3, 17, 13, 13, 24, 3, 3, 1, 1, 1, 1),
-      conv(2, 5, 33, 32, 8, 5, 5, 2, 2, 2, 2),   conv(1, 1, 32, 33, 8, 7, 7, 2, 2, 3, 3),
-      conv(3, 4, 13, 7, 8, 3, 5, 1, 2, 0, 2),    conv(2, 4, 7, 13, 8, 5, 3, 2, 1, 3, 0),
-      conv(1, 2, 33, 33, 8, 3, 3, 2, 2, 0, 0),   conv(3, 2, 13, 13, 8, 1, 1, 2, 2, 0, 0),
-      conv(2, 2, 7, 7, 8, 1, 1, 1, 1, 2, 2),     conv(1, 2, 32, 32, 8, 7, 7, 1, 1, 0, 0),
+      conv(1, 3, 7, 7, 8, 1, 1, 1, 1, 0, 0),   conv(3, 17, 13, 13, 24, 3, 3, 1, 1, 1, 1),
+      conv(2, 5, 33, 32, 8, 5, 5, 2, 2, 2, 2), conv(1, 1, 32, 33, 8, 7, 7, 2, 2, 3, 3),
+      conv(3, 4, 13, 7, 8, 3, 5, 1, 2, 0, 2),  conv(2, 4, 7, 13, 8, 5, 3, 2, 1, 3, 0),
+      conv(1, 2, 33, 33, 8, 3, 3, 2, 2, 0, 0), conv(3, 2, 13, 13, 8, 1, 1, 2, 2, 0, 0),
+      conv(2, 2, 7, 7, 8, 1, 1, 1, 1, 2, 2),   conv(1, 2, 32, 32, 8, 7, 7, 1, 1, 0, 0),
       conv(1, 2, 9, 11, 8, 3, 3, 2, 2, 3, 3),
   };
 }
@@ -73,10 +73,10 @@ TEST(ConvNhwcLayout, TraversalIsOutputOrder) {
     for (bool fwd : {true, false}) {
       if (!fwd && (s.stride_h != 1 || s.stride_w != 1)) continue;
       const Conv2dShape g = fwd ? s : backward_data_as_forward(s);
-      SCOPED_TRACE(::testing::Message() << (fwd ? "forward" : "input gradient") << " N=" << g.n
-                                        << " H=" << g.h << " W=" << g.w << " k=" << g.kh << "x"
-                                        << g.kw << " stride=" << g.stride_h << "x" << g.stride_w
-                                        << " pad=" << g.pad_h << "x" << g.pad_w);
+      SCOPED_TRACE(::testing::Message()
+                   << (fwd ? "forward" : "input gradient") << " N=" << g.n << " H=" << g.h
+                   << " W=" << g.w << " k=" << g.kh << "x" << g.kw << " stride=" << g.stride_h
+                   << "x" << g.stride_w << " pad=" << g.pad_h << "x" << g.pad_w);
       if (!fwd) {
         EXPECT_EQ(g.oh(), s.h);
         EXPECT_EQ(g.ow(), s.w);
@@ -91,8 +91,8 @@ TEST(ConvNhwcLayout, TraversalIsOutputOrder) {
           if (r > 0) p = im2col_walk(g, geo, p, 1);
           const int64_t m = m0 + r;
           const int n = int(m / (oh * ow)), oy = int(m % (oh * ow) / ow), ox = int(m % ow);
-          const bool same = p.n == n && p.y == oy * g.stride_h - g.pad_h &&
-                            p.x == ox * g.stride_w - g.pad_w;
+          const bool same =
+              p.n == n && p.y == oy * g.stride_h - g.pad_h && p.x == ox * g.stride_w - g.pad_w;
           if (!same && mismatches++ < 3)
             ADD_FAILURE() << "m=" << m << ": walked to (" << p.n << ", " << p.y << ", " << p.x
                           << "), expected (" << n << ", " << oy * g.stride_h - g.pad_h << ", "

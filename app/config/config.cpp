@@ -45,8 +45,8 @@ int TrainConfig::known_class_count() const {
 namespace {
 
 constexpr int64_t kIntMax = std::numeric_limits<int>::max();
-const std::vector<std::string> kAlgoNames = {"auto",  "naive", "tiled",     "igemm",
-                                             "fast",  "wgmma", "wgmma-nhwc"};
+const std::vector<std::string> kAlgoNames = {"auto", "naive", "tiled",     "igemm",
+                                             "fast", "wgmma", "wgmma-nhwc"};
 const std::vector<std::string> kLayerKinds = {
     "conv2d",      "relu",        "maxpool2d", "flatten",        "linear",  "softmax_cross_entropy",
     "batchnorm2d", "batchnorm1d", "avgpool2d", "global_avgpool", "dropout", "residual"};

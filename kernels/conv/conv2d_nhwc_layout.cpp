@@ -38,8 +38,7 @@ Im2colPixel im2col_start(const Conv2dShape& g, const Im2colGeometry& geo, int64_
   return {int(n), geo.lower_h + oy * geo.stride_h, geo.lower_w + ox * geo.stride_w};
 }
 
-Im2colPixel im2col_walk(const Conv2dShape& g, const Im2colGeometry& geo, Im2colPixel p,
-                        int steps) {
+Im2colPixel im2col_walk(const Conv2dShape& g, const Im2colGeometry& geo, Im2colPixel p, int steps) {
   const int right = g.w - 1 + geo.upper_w, bottom = g.h - 1 + geo.upper_h;
   for (int i = 0; i < steps; ++i) {
     p.x += geo.stride_w;

@@ -90,8 +90,7 @@ __global__ void nchw_to_nhwc_tf32_kernel(const float* __restrict__ x, int n, int
     for (int j = ty; j < 32; j += 8) {
       const int64_t p = p0 + j;
       if (p < hw)
-        out[(int64_t(img) * hw + p) * c_pad + c0 + tx] =
-            __uint_as_float(ptx::to_tf32(tile[tx][j]));
+        out[(int64_t(img) * hw + p) * c_pad + c0 + tx] = __uint_as_float(ptx::to_tf32(tile[tx][j]));
     }
     __syncthreads();
   }
@@ -108,8 +107,8 @@ __global__ void pack_weights_tf32_kernel(const float* __restrict__ w, int rows, 
     const int64_t rt = i / k_pad;
     const int t = int(rt % taps), r = int(rt / taps);
     const int tap = flip ? taps - 1 - t : t;
-    out[i] = k < k_count ? __uint_as_float(ptx::to_tf32(__ldg(w + r * ld_r + k * ld_k + tap)))
-                         : 0.f;
+    out[i] =
+        k < k_count ? __uint_as_float(ptx::to_tf32(__ldg(w + r * ld_r + k * ld_k + tap))) : 0.f;
   }
 }
 
@@ -124,8 +123,8 @@ __device__ __forceinline__ void tma_load_im2col_4d(uint32_t dst, const CUtensorM
   asm volatile(
       "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%2, %3, %4, %5}], [%6], {%7, %8};\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c), "r"(x), "r"(y), "r"(n), "r"(bar),
-      "h"(off_x), "h"(off_y)
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c), "r"(x), "r"(y), "r"(n), "r"(bar), "h"(off_x),
+      "h"(off_y)
       : "memory");
 }
 
@@ -311,7 +310,7 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   CNN_CHECK(splits == 1 || splits == 2 || splits == 4 || splits == 8,
             "{}: splits={} (expected 1, 2, 4 or 8)", what, splits);
 
-  float* d_wpack = d_scratch;                          // (rows, taps, k_pad)
+  float* d_wpack = d_scratch;                            // (rows, taps, k_pad)
   float* d_nhwc = d_scratch + packed_weight_floats(wp);  // (N, H, W, c_pad)
   pack_weights_tf32_cuda(wp, d_w, d_wpack, stream);
   nchw_to_nhwc_tf32_cuda(d_a, g.n, g.c, int64_t(g.h) * g.w, geo.c_pad, d_nhwc, stream);
@@ -337,8 +336,7 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   const int64_t tiles = ceil_div<int64_t>(m, kBM) * ceil_div<int64_t>(g.oc, bn);
   if (bn == 64)
     launch_split_k_clusters(conv2d_wgmma_nhwc_kernel<64>, tiles, splits, kThreads,
-                            NhwcPlan<64>::kSmemBytes, stream, "conv2d_wgmma_nhwc", map_a, map_b,
-                            p);
+                            NhwcPlan<64>::kSmemBytes, stream, "conv2d_wgmma_nhwc", map_a, map_b, p);
   else
     launch_split_k_clusters(conv2d_wgmma_nhwc_kernel<128>, tiles, splits, kThreads,
                             NhwcPlan<128>::kSmemBytes, stream, "conv2d_wgmma_nhwc", map_a, map_b,
@@ -397,9 +395,8 @@ void pack_weights_tf32_cuda(const WeightPack& wp, const float* d_w, float* d_out
   const int64_t total = int64_t(wp.rows) * wp.taps * wp.k_pad;
   const int threads = 256;
   const int blocks = int(std::min<int64_t>(ceil_div<int64_t>(total, threads), 4096));
-  pack_weights_tf32_kernel<<<blocks, threads, 0, stream>>>(d_w, wp.rows, wp.taps, wp.k_count,
-                                                           wp.k_pad, wp.ld_r, wp.ld_k,
-                                                           wp.flip ? 1 : 0, d_out);
+  pack_weights_tf32_kernel<<<blocks, threads, 0, stream>>>(
+      d_w, wp.rows, wp.taps, wp.k_count, wp.k_pad, wp.ld_r, wp.ld_k, wp.flip ? 1 : 0, d_out);
   CNN_LAUNCH_CHECK("pack_weights_tf32");
 }
 
