@@ -6,8 +6,9 @@
 // forward and the stride-1 input gradient (conv2d_wgmma.h), the weight gradient
 // (conv2d_wgmma_wgrad.h); refused (cnn::Error, so that autotune leaves it out) wherever they
 // cannot run. wgmma-nhwc = the forward and stride-1 input gradient with TMA im2col on a
-// channels-last copy (conv2d_wgmma_nhwc.h, its scratch allocated on the stream per call), the
-// weight gradient as wgmma; refused where those are.
+// channels-last copy (conv2d_wgmma_nhwc.h, its scratch allocated on the stream per call) at TF32
+// or BF16, the weight gradient as wgmma (TF32 only: refused at BF16, so autotune times the
+// others for that pass); refused where those are.
 #include "kernels/conv/conv2d.h"
 
 #include <algorithm>
@@ -45,11 +46,21 @@ enum class ConvPath { Direct, Igemm, OneChannel, Wgmma, WgmmaNhwc };
 }
 
 // The wgmma kernels multiply in TF32 only: FP32 must stay exact FFMA, BF16 has its own kernels.
-[[maybe_unused]] void check_wgmma_precision(const char* op, const Exec& ex,
-                                            Algo algo = Algo::Wgmma) {
+[[maybe_unused]] void check_wgmma_precision(const char* op, const Exec& ex) {
   CNN_CHECK(ex.precision == Precision::TF32,
-            "{}: algo {} runs at precision tf32 only (got {}); expected igemm, fast or auto", op,
-            algo_name(algo), precision_name(ex.precision));
+            "{}: algo wgmma runs at precision tf32 only (got {}); expected igemm, fast or auto",
+            op, precision_name(ex.precision));
+}
+
+// wgmma-nhwc multiplies in TF32 or BF16 (its own BF16 instance); FP32 must stay exact FFMA.
+[[maybe_unused]] WgmmaNhwcOptions wgmma_nhwc_options(const char* op, const Exec& ex) {
+  CNN_CHECK(ex.precision == Precision::TF32 || ex.precision == Precision::BF16,
+            "{}: algo wgmma-nhwc runs at precision tf32 or bf16 only (got {}); expected igemm, "
+            "fast or auto",
+            op, precision_name(ex.precision));
+  WgmmaNhwcOptions o;
+  o.precision = ex.precision;
+  return o;
 }
 
 }  // namespace
@@ -81,8 +92,8 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const 
         conv2d_forward_wgmma(s, x, w, b, y, relu, ex.stream);
         break;
       case ConvPath::WgmmaNhwc:
-        check_wgmma_precision("conv2d_forward", ex, algo);
-        conv2d_forward_wgmma_nhwc(s, x, w, b, y, relu, nullptr, ex.stream);
+        conv2d_forward_wgmma_nhwc(s, x, w, b, y, relu, nullptr, ex.stream,
+                                  wgmma_nhwc_options("conv2d_forward", ex));
         break;
     }
   });
@@ -109,8 +120,8 @@ void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
         conv2d_backward_data_wgmma(s, dy, w, dx, ex.stream);
         break;
       case ConvPath::WgmmaNhwc:
-        check_wgmma_precision("conv2d_backward_data", ex, algo);
-        conv2d_backward_data_wgmma_nhwc(s, dy, w, dx, nullptr, ex.stream);
+        conv2d_backward_data_wgmma_nhwc(s, dy, w, dx, nullptr, ex.stream,
+                                        wgmma_nhwc_options("conv2d_backward_data", ex));
         break;
       default:
         conv2d_backward_data_igemm_cuda(s, dy, w, dx, ex);

@@ -2,11 +2,15 @@
 
 #include <cstring>
 
+#include "kernels/common/bf16_round.h"
 #include "runtime/error.h"
 
 namespace cnn {
 
-Im2colGeometry im2col_geometry(const Conv2dShape& g, const char* what) {
+Im2colGeometry im2col_geometry(const Conv2dShape& g, const char* what, int channel_block) {
+  CNN_CHECK(channel_block == kNhwcChannelBlock || channel_block == kNhwcChannelBlockBf16,
+            "{}: im2col channel block {} (expected {} or {})", what, channel_block,
+            kNhwcChannelBlock, kNhwcChannelBlockBf16);
   Im2colGeometry geo;
   const int oh = g.oh(), ow = g.ow();
   CNN_CHECK(oh >= 1 && ow >= 1, "{}: empty output ({}x{})", what, oh, ow);
@@ -24,8 +28,8 @@ Im2colGeometry im2col_geometry(const Conv2dShape& g, const char* what) {
               what, v, g.pad_h, g.pad_w, g.kh, g.kw);
   geo.stride_w = g.stride_w;
   geo.stride_h = g.stride_h;
-  geo.chunks = (g.c + kNhwcChannelBlock - 1) / kNhwcChannelBlock;
-  geo.c_pad = geo.chunks * kNhwcChannelBlock;
+  geo.chunks = (g.c + channel_block - 1) / channel_block;
+  geo.c_pad = geo.chunks * channel_block;
   geo.taps = g.kh * g.kw;
   geo.ktiles = geo.taps * geo.chunks;
   return geo;
@@ -66,6 +70,13 @@ float round_tf32_cpu(float v) {
   return r;
 }
 
+uint16_t bf16_bits_cpu(float v) {
+  const float r = round_to_bf16(v);
+  uint32_t u;
+  std::memcpy(&u, &r, 4);
+  return uint16_t(u >> 16);
+}
+
 void nchw_to_nhwc_tf32_cpu(const float* x, int n, int c, int64_t hw, int c_pad, float* out) {
   for (int i = 0; i < n; ++i)
     for (int64_t p = 0; p < hw; ++p)
@@ -74,24 +85,32 @@ void nchw_to_nhwc_tf32_cpu(const float* x, int n, int c, int64_t hw, int c_pad, 
             ch < c ? round_tf32_cpu(x[(int64_t(i) * c + ch) * hw + p]) : 0.f;
 }
 
-WeightPack forward_weight_pack(const Conv2dShape& s) {
+void nchw_to_nhwc_bf16_cpu(const float* x, int n, int c, int64_t hw, int c_pad, uint16_t* out) {
+  for (int i = 0; i < n; ++i)
+    for (int64_t p = 0; p < hw; ++p)
+      for (int ch = 0; ch < c_pad; ++ch)
+        out[(int64_t(i) * hw + p) * c_pad + ch] =
+            ch < c ? bf16_bits_cpu(x[(int64_t(i) * c + ch) * hw + p]) : uint16_t(0);
+}
+
+WeightPack forward_weight_pack(const Conv2dShape& s, int k_block) {
   WeightPack wp;
   wp.rows = s.oc;
   wp.taps = s.kh * s.kw;
   wp.k_count = s.c;
-  wp.k_pad = (s.c + kNhwcChannelBlock - 1) / kNhwcChannelBlock * kNhwcChannelBlock;
+  wp.k_pad = (s.c + k_block - 1) / k_block * k_block;
   wp.ld_r = int64_t(s.c) * wp.taps;
   wp.ld_k = wp.taps;
   wp.flip = false;
   return wp;
 }
 
-WeightPack backward_data_weight_pack(const Conv2dShape& s) {
+WeightPack backward_data_weight_pack(const Conv2dShape& s, int k_block) {
   WeightPack wp;
   wp.rows = s.c;
   wp.taps = s.kh * s.kw;
   wp.k_count = s.oc;
-  wp.k_pad = (s.oc + kNhwcChannelBlock - 1) / kNhwcChannelBlock * kNhwcChannelBlock;
+  wp.k_pad = (s.oc + k_block - 1) / k_block * k_block;
   wp.ld_r = wp.taps;
   wp.ld_k = int64_t(s.c) * wp.taps;
   wp.flip = true;
@@ -105,6 +124,16 @@ void pack_weights_tf32_cpu(const WeightPack& wp, const float* w, float* out) {
         const int tap = wp.flip ? wp.taps - 1 - t : t;
         out[(int64_t(r) * wp.taps + t) * wp.k_pad + k] =
             k < wp.k_count ? round_tf32_cpu(w[r * wp.ld_r + k * wp.ld_k + tap]) : 0.f;
+      }
+}
+
+void pack_weights_bf16_cpu(const WeightPack& wp, const float* w, uint16_t* out) {
+  for (int r = 0; r < wp.rows; ++r)
+    for (int t = 0; t < wp.taps; ++t)
+      for (int k = 0; k < wp.k_pad; ++k) {
+        const int tap = wp.flip ? wp.taps - 1 - t : t;
+        out[(int64_t(r) * wp.taps + t) * wp.k_pad + k] =
+            k < wp.k_count ? bf16_bits_cpu(w[r * wp.ld_r + k * wp.ld_k + tap]) : uint16_t(0);
       }
 }
 

@@ -4,7 +4,8 @@
 //   - the im2col tensor map's geometry (bounding-box corners, traversal strides, padded channels)
 //     computed from a Conv2dShape, and a model of the traversal the TMA walks with it;
 //   - the CPU twins of the two pre-pass kernels: NCHW activations into a zero-padded NHWC copy,
-//     and the weights into (rows, KH, KW, K padded) K-major rows, both rounded to TF32.
+//     and the weights into (rows, KH, KW, K padded) K-major rows, both rounded to TF32 (32
+//     channels a 128-byte row) or to BF16 (64 channels a row, stored as the bf16 bit patterns).
 #include <cstddef>
 #include <cstdint>
 
@@ -12,7 +13,8 @@
 
 namespace cnn {
 
-constexpr int kNhwcChannelBlock = 32;  // fp32 channels per 128-byte swizzle row = one k-tile
+constexpr int kNhwcChannelBlock = 32;      // fp32 channels per 128-byte swizzle row = one k-tile
+constexpr int kNhwcChannelBlockBf16 = 64;  // bf16 channels per 128-byte swizzle row
 
 // How cuTensorMapEncodeIm2col and the im2col copies see one convolution `g` (a GEMM view: for the
 // input gradient, the convolution of dy with the flipped weights, padding KH-1-ph, possibly
@@ -32,15 +34,17 @@ constexpr int kNhwcChannelBlock = 32;  // fp32 channels per 128-byte swizzle row
 struct Im2colGeometry {
   int lower_w = 0, lower_h = 0, upper_w = 0, upper_h = 0;
   int stride_w = 1, stride_h = 1;
-  int c_pad = 0;   // channels of the NHWC copy: c rounded up to kNhwcChannelBlock
-  int chunks = 0;  // c_pad / kNhwcChannelBlock
+  int c_pad = 0;   // channels of the NHWC copy: c rounded up to the channel block
+  int chunks = 0;  // c_pad / channel block
   int taps = 0;    // kh * kw
   int ktiles = 0;  // taps * chunks: k ordered (tap, channel), channel innermost
 };
 
 // Throws cnn::Error (one line, naming `what`) where the TMA cannot express the convolution: a
-// corner outside [-128, 127] (4-D im2col maps), a stride above 8.
-Im2colGeometry im2col_geometry(const Conv2dShape& g, const char* what);
+// corner outside [-128, 127] (4-D im2col maps), a stride above 8. channel_block: the channels of
+// one k-tile, kNhwcChannelBlock (TF32) or kNhwcChannelBlockBf16.
+Im2colGeometry im2col_geometry(const Conv2dShape& g, const char* what,
+                               int channel_block = kNhwcChannelBlock);
 
 struct Im2colPixel {
   int n, y, x;
@@ -55,8 +59,14 @@ Im2colPixel im2col_walk(const Conv2dShape& g, const Im2colGeometry& geo, Im2colP
 // Round to the nearest TF32 (10 stored mantissa bits), ties away from zero: cvt.rna.tf32.f32.
 float round_tf32_cpu(float v);
 
+// The bf16 bit pattern of round_to_bf16(v) (kernels/common/bf16_round.h: nearest, ties to even,
+// what cvt.rn.bf16.f32 gives), the upper half of the rounded float.
+uint16_t bf16_bits_cpu(float v);
+
 // CPU twin of the activation pre-pass: x (n, c, hw) into out (n, hw, c_pad), channels >= c zero.
 void nchw_to_nhwc_tf32_cpu(const float* x, int n, int c, int64_t hw, int c_pad, float* out);
+// The same rounded to BF16 (c_pad a multiple of 64 in the kernel), as bf16 bit patterns.
+void nchw_to_nhwc_bf16_cpu(const float* x, int n, int c, int64_t hw, int c_pad, uint16_t* out);
 
 // CPU twin of the weight pre-pass: out (rows, taps, k_pad), element (r, t, k) =
 //   k < k_count ? round_tf32(w[r ld_r + k ld_k + (flip ? taps - 1 - t : t)]) : 0.
@@ -67,9 +77,12 @@ struct WeightPack {
   int64_t ld_r = 0, ld_k = 0;
   bool flip = false;
 };
-WeightPack forward_weight_pack(const Conv2dShape& s);
-WeightPack backward_data_weight_pack(const Conv2dShape& s);
+// k_block: k_pad is k_count rounded up to it (kNhwcChannelBlock, or kNhwcChannelBlockBf16).
+WeightPack forward_weight_pack(const Conv2dShape& s, int k_block = kNhwcChannelBlock);
+WeightPack backward_data_weight_pack(const Conv2dShape& s, int k_block = kNhwcChannelBlock);
 void pack_weights_tf32_cpu(const WeightPack& wp, const float* w, float* out);
+// The same rounded to BF16, as bf16 bit patterns.
+void pack_weights_bf16_cpu(const WeightPack& wp, const float* w, uint16_t* out);
 
 // The input gradient as the GEMM view above: the convolution of dy (N, OC, OH, OW) with the
 // flipped weights, stride 1, padding KH-1-ph (x KW-1-pw), giving dx (N, C, H, W).

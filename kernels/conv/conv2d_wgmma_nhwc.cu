@@ -1,7 +1,10 @@
 // Hopper wgmma convolution on a channels-last copy, A by TMA im2col (see conv2d_wgmma_nhwc.h).
 // One block computes a 128 x BN tile of the implicit GEMM (rows: output pixels m = (n, oy, ox);
-// columns: output channels) over a range of k-tiles, k-tile kt = (tap, 32-channel chunk) with
-// tap = kt / chunks; 384 threads in three warpgroups:
+// columns: output channels) over a range of k-tiles, k-tile kt = (tap, channel chunk) with
+// tap = kt / chunks; a chunk is one 128-byte swizzle row of operands: 32 channels of TF32 (float
+// storage), or 64 of BF16 (the kernel's element type T, OperandOf<T>). The numbers below are
+// TF32's; the BF16 instance moves the same bytes (64-channel boxes) and issues k16 wgmmas.
+// 384 threads in three warpgroups:
 //   warpgroup 0, the producer: thread 0 alone fills a ring of kStages shared-memory stages. For
 //     stage i it waits for the stage to be free (`empty`), announces the stage's bytes on its
 //     `full` barrier (arrive.expect_tx, A 16 KB + B BN x 128 B: a TMA counts the whole box, zero
@@ -20,6 +23,7 @@
 // the launch instead of hanging the device.
 #include <cuda.h>
 #include <cudaTypedefs.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -40,17 +44,42 @@ namespace {
 
 using namespace wgmma;
 
-constexpr int kBM = 128, kBK = kNhwcChannelBlock;  // kBK fp32 = one 128-byte swizzle row
+constexpr int kBM = 128, kRowBytes = 128;  // a k-tile row: one 128-byte swizzle row
 constexpr int kThreads = 384;
-constexpr int kATileBytes = kBM * kBK * 4;
+constexpr int kATileBytes = kBM * kRowBytes;
 constexpr int kMaxSplits = 8;  // portable cluster size
 
-// Shared-memory plan of one tile width: the stage ring, then the mbarriers full[kStages],
+// The operand element type of one instance: what the pre-passes write, the TMA maps read and
+// the wgmmas multiply. kBlock elements fill one 128-byte row (a k-tile's channels).
+template <class T>
+struct OperandOf;
+template <>
+struct OperandOf<float> {  // TF32 in float storage
+  static constexpr int kBlock = kNhwcChannelBlock;
+  static constexpr bool kBf16 = false;
+  static constexpr CUtensorMapDataType kTmaType = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  static __device__ __forceinline__ float round(float v) {
+    return __uint_as_float(ptx::to_tf32(v));
+  }
+  static __device__ __forceinline__ float zero() { return 0.f; }
+};
+template <>
+struct OperandOf<__nv_bfloat16> {  // round to nearest even, as the BF16 mma.sync kernels
+  static constexpr int kBlock = kNhwcChannelBlockBf16;
+  static constexpr bool kBf16 = true;
+  static constexpr CUtensorMapDataType kTmaType = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  static __device__ __forceinline__ __nv_bfloat16 round(float v) { return __float2bfloat16_rn(v); }
+  static __device__ __forceinline__ __nv_bfloat16 zero() { return __ushort_as_bfloat16(0); }
+};
+static_assert(OperandOf<float>::kBlock * 4 == kRowBytes, "a TF32 chunk is one swizzle row");
+static_assert(OperandOf<__nv_bfloat16>::kBlock * 2 == kRowBytes, "a BF16 chunk is one row");
+
+// Shared-memory plan of one tile width (the same bytes for both element types): the stage ring, then the mbarriers full[kStages],
 // empty[kStages]. The epilogue's partial tile reuses the ring. One thread keeps the ring full, so
 // the stages are limited by shared memory only (192 KB of ring for both widths).
 template <int BN>
 struct NhwcPlan {
-  static constexpr int kBTileBytes = BN * kBK * 4;
+  static constexpr int kBTileBytes = BN * kRowBytes;
   static constexpr int kStageBytes = kATileBytes + kBTileBytes;
   static constexpr int kStages = BN == 64 ? 8 : 6;
   static constexpr int kEpiPitch = BN + 4;  // floats; rows stay 16-byte aligned
@@ -73,9 +102,11 @@ struct NhwcParams {
 
 // Thread mapping of the pre-pass: a 32 x 32 (channel, pixel) tile of one image per block of
 // 32 x 8 threads, through shared memory so that the reads run along pixels (NCHW rows) and the
-// writes along channels (NHWC rows); channels c..c_pad-1 are written as zeros.
-__global__ void nchw_to_nhwc_tf32_kernel(const float* __restrict__ x, int n, int c, int64_t hw,
-                                         int c_pad, float* __restrict__ out) {
+// writes along channels (NHWC rows); channels c..c_pad-1 are written as zeros. Values rounded
+// to T's operand (OperandOf<T>::round).
+template <class T>
+__global__ void nchw_to_nhwc_kernel(const float* __restrict__ x, int n, int c, int64_t hw,
+                                    int c_pad, T* __restrict__ out) {
   __shared__ float tile[32][33];
   const int64_t p0 = int64_t(blockIdx.x) * 32;
   const int c0 = int(blockIdx.y) * 32;
@@ -90,16 +121,17 @@ __global__ void nchw_to_nhwc_tf32_kernel(const float* __restrict__ x, int n, int
     for (int j = ty; j < 32; j += 8) {
       const int64_t p = p0 + j;
       if (p < hw)
-        out[(int64_t(img) * hw + p) * c_pad + c0 + tx] = __uint_as_float(ptx::to_tf32(tile[tx][j]));
+        out[(int64_t(img) * hw + p) * c_pad + c0 + tx] = OperandOf<T>::round(tile[tx][j]);
     }
     __syncthreads();
   }
 }
 
 // Thread mapping: one thread per packed weight (r, t, k), grid-stride (see WeightPack).
-__global__ void pack_weights_tf32_kernel(const float* __restrict__ w, int rows, int taps,
-                                         int k_count, int k_pad, int64_t ld_r, int64_t ld_k,
-                                         int flip, float* __restrict__ out) {
+template <class T>
+__global__ void pack_weights_kernel(const float* __restrict__ w, int rows, int taps, int k_count,
+                                    int k_pad, int64_t ld_r, int64_t ld_k, int flip,
+                                    T* __restrict__ out) {
   const int64_t total = int64_t(rows) * taps * k_pad;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -107,8 +139,8 @@ __global__ void pack_weights_tf32_kernel(const float* __restrict__ w, int rows, 
     const int64_t rt = i / k_pad;
     const int t = int(rt % taps), r = int(rt / taps);
     const int tap = flip ? taps - 1 - t : t;
-    out[i] =
-        k < k_count ? __uint_as_float(ptx::to_tf32(__ldg(w + r * ld_r + k * ld_k + tap))) : 0.f;
+    out[i] = k < k_count ? OperandOf<T>::round(__ldg(w + r * ld_r + k * ld_k + tap))
+                         : OperandOf<T>::zero();
   }
 }
 
@@ -131,11 +163,12 @@ __device__ __forceinline__ void tma_load_im2col_4d(uint32_t dst, const CUtensorM
 // Thread mapping: see the file comment. Grid (tiles_m * tiles_n, 1, splits), cluster (1, 1,
 // splits); block x owns C rows [128 (x / tiles_n), +128) x columns [BN (x % tiles_n), +BN), split
 // z its k-tiles [z T / splits, (z + 1) T / splits).
-template <int BN>
+template <int BN, class T>
 __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a, const CUtensorMap& map_b,
                                                const NhwcParams& p) {
   using P = NhwcPlan<BN>;
   constexpr int kStages = P::kStages;
+  constexpr int kBK = OperandOf<T>::kBlock;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   const uint32_t bars = base + P::kBarrierOffset;
@@ -184,19 +217,21 @@ __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a, const C
   float acc[BN / 2];
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
-  if (wg > 0) consume_stages<BN, kStages>(acc, nk, wg, false, full, empty, tile_a, tile_b);
+  if (wg > 0)
+    consume_stages<BN, kStages, OperandOf<T>::kBf16>(acc, nk, wg, false, full, empty, tile_a,
+                                                      tile_b);
   store_conv_tile<BN, P::kEpiPitch>(acc, base, m0, n0,
                                     ConvTileStore{p.y, p.bias, p.relu, p.M, p.N, p.oh * p.ow});
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-template <int BN>
+template <int BN, class T>
 __global__ void __launch_bounds__(kThreads, 1)
     conv2d_wgmma_nhwc_kernel(const __grid_constant__ CUtensorMap map_a,
                              const __grid_constant__ CUtensorMap map_b, const NhwcParams p) {
 #ifdef CNN_WGMMA_NHWC_DEVICE_CODE
-  conv_nhwc_body<BN>(map_a, map_b, p);
+  conv_nhwc_body<BN, T>(map_a, map_b, p);
 #else
   (void)map_a;
   (void)map_b;
@@ -222,21 +257,24 @@ PFN_cuTensorMapEncodeIm2col_v12000 im2col_map_encoder() {
   return fn;
 }
 
-// The (N, H, W, Cp) copy as an im2col map: 128 pixels x 32 channels per copy, 128-byte swizzle,
-// zero fill outside the tensor; corners and traversal strides from `geo` (conv2d_nhwc_layout.h).
-CUtensorMap make_im2col_map(const float* d_nhwc, const Conv2dShape& g, const Im2colGeometry& geo) {
+// The (N, H, W, Cp) copy as an im2col map: 128 pixels x one 128-byte row of channels (32 fp32 or
+// 64 bf16) per copy, 128-byte swizzle, zero fill outside the tensor; corners and traversal
+// strides from `geo` (conv2d_nhwc_layout.h).
+template <class T>
+CUtensorMap make_im2col_map(const T* d_nhwc, const Conv2dShape& g, const Im2colGeometry& geo) {
   CUtensorMap map{};
   const cuuint64_t dims[4] = {cuuint64_t(geo.c_pad), cuuint64_t(g.w), cuuint64_t(g.h),
                               cuuint64_t(g.n)};
-  const cuuint64_t row = cuuint64_t(geo.c_pad) * 4;
+  const cuuint64_t row = cuuint64_t(geo.c_pad) * sizeof(T);
   const cuuint64_t strides[3] = {row, row * cuuint64_t(g.w), row * cuuint64_t(g.w) * g.h};
   const int lower[2] = {geo.lower_w, geo.lower_h};
   const int upper[2] = {geo.upper_w, geo.upper_h};
   const cuuint32_t elem_strides[4] = {1, cuuint32_t(geo.stride_w), cuuint32_t(geo.stride_h), 1};
   const CUresult r = im2col_map_encoder()(
-      &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, const_cast<float*>(d_nhwc), dims, strides, lower,
-      upper, kBK, kBM, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      &map, OperandOf<T>::kTmaType, 4, const_cast<T*>(d_nhwc), dims, strides, lower, upper,
+      OperandOf<T>::kBlock, kBM, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   CNN_CHECK(r == CUDA_SUCCESS,
             "conv2d wgmma-nhwc: cuTensorMapEncodeIm2col failed (error {}) for N={} H={} W={} "
             "Cp={} corners ({}, {}) ({}, {}) strides {}x{}",
@@ -245,18 +283,19 @@ CUtensorMap make_im2col_map(const float* d_nhwc, const Conv2dShape& g, const Im2
   return map;
 }
 
-// The packed (rows, K') weights, K' = taps * Cp, as a 2-D map (k, row), 32 x BN boxes, 128-byte
-// swizzle, zero fill past the last row: the K-major B^T tile itself.
-CUtensorMap make_packed_weight_map(const float* d_w, int64_t k, int rows, int bn) {
+// The packed (rows, K') weights, K' = taps * Cp, as a 2-D map (k, row), one-row x BN boxes
+// (32 fp32 or 64 bf16 k), 128-byte swizzle, zero fill past the last row: the K-major B^T tile.
+template <class T>
+CUtensorMap make_packed_weight_map(const T* d_w, int64_t k, int rows, int bn) {
   CUtensorMap map{};
   const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(k) * 4};
-  const cuuint32_t box[2] = {kBK, cuuint32_t(bn)};
+  const cuuint64_t strides[1] = {cuuint64_t(k) * sizeof(T)};
+  const cuuint32_t box[2] = {cuuint32_t(OperandOf<T>::kBlock), cuuint32_t(bn)};
   const cuuint32_t elem_strides[2] = {1, 1};
   const CUresult r = tensor_map_encoder()(
-      &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(d_w), dims, strides, box,
-      elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      &map, OperandOf<T>::kTmaType, 2, const_cast<T*>(d_w), dims, strides, box, elem_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   CNN_CHECK(r == CUDA_SUCCESS,
             "conv2d wgmma-nhwc: cuTensorMapEncodeTiled failed (error {}) for ({}, {}) weights",
             int(r), rows, k);
@@ -273,18 +312,56 @@ int pick_splits(int64_t m, int n, int ktiles, int bn) {
   return s;
 }
 
-// Floats of the packed weights, rounded up so that the NHWC copy after them stays 128-byte aligned.
-int64_t packed_weight_floats(const WeightPack& wp) {
-  return (int64_t(wp.rows) * wp.taps * wp.k_pad + 31) / 32 * 32;
+// The channels of one k-tile at `precision`; refuses every precision but TF32 and BF16.
+int channel_block(Precision precision, const char* what) {
+  CNN_CHECK(precision == Precision::TF32 || precision == Precision::BF16,
+            "{}: algo wgmma-nhwc multiplies in TF32 or BF16 only (got precision {})", what,
+            precision_name(precision));
+  return precision == Precision::BF16 ? kNhwcChannelBlockBf16 : kNhwcChannelBlock;
 }
 
-std::size_t scratch_floats(const Conv2dShape& g, const WeightPack& wp) {
-  const int64_t c_pad = ceil_div(g.c, kNhwcChannelBlock) * int64_t(kNhwcChannelBlock);
-  return std::size_t(packed_weight_floats(wp) + int64_t(g.n) * g.h * g.w * c_pad);
+// Elements of the packed weights, rounded up to whole 128-byte rows so that the NHWC copy after
+// them stays 128-byte aligned.
+int64_t packed_weight_elems(const WeightPack& wp, int64_t elem_bytes) {
+  const int64_t per_row = kRowBytes / elem_bytes;
+  return (int64_t(wp.rows) * wp.taps * wp.k_pad + per_row - 1) / per_row * per_row;
 }
 
-// Runs conv(a, packed weights) of the GEMM view g (a: g's input, NCHW) into y, NCHW: the two
-// pre-passes into the scratch, then the main kernel.
+// Scratch floats for the packed weights and the NHWC copy, elements of elem_bytes each. BF16
+// never needs more than TF32: 64-channel rows of 2 bytes <= 32-channel rows of 4 bytes, doubled.
+std::size_t scratch_floats(const Conv2dShape& g, const WeightPack& wp, int block,
+                           int64_t elem_bytes) {
+  const int64_t c_pad = ceil_div(g.c, block) * int64_t(block);
+  const int64_t bytes = (packed_weight_elems(wp, elem_bytes) + int64_t(g.n) * g.h * g.w * c_pad) *
+                        elem_bytes;
+  return std::size_t(ceil_div<int64_t>(bytes, 4));
+}
+
+std::size_t scratch_floats_at(const Conv2dShape& g, const WeightPack& wp, Precision precision) {
+  return precision == Precision::BF16 ? scratch_floats(g, wp, kNhwcChannelBlockBf16, 2)
+                                      : scratch_floats(g, wp, kNhwcChannelBlock, 4);
+}
+
+// The pre-passes of element type T (the public launchers below).
+void nchw_to_nhwc(const float* d_x, int n, int c, int64_t hw, int c_pad, float* d_out,
+                  cudaStream_t stream) {
+  nchw_to_nhwc_tf32_cuda(d_x, n, c, hw, c_pad, d_out, stream);
+}
+void nchw_to_nhwc(const float* d_x, int n, int c, int64_t hw, int c_pad, __nv_bfloat16* d_out,
+                  cudaStream_t stream) {
+  nchw_to_nhwc_bf16_cuda(d_x, n, c, hw, c_pad, reinterpret_cast<uint16_t*>(d_out), stream);
+}
+void pack_weights(const WeightPack& wp, const float* d_w, float* d_out, cudaStream_t stream) {
+  pack_weights_tf32_cuda(wp, d_w, d_out, stream);
+}
+void pack_weights(const WeightPack& wp, const float* d_w, __nv_bfloat16* d_out,
+                  cudaStream_t stream) {
+  pack_weights_bf16_cuda(wp, d_w, reinterpret_cast<uint16_t*>(d_out), stream);
+}
+
+// Runs conv(a, packed weights) of the GEMM view g (a: g's input, NCHW) into y, NCHW, with
+// operands of type T: the two pre-passes into the scratch, then the main kernel.
+template <class T>
 void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const float* d_w,
          const float* d_b, float* d_y, bool relu, float* d_scratch, cudaStream_t stream,
          const WgmmaNhwcOptions& opt, const char* what) {
@@ -294,7 +371,7 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
             what);
   CNN_CHECK(opt.block_n == 0 || opt.block_n == 64 || opt.block_n == 128,
             "{}: block_n={} (expected 0, 64 or 128)", what, opt.block_n);
-  const Im2colGeometry geo = im2col_geometry(g, what);
+  const Im2colGeometry geo = im2col_geometry(g, what, OperandOf<T>::kBlock);
   const int oh = g.oh(), ow = g.ow();
   const int64_t m = int64_t(g.n) * oh * ow;
   const int64_t a_elems = int64_t(g.n) * g.c * g.h * g.w, copy_elems = a_elems / g.c * geo.c_pad;
@@ -310,10 +387,10 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   CNN_CHECK(splits == 1 || splits == 2 || splits == 4 || splits == 8,
             "{}: splits={} (expected 1, 2, 4 or 8)", what, splits);
 
-  float* d_wpack = d_scratch;                            // (rows, taps, k_pad)
-  float* d_nhwc = d_scratch + packed_weight_floats(wp);  // (N, H, W, c_pad)
-  pack_weights_tf32_cuda(wp, d_w, d_wpack, stream);
-  nchw_to_nhwc_tf32_cuda(d_a, g.n, g.c, int64_t(g.h) * g.w, geo.c_pad, d_nhwc, stream);
+  T* d_wpack = reinterpret_cast<T*>(d_scratch);             // (rows, taps, k_pad)
+  T* d_nhwc = d_wpack + packed_weight_elems(wp, sizeof(T));  // (N, H, W, c_pad)
+  pack_weights(wp, d_w, d_wpack, stream);
+  nchw_to_nhwc(d_a, g.n, g.c, int64_t(g.h) * g.w, geo.c_pad, d_nhwc, stream);
 
   const CUtensorMap map_a = make_im2col_map(d_nhwc, g, geo);
   const CUtensorMap map_b =
@@ -334,32 +411,41 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   p.lower_h = geo.lower_h;
   p.lower_w = geo.lower_w;
   const int64_t tiles = ceil_div<int64_t>(m, kBM) * ceil_div<int64_t>(g.oc, bn);
+  const char* name = OperandOf<T>::kBf16 ? "conv2d_wgmma_nhwc_bf16" : "conv2d_wgmma_nhwc";
   if (bn == 64)
-    launch_split_k_clusters(conv2d_wgmma_nhwc_kernel<64>, tiles, splits, kThreads,
-                            NhwcPlan<64>::kSmemBytes, stream, "conv2d_wgmma_nhwc", map_a, map_b, p);
+    launch_split_k_clusters(conv2d_wgmma_nhwc_kernel<64, T>, tiles, splits, kThreads,
+                            NhwcPlan<64>::kSmemBytes, stream, name, map_a, map_b, p);
   else
-    launch_split_k_clusters(conv2d_wgmma_nhwc_kernel<128>, tiles, splits, kThreads,
-                            NhwcPlan<128>::kSmemBytes, stream, "conv2d_wgmma_nhwc", map_a, map_b,
-                            p);
+    launch_split_k_clusters(conv2d_wgmma_nhwc_kernel<128, T>, tiles, splits, kThreads,
+                            NhwcPlan<128>::kSmemBytes, stream, name, map_a, map_b, p);
 }
 
-// run() with the caller's scratch, or with one allocated on the stream for the call.
+// run() at the options' precision, with the caller's scratch or with one allocated on the
+// stream for the call. wp was packed for that precision's channel block.
 void run_with_scratch(const Conv2dShape& g, const WeightPack& wp, const float* d_a,
                       const float* d_w, const float* d_b, float* d_y, bool relu, float* d_scratch,
                       cudaStream_t stream, const WgmmaNhwcOptions& opt, const char* what) {
+  const bool bf16 = opt.precision == Precision::BF16;
+  auto run_at = [&](float* scratch) {
+    if (bf16)
+      run<__nv_bfloat16>(g, wp, d_a, d_w, d_b, d_y, relu, scratch, stream, opt, what);
+    else
+      run<float>(g, wp, d_a, d_w, d_b, d_y, relu, scratch, stream, opt, what);
+  };
   if (d_scratch) {
-    run(g, wp, d_a, d_w, d_b, d_y, relu, d_scratch, stream, opt, what);
+    run_at(d_scratch);
     return;
   }
   CNN_CHECK(conv2d_wgmma_nhwc_available(),
             "{}: algo wgmma-nhwc needs a compute capability 9.0 GPU and a build with CUDA "
             "architecture 90",
             what);
-  (void)im2col_geometry(g, what);  // refuse before allocating
+  (void)im2col_geometry(g, what, channel_block(opt.precision, what));  // refuse before allocating
   void* scratch = nullptr;
-  CNN_CUDA_CHECK(cudaMallocAsync(&scratch, scratch_floats(g, wp) * sizeof(float), stream));
+  CNN_CUDA_CHECK(
+      cudaMallocAsync(&scratch, scratch_floats_at(g, wp, opt.precision) * sizeof(float), stream));
   try {
-    run(g, wp, d_a, d_w, d_b, d_y, relu, static_cast<float*>(scratch), stream, opt, what);
+    run_at(static_cast<float*>(scratch));
   } catch (...) {
     (void)cudaFreeAsync(scratch, stream);
     throw;
@@ -383,8 +469,23 @@ void nchw_to_nhwc_tf32_cuda(const float* d_x, int n, int c, int64_t hw, int c_pa
             "nchw_to_nhwc_tf32: hw={} c_pad={} exceed the grid", hw, c_pad);
   const dim3 grid(unsigned(ceil_div<int64_t>(hw, 32)), unsigned(c_pad / 32),
                   unsigned(std::min(n, 65535)));
-  nchw_to_nhwc_tf32_kernel<<<grid, dim3(32, 8), 0, stream>>>(d_x, n, c, hw, c_pad, d_out);
+  nchw_to_nhwc_kernel<float><<<grid, dim3(32, 8), 0, stream>>>(d_x, n, c, hw, c_pad, d_out);
   CNN_LAUNCH_CHECK("nchw_to_nhwc_tf32");
+}
+
+void nchw_to_nhwc_bf16_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad,
+                            uint16_t* d_out, cudaStream_t stream) {
+  CNN_CHECK(n >= 1 && c >= 1 && hw >= 1 && c_pad >= c && c_pad % 64 == 0,
+            "nchw_to_nhwc_bf16: n={} c={} hw={} c_pad={} (expected positive sizes, c_pad >= c, "
+            "a multiple of 64)",
+            n, c, hw, c_pad);
+  CNN_CHECK(ceil_div<int64_t>(hw, 32) <= INT32_MAX && c_pad / 32 <= 65535,
+            "nchw_to_nhwc_bf16: hw={} c_pad={} exceed the grid", hw, c_pad);
+  const dim3 grid(unsigned(ceil_div<int64_t>(hw, 32)), unsigned(c_pad / 32),
+                  unsigned(std::min(n, 65535)));
+  nchw_to_nhwc_kernel<__nv_bfloat16><<<grid, dim3(32, 8), 0, stream>>>(
+      d_x, n, c, hw, c_pad, reinterpret_cast<__nv_bfloat16*>(d_out));
+  CNN_LAUNCH_CHECK("nchw_to_nhwc_bf16");
 }
 
 void pack_weights_tf32_cuda(const WeightPack& wp, const float* d_w, float* d_out,
@@ -395,17 +496,35 @@ void pack_weights_tf32_cuda(const WeightPack& wp, const float* d_w, float* d_out
   const int64_t total = int64_t(wp.rows) * wp.taps * wp.k_pad;
   const int threads = 256;
   const int blocks = int(std::min<int64_t>(ceil_div<int64_t>(total, threads), 4096));
-  pack_weights_tf32_kernel<<<blocks, threads, 0, stream>>>(
+  pack_weights_kernel<float><<<blocks, threads, 0, stream>>>(
       d_w, wp.rows, wp.taps, wp.k_count, wp.k_pad, wp.ld_r, wp.ld_k, wp.flip ? 1 : 0, d_out);
   CNN_LAUNCH_CHECK("pack_weights_tf32");
 }
 
-std::size_t conv2d_forward_wgmma_nhwc_scratch_floats(const Conv2dShape& s) {
-  return scratch_floats(s, forward_weight_pack(s));
+void pack_weights_bf16_cuda(const WeightPack& wp, const float* d_w, uint16_t* d_out,
+                            cudaStream_t stream) {
+  CNN_CHECK(wp.rows >= 1 && wp.taps >= 1 && wp.k_count >= 1 && wp.k_pad >= wp.k_count,
+            "pack_weights_bf16: rows={} taps={} k={} k_pad={}", wp.rows, wp.taps, wp.k_count,
+            wp.k_pad);
+  const int64_t total = int64_t(wp.rows) * wp.taps * wp.k_pad;
+  const int threads = 256;
+  const int blocks = int(std::min<int64_t>(ceil_div<int64_t>(total, threads), 4096));
+  pack_weights_kernel<__nv_bfloat16><<<blocks, threads, 0, stream>>>(
+      d_w, wp.rows, wp.taps, wp.k_count, wp.k_pad, wp.ld_r, wp.ld_k, wp.flip ? 1 : 0,
+      reinterpret_cast<__nv_bfloat16*>(d_out));
+  CNN_LAUNCH_CHECK("pack_weights_bf16");
 }
 
-std::size_t conv2d_backward_data_wgmma_nhwc_scratch_floats(const Conv2dShape& s) {
-  return scratch_floats(backward_data_as_forward(s), backward_data_weight_pack(s));
+std::size_t conv2d_forward_wgmma_nhwc_scratch_floats(const Conv2dShape& s, Precision precision) {
+  const int block = channel_block(precision, "conv2d_forward");
+  return scratch_floats_at(s, forward_weight_pack(s, block), precision);
+}
+
+std::size_t conv2d_backward_data_wgmma_nhwc_scratch_floats(const Conv2dShape& s,
+                                                           Precision precision) {
+  const int block = channel_block(precision, "conv2d_backward_data");
+  return scratch_floats_at(backward_data_as_forward(s), backward_data_weight_pack(s, block),
+                           precision);
 }
 
 void conv2d_forward_wgmma_nhwc(const Conv2dShape& s, const float* d_x, const float* d_w,
@@ -414,8 +533,9 @@ void conv2d_forward_wgmma_nhwc(const Conv2dShape& s, const float* d_x, const flo
   const char* what = "conv2d_forward";
   check_conv2d_shape(s);
   CNN_CHECK(d_x && d_w && d_y, "{}: null tensor pointer", what);
-  run_with_scratch(s, forward_weight_pack(s), d_x, d_w, d_b, d_y, relu, d_scratch, stream, opt,
-                   what);
+  const int block = channel_block(opt.precision, what);
+  run_with_scratch(s, forward_weight_pack(s, block), d_x, d_w, d_b, d_y, relu, d_scratch, stream,
+                   opt, what);
 }
 
 void conv2d_backward_data_wgmma_nhwc(const Conv2dShape& s, const float* d_dy, const float* d_w,
@@ -428,8 +548,9 @@ void conv2d_backward_data_wgmma_nhwc(const Conv2dShape& s, const float* d_dy, co
             "or auto for strided convolutions",
             what, s.stride_h, s.stride_w);
   CNN_CHECK(d_dy && d_w && d_dx, "{}: null tensor pointer", what);
-  run_with_scratch(backward_data_as_forward(s), backward_data_weight_pack(s), d_dy, d_w, nullptr,
-                   d_dx, false, d_scratch, stream, opt, what);
+  const int block = channel_block(opt.precision, what);
+  run_with_scratch(backward_data_as_forward(s), backward_data_weight_pack(s, block), d_dy, d_w,
+                   nullptr, d_dx, false, d_scratch, stream, opt, what);
 }
 
 }  // namespace cnn

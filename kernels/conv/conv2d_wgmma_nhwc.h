@@ -1,9 +1,11 @@
 #pragma once
 // Convolution forward and stride-1 input gradient on the Hopper (sm_90a) wgmma tensor cores with
 // the A operand loaded by TMA in im2col mode from a channels-last copy (conv2d_wgmma_nhwc.cu),
-// TF32 in, FP32 accumulate. Each call:
+// TF32 or BF16 in (WgmmaNhwcOptions::precision), FP32 accumulate. Each call:
 //   1. writes the activations (x, or dy for the input gradient) into an NHWC copy with the
 //      channels zero padded to a multiple of 32 (one 128-byte swizzle row), rounded to TF32;
+//      at BF16: to a multiple of 64, rounded to BF16 (nearest even, kernels/common/bf16_round.h),
+//      and every later step the same with bf16 elements, 64-channel tiles and wgmma k16;
 //   2. writes the weights as (rows, KH, KW, K padded) K-major rows, rounded to TF32: w itself
 //      for the forward, w'[c][kh][kw][oc] = w[oc][c][KH-1-kh][KW-1-kw] for the input gradient
 //      (redone every call: weights change every step, and they are small);
@@ -14,12 +16,14 @@
 // The copies live in a scratch of conv2d_*_wgmma_nhwc_scratch_floats(s) floats, passed in or, when
 // null, allocated on the stream for the call (cudaMallocAsync / cudaFreeAsync, so a captured CUDA
 // graph holds it as a graph allocation).
-// Refusals (cnn::Error, one line): no compute capability 9.0 device / no sm_90a build, a stride
-// > 1 input gradient, strides above 8 or paddings the TMA box corners cannot express, tensors past
-// 2^31-1 elements.
+// Refusals (cnn::Error, one line): precision fp32, no compute capability 9.0 device / no sm_90a
+// build, a stride > 1 input gradient, strides above 8 or paddings the TMA box corners cannot
+// express, tensors past 2^31-1 elements.
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/conv/conv2d.h"
+#include "runtime/exec.h"
 #include "runtime/stream.h"
 
 namespace cnn {
@@ -27,13 +31,17 @@ namespace cnn {
 struct WgmmaNhwcOptions {
   int splits = 0;   // K split across a cluster: 0 picks (1..8), else 1, 2, 4 or 8
   int block_n = 0;  // 0 picks (conv2d_wgmma_pick_block_n, CNN_WGMMA_CONV_BN), else 64 or 128
+  Precision precision = Precision::TF32;  // the operands: TF32 or BF16 (FP32 is refused)
 };
 
 // True when this build has the sm_90a kernels and the current device is compute capability 9.0.
 bool conv2d_wgmma_nhwc_available();
 
-std::size_t conv2d_forward_wgmma_nhwc_scratch_floats(const Conv2dShape& s);
-std::size_t conv2d_backward_data_wgmma_nhwc_scratch_floats(const Conv2dShape& s);
+// At BF16 never more than at TF32 (so a TF32-sized scratch serves both).
+std::size_t conv2d_forward_wgmma_nhwc_scratch_floats(const Conv2dShape& s,
+                                                     Precision precision = Precision::TF32);
+std::size_t conv2d_backward_data_wgmma_nhwc_scratch_floats(const Conv2dShape& s,
+                                                           Precision precision = Precision::TF32);
 
 // y (N, OC, OH, OW) = relu?(conv(x, w) + b), as conv2d_forward; b may be null. d_scratch: see above
 // (16-byte aligned), or null.
@@ -52,6 +60,12 @@ void nchw_to_nhwc_tf32_cuda(const float* d_x, int n, int c, int64_t hw, int c_pa
                             cudaStream_t stream);
 struct WeightPack;
 void pack_weights_tf32_cuda(const WeightPack& wp, const float* d_w, float* d_out,
+                            cudaStream_t stream);
+// The BF16 pre-passes: the same layouts with bf16 elements (written as their bit patterns),
+// rounded to nearest even; c_pad a multiple of 64.
+void nchw_to_nhwc_bf16_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad,
+                            uint16_t* d_out, cudaStream_t stream);
+void pack_weights_bf16_cuda(const WeightPack& wp, const float* d_w, uint16_t* d_out,
                             cudaStream_t stream);
 
 }  // namespace cnn

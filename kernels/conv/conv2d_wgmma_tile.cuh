@@ -5,7 +5,8 @@
 // thread-block cluster through distributed shared memory, adds bias, applies ReLU and stores the
 // 128 x BN tile into the NCHW output. Both kernels run 384 threads: warpgroup 0 produces,
 // warpgroups 1 and 2 consume rows [64 (wg - 1), +64) of the tile. Stage s holds the A tile
-// (128 rows x 32 k) and the B^T tile (BN rows x 32 k), K-major in the 128-byte swizzled layout.
+// (128 rows x 32 k) and the B^T tile (BN rows x 32 k), K-major in the 128-byte swizzled layout
+// (64 k each for the BF16 instance of the channels-last kernel: still 128 bytes a row).
 #include <cstdint>
 
 #include "kernels/gemm/wgmma_ptx.cuh"
@@ -19,12 +20,15 @@ constexpr int kConvTileM = 128;    // rows (output pixels) of a block tile
 constexpr int kConvThreads = 384;  // producer + 2 consumer warpgroups
 
 // Consumer warpgroup wg (1 or 2): for each of the nk stages in ring order, waits for `full`,
-// multiplies 4 wgmma.m64nBNk8 into acc, keeps one stage's group in flight and releases the
+// multiplies 4 wgmma.m64nBNk8 (TF32) or m64nBNk16 (BF16) into acc, keeps one stage's group in flight and releases the
 // previous stage on its `empty` barrier (lane 0 of each of the 8 consumer warps arrives: init
 // the empty barriers with 8). fence_generic: the stage was written by generic-proxy copies
 // (cp.async), so each consumer thread fences before its async-proxy wgmma reads (see
-// conv2d_wgmma.cu); TMA-written stages need no fence.
-template <int BN, int kStages, class Full, class Empty, class TileA, class TileB>
+// conv2d_wgmma.cu); TMA-written stages need no fence. kBf16: the stages hold bf16 (64 k per
+// 128-byte row) and the 4 steps are wgmma k16 BF16 instead of k8 TF32: either way a step is
+// 32 bytes of the row, 2 in the descriptor.
+template <int BN, int kStages, bool kBf16 = false, class Full, class Empty, class TileA,
+          class TileB>
 __device__ __forceinline__ void consume_stages(float (&acc)[BN / 2], int nk, int wg,
                                                bool fence_generic, Full full, Empty empty,
                                                TileA tile_a, TileB tile_b) {
@@ -39,7 +43,11 @@ __device__ __forceinline__ void consume_stages(float (&acc)[BN / 2], int nk, int
     fence_acc(acc);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      if constexpr (BN == 128)
+      if constexpr (kBf16 && BN == 128)
+        wgmma_m64n128k16_bf16(acc, da + 2 * kk, db + 2 * kk);
+      else if constexpr (kBf16)
+        wgmma_m64n64k16_bf16(acc, da + 2 * kk, db + 2 * kk);
+      else if constexpr (BN == 128)
         wgmma_m64n128k8_tf32(acc, da + 2 * kk, db + 2 * kk);
       else
         wgmma_m64n64k8_tf32(acc, da + 2 * kk, db + 2 * kk);
