@@ -11,15 +11,20 @@
 //   EmulatedGemm       the whole GPU scheme on the CPU: the NHWC copy and packed weights (the
 //                      pre-passes' twins), k ordered (tap, 32-channel chunk), rows found by the
 //                      traversal model, against conv2d_forward_cpu / conv2d_backward_data_cpu on
-//                      small integers (exact).
+//                      small integers (exact); the same with the BF16 twins and 64-channel chunks.
+//   Bf16Bits           bf16_bits_cpu: nearest, ties to even, the upper half of round_to_bf16.
+//   Bf16Layouts        the BF16 twins: channels padded to 64 with zeros, every value the bits of
+//                      its rounded source; geometry and weight packs at the 64-channel block.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "kernels/common/bf16_round.h"
 #include "kernels/conv/conv2d.h"
 #include "kernels/conv/conv2d_nhwc_layout.h"
 #include "runtime/error.h"
@@ -143,6 +148,115 @@ TEST(ConvNhwcLayout, RoundTf32) {
   EXPECT_TRUE(std::isnan(round_tf32_cpu(NAN)));
 }
 
+namespace {
+
+float bf16_value(uint16_t bits) {
+  const uint32_t u = uint32_t(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// The NHWC copy and the packed weights at one channel block, as floats: the TF32 twins, or the
+// BF16 twins' bit patterns widened back to float.
+struct Operands {
+  std::vector<float> nhwc, packed;
+};
+Operands pre_passes(int block, const Conv2dShape& g, const Im2colGeometry& geo,
+                    const WeightPack& wp, const std::vector<float>& a, const std::vector<float>& w) {
+  Operands o;
+  const size_t n_copy = size_t(g.n) * g.h * g.w * geo.c_pad;
+  const size_t n_pack = size_t(wp.rows) * wp.taps * wp.k_pad;
+  if (block == kNhwcChannelBlock) {
+    o.nhwc.assign(n_copy, NAN);
+    o.packed.assign(n_pack, NAN);
+    nchw_to_nhwc_tf32_cpu(a.data(), g.n, g.c, int64_t(g.h) * g.w, geo.c_pad, o.nhwc.data());
+    pack_weights_tf32_cpu(wp, w.data(), o.packed.data());
+    return o;
+  }
+  std::vector<uint16_t> copy(n_copy, 0xffff), pack(n_pack, 0xffff);  // 0xffff: a NaN
+  nchw_to_nhwc_bf16_cpu(a.data(), g.n, g.c, int64_t(g.h) * g.w, geo.c_pad, copy.data());
+  pack_weights_bf16_cpu(wp, w.data(), pack.data());
+  for (uint16_t b : copy) o.nhwc.push_back(bf16_value(b));
+  for (uint16_t b : pack) o.packed.push_back(bf16_value(b));
+  return o;
+}
+
+}  // namespace
+
+TEST(ConvNhwcLayout, Bf16Bits) {
+  EXPECT_EQ(bf16_bits_cpu(1.f), 0x3f80);
+  EXPECT_EQ(bf16_bits_cpu(-2.f), 0xc000);
+  EXPECT_EQ(bf16_bits_cpu(0.f), 0x0000);
+  auto from_bits = [](uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  EXPECT_EQ(bf16_bits_cpu(from_bits(0x3f808000u)), 0x3f80);  // tie: to the even 0x3f80
+  EXPECT_EQ(bf16_bits_cpu(from_bits(0x3f818000u)), 0x3f82);  // tie: to the even 0x3f82
+  EXPECT_EQ(bf16_bits_cpu(from_bits(0x3f808001u)), 0x3f81);  // above the tie: up
+  EXPECT_EQ(bf16_bits_cpu(from_bits(0xbf807fffu)), 0xbf80);  // below the tie: down
+  EXPECT_EQ(bf16_bits_cpu(INFINITY), 0x7f80);
+  EXPECT_EQ(bf16_bits_cpu(from_bits(0x7f7fffffu)), 0x7f80);  // FLT_MAX overflows to infinity
+  EXPECT_TRUE(std::isnan(bf16_value(bf16_bits_cpu(NAN))));
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<float> d(-3.f, 3.f);
+  for (int i = 0; i < 1000; ++i) {
+    const float v = d(rng);
+    EXPECT_EQ(bf16_value(bf16_bits_cpu(v)), round_to_bf16(v)) << v;
+  }
+}
+
+TEST(ConvNhwcLayout, Bf16Layouts) {
+  const Conv2dShape s = conv(2, 130, 5, 3, 17, 3, 3, 1, 1, 1, 1);
+  const Im2colGeometry geo = im2col_geometry(s, "test", kNhwcChannelBlockBf16);
+  EXPECT_EQ(geo.c_pad, 192);
+  EXPECT_EQ(geo.chunks, 3);
+  EXPECT_EQ(geo.ktiles, 27);
+  EXPECT_EQ(im2col_geometry(conv(1, 1, 7, 7, 8, 1, 1, 1, 1, 0, 0), "t", 64).c_pad, 64);
+  EXPECT_EQ(im2col_geometry(conv(1, 64, 7, 7, 8, 1, 1, 1, 1, 0, 0), "t", 64).chunks, 1);
+  EXPECT_THROW((void)im2col_geometry(s, "test", 16), Error);
+  EXPECT_EQ(forward_weight_pack(s, kNhwcChannelBlockBf16).k_pad, 192);
+  EXPECT_EQ(backward_data_weight_pack(s, kNhwcChannelBlockBf16).k_pad, 64);  // OC = 17
+  EXPECT_EQ(forward_weight_pack(s).k_pad, 160);  // the TF32 default is unchanged
+
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  const int64_t hw = int64_t(s.h) * s.w;
+  std::vector<float> x(size_t(s.n) * s.c * hw);
+  for (auto& v : x) v = d(rng);
+  std::vector<uint16_t> out(size_t(s.n) * hw * geo.c_pad, 0xffff);
+  nchw_to_nhwc_bf16_cpu(x.data(), s.n, s.c, hw, geo.c_pad, out.data());
+  for (int n = 0; n < s.n; ++n)
+    for (int64_t p = 0; p < hw; ++p)
+      for (int c = 0; c < geo.c_pad; ++c) {
+        const uint16_t got = out[(size_t(n) * hw + p) * geo.c_pad + c];
+        const uint16_t want = c < s.c ? bf16_bits_cpu(x[(size_t(n) * s.c + c) * hw + p]) : 0;
+        ASSERT_EQ(got, want) << "n=" << n << " p=" << p << " c=" << c;
+      }
+
+  // Weights exact in BF16 (and TF32): multiples of 1/8 up to 16, so that the BF16 pack must
+  // equal the TF32 one value for value: the same element at the same (row, tap, k).
+  std::uniform_int_distribution<int> q(-128, 128);
+  std::vector<float> w(size_t(s.oc) * s.c * 9);
+  for (auto& v : w) v = float(q(rng)) / 8;
+  for (bool fwd : {true, false}) {
+    const WeightPack wp = fwd ? forward_weight_pack(s, kNhwcChannelBlockBf16)
+                              : backward_data_weight_pack(s, kNhwcChannelBlockBf16);
+    std::vector<float> tf32(size_t(wp.rows) * wp.taps * wp.k_pad, NAN);
+    std::vector<uint16_t> bf16(tf32.size(), 0xffff);
+    pack_weights_bf16_cpu(wp, w.data(), bf16.data());
+    pack_weights_tf32_cpu(wp, w.data(), tf32.data());
+    for (size_t i = 0; i < bf16.size(); ++i) {
+      if (int(i % wp.k_pad) >= wp.k_count) {
+        ASSERT_EQ(bf16[i], 0) << i;
+      }
+      ASSERT_EQ(bf16_value(bf16[i]), tf32[i]) << (fwd ? "forward " : "input gradient ") << i;
+    }
+  }
+}
+
 TEST(ConvNhwcLayout, EmulatedGemm) {
   std::mt19937_64 rng(7);
   std::uniform_int_distribution<int> d(-2, 2);
@@ -154,23 +268,26 @@ TEST(ConvNhwcLayout, EmulatedGemm) {
   std::vector<Conv2dShape> cases = shapes();
   cases.push_back(conv(2, 40, 7, 9, 24, 3, 3, 1, 1, 1, 1));   // two channel chunks
   cases.push_back(conv(1, 33, 13, 7, 40, 3, 3, 2, 2, 1, 1));  // 33 channels, 40 rows
+  cases.push_back(conv(2, 70, 5, 6, 24, 3, 3, 1, 1, 1, 1));   // two bf16 chunks (58 zero)
+  cases.push_back(conv(1, 24, 7, 5, 130, 3, 3, 1, 1, 1, 1));  // input gradient: 3 bf16 chunks
+  for (int block : {kNhwcChannelBlock, kNhwcChannelBlockBf16})
   for (const Conv2dShape& s : cases)
     for (bool fwd : {true, false}) {
       if (!fwd && (s.stride_h != 1 || s.stride_w != 1)) continue;
       const Conv2dShape g = fwd ? s : backward_data_as_forward(s);
-      const WeightPack wp = fwd ? forward_weight_pack(s) : backward_data_weight_pack(s);
+      const WeightPack wp = fwd ? forward_weight_pack(s, block) : backward_data_weight_pack(s, block);
       SCOPED_TRACE(::testing::Message() << (fwd ? "forward" : "input gradient") << " C=" << s.c
-                                        << " OC=" << s.oc << " H=" << s.h << " W=" << s.w);
-      const Im2colGeometry geo = im2col_geometry(g, "test");
+                                        << " OC=" << s.oc << " H=" << s.h << " W=" << s.w
+                                        << " channel block " << block);
+      const Im2colGeometry geo = im2col_geometry(g, "test", block);
       ASSERT_EQ(wp.rows, g.oc);
       ASSERT_EQ(wp.k_pad, geo.c_pad);
       ASSERT_EQ(wp.taps, geo.taps);
       const std::vector<float> a = ints(size_t(g.n) * g.c * g.h * g.w);
       const std::vector<float> w = ints(size_t(s.oc) * s.c * s.kh * s.kw);
-      std::vector<float> nhwc(size_t(g.n) * g.h * g.w * geo.c_pad, NAN);
-      nchw_to_nhwc_tf32_cpu(a.data(), g.n, g.c, int64_t(g.h) * g.w, geo.c_pad, nhwc.data());
-      std::vector<float> packed(size_t(wp.rows) * wp.taps * wp.k_pad, NAN);
-      pack_weights_tf32_cpu(wp, w.data(), packed.data());
+      const Operands ops = pre_passes(block, g, geo, wp, a, w);
+      const std::vector<float>& nhwc = ops.nhwc;
+      const std::vector<float>& packed = ops.packed;
 
       const int oh = g.oh(), ow = g.ow();
       const int64_t m_total = int64_t(g.n) * oh * ow;
@@ -183,10 +300,10 @@ TEST(ConvNhwcLayout, EmulatedGemm) {
           for (int col = 0; col < g.oc; ++col) {
             double sum = 0;
             for (int kt = 0; kt < geo.ktiles; ++kt) {
-              const int tap = kt / geo.chunks, c0 = (kt % geo.chunks) * kNhwcChannelBlock;
+              const int tap = kt / geo.chunks, c0 = (kt % geo.chunks) * block;
               const int y = p.y + tap / g.kw, x = p.x + tap % g.kw;
               if (p.n >= g.n || y < 0 || y >= g.h || x < 0 || x >= g.w) continue;  // zero fill
-              for (int cc = 0; cc < kNhwcChannelBlock; ++cc) {
+              for (int cc = 0; cc < block; ++cc) {
                 const float av = nhwc[((size_t(p.n) * g.h + y) * g.w + x) * geo.c_pad + c0 + cc];
                 const float bv = packed[(size_t(col) * wp.taps + tap) * wp.k_pad + c0 + cc];
                 sum += double(av) * bv;
