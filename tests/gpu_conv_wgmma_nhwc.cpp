@@ -16,7 +16,7 @@
 //   ScratchAllocated     a null scratch (allocated on the stream) gives the bits of a passed one.
 //   Dispatch             Algo::WgmmaNhwc through conv2d_forward / conv2d_backward_data at TF32
 //                        gives the direct call's bits; its weight gradient is Algo::Wgmma's.
-//   Refusals             FP32 / BF16, a stride-2 input gradient, a padding the TMA box cannot
+//   Refusals             FP32 (BF16: gpu_conv_wgmma_nhwc_bf16.cpp), a stride-2 input gradient, a padding the TMA box cannot
 //                        express, grouped convolutions and linear layers: one-line cnn::Error;
 //                        autotune leaves the refused variant out and still picks another.
 // Tolerance: as gpu_conv_wgmma.cpp (TF32): per element
@@ -438,18 +438,24 @@ TEST(GpuConvWgmmaNhwc, Refusals) {
       EXPECT_EQ(msg.find('\n'), std::string::npos) << what << ": one line expected: " << msg;
     }
   };
-  for (Precision pr : {Precision::FP32, Precision::BF16}) {
-    ex.precision = pr;
-    expect_refused(
-        [&] {
-          conv2d_forward(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, Algo::WgmmaNhwc,
-                         ex);
-        },
-        pr == Precision::FP32 ? "forward fp32" : "forward bf16");
-    expect_refused(
-        [&] { conv2d_backward_data(s, d_y.data(), d_w.data(), d_x.data(), Algo::WgmmaNhwc, ex); },
-        pr == Precision::FP32 ? "input gradient fp32" : "input gradient bf16");
-  }
+  ex.precision = Precision::FP32;
+  expect_refused(
+      [&] {
+        conv2d_forward(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, Algo::WgmmaNhwc, ex);
+      },
+      "forward fp32");
+  expect_refused(
+      [&] { conv2d_backward_data(s, d_y.data(), d_w.data(), d_x.data(), Algo::WgmmaNhwc, ex); },
+      "input gradient fp32");
+  // The direct call refuses fp32 the same way (its options carry the precision).
+  WgmmaNhwcOptions fp32;
+  fp32.precision = Precision::FP32;
+  expect_refused(
+      [&] {
+        conv2d_forward_wgmma_nhwc(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, nullptr,
+                                  nullptr, fp32);
+      },
+      "direct forward fp32");
   ex.precision = Precision::TF32;
   expect_refused(
       [&] { conv2d_backward_data(s2, d_y.data(), d_w.data(), d_x.data(), Algo::WgmmaNhwc, ex); },

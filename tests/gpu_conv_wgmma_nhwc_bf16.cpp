@@ -1,0 +1,506 @@
+// The BF16 instance of the Hopper TMA-im2col convolution (kernels/conv/conv2d_wgmma_nhwc.h with
+// WgmmaNhwcOptions::precision = BF16) against the CPU twins. Skipped unless the device is
+// compute capability 9.0 and the build has the sm_90a kernels:
+//   PrePasses            the NCHW -> NHWC copy (channels padded to 64) and the weight packing
+//                        (forward and flipped input-gradient order), rounded to BF16, bitwise
+//                        equal to their CPU twins (conv2d_nhwc_layout.h), outputs poisoned first.
+//   ForwardShapes        C in {1, 3, 17, 64, 70, 130}, OC in {8, 24, 64, 200}, H, W in {7, 13,
+//                        32, 33}, batch 1 and 3, stride 1 and 2, kernels 1x1 .. 7x7 (and 3x5),
+//                        padding 0 .. 3, with and without bias / ReLU; both tile widths; small
+//                        integers first (exact in BF16: a mismatch is an addressing error), then
+//                        random values.
+//   BackwardDataShapes   the stride-1 input gradient on the same kinds of shapes, negative
+//                        effective padding (padding > kernel - 1) included.
+//   SplitsAndRepeat      K split 1, 2, 4, 8 across a cluster: each correct, each run twice
+//                        bitwise equal.
+//   Scratch              the BF16 scratch is never larger than the TF32 one; a caller's
+//                        (poisoned) scratch of exactly the BF16 size gives the bits of one
+//                        allocated on the stream.
+//   Dispatch             Algo::WgmmaNhwc through conv2d_forward / conv2d_backward_data at
+//                        precision bf16 gives the direct BF16 call's bits (and not the TF32
+//                        ones); the weight gradient under wgmma-nhwc at bf16 is refused in one
+//                        line (wgmma's weight gradient is TF32 only) and autotune times
+//                        wgmma-nhwc for the forward and leaves it out of the weight gradient.
+// Tolerance: gpu_bf16.cpp's scheme. With S = sum over k of |a b| (the twin on |a|, |b|):
+//   |got - emu| <= (k + 8) 2^-23 S_emu + 2^-23 |ref|   (emu: the double twin on operands rounded
+//                                                       with round_to_bf16, products exact),
+//   |got - ref| <= (2^-7 (1 + 2^-9) + (k + 8) 2^-23 (1 + 2^-7)) S + 2^-23 |ref|,
+//   ||got - ref|| <= 2^-7 ||ref||.
+// Bias and ReLU are applied to both twins in double after the sum, as the epilogue applies them
+// in FP32 (one more rounding, in the 2^-23 |ref| term; ReLU is 1-Lipschitz).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/common/bf16_round.h"
+#include "kernels/conv/conv2d.h"
+#include "kernels/conv/conv2d_nhwc_layout.h"
+#include "layers/autotune.h"
+#include "runtime/error.h"
+#include "runtime/exec.h"
+#include "runtime/tensor.h"
+#include "tests/test_util.h"
+#ifdef CNN_HAVE_CUDA
+#include "kernels/conv/conv2d_wgmma_nhwc.h"
+#endif
+
+using namespace cnn;
+
+namespace {
+
+#ifdef CNN_HAVE_CUDA
+
+#define CNN_REQUIRE_WGMMA_NHWC()                                                                 \
+  do {                                                                                           \
+    CNN_REQUIRE_GPU();                                                                           \
+    if (!conv2d_wgmma_nhwc_available())                                                          \
+      GTEST_SKIP() << "wgmma-nhwc convolution needs a compute capability 9.0 GPU and an sm_90a " \
+                      "build";                                                                   \
+  } while (0)
+
+constexpr double kUnit = 1.0 / (1 << 23);  // 2^-23: FP32 summation, per term
+constexpr double kProd = 1.0 / (1 << 7);   // 2^-7: BF16 rounding of a product's two operands
+
+enum class Fill { Random, SmallInt };
+enum class Pass { Forward, BackwardData };
+
+struct ConvCase {
+  Conv2dShape s;
+  bool bias = false, relu = false;  // forward only
+};
+
+Conv2dShape conv(int n, int c, int h, int w, int oc, int kh, int kw, int sh, int sw, int ph,
+                 int pw) {
+  Conv2dShape s;
+  s.n = n, s.c = c, s.h = h, s.w = w, s.oc = oc, s.kh = kh, s.kw = kw;
+  s.stride_h = sh, s.stride_w = sw, s.pad_h = ph, s.pad_w = pw;
+  return s;
+}
+
+std::vector<float> make_values(size_t n, Fill fill, uint64_t seed) {
+  if (fill == Fill::Random) return test::random_vector(n, seed);
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> d(-2, 2);
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(d(rng));
+  return v;
+}
+
+std::vector<double> to_double(const std::vector<float>& v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+std::vector<double> abs_of(std::vector<double> v) {
+  for (double& x : v) x = std::fabs(x);
+  return v;
+}
+
+// One case's inputs and its twins (see the file comment).
+struct Problem {
+  Pass pass;
+  ConvCase cc;
+  Fill fill;
+  std::vector<float> in, w, b;  // in: x (forward) or dy (input gradient)
+  std::vector<double> ref, ref_abs, emu, emu_abs;
+  int64_t k = 0;  // GEMM depth
+  std::string what;
+};
+
+// The pass in double on (a, w): the forward without bias / ReLU, or the input gradient.
+std::vector<double> twin(Pass pass, const Conv2dShape& s, const std::vector<double>& a,
+                         const std::vector<double>& w) {
+  const bool fwd = pass == Pass::Forward;
+  std::vector<double> out(fwd ? size_t(s.n) * s.oc * s.oh() * s.ow()
+                              : size_t(s.n) * s.c * s.h * s.w);
+  if (fwd)
+    conv2d_forward_cpu(s, a.data(), w.data(), nullptr, out.data(), false);
+  else
+    conv2d_backward_data_cpu(s, a.data(), w.data(), out.data());
+  return out;
+}
+
+Problem make_problem(Pass pass, const ConvCase& cc, Fill fill, uint64_t seed) {
+  const Conv2dShape& s = cc.s;
+  Problem p{pass, cc, fill, {}, {}, {}, {}, {}, {}, {}, 0, {}};
+  const size_t nx = size_t(s.n) * s.c * s.h * s.w, ny = size_t(s.n) * s.oc * s.oh() * s.ow();
+  const size_t nw = size_t(s.oc) * s.c * s.kh * s.kw;
+  const bool fwd = pass == Pass::Forward;
+  p.in = make_values(fwd ? nx : ny, fill, seed);
+  p.w = make_values(nw, fill, seed + 1);
+  p.b = make_values(size_t(s.oc), fill, seed + 2);
+  const auto a = to_double(p.in), w = to_double(p.w);
+  const auto ae = to_double(round_to_bf16(p.in)), we = to_double(round_to_bf16(p.w));
+  p.ref = twin(pass, s, a, w);
+  p.ref_abs = twin(pass, s, abs_of(a), abs_of(w));
+  p.emu = twin(pass, s, ae, we);
+  p.emu_abs = twin(pass, s, abs_of(ae), abs_of(we));
+  if (fwd && (cc.bias || cc.relu)) {
+    const int64_t pix = int64_t(s.oh()) * s.ow();
+    for (size_t i = 0; i < p.ref.size(); ++i) {
+      const double bias = cc.bias ? p.b[(i / pix) % s.oc] : 0.0;
+      for (std::vector<double>* v : {&p.ref, &p.emu}) {
+        double& y = (*v)[i];
+        y += bias;
+        if (cc.relu && y <= 0) y = 0;
+      }
+    }
+  }
+  p.k = int64_t(fwd ? s.c : s.oc) * s.kh * s.kw;
+  char buf[260];
+  std::snprintf(buf, sizeof buf,
+                "bf16 %s N=%d C=%d H=%d W=%d OC=%d k=%dx%d stride=%dx%d pad=%dx%d bias=%d "
+                "relu=%d fill=%s seed=%llu",
+                fwd ? "forward" : "input gradient", s.n, s.c, s.h, s.w, s.oc, s.kh, s.kw,
+                s.stride_h, s.stride_w, s.pad_h, s.pad_w, fwd && cc.bias, fwd && cc.relu,
+                fill == Fill::SmallInt ? "int" : "random", static_cast<unsigned long long>(seed));
+  p.what = buf;
+  return p;
+}
+
+WgmmaNhwcOptions bf16_options(int block_n = 0, int splits = 0) {
+  WgmmaNhwcOptions o;
+  o.block_n = block_n;
+  o.splits = splits;
+  o.precision = Precision::BF16;
+  return o;
+}
+
+std::string describe(const WgmmaNhwcOptions& o) {
+  return "block_n=" + std::to_string(o.block_n) + " splits=" + std::to_string(o.splits);
+}
+
+Exec cuda_exec(Precision precision) {
+  Exec ex;
+  ex.device = Device::CUDA;
+  ex.precision = precision;
+  return ex;
+}
+
+enum class Via { Direct, DirectOwnScratch, Dispatch };
+
+// Runs the problem on the GPU (output poisoned with NaN first): the direct call with `opt` (no
+// scratch: the call allocates one; or one of the BF16 size allocated here, poisoned), or
+// conv2d_forward / conv2d_backward_data with Algo::WgmmaNhwc at `opt.precision`.
+std::vector<float> run_gpu(const Problem& p, const WgmmaNhwcOptions& opt, Via via = Via::Direct) {
+  const Conv2dShape& s = p.cc.s;
+  Tensor d_in = test::to_device(p.in), d_w = test::to_device(p.w), d_b = test::to_device(p.b);
+  Tensor d_out = test::to_device(std::vector<float>(p.ref.size(), NAN));
+  const bool fwd = p.pass == Pass::Forward;
+  const float* bias = fwd && p.cc.bias ? d_b.data() : nullptr;
+  if (via == Via::Dispatch) {
+    const Exec ex = cuda_exec(opt.precision);
+    if (fwd)
+      conv2d_forward(s, d_in.data(), d_w.data(), bias, d_out.data(), p.cc.relu, Algo::WgmmaNhwc,
+                     ex);
+    else
+      conv2d_backward_data(s, d_in.data(), d_w.data(), d_out.data(), Algo::WgmmaNhwc, ex);
+  } else {
+    const size_t nscratch = fwd ? conv2d_forward_wgmma_nhwc_scratch_floats(s, opt.precision)
+                                : conv2d_backward_data_wgmma_nhwc_scratch_floats(s, opt.precision);
+    Tensor d_scratch = test::to_device(std::vector<float>(nscratch, NAN));
+    float* scratch = via == Via::Direct ? nullptr : d_scratch.data();
+    if (fwd)
+      conv2d_forward_wgmma_nhwc(s, d_in.data(), d_w.data(), bias, d_out.data(), p.cc.relu, scratch,
+                                nullptr, opt);
+    else
+      conv2d_backward_data_wgmma_nhwc(s, d_in.data(), d_w.data(), d_out.data(), scratch, nullptr,
+                                      opt);
+  }
+  return d_out.to_vector();
+}
+
+// Checks got against both twins (see the file comment); prints one summary line.
+void expect_close(const Problem& p, const std::vector<float>& got, const std::string& how) {
+  SCOPED_TRACE(p.what + " " + how);
+  ASSERT_EQ(got.size(), p.ref.size());
+  const double adds = double(p.k + 8) * kUnit;
+  int64_t bad_emu = 0, bad_ref = 0, inexact = 0;
+  double worst_emu = 0, worst_ref = 0, num = 0, den = 0;
+  std::string first;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double g = got[i];
+    const double tiny = 1e-30 + kUnit * std::fabs(p.ref[i]);
+    const double e_emu = std::fabs(g - p.emu[i]), b_emu = adds * p.emu_abs[i] + tiny;
+    const double e_ref = std::fabs(g - p.ref[i]);
+    const double b_ref = (kProd * (1 + 1.0 / 512) + adds * (1 + kProd)) * p.ref_abs[i] + tiny;
+    if (!(e_emu <= b_emu) || !(e_ref <= b_ref)) {
+      if (!(e_emu <= b_emu)) ++bad_emu;
+      if (!(e_ref <= b_ref)) ++bad_ref;
+      if (first.empty()) {
+        char where[200];
+        std::snprintf(where, sizeof where,
+                      "out[%zu]: got %.9g, BF16-operand twin %.9g (bound %.3g), FP32 twin %.9g "
+                      "(bound %.3g)",
+                      i, g, p.emu[i], b_emu, p.ref[i], b_ref);
+        first = where;
+      }
+    }
+    if (!(g == p.ref[i])) ++inexact;
+    worst_emu = std::max(worst_emu, std::isnan(g) ? INFINITY : e_emu / b_emu);
+    worst_ref = std::max(worst_ref, std::isnan(g) ? INFINITY : e_ref / b_ref);
+    num += std::isnan(g) ? INFINITY : e_ref * e_ref;
+    den += p.ref[i] * p.ref[i];
+  }
+  const double frob = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  std::printf("%s %s: worst bound ratio %.3g (bf16 twin) %.3g (fp32 twin), rel %.3g%s%s\n",
+              p.what.c_str(), how.c_str(), worst_emu, worst_ref, frob, first.empty() ? "" : ", ",
+              first.c_str());
+  EXPECT_EQ(bad_emu, 0) << "elements over the BF16-operand bound; " << first;
+  EXPECT_EQ(bad_ref, 0) << "elements over the FP32 bound; " << first;
+  EXPECT_LE(frob, kProd) << "relative Frobenius error";
+  if (p.fill == Fill::SmallInt) {
+    EXPECT_EQ(inexact, 0) << "small-integer inputs are exact in BF16; " << first;
+  }
+}
+
+bool bitwise_equal(const std::vector<float>& x, const std::vector<float>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * 4) == 0;
+}
+
+const std::vector<ConvCase>& forward_cases() {
+  static const std::vector<ConvCase> c = {
+      {conv(1, 1, 7, 7, 8, 1, 1, 1, 1, 0, 0)},                   // M = 49, one k-tile
+      {conv(3, 3, 13, 13, 24, 3, 3, 1, 1, 1, 1), true, true},    // C = 3: 61 zero channels
+      {conv(1, 17, 33, 32, 64, 5, 5, 1, 1, 2, 2), true},         // 25 taps, M = 1056
+      {conv(3, 64, 13, 13, 200, 3, 3, 1, 1, 1, 1), true, true},  // 64 = one chunk exactly
+      {conv(3, 3, 33, 33, 64, 7, 7, 2, 2, 3, 3), true, true},    // a 7x7 stride-2 stem
+      {conv(1, 17, 32, 33, 8, 5, 5, 2, 2, 2, 2)},                // stride 2, OC = 8
+      {conv(3, 130, 7, 13, 24, 1, 1, 1, 1, 0, 0), true},         // 1x1, 130 channels: 3 chunks
+      {conv(1, 1, 32, 32, 200, 5, 5, 1, 1, 2, 2), false, true},  // one input channel
+      {conv(3, 64, 32, 32, 64, 3, 3, 1, 1, 1, 1)},               // M = 3072, 9 k-tiles
+      {conv(3, 17, 13, 33, 24, 3, 5, 1, 2, 1, 2), false, true},  // 3x5, strides 1x2
+      {conv(1, 3, 13, 7, 64, 3, 3, 2, 2, 3, 3), true},           // padding 3 > kernel / 2
+      {conv(3, 130, 13, 13, 64, 3, 3, 2, 2, 0, 0), true, true},  // stride 2, padding 0
+      {conv(1, 64, 33, 33, 24, 1, 1, 2, 2, 0, 0)},               // 1x1 stride 2 (projection)
+      {conv(3, 17, 7, 7, 200, 7, 7, 1, 1, 3, 3), true},          // 7x7 on 7x7, same padding
+      {conv(1, 3, 33, 13, 8, 5, 5, 2, 1, 0, 1)},                 // strides 2x1, padding 0x1
+      {conv(3, 70, 13, 13, 24, 3, 3, 1, 1, 1, 1), true, true},   // 70 channels: 2 chunks, 58 zero
+  };
+  return c;
+}
+
+const std::vector<ConvCase>& backward_data_cases() {
+  static const std::vector<ConvCase> c = {
+      {conv(1, 1, 7, 7, 8, 1, 1, 1, 1, 0, 0)},       // dx has 1 channel: one output column
+      {conv(3, 3, 13, 13, 64, 3, 3, 1, 1, 1, 1)},    // dy 64 channels: one chunk exactly
+      {conv(1, 17, 33, 32, 200, 5, 5, 1, 1, 2, 2)},  // dy 200 channels: 4 chunks (56 zero)
+      {conv(3, 64, 13, 13, 130, 3, 3, 1, 1, 1, 1)},  // K = 9 x 192
+      {conv(1, 64, 13, 13, 8, 7, 7, 1, 1, 3, 3)},    // 7x7, OC = 8
+      {conv(1, 130, 7, 7, 24, 3, 3, 1, 1, 0, 0)},    // 130 columns, padding 0 (flipped: 2)
+      {conv(3, 17, 7, 13, 24, 1, 1, 1, 1, 2, 2)},    // padding 2 on 1x1: flipped padding -2
+      {conv(3, 17, 13, 33, 64, 3, 5, 1, 1, 0, 2)},   // 3x5, padding 0x2
+      {conv(3, 64, 32, 32, 64, 3, 3, 1, 1, 1, 1)},   // the VGG-style shape
+      {conv(3, 1, 32, 33, 24, 5, 5, 1, 1, 2, 2)},    // the first layer's shape (C = 1)
+      {conv(1, 3, 13, 7, 200, 7, 7, 1, 1, 3, 2)},    // 7x7, paddings 3x2
+  };
+  return c;
+}
+
+// n bf16 values (as bit patterns) on the device, all 0xffff (a NaN) first.
+Tensor poisoned_bf16(size_t n) {
+  std::vector<float> v((n + 1) / 2);
+  const uint32_t nan2 = 0xffffffffu;
+  for (float& x : v) std::memcpy(&x, &nan2, 4);
+  return test::to_device(v);
+}
+std::vector<uint16_t> download_bf16(const Tensor& t, size_t n) {
+  const std::vector<float> v = t.to_vector();
+  std::vector<uint16_t> out(n);
+  std::memcpy(out.data(), v.data(), n * 2);
+  return out;
+}
+
+#endif  // CNN_HAVE_CUDA
+
+}  // namespace
+
+TEST(GpuConvWgmmaNhwcBf16, PrePasses) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA_NHWC();
+  struct Copy {
+    int n, c;
+    int64_t hw;
+  };
+  for (const Copy& k : {Copy{1, 1, 49}, Copy{3, 3, 169}, Copy{3, 130, 13 * 33},
+                        Copy{2, 64, 1024}, Copy{1, 17, 33 * 32}, Copy{2, 70, 7 * 13}}) {
+    const int c_pad = (k.c + 63) / 64 * 64;
+    const std::vector<float> x = test::random_vector(size_t(k.n) * k.c * k.hw, test::fresh_seed());
+    std::vector<uint16_t> want(size_t(k.n) * k.hw * c_pad);
+    nchw_to_nhwc_bf16_cpu(x.data(), k.n, k.c, k.hw, c_pad, want.data());
+    Tensor d_x = test::to_device(x), d_out = poisoned_bf16(want.size());
+    nchw_to_nhwc_bf16_cuda(d_x.data(), k.n, k.c, k.hw, c_pad,
+                           reinterpret_cast<uint16_t*>(d_out.data()), nullptr);
+    EXPECT_TRUE(download_bf16(d_out, want.size()) == want)
+        << "nchw_to_nhwc_bf16 n=" << k.n << " c=" << k.c << " hw=" << k.hw;
+  }
+  for (const Conv2dShape& s :
+       {conv(1, 3, 7, 7, 24, 3, 3, 1, 1, 1, 1), conv(1, 130, 7, 7, 8, 1, 1, 1, 1, 0, 0),
+        conv(1, 17, 7, 7, 200, 7, 5, 1, 1, 3, 2), conv(1, 64, 7, 7, 70, 3, 3, 1, 1, 1, 1)})
+    for (bool fwd : {true, false}) {
+      const WeightPack wp = fwd ? forward_weight_pack(s, kNhwcChannelBlockBf16)
+                                : backward_data_weight_pack(s, kNhwcChannelBlockBf16);
+      const std::vector<float> w =
+          test::random_vector(size_t(s.oc) * s.c * s.kh * s.kw, test::fresh_seed());
+      std::vector<uint16_t> want(size_t(wp.rows) * wp.taps * wp.k_pad);
+      pack_weights_bf16_cpu(wp, w.data(), want.data());
+      Tensor d_w = test::to_device(w), d_out = poisoned_bf16(want.size());
+      pack_weights_bf16_cuda(wp, d_w.data(), reinterpret_cast<uint16_t*>(d_out.data()), nullptr);
+      EXPECT_TRUE(download_bf16(d_out, want.size()) == want)
+          << "pack_weights_bf16 " << (fwd ? "forward" : "input gradient") << " C=" << s.c
+          << " OC=" << s.oc << " k=" << s.kh << "x" << s.kw;
+    }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(GpuConvWgmmaNhwcBf16, ForwardShapes) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA_NHWC();
+  for (const ConvCase& cc : forward_cases())
+    for (Fill fill : {Fill::SmallInt, Fill::Random}) {
+      const Problem p = make_problem(Pass::Forward, cc, fill, test::fresh_seed());
+      for (int bn : {64, 128}) {
+        const WgmmaNhwcOptions o = bf16_options(bn);
+        expect_close(p, run_gpu(p, o), describe(o));
+      }
+    }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(GpuConvWgmmaNhwcBf16, BackwardDataShapes) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA_NHWC();
+  for (const ConvCase& cc : backward_data_cases())
+    for (Fill fill : {Fill::SmallInt, Fill::Random}) {
+      const Problem p = make_problem(Pass::BackwardData, cc, fill, test::fresh_seed());
+      for (int bn : {64, 128}) {
+        const WgmmaNhwcOptions o = bf16_options(bn);
+        expect_close(p, run_gpu(p, o), describe(o));
+      }
+    }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(GpuConvWgmmaNhwcBf16, SplitsAndRepeat) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA_NHWC();
+  const std::pair<Pass, ConvCase> cases[] = {{Pass::Forward, forward_cases()[8]},
+                                             {Pass::Forward, forward_cases()[4]},
+                                             {Pass::Forward, forward_cases()[11]},
+                                             {Pass::BackwardData, backward_data_cases()[3]}};
+  for (const auto& [pass, cc] : cases)
+    for (Fill fill : {Fill::SmallInt, Fill::Random}) {
+      const Problem p = make_problem(pass, cc, fill, test::fresh_seed());
+      for (int bn : {64, 128})
+        for (int splits : {1, 2, 4, 8}) {
+          const WgmmaNhwcOptions o = bf16_options(bn, splits);
+          const std::vector<float> a = run_gpu(p, o), b = run_gpu(p, o);
+          expect_close(p, a, describe(o));
+          EXPECT_TRUE(bitwise_equal(a, b)) << p.what << " " << describe(o) << ": not repeatable";
+        }
+    }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(GpuConvWgmmaNhwcBf16, Scratch) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA_NHWC();
+  for (const ConvCase& cc : forward_cases()) {
+    EXPECT_LE(conv2d_forward_wgmma_nhwc_scratch_floats(cc.s, Precision::BF16),
+              conv2d_forward_wgmma_nhwc_scratch_floats(cc.s, Precision::TF32));
+    if (cc.s.stride_h == 1 && cc.s.stride_w == 1) {
+      EXPECT_LE(conv2d_backward_data_wgmma_nhwc_scratch_floats(cc.s, Precision::BF16),
+                conv2d_backward_data_wgmma_nhwc_scratch_floats(cc.s, Precision::TF32));
+    }
+  }
+  const std::pair<Pass, ConvCase> cases[] = {{Pass::Forward, forward_cases()[3]},
+                                             {Pass::Forward, forward_cases()[6]},
+                                             {Pass::BackwardData, backward_data_cases()[2]}};
+  for (const auto& [pass, cc] : cases) {
+    const Problem p = make_problem(pass, cc, Fill::Random, test::fresh_seed());
+    const std::vector<float> own = run_gpu(p, bf16_options(), Via::DirectOwnScratch);
+    expect_close(p, own, "caller's scratch");
+    EXPECT_TRUE(bitwise_equal(run_gpu(p, bf16_options(), Via::Direct), own))
+        << p.what << ": the stream-allocated scratch differs from the caller's";
+  }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(GpuConvWgmmaNhwcBf16, Dispatch) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA_NHWC();
+  const std::pair<Pass, ConvCase> cases[] = {{Pass::Forward, forward_cases()[1]},
+                                             {Pass::Forward, forward_cases()[4]},
+                                             {Pass::BackwardData, backward_data_cases()[1]},
+                                             {Pass::BackwardData, backward_data_cases()[5]}};
+  for (const auto& [pass, cc] : cases) {
+    const Problem p = make_problem(pass, cc, Fill::Random, test::fresh_seed());
+    const std::vector<float> direct = run_gpu(p, bf16_options());
+    expect_close(p, direct, "direct");
+    EXPECT_TRUE(bitwise_equal(run_gpu(p, bf16_options(), Via::Dispatch), direct))
+        << p.what << ": Algo::WgmmaNhwc at bf16 differs from the direct BF16 call";
+    WgmmaNhwcOptions tf32;  // random operands: TF32 and BF16 cannot agree bit for bit
+    EXPECT_FALSE(bitwise_equal(run_gpu(p, tf32, Via::Dispatch), direct))
+        << p.what << ": precision tf32 gave the BF16 bits";
+  }
+
+  // The weight gradient: wgmma's kernel multiplies in TF32 only, so it is refused at bf16 (one
+  // line) and autotune times the others; the forward times wgmma-nhwc.
+  const Conv2dShape s = conv(3, 17, 13, 13, 24, 3, 3, 1, 1, 1, 1);
+  const Exec ex = cuda_exec(Precision::BF16);
+  Tensor d_x = test::to_device(test::random_vector(size_t(s.n) * s.c * s.h * s.w, 3));
+  Tensor d_dy = test::to_device(test::random_vector(size_t(s.n) * s.oc * s.oh() * s.ow(), 4));
+  Tensor d_w = test::to_device(test::random_vector(size_t(s.oc) * s.c * 9, 5));
+  Tensor d_y = test::to_device(std::vector<float>(size_t(s.n) * s.oc * s.oh() * s.ow(), 0.f));
+  Tensor d_dw = test::to_device(std::vector<float>(size_t(s.oc) * s.c * 9, 0.f));
+  Tensor d_db = test::to_device(std::vector<float>(size_t(s.oc), 0.f));
+  Tensor d_scratch = test::to_device(
+      std::vector<float>(std::max<size_t>(conv2d_backward_weight_scratch_floats(s, ex), 1), 0.f));
+  auto dw_pass = [&](Algo a) {
+    conv2d_backward_weight(s, d_x.data(), d_dy.data(), d_dw.data(), d_db.data(), d_scratch.data(),
+                           a, ex);
+  };
+  try {
+    dw_pass(Algo::WgmmaNhwc);
+    ADD_FAILURE() << "the weight gradient under wgmma-nhwc at bf16 was not refused";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    std::printf("weight gradient bf16: %s\n", msg.c_str());
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << "one line expected: " << msg;
+  }
+  auto timed = [](const TuneChoice& c, Algo a) {
+    return std::any_of(c.timings.begin(), c.timings.end(),
+                       [a](const auto& t) { return t.first == a; });
+  };
+  const TuneChoice fwd = pick_fastest(
+      std::string("conv_bf16"), "forward",
+      [&](Algo a) {
+        conv2d_forward(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, a, ex);
+      },
+      ex);
+  std::printf("%s\n", describe(fwd).c_str());
+  EXPECT_TRUE(timed(fwd, Algo::WgmmaNhwc)) << "autotune left wgmma-nhwc out at bf16";
+  EXPECT_FALSE(timed(fwd, Algo::Wgmma)) << "the TF32-only wgmma was timed at bf16";
+  const TuneChoice dw = pick_fastest(std::string("conv_bf16"), "weight-grad", dw_pass, ex);
+  std::printf("%s\n", describe(dw).c_str());
+  EXPECT_FALSE(timed(dw, Algo::WgmmaNhwc)) << "the refused weight gradient was timed";
+  EXPECT_NE(dw.chosen, Algo::Auto);
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
