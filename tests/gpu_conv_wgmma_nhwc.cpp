@@ -16,9 +16,10 @@
 //   ScratchAllocated     a null scratch (allocated on the stream) gives the bits of a passed one.
 //   Dispatch             Algo::WgmmaNhwc through conv2d_forward / conv2d_backward_data at TF32
 //                        gives the direct call's bits; its weight gradient is Algo::Wgmma's.
-//   Refusals             FP32 (BF16: gpu_conv_wgmma_nhwc_bf16.cpp), a stride-2 input gradient, a padding the TMA box cannot
-//                        express, grouped convolutions and linear layers: one-line cnn::Error;
-//                        autotune leaves the refused variant out and still picks another.
+//   Refusals             FP32 (BF16 runs: gpu_conv_wgmma_nhwc_bf16.cpp), a stride-2 input
+//                        gradient, a padding the TMA box cannot express, grouped convolutions
+//                        and linear layers: one-line cnn::Error; autotune leaves the refused
+//                        variant out and still picks another.
 // Tolerance: as gpu_conv_wgmma.cpp (TF32): per element
 //   |got - ref| <= 2 (2^-9 + K 2^-23) sum |x w| + 4 ulp (|ref| + 1),
 // and ||got - ref|| <= 4e-3 sqrt(sum (x w)^2).

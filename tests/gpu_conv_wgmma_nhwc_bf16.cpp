@@ -327,8 +327,8 @@ TEST(GpuConvWgmmaNhwcBf16, PrePasses) {
     int n, c;
     int64_t hw;
   };
-  for (const Copy& k : {Copy{1, 1, 49}, Copy{3, 3, 169}, Copy{3, 130, 13 * 33},
-                        Copy{2, 64, 1024}, Copy{1, 17, 33 * 32}, Copy{2, 70, 7 * 13}}) {
+  for (const Copy& k : {Copy{1, 1, 49}, Copy{3, 3, 169}, Copy{3, 130, 13 * 33}, Copy{2, 64, 1024},
+                        Copy{1, 17, 33 * 32}, Copy{2, 70, 7 * 13}}) {
     const int c_pad = (k.c + 63) / 64 * 64;
     const std::vector<float> x = test::random_vector(size_t(k.n) * k.c * k.hw, test::fresh_seed());
     std::vector<uint16_t> want(size_t(k.n) * k.hw * c_pad);
@@ -489,9 +489,7 @@ TEST(GpuConvWgmmaNhwcBf16, Dispatch) {
   };
   const TuneChoice fwd = pick_fastest(
       std::string("conv_bf16"), "forward",
-      [&](Algo a) {
-        conv2d_forward(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, a, ex);
-      },
+      [&](Algo a) { conv2d_forward(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, a, ex); },
       ex);
   std::printf("%s\n", describe(fwd).c_str());
   EXPECT_TRUE(timed(fwd, Algo::WgmmaNhwc)) << "autotune left wgmma-nhwc out at bf16";

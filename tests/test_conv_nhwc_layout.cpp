@@ -163,7 +163,8 @@ struct Operands {
   std::vector<float> nhwc, packed;
 };
 Operands pre_passes(int block, const Conv2dShape& g, const Im2colGeometry& geo,
-                    const WeightPack& wp, const std::vector<float>& a, const std::vector<float>& w) {
+                    const WeightPack& wp, const std::vector<float>& a,
+                    const std::vector<float>& w) {
   Operands o;
   const size_t n_copy = size_t(g.n) * g.h * g.w * geo.c_pad;
   const size_t n_pack = size_t(wp.rows) * wp.taps * wp.k_pad;
@@ -271,57 +272,58 @@ TEST(ConvNhwcLayout, EmulatedGemm) {
   cases.push_back(conv(2, 70, 5, 6, 24, 3, 3, 1, 1, 1, 1));   // two bf16 chunks (58 zero)
   cases.push_back(conv(1, 24, 7, 5, 130, 3, 3, 1, 1, 1, 1));  // input gradient: 3 bf16 chunks
   for (int block : {kNhwcChannelBlock, kNhwcChannelBlockBf16})
-  for (const Conv2dShape& s : cases)
-    for (bool fwd : {true, false}) {
-      if (!fwd && (s.stride_h != 1 || s.stride_w != 1)) continue;
-      const Conv2dShape g = fwd ? s : backward_data_as_forward(s);
-      const WeightPack wp = fwd ? forward_weight_pack(s, block) : backward_data_weight_pack(s, block);
-      SCOPED_TRACE(::testing::Message() << (fwd ? "forward" : "input gradient") << " C=" << s.c
-                                        << " OC=" << s.oc << " H=" << s.h << " W=" << s.w
-                                        << " channel block " << block);
-      const Im2colGeometry geo = im2col_geometry(g, "test", block);
-      ASSERT_EQ(wp.rows, g.oc);
-      ASSERT_EQ(wp.k_pad, geo.c_pad);
-      ASSERT_EQ(wp.taps, geo.taps);
-      const std::vector<float> a = ints(size_t(g.n) * g.c * g.h * g.w);
-      const std::vector<float> w = ints(size_t(s.oc) * s.c * s.kh * s.kw);
-      const Operands ops = pre_passes(block, g, geo, wp, a, w);
-      const std::vector<float>& nhwc = ops.nhwc;
-      const std::vector<float>& packed = ops.packed;
+    for (const Conv2dShape& s : cases)
+      for (bool fwd : {true, false}) {
+        if (!fwd && (s.stride_h != 1 || s.stride_w != 1)) continue;
+        const Conv2dShape g = fwd ? s : backward_data_as_forward(s);
+        const WeightPack wp =
+            fwd ? forward_weight_pack(s, block) : backward_data_weight_pack(s, block);
+        SCOPED_TRACE(::testing::Message()
+                     << (fwd ? "forward" : "input gradient") << " C=" << s.c << " OC=" << s.oc
+                     << " H=" << s.h << " W=" << s.w << " channel block " << block);
+        const Im2colGeometry geo = im2col_geometry(g, "test", block);
+        ASSERT_EQ(wp.rows, g.oc);
+        ASSERT_EQ(wp.k_pad, geo.c_pad);
+        ASSERT_EQ(wp.taps, geo.taps);
+        const std::vector<float> a = ints(size_t(g.n) * g.c * g.h * g.w);
+        const std::vector<float> w = ints(size_t(s.oc) * s.c * s.kh * s.kw);
+        const Operands ops = pre_passes(block, g, geo, wp, a, w);
+        const std::vector<float>& nhwc = ops.nhwc;
+        const std::vector<float>& packed = ops.packed;
 
-      const int oh = g.oh(), ow = g.ow();
-      const int64_t m_total = int64_t(g.n) * oh * ow;
-      std::vector<float> got(size_t(m_total) * g.oc, NAN);
-      for (int64_t m0 = 0; m0 < m_total; m0 += 128) {
-        Im2colPixel p = im2col_start(g, geo, m0);
-        for (int r = 0; r < 128 && m0 + r < m_total; ++r) {
-          if (r > 0) p = im2col_walk(g, geo, p, 1);
-          const int64_t m = m0 + r;
-          for (int col = 0; col < g.oc; ++col) {
-            double sum = 0;
-            for (int kt = 0; kt < geo.ktiles; ++kt) {
-              const int tap = kt / geo.chunks, c0 = (kt % geo.chunks) * block;
-              const int y = p.y + tap / g.kw, x = p.x + tap % g.kw;
-              if (p.n >= g.n || y < 0 || y >= g.h || x < 0 || x >= g.w) continue;  // zero fill
-              for (int cc = 0; cc < block; ++cc) {
-                const float av = nhwc[((size_t(p.n) * g.h + y) * g.w + x) * geo.c_pad + c0 + cc];
-                const float bv = packed[(size_t(col) * wp.taps + tap) * wp.k_pad + c0 + cc];
-                sum += double(av) * bv;
+        const int oh = g.oh(), ow = g.ow();
+        const int64_t m_total = int64_t(g.n) * oh * ow;
+        std::vector<float> got(size_t(m_total) * g.oc, NAN);
+        for (int64_t m0 = 0; m0 < m_total; m0 += 128) {
+          Im2colPixel p = im2col_start(g, geo, m0);
+          for (int r = 0; r < 128 && m0 + r < m_total; ++r) {
+            if (r > 0) p = im2col_walk(g, geo, p, 1);
+            const int64_t m = m0 + r;
+            for (int col = 0; col < g.oc; ++col) {
+              double sum = 0;
+              for (int kt = 0; kt < geo.ktiles; ++kt) {
+                const int tap = kt / geo.chunks, c0 = (kt % geo.chunks) * block;
+                const int y = p.y + tap / g.kw, x = p.x + tap % g.kw;
+                if (p.n >= g.n || y < 0 || y >= g.h || x < 0 || x >= g.w) continue;  // zero fill
+                for (int cc = 0; cc < block; ++cc) {
+                  const float av = nhwc[((size_t(p.n) * g.h + y) * g.w + x) * geo.c_pad + c0 + cc];
+                  const float bv = packed[(size_t(col) * wp.taps + tap) * wp.k_pad + c0 + cc];
+                  sum += double(av) * bv;
+                }
               }
+              const int64_t img = m / (oh * ow), pix = m % (oh * ow);
+              got[size_t((img * g.oc + col) * oh * ow + pix)] = float(sum);
             }
-            const int64_t img = m / (oh * ow), pix = m % (oh * ow);
-            got[size_t((img * g.oc + col) * oh * ow + pix)] = float(sum);
           }
         }
+        std::vector<float> ref(got.size());
+        if (fwd)
+          conv2d_forward_cpu(s, a.data(), w.data(), nullptr, ref.data(), false);
+        else
+          conv2d_backward_data_cpu(s, a.data(), w.data(), ref.data());
+        int bad = 0;
+        for (size_t i = 0; i < ref.size(); ++i)
+          if (!(got[i] == ref[i]) && bad++ < 3)
+            ADD_FAILURE() << "out[" << i << "]: " << got[i] << " vs " << ref[i];
       }
-      std::vector<float> ref(got.size());
-      if (fwd)
-        conv2d_forward_cpu(s, a.data(), w.data(), nullptr, ref.data(), false);
-      else
-        conv2d_backward_data_cpu(s, a.data(), w.data(), ref.data());
-      int bad = 0;
-      for (size_t i = 0; i < ref.size(); ++i)
-        if (!(got[i] == ref[i]) && bad++ < 3)
-          ADD_FAILURE() << "out[" << i << "]: " << got[i] << " vs " << ref[i];
-    }
 }

@@ -48,8 +48,8 @@ enum class ConvPath { Direct, Igemm, OneChannel, Wgmma, WgmmaNhwc };
 // The wgmma kernels multiply in TF32 only: FP32 must stay exact FFMA, BF16 has its own kernels.
 [[maybe_unused]] void check_wgmma_precision(const char* op, const Exec& ex) {
   CNN_CHECK(ex.precision == Precision::TF32,
-            "{}: algo wgmma runs at precision tf32 only (got {}); expected igemm, fast or auto",
-            op, precision_name(ex.precision));
+            "{}: algo wgmma runs at precision tf32 only (got {}); expected igemm, fast or auto", op,
+            precision_name(ex.precision));
 }
 
 // wgmma-nhwc multiplies in TF32 or BF16 (its own BF16 instance); FP32 must stay exact FFMA.

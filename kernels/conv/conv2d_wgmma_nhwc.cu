@@ -74,9 +74,10 @@ struct OperandOf<__nv_bfloat16> {  // round to nearest even, as the BF16 mma.syn
 static_assert(OperandOf<float>::kBlock * 4 == kRowBytes, "a TF32 chunk is one swizzle row");
 static_assert(OperandOf<__nv_bfloat16>::kBlock * 2 == kRowBytes, "a BF16 chunk is one row");
 
-// Shared-memory plan of one tile width (the same bytes for both element types): the stage ring, then the mbarriers full[kStages],
-// empty[kStages]. The epilogue's partial tile reuses the ring. One thread keeps the ring full, so
-// the stages are limited by shared memory only (192 KB of ring for both widths).
+// Shared-memory plan of one tile width (the same bytes for both element types): the stage ring,
+// then the mbarriers full[kStages], empty[kStages]. The epilogue's partial tile reuses the ring.
+// One thread keeps the ring full, so the stages are limited by shared memory only (192 KB of ring
+// for both widths).
 template <int BN>
 struct NhwcPlan {
   static constexpr int kBTileBytes = BN * kRowBytes;
@@ -120,8 +121,7 @@ __global__ void nchw_to_nhwc_kernel(const float* __restrict__ x, int n, int c, i
     __syncthreads();
     for (int j = ty; j < 32; j += 8) {
       const int64_t p = p0 + j;
-      if (p < hw)
-        out[(int64_t(img) * hw + p) * c_pad + c0 + tx] = OperandOf<T>::round(tile[tx][j]);
+      if (p < hw) out[(int64_t(img) * hw + p) * c_pad + c0 + tx] = OperandOf<T>::round(tile[tx][j]);
     }
     __syncthreads();
   }
@@ -219,7 +219,7 @@ __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a, const C
   for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
   if (wg > 0)
     consume_stages<BN, kStages, OperandOf<T>::kBf16>(acc, nk, wg, false, full, empty, tile_a,
-                                                      tile_b);
+                                                     tile_b);
   store_conv_tile<BN, P::kEpiPitch>(acc, base, m0, n0,
                                     ConvTileStore{p.y, p.bias, p.relu, p.M, p.N, p.oh * p.ow});
 }
@@ -270,11 +270,11 @@ CUtensorMap make_im2col_map(const T* d_nhwc, const Conv2dShape& g, const Im2colG
   const int lower[2] = {geo.lower_w, geo.lower_h};
   const int upper[2] = {geo.upper_w, geo.upper_h};
   const cuuint32_t elem_strides[4] = {1, cuuint32_t(geo.stride_w), cuuint32_t(geo.stride_h), 1};
-  const CUresult r = im2col_map_encoder()(
-      &map, OperandOf<T>::kTmaType, 4, const_cast<T*>(d_nhwc), dims, strides, lower, upper,
-      OperandOf<T>::kBlock, kBM, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      im2col_map_encoder()(&map, OperandOf<T>::kTmaType, 4, const_cast<T*>(d_nhwc), dims, strides,
+                           lower, upper, OperandOf<T>::kBlock, kBM, elem_strides,
+                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   CNN_CHECK(r == CUDA_SUCCESS,
             "conv2d wgmma-nhwc: cuTensorMapEncodeIm2col failed (error {}) for N={} H={} W={} "
             "Cp={} corners ({}, {}) ({}, {}) strides {}x{}",
@@ -292,10 +292,10 @@ CUtensorMap make_packed_weight_map(const T* d_w, int64_t k, int rows, int bn) {
   const cuuint64_t strides[1] = {cuuint64_t(k) * sizeof(T)};
   const cuuint32_t box[2] = {cuuint32_t(OperandOf<T>::kBlock), cuuint32_t(bn)};
   const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = tensor_map_encoder()(
-      &map, OperandOf<T>::kTmaType, 2, const_cast<T*>(d_w), dims, strides, box, elem_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      tensor_map_encoder()(&map, OperandOf<T>::kTmaType, 2, const_cast<T*>(d_w), dims, strides, box,
+                           elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   CNN_CHECK(r == CUDA_SUCCESS,
             "conv2d wgmma-nhwc: cuTensorMapEncodeTiled failed (error {}) for ({}, {}) weights",
             int(r), rows, k);
@@ -332,8 +332,8 @@ int64_t packed_weight_elems(const WeightPack& wp, int64_t elem_bytes) {
 std::size_t scratch_floats(const Conv2dShape& g, const WeightPack& wp, int block,
                            int64_t elem_bytes) {
   const int64_t c_pad = ceil_div(g.c, block) * int64_t(block);
-  const int64_t bytes = (packed_weight_elems(wp, elem_bytes) + int64_t(g.n) * g.h * g.w * c_pad) *
-                        elem_bytes;
+  const int64_t bytes =
+      (packed_weight_elems(wp, elem_bytes) + int64_t(g.n) * g.h * g.w * c_pad) * elem_bytes;
   return std::size_t(ceil_div<int64_t>(bytes, 4));
 }
 
@@ -387,7 +387,7 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   CNN_CHECK(splits == 1 || splits == 2 || splits == 4 || splits == 8,
             "{}: splits={} (expected 1, 2, 4 or 8)", what, splits);
 
-  T* d_wpack = reinterpret_cast<T*>(d_scratch);             // (rows, taps, k_pad)
+  T* d_wpack = reinterpret_cast<T*>(d_scratch);              // (rows, taps, k_pad)
   T* d_nhwc = d_wpack + packed_weight_elems(wp, sizeof(T));  // (N, H, W, c_pad)
   pack_weights(wp, d_w, d_wpack, stream);
   nchw_to_nhwc(d_a, g.n, g.c, int64_t(g.h) * g.w, geo.c_pad, d_nhwc, stream);
@@ -473,8 +473,8 @@ void nchw_to_nhwc_tf32_cuda(const float* d_x, int n, int c, int64_t hw, int c_pa
   CNN_LAUNCH_CHECK("nchw_to_nhwc_tf32");
 }
 
-void nchw_to_nhwc_bf16_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad,
-                            uint16_t* d_out, cudaStream_t stream) {
+void nchw_to_nhwc_bf16_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad, uint16_t* d_out,
+                            cudaStream_t stream) {
   CNN_CHECK(n >= 1 && c >= 1 && hw >= 1 && c_pad >= c && c_pad % 64 == 0,
             "nchw_to_nhwc_bf16: n={} c={} hw={} c_pad={} (expected positive sizes, c_pad >= c, "
             "a multiple of 64)",

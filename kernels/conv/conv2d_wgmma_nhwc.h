@@ -63,8 +63,8 @@ void pack_weights_tf32_cuda(const WeightPack& wp, const float* d_w, float* d_out
                             cudaStream_t stream);
 // The BF16 pre-passes: the same layouts with bf16 elements (written as their bit patterns),
 // rounded to nearest even; c_pad a multiple of 64.
-void nchw_to_nhwc_bf16_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad,
-                            uint16_t* d_out, cudaStream_t stream);
+void nchw_to_nhwc_bf16_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad, uint16_t* d_out,
+                            cudaStream_t stream);
 void pack_weights_bf16_cuda(const WeightPack& wp, const float* d_w, uint16_t* d_out,
                             cudaStream_t stream);
 
