@@ -442,20 +442,20 @@ TEST(GpuConvWgmmaWgrad, BoxAwkwardShapes) {
     bool db;
   };
   const WgCase cases[] = {
-      {conv(1, 1, 8, 8, 8, 1, 1, 0), true},          // C = 1, 1x1: bw 8
-      {conv(3, 3, 32, 32, 24, 3, 1, 1), true},       // C = 3: 5 zero columns a group
-      {conv(1, 8, 28, 28, 64, 5, 1, 0), false},      // OW = 24 (bw 32, 8 wasted columns)
-      {conv(3, 17, 16, 16, 200, 3, 1, 0), true},     // OW = 14: dy gathered in box order
-      {conv(1, 64, 64, 64, 64, 3, 2, 1), true},      // stride 2: bw 16, OW = 32
-      {conv(3, 130, 16, 16, 24, 1, 1, 0), true},     // C = 130: 17 groups, 2 column tiles
-      {conv(1, 3, 64, 64, 64, 7, 2, 3), true},       // 7x7 stride-2 stem, padding 3
-      {conv(3, 17, 13, 32, 8, 5, 1, 2), false},      // H = 13: a ragged last box row
-      {conv(1, 64, 33, 32, 200, 3, 1, 3), true},     // padding 3 > k / 2, OH = 37
-      {conv(3, 8, 8, 8, 200, 3, 2, 1), true},        // OW = 4: dy gathered, bw 8
-      {conv(1, 17, 32, 28, 130, 7, 1, 3), true},     // non-square, C*KH*KW = 833
-      {conv(3, 64, 16, 16, 64, 3, 1, 1), true},      // the VGG 16x16 layer at batch 3
-      {conv(1, 130, 8, 8, 24, 5, 1, 2), false},      // C = 130, 5x5: 425 columns
-      {conv(3, 3, 33, 28, 8, 3, 2, 0), true},        // stride 2, OW = 13, OH = 16
+      {conv(1, 1, 8, 8, 8, 1, 1, 0), true},       // C = 1, 1x1: bw 8
+      {conv(3, 3, 32, 32, 24, 3, 1, 1), true},    // C = 3: 5 zero columns a group
+      {conv(1, 8, 28, 28, 64, 5, 1, 0), false},   // OW = 24 (bw 32, 8 wasted columns)
+      {conv(3, 17, 16, 16, 200, 3, 1, 0), true},  // OW = 14: dy gathered in box order
+      {conv(1, 64, 64, 64, 64, 3, 2, 1), true},   // stride 2: bw 16, OW = 32
+      {conv(3, 130, 16, 16, 24, 1, 1, 0), true},  // C = 130: 17 groups, 2 column tiles
+      {conv(1, 3, 64, 64, 64, 7, 2, 3), true},    // 7x7 stride-2 stem, padding 3
+      {conv(3, 17, 13, 32, 8, 5, 1, 2), false},   // H = 13: a ragged last box row
+      {conv(1, 64, 33, 32, 200, 3, 1, 3), true},  // padding 3 > k / 2, OH = 37
+      {conv(3, 8, 8, 8, 200, 3, 2, 1), true},     // OW = 4: dy gathered, bw 8
+      {conv(1, 17, 32, 28, 130, 7, 1, 3), true},  // non-square, C*KH*KW = 833
+      {conv(3, 64, 16, 16, 64, 3, 1, 1), true},   // the VGG 16x16 layer at batch 3
+      {conv(1, 130, 8, 8, 24, 5, 1, 2), false},   // C = 130, 5x5: 425 columns
+      {conv(3, 3, 33, 28, 8, 3, 2, 0), true},     // stride 2, OW = 13, OH = 16
   };
   for (const WgCase& c : cases)
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {

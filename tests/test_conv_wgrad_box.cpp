@@ -36,11 +36,11 @@ TEST(ConvWgradBox, BoxWidths) {
   struct Case {
     int ow, stride, bw, boxes_x;
   };
-  for (const Case& c : {Case{64, 1, 32, 2}, Case{33, 1, 32, 2}, Case{32, 1, 32, 1},
-                        Case{28, 1, 32, 1}, Case{16, 1, 16, 1}, Case{14, 1, 16, 1},
-                        Case{13, 1, 16, 1}, Case{8, 1, 8, 1}, Case{7, 1, 8, 1}, Case{1, 1, 8, 1},
-                        Case{32, 2, 16, 2}, Case{16, 2, 16, 1}, Case{9, 2, 16, 1},
-                        Case{8, 2, 8, 1}, Case{16, 3, 8, 2}, Case{16, 4, 8, 2}}) {
+  for (const Case& c :
+       {Case{64, 1, 32, 2}, Case{33, 1, 32, 2}, Case{32, 1, 32, 1}, Case{28, 1, 32, 1},
+        Case{16, 1, 16, 1}, Case{14, 1, 16, 1}, Case{13, 1, 16, 1}, Case{8, 1, 8, 1},
+        Case{7, 1, 8, 1}, Case{1, 1, 8, 1}, Case{32, 2, 16, 2}, Case{16, 2, 16, 1},
+        Case{9, 2, 16, 1}, Case{8, 2, 8, 1}, Case{16, 3, 8, 2}, Case{16, 4, 8, 2}}) {
     const Conv2dShape s = with_ow(c.ow, c.stride);
     ASSERT_EQ(s.ow(), c.ow);
     const WgradBoxGeometry g = wgrad_box_geometry(s);
@@ -127,8 +127,8 @@ TEST(ConvWgradBox, EmulatedGemm) {
   };
   for (const Conv2dShape& s : shapes) {
     const uint64_t seed = test::fresh_seed();
-    SCOPED_TRACE("C=" + std::to_string(s.c) + " HxW=" + std::to_string(s.h) + " k=" +
-                 std::to_string(s.kh) + " stride=" + std::to_string(s.stride_h) +
+    SCOPED_TRACE("C=" + std::to_string(s.c) + " HxW=" + std::to_string(s.h) +
+                 " k=" + std::to_string(s.kh) + " stride=" + std::to_string(s.stride_h) +
                  " pad=" + std::to_string(s.pad_h) + " seed " + std::to_string(seed));
     std::mt19937_64 rng(seed);
     std::uniform_int_distribution<int> d(-2, 2);

@@ -188,8 +188,8 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
     int4 e = make_int4(0, 0, 0, 0);
     if (j < p.live_cols) {
       if constexpr (!kBoxB) {
-      const int c = j / p.khw, rs = j - c * p.khw;
-      const int r = rs / p.kw, s = rs - r * p.kw;
+        const int c = j / p.khw, rs = j - c * p.khw;
+        const int r = rs / p.kw, s = rs - r * p.kw;
         e = make_int4(c * p.hw + r * p.w + s, r, s, 1);
       }
     } else {
@@ -212,7 +212,8 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
     const int warp = tid >> 5;
     if (kTmaA && warp != 0) return;
     const uint32_t lane_chunk = uint32_t(lane >> 2), lane_byte = uint32_t(lane & 3) * 4;
-    const uint32_t tx_bytes = (kTmaA ? uint32_t(P::kATileBytes) : 0u) + uint32_t(box_groups) * 1024u;
+    const uint32_t tx_bytes =
+        (kTmaA ? uint32_t(P::kATileBytes) : 0u) + uint32_t(box_groups) * 1024u;
     // Lane l < box_groups loads group n0 / 8 + l: its tap's input offset and channel group.
     int b_dx = 0, b_dy = 0, b_c = 0;
     if (lane < box_groups) {
@@ -642,8 +643,8 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
             conv2d_wgrad_wgmma_scratch_floats(s, ex));
   using BLoad = WgmmaWgradOptions::BLoad;
   const BLoad b_load = opt.b == BLoad::Default ? wgmma_wgrad_b_for(Algo::Wgmma) : opt.b;
-  const std::string box_why =
-      b_load == BLoad::Gather ? std::string("gather asked for") : conv2d_wgrad_wgmma_box_refusal(s, d_x);
+  const std::string box_why = b_load == BLoad::Gather ? std::string("gather asked for")
+                                                      : conv2d_wgrad_wgmma_box_refusal(s, d_x);
   CNN_CHECK(b_load != BLoad::Tma || box_why.empty(), "{}", box_why);
   const bool box = b_load != BLoad::Gather && box_why.empty();
   const Geometry g = geometry_of(s, box);

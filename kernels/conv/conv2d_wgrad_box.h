@@ -30,17 +30,17 @@
 
 namespace cnn {
 
-constexpr int kWgradBoxPixels = 32;  // pixels per k-tile: one 128-byte row of fp32
+constexpr int kWgradBoxPixels = 32;   // pixels per k-tile: one 128-byte row of fp32
 constexpr int kWgradBoxChannels = 8;  // channels per B box: one 8-row swizzle group
 
 struct WgradBoxGeometry {
-  int bw = 32, br = 1;            // box: output columns x output rows, bw * br = 32
-  int boxes_x = 0, boxes_y = 0;   // boxes per image across and down
-  int kt_img = 0;                 // boxes_x * boxes_y: k-tiles per image
-  int cgroups = 0;                // ceil(C / 8)
-  int taps = 0;                   // KH * KW
-  int groups = 0;                 // taps * cgroups: 8-column groups loaded by TMA
-  int bias_col = 0;               // 8 * groups: the column of ones for db
+  int bw = 32, br = 1;           // box: output columns x output rows, bw * br = 32
+  int boxes_x = 0, boxes_y = 0;  // boxes per image across and down
+  int kt_img = 0;                // boxes_x * boxes_y: k-tiles per image
+  int cgroups = 0;               // ceil(C / 8)
+  int taps = 0;                  // KH * KW
+  int groups = 0;                // taps * cgroups: 8-column groups loaded by TMA
+  int bias_col = 0;              // 8 * groups: the column of ones for db
 };
 
 // Why the box geometry cannot express this convolution (a stride above 4), or "" when it can.
