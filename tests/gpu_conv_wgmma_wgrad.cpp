@@ -18,6 +18,19 @@
 //   Dispatch            conv2d_backward_weight with Algo::Wgmma: runs (H200) or refuses naming
 //                       why; FP32 refused; the grouped convolution refuses wgmma.
 //   AlgoNameAndRefusals "wgmma" parses; linear and grouped conv refuse it (no device needed).
+//   BoxWidthsExact      B by TMA boxes (opt.b = Tma), one image per box width (bw 32, 16, 8),
+//                       small integers: exact; isolates the narrow-box swizzle (a failure at
+//                       bw 16 / 8 only says TMA does not pack 32- or 64-byte box rows as assumed).
+//   BoxAwkwardShapes    the boxes over C in {1, 3, 8, 17, 64, 130}, OC in {8, 24, 64, 200},
+//                       H, W in {8, 16, 28, 32, 64} (and 13, 33 rows), stride 1 / 2, 1x1..7x7,
+//                       padding 0..3, batch 1 / 3, db on / off, OW not a multiple of 4 (dy then
+//                       gathered in box order); integers exact, then random.
+//   BoxLoadersBitwise   deterministic: boxed B with dy by TMA, gathered (async and sync
+//                       hand-over) and misaligned: bitwise equal; repeat bitwise; atomic and the
+//                       gathered B within the tolerance.
+//   BoxRefusals         Tma refuses W % 4 != 0, stride 5 and a misaligned x in one line; Auto
+//                       falls back to the gather there and stays correct.
+//   BoxDispatch         algo wgmma-nhwc's weight gradient (boxes) through conv2d_backward_weight.
 //
 // TF32 tolerance (as tests/gpu_gemm_wgmma.cpp derives it): the tensor cores read the top 19 bits
 // of each operand (relative error below 2^-10 each, so below 2^-9 + 2^-20 per product), FP32
@@ -166,6 +179,7 @@ struct RunOptions {
   bool deterministic = false;
   WgmmaWgradOptions opt{};
   int dy_offset = 0;  // floats by which dy is shifted (1: not 16-byte aligned, so gathered)
+  int x_offset = 0;   // floats by which x is shifted (1: no TMA boxes for B)
 };
 
 struct Output {
@@ -177,13 +191,15 @@ Output run_wgmma(const Problem& p, const RunOptions& r) {
   const Exec ex = tf32_exec(r.deterministic);
   std::vector<float> dy(size_t(r.dy_offset) + p.dy.size(), NAN);
   std::copy(p.dy.begin(), p.dy.end(), dy.begin() + r.dy_offset);
-  Tensor d_x = test::to_device(p.x), d_dy = test::to_device(dy);
+  std::vector<float> x(size_t(r.x_offset) + p.x.size(), NAN);
+  std::copy(p.x.begin(), p.x.end(), x.begin() + r.x_offset);
+  Tensor d_x = test::to_device(x), d_dy = test::to_device(dy);
   Tensor d_dw = test::to_device(p.dw0), d_db = test::to_device(p.db0);
   const size_t scratch_floats = conv2d_backward_weight_scratch_floats(s, ex);
   EXPECT_GE(scratch_floats, conv2d_wgrad_wgmma_scratch_floats(s, ex));
   Tensor scratch({int64_t(std::max<size_t>(scratch_floats, 1))}, Device::CUDA);
   test::poison_device(scratch.data(), std::max<size_t>(scratch_floats, 1));
-  conv2d_backward_weight_wgmma(s, d_x.data(), d_dy.data() + r.dy_offset, d_dw.data(),
+  conv2d_backward_weight_wgmma(s, d_x.data() + r.x_offset, d_dy.data() + r.dy_offset, d_dw.data(),
                                p.with_db ? d_db.data() : nullptr,
                                r.deterministic ? scratch.data() : nullptr, ex, r.opt);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -393,6 +409,150 @@ TEST(GpuConvWgmmaWgrad, Dispatch) {
                                               nullptr, Algo::Wgmma, ex),
                Error);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+// ---- B by TMA boxes ----------------------------------------------------------------------------
+
+using BLoad = WgmmaWgradOptions::BLoad;
+
+RunOptions boxed(bool deterministic = false) {
+  RunOptions r;
+  r.deterministic = deterministic;
+  r.opt.b = BLoad::Tma;
+  return r;
+}
+
+TEST(GpuConvWgmmaWgrad, BoxWidthsExact) {
+  CNN_REQUIRE_WGMMA_WGRAD();
+  // One image, C = 8 (one group a tap), OC = 8; OW = 32, 16, 8: box widths 32, 16 and 8.
+  for (const Conv2dShape& s : {conv(1, 8, 32, 32, 8, 3, 1, 1), conv(1, 8, 16, 16, 8, 3, 1, 1),
+                               conv(1, 8, 8, 8, 8, 3, 1, 1)}) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(describe(s, true) + " seed " + std::to_string(seed));
+    ASSERT_EQ(conv2d_wgrad_wgmma_box_refusal(s, nullptr), "");
+    const Problem p = make_problem(s, true, Fill::SmallInt, seed);
+    check(p, run_wgmma(p, boxed()), "box OW=" + std::to_string(s.ow()));
+  }
+}
+
+TEST(GpuConvWgmmaWgrad, BoxAwkwardShapes) {
+  CNN_REQUIRE_WGMMA_WGRAD();
+  struct WgCase {
+    Conv2dShape s;
+    bool db;
+  };
+  const WgCase cases[] = {
+      {conv(1, 1, 8, 8, 8, 1, 1, 0), true},       // C = 1, 1x1: bw 8
+      {conv(3, 3, 32, 32, 24, 3, 1, 1), true},    // C = 3: 5 zero columns a group
+      {conv(1, 8, 28, 28, 64, 5, 1, 0), false},   // OW = 24 (bw 32, 8 wasted columns)
+      {conv(3, 17, 16, 16, 200, 3, 1, 0), true},  // OW = 14: dy gathered in box order
+      {conv(1, 64, 64, 64, 64, 3, 2, 1), true},   // stride 2: bw 16, OW = 32
+      {conv(3, 130, 16, 16, 24, 1, 1, 0), true},  // C = 130: 17 groups, 2 column tiles
+      {conv(1, 3, 64, 64, 64, 7, 2, 3), true},    // 7x7 stride-2 stem, padding 3
+      {conv(3, 17, 13, 32, 8, 5, 1, 2), false},   // H = 13: a ragged last box row
+      {conv(1, 64, 33, 32, 200, 3, 1, 3), true},  // padding 3 > k / 2, OH = 37
+      {conv(3, 8, 8, 8, 200, 3, 2, 1), true},     // OW = 4: dy gathered, bw 8
+      {conv(1, 17, 32, 28, 130, 7, 1, 3), true},  // non-square, C*KH*KW = 833
+      {conv(3, 64, 16, 16, 64, 3, 1, 1), true},   // the VGG 16x16 layer at batch 3
+      {conv(1, 130, 8, 8, 24, 5, 1, 2), false},   // C = 130, 5x5: 425 columns
+      {conv(3, 3, 33, 28, 8, 3, 2, 0), true},     // stride 2, OW = 13, OH = 16
+  };
+  for (const WgCase& c : cases)
+    for (Fill fill : {Fill::SmallInt, Fill::Random}) {
+      const uint64_t seed = test::fresh_seed();
+      SCOPED_TRACE(describe(c.s, c.db) + " seed " + std::to_string(seed));
+      ASSERT_EQ(conv2d_wgrad_wgmma_box_refusal(c.s, nullptr), "");
+      const Problem p = make_problem(c.s, c.db, fill, seed);
+      check(p, run_wgmma(p, boxed()), fill == Fill::SmallInt ? "box int" : "box random");
+    }
+}
+
+TEST(GpuConvWgmmaWgrad, BoxLoadersBitwise) {
+  CNN_REQUIRE_WGMMA_WGRAD();
+  for (const Conv2dShape& s : {conv(3, 17, 16, 16, 64, 3, 1, 1), conv(2, 64, 32, 32, 130, 3, 1, 1),
+                               conv(3, 3, 28, 28, 96, 5, 2, 2)}) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(describe(s, true) + " box splits " +
+                 std::to_string(conv2d_wgrad_wgmma_splits(s, true)) + " seed " +
+                 std::to_string(seed));
+    const Problem p = make_problem(s, true, Fill::Random, seed);
+    const Output ref = run_wgmma(p, boxed(true));
+    check(p, ref, "box deterministic");
+    const Output again = run_wgmma(p, boxed(true));
+    EXPECT_TRUE(bitwise_equal(again.dw, ref.dw) && bitwise_equal(again.db, ref.db))
+        << "two deterministic box runs differ";
+    using Copies = WgmmaWgradOptions::Copies;
+    for (Copies copies : {Copies::Async, Copies::Sync}) {
+      RunOptions r = boxed(true);
+      r.opt.force_gather = true;  // dy gathered in box order, the same k-tiles and sums
+      r.opt.copies = copies;
+      const Output o = run_wgmma(p, r);
+      EXPECT_TRUE(bitwise_equal(o.dw, ref.dw) && bitwise_equal(o.db, ref.db))
+          << "box with dy gathered (sync=" << (copies == Copies::Sync) << ") differs";
+    }
+    RunOptions shifted = boxed(true);
+    shifted.dy_offset = 1;
+    const Output o = run_wgmma(p, shifted);
+    EXPECT_TRUE(bitwise_equal(o.dw, ref.dw) && bitwise_equal(o.db, ref.db))
+        << "box with misaligned dy (gathered) differs";
+    // Different k-tiles and split: the same sums in another order, within the tolerance.
+    RunOptions gather;
+    gather.deterministic = true;
+    gather.opt.b = BLoad::Gather;
+    check(p, run_wgmma(p, gather), "gathered B deterministic");
+    check(p, run_wgmma(p, boxed(false)), "box atomic");
+  }
+}
+
+TEST(GpuConvWgmmaWgrad, BoxRefusals) {
+  CNN_REQUIRE_WGMMA_WGRAD();
+  struct Refused {
+    Conv2dShape s;
+    int x_offset;
+    const char* why;
+  };
+  for (const Refused& c : {Refused{conv(1, 3, 13, 13, 8, 3, 1, 1), 0, "multiple of 4"},
+                           Refused{conv(3, 8, 14, 14, 24, 5, 1, 2), 0, "multiple of 4"},
+                           Refused{conv(1, 3, 40, 40, 8, 5, 5, 0), 0, "stride"},
+                           Refused{conv(1, 8, 16, 16, 8, 3, 1, 1), 1, "aligned"}}) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(describe(c.s, true) + " seed " + std::to_string(seed));
+    const Problem p = make_problem(c.s, true, Fill::SmallInt, seed);
+    RunOptions r = boxed();
+    r.x_offset = c.x_offset;
+    try {
+      run_wgmma(p, r);
+      ADD_FAILURE() << "boxes taken";
+    } catch (const Error& e) {
+      EXPECT_TRUE(test::contains(e.what(), c.why)) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    }
+    r.opt.b = BLoad::Auto;  // falls back to the gather
+    check(p, run_wgmma(p, r), "auto fallback");
+  }
+}
+
+TEST(GpuConvWgmmaWgrad, BoxDispatch) {
+  CNN_REQUIRE_WGMMA_WGRAD();
+  EXPECT_EQ(wgmma_wgrad_b_for(Algo::WgmmaNhwc), BLoad::Auto) << "CNN_WGMMA_WGRAD_B set?";
+  EXPECT_EQ(wgmma_wgrad_b_for(Algo::Wgmma), BLoad::Gather) << "CNN_WGMMA_WGRAD_B set?";
+  const Conv2dShape s = conv(2, 17, 16, 16, 24, 3, 1, 1);
+  for (bool deterministic : {false, true}) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    const Problem p = make_problem(s, true, Fill::SmallInt, seed);
+    Tensor d_x = test::to_device(p.x), d_dy = test::to_device(p.dy);
+    Tensor d_dw = test::to_device(p.dw0), d_db = test::to_device(p.db0);
+    const Exec ex = tf32_exec(deterministic);
+    const size_t need = conv2d_backward_weight_scratch_floats(s, ex);
+    EXPECT_GE(need, deterministic ? size_t(conv2d_wgrad_wgmma_splits(s, true)) *
+                                        (size_t(s.oc) * s.c * s.kh * s.kw + s.oc)
+                                  : size_t(0));
+    Tensor scratch({int64_t(std::max<size_t>(need, 1))}, Device::CUDA);
+    conv2d_backward_weight(s, d_x.data(), d_dy.data(), d_dw.data(), d_db.data(), scratch.data(),
+                           Algo::WgmmaNhwc, ex);
+    check(p, {d_dw.to_vector(), d_db.to_vector()}, "via conv2d_backward_weight wgmma-nhwc");
+  }
 }
 
 #endif  // CNN_HAVE_CUDA

@@ -35,6 +35,7 @@ bool op_selected(const BenchOptions& opt, const std::string& op) {
 #include "kernels/conv/conv2d_grouped_cuda.h"
 #include "kernels/conv/conv2d_wgmma.h"
 #include "kernels/conv/conv2d_wgmma_wgrad.h"
+#include "kernels/conv/conv2d_wgrad_box.h"
 #include "kernels/conv/conv_relu_pool.h"
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_wgmma.h"
@@ -437,8 +438,8 @@ double measure_lib(const BenchContext& ctx, std::vector<BenchRow>& rows, OpData&
     else
       time_algo(a);
   }
-  const bool any_ok = std::any_of(tried.begin(), tried.end(),
-                                  [](const BenchRow& t) { return t.status == "ok"; });
+  const bool any_ok =
+      std::any_of(tried.begin(), tried.end(), [](const BenchRow& t) { return t.status == "ok"; });
   std::string not_retimed;
   for (int a : listed) {
     if (!any_ok) {
@@ -465,8 +466,8 @@ double measure_lib(const BenchContext& ctx, std::vector<BenchRow>& rows, OpData&
   BenchRow r = tried.at(best);
   if (!others.empty()) append_note(r, "also timed: " + others);
   if (!not_retimed.empty())
-    append_note(r, fmt::format("not re-timed, by Find over {:g}x its fastest: {}", within,
-                               not_retimed));
+    append_note(
+        r, fmt::format("not re-timed, by Find over {:g}x its fastest: {}", within, not_retimed));
   rows.push_back(r);
   return r.status == "ok" ? r.median_us : kNaN;
 }
@@ -662,6 +663,23 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
                                  scratch.empty() ? nullptr : scratch.data(), Algo::Wgmma, ex);
         };
         rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
+        // The same kernel with B by TMA boxes of x (conv2d_wgrad_box.h) whatever
+        // CNN_WGMMA_WGRAD_B says, where the shape allows them.
+        if (conv2d_wgrad_wgmma_box_refusal(s, nullptr).empty()) {
+          Candidate box;
+          box.variant = "conv:wgmma-tmab";
+          const WgradBoxGeometry g = wgrad_box_geometry(s);
+          box.note =
+              fmt::format("boxes {}x{} px, {} splits{}", g.br, g.bw,
+                          conv2d_wgrad_wgmma_splits(s, true), s.ow() % 4 ? ", dy gathered" : "");
+          box.launch = [&](int i) {
+            WgmmaWgradOptions o;
+            o.b = WgmmaWgradOptions::BLoad::Tma;
+            conv2d_backward_weight_wgmma(s, d.f(i, a), d.f(i, b), d.f(i, out), nullptr,
+                                         scratch.empty() ? nullptr : scratch.data(), ex, o);
+          };
+          rows.push_back(measure(ctx, d, info, p, tol, box, lib_us));
+        }
       }
     }
   }
@@ -1232,10 +1250,10 @@ void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
           conv2d_grouped_backward_data_cuda(s, d.f(i, a), d.f(i, b), d.f(i, out), Algo::Fast,
                                             ex.stream, kernel, stream_rows);
         else
-          conv2d_grouped_backward_weight_cuda(
-              s, d.f(i, a), d.f(i, b), d.f(i, out), nullptr,
-              scratch.empty() ? nullptr : scratch.data(), Algo::Fast, ex.deterministic,
-              ex.stream, kernel, stream_rows);
+          conv2d_grouped_backward_weight_cuda(s, d.f(i, a), d.f(i, b), d.f(i, out), nullptr,
+                                              scratch.empty() ? nullptr : scratch.data(),
+                                              Algo::Fast, ex.deterministic, ex.stream, kernel,
+                                              stream_rows);
       };
       return c;
     };

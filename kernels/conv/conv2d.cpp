@@ -171,9 +171,12 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
         conv2d_backward_weight_1ch_cuda(s, x, dy, dw, db, scratch, ex);
         break;
       case ConvPath::Wgmma:
-      case ConvPath::WgmmaNhwc:  // the weight gradient has no channels-last kernel: wgmma's
-        conv2d_backward_weight_wgmma(s, x, dy, dw, db, scratch, ex);  // throws its reason
+      case ConvPath::WgmmaNhwc: {  // no channels-last kernel: wgmma-nhwc's im2col comes by TMA
+        WgmmaWgradOptions o;       // boxes of the NCHW x where it can (wgmma_wgrad_b_for)
+        o.b = wgmma_wgrad_b_for(algo);
+        conv2d_backward_weight_wgmma(s, x, dy, dw, db, scratch, ex, o);  // throws its reason
         break;
+      }
     }
   });
 }

@@ -41,6 +41,20 @@
 // other documented form: each producer thread waits for its own copies (cp.async.wait_all),
 // fences, then arrives, as the wgmma GEMM's verified gather does.
 //
+// B by TMA boxes (opt.b Tma/Auto; conv2d_wgrad_box.h has the geometry and a CPU model): a k-tile is
+// a box of br x bw output pixels of one image (bw br = 32) instead of 32 consecutive pixels, so
+// that both operands are tiled TMA boxes: A = dy viewed (OW, OH, OC, N), box (bw, br, BM, 1), and
+// per 8-column group of the tile one box of x viewed (W, H, C, N), (bw sw, br sh, 8, 1) with
+// traversal strides (sw, sh) at the tap's input corner; padding, pixels past OH x OW and
+// channels past C are TMA's out-of-bounds zeros. Each box lands as rows of 32 pixels, row-major
+// (r, col), i.e. the K-major 128-byte rows of the gathered layout: TMA writes a box densely and
+// swizzles by shared-memory address (bits 4-6 ^= 7-9), as wgmma reads it, so a box of 8 or 16
+// columns (32 or 64 bytes a row) still fills whole 128-byte rows. One producer warp issues the
+// boxes (lane l: group l, lane 16: A) after lane 0's arrive.expect_tx of the stage's bytes; where
+// OW is not a multiple of 4 (dy's row stride is no multiple of 16 bytes) the producer gathers A in
+// the box's pixel order instead. Columns are (tap, channel group, channel) and map back to
+// dw[oc][c][kh][kw] in the epilogue; the bias column follows the last group.
+//
 // Split-K: ceil(132 * blocks per SM / tiles) splits (a constant, not a device query, so that the
 // deterministic scratch size depends on the shape alone), at least 4 k-tiles each. Partial tiles
 // go from the accumulator registers to dw/db by atomicAdd, or into scratch[split][slot]
@@ -54,6 +68,7 @@
 #include <string>
 
 #include "kernels/conv/conv2d_wgmma_wgrad.h"
+#include "kernels/conv/conv2d_wgrad_box.h"
 #include "kernels/gemm/gemm_wgmma.h"
 #include "kernels/gemm/wgmma_ptx.cuh"
 #include "runtime/cuda_check.h"
@@ -103,10 +118,24 @@ struct WgradParams {
   int ktiles;   // packed: ceil(npix / 32); per image: N * kt_img
   int splits;
   int64_t slots;  // scratch floats per split: OC*ckhw + OC
+  // B by TMA boxes (conv2d_wgrad_box.h); live_cols: the columns B's boxes fill (ckhw gathered).
+  int live_cols;
+  int c, oh, bw, br, boxes_x, cgroups, groups;
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define CNN_WGMMA_WGRAD_DEVICE_CODE 1
+
+// 4-D tiled TMA load (coordinates innermost first, may be negative: out of bounds is zero),
+// completing on `bar`.
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, int c0, int c1,
+                                            int c2, int c3, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
 #endif
 
 // Thread mapping: see the file comment. Grid (tiles_n, splits, tiles_m): block (x, z) owns C rows
@@ -114,9 +143,12 @@ struct WgradParams {
 // Producer (warpgroup 0): lane l of warp w copies pixel l of the k-tile into rows j = w + 4 i.
 // Consumer warpgroup g (1..BM/64): rows [64 (g - 1), +64), the wgmma fragment layout
 // (wgmma_ptx.cuh), and each thread adds its own fragment elements to dw/db in the epilogue.
-template <int kBM, bool kTmaA, bool kSync>
+// kBoxB: B by TMA boxes (file comment); then producer warp 0 issues the boxes, and with kTmaA
+// (dy by the 4-D box map) it alone works, else all four gather A in box pixel order.
+template <int kBM, bool kTmaA, bool kBoxB, bool kSync>
 __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks)
     wgrad_wgmma_kernel(const __grid_constant__ CUtensorMap map_dy,
+                       const __grid_constant__ CUtensorMap map_x,
                        const __grid_constant__ WgradParams p) {
 #ifdef CNN_WGMMA_WGRAD_DEVICE_CODE
   using P = WgPlan<kBM>;
@@ -137,10 +169,13 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
   const int kt_end = int(int64_t(p.ktiles) * (split + 1) / p.splits);
   const int nk = kt_end - kt_begin;
 
+  // Box mode: the 8-column groups of this tile that B's boxes fill (the rest are constant rows).
+  const int box_groups = kBoxB ? max(0, min(kBN / 8, p.groups - n0 / 8)) : 0;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      // The 128 producer threads' cp.async arrivals, plus thread 0's expect_tx arrival for TMA.
-      mbar_init(full(s), 128 + (kTmaA ? 1 : 0));
+      // The 128 producer threads' cp.async arrivals (when they gather), plus thread 0's
+      // expect_tx arrival for TMA.
+      mbar_init(full(s), (kBoxB && kTmaA ? 0 : 128) + (kTmaA || kBoxB ? 1 : 0));
       mbar_init(empty(s), 4 * P::kConsumers);  // lane 0 of each consumer warp
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -151,10 +186,12 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
   if (tid < kBN) {
     const int j = n0 + tid;
     int4 e = make_int4(0, 0, 0, 0);
-    if (j < p.ckhw) {
-      const int c = j / p.khw, rs = j - c * p.khw;
-      const int r = rs / p.kw, s = rs - r * p.kw;
-      e = make_int4(c * p.hw + r * p.w + s, r, s, 1);
+    if (j < p.live_cols) {
+      if constexpr (!kBoxB) {
+        const int c = j / p.khw, rs = j - c * p.khw;
+        const int r = rs / p.kw, s = rs - r * p.kw;
+        e = make_int4(c * p.hw + r * p.w + s, r, s, 1);
+      }
     } else {
       const float v = j < p.ncols ? 1.f : 0.f;
       for (int s = 0; s < kStages; ++s)
@@ -171,6 +208,65 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
   fence_proxy_async();  // the constant rows above are read by wgmma (async proxy)
   __syncthreads();
 
+  if (wg == 0 && kBoxB) {
+    const int warp = tid >> 5;
+    if (kTmaA && warp != 0) return;
+    const uint32_t lane_chunk = uint32_t(lane >> 2), lane_byte = uint32_t(lane & 3) * 4;
+    const uint32_t tx_bytes =
+        (kTmaA ? uint32_t(P::kATileBytes) : 0u) + uint32_t(box_groups) * 1024u;
+    // Lane l < box_groups loads group n0 / 8 + l: its tap's input offset and channel group.
+    int b_dx = 0, b_dy = 0, b_c = 0;
+    if (lane < box_groups) {
+      const int group = n0 / 8 + lane;
+      const int tap = group / p.cgroups, cg = group - tap * p.cgroups;
+      const int kh = tap / p.kw;
+      b_dx = tap - kh * p.kw - p.pw;
+      b_dy = kh - p.ph;
+      b_c = cg * 8;
+    }
+    // This lane's pixel of the box (gathered A only).
+    const int q_r = lane / p.bw, q_col = lane - q_r * p.bw;
+    for (int i = 0; i < nk; ++i) {
+      const int s = i % kStages;
+      if (i >= kStages) mbar_wait(empty(s), ((i / kStages) - 1) & 1);
+      const int t = kt_begin + i;
+      const int img = t / p.kt_img, tt = t - img * p.kt_img;
+      const int by = tt / p.boxes_x;
+      const int ox0 = (tt - by * p.boxes_x) * p.bw, oy0 = by * p.br;
+      if (warp == 0) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive_expect_tx(full(s), tx_bytes);
+        __syncwarp();
+        if (lane < box_groups)
+          tma_load_4d(tile_b(s) + uint32_t(lane) * 1024u, &map_x, ox0 * p.sw + b_dx,
+                      oy0 * p.sh + b_dy, b_c, img, full(s));
+        if (kTmaA && lane == 16) tma_load_4d(tile_a(s), &map_dy, ox0, oy0, m0, img, full(s));
+      }
+      if constexpr (!kTmaA) {
+        const int oy = oy0 + q_r, ox = ox0 + q_col;
+        const bool pv = oy < p.oh && ox < p.ow;
+        const int64_t dy_pix = int64_t(img) * p.oc * p.ohw + int64_t(oy) * p.ow + ox;
+        const uint32_t a_stage = tile_a(s);
+#pragma unroll 8
+        for (int rr = 0; rr < kBM / 4; ++rr) {
+          const int m = warp + 4 * rr;
+          if (m0 + m >= p.oc) break;  // m ascends with rr
+          const uint32_t dst =
+              a_stage + uint32_t(m * 128) + ((lane_chunk ^ uint32_t(m & 7)) << 4) + lane_byte;
+          cp_async4_zfill(dst, p.dy + (pv ? dy_pix + int64_t(m0 + m) * p.ohw : 0), pv ? 4u : 0u);
+        }
+        if constexpr (kSync) {
+          cp_async_wait_all();
+          fence_proxy_async();
+          mbar_arrive(full(s));
+        } else {
+          cp_async_mbarrier_arrive_noinc(full(s));
+        }
+      }
+    }
+    if constexpr (!kTmaA) cp_async_wait_all();
+    return;
+  }
   if (wg == 0) {
     const int warp = tid >> 5;
     const uint32_t lane_chunk = uint32_t(lane >> 2), lane_byte = uint32_t(lane & 3) * 4;
@@ -245,7 +341,8 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
   for (int i = 0; i < nk; ++i) {
     const int s = i % kStages;
     mbar_wait(full(s), (i / kStages) & 1);
-    if constexpr (!kSync) fence_proxy_async();  // the producer's cp.async writes (file comment)
+    // The producer's cp.async writes (file comment); a stage all by TMA needs none.
+    if constexpr (!kSync && !(kBoxB && kTmaA)) fence_proxy_async();
     const uint64_t da = sw128_desc(tile_a(s) + a_off), db = sw128_desc(tile_b(s));
     wgmma_fence();
     fence_acc(acc);
@@ -273,8 +370,15 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
       for (int e = 0; e < 2; ++e) {
         const int col = n0 + 8 * j + 2 * t4 + e;
         const float v = acc[4 * j + 2 * h + e];
-        if (col < p.ckhw) {
-          const int64_t slot = int64_t(oc) * p.ckhw + col;
+        if (col < p.live_cols) {
+          int dw_col = col;
+          if constexpr (kBoxB) {  // column (tap, channel group, channel) -> c * KH*KW + tap
+            const int group = col >> 3, tap = group / p.cgroups;
+            const int c = (group - tap * p.cgroups) * 8 + (col & 7);
+            if (c >= p.c) continue;  // past C: a zero column
+            dw_col = c * p.khw + tap;
+          }
+          const int64_t slot = int64_t(oc) * p.ckhw + dw_col;
           if (slab)
             slab[slot] = v;
           else
@@ -289,6 +393,7 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
   }
 #else
   (void)map_dy;
+  (void)map_x;
   (void)p;
 #if defined(__CUDA_ARCH__)
   __trap();  // never dispatched: conv2d_wgrad_wgmma_available() is false without sm_90a
@@ -320,16 +425,25 @@ struct Geometry {
 };
 
 // A function of the shape alone (the db column counted either way), so that the scratch size
-// does not depend on db or on the device.
-Geometry geometry_of(const Conv2dShape& s) {
+// does not depend on db or on the device. box: B by TMA boxes (the caller has checked
+// wgrad_box_refusal).
+Geometry geometry_of(const Conv2dShape& s, bool box = false) {
   Geometry g;
   g.bm = s.oc <= 64 ? 64 : 128;
   g.ohw = int64_t{s.oh()} * s.ow();
-  g.kt_img = ceil_div<int64_t>(g.ohw, kBK);
-  g.packed = g.ohw % 4 != 0 || g.ohw < kBK;
-  g.ktiles = g.packed ? ceil_div<int64_t>(int64_t{s.n} * g.ohw, kBK) : int64_t{s.n} * g.kt_img;
   g.tiles_m = ceil_div<int64_t>(s.oc, g.bm);
-  g.tiles_n = ceil_div<int64_t>(int64_t{s.c} * s.kh * s.kw + 1, kBN);
+  if (box) {
+    const WgradBoxGeometry b = wgrad_box_geometry(s);
+    g.kt_img = b.kt_img;
+    g.packed = false;
+    g.ktiles = int64_t{s.n} * g.kt_img;
+    g.tiles_n = ceil_div<int64_t>(int64_t{b.bias_col} + 1, kBN);
+  } else {
+    g.kt_img = ceil_div<int64_t>(g.ohw, kBK);
+    g.packed = g.ohw % 4 != 0 || g.ohw < kBK;
+    g.ktiles = g.packed ? ceil_div<int64_t>(int64_t{s.n} * g.ohw, kBK) : int64_t{s.n} * g.kt_img;
+    g.tiles_n = ceil_div<int64_t>(int64_t{s.c} * s.kh * s.kw + 1, kBN);
+  }
   const int64_t target = int64_t{kSms} * (g.bm == 64 ? WgPlan<64>::kMinBlocks : 1);
   int64_t splits = std::max<int64_t>(1, target / (g.tiles_m * g.tiles_n));
   splits = std::min(splits, std::max<int64_t>(1, g.ktiles / kMinKtilesPerSplit));
@@ -345,6 +459,56 @@ bool within_limits(const Conv2dShape& s) {
   const Geometry g = geometry_of(s);
   return x <= INT_MAX && y <= INT_MAX && w <= INT_MAX && g.ktiles <= INT_MAX &&
          g.tiles_m <= 65535 && g.tiles_n <= INT_MAX;
+}
+
+// The box geometry where the shape allows B by TMA boxes and the kernel's limits hold for it.
+bool box_shape_ok(const Conv2dShape& s) {
+  if (!wgrad_box_refusal(s).empty()) return false;
+  const Geometry g = geometry_of(s, true);
+  // 8 columns per channel group: C*KH*KW rounded up to groups of 8 must index in 32 bits.
+  return g.ktiles <= INT_MAX && int64_t{s.oc} * g.tiles_n * kBN <= INT_MAX;
+}
+
+// x as a 4-D tensor (W, H, C, N); boxes (bw sw, br sh, 8 channels, 1 image) with traversal
+// strides (sw, sh): bw x br input pixels, 128-byte swizzle, zero fill outside (the padding).
+CUtensorMap make_x_box_map(const float* d_x, const Conv2dShape& s, const WgradBoxGeometry& b) {
+  CUtensorMap map{};
+  const cuuint64_t dims[4] = {cuuint64_t(s.w), cuuint64_t(s.h), cuuint64_t(s.c), cuuint64_t(s.n)};
+  const cuuint64_t strides[3] = {cuuint64_t(s.w) * 4, cuuint64_t(s.h) * s.w * 4,
+                                 cuuint64_t(s.c) * s.h * s.w * 4};
+  const cuuint32_t box[4] = {cuuint32_t(b.bw * s.stride_w), cuuint32_t(b.br * s.stride_h),
+                             cuuint32_t(kWgradBoxChannels), 1};
+  const cuuint32_t elem_strides[4] = {cuuint32_t(s.stride_w), cuuint32_t(s.stride_h), 1, 1};
+  const CUresult r = tensor_map_encoder()(
+      &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, const_cast<float*>(d_x), dims, strides, box,
+      elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  CNN_CHECK(r == CUDA_SUCCESS,
+            "conv2d_backward_weight_wgmma: cuTensorMapEncodeTiled failed (error {}) for x "
+            "(N, C, H, W) = ({}, {}, {}, {}), box {}x{} stride {}x{}",
+            int(r), s.n, s.c, s.h, s.w, b.br, b.bw, s.stride_h, s.stride_w);
+  return map;
+}
+
+// dy as a 4-D tensor (OW, OH, OC, N), boxes (bw, br, BM, 1): a k-tile's pixels x BM rows.
+CUtensorMap make_dy_box_map(const float* d_dy, const Conv2dShape& s, const WgradBoxGeometry& b,
+                            int bm) {
+  CUtensorMap map{};
+  const int oh = s.oh(), ow = s.ow();
+  const cuuint64_t dims[4] = {cuuint64_t(ow), cuuint64_t(oh), cuuint64_t(s.oc), cuuint64_t(s.n)};
+  const cuuint64_t strides[3] = {cuuint64_t(ow) * 4, cuuint64_t(oh) * ow * 4,
+                                 cuuint64_t(s.oc) * oh * ow * 4};
+  const cuuint32_t box[4] = {cuuint32_t(b.bw), cuuint32_t(b.br), cuuint32_t(bm), 1};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  const CUresult r = tensor_map_encoder()(
+      &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, const_cast<float*>(d_dy), dims, strides, box,
+      elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  CNN_CHECK(r == CUDA_SUCCESS,
+            "conv2d_backward_weight_wgmma: cuTensorMapEncodeTiled failed (error {}) for dy "
+            "(N, OC, OH, OW) = ({}, {}, {}, {}), box {}x{}",
+            int(r), s.n, s.oc, oh, ow, b.br, b.bw);
+  return map;
 }
 
 // dy as a 3-D tensor (OH*OW, OC, N), boxes (32, BM, 1), 128-byte swizzle, zero fill outside.
@@ -365,27 +529,36 @@ CUtensorMap make_dy_map(const float* d_dy, const Conv2dShape& s, int ohw, int bm
   return map;
 }
 
-template <int kBM, bool kTmaA, bool kSync>
-void launch(const CUtensorMap& map, const WgradParams& p, dim3 grid, cudaStream_t stream) {
+template <int kBM, bool kTmaA, bool kBoxB, bool kSync>
+void launch(const CUtensorMap& map_dy, const CUtensorMap& map_x, const WgradParams& p, dim3 grid,
+            cudaStream_t stream) {
   using P = WgPlan<kBM>;
-  auto kernel = wgrad_wgmma_kernel<kBM, kTmaA, kSync>;
+  auto kernel = wgrad_wgmma_kernel<kBM, kTmaA, kBoxB, kSync>;
   CNN_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, P::kSmemBytes));
-  kernel<<<grid, P::kThreads, P::kSmemBytes, stream>>>(map, p);
+  kernel<<<grid, P::kThreads, P::kSmemBytes, stream>>>(map_dy, map_x, p);
   CNN_LAUNCH_CHECK("conv2d_backward_weight_wgmma");
 }
 
+// Gathered B: dy by TMA or gathered, either hand-over. Boxed B: dy by TMA (no cp.async, so no
+// hand-over to choose), or gathered in box order with either hand-over.
 template <int kBM>
-void launch_bm(bool tma, bool sync, const CUtensorMap& map, const WgradParams& p, dim3 grid,
-               cudaStream_t stream) {
-  if (tma && sync)
-    launch<kBM, true, true>(map, p, grid, stream);
+void launch_bm(bool box, bool tma, bool sync, const CUtensorMap& map_dy, const CUtensorMap& map_x,
+               const WgradParams& p, dim3 grid, cudaStream_t stream) {
+  if (box && tma)
+    launch<kBM, true, true, false>(map_dy, map_x, p, grid, stream);
+  else if (box && sync)
+    launch<kBM, false, true, true>(map_dy, map_x, p, grid, stream);
+  else if (box)
+    launch<kBM, false, true, false>(map_dy, map_x, p, grid, stream);
+  else if (tma && sync)
+    launch<kBM, true, false, true>(map_dy, map_x, p, grid, stream);
   else if (tma)
-    launch<kBM, true, false>(map, p, grid, stream);
+    launch<kBM, true, false, false>(map_dy, map_x, p, grid, stream);
   else if (sync)
-    launch<kBM, false, true>(map, p, grid, stream);
+    launch<kBM, false, false, true>(map_dy, map_x, p, grid, stream);
   else
-    launch<kBM, false, false>(map, p, grid, stream);
+    launch<kBM, false, false, false>(map_dy, map_x, p, grid, stream);
 }
 
 }  // namespace
@@ -417,12 +590,44 @@ std::string conv2d_wgrad_wgmma_refusal(const Conv2dShape& s, const Exec& ex) {
 
 std::size_t conv2d_wgrad_wgmma_scratch_floats(const Conv2dShape& s, const Exec& ex) {
   if (!ex.deterministic || !within_limits(s)) return 0;
-  return static_cast<std::size_t>(geometry_of(s).splits) *
+  int splits = geometry_of(s).splits;
+  if (box_shape_ok(s)) splits = std::max(splits, geometry_of(s, true).splits);
+  return static_cast<std::size_t>(splits) *
          static_cast<std::size_t>(int64_t{s.oc} * s.c * s.kh * s.kw + s.oc);
 }
 
-int conv2d_wgrad_wgmma_splits(const Conv2dShape& s) {
-  return geometry_of(s).splits;
+int conv2d_wgrad_wgmma_splits(const Conv2dShape& s, bool box) {
+  return geometry_of(s, box).splits;
+}
+
+WgmmaWgradOptions::BLoad wgmma_wgrad_b_for(Algo algo) {
+  using B = WgmmaWgradOptions::BLoad;
+  switch (process_env_switches().wgmma_wgrad_b) {
+    case WgmmaWgradBSwitch::Gather:
+      return B::Gather;
+    case WgmmaWgradBSwitch::Tma:
+      return B::Auto;
+    default:
+      return algo == Algo::WgmmaNhwc ? B::Auto : B::Gather;
+  }
+}
+
+std::string conv2d_wgrad_wgmma_box_refusal(const Conv2dShape& s, const float* d_x) {
+  std::string why = wgrad_box_refusal(s);
+  if (!why.empty()) return why;
+  if (s.w % 4 != 0)
+    return fmt::format(
+        "conv2d_backward_weight: the TMA-box weight gradient needs W a multiple of 4 (x's rows "
+        "16-byte aligned for TMA), got W={}",
+        s.w);
+  if (reinterpret_cast<uintptr_t>(d_x) % 16 != 0)
+    return "conv2d_backward_weight: the TMA-box weight gradient needs x 16-byte aligned";
+  if (!box_shape_ok(s))
+    return fmt::format(
+        "conv2d_backward_weight: the TMA-box weight gradient: N={} C={} {}x{} OC={} {}x{} is "
+        "over its limits",
+        s.n, s.c, s.h, s.w, s.oc, s.kh, s.kw);
+  return {};
 }
 
 void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const float* d_dy,
@@ -436,7 +641,13 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
             "conv2d_backward_weight_wgmma: deterministic mode needs {} floats of scratch "
             "(conv2d_backward_weight_scratch_floats), got null",
             conv2d_wgrad_wgmma_scratch_floats(s, ex));
-  const Geometry g = geometry_of(s);
+  using BLoad = WgmmaWgradOptions::BLoad;
+  const BLoad b_load = opt.b == BLoad::Default ? wgmma_wgrad_b_for(Algo::Wgmma) : opt.b;
+  const std::string box_why = b_load == BLoad::Gather ? std::string("gather asked for")
+                                                      : conv2d_wgrad_wgmma_box_refusal(s, d_x);
+  CNN_CHECK(b_load != BLoad::Tma || box_why.empty(), "{}", box_why);
+  const bool box = b_load != BLoad::Gather && box_why.empty();
+  const Geometry g = geometry_of(s, box);
   WgradParams p{};
   p.x = d_x;
   p.dy = d_dy;
@@ -465,18 +676,38 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
   p.ktiles = static_cast<int>(g.ktiles);
   p.splits = g.splits;
   p.slots = int64_t{s.oc} * p.ckhw + s.oc;
-
-  const bool tma = !opt.force_gather && !g.packed && reinterpret_cast<uintptr_t>(d_dy) % 16 == 0;
+  p.live_cols = p.ckhw;
+  p.c = s.c;
+  p.oh = s.oh();
+  CUtensorMap map_x{};
+  bool tma = !opt.force_gather && reinterpret_cast<uintptr_t>(d_dy) % 16 == 0;
+  if (box) {
+    const WgradBoxGeometry b = wgrad_box_geometry(s);
+    p.live_cols = b.bias_col;
+    p.ncols = b.bias_col + (d_db ? 1 : 0);
+    p.bw = b.bw;
+    p.br = b.br;
+    p.boxes_x = b.boxes_x;
+    p.cgroups = b.cgroups;
+    p.groups = b.groups;
+    map_x = make_x_box_map(d_x, s, b);
+    tma = tma && p.ow % 4 == 0;  // dy's rows 16-byte aligned for its 4-D map
+  } else {
+    tma = tma && !g.packed;
+  }
   const bool sync =
       opt.copies == WgmmaWgradOptions::Copies::Sync ||
       (opt.copies == WgmmaWgradOptions::Copies::Default && process_env_switches().wgmma_wgrad_sync);
-  const CUtensorMap map = tma ? make_dy_map(d_dy, s, p.ohw, g.bm) : CUtensorMap{};
+  CUtensorMap map_dy{};
+  if (tma)
+    map_dy = box ? make_dy_box_map(d_dy, s, wgrad_box_geometry(s), g.bm)
+                 : make_dy_map(d_dy, s, p.ohw, g.bm);
   const dim3 grid(static_cast<unsigned>(ceil_div(p.ncols, kBN)), static_cast<unsigned>(g.splits),
                   static_cast<unsigned>(g.tiles_m));
   if (g.bm == 64)
-    launch_bm<64>(tma, sync, map, p, grid, ex.stream);
+    launch_bm<64>(box, tma, sync, map_dy, map_x, p, grid, ex.stream);
   else
-    launch_bm<128>(tma, sync, map, p, grid, ex.stream);
+    launch_bm<128>(box, tma, sync, map_dy, map_x, p, grid, ex.stream);
 
   if (ex.deterministic) {
     constexpr int kBlock = 256;

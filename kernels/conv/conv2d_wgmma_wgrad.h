@@ -25,7 +25,23 @@ struct WgmmaWgradOptions {
   //          the wgmma GEMM's gather), a fallback to bisect a wrong answer;
   //   Default: Async unless CNN_WGMMA_WGRAD=sync.
   enum class Copies { Default, Async, Sync } copies = Copies::Default;
+  // Where the im2col operand B comes from:
+  //   Gather: the producer's 4-byte cp.async per element (any shape);
+  //   Tma:    tiled TMA boxes of x (conv2d_wgrad_box.h), one per tap and 8 channels per stage;
+  //           throws where conv2d_wgrad_wgmma_box_refusal is not empty;
+  //   Auto:   Tma where it can, else Gather;
+  //   Default: as CNN_WGMMA_WGRAD_B says for algo wgmma (wgmma_wgrad_b_for).
+  enum class BLoad { Default, Gather, Tma, Auto } b = BLoad::Default;
 };
+
+// The B loader a conv2d_backward_weight call with `algo` (Wgmma or WgmmaNhwc) asks for:
+// CNN_WGMMA_WGRAD_B=gather: Gather; =tma: Auto; unset (or =algo): Gather for wgmma, Auto for
+// wgmma-nhwc, so that the autotuner times both.
+WgmmaWgradOptions::BLoad wgmma_wgrad_b_for(Algo algo);
+
+// Why B cannot come by TMA boxes for this call (a stride above 4, W not a multiple of 4, x not
+// 16-byte aligned), or "" when it can. d_x may be null (the shape alone is checked then).
+std::string conv2d_wgrad_wgmma_box_refusal(const Conv2dShape& s, const float* d_x);
 
 // True when this build has the sm_90a kernel and the current device is compute capability 9.0.
 bool conv2d_wgrad_wgmma_available();
@@ -35,11 +51,12 @@ bool conv2d_wgrad_wgmma_available();
 std::string conv2d_wgrad_wgmma_refusal(const Conv2dShape& s, const Exec& ex);
 
 // Scratch floats of the deterministic path (0 unless ex.deterministic); a function of the shape
-// alone, so a buffer sized once serves every call.
+// alone (the larger split of the two B loaders), so a buffer sized once serves every call.
 std::size_t conv2d_wgrad_wgmma_scratch_floats(const Conv2dShape& s, const Exec& ex);
 
-// The split of K this shape gets (blocks per output tile); for tests and the benchmark's notes.
-int conv2d_wgrad_wgmma_splits(const Conv2dShape& s);
+// The split of K this shape gets (blocks per output tile) with B gathered, or (box) by TMA
+// boxes; for tests and the benchmark's notes.
+int conv2d_wgrad_wgmma_splits(const Conv2dShape& s, bool box = false);
 
 // Throws cnn::Error naming the reason when conv2d_wgrad_wgmma_refusal() is not empty.
 void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const float* d_dy,
