@@ -172,7 +172,14 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
         break;
       case ConvPath::Wgmma:
       case ConvPath::WgmmaNhwc: {  // no channels-last kernel: wgmma-nhwc's im2col comes by TMA
-        WgmmaWgradOptions o;       // boxes of the NCHW x where it can (wgmma_wgrad_b_for)
+        // The wgmma weight gradient is TF32 only; a BF16 net that names wgmma-nhwc (whose
+        // forward and input gradient have a BF16 instance) takes the BF16 implicit GEMM here
+        // rather than failing at its first backward pass.
+        if (algo == Algo::WgmmaNhwc && ex.precision == Precision::BF16) {
+          conv2d_backward_weight_igemm_cuda(s, x, dy, dw, db, scratch, ex);
+          break;
+        }
+        WgmmaWgradOptions o;  // boxes of the NCHW x where it can (wgmma_wgrad_b_for)
         o.b = wgmma_wgrad_b_for(algo);
         conv2d_backward_weight_wgmma(s, x, dy, dw, db, scratch, ex, o);  // throws its reason
         break;
