@@ -481,11 +481,13 @@ TEST(GpuConvWgmmaNhwcBf16, Dispatch) {
   det.deterministic = true;
   Tensor d_det_scratch = test::to_device(
       std::vector<float>(std::max<size_t>(conv2d_backward_weight_scratch_floats(s, det), 1), 0.f));
-  auto dw_bits = [&](Algo a) {
-    conv2d_backward_weight(s, d_x.data(), d_dy.data(), d_dw.data(), d_db.data(),
+  auto dw_bits = [&](Algo a) {  // fresh zeroed gradients: the weight gradient accumulates
+    Tensor dw = test::to_device(std::vector<float>(size_t(s.oc) * s.c * 9, 0.f));
+    Tensor db_sum = test::to_device(std::vector<float>(size_t(s.oc), 0.f));
+    conv2d_backward_weight(s, d_x.data(), d_dy.data(), dw.data(), db_sum.data(),
                            d_det_scratch.data(), a, det);
-    std::vector<float> out = test::to_host(d_dw.data(), size_t(d_dw.numel()));
-    const std::vector<float> db = test::to_host(d_db.data(), size_t(d_db.numel()));
+    std::vector<float> out = test::to_host(dw.data(), size_t(dw.numel()));
+    const std::vector<float> db = test::to_host(db_sum.data(), size_t(db_sum.numel()));
     out.insert(out.end(), db.begin(), db.end());
     return out;
   };
