@@ -30,7 +30,9 @@
 //                       gathered B within the tolerance.
 //   BoxRefusals         Tma refuses W % 4 != 0, stride 5 and a misaligned x in one line; Auto
 //                       falls back to the gather there and stays correct.
-//   BoxDispatch         algo wgmma-nhwc's weight gradient (boxes) through conv2d_backward_weight.
+//   BoxDispatch         the B loader both algos default to (gather; the boxes under
+//                       CNN_WGMMA_WGRAD_B=tma), and algo wgmma-nhwc's weight gradient through
+//                       conv2d_backward_weight.
 //
 // TF32 tolerance (as tests/gpu_gemm_wgmma.cpp derives it): the tensor cores read the top 19 bits
 // of each operand (relative error below 2^-10 each, so below 2^-9 + 2^-20 per product), FP32
@@ -61,6 +63,7 @@
 #include <cuda_runtime_api.h>
 
 #include "kernels/conv/conv2d_wgmma_wgrad.h"
+#include "runtime/env_switches.h"
 #endif
 
 using namespace cnn;
@@ -534,8 +537,12 @@ TEST(GpuConvWgmmaWgrad, BoxRefusals) {
 
 TEST(GpuConvWgmmaWgrad, BoxDispatch) {
   CNN_REQUIRE_WGMMA_WGRAD();
-  EXPECT_EQ(wgmma_wgrad_b_for(Algo::WgmmaNhwc), BLoad::Auto) << "CNN_WGMMA_WGRAD_B set?";
-  EXPECT_EQ(wgmma_wgrad_b_for(Algo::Wgmma), BLoad::Gather) << "CNN_WGMMA_WGRAD_B set?";
+  // Both algos gather by default; CNN_WGMMA_WGRAD_B=tma opts both into the boxes (Auto: boxes
+  // where the shape allows), =gather keeps the gather. Run once unset and once with =tma.
+  const WgmmaWgradBSwitch sw = process_env_switches().wgmma_wgrad_b;
+  const BLoad want = sw == WgmmaWgradBSwitch::Tma ? BLoad::Auto : BLoad::Gather;
+  EXPECT_EQ(wgmma_wgrad_b_for(Algo::WgmmaNhwc), want) << "CNN_WGMMA_WGRAD_B switch " << int(sw);
+  EXPECT_EQ(wgmma_wgrad_b_for(Algo::Wgmma), want) << "CNN_WGMMA_WGRAD_B switch " << int(sw);
   const Conv2dShape s = conv(2, 17, 16, 16, 24, 3, 1, 1);
   for (bool deterministic : {false, true}) {
     const uint64_t seed = test::fresh_seed();
@@ -551,7 +558,9 @@ TEST(GpuConvWgmmaWgrad, BoxDispatch) {
     Tensor scratch({int64_t(std::max<size_t>(need, 1))}, Device::CUDA);
     conv2d_backward_weight(s, d_x.data(), d_dy.data(), d_dw.data(), d_db.data(), scratch.data(),
                            Algo::WgmmaNhwc, ex);
-    check(p, {d_dw.to_vector(), d_db.to_vector()}, "via conv2d_backward_weight wgmma-nhwc");
+    check(p, {d_dw.to_vector(), d_db.to_vector()},
+          want == BLoad::Auto ? "via conv2d_backward_weight wgmma-nhwc (boxes)"
+                              : "via conv2d_backward_weight wgmma-nhwc (gather)");
   }
 }
 

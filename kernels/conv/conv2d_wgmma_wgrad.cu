@@ -49,8 +49,9 @@
 // channels past C are TMA's out-of-bounds zeros. Each box lands as rows of 32 pixels, row-major
 // (r, col), i.e. the K-major 128-byte rows of the gathered layout: TMA writes a box densely and
 // swizzles by shared-memory address (bits 4-6 ^= 7-9), as wgmma reads it, so a box of 8 or 16
-// columns (32 or 64 bytes a row) still fills whole 128-byte rows. One producer warp issues the
-// boxes (lane l: group l, lane 16: A) after lane 0's arrive.expect_tx of the stage's bytes; where
+// columns (32 or 64 bytes a row) still fills whole 128-byte rows. Lane 0 of producer warp 0
+// issues the stage's arrive.expect_tx and then every box (one per group, then A), one thread as
+// in every TMA load verified on the H200 (lane l holds group l's corner and hands it over); where
 // OW is not a multiple of 4 (dy's row stride is no multiple of 16 bytes) the producer gathers A in
 // the box's pixel order instead. Columns are (tap, channel group, channel) and map back to
 // dw[oc][c][kh][kw] in the epilogue; the bias column follows the last group.
@@ -143,7 +144,7 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
 // Producer (warpgroup 0): lane l of warp w copies pixel l of the k-tile into rows j = w + 4 i.
 // Consumer warpgroup g (1..BM/64): rows [64 (g - 1), +64), the wgmma fragment layout
 // (wgmma_ptx.cuh), and each thread adds its own fragment elements to dw/db in the epilogue.
-// kBoxB: B by TMA boxes (file comment); then producer warp 0 issues the boxes, and with kTmaA
+// kBoxB: B by TMA boxes (file comment); then lane 0 of producer warp 0 issues them, and with kTmaA
 // (dy by the 4-D box map) it alone works, else all four gather A in box pixel order.
 template <int kBM, bool kTmaA, bool kBoxB, bool kSync>
 __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks)
@@ -234,13 +235,21 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
       const int by = tt / p.boxes_x;
       const int ox0 = (tt - by * p.boxes_x) * p.bw, oy0 = by * p.br;
       if (warp == 0) {
-        __syncwarp();
+        // Lane 0 alone issues the stage's expect_tx and every copy of it, group by group with
+        // the group's corner taken from its lane: TMA copies issued by several lanes at once,
+        // each with its own operands, stopped the H200 with an illegal instruction (the SASS
+        // copy reads its operands from uniform registers); the TMA loads verified on the H200
+        // (conv2d_wgmma_nhwc.cu, the gathered-B dy load below) are all issued by one thread.
         if (lane == 0) mbar_arrive_expect_tx(full(s), tx_bytes);
-        __syncwarp();
-        if (lane < box_groups)
-          tma_load_4d(tile_b(s) + uint32_t(lane) * 1024u, &map_x, ox0 * p.sw + b_dx,
-                      oy0 * p.sh + b_dy, b_c, img, full(s));
-        if (kTmaA && lane == 16) tma_load_4d(tile_a(s), &map_dy, ox0, oy0, m0, img, full(s));
+        for (int g = 0; g < box_groups; ++g) {  // box_groups is the same for the whole warp
+          const int gx = __shfl_sync(0xffffffffu, b_dx, g);
+          const int gy = __shfl_sync(0xffffffffu, b_dy, g);
+          const int gc = __shfl_sync(0xffffffffu, b_c, g);
+          if (lane == 0)
+            tma_load_4d(tile_b(s) + uint32_t(g) * 1024u, &map_x, ox0 * p.sw + gx, oy0 * p.sh + gy,
+                        gc, img, full(s));
+        }
+        if (kTmaA && lane == 0) tma_load_4d(tile_a(s), &map_dy, ox0, oy0, m0, img, full(s));
       }
       if constexpr (!kTmaA) {
         const int oy = oy0 + q_r, ox = ox0 + q_col;
