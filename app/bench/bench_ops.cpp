@@ -35,7 +35,6 @@ bool op_selected(const BenchOptions& opt, const std::string& op) {
 #include "kernels/conv/conv2d_grouped_cuda.h"
 #include "kernels/conv/conv2d_wgmma.h"
 #include "kernels/conv/conv2d_wgmma_wgrad.h"
-#include "kernels/conv/conv2d_wgrad_box.h"
 #include "kernels/conv/conv_relu_pool.h"
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_wgmma.h"
@@ -663,23 +662,8 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
                                  scratch.empty() ? nullptr : scratch.data(), Algo::Wgmma, ex);
         };
         rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
-        // The same kernel with B by TMA boxes of x (conv2d_wgrad_box.h) whatever
-        // CNN_WGMMA_WGRAD_B says, where the shape allows them.
-        if (conv2d_wgrad_wgmma_box_refusal(s, nullptr).empty()) {
-          Candidate box;
-          box.variant = "conv:wgmma-tmab";
-          const WgradBoxGeometry g = wgrad_box_geometry(s);
-          box.note =
-              fmt::format("boxes {}x{} px, {} splits{}", g.br, g.bw,
-                          conv2d_wgrad_wgmma_splits(s, true), s.ow() % 4 ? ", dy gathered" : "");
-          box.launch = [&](int i) {
-            WgmmaWgradOptions o;
-            o.b = WgmmaWgradOptions::BLoad::Tma;
-            conv2d_backward_weight_wgmma(s, d.f(i, a), d.f(i, b), d.f(i, out), nullptr,
-                                         scratch.empty() ? nullptr : scratch.data(), ex, o);
-          };
-          rows.push_back(measure(ctx, d, info, p, tol, box, lib_us));
-        }
+        // (No row for B by TMA boxes, conv2d_wgrad_box.h: that loader stops the H200 with an
+        // illegal instruction and would take the whole benchmark's context with it.)
       }
     }
   }

@@ -609,19 +609,12 @@ int conv2d_wgrad_wgmma_splits(const Conv2dShape& s, bool box) {
   return geometry_of(s, box).splits;
 }
 
-WgmmaWgradOptions::BLoad wgmma_wgrad_b_for(Algo algo) {
-  using B = WgmmaWgradOptions::BLoad;
-  switch (process_env_switches().wgmma_wgrad_b) {
-    case WgmmaWgradBSwitch::Gather:
-      return B::Gather;
-    case WgmmaWgradBSwitch::Tma:
-      return B::Auto;
-    default:
-      // The TMA boxes stopped the H200 with an illegal instruction on their first shape: until
-      // their GPU tests pass, both algos gather unless CNN_WGMMA_WGRAD_B=tma asks for them.
-      (void)algo;
-      return B::Gather;
-  }
+WgmmaWgradOptions::BLoad wgmma_wgrad_b_for(Algo) {
+  // The TMA boxes stopped the H200 with an illegal instruction at their first copy of x
+  // (compute-sanitizer: tma_load_4d from the box producer loop), with one lane or many issuing:
+  // until their GPU tests (GpuConvWgmmaWgrad.DISABLED_Box*) pass, every call gathers; the boxes
+  // stay reachable only through WgmmaWgradOptions::b, for that work.
+  return WgmmaWgradOptions::BLoad::Gather;
 }
 
 std::string conv2d_wgrad_wgmma_box_refusal(const Conv2dShape& s, const float* d_x) {

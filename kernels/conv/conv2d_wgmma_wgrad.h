@@ -35,8 +35,8 @@ struct WgmmaWgradOptions {
 };
 
 // The B loader a conv2d_backward_weight call with `algo` (Wgmma or WgmmaNhwc) asks for:
-// CNN_WGMMA_WGRAD_B=gather: Gather; =tma: Auto; unset (or =algo): Gather (the TMA boxes are
-// opt-in while their GPU tests fail).
+// Gather for every algo: the TMA boxes stop the H200 with an illegal instruction (see the .cu),
+// so nothing but an explicit WgmmaWgradOptions::b reaches them.
 WgmmaWgradOptions::BLoad wgmma_wgrad_b_for(Algo algo);
 
 // Why B cannot come by TMA boxes for this call (a stride above 4, W not a multiple of 4, x not
