@@ -46,6 +46,7 @@
 #include "runtime/error.h"
 #include "runtime/exec.h"
 #include "runtime/tensor.h"
+#include "tests/conv_test_cases.h"
 #include "tests/test_util.h"
 #ifdef CNN_HAVE_CUDA
 #include "kernels/conv/conv2d_wgmma_nhwc.h"
@@ -68,30 +69,7 @@ namespace {
 constexpr double kUnit = 1.0 / (1 << 23);  // 2^-23: FP32 summation, per term
 constexpr double kProd = 1.0 / (1 << 7);   // 2^-7: BF16 rounding of a product's two operands
 
-enum class Fill { Random, SmallInt };
-enum class Pass { Forward, BackwardData };
-
-struct ConvCase {
-  Conv2dShape s;
-  bool bias = false, relu = false;  // forward only
-};
-
-Conv2dShape conv(int n, int c, int h, int w, int oc, int kh, int kw, int sh, int sw, int ph,
-                 int pw) {
-  Conv2dShape s;
-  s.n = n, s.c = c, s.h = h, s.w = w, s.oc = oc, s.kh = kh, s.kw = kw;
-  s.stride_h = sh, s.stride_w = sw, s.pad_h = ph, s.pad_w = pw;
-  return s;
-}
-
-std::vector<float> make_values(size_t n, Fill fill, uint64_t seed) {
-  if (fill == Fill::Random) return test::random_vector(n, seed);
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int> d(-2, 2);
-  std::vector<float> v(n);
-  for (auto& x : v) x = static_cast<float>(d(rng));
-  return v;
-}
+using namespace conv_test;  // Fill, Pass, ConvCase, conv, make_values
 
 std::vector<double> to_double(const std::vector<float>& v) {
   return std::vector<double>(v.begin(), v.end());
