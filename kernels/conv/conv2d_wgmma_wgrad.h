@@ -30,7 +30,7 @@ struct WgmmaWgradOptions {
   //   Tma:    tiled TMA boxes of x (conv2d_wgrad_box.h), one per tap and 8 channels per stage;
   //           throws where conv2d_wgrad_wgmma_box_refusal is not empty;
   //   Auto:   Tma where it can, else Gather;
-  //   Default: as CNN_WGMMA_WGRAD_B says for algo wgmma (wgmma_wgrad_b_for).
+  //   Default: what wgmma_wgrad_b_for says (Gather).
   enum class BLoad { Default, Gather, Tma, Auto } b = BLoad::Default;
 };
 
