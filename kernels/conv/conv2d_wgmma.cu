@@ -113,7 +113,7 @@ __device__ __forceinline__ void copy_elem(uint32_t dst, const float* base, int o
   if (sync) {
     st_shared_f32(dst, ok ? __ldg(base + off) : 0.f);
   } else {
-    cp_async_4(dst, ok ? base + off : base, ok ? 4u : 0u);
+    cp_async4_zfill(dst, ok ? base + off : base, ok ? 4u : 0u);
   }
 }
 

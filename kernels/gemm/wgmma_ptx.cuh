@@ -178,80 +178,61 @@ __device__ __forceinline__ void fence_acc(float (&d)[64]) {
   for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// d (64 x 128 per warpgroup, fragment layout below) += A (64 x 8) * B (8 x 128), both from
-// shared memory through descriptors, TF32 in, FP32 accumulate. Thread (warp w, lane l) holds,
-// for j = 0..15: d[4j + 0, 1] = D[16 w + l / 4][8 j + 2 (l % 4) + 0, 1] and d[4j + 2, 3] the
-// same columns of row 16 w + l / 4 + 8.
+// The wgmmas: d (64 x N per warpgroup) += A (64 x K) * B (K x N), both K-major from shared memory
+// through descriptors, FP32 accumulate. The accumulator operands are N / 2 registers per thread,
+// spelled out by the macros below (inline PTX needs one operand per register). Thread (warp w,
+// lane l) holds, for j < N / 8: d[4j + 0, 1] = D[16 w + l / 4][8 j + 2 (l % 4) + 0, 1] and
+// d[4j + 2, 3] the same columns of row 16 w + l / 4 + 8. The trailing immediates: scale-d 1 (add
+// to d), scale-a/b 1; BF16 also takes the two transpose flags, 0 (both K-major). TF32 k8 and
+// BF16 k16 both step 32 bytes of a swizzle row.
+#define CNN_WGMMA_D8(i)                                                                       \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+#define CNN_WGMMA_D32 CNN_WGMMA_D8(0), CNN_WGMMA_D8(8), CNN_WGMMA_D8(16), CNN_WGMMA_D8(24)
+#define CNN_WGMMA_D64 \
+  CNN_WGMMA_D32, CNN_WGMMA_D8(32), CNN_WGMMA_D8(40), CNN_WGMMA_D8(48), CNN_WGMMA_D8(56)
+#define CNN_WGMMA_R32                                                                           \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33"
+#define CNN_WGMMA_R64                                                                           \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "  \
+  "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "  \
+  "%56, %57, %58, %59, %60, %61, %62, %63}, %64, %65"
+
 __device__ __forceinline__ void wgmma_m64n128k8_tf32(float (&d)[64], uint64_t desc_a,
                                                      uint64_t desc_b) {
-  asm volatile(
-      "{\n"
-      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
-      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, "
-      "%37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, "
-      "%55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, 1, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-        "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b));
+  asm volatile("{\nwgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 " CNN_WGMMA_R64
+               ", 1, 1, 1;\n}\n"
+               : CNN_WGMMA_D64
+               : "l"(desc_a), "l"(desc_b));
 }
-
-// d (64 x 128 per warpgroup) += A (64 x 16) * B (16 x 128), both K-major from shared memory
-// through descriptors, BF16 in, FP32 accumulate: wgmma_m64n128k8_tf32 with bf16 operands and
-// twice the depth (16 k of bf16 = 32 bytes of a swizzle row, as 8 k of tf32), the same
-// accumulator fragment layout. The two trailing immediates: no transpose (both K-major).
+__device__ __forceinline__ void wgmma_m64n64k8_tf32(float (&d)[32], uint64_t desc_a,
+                                                    uint64_t desc_b) {
+  asm volatile("{\nwgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 " CNN_WGMMA_R32
+               ", 1, 1, 1;\n}\n"
+               : CNN_WGMMA_D32
+               : "l"(desc_a), "l"(desc_b));
+}
 __device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[64], uint64_t desc_a,
                                                       uint64_t desc_b) {
-  asm volatile(
-      "{\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
-      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
-      "%56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, 1, 1, 1, 0, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-        "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b));
+  asm volatile("{\nwgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " CNN_WGMMA_R64
+               ", 1, 1, 1, 0, 0;\n}\n"
+               : CNN_WGMMA_D64
+               : "l"(desc_a), "l"(desc_b));
 }
-
-// d (64 x 64 per warpgroup) += A (64 x 16) * B (16 x 64): wgmma_m64n128k16_bf16 with half the
-// columns (the accumulator layout of wgmma_m64n64k8_tf32).
 __device__ __forceinline__ void wgmma_m64n64k16_bf16(float (&d)[32], uint64_t desc_a,
                                                      uint64_t desc_b) {
-  asm volatile(
-      "{\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "%32, %33, 1, 1, 1, 0, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(desc_a), "l"(desc_b));
+  asm volatile("{\nwgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " CNN_WGMMA_R32
+               ", 1, 1, 1, 0, 0;\n}\n"
+               : CNN_WGMMA_D32
+               : "l"(desc_a), "l"(desc_b));
 }
+#undef CNN_WGMMA_D8
+#undef CNN_WGMMA_D32
+#undef CNN_WGMMA_D64
+#undef CNN_WGMMA_R32
+#undef CNN_WGMMA_R64
 
 // Byte offset of element (r, k) (k < 32) in a K-major 128-byte-swizzled tile.
 __device__ __forceinline__ uint32_t sw128_offset(int r, int chunk) {
@@ -267,37 +248,11 @@ __device__ __forceinline__ float4 ld_shared_v4(uint32_t addr) {
   return v;
 }
 
-// d (64 x 64 per warpgroup) += A (64 x 8) * B (8 x 64), as wgmma_m64n128k8_tf32 with half the
-// columns: thread (warp w, lane l) holds, for j = 0..7, d[4j + 0, 1] = D[16 w + l / 4][8 j +
-// 2 (l % 4) + 0, 1] and d[4j + 2, 3] the same columns of row 16 w + l / 4 + 8.
-__device__ __forceinline__ void wgmma_m64n64k8_tf32(float (&d)[32], uint64_t desc_a,
-                                                    uint64_t desc_b) {
-  asm volatile(
-      "{\n"
-      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
-      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "%32, %33, 1, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(desc_a), "l"(desc_b));
-}
 __device__ __forceinline__ void fence_acc(float (&d)[32]) {
 #pragma unroll
   for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// 4-byte asynchronous copy global -> shared (generic proxy, cached in L1); src_bytes 0 writes a
-// zero without reading `src` (which must still be a valid address).
-__device__ __forceinline__ void cp_async_4(uint32_t dst, const float* src, uint32_t src_bytes) {
-  asm volatile("cp.async.ca.shared::cta.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
 // One arrival on `bar` once every cp.async this thread issued before it has landed; .noinc: the
 // arrival counts against the barrier's expected count (mbar_init must include it).
 __device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint32_t bar) {
