@@ -11,7 +11,15 @@
 // SWIZZLE bytes), "WRONG (k mismatches)" or the CUDA error; exit status 0 only for the first two.
 // Why it exists: the TMA-box weight gradient (kernels/conv/conv2d_wgmma_wgrad.cu) put box corners
 // at W offsets kw - pw (e.g. -1, +1 floats) and stopped with an illegal instruction; this probe
-// separates the coordinate's sign from its 16-byte alignment.
+// separates the coordinate's sign from its 16-byte alignment. What it showed on the H200
+// (CUDA 13.0, driver 580):
+//   - the innermost coordinate must be a multiple of 16 bytes: x = 1, 2, -1, 3 stop the kernel
+//     with "illegal instruction"; x = 0, 4, -4, -8, 28 load correctly (negative and partly
+//     out-of-bounds boxes zero-fill); other coordinates may be anything (y = -1, -3 fine);
+//   - a box row narrower than the swizzle span takes the whole span in shared memory (8 floats
+//     under 64B or 128B swizzle: rows 64 or 128 bytes apart); with the span equal to the row
+//     (8 floats / 32B, 16 / 64B, 32 / 128B) the box lands dense, chunk bits 4.. XOR row bits 7..;
+//   - dimensions may be listed out of memory order ((W, C, H, N) view of an NCHW tensor).
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
