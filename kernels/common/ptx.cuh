@@ -46,8 +46,7 @@ __device__ __forceinline__ uint32_t to_tf32(float f) {
 }
 
 // d[0..3] += a * b for one 16x8x8 TF32 tile, FP32 accumulation.
-__device__ __forceinline__ void mma_tf32(float* d, const uint32_t (&a)[4],
-                                         const uint32_t (&b)[2]) {
+__device__ __forceinline__ void mma_tf32(float* d, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   asm volatile(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"

@@ -100,8 +100,9 @@ QConvKernel qconv_pick_kernel(const QConvShape& s, bool have_igemm_weights) {
 }
 
 QConvKernel qconv_resolve_kernel(const QConvShape& s, const QConvPath& path) {
-  const QConvKernel k =
-      path.kernel == QConvKernel::Auto ? qconv_pick_kernel(s, path.w_igemm != nullptr) : path.kernel;
+  const QConvKernel k = path.kernel == QConvKernel::Auto
+                            ? qconv_pick_kernel(s, path.w_igemm != nullptr)
+                            : path.kernel;
   CNN_CHECK(k != QConvKernel::TensorCores || path.w_igemm,
             "qconv: the tensor-core kernel needs the repacked weights, got none");
   CNN_CHECK(!path.w_igemm || qconv_igemm_supported(s),

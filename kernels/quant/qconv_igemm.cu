@@ -123,13 +123,13 @@ __device__ __forceinline__ bool decode_row(const QConvShape& s, const Dims& d, i
 
 // Thread mapping: block (bx, by) computes the outputs of pooled positions [bx * ppb, +ppb) and
 // channels [by * 64, +64) (with split-K, block z of the cluster its k-tiles of them, and in the
-// epilogue thread i the 4 channels 4 (i % 16) of the band's positions i / 16 + 16 j); warp w owns GEMM rows 32 (w / 2) .. +31 and columns 32 (w % 2) .. +31
-// of the block tile (2 x 4 mma tiles); in the epilogue, thread i writes the outputs
-// (position, channel) = divmod(i + 256 j, 64) of the block, the channel fastest.
-// Loads: A (the im2col gather) by 4-byte words, thread i owning word i % 16 of rows i / 16 + 16 j
-// (kVec16: 16-byte chunk i % 4 of rows i / 4 + 64 j); B by one 16-byte chunk per thread.
-// Two blocks an SM: at most 128 registers a thread, which ptxas reaches without spilling (left
-// free, it chose 64 and spilled in the 16-byte variant).
+// epilogue thread i the 4 channels 4 (i % 16) of the band's positions i / 16 + 16 j); warp w owns
+// GEMM rows 32 (w / 2) .. +31 and columns 32 (w % 2) .. +31 of the block tile (2 x 4 mma tiles); in
+// the epilogue, thread i writes the outputs (position, channel) = divmod(i + 256 j, 64) of the
+// block, the channel fastest. Loads: A (the im2col gather) by 4-byte words, thread i owning word i
+// % 16 of rows i / 16 + 16 j (kVec16: 16-byte chunk i % 4 of rows i / 4 + 64 j); B by one 16-byte
+// chunk per thread. Two blocks an SM: at most 128 registers a thread, which ptxas reaches without
+// spilling (left free, it chose 64 and spilled in the 16-byte variant).
 template <class T, bool kVec16>
 __global__ void __launch_bounds__(kThreads, 2)
     qconv_igemm(QConvShape s, Dims d, const int8_t* __restrict__ d_x,
@@ -294,7 +294,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
 #pragma unroll
       for (int c = 0; c < 4; ++c)
-        if (o0 + c < out_stride) d_y[int64_t(pp) * out_stride + o0 + c] = o0 + c < s.oc ? best[c] : T(0);
+        if (o0 + c < out_stride)
+          d_y[int64_t(pp) * out_stride + o0 + c] = o0 + c < s.oc ? best[c] : T(0);
     }
     ptx::cluster_sync();  // no block leaves while another still reads its partial tile
     return;
@@ -399,8 +400,8 @@ void launch(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, const QEp
     splits /= 2;
   }
   if (splits == 1) cfg.gridDim.z = 1, cfg.numAttrs = 0;
-  CNN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, s, d, d_x, d_w, ep.mult, ep.add, ep.relu,
-                                    out_stride, d_y));
+  CNN_CUDA_CHECK(
+      cudaLaunchKernelEx(&cfg, kernel, s, d, d_x, d_w, ep.mult, ep.add, ep.relu, out_stride, d_y));
   CNN_LAUNCH_CHECK("qconv_igemm");
 }
 

@@ -83,9 +83,11 @@ __global__ void __launch_bounds__(kThreads)
   for (int c = tid; c < d.chunks; c += kThreads) {
     V xv[kRows], wv[kCols];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) xv[r] = r < rows ? __ldg(xr + int64_t(r) * d.chunks + c) : zero<V>();
+    for (int r = 0; r < kRows; ++r)
+      xv[r] = r < rows ? __ldg(xr + int64_t(r) * d.chunks + c) : zero<V>();
 #pragma unroll
-    for (int j = 0; j < kCols; ++j) wv[j] = j < cols ? __ldg(wr + int64_t(j) * d.chunks + c) : zero<V>();
+    for (int j = 0; j < kCols; ++j)
+      wv[j] = j < cols ? __ldg(wr + int64_t(j) * d.chunks + c) : zero<V>();
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
@@ -138,11 +140,11 @@ void launch_tile(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, cons
   const int64_t blocks = ceil_div<int64_t>(s.n, kRows) * d.col_groups;
   CNN_CHECK(blocks <= 0x7fffffff, "qconv linear: {} blocks exceed the grid limit", blocks);
   if (vec16)
-    qconv_linear_dp4a<T, int4, kRows, kCols><<<unsigned(blocks), kThreads, 0, stream>>>(
-        d, d_x, d_w, ep.mult, ep.add, ep.relu, d_y);
+    qconv_linear_dp4a<T, int4, kRows, kCols>
+        <<<unsigned(blocks), kThreads, 0, stream>>>(d, d_x, d_w, ep.mult, ep.add, ep.relu, d_y);
   else
-    qconv_linear_dp4a<T, int, kRows, kCols><<<unsigned(blocks), kThreads, 0, stream>>>(
-        d, d_x, d_w, ep.mult, ep.add, ep.relu, d_y);
+    qconv_linear_dp4a<T, int, kRows, kCols>
+        <<<unsigned(blocks), kThreads, 0, stream>>>(d, d_x, d_w, ep.mult, ep.add, ep.relu, d_y);
   CNN_LAUNCH_CHECK("qconv_linear_dp4a");
 }
 
