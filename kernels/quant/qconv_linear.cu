@@ -74,6 +74,12 @@ __global__ void __launch_bounds__(kThreads)
   const int rows = min(kRows, d.m - m0), cols = min(kCols, d.n - o0);
   const V* const xr = reinterpret_cast<const V*>(d_x) + int64_t(m0) * d.chunks;
   const V* const wr = reinterpret_cast<const V*>(d_w) + int64_t(o0) * d.chunks;
+  // The epilogue's lane and its scale and offset, loaded now so that their latency hides behind
+  // the reduction's.
+  const int er = lane / kCols, ej = lane % kCols;
+  const bool writer = warp == 0 && lane < kRows * kCols && er < rows && ej < cols;
+  const int o = o0 + ej;
+  const float mult = writer ? __ldg(d_mult + o) : 0.f, add = writer ? __ldg(d_add + o) : 0.f;
 
   int32_t acc[kRows][kCols];
 #pragma unroll
@@ -108,16 +114,13 @@ __global__ void __launch_bounds__(kThreads)
     }
   red[warp][lane] = mine;
   __syncthreads();
-  if (warp != 0) return;
-  const int r = lane / kCols, j = lane % kCols;
-  if (lane >= kRows * kCols || r >= rows || j >= cols) return;
+  if (!writer) return;
   int32_t sum = 0;
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) sum += red[w][lane];
-  const int o = o0 + j;
-  float v = __fmaf_rn(__int2float_rn(sum), __ldg(d_mult + o), __ldg(d_add + o));
+  float v = __fmaf_rn(__int2float_rn(sum), mult, add);
   if (relu) v = v > 0.f ? v : 0.f;
-  T* const row = d_y + int64_t(m0 + r) * d.out_stride;
+  T* const row = d_y + int64_t(m0 + er) * d.out_stride;
   if constexpr (sizeof(T) == 1) {
     row[o] = requantize(v);
     if (o == d.n - 1)
