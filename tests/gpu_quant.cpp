@@ -45,7 +45,16 @@ QConvShape shape(int n, int c, int h, int w, int oc, int k, int stride, int pad,
   return s;
 }
 
-void check_qconv(const QConvShape& s, uint64_t seed, bool relu) {
+// A kernel and split count forced on a check's call (QConvPath with the repacked weights).
+struct Forced {
+  QConvKernel kernel;
+  int splits = 0;
+};
+
+// The direct kernel always; the automatic choice with the repacked weights where the tensor-core
+// path takes the shape; then each of `forced`. All must agree with the CPU twin bit for bit.
+void check_qconv(const QConvShape& s, uint64_t seed, bool relu,
+                 const std::vector<Forced>& forced = {}) {
   SCOPED_TRACE(::testing::Message()
                << "seed " << seed << " n=" << s.n << " c=" << s.c << " " << s.h << "x" << s.w
                << " oc=" << s.oc << " k=" << s.kh << " stride=" << s.stride_h
@@ -69,22 +78,23 @@ void check_qconv(const QConvShape& s, uint64_t seed, bool relu) {
   Buffer<int8_t> d_x = upload(x), d_w = upload(w);
   Buffer<float> d_mult = upload(mult), d_add = upload(add);
   const QEpilogue d_ep{d_mult.data(), d_add.data(), relu};
-  // The direct kernel always; the tensor-core kernel where it takes the shape (both must agree
-  // with the twin bit for bit).
   Buffer<int8_t> d_packed;
   if (qconv_igemm_supported(s)) {
     std::vector<int8_t> packed(size_t(qconv_igemm_weight_size(s)));
     qconv_pack_igemm_weights(s, w.data(), packed.data());
     d_packed = upload(packed);
   }
-  const int8_t* const paths[] = {nullptr, d_packed.data()};
-  for (const int8_t* w_igemm : paths) {
-    const char* path = w_igemm ? "tensor-core" : "direct";
+  std::vector<QConvPath> paths = {QConvPath{}};
+  if (!d_packed.empty()) paths.emplace_back(d_packed.data());
+  for (const Forced& f : forced) paths.emplace_back(d_packed.data(), f.kernel, f.splits);
+  for (const QConvPath& p : paths) {
+    const std::string path = std::string(qconv_kernel_name(qconv_resolve_kernel(s, p))) +
+                             (p.splits ? " splits " + std::to_string(p.splits) : "");
     Buffer<int8_t> d_y = upload(std::vector<int8_t>(ref.size(), int8_t(99)));  // poisoned
     Buffer<float> d_yf(ref_f.size(), Device::CUDA);
     test::poison_device(d_yf.data(), d_yf.size());
-    qconv_forward(s, d_x.data(), d_w.data(), d_ep, d_y.data(), ex, w_igemm);
-    qconv_forward_float(s, d_x.data(), d_w.data(), d_ep, d_yf.data(), ex, w_igemm);
+    qconv_forward(s, d_x.data(), d_w.data(), d_ep, d_y.data(), ex, p);
+    qconv_forward_float(s, d_x.data(), d_w.data(), d_ep, d_yf.data(), ex, p);
     const std::vector<int8_t> got = download(d_y);
     const std::vector<float> got_f = download(d_yf);
     size_t bad = 0;
@@ -94,7 +104,6 @@ void check_qconv(const QConvShape& s, uint64_t seed, bool relu) {
     for (size_t i = 0; i < ref_f.size(); ++i)
       bad += std::memcmp(&got_f[i], &ref_f[i], sizeof(float)) != 0;
     EXPECT_EQ(bad, 0u) << path << ": dequantized outputs differ from the CPU twin";
-    if (d_packed.empty()) break;
   }
 }
 
@@ -118,34 +127,80 @@ TEST(GpuQuant, ConvMatchesCpuTwinBitForBit) {
 // The tensor-core kernel's awkward cases: channels not a multiple of 4, 16 or 32 (the 4-byte
 // gather) and multiples of 16 (the 16-byte one), odd output channels and more than one column
 // tile, stride 2, kernels 1/3/5/7, overlapping and padded pool windows, a window of 9 that does
-// not divide the 128-row tile, a channel stride larger than needed, batch 1 and 3.
+// not divide the 128-row tile, a channel stride larger than needed, batch 1 and 3; each whole and
+// split 2 and 8 ways over a cluster.
 TEST(GpuQuant, TensorCoreConvMatchesCpuTwinBitForBit) {
   CNN_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
+  // Split-K forced as well: the pooled windows' banded epilogue, splits without k-tiles.
+  const std::vector<Forced> kSplits = {
+      {QConvKernel::TensorCores, 1}, {QConvKernel::TensorCores, 2}, {QConvKernel::TensorCores, 8}};
   uint64_t k = 0;
   for (int n : {1, 3})
     for (bool relu : {false, true}) {
-      check_qconv(shape(n, 3, 11, 13, 7, 3, 1, 1, 1, 0), seed + k++, relu);
-      check_qconv(shape(n, 5, 9, 10, 9, 5, 2, 2, 1, 0), seed + k++, relu);
-      check_qconv(shape(n, 37, 8, 7, 65, 1, 1, 0, 1, 0), seed + k++, relu);     // 1x1, 2 tiles
-      check_qconv(shape(n, 16, 15, 9, 33, 7, 2, 3, 1, 0), seed + k++, relu);    // 16-byte loads
-      check_qconv(shape(n, 48, 6, 6, 131, 3, 1, 1, 1, 2), seed + k++, relu);    // 3 tiles, pool
-      check_qconv(shape(n, 33, 7, 9, 17, 3, 2, 1, 1, 0), seed + k++, relu);     // K tail
-      check_qconv(shape(n, 64, 7, 7, 129, 7, 1, 0, 1, 0), seed + k++, relu);    // linear 3136
-      check_qconv(shape(n, 2, 12, 12, 5, 3, 1, 1, 1, 0, 2), seed + k++, relu);  // dilation 2
+      check_qconv(shape(n, 3, 11, 13, 7, 3, 1, 1, 1, 0), seed + k++, relu, kSplits);
+      check_qconv(shape(n, 5, 9, 10, 9, 5, 2, 2, 1, 0), seed + k++, relu, kSplits);
+      check_qconv(shape(n, 37, 8, 7, 65, 1, 1, 0, 1, 0), seed + k++, relu,
+                  kSplits);  // 1x1, 2 tiles
+      check_qconv(shape(n, 16, 15, 9, 33, 7, 2, 3, 1, 0), seed + k++, relu,
+                  kSplits);  // 16-byte loads
+      check_qconv(shape(n, 48, 6, 6, 131, 3, 1, 1, 1, 2), seed + k++, relu,
+                  kSplits);  // 3 tiles, pool
+      check_qconv(shape(n, 33, 7, 9, 17, 3, 2, 1, 1, 0), seed + k++, relu, kSplits);  // K tail
+      check_qconv(shape(n, 64, 7, 7, 129, 7, 1, 0, 1, 0), seed + k++, relu,
+                  kSplits);  // linear 3136
+      check_qconv(shape(n, 2, 12, 12, 5, 3, 1, 1, 1, 0, 2), seed + k++, relu,
+                  kSplits);  // dilation 2
       QConvShape s = shape(n, 6, 13, 11, 11, 3, 1, 1, 1, 0);
       s.pool_kh = s.pool_kw = 3, s.pool_sh = s.pool_sw = 2, s.pool_ph = s.pool_pw = 1;  // 9
-      check_qconv(s, seed + k++, relu);
+      check_qconv(s, seed + k++, relu, kSplits);
       s = shape(n, 32, 9, 8, 20, 3, 1, 1, 1, 0);
       s.pool_kh = 2, s.pool_kw = 3, s.pool_sh = 1, s.pool_sw = 2;  // overlapping, not square
-      check_qconv(s, seed + k++, relu);
+      check_qconv(s, seed + k++, relu, kSplits);
       s = shape(n, 20, 5, 5, 6, 3, 1, 1, 1, 0);
       s.cp = 32, s.ocp = 12;  // wider strides than the channels need
-      check_qconv(s, seed + k++, relu);
+      check_qconv(s, seed + k++, relu, kSplits);
     }
   // The shapes all ran on the tensor-core kernel, so the test tests it.
   EXPECT_TRUE(qconv_igemm_supported(shape(3, 3, 11, 13, 7, 3, 1, 1, 1, 0)));
   EXPECT_FALSE(qconv_igemm_supported(shape(3, 13, 9, 9, 13, 3, 2, 1, 13, 0)));  // depthwise
+}
+
+QConvShape linear_shape(int n, int c, int h, int w, int oc) {
+  QConvShape s = shape(n, c, h, w, oc, 1, 1, 0, 1, 0);
+  s.kh = h, s.kw = w;
+  return s;
+}
+
+// Linear layers on every kernel that takes them: the linear dp4a kernel (its few-columns tile for
+// N <= 16, its few-rows tile otherwise), the tensor-core kernel whole and split 2, 4 and 8 ways,
+// and the automatic choice. K not a multiple of 64 (324, 1028 with 4-byte loads; 272, 288 with
+// 16-byte ones), LeNet's 3136 and 1024; N = 1, 10, 16, 33, 1000; batch 1, 3, 257; and LeNet's fc1
+// and fc2 at batch 256.
+TEST(GpuQuant, LinearKernelsMatchCpuTwinBitForBit) {
+  CNN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  const std::vector<Forced> all = {{QConvKernel::LinearDp4a},
+                                   {QConvKernel::TensorCores, 1},
+                                   {QConvKernel::TensorCores, 2},
+                                   {QConvKernel::TensorCores, 4},
+                                   {QConvKernel::TensorCores, 8}};
+  struct In {
+    int c, h, w;
+  };
+  const std::vector<In> inputs = {{36, 3, 3}, {1027, 1, 1}, {48, 2, 3},
+                                  {65, 2, 2}, {64, 7, 7},   {1024, 1, 1}};
+  uint64_t k = 0;
+  for (int n : {1, 3, 257})
+    for (const In& in : inputs)
+      for (int oc : {1, 10, 16, 33, 1000}) {
+        if (n == 257 && oc == 1000 && in.c * in.h * in.w > 1100) continue;  // CPU twin time
+        check_qconv(linear_shape(n, in.c, in.h, in.w, oc), seed + k, k % 2 == 1, all);
+        ++k;
+      }
+  check_qconv(linear_shape(256, 64, 7, 7, 1024), seed + k++, true, all);   // LeNet fc1
+  check_qconv(linear_shape(256, 1024, 1, 1, 10), seed + k++, false, all);  // LeNet fc2
+  EXPECT_TRUE(qconv_is_linear(linear_shape(3, 65, 4, 4, 10)));
 }
 
 TEST(GpuQuant, InputQuantizationMatchesCpuTwin) {

@@ -198,6 +198,75 @@ TEST(Quant, PacksTensorCoreWeightsIntoZeroPaddedTiles) {
             std::string::npos);
 }
 
+QConvShape linear_shape(int n, int c, int h, int w, int oc) {
+  QConvShape s;
+  s.n = n, s.c = c, s.h = s.kh = h, s.w = s.kw = w, s.oc = oc;
+  s.cp = s.cgp = round_up4(c), s.ocp = round_up4(oc);
+  return s;
+}
+
+// The split rule of the tensor-core kernel on an H200's 132 SMs: LeNet's fc1 at batch 256 (2 x 16
+// tiles, 49 k-tiles) splits 8 ways into 256 blocks, at batch 512 (64 tiles) 4 ways; conv2 (392
+// tiles of 32 pooled positions) and a short K (2 k-tiles) stay whole; 8 is the cap, and every
+// split keeps >= 4 k-tiles.
+TEST(Quant, TensorCoreSplitRuleFillsOneWave) {
+  EXPECT_EQ(qconv_igemm_pick_splits(linear_shape(256, 64, 7, 7, 1024), 132), 8);
+  EXPECT_EQ(qconv_igemm_pick_splits(linear_shape(512, 64, 7, 7, 1024), 132), 4);
+  EXPECT_EQ(qconv_igemm_pick_splits(linear_shape(1024, 64, 7, 7, 1024), 132), 2);
+  EXPECT_EQ(qconv_igemm_pick_splits(linear_shape(4096, 64, 7, 7, 1024), 132), 1);
+  EXPECT_EQ(qconv_igemm_pick_splits(linear_shape(1, 64, 7, 7, 1024), 132), 8);
+  EXPECT_EQ(qconv_igemm_pick_splits(linear_shape(256, 1024, 1, 1, 10), 132), 4);  // 16 k-tiles
+  EXPECT_EQ(qconv_igemm_pick_splits(linear_shape(256, 1024, 1, 1, 10), 1), 1);
+  EXPECT_EQ(qconv_igemm_pick_splits(linear_shape(256, 100, 1, 1, 64), 132), 1);  // 2 k-tiles
+  QConvShape conv2 = linear_shape(256, 32, 14, 14, 64);
+  conv2.kh = conv2.kw = 5, conv2.pad_h = conv2.pad_w = 2;
+  conv2.pool_kh = conv2.pool_kw = conv2.pool_sh = conv2.pool_sw = 2;
+  EXPECT_EQ(qconv_igemm_pick_splits(conv2, 132), 1);
+  conv2.n = 1;  // 49 pooled positions: 2 tiles; 13 k-tiles: 2 splits of >= 4
+  EXPECT_EQ(qconv_igemm_pick_splits(conv2, 132), 2);
+}
+
+// Which kernel a CUDA call runs: direct without repacked weights; the linear dp4a kernel for
+// linear layers with <= 16 columns or <= 8 rows; else tensor cores. Refusals name the mismatch.
+TEST(Quant, KernelRulePicksByShape) {
+  EXPECT_TRUE(qconv_is_linear(linear_shape(3, 64, 7, 7, 1024)));
+  QConvShape conv = linear_shape(3, 64, 7, 7, 1024);
+  conv.kh = conv.kw = 5;
+  EXPECT_FALSE(qconv_is_linear(conv));
+  QConvShape wide = linear_shape(3, 5, 2, 2, 7);
+  wide.cp = 16;  // an activation stride wider than the weights' rows: x rows are not K long
+  EXPECT_FALSE(qconv_is_linear(wide));
+  const auto pick = [](int n, int c, int oc) {
+    return qconv_pick_kernel(linear_shape(n, c, 1, 1, oc), true);
+  };
+  EXPECT_EQ(pick(256, 3136, 1024), QConvKernel::TensorCores);  // LeNet fc1
+  EXPECT_EQ(pick(256, 1024, 10), QConvKernel::LinearDp4a);     // LeNet fc2
+  EXPECT_EQ(pick(256, 1024, 16), QConvKernel::LinearDp4a);
+  EXPECT_EQ(pick(256, 1024, 17), QConvKernel::TensorCores);
+  EXPECT_EQ(pick(8, 3136, 1024), QConvKernel::LinearDp4a);  // batch 8
+  EXPECT_EQ(pick(9, 3136, 1024), QConvKernel::TensorCores);
+  EXPECT_EQ(qconv_pick_kernel(linear_shape(1, 1024, 1, 1, 10), false), QConvKernel::Direct);
+  EXPECT_EQ(qconv_pick_kernel(conv, true), QConvKernel::TensorCores);
+
+  const int8_t dummy = 0;
+  EXPECT_EQ(qconv_resolve_kernel(conv, QConvPath{}), QConvKernel::Direct);
+  EXPECT_EQ(qconv_resolve_kernel(conv, QConvPath{&dummy, QConvKernel::Direct}),
+            QConvKernel::Direct);
+  EXPECT_NE(error_of([&] {
+              qconv_resolve_kernel(conv, QConvPath{&dummy, QConvKernel::LinearDp4a});
+            }).find("linear dp4a kernel takes a linear layer"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              qconv_resolve_kernel(conv, QConvPath{nullptr, QConvKernel::TensorCores});
+            }).find("needs the repacked weights"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              qconv_resolve_kernel(conv, QConvPath{&dummy, QConvKernel::TensorCores, 3});
+            }).find("splits=3"),
+            std::string::npos);
+  EXPECT_STREQ(qconv_kernel_name(QConvKernel::LinearDp4a), "linear dp4a");
+}
+
 TEST(Quant, RoundsHalfToEvenAndSaturates) {
   QuantizeShape s;
   s.n = 1, s.c = 1, s.h = 1, s.w = 8, s.cp = 4;

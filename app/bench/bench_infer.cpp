@@ -217,26 +217,40 @@ std::vector<InferRow> bench_stages(const BenchContext& ctx, const Int8Network& q
     const std::string shape =
         fmt::format("{}x{}x{} -> {} k{}x{} s{}{}", s.c, s.h, s.w, s.oc, s.kh, s.kw, s.stride_h,
                     s.pool_kh * s.pool_kw > 1 ? fmt::format(" + pool {}", s.pool_kh) : "");
+    // The direct kernel, then the automatic choice with the repacked weights (what the network
+    // runs: both compete for the per-pass row), then for a linear layer each kernel and split
+    // forced, so the choice can be checked against the alternatives (rows alone).
+    std::vector<QConvPath> paths = {QConvPath{}};
+    if (!packed.empty()) paths.emplace_back(packed.data());
+    if (!packed.empty() && qconv_is_linear(s)) {
+      paths.emplace_back(packed.data(), QConvKernel::LinearDp4a);
+      for (int splits : {1, 2, 4, 8})
+        paths.emplace_back(packed.data(), QConvKernel::TensorCores, splits);
+    }
     InferRow direct;
-    for (bool tc : {false, true}) {
-      if (tc && packed.empty()) break;
-      const int8_t* wp = tc ? packed.data() : nullptr;
-      const std::string what =
-          fmt::format("int8 stage {} ({}) {}", i, shape, tc ? "tensor cores" : "direct dp4a");
+    for (size_t pi = 0; pi < paths.size(); ++pi) {
+      const QConvPath& path = paths[pi];
+      const QConvKernel kernel = qconv_resolve_kernel(s, path);
+      std::string name = qconv_kernel_name(kernel);
+      if (kernel == QConvKernel::TensorCores)
+        name += fmt::format(
+            " split {}", path.splits ? path.splits : qconv_igemm_pick_splits(s, ctx.dev.sm_count));
+      if (pi == 1) name += " (auto)";
+      const std::string what = fmt::format("int8 stage {} ({}) {}", i, shape, name);
       InferRow r = timed(ctx, what, batch, [&](int) {
         if (last)
-          qconv_forward_float(s, x.data(), w.data(), ep, yf.data(), ex, wp);
+          qconv_forward_float(s, x.data(), w.data(), ep, yf.data(), ex, path);
         else
-          qconv_forward(s, x.data(), w.data(), ep, y.data(), ex, wp);
+          qconv_forward(s, x.data(), w.data(), ep, y.data(), ex, path);
       });
       const double tops = 2 * macs / (r.median_us * 1e-6) / 1e12;
       r.note = fmt::format("{:.1f} TOP/s", tops) + (r.note.empty() ? "" : "; " + r.note);
-      if (tc && direct.median_us > 0)
+      if (pi > 0 && direct.median_us > 0)
         r.note += fmt::format("; {:.2f}x the direct kernel", direct.median_us / r.median_us);
-      if (!tc) direct = r;
-      if (!(best[i].median_us <= r.median_us)) {
+      if (pi == 0) direct = r;
+      if (pi <= 1 && !(best[i].median_us <= r.median_us)) {
         best[i] = r;
-        best[i].what = tc ? "tensor cores" : "direct dp4a";
+        best[i].what = name;
       }
       rows.push_back(r);
     }

@@ -2,7 +2,7 @@
 // The inline-PTX wrappers and the fast integer division that every tiled kernel shares (dense
 // GEMM, implicit-GEMM convolution and its dedicated gradient kernels): one copy, so a fix or a new
 // architecture's variant lands everywhere. Device code only; sm_80+ (cp.async, mma.sync TF32 and
-// BF16).
+// BF16), the cluster functions sm_90+.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -46,8 +46,7 @@ __device__ __forceinline__ uint32_t to_tf32(float f) {
 }
 
 // d[0..3] += a * b for one 16x8x8 TF32 tile, FP32 accumulation.
-__device__ __forceinline__ void mma_tf32(float* d, const uint32_t (&a)[4],
-                                         const uint32_t (&b)[2]) {
+__device__ __forceinline__ void mma_tf32(float* d, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   asm volatile(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
@@ -74,6 +73,43 @@ __device__ __forceinline__ void mma_bf16(float* d, const uint32_t (&a)[4], const
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// Thread-block clusters (sm_90, no arch-specific features): the rank of this block in its
+// cluster, the cluster's block count (1 when launched without clusters), a barrier of every
+// thread of every block of the cluster that orders shared-memory writes before it with reads
+// after it, and 16-byte reads of another block's shared memory.
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ uint32_t cluster_size() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile(
+      "barrier.cluster.arrive.release.aligned;\n"
+      "barrier.cluster.wait.acquire.aligned;\n" ::
+          : "memory");
+}
+// The address of `local` (a shared::cta address) in the shared memory of cluster block `rank`.
+__device__ __forceinline__ uint32_t map_rank(uint32_t local, uint32_t rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(local), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ int4 ld_cluster_s32x4(uint32_t addr) {
+  int4 v;
+  asm volatile("ld.shared::cluster.v4.s32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+#endif
 
 // Division by a run-time constant with a multiply and a shift (0 <= n < 2^31), for the index
 // decompositions of the gathers (k -> channel, tap, ...), which would otherwise cost ~20

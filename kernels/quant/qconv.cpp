@@ -59,32 +59,91 @@ void qconv_pack_igemm_weights(const QConvShape& s, const int8_t* w, int8_t* pack
   for (int64_t o = 0; o < s.oc; ++o) std::copy(w + o * k, w + (o + 1) * k, packed + o * kp);
 }
 
+int qconv_igemm_pick_splits(const QConvShape& s, int sm_count) {
+  const int64_t npp = int64_t(s.n) * s.ph() * s.pw();
+  const int64_t ppb = kQIgemmTileM / (s.pool_kh * s.pool_kw);
+  const int64_t tiles = (npp + ppb - 1) / ppb * ((s.ocp + kQIgemmTileN - 1) / kQIgemmTileN);
+  const int64_t ktiles = (int64_t(s.kh) * s.kw * s.cgp + kQIgemmTileK - 1) / kQIgemmTileK;
+  const int64_t resident = 2 * int64_t(sm_count);  // __launch_bounds__(256, 2)
+  int splits = 1;
+  while (splits * 2 <= kQIgemmMaxSplits && tiles * splits * 2 <= resident &&
+         ktiles / (splits * 2) >= kQIgemmMinKTilesPerSplit)
+    splits *= 2;
+  return splits;
+}
+
+bool qconv_is_linear(const QConvShape& s) {
+  return s.groups == 1 && s.kh == s.h && s.kw == s.w && s.pad_h == 0 && s.pad_w == 0 &&
+         s.dil_h == 1 && s.dil_w == 1 && s.pool_kh == 1 && s.pool_kw == 1 && s.pool_ph == 0 &&
+         s.pool_pw == 0 && s.cp == s.cgp;
+}
+
+const char* qconv_kernel_name(QConvKernel k) {
+  switch (k) {
+    case QConvKernel::Auto:
+      return "auto";
+    case QConvKernel::Direct:
+      return "direct dp4a";
+    case QConvKernel::TensorCores:
+      return "tensor cores";
+    case QConvKernel::LinearDp4a:
+      return "linear dp4a";
+  }
+  return "?";
+}
+
+QConvKernel qconv_pick_kernel(const QConvShape& s, bool have_igemm_weights) {
+  if (!have_igemm_weights) return QConvKernel::Direct;
+  if (qconv_is_linear(s) && (s.oc <= kQLinearDp4aMaxCols || s.n <= kQLinearDp4aMaxRows))
+    return QConvKernel::LinearDp4a;
+  return QConvKernel::TensorCores;
+}
+
+QConvKernel qconv_resolve_kernel(const QConvShape& s, const QConvPath& path) {
+  const QConvKernel k = path.kernel == QConvKernel::Auto
+                            ? qconv_pick_kernel(s, path.w_igemm != nullptr)
+                            : path.kernel;
+  CNN_CHECK(k != QConvKernel::TensorCores || path.w_igemm,
+            "qconv: the tensor-core kernel needs the repacked weights, got none");
+  CNN_CHECK(!path.w_igemm || qconv_igemm_supported(s),
+            "qconv: repacked weights given for a shape the tensor-core path does not take");
+  CNN_CHECK(k != QConvKernel::LinearDp4a || qconv_is_linear(s),
+            "qconv: the linear dp4a kernel takes a linear layer (kernel = the {}x{} input, no "
+            "padding, pool or groups, channel stride {} = the weights' {}), got kernel {}x{}",
+            s.h, s.w, s.cp, s.cgp, s.kh, s.kw);
+  CNN_CHECK(path.splits == 0 || path.splits == 1 || path.splits == 2 || path.splits == 4 ||
+                path.splits == 8,
+            "qconv: splits={} (expected 0 for the rule, 1, 2, 4 or 8)", path.splits);
+  return k;
+}
+
 void qconv_forward(const QConvShape& s, const int8_t* x, const int8_t* w, const QEpilogue& ep,
-                   int8_t* y, const Exec& ex, const int8_t* w_igemm) {
+                   int8_t* y, const Exec& ex, const QConvPath& path) {
   check_qconv_shape(s);
   CNN_CHECK(x && w && y && ep.mult && ep.add, "qconv_forward: null pointer");
-  CNN_CHECK(!w_igemm || qconv_igemm_supported(s),
-            "qconv_forward: repacked weights given for a shape the tensor-core path does not take");
+  const QConvKernel k = qconv_resolve_kernel(s, path);
   if (ex.device == Device::CPU) return qconv_forward_cpu(s, x, w, ep, y);
   CNN_CUDA_BRANCH("qconv_forward", {
-    if (w_igemm)
-      qconv_igemm_forward_cuda(s, x, w_igemm, ep, y, ex.stream);
+    if (k == QConvKernel::TensorCores)
+      qconv_igemm_forward_cuda(s, x, path.w_igemm, ep, y, path.splits, ex.stream);
+    else if (k == QConvKernel::LinearDp4a)
+      qconv_linear_forward_cuda(s, x, w, ep, y, ex.stream);
     else
       qconv_forward_cuda(s, x, w, ep, y, ex.stream);
   });
 }
 
 void qconv_forward_float(const QConvShape& s, const int8_t* x, const int8_t* w, const QEpilogue& ep,
-                         float* y, const Exec& ex, const int8_t* w_igemm) {
+                         float* y, const Exec& ex, const QConvPath& path) {
   check_qconv_shape(s);
   CNN_CHECK(x && w && y && ep.mult && ep.add, "qconv_forward_float: null pointer");
-  CNN_CHECK(!w_igemm || qconv_igemm_supported(s),
-            "qconv_forward_float: repacked weights given for a shape the tensor-core path does "
-            "not take");
+  const QConvKernel k = qconv_resolve_kernel(s, path);
   if (ex.device == Device::CPU) return qconv_forward_float_cpu(s, x, w, ep, y);
   CNN_CUDA_BRANCH("qconv_forward_float", {
-    if (w_igemm)
-      qconv_igemm_forward_float_cuda(s, x, w_igemm, ep, y, ex.stream);
+    if (k == QConvKernel::TensorCores)
+      qconv_igemm_forward_float_cuda(s, x, path.w_igemm, ep, y, path.splits, ex.stream);
+    else if (k == QConvKernel::LinearDp4a)
+      qconv_linear_forward_float_cuda(s, x, w, ep, y, ex.stream);
     else
       qconv_forward_float_cuda(s, x, w, ep, y, ex.stream);
   });

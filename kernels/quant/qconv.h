@@ -68,14 +68,61 @@ int64_t qconv_igemm_weight_size(const QConvShape& s);  // bytes of the repacked 
 // w (OC, KH, KW, CGP) -> packed (OCT, KP), host memory both.
 void qconv_pack_igemm_weights(const QConvShape& s, const int8_t* w, int8_t* packed);
 
-// y_q int8 output (requantized). w_igemm: the repacked weights on the op's device, or null; a
-// CUDA call with them runs the tensor-core kernel (the shape must be qconv_igemm_supported),
-// without them the direct dp4a kernel. The CPU twin reads w alone. Both give the same bits.
+// Split-K of the tensor-core kernel: when a shape has fewer tiles than the device runs at once
+// (a linear layer at batch 256: 2 x 16 tiles on 132 SMs), the k-tiles of each tile are split
+// over a thread-block cluster of `splits` blocks (sm_90), which sum their int32 partial tiles
+// through distributed shared memory before the one epilogue: the sum is exact, so the bits do
+// not depend on the split. The rule: double the splits (up to kQIgemmMaxSplits) while the
+// doubled grid still fits in one wave of two blocks an SM and each split keeps at least
+// kQIgemmMinKTilesPerSplit k-tiles. On GPUs without clusters (before sm_90): 1.
+constexpr int kQIgemmMaxSplits = 8, kQIgemmMinKTilesPerSplit = 4;
+int qconv_igemm_pick_splits(const QConvShape& s, int sm_count);
+
+// A linear layer in qconv form: one output per image, the kernel the whole input (no padding,
+// pool or groups, the activations' channel stride that of the weights). Then x is (N, K) and w
+// (OC, K) with K = H * W * CP, and y (N, stride) a plain GEMM's.
+bool qconv_is_linear(const QConvShape& s);
+
+// The CUDA kernels of a qconv call:
+//   Direct       qconv.cu: one thread an output, dp4a; every shape
+//   TensorCores  qconv_igemm.cu: mma.sync implicit GEMM (+ split-K); qconv_igemm_supported
+//   LinearDp4a   qconv_linear.cu: a block of 4 warps a few rows x a few columns of a linear
+//                layer, dp4a over K, a shuffle reduction; qconv_is_linear
+//   Auto         qconv_pick_kernel's choice
+enum class QConvKernel { Auto, Direct, TensorCores, LinearDp4a };
+const char* qconv_kernel_name(QConvKernel k);
+// The rule (called with the batch of the call): without repacked weights Direct (the caller asked
+// for the direct kernel); a linear layer of at most kQLinearDp4aMaxCols columns (a classifier:
+// a 64-wide tile would compute mostly zeros) or at most kQLinearDp4aMaxRows rows (small batches:
+// a 128-row tile mostly empty, the layer bound by reading its weights once) LinearDp4a; else
+// TensorCores.
+constexpr int kQLinearDp4aMaxCols = 16, kQLinearDp4aMaxRows = 8;
+QConvKernel qconv_pick_kernel(const QConvShape& s, bool have_igemm_weights);
+
+// What a CUDA call may run besides the direct kernel. Implicit from the repacked weights alone,
+// so a call names the tensor-core path by passing them.
+struct QConvPath {
+  const int8_t* w_igemm = nullptr;  // the repacked weights on the op's device, or null
+  QConvKernel kernel = QConvKernel::Auto;
+  int splits = 0;  // TensorCores: 1, 2, 4 or 8 k-splits; 0: qconv_igemm_pick_splits
+  QConvPath() = default;
+  QConvPath(const int8_t* w) : w_igemm(w) {}  // NOLINT(google-explicit-constructor)
+  QConvPath(const int8_t* w, QConvKernel k, int sp = 0) : w_igemm(w), kernel(k), splits(sp) {}
+};
+// The kernel a CUDA call with this path runs (throws naming what does not fit: TensorCores
+// without repacked weights or for a shape it does not take, LinearDp4a for a shape that is not
+// linear).
+QConvKernel qconv_resolve_kernel(const QConvShape& s, const QConvPath& path);
+
+// y_q int8 output (requantized). path.w_igemm: the repacked weights on the op's device, or null;
+// a CUDA call with them runs qconv_pick_kernel's choice (the shape must be
+// qconv_igemm_supported), without them the direct dp4a kernel. The CPU twin reads w alone. All
+// give the same bits.
 void qconv_forward(const QConvShape& s, const int8_t* x, const int8_t* w, const QEpilogue& ep,
-                   int8_t* y, const Exec& ex, const int8_t* w_igemm = nullptr);
+                   int8_t* y, const Exec& ex, const QConvPath& path = {});
 // y float output (dequantized, e.g. logits).
 void qconv_forward_float(const QConvShape& s, const int8_t* x, const int8_t* w, const QEpilogue& ep,
-                         float* y, const Exec& ex, const int8_t* w_igemm = nullptr);
+                         float* y, const Exec& ex, const QConvPath& path = {});
 
 // CPU twins: plain loops.
 void qconv_forward_cpu(const QConvShape& s, const int8_t* x, const int8_t* w, const QEpilogue& ep,

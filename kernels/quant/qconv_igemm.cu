@@ -13,6 +13,10 @@
 // rounding the CPU twin reproduces (__int2float_rn, __fmaf_rn, __float2int_rn): the per-output
 // values go through shared memory, then each output takes the max over its window's rows in the
 // CPU twin's order.
+// Split-K (qconv.h): launched in clusters of (1, 1, splits), block z of a cluster runs k-tiles
+// [z T / splits, (z + 1) T / splits) of the T, writes its int32 partial tile to its own shared
+// memory, and after a cluster barrier sums, for a band of the tile's pooled positions, every
+// block's partials in rank order through distributed shared memory before the same epilogue.
 #include <cuda_runtime.h>
 
 #include <cfloat>
@@ -31,7 +35,12 @@ constexpr int kStages = 3, kThreads = 256;
 constexpr int kStageA = kBM * kBK, kStageB = kBN * kBK;  // bytes
 constexpr int kSmemPipe = kStages * (kStageA + kStageB);
 constexpr int kSmemEpilogue = kBM * kBN * 4;  // float values at most
-constexpr int kSmem = kSmemPipe > kSmemEpilogue ? kSmemPipe : kSmemEpilogue;
+// The int32 partial tile of a split: rows padded by 8 words, so that the accumulator stores of
+// a warp (8 rows x 4 column pairs) fill two wavefronts instead of eight.
+constexpr int kSplitLd = kBN + 8;
+constexpr int kSmemSplit = kBM * kSplitLd * 4;
+constexpr int kSmemMax = kSmemPipe > kSmemEpilogue ? kSmemPipe : kSmemEpilogue;
+constexpr int kSmem = kSmemMax > kSmemSplit ? kSmemMax : kSmemSplit;
 static_assert(kBK == 64 && kBN == 64 && kBM == 128, "the thread mappings below assume these");
 
 struct Dims {
@@ -113,13 +122,14 @@ __device__ __forceinline__ bool decode_row(const QConvShape& s, const Dims& d, i
 }
 
 // Thread mapping: block (bx, by) computes the outputs of pooled positions [bx * ppb, +ppb) and
-// channels [by * 64, +64); warp w owns GEMM rows 32 (w / 2) .. +31 and columns 32 (w % 2) .. +31
-// of the block tile (2 x 4 mma tiles); in the epilogue, thread i writes the outputs
-// (position, channel) = divmod(i + 256 j, 64) of the block, the channel fastest.
-// Loads: A (the im2col gather) by 4-byte words, thread i owning word i % 16 of rows i / 16 + 16 j
-// (kVec16: 16-byte chunk i % 4 of rows i / 4 + 64 j); B by one 16-byte chunk per thread.
-// Two blocks an SM: at most 128 registers a thread, which ptxas reaches without spilling (left
-// free, it chose 64 and spilled in the 16-byte variant).
+// channels [by * 64, +64) (with split-K, block z of the cluster its k-tiles of them, and in the
+// epilogue thread i the 4 channels 4 (i % 16) of the band's positions i / 16 + 16 j); warp w owns
+// GEMM rows 32 (w / 2) .. +31 and columns 32 (w % 2) .. +31 of the block tile (2 x 4 mma tiles); in
+// the epilogue, thread i writes the outputs (position, channel) = divmod(i + 256 j, 64) of the
+// block, the channel fastest. Loads: A (the im2col gather) by 4-byte words, thread i owning word i
+// % 16 of rows i / 16 + 16 j (kVec16: 16-byte chunk i % 4 of rows i / 4 + 64 j); B by one 16-byte
+// chunk per thread. Two blocks an SM: at most 128 registers a thread, which ptxas reaches without
+// spilling (left free, it chose 64 and spilled in the 16-byte variant).
 template <class T, bool kVec16>
 __global__ void __launch_bounds__(kThreads, 2)
     qconv_igemm(QConvShape s, Dims d, const int8_t* __restrict__ d_x,
@@ -133,6 +143,13 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int g = lane >> 2, tg = lane & 3;
   const int pp0 = blockIdx.x * d.ppb;
   const int n0 = blockIdx.y * kBN;
+#if __CUDA_ARCH__ >= 900
+  const int rank = int(ptx::cluster_rank()), nsplit = int(ptx::cluster_size());
+#else
+  constexpr int rank = 0, nsplit = 1;
+#endif
+  const int kt_begin = int(int64_t(d.kp / kBK) * rank / nsplit);
+  const int kt_end = int(int64_t(d.kp / kBK) * (rank + 1) / nsplit);
 
   constexpr int kRows = kVec16 ? kBM * 4 / kThreads : kBM * 16 / kThreads;  // 2 or 8
   constexpr int kRowStep = kThreads / (kVec16 ? 4 : 16);
@@ -184,10 +201,10 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0;
 
-  const int kt_count = d.kp / kBK;
+  const int kt_count = kt_end - kt_begin;
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
-    if (st < kt_count) load_stage(st, st * kBK);
+    if (st < kt_count) load_stage(st, (kt_begin + st) * kBK);
     ptx::cp_async_commit();
   }
   const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
@@ -195,7 +212,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     ptx::cp_async_wait<kStages - 2>();
     __syncthreads();  // stage kt landed for all; stage kt - 1 is no longer read
     const int next = kt + kStages - 1;
-    if (next < kt_count) load_stage(next % kStages, next * kBK);
+    if (next < kt_count) load_stage(next % kStages, (kt_begin + next) * kBK);
     ptx::cp_async_commit();
     const uint8_t* const a = sa + (kt % kStages) * kStageA;
     const uint8_t* const b = sb + (kt % kStages) * kStageB;
@@ -224,6 +241,66 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   ptx::cp_async_wait<0>();
   __syncthreads();  // the pipeline's buffers become the epilogue's
+
+#if __CUDA_ARCH__ >= 900
+  if (nsplit > 1) {
+    int32_t* const part = reinterpret_cast<int32_t*>(smem);  // (kBM, kSplitLd)
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int v2 = 0; v2 < 2; ++v2) {
+          const int row = wm + i * 16 + g + v2 * 8, cl = wn + j * 8 + tg * 2;
+          *reinterpret_cast<int2*>(part + row * kSplitLd + cl) =
+              make_int2(acc[i][j][v2 * 2], acc[i][j][v2 * 2 + 1]);
+        }
+    ptx::cluster_sync();  // every block's partial tile is complete
+    // This block's band of pooled positions; a thread owns 4 channels of one position.
+    const int p_lo = d.ppb * rank / nsplit, p_hi = d.ppb * (rank + 1) / nsplit;
+    for (int idx = tid; idx < (p_hi - p_lo) * (kBN / 4); idx += kThreads) {
+      const int p = p_lo + idx / (kBN / 4), c4 = (idx % (kBN / 4)) * 4;
+      const int pp = pp0 + p, o0 = n0 + c4;
+      if (pp >= d.npp || o0 >= out_stride) continue;
+      float m[4], ad[4];
+      T best[4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const bool live = o0 + c < s.oc;
+        m[c] = live ? __ldg(d_mult + o0 + c) : 0.f, ad[c] = live ? __ldg(d_add + o0 + c) : 0.f;
+        best[c] = lowest<T>();
+      }
+      for (int wi = 0; wi < d.win; ++wi) {
+        const int row = p * d.win + wi;
+        if (!row_ok[row]) continue;
+        const uint32_t local = ptx::smem_u32(part + row * kSplitLd + c4);
+        int4 sum = ptx::ld_cluster_s32x4(ptx::map_rank(local, 0));
+        for (int q = 1; q < nsplit; ++q) {
+          const int4 v = ptx::ld_cluster_s32x4(ptx::map_rank(local, uint32_t(q)));
+          sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+        }
+        const int32_t sums[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          float v = __fmaf_rn(__int2float_rn(sums[c]), m[c], ad[c]);
+          if (relu) v = v > 0.f ? v : 0.f;
+          T t;
+          if constexpr (sizeof(T) == 1)
+            t = requantize(v);
+          else
+            t = v;
+          best[c] = t > best[c] ? t : best[c];
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        if (o0 + c < out_stride)
+          d_y[int64_t(pp) * out_stride + o0 + c] = o0 + c < s.oc ? best[c] : T(0);
+    }
+    ptx::cluster_sync();  // no block leaves while another still reads its partial tile
+    return;
+  }
+#endif
 
   T* const e = reinterpret_cast<T*>(smem);  // (kBM, kBN) epilogue values
 #pragma unroll
@@ -266,9 +343,27 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
+int sm_count() {
+  int dev = 0, sms = 0;
+  CNN_CUDA_CHECK(cudaGetDevice(&dev));
+  CNN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
+}
+
+// Thread-block clusters: a device of compute capability 9.0 or later, and a kernel compiled for
+// one (the cluster code of the kernel exists from sm_90 on).
+bool clusters_available() {
+  int dev = 0, major = 0;
+  CNN_CUDA_CHECK(cudaGetDevice(&dev));
+  CNN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  cudaFuncAttributes fa{};
+  CNN_CUDA_CHECK(cudaFuncGetAttributes(&fa, qconv_igemm<int8_t, true>));
+  return major >= 9 && fa.ptxVersion >= 90;
+}
+
 template <class T>
 void launch(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, const QEpilogue& ep,
-            int out_stride, T* d_y, cudaStream_t stream) {
+            int out_stride, T* d_y, int splits, cudaStream_t stream) {
   Dims d;
   d.oh = s.oh(), d.ow = s.ow(), d.ph = s.ph(), d.pw = s.pw();
   d.npp = s.n * d.ph * d.pw;
@@ -279,29 +374,48 @@ void launch(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, const QEp
   d.div_win = ptx::FastDiv(d.win), d.div_pkw = ptx::FastDiv(s.pool_kw);
   d.div_pw = ptx::FastDiv(d.pw), d.div_ph = ptx::FastDiv(d.ph);
   d.div_cgp = ptx::FastDiv(s.cgp), d.div_kw = ptx::FastDiv(s.kw);
-  const dim3 grid(unsigned(ceil_div(d.npp, d.ppb)), unsigned(ceil_div(out_stride, kBN)));
   const bool vec16 =
       s.cgp % 16 == 0 && s.cp % 16 == 0 && reinterpret_cast<uintptr_t>(d_x) % 16 == 0;
-  if (vec16)
-    qconv_igemm<T, true>
-        <<<grid, kThreads, 0, stream>>>(s, d, d_x, d_w, ep.mult, ep.add, ep.relu, out_stride, d_y);
-  else
-    qconv_igemm<T, false>
-        <<<grid, kThreads, 0, stream>>>(s, d, d_x, d_w, ep.mult, ep.add, ep.relu, out_stride, d_y);
-  CNN_CUDA_CHECK(cudaGetLastError());
+  const auto kernel = vec16 ? qconv_igemm<T, true> : qconv_igemm<T, false>;
+  if (!clusters_available()) splits = 1;
+  if (splits == 0) splits = qconv_igemm_pick_splits(s, sm_count());
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr[1];
+  cfg.gridDim = dim3(unsigned(ceil_div(d.npp, d.ppb)), unsigned(ceil_div(out_stride, kBN)), 1);
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 0;
+  // A cluster needs `splits` block slots in one GPC; where the device cannot place one (another
+  // kernel's blocks, a partitioned GPU), fewer splits, halved until it can.
+  while (splits > 1) {
+    cfg.gridDim.z = unsigned(splits);
+    cfg.numAttrs = 1;
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1, attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = unsigned(splits);
+    int clusters = 0;
+    CNN_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+    if (clusters > 0) break;
+    splits /= 2;
+  }
+  if (splits == 1) cfg.gridDim.z = 1, cfg.numAttrs = 0;
+  CNN_CUDA_CHECK(
+      cudaLaunchKernelEx(&cfg, kernel, s, d, d_x, d_w, ep.mult, ep.add, ep.relu, out_stride, d_y));
+  CNN_LAUNCH_CHECK("qconv_igemm");
 }
 
 }  // namespace
 
 void qconv_igemm_forward_cuda(const QConvShape& s, const int8_t* d_x, const int8_t* d_w_packed,
-                              const QEpilogue& ep, int8_t* d_y, cudaStream_t stream) {
-  launch<int8_t>(s, d_x, d_w_packed, ep, s.ocp, d_y, stream);
+                              const QEpilogue& ep, int8_t* d_y, int splits, cudaStream_t stream) {
+  launch<int8_t>(s, d_x, d_w_packed, ep, s.ocp, d_y, splits, stream);
 }
 
 void qconv_igemm_forward_float_cuda(const QConvShape& s, const int8_t* d_x,
                                     const int8_t* d_w_packed, const QEpilogue& ep, float* d_y,
-                                    cudaStream_t stream) {
-  launch<float>(s, d_x, d_w_packed, ep, s.oc, d_y, stream);
+                                    int splits, cudaStream_t stream) {
+  launch<float>(s, d_x, d_w_packed, ep, s.oc, d_y, splits, stream);
 }
 
 }  // namespace cnn

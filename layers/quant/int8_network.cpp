@@ -249,6 +249,14 @@ const float* Int8Network::forward(int n, const float* x) {
   return logits_.data();
 }
 
+QConvKernel Int8Network::stage_kernel(size_t i, int n) const {
+  const Stage& st = stages_.at(i);
+  CNN_CHECK(!st.is_add && !st.is_avgpool, "int8: stage {} is not a conv/linear layer", i);
+  QConvShape s = st.shape;
+  s.n = n;
+  return qconv_pick_kernel(s, !st.w_igemm.empty());
+}
+
 std::vector<int8_t> Int8Network::stage_output_to_host(size_t i, int n) const {
   const QConvShape& s = stages_.at(i).shape;
   CNN_CHECK(!stages_[i].y.empty(), "int8: stage {} writes float logits, not int8", i);

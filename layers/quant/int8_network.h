@@ -36,8 +36,12 @@ class Int8Network {
   const QConvShape& stage_shape(size_t i) const { return stages_[i].shape; }
   bool stage_is_add(size_t i) const { return stages_.at(i).is_add; }
   bool stage_is_avgpool(size_t i) const { return stages_.at(i).is_avgpool; }
-  // Whether stage i runs on the tensor-core kernel (else the direct one, or the CPU twin).
+  // Whether stage i was given the tensor-core path (its repacked weights), on which a CUDA forward
+  // runs qconv_pick_kernel's choice: the tensor-core kernel, or for a linear layer with few rows
+  // or columns the linear dp4a one (else the direct kernel, or the CPU twin).
   bool stage_uses_tensor_cores(size_t i) const { return !stages_.at(i).w_igemm.empty(); }
+  // The kernel a CUDA forward of n images runs for conv/linear stage i.
+  QConvKernel stage_kernel(size_t i, int n) const;
 
  private:
   struct Stage {

@@ -1,0 +1,177 @@
+// Int8 linear layers on CUDA cores, for the shapes whose tensor-core tile would be mostly empty:
+// few columns (a classifier: N <= 16 of a 64-wide tile) or few rows (batch <= 8 of a 128-row
+// tile, where the layer is bound by reading its weights once). The layer is the GEMM
+// y = x (M, K) . w (N, K)^T of qconv_is_linear (x's row the image's H * W * CP bytes, w's row
+// the output channel's KH * KW * CGP, the same order). A block of four warps owns kRows rows x
+// kCols columns of y; its threads stride over K in 16-byte chunks (4-byte ones where K or a
+// pointer is not 16-byte aligned), each chunk of each row and column loaded once and multiplied
+// with __dp4a into kRows * kCols int32 sums, which shuffles add across a warp and shared memory
+// across the warps (integers: exact in any order). Then the epilogue of qconv.h, with the
+// intrinsics whose rounding the CPU twin reproduces (__int2float_rn, __fmaf_rn, __float2int_rn).
+//   few columns: kRows 1, kCols 16; consecutive blocks take consecutive rows and share w in L1
+//   few rows:    kRows 8, kCols 1; consecutive blocks take consecutive columns, w read once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/quant/qconv_cuda.h"
+#include "runtime/cuda_check.h"
+#include "runtime/math_util.h"
+
+namespace cnn {
+namespace {
+
+constexpr int kWarps = 4, kThreads = kWarps * 32;
+
+__device__ __forceinline__ int8_t requantize(float v) {
+  v = fminf(fmaxf(v, -127.f), 127.f);
+  return static_cast<int8_t>(__float2int_rn(v));
+}
+
+__device__ __forceinline__ int32_t dot(int a, int b, int32_t acc) {
+  return __dp4a(a, b, acc);
+}
+__device__ __forceinline__ int32_t dot(int4 a, int4 b, int32_t acc) {
+  acc = __dp4a(a.x, b.x, acc);
+  acc = __dp4a(a.y, b.y, acc);
+  acc = __dp4a(a.z, b.z, acc);
+  return __dp4a(a.w, b.w, acc);
+}
+
+template <class V>
+__device__ __forceinline__ V zero();
+template <>
+__device__ __forceinline__ int zero<int>() {
+  return 0;
+}
+template <>
+__device__ __forceinline__ int4 zero<int4>() {
+  return make_int4(0, 0, 0, 0);
+}
+
+struct LinearDims {
+  int m, n;        // rows (images) and columns (output channels)
+  int chunks;      // K / sizeof(V)
+  int col_groups;  // ceil(n / kCols)
+  int out_stride;  // y's row stride: OCP (int8) or OC (float)
+};
+
+// Thread mapping: block b owns rows [kRows (b / col_groups), +kRows) and columns
+// [kCols (b % col_groups), +kCols) of y; thread t sums chunks t, t + 128, ... of K for all of
+// them; after the reduction, thread t < kRows * kCols writes the output (row t / kCols, column
+// t % kCols), and the writer of column OC - 1 of an int8 output also zeroes the row's padding
+// channels OC..OCP-1.
+template <class T, class V, int kRows, int kCols>
+__global__ void __launch_bounds__(kThreads)
+    qconv_linear_dp4a(LinearDims d, const int8_t* __restrict__ d_x, const int8_t* __restrict__ d_w,
+                      const float* __restrict__ d_mult, const float* __restrict__ d_add, bool relu,
+                      T* __restrict__ d_y) {
+  static_assert(kRows * kCols <= 32, "one lane a (row, column) in the epilogue");
+  __shared__ int32_t red[kWarps][32];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int m0 = int(blockIdx.x / unsigned(d.col_groups)) * kRows;
+  const int o0 = int(blockIdx.x % unsigned(d.col_groups)) * kCols;
+  const int rows = min(kRows, d.m - m0), cols = min(kCols, d.n - o0);
+  const V* const xr = reinterpret_cast<const V*>(d_x) + int64_t(m0) * d.chunks;
+  const V* const wr = reinterpret_cast<const V*>(d_w) + int64_t(o0) * d.chunks;
+  // The epilogue's lane and its scale and offset, loaded now so that their latency hides behind
+  // the reduction's.
+  const int er = lane / kCols, ej = lane % kCols;
+  const bool writer = warp == 0 && lane < kRows * kCols && er < rows && ej < cols;
+  const int o = o0 + ej;
+  const float mult = writer ? __ldg(d_mult + o) : 0.f, add = writer ? __ldg(d_add + o) : 0.f;
+
+  int32_t acc[kRows][kCols];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) acc[r][j] = 0;
+  for (int c = tid; c < d.chunks; c += kThreads) {
+    V xv[kRows], wv[kCols];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+      xv[r] = r < rows ? __ldg(xr + int64_t(r) * d.chunks + c) : zero<V>();
+#pragma unroll
+    for (int j = 0; j < kCols; ++j)
+      wv[j] = j < cols ? __ldg(wr + int64_t(j) * d.chunks + c) : zero<V>();
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) acc[r][j] = dot(xv[r], wv[j], acc[r][j]);
+  }
+
+  // Lane r * kCols + j of each warp ends with the warp's sum of (r, j).
+  int32_t mine = 0;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) {
+      if (r >= rows || j >= cols) continue;  // uniform over the block
+      int32_t v = acc[r][j];
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+      if (lane == r * kCols + j) mine = v;
+    }
+  red[warp][lane] = mine;
+  __syncthreads();
+  if (!writer) return;
+  int32_t sum = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) sum += red[w][lane];
+  float v = __fmaf_rn(__int2float_rn(sum), mult, add);
+  if (relu) v = v > 0.f ? v : 0.f;
+  T* const row = d_y + int64_t(m0 + er) * d.out_stride;
+  if constexpr (sizeof(T) == 1) {
+    row[o] = requantize(v);
+    if (o == d.n - 1)
+      for (int z = d.n; z < d.out_stride; ++z) row[z] = T(0);
+  } else {
+    row[o] = v;
+  }
+}
+
+template <class T, int kRows, int kCols>
+void launch_tile(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, const QEpilogue& ep,
+                 int out_stride, T* d_y, cudaStream_t stream) {
+  const int64_t k = int64_t(s.h) * s.w * s.cp;
+  const bool vec16 = k % 16 == 0 && reinterpret_cast<uintptr_t>(d_x) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(d_w) % 16 == 0;
+  LinearDims d;
+  d.m = s.n, d.n = s.oc, d.out_stride = out_stride;
+  d.col_groups = ceil_div(s.oc, kCols);
+  d.chunks = int(vec16 ? k / 16 : k / 4);
+  const int64_t blocks = ceil_div<int64_t>(s.n, kRows) * d.col_groups;
+  CNN_CHECK(blocks <= 0x7fffffff, "qconv linear: {} blocks exceed the grid limit", blocks);
+  if (vec16)
+    qconv_linear_dp4a<T, int4, kRows, kCols>
+        <<<unsigned(blocks), kThreads, 0, stream>>>(d, d_x, d_w, ep.mult, ep.add, ep.relu, d_y);
+  else
+    qconv_linear_dp4a<T, int, kRows, kCols>
+        <<<unsigned(blocks), kThreads, 0, stream>>>(d, d_x, d_w, ep.mult, ep.add, ep.relu, d_y);
+  CNN_LAUNCH_CHECK("qconv_linear_dp4a");
+}
+
+template <class T>
+void launch(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, const QEpilogue& ep,
+            int out_stride, T* d_y, cudaStream_t stream) {
+  // Few columns: a block a row, all columns (up to 16) at once; otherwise (few rows, or a shape
+  // the caller forced here) all rows of a group of 8 for one column.
+  if (s.oc <= kQLinearDp4aMaxCols)
+    launch_tile<T, 1, kQLinearDp4aMaxCols>(s, d_x, d_w, ep, out_stride, d_y, stream);
+  else
+    launch_tile<T, kQLinearDp4aMaxRows, 1>(s, d_x, d_w, ep, out_stride, d_y, stream);
+}
+
+}  // namespace
+
+void qconv_linear_forward_cuda(const QConvShape& s, const int8_t* d_x, const int8_t* d_w,
+                               const QEpilogue& ep, int8_t* d_y, cudaStream_t stream) {
+  launch<int8_t>(s, d_x, d_w, ep, s.ocp, d_y, stream);
+}
+
+void qconv_linear_forward_float_cuda(const QConvShape& s, const int8_t* d_x, const int8_t* d_w,
+                                     const QEpilogue& ep, float* d_y, cudaStream_t stream) {
+  launch<float>(s, d_x, d_w, ep, s.oc, d_y, stream);
+}
+
+}  // namespace cnn
