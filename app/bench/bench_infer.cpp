@@ -121,6 +121,8 @@ std::string format_infer_csv(const std::vector<InferRow>& rows) {
 
 #include "app/bench/bench_timer.h"
 #include "kernels/quant/qconv.h"
+#include "kernels/quant/qconv_few_channels.h"
+#include "kernels/quant/qconv_kernel_choice.h"
 #include "layers/fold_batchnorm.h"
 #include "layers/network.h"
 #include "layers/quant/int8_network.h"
@@ -217,26 +219,53 @@ std::vector<InferRow> bench_stages(const BenchContext& ctx, const Int8Network& q
     const std::string shape =
         fmt::format("{}x{}x{} -> {} k{}x{} s{}{}", s.c, s.h, s.w, s.oc, s.kh, s.kw, s.stride_h,
                     s.pool_kh * s.pool_kw > 1 ? fmt::format(" + pool {}", s.pool_kh) : "");
+    // Every kernel that takes the shape, the one the network runs among them; the first stage
+    // also with the input quantization fused when the network fuses it (it then reads floats).
+    const bool fused = i == 0 && q.fuses_input_quantization();
+    Buffer<float> xf;
+    if (fused) {
+      std::vector<float> hf(size_t(s.n) * s.c * s.h * s.w);
+      std::uniform_real_distribution<float> u(-1.f, 1.f);
+      for (auto& v : hf) v = u(rng);
+      xf = Buffer<float>(hf.size(), Device::CUDA);
+      xf.copy_from(hf.data(), Device::CPU, hf.size());
+    }
     InferRow direct;
-    for (bool tc : {false, true}) {
-      if (tc && packed.empty()) break;
-      const int8_t* wp = tc ? packed.data() : nullptr;
-      const std::string what =
-          fmt::format("int8 stage {} ({}) {}", i, shape, tc ? "tensor cores" : "direct dp4a");
+    for (int variant = 0; variant < 4; ++variant) {
+      const QConvKernel k = variant == 0   ? QConvKernel::Direct
+                            : variant == 1 ? QConvKernel::TensorCore
+                                           : QConvKernel::FewChannels;
+      const bool quantize = variant == 3;
+      if ((k == QConvKernel::TensorCore && packed.empty()) ||
+          (k == QConvKernel::FewChannels && !qconv_few_channels_supported(s)) ||
+          (quantize && !fused))
+        continue;
+      const int8_t* wp = k == QConvKernel::TensorCore ? packed.data() : nullptr;
+      const std::string name =
+          std::string(qconv_kernel_name(k)) + (quantize ? ", input quantization fused" : "");
+      const std::string what = fmt::format("int8 stage {} ({}) {}", i, shape, name);
       InferRow r = timed(ctx, what, batch, [&](int) {
-        if (last)
+        if (quantize)
+          qconv_few_channels_forward_quantize(s, xf.data(), q.input_inv_scale(), w.data(), ep,
+                                              y.data(), ex);
+        else if (k == QConvKernel::FewChannels && last)
+          qconv_few_channels_forward_float(s, x.data(), w.data(), ep, yf.data(), ex);
+        else if (k == QConvKernel::FewChannels)
+          qconv_few_channels_forward(s, x.data(), w.data(), ep, y.data(), ex);
+        else if (last)
           qconv_forward_float(s, x.data(), w.data(), ep, yf.data(), ex, wp);
         else
           qconv_forward(s, x.data(), w.data(), ep, y.data(), ex, wp);
       });
       const double tops = 2 * macs / (r.median_us * 1e-6) / 1e12;
       r.note = fmt::format("{:.1f} TOP/s", tops) + (r.note.empty() ? "" : "; " + r.note);
-      if (tc && direct.median_us > 0)
+      if (k != QConvKernel::Direct && direct.median_us > 0)
         r.note += fmt::format("; {:.2f}x the direct kernel", direct.median_us / r.median_us);
-      if (!tc) direct = r;
+      if (k == QConvKernel::Direct) direct = r;
+      if (k == q.stage_kernel(i) && quantize == fused) r.note += "; the network's kernel";
       if (!(best[i].median_us <= r.median_us)) {
         best[i] = r;
-        best[i].what = tc ? "tensor cores" : "direct dp4a";
+        best[i].what = name;
       }
       rows.push_back(r);
     }
