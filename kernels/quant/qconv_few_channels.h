@@ -24,7 +24,8 @@ namespace cnn {
 constexpr int kQFewMaxKernel = 11, kQFewMaxPoolW = 3;
 bool qconv_few_channels_supported(const QConvShape& s);
 
-// x int8 (N, H, W, CP) as qconv_forward; the CPU twin is qconv_forward_cpu.
+// x int8 (N, H, W, CP) as qconv_forward (x and an int8 y 4-byte aligned, as Buffers are); the
+// CPU twin is qconv_forward_cpu.
 void qconv_few_channels_forward(const QConvShape& s, const int8_t* x, const int8_t* w,
                                 const QEpilogue& ep, int8_t* y, const Exec& ex);
 void qconv_few_channels_forward_float(const QConvShape& s, const int8_t* x, const int8_t* w,
