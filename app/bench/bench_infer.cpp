@@ -121,6 +121,8 @@ std::string format_infer_csv(const std::vector<InferRow>& rows) {
 
 #include "app/bench/bench_timer.h"
 #include "kernels/quant/qconv.h"
+#include "kernels/quant/qconv_few_channels.h"
+#include "kernels/quant/qconv_kernel_choice.h"
 #include "layers/fold_batchnorm.h"
 #include "layers/network.h"
 #include "layers/quant/int8_network.h"

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/quant/qconv_few_channels.h"
 #include "kernels/quant/quantize.h"
 #include "runtime/error.h"
 
@@ -200,7 +201,8 @@ Int8Network::Int8Network(const QuantizedModel& m, int max_batch, const Exec& ex,
     }
     st.w = Buffer<int8_t>(w.size(), ex.device);
     st.w.copy_from(w.data(), Device::CPU, w.size());
-    if (tensor_cores && ex.device == Device::CUDA && qconv_igemm_supported(s)) {
+    if (ex.device == Device::CUDA) st.kernel = qconv_pick_kernel(s, tensor_cores);
+    if (st.kernel == QConvKernel::TensorCore) {
       std::vector<int8_t> packed(size_t(qconv_igemm_weight_size(s)));
       qconv_pack_igemm_weights(s, w.data(), packed.data());
       st.w_igemm = Buffer<int8_t>(packed.size(), ex.device);
@@ -214,6 +216,13 @@ Int8Network::Int8Network(const QuantizedModel& m, int max_batch, const Exec& ex,
     stages_.push_back(std::move(st));
   }
   logits_ = Buffer<float>(size_t(max_batch) * size_t(classes_), ex.device);
+  // Only the first stage may read the input (else x_q_ is still needed); its output is int8
+  // unless it is also the last.
+  fuse_input_quantization_ =
+      stages_[0].kernel == QConvKernel::FewChannels && stages_.size() > 1 &&
+      std::none_of(m.stages.begin() + 1, m.stages.end(), [](const QuantStage& q) {
+        return q.input == -1 || (q.add && q.shortcut == -1);
+      });
 }
 
 const float* Int8Network::forward(int n, const float* x) {
@@ -221,7 +230,7 @@ const float* Int8Network::forward(int n, const float* x) {
   QuantizeShape qs;
   qs.n = n, qs.c = int(input_chw_[0]), qs.h = int(input_chw_[1]), qs.w = int(input_chw_[2]);
   qs.cp = round_up4(qs.c);
-  quantize_nchw_to_nhwc(qs, x, input_inv_scale_, x_q_.data(), ex_);
+  if (!fuse_input_quantization_) quantize_nchw_to_nhwc(qs, x, input_inv_scale_, x_q_.data(), ex_);
   const auto output = [&](int j) -> const int8_t* {
     return j < 0 ? x_q_.data() : stages_[size_t(j)].y.data();
   };
@@ -241,7 +250,15 @@ const float* Int8Network::forward(int n, const float* x) {
     }
     const QEpilogue ep{st.mult.data(), st.add.data(), st.relu};
     const int8_t* w_igemm = st.w_igemm.empty() ? nullptr : st.w_igemm.data();
-    if (i + 1 == stages_.size())
+    const bool last = i + 1 == stages_.size();
+    if (i == 0 && fuse_input_quantization_)
+      qconv_few_channels_forward_quantize(s, x, input_inv_scale_, st.w.data(), ep, st.y.data(),
+                                          ex_);
+    else if (st.kernel == QConvKernel::FewChannels && last)
+      qconv_few_channels_forward_float(s, in, st.w.data(), ep, logits_.data(), ex_);
+    else if (st.kernel == QConvKernel::FewChannels)
+      qconv_few_channels_forward(s, in, st.w.data(), ep, st.y.data(), ex_);
+    else if (last)
       qconv_forward_float(s, in, st.w.data(), ep, logits_.data(), ex_, w_igemm);
     else
       qconv_forward(s, in, st.w.data(), ep, st.y.data(), ex_, w_igemm);

@@ -10,6 +10,7 @@
 #include "kernels/quant/qadd.h"
 #include "kernels/quant/qavgpool.h"
 #include "kernels/quant/qconv.h"
+#include "kernels/quant/qconv_kernel_choice.h"
 #include "layers/quant/quant_model.h"
 #include "runtime/exec.h"
 #include "runtime/memory.h"
@@ -20,8 +21,9 @@ class Int8Network {
  public:
   // Throws naming the stage when the model is inconsistent (weight/scale sizes, shapes that do not
   // chain, scales that are not finite and > 0).
-  // tensor_cores: run every stage that qconv_igemm_supported takes on the tensor-core kernel
-  // (CUDA); false keeps them all on the direct kernel (for comparisons and bisecting).
+  // tensor_cores: on CUDA, each conv/linear stage runs the kernel qconv_pick_kernel picks (the
+  // few-channel or the tensor-core kernel where they take the shape); false keeps them all on the
+  // direct kernel (for comparisons and bisecting).
   Int8Network(const QuantizedModel& model, int max_batch, const Exec& ex, bool tensor_cores = true);
 
   // Logits (n, classes) on the network's device for x (n, C, H, W) normalized floats there.
@@ -42,6 +44,12 @@ class Int8Network {
   bool stage_uses_tensor_cores(size_t i) const { return !stages_.at(i).w_igemm.empty(); }
   // The kernel a CUDA forward of n images runs for conv/linear stage i.
   QConvKernel stage_kernel(size_t i, int n) const;
+  // The CUDA kernel of conv/linear stage i (Direct on the CPU, where the twin runs).
+  QConvKernel stage_kernel(size_t i) const { return stages_.at(i).kernel; }
+  // Whether the first stage reads the float input itself (the few-channel kernel quantizing it
+  // while staging) instead of a separate quantization pass.
+  bool fuses_input_quantization() const { return fuse_input_quantization_; }
+  float input_inv_scale() const { return input_inv_scale_; }
 
  private:
   struct Stage {
@@ -52,6 +60,7 @@ class Int8Network {
     QAddScales scales;
     float avg_mult = 1.f;
     bool relu = false;
+    QConvKernel kernel = QConvKernel::Direct;
     Buffer<int8_t> w;        // (OC, KH, KW, CGP)
     Buffer<int8_t> w_igemm;  // (OCT, KP) for the tensor-core kernel; empty where it does not apply
     Buffer<float> mult, add;
@@ -61,6 +70,7 @@ class Int8Network {
   int max_batch_ = 0, classes_ = 0;
   Shape input_chw_;
   float input_inv_scale_ = 1.f;
+  bool fuse_input_quantization_ = false;
   Buffer<int8_t> x_q_;  // (N, H, W, CP)
   std::vector<Stage> stages_;
   Buffer<float> logits_;

@@ -1,0 +1,111 @@
+// Few-channel int8 convolution: tiling, support check and dispatch (CPU twin or CUDA).
+#include "kernels/quant/qconv_few_channels.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/quant/qconv_few_channels_cuda.h"
+#include "kernels/quant/quantize.h"
+#include "runtime/dispatch.h"
+#include "runtime/error.h"
+#include "runtime/math_util.h"
+
+namespace cnn {
+namespace {
+
+// About this many (pooled output, 8 channels) items per block: 256 threads with two each, and
+// for LeNet's conv1 (14x14 pooled, 32 channels) two blocks per image.
+constexpr int kItemsPerBlock = 512;
+
+void sizes_of_tile(const QConvShape& s, QFewTiling& t) {
+  const int conv_rows = (t.tph - 1) * s.pool_sh + s.pool_kh;
+  const int conv_cols = (t.tpw - 1) * s.pool_sw + s.pool_kw;
+  t.in_rows = (conv_rows - 1) * s.stride_h + s.kh;
+  t.in_words = (conv_cols - 1) * s.stride_w + (t.kww - 1) * t.taps_per_word + 1;
+  t.smem_bytes =
+      4 * (int64_t(s.kh) * t.kww * t.ocb + 2 * t.ocb + int64_t(t.in_rows) * int64_t(t.in_words));
+}
+
+}  // namespace
+
+QFewTiling qconv_few_channels_tiling(const QConvShape& s) {
+  QFewTiling t{};
+  t.oh = s.oh(), t.ow = s.ow(), t.ph = s.ph(), t.pw = s.pw();
+  t.taps_per_word = s.c == 1 ? 4 : 1;
+  t.kww = ceil_div(s.kw, t.taps_per_word);
+  t.ocb = std::min(64, (s.oc + 7) / 8 * 8);
+  t.chunks = ceil_div(s.oc, t.ocb);
+  t.tpw = std::min(t.pw, 16);
+  const int groups8 = t.ocb / 8;
+  t.tph = std::clamp(kItemsPerBlock / (t.tpw * groups8), 1, t.ph);
+  t.tph = ceil_div(t.ph, ceil_div(t.ph, t.tph));  // equal tiles
+  sizes_of_tile(s, t);
+  while (t.smem_bytes > kQFewMaxSmem && (t.tph > 1 || t.tpw > 1)) {
+    if (t.tph >= t.tpw)
+      t.tph = (t.tph + 1) / 2;
+    else
+      t.tpw = (t.tpw + 1) / 2;
+    sizes_of_tile(s, t);
+  }
+  t.tiles_h = ceil_div(t.ph, t.tph), t.tiles_w = ceil_div(t.pw, t.tpw);
+  return t;
+}
+
+bool qconv_few_channels_supported(const QConvShape& s) {
+  if (s.groups != 1 || s.c > 4 || s.dil_h != 1 || s.dil_w != 1 || s.kh > kQFewMaxKernel ||
+      s.kw > kQFewMaxKernel || s.pool_kw > kQFewMaxPoolW)
+    return false;
+  const QFewTiling t = qconv_few_channels_tiling(s);
+  // Blocks are indexed by (image, tile) in one 32-bit grid dimension.
+  return t.smem_bytes <= kQFewMaxSmem &&
+         int64_t(s.n) * t.tiles_h * t.tiles_w < (int64_t{1} << 31) && t.chunks <= 65535;
+}
+
+namespace {
+
+void check_call(const QConvShape& s, const void* x, const int8_t* w, const QEpilogue& ep,
+                const void* y, const char* op) {
+  check_qconv_shape(s);
+  CNN_CHECK(qconv_few_channels_supported(s),
+            "{}: the shape (c={} groups={} kernel {}x{} dilation {}x{} pool width {}) is not one "
+            "the few-channel kernel takes (groups 1, c <= 4, dilation 1, kernel <= {}, pool "
+            "width <= {})",
+            op, s.c, s.groups, s.kh, s.kw, s.dil_h, s.dil_w, s.pool_kw, kQFewMaxKernel,
+            kQFewMaxPoolW);
+  CNN_CHECK(x && w && y && ep.mult && ep.add, "{}: null pointer", op);
+}
+
+}  // namespace
+
+void qconv_few_channels_forward(const QConvShape& s, const int8_t* x, const int8_t* w,
+                                const QEpilogue& ep, int8_t* y, const Exec& ex) {
+  check_call(s, x, w, ep, y, "qconv_few_channels_forward");
+  if (ex.device == Device::CPU) return qconv_forward_cpu(s, x, w, ep, y);
+  CNN_CUDA_BRANCH("qconv_few_channels_forward",
+                  qconv_few_channels_forward_cuda(s, x, w, ep, y, ex.stream));
+}
+
+void qconv_few_channels_forward_float(const QConvShape& s, const int8_t* x, const int8_t* w,
+                                      const QEpilogue& ep, float* y, const Exec& ex) {
+  check_call(s, x, w, ep, y, "qconv_few_channels_forward_float");
+  if (ex.device == Device::CPU) return qconv_forward_float_cpu(s, x, w, ep, y);
+  CNN_CUDA_BRANCH("qconv_few_channels_forward_float",
+                  qconv_few_channels_forward_float_cuda(s, x, w, ep, y, ex.stream));
+}
+
+void qconv_few_channels_forward_quantize(const QConvShape& s, const float* x, float inv_scale,
+                                         const int8_t* w, const QEpilogue& ep, int8_t* y,
+                                         const Exec& ex) {
+  check_call(s, x, w, ep, y, "qconv_few_channels_forward_quantize");
+  if (ex.device == Device::CPU) {
+    QuantizeShape qs;
+    qs.n = s.n, qs.c = s.c, qs.h = s.h, qs.w = s.w, qs.cp = s.cp;
+    std::vector<int8_t> xq(size_t(s.n) * s.h * s.w * s.cp);
+    quantize_nchw_to_nhwc_cpu(qs, x, inv_scale, xq.data());
+    return qconv_forward_cpu(s, xq.data(), w, ep, y);
+  }
+  CNN_CUDA_BRANCH("qconv_few_channels_forward_quantize",
+                  qconv_few_channels_forward_quantize_cuda(s, x, inv_scale, w, ep, y, ex.stream));
+}
+
+}  // namespace cnn

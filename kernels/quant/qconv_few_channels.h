@@ -1,0 +1,39 @@
+#pragma once
+// Int8 convolution for inputs of few channels (C <= 4: the first layer of a grayscale or RGB
+// net), with the epilogue, layouts and integer contract of qconv.h, so its outputs equal the CPU
+// twin's (qconv_forward_cpu) bit for bit.
+//
+// Why a kernel of its own: with C = 1 the tensor-core kernel pads K = KH*KW*4 to its 64-wide k
+// step and the direct kernel spends one dp4a (4 products) per tap on 1 real channel. This one
+// stages the block's input tile and weights in shared memory as 4-byte words, a word holding the
+// 4 padded channels of one pixel (C = 2..4) or, for C = 1, 4 horizontally adjacent pixels, so one
+// dp4a covers 4 taps of a kernel row and a 5x5 kernel costs 10 dp4a per output instead of 25.
+//
+// The first layer can also read the network's float input (N, C, H, W) directly, quantizing it
+// while staging with exactly quantize.h's arithmetic (one IEEE multiply by inv_scale, clamp,
+// round half to even): the separate quantization pass and its int8 copy of the input disappear.
+#include <cstdint>
+
+#include "kernels/quant/qconv.h"
+#include "runtime/exec.h"
+
+namespace cnn {
+
+// groups == 1, C <= 4, dilation 1, kernels up to kQFewMaxKernel, a pool window at most
+// kQFewMaxPoolW wide, and the block's tiles within the shared memory budget.
+constexpr int kQFewMaxKernel = 11, kQFewMaxPoolW = 3;
+bool qconv_few_channels_supported(const QConvShape& s);
+
+// x int8 (N, H, W, CP) as qconv_forward (x and an int8 y 4-byte aligned, as Buffers are); the
+// CPU twin is qconv_forward_cpu.
+void qconv_few_channels_forward(const QConvShape& s, const int8_t* x, const int8_t* w,
+                                const QEpilogue& ep, int8_t* y, const Exec& ex);
+void qconv_few_channels_forward_float(const QConvShape& s, const int8_t* x, const int8_t* w,
+                                      const QEpilogue& ep, float* y, const Exec& ex);
+// x float (N, C, H, W), quantized as quantize_nchw_to_nhwc(x, inv_scale) would, then convolved.
+// The CPU twin runs those two steps.
+void qconv_few_channels_forward_quantize(const QConvShape& s, const float* x, float inv_scale,
+                                         const int8_t* w, const QEpilogue& ep, int8_t* y,
+                                         const Exec& ex);
+
+}  // namespace cnn
