@@ -10,7 +10,6 @@
 #include "kernels/quant/qavgpool.h"
 #include "kernels/quant/qconv.h"
 #include "kernels/quant/qconv_few_channels.h"
-#include "kernels/quant/qconv_kernel_choice.h"
 #include "kernels/quant/quantize.h"
 #include "layers/fold_batchnorm.h"
 #include "layers/network.h"
@@ -53,8 +52,9 @@ struct Forced {
   int splits = 0;
 };
 
-// The direct kernel always; the automatic choice with the repacked weights where the tensor-core
-// path takes the shape; then each of `forced`. All must agree with the CPU twin bit for bit.
+// The direct kernel always; the rule's choice (QConvKernel::Auto with the repacked weights: the
+// few-channel, linear dp4a or tensor-core kernel) where the tensor-core path takes the shape;
+// then each of `forced`. All must agree with the CPU twin bit for bit.
 void check_qconv(const QConvShape& s, uint64_t seed, bool relu,
                  const std::vector<Forced>& forced = {}) {
   SCOPED_TRACE(::testing::Message()
@@ -243,13 +243,15 @@ void check_few_channels(const QConvShape& s, uint64_t seed, bool relu) {
   Buffer<int8_t> d_x = upload(x), d_w = upload(w);
   Buffer<float> d_xf = upload(xf), d_mult = upload(mult), d_add = upload(add);
   const QEpilogue d_ep{d_mult.data(), d_add.data(), relu};
+  // Forced, though the rule picks it too: the kernel, not the rule, is under test here.
+  const QConvPath few(nullptr, QConvKernel::FewChannels);
   for (bool quantize : {false, true}) {
     Buffer<int8_t> d_y = upload(std::vector<int8_t>(ref.size(), int8_t(99)));  // poisoned
     if (quantize)
       qconv_few_channels_forward_quantize(s, d_xf.data(), inv_scale, d_w.data(), d_ep, d_y.data(),
                                           ex);
     else
-      qconv_few_channels_forward(s, d_x.data(), d_w.data(), d_ep, d_y.data(), ex);
+      qconv_forward(s, d_x.data(), d_w.data(), d_ep, d_y.data(), ex, few);
     const std::vector<int8_t> got = download(d_y);
     size_t bad = 0;
     for (size_t i = 0; i < ref.size(); ++i) bad += got[i] != ref[i];
@@ -258,7 +260,7 @@ void check_few_channels(const QConvShape& s, uint64_t seed, bool relu) {
   }
   Buffer<float> d_yf(ref_f.size(), Device::CUDA);
   test::poison_device(d_yf.data(), d_yf.size());
-  qconv_few_channels_forward_float(s, d_x.data(), d_w.data(), d_ep, d_yf.data(), ex);
+  qconv_forward_float(s, d_x.data(), d_w.data(), d_ep, d_yf.data(), ex, few);
   const std::vector<float> got_f = download(d_yf);
   size_t bad = 0;
   for (size_t i = 0; i < ref_f.size(); ++i)
@@ -305,7 +307,7 @@ TEST(GpuQuant, FewChannelConvMatchesCpuTwinBitForBit) {
   EXPECT_EQ(qconv_pick_kernel(shape(256, 1, 28, 28, 32, 5, 1, 2, 1, 2), false),
             QConvKernel::Direct);
   EXPECT_EQ(qconv_pick_kernel(shape(256, 32, 14, 14, 64, 5, 1, 2, 1, 2), true),
-            QConvKernel::TensorCore);
+            QConvKernel::TensorCores);
 }
 
 TEST(GpuQuant, InputQuantizationMatchesCpuTwin) {
@@ -374,10 +376,14 @@ TEST(GpuQuant, ResidualAddMatchesCpuTwinBitForBit) {
 }
 
 // A quantized network (random weights, calibrated on random images) on the GPU against the same
-// on the CPU: the logits and every int8 stage output, bit for bit; on_tensor_cores: which stages
-// should run on the tensor-core kernel (the first runs the few-channel one).
+// on the CPU: the logits and every int8 stage output, bit for bit, with the kernels of
+// qconv_pick_kernel's rule and with every stage on the direct kernel. kernels: what the rule
+// should pick for the conv/linear stages (adds and average pools skipped), in order, at batch 257.
+constexpr QConvKernel kFew = QConvKernel::FewChannels, kDirect = QConvKernel::Direct,
+                      kTc = QConvKernel::TensorCores, kLinear = QConvKernel::LinearDp4a;
+
 void check_network(const std::vector<LayerSpec>& specs, const Shape& input,
-                   const std::vector<bool>& on_tensor_cores, uint64_t seed) {
+                   const std::vector<QConvKernel>& kernels, uint64_t seed) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   NetworkOptions o;
   o.max_batch = 1;
@@ -388,7 +394,6 @@ void check_network(const std::vector<LayerSpec>& specs, const Shape& input,
   const int64_t image = shape_numel(input);
   const std::vector<float> x = test::random_vector(size_t(257 * image), seed + 1, -2.f, 2.f);
   const QuantizedModel m = quantize_network(folded, input, x.data(), 64, kDefaultCalibration);
-  ASSERT_EQ(m.stages.size(), on_tensor_cores.size());
   const int classes = m.num_classes();
   Int8Network cpu(m, 257, Exec{});
   Exec ex;
@@ -396,19 +401,32 @@ void check_network(const std::vector<LayerSpec>& specs, const Shape& input,
   Int8Network gpu_tc(m, 257, ex), gpu_direct(m, 257, ex, /*tensor_cores=*/false);
   // Every test network reads images of at most 4 channels: its first stage runs the few-channel
   // kernel, which quantizes the input itself.
-  EXPECT_EQ(gpu_tc.stage_kernel(0), QConvKernel::FewChannels);
   EXPECT_TRUE(gpu_tc.fuses_input_quantization());
   EXPECT_FALSE(gpu_direct.fuses_input_quantization());
-  for (size_t i = 0; i < on_tensor_cores.size(); ++i) {
-    EXPECT_EQ(gpu_tc.stage_uses_tensor_cores(i), on_tensor_cores[i]) << "stage " << i;
-    EXPECT_FALSE(gpu_direct.stage_uses_tensor_cores(i)) << "stage " << i;
+  EXPECT_FALSE(cpu.fuses_input_quantization());
+  std::vector<QConvKernel> got_kernels;
+  for (size_t i = 0; i < m.stages.size(); ++i) {
+    if (gpu_tc.stage_is_add(i) || gpu_tc.stage_is_avgpool(i)) continue;
+    got_kernels.push_back(gpu_tc.stage_kernel(i, 257));
+    for (int n : {1, 5, 257}) {
+      QConvShape s = gpu_tc.stage_shape(i);
+      s.n = n;  // the network follows the one rule at every batch
+      EXPECT_EQ(gpu_tc.stage_kernel(i, n), qconv_pick_kernel(s, true)) << "stage " << i;
+      EXPECT_EQ(gpu_direct.stage_kernel(i, n), QConvKernel::Direct) << "stage " << i;
+    }
   }
+  const auto names = [](const std::vector<QConvKernel>& ks) {
+    std::string s;
+    for (QConvKernel k : ks) s += std::string(s.empty() ? "" : ", ") + qconv_kernel_name(k);
+    return s;
+  };
+  EXPECT_EQ(names(got_kernels), names(kernels));
   Buffer<float> d_x = upload(x);
   for (int n : {1, 5, 257}) {
     const float* y = cpu.forward(n, x.data());
     const std::vector<float> ref(y, y + size_t(n) * size_t(classes));
     for (Int8Network* gpu : {&gpu_tc, &gpu_direct}) {
-      const char* path = gpu == &gpu_tc ? "tensor cores" : "direct";
+      const char* path = gpu == &gpu_tc ? "the rule's kernels" : "direct";
       std::vector<float> got(ref.size());
       raw_copy(got.data(), Device::CPU, gpu->forward(n, d_x.data()), Device::CUDA,
                got.size() * sizeof(float));
@@ -437,7 +455,8 @@ TEST(GpuQuant, NetworkLogitsEqualCpu) {
                                         layer_spec(LayerKind::Relu, "relu4"),
                                         linear_spec("fc2", 10),
                                         layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
-  check_network(specs, Shape{3, 17, 15}, {false, false, true, true, true}, test::fresh_seed());
+  // conv1, conv2 (depthwise), conv3, fc1 (21 columns at batch 257), fc2 (10 columns)
+  check_network(specs, Shape{3, 17, 15}, {kFew, kDirect, kTc, kTc, kLinear}, test::fresh_seed());
 }
 
 // Global average pooling inside the classifier's int8 sum (MobileNet's tail), and a 1x1 conv.
@@ -458,7 +477,8 @@ TEST(GpuQuant, GlobalPoolNetworkLogitsEqualCpu) {
                                         dropout_spec("drop1", 0.2),
                                         linear_spec("fc1", 7),
                                         layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
-  check_network(specs, Shape{3, 19, 13}, {false, false, true, true}, test::fresh_seed());
+  // conv1, conv2 (depthwise), conv3, fc1
+  check_network(specs, Shape{3, 19, 13}, {kFew, kDirect, kTc, kLinear}, test::fresh_seed());
 }
 
 // A BatchNorm ResNet as configs/resnet_fashion.yaml builds it (a stem, identity blocks, a
@@ -489,10 +509,9 @@ TEST(GpuQuant, ResNetLogitsEqualCpu) {
       layer_spec(LayerKind::Flatten, "flatten1"),
       linear_spec("fc1", 7),
       layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
-  // conv1, conv2, conv3, res1, conv4, conv5, conv6, res2, conv7, conv8, res3, fc1
-  const std::vector<bool> tc = {false, true,  true, false, true,  true,
-                                true,  false, true, true,  false, true};
-  check_network(specs, Shape{3, 15, 13}, tc, test::fresh_seed());
+  // conv1, conv2, conv3, conv4, conv5, conv6, conv7, conv8, fc1 (the adds res1-res3 skipped)
+  const std::vector<QConvKernel> kernels = {kFew, kTc, kTc, kTc, kTc, kTc, kTc, kTc, kLinear};
+  check_network(specs, Shape{3, 15, 13}, kernels, test::fresh_seed());
 }
 
 // The int8 average pool against its CPU twin bit for bit: awkward sizes, channels not multiples
@@ -596,10 +615,9 @@ std::vector<float> random_bn_buffers(const Network& net, uint64_t seed) {
 
 TEST(GpuQuant, AvgPoolNetworkLogitsEqualCpu) {
   CNN_REQUIRE_GPU();
-  // conv1, conv2, conv3, res1, conv4, avg1, conv5, conv6, conv7, res2, fc1
-  const std::vector<bool> tc = {false, true, true, false, true, false,
-                                true,  true, true, false, true};
-  check_network(every_stage_specs(), Shape{1, 18, 14}, tc, test::fresh_seed());
+  // conv1, conv2, conv3, conv4, conv5, conv6, conv7, fc1 (res1, avg1, res2 skipped)
+  const std::vector<QConvKernel> kernels = {kFew, kTc, kTc, kTc, kTc, kTc, kTc, kLinear};
+  check_network(every_stage_specs(), Shape{1, 18, 14}, kernels, test::fresh_seed());
 }
 
 // Calibration on the GPU (the training Network's forward in FP32, the stage outputs copied back)

@@ -1,14 +1,13 @@
 // The few-channel int8 convolution's host side: which shapes it takes, the dispatch rule, its
-// tiling (within shared memory, tiles covering the output), and its CPU dispatch (the twin, with
-// the input quantization run first). The kernel itself is compared with the twin in
-// gpu_quant.cpp.
+// tiling (within shared memory, tiles covering the output), and its CPU dispatch (qconv_forward
+// with the kernel forced runs the twin; the fused quantization runs the input quantization first).
+// The kernel itself is compared with the twin in gpu_quant.cpp.
 #include <gtest/gtest.h>
 
 #include <random>
 
 #include "kernels/quant/qconv_few_channels.h"
 #include "kernels/quant/qconv_few_channels_cuda.h"
-#include "kernels/quant/qconv_kernel_choice.h"
 #include "kernels/quant/quantize.h"
 #include "runtime/error.h"
 #include "tests/test_util.h"
@@ -40,8 +39,10 @@ TEST(QConvFewChannels, TakesFirstLayersOnly) {
   QConvShape grouped = conv(8, 4, 28, 28, 4, 3, 1, 1, 0);
   grouped.groups = 2, grouped.cgp = qconv_weight_inner(4, 2);
   EXPECT_FALSE(qconv_few_channels_supported(grouped));
-  // A linear layer over a 1-channel image (a 28x28 "kernel") stays on the tensor cores.
-  EXPECT_EQ(qconv_pick_kernel(conv(8, 1, 28, 28, 10, 28, 1, 0, 0), true), QConvKernel::TensorCore);
+  // A linear layer over a 1-channel image (a 28x28 "kernel") goes elsewhere (the rule's other
+  // cases are in test_quant.cpp).
+  EXPECT_EQ(qconv_pick_kernel(conv(256, 1, 28, 28, 32, 28, 1, 0, 0), true),
+            QConvKernel::TensorCores);
   EXPECT_EQ(qconv_pick_kernel(stem, true), QConvKernel::FewChannels);
   EXPECT_EQ(qconv_pick_kernel(stem, false), QConvKernel::Direct);
 }
@@ -81,13 +82,17 @@ TEST(QConvFewChannels, CpuDispatchQuantizesThenRunsTheTwin) {
   const size_t out = size_t(s.n) * s.ph() * s.pw() * s.ocp;
   std::vector<int8_t> ref(out), got(out, 99), fused(out, 99);
   qconv_forward_cpu(s, x.data(), w.data(), ep, ref.data());
-  qconv_few_channels_forward(s, x.data(), w.data(), ep, got.data(), Exec{});
+  const QConvPath few(nullptr, QConvKernel::FewChannels);
+  qconv_forward(s, x.data(), w.data(), ep, got.data(), Exec{}, few);
   qconv_few_channels_forward_quantize(s, xf.data(), 50.f, w.data(), ep, fused.data(), Exec{});
   EXPECT_EQ(got, ref);
   EXPECT_EQ(fused, ref);
   QConvShape bad = s;
   bad.c = 5, bad.cp = 8, bad.cgp = 8;
-  EXPECT_THROW(qconv_few_channels_forward(bad, x.data(), w.data(), ep, got.data(), Exec{}), Error);
+  EXPECT_THROW(qconv_forward(bad, x.data(), w.data(), ep, got.data(), Exec{}, few), Error);
+  EXPECT_THROW(
+      qconv_few_channels_forward_quantize(bad, xf.data(), 50.f, w.data(), ep, got.data(), Exec{}),
+      Error);
 }
 
 }  // namespace

@@ -226,8 +226,9 @@ TEST(Quant, TensorCoreSplitRuleFillsOneWave) {
   EXPECT_EQ(qconv_igemm_pick_splits(conv2, 132), 2);
 }
 
-// Which kernel a CUDA call runs: direct without repacked weights; the linear dp4a kernel for
-// linear layers with <= 16 columns or <= 8 rows; else tensor cores. Refusals name the mismatch.
+// Which kernel a CUDA call runs: direct unless the specialized kernels are allowed; then the
+// few-channel kernel for C <= 4, the linear dp4a kernel for linear layers with <= 16 columns or
+// <= 8 rows, tensor cores where they take the shape, else direct. Refusals name the mismatch.
 TEST(Quant, KernelRulePicksByShape) {
   EXPECT_TRUE(qconv_is_linear(linear_shape(3, 64, 7, 7, 1024)));
   QConvShape conv = linear_shape(3, 64, 7, 7, 1024);
@@ -247,9 +248,45 @@ TEST(Quant, KernelRulePicksByShape) {
   EXPECT_EQ(pick(9, 3136, 1024), QConvKernel::TensorCores);
   EXPECT_EQ(qconv_pick_kernel(linear_shape(1, 1024, 1, 1, 10), false), QConvKernel::Direct);
   EXPECT_EQ(qconv_pick_kernel(conv, true), QConvKernel::TensorCores);
+  QConvShape grouped = conv;
+  grouped.groups = 4, grouped.cgp = qconv_weight_inner(64, 4);
+  EXPECT_EQ(qconv_pick_kernel(grouped, true), QConvKernel::Direct);
+
+  // Few channels: LeNet's conv1 (1 channel, 5x5, 2x2 pool) and an RGB stem go to the few-channel
+  // kernel, before the linear rule (a linear layer over a small 1-channel image) and whatever the
+  // batch; a kernel wider than it takes (a 28x28 image into a linear layer) does not.
+  QConvShape lenet1 = linear_shape(256, 1, 28, 28, 32);
+  lenet1.kh = lenet1.kw = 5, lenet1.pad_h = lenet1.pad_w = 2;
+  lenet1.pool_kh = lenet1.pool_kw = lenet1.pool_sh = lenet1.pool_sw = 2;
+  EXPECT_EQ(qconv_pick_kernel(lenet1, true), QConvKernel::FewChannels);
+  EXPECT_EQ(qconv_pick_kernel(lenet1, false), QConvKernel::Direct);
+  QConvShape stem = linear_shape(3, 3, 33, 31, 64);
+  stem.kh = stem.kw = 7, stem.stride_h = stem.stride_w = 2, stem.pad_h = stem.pad_w = 3;
+  EXPECT_EQ(qconv_pick_kernel(stem, true), QConvKernel::FewChannels);
+  EXPECT_EQ(qconv_pick_kernel(linear_shape(256, 1, 8, 8, 1000), true), QConvKernel::FewChannels);
+  EXPECT_EQ(qconv_pick_kernel(linear_shape(256, 1, 28, 28, 32), true), QConvKernel::TensorCores);
+  EXPECT_EQ(qconv_pick_kernel(linear_shape(256, 1, 28, 28, 10), true), QConvKernel::LinearDp4a);
+  QConvShape five = stem;
+  five.c = 5, five.cp = five.cgp = 8;
+  EXPECT_EQ(qconv_pick_kernel(five, true), QConvKernel::TensorCores);
 
   const int8_t dummy = 0;
   EXPECT_EQ(qconv_resolve_kernel(conv, QConvPath{}), QConvKernel::Direct);
+  // The default path is the direct kernel; the rule's few-channel choice needs no repacked
+  // weights, its tensor-core choice does.
+  EXPECT_EQ(qconv_resolve_kernel(stem, QConvPath{}), QConvKernel::Direct);
+  EXPECT_EQ(qconv_resolve_kernel(stem, QConvPath(nullptr)), QConvKernel::FewChannels);
+  EXPECT_EQ(qconv_resolve_kernel(conv, QConvPath(&dummy)), QConvKernel::TensorCores);
+  EXPECT_NE(error_of([&] {
+              qconv_resolve_kernel(conv, QConvPath(nullptr));
+            }).find("needs the repacked weights"),
+            std::string::npos);
+  EXPECT_EQ(qconv_resolve_kernel(stem, QConvPath(nullptr, QConvKernel::FewChannels)),
+            QConvKernel::FewChannels);
+  EXPECT_NE(error_of([&] {
+              qconv_resolve_kernel(five, QConvPath(nullptr, QConvKernel::FewChannels));
+            }).find("few-channel kernel takes groups 1, c <= 4"),
+            std::string::npos);
   EXPECT_EQ(qconv_resolve_kernel(conv, QConvPath{&dummy, QConvKernel::Direct}),
             QConvKernel::Direct);
   EXPECT_NE(error_of([&] {
@@ -265,6 +302,7 @@ TEST(Quant, KernelRulePicksByShape) {
             }).find("splits=3"),
             std::string::npos);
   EXPECT_STREQ(qconv_kernel_name(QConvKernel::LinearDp4a), "linear dp4a");
+  EXPECT_STREQ(qconv_kernel_name(QConvKernel::FewChannels), "few-channel dp4a");
 }
 
 TEST(Quant, RoundsHalfToEvenAndSaturates) {

@@ -122,7 +122,6 @@ std::string format_infer_csv(const std::vector<InferRow>& rows) {
 #include "app/bench/bench_timer.h"
 #include "kernels/quant/qconv.h"
 #include "kernels/quant/qconv_few_channels.h"
-#include "kernels/quant/qconv_kernel_choice.h"
 #include "layers/fold_batchnorm.h"
 #include "layers/network.h"
 #include "layers/quant/int8_network.h"
@@ -177,8 +176,33 @@ Buffer<float> random_images(const Shape& chw, int batch, uint64_t seed) {
   return d;
 }
 
-// Every int8 stage alone at `batch`: random int8 activations and weights, both kernels. Returns
-// per conv/linear stage the row of its faster kernel (others: an empty row).
+// Which kernel runs each conv/linear stage at `batch`, counted: "kernels at batch 256: 1
+// few-channel dp4a (input quantization fused), 2 tensor cores, 1 linear dp4a".
+std::string kernels_of_stages(const Int8Network& q, size_t stages, int batch) {
+  std::vector<std::pair<QConvKernel, int>> counts;
+  for (size_t i = 0; i < stages; ++i) {
+    if (q.stage_is_add(i) || q.stage_is_avgpool(i)) continue;
+    const QConvKernel k = q.stage_kernel(i, batch);
+    auto it =
+        std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == k; });
+    if (it == counts.end())
+      counts.emplace_back(k, 1);
+    else
+      ++it->second;
+  }
+  std::string s = fmt::format("kernels at batch {}:", batch);
+  for (size_t j = 0; j < counts.size(); ++j) {
+    s +=
+        fmt::format("{} {} {}", j ? "," : "", counts[j].second, qconv_kernel_name(counts[j].first));
+    if (counts[j].first == QConvKernel::FewChannels && q.fuses_input_quantization())
+      s += " (input quantization fused)";
+  }
+  return s;
+}
+
+// Every int8 stage alone at `batch`: random int8 activations and weights, on each kernel that
+// takes it. Returns per conv/linear stage the row of the faster of the direct kernel and the
+// network's choice (others: an empty row).
 std::vector<InferRow> bench_stages(const BenchContext& ctx, const Int8Network& q, size_t stages,
                                    int batch, std::vector<InferRow>& rows) {
   std::vector<InferRow> best(stages);
@@ -219,38 +243,75 @@ std::vector<InferRow> bench_stages(const BenchContext& ctx, const Int8Network& q
     const std::string shape =
         fmt::format("{}x{}x{} -> {} k{}x{} s{}{}", s.c, s.h, s.w, s.oc, s.kh, s.kw, s.stride_h,
                     s.pool_kh * s.pool_kw > 1 ? fmt::format(" + pool {}", s.pool_kh) : "");
-    // The direct kernel, then the automatic choice with the repacked weights (what the network
-    // runs: both compete for the per-pass row), then for a linear layer each kernel and split
-    // forced, so the choice can be checked against the alternatives (rows alone).
-    std::vector<QConvPath> paths = {QConvPath{}};
-    if (!packed.empty()) paths.emplace_back(packed.data());
-    if (!packed.empty() && qconv_is_linear(s)) {
-      paths.emplace_back(packed.data(), QConvKernel::LinearDp4a);
+    // The float input of the first stage's fused quantization (the few-channel kernel only).
+    const bool fusable = i == 0 && !last && qconv_few_channels_supported(s);
+    Buffer<float> xf;
+    if (fusable) {
+      std::vector<float> hf(size_t(s.n) * s.c * s.h * s.w);
+      std::uniform_real_distribution<float> u(-1.f, 1.f);
+      for (auto& v : hf) v = u(rng);
+      xf = Buffer<float>(hf.size(), Device::CUDA);
+      xf.copy_from(hf.data(), Device::CPU, hf.size());
+    }
+    // The direct kernel; the rule's choice (QConvKernel::Auto, what the network runs); and, for
+    // the first stage, the same with the input quantization fused where the few-channel kernel
+    // takes the shape. Those compete for the per-pass row (the fused one only when the network
+    // fuses). Then the alternatives forced, so the choice can be checked against them (rows
+    // alone): the few-channel and the tensor-core kernel where they take the shape, and for a
+    // linear layer the linear dp4a kernel and each split of the tensor-core one.
+    struct Variant {
+      QConvPath path;
+      bool fused = false, competes = false, automatic = false;
+    };
+    const int8_t* wp = packed.empty() ? nullptr : packed.data();
+    const QConvKernel picked = qconv_resolve_kernel(s, QConvPath(wp));
+    std::vector<Variant> variants = {{QConvPath{}, false, true, false}};
+    if (picked != QConvKernel::Direct) variants.push_back({QConvPath(wp), false, true, true});
+    if (fusable)
+      variants.push_back({QConvPath(nullptr, QConvKernel::FewChannels), true,
+                          q.fuses_input_quantization(), false});
+    if (qconv_few_channels_supported(s) && picked != QConvKernel::FewChannels)
+      variants.push_back({QConvPath(nullptr, QConvKernel::FewChannels)});
+    if (wp && qconv_is_linear(s)) {
+      variants.push_back({QConvPath(wp, QConvKernel::LinearDp4a)});
       for (int splits : {1, 2, 4, 8})
-        paths.emplace_back(packed.data(), QConvKernel::TensorCores, splits);
+        variants.push_back({QConvPath(wp, QConvKernel::TensorCores, splits)});
+    } else if (wp && picked != QConvKernel::TensorCores) {
+      variants.push_back({QConvPath(wp, QConvKernel::TensorCores)});
     }
     InferRow direct;
-    for (size_t pi = 0; pi < paths.size(); ++pi) {
-      const QConvPath& path = paths[pi];
-      const QConvKernel kernel = qconv_resolve_kernel(s, path);
+    bool marked = false;
+    for (const Variant& v : variants) {
+      const QConvKernel kernel = qconv_resolve_kernel(s, v.path);
       std::string name = qconv_kernel_name(kernel);
       if (kernel == QConvKernel::TensorCores)
-        name += fmt::format(
-            " split {}", path.splits ? path.splits : qconv_igemm_pick_splits(s, ctx.dev.sm_count));
-      if (pi == 1) name += " (auto)";
+        name +=
+            fmt::format(" split {}", v.path.splits ? v.path.splits
+                                                   : qconv_igemm_pick_splits(s, ctx.dev.sm_count));
+      if (v.fused) name += ", input quantization fused";
+      if (v.automatic) name += " (auto)";
       const std::string what = fmt::format("int8 stage {} ({}) {}", i, shape, name);
       InferRow r = timed(ctx, what, batch, [&](int) {
-        if (last)
-          qconv_forward_float(s, x.data(), w.data(), ep, yf.data(), ex, path);
+        if (v.fused)
+          qconv_few_channels_forward_quantize(s, xf.data(), q.input_inv_scale(), w.data(), ep,
+                                              y.data(), ex);
+        else if (last)
+          qconv_forward_float(s, x.data(), w.data(), ep, yf.data(), ex, v.path);
         else
-          qconv_forward(s, x.data(), w.data(), ep, y.data(), ex, path);
+          qconv_forward(s, x.data(), w.data(), ep, y.data(), ex, v.path);
       });
       const double tops = 2 * macs / (r.median_us * 1e-6) / 1e12;
       r.note = fmt::format("{:.1f} TOP/s", tops) + (r.note.empty() ? "" : "; " + r.note);
-      if (pi > 0 && direct.median_us > 0)
+      if (kernel != QConvKernel::Direct && direct.median_us > 0)
         r.note += fmt::format("; {:.2f}x the direct kernel", direct.median_us / r.median_us);
-      if (pi == 0) direct = r;
-      if (pi <= 1 && !(best[i].median_us <= r.median_us)) {
+      if (v.path.kernel == QConvKernel::Direct) direct = r;
+      // The first row of the network's kernel (forced duplicates of it come later).
+      if (!marked && kernel == q.stage_kernel(i, batch) &&
+          v.fused == (i == 0 && q.fuses_input_quantization())) {
+        r.note += "; the network's kernel";
+        marked = true;
+      }
+      if (v.competes && !(best[i].median_us <= r.median_us)) {
         best[i] = r;
         best[i].what = name;
       }
@@ -413,11 +474,7 @@ std::vector<InferRow> bench_infer(const BenchContext& ctx, const NetDesc& net,
       for (int b : batches)
         rows.push_back(timed(ctx, what, b, [&](int) { q.forward(b, x.data()); }));
       if (tc) {
-        size_t on_tc = 0, convs = 0;
-        for (size_t i = 0; i < qm.stages.size(); ++i)
-          on_tc += q.stage_uses_tensor_cores(i), convs += !q.stage_is_add(i);
-        rows[rows.size() - 1].note =
-            fmt::format("{} of {} conv/linear stages on tensor cores", on_tc, convs);
+        rows[rows.size() - 1].note = kernels_of_stages(q, qm.stages.size(), max_batch);
         const std::vector<InferRow> best = bench_stages(ctx, q, qm.stages.size(), max_batch, rows);
         bench_passes_vs_float(ctx, qm, folded, x, max_batch, best, rows);
       }

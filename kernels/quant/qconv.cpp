@@ -4,6 +4,8 @@
 #include <algorithm>
 
 #include "kernels/quant/qconv_cuda.h"
+#include "kernels/quant/qconv_few_channels.h"
+#include "kernels/quant/qconv_few_channels_cuda.h"
 #include "runtime/dispatch.h"
 #include "runtime/error.h"
 
@@ -84,6 +86,8 @@ const char* qconv_kernel_name(QConvKernel k) {
       return "auto";
     case QConvKernel::Direct:
       return "direct dp4a";
+    case QConvKernel::FewChannels:
+      return "few-channel dp4a";
     case QConvKernel::TensorCores:
       return "tensor cores";
     case QConvKernel::LinearDp4a:
@@ -92,21 +96,30 @@ const char* qconv_kernel_name(QConvKernel k) {
   return "?";
 }
 
-QConvKernel qconv_pick_kernel(const QConvShape& s, bool have_igemm_weights) {
-  if (!have_igemm_weights) return QConvKernel::Direct;
+QConvKernel qconv_pick_kernel(const QConvShape& s, bool specialized) {
+  if (!specialized) return QConvKernel::Direct;
+  if (qconv_few_channels_supported(s)) return QConvKernel::FewChannels;
   if (qconv_is_linear(s) && (s.oc <= kQLinearDp4aMaxCols || s.n <= kQLinearDp4aMaxRows))
     return QConvKernel::LinearDp4a;
-  return QConvKernel::TensorCores;
+  if (qconv_igemm_supported(s)) return QConvKernel::TensorCores;
+  return QConvKernel::Direct;
 }
 
 QConvKernel qconv_resolve_kernel(const QConvShape& s, const QConvPath& path) {
-  const QConvKernel k = path.kernel == QConvKernel::Auto
-                            ? qconv_pick_kernel(s, path.w_igemm != nullptr)
-                            : path.kernel;
+  const bool rule = path.kernel == QConvKernel::Auto;
+  const QConvKernel k = rule ? qconv_pick_kernel(s, true) : path.kernel;
   CNN_CHECK(k != QConvKernel::TensorCores || path.w_igemm,
-            "qconv: the tensor-core kernel needs the repacked weights, got none");
+            "qconv: the tensor-core kernel ({}) needs the repacked weights, got none",
+            rule ? "the rule's choice for this shape" : "forced");
   CNN_CHECK(!path.w_igemm || qconv_igemm_supported(s),
             "qconv: repacked weights given for a shape the tensor-core path does not take");
+  CNN_CHECK(
+      k != QConvKernel::FewChannels || qconv_few_channels_supported(s),
+      "qconv: the few-channel kernel takes groups 1, c <= 4, dilation 1, kernels up to {0}x{0} "
+      "and pool windows up to {1} wide within its shared memory; got groups={2} c={3} "
+      "dilation {4}x{5} kernel {6}x{7} pool {8}x{9}",
+      kQFewMaxKernel, kQFewMaxPoolW, s.groups, s.c, s.dil_h, s.dil_w, s.kh, s.kw, s.pool_kh,
+      s.pool_kw);
   CNN_CHECK(k != QConvKernel::LinearDp4a || qconv_is_linear(s),
             "qconv: the linear dp4a kernel takes a linear layer (kernel = the {}x{} input, no "
             "padding, pool or groups, channel stride {} = the weights' {}), got kernel {}x{}",
@@ -124,12 +137,17 @@ void qconv_forward(const QConvShape& s, const int8_t* x, const int8_t* w, const 
   const QConvKernel k = qconv_resolve_kernel(s, path);
   if (ex.device == Device::CPU) return qconv_forward_cpu(s, x, w, ep, y);
   CNN_CUDA_BRANCH("qconv_forward", {
-    if (k == QConvKernel::TensorCores)
-      qconv_igemm_forward_cuda(s, x, path.w_igemm, ep, y, path.splits, ex.stream);
-    else if (k == QConvKernel::LinearDp4a)
-      qconv_linear_forward_cuda(s, x, w, ep, y, ex.stream);
-    else
-      qconv_forward_cuda(s, x, w, ep, y, ex.stream);
+    switch (k) {
+      case QConvKernel::FewChannels:
+        return qconv_few_channels_forward_cuda(s, x, w, ep, y, ex.stream);
+      case QConvKernel::TensorCores:
+        return qconv_igemm_forward_cuda(s, x, path.w_igemm, ep, y, path.splits, ex.stream);
+      case QConvKernel::LinearDp4a:
+        return qconv_linear_forward_cuda(s, x, w, ep, y, ex.stream);
+      case QConvKernel::Direct:
+      case QConvKernel::Auto:  // resolved above
+        return qconv_forward_cuda(s, x, w, ep, y, ex.stream);
+    }
   });
 }
 
@@ -140,12 +158,17 @@ void qconv_forward_float(const QConvShape& s, const int8_t* x, const int8_t* w, 
   const QConvKernel k = qconv_resolve_kernel(s, path);
   if (ex.device == Device::CPU) return qconv_forward_float_cpu(s, x, w, ep, y);
   CNN_CUDA_BRANCH("qconv_forward_float", {
-    if (k == QConvKernel::TensorCores)
-      qconv_igemm_forward_float_cuda(s, x, path.w_igemm, ep, y, path.splits, ex.stream);
-    else if (k == QConvKernel::LinearDp4a)
-      qconv_linear_forward_float_cuda(s, x, w, ep, y, ex.stream);
-    else
-      qconv_forward_float_cuda(s, x, w, ep, y, ex.stream);
+    switch (k) {
+      case QConvKernel::FewChannels:
+        return qconv_few_channels_forward_float_cuda(s, x, w, ep, y, ex.stream);
+      case QConvKernel::TensorCores:
+        return qconv_igemm_forward_float_cuda(s, x, path.w_igemm, ep, y, path.splits, ex.stream);
+      case QConvKernel::LinearDp4a:
+        return qconv_linear_forward_float_cuda(s, x, w, ep, y, ex.stream);
+      case QConvKernel::Direct:
+      case QConvKernel::Auto:  // resolved above
+        return qconv_forward_float_cuda(s, x, w, ep, y, ex.stream);
+    }
   });
 }
 

@@ -85,39 +85,50 @@ bool qconv_is_linear(const QConvShape& s);
 
 // The CUDA kernels of a qconv call:
 //   Direct       qconv.cu: one thread an output, dp4a; every shape
-//   TensorCores  qconv_igemm.cu: mma.sync implicit GEMM (+ split-K); qconv_igemm_supported
+//   FewChannels  qconv_few_channels.cu: first layers of C <= 4, dp4a over 4 taps of a row (C = 1)
+//                or the 4 channels of a pixel; qconv_few_channels_supported
+//   TensorCores  qconv_igemm.cu: mma.sync implicit GEMM (+ split-K); qconv_igemm_supported, and
+//                the weights repacked by qconv_pack_igemm_weights
 //   LinearDp4a   qconv_linear.cu: a block of 4 warps a few rows x a few columns of a linear
 //                layer, dp4a over K, a shuffle reduction; qconv_is_linear
 //   Auto         qconv_pick_kernel's choice
-enum class QConvKernel { Auto, Direct, TensorCores, LinearDp4a };
+enum class QConvKernel { Auto, Direct, FewChannels, TensorCores, LinearDp4a };
 const char* qconv_kernel_name(QConvKernel k);
-// The rule (called with the batch of the call): without repacked weights Direct (the caller asked
-// for the direct kernel); a linear layer of at most kQLinearDp4aMaxCols columns (a classifier:
-// a 64-wide tile would compute mostly zeros) or at most kQLinearDp4aMaxRows rows (small batches:
-// a 128-row tile mostly empty, the layer bound by reading its weights once) LinearDp4a; else
-// TensorCores.
+// The one rule for which kernel runs a conv/linear call on CUDA (./infer, ./quantize --evaluate
+// and ./bench --infer follow it through Int8Network), called with the batch of the call.
+// specialized false: Direct (CNN_INT8_DIRECT=1, for comparisons and bisecting). Otherwise, in
+// this order:
+//   qconv_few_channels_supported  FewChannels (the tensor-core kernel pads a reduction over 1-4
+//       channels to 4 channels and 64-wide k steps and spends most of its work on zeros)
+//   a linear layer of at most kQLinearDp4aMaxCols columns (a classifier: a 64-wide tile would
+//       compute mostly zeros) or at most kQLinearDp4aMaxRows rows (small batches: a 128-row
+//       tile mostly empty, the layer bound by reading its weights once)  LinearDp4a
+//   qconv_igemm_supported         TensorCores
+//   else                          Direct (groups > 1, pool windows over 128 outputs)
 constexpr int kQLinearDp4aMaxCols = 16, kQLinearDp4aMaxRows = 8;
-QConvKernel qconv_pick_kernel(const QConvShape& s, bool have_igemm_weights);
+QConvKernel qconv_pick_kernel(const QConvShape& s, bool specialized);
 
-// What a CUDA call may run besides the direct kernel. Implicit from the repacked weights alone,
-// so a call names the tensor-core path by passing them.
+// How a CUDA call chooses its kernel. kernel Direct (the default path): the direct kernel.
+// Auto: qconv_pick_kernel's rule with the specialized kernels allowed; only its TensorCores
+// reads w_igemm, so a caller need not repack weights for a shape the rule gives another kernel.
+// Any other kernel: forced (benchmarks, tests), refused when it does not take the shape.
 struct QConvPath {
   const int8_t* w_igemm = nullptr;  // the repacked weights on the op's device, or null
-  QConvKernel kernel = QConvKernel::Auto;
+  QConvKernel kernel = QConvKernel::Direct;
   int splits = 0;  // TensorCores: 1, 2, 4 or 8 k-splits; 0: qconv_igemm_pick_splits
   QConvPath() = default;
-  QConvPath(const int8_t* w) : w_igemm(w) {}  // NOLINT(google-explicit-constructor)
-  QConvPath(const int8_t* w, QConvKernel k, int sp = 0) : w_igemm(w), kernel(k), splits(sp) {}
+  explicit QConvPath(const int8_t* w, QConvKernel k = QConvKernel::Auto, int sp = 0)
+      : w_igemm(w), kernel(k), splits(sp) {}
 };
-// The kernel a CUDA call with this path runs (throws naming what does not fit: TensorCores
-// without repacked weights or for a shape it does not take, LinearDp4a for a shape that is not
-// linear).
+// The kernel a CUDA call with this path runs. Throws naming what does not fit: TensorCores
+// (forced or the rule's) without repacked weights, repacked weights for a shape the tensor-core
+// kernel does not take, FewChannels or LinearDp4a forced on a shape they do not take, a split
+// count that is not 0, 1, 2, 4 or 8.
 QConvKernel qconv_resolve_kernel(const QConvShape& s, const QConvPath& path);
 
-// y_q int8 output (requantized). path.w_igemm: the repacked weights on the op's device, or null;
-// a CUDA call with them runs qconv_pick_kernel's choice (the shape must be
-// qconv_igemm_supported), without them the direct dp4a kernel. The CPU twin reads w alone. All
-// give the same bits.
+// y_q int8 output (requantized), on the kernel qconv_resolve_kernel(s, path) names (the direct
+// one by default). The CPU twin reads w alone. All give the same bits. x and an int8 y 4-byte
+// aligned (Buffers are).
 void qconv_forward(const QConvShape& s, const int8_t* x, const int8_t* w, const QEpilogue& ep,
                    int8_t* y, const Exec& ex, const QConvPath& path = {});
 // y float output (dequantized, e.g. logits).

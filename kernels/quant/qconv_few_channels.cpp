@@ -1,4 +1,5 @@
-// Few-channel int8 convolution: tiling, support check and dispatch (CPU twin or CUDA).
+// Few-channel int8 convolution: tiling, support check, and the dispatch of the fused input
+// quantization (CPU twin or CUDA); qconv.cpp dispatches the kernel from int8 input.
 #include "kernels/quant/qconv_few_channels.h"
 
 #include <algorithm>
@@ -61,42 +62,12 @@ bool qconv_few_channels_supported(const QConvShape& s) {
          int64_t(s.n) * t.tiles_h * t.tiles_w < (int64_t{1} << 31) && t.chunks <= 65535;
 }
 
-namespace {
-
-void check_call(const QConvShape& s, const void* x, const int8_t* w, const QEpilogue& ep,
-                const void* y, const char* op) {
-  check_qconv_shape(s);
-  CNN_CHECK(qconv_few_channels_supported(s),
-            "{}: the shape (c={} groups={} kernel {}x{} dilation {}x{} pool width {}) is not one "
-            "the few-channel kernel takes (groups 1, c <= 4, dilation 1, kernel <= {}, pool "
-            "width <= {})",
-            op, s.c, s.groups, s.kh, s.kw, s.dil_h, s.dil_w, s.pool_kw, kQFewMaxKernel,
-            kQFewMaxPoolW);
-  CNN_CHECK(x && w && y && ep.mult && ep.add, "{}: null pointer", op);
-}
-
-}  // namespace
-
-void qconv_few_channels_forward(const QConvShape& s, const int8_t* x, const int8_t* w,
-                                const QEpilogue& ep, int8_t* y, const Exec& ex) {
-  check_call(s, x, w, ep, y, "qconv_few_channels_forward");
-  if (ex.device == Device::CPU) return qconv_forward_cpu(s, x, w, ep, y);
-  CNN_CUDA_BRANCH("qconv_few_channels_forward",
-                  qconv_few_channels_forward_cuda(s, x, w, ep, y, ex.stream));
-}
-
-void qconv_few_channels_forward_float(const QConvShape& s, const int8_t* x, const int8_t* w,
-                                      const QEpilogue& ep, float* y, const Exec& ex) {
-  check_call(s, x, w, ep, y, "qconv_few_channels_forward_float");
-  if (ex.device == Device::CPU) return qconv_forward_float_cpu(s, x, w, ep, y);
-  CNN_CUDA_BRANCH("qconv_few_channels_forward_float",
-                  qconv_few_channels_forward_float_cuda(s, x, w, ep, y, ex.stream));
-}
-
 void qconv_few_channels_forward_quantize(const QConvShape& s, const float* x, float inv_scale,
                                          const int8_t* w, const QEpilogue& ep, int8_t* y,
                                          const Exec& ex) {
-  check_call(s, x, w, ep, y, "qconv_few_channels_forward_quantize");
+  check_qconv_shape(s);
+  qconv_resolve_kernel(s, QConvPath(nullptr, QConvKernel::FewChannels));  // refuses other shapes
+  CNN_CHECK(x && w && y && ep.mult && ep.add, "qconv_few_channels_forward_quantize: null pointer");
   if (ex.device == Device::CPU) {
     QuantizeShape qs;
     qs.n = s.n, qs.c = s.c, qs.h = s.h, qs.w = s.w, qs.cp = s.cp;

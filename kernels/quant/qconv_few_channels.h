@@ -9,9 +9,11 @@
 // 4 padded channels of one pixel (C = 2..4) or, for C = 1, 4 horizontally adjacent pixels, so one
 // dp4a covers 4 taps of a kernel row and a 5x5 kernel costs 10 dp4a per output instead of 25.
 //
-// The first layer can also read the network's float input (N, C, H, W) directly, quantizing it
-// while staging with exactly quantize.h's arithmetic (one IEEE multiply by inv_scale, clamp,
-// round half to even): the separate quantization pass and its int8 copy of the input disappear.
+// From int8 input it runs as qconv_forward / qconv_forward_float's FewChannels kernel (chosen by
+// qconv_pick_kernel, or forced through QConvPath). The first layer can also read the network's
+// float input (N, C, H, W) directly, quantizing it while staging with exactly quantize.h's
+// arithmetic (one IEEE multiply by inv_scale, clamp, round half to even): the separate
+// quantization pass and its int8 copy of the input disappear: qconv_few_channels_forward_quantize.
 #include <cstdint>
 
 #include "kernels/quant/qconv.h"
@@ -24,14 +26,8 @@ namespace cnn {
 constexpr int kQFewMaxKernel = 11, kQFewMaxPoolW = 3;
 bool qconv_few_channels_supported(const QConvShape& s);
 
-// x int8 (N, H, W, CP) as qconv_forward (x and an int8 y 4-byte aligned, as Buffers are); the
-// CPU twin is qconv_forward_cpu.
-void qconv_few_channels_forward(const QConvShape& s, const int8_t* x, const int8_t* w,
-                                const QEpilogue& ep, int8_t* y, const Exec& ex);
-void qconv_few_channels_forward_float(const QConvShape& s, const int8_t* x, const int8_t* w,
-                                      const QEpilogue& ep, float* y, const Exec& ex);
-// x float (N, C, H, W), quantized as quantize_nchw_to_nhwc(x, inv_scale) would, then convolved.
-// The CPU twin runs those two steps.
+// x float (N, C, H, W), quantized as quantize_nchw_to_nhwc(x, inv_scale) would, then convolved;
+// y int8 4-byte aligned. The CPU twin runs those two steps.
 void qconv_few_channels_forward_quantize(const QConvShape& s, const float* x, float inv_scale,
                                          const int8_t* w, const QEpilogue& ep, int8_t* y,
                                          const Exec& ex);

@@ -201,10 +201,17 @@ Int8Network::Int8Network(const QuantizedModel& m, int max_batch, const Exec& ex,
     }
     st.w = Buffer<int8_t>(w.size(), ex.device);
     st.w.copy_from(w.data(), Device::CPU, w.size());
-    if (ex.device == Device::CUDA) st.kernel = qconv_pick_kernel(s, tensor_cores);
-    if (st.kernel == QConvKernel::TensorCore) {
-      std::vector<int8_t> packed(size_t(qconv_igemm_weight_size(s)));
-      qconv_pack_igemm_weights(s, w.data(), packed.data());
+    st.specialized = tensor_cores && ex.device == Device::CUDA;
+    // The repacked weights wherever the rule might pick the tensor cores at some batch up to
+    // max_batch: a shape they take at batch 1 (they stop taking larger batches, never smaller
+    // ones), unless the few-channel kernel takes it at max_batch (then at every batch). A cheap
+    // superset: a classifier the linear dp4a kernel always runs carries them too.
+    QConvShape one = s;
+    one.n = 1;
+    if (st.specialized && qconv_igemm_supported(one) &&
+        qconv_pick_kernel(s, true) != QConvKernel::FewChannels) {
+      std::vector<int8_t> packed(size_t(qconv_igemm_weight_size(one)));
+      qconv_pack_igemm_weights(one, w.data(), packed.data());  // the same bytes at every batch
       st.w_igemm = Buffer<int8_t>(packed.size(), ex.device);
       st.w_igemm.copy_from(packed.data(), Device::CPU, packed.size());
     }
@@ -216,13 +223,25 @@ Int8Network::Int8Network(const QuantizedModel& m, int max_batch, const Exec& ex,
     stages_.push_back(std::move(st));
   }
   logits_ = Buffer<float>(size_t(max_batch) * size_t(classes_), ex.device);
-  // Only the first stage may read the input (else x_q_ is still needed); its output is int8
-  // unless it is also the last.
+  // The first stage quantizes the input itself when it runs the few-channel kernel (at max_batch,
+  // so at every batch) and only it reads the input (else x_q_ is still needed); its output is
+  // int8 unless it is also the last.
+  const Stage& st0 = stages_[0];
   fuse_input_quantization_ =
-      stages_[0].kernel == QConvKernel::FewChannels && stages_.size() > 1 &&
+      !st0.is_add && !st0.is_avgpool && stages_.size() > 1 &&
+      qconv_resolve_kernel(st0.shape, path_of(st0, st0.shape)) == QConvKernel::FewChannels &&
       std::none_of(m.stages.begin() + 1, m.stages.end(), [](const QuantStage& q) {
         return q.input == -1 || (q.add && q.shortcut == -1);
       });
+  if (fuse_input_quantization_) x_q_ = Buffer<int8_t>();  // never written
+}
+
+QConvPath Int8Network::path_of(const Stage& st, const QConvShape& s) {
+  if (!st.specialized) return QConvPath{};
+  // The repacked weights only for a batch the tensor-core kernel takes (qconv_resolve_kernel
+  // refuses them otherwise, and the rule then picks another kernel).
+  const bool packed = !st.w_igemm.empty() && qconv_igemm_supported(s);
+  return QConvPath(packed ? st.w_igemm.data() : nullptr, QConvKernel::Auto);
 }
 
 const float* Int8Network::forward(int n, const float* x) {
@@ -249,19 +268,14 @@ const float* Int8Network::forward(int n, const float* x) {
       continue;
     }
     const QEpilogue ep{st.mult.data(), st.add.data(), st.relu};
-    const int8_t* w_igemm = st.w_igemm.empty() ? nullptr : st.w_igemm.data();
-    const bool last = i + 1 == stages_.size();
+    const QConvPath path = path_of(st, s);
     if (i == 0 && fuse_input_quantization_)
       qconv_few_channels_forward_quantize(s, x, input_inv_scale_, st.w.data(), ep, st.y.data(),
                                           ex_);
-    else if (st.kernel == QConvKernel::FewChannels && last)
-      qconv_few_channels_forward_float(s, in, st.w.data(), ep, logits_.data(), ex_);
-    else if (st.kernel == QConvKernel::FewChannels)
-      qconv_few_channels_forward(s, in, st.w.data(), ep, st.y.data(), ex_);
-    else if (last)
-      qconv_forward_float(s, in, st.w.data(), ep, logits_.data(), ex_, w_igemm);
+    else if (i + 1 == stages_.size())
+      qconv_forward_float(s, in, st.w.data(), ep, logits_.data(), ex_, path);
     else
-      qconv_forward(s, in, st.w.data(), ep, st.y.data(), ex_, w_igemm);
+      qconv_forward(s, in, st.w.data(), ep, st.y.data(), ex_, path);
   }
   return logits_.data();
 }
@@ -269,9 +283,10 @@ const float* Int8Network::forward(int n, const float* x) {
 QConvKernel Int8Network::stage_kernel(size_t i, int n) const {
   const Stage& st = stages_.at(i);
   CNN_CHECK(!st.is_add && !st.is_avgpool, "int8: stage {} is not a conv/linear layer", i);
+  CNN_CHECK(n >= 1 && n <= max_batch_, "int8: batch {} outside 1..{}", n, max_batch_);
   QConvShape s = st.shape;
   s.n = n;
-  return qconv_pick_kernel(s, !st.w_igemm.empty());
+  return qconv_resolve_kernel(s, path_of(st, s));
 }
 
 std::vector<int8_t> Int8Network::stage_output_to_host(size_t i, int n) const {

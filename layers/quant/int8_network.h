@@ -1,16 +1,15 @@
 #pragma once
 // Runs a QuantizedModel on a device through the int8 kernels (kernels/quant/): the float input
-// is quantized once, every stage (conv/linear + ReLU + max-pool, a residual block's add + ReLU,
-// or an average pool + ReLU) reads and writes int8 activations (N, H, W, C padded to 4), each kept
-// in its own buffer for the stages that read it later (a block's shortcut), and the last stage
-// writes dequantized float logits.
+// is quantized once (by the first stage itself where it runs the few-channel kernel), every stage
+// (conv/linear + ReLU + max-pool, a residual block's add + ReLU, or an average pool + ReLU) reads
+// and writes int8 activations (N, H, W, C padded to 4), each kept in its own buffer for the stages
+// that read it later (a block's shortcut), and the last stage writes dequantized float logits.
 #include <cstdint>
 #include <vector>
 
 #include "kernels/quant/qadd.h"
 #include "kernels/quant/qavgpool.h"
 #include "kernels/quant/qconv.h"
-#include "kernels/quant/qconv_kernel_choice.h"
 #include "layers/quant/quant_model.h"
 #include "runtime/exec.h"
 #include "runtime/memory.h"
@@ -21,9 +20,9 @@ class Int8Network {
  public:
   // Throws naming the stage when the model is inconsistent (weight/scale sizes, shapes that do not
   // chain, scales that are not finite and > 0).
-  // tensor_cores: on CUDA, each conv/linear stage runs the kernel qconv_pick_kernel picks (the
-  // few-channel or the tensor-core kernel where they take the shape); false keeps them all on the
-  // direct kernel (for comparisons and bisecting).
+  // tensor_cores: on CUDA, each conv/linear stage runs the kernel qconv_pick_kernel picks for the
+  // batch of the call (few-channel, linear dp4a, tensor cores, or direct); false keeps them all on
+  // the direct kernel (CNN_INT8_DIRECT=1, for comparisons and bisecting).
   Int8Network(const QuantizedModel& model, int max_batch, const Exec& ex, bool tensor_cores = true);
 
   // Logits (n, classes) on the network's device for x (n, C, H, W) normalized floats there.
@@ -38,14 +37,9 @@ class Int8Network {
   const QConvShape& stage_shape(size_t i) const { return stages_[i].shape; }
   bool stage_is_add(size_t i) const { return stages_.at(i).is_add; }
   bool stage_is_avgpool(size_t i) const { return stages_.at(i).is_avgpool; }
-  // Whether stage i was given the tensor-core path (its repacked weights), on which a CUDA forward
-  // runs qconv_pick_kernel's choice: the tensor-core kernel, or for a linear layer with few rows
-  // or columns the linear dp4a one (else the direct kernel, or the CPU twin).
-  bool stage_uses_tensor_cores(size_t i) const { return !stages_.at(i).w_igemm.empty(); }
-  // The kernel a CUDA forward of n images runs for conv/linear stage i.
+  // The kernel a CUDA forward of n images runs for conv/linear stage i: qconv_pick_kernel's rule,
+  // or Direct for every stage with tensor_cores false and on the CPU (where the twin runs).
   QConvKernel stage_kernel(size_t i, int n) const;
-  // The CUDA kernel of conv/linear stage i (Direct on the CPU, where the twin runs).
-  QConvKernel stage_kernel(size_t i) const { return stages_.at(i).kernel; }
   // Whether the first stage reads the float input itself (the few-channel kernel quantizing it
   // while staging) instead of a separate quantization pass.
   bool fuses_input_quantization() const { return fuse_input_quantization_; }
@@ -60,18 +54,21 @@ class Int8Network {
     QAddScales scales;
     float avg_mult = 1.f;
     bool relu = false;
-    QConvKernel kernel = QConvKernel::Direct;
-    Buffer<int8_t> w;        // (OC, KH, KW, CGP)
-    Buffer<int8_t> w_igemm;  // (OCT, KP) for the tensor-core kernel; empty where it does not apply
+    bool specialized = false;  // kernels by qconv_pick_kernel's rule, else the direct one
+    Buffer<int8_t> w;          // (OC, KH, KW, CGP)
+    Buffer<int8_t> w_igemm;    // (OCT, KP) where the rule may pick the tensor cores, else empty
     Buffer<float> mult, add;
     Buffer<int8_t> y;  // (N, PH, PW, OCP); empty for the last stage
   };
+  // The QConvPath of conv/linear stage st at the batch of s.
+  static QConvPath path_of(const Stage& st, const QConvShape& s);
+
   Exec ex_;
   int max_batch_ = 0, classes_ = 0;
   Shape input_chw_;
   float input_inv_scale_ = 1.f;
   bool fuse_input_quantization_ = false;
-  Buffer<int8_t> x_q_;  // (N, H, W, CP)
+  Buffer<int8_t> x_q_;  // (N, H, W, CP); empty when the first stage quantizes the input itself
   std::vector<Stage> stages_;
   Buffer<float> logits_;
 };
