@@ -14,7 +14,7 @@ class AvgPoolLayer : public Layer {
     check_avgpool_shape(shape_);
     return out;
   }
-  void forward(int n, const float* x, float* y, const Exec& ex) override {
+  void forward(int n, const float* x, float* y, float* /*scratch*/, const Exec& ex) override {
     avgpool_forward(at(n), x, y, ex);
   }
   void backward(int n, const float*, const float*, float* dy, float* dx, float*,
@@ -34,7 +34,7 @@ class AvgPoolLayer : public Layer {
 class GlobalAvgPoolLayer : public Layer {
  public:
   using Layer::Layer;
-  void forward(int n, const float* x, float* y, const Exec& ex) override {
+  void forward(int n, const float* x, float* y, float* /*scratch*/, const Exec& ex) override {
     global_avgpool_forward(int64_t(n) * in_[1], in_[2] * in_[3], x, y, ex);
   }
   void backward(int n, const float*, const float*, float* dy, float* dx, float*,

@@ -65,7 +65,7 @@ class BatchNormLayer : public Layer {
     h_buffers[2 * shape_.c] = 0.0f;
   }
 
-  void forward(int n, const float* x, float* y, const Exec& ex) override {
+  void forward(int n, const float* x, float* y, float* /*scratch*/, const Exec& ex) override {
     const BatchNormShape s = at(n);
     const float eps = static_cast<float>(spec_.eps);
     if (!ex.training) {

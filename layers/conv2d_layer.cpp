@@ -1,9 +1,11 @@
+#include <algorithm>
+
 #include "kernels/conv/conv2d.h"
 #include "kernels/conv/conv2d_grouped.h"
 #include "kernels/conv/conv_relu_pool.h"
-#include "runtime/error.h"
 #include "kernels/pointwise/relu.h"
 #include "layers/layer_factories.h"
+#include "runtime/error.h"
 
 namespace cnn {
 namespace {
@@ -64,10 +66,28 @@ class Conv2dLayer : public Layer {
                          rng);
   }
 
-  std::size_t scratch_floats(const Exec& ex) const override {
+  // One scratch serves all three passes (the largest need, not the sum): the weight gradient's
+  // deterministic partial sums and, for algo wgmma-nhwc, the forward's and the input gradient's
+  // channels-last copies. They never hold it at the same time: every pass of every layer is
+  // enqueued on the one stream ex.stream, backward() enqueues the weight gradient (which writes
+  // its partial sums and reduces them into dw in its own launches) before the input gradient, so
+  // the input gradient's pre-passes overwrite the scratch only after the weight gradient's last
+  // read of it, and a forward reads only what its own pre-passes wrote just before.
+  std::size_t scratch_floats(const Exec& ex, bool input_grad) const override {
     if (fused_pool_) return conv_relu_pool_backward_weight_scratch_floats(shape_, ex);
     if (grouped_) return conv2d_grouped_backward_weight_scratch_floats(gshape_, ex);
-    return conv2d_backward_weight_scratch_floats(shape_, ex);
+    return plain_scratch_floats(algos_, input_grad, ex);
+  }
+
+  // algo auto times every candidate of every pass on the Network's scratch (wgmma-nhwc among
+  // them), so the scratch covers them all while it tunes; the Network shrinks it to
+  // scratch_floats afterwards, when each pass has its pick.
+  std::size_t tune_scratch_floats(const Exec& ex, bool input_grad) const override {
+    std::size_t need = scratch_floats(ex, input_grad);
+    if (algo_ != Algo::Auto || fused_pool_ || grouped_) return need;
+    for (Algo a : tune_candidates())
+      need = std::max(need, plain_scratch_floats(PassAlgos(a), input_grad, ex));
+    return need;
   }
 
   bool fuse_relu_pool(Layer& pool) override {
@@ -79,9 +99,9 @@ class Conv2dLayer : public Layer {
   }
 
   // Fused with the pool (fuse_relu_pool): y is the pool's output (N, OC, OH/2, OW/2).
-  void forward(int n, const float* x, float* y, const Exec& ex) override {
+  void forward(int n, const float* x, float* y, float* scratch, const Exec& ex) override {
     if (fused_pool_) return conv_relu_pool_forward(at(n), x, w_, b_, y, pool_argmax_, ex);
-    run_forward(n, x, y, algos_.fwd, ex);
+    run_forward(n, x, y, scratch, algos_.fwd, ex);
   }
 
   // Fused with the pool: y and dy are the pool's output and its gradient.
@@ -95,14 +115,15 @@ class Conv2dLayer : public Layer {
     if (relu_backward_here())
       relu_backward(int64_t(n) * gshape_.oc * gshape_.oh() * gshape_.ow(), y, dy, dy, ex);
     run_backward_weight(n, x, dy, scratch, algos_.dw, ex);
-    if (dx) run_backward_data(n, dy, dx, algos_.dx, ex);
+    // After the weight gradient on the same stream: both may use the scratch (scratch_floats).
+    if (dx) run_backward_data(n, dy, dx, scratch, algos_.dx, ex);
   }
 
   std::vector<TuneChoice> autotune(int n, const float* x, float* y, float* dy, float* dx,
                                    float* scratch, const Exec& ex) override {
     if (algo_ != Algo::Auto || fused_pool_) return {};  // the fused pass has no variants
     const std::function<void(Algo)> input_grad = [&](Algo a) {
-      run_backward_data(n, dy, dx, a, ex);
+      run_backward_data(n, dy, dx, scratch, a, ex);
     };
     // Everything the variants' speed depends on: the shape (groups and dilation included), the
     // bias and the fused ReLU.
@@ -113,7 +134,7 @@ class Conv2dLayer : public Layer {
         grouped_ ? fmt::format(" d{}x{} g{}", spec_.dil_h, spec_.dil_w, spec_.groups) : "",
         b_ ? " bias" : "", fused_relu_ ? " relu" : "");
     return tune_passes(
-        TuneSite{name(), op, tune_cache_}, [&](Algo a) { run_forward(n, x, y, a, ex); },
+        TuneSite{name(), op, tune_cache_}, [&](Algo a) { run_forward(n, x, y, scratch, a, ex); },
         [&](Algo a) { run_backward_weight(n, x, dy, scratch, a, ex); }, dx ? &input_grad : nullptr,
         &algos_, ex);
   }
@@ -134,11 +155,19 @@ class Conv2dLayer : public Layer {
     return g;
   }
 
-  void run_forward(int n, const float* x, float* y, Algo a, const Exec& ex) {
+  // The plain (ungrouped, unfused) convolution's need with the passes run by `algos`.
+  std::size_t plain_scratch_floats(const PassAlgos& algos, bool input_grad, const Exec& ex) const {
+    return std::max(
+        {conv2d_backward_weight_scratch_floats(shape_, ex),
+         conv2d_forward_scratch_floats(shape_, algos.fwd, ex),
+         input_grad ? conv2d_backward_data_scratch_floats(shape_, algos.dx, ex) : std::size_t(0)});
+  }
+
+  void run_forward(int n, const float* x, float* y, float* scratch, Algo a, const Exec& ex) {
     if (grouped_)
       conv2d_grouped_forward(grouped_at(n), x, w_, b_, y, fused_relu_, a, ex);
     else
-      conv2d_forward(at(n), x, w_, b_, y, fused_relu_, a, ex);
+      conv2d_forward(at(n), x, w_, b_, y, fused_relu_, scratch, a, ex);
   }
   void run_backward_weight(int n, const float* x, const float* dy, float* scratch, Algo a,
                            const Exec& ex) {
@@ -147,11 +176,12 @@ class Conv2dLayer : public Layer {
     else
       conv2d_backward_weight(at(n), x, dy, dw_, db_, scratch, a, ex);
   }
-  void run_backward_data(int n, const float* dy, float* dx, Algo a, const Exec& ex) {
+  void run_backward_data(int n, const float* dy, float* dx, float* scratch, Algo a,
+                         const Exec& ex) {
     if (grouped_)
       conv2d_grouped_backward_data(grouped_at(n), dy, w_, dx, a, ex);
     else
-      conv2d_backward_data(at(n), dy, w_, dx, a, ex);
+      conv2d_backward_data(at(n), dy, w_, dx, scratch, a, ex);
   }
 
   Conv2dShape at(int n) const {

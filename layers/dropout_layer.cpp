@@ -1,7 +1,7 @@
 // Dropout: masks in training (kernels/pointwise/dropout.h), a copy in eval.
-#include "runtime/hash_rng.h"
 #include "kernels/pointwise/dropout.h"
 #include "layers/layer_factories.h"
+#include "runtime/hash_rng.h"
 #include "runtime/memory.h"
 
 namespace cnn {
@@ -18,7 +18,7 @@ uint64_t name_hash(const std::string& s) {
 class DropoutLayer : public Layer {
  public:
   using Layer::Layer;
-  void forward(int n, const float* x, float* y, const Exec& ex) override {
+  void forward(int n, const float* x, float* y, float* /*scratch*/, const Exec& ex) override {
     const int64_t count = int64_t(n) * per_image();
     if (!ex.training || spec_.dropout_p == 0) {
       if (x != y) raw_copy(y, ex.device, x, ex.device, size_t(count) * sizeof(float), ex.stream);

@@ -55,11 +55,18 @@ class Layer {
   virtual std::vector<ParamInfo> buffer_shapes() const { return {}; }
   virtual void bind_buffers(float* /*buffers*/) {}
   virtual void init_buffers(float* /*h_buffers*/) const {}
-  // Scratch floats backward needs (deterministic reductions); the Network provides them.
-  virtual std::size_t scratch_floats(const Exec&) const { return 0; }
+  // Scratch floats forward and backward need for the variants they run now (deterministic
+  // reductions of the weight gradient, the channels-last copies of algo wgmma-nhwc); input_grad:
+  // whether backward is asked for dx. The Network allocates one scratch, the largest any layer
+  // needs, shared by every layer and pass: they run one after another on the network's stream.
+  virtual std::size_t scratch_floats(const Exec&, bool /*input_grad*/) const { return 0; }
+  // The same for autotune(), which may run every variant it times: at least scratch_floats.
+  virtual std::size_t tune_scratch_floats(const Exec& ex, bool input_grad) const {
+    return scratch_floats(ex, input_grad);
+  }
 
-  // y = f(x) for a batch of n (n <= the setup batch).
-  virtual void forward(int n, const float* x, float* y, const Exec& ex) = 0;
+  // y = f(x) for a batch of n (n <= the setup batch). scratch: scratch_floats(ex, ...) floats.
+  virtual void forward(int n, const float* x, float* y, float* scratch, const Exec& ex) = 0;
   // Writes dx (when non-null) and ACCUMULATES parameter gradients. x and y are this layer's
   // input and output of the last forward.
   // dy may be overwritten (a fused ReLU masks it in place).
@@ -69,6 +76,7 @@ class Layer {
   // algo: auto on CUDA: times this layer's kernel variants for a batch of n on the given buffers
   // (x input, y output, dy and dx gradients; dx null for the first layer) and keeps the fastest
   // per pass. Writes y and dx and ACCUMULATES parameter gradients: the caller zeroes them after.
+  // scratch: tune_scratch_floats(ex, dx != null) floats.
   virtual std::vector<TuneChoice> autotune(int /*n*/, const float* /*x*/, float* /*y*/,
                                            float* /*dy*/, float* /*dx*/, float* /*scratch*/,
                                            const Exec& /*ex*/) {

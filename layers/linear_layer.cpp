@@ -39,11 +39,11 @@ class LinearLayer : public Layer {
                          rng);
   }
 
-  std::size_t scratch_floats(const Exec& ex) const override {
+  std::size_t scratch_floats(const Exec& ex, bool /*input_grad*/) const override {
     return linear_backward_weight_scratch_floats(shape_, ex);
   }
 
-  void forward(int n, const float* x, float* y, const Exec& ex) override {
+  void forward(int n, const float* x, float* y, float* /*scratch*/, const Exec& ex) override {
     linear_forward(at(n), x, w_, b_, y, fused_relu_, algos_.fwd, ex);
   }
 

@@ -30,7 +30,7 @@ class ResidualAddLayer : public Layer {
     in_ = out_ = in;
     return out_;
   }
-  void forward(int, const float*, float*, const Exec&) override {
+  void forward(int, const float*, float*, float*, const Exec&) override {
     CNN_FAIL("{}: the add of a residual block is run by the Network", name());
   }
   void backward(int, const float*, const float*, float*, float*, float*, const Exec&) override {
@@ -215,14 +215,12 @@ Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
   grads_.zero();
   std::vector<float> h_params(static_cast<size_t>(total));
   std::mt19937_64 rng(opt.seed);
-  size_t scratch = 0;
   for (size_t i = 0; i < layers_.size(); ++i) {
     layers_[i]->init_params(h_params.data() + layer_offset[i], rng);
     layers_[i]->bind(params_.data() + layer_offset[i], grads_.data() + layer_offset[i]);
-    scratch = std::max(scratch, layers_[i]->scratch_floats(ex));
   }
   params_.copy_from(h_params.data(), Device::CPU, h_params.size());
-  scratch_ = Buffer<float>(scratch, ex.device);
+  resize_scratch(scratch_need(ex, false));
 
   // Buffers: offsets in layer order, their initial values from the layers.
   int64_t buffer_total = 0;
@@ -253,11 +251,32 @@ int64_t Network::per_image(int node) const {
   return shape_numel(layers_[size_t(node)]->out_shape()) / opt_.max_batch;
 }
 
+bool Network::input_grad(size_t i) const {
+  const int t = input_[i];
+  return t >= 0 && needs_grad_[size_t(t)];
+}
+
+size_t Network::scratch_need(const Exec& ex, bool tuning) const {
+  size_t need = 0;
+  for (size_t i = 0; i < layers_.size(); ++i)
+    need = std::max(need, tuning ? layers_[i]->tune_scratch_floats(ex, input_grad(i))
+                                 : layers_[i]->scratch_floats(ex, input_grad(i)));
+  return need;
+}
+
+void Network::resize_scratch(size_t floats) {
+  if (floats == scratch_.size()) return;
+  // Work enqueued before may still read the old scratch. Freed before the new one is allocated:
+  // the two need not coexist (either can be as large as an activation).
+  if (!scratch_.empty()) stream_sync(ex_.device, ex_.stream);
+  scratch_ = Buffer<float>();
+  scratch_ = Buffer<float>(floats, ex_.device);
+}
+
 void Network::set_exec(const Exec& ex) {
   CNN_CHECK(ex.device == ex_.device, "set_exec cannot move the network to another device");
-  size_t scratch = 0;
-  for (auto& l : layers_) scratch = std::max(scratch, l->scratch_floats(ex));
-  if (scratch > scratch_.size()) scratch_ = Buffer<float>(scratch, ex.device);
+  const size_t need = scratch_need(ex, false);
+  if (need > scratch_.size()) resize_scratch(need);
   ex_ = ex;
 }
 
@@ -271,6 +290,10 @@ std::vector<std::string> Network::autotune(TuneCache* cache) {
   input.zero(ex_.stream);
   for (Tensor& t : storage_) t.zero(ex_.stream);
   for (size_t v : input_views_) acts_[v] = input.data();
+  // The timed candidates may need more scratch than the configured variants (wgmma-nhwc's
+  // channels-last copies): grown for the tuning, then fitted to the picks below.
+  const size_t tune_need = scratch_need(ex_, true);
+  if (tune_need > scratch_.size()) resize_scratch(tune_need);
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (skipped_[i] || layers_[i]->spec().kind == LayerKind::Residual) continue;
     const int t = input_[i];
@@ -284,6 +307,9 @@ std::vector<std::string> Network::autotune(TuneCache* cache) {
   }
   grads_.zero(ex_.stream);
   stream_sync(ex_.device, ex_.stream);
+  // Start-up, before any step (and so before the trainer captures its step graph): the scratch
+  // the picked variants need, freeing what only the timed candidates needed.
+  resize_scratch(scratch_need(ex_, false));
   return lines;
 }
 
@@ -309,7 +335,7 @@ void Network::run_node(size_t i, int n, const float* x, const Exec& ex) {
     add_forward(n * per_image(int(i)), act_of(input_[i], x), act_of(shortcut_input_[i], x),
                 acts_[i], ex);
   else
-    layers_[i]->forward(n, act_of(input_[i], x), acts_[i], ex);
+    layers_[i]->forward(n, act_of(input_[i], x), acts_[i], scratch_.data(), ex);
 }
 
 const float* Network::activation(size_t node) const {

@@ -128,6 +128,14 @@ class Network {
   // The input gradient node i writes for its input t (null where none is needed), running its
   // backward; sums it into t's gradient when another consumer of t wrote that first.
   void backward_node(size_t i, int n, const float* x, const Exec& ex);
+  // Whether node i's backward is asked for the gradient of its input.
+  bool input_grad(size_t i) const;
+  // The one scratch every layer's passes share (they run in turn on the network's stream): the
+  // largest Layer::scratch_floats, or, tuning, the largest Layer::tune_scratch_floats.
+  size_t scratch_need(const Exec& ex, bool tuning) const;
+  // Reallocates scratch_ (construction, set_exec and autotune only: never inside a step, so a
+  // captured step graph holds no allocation and its scratch pointer stays valid).
+  void resize_scratch(size_t floats);
   const float* act_of(int node, const float* x) const { return node < 0 ? x : acts_[node]; }
   int64_t per_image(int node) const;
 

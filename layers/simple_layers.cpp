@@ -14,7 +14,7 @@ int64_t per_image(const Shape& s) {
 class ReluLayer : public Layer {
  public:
   using Layer::Layer;
-  void forward(int n, const float* x, float* y, const Exec& ex) override {
+  void forward(int n, const float* x, float* y, float* /*scratch*/, const Exec& ex) override {
     relu_forward(n * per_image(in_), x, y, ex);
   }
   void backward(int n, const float*, const float* y, float* dy, float* dx, float*,
@@ -33,7 +33,7 @@ class MaxPoolLayer : public Layer {
     argmax_ = Buffer<int32_t>(static_cast<size_t>(shape_numel(out)), dev);
     return out;
   }
-  void forward(int n, const float* x, float* y, const Exec& ex) override {
+  void forward(int n, const float* x, float* y, float* /*scratch*/, const Exec& ex) override {
     maxpool_forward(at(n), x, y, argmax_.data(), ex);
   }
   void backward(int n, const float*, const float* y, float* dy, float* dx, float*,
@@ -62,7 +62,7 @@ class MaxPoolLayer : public Layer {
 class FlattenLayer : public Layer {
  public:
   using Layer::Layer;
-  void forward(int n, const float* x, float* y, const Exec& ex) override {
+  void forward(int n, const float* x, float* y, float* /*scratch*/, const Exec& ex) override {
     if (x != y) raw_copy(y, ex.device, x, ex.device, n * per_image(in_) * sizeof(float), ex.stream);
   }
   void backward(int n, const float*, const float*, float* dy, float* dx, float*,

@@ -140,17 +140,17 @@ void check_all_variants(const Problem& p) {
   for (const auto& a : algos) {
     SCOPED_TRACE(std::string("algo ") + a.name);
     test::poison_device(y.data(), y_size(s));
-    conv2d_forward(s, x.data(), w.data(), nullptr, y.data(), false, a.algo, ex);
+    conv2d_forward(s, x.data(), w.data(), nullptr, y.data(), false, nullptr, a.algo, ex);
     EXPECT_CLOSE(test::to_host(y.data(), y_size(s)), p.y_plain, k_fwd,
                  (std::string("forward ") + a.name).c_str());
 
     test::poison_device(y.data(), y_size(s));
-    conv2d_forward(s, x.data(), w.data(), b.data(), y.data(), true, a.algo, ex);
+    conv2d_forward(s, x.data(), w.data(), b.data(), y.data(), true, nullptr, a.algo, ex);
     EXPECT_CLOSE(test::to_host(y.data(), y_size(s)), p.y_bias_relu, k_fwd,
                  (std::string("forward+bias+relu ") + a.name).c_str());
 
     test::poison_device(dx.data(), x_size(s));
-    conv2d_backward_data(s, dy.data(), w.data(), dx.data(), a.algo, ex);
+    conv2d_backward_data(s, dy.data(), w.data(), dx.data(), nullptr, a.algo, ex);
     EXPECT_CLOSE(test::to_host(dx.data(), x_size(s)), p.dx, k_data,
                  (std::string("backward_data ") + a.name).c_str());
   }
@@ -320,8 +320,8 @@ TEST(GpuConv2d, RunsOnTheGivenStream) {
   Tensor scratch({int64_t(conv2d_backward_weight_scratch_floats(s, ex))}, Device::CUDA);
   test::poison_device(y.data(), y_size(s));
   test::poison_device(dx.data(), x_size(s));
-  conv2d_forward(s, x.data(), w.data(), b.data(), y.data(), true, Algo::Tiled, ex);
-  conv2d_backward_data(s, dy.data(), w.data(), dx.data(), Algo::Tiled, ex);
+  conv2d_forward(s, x.data(), w.data(), b.data(), y.data(), true, nullptr, Algo::Tiled, ex);
+  conv2d_backward_data(s, dy.data(), w.data(), dx.data(), nullptr, Algo::Tiled, ex);
   conv2d_backward_weight(s, x.data(), dy.data(), dw.data(), db.data(), scratch.data(), Algo::Tiled,
                          ex);
   stream_sync(Device::CUDA, stream);

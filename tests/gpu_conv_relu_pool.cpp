@@ -157,7 +157,8 @@ void check_shape(const Conv2dShape& s, bool quantized) {
   Buffer<float> d_conv(nc, Device::CUDA);  // (N, OC, OH, OW)
   Buffer<float> d_y2(np, Device::CUDA);
   Buffer<int32_t> d_am2(np, Device::CUDA);
-  conv2d_forward(s, d_x.data(), d_w.data(), d_b.data(), d_conv.data(), true, Algo::Auto, ex);
+  conv2d_forward(s, d_x.data(), d_w.data(), d_b.data(), d_conv.data(), true, nullptr, Algo::Auto,
+                 ex);
   maxpool_forward(ps, d_conv.data(), d_y2.data(), d_am2.data(), ex);
   const std::vector<float> y2 = test::to_host(d_y2.data(), np);
   const std::vector<int32_t> am2 = ints_to_host(d_am2.data(), np);

@@ -140,9 +140,10 @@ std::vector<float> run_gpu(const Problem& p, const WgmmaConvOptions& opt, bool v
     ex.precision = Precision::TF32;
     ex.deterministic = deterministic;
     if (fwd)
-      conv2d_forward(s, d_in.data(), d_w.data(), bias, d_out.data(), p.cc.relu, Algo::Wgmma, ex);
+      conv2d_forward(s, d_in.data(), d_w.data(), bias, d_out.data(), p.cc.relu, nullptr,
+                     Algo::Wgmma, ex);
     else
-      conv2d_backward_data(s, d_in.data(), d_w.data(), d_out.data(), Algo::Wgmma, ex);
+      conv2d_backward_data(s, d_in.data(), d_w.data(), d_out.data(), nullptr, Algo::Wgmma, ex);
   } else if (fwd) {
     conv2d_forward_wgmma(s, d_in.data(), d_w.data(), bias, d_out.data(), p.cc.relu, nullptr, opt);
   } else {
@@ -368,16 +369,21 @@ TEST(GpuConvWgmma, Refusals) {
     ex.precision = pr;
     expect_refused(
         [&] {
-          conv2d_forward(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, Algo::Wgmma, ex);
+          conv2d_forward(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, nullptr,
+                         Algo::Wgmma, ex);
         },
         pr == Precision::FP32 ? "forward fp32" : "forward bf16");
     expect_refused(
-        [&] { conv2d_backward_data(s, d_y.data(), d_w.data(), d_x.data(), Algo::Wgmma, ex); },
+        [&] {
+          conv2d_backward_data(s, d_y.data(), d_w.data(), d_x.data(), nullptr, Algo::Wgmma, ex);
+        },
         pr == Precision::FP32 ? "input gradient fp32" : "input gradient bf16");
   }
   ex.precision = Precision::TF32;
   expect_refused(
-      [&] { conv2d_backward_data(s2, d_y.data(), d_w.data(), d_x.data(), Algo::Wgmma, ex); },
+      [&] {
+        conv2d_backward_data(s2, d_y.data(), d_w.data(), d_x.data(), nullptr, Algo::Wgmma, ex);
+      },
       "input gradient stride 2");
   ex.precision = Precision::FP32;
   expect_refused(

@@ -13,9 +13,11 @@
 //                        effective padding (padding > kernel - 1) included.
 //   SplitsAndRepeat      K split 1, 2, 4, 8 across a cluster: each correct, each run twice
 //                        bitwise equal.
-//   ScratchAllocated     a null scratch (allocated on the stream) gives the bits of a passed one.
 //   Dispatch             Algo::WgmmaNhwc through conv2d_forward / conv2d_backward_data at TF32
+//                        (with a scratch of conv2d_*_scratch_floats, the direct call's size)
 //                        gives the direct call's bits; its weight gradient is Algo::Wgmma's.
+//   (The scratch itself, a null one refused and no allocation in a captured graph:
+//   gpu_conv_nhwc_scratch.cpp.)
 //   Refusals             FP32 (BF16 runs: gpu_conv_wgmma_nhwc_bf16.cpp), a stride-2 input
 //                        gradient, a padding the TMA box cannot express, grouped convolutions
 //                        and linear layers: one-line cnn::Error; autotune leaves the refused
@@ -124,11 +126,11 @@ std::string describe(const WgmmaNhwcOptions& o) {
   return "block_n=" + std::to_string(o.block_n) + " splits=" + std::to_string(o.splits);
 }
 
-enum class Via { Direct, DirectOwnScratch, Dispatch };
+enum class Via { Direct, Dispatch };
 
-// Runs the problem on the GPU (output poisoned with NaN first): the direct call with `opt` (a
-// scratch allocated here, poisoned, or none: the call allocates it), or conv2d_forward /
-// conv2d_backward_data with Algo::WgmmaNhwc at TF32.
+// Runs the problem on the GPU (output and scratch poisoned with NaN first): the direct call with
+// `opt`, or conv2d_forward / conv2d_backward_data with Algo::WgmmaNhwc at TF32, each with a
+// scratch of the size its own sizing function gives.
 std::vector<float> run_gpu(const Problem& p, const WgmmaNhwcOptions& opt, Via via = Via::Direct) {
   const Conv2dShape& s = p.cc.s;
   Tensor d_in = test::to_device(p.in), d_w = test::to_device(p.w), d_b = test::to_device(p.b);
@@ -139,16 +141,20 @@ std::vector<float> run_gpu(const Problem& p, const WgmmaNhwcOptions& opt, Via vi
     Exec ex;
     ex.device = Device::CUDA;
     ex.precision = Precision::TF32;
+    const size_t nscratch = fwd ? conv2d_forward_scratch_floats(s, Algo::WgmmaNhwc, ex)
+                                : conv2d_backward_data_scratch_floats(s, Algo::WgmmaNhwc, ex);
+    Tensor d_scratch = test::to_device(std::vector<float>(nscratch, NAN));
     if (fwd)
-      conv2d_forward(s, d_in.data(), d_w.data(), bias, d_out.data(), p.cc.relu, Algo::WgmmaNhwc,
-                     ex);
+      conv2d_forward(s, d_in.data(), d_w.data(), bias, d_out.data(), p.cc.relu, d_scratch.data(),
+                     Algo::WgmmaNhwc, ex);
     else
-      conv2d_backward_data(s, d_in.data(), d_w.data(), d_out.data(), Algo::WgmmaNhwc, ex);
+      conv2d_backward_data(s, d_in.data(), d_w.data(), d_out.data(), d_scratch.data(),
+                           Algo::WgmmaNhwc, ex);
   } else {
     const size_t nscratch = fwd ? conv2d_forward_wgmma_nhwc_scratch_floats(s)
                                 : conv2d_backward_data_wgmma_nhwc_scratch_floats(s);
     Tensor d_scratch = test::to_device(std::vector<float>(nscratch, NAN));
-    float* scratch = via == Via::Direct ? nullptr : d_scratch.data();
+    float* scratch = d_scratch.data();
     if (fwd)
       conv2d_forward_wgmma_nhwc(s, d_in.data(), d_w.data(), bias, d_out.data(), p.cc.relu, scratch,
                                 nullptr, opt);
@@ -338,23 +344,6 @@ TEST(GpuConvWgmmaNhwc, SplitsAndRepeat) {
 #endif
 }
 
-TEST(GpuConvWgmmaNhwc, ScratchAllocated) {
-#ifdef CNN_HAVE_CUDA
-  CNN_REQUIRE_WGMMA_NHWC();
-  const std::pair<Pass, ConvCase> cases[] = {{Pass::Forward, forward_cases()[3]},
-                                             {Pass::BackwardData, backward_data_cases()[2]}};
-  for (const auto& [pass, cc] : cases) {
-    const Problem p = make_problem(pass, cc, Fill::Random, test::fresh_seed());
-    const std::vector<float> own = run_gpu(p, {}, Via::DirectOwnScratch);
-    expect_close(p, own, "caller's scratch");
-    EXPECT_TRUE(bitwise_equal(run_gpu(p, {}, Via::Direct), own))
-        << p.what << ": the stream-allocated scratch differs from the caller's";
-  }
-#else
-  GTEST_SKIP() << "built without CUDA";
-#endif
-}
-
 TEST(GpuConvWgmmaNhwc, Dispatch) {
 #ifdef CNN_HAVE_CUDA
   CNN_REQUIRE_WGMMA_NHWC();
@@ -415,16 +404,21 @@ TEST(GpuConvWgmmaNhwc, Refusals) {
       std::printf("%s: %s\n", what, msg.c_str());
       EXPECT_NE(msg.find("wgmma-nhwc"), std::string::npos) << what << ": the refusal " << msg;
       EXPECT_EQ(msg.find('\n'), std::string::npos) << what << ": one line expected: " << msg;
+      // The calls pass no scratch: the real reason must come before the missing scratch.
+      EXPECT_EQ(msg.find("needs a scratch"), std::string::npos) << what << ": " << msg;
     }
   };
   ex.precision = Precision::FP32;
   expect_refused(
       [&] {
-        conv2d_forward(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, Algo::WgmmaNhwc, ex);
+        conv2d_forward(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, nullptr,
+                       Algo::WgmmaNhwc, ex);
       },
       "forward fp32");
   expect_refused(
-      [&] { conv2d_backward_data(s, d_y.data(), d_w.data(), d_x.data(), Algo::WgmmaNhwc, ex); },
+      [&] {
+        conv2d_backward_data(s, d_y.data(), d_w.data(), d_x.data(), nullptr, Algo::WgmmaNhwc, ex);
+      },
       "input gradient fp32");
   // The direct call refuses fp32 the same way (its options carry the precision).
   WgmmaNhwcOptions fp32;
@@ -437,12 +431,14 @@ TEST(GpuConvWgmmaNhwc, Refusals) {
       "direct forward fp32");
   ex.precision = Precision::TF32;
   expect_refused(
-      [&] { conv2d_backward_data(s2, d_y.data(), d_w.data(), d_x.data(), Algo::WgmmaNhwc, ex); },
+      [&] {
+        conv2d_backward_data(s2, d_y.data(), d_w.data(), d_x.data(), nullptr, Algo::WgmmaNhwc, ex);
+      },
       "input gradient stride 2");
   expect_refused(
       [&] {
-        conv2d_forward(wide, d_x.data(), d_w.data(), nullptr, d_y.data(), false, Algo::WgmmaNhwc,
-                       ex);
+        conv2d_forward(wide, d_x.data(), d_w.data(), nullptr, d_y.data(), false, nullptr,
+                       Algo::WgmmaNhwc, ex);
       },
       "forward padding 130");
   Conv2dGroupedShape g;
@@ -463,7 +459,8 @@ TEST(GpuConvWgmmaNhwc, Refusals) {
   // Autotune times the candidates; the refused one is left out, another is picked.
   const TuneChoice c = pick_fastest(
       std::string("conv_s2"), "input-grad",
-      [&](Algo a) { conv2d_backward_data(s2, d_y.data(), d_w.data(), d_x.data(), a, ex); }, ex);
+      [&](Algo a) { conv2d_backward_data(s2, d_y.data(), d_w.data(), d_x.data(), nullptr, a, ex); },
+      ex);
   EXPECT_NE(c.chosen, Algo::WgmmaNhwc);
   EXPECT_NE(c.chosen, Algo::Auto);
   for (const auto& [a, us] : c.timings) EXPECT_NE(a, Algo::WgmmaNhwc) << "timed at " << us << " us";

@@ -13,9 +13,8 @@
 //                        effective padding (padding > kernel - 1) included.
 //   SplitsAndRepeat      K split 1, 2, 4, 8 across a cluster: each correct, each run twice
 //                        bitwise equal.
-//   Scratch              the BF16 scratch is never larger than the TF32 one; a caller's
-//                        (poisoned) scratch of exactly the BF16 size gives the bits of one
-//                        allocated on the stream.
+//   Scratch              the BF16 scratch is never larger than the TF32 one; a (poisoned)
+//                        scratch of exactly the BF16 size gives the bits of a TF32-sized one.
 //   Dispatch             Algo::WgmmaNhwc through conv2d_forward / conv2d_backward_data at
 //                        precision bf16 gives the direct BF16 call's bits (and not the TF32
 //                        ones); the weight gradient under wgmma-nhwc at bf16 (wgmma's weight
@@ -160,11 +159,12 @@ Exec cuda_exec(Precision precision) {
   return ex;
 }
 
-enum class Via { Direct, DirectOwnScratch, Dispatch };
+enum class Via { Direct, DirectTf32Scratch, Dispatch };
 
-// Runs the problem on the GPU (output poisoned with NaN first): the direct call with `opt` (no
-// scratch: the call allocates one; or one of the BF16 size allocated here, poisoned), or
-// conv2d_forward / conv2d_backward_data with Algo::WgmmaNhwc at `opt.precision`.
+// Runs the problem on the GPU (output and scratch poisoned with NaN first): the direct call with
+// `opt` and a scratch of the size for opt.precision (or of the larger TF32 size), or
+// conv2d_forward / conv2d_backward_data with Algo::WgmmaNhwc at `opt.precision` and a scratch of
+// conv2d_*_scratch_floats.
 std::vector<float> run_gpu(const Problem& p, const WgmmaNhwcOptions& opt, Via via = Via::Direct) {
   const Conv2dShape& s = p.cc.s;
   Tensor d_in = test::to_device(p.in), d_w = test::to_device(p.w), d_b = test::to_device(p.b);
@@ -173,16 +173,21 @@ std::vector<float> run_gpu(const Problem& p, const WgmmaNhwcOptions& opt, Via vi
   const float* bias = fwd && p.cc.bias ? d_b.data() : nullptr;
   if (via == Via::Dispatch) {
     const Exec ex = cuda_exec(opt.precision);
-    if (fwd)
-      conv2d_forward(s, d_in.data(), d_w.data(), bias, d_out.data(), p.cc.relu, Algo::WgmmaNhwc,
-                     ex);
-    else
-      conv2d_backward_data(s, d_in.data(), d_w.data(), d_out.data(), Algo::WgmmaNhwc, ex);
-  } else {
-    const size_t nscratch = fwd ? conv2d_forward_wgmma_nhwc_scratch_floats(s, opt.precision)
-                                : conv2d_backward_data_wgmma_nhwc_scratch_floats(s, opt.precision);
+    const size_t nscratch = fwd ? conv2d_forward_scratch_floats(s, Algo::WgmmaNhwc, ex)
+                                : conv2d_backward_data_scratch_floats(s, Algo::WgmmaNhwc, ex);
     Tensor d_scratch = test::to_device(std::vector<float>(nscratch, NAN));
-    float* scratch = via == Via::Direct ? nullptr : d_scratch.data();
+    if (fwd)
+      conv2d_forward(s, d_in.data(), d_w.data(), bias, d_out.data(), p.cc.relu, d_scratch.data(),
+                     Algo::WgmmaNhwc, ex);
+    else
+      conv2d_backward_data(s, d_in.data(), d_w.data(), d_out.data(), d_scratch.data(),
+                           Algo::WgmmaNhwc, ex);
+  } else {
+    const Precision sized = via == Via::DirectTf32Scratch ? Precision::TF32 : opt.precision;
+    const size_t nscratch = fwd ? conv2d_forward_wgmma_nhwc_scratch_floats(s, sized)
+                                : conv2d_backward_data_wgmma_nhwc_scratch_floats(s, sized);
+    Tensor d_scratch = test::to_device(std::vector<float>(nscratch, NAN));
+    float* scratch = d_scratch.data();
     if (fwd)
       conv2d_forward_wgmma_nhwc(s, d_in.data(), d_w.data(), bias, d_out.data(), p.cc.relu, scratch,
                                 nullptr, opt);
@@ -409,10 +414,10 @@ TEST(GpuConvWgmmaNhwcBf16, Scratch) {
                                              {Pass::BackwardData, backward_data_cases()[2]}};
   for (const auto& [pass, cc] : cases) {
     const Problem p = make_problem(pass, cc, Fill::Random, test::fresh_seed());
-    const std::vector<float> own = run_gpu(p, bf16_options(), Via::DirectOwnScratch);
-    expect_close(p, own, "caller's scratch");
-    EXPECT_TRUE(bitwise_equal(run_gpu(p, bf16_options(), Via::Direct), own))
-        << p.what << ": the stream-allocated scratch differs from the caller's";
+    const std::vector<float> own = run_gpu(p, bf16_options(), Via::Direct);
+    expect_close(p, own, "scratch of the BF16 size");
+    EXPECT_TRUE(bitwise_equal(run_gpu(p, bf16_options(), Via::DirectTf32Scratch), own))
+        << p.what << ": a TF32-sized scratch gives other bits than a BF16-sized one";
   }
 #else
   GTEST_SKIP() << "built without CUDA";
@@ -475,9 +480,16 @@ TEST(GpuConvWgmmaNhwcBf16, Dispatch) {
     return std::any_of(c.timings.begin(), c.timings.end(),
                        [a](const auto& t) { return t.first == a; });
   };
+  // Autotune hands every candidate the scratch the layer sized for them (tune_scratch_floats):
+  // without it wgmma-nhwc would be refused, and so left out.
+  Tensor d_fwd_scratch = test::to_device(
+      std::vector<float>(conv2d_forward_scratch_floats(s, Algo::WgmmaNhwc, ex), 0.f));
   const TuneChoice fwd = pick_fastest(
       std::string("conv_bf16"), "forward",
-      [&](Algo a) { conv2d_forward(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, a, ex); },
+      [&](Algo a) {
+        conv2d_forward(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, d_fwd_scratch.data(),
+                       a, ex);
+      },
       ex);
   std::printf("%s\n", describe(fwd).c_str());
   EXPECT_TRUE(timed(fwd, Algo::WgmmaNhwc)) << "autotune left wgmma-nhwc out at bf16";

@@ -97,11 +97,13 @@ TEST(Conv2dShapeCheck, NamesTheBadFieldAndValue) {
 
 TEST(Conv2dShapeCheck, ApiRejectsBadShapeBeforeTouchingMemory) {
   Conv2dShape s = make_shape(1, 1, 2, 2, 1, 3, 3);
-  EXPECT_THROW(conv2d_forward(s, nullptr, nullptr, nullptr, nullptr, false, Algo::Auto, Exec{}),
-               Error);
+  EXPECT_THROW(
+      conv2d_forward(s, nullptr, nullptr, nullptr, nullptr, false, nullptr, Algo::Auto, Exec{}),
+      Error);
   s = make_shape(1, 1, 3, 3, 1, 2, 2);
-  EXPECT_THROW(conv2d_forward(s, nullptr, nullptr, nullptr, nullptr, false, Algo::Auto, Exec{}),
-               Error);  // null pointers
+  EXPECT_THROW(
+      conv2d_forward(s, nullptr, nullptr, nullptr, nullptr, false, nullptr, Algo::Auto, Exec{}),
+      Error);  // null pointers
 }
 
 // x = 1..9 (3x3), w = [1 2; 3 4]: every number below is worked out by hand.
@@ -118,7 +120,7 @@ TEST(Conv2dCpu, HandComputedTinyCase) {
   EXPECT_EQ(y, (std::vector<float>{0, 7, 27, 37}));
 
   // Through the dispatching API as well (CPU ignores the algorithm).
-  conv2d_forward(s, x.data(), w.data(), b.data(), y.data(), false, Algo::Tiled, Exec{});
+  conv2d_forward(s, x.data(), w.data(), b.data(), y.data(), false, nullptr, Algo::Tiled, Exec{});
   EXPECT_EQ(y, (std::vector<float>{-3, 7, 27, 37}));
 
   const std::vector<float> dy = {1, 1, 1, 1};
@@ -366,7 +368,7 @@ TEST(Conv2dCpu, CudaRequestFailsClearlyWithoutCuda) {
   Exec ex;
   ex.device = Device::CUDA;
   try {
-    conv2d_forward(s, x.data(), w.data(), nullptr, y.data(), false, Algo::Auto, ex);
+    conv2d_forward(s, x.data(), w.data(), nullptr, y.data(), false, nullptr, Algo::Auto, ex);
     FAIL() << "expected cnn::Error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("built without CUDA"), std::string::npos) << e.what();

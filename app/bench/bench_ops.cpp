@@ -605,17 +605,28 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
           ctx, rows, d, info, p, tol, "cudnn",
           ctx.lib && ctx.lib->cudnn_ok() && p != Precision::BF16,
           [&] { return ctx.lib->conv(s, pass, p, args(0)); }, args);
-      Buffer<float> scratch;
+      // One scratch for the pass, the most any timed variant needs, allocated before timing as
+      // the Network allocates its own: no variant allocates inside the timed calls.
+      size_t scratch_floats = 0;
       if (pass == Pass::BackwardWeight)
-        scratch = Buffer<float>(conv2d_backward_weight_scratch_floats(s, ex), Device::CUDA);
+        scratch_floats = conv2d_backward_weight_scratch_floats(s, ex);
+      for (Algo algo : opt.algos)
+        scratch_floats =
+            std::max(scratch_floats,
+                     pass == Pass::Forward        ? conv2d_forward_scratch_floats(s, algo, ex)
+                     : pass == Pass::BackwardData ? conv2d_backward_data_scratch_floats(s, algo, ex)
+                                                  : size_t(0));
+      Buffer<float> scratch(scratch_floats, Device::CUDA);
       for (Algo algo : opt.algos) {
         Candidate c;
         c.variant = algo_name(algo);
         c.launch = [&, algo](int i) {
           if (pass == Pass::Forward)
-            conv2d_forward(s, d.f(i, a), d.f(i, b), nullptr, d.f(i, out), false, algo, ex);
+            conv2d_forward(s, d.f(i, a), d.f(i, b), nullptr, d.f(i, out), false,
+                           scratch.empty() ? nullptr : scratch.data(), algo, ex);
           else if (pass == Pass::BackwardData)
-            conv2d_backward_data(s, d.f(i, a), d.f(i, b), d.f(i, out), algo, ex);
+            conv2d_backward_data(s, d.f(i, a), d.f(i, b), d.f(i, out),
+                                 scratch.empty() ? nullptr : scratch.data(), algo, ex);
           else
             conv2d_backward_weight(s, d.f(i, a), d.f(i, b), d.f(i, out), nullptr,
                                    scratch.empty() ? nullptr : scratch.data(), algo, ex);

@@ -6,9 +6,9 @@
 // forward and the stride-1 input gradient (conv2d_wgmma.h), the weight gradient
 // (conv2d_wgmma_wgrad.h); refused (cnn::Error, so that autotune leaves it out) wherever they
 // cannot run. wgmma-nhwc = the forward and stride-1 input gradient with TMA im2col on a
-// channels-last copy (conv2d_wgmma_nhwc.h, its scratch allocated on the stream per call) at TF32
-// or BF16, the weight gradient as wgmma (TF32 only: refused at BF16, so autotune times the
-// others for that pass); refused where those are.
+// channels-last copy (conv2d_wgmma_nhwc.h, in the caller's scratch) at TF32 or BF16, the weight
+// gradient as wgmma (TF32 only: refused at BF16, so autotune times the others for that pass);
+// refused where those are.
 #include "kernels/conv/conv2d.h"
 
 #include <algorithm>
@@ -18,6 +18,7 @@
 #include "kernels/conv/conv2d_cpu_fast.h"
 #include "kernels/conv/conv2d_cuda.h"
 #include "kernels/conv/conv2d_igemm.h"
+#include "kernels/conv/conv2d_nhwc_scratch.h"
 #include "kernels/conv/conv2d_wgmma.h"
 #include "kernels/conv/conv2d_wgmma_nhwc.h"
 #include "kernels/conv/conv2d_wgmma_wgrad.h"
@@ -63,10 +64,30 @@ enum class ConvPath { Direct, Igemm, OneChannel, Wgmma, WgmmaNhwc };
   return o;
 }
 
+// Whether wgmma-nhwc runs at this precision (the others are refused, needing no scratch).
+bool wgmma_nhwc_precision(Precision p) {
+  return p == Precision::TF32 || p == Precision::BF16;
+}
+
 }  // namespace
 
+std::size_t conv2d_forward_scratch_floats(const Conv2dShape& s, Algo algo, const Exec& ex) {
+  check_conv2d_shape(s);
+  if (ex.device != Device::CUDA || algo != Algo::WgmmaNhwc || !wgmma_nhwc_precision(ex.precision))
+    return 0;
+  return conv2d_forward_wgmma_nhwc_scratch_floats(s, ex.precision);
+}
+
+std::size_t conv2d_backward_data_scratch_floats(const Conv2dShape& s, Algo algo, const Exec& ex) {
+  check_conv2d_shape(s);
+  if (ex.device != Device::CUDA || algo != Algo::WgmmaNhwc || !wgmma_nhwc_precision(ex.precision))
+    return 0;
+  if (s.stride_h != 1 || s.stride_w != 1) return 0;  // refused: stride-1 input gradients only
+  return conv2d_backward_data_wgmma_nhwc_scratch_floats(s, ex.precision);
+}
+
 void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y,
-                    bool relu, Algo algo, const Exec& ex) {
+                    bool relu, float* scratch, Algo algo, const Exec& ex) {
   check_conv2d_shape(s);
   CNN_CHECK(x && w && y, "conv2d_forward: x, w and y must not be null");
   if (ex.device == Device::CPU) {
@@ -92,7 +113,7 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const 
         conv2d_forward_wgmma(s, x, w, b, y, relu, ex.stream);
         break;
       case ConvPath::WgmmaNhwc:
-        conv2d_forward_wgmma_nhwc(s, x, w, b, y, relu, nullptr, ex.stream,
+        conv2d_forward_wgmma_nhwc(s, x, w, b, y, relu, scratch, ex.stream,
                                   wgmma_nhwc_options("conv2d_forward", ex));
         break;
     }
@@ -100,7 +121,7 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const 
 }
 
 void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx,
-                          Algo algo, const Exec& ex) {
+                          float* scratch, Algo algo, const Exec& ex) {
   check_conv2d_shape(s);
   CNN_CHECK(dy && w && dx, "conv2d_backward_data: dy, w and dx must not be null");
   if (ex.device == Device::CPU) {
@@ -120,7 +141,7 @@ void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
         conv2d_backward_data_wgmma(s, dy, w, dx, ex.stream);
         break;
       case ConvPath::WgmmaNhwc:
-        conv2d_backward_data_wgmma_nhwc(s, dy, w, dx, nullptr, ex.stream,
+        conv2d_backward_data_wgmma_nhwc(s, dy, w, dx, scratch, ex.stream,
                                         wgmma_nhwc_options("conv2d_backward_data", ex));
         break;
       default:

@@ -19,13 +19,26 @@ struct Conv2dShape {
 
 void check_conv2d_shape(const Conv2dShape& s);  // throws naming the bad field
 
+// Scratch floats that conv2d_forward / conv2d_backward_data need for `algo`: on CUDA, algo
+// wgmma-nhwc at TF32 or BF16 writes its channels-last copy and packed weights there
+// (conv2d_nhwc_scratch.h); every other case needs none and returns 0, Auto included (its fixed
+// rule picks a variant without scratch; a layer that autotunes sizes for the candidates it times,
+// layers/conv2d_layer.cpp), and so do the variants' refusals (FP32, a strided input gradient).
+// A function of the shape, algo, ex.device and ex.precision only, never of the device present, so
+// that a size is the same on every machine (and testable on the CPU). The caller allocates it once
+// (the Network does, before any CUDA graph capture); the ops never allocate.
+std::size_t conv2d_forward_scratch_floats(const Conv2dShape& s, Algo algo, const Exec& ex);
+std::size_t conv2d_backward_data_scratch_floats(const Conv2dShape& s, Algo algo, const Exec& ex);
+
 // y (N, OC, OH, OW) = conv(x, w) + b. b may be null. relu=true applies ReLU in the epilogue.
+// scratch: conv2d_forward_scratch_floats(s, algo, ex) floats, 16-byte aligned (null when 0).
 void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y,
-                    bool relu, Algo algo, const Exec& ex);
+                    bool relu, float* scratch, Algo algo, const Exec& ex);
 
 // dx (N, C, H, W) = conv_transpose(dy, w). Overwrites dx.
+// scratch: conv2d_backward_data_scratch_floats(s, algo, ex) floats, 16-byte aligned (null when 0).
 void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx,
-                          Algo algo, const Exec& ex);
+                          float* scratch, Algo algo, const Exec& ex);
 
 // dw (OC, C, KH, KW) += sum over batch of x (*) dy; db (OC) += sum of dy (db may be null).
 // ACCUMULATES into dw/db (the caller zeroes gradients once per step). Default: atomicAdd;

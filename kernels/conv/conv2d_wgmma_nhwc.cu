@@ -31,6 +31,7 @@
 
 #include "kernels/common/ptx.cuh"
 #include "kernels/conv/conv2d_nhwc_layout.h"
+#include "kernels/conv/conv2d_nhwc_scratch.h"
 #include "kernels/conv/conv2d_wgmma.h"
 #include "kernels/conv/conv2d_wgmma_nhwc.h"
 #include "kernels/conv/conv2d_wgmma_tile.cuh"
@@ -312,36 +313,6 @@ int pick_splits(int64_t m, int n, int ktiles, int bn) {
   return s;
 }
 
-// The channels of one k-tile at `precision`; refuses every precision but TF32 and BF16.
-int channel_block(Precision precision, const char* what) {
-  CNN_CHECK(precision == Precision::TF32 || precision == Precision::BF16,
-            "{}: algo wgmma-nhwc multiplies in TF32 or BF16 only (got precision {})", what,
-            precision_name(precision));
-  return precision == Precision::BF16 ? kNhwcChannelBlockBf16 : kNhwcChannelBlock;
-}
-
-// Elements of the packed weights, rounded up to whole 128-byte rows so that the NHWC copy after
-// them stays 128-byte aligned.
-int64_t packed_weight_elems(const WeightPack& wp, int64_t elem_bytes) {
-  const int64_t per_row = kRowBytes / elem_bytes;
-  return (int64_t(wp.rows) * wp.taps * wp.k_pad + per_row - 1) / per_row * per_row;
-}
-
-// Scratch floats for the packed weights and the NHWC copy, elements of elem_bytes each. BF16
-// never needs more than TF32: 64-channel rows of 2 bytes <= 32-channel rows of 4 bytes, doubled.
-std::size_t scratch_floats(const Conv2dShape& g, const WeightPack& wp, int block,
-                           int64_t elem_bytes) {
-  const int64_t c_pad = ceil_div(g.c, block) * int64_t(block);
-  const int64_t bytes =
-      (packed_weight_elems(wp, elem_bytes) + int64_t(g.n) * g.h * g.w * c_pad) * elem_bytes;
-  return std::size_t(ceil_div<int64_t>(bytes, 4));
-}
-
-std::size_t scratch_floats_at(const Conv2dShape& g, const WeightPack& wp, Precision precision) {
-  return precision == Precision::BF16 ? scratch_floats(g, wp, kNhwcChannelBlockBf16, 2)
-                                      : scratch_floats(g, wp, kNhwcChannelBlock, 4);
-}
-
 // The pre-passes of element type T (the public launchers below).
 void nchw_to_nhwc(const float* d_x, int n, int c, int64_t hw, int c_pad, float* d_out,
                   cudaStream_t stream) {
@@ -378,6 +349,12 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   CNN_CHECK(m <= INT32_MAX && a_elems <= INT32_MAX && copy_elems <= INT32_MAX &&
                 m * g.oc <= INT32_MAX && int64_t(wp.rows) * wp.taps * wp.k_pad <= INT32_MAX,
             "{}: algo wgmma-nhwc handles tensors of at most 2^31-1 elements", what);
+  // Checked after the refusals above, so that a variant that cannot run says why, not that it
+  // was given no scratch (autotune passes its scratch to every candidate alike).
+  const NhwcScratchLayout layout = nhwc_scratch_layout(g, wp, opt.precision);
+  CNN_CHECK(d_scratch,
+            "{}: algo wgmma-nhwc needs a scratch of {} floats ({}_scratch_floats), got null", what,
+            layout.floats(), what);
   CNN_CHECK((reinterpret_cast<uintptr_t>(d_scratch) & 15u) == 0,
             "{}: algo wgmma-nhwc needs a 16-byte aligned scratch", what);
 
@@ -387,8 +364,8 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   CNN_CHECK(splits == 1 || splits == 2 || splits == 4 || splits == 8,
             "{}: splits={} (expected 1, 2, 4 or 8)", what, splits);
 
-  T* d_wpack = reinterpret_cast<T*>(d_scratch);              // (rows, taps, k_pad)
-  T* d_nhwc = d_wpack + packed_weight_elems(wp, sizeof(T));  // (N, H, W, c_pad)
+  T* d_wpack = reinterpret_cast<T*>(d_scratch);  // (rows, taps, k_pad)
+  T* d_nhwc = d_wpack + layout.weight_elems;     // (N, H, W, c_pad)
   pack_weights(wp, d_w, d_wpack, stream);
   nchw_to_nhwc(d_a, g.n, g.c, int64_t(g.h) * g.w, geo.c_pad, d_nhwc, stream);
 
@@ -420,37 +397,15 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
                             NhwcPlan<128>::kSmemBytes, stream, name, map_a, map_b, p);
 }
 
-// run() at the options' precision, with the caller's scratch or with one allocated on the
-// stream for the call. wp was packed for that precision's channel block.
-void run_with_scratch(const Conv2dShape& g, const WeightPack& wp, const float* d_a,
+// run() at the options' precision, on the caller's scratch. wp was packed for that precision's
+// channel block.
+void run_at_precision(const Conv2dShape& g, const WeightPack& wp, const float* d_a,
                       const float* d_w, const float* d_b, float* d_y, bool relu, float* d_scratch,
                       cudaStream_t stream, const WgmmaNhwcOptions& opt, const char* what) {
-  const bool bf16 = opt.precision == Precision::BF16;
-  auto run_at = [&](float* scratch) {
-    if (bf16)
-      run<__nv_bfloat16>(g, wp, d_a, d_w, d_b, d_y, relu, scratch, stream, opt, what);
-    else
-      run<float>(g, wp, d_a, d_w, d_b, d_y, relu, scratch, stream, opt, what);
-  };
-  if (d_scratch) {
-    run_at(d_scratch);
-    return;
-  }
-  CNN_CHECK(conv2d_wgmma_nhwc_available(),
-            "{}: algo wgmma-nhwc needs a compute capability 9.0 GPU and a build with CUDA "
-            "architecture 90",
-            what);
-  (void)im2col_geometry(g, what, channel_block(opt.precision, what));  // refuse before allocating
-  void* scratch = nullptr;
-  CNN_CUDA_CHECK(
-      cudaMallocAsync(&scratch, scratch_floats_at(g, wp, opt.precision) * sizeof(float), stream));
-  try {
-    run_at(static_cast<float*>(scratch));
-  } catch (...) {
-    (void)cudaFreeAsync(scratch, stream);
-    throw;
-  }
-  CNN_CUDA_CHECK(cudaFreeAsync(scratch, stream));
+  if (opt.precision == Precision::BF16)
+    run<__nv_bfloat16>(g, wp, d_a, d_w, d_b, d_y, relu, d_scratch, stream, opt, what);
+  else
+    run<float>(g, wp, d_a, d_w, d_b, d_y, relu, d_scratch, stream, opt, what);
 }
 
 }  // namespace
@@ -515,26 +470,14 @@ void pack_weights_bf16_cuda(const WeightPack& wp, const float* d_w, uint16_t* d_
   CNN_LAUNCH_CHECK("pack_weights_bf16");
 }
 
-std::size_t conv2d_forward_wgmma_nhwc_scratch_floats(const Conv2dShape& s, Precision precision) {
-  const int block = channel_block(precision, "conv2d_forward");
-  return scratch_floats_at(s, forward_weight_pack(s, block), precision);
-}
-
-std::size_t conv2d_backward_data_wgmma_nhwc_scratch_floats(const Conv2dShape& s,
-                                                           Precision precision) {
-  const int block = channel_block(precision, "conv2d_backward_data");
-  return scratch_floats_at(backward_data_as_forward(s), backward_data_weight_pack(s, block),
-                           precision);
-}
-
 void conv2d_forward_wgmma_nhwc(const Conv2dShape& s, const float* d_x, const float* d_w,
                                const float* d_b, float* d_y, bool relu, float* d_scratch,
                                cudaStream_t stream, const WgmmaNhwcOptions& opt) {
   const char* what = "conv2d_forward";
   check_conv2d_shape(s);
   CNN_CHECK(d_x && d_w && d_y, "{}: null tensor pointer", what);
-  const int block = channel_block(opt.precision, what);
-  run_with_scratch(s, forward_weight_pack(s, block), d_x, d_w, d_b, d_y, relu, d_scratch, stream,
+  const int block = nhwc_channel_block(opt.precision, what);
+  run_at_precision(s, forward_weight_pack(s, block), d_x, d_w, d_b, d_y, relu, d_scratch, stream,
                    opt, what);
 }
 
@@ -548,8 +491,8 @@ void conv2d_backward_data_wgmma_nhwc(const Conv2dShape& s, const float* d_dy, co
             "or auto for strided convolutions",
             what, s.stride_h, s.stride_w);
   CNN_CHECK(d_dy && d_w && d_dx, "{}: null tensor pointer", what);
-  const int block = channel_block(opt.precision, what);
-  run_with_scratch(backward_data_as_forward(s), backward_data_weight_pack(s, block), d_dy, d_w,
+  const int block = nhwc_channel_block(opt.precision, what);
+  run_at_precision(backward_data_as_forward(s), backward_data_weight_pack(s, block), d_dy, d_w,
                    nullptr, d_dx, false, d_scratch, stream, opt, what);
 }
 

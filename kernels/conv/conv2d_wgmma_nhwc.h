@@ -13,9 +13,11 @@
 //      channels, filled by ONE thread issuing one TMA im2col copy (128 pixels x 32 channels,
 //      padding zero-filled by the hardware) and one tiled TMA of the weights (BN x 32); the
 //      consumers and the split-K NCHW epilogue are conv2d_wgmma.cu's (conv2d_wgmma_tile.cuh).
-// The copies live in a scratch of conv2d_*_wgmma_nhwc_scratch_floats(s) floats, passed in or, when
-// null, allocated on the stream for the call (cudaMallocAsync / cudaFreeAsync, so a captured CUDA
-// graph holds it as a graph allocation).
+// The copies live in the caller's scratch of conv2d_*_wgmma_nhwc_scratch_floats(s) floats
+// (conv2d_nhwc_scratch.h). Nothing here allocates: a layer sizes it once (through
+// conv2d_forward_scratch_floats / conv2d_backward_data_scratch_floats, conv2d.h) and the Network
+// allocates it before any CUDA graph is captured, so a captured training step holds no allocation.
+// A null scratch is refused (after the refusals below, which take precedence).
 // Refusals (cnn::Error, one line): precision fp32, no compute capability 9.0 device / no sm_90a
 // build, a stride > 1 input gradient, strides above 8 or paddings the TMA box corners cannot
 // express, tensors past 2^31-1 elements.
@@ -23,6 +25,7 @@
 #include <cstdint>
 
 #include "kernels/conv/conv2d.h"
+#include "kernels/conv/conv2d_nhwc_scratch.h"
 #include "runtime/exec.h"
 #include "runtime/stream.h"
 
@@ -37,14 +40,8 @@ struct WgmmaNhwcOptions {
 // True when this build has the sm_90a kernels and the current device is compute capability 9.0.
 bool conv2d_wgmma_nhwc_available();
 
-// At BF16 never more than at TF32 (so a TF32-sized scratch serves both).
-std::size_t conv2d_forward_wgmma_nhwc_scratch_floats(const Conv2dShape& s,
-                                                     Precision precision = Precision::TF32);
-std::size_t conv2d_backward_data_wgmma_nhwc_scratch_floats(const Conv2dShape& s,
-                                                           Precision precision = Precision::TF32);
-
 // y (N, OC, OH, OW) = relu?(conv(x, w) + b), as conv2d_forward; b may be null. d_scratch: see above
-// (16-byte aligned), or null.
+// (16-byte aligned, not null).
 void conv2d_forward_wgmma_nhwc(const Conv2dShape& s, const float* d_x, const float* d_w,
                                const float* d_b, float* d_y, bool relu, float* d_scratch,
                                cudaStream_t stream, const WgmmaNhwcOptions& opt = {});
@@ -58,7 +55,6 @@ void conv2d_backward_data_wgmma_nhwc(const Conv2dShape& s, const float* d_dy, co
 // x (n, c, hw) -> out (n, hw, c_pad), channels >= c zero, values rounded to TF32.
 void nchw_to_nhwc_tf32_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad, float* d_out,
                             cudaStream_t stream);
-struct WeightPack;
 void pack_weights_tf32_cuda(const WeightPack& wp, const float* d_w, float* d_out,
                             cudaStream_t stream);
 // The BF16 pre-passes: the same layouts with bf16 elements (written as their bit patterns),

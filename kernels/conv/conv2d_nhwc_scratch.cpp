@@ -1,0 +1,50 @@
+#include "kernels/conv/conv2d_nhwc_scratch.h"
+
+#include "runtime/error.h"
+
+namespace cnn {
+
+namespace {
+constexpr int64_t kRowBytes = 128;  // one 128-byte swizzle row: a k-tile's channels
+}  // namespace
+
+int nhwc_channel_block(Precision precision, const char* what) {
+  CNN_CHECK(precision == Precision::TF32 || precision == Precision::BF16,
+            "{}: algo wgmma-nhwc multiplies in TF32 or BF16 only (got precision {})", what,
+            precision_name(precision));
+  return precision == Precision::BF16 ? kNhwcChannelBlockBf16 : kNhwcChannelBlock;
+}
+
+std::size_t NhwcScratchLayout::floats() const {
+  const int64_t bytes = (weight_elems + copy_elems) * elem_bytes;
+  return std::size_t((bytes + 3) / 4);
+}
+
+// BF16 never needs more than TF32: 64-channel rows of 2 bytes <= 32-channel rows of 4 bytes,
+// doubled.
+NhwcScratchLayout nhwc_scratch_layout(const Conv2dShape& g, const WeightPack& wp,
+                                      Precision precision) {
+  const int block = nhwc_channel_block(precision, "wgmma-nhwc scratch");
+  NhwcScratchLayout l;
+  l.elem_bytes = precision == Precision::BF16 ? 2 : 4;
+  const int64_t per_row = kRowBytes / l.elem_bytes;
+  l.weight_elems = (int64_t(wp.rows) * wp.taps * wp.k_pad + per_row - 1) / per_row * per_row;
+  const int64_t c_pad = (int64_t(g.c) + block - 1) / block * block;
+  l.copy_elems = int64_t(g.n) * g.h * g.w * c_pad;
+  return l;
+}
+
+std::size_t conv2d_forward_wgmma_nhwc_scratch_floats(const Conv2dShape& s, Precision precision) {
+  const int block = nhwc_channel_block(precision, "conv2d_forward");
+  return nhwc_scratch_layout(s, forward_weight_pack(s, block), precision).floats();
+}
+
+std::size_t conv2d_backward_data_wgmma_nhwc_scratch_floats(const Conv2dShape& s,
+                                                           Precision precision) {
+  const int block = nhwc_channel_block(precision, "conv2d_backward_data");
+  return nhwc_scratch_layout(backward_data_as_forward(s), backward_data_weight_pack(s, block),
+                             precision)
+      .floats();
+}
+
+}  // namespace cnn
