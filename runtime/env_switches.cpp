@@ -115,11 +115,10 @@ EnvSwitches read_env_switches() {
       e.wgmma_wgrad_b = WgmmaWgradBSwitch::ByAlgo;
     else if (s == "gather")
       e.wgmma_wgrad_b = WgmmaWgradBSwitch::Gather;
-    else if (s == "tma")  // the TMA-box loader (WgmmaWgradOptions::BLoad::Tma) is not usable yet
-      CNN_FAIL("CNN_WGMMA_WGRAD_B='tma': the TMA-box weight gradient is disabled (it stops the "
-               "H200 with an illegal instruction at its first box of x); expected algo or gather");
+    else if (s == "tma")
+      e.wgmma_wgrad_b = WgmmaWgradBSwitch::Tma;
     else
-      CNN_FAIL("CNN_WGMMA_WGRAD_B='{}': expected algo or gather", s);
+      CNN_FAIL("CNN_WGMMA_WGRAD_B='{}': expected algo, gather or tma", s);
   }
   e.conv_generic = off_unless_set("CNN_CONV_GENERIC");
   if (const char* v = get("CNN_BF16_SMEM")) {
@@ -211,9 +210,10 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_WGMMA_WGRAD", "async|sync",
        "how the wgmma conv weight gradient hands its cp.async copies to the tensor cores (sync: "
        "each producer thread waits for its copies, then arrives)"},
-      {"CNN_WGMMA_WGRAD_B", "algo|gather",
-       "where the wgmma conv weight gradient's im2col operand comes from (both: the cp.async "
-       "gather; the TMA-box loader is disabled)"},
+      {"CNN_WGMMA_WGRAD_B", "algo|gather|tma",
+       "where the wgmma conv weight gradient's im2col operand comes from (algo: each algo's "
+       "default, the cp.async gather for both; tma: TMA boxes of copies of x where the shape "
+       "allows, for both)"},
       {"CNN_CONV_GENERIC", "1", "implicit-GEMM conv gradients on the generic main loop"},
       {"CNN_BF16_SMEM", "bf16|f32",
        "BF16 implicit-GEMM convs: operand tiles in shared memory as bf16 pairs (default) or "

@@ -24,7 +24,7 @@ enum class CpuIsaSwitch { Best, Scalar, Avx2, Avx512 };         // CNN_CPU_ISA
 enum class WgmmaConvGatherSwitch { Async, WaitGroup, Sync };    // CNN_WGMMA_CONV_GATHER
 enum class DepthwiseKernelSwitch { Auto, Tile, Rows, Stream };  // CNN_DEPTHWISE_KERNEL
 enum class DepthwiseStreamStripsSwitch { Auto, Fill, Long };    // CNN_DEPTHWISE_STREAM_STRIPS
-enum class WgmmaWgradBSwitch { ByAlgo, Gather };           // CNN_WGMMA_WGRAD_B
+enum class WgmmaWgradBSwitch { ByAlgo, Gather, Tma };           // CNN_WGMMA_WGRAD_B
 
 struct EnvSwitches {
   // Overrides of options.
@@ -52,8 +52,10 @@ struct EnvSwitches {
   // cp.async copies over by cp.async.mbarrier.arrive (async) or waits for them, fences and
   // arrives (sync), to bisect a wrong answer.
   bool wgmma_wgrad_sync = false;
-  // CNN_WGMMA_WGRAD_B=algo (default) | gather: where the wgmma weight gradient's im2col operand
-  // comes from; both gather today (tma, the TMA-box loader, is refused: it does not run yet).
+  // CNN_WGMMA_WGRAD_B=algo (default) | gather | tma: where the wgmma weight gradient's im2col
+  // operand comes from: algo: each algo's default (the gather for both, until the TMA boxes are
+  // timed on the H200); gather / tma: that for both (tma falls back to the gather where the
+  // shape cannot take boxes; its copies of x are counted in the weight gradient's scratch).
   WgmmaWgradBSwitch wgmma_wgrad_b = WgmmaWgradBSwitch::ByAlgo;
   bool conv_generic = false;  // CNN_CONV_GENERIC=1: generic implicit-GEMM conv gradients
   // CNN_BF16_SMEM=bf16 (default) | f32: the BF16 implicit-GEMM convs keep their operand tiles as

@@ -18,24 +18,31 @@
 //   Dispatch            conv2d_backward_weight with Algo::Wgmma: runs (H200) or refuses naming
 //                       why; FP32 refused; the grouped convolution refuses wgmma.
 //   AlgoNameAndRefusals "wgmma" parses; linear and grouped conv refuse it (no device needed).
-//   BoxWidthsExact      B by TMA boxes (opt.b = Tma), one image per box width (bw 32, 16, 8),
-//                       small integers: exact; isolates the narrow-box swizzle (a failure at
-//                       bw 16 / 8 only says TMA does not pack 32- or 64-byte box rows as assumed).
-//   BoxAwkwardShapes    the boxes over C in {1, 3, 8, 17, 64, 130}, OC in {8, 24, 64, 200},
-//                       H, W in {8, 16, 28, 32, 64} (and 13, 33 rows), stride 1 / 2, 1x1..7x7,
-//                       padding 0..3, batch 1 / 3, db on / off, OW not a multiple of 4 (dy then
-//                       gathered in box order); integers exact, then random.
+//   BoxCopies           the pre-pass of the TMA boxes (tap-class copies of x, conv2d_wgrad_box.h)
+//                       against its CPU twin, bitwise, into NaN-poisoned scratch, on awkward
+//                       shapes (any GPU: it is a plain kernel).
+//   BoxWidthsExact      B by TMA boxes of the copies (opt.b = Tma), one image per box width (bw
+//                       32, 16, 8, and 16 at stride 2), small integers: exact; isolates the
+//                       narrow-box swizzle (a failure at bw 16 / 8 only says TMA does not pack
+//                       32- or 64-byte box rows as assumed).
+//   BoxAwkwardShapes    the boxes over C in {1, 3, 8, 17, 64, 130}, OC in {8, 24, 64, 96, 200},
+//                       H, W in {8, 9, 13, 14, 16, 28, 29, 32, 64} (W not a multiple of 4 too),
+//                       stride 1 / 2 / 5, 1x1..7x7, padding 0..4, batch 1 / 2 / 3, db on / off,
+//                       1x1 reading x itself, OW not a multiple of 4 (dy then gathered in box
+//                       order); integers exact, then random.
 //   BoxLoadersBitwise   deterministic: boxed B with dy by TMA, gathered (async and sync
-//                       hand-over) and misaligned: bitwise equal; repeat bitwise; atomic and the
-//                       gathered B within the tolerance.
-//   BoxRefusals         Tma refuses W % 4 != 0, stride 5 and a misaligned x in one line; Auto
-//                       falls back to the gather there and stays correct.
-//   BoxDispatch         the B loader both algos default to (gather), and algo wgmma-nhwc's
-//                       weight gradient through conv2d_backward_weight.
-// The Box* cases are DISABLED_: on the H200 the box loader stops with an illegal instruction at
-// its first TMA copy of x (compute-sanitizer memcheck: tma_load_4d called from the producer's box
-// loop, with one lane or all lanes issuing). Run them with --gtest_also_run_disabled_tests while
-// working on it; nothing else reaches the boxes (wgmma_wgrad_b_for returns Gather).
+//                       hand-over), misaligned dy, misaligned x (the copies read it): bitwise
+//                       equal; repeat bitwise; atomic and the gathered B within the tolerance.
+//   BoxRefusals         Tma refuses a misaligned x where the boxes read x itself (1x1) and a
+//                       null scratch where they read copies, in one line; Auto falls back to
+//                       the gather there and stays correct.
+//   BoxDispatch         the B loader both algos default to (gather; Auto with
+//                       CNN_WGMMA_WGRAD_B=tma), conv2d_backward_weight_scratch_floats counting
+//                       its copies, and both algos' weight gradient through
+//                       conv2d_backward_weight.
+// The boxes' first version read x itself and stopped the H200 with an illegal instruction at its
+// first TMA load of x (innermost coordinate -1 float: TMA wants multiples of 16 bytes); these
+// cases are that path's first device run with the copies.
 //
 // TF32 tolerance (as tests/gpu_gemm_wgmma.cpp derives it): the tensor cores read the top 19 bits
 // of each operand (relative error below 2^-10 each, so below 2^-9 + 2^-20 per product), FP32
@@ -66,6 +73,8 @@
 #include <cuda_runtime_api.h>
 
 #include "kernels/conv/conv2d_wgmma_wgrad.h"
+#include "kernels/conv/conv2d_wgrad_box.h"
+#include "kernels/conv/conv2d_wgrad_box_copies.h"
 #include "runtime/env_switches.h"
 #endif
 
@@ -185,7 +194,8 @@ struct RunOptions {
   bool deterministic = false;
   WgmmaWgradOptions opt{};
   int dy_offset = 0;  // floats by which dy is shifted (1: not 16-byte aligned, so gathered)
-  int x_offset = 0;   // floats by which x is shifted (1: no TMA boxes for B)
+  int x_offset = 0;   // floats by which x is shifted (1: boxes of x itself refused, copies fine)
+  bool no_scratch = false;  // pass null scratch (the boxes' copies then have nowhere to go)
 };
 
 struct Output {
@@ -201,13 +211,19 @@ Output run_wgmma(const Problem& p, const RunOptions& r) {
   std::copy(p.x.begin(), p.x.end(), x.begin() + r.x_offset);
   Tensor d_x = test::to_device(x), d_dy = test::to_device(dy);
   Tensor d_dw = test::to_device(p.dw0), d_db = test::to_device(p.db0);
-  const size_t scratch_floats = conv2d_backward_weight_scratch_floats(s, ex);
-  EXPECT_GE(scratch_floats, conv2d_wgrad_wgmma_scratch_floats(s, ex));
+  // The API's scratch, or the explicit loader's (the copies of x where boxes can run).
+  const size_t scratch_floats = std::max(conv2d_backward_weight_scratch_floats(s, ex),
+                                         conv2d_wgrad_wgmma_scratch_floats(s, ex, r.opt.b));
+  EXPECT_GE(conv2d_backward_weight_scratch_floats(s, ex), conv2d_wgrad_wgmma_scratch_floats(s, ex));
   Tensor scratch({int64_t(std::max<size_t>(scratch_floats, 1))}, Device::CUDA);
   test::poison_device(scratch.data(), std::max<size_t>(scratch_floats, 1));
+  // The gather reads scratch only when deterministic; the boxes keep their copies there.
+  using BLoad = WgmmaWgradOptions::BLoad;
+  const bool boxes_may_run = r.opt.b == BLoad::Tma || r.opt.b == BLoad::Auto;
+  float* const d_scratch =
+      (r.deterministic || boxes_may_run) && !r.no_scratch ? scratch.data() : nullptr;
   conv2d_backward_weight_wgmma(s, d_x.data() + r.x_offset, d_dy.data() + r.dy_offset, d_dw.data(),
-                               p.with_db ? d_db.data() : nullptr,
-                               r.deterministic ? scratch.data() : nullptr, ex, r.opt);
+                               p.with_db ? d_db.data() : nullptr, d_scratch, ex, r.opt);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   return {d_dw.to_vector(), d_db.to_vector()};
 }
@@ -428,59 +444,108 @@ RunOptions boxed(bool deterministic = false) {
   return r;
 }
 
-TEST(GpuConvWgmmaWgrad, DISABLED_BoxWidthsExact) {
-  CNN_REQUIRE_WGMMA_WGRAD();
-  // One image, C = 8 (one group a tap), OC = 8; OW = 32, 16, 8: box widths 32, 16 and 8.
-  for (const Conv2dShape& s : {conv(1, 8, 32, 32, 8, 3, 1, 1), conv(1, 8, 16, 16, 8, 3, 1, 1),
-                               conv(1, 8, 8, 8, 8, 3, 1, 1)}) {
+std::string box_describe(const Conv2dShape& s, bool db) {
+  const WgradBoxGeometry g = wgrad_box_geometry(s);
+  return describe(s, db) + " box " + std::to_string(g.br) + "x" + std::to_string(g.bw) + ", " +
+         (g.reads_x ? std::string("reads x") : std::to_string(g.copies) + " copies") +
+         ", box splits " + std::to_string(conv2d_wgrad_wgmma_splits(s, true));
+}
+
+TEST(GpuConvWgmmaWgrad, BoxCopies) {
+  CNN_REQUIRE_GPU();
+  const Conv2dShape shapes[] = {
+      conv(2, 3, 13, 13, 4, 3, 1, 1), conv(1, 17, 16, 16, 4, 5, 1, 2),
+      conv(3, 3, 29, 29, 4, 7, 2, 3), conv(2, 5, 13, 13, 4, 1, 1, 0),
+      conv(2, 9, 16, 16, 4, 1, 2, 0), conv(1, 3, 40, 40, 4, 3, 5, 1),
+      conv(1, 2, 9, 9, 4, 5, 1, 4),   conv(1, 130, 8, 8, 4, 7, 1, 3),
+      conv(3, 3, 64, 64, 4, 7, 2, 3), conv(2, 8, 33, 28, 4, 3, 2, 0),
+  };
+  for (const Conv2dShape& s : shapes) {
     const uint64_t seed = test::fresh_seed();
-    SCOPED_TRACE(describe(s, true) + " seed " + std::to_string(seed));
+    const WgradBoxGeometry g = wgrad_box_geometry(s);
+    SCOPED_TRACE(describe(s, false) + " copies " + std::to_string(g.copies) + " of " +
+                 std::to_string(g.copy_h) + "x" + std::to_string(g.copy_w) + " seed " +
+                 std::to_string(seed));
+    ASSERT_FALSE(g.reads_x);
+    const std::vector<float> x = test::random_vector(size_t(s.n) * s.c * s.h * s.w, seed);
+    std::vector<float> want(size_t(g.copy_floats));
+    wgrad_box_copies_cpu(s, g, x.data(), want.data());
+    Tensor d_x = test::to_device(x);
+    Tensor d_copies({g.copy_floats}, Device::CUDA);
+    test::poison_device(d_copies.data(), size_t(g.copy_floats));
+    wgrad_box_copies_cuda(s, g, d_x.data(), d_copies.data(), nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> got = d_copies.to_vector();
+    size_t first = got.size();
+    for (size_t i = 0; i < got.size() && first == got.size(); ++i)
+      if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) first = i;
+    EXPECT_EQ(first, got.size()) << "first difference at " << first << ": got "
+                                 << (first < got.size() ? got[first] : 0.f) << ", expected "
+                                 << (first < got.size() ? want[first] : 0.f);
+  }
+}
+
+TEST(GpuConvWgmmaWgrad, BoxWidthsExact) {
+  CNN_REQUIRE_WGMMA_WGRAD();
+  // One image, C = 8 (one group a tap), OC = 8; OW = 32, 16, 8: box widths 32, 16 and 8; and a
+  // stride-2 OW = 16 (bw 16 of the copies, which hold the stride).
+  for (const Conv2dShape& s : {conv(1, 8, 32, 32, 8, 3, 1, 1), conv(1, 8, 16, 16, 8, 3, 1, 1),
+                               conv(1, 8, 8, 8, 8, 3, 1, 1), conv(1, 8, 32, 32, 8, 3, 2, 1)}) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(box_describe(s, true) + " seed " + std::to_string(seed));
     ASSERT_EQ(conv2d_wgrad_wgmma_box_refusal(s, nullptr), "");
     const Problem p = make_problem(s, true, Fill::SmallInt, seed);
     check(p, run_wgmma(p, boxed()), "box OW=" + std::to_string(s.ow()));
   }
 }
 
-TEST(GpuConvWgmmaWgrad, DISABLED_BoxAwkwardShapes) {
+TEST(GpuConvWgmmaWgrad, BoxAwkwardShapes) {
   CNN_REQUIRE_WGMMA_WGRAD();
   struct WgCase {
     Conv2dShape s;
     bool db;
   };
   const WgCase cases[] = {
-      {conv(1, 1, 8, 8, 8, 1, 1, 0), true},       // C = 1, 1x1: bw 8
+      {conv(1, 1, 8, 8, 8, 1, 1, 0), true},       // C = 1, 1x1: bw 8, reads x itself
       {conv(3, 3, 32, 32, 24, 3, 1, 1), true},    // C = 3: 5 zero columns a group
       {conv(1, 8, 28, 28, 64, 5, 1, 0), false},   // OW = 24 (bw 32, 8 wasted columns)
       {conv(3, 17, 16, 16, 200, 3, 1, 0), true},  // OW = 14: dy gathered in box order
-      {conv(1, 64, 64, 64, 64, 3, 2, 1), true},   // stride 2: bw 16, OW = 32
-      {conv(3, 130, 16, 16, 24, 1, 1, 0), true},  // C = 130: 17 groups, 2 column tiles
-      {conv(1, 3, 64, 64, 64, 7, 2, 3), true},    // 7x7 stride-2 stem, padding 3
+      {conv(1, 64, 64, 64, 64, 3, 2, 1), true},   // stride 2: 6 copies, OW = 32
+      {conv(3, 130, 16, 16, 24, 1, 1, 0), true},  // C = 130: 17 groups, 2 column tiles; x
+      {conv(1, 3, 64, 64, 64, 7, 2, 3), true},    // 7x7 stride-2 stem, padding 3: 14 copies
       {conv(3, 17, 13, 32, 8, 5, 1, 2), false},   // H = 13: a ragged last box row
       {conv(1, 64, 33, 32, 200, 3, 1, 3), true},  // padding 3 > k / 2, OH = 37
       {conv(3, 8, 8, 8, 200, 3, 2, 1), true},     // OW = 4: dy gathered, bw 8
-      {conv(1, 17, 32, 28, 130, 7, 1, 3), true},  // non-square, C*KH*KW = 833
+      {conv(1, 17, 32, 28, 130, 7, 1, 3), true},  // non-square, C*KH*KW = 833, 4 copies
       {conv(3, 64, 16, 16, 64, 3, 1, 1), true},   // the VGG 16x16 layer at batch 3
       {conv(1, 130, 8, 8, 24, 5, 1, 2), false},   // C = 130, 5x5: 425 columns
       {conv(3, 3, 33, 28, 8, 3, 2, 0), true},     // stride 2, OW = 13, OH = 16
+      // The shapes the boxes of x itself refused or died on: W not a multiple of 4, C = 3,
+      // OC = 200, N = 3, 3x3 padding 1, 5x5 padding 2, 7x7 stride 2 padding 3, 1x1.
+      {conv(3, 3, 13, 13, 200, 3, 1, 1), true},   // W = 13, 3x3 padding 1
+      {conv(3, 17, 14, 14, 64, 5, 1, 2), true},   // W = 14, 5x5 padding 2
+      {conv(3, 3, 29, 29, 64, 7, 2, 3), true},    // W = 29, 7x7 stride 2 padding 3: OW = 15
+      {conv(3, 64, 13, 13, 200, 1, 1, 0), true},  // 1x1 padding 0, W = 13: one copy
+      {conv(2, 32, 16, 16, 96, 1, 2, 0), false},  // 1x1 stride 2 (a downsample): a quarter copy
+      {conv(1, 3, 40, 40, 8, 3, 5, 1), true},     // stride 5: 9 copies
+      {conv(2, 8, 9, 9, 24, 5, 1, 4), true},      // padding 4: all-padding taps, W = 9
   };
   for (const WgCase& c : cases)
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const uint64_t seed = test::fresh_seed();
-      SCOPED_TRACE(describe(c.s, c.db) + " seed " + std::to_string(seed));
+      SCOPED_TRACE(box_describe(c.s, c.db) + " seed " + std::to_string(seed));
       ASSERT_EQ(conv2d_wgrad_wgmma_box_refusal(c.s, nullptr), "");
       const Problem p = make_problem(c.s, c.db, fill, seed);
       check(p, run_wgmma(p, boxed()), fill == Fill::SmallInt ? "box int" : "box random");
     }
 }
 
-TEST(GpuConvWgmmaWgrad, DISABLED_BoxLoadersBitwise) {
+TEST(GpuConvWgmmaWgrad, BoxLoadersBitwise) {
   CNN_REQUIRE_WGMMA_WGRAD();
   for (const Conv2dShape& s : {conv(3, 17, 16, 16, 64, 3, 1, 1), conv(2, 64, 32, 32, 130, 3, 1, 1),
-                               conv(3, 3, 28, 28, 96, 5, 2, 2)}) {
+                               conv(3, 3, 28, 28, 96, 5, 2, 2), conv(3, 3, 13, 13, 64, 3, 1, 1)}) {
     const uint64_t seed = test::fresh_seed();
-    SCOPED_TRACE(describe(s, true) + " box splits " +
-                 std::to_string(conv2d_wgrad_wgmma_splits(s, true)) + " seed " +
-                 std::to_string(seed));
+    SCOPED_TRACE(box_describe(s, true) + " seed " + std::to_string(seed));
     const Problem p = make_problem(s, true, Fill::Random, seed);
     const Output ref = run_wgmma(p, boxed(true));
     check(p, ref, "box deterministic");
@@ -498,9 +563,14 @@ TEST(GpuConvWgmmaWgrad, DISABLED_BoxLoadersBitwise) {
     }
     RunOptions shifted = boxed(true);
     shifted.dy_offset = 1;
-    const Output o = run_wgmma(p, shifted);
+    Output o = run_wgmma(p, shifted);
     EXPECT_TRUE(bitwise_equal(o.dw, ref.dw) && bitwise_equal(o.db, ref.db))
         << "box with misaligned dy (gathered) differs";
+    RunOptions x_shifted = boxed(true);
+    x_shifted.x_offset = 1;  // the pre-pass reads x with scalar loads: any alignment
+    o = run_wgmma(p, x_shifted);
+    EXPECT_TRUE(bitwise_equal(o.dw, ref.dw) && bitwise_equal(o.db, ref.db))
+        << "box with misaligned x (copied) differs";
     // Different k-tiles and split: the same sums in another order, within the tolerance.
     RunOptions gather;
     gather.deterministic = true;
@@ -510,22 +580,23 @@ TEST(GpuConvWgmmaWgrad, DISABLED_BoxLoadersBitwise) {
   }
 }
 
-TEST(GpuConvWgmmaWgrad, DISABLED_BoxRefusals) {
+TEST(GpuConvWgmmaWgrad, BoxRefusals) {
   CNN_REQUIRE_WGMMA_WGRAD();
   struct Refused {
     Conv2dShape s;
     int x_offset;
+    bool no_scratch;
     const char* why;
   };
-  for (const Refused& c : {Refused{conv(1, 3, 13, 13, 8, 3, 1, 1), 0, "multiple of 4"},
-                           Refused{conv(3, 8, 14, 14, 24, 5, 1, 2), 0, "multiple of 4"},
-                           Refused{conv(1, 3, 40, 40, 8, 5, 5, 0), 0, "stride"},
-                           Refused{conv(1, 8, 16, 16, 8, 3, 1, 1), 1, "aligned"}}) {
+  for (const Refused& c : {Refused{conv(2, 8, 16, 16, 24, 1, 1, 0), 1, false, "aligned"},
+                           Refused{conv(1, 3, 13, 13, 8, 3, 1, 1), 0, true, "scratch"},
+                           Refused{conv(3, 8, 14, 14, 24, 5, 2, 2), 0, true, "scratch"}}) {
     const uint64_t seed = test::fresh_seed();
-    SCOPED_TRACE(describe(c.s, true) + " seed " + std::to_string(seed));
+    SCOPED_TRACE(box_describe(c.s, true) + " seed " + std::to_string(seed));
     const Problem p = make_problem(c.s, true, Fill::SmallInt, seed);
     RunOptions r = boxed();
     r.x_offset = c.x_offset;
+    r.no_scratch = c.no_scratch;
     try {
       run_wgmma(p, r);
       ADD_FAILURE() << "boxes taken";
@@ -538,32 +609,41 @@ TEST(GpuConvWgmmaWgrad, DISABLED_BoxRefusals) {
   }
 }
 
-TEST(GpuConvWgmmaWgrad, DISABLED_BoxDispatch) {
+TEST(GpuConvWgmmaWgrad, BoxDispatch) {
   CNN_REQUIRE_WGMMA_WGRAD();
-  // Both algos gather (the boxes are reachable only through WgmmaWgradOptions::b).
+  // Both algos gather by default; CNN_WGMMA_WGRAD_B=tma makes both Auto (boxes where they can).
   const WgmmaWgradBSwitch sw = process_env_switches().wgmma_wgrad_b;
-  const BLoad want = BLoad::Gather;
+  const BLoad want = sw == WgmmaWgradBSwitch::Tma ? BLoad::Auto : BLoad::Gather;
   EXPECT_EQ(wgmma_wgrad_b_for(Algo::WgmmaNhwc), want) << "CNN_WGMMA_WGRAD_B switch " << int(sw);
   EXPECT_EQ(wgmma_wgrad_b_for(Algo::Wgmma), want) << "CNN_WGMMA_WGRAD_B switch " << int(sw);
-  const Conv2dShape s = conv(2, 17, 16, 16, 24, 3, 1, 1);
-  for (bool deterministic : {false, true}) {
-    const uint64_t seed = test::fresh_seed();
-    SCOPED_TRACE("seed " + std::to_string(seed));
-    const Problem p = make_problem(s, true, Fill::SmallInt, seed);
-    Tensor d_x = test::to_device(p.x), d_dy = test::to_device(p.dy);
-    Tensor d_dw = test::to_device(p.dw0), d_db = test::to_device(p.db0);
-    const Exec ex = tf32_exec(deterministic);
-    const size_t need = conv2d_backward_weight_scratch_floats(s, ex);
-    EXPECT_GE(need, deterministic ? size_t(conv2d_wgrad_wgmma_splits(s, true)) *
-                                        (size_t(s.oc) * s.c * s.kh * s.kw + s.oc)
-                                  : size_t(0));
-    Tensor scratch({int64_t(std::max<size_t>(need, 1))}, Device::CUDA);
-    conv2d_backward_weight(s, d_x.data(), d_dy.data(), d_dw.data(), d_db.data(), scratch.data(),
-                           Algo::WgmmaNhwc, ex);
-    check(p, {d_dw.to_vector(), d_db.to_vector()},
-          want == BLoad::Auto ? "via conv2d_backward_weight wgmma-nhwc (boxes)"
-                              : "via conv2d_backward_weight wgmma-nhwc (gather)");
-  }
+  for (const Conv2dShape& s : {conv(2, 17, 16, 16, 24, 3, 1, 1), conv(3, 3, 13, 13, 64, 7, 2, 3)})
+    for (Algo algo : {Algo::Wgmma, Algo::WgmmaNhwc})
+      for (bool deterministic : {false, true}) {
+        const uint64_t seed = test::fresh_seed();
+        SCOPED_TRACE(box_describe(s, true) + " algo " + algo_name(algo) + " seed " +
+                     std::to_string(seed));
+        const Problem p = make_problem(s, true, Fill::SmallInt, seed);
+        Tensor d_x = test::to_device(p.x), d_dy = test::to_device(p.dy);
+        Tensor d_dw = test::to_device(p.dw0), d_db = test::to_device(p.db0);
+        const Exec ex = tf32_exec(deterministic);
+        const size_t need = conv2d_backward_weight_scratch_floats(s, ex);
+        // The API's scratch holds the copies of x exactly when the default loader may box.
+        const size_t copies = size_t(wgrad_box_geometry(s).copy_floats);
+        if (want == BLoad::Auto) {
+          EXPECT_GE(need, copies + (deterministic ? size_t(conv2d_wgrad_wgmma_splits(s, true)) *
+                                                        (size_t(s.oc) * s.c * s.kh * s.kw + s.oc)
+                                                  : size_t(0)));
+        } else {
+          EXPECT_GE(need, conv2d_wgrad_wgmma_scratch_floats(s, ex, BLoad::Gather));
+        }
+        Tensor scratch({int64_t(std::max<size_t>(need, 1))}, Device::CUDA);
+        test::poison_device(scratch.data(), std::max<size_t>(need, 1));
+        conv2d_backward_weight(s, d_x.data(), d_dy.data(), d_dw.data(), d_db.data(), scratch.data(),
+                               algo, ex);
+        check(p, {d_dw.to_vector(), d_db.to_vector()},
+              std::string("via conv2d_backward_weight ") + algo_name(algo) +
+                  (want == BLoad::Auto ? " (boxes)" : " (gather)"));
+      }
 }
 
 #endif  // CNN_HAVE_CUDA

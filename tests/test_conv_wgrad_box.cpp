@@ -1,13 +1,18 @@
 // The box geometry of the TMA-box wgmma weight gradient (kernels/conv/conv2d_wgrad_box.h), on
 // the CPU:
-//   BoxWidths       bw / br per output width and stride (32x1, 16x2, 8x4; capped by the stride so
-//                   that bw * stride <= 32), boxes per image; stride 5 refused in one line.
-//   KnownCorners    B's box corners of a 3x3 padding-1 stride-2 convolution (negative at the
-//                   top-left edge) for a chosen k-tile and group.
+//   BoxWidths       bw / br per output width (32x1, 16x2, 8x4) whatever the stride, boxes per
+//                   image; a shape past the 32-bit indices refused in one line.
+//   Copies          the tap-class copies of x: how many, their rows and row length (a multiple of
+//                   4 floats), x itself for an unpadded stride-1 1x1 with W a multiple of 4.
+//   BoxesAlignedAndInside  every box corner the kernel issues: innermost coordinate a multiple
+//                   of 4 floats, all coordinates >= 0, every live pixel read inside the copy and
+//                   equal to its input under the tap (x or the padding's 0).
+//   KnownCorners    B's box corners of a 3x3 padding-1 stride-2 and a 7x7 stride-1 convolution
+//                   for chosen k-tiles and groups.
 //   ColumnsOnce     every (channel, tap) of dw is one column exactly; channels past C and columns
 //                   past the bias column are discarded.
-//   EmulatedGemm    the whole scheme (boxes with out-of-bounds zeros, traversal strides, columns
-//                   mapped back) against conv2d_backward_weight_cpu on awkward shapes, small
+//   EmulatedGemm    the whole scheme (copies, boxes with out-of-bounds zeros, columns mapped
+//                   back) against conv2d_backward_weight_cpu on awkward shapes, small
 //                   integers (exact).
 #include <gtest/gtest.h>
 
@@ -36,59 +41,187 @@ TEST(ConvWgradBox, BoxWidths) {
   struct Case {
     int ow, stride, bw, boxes_x;
   };
-  for (const Case& c :
-       {Case{64, 1, 32, 2}, Case{33, 1, 32, 2}, Case{32, 1, 32, 1}, Case{28, 1, 32, 1},
-        Case{16, 1, 16, 1}, Case{14, 1, 16, 1}, Case{13, 1, 16, 1}, Case{8, 1, 8, 1},
-        Case{7, 1, 8, 1}, Case{1, 1, 8, 1}, Case{32, 2, 16, 2}, Case{16, 2, 16, 1},
-        Case{9, 2, 16, 1}, Case{8, 2, 8, 1}, Case{16, 3, 8, 2}, Case{16, 4, 8, 2}}) {
+  // The stride does not narrow the box (the copies take it out of the rows).
+  for (const Case& c : {Case{64, 1, 32, 2}, Case{33, 1, 32, 2}, Case{32, 1, 32, 1},
+                        Case{28, 1, 32, 1}, Case{16, 1, 16, 1}, Case{14, 1, 16, 1},
+                        Case{13, 1, 16, 1}, Case{8, 1, 8, 1}, Case{7, 1, 8, 1}, Case{1, 1, 8, 1},
+                        Case{32, 2, 32, 1}, Case{16, 2, 16, 1}, Case{9, 2, 16, 1}, Case{8, 2, 8, 1},
+                        Case{40, 3, 32, 2}, Case{16, 4, 16, 1}, Case{17, 5, 32, 1}}) {
     const Conv2dShape s = with_ow(c.ow, c.stride);
     ASSERT_EQ(s.ow(), c.ow);
     const WgradBoxGeometry g = wgrad_box_geometry(s);
     SCOPED_TRACE("OW " + std::to_string(c.ow) + " stride " + std::to_string(c.stride));
     EXPECT_EQ(g.bw, c.bw);
     EXPECT_EQ(g.bw * g.br, kWgradBoxPixels);
-    EXPECT_LE(g.bw * c.stride, 32);  // the swizzle row holds the strided traversal
     EXPECT_EQ(g.boxes_x, c.boxes_x);
     EXPECT_EQ(g.boxes_y, (s.oh() + g.br - 1) / g.br);
     EXPECT_EQ(g.kt_img, g.boxes_x * g.boxes_y);
   }
-  const Conv2dShape s5 = conv(1, 3, 40, 40, 4, 3, 5, 1);
-  EXPECT_FALSE(wgrad_box_refusal(s5).empty());
+  // Past the 32-bit indices: refused in one line naming the limit.
+  const Conv2dShape huge = conv(1 << 30, 1, 5, 5, 1, 3, 1, 1);
+  const std::string why = wgrad_box_refusal(huge);
+  EXPECT_TRUE(test::contains(why, "32-bit")) << why;
+  EXPECT_EQ(why.find('\n'), std::string::npos) << why;
   try {
-    wgrad_box_geometry(s5);
-    ADD_FAILURE() << "stride 5 accepted";
+    wgrad_box_geometry(huge);
+    ADD_FAILURE() << "N = 2^30 accepted";
   } catch (const Error& e) {
-    EXPECT_TRUE(test::contains(e.what(), "stride")) << e.what();
+    EXPECT_TRUE(test::contains(e.what(), "limits")) << e.what();
+  }
+}
+
+TEST(ConvWgradBox, Copies) {
+  struct Case {
+    Conv2dShape s;
+    int copies_h, copies_w, copy_h, copy_w;
+    bool reads_x;
+  };
+  for (const Case& c : {
+           // 3x3 padding 1: three column classes, the padding rows inside the copy.
+           Case{conv(2, 3, 32, 32, 4, 3, 1, 1), 1, 3, 34, 32, false},
+           // W = 13: rows rounded up to 16 floats.
+           Case{conv(2, 3, 13, 13, 4, 3, 1, 1), 1, 3, 15, 16, false},
+           // 7x7 stride 1: four column classes, taps 4..6 four columns on.
+           Case{conv(1, 3, 16, 16, 4, 7, 1, 3), 1, 4, 22, 20, false},
+           // 7x7 stride-2 stem: 2 x 7 classes of a quarter of x each.
+           Case{conv(1, 3, 64, 64, 4, 7, 2, 3), 2, 7, 35, 32, false},
+           // 5x5 stride 2 padding 2, and 3x3 stride 2 unpadded.
+           Case{conv(1, 3, 33, 33, 4, 5, 2, 2), 2, 5, 19, 20, false},
+           Case{conv(1, 3, 17, 17, 4, 3, 2, 0), 2, 3, 9, 8, false},
+           // 1x1: x itself where nothing moves, else one copy (strided: a quarter of x).
+           Case{conv(1, 3, 16, 16, 4, 1, 1, 0), 1, 1, 16, 16, true},
+           Case{conv(1, 3, 13, 13, 4, 1, 1, 0), 1, 1, 13, 16, false},
+           Case{conv(1, 3, 16, 16, 4, 1, 2, 0), 1, 1, 8, 8, false},
+           Case{conv(1, 3, 16, 16, 4, 1, 1, 1), 1, 1, 18, 20, false},
+       }) {
+    const Conv2dShape& s = c.s;
+    SCOPED_TRACE("HxW " + std::to_string(s.h) + "x" + std::to_string(s.w) + " k " +
+                 std::to_string(s.kh) + " stride " + std::to_string(s.stride_h) + " pad " +
+                 std::to_string(s.pad_h));
+    const WgradBoxGeometry g = wgrad_box_geometry(s);
+    EXPECT_EQ(g.copies_h, c.copies_h);
+    EXPECT_EQ(g.copies_w, c.copies_w);
+    EXPECT_EQ(g.copies, c.copies_h * c.copies_w);
+    EXPECT_EQ(g.copy_h, c.copy_h);
+    EXPECT_EQ(g.copy_w, c.copy_w);
+    EXPECT_EQ(g.copy_w % 4, 0);  // rows of a multiple of 16 bytes: TMA's stride rule
+    EXPECT_EQ(g.reads_x, c.reads_x);
+    EXPECT_EQ(g.copy_floats,
+              c.reads_x ? 0 : int64_t{g.copies} * s.n * s.c * int64_t{g.copy_h} * g.copy_w);
+  }
+}
+
+// Every box of B that the kernel issues, for every k-tile and group: its innermost coordinate a
+// multiple of 4 floats (16 bytes, the rule the boxes of x itself broke), every coordinate >= 0,
+// and for each live output pixel (oy < OH, ox < OW) the element it reads inside the copy (not
+// TMA's out-of-bounds fill) and equal to that pixel's input under the tap: x, or 0 in the padding.
+TEST(ConvWgradBox, BoxesAlignedAndInside) {
+  const Conv2dShape shapes[] = {
+      conv(2, 3, 13, 13, 4, 3, 1, 1), conv(1, 9, 16, 16, 4, 5, 1, 2),
+      conv(2, 3, 20, 18, 4, 7, 2, 3), conv(1, 2, 13, 29, 4, 1, 1, 0),
+      conv(1, 3, 16, 16, 4, 1, 1, 0), conv(1, 2, 30, 30, 4, 7, 1, 3),
+      conv(2, 17, 11, 9, 4, 3, 2, 0), conv(1, 2, 23, 23, 4, 5, 3, 2),
+      conv(1, 2, 17, 17, 4, 3, 4, 1), conv(1, 2, 40, 40, 4, 3, 5, 1),
+      conv(1, 3, 9, 9, 4, 5, 1, 4),   conv(3, 3, 6, 6, 4, 3, 1, 3),
+  };
+  for (const Conv2dShape& s : shapes) {
+    SCOPED_TRACE("C=" + std::to_string(s.c) + " HxW=" + std::to_string(s.h) + "x" +
+                 std::to_string(s.w) + " k=" + std::to_string(s.kh) +
+                 " stride=" + std::to_string(s.stride_h) + " pad=" + std::to_string(s.pad_h));
+    const WgradBoxGeometry g = wgrad_box_geometry(s);
+    std::vector<float> x(size_t(s.n) * s.c * s.h * s.w);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float(i + 1);  // every value distinct, none 0
+    std::vector<float> copies(size_t(g.copy_floats));
+    wgrad_box_copies_cpu(s, g, x.data(), copies.data());
+    const float* src = g.reads_x ? x.data() : copies.data();
+    const int src_w = g.reads_x ? s.w : g.copy_w, src_h = g.reads_x ? s.h : g.copy_h;
+    int64_t bad = 0;
+    for (int n = 0; n < s.n; ++n)
+      for (int t = 0; t < g.kt_img; ++t) {
+        const WgradBoxOrigin o = wgrad_box_origin(g, t);
+        for (int group = 0; group < g.groups; ++group) {
+          const WgradBoxCorner k = wgrad_box_corner(s, g, o, group);
+          ASSERT_EQ(k.x % 4, 0) << "k-tile " << t << " group " << group << ": x " << k.x;
+          ASSERT_GE(k.x, 0);
+          ASSERT_GE(k.y, 0);
+          ASSERT_GE(k.c, 0);
+          ASSERT_GE(k.copy, 0);
+          ASSERT_LT(k.copy, g.copies);
+          const int tap = group / g.cgroups, kh = tap / s.kw, kw = tap % s.kw;
+          for (int i = 0; i < kWgradBoxChannels && k.c + i < s.c; ++i)
+            for (int r = 0; r < g.br; ++r)
+              for (int col = 0; col < g.bw; ++col) {
+                const int oy = o.oy0 + r, ox = o.ox0 + col;
+                if (oy >= s.oh() || ox >= s.ow()) continue;
+                const int bx = k.x + col, by = k.y + r;
+                if (bx >= src_w || by >= src_h) {
+                  if (bad++ == 0)
+                    ADD_FAILURE() << "live pixel (" << oy << ", " << ox << ") of tap (" << kh
+                                  << ", " << kw << ") reads past the copy at (" << by << ", " << bx
+                                  << ")";
+                  continue;
+                }
+                const float got =
+                    src[((int64_t(k.copy * s.n + n) * s.c + k.c + i) * src_h + by) * src_w + bx];
+                const int ih = oy * s.stride_h - s.pad_h + kh, iw = ox * s.stride_w - s.pad_w + kw;
+                const bool in = ih >= 0 && ih < s.h && iw >= 0 && iw < s.w;
+                const float want =
+                    in ? x[((int64_t(n) * s.c + k.c + i) * s.h + ih) * s.w + iw] : 0.f;
+                if (got != want && bad++ == 0)
+                  ADD_FAILURE() << "pixel (" << oy << ", " << ox << ") channel " << k.c + i
+                                << " tap (" << kh << ", " << kw << "): got " << got << ", expected "
+                                << want;
+              }
+        }
+      }
+    EXPECT_EQ(bad, 0);
   }
 }
 
 TEST(ConvWgradBox, KnownCorners) {
-  // C = 17: 3 channel groups; 3x3 taps; stride 2, padding 1 on 33x33: OH = OW = 17, bw = 16.
+  // C = 17: 3 channel groups; 3x3 taps; stride 2, padding 1 on 33x33: OH = OW = 17, bw = 32;
+  // copies: rows kh mod 2 x columns kw (3 < 8).
   const Conv2dShape s = conv(2, 17, 33, 33, 4, 3, 2, 1);
   const WgradBoxGeometry g = wgrad_box_geometry(s);
-  ASSERT_EQ(g.bw, 16);
-  ASSERT_EQ(g.br, 2);
-  EXPECT_EQ(g.boxes_x, 2);
-  EXPECT_EQ(g.boxes_y, 9);
+  ASSERT_EQ(g.bw, 32);
+  ASSERT_EQ(g.br, 1);
+  EXPECT_EQ(g.boxes_x, 1);
+  EXPECT_EQ(g.boxes_y, 17);
   EXPECT_EQ(g.cgroups, 3);
   EXPECT_EQ(g.groups, 27);
   EXPECT_EQ(g.bias_col, 216);
+  EXPECT_EQ(g.copies, 6);
   const WgradBoxOrigin o0 = wgrad_box_origin(g, 0);
   EXPECT_EQ(o0.ox0, 0);
   EXPECT_EQ(o0.oy0, 0);
-  // Group 0: tap (0, 0), channels 0..7: the padding corner.
+  // Group 0: tap (0, 0), channels 0..7: copy 0 at the origin (its padding is the copy's zeros).
   WgradBoxCorner k = wgrad_box_corner(s, g, o0, 0);
-  EXPECT_EQ(k.x, -1);
-  EXPECT_EQ(k.y, -1);
+  EXPECT_EQ(k.x, 0);
+  EXPECT_EQ(k.y, 0);
   EXPECT_EQ(k.c, 0);
-  // k-tile 5 = box (1, 2): ox0 = 16, oy0 = 4; group 3 * 5 + 2 = tap 5 = (1, 2), channels 16..23.
+  EXPECT_EQ(k.copy, 0);
+  // k-tile 5: oy0 = 5; group 3 * 5 + 2 = tap 5 = (1, 2), channels 16..23: copy (1, 2) = 5.
   const WgradBoxOrigin o5 = wgrad_box_origin(g, 5);
-  EXPECT_EQ(o5.ox0, 16);
-  EXPECT_EQ(o5.oy0, 4);
+  EXPECT_EQ(o5.ox0, 0);
+  EXPECT_EQ(o5.oy0, 5);
   k = wgrad_box_corner(s, g, o5, 17);
-  EXPECT_EQ(k.x, 16 * 2 - 1 + 2);
-  EXPECT_EQ(k.y, 4 * 2 - 1 + 1);
+  EXPECT_EQ(k.x, 0);
+  EXPECT_EQ(k.y, 5);
   EXPECT_EQ(k.c, 16);
+  EXPECT_EQ(k.copy, 5);
+  // Group 3 * 8 = tap (2, 2): row class 0 one row on (2 = 0 + 2 * 1), copy (0, 2) = 2.
+  k = wgrad_box_corner(s, g, o5, 24);
+  EXPECT_EQ(k.y, 6);
+  EXPECT_EQ(k.copy, 2);
+  // 7x7 stride 1 padding 3, OW = 40: column classes kw mod 4; tap (0, 5) is class 1 four columns
+  // on; k-tile 1 starts at ox0 = 32.
+  const Conv2dShape s7 = conv(1, 8, 40, 40, 4, 7, 1, 3);
+  const WgradBoxGeometry g7 = wgrad_box_geometry(s7);
+  ASSERT_EQ(g7.copies, 4);
+  k = wgrad_box_corner(s7, g7, wgrad_box_origin(g7, 1), 5);
+  EXPECT_EQ(k.x, 32 + 4);
+  EXPECT_EQ(k.y, 0);
+  EXPECT_EQ(k.copy, 1);
 }
 
 TEST(ConvWgradBox, ColumnsOnce) {
@@ -124,6 +257,9 @@ TEST(ConvWgradBox, EmulatedGemm) {
       conv(1, 3, 28, 28, 8, 5, 1, 0),   conv(2, 8, 32, 32, 4, 3, 1, 1),
       conv(1, 3, 64, 64, 4, 7, 2, 3),   conv(1, 9, 13, 13, 5, 5, 3, 2),
       conv(2, 2, 17, 17, 3, 3, 4, 1),   conv(1, 3, 64, 64, 4, 3, 1, 0),
+      conv(2, 3, 16, 12, 4, 1, 1, 0),   conv(2, 5, 13, 13, 4, 1, 1, 0),
+      conv(2, 5, 13, 13, 4, 1, 2, 0),   conv(1, 3, 40, 40, 4, 3, 5, 1),
+      conv(1, 3, 9, 9, 4, 5, 1, 4),     conv(3, 3, 20, 18, 6, 7, 2, 3),
   };
   for (const Conv2dShape& s : shapes) {
     const uint64_t seed = test::fresh_seed();

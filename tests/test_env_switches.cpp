@@ -80,3 +80,31 @@ TEST(EnvSwitches, DepthwiseKernelRejectsOtherValues) {
     found = found || std::strcmp(r.name, "CNN_DEPTHWISE_KERNEL") == 0;
   EXPECT_TRUE(found);
 }
+
+// CNN_WGMMA_WGRAD_B: the wgmma weight gradient's B loader, by algo unless set; tma (the boxes of
+// the copies of x) is accepted again.
+TEST(EnvSwitches, WgmmaWgradBParsesEachValue) {
+  {
+    test::ScopedEnv env("CNN_WGMMA_WGRAD_B", nullptr);
+    EXPECT_EQ(read_env_switches().wgmma_wgrad_b, WgmmaWgradBSwitch::ByAlgo);
+  }
+  const struct {
+    const char* value;
+    WgmmaWgradBSwitch want;
+  } values[] = {{"algo", WgmmaWgradBSwitch::ByAlgo},
+                {"gather", WgmmaWgradBSwitch::Gather},
+                {"tma", WgmmaWgradBSwitch::Tma}};
+  for (const auto& v : values) {
+    test::ScopedEnv env("CNN_WGMMA_WGRAD_B", v.value);
+    EXPECT_EQ(read_env_switches().wgmma_wgrad_b, v.want) << v.value;
+  }
+  test::ScopedEnv env("CNN_WGMMA_WGRAD_B", "boxes");
+  try {
+    read_env_switches();
+    FAIL() << "CNN_WGMMA_WGRAD_B=boxes accepted";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("CNN_WGMMA_WGRAD_B='boxes'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("algo, gather or tma"), std::string::npos) << msg;
+  }
+}

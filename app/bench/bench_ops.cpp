@@ -35,6 +35,7 @@ bool op_selected(const BenchOptions& opt, const std::string& op) {
 #include "kernels/conv/conv2d_grouped_cuda.h"
 #include "kernels/conv/conv2d_wgmma.h"
 #include "kernels/conv/conv2d_wgmma_wgrad.h"
+#include "kernels/conv/conv2d_wgrad_box.h"
 #include "kernels/conv/conv_relu_pool.h"
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_wgmma.h"
@@ -673,8 +674,38 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
                                  scratch.empty() ? nullptr : scratch.data(), Algo::Wgmma, ex);
         };
         rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
-        // (No row for B by TMA boxes, conv2d_wgrad_box.h: that loader stops the H200 with an
-        // illegal instruction and would take the whole benchmark's context with it.)
+        // The same kernel with each B loader whatever CNN_WGMMA_WGRAD_B says: the cp.async
+        // gather, and TMA boxes of the tap-class copies of x (conv2d_wgrad_box.h; the pre-pass
+        // that writes the copies is inside the timed launch) where the shape allows them.
+        // Each row has scratch sized for its loader.
+        using BLoad = WgmmaWgradOptions::BLoad;
+        struct LoaderRow {
+          const char* variant;
+          BLoad b;
+        };
+        for (const LoaderRow& l : {LoaderRow{"conv:wgmma-gather", BLoad::Gather},
+                                   LoaderRow{"conv:wgmma-tmab", BLoad::Tma}}) {
+          if (l.b == BLoad::Tma && !conv2d_wgrad_wgmma_box_refusal(s, nullptr).empty()) continue;
+          Buffer<float> row_scratch(conv2d_wgrad_wgmma_scratch_floats(s, ex, l.b), Device::CUDA);
+          Candidate r;
+          r.variant = l.variant;
+          if (l.b == BLoad::Tma) {
+            const WgradBoxGeometry g = wgrad_box_geometry(s);
+            r.note =
+                fmt::format("boxes {}x{} px, {}, {} splits{}", g.br, g.bw,
+                            g.reads_x ? std::string("x itself")
+                                      : fmt::format("{} copies of x, {:.1f} MB", g.copies,
+                                                    double(g.copy_floats) * 4 / 1e6),
+                            conv2d_wgrad_wgmma_splits(s, true), s.ow() % 4 ? ", dy gathered" : "");
+          }
+          WgmmaWgradOptions o;
+          o.b = l.b;
+          r.launch = [&, o](int i) {  // measure() runs it before row_scratch goes
+            conv2d_backward_weight_wgmma(s, d.f(i, a), d.f(i, b), d.f(i, out), nullptr,
+                                         row_scratch.empty() ? nullptr : row_scratch.data(), ex, o);
+          };
+          rows.push_back(measure(ctx, d, info, p, tol, r, lib_us));
+        }
       }
     }
   }

@@ -200,7 +200,7 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
           conv2d_backward_weight_igemm_cuda(s, x, dy, dw, db, scratch, ex);
           break;
         }
-        WgmmaWgradOptions o;  // the B loader wgmma_wgrad_b_for names (the gather, for now)
+        WgmmaWgradOptions o;  // the B loader wgmma_wgrad_b_for names (CNN_WGMMA_WGRAD_B)
         o.b = wgmma_wgrad_b_for(algo);
         conv2d_backward_weight_wgmma(s, x, dy, dw, db, scratch, ex, o);  // throws its reason
         break;

@@ -44,17 +44,26 @@
 // B by TMA boxes (opt.b Tma/Auto; conv2d_wgrad_box.h has the geometry and a CPU model): a k-tile is
 // a box of br x bw output pixels of one image (bw br = 32) instead of 32 consecutive pixels, so
 // that both operands are tiled TMA boxes: A = dy viewed (OW, OH, OC, N), box (bw, br, BM, 1), and
-// per 8-column group of the tile one box of x viewed (W, H, C, N), (bw sw, br sh, 8, 1) with
-// traversal strides (sw, sh) at the tap's input corner; padding, pixels past OH x OW and
-// channels past C are TMA's out-of-bounds zeros. Each box lands as rows of 32 pixels, row-major
-// (r, col), i.e. the K-major 128-byte rows of the gathered layout: TMA writes a box densely and
+// per 8-column group of the tile one box (bw, br, 8, 1) of a copy of x. The alignment rule: a
+// tiled TMA load whose innermost coordinate is not a multiple of 16 bytes stops Hopper with an
+// illegal instruction (not in the driver's documentation; triton-lang/triton#7385 and #9112,
+// tile-ai/tilelang#2681), and a box of x itself starts at column ox0 sw - pw + kw (-1 for a
+// padding-1 tap): that is how the first version of these boxes, which read x directly, died on
+// the H200 at its first load. TMA also ignores the traversal stride of the innermost dimension
+// (cuda.h), which a stride-2 box of x needed. So a pre-pass (conv2d_wgrad_box_copies.cu) writes
+// into the scratch one copy of x per tap class (kh mod sh, kw mod 4 sw), indexed by output pixel
+// with the padding as zeros; tap (kh, kw) reads its class's copy at (ox0 + 4 mw, oy0 + mh):
+// innermost coordinate a multiple of 4 floats, every coordinate >= 0, unit traversal strides,
+// as the dy boxes (whose corner ox0 is a multiple of 8 already). Boxes past the output pixels
+// or past C read TMA's out-of-bounds zeros. Each box lands as rows of 32 pixels, row-major (r,
+// col), i.e. the K-major 128-byte rows of the gathered layout: TMA writes a box densely and
 // swizzles by shared-memory address (bits 4-6 ^= 7-9), as wgmma reads it, so a box of 8 or 16
-// columns (32 or 64 bytes a row) still fills whole 128-byte rows. Lane 0 of producer warp 0
-// issues the stage's arrive.expect_tx and then every box (one per group, then A), one thread as
-// in every TMA load verified on the H200 (lane l holds group l's corner and hands it over); where
-// OW is not a multiple of 4 (dy's row stride is no multiple of 16 bytes) the producer gathers A in
-// the box's pixel order instead. Columns are (tap, channel group, channel) and map back to
-// dw[oc][c][kh][kw] in the epilogue; the bias column follows the last group.
+// columns (32 or 64 bytes a row) still fills whole 128-byte rows. Thread 0 issues the stage's
+// arrive.expect_tx and then every box (one per group from a table in shared memory, then A),
+// one thread as in every TMA load verified on the H200; where OW is not a multiple of 4 (dy's
+// row stride is no multiple of 16 bytes) the producer gathers A in the box's pixel order
+// instead. Columns are (tap, channel group, channel) and map back to dw[oc][c][kh][kw] in the
+// epilogue; the bias column follows the last group.
 //
 // Split-K: ceil(132 * blocks per SM / tiles) splits (a constant, not a device query, so that the
 // deterministic scratch size depends on the shape alone), at least 4 k-tiles each. Partial tiles
@@ -70,6 +79,7 @@
 
 #include "kernels/conv/conv2d_wgmma_wgrad.h"
 #include "kernels/conv/conv2d_wgrad_box.h"
+#include "kernels/conv/conv2d_wgrad_box_copies.h"
 #include "kernels/gemm/gemm_wgmma.h"
 #include "kernels/gemm/wgmma_ptx.cuh"
 #include "runtime/cuda_check.h"
@@ -122,13 +132,15 @@ struct WgradParams {
   // B by TMA boxes (conv2d_wgrad_box.h); live_cols: the columns B's boxes fill (ckhw gathered).
   int live_cols;
   int c, oh, bw, br, boxes_x, cgroups, groups;
+  int n;                   // images: copy q's planes are [q N, q N + N) of the boxes' view
+  int copies_h, copies_w;  // tap classes (kh mod sh, kw mod 4 sw) of the copies of x
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define CNN_WGMMA_WGRAD_DEVICE_CODE 1
 
-// 4-D tiled TMA load (coordinates innermost first, may be negative: out of bounds is zero),
-// completing on `bar`.
+// 4-D tiled TMA load (coordinates innermost first; out of bounds is zero), completing on `bar`.
+// The innermost coordinate must be a multiple of 16 bytes (the file comment).
 __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, int c0, int c1,
                                             int c2, int c3, uint32_t bar) {
   asm volatile(
@@ -183,7 +195,9 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
   }
   // Column table: thread t < 128 decomposes column n0 + t once, {offset of tap (c, kh, kw) from
   // the window origin in x, kh, kw, live}; a column past C*KH*KW gets its constant row (ones for
-  // db, else zeros) in every stage now, never copied again.
+  // db, else zeros) in every stage now, never copied again. Box mode: entry g < box_groups is
+  // group n0 / 8 + g's box instead, {x, y from the k-tile's output origin, first channel, first
+  // plane of its tap's copy} (wgrad_box_corner).
   if (tid < kBN) {
     const int j = n0 + tid;
     int4 e = make_int4(0, 0, 0, 0);
@@ -198,6 +212,15 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
       for (int s = 0; s < kStages; ++s)
         for (int q = 0; q < 8; ++q)
           st_shared_v4(tile_b(s) + uint32_t(tid * 128 + q * 16), v, v, v, v);
+    }
+    if constexpr (kBoxB) {
+      if (tid < box_groups) {
+        const int group = n0 / 8 + tid;
+        const int tap = group / p.cgroups, cg = group - tap * p.cgroups;
+        const int kh = tap / p.kw, kw = tap - kh * p.kw;
+        const int copy = (kh % p.copies_h) * p.copies_w + kw % p.copies_w;
+        e = make_int4(4 * (kw / p.copies_w), kh / p.copies_h, cg * 8, copy * p.n);
+      }
     }
     table[tid] = e;
   }
@@ -215,16 +238,6 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
     const uint32_t lane_chunk = uint32_t(lane >> 2), lane_byte = uint32_t(lane & 3) * 4;
     const uint32_t tx_bytes =
         (kTmaA ? uint32_t(P::kATileBytes) : 0u) + uint32_t(box_groups) * 1024u;
-    // Lane l < box_groups loads group n0 / 8 + l: its tap's input offset and channel group.
-    int b_dx = 0, b_dy = 0, b_c = 0;
-    if (lane < box_groups) {
-      const int group = n0 / 8 + lane;
-      const int tap = group / p.cgroups, cg = group - tap * p.cgroups;
-      const int kh = tap / p.kw;
-      b_dx = tap - kh * p.kw - p.pw;
-      b_dy = kh - p.ph;
-      b_c = cg * 8;
-    }
     // This lane's pixel of the box (gathered A only).
     const int q_r = lane / p.bw, q_col = lane - q_r * p.bw;
     for (int i = 0; i < nk; ++i) {
@@ -234,22 +247,17 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
       const int img = t / p.kt_img, tt = t - img * p.kt_img;
       const int by = tt / p.boxes_x;
       const int ox0 = (tt - by * p.boxes_x) * p.bw, oy0 = by * p.br;
-      if (warp == 0) {
-        // Lane 0 alone issues the stage's expect_tx and every copy of it, group by group with
-        // the group's corner taken from its lane: TMA copies issued by several lanes at once,
-        // each with its own operands, stopped the H200 with an illegal instruction (the SASS
-        // copy reads its operands from uniform registers); the TMA loads verified on the H200
-        // (conv2d_wgmma_nhwc.cu, the gathered-B dy load below) are all issued by one thread.
-        if (lane == 0) mbar_arrive_expect_tx(full(s), tx_bytes);
-        for (int g = 0; g < box_groups; ++g) {  // box_groups is the same for the whole warp
-          const int gx = __shfl_sync(0xffffffffu, b_dx, g);
-          const int gy = __shfl_sync(0xffffffffu, b_dy, g);
-          const int gc = __shfl_sync(0xffffffffu, b_c, g);
-          if (lane == 0)
-            tma_load_4d(tile_b(s) + uint32_t(g) * 1024u, &map_x, ox0 * p.sw + gx, oy0 * p.sh + gy,
-                        gc, img, full(s));
+      if (warp == 0 && lane == 0) {
+        // One thread issues the stage's expect_tx and every copy of it, as in every TMA load
+        // verified on the H200 (conv2d_wgmma_nhwc.cu, the gathered-B dy load below); each
+        // group's box from the table, at innermost coordinate ox0 + 4 mw: a multiple of 4 floats.
+        mbar_arrive_expect_tx(full(s), tx_bytes);
+        for (int g = 0; g < box_groups; ++g) {
+          const int4 e = table[g];
+          tma_load_4d(tile_b(s) + uint32_t(g) * 1024u, &map_x, ox0 + e.x, oy0 + e.y, e.z, e.w + img,
+                      full(s));
         }
-        if (kTmaA && lane == 0) tma_load_4d(tile_a(s), &map_dy, ox0, oy0, m0, img, full(s));
+        if (kTmaA) tma_load_4d(tile_a(s), &map_dy, ox0, oy0, m0, img, full(s));
       }
       if constexpr (!kTmaA) {
         const int oy = oy0 + q_r, ox = ox0 + q_col;
@@ -478,24 +486,26 @@ bool box_shape_ok(const Conv2dShape& s) {
   return g.ktiles <= INT_MAX && int64_t{s.oc} * g.tiles_n * kBN <= INT_MAX;
 }
 
-// x as a 4-D tensor (W, H, C, N); boxes (bw sw, br sh, 8 channels, 1 image) with traversal
-// strides (sw, sh): bw x br input pixels, 128-byte swizzle, zero fill outside (the padding).
-CUtensorMap make_x_box_map(const float* d_x, const Conv2dShape& s, const WgradBoxGeometry& b) {
+// What B's boxes read, viewed (Wc, Hc, C, R N): the copies of x (or x itself, (W, H, C, N));
+// boxes (bw, br, 8 channels, 1 plane), unit traversal strides (the copies hold the stride),
+// 128-byte swizzle, zero fill outside (output pixels past OH x OW, channels past C).
+CUtensorMap make_x_box_map(const float* d_src, const Conv2dShape& s, const WgradBoxGeometry& b) {
   CUtensorMap map{};
-  const cuuint64_t dims[4] = {cuuint64_t(s.w), cuuint64_t(s.h), cuuint64_t(s.c), cuuint64_t(s.n)};
-  const cuuint64_t strides[3] = {cuuint64_t(s.w) * 4, cuuint64_t(s.h) * s.w * 4,
-                                 cuuint64_t(s.c) * s.h * s.w * 4};
-  const cuuint32_t box[4] = {cuuint32_t(b.bw * s.stride_w), cuuint32_t(b.br * s.stride_h),
-                             cuuint32_t(kWgradBoxChannels), 1};
-  const cuuint32_t elem_strides[4] = {cuuint32_t(s.stride_w), cuuint32_t(s.stride_h), 1, 1};
+  const int sw = b.reads_x ? s.w : b.copy_w, sh = b.reads_x ? s.h : b.copy_h;
+  const int planes = b.reads_x ? s.n : b.copies * s.n;
+  const cuuint64_t dims[4] = {cuuint64_t(sw), cuuint64_t(sh), cuuint64_t(s.c), cuuint64_t(planes)};
+  const cuuint64_t strides[3] = {cuuint64_t(sw) * 4, cuuint64_t(sh) * sw * 4,
+                                 cuuint64_t(s.c) * sh * sw * 4};
+  const cuuint32_t box[4] = {cuuint32_t(b.bw), cuuint32_t(b.br), cuuint32_t(kWgradBoxChannels), 1};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
   const CUresult r = tensor_map_encoder()(
-      &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, const_cast<float*>(d_x), dims, strides, box,
+      &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, const_cast<float*>(d_src), dims, strides, box,
       elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   CNN_CHECK(r == CUDA_SUCCESS,
-            "conv2d_backward_weight_wgmma: cuTensorMapEncodeTiled failed (error {}) for x "
-            "(N, C, H, W) = ({}, {}, {}, {}), box {}x{} stride {}x{}",
-            int(r), s.n, s.c, s.h, s.w, b.br, b.bw, s.stride_h, s.stride_w);
+            "conv2d_backward_weight_wgmma: cuTensorMapEncodeTiled failed (error {}) for the {} "
+            "(planes, C, rows, columns) = ({}, {}, {}, {}), box {}x{}",
+            int(r), b.reads_x ? "x" : "copies of x", planes, s.c, sh, sw, b.br, b.bw);
   return map;
 }
 
@@ -597,41 +607,65 @@ std::string conv2d_wgrad_wgmma_refusal(const Conv2dShape& s, const Exec& ex) {
   return {};
 }
 
-std::size_t conv2d_wgrad_wgmma_scratch_floats(const Conv2dShape& s, const Exec& ex) {
-  if (!ex.deterministic || !within_limits(s)) return 0;
-  int splits = geometry_of(s).splits;
-  if (box_shape_ok(s)) splits = std::max(splits, geometry_of(s, true).splits);
-  return static_cast<std::size_t>(splits) *
-         static_cast<std::size_t>(int64_t{s.oc} * s.c * s.kh * s.kw + s.oc);
+namespace {
+
+using BLoad = WgmmaWgradOptions::BLoad;
+
+// Scratch of one B loader (Gather, Tma or Auto): the copies of x where boxes can run, then the
+// deterministic slabs of the larger split.
+std::size_t scratch_floats_for(const Conv2dShape& s, const Exec& ex, BLoad b) {
+  if (!within_limits(s)) return 0;
+  const bool box = b != BLoad::Gather && box_shape_ok(s);
+  const int64_t copies = box ? wgrad_box_geometry(s).copy_floats : 0;
+  int64_t slabs = 0;
+  if (ex.deterministic) {
+    int splits = geometry_of(s).splits;
+    if (box) splits = std::max(splits, geometry_of(s, true).splits);
+    slabs = int64_t{splits} * (int64_t{s.oc} * s.c * s.kh * s.kw + s.oc);
+  }
+  return static_cast<std::size_t>(copies + slabs);
+}
+
+}  // namespace
+
+std::size_t conv2d_wgrad_wgmma_scratch_floats(const Conv2dShape& s, const Exec& ex,
+                                              WgmmaWgradOptions::BLoad b) {
+  if (b != BLoad::Default) return scratch_floats_for(s, ex, b);
+  // Either algo may call with its own default loader.
+  return std::max(scratch_floats_for(s, ex, wgmma_wgrad_b_for(Algo::Wgmma)),
+                  scratch_floats_for(s, ex, wgmma_wgrad_b_for(Algo::WgmmaNhwc)));
 }
 
 int conv2d_wgrad_wgmma_splits(const Conv2dShape& s, bool box) {
   return geometry_of(s, box).splits;
 }
 
-WgmmaWgradOptions::BLoad wgmma_wgrad_b_for(Algo) {
-  // The TMA boxes stopped the H200 with an illegal instruction at their first copy of x
-  // (compute-sanitizer: tma_load_4d from the box producer loop), with one lane or many issuing:
-  // until their GPU tests (GpuConvWgmmaWgrad.DISABLED_Box*) pass, every call gathers; the boxes
-  // stay reachable only through WgmmaWgradOptions::b, for that work.
-  return WgmmaWgradOptions::BLoad::Gather;
+WgmmaWgradOptions::BLoad wgmma_wgrad_b_for(Algo algo) {
+  switch (process_env_switches().wgmma_wgrad_b) {
+    case WgmmaWgradBSwitch::Gather:
+      return BLoad::Gather;
+    case WgmmaWgradBSwitch::Tma:
+      return BLoad::Auto;
+    default:
+      // Both algos gather until the boxes (with their copies of x) have passed their GPU tests
+      // and been timed against the gather on the H200; CNN_WGMMA_WGRAD_B=tma asks for them.
+      (void)algo;
+      return BLoad::Gather;
+  }
 }
 
 std::string conv2d_wgrad_wgmma_box_refusal(const Conv2dShape& s, const float* d_x) {
   std::string why = wgrad_box_refusal(s);
   if (!why.empty()) return why;
-  if (s.w % 4 != 0)
-    return fmt::format(
-        "conv2d_backward_weight: the TMA-box weight gradient needs W a multiple of 4 (x's rows "
-        "16-byte aligned for TMA), got W={}",
-        s.w);
-  if (reinterpret_cast<uintptr_t>(d_x) % 16 != 0)
-    return "conv2d_backward_weight: the TMA-box weight gradient needs x 16-byte aligned";
   if (!box_shape_ok(s))
     return fmt::format(
         "conv2d_backward_weight: the TMA-box weight gradient: N={} C={} {}x{} OC={} {}x{} is "
         "over its limits",
         s.n, s.c, s.h, s.w, s.oc, s.kh, s.kw);
+  // Where the one copy would equal x the boxes read x itself, which TMA needs 16-byte aligned.
+  if (wgrad_box_geometry(s).reads_x && reinterpret_cast<uintptr_t>(d_x) % 16 != 0)
+    return "conv2d_backward_weight: the TMA-box weight gradient of an unpadded stride-1 1x1 "
+           "convolution reads x itself and needs it 16-byte aligned";
   return {};
 }
 
@@ -642,23 +676,34 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
   const std::string refusal = conv2d_wgrad_wgmma_refusal(s, ex);
   CNN_CHECK(refusal.empty(), "{}", refusal);
   CNN_CHECK(d_x && d_dy && d_dw, "conv2d_backward_weight_wgmma: x, dy and dw must not be null");
+  const BLoad b_load = opt.b == BLoad::Default ? wgmma_wgrad_b_for(Algo::Wgmma) : opt.b;
   CNN_CHECK(!ex.deterministic || d_scratch,
             "conv2d_backward_weight_wgmma: deterministic mode needs {} floats of scratch "
-            "(conv2d_backward_weight_scratch_floats), got null",
-            conv2d_wgrad_wgmma_scratch_floats(s, ex));
-  using BLoad = WgmmaWgradOptions::BLoad;
-  const BLoad b_load = opt.b == BLoad::Default ? wgmma_wgrad_b_for(Algo::Wgmma) : opt.b;
-  const std::string box_why = b_load == BLoad::Gather ? std::string("gather asked for")
-                                                      : conv2d_wgrad_wgmma_box_refusal(s, d_x);
+            "(conv2d_wgrad_wgmma_scratch_floats), got null",
+            conv2d_wgrad_wgmma_scratch_floats(s, ex, b_load));
+  std::string box_why = b_load == BLoad::Gather ? std::string("gather asked for")
+                                                : conv2d_wgrad_wgmma_box_refusal(s, d_x);
+  // The copies of x go at the start of the scratch, which the caller sized for this loader.
+  const WgradBoxGeometry bg = box_why.empty() ? wgrad_box_geometry(s) : WgradBoxGeometry{};
+  if (box_why.empty() && !bg.reads_x &&
+      (!d_scratch || reinterpret_cast<uintptr_t>(d_scratch) % 16 != 0))
+    box_why = fmt::format(
+        "conv2d_backward_weight: the TMA-box weight gradient needs {} floats of 16-byte aligned "
+        "scratch for its copies of x (conv2d_wgrad_wgmma_scratch_floats with b = tma), got {}",
+        conv2d_wgrad_wgmma_scratch_floats(s, ex, BLoad::Tma),
+        d_scratch ? "a misaligned pointer" : "null");
   CNN_CHECK(b_load != BLoad::Tma || box_why.empty(), "{}", box_why);
   const bool box = b_load != BLoad::Gather && box_why.empty();
+  // Scratch: the copies of x (box), then the deterministic slabs.
+  const int64_t copy_floats = box ? bg.copy_floats : 0;
+  float* const slabs = ex.deterministic ? d_scratch + copy_floats : nullptr;
   const Geometry g = geometry_of(s, box);
   WgradParams p{};
   p.x = d_x;
   p.dy = d_dy;
   p.dw = d_dw;
   p.db = d_db;
-  p.scratch = ex.deterministic ? d_scratch : nullptr;
+  p.scratch = slabs;
   p.oc = s.oc;
   p.h = s.h;
   p.w = s.w;
@@ -687,15 +732,19 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
   CUtensorMap map_x{};
   bool tma = !opt.force_gather && reinterpret_cast<uintptr_t>(d_dy) % 16 == 0;
   if (box) {
-    const WgradBoxGeometry b = wgrad_box_geometry(s);
-    p.live_cols = b.bias_col;
-    p.ncols = b.bias_col + (d_db ? 1 : 0);
-    p.bw = b.bw;
-    p.br = b.br;
-    p.boxes_x = b.boxes_x;
-    p.cgroups = b.cgroups;
-    p.groups = b.groups;
-    map_x = make_x_box_map(d_x, s, b);
+    p.live_cols = bg.bias_col;
+    p.ncols = bg.bias_col + (d_db ? 1 : 0);
+    p.bw = bg.bw;
+    p.br = bg.br;
+    p.boxes_x = bg.boxes_x;
+    p.cgroups = bg.cgroups;
+    p.groups = bg.groups;
+    p.n = s.n;
+    p.copies_h = bg.copies_h;
+    p.copies_w = bg.copies_w;
+    // The pre-pass runs on the same stream, so the kernel's boxes see the finished copies.
+    wgrad_box_copies_cuda(s, bg, d_x, d_scratch, ex.stream);
+    map_x = make_x_box_map(bg.reads_x ? d_x : d_scratch, s, bg);
     tma = tma && p.ow % 4 == 0;  // dy's rows 16-byte aligned for its 4-D map
   } else {
     tma = tma && !g.packed;
@@ -704,9 +753,7 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
       opt.copies == WgmmaWgradOptions::Copies::Sync ||
       (opt.copies == WgmmaWgradOptions::Copies::Default && process_env_switches().wgmma_wgrad_sync);
   CUtensorMap map_dy{};
-  if (tma)
-    map_dy = box ? make_dy_box_map(d_dy, s, wgrad_box_geometry(s), g.bm)
-                 : make_dy_map(d_dy, s, p.ohw, g.bm);
+  if (tma) map_dy = box ? make_dy_box_map(d_dy, s, bg, g.bm) : make_dy_map(d_dy, s, p.ohw, g.bm);
   const dim3 grid(static_cast<unsigned>(ceil_div(p.ncols, kBN)), static_cast<unsigned>(g.splits),
                   static_cast<unsigned>(g.tiles_m));
   if (g.bm == 64)
@@ -718,7 +765,7 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
     constexpr int kBlock = 256;
     const int64_t used = int64_t{s.oc} * p.ckhw + (d_db ? s.oc : 0);
     const int blocks = static_cast<int>(std::min<int64_t>(ceil_div<int64_t>(used, kBlock), 4096));
-    wgrad_wgmma_reduce<<<blocks, kBlock, 0, ex.stream>>>(d_scratch, g.splits, p.slots,
+    wgrad_wgmma_reduce<<<blocks, kBlock, 0, ex.stream>>>(slabs, g.splits, p.slots,
                                                          int64_t{s.oc} * p.ckhw, used, d_dw, d_db);
     CNN_LAUNCH_CHECK("wgrad_wgmma_reduce");
   }

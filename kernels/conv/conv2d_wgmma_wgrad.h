@@ -27,20 +27,23 @@ struct WgmmaWgradOptions {
   enum class Copies { Default, Async, Sync } copies = Copies::Default;
   // Where the im2col operand B comes from:
   //   Gather: the producer's 4-byte cp.async per element (any shape);
-  //   Tma:    tiled TMA boxes of x (conv2d_wgrad_box.h), one per tap and 8 channels per stage;
-  //           throws where conv2d_wgrad_wgmma_box_refusal is not empty;
+  //   Tma:    a pre-pass writes tap-class copies of x into the scratch, then tiled TMA boxes of
+  //           them (conv2d_wgrad_box.h), one per tap and 8 channels per stage; throws where
+  //           conv2d_wgrad_wgmma_box_refusal is not empty or the scratch is null;
   //   Auto:   Tma where it can, else Gather;
-  //   Default: what wgmma_wgrad_b_for says (Gather).
+  //   Default: what wgmma_wgrad_b_for says.
   enum class BLoad { Default, Gather, Tma, Auto } b = BLoad::Default;
 };
 
-// The B loader a conv2d_backward_weight call with `algo` (Wgmma or WgmmaNhwc) asks for:
-// Gather for every algo: the TMA boxes stop the H200 with an illegal instruction (see the .cu),
-// so nothing but an explicit WgmmaWgradOptions::b reaches them.
+// The B loader a conv2d_backward_weight call with `algo` (Wgmma or WgmmaNhwc) asks for, from
+// CNN_WGMMA_WGRAD_B: gather -> Gather, tma -> Auto, algo (default) -> each algo's default, the
+// gather for both until the boxes have been timed on the H200.
 WgmmaWgradOptions::BLoad wgmma_wgrad_b_for(Algo algo);
 
-// Why B cannot come by TMA boxes for this call (a stride above 4, W not a multiple of 4, x not
-// 16-byte aligned), or "" when it can. d_x may be null (the shape alone is checked then).
+// Why B cannot come by TMA boxes for this shape (past the kernel's 32-bit limits), or for x (a
+// 1x1 stride-1 unpadded convolution reads x itself, which must then be 16-byte aligned), or ""
+// when it can. d_x may be null (the shape alone is checked then). The scratch is the caller's:
+// conv2d_backward_weight_wgmma checks it is there.
 std::string conv2d_wgrad_wgmma_box_refusal(const Conv2dShape& s, const float* d_x);
 
 // True when this build has the sm_90a kernel and the current device is compute capability 9.0.
@@ -50,14 +53,21 @@ bool conv2d_wgrad_wgmma_available();
 // an empty string when it can.
 std::string conv2d_wgrad_wgmma_refusal(const Conv2dShape& s, const Exec& ex);
 
-// Scratch floats of the deterministic path (0 unless ex.deterministic); a function of the shape
-// alone (the larger split of the two B loaders), so a buffer sized once serves every call.
-std::size_t conv2d_wgrad_wgmma_scratch_floats(const Conv2dShape& s, const Exec& ex);
+// Scratch floats a call with B loader `b` needs: the copies of x where boxes can run (Tma, Auto),
+// then the deterministic slabs of the larger split (0 for Gather unless ex.deterministic).
+// Default: the loaders wgmma_wgrad_b_for names (the process's CNN_WGMMA_WGRAD_B), as
+// conv2d_backward_weight_scratch_floats counts it; a call with an explicit opt.b needs the
+// scratch of that b. A function of the shape, ex.deterministic and b alone.
+std::size_t conv2d_wgrad_wgmma_scratch_floats(
+    const Conv2dShape& s, const Exec& ex,
+    WgmmaWgradOptions::BLoad b = WgmmaWgradOptions::BLoad::Default);
 
 // The split of K this shape gets (blocks per output tile) with B gathered, or (box) by TMA
 // boxes; for tests and the benchmark's notes.
 int conv2d_wgrad_wgmma_splits(const Conv2dShape& s, bool box = false);
 
+// d_scratch: conv2d_wgrad_wgmma_scratch_floats(s, ex, opt.b) floats (null allowed where that is
+// 0), 16-byte aligned where it holds the copies of x (a Buffer's or Tensor's start is).
 // Throws cnn::Error naming the reason when conv2d_wgrad_wgmma_refusal() is not empty.
 void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const float* d_dy,
                                   float* d_dw, float* d_db, float* d_scratch, const Exec& ex,

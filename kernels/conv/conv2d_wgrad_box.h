@@ -5,24 +5,42 @@
 // A k-tile is 32 output pixels of one image: a box of br output rows x bw output columns
 // (bw * br = 32), boxes covering each image's OH x OW grid row-major (boxes_x across, boxes_y
 // down); pixel q = r * bw + col of the k-tile is output pixel (oy0 + r, ox0 + col), a pixel past
-// OH or OW is zero in both operands (TMA's out-of-bounds fill). Both operands land in shared
-// memory as rows of 32 pixels in that order:
+// OH or OW is zero in dy (TMA's out-of-bounds fill, or the gather's), so whatever B holds there
+// adds nothing. Both operands land in shared memory as rows of 32 pixels in that order:
 //   A = dy viewed (OW, OH, OC, N), box (bw, br, BM, 1) at (ox0, oy0, m0, n);
-//   B^T = x viewed (W, H, C, N), box (bw sw, br sh, 8, 1), traversal strides (sw, sh, 1, 1), at
-//     (ox0 sw - pw + kw, oy0 sh - ph + kh, c0, n) for tap (kh, kw) and channels [c0, c0 + 8):
-//     input pixel (ox sw - pw + kw, oy sh - ph + kh) of each output pixel, zero outside x
-//     (the padding) and for channels past C.
+//   B^T = the tap-class copies of x (below) viewed (Wc, Hc, C, R N), box (bw, br, 8, 1) at
+//     wgrad_box_corner: the copy's row of output pixels for tap (kh, kw) and channels
+//     [c0, c0 + 8); channels past C are TMA's out-of-bounds zeros.
 // The GEMM's columns come in groups of 8 (one box of B each): group g = tap * cgroups + cg is
 // channels [8 cg, 8 cg + 8) of tap (kh, kw) = (tap / KW, tap % KW); column 8 g + i is
 // dw[.][8 cg + i][kh][kw] when 8 cg + i < C, else discarded. Column 8 groups (the first past
 // the groups) is the bias gradient's column of ones.
 //
-// The driver's rules shape it (cuda.h, cuTensorMapEncodeTiled): TMA loads ceil(boxDim /
-// elementStride) elements, so B's inner box dimension is bw sw; with the 128-byte swizzle that
-// dimension's bytes (boxDim[0] * 4, counted before striding) may not exceed 128, so bw sw <= 32
-// (bw <= 16 at stride 2, 8 at stride 3 or 4; stride > 4 refused); and boxDim[0] * 4 must be a
-// multiple of 16 (bw sw a multiple of 4). bw is the smallest of 8, 16, 32 that covers OW, at
-// most that cap.
+// Why copies, and why these. Two rules of tiled TMA make a box of x itself unusable:
+//   - the innermost coordinate of a load times the element size must be a multiple of 16 bytes
+//     (not in the driver's documentation; Hopper raises an illegal instruction otherwise, as
+//     reported in triton-lang/triton#7385 and #9112, tile-ai/tilelang#2527 / #2681): a box of x
+//     starts at column ox0 sw - pw + kw, e.g. -1 for a 3x3 padding-1 tap, 4 bytes off;
+//   - with INTERLEAVE_NONE the traversal stride of dimension 0 is ignored (cuda.h,
+//     cuTensorMapEncodeTiled: "TMA doesn't support the stride for dimension zero"), so a stride-2
+//     box of x cannot pick every other column.
+// So a pre-pass writes, per tap class (qh, qw) = (kh mod sh, kw mod 4 sw), a copy of x indexed
+// by output pixel:
+//   copy (qh, qw)[n][c][h'][w'] = x[n][c][h' sh + qh - ph][w' sw + qw - pw], 0 outside x,
+// h' < Hc = OH + (KH - 1) / sh, w' < Wc = round_up(OW + 4 ((KW - 1) / (4 sw)), 4) (rows of a
+// multiple of 16 bytes). Tap (kh, kw) = (qh + sh mh, qw + 4 sw mw) reads its input pixel of
+// output (oy, ox) at copy row oy + mh, column ox + 4 mw: a box of the copy at (ox0 + 4 mw,
+// oy0 + mh) with unit traversal strides, as the dy box. Its innermost coordinate is a multiple
+// of 4 floats (ox0 is a multiple of bw >= 8) and every coordinate is >= 0 (the padding is the
+// copy's zeros, not TMA's out-of-bounds fill); only boxes that run past the copy's end (output
+// pixels past OH or OW) or past C read TMA's zeros, as the verified TMA loads of dy do. There are
+// R = min(KH, sh) min(KW, 4 sw) copies (3 for a 3x3 stride-1 convolution, 7 for a 7x7 stride-2
+// stem, whose copies are a quarter of x each), R N C Hc Wc floats in the caller's scratch. A 1x1
+// stride-1 unpadded convolution with W a multiple of 4 has one copy equal to x: the boxes read x.
+//
+// The driver's other rules (cuda.h, cuTensorMapEncodeTiled): boxDim[0] * 4 bytes at most 128
+// with the 128-byte swizzle (bw <= 32) and a multiple of 16 (bw a multiple of 4); global strides
+// multiples of 16 bytes (Wc a multiple of 4). bw is the smallest of 8, 16, 32 that covers OW.
 #include <cstdint>
 #include <string>
 
@@ -41,10 +59,17 @@ struct WgradBoxGeometry {
   int taps = 0;                  // KH * KW
   int groups = 0;                // taps * cgroups: 8-column groups loaded by TMA
   int bias_col = 0;              // 8 * groups: the column of ones for db
+  // The tap-class copies of x (file comment): copy q = qh * copies_w + qw of image n is plane
+  // q N + n of the (Wc, Hc, C, R N) view.
+  int copies_h = 1, copies_w = 1;  // min(KH, sh), min(KW, 4 sw)
+  int copies = 1;                  // R = copies_h * copies_w
+  int copy_h = 0, copy_w = 0;      // Hc, Wc
+  bool reads_x = false;            // the one copy would equal x: the boxes read x, no pre-pass
+  int64_t copy_floats = 0;         // R N C Hc Wc, 0 when reads_x: scratch floats of the copies
 };
 
-// Why the box geometry cannot express this convolution (a stride above 4), or "" when it can.
-// Pointer alignment and the 16-byte stride rules are the launcher's (conv2d_wgmma_wgrad.cu).
+// Why the box geometry cannot express this convolution (a copy or the number of boxes past the
+// 32-bit indices), or "" when it can. Pointer alignment is the launcher's (conv2d_wgmma_wgrad.cu).
 std::string wgrad_box_refusal(const Conv2dShape& s);
 
 // Throws cnn::Error naming the reason when wgrad_box_refusal(s) is not empty.
@@ -59,25 +84,34 @@ inline WgradBoxOrigin wgrad_box_origin(const WgradBoxGeometry& g, int t) {
   return {bx * g.bw, by * g.br};
 }
 
-// The coordinates (innermost first: x, y, channel) of B's box for group `group` at `origin`.
+// B's box for group `group` at `origin`: its coordinates in the (Wc, Hc, C, R N) view, innermost
+// first (x, y, channel; the plane is copy * N + image).
 struct WgradBoxCorner {
-  int x, y, c;
+  int x, y, c, copy;
 };
 inline WgradBoxCorner wgrad_box_corner(const Conv2dShape& s, const WgradBoxGeometry& g,
                                        WgradBoxOrigin origin, int group) {
   const int tap = group / g.cgroups, cg = group - tap * g.cgroups;
   const int kh = tap / s.kw, kw = tap - kh * s.kw;
-  return {origin.ox0 * s.stride_w - s.pad_w + kw, origin.oy0 * s.stride_h - s.pad_h + kh,
-          cg * kWgradBoxChannels};
+  const int qh = kh % g.copies_h, qw = kw % g.copies_w;  // the tap's class
+  // copies_w = 4 sw whenever kw >= copies_w (the file comment's mw > 0); likewise copies_h.
+  return {origin.ox0 + 4 * (kw / g.copies_w), origin.oy0 + kh / g.copies_h, cg * kWgradBoxChannels,
+          qh * g.copies_w + qw};
 }
 
 // Where column `col` of the GEMM lands: dw's index (oc * C*KH*KW + this), -1 for the bias
 // column, -2 for a discarded column (a channel past C, or past the bias column).
 int64_t wgrad_box_column_slot(const Conv2dShape& s, const WgradBoxGeometry& g, int col);
 
+// CPU twin of the pre-pass: writes all g.copy_floats floats of the copies (R, N, C, Hc, Wc) of
+// x (N, C, H, W) (nothing when g.reads_x).
+void wgrad_box_copies_cpu(const Conv2dShape& s, const WgradBoxGeometry& g, const float* x,
+                          float* copies);
+
 // CPU model of the whole scheme: dw, db accumulated k-tile by k-tile the way the kernel's
-// operands hold them (the TMA boxes emulated element by element, with their out-of-bounds
-// zeros, and the columns mapped back by wgrad_box_column_slot), in double. For tests.
+// operands hold them (the copies of x written by wgrad_box_copies_cpu, the TMA boxes emulated
+// element by element with their out-of-bounds zeros, the columns mapped back by
+// wgrad_box_column_slot), in double. For tests.
 void wgrad_box_model_cpu(const Conv2dShape& s, const float* x, const float* dy, float* dw,
                          float* db);
 
