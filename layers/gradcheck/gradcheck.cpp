@@ -275,7 +275,7 @@ GradcheckResult Gradchecker::network(const Exec& ex, bool fuse_relu) {
           "{} float{}{}{}", device_name(ex.device),
           ex.precision == Precision::FP32 ? "" : std::string(" ") + precision_name(ex.precision),
           ex.deterministic ? " deterministic" : "",
-          net.fusion_notes().empty() ? "" : " conv-relu-pool fused"),
+          net.fused_conv_relu_pool() ? " conv-relu-pool fused" : ""),
       analytic, nullptr, gradcheck_network_tolerance(ex.precision));
 }
 
