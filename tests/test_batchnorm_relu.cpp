@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "app/config/config.h"
 #include "layers/network.h"
 #include "tests/test_util.h"
 
@@ -149,4 +150,23 @@ TEST(BatchNormRelu, FusionNoteAndSwitches) {
   NetworkOptions no_relu_fold = o;
   no_relu_fold.fuse_relu = false;  // turns every relu fold off, the batchnorm's too
   EXPECT_EQ(folded_count(no_relu_fold).first, 0);
+}
+
+// The model zoo's conv -> batchnorm -> relu pairs all fold: VGG's six and its batchnorm1d, ResNet's
+// stem and the first half of each of its six blocks (the second half's batchnorm feeds the add).
+TEST(BatchNormRelu, ZooConfigsFoldEveryBatchnormRelu) {
+  for (const auto& [name, want] : {std::pair<const char*, int>{"vgg_cifar", 7},
+                                   std::pair<const char*, int>{"resnet_fashion", 7}}) {
+    SCOPED_TRACE(name);
+    const TrainConfig c =
+        load_config(test::source_dir() + "/configs/" + std::string(name) + ".yaml");
+    NetworkOptions o;
+    o.max_batch = 2;
+    Network net(c.model.layers, c.model.input_chw, o, Exec{});
+    int folded = 0;
+    for (const auto& l : net.layers())
+      if (l->spec().kind == LayerKind::BatchNorm2d || l->spec().kind == LayerKind::BatchNorm1d)
+        folded += l->fused_relu() ? 1 : 0;
+    EXPECT_EQ(folded, want);
+  }
 }
