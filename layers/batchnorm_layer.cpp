@@ -1,6 +1,8 @@
 // BatchNorm2d / BatchNorm1d: torch.nn's parameters (weight = 1, bias = 0) and buffers
 // (running_mean = 0, running_var = 1, num_batches_tracked = 0) under torch's names, so that a
-// checkpoint loads into torch.nn.BatchNorm2d unchanged.
+// checkpoint loads into torch.nn.BatchNorm2d unchanged. A following ReLU may be folded in by the
+// Network (fused_relu()): the forward then writes max(y, 0) and the backward masks dy by y > 0
+// inside its own passes (unless a max-pool downstream applies the mask), as conv and linear do.
 #include <fmt/format.h>
 
 #include "kernels/norm/batchnorm.h"
@@ -69,7 +71,8 @@ class BatchNormLayer : public Layer {
     const BatchNormShape s = at(n);
     const float eps = static_cast<float>(spec_.eps);
     if (!ex.training) {
-      batchnorm_forward_eval(s, x, gamma_, beta_, running_mean_, running_var_, eps, y, ex);
+      batchnorm_forward_eval(s, x, gamma_, beta_, running_mean_, running_var_, eps, y, ex,
+                             fused_relu_);
       return;
     }
     CNN_CHECK(s.count() > 1,
@@ -84,13 +87,14 @@ class BatchNormLayer : public Layer {
     a.running_var = running_var_;
     a.num_batches = num_batches_;
     batchnorm_forward_train(s, x, gamma_, beta_, y, save_mean_.data(), save_invstd_.data(), a,
-                            scratch_.data(), ex);
+                            scratch_.data(), ex, fused_relu_);
   }
 
-  void backward(int n, const float* x, const float*, float* dy, float* dx, float*,
+  // y: the post-ReLU output when the ReLU is fused; its sign is the ReLU's gradient mask.
+  void backward(int n, const float* x, const float* y, float* dy, float* dx, float*,
                 const Exec& ex) override {
     batchnorm_backward(at(n), x, dy, gamma_, save_mean_.data(), save_invstd_.data(), dx, dgamma_,
-                       dbeta_, scratch_.data(), ex);
+                       dbeta_, scratch_.data(), ex, relu_backward_here() ? y : nullptr);
   }
 
  private:

@@ -42,6 +42,7 @@ class ResidualAddLayer : public Layer {
 
 NetworkOptions with_env_switches(NetworkOptions opt, const EnvSwitches& env) {
   if (!env.fuse_pool) opt.fuse_pool = PoolFusion::Off;
+  if (!env.fuse_bn_relu) opt.fuse_batchnorm_relu = false;
   if (!env.autotune) opt.autotune = false;
   if (Algo a = env.algo_for("conv", Algo::Auto); env.algo_conv || env.algo) opt.conv_algo = a;
   if (Algo a = env.algo_for("linear", Algo::Auto); env.algo_linear || env.algo) opt.linear_algo = a;
@@ -93,16 +94,24 @@ Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
       }
   }
 
-  // A relu whose input feeds nothing else is folded into the conv/linear epilogue before it.
+  // A relu whose input feeds nothing else is folded into the layer before it: the epilogue of a
+  // conv/linear, the normalizing pass of a batchnorm. That layer writes the ReLU's output and
+  // masks its output gradient itself, saving the relu's full-size read and write each way.
   skipped_.assign(count, false);
+  std::string batchnorm_folds;
   for (size_t i = 0; i < count; ++i) {
     const int t = input_[i];
     if (!opt.fuse_relu || kind_of(int(i)) != LayerKind::Relu || t < 0) continue;
-    if ((kind_of(t) != LayerKind::Conv2d && kind_of(t) != LayerKind::Linear) ||
-        consumers[size_t(t)] != 1 || layers_[size_t(t)]->fused_relu())
-      continue;
+    const LayerKind k = kind_of(t);
+    const bool batchnorm = k == LayerKind::BatchNorm2d || k == LayerKind::BatchNorm1d;
+    const bool foldable =
+        k == LayerKind::Conv2d || k == LayerKind::Linear || (batchnorm && opt.fuse_batchnorm_relu);
+    if (!foldable || consumers[size_t(t)] != 1 || layers_[size_t(t)]->fused_relu()) continue;
     layers_[size_t(t)]->set_fused_relu(true);
     skipped_[i] = true;
+    if (batchnorm)
+      batchnorm_folds += fmt::format("{}{} + {}", batchnorm_folds.empty() ? "" : ", ",
+                                     layers_[size_t(t)]->name(), layers_[i]->name());
   }
   // conv(1 input channel) -> relu -> maxpool 2x2 as the first three layers: one fused pass that
   // writes only the pooled output. Only as the first layer, whose input gradient is never needed
@@ -119,6 +128,11 @@ Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
         "runs them apart)",
         layers_[0]->name(), layers_[1]->name(), layers_[2]->name()));
   }
+  if (!batchnorm_folds.empty())
+    fusion_notes_.push_back(fmt::format(
+        "{}: relu folded into batchnorm (max(y, 0) written by the batchnorm, dy masked in its "
+        "backward; CNN_FUSE_BN_RELU=0 runs them apart)",
+        batchnorm_folds));
   // A max-pool reading a folded relu's output (and the only reader of it) applies that ReLU's
   // gradient mask itself.
   for (size_t i = 0; i < count; ++i) {

@@ -31,7 +31,9 @@ enum class PoolFusion { Auto, On, Off };
 struct NetworkOptions {
   int max_batch = 128;
   uint64_t seed = 1;      // weight initialization
-  bool fuse_relu = true;  // fold a ReLU into the preceding conv/linear epilogue
+  bool fuse_relu = true;  // fold a ReLU into the preceding conv/linear epilogue (or batchnorm)
+  // Also fold a ReLU into the batchnorm before it (needs fuse_relu; CNN_FUSE_BN_RELU=0 clears it).
+  bool fuse_batchnorm_relu = true;
   PoolFusion fuse_pool = PoolFusion::Auto;
   bool autotune = true;  // `algo: auto` on CUDA times the variants at start-up (autotune.h)
   // Variants that replace every conv / linear layer's configured one (CNN_ALGO*).
@@ -41,8 +43,9 @@ struct NetworkOptions {
   float label_smoothing = 0.0f;
 };
 
-// The options with the environment's overrides applied (CNN_FUSE_POOL=0, CNN_AUTOTUNE=0,
-// CNN_ALGO*; runtime/env_switches.h). The programs call this once when a run starts.
+// The options with the environment's overrides applied (CNN_FUSE_POOL=0, CNN_FUSE_BN_RELU=0,
+// CNN_AUTOTUNE=0, CNN_ALGO*; runtime/env_switches.h). The programs call this once when a run
+// starts.
 NetworkOptions with_env_switches(NetworkOptions opt, const EnvSwitches& env);
 
 class Network {
@@ -64,8 +67,9 @@ class Network {
   const float* logits() const { return acts_.back(); }
   // The output of node `node` (an index into layers()) of the last forward, on the network's
   // device, (n, per-image shape) NCHW: the values the next layer reads. A folded relu's is its
-  // conv's buffer (ReLU applied), a fused conv-relu-pool's pool holds the pooled output; the
-  // conv under a fused pool holds that pooled output too (read the pool's). Calibration reads it.
+  // conv's, linear's or batchnorm's buffer (ReLU applied), a fused conv-relu-pool's pool holds the
+  // pooled output; the conv under a fused pool holds that pooled output too (read the pool's).
+  // Calibration reads it.
   const float* activation(size_t node) const;
   // Runs node `node` alone on the activations of the last forward (or of the nodes run before
   // it): for timing one layer as the whole forward runs it (a skipped node does nothing).
@@ -104,9 +108,12 @@ class Network {
   // the trainer logs the fusion_notes() beside them. With a cache, choices recorded there for the
   // same shapes are reused untimed and new ones are added to it (the caller saves it).
   std::vector<std::string> autotune(TuneCache* cache = nullptr);
-  // One line per conv-relu-pool fusion in effect ("conv1 + relu1 + pool1: fused ..."); empty when
-  // none (see PoolFusion). A fused conv's own variants are not tuned: the fused pass runs.
+  // One line per conv-relu-pool fusion in effect ("conv1 + relu1 + pool1: fused ..."), then one
+  // naming every relu folded into a batchnorm ("bn1 + relu1, bn2 + relu2: relu folded ..."); empty
+  // when none. A fused conv's own variants are not tuned: the fused pass runs.
   const std::vector<std::string>& fusion_notes() const { return fusion_notes_; }
+  // Whether the first conv -> relu -> max-pool runs as one fused pass (see PoolFusion).
+  bool fused_conv_relu_pool() const { return !layers_.empty() && layers_[0]->fused_pool(); }
 
   std::vector<float> params_to_host() const;
   void params_from_host(const std::vector<float>& h_params);
@@ -144,8 +151,8 @@ class Network {
   std::vector<int> shortcut_input_;  // a block's add: its second input; else -1
   std::vector<int> last_consumer_;   // of node i's output (the loss counts); it writes the grad
   std::vector<bool> needs_grad_;     // node i's output depends on parameters
-  // Layers not run: a relu folded into the previous layer, the relu and pool of a fused
-  // conv-relu-pool.
+  // Layers not run: a relu folded into the previous layer (conv, linear, batchnorm), the relu and
+  // pool of a fused conv-relu-pool.
   std::vector<bool> skipped_;
   std::vector<std::string> fusion_notes_;
   std::vector<Tensor> storage_;      // activation and gradient tensors

@@ -52,6 +52,7 @@ EnvSwitches read_env_switches() {
   e.algo_linear = algo_of("CNN_ALGO_LINEAR");
   e.autotune = on_unless_zero("CNN_AUTOTUNE");
   e.fuse_pool = on_unless_zero("CNN_FUSE_POOL");
+  e.fuse_bn_relu = on_unless_zero("CNN_FUSE_BN_RELU");
   e.cuda_graph = on_unless_zero("CNN_CUDA_GRAPH");
   if (const char* v = get("CNN_AUTOTUNE_CACHE")) {
     const std::string s(v);
@@ -115,8 +116,15 @@ EnvSwitches read_env_switches() {
       e.wgmma_wgrad_b = WgmmaWgradBSwitch::ByAlgo;
     else if (s == "gather")
       e.wgmma_wgrad_b = WgmmaWgradBSwitch::Gather;
+<<<<<<< ours
     else if (s == "tma")
       e.wgmma_wgrad_b = WgmmaWgradBSwitch::Tma;
+=======
+    else if (s == "tma")  // the TMA-box loader (WgmmaWgradOptions::BLoad::Tma) is not usable yet
+      CNN_FAIL(
+          "CNN_WGMMA_WGRAD_B='tma': the TMA-box weight gradient is disabled (it stops the "
+          "H200 with an illegal instruction at its first box of x); expected algo or gather");
+>>>>>>> theirs
     else
       CNN_FAIL("CNN_WGMMA_WGRAD_B='{}': expected algo, gather or tma", s);
   }
@@ -197,6 +205,7 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_ALGO_CONV, CNN_ALGO_LINEAR", "as CNN_ALGO", "the variant of one kind of layer"},
       {"CNN_AUTOTUNE", "0", "no start-up timing of variants: each op's fixed rule picks"},
       {"CNN_FUSE_POOL", "0", "no fused conv-relu-maxpool kernel"},
+      {"CNN_FUSE_BN_RELU", "0", "a relu after a batchnorm runs as its own pass, not folded in"},
       {"CNN_CUDA_GRAPH", "0", "launch each training step's kernels directly, no CUDA graph"},
       {"CNN_GEMM_PATH", "strided|tile|wgmma|auto",
        "the CUDA GEMM's path (strided: any alignment; wgmma: Hopper, TF32)"},

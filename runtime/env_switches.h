@@ -1,7 +1,8 @@
 #pragma once
 // Every CNN_* environment variable, in one table, parsed in one place (env_switches.cpp). Two
 // kinds:
-//  - overrides of options (algo, autotune, pool fusion, CUDA graph, the autotune and decoded-data
+//  - overrides of options (algo, autotune, pool and batchnorm-relu fusion, CUDA graph, the autotune
+//  and decoded-data
 //    caches): the programs read the variables once when a run starts and apply them to the
 //    options they override (with_env_switches() in layers/network.h, the trainer's CUDA-graph
 //    decision, its autotune cache file, DataOptions::decoded_cache); layers, data loaders and
@@ -24,7 +25,11 @@ enum class CpuIsaSwitch { Best, Scalar, Avx2, Avx512 };         // CNN_CPU_ISA
 enum class WgmmaConvGatherSwitch { Async, WaitGroup, Sync };    // CNN_WGMMA_CONV_GATHER
 enum class DepthwiseKernelSwitch { Auto, Tile, Rows, Stream };  // CNN_DEPTHWISE_KERNEL
 enum class DepthwiseStreamStripsSwitch { Auto, Fill, Long };    // CNN_DEPTHWISE_STREAM_STRIPS
+<<<<<<< ours
 enum class WgmmaWgradBSwitch { ByAlgo, Gather, Tma };           // CNN_WGMMA_WGRAD_B
+=======
+enum class WgmmaWgradBSwitch { ByAlgo, Gather };                // CNN_WGMMA_WGRAD_B
+>>>>>>> theirs
 
 struct EnvSwitches {
   // Overrides of options.
@@ -33,6 +38,7 @@ struct EnvSwitches {
   std::optional<Algo> algo_linear;  // CNN_ALGO_LINEAR: linear layers (before CNN_ALGO)
   bool autotune = true;             // CNN_AUTOTUNE=0: no start-up timing of variants
   bool fuse_pool = true;            // CNN_FUSE_POOL=0: no fused conv-relu-maxpool
+  bool fuse_bn_relu = true;         // CNN_FUSE_BN_RELU=0: no relu folded into a batchnorm
   bool cuda_graph = true;           // CNN_CUDA_GRAPH=0: launch each step's kernels directly
   std::string nccl_library;         // CNN_NCCL_LIBRARY: libnccl.so.2's path (or its folder)
   double nccl_timeout_s = 600;      // CNN_NCCL_TIMEOUT_S: a collective slower than this fails

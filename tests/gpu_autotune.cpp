@@ -39,7 +39,7 @@ TEST(GpuAutotune, TunesEveryPassAndKeepsTheNetworkCorrect) {
   for (const auto& l : lines) std::printf("  %s\n", l.c_str());
   // conv1 (first layer: no input gradient) 2 passes, conv2, fc1, fc2 3 passes each; with the
   // conv-relu-pool fusion (the default on CUDA): conv1's two passes are not tuned.
-  EXPECT_EQ(lines.size(), gpu.fusion_notes().empty() ? 11u : 9u);
+  EXPECT_EQ(lines.size(), gpu.fused_conv_relu_pool() ? 9u : 11u);
   const std::vector<float> g0 = test::to_host(gpu.grads(), size_t(gpu.num_params()));
   EXPECT_TRUE(std::all_of(g0.begin(), g0.end(), [](float v) { return v == 0.f; }))
       << "autotune must leave the gradients zero";

@@ -1,6 +1,7 @@
 // Batch-norm CUDA kernels against the CPU reference: batch 1, C = 1/3/17, odd H*W, BatchNorm1d
 // shapes (H*W = 1), a large-mean input (the variance must not cancel), many splits per channel;
-// NaN-poisoned outputs; the training pass bitwise repeatable; eval; the batch-1 refusal.
+// NaN-poisoned outputs; the training pass bitwise repeatable; eval; the batch-1 refusal; the fused
+// ReLU (forward and masked backward) against the CPU twin and, bitwise, against the separate pass.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "kernels/norm/batchnorm.h"
+#include "kernels/pointwise/relu.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
 #include "tests/test_util.h"
@@ -189,4 +191,128 @@ TEST(GpuBatchNorm, TrainingRefusesOneValuePerChannel) {
   EXPECT_THROW(batchnorm_forward_train({1, 8, 1}, v.data(), v.data(), v.data(), v.data(), v.data(),
                                        v.data(), BatchNormTrainArgs{}, scratch.data(), ex),
                Error);
+}
+
+namespace {
+
+// One training forward and backward on the device with the ReLU fused (fused) or as the separate
+// relu kernels (apart). relu_y: the post-ReLU output that masks dy; the same one for both, and
+// for the CPU twin, so that a value within rounding of 0 cannot give them different masks.
+struct ReluRun {
+  std::vector<float> y, dx, dgamma, dbeta, dy_after;
+};
+
+ReluRun run_cuda_relu(const Inputs& in, const std::vector<float>& relu_y, bool fused) {
+  const BatchNormShape& s = in.s;
+  Exec ex;
+  ex.device = Device::CUDA;
+  const size_t n = in.x.size(), c = size_t(s.c);
+  Tensor x = test::to_device(in.x), gamma = test::to_device(in.gamma),
+         beta = test::to_device(in.beta), dy = test::to_device(in.dy),
+         d_relu_y = test::to_device(relu_y), dgamma = test::to_device(in.dgamma),
+         dbeta = test::to_device(in.dbeta);
+  Buffer<float> y(n, Device::CUDA), dx(n, Device::CUDA), masked(n, Device::CUDA),
+      mean(c, Device::CUDA), invstd(c, Device::CUDA);
+  Buffer<double> scratch(size_t(batchnorm_scratch_doubles(s, Device::CUDA)), Device::CUDA);
+  test::poison_device(y.data(), n);
+  test::poison_device(dx.data(), n);
+  batchnorm_forward_train(s, x.data(), gamma.data(), beta.data(), y.data(), mean.data(),
+                          invstd.data(), BatchNormTrainArgs{}, scratch.data(), ex, fused);
+  if (!fused) relu_forward(int64_t(n), y.data(), y.data(), ex);
+  if (fused) {
+    batchnorm_backward(s, x.data(), dy.data(), gamma.data(), mean.data(), invstd.data(), dx.data(),
+                       dgamma.data(), dbeta.data(), scratch.data(), ex, d_relu_y.data());
+  } else {
+    relu_backward(int64_t(n), d_relu_y.data(), dy.data(), masked.data(), ex);
+    batchnorm_backward(s, x.data(), masked.data(), gamma.data(), mean.data(), invstd.data(),
+                       dx.data(), dgamma.data(), dbeta.data(), scratch.data(), ex);
+  }
+  ReluRun r;
+  r.y = test::to_host(y.data(), n);
+  r.dx = test::to_host(dx.data(), n);
+  r.dgamma = test::to_host(dgamma.data(), c);
+  r.dbeta = test::to_host(dbeta.data(), c);
+  r.dy_after = test::to_host(dy.data(), n);
+  return r;
+}
+
+// Relative error with near-zero elements measured against a tenth of the tensor's largest value,
+// as check_shape does.
+double scaled_error(const std::vector<float>& got, const std::vector<float>& ref) {
+  double scale = 0;
+  for (float v : ref) scale = std::max(scale, double(std::fabs(v)));
+  return test::max_rel_error(got, ref, 0.1 * scale);
+}
+
+void check_fused_relu(const BatchNormShape& s) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed << " (N, C, HW) = (" << s.n << ", " << s.c
+                                    << ", " << s.hw << ")");
+  const Inputs in = make_inputs(s, seed, 0.f);
+  const size_t n = in.x.size(), c = size_t(s.c);
+
+  // Eval (any batch, 1 included): fused against the CPU twin and against eval + relu_forward.
+  {
+    std::vector<float> ref(n);
+    batchnorm_forward_eval_cpu(s, in.x.data(), in.gamma.data(), in.beta.data(), in.rm.data(),
+                               in.rv.data(), 1e-5f, ref.data(), true);
+    Exec ex;
+    ex.device = Device::CUDA;
+    Tensor x = test::to_device(in.x), g = test::to_device(in.gamma), b = test::to_device(in.beta),
+           rm = test::to_device(in.rm), rv = test::to_device(in.rv);
+    Buffer<float> fused(n, Device::CUDA), apart(n, Device::CUDA);
+    test::poison_device(fused.data(), n);
+    test::poison_device(apart.data(), n);
+    batchnorm_forward_eval(s, x.data(), g.data(), b.data(), rm.data(), rv.data(), 1e-5f,
+                           fused.data(), ex, true);
+    batchnorm_forward_eval(s, x.data(), g.data(), b.data(), rm.data(), rv.data(), 1e-5f,
+                           apart.data(), ex);
+    relu_forward(int64_t(n), apart.data(), apart.data(), ex);
+    const std::vector<float> got = test::to_host(fused.data(), n);
+    EXPECT_FALSE(test::any_nan(got));
+    EXPECT_LT(scaled_error(got, ref), 1e-5) << "eval y";
+    EXPECT_EQ(got, test::to_host(apart.data(), n)) << "eval y: fused and apart differ";
+  }
+  if (s.count() < 2) return;  // training needs two values per channel
+
+  // Training: the CPU twin, fused.
+  std::vector<float> ref_y(n), mean(c), invstd(c), ref_dx(n);
+  std::vector<float> ref_dgamma = in.dgamma, ref_dbeta = in.dbeta;
+  batchnorm_forward_train_cpu(s, in.x.data(), in.gamma.data(), in.beta.data(), ref_y.data(),
+                              mean.data(), invstd.data(), BatchNormTrainArgs{}, true);
+  batchnorm_backward_cpu(s, in.x.data(), in.dy.data(), in.gamma.data(), mean.data(), invstd.data(),
+                         ref_dx.data(), ref_dgamma.data(), ref_dbeta.data(), ref_y.data());
+  const ReluRun fused = run_cuda_relu(in, ref_y, true);
+  const ReluRun apart = run_cuda_relu(in, ref_y, false);
+  const std::vector<
+      std::pair<const char*, std::pair<const std::vector<float>*, const std::vector<float>*>>>
+      pairs = {{"y", {&fused.y, &ref_y}},
+               {"dx", {&fused.dx, &ref_dx}},
+               {"dgamma", {&fused.dgamma, &ref_dgamma}},
+               {"dbeta", {&fused.dbeta, &ref_dbeta}}};
+  for (const auto& [what, p] : pairs) {
+    EXPECT_FALSE(test::any_nan(*p.first)) << what;
+    const double e = scaled_error(*p.first, *p.second);
+    std::printf("batchnorm+relu (%d, %d, %lld) %s: rel error %.3g\n", s.n, s.c, (long long)s.hw,
+                what, e);
+    EXPECT_LT(e, 1e-3) << what;
+  }
+  // The fused kernels run the separate pass's float operations on the same values.
+  EXPECT_EQ(fused.y, apart.y);
+  EXPECT_EQ(fused.dx, apart.dx);
+  EXPECT_EQ(fused.dgamma, apart.dgamma);
+  EXPECT_EQ(fused.dbeta, apart.dbeta);
+  EXPECT_EQ(fused.dy_after, in.dy) << "the fused backward must not write dy";
+}
+
+}  // namespace
+
+TEST(GpuBatchNorm, FusedReluMatchesCpuAndTheSeparatePass) {
+  CNN_REQUIRE_GPU();
+  for (int n : {1, 3})
+    for (int c : {1, 3, 65})
+      for (int64_t hw : {int64_t(1), int64_t(7 * 7), int64_t(33 * 33)})
+        check_fused_relu(BatchNormShape{n, c, hw});
+  // Many splits per channel (a VGG stage's shape at a small batch).
+  check_fused_relu(BatchNormShape{8, 64, 32 * 32});
 }

@@ -346,7 +346,7 @@ NetRun run_net(const std::vector<LayerSpec>& specs, const Shape& chw, const Exec
   o.fuse_pool = fusion;
   Network net(specs, chw, o, ex);
   NetRun r;
-  r.fused = !net.fusion_notes().empty();
+  r.fused = net.fused_conv_relu_pool();
   const size_t per_image = size_t(shape_numel(chw));
   const auto x = test::random_vector(size_t(n) * per_image, seed + 1);
   const auto labels = test::random_labels(size_t(n), net.num_classes(), seed + 2);

@@ -1,6 +1,7 @@
 // A network with every new kind (batchnorm 2d/1d, avgpool, global avgpool, dropout) and label
 // smoothing, CUDA against CPU: one training step (logits, losses, gradients, running
-// statistics), eval logits, and the step bitwise repeatable in deterministic mode.
+// statistics), eval logits, and the step bitwise repeatable in deterministic mode; the relus folded
+// into the batchnorms give the bits of the relus run apart.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -20,11 +21,12 @@ struct Step {
   std::vector<float> logits, loss, grads, buffers, eval_logits;
 };
 
-Step run(const Exec& ex, uint64_t seed, int n) {
+Step run(const Exec& ex, uint64_t seed, int n, bool fold_batchnorm_relu = true) {
   NetworkOptions o;
   o.max_batch = n;
   o.seed = seed;
   o.label_smoothing = 0.1f;
+  o.fuse_batchnorm_relu = fold_batchnorm_relu;
   Network net(norm_net(), kChw, o, ex);
   const std::vector<float> x = test::random_vector(size_t(n) * 3 * 17 * 15, seed + 1);
   const std::vector<int32_t> labels = test::random_labels(size_t(n), 3, seed + 2);
@@ -85,4 +87,26 @@ TEST(GpuNormNetwork, DeterministicStepIsBitwiseRepeatable) {
   EXPECT_EQ(a.grads, b.grads);
   EXPECT_EQ(a.buffers, b.buffers);
   EXPECT_EQ(a.eval_logits, b.eval_logits);
+}
+
+// The batchnorm kernels with the relu folded in run the relu kernels' float operations on the same
+// values (tests/gpu_batchnorm.cpp checks them alone), and every other kernel of the step is the
+// same in both networks: in deterministic mode the two steps agree bitwise.
+TEST(GpuNormNetwork, FoldedReluGivesTheSeparatePassBits) {
+  CNN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Exec ex;
+  ex.device = Device::CUDA;
+  ex.deterministic = true;
+  for (int n : {2, 33}) {
+    SCOPED_TRACE("batch " + std::to_string(n));
+    const Step folded = run(ex, seed, n, true), apart = run(ex, seed, n, false);
+    EXPECT_FALSE(test::any_nan(folded.grads));
+    EXPECT_EQ(folded.logits, apart.logits);
+    EXPECT_EQ(folded.loss, apart.loss);
+    EXPECT_EQ(folded.grads, apart.grads);
+    EXPECT_EQ(folded.buffers, apart.buffers);
+    EXPECT_EQ(folded.eval_logits, apart.eval_logits);
+  }
 }

@@ -1,12 +1,16 @@
 // Batch normalization's CPU reference: training statistics (biased for normalizing, unbiased for
 // the running update, as torch), eval with the running statistics, the batch-1 refusal, and the
-// backward's known identities. The gradients against central differences are in test_gradcheck.
+// backward's known identities; a fused ReLU (forward and backward, float and double) against the
+// separate relu pass, bitwise. The gradients against central differences are in test_gradcheck.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/norm/batchnorm.h"
+#include "kernels/pointwise/relu.h"
 #include "runtime/error.h"
 #include "tests/test_util.h"
 
@@ -132,4 +136,92 @@ TEST(BatchNormCpu, BackwardIdentities) {
     EXPECT_NEAR(sdx, 0.0, 1e-5);
     EXPECT_NEAR(sdxxh, 0.0, 1e-3);  // exact only for eps = 0: off by ~eps / var * sum(dy xhat)
   }
+}
+
+namespace {
+
+// The fused ReLU against batchnorm then relu_forward_cpu / relu_backward_cpu then batchnorm's
+// backward: the same arithmetic on the same values, so the same bits (T: float or double).
+template <class T>
+void check_fused_relu_matches_separate_pass(const BatchNormShape& s, uint64_t seed) {
+  const size_t count = size_t(s.n) * size_t(s.c) * size_t(s.hw), c = size_t(s.c);
+  const auto vec = [](const std::vector<float>& f) { return std::vector<T>(f.begin(), f.end()); };
+  const std::vector<T> x = vec(test::random_vector(count, seed, -1.f, 2.f));
+  const std::vector<T> dy = vec(test::random_vector(count, seed + 1));
+  const std::vector<T> gamma = vec(test::random_vector(c, seed + 2, 0.5f, 1.5f));
+  const std::vector<T> beta = vec(test::random_vector(c, seed + 3, -0.5f, 0.5f));
+  std::vector<T> y(count), fused_y(count), mean(c), invstd(c), fused_mean(c), fused_invstd(c);
+  const auto forward = [&](std::vector<T>& out, std::vector<T>& m, std::vector<T>& is, bool relu) {
+    if constexpr (std::is_same_v<T, float>)
+      batchnorm_forward_train_cpu(s, x.data(), gamma.data(), beta.data(), out.data(), m.data(),
+                                  is.data(), BatchNormTrainArgs{}, relu);
+    else
+      batchnorm_forward_train_cpu(s, x.data(), gamma.data(), beta.data(), out.data(), m.data(),
+                                  is.data(), 1e-5, relu);
+  };
+  forward(y, mean, invstd, false);
+  relu_forward_cpu(int64_t(count), y.data(), y.data());
+  forward(fused_y, fused_mean, fused_invstd, true);
+  EXPECT_EQ(fused_y, y);
+  EXPECT_EQ(fused_mean, mean);
+  const size_t zeros = size_t(std::count(y.begin(), y.end(), T(0)));
+  EXPECT_GT(zeros, 0u) << "the ReLU cut nothing: the mask is not exercised";
+  EXPECT_LT(zeros, count) << "the ReLU cut everything";
+
+  std::vector<T> masked(count), dx(count, T(7)), fused_dx(count, T(7));
+  std::vector<T> dgamma(c, T(1)), dbeta(c, T(2)), fused_dgamma = dgamma, fused_dbeta = dbeta;
+  relu_backward_cpu(int64_t(count), y.data(), dy.data(), masked.data());
+  batchnorm_backward_cpu(s, x.data(), masked.data(), gamma.data(), mean.data(), invstd.data(),
+                         dx.data(), dgamma.data(), dbeta.data());
+  const std::vector<T> dy_before = dy;
+  batchnorm_backward_cpu(s, x.data(), dy.data(), gamma.data(), mean.data(), invstd.data(),
+                         fused_dx.data(), fused_dgamma.data(), fused_dbeta.data(), fused_y.data());
+  EXPECT_EQ(fused_dx, dx);
+  EXPECT_EQ(fused_dgamma, dgamma);
+  EXPECT_EQ(fused_dbeta, dbeta);
+  EXPECT_EQ(dy, dy_before);
+}
+
+}  // namespace
+
+TEST(BatchNormCpu, FusedReluGivesTheSeparatePassBits) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (const BatchNormShape& s : {BatchNormShape{3, 5, 7}, BatchNormShape{6, 9, 1},
+                                  BatchNormShape{1, 1, 33 * 33}, BatchNormShape{2, 65, 49}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "(N, C, HW) = (" << s.n << ", " << s.c << ", " << s.hw << ")");
+    check_fused_relu_matches_separate_pass<float>(s, seed);
+    check_fused_relu_matches_separate_pass<double>(s, seed);
+  }
+}
+
+TEST(BatchNormCpu, FusedReluInEvalGivesTheSeparatePassBits) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const BatchNormShape s{1, 3, 7};  // batch 1 is fine in eval
+  const std::vector<float> x = test::random_vector(21, seed);
+  const std::vector<float> gamma = {1.5f, -0.5f, 2.f}, beta = {0.1f, 0.2f, -0.3f};
+  const std::vector<float> rm = {0.3f, -0.2f, 0.f}, rv = {0.5f, 2.f, 1.f};
+  std::vector<float> y(21), fused(21);
+  batchnorm_forward_eval(s, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(), 1e-3f,
+                         y.data(), Exec{});
+  relu_forward(21, y.data(), y.data(), Exec{});
+  batchnorm_forward_eval(s, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(), 1e-3f,
+                         fused.data(), Exec{}, true);
+  EXPECT_EQ(fused, y);
+  EXPECT_GT(std::count(y.begin(), y.end(), 0.f), 0);
+}
+
+// A NaN passes the fused ReLU forward, as relu_forward, so that the NaN watch still sees it.
+TEST(BatchNormCpu, FusedReluLetsNaNThroughLikeTheReluLayer) {
+  const BatchNormShape s{2, 1, 2};
+  const float nan = std::nanf("");
+  const std::vector<float> x = {1.f, nan, 3.f, 4.f}, gamma = {1.f}, beta = {0.f};
+  const std::vector<float> rm = {0.f}, rv = {1.f};
+  std::vector<float> y(4);
+  batchnorm_forward_eval(s, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(), 1e-5f,
+                         y.data(), Exec{}, true);
+  EXPECT_TRUE(std::isnan(y[1]));
+  EXPECT_GT(y[0], 0.f);
 }

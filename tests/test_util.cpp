@@ -169,7 +169,7 @@ NetworkRun run_network_once(const std::vector<LayerSpec>& specs, const Shape& ch
   o.fuse_pool = fusion;
   Network net(specs, chw, o, ex);
   NetworkRun r;
-  r.fused = !net.fusion_notes().empty();
+  r.fused = net.fused_conv_relu_pool();
   const auto x = random_vector(size_t(n) * size_t(shape_numel(chw)), seed + 1);
   const auto labels = random_labels(size_t(n), net.num_classes(), seed + 2);
   Buffer<float> d_x(x.size(), ex.device);

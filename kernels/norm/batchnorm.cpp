@@ -25,7 +25,8 @@ int64_t batchnorm_scratch_doubles(const BatchNormShape& s, Device dev) {
 
 void batchnorm_forward_train(const BatchNormShape& s, const float* x, const float* gamma,
                              const float* beta, float* y, float* save_mean, float* save_invstd,
-                             const BatchNormTrainArgs& a, double* scratch, const Exec& ex) {
+                             const BatchNormTrainArgs& a, double* scratch, const Exec& ex,
+                             bool relu) {
   check_batchnorm_shape(s, true);
   CNN_CHECK(x && gamma && beta && y && save_mean && save_invstd,
             "batchnorm_forward_train: x, gamma, beta, y and the saved statistics must not be null");
@@ -33,40 +34,42 @@ void batchnorm_forward_train(const BatchNormShape& s, const float* x, const floa
             "batchnorm_forward_train: momentum {} must be in [0, 1] and eps {} positive",
             a.momentum, a.eps);
   if (ex.device == Device::CPU)
-    return batchnorm_forward_train_cpu(s, x, gamma, beta, y, save_mean, save_invstd, a);
+    return batchnorm_forward_train_cpu(s, x, gamma, beta, y, save_mean, save_invstd, a, relu);
   CNN_CUDA_BRANCH("batchnorm_forward_train", {
     CNN_CHECK(scratch, "batchnorm_forward_train: null scratch on cuda");
-    batchnorm_forward_train_cuda(s, x, gamma, beta, y, save_mean, save_invstd, a, scratch,
+    batchnorm_forward_train_cuda(s, x, gamma, beta, y, relu, save_mean, save_invstd, a, scratch,
                                  ex.stream);
   });
 }
 
 void batchnorm_forward_eval(const BatchNormShape& s, const float* x, const float* gamma,
                             const float* beta, const float* running_mean, const float* running_var,
-                            float eps, float* y, const Exec& ex) {
+                            float eps, float* y, const Exec& ex, bool relu) {
   check_batchnorm_shape(s, false);
   CNN_CHECK(x && gamma && beta && running_mean && running_var && y,
             "batchnorm_forward_eval: null pointer");
   CNN_CHECK(eps > 0, "batchnorm_forward_eval: eps {} must be positive", eps);
   if (ex.device == Device::CPU)
-    return batchnorm_forward_eval_cpu(s, x, gamma, beta, running_mean, running_var, eps, y);
-  CNN_CUDA_BRANCH(
-      "batchnorm_forward_eval",
-      batchnorm_forward_eval_cuda(s, x, gamma, beta, running_mean, running_var, eps, y, ex.stream));
+    return batchnorm_forward_eval_cpu(s, x, gamma, beta, running_mean, running_var, eps, y, relu);
+  CNN_CUDA_BRANCH("batchnorm_forward_eval",
+                  batchnorm_forward_eval_cuda(s, x, gamma, beta, running_mean, running_var, eps, y,
+                                              relu, ex.stream));
 }
 
 void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy,
                         const float* gamma, const float* save_mean, const float* save_invstd,
-                        float* dx, float* dgamma, float* dbeta, double* scratch, const Exec& ex) {
+                        float* dx, float* dgamma, float* dbeta, double* scratch, const Exec& ex,
+                        const float* relu_y) {
   check_batchnorm_shape(s, true);
   CNN_CHECK(x && dy && gamma && save_mean && save_invstd && dgamma && dbeta,
             "batchnorm_backward: null pointer");
   if (ex.device == Device::CPU)
-    return batchnorm_backward_cpu(s, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+    return batchnorm_backward_cpu(s, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta,
+                                  relu_y);
   CNN_CUDA_BRANCH("batchnorm_backward", {
     CNN_CHECK(scratch, "batchnorm_backward: null scratch on cuda");
-    batchnorm_backward_cuda(s, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, scratch,
-                            ex.stream);
+    batchnorm_backward_cuda(s, x, dy, relu_y, gamma, save_mean, save_invstd, dx, dgamma, dbeta,
+                            scratch, ex.stream);
   });
 }
 

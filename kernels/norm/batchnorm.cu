@@ -4,6 +4,9 @@
 // split order with one thread per channel. The result is bitwise repeatable in every mode, so
 // `deterministic` changes nothing here; atomics would save only the small second launch, which
 // the training forward needs anyway to finish the statistics and update the running buffers.
+// A fused ReLU (batchnorm.h) costs the forward nothing; its backward reads the post-ReLU output
+// beside dy in the two passes that read dy, instead of a separate pass that reads y and dy and
+// writes the masked dy.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -23,14 +26,29 @@ constexpr int kTargetBlocks = 528;  // 4 per SM of an H100/H200: enough to fill 
 constexpr int64_t kMinPerBlock = 2048;
 constexpr int64_t kMaxGrid = 65535 * 8;
 
+// The fused ReLU's forward, as relu_forward: "not (v <= 0)" lets NaN through.
+__device__ __forceinline__ float relu_if(bool relu, float v) {
+  return (relu && v <= 0.f) ? 0.f : v;
+}
+
+// dy[k] as the fused ReLU's backward leaves it (relu_backward): 0 where relu_y[k] is not > 0.
+template <class Index>
+__device__ __forceinline__ float relu_masked(const float* __restrict__ d_dy,
+                                             const float* __restrict__ d_relu_y, Index k) {
+  const float g = __ldg(d_dy + k);
+  return (d_relu_y && !(__ldg(d_relu_y + k) > 0.f)) ? 0.f : g;
+}
+
 // Thread mapping: block (c, s) owns values k in [s*chunk, (s+1)*chunk) of channel c (k = n*HW + i,
 // the channel's values in memory order); thread t takes k = start + t, t + blockDim, ... and the
 // block reduces in CUB's fixed tree. Forward (d_dy null): sums x and x^2. Backward: sums dy and
-// dy * (x - mean[c]). Thread 0 writes the pair to d_part[(c * S + s) * 2].
+// dy * (x - mean[c]), dy masked by d_relu_y > 0 where d_relu_y is given. Thread 0 writes the pair
+// to d_part[(c * S + s) * 2].
 __global__ void __launch_bounds__(kThreads)
     bn_partial_sums(int c_count, int64_t hw, int64_t m, int64_t chunk,
                     const float* __restrict__ d_x, const float* __restrict__ d_dy,
-                    const float* __restrict__ d_mean, double* __restrict__ d_part) {
+                    const float* __restrict__ d_relu_y, const float* __restrict__ d_mean,
+                    double* __restrict__ d_part) {
   using Reduce = cub::BlockReduce<double, kThreads>;
   __shared__ typename Reduce::TempStorage tmp;
   const int c = blockIdx.x, s = blockIdx.y;
@@ -42,7 +60,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t at = (n * c_count + c) * hw + i;
     const float x = __ldg(d_x + at);
     if (d_dy) {
-      const float g = __ldg(d_dy + at);
+      const float g = relu_masked(d_dy, d_relu_y, at);
       a += g;
       b += double(g) * double(x - mean);
     } else {
@@ -115,12 +133,12 @@ template <class Index>
 __global__ void bn_normalize(Index total, int c_count, Index hw, const float* __restrict__ d_x,
                              const float* __restrict__ d_gamma, const float* __restrict__ d_beta,
                              const float* __restrict__ d_mean, const float* __restrict__ d_invstd,
-                             float* __restrict__ d_y) {
+                             bool relu, float* __restrict__ d_y) {
   for (Index k = Index(blockIdx.x) * blockDim.x + threadIdx.x; k < total;
        k += Index(gridDim.x) * blockDim.x) {
     const int c = int((k / hw) % c_count);
     const float scale = d_invstd[c] * d_gamma[c];
-    d_y[k] = (__ldg(d_x + k) - d_mean[c]) * scale + d_beta[c];
+    d_y[k] = relu_if(relu, (__ldg(d_x + k) - d_mean[c]) * scale + d_beta[c]);
   }
 }
 
@@ -129,25 +147,26 @@ __global__ void bn_normalize_eval(Index total, int c_count, Index hw, float eps,
                                   const float* __restrict__ d_x, const float* __restrict__ d_gamma,
                                   const float* __restrict__ d_beta,
                                   const float* __restrict__ d_mean, const float* __restrict__ d_var,
-                                  float* __restrict__ d_y) {
+                                  bool relu, float* __restrict__ d_y) {
   for (Index k = Index(blockIdx.x) * blockDim.x + threadIdx.x; k < total;
        k += Index(gridDim.x) * blockDim.x) {
     const int c = int((k / hw) % c_count);
     const float scale = d_gamma[c] / sqrtf(d_var[c] + eps);
-    d_y[k] = (__ldg(d_x + k) - d_mean[c]) * scale + d_beta[c];
+    d_y[k] = relu_if(relu, (__ldg(d_x + k) - d_mean[c]) * scale + d_beta[c]);
   }
 }
 
 template <class Index>
 __global__ void bn_backward_data(Index total, int c_count, Index hw, const float* __restrict__ d_x,
-                                 const float* __restrict__ d_dy, const float* __restrict__ d_mean,
+                                 const float* __restrict__ d_dy, const float* __restrict__ d_relu_y,
+                                 const float* __restrict__ d_mean,
                                  const double* __restrict__ d_coef, float* __restrict__ d_dx) {
   for (Index k = Index(blockIdx.x) * blockDim.x + threadIdx.x; k < total;
        k += Index(gridDim.x) * blockDim.x) {
     const int c = int((k / hw) % c_count);
     const float a = float(d_coef[3 * c]), mdy = float(d_coef[3 * c + 1]),
                 b = float(d_coef[3 * c + 2]);
-    d_dx[k] = a * (__ldg(d_dy + k) - mdy - (__ldg(d_x + k) - d_mean[c]) * b);
+    d_dx[k] = a * (relu_masked(d_dy, d_relu_y, k) - mdy - (__ldg(d_x + k) - d_mean[c]) * b);
   }
 }
 
@@ -168,13 +187,13 @@ int batchnorm_splits(const BatchNormShape& s) {
 }
 
 void batchnorm_forward_train_cuda(const BatchNormShape& s, const float* d_x, const float* d_gamma,
-                                  const float* d_beta, float* d_y, float* d_save_mean,
+                                  const float* d_beta, float* d_y, bool relu, float* d_save_mean,
                                   float* d_save_invstd, const BatchNormTrainArgs& a,
                                   double* d_scratch, cudaStream_t stream) {
   const int splits = batchnorm_splits(s);
   const int64_t m = s.count(), chunk = ceil_div<int64_t>(m, splits);
   bn_partial_sums<<<dim3(unsigned(s.c), unsigned(splits)), kThreads, 0, stream>>>(
-      s.c, s.hw, m, chunk, d_x, nullptr, nullptr, d_scratch);
+      s.c, s.hw, m, chunk, d_x, nullptr, nullptr, nullptr, d_scratch);
   CNN_LAUNCH_CHECK("bn_partial_sums");
   bn_finish_forward<<<unsigned(ceil_div(s.c, 128)), 128, 0, stream>>>(
       s.c, splits, m, a.eps, a.momentum, d_scratch, d_save_mean, d_save_invstd, a.running_mean,
@@ -182,38 +201,39 @@ void batchnorm_forward_train_cuda(const BatchNormShape& s, const float* d_x, con
   CNN_LAUNCH_CHECK("bn_finish_forward");
   const int64_t total = int64_t(s.n) * s.c * s.hw;
   if (fits_int32(s))
-    bn_normalize<int32_t><<<grid_for(total), kThreads, 0, stream>>>(
-        int32_t(total), s.c, int32_t(s.hw), d_x, d_gamma, d_beta, d_save_mean, d_save_invstd, d_y);
+    bn_normalize<int32_t>
+        <<<grid_for(total), kThreads, 0, stream>>>(int32_t(total), s.c, int32_t(s.hw), d_x, d_gamma,
+                                                   d_beta, d_save_mean, d_save_invstd, relu, d_y);
   else
     bn_normalize<int64_t><<<grid_for(total), kThreads, 0, stream>>>(
-        total, s.c, s.hw, d_x, d_gamma, d_beta, d_save_mean, d_save_invstd, d_y);
+        total, s.c, s.hw, d_x, d_gamma, d_beta, d_save_mean, d_save_invstd, relu, d_y);
   CNN_LAUNCH_CHECK("bn_normalize");
 }
 
 void batchnorm_forward_eval_cuda(const BatchNormShape& s, const float* d_x, const float* d_gamma,
                                  const float* d_beta, const float* d_running_mean,
-                                 const float* d_running_var, float eps, float* d_y,
+                                 const float* d_running_var, float eps, float* d_y, bool relu,
                                  cudaStream_t stream) {
   const int64_t total = int64_t(s.n) * s.c * s.hw;
   if (fits_int32(s))
     bn_normalize_eval<int32_t><<<grid_for(total), kThreads, 0, stream>>>(
         int32_t(total), s.c, int32_t(s.hw), eps, d_x, d_gamma, d_beta, d_running_mean,
-        d_running_var, d_y);
+        d_running_var, relu, d_y);
   else
     bn_normalize_eval<int64_t><<<grid_for(total), kThreads, 0, stream>>>(
-        total, s.c, s.hw, eps, d_x, d_gamma, d_beta, d_running_mean, d_running_var, d_y);
+        total, s.c, s.hw, eps, d_x, d_gamma, d_beta, d_running_mean, d_running_var, relu, d_y);
   CNN_LAUNCH_CHECK("bn_normalize_eval");
 }
 
 void batchnorm_backward_cuda(const BatchNormShape& s, const float* d_x, const float* d_dy,
-                             const float* d_gamma, const float* d_save_mean,
+                             const float* d_relu_y, const float* d_gamma, const float* d_save_mean,
                              const float* d_save_invstd, float* d_dx, float* d_dgamma,
                              float* d_dbeta, double* d_scratch, cudaStream_t stream) {
   const int splits = batchnorm_splits(s);
   const int64_t m = s.count(), chunk = ceil_div<int64_t>(m, splits);
   double* d_coef = d_scratch + 2 * int64_t(s.c) * splits;
   bn_partial_sums<<<dim3(unsigned(s.c), unsigned(splits)), kThreads, 0, stream>>>(
-      s.c, s.hw, m, chunk, d_x, d_dy, d_save_mean, d_scratch);
+      s.c, s.hw, m, chunk, d_x, d_dy, d_relu_y, d_save_mean, d_scratch);
   CNN_LAUNCH_CHECK("bn_partial_sums");
   bn_finish_backward<<<unsigned(ceil_div(s.c, 128)), 128, 0, stream>>>(
       s.c, splits, m, d_scratch, d_gamma, d_save_invstd, d_dgamma, d_dbeta, d_coef);
@@ -222,10 +242,10 @@ void batchnorm_backward_cuda(const BatchNormShape& s, const float* d_x, const fl
   const int64_t total = int64_t(s.n) * s.c * s.hw;
   if (fits_int32(s))
     bn_backward_data<int32_t><<<grid_for(total), kThreads, 0, stream>>>(
-        int32_t(total), s.c, int32_t(s.hw), d_x, d_dy, d_save_mean, d_coef, d_dx);
+        int32_t(total), s.c, int32_t(s.hw), d_x, d_dy, d_relu_y, d_save_mean, d_coef, d_dx);
   else
-    bn_backward_data<int64_t><<<grid_for(total), kThreads, 0, stream>>>(total, s.c, s.hw, d_x, d_dy,
-                                                                        d_save_mean, d_coef, d_dx);
+    bn_backward_data<int64_t><<<grid_for(total), kThreads, 0, stream>>>(
+        total, s.c, s.hw, d_x, d_dy, d_relu_y, d_save_mean, d_coef, d_dx);
   CNN_LAUNCH_CHECK("bn_backward_data");
 }
 

@@ -4,6 +4,11 @@
 // semantics: training normalizes with the batch's biased variance and moves the running
 // statistics towards the batch mean and the UNBIASED variance by `momentum`; eval normalizes with
 // the running statistics.
+//
+// A ReLU after the batchnorm (conv -> batchnorm -> relu) can run inside it: the forward's `relu`
+// writes max(y, 0) (NaN passing, as relu_forward) instead of y, and the backward's `relu_y` (the
+// layer's post-ReLU output) makes every read of dy a read of dy * (y > 0) (as relu_backward),
+// without writing that masked copy. Both give the bits of the separate relu pass.
 #include <cstdint>
 
 #include "runtime/exec.h"
@@ -33,36 +38,42 @@ struct BatchNormTrainArgs {
 // Training forward: y = (x - mean) * invstd * gamma + beta with the batch statistics, which are
 // also written to save_mean / save_invstd (C) for backward. scratch: batchnorm_scratch_doubles.
 // The reductions run in a fixed order on every device, so the pass is bitwise repeatable.
+// relu: y = max(y, 0), the following ReLU fused.
 void batchnorm_forward_train(const BatchNormShape& s, const float* x, const float* gamma,
                              const float* beta, float* y, float* save_mean, float* save_invstd,
-                             const BatchNormTrainArgs& a, double* scratch, const Exec& ex);
-// Eval forward with the running statistics.
+                             const BatchNormTrainArgs& a, double* scratch, const Exec& ex,
+                             bool relu = false);
+// Eval forward with the running statistics; relu as above.
 void batchnorm_forward_eval(const BatchNormShape& s, const float* x, const float* gamma,
                             const float* beta, const float* running_mean, const float* running_var,
-                            float eps, float* y, const Exec& ex);
+                            float eps, float* y, const Exec& ex, bool relu = false);
 // Backward of the training forward: dx (may be null) overwritten, dgamma and dbeta (C)
 // ACCUMULATED. The standard formula:
 //   dx = gamma * invstd / M * (M * dy - sum(dy) - xhat * sum(dy * xhat)),  M = N * HW.
+// relu_y (N, C, HW), when not null: the fused ReLU's output; dy then stands for dy * (relu_y > 0)
+// everywhere (the sums and dx), dy itself unchanged.
 void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy,
                         const float* gamma, const float* save_mean, const float* save_invstd,
-                        float* dx, float* dgamma, float* dbeta, double* scratch, const Exec& ex);
+                        float* dx, float* dgamma, float* dbeta, double* scratch, const Exec& ex,
+                        const float* relu_y = nullptr);
 
 // CPU references, plain loops accumulating in double; the double twins serve the gradient checks.
 // The running-statistics pointers of `a` may be null (gradcheck).
 void batchnorm_forward_train_cpu(const BatchNormShape& s, const float* x, const float* gamma,
                                  const float* beta, float* y, float* save_mean, float* save_invstd,
-                                 const BatchNormTrainArgs& a);
+                                 const BatchNormTrainArgs& a, bool relu = false);
 void batchnorm_forward_train_cpu(const BatchNormShape& s, const double* x, const double* gamma,
                                  const double* beta, double* y, double* save_mean,
-                                 double* save_invstd, double eps);
+                                 double* save_invstd, double eps, bool relu = false);
 void batchnorm_forward_eval_cpu(const BatchNormShape& s, const float* x, const float* gamma,
                                 const float* beta, const float* running_mean,
-                                const float* running_var, float eps, float* y);
+                                const float* running_var, float eps, float* y, bool relu = false);
 void batchnorm_backward_cpu(const BatchNormShape& s, const float* x, const float* dy,
                             const float* gamma, const float* save_mean, const float* save_invstd,
-                            float* dx, float* dgamma, float* dbeta);
+                            float* dx, float* dgamma, float* dbeta, const float* relu_y = nullptr);
 void batchnorm_backward_cpu(const BatchNormShape& s, const double* x, const double* dy,
                             const double* gamma, const double* save_mean, const double* save_invstd,
-                            double* dx, double* dgamma, double* dbeta);
+                            double* dx, double* dgamma, double* dbeta,
+                            const double* relu_y = nullptr);
 
 }  // namespace cnn

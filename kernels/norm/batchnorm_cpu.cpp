@@ -8,9 +8,22 @@
 namespace cnn {
 namespace {
 
+// The fused ReLU, as relu_forward_cpu: "not (v <= 0)" lets NaN through.
+template <class T>
+T relu_if(bool relu, T v) {
+  return (relu && v <= T(0)) ? T(0) : v;
+}
+
+// dy[k] as the fused ReLU's backward leaves it (relu_backward_cpu): 0 where relu_y[k] is not > 0.
+template <class T>
+T masked(const T* dy, const T* relu_y, int64_t k) {
+  return (relu_y && !(relu_y[k] > T(0))) ? T(0) : dy[k];
+}
+
 template <class T>
 void forward_train(const BatchNormShape& s, const T* x, const T* gamma, const T* beta, T* y,
-                   T* save_mean, T* save_invstd, double eps, std::vector<double>* batch_var) {
+                   bool relu, T* save_mean, T* save_invstd, double eps,
+                   std::vector<double>* batch_var) {
   const int64_t m = s.count();
   batch_var->assign(size_t(s.c), 0.0);
   for (int c = 0; c < s.c; ++c) {
@@ -32,22 +45,24 @@ void forward_train(const BatchNormShape& s, const T* x, const T* gamma, const T*
     for (int n = 0; n < s.n; ++n)
       for (int64_t i = 0; i < s.hw; ++i) {
         const int64_t k = (int64_t(n) * s.c + c) * s.hw + i;
-        y[k] = static_cast<T>((x[k] - mean) * invstd * double(gamma[c]) + double(beta[c]));
+        y[k] = relu_if(relu,
+                       static_cast<T>((x[k] - mean) * invstd * double(gamma[c]) + double(beta[c])));
       }
   }
 }
 
 template <class T>
 void backward(const BatchNormShape& s, const T* x, const T* dy, const T* gamma, const T* mean,
-              const T* invstd, T* dx, T* dgamma, T* dbeta) {
+              const T* invstd, T* dx, T* dgamma, T* dbeta, const T* relu_y) {
   const double m = double(s.count());
   for (int c = 0; c < s.c; ++c) {
     double sum_dy = 0, sum_dy_xhat = 0;
     for (int n = 0; n < s.n; ++n)
       for (int64_t i = 0; i < s.hw; ++i) {
         const int64_t k = (int64_t(n) * s.c + c) * s.hw + i;
-        sum_dy += dy[k];
-        sum_dy_xhat += double(dy[k]) * (double(x[k]) - double(mean[c])) * double(invstd[c]);
+        const T g = masked(dy, relu_y, k);
+        sum_dy += g;
+        sum_dy_xhat += double(g) * (double(x[k]) - double(mean[c])) * double(invstd[c]);
       }
     dgamma[c] = static_cast<T>(double(dgamma[c]) + sum_dy_xhat);
     dbeta[c] = static_cast<T>(double(dbeta[c]) + sum_dy);
@@ -57,7 +72,8 @@ void backward(const BatchNormShape& s, const T* x, const T* dy, const T* gamma, 
       for (int64_t i = 0; i < s.hw; ++i) {
         const int64_t k = (int64_t(n) * s.c + c) * s.hw + i;
         const double xhat = (double(x[k]) - double(mean[c])) * double(invstd[c]);
-        dx[k] = static_cast<T>(k_scale * (m * double(dy[k]) - sum_dy - xhat * sum_dy_xhat));
+        dx[k] = static_cast<T>(k_scale *
+                               (m * double(masked(dy, relu_y, k)) - sum_dy - xhat * sum_dy_xhat));
       }
   }
 }
@@ -66,9 +82,9 @@ void backward(const BatchNormShape& s, const T* x, const T* dy, const T* gamma, 
 
 void batchnorm_forward_train_cpu(const BatchNormShape& s, const float* x, const float* gamma,
                                  const float* beta, float* y, float* save_mean, float* save_invstd,
-                                 const BatchNormTrainArgs& a) {
+                                 const BatchNormTrainArgs& a, bool relu) {
   std::vector<double> var;
-  forward_train(s, x, gamma, beta, y, save_mean, save_invstd, a.eps, &var);
+  forward_train(s, x, gamma, beta, y, relu, save_mean, save_invstd, a.eps, &var);
   const double m = double(s.count());
   for (int c = 0; c < s.c; ++c) {
     const double unbiased = var[size_t(c)] * m / (m - 1);
@@ -84,34 +100,35 @@ void batchnorm_forward_train_cpu(const BatchNormShape& s, const float* x, const 
 
 void batchnorm_forward_train_cpu(const BatchNormShape& s, const double* x, const double* gamma,
                                  const double* beta, double* y, double* save_mean,
-                                 double* save_invstd, double eps) {
+                                 double* save_invstd, double eps, bool relu) {
   std::vector<double> var;
-  forward_train(s, x, gamma, beta, y, save_mean, save_invstd, eps, &var);
+  forward_train(s, x, gamma, beta, y, relu, save_mean, save_invstd, eps, &var);
 }
 
 void batchnorm_forward_eval_cpu(const BatchNormShape& s, const float* x, const float* gamma,
                                 const float* beta, const float* running_mean,
-                                const float* running_var, float eps, float* y) {
+                                const float* running_var, float eps, float* y, bool relu) {
   for (int n = 0; n < s.n; ++n)
     for (int c = 0; c < s.c; ++c) {
       const double invstd = 1.0 / std::sqrt(double(running_var[c]) + double(eps));
       for (int64_t i = 0; i < s.hw; ++i) {
         const int64_t k = (int64_t(n) * s.c + c) * s.hw + i;
-        y[k] = static_cast<float>((double(x[k]) - running_mean[c]) * invstd * gamma[c] + beta[c]);
+        y[k] = relu_if(relu, static_cast<float>(
+                                 (double(x[k]) - running_mean[c]) * invstd * gamma[c] + beta[c]));
       }
     }
 }
 
 void batchnorm_backward_cpu(const BatchNormShape& s, const float* x, const float* dy,
                             const float* gamma, const float* save_mean, const float* save_invstd,
-                            float* dx, float* dgamma, float* dbeta) {
-  backward(s, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+                            float* dx, float* dgamma, float* dbeta, const float* relu_y) {
+  backward(s, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, relu_y);
 }
 
 void batchnorm_backward_cpu(const BatchNormShape& s, const double* x, const double* dy,
                             const double* gamma, const double* save_mean, const double* save_invstd,
-                            double* dx, double* dgamma, double* dbeta) {
-  backward(s, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+                            double* dx, double* dgamma, double* dbeta, const double* relu_y) {
+  backward(s, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, relu_y);
 }
 
 }  // namespace cnn

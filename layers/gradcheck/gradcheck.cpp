@@ -275,7 +275,7 @@ GradcheckResult Gradchecker::network(const Exec& ex, bool fuse_relu) {
           "{} float{}{}{}", device_name(ex.device),
           ex.precision == Precision::FP32 ? "" : std::string(" ") + precision_name(ex.precision),
           ex.deterministic ? " deterministic" : "",
-          net.fusion_notes().empty() ? "" : " conv-relu-pool fused"),
+          net.fused_conv_relu_pool() ? " conv-relu-pool fused" : ""),
       analytic, nullptr, gradcheck_network_tolerance(ex.precision));
 }
 
@@ -354,6 +354,15 @@ std::vector<GradcheckCase> gradcheck_layer_cases() {
       wrap("residual conv-relu-conv + identity", {identity_block}, {2, 6, 5}),
       wrap("residual stride 2 + 1x1 projection",
            {projection_block, layer_spec(LayerKind::Relu, "relu")}, {3, 7, 6}),
+      // With fuse_relu the relu folds into the batchnorm (its forward and masked backward).
+      wrap("conv2d + batchnorm2d + relu",
+           {conv_bn, batchnorm_spec(LayerKind::BatchNorm2d, "bn"),
+            layer_spec(LayerKind::Relu, "relu")},
+           {3, 5, 3}),
+      wrap("linear + batchnorm1d + relu",
+           {fc_bn, batchnorm_spec(LayerKind::BatchNorm1d, "bn"),
+            layer_spec(LayerKind::Relu, "relu")},
+           {9}),
   };
 }
 
