@@ -116,15 +116,8 @@ EnvSwitches read_env_switches() {
       e.wgmma_wgrad_b = WgmmaWgradBSwitch::ByAlgo;
     else if (s == "gather")
       e.wgmma_wgrad_b = WgmmaWgradBSwitch::Gather;
-<<<<<<< ours
     else if (s == "tma")
       e.wgmma_wgrad_b = WgmmaWgradBSwitch::Tma;
-=======
-    else if (s == "tma")  // the TMA-box loader (WgmmaWgradOptions::BLoad::Tma) is not usable yet
-      CNN_FAIL(
-          "CNN_WGMMA_WGRAD_B='tma': the TMA-box weight gradient is disabled (it stops the "
-          "H200 with an illegal instruction at its first box of x); expected algo or gather");
->>>>>>> theirs
     else
       CNN_FAIL("CNN_WGMMA_WGRAD_B='{}': expected algo, gather or tma", s);
   }

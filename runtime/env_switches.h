@@ -25,11 +25,7 @@ enum class CpuIsaSwitch { Best, Scalar, Avx2, Avx512 };         // CNN_CPU_ISA
 enum class WgmmaConvGatherSwitch { Async, WaitGroup, Sync };    // CNN_WGMMA_CONV_GATHER
 enum class DepthwiseKernelSwitch { Auto, Tile, Rows, Stream };  // CNN_DEPTHWISE_KERNEL
 enum class DepthwiseStreamStripsSwitch { Auto, Fill, Long };    // CNN_DEPTHWISE_STREAM_STRIPS
-<<<<<<< ours
 enum class WgmmaWgradBSwitch { ByAlgo, Gather, Tma };           // CNN_WGMMA_WGRAD_B
-=======
-enum class WgmmaWgradBSwitch { ByAlgo, Gather };                // CNN_WGMMA_WGRAD_B
->>>>>>> theirs
 
 struct EnvSwitches {
   // Overrides of options.
