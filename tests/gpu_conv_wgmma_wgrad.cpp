@@ -22,9 +22,11 @@
 //                       against its CPU twin, bitwise, into NaN-poisoned scratch, on awkward
 //                       shapes (any GPU: it is a plain kernel).
 //   BoxWidthsExact      B by TMA boxes of the copies (opt.b = Tma), one image per box width (bw
-//                       32, 16, 8, and 16 at stride 2), small integers: exact; isolates the
-//                       narrow-box swizzle (a failure at bw 16 / 8 only says TMA does not pack
-//                       32- or 64-byte box rows as assumed).
+//                       32, 16, 8, and 16 at stride 2), BM 64 and 128, dy by TMA and gathered
+//                       (OW not a multiple of 4), small integers: exact; isolates the
+//                       per-width layout (swizzle span = bw * 4 bytes, slabs of a k-tile row,
+//                       conv2d_wgrad_box_smem.h; a failure at bw 16 / 8 only says the boxes do
+//                       not land or the descriptors do not read as the CPU emulation says).
 //   BoxAwkwardShapes    the boxes over C in {1, 3, 8, 17, 64, 130}, OC in {8, 24, 64, 96, 200},
 //                       H, W in {8, 9, 13, 14, 16, 28, 29, 32, 64} (W not a multiple of 4 too),
 //                       stride 1 / 2 / 5, 1x1..7x7, padding 0..4, batch 1 / 2 / 3, db on / off,
@@ -487,10 +489,15 @@ TEST(GpuConvWgmmaWgrad, BoxCopies) {
 
 TEST(GpuConvWgmmaWgrad, BoxWidthsExact) {
   CNN_REQUIRE_WGMMA_WGRAD();
-  // One image, C = 8 (one group a tap), OC = 8; OW = 32, 16, 8: box widths 32, 16 and 8; and a
-  // stride-2 OW = 16 (bw 16 of the copies, which hold the stride).
+  // One image, C = 8 (one group a tap); OW = 32, 16, 8: box widths 32, 16 and 8; a stride-2
+  // OW = 16 (bw 16 of the copies, which hold the stride); OC = 8 (BM 64) and 130 (BM 128, two
+  // consumer warpgroups: the second's rows start 64 rows of the span into each slab); OW = 14
+  // and 6: dy gathered into the bw 16 / 8 slabs.
   for (const Conv2dShape& s : {conv(1, 8, 32, 32, 8, 3, 1, 1), conv(1, 8, 16, 16, 8, 3, 1, 1),
-                               conv(1, 8, 8, 8, 8, 3, 1, 1), conv(1, 8, 32, 32, 8, 3, 2, 1)}) {
+                               conv(1, 8, 8, 8, 8, 3, 1, 1), conv(1, 8, 32, 32, 8, 3, 2, 1),
+                               conv(1, 8, 32, 32, 130, 3, 1, 1), conv(1, 8, 16, 16, 130, 3, 1, 1),
+                               conv(1, 8, 8, 8, 130, 3, 1, 1), conv(1, 8, 14, 14, 8, 3, 1, 1),
+                               conv(1, 8, 6, 6, 130, 3, 1, 1)}) {
     const uint64_t seed = test::fresh_seed();
     SCOPED_TRACE(box_describe(s, true) + " seed " + std::to_string(seed));
     ASSERT_EQ(conv2d_wgrad_wgmma_box_refusal(s, nullptr), "");
@@ -509,7 +516,7 @@ TEST(GpuConvWgmmaWgrad, BoxAwkwardShapes) {
       {conv(1, 1, 8, 8, 8, 1, 1, 0), true},       // C = 1, 1x1: bw 8, reads x itself
       {conv(3, 3, 32, 32, 24, 3, 1, 1), true},    // C = 3: 5 zero columns a group
       {conv(1, 8, 28, 28, 64, 5, 1, 0), false},   // OW = 24 (bw 32, 8 wasted columns)
-      {conv(3, 17, 16, 16, 200, 3, 1, 0), true},  // OW = 14: dy gathered in box order
+      {conv(3, 17, 16, 16, 200, 3, 1, 0), true},  // OW = 14: dy gathered into bw 16 slabs
       {conv(1, 64, 64, 64, 64, 3, 2, 1), true},   // stride 2: 6 copies, OW = 32
       {conv(3, 130, 16, 16, 24, 1, 1, 0), true},  // C = 130: 17 groups, 2 column tiles; x
       {conv(1, 3, 64, 64, 64, 7, 2, 3), true},    // 7x7 stride-2 stem, padding 3: 14 copies
@@ -543,7 +550,8 @@ TEST(GpuConvWgmmaWgrad, BoxAwkwardShapes) {
 TEST(GpuConvWgmmaWgrad, BoxLoadersBitwise) {
   CNN_REQUIRE_WGMMA_WGRAD();
   for (const Conv2dShape& s : {conv(3, 17, 16, 16, 64, 3, 1, 1), conv(2, 64, 32, 32, 130, 3, 1, 1),
-                               conv(3, 3, 28, 28, 96, 5, 2, 2), conv(3, 3, 13, 13, 64, 3, 1, 1)}) {
+                               conv(3, 3, 28, 28, 96, 5, 2, 2), conv(3, 3, 13, 13, 64, 3, 1, 1),
+                               conv(2, 9, 8, 8, 130, 3, 1, 1)}) {  // bw 8, BM 128
     const uint64_t seed = test::fresh_seed();
     SCOPED_TRACE(box_describe(s, true) + " seed " + std::to_string(seed));
     const Problem p = make_problem(s, true, Fill::Random, seed);

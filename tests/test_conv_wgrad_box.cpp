@@ -11,9 +11,15 @@
 //                   for chosen k-tiles and groups.
 //   ColumnsOnce     every (channel, tap) of dw is one column exactly; channels past C and columns
 //                   past the bias column are discarded.
-//   EmulatedGemm    the whole scheme (copies, boxes with out-of-bounds zeros, columns mapped
-//                   back) against conv2d_backward_weight_cpu on awkward shapes, small
-//                   integers (exact).
+//   SmemAddressing  the shared-memory side (conv2d_wgrad_box_smem.h), element by element for
+//                   each box width and tile height: the boxes land where TMA puts them (as
+//                   measured on the H200) and every (row, k) the consumers' descriptors make
+//                   wgmma read is the intended element; the gathered A writes where TMA would;
+//                   slabs start on swizzle atoms; the first boxes' layout fails it for bw 8, 16.
+//   EmulatedGemm    the whole scheme (copies, boxes landing in an emulated stage of shared
+//                   memory with out-of-bounds zeros, operands read back through the kernel's
+//                   descriptors, columns mapped back) against conv2d_backward_weight_cpu on
+//                   awkward shapes, small integers (exact).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -247,6 +253,109 @@ TEST(ConvWgradBox, ColumnsOnce) {
     EXPECT_EQ(bias, 1);
     for (int64_t i = 0; i < ckhw; ++i) EXPECT_EQ(seen[size_t(i)], 1) << "slot " << i;
   }
+}
+
+// Tags of the elements of one stage: A (tile row m, pixel q) and B (tile column j, pixel q).
+int a_tag(int m, int q) {
+  return m * kWgradBoxPixels + q;
+}
+int b_tag(int j, int q) {
+  return 1 << 20 | (j * kWgradBoxPixels + q);
+}
+
+// Lands one stage's boxes (A: (bw, BM, br, 1); B: 16 groups of (bw, 8, br, 1), 1024 bytes
+// apart) with TMA swizzle span `map_span`, then reads every (row, k) of every k8 step through the
+// descriptors `desc(operand, warpgroup, step)` and counts the elements that are not the intended
+// one (overlapping landings and reads of unwritten bytes included).
+template <typename Desc>
+int64_t stage_mismatches(int bw, int bm, uint32_t map_span, Desc desc) {
+  const int br = kWgradBoxPixels / bw;
+  const uint32_t b_base = uint32_t(bm) * kWgradBoxPixels * 4;
+  std::vector<int> tag(size_t(b_base) * 8, -1);  // room for rows padded to a wider span
+  int64_t bad = 0;
+  auto land = [&](uint32_t addr, int value) {
+    if (addr / 4 >= tag.size() || tag[addr / 4] != -1) {
+      ++bad;
+      return;
+    }
+    tag[addr / 4] = value;
+  };
+  for (int r = 0; r < br; ++r)
+    for (int m = 0; m < bm; ++m)
+      for (int col = 0; col < bw; ++col)
+        land(tma_box_landing_offset(bw, map_span, r * bm + m, col), a_tag(m, r * bw + col));
+  for (int gi = 0; gi < 16; ++gi)
+    for (int r = 0; r < br; ++r)
+      for (int i = 0; i < kWgradBoxChannels; ++i)
+        for (int col = 0; col < bw; ++col)
+          land(b_base + uint32_t(gi) * kWgradGroupBytes +
+                   tma_box_landing_offset(bw, map_span, r * 8 + i, col),
+               b_tag(gi * 8 + i, r * bw + col));
+  auto read = [&](uint32_t addr) { return addr / 4 < tag.size() ? tag[addr / 4] : -2; };
+  for (int step = 0; step < kWgradBoxPixels / 8; ++step) {
+    for (int wg = 0; wg < bm / 64; ++wg)
+      for (int i = 0; i < 64; ++i)
+        for (int k = 0; k < 8; ++k)
+          bad += read(wgmma_kmajor_read_address(desc(0, wg, step), i, k)) !=
+                 a_tag(64 * wg + i, 8 * step + k);
+    for (int j = 0; j < 128; ++j)
+      for (int k = 0; k < 8; ++k)
+        bad += read(wgmma_kmajor_read_address(desc(1, 0, step), j, k)) != b_tag(j, 8 * step + k);
+  }
+  return bad;
+}
+
+TEST(ConvWgradBox, SmemAddressing) {
+  for (int bw : {8, 16, 32})
+    for (int bm : {64, 128}) {
+      SCOPED_TRACE("bw " + std::to_string(bw) + " BM " + std::to_string(bm));
+      const uint32_t span = wgrad_span_bytes(bw);
+      const uint32_t b_base = uint32_t(bm) * kWgradBoxPixels * 4;
+      ASSERT_EQ(b_base % 1024, 0u);
+      // The kernel's descriptors (conv2d_wgmma_wgrad.cu builds them from the same functions).
+      auto kernel_desc = [&](int operand, int wg, int step) {
+        if (operand == 0)
+          return wgrad_smem_desc(uint32_t(wg) * 64 * span + wgrad_box_step_offset(bw, bm, step),
+                                 span, wgrad_a_sbo(bw));
+        return wgrad_smem_desc(b_base + wgrad_box_step_offset(bw, 8, step), span, wgrad_b_sbo());
+      };
+      EXPECT_EQ(stage_mismatches(bw, bm, span, kernel_desc), 0);
+      // The first boxes: 128-byte swizzle whatever bw, each step 32 bytes on in 128-byte rows.
+      // Right for bw 32 only: a narrower box row takes the whole 128 bytes (measured).
+      auto first_desc = [&](int operand, int wg, int step) {
+        const uint32_t start = operand == 0 ? uint32_t(wg) * 64 * 128 : b_base;
+        return wgrad_smem_desc(start + 32u * uint32_t(step), 128, 1024);
+      };
+      const int64_t first = stage_mismatches(bw, bm, 128, first_desc);
+      if (bw == 32)
+        EXPECT_EQ(first, 0);
+      else
+        EXPECT_GT(first, 0);
+      // The gathered A (dy rows not 16-byte aligned) writes each element where TMA lands it.
+      for (int m = 0; m < bm; ++m)
+        for (int q = 0; q < kWgradBoxPixels; ++q)
+          ASSERT_EQ(wgrad_box_smem_offset(bw, bm, m, q),
+                    tma_box_landing_offset(bw, span, (q / bw) * bm + m, q % bw))
+              << "row " << m << " pixel " << q;
+      // Every step's slab (its start less the offset within the row) is a swizzle atom: base
+      // offset 0 in the descriptor is right.
+      for (int step = 0; step < 4; ++step) {
+        const uint32_t in_row = uint32_t(8 * step % bw) * 4;
+        EXPECT_EQ((wgrad_box_step_offset(bw, bm, step) - in_row) % (8 * span), 0u) << step;
+        EXPECT_EQ((wgrad_box_step_offset(bw, 8, step) - in_row) % (8 * span), 0u) << step;
+      }
+      EXPECT_EQ(64 * span % (8 * span), 0u);
+    }
+  // Layout types (bits 62-63) and stride byte offsets; bw 32 is the gathered layout's descriptor.
+  EXPECT_EQ(wgrad_smem_desc(0, 32, wgrad_a_sbo(8)) >> 62, 3u);
+  EXPECT_EQ(wgrad_smem_desc(0, 64, wgrad_a_sbo(16)) >> 62, 2u);
+  EXPECT_EQ(wgrad_smem_desc(0, 128, wgrad_a_sbo(32)) >> 62, 1u);
+  EXPECT_EQ((wgrad_smem_desc(0, 32, wgrad_a_sbo(8)) >> 32) & 0x3FFF, 256u / 16);
+  EXPECT_EQ((wgrad_smem_desc(0, 32, wgrad_b_sbo()) >> 32) & 0x3FFF, 1024u / 16);
+  const uint32_t start = 0x12400;
+  EXPECT_EQ(wgrad_smem_desc(start, 128, 1024), uint64_t(start >> 4) | (uint64_t{1} << 16) |
+                                                   (uint64_t{1024 >> 4} << 32) |
+                                                   (uint64_t{1} << 62));
 }
 
 TEST(ConvWgradBox, EmulatedGemm) {

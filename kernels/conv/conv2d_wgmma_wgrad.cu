@@ -43,27 +43,31 @@
 //
 // B by TMA boxes (opt.b Tma/Auto; conv2d_wgrad_box.h has the geometry and a CPU model): a k-tile is
 // a box of br x bw output pixels of one image (bw br = 32) instead of 32 consecutive pixels, so
-// that both operands are tiled TMA boxes: A = dy viewed (OW, OH, OC, N), box (bw, br, BM, 1), and
-// per 8-column group of the tile one box (bw, br, 8, 1) of a copy of x. The alignment rule: a
-// tiled TMA load whose innermost coordinate is not a multiple of 16 bytes stops Hopper with an
-// illegal instruction (not in the driver's documentation; triton-lang/triton#7385 and #9112,
-// tile-ai/tilelang#2681), and a box of x itself starts at column ox0 sw - pw + kw (-1 for a
-// padding-1 tap): that is how the first version of these boxes, which read x directly, died on
-// the H200 at its first load. TMA also ignores the traversal stride of the innermost dimension
+// that both operands are tiled TMA boxes: A = dy viewed (OW, OC, OH, N), box (bw, BM, br, 1), and
+// per 8-column group of the tile one box (bw, 8, br, 1) of a copy of x viewed (Wc, C, Hc, R N). The
+// alignment rule: a tiled TMA load whose innermost coordinate is not a multiple of 16 bytes stops
+// Hopper with an illegal instruction (not in the driver's documentation; triton-lang/triton#7385
+// and #9112, tile-ai/tilelang#2681), and a box of x itself starts at column ox0 sw - pw + kw (-1
+// for a padding-1 tap): that is how the first version of these boxes, which read x directly, died
+// on the H200 at its first load. TMA also ignores the traversal stride of the innermost dimension
 // (cuda.h), which a stride-2 box of x needed. So a pre-pass (conv2d_wgrad_box_copies.cu) writes
 // into the scratch one copy of x per tap class (kh mod sh, kw mod 4 sw), indexed by output pixel
 // with the padding as zeros; tap (kh, kw) reads its class's copy at (ox0 + 4 mw, oy0 + mh):
 // innermost coordinate a multiple of 4 floats, every coordinate >= 0, unit traversal strides,
 // as the dy boxes (whose corner ox0 is a multiple of 8 already). Boxes past the output pixels
-// or past C read TMA's out-of-bounds zeros. Each box lands as rows of 32 pixels, row-major (r,
-// col), i.e. the K-major 128-byte rows of the gathered layout: TMA writes a box densely and
-// swizzles by shared-memory address (bits 4-6 ^= 7-9), as wgmma reads it, so a box of 8 or 16
-// columns (32 or 64 bytes a row) still fills whole 128-byte rows. Thread 0 issues the stage's
+// or past C read TMA's out-of-bounds zeros. Where the boxes land (conv2d_wgrad_box_smem.h, and
+// the CPU emulation in tests/test_conv_wgrad_box.cpp): the output row is the outermost box
+// dimension, so a box lands as br slabs of [BM rows or 8 channels][bw floats]; the swizzle span
+// is bw * 4 bytes (32B, 64B, 128B), because a box row narrower than the span takes the whole
+// span in shared memory (measured on the H200: the first boxes of 8 or 16 columns under the
+// 128-byte swizzle did not fill 128-byte rows as assumed). The consumers' k8 step s reads slab
+// 8 s / bw at byte (8 s % bw) 4 with the span's descriptor layout type and SBO = 8 rows of the
+// span (A) or 1024 bytes (B, the next group's box). Thread 0 issues the stage's
 // arrive.expect_tx and then every box (one per group from a table in shared memory, then A),
 // one thread as in every TMA load verified on the H200; where OW is not a multiple of 4 (dy's
-// row stride is no multiple of 16 bytes) the producer gathers A in the box's pixel order
-// instead. Columns are (tap, channel group, channel) and map back to dw[oc][c][kh][kw] in the
-// epilogue; the bias column follows the last group.
+// row stride is no multiple of 16 bytes) the producer gathers A into the same slabs instead.
+// Columns are (tap, channel group, channel) and map back to dw[oc][c][kh][kw] in the epilogue; the
+// bias column follows the last group.
 //
 // Split-K: ceil(132 * blocks per SM / tiles) splits (a constant, not a device query, so that the
 // deterministic scratch size depends on the shape alone), at least 4 k-tiles each. Partial tiles
@@ -210,8 +214,10 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
     } else {
       const float v = j < p.ncols ? 1.f : 0.f;
       for (int s = 0; s < kStages; ++s)
-        for (int q = 0; q < 8; ++q)
-          st_shared_v4(tile_b(s) + uint32_t(tid * 128 + q * 16), v, v, v, v);
+        for (int q = 0; q < kBK; q += 4)  // column tid's row: in its group's box slabs
+          st_shared_v4(tile_b(s) + uint32_t(tid / 8 * kWgradGroupBytes) +
+                           wgrad_box_smem_offset(kBoxB ? p.bw : kBK, 8, tid & 7, q),
+                       v, v, v, v);
     }
     if constexpr (kBoxB) {
       if (tid < box_groups) {
@@ -227,18 +233,18 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
   // Rows of a gathered A past OC stay zero (TMA zero-fills them itself).
   if (!kTmaA && tid < kBM && m0 + tid >= p.oc)
     for (int s = 0; s < kStages; ++s)
-      for (int q = 0; q < 8; ++q)
-        st_shared_v4(tile_a(s) + uint32_t(tid * 128 + q * 16), 0.f, 0.f, 0.f, 0.f);
+      for (int q = 0; q < kBK; q += 4)
+        st_shared_v4(tile_a(s) + wgrad_box_smem_offset(kBoxB ? p.bw : kBK, kBM, tid, q), 0.f, 0.f,
+                     0.f, 0.f);
   fence_proxy_async();  // the constant rows above are read by wgmma (async proxy)
   __syncthreads();
 
   if (wg == 0 && kBoxB) {
     const int warp = tid >> 5;
     if (kTmaA && warp != 0) return;
-    const uint32_t lane_chunk = uint32_t(lane >> 2), lane_byte = uint32_t(lane & 3) * 4;
     const uint32_t tx_bytes =
         (kTmaA ? uint32_t(P::kATileBytes) : 0u) + uint32_t(box_groups) * 1024u;
-    // This lane's pixel of the box (gathered A only).
+    // This lane's pixel q = lane of the box (gathered A only).
     const int q_r = lane / p.bw, q_col = lane - q_r * p.bw;
     for (int i = 0; i < nk; ++i) {
       const int s = i % kStages;
@@ -250,14 +256,16 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
       if (warp == 0 && lane == 0) {
         // One thread issues the stage's expect_tx and every copy of it, as in every TMA load
         // verified on the H200 (conv2d_wgmma_nhwc.cu, the gathered-B dy load below); each
-        // group's box from the table, at innermost coordinate ox0 + 4 mw: a multiple of 4 floats.
+        // group's box from the table, at innermost coordinate ox0 + 4 mw: a multiple of 4 floats;
+        // coordinates (column, channel, row, plane) and (column, oc, row, image): the views put
+        // the output row outermost so that a box lands as br slabs (conv2d_wgrad_box_smem.h).
         mbar_arrive_expect_tx(full(s), tx_bytes);
         for (int g = 0; g < box_groups; ++g) {
           const int4 e = table[g];
-          tma_load_4d(tile_b(s) + uint32_t(g) * 1024u, &map_x, ox0 + e.x, oy0 + e.y, e.z, e.w + img,
-                      full(s));
+          tma_load_4d(tile_b(s) + uint32_t(g) * uint32_t(kWgradGroupBytes), &map_x, ox0 + e.x, e.z,
+                      oy0 + e.y, e.w + img, full(s));
         }
-        if (kTmaA) tma_load_4d(tile_a(s), &map_dy, ox0, oy0, m0, img, full(s));
+        if (kTmaA) tma_load_4d(tile_a(s), &map_dy, ox0, m0, oy0, img, full(s));
       }
       if constexpr (!kTmaA) {
         const int oy = oy0 + q_r, ox = ox0 + q_col;
@@ -268,8 +276,7 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
         for (int rr = 0; rr < kBM / 4; ++rr) {
           const int m = warp + 4 * rr;
           if (m0 + m >= p.oc) break;  // m ascends with rr
-          const uint32_t dst =
-              a_stage + uint32_t(m * 128) + ((lane_chunk ^ uint32_t(m & 7)) << 4) + lane_byte;
+          const uint32_t dst = a_stage + wgrad_box_smem_offset(p.bw, kBM, m, lane);
           cp_async4_zfill(dst, p.dy + (pv ? dy_pix + int64_t(m0 + m) * p.ohw : 0), pv ? 4u : 0u);
         }
         if constexpr (kSync) {
@@ -354,17 +361,30 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
   float acc[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-  const uint32_t a_off = uint32_t(wg - 1) * 64 * 128;  // 64 rows of 128 bytes
+  // The stage's layout (conv2d_wgrad_box_smem.h): rows of bw floats in slabs of a k-tile row,
+  // swizzle span bw * 4 bytes; the gathered layout is bw = 32 (one slab of 128-byte rows). Step
+  // kk's descriptors add its slab and in-row offset (in 16-byte units) to the stage's.
+  const int bw = kBoxB ? p.bw : kBK;
+  const uint32_t span = wgrad_span_bytes(bw);
+  const uint32_t a_off = uint32_t(wg - 1) * 64 * span;  // this warpgroup's first row of a slab
+  uint32_t a_step[kBK / 8], b_step[kBK / 8];
+#pragma unroll
+  for (int kk = 0; kk < kBK / 8; ++kk) {
+    a_step[kk] = wgrad_box_step_offset(bw, kBM, kk) >> 4;
+    b_step[kk] = wgrad_box_step_offset(bw, 8, kk) >> 4;
+  }
   for (int i = 0; i < nk; ++i) {
     const int s = i % kStages;
     mbar_wait(full(s), (i / kStages) & 1);
     // The producer's cp.async writes (file comment); a stage all by TMA needs none.
     if constexpr (!kSync && !(kBoxB && kTmaA)) fence_proxy_async();
-    const uint64_t da = sw128_desc(tile_a(s) + a_off), db = sw128_desc(tile_b(s));
+    const uint64_t da = wgrad_smem_desc(tile_a(s) + a_off, span, wgrad_a_sbo(bw));
+    const uint64_t db = wgrad_smem_desc(tile_b(s), span, wgrad_b_sbo());
     wgmma_fence();
     fence_acc(acc);
 #pragma unroll
-    for (int kk = 0; kk < kBK / 8; ++kk) wgmma_m64n128k8_tf32(acc, da + 2 * kk, db + 2 * kk);
+    for (int kk = 0; kk < kBK / 8; ++kk)
+      wgmma_m64n128k8_tf32(acc, da + a_step[kk], db + b_step[kk]);
     wgmma_commit();
     fence_acc(acc);
     wgmma_wait<1>();  // the previous stage's products are done: release it
@@ -486,47 +506,57 @@ bool box_shape_ok(const Conv2dShape& s) {
   return g.ktiles <= INT_MAX && int64_t{s.oc} * g.tiles_n * kBN <= INT_MAX;
 }
 
-// What B's boxes read, viewed (Wc, Hc, C, R N): the copies of x (or x itself, (W, H, C, N));
-// boxes (bw, br, 8 channels, 1 plane), unit traversal strides (the copies hold the stride),
-// 128-byte swizzle, zero fill outside (output pixels past OH x OW, channels past C).
+// The swizzle whose span is a box row of bw floats (conv2d_wgrad_box_smem.h): a narrower row
+// would take the whole span in shared memory.
+CUtensorMapSwizzle box_swizzle(int bw) {
+  return bw == 8    ? CU_TENSOR_MAP_SWIZZLE_32B
+         : bw == 16 ? CU_TENSOR_MAP_SWIZZLE_64B
+                    : CU_TENSOR_MAP_SWIZZLE_128B;
+}
+
+// What B's boxes read, viewed (Wc, C, Hc, R N) (dimension strides out of memory order): the
+// copies of x (or x itself, (W, C, H, N)); boxes (bw, 8 channels, br, 1 plane), landing as br
+// slabs of [8 channels][bw floats]; unit traversal strides (the copies hold the stride); swizzle
+// span bw * 4 bytes; zero fill outside (output pixels past OH x OW, channels past C).
 CUtensorMap make_x_box_map(const float* d_src, const Conv2dShape& s, const WgradBoxGeometry& b) {
   CUtensorMap map{};
   const int sw = b.reads_x ? s.w : b.copy_w, sh = b.reads_x ? s.h : b.copy_h;
   const int planes = b.reads_x ? s.n : b.copies * s.n;
-  const cuuint64_t dims[4] = {cuuint64_t(sw), cuuint64_t(sh), cuuint64_t(s.c), cuuint64_t(planes)};
-  const cuuint64_t strides[3] = {cuuint64_t(sw) * 4, cuuint64_t(sh) * sw * 4,
+  const cuuint64_t dims[4] = {cuuint64_t(sw), cuuint64_t(s.c), cuuint64_t(sh), cuuint64_t(planes)};
+  const cuuint64_t strides[3] = {cuuint64_t(sh) * sw * 4, cuuint64_t(sw) * 4,
                                  cuuint64_t(s.c) * sh * sw * 4};
-  const cuuint32_t box[4] = {cuuint32_t(b.bw), cuuint32_t(b.br), cuuint32_t(kWgradBoxChannels), 1};
+  const cuuint32_t box[4] = {cuuint32_t(b.bw), cuuint32_t(kWgradBoxChannels), cuuint32_t(b.br), 1};
   const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
   const CUresult r = tensor_map_encoder()(
       &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, const_cast<float*>(d_src), dims, strides, box,
-      elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, box_swizzle(b.bw),
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   CNN_CHECK(r == CUDA_SUCCESS,
             "conv2d_backward_weight_wgmma: cuTensorMapEncodeTiled failed (error {}) for the {} "
-            "(planes, C, rows, columns) = ({}, {}, {}, {}), box {}x{}",
+            "(planes, C, rows, columns) = ({}, {}, {}, {}), box {} rows x 8 channels x {} columns",
             int(r), b.reads_x ? "x" : "copies of x", planes, s.c, sh, sw, b.br, b.bw);
   return map;
 }
 
-// dy as a 4-D tensor (OW, OH, OC, N), boxes (bw, br, BM, 1): a k-tile's pixels x BM rows.
+// dy as a 4-D tensor (OW, OC, OH, N) (strides out of memory order), boxes (bw, BM, br, 1): a
+// k-tile's pixels x BM rows, landing as br slabs of [BM rows][bw floats], swizzle span bw * 4.
 CUtensorMap make_dy_box_map(const float* d_dy, const Conv2dShape& s, const WgradBoxGeometry& b,
                             int bm) {
   CUtensorMap map{};
   const int oh = s.oh(), ow = s.ow();
-  const cuuint64_t dims[4] = {cuuint64_t(ow), cuuint64_t(oh), cuuint64_t(s.oc), cuuint64_t(s.n)};
-  const cuuint64_t strides[3] = {cuuint64_t(ow) * 4, cuuint64_t(oh) * ow * 4,
+  const cuuint64_t dims[4] = {cuuint64_t(ow), cuuint64_t(s.oc), cuuint64_t(oh), cuuint64_t(s.n)};
+  const cuuint64_t strides[3] = {cuuint64_t(oh) * ow * 4, cuuint64_t(ow) * 4,
                                  cuuint64_t(s.oc) * oh * ow * 4};
-  const cuuint32_t box[4] = {cuuint32_t(b.bw), cuuint32_t(b.br), cuuint32_t(bm), 1};
+  const cuuint32_t box[4] = {cuuint32_t(b.bw), cuuint32_t(bm), cuuint32_t(b.br), 1};
   const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
   const CUresult r = tensor_map_encoder()(
       &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, const_cast<float*>(d_dy), dims, strides, box,
-      elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, box_swizzle(b.bw),
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   CNN_CHECK(r == CUDA_SUCCESS,
             "conv2d_backward_weight_wgmma: cuTensorMapEncodeTiled failed (error {}) for dy "
-            "(N, OC, OH, OW) = ({}, {}, {}, {}), box {}x{}",
-            int(r), s.n, s.oc, oh, ow, b.br, b.bw);
+            "(N, OC, OH, OW) = ({}, {}, {}, {}), box {} rows x {} oc x {} columns",
+            int(r), s.n, s.oc, oh, ow, b.br, bm, b.bw);
   return map;
 }
 
@@ -729,6 +759,8 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
   p.live_cols = p.ckhw;
   p.c = s.c;
   p.oh = s.oh();
+  p.bw = kBK;  // the gathered layout: one slab of 32-pixel rows (box mode sets its own)
+  p.br = 1;
   CUtensorMap map_x{};
   bool tma = !opt.force_gather && reinterpret_cast<uintptr_t>(d_dy) % 16 == 0;
   if (box) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <limits>
 #include <vector>
 
 #include "runtime/error.h"
@@ -103,51 +104,121 @@ void wgrad_box_copies_cpu(const Conv2dShape& s, const WgradBoxGeometry& g, const
         }
 }
 
+uint32_t tma_box_landing_offset(int row_floats, uint32_t span, int row, int col) {
+  const uint32_t row_bytes = uint32_t(row_floats) * 4u;
+  const uint32_t pitch = span > row_bytes ? span : row_bytes;
+  const uint32_t off = uint32_t(row) * pitch + uint32_t(col) * 4u;
+  return span == 0 ? off : wgrad_swizzle(off, span);
+}
+
+uint32_t wgmma_kmajor_read_address(uint64_t desc, int row, int k) {
+  const uint32_t start = uint32_t(desc & 0x3FFFu) << 4;
+  const uint32_t sbo = uint32_t((desc >> 32) & 0x3FFFu) << 4;
+  const uint32_t layout = uint32_t(desc >> 62);
+  CNN_CHECK(layout != 0, "wgmma_kmajor_read_address: descriptor {:#x} has no swizzle", desc);
+  const uint32_t span = layout == 1 ? 128u : layout == 2 ? 64u : 32u;
+  const uint32_t addr =
+      start + uint32_t(row / 8) * sbo + uint32_t(row % 8) * span + uint32_t(k) * 4u;
+  return wgrad_swizzle(addr, span);
+}
+
 void wgrad_box_model_cpu(const Conv2dShape& s, const float* x, const float* dy, float* dw,
                          float* db) {
   const WgradBoxGeometry g = wgrad_box_geometry(s);
-  const int oh = s.oh(), ow = s.ow();
+  const int oh = s.oh(), ow = s.ow(), bm = wgrad_box_bm(s);
+  constexpr int kBN = 128, kK = kWgradBoxPixels;
   const int64_t ckhw = int64_t{s.c} * g.taps;
   const int ncols = g.bias_col + 1;
+  const int tiles_m = ceil_div(s.oc, bm), tiles_n = ceil_div(ncols, kBN);
   std::vector<double> acc(size_t(s.oc) * ncols, 0.0);
-  std::vector<double> a(size_t(s.oc) * kWgradBoxPixels), b(size_t(ncols) * kWgradBoxPixels);
-  // What B's boxes read: the copies, or x itself (W, H, C, N).
+  // What B's boxes read: the copies, or x itself.
   std::vector<float> copies(size_t(g.copy_floats));
   wgrad_box_copies_cpu(s, g, x, copies.data());
   const float* src = g.reads_x ? x : copies.data();
-  const int src_w = g.reads_x ? s.w : g.copy_w, src_h = g.reads_x ? s.h : g.copy_h;
-  // One box element of a tensor viewed (inner, rows, planes, images), zero out of bounds.
-  auto at = [](const float* t, int inner, int rows, int planes, int xi, int yi, int p, int n) {
-    if (xi < 0 || xi >= inner || yi < 0 || yi >= rows || p < 0 || p >= planes) return 0.0;
-    return double(t[((int64_t(n) * planes + p) * rows + yi) * inner + xi]);
+  const int64_t src_w = g.reads_x ? s.w : g.copy_w, src_h = g.reads_x ? s.h : g.copy_h;
+  const int64_t planes = g.reads_x ? s.n : int64_t{g.copies} * s.n;
+  // One element of a 4-D view (dims and element strides innermost first), 0 out of bounds:
+  // TMA's fill, dimensions in any order of memory.
+  struct View {
+    const float* t;
+    int64_t dim[4], stride[4];
+    double at(const int64_t (&c)[4]) const {
+      int64_t off = 0;
+      for (int d = 0; d < 4; ++d) {
+        if (c[d] < 0 || c[d] >= dim[d]) return 0.0;
+        off += c[d] * stride[d];
+      }
+      return double(t[off]);
+    }
   };
+  const View dy_view{dy, {ow, s.oc, oh, s.n}, {1, int64_t{oh} * ow, ow, int64_t{s.oc} * oh * ow}};
+  const View x_view{
+      src, {src_w, s.c, src_h, planes}, {1, src_h * src_w, src_w, s.c * src_h * src_w}};
+  // One stage: A at byte 0 (BM x 32 floats), B after it; both 1024-byte aligned as in the kernel.
+  const uint32_t span = wgrad_span_bytes(g.bw);
+  const uint32_t b_base = uint32_t(bm) * kK * 4;
+  std::vector<float> stage(size_t(bm + kBN) * kK);
+  auto put = [&](uint32_t byte, double v) { stage[byte / 4] = float(v); };
+  // The addresses the consumers' wgmmas read, through the kernel's descriptors: tile row i (of
+  // BM) or column j (of 128) at pixel q = 8 step + k.
+  std::vector<uint32_t> a_addr(size_t(bm) * kK), b_addr(size_t(kBN) * kK);
+  for (int step = 0; step < kK / 8; ++step) {
+    for (int wg = 0; wg < bm / 64; ++wg) {
+      const uint64_t da =
+          wgrad_smem_desc(uint32_t(wg) * 64 * span + wgrad_box_step_offset(g.bw, bm, step), span,
+                          wgrad_a_sbo(g.bw));
+      for (int i = 0; i < 64; ++i)
+        for (int k = 0; k < 8; ++k)
+          a_addr[size_t(wg * 64 + i) * kK + 8 * step + k] = wgmma_kmajor_read_address(da, i, k);
+    }
+    const uint64_t dB =
+        wgrad_smem_desc(b_base + wgrad_box_step_offset(g.bw, 8, step), span, wgrad_b_sbo());
+    for (int j = 0; j < kBN; ++j)
+      for (int k = 0; k < 8; ++k)
+        b_addr[size_t(j) * kK + 8 * step + k] = wgmma_kmajor_read_address(dB, j, k);
+  }
+  std::vector<double> a(size_t(bm) * kK), b(size_t(kBN) * kK);
   for (int n = 0; n < s.n; ++n)
     for (int t = 0; t < g.kt_img; ++t) {
       const WgradBoxOrigin o = wgrad_box_origin(g, t);
-      // A: box (bw, br, OC) of dy at (ox0, oy0, 0): row oc, pixel q = r bw + col.
-      for (int oc = 0; oc < s.oc; ++oc)
-        for (int r = 0; r < g.br; ++r)
-          for (int col = 0; col < g.bw; ++col)
-            a[size_t(oc) * kWgradBoxPixels + r * g.bw + col] =
-                at(dy, ow, oh, s.oc, o.ox0 + col, o.oy0 + r, oc, n);
-      // B^T: one box per group of the copies' (Wc, Hc, C, R N) view at its corner, unit
-      // traversal strides; the ones row for db; zeros past it.
-      for (int group = 0; group < g.groups; ++group) {
-        const WgradBoxCorner k = wgrad_box_corner(s, g, o, group);
-        const int plane = k.copy * s.n + n;
-        for (int i = 0; i < kWgradBoxChannels; ++i)
+      for (int tm = 0; tm < tiles_m; ++tm)
+        for (int tn = 0; tn < tiles_n; ++tn) {
+          const int m0 = tm * bm, n0 = tn * kBN;
+          std::fill(stage.begin(), stage.end(), std::numeric_limits<float>::quiet_NaN());
+          // A: box (bw, BM, br, 1) of dy at (ox0, m0, oy0, n): row r * BM + m of the box.
           for (int r = 0; r < g.br; ++r)
-            for (int col = 0; col < g.bw; ++col)
-              b[size_t(group * kWgradBoxChannels + i) * kWgradBoxPixels + r * g.bw + col] =
-                  at(src, src_w, src_h, s.c, k.x + col, k.y + r, k.c + i, plane);
-      }
-      for (int q = 0; q < kWgradBoxPixels; ++q) b[size_t(g.bias_col) * kWgradBoxPixels + q] = 1.0;
-      for (int oc = 0; oc < s.oc; ++oc)
-        for (int j = 0; j < ncols; ++j) {
-          double sum = 0;
-          for (int q = 0; q < kWgradBoxPixels; ++q)
-            sum += a[size_t(oc) * kWgradBoxPixels + q] * b[size_t(j) * kWgradBoxPixels + q];
-          acc[size_t(oc) * ncols + j] += sum;
+            for (int m = 0; m < bm; ++m)
+              for (int col = 0; col < g.bw; ++col)
+                put(tma_box_landing_offset(g.bw, span, r * bm + m, col),
+                    dy_view.at({o.ox0 + col, m0 + m, o.oy0 + r, n}));
+          // B: the tile's groups, one box (bw, 8, br, 1) each, 1024 bytes apart; constant
+          // columns (db's ones, zeros past it) written row by row as the kernel does.
+          const int box_groups = std::max(0, std::min(kBN / 8, g.groups - n0 / 8));
+          for (int gi = 0; gi < kBN / 8; ++gi) {
+            const uint32_t gbase = b_base + uint32_t(gi) * kWgradGroupBytes;
+            if (gi < box_groups) {
+              const WgradBoxCorner k = wgrad_box_corner(s, g, o, n0 / 8 + gi);
+              for (int r = 0; r < g.br; ++r)
+                for (int i = 0; i < kWgradBoxChannels; ++i)
+                  for (int col = 0; col < g.bw; ++col)
+                    put(gbase + tma_box_landing_offset(g.bw, span, r * 8 + i, col),
+                        x_view.at({k.x + col, k.c + i, k.y + r, int64_t{k.copy} * s.n + n}));
+            } else {
+              for (int i = 0; i < kWgradBoxChannels; ++i) {
+                const double v = n0 + gi * 8 + i == g.bias_col ? 1.0 : 0.0;
+                for (int q = 0; q < kK; ++q)
+                  put(gbase + wgrad_box_smem_offset(g.bw, kWgradBoxChannels, i, q), v);
+              }
+            }
+          }
+          for (size_t e = 0; e < a.size(); ++e) a[e] = stage[a_addr[e] / 4];
+          for (size_t e = 0; e < b.size(); ++e) b[e] = stage[b_addr[e] / 4];
+          for (int m = 0; m < bm && m0 + m < s.oc; ++m)
+            for (int j = 0; j < kBN && n0 + j < ncols; ++j) {
+              double sum = 0;
+              for (int q = 0; q < kK; ++q) sum += a[size_t(m) * kK + q] * b[size_t(j) * kK + q];
+              acc[size_t(m0 + m) * ncols + n0 + j] += sum;
+            }
         }
     }
   for (int oc = 0; oc < s.oc; ++oc)

@@ -6,9 +6,10 @@
 // (bw * br = 32), boxes covering each image's OH x OW grid row-major (boxes_x across, boxes_y
 // down); pixel q = r * bw + col of the k-tile is output pixel (oy0 + r, ox0 + col), a pixel past
 // OH or OW is zero in dy (TMA's out-of-bounds fill, or the gather's), so whatever B holds there
-// adds nothing. Both operands land in shared memory as rows of 32 pixels in that order:
-//   A = dy viewed (OW, OH, OC, N), box (bw, br, BM, 1) at (ox0, oy0, m0, n);
-//   B^T = the tap-class copies of x (below) viewed (Wc, Hc, C, R N), box (bw, br, 8, 1) at
+// adds nothing. Both operands come as boxes of bw pixels a row, output rows outermost
+// (conv2d_wgrad_box_smem.h has the shared-memory layout and the wgmma descriptors):
+//   A = dy viewed (OW, OC, OH, N), box (bw, BM, br, 1) at (ox0, m0, oy0, n);
+//   B^T = the tap-class copies of x (below) viewed (Wc, C, Hc, R N), box (bw, 8, br, 1) at
 //     wgrad_box_corner: the copy's row of output pixels for tap (kh, kw) and channels
 //     [c0, c0 + 8); channels past C are TMA's out-of-bounds zeros.
 // The GEMM's columns come in groups of 8 (one box of B each): group g = tap * cgroups + cg is
@@ -38,13 +39,15 @@
 // stem, whose copies are a quarter of x each), R N C Hc Wc floats in the caller's scratch. A 1x1
 // stride-1 unpadded convolution with W a multiple of 4 has one copy equal to x: the boxes read x.
 //
-// The driver's other rules (cuda.h, cuTensorMapEncodeTiled): boxDim[0] * 4 bytes at most 128
-// with the 128-byte swizzle (bw <= 32) and a multiple of 16 (bw a multiple of 4); global strides
-// multiples of 16 bytes (Wc a multiple of 4). bw is the smallest of 8, 16, 32 that covers OW.
+// The driver's other rules (cuda.h, cuTensorMapEncodeTiled): boxDim[0] * 4 bytes at most the
+// swizzle span (the span is bw * 4 bytes: 32B, 64B, 128B swizzle) and a multiple of 16 (bw a
+// multiple of 4); global strides multiples of 16 bytes (Wc a multiple of 4). bw is the smallest
+// of 8, 16, 32 that covers OW.
 #include <cstdint>
 #include <string>
 
 #include "kernels/conv/conv2d.h"
+#include "kernels/conv/conv2d_wgrad_box_smem.h"
 
 namespace cnn {
 
@@ -60,7 +63,7 @@ struct WgradBoxGeometry {
   int groups = 0;                // taps * cgroups: 8-column groups loaded by TMA
   int bias_col = 0;              // 8 * groups: the column of ones for db
   // The tap-class copies of x (file comment): copy q = qh * copies_w + qw of image n is plane
-  // q N + n of the (Wc, Hc, C, R N) view.
+  // q N + n of the (Wc, C, Hc, R N) view.
   int copies_h = 1, copies_w = 1;  // min(KH, sh), min(KW, 4 sw)
   int copies = 1;                  // R = copies_h * copies_w
   int copy_h = 0, copy_w = 0;      // Hc, Wc
@@ -84,8 +87,8 @@ inline WgradBoxOrigin wgrad_box_origin(const WgradBoxGeometry& g, int t) {
   return {bx * g.bw, by * g.br};
 }
 
-// B's box for group `group` at `origin`: its coordinates in the (Wc, Hc, C, R N) view, innermost
-// first (x, y, channel; the plane is copy * N + image).
+// B's box for group `group` at `origin`: column x and row y of the copy, first channel c, copy;
+// the box's coordinates in the (Wc, C, Hc, R N) view are (x, c, y, copy * N + image).
 struct WgradBoxCorner {
   int x, y, c, copy;
 };
@@ -108,10 +111,31 @@ int64_t wgrad_box_column_slot(const Conv2dShape& s, const WgradBoxGeometry& g, i
 void wgrad_box_copies_cpu(const Conv2dShape& s, const WgradBoxGeometry& g, const float* x,
                           float* copies);
 
+// Emulations of the hardware for the CPU model and tests, as measured on the H200 and as the PTX
+// ISA documents:
+// Byte offset, from an atom-aligned destination, at which a tiled TMA box with 32-bit elements
+// lands its element (box row `row`, counting all dimensions past the innermost as one row index,
+// innermost first; column `col`) with rows of `row_floats` and swizzle span `span` bytes (0: no
+// swizzle): a row narrower than the span takes the whole span, then the swizzle.
+uint32_t tma_box_landing_offset(int row_floats, uint32_t span, int row, int col);
+// The shared-memory address a wgmma reads for element (row, k), k < 8, of a K-major TF32 operand
+// through a swizzled descriptor (the canonical layouts of the PTX ISA, "Shared Memory Matrix
+// Layout": rows span bytes apart in 8-row core-matrix groups SBO apart, then the swizzle on the
+// address). Refuses (cnn::Error) a descriptor without swizzle.
+uint32_t wgmma_kmajor_read_address(uint64_t desc, int row, int k);
+
+// The kernel's tile rows for this shape: 64 when OC <= 64, else 128.
+inline int wgrad_box_bm(const Conv2dShape& s) {
+  return s.oc <= 64 ? 64 : 128;
+}
+
 // CPU model of the whole scheme: dw, db accumulated k-tile by k-tile the way the kernel's
-// operands hold them (the copies of x written by wgrad_box_copies_cpu, the TMA boxes emulated
-// element by element with their out-of-bounds zeros, the columns mapped back by
-// wgrad_box_column_slot), in double. For tests.
+// operands reach the tensor cores: the copies of x written by wgrad_box_copies_cpu; per k-tile and
+// BM x 128 tile, a stage of shared memory (poisoned with NaN) into which the TMA boxes land as
+// tma_box_landing_offset says (out-of-bounds zeros included) and the constant columns are
+// written as the kernel writes them; the operands read back through the kernel's descriptors
+// (conv2d_wgrad_box_smem.h) as wgmma_kmajor_read_address says; the columns mapped back by
+// wgrad_box_column_slot; accumulated in double. For tests.
 void wgrad_box_model_cpu(const Conv2dShape& s, const float* x, const float* dy, float* dw,
                          float* db);
 
