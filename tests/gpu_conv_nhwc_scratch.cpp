@@ -20,9 +20,12 @@
 //                               step: no allocation node, finite gradients.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -102,7 +105,9 @@ NodeCounts count_nodes(cudaGraph_t graph) {
   size_t n = 0;
   EXPECT_EQ(cudaGraphGetNodes(graph, nullptr, &n), cudaSuccess);
   std::vector<cudaGraphNode_t> nodes(n);
-  if (n > 0) EXPECT_EQ(cudaGraphGetNodes(graph, nodes.data(), &n), cudaSuccess);
+  if (n > 0) {
+    EXPECT_EQ(cudaGraphGetNodes(graph, nodes.data(), &n), cudaSuccess);
+  }
   for (cudaGraphNode_t node : nodes) {
     cudaGraphNodeType t{};
     EXPECT_EQ(cudaGraphNodeGetType(node, &t), cudaSuccess);
