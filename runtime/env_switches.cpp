@@ -213,9 +213,9 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "how the wgmma conv weight gradient hands its cp.async copies to the tensor cores (sync: "
        "each producer thread waits for its copies, then arrives)"},
       {"CNN_WGMMA_WGRAD_B", "algo|gather|tma",
-       "where the wgmma conv weight gradient's im2col operand comes from (algo: each algo's "
-       "default, the cp.async gather for both; tma: TMA boxes of copies of x where the shape "
-       "allows, for both)"},
+       "where the wgmma conv weight gradient's im2col operand comes from (algo, the default, "
+       "and tma: TMA boxes of copies of x where the shape allows and C >= 8, else the cp.async "
+       "gather; gather: the gather everywhere)"},
       {"CNN_CONV_GENERIC", "1", "implicit-GEMM conv gradients on the generic main loop"},
       {"CNN_BF16_SMEM", "bf16|f32",
        "BF16 implicit-GEMM convs: operand tiles in shared memory as bf16 pairs (default) or "

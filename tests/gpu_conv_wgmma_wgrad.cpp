@@ -38,8 +38,8 @@
 //   BoxRefusals         Tma refuses a misaligned x where the boxes read x itself (1x1) and a
 //                       null scratch where they read copies, in one line; Auto falls back to
 //                       the gather there and stays correct.
-//   BoxDispatch         the B loader both algos default to (gather; Auto with
-//                       CNN_WGMMA_WGRAD_B=tma), conv2d_backward_weight_scratch_floats counting
+//   BoxDispatch         the B loader both algos default to (Auto: boxes from C = 8 up; the
+//                       gather with CNN_WGMMA_WGRAD_B=gather), the scratch size counting
 //                       its copies, and both algos' weight gradient through
 //                       conv2d_backward_weight.
 // The boxes' first version read x itself and stopped the H200 with an illegal instruction at its
@@ -619,9 +619,10 @@ TEST(GpuConvWgmmaWgrad, BoxRefusals) {
 
 TEST(GpuConvWgmmaWgrad, BoxDispatch) {
   CNN_REQUIRE_WGMMA_WGRAD();
-  // Both algos gather by default; CNN_WGMMA_WGRAD_B=tma makes both Auto (boxes where they can).
+  // Both algos default to Auto (boxes where they can and C >= 8); CNN_WGMMA_WGRAD_B=gather
+  // keeps the gather.
   const WgmmaWgradBSwitch sw = process_env_switches().wgmma_wgrad_b;
-  const BLoad want = sw == WgmmaWgradBSwitch::Tma ? BLoad::Auto : BLoad::Gather;
+  const BLoad want = sw == WgmmaWgradBSwitch::Gather ? BLoad::Gather : BLoad::Auto;
   EXPECT_EQ(wgmma_wgrad_b_for(Algo::WgmmaNhwc), want) << "CNN_WGMMA_WGRAD_B switch " << int(sw);
   EXPECT_EQ(wgmma_wgrad_b_for(Algo::Wgmma), want) << "CNN_WGMMA_WGRAD_B switch " << int(sw);
   for (const Conv2dShape& s : {conv(2, 17, 16, 16, 24, 3, 1, 1), conv(3, 3, 13, 13, 64, 7, 2, 3)})
@@ -635,9 +636,11 @@ TEST(GpuConvWgmmaWgrad, BoxDispatch) {
         Tensor d_dw = test::to_device(p.dw0), d_db = test::to_device(p.db0);
         const Exec ex = tf32_exec(deterministic);
         const size_t need = conv2d_backward_weight_scratch_floats(s, ex);
-        // The API's scratch holds the copies of x exactly when the default loader may box.
+        // The API's scratch holds the copies of x exactly when the default loader may box
+        // (Auto boxes from 8 input channels up).
         const size_t copies = size_t(wgrad_box_geometry(s).copy_floats);
-        if (want == BLoad::Auto) {
+        const bool boxes = want == BLoad::Auto && s.c >= 8;
+        if (boxes) {
           EXPECT_GE(need, copies + (deterministic ? size_t(conv2d_wgrad_wgmma_splits(s, true)) *
                                                         (size_t(s.oc) * s.c * s.kh * s.kw + s.oc)
                                                   : size_t(0)));
@@ -650,7 +653,7 @@ TEST(GpuConvWgmmaWgrad, BoxDispatch) {
                                algo, ex);
         check(p, {d_dw.to_vector(), d_db.to_vector()},
               std::string("via conv2d_backward_weight ") + algo_name(algo) +
-                  (want == BLoad::Auto ? " (boxes)" : " (gather)"));
+                  (boxes ? " (boxes)" : " (gather)"));
       }
 }
 

@@ -177,7 +177,9 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
   }
   CNN_CUDA_BRANCH("conv2d_backward_weight", {
     const std::size_t need = conv2d_backward_weight_scratch_floats(s, ex);
-    CNN_CHECK(scratch || need == 0,
+    // Deterministic mode cannot run without its slabs. Atomic mode can: the wgmma weight
+    // gradient's default loader then gathers instead of boxing copies of x (which need scratch).
+    CNN_CHECK(scratch || need == 0 || !ex.deterministic,
               "conv2d_backward_weight: deterministic mode needs a scratch buffer of {} floats "
               "(conv2d_backward_weight_scratch_floats), got null",
               need);

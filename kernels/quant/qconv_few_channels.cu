@@ -214,6 +214,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
           if (ob + 4 * k + u < s.oc) word |= byte_at(best[4 * k + u], u);
         reinterpret_cast<unsigned*>(out)[k] = word;
       }
+      // Channels past the last chunk (a stride wider than the chunks cover) are zero too: the
+      // last chunk's last group writes them.
+      if (g == groups8 - 1 && blockIdx.y + 1 == gridDim.y)
+        for (int c4 = o0 + t.ocb; c4 < stride; c4 += 4)
+          *reinterpret_cast<unsigned*>(out - ob + c4) = 0u;
     } else {
 #pragma unroll
       for (int q = 0; q < kChannelsPerThread; ++q)
