@@ -210,9 +210,9 @@ QConvShape linear_shape(int n, int c, int h, int w, int oc) {
 // tiles of 32 pooled positions) and a short K (2 k-tiles) stay whole; 8 is the cap, and every
 // split keeps >= 4 k-tiles.
 TEST(Quant, TensorCoreSplitRuleFillsOneWave) {
-  EXPECT_EQ(qconv_igemm_pick_splits(linear_shape(256, 64, 7, 7, 1024), 132), 8);
-  EXPECT_EQ(qconv_igemm_pick_splits(linear_shape(512, 64, 7, 7, 1024), 132), 4);
-  EXPECT_EQ(qconv_igemm_pick_splits(linear_shape(1024, 64, 7, 7, 1024), 132), 2);
+  EXPECT_EQ(qconv_igemm_pick_splits(linear_shape(256, 64, 7, 7, 1024), 132), 4);
+  EXPECT_EQ(qconv_igemm_pick_splits(linear_shape(512, 64, 7, 7, 1024), 132), 2);
+  EXPECT_EQ(qconv_igemm_pick_splits(linear_shape(1024, 64, 7, 7, 1024), 132), 1);
   EXPECT_EQ(qconv_igemm_pick_splits(linear_shape(4096, 64, 7, 7, 1024), 132), 1);
   EXPECT_EQ(qconv_igemm_pick_splits(linear_shape(1, 64, 7, 7, 1024), 132), 8);
   EXPECT_EQ(qconv_igemm_pick_splits(linear_shape(256, 1024, 1, 1, 10), 132), 4);  // 16 k-tiles

@@ -66,7 +66,7 @@ int qconv_igemm_pick_splits(const QConvShape& s, int sm_count) {
   const int64_t ppb = kQIgemmTileM / (s.pool_kh * s.pool_kw);
   const int64_t tiles = (npp + ppb - 1) / ppb * ((s.ocp + kQIgemmTileN - 1) / kQIgemmTileN);
   const int64_t ktiles = (int64_t(s.kh) * s.kw * s.cgp + kQIgemmTileK - 1) / kQIgemmTileK;
-  const int64_t resident = 2 * int64_t(sm_count);  // __launch_bounds__(256, 2)
+  const int64_t resident = sm_count;  // one block an SM (qconv.h says why)
   int splits = 1;
   while (splits * 2 <= kQIgemmMaxSplits && tiles * splits * 2 <= resident &&
          ktiles / (splits * 2) >= kQIgemmMinKTilesPerSplit)
