@@ -25,6 +25,8 @@ void sizes_of_tile(const QConvShape& s, QFewTiling& t) {
   t.in_words = (conv_cols - 1) * s.stride_w + (t.kww - 1) * t.taps_per_word + 1;
   t.smem_bytes =
       4 * (int64_t(s.kh) * t.kww * t.ocb + 2 * t.ocb + int64_t(t.in_rows) * int64_t(t.in_words));
+  // One channel: the pixels' bytes the words are assembled from, (in_rows, in_words + 3).
+  if (s.c == 1) t.smem_bytes += int64_t(t.in_rows) * (t.in_words + 3);
 }
 
 }  // namespace

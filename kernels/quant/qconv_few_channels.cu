@@ -32,47 +32,41 @@ __device__ __forceinline__ uint32_t byte_at(int8_t v, int k) {
   return uint32_t(uint8_t(v)) << (8 * k);
 }
 
-// The staged word of image pixel (iy, ix), zero outside the image (the conv's zero padding):
-// with one channel the channel-0 values of pixels ix..ix+3, else the 4 channels of pixel ix.
+// What the kernel stages from an int8 NHWC input: with one channel, pixel (iy, ix)'s byte (a
+// word of 4 neighbouring pixels is then assembled in shared memory), else the 4 channels of the
+// pixel as one word; zero outside the image (the conv's zero padding).
 struct Int8Nhwc {
   const int8_t* x;  // (N, H, W, CP), 4-byte aligned
-  template <bool kOneChannel>
-  __device__ uint32_t word(const QConvShape& s, int img, int iy, int ix) const {
-    if (iy < 0 || iy >= s.h) return 0;
-    const int8_t* row = x + (int64_t(img) * s.h + iy) * s.w * s.cp;
-    if constexpr (kOneChannel) {
-      uint32_t word = 0;
-      for (int k = 0; k < 4; ++k)
-        if (ix + k >= 0 && ix + k < s.w) word |= byte_at(__ldg(row + (ix + k) * s.cp), k);
-      return word;
-    } else {
-      // Channels C..CP-1 are zero in x's layout (and their weights are zero anyway).
-      if (ix < 0 || ix >= s.w) return 0;
-      return __ldg(reinterpret_cast<const unsigned*>(row + ix * s.cp));
-    }
+  __device__ uint32_t byte0(const QConvShape& s, int img, int iy, int ix) const {
+    if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) return 0;
+    return uint8_t(__ldg(x + ((int64_t(img) * s.h + iy) * s.w + ix) * s.cp));
+  }
+  __device__ uint32_t word4(const QConvShape& s, int img, int iy, int ix) const {
+    // Channels C..CP-1 are zero in x's layout (and their weights are zero anyway).
+    if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) return 0;
+    return __ldg(
+        reinterpret_cast<const unsigned*>(x + ((int64_t(img) * s.h + iy) * s.w + ix) * s.cp));
   }
 };
 
-// The network's float input, quantized on the way in exactly as quantize_kernel (qconv.cu) does.
+// The network's float input, quantized on the way in exactly as quantize_kernel (qconv.cu) does;
+// staged as Int8Nhwc's.
 struct FloatNchw {
   const float* x;  // (N, C, H, W)
   float inv_scale;
-  __device__ uint32_t quantized(float v, int k) const {
-    return byte_at(requantize(__fmul_rn(v, inv_scale)), k);
+  __device__ uint32_t quantized(float v) const {
+    return uint8_t(requantize(__fmul_rn(v, inv_scale)));
   }
-  template <bool kOneChannel>
-  __device__ uint32_t word(const QConvShape& s, int img, int iy, int ix) const {
-    if (iy < 0 || iy >= s.h) return 0;
+  __device__ uint32_t byte0(const QConvShape& s, int img, int iy, int ix) const {
+    if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) return 0;
+    return quantized(__ldg(x + (int64_t(img) * s.c * s.h + iy) * s.w + ix));
+  }
+  __device__ uint32_t word4(const QConvShape& s, int img, int iy, int ix) const {
+    if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) return 0;
     const int64_t plane = int64_t(s.h) * s.w;
-    const float* xi = x + int64_t(img) * s.c * plane + int64_t(iy) * s.w;
+    const float* xi = x + int64_t(img) * s.c * plane + int64_t(iy) * s.w + ix;
     uint32_t word = 0;
-    if constexpr (kOneChannel) {
-      for (int k = 0; k < 4; ++k)
-        if (ix + k >= 0 && ix + k < s.w) word |= quantized(__ldg(xi + ix + k), k);
-    } else {
-      if (ix < 0 || ix >= s.w) return 0;
-      for (int c = 0; c < s.c; ++c) word |= quantized(__ldg(xi + c * plane + ix), c);
-    }
+    for (int c = 0; c < s.c; ++c) word |= byte_at(int8_t(quantized(__ldg(xi + c * plane))), c);
     return word;
   }
 };
@@ -136,8 +130,23 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
     add_s[i] = real ? __ldg(d_add + o0 + i) : 0.f;
   }
   const int x_words = t.in_rows * t.in_words;
-  for (int i = int(threadIdx.x); i < x_words; i += kThreads)
-    x_s[i] = in.template word<kOneChannel>(s, img, iy0 + i / t.in_words, ix0 + i % t.in_words);
+  if constexpr (kOneChannel) {
+    // Word j of a row holds pixels j..j+3, so staging word by word would load every pixel four
+    // times, one dependent load after another: the pixels go to shared memory once, coalesced
+    // along the rows, and the words are assembled from there.
+    uint8_t* xb_s = reinterpret_cast<uint8_t*>(x_s + x_words);  // (in_rows, in_words + 3)
+    const int cols = t.in_words + 3;
+    for (int i = int(threadIdx.x); i < t.in_rows * cols; i += kThreads)
+      xb_s[i] = uint8_t(in.byte0(s, img, iy0 + i / cols, ix0 + i % cols));
+    __syncthreads();
+    for (int i = int(threadIdx.x); i < x_words; i += kThreads) {
+      const uint8_t* b = xb_s + (i / t.in_words) * cols + i % t.in_words;
+      x_s[i] = uint32_t(b[0]) | uint32_t(b[1]) << 8 | uint32_t(b[2]) << 16 | uint32_t(b[3]) << 24;
+    }
+  } else {
+    for (int i = int(threadIdx.x); i < x_words; i += kThreads)
+      x_s[i] = in.word4(s, img, iy0 + i / t.in_words, ix0 + i % t.in_words);
+  }
   __syncthreads();
 
   const int groups8 = t.ocb / kChannelsPerThread;

@@ -15,7 +15,8 @@ struct QFewTiling {
   int ocb, chunks;         // output channels per block (a multiple of 8) and blocks per tile
   int taps_per_word, kww;  // a word holds 4 taps of a row (C == 1) or 1 tap; words per row
   int in_rows, in_words;   // the input tile in shared memory: rows, words per row
-  int64_t smem_bytes;      // weights (KH, KWW, OCB), mult and add (OCB), the input tile
+  int64_t smem_bytes;      // weights (KH, KWW, OCB), mult and add (OCB), the input tile (+ its
+                           // bytes with one channel)
 };
 constexpr int64_t kQFewMaxSmem = 48 * 1024;
 QFewTiling qconv_few_channels_tiling(const QConvShape& s);
