@@ -1,10 +1,13 @@
 #pragma once
 // The convolution cases the wgmma convolution tests share (gpu_conv_wgmma*.cpp): a shape
-// builder, the two passes, and the two kinds of operand values (small integers, whose products
-// and sums every precision represents exactly, and uniform random values).
+// builder, the two passes, the two kinds of operand values (small integers, whose products
+// and sums every precision represents exactly, and uniform random values), one pass's random
+// operands and the line that names a case in failures and summaries.
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/conv/conv2d.h"
@@ -36,6 +39,49 @@ inline std::vector<float> make_values(size_t n, Fill fill, uint64_t seed) {
   std::vector<float> v(n);
   for (auto& x : v) x = static_cast<float>(d(rng));
   return v;
+}
+
+// One pass's operands, drawn from seed, seed + 1, seed + 2.
+struct ConvOperands {
+  std::vector<float> in;  // x (N, C, H, W) forward, dy (N, OC, OH, OW) input gradient
+  std::vector<float> w;   // (OC, C, KH, KW)
+  std::vector<float> b;   // (OC); used by the forward only where the case has a bias
+};
+
+inline ConvOperands make_operands(Pass pass, const Conv2dShape& s, Fill fill, uint64_t seed) {
+  const size_t nx = size_t(s.n) * s.c * s.h * s.w, ny = size_t(s.n) * s.oc * s.oh() * s.ow();
+  const size_t nw = size_t(s.oc) * s.c * s.kh * s.kw;
+  ConvOperands o;
+  o.in = make_values(pass == Pass::Forward ? nx : ny, fill, seed);
+  o.w = make_values(nw, fill, seed + 1);
+  o.b = make_values(size_t(s.oc), fill, seed + 2);
+  return o;
+}
+
+// The GEMM depth of a pass: C*KH*KW forward, OC*KH*KW input gradient.
+inline int64_t gemm_depth(Pass pass, const Conv2dShape& s) {
+  return int64_t(pass == Pass::Forward ? s.c : s.oc) * s.kh * s.kw;
+}
+
+// Names a case (pass, shape, epilogue, fill and seed), so that a failure can be rerun.
+inline std::string describe_problem(Pass pass, const ConvCase& cc, Fill fill, uint64_t seed) {
+  const Conv2dShape& s = cc.s;
+  const bool fwd = pass == Pass::Forward;
+  char buf[260];
+  std::snprintf(buf, sizeof buf,
+                "%s N=%d C=%d H=%d W=%d OC=%d k=%dx%d stride=%dx%d pad=%dx%d bias=%d relu=%d "
+                "fill=%s seed=%llu",
+                fwd ? "forward" : "input gradient", s.n, s.c, s.h, s.w, s.oc, s.kh, s.kw,
+                s.stride_h, s.stride_w, s.pad_h, s.pad_w, fwd && cc.bias, fwd && cc.relu,
+                fill == Fill::SmallInt ? "int" : "random", static_cast<unsigned long long>(seed));
+  return buf;
+}
+
+// The tile settings of a wgmma options struct (WgmmaConvOptions, WgmmaNhwcOptions), for the
+// summary lines.
+template <class Options>
+std::string describe_tiles(const Options& o) {
+  return "block_n=" + std::to_string(o.block_n) + " splits=" + std::to_string(o.splits);
 }
 
 }  // namespace cnn::conv_test

@@ -36,6 +36,7 @@
 #include "runtime/exec.h"
 #include "runtime/memory.h"
 #include "runtime/tensor.h"
+#include "tests/conv_test_check.h"
 #include "tests/test_util.h"
 #ifdef CNN_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -118,9 +119,7 @@ NodeCounts count_nodes(cudaGraph_t graph) {
   return c;
 }
 
-bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using conv_test::bitwise_equal;
 
 Exec cuda_exec(Precision p, cudaStream_t stream = nullptr) {
   Exec ex;

@@ -16,20 +16,18 @@
 //                        the direct call's bits, deterministic or not.
 //   Refusals             FP32, BF16, a stride-2 input gradient, the weight gradient, grouped
 //                        convolutions and linear layers refuse Algo::Wgmma with a cnn::Error.
-// Tolerance: as gpu_gemm_wgmma.cpp derives it ("TF32 tolerance"): per element
+// Tolerance (expect_close_tf32, tests/conv_test_check.h): as gpu_gemm_wgmma.cpp derives it
+// ("TF32 tolerance"): per element
 //   |got - ref| <= 2 (2^-9 + K 2^-23) sum |x w| + 4 ulp (|ref| + 1),
 // with K the GEMM depth (C*KH*KW forward, OC*KH*KW input gradient) and sum |x w| the same
 // convolution of the absolute values; and ||got - ref|| <= 4e-3 sqrt(sum (x w)^2), the scale of
 // the terms (catches a dropped k-tile, which the per-element bound could let through).
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <functional>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -40,6 +38,7 @@
 #include "runtime/exec.h"
 #include "runtime/tensor.h"
 #include "tests/conv_test_cases.h"
+#include "tests/conv_test_check.h"
 #include "tests/test_util.h"
 #ifdef CNN_HAVE_CUDA
 #include "kernels/conv/conv2d_wgmma.h"
@@ -58,77 +57,20 @@ namespace {
       GTEST_SKIP() << "wgmma convolution needs a compute capability 9.0 GPU and an sm_90a build"; \
   } while (0)
 
-using namespace conv_test;  // Fill, Pass, ConvCase, conv, make_values
-
-// One case's inputs and CPU references: ref, the same pass on |inputs| (for the per-element
-// bound) and on squared inputs (for the Frobenius scale).
-struct Problem {
-  Pass pass;
-  ConvCase cc;
-  Fill fill;
-  uint64_t seed;
-  std::vector<float> in, w, b;  // in: x (forward) or dy (input gradient)
-  std::vector<float> ref, absref, sqref;
-  int k = 0;  // GEMM depth
-  std::string what;
-};
-
-Problem make_problem(Pass pass, const ConvCase& cc, Fill fill, uint64_t seed) {
-  const Conv2dShape& s = cc.s;
-  Problem p{pass, cc, fill, seed, {}, {}, {}, {}, {}, {}, 0, {}};
-  const size_t nx = size_t(s.n) * s.c * s.h * s.w, ny = size_t(s.n) * s.oc * s.oh() * s.ow();
-  const size_t nw = size_t(s.oc) * s.c * s.kh * s.kw;
-  const bool fwd = pass == Pass::Forward;
-  p.in = make_values(fwd ? nx : ny, fill, seed);
-  p.w = make_values(nw, fill, seed + 1);
-  p.b = make_values(size_t(s.oc), fill, seed + 2);
-  auto map = [](const std::vector<float>& v, bool square) {
-    std::vector<float> r(v.size());
-    std::transform(v.begin(), v.end(), r.begin(),
-                   [square](float x) { return square ? x * x : std::fabs(x); });
-    return r;
-  };
-  const size_t nout = fwd ? ny : nx;
-  p.ref.resize(nout);
-  p.absref.resize(nout);
-  p.sqref.resize(nout);
-  if (fwd) {
-    conv2d_forward_cpu(s, p.in.data(), p.w.data(), cc.bias ? p.b.data() : nullptr, p.ref.data(),
-                       cc.relu);
-    conv2d_forward_cpu(s, map(p.in, false).data(), map(p.w, false).data(), nullptr, p.absref.data(),
-                       false);
-    conv2d_forward_cpu(s, map(p.in, true).data(), map(p.w, true).data(), nullptr, p.sqref.data(),
-                       false);
-  } else {
-    conv2d_backward_data_cpu(s, p.in.data(), p.w.data(), p.ref.data());
-    conv2d_backward_data_cpu(s, map(p.in, false).data(), map(p.w, false).data(), p.absref.data());
-    conv2d_backward_data_cpu(s, map(p.in, true).data(), map(p.w, true).data(), p.sqref.data());
-  }
-  p.k = (fwd ? s.c : s.oc) * s.kh * s.kw;
-  char buf[260];
-  std::snprintf(buf, sizeof buf,
-                "%s N=%d C=%d H=%d W=%d OC=%d k=%dx%d stride=%dx%d pad=%dx%d bias=%d relu=%d "
-                "fill=%s seed=%llu",
-                fwd ? "forward" : "input gradient", s.n, s.c, s.h, s.w, s.oc, s.kh, s.kw,
-                s.stride_h, s.stride_w, s.pad_h, s.pad_w, fwd && cc.bias, fwd && cc.relu,
-                fill == Fill::SmallInt ? "int" : "random", static_cast<unsigned long long>(seed));
-  p.what = buf;
-  return p;
-}
+using namespace conv_test;  // Fill, Pass, ConvCase, conv, Tf32Problem, expect_close_tf32, ...
 
 std::string describe(const WgmmaConvOptions& o) {
   const char* g = o.gather == WgmmaConvGather::Async       ? "async"
                   : o.gather == WgmmaConvGather::WaitGroup ? "waitgroup"
                   : o.gather == WgmmaConvGather::Sync      ? "sync"
                                                            : "default";
-  return "block_n=" + std::to_string(o.block_n) + " splits=" + std::to_string(o.splits) +
-         " gather=" + g + " force_b_gather=" + std::to_string(o.force_b_gather);
+  return describe_tiles(o) + " gather=" + g + " force_b_gather=" + std::to_string(o.force_b_gather);
 }
 
 // Runs the problem on the GPU (output poisoned with NaN first): the direct call with `opt`, or
 // conv2d_forward / conv2d_backward_data with Algo::Wgmma at TF32.
-std::vector<float> run_gpu(const Problem& p, const WgmmaConvOptions& opt, bool via_dispatch = false,
-                           bool deterministic = false) {
+std::vector<float> run_gpu(const Tf32Problem& p, const WgmmaConvOptions& opt,
+                           bool via_dispatch = false, bool deterministic = false) {
   const Conv2dShape& s = p.cc.s;
   Tensor d_in = test::to_device(p.in), d_w = test::to_device(p.w), d_b = test::to_device(p.b);
   Tensor d_out = test::to_device(std::vector<float>(p.ref.size(), NAN));
@@ -150,46 +92,6 @@ std::vector<float> run_gpu(const Problem& p, const WgmmaConvOptions& opt, bool v
     conv2d_backward_data_wgmma(s, d_in.data(), d_w.data(), d_out.data(), nullptr, opt);
   }
   return d_out.to_vector();
-}
-
-// Checks got against the problem's reference (see the file comment); prints one summary line.
-void expect_close(const Problem& p, const std::vector<float>& got, const std::string& how) {
-  SCOPED_TRACE(p.what + " " + how);
-  ASSERT_EQ(got.size(), p.ref.size());
-  const double bound_rel = std::ldexp(1.0, -9) + p.k * std::ldexp(1.0, -23);
-  const double ulp4 = 4 * std::ldexp(1.0, -24);
-  int64_t bad = 0, wrong = 0;
-  std::string first;
-  double diff2 = 0, scale2 = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double ref = p.ref[i], g = got[i];
-    const double e = std::fabs(g - ref);
-    const double bound = 2 * bound_rel * p.absref[i] + ulp4 * (std::fabs(ref) + 1) + 1e-30;
-    if (!(e <= bound)) ++bad;
-    if (!(g == ref)) {
-      if (wrong == 0) {
-        char where[120];
-        std::snprintf(where, sizeof where, "out[%zu]: got %.9g, expected %.9g", i, g, ref);
-        first = where;
-      }
-      ++wrong;
-    }
-    diff2 += std::isnan(g) ? INFINITY : e * e;
-    scale2 += p.sqref[i];
-  }
-  const double frob = scale2 > 0 ? std::sqrt(diff2 / scale2) : std::sqrt(diff2);
-  std::printf("%s %s: %lld inexact, %lld over the bound, rel %.3g%s%s\n", p.what.c_str(),
-              how.c_str(), static_cast<long long>(wrong), static_cast<long long>(bad), frob,
-              wrong ? ", first " : "", first.c_str());
-  EXPECT_EQ(bad, 0) << "first differing element " << first;
-  EXPECT_LE(frob, 4e-3) << "relative Frobenius error";
-  if (p.fill == Fill::SmallInt) {
-    EXPECT_EQ(wrong, 0) << "small-integer inputs are exact in TF32; " << first;
-  }
-}
-
-bool bitwise_equal(const std::vector<float>& x, const std::vector<float>& y) {
-  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * 4) == 0;
 }
 
 const std::vector<ConvCase>& forward_cases() {
@@ -234,11 +136,11 @@ TEST(GpuConvWgmma, ForwardShapes) {
   CNN_REQUIRE_WGMMA_CONV();
   for (const ConvCase& cc : forward_cases())
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
-      const Problem p = make_problem(Pass::Forward, cc, fill, test::fresh_seed());
+      const Tf32Problem p = make_tf32_problem(Pass::Forward, cc, fill, test::fresh_seed());
       for (int bn : {64, 128}) {
         WgmmaConvOptions o;
         o.block_n = bn;
-        expect_close(p, run_gpu(p, o), describe(o));
+        expect_close_tf32(p, run_gpu(p, o), describe(o));
       }
     }
 #else
@@ -251,11 +153,11 @@ TEST(GpuConvWgmma, BackwardDataShapes) {
   CNN_REQUIRE_WGMMA_CONV();
   for (const ConvCase& cc : backward_data_cases())
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
-      const Problem p = make_problem(Pass::BackwardData, cc, fill, test::fresh_seed());
+      const Tf32Problem p = make_tf32_problem(Pass::BackwardData, cc, fill, test::fresh_seed());
       for (int bn : {64, 128}) {
         WgmmaConvOptions o;
         o.block_n = bn;
-        expect_close(p, run_gpu(p, o), describe(o));
+        expect_close_tf32(p, run_gpu(p, o), describe(o));
       }
     }
 #else
@@ -271,13 +173,13 @@ TEST(GpuConvWgmma, LoadersBitwise) {
   const std::pair<Pass, ConvCase> cases[] = {
       {Pass::Forward, fwd}, {Pass::Forward, fwd_c1}, {Pass::BackwardData, dgrad}};
   for (const auto& [pass, cc] : cases) {
-    const Problem p = make_problem(pass, cc, Fill::Random, test::fresh_seed());
+    const Tf32Problem p = make_tf32_problem(pass, cc, Fill::Random, test::fresh_seed());
     for (int bn : {64, 128}) {
       WgmmaConvOptions first;
       first.block_n = bn;
       first.gather = WgmmaConvGather::Async;
       const std::vector<float> want = run_gpu(p, first);
-      expect_close(p, want, describe(first));
+      expect_close_tf32(p, want, describe(first));
       for (WgmmaConvGather g :
            {WgmmaConvGather::Async, WgmmaConvGather::WaitGroup, WgmmaConvGather::Sync})
         for (bool force_b_gather : {false, true}) {
@@ -285,7 +187,7 @@ TEST(GpuConvWgmma, LoadersBitwise) {
           o.gather = g;
           o.force_b_gather = force_b_gather;
           const std::vector<float> got = run_gpu(p, o);
-          expect_close(p, got, describe(o));
+          expect_close_tf32(p, got, describe(o));
           EXPECT_TRUE(bitwise_equal(got, want))
               << p.what << ": " << describe(o) << " differs from " << describe(first);
         }
@@ -303,14 +205,14 @@ TEST(GpuConvWgmma, SplitsAndRepeat) {
                                              {Pass::BackwardData, backward_data_cases()[3]}};
   for (const auto& [pass, cc] : cases)
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
-      const Problem p = make_problem(pass, cc, fill, test::fresh_seed());
+      const Tf32Problem p = make_tf32_problem(pass, cc, fill, test::fresh_seed());
       for (int bn : {64, 128})
         for (int splits : {1, 2, 4, 8}) {
           WgmmaConvOptions o;
           o.block_n = bn;
           o.splits = splits;
           const std::vector<float> a = run_gpu(p, o), b = run_gpu(p, o);
-          expect_close(p, a, describe(o));
+          expect_close_tf32(p, a, describe(o));
           EXPECT_TRUE(bitwise_equal(a, b)) << p.what << " " << describe(o) << ": not repeatable";
         }
     }
@@ -327,9 +229,9 @@ TEST(GpuConvWgmma, Dispatch) {
                                              {Pass::BackwardData, backward_data_cases()[1]},
                                              {Pass::BackwardData, backward_data_cases()[5]}};
   for (const auto& [pass, cc] : cases) {
-    const Problem p = make_problem(pass, cc, Fill::Random, test::fresh_seed());
+    const Tf32Problem p = make_tf32_problem(pass, cc, Fill::Random, test::fresh_seed());
     const std::vector<float> direct = run_gpu(p, WgmmaConvOptions{});
-    expect_close(p, direct, "direct");
+    expect_close_tf32(p, direct, "direct");
     for (bool deterministic : {false, true}) {
       const std::vector<float> got = run_gpu(p, WgmmaConvOptions{}, true, deterministic);
       EXPECT_TRUE(bitwise_equal(got, direct))

@@ -34,7 +34,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -46,6 +45,7 @@
 #include "runtime/exec.h"
 #include "runtime/tensor.h"
 #include "tests/conv_test_cases.h"
+#include "tests/conv_test_check.h"
 #include "tests/test_util.h"
 #ifdef CNN_HAVE_CUDA
 #include "kernels/conv/conv2d_wgmma_nhwc.h"
@@ -68,7 +68,7 @@ namespace {
 constexpr double kUnit = 1.0 / (1 << 23);  // 2^-23: FP32 summation, per term
 constexpr double kProd = 1.0 / (1 << 7);   // 2^-7: BF16 rounding of a product's two operands
 
-using namespace conv_test;  // Fill, Pass, ConvCase, conv, make_values
+using namespace conv_test;  // Fill, Pass, ConvCase, conv, make_operands, bitwise_equal, ...
 
 std::vector<double> to_double(const std::vector<float>& v) {
   return std::vector<double>(v.begin(), v.end());
@@ -105,12 +105,11 @@ std::vector<double> twin(Pass pass, const Conv2dShape& s, const std::vector<doub
 Problem make_problem(Pass pass, const ConvCase& cc, Fill fill, uint64_t seed) {
   const Conv2dShape& s = cc.s;
   Problem p{pass, cc, fill, {}, {}, {}, {}, {}, {}, {}, 0, {}};
-  const size_t nx = size_t(s.n) * s.c * s.h * s.w, ny = size_t(s.n) * s.oc * s.oh() * s.ow();
-  const size_t nw = size_t(s.oc) * s.c * s.kh * s.kw;
+  ConvOperands ops = make_operands(pass, s, fill, seed);
+  p.in = std::move(ops.in);
+  p.w = std::move(ops.w);
+  p.b = std::move(ops.b);
   const bool fwd = pass == Pass::Forward;
-  p.in = make_values(fwd ? nx : ny, fill, seed);
-  p.w = make_values(nw, fill, seed + 1);
-  p.b = make_values(size_t(s.oc), fill, seed + 2);
   const auto a = to_double(p.in), w = to_double(p.w);
   const auto ae = to_double(round_to_bf16(p.in)), we = to_double(round_to_bf16(p.w));
   p.ref = twin(pass, s, a, w);
@@ -128,15 +127,8 @@ Problem make_problem(Pass pass, const ConvCase& cc, Fill fill, uint64_t seed) {
       }
     }
   }
-  p.k = int64_t(fwd ? s.c : s.oc) * s.kh * s.kw;
-  char buf[260];
-  std::snprintf(buf, sizeof buf,
-                "bf16 %s N=%d C=%d H=%d W=%d OC=%d k=%dx%d stride=%dx%d pad=%dx%d bias=%d "
-                "relu=%d fill=%s seed=%llu",
-                fwd ? "forward" : "input gradient", s.n, s.c, s.h, s.w, s.oc, s.kh, s.kw,
-                s.stride_h, s.stride_w, s.pad_h, s.pad_w, fwd && cc.bias, fwd && cc.relu,
-                fill == Fill::SmallInt ? "int" : "random", static_cast<unsigned long long>(seed));
-  p.what = buf;
+  p.k = gemm_depth(pass, s);
+  p.what = "bf16 " + describe_problem(pass, cc, fill, seed);
   return p;
 }
 
@@ -146,10 +138,6 @@ WgmmaNhwcOptions bf16_options(int block_n = 0, int splits = 0) {
   o.splits = splits;
   o.precision = Precision::BF16;
   return o;
-}
-
-std::string describe(const WgmmaNhwcOptions& o) {
-  return "block_n=" + std::to_string(o.block_n) + " splits=" + std::to_string(o.splits);
 }
 
 Exec cuda_exec(Precision precision) {
@@ -240,10 +228,6 @@ void expect_close(const Problem& p, const std::vector<float>& got, const std::st
   if (p.fill == Fill::SmallInt) {
     EXPECT_EQ(inexact, 0) << "small-integer inputs are exact in BF16; " << first;
   }
-}
-
-bool bitwise_equal(const std::vector<float>& x, const std::vector<float>& y) {
-  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * 4) == 0;
 }
 
 const std::vector<ConvCase>& forward_cases() {
@@ -351,7 +335,7 @@ TEST(GpuConvWgmmaNhwcBf16, ForwardShapes) {
       const Problem p = make_problem(Pass::Forward, cc, fill, test::fresh_seed());
       for (int bn : {64, 128}) {
         const WgmmaNhwcOptions o = bf16_options(bn);
-        expect_close(p, run_gpu(p, o), describe(o));
+        expect_close(p, run_gpu(p, o), describe_tiles(o));
       }
     }
 #else
@@ -367,7 +351,7 @@ TEST(GpuConvWgmmaNhwcBf16, BackwardDataShapes) {
       const Problem p = make_problem(Pass::BackwardData, cc, fill, test::fresh_seed());
       for (int bn : {64, 128}) {
         const WgmmaNhwcOptions o = bf16_options(bn);
-        expect_close(p, run_gpu(p, o), describe(o));
+        expect_close(p, run_gpu(p, o), describe_tiles(o));
       }
     }
 #else
@@ -389,8 +373,9 @@ TEST(GpuConvWgmmaNhwcBf16, SplitsAndRepeat) {
         for (int splits : {1, 2, 4, 8}) {
           const WgmmaNhwcOptions o = bf16_options(bn, splits);
           const std::vector<float> a = run_gpu(p, o), b = run_gpu(p, o);
-          expect_close(p, a, describe(o));
-          EXPECT_TRUE(bitwise_equal(a, b)) << p.what << " " << describe(o) << ": not repeatable";
+          expect_close(p, a, describe_tiles(o));
+          EXPECT_TRUE(bitwise_equal(a, b))
+              << p.what << " " << describe_tiles(o) << ": not repeatable";
         }
     }
 #else

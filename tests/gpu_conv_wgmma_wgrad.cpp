@@ -60,7 +60,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -70,6 +69,8 @@
 #include "runtime/error.h"
 #include "runtime/exec.h"
 #include "runtime/tensor.h"
+#include "tests/conv_test_cases.h"
+#include "tests/conv_test_check.h"
 #include "tests/test_util.h"
 #ifdef CNN_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -122,16 +123,9 @@ TEST(GpuConvWgmmaWgrad, AlgoNameAndRefusals) {
                       "sm_90a build";                                                        \
   } while (0)
 
-enum class Fill { Random, SmallInt };
-
-std::vector<float> make_values(size_t n, Fill fill, uint64_t seed) {
-  if (fill == Fill::Random) return test::random_vector(n, seed);
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int> d(-2, 2);
-  std::vector<float> v(n);
-  for (auto& x : v) x = static_cast<float>(d(rng));
-  return v;
-}
+using conv_test::bitwise_equal;
+using conv_test::Fill;
+using conv_test::make_values;
 
 Exec tf32_exec(bool deterministic) {
   Exec ex;
@@ -233,18 +227,14 @@ Output run_wgmma(const Problem& p, const RunOptions& r) {
 // Checks one output against the reference; prints a one-line summary.
 void check(const Problem& p, const Output& o, const std::string& what) {
   const Conv2dShape& s = p.s;
-  const double k = double(s.n) * s.oh() * s.ow();
-  const double bound_rel = std::ldexp(1.0, -9) + k * std::ldexp(1.0, -23);
-  const double ulp4 = 4 * std::ldexp(1.0, -24);
+  const conv_test::Tf32Bound bound(double(s.n) * s.oh() * s.ow());  // K: the pixels summed over
   int64_t bad = 0, wrong = 0;
   std::string first;
   double diff2 = 0, scale2 = 0;
   auto one = [&](const char* name, size_t i, float got, float ref, float ref0, float absv,
                  float sqv) {
     const double e = std::fabs(double(got) - ref);
-    const double bound =
-        2 * bound_rel * absv + ulp4 * (std::fabs(double(ref)) + std::fabs(double(ref0))) + 1e-30;
-    const bool over = !(e <= bound);
+    const bool over = !(e <= bound(absv, std::fabs(double(ref)) + std::fabs(double(ref0))));
     const bool inexact = !(got == ref);
     if ((over && bad == 0) || (inexact && p.fill == Fill::SmallInt && wrong == 0 && bad == 0)) {
       char buf[160];
@@ -271,16 +261,10 @@ void check(const Problem& p, const Output& o, const std::string& what) {
               describe(s, p.with_db).c_str(), static_cast<long long>(wrong),
               static_cast<long long>(bad), frob, first.empty() ? "" : ", first ", first.c_str());
   EXPECT_EQ(bad, 0) << what << ": " << first;
-  EXPECT_LE(frob, 4e-3) << what;
+  EXPECT_LE(frob, conv_test::kTf32Frobenius) << what;
   if (p.fill == Fill::SmallInt) {
     EXPECT_EQ(wrong, 0) << "integers are exact in TF32; " << first;
   }
-}
-
-bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](float x, float y) {
-           return std::memcmp(&x, &y, sizeof x) == 0;
-         });
 }
 
 constexpr auto conv = test::square_conv;  // (n, c, h, w, oc, k, stride, pad)
