@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "kernels/common/ptx.cuh"
 #include "runtime/cuda_check.h"
 
 namespace cnn {
@@ -118,38 +119,12 @@ __device__ __forceinline__ void st_shared_v2(uint32_t addr, float x, float y) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
 }
 
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ uint32_t cluster_size() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(r));
-  return r;
-}
-// All threads of all blocks of the cluster; orders shared-memory writes before it with reads
-// after it, cluster-wide.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile(
-      "barrier.cluster.arrive.release.aligned;\n"
-      "barrier.cluster.wait.acquire.aligned;\n" ::
-          : "memory");
-}
-// The address of `local` (a shared::cta address) in the shared memory of cluster block `rank`.
-__device__ __forceinline__ uint32_t map_rank(uint32_t local, uint32_t rank) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(local), "r"(rank));
-  return r;
-}
-__device__ __forceinline__ float4 ld_cluster_v4(uint32_t addr) {
-  float4 v;
-  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "r"(addr)
-               : "memory");
-  return v;
-}
+// Thread-block clusters: the shared sm_90 wrappers (kernels/common/ptx.cuh).
+using ptx::cluster_rank;
+using ptx::cluster_size;
+using ptx::cluster_sync;
+using ptx::ld_cluster_v4;
+using ptx::map_rank;
 
 // Shared-memory matrix descriptor for a K-major operand in the 128-byte swizzle layout:
 // start address >> 4 in bits 0-13; leading byte offset (unused for swizzled K-major, 1 by
