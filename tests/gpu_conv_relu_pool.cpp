@@ -81,6 +81,17 @@ std::vector<int32_t> ints_to_host(const int32_t* d, size_t n) {
   return h;
 }
 
+// ||got - ref|| / ||ref|| (Euclidean); NaN in got gives infinity.
+double rel_frobenius(const std::vector<float>& got, const std::vector<float>& ref) {
+  double num = 0, den = 1e-300;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(got[i])) return INFINITY;
+    num += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+    den += double(ref[i]) * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
 // max |got - ref| / max |ref|; NaN in got gives infinity.
 double rel_to_max(const std::vector<float>& got, const std::vector<float>& ref) {
   double worst = 0, scale = 1e-30;
@@ -401,7 +412,12 @@ TEST(GpuConvReluPool, NetworkFusedMatchesUnfused) {
     } else {
       EXPECT_LE(rel_to_max(frest, prest), 1e-5);
     }
-    EXPECT_LE(test::max_rel_error(fused.grads, cpu.grads), 1e-3) << "vs the CPU network";
+    // Norm-wise, not element-wise: on random inputs a ReLU or max-pool can sit on a tie that the
+    // CPU and the GPU break differently, and then a few gradient elements move by percents. Seed
+    // 14970076961902322705 does that: the CPU network's own gradients move by 2.8e-2 element-wise
+    // (2.7e-4 norm-wise) when its input is scaled by 1 + 1e-6, as the GPU's differ from them; a
+    // wrong kernel moves the norm by ~1.
+    EXPECT_LE(rel_frobenius(fused.grads, cpu.grads), 1e-3) << "vs the CPU network";
     EXPECT_LE(test::max_rel_error(fused.loss, cpu.loss), 1e-4) << "loss vs the CPU network";
   }
 }
