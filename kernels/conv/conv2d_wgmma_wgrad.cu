@@ -46,10 +46,10 @@
 // that both operands are tiled TMA boxes: A = dy viewed (OW, OC, OH, N), box (bw, BM, br, 1), and
 // per 8-column group of the tile one box (bw, 8, br, 1) of a copy of x viewed (Wc, C, Hc, R N). The
 // alignment rule: a tiled TMA load whose innermost coordinate is not a multiple of 16 bytes stops
-// Hopper with an illegal instruction (not in the driver's documentation; triton-lang/triton#7385
-// and #9112, tile-ai/tilelang#2681), and a box of x itself starts at column ox0 sw - pw + kw (-1
-// for a padding-1 tap): that is how the first version of these boxes, which read x directly, died
-// on the H200 at its first load. TMA also ignores the traversal stride of the innermost dimension
+// Hopper with an illegal instruction (not in the driver's documentation; measured on the H200 by
+// scripts/tma_coordinate_probe.cu, as triton-lang/triton#7385 and tile-ai/tilelang#2681 report),
+// and a box of x itself would start at column ox0 sw - pw + kw (-1 for a padding-1 tap). TMA also
+// ignores the traversal stride of the innermost dimension
 // (cuda.h), which a stride-2 box of x needed. So a pre-pass (conv2d_wgrad_box_copies.cu) writes
 // into the scratch one copy of x per tap class (kh mod sh, kw mod 4 sw), indexed by output pixel
 // with the padding as zeros; tap (kh, kw) reads its class's copy at (ox0 + 4 mw, oy0 + mh):
@@ -59,8 +59,8 @@
 // the CPU emulation in tests/test_conv_wgrad_box.cpp): the output row is the outermost box
 // dimension, so a box lands as br slabs of [BM rows or 8 channels][bw floats]; the swizzle span
 // is bw * 4 bytes (32B, 64B, 128B), because a box row narrower than the span takes the whole
-// span in shared memory (measured on the H200: the first boxes of 8 or 16 columns under the
-// 128-byte swizzle did not fill 128-byte rows as assumed). The consumers' k8 step s reads slab
+// span in shared memory (scripts/tma_coordinate_probe.cu: 8 floats under the 128-byte swizzle
+// land 128 bytes apart). The consumers' k8 step s reads slab
 // 8 s / bw at byte (8 s % bw) 4 with the span's descriptor layout type and SBO = 8 rows of the
 // span (A) or 1024 bytes (B, the next group's box). Thread 0 issues the stage's
 // arrive.expect_tx and then every box (one per group from a table in shared memory, then A),
