@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/quant/qconv_cuda.h"
+#include "kernels/quant/qconv_epilogue.cuh"
 #include "runtime/cuda_check.h"
 #include "runtime/math_util.h"
 
@@ -17,21 +18,8 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ int8_t requantize(float v) {
-  v = fminf(fmaxf(v, -127.f), 127.f);
-  return static_cast<int8_t>(__float2int_rn(v));
-}
-
-template <class T>
-__device__ __forceinline__ T lowest();
-template <>
-__device__ __forceinline__ int8_t lowest<int8_t>() {
-  return -128;
-}
-template <>
-__device__ __forceinline__ float lowest<float>() {
-  return -FLT_MAX;
-}
+using qepilogue::lowest;
+using qepilogue::requantize;
 
 // The shape's derived sizes, computed on the host (QConvShape's methods are host code).
 struct Dims {
@@ -97,13 +85,7 @@ __global__ void qconv_direct(QConvShape s, Dims d, const int8_t* __restrict__ d_
     for (int q = 0; q < s.pool_kw; ++q) {
       const int xo = px * s.pool_sw - s.pool_pw + q;
       if (xo < 0 || xo >= ow) continue;
-      float v = __fmaf_rn(__int2float_rn(conv_sum<kDp4a>(s, d, xi, d_w, y, xo, o)), m, a);
-      if (relu) v = v > 0.f ? v : 0.f;
-      T t;
-      if constexpr (sizeof(T) == 1)
-        t = requantize(v);
-      else
-        t = v;
+      const T t = qepilogue::value<T>(conv_sum<kDp4a>(s, d, xi, d_w, y, xo, o), m, a, relu);
       best = t > best ? t : best;
     }
   }

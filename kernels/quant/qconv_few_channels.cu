@@ -9,6 +9,7 @@
 #include <cfloat>
 #include <cstdint>
 
+#include "kernels/quant/qconv_epilogue.cuh"
 #include "kernels/quant/qconv_few_channels.h"
 #include "kernels/quant/qconv_few_channels_cuda.h"
 #include "runtime/cuda_check.h"
@@ -23,10 +24,8 @@ constexpr int kMinBlocksPerSm = 2;
 constexpr int kChannelsPerThread = 8;
 
 // As qconv.cu and quantize.h: clamp, then round half to even.
-__device__ __forceinline__ int8_t requantize(float v) {
-  v = fminf(fmaxf(v, -127.f), 127.f);
-  return static_cast<int8_t>(__float2int_rn(v));
-}
+using qepilogue::lowest;
+using qepilogue::requantize;
 
 __device__ __forceinline__ uint32_t byte_at(int8_t v, int k) {
   return uint32_t(uint8_t(v)) << (8 * k);
@@ -70,17 +69,6 @@ struct FloatNchw {
     return word;
   }
 };
-
-template <class T>
-__device__ __forceinline__ T lowest();
-template <>
-__device__ __forceinline__ int8_t lowest<int8_t>() {
-  return -128;
-}
-template <>
-__device__ __forceinline__ float lowest<float>() {
-  return -FLT_MAX;
-}
 
 // Thread mapping: block (image * tiles + tile, channel chunk) owns t.tph x t.tpw pooled outputs
 // and t.ocb output channels; a thread owns one item = (pooled output, 8 consecutive channels),
@@ -200,13 +188,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
 #pragma unroll
         for (int q = 0; q < kChannelsPerThread; ++q) {
           const int oo = g * kChannelsPerThread + q;
-          float v = __fmaf_rn(__int2float_rn(acc[pc][q]), mult_s[oo], add_s[oo]);
-          if (relu) v = v > 0.f ? v : 0.f;
-          T tv;
-          if constexpr (sizeof(T) == 1)
-            tv = requantize(v);
-          else
-            tv = v;
+          const T tv = qepilogue::value<T>(acc[pc][q], mult_s[oo], add_s[oo], relu);
           best[q] = tv > best[q] ? tv : best[q];
         }
       }

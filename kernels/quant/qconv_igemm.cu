@@ -24,6 +24,7 @@
 
 #include "kernels/common/ptx.cuh"
 #include "kernels/quant/qconv_cuda.h"
+#include "kernels/quant/qconv_epilogue.cuh"
 #include "runtime/cuda_check.h"
 #include "runtime/math_util.h"
 
@@ -82,21 +83,7 @@ __device__ __forceinline__ int swizzle(int row, int word) {
   return row * kBK + ((((word >> 2) ^ (row >> 1)) & 3) << 4) + (word & 3) * 4;
 }
 
-__device__ __forceinline__ int8_t requantize(float v) {
-  v = fminf(fmaxf(v, -127.f), 127.f);
-  return static_cast<int8_t>(__float2int_rn(v));
-}
-
-template <class T>
-__device__ __forceinline__ T lowest();
-template <>
-__device__ __forceinline__ int8_t lowest<int8_t>() {
-  return -128;
-}
-template <>
-__device__ __forceinline__ float lowest<float>() {
-  return -FLT_MAX;
-}
+using qepilogue::lowest;
 
 // Where block row m reads its input: false for rows past the block's pooled positions and for
 // window elements in the pool's padding.
@@ -282,13 +269,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         const int32_t sums[4] = {sum.x, sum.y, sum.z, sum.w};
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-          float v = __fmaf_rn(__int2float_rn(sums[c]), m[c], ad[c]);
-          if (relu) v = v > 0.f ? v : 0.f;
-          T t;
-          if constexpr (sizeof(T) == 1)
-            t = requantize(v);
-          else
-            t = v;
+          const T t = qepilogue::value<T>(sums[c], m[c], ad[c], relu);
           best[c] = t > best[c] ? t : best[c];
         }
       }
@@ -316,13 +297,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
         for (int v2 = 0; v2 < 2; ++v2) {
           const int row = wm + i * 16 + g + v2 * 8;
-          float v = __fmaf_rn(__int2float_rn(acc[i][j][v2 * 2 + h]), m, ad);
-          if (relu) v = v > 0.f ? v : 0.f;
-          T t;
-          if constexpr (sizeof(T) == 1)
-            t = requantize(v);
-          else
-            t = v;
+          const T t = qepilogue::value<T>(acc[i][j][v2 * 2 + h], m, ad, relu);
           e[row * kBN + cl] = t;
         }
     }

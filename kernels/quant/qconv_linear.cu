@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "kernels/quant/qconv_cuda.h"
+#include "kernels/quant/qconv_epilogue.cuh"
 #include "runtime/cuda_check.h"
 #include "runtime/math_util.h"
 
@@ -22,11 +23,6 @@ namespace cnn {
 namespace {
 
 constexpr int kWarps = 4, kThreads = kWarps * 32;
-
-__device__ __forceinline__ int8_t requantize(float v) {
-  v = fminf(fmaxf(v, -127.f), 127.f);
-  return static_cast<int8_t>(__float2int_rn(v));
-}
 
 __device__ __forceinline__ int32_t dot(int a, int b, int32_t acc) {
   return __dp4a(a, b, acc);
@@ -118,15 +114,12 @@ __global__ void __launch_bounds__(kThreads)
   int32_t sum = 0;
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) sum += red[w][lane];
-  float v = __fmaf_rn(__int2float_rn(sum), mult, add);
-  if (relu) v = v > 0.f ? v : 0.f;
+  const T v = qepilogue::value<T>(sum, mult, add, relu);
   T* const row = d_y + int64_t(m0 + er) * d.out_stride;
+  row[o] = v;
   if constexpr (sizeof(T) == 1) {
-    row[o] = requantize(v);
     if (o == d.n - 1)
       for (int z = d.n; z < d.out_stride; ++z) row[z] = T(0);
-  } else {
-    row[o] = v;
   }
 }
 
