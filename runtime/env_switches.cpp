@@ -101,6 +101,15 @@ EnvSwitches read_env_switches() {
     else
       CNN_FAIL("CNN_WGMMA_CONV_BN='{}': expected 64, 128 or auto", s);
   }
+  if (const char* v = get("CNN_WGMMA_NHWC_PER_SM")) {
+    const std::string s(v);
+    if (s == "auto")
+      e.wgmma_nhwc_blocks_per_sm = 0;
+    else if (s == "1" || s == "2")
+      e.wgmma_nhwc_blocks_per_sm = std::stoi(s);
+    else
+      CNN_FAIL("CNN_WGMMA_NHWC_PER_SM='{}': expected 1, 2 or auto", s);
+  }
   if (const char* v = get("CNN_WGMMA_WGRAD")) {
     const std::string s(v);
     if (s == "async")
@@ -209,6 +218,8 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "how the wgmma convolution gathers im2col (async: cp.async + mbarrier; waitgroup: "
        "cp.async groups; sync: loads and stores)"},
       {"CNN_WGMMA_CONV_BN", "64|128|auto", "the wgmma convolution's block tile width"},
+      {"CNN_WGMMA_NHWC_PER_SM", "1|2|auto",
+       "resident blocks an SM of the wgmma-nhwc convolution (auto: 2 past one wave)"},
       {"CNN_WGMMA_WGRAD", "async|sync",
        "how the wgmma conv weight gradient hands its cp.async copies to the tensor cores (sync: "
        "each producer thread waits for its copies, then arrives)"},

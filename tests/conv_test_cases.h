@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/conv/conv2d.h"
@@ -77,11 +78,20 @@ inline std::string describe_problem(Pass pass, const ConvCase& cc, Fill fill, ui
   return buf;
 }
 
+// Whether an options struct has a blocks_per_sm field (WgmmaNhwcOptions does).
+template <class Options, class = void>
+struct HasBlocksPerSm : std::false_type {};
+template <class Options>
+struct HasBlocksPerSm<Options, std::void_t<decltype(Options::blocks_per_sm)>> : std::true_type {};
+
 // The tile settings of a wgmma options struct (WgmmaConvOptions, WgmmaNhwcOptions), for the
 // summary lines.
 template <class Options>
 std::string describe_tiles(const Options& o) {
-  return "block_n=" + std::to_string(o.block_n) + " splits=" + std::to_string(o.splits);
+  std::string d = "block_n=" + std::to_string(o.block_n) + " splits=" + std::to_string(o.splits);
+  if constexpr (HasBlocksPerSm<Options>::value)
+    d += " blocks_per_sm=" + std::to_string(o.blocks_per_sm);
+  return d;
 }
 
 }  // namespace cnn::conv_test

@@ -6,7 +6,8 @@
 //                        (conv2d_nhwc_layout.h), outputs poisoned with NaN first.
 //   ForwardShapes        C in {1, 3, 17, 64, 130}, OC in {8, 24, 64, 200}, H, W in {7, 13, 32,
 //                        33}, batch 1 and 3, stride 1 and 2, kernels 1x1 .. 7x7 (and 3x5),
-//                        padding 0 .. 3, with and without bias / ReLU; both tile widths; small
+//                        padding 0 .. 3, with and without bias / ReLU; both tile widths (64
+//                        also at two blocks an SM); small
 //                        integers first (exact in TF32: a mismatch is an addressing error), then
 //                        random values.
 //   BackwardDataShapes   the stride-1 input gradient on the same kinds of shapes, negative
@@ -18,7 +19,8 @@
 //                        gives the direct call's bits; its weight gradient is Algo::Wgmma's.
 //   (The scratch itself, a null one refused and no allocation in a captured graph:
 //   gpu_conv_nhwc_scratch.cpp.)
-//   Refusals             FP32 (BF16 runs: gpu_conv_wgmma_nhwc_bf16.cpp), a stride-2 input
+//   Refusals             FP32 (BF16 runs: gpu_conv_wgmma_nhwc_bf16.cpp), 128-column tiles at
+//                        two blocks an SM, a stride-2 input
 //                        gradient, a padding the TMA box cannot express, grouped convolutions
 //                        and linear layers: one-line cnn::Error; autotune leaves the refused
 //                        variant out and still picks another.
@@ -194,11 +196,13 @@ TEST(GpuConvWgmmaNhwc, ForwardShapes) {
   for (const ConvCase& cc : forward_cases())
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Tf32Problem p = make_tf32_problem(Pass::Forward, cc, fill, test::fresh_seed());
-      for (int bn : {64, 128}) {
-        WgmmaNhwcOptions o;
-        o.block_n = bn;
-        expect_close_tf32(p, run_gpu(p, o), describe_tiles(o));
-      }
+      for (int bn : {64, 128})
+        for (int per_sm = 1; per_sm <= (bn == 64 ? 2 : 1); ++per_sm) {
+          WgmmaNhwcOptions o;
+          o.block_n = bn;
+          o.blocks_per_sm = per_sm;
+          expect_close_tf32(p, run_gpu(p, o), describe_tiles(o));
+        }
     }
 #else
   GTEST_SKIP() << "built without CUDA";
@@ -211,11 +215,13 @@ TEST(GpuConvWgmmaNhwc, BackwardDataShapes) {
   for (const ConvCase& cc : backward_data_cases())
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Tf32Problem p = make_tf32_problem(Pass::BackwardData, cc, fill, test::fresh_seed());
-      for (int bn : {64, 128}) {
-        WgmmaNhwcOptions o;
-        o.block_n = bn;
-        expect_close_tf32(p, run_gpu(p, o), describe_tiles(o));
-      }
+      for (int bn : {64, 128})
+        for (int per_sm = 1; per_sm <= (bn == 64 ? 2 : 1); ++per_sm) {
+          WgmmaNhwcOptions o;
+          o.block_n = bn;
+          o.blocks_per_sm = per_sm;
+          expect_close_tf32(p, run_gpu(p, o), describe_tiles(o));
+        }
     }
 #else
   GTEST_SKIP() << "built without CUDA";
@@ -236,6 +242,7 @@ TEST(GpuConvWgmmaNhwc, SplitsAndRepeat) {
           WgmmaNhwcOptions o;
           o.block_n = bn;
           o.splits = splits;
+          o.blocks_per_sm = bn == 64 && splits == 2 ? 2 : 1;  // both residencies under split-K
           const std::vector<float> a = run_gpu(p, o), b = run_gpu(p, o);
           expect_close_tf32(p, a, describe_tiles(o));
           EXPECT_TRUE(bitwise_equal(a, b))
@@ -333,6 +340,16 @@ TEST(GpuConvWgmmaNhwc, Refusals) {
       },
       "direct forward fp32");
   ex.precision = Precision::TF32;
+  // Two blocks an SM of 128-column tiles do not fit the registers.
+  WgmmaNhwcOptions wide_two;
+  wide_two.block_n = 128;
+  wide_two.blocks_per_sm = 2;
+  expect_refused(
+      [&] {
+        conv2d_forward_wgmma_nhwc(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, nullptr,
+                                  nullptr, wide_two);
+      },
+      "block_n 128 at two blocks an SM");
   expect_refused(
       [&] {
         conv2d_backward_data(s2, d_y.data(), d_w.data(), d_x.data(), nullptr, Algo::WgmmaNhwc, ex);

@@ -333,10 +333,12 @@ TEST(GpuConvWgmmaNhwcBf16, ForwardShapes) {
   for (const ConvCase& cc : forward_cases())
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Problem p = make_problem(Pass::Forward, cc, fill, test::fresh_seed());
-      for (int bn : {64, 128}) {
-        const WgmmaNhwcOptions o = bf16_options(bn);
-        expect_close(p, run_gpu(p, o), describe_tiles(o));
-      }
+      for (int bn : {64, 128})
+        for (int per_sm = 1; per_sm <= (bn == 64 ? 2 : 1); ++per_sm) {
+          WgmmaNhwcOptions o = bf16_options(bn);
+          o.blocks_per_sm = per_sm;
+          expect_close(p, run_gpu(p, o), describe_tiles(o));
+        }
     }
 #else
   GTEST_SKIP() << "built without CUDA";
@@ -349,10 +351,12 @@ TEST(GpuConvWgmmaNhwcBf16, BackwardDataShapes) {
   for (const ConvCase& cc : backward_data_cases())
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Problem p = make_problem(Pass::BackwardData, cc, fill, test::fresh_seed());
-      for (int bn : {64, 128}) {
-        const WgmmaNhwcOptions o = bf16_options(bn);
-        expect_close(p, run_gpu(p, o), describe_tiles(o));
-      }
+      for (int bn : {64, 128})
+        for (int per_sm = 1; per_sm <= (bn == 64 ? 2 : 1); ++per_sm) {
+          WgmmaNhwcOptions o = bf16_options(bn);
+          o.blocks_per_sm = per_sm;
+          expect_close(p, run_gpu(p, o), describe_tiles(o));
+        }
     }
 #else
   GTEST_SKIP() << "built without CUDA";

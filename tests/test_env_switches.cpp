@@ -108,3 +108,23 @@ TEST(EnvSwitches, WgmmaWgradBParsesEachValue) {
     EXPECT_NE(msg.find("algo, gather or tma"), std::string::npos) << msg;
   }
 }
+
+// CNN_WGMMA_NHWC_PER_SM: the wgmma-nhwc convolution's blocks an SM, auto (0) unless set.
+TEST(EnvSwitches, WgmmaNhwcPerSmParsesEachValue) {
+  const struct {
+    const char* value;
+    int want;
+  } values[] = {{nullptr, 0}, {"auto", 0}, {"1", 1}, {"2", 2}};
+  for (const auto& v : values) {
+    test::ScopedEnv env("CNN_WGMMA_NHWC_PER_SM", v.value);
+    EXPECT_EQ(read_env_switches().wgmma_nhwc_blocks_per_sm, v.want)
+        << (v.value ? v.value : "unset");
+  }
+  test::ScopedEnv env("CNN_WGMMA_NHWC_PER_SM", "3");
+  try {
+    read_env_switches();
+    FAIL() << "CNN_WGMMA_NHWC_PER_SM=3 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected 1, 2 or auto"), std::string::npos) << e.what();
+  }
+}

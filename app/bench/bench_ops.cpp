@@ -34,6 +34,7 @@ bool op_selected(const BenchOptions& opt, const std::string& op) {
 #include "kernels/conv/conv2d_grouped.h"
 #include "kernels/conv/conv2d_grouped_cuda.h"
 #include "kernels/conv/conv2d_wgmma.h"
+#include "kernels/conv/conv2d_wgmma_nhwc.h"
 #include "kernels/conv/conv2d_wgmma_wgrad.h"
 #include "kernels/conv/conv2d_wgrad_box.h"
 #include "kernels/conv/conv_relu_pool.h"
@@ -660,6 +661,32 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
                                    o);
             else
               conv2d_backward_data_wgmma(s, d.f(i, a), d.f(i, b), d.f(i, out), ctx.stream, o);
+          };
+          rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
+        }
+      }
+      // The TMA-im2col kernel (wgmma-nhwc) with 64-column tiles at one and at two resident
+      // blocks an SM (the `wgmma-nhwc` row takes the picked tile and residency), TF32 and BF16.
+      if (wgmma_pass && (p == Precision::TF32 || p == Precision::BF16) &&
+          conv2d_wgmma_nhwc_available()) {
+        const size_t nhwc_floats =
+            pass == Pass::Forward ? conv2d_forward_scratch_floats(s, Algo::WgmmaNhwc, ex)
+                                  : conv2d_backward_data_scratch_floats(s, Algo::WgmmaNhwc, ex);
+        Buffer<float> nhwc_scratch(nhwc_floats, Device::CUDA);
+        for (int per_sm : {1, 2}) {
+          WgmmaNhwcOptions o;
+          o.block_n = 64;
+          o.blocks_per_sm = per_sm;
+          o.precision = p;
+          Candidate c;
+          c.variant = per_sm == 1 ? "conv:nhwc-bn64-1/sm" : "conv:nhwc-bn64-2/sm";
+          c.launch = [&, o](int i) {  // measure() runs it before nhwc_scratch goes
+            if (pass == Pass::Forward)
+              conv2d_forward_wgmma_nhwc(s, d.f(i, a), d.f(i, b), nullptr, d.f(i, out), false,
+                                        nhwc_scratch.data(), ctx.stream, o);
+            else
+              conv2d_backward_data_wgmma_nhwc(s, d.f(i, a), d.f(i, b), d.f(i, out),
+                                              nhwc_scratch.data(), ctx.stream, o);
           };
           rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
         }

@@ -75,20 +75,25 @@ struct OperandOf<__nv_bfloat16> {  // round to nearest even, as the BF16 mma.syn
 static_assert(OperandOf<float>::kBlock * 4 == kRowBytes, "a TF32 chunk is one swizzle row");
 static_assert(OperandOf<__nv_bfloat16>::kBlock * 2 == kRowBytes, "a BF16 chunk is one row");
 
-// Shared-memory plan of one tile width (the same bytes for both element types): the stage ring,
-// then the mbarriers full[kStages], empty[kStages]. The epilogue's partial tile reuses the ring.
-// One thread keeps the ring full, so the stages are limited by shared memory only (192 KB of ring
-// for both widths).
-template <int BN>
+// Shared-memory plan of one tile width and residency (the same bytes for both element types): the
+// stage ring, then the mbarriers full[kStages], empty[kStages]. The epilogue's partial tile
+// reuses the ring. One thread keeps the ring full, so the stages are limited by shared memory
+// only: one block an SM takes a 192 KB ring (8 stages of BN 64, 6 of BN 128); two blocks an SM
+// (BN 64 only: see run()) take half each (4 stages), so that a grid of up to 2 x 132 blocks runs in
+// one wave instead of one and a half (LeNet's conv2 forward: 196 tiles) and one block's epilogue
+// overlaps the other's main loop.
+template <int BN, int kPerSm>
 struct NhwcPlan {
+  static_assert(kPerSm == 1 || kPerSm == 2, "one or two blocks an SM");
   static constexpr int kBTileBytes = BN * kRowBytes;
   static constexpr int kStageBytes = kATileBytes + kBTileBytes;
-  static constexpr int kStages = BN == 64 ? 8 : 6;
+  static constexpr int kStages = (BN == 64 ? 8 : 6) / kPerSm;
   static constexpr int kEpiPitch = BN + 4;  // floats; rows stay 16-byte aligned
   static constexpr int kBarrierOffset = kStages * kStageBytes;
   static constexpr int kSmemBytes = 1024 + kBarrierOffset + 2 * kStages * 8;  // + alignment
   static_assert(kBM * kEpiPitch * 4 <= kStages * kStageBytes, "epilogue tile must fit the ring");
-  static_assert(kSmemBytes <= 227 * 1024, "over the per-block shared-memory limit");
+  // 228 KB an SM, 1 KB of it reserved per resident block.
+  static_assert(kPerSm * (kSmemBytes + 1024) <= 228 * 1024, "over the per-SM shared memory");
   static_assert(kStageBytes % 1024 == 0 && kATileBytes % 1024 == 0, "tiles 1024-byte aligned");
 };
 
@@ -164,10 +169,10 @@ __device__ __forceinline__ void tma_load_im2col_4d(uint32_t dst, const CUtensorM
 // Thread mapping: see the file comment. Grid (tiles_m * tiles_n, 1, splits), cluster (1, 1,
 // splits); block x owns C rows [128 (x / tiles_n), +128) x columns [BN (x % tiles_n), +BN), split
 // z its k-tiles [z T / splits, (z + 1) T / splits).
-template <int BN, class T>
+template <int BN, class T, int kPerSm>
 __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a, const CUtensorMap& map_b,
                                                const NhwcParams& p) {
-  using P = NhwcPlan<BN>;
+  using P = NhwcPlan<BN, kPerSm>;
   constexpr int kStages = P::kStages;
   constexpr int kBK = OperandOf<T>::kBlock;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -227,12 +232,12 @@ __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a, const C
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-template <int BN, class T>
-__global__ void __launch_bounds__(kThreads, 1)
+template <int BN, class T, int kPerSm>
+__global__ void __launch_bounds__(kThreads, kPerSm)
     conv2d_wgmma_nhwc_kernel(const __grid_constant__ CUtensorMap map_a,
                              const __grid_constant__ CUtensorMap map_b, const NhwcParams p) {
 #ifdef CNN_WGMMA_NHWC_DEVICE_CODE
-  conv_nhwc_body<BN, T>(map_a, map_b, p);
+  conv_nhwc_body<BN, T, kPerSm>(map_a, map_b, p);
 #else
   (void)map_a;
   (void)map_b;
@@ -342,6 +347,11 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
             what);
   CNN_CHECK(opt.block_n == 0 || opt.block_n == 64 || opt.block_n == 128,
             "{}: block_n={} (expected 0, 64 or 128)", what, opt.block_n);
+  CNN_CHECK(opt.blocks_per_sm == 0 || opt.blocks_per_sm == 1 ||
+                (opt.blocks_per_sm == 2 && opt.block_n != 128),
+            "{}: algo wgmma-nhwc blocks_per_sm={} with block_n={} (expected 0 or 1, or 2 with "
+            "block_n 0 or 64)",
+            what, opt.blocks_per_sm, opt.block_n);
   const Im2colGeometry geo = im2col_geometry(g, what, OperandOf<T>::kBlock);
   const int oh = g.oh(), ow = g.ow();
   const int64_t m = int64_t(g.n) * oh * ow;
@@ -389,12 +399,26 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   p.lower_w = geo.lower_w;
   const int64_t tiles = ceil_div<int64_t>(m, kBM) * ceil_div<int64_t>(g.oc, bn);
   const char* name = OperandOf<T>::kBf16 ? "conv2d_wgmma_nhwc_bf16" : "conv2d_wgmma_nhwc";
-  if (bn == 64)
-    launch_split_k_clusters(conv2d_wgmma_nhwc_kernel<64, T>, tiles, splits, kThreads,
-                            NhwcPlan<64>::kSmemBytes, stream, name, map_a, map_b, p);
+  // Two blocks an SM only with 64-column tiles: a 128-column consumer (64 accumulators per
+  // thread) does not compile within the 80 registers that two 384-thread blocks leave it.
+  const int env_per_sm = process_env_switches().wgmma_nhwc_blocks_per_sm;
+  const int per_sm = opt.blocks_per_sm ? opt.blocks_per_sm
+                     : env_per_sm      ? (bn == 64 ? env_per_sm : 1)
+                     : bn == 64 ? conv2d_wgmma_nhwc_pick_blocks_per_sm(tiles * splits, sm_count())
+                                : 1;
+  CNN_CHECK(
+      per_sm == 1 || (per_sm == 2 && bn == 64),
+      "{}: algo wgmma-nhwc blocks_per_sm={} with block_n={} (expected 1, or 2 with block_n 64)",
+      what, per_sm, bn);
+  if (bn == 64 && per_sm == 2)
+    launch_split_k_clusters(conv2d_wgmma_nhwc_kernel<64, T, 2>, tiles, splits, kThreads,
+                            NhwcPlan<64, 2>::kSmemBytes, stream, name, map_a, map_b, p);
+  else if (bn == 64)
+    launch_split_k_clusters(conv2d_wgmma_nhwc_kernel<64, T, 1>, tiles, splits, kThreads,
+                            NhwcPlan<64, 1>::kSmemBytes, stream, name, map_a, map_b, p);
   else
-    launch_split_k_clusters(conv2d_wgmma_nhwc_kernel<128, T>, tiles, splits, kThreads,
-                            NhwcPlan<128>::kSmemBytes, stream, name, map_a, map_b, p);
+    launch_split_k_clusters(conv2d_wgmma_nhwc_kernel<128, T, 1>, tiles, splits, kThreads,
+                            NhwcPlan<128, 1>::kSmemBytes, stream, name, map_a, map_b, p);
 }
 
 // run() at the options' precision, on the caller's scratch. wp was packed for that precision's
@@ -409,6 +433,12 @@ void run_at_precision(const Conv2dShape& g, const WeightPack& wp, const float* d
 }
 
 }  // namespace
+
+int conv2d_wgmma_nhwc_pick_blocks_per_sm(int64_t blocks, int sms) {
+  // Two an SM when one an SM would take more than one wave; a grid that fits one wave keeps the
+  // deeper ring.
+  return blocks > sms ? 2 : 1;
+}
 
 bool conv2d_wgmma_nhwc_available() {
   return conv2d_wgmma_available();

@@ -34,11 +34,18 @@ namespace cnn {
 struct WgmmaNhwcOptions {
   int splits = 0;   // K split across a cluster: 0 picks (1..8), else 1, 2, 4 or 8
   int block_n = 0;  // 0 picks (conv2d_wgmma_pick_block_n, CNN_WGMMA_CONV_BN), else 64 or 128
+  // Resident blocks an SM: 0 picks (conv2d_wgmma_nhwc_pick_blocks_per_sm,
+  // CNN_WGMMA_NHWC_PER_SM), 1 (a ring of 6-8 stages) or 2 (half the ring each; block_n 64 only).
+  int blocks_per_sm = 0;
   Precision precision = Precision::TF32;  // the operands: TF32 or BF16 (FP32 is refused)
 };
 
 // True when this build has the sm_90a kernels and the current device is compute capability 9.0.
 bool conv2d_wgmma_nhwc_available();
+
+// Blocks an SM for a grid of `blocks` (tiles x splits) on `sms` SMs: 2 when one an SM would take
+// more than one wave, else 1.
+int conv2d_wgmma_nhwc_pick_blocks_per_sm(int64_t blocks, int sms);
 
 // y (N, OC, OH, OW) = relu?(conv(x, w) + b), as conv2d_forward; b may be null. d_scratch: see above
 // (16-byte aligned, not null).
