@@ -268,7 +268,7 @@ std::vector<InferRow> bench_stages(const BenchContext& ctx, const Int8Network& q
     // takes the shape. Those compete for the per-pass row (the fused one only when the network
     // fuses). Then the alternatives forced, so the choice can be checked against them (rows
     // alone): the few-channel and the tensor-core kernel where they take the shape, and for a
-    // linear layer the linear dp4a kernel and each split of the tensor-core one.
+    // linear layer the linear dp4a kernel and each tile and split of the tensor-core one.
     struct Variant {
       QConvPath path;
       bool fused = false, competes = false, automatic = false;
@@ -284,8 +284,10 @@ std::vector<InferRow> bench_stages(const BenchContext& ctx, const Int8Network& q
       variants.push_back({QConvPath(nullptr, QConvKernel::FewChannels)});
     if (wp && qconv_is_linear(s)) {
       variants.push_back({QConvPath(wp, QConvKernel::LinearDp4a)});
-      for (int splits : {1, 2, 4, 8})
-        variants.push_back({QConvPath(wp, QConvKernel::TensorCores, splits)});
+      for (QIgemmTile tile : {QIgemmTile::Conv128x64, QIgemmTile::Linear64x64,
+                              QIgemmTile::Linear64x128, QIgemmTile::Linear128x128})
+        for (int splits : {1, 2, 4, 8})
+          variants.push_back({QConvPath(wp, QConvKernel::TensorCores, splits, tile)});
     } else if (wp && picked != QConvKernel::TensorCores) {
       variants.push_back({QConvPath(wp, QConvKernel::TensorCores)});
     }
@@ -294,10 +296,10 @@ std::vector<InferRow> bench_stages(const BenchContext& ctx, const Int8Network& q
     for (const Variant& v : variants) {
       const QConvKernel kernel = qconv_resolve_kernel(s, v.path);
       std::string name = qconv_kernel_name(kernel);
-      if (kernel == QConvKernel::TensorCores)
-        name +=
-            fmt::format(" split {}", v.path.splits ? v.path.splits
-                                                   : qconv_igemm_pick_splits(s, ctx.dev.sm_count));
+      if (kernel == QConvKernel::TensorCores) {
+        const QIgemmPlan plan = qconv_igemm_plan(s, ctx.dev.sm_count, v.path.tile, v.path.splits);
+        name += fmt::format(" {} split {}", qigemm_tile_name(plan.tile), plan.splits);
+      }
       if (v.fused) name += ", input quantization fused";
       if (v.automatic) name += " (auto)";
       const std::string what = fmt::format("int8 stage {} ({}) {}", i, shape, name);
