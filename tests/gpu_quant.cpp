@@ -50,6 +50,7 @@ QConvShape shape(int n, int c, int h, int w, int oc, int k, int stride, int pad,
 struct Forced {
   QConvKernel kernel;
   int splits = 0;
+  QIgemmTile tile = QIgemmTile::Auto;
 };
 
 // The direct kernel always; the rule's choice (QConvKernel::Auto with the repacked weights: the
@@ -88,10 +89,11 @@ void check_qconv(const QConvShape& s, uint64_t seed, bool relu,
   }
   std::vector<QConvPath> paths = {QConvPath{}};
   if (!d_packed.empty()) paths.emplace_back(d_packed.data());
-  for (const Forced& f : forced) paths.emplace_back(d_packed.data(), f.kernel, f.splits);
+  for (const Forced& f : forced) paths.emplace_back(d_packed.data(), f.kernel, f.splits, f.tile);
   for (const QConvPath& p : paths) {
     const std::string path = std::string(qconv_kernel_name(qconv_resolve_kernel(s, p))) +
-                             (p.splits ? " splits " + std::to_string(p.splits) : "");
+                             (p.splits ? " splits " + std::to_string(p.splits) : "") + " tile " +
+                             qigemm_tile_name(p.tile);
     Buffer<int8_t> d_y = upload(std::vector<int8_t>(ref.size(), int8_t(99)));  // poisoned
     Buffer<float> d_yf(ref_f.size(), Device::CUDA);
     test::poison_device(d_yf.data(), d_yf.size());
@@ -203,6 +205,40 @@ TEST(GpuQuant, LinearKernelsMatchCpuTwinBitForBit) {
   check_qconv(linear_shape(256, 64, 7, 7, 1024), seed + k++, true, all);   // LeNet fc1
   check_qconv(linear_shape(256, 1024, 1, 1, 10), seed + k++, false, all);  // LeNet fc2
   EXPECT_TRUE(qconv_is_linear(linear_shape(3, 65, 4, 4, 10)));
+}
+
+// The tensor-core linear tiles (qconv_linear_mma.cu), each forced whole and split 2, 4 and 8
+// ways, and the 128x64 conv tile, on awkward linear shapes: M = 1, 3, 17, 64, 100, 256, 300
+// (partial row tiles), N = 1, 10, 16, 17, 64, 100, 1024 (partial column tiles, int8 padding
+// columns, N past the 64-row packing under a 128-wide tile), K = 4, 16, 52, 3136, 4100 (16-byte
+// loads for 16 and 3136, 4-byte ones otherwise; fewer k-tiles than splits); int8 and float
+// outputs, ReLU on and off. The few-column dp4a kernel joins for N <= 16 (K 3136 and 4100 take
+// two and three slabs of its staged weights). Shapes whose CPU twin would take long are left out.
+TEST(GpuQuant, LinearTensorCoreTilesMatchCpuTwinBitForBit) {
+  CNN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  std::vector<Forced> tiles;
+  for (QIgemmTile t : {QIgemmTile::Conv128x64, QIgemmTile::Linear64x64, QIgemmTile::Linear64x128,
+                       QIgemmTile::Linear128x128})
+    for (int splits : {1, 2, 4, 8}) tiles.push_back({QConvKernel::TensorCores, splits, t});
+  struct In {
+    int c, h, w;
+  };
+  const std::vector<In> ks = {{4, 1, 1}, {16, 1, 1}, {52, 1, 1}, {64, 7, 7}, {4100, 1, 1}};
+  uint64_t k = 0;
+  for (int m : {1, 3, 17, 64, 100, 256, 300})
+    for (int n : {1, 10, 16, 17, 64, 100, 1024})
+      for (const In& in : ks) {
+        const QConvShape s = linear_shape(m, in.c, in.h, in.w, n);
+        if (double(m) * n * s.cp * s.h * s.w > 1.5e8) continue;  // CPU twin time
+        std::vector<Forced> forced = tiles;
+        if (n <= kQLinearDp4aMaxCols) forced.push_back({QConvKernel::LinearDp4a});
+        check_qconv(s, seed + k, k % 2 == 1, forced);
+        ++k;
+      }
+  check_qconv(linear_shape(256, 64, 7, 7, 1024), seed + k++, true, tiles);  // LeNet fc1
+  check_qconv(linear_shape(256, 1024, 1, 1, 10), seed + k++, false,
+              {{QConvKernel::LinearDp4a}});  // LeNet fc2
 }
 
 // The few-channel kernel on s: from int8 input (int8 and float outputs) and from the float

@@ -226,6 +226,56 @@ TEST(Quant, TensorCoreSplitRuleFillsOneWave) {
   EXPECT_EQ(qconv_igemm_pick_splits(conv2, 132), 2);
 }
 
+// The tensor-core path's tile and split: convolutions keep the 128x64 tile and the split rule
+// above; linear layers take the linear tile and split of least estimated time (qconv.cpp), which
+// on an H200's 132 SMs spreads LeNet's fc1 at batch 256 over 4 x 16 tiles of 64 x 64 split 2
+// ways (128 blocks), runs whole from batch 512 on and takes the widest tile for large batches;
+// forced tiles and splits are kept, a forced tile choosing its own split.
+TEST(Quant, TensorCorePlanPicksLinearTiles) {
+  QConvShape conv2 = linear_shape(256, 32, 14, 14, 64);
+  conv2.kh = conv2.kw = 5, conv2.pad_h = conv2.pad_w = 2;
+  QIgemmPlan p = qconv_igemm_plan(conv2, 132);
+  EXPECT_EQ(p.tile, QIgemmTile::Conv128x64);
+  EXPECT_EQ(p.splits, qconv_igemm_pick_splits(conv2, 132));
+  const QConvShape fc1 = linear_shape(256, 64, 7, 7, 1024);
+  p = qconv_igemm_plan(fc1, 132);
+  EXPECT_EQ(p.tile, QIgemmTile::Linear64x64);
+  EXPECT_EQ(p.splits, 2);
+  p = qconv_igemm_plan(linear_shape(512, 64, 7, 7, 1024), 132);
+  EXPECT_EQ(p.tile, QIgemmTile::Linear64x64);
+  EXPECT_EQ(p.splits, 1);
+  p = qconv_igemm_plan(linear_shape(4096, 64, 7, 7, 1024), 132);
+  EXPECT_EQ(p.tile, QIgemmTile::Linear128x128);
+  EXPECT_EQ(p.splits, 1);
+  p = qconv_igemm_plan(linear_shape(32, 64, 7, 7, 1024), 132);  // few rows: split 8 ways
+  EXPECT_EQ(p.tile, QIgemmTile::Linear64x64);
+  EXPECT_EQ(p.splits, 8);
+  p = qconv_igemm_plan(fc1, 1);  // one SM: every split only adds its sum
+  EXPECT_EQ(p.splits, 1);
+  // Forced: both, the tile alone (its best split), the split alone (its best tile), the conv tile.
+  p = qconv_igemm_plan(fc1, 132, QIgemmTile::Linear128x128, 4);
+  EXPECT_EQ(p.tile, QIgemmTile::Linear128x128);
+  EXPECT_EQ(p.splits, 4);
+  p = qconv_igemm_plan(fc1, 132, QIgemmTile::Linear128x128);
+  EXPECT_EQ(p.tile, QIgemmTile::Linear128x128);
+  EXPECT_EQ(p.splits, 8);
+  p = qconv_igemm_plan(fc1, 132, QIgemmTile::Auto, 1);
+  EXPECT_EQ(p.splits, 1);
+  p = qconv_igemm_plan(fc1, 132, QIgemmTile::Conv128x64);
+  EXPECT_EQ(p.tile, QIgemmTile::Conv128x64);
+  EXPECT_EQ(p.splits, 4);
+  // A linear tile forced on a convolution is refused, naming the tile.
+  int8_t dummy = 0;
+  EXPECT_NE(error_of([&] {
+              qconv_resolve_kernel(
+                  conv2, QConvPath(&dummy, QConvKernel::TensorCores, 0, QIgemmTile::Linear64x64));
+            }).find("linear 64x64"),
+            std::string::npos);
+  EXPECT_EQ(qconv_resolve_kernel(
+                fc1, QConvPath(&dummy, QConvKernel::TensorCores, 2, QIgemmTile::Linear64x128)),
+            QConvKernel::TensorCores);
+}
+
 // Which kernel a CUDA call runs: direct unless the specialized kernels are allowed; then the
 // few-channel kernel for C <= 4, the linear dp4a kernel for linear layers with <= 16 columns or
 // <= 8 rows, tensor cores where they take the shape, else direct. Refusals name the mismatch.

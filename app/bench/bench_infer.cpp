@@ -136,10 +136,20 @@ namespace {
 // matters here, not their values.
 constexpr int kCalibrationImages = 16;
 
-InferRow timed(const BenchContext& ctx, const std::string& what, int batch,
+// One forward per graph replay: what a user of the whole network sees, the graph launch's own
+// few microseconds included.
+constexpr int kForwardLaunches = 1;
+// A single pass (one int8 stage, or the float nodes it stands for) runs a few microseconds, about
+// what one graph replay costs to start; with one pass a replay its row would mostly time the
+// launch, on both sides of the comparison. So the per-pass rows run this many passes a replay
+// and report the time per pass, as the ops bench does. Repeating a pass in one capture rewrites
+// the same output buffers from the same inputs: harmless for timing.
+constexpr int kPassLaunches = 20;
+
+InferRow timed(const BenchContext& ctx, const std::string& what, int batch, int launches,
                const std::function<void(int)>& launch) {
   TimerOptions to;
-  to.launches = 1;
+  to.launches = launches;
   to.repeats = ctx.opt->step_repeats;
   to.warmup = 5;
   to.use_graph = true;
@@ -258,7 +268,7 @@ std::vector<InferRow> bench_stages(const BenchContext& ctx, const Int8Network& q
     // takes the shape. Those compete for the per-pass row (the fused one only when the network
     // fuses). Then the alternatives forced, so the choice can be checked against them (rows
     // alone): the few-channel and the tensor-core kernel where they take the shape, and for a
-    // linear layer the linear dp4a kernel and each split of the tensor-core one.
+    // linear layer the linear dp4a kernel and each tile and split of the tensor-core one.
     struct Variant {
       QConvPath path;
       bool fused = false, competes = false, automatic = false;
@@ -274,8 +284,10 @@ std::vector<InferRow> bench_stages(const BenchContext& ctx, const Int8Network& q
       variants.push_back({QConvPath(nullptr, QConvKernel::FewChannels)});
     if (wp && qconv_is_linear(s)) {
       variants.push_back({QConvPath(wp, QConvKernel::LinearDp4a)});
-      for (int splits : {1, 2, 4, 8})
-        variants.push_back({QConvPath(wp, QConvKernel::TensorCores, splits)});
+      for (QIgemmTile tile : {QIgemmTile::Conv128x64, QIgemmTile::Linear64x64,
+                              QIgemmTile::Linear64x128, QIgemmTile::Linear128x128})
+        for (int splits : {1, 2, 4, 8})
+          variants.push_back({QConvPath(wp, QConvKernel::TensorCores, splits, tile)});
     } else if (wp && picked != QConvKernel::TensorCores) {
       variants.push_back({QConvPath(wp, QConvKernel::TensorCores)});
     }
@@ -284,14 +296,14 @@ std::vector<InferRow> bench_stages(const BenchContext& ctx, const Int8Network& q
     for (const Variant& v : variants) {
       const QConvKernel kernel = qconv_resolve_kernel(s, v.path);
       std::string name = qconv_kernel_name(kernel);
-      if (kernel == QConvKernel::TensorCores)
-        name +=
-            fmt::format(" split {}", v.path.splits ? v.path.splits
-                                                   : qconv_igemm_pick_splits(s, ctx.dev.sm_count));
+      if (kernel == QConvKernel::TensorCores) {
+        const QIgemmPlan plan = qconv_igemm_plan(s, ctx.dev.sm_count, v.path.tile, v.path.splits);
+        name += fmt::format(" {} split {}", qigemm_tile_name(plan.tile), plan.splits);
+      }
       if (v.fused) name += ", input quantization fused";
       if (v.automatic) name += " (auto)";
       const std::string what = fmt::format("int8 stage {} ({}) {}", i, shape, name);
-      InferRow r = timed(ctx, what, batch, [&](int) {
+      InferRow r = timed(ctx, what, batch, kPassLaunches, [&](int) {
         if (v.fused)
           qconv_few_channels_forward_quantize(s, xf.data(), q.input_inv_scale(), w.data(), ep,
                                               y.data(), ex);
@@ -379,7 +391,7 @@ void bench_passes_vs_float(const BenchContext& ctx, const QuantizedModel& qm,
       net.forward(batch, x.data());  // every node's input defined
       for (size_t j = 0; j < cmp.size(); ++j) {
         const auto [lo, hi] = stage_nodes(qm.stages[stage_of[j]], folded.specs);
-        const InferRow t = timed(ctx, cmp[j].what, batch, [&](int) {
+        const InferRow t = timed(ctx, cmp[j].what, batch, kPassLaunches, [&](int) {
           for (size_t k = lo; k <= hi; ++k) net.forward_node(k, batch, x.data());
         });
         (p == Precision::FP32 ? cmp[j].fp32_us : cmp[j].tf32_us) = t.median_us;
@@ -421,7 +433,8 @@ std::vector<InferRow> bench_infer(const BenchContext& ctx, const NetDesc& net,
         fmt::print(stderr, "infer {}: algo auto {}\n", precision_name(p), line);
       if (params.empty()) params = model.params_to_host(), buffers = model.buffers_to_host();
       for (int b : batches)
-        rows.push_back(timed(ctx, precision_name(p), b, [&](int) { model.forward(b, x.data()); }));
+        rows.push_back(timed(ctx, precision_name(p), b, kForwardLaunches,
+                             [&](int) { model.forward(b, x.data()); }));
     } catch (const std::exception& e) {
       for (int b : batches) rows.push_back(failed(precision_name(p), b, e.what()));
     }
@@ -472,7 +485,7 @@ std::vector<InferRow> bench_infer(const BenchContext& ctx, const NetDesc& net,
         continue;
       }
       for (int b : batches)
-        rows.push_back(timed(ctx, what, b, [&](int) { q.forward(b, x.data()); }));
+        rows.push_back(timed(ctx, what, b, kForwardLaunches, [&](int) { q.forward(b, x.data()); }));
       if (tc) {
         rows[rows.size() - 1].note = kernels_of_stages(q, qm.stages.size(), max_batch);
         const std::vector<InferRow> best = bench_stages(ctx, q, qm.stages.size(), max_batch, rows);

@@ -11,6 +11,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <utility>
 
 #include "kernels/common/ptx.cuh"
@@ -286,19 +289,58 @@ inline int sm_count() {
   return sms;
 }
 
-// Launches a split-K kernel on (tiles, 1, splits) blocks in thread-block clusters of (1, 1,
-// splits), the split count read by the kernel from its cluster. A cluster of `splits` blocks of
-// ~130 KB each needs that many free SMs in one GPC; where the device cannot place one, fewer
-// splits (halved until it can).
+// The largest split count, `splits` halved, of which the device can place a cluster of (1, 1,
+// splits) blocks of `kernel` with this block size and dynamic shared memory (a cluster needs that
+// many free block slots in one GPC: fewer on a partitioned GPU, or with blocks of ~130 KB). The
+// answer depends on the device and the launch's shape alone, so it is asked once per device
+// (cudaOccupancyMaxActiveClusters takes microseconds of host time) and kept; thread-safe.
+inline int placeable_splits(const void* kernel, int splits, int threads, int smem_bytes) {
+  int dev = 0;
+  CNN_CUDA_CHECK(cudaGetDevice(&dev));
+  using Key = std::tuple<const void*, int, int, int, int>;
+  static std::mutex mu;
+  static std::map<Key, int> known;
+  const Key key{kernel, dev, splits, threads, smem_bytes};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto it = known.find(key);
+    if (it != known.end()) return it->second;
+  }
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr[1];
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = 1;
+  int placed = splits;
+  for (; placed > 1; placed /= 2) {
+    cfg.gridDim = dim3(1, 1, static_cast<unsigned>(placed));
+    attr[0].val.clusterDim.z = static_cast<unsigned>(placed);
+    int clusters = 0;
+    CNN_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+    if (clusters > 0) break;
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  known[key] = placed;
+  return placed;
+}
+
+// Launches a split-K kernel on (tiles.x, tiles.y, splits) blocks in thread-block clusters of (1,
+// 1, splits), the split count read by the kernel from its cluster; fewer splits where the device
+// cannot place such a cluster (placeable_splits).
 template <typename... Params, typename... Args>
-void launch_split_k_clusters(void (*kernel)(Params...), int64_t tiles, int splits, int threads,
+void launch_split_k_clusters(void (*kernel)(Params...), dim3 tiles, int splits, int threads,
                              int smem_bytes, cudaStream_t stream, const char* what,
                              Args&&... args) {
   CNN_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-  CNN_CHECK(tiles <= 0x7fffffff, "{}: {} tiles exceed the grid limit", what, tiles);
+  splits = placeable_splits(reinterpret_cast<const void*>(kernel), splits, threads, smem_bytes);
   cudaLaunchConfig_t cfg{};
   cudaLaunchAttribute attr[1];
+  cfg.gridDim = dim3(tiles.x, tiles.y, static_cast<unsigned>(splits));
   cfg.blockDim = dim3(static_cast<unsigned>(threads));
   cfg.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
   cfg.stream = stream;
@@ -307,17 +349,19 @@ void launch_split_k_clusters(void (*kernel)(Params...), int64_t tiles, int split
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = 1;
   attr[0].val.clusterDim.y = 1;
-  for (;;) {
-    cfg.gridDim = dim3(static_cast<unsigned>(tiles), 1, static_cast<unsigned>(splits));
-    attr[0].val.clusterDim.z = static_cast<unsigned>(splits);
-    if (splits == 1) break;
-    int clusters = 0;
-    CNN_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
-    if (clusters > 0) break;
-    splits /= 2;
-  }
+  attr[0].val.clusterDim.z = static_cast<unsigned>(splits);
   CNN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
   CNN_LAUNCH_CHECK(what);
+}
+
+// The same on a one-dimensional grid of `tiles` tiles.
+template <typename... Params, typename... Args>
+void launch_split_k_clusters(void (*kernel)(Params...), int64_t tiles, int splits, int threads,
+                             int smem_bytes, cudaStream_t stream, const char* what,
+                             Args&&... args) {
+  CNN_CHECK(tiles <= 0x7fffffff, "{}: {} tiles exceed the grid limit", what, tiles);
+  launch_split_k_clusters(kernel, dim3(static_cast<unsigned>(tiles)), splits, threads, smem_bytes,
+                          stream, what, std::forward<Args>(args)...);
 }
 
 }  // namespace wgmma

@@ -2,6 +2,7 @@
 #include "kernels/quant/qconv.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/quant/qconv_cuda.h"
 #include "kernels/quant/qconv_few_channels.h"
@@ -74,6 +75,73 @@ int qconv_igemm_pick_splits(const QConvShape& s, int sm_count) {
   return splits;
 }
 
+const char* qigemm_tile_name(QIgemmTile t) {
+  switch (t) {
+    case QIgemmTile::Auto:
+      return "auto";
+    case QIgemmTile::Conv128x64:
+      return "128x64";
+    case QIgemmTile::Linear64x64:
+      return "linear 64x64";
+    case QIgemmTile::Linear64x128:
+      return "linear 64x128";
+    case QIgemmTile::Linear128x128:
+      return "linear 128x128";
+  }
+  return "?";
+}
+
+namespace {
+
+// Estimated cycles of a linear layer on a linear tile of bm x bn with `splits`, from figures of
+// an H100/H200 SM (guesses, to be replaced by the rule the device measures): a block streams
+// its k-tiles' A and B bytes from L2 at ~64 B/clk while mma.sync s8 retires ~2048 MAC/clk (the
+// larger of the two, they overlap), pays ~1000 clk to fill its pipeline, and with splits > 1 a
+// cluster barrier (~1000 clk) and the read of its bm x bn int32 band sum over DSMEM (~32 B/clk);
+// blocks beyond the resident ones (one an SM) run in further waves.
+double linear_tile_cost(const QConvShape& s, int bm, int bn, int splits, int sm_count) {
+  const int64_t k = int64_t(s.kh) * s.kw * s.cgp;
+  const int64_t ktiles = (k + kQIgemmTileK - 1) / kQIgemmTileK;
+  const int64_t kt = (ktiles + splits - 1) / splits;
+  const int64_t blocks = (int64_t(s.n) + bm - 1) / bm * ((s.ocp + bn - 1) / bn) * splits;
+  const int64_t waves = (blocks + sm_count - 1) / std::max(sm_count, 1);
+  const double load = double(kt) * (bm + bn) * kQIgemmTileK / 64.0;
+  const double mma = double(kt) * bm * bn * kQIgemmTileK / 2048.0;
+  const double sum = splits > 1 ? 1000.0 + double(bm) * bn * 4 / 32.0 : 0.0;
+  return double(waves) * (std::max(load, mma) + 1000.0 + sum);
+}
+
+int tile_rows(QIgemmTile t) {
+  return t == QIgemmTile::Linear128x128 || t == QIgemmTile::Conv128x64 ? 128 : 64;
+}
+int tile_cols(QIgemmTile t) {
+  return t == QIgemmTile::Linear64x128 || t == QIgemmTile::Linear128x128 ? 128 : 64;
+}
+
+}  // namespace
+
+QIgemmPlan qconv_igemm_plan(const QConvShape& s, int sm_count, QIgemmTile tile, int splits) {
+  QIgemmPlan plan;
+  if (tile == QIgemmTile::Auto && !qconv_is_linear(s)) tile = QIgemmTile::Conv128x64;
+  if (tile == QIgemmTile::Conv128x64) {
+    plan.tile = tile;
+    plan.splits = splits ? splits : qconv_igemm_pick_splits(s, sm_count);
+    return plan;
+  }
+  constexpr QIgemmTile kLinearTiles[] = {QIgemmTile::Linear64x64, QIgemmTile::Linear64x128,
+                                         QIgemmTile::Linear128x128};
+  // Ties go to the smaller tile and the fewer splits (listed first).
+  double best = 0;
+  bool found = false;
+  for (QIgemmTile t : kLinearTiles)
+    for (int sp = 1; sp <= kQIgemmMaxSplits; sp *= 2) {
+      if ((tile != QIgemmTile::Auto && t != tile) || (splits && sp != splits)) continue;
+      const double cost = linear_tile_cost(s, tile_rows(t), tile_cols(t), sp, sm_count);
+      if (!found || cost < best) best = cost, plan.tile = t, plan.splits = sp, found = true;
+    }
+  return plan;
+}
+
 bool qconv_is_linear(const QConvShape& s) {
   return s.groups == 1 && s.kh == s.h && s.kw == s.w && s.pad_h == 0 && s.pad_w == 0 &&
          s.dil_h == 1 && s.dil_w == 1 && s.pool_kh == 1 && s.pool_kw == 1 && s.pool_ph == 0 &&
@@ -127,21 +195,46 @@ QConvKernel qconv_resolve_kernel(const QConvShape& s, const QConvPath& path) {
   CNN_CHECK(path.splits == 0 || path.splits == 1 || path.splits == 2 || path.splits == 4 ||
                 path.splits == 8,
             "qconv: splits={} (expected 0 for the rule, 1, 2, 4 or 8)", path.splits);
+  CNN_CHECK(k != QConvKernel::TensorCores || path.tile == QIgemmTile::Auto ||
+                path.tile == QIgemmTile::Conv128x64 || qconv_is_linear(s),
+            "qconv: the tensor-core tile {} takes linear layers only, got kernel {}x{} on a {}x{} "
+            "input",
+            qigemm_tile_name(path.tile), s.kh, s.kw, s.h, s.w);
   return k;
 }
 
-void qconv_forward(const QConvShape& s, const int8_t* x, const int8_t* w, const QEpilogue& ep,
-                   int8_t* y, const Exec& ex, const QConvPath& path) {
+namespace {
+
+// The few-channel launchers by output type, so that one dispatch below serves both.
+void few_channels_cuda(const QConvShape& s, const int8_t* x, const int8_t* w, const QEpilogue& ep,
+                       int8_t* y, cudaStream_t stream) {
+  qconv_few_channels_forward_cuda(s, x, w, ep, y, stream);
+}
+void few_channels_cuda(const QConvShape& s, const int8_t* x, const int8_t* w, const QEpilogue& ep,
+                       float* y, cudaStream_t stream) {
+  qconv_few_channels_forward_float_cuda(s, x, w, ep, y, stream);
+}
+
+// qconv_forward and qconv_forward_float: the same checks and dispatch for an int8 or a float y.
+template <class T>
+void forward(const char* op, const QConvShape& s, const int8_t* x, const int8_t* w,
+             const QEpilogue& ep, T* y, const Exec& ex, const QConvPath& path) {
   check_qconv_shape(s);
-  CNN_CHECK(x && w && y && ep.mult && ep.add, "qconv_forward: null pointer");
+  CNN_CHECK(x && w && y && ep.mult && ep.add, "{}: null pointer", op);
   const QConvKernel k = qconv_resolve_kernel(s, path);
-  if (ex.device == Device::CPU) return qconv_forward_cpu(s, x, w, ep, y);
-  CNN_CUDA_BRANCH("qconv_forward", {
+  if (ex.device == Device::CPU) {
+    if constexpr (std::is_same_v<T, int8_t>)
+      return qconv_forward_cpu(s, x, w, ep, y);
+    else
+      return qconv_forward_float_cpu(s, x, w, ep, y);
+  }
+  CNN_CUDA_BRANCH(op, {
     switch (k) {
       case QConvKernel::FewChannels:
-        return qconv_few_channels_forward_cuda(s, x, w, ep, y, ex.stream);
+        return few_channels_cuda(s, x, w, ep, y, ex.stream);
       case QConvKernel::TensorCores:
-        return qconv_igemm_forward_cuda(s, x, path.w_igemm, ep, y, path.splits, ex.stream);
+        return qconv_igemm_forward_cuda(s, x, path.w_igemm, ep, y, path.tile, path.splits,
+                                        ex.stream);
       case QConvKernel::LinearDp4a:
         return qconv_linear_forward_cuda(s, x, w, ep, y, ex.stream);
       case QConvKernel::Direct:
@@ -151,25 +244,16 @@ void qconv_forward(const QConvShape& s, const int8_t* x, const int8_t* w, const 
   });
 }
 
+}  // namespace
+
+void qconv_forward(const QConvShape& s, const int8_t* x, const int8_t* w, const QEpilogue& ep,
+                   int8_t* y, const Exec& ex, const QConvPath& path) {
+  forward("qconv_forward", s, x, w, ep, y, ex, path);
+}
+
 void qconv_forward_float(const QConvShape& s, const int8_t* x, const int8_t* w, const QEpilogue& ep,
                          float* y, const Exec& ex, const QConvPath& path) {
-  check_qconv_shape(s);
-  CNN_CHECK(x && w && y && ep.mult && ep.add, "qconv_forward_float: null pointer");
-  const QConvKernel k = qconv_resolve_kernel(s, path);
-  if (ex.device == Device::CPU) return qconv_forward_float_cpu(s, x, w, ep, y);
-  CNN_CUDA_BRANCH("qconv_forward_float", {
-    switch (k) {
-      case QConvKernel::FewChannels:
-        return qconv_few_channels_forward_float_cuda(s, x, w, ep, y, ex.stream);
-      case QConvKernel::TensorCores:
-        return qconv_igemm_forward_float_cuda(s, x, path.w_igemm, ep, y, path.splits, ex.stream);
-      case QConvKernel::LinearDp4a:
-        return qconv_linear_forward_float_cuda(s, x, w, ep, y, ex.stream);
-      case QConvKernel::Direct:
-      case QConvKernel::Auto:  // resolved above
-        return qconv_forward_float_cuda(s, x, w, ep, y, ex.stream);
-    }
-  });
+  forward("qconv_forward_float", s, x, w, ep, y, ex, path);
 }
 
 }  // namespace cnn

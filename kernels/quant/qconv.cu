@@ -131,8 +131,8 @@ void qconv_forward_cuda(const QConvShape& s, const int8_t* d_x, const int8_t* d_
   launch<int8_t>(s, d_x, d_w, ep, s.ocp, d_y, stream);
 }
 
-void qconv_forward_float_cuda(const QConvShape& s, const int8_t* d_x, const int8_t* d_w,
-                              const QEpilogue& ep, float* d_y, cudaStream_t stream) {
+void qconv_forward_cuda(const QConvShape& s, const int8_t* d_x, const int8_t* d_w,
+                        const QEpilogue& ep, float* d_y, cudaStream_t stream) {
   launch<float>(s, d_x, d_w, ep, s.oc, d_y, stream);
 }
 

@@ -80,6 +80,24 @@ void qconv_pack_igemm_weights(const QConvShape& s, const int8_t* w, int8_t* pack
 constexpr int kQIgemmMaxSplits = 8, kQIgemmMinKTilesPerSplit = 4;
 int qconv_igemm_pick_splits(const QConvShape& s, int sm_count);
 
+// The tiles of the tensor-core path. Conv128x64: qconv_igemm.cu, every shape the path takes.
+// Linear*: qconv_linear_mma.cu, a plain GEMM for linear layers (qconv_is_linear) with smaller or
+// wider tiles and deeper cp.async pipelines (4-6 stages), so that a layer of few rows (LeNet's fc1
+// at batch 256: 2 x 16 tiles of 128 x 64) spreads over more SMs and keeps more loads in flight.
+// Both read the same repacked weights and split K the same way (exact int32 cluster sums).
+enum class QIgemmTile { Auto, Conv128x64, Linear64x64, Linear64x128, Linear128x128 };
+const char* qigemm_tile_name(QIgemmTile t);
+struct QIgemmPlan {
+  QIgemmTile tile = QIgemmTile::Conv128x64;
+  int splits = 1;
+};
+// The tile and split count a call runs (tile and splits 0/Auto: the rule's, otherwise forced).
+// The rule: Conv128x64 with qconv_igemm_pick_splits for convolutions; for linear layers the
+// linear tile and split with the least estimated time (qconv.cpp: a latency model of one
+// block's loads, mma and split sum times the waves of blocks; a guess until measured).
+QIgemmPlan qconv_igemm_plan(const QConvShape& s, int sm_count, QIgemmTile tile = QIgemmTile::Auto,
+                            int splits = 0);
+
 // A linear layer in qconv form: one output per image, the kernel the whole input (no padding,
 // pool or groups, the activations' channel stride that of the weights). Then x is (N, K) and w
 // (OC, K) with K = H * W * CP, and y (N, stride) a plain GEMM's.
@@ -117,15 +135,17 @@ QConvKernel qconv_pick_kernel(const QConvShape& s, bool specialized);
 struct QConvPath {
   const int8_t* w_igemm = nullptr;  // the repacked weights on the op's device, or null
   QConvKernel kernel = QConvKernel::Direct;
-  int splits = 0;  // TensorCores: 1, 2, 4 or 8 k-splits; 0: qconv_igemm_pick_splits
+  int splits = 0;                      // TensorCores: 1, 2, 4 or 8 k-splits; 0: qconv_igemm_plan's
+  QIgemmTile tile = QIgemmTile::Auto;  // TensorCores: Auto: qconv_igemm_plan's
   QConvPath() = default;
-  explicit QConvPath(const int8_t* w, QConvKernel k = QConvKernel::Auto, int sp = 0)
-      : w_igemm(w), kernel(k), splits(sp) {}
+  explicit QConvPath(const int8_t* w, QConvKernel k = QConvKernel::Auto, int sp = 0,
+                     QIgemmTile t = QIgemmTile::Auto)
+      : w_igemm(w), kernel(k), splits(sp), tile(t) {}
 };
 // The kernel a CUDA call with this path runs. Throws naming what does not fit: TensorCores
 // (forced or the rule's) without repacked weights, repacked weights for a shape the tensor-core
 // kernel does not take, FewChannels or LinearDp4a forced on a shape they do not take, a split
-// count that is not 0, 1, 2, 4 or 8.
+// count that is not 0, 1, 2, 4 or 8, a linear tile forced on a convolution.
 QConvKernel qconv_resolve_kernel(const QConvShape& s, const QConvPath& path);
 
 // y_q int8 output (requantized), on the kernel qconv_resolve_kernel(s, path) names (the direct

@@ -21,8 +21,11 @@
 
 #include <cfloat>
 #include <cstdint>
+#include <map>
+#include <mutex>
 
 #include "kernels/common/ptx.cuh"
+#include "kernels/gemm/wgmma_ptx.cuh"
 #include "kernels/quant/qconv_cuda.h"
 #include "kernels/quant/qconv_epilogue.cuh"
 #include "runtime/cuda_check.h"
@@ -318,24 +321,27 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-int sm_count() {
-  int dev = 0, sms = 0;
-  CNN_CUDA_CHECK(cudaGetDevice(&dev));
-  CNN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return sms;
-}
-
 // Thread-block clusters: a device of compute capability 9.0 or later, and a kernel compiled for
-// one (the cluster code of the kernel exists from sm_90 on).
+// one (the cluster code of the kernel exists from sm_90 on). Asked once per device and kept
+// (cudaFuncGetAttributes costs host time on every call); thread-safe.
 bool clusters_available() {
-  int dev = 0, major = 0;
+  int dev = 0;
   CNN_CUDA_CHECK(cudaGetDevice(&dev));
+  static std::mutex mu;
+  static std::map<int, bool> known;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = known.find(dev);
+  if (it != known.end()) return it->second;
+  int major = 0;
   CNN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   cudaFuncAttributes fa{};
   CNN_CUDA_CHECK(cudaFuncGetAttributes(&fa, qconv_igemm<int8_t, true>));
-  return major >= 9 && fa.ptxVersion >= 90;
+  return known[dev] = major >= 9 && fa.ptxVersion >= 90;
 }
 
+// The split-K launch is wgmma::launch_split_k_clusters' (grid (tiles x, tiles y, splits), the
+// splits halved until the device can place a cluster, that answer cached per device); without
+// splits a plain launch, so that GPUs without clusters run the kernel too.
 template <class T>
 void launch(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, const QEpilogue& ep,
             int out_stride, T* d_y, int splits, cudaStream_t stream) {
@@ -352,45 +358,39 @@ void launch(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, const QEp
   const bool vec16 =
       s.cgp % 16 == 0 && s.cp % 16 == 0 && reinterpret_cast<uintptr_t>(d_x) % 16 == 0;
   const auto kernel = vec16 ? qconv_igemm<T, true> : qconv_igemm<T, false>;
-  if (!clusters_available()) splits = 1;
-  if (splits == 0) splits = qconv_igemm_pick_splits(s, sm_count());
-  cudaLaunchConfig_t cfg{};
-  cudaLaunchAttribute attr[1];
-  cfg.gridDim = dim3(unsigned(ceil_div(d.npp, d.ppb)), unsigned(ceil_div(out_stride, kBN)), 1);
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = 0;
-  // A cluster needs `splits` block slots in one GPC; where the device cannot place one (another
-  // kernel's blocks, a partitioned GPU), fewer splits, halved until it can.
-  while (splits > 1) {
-    cfg.gridDim.z = unsigned(splits);
-    cfg.numAttrs = 1;
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1, attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = unsigned(splits);
-    int clusters = 0;
-    CNN_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
-    if (clusters > 0) break;
-    splits /= 2;
+  const dim3 tiles(unsigned(ceil_div(d.npp, d.ppb)), unsigned(ceil_div(out_stride, kBN)));
+  if (splits > 1) {
+    wgmma::launch_split_k_clusters(kernel, tiles, splits, kThreads, 0, stream, "qconv_igemm", s, d,
+                                   d_x, d_w, ep.mult, ep.add, ep.relu, out_stride, d_y);
+    return;
   }
-  if (splits == 1) cfg.gridDim.z = 1, cfg.numAttrs = 0;
-  CNN_CUDA_CHECK(
-      cudaLaunchKernelEx(&cfg, kernel, s, d, d_x, d_w, ep.mult, ep.add, ep.relu, out_stride, d_y));
+  kernel<<<tiles, kThreads, 0, stream>>>(s, d, d_x, d_w, ep.mult, ep.add, ep.relu, out_stride, d_y);
   CNN_LAUNCH_CHECK("qconv_igemm");
+}
+
+template <class T>
+void forward(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, const QEpilogue& ep,
+             int out_stride, T* d_y, QIgemmTile tile, int splits, cudaStream_t stream) {
+  const bool clusters = clusters_available();
+  const QIgemmPlan plan = qconv_igemm_plan(s, wgmma::sm_count(), tile, clusters ? splits : 1);
+  if (plan.tile == QIgemmTile::Conv128x64)
+    launch<T>(s, d_x, d_w, ep, out_stride, d_y, plan.splits, stream);
+  else
+    qconv_linear_mma_forward_cuda(s, d_x, d_w, ep, d_y, plan.tile, plan.splits, stream);
 }
 
 }  // namespace
 
 void qconv_igemm_forward_cuda(const QConvShape& s, const int8_t* d_x, const int8_t* d_w_packed,
-                              const QEpilogue& ep, int8_t* d_y, int splits, cudaStream_t stream) {
-  launch<int8_t>(s, d_x, d_w_packed, ep, s.ocp, d_y, splits, stream);
+                              const QEpilogue& ep, int8_t* d_y, QIgemmTile tile, int splits,
+                              cudaStream_t stream) {
+  forward<int8_t>(s, d_x, d_w_packed, ep, s.ocp, d_y, tile, splits, stream);
 }
 
-void qconv_igemm_forward_float_cuda(const QConvShape& s, const int8_t* d_x,
-                                    const int8_t* d_w_packed, const QEpilogue& ep, float* d_y,
-                                    int splits, cudaStream_t stream) {
-  launch<float>(s, d_x, d_w_packed, ep, s.oc, d_y, splits, stream);
+void qconv_igemm_forward_cuda(const QConvShape& s, const int8_t* d_x, const int8_t* d_w_packed,
+                              const QEpilogue& ep, float* d_y, QIgemmTile tile, int splits,
+                              cudaStream_t stream) {
+  forward<float>(s, d_x, d_w_packed, ep, s.oc, d_y, tile, splits, stream);
 }
 
 }  // namespace cnn

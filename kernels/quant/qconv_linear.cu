@@ -2,14 +2,16 @@
 // few columns (a classifier: N <= 16 of a 64-wide tile) or few rows (batch <= 8 of a 128-row
 // tile, where the layer is bound by reading its weights once). The layer is the GEMM
 // y = x (M, K) . w (N, K)^T of qconv_is_linear (x's row the image's H * W * CP bytes, w's row
-// the output channel's KH * KW * CGP, the same order). A block of four warps owns kRows rows x
-// kCols columns of y; its threads stride over K in 16-byte chunks (4-byte ones where K or a
-// pointer is not 16-byte aligned), each chunk of each row and column loaded once and multiplied
-// with __dp4a into kRows * kCols int32 sums, which shuffles add across a warp and shared memory
-// across the warps (integers: exact in any order). Then the epilogue of qconv.h, with the
-// intrinsics whose rounding the CPU twin reproduces (__int2float_rn, __fmaf_rn, __float2int_rn).
-//   few columns: kRows 1, kCols 16; consecutive blocks take consecutive rows and share w in L1
-//   few rows:    kRows 8, kCols 1; consecutive blocks take consecutive columns, w read once
+// the output channel's KH * KW * CGP, the same order). Loads are 16-byte chunks (4-byte words
+// where K or a pointer is not 16-byte aligned) multiplied with __dp4a into int32 sums, reduced
+// with shuffles (integers: exact in any order), then the epilogue of qconv.h
+// (qconv_epilogue.cuh).
+//   few columns (qconv_linear_cols): a warp a row, all (up to 16) columns; the block's four
+//     warps share the columns' weights, staged once per slab of K in shared memory, and each
+//     lane ends the reduction with one (row, column) sum after 16 shuffles (a transposing
+//     butterfly instead of 16 separate 5-step reductions)
+//   few rows (qconv_linear_dp4a): a block of four warps 8 rows x 1 column; consecutive blocks
+//     take consecutive columns, w read once
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -123,6 +125,116 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The few-column kernel's shapes: a block of kColsWarps warps, a warp a row; the weights staged
+// kColsSlab bytes of K at a time for all 16 columns (16 x 2 KB = 32 KB of shared memory).
+constexpr int kColsWarps = 4, kColsThreads = kColsWarps * 32, kColsSlab = 2048;
+constexpr int kColsMax = kQLinearDp4aMaxCols;
+static_assert(kColsMax == 16, "the butterfly below reduces 16 columns over 32 lanes");
+
+struct ColsDims {
+  int m, n;        // rows (images), columns (output channels, <= 16)
+  int chunks;      // K / sizeof(V)
+  int out_stride;  // y's row stride: OCP (int8) or OC (float)
+};
+
+// One step of the few-column kernel's transposing butterfly over the lanes at distance
+// 2 kHalf: each lane keeps the half of its first 2 kHalf sums that its lane bit selects and
+// adds its partner's copy of that half (compile-time indices keep the sums in registers).
+template <int kHalf>
+__device__ __forceinline__ void butterfly_step(int32_t (&acc)[kColsMax], int lane) {
+  const bool upper = (lane & (2 * kHalf)) != 0;
+#pragma unroll
+  for (int j = 0; j < kHalf; ++j) {
+    const int32_t send = upper ? acc[j] : acc[j + kHalf];
+    const int32_t keep = upper ? acc[j + kHalf] : acc[j];
+    acc[j] = keep + __shfl_xor_sync(0xffffffffu, send, 2 * kHalf);
+  }
+}
+
+// Thread mapping: block b owns rows [4 b, 4 b + 4), warp w row 4 b + w; lane l sums chunks
+// l, l + 32, ... of each slab of K for all 16 columns (columns >= N sum zeros); after the
+// butterfly, even lane l holds column bitreverse4(l / 2)'s sum of its warp's row and writes it
+// (columns N..OCP-1 of an int8 output as zero). ptxas -v (sm_90): 80 registers, no spills,
+// 32 KB of shared memory.
+template <class T, class V>
+__global__ void __launch_bounds__(kColsThreads)
+    qconv_linear_cols(ColsDims d, const int8_t* __restrict__ d_x, const int8_t* __restrict__ d_w,
+                      const float* __restrict__ d_mult, const float* __restrict__ d_add, bool relu,
+                      T* __restrict__ d_y) {
+  constexpr int kSlabChunks = kColsSlab / int(sizeof(V));  // chunks of a column a slab
+  constexpr int kPerLane = kSlabChunks / 32;
+  __shared__ __align__(16) V ws[kColsMax][kSlabChunks];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int row = int(blockIdx.x) * kColsWarps + warp;
+  const bool row_ok = row < d.m;
+  const V* const xr = reinterpret_cast<const V*>(d_x) + int64_t(row_ok ? row : 0) * d.chunks;
+  const V* const wv = reinterpret_cast<const V*>(d_w);
+
+  int32_t acc[kColsMax];
+#pragma unroll
+  for (int j = 0; j < kColsMax; ++j) acc[j] = 0;
+  for (int c0 = 0; c0 < d.chunks; c0 += kSlabChunks) {
+    const int len = min(kSlabChunks, d.chunks - c0);
+    // This lane's x chunks of the slab, loaded before the weights' barrier to overlap the two.
+    V xv[kPerLane];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int c = lane + 32 * i;
+      xv[i] = zero<V>();
+      if (row_ok && c < len) xv[i] = __ldg(xr + c0 + c);
+    }
+    __syncthreads();  // the previous slab's weights are no longer read
+    for (int idx = tid; idx < d.n * len; idx += kColsThreads) {
+      const int j = idx / len, c = idx - j * len;
+      ws[j][c] = __ldg(wv + int64_t(j) * d.chunks + c0 + c);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int c = lane + 32 * i;
+#pragma unroll
+      for (int j = 0; j < kColsMax; ++j)
+        if (c < len && j < d.n) acc[j] = dot(xv[i], ws[j][c], acc[j]);
+    }
+  }
+
+  // Transposing butterfly (butterfly_step): distances 16, 8, 4, 2, then 1 adds the pair.
+  butterfly_step<8>(acc, lane);
+  butterfly_step<4>(acc, lane);
+  butterfly_step<2>(acc, lane);
+  butterfly_step<1>(acc, lane);
+  const int32_t sum = acc[0] + __shfl_xor_sync(0xffffffffu, acc[0], 1);
+  const int col =
+      ((lane >> 4) & 1) * 8 + ((lane >> 3) & 1) * 4 + ((lane >> 2) & 1) * 2 + ((lane >> 1) & 1);
+  if (!row_ok || (lane & 1)) return;
+  T* const out = d_y + int64_t(row) * d.out_stride;
+  if (col < d.n)
+    out[col] = qepilogue::value<T>(sum, __ldg(d_mult + col), __ldg(d_add + col), relu);
+  else if (col < d.out_stride)
+    out[col] = T(0);
+  if (lane == 0)
+    for (int z = kColsMax; z < d.out_stride; ++z) out[z] = T(0);  // an OCP past 16
+}
+
+template <class T>
+void launch_cols(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, const QEpilogue& ep,
+                 int out_stride, T* d_y, cudaStream_t stream) {
+  const int64_t k = int64_t(s.h) * s.w * s.cp;
+  const bool vec16 = k % 16 == 0 && reinterpret_cast<uintptr_t>(d_x) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(d_w) % 16 == 0;
+  ColsDims d;
+  d.m = s.n, d.n = s.oc, d.out_stride = out_stride;
+  d.chunks = int(vec16 ? k / 16 : k / 4);
+  const unsigned blocks = unsigned(ceil_div(s.n, kColsWarps));
+  if (vec16)
+    qconv_linear_cols<T, int4>
+        <<<blocks, kColsThreads, 0, stream>>>(d, d_x, d_w, ep.mult, ep.add, ep.relu, d_y);
+  else
+    qconv_linear_cols<T, int>
+        <<<blocks, kColsThreads, 0, stream>>>(d, d_x, d_w, ep.mult, ep.add, ep.relu, d_y);
+  CNN_LAUNCH_CHECK("qconv_linear_cols");
+}
+
 template <class T, int kRows, int kCols>
 void launch_tile(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, const QEpilogue& ep,
                  int out_stride, T* d_y, cudaStream_t stream) {
@@ -147,10 +259,10 @@ void launch_tile(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, cons
 template <class T>
 void launch(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, const QEpilogue& ep,
             int out_stride, T* d_y, cudaStream_t stream) {
-  // Few columns: a block a row, all columns (up to 16) at once; otherwise (few rows, or a shape
+  // Few columns: a warp a row, all columns (up to 16) at once; otherwise (few rows, or a shape
   // the caller forced here) all rows of a group of 8 for one column.
   if (s.oc <= kQLinearDp4aMaxCols)
-    launch_tile<T, 1, kQLinearDp4aMaxCols>(s, d_x, d_w, ep, out_stride, d_y, stream);
+    launch_cols<T>(s, d_x, d_w, ep, out_stride, d_y, stream);
   else
     launch_tile<T, kQLinearDp4aMaxRows, 1>(s, d_x, d_w, ep, out_stride, d_y, stream);
 }
@@ -162,8 +274,8 @@ void qconv_linear_forward_cuda(const QConvShape& s, const int8_t* d_x, const int
   launch<int8_t>(s, d_x, d_w, ep, s.ocp, d_y, stream);
 }
 
-void qconv_linear_forward_float_cuda(const QConvShape& s, const int8_t* d_x, const int8_t* d_w,
-                                     const QEpilogue& ep, float* d_y, cudaStream_t stream) {
+void qconv_linear_forward_cuda(const QConvShape& s, const int8_t* d_x, const int8_t* d_w,
+                               const QEpilogue& ep, float* d_y, cudaStream_t stream) {
   launch<float>(s, d_x, d_w, ep, s.oc, d_y, stream);
 }
 

@@ -1,0 +1,327 @@
+// Int8 linear layers on tensor cores: y (M, N) = x (M, K) . w (N, K)^T with mma.sync m16n8k32
+// (s8 x s8 -> s32), for the layers of few rows whose 128 x 64 implicit-GEMM tiles (qconv_igemm.cu)
+// cover few SMs: LeNet's fc1 at batch 256 is 2 x 16 such tiles. A linear layer needs no im2col
+// gather (x's rows are the reduction, contiguous), so this kernel loads whole 16-byte chunks
+// (4-byte words where K is not a multiple of 16), and offers smaller or wider tiles
+// (QIgemmTile: 64x64, 64x128, 128x128) with deeper cp.async pipelines than the conv kernel's 3
+// stages, so that more blocks run and each keeps more loads in flight. The weights are the ones
+// qconv_pack_igemm_weights repacked ((OCT, KP), zero padded to 64 rows and 64-byte k-tiles; a
+// 128-wide tile reads rows past OCT as zeros).
+// Block: 8 warps, 2 (rows) x 4 (columns), each a (BM / 2) x (BN / 4) warp tile of 16 x 8 mma
+// tiles; shared memory rows of 64 bytes with their 16-byte chunks XOR-swizzled by (row / 2) % 4
+// (the conv kernel's layout: the fragment loads of a warp hit 32 different banks).
+// Split-K as in qconv_igemm.cu: clusters of (1, 1, splits), block z sums k-tiles
+// [z T / splits, (z + 1) T / splits), writes its int32 partial tile to its shared memory, and
+// after a cluster barrier sums a band of the tile's rows over every block in rank order through
+// distributed shared memory (exact: the bits do not depend on the split) before the epilogue of
+// qconv.h (qconv_epilogue.cuh).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/common/ptx.cuh"
+#include "kernels/gemm/wgmma_ptx.cuh"
+#include "kernels/quant/qconv_cuda.h"
+#include "kernels/quant/qconv_epilogue.cuh"
+#include "runtime/cuda_check.h"
+#include "runtime/math_util.h"
+
+namespace cnn {
+namespace {
+
+constexpr int kBK = kQIgemmTileK, kThreads = 256;
+static_assert(kBK == 64, "64-byte shared memory rows: the swizzle below assumes them");
+
+// Per tile: pipeline stages (deeper for the smaller tiles, whose stages are smaller) and shared
+// memory: the pipeline, or a split's int32 partial tile (rows padded by 8 words so that a warp's
+// accumulator stores fill two wavefronts instead of eight), whichever is larger.
+//   64x64:   6 stages x 8 KB = 48 KB (partials 18 KB)
+//   64x128:  5 stages x 12 KB = 60 KB (partials 34 KB)
+//   128x128: 4 stages x 16 KB = 64 KB (partials 68 KB)
+template <int BM, int BN>
+struct Tile {
+  static constexpr int kStages = BM + BN <= 128 ? 6 : (BM + BN <= 192 ? 5 : 4);
+  static constexpr int kStageA = BM * kBK, kStageB = BN * kBK;
+  static constexpr int kPartLd = BN + 8;
+  static constexpr int kSmemPipe = kStages * (kStageA + kStageB);
+  static constexpr int kSmemPart = BM * kPartLd * 4;
+  static constexpr int kSmem = kSmemPipe > kSmemPart ? kSmemPipe : kSmemPart;
+  static constexpr int kMi = BM / 32, kNi = BN / 32;  // mma tiles of a warp: rows, columns
+  // Two blocks an SM where their registers (at most 128 a thread) and shared memory allow it.
+  static constexpr int kMinBlocks = BM * BN <= 64 * 128 ? 2 : 1;
+};
+
+struct MmaDims {
+  int m, n;        // rows (images), columns (output channels)
+  int k, kp;       // reduction, and its length rounded up to kBK (the packed rows' length)
+  int oct;         // the packed weights' rows
+  int out_stride;  // y's row stride: OCP (int8) or OC (float)
+};
+
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(ptx::smem_u32(dst)), "l"(src),
+               "r"(valid ? 4 : 0)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(ptx::smem_u32(dst)),
+               "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+
+// d[0..3] += a * b for one 16x8x32 int8 tile (fragments as in qconv_igemm.cu: g = lane / 4,
+// t = lane % 4; d0, d1 row g columns 2t, 2t+1; d2, d3 row g + 8).
+__device__ __forceinline__ void mma_s8(int32_t* d, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Byte offset of 4-byte word `word` (0..15) of tile row `row` (64 bytes a row), swizzled.
+__device__ __forceinline__ int swizzle(int row, int word) {
+  return row * kBK + ((((word >> 2) ^ (row >> 1)) & 3) << 4) + (word & 3) * 4;
+}
+
+// Thread mapping: block (bx, by, z) computes y's rows [bx BM, +BM) and columns [by BN, +BN)
+// (with split-K, block z of the cluster its k-tiles of them); warp w owns tile rows
+// (w / 4) BM / 2 .. +BM / 2 and columns (w % 4) BN / 4 .. +BN / 4, and writes its outputs from
+// its accumulators (without split-K); with split-K thread i sums 4 columns 4 (i % (BN / 4)) of
+// rows i / (BN / 4) + 256 / (BN / 4) j of the block's band. Loads: A by 16-byte chunk i % 4 of
+// rows i / 4 + 64 j (kVec16) or 4-byte word i % 16 of rows i / 16 + 16 j; B by 16-byte chunk
+// i % 4 of rows i / 4 + 64 j.
+// ptxas -v (sm_90, 16-byte / 4-byte loads), no spills: 64x64 79 / 80 registers, 64x128 105 /
+// 112 (both at most 128: two blocks an SM), 128x128 141 / 177 (one block an SM); dynamic shared
+// memory 48 / 60 / 68 KB (Tile::kSmem).
+template <class T, int BM, int BN, bool kVec16>
+__global__ void __launch_bounds__(kThreads, Tile<BM, BN>::kMinBlocks)
+    qconv_linear_mma(MmaDims d, const int8_t* __restrict__ d_x, const int8_t* __restrict__ d_w,
+                     const float* __restrict__ d_mult, const float* __restrict__ d_add, bool relu,
+                     T* __restrict__ d_y) {
+  using P = Tile<BM, BN>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint8_t* const sa = smem;                            // kStages x (BM, kBK)
+  uint8_t* const sb = smem + P::kStages * P::kStageA;  // kStages x (BN, kBK)
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, tg = lane & 3;
+  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+#if __CUDA_ARCH__ >= 900
+  const int rank = int(ptx::cluster_rank()), nsplit = int(ptx::cluster_size());
+#else
+  constexpr int rank = 0, nsplit = 1;
+#endif
+  const int kt_begin = int(int64_t(d.kp / kBK) * rank / nsplit);
+  const int kt_end = int(int64_t(d.kp / kBK) * (rank + 1) / nsplit);
+
+  // A: this thread's rows of x (row pointers clamped to x itself past M, never read there).
+  constexpr int kARows = kVec16 ? BM * 4 / kThreads : BM * 16 / kThreads;
+  constexpr int kARowStep = kThreads / (kVec16 ? 4 : 16);
+  const int acol = kVec16 ? tid & 3 : tid & 15;  // chunk or word of the rows this thread loads
+  const int arow0 = kVec16 ? tid >> 2 : tid >> 4;
+  const int8_t* arow[kARows];
+#pragma unroll
+  for (int j = 0; j < kARows; ++j) {
+    const int m = m0 + arow0 + j * kARowStep;
+    arow[j] = m < d.m ? d_x + int64_t(m) * d.k + acol * (kVec16 ? 16 : 4) : nullptr;
+  }
+  // B: this thread's rows of the packed weights (zero padded in k; rows past OCT read as zeros).
+  constexpr int kBRows = BN * 4 / kThreads;
+  const int8_t* brow[kBRows];
+#pragma unroll
+  for (int j = 0; j < kBRows; ++j) {
+    const int n = n0 + (tid >> 2) + j * 64;
+    brow[j] = n < d.oct ? d_w + int64_t(n) * d.kp + (tid & 3) * 16 : nullptr;
+  }
+
+  auto load_stage = [&](int slot, int k0) {
+    uint8_t* const a = sa + slot * P::kStageA;
+    const bool k_ok = k0 + acol * (kVec16 ? 16 : 4) < d.k;  // K % 16 == 0 with kVec16
+#pragma unroll
+    for (int j = 0; j < kARows; ++j) {
+      const bool valid = k_ok && arow[j];
+      const int8_t* src = valid ? arow[j] + k0 : d_x;
+      const int m = arow0 + j * kARowStep;
+      if (kVec16)
+        cp_async16(a + swizzle(m, acol * 4), src, valid);
+      else
+        cp_async4(a + swizzle(m, acol), src, valid);
+    }
+    uint8_t* const b = sb + slot * P::kStageB;
+#pragma unroll
+    for (int j = 0; j < kBRows; ++j) {
+      const int8_t* src = brow[j] ? brow[j] + k0 : d_w;
+      cp_async16(b + swizzle((tid >> 2) + j * 64, (tid & 3) * 4), src, brow[j] != nullptr);
+    }
+  };
+
+  int32_t acc[P::kMi][P::kNi][4];
+#pragma unroll
+  for (int i = 0; i < P::kMi; ++i)
+#pragma unroll
+    for (int j = 0; j < P::kNi; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0;
+
+  const int kt_count = kt_end - kt_begin;
+#pragma unroll
+  for (int st = 0; st < P::kStages - 1; ++st) {
+    if (st < kt_count) load_stage(st, (kt_begin + st) * kBK);
+    ptx::cp_async_commit();
+  }
+  const int wm = (warp >> 2) * (BM / 2), wn = (warp & 3) * (BN / 4);
+  for (int kt = 0; kt < kt_count; ++kt) {
+    ptx::cp_async_wait<P::kStages - 2>();
+    __syncthreads();  // stage kt landed for all; stage kt - 1 is no longer read
+    const int next = kt + P::kStages - 1;
+    if (next < kt_count) load_stage(next % P::kStages, (kt_begin + next) * kBK);
+    ptx::cp_async_commit();
+    const uint8_t* const a = sa + (kt % P::kStages) * P::kStageA;
+    const uint8_t* const b = sb + (kt % P::kStages) * P::kStageB;
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      uint32_t af[P::kMi][4], bf[P::kNi][2];
+#pragma unroll
+      for (int i = 0; i < P::kMi; ++i) {
+        const int row = wm + i * 16 + g;
+        af[i][0] = *reinterpret_cast<const uint32_t*>(a + swizzle(row, kk * 8 + tg));
+        af[i][1] = *reinterpret_cast<const uint32_t*>(a + swizzle(row + 8, kk * 8 + tg));
+        af[i][2] = *reinterpret_cast<const uint32_t*>(a + swizzle(row, kk * 8 + tg + 4));
+        af[i][3] = *reinterpret_cast<const uint32_t*>(a + swizzle(row + 8, kk * 8 + tg + 4));
+      }
+#pragma unroll
+      for (int j = 0; j < P::kNi; ++j) {
+        const int n = wn + j * 8 + g;
+        bf[j][0] = *reinterpret_cast<const uint32_t*>(b + swizzle(n, kk * 8 + tg));
+        bf[j][1] = *reinterpret_cast<const uint32_t*>(b + swizzle(n, kk * 8 + tg + 4));
+      }
+#pragma unroll
+      for (int i = 0; i < P::kMi; ++i)
+#pragma unroll
+        for (int j = 0; j < P::kNi; ++j) mma_s8(acc[i][j], af[i], bf[j]);
+    }
+  }
+  ptx::cp_async_wait<0>();
+
+#if __CUDA_ARCH__ >= 900
+  if (nsplit > 1) {
+    __syncthreads();  // the pipeline's buffers become the partial tile
+    int32_t* const part = reinterpret_cast<int32_t*>(smem);  // (BM, kPartLd)
+#pragma unroll
+    for (int i = 0; i < P::kMi; ++i)
+#pragma unroll
+      for (int j = 0; j < P::kNi; ++j)
+#pragma unroll
+        for (int v2 = 0; v2 < 2; ++v2) {
+          const int row = wm + i * 16 + g + v2 * 8, cl = wn + j * 8 + tg * 2;
+          *reinterpret_cast<int2*>(part + row * P::kPartLd + cl) =
+              make_int2(acc[i][j][v2 * 2], acc[i][j][v2 * 2 + 1]);
+        }
+    ptx::cluster_sync();  // every block's partial tile is complete
+    const int r_lo = BM * rank / nsplit, r_hi = BM * (rank + 1) / nsplit;
+    for (int idx = tid; idx < (r_hi - r_lo) * (BN / 4); idx += kThreads) {
+      const int r = r_lo + idx / (BN / 4), c4 = (idx % (BN / 4)) * 4;
+      const int row = m0 + r, o0 = n0 + c4;
+      if (row >= d.m || o0 >= d.out_stride) continue;
+      const uint32_t local = ptx::smem_u32(part + r * P::kPartLd + c4);
+      int4 sum = ptx::ld_cluster_s32x4(ptx::map_rank(local, 0));
+      for (int q = 1; q < nsplit; ++q) {
+        const int4 v = ptx::ld_cluster_s32x4(ptx::map_rank(local, uint32_t(q)));
+        sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+      }
+      const int32_t sums[4] = {sum.x, sum.y, sum.z, sum.w};
+      T* const out = d_y + int64_t(row) * d.out_stride;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int o = o0 + c;
+        if (o >= d.out_stride) continue;
+        out[o] = o < d.n ? qepilogue::value<T>(sums[c], __ldg(d_mult + o), __ldg(d_add + o), relu)
+                         : T(0);
+      }
+    }
+    ptx::cluster_sync();  // no block leaves while another still reads its partial tile
+    return;
+  }
+#endif
+
+  // One block a tile: each thread writes its own accumulators.
+#pragma unroll
+  for (int j = 0; j < P::kNi; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int o = n0 + wn + j * 8 + tg * 2 + h;
+      if (o >= d.out_stride) continue;
+      const bool live = o < d.n;
+      const float m = live ? __ldg(d_mult + o) : 0.f, ad = live ? __ldg(d_add + o) : 0.f;
+#pragma unroll
+      for (int i = 0; i < P::kMi; ++i)
+#pragma unroll
+        for (int v2 = 0; v2 < 2; ++v2) {
+          const int row = m0 + wm + i * 16 + g + v2 * 8;
+          if (row < d.m)
+            d_y[int64_t(row) * d.out_stride + o] =
+                live ? qepilogue::value<T>(acc[i][j][v2 * 2 + h], m, ad, relu) : T(0);
+        }
+    }
+}
+
+template <class T, int BM, int BN>
+void launch_tile(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, const QEpilogue& ep,
+                 int out_stride, T* d_y, int splits, cudaStream_t stream) {
+  using P = Tile<BM, BN>;
+  MmaDims d;
+  d.m = s.n, d.n = s.oc, d.out_stride = out_stride;
+  d.k = s.h * s.w * s.cp;
+  d.kp = ceil_div(d.k, kBK) * kBK;
+  d.oct = ceil_div(s.ocp, kQIgemmTileN) * kQIgemmTileN;
+  const bool vec16 = d.k % 16 == 0 && reinterpret_cast<uintptr_t>(d_x) % 16 == 0;
+  const auto kernel =
+      vec16 ? qconv_linear_mma<T, BM, BN, true> : qconv_linear_mma<T, BM, BN, false>;
+  const dim3 tiles(unsigned(ceil_div(s.n, BM)), unsigned(ceil_div(out_stride, BN)));
+  if (splits > 1) {
+    wgmma::launch_split_k_clusters(kernel, tiles, splits, kThreads, P::kSmem, stream,
+                                   "qconv_linear_mma", d, d_x, d_w, ep.mult, ep.add, ep.relu, d_y);
+    return;
+  }
+  CNN_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, P::kSmem));
+  kernel<<<tiles, kThreads, P::kSmem, stream>>>(d, d_x, d_w, ep.mult, ep.add, ep.relu, d_y);
+  CNN_LAUNCH_CHECK("qconv_linear_mma");
+}
+
+template <class T>
+void launch(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, const QEpilogue& ep,
+            int out_stride, T* d_y, QIgemmTile tile, int splits, cudaStream_t stream) {
+  CNN_CHECK(qconv_is_linear(s), "qconv_linear_mma: the shape is not a linear layer");
+  CNN_CHECK(splits == 1 || splits == 2 || splits == 4 || splits == 8,
+            "qconv_linear_mma: splits={} (expected 1, 2, 4 or 8)", splits);
+  switch (tile) {
+    case QIgemmTile::Linear64x64:
+      return launch_tile<T, 64, 64>(s, d_x, d_w, ep, out_stride, d_y, splits, stream);
+    case QIgemmTile::Linear64x128:
+      return launch_tile<T, 64, 128>(s, d_x, d_w, ep, out_stride, d_y, splits, stream);
+    case QIgemmTile::Linear128x128:
+      return launch_tile<T, 128, 128>(s, d_x, d_w, ep, out_stride, d_y, splits, stream);
+    case QIgemmTile::Auto:
+    case QIgemmTile::Conv128x64:
+      break;
+  }
+  CNN_FAIL("qconv_linear_mma: tile {} is not a linear tile", qigemm_tile_name(tile));
+}
+
+}  // namespace
+
+void qconv_linear_mma_forward_cuda(const QConvShape& s, const int8_t* d_x, const int8_t* d_w_packed,
+                                   const QEpilogue& ep, int8_t* d_y, QIgemmTile tile, int splits,
+                                   cudaStream_t stream) {
+  launch<int8_t>(s, d_x, d_w_packed, ep, s.ocp, d_y, tile, splits, stream);
+}
+
+void qconv_linear_mma_forward_cuda(const QConvShape& s, const int8_t* d_x, const int8_t* d_w_packed,
+                                   const QEpilogue& ep, float* d_y, QIgemmTile tile, int splits,
+                                   cudaStream_t stream) {
+  launch<float>(s, d_x, d_w_packed, ep, s.oc, d_y, tile, splits, stream);
+}
+
+}  // namespace cnn
