@@ -64,14 +64,11 @@ bool qconv_few_channels_supported(const QConvShape& s) {
          int64_t(s.n) * t.tiles_h * t.tiles_w < (int64_t{1} << 31) && t.chunks <= 65535;
 }
 
-QFewMmaTiling qconv_few_channels_mma_tiling(const QConvShape& s) {
-  QFewMmaTiling m{};
-  m.few = qconv_few_channels_tiling(s);
+namespace {
+
+// The tensor-core layout of m.few's tile (its tph, tpw, in_rows and in_words set).
+void mma_sizes_of_tile(const QConvShape& s, QFewMmaTiling& m) {
   const QFewTiling& t = m.few;
-  m.n_tiles = t.ocb / 8;
-  m.k_steps = ceil_div(s.kh * t.kww, 8);
-  m.slots = 1, m.slot_shift = 0;
-  while (m.slots < s.pool_kh * s.pool_kw) m.slots *= 2, ++m.slot_shift;
   m.m_tiles = ceil_div(t.tph * t.tpw * m.slots, 16);
   // A row stride of 9 words mod 32: a warp's A fragment load reads rows g and g + 8 of an mma
   // tile (neighbouring conv outputs of 8 pool window slots) at one kernel word each. For LeNet's
@@ -84,12 +81,37 @@ QFewMmaTiling qconv_few_channels_mma_tiling(const QConvShape& s) {
   m.byte_row_words = s.c == 1 ? round_up4(t.in_words) / 4 + 1 : 0;
   m.smem_bytes = 8 * (int64_t(m.k_steps) * m.n_tiles * 32 + int64_t(m.k_steps) * 4 + t.ocb) +
                  4 * int64_t(t.in_rows) * (m.row_words + m.byte_row_words);
+}
+
+}  // namespace
+
+// The dp4a kernel's tiles, halved as its own are where the padded rows and k steps do not fit.
+QFewMmaTiling qconv_few_channels_mma_tiling(const QConvShape& s) {
+  QFewMmaTiling m{};
+  m.few = qconv_few_channels_tiling(s);
+  QFewTiling& t = m.few;
+  m.n_tiles = t.ocb / 8;
+  m.k_steps = ceil_div(s.kh * t.kww, 8);
+  m.slots = 1, m.slot_shift = 0;
+  while (m.slots < s.pool_kh * s.pool_kw) m.slots *= 2, ++m.slot_shift;
+  mma_sizes_of_tile(s, m);
+  while (m.smem_bytes > kQFewMaxSmem && (t.tph > 1 || t.tpw > 1)) {
+    if (t.tph >= t.tpw)
+      t.tph = (t.tph + 1) / 2;
+    else
+      t.tpw = (t.tpw + 1) / 2;
+    sizes_of_tile(s, t);
+    mma_sizes_of_tile(s, m);
+  }
+  t.tiles_h = ceil_div(t.ph, t.tph), t.tiles_w = ceil_div(t.pw, t.tpw);
   return m;
 }
 
 bool qconv_few_channels_mma_supported(const QConvShape& s) {
-  return qconv_few_channels_supported(s) && s.pool_kh * s.pool_kw <= kQFewMmaMaxWindow &&
-         qconv_few_channels_mma_tiling(s).smem_bytes <= kQFewMaxSmem;
+  if (!qconv_few_channels_supported(s) || s.pool_kh * s.pool_kw > kQFewMmaMaxWindow) return false;
+  const QFewMmaTiling m = qconv_few_channels_mma_tiling(s);
+  return m.smem_bytes <= kQFewMaxSmem &&
+         int64_t(s.n) * m.few.tiles_h * m.few.tiles_w < (int64_t{1} << 31);
 }
 
 void qconv_few_channels_forward_quantize(const QConvShape& s, const float* x, float inv_scale,
