@@ -241,15 +241,19 @@ TEST(GpuQuant, LinearTensorCoreTilesMatchCpuTwinBitForBit) {
               {{QConvKernel::LinearDp4a}});  // LeNet fc2
 }
 
-// The few-channel kernel on s: from int8 input (int8 and float outputs) and from the float
-// input it quantizes itself, against the CPU twin (quantize, then qconv_forward_cpu) bit for bit.
-void check_few_channels(const QConvShape& s, uint64_t seed, bool relu) {
+// The few-channel kernels on s (the dp4a one, and the tensor-core one where it takes the shape;
+// `mma` says whether it must): from int8 input (int8 and float outputs) and from the float input
+// they quantize themselves, against the CPU twin (quantize, then qconv_forward_cpu) bit for bit.
+// Mult is negative for some channels (the tensor-core kernel then pools the smallest sum).
+void check_few_channels(const QConvShape& s, uint64_t seed, bool relu, bool mma = true) {
   SCOPED_TRACE(::testing::Message()
                << "seed " << seed << " n=" << s.n << " c=" << s.c << " cp=" << s.cp << " " << s.h
-               << "x" << s.w << " oc=" << s.oc << " k=" << s.kh << "x" << s.kw
-               << " stride=" << s.stride_h << " pad=" << s.pad_h << " pool=" << s.pool_kh << "x"
-               << s.pool_kw << " s" << s.pool_sh << " p" << s.pool_ph << " relu=" << relu);
+               << "x" << s.w << " oc=" << s.oc << " ocp=" << s.ocp << " k=" << s.kh << "x" << s.kw
+               << " stride=" << s.stride_h << "x" << s.stride_w << " pad=" << s.pad_h << "x"
+               << s.pad_w << " pool=" << s.pool_kh << "x" << s.pool_kw << " s" << s.pool_sh << " p"
+               << s.pool_ph << " relu=" << relu);
   ASSERT_TRUE(qconv_few_channels_supported(s));
+  ASSERT_EQ(qconv_few_channels_mma_supported(s), mma);
   std::mt19937_64 rng(seed);
   // A power-of-two inv_scale so that the values set to k + 0.5 steps below are exact ties after
   // the multiply (both sides round them to even), and a range that saturates at +-127.
@@ -267,7 +271,8 @@ void check_few_channels(const QConvShape& s, uint64_t seed, bool relu) {
   for (size_t i = 0; i < w.size(); ++i) w[i] = int(i % size_t(s.cgp)) < s.c ? int8_t(d(rng)) : 0;
   std::uniform_real_distribution<float> m(1e-4f, 3e-3f), a(-20.f, 20.f);
   std::vector<float> mult, add;
-  for (int o = 0; o < s.oc; ++o) mult.push_back(m(rng)), add.push_back(a(rng));
+  for (int o = 0; o < s.oc; ++o)
+    mult.push_back(o % 5 == 4 ? -m(rng) : m(rng)), add.push_back(a(rng));
   const QEpilogue ep{mult.data(), add.data(), relu};
   std::vector<int8_t> ref(size_t(s.n) * s.ph() * s.pw() * s.ocp);
   std::vector<float> ref_f(size_t(s.n) * s.ph() * s.pw() * s.oc);
@@ -279,32 +284,38 @@ void check_few_channels(const QConvShape& s, uint64_t seed, bool relu) {
   Buffer<int8_t> d_x = upload(x), d_w = upload(w);
   Buffer<float> d_xf = upload(xf), d_mult = upload(mult), d_add = upload(add);
   const QEpilogue d_ep{d_mult.data(), d_add.data(), relu};
-  // Forced, though the rule picks it too: the kernel, not the rule, is under test here.
-  const QConvPath few(nullptr, QConvKernel::FewChannels);
-  for (bool quantize : {false, true}) {
-    Buffer<int8_t> d_y = upload(std::vector<int8_t>(ref.size(), int8_t(99)));  // poisoned
-    if (quantize)
-      qconv_few_channels_forward_quantize(s, d_xf.data(), inv_scale, d_w.data(), d_ep, d_y.data(),
-                                          ex);
-    else
-      qconv_forward(s, d_x.data(), d_w.data(), d_ep, d_y.data(), ex, few);
-    const std::vector<int8_t> got = download(d_y);
+  std::vector<QConvKernel> kernels = {QConvKernel::FewChannels};
+  if (mma) kernels.push_back(QConvKernel::FewChannelsTensorCores);
+  for (QConvKernel k : kernels) {
+    // Forced, though the rule picks one of them too: the kernels, not the rule, are under test.
+    const QConvPath few(nullptr, k);
+    for (bool quantize : {false, true}) {
+      Buffer<int8_t> d_y = upload(std::vector<int8_t>(ref.size(), int8_t(99)));  // poisoned
+      if (quantize)
+        qconv_few_channels_forward_quantize(s, d_xf.data(), inv_scale, d_w.data(), d_ep, d_y.data(),
+                                            ex, k);
+      else
+        qconv_forward(s, d_x.data(), d_w.data(), d_ep, d_y.data(), ex, few);
+      const std::vector<int8_t> got = download(d_y);
+      size_t bad = 0;
+      for (size_t i = 0; i < ref.size(); ++i) bad += got[i] != ref[i];
+      EXPECT_EQ(bad, 0u) << qconv_kernel_name(k)
+                         << (quantize ? " from float input" : " from int8 input")
+                         << ": int8 outputs differ from the CPU twin, of " << ref.size();
+    }
+    Buffer<float> d_yf(ref_f.size(), Device::CUDA);
+    test::poison_device(d_yf.data(), d_yf.size());
+    qconv_forward_float(s, d_x.data(), d_w.data(), d_ep, d_yf.data(), ex, few);
+    const std::vector<float> got_f = download(d_yf);
     size_t bad = 0;
-    for (size_t i = 0; i < ref.size(); ++i) bad += got[i] != ref[i];
-    EXPECT_EQ(bad, 0u) << (quantize ? "from float input" : "from int8 input")
-                       << ": int8 outputs differ from the CPU twin, of " << ref.size();
+    for (size_t i = 0; i < ref_f.size(); ++i)
+      bad += std::memcmp(&got_f[i], &ref_f[i], sizeof(float)) != 0;
+    EXPECT_EQ(bad, 0u) << qconv_kernel_name(k)
+                       << ": dequantized outputs differ from the CPU twin, of " << ref_f.size();
   }
-  Buffer<float> d_yf(ref_f.size(), Device::CUDA);
-  test::poison_device(d_yf.data(), d_yf.size());
-  qconv_forward_float(s, d_x.data(), d_w.data(), d_ep, d_yf.data(), ex, few);
-  const std::vector<float> got_f = download(d_yf);
-  size_t bad = 0;
-  for (size_t i = 0; i < ref_f.size(); ++i)
-    bad += std::memcmp(&got_f[i], &ref_f[i], sizeof(float)) != 0;
-  EXPECT_EQ(bad, 0u) << "dequantized outputs differ from the CPU twin, of " << ref_f.size();
 }
 
-// The few-channel kernel's awkward cases: 1 (4 taps per word) and 2, 3, 4 channels (a pixel per
+// The few-channel kernels' awkward cases: 1 (4 taps per word) and 2, 3, 4 channels (a pixel per
 // word), a channel stride wider than needed, kernels 3/5/7 and a non-square one, stride 2, odd
 // sizes (29, 17) and images of several tiles, output channels 1, 32, 33, 64 and 72 (two channel
 // blocks), no pool, 2x2, the 3x3 stride-2 padded one, an overlapping non-square one.
@@ -336,14 +347,70 @@ TEST(GpuQuant, FewChannelConvMatchesCpuTwinBitForBit) {
       s.kh = 6, s.kw = 4;                                          // even, non-square kernel
       s.pool_kh = 2, s.pool_kw = 3, s.pool_sh = 1, s.pool_sw = 2;  // overlapping, not square
       check_few_channels(s, seed + k++, relu);
+      s = shape(n, 3, 27, 29, 5, 3, 1, 1, 1, 0);
+      s.pool_kh = 6, s.pool_kw = 3, s.pool_sh = s.pool_sw = 2;  // 18 outputs: dp4a only
+      check_few_channels(s, seed + k++, relu, /*mma=*/false);
     }
-  // The rule: few channels go to this kernel, the rest elsewhere.
+  // The rule: few channels go to the tensor-core few-channel kernel, the rest elsewhere.
   EXPECT_EQ(qconv_pick_kernel(shape(256, 1, 28, 28, 32, 5, 1, 2, 1, 2), true),
-            QConvKernel::FewChannels);
+            QConvKernel::FewChannelsTensorCores);
   EXPECT_EQ(qconv_pick_kernel(shape(256, 1, 28, 28, 32, 5, 1, 2, 1, 2), false),
             QConvKernel::Direct);
   EXPECT_EQ(qconv_pick_kernel(shape(256, 32, 14, 14, 64, 5, 1, 2, 1, 2), true),
             QConvKernel::TensorCores);
+}
+
+// The tensor-core few-channel kernel (and the dp4a one beside it) over a sweep of awkward shapes:
+// C = 1..4; OC = 1, 5, 32, 40, 70 (one column tile, a partial one, 4, 5 of 8 and two channel
+// blocks); kernels 1, 3, 5, 7, 11 and a non-square one; stride 1 and 2 (and 2x1); padding 0..3;
+// no pool, 2x2 stride 2, 3x3 stride 2 padded, 2x3 overlapping; images 27x29, 1x1, 5x3, 28x28;
+// batch 1..3; ReLU on and off. Shapes whose output would be empty are skipped, and every kind of
+// case is checked to have run.
+TEST(GpuQuant, FewChannelTensorCoreSweepMatchesCpuTwinBitForBit) {
+  CNN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  struct Image {
+    int h, w;
+  };
+  const std::vector<Image> images = {{27, 29}, {1, 1}, {5, 3}, {28, 28}};
+  const std::vector<int> ocs = {1, 5, 32, 40, 70}, kernels = {1, 3, 5, 7, 11};
+  uint64_t k = 0;
+  int ran = 0, pooled = 0, pool3_ran = 0, strided = 0;
+  for (int c = 1; c <= 4; ++c)
+    for (size_t im = 0; im < images.size(); ++im)
+      for (int pool = 0; pool < 4; ++pool) {
+        // One kernel size, output channel count, stride and padding per case, cycling so that
+        // each value meets each channel count and pool.
+        const size_t i = size_t(c) * 7 + im * 3 + size_t(pool) * 5;
+        const int ks = kernels[i % kernels.size()], oc = ocs[(i / 2) % ocs.size()];
+        const int stride = 1 + int(i % 3 == 2), pad = int((i / 3) % 4);
+        QConvShape s = shape(1 + int(i % 3), c, images[im].h, images[im].w, oc, ks, stride,
+                             std::max(pad, (ks - images[im].h + 1) / 2), 1, 0);
+        s.pad_w = std::max(pad, (ks - images[im].w + 1) / 2);
+        if (i % 4 == 1) s.stride_w = 1;  // 2x1 strides too
+        if (pool == 1) s.pool_kh = s.pool_kw = s.pool_sh = s.pool_sw = 2;
+        if (pool == 2)
+          s.pool_kh = s.pool_kw = 3, s.pool_sh = s.pool_sw = 2, s.pool_ph = s.pool_pw = 1;
+        if (pool == 3) s.pool_kh = 2, s.pool_kw = 3, s.pool_sh = 1, s.pool_sw = 2;
+        if (s.oh() < 1 || s.ow() < 1 || s.ph() < 1 || s.pw() < 1 ||
+            s.oh() + 2 * s.pool_ph < s.pool_kh || s.ow() + 2 * s.pool_pw < s.pool_kw)
+          continue;
+        check_few_channels(s, seed + k, k % 2 == 1);
+        ++k, ++ran;
+        pooled += pool > 0;
+        pool3_ran += pool == 2;
+        strided += s.stride_h == 2;
+      }
+  // Non-square kernels with 4 taps a word and without.
+  for (int c : {1, 3}) {
+    QConvShape s = shape(2, c, 27, 29, 40, 3, 1, 0, 1, 2);
+    s.kh = 11, s.kw = 5, s.pad_h = 5, s.pad_w = 1;
+    check_few_channels(s, seed + k++, true);
+  }
+  EXPECT_GE(ran, 40);
+  EXPECT_GE(pooled, 25);
+  EXPECT_GE(pool3_ran, 8);
+  EXPECT_GE(strided, 10);
 }
 
 TEST(GpuQuant, InputQuantizationMatchesCpuTwin) {
@@ -415,7 +482,7 @@ TEST(GpuQuant, ResidualAddMatchesCpuTwinBitForBit) {
 // on the CPU: the logits and every int8 stage output, bit for bit, with the kernels of
 // qconv_pick_kernel's rule and with every stage on the direct kernel. kernels: what the rule
 // should pick for the conv/linear stages (adds and average pools skipped), in order, at batch 257.
-constexpr QConvKernel kFew = QConvKernel::FewChannels, kDirect = QConvKernel::Direct,
+constexpr QConvKernel kFewTc = QConvKernel::FewChannelsTensorCores, kDirect = QConvKernel::Direct,
                       kTc = QConvKernel::TensorCores, kLinear = QConvKernel::LinearDp4a;
 
 void check_network(const std::vector<LayerSpec>& specs, const Shape& input,
@@ -492,7 +559,7 @@ TEST(GpuQuant, NetworkLogitsEqualCpu) {
                                         linear_spec("fc2", 10),
                                         layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
   // conv1, conv2 (depthwise), conv3, fc1 (21 columns at batch 257), fc2 (10 columns)
-  check_network(specs, Shape{3, 17, 15}, {kFew, kDirect, kTc, kTc, kLinear}, test::fresh_seed());
+  check_network(specs, Shape{3, 17, 15}, {kFewTc, kDirect, kTc, kTc, kLinear}, test::fresh_seed());
 }
 
 // Global average pooling inside the classifier's int8 sum (MobileNet's tail), and a 1x1 conv.
@@ -514,7 +581,7 @@ TEST(GpuQuant, GlobalPoolNetworkLogitsEqualCpu) {
                                         linear_spec("fc1", 7),
                                         layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
   // conv1, conv2 (depthwise), conv3, fc1
-  check_network(specs, Shape{3, 19, 13}, {kFew, kDirect, kTc, kLinear}, test::fresh_seed());
+  check_network(specs, Shape{3, 19, 13}, {kFewTc, kDirect, kTc, kLinear}, test::fresh_seed());
 }
 
 // A BatchNorm ResNet as configs/resnet_fashion.yaml builds it (a stem, identity blocks, a
@@ -546,7 +613,7 @@ TEST(GpuQuant, ResNetLogitsEqualCpu) {
       linear_spec("fc1", 7),
       layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
   // conv1, conv2, conv3, conv4, conv5, conv6, conv7, conv8, fc1 (the adds res1-res3 skipped)
-  const std::vector<QConvKernel> kernels = {kFew, kTc, kTc, kTc, kTc, kTc, kTc, kTc, kLinear};
+  const std::vector<QConvKernel> kernels = {kFewTc, kTc, kTc, kTc, kTc, kTc, kTc, kTc, kLinear};
   check_network(specs, Shape{3, 15, 13}, kernels, test::fresh_seed());
 }
 
@@ -652,7 +719,7 @@ std::vector<float> random_bn_buffers(const Network& net, uint64_t seed) {
 TEST(GpuQuant, AvgPoolNetworkLogitsEqualCpu) {
   CNN_REQUIRE_GPU();
   // conv1, conv2, conv3, conv4, conv5, conv6, conv7, fc1 (res1, avg1, res2 skipped)
-  const std::vector<QConvKernel> kernels = {kFew, kTc, kTc, kTc, kTc, kTc, kTc, kLinear};
+  const std::vector<QConvKernel> kernels = {kFewTc, kTc, kTc, kTc, kTc, kTc, kTc, kLinear};
   check_network(every_stage_specs(), Shape{1, 18, 14}, kernels, test::fresh_seed());
 }
 

@@ -43,8 +43,80 @@ TEST(QConvFewChannels, TakesFirstLayersOnly) {
   // cases are in test_quant.cpp).
   EXPECT_EQ(qconv_pick_kernel(conv(256, 1, 28, 28, 32, 28, 1, 0, 0), true),
             QConvKernel::TensorCores);
-  EXPECT_EQ(qconv_pick_kernel(stem, true), QConvKernel::FewChannels);
+  EXPECT_EQ(qconv_pick_kernel(stem, true), QConvKernel::FewChannelsTensorCores);
   EXPECT_EQ(qconv_pick_kernel(stem, false), QConvKernel::Direct);
+}
+
+// The tensor-core version takes the same shapes but for pool windows over 16 outputs.
+TEST(QConvFewChannels, TensorCoreKernelTakesPoolWindowsUpTo16) {
+  EXPECT_TRUE(qconv_few_channels_mma_supported(conv(256, 1, 28, 28, 32, 5, 1, 2, 2)));
+  EXPECT_TRUE(qconv_few_channels_mma_supported(conv(2, 4, 300, 7, 1, 11, 1, 5, 3)));
+  QConvShape s = conv(2, 3, 40, 40, 70, 3, 1, 1, 0);
+  s.pool_kh = 5, s.pool_kw = 3;  // 15 outputs
+  EXPECT_TRUE(qconv_few_channels_supported(s));
+  EXPECT_TRUE(qconv_few_channels_mma_supported(s));
+  s.pool_kh = 6;  // 18
+  EXPECT_TRUE(qconv_few_channels_supported(s));
+  EXPECT_FALSE(qconv_few_channels_mma_supported(s));
+  EXPECT_FALSE(qconv_few_channels_mma_supported(conv(8, 5, 28, 28, 32, 3, 1, 1, 0)));  // c > 4
+  EXPECT_FALSE(qconv_few_channels_mma_supported(conv(8, 1, 28, 28, 32, 13, 1, 6, 0)));
+  EXPECT_TRUE(qconv_is_few_channel_kernel(QConvKernel::FewChannels));
+  EXPECT_TRUE(qconv_is_few_channel_kernel(QConvKernel::FewChannelsTensorCores));
+  EXPECT_FALSE(qconv_is_few_channel_kernel(QConvKernel::TensorCores));
+}
+
+// The tensor-core layout of the dp4a kernel's tiles: windows padded to a power of two dividing
+// the 16 rows of an mma tile, the kernel's words to 8-word k steps, rows of 9 words mod 32, all
+// within the shared memory budget.
+TEST(QConvFewChannels, TensorCoreTilingPadsWindowsAndWords) {
+  const auto pool3 = [](QConvShape s) {
+    s.pool_kh = s.pool_kw = 3, s.pool_sh = s.pool_sw = 2, s.pool_ph = s.pool_pw = 1;
+    return s;
+  };
+  for (const QConvShape& s :
+       {conv(256, 1, 28, 28, 32, 5, 1, 2, 2), conv(3, 3, 96, 83, 64, 7, 2, 3, 0),
+        conv(1, 1, 17, 29, 72, 5, 2, 2, 2), conv(2, 4, 300, 7, 1, 11, 1, 5, 3),
+        pool3(conv(64, 3, 224, 224, 64, 7, 2, 3, 0)), conv(1, 2, 1, 1, 5, 1, 1, 0, 0)}) {
+    const QFewMmaTiling m = qconv_few_channels_mma_tiling(s);
+    const QFewTiling& t = m.few;
+    EXPECT_LE(m.smem_bytes, kQFewMaxSmem);
+    EXPECT_EQ(m.n_tiles * 8, t.ocb);
+    EXPECT_GE(int64_t(t.tiles_h) * t.tph, s.ph());
+    EXPECT_GE(int64_t(t.tiles_w) * t.tpw, s.pw());
+    EXPECT_GE(m.k_steps * 8, s.kh * t.kww);
+    EXPECT_LT((m.k_steps - 1) * 8, s.kh * t.kww);
+    EXPECT_GE(m.slots, s.pool_kh * s.pool_kw);
+    EXPECT_EQ(m.slots, 1 << m.slot_shift);
+    EXPECT_EQ(16 % m.slots, 0);
+    EXPECT_GE(m.m_tiles * 16, t.tph * t.tpw * m.slots);
+    EXPECT_GE(m.row_words, t.in_words);
+    EXPECT_EQ(m.row_words % 32, 9);
+    if (s.c == 1)
+      EXPECT_GE(4 * m.byte_row_words, t.in_words + 4);  // the funnel shift's second word
+  }
+  // LeNet's conv1: 5x5 over 1 channel = 5 rows x 2 words = 10 words, 2 k steps; 2x2 windows in
+  // 4 rows; 7 x 14 pooled outputs a block in 25 mma tiles; 18 input rows of 32 words (stride 41)
+  // plus their bytes; 2 KiB of B fragments: 5968 bytes of shared memory a block. The tiles are
+  // the dp4a kernel's where they fit, halved where they do not.
+  const QFewMmaTiling lenet = qconv_few_channels_mma_tiling(conv(256, 1, 28, 28, 32, 5, 1, 2, 2));
+  EXPECT_EQ(lenet.k_steps, 2);
+  EXPECT_EQ(lenet.slots, 4);
+  EXPECT_EQ(lenet.few.tph * lenet.few.tpw, 98);
+  EXPECT_EQ(lenet.m_tiles, 25);
+  EXPECT_EQ(lenet.few.in_rows, 18);
+  EXPECT_EQ(lenet.few.in_words, 32);
+  EXPECT_EQ(lenet.row_words, 41);
+  EXPECT_EQ(lenet.smem_bytes, 5968);
+  const QFewTiling dp4a = qconv_few_channels_tiling(conv(256, 1, 28, 28, 32, 5, 1, 2, 2));
+  EXPECT_EQ(lenet.few.tph, dp4a.tph);
+  EXPECT_EQ(lenet.few.tpw, dp4a.tpw);
+  // A tall, narrow image: the dp4a kernel's 100-window column of 310 input rows, padded to 41
+  // words a row, does not fit; halved, it does.
+  const QConvShape tall = conv(2, 4, 300, 7, 1, 11, 1, 5, 3);
+  const QFewMmaTiling halved = qconv_few_channels_mma_tiling(tall);
+  EXPECT_EQ(qconv_few_channels_tiling(tall).tph, 100);
+  EXPECT_EQ(halved.few.tph, 50);
+  EXPECT_EQ(halved.few.tiles_h, 2);
 }
 
 TEST(QConvFewChannels, TilesCoverTheOutputWithinSharedMemory) {
@@ -87,6 +159,19 @@ TEST(QConvFewChannels, CpuDispatchQuantizesThenRunsTheTwin) {
   qconv_few_channels_forward_quantize(s, xf.data(), 50.f, w.data(), ep, fused.data(), Exec{});
   EXPECT_EQ(got, ref);
   EXPECT_EQ(fused, ref);
+  // Either few-channel kernel forced: the CPU twin all the same.
+  for (QConvKernel k : {QConvKernel::FewChannels, QConvKernel::FewChannelsTensorCores}) {
+    std::vector<int8_t> forced(out, 99), forced_fused(out, 99);
+    qconv_forward(s, x.data(), w.data(), ep, forced.data(), Exec{}, QConvPath(nullptr, k));
+    qconv_few_channels_forward_quantize(s, xf.data(), 50.f, w.data(), ep, forced_fused.data(),
+                                        Exec{}, k);
+    EXPECT_EQ(forced, ref) << qconv_kernel_name(k);
+    EXPECT_EQ(forced_fused, ref) << qconv_kernel_name(k);
+  }
+  // Only a few-channel kernel quantizes its input.
+  EXPECT_THROW(qconv_few_channels_forward_quantize(s, xf.data(), 50.f, w.data(), ep, got.data(),
+                                                   Exec{}, QConvKernel::TensorCores),
+               Error);
   QConvShape bad = s;
   bad.c = 5, bad.cp = 8, bad.cgp = 8;
   EXPECT_THROW(qconv_forward(bad, x.data(), w.data(), ep, got.data(), Exec{}, few), Error);

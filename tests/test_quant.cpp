@@ -277,7 +277,9 @@ TEST(Quant, TensorCorePlanPicksLinearTiles) {
 }
 
 // Which kernel a CUDA call runs: direct unless the specialized kernels are allowed; then the
-// few-channel kernel for C <= 4, the linear dp4a kernel for linear layers with <= 16 columns or
+// few-channel tensor-core kernel for C <= 4 (the dp4a one where the mma kernel does not take the
+// pool window or its tiles do not fit), the linear dp4a kernel for linear layers with <= 16 columns
+// or
 // <= 8 rows, tensor cores where they take the shape, else direct. Refusals name the mismatch.
 TEST(Quant, KernelRulePicksByShape) {
   EXPECT_TRUE(qconv_is_linear(linear_shape(3, 64, 7, 7, 1024)));
@@ -303,17 +305,36 @@ TEST(Quant, KernelRulePicksByShape) {
   EXPECT_EQ(qconv_pick_kernel(grouped, true), QConvKernel::Direct);
 
   // Few channels: LeNet's conv1 (1 channel, 5x5, 2x2 pool) and an RGB stem go to the few-channel
-  // kernel, before the linear rule (a linear layer over a small 1-channel image) and whatever the
-  // batch; a kernel wider than it takes (a 28x28 image into a linear layer) does not.
+  // tensor-core kernel, before the linear rule (a linear layer over a small 1-channel image) and
+  // whatever the batch; a kernel wider than it takes (a 28x28 image into a linear layer) does not.
+  constexpr QConvKernel kFewTc = QConvKernel::FewChannelsTensorCores;
   QConvShape lenet1 = linear_shape(256, 1, 28, 28, 32);
   lenet1.kh = lenet1.kw = 5, lenet1.pad_h = lenet1.pad_w = 2;
   lenet1.pool_kh = lenet1.pool_kw = lenet1.pool_sh = lenet1.pool_sw = 2;
-  EXPECT_EQ(qconv_pick_kernel(lenet1, true), QConvKernel::FewChannels);
+  EXPECT_EQ(qconv_pick_kernel(lenet1, true), kFewTc);
   EXPECT_EQ(qconv_pick_kernel(lenet1, false), QConvKernel::Direct);
+  for (int n : {1, 3, 4096}) {
+    lenet1.n = n;
+    EXPECT_EQ(qconv_pick_kernel(lenet1, true), kFewTc) << "batch " << n;
+  }
   QConvShape stem = linear_shape(3, 3, 33, 31, 64);
   stem.kh = stem.kw = 7, stem.stride_h = stem.stride_w = 2, stem.pad_h = stem.pad_w = 3;
-  EXPECT_EQ(qconv_pick_kernel(stem, true), QConvKernel::FewChannels);
-  EXPECT_EQ(qconv_pick_kernel(linear_shape(256, 1, 8, 8, 1000), true), QConvKernel::FewChannels);
+  EXPECT_EQ(qconv_pick_kernel(stem, true), kFewTc);
+  QConvShape stem_pool = stem;  // ResNet's 3x3 stride-2 padded pool: 9 outputs, 16 mma rows
+  stem_pool.pool_kh = stem_pool.pool_kw = 3, stem_pool.pool_sh = stem_pool.pool_sw = 2;
+  stem_pool.pool_ph = stem_pool.pool_pw = 1;
+  EXPECT_EQ(qconv_pick_kernel(stem_pool, true), kFewTc);
+  EXPECT_EQ(qconv_pick_kernel(linear_shape(256, 1, 8, 8, 1000), true), kFewTc);
+  // A pool window of more than 16 outputs (6 x 3) stays on the dp4a kernel, which takes any
+  // height; forcing the tensor-core one on it is refused in one line.
+  QConvShape tall = stem;
+  tall.pool_kh = 6, tall.pool_kw = 3, tall.pool_sh = tall.pool_sw = 1;
+  EXPECT_EQ(qconv_pick_kernel(tall, true), QConvKernel::FewChannels);
+  EXPECT_NE(error_of([&] {
+              qconv_resolve_kernel(tall, QConvPath(nullptr, kFewTc));
+            }).find("few-channel tensor-core kernel takes"),
+            std::string::npos);
+  EXPECT_EQ(qconv_resolve_kernel(tall, QConvPath(nullptr)), QConvKernel::FewChannels);
   EXPECT_EQ(qconv_pick_kernel(linear_shape(256, 1, 28, 28, 32), true), QConvKernel::TensorCores);
   EXPECT_EQ(qconv_pick_kernel(linear_shape(256, 1, 28, 28, 10), true), QConvKernel::LinearDp4a);
   QConvShape five = stem;
@@ -325,7 +346,7 @@ TEST(Quant, KernelRulePicksByShape) {
   // The default path is the direct kernel; the rule's few-channel choice needs no repacked
   // weights, its tensor-core choice does.
   EXPECT_EQ(qconv_resolve_kernel(stem, QConvPath{}), QConvKernel::Direct);
-  EXPECT_EQ(qconv_resolve_kernel(stem, QConvPath(nullptr)), QConvKernel::FewChannels);
+  EXPECT_EQ(qconv_resolve_kernel(stem, QConvPath(nullptr)), kFewTc);
   EXPECT_EQ(qconv_resolve_kernel(conv, QConvPath(&dummy)), QConvKernel::TensorCores);
   EXPECT_NE(error_of([&] {
               qconv_resolve_kernel(conv, QConvPath(nullptr));
@@ -333,6 +354,11 @@ TEST(Quant, KernelRulePicksByShape) {
             std::string::npos);
   EXPECT_EQ(qconv_resolve_kernel(stem, QConvPath(nullptr, QConvKernel::FewChannels)),
             QConvKernel::FewChannels);
+  EXPECT_EQ(qconv_resolve_kernel(stem, QConvPath(nullptr, kFewTc)), kFewTc);
+  EXPECT_NE(error_of([&] {
+              qconv_resolve_kernel(five, QConvPath(nullptr, kFewTc));
+            }).find("few-channel tensor-core kernel takes"),
+            std::string::npos);
   EXPECT_NE(error_of([&] {
               qconv_resolve_kernel(five, QConvPath(nullptr, QConvKernel::FewChannels));
             }).find("few-channel kernel takes groups 1, c <= 4"),
@@ -353,6 +379,7 @@ TEST(Quant, KernelRulePicksByShape) {
             std::string::npos);
   EXPECT_STREQ(qconv_kernel_name(QConvKernel::LinearDp4a), "linear dp4a");
   EXPECT_STREQ(qconv_kernel_name(QConvKernel::FewChannels), "few-channel dp4a");
+  EXPECT_STREQ(qconv_kernel_name(kFewTc), "few-channel tensor cores");
 }
 
 TEST(Quant, RoundsHalfToEvenAndSaturates) {

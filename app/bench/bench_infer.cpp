@@ -204,7 +204,7 @@ std::string kernels_of_stages(const Int8Network& q, size_t stages, int batch) {
   for (size_t j = 0; j < counts.size(); ++j) {
     s +=
         fmt::format("{} {} {}", j ? "," : "", counts[j].second, qconv_kernel_name(counts[j].first));
-    if (counts[j].first == QConvKernel::FewChannels && q.fuses_input_quantization())
+    if (qconv_is_few_channel_kernel(counts[j].first) && q.fuses_input_quantization())
       s += " (input quantization fused)";
   }
   return s;
@@ -253,7 +253,7 @@ std::vector<InferRow> bench_stages(const BenchContext& ctx, const Int8Network& q
     const std::string shape =
         fmt::format("{}x{}x{} -> {} k{}x{} s{}{}", s.c, s.h, s.w, s.oc, s.kh, s.kw, s.stride_h,
                     s.pool_kh * s.pool_kw > 1 ? fmt::format(" + pool {}", s.pool_kh) : "");
-    // The float input of the first stage's fused quantization (the few-channel kernel only).
+    // The float input of the first stage's fused quantization (the few-channel kernels only).
     const bool fusable = i == 0 && !last && qconv_few_channels_supported(s);
     Buffer<float> xf;
     if (fusable) {
@@ -264,11 +264,12 @@ std::vector<InferRow> bench_stages(const BenchContext& ctx, const Int8Network& q
       xf.copy_from(hf.data(), Device::CPU, hf.size());
     }
     // The direct kernel; the rule's choice (QConvKernel::Auto, what the network runs); and, for
-    // the first stage, the same with the input quantization fused where the few-channel kernel
-    // takes the shape. Those compete for the per-pass row (the fused one only when the network
-    // fuses). Then the alternatives forced, so the choice can be checked against them (rows
-    // alone): the few-channel and the tensor-core kernel where they take the shape, and for a
-    // linear layer the linear dp4a kernel and each tile and split of the tensor-core one.
+    // the first stage, each few-channel kernel (tensor cores, dp4a) that takes the shape with the
+    // input quantization fused. Those compete for the per-pass row (a fused one only when the
+    // network fuses, on that kernel). Then the alternatives forced, so the choice can be checked
+    // against them (rows alone): the few-channel kernels and the tensor-core kernel where they
+    // take the shape, and for a linear layer the linear dp4a kernel and each tile and split of the
+    // tensor-core one.
     struct Variant {
       QConvPath path;
       bool fused = false, competes = false, automatic = false;
@@ -277,11 +278,17 @@ std::vector<InferRow> bench_stages(const BenchContext& ctx, const Int8Network& q
     const QConvKernel picked = qconv_resolve_kernel(s, QConvPath(wp));
     std::vector<Variant> variants = {{QConvPath{}, false, true, false}};
     if (picked != QConvKernel::Direct) variants.push_back({QConvPath(wp), false, true, true});
-    if (fusable)
-      variants.push_back({QConvPath(nullptr, QConvKernel::FewChannels), true,
-                          q.fuses_input_quantization(), false});
-    if (qconv_few_channels_supported(s) && picked != QConvKernel::FewChannels)
-      variants.push_back({QConvPath(nullptr, QConvKernel::FewChannels)});
+    const QConvKernel few[] = {QConvKernel::FewChannelsTensorCores, QConvKernel::FewChannels};
+    const auto takes = [&](QConvKernel k) {
+      return k == QConvKernel::FewChannels ? qconv_few_channels_supported(s)
+                                           : qconv_few_channels_mma_supported(s);
+    };
+    for (QConvKernel k : few)
+      if (fusable && takes(k))
+        variants.push_back({QConvPath(nullptr, k), true,
+                            q.fuses_input_quantization() && k == q.stage_kernel(i, batch), false});
+    for (QConvKernel k : few)
+      if (takes(k) && picked != k) variants.push_back({QConvPath(nullptr, k)});
     if (wp && qconv_is_linear(s)) {
       variants.push_back({QConvPath(wp, QConvKernel::LinearDp4a)});
       for (QIgemmTile tile : {QIgemmTile::Conv128x64, QIgemmTile::Linear64x64,
@@ -306,7 +313,7 @@ std::vector<InferRow> bench_stages(const BenchContext& ctx, const Int8Network& q
       InferRow r = timed(ctx, what, batch, kPassLaunches, [&](int) {
         if (v.fused)
           qconv_few_channels_forward_quantize(s, xf.data(), q.input_inv_scale(), w.data(), ep,
-                                              y.data(), ex);
+                                              y.data(), ex, v.path.kernel);
         else if (last)
           qconv_forward_float(s, x.data(), w.data(), ep, yf.data(), ex, v.path);
         else

@@ -160,12 +160,15 @@ const char* qconv_kernel_name(QConvKernel k) {
       return "tensor cores";
     case QConvKernel::LinearDp4a:
       return "linear dp4a";
+    case QConvKernel::FewChannelsTensorCores:
+      return "few-channel tensor cores";
   }
   return "?";
 }
 
 QConvKernel qconv_pick_kernel(const QConvShape& s, bool specialized) {
   if (!specialized) return QConvKernel::Direct;
+  if (qconv_few_channels_mma_supported(s)) return QConvKernel::FewChannelsTensorCores;
   if (qconv_few_channels_supported(s)) return QConvKernel::FewChannels;
   if (qconv_is_linear(s) && (s.oc <= kQLinearDp4aMaxCols || s.n <= kQLinearDp4aMaxRows))
     return QConvKernel::LinearDp4a;
@@ -188,6 +191,11 @@ QConvKernel qconv_resolve_kernel(const QConvShape& s, const QConvPath& path) {
       "dilation {4}x{5} kernel {6}x{7} pool {8}x{9}",
       kQFewMaxKernel, kQFewMaxPoolW, s.groups, s.c, s.dil_h, s.dil_w, s.kh, s.kw, s.pool_kh,
       s.pool_kw);
+  CNN_CHECK(k != QConvKernel::FewChannelsTensorCores || qconv_few_channels_mma_supported(s),
+            "qconv: the few-channel tensor-core kernel takes what the few-channel kernel takes "
+            "with a pool window of at most {} outputs, within its shared memory; got c={} kernel "
+            "{}x{} pool {}x{} groups={} dilation {}x{}",
+            kQFewMmaMaxWindow, s.c, s.kh, s.kw, s.pool_kh, s.pool_kw, s.groups, s.dil_h, s.dil_w);
   CNN_CHECK(k != QConvKernel::LinearDp4a || qconv_is_linear(s),
             "qconv: the linear dp4a kernel takes a linear layer (kernel = the {}x{} input, no "
             "padding, pool or groups, channel stride {} = the weights' {}), got kernel {}x{}",
@@ -214,6 +222,14 @@ void few_channels_cuda(const QConvShape& s, const int8_t* x, const int8_t* w, co
                        float* y, cudaStream_t stream) {
   qconv_few_channels_forward_float_cuda(s, x, w, ep, y, stream);
 }
+void few_channels_mma_cuda(const QConvShape& s, const int8_t* x, const int8_t* w,
+                           const QEpilogue& ep, int8_t* y, cudaStream_t stream) {
+  qconv_few_channels_mma_forward_cuda(s, x, w, ep, y, stream);
+}
+void few_channels_mma_cuda(const QConvShape& s, const int8_t* x, const int8_t* w,
+                           const QEpilogue& ep, float* y, cudaStream_t stream) {
+  qconv_few_channels_mma_forward_float_cuda(s, x, w, ep, y, stream);
+}
 
 // qconv_forward and qconv_forward_float: the same checks and dispatch for an int8 or a float y.
 template <class T>
@@ -232,6 +248,8 @@ void forward(const char* op, const QConvShape& s, const int8_t* x, const int8_t*
     switch (k) {
       case QConvKernel::FewChannels:
         return few_channels_cuda(s, x, w, ep, y, ex.stream);
+      case QConvKernel::FewChannelsTensorCores:
+        return few_channels_mma_cuda(s, x, w, ep, y, ex.stream);
       case QConvKernel::TensorCores:
         return qconv_igemm_forward_cuda(s, x, path.w_igemm, ep, y, path.tile, path.splits,
                                         ex.stream);

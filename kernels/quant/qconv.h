@@ -107,19 +107,35 @@ bool qconv_is_linear(const QConvShape& s);
 //   Direct       qconv.cu: one thread an output, dp4a; every shape
 //   FewChannels  qconv_few_channels.cu: first layers of C <= 4, dp4a over 4 taps of a row (C = 1)
 //                or the 4 channels of a pixel; qconv_few_channels_supported
+//   FewChannelsTensorCores  qconv_few_channels_mma.cu: the same tiles and words, the sums on
+//                mma.sync m16n8k32 s8; qconv_few_channels_mma_supported
 //   TensorCores  qconv_igemm.cu: mma.sync implicit GEMM (+ split-K); qconv_igemm_supported, and
 //                the weights repacked by qconv_pack_igemm_weights
 //   LinearDp4a   qconv_linear.cu: a block of 4 warps a few rows x a few columns of a linear
 //                layer, dp4a over K, a shuffle reduction; qconv_is_linear
 //   Auto         qconv_pick_kernel's choice
-enum class QConvKernel { Auto, Direct, FewChannels, TensorCores, LinearDp4a };
+enum class QConvKernel {
+  Auto,
+  Direct,
+  FewChannels,
+  TensorCores,
+  LinearDp4a,
+  FewChannelsTensorCores
+};
 const char* qconv_kernel_name(QConvKernel k);
 // The one rule for which kernel runs a conv/linear call on CUDA (./infer, ./quantize --evaluate
 // and ./bench --infer follow it through Int8Network), called with the batch of the call.
 // specialized false: Direct (CNN_INT8_DIRECT=1, for comparisons and bisecting). Otherwise, in
 // this order:
-//   qconv_few_channels_supported  FewChannels (the tensor-core kernel pads a reduction over 1-4
-//       channels to 4 channels and 64-wide k steps and spends most of its work on zeros)
+//   qconv_few_channels_mma_supported  FewChannelsTensorCores: the few-channel kernel's tiles and
+//       words with the sums on mma.sync (s8, sm_80 and later; the build targets sm_90, so the rule
+//       does not ask the device). The dp4a version is instruction bound (LeNet's conv1 at batch
+//       256 on the H200: 26 us, 6 cycles an issued instruction, 99 registers) on 2 dp4a a word
+//       of a 5x5 kernel per output and channel, where one mma does 16 x 8 outputs x 8 words
+//   qconv_few_channels_supported  FewChannels (pool windows over kQFewMmaMaxWindow outputs, or
+//       tiles the tensor-core layout does not fit in shared memory). Not the igemm TensorCores:
+//       it pads a reduction over 1-4 channels to 4 channels and 64-wide k steps and spends most
+//       of its work on zeros
 //   a linear layer of at most kQLinearDp4aMaxCols columns (a classifier: a 64-wide tile would
 //       compute mostly zeros) or at most kQLinearDp4aMaxRows rows (small batches: a 128-row
 //       tile mostly empty, the layer bound by reading its weights once)  LinearDp4a
@@ -144,8 +160,8 @@ struct QConvPath {
 };
 // The kernel a CUDA call with this path runs. Throws naming what does not fit: TensorCores
 // (forced or the rule's) without repacked weights, repacked weights for a shape the tensor-core
-// kernel does not take, FewChannels or LinearDp4a forced on a shape they do not take, a split
-// count that is not 0, 1, 2, 4 or 8, a linear tile forced on a convolution.
+// kernel does not take, FewChannels, FewChannelsTensorCores or LinearDp4a forced on a shape they
+// do not take, a split count that is not 0, 1, 2, 4 or 8, a linear tile forced on a convolution.
 QConvKernel qconv_resolve_kernel(const QConvShape& s, const QConvPath& path);
 
 // y_q int8 output (requantized), on the kernel qconv_resolve_kernel(s, path) names (the direct

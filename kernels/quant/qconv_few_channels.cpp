@@ -64,11 +64,69 @@ bool qconv_few_channels_supported(const QConvShape& s) {
          int64_t(s.n) * t.tiles_h * t.tiles_w < (int64_t{1} << 31) && t.chunks <= 65535;
 }
 
+namespace {
+
+// The tensor-core layout of m.few's tile (its tph, tpw, in_rows and in_words set).
+void mma_sizes_of_tile(const QConvShape& s, QFewMmaTiling& m) {
+  const QFewTiling& t = m.few;
+  m.m_tiles = ceil_div(t.tph * t.tpw * m.slots, 16);
+  // A row stride of 9 words mod 32: a warp's A fragment load reads rows g and g + 8 of an mma
+  // tile (neighbouring conv outputs of 8 pool window slots) at one kernel word each. For LeNet's
+  // conv1 (2x2 windows, 4 taps a word) those are input rows 0..2 of the tile at even columns
+  // 0..10: with a stride of 9 mod 32 the three rows fall on banks 0-10, 9-19 and 18-28, distinct,
+  // where a multiple of 32 (in_words = 32 there) conflicts 3 ways.
+  m.row_words = t.in_words + ((41 - t.in_words % 32) % 32);
+  // One channel: pixel bytes with rows of whole words and a word to spare, so that every word
+  // (row, j) of 4 pixels is a funnel shift of the two aligned words j / 4 and j / 4 + 1.
+  m.byte_row_words = s.c == 1 ? round_up4(t.in_words) / 4 + 1 : 0;
+  m.smem_bytes = 8 * (int64_t(m.k_steps) * m.n_tiles * 32 + int64_t(m.k_steps) * 4 + t.ocb) +
+                 4 * int64_t(t.in_rows) * (m.row_words + m.byte_row_words);
+}
+
+}  // namespace
+
+// The dp4a kernel's tiles, halved as its own are where the padded rows and k steps do not fit.
+QFewMmaTiling qconv_few_channels_mma_tiling(const QConvShape& s) {
+  QFewMmaTiling m{};
+  m.few = qconv_few_channels_tiling(s);
+  QFewTiling& t = m.few;
+  m.n_tiles = t.ocb / 8;
+  m.k_steps = ceil_div(s.kh * t.kww, 8);
+  m.slots = 1, m.slot_shift = 0;
+  while (m.slots < s.pool_kh * s.pool_kw) m.slots *= 2, ++m.slot_shift;
+  mma_sizes_of_tile(s, m);
+  while (m.smem_bytes > kQFewMaxSmem && (t.tph > 1 || t.tpw > 1)) {
+    if (t.tph >= t.tpw)
+      t.tph = (t.tph + 1) / 2;
+    else
+      t.tpw = (t.tpw + 1) / 2;
+    sizes_of_tile(s, t);
+    mma_sizes_of_tile(s, m);
+  }
+  t.tiles_h = ceil_div(t.ph, t.tph), t.tiles_w = ceil_div(t.pw, t.tpw);
+  return m;
+}
+
+bool qconv_few_channels_mma_supported(const QConvShape& s) {
+  if (!qconv_few_channels_supported(s) || s.pool_kh * s.pool_kw > kQFewMmaMaxWindow) return false;
+  const QFewMmaTiling m = qconv_few_channels_mma_tiling(s);
+  return m.smem_bytes <= kQFewMaxSmem &&
+         int64_t(s.n) * m.few.tiles_h * m.few.tiles_w < (int64_t{1} << 31);
+}
+
 void qconv_few_channels_forward_quantize(const QConvShape& s, const float* x, float inv_scale,
                                          const int8_t* w, const QEpilogue& ep, int8_t* y,
-                                         const Exec& ex) {
+                                         const Exec& ex, QConvKernel kernel) {
   check_qconv_shape(s);
-  qconv_resolve_kernel(s, QConvPath(nullptr, QConvKernel::FewChannels));  // refuses other shapes
+  CNN_CHECK(kernel == QConvKernel::Auto || kernel == QConvKernel::FewChannels ||
+                kernel == QConvKernel::FewChannelsTensorCores,
+            "qconv_few_channels_forward_quantize: kernel '{}' (expected auto or a few-channel one)",
+            qconv_kernel_name(kernel));
+  // Auto: the rule's few-channel kernel; refuses shapes neither few-channel kernel takes.
+  const QConvKernel k = kernel == QConvKernel::Auto && qconv_few_channels_mma_supported(s)
+                            ? QConvKernel::FewChannelsTensorCores
+                            : (kernel == QConvKernel::Auto ? QConvKernel::FewChannels : kernel);
+  qconv_resolve_kernel(s, QConvPath(nullptr, k));  // refuses a shape the kernel does not take
   CNN_CHECK(x && w && y && ep.mult && ep.add, "qconv_few_channels_forward_quantize: null pointer");
   if (ex.device == Device::CPU) {
     QuantizeShape qs;
@@ -77,8 +135,12 @@ void qconv_few_channels_forward_quantize(const QConvShape& s, const float* x, fl
     quantize_nchw_to_nhwc_cpu(qs, x, inv_scale, xq.data());
     return qconv_forward_cpu(s, xq.data(), w, ep, y);
   }
-  CNN_CUDA_BRANCH("qconv_few_channels_forward_quantize",
-                  qconv_few_channels_forward_quantize_cuda(s, x, inv_scale, w, ep, y, ex.stream));
+  CNN_CUDA_BRANCH("qconv_few_channels_forward_quantize", {
+    if (k == QConvKernel::FewChannelsTensorCores)
+      qconv_few_channels_mma_forward_quantize_cuda(s, x, inv_scale, w, ep, y, ex.stream);
+    else
+      qconv_few_channels_forward_quantize_cuda(s, x, inv_scale, w, ep, y, ex.stream);
+  });
 }
 
 }  // namespace cnn

@@ -12,6 +12,7 @@
 #include "kernels/quant/qconv_epilogue.cuh"
 #include "kernels/quant/qconv_few_channels.h"
 #include "kernels/quant/qconv_few_channels_cuda.h"
+#include "kernels/quant/qconv_few_channels_staging.cuh"
 #include "runtime/cuda_check.h"
 
 namespace cnn {
@@ -23,52 +24,10 @@ constexpr int kThreads = 256;
 constexpr int kMinBlocksPerSm = 2;
 constexpr int kChannelsPerThread = 8;
 
-// As qconv.cu and quantize.h: clamp, then round half to even.
 using qepilogue::lowest;
-using qepilogue::requantize;
-
-__device__ __forceinline__ uint32_t byte_at(int8_t v, int k) {
-  return uint32_t(uint8_t(v)) << (8 * k);
-}
-
-// What the kernel stages from an int8 NHWC input: with one channel, pixel (iy, ix)'s byte (a
-// word of 4 neighbouring pixels is then assembled in shared memory), else the 4 channels of the
-// pixel as one word; zero outside the image (the conv's zero padding).
-struct Int8Nhwc {
-  const int8_t* x;  // (N, H, W, CP), 4-byte aligned
-  __device__ uint32_t byte0(const QConvShape& s, int img, int iy, int ix) const {
-    if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) return 0;
-    return uint8_t(__ldg(x + ((int64_t(img) * s.h + iy) * s.w + ix) * s.cp));
-  }
-  __device__ uint32_t word4(const QConvShape& s, int img, int iy, int ix) const {
-    // Channels C..CP-1 are zero in x's layout (and their weights are zero anyway).
-    if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) return 0;
-    return __ldg(
-        reinterpret_cast<const unsigned*>(x + ((int64_t(img) * s.h + iy) * s.w + ix) * s.cp));
-  }
-};
-
-// The network's float input, quantized on the way in exactly as quantize_kernel (qconv.cu) does;
-// staged as Int8Nhwc's.
-struct FloatNchw {
-  const float* x;  // (N, C, H, W)
-  float inv_scale;
-  __device__ uint32_t quantized(float v) const {
-    return uint8_t(requantize(__fmul_rn(v, inv_scale)));
-  }
-  __device__ uint32_t byte0(const QConvShape& s, int img, int iy, int ix) const {
-    if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) return 0;
-    return quantized(__ldg(x + (int64_t(img) * s.c * s.h + iy) * s.w + ix));
-  }
-  __device__ uint32_t word4(const QConvShape& s, int img, int iy, int ix) const {
-    if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) return 0;
-    const int64_t plane = int64_t(s.h) * s.w;
-    const float* xi = x + int64_t(img) * s.c * plane + int64_t(iy) * s.w + ix;
-    uint32_t word = 0;
-    for (int c = 0; c < s.c; ++c) word |= byte_at(int8_t(quantized(__ldg(xi + c * plane))), c);
-    return word;
-  }
-};
+using qfew::byte_at;
+using qfew::FloatNchw;
+using qfew::Int8Nhwc;
 
 // Thread mapping: block (image * tiles + tile, channel chunk) owns t.tph x t.tpw pooled outputs
 // and t.ocb output channels; a thread owns one item = (pooled output, 8 consecutive channels),

@@ -26,10 +26,23 @@ namespace cnn {
 constexpr int kQFewMaxKernel = 11, kQFewMaxPoolW = 3;
 bool qconv_few_channels_supported(const QConvShape& s);
 
+// The tensor-core version of the same kernel (qconv_few_channels_mma.cu): the same tiles,
+// staging, epilogue and bits, the sums on mma.sync m16n8k32 s8 instead of dp4a. It takes what
+// the dp4a kernel takes with a pool window of at most kQFewMmaMaxWindow outputs (a window's
+// outputs sit in one 16-row mma tile), within the shared memory budget.
+constexpr int kQFewMmaMaxWindow = 16;
+bool qconv_few_channels_mma_supported(const QConvShape& s);
+// Either few-channel kernel (both can quantize the float input themselves).
+inline bool qconv_is_few_channel_kernel(QConvKernel k) {
+  return k == QConvKernel::FewChannels || k == QConvKernel::FewChannelsTensorCores;
+}
+
 // x float (N, C, H, W), quantized as quantize_nchw_to_nhwc(x, inv_scale) would, then convolved;
-// y int8 4-byte aligned. The CPU twin runs those two steps.
+// y int8 4-byte aligned. The CPU twin runs those two steps. kernel: Auto runs the tensor-core
+// kernel where it takes the shape (qconv_pick_kernel's rule), else the dp4a one; FewChannels or
+// FewChannelsTensorCores forces one (refused on a shape it does not take).
 void qconv_few_channels_forward_quantize(const QConvShape& s, const float* x, float inv_scale,
                                          const int8_t* w, const QEpilogue& ep, int8_t* y,
-                                         const Exec& ex);
+                                         const Exec& ex, QConvKernel kernel = QConvKernel::Auto);
 
 }  // namespace cnn

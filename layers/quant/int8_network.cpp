@@ -204,12 +204,12 @@ Int8Network::Int8Network(const QuantizedModel& m, int max_batch, const Exec& ex,
     st.specialized = tensor_cores && ex.device == Device::CUDA;
     // The repacked weights wherever the rule might pick the tensor cores at some batch up to
     // max_batch: a shape they take at batch 1 (they stop taking larger batches, never smaller
-    // ones), unless the few-channel kernel takes it at max_batch (then at every batch). A cheap
+    // ones), unless a few-channel kernel takes it at max_batch (then at every batch). A cheap
     // superset: a classifier the linear dp4a kernel always runs carries them too.
     QConvShape one = s;
     one.n = 1;
     if (st.specialized && qconv_igemm_supported(one) &&
-        qconv_pick_kernel(s, true) != QConvKernel::FewChannels) {
+        !qconv_is_few_channel_kernel(qconv_pick_kernel(s, true))) {
       std::vector<int8_t> packed(size_t(qconv_igemm_weight_size(one)));
       qconv_pack_igemm_weights(one, w.data(), packed.data());  // the same bytes at every batch
       st.w_igemm = Buffer<int8_t>(packed.size(), ex.device);
@@ -223,13 +223,13 @@ Int8Network::Int8Network(const QuantizedModel& m, int max_batch, const Exec& ex,
     stages_.push_back(std::move(st));
   }
   logits_ = Buffer<float>(size_t(max_batch) * size_t(classes_), ex.device);
-  // The first stage quantizes the input itself when it runs the few-channel kernel (at max_batch,
+  // The first stage quantizes the input itself when it runs a few-channel kernel (at max_batch,
   // so at every batch) and only it reads the input (else x_q_ is still needed); its output is
   // int8 unless it is also the last.
   const Stage& st0 = stages_[0];
   fuse_input_quantization_ =
       !st0.is_add && !st0.is_avgpool && stages_.size() > 1 &&
-      qconv_resolve_kernel(st0.shape, path_of(st0, st0.shape)) == QConvKernel::FewChannels &&
+      qconv_is_few_channel_kernel(qconv_resolve_kernel(st0.shape, path_of(st0, st0.shape))) &&
       std::none_of(m.stages.begin() + 1, m.stages.end(), [](const QuantStage& q) {
         return q.input == -1 || (q.add && q.shortcut == -1);
       });
