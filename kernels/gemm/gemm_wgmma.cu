@@ -369,6 +369,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
+  // BF16 with a transposed operand (the weight gradient's shape, dw += with beta = 1): the C
+  // band this block's epilogue will read is asked into L2 now, so that its reads, which wait
+  // one memory latency per batch, find it there after the short k loop (K = the batch: 2
+  // k-tiles at 128). One prefetch per 128-byte line, 4 a row.
+  if constexpr (kBf16 && P::kMN) {
+    if (p.beta != 0.f) {
+      const int band = kBM / int(nsplit), r0 = int(rank) * band;
+      for (int idx = tid; idx < band * (kBN / 32); idx += kThreads) {
+        const int m = m0 + r0 + idx / (kBN / 32), n = n0 + 32 * (idx % (kBN / 32));
+        if (m < p.M && n < p.N) prefetch_l2(p.c + int64_t(m) * p.ldc + n);
+      }
+    }
+  }
+
   const int wg = tid / 128;
   if (wg == 0 && P::kStaged) {
     // Producer with staged operands. Thread 0 issues every TMA (staging boxes and K-major
