@@ -794,11 +794,11 @@ void bench_linear(const BenchContext& ctx, std::vector<BenchRow>& rows, const st
         rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
       }
       // The tensor-core GEMM paths side by side, called as linear.cpp calls gemm_cuda: the
-      // mma.sync 16-byte tile path and, on a compute capability 9.0 GPU, the wgmma + TMA one.
+      // mma.sync 16-byte tile path and, on a compute capability 9.0 GPU, the wgmma + TMA one
+      // (TF32 and BF16 alike).
       if (p != Precision::FP32) {
         std::vector<std::pair<const char*, GemmPath>> paths = {{"gemm:vec", GemmPath::VecTile}};
-        if (p == Precision::TF32 && gemm_wgmma_available())
-          paths.push_back({"gemm:wgmma", GemmPath::Wgmma});
+        if (gemm_wgmma_available()) paths.push_back({"gemm:wgmma", GemmPath::Wgmma});
         for (const auto& [label, path] : paths) {
           Candidate c;
           c.variant = label;
@@ -817,6 +817,7 @@ void bench_linear(const BenchContext& ctx, std::vector<BenchRow>& rows, const st
         }
         // The transposed passes once more with their M/N-contiguous operands staged by TMA and
         // transposed in shared memory (whatever CNN_WGMMA_MN says), beside the gather above.
+        // TF32 only: BF16's gemm:wgmma row is already staged unless CNN_WGMMA_MN=gather.
         if (p == Precision::TF32 && gemm_wgmma_available() && pass != Pass::Forward) {
           Candidate c;
           c.variant = "gemm:wgmma-staged";

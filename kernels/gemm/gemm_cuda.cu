@@ -156,9 +156,12 @@ const char* gemm_path_name(GemmPath path) {
 GemmPath gemm_cuda_resolve(GemmPath path, bool trans_a, bool trans_b, int m, int n, int k,
                            const float* d_a, int lda, const float* d_b, int ldb,
                            Precision precision) {
-  // Wgmma runs where it can (TF32, k > 0, an sm_90a build on a cc 9.0 device); elsewhere the
-  // call goes the way Auto without the environment's wgmma would.
-  auto wgmma_ok = [&] { return precision == Precision::TF32 && k > 0 && gemm_wgmma_available(); };
+  // Wgmma runs where it can (TF32 or BF16, k > 0, an sm_90a build on a cc 9.0 device); elsewhere
+  // the call goes the way Auto without the environment's wgmma would.
+  auto wgmma_ok = [&] {
+    return (precision == Precision::TF32 || precision == Precision::BF16) && k > 0 &&
+           gemm_wgmma_available();
+  };
   if (path == GemmPath::Wgmma) {
     if (wgmma_ok()) return path;
     path = GemmPath::Auto;
@@ -178,7 +181,8 @@ GemmPath gemm_cuda_resolve(GemmPath path, bool trans_a, bool trans_b, int m, int
       // forward 12.9 us against 22.0 for the mma.sync tile, input gradient with B staged by TMA
       // 13.2 against 21.7); the weight gradient (A = dy^T, M-contiguous) stays on the tile,
       // 24.6 us against 31.0. CNN_WGMMA_MN=gather turns the staging off, and then only the
-      // all-K-contiguous forward is worth it.
+      // all-K-contiguous forward is worth it. BF16 takes the same choice (its mma.sync tile
+      // ran fc1 at 22.8 / 24.9 / 22.8 us, cuBLAS at 13.0 / 12.6 / 16.3).
       if (!trans_a && vec_ok(d_a, lda, d_b, ldb) && wgmma_ok() &&
           (b_kcontig || process_env_switches().wgmma_mn_tma))
         return GemmPath::Wgmma;
@@ -204,10 +208,13 @@ void gemm_cuda_path(GemmPath path, bool trans_a, bool trans_b, int m, int n, int
   const GemmPath use =
       gemm_cuda_resolve(path, trans_a, trans_b, m, n, k, d_a, lda, d_b, ldb, precision);
   switch (use) {
-    case GemmPath::Wgmma:
+    case GemmPath::Wgmma: {
+      WgmmaOptions opt;
+      opt.precision = precision;
       gemm_wgmma(trans_a, trans_b, m, n, k, alpha, d_a, lda, d_b, ldb, beta, d_c, ldc, d_bias, relu,
-                 stream);
+                 stream, opt);
       return;
+    }
     case GemmPath::SmallDot:
     case GemmPath::SmallM:
     case GemmPath::SmallK: {

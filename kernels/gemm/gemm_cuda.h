@@ -37,13 +37,14 @@ namespace cnn {
 //        operands are not aligned for it.
 //   SmallDot / SmallM / SmallK: the kernels of gemm_small.h, for any shape (slow off their
 //        shapes; FP32 arithmetic whatever the precision).
-//   Wgmma: the Hopper wgmma + TMA kernel of gemm_wgmma.h (TF32 only, any layout and alignment);
-//        where it cannot run (not a compute capability 9.0 device, a build without architecture
-//        90, precision FP32, k == 0) the call takes what Auto would. Auto picks it for TF32
-//        problems whose operands are both K-major (after the small-shape kernels), and, with
-//        CNN_WGMMA_MN=tma, for transposed ones whose operands are TMA-aligned (16-byte base,
-//        leading dimension a multiple of 4: staged by TMA, transposed in shared memory);
-//        CNN_GEMM_PATH=wgmma makes Auto take it for every TF32 problem.
+//   Wgmma: the Hopper wgmma + TMA kernel of gemm_wgmma.h (TF32 or BF16, any layout and
+//        alignment); where it cannot run (not a compute capability 9.0 device, a build without
+//        architecture 90, precision FP32, k == 0) the call takes what Auto would. Auto picks it
+//        for TF32 and BF16 problems whose operands are both K-major (after the small-shape
+//        kernels), and, with CNN_WGMMA_MN=tma, for transposed ones whose operands are
+//        TMA-aligned (16-byte base, leading dimension a multiple of 4: staged by TMA, transposed
+//        in shared memory) and whose A is K-major (the input gradient, not the weight gradient);
+//        CNN_GEMM_PATH=wgmma makes Auto take it for every TF32 and BF16 problem.
 enum class GemmPath { Auto, StridedTile, VecTile, SmallDot, SmallM, SmallK, Wgmma };
 const char* gemm_path_name(GemmPath path);
 

@@ -14,8 +14,16 @@
 //     threads transpose each staged tile shared -> shared into the K-major stage with 16-byte
 //     loads and stores (fence.proxy.async, then the `full` arrive). The gather's serial
 //     load-then-store per stage became asynchronous copies that stay in flight.
+//   BF16 (kBf16): a k-tile is 64 k, the stage tiles hold BF16 (still 128-byte rows, the same
+//     swizzle and descriptors), and every operand passes through the producer's registers to be
+//     rounded: TMA brings the FP32 tile into the staging ring (two 128 x 32 boxes when
+//     K-contiguous, four 32 x 64 when M/N-contiguous), and the producer threads convert it into
+//     the stage (convert_staged_k), transposing too when M/N-contiguous (transpose_staged_bf16);
+//     the gather (misaligned operands) converts as it stores. The TMA of a k-tile is issued as
+//     soon as its staging slot is free, kStages (2) k-tiles ahead.
 //   warpgroups 1 and 2, the consumers: warpgroup w multiplies rows [64 (w - 1), +64) of the tile,
-//     4 wgmma.m64n128k8 per stage, one stage's group kept in flight while the next is issued.
+//     4 wgmma.m64n128k8 TF32 (k16 BF16) per stage, one stage's group kept in flight while the
+//     next is issued.
 // Epilogue: the consumers write their accumulators to shared memory (reusing the stage ring);
 // the blocks of the cluster (the k splits of one tile, blockIdx.z = cluster rank) then each sum
 // a band of 128 / splits rows over all ranks' partial tiles, read through distributed shared
@@ -40,11 +48,16 @@ namespace {
 
 using namespace wgmma;
 
-constexpr int kBM = 128, kBN = 128, kBK = 32;  // block tile; kBK fp32 = one 128-byte swizzle row
-constexpr int kThreads = 384;                  // producer + 2 consumer warpgroups
-constexpr int kTileBytes = kBM * kBK * 4;      // 16 KB, A or B^T tile of one stage
-constexpr int kStageBytes = 2 * kTileBytes;    // A then B^T
-constexpr int kEpiPitch = kBN + 4;             // floats; rows stay 16-byte aligned
+constexpr int kBM = 128, kBN = 128;          // block tile
+constexpr int kThreads = 384;                // producer + 2 consumer warpgroups
+constexpr int kTileBytes = kBM * 128;        // 16 KB, A or B^T tile of one stage (128-byte rows)
+constexpr int kStageBytes = 2 * kTileBytes;  // A then B^T
+// k of one k-tile: one 128-byte swizzle row of operands, 32 TF32 (FP32 storage) or 64 BF16.
+constexpr int k_tile(bool bf16) {
+  return bf16 ? 64 : 32;
+}
+constexpr int kFloatBoxK = 32;      // k of a TMA box of FP32 (128 bytes, the swizzle's limit)
+constexpr int kEpiPitch = kBN + 4;  // floats; rows stay 16-byte aligned
 static_assert(kBM == kBN, "the gather maps one producer thread per tile row");
 constexpr int kMaxSplits = 8;  // portable cluster size
 
@@ -55,18 +68,32 @@ constexpr int kMaxSplits = 8;  // portable cluster size
 //            into a staging buffer, then transposed shared -> shared by the producer threads.
 enum Load { kTmaK, kGather, kTmaMN };
 
-// Shared-memory plan of one instantiation: the K-major stage ring, then (kTmaMN operands) a
-// staging ring of the same depth, then the mbarriers full, empty, staged. Two staged operands
-// leave room for 3 stages (192 KB), one for 4 (192 KB), none for 4 (128 KB).
-template <int kLA, int kLB>
+// Shared-memory plan of one instantiation: the K-major stage ring, then a staging ring of the
+// same depth for the operands that arrive by TMA as FP32 and are rewritten by the producer, then
+// the mbarriers full, empty, staged.
+//   TF32: only kTmaMN operands are staged (16 KB a k-tile); two staged operands leave room for
+//     3 stages (192 KB), one for 4 (192 KB), none for 4 (128 KB).
+//   BF16: every TMA operand is staged, K-contiguous ones too (they need the conversion), 32 KB
+//     of FP32 for a k-tile of 64 k, into 16 KB of BF16: 2 stages (192 KB) with both staged;
+//     gathered operands (written as BF16 straight into the stage) need no staging: 4 (128 KB).
+template <bool kBf16, int kLA, int kLB>
 struct Plan {
-  static constexpr int kStagedOps = (kLA == kTmaMN) + (kLB == kTmaMN);
-  static constexpr bool kMN = kStagedOps > 0;
-  static constexpr int kStages = kStagedOps == 2 ? 3 : 4;
+  static constexpr bool kAStaged = kBf16 ? kLA != kGather : kLA == kTmaMN;
+  static constexpr bool kBStaged = kBf16 ? kLB != kGather : kLB == kTmaMN;
+  static constexpr int kStagedOps = int(kAStaged) + int(kBStaged);
+  static constexpr bool kStaged = kStagedOps > 0;
+  static constexpr bool kMN = kLA == kTmaMN || kLB == kTmaMN;                // a transposed operand
+  static constexpr int kStagingBytes = kBf16 ? 2 * kTileBytes : kTileBytes;  // one operand
+  static constexpr int kStages = kBf16 ? (kStagedOps == 2   ? 2
+                                          : kStagedOps == 1 ? 3
+                                                            : 4)
+                                       : (kStagedOps == 2 ? 3 : 4);
   static constexpr int kStagingOffset = kStages * kStageBytes;
-  static constexpr int kBarrierOffset = kStagingOffset + kStages * kStagedOps * kTileBytes;
+  static constexpr int kBarrierOffset = kStagingOffset + kStages * kStagedOps * kStagingBytes;
   static constexpr int kSmemBytes = 1024 + kBarrierOffset + 3 * kStages * 8;  // + alignment
-  static_assert(kBM * kEpiPitch * 4 <= kStages * kStageBytes, "epilogue tile must fit the ring");
+  // The partial tile of the epilogue reuses the rings (stages and staging: every copy has
+  // landed by then).
+  static_assert(kBM * kEpiPitch * 4 <= kBarrierOffset, "epilogue tile must fit the rings");
   static_assert(kSmemBytes <= 227 * 1024, "over the per-block shared-memory limit");
 };
 
@@ -171,23 +198,143 @@ __device__ __forceinline__ void transpose_staged(uint32_t dst, uint32_t src, int
   }
 }
 
+// ---- BF16: the K-major tile holds 64 k a row (8 chunks of 8 bf16), written by the producer ----
+
+// Eight FP32 values of one row, k ascending, rounded to BF16 and stored as one 16-byte chunk.
+__device__ __forceinline__ void st_bf16_chunk(uint32_t addr, float4 lo, float4 hi) {
+  st_shared_s32x4(addr, make_int4(int(cvt_bf16x2(lo.x, lo.y)), int(cvt_bf16x2(lo.z, lo.w)),
+                                  int(cvt_bf16x2(hi.x, hi.y)), int(cvt_bf16x2(hi.z, hi.w))));
+}
+
+// Producer thread t (0..127) fills its part of one 128 x 64 BF16 tile at `dst` from global FP32,
+// rounding each value, zeros outside rows x K; in batches of 16 loads issued before their stores
+// (as gather_tile, for the consumers' registers).
+//   M/N-contiguous source: thread t owns tile row t, four batches of 16 k (two chunks each); a
+//     warp reads 32 consecutive floats of one k row per load.
+//   K-contiguous source: thread t owns chunk t % 8 (8 k) of rows t / 8 + 16 j, two rows a batch;
+//     8 lanes cover one row's 64 k.
+// Either way the 8 lanes of a quarter warp store 8 distinct chunk columns: no bank conflicts.
+__device__ __forceinline__ void gather_tile_bf16(uint32_t dst, const Operand& op, int row0, int k0,
+                                                 int K, int t) {
+  float v[2][8];
+  if (!op.kcontig) {
+    const int row = row0 + t;
+    const bool row_ok = row < op.rows;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const int k = k0 + 16 * q + 8 * h + e;
+          v[h][e] = (row_ok && k < K) ? __ldg(op.ptr + int64_t(k) * op.ld + row) : 0.f;
+        }
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        st_bf16_chunk(dst + sw128_offset(t, 2 * q + h),
+                      make_float4(v[h][0], v[h][1], v[h][2], v[h][3]),
+                      make_float4(v[h][4], v[h][5], v[h][6], v[h][7]));
+    }
+  } else {
+    const int c = t & 7, rb = t >> 3;
+#pragma unroll
+    for (int pair = 0; pair < 4; ++pair) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + rb + 16 * (2 * pair + h);
+        const float* src = op.ptr + int64_t(row) * op.ld;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const int k = k0 + 8 * c + e;
+          v[h][e] = (row < op.rows && k < K) ? __ldg(src + k) : 0.f;
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        st_bf16_chunk(dst + sw128_offset(rb + 16 * (2 * pair + h), c),
+                      make_float4(v[h][0], v[h][1], v[h][2], v[h][3]),
+                      make_float4(v[h][4], v[h][5], v[h][6], v[h][7]));
+    }
+  }
+}
+
+// Producer thread t (0..127) converts its part of one staged K-contiguous FP32 tile `src` into
+// the K-major BF16 tile `dst`. src holds two TMA boxes of 128 rows x 32 k (k [0, 32) then
+// [32, 64), kTileBytes apart), row r at r * 128, its FP32 chunk f (4 k) at chunk f ^ (r % 8).
+// BF16 chunk c (k 8 c .. 8 c + 7) of row r is FP32 chunks 2 (c % 4) and + 1 of box c / 4. Lane
+// i = t % 8 of a quarter warp takes chunk c = i of row 2 p + ((i / 4) ^ u) (pair p, u the
+// repeat's parity): lanes 0-3 and 4-7 sit in the two rows of a pair, whose swizzles differ in
+// bit 0, so the loads (bank group (2 (i % 4) + e) ^ (r % 8)) split by parity and the stores
+// (i ^ (r % 8)) by bit 2: 8 distinct 16-byte bank groups on both sides.
+__device__ __forceinline__ void convert_staged_k(uint32_t dst, uint32_t src, int t) {
+  const int i = t & 7, g = t >> 3;
+#pragma unroll
+  for (int it = 0; it < 8; ++it) {
+    const int r = 2 * (g + 16 * (it >> 1)) + ((i >> 2) ^ (it & 1));
+    const uint32_t row = src + uint32_t((i >> 2) * kTileBytes + r * 128);
+    const int f = 2 * (i & 3);
+    const float4 lo = ld_shared_v4(row + uint32_t((f ^ (r & 7)) << 4));
+    const float4 hi = ld_shared_v4(row + uint32_t(((f + 1) ^ (r & 7)) << 4));
+    st_bf16_chunk(dst + sw128_offset(r, i), lo, hi);
+  }
+}
+
+// Producer thread t (0..127) transposes and converts its part of one staged M/N-contiguous FP32
+// tile `src` into the K-major BF16 tile `dst`. src holds four TMA boxes of 32 rows x 64 k, box q
+// the rows [32 q, +32): k row kk at q * 8192 + kk * 128, the 16-byte chunk of rows 4 c .. 4 c + 3
+// at chunk c ^ (kk % 8). The tile is 32 x 8 blocks of 4 rows x 8 k; thread t owns two: it reads
+// the 8 k rows of a block (8 x 16-byte loads) and writes its 4 tile rows (4 x 16-byte chunks of
+// 8 bf16), the transpose happening in registers. The lanes take the blocks as transpose_staged
+// does (row chunk mc = i + 8 mhi, k chunk kc = ((i / 2) ^ u) + 4 h): loads hit bank group
+// (mc % 8) ^ e, stores kc ^ 4 (i % 2) ^ j, distinct over the 8 lanes of a quarter warp.
+__device__ __forceinline__ void transpose_staged_bf16(uint32_t dst, uint32_t src, int t) {
+  const int i = t & 7, g = t >> 3;
+#pragma unroll
+  for (int rep = 0; rep < 2; ++rep) {
+    const int combo = 2 * g + rep;  // 0..31
+    const int mc = i + 8 * (combo & 3);
+    const int kc = ((i >> 1) ^ ((combo >> 2) & 3)) + 4 * (combo >> 4);
+    float4 v[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int kk = 8 * kc + e;
+      v[e] = ld_shared_v4(src + uint32_t((mc >> 3) * 8192 + kk * 128 + (((mc & 7) ^ e) << 4)));
+    }
+    st_bf16_chunk(dst + sw128_offset(4 * mc + 0, kc), make_float4(v[0].x, v[1].x, v[2].x, v[3].x),
+                  make_float4(v[4].x, v[5].x, v[6].x, v[7].x));
+    st_bf16_chunk(dst + sw128_offset(4 * mc + 1, kc), make_float4(v[0].y, v[1].y, v[2].y, v[3].y),
+                  make_float4(v[4].y, v[5].y, v[6].y, v[7].y));
+    st_bf16_chunk(dst + sw128_offset(4 * mc + 2, kc), make_float4(v[0].z, v[1].z, v[2].z, v[3].z),
+                  make_float4(v[4].z, v[5].z, v[6].z, v[7].z));
+    st_bf16_chunk(dst + sw128_offset(4 * mc + 3, kc), make_float4(v[0].w, v[1].w, v[2].w, v[3].w),
+                  make_float4(v[4].w, v[5].w, v[6].w, v[7].w));
+  }
+}
+
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 // Thread mapping: see the file comment. Grid (tiles_m * tiles_n, 1, splits), cluster
 // (1, 1, splits); block x owns C rows [128 (x / tiles_n), +128) x columns [128 (x % tiles_n),
-// +128), split z its k-tiles [z T / splits, (z + 1) T / splits) of T = ceil(K / 32).
-template <int kLA, int kLB>
+// +128), split z its k-tiles [z T / splits, (z + 1) T / splits) of T = ceil(K / kBK), kBK = 32
+// (TF32) or 64 (BF16).
+template <bool kBf16, int kLA, int kLB>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_a,
                       const __grid_constant__ CUtensorMap map_b, const Params p) {
 #ifdef CNN_WGMMA_DEVICE_CODE
-  using P = Plan<kLA, kLB>;
+  using P = Plan<kBf16, kLA, kLB>;
   constexpr int kStages = P::kStages;
-  constexpr bool kATma = kLA == kTmaK, kBTma = kLB == kTmaK;
-  static_assert(!P::kMN || (kLA != kGather && kLB != kGather),
+  constexpr int kBK = k_tile(kBf16);
+  // TMA straight into the K-major stage (TF32's K-contiguous operands only).
+  constexpr bool kATma = !kBf16 && kLA == kTmaK, kBTma = !kBf16 && kLB == kTmaK;
+  static_assert(!P::kStaged || (kLA != kGather && kLB != kGather),
                 "a staged operand goes with a TMA operand, not a gathered one");
   constexpr bool kAnyGather = kLA == kGather || kLB == kGather;
   constexpr uint32_t kTxBytes = (kATma ? kTileBytes : 0) + (kBTma ? kTileBytes : 0);
+  // The bytes of one k-tile on its `staged` barrier: the staging boxes and the K-major TMA tiles.
+  constexpr uint32_t kStagedTxBytes = kBf16 ? P::kStagedOps * P::kStagingBytes : 2 * kTileBytes;
+  // TMA boxes of an M/N-contiguous operand: 32 rows x kBK k each, four to a staged tile.
+  constexpr uint32_t kMnBoxBytes = 32 * kBK * 4;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   const uint32_t bars = base + P::kBarrierOffset;  // full[kStages], empty[kStages], staged[]
@@ -198,9 +345,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto tile_b = [&](int s) { return base + uint32_t(s) * kStageBytes + kTileBytes; };
   // Staging of stage s: the A box set (if staged), then the B one.
   auto stage_a = [&](int s) {
-    return base + uint32_t(P::kStagingOffset + s * P::kStagedOps * kTileBytes);
+    return base + uint32_t(P::kStagingOffset + s * P::kStagedOps * P::kStagingBytes);
   };
-  auto stage_b = [&](int s) { return stage_a(s) + (kLA == kTmaMN ? uint32_t(kTileBytes) : 0u); };
+  auto stage_b = [&](int s) {
+    return stage_a(s) + (P::kAStaged ? uint32_t(P::kStagingBytes) : 0u);
+  };
 
   const int tid = threadIdx.x;
   const int tiles_n = (p.N + kBN - 1) / kBN;
@@ -212,7 +361,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(full(s), (kAnyGather || P::kMN) ? 128 : 1);
+      mbar_init(full(s), (kAnyGather || P::kStaged) ? 128 : 1);
       mbar_init(empty(s), 8);  // lane 0 of each consumer warp
       mbar_init(staged(s), 1);
     }
@@ -220,41 +369,74 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
+  // BF16 with a transposed operand (the weight gradient's shape, dw += with beta = 1): the C
+  // band this block's epilogue will read is asked into L2 now, so that its reads, which wait
+  // one memory latency per batch, find it there after the short k loop (K = the batch: 2
+  // k-tiles at 128). One prefetch per 128-byte line, 4 a row.
+  if constexpr (kBf16 && P::kMN) {
+    if (p.beta != 0.f) {
+      const int band = kBM / int(nsplit), r0 = int(rank) * band;
+      for (int idx = tid; idx < band * (kBN / 32); idx += kThreads) {
+        const int m = m0 + r0 + idx / (kBN / 32), n = n0 + 32 * (idx % (kBN / 32));
+        if (m < p.M && n < p.N) prefetch_l2(p.c + int64_t(m) * p.ldc + n);
+      }
+    }
+  }
+
   const int wg = tid / 128;
-  if (wg == 0 && P::kMN) {
+  if (wg == 0 && P::kStaged) {
     // Producer with staged operands. Thread 0 issues every TMA (staging boxes and K-major
-    // tiles) for k-tile j on staged(j % kStages), kStages - 1 k-tiles ahead; all 128 threads
-    // then wait for k-tile i, transpose its staged tiles into the K-major stage, fence and
-    // arrive on full. The producer barrier after the transpose frees k-tile i's staging for
-    // the TMA of k-tile i + kStages - 1 (the same slot when i + kStages - 1 = i - 1 mod kStages).
+    // tiles) for k-tile j on staged(j % kStages), kAhead k-tiles ahead; all 128 threads then
+    // wait for k-tile i, transpose / convert its staged tiles into the K-major stage, fence and
+    // arrive on full. The producer barrier after that frees k-tile i's staging for the TMA of
+    // k-tile i + kAhead. TF32 runs kStages - 1 ahead (the same staging slot as k-tile i - 1,
+    // free since the last iteration; a K-major TMA tile also waits for its stage in issue());
+    // BF16, whose TMA all goes to staging, kStages ahead, into the slot just freed.
+    constexpr int kAhead = kBf16 ? kStages : kStages - 1;
     auto issue = [&](int j) {
       const int s = j % kStages;
       // A K-major TMA tile overwrites the stage the consumers read for k-tile j - kStages.
       if (kTxBytes > 0 && j >= kStages) mbar_wait(empty(s), ((j / kStages) - 1) & 1);
       const int k0 = (kt_begin + j) * kBK;
-      mbar_arrive_expect_tx(staged(s), 2 * kTileBytes);
-      if constexpr (kLA == kTmaK) tma_load_2d(tile_a(s), &map_a, k0, m0, staged(s));
-      if constexpr (kLB == kTmaK) tma_load_2d(tile_b(s), &map_b, k0, n0, staged(s));
+      mbar_arrive_expect_tx(staged(s), kStagedTxBytes);
+      if constexpr (kATma) tma_load_2d(tile_a(s), &map_a, k0, m0, staged(s));
+      if constexpr (kBTma) tma_load_2d(tile_b(s), &map_b, k0, n0, staged(s));
+      if constexpr (kBf16) {  // a K-contiguous operand's two boxes of 32 k
+#pragma unroll
+        for (int h = 0; h < kBK / kFloatBoxK; ++h) {
+          if constexpr (kLA == kTmaK)
+            tma_load_2d(stage_a(s) + h * kTileBytes, &map_a, k0 + kFloatBoxK * h, m0, staged(s));
+          if constexpr (kLB == kTmaK)
+            tma_load_2d(stage_b(s) + h * kTileBytes, &map_b, k0 + kFloatBoxK * h, n0, staged(s));
+        }
+      }
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         if constexpr (kLA == kTmaMN)
-          tma_load_2d(stage_a(s) + q * 4096u, &map_a, m0 + 32 * q, k0, staged(s));
+          tma_load_2d(stage_a(s) + q * kMnBoxBytes, &map_a, m0 + 32 * q, k0, staged(s));
         if constexpr (kLB == kTmaMN)
-          tma_load_2d(stage_b(s) + q * 4096u, &map_b, n0 + 32 * q, k0, staged(s));
+          tma_load_2d(stage_b(s) + q * kMnBoxBytes, &map_b, n0 + 32 * q, k0, staged(s));
       }
     };
     if (tid == 0)
-      for (int j = 0; j < kStages - 1 && j < nk; ++j) issue(j);
+      for (int j = 0; j < kAhead && j < nk; ++j) issue(j);
     for (int i = 0; i < nk; ++i) {
       const int s = i % kStages;
       mbar_wait(staged(s), (i / kStages) & 1);
       if (i >= kStages) mbar_wait(empty(s), ((i / kStages) - 1) & 1);
-      if constexpr (kLA == kTmaMN) transpose_staged(tile_a(s), stage_a(s), tid);
-      if constexpr (kLB == kTmaMN) transpose_staged(tile_b(s), stage_b(s), tid);
+      if constexpr (kBf16) {
+        if constexpr (kLA == kTmaK) convert_staged_k(tile_a(s), stage_a(s), tid);
+        if constexpr (kLA == kTmaMN) transpose_staged_bf16(tile_a(s), stage_a(s), tid);
+        if constexpr (kLB == kTmaK) convert_staged_k(tile_b(s), stage_b(s), tid);
+        if constexpr (kLB == kTmaMN) transpose_staged_bf16(tile_b(s), stage_b(s), tid);
+      } else {
+        if constexpr (kLA == kTmaMN) transpose_staged(tile_a(s), stage_a(s), tid);
+        if constexpr (kLB == kTmaMN) transpose_staged(tile_b(s), stage_b(s), tid);
+      }
       fence_proxy_async();
       mbar_arrive(full(s));
       producer_sync();
-      if (tid == 0 && i + kStages - 1 < nk) issue(i + kStages - 1);
+      if (tid == 0 && i + kAhead < nk) issue(i + kAhead);
     }
   } else if (wg == 0) {
     // Producer. With TMA for both operands one thread issues everything.
@@ -263,8 +445,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int s = i % kStages;
         if (i >= kStages) mbar_wait(empty(s), ((i / kStages) - 1) & 1);
         const int k0 = (kt_begin + i) * kBK;
-        if constexpr (!kATma) gather_tile(tile_a(s), p.a, m0, k0, p.K, tid);
-        if constexpr (!kBTma) gather_tile(tile_b(s), p.b, n0, k0, p.K, tid);
+        if constexpr (kBf16) {
+          gather_tile_bf16(tile_a(s), p.a, m0, k0, p.K, tid);
+          gather_tile_bf16(tile_b(s), p.b, n0, k0, p.K, tid);
+        } else {
+          if constexpr (!kATma) gather_tile(tile_a(s), p.a, m0, k0, p.K, tid);
+          if constexpr (!kBTma) gather_tile(tile_b(s), p.b, n0, k0, p.K, tid);
+        }
         if constexpr (kAnyGather) fence_proxy_async();
         if (tid == 0) {
           if constexpr (kTxBytes > 0) {
@@ -294,8 +481,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint64_t da = sw128_desc(tile_a(s) + a_off), db = sw128_desc(tile_b(s));
       wgmma_fence();
       fence_acc(acc);
+      // Four k-steps of 32 bytes of the swizzle row (2 in the descriptor): k8 TF32 or k16 BF16.
 #pragma unroll
-      for (int kk = 0; kk < kBK / 8; ++kk) wgmma_m64n128k8_tf32(acc, da + 2 * kk, db + 2 * kk);
+      for (int kk = 0; kk < 4; ++kk) {
+        if constexpr (kBf16)
+          wgmma_m64n128k16_bf16(acc, da + 2 * kk, db + 2 * kk);
+        else
+          wgmma_m64n128k8_tf32(acc, da + 2 * kk, db + 2 * kk);
+      }
       wgmma_commit();
       fence_acc(acc);
       wgmma_wait<1>();  // the previous stage's products are done: release it
@@ -428,15 +621,16 @@ bool tma_ok(const Operand& op) {
   return op.kcontig && tma_aligned(op);
 }
 
-// The operand as a 2-D tensor map, 128-byte swizzle, zero fill outside. K-contiguous: dims
-// (K, rows), 32 x 128 boxes (k, rows), the K-major tile itself. M/N-contiguous: dims (rows, K),
-// 32 x 32 boxes (rows, k), four of which make a staged tile.
-CUtensorMap make_map(const Operand& op, int K) {
+// The operand as a 2-D tensor map of FP32, 128-byte swizzle, zero fill outside. K-contiguous:
+// dims (K, rows), 32 x 128 boxes (k, rows): TF32's K-major tile itself, half of BF16's staged
+// tile. M/N-contiguous: dims (rows, K), 32 x k_tile boxes (rows, k), four of which make a staged
+// tile.
+CUtensorMap make_map(const Operand& op, int K, bool bf16) {
   CUtensorMap map{};
   const cuuint64_t dims[2] = {cuuint64_t(op.kcontig ? K : op.rows),
                               cuuint64_t(op.kcontig ? op.rows : K)};
   const cuuint64_t strides[1] = {cuuint64_t(op.ld) * 4};
-  const cuuint32_t box[2] = {kBK, op.kcontig ? cuuint32_t(kBM) : cuuint32_t(kBK)};
+  const cuuint32_t box[2] = {kFloatBoxK, op.kcontig ? cuuint32_t(kBM) : cuuint32_t(k_tile(bf16))};
   const cuuint32_t elem_strides[2] = {1, 1};
   const CUresult r = tensor_map_encoder()(
       &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(op.ptr), dims, strides, box,
@@ -449,12 +643,35 @@ CUtensorMap make_map(const Operand& op, int K) {
   return map;
 }
 
-template <int kLA, int kLB>
+template <bool kBf16, int kLA, int kLB>
 void launch(const Params& p, const CUtensorMap& map_a, const CUtensorMap& map_b, int splits,
             cudaStream_t stream) {
   const int64_t tiles = ceil_div<int64_t>(p.M, kBM) * ceil_div<int64_t>(p.N, kBN);
-  launch_split_k_clusters(gemm_wgmma_kernel<kLA, kLB>, tiles, splits, kThreads,
-                          Plan<kLA, kLB>::kSmemBytes, stream, "gemm_wgmma", map_a, map_b, p);
+  launch_split_k_clusters(gemm_wgmma_kernel<kBf16, kLA, kLB>, tiles, splits, kThreads,
+                          Plan<kBf16, kLA, kLB>::kSmemBytes, stream,
+                          kBf16 ? "gemm_wgmma_bf16" : "gemm_wgmma", map_a, map_b, p);
+}
+
+// BF16: both operands by TMA into staging (converted there, and transposed when M/N-contiguous)
+// when both are TMA-aligned and no M/N-contiguous one is to be gathered; else both gathered
+// (and converted on the way), never a mix: misaligned operands are rare, and a mixed
+// instantiation would cost compile time and a third shared-memory plan for nothing.
+void run_bf16(const Params& p, bool mn_tma, bool force_gather, int splits, cudaStream_t stream) {
+  const bool staged = !force_gather && tma_aligned(p.a) && tma_aligned(p.b) &&
+                      (mn_tma || (p.a.kcontig && p.b.kcontig));
+  if (!staged) {
+    launch<true, kGather, kGather>(p, CUtensorMap{}, CUtensorMap{}, splits, stream);
+    return;
+  }
+  const CUtensorMap map_a = make_map(p.a, p.K, true), map_b = make_map(p.b, p.K, true);
+  if (p.a.kcontig && p.b.kcontig)
+    launch<true, kTmaK, kTmaK>(p, map_a, map_b, splits, stream);
+  else if (p.a.kcontig)
+    launch<true, kTmaK, kTmaMN>(p, map_a, map_b, splits, stream);
+  else if (p.b.kcontig)
+    launch<true, kTmaMN, kTmaK>(p, map_a, map_b, splits, stream);
+  else
+    launch<true, kTmaMN, kTmaMN>(p, map_a, map_b, splits, stream);
 }
 
 }  // namespace
@@ -472,11 +689,11 @@ bool gemm_wgmma_available() {
 #endif
 }
 
-int gemm_wgmma_pick_splits(int m, int n, int k) {
+int gemm_wgmma_pick_splits(int m, int n, int k, Precision precision) {
   // One wave at one block per SM (the stage ring takes ~130 KB): double the splits while the
   // doubled grid still fits on the SMs and each split keeps >= 4 k-tiles.
   const int64_t tiles = ceil_div<int64_t>(m, kBM) * ceil_div<int64_t>(n, kBN);
-  const int ktiles = ceil_div(k, kBK);
+  const int ktiles = ceil_div(k, k_tile(precision == Precision::BF16));
   const int64_t sms = sm_count();
   int s = 1;
   while (s * 2 <= kMaxSplits && tiles * s * 2 <= sms && ktiles / (s * 2) >= 4) s *= 2;
@@ -494,7 +711,10 @@ void gemm_wgmma(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
   CNN_CHECK(ldc >= n && lda >= (trans_a ? m : k) && ldb >= (trans_b ? k : n),
             "gemm_wgmma: leading dimensions lda={} ldb={} ldc={} too small for m={} n={} k={}", lda,
             ldb, ldc, m, n, k);
-  const int splits = opt.splits > 0 ? opt.splits : gemm_wgmma_pick_splits(m, n, k);
+  CNN_CHECK(opt.precision == Precision::TF32 || opt.precision == Precision::BF16,
+            "gemm_wgmma: precision {} (expected tf32 or bf16)", precision_name(opt.precision));
+  const bool bf16 = opt.precision == Precision::BF16;
+  const int splits = opt.splits > 0 ? opt.splits : gemm_wgmma_pick_splits(m, n, k, opt.precision);
   CNN_CHECK(splits == 1 || splits == 2 || splits == 4 || splits == 8,
             "gemm_wgmma: splits={} (expected 1, 2, 4 or 8)", splits);
 
@@ -504,7 +724,7 @@ void gemm_wgmma(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
   p.M = m;
   p.N = n;
   p.K = k;
-  p.ktiles = ceil_div(k, kBK);
+  p.ktiles = ceil_div(k, k_tile(bf16));
   p.c = d_c;
   p.ldc = ldc;
   p.alpha = alpha;
@@ -513,30 +733,34 @@ void gemm_wgmma(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
   p.relu = relu;
   const bool mn_tma = opt.mn_load == WgmmaMnLoad::Tma ||
                       (opt.mn_load == WgmmaMnLoad::Default && process_env_switches().wgmma_mn_tma);
+  if (bf16) {
+    run_bf16(p, mn_tma, opt.force_gather, splits, stream);
+    return;
+  }
   if (mn_tma && !opt.force_gather && (!p.a.kcontig || !p.b.kcontig) && tma_aligned(p.a) &&
       tma_aligned(p.b)) {
     // Both operands by TMA, the M/N-contiguous ones staged and transposed in shared memory.
-    const CUtensorMap map_a = make_map(p.a, k), map_b = make_map(p.b, k);
+    const CUtensorMap map_a = make_map(p.a, k, false), map_b = make_map(p.b, k, false);
     if (p.a.kcontig)
-      launch<kTmaK, kTmaMN>(p, map_a, map_b, splits, stream);
+      launch<false, kTmaK, kTmaMN>(p, map_a, map_b, splits, stream);
     else if (p.b.kcontig)
-      launch<kTmaMN, kTmaK>(p, map_a, map_b, splits, stream);
+      launch<false, kTmaMN, kTmaK>(p, map_a, map_b, splits, stream);
     else
-      launch<kTmaMN, kTmaMN>(p, map_a, map_b, splits, stream);
+      launch<false, kTmaMN, kTmaMN>(p, map_a, map_b, splits, stream);
     return;
   }
   const bool a_tma = !opt.force_gather && tma_ok(p.a);
   const bool b_tma = !opt.force_gather && tma_ok(p.b);
-  const CUtensorMap map_a = a_tma ? make_map(p.a, k) : CUtensorMap{};
-  const CUtensorMap map_b = b_tma ? make_map(p.b, k) : CUtensorMap{};
+  const CUtensorMap map_a = a_tma ? make_map(p.a, k, false) : CUtensorMap{};
+  const CUtensorMap map_b = b_tma ? make_map(p.b, k, false) : CUtensorMap{};
   if (a_tma && b_tma)
-    launch<kTmaK, kTmaK>(p, map_a, map_b, splits, stream);
+    launch<false, kTmaK, kTmaK>(p, map_a, map_b, splits, stream);
   else if (a_tma)
-    launch<kTmaK, kGather>(p, map_a, map_b, splits, stream);
+    launch<false, kTmaK, kGather>(p, map_a, map_b, splits, stream);
   else if (b_tma)
-    launch<kGather, kTmaK>(p, map_a, map_b, splits, stream);
+    launch<false, kGather, kTmaK>(p, map_a, map_b, splits, stream);
   else
-    launch<kGather, kGather>(p, map_a, map_b, splits, stream);
+    launch<false, kGather, kGather>(p, map_a, map_b, splits, stream);
 }
 
 }  // namespace cnn

@@ -3,9 +3,14 @@
 // (cp.async.bulk.tensor) through a multi-stage mbarrier pipeline, one producer warpgroup and two
 // consumer warpgroups, split-K across the blocks of a thread-block cluster. Same contract as
 // gemm_cuda.h (row-major, op(A) (m, k), op(B) (k, n), alpha/beta, bias + ReLU epilogue, beta == 0
-// writes C without reading it), TF32 inputs (FP32 in memory, the tensor cores read the top 19
-// bits: truncation, not rounding) with FP32 accumulation. Results are bitwise repeatable: the
-// split-K partial tiles are summed in cluster-rank order, never with atomics.
+// writes C without reading it), FP32 in memory, FP32 accumulation, and one of two operand
+// precisions (WgmmaOptions::precision):
+//   TF32: the tensor cores read the top 19 bits of each operand (truncation, not rounding);
+//   BF16: the producer warpgroup rounds each operand to BF16 (nearest, ties to even, as
+//     __float2bfloat16_rn and the mma.sync BF16 path) on its way into shared memory, and the
+//     consumers run wgmma k16 BF16; a k-tile is 64 k instead of 32 (still 128-byte rows).
+// Results are bitwise repeatable: the split-K partial tiles are summed in cluster-rank order,
+// never with atomics.
 //
 // wgmma reads TF32 operands K-major only. An operand stored K-contiguous (A without trans_a, B
 // with trans_b) whose base is 16-byte aligned and whose leading dimension is a multiple of 4 is
@@ -13,12 +18,16 @@
 // producer warpgroup with ordinary loads and transposed into the same swizzled layout, so every
 // transpose combination and any alignment runs on this kernel. WgmmaMnLoad::Tma instead loads an
 // aligned M/N-contiguous operand by TMA into staging and transposes it in shared memory.
+// BF16 stages every operand (the FP32 tile must be converted, K-contiguous or not) when both are
+// TMA-aligned and no M/N-contiguous one is to be gathered; otherwise it gathers both, converting
+// on the way.
 //
 // The convolutions on the same design are kernels/conv/conv2d_wgmma.h.
 //
 // Only compiled for the device when the build's CUDA architectures include 90 (then this file
 // gets an sm_90a cubin and no plain sm_90 one); gemm_wgmma_available() says whether it can run
 // on the current device (compute capability 9.0 exactly).
+#include "runtime/exec.h"
 #include "runtime/stream.h"
 
 namespace cnn {
@@ -38,16 +47,17 @@ struct WgmmaOptions {
   int splits = 0;             // k split across a cluster: 0 picks (1..8), else 1, 2, 4 or 8
   bool force_gather = false;  // load both operands with the producer's gather, never TMA (tests)
   WgmmaMnLoad mn_load = WgmmaMnLoad::Default;
+  Precision precision = Precision::TF32;  // TF32 or BF16 (FP32 throws)
 };
 
 // C (m, n) = epilogue(alpha * op(A) * op(B) + beta * C), as gemm_cuda. m, n, k > 0. Throws
-// cnn::Error when !gemm_wgmma_available().
+// cnn::Error when !gemm_wgmma_available() or opt.precision is FP32.
 void gemm_wgmma(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a,
                 int lda, const float* d_b, int ldb, float beta, float* d_c, int ldc,
                 const float* d_bias, bool relu, cudaStream_t stream,
                 const WgmmaOptions& opt = WgmmaOptions{});
 
 // The split count gemm_wgmma picks for this shape on the current device (opt.splits == 0).
-int gemm_wgmma_pick_splits(int m, int n, int k);
+int gemm_wgmma_pick_splits(int m, int n, int k, Precision precision = Precision::TF32);
 
 }  // namespace cnn

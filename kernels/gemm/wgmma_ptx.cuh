@@ -1,7 +1,8 @@
 #pragma once
 // PTX wrappers shared by the Hopper (sm_90a) wgmma kernels: mbarriers, TMA tile loads, proxy
 // fences, cluster/distributed shared memory, the 128-byte-swizzle K-major layout and its wgmma
-// descriptor, the TF32 and BF16 wgmmas themselves; and the host's cuTensorMapEncodeTiled. The
+// descriptor, the TF32 and BF16 wgmmas themselves, FP32 -> BF16 packing; and the host's
+// cuTensorMapEncodeTiled. The
 // device functions exist only in the sm_90a compilation (__CUDA_ARCH_FEAT_SM90_ALL), where the
 // callers' kernels are compiled too.
 // <cuda.h> gives CUtensorMap and its enums only: the encoder comes from the runtime's driver
@@ -258,6 +259,19 @@ __device__ __forceinline__ void st_shared_s32x4(uint32_t addr, int4 v) {
   asm volatile("st.shared.v4.s32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y),
                "r"(v.z), "r"(v.w)
                : "memory");
+}
+
+// Two FP32 values rounded to BF16 (nearest, ties to even, as __float2bfloat16_rn) and packed:
+// `lo` in bits 0-15, `hi` in 16-31 (the lower k first, as a K-major BF16 row holds them).
+__device__ __forceinline__ uint32_t cvt_bf16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// Asks for the 128-byte line holding `p` to be brought into L2 (no register, no wait).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
 }
 
 // Named barrier of the producer warpgroup only (id 1; 0 is __syncthreads).
