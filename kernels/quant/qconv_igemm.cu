@@ -28,6 +28,7 @@
 #include "kernels/gemm/wgmma_ptx.cuh"
 #include "kernels/quant/qconv_cuda.h"
 #include "kernels/quant/qconv_epilogue.cuh"
+#include "kernels/quant/qconv_mma_tile.cuh"
 #include "runtime/cuda_check.h"
 #include "runtime/math_util.h"
 
@@ -57,34 +58,11 @@ struct Dims {
   ptx::FastDiv div_win, div_pkw, div_pw, div_ph, div_cgp, div_kw;
 };
 
-__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(ptx::smem_u32(dst)), "l"(src),
-               "r"(valid ? 4 : 0)
-               : "memory");
-}
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(ptx::smem_u32(dst)),
-               "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-}
-
-// d[0..3] += a * b for one 16x8x32 int8 tile. Fragments (g = lane / 4, t = lane % 4; each
-// register four int8, lower k in the low byte): a0 (row g, k 4t..4t+3), a1 (row g+8, same k),
-// a2 (row g, k 4t+16..), a3 (row g+8, k 4t+16..); b0 (k 4t..4t+3, col g), b1 (k 4t+16.., col g);
-// d0, d1 (row g, cols 2t, 2t+1), d2, d3 (row g+8, same cols).
-__device__ __forceinline__ void mma_s8(int32_t* d, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// Byte offset of 4-byte word `word` (0..15) of tile row `row` (64 bytes a row), swizzled.
-__device__ __forceinline__ int swizzle(int row, int word) {
-  return row * kBK + ((((word >> 2) ^ (row >> 1)) & 3) << 4) + (word & 3) * 4;
-}
+using qmma::cp_async16;
+using qmma::cp_async4;
+using qmma::mma_s8;
+using qmma::swizzle;
+static_assert(kBK == qmma::kRowBytes, "the shared swizzle is for 64-byte rows");
 
 using qepilogue::lowest;
 
