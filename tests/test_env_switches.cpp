@@ -108,3 +108,32 @@ TEST(EnvSwitches, WgmmaWgradBParsesEachValue) {
     EXPECT_NE(msg.find("algo, gather or tma"), std::string::npos) << msg;
   }
 }
+
+// CNN_WGMMA_WGRAD_BOX_RUN: the channels a piece of the boxed B holds, auto (0) unless set.
+TEST(EnvSwitches, WgmmaWgradBoxRunParsesEachValue) {
+  {
+    test::ScopedEnv env("CNN_WGMMA_WGRAD_BOX_RUN", nullptr);
+    EXPECT_EQ(read_env_switches().wgmma_wgrad_box_run, 0);
+  }
+  const struct {
+    const char* value;
+    int want;
+  } values[] = {{"auto", 0}, {"8", 8}, {"16", 16}, {"32", 32}, {"64", 64}, {"128", 128}};
+  for (const auto& v : values) {
+    test::ScopedEnv env("CNN_WGMMA_WGRAD_BOX_RUN", v.value);
+    EXPECT_EQ(read_env_switches().wgmma_wgrad_box_run, v.want) << v.value;
+  }
+  for (const char* bad : {"24", "256", "0", "eight"}) {
+    test::ScopedEnv env("CNN_WGMMA_WGRAD_BOX_RUN", bad);
+    try {
+      read_env_switches();
+      ADD_FAILURE() << "CNN_WGMMA_WGRAD_BOX_RUN=" << bad << " accepted";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(std::string("CNN_WGMMA_WGRAD_BOX_RUN='") + bad + "'"), std::string::npos)
+          << msg;
+      EXPECT_NE(msg.find("8, 16, 32, 64, 128 or auto"), std::string::npos) << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    }
+  }
+}

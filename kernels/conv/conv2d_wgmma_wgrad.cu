@@ -99,6 +99,7 @@ constexpr int kBK = 32;    // pixels per stage: one 128-byte swizzle row of fp32
 constexpr int kBN = 128;   // columns j per tile (B^T tile rows)
 constexpr int kSms = 132;  // an H200's SMs: the split target (see the file comment)
 constexpr int kMinKtilesPerSplit = 4;
+constexpr int kBoxRuns[] = {8, 16, 32, 64, 128};  // the runs a piece of boxed B may have
 
 template <int kBM>
 struct WgPlan {
@@ -110,7 +111,8 @@ struct WgPlan {
   static constexpr int kBTileBytes = kBN * kBK * 4;
   static constexpr int kStageBytes = kATileBytes + kBTileBytes;
   static constexpr int kTableOffset = kStages * kStageBytes;  // int4 per tile column
-  static constexpr int kBarrierOffset = kTableOffset + kBN * 16;
+  static constexpr int kDstOffset = kTableOffset + kBN * 16;  // box mode: uint32 per box of B
+  static constexpr int kBarrierOffset = kDstOffset + kBN * 4;
   static constexpr int kSmemBytes = 1024 + kBarrierOffset + 2 * kStages * 8;  // + alignment
   static_assert(kATileBytes % 1024 == 0, "tiles must stay 1024-byte aligned for the swizzle");
   static_assert(kMinBlocks * (kSmemBytes + 1024) <= 228 * 1024, "blocks per SM do not fit");
@@ -136,6 +138,8 @@ struct WgradParams {
   // B by TMA boxes (conv2d_wgrad_box.h); live_cols: the columns B's boxes fill (ckhw gathered).
   int live_cols;
   int c, oh, bw, br, boxes_x, cgroups, groups;
+  WgradBoxBLayout b;       // pieces of b.run channels (conv2d_wgrad_box_smem.h)
+  int run_shift;           // log2(b.run)
   int n;                   // images: copy q's planes are [q N, q N + N) of the boxes' view
   int copies_h, copies_w;  // tap classes (kh mod sh, kw mod 4 sw) of the copies of x
 };
@@ -174,6 +178,7 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
   const uint32_t raw = smem_addr(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
   int4* const table = reinterpret_cast<int4*>(smem_raw + (base - raw) + P::kTableOffset);
+  uint32_t* const box_dst = reinterpret_cast<uint32_t*>(smem_raw + (base - raw) + P::kDstOffset);
   const uint32_t bars = base + P::kBarrierOffset;  // full[kStages], empty[kStages]
   auto full = [&](int s) { return bars + 8u * s; };
   auto empty = [&](int s) { return bars + 8u * (kStages + s); };
@@ -186,8 +191,11 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
   const int kt_end = int(int64_t(p.ktiles) * (split + 1) / p.splits);
   const int nk = kt_end - kt_begin;
 
-  // Box mode: the 8-column groups of this tile that B's boxes fill (the rest are constant rows).
-  const int box_groups = kBoxB ? max(0, min(kBN / 8, p.groups - n0 / 8)) : 0;
+  // Box mode: the pieces of run columns of this tile that B's boxes fill (the rest are constant
+  // rows), and the boxes that fill them (one or br a piece, conv2d_wgrad_box_smem.h).
+  const int run = kBoxB ? p.b.run : 8;
+  const int live_pieces = kBoxB ? max(0, min(kBN / run, p.groups - (n0 >> p.run_shift))) : 0;
+  const int nboxes = live_pieces * (kBoxB ? p.b.boxes_per_piece : 1);
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       // The 128 producer threads' cp.async arrivals (when they gather), plus thread 0's
@@ -199,9 +207,10 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
   }
   // Column table: thread t < 128 decomposes column n0 + t once, {offset of tap (c, kh, kw) from
   // the window origin in x, kh, kw, live}; a column past C*KH*KW gets its constant row (ones for
-  // db, else zeros) in every stage now, never copied again. Box mode: entry g < box_groups is
-  // group n0 / 8 + g's box instead, {x, y from the k-tile's output origin, first channel, first
-  // plane of its tap's copy} (wgrad_box_corner).
+  // db, else zeros) in every stage now, never copied again. Box mode: entry b < nboxes is box
+  // b % per of piece n0 / run + b / per (per = boxes_per_piece) instead, {x, y from the k-tile's
+  // output origin, first channel, first plane of its tap's copy} (wgrad_box_corner, y one row on
+  // a slab), and box_dst[b] where it lands in B (wgrad_box_b_dst).
   if (tid < kBN) {
     const int j = n0 + tid;
     int4 e = make_int4(0, 0, 0, 0);
@@ -214,18 +223,20 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
     } else {
       const float v = j < p.ncols ? 1.f : 0.f;
       for (int s = 0; s < kStages; ++s)
-        for (int q = 0; q < kBK; q += 4)  // column tid's row: in its group's box slabs
-          st_shared_v4(tile_b(s) + uint32_t(tid / 8 * kWgradGroupBytes) +
-                           wgrad_box_smem_offset(kBoxB ? p.bw : kBK, 8, tid & 7, q),
-                       v, v, v, v);
+        for (int q = 0; q < kBK; q += 4)  // column tid's row, where B's boxes would land it
+          st_shared_v4(
+              tile_b(s) + wgrad_box_b_offset(kBoxB ? p.bw : kBK, kBoxB ? p.b.slab_rows : 8, tid, q),
+              v, v, v, v);
     }
     if constexpr (kBoxB) {
-      if (tid < box_groups) {
-        const int group = n0 / 8 + tid;
+      if (tid < nboxes) {
+        const int piece = tid / p.b.boxes_per_piece, r = tid - piece * p.b.boxes_per_piece;
+        const int group = (n0 >> p.run_shift) + piece;
         const int tap = group / p.cgroups, cg = group - tap * p.cgroups;
         const int kh = tap / p.kw, kw = tap - kh * p.kw;
         const int copy = (kh % p.copies_h) * p.copies_w + kw % p.copies_w;
-        e = make_int4(4 * (kw / p.copies_w), kh / p.copies_h, cg * 8, copy * p.n);
+        e = make_int4(4 * (kw / p.copies_w), kh / p.copies_h + r, cg * run, copy * p.n);
+        box_dst[tid] = wgrad_box_b_dst(p.bw, p.b, piece, r);
       }
     }
     table[tid] = e;
@@ -242,8 +253,9 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
   if (wg == 0 && kBoxB) {
     const int warp = tid >> 5;
     if (kTmaA && warp != 0) return;
-    const uint32_t tx_bytes =
-        (kTmaA ? uint32_t(P::kATileBytes) : 0u) + uint32_t(box_groups) * 1024u;
+    // Each piece is run columns of 32 pixels, however many boxes bring it.
+    const uint32_t tx_bytes = (kTmaA ? uint32_t(P::kATileBytes) : 0u) +
+                              uint32_t(live_pieces) * uint32_t(run) * uint32_t(kBK) * 4u;
     // This lane's pixel q = lane of the box (gathered A only).
     const int q_r = lane / p.bw, q_col = lane - q_r * p.bw;
     for (int i = 0; i < nk; ++i) {
@@ -256,14 +268,14 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
       if (warp == 0 && lane == 0) {
         // One thread issues the stage's expect_tx and every copy of it, as in every TMA load
         // verified on the H200 (conv2d_wgmma_nhwc.cu, the gathered-B dy load below); each
-        // group's box from the table, at innermost coordinate ox0 + 4 mw: a multiple of 4 floats;
+        // box of B from the table, at innermost coordinate ox0 + 4 mw: a multiple of 4 floats;
         // coordinates (column, channel, row, plane) and (column, oc, row, image): the views put
         // the output row outermost so that a box lands as br slabs (conv2d_wgrad_box_smem.h).
         mbar_arrive_expect_tx(full(s), tx_bytes);
-        for (int g = 0; g < box_groups; ++g) {
-          const int4 e = table[g];
-          tma_load_4d(tile_b(s) + uint32_t(g) * uint32_t(kWgradGroupBytes), &map_x, ox0 + e.x, e.z,
-                      oy0 + e.y, e.w + img, full(s));
+        for (int b = 0; b < nboxes; ++b) {
+          const int4 e = table[b];
+          tma_load_4d(tile_b(s) + box_dst[b], &map_x, ox0 + e.x, e.z, oy0 + e.y, e.w + img,
+                      full(s));
         }
         if (kTmaA) tma_load_4d(tile_a(s), &map_dy, ox0, m0, oy0, img, full(s));
       }
@@ -367,11 +379,13 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
   const int bw = kBoxB ? p.bw : kBK;
   const uint32_t span = wgrad_span_bytes(bw);
   const uint32_t a_off = uint32_t(wg - 1) * 64 * span;  // this warpgroup's first row of a slab
+  const int b_slab_rows = kBoxB ? p.b.slab_rows : 8;    // the gathered B: the group layout
+  const uint32_t b_sbo = wgrad_b_sbo(bw, b_slab_rows);
   uint32_t a_step[kBK / 8], b_step[kBK / 8];
 #pragma unroll
   for (int kk = 0; kk < kBK / 8; ++kk) {
     a_step[kk] = wgrad_box_step_offset(bw, kBM, kk) >> 4;
-    b_step[kk] = wgrad_box_step_offset(bw, 8, kk) >> 4;
+    b_step[kk] = wgrad_box_step_offset(bw, b_slab_rows, kk) >> 4;
   }
   for (int i = 0; i < nk; ++i) {
     const int s = i % kStages;
@@ -379,7 +393,7 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
     // The producer's cp.async writes (file comment); a stage all by TMA needs none.
     if constexpr (!kSync && !(kBoxB && kTmaA)) fence_proxy_async();
     const uint64_t da = wgrad_smem_desc(tile_a(s) + a_off, span, wgrad_a_sbo(bw));
-    const uint64_t db = wgrad_smem_desc(tile_b(s), span, wgrad_b_sbo());
+    const uint64_t db = wgrad_smem_desc(tile_b(s), span, b_sbo);
     wgmma_fence();
     fence_acc(acc);
 #pragma unroll
@@ -409,9 +423,9 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
         const float v = acc[4 * j + 2 * h + e];
         if (col < p.live_cols) {
           int dw_col = col;
-          if constexpr (kBoxB) {  // column (tap, channel group, channel) -> c * KH*KW + tap
-            const int group = col >> 3, tap = group / p.cgroups;
-            const int c = (group - tap * p.cgroups) * 8 + (col & 7);
+          if constexpr (kBoxB) {  // column (tap, channel piece, channel) -> c * KH*KW + tap
+            const int group = col >> p.run_shift, tap = group / p.cgroups;
+            const int c = ((group - tap * p.cgroups) << p.run_shift) + (col & (p.b.run - 1));
             if (c >= p.c) continue;  // past C: a zero column
             dw_col = c * p.khw + tap;
           }
@@ -462,15 +476,15 @@ struct Geometry {
 };
 
 // A function of the shape alone (the db column counted either way), so that the scratch size
-// does not depend on db or on the device. box: B by TMA boxes (the caller has checked
-// wgrad_box_refusal).
-Geometry geometry_of(const Conv2dShape& s, bool box = false) {
+// does not depend on db or on the device. box: B by TMA boxes in pieces of `run` channels
+// (wgrad_box_geometry; the caller has checked wgrad_box_refusal).
+Geometry geometry_of(const Conv2dShape& s, bool box = false, int run = kWgradBoxRunAuto) {
   Geometry g;
   g.bm = s.oc <= 64 ? 64 : 128;
   g.ohw = int64_t{s.oh()} * s.ow();
   g.tiles_m = ceil_div<int64_t>(s.oc, g.bm);
   if (box) {
-    const WgradBoxGeometry b = wgrad_box_geometry(s);
+    const WgradBoxGeometry b = wgrad_box_geometry(s, run);
     g.kt_img = b.kt_img;
     g.packed = false;
     g.ktiles = int64_t{s.n} * g.kt_img;
@@ -499,11 +513,15 @@ bool within_limits(const Conv2dShape& s) {
 }
 
 // The box geometry where the shape allows B by TMA boxes and the kernel's limits hold for it.
+// Every run, so that the answer does not depend on the run asked for.
 bool box_shape_ok(const Conv2dShape& s) {
   if (!wgrad_box_refusal(s).empty()) return false;
-  const Geometry g = geometry_of(s, true);
-  // 8 columns per channel group: C*KH*KW rounded up to groups of 8 must index in 32 bits.
-  return g.ktiles <= INT_MAX && int64_t{s.oc} * g.tiles_n * kBN <= INT_MAX;
+  for (int run : kBoxRuns) {
+    const Geometry g = geometry_of(s, true, run);
+    // run columns per channel piece: C*KH*KW rounded up to pieces must index in 32 bits.
+    if (g.ktiles > INT_MAX || int64_t{s.oc} * g.tiles_n * kBN > INT_MAX) return false;
+  }
+  return true;
 }
 
 // The swizzle whose span is a box row of bw floats (conv2d_wgrad_box_smem.h): a narrower row
@@ -525,7 +543,7 @@ CUtensorMap make_x_box_map(const float* d_src, const Conv2dShape& s, const Wgrad
   const cuuint64_t dims[4] = {cuuint64_t(sw), cuuint64_t(s.c), cuuint64_t(sh), cuuint64_t(planes)};
   const cuuint64_t strides[3] = {cuuint64_t(sh) * sw * 4, cuuint64_t(sw) * 4,
                                  cuuint64_t(s.c) * sh * sw * 4};
-  const cuuint32_t box[4] = {cuuint32_t(b.bw), cuuint32_t(kWgradBoxChannels), cuuint32_t(b.br), 1};
+  const cuuint32_t box[4] = {cuuint32_t(b.bw), cuuint32_t(b.run), cuuint32_t(b.b.box_rows), 1};
   const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
   const CUresult r = tensor_map_encoder()(
       &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, const_cast<float*>(d_src), dims, strides, box,
@@ -659,7 +677,9 @@ std::size_t scratch_floats_for(const Conv2dShape& s, const Exec& ex, BLoad b) {
   int64_t slabs = 0;
   if (ex.deterministic) {
     int splits = geometry_of(s).splits;
-    if (box) splits = std::max(splits, geometry_of(s, true).splits);
+    // Whatever run the call takes (its options or CNN_WGMMA_WGRAD_BOX_RUN): the largest split.
+    if (box)
+      for (int run : kBoxRuns) splits = std::max(splits, geometry_of(s, true, run).splits);
     slabs = int64_t{splits} * (int64_t{s.oc} * s.c * s.kh * s.kw + s.oc);
   }
   return static_cast<std::size_t>(copies + slabs);
@@ -675,8 +695,13 @@ std::size_t conv2d_wgrad_wgmma_scratch_floats(const Conv2dShape& s, const Exec& 
                   scratch_floats_for(s, ex, wgmma_wgrad_b_for(Algo::WgmmaNhwc)));
 }
 
-int conv2d_wgrad_wgmma_splits(const Conv2dShape& s, bool box) {
-  return geometry_of(s, box).splits;
+int conv2d_wgrad_wgmma_splits(const Conv2dShape& s, bool box, int run) {
+  return geometry_of(s, box, run).splits;
+}
+
+int wgmma_wgrad_box_run(const WgmmaWgradOptions& opt) {
+  if (opt.box_run != WgmmaWgradOptions::kBoxRunDefault) return opt.box_run;
+  return process_env_switches().wgmma_wgrad_box_run;
 }
 
 WgmmaWgradOptions::BLoad wgmma_wgrad_b_for(Algo algo) {
@@ -702,7 +727,7 @@ std::string conv2d_wgrad_wgmma_box_refusal(const Conv2dShape& s, const float* d_
         "over its limits",
         s.n, s.c, s.h, s.w, s.oc, s.kh, s.kw);
   // Where the one copy would equal x the boxes read x itself, which TMA needs 16-byte aligned.
-  if (wgrad_box_geometry(s).reads_x && reinterpret_cast<uintptr_t>(d_x) % 16 != 0)
+  if (wgrad_box_geometry(s, 8).reads_x && reinterpret_cast<uintptr_t>(d_x) % 16 != 0)
     return "conv2d_backward_weight: the TMA-box weight gradient of an unpadded stride-1 1x1 "
            "convolution reads x itself and needs it 16-byte aligned";
   return {};
@@ -725,7 +750,8 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
                             ? std::string("auto: fewer than 8 input channels gather faster")
                             : conv2d_wgrad_wgmma_box_refusal(s, d_x);
   // The copies of x go at the start of the scratch, which the caller sized for this loader.
-  const WgradBoxGeometry bg = box_why.empty() ? wgrad_box_geometry(s) : WgradBoxGeometry{};
+  const int run = wgmma_wgrad_box_run(opt);
+  const WgradBoxGeometry bg = box_why.empty() ? wgrad_box_geometry(s, run) : WgradBoxGeometry{};
   if (box_why.empty() && !bg.reads_x &&
       (!d_scratch || reinterpret_cast<uintptr_t>(d_scratch) % 16 != 0))
     box_why = fmt::format(
@@ -738,7 +764,7 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
   // Scratch: the copies of x (box), then the deterministic slabs.
   const int64_t copy_floats = box ? bg.copy_floats : 0;
   float* const slabs = ex.deterministic ? d_scratch + copy_floats : nullptr;
-  const Geometry g = geometry_of(s, box);
+  const Geometry g = geometry_of(s, box, run);
   WgradParams p{};
   p.x = d_x;
   p.dy = d_dy;
@@ -782,6 +808,9 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
     p.boxes_x = bg.boxes_x;
     p.cgroups = bg.cgroups;
     p.groups = bg.groups;
+    p.b = bg.b;
+    p.run_shift = 0;
+    while ((1 << p.run_shift) < bg.run) ++p.run_shift;
     p.n = s.n;
     p.copies_h = bg.copies_h;
     p.copies_w = bg.copies_w;
