@@ -9,17 +9,21 @@
 //                   equal to its input under the tap (x or the padding's 0).
 //   KnownCorners    B's box corners of a 3x3 padding-1 stride-2 and a 7x7 stride-1 convolution
 //                   for chosen k-tiles and groups.
-//   ColumnsOnce     every (channel, tap) of dw is one column exactly; channels past C and columns
-//                   past the bias column are discarded.
+//   RunChoice       auto's run of channels a piece of B (conv2d_wgrad_box.h) on VGG's layers and
+//                   on C that would pad (3, 24, 40, 100), the boxes of B a stage, every box
+//                   destination of a pick on a 1024-byte boundary; a run of 24 refused.
+//   ColumnsOnce     every (channel, tap) of dw is one column exactly, for every run; channels
+//                   past C and columns past the bias column are discarded.
 //   SmemAddressing  the shared-memory side (conv2d_wgrad_box_smem.h), element by element for
-//                   each box width and tile height: the boxes land where TMA puts them (as
+//                   each box width, tile height and run (one box a piece or a slab): the boxes land where TMA puts them (as
 //                   measured on the H200) and every (row, k) the consumers' descriptors make
 //                   wgmma read is the intended element; the gathered A writes where TMA would;
-//                   slabs start on swizzle atoms; the first boxes' layout fails it for bw 8, 16.
+//                   slabs start on swizzle atoms; the first boxes' layout fails it for bw 8, 16,
+//                   and so does one box a piece for run 16..64 at bw 8, 16.
 //   EmulatedGemm    the whole scheme (copies, boxes landing in an emulated stage of shared
 //                   memory with out-of-bounds zeros, operands read back through the kernel's
 //                   descriptors, columns mapped back) against conv2d_backward_weight_cpu on
-//                   awkward shapes, small integers (exact).
+//                   awkward shapes, every run, small integers (exact).
 #include <gtest/gtest.h>
 
 #include <cstdint>

@@ -21,7 +21,7 @@
 //     it are zero rows.
 // One block: one BM x 128 tile of C over its split's k-tiles; a producer warpgroup and BM / 64
 // consumer warpgroups, each 4 wgmma.m64n128k8 per 32-pixel stage on its 64 rows; a ring of 4
-// stages on full/empty mbarriers as in gemm_wgmma.cu.
+// stages (6 for boxed B with BM = 128, WgPlan) on full/empty mbarriers as in gemm_wgmma.cu.
 //
 // Tile: BM = 64 (one consumer warpgroup, 256 threads, 2 blocks per SM) when OC <= 64, else 128
 // (two consumer warpgroups, 384 threads, 1 block per SM). A 128-row tile for OC = 64 would gather
@@ -44,7 +44,9 @@
 // B by TMA boxes (opt.b Tma/Auto; conv2d_wgrad_box.h has the geometry and a CPU model): a k-tile is
 // a box of br x bw output pixels of one image (bw br = 32) instead of 32 consecutive pixels, so
 // that both operands are tiled TMA boxes: A = dy viewed (OW, OC, OH, N), box (bw, BM, br, 1), and
-// per 8-column group of the tile one box (bw, 8, br, 1) of a copy of x viewed (Wc, C, Hc, R N). The
+// per piece of the tile (run consecutive channels of one tap, run 8..128) one box (bw, run, br,
+// 1) of a copy of x viewed (Wc, C, Hc, R N), or one box (bw, run, 1, 1) per output row where the
+// descriptor's one stride could not read a whole box (conv2d_wgrad_box_smem.h). The
 // alignment rule: a tiled TMA load whose innermost coordinate is not a multiple of 16 bytes stops
 // Hopper with an illegal instruction (not in the driver's documentation; measured on the H200 by
 // scripts/tma_coordinate_probe.cu, as triton-lang/triton#7385 and tile-ai/tilelang#2681 report),
@@ -57,17 +59,19 @@
 // as the dy boxes (whose corner ox0 is a multiple of 8 already). Boxes past the output pixels
 // or past C read TMA's out-of-bounds zeros. Where the boxes land (conv2d_wgrad_box_smem.h, and
 // the CPU emulation in tests/test_conv_wgrad_box.cpp): the output row is the outermost box
-// dimension, so a box lands as br slabs of [BM rows or 8 channels][bw floats]; the swizzle span
+// dimension, so a box lands as br slabs of [BM rows or run channels][bw floats]; the swizzle span
 // is bw * 4 bytes (32B, 64B, 128B), because a box row narrower than the span takes the whole
 // span in shared memory (scripts/tma_coordinate_probe.cu: 8 floats under the 128-byte swizzle
 // land 128 bytes apart). The consumers' k8 step s reads slab
 // 8 s / bw at byte (8 s % bw) 4 with the span's descriptor layout type and SBO = 8 rows of the
-// span (A) or 1024 bytes (B, the next group's box). Thread 0 issues the stage's
-// arrive.expect_tx and then every box (one per group from a table in shared memory, then A),
-// one thread as in every TMA load verified on the H200; where OW is not a multiple of 4 (dy's
-// row stride is no multiple of 16 bytes) the producer gathers A into the same slabs instead.
-// Columns are (tap, channel group, channel) and map back to dw[oc][c][kh][kw] in the epilogue; the
-// bias column follows the last group.
+// span (A, and B in pieces of 16..128) or 1024 bytes (B in groups of 8: the next group's box).
+// Thread 0 issues the stage's arrive.expect_tx and then every box (B's from a table of box
+// corners and destinations in shared memory, then A); few boxes matter: the TMA unit took ~2.4
+// us for a stage of 16 boxes of 1 KB (conv2d_wgrad_box.h), so 128 channels come as one box.
+// One thread issues them, as in every TMA load verified on the H200; where OW is not a multiple of
+// 4 (dy's row stride is no multiple of 16 bytes) the producer gathers A into the same slabs
+// instead. Columns are (tap, channel piece, channel) and map back to dw[oc][c][kh][kw] in the
+// epilogue; the bias column follows the last piece.
 //
 // Split-K: ceil(132 * blocks per SM / tiles) splits (a constant, not a device query, so that the
 // deterministic scratch size depends on the shape alone), at least 4 k-tiles each. Partial tiles
@@ -101,12 +105,15 @@ constexpr int kSms = 132;  // an H200's SMs: the split target (see the file comm
 constexpr int kMinKtilesPerSplit = 4;
 constexpr int kBoxRuns[] = {8, 16, 32, 64, 128};  // the runs a piece of boxed B may have
 
-template <int kBM>
+// kBoxB: B by TMA boxes. Its 128-row tile (one block an SM, where shared memory has room past 4
+// stages of 32 KB) keeps 6 stages in flight: its stages wait on TMA's latency (the file comment),
+// not on the producer's issue as the gather's do.
+template <int kBM, bool kBoxB>
 struct WgPlan {
   static constexpr int kConsumers = kBM / 64;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kMinBlocks = kBM == 64 ? 2 : 1;
-  static constexpr int kStages = 4;
+  static constexpr int kStages = kBM == 128 && kBoxB ? 6 : 4;
   static constexpr int kATileBytes = kBM * kBK * 4;
   static constexpr int kBTileBytes = kBN * kBK * 4;
   static constexpr int kStageBytes = kATileBytes + kBTileBytes;
@@ -167,12 +174,12 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
 // kBoxB: B by TMA boxes (file comment); then lane 0 of producer warp 0 issues them, and with kTmaA
 // (dy by the 4-D box map) it alone works, else all four gather A in box pixel order.
 template <int kBM, bool kTmaA, bool kBoxB, bool kSync>
-__global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks)
+__global__ void __launch_bounds__(WgPlan<kBM, kBoxB>::kThreads, WgPlan<kBM, kBoxB>::kMinBlocks)
     wgrad_wgmma_kernel(const __grid_constant__ CUtensorMap map_dy,
                        const __grid_constant__ CUtensorMap map_x,
                        const __grid_constant__ WgradParams p) {
 #ifdef CNN_WGMMA_WGRAD_DEVICE_CODE
-  using P = WgPlan<kBM>;
+  using P = WgPlan<kBM, kBoxB>;
   constexpr int kStages = P::kStages;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
@@ -495,7 +502,7 @@ Geometry geometry_of(const Conv2dShape& s, bool box = false, int run = kWgradBox
     g.ktiles = g.packed ? ceil_div<int64_t>(int64_t{s.n} * g.ohw, kBK) : int64_t{s.n} * g.kt_img;
     g.tiles_n = ceil_div<int64_t>(int64_t{s.c} * s.kh * s.kw + 1, kBN);
   }
-  const int64_t target = int64_t{kSms} * (g.bm == 64 ? WgPlan<64>::kMinBlocks : 1);
+  const int64_t target = int64_t{kSms} * (g.bm == 64 ? WgPlan<64, false>::kMinBlocks : 1);
   int64_t splits = std::max<int64_t>(1, target / (g.tiles_m * g.tiles_n));
   splits = std::min(splits, std::max<int64_t>(1, g.ktiles / kMinKtilesPerSplit));
   g.splits = static_cast<int>(std::min<int64_t>(splits, 65535));
@@ -533,9 +540,10 @@ CUtensorMapSwizzle box_swizzle(int bw) {
 }
 
 // What B's boxes read, viewed (Wc, C, Hc, R N) (dimension strides out of memory order): the
-// copies of x (or x itself, (W, C, H, N)); boxes (bw, 8 channels, br, 1 plane), landing as br
-// slabs of [8 channels][bw floats]; unit traversal strides (the copies hold the stride); swizzle
-// span bw * 4 bytes; zero fill outside (output pixels past OH x OW, channels past C).
+// copies of x (or x itself, (W, C, H, N)); boxes (bw, run channels, br or 1 rows, 1 plane),
+// landing as slabs of [run channels][bw floats] (conv2d_wgrad_box_smem.h); unit traversal strides
+// (the copies hold the stride); swizzle span bw * 4 bytes; zero fill outside (output pixels past OH
+// x OW, channels past C).
 CUtensorMap make_x_box_map(const float* d_src, const Conv2dShape& s, const WgradBoxGeometry& b) {
   CUtensorMap map{};
   const int sw = b.reads_x ? s.w : b.copy_w, sh = b.reads_x ? s.h : b.copy_h;
@@ -551,8 +559,10 @@ CUtensorMap make_x_box_map(const float* d_src, const Conv2dShape& s, const Wgrad
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   CNN_CHECK(r == CUDA_SUCCESS,
             "conv2d_backward_weight_wgmma: cuTensorMapEncodeTiled failed (error {}) for the {} "
-            "(planes, C, rows, columns) = ({}, {}, {}, {}), box {} rows x 8 channels x {} columns",
-            int(r), b.reads_x ? "x" : "copies of x", planes, s.c, sh, sw, b.br, b.bw);
+            "(planes, C, rows, columns) = ({}, {}, {}, {}), box {} rows x {} channels x {} "
+            "columns",
+            int(r), b.reads_x ? "x" : "copies of x", planes, s.c, sh, sw, b.b.box_rows, b.run,
+            b.bw);
   return map;
 }
 
@@ -599,7 +609,7 @@ CUtensorMap make_dy_map(const float* d_dy, const Conv2dShape& s, int ohw, int bm
 template <int kBM, bool kTmaA, bool kBoxB, bool kSync>
 void launch(const CUtensorMap& map_dy, const CUtensorMap& map_x, const WgradParams& p, dim3 grid,
             cudaStream_t stream) {
-  using P = WgPlan<kBM>;
+  using P = WgPlan<kBM, kBoxB>;
   auto kernel = wgrad_wgmma_kernel<kBM, kTmaA, kBoxB, kSync>;
   CNN_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, P::kSmemBytes));
