@@ -130,6 +130,15 @@ EnvSwitches read_env_switches() {
     else
       CNN_FAIL("CNN_WGMMA_WGRAD_BOX_RUN='{}': expected 8, 16, 32, 64, 128 or auto", s);
   }
+  if (const char* v = get("CNN_WGMMA_WGRAD_BOX_X")) {
+    const std::string s(v);
+    if (s == "direct")
+      e.wgmma_wgrad_box_direct = true;
+    else if (s == "copies")
+      e.wgmma_wgrad_box_direct = false;
+    else
+      CNN_FAIL("CNN_WGMMA_WGRAD_BOX_X='{}': expected direct or copies", s);
+  }
   e.conv_generic = off_unless_set("CNN_CONV_GENERIC");
   if (const char* v = get("CNN_BF16_SMEM")) {
     const std::string s(v);
@@ -229,6 +238,9 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "channels a TMA box of the wgmma conv weight gradient's im2col operand holds (auto: the "
        "fewest boxes a stage for at most a quarter more zero columns; 8: one box per 8 "
        "channels)"},
+      {"CNN_WGMMA_WGRAD_BOX_X", "direct|copies",
+       "whether the wgmma conv weight gradient's TMA boxes read x itself for the tap class that "
+       "needs no copy (stride 1, W a multiple of 4), or a copy of x for every class"},
       {"CNN_CONV_GENERIC", "1", "implicit-GEMM conv gradients on the generic main loop"},
       {"CNN_BF16_SMEM", "bf16|f32",
        "BF16 implicit-GEMM convs: operand tiles in shared memory as bf16 pairs (default) or "

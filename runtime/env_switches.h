@@ -63,6 +63,9 @@ struct EnvSwitches {
   // boxed B holds (kernels/conv/conv2d_wgrad_box.h: fewer, larger TMA boxes a stage); 0: auto
   // (wgrad_box_choose_run), 8: the one-box-per-8-channel layout, to measure against.
   int wgmma_wgrad_box_run = 0;
+  // CNN_WGMMA_WGRAD_BOX_X=direct (default) | copies: the boxed B's direct tap class (stride 1,
+  // column shift 0) reads x itself, or a copy of x as the other classes do (to bisect).
+  bool wgmma_wgrad_box_direct = true;
   bool conv_generic = false;  // CNN_CONV_GENERIC=1: generic implicit-GEMM conv gradients
   // CNN_BF16_SMEM=bf16 (default) | f32: the BF16 implicit-GEMM convs keep their operand tiles as
   // packed bf16 pairs in shared memory (filled through registers), or as floats (cp.async).

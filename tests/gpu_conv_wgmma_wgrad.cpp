@@ -37,6 +37,10 @@
 //                       one box a piece, or one a slab) on C = 3, 8, 24, 64, 100, 128, 130, 256,
 //                       OC = 5, 64, 130, bw 32 / 16 / 8, 1x1 (x itself; stride 2), 3x3, 5x5,
 //                       7x7 stride 2, db on / off, atomic and deterministic; integers, exact.
+//                       The direct tap class (reads x itself: stride 1, W a multiple of 4) on
+//                       3x3 padding 1 and 0, 5x5, 7x7 padding 3, 1x1 padding 1; BoxLoadersBitwise
+//                       checks it bitwise against every class copied; BoxCopies the pre-pass
+//                       skipping each copy.
 //   BoxLoadersBitwise   deterministic: boxed B with dy by TMA, gathered (async and sync
 //                       hand-over), misaligned dy, misaligned x (the copies read it): bitwise
 //                       equal; repeat bitwise; atomic and the gathered B within the tolerance.
@@ -487,6 +491,22 @@ TEST(GpuConvWgmmaWgrad, BoxCopies) {
     EXPECT_EQ(first, got.size()) << "first difference at " << first << ": got "
                                  << (first < got.size() ? got[first] : 0.f) << ", expected "
                                  << (first < got.size() ? want[first] : 0.f);
+    // Skipping each copy in turn (the direct class's, when its boxes read x): the others as
+    // before, the skipped one untouched (still the poison).
+    const size_t copy_size = got.size() / size_t(g.copies);
+    for (int skip = 0; skip < g.copies; ++skip) {
+      test::poison_device(d_copies.data(), size_t(g.copy_floats));
+      const std::vector<float> poison = d_copies.to_vector();
+      wgrad_box_copies_cuda(s, g, d_x.data(), d_copies.data(), nullptr, skip);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<float> some = d_copies.to_vector();
+      size_t wrong = 0;
+      for (size_t i = 0; i < some.size(); ++i) {
+        const bool skipped = i / copy_size == size_t(skip);
+        wrong += std::memcmp(&some[i], skipped ? &poison[i] : &want[i], sizeof(float)) != 0;
+      }
+      EXPECT_EQ(wrong, 0u) << "skipping copy " << skip;
+    }
   }
 }
 
@@ -576,6 +596,10 @@ TEST(GpuConvWgmmaWgrad, BoxRunsExact) {
       {conv(2, 64, 29, 29, 64, 7, 2, 3), true},    // 7x7 stride 2 (14 copies), OW = 15
       {conv(2, 130, 16, 16, 64, 1, 1, 0), true},   // 1x1 reading x itself, C = 130
       {conv(2, 128, 9, 11, 130, 1, 2, 0), false},  // 1x1 stride 2, odd image: OW = 6, bw 8
+      {conv(2, 64, 16, 16, 64, 3, 1, 0), true},    // direct class 0: no row above x read
+      {conv(2, 24, 12, 12, 130, 5, 1, 2), true},   // 5x5 padding 2: direct class 2
+      {conv(1, 8, 20, 20, 64, 7, 1, 3), false},    // 7x7 padding 3: direct class 3
+      {conv(2, 40, 8, 8, 5, 1, 1, 1), true},       // 1x1 padding 1: the one copy, none direct
   };
   for (const WgCase& c : cases)
     for (int run : {8, 16, 32, 64, 128, int(WgmmaWgradOptions::kBoxRunAuto)})
@@ -626,6 +650,13 @@ TEST(GpuConvWgmmaWgrad, BoxLoadersBitwise) {
       o = run_wgmma(p, x_shifted);
       EXPECT_TRUE(bitwise_equal(o.dw, ref.dw) && bitwise_equal(o.db, ref.db))
           << "box with misaligned x (copied) differs";
+      // The direct class from a copy too (its boxes read x itself by default where it has one).
+      RunOptions copied = boxed(true);
+      copied.opt.box_direct = WgmmaWgradOptions::Direct::Off;
+      o = run_wgmma(p, copied);
+      EXPECT_TRUE(bitwise_equal(o.dw, ref.dw) && bitwise_equal(o.db, ref.db))
+          << "box with every class copied differs (direct class "
+          << wgrad_box_geometry(s).direct_copy << ")";
       // Different k-tiles and split: the same sums in another order, within the tolerance.
       RunOptions gather;
       gather.deterministic = true;

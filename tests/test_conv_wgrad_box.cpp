@@ -7,6 +7,9 @@
 //   BoxesAlignedAndInside  every box corner the kernel issues: innermost coordinate a multiple
 //                   of 4 floats, all coordinates >= 0, every live pixel read inside the copy and
 //                   equal to its input under the tap (x or the padding's 0).
+//   DirectClass     which shapes have a tap class whose boxes read x itself (stride 1, W a
+//                   multiple of 4, column shift 0); BoxesAlignedAndInside and EmulatedGemm run
+//                   with and without it (its copy left NaN, so a stray read shows).
 //   KnownCorners    B's box corners of a 3x3 padding-1 stride-2 and a 7x7 stride-1 convolution
 //                   for chosen k-tiles and groups.
 //   RunChoice       auto's run of channels a piece of B (conv2d_wgrad_box.h) on VGG's layers and
@@ -15,11 +18,11 @@
 //   ColumnsOnce     every (channel, tap) of dw is one column exactly, for every run; channels
 //                   past C and columns past the bias column are discarded.
 //   SmemAddressing  the shared-memory side (conv2d_wgrad_box_smem.h), element by element for
-//                   each box width, tile height and run (one box a piece or a slab): the boxes land where TMA puts them (as
-//                   measured on the H200) and every (row, k) the consumers' descriptors make
-//                   wgmma read is the intended element; the gathered A writes where TMA would;
-//                   slabs start on swizzle atoms; the first boxes' layout fails it for bw 8, 16,
-//                   and so does one box a piece for run 16..64 at bw 8, 16.
+//                   each box width, tile height and run (one box a piece or a slab): the boxes land
+//                   where TMA puts them (as measured on the H200) and every (row, k) the consumers'
+//                   descriptors make wgmma read is the intended element; the gathered A writes
+//                   where TMA would; slabs start on swizzle atoms; the first boxes' layout fails it
+//                   for bw 8, 16, and so does one box a piece for run 16..64 at bw 8, 16.
 //   EmulatedGemm    the whole scheme (copies, boxes landing in an emulated stage of shared
 //                   memory with out-of-bounds zeros, operands read back through the kernel's
 //                   descriptors, columns mapped back) against conv2d_backward_weight_cpu on
@@ -27,6 +30,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -137,62 +141,102 @@ TEST(ConvWgradBox, BoxesAlignedAndInside) {
       conv(1, 2, 17, 17, 4, 3, 4, 1), conv(1, 2, 40, 40, 4, 3, 5, 1),
       conv(1, 3, 9, 9, 4, 5, 1, 4),   conv(3, 3, 6, 6, 4, 3, 1, 3),
       conv(1, 40, 8, 8, 4, 3, 1, 1),  conv(1, 130, 16, 12, 4, 3, 2, 1),
+      conv(1, 3, 12, 12, 4, 7, 1, 3), conv(2, 4, 8, 16, 4, 3, 1, 0),
+      conv(2, 5, 8, 12, 4, 1, 1, 1),  conv(1, 3, 36, 36, 4, 3, 1, 1),
   };
   for (const Conv2dShape& s : shapes)
-    for (int run : kRuns) {
-      SCOPED_TRACE("C=" + std::to_string(s.c) + " HxW=" + std::to_string(s.h) + "x" +
-                   std::to_string(s.w) + " k=" + std::to_string(s.kh) +
-                   " stride=" + std::to_string(s.stride_h) + " pad=" + std::to_string(s.pad_h) +
-                   " run " + std::to_string(run));
-      const WgradBoxGeometry g = wgrad_box_geometry(s, run);
-      std::vector<float> x(size_t(s.n) * s.c * s.h * s.w);
-      for (size_t i = 0; i < x.size(); ++i) x[i] = float(i + 1);  // every value distinct, none 0
-      std::vector<float> copies(size_t(g.copy_floats));
-      wgrad_box_copies_cpu(s, g, x.data(), copies.data());
-      const float* src = g.reads_x ? x.data() : copies.data();
-      const int src_w = g.reads_x ? s.w : g.copy_w, src_h = g.reads_x ? s.h : g.copy_h;
-      int64_t bad = 0;
-      for (int n = 0; n < s.n; ++n)
-        for (int t = 0; t < g.kt_img; ++t) {
-          const WgradBoxOrigin o = wgrad_box_origin(g, t);
-          for (int group = 0; group < g.groups; ++group) {
-            const WgradBoxCorner k = wgrad_box_corner(s, g, o, group);
-            ASSERT_EQ(k.x % 4, 0) << "k-tile " << t << " group " << group << ": x " << k.x;
-            ASSERT_GE(k.x, 0);
-            ASSERT_GE(k.y, 0);
-            ASSERT_GE(k.c, 0);
-            ASSERT_GE(k.copy, 0);
-            ASSERT_LT(k.copy, g.copies);
-            const int tap = group / g.cgroups, kh = tap / s.kw, kw = tap % s.kw;
-            for (int i = 0; i < g.run && k.c + i < s.c; ++i)
-              for (int r = 0; r < g.br; ++r)
-                for (int col = 0; col < g.bw; ++col) {
-                  const int oy = o.oy0 + r, ox = o.ox0 + col;
-                  if (oy >= s.oh() || ox >= s.ow()) continue;
-                  const int bx = k.x + col, by = k.y + r;
-                  if (bx >= src_w || by >= src_h) {
-                    if (bad++ == 0)
+    for (int run : kRuns)
+      for (bool direct : {false, true}) {
+        SCOPED_TRACE("C=" + std::to_string(s.c) + " HxW=" + std::to_string(s.h) + "x" +
+                     std::to_string(s.w) + " k=" + std::to_string(s.kh) +
+                     " stride=" + std::to_string(s.stride_h) + " pad=" + std::to_string(s.pad_h) +
+                     " run " + std::to_string(run) + " direct " + std::to_string(direct));
+        const WgradBoxGeometry g = wgrad_box_geometry(s, run);
+        std::vector<float> x(size_t(s.n) * s.c * s.h * s.w);
+        for (size_t i = 0; i < x.size(); ++i) x[i] = float(i + 1);  // every value distinct, none 0
+        // The skipped copy stays NaN: a box of another class that read it would not match.
+        std::vector<float> copies(size_t(g.copy_floats), std::numeric_limits<float>::quiet_NaN());
+        wgrad_box_copies_cpu(s, g, x.data(), copies.data(), direct ? g.direct_copy : -1);
+        const float* src = g.reads_x ? x.data() : copies.data();
+        const int src_w = g.reads_x ? s.w : g.copy_w, src_h = g.reads_x ? s.h : g.copy_h;
+        int64_t bad = 0;
+        for (int n = 0; n < s.n; ++n)
+          for (int t = 0; t < g.kt_img; ++t) {
+            const WgradBoxOrigin o = wgrad_box_origin(g, t);
+            for (int group = 0; group < g.groups; ++group) {
+              const WgradBoxCorner k = wgrad_box_corner(s, g, o, group, direct);
+              ASSERT_EQ(k.x % 4, 0) << "k-tile " << t << " group " << group << ": x " << k.x;
+              ASSERT_GE(k.x, 0);
+              ASSERT_GE(k.c, 0);
+              if (k.copy >= 0) {
+                ASSERT_GE(k.y, 0);  // the copies hold the padding: no coordinate below 0
+                ASSERT_LT(k.copy, g.copies);
+              } else {  // x itself: only the direct class, when asked
+                ASSERT_TRUE(direct);
+                ASSERT_GE(g.direct_copy, 0);
+                ASSERT_EQ(s.stride_h * s.stride_w, 1);
+                ASSERT_EQ(s.w % 4, 0);  // x's rows: a multiple of 16 bytes, TMA's stride rule
+              }
+              const int tap = group / g.cgroups, kh = tap / s.kw, kw = tap % s.kw;
+              for (int i = 0; i < g.run && k.c + i < s.c; ++i)
+                for (int r = 0; r < g.br; ++r)
+                  for (int col = 0; col < g.bw; ++col) {
+                    const int oy = o.oy0 + r, ox = o.ox0 + col;
+                    if (oy >= s.oh() || ox >= s.ow()) continue;
+                    const int bx = k.x + col, by = k.y + r;
+                    float got;
+                    if (k.copy < 0) {  // TMA's zero fill outside x, above it as below
+                      const bool in = by >= 0 && by < s.h && bx < s.w;
+                      got = in ? x[((int64_t(n) * s.c + k.c + i) * s.h + by) * s.w + bx] : 0.f;
+                    } else {
+                      if (bx >= src_w || by >= src_h) {
+                        if (bad++ == 0)
+                          ADD_FAILURE()
+                              << "live pixel (" << oy << ", " << ox << ") of tap (" << kh << ", "
+                              << kw << ") reads past the copy at (" << by << ", " << bx << ")";
+                        continue;
+                      }
+                      got = src[((int64_t(k.copy * s.n + n) * s.c + k.c + i) * src_h + by) * src_w +
+                                bx];
+                    }
+                    const int ih = oy * s.stride_h - s.pad_h + kh,
+                              iw = ox * s.stride_w - s.pad_w + kw;
+                    const bool in = ih >= 0 && ih < s.h && iw >= 0 && iw < s.w;
+                    const float want =
+                        in ? x[((int64_t(n) * s.c + k.c + i) * s.h + ih) * s.w + iw] : 0.f;
+                    if (!(got == want) && bad++ == 0)
                       ADD_FAILURE()
-                          << "live pixel (" << oy << ", " << ox << ") of tap (" << kh << ", " << kw
-                          << ") reads past the copy at (" << by << ", " << bx << ")";
-                    continue;
+                          << "pixel (" << oy << ", " << ox << ") channel " << k.c + i << " tap ("
+                          << kh << ", " << kw << "): got " << got << ", expected " << want;
                   }
-                  const float got =
-                      src[((int64_t(k.copy * s.n + n) * s.c + k.c + i) * src_h + by) * src_w + bx];
-                  const int ih = oy * s.stride_h - s.pad_h + kh,
-                            iw = ox * s.stride_w - s.pad_w + kw;
-                  const bool in = ih >= 0 && ih < s.h && iw >= 0 && iw < s.w;
-                  const float want =
-                      in ? x[((int64_t(n) * s.c + k.c + i) * s.h + ih) * s.w + iw] : 0.f;
-                  if (got != want && bad++ == 0)
-                    ADD_FAILURE() << "pixel (" << oy << ", " << ox << ") channel " << k.c + i
-                                  << " tap (" << kh << ", " << kw << "): got " << got
-                                  << ", expected " << want;
-                }
+            }
           }
-        }
-      EXPECT_EQ(bad, 0);
-    }
+        EXPECT_EQ(bad, 0);
+      }
+}
+
+// The direct class: which shapes have one, and the copies it spares.
+TEST(ConvWgradBox, DirectClass) {
+  struct Case {
+    Conv2dShape s;
+    int direct_copy;
+  };
+  for (const Case& c : {
+           Case{conv(2, 128, 16, 16, 8, 3, 1, 1), 1},  // 3x3 padding 1: the middle column
+           Case{conv(2, 64, 32, 32, 8, 3, 1, 0), 0},   // unpadded: the first
+           Case{conv(2, 8, 16, 16, 8, 5, 1, 2), 2},    // 5x5 padding 2 (4 classes)
+           Case{conv(2, 8, 16, 16, 8, 7, 1, 3), 3},    // 7x7 padding 3
+           Case{conv(2, 8, 16, 16, 8, 1, 1, 1), -1},   // 1x1 padding 1: column shift -1
+           Case{conv(2, 8, 16, 16, 8, 1, 1, 0), -1},   // reads x itself already
+           Case{conv(2, 8, 13, 13, 8, 3, 1, 1), -1},   // W = 13: x's rows not 16-byte multiples
+           Case{conv(2, 8, 16, 16, 8, 3, 2, 1), -1},   // stride 2: the copies hold the stride
+           Case{conv(2, 8, 16, 16, 8, 3, 1, 3), -1},   // padding 3 >= 3 classes
+       }) {
+    SCOPED_TRACE("k=" + std::to_string(c.s.kh) + " pad=" + std::to_string(c.s.pad_w) +
+                 " W=" + std::to_string(c.s.w) + " stride=" + std::to_string(c.s.stride_w));
+    const WgradBoxGeometry g = wgrad_box_geometry(c.s);
+    EXPECT_EQ(g.direct_copy, c.direct_copy);
+  }
 }
 
 TEST(ConvWgradBox, KnownCorners) {
@@ -490,6 +534,7 @@ TEST(ConvWgradBox, EmulatedGemm) {
       conv(1, 3, 9, 9, 4, 5, 1, 4),     conv(3, 3, 20, 18, 6, 7, 2, 3),
       conv(1, 24, 16, 16, 5, 3, 1, 1),  conv(1, 100, 8, 8, 5, 3, 1, 1),
       conv(1, 64, 16, 16, 8, 3, 1, 1),  conv(1, 130, 8, 10, 70, 1, 1, 0),
+      conv(2, 3, 12, 12, 5, 7, 1, 3),   conv(2, 5, 8, 16, 6, 3, 1, 0),
   };
   for (const Conv2dShape& s : shapes)
     for (int run : kRuns) {
@@ -508,11 +553,14 @@ TEST(ConvWgradBox, EmulatedGemm) {
       const auto x = ints(size_t(s.n) * s.c * s.h * s.w);
       const auto dy = ints(size_t(s.n) * s.oc * s.oh() * s.ow());
       const auto dw0 = ints(size_t(s.oc) * s.c * s.kh * s.kw), db0 = ints(size_t(s.oc));
-      auto ref_dw = dw0, ref_db = db0, got_dw = dw0, got_db = db0;
+      auto ref_dw = dw0, ref_db = db0;
       conv2d_backward_weight_cpu(s, x.data(), dy.data(), ref_dw.data(), ref_db.data());
-      wgrad_box_model_cpu(s, x.data(), dy.data(), got_dw.data(), got_db.data(), run);
-      EXPECT_EQ(got_dw, ref_dw);
-      EXPECT_EQ(got_db, ref_db);
+      for (bool direct : {false, true}) {
+        auto got_dw = dw0, got_db = db0;
+        wgrad_box_model_cpu(s, x.data(), dy.data(), got_dw.data(), got_db.data(), run, direct);
+        EXPECT_EQ(got_dw, ref_dw) << "direct " << direct;
+        EXPECT_EQ(got_db, ref_db) << "direct " << direct;
+      }
     }
 }
 

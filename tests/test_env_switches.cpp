@@ -109,6 +109,40 @@ TEST(EnvSwitches, WgmmaWgradBParsesEachValue) {
   }
 }
 
+TEST(EnvSwitches, TableListsWgmmaWgradBoxSwitches) {
+  for (const char* name : {"CNN_WGMMA_WGRAD_BOX_RUN", "CNN_WGMMA_WGRAD_BOX_X"}) {
+    bool found = false;
+    for (const EnvSwitchRow& r : env_switch_table())
+      found = found || std::strcmp(r.name, name) == 0;
+    EXPECT_TRUE(found) << name;
+  }
+}
+
+// CNN_WGMMA_WGRAD_BOX_X: the direct tap class reads x itself unless set to copies.
+TEST(EnvSwitches, WgmmaWgradBoxXParsesEachValue) {
+  {
+    test::ScopedEnv env("CNN_WGMMA_WGRAD_BOX_X", nullptr);
+    EXPECT_TRUE(read_env_switches().wgmma_wgrad_box_direct);
+  }
+  {
+    test::ScopedEnv env("CNN_WGMMA_WGRAD_BOX_X", "direct");
+    EXPECT_TRUE(read_env_switches().wgmma_wgrad_box_direct);
+  }
+  {
+    test::ScopedEnv env("CNN_WGMMA_WGRAD_BOX_X", "copies");
+    EXPECT_FALSE(read_env_switches().wgmma_wgrad_box_direct);
+  }
+  test::ScopedEnv env("CNN_WGMMA_WGRAD_BOX_X", "x");
+  try {
+    read_env_switches();
+    FAIL() << "CNN_WGMMA_WGRAD_BOX_X=x accepted";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("CNN_WGMMA_WGRAD_BOX_X='x': expected direct or copies"), std::string::npos)
+        << msg;
+  }
+}
+
 // CNN_WGMMA_WGRAD_BOX_RUN: the channels a piece of the boxed B holds, auto (0) unless set.
 TEST(EnvSwitches, WgmmaWgradBoxRunParsesEachValue) {
   {

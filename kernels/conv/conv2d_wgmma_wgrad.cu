@@ -57,21 +57,25 @@
 // with the padding as zeros; tap (kh, kw) reads its class's copy at (ox0 + 4 mw, oy0 + mh):
 // innermost coordinate a multiple of 4 floats, every coordinate >= 0, unit traversal strides,
 // as the dy boxes (whose corner ox0 is a multiple of 8 already). Boxes past the output pixels
-// or past C read TMA's out-of-bounds zeros. Where the boxes land (conv2d_wgrad_box_smem.h, and
-// the CPU emulation in tests/test_conv_wgrad_box.cpp): the output row is the outermost box
+// or past C read TMA's out-of-bounds zeros. One class needs no copy where the stride is 1 and
+// W a multiple of 4: the class of column shift 0 (qw = pw, the direct class of
+// conv2d_wgrad_box.h) is x moved by ph rows, so its boxes read x itself through a third map
+// (map_xd, plane = image, row oy0 + kh - ph: TMA's zero fill is the padding above x as below
+// it; rows -1 and -3 measured by scripts/tma_coordinate_probe.cu) and the pre-pass skips its copy
+// (3x3 padding 1: 2 copies written instead of 3). Where the boxes land (conv2d_wgrad_box_smem.h,
+// and the CPU emulation in tests/test_conv_wgrad_box.cpp): the output row is the outermost box
 // dimension, so a box lands as br slabs of [BM rows or run channels][bw floats]; the swizzle span
-// is bw * 4 bytes (32B, 64B, 128B), because a box row narrower than the span takes the whole
-// span in shared memory (scripts/tma_coordinate_probe.cu: 8 floats under the 128-byte swizzle
-// land 128 bytes apart). The consumers' k8 step s reads slab
-// 8 s / bw at byte (8 s % bw) 4 with the span's descriptor layout type and SBO = 8 rows of the
-// span (A, and B in pieces of 16..128) or 1024 bytes (B in groups of 8: the next group's box).
-// Thread 0 issues the stage's arrive.expect_tx and then every box (B's from a table of box
-// corners and destinations in shared memory, then A); few boxes matter: the TMA unit took ~2.4
-// us for a stage of 16 boxes of 1 KB (conv2d_wgrad_box.h), so 128 channels come as one box.
-// One thread issues them, as in every TMA load verified on the H200; where OW is not a multiple of
-// 4 (dy's row stride is no multiple of 16 bytes) the producer gathers A into the same slabs
-// instead. Columns are (tap, channel piece, channel) and map back to dw[oc][c][kh][kw] in the
-// epilogue; the bias column follows the last piece.
+// is bw * 4 bytes (32B, 64B, 128B), because a box row narrower than the span takes the whole span
+// in shared memory (scripts/tma_coordinate_probe.cu: 8 floats under the 128-byte swizzle land 128
+// bytes apart). The consumers' k8 step s reads slab 8 s / bw at byte (8 s % bw) 4 with the span's
+// descriptor layout type and SBO = 8 rows of the span (A, and B in pieces of 16..128) or 1024 bytes
+// (B in groups of 8: the next group's box). Thread 0 issues the stage's arrive.expect_tx and then
+// every box (B's from a table of box corners and destinations in shared memory, then A); few boxes
+// matter: the TMA unit took ~2.4 us for a stage of 16 boxes of 1 KB (conv2d_wgrad_box.h), so 128
+// channels come as one box. One thread issues them, as in every TMA load verified on the H200;
+// where OW is not a multiple of 4 (dy's row stride is no multiple of 16 bytes) the producer gathers
+// A into the same slabs instead. Columns are (tap, channel piece, channel) and map back to
+// dw[oc][c][kh][kw] in the epilogue; the bias column follows the last piece.
 //
 // Split-K: ceil(132 * blocks per SM / tiles) splits (a constant, not a device query, so that the
 // deterministic scratch size depends on the shape alone), at least 4 k-tiles each. Partial tiles
@@ -149,6 +153,7 @@ struct WgradParams {
   int run_shift;           // log2(b.run)
   int n;                   // images: copy q's planes are [q N, q N + N) of the boxes' view
   int copies_h, copies_w;  // tap classes (kh mod sh, kw mod 4 sw) of the copies of x
+  int direct_copy;         // the class whose boxes read x itself (map_xd), -1 none
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -177,6 +182,7 @@ template <int kBM, bool kTmaA, bool kBoxB, bool kSync>
 __global__ void __launch_bounds__(WgPlan<kBM, kBoxB>::kThreads, WgPlan<kBM, kBoxB>::kMinBlocks)
     wgrad_wgmma_kernel(const __grid_constant__ CUtensorMap map_dy,
                        const __grid_constant__ CUtensorMap map_x,
+                       const __grid_constant__ CUtensorMap map_xd,
                        const __grid_constant__ WgradParams p) {
 #ifdef CNN_WGMMA_WGRAD_DEVICE_CODE
   using P = WgPlan<kBM, kBoxB>;
@@ -242,7 +248,10 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB>::kThreads, WgPlan<kBM, kBox
         const int tap = group / p.cgroups, cg = group - tap * p.cgroups;
         const int kh = tap / p.kw, kw = tap - kh * p.kw;
         const int copy = (kh % p.copies_h) * p.copies_w + kw % p.copies_w;
-        e = make_int4(4 * (kw / p.copies_w), kh / p.copies_h + r, cg * run, copy * p.n);
+        // The direct class reads x itself (plane -1: the image; rows ph up, wgrad_box_corner).
+        const bool direct = copy == p.direct_copy;
+        e = make_int4(4 * (kw / p.copies_w), kh / p.copies_h + r - (direct ? p.ph : 0), cg * run,
+                      direct ? -1 : copy * p.n);
         box_dst[tid] = wgrad_box_b_dst(p.bw, p.b, piece, r);
       }
     }
@@ -281,8 +290,11 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB>::kThreads, WgPlan<kBM, kBox
         mbar_arrive_expect_tx(full(s), tx_bytes);
         for (int b = 0; b < nboxes; ++b) {
           const int4 e = table[b];
-          tma_load_4d(tile_b(s) + box_dst[b], &map_x, ox0 + e.x, e.z, oy0 + e.y, e.w + img,
-                      full(s));
+          if (e.w < 0)  // the direct class: x itself, (W, C, H, N)
+            tma_load_4d(tile_b(s) + box_dst[b], &map_xd, ox0 + e.x, e.z, oy0 + e.y, img, full(s));
+          else
+            tma_load_4d(tile_b(s) + box_dst[b], &map_x, ox0 + e.x, e.z, oy0 + e.y, e.w + img,
+                        full(s));
         }
         if (kTmaA) tma_load_4d(tile_a(s), &map_dy, ox0, m0, oy0, img, full(s));
       }
@@ -452,6 +464,7 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB>::kThreads, WgPlan<kBM, kBox
 #else
   (void)map_dy;
   (void)map_x;
+  (void)map_xd;
   (void)p;
 #if defined(__CUDA_ARCH__)
   __trap();  // never dispatched: conv2d_wgrad_wgmma_available() is false without sm_90a
@@ -544,10 +557,11 @@ CUtensorMapSwizzle box_swizzle(int bw) {
 // landing as slabs of [run channels][bw floats] (conv2d_wgrad_box_smem.h); unit traversal strides
 // (the copies hold the stride); swizzle span bw * 4 bytes; zero fill outside (output pixels past OH
 // x OW, channels past C).
-CUtensorMap make_x_box_map(const float* d_src, const Conv2dShape& s, const WgradBoxGeometry& b) {
+CUtensorMap make_x_box_map(const float* d_src, const Conv2dShape& s, const WgradBoxGeometry& b,
+                           bool x_itself) {
   CUtensorMap map{};
-  const int sw = b.reads_x ? s.w : b.copy_w, sh = b.reads_x ? s.h : b.copy_h;
-  const int planes = b.reads_x ? s.n : b.copies * s.n;
+  const int sw = x_itself ? s.w : b.copy_w, sh = x_itself ? s.h : b.copy_h;
+  const int planes = x_itself ? s.n : b.copies * s.n;
   const cuuint64_t dims[4] = {cuuint64_t(sw), cuuint64_t(s.c), cuuint64_t(sh), cuuint64_t(planes)};
   const cuuint64_t strides[3] = {cuuint64_t(sh) * sw * 4, cuuint64_t(sw) * 4,
                                  cuuint64_t(s.c) * sh * sw * 4};
@@ -561,8 +575,7 @@ CUtensorMap make_x_box_map(const float* d_src, const Conv2dShape& s, const Wgrad
             "conv2d_backward_weight_wgmma: cuTensorMapEncodeTiled failed (error {}) for the {} "
             "(planes, C, rows, columns) = ({}, {}, {}, {}), box {} rows x {} channels x {} "
             "columns",
-            int(r), b.reads_x ? "x" : "copies of x", planes, s.c, sh, sw, b.b.box_rows, b.run,
-            b.bw);
+            int(r), x_itself ? "x" : "copies of x", planes, s.c, sh, sw, b.b.box_rows, b.run, b.bw);
   return map;
 }
 
@@ -607,13 +620,13 @@ CUtensorMap make_dy_map(const float* d_dy, const Conv2dShape& s, int ohw, int bm
 }
 
 template <int kBM, bool kTmaA, bool kBoxB, bool kSync>
-void launch(const CUtensorMap& map_dy, const CUtensorMap& map_x, const WgradParams& p, dim3 grid,
-            cudaStream_t stream) {
+void launch(const CUtensorMap& map_dy, const CUtensorMap& map_x, const CUtensorMap& map_xd,
+            const WgradParams& p, dim3 grid, cudaStream_t stream) {
   using P = WgPlan<kBM, kBoxB>;
   auto kernel = wgrad_wgmma_kernel<kBM, kTmaA, kBoxB, kSync>;
   CNN_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, P::kSmemBytes));
-  kernel<<<grid, P::kThreads, P::kSmemBytes, stream>>>(map_dy, map_x, p);
+  kernel<<<grid, P::kThreads, P::kSmemBytes, stream>>>(map_dy, map_x, map_xd, p);
   CNN_LAUNCH_CHECK("conv2d_backward_weight_wgmma");
 }
 
@@ -621,21 +634,21 @@ void launch(const CUtensorMap& map_dy, const CUtensorMap& map_x, const WgradPara
 // hand-over to choose), or gathered in box order with either hand-over.
 template <int kBM>
 void launch_bm(bool box, bool tma, bool sync, const CUtensorMap& map_dy, const CUtensorMap& map_x,
-               const WgradParams& p, dim3 grid, cudaStream_t stream) {
+               const CUtensorMap& map_xd, const WgradParams& p, dim3 grid, cudaStream_t stream) {
   if (box && tma)
-    launch<kBM, true, true, false>(map_dy, map_x, p, grid, stream);
+    launch<kBM, true, true, false>(map_dy, map_x, map_xd, p, grid, stream);
   else if (box && sync)
-    launch<kBM, false, true, true>(map_dy, map_x, p, grid, stream);
+    launch<kBM, false, true, true>(map_dy, map_x, map_xd, p, grid, stream);
   else if (box)
-    launch<kBM, false, true, false>(map_dy, map_x, p, grid, stream);
+    launch<kBM, false, true, false>(map_dy, map_x, map_xd, p, grid, stream);
   else if (tma && sync)
-    launch<kBM, true, false, true>(map_dy, map_x, p, grid, stream);
+    launch<kBM, true, false, true>(map_dy, map_x, map_xd, p, grid, stream);
   else if (tma)
-    launch<kBM, true, false, false>(map_dy, map_x, p, grid, stream);
+    launch<kBM, true, false, false>(map_dy, map_x, map_xd, p, grid, stream);
   else if (sync)
-    launch<kBM, false, false, true>(map_dy, map_x, p, grid, stream);
+    launch<kBM, false, false, true>(map_dy, map_x, map_xd, p, grid, stream);
   else
-    launch<kBM, false, false, false>(map_dy, map_x, p, grid, stream);
+    launch<kBM, false, false, false>(map_dy, map_x, map_xd, p, grid, stream);
 }
 
 }  // namespace
@@ -707,6 +720,12 @@ std::size_t conv2d_wgrad_wgmma_scratch_floats(const Conv2dShape& s, const Exec& 
 
 int conv2d_wgrad_wgmma_splits(const Conv2dShape& s, bool box, int run) {
   return geometry_of(s, box, run).splits;
+}
+
+bool wgmma_wgrad_box_direct(const WgmmaWgradOptions& opt) {
+  if (opt.box_direct != WgmmaWgradOptions::Direct::Default)
+    return opt.box_direct == WgmmaWgradOptions::Direct::On;
+  return process_env_switches().wgmma_wgrad_box_direct;
 }
 
 int wgmma_wgrad_box_run(const WgmmaWgradOptions& opt) {
@@ -808,7 +827,8 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
   p.oh = s.oh();
   p.bw = kBK;  // the gathered layout: one slab of 32-pixel rows (box mode sets its own)
   p.br = 1;
-  CUtensorMap map_x{};
+  p.direct_copy = -1;
+  CUtensorMap map_x{}, map_xd{};
   bool tma = !opt.force_gather && reinterpret_cast<uintptr_t>(d_dy) % 16 == 0;
   if (box) {
     p.live_cols = bg.bias_col;
@@ -824,10 +844,18 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
     p.n = s.n;
     p.copies_h = bg.copies_h;
     p.copies_w = bg.copies_w;
+    // The direct class's boxes read x itself where TMA can (x 16-byte aligned; the shape's part
+    // is the geometry's), and the pre-pass skips its copy.
+    if (bg.direct_copy >= 0 && wgmma_wgrad_box_direct(opt) &&
+        reinterpret_cast<uintptr_t>(d_x) % 16 == 0) {
+      p.direct_copy = bg.direct_copy;
+      map_xd = make_x_box_map(d_x, s, bg, true);
+    }
     // The pre-pass runs on the same stream, so the kernel's boxes see the finished copies.
-    wgrad_box_copies_cuda(s, bg, d_x, d_scratch, ex.stream);
-    map_x = make_x_box_map(bg.reads_x ? d_x : d_scratch, s, bg);
-    tma = tma && p.ow % 4 == 0;  // dy's rows 16-byte aligned for its 4-D map
+    wgrad_box_copies_cuda(s, bg, d_x, d_scratch, ex.stream, p.direct_copy);
+    map_x = make_x_box_map(bg.reads_x ? d_x : d_scratch, s, bg, bg.reads_x);
+    if (p.direct_copy < 0) map_xd = map_x;  // never read
+    tma = tma && p.ow % 4 == 0;             // dy's rows 16-byte aligned for its 4-D map
   } else {
     tma = tma && !g.packed;
   }
@@ -839,9 +867,9 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
   const dim3 grid(static_cast<unsigned>(ceil_div(p.ncols, kBN)), static_cast<unsigned>(g.splits),
                   static_cast<unsigned>(g.tiles_m));
   if (g.bm == 64)
-    launch_bm<64>(box, tma, sync, map_dy, map_x, p, grid, ex.stream);
+    launch_bm<64>(box, tma, sync, map_dy, map_x, map_xd, p, grid, ex.stream);
   else
-    launch_bm<128>(box, tma, sync, map_dy, map_x, p, grid, ex.stream);
+    launch_bm<128>(box, tma, sync, map_dy, map_x, map_xd, p, grid, ex.stream);
 
   if (ex.deterministic) {
     constexpr int kBlock = 256;

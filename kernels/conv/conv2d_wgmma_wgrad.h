@@ -39,7 +39,16 @@ struct WgmmaWgradOptions {
   // process's CNN_WGMMA_WGRAD_BOX_RUN (auto unless set). The scratch is the same for every run.
   static constexpr int kBoxRunDefault = -1, kBoxRunAuto = 0;
   int box_run = kBoxRunDefault;
+  // Boxed B: whether the direct tap class (conv2d_wgrad_box.h: stride 1, W a multiple of 4, the
+  // class of column shift 0) reads x itself instead of a copy written by the pre-pass (On, where
+  // x is 16-byte aligned), or its copy too (Off); Default: CNN_WGMMA_WGRAD_BOX_X (direct unless
+  // set to copies).
+  enum class Direct { Default, On, Off } box_direct = Direct::Default;
 };
+
+// Whether a call with `opt` lets the direct class read x (opt's box_direct, else the process's
+// CNN_WGMMA_WGRAD_BOX_X).
+bool wgmma_wgrad_box_direct(const WgmmaWgradOptions& opt);
 
 // The run of channels a call with `opt` gives boxed B's pieces (kBoxRunAuto, or 8..128): opt's,
 // else CNN_WGMMA_WGRAD_BOX_RUN's; wgrad_box_geometry(s, this) is the geometry it runs.

@@ -99,6 +99,8 @@ WgradBoxGeometry wgrad_box_geometry(const Conv2dShape& s, int run) {
   g.reads_x = g.copies == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 && s.pad_w == 0 &&
               g.copy_h == s.h && g.copy_w == s.w;
   g.copy_floats = g.reads_x ? 0 : z.copies * s.n * s.c * z.copy_h * z.copy_w;
+  if (!g.reads_x && s.stride_h == 1 && s.stride_w == 1 && s.w % 4 == 0 && s.pad_w < g.copies_w)
+    g.direct_copy = s.pad_w;  // class (0, pw): copies_h = 1 at stride 1
   return g;
 }
 
@@ -113,11 +115,16 @@ int64_t wgrad_box_column_slot(const Conv2dShape& s, const WgradBoxGeometry& g, i
 }
 
 void wgrad_box_copies_cpu(const Conv2dShape& s, const WgradBoxGeometry& g, const float* x,
-                          float* copies) {
+                          float* copies, int skip) {
   if (g.reads_x) return;
   float* out = copies;
+  const int64_t copy_size = int64_t{s.n} * s.c * g.copy_h * g.copy_w;
   for (int qh = 0; qh < g.copies_h; ++qh)
-    for (int qw = 0; qw < g.copies_w; ++qw)
+    for (int qw = 0; qw < g.copies_w; ++qw) {
+      if (qh * g.copies_w + qw == skip) {
+        out += copy_size;
+        continue;
+      }
       for (int n = 0; n < s.n; ++n)
         for (int c = 0; c < s.c; ++c) {
           const float* plane = x + (int64_t{n} * s.c + c) * s.h * s.w;
@@ -129,6 +136,7 @@ void wgrad_box_copies_cpu(const Conv2dShape& s, const WgradBoxGeometry& g, const
               *out++ = in ? plane[int64_t{ih} * s.w + iw] : 0.f;
             }
         }
+    }
 }
 
 uint32_t tma_box_landing_offset(int row_floats, uint32_t span, int row, int col) {
@@ -150,7 +158,7 @@ uint32_t wgmma_kmajor_read_address(uint64_t desc, int row, int k) {
 }
 
 void wgrad_box_model_cpu(const Conv2dShape& s, const float* x, const float* dy, float* dw,
-                         float* db, int run) {
+                         float* db, int run, bool direct) {
   const WgradBoxGeometry g = wgrad_box_geometry(s, run);
   const int oh = s.oh(), ow = s.ow(), bm = wgrad_box_bm(s);
   constexpr int kBN = 128, kK = kWgradBoxPixels;
@@ -160,7 +168,9 @@ void wgrad_box_model_cpu(const Conv2dShape& s, const float* x, const float* dy, 
   std::vector<double> acc(size_t(s.oc) * ncols, 0.0);
   // What B's boxes read: the copies, or x itself.
   std::vector<float> copies(size_t(g.copy_floats));
-  wgrad_box_copies_cpu(s, g, x, copies.data());
+  // The direct class's copy unwritten (NaN): a box that read it would poison the sums.
+  std::fill(copies.begin(), copies.end(), std::numeric_limits<float>::quiet_NaN());
+  wgrad_box_copies_cpu(s, g, x, copies.data(), direct ? g.direct_copy : -1);
   const float* src = g.reads_x ? x : copies.data();
   const int64_t src_w = g.reads_x ? s.w : g.copy_w, src_h = g.reads_x ? s.h : g.copy_h;
   const int64_t planes = g.reads_x ? s.n : int64_t{g.copies} * s.n;
@@ -181,6 +191,9 @@ void wgrad_box_model_cpu(const Conv2dShape& s, const float* x, const float* dy, 
   const View dy_view{dy, {ow, s.oc, oh, s.n}, {1, int64_t{oh} * ow, ow, int64_t{s.oc} * oh * ow}};
   const View x_view{
       src, {src_w, s.c, src_h, planes}, {1, src_h * src_w, src_w, s.c * src_h * src_w}};
+  // x itself (W, C, H, N), for the direct class's boxes.
+  const int64_t hw = int64_t{s.h} * s.w;
+  const View x_itself{x, {s.w, s.c, s.h, s.n}, {1, hw, s.w, s.c * hw}};
   // One stage: A at byte 0 (BM x 32 floats), B after it; both 1024-byte aligned as in the kernel.
   const uint32_t span = wgrad_span_bytes(g.bw);
   const uint32_t b_base = uint32_t(bm) * kK * 4;
@@ -224,14 +237,16 @@ void wgrad_box_model_cpu(const Conv2dShape& s, const float* x, const float* dy, 
           const int per_tile = kBN / g.run;
           const int live = std::max(0, std::min(per_tile, g.groups - n0 / g.run));
           for (int piece = 0; piece < live; ++piece) {
-            const WgradBoxCorner k = wgrad_box_corner(s, g, o, n0 / g.run + piece);
+            const WgradBoxCorner k = wgrad_box_corner(s, g, o, n0 / g.run + piece, direct);
+            const View& view = k.copy < 0 ? x_itself : x_view;
+            const int64_t plane = k.copy < 0 ? n : int64_t{k.copy} * s.n + n;
             for (int br = 0; br < g.b.boxes_per_piece; ++br) {
               const uint32_t dst = b_base + wgrad_box_b_dst(g.bw, g.b, piece, br);
               for (int r = 0; r < g.b.box_rows; ++r)
                 for (int i = 0; i < g.run; ++i)
                   for (int col = 0; col < g.bw; ++col)
                     put(dst + tma_box_landing_offset(g.bw, span, r * g.run + i, col),
-                        x_view.at({k.x + col, k.c + i, k.y + br + r, int64_t{k.copy} * s.n + n}));
+                        view.at({k.x + col, k.c + i, k.y + br + r, plane}));
             }
           }
           for (int j = live * g.run; j < kBN; ++j) {

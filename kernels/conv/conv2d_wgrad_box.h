@@ -47,6 +47,13 @@
 // R = min(KH, sh) min(KW, 4 sw) copies (3 for a 3x3 stride-1 convolution, 7 for a 7x7 stride-2
 // stem, whose copies are a quarter of x each), R N C Hc Wc floats in the caller's scratch. A 1x1
 // stride-1 unpadded convolution with W a multiple of 4 has one copy equal to x: the boxes read x.
+// Likewise, at stride 1 with W a multiple of 4 and pw < copies_w, the class qw = pw (qh = 0) is x
+// shifted by ph rows and no column: its boxes read x itself at row oy0 + kh - ph (TMA's zero fill
+// is the padding, above x as below it: negative coordinates past the innermost zero-fill on the
+// H200, scripts/tma_coordinate_probe.cu, y = -1 and -3) and its copy is not written (the direct
+// class: for a 3x3 padding-1 convolution, 2 copies written instead of 3). The launcher does so
+// where x is 16-byte aligned; the copy's room in the scratch stays, so its size depends on the
+// shape alone.
 //
 // The driver's other rules (cuda.h, cuTensorMapEncodeTiled): boxDim[0] * 4 bytes at most the
 // swizzle span (the span is bw * 4 bytes: 32B, 64B, 128B swizzle) and a multiple of 16 (bw a
@@ -82,7 +89,10 @@ struct WgradBoxGeometry {
   int copies = 1;                  // R = copies_h * copies_w
   int copy_h = 0, copy_w = 0;      // Hc, Wc
   bool reads_x = false;            // the one copy would equal x: the boxes read x, no pre-pass
-  int64_t copy_floats = 0;         // R N C Hc Wc, 0 when reads_x: scratch floats of the copies
+  // The class whose copy is x shifted by whole rows and by 0 columns (stride 1, qw = pw, W a
+  // multiple of 4: the direct class below), -1 if none: its boxes may read x itself.
+  int direct_copy = -1;
+  int64_t copy_floats = 0;  // R N C Hc Wc, 0 when reads_x: scratch floats of the copies
 };
 
 // Why the box geometry cannot express this convolution (a copy or the number of boxes past the
@@ -113,18 +123,24 @@ inline WgradBoxOrigin wgrad_box_origin(const WgradBoxGeometry& g, int t) {
 
 // B's box of piece `group` at `origin` (the first of them where a piece is br boxes: box r is
 // r rows on): column x and row y of the copy, first channel c, copy; the box's coordinates in
-// the (Wc, C, Hc, R N) view are (x, c, y, copy * N + image).
+// the (Wc, C, Hc, R N) view are (x, c, y, copy * N + image). With `direct` and a tap of the
+// direct class (g.direct_copy), the box reads x itself instead: copy -1, coordinates (x, c, y,
+// image) in x viewed (W, C, H, N), y = oy0 + kh - ph (negative in the top padding rows, which
+// TMA fills with zeros as it does past the bottom; x is the copy's column 0 there, so x and
+// its innermost coordinate, a multiple of 4, are the copy's).
 struct WgradBoxCorner {
   int x, y, c, copy;
 };
 inline WgradBoxCorner wgrad_box_corner(const Conv2dShape& s, const WgradBoxGeometry& g,
-                                       WgradBoxOrigin origin, int group) {
+                                       WgradBoxOrigin origin, int group, bool direct = false) {
   const int tap = group / g.cgroups, cg = group - tap * g.cgroups;
   const int kh = tap / s.kw, kw = tap - kh * s.kw;
   const int qh = kh % g.copies_h, qw = kw % g.copies_w;  // the tap's class
+  const int copy = qh * g.copies_w + qw;
   // copies_w = 4 sw whenever kw >= copies_w (the file comment's mw > 0); likewise copies_h.
-  return {origin.ox0 + 4 * (kw / g.copies_w), origin.oy0 + kh / g.copies_h, cg * g.run,
-          qh * g.copies_w + qw};
+  const int x = origin.ox0 + 4 * (kw / g.copies_w), y = origin.oy0 + kh / g.copies_h;
+  if (direct && copy == g.direct_copy) return {x, y - s.pad_h, cg * g.run, -1};
+  return {x, y, cg * g.run, copy};
 }
 
 // Where column `col` of the GEMM lands: dw's index (oc * C*KH*KW + this), -1 for the bias
@@ -132,9 +148,10 @@ inline WgradBoxCorner wgrad_box_corner(const Conv2dShape& s, const WgradBoxGeome
 int64_t wgrad_box_column_slot(const Conv2dShape& s, const WgradBoxGeometry& g, int col);
 
 // CPU twin of the pre-pass: writes all g.copy_floats floats of the copies (R, N, C, Hc, Wc) of
-// x (N, C, H, W) (nothing when g.reads_x).
+// x (N, C, H, W) (nothing when g.reads_x), except copy `skip` (the direct class when its boxes
+// read x; -1: none), whose floats it leaves as they are.
 void wgrad_box_copies_cpu(const Conv2dShape& s, const WgradBoxGeometry& g, const float* x,
-                          float* copies);
+                          float* copies, int skip = -1);
 
 // Emulations of the hardware for the CPU model and tests, as measured on the H200 and as the PTX
 // ISA documents:
@@ -161,7 +178,8 @@ inline int wgrad_box_bm(const Conv2dShape& s) {
 // written as the kernel writes them; the operands read back through the kernel's descriptors
 // (conv2d_wgrad_box_smem.h) as wgmma_kmajor_read_address says; the columns mapped back by
 // wgrad_box_column_slot; accumulated in double. For tests.
+// `direct`: the direct class's boxes read x (wgrad_box_corner), its copy is not written.
 void wgrad_box_model_cpu(const Conv2dShape& s, const float* x, const float* dy, float* dw,
-                         float* db, int run = kWgradBoxRunAuto);
+                         float* db, int run = kWgradBoxRunAuto, bool direct = true);
 
 }  // namespace cnn
