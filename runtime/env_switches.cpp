@@ -130,6 +130,24 @@ EnvSwitches read_env_switches() {
     else
       CNN_FAIL("CNN_WGMMA_WGRAD_B='{}': expected algo, gather or tma", s);
   }
+  if (const char* v = get("CNN_WGMMA_WGRAD_BOX_RUN")) {
+    const std::string s(v);
+    if (s == "auto")
+      e.wgmma_wgrad_box_run = 0;
+    else if (s == "8" || s == "16" || s == "32" || s == "64" || s == "128")
+      e.wgmma_wgrad_box_run = std::stoi(s);
+    else
+      CNN_FAIL("CNN_WGMMA_WGRAD_BOX_RUN='{}': expected 8, 16, 32, 64, 128 or auto", s);
+  }
+  if (const char* v = get("CNN_WGMMA_WGRAD_BOX_X")) {
+    const std::string s(v);
+    if (s == "direct")
+      e.wgmma_wgrad_box_direct = true;
+    else if (s == "copies")
+      e.wgmma_wgrad_box_direct = false;
+    else
+      CNN_FAIL("CNN_WGMMA_WGRAD_BOX_X='{}': expected direct or copies", s);
+  }
   e.conv_generic = off_unless_set("CNN_CONV_GENERIC");
   if (const char* v = get("CNN_BF16_SMEM")) {
     const std::string s(v);
@@ -227,6 +245,13 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "where the wgmma conv weight gradient's im2col operand comes from (algo, the default, "
        "and tma: TMA boxes of copies of x where the shape allows and C >= 8, else the cp.async "
        "gather; gather: the gather everywhere)"},
+      {"CNN_WGMMA_WGRAD_BOX_RUN", "8|16|32|64|128|auto",
+       "channels a TMA box of the wgmma conv weight gradient's im2col operand holds (auto: the "
+       "fewest boxes a stage for at most a quarter more zero columns; 8: one box per 8 "
+       "channels)"},
+      {"CNN_WGMMA_WGRAD_BOX_X", "direct|copies",
+       "whether the wgmma conv weight gradient's TMA boxes read x itself for the tap class that "
+       "needs no copy (stride 1, W a multiple of 4), or a copy of x for every class"},
       {"CNN_CONV_GENERIC", "1", "implicit-GEMM conv gradients on the generic main loop"},
       {"CNN_BF16_SMEM", "bf16|f32",
        "BF16 implicit-GEMM convs: operand tiles in shared memory as bf16 pairs (default) or "

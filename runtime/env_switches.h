@@ -61,6 +61,13 @@ struct EnvSwitches {
   // timed on the H200); gather / tma: that for both (tma falls back to the gather where the
   // shape cannot take boxes; its copies of x are counted in the weight gradient's scratch).
   WgmmaWgradBSwitch wgmma_wgrad_b = WgmmaWgradBSwitch::ByAlgo;
+  // CNN_WGMMA_WGRAD_BOX_RUN=auto (default) | 8 | 16 | 32 | 64 | 128: the channels a piece of the
+  // boxed B holds (kernels/conv/conv2d_wgrad_box.h: fewer, larger TMA boxes a stage); 0: auto
+  // (wgrad_box_choose_run), 8: the one-box-per-8-channel layout, to measure against.
+  int wgmma_wgrad_box_run = 0;
+  // CNN_WGMMA_WGRAD_BOX_X=direct (default) | copies: the boxed B's direct tap class (stride 1,
+  // column shift 0) reads x itself, or a copy of x as the other classes do (to bisect).
+  bool wgmma_wgrad_box_direct = true;
   bool conv_generic = false;  // CNN_CONV_GENERIC=1: generic implicit-GEMM conv gradients
   // CNN_BF16_SMEM=bf16 (default) | f32: the BF16 implicit-GEMM convs keep their operand tiles as
   // packed bf16 pairs in shared memory (filled through registers), or as floats (cp.async).

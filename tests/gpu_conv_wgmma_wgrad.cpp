@@ -32,9 +32,20 @@
 //                       stride 1 / 2 / 5, 1x1..7x7, padding 0..4, batch 1 / 2 / 3, db on / off,
 //                       1x1 reading x itself, OW not a multiple of 4 (dy then gathered in box
 //                       order); integers exact, then random.
+//                       Both with B's pieces of 8 channels and of auto's run.
+//   BoxRunsExact        every run of channels a piece of B may have (8, 16, 32, 64, 128, auto:
+//                       one box a piece, or one a slab) on C = 3, 8, 24, 64, 100, 128, 130, 256,
+//                       OC = 5, 64, 130, bw 32 / 16 / 8, 1x1 (x itself; stride 2), 3x3, 5x5,
+//                       7x7 stride 2, db on / off, atomic and deterministic; integers, exact.
+//                       The direct tap class (reads x itself: stride 1, W a multiple of 4) on
+//                       3x3 padding 1 and 0, 5x5, 7x7 padding 3, 1x1 padding 1; BoxLoadersBitwise
+//                       checks it bitwise against every class copied; BoxCopies the pre-pass
+//                       skipping each copy.
 //   BoxLoadersBitwise   deterministic: boxed B with dy by TMA, gathered (async and sync
 //                       hand-over), misaligned dy, misaligned x (the copies read it): bitwise
 //                       equal; repeat bitwise; atomic and the gathered B within the tolerance.
+//                       Both with B's pieces of 8 channels and of auto's run (128 for C = 128
+//                       and 256, 64 for C = 64).
 //   BoxRefusals         Tma refuses a misaligned x where the boxes read x itself (1x1) and a
 //                       null scratch where they read copies, in one line; Auto falls back to
 //                       the gather there and stays correct.
@@ -430,11 +441,23 @@ RunOptions boxed(bool deterministic = false) {
   return r;
 }
 
-std::string box_describe(const Conv2dShape& s, bool db) {
-  const WgradBoxGeometry g = wgrad_box_geometry(s);
-  return describe(s, db) + " box " + std::to_string(g.br) + "x" + std::to_string(g.bw) + ", " +
+std::string box_describe(const Conv2dShape& s, bool db, int run = 0) {
+  const WgradBoxGeometry g = wgrad_box_geometry(s, run);
+  return describe(s, db) + " box " + std::to_string(g.br) + "x" + std::to_string(g.bw) + ", run " +
+         std::to_string(g.run) + (run == 0 ? " (auto)" : "") + ", " + std::to_string(g.b_boxes) +
+         " B boxes a stage, " +
          (g.reads_x ? std::string("reads x") : std::to_string(g.copies) + " copies") +
-         ", box splits " + std::to_string(conv2d_wgrad_wgmma_splits(s, true));
+         ", box splits " + std::to_string(conv2d_wgrad_wgmma_splits(s, true, run));
+}
+
+// The runs the box tests force on B's pieces: the 8-channel groups and auto's pick (the two the
+// CNN_WGMMA_WGRAD_BOX_RUN measurement compares).
+constexpr int kTwoRuns[] = {8, WgmmaWgradOptions::kBoxRunAuto};
+
+RunOptions boxed_run(int run, bool deterministic = false) {
+  RunOptions r = boxed(deterministic);
+  r.opt.box_run = run;
+  return r;
 }
 
 TEST(GpuConvWgmmaWgrad, BoxCopies) {
@@ -468,6 +491,22 @@ TEST(GpuConvWgmmaWgrad, BoxCopies) {
     EXPECT_EQ(first, got.size()) << "first difference at " << first << ": got "
                                  << (first < got.size() ? got[first] : 0.f) << ", expected "
                                  << (first < got.size() ? want[first] : 0.f);
+    // Skipping each copy in turn (the direct class's, when its boxes read x): the others as
+    // before, the skipped one untouched (still the poison).
+    const size_t copy_size = got.size() / size_t(g.copies);
+    for (int skip = 0; skip < g.copies; ++skip) {
+      test::poison_device(d_copies.data(), size_t(g.copy_floats));
+      const std::vector<float> poison = d_copies.to_vector();
+      wgrad_box_copies_cuda(s, g, d_x.data(), d_copies.data(), nullptr, skip);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<float> some = d_copies.to_vector();
+      size_t wrong = 0;
+      for (size_t i = 0; i < some.size(); ++i) {
+        const bool skipped = i / copy_size == size_t(skip);
+        wrong += std::memcmp(&some[i], skipped ? &poison[i] : &want[i], sizeof(float)) != 0;
+      }
+      EXPECT_EQ(wrong, 0u) << "skipping copy " << skip;
+    }
   }
 }
 
@@ -522,54 +561,109 @@ TEST(GpuConvWgmmaWgrad, BoxAwkwardShapes) {
       {conv(2, 8, 9, 9, 24, 5, 1, 4), true},      // padding 4: all-padding taps, W = 9
   };
   for (const WgCase& c : cases)
-    for (Fill fill : {Fill::SmallInt, Fill::Random}) {
-      const uint64_t seed = test::fresh_seed();
-      SCOPED_TRACE(box_describe(c.s, c.db) + " seed " + std::to_string(seed));
-      ASSERT_EQ(conv2d_wgrad_wgmma_box_refusal(c.s, nullptr), "");
-      const Problem p = make_problem(c.s, c.db, fill, seed);
-      check(p, run_wgmma(p, boxed()), fill == Fill::SmallInt ? "box int" : "box random");
-    }
+    for (int run : kTwoRuns)
+      for (Fill fill : {Fill::SmallInt, Fill::Random}) {
+        const uint64_t seed = test::fresh_seed();
+        SCOPED_TRACE(box_describe(c.s, c.db, run) + " seed " + std::to_string(seed));
+        ASSERT_EQ(conv2d_wgrad_wgmma_box_refusal(c.s, nullptr), "");
+        const Problem p = make_problem(c.s, c.db, fill, seed);
+        check(p, run_wgmma(p, boxed_run(run)), fill == Fill::SmallInt ? "box int" : "box random");
+      }
+}
+
+// Every run of channels a piece of B may have (conv2d_wgrad_box_smem.h: one box a piece for run
+// 8, 128 or bw 32, one box a slab for run 16..64 at bw 16 and 8), forced on each box width and
+// on C that fills pieces, leaves them ragged (C = 3, 24, 100) and spans tiles (C = 256), OC
+// 5 / 64 / 130 (BM 64 and 128), 1x1, 3x3, 5x5, 7x7 stride 2, db on / off, atomic and
+// deterministic; small integers: exact.
+TEST(GpuConvWgmmaWgrad, BoxRunsExact) {
+  CNN_REQUIRE_WGMMA_WGRAD();
+  struct WgCase {
+    Conv2dShape s;
+    bool db;
+  };
+  const WgCase cases[] = {
+      {conv(2, 128, 16, 16, 130, 3, 1, 1), true},  // VGG conv4 at batch 2: bw 16, run 128
+      {conv(1, 128, 32, 32, 64, 3, 1, 1), false},  // bw 32
+      {conv(2, 128, 8, 8, 130, 3, 1, 1), true},    // bw 8: 4 slabs
+      {conv(2, 256, 8, 8, 64, 3, 1, 1), true},     // a tap spans two tiles
+      {conv(2, 64, 16, 16, 64, 3, 1, 1), true},    // run 64: a box a slab
+      {conv(1, 64, 32, 32, 5, 3, 1, 1), false},    // run 64 at bw 32: a box a piece, OC = 5
+      {conv(2, 100, 13, 13, 130, 3, 1, 1), true},  // C = 100: ragged runs, OW = 13 (dy gathered)
+      {conv(2, 24, 16, 16, 5, 3, 1, 1), true},     // C = 24
+      {conv(3, 3, 16, 16, 64, 3, 1, 1), true},     // C = 3: one channel piece, mostly zeros
+      {conv(2, 8, 32, 32, 130, 5, 1, 2), false},   // C = 8, 5x5
+      {conv(2, 64, 29, 29, 64, 7, 2, 3), true},    // 7x7 stride 2 (14 copies), OW = 15
+      {conv(2, 130, 16, 16, 64, 1, 1, 0), true},   // 1x1 reading x itself, C = 130
+      {conv(2, 128, 9, 11, 130, 1, 2, 0), false},  // 1x1 stride 2, odd image: OW = 6, bw 8
+      {conv(2, 64, 16, 16, 64, 3, 1, 0), true},    // direct class 0: no row above x read
+      {conv(2, 24, 12, 12, 130, 5, 1, 2), true},   // 5x5 padding 2: direct class 2
+      {conv(1, 8, 20, 20, 64, 7, 1, 3), false},    // 7x7 padding 3: direct class 3
+      {conv(2, 40, 8, 8, 5, 1, 1, 1), true},       // 1x1 padding 1: the one copy, none direct
+  };
+  for (const WgCase& c : cases)
+    for (int run : {8, 16, 32, 64, 128, int(WgmmaWgradOptions::kBoxRunAuto)})
+      for (bool deterministic : {false, true}) {
+        const uint64_t seed = test::fresh_seed();
+        SCOPED_TRACE(box_describe(c.s, c.db, run) + " deterministic " +
+                     std::to_string(deterministic) + " seed " + std::to_string(seed));
+        ASSERT_EQ(conv2d_wgrad_wgmma_box_refusal(c.s, nullptr), "");
+        const Problem p = make_problem(c.s, c.db, Fill::SmallInt, seed);
+        check(p, run_wgmma(p, boxed_run(run, deterministic)),
+              "box run " + std::to_string(run) + (deterministic ? " deterministic" : " atomic"));
+      }
 }
 
 TEST(GpuConvWgmmaWgrad, BoxLoadersBitwise) {
   CNN_REQUIRE_WGMMA_WGRAD();
   for (const Conv2dShape& s : {conv(3, 17, 16, 16, 64, 3, 1, 1), conv(2, 64, 32, 32, 130, 3, 1, 1),
                                conv(3, 3, 28, 28, 96, 5, 2, 2), conv(3, 3, 13, 13, 64, 3, 1, 1),
-                               conv(2, 9, 8, 8, 130, 3, 1, 1)}) {  // bw 8, BM 128
-    const uint64_t seed = test::fresh_seed();
-    SCOPED_TRACE(box_describe(s, true) + " seed " + std::to_string(seed));
-    const Problem p = make_problem(s, true, Fill::Random, seed);
-    const Output ref = run_wgmma(p, boxed(true));
-    check(p, ref, "box deterministic");
-    const Output again = run_wgmma(p, boxed(true));
-    EXPECT_TRUE(bitwise_equal(again.dw, ref.dw) && bitwise_equal(again.db, ref.db))
-        << "two deterministic box runs differ";
-    using Copies = WgmmaWgradOptions::Copies;
-    for (Copies copies : {Copies::Async, Copies::Sync}) {
-      RunOptions r = boxed(true);
-      r.opt.force_gather = true;  // dy gathered in box order, the same k-tiles and sums
-      r.opt.copies = copies;
-      const Output o = run_wgmma(p, r);
+                               conv(2, 9, 8, 8, 130, 3, 1, 1),  // bw 8, BM 128
+                               conv(2, 128, 16, 16, 130, 3, 1, 1), conv(2, 64, 16, 16, 64, 3, 1, 1),
+                               conv(2, 256, 6, 6, 64, 3, 1, 1)})  // OW 6: dy gathered, bw 8
+    for (int run : kTwoRuns) {
+      const uint64_t seed = test::fresh_seed();
+      SCOPED_TRACE(box_describe(s, true, run) + " seed " + std::to_string(seed));
+      auto boxed = [run](bool deterministic = false) { return boxed_run(run, deterministic); };
+      const Problem p = make_problem(s, true, Fill::Random, seed);
+      const Output ref = run_wgmma(p, boxed(true));
+      check(p, ref, "box deterministic");
+      const Output again = run_wgmma(p, boxed(true));
+      EXPECT_TRUE(bitwise_equal(again.dw, ref.dw) && bitwise_equal(again.db, ref.db))
+          << "two deterministic box runs differ";
+      using Copies = WgmmaWgradOptions::Copies;
+      for (Copies copies : {Copies::Async, Copies::Sync}) {
+        RunOptions r = boxed(true);
+        r.opt.force_gather = true;  // dy gathered in box order, the same k-tiles and sums
+        r.opt.copies = copies;
+        const Output o = run_wgmma(p, r);
+        EXPECT_TRUE(bitwise_equal(o.dw, ref.dw) && bitwise_equal(o.db, ref.db))
+            << "box with dy gathered (sync=" << (copies == Copies::Sync) << ") differs";
+      }
+      RunOptions shifted = boxed(true);
+      shifted.dy_offset = 1;
+      Output o = run_wgmma(p, shifted);
       EXPECT_TRUE(bitwise_equal(o.dw, ref.dw) && bitwise_equal(o.db, ref.db))
-          << "box with dy gathered (sync=" << (copies == Copies::Sync) << ") differs";
+          << "box with misaligned dy (gathered) differs";
+      RunOptions x_shifted = boxed(true);
+      x_shifted.x_offset = 1;  // the pre-pass reads x with scalar loads: any alignment
+      o = run_wgmma(p, x_shifted);
+      EXPECT_TRUE(bitwise_equal(o.dw, ref.dw) && bitwise_equal(o.db, ref.db))
+          << "box with misaligned x (copied) differs";
+      // The direct class from a copy too (its boxes read x itself by default where it has one).
+      RunOptions copied = boxed(true);
+      copied.opt.box_direct = WgmmaWgradOptions::Direct::Off;
+      o = run_wgmma(p, copied);
+      EXPECT_TRUE(bitwise_equal(o.dw, ref.dw) && bitwise_equal(o.db, ref.db))
+          << "box with every class copied differs (direct class "
+          << wgrad_box_geometry(s).direct_copy << ")";
+      // Different k-tiles and split: the same sums in another order, within the tolerance.
+      RunOptions gather;
+      gather.deterministic = true;
+      gather.opt.b = BLoad::Gather;
+      check(p, run_wgmma(p, gather), "gathered B deterministic");
+      check(p, run_wgmma(p, boxed(false)), "box atomic");
     }
-    RunOptions shifted = boxed(true);
-    shifted.dy_offset = 1;
-    Output o = run_wgmma(p, shifted);
-    EXPECT_TRUE(bitwise_equal(o.dw, ref.dw) && bitwise_equal(o.db, ref.db))
-        << "box with misaligned dy (gathered) differs";
-    RunOptions x_shifted = boxed(true);
-    x_shifted.x_offset = 1;  // the pre-pass reads x with scalar loads: any alignment
-    o = run_wgmma(p, x_shifted);
-    EXPECT_TRUE(bitwise_equal(o.dw, ref.dw) && bitwise_equal(o.db, ref.db))
-        << "box with misaligned x (copied) differs";
-    // Different k-tiles and split: the same sums in another order, within the tolerance.
-    RunOptions gather;
-    gather.deterministic = true;
-    gather.opt.b = BLoad::Gather;
-    check(p, run_wgmma(p, gather), "gathered B deterministic");
-    check(p, run_wgmma(p, boxed(false)), "box atomic");
-  }
 }
 
 TEST(GpuConvWgmmaWgrad, BoxRefusals) {

@@ -560,6 +560,16 @@ std::string conv_shape_str(const Conv2dShape& s) {
   return out;
 }
 
+// What the boxed weight gradient's B reads: x itself (1x1), or the copies of x the pre-pass
+// writes, one fewer where the direct class reads x (the bench's x is 16-byte aligned).
+std::string copies_note(const WgradBoxGeometry& g, bool direct) {
+  if (g.reads_x) return "x itself";
+  const int written = g.copies - (direct && g.direct_copy >= 0 ? 1 : 0);
+  return fmt::format("{} of {} copies of x written{}, {:.1f} MB", written, g.copies,
+                     written < g.copies ? " (one class reads x)" : "",
+                     double(g.copy_floats) / g.copies * written * 4 / 1e6);
+}
+
 void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std::string& name,
                 const Conv2dShape& s, bool first_layer) {
   const BenchOptions& opt = *ctx.opt;
@@ -716,17 +726,18 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
           Buffer<float> row_scratch(conv2d_wgrad_wgmma_scratch_floats(s, ex, l.b), Device::CUDA);
           Candidate r;
           r.variant = l.variant;
-          if (l.b == BLoad::Tma) {
-            const WgradBoxGeometry g = wgrad_box_geometry(s);
-            r.note =
-                fmt::format("boxes {}x{} px, {}, {} splits{}", g.br, g.bw,
-                            g.reads_x ? std::string("x itself")
-                                      : fmt::format("{} copies of x, {:.1f} MB", g.copies,
-                                                    double(g.copy_floats) * 4 / 1e6),
-                            conv2d_wgrad_wgmma_splits(s, true), s.ow() % 4 ? ", dy gathered" : "");
-          }
           WgmmaWgradOptions o;
           o.b = l.b;
+          if (l.b == BLoad::Tma) {
+            // The run CNN_WGMMA_WGRAD_BOX_RUN gives (auto unless set), and the boxes of B a
+            // full tile's stage issues with it (plus A's one box where dy comes by TMA).
+            const int run = wgmma_wgrad_box_run(o);
+            const WgradBoxGeometry g = wgrad_box_geometry(s, run);
+            r.note = fmt::format(
+                "boxes {}x{} px, run {}{} ({} B boxes a stage), {}, {} splits{}", g.br, g.bw, g.run,
+                run == 0 ? " auto" : "", g.b_boxes, copies_note(g, wgmma_wgrad_box_direct(o)),
+                conv2d_wgrad_wgmma_splits(s, true, run), s.ow() % 4 ? ", dy gathered" : "");
+          }
           r.launch = [&, o](int i) {  // measure() runs it before row_scratch goes
             conv2d_backward_weight_wgmma(s, d.f(i, a), d.f(i, b), d.f(i, out), nullptr,
                                          row_scratch.empty() ? nullptr : row_scratch.data(), ex, o);

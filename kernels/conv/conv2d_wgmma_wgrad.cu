@@ -21,7 +21,7 @@
 //     it are zero rows.
 // One block: one BM x 128 tile of C over its split's k-tiles; a producer warpgroup and BM / 64
 // consumer warpgroups, each 4 wgmma.m64n128k8 per 32-pixel stage on its 64 rows; a ring of 4
-// stages on full/empty mbarriers as in gemm_wgmma.cu.
+// stages (6 for boxed B with BM = 128, WgPlan) on full/empty mbarriers as in gemm_wgmma.cu.
 //
 // Tile: BM = 64 (one consumer warpgroup, 256 threads, 2 blocks per SM) when OC <= 64, else 128
 // (two consumer warpgroups, 384 threads, 1 block per SM). A 128-row tile for OC = 64 would gather
@@ -44,7 +44,9 @@
 // B by TMA boxes (opt.b Tma/Auto; conv2d_wgrad_box.h has the geometry and a CPU model): a k-tile is
 // a box of br x bw output pixels of one image (bw br = 32) instead of 32 consecutive pixels, so
 // that both operands are tiled TMA boxes: A = dy viewed (OW, OC, OH, N), box (bw, BM, br, 1), and
-// per 8-column group of the tile one box (bw, 8, br, 1) of a copy of x viewed (Wc, C, Hc, R N). The
+// per piece of the tile (run consecutive channels of one tap, run 8..128) one box (bw, run, br,
+// 1) of a copy of x viewed (Wc, C, Hc, R N), or one box (bw, run, 1, 1) per output row where the
+// descriptor's one stride could not read a whole box (conv2d_wgrad_box_smem.h). The
 // alignment rule: a tiled TMA load whose innermost coordinate is not a multiple of 16 bytes stops
 // Hopper with an illegal instruction (not in the driver's documentation; measured on the H200 by
 // scripts/tma_coordinate_probe.cu, as triton-lang/triton#7385 and tile-ai/tilelang#2681 report),
@@ -55,19 +57,25 @@
 // with the padding as zeros; tap (kh, kw) reads its class's copy at (ox0 + 4 mw, oy0 + mh):
 // innermost coordinate a multiple of 4 floats, every coordinate >= 0, unit traversal strides,
 // as the dy boxes (whose corner ox0 is a multiple of 8 already). Boxes past the output pixels
-// or past C read TMA's out-of-bounds zeros. Where the boxes land (conv2d_wgrad_box_smem.h, and
-// the CPU emulation in tests/test_conv_wgrad_box.cpp): the output row is the outermost box
-// dimension, so a box lands as br slabs of [BM rows or 8 channels][bw floats]; the swizzle span
-// is bw * 4 bytes (32B, 64B, 128B), because a box row narrower than the span takes the whole
-// span in shared memory (scripts/tma_coordinate_probe.cu: 8 floats under the 128-byte swizzle
-// land 128 bytes apart). The consumers' k8 step s reads slab
-// 8 s / bw at byte (8 s % bw) 4 with the span's descriptor layout type and SBO = 8 rows of the
-// span (A) or 1024 bytes (B, the next group's box). Thread 0 issues the stage's
-// arrive.expect_tx and then every box (one per group from a table in shared memory, then A),
-// one thread as in every TMA load verified on the H200; where OW is not a multiple of 4 (dy's
-// row stride is no multiple of 16 bytes) the producer gathers A into the same slabs instead.
-// Columns are (tap, channel group, channel) and map back to dw[oc][c][kh][kw] in the epilogue; the
-// bias column follows the last group.
+// or past C read TMA's out-of-bounds zeros. One class needs no copy where the stride is 1 and
+// W a multiple of 4: the class of column shift 0 (qw = pw, the direct class of
+// conv2d_wgrad_box.h) is x moved by ph rows, so its boxes read x itself through a third map
+// (map_xd, plane = image, row oy0 + kh - ph: TMA's zero fill is the padding above x as below
+// it; rows -1 and -3 measured by scripts/tma_coordinate_probe.cu) and the pre-pass skips its copy
+// (3x3 padding 1: 2 copies written instead of 3). Where the boxes land (conv2d_wgrad_box_smem.h,
+// and the CPU emulation in tests/test_conv_wgrad_box.cpp): the output row is the outermost box
+// dimension, so a box lands as br slabs of [BM rows or run channels][bw floats]; the swizzle span
+// is bw * 4 bytes (32B, 64B, 128B), because a box row narrower than the span takes the whole span
+// in shared memory (scripts/tma_coordinate_probe.cu: 8 floats under the 128-byte swizzle land 128
+// bytes apart). The consumers' k8 step s reads slab 8 s / bw at byte (8 s % bw) 4 with the span's
+// descriptor layout type and SBO = 8 rows of the span (A, and B in pieces of 16..128) or 1024 bytes
+// (B in groups of 8: the next group's box). Thread 0 issues the stage's arrive.expect_tx and then
+// every box (B's from a table of box corners and destinations in shared memory, then A); few boxes
+// matter: the TMA unit took ~2.4 us for a stage of 16 boxes of 1 KB (conv2d_wgrad_box.h), so 128
+// channels come as one box. One thread issues them, as in every TMA load verified on the H200;
+// where OW is not a multiple of 4 (dy's row stride is no multiple of 16 bytes) the producer gathers
+// A into the same slabs instead. Columns are (tap, channel piece, channel) and map back to
+// dw[oc][c][kh][kw] in the epilogue; the bias column follows the last piece.
 //
 // Split-K: ceil(132 * blocks per SM / tiles) splits (a constant, not a device query, so that the
 // deterministic scratch size depends on the shape alone), at least 4 k-tiles each. Partial tiles
@@ -99,18 +107,23 @@ constexpr int kBK = 32;    // pixels per stage: one 128-byte swizzle row of fp32
 constexpr int kBN = 128;   // columns j per tile (B^T tile rows)
 constexpr int kSms = 132;  // an H200's SMs: the split target (see the file comment)
 constexpr int kMinKtilesPerSplit = 4;
+constexpr int kBoxRuns[] = {8, 16, 32, 64, 128};  // the runs a piece of boxed B may have
 
-template <int kBM>
+// kBoxB: B by TMA boxes. Its 128-row tile (one block an SM, where shared memory has room past 4
+// stages of 32 KB) keeps 6 stages in flight: its stages wait on TMA's latency (the file comment),
+// not on the producer's issue as the gather's do.
+template <int kBM, bool kBoxB>
 struct WgPlan {
   static constexpr int kConsumers = kBM / 64;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kMinBlocks = kBM == 64 ? 2 : 1;
-  static constexpr int kStages = 4;
+  static constexpr int kStages = kBM == 128 && kBoxB ? 6 : 4;
   static constexpr int kATileBytes = kBM * kBK * 4;
   static constexpr int kBTileBytes = kBN * kBK * 4;
   static constexpr int kStageBytes = kATileBytes + kBTileBytes;
   static constexpr int kTableOffset = kStages * kStageBytes;  // int4 per tile column
-  static constexpr int kBarrierOffset = kTableOffset + kBN * 16;
+  static constexpr int kDstOffset = kTableOffset + kBN * 16;  // box mode: uint32 per box of B
+  static constexpr int kBarrierOffset = kDstOffset + kBN * 4;
   static constexpr int kSmemBytes = 1024 + kBarrierOffset + 2 * kStages * 8;  // + alignment
   static_assert(kATileBytes % 1024 == 0, "tiles must stay 1024-byte aligned for the swizzle");
   static_assert(kMinBlocks * (kSmemBytes + 1024) <= 228 * 1024, "blocks per SM do not fit");
@@ -136,8 +149,11 @@ struct WgradParams {
   // B by TMA boxes (conv2d_wgrad_box.h); live_cols: the columns B's boxes fill (ckhw gathered).
   int live_cols;
   int c, oh, bw, br, boxes_x, cgroups, groups;
+  WgradBoxBLayout b;       // pieces of b.run channels (conv2d_wgrad_box_smem.h)
+  int run_shift;           // log2(b.run)
   int n;                   // images: copy q's planes are [q N, q N + N) of the boxes' view
   int copies_h, copies_w;  // tap classes (kh mod sh, kw mod 4 sw) of the copies of x
+  int direct_copy;         // the class whose boxes read x itself (map_xd), -1 none
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -163,17 +179,19 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
 // kBoxB: B by TMA boxes (file comment); then lane 0 of producer warp 0 issues them, and with kTmaA
 // (dy by the 4-D box map) it alone works, else all four gather A in box pixel order.
 template <int kBM, bool kTmaA, bool kBoxB, bool kSync>
-__global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks)
+__global__ void __launch_bounds__(WgPlan<kBM, kBoxB>::kThreads, WgPlan<kBM, kBoxB>::kMinBlocks)
     wgrad_wgmma_kernel(const __grid_constant__ CUtensorMap map_dy,
                        const __grid_constant__ CUtensorMap map_x,
+                       const __grid_constant__ CUtensorMap map_xd,
                        const __grid_constant__ WgradParams p) {
 #ifdef CNN_WGMMA_WGRAD_DEVICE_CODE
-  using P = WgPlan<kBM>;
+  using P = WgPlan<kBM, kBoxB>;
   constexpr int kStages = P::kStages;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
   int4* const table = reinterpret_cast<int4*>(smem_raw + (base - raw) + P::kTableOffset);
+  uint32_t* const box_dst = reinterpret_cast<uint32_t*>(smem_raw + (base - raw) + P::kDstOffset);
   const uint32_t bars = base + P::kBarrierOffset;  // full[kStages], empty[kStages]
   auto full = [&](int s) { return bars + 8u * s; };
   auto empty = [&](int s) { return bars + 8u * (kStages + s); };
@@ -186,8 +204,11 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
   const int kt_end = int(int64_t(p.ktiles) * (split + 1) / p.splits);
   const int nk = kt_end - kt_begin;
 
-  // Box mode: the 8-column groups of this tile that B's boxes fill (the rest are constant rows).
-  const int box_groups = kBoxB ? max(0, min(kBN / 8, p.groups - n0 / 8)) : 0;
+  // Box mode: the pieces of run columns of this tile that B's boxes fill (the rest are constant
+  // rows), and the boxes that fill them (one or br a piece, conv2d_wgrad_box_smem.h).
+  const int run = kBoxB ? p.b.run : 8;
+  const int live_pieces = kBoxB ? max(0, min(kBN / run, p.groups - (n0 >> p.run_shift))) : 0;
+  const int nboxes = live_pieces * (kBoxB ? p.b.boxes_per_piece : 1);
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       // The 128 producer threads' cp.async arrivals (when they gather), plus thread 0's
@@ -199,9 +220,10 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
   }
   // Column table: thread t < 128 decomposes column n0 + t once, {offset of tap (c, kh, kw) from
   // the window origin in x, kh, kw, live}; a column past C*KH*KW gets its constant row (ones for
-  // db, else zeros) in every stage now, never copied again. Box mode: entry g < box_groups is
-  // group n0 / 8 + g's box instead, {x, y from the k-tile's output origin, first channel, first
-  // plane of its tap's copy} (wgrad_box_corner).
+  // db, else zeros) in every stage now, never copied again. Box mode: entry b < nboxes is box
+  // b % per of piece n0 / run + b / per (per = boxes_per_piece) instead, {x, y from the k-tile's
+  // output origin, first channel, first plane of its tap's copy} (wgrad_box_corner, y one row on
+  // a slab), and box_dst[b] where it lands in B (wgrad_box_b_dst).
   if (tid < kBN) {
     const int j = n0 + tid;
     int4 e = make_int4(0, 0, 0, 0);
@@ -214,18 +236,23 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
     } else {
       const float v = j < p.ncols ? 1.f : 0.f;
       for (int s = 0; s < kStages; ++s)
-        for (int q = 0; q < kBK; q += 4)  // column tid's row: in its group's box slabs
-          st_shared_v4(tile_b(s) + uint32_t(tid / 8 * kWgradGroupBytes) +
-                           wgrad_box_smem_offset(kBoxB ? p.bw : kBK, 8, tid & 7, q),
-                       v, v, v, v);
+        for (int q = 0; q < kBK; q += 4)  // column tid's row, where B's boxes would land it
+          st_shared_v4(
+              tile_b(s) + wgrad_box_b_offset(kBoxB ? p.bw : kBK, kBoxB ? p.b.slab_rows : 8, tid, q),
+              v, v, v, v);
     }
     if constexpr (kBoxB) {
-      if (tid < box_groups) {
-        const int group = n0 / 8 + tid;
+      if (tid < nboxes) {
+        const int piece = tid / p.b.boxes_per_piece, r = tid - piece * p.b.boxes_per_piece;
+        const int group = (n0 >> p.run_shift) + piece;
         const int tap = group / p.cgroups, cg = group - tap * p.cgroups;
         const int kh = tap / p.kw, kw = tap - kh * p.kw;
         const int copy = (kh % p.copies_h) * p.copies_w + kw % p.copies_w;
-        e = make_int4(4 * (kw / p.copies_w), kh / p.copies_h, cg * 8, copy * p.n);
+        // The direct class reads x itself (plane -1: the image; rows ph up, wgrad_box_corner).
+        const bool direct = copy == p.direct_copy;
+        e = make_int4(4 * (kw / p.copies_w), kh / p.copies_h + r - (direct ? p.ph : 0), cg * run,
+                      direct ? -1 : copy * p.n);
+        box_dst[tid] = wgrad_box_b_dst(p.bw, p.b, piece, r);
       }
     }
     table[tid] = e;
@@ -242,8 +269,9 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
   if (wg == 0 && kBoxB) {
     const int warp = tid >> 5;
     if (kTmaA && warp != 0) return;
-    const uint32_t tx_bytes =
-        (kTmaA ? uint32_t(P::kATileBytes) : 0u) + uint32_t(box_groups) * 1024u;
+    // Each piece is run columns of 32 pixels, however many boxes bring it.
+    const uint32_t tx_bytes = (kTmaA ? uint32_t(P::kATileBytes) : 0u) +
+                              uint32_t(live_pieces) * uint32_t(run) * uint32_t(kBK) * 4u;
     // This lane's pixel q = lane of the box (gathered A only).
     const int q_r = lane / p.bw, q_col = lane - q_r * p.bw;
     for (int i = 0; i < nk; ++i) {
@@ -256,14 +284,17 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
       if (warp == 0 && lane == 0) {
         // One thread issues the stage's expect_tx and every copy of it, as in every TMA load
         // verified on the H200 (conv2d_wgmma_nhwc.cu, the gathered-B dy load below); each
-        // group's box from the table, at innermost coordinate ox0 + 4 mw: a multiple of 4 floats;
+        // box of B from the table, at innermost coordinate ox0 + 4 mw: a multiple of 4 floats;
         // coordinates (column, channel, row, plane) and (column, oc, row, image): the views put
         // the output row outermost so that a box lands as br slabs (conv2d_wgrad_box_smem.h).
         mbar_arrive_expect_tx(full(s), tx_bytes);
-        for (int g = 0; g < box_groups; ++g) {
-          const int4 e = table[g];
-          tma_load_4d(tile_b(s) + uint32_t(g) * uint32_t(kWgradGroupBytes), &map_x, ox0 + e.x, e.z,
-                      oy0 + e.y, e.w + img, full(s));
+        for (int b = 0; b < nboxes; ++b) {
+          const int4 e = table[b];
+          if (e.w < 0)  // the direct class: x itself, (W, C, H, N)
+            tma_load_4d(tile_b(s) + box_dst[b], &map_xd, ox0 + e.x, e.z, oy0 + e.y, img, full(s));
+          else
+            tma_load_4d(tile_b(s) + box_dst[b], &map_x, ox0 + e.x, e.z, oy0 + e.y, e.w + img,
+                        full(s));
         }
         if (kTmaA) tma_load_4d(tile_a(s), &map_dy, ox0, m0, oy0, img, full(s));
       }
@@ -367,11 +398,13 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
   const int bw = kBoxB ? p.bw : kBK;
   const uint32_t span = wgrad_span_bytes(bw);
   const uint32_t a_off = uint32_t(wg - 1) * 64 * span;  // this warpgroup's first row of a slab
+  const int b_slab_rows = kBoxB ? p.b.slab_rows : 8;    // the gathered B: the group layout
+  const uint32_t b_sbo = wgrad_b_sbo(bw, b_slab_rows);
   uint32_t a_step[kBK / 8], b_step[kBK / 8];
 #pragma unroll
   for (int kk = 0; kk < kBK / 8; ++kk) {
     a_step[kk] = wgrad_box_step_offset(bw, kBM, kk) >> 4;
-    b_step[kk] = wgrad_box_step_offset(bw, 8, kk) >> 4;
+    b_step[kk] = wgrad_box_step_offset(bw, b_slab_rows, kk) >> 4;
   }
   for (int i = 0; i < nk; ++i) {
     const int s = i % kStages;
@@ -379,7 +412,7 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
     // The producer's cp.async writes (file comment); a stage all by TMA needs none.
     if constexpr (!kSync && !(kBoxB && kTmaA)) fence_proxy_async();
     const uint64_t da = wgrad_smem_desc(tile_a(s) + a_off, span, wgrad_a_sbo(bw));
-    const uint64_t db = wgrad_smem_desc(tile_b(s), span, wgrad_b_sbo());
+    const uint64_t db = wgrad_smem_desc(tile_b(s), span, b_sbo);
     wgmma_fence();
     fence_acc(acc);
 #pragma unroll
@@ -409,9 +442,9 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
         const float v = acc[4 * j + 2 * h + e];
         if (col < p.live_cols) {
           int dw_col = col;
-          if constexpr (kBoxB) {  // column (tap, channel group, channel) -> c * KH*KW + tap
-            const int group = col >> 3, tap = group / p.cgroups;
-            const int c = (group - tap * p.cgroups) * 8 + (col & 7);
+          if constexpr (kBoxB) {  // column (tap, channel piece, channel) -> c * KH*KW + tap
+            const int group = col >> p.run_shift, tap = group / p.cgroups;
+            const int c = ((group - tap * p.cgroups) << p.run_shift) + (col & (p.b.run - 1));
             if (c >= p.c) continue;  // past C: a zero column
             dw_col = c * p.khw + tap;
           }
@@ -431,6 +464,7 @@ __global__ void __launch_bounds__(WgPlan<kBM>::kThreads, WgPlan<kBM>::kMinBlocks
 #else
   (void)map_dy;
   (void)map_x;
+  (void)map_xd;
   (void)p;
 #if defined(__CUDA_ARCH__)
   __trap();  // never dispatched: conv2d_wgrad_wgmma_available() is false without sm_90a
@@ -462,15 +496,15 @@ struct Geometry {
 };
 
 // A function of the shape alone (the db column counted either way), so that the scratch size
-// does not depend on db or on the device. box: B by TMA boxes (the caller has checked
-// wgrad_box_refusal).
-Geometry geometry_of(const Conv2dShape& s, bool box = false) {
+// does not depend on db or on the device. box: B by TMA boxes in pieces of `run` channels
+// (wgrad_box_geometry; the caller has checked wgrad_box_refusal).
+Geometry geometry_of(const Conv2dShape& s, bool box = false, int run = kWgradBoxRunAuto) {
   Geometry g;
   g.bm = s.oc <= 64 ? 64 : 128;
   g.ohw = int64_t{s.oh()} * s.ow();
   g.tiles_m = ceil_div<int64_t>(s.oc, g.bm);
   if (box) {
-    const WgradBoxGeometry b = wgrad_box_geometry(s);
+    const WgradBoxGeometry b = wgrad_box_geometry(s, run);
     g.kt_img = b.kt_img;
     g.packed = false;
     g.ktiles = int64_t{s.n} * g.kt_img;
@@ -481,7 +515,7 @@ Geometry geometry_of(const Conv2dShape& s, bool box = false) {
     g.ktiles = g.packed ? ceil_div<int64_t>(int64_t{s.n} * g.ohw, kBK) : int64_t{s.n} * g.kt_img;
     g.tiles_n = ceil_div<int64_t>(int64_t{s.c} * s.kh * s.kw + 1, kBN);
   }
-  const int64_t target = int64_t{kSms} * (g.bm == 64 ? WgPlan<64>::kMinBlocks : 1);
+  const int64_t target = int64_t{kSms} * (g.bm == 64 ? WgPlan<64, false>::kMinBlocks : 1);
   int64_t splits = std::max<int64_t>(1, target / (g.tiles_m * g.tiles_n));
   splits = std::min(splits, std::max<int64_t>(1, g.ktiles / kMinKtilesPerSplit));
   g.splits = static_cast<int>(std::min<int64_t>(splits, 65535));
@@ -499,11 +533,15 @@ bool within_limits(const Conv2dShape& s) {
 }
 
 // The box geometry where the shape allows B by TMA boxes and the kernel's limits hold for it.
+// Every run, so that the answer does not depend on the run asked for.
 bool box_shape_ok(const Conv2dShape& s) {
   if (!wgrad_box_refusal(s).empty()) return false;
-  const Geometry g = geometry_of(s, true);
-  // 8 columns per channel group: C*KH*KW rounded up to groups of 8 must index in 32 bits.
-  return g.ktiles <= INT_MAX && int64_t{s.oc} * g.tiles_n * kBN <= INT_MAX;
+  for (int run : kBoxRuns) {
+    const Geometry g = geometry_of(s, true, run);
+    // run columns per channel piece: C*KH*KW rounded up to pieces must index in 32 bits.
+    if (g.ktiles > INT_MAX || int64_t{s.oc} * g.tiles_n * kBN > INT_MAX) return false;
+  }
+  return true;
 }
 
 // The swizzle whose span is a box row of bw floats (conv2d_wgrad_box_smem.h): a narrower row
@@ -515,17 +553,19 @@ CUtensorMapSwizzle box_swizzle(int bw) {
 }
 
 // What B's boxes read, viewed (Wc, C, Hc, R N) (dimension strides out of memory order): the
-// copies of x (or x itself, (W, C, H, N)); boxes (bw, 8 channels, br, 1 plane), landing as br
-// slabs of [8 channels][bw floats]; unit traversal strides (the copies hold the stride); swizzle
-// span bw * 4 bytes; zero fill outside (output pixels past OH x OW, channels past C).
-CUtensorMap make_x_box_map(const float* d_src, const Conv2dShape& s, const WgradBoxGeometry& b) {
+// copies of x (or x itself, (W, C, H, N)); boxes (bw, run channels, br or 1 rows, 1 plane),
+// landing as slabs of [run channels][bw floats] (conv2d_wgrad_box_smem.h); unit traversal strides
+// (the copies hold the stride); swizzle span bw * 4 bytes; zero fill outside (output pixels past OH
+// x OW, channels past C).
+CUtensorMap make_x_box_map(const float* d_src, const Conv2dShape& s, const WgradBoxGeometry& b,
+                           bool x_itself) {
   CUtensorMap map{};
-  const int sw = b.reads_x ? s.w : b.copy_w, sh = b.reads_x ? s.h : b.copy_h;
-  const int planes = b.reads_x ? s.n : b.copies * s.n;
+  const int sw = x_itself ? s.w : b.copy_w, sh = x_itself ? s.h : b.copy_h;
+  const int planes = x_itself ? s.n : b.copies * s.n;
   const cuuint64_t dims[4] = {cuuint64_t(sw), cuuint64_t(s.c), cuuint64_t(sh), cuuint64_t(planes)};
   const cuuint64_t strides[3] = {cuuint64_t(sh) * sw * 4, cuuint64_t(sw) * 4,
                                  cuuint64_t(s.c) * sh * sw * 4};
-  const cuuint32_t box[4] = {cuuint32_t(b.bw), cuuint32_t(kWgradBoxChannels), cuuint32_t(b.br), 1};
+  const cuuint32_t box[4] = {cuuint32_t(b.bw), cuuint32_t(b.run), cuuint32_t(b.b.box_rows), 1};
   const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
   const CUresult r = tensor_map_encoder()(
       &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, const_cast<float*>(d_src), dims, strides, box,
@@ -533,8 +573,9 @@ CUtensorMap make_x_box_map(const float* d_src, const Conv2dShape& s, const Wgrad
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   CNN_CHECK(r == CUDA_SUCCESS,
             "conv2d_backward_weight_wgmma: cuTensorMapEncodeTiled failed (error {}) for the {} "
-            "(planes, C, rows, columns) = ({}, {}, {}, {}), box {} rows x 8 channels x {} columns",
-            int(r), b.reads_x ? "x" : "copies of x", planes, s.c, sh, sw, b.br, b.bw);
+            "(planes, C, rows, columns) = ({}, {}, {}, {}), box {} rows x {} channels x {} "
+            "columns",
+            int(r), x_itself ? "x" : "copies of x", planes, s.c, sh, sw, b.b.box_rows, b.run, b.bw);
   return map;
 }
 
@@ -579,13 +620,13 @@ CUtensorMap make_dy_map(const float* d_dy, const Conv2dShape& s, int ohw, int bm
 }
 
 template <int kBM, bool kTmaA, bool kBoxB, bool kSync>
-void launch(const CUtensorMap& map_dy, const CUtensorMap& map_x, const WgradParams& p, dim3 grid,
-            cudaStream_t stream) {
-  using P = WgPlan<kBM>;
+void launch(const CUtensorMap& map_dy, const CUtensorMap& map_x, const CUtensorMap& map_xd,
+            const WgradParams& p, dim3 grid, cudaStream_t stream) {
+  using P = WgPlan<kBM, kBoxB>;
   auto kernel = wgrad_wgmma_kernel<kBM, kTmaA, kBoxB, kSync>;
   CNN_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, P::kSmemBytes));
-  kernel<<<grid, P::kThreads, P::kSmemBytes, stream>>>(map_dy, map_x, p);
+  kernel<<<grid, P::kThreads, P::kSmemBytes, stream>>>(map_dy, map_x, map_xd, p);
   CNN_LAUNCH_CHECK("conv2d_backward_weight_wgmma");
 }
 
@@ -593,21 +634,21 @@ void launch(const CUtensorMap& map_dy, const CUtensorMap& map_x, const WgradPara
 // hand-over to choose), or gathered in box order with either hand-over.
 template <int kBM>
 void launch_bm(bool box, bool tma, bool sync, const CUtensorMap& map_dy, const CUtensorMap& map_x,
-               const WgradParams& p, dim3 grid, cudaStream_t stream) {
+               const CUtensorMap& map_xd, const WgradParams& p, dim3 grid, cudaStream_t stream) {
   if (box && tma)
-    launch<kBM, true, true, false>(map_dy, map_x, p, grid, stream);
+    launch<kBM, true, true, false>(map_dy, map_x, map_xd, p, grid, stream);
   else if (box && sync)
-    launch<kBM, false, true, true>(map_dy, map_x, p, grid, stream);
+    launch<kBM, false, true, true>(map_dy, map_x, map_xd, p, grid, stream);
   else if (box)
-    launch<kBM, false, true, false>(map_dy, map_x, p, grid, stream);
+    launch<kBM, false, true, false>(map_dy, map_x, map_xd, p, grid, stream);
   else if (tma && sync)
-    launch<kBM, true, false, true>(map_dy, map_x, p, grid, stream);
+    launch<kBM, true, false, true>(map_dy, map_x, map_xd, p, grid, stream);
   else if (tma)
-    launch<kBM, true, false, false>(map_dy, map_x, p, grid, stream);
+    launch<kBM, true, false, false>(map_dy, map_x, map_xd, p, grid, stream);
   else if (sync)
-    launch<kBM, false, false, true>(map_dy, map_x, p, grid, stream);
+    launch<kBM, false, false, true>(map_dy, map_x, map_xd, p, grid, stream);
   else
-    launch<kBM, false, false, false>(map_dy, map_x, p, grid, stream);
+    launch<kBM, false, false, false>(map_dy, map_x, map_xd, p, grid, stream);
 }
 
 }  // namespace
@@ -659,7 +700,9 @@ std::size_t scratch_floats_for(const Conv2dShape& s, const Exec& ex, BLoad b) {
   int64_t slabs = 0;
   if (ex.deterministic) {
     int splits = geometry_of(s).splits;
-    if (box) splits = std::max(splits, geometry_of(s, true).splits);
+    // Whatever run the call takes (its options or CNN_WGMMA_WGRAD_BOX_RUN): the largest split.
+    if (box)
+      for (int run : kBoxRuns) splits = std::max(splits, geometry_of(s, true, run).splits);
     slabs = int64_t{splits} * (int64_t{s.oc} * s.c * s.kh * s.kw + s.oc);
   }
   return static_cast<std::size_t>(copies + slabs);
@@ -675,8 +718,19 @@ std::size_t conv2d_wgrad_wgmma_scratch_floats(const Conv2dShape& s, const Exec& 
                   scratch_floats_for(s, ex, wgmma_wgrad_b_for(Algo::WgmmaNhwc)));
 }
 
-int conv2d_wgrad_wgmma_splits(const Conv2dShape& s, bool box) {
-  return geometry_of(s, box).splits;
+int conv2d_wgrad_wgmma_splits(const Conv2dShape& s, bool box, int run) {
+  return geometry_of(s, box, run).splits;
+}
+
+bool wgmma_wgrad_box_direct(const WgmmaWgradOptions& opt) {
+  if (opt.box_direct != WgmmaWgradOptions::Direct::Default)
+    return opt.box_direct == WgmmaWgradOptions::Direct::On;
+  return process_env_switches().wgmma_wgrad_box_direct;
+}
+
+int wgmma_wgrad_box_run(const WgmmaWgradOptions& opt) {
+  if (opt.box_run != WgmmaWgradOptions::kBoxRunDefault) return opt.box_run;
+  return process_env_switches().wgmma_wgrad_box_run;
 }
 
 WgmmaWgradOptions::BLoad wgmma_wgrad_b_for(Algo algo) {
@@ -702,7 +756,7 @@ std::string conv2d_wgrad_wgmma_box_refusal(const Conv2dShape& s, const float* d_
         "over its limits",
         s.n, s.c, s.h, s.w, s.oc, s.kh, s.kw);
   // Where the one copy would equal x the boxes read x itself, which TMA needs 16-byte aligned.
-  if (wgrad_box_geometry(s).reads_x && reinterpret_cast<uintptr_t>(d_x) % 16 != 0)
+  if (wgrad_box_geometry(s, 8).reads_x && reinterpret_cast<uintptr_t>(d_x) % 16 != 0)
     return "conv2d_backward_weight: the TMA-box weight gradient of an unpadded stride-1 1x1 "
            "convolution reads x itself and needs it 16-byte aligned";
   return {};
@@ -725,7 +779,8 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
                             ? std::string("auto: fewer than 8 input channels gather faster")
                             : conv2d_wgrad_wgmma_box_refusal(s, d_x);
   // The copies of x go at the start of the scratch, which the caller sized for this loader.
-  const WgradBoxGeometry bg = box_why.empty() ? wgrad_box_geometry(s) : WgradBoxGeometry{};
+  const int run = wgmma_wgrad_box_run(opt);
+  const WgradBoxGeometry bg = box_why.empty() ? wgrad_box_geometry(s, run) : WgradBoxGeometry{};
   if (box_why.empty() && !bg.reads_x &&
       (!d_scratch || reinterpret_cast<uintptr_t>(d_scratch) % 16 != 0))
     box_why = fmt::format(
@@ -738,7 +793,7 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
   // Scratch: the copies of x (box), then the deterministic slabs.
   const int64_t copy_floats = box ? bg.copy_floats : 0;
   float* const slabs = ex.deterministic ? d_scratch + copy_floats : nullptr;
-  const Geometry g = geometry_of(s, box);
+  const Geometry g = geometry_of(s, box, run);
   WgradParams p{};
   p.x = d_x;
   p.dy = d_dy;
@@ -772,7 +827,8 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
   p.oh = s.oh();
   p.bw = kBK;  // the gathered layout: one slab of 32-pixel rows (box mode sets its own)
   p.br = 1;
-  CUtensorMap map_x{};
+  p.direct_copy = -1;
+  CUtensorMap map_x{}, map_xd{};
   bool tma = !opt.force_gather && reinterpret_cast<uintptr_t>(d_dy) % 16 == 0;
   if (box) {
     p.live_cols = bg.bias_col;
@@ -782,13 +838,24 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
     p.boxes_x = bg.boxes_x;
     p.cgroups = bg.cgroups;
     p.groups = bg.groups;
+    p.b = bg.b;
+    p.run_shift = 0;
+    while ((1 << p.run_shift) < bg.run) ++p.run_shift;
     p.n = s.n;
     p.copies_h = bg.copies_h;
     p.copies_w = bg.copies_w;
+    // The direct class's boxes read x itself where TMA can (x 16-byte aligned; the shape's part
+    // is the geometry's), and the pre-pass skips its copy.
+    if (bg.direct_copy >= 0 && wgmma_wgrad_box_direct(opt) &&
+        reinterpret_cast<uintptr_t>(d_x) % 16 == 0) {
+      p.direct_copy = bg.direct_copy;
+      map_xd = make_x_box_map(d_x, s, bg, true);
+    }
     // The pre-pass runs on the same stream, so the kernel's boxes see the finished copies.
-    wgrad_box_copies_cuda(s, bg, d_x, d_scratch, ex.stream);
-    map_x = make_x_box_map(bg.reads_x ? d_x : d_scratch, s, bg);
-    tma = tma && p.ow % 4 == 0;  // dy's rows 16-byte aligned for its 4-D map
+    wgrad_box_copies_cuda(s, bg, d_x, d_scratch, ex.stream, p.direct_copy);
+    map_x = make_x_box_map(bg.reads_x ? d_x : d_scratch, s, bg, bg.reads_x);
+    if (p.direct_copy < 0) map_xd = map_x;  // never read
+    tma = tma && p.ow % 4 == 0;             // dy's rows 16-byte aligned for its 4-D map
   } else {
     tma = tma && !g.packed;
   }
@@ -800,9 +867,9 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
   const dim3 grid(static_cast<unsigned>(ceil_div(p.ncols, kBN)), static_cast<unsigned>(g.splits),
                   static_cast<unsigned>(g.tiles_m));
   if (g.bm == 64)
-    launch_bm<64>(box, tma, sync, map_dy, map_x, p, grid, ex.stream);
+    launch_bm<64>(box, tma, sync, map_dy, map_x, map_xd, p, grid, ex.stream);
   else
-    launch_bm<128>(box, tma, sync, map_dy, map_x, p, grid, ex.stream);
+    launch_bm<128>(box, tma, sync, map_dy, map_x, map_xd, p, grid, ex.stream);
 
   if (ex.deterministic) {
     constexpr int kBlock = 256;

@@ -28,12 +28,31 @@ struct WgmmaWgradOptions {
   // Where the im2col operand B comes from:
   //   Gather: the producer's 4-byte cp.async per element (any shape);
   //   Tma:    a pre-pass writes tap-class copies of x into the scratch, then tiled TMA boxes of
-  //           them (conv2d_wgrad_box.h), one per tap and 8 channels per stage; throws where
-  //           conv2d_wgrad_wgmma_box_refusal is not empty or the scratch is null;
+  //           them (conv2d_wgrad_box.h), one (or one per output row of the k-tile) per tap and
+  //           run of channels per stage; throws where conv2d_wgrad_wgmma_box_refusal is not
+  //           empty or the scratch is null;
   //   Auto:   Tma where it can and the input has at least 8 channels, else Gather;
   //   Default: what wgmma_wgrad_b_for says.
   enum class BLoad { Default, Gather, Tma, Auto } b = BLoad::Default;
+  // Boxed B: the channels a piece of B (a box, or one box per output row) holds: 8, 16, 32, 64
+  // or 128 forced, kBoxRunAuto (0) for wgrad_box_choose_run's pick, kBoxRunDefault for the
+  // process's CNN_WGMMA_WGRAD_BOX_RUN (auto unless set). The scratch is the same for every run.
+  static constexpr int kBoxRunDefault = -1, kBoxRunAuto = 0;
+  int box_run = kBoxRunDefault;
+  // Boxed B: whether the direct tap class (conv2d_wgrad_box.h: stride 1, W a multiple of 4, the
+  // class of column shift 0) reads x itself instead of a copy written by the pre-pass (On, where
+  // x is 16-byte aligned), or its copy too (Off); Default: CNN_WGMMA_WGRAD_BOX_X (direct unless
+  // set to copies).
+  enum class Direct { Default, On, Off } box_direct = Direct::Default;
 };
+
+// Whether a call with `opt` lets the direct class read x (opt's box_direct, else the process's
+// CNN_WGMMA_WGRAD_BOX_X).
+bool wgmma_wgrad_box_direct(const WgmmaWgradOptions& opt);
+
+// The run of channels a call with `opt` gives boxed B's pieces (kBoxRunAuto, or 8..128): opt's,
+// else CNN_WGMMA_WGRAD_BOX_RUN's; wgrad_box_geometry(s, this) is the geometry it runs.
+int wgmma_wgrad_box_run(const WgmmaWgradOptions& opt);
 
 // The B loader a conv2d_backward_weight call with `algo` (Wgmma or WgmmaNhwc) asks for, from
 // CNN_WGMMA_WGRAD_B: gather -> Gather, tma or algo (default) -> Auto for both algos (the boxes
@@ -64,8 +83,8 @@ std::size_t conv2d_wgrad_wgmma_scratch_floats(
     WgmmaWgradOptions::BLoad b = WgmmaWgradOptions::BLoad::Default);
 
 // The split of K this shape gets (blocks per output tile) with B gathered, or (box) by TMA
-// boxes; for tests and the benchmark's notes.
-int conv2d_wgrad_wgmma_splits(const Conv2dShape& s, bool box = false);
+// boxes in pieces of `run` channels (0: auto); for tests and the benchmark's notes.
+int conv2d_wgrad_wgmma_splits(const Conv2dShape& s, bool box = false, int run = 0);
 
 // d_scratch: conv2d_wgrad_wgmma_scratch_floats(s, ex, opt.b) floats (null allowed where that is
 // 0), 16-byte aligned where it holds the copies of x (a Buffer's or Tensor's start is).

@@ -37,7 +37,28 @@ int box_width(const Conv2dShape& s) {
   return bw;
 }
 
+// Columns of the pieces of `run` channels: what the tensor cores multiply, zeros included.
+int64_t run_columns(const Conv2dShape& s, int run) {
+  return int64_t{s.kh} * s.kw * ceil_div(s.c, run) * run;
+}
+
 }  // namespace
+
+int wgrad_box_b_boxes(int bw, int run) {
+  const WgradBoxBLayout l = wgrad_box_b_layout(bw, run);
+  return l.run == 128 ? 1 : 128 / l.run * l.boxes_per_piece;
+}
+
+int wgrad_box_choose_run(const Conv2dShape& s) {
+  const int bw = box_width(s);
+  const int64_t base = run_columns(s, 8);
+  int best = 8;
+  for (int run : {16, 32, 64, 128}) {
+    if (4 * run_columns(s, run) > 5 * base) continue;
+    if (wgrad_box_b_boxes(bw, run) < wgrad_box_b_boxes(bw, best)) best = run;
+  }
+  return best;
+}
 
 std::string wgrad_box_refusal(const Conv2dShape& s) {
   const BoxSizes z = box_sizes(s, box_width(s));
@@ -50,19 +71,25 @@ std::string wgrad_box_refusal(const Conv2dShape& s) {
   return {};
 }
 
-WgradBoxGeometry wgrad_box_geometry(const Conv2dShape& s) {
+WgradBoxGeometry wgrad_box_geometry(const Conv2dShape& s, int run) {
   const std::string why = wgrad_box_refusal(s);
   CNN_CHECK(why.empty(), "{}", why);
+  CNN_CHECK(
+      run == kWgradBoxRunAuto || run == 8 || run == 16 || run == 32 || run == 64 || run == 128,
+      "wgrad_box_geometry: run {} channels a piece; expected 8, 16, 32, 64, 128 or auto (0)", run);
   WgradBoxGeometry g;
   g.bw = box_width(s);
   g.br = kWgradBoxPixels / g.bw;
   g.boxes_x = ceil_div(s.ow(), g.bw);
   g.boxes_y = ceil_div(s.oh(), g.br);
   g.kt_img = g.boxes_x * g.boxes_y;
-  g.cgroups = ceil_div(s.c, kWgradBoxChannels);
+  g.run = run == kWgradBoxRunAuto ? wgrad_box_choose_run(s) : run;
+  g.b = wgrad_box_b_layout(g.bw, g.run);
+  g.b_boxes = wgrad_box_b_boxes(g.bw, g.run);
+  g.cgroups = ceil_div(s.c, g.run);
   g.taps = s.kh * s.kw;
   g.groups = g.taps * g.cgroups;
-  g.bias_col = kWgradBoxChannels * g.groups;
+  g.bias_col = g.run * g.groups;
   const BoxSizes z = box_sizes(s, g.bw);
   g.copies_h = std::min(s.kh, s.stride_h);
   g.copies_w = std::min(s.kw, 4 * s.stride_w);
@@ -72,25 +99,32 @@ WgradBoxGeometry wgrad_box_geometry(const Conv2dShape& s) {
   g.reads_x = g.copies == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 && s.pad_w == 0 &&
               g.copy_h == s.h && g.copy_w == s.w;
   g.copy_floats = g.reads_x ? 0 : z.copies * s.n * s.c * z.copy_h * z.copy_w;
+  if (!g.reads_x && s.stride_h == 1 && s.stride_w == 1 && s.w % 4 == 0 && s.pad_w < g.copies_w)
+    g.direct_copy = s.pad_w;  // class (0, pw): copies_h = 1 at stride 1
   return g;
 }
 
 int64_t wgrad_box_column_slot(const Conv2dShape& s, const WgradBoxGeometry& g, int col) {
   if (col == g.bias_col) return -1;
   if (col < 0 || col > g.bias_col) return -2;
-  const int group = col / kWgradBoxChannels;
+  const int group = col / g.run;
   const int tap = group / g.cgroups, cg = group - tap * g.cgroups;
-  const int c = cg * kWgradBoxChannels + (col - group * kWgradBoxChannels);
+  const int c = cg * g.run + (col - group * g.run);
   if (c >= s.c) return -2;
   return int64_t{c} * g.taps + tap;
 }
 
 void wgrad_box_copies_cpu(const Conv2dShape& s, const WgradBoxGeometry& g, const float* x,
-                          float* copies) {
+                          float* copies, int skip) {
   if (g.reads_x) return;
   float* out = copies;
+  const int64_t copy_size = int64_t{s.n} * s.c * g.copy_h * g.copy_w;
   for (int qh = 0; qh < g.copies_h; ++qh)
-    for (int qw = 0; qw < g.copies_w; ++qw)
+    for (int qw = 0; qw < g.copies_w; ++qw) {
+      if (qh * g.copies_w + qw == skip) {
+        out += copy_size;
+        continue;
+      }
       for (int n = 0; n < s.n; ++n)
         for (int c = 0; c < s.c; ++c) {
           const float* plane = x + (int64_t{n} * s.c + c) * s.h * s.w;
@@ -102,6 +136,7 @@ void wgrad_box_copies_cpu(const Conv2dShape& s, const WgradBoxGeometry& g, const
               *out++ = in ? plane[int64_t{ih} * s.w + iw] : 0.f;
             }
         }
+    }
 }
 
 uint32_t tma_box_landing_offset(int row_floats, uint32_t span, int row, int col) {
@@ -123,8 +158,8 @@ uint32_t wgmma_kmajor_read_address(uint64_t desc, int row, int k) {
 }
 
 void wgrad_box_model_cpu(const Conv2dShape& s, const float* x, const float* dy, float* dw,
-                         float* db) {
-  const WgradBoxGeometry g = wgrad_box_geometry(s);
+                         float* db, int run, bool direct) {
+  const WgradBoxGeometry g = wgrad_box_geometry(s, run);
   const int oh = s.oh(), ow = s.ow(), bm = wgrad_box_bm(s);
   constexpr int kBN = 128, kK = kWgradBoxPixels;
   const int64_t ckhw = int64_t{s.c} * g.taps;
@@ -133,7 +168,9 @@ void wgrad_box_model_cpu(const Conv2dShape& s, const float* x, const float* dy, 
   std::vector<double> acc(size_t(s.oc) * ncols, 0.0);
   // What B's boxes read: the copies, or x itself.
   std::vector<float> copies(size_t(g.copy_floats));
-  wgrad_box_copies_cpu(s, g, x, copies.data());
+  // The direct class's copy unwritten (NaN): a box that read it would poison the sums.
+  std::fill(copies.begin(), copies.end(), std::numeric_limits<float>::quiet_NaN());
+  wgrad_box_copies_cpu(s, g, x, copies.data(), direct ? g.direct_copy : -1);
   const float* src = g.reads_x ? x : copies.data();
   const int64_t src_w = g.reads_x ? s.w : g.copy_w, src_h = g.reads_x ? s.h : g.copy_h;
   const int64_t planes = g.reads_x ? s.n : int64_t{g.copies} * s.n;
@@ -154,6 +191,9 @@ void wgrad_box_model_cpu(const Conv2dShape& s, const float* x, const float* dy, 
   const View dy_view{dy, {ow, s.oc, oh, s.n}, {1, int64_t{oh} * ow, ow, int64_t{s.oc} * oh * ow}};
   const View x_view{
       src, {src_w, s.c, src_h, planes}, {1, src_h * src_w, src_w, s.c * src_h * src_w}};
+  // x itself (W, C, H, N), for the direct class's boxes.
+  const int64_t hw = int64_t{s.h} * s.w;
+  const View x_itself{x, {s.w, s.c, s.h, s.n}, {1, hw, s.w, s.c * hw}};
   // One stage: A at byte 0 (BM x 32 floats), B after it; both 1024-byte aligned as in the kernel.
   const uint32_t span = wgrad_span_bytes(g.bw);
   const uint32_t b_base = uint32_t(bm) * kK * 4;
@@ -171,8 +211,8 @@ void wgrad_box_model_cpu(const Conv2dShape& s, const float* x, const float* dy, 
         for (int k = 0; k < 8; ++k)
           a_addr[size_t(wg * 64 + i) * kK + 8 * step + k] = wgmma_kmajor_read_address(da, i, k);
     }
-    const uint64_t dB =
-        wgrad_smem_desc(b_base + wgrad_box_step_offset(g.bw, 8, step), span, wgrad_b_sbo());
+    const uint64_t dB = wgrad_smem_desc(b_base + wgrad_box_step_offset(g.bw, g.b.slab_rows, step),
+                                        span, wgrad_b_sbo(g.bw, g.b.slab_rows));
     for (int j = 0; j < kBN; ++j)
       for (int k = 0; k < 8; ++k)
         b_addr[size_t(j) * kK + 8 * step + k] = wgmma_kmajor_read_address(dB, j, k);
@@ -191,25 +231,28 @@ void wgrad_box_model_cpu(const Conv2dShape& s, const float* x, const float* dy, 
               for (int col = 0; col < g.bw; ++col)
                 put(tma_box_landing_offset(g.bw, span, r * bm + m, col),
                     dy_view.at({o.ox0 + col, m0 + m, o.oy0 + r, n}));
-          // B: the tile's groups, one box (bw, 8, br, 1) each, 1024 bytes apart; constant
-          // columns (db's ones, zeros past it) written row by row as the kernel does.
-          const int box_groups = std::max(0, std::min(kBN / 8, g.groups - n0 / 8));
-          for (int gi = 0; gi < kBN / 8; ++gi) {
-            const uint32_t gbase = b_base + uint32_t(gi) * kWgradGroupBytes;
-            if (gi < box_groups) {
-              const WgradBoxCorner k = wgrad_box_corner(s, g, o, n0 / 8 + gi);
-              for (int r = 0; r < g.br; ++r)
-                for (int i = 0; i < kWgradBoxChannels; ++i)
+          // B: the tile's pieces, each one box (bw, run, box_rows, 1) or br of them, landing at
+          // wgrad_box_b_dst; the constant columns (db's ones, zeros past it) written column by
+          // column as the kernel does.
+          const int per_tile = kBN / g.run;
+          const int live = std::max(0, std::min(per_tile, g.groups - n0 / g.run));
+          for (int piece = 0; piece < live; ++piece) {
+            const WgradBoxCorner k = wgrad_box_corner(s, g, o, n0 / g.run + piece, direct);
+            const View& view = k.copy < 0 ? x_itself : x_view;
+            const int64_t plane = k.copy < 0 ? n : int64_t{k.copy} * s.n + n;
+            for (int br = 0; br < g.b.boxes_per_piece; ++br) {
+              const uint32_t dst = b_base + wgrad_box_b_dst(g.bw, g.b, piece, br);
+              for (int r = 0; r < g.b.box_rows; ++r)
+                for (int i = 0; i < g.run; ++i)
                   for (int col = 0; col < g.bw; ++col)
-                    put(gbase + tma_box_landing_offset(g.bw, span, r * 8 + i, col),
-                        x_view.at({k.x + col, k.c + i, k.y + r, int64_t{k.copy} * s.n + n}));
-            } else {
-              for (int i = 0; i < kWgradBoxChannels; ++i) {
-                const double v = n0 + gi * 8 + i == g.bias_col ? 1.0 : 0.0;
-                for (int q = 0; q < kK; ++q)
-                  put(gbase + wgrad_box_smem_offset(g.bw, kWgradBoxChannels, i, q), v);
-              }
+                    put(dst + tma_box_landing_offset(g.bw, span, r * g.run + i, col),
+                        view.at({k.x + col, k.c + i, k.y + br + r, plane}));
             }
+          }
+          for (int j = live * g.run; j < kBN; ++j) {
+            const double v = n0 + j == g.bias_col ? 1.0 : 0.0;
+            for (int q = 0; q < kK; ++q)
+              put(b_base + wgrad_box_b_offset(g.bw, g.b.slab_rows, j, q), v);
           }
           for (size_t e = 0; e < a.size(); ++e) a[e] = stage[a_addr[e] / 4];
           for (size_t e = 0; e < b.size(); ++e) b[e] = stage[b_addr[e] / 4];

@@ -17,10 +17,12 @@ namespace {
 
 struct CopiesParams {
   int h, w, sh, sw, ph, pw;
-  int copies_w;       // column classes: copy q = qh * copies_w + qw
-  int copy_h, quads;  // Hc, Wc / 4
-  int64_t nc;         // N * C planes per copy
-  int64_t total;      // R * N * C * Hc * Wc / 4 float4 of output
+  int copies_w;        // column classes: copy q = qh * copies_w + qw
+  int copy_h, quads;   // Hc, Wc / 4
+  int64_t nc;          // N * C planes per copy
+  int skip;            // the copy not written (-1: none): copies from it on are one further
+  int64_t skip_quads;  // float4 of one copy: how far on they are
+  int64_t total;       // float4 of output written: (R, or R - 1 with skip) * N * C * Hc * Wc / 4
 };
 
 // Thread mapping: one float4 of output per thread and grid-stride step: columns [4 i, 4 i + 4)
@@ -33,9 +35,10 @@ __global__ void wgrad_box_copies_kernel(const float* __restrict__ d_x, float4* _
     const int quad = int(i % p.quads);
     const int64_t row = i / p.quads;  // (copy, plane, h')
     const int hp = int(row % p.copy_h);
-    const int64_t cp = row / p.copy_h;  // copy * nc + plane
-    const int copy = int(cp / p.nc);
-    const int64_t plane = cp - int64_t(copy) * p.nc;
+    const int64_t cp = row / p.copy_h;  // copy * nc + plane, counting the written copies
+    const int written = int(cp / p.nc);
+    const int64_t plane = cp - int64_t(written) * p.nc;
+    const int copy = written + (p.skip >= 0 && written >= p.skip ? 1 : 0);
     const int qh = copy / p.copies_w, qw = copy - qh * p.copies_w;
     const int ih = hp * p.sh + qh - p.ph;
     float v[4] = {0.f, 0.f, 0.f, 0.f};
@@ -48,14 +51,14 @@ __global__ void wgrad_box_copies_kernel(const float* __restrict__ d_x, float4* _
         if (iw >= 0 && iw < p.w) v[k] = __ldg(src + iw);
       }
     }
-    d_out[i] = make_float4(v[0], v[1], v[2], v[3]);
+    d_out[i + (copy - written) * p.skip_quads] = make_float4(v[0], v[1], v[2], v[3]);
   }
 }
 
 }  // namespace
 
 void wgrad_box_copies_cuda(const Conv2dShape& s, const WgradBoxGeometry& g, const float* d_x,
-                           float* d_copies, cudaStream_t stream) {
+                           float* d_copies, cudaStream_t stream, int skip) {
   if (g.reads_x || g.copy_floats == 0) return;
   CNN_CHECK(reinterpret_cast<uintptr_t>(d_copies) % 16 == 0,
             "wgrad_box_copies_cuda: the copies of x must be 16-byte aligned (float4 rows), got "
@@ -72,7 +75,13 @@ void wgrad_box_copies_cuda(const Conv2dShape& s, const WgradBoxGeometry& g, cons
   p.copy_h = g.copy_h;
   p.quads = g.copy_w / 4;
   p.nc = int64_t{s.n} * s.c;
-  p.total = g.copy_floats / 4;
+  CNN_CHECK(skip >= -1 && skip < g.copies,
+            "wgrad_box_copies_cuda: copy {} to skip; expected -1 (none) or below {}", skip,
+            g.copies);
+  p.skip = skip;
+  p.skip_quads = g.copy_floats / g.copies / 4;
+  p.total = g.copy_floats / 4 - (skip >= 0 ? p.skip_quads : 0);
+  if (p.total == 0) return;
   constexpr int kBlock = 256;
   // Enough blocks to fill an H200 several times over; the grid-stride loop takes the rest.
   const int blocks = static_cast<int>(std::min<int64_t>(ceil_div<int64_t>(p.total, kBlock), 4096));
