@@ -133,6 +133,8 @@ __global__ void __launch_bounds__(kThreads)
 // The few-column kernel's shapes: a block of kColsWarps warps, a warp a row; the weights staged
 // kColsSlab bytes of K at a time for all 16 columns (16 x 2 KB = 32 KB of shared memory).
 constexpr int kColsWarps = 4, kColsThreads = kColsWarps * 32, kColsSlab = 2048;
+// A thread's weight loads in flight at once while filling a slab: all of an int4 slab.
+constexpr int kFillBatch = 16;
 constexpr int kColsMax = kQLinearDp4aMaxCols;
 static_assert(kColsMax == 16, "the butterfly below reduces 16 columns over 32 lanes");
 
@@ -192,7 +194,8 @@ constexpr int kRegsWarps = 2, kRegsThreads = kRegsWarps * 32, kRegsMaxBytes = 40
 // Thread mapping: block b owns rows [2 b, 2 b + 2), warp w row 2 b + w; lane l sums chunks
 // c0 + l + 32 i (i < kPerLane) of each pass of 32 kPerLane chunks for all 16 columns (columns
 // >= N and chunks past K load zeros). No shared memory, no barrier: the warps are independent,
-// and a warp past M returns whole (the shuffles stay full-warp).
+// and a warp past M returns whole (the shuffles stay full-warp). ptxas -v (sm_90): 168 registers
+// for <int4, 2> (room for 2 weight chunks of each of 16 columns and 2 of x), no spills.
 template <class T, class V, int kPerLane>
 __global__ void __launch_bounds__(kRegsThreads)
     qconv_linear_cols_regs(ColsDims d, const int8_t* __restrict__ d_x,
@@ -234,8 +237,8 @@ __global__ void __launch_bounds__(kRegsThreads)
 // Thread mapping: block b owns rows [4 b, 4 b + 4), warp w row 4 b + w; lane l sums chunks
 // l, l + 32, ... of each slab of K for all 16 columns (columns >= N sum zeros); after the
 // butterfly, even lane l holds column bitreverse4(l / 2)'s sum of its warp's row and writes it
-// (columns N..OCP-1 of an int8 output as zero). ptxas -v (sm_90): 80 registers, no spills,
-// 32 KB of shared memory.
+// (columns N..OCP-1 of an int8 output as zero). ptxas -v (sm_90): 96 registers (118 with
+// 4-byte words), no spills, 32 KB of shared memory.
 template <class T, class V>
 __global__ void __launch_bounds__(kColsThreads)
     qconv_linear_cols(ColsDims d, const int8_t* __restrict__ d_x, const int8_t* __restrict__ d_w,
@@ -264,9 +267,21 @@ __global__ void __launch_bounds__(kColsThreads)
       if (row_ok && c < len) xv[i] = __ldg(xr + c0 + c);
     }
     __syncthreads();  // the previous slab's weights are no longer read
-    for (int idx = tid; idx < d.n * len; idx += kColsThreads) {
-      const int j = idx / len, c = idx - j * len;
-      ws[j][c] = __ldg(wv + int64_t(j) * d.chunks + c0 + c);
+    // The slab's weights in batches of kFillBatch loads a thread, each batch's loads issued
+    // before its stores (a load-store loop waits one L2 round trip an element).
+    const int fill = d.n * len;
+    for (int base = 0; base < fill; base += kColsThreads * kFillBatch) {
+      V v[kFillBatch];
+#pragma unroll
+      for (int b = 0; b < kFillBatch; ++b) {
+        const int idx = base + tid + b * kColsThreads, j = idx / len, c = idx - j * len;
+        v[b] = idx < fill ? __ldg(wv + int64_t(j) * d.chunks + c0 + c) : zero<V>();
+      }
+#pragma unroll
+      for (int b = 0; b < kFillBatch; ++b) {
+        const int idx = base + tid + b * kColsThreads, j = idx / len, c = idx - j * len;
+        if (idx < fill) ws[j][c] = v[b];
+      }
     }
     __syncthreads();
 #pragma unroll
