@@ -241,18 +241,18 @@ TEST(GpuQuant, LinearTensorCoreTilesMatchCpuTwinBitForBit) {
               {{QConvKernel::LinearDp4a}});  // LeNet fc2
 }
 
-// The few-column dp4a kernels (qconv_linear.cu) across their split: the register kernel for
-// K <= 4096 bytes in one pass (K 4 and 52 in words, 16 and 1024 in int4) and several (1040:
-// a partial second pass of int4; 2052: five of words; 4096: four of int4), the staged kernel
-// past it (4100 in words, 8192 in int4: several slabs); M = 1, 3, 255, 256, 300 (a partial last
-// block), N = 1, 10, 16; int8 and float outputs, ReLU on and off.
+// The few-column dp4a kernels (qconv_linear.cu) across their split: the register kernel in one
+// pass (K 4 and 52 in words, 16 and 1024 in int4) and two (516 and 1012 in words, 1040 and 2048
+// in int4; 1040's second pass partial), the staged kernel past it (1028, 2052 and 4100 in words,
+// 4096 and 8192 in int4: one to four slabs, partial last ones); M = 1, 3, 255, 256, 300 (a
+// partial last block), N = 1, 10, 16; int8 and float outputs, ReLU on and off.
 TEST(GpuQuant, LinearFewColumnKernelsMatchCpuTwinBitForBit) {
   CNN_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
   uint64_t k = 0;
   for (int m : {1, 3, 255, 256, 300})
     for (int n : {1, 10, 16})
-      for (int c : {4, 16, 52, 1024, 1040, 2052, 4096, 4100, 8192}) {
+      for (int c : {4, 16, 52, 516, 1012, 1024, 1028, 1040, 2048, 2052, 4096, 4100, 8192}) {
         check_qconv(linear_shape(m, c, 1, 1, n), seed + k, k % 2 == 1, {{QConvKernel::LinearDp4a}});
         ++k;
       }

@@ -6,13 +6,15 @@
 // where K or a pointer is not 16-byte aligned) multiplied with __dp4a into int32 sums, reduced
 // with shuffles (integers: exact in any order), then the epilogue of qconv.h
 // (qconv_epilogue.cuh).
-//   few columns, K <= 4 KB (qconv_linear_cols_regs): a warp a row, all (up to 16) columns, two
-//     warps a block; each lane loads its x chunks and the weight chunks of the same K positions
-//     straight into registers, every load of a pass issued before the first dp4a, so the kernel
-//     is one round trip to L2, the dp4a, the butterfly below and the epilogue (a classifier is
-//     a latency chain: LeNet's fc2 is 256 x 1024 x 10)
+//   few columns, K <= 2 KB (1 KB of 4-byte words) (qconv_linear_cols_regs): a warp a row, all
+//     (up to 16) columns, two warps a block; each lane loads its x chunks and the weight chunks
+//     of the same K positions straight into registers, every load of a pass issued before the
+//     first dp4a, so the kernel is one or two round trips to L2, the dp4a, the butterfly below
+//     and the epilogue (a classifier is a latency chain: LeNet's fc2 is 256 x 1024 x 10, one
+//     pass)
 //   few columns, larger K (qconv_linear_cols): a warp a row, all columns; the block's four
-//     warps share the columns' weights, staged once per slab of K in shared memory
+//     warps share the columns' weights, staged once per 2 KB slab of K in shared memory (a
+//     round trip a slab where the register kernel would take one a 1 KB pass)
 //   both few-column kernels end with each lane holding one (row, column) sum after 16 shuffles
 //     (a transposing butterfly instead of 16 separate 5-step reductions)
 //   few rows (qconv_linear_dp4a): a block of four warps 8 rows x 1 column; consecutive blocks
@@ -189,7 +191,7 @@ __device__ __forceinline__ void cols_finish(int32_t (&acc)[kColsMax], int lane, 
 // The register kernel's shapes: two warps a block (LeNet's fc2, 256 rows, spreads over 128
 // SMs), a lane kPerLane chunks of K a pass per column: up to 2 int4 (a pass of 1 KB; 4 x 16
 // columns of int4 is past the 255 registers and spills) or 4 words (512 B).
-constexpr int kRegsWarps = 2, kRegsThreads = kRegsWarps * 32, kRegsMaxBytes = 4096;
+constexpr int kRegsWarps = 2, kRegsThreads = kRegsWarps * 32, kRegsMaxPasses = 2;
 
 // Thread mapping: block b owns rows [2 b, 2 b + 2), warp w row 2 b + w; lane l sums chunks
 // c0 + l + 32 i (i < kPerLane) of each pass of 32 kPerLane chunks for all 16 columns (columns
@@ -317,10 +319,11 @@ void launch_cols(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, cons
   ColsDims d;
   d.m = s.n, d.n = s.oc, d.out_stride = out_stride;
   d.chunks = int(vec16 ? k / 16 : k / 4);
-  if (k <= kRegsMaxBytes) {
+  // One pass of the register kernel takes up to 1 KB of int4 (LeNet's fc2) or 512 B of words.
+  const int per_lane = ceil_div(d.chunks, 32);
+  const int passes = vec16 ? ceil_div(per_lane, 2) : ceil_div(per_lane, 4);
+  if (passes <= kRegsMaxPasses) {
     const unsigned blocks = unsigned(ceil_div(s.n, kRegsWarps));
-    // One pass up to 1 KB of int4 (LeNet's fc2) or 512 B of words; passes of that size past it.
-    const int per_lane = ceil_div(d.chunks, 32);
     if (vec16) {
       if (per_lane <= 1)
         launch_regs<T, int4, 1>(blocks, d, d_x, d_w, ep, d_y, stream);
