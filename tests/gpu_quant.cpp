@@ -241,6 +241,23 @@ TEST(GpuQuant, LinearTensorCoreTilesMatchCpuTwinBitForBit) {
               {{QConvKernel::LinearDp4a}});  // LeNet fc2
 }
 
+// The few-column dp4a kernels (qconv_linear.cu) across their split: the register kernel in one
+// pass (K 4 and 52 in words, 16 and 1024 in int4) and two (516 and 1012 in words, 1040 and 2048
+// in int4; 1040's second pass partial), the staged kernel past it (1028, 2052 and 4100 in words,
+// 4096 and 8192 in int4: one to four slabs, partial last ones); M = 1, 3, 255, 256, 300 (a
+// partial last block), N = 1, 10, 16; int8 and float outputs, ReLU on and off.
+TEST(GpuQuant, LinearFewColumnKernelsMatchCpuTwinBitForBit) {
+  CNN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  uint64_t k = 0;
+  for (int m : {1, 3, 255, 256, 300})
+    for (int n : {1, 10, 16})
+      for (int c : {4, 16, 52, 516, 1012, 1024, 1028, 1040, 2048, 2052, 4096, 4100, 8192}) {
+        check_qconv(linear_shape(m, c, 1, 1, n), seed + k, k % 2 == 1, {{QConvKernel::LinearDp4a}});
+        ++k;
+      }
+}
+
 // The few-channel kernels on s (the dp4a one, and the tensor-core one where it takes the shape;
 // `mma` says whether it must): from int8 input (int8 and float outputs) and from the float input
 // they quantize themselves, against the CPU twin (quantize, then qconv_forward_cpu) bit for bit.

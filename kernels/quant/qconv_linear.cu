@@ -6,10 +6,17 @@
 // where K or a pointer is not 16-byte aligned) multiplied with __dp4a into int32 sums, reduced
 // with shuffles (integers: exact in any order), then the epilogue of qconv.h
 // (qconv_epilogue.cuh).
-//   few columns (qconv_linear_cols): a warp a row, all (up to 16) columns; the block's four
-//     warps share the columns' weights, staged once per slab of K in shared memory, and each
-//     lane ends the reduction with one (row, column) sum after 16 shuffles (a transposing
-//     butterfly instead of 16 separate 5-step reductions)
+//   few columns, K <= 2 KB (1 KB of 4-byte words) (qconv_linear_cols_regs): a warp a row, all
+//     (up to 16) columns, two warps a block; each lane loads its x chunks and the weight chunks
+//     of the same K positions straight into registers, every load of a pass issued before the
+//     first dp4a, so the kernel is one or two round trips to L2, the dp4a, the butterfly below
+//     and the epilogue (a classifier is a latency chain: LeNet's fc2 is 256 x 1024 x 10, one
+//     pass)
+//   few columns, larger K (qconv_linear_cols): a warp a row, all columns; the block's four
+//     warps share the columns' weights, staged once per 2 KB slab of K in shared memory (a
+//     round trip a slab where the register kernel would take one a 1 KB pass)
+//   both few-column kernels end with each lane holding one (row, column) sum after 16 shuffles
+//     (a transposing butterfly instead of 16 separate 5-step reductions)
 //   few rows (qconv_linear_dp4a): a block of four warps 8 rows x 1 column; consecutive blocks
 //     take consecutive columns, w read once
 #include <cuda_runtime.h>
@@ -128,6 +135,8 @@ __global__ void __launch_bounds__(kThreads)
 // The few-column kernel's shapes: a block of kColsWarps warps, a warp a row; the weights staged
 // kColsSlab bytes of K at a time for all 16 columns (16 x 2 KB = 32 KB of shared memory).
 constexpr int kColsWarps = 4, kColsThreads = kColsWarps * 32, kColsSlab = 2048;
+// A thread's weight loads in flight at once while filling a slab: all of an int4 slab.
+constexpr int kFillBatch = 16;
 constexpr int kColsMax = kQLinearDp4aMaxCols;
 static_assert(kColsMax == 16, "the butterfly below reduces 16 columns over 32 lanes");
 
@@ -151,11 +160,87 @@ __device__ __forceinline__ void butterfly_step(int32_t (&acc)[kColsMax], int lan
   }
 }
 
+// The column whose sum lane l holds after the butterfly: bitreverse4(l / 2) (odd lanes hold the
+// same sums as their even partners).
+__device__ __forceinline__ int butterfly_column(int lane) {
+  return ((lane >> 4) & 1) * 8 + ((lane >> 3) & 1) * 4 + ((lane >> 2) & 1) * 2 + ((lane >> 1) & 1);
+}
+
+// The few-column kernels' end for a warp's row: the transposing butterfly (distances 16, 8, 4,
+// 2, then 1 adds the pair), then even lanes apply the epilogue to their column (mult and add
+// loaded by the caller, zero past N) and write it; columns N..OCP-1 of an int8 output are zero.
+template <class T>
+__device__ __forceinline__ void cols_finish(int32_t (&acc)[kColsMax], int lane, int n,
+                                            int out_stride, float mult, float add, bool relu,
+                                            T* __restrict__ out) {
+  butterfly_step<8>(acc, lane);
+  butterfly_step<4>(acc, lane);
+  butterfly_step<2>(acc, lane);
+  butterfly_step<1>(acc, lane);
+  const int32_t sum = acc[0] + __shfl_xor_sync(0xffffffffu, acc[0], 1);
+  if (lane & 1) return;
+  const int col = butterfly_column(lane);
+  if (col < n)
+    out[col] = qepilogue::value<T>(sum, mult, add, relu);
+  else if (col < out_stride)
+    out[col] = T(0);
+  if (lane == 0)
+    for (int z = kColsMax; z < out_stride; ++z) out[z] = T(0);  // an OCP past 16
+}
+
+// The register kernel's shapes: two warps a block (LeNet's fc2, 256 rows, spreads over 128
+// SMs), a lane kPerLane chunks of K a pass per column: up to 2 int4 (a pass of 1 KB; 4 x 16
+// columns of int4 is past the 255 registers and spills) or 4 words (512 B).
+constexpr int kRegsWarps = 2, kRegsThreads = kRegsWarps * 32, kRegsMaxPasses = 2;
+
+// Thread mapping: block b owns rows [2 b, 2 b + 2), warp w row 2 b + w; lane l sums chunks
+// c0 + l + 32 i (i < kPerLane) of each pass of 32 kPerLane chunks for all 16 columns (columns
+// >= N and chunks past K load zeros). No shared memory, no barrier: the warps are independent,
+// and a warp past M returns whole (the shuffles stay full-warp). ptxas -v (sm_90): 168 registers
+// for <int4, 2> (room for 2 weight chunks of each of 16 columns and 2 of x), no spills.
+template <class T, class V, int kPerLane>
+__global__ void __launch_bounds__(kRegsThreads)
+    qconv_linear_cols_regs(ColsDims d, const int8_t* __restrict__ d_x,
+                           const int8_t* __restrict__ d_w, const float* __restrict__ d_mult,
+                           const float* __restrict__ d_add, bool relu, T* __restrict__ d_y) {
+  const int lane = int(threadIdx.x) & 31;
+  const int row = int(blockIdx.x) * kRegsWarps + (int(threadIdx.x) >> 5);
+  if (row >= d.m) return;
+  // The epilogue's scale and offset first: their loads overlap the sums'.
+  const int col = butterfly_column(lane);
+  const bool col_ok = col < d.n && (lane & 1) == 0;
+  const float mult = col_ok ? __ldg(d_mult + col) : 0.f, add = col_ok ? __ldg(d_add + col) : 0.f;
+  const V* const xr = reinterpret_cast<const V*>(d_x) + int64_t(row) * d.chunks;
+  const V* const wv = reinterpret_cast<const V*>(d_w);
+
+  int32_t acc[kColsMax];
+#pragma unroll
+  for (int j = 0; j < kColsMax; ++j) acc[j] = 0;
+  for (int c0 = 0; c0 < d.chunks; c0 += 32 * kPerLane) {
+    V xv[kPerLane], wr[kPerLane][kColsMax];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int c = c0 + lane + 32 * i;
+      const bool ok = c < d.chunks;
+      xv[i] = ok ? __ldg(xr + c) : zero<V>();
+#pragma unroll
+      for (int j = 0; j < kColsMax; ++j)
+        wr[i][j] = ok && j < d.n ? __ldg(wv + int64_t(j) * d.chunks + c) : zero<V>();
+    }
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+#pragma unroll
+      for (int j = 0; j < kColsMax; ++j)
+        if (j < d.n) acc[j] = dot(xv[i], wr[i][j], acc[j]);
+  }
+  cols_finish<T>(acc, lane, d.n, d.out_stride, mult, add, relu, d_y + int64_t(row) * d.out_stride);
+}
+
 // Thread mapping: block b owns rows [4 b, 4 b + 4), warp w row 4 b + w; lane l sums chunks
 // l, l + 32, ... of each slab of K for all 16 columns (columns >= N sum zeros); after the
 // butterfly, even lane l holds column bitreverse4(l / 2)'s sum of its warp's row and writes it
-// (columns N..OCP-1 of an int8 output as zero). ptxas -v (sm_90): 80 registers, no spills,
-// 32 KB of shared memory.
+// (columns N..OCP-1 of an int8 output as zero). ptxas -v (sm_90): 96 registers (118 with
+// 4-byte words), no spills, 32 KB of shared memory.
 template <class T, class V>
 __global__ void __launch_bounds__(kColsThreads)
     qconv_linear_cols(ColsDims d, const int8_t* __restrict__ d_x, const int8_t* __restrict__ d_w,
@@ -184,9 +269,21 @@ __global__ void __launch_bounds__(kColsThreads)
       if (row_ok && c < len) xv[i] = __ldg(xr + c0 + c);
     }
     __syncthreads();  // the previous slab's weights are no longer read
-    for (int idx = tid; idx < d.n * len; idx += kColsThreads) {
-      const int j = idx / len, c = idx - j * len;
-      ws[j][c] = __ldg(wv + int64_t(j) * d.chunks + c0 + c);
+    // The slab's weights in batches of kFillBatch loads a thread, each batch's loads issued
+    // before its stores (a load-store loop waits one L2 round trip an element).
+    const int fill = d.n * len;
+    for (int base = 0; base < fill; base += kColsThreads * kFillBatch) {
+      V v[kFillBatch];
+#pragma unroll
+      for (int b = 0; b < kFillBatch; ++b) {
+        const int idx = base + tid + b * kColsThreads, j = idx / len, c = idx - j * len;
+        v[b] = idx < fill ? __ldg(wv + int64_t(j) * d.chunks + c0 + c) : zero<V>();
+      }
+#pragma unroll
+      for (int b = 0; b < kFillBatch; ++b) {
+        const int idx = base + tid + b * kColsThreads, j = idx / len, c = idx - j * len;
+        if (idx < fill) ws[j][c] = v[b];
+      }
     }
     __syncthreads();
 #pragma unroll
@@ -198,22 +295,19 @@ __global__ void __launch_bounds__(kColsThreads)
     }
   }
 
-  // Transposing butterfly (butterfly_step): distances 16, 8, 4, 2, then 1 adds the pair.
-  butterfly_step<8>(acc, lane);
-  butterfly_step<4>(acc, lane);
-  butterfly_step<2>(acc, lane);
-  butterfly_step<1>(acc, lane);
-  const int32_t sum = acc[0] + __shfl_xor_sync(0xffffffffu, acc[0], 1);
-  const int col =
-      ((lane >> 4) & 1) * 8 + ((lane >> 3) & 1) * 4 + ((lane >> 2) & 1) * 2 + ((lane >> 1) & 1);
-  if (!row_ok || (lane & 1)) return;
-  T* const out = d_y + int64_t(row) * d.out_stride;
-  if (col < d.n)
-    out[col] = qepilogue::value<T>(sum, __ldg(d_mult + col), __ldg(d_add + col), relu);
-  else if (col < d.out_stride)
-    out[col] = T(0);
-  if (lane == 0)
-    for (int z = kColsMax; z < d.out_stride; ++z) out[z] = T(0);  // an OCP past 16
+  if (!row_ok) return;  // after the last barrier: the whole warp leaves
+  const int col = butterfly_column(lane);
+  const bool col_ok = col < d.n && (lane & 1) == 0;
+  const float mult = col_ok ? __ldg(d_mult + col) : 0.f, add = col_ok ? __ldg(d_add + col) : 0.f;
+  cols_finish<T>(acc, lane, d.n, d.out_stride, mult, add, relu, d_y + int64_t(row) * d.out_stride);
+}
+
+template <class T, class V, int kPerLane>
+void launch_regs(unsigned blocks, const ColsDims& d, const int8_t* d_x, const int8_t* d_w,
+                 const QEpilogue& ep, T* d_y, cudaStream_t stream) {
+  qconv_linear_cols_regs<T, V, kPerLane>
+      <<<blocks, kRegsThreads, 0, stream>>>(d, d_x, d_w, ep.mult, ep.add, ep.relu, d_y);
+  CNN_LAUNCH_CHECK("qconv_linear_cols_regs");
 }
 
 template <class T>
@@ -225,6 +319,26 @@ void launch_cols(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, cons
   ColsDims d;
   d.m = s.n, d.n = s.oc, d.out_stride = out_stride;
   d.chunks = int(vec16 ? k / 16 : k / 4);
+  // One pass of the register kernel takes up to 1 KB of int4 (LeNet's fc2) or 512 B of words.
+  const int per_lane = ceil_div(d.chunks, 32);
+  const int passes = vec16 ? ceil_div(per_lane, 2) : ceil_div(per_lane, 4);
+  if (passes <= kRegsMaxPasses) {
+    const unsigned blocks = unsigned(ceil_div(s.n, kRegsWarps));
+    if (vec16) {
+      if (per_lane <= 1)
+        launch_regs<T, int4, 1>(blocks, d, d_x, d_w, ep, d_y, stream);
+      else
+        launch_regs<T, int4, 2>(blocks, d, d_x, d_w, ep, d_y, stream);
+    } else {
+      if (per_lane <= 1)
+        launch_regs<T, int, 1>(blocks, d, d_x, d_w, ep, d_y, stream);
+      else if (per_lane <= 2)
+        launch_regs<T, int, 2>(blocks, d, d_x, d_w, ep, d_y, stream);
+      else
+        launch_regs<T, int, 4>(blocks, d, d_x, d_w, ep, d_y, stream);
+    }
+    return;
+  }
   const unsigned blocks = unsigned(ceil_div(s.n, kColsWarps));
   if (vec16)
     qconv_linear_cols<T, int4>
