@@ -17,9 +17,10 @@
 //                        scratch of exactly the BF16 size gives the bits of a TF32-sized one.
 //   Dispatch             Algo::WgmmaNhwc through conv2d_forward / conv2d_backward_data at
 //                        precision bf16 gives the direct BF16 call's bits (and not the TF32
-//                        ones); the weight gradient under wgmma-nhwc at bf16 (wgmma's weight
-//                        gradient is TF32 only) gives the BF16 implicit GEMM's bits, and
-//                        autotune times wgmma-nhwc for the forward.
+//                        ones); the weight gradient under wgmma-nhwc and wgmma at bf16 runs
+//                        the TF32 kernel (its bits at tf32, not the BF16 implicit GEMM's), and
+//                        autotune times wgmma-nhwc for the forward and both for the weight
+//                        gradient.
 // Tolerance: gpu_bf16.cpp's scheme. With S = sum over k of |a b| (the twin on |a|, |b|):
 //   |got - emu| <= (k + 8) 2^-23 S_emu + 2^-23 |ref|   (emu: the double twin on operands rounded
 //                                                       with round_to_bf16, products exact),
@@ -431,9 +432,9 @@ TEST(GpuConvWgmmaNhwcBf16, Dispatch) {
         << p.what << ": precision tf32 gave the BF16 bits";
   }
 
-  // The weight gradient: wgmma's kernel multiplies in TF32 only, so at bf16 wgmma-nhwc's weight
-  // gradient is the BF16 implicit GEMM's (a net that names wgmma-nhwc still trains); the forward
-  // times wgmma-nhwc.
+  // The weight gradient: wgmma's kernel multiplies in TF32 only, so at bf16 wgmma-nhwc's (and
+  // wgmma's) weight gradient runs it in TF32 (never less precise than BF16; autotune weighs it
+  // against the BF16 implicit GEMM); the forward times wgmma-nhwc.
   const Conv2dShape s = conv(3, 17, 13, 13, 24, 3, 3, 1, 1, 1, 1);
   const Exec ex = cuda_exec(Precision::BF16);
   Tensor d_x = test::to_device(test::random_vector(size_t(s.n) * s.c * s.h * s.w, 3));
@@ -463,8 +464,24 @@ TEST(GpuConvWgmmaNhwcBf16, Dispatch) {
     out.insert(out.end(), db.begin(), db.end());
     return out;
   };
-  EXPECT_TRUE(bitwise_equal(dw_bits(Algo::WgmmaNhwc), dw_bits(Algo::Igemm)))
-      << "the weight gradient under wgmma-nhwc at bf16 is not the BF16 implicit GEMM's";
+  const std::vector<float> bf16_nhwc = dw_bits(Algo::WgmmaNhwc);
+  EXPECT_TRUE(bitwise_equal(bf16_nhwc, dw_bits(Algo::Wgmma)))
+      << "the weight gradients of wgmma and wgmma-nhwc at bf16 differ";
+  EXPECT_FALSE(bitwise_equal(bf16_nhwc, dw_bits(Algo::Igemm)))
+      << "the weight gradient under wgmma-nhwc at bf16 gave the BF16 implicit GEMM's bits";
+  {
+    Exec tf32_det = det;
+    tf32_det.precision = Precision::TF32;
+    Tensor dw = test::to_device(std::vector<float>(size_t(s.oc) * s.c * 9, 0.f));
+    Tensor db_sum = test::to_device(std::vector<float>(size_t(s.oc), 0.f));
+    conv2d_backward_weight(s, d_x.data(), d_dy.data(), dw.data(), db_sum.data(),
+                           d_det_scratch.data(), Algo::WgmmaNhwc, tf32_det);
+    std::vector<float> at_tf32 = test::to_host(dw.data(), size_t(dw.numel()));
+    const std::vector<float> db = test::to_host(db_sum.data(), size_t(db_sum.numel()));
+    at_tf32.insert(at_tf32.end(), db.begin(), db.end());
+    EXPECT_TRUE(bitwise_equal(bf16_nhwc, at_tf32))
+        << "the weight gradient under wgmma-nhwc at bf16 is not the TF32 kernel's";
+  }
   auto timed = [](const TuneChoice& c, Algo a) {
     return std::any_of(c.timings.begin(), c.timings.end(),
                        [a](const auto& t) { return t.first == a; });
@@ -486,6 +503,8 @@ TEST(GpuConvWgmmaNhwcBf16, Dispatch) {
   const TuneChoice dw = pick_fastest(std::string("conv_bf16"), "weight-grad", dw_pass, ex);
   std::printf("%s\n", describe(dw).c_str());
   EXPECT_NE(dw.chosen, Algo::Auto);
+  EXPECT_TRUE(timed(dw, Algo::Wgmma) && timed(dw, Algo::Igemm))
+      << "autotune did not weigh the TF32 wgmma weight gradient against the BF16 one at bf16";
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif

@@ -195,16 +195,15 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
         break;
       case ConvPath::Wgmma:
       case ConvPath::WgmmaNhwc: {  // no channels-last kernel: wgmma-nhwc's im2col comes by TMA
-        // The wgmma weight gradient is TF32 only; a BF16 net that names wgmma-nhwc (whose
-        // forward and input gradient have a BF16 instance) takes the BF16 implicit GEMM here
-        // rather than failing at its first backward pass.
-        if (algo == Algo::WgmmaNhwc && ex.precision == Precision::BF16) {
-          conv2d_backward_weight_igemm_cuda(s, x, dy, dw, db, scratch, ex);
-          break;
-        }
+        // The wgmma weight gradient multiplies in TF32 only. Under bf16 it runs in TF32 too:
+        // TF32 keeps 3 more mantissa bits than BF16, so the pass is never less precise than the
+        // BF16 kernels', and autotune picks it only where it is also faster than the BF16
+        // implicit GEMM (the `igemm`/`fast` candidates). FP32 stays refused (FFMA precision).
+        Exec tf32 = ex;
+        if (ex.precision == Precision::BF16) tf32.precision = Precision::TF32;
         WgmmaWgradOptions o;  // the B loader wgmma_wgrad_b_for names (CNN_WGMMA_WGRAD_B)
         o.b = wgmma_wgrad_b_for(algo);
-        conv2d_backward_weight_wgmma(s, x, dy, dw, db, scratch, ex, o);  // throws its reason
+        conv2d_backward_weight_wgmma(s, x, dy, dw, db, scratch, tf32, o);  // throws its reason
         break;
       }
     }
