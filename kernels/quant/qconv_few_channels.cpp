@@ -79,7 +79,9 @@ void mma_sizes_of_tile(const QConvShape& s, QFewMmaTiling& m) {
   // One channel: pixel bytes with rows of whole words and a word to spare, so that every word
   // (row, j) of 4 pixels is a funnel shift of the two aligned words j / 4 and j / 4 + 1.
   m.byte_row_words = s.c == 1 ? round_up4(t.in_words) / 4 + 1 : 0;
-  m.smem_bytes = 8 * (int64_t(m.k_steps) * m.n_tiles * 32 + int64_t(m.k_steps) * 4 + t.ocb) +
+  // 8 bytes each: B fragments, word offsets, window slots (base word, pooled output), mult+add.
+  m.smem_bytes = 8 * (int64_t(m.k_steps) * m.n_tiles * 32 + int64_t(m.k_steps) * 4 +
+                      int64_t(m.m_tiles) * 16 + t.ocb) +
                  4 * int64_t(t.in_rows) * (m.row_words + m.byte_row_words);
 }
 
@@ -110,8 +112,10 @@ QFewMmaTiling qconv_few_channels_mma_tiling(const QConvShape& s) {
 bool qconv_few_channels_mma_supported(const QConvShape& s) {
   if (!qconv_few_channels_supported(s) || s.pool_kh * s.pool_kw > kQFewMmaMaxWindow) return false;
   const QFewMmaTiling m = qconv_few_channels_mma_tiling(s);
+  // The kernel's window slots hold 2 * (a pooled output's index in its image) + 1 in an int.
   return m.smem_bytes <= kQFewMaxSmem &&
-         int64_t(s.n) * m.few.tiles_h * m.few.tiles_w < (int64_t{1} << 31);
+         int64_t(s.n) * m.few.tiles_h * m.few.tiles_w < (int64_t{1} << 31) &&
+         int64_t(m.few.ph) * m.few.pw < (int64_t{1} << 30);
 }
 
 void qconv_few_channels_forward_quantize(const QConvShape& s, const float* x, float inv_scale,

@@ -20,10 +20,11 @@
 // of the outputs. Float outputs go through the epilogue first and keep the twin's tie rule (the
 // first maximum in row-major window order: the bits of +-0), as (value, element) pairs.
 //
-// Resources (ptxas -v, sm_90, CUDA 13.0): 256 threads a block; int8 outputs (from int8 or float
-// input) 63-64 registers, float outputs 77-79, no spills, no stack, in every variant. Shared
-// memory a block: LeNet's conv1 5968 bytes (2 KiB of B fragments, 18 input rows of 41 words and
-// their pixel bytes); at most kQFewMaxSmem (48 KiB), the tiles halved until they fit.
+// Resources (ptxas -v, sm_90, CUDA 13.0): 256 threads a block; int8 outputs with 4 column tiles
+// (LeNet's conv1) 59-62 registers, with 8 up to 64 and 8-28 bytes of spills; float outputs
+// 74-80. Shared memory a block: LeNet's conv1 9168 bytes (2 KiB of B fragments, 400 window
+// slots of 8 bytes, 18 input rows of 41 words and their pixel bytes); at most kQFewMaxSmem
+// (48 KiB), the tiles halved until they fit.
 #include <cuda_runtime.h>
 
 #include <cfloat>
@@ -71,6 +72,7 @@ __device__ uint32_t weight_word(const QConvShape& s, const QFewTiling& t, const 
   const int8_t* wr = d_w + (int64_t(o) * s.kh + r) * s.kw * s.cgp;
   if constexpr (kOneChannel) {
     uint32_t word = 0;
+#pragma unroll
     for (int b = 0; b < 4; ++b)
       if (j * 4 + b < s.kw) word |= byte_at(__ldg(wr + (j * 4 + b) * s.cgp), b);
     return word;
@@ -103,7 +105,8 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 1 ? kMinBlocksInt8 : kM
   extern __shared__ uint4 smem[];
   uint2* w_s = reinterpret_cast<uint2*>(smem);  // (k_steps, n_tiles, 32 lanes) B fragments
   int2* koff_s = reinterpret_cast<int2*>(w_s + m.k_steps * m.n_tiles * 32);  // (k_steps, 4)
-  float* mult_s = reinterpret_cast<float*>(koff_s + m.k_steps * 4);          // (OCB)
+  int2* slot_s = koff_s + m.k_steps * 4;                                     // (m_tiles * 16)
+  float* mult_s = reinterpret_cast<float*>(slot_s + m.m_tiles * 16);         // (OCB)
   float* add_s = mult_s + t.ocb;                                             // (OCB)
   unsigned* x_s = reinterpret_cast<unsigned*>(add_s + t.ocb);                // (in_rows, row_words)
   const int tiles = t.tiles_h * t.tiles_w;
@@ -133,6 +136,29 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 1 ? kMinBlocksInt8 : kM
     };
     koff_s[i] = make_int2(offset(k), offset(k + 4));
   }
+  // Window slot i of the block (row i / 2 + 8 (i % 2) of mma tile i / 16): its conv output's
+  // word in the tile (0 for a padded slot or one outside the conv output: it reads real words,
+  // its result is dropped), and 2 * its pooled output's index in the image's (PH, PW) plane (-1
+  // outside it) + whether its conv output exists (padded pool positions never win). Once a
+  // block, so that the tiles' loop has no divisions.
+  const int window = s.pool_kh * s.pool_kw, tile_windows = t.tph * t.tpw;
+  const int slot_mask = m.slots - 1;
+  for (int i = int(threadIdx.x); i < m.m_tiles * 16; i += kThreads) {
+    const int wi = i >> m.slot_shift, e = i & slot_mask;
+    int base = 0, widx = -1;
+    bool ok = false;
+    if (wi < tile_windows) {
+      const int py = py0 + wi / t.tpw, px = px0 + wi % t.tpw;
+      if (py < t.ph && px < t.pw) widx = py * t.pw + px;
+      if (e < window) {
+        const int cy = py * s.pool_sh - s.pool_ph + e / s.pool_kw;
+        const int cx = px * s.pool_sw - s.pool_pw + e % s.pool_kw;
+        ok = cy >= 0 && cy < t.oh && cx >= 0 && cx < t.ow;
+        if (ok) base = (cy - cy0) * s.stride_h * m.row_words + (cx - cx0) * s.stride_w;
+      }
+    }
+    slot_s[i] = make_int2(base, 2 * widx + int(ok));
+  }
   // Channels past OC: mult = add = 0, so their int8 outputs are 0 (+-0 rounds to 0).
   for (int i = int(threadIdx.x); i < t.ocb; i += kThreads) {
     const bool real = o0 + i < s.oc;
@@ -141,12 +167,12 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 1 ? kMinBlocksInt8 : kM
   }
   if constexpr (kOneChannel) {
     // The pixels go to shared memory once, coalesced along the rows (rows of byte_row_words
-    // whole words); word j of a row is then the funnel shift of aligned words j / 4, j / 4 + 1.
+    // whole words, each of 4 pixels loaded at once); word j of a row is then the funnel shift of
+    // aligned words j / 4, j / 4 + 1.
     unsigned* xb_s = x_s + t.in_rows * m.row_words;  // (in_rows, byte_row_words) words of bytes
-    uint8_t* xb = reinterpret_cast<uint8_t*>(xb_s);
-    const int cols = 4 * m.byte_row_words;
-    for (int i = int(threadIdx.x); i < t.in_rows * cols; i += kThreads)
-      xb[i] = uint8_t(in.byte0(s, img, iy0 + i / cols, ix0 + i % cols));
+    const int bw = m.byte_row_words;
+    for (int i = int(threadIdx.x); i < t.in_rows * bw; i += kThreads)
+      xb_s[i] = in.row4(s, img, iy0 + i / bw, ix0 + 4 * (i % bw));
     __syncthreads();
     for (int i = int(threadIdx.x); i < t.in_rows * t.in_words; i += kThreads) {
       const int row = i / t.in_words, j = i % t.in_words;
@@ -163,35 +189,18 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 1 ? kMinBlocksInt8 : kM
 
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int g = lane / 4, tq = lane % 4;
-  const int window = s.pool_kh * s.pool_kw, tile_windows = t.tph * t.tpw;
-  const int slot_mask = m.slots - 1;
-  // Pooled output wi of the block: its output offset, or -1 outside the image.
-  const auto output_of = [&](int wi) -> int64_t {
-    if (wi >= tile_windows) return -1;
-    const int py = py0 + wi / t.tpw, px = px0 + wi % t.tpw;
-    if (py >= t.ph || px >= t.pw) return -1;
-    return ((int64_t(img) * t.ph + py) * t.pw + px) * stride;
+  // Slot i's pooled output and whether its conv output exists, read after the sums (volatile:
+  // not kept in registers through them, where the 8-column-tile variants would spill).
+  const auto slot_info = [&](int i) {
+    return reinterpret_cast<const volatile int*>(slot_s + i)[1];
+  };
+  const auto output_of = [&](int i) -> int64_t {
+    const int widx = slot_info(i) >> 1;
+    return widx < 0 ? -1 : (int64_t(img) * t.ph * t.pw + widx) * stride;
   };
   for (int mt = warp; mt < m.m_tiles; mt += kWarps) {
-    // Rows g and g + 8: slots 2g and 2g + 1 of the tile. base: the conv output's word in the
-    // tile (0 for a padded slot: it reads real words, its result is dropped); ok: a conv output
-    // that exists (padded pool positions never win).
-    int base[2];
-    bool ok[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int slot = 16 * mt + 2 * g + h;
-      const int wi = slot >> m.slot_shift, e = slot & slot_mask;
-      base[h] = 0;
-      ok[h] = false;
-      if (wi < tile_windows && e < window) {
-        const int py = py0 + wi / t.tpw, px = px0 + wi % t.tpw;
-        const int cy = py * s.pool_sh - s.pool_ph + e / s.pool_kw;
-        const int cx = px * s.pool_sw - s.pool_pw + e % s.pool_kw;
-        base[h] = (cy - cy0) * s.stride_h * m.row_words + (cx - cx0) * s.stride_w;
-        ok[h] = cy >= 0 && cy < t.oh && cx >= 0 && cx < t.ow;
-      }
-    }
+    // Rows g and g + 8: slots 2g and 2g + 1 of the tile.
+    const int base[2] = {slot_s[16 * mt + 2 * g].x, slot_s[16 * mt + 2 * g + 1].x};
     int acc[kNT][4];
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
@@ -209,11 +218,10 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 1 ? kMinBlocksInt8 : kM
 
     if (m.slots == 1) {
       // No pool: rows g and g + 8 are outputs 2g and 2g + 1 of the tile.
-      const int wi0 = 16 * mt + 2 * g;
       if constexpr (sizeof(T) == 1) {
         // Lane t writes output 2g + t % 2's channels 4 (t / 2)..+3: it keeps its own half of that
         // word and takes the other from lane t ^ 1.
-        const int64_t out = output_of(wi0 + (tq & 1));
+        const int64_t out = output_of(16 * mt + 2 * g + (tq & 1));
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) {
           if (nt >= m.n_tiles) break;
@@ -236,7 +244,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 1 ? kMinBlocksInt8 : kM
       } else {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int64_t out = output_of(wi0 + h);
+          const int64_t out = output_of(16 * mt + 2 * g + h);
 #pragma unroll
           for (int nt = 0; nt < kNT; ++nt) {
             if (nt >= m.n_tiles) break;
@@ -255,7 +263,9 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 1 ? kMinBlocksInt8 : kM
 
     // Pooled: a window's slots are rows g, g + 8 of lanes g .. g + slots / 2 - 1 (same t).
     const int e0 = (2 * g) & slot_mask;  // the window element of row g (row g + 8: e0 + 1)
-    const int64_t out = output_of((16 * mt + 2 * g) >> m.slot_shift);
+    const int64_t out = output_of(16 * mt + 2 * g);
+    const bool ok[2] = {(slot_info(16 * mt + 2 * g) & 1) != 0,
+                        (slot_info(16 * mt + 2 * g + 1) & 1) != 0};
     const bool first = e0 == 0;  // the lanes holding a window's first slot write it
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
