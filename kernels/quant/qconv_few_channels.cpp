@@ -70,6 +70,9 @@ namespace {
 void mma_sizes_of_tile(const QConvShape& s, QFewMmaTiling& m) {
   const QFewTiling& t = m.few;
   m.m_tiles = ceil_div(t.tph * t.tpw * m.slots, 16);
+  // 2x2 windows: whole tile pairs (the int8 kernel takes two tiles at once, a window's 4 slots in
+  // one lane's rows of both).
+  if (m.slots == 4) m.m_tiles += m.m_tiles % 2;
   // A row stride of 9 words mod 32: a warp's A fragment load reads rows g and g + 8 of an mma
   // tile (neighbouring conv outputs of 8 pool window slots) at one kernel word each. For LeNet's
   // conv1 (2x2 windows, 4 taps a word) those are input rows 0..2 of the tile at even columns

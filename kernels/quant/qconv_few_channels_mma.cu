@@ -20,11 +20,19 @@
 // of the outputs. Float outputs go through the epilogue first and keep the twin's tie rule (the
 // first maximum in row-major window order: the bits of +-0), as (value, element) pairs.
 //
-// Resources (ptxas -v, sm_90, CUDA 13.0): 256 threads a block; int8 outputs with 4 column tiles
-// (LeNet's conv1) 59-62 registers, with 8 up to 64 and 8-28 bytes of spills; float outputs
-// 74-80. Shared memory a block: LeNet's conv1 9168 bytes (2 KiB of B fragments, 400 window
-// slots of 8 bytes, 18 input rows of 41 words and their pixel bytes); at most kQFewMaxSmem
-// (48 KiB), the tiles halved until they fit.
+// 2x2 windows with int8 outputs and up to 32 channels a block (LeNet's conv1) take tile pairs
+// instead: a warp runs mma tiles 2p and 2p + 1 together and lane (g, t)'s rows g and g + 8 of the
+// two are the 4 slots of one window, so the window's maximum takes no shuffle and each lane runs
+// the epilogue of a window of its own (the general loop runs each twice, in lanes g and g ^ 1);
+// one B fragment load feeds two mma. About half the instructions a tile (PTX, k_steps = 2: 310
+// a tile paired against 630).
+//
+// Resources (ptxas -v, sm_90, CUDA 13.0): 256 threads a block; int8 outputs 62-64 registers
+// (LeNet's conv1, paired from float input: 64, no spills; some paired and 8-column-tile
+// variants spill 12 bytes at the 64-register cap); float outputs 75-80 (8 column tiles: 12
+// bytes of spills). Shared memory a block: LeNet's conv1 9296 bytes (2 KiB of B fragments, 416
+// window slots of 8 bytes, 18 input rows of 41 words and their pixel bytes); at most
+// kQFewMaxSmem (48 KiB), the tiles halved until they fit.
 #include <cuda_runtime.h>
 
 #include <cfloat>
@@ -96,7 +104,7 @@ __device__ __forceinline__ bool wins(float v, int e, float best, int best_e) {
 // channels (float). Without a pool every lane writes one word: rows g and g + 8 are two outputs,
 // and lanes t, t ^ 1 swap halves. Int8 outputs: channels OC..stride-1 written as zero; float
 // outputs: stride == OC.
-template <class T, int kNT, bool kOneChannel, class Input>
+template <class T, int kNT, bool kOneChannel, bool kPaired, class Input>
 __global__ void __launch_bounds__(kThreads, sizeof(T) == 1 ? kMinBlocksInt8 : kMinBlocksFloat)
     qconv_few_channels_mma(QConvShape s, QFewMmaTiling m, Input in, const int8_t* __restrict__ d_w,
                            const float* __restrict__ d_mult, const float* __restrict__ d_add,
@@ -144,7 +152,9 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 1 ? kMinBlocksInt8 : kM
   const int window = s.pool_kh * s.pool_kw, tile_windows = t.tph * t.tpw;
   const int slot_mask = m.slots - 1;
   for (int i = int(threadIdx.x); i < m.m_tiles * 16; i += kThreads) {
-    const int wi = i >> m.slot_shift, e = i & slot_mask;
+    // Entry i is row i % 16 / 2 + 8 (i % 2) of mma tile i / 16 (see the tiles' loops).
+    int wi = i >> m.slot_shift, e = i & slot_mask;
+    if constexpr (kPaired) wi = 8 * (i / 32) + i % 16 / 2, e = 2 * (i / 16 % 2) + i % 2;
     int base = 0, widx = -1;
     bool ok = false;
     if (wi < tile_windows) {
@@ -198,7 +208,71 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 1 ? kMinBlocksInt8 : kM
     const int widx = slot_info(i) >> 1;
     return widx < 0 ? -1 : (int64_t(img) * t.ph * t.pw + widx) * stride;
   };
-  for (int mt = warp; mt < m.m_tiles; mt += kWarps) {
+  if constexpr (kPaired) {
+    // 2x2 windows (4 slots), int8 outputs, up to 4 column tiles: a warp takes mma tiles 2p and
+    // 2p + 1 together; lane (g, t) holds rows g and g + 8 of both, which are the 4 slots of
+    // window 8p + g (entries 32p + 2g, +1 of tile 2p, +16, +17 of tile 2p + 1). The window's
+    // maximum needs no shuffle and every lane has a window of its own: half the epilogues of the
+    // general loop below, and each B fragment load feeds two mma.
+    for (int p = warp; 2 * p < m.m_tiles; p += kWarps) {
+      const int i0 = 32 * p + 2 * g;
+      const int base[4] = {slot_s[i0].x, slot_s[i0 + 1].x, slot_s[i0 + 16].x, slot_s[i0 + 17].x};
+      int acc[2][kNT][4];
+#pragma unroll
+      for (int u = 0; u < 2; ++u)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) acc[u][nt][q] = 0;
+      for (int ks = 0; ks < m.k_steps; ++ks) {
+        const int2 ko = koff_s[ks * 4 + tq];
+        const uint32_t a0 = x_s[base[0] + ko.x], a1 = x_s[base[1] + ko.x];
+        const uint32_t a2 = x_s[base[0] + ko.y], a3 = x_s[base[1] + ko.y];
+        const uint32_t b0 = x_s[base[2] + ko.x], b1 = x_s[base[3] + ko.x];
+        const uint32_t b2 = x_s[base[2] + ko.y], b3 = x_s[base[3] + ko.y];
+        const uint2* b = w_s + ks * m.n_tiles * 32 + lane;
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+          if (nt < m.n_tiles) {
+            const uint2 bf = b[nt * 32];
+            mma_s8(acc[0][nt], a0, a1, a2, a3, bf);
+            mma_s8(acc[1][nt], b0, b1, b2, b3, bf);
+          }
+      }
+      const int64_t out = output_of(i0);
+      const bool ok[4] = {(slot_info(i0) & 1) != 0, (slot_info(i0 + 1) & 1) != 0,
+                          (slot_info(i0 + 16) & 1) != 0, (slot_info(i0 + 17) & 1) != 0};
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        if (nt >= m.n_tiles) break;
+        const int oo = nt * 8 + 2 * tq;
+        const float2 mu = *reinterpret_cast<const float2*>(mult_s + oo);
+        const float2 ad = *reinterpret_cast<const float2*>(add_s + oo);
+        uint32_t half = 0;
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float mult = c ? mu.y : mu.x;
+          // The largest sum, or for mult < 0 the smallest (~ reverses the order of int32).
+          const int flip = mult < 0.f ? -1 : 0;
+          int best = INT_MIN;
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            best = max(best, ok[e] ? acc[e / 2][nt][2 * (e % 2) + c] ^ flip : INT_MIN);
+          half |= byte_at(qepilogue::value<int8_t>(best ^ flip, mult, c ? ad.y : ad.x, relu), c);
+        }
+        // Lanes t and t ^ 1 hold channels 2t, 2t + 1 of the same window: even t writes 4.
+        const uint32_t other = __shfl_xor_sync(kFullMask, half, 1);
+        const int c4 = o0 + oo;
+        if ((tq & 1) == 0 && out >= 0 && c4 < stride)
+          *reinterpret_cast<unsigned*>(d_y + out + c4) = half | other << 16;
+      }
+      if (tq == 0 && out >= 0 && blockIdx.y + 1 == gridDim.y)
+        for (int c4 = o0 + t.ocb; c4 < stride; c4 += 4)
+          *reinterpret_cast<unsigned*>(d_y + out + c4) = 0u;
+    }
+  }
+  // The general loop: any window, float outputs, 8 column tiles (none of it when paired).
+  for (int mt = warp; !kPaired && mt < m.m_tiles; mt += kWarps) {
     // Rows g and g + 8: slots 2g and 2g + 1 of the tile.
     const int base[2] = {slot_s[16 * mt + 2 * g].x, slot_s[16 * mt + 2 * g + 1].x};
     int acc[kNT][4];
@@ -320,25 +394,25 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 1 ? kMinBlocksInt8 : kM
   }
 }
 
-template <class T, int kNT, bool kOneChannel, class Input>
+template <class T, int kNT, bool kOneChannel, bool kPaired, class Input>
 void launch_with(const QConvShape& s, const QFewMmaTiling& m, const Input& in, const int8_t* d_w,
                  const QEpilogue& ep, int stride, T* d_y, cudaStream_t stream) {
   const QFewTiling& t = m.few;
   const dim3 grid(unsigned(int64_t(s.n) * t.tiles_h * t.tiles_w), unsigned(t.chunks));
-  qconv_few_channels_mma<T, kNT, kOneChannel, Input>
+  qconv_few_channels_mma<T, kNT, kOneChannel, kPaired, Input>
       <<<grid, kThreads, size_t(m.smem_bytes), stream>>>(s, m, in, d_w, ep.mult, ep.add, ep.relu,
                                                          stride, d_y);
   CNN_CUDA_CHECK(cudaGetLastError());
 }
 
-template <class T, int kNT, class Input>
+template <class T, int kNT, bool kPaired, class Input>
 void launch_channels(const QConvShape& s, const QFewMmaTiling& m, const Input& in,
                      const int8_t* d_w, const QEpilogue& ep, int stride, T* d_y,
                      cudaStream_t stream) {
   if (s.c == 1)
-    launch_with<T, kNT, true>(s, m, in, d_w, ep, stride, d_y, stream);
+    launch_with<T, kNT, true, kPaired>(s, m, in, d_w, ep, stride, d_y, stream);
   else
-    launch_with<T, kNT, false>(s, m, in, d_w, ep, stride, d_y, stream);
+    launch_with<T, kNT, false, kPaired>(s, m, in, d_w, ep, stride, d_y, stream);
 }
 
 // The shape was checked by qconv_few_channels_mma_supported. Column tiles: up to 4 (32 channels
@@ -347,10 +421,14 @@ template <class T, class Input>
 void launch(const QConvShape& s, const Input& in, const int8_t* d_w, const QEpilogue& ep,
             int stride, T* d_y, cudaStream_t stream) {
   const QFewMmaTiling m = qconv_few_channels_mma_tiling(s);
+  if constexpr (sizeof(T) == 1) {
+    if (m.slots == 4 && m.n_tiles <= 4)  // 2x2 windows (LeNet's conv1): tile pairs
+      return launch_channels<T, 4, true>(s, m, in, d_w, ep, stride, d_y, stream);
+  }
   if (m.n_tiles <= 4)
-    launch_channels<T, 4>(s, m, in, d_w, ep, stride, d_y, stream);
+    launch_channels<T, 4, false>(s, m, in, d_w, ep, stride, d_y, stream);
   else
-    launch_channels<T, 8>(s, m, in, d_w, ep, stride, d_y, stream);
+    launch_channels<T, 8, false>(s, m, in, d_w, ep, stride, d_y, stream);
 }
 
 }  // namespace
