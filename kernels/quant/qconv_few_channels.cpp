@@ -79,13 +79,12 @@ void mma_sizes_of_tile(const QConvShape& s, QFewMmaTiling& m) {
   // 0..10: with a stride of 9 mod 32 the three rows fall on banks 0-10, 9-19 and 18-28, distinct,
   // where a multiple of 32 (in_words = 32 there) conflicts 3 ways.
   m.row_words = t.in_words + ((41 - t.in_words % 32) % 32);
-  // One channel: pixel bytes with rows of whole words and a word to spare, so that every word
-  // (row, j) of 4 pixels is a funnel shift of the two aligned words j / 4 and j / 4 + 1.
-  m.byte_row_words = s.c == 1 ? round_up4(t.in_words) / 4 + 1 : 0;
+  // One channel: a thread stages words 4q..4q+3 of a row (funnel shifts of its pixels 4q..4q+7).
+  m.word_groups = s.c == 1 ? round_up4(t.in_words) / 4 : 0;
   // 8 bytes each: B fragments, word offsets, window slots (base word, pooled output), mult+add.
   m.smem_bytes = 8 * (int64_t(m.k_steps) * m.n_tiles * 32 + int64_t(m.k_steps) * 4 +
                       int64_t(m.m_tiles) * 16 + t.ocb) +
-                 4 * int64_t(t.in_rows) * (m.row_words + m.byte_row_words);
+                 4 * int64_t(t.in_rows) * m.row_words;
 }
 
 }  // namespace

@@ -30,9 +30,9 @@
 // Resources (ptxas -v, sm_90, CUDA 13.0): 256 threads a block; int8 outputs 62-64 registers
 // (LeNet's conv1, paired from float input: 64, no spills; some paired and 8-column-tile
 // variants spill 12 bytes at the 64-register cap); float outputs 75-80 (8 column tiles: 12
-// bytes of spills). Shared memory a block: LeNet's conv1 9296 bytes (2 KiB of B fragments, 416
-// window slots of 8 bytes, 18 input rows of 41 words and their pixel bytes); at most
-// kQFewMaxSmem (48 KiB), the tiles halved until they fit.
+// bytes of spills). Shared memory a block: LeNet's conv1 8648 bytes (2 KiB of B fragments, 416
+// window slots of 8 bytes, 18 input rows of 41 words); at most kQFewMaxSmem (48 KiB), the tiles
+// halved until they fit.
 #include <cuda_runtime.h>
 
 #include <cfloat>
@@ -176,18 +176,17 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 1 ? kMinBlocksInt8 : kM
     add_s[i] = real ? __ldg(d_add + o0 + i) : 0.f;
   }
   if constexpr (kOneChannel) {
-    // The pixels go to shared memory once, coalesced along the rows (rows of byte_row_words
-    // whole words, each of 4 pixels loaded at once); word j of a row is then the funnel shift of
-    // aligned words j / 4, j / 4 + 1.
-    unsigned* xb_s = x_s + t.in_rows * m.row_words;  // (in_rows, byte_row_words) words of bytes
-    const int bw = m.byte_row_words;
-    for (int i = int(threadIdx.x); i < t.in_rows * bw; i += kThreads)
-      xb_s[i] = in.row4(s, img, iy0 + i / bw, ix0 + 4 * (i % bw));
-    __syncthreads();
-    for (int i = int(threadIdx.x); i < t.in_rows * t.in_words; i += kThreads) {
-      const int row = i / t.in_words, j = i % t.in_words;
-      const unsigned* b = xb_s + row * m.byte_row_words + j / 4;
-      x_s[row * m.row_words + j] = __funnelshift_r(b[0], b[1], 8 * (j % 4));
+    // Words 4q..4q+3 of a row (word j: pixels j..j+3) from its pixels 4q..4q+7, loaded together
+    // as two words: funnel shifts of those, no staged bytes and no second barrier.
+    const int groups = m.word_groups;
+    for (int i = int(threadIdx.x); i < t.in_rows * groups; i += kThreads) {
+      const int row = i / groups, j0 = 4 * (i % groups);
+      const uint32_t lo = in.row4(s, img, iy0 + row, ix0 + j0);
+      const uint32_t hi = in.row4(s, img, iy0 + row, ix0 + j0 + 4);
+      unsigned* xr = x_s + row * m.row_words + j0;
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        if (j0 + k < t.in_words) xr[k] = __funnelshift_r(lo, hi, 8 * k);
     }
   } else {
     for (int i = int(threadIdx.x); i < t.in_rows * t.in_words; i += kThreads) {
