@@ -144,15 +144,15 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 1 ? kMinBlocksInt8 : kM
     };
     koff_s[i] = make_int2(offset(k), offset(k + 4));
   }
-  // Window slot i of the block (row i / 2 + 8 (i % 2) of mma tile i / 16): its conv output's
-  // word in the tile (0 for a padded slot or one outside the conv output: it reads real words,
-  // its result is dropped), and 2 * its pooled output's index in the image's (PH, PW) plane (-1
-  // outside it) + whether its conv output exists (padded pool positions never win). Once a
-  // block, so that the tiles' loop has no divisions.
+  // Entry i: row i % 16 / 2 + 8 (i % 2) of mma tile i / 16, which holds window slot i (the
+  // general loop) or slot e of window wi (paired, below): its conv output's word in the tile (0
+  // for a padded slot or one outside the conv output: it reads real words, its result is
+  // dropped), and 2 * its pooled output's index in the image's (PH, PW) plane (-1 outside it) +
+  // whether its conv output exists (padded pool positions never win). Once a block, so that the
+  // tiles' loops have no divisions.
   const int window = s.pool_kh * s.pool_kw, tile_windows = t.tph * t.tpw;
   const int slot_mask = m.slots - 1;
   for (int i = int(threadIdx.x); i < m.m_tiles * 16; i += kThreads) {
-    // Entry i is row i % 16 / 2 + 8 (i % 2) of mma tile i / 16 (see the tiles' loops).
     int wi = i >> m.slot_shift, e = i & slot_mask;
     if constexpr (kPaired) wi = 8 * (i / 32) + i % 16 / 2, e = 2 * (i / 16 % 2) + i % 2;
     int base = 0, widx = -1;
