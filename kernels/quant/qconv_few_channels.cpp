@@ -70,17 +70,21 @@ namespace {
 void mma_sizes_of_tile(const QConvShape& s, QFewMmaTiling& m) {
   const QFewTiling& t = m.few;
   m.m_tiles = ceil_div(t.tph * t.tpw * m.slots, 16);
+  // 2x2 windows: whole tile pairs (the int8 kernel takes two tiles at once, a window's 4 slots in
+  // one lane's rows of both).
+  if (m.slots == 4) m.m_tiles += m.m_tiles % 2;
   // A row stride of 9 words mod 32: a warp's A fragment load reads rows g and g + 8 of an mma
   // tile (neighbouring conv outputs of 8 pool window slots) at one kernel word each. For LeNet's
   // conv1 (2x2 windows, 4 taps a word) those are input rows 0..2 of the tile at even columns
   // 0..10: with a stride of 9 mod 32 the three rows fall on banks 0-10, 9-19 and 18-28, distinct,
   // where a multiple of 32 (in_words = 32 there) conflicts 3 ways.
   m.row_words = t.in_words + ((41 - t.in_words % 32) % 32);
-  // One channel: pixel bytes with rows of whole words and a word to spare, so that every word
-  // (row, j) of 4 pixels is a funnel shift of the two aligned words j / 4 and j / 4 + 1.
-  m.byte_row_words = s.c == 1 ? round_up4(t.in_words) / 4 + 1 : 0;
-  m.smem_bytes = 8 * (int64_t(m.k_steps) * m.n_tiles * 32 + int64_t(m.k_steps) * 4 + t.ocb) +
-                 4 * int64_t(t.in_rows) * (m.row_words + m.byte_row_words);
+  // One channel: a thread stages words 4q..4q+3 of a row (funnel shifts of its pixels 4q..4q+7).
+  m.word_groups = s.c == 1 ? round_up4(t.in_words) / 4 : 0;
+  // 8 bytes each: B fragments, word offsets, window slots (base word, pooled output), mult+add.
+  m.smem_bytes = 8 * (int64_t(m.k_steps) * m.n_tiles * 32 + int64_t(m.k_steps) * 4 +
+                      int64_t(m.m_tiles) * 16 + t.ocb) +
+                 4 * int64_t(t.in_rows) * m.row_words;
 }
 
 }  // namespace
@@ -110,8 +114,10 @@ QFewMmaTiling qconv_few_channels_mma_tiling(const QConvShape& s) {
 bool qconv_few_channels_mma_supported(const QConvShape& s) {
   if (!qconv_few_channels_supported(s) || s.pool_kh * s.pool_kw > kQFewMmaMaxWindow) return false;
   const QFewMmaTiling m = qconv_few_channels_mma_tiling(s);
+  // The kernel's window slots hold 2 * (a pooled output's index in its image) + 1 in an int.
   return m.smem_bytes <= kQFewMaxSmem &&
-         int64_t(s.n) * m.few.tiles_h * m.few.tiles_w < (int64_t{1} << 31);
+         int64_t(s.n) * m.few.tiles_h * m.few.tiles_w < (int64_t{1} << 31) &&
+         int64_t(m.few.ph) * m.few.pw < (int64_t{1} << 30);
 }
 
 void qconv_few_channels_forward_quantize(const QConvShape& s, const float* x, float inv_scale,

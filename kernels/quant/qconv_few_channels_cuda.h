@@ -32,8 +32,8 @@ struct QFewMmaTiling {
   int slots, slot_shift;  // rows a pool window takes (1, 2, 4, 8, 16) and its log2
   int m_tiles;            // 16-row mma tiles of the block's windows
   int row_words;          // the input tile's row stride in shared memory (>= in_words; see .cpp)
-  int byte_row_words;     // C == 1: the staged pixel bytes' row stride in words; else 0
-  int64_t smem_bytes;     // weight fragments, word offsets, mult and add, the input tile (+ bytes)
+  int word_groups;        // C == 1: a row's words in groups of 4 (a thread stages one); else 0
+  int64_t smem_bytes;     // weight fragments, word offsets, window slots, mult and add, input tile
 };
 QFewMmaTiling qconv_few_channels_mma_tiling(const QConvShape& s);
 

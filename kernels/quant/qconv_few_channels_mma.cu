@@ -20,10 +20,19 @@
 // of the outputs. Float outputs go through the epilogue first and keep the twin's tie rule (the
 // first maximum in row-major window order: the bits of +-0), as (value, element) pairs.
 //
-// Resources (ptxas -v, sm_90, CUDA 13.0): 256 threads a block; int8 outputs (from int8 or float
-// input) 63-64 registers, float outputs 77-79, no spills, no stack, in every variant. Shared
-// memory a block: LeNet's conv1 5968 bytes (2 KiB of B fragments, 18 input rows of 41 words and
-// their pixel bytes); at most kQFewMaxSmem (48 KiB), the tiles halved until they fit.
+// 2x2 windows with int8 outputs and up to 32 channels a block (LeNet's conv1) take tile pairs
+// instead: a warp runs mma tiles 2p and 2p + 1 together and lane (g, t)'s rows g and g + 8 of the
+// two are the 4 slots of one window, so the window's maximum takes no shuffle and each lane runs
+// the epilogue of a window of its own (the general loop runs each twice, in lanes g and g ^ 1);
+// one B fragment load feeds two mma. About half the instructions a tile (PTX, k_steps = 2: 310
+// a tile paired against 630).
+//
+// Resources (ptxas -v, sm_90, CUDA 13.0): 256 threads a block; int8 outputs 62-64 registers
+// (LeNet's conv1, paired from float input: 64, no spills; some paired and 8-column-tile
+// variants spill 12 bytes at the 64-register cap); float outputs 75-80 (8 column tiles: 12
+// bytes of spills). Shared memory a block: LeNet's conv1 8648 bytes (2 KiB of B fragments, 416
+// window slots of 8 bytes, 18 input rows of 41 words); at most kQFewMaxSmem (48 KiB), the tiles
+// halved until they fit.
 #include <cuda_runtime.h>
 
 #include <cfloat>
@@ -71,6 +80,7 @@ __device__ uint32_t weight_word(const QConvShape& s, const QFewTiling& t, const 
   const int8_t* wr = d_w + (int64_t(o) * s.kh + r) * s.kw * s.cgp;
   if constexpr (kOneChannel) {
     uint32_t word = 0;
+#pragma unroll
     for (int b = 0; b < 4; ++b)
       if (j * 4 + b < s.kw) word |= byte_at(__ldg(wr + (j * 4 + b) * s.cgp), b);
     return word;
@@ -94,7 +104,7 @@ __device__ __forceinline__ bool wins(float v, int e, float best, int best_e) {
 // channels (float). Without a pool every lane writes one word: rows g and g + 8 are two outputs,
 // and lanes t, t ^ 1 swap halves. Int8 outputs: channels OC..stride-1 written as zero; float
 // outputs: stride == OC.
-template <class T, int kNT, bool kOneChannel, class Input>
+template <class T, int kNT, bool kOneChannel, bool kPaired, class Input>
 __global__ void __launch_bounds__(kThreads, sizeof(T) == 1 ? kMinBlocksInt8 : kMinBlocksFloat)
     qconv_few_channels_mma(QConvShape s, QFewMmaTiling m, Input in, const int8_t* __restrict__ d_w,
                            const float* __restrict__ d_mult, const float* __restrict__ d_add,
@@ -103,7 +113,8 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 1 ? kMinBlocksInt8 : kM
   extern __shared__ uint4 smem[];
   uint2* w_s = reinterpret_cast<uint2*>(smem);  // (k_steps, n_tiles, 32 lanes) B fragments
   int2* koff_s = reinterpret_cast<int2*>(w_s + m.k_steps * m.n_tiles * 32);  // (k_steps, 4)
-  float* mult_s = reinterpret_cast<float*>(koff_s + m.k_steps * 4);          // (OCB)
+  int2* slot_s = koff_s + m.k_steps * 4;                                     // (m_tiles * 16)
+  float* mult_s = reinterpret_cast<float*>(slot_s + m.m_tiles * 16);         // (OCB)
   float* add_s = mult_s + t.ocb;                                             // (OCB)
   unsigned* x_s = reinterpret_cast<unsigned*>(add_s + t.ocb);                // (in_rows, row_words)
   const int tiles = t.tiles_h * t.tiles_w;
@@ -133,6 +144,31 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 1 ? kMinBlocksInt8 : kM
     };
     koff_s[i] = make_int2(offset(k), offset(k + 4));
   }
+  // Entry i: row i % 16 / 2 + 8 (i % 2) of mma tile i / 16, which holds window slot i (the
+  // general loop) or slot e of window wi (paired, below): its conv output's word in the tile (0
+  // for a padded slot or one outside the conv output: it reads real words, its result is
+  // dropped), and 2 * its pooled output's index in the image's (PH, PW) plane (-1 outside it) +
+  // whether its conv output exists (padded pool positions never win). Once a block, so that the
+  // tiles' loops have no divisions.
+  const int window = s.pool_kh * s.pool_kw, tile_windows = t.tph * t.tpw;
+  const int slot_mask = m.slots - 1;
+  for (int i = int(threadIdx.x); i < m.m_tiles * 16; i += kThreads) {
+    int wi = i >> m.slot_shift, e = i & slot_mask;
+    if constexpr (kPaired) wi = 8 * (i / 32) + i % 16 / 2, e = 2 * (i / 16 % 2) + i % 2;
+    int base = 0, widx = -1;
+    bool ok = false;
+    if (wi < tile_windows) {
+      const int py = py0 + wi / t.tpw, px = px0 + wi % t.tpw;
+      if (py < t.ph && px < t.pw) widx = py * t.pw + px;
+      if (e < window) {
+        const int cy = py * s.pool_sh - s.pool_ph + e / s.pool_kw;
+        const int cx = px * s.pool_sw - s.pool_pw + e % s.pool_kw;
+        ok = cy >= 0 && cy < t.oh && cx >= 0 && cx < t.ow;
+        if (ok) base = (cy - cy0) * s.stride_h * m.row_words + (cx - cx0) * s.stride_w;
+      }
+    }
+    slot_s[i] = make_int2(base, 2 * widx + int(ok));
+  }
   // Channels past OC: mult = add = 0, so their int8 outputs are 0 (+-0 rounds to 0).
   for (int i = int(threadIdx.x); i < t.ocb; i += kThreads) {
     const bool real = o0 + i < s.oc;
@@ -140,18 +176,17 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 1 ? kMinBlocksInt8 : kM
     add_s[i] = real ? __ldg(d_add + o0 + i) : 0.f;
   }
   if constexpr (kOneChannel) {
-    // The pixels go to shared memory once, coalesced along the rows (rows of byte_row_words
-    // whole words); word j of a row is then the funnel shift of aligned words j / 4, j / 4 + 1.
-    unsigned* xb_s = x_s + t.in_rows * m.row_words;  // (in_rows, byte_row_words) words of bytes
-    uint8_t* xb = reinterpret_cast<uint8_t*>(xb_s);
-    const int cols = 4 * m.byte_row_words;
-    for (int i = int(threadIdx.x); i < t.in_rows * cols; i += kThreads)
-      xb[i] = uint8_t(in.byte0(s, img, iy0 + i / cols, ix0 + i % cols));
-    __syncthreads();
-    for (int i = int(threadIdx.x); i < t.in_rows * t.in_words; i += kThreads) {
-      const int row = i / t.in_words, j = i % t.in_words;
-      const unsigned* b = xb_s + row * m.byte_row_words + j / 4;
-      x_s[row * m.row_words + j] = __funnelshift_r(b[0], b[1], 8 * (j % 4));
+    // Words 4q..4q+3 of a row (word j: pixels j..j+3) from its pixels 4q..4q+7, loaded together
+    // as two words: funnel shifts of those, no staged bytes and no second barrier.
+    const int groups = m.word_groups;
+    for (int i = int(threadIdx.x); i < t.in_rows * groups; i += kThreads) {
+      const int row = i / groups, j0 = 4 * (i % groups);
+      const uint32_t lo = in.row4(s, img, iy0 + row, ix0 + j0);
+      const uint32_t hi = in.row4(s, img, iy0 + row, ix0 + j0 + 4);
+      unsigned* xr = x_s + row * m.row_words + j0;
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        if (j0 + k < t.in_words) xr[k] = __funnelshift_r(lo, hi, 8 * k);
     }
   } else {
     for (int i = int(threadIdx.x); i < t.in_rows * t.in_words; i += kThreads) {
@@ -163,35 +198,82 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 1 ? kMinBlocksInt8 : kM
 
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int g = lane / 4, tq = lane % 4;
-  const int window = s.pool_kh * s.pool_kw, tile_windows = t.tph * t.tpw;
-  const int slot_mask = m.slots - 1;
-  // Pooled output wi of the block: its output offset, or -1 outside the image.
-  const auto output_of = [&](int wi) -> int64_t {
-    if (wi >= tile_windows) return -1;
-    const int py = py0 + wi / t.tpw, px = px0 + wi % t.tpw;
-    if (py >= t.ph || px >= t.pw) return -1;
-    return ((int64_t(img) * t.ph + py) * t.pw + px) * stride;
+  // Slot i's pooled output and whether its conv output exists, read after the sums (volatile:
+  // not kept in registers through them, where the 8-column-tile variants would spill).
+  const auto slot_info = [&](int i) {
+    return reinterpret_cast<const volatile int*>(slot_s + i)[1];
   };
-  for (int mt = warp; mt < m.m_tiles; mt += kWarps) {
-    // Rows g and g + 8: slots 2g and 2g + 1 of the tile. base: the conv output's word in the
-    // tile (0 for a padded slot: it reads real words, its result is dropped); ok: a conv output
-    // that exists (padded pool positions never win).
-    int base[2];
-    bool ok[2];
+  const auto output_of = [&](int i) -> int64_t {
+    const int widx = slot_info(i) >> 1;
+    return widx < 0 ? -1 : (int64_t(img) * t.ph * t.pw + widx) * stride;
+  };
+  if constexpr (kPaired) {
+    // 2x2 windows (4 slots), int8 outputs, up to 4 column tiles: a warp takes mma tiles 2p and
+    // 2p + 1 together; lane (g, t) holds rows g and g + 8 of both, which are the 4 slots of
+    // window 8p + g (entries 32p + 2g, +1 of tile 2p, +16, +17 of tile 2p + 1). The window's
+    // maximum needs no shuffle and every lane has a window of its own: half the epilogues of the
+    // general loop below, and each B fragment load feeds two mma.
+    for (int p = warp; 2 * p < m.m_tiles; p += kWarps) {
+      const int i0 = 32 * p + 2 * g;
+      const int base[4] = {slot_s[i0].x, slot_s[i0 + 1].x, slot_s[i0 + 16].x, slot_s[i0 + 17].x};
+      int acc[2][kNT][4];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int slot = 16 * mt + 2 * g + h;
-      const int wi = slot >> m.slot_shift, e = slot & slot_mask;
-      base[h] = 0;
-      ok[h] = false;
-      if (wi < tile_windows && e < window) {
-        const int py = py0 + wi / t.tpw, px = px0 + wi % t.tpw;
-        const int cy = py * s.pool_sh - s.pool_ph + e / s.pool_kw;
-        const int cx = px * s.pool_sw - s.pool_pw + e % s.pool_kw;
-        base[h] = (cy - cy0) * s.stride_h * m.row_words + (cx - cx0) * s.stride_w;
-        ok[h] = cy >= 0 && cy < t.oh && cx >= 0 && cx < t.ow;
+      for (int u = 0; u < 2; ++u)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) acc[u][nt][q] = 0;
+      for (int ks = 0; ks < m.k_steps; ++ks) {
+        const int2 ko = koff_s[ks * 4 + tq];
+        const uint32_t a0 = x_s[base[0] + ko.x], a1 = x_s[base[1] + ko.x];
+        const uint32_t a2 = x_s[base[0] + ko.y], a3 = x_s[base[1] + ko.y];
+        const uint32_t b0 = x_s[base[2] + ko.x], b1 = x_s[base[3] + ko.x];
+        const uint32_t b2 = x_s[base[2] + ko.y], b3 = x_s[base[3] + ko.y];
+        const uint2* b = w_s + ks * m.n_tiles * 32 + lane;
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+          if (nt < m.n_tiles) {
+            const uint2 bf = b[nt * 32];
+            mma_s8(acc[0][nt], a0, a1, a2, a3, bf);
+            mma_s8(acc[1][nt], b0, b1, b2, b3, bf);
+          }
       }
+      const int64_t out = output_of(i0);
+      const bool ok[4] = {(slot_info(i0) & 1) != 0, (slot_info(i0 + 1) & 1) != 0,
+                          (slot_info(i0 + 16) & 1) != 0, (slot_info(i0 + 17) & 1) != 0};
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        if (nt >= m.n_tiles) break;
+        const int oo = nt * 8 + 2 * tq;
+        const float2 mu = *reinterpret_cast<const float2*>(mult_s + oo);
+        const float2 ad = *reinterpret_cast<const float2*>(add_s + oo);
+        uint32_t half = 0;
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float mult = c ? mu.y : mu.x;
+          // The largest sum, or for mult < 0 the smallest (~ reverses the order of int32).
+          const int flip = mult < 0.f ? -1 : 0;
+          int best = INT_MIN;
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            best = max(best, ok[e] ? acc[e / 2][nt][2 * (e % 2) + c] ^ flip : INT_MIN);
+          half |= byte_at(qepilogue::value<int8_t>(best ^ flip, mult, c ? ad.y : ad.x, relu), c);
+        }
+        // Lanes t and t ^ 1 hold channels 2t, 2t + 1 of the same window: even t writes 4.
+        const uint32_t other = __shfl_xor_sync(kFullMask, half, 1);
+        const int c4 = o0 + oo;
+        if ((tq & 1) == 0 && out >= 0 && c4 < stride)
+          *reinterpret_cast<unsigned*>(d_y + out + c4) = half | other << 16;
+      }
+      if (tq == 0 && out >= 0 && blockIdx.y + 1 == gridDim.y)
+        for (int c4 = o0 + t.ocb; c4 < stride; c4 += 4)
+          *reinterpret_cast<unsigned*>(d_y + out + c4) = 0u;
     }
+  }
+  // The general loop: any window, float outputs, 8 column tiles (none of it when paired).
+  for (int mt = warp; !kPaired && mt < m.m_tiles; mt += kWarps) {
+    // Rows g and g + 8: slots 2g and 2g + 1 of the tile.
+    const int base[2] = {slot_s[16 * mt + 2 * g].x, slot_s[16 * mt + 2 * g + 1].x};
     int acc[kNT][4];
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
@@ -209,11 +291,10 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 1 ? kMinBlocksInt8 : kM
 
     if (m.slots == 1) {
       // No pool: rows g and g + 8 are outputs 2g and 2g + 1 of the tile.
-      const int wi0 = 16 * mt + 2 * g;
       if constexpr (sizeof(T) == 1) {
         // Lane t writes output 2g + t % 2's channels 4 (t / 2)..+3: it keeps its own half of that
         // word and takes the other from lane t ^ 1.
-        const int64_t out = output_of(wi0 + (tq & 1));
+        const int64_t out = output_of(16 * mt + 2 * g + (tq & 1));
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) {
           if (nt >= m.n_tiles) break;
@@ -236,7 +317,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 1 ? kMinBlocksInt8 : kM
       } else {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int64_t out = output_of(wi0 + h);
+          const int64_t out = output_of(16 * mt + 2 * g + h);
 #pragma unroll
           for (int nt = 0; nt < kNT; ++nt) {
             if (nt >= m.n_tiles) break;
@@ -255,7 +336,9 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 1 ? kMinBlocksInt8 : kM
 
     // Pooled: a window's slots are rows g, g + 8 of lanes g .. g + slots / 2 - 1 (same t).
     const int e0 = (2 * g) & slot_mask;  // the window element of row g (row g + 8: e0 + 1)
-    const int64_t out = output_of((16 * mt + 2 * g) >> m.slot_shift);
+    const int64_t out = output_of(16 * mt + 2 * g);
+    const bool ok[2] = {(slot_info(16 * mt + 2 * g) & 1) != 0,
+                        (slot_info(16 * mt + 2 * g + 1) & 1) != 0};
     const bool first = e0 == 0;  // the lanes holding a window's first slot write it
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
@@ -310,25 +393,25 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 1 ? kMinBlocksInt8 : kM
   }
 }
 
-template <class T, int kNT, bool kOneChannel, class Input>
+template <class T, int kNT, bool kOneChannel, bool kPaired, class Input>
 void launch_with(const QConvShape& s, const QFewMmaTiling& m, const Input& in, const int8_t* d_w,
                  const QEpilogue& ep, int stride, T* d_y, cudaStream_t stream) {
   const QFewTiling& t = m.few;
   const dim3 grid(unsigned(int64_t(s.n) * t.tiles_h * t.tiles_w), unsigned(t.chunks));
-  qconv_few_channels_mma<T, kNT, kOneChannel, Input>
+  qconv_few_channels_mma<T, kNT, kOneChannel, kPaired, Input>
       <<<grid, kThreads, size_t(m.smem_bytes), stream>>>(s, m, in, d_w, ep.mult, ep.add, ep.relu,
                                                          stride, d_y);
   CNN_CUDA_CHECK(cudaGetLastError());
 }
 
-template <class T, int kNT, class Input>
+template <class T, int kNT, bool kPaired, class Input>
 void launch_channels(const QConvShape& s, const QFewMmaTiling& m, const Input& in,
                      const int8_t* d_w, const QEpilogue& ep, int stride, T* d_y,
                      cudaStream_t stream) {
   if (s.c == 1)
-    launch_with<T, kNT, true>(s, m, in, d_w, ep, stride, d_y, stream);
+    launch_with<T, kNT, true, kPaired>(s, m, in, d_w, ep, stride, d_y, stream);
   else
-    launch_with<T, kNT, false>(s, m, in, d_w, ep, stride, d_y, stream);
+    launch_with<T, kNT, false, kPaired>(s, m, in, d_w, ep, stride, d_y, stream);
 }
 
 // The shape was checked by qconv_few_channels_mma_supported. Column tiles: up to 4 (32 channels
@@ -337,10 +420,14 @@ template <class T, class Input>
 void launch(const QConvShape& s, const Input& in, const int8_t* d_w, const QEpilogue& ep,
             int stride, T* d_y, cudaStream_t stream) {
   const QFewMmaTiling m = qconv_few_channels_mma_tiling(s);
+  if constexpr (sizeof(T) == 1) {
+    if (m.slots == 4 && m.n_tiles <= 4)  // 2x2 windows (LeNet's conv1): tile pairs
+      return launch_channels<T, 4, true>(s, m, in, d_w, ep, stride, d_y, stream);
+  }
   if (m.n_tiles <= 4)
-    launch_channels<T, 4>(s, m, in, d_w, ep, stride, d_y, stream);
+    launch_channels<T, 4, false>(s, m, in, d_w, ep, stride, d_y, stream);
   else
-    launch_channels<T, 8>(s, m, in, d_w, ep, stride, d_y, stream);
+    launch_channels<T, 8, false>(s, m, in, d_w, ep, stride, d_y, stream);
 }
 
 }  // namespace

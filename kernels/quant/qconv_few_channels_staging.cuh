@@ -25,6 +25,20 @@ struct Int8Nhwc {
     if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) return 0;
     return uint8_t(__ldg(x + ((int64_t(img) * s.h + iy) * s.w + ix) * s.cp));
   }
+  // With one channel: pixels ix..ix+3 of row iy as one word (byte0's bytes), the four loads
+  // issued together.
+  __device__ uint32_t row4(const QConvShape& s, int img, int iy, int ix) const {
+    if (iy < 0 || iy >= s.h) return 0;
+    const int8_t* xr = x + (int64_t(img) * s.h + iy) * s.w * s.cp;
+    uint32_t word = 0;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const int c = ix + b;
+      const bool in = c >= 0 && c < s.w;
+      word |= byte_at(in ? __ldg(xr + int64_t(in ? c : 0) * s.cp) : int8_t(0), b);
+    }
+    return word;
+  }
   __device__ uint32_t word4(const QConvShape& s, int img, int iy, int ix) const {
     // Channels C..CP-1 are zero in x's layout (and their weights are zero anyway).
     if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) return 0;
@@ -44,6 +58,23 @@ struct FloatNchw {
   __device__ uint32_t byte0(const QConvShape& s, int img, int iy, int ix) const {
     if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) return 0;
     return quantized(__ldg(x + (int64_t(img) * s.c * s.h + iy) * s.w + ix));
+  }
+  __device__ uint32_t row4(const QConvShape& s, int img, int iy, int ix) const {
+    if (iy < 0 || iy >= s.h) return 0;
+    const float* xr = x + (int64_t(img) * s.c * s.h + iy) * s.w;
+    float v[4];
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const int c = ix + b;
+      v[b] = c >= 0 && c < s.w ? __ldg(xr + c) : 0.f;
+    }
+    uint32_t word = 0;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const int c = ix + b;  // outside the image: 0, not quantized(0.f) (NaN for an inf scale)
+      if (c >= 0 && c < s.w) word |= quantized(v[b]) << (8 * b);
+    }
+    return word;
   }
   __device__ uint32_t word4(const QConvShape& s, int img, int iy, int ix) const {
     if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) return 0;
