@@ -688,9 +688,16 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
           const char* variant;
           int block_n, blocks_per_sm;  // 0: picked (conv2d_wgmma_nhwc_pick_blocks_per_sm)
         };
-        for (const NhwcRow& r :
-             {NhwcRow{"conv:nhwc-bn64-1/sm", 64, 1}, NhwcRow{"conv:nhwc-bn64-2/sm", 64, 2},
-              NhwcRow{"conv:nhwc-bn32", 32, 0}}) {
+        std::vector<NhwcRow> nhwc_rows = {{"conv:nhwc-bn64-1/sm", 64, 1},
+                                          {"conv:nhwc-bn64-2/sm", 64, 2},
+                                          {"conv:nhwc-bn32", 32, 0}};
+        // Where 32 columns are the whole GEMM (N = OC forward, C input gradient), each
+        // residency of the 32-column tile, to weigh the picker's choice.
+        if ((pass == Pass::Forward ? s.oc : s.c) <= 32) {
+          nhwc_rows.push_back({"conv:nhwc-bn32-2/sm", 32, 2});
+          nhwc_rows.push_back({"conv:nhwc-bn32-3/sm", 32, 3});
+        }
+        for (const NhwcRow& r : nhwc_rows) {
           WgmmaNhwcOptions o;
           o.block_n = r.block_n;
           o.blocks_per_sm = r.blocks_per_sm;
