@@ -6,21 +6,22 @@
 //                        (conv2d_nhwc_layout.h), outputs poisoned with NaN first.
 //   ForwardShapes        C in {1, 3, 17, 64, 130}, OC in {8, 24, 64, 200}, H, W in {7, 13, 32,
 //                        33}, batch 1 and 3, stride 1 and 2, kernels 1x1 .. 7x7 (and 3x5),
-//                        padding 0 .. 3, with and without bias / ReLU; both tile widths (64
-//                        also at two blocks an SM); small
+//                        padding 0 .. 3, with and without bias / ReLU; the three tile widths (32
+//                        also at two and three blocks an SM, 64 at two); small
 //                        integers first (exact in TF32: a mismatch is an addressing error), then
 //                        random values.
 //   BackwardDataShapes   the stride-1 input gradient on the same kinds of shapes, negative
 //                        effective padding (padding > kernel - 1) included.
-//   SplitsAndRepeat      K split 1, 2, 4, 8 across a cluster: each correct, each run twice
-//                        bitwise equal.
+//   SplitsAndRepeat      K split 1, 2, 4, 8 across a cluster (every tile width, each residency
+//                        under some split): each correct, each run twice bitwise equal.
+//   Picks                the tile width and residency rules (host code: runs without a GPU).
 //   Dispatch             Algo::WgmmaNhwc through conv2d_forward / conv2d_backward_data at TF32
 //                        (with a scratch of conv2d_*_scratch_floats, the direct call's size)
 //                        gives the direct call's bits; its weight gradient is Algo::Wgmma's.
 //   (The scratch itself, a null one refused and no allocation in a captured graph:
 //   gpu_conv_nhwc_scratch.cpp.)
 //   Refusals             FP32 (BF16 runs: gpu_conv_wgmma_nhwc_bf16.cpp), 128-column tiles at
-//                        two blocks an SM, a stride-2 input
+//                        two blocks an SM, 64-column at three, a tile width of 48, a stride-2 input
 //                        gradient, a padding the TMA box cannot express, grouped convolutions
 //                        and linear layers: one-line cnn::Error; autotune leaves the refused
 //                        variant out and still picks another.
@@ -50,6 +51,7 @@
 #include "tests/conv_test_check.h"
 #include "tests/test_util.h"
 #ifdef CNN_HAVE_CUDA
+#include "kernels/conv/conv2d_wgmma.h"
 #include "kernels/conv/conv2d_wgmma_nhwc.h"
 #endif
 
@@ -107,6 +109,19 @@ std::vector<float> run_gpu(const Tf32Problem& p, const WgmmaNhwcOptions& opt,
                                       opt);
   }
   return d_out.to_vector();
+}
+
+// The residencies each tile width compiles for (conv2d_wgmma_nhwc.cu's NhwcPlan): 32-column
+// tiles at one, two and three blocks an SM, 64-column at one and two, 128-column at one.
+int max_blocks_per_sm(int block_n) {
+  return block_n == 32 ? 3 : block_n == 64 ? 2 : 1;
+}
+
+// Under split-K every residency runs once: two blocks an SM at 2 splits, three at 4 and 8.
+int split_k_blocks_per_sm(int block_n, int splits) {
+  if (splits == 2) return std::min(2, max_blocks_per_sm(block_n));
+  if (splits >= 4) return std::min(3, max_blocks_per_sm(block_n));
+  return 1;
 }
 
 const std::vector<ConvCase>& forward_cases() {
@@ -196,8 +211,8 @@ TEST(GpuConvWgmmaNhwc, ForwardShapes) {
   for (const ConvCase& cc : forward_cases())
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Tf32Problem p = make_tf32_problem(Pass::Forward, cc, fill, test::fresh_seed());
-      for (int bn : {64, 128})
-        for (int per_sm = 1; per_sm <= (bn == 64 ? 2 : 1); ++per_sm) {
+      for (int bn : {32, 64, 128})
+        for (int per_sm = 1; per_sm <= max_blocks_per_sm(bn); ++per_sm) {
           WgmmaNhwcOptions o;
           o.block_n = bn;
           o.blocks_per_sm = per_sm;
@@ -215,8 +230,8 @@ TEST(GpuConvWgmmaNhwc, BackwardDataShapes) {
   for (const ConvCase& cc : backward_data_cases())
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Tf32Problem p = make_tf32_problem(Pass::BackwardData, cc, fill, test::fresh_seed());
-      for (int bn : {64, 128})
-        for (int per_sm = 1; per_sm <= (bn == 64 ? 2 : 1); ++per_sm) {
+      for (int bn : {32, 64, 128})
+        for (int per_sm = 1; per_sm <= max_blocks_per_sm(bn); ++per_sm) {
           WgmmaNhwcOptions o;
           o.block_n = bn;
           o.blocks_per_sm = per_sm;
@@ -237,18 +252,37 @@ TEST(GpuConvWgmmaNhwc, SplitsAndRepeat) {
   for (const auto& [pass, cc] : cases)
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Tf32Problem p = make_tf32_problem(pass, cc, fill, test::fresh_seed());
-      for (int bn : {64, 128})
+      for (int bn : {32, 64, 128})
         for (int splits : {1, 2, 4, 8}) {
           WgmmaNhwcOptions o;
           o.block_n = bn;
           o.splits = splits;
-          o.blocks_per_sm = bn == 64 && splits == 2 ? 2 : 1;  // both residencies under split-K
+          o.blocks_per_sm = split_k_blocks_per_sm(bn, splits);
           const std::vector<float> a = run_gpu(p, o), b = run_gpu(p, o);
           expect_close_tf32(p, a, describe_tiles(o));
           EXPECT_TRUE(bitwise_equal(a, b))
               << p.what << " " << describe_tiles(o) << ": not repeatable";
         }
     }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(GpuConvWgmmaNhwc, Picks) {
+#ifdef CNN_HAVE_CUDA
+  // 32 columns for a GEMM N of at most 32 (LeNet's conv2 input gradient: 32 channels of dx).
+  for (int n : {1, 8, 24, 32}) EXPECT_EQ(conv2d_wgmma_nhwc_pick_block_n(25088, n), 32) << n;
+  for (int n : {33, 64, 130, 200})
+    EXPECT_EQ(conv2d_wgmma_nhwc_pick_block_n(25088, n), conv2d_wgmma_pick_block_n(25088, n)) << n;
+  // Residency on 132 SMs: a grid of one wave keeps the deep ring; 32-column tiles go to three an
+  // SM past two waves' worth of one (a 32-channel layer at 28x28, batch 128: 784 tiles).
+  EXPECT_EQ(conv2d_wgmma_nhwc_pick_blocks_per_sm(132, 132, 32), 1);
+  EXPECT_EQ(conv2d_wgmma_nhwc_pick_blocks_per_sm(196, 132, 32), 2);
+  EXPECT_EQ(conv2d_wgmma_nhwc_pick_blocks_per_sm(784, 132, 32), 3);
+  EXPECT_EQ(conv2d_wgmma_nhwc_pick_blocks_per_sm(784, 132, 64), 2);
+  EXPECT_EQ(conv2d_wgmma_nhwc_pick_blocks_per_sm(100, 132, 64), 1);
+  EXPECT_EQ(conv2d_wgmma_nhwc_pick_blocks_per_sm(784, 132, 128), 1);
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif
@@ -350,6 +384,24 @@ TEST(GpuConvWgmmaNhwc, Refusals) {
                                   nullptr, wide_two);
       },
       "block_n 128 at two blocks an SM");
+  // Three blocks an SM only of 32-column tiles (a 64-column stage leaves a ring of two).
+  WgmmaNhwcOptions mid_three;
+  mid_three.block_n = 64;
+  mid_three.blocks_per_sm = 3;
+  expect_refused(
+      [&] {
+        conv2d_forward_wgmma_nhwc(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, nullptr,
+                                  nullptr, mid_three);
+      },
+      "block_n 64 at three blocks an SM");
+  WgmmaNhwcOptions odd_width;
+  odd_width.block_n = 48;
+  expect_refused(
+      [&] {
+        conv2d_forward_wgmma_nhwc(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, nullptr,
+                                  nullptr, odd_width);
+      },
+      "block_n 48");
   expect_refused(
       [&] {
         conv2d_backward_data(s2, d_y.data(), d_w.data(), d_x.data(), nullptr, Algo::WgmmaNhwc, ex);

@@ -676,20 +676,34 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
         }
       }
       // The TMA-im2col kernel (wgmma-nhwc) with 64-column tiles at one and at two resident
-      // blocks an SM (the `wgmma-nhwc` row takes the picked tile and residency), TF32 and BF16.
+      // blocks an SM, and with 32-column tiles at the picked residency (the `wgmma-nhwc` row
+      // takes the picked tile and residency), TF32 and BF16.
       if (wgmma_pass && (p == Precision::TF32 || p == Precision::BF16) &&
           conv2d_wgmma_nhwc_available()) {
         const size_t nhwc_floats =
             pass == Pass::Forward ? conv2d_forward_scratch_floats(s, Algo::WgmmaNhwc, ex)
                                   : conv2d_backward_data_scratch_floats(s, Algo::WgmmaNhwc, ex);
         Buffer<float> nhwc_scratch(nhwc_floats, Device::CUDA);
-        for (int per_sm : {1, 2}) {
+        struct NhwcRow {
+          const char* variant;
+          int block_n, blocks_per_sm;  // 0: picked (conv2d_wgmma_nhwc_pick_blocks_per_sm)
+        };
+        std::vector<NhwcRow> nhwc_rows = {{"conv:nhwc-bn64-1/sm", 64, 1},
+                                          {"conv:nhwc-bn64-2/sm", 64, 2},
+                                          {"conv:nhwc-bn32", 32, 0}};
+        // Where 32 columns are the whole GEMM (N = OC forward, C input gradient), each
+        // residency of the 32-column tile, to weigh the picker's choice.
+        if ((pass == Pass::Forward ? s.oc : s.c) <= 32) {
+          nhwc_rows.push_back({"conv:nhwc-bn32-2/sm", 32, 2});
+          nhwc_rows.push_back({"conv:nhwc-bn32-3/sm", 32, 3});
+        }
+        for (const NhwcRow& r : nhwc_rows) {
           WgmmaNhwcOptions o;
-          o.block_n = 64;
-          o.blocks_per_sm = per_sm;
+          o.block_n = r.block_n;
+          o.blocks_per_sm = r.blocks_per_sm;
           o.precision = p;
           Candidate c;
-          c.variant = per_sm == 1 ? "conv:nhwc-bn64-1/sm" : "conv:nhwc-bn64-2/sm";
+          c.variant = r.variant;
           c.launch = [&, o](int i) {  // measure() runs it before nhwc_scratch goes
             if (pass == Pass::Forward)
               conv2d_forward_wgmma_nhwc(s, d.f(i, a), d.f(i, b), nullptr, d.f(i, out), false,

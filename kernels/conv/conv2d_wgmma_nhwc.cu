@@ -78,16 +78,21 @@ static_assert(OperandOf<__nv_bfloat16>::kBlock * 2 == kRowBytes, "a BF16 chunk i
 // Shared-memory plan of one tile width and residency (the same bytes for both element types): the
 // stage ring, then the mbarriers full[kStages], empty[kStages]. The epilogue's partial tile
 // reuses the ring. One thread keeps the ring full, so the stages are limited by shared memory
-// only: one block an SM takes a 192 KB ring (8 stages of BN 64, 6 of BN 128); two blocks an SM
-// (BN 64 only: see run()) take half each (4 stages), so that a grid of up to 2 x 132 blocks runs in
-// one wave instead of one and a half (LeNet's conv2 forward: 196 tiles) and one block's epilogue
-// overlaps the other's main loop.
+// only: one block an SM takes a 192-200 KB ring (10 stages of BN 32, 8 of BN 64, 6 of BN 128); two
+// blocks an SM (BN 32 and 64: see run()) take half each (5 or 4 stages), so that a grid of up to
+// 2 x 132 blocks runs in one wave instead of one and a half (LeNet's conv2 forward: 196 tiles) and
+// one block's epilogue overlaps the other's main loop. Three blocks an SM (BN 32 only: a 20 KB
+// stage) take 3 stages each: narrow layers have many tiles of few k-tiles (a 32-channel 3x3 layer
+// at 28x28, batch 128: 784 tiles of 9 k-tiles), where the waves and the epilogues cost more than
+// the ring's depth.
 template <int BN, int kPerSm>
 struct NhwcPlan {
-  static_assert(kPerSm == 1 || kPerSm == 2, "one or two blocks an SM");
+  static_assert(BN == 32 || BN == 64 || BN == 128, "tile widths 32, 64 and 128");
+  static_assert(kPerSm == 1 || kPerSm == 2 || (kPerSm == 3 && BN == 32),
+                "one or two blocks an SM, three of BN 32");
   static constexpr int kBTileBytes = BN * kRowBytes;
   static constexpr int kStageBytes = kATileBytes + kBTileBytes;
-  static constexpr int kStages = (BN == 64 ? 8 : 6) / kPerSm;
+  static constexpr int kStages = (BN == 32 ? 10 : BN == 64 ? 8 : 6) / kPerSm;
   static constexpr int kEpiPitch = BN + 4;  // floats; rows stay 16-byte aligned
   static constexpr int kBarrierOffset = kStages * kStageBytes;
   static constexpr int kSmemBytes = 1024 + kBarrierOffset + 2 * kStages * 8;  // + alignment
@@ -335,6 +340,14 @@ void pack_weights(const WeightPack& wp, const float* d_w, __nv_bfloat16* d_out,
   pack_weights_bf16_cuda(wp, d_w, reinterpret_cast<uint16_t*>(d_out), stream);
 }
 
+// The main kernel of one tile width, element type and residency on tiles x splits blocks.
+template <int BN, class T, int kPerSm>
+void launch_nhwc(int64_t tiles, int splits, cudaStream_t stream, const char* name,
+                 const CUtensorMap& map_a, const CUtensorMap& map_b, const NhwcParams& p) {
+  launch_split_k_clusters(conv2d_wgmma_nhwc_kernel<BN, T, kPerSm>, tiles, splits, kThreads,
+                          NhwcPlan<BN, kPerSm>::kSmemBytes, stream, name, map_a, map_b, p);
+}
+
 // Runs conv(a, packed weights) of the GEMM view g (a: g's input, NCHW) into y, NCHW, with
 // operands of type T: the two pre-passes into the scratch, then the main kernel.
 template <class T>
@@ -345,12 +358,13 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
             "{}: algo wgmma-nhwc needs a compute capability 9.0 GPU and a build with CUDA "
             "architecture 90",
             what);
-  CNN_CHECK(opt.block_n == 0 || opt.block_n == 64 || opt.block_n == 128,
-            "{}: block_n={} (expected 0, 64 or 128)", what, opt.block_n);
+  CNN_CHECK(opt.block_n == 0 || opt.block_n == 32 || opt.block_n == 64 || opt.block_n == 128,
+            "{}: algo wgmma-nhwc block_n={} (expected 0, 32, 64 or 128)", what, opt.block_n);
   CNN_CHECK(opt.blocks_per_sm == 0 || opt.blocks_per_sm == 1 ||
-                (opt.blocks_per_sm == 2 && opt.block_n != 128),
-            "{}: algo wgmma-nhwc blocks_per_sm={} with block_n={} (expected 0 or 1, or 2 with "
-            "block_n 0 or 64)",
+                (opt.blocks_per_sm == 2 && opt.block_n != 128) ||
+                (opt.blocks_per_sm == 3 && (opt.block_n == 0 || opt.block_n == 32)),
+            "{}: algo wgmma-nhwc blocks_per_sm={} with block_n={} (expected 0 or 1, 2 with "
+            "block_n 0, 32 or 64, or 3 with block_n 0 or 32)",
             what, opt.blocks_per_sm, opt.block_n);
   const Im2colGeometry geo = im2col_geometry(g, what, OperandOf<T>::kBlock);
   const int oh = g.oh(), ow = g.ow();
@@ -369,7 +383,9 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
             "{}: algo wgmma-nhwc needs a 16-byte aligned scratch", what);
 
   const int env_bn = process_env_switches().wgmma_conv_block_n;
-  const int bn = opt.block_n ? opt.block_n : env_bn ? env_bn : conv2d_wgmma_pick_block_n(m, g.oc);
+  const int bn = opt.block_n ? opt.block_n
+                 : env_bn    ? env_bn
+                             : conv2d_wgmma_nhwc_pick_block_n(m, g.oc);
   const int splits = opt.splits > 0 ? opt.splits : pick_splits(m, g.oc, geo.ktiles, bn);
   CNN_CHECK(splits == 1 || splits == 2 || splits == 4 || splits == 8,
             "{}: splits={} (expected 1, 2, 4 or 8)", what, splits);
@@ -399,26 +415,31 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   p.lower_w = geo.lower_w;
   const int64_t tiles = ceil_div<int64_t>(m, kBM) * ceil_div<int64_t>(g.oc, bn);
   const char* name = OperandOf<T>::kBf16 ? "conv2d_wgmma_nhwc_bf16" : "conv2d_wgmma_nhwc";
-  // Two blocks an SM only with 64-column tiles: a 128-column consumer (64 accumulators per
-  // thread) does not compile within the 80 registers that two 384-thread blocks leave it.
+  // Two blocks an SM only with 32- and 64-column tiles: a 128-column consumer (64 accumulators
+  // per thread) does not compile within the 80 registers that two 384-thread blocks leave it.
+  // Three (56 registers a thread) only with 32-column tiles (16 accumulators; a 64-column stage
+  // would leave a ring of two).
   const int env_per_sm = process_env_switches().wgmma_nhwc_blocks_per_sm;
   const int per_sm = opt.blocks_per_sm ? opt.blocks_per_sm
-                     : env_per_sm      ? (bn == 64 ? env_per_sm : 1)
-                     : bn == 64 ? conv2d_wgmma_nhwc_pick_blocks_per_sm(tiles * splits, sm_count())
-                                : 1;
-  CNN_CHECK(
-      per_sm == 1 || (per_sm == 2 && bn == 64),
-      "{}: algo wgmma-nhwc blocks_per_sm={} with block_n={} (expected 1, or 2 with block_n 64)",
-      what, per_sm, bn);
-  if (bn == 64 && per_sm == 2)
-    launch_split_k_clusters(conv2d_wgmma_nhwc_kernel<64, T, 2>, tiles, splits, kThreads,
-                            NhwcPlan<64, 2>::kSmemBytes, stream, name, map_a, map_b, p);
+                     : env_per_sm
+                         ? (bn == 128 ? 1 : env_per_sm)
+                         : conv2d_wgmma_nhwc_pick_blocks_per_sm(tiles * splits, sm_count(), bn);
+  CNN_CHECK(per_sm == 1 || (per_sm == 2 && bn <= 64) || (per_sm == 3 && bn == 32),
+            "{}: algo wgmma-nhwc blocks_per_sm={} with block_n={} (expected 1, 2 with block_n 32 "
+            "or 64, or 3 with block_n 32)",
+            what, per_sm, bn);
+  if (bn == 32 && per_sm == 3)
+    launch_nhwc<32, T, 3>(tiles, splits, stream, name, map_a, map_b, p);
+  else if (bn == 32 && per_sm == 2)
+    launch_nhwc<32, T, 2>(tiles, splits, stream, name, map_a, map_b, p);
+  else if (bn == 32)
+    launch_nhwc<32, T, 1>(tiles, splits, stream, name, map_a, map_b, p);
+  else if (bn == 64 && per_sm == 2)
+    launch_nhwc<64, T, 2>(tiles, splits, stream, name, map_a, map_b, p);
   else if (bn == 64)
-    launch_split_k_clusters(conv2d_wgmma_nhwc_kernel<64, T, 1>, tiles, splits, kThreads,
-                            NhwcPlan<64, 1>::kSmemBytes, stream, name, map_a, map_b, p);
+    launch_nhwc<64, T, 1>(tiles, splits, stream, name, map_a, map_b, p);
   else
-    launch_split_k_clusters(conv2d_wgmma_nhwc_kernel<128, T, 1>, tiles, splits, kThreads,
-                            NhwcPlan<128, 1>::kSmemBytes, stream, name, map_a, map_b, p);
+    launch_nhwc<128, T, 1>(tiles, splits, stream, name, map_a, map_b, p);
 }
 
 // run() at the options' precision, on the caller's scratch. wp was packed for that precision's
@@ -434,10 +455,20 @@ void run_at_precision(const Conv2dShape& g, const WeightPack& wp, const float* d
 
 }  // namespace
 
-int conv2d_wgmma_nhwc_pick_blocks_per_sm(int64_t blocks, int sms) {
-  // Two an SM when one an SM would take more than one wave; a grid that fits one wave keeps the
-  // deeper ring.
+int conv2d_wgmma_nhwc_pick_blocks_per_sm(int64_t blocks, int sms, int block_n) {
+  // Two an SM when one an SM would take more than one wave (three with 32-column tiles when two
+  // would); a grid that fits one wave keeps the deeper ring. 128-column tiles: one.
+  if (block_n == 128) return 1;
+  if (block_n == 32 && blocks > 2 * int64_t(sms)) return 3;
   return blocks > sms ? 2 : 1;
+}
+
+int conv2d_wgmma_nhwc_pick_block_n(int64_t m, int n) {
+  // At most 32 columns: the 32-wide tile, whose wgmmas and weight boxes are half the 64-wide
+  // one's and whose 20 KB stage fits three blocks an SM (LeNet's conv2 input gradient, 32
+  // channels; ResNet's 32-channel layers). Wider: as the NCHW kernel.
+  if (n <= 32) return 32;
+  return conv2d_wgmma_pick_block_n(m, n);
 }
 
 bool conv2d_wgmma_nhwc_available() {

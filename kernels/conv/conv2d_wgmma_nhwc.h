@@ -32,10 +32,12 @@
 namespace cnn {
 
 struct WgmmaNhwcOptions {
-  int splits = 0;   // K split across a cluster: 0 picks (1..8), else 1, 2, 4 or 8
-  int block_n = 0;  // 0 picks (conv2d_wgmma_pick_block_n, CNN_WGMMA_CONV_BN), else 64 or 128
+  int splits = 0;  // K split across a cluster: 0 picks (1..8), else 1, 2, 4 or 8
+  // 0 picks (conv2d_wgmma_nhwc_pick_block_n, CNN_WGMMA_CONV_BN), else 32, 64 or 128.
+  int block_n = 0;
   // Resident blocks an SM: 0 picks (conv2d_wgmma_nhwc_pick_blocks_per_sm,
-  // CNN_WGMMA_NHWC_PER_SM), 1 (a ring of 6-8 stages) or 2 (half the ring each; block_n 64 only).
+  // CNN_WGMMA_NHWC_PER_SM), 1 (a ring of 6-10 stages), 2 (half the ring each; block_n 32 or 64)
+  // or 3 (3 stages each; block_n 32 only).
   int blocks_per_sm = 0;
   Precision precision = Precision::TF32;  // the operands: TF32 or BF16 (FP32 is refused)
 };
@@ -43,9 +45,13 @@ struct WgmmaNhwcOptions {
 // True when this build has the sm_90a kernels and the current device is compute capability 9.0.
 bool conv2d_wgmma_nhwc_available();
 
-// Blocks an SM for a grid of `blocks` (tiles x splits) on `sms` SMs: 2 when one an SM would take
-// more than one wave, else 1.
-int conv2d_wgmma_nhwc_pick_blocks_per_sm(int64_t blocks, int sms);
+// Blocks an SM for a grid of `blocks` (tiles x splits) of block_n-column tiles on `sms` SMs: 1
+// for block_n 128; else 2 when one an SM would take more than one wave, and with block_n 32, 3
+// when two would; else 1.
+int conv2d_wgmma_nhwc_pick_blocks_per_sm(int64_t blocks, int sms, int block_n);
+
+// The tile width for an M x n implicit GEMM: 32 when n <= 32, else conv2d_wgmma_pick_block_n's.
+int conv2d_wgmma_nhwc_pick_block_n(int64_t m, int n);
 
 // y (N, OC, OH, OW) = relu?(conv(x, w) + b), as conv2d_forward; b may be null. d_scratch: see above
 // (16-byte aligned, not null).

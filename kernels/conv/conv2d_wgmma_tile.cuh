@@ -20,13 +20,13 @@ constexpr int kConvTileM = 128;    // rows (output pixels) of a block tile
 constexpr int kConvThreads = 384;  // producer + 2 consumer warpgroups
 
 // Consumer warpgroup wg (1 or 2): for each of the nk stages in ring order, waits for `full`,
-// multiplies 4 wgmma.m64nBNk8 (TF32) or m64nBNk16 (BF16) into acc, keeps one stage's group in
-// flight and releases the previous stage on its `empty` barrier (lane 0 of each of the 8 consumer
-// warps arrives: init the empty barriers with 8). fence_generic: the stage was written by
-// generic-proxy copies (cp.async), so each consumer thread fences before its async-proxy wgmma
-// reads (see conv2d_wgmma.cu); TMA-written stages need no fence. kBf16: the stages hold bf16 (64 k
-// per 128-byte row) and the 4 steps are wgmma k16 BF16 instead of k8 TF32: either way a step is 32
-// bytes of the row, 2 in the descriptor.
+// multiplies 4 wgmma.m64nBNk8 (TF32) or m64nBNk16 (BF16) into acc (BN 32, 64 or 128), keeps one
+// stage's group in flight and releases the previous stage on its `empty` barrier (lane 0 of each of
+// the 8 consumer warps arrives: init the empty barriers with 8). fence_generic: the stage was
+// written by generic-proxy copies (cp.async), so each consumer thread fences before its async-proxy
+// wgmma reads (see conv2d_wgmma.cu); TMA-written stages need no fence. kBf16: the stages hold bf16
+// (64 k per 128-byte row) and the 4 steps are wgmma k16 BF16 instead of k8 TF32: either way a step
+// is 32 bytes of the row, 2 in the descriptor.
 template <int BN, int kStages, bool kBf16 = false, class Full, class Empty, class TileA,
           class TileB>
 __device__ __forceinline__ void consume_stages(float (&acc)[BN / 2], int nk, int wg,
@@ -45,10 +45,14 @@ __device__ __forceinline__ void consume_stages(float (&acc)[BN / 2], int nk, int
     for (int kk = 0; kk < 4; ++kk) {
       if constexpr (kBf16 && BN == 128)
         wgmma_m64n128k16_bf16(acc, da + 2 * kk, db + 2 * kk);
+      else if constexpr (kBf16 && BN == 32)
+        wgmma_m64n32k16_bf16(acc, da + 2 * kk, db + 2 * kk);
       else if constexpr (kBf16)
         wgmma_m64n64k16_bf16(acc, da + 2 * kk, db + 2 * kk);
       else if constexpr (BN == 128)
         wgmma_m64n128k8_tf32(acc, da + 2 * kk, db + 2 * kk);
+      else if constexpr (BN == 32)
+        wgmma_m64n32k8_tf32(acc, da + 2 * kk, db + 2 * kk);
       else
         wgmma_m64n64k8_tf32(acc, da + 2 * kk, db + 2 * kk);
     }

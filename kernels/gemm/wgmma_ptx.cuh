@@ -167,9 +167,12 @@ __device__ __forceinline__ void fence_acc(float (&d)[64]) {
 #define CNN_WGMMA_D8(i)                                                                       \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
       "+f"(d[i + 6]), "+f"(d[i + 7])
+#define CNN_WGMMA_D16 CNN_WGMMA_D8(0), CNN_WGMMA_D8(8)
 #define CNN_WGMMA_D32 CNN_WGMMA_D8(0), CNN_WGMMA_D8(8), CNN_WGMMA_D8(16), CNN_WGMMA_D8(24)
 #define CNN_WGMMA_D64 \
   CNN_WGMMA_D32, CNN_WGMMA_D8(32), CNN_WGMMA_D8(40), CNN_WGMMA_D8(48), CNN_WGMMA_D8(56)
+#define CNN_WGMMA_R16 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17"
 #define CNN_WGMMA_R32                                                                           \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
   "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33"
@@ -207,7 +210,25 @@ __device__ __forceinline__ void wgmma_m64n64k16_bf16(float (&d)[32], uint64_t de
                : CNN_WGMMA_D32
                : "l"(desc_a), "l"(desc_b));
 }
+// The 32-column ones (16 accumulators a thread), for narrow GEMMs (conv2d_wgmma_nhwc.cu's
+// 128 x 32 tiles: a convolution with 32 output channels, or 32 input channels' gradient).
+__device__ __forceinline__ void wgmma_m64n32k8_tf32(float (&d)[16], uint64_t desc_a,
+                                                    uint64_t desc_b) {
+  asm volatile("{\nwgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 " CNN_WGMMA_R16
+               ", 1, 1, 1;\n}\n"
+               : CNN_WGMMA_D16
+               : "l"(desc_a), "l"(desc_b));
+}
+__device__ __forceinline__ void wgmma_m64n32k16_bf16(float (&d)[16], uint64_t desc_a,
+                                                     uint64_t desc_b) {
+  asm volatile("{\nwgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " CNN_WGMMA_R16
+               ", 1, 1, 1, 0, 0;\n}\n"
+               : CNN_WGMMA_D16
+               : "l"(desc_a), "l"(desc_b));
+}
 #undef CNN_WGMMA_D8
+#undef CNN_WGMMA_D16
+#undef CNN_WGMMA_R16
 #undef CNN_WGMMA_D32
 #undef CNN_WGMMA_D64
 #undef CNN_WGMMA_R32
@@ -230,6 +251,10 @@ __device__ __forceinline__ float4 ld_shared_v4(uint32_t addr) {
 __device__ __forceinline__ void fence_acc(float (&d)[32]) {
 #pragma unroll
   for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+__device__ __forceinline__ void fence_acc(float (&d)[16]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // One arrival on `bar` once every cp.async this thread issued before it has landed; .noinc: the
