@@ -110,6 +110,15 @@ EnvSwitches read_env_switches() {
     else
       CNN_FAIL("CNN_WGMMA_NHWC_PER_SM='{}': expected 1, 2 or auto", s);
   }
+  if (const char* v = get("CNN_WGMMA_NHWC_BN32")) {
+    const std::string s(v);
+    if (s == "1")
+      e.wgmma_nhwc_bn32 = true;
+    else if (s == "0")
+      e.wgmma_nhwc_bn32 = false;
+    else
+      CNN_FAIL("CNN_WGMMA_NHWC_BN32='{}': expected 0 or 1", s);
+  }
   if (const char* v = get("CNN_WGMMA_WGRAD")) {
     const std::string s(v);
     if (s == "async")
@@ -236,6 +245,8 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "how the wgmma convolution gathers im2col (async: cp.async + mbarrier; waitgroup: "
        "cp.async groups; sync: loads and stores)"},
       {"CNN_WGMMA_CONV_BN", "64|128|auto", "the wgmma convolution's block tile width"},
+      {"CNN_WGMMA_NHWC_BN32", "1|0",
+       "whether the wgmma-nhwc convolution picks its 32-column tile where N <= 32"},
       {"CNN_WGMMA_NHWC_PER_SM", "1|2|auto",
        "resident blocks an SM of the wgmma-nhwc convolution (auto: 2 past one wave)"},
       {"CNN_WGMMA_WGRAD", "async|sync",

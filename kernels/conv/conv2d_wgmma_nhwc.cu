@@ -383,9 +383,11 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
             "{}: algo wgmma-nhwc needs a 16-byte aligned scratch", what);
 
   const int env_bn = process_env_switches().wgmma_conv_block_n;
-  const int bn = opt.block_n ? opt.block_n
-                 : env_bn    ? env_bn
-                             : conv2d_wgmma_nhwc_pick_block_n(m, g.oc);
+  // CNN_WGMMA_NHWC_BN32=0 leaves the 32-column tile out of the pick (for comparisons).
+  const int bn = opt.block_n                              ? opt.block_n
+                 : env_bn                                 ? env_bn
+                 : process_env_switches().wgmma_nhwc_bn32 ? conv2d_wgmma_nhwc_pick_block_n(m, g.oc)
+                                                          : conv2d_wgmma_pick_block_n(m, g.oc);
   const int splits = opt.splits > 0 ? opt.splits : pick_splits(m, g.oc, geo.ktiles, bn);
   CNN_CHECK(splits == 1 || splits == 2 || splits == 4 || splits == 8,
             "{}: splits={} (expected 1, 2, 4 or 8)", what, splits);
