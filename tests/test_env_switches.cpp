@@ -189,3 +189,23 @@ TEST(EnvSwitches, WgmmaWgradBoxRunParsesEachValue) {
     }
   }
 }
+
+// CNN_CONV_DGRAD_PHASES: strided implicit-GEMM input gradients by phases unless set to 0.
+TEST(EnvSwitches, ConvDgradPhasesOnUnlessZero) {
+  {
+    test::ScopedEnv env("CNN_CONV_DGRAD_PHASES", nullptr);
+    EXPECT_TRUE(read_env_switches().conv_dgrad_phases);
+  }
+  {
+    test::ScopedEnv env("CNN_CONV_DGRAD_PHASES", "0");
+    EXPECT_FALSE(read_env_switches().conv_dgrad_phases);
+  }
+  {
+    test::ScopedEnv env("CNN_CONV_DGRAD_PHASES", "1");
+    EXPECT_TRUE(read_env_switches().conv_dgrad_phases);
+  }
+  bool found = false;
+  for (const EnvSwitchRow& r : env_switch_table())
+    found = found || std::strcmp(r.name, "CNN_CONV_DGRAD_PHASES") == 0;
+  EXPECT_TRUE(found);
+}

@@ -16,7 +16,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
+#include "kernels/conv/conv2d_dgrad_phase.h"
 #include "kernels/conv/conv2d_igemm.h"
 #include "kernels/conv/conv2d_igemm_dgrad.h"
 #include "kernels/conv/conv2d_igemm_wgrad.h"
@@ -470,6 +472,136 @@ struct DgradProblem {
 };
 
 // ---------------------------------------------------------------------------------------------
+// One phase of a strided input gradient (kernels/conv/conv2d_dgrad_phase.h): C[m = (n, qy,
+// qx)][c] = sum over k = (oc, jy, jx) of dy[n][oc][qy + oy0 - jy][qx + ox0 - jx] *
+// w[oc][c][ky0 + sh jy][kx0 + sw jx], written to dx[n][c][py + sh qy][px + sw qx]. Every k is a
+// tap that can reach the pixel: only the image border zeroes an element, as at unit stride, and
+// the unit-stride tap table applies with (jy, jx) in place of (ky, kx).
+struct DgradPhaseProblem {
+  int M, N, K;
+  ConvGeom g;
+  int py, px;           // the phase: dx rows py + sh qy, columns px + sw qx
+  int ky0, kx0;         // its first tap
+  int ty, tx, taps;     // its taps: ty x tx
+  int oy0, ox0;         // dy row of tap jy at qy: qy + oy0 - jy (columns alike)
+  int rows, cols, qhw;  // pixels of the phase an image: rows x cols
+  FastDiv div_qhw, div_cols, div_taps, div_tx;
+  const float* dy;  // (N, OC, OH, OW)
+  const float* w;   // (OC, C, KH, KW)
+  float* dx;        // (N, C, H, W)
+
+  static constexpr bool kMFastOut = true;
+  static constexpr bool kClusterSplit = true;
+
+  // Tap table (see FwdProblem): entry k = (oc, jy, jx) -> {offset of dy[oc][ty0 - jy][tx0 - jx]
+  // from dy[0][ty0][tx0], r = jy*tx + jx}.
+  static constexpr bool kHasTable = true;
+  int table_ints;
+  __device__ __forceinline__ void build_table(int* t, int tid, int nthreads) const {
+    for (int k = tid; k < table_ints / 2; k += nthreads) {
+      int delta = 0, code = 31;
+      if (k < K) {
+        const int oc = div_taps.div(k), r = k - oc * taps;
+        const int jy = div_tx.div(r), jx = r - jy * tx;
+        delta = oc * g.ohw - jy * g.ow - jx;
+        code = r;
+      }
+      t[2 * k] = delta;
+      t[2 * k + 1] = code;
+    }
+  }
+
+  // Thread mapping: one tile row (pixel of the phase) per thread, lanes on consecutive pixels.
+  template <class C>
+  struct ALoader : MLaneLoader<C, ALoader<C>> {
+    using Base = MLaneLoader<C, ALoader<C>>;
+    using Base::tab, Base::row, Base::mask;  // table path, mask bit r: tap r reads a dy pixel
+    const DgradPhaseProblem& p;
+    int off, ty0, tx0;
+    int base = 0;  // table path: offset of dy[n][0][ty0][tx0]
+    __device__ __forceinline__ ALoader(const DgradPhaseProblem& p_, int m0, int tid,
+                                       const int* table)
+        : Base(tid, table), p(p_) {
+      const int m = m0 + row;
+      if (m < p.M) {
+        const int n = p.div_qhw.div(m), r = m - n * p.qhw;
+        const int qy = p.div_cols.div(r), qx = r - qy * p.cols;
+        ty0 = qy + p.oy0;
+        tx0 = qx + p.ox0;
+        off = n * p.g.oc * p.g.ohw;
+        if (tab) {
+          base = off + ty0 * p.g.ow + tx0;
+          int jy = 0, jx = 0;
+          for (int r2 = 0; r2 < p.taps; ++r2) {
+            if (static_cast<unsigned>(ty0 - jy) < static_cast<unsigned>(p.g.oh) &&
+                static_cast<unsigned>(tx0 - jx) < static_cast<unsigned>(p.g.ow))
+              mask |= 1u << r2;
+            if (++jx == p.tx) {
+              jx = 0;
+              ++jy;
+            }
+          }
+        }
+      } else {
+        ty0 = tx0 = kFarAway;
+        off = 0;
+      }
+    }
+    // The table path reads p.dy + base + entry offset.
+    __device__ __forceinline__ int table_base() const { return base; }
+    __device__ __forceinline__ const float* table_src() const { return p.dy; }
+    // Element k of the thread's row without the table: its address (p.dy when v is false).
+    __device__ __forceinline__ const float* source(int k, bool& v) const {
+      const int oc = p.div_taps.div(k), r = k - oc * p.taps;
+      const int jy = p.div_tx.div(r), jx = r - jy * p.tx;
+      const int oy = ty0 - jy, ox = tx0 - jx;
+      v = k < p.K && static_cast<unsigned>(oy) < static_cast<unsigned>(p.g.oh) &&
+          static_cast<unsigned>(ox) < static_cast<unsigned>(p.g.ow);
+      return v ? p.dy + (off + oc * p.g.ohw + oy * p.g.ow + ox) : p.dy;
+    }
+  };
+
+  // B[k = (oc, jy, jx)][c] = w[oc][c][ky0 + sh jy][kx0 + sw jx]: lanes along k as in
+  // DgradProblem (a phase's taps of one (oc, c) are no longer contiguous, but a k-tile's still
+  // fall within a few rows of w).
+  template <class C>
+  struct BLoader : KLaneLoader<C, C::BN, C::SB, BLoader<C>> {
+    using Base = KLaneLoader<C, C::BN, C::SB, BLoader<C>>;
+    using Base::kl, Base::kRows;
+    const DgradPhaseProblem& p;
+    int c0;
+    __device__ __forceinline__ BLoader(const DgradPhaseProblem& p_, int n0, int tid, const int*)
+        : Base(tid), p(p_) {
+      c0 = n0 + Base::xl;
+    }
+    // The thread's elements of the k-tile at k0: addresses (the base pointer where v is false).
+    __device__ __forceinline__ void sources(int k0, const float* (&src)[C::BK / 8][kRows],
+                                            bool (&v)[C::BK / 8][kRows]) const {
+#pragma unroll
+      for (int q = 0; q < C::BK / 8; ++q) {
+        const int k = k0 + kl + 8 * q;
+        const int oc = p.div_taps.div(k), r = k - oc * p.taps;
+        const int jy = p.div_tx.div(r), jx = r - jy * p.tx;
+        const int koff =
+            oc * p.g.c * p.g.khw + (p.ky0 + p.g.sh * jy) * p.g.kw + p.kx0 + p.g.sw * jx;
+#pragma unroll
+        for (int j = 0; j < kRows; ++j) {
+          const int c = c0 + j * (C::kThreads / 8);
+          v[q][j] = k < p.K && c < p.g.c;
+          src[q][j] = v[q][j] ? p.w + (koff + c * p.g.khw) : p.w;
+        }
+      }
+    }
+  };
+
+  __device__ __forceinline__ void apply(int m, int c, float v, int) const {
+    const int n = div_qhw.div(m), r = m - n * qhw;
+    const int qy = div_cols.div(r), qx = r - qy * cols;
+    dx[(n * g.c + c) * g.hw + (py + g.sh * qy) * g.w + px + g.sw * qx] = v;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
 // Weight gradient: C[oc][j = (c, ky, kx)] = sum over k = (n, oy, ox) of dy[n][oc][oy][ox] *
 // x[n][c][iy][ix]; column j = C*KH*KW (when db is wanted) multiplies by ones and yields db.
 struct WgradProblem {
@@ -701,6 +833,58 @@ bool use_dedicated_dgrad(const Conv2dShape& s, const Exec& ex, IgemmVariant vari
   return conv2d_dgrad_dedicated_supported(s, ex);
 }
 
+// Strided input gradients run by phases unless told otherwise (DgradStrided).
+bool use_dgrad_phases(const Conv2dShape& s, DgradStrided strided) {
+  if (s.stride_h == 1 && s.stride_w == 1) return false;
+  if (strided == DgradStrided::Division) return false;
+  return strided == DgradStrided::Phases || process_env_switches().conv_dgrad_phases;
+}
+
+// One implicit GEMM a phase with taps, one after the other on ex.stream (each dx element belongs
+// to exactly one phase: no atomics, the result does not depend on the order).
+void run_dgrad_phases(const Conv2dShape& s, const float* d_dy, const float* d_w, float* d_dx,
+                      const Exec& ex, Bf16Tiles tiles) {
+  const std::vector<DgradPhase> phases = dgrad_phases(s);
+  bool tapless = false;
+  for (const DgradPhase& ph : phases) tapless = tapless || (ph.pixels() > 0 && ph.taps() == 0);
+  // dx is overwritten by contract, so the pixels that no tap reaches must become zeros.
+  if (tapless && s.n > 0 && s.c > 0)
+    CNN_CUDA_CHECK(cudaMemsetAsync(
+        d_dx, 0, sizeof(float) * static_cast<std::size_t>(s.n) * s.c * s.h * s.w, ex.stream));
+  for (const DgradPhase& ph : phases) {
+    if (ph.pixels() == 0 || ph.taps() == 0) continue;
+    DgradPhaseProblem p{};
+    p.g = geom_of(s);
+    p.py = ph.py;
+    p.px = ph.px;
+    p.ky0 = ph.y.first;
+    p.kx0 = ph.x.first;
+    p.ty = ph.y.taps;
+    p.tx = ph.x.taps;
+    p.taps = ph.taps();
+    p.oy0 = ph.y.origin;
+    p.ox0 = ph.x.origin;
+    p.rows = ph.y.count;
+    p.cols = ph.x.count;
+    p.qhw = ph.pixels();
+    p.div_qhw = FastDiv(p.qhw);
+    p.div_cols = FastDiv(p.cols);
+    p.div_taps = FastDiv(p.taps);
+    p.div_tx = FastDiv(p.tx);
+    p.M = s.n * p.qhw;
+    p.N = s.c;
+    p.K = s.oc * p.taps;
+    p.dy = d_dy;
+    p.w = d_w;
+    p.dx = d_dx;
+    p.table_ints = tap_table_ints(p.K, p.taps);
+    if (p.M == 0 || p.N == 0) continue;
+    run_full_for(p, ex.precision, tiles, ex.stream, "conv2d_backward_data_igemm_phase_simt",
+                 "conv2d_backward_data_igemm_phase_tf32", "conv2d_backward_data_igemm_phase_bf16",
+                 "conv2d_backward_data_igemm_phase_bf16_packed");
+  }
+}
+
 }  // namespace
 
 void conv2d_forward_igemm_cuda(const Conv2dShape& s, const float* d_x, const float* d_w,
@@ -726,10 +910,14 @@ void conv2d_forward_igemm_cuda(const Conv2dShape& s, const float* d_x, const flo
 
 void conv2d_backward_data_igemm_cuda(const Conv2dShape& s, const float* d_dy, const float* d_w,
                                      float* d_dx, const Exec& ex, IgemmVariant variant,
-                                     Bf16Tiles tiles) {
+                                     Bf16Tiles tiles, DgradStrided strided) {
   check_int32(s, "conv2d_backward_data_igemm");
   if (use_dedicated_dgrad(s, ex, variant)) {
     conv2d_backward_data_dedicated_cuda(s, d_dy, d_w, d_dx, ex);
+    return;
+  }
+  if (use_dgrad_phases(s, strided)) {
+    run_dgrad_phases(s, d_dy, d_w, d_dx, ex, tiles);
     return;
   }
   DgradProblem p{};
