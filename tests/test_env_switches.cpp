@@ -126,6 +126,8 @@ TEST(EnvSwitches, WgmmaNhwcPerSmParsesEachValue) {
     FAIL() << "CNN_WGMMA_NHWC_PER_SM=3 accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("expected 1, 2 or auto"), std::string::npos) << e.what();
+  }
+}
 
 TEST(EnvSwitches, TableListsWgmmaWgradBoxSwitches) {
   for (const char* name : {"CNN_WGMMA_WGRAD_BOX_RUN", "CNN_WGMMA_WGRAD_BOX_X"}) {
