@@ -2,10 +2,10 @@
 // dense GEMM per phase of the input, conv2d_dgrad_phase.h) against the CPU twin and against the
 // division path (DgradStrided::Division), in every precision the generic kernel serves (FP32
 // FFMA, TF32, BF16 on float and packed tiles). Awkward shapes: strides 2, 3 and 2x1, kernels 1, 2,
-// 3, 5, 7 (and 11x11, whose phases have too many taps for the tap table, and OC*taps beyond the
-// table's 4096), padding 0..3, odd images, channels 1..64, batch 1..3, phases without taps (1x1
-// stride 2 and 3, 2x2 stride 3), ResNet's stride-2 layers at a small batch. dx is poisoned first,
-// so a pixel that no phase writes fails; two runs must agree bitwise (no atomics).
+// 3, 5, 7 (and, falling back to the division path, 11x11 at stride 2x1: 66 taps a phase, and
+// OC * taps beyond 4096), padding 0..3, odd images, channels 1..64, batch 1..3, phases without taps
+// (1x1 stride 2 and 3, 2x2 stride 3), ResNet's stride-2 layers at a small batch. dx is poisoned
+// first, so a pixel that no phase writes fails; two runs must agree bitwise (no atomics).
 //
 // Bound per element, S = the twin on |dy|, |w|: |got - ref| <= (e + (k + 8) 2^-23) S, where e is
 // the relative error of one product of rounded operands (FP32: 0; TF32, cvt.rna to 11 bits:
@@ -71,8 +71,9 @@ std::vector<Conv2dShape> strided_cases() {
       shape(1, 2, 13, 13, 3, 2, 2, 3, 3, 3, 0),     // 2x2 stride 3: tapless phases, pad 3
       shape(3, 64, 13, 13, 17, 3, 3, 2, 2, 1, 1),   // C = 64: the wide tile
       shape(1, 17, 29, 28, 64, 5, 5, 2, 2, 2, 2),   // OC = 64
-      shape(1, 3, 13, 13, 5, 11, 11, 2, 1, 5, 5),   // 66 taps a phase: no tap table
-      shape(1, 3, 13, 13, 300, 7, 7, 2, 2, 3, 3),   // K = 300 * 16: past the table's 4096
+      shape(1, 3, 13, 13, 5, 11, 11, 2, 1, 5, 5),   // 66 taps a phase: division path
+      shape(1, 3, 13, 13, 300, 7, 7, 2, 2, 3, 3),   // K = 300 * 16 > 4096: division path
+      shape(1, 3, 13, 13, 255, 7, 7, 2, 2, 3, 3),   // K = 255 * 16 = 4080: the largest table
       shape(4, 32, 28, 28, 64, 3, 3, 2, 2, 1, 1),   // ResNet conv 32 -> 64, 28 -> 14
       shape(4, 64, 14, 14, 128, 3, 3, 2, 2, 1, 1),  // ResNet conv 64 -> 128, 14 -> 7
       shape(4, 32, 28, 28, 64, 1, 1, 2, 2, 0, 0),   // ResNet shortcut

@@ -480,11 +480,11 @@ struct DgradProblem {
 struct DgradPhaseProblem {
   int M, N, K;
   ConvGeom g;
-  int py, px;           // the phase: dx rows py + sh qy, columns px + sw qx
-  int ky0, kx0;         // its first tap
-  int ty, tx, taps;     // its taps: ty x tx
-  int oy0, ox0;         // dy row of tap jy at qy: qy + oy0 - jy (columns alike)
-  int rows, cols, qhw;  // pixels of the phase an image: rows x cols
+  int py, px;     // the phase: dx rows py + sh qy, columns px + sw qx
+  int ky0, kx0;   // its first tap
+  int tx, taps;   // its taps: taps / tx rows of tx
+  int oy0, ox0;   // dy row of tap jy at qy: qy + oy0 - jy (columns alike)
+  int cols, qhw;  // pixels of the phase an image: qhw / cols rows of cols
   FastDiv div_qhw, div_cols, div_taps, div_tx;
   const float* dy;  // (N, OC, OH, OW)
   const float* w;   // (OC, C, KH, KW)
@@ -493,71 +493,78 @@ struct DgradPhaseProblem {
   static constexpr bool kMFastOut = true;
   static constexpr bool kClusterSplit = true;
 
-  // Tap table (see FwdProblem): entry k = (oc, jy, jx) -> {offset of dy[oc][ty0 - jy][tx0 - jx]
-  // from dy[0][ty0][tx0], r = jy*tx + jx}.
+  // Tap table (see FwdProblem) of kp = table_ints / 3 entries: entry k = (oc, jy, jx) -> {offset
+  // of dy[oc][ty0 - jy][tx0 - jx] from dy[0][ty0][tx0], r = jy*tx + jx}, then kp ints: the offset
+  // of w[oc][0][ky0 + sh jy][kx0 + sw jx] (-1 past K), so that the weight loader needs no divisions
+  // either (with them the packed BF16 wide tile spilled). The table is required: the launcher takes
+  // the division path (DgradProblem) for a shape whose phase table would not fit.
   static constexpr bool kHasTable = true;
   int table_ints;
   __device__ __forceinline__ void build_table(int* t, int tid, int nthreads) const {
-    for (int k = tid; k < table_ints / 2; k += nthreads) {
-      int delta = 0, code = 31;
+    const int kp = table_ints / 3;
+    for (int k = tid; k < kp; k += nthreads) {
+      int delta = 0, code = 31, woff = -1;
       if (k < K) {
         const int oc = div_taps.div(k), r = k - oc * taps;
         const int jy = div_tx.div(r), jx = r - jy * tx;
         delta = oc * g.ohw - jy * g.ow - jx;
         code = r;
+        woff = weight_offset(oc, jy, jx);
       }
       t[2 * k] = delta;
       t[2 * k + 1] = code;
+      t[2 * kp + k] = woff;
     }
   }
+  // Offset of w[oc][0][ky0 + sh jy][kx0 + sw jx].
+  __device__ __forceinline__ int weight_offset(int oc, int jy, int jx) const {
+    return oc * g.c * g.khw + (ky0 + g.sh * jy) * g.kw + kx0 + g.sw * jx;
+  }
 
-  // Thread mapping: one tile row (pixel of the phase) per thread, lanes on consecutive pixels.
+  // Thread mapping: one tile row (pixel of the phase) per thread, lanes on consecutive pixels;
+  // k = tid / BM + (T / BM) q. Always through the tap table (the launcher builds one for every
+  // phase it runs), so there is no division fallback to carry (it cost the packed BF16 wide tile
+  // a spill).
   template <class C>
-  struct ALoader : MLaneLoader<C, ALoader<C>> {
-    using Base = MLaneLoader<C, ALoader<C>>;
-    using Base::tab, Base::row, Base::mask;  // table path, mask bit r: tap r reads a dy pixel
-    const DgradPhaseProblem& p;
-    int off, ty0, tx0;
-    int base = 0;  // table path: offset of dy[n][0][ty0][tx0]
-    __device__ __forceinline__ ALoader(const DgradPhaseProblem& p_, int m0, int tid,
+  struct ALoader {
+    static constexpr int kStep = C::kThreads / C::BM;
+    const int2* tab;
+    const float* dy;
+    int row, kq;
+    unsigned mask = 0;  // bit r: tap r of the phase reads a dy pixel
+    int base = 0;       // offset of dy[n][0][qy + oy0][qx + ox0]
+    __device__ __forceinline__ ALoader(const DgradPhaseProblem& p, int m0, int tid,
                                        const int* table)
-        : Base(tid, table), p(p_) {
+        : tab(reinterpret_cast<const int2*>(table)), dy(p.dy), row(tid % C::BM), kq(tid / C::BM) {
       const int m = m0 + row;
-      if (m < p.M) {
-        const int n = p.div_qhw.div(m), r = m - n * p.qhw;
-        const int qy = p.div_cols.div(r), qx = r - qy * p.cols;
-        ty0 = qy + p.oy0;
-        tx0 = qx + p.ox0;
-        off = n * p.g.oc * p.g.ohw;
-        if (tab) {
-          base = off + ty0 * p.g.ow + tx0;
-          int jy = 0, jx = 0;
-          for (int r2 = 0; r2 < p.taps; ++r2) {
-            if (static_cast<unsigned>(ty0 - jy) < static_cast<unsigned>(p.g.oh) &&
-                static_cast<unsigned>(tx0 - jx) < static_cast<unsigned>(p.g.ow))
-              mask |= 1u << r2;
-            if (++jx == p.tx) {
-              jx = 0;
-              ++jy;
-            }
-          }
+      if (m >= p.M) return;  // mask 0: every element is zero
+      const int n = p.div_qhw.div(m), r = m - n * p.qhw;
+      const int qy = p.div_cols.div(r), qx = r - qy * p.cols;
+      const int ty0 = qy + p.oy0, tx0 = qx + p.ox0;
+      base = n * p.g.oc * p.g.ohw + ty0 * p.g.ow + tx0;
+      int jy = 0, jx = 0;
+      for (int r2 = 0; r2 < p.taps; ++r2) {
+        if (static_cast<unsigned>(ty0 - jy) < static_cast<unsigned>(p.g.oh) &&
+            static_cast<unsigned>(tx0 - jx) < static_cast<unsigned>(p.g.ow))
+          mask |= 1u << r2;
+        if (++jx == p.tx) {
+          jx = 0;
+          ++jy;
         }
-      } else {
-        ty0 = tx0 = kFarAway;
-        off = 0;
       }
     }
-    // The table path reads p.dy + base + entry offset.
-    __device__ __forceinline__ int table_base() const { return base; }
-    __device__ __forceinline__ const float* table_src() const { return p.dy; }
-    // Element k of the thread's row without the table: its address (p.dy when v is false).
-    __device__ __forceinline__ const float* source(int k, bool& v) const {
-      const int oc = p.div_taps.div(k), r = k - oc * p.taps;
-      const int jy = p.div_tx.div(r), jx = r - jy * p.tx;
-      const int oy = ty0 - jy, ox = tx0 - jx;
-      v = k < p.K && static_cast<unsigned>(oy) < static_cast<unsigned>(p.g.oh) &&
-          static_cast<unsigned>(ox) < static_cast<unsigned>(p.g.ow);
-      return v ? p.dy + (off + oc * p.g.ohw + oy * p.g.ow + ox) : p.dy;
+    __device__ __forceinline__ void load(float* s, int k0) const {
+      gather_by_table<C>(tab, k0, kq, row, mask, base, dy, s);
+    }
+    // Packed BF16 tiles: the same elements through registers (element q: k = kq + q T/BM).
+    struct Regs {
+      float v[C::BK / kStep];
+    };
+    __device__ __forceinline__ void fetch(Regs& rg, int k0) const {
+      fetch_by_table<C>(tab, k0, kq, mask, base, dy, rg.v);
+    }
+    __device__ __forceinline__ void store(uint32_t* s, const Regs& rg) const {
+      igemm::store_mlane<C::SA, C::BK / kStep, kStep>(s, kq, row, rg.v);
     }
   };
 
@@ -569,26 +576,30 @@ struct DgradPhaseProblem {
     using Base = KLaneLoader<C, C::BN, C::SB, BLoader<C>>;
     using Base::kl, Base::kRows;
     const DgradPhaseProblem& p;
-    int c0;
-    __device__ __forceinline__ BLoader(const DgradPhaseProblem& p_, int n0, int tid, const int*)
+    const int* woffs;  // the table's weight offsets by k (-1 past K)
+    const float* wc;   // w[0][c0]
+    int live;          // the thread's columns c0 + j T/8 below C: j < live
+    __device__ __forceinline__ BLoader(const DgradPhaseProblem& p_, int n0, int tid,
+                                       const int* table)
         : Base(tid), p(p_) {
-      c0 = n0 + Base::xl;
+      woffs = table + 2 * (p.table_ints / 3);
+      const int c0 = n0 + Base::xl;
+      constexpr int kStep = C::kThreads / 8;
+      live = c0 < p.g.c ? (p.g.c - c0 + kStep - 1) / kStep : 0;
+      wc = p.w + (c0 < p.g.c ? c0 * p.g.khw : 0);
     }
     // The thread's elements of the k-tile at k0: addresses (the base pointer where v is false).
+    // The table covers K rounded up to 32, so every k of a k-tile has an entry.
     __device__ __forceinline__ void sources(int k0, const float* (&src)[C::BK / 8][kRows],
                                             bool (&v)[C::BK / 8][kRows]) const {
+      constexpr int kStep = C::kThreads / 8;
 #pragma unroll
       for (int q = 0; q < C::BK / 8; ++q) {
-        const int k = k0 + kl + 8 * q;
-        const int oc = p.div_taps.div(k), r = k - oc * p.taps;
-        const int jy = p.div_tx.div(r), jx = r - jy * p.tx;
-        const int koff =
-            oc * p.g.c * p.g.khw + (p.ky0 + p.g.sh * jy) * p.g.kw + p.kx0 + p.g.sw * jx;
+        const int koff = woffs[k0 + kl + 8 * q];
 #pragma unroll
         for (int j = 0; j < kRows; ++j) {
-          const int c = c0 + j * (C::kThreads / 8);
-          v[q][j] = k < p.K && c < p.g.c;
-          src[q][j] = v[q][j] ? p.w + (koff + c * p.g.khw) : p.w;
+          v[q][j] = koff >= 0 && j < live;
+          src[q][j] = v[q][j] ? wc + (koff + j * kStep * p.g.khw) : p.w;
         }
       }
     }
@@ -833,11 +844,21 @@ bool use_dedicated_dgrad(const Conv2dShape& s, const Exec& ex, IgemmVariant vari
   return conv2d_dgrad_dedicated_supported(s, ex);
 }
 
-// Strided input gradients run by phases unless told otherwise (DgradStrided).
+// Ints of a phase's table (DgradPhaseProblem::build_table: tap entries, then weight offsets); 0
+// where it would not fit (more than 31 taps, OC * taps above 4096).
+int phase_table_ints(int K, int taps) {
+  return tap_table_ints(K, taps) / 2 * 3;
+}
+
+// Strided input gradients run by phases unless told otherwise (DgradStrided) or a phase's table
+// would not fit (the phase problem has no gather without it).
 bool use_dgrad_phases(const Conv2dShape& s, DgradStrided strided) {
   if (s.stride_h == 1 && s.stride_w == 1) return false;
   if (strided == DgradStrided::Division) return false;
-  return strided == DgradStrided::Phases || process_env_switches().conv_dgrad_phases;
+  if (strided == DgradStrided::Auto && !process_env_switches().conv_dgrad_phases) return false;
+  for (const DgradPhase& ph : dgrad_phases(s))
+    if (ph.taps() > 0 && phase_table_ints(s.oc * ph.taps(), ph.taps()) == 0) return false;
+  return true;
 }
 
 // One implicit GEMM a phase with taps, one after the other on ex.stream (each dx element belongs
@@ -859,12 +880,10 @@ void run_dgrad_phases(const Conv2dShape& s, const float* d_dy, const float* d_w,
     p.px = ph.px;
     p.ky0 = ph.y.first;
     p.kx0 = ph.x.first;
-    p.ty = ph.y.taps;
     p.tx = ph.x.taps;
     p.taps = ph.taps();
     p.oy0 = ph.y.origin;
     p.ox0 = ph.x.origin;
-    p.rows = ph.y.count;
     p.cols = ph.x.count;
     p.qhw = ph.pixels();
     p.div_qhw = FastDiv(p.qhw);
@@ -877,7 +896,7 @@ void run_dgrad_phases(const Conv2dShape& s, const float* d_dy, const float* d_w,
     p.dy = d_dy;
     p.w = d_w;
     p.dx = d_dx;
-    p.table_ints = tap_table_ints(p.K, p.taps);
+    p.table_ints = phase_table_ints(p.K, p.taps);
     if (p.M == 0 || p.N == 0) continue;
     run_full_for(p, ex.precision, tiles, ex.stream, "conv2d_backward_data_igemm_phase_simt",
                  "conv2d_backward_data_igemm_phase_tf32", "conv2d_backward_data_igemm_phase_bf16",

@@ -51,7 +51,9 @@ enum class IgemmVariant { Auto, Generic, Dedicated };
 //   Phases:   one dense implicit GEMM per phase (py, px) of the input (conv2d_dgrad_phase.h):
 //             stride_h * stride_w launches, each over only the taps that reach its pixels
 //             (K = OC * its taps); the pixels of a phase no tap reaches (e.g. 3 of 4 of a 1x1
-//             stride-2 kernel's) are zeroed by a memset of dx first;
+//             stride-2 kernel's) are zeroed by a memset of dx first. A shape with a phase of
+//             more than 31 taps or OC * taps above 4096 (its tap table would not fit) runs
+//             Division;
 //   Division: one implicit GEMM over every (pixel, tap) pair, those that are no output position
 //             predicated to zero after two divisions (all but 1 in stride_h * stride_w of them);
 //             kept to measure and bisect against.
