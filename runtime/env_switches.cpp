@@ -158,6 +158,7 @@ EnvSwitches read_env_switches() {
       CNN_FAIL("CNN_WGMMA_WGRAD_BOX_X='{}': expected direct or copies", s);
   }
   e.conv_generic = off_unless_set("CNN_CONV_GENERIC");
+  e.conv_dgrad_phases = on_unless_zero("CNN_CONV_DGRAD_PHASES");
   if (const char* v = get("CNN_BF16_SMEM")) {
     const std::string s(v);
     if (s == "bf16")
@@ -264,6 +265,8 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "whether the wgmma conv weight gradient's TMA boxes read x itself for the tap class that "
        "needs no copy (stride 1, W a multiple of 4), or a copy of x for every class"},
       {"CNN_CONV_GENERIC", "1", "implicit-GEMM conv gradients on the generic main loop"},
+      {"CNN_CONV_DGRAD_PHASES", "0",
+       "strided implicit-GEMM input gradients by division (every tap) instead of by phases"},
       {"CNN_BF16_SMEM", "bf16|f32",
        "BF16 implicit-GEMM convs: operand tiles in shared memory as bf16 pairs (default) or "
        "floats"},

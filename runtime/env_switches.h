@@ -71,6 +71,9 @@ struct EnvSwitches {
   // column shift 0) reads x itself, or a copy of x as the other classes do (to bisect).
   bool wgmma_wgrad_box_direct = true;
   bool conv_generic = false;  // CNN_CONV_GENERIC=1: generic implicit-GEMM conv gradients
+  // CNN_CONV_DGRAD_PHASES=0: the implicit-GEMM input gradient takes a stride above 1 by its
+  // division path (every (pixel, tap) pair, most predicated zeros) instead of one GEMM a phase.
+  bool conv_dgrad_phases = true;
   // CNN_BF16_SMEM=bf16 (default) | f32: the BF16 implicit-GEMM convs keep their operand tiles as
   // packed bf16 pairs in shared memory (filled through registers), or as floats (cp.async).
   bool bf16_smem_packed = true;

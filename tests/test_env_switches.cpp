@@ -126,82 +126,102 @@ TEST(EnvSwitches, WgmmaNhwcPerSmParsesEachValue) {
     FAIL() << "CNN_WGMMA_NHWC_PER_SM=3 accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("expected 1, 2 or auto"), std::string::npos) << e.what();
+  }
+}
 
-    TEST(EnvSwitches, TableListsWgmmaWgradBoxSwitches) {
-      for (const char* name : {"CNN_WGMMA_WGRAD_BOX_RUN", "CNN_WGMMA_WGRAD_BOX_X"}) {
-        bool found = false;
-        for (const EnvSwitchRow& r : env_switch_table())
-          found = found || std::strcmp(r.name, name) == 0;
-        EXPECT_TRUE(found) << name;
-      }
-    }
+TEST(EnvSwitches, TableListsWgmmaWgradBoxSwitches) {
+  for (const char* name : {"CNN_WGMMA_WGRAD_BOX_RUN", "CNN_WGMMA_WGRAD_BOX_X"}) {
+    bool found = false;
+    for (const EnvSwitchRow& r : env_switch_table())
+      found = found || std::strcmp(r.name, name) == 0;
+    EXPECT_TRUE(found) << name;
+  }
+}
 
-    // CNN_WGMMA_WGRAD_BOX_X: the direct tap class reads x itself unless set to copies.
-    TEST(EnvSwitches, WgmmaWgradBoxXParsesEachValue) {
-      {
-        test::ScopedEnv env("CNN_WGMMA_WGRAD_BOX_X", nullptr);
-        EXPECT_TRUE(read_env_switches().wgmma_wgrad_box_direct);
-      }
-      {
-        test::ScopedEnv env("CNN_WGMMA_WGRAD_BOX_X", "direct");
-        EXPECT_TRUE(read_env_switches().wgmma_wgrad_box_direct);
-      }
-      {
-        test::ScopedEnv env("CNN_WGMMA_WGRAD_BOX_X", "copies");
-        EXPECT_FALSE(read_env_switches().wgmma_wgrad_box_direct);
-      }
-      test::ScopedEnv env("CNN_WGMMA_WGRAD_BOX_X", "x");
-      try {
-        read_env_switches();
-        FAIL() << "CNN_WGMMA_WGRAD_BOX_X=x accepted";
-      } catch (const Error& e) {
-        const std::string msg = e.what();
-        EXPECT_NE(msg.find("CNN_WGMMA_WGRAD_BOX_X='x': expected direct or copies"),
-                  std::string::npos)
-            << msg;
-      }
-    }
+// CNN_WGMMA_WGRAD_BOX_X: the direct tap class reads x itself unless set to copies.
+TEST(EnvSwitches, WgmmaWgradBoxXParsesEachValue) {
+  {
+    test::ScopedEnv env("CNN_WGMMA_WGRAD_BOX_X", nullptr);
+    EXPECT_TRUE(read_env_switches().wgmma_wgrad_box_direct);
+  }
+  {
+    test::ScopedEnv env("CNN_WGMMA_WGRAD_BOX_X", "direct");
+    EXPECT_TRUE(read_env_switches().wgmma_wgrad_box_direct);
+  }
+  {
+    test::ScopedEnv env("CNN_WGMMA_WGRAD_BOX_X", "copies");
+    EXPECT_FALSE(read_env_switches().wgmma_wgrad_box_direct);
+  }
+  test::ScopedEnv env("CNN_WGMMA_WGRAD_BOX_X", "x");
+  try {
+    read_env_switches();
+    FAIL() << "CNN_WGMMA_WGRAD_BOX_X=x accepted";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("CNN_WGMMA_WGRAD_BOX_X='x': expected direct or copies"), std::string::npos)
+        << msg;
+  }
+}
 
-    // CNN_WGMMA_WGRAD_BOX_RUN: the channels a piece of the boxed B holds, auto (0) unless set.
-    TEST(EnvSwitches, WgmmaWgradBoxRunParsesEachValue) {
-      {
-        test::ScopedEnv env("CNN_WGMMA_WGRAD_BOX_RUN", nullptr);
-        EXPECT_EQ(read_env_switches().wgmma_wgrad_box_run, 0);
-      }
-      const struct {
-        const char* value;
-        int want;
-      } values[] = {{"auto", 0}, {"8", 8}, {"16", 16}, {"32", 32}, {"64", 64}, {"128", 128}};
-      for (const auto& v : values) {
-        test::ScopedEnv env("CNN_WGMMA_WGRAD_BOX_RUN", v.value);
-        EXPECT_EQ(read_env_switches().wgmma_wgrad_box_run, v.want) << v.value;
-      }
-      for (const char* bad : {"24", "256", "0", "eight"}) {
-        test::ScopedEnv env("CNN_WGMMA_WGRAD_BOX_RUN", bad);
-        try {
-          read_env_switches();
-          ADD_FAILURE() << "CNN_WGMMA_WGRAD_BOX_RUN=" << bad << " accepted";
-        } catch (const Error& e) {
-          const std::string msg = e.what();
-          EXPECT_NE(msg.find(std::string("CNN_WGMMA_WGRAD_BOX_RUN='") + bad + "'"),
-                    std::string::npos)
-              << msg;
-          EXPECT_NE(msg.find("8, 16, 32, 64, 128 or auto"), std::string::npos) << msg;
-          EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-        }
-      }
+// CNN_WGMMA_WGRAD_BOX_RUN: the channels a piece of the boxed B holds, auto (0) unless set.
+TEST(EnvSwitches, WgmmaWgradBoxRunParsesEachValue) {
+  {
+    test::ScopedEnv env("CNN_WGMMA_WGRAD_BOX_RUN", nullptr);
+    EXPECT_EQ(read_env_switches().wgmma_wgrad_box_run, 0);
+  }
+  const struct {
+    const char* value;
+    int want;
+  } values[] = {{"auto", 0}, {"8", 8}, {"16", 16}, {"32", 32}, {"64", 64}, {"128", 128}};
+  for (const auto& v : values) {
+    test::ScopedEnv env("CNN_WGMMA_WGRAD_BOX_RUN", v.value);
+    EXPECT_EQ(read_env_switches().wgmma_wgrad_box_run, v.want) << v.value;
+  }
+  for (const char* bad : {"24", "256", "0", "eight"}) {
+    test::ScopedEnv env("CNN_WGMMA_WGRAD_BOX_RUN", bad);
+    try {
+      read_env_switches();
+      ADD_FAILURE() << "CNN_WGMMA_WGRAD_BOX_RUN=" << bad << " accepted";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(std::string("CNN_WGMMA_WGRAD_BOX_RUN='") + bad + "'"), std::string::npos)
+          << msg;
+      EXPECT_NE(msg.find("8, 16, 32, 64, 128 or auto"), std::string::npos) << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
     }
+  }
+}
 
-    // CNN_WGMMA_NHWC_BN32: on unless set to 0.
-    TEST(EnvSwitches, WgmmaNhwcBn32ParsesEachValue) {
-      {
-        test::ScopedEnv env("CNN_WGMMA_NHWC_BN32", nullptr);
-        EXPECT_TRUE(read_env_switches().wgmma_nhwc_bn32);
-      }
-      {
-        test::ScopedEnv env("CNN_WGMMA_NHWC_BN32", "0");
-        EXPECT_FALSE(read_env_switches().wgmma_nhwc_bn32);
-      }
-      test::ScopedEnv env("CNN_WGMMA_NHWC_BN32", "yes");
-      EXPECT_THROW(read_env_switches(), Error);
-    }
+// CNN_CONV_DGRAD_PHASES: strided implicit-GEMM input gradients by phases unless set to 0.
+TEST(EnvSwitches, ConvDgradPhasesOnUnlessZero) {
+  {
+    test::ScopedEnv env("CNN_CONV_DGRAD_PHASES", nullptr);
+    EXPECT_TRUE(read_env_switches().conv_dgrad_phases);
+  }
+  {
+    test::ScopedEnv env("CNN_CONV_DGRAD_PHASES", "0");
+    EXPECT_FALSE(read_env_switches().conv_dgrad_phases);
+  }
+  {
+    test::ScopedEnv env("CNN_CONV_DGRAD_PHASES", "1");
+    EXPECT_TRUE(read_env_switches().conv_dgrad_phases);
+  }
+  bool found = false;
+  for (const EnvSwitchRow& r : env_switch_table())
+    found = found || std::strcmp(r.name, "CNN_CONV_DGRAD_PHASES") == 0;
+  EXPECT_TRUE(found);
+}
+
+// CNN_WGMMA_NHWC_BN32: on unless set to 0.
+TEST(EnvSwitches, WgmmaNhwcBn32ParsesEachValue) {
+  {
+    test::ScopedEnv env("CNN_WGMMA_NHWC_BN32", nullptr);
+    EXPECT_TRUE(read_env_switches().wgmma_nhwc_bn32);
+  }
+  {
+    test::ScopedEnv env("CNN_WGMMA_NHWC_BN32", "0");
+    EXPECT_FALSE(read_env_switches().wgmma_nhwc_bn32);
+  }
+  test::ScopedEnv env("CNN_WGMMA_NHWC_BN32", "yes");
+  EXPECT_THROW(read_env_switches(), Error);
+}

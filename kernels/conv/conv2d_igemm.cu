@@ -16,7 +16,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
+#include "kernels/conv/conv2d_dgrad_phase.h"
 #include "kernels/conv/conv2d_igemm.h"
 #include "kernels/conv/conv2d_igemm_dgrad.h"
 #include "kernels/conv/conv2d_igemm_wgrad.h"
@@ -470,6 +472,147 @@ struct DgradProblem {
 };
 
 // ---------------------------------------------------------------------------------------------
+// One phase of a strided input gradient (kernels/conv/conv2d_dgrad_phase.h): C[m = (n, qy,
+// qx)][c] = sum over k = (oc, jy, jx) of dy[n][oc][qy + oy0 - jy][qx + ox0 - jx] *
+// w[oc][c][ky0 + sh jy][kx0 + sw jx], written to dx[n][c][py + sh qy][px + sw qx]. Every k is a
+// tap that can reach the pixel: only the image border zeroes an element, as at unit stride, and
+// the unit-stride tap table applies with (jy, jx) in place of (ky, kx).
+struct DgradPhaseProblem {
+  int M, N, K;
+  ConvGeom g;
+  int py, px;     // the phase: dx rows py + sh qy, columns px + sw qx
+  int ky0, kx0;   // its first tap
+  int tx, taps;   // its taps: taps / tx rows of tx
+  int oy0, ox0;   // dy row of tap jy at qy: qy + oy0 - jy (columns alike)
+  int cols, qhw;  // pixels of the phase an image: qhw / cols rows of cols
+  FastDiv div_qhw, div_cols, div_taps, div_tx;
+  const float* dy;  // (N, OC, OH, OW)
+  const float* w;   // (OC, C, KH, KW)
+  float* dx;        // (N, C, H, W)
+
+  static constexpr bool kMFastOut = true;
+  static constexpr bool kClusterSplit = true;
+
+  // Tap table (see FwdProblem) of kp = table_ints / 3 entries: entry k = (oc, jy, jx) -> {offset
+  // of dy[oc][ty0 - jy][tx0 - jx] from dy[0][ty0][tx0], r = jy*tx + jx}, then kp ints: the offset
+  // of w[oc][0][ky0 + sh jy][kx0 + sw jx] (-1 past K), so that the weight loader needs no divisions
+  // either (with them the packed BF16 wide tile spilled). The table is required: the launcher takes
+  // the division path (DgradProblem) for a shape whose phase table would not fit.
+  static constexpr bool kHasTable = true;
+  int table_ints;
+  __device__ __forceinline__ void build_table(int* t, int tid, int nthreads) const {
+    const int kp = table_ints / 3;
+    for (int k = tid; k < kp; k += nthreads) {
+      int delta = 0, code = 31, woff = -1;
+      if (k < K) {
+        const int oc = div_taps.div(k), r = k - oc * taps;
+        const int jy = div_tx.div(r), jx = r - jy * tx;
+        delta = oc * g.ohw - jy * g.ow - jx;
+        code = r;
+        woff = weight_offset(oc, jy, jx);
+      }
+      t[2 * k] = delta;
+      t[2 * k + 1] = code;
+      t[2 * kp + k] = woff;
+    }
+  }
+  // Offset of w[oc][0][ky0 + sh jy][kx0 + sw jx].
+  __device__ __forceinline__ int weight_offset(int oc, int jy, int jx) const {
+    return oc * g.c * g.khw + (ky0 + g.sh * jy) * g.kw + kx0 + g.sw * jx;
+  }
+
+  // Thread mapping: one tile row (pixel of the phase) per thread, lanes on consecutive pixels;
+  // k = tid / BM + (T / BM) q. Always through the tap table (the launcher builds one for every
+  // phase it runs), so there is no division fallback to carry (it cost the packed BF16 wide tile
+  // a spill).
+  template <class C>
+  struct ALoader {
+    static constexpr int kStep = C::kThreads / C::BM;
+    const int2* tab;
+    const float* dy;
+    int row, kq;
+    unsigned mask = 0;  // bit r: tap r of the phase reads a dy pixel
+    int base = 0;       // offset of dy[n][0][qy + oy0][qx + ox0]
+    __device__ __forceinline__ ALoader(const DgradPhaseProblem& p, int m0, int tid,
+                                       const int* table)
+        : tab(reinterpret_cast<const int2*>(table)), dy(p.dy), row(tid % C::BM), kq(tid / C::BM) {
+      const int m = m0 + row;
+      if (m >= p.M) return;  // mask 0: every element is zero
+      const int n = p.div_qhw.div(m), r = m - n * p.qhw;
+      const int qy = p.div_cols.div(r), qx = r - qy * p.cols;
+      const int ty0 = qy + p.oy0, tx0 = qx + p.ox0;
+      base = n * p.g.oc * p.g.ohw + ty0 * p.g.ow + tx0;
+      int jy = 0, jx = 0;
+      for (int r2 = 0; r2 < p.taps; ++r2) {
+        if (static_cast<unsigned>(ty0 - jy) < static_cast<unsigned>(p.g.oh) &&
+            static_cast<unsigned>(tx0 - jx) < static_cast<unsigned>(p.g.ow))
+          mask |= 1u << r2;
+        if (++jx == p.tx) {
+          jx = 0;
+          ++jy;
+        }
+      }
+    }
+    __device__ __forceinline__ void load(float* s, int k0) const {
+      gather_by_table<C>(tab, k0, kq, row, mask, base, dy, s);
+    }
+    // Packed BF16 tiles: the same elements through registers (element q: k = kq + q T/BM).
+    struct Regs {
+      float v[C::BK / kStep];
+    };
+    __device__ __forceinline__ void fetch(Regs& rg, int k0) const {
+      fetch_by_table<C>(tab, k0, kq, mask, base, dy, rg.v);
+    }
+    __device__ __forceinline__ void store(uint32_t* s, const Regs& rg) const {
+      igemm::store_mlane<C::SA, C::BK / kStep, kStep>(s, kq, row, rg.v);
+    }
+  };
+
+  // B[k = (oc, jy, jx)][c] = w[oc][c][ky0 + sh jy][kx0 + sw jx]: lanes along k as in
+  // DgradProblem (a phase's taps of one (oc, c) are no longer contiguous, but a k-tile's still
+  // fall within a few rows of w).
+  template <class C>
+  struct BLoader : KLaneLoader<C, C::BN, C::SB, BLoader<C>> {
+    using Base = KLaneLoader<C, C::BN, C::SB, BLoader<C>>;
+    using Base::kl, Base::kRows;
+    const DgradPhaseProblem& p;
+    const int* woffs;  // the table's weight offsets by k (-1 past K)
+    const float* wc;   // w[0][c0]
+    int live;          // the thread's columns c0 + j T/8 below C: j < live
+    __device__ __forceinline__ BLoader(const DgradPhaseProblem& p_, int n0, int tid,
+                                       const int* table)
+        : Base(tid), p(p_) {
+      woffs = table + 2 * (p.table_ints / 3);
+      const int c0 = n0 + Base::xl;
+      constexpr int kStep = C::kThreads / 8;
+      live = c0 < p.g.c ? (p.g.c - c0 + kStep - 1) / kStep : 0;
+      wc = p.w + (c0 < p.g.c ? c0 * p.g.khw : 0);
+    }
+    // The thread's elements of the k-tile at k0: addresses (the base pointer where v is false).
+    // The table covers K rounded up to 32, so every k of a k-tile has an entry.
+    __device__ __forceinline__ void sources(int k0, const float* (&src)[C::BK / 8][kRows],
+                                            bool (&v)[C::BK / 8][kRows]) const {
+      constexpr int kStep = C::kThreads / 8;
+#pragma unroll
+      for (int q = 0; q < C::BK / 8; ++q) {
+        const int koff = woffs[k0 + kl + 8 * q];
+#pragma unroll
+        for (int j = 0; j < kRows; ++j) {
+          v[q][j] = koff >= 0 && j < live;
+          src[q][j] = v[q][j] ? wc + (koff + j * kStep * p.g.khw) : p.w;
+        }
+      }
+    }
+  };
+
+  __device__ __forceinline__ void apply(int m, int c, float v, int) const {
+    const int n = div_qhw.div(m), r = m - n * qhw;
+    const int qy = div_cols.div(r), qx = r - qy * cols;
+    dx[(n * g.c + c) * g.hw + (py + g.sh * qy) * g.w + px + g.sw * qx] = v;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
 // Weight gradient: C[oc][j = (c, ky, kx)] = sum over k = (n, oy, ox) of dy[n][oc][oy][ox] *
 // x[n][c][iy][ix]; column j = C*KH*KW (when db is wanted) multiplies by ones and yields db.
 struct WgradProblem {
@@ -701,6 +844,66 @@ bool use_dedicated_dgrad(const Conv2dShape& s, const Exec& ex, IgemmVariant vari
   return conv2d_dgrad_dedicated_supported(s, ex);
 }
 
+// Ints of a phase's table (DgradPhaseProblem::build_table: tap entries, then weight offsets); 0
+// where it would not fit (more than 31 taps, OC * taps above 4096).
+int phase_table_ints(int K, int taps) {
+  return tap_table_ints(K, taps) / 2 * 3;
+}
+
+// Strided input gradients run by phases unless told otherwise (DgradStrided) or a phase's table
+// would not fit (the phase problem has no gather without it).
+bool use_dgrad_phases(const Conv2dShape& s, DgradStrided strided) {
+  if (s.stride_h == 1 && s.stride_w == 1) return false;
+  if (strided == DgradStrided::Division) return false;
+  if (strided == DgradStrided::Auto && !process_env_switches().conv_dgrad_phases) return false;
+  for (const DgradPhase& ph : dgrad_phases(s))
+    if (ph.taps() > 0 && phase_table_ints(s.oc * ph.taps(), ph.taps()) == 0) return false;
+  return true;
+}
+
+// One implicit GEMM a phase with taps, one after the other on ex.stream (each dx element belongs
+// to exactly one phase: no atomics, the result does not depend on the order).
+void run_dgrad_phases(const Conv2dShape& s, const float* d_dy, const float* d_w, float* d_dx,
+                      const Exec& ex, Bf16Tiles tiles) {
+  const std::vector<DgradPhase> phases = dgrad_phases(s);
+  bool tapless = false;
+  for (const DgradPhase& ph : phases) tapless = tapless || (ph.pixels() > 0 && ph.taps() == 0);
+  // dx is overwritten by contract, so the pixels that no tap reaches must become zeros.
+  if (tapless && s.n > 0 && s.c > 0)
+    CNN_CUDA_CHECK(cudaMemsetAsync(
+        d_dx, 0, sizeof(float) * static_cast<std::size_t>(s.n) * s.c * s.h * s.w, ex.stream));
+  for (const DgradPhase& ph : phases) {
+    if (ph.pixels() == 0 || ph.taps() == 0) continue;
+    DgradPhaseProblem p{};
+    p.g = geom_of(s);
+    p.py = ph.py;
+    p.px = ph.px;
+    p.ky0 = ph.y.first;
+    p.kx0 = ph.x.first;
+    p.tx = ph.x.taps;
+    p.taps = ph.taps();
+    p.oy0 = ph.y.origin;
+    p.ox0 = ph.x.origin;
+    p.cols = ph.x.count;
+    p.qhw = ph.pixels();
+    p.div_qhw = FastDiv(p.qhw);
+    p.div_cols = FastDiv(p.cols);
+    p.div_taps = FastDiv(p.taps);
+    p.div_tx = FastDiv(p.tx);
+    p.M = s.n * p.qhw;
+    p.N = s.c;
+    p.K = s.oc * p.taps;
+    p.dy = d_dy;
+    p.w = d_w;
+    p.dx = d_dx;
+    p.table_ints = phase_table_ints(p.K, p.taps);
+    if (p.M == 0 || p.N == 0) continue;
+    run_full_for(p, ex.precision, tiles, ex.stream, "conv2d_backward_data_igemm_phase_simt",
+                 "conv2d_backward_data_igemm_phase_tf32", "conv2d_backward_data_igemm_phase_bf16",
+                 "conv2d_backward_data_igemm_phase_bf16_packed");
+  }
+}
+
 }  // namespace
 
 void conv2d_forward_igemm_cuda(const Conv2dShape& s, const float* d_x, const float* d_w,
@@ -726,10 +929,14 @@ void conv2d_forward_igemm_cuda(const Conv2dShape& s, const float* d_x, const flo
 
 void conv2d_backward_data_igemm_cuda(const Conv2dShape& s, const float* d_dy, const float* d_w,
                                      float* d_dx, const Exec& ex, IgemmVariant variant,
-                                     Bf16Tiles tiles) {
+                                     Bf16Tiles tiles, DgradStrided strided) {
   check_int32(s, "conv2d_backward_data_igemm");
   if (use_dedicated_dgrad(s, ex, variant)) {
     conv2d_backward_data_dedicated_cuda(s, d_dy, d_w, d_dx, ex);
+    return;
+  }
+  if (use_dgrad_phases(s, strided)) {
+    run_dgrad_phases(s, d_dy, d_w, d_dx, ex, tiles);
     return;
   }
   DgradProblem p{};

@@ -5,7 +5,8 @@
 // ex.precision == Precision::TF32, TF32 tensor cores (mma.sync m16n8k8, FP32 accumulation), or
 // with Precision::BF16, BF16 tensor cores (mma.sync m16n8k16, FP32 accumulation).
 //   forward:         M = N*OH*OW, N = OC, K = C*KH*KW; bias + ReLU fused in the epilogue.
-//   backward_data:   M = N*H*W,   N = C,  K = OC*KH*KW (any stride).
+//   backward_data:   M = N*H*W,   N = C,  K = OC*KH*KW (any stride); a stride above 1 runs one
+//                    such GEMM per phase of the input (DgradStrided below).
 //   backward_weight: M = OC, N = C*KH*KW (+1 column of ones that yields db), K = N*OH*OW,
 //                    split over K across blocks; partial tiles atomicAdd-ed into dw/db, or, with
 //                    ex.deterministic, written to scratch and summed in a fixed order.
@@ -45,10 +46,24 @@ void conv2d_forward_igemm_cuda(const Conv2dShape& s, const float* d_x, const flo
 //              other shapes run Generic.
 enum class IgemmVariant { Auto, Generic, Dedicated };
 
+// How the generic input gradient (every precision) takes a stride above 1:
+//   Auto:     Phases unless CNN_CONV_DGRAD_PHASES=0 (runtime/env_switches.h);
+//   Phases:   one dense implicit GEMM per phase (py, px) of the input (conv2d_dgrad_phase.h):
+//             stride_h * stride_w launches, each over only the taps that reach its pixels
+//             (K = OC * its taps); the pixels of a phase no tap reaches (e.g. 3 of 4 of a 1x1
+//             stride-2 kernel's) are zeroed by a memset of dx first. A shape with a phase of
+//             more than 31 taps or OC * taps above 4096 (its tap table would not fit) runs
+//             Division;
+//   Division: one implicit GEMM over every (pixel, tap) pair, those that are no output position
+//             predicated to zero after two divisions (all but 1 in stride_h * stride_w of them);
+//             kept to measure and bisect against.
+enum class DgradStrided { Auto, Phases, Division };
+
 void conv2d_backward_data_igemm_cuda(const Conv2dShape& s, const float* d_dy, const float* d_w,
                                      float* d_dx, const Exec& ex,
                                      IgemmVariant variant = IgemmVariant::Auto,
-                                     Bf16Tiles tiles = Bf16Tiles::Auto);
+                                     Bf16Tiles tiles = Bf16Tiles::Auto,
+                                     DgradStrided strided = DgradStrided::Auto);
 
 // Floats of scratch conv2d_backward_weight_igemm_cuda needs: 0 unless ex.deterministic. Depends
 // on the shape only (the split of K is a fixed chunk of output positions); enough for either
