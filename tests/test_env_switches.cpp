@@ -126,6 +126,8 @@ TEST(EnvSwitches, WgmmaNhwcPerSmParsesEachValue) {
     FAIL() << "CNN_WGMMA_NHWC_PER_SM=3 accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("expected 1, 2 or auto"), std::string::npos) << e.what();
+  }
+}
 
 TEST(EnvSwitches, TableListsWgmmaWgradBoxSwitches) {
   for (const char* name : {"CNN_WGMMA_WGRAD_BOX_RUN", "CNN_WGMMA_WGRAD_BOX_X"}) {
@@ -188,4 +190,27 @@ TEST(EnvSwitches, WgmmaWgradBoxRunParsesEachValue) {
       EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
     }
   }
+}
+
+// CNN_INT8_FUSE_CLASSIFIER: the int8 classifier fused into the linear layer before it unless "0".
+TEST(EnvSwitches, Int8FuseClassifierOnUnlessZero) {
+  {
+    test::ScopedEnv env("CNN_INT8_FUSE_CLASSIFIER", nullptr);
+    EXPECT_TRUE(read_env_switches().int8_fuse_classifier);
+  }
+  {
+    test::ScopedEnv env("CNN_INT8_FUSE_CLASSIFIER", "0");
+    EXPECT_FALSE(read_env_switches().int8_fuse_classifier);
+  }
+  {
+    test::ScopedEnv env("CNN_INT8_FUSE_CLASSIFIER", "1");
+    EXPECT_TRUE(read_env_switches().int8_fuse_classifier);
+  }
+}
+
+TEST(EnvSwitches, TableListsInt8FuseClassifier) {
+  bool found = false;
+  for (const EnvSwitchRow& r : env_switch_table())
+    found = found || std::strcmp(r.name, "CNN_INT8_FUSE_CLASSIFIER") == 0;
+  EXPECT_TRUE(found);
 }
