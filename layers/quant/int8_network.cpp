@@ -242,7 +242,9 @@ Int8Network::Int8Network(const QuantizedModel& m, int max_batch, const Exec& ex,
   if (fuse_classifier && count >= 2 && m.stages[count - 1].input == int(count) - 2) {
     const Stage& a = stages_[count - 2];
     const Stage& b = stages_[count - 1];
-    if (!a.is_add && !a.is_avgpool && a.specialized && !a.w_igemm.empty() &&
+    // (Not a first stage that quantizes the input itself: a few-channel kernel, never the tile.)
+    const bool reads_float = count == 2 && fuse_input_quantization_;
+    if (!a.is_add && !a.is_avgpool && a.specialized && !a.w_igemm.empty() && !reads_float &&
         qconv_classifier_fusable(a.shape, b.shape)) {
       classifier_acc_ =
           Buffer<int32_t>(size_t(qconv_classifier_acc_size(max_batch, classes_)), ex.device);
