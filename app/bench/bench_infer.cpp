@@ -583,10 +583,11 @@ std::vector<InferRow> bench_infer(const BenchContext& ctx, const NetDesc& net,
       if (q.fuses_classifier(max_batch)) {
         Int8Network unfused(qm, max_batch, ex, tc, /*fuse_classifier=*/false);
         std::vector<float> a(size_t(max_batch) * size_t(q.num_classes())), b(a.size());
-        raw_copy(a.data(), Device::CPU, q.forward(max_batch, x.data()), Device::CUDA,
-                 a.size() * sizeof(float));
-        raw_copy(b.data(), Device::CPU, unfused.forward(max_batch, x.data()), Device::CUDA,
-                 b.size() * sizeof(float));
+        const float* fused_logits = q.forward(max_batch, x.data());
+        const float* unfused_logits = unfused.forward(max_batch, x.data());
+        CNN_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+        raw_copy(a.data(), Device::CPU, fused_logits, Device::CUDA, a.size() * sizeof(float));
+        raw_copy(b.data(), Device::CPU, unfused_logits, Device::CUDA, b.size() * sizeof(float));
         if (std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0) {
           for (int bt : batches)
             rows.push_back(failed(
