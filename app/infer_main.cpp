@@ -159,7 +159,8 @@ LoadedModel load_model(const InferOptions& o, const Exec& ex) {
     m.meta = read_quantized_meta(ckpt_path);
     m.cfg = embedded_config(ckpt_path, m.meta);
     const QuantizedModel qm = load_quantized(ckpt_path, m.cfg.model.layers, m.meta.input_chw);
-    m.qnet = std::make_unique<Int8Network>(qm, o.batch, ex, !process_env_switches().int8_direct);
+    m.qnet = std::make_unique<Int8Network>(qm, o.batch, ex, !process_env_switches().int8_direct,
+                                           process_env_switches().int8_fuse_classifier);
     m.description = fmt::format("int8 ({} calibration)", qm.method);
   } else if (int8) {
     CNN_CHECK(o.calibrate > 0,
@@ -174,7 +175,8 @@ LoadedModel load_model(const InferOptions& o, const Exec& ex) {
         calibration_images(fp.cfg, fp.meta, o.calibrate, o.data_dir, &count);
     const QuantizedModel qm = quantize_network(fp.folded, fp.meta.input_chw, calib.data(), count,
                                                parse_calibration_method(o.method), ex);
-    m.qnet = std::make_unique<Int8Network>(qm, o.batch, ex, !process_env_switches().int8_direct);
+    m.qnet = std::make_unique<Int8Network>(qm, o.batch, ex, !process_env_switches().int8_direct,
+                                           process_env_switches().int8_fuse_classifier);
     m.description = fmt::format("int8 ({} calibration on {} images)", qm.method, count);
   } else {
     const Fp32Model fp = load_fp32_model(ckpt_path);

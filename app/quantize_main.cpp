@@ -81,7 +81,8 @@ int quantize(const std::string& ckpt_arg, int calibrate, const std::string& meth
     Network net(fp.folded.specs, fp.meta.input_chw, nopt, ex);
     net.params_from_host(fp.folded.params);
     net.buffers_from_host(fp.folded.buffers);
-    Int8Network qnet(qm, kBatch, ex, !process_env_switches().int8_direct);
+    Int8Network qnet(qm, kBatch, ex, !process_env_switches().int8_direct,
+                     process_env_switches().int8_fuse_classifier);
     const int64_t image = shape_numel(fp.meta.input_chw);
     Buffer<float> d_x(size_t(kBatch) * size_t(image), ex.device);
     auto run = [&](auto& model) {

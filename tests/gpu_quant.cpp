@@ -10,6 +10,7 @@
 #include "kernels/quant/qavgpool.h"
 #include "kernels/quant/qconv.h"
 #include "kernels/quant/qconv_few_channels.h"
+#include "kernels/quant/qconv_fused_classifier.h"
 #include "kernels/quant/quantize.h"
 #include "layers/fold_batchnorm.h"
 #include "layers/network.h"
@@ -17,6 +18,9 @@
 #include "layers/quant/quant_model.h"
 #include "runtime/memory.h"
 #include "tests/test_util.h"
+#ifdef CNN_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
 
 namespace cnn {
 namespace {
@@ -256,6 +260,140 @@ TEST(GpuQuant, LinearFewColumnKernelsMatchCpuTwinBitForBit) {
         check_qconv(linear_shape(m, c, 1, 1, n), seed + k, k % 2 == 1, {{QConvKernel::LinearDp4a}});
         ++k;
       }
+}
+
+// The classifier fused into the linear layer before it (qconv_fused_classifier.h) on s1 and a
+// classifier of oc2 outputs: for each forced tile and split, two calls in a row (the scratch must
+// be left zero by the first) and a CUDA graph of one call replayed twice, the layer's int8
+// outputs and the logits against the CPU twin (the two layers one after the other) bit for bit.
+void check_fused_classifier(const QConvShape& s1, int oc2, uint64_t seed, bool relu1, bool relu2,
+                            const std::vector<Forced>& forced) {
+  SCOPED_TRACE(::testing::Message()
+               << "seed " << seed << " rows=" << s1.n << " k=" << s1.c << " cols=" << s1.oc
+               << " classes=" << oc2 << " relu " << relu1 << "/" << relu2);
+  const QConvShape s2 = linear_shape(s1.n, s1.oc, 1, 1, oc2);
+  ASSERT_TRUE(qconv_classifier_fusable(s1, s2));
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> d(-127, 127);
+  std::vector<int8_t> x(size_t(s1.n) * s1.cp), w1(size_t(s1.oc) * s1.cgp), w2(size_t(oc2) * s2.cgp);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = int(i % size_t(s1.cp)) < s1.c ? int8_t(d(rng)) : 0;
+  for (size_t i = 0; i < w1.size(); ++i)
+    w1[i] = int(i % size_t(s1.cgp)) < s1.c ? int8_t(d(rng)) : 0;
+  for (size_t i = 0; i < w2.size(); ++i)
+    w2[i] = int(i % size_t(s2.cgp)) < s2.c ? int8_t(d(rng)) : 0;
+  // Multipliers that spread the layer's outputs over the int8 range (some saturate, some are 0
+  // after ReLU), and negative ones for a few classes.
+  std::uniform_real_distribution<float> m(2e-4f, 2e-3f), a(-20.f, 20.f);
+  std::vector<float> mult1, add1, mult2, add2;
+  for (int o = 0; o < s1.oc; ++o)
+    mult1.push_back(m(rng) * 1024.f / float(s1.c)), add1.push_back(a(rng));
+  for (int o = 0; o < oc2; ++o)
+    mult2.push_back(o % 3 == 2 ? -m(rng) : m(rng)), add2.push_back(a(rng));
+  std::vector<int8_t> ref1(size_t(s1.n) * s1.ocp);
+  std::vector<float> ref2(size_t(s1.n) * oc2);
+  QClassifierFusion cpu;
+  cpu.shape = s2, cpu.w = w2.data(), cpu.ep = QEpilogue{mult2.data(), add2.data(), relu2};
+  cpu.y = ref2.data();
+  qconv_linear_classifier_forward(s1, x.data(), w1.data(), nullptr,
+                                  QEpilogue{mult1.data(), add1.data(), relu1}, ref1.data(), cpu,
+                                  Exec{});
+
+  Exec ex;
+  ex.device = Device::CUDA;
+  std::vector<int8_t> packed(size_t(qconv_igemm_weight_size(s1)));
+  qconv_pack_igemm_weights(s1, w1.data(), packed.data());
+  Buffer<int8_t> d_x = upload(x), d_w1 = upload(w1), d_packed = upload(packed), d_w2 = upload(w2);
+  Buffer<float> d_m1 = upload(mult1), d_a1 = upload(add1), d_m2 = upload(mult2),
+                d_a2 = upload(add2);
+  Buffer<int32_t> acc(size_t(qconv_classifier_acc_size(s1.n, oc2)), Device::CUDA);
+  Buffer<uint32_t> arrivals(size_t(qconv_classifier_arrivals_size(s1.n)), Device::CUDA);
+  acc.zero();
+  arrivals.zero();
+  Buffer<int8_t> d_y1(ref1.size(), Device::CUDA);
+  Buffer<float> d_y2(ref2.size(), Device::CUDA);
+  QClassifierFusion cls;
+  cls.shape = s2, cls.w = d_w2.data(), cls.ep = QEpilogue{d_m2.data(), d_a2.data(), relu2};
+  cls.acc = acc.data(), cls.arrivals = arrivals.data(), cls.y = d_y2.data();
+  const QEpilogue ep1{d_m1.data(), d_a1.data(), relu1};
+  const auto poison = [&] {
+    d_y1.copy_from(std::vector<int8_t>(ref1.size(), int8_t(99)).data(), Device::CPU, ref1.size());
+    test::poison_device(d_y2.data(), d_y2.size());
+  };
+  const auto compare = [&](const std::string& what) {
+    const std::vector<int8_t> got1 = download(d_y1);
+    const std::vector<float> got2 = download(d_y2);
+    size_t bad = 0;
+    for (size_t i = 0; i < ref1.size(); ++i) bad += got1[i] != ref1[i];
+    EXPECT_EQ(bad, 0u) << what << ": the layer's int8 outputs differ from the CPU twin";
+    bad = 0;
+    for (size_t i = 0; i < ref2.size(); ++i)
+      bad += std::memcmp(&got2[i], &ref2[i], sizeof(float)) != 0;
+    EXPECT_EQ(bad, 0u) << what << ": the logits differ from the CPU twin, of " << ref2.size();
+    EXPECT_EQ(download(acc), std::vector<int32_t>(acc.size(), 0)) << what << ": sums left behind";
+    EXPECT_EQ(download(arrivals), std::vector<uint32_t>(arrivals.size(), 0u))
+        << what << ": arrivals left behind";
+  };
+  std::vector<Forced> paths = {{QConvKernel::TensorCores, 0, QIgemmTile::Auto}};
+  paths.insert(paths.end(), forced.begin(), forced.end());
+  for (const Forced& f : paths) {
+    const std::string what =
+        std::string("tile ") + qigemm_tile_name(f.tile) + " splits " + std::to_string(f.splits);
+    for (int call = 0; call < 2; ++call) {
+      poison();
+      qconv_linear_classifier_forward(s1, d_x.data(), d_w1.data(), d_packed.data(), ep1,
+                                      d_y1.data(), cls, ex, f.tile, f.splits);
+      compare(what + " call " + std::to_string(call + 1));
+    }
+  }
+#ifdef CNN_HAVE_CUDA
+  // Captured once, replayed twice (what Int8Network's callers do).
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  Exec gex = ex;
+  gex.stream = stream;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  qconv_linear_classifier_forward(s1, d_x.data(), d_w1.data(), d_packed.data(), ep1, d_y1.data(),
+                                  cls, gex);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int replay = 0; replay < 2; ++replay) {
+    poison();
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    compare("graph replay " + std::to_string(replay + 1));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+#endif
+}
+
+// The fused classifier on awkward shapes: rows 1, 3, 17, 64, 100, 256, 300 (partial row tiles,
+// several row tiles), the layer's K 16, 52, 3136, 4100 (16-byte and 4-byte loads, fewer k-tiles
+// than splits), its columns 10, 64, 100, 1024 (partial column tiles, int8 padding columns the
+// classifier's weights cover as zeros), classes 1, 10, 16; every linear tile forced whole and
+// split 2, 4 and 8 ways; ReLU on and off on both. Shapes whose CPU twin would take long are left
+// out; LeNet's fc1 + fc2 at batch 256 last.
+TEST(GpuQuant, FusedClassifierMatchesCpuTwinBitForBit) {
+  CNN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  std::vector<Forced> tiles;
+  for (QIgemmTile t :
+       {QIgemmTile::Linear64x64, QIgemmTile::Linear64x128, QIgemmTile::Linear128x128})
+    for (int splits : {1, 2, 4, 8}) tiles.push_back({QConvKernel::TensorCores, splits, t});
+  const int classes[] = {1, 10, 16};
+  uint64_t k = 0;
+  for (int m : {1, 3, 17, 64, 100, 256, 300})
+    for (int cols : {10, 64, 100, 1024})
+      for (int c : {16, 52, 3136, 4100}) {
+        const QConvShape s1 = linear_shape(m, c, 1, 1, cols);
+        if (double(m) * cols * s1.cp > 1.5e8) continue;  // CPU twin time
+        check_fused_classifier(s1, classes[k % 3], seed + k, k % 2 == 0, k % 4 == 3, tiles);
+        ++k;
+      }
+  check_fused_classifier(linear_shape(256, 64, 7, 7, 1024), 10, seed + k, true, false, tiles);
 }
 
 // The few-channel kernels on s (the dp4a one, and the tensor-core one where it takes the shape;
@@ -502,8 +640,11 @@ TEST(GpuQuant, ResidualAddMatchesCpuTwinBitForBit) {
 constexpr QConvKernel kFewTc = QConvKernel::FewChannelsTensorCores, kDirect = QConvKernel::Direct,
                       kTc = QConvKernel::TensorCores, kLinear = QConvKernel::LinearDp4a;
 
+// fuses: whether the GPU network runs its classifier inside the stage before it at batch 257
+// (never at 1 and 5, where that stage runs the linear dp4a kernel); a third GPU network with the
+// fusion off must give the same bits.
 void check_network(const std::vector<LayerSpec>& specs, const Shape& input,
-                   const std::vector<QConvKernel>& kernels, uint64_t seed) {
+                   const std::vector<QConvKernel>& kernels, uint64_t seed, bool fuses = false) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   NetworkOptions o;
   o.max_batch = 1;
@@ -519,6 +660,13 @@ void check_network(const std::vector<LayerSpec>& specs, const Shape& input,
   Exec ex;
   ex.device = Device::CUDA;
   Int8Network gpu_tc(m, 257, ex), gpu_direct(m, 257, ex, /*tensor_cores=*/false);
+  Int8Network gpu_unfused(m, 257, ex, /*tensor_cores=*/true, /*fuse_classifier=*/false);
+  EXPECT_EQ(gpu_tc.fuses_classifier(257), fuses);
+  EXPECT_FALSE(gpu_tc.fuses_classifier(1));
+  EXPECT_FALSE(gpu_tc.fuses_classifier(5));
+  EXPECT_FALSE(gpu_unfused.fuses_classifier(257));
+  EXPECT_FALSE(gpu_direct.fuses_classifier(257));
+  EXPECT_FALSE(cpu.fuses_classifier(257));
   // Every test network reads images of at most 4 channels: its first stage runs the few-channel
   // kernel, which quantizes the input itself.
   EXPECT_TRUE(gpu_tc.fuses_input_quantization());
@@ -542,11 +690,14 @@ void check_network(const std::vector<LayerSpec>& specs, const Shape& input,
   };
   EXPECT_EQ(names(got_kernels), names(kernels));
   Buffer<float> d_x = upload(x);
-  for (int n : {1, 5, 257}) {
+  // 257 twice: a fused classifier must leave its scratch zero for the next call.
+  for (int n : {1, 5, 257, 257}) {
     const float* y = cpu.forward(n, x.data());
     const std::vector<float> ref(y, y + size_t(n) * size_t(classes));
-    for (Int8Network* gpu : {&gpu_tc, &gpu_direct}) {
-      const char* path = gpu == &gpu_tc ? "the rule's kernels" : "direct";
+    for (Int8Network* gpu : {&gpu_tc, &gpu_unfused, &gpu_direct}) {
+      const char* path = gpu == &gpu_tc        ? "the rule's kernels"
+                         : gpu == &gpu_unfused ? "the rule's kernels, classifier not fused"
+                                               : "direct";
       std::vector<float> got(ref.size());
       raw_copy(got.data(), Device::CPU, gpu->forward(n, d_x.data()), Device::CUDA,
                got.size() * sizeof(float));
@@ -576,7 +727,8 @@ TEST(GpuQuant, NetworkLogitsEqualCpu) {
                                         linear_spec("fc2", 10),
                                         layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
   // conv1, conv2 (depthwise), conv3, fc1 (21 columns at batch 257), fc2 (10 columns)
-  check_network(specs, Shape{3, 17, 15}, {kFewTc, kDirect, kTc, kTc, kLinear}, test::fresh_seed());
+  check_network(specs, Shape{3, 17, 15}, {kFewTc, kDirect, kTc, kTc, kLinear}, test::fresh_seed(),
+                /*fuses=*/true);
 }
 
 // Global average pooling inside the classifier's int8 sum (MobileNet's tail), and a 1x1 conv.

@@ -225,3 +225,26 @@ TEST(EnvSwitches, WgmmaNhwcBn32ParsesEachValue) {
   test::ScopedEnv env("CNN_WGMMA_NHWC_BN32", "yes");
   EXPECT_THROW(read_env_switches(), Error);
 }
+
+// CNN_INT8_FUSE_CLASSIFIER: the int8 classifier fused into the linear layer before it unless "0".
+TEST(EnvSwitches, Int8FuseClassifierOnUnlessZero) {
+  {
+    test::ScopedEnv env("CNN_INT8_FUSE_CLASSIFIER", nullptr);
+    EXPECT_TRUE(read_env_switches().int8_fuse_classifier);
+  }
+  {
+    test::ScopedEnv env("CNN_INT8_FUSE_CLASSIFIER", "0");
+    EXPECT_FALSE(read_env_switches().int8_fuse_classifier);
+  }
+  {
+    test::ScopedEnv env("CNN_INT8_FUSE_CLASSIFIER", "1");
+    EXPECT_TRUE(read_env_switches().int8_fuse_classifier);
+  }
+}
+
+TEST(EnvSwitches, TableListsInt8FuseClassifier) {
+  bool found = false;
+  for (const EnvSwitchRow& r : env_switch_table())
+    found = found || std::strcmp(r.name, "CNN_INT8_FUSE_CLASSIFIER") == 0;
+  EXPECT_TRUE(found);
+}

@@ -12,6 +12,7 @@
 #include "data/synthetic.h"
 #include "kernels/quant/qadd.h"
 #include "kernels/quant/qconv.h"
+#include "kernels/quant/qconv_fused_classifier.h"
 #include "kernels/quant/quantize.h"
 #include "layers/checkpoint/safetensors.h"
 #include "layers/fold_batchnorm.h"
@@ -231,6 +232,58 @@ TEST(Quant, TensorCoreSplitRuleFillsOneWave) {
 // on an H200's 132 SMs spreads LeNet's fc1 at batch 256 over 4 x 16 tiles of 64 x 64 split 2
 // ways (128 blocks), runs whole from batch 512 on and takes the widest tile for large batches;
 // forced tiles and splits are kept, a forced tile choosing its own split.
+// The fused classifier's shapes: a linear layer of at most kQLinearDp4aMaxCols outputs reading
+// the output of a linear layer (its channel stride that layer's padded one, the same batch).
+TEST(Quant, ClassifierFusionTakesAFewColumnLayerAfterALinearOne) {
+  const QConvShape fc1 = linear_shape(256, 64, 7, 7, 1024);
+  EXPECT_TRUE(qconv_classifier_fusable(fc1, linear_shape(256, 1024, 1, 1, 10)));
+  EXPECT_TRUE(qconv_classifier_fusable(fc1, linear_shape(256, 1024, 1, 1, kQLinearDp4aMaxCols)));
+  EXPECT_FALSE(qconv_classifier_fusable(fc1, linear_shape(256, 1024, 1, 1, 17)));  // too wide
+  EXPECT_FALSE(qconv_classifier_fusable(fc1, linear_shape(255, 1024, 1, 1, 10)));  // batch
+  EXPECT_FALSE(qconv_classifier_fusable(fc1, linear_shape(256, 1000, 1, 1, 10)));  // channels
+  const QConvShape fc1_odd = linear_shape(3, 52, 1, 1, 10);                        // OCP 12
+  EXPECT_TRUE(qconv_classifier_fusable(fc1_odd, linear_shape(3, 10, 1, 1, 1)));
+  QConvShape conv = linear_shape(256, 32, 14, 14, 64);
+  conv.kh = conv.kw = 5;  // not linear
+  EXPECT_FALSE(qconv_classifier_fusable(conv, linear_shape(256, 64, 1, 1, 10)));
+  EXPECT_EQ(qconv_classifier_arrivals_size(256), 4);
+  EXPECT_EQ(qconv_classifier_arrivals_size(257), 5);
+  EXPECT_EQ(qconv_classifier_acc_size(300, 16), 4800);
+}
+
+// On the CPU the fused call is the two layers one after the other; shapes that do not chain are
+// refused naming both layers.
+TEST(Quant, FusedClassifierOnCpuIsTheTwoLayers) {
+  const QConvShape s1 = linear_shape(5, 52, 1, 1, 10), s2 = linear_shape(5, 10, 1, 1, 3);
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<int> d(-127, 127);
+  std::vector<int8_t> x(size_t(s1.n) * s1.cp), w1(size_t(s1.oc) * s1.cgp),
+      w2(size_t(s2.oc) * s2.cgp);
+  for (auto& v : x) v = int8_t(d(rng));
+  for (auto& v : w1) v = int8_t(d(rng));
+  for (size_t i = 0; i < w2.size(); ++i)
+    w2[i] = int(i % size_t(s2.cgp)) < s2.c ? int8_t(d(rng)) : 0;
+  const std::vector<float> m1(size_t(s1.oc), 2e-3f), a1(size_t(s1.oc), 1.f);
+  const std::vector<float> m2(size_t(s2.oc), 1e-2f), a2(size_t(s2.oc), -0.5f);
+  const QEpilogue ep1{m1.data(), a1.data(), true}, ep2{m2.data(), a2.data(), false};
+  std::vector<int8_t> y1(size_t(s1.n) * s1.ocp), ref1(y1.size());
+  std::vector<float> y2(size_t(s2.n) * s2.oc), ref2(y2.size());
+  qconv_forward_cpu(s1, x.data(), w1.data(), ep1, ref1.data());
+  qconv_forward_float_cpu(s2, ref1.data(), w2.data(), ep2, ref2.data());
+  QClassifierFusion cls;
+  cls.shape = s2, cls.w = w2.data(), cls.ep = ep2, cls.y = y2.data();
+  qconv_linear_classifier_forward(s1, x.data(), w1.data(), nullptr, ep1, y1.data(), cls, Exec{});
+  EXPECT_EQ(y1, ref1);
+  EXPECT_EQ(y2, ref2);
+  cls.shape = linear_shape(5, 10, 1, 1, 17);
+  try {
+    qconv_linear_classifier_forward(s1, x.data(), w1.data(), nullptr, ep1, y1.data(), cls, Exec{});
+    FAIL() << "a 17-class classifier accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 16 outputs"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Quant, TensorCorePlanPicksLinearTiles) {
   QConvShape conv2 = linear_shape(256, 32, 14, 14, 64);
   conv2.kh = conv2.kw = 5, conv2.pad_h = conv2.pad_w = 2;

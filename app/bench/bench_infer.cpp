@@ -117,11 +117,13 @@ std::string format_infer_csv(const std::vector<InferRow>& rows) {
 
 #include <cuda_runtime_api.h>
 
+#include <cstring>
 #include <random>
 
 #include "app/bench/bench_timer.h"
 #include "kernels/quant/qconv.h"
 #include "kernels/quant/qconv_few_channels.h"
+#include "kernels/quant/qconv_fused_classifier.h"
 #include "layers/fold_batchnorm.h"
 #include "layers/network.h"
 #include "layers/quant/int8_network.h"
@@ -187,7 +189,8 @@ Buffer<float> random_images(const Shape& chw, int batch, uint64_t seed) {
 }
 
 // Which kernel runs each conv/linear stage at `batch`, counted: "kernels at batch 256: 1
-// few-channel dp4a (input quantization fused), 2 tensor cores, 1 linear dp4a".
+// few-channel dp4a (input quantization fused), 2 tensor cores, 1 linear dp4a", and where the
+// classifier runs when it is fused into the stage before.
 std::string kernels_of_stages(const Int8Network& q, size_t stages, int batch) {
   std::vector<std::pair<QConvKernel, int>> counts;
   for (size_t i = 0; i < stages; ++i) {
@@ -207,7 +210,74 @@ std::string kernels_of_stages(const Int8Network& q, size_t stages, int batch) {
     if (qconv_is_few_channel_kernel(counts[j].first) && q.fuses_input_quantization())
       s += " (input quantization fused)";
   }
+  if (q.fuses_classifier(batch))
+    s += fmt::format("; the classifier runs inside stage {}'s kernel", stages - 2);
   return s;
+}
+
+// The last two stages as the network runs them when it fuses its classifier into the stage before
+// (Int8Network::fuses_classifier): one launch of the linear tensor-core tile with the classifier
+// inside, on random int8 activations and weights. Returns its row (also appended to rows).
+InferRow bench_fused_classifier(const BenchContext& ctx, const Int8Network& q, size_t stages,
+                                int batch, std::vector<InferRow>& rows) {
+  std::mt19937_64 rng(ctx.opt->seed + 7);
+  std::uniform_int_distribution<int> d(-127, 127);
+  const auto random_bytes = [&](size_t count) {
+    std::vector<int8_t> v(count);
+    for (auto& b : v) b = int8_t(d(rng));
+    return v;
+  };
+  Exec ex;
+  ex.device = Device::CUDA;
+  ex.stream = ctx.stream;
+  QConvShape s1 = q.stage_shape(stages - 2), s2 = q.stage_shape(stages - 1);
+  s1.n = s2.n = batch;
+  const std::vector<int8_t> hx = random_bytes(size_t(s1.n) * s1.h * s1.w * s1.cp);
+  const std::vector<int8_t> hw1 = random_bytes(size_t(s1.oc) * s1.kh * s1.kw * s1.cgp);
+  const std::vector<int8_t> hw2 = random_bytes(size_t(s2.oc) * s2.cgp);
+  std::vector<int8_t> hp(size_t(qconv_igemm_weight_size(s1)));
+  qconv_pack_igemm_weights(s1, hw1.data(), hp.data());
+  Buffer<int8_t> x(hx.size(), Device::CUDA), w1(hw1.size(), Device::CUDA),
+      w2(hw2.size(), Device::CUDA), packed(hp.size(), Device::CUDA);
+  x.copy_from(hx.data(), Device::CPU, hx.size());
+  w1.copy_from(hw1.data(), Device::CPU, hw1.size());
+  w2.copy_from(hw2.data(), Device::CPU, hw2.size());
+  packed.copy_from(hp.data(), Device::CPU, hp.size());
+  const std::vector<float> hm1(size_t(s1.oc), 1e-3f), ha1(size_t(s1.oc), 0.5f);
+  const std::vector<float> hm2(size_t(s2.oc), 1e-3f), ha2(size_t(s2.oc), 0.5f);
+  Buffer<float> m1(hm1.size(), Device::CUDA), a1(ha1.size(), Device::CUDA),
+      m2(hm2.size(), Device::CUDA), a2(ha2.size(), Device::CUDA);
+  m1.copy_from(hm1.data(), Device::CPU, hm1.size());
+  a1.copy_from(ha1.data(), Device::CPU, ha1.size());
+  m2.copy_from(hm2.data(), Device::CPU, hm2.size());
+  a2.copy_from(ha2.data(), Device::CPU, ha2.size());
+  Buffer<int8_t> y1(size_t(s1.n) * s1.ocp, Device::CUDA);
+  Buffer<float> y2(size_t(s2.n) * s2.oc, Device::CUDA);
+  Buffer<int32_t> acc(size_t(qconv_classifier_acc_size(batch, s2.oc)), Device::CUDA);
+  Buffer<uint32_t> arrivals(size_t(qconv_classifier_arrivals_size(batch)), Device::CUDA);
+  acc.zero(ctx.stream);
+  arrivals.zero(ctx.stream);
+  QClassifierFusion cls;
+  cls.shape = s2, cls.w = w2.data(), cls.ep = QEpilogue{m2.data(), a2.data(), false};
+  cls.acc = acc.data(), cls.arrivals = arrivals.data(), cls.y = y2.data();
+  const QEpilogue ep1{m1.data(), a1.data(), true};
+  const QIgemmPlan plan = qconv_igemm_plan(s1, ctx.dev.sm_count);
+  const std::string what = fmt::format(
+      "int8 stage {}+{} ({} -> {} + {} -> {}) tensor cores {} split {}, classifier fused",
+      stages - 2, stages - 1, s1.c * s1.h * s1.w, s1.oc, s2.c, s2.oc, qigemm_tile_name(plan.tile),
+      plan.splits);
+  InferRow r = timed(ctx, what, batch, kPassLaunches, [&](int) {
+    qconv_linear_classifier_forward(s1, x.data(), w1.data(), packed.data(), ep1, y1.data(), cls,
+                                    ex);
+  });
+  const double macs = double(s1.n) * s1.oc * s1.h * s1.w * s1.c + double(s2.n) * s2.oc * s2.c;
+  r.note =
+      fmt::format("{:.1f} TOP/s; the network's kernel", 2 * macs / (r.median_us * 1e-6) / 1e12) +
+      (r.note.empty() ? "" : "; " + r.note);
+  rows.push_back(r);
+  r.what = fmt::format("tensor cores {} split {}, classifier fused", qigemm_tile_name(plan.tile),
+                       plan.splits);
+  return r;
 }
 
 // Every int8 stage alone at `batch`: random int8 activations and weights, on each kernel that
@@ -358,27 +428,43 @@ std::pair<size_t, size_t> stage_nodes(const QuantStage& q, const std::vector<Lay
 // Each conv/linear stage's faster int8 kernel (best[i]) next to the same pass of the float
 // network with BatchNorm folded, autotuned at `batch`, in FP32 and TF32: the nodes the stage
 // stands for, run one after another as the whole forward runs them (a ReLU folded into the conv,
-// a fused conv-relu-pool, a separate max-pool pass where the float network has one).
+// a fused conv-relu-pool, a separate max-pool pass where the float network has one). With
+// `fused` timed (the network runs its classifier inside the stage before), one more row: the
+// last two stages as that one launch against the float nodes of both.
 void bench_passes_vs_float(const BenchContext& ctx, const QuantizedModel& qm,
                            const FoldedNetwork& folded, const Buffer<float>& x, int batch,
-                           const std::vector<InferRow>& best, std::vector<InferRow>& rows) {
+                           const std::vector<InferRow>& best, const InferRow& fused,
+                           std::vector<InferRow>& rows) {
   std::vector<InferRow> cmp;
-  std::vector<size_t> stage_of;
-  for (size_t i = 0; i < qm.stages.size(); ++i) {
-    if (!(best[i].median_us > 0)) continue;
-    const QuantStage& q = qm.stages[i];
+  std::vector<std::pair<size_t, size_t>> stages_of;  // first and last stage a row stands for
+  const size_t count = qm.stages.size();
+  const bool fuses = fused.median_us > 0;
+  const auto layers_of = [&](size_t i) {
+    std::string layers = qm.stages[i].name;
+    for (const std::string& f : qm.stages[i].fused) layers += " + " + f;
+    return layers;
+  };
+  const auto add = [&](const std::string& what, const InferRow& b, size_t first, size_t last) {
     InferRow r;
     r.vs_float = true;
-    std::string layers = q.name;
-    for (const std::string& f : q.fused) layers += " + " + f;
-    r.what = fmt::format("stage {}: {}", i, layers);
+    r.what = what;
     r.batch = batch;
-    r.median_us = best[i].median_us, r.p95_us = best[i].p95_us;
-    r.images_per_s = best[i].images_per_s;
-    r.note = "int8 on " + best[i].what;
+    r.median_us = b.median_us, r.p95_us = b.p95_us;
+    r.images_per_s = b.images_per_s;
+    r.note = "int8 on " + b.what;
     cmp.push_back(r);
-    stage_of.push_back(i);
+    stages_of.emplace_back(first, last);
+  };
+  for (size_t i = 0; i < count; ++i) {
+    if (!(best[i].median_us > 0)) continue;
+    add(fmt::format("stage {}: {}", i, layers_of(i)), best[i], i, i);
+    if (fuses && i + 1 == count)
+      cmp.back().note += fmt::format("; the network runs it fused into stage {}", i - 1);
   }
+  if (fuses)
+    add(fmt::format("stage {}+{}: {} + {} (classifier fused)", count - 2, count - 1,
+                    layers_of(count - 2), layers_of(count - 1)),
+        fused, count - 2, count - 1);
   for (Precision p : {Precision::FP32, Precision::TF32}) {
     Exec ex;
     ex.device = Device::CUDA;
@@ -397,7 +483,8 @@ void bench_passes_vs_float(const BenchContext& ctx, const QuantizedModel& qm,
         fmt::print(stderr, "infer {} (batchnorm folded): algo auto {}\n", precision_name(p), line);
       net.forward(batch, x.data());  // every node's input defined
       for (size_t j = 0; j < cmp.size(); ++j) {
-        const auto [lo, hi] = stage_nodes(qm.stages[stage_of[j]], folded.specs);
+        const size_t lo = stage_nodes(qm.stages[stages_of[j].first], folded.specs).first;
+        const size_t hi = stage_nodes(qm.stages[stages_of[j].second], folded.specs).second;
         const InferRow t = timed(ctx, cmp[j].what, batch, kPassLaunches, [&](int) {
           for (size_t k = lo; k <= hi; ++k) net.forward_node(k, batch, x.data());
         });
@@ -474,7 +561,7 @@ std::vector<InferRow> bench_infer(const BenchContext& ctx, const NetDesc& net,
     ex.device = Device::CUDA;
     ex.stream = ctx.stream;
     try {
-      Int8Network q(qm, max_batch, ex, tc);
+      Int8Network q(qm, max_batch, ex, tc, process_env_switches().int8_fuse_classifier);
       // Validation first, as every ./bench row: the logits of a few images equal the CPU twin's
       // bit for bit, else the row is not timed.
       const int n_check = std::min(max_batch, 8);
@@ -491,12 +578,33 @@ std::vector<InferRow> bench_infer(const BenchContext& ctx, const NetDesc& net,
           rows.push_back(failed(what, b, "WRONG: the logits differ from the CPU twin's"));
         continue;
       }
+      // The fused classifier runs at larger batches only (where the stage before it runs the
+      // tensor-core tile): its logits there against the same network's unfused ones.
+      if (q.fuses_classifier(max_batch)) {
+        Int8Network unfused(qm, max_batch, ex, tc, /*fuse_classifier=*/false);
+        std::vector<float> a(size_t(max_batch) * size_t(q.num_classes())), b(a.size());
+        const float* fused_logits = q.forward(max_batch, x.data());
+        const float* unfused_logits = unfused.forward(max_batch, x.data());
+        CNN_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+        raw_copy(a.data(), Device::CPU, fused_logits, Device::CUDA, a.size() * sizeof(float));
+        raw_copy(b.data(), Device::CPU, unfused_logits, Device::CUDA, b.size() * sizeof(float));
+        if (std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0) {
+          for (int bt : batches)
+            rows.push_back(failed(
+                what, bt, "WRONG: the fused classifier's logits differ from the unfused ones"));
+          continue;
+        }
+      }
       for (int b : batches)
         rows.push_back(timed(ctx, what, b, kForwardLaunches, [&](int) { q.forward(b, x.data()); }));
       if (tc) {
         rows[rows.size() - 1].note = kernels_of_stages(q, qm.stages.size(), max_batch);
         const std::vector<InferRow> best = bench_stages(ctx, q, qm.stages.size(), max_batch, rows);
-        bench_passes_vs_float(ctx, qm, folded, x, max_batch, best, rows);
+        const InferRow fused =
+            q.fuses_classifier(max_batch)
+                ? bench_fused_classifier(ctx, q, qm.stages.size(), max_batch, rows)
+                : InferRow{};
+        bench_passes_vs_float(ctx, qm, folded, x, max_batch, best, fused, rows);
       }
     } catch (const std::exception& e) {
       for (int b : batches) rows.push_back(failed(what, b, e.what()));

@@ -6,6 +6,7 @@
 #include "kernels/quant/qadd.h"
 #include "kernels/quant/qavgpool.h"
 #include "kernels/quant/qconv.h"
+#include "kernels/quant/qconv_fused_classifier.h"
 #include "kernels/quant/quantize.h"
 #include "runtime/stream.h"
 
@@ -34,6 +35,14 @@ void qconv_linear_mma_forward_cuda(const QConvShape& s, const int8_t* d_x, const
 void qconv_linear_mma_forward_cuda(const QConvShape& s, const int8_t* d_x, const int8_t* d_w_packed,
                                    const QEpilogue& ep, float* d_y, QIgemmTile tile, int splits,
                                    cudaStream_t stream);
+// The linear tiles with the classifier fused (qconv_fused_classifier.h): tile Auto and splits 0:
+// qconv_igemm_plan's (splits 1 without clusters); the plan's tile must be a linear one.
+void qconv_linear_classifier_forward_cuda(const QConvShape& s, const int8_t* d_x,
+                                          const int8_t* d_w_packed, const QEpilogue& ep,
+                                          int8_t* d_y, const QClassifierFusion& cls,
+                                          QIgemmTile tile, int splits, cudaStream_t stream);
+// Whether this device runs the tensor-core kernels' thread-block clusters (sm_90 and later).
+bool qconv_clusters_available();
 // The warp kernels of linear layers (qconv_linear.cu); qconv_is_linear(s).
 void qconv_linear_forward_cuda(const QConvShape& s, const int8_t* d_x, const int8_t* d_w,
                                const QEpilogue& ep, int8_t* d_y, cudaStream_t stream);

@@ -359,6 +359,10 @@ void forward(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, const QE
 
 }  // namespace
 
+bool qconv_clusters_available() {
+  return clusters_available();
+}
+
 void qconv_igemm_forward_cuda(const QConvShape& s, const int8_t* d_x, const int8_t* d_w_packed,
                               const QEpilogue& ep, int8_t* d_y, QIgemmTile tile, int splits,
                               cudaStream_t stream) {

@@ -47,6 +47,10 @@ struct Tile {
   static constexpr int kSmemPipe = kStages * (kStageA + kStageB);
   static constexpr int kSmemPart = BM * kPartLd * 4;
   static constexpr int kSmem = kSmemPipe > kSmemPart ? kSmemPipe : kSmemPart;
+  // With a fused classifier: the tile's int8 outputs after the above (rows padded by 4 bytes so
+  // that the threads of a warp, reading words of different rows, spread over the banks).
+  static constexpr int kOutLd = BN + 4;
+  static constexpr int kSmemFused = kSmem + BM * kOutLd;
   static constexpr int kMi = BM / 32, kNi = BN / 32;  // mma tiles of a warp: rows, columns
   // Two blocks an SM where their registers (at most 128 a thread) and shared memory allow it.
   static constexpr int kMinBlocks = BM * BN <= 64 * 128 ? 2 : 1;
@@ -58,6 +62,78 @@ struct MmaDims {
   int oct;         // the packed weights' rows
   int out_stride;  // y's row stride: OCP (int8) or OC (float)
 };
+
+// The classifier fused after the layer (qconv_fused_classifier.h): y2 (M, oc) = the layer's
+// int8 outputs (M, N) . w (oc, k)^T through its own epilogue, k = the layer's OCP.
+struct Classifier {
+  const int8_t* w;  // (oc, k), k a multiple of 4
+  int oc, k;
+  const float* mult;
+  const float* add;
+  bool relu;
+  int32_t* acc;        // (M, oc), zero between calls
+  uint32_t* arrivals;  // (row tiles), zero between calls
+  float* y;            // (M, oc) logits
+};
+
+// ld.acquire.gpu of an int32 another block of this grid wrote with atomics.
+__device__ __forceinline__ int32_t ld_acquire(const int32_t* p) {
+  int32_t v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// The fused classifier's part of a block of the layer, once the block's int8 outputs of rows
+// [r_lo, r_hi) of its tile are in `out` (row stride kOutLd; columns past the layer's OCP
+// unwritten, never read). Thread i computes the dot products (rows r_lo + i / oc, output o =
+// i % oc, then + 256 / oc rows) over the tile's BN columns with dp4a and atomicAdds them to
+// cls.acc (int32 sums: exact and order-independent, so the bits do not depend on scheduling).
+// Then the block arrives on its row tile's counter; the last of the row tile's arrivals (every
+// column tile, every split rank) applies the classifier's epilogue to the row tile's sums,
+// writes the logits and zeroes the sums and the counter for the next call.
+template <int BM, int BN>
+__device__ __forceinline__ void classify_tile(const MmaDims& d, const Classifier& cls,
+                                              const uint8_t* out, int m0, int n0, int r_lo,
+                                              int r_hi, int expected) {
+  using P = Tile<BM, BN>;
+  const int tid = threadIdx.x;
+  __syncthreads();  // `out` complete
+  const int pairs = (r_hi - r_lo) * cls.oc;
+  // Words of the tile's columns that exist in the classifier's reduction (k = the layer's OCP).
+  const int words = min(BN, cls.k - n0) / 4;
+  for (int p = tid; p < pairs; p += kThreads) {
+    const int r = r_lo + p / cls.oc, o = p % cls.oc;
+    if (m0 + r >= d.m) continue;
+    const int* const xr = reinterpret_cast<const int*>(out + r * P::kOutLd);
+    const int* const wr = reinterpret_cast<const int*>(cls.w + int64_t(o) * cls.k + n0);
+    int32_t sum = 0;
+#pragma unroll 4
+    for (int q = 0; q < words; ++q) sum = __dp4a(xr[q], __ldg(wr + q), sum);
+    atomicAdd(cls.acc + int64_t(m0 + r) * cls.oc + o, sum);
+  }
+  // Release: every thread's atomics precede (bar.sync) thread 0's fence and arrival, so a block
+  // that sees the arrival count sees the sums (the fence is cumulative).
+  __syncthreads();
+  __shared__ int last;
+  if (tid == 0) {
+    __threadfence();
+    const uint32_t before = atomicAdd(cls.arrivals + blockIdx.x, 1u);
+    last = before + 1 == uint32_t(expected);
+    __threadfence();  // acquire: the sums read below are not older than the arrivals counted
+  }
+  __syncthreads();
+  if (!last) return;
+  const int rows = min(BM, d.m - m0);
+  for (int p = tid; p < rows * cls.oc; p += kThreads) {
+    const int o = p % cls.oc;
+    int32_t* const a = cls.acc + int64_t(m0) * cls.oc + p;
+    const int32_t sum = ld_acquire(a);
+    cls.y[int64_t(m0) * cls.oc + p] =
+        qepilogue::value<float>(sum, __ldg(cls.mult + o), __ldg(cls.add + o), cls.relu);
+    *a = 0;  // the next call's start (ordered before it by the stream)
+  }
+  if (tid == 0) cls.arrivals[blockIdx.x] = 0;
+}
 
 using qmma::cp_async16;
 using qmma::cp_async4;
@@ -74,16 +150,21 @@ static_assert(kBK == qmma::kRowBytes, "the shared swizzle is for 64-byte rows");
 // i % 4 of rows i / 4 + 64 j.
 // ptxas -v (sm_90, 16-byte / 4-byte loads), no spills: 64x64 79 / 80 registers, 64x128 105 /
 // 112 (both at most 128: two blocks an SM), 128x128 141 / 177 (one block an SM); dynamic shared
-// memory 48 / 60 / 68 KB (Tile::kSmem).
-template <class T, int BM, int BN, bool kVec16>
+// memory 48 / 60 / 68 KB (Tile::kSmem). With the classifier fused: 72 / 75, 112 / 117, 153 /
+// 163 registers, no spills; shared memory + BM x (BN + 4) bytes (Tile::kSmemFused).
+// kFuse (T int8 only): the classifier after the layer as well (classify_tile), from the block's
+// int8 outputs, which it also keeps in shared memory after the pipeline (Tile::kSmemFused).
+template <class T, int BM, int BN, bool kVec16, bool kFuse>
 __global__ void __launch_bounds__(kThreads, Tile<BM, BN>::kMinBlocks)
     qconv_linear_mma(MmaDims d, const int8_t* __restrict__ d_x, const int8_t* __restrict__ d_w,
                      const float* __restrict__ d_mult, const float* __restrict__ d_add, bool relu,
-                     T* __restrict__ d_y) {
+                     T* __restrict__ d_y, Classifier cls) {
+  static_assert(!kFuse || sizeof(T) == 1, "the fused classifier reads the layer's int8 outputs");
   using P = Tile<BM, BN>;
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* const sa = smem;                            // kStages x (BM, kBK)
   uint8_t* const sb = smem + P::kStages * P::kStageA;  // kStages x (BN, kBK)
+  uint8_t* const sout = smem + P::kSmem;               // kFuse: (BM, kOutLd) int8 outputs
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, tg = lane & 3;
   const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
@@ -216,11 +297,16 @@ __global__ void __launch_bounds__(kThreads, Tile<BM, BN>::kMinBlocks)
       for (int c = 0; c < 4; ++c) {
         const int o = o0 + c;
         if (o >= d.out_stride) continue;
-        out[o] = o < d.n ? qepilogue::value<T>(sums[c], __ldg(d_mult + o), __ldg(d_add + o), relu)
-                         : T(0);
+        const T v = o < d.n
+                        ? qepilogue::value<T>(sums[c], __ldg(d_mult + o), __ldg(d_add + o), relu)
+                        : T(0);
+        out[o] = v;
+        if constexpr (kFuse) sout[r * P::kOutLd + c4 + c] = uint8_t(v);
       }
     }
     ptx::cluster_sync();  // no block leaves while another still reads its partial tile
+    if constexpr (kFuse)
+      classify_tile<BM, BN>(d, cls, sout, m0, n0, r_lo, r_hi, int(gridDim.y) * nsplit);
     return;
   }
 #endif
@@ -239,16 +325,19 @@ __global__ void __launch_bounds__(kThreads, Tile<BM, BN>::kMinBlocks)
 #pragma unroll
         for (int v2 = 0; v2 < 2; ++v2) {
           const int row = m0 + wm + i * 16 + g + v2 * 8;
-          if (row < d.m)
-            d_y[int64_t(row) * d.out_stride + o] =
-                live ? qepilogue::value<T>(acc[i][j][v2 * 2 + h], m, ad, relu) : T(0);
+          if (row < d.m) {
+            const T v = live ? qepilogue::value<T>(acc[i][j][v2 * 2 + h], m, ad, relu) : T(0);
+            d_y[int64_t(row) * d.out_stride + o] = v;
+            if constexpr (kFuse) sout[(row - m0) * P::kOutLd + o - n0] = uint8_t(v);
+          }
         }
     }
+  if constexpr (kFuse) classify_tile<BM, BN>(d, cls, sout, m0, n0, 0, BM, int(gridDim.y) * nsplit);
 }
 
-template <class T, int BM, int BN>
+template <class T, int BM, int BN, bool kFuse>
 void launch_tile(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, const QEpilogue& ep,
-                 int out_stride, T* d_y, int splits, cudaStream_t stream) {
+                 int out_stride, T* d_y, int splits, const Classifier& cls, cudaStream_t stream) {
   using P = Tile<BM, BN>;
   MmaDims d;
   d.m = s.n, d.n = s.oc, d.out_stride = out_stride;
@@ -257,32 +346,34 @@ void launch_tile(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, cons
   d.oct = ceil_div(s.ocp, kQIgemmTileN) * kQIgemmTileN;
   const bool vec16 = d.k % 16 == 0 && reinterpret_cast<uintptr_t>(d_x) % 16 == 0;
   const auto kernel =
-      vec16 ? qconv_linear_mma<T, BM, BN, true> : qconv_linear_mma<T, BM, BN, false>;
+      vec16 ? qconv_linear_mma<T, BM, BN, true, kFuse> : qconv_linear_mma<T, BM, BN, false, kFuse>;
+  const int smem = kFuse ? P::kSmemFused : P::kSmem;
   const dim3 tiles(unsigned(ceil_div(s.n, BM)), unsigned(ceil_div(out_stride, BN)));
   if (splits > 1) {
-    wgmma::launch_split_k_clusters(kernel, tiles, splits, kThreads, P::kSmem, stream,
-                                   "qconv_linear_mma", d, d_x, d_w, ep.mult, ep.add, ep.relu, d_y);
+    wgmma::launch_split_k_clusters(kernel, tiles, splits, kThreads, smem, stream,
+                                   "qconv_linear_mma", d, d_x, d_w, ep.mult, ep.add, ep.relu, d_y,
+                                   cls);
     return;
   }
-  CNN_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, P::kSmem));
-  kernel<<<tiles, kThreads, P::kSmem, stream>>>(d, d_x, d_w, ep.mult, ep.add, ep.relu, d_y);
+  CNN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<tiles, kThreads, smem, stream>>>(d, d_x, d_w, ep.mult, ep.add, ep.relu, d_y, cls);
   CNN_LAUNCH_CHECK("qconv_linear_mma");
 }
 
-template <class T>
+template <class T, bool kFuse>
 void launch(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, const QEpilogue& ep,
-            int out_stride, T* d_y, QIgemmTile tile, int splits, cudaStream_t stream) {
+            int out_stride, T* d_y, QIgemmTile tile, int splits, const Classifier& cls,
+            cudaStream_t stream) {
   CNN_CHECK(qconv_is_linear(s), "qconv_linear_mma: the shape is not a linear layer");
   CNN_CHECK(splits == 1 || splits == 2 || splits == 4 || splits == 8,
             "qconv_linear_mma: splits={} (expected 1, 2, 4 or 8)", splits);
   switch (tile) {
     case QIgemmTile::Linear64x64:
-      return launch_tile<T, 64, 64>(s, d_x, d_w, ep, out_stride, d_y, splits, stream);
+      return launch_tile<T, 64, 64, kFuse>(s, d_x, d_w, ep, out_stride, d_y, splits, cls, stream);
     case QIgemmTile::Linear64x128:
-      return launch_tile<T, 64, 128>(s, d_x, d_w, ep, out_stride, d_y, splits, stream);
+      return launch_tile<T, 64, 128, kFuse>(s, d_x, d_w, ep, out_stride, d_y, splits, cls, stream);
     case QIgemmTile::Linear128x128:
-      return launch_tile<T, 128, 128>(s, d_x, d_w, ep, out_stride, d_y, splits, stream);
+      return launch_tile<T, 128, 128, kFuse>(s, d_x, d_w, ep, out_stride, d_y, splits, cls, stream);
     case QIgemmTile::Auto:
     case QIgemmTile::Conv128x64:
       break;
@@ -295,13 +386,24 @@ void launch(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, const QEp
 void qconv_linear_mma_forward_cuda(const QConvShape& s, const int8_t* d_x, const int8_t* d_w_packed,
                                    const QEpilogue& ep, int8_t* d_y, QIgemmTile tile, int splits,
                                    cudaStream_t stream) {
-  launch<int8_t>(s, d_x, d_w_packed, ep, s.ocp, d_y, tile, splits, stream);
+  launch<int8_t, false>(s, d_x, d_w_packed, ep, s.ocp, d_y, tile, splits, Classifier{}, stream);
 }
 
 void qconv_linear_mma_forward_cuda(const QConvShape& s, const int8_t* d_x, const int8_t* d_w_packed,
                                    const QEpilogue& ep, float* d_y, QIgemmTile tile, int splits,
                                    cudaStream_t stream) {
-  launch<float>(s, d_x, d_w_packed, ep, s.oc, d_y, tile, splits, stream);
+  launch<float, false>(s, d_x, d_w_packed, ep, s.oc, d_y, tile, splits, Classifier{}, stream);
+}
+
+void qconv_linear_classifier_forward_cuda(const QConvShape& s, const int8_t* d_x,
+                                          const int8_t* d_w_packed, const QEpilogue& ep,
+                                          int8_t* d_y, const QClassifierFusion& c, QIgemmTile tile,
+                                          int splits, cudaStream_t stream) {
+  const Classifier cls{c.w,       c.shape.oc, c.shape.cgp, c.ep.mult, c.ep.add,
+                       c.ep.relu, c.acc,      c.arrivals,  c.y};
+  const bool clusters = qconv_clusters_available();
+  const QIgemmPlan plan = qconv_igemm_plan(s, wgmma::sm_count(), tile, clusters ? splits : 1);
+  launch<int8_t, true>(s, d_x, d_w_packed, ep, s.ocp, d_y, plan.tile, plan.splits, cls, stream);
 }
 
 }  // namespace cnn

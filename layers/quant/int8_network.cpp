@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/quant/qconv_few_channels.h"
+#include "kernels/quant/qconv_fused_classifier.h"
 #include "kernels/quant/quantize.h"
 #include "runtime/error.h"
 
@@ -103,7 +104,8 @@ void validate_quantized_model(const QuantizedModel& m, const std::string& source
   }
 }
 
-Int8Network::Int8Network(const QuantizedModel& m, int max_batch, const Exec& ex, bool tensor_cores)
+Int8Network::Int8Network(const QuantizedModel& m, int max_batch, const Exec& ex, bool tensor_cores,
+                         bool fuse_classifier)
     : ex_(ex), max_batch_(max_batch), input_chw_(m.input_chw) {
   CNN_CHECK(max_batch >= 1, "int8: batch must be >= 1, got {}", max_batch);
   validate_quantized_model(m, "int8 model");
@@ -234,6 +236,32 @@ Int8Network::Int8Network(const QuantizedModel& m, int max_batch, const Exec& ex,
         return q.input == -1 || (q.add && q.shortcut == -1);
       });
   if (fuse_input_quantization_) x_q_ = Buffer<int8_t>();  // never written
+  // The classifier fusion's scratch where the shapes allow it; whether a batch fuses depends on
+  // the kernel the stage before runs at that batch (fuses_classifier).
+  const size_t count = stages_.size();
+  if (fuse_classifier && count >= 2 && m.stages[count - 1].input == int(count) - 2) {
+    const Stage& a = stages_[count - 2];
+    const Stage& b = stages_[count - 1];
+    // (Not a first stage that quantizes the input itself: a few-channel kernel, never the tile.)
+    const bool reads_float = count == 2 && fuse_input_quantization_;
+    if (!a.is_add && !a.is_avgpool && a.specialized && !a.w_igemm.empty() && !reads_float &&
+        qconv_classifier_fusable(a.shape, b.shape)) {
+      classifier_acc_ =
+          Buffer<int32_t>(size_t(qconv_classifier_acc_size(max_batch, classes_)), ex.device);
+      classifier_arrivals_ =
+          Buffer<uint32_t>(size_t(qconv_classifier_arrivals_size(max_batch)), ex.device);
+      classifier_acc_.zero(ex.stream);
+      classifier_arrivals_.zero(ex.stream);
+    }
+  }
+}
+
+bool Int8Network::fuses_classifier(int n) const {
+  if (classifier_acc_.empty()) return false;
+  CNN_CHECK(n >= 1 && n <= max_batch_, "int8: batch {} outside 1..{}", n, max_batch_);
+  // The fused kernel is the linear tensor-core tile's (the rule's tile for a linear layer is
+  // always a linear one).
+  return stage_kernel(stages_.size() - 2, n) == QConvKernel::TensorCores;
 }
 
 QConvPath Int8Network::path_of(const Stage& st, const QConvShape& s) {
@@ -253,6 +281,7 @@ const float* Int8Network::forward(int n, const float* x) {
   const auto output = [&](int j) -> const int8_t* {
     return j < 0 ? x_q_.data() : stages_[size_t(j)].y.data();
   };
+  const bool fuse_classifier = fuses_classifier(n);
   for (size_t i = 0; i < stages_.size(); ++i) {
     Stage& st = stages_[i];
     QConvShape s = st.shape;
@@ -269,6 +298,19 @@ const float* Int8Network::forward(int n, const float* x) {
     }
     const QEpilogue ep{st.mult.data(), st.add.data(), st.relu};
     const QConvPath path = path_of(st, s);
+    if (fuse_classifier && i + 2 == stages_.size()) {
+      const Stage& last = stages_.back();
+      QClassifierFusion cls;
+      cls.shape = last.shape;
+      cls.shape.n = n;
+      cls.w = last.w.data();
+      cls.ep = QEpilogue{last.mult.data(), last.add.data(), last.relu};
+      cls.acc = classifier_acc_.data();
+      cls.arrivals = classifier_arrivals_.data();
+      cls.y = logits_.data();
+      qconv_linear_classifier_forward(s, in, st.w.data(), path.w_igemm, ep, st.y.data(), cls, ex_);
+      break;  // the last stage ran inside this one
+    }
     if (i == 0 && fuse_input_quantization_)
       qconv_few_channels_forward_quantize(s, x, input_inv_scale_, st.w.data(), ep, st.y.data(),
                                           ex_);

@@ -23,7 +23,12 @@ class Int8Network {
   // tensor_cores: on CUDA, each conv/linear stage runs the kernel qconv_pick_kernel picks for the
   // batch of the call (few-channel, linear dp4a, tensor cores, or direct); false keeps them all on
   // the direct kernel (CNN_INT8_DIRECT=1, for comparisons and bisecting).
-  Int8Network(const QuantizedModel& model, int max_batch, const Exec& ex, bool tensor_cores = true);
+  // fuse_classifier: on CUDA, a last linear stage of at most kQLinearDp4aMaxCols outputs that
+  // reads a linear stage runs inside that stage's kernel (qconv_fused_classifier.h) at the
+  // batches where that stage runs the linear tensor-core tile; false runs it alone
+  // (CNN_INT8_FUSE_CLASSIFIER=0).
+  Int8Network(const QuantizedModel& model, int max_batch, const Exec& ex, bool tensor_cores = true,
+              bool fuse_classifier = true);
 
   // Logits (n, classes) on the network's device for x (n, C, H, W) normalized floats there.
   const float* forward(int n, const float* x);
@@ -43,6 +48,9 @@ class Int8Network {
   // Whether the first stage reads the float input itself (the few-channel kernel quantizing it
   // while staging) instead of a separate quantization pass.
   bool fuses_input_quantization() const { return fuse_input_quantization_; }
+  // Whether a forward of n images runs the last stage inside the one before it (then the last
+  // stage's stage_kernel is not launched; the one before still writes its int8 output).
+  bool fuses_classifier(int n) const;
   float input_inv_scale() const { return input_inv_scale_; }
 
  private:
@@ -69,6 +77,11 @@ class Int8Network {
   float input_inv_scale_ = 1.f;
   bool fuse_input_quantization_ = false;
   Buffer<int8_t> x_q_;  // (N, H, W, CP); empty when the first stage quantizes the input itself
+  // The fused classifier's scratch (qconv_fused_classifier.h), zeroed once here and left zero by
+  // every call (nothing allocated in forward, so it can be captured); empty when the network's
+  // shapes cannot fuse.
+  Buffer<int32_t> classifier_acc_;
+  Buffer<uint32_t> classifier_arrivals_;
   std::vector<Stage> stages_;
   Buffer<float> logits_;
 };
