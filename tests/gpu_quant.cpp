@@ -269,13 +269,15 @@ TEST(GpuQuant, LinearFewColumnKernelsMatchCpuTwinBitForBit) {
 void check_fused_classifier(const QConvShape& s1, int oc2, uint64_t seed, bool relu1, bool relu2,
                             const std::vector<Forced>& forced) {
   SCOPED_TRACE(::testing::Message()
-               << "seed " << seed << " rows=" << s1.n << " k=" << s1.c << " cols=" << s1.oc
-               << " classes=" << oc2 << " relu " << relu1 << "/" << relu2);
+               << "seed " << seed << " rows=" << s1.n << " k=" << s1.c << "x" << s1.h << "x" << s1.w
+               << " cols=" << s1.oc << " classes=" << oc2 << " relu " << relu1 << "/" << relu2);
   const QConvShape s2 = linear_shape(s1.n, s1.oc, 1, 1, oc2);
   ASSERT_TRUE(qconv_classifier_fusable(s1, s2));
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int> d(-127, 127);
-  std::vector<int8_t> x(size_t(s1.n) * s1.cp), w1(size_t(s1.oc) * s1.cgp), w2(size_t(oc2) * s2.cgp);
+  // x (N, H, W, CP) and w1 (OC, KH, KW, CGP): the layer's kernel covers its whole input image.
+  std::vector<int8_t> x(size_t(s1.n) * s1.h * s1.w * s1.cp),
+      w1(size_t(s1.oc) * s1.kh * s1.kw * s1.cgp), w2(size_t(oc2) * s2.cgp);
   for (size_t i = 0; i < x.size(); ++i) x[i] = int(i % size_t(s1.cp)) < s1.c ? int8_t(d(rng)) : 0;
   for (size_t i = 0; i < w1.size(); ++i)
     w1[i] = int(i % size_t(s1.cgp)) < s1.c ? int8_t(d(rng)) : 0;
@@ -286,7 +288,7 @@ void check_fused_classifier(const QConvShape& s1, int oc2, uint64_t seed, bool r
   std::uniform_real_distribution<float> m(2e-4f, 2e-3f), a(-20.f, 20.f);
   std::vector<float> mult1, add1, mult2, add2;
   for (int o = 0; o < s1.oc; ++o)
-    mult1.push_back(m(rng) * 1024.f / float(s1.c)), add1.push_back(a(rng));
+    mult1.push_back(m(rng) * 1024.f / float(s1.c * s1.h * s1.w)), add1.push_back(a(rng));
   for (int o = 0; o < oc2; ++o)
     mult2.push_back(o % 3 == 2 ? -m(rng) : m(rng)), add2.push_back(a(rng));
   std::vector<int8_t> ref1(size_t(s1.n) * s1.ocp);
