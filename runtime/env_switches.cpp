@@ -193,7 +193,7 @@ EnvSwitches read_env_switches() {
       CNN_FAIL("CNN_DEPTHWISE_STREAM_STRIPS='{}': expected fill, long or auto", s);
   }
   e.int8_direct = off_unless_set("CNN_INT8_DIRECT");
-  e.int8_fuse_classifier = on_unless_zero("CNN_INT8_FUSE_CLASSIFIER");
+  e.int8_fuse_classifier = off_unless_set("CNN_INT8_FUSE_CLASSIFIER");
   if (const char* v = get("CNN_CPU_ISA")) {
     const std::string s(v);
     if (s == "scalar")
@@ -278,8 +278,8 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "gradient, fill for the others)"},
       {"CNN_INT8_DIRECT", "1",
        "int8 inference: every layer on the direct dp4a kernel, none on tensor cores"},
-      {"CNN_INT8_FUSE_CLASSIFIER", "0",
-       "int8 inference: the classifier runs alone, not inside the linear layer before it"},
+      {"CNN_INT8_FUSE_CLASSIFIER", "1",
+       "int8 inference: the classifier runs inside the linear layer before it, not alone"},
       {"CNN_CPU_ISA", "scalar|avx2|avx512", "cap the CPU kernels' instruction set"},
       {"CNN_CPU_THREADS", "1..256", "threads of the CPU kernels (default: the cores, at most 16)"},
       {"CNN_SYNC_CHECK", "1", "synchronize after every launch, so a fault names its kernel"},

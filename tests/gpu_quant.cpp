@@ -661,7 +661,8 @@ void check_network(const std::vector<LayerSpec>& specs, const Shape& input,
   Int8Network cpu(m, 257, Exec{});
   Exec ex;
   ex.device = Device::CUDA;
-  Int8Network gpu_tc(m, 257, ex), gpu_direct(m, 257, ex, /*tensor_cores=*/false);
+  Int8Network gpu_tc(m, 257, ex, /*tensor_cores=*/true, /*fuse_classifier=*/true),
+      gpu_direct(m, 257, ex, /*tensor_cores=*/false);
   Int8Network gpu_unfused(m, 257, ex, /*tensor_cores=*/true, /*fuse_classifier=*/false);
   EXPECT_EQ(gpu_tc.fuses_classifier(257), fuses);
   EXPECT_FALSE(gpu_tc.fuses_classifier(1));

@@ -226,11 +226,12 @@ TEST(EnvSwitches, WgmmaNhwcBn32ParsesEachValue) {
   EXPECT_THROW(read_env_switches(), Error);
 }
 
-// CNN_INT8_FUSE_CLASSIFIER: the int8 classifier fused into the linear layer before it unless "0".
-TEST(EnvSwitches, Int8FuseClassifierOnUnlessZero) {
+// CNN_INT8_FUSE_CLASSIFIER: the int8 classifier fused into the linear layer before it when set
+// (not "0"); off by default.
+TEST(EnvSwitches, Int8FuseClassifierOffUnlessSet) {
   {
     test::ScopedEnv env("CNN_INT8_FUSE_CLASSIFIER", nullptr);
-    EXPECT_TRUE(read_env_switches().int8_fuse_classifier);
+    EXPECT_FALSE(read_env_switches().int8_fuse_classifier);
   }
   {
     test::ScopedEnv env("CNN_INT8_FUSE_CLASSIFIER", "0");
