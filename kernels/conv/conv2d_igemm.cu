@@ -527,7 +527,6 @@ struct DgradPhaseProblem {
   // a spill).
   template <class C>
   struct ALoader {
-    static constexpr int kStep = C::kThreads / C::BM;
     const int2* tab;
     const float* dy;
     int row, kq;
@@ -558,12 +557,13 @@ struct DgradPhaseProblem {
     }
     // Packed BF16 tiles: the same elements through registers (element q: k = kq + q T/BM).
     struct Regs {
-      float v[C::BK / kStep];
+      float v[C::BK / (C::kThreads / C::BM)];
     };
     __device__ __forceinline__ void fetch(Regs& rg, int k0) const {
       fetch_by_table<C>(tab, k0, kq, mask, base, dy, rg.v);
     }
     __device__ __forceinline__ void store(uint32_t* s, const Regs& rg) const {
+      constexpr int kStep = C::kThreads / C::BM;
       igemm::store_mlane<C::SA, C::BK / kStep, kStep>(s, kq, row, rg.v);
     }
   };

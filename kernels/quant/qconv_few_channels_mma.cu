@@ -38,6 +38,7 @@
 #include <cfloat>
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/quant/qconv_epilogue.cuh"
 #include "kernels/quant/qconv_few_channels.h"
@@ -49,11 +50,21 @@ namespace cnn {
 namespace {
 
 // 8 warps; a warp takes the block's mma tiles w, w + 8, ... (LeNet's conv1: 25 tiles of 4 pool
-// windows a block, 512 blocks at batch 256). Four blocks an SM for int8 outputs (64 registers:
-// LeNet's 512 blocks then run in one wave on 132 SMs; left free, ptxas takes 78-83 for 3 blocks);
-// three for float outputs, whose 8-column-tile variants spill at 64.
+// windows a block, 512 blocks at batch 256). Blocks an SM (the register bound ptxas works to):
+// four for int8 outputs of at most 32 channels a block (64 registers: LeNet's 512 blocks then
+// run in one wave on 132 SMs); the variants that hold more take one block fewer, since at 64
+// (int8) or 85 (float) registers they spill 4-16 bytes: three for int8 with 8 column tiles and
+// for paired tiles other than LeNet's (one channel, float input quantized while staging), three
+// for float outputs, two for float with 8 column tiles.
 constexpr int kThreads = 256, kWarps = kThreads / 32;
-constexpr int kMinBlocksInt8 = 4, kMinBlocksFloat = 3;
+template <class T, int kNT, bool kOneChannel, bool kPaired, class Input>
+constexpr int min_blocks_per_sm() {
+  constexpr bool lenet_pair = kOneChannel && std::is_same_v<Input, qfew::FloatNchw>;
+  if constexpr (sizeof(T) == 1)
+    return kNT == 8 || (kPaired && !lenet_pair) ? 3 : 4;
+  else
+    return kNT == 8 ? 2 : 3;
+}
 constexpr unsigned kFullMask = 0xffffffffu;
 
 using qepilogue::lowest;
@@ -105,7 +116,8 @@ __device__ __forceinline__ bool wins(float v, int e, float best, int best_e) {
 // and lanes t, t ^ 1 swap halves. Int8 outputs: channels OC..stride-1 written as zero; float
 // outputs: stride == OC.
 template <class T, int kNT, bool kOneChannel, bool kPaired, class Input>
-__global__ void __launch_bounds__(kThreads, sizeof(T) == 1 ? kMinBlocksInt8 : kMinBlocksFloat)
+__global__ void __launch_bounds__(kThreads,
+                                  (min_blocks_per_sm<T, kNT, kOneChannel, kPaired, Input>()))
     qconv_few_channels_mma(QConvShape s, QFewMmaTiling m, Input in, const int8_t* __restrict__ d_w,
                            const float* __restrict__ d_mult, const float* __restrict__ d_add,
                            bool relu, int stride, T* __restrict__ d_y) {
