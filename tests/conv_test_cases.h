@@ -32,6 +32,14 @@ inline Conv2dShape conv(int n, int c, int h, int w, int oc, int kh, int kw, int 
   return s;
 }
 
+// One line naming a shape, for test traces.
+inline std::string describe_shape(const Conv2dShape& s) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "N=%d C=%d H=%d W=%d OC=%d K=%dx%d stride=%dx%d pad=%dx%d", s.n,
+                s.c, s.h, s.w, s.oc, s.kh, s.kw, s.stride_h, s.stride_w, s.pad_h, s.pad_w);
+  return buf;
+}
+
 // n values: uniform in [-1, 1) (Random) or integers in [-2, 2] (SmallInt), from `seed`.
 inline std::vector<float> make_values(size_t n, Fill fill, uint64_t seed) {
   if (fill == Fill::Random) return test::random_vector(n, seed);

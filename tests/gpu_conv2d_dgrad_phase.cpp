@@ -23,60 +23,39 @@
 #include "kernels/conv/conv2d.h"
 #include "runtime/exec.h"
 #include "runtime/memory.h"
+#include "tests/conv_test_cases.h"
 #include "tests/test_util.h"
 #ifdef CNN_HAVE_CUDA
 #include "kernels/conv/conv2d_igemm.h"
 #endif
 
 using namespace cnn;
+using conv_test::conv;
+using conv_test::describe_shape;
 
 namespace {
 
 #ifdef CNN_HAVE_CUDA
 
-Conv2dShape shape(int n, int c, int h, int w, int oc, int kh, int kw, int sh, int sw, int ph,
-                  int pw) {
-  Conv2dShape s;
-  s.n = n;
-  s.c = c;
-  s.h = h;
-  s.w = w;
-  s.oc = oc;
-  s.kh = kh;
-  s.kw = kw;
-  s.stride_h = sh;
-  s.stride_w = sw;
-  s.pad_h = ph;
-  s.pad_w = pw;
-  return s;
-}
-
-std::string describe(const Conv2dShape& s) {
-  char buf[200];
-  std::snprintf(buf, sizeof buf, "N=%d C=%d H=%d W=%d OC=%d K=%dx%d stride=%dx%d pad=%dx%d", s.n,
-                s.c, s.h, s.w, s.oc, s.kh, s.kw, s.stride_h, s.stride_w, s.pad_h, s.pad_w);
-  return buf;
-}
-
 std::vector<Conv2dShape> strided_cases() {
   return {
-      shape(2, 3, 28, 28, 5, 3, 3, 2, 2, 1, 1),     // ResNet-like, small
-      shape(1, 1, 7, 7, 1, 1, 1, 2, 2, 0, 0),       // 1x1: 3 of 4 phases without taps
-      shape(3, 17, 13, 29, 3, 5, 5, 2, 2, 2, 2),    // odd sizes, 5x5
-      shape(1, 3, 29, 13, 17, 7, 7, 3, 3, 3, 3),    // stride 3, 7x7
-      shape(2, 1, 13, 7, 3, 2, 2, 2, 2, 0, 1),      // even kernel, unequal padding
-      shape(1, 3, 28, 13, 1, 3, 3, 2, 1, 0, 2),     // stride 2x1
-      shape(2, 17, 7, 29, 3, 1, 1, 3, 3, 0, 0),     // 1x1 stride 3: 8 of 9 phases without taps
-      shape(1, 3, 29, 29, 3, 5, 3, 3, 2, 1, 0),     // non-square kernel and stride
-      shape(1, 2, 13, 13, 3, 2, 2, 3, 3, 3, 0),     // 2x2 stride 3: tapless phases, pad 3
-      shape(3, 64, 13, 13, 17, 3, 3, 2, 2, 1, 1),   // C = 64: the wide tile
-      shape(1, 17, 29, 28, 64, 5, 5, 2, 2, 2, 2),   // OC = 64
-      shape(1, 3, 13, 13, 5, 11, 11, 2, 1, 5, 5),   // 66 taps a phase: division path
-      shape(1, 3, 13, 13, 300, 7, 7, 2, 2, 3, 3),   // K = 300 * 16 > 4096: division path
-      shape(1, 3, 13, 13, 255, 7, 7, 2, 2, 3, 3),   // K = 255 * 16 = 4080: the largest table
-      shape(4, 32, 28, 28, 64, 3, 3, 2, 2, 1, 1),   // ResNet conv 32 -> 64, 28 -> 14
-      shape(4, 64, 14, 14, 128, 3, 3, 2, 2, 1, 1),  // ResNet conv 64 -> 128, 14 -> 7
-      shape(4, 32, 28, 28, 64, 1, 1, 2, 2, 0, 0),   // ResNet shortcut
+      conv(2, 3, 28, 28, 5, 3, 3, 2, 2, 1, 1),     // ResNet-like, small
+      conv(1, 1, 7, 7, 1, 1, 1, 2, 2, 0, 0),       // 1x1: 3 of 4 phases without taps
+      conv(3, 17, 13, 29, 3, 5, 5, 2, 2, 2, 2),    // odd sizes, 5x5
+      conv(1, 3, 29, 13, 17, 7, 7, 3, 3, 3, 3),    // stride 3, 7x7
+      conv(2, 1, 13, 7, 3, 2, 2, 2, 2, 0, 1),      // even kernel, unequal padding
+      conv(1, 3, 28, 13, 1, 3, 3, 2, 1, 0, 2),     // stride 2x1
+      conv(2, 17, 7, 29, 3, 1, 1, 3, 3, 0, 0),     // 1x1 stride 3: 8 of 9 phases without taps
+      conv(1, 3, 29, 29, 3, 5, 3, 3, 2, 1, 0),     // non-square kernel and stride
+      conv(1, 2, 13, 13, 3, 2, 2, 3, 3, 3, 0),     // 2x2 stride 3: tapless phases, pad 3
+      conv(3, 64, 13, 13, 17, 3, 3, 2, 2, 1, 1),   // C = 64: the wide tile
+      conv(1, 17, 29, 28, 64, 5, 5, 2, 2, 2, 2),   // OC = 64
+      conv(1, 3, 13, 13, 5, 11, 11, 2, 1, 5, 5),   // 66 taps a phase: division path
+      conv(1, 3, 13, 13, 300, 7, 7, 2, 2, 3, 3),   // K = 300 * 16 > 4096: division path
+      conv(1, 3, 13, 13, 255, 7, 7, 2, 2, 3, 3),   // K = 255 * 16 = 4080: the largest table
+      conv(4, 32, 28, 28, 64, 3, 3, 2, 2, 1, 1),   // ResNet conv 32 -> 64, 28 -> 14
+      conv(4, 64, 14, 14, 128, 3, 3, 2, 2, 1, 1),  // ResNet conv 64 -> 128, 14 -> 7
+      conv(4, 32, 28, 28, 64, 1, 1, 2, 2, 0, 0),   // ResNet shortcut
   };
 }
 
@@ -153,7 +132,7 @@ TEST(GpuConvDgradPhase, MatchesTwinAndDivisionPath) {
     conv2d_backward_data_cpu(s, abs_of(dy).data(), abs_of(w).data(), scale.data());
     const int64_t k = int64_t{s.oc} * s.kh * s.kw;
     for (const Case& c : kCases) {
-      SCOPED_TRACE(describe(s) + " " + c.name + " seed " + std::to_string(seed));
+      SCOPED_TRACE(describe_shape(s) + " " + c.name + " seed " + std::to_string(seed));
       const double e = product_error(c.precision);
       const std::vector<float> phases = run_dgrad(s, dy, w, c, DgradStrided::Phases);
       std::string first;
@@ -176,7 +155,7 @@ TEST(GpuConvDgradPhase, MatchesTwinAndDivisionPath) {
 TEST(GpuConvDgradPhase, UnitStrideIgnoresTheChoice) {
   CNN_REQUIRE_GPU();
 #ifdef CNN_HAVE_CUDA
-  const Conv2dShape s = shape(2, 5, 13, 11, 7, 3, 3, 1, 1, 1, 1);
+  const Conv2dShape s = conv(2, 5, 13, 11, 7, 3, 3, 1, 1, 1, 1);
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   const std::vector<float> dy =

@@ -21,6 +21,7 @@
 #include "kernels/conv/conv2d.h"
 #include "runtime/exec.h"
 #include "runtime/memory.h"
+#include "tests/conv_test_cases.h"
 #include "tests/test_util.h"
 #ifdef CNN_HAVE_CUDA
 #include "kernels/conv/conv2d_1ch.h"
@@ -29,34 +30,12 @@
 #endif
 
 using namespace cnn;
+using conv_test::conv;
+using conv_test::describe_shape;
 
 namespace {
 
 #ifdef CNN_HAVE_CUDA
-
-Conv2dShape shape(int n, int c, int h, int w, int oc, int kh, int kw, int sh, int sw, int ph,
-                  int pw) {
-  Conv2dShape s;
-  s.n = n;
-  s.c = c;
-  s.h = h;
-  s.w = w;
-  s.oc = oc;
-  s.kh = kh;
-  s.kw = kw;
-  s.stride_h = sh;
-  s.stride_w = sw;
-  s.pad_h = ph;
-  s.pad_w = pw;
-  return s;
-}
-
-std::string describe(const Conv2dShape& s) {
-  char buf[200];
-  std::snprintf(buf, sizeof buf, "N=%d C=%d H=%d W=%d OC=%d K=%dx%d stride=%dx%d pad=%dx%d", s.n,
-                s.c, s.h, s.w, s.oc, s.kh, s.kw, s.stride_h, s.stride_w, s.pad_h, s.pad_w);
-  return buf;
-}
 
 // max |got - ref| / max |ref| (see gpu_gemm_cuda.cpp); NaN/inf in got gives infinity.
 double rel_to_max(const std::vector<float>& got, const std::vector<float>& ref,
@@ -277,8 +256,9 @@ void check_shape(Impl impl, const Conv2dShape& s, const Refs& r, bool relu, Prec
   for (IgemmVariant variant : variants) {
     const WgradErrors w = check_wgrad(impl, variant, s, r, prec);
     std::printf("%-5s %-4s %s: rel err y %.2g%s dx %.2g | %s dw %.2g db %.2g (det %.2g %.2g)\n",
-                impl == Impl::Igemm ? "igemm" : "1ch", precision_name(prec), describe(s).c_str(),
-                e_y, r.y_plain.empty() ? "" : (" plain " + std::to_string(e_plain)).c_str(), e_dx,
+                impl == Impl::Igemm ? "igemm" : "1ch", precision_name(prec),
+                describe_shape(s).c_str(), e_y,
+                r.y_plain.empty() ? "" : (" plain " + std::to_string(e_plain)).c_str(), e_dx,
                 impl == Impl::Igemm ? variant_name(variant) : "", w.dw, w.db, w.dw_det, w.db_det);
   }
 }
@@ -286,10 +266,10 @@ void check_shape(Impl impl, const Conv2dShape& s, const Refs& r, bool relu, Prec
 void run_shapes(Impl impl, const std::vector<Conv2dShape>& shapes, bool big) {
   int which = 0;
   for (const Conv2dShape& s : shapes) {
-    ASSERT_TRUE(s.oh() >= 1 && s.ow() >= 1) << describe(s);
+    ASSERT_TRUE(s.oh() >= 1 && s.ow() >= 1) << describe_shape(s);
     const uint64_t seed = test::fresh_seed();
     const bool relu = (which++ % 2) == 0 || big;
-    SCOPED_TRACE(describe(s) + " seed=" + std::to_string(seed));
+    SCOPED_TRACE(describe_shape(s) + " seed=" + std::to_string(seed));
     const Refs r = make_refs(s, seed, relu, /*plain=*/!big, /*dgrad=*/impl == Impl::Igemm);
     if (impl == Impl::Igemm) {
       for (Precision prec : {Precision::FP32, Precision::TF32}) {
@@ -311,18 +291,18 @@ TEST(GpuConv2dFast, IgemmAwkwardShapes) {
 #ifdef CNN_HAVE_CUDA
   run_shapes(Impl::Igemm,
              {
-                 shape(1, 1, 5, 5, 1, 1, 1, 1, 1, 0, 0),       // all ones
-                 shape(3, 3, 7, 9, 5, 3, 3, 1, 1, 1, 1),       // batch 3, odd image
-                 shape(2, 3, 11, 8, 7, 3, 5, 2, 2, 2, 1),      // non-square kernel, stride 2
-                 shape(2, 4, 9, 10, 6, 3, 3, 2, 2, 1, 1),      // stride 2, pad 1
-                 shape(2, 5, 6, 7, 3, 1, 1, 1, 1, 0, 0),       // 1x1 kernel
-                 shape(2, 3, 9, 12, 4, 3, 3, 1, 2, 1, 0),      // non-square stride and pad
-                 shape(129, 3, 10, 10, 32, 5, 5, 1, 1, 2, 2),  // batch 129
-                 shape(3, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2),   // conv2 at batch 3
-                 shape(2, 40, 6, 5, 33, 3, 3, 1, 1, 1, 1),     // c > 32, oc = 33
-                 shape(1, 1, 28, 28, 32, 5, 5, 1, 1, 2, 2),    // conv1 through the GEMM path
-                 shape(4, 2, 5, 5, 3, 5, 5, 1, 1, 0, 0),       // kernel = image: 1x1 output
-                 shape(2, 3, 4, 4, 2, 3, 3, 3, 3, 4, 4),       // pad > kernel, stride 3
+                 conv(1, 1, 5, 5, 1, 1, 1, 1, 1, 0, 0),       // all ones
+                 conv(3, 3, 7, 9, 5, 3, 3, 1, 1, 1, 1),       // batch 3, odd image
+                 conv(2, 3, 11, 8, 7, 3, 5, 2, 2, 2, 1),      // non-square kernel, stride 2
+                 conv(2, 4, 9, 10, 6, 3, 3, 2, 2, 1, 1),      // stride 2, pad 1
+                 conv(2, 5, 6, 7, 3, 1, 1, 1, 1, 0, 0),       // 1x1 kernel
+                 conv(2, 3, 9, 12, 4, 3, 3, 1, 2, 1, 0),      // non-square stride and pad
+                 conv(129, 3, 10, 10, 32, 5, 5, 1, 1, 2, 2),  // batch 129
+                 conv(3, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2),   // conv2 at batch 3
+                 conv(2, 40, 6, 5, 33, 3, 3, 1, 1, 1, 1),     // c > 32, oc = 33
+                 conv(1, 1, 28, 28, 32, 5, 5, 1, 1, 2, 2),    // conv1 through the GEMM path
+                 conv(4, 2, 5, 5, 3, 5, 5, 1, 1, 0, 0),       // kernel = image: 1x1 output
+                 conv(2, 3, 4, 4, 2, 3, 3, 3, 3, 4, 4),       // pad > kernel, stride 3
              },
              false);
 #endif
@@ -331,7 +311,7 @@ TEST(GpuConv2dFast, IgemmAwkwardShapes) {
 TEST(GpuConv2dFast, IgemmNetworkConv2Batch128) {
   CNN_REQUIRE_GPU();
 #ifdef CNN_HAVE_CUDA
-  run_shapes(Impl::Igemm, {shape(test::network_batch(), 32, 14, 14, 64, 5, 5, 1, 1, 2, 2)}, true);
+  run_shapes(Impl::Igemm, {conv(test::network_batch(), 32, 14, 14, 64, 5, 5, 1, 1, 2, 2)}, true);
 #endif
 }
 
@@ -344,15 +324,15 @@ TEST(GpuConv2dFast, IgemmWgradVariantsAwkwardShapes) {
 #ifdef CNN_HAVE_CUDA
   run_shapes(Impl::Igemm,
              {
-                 shape(257, 7, 9, 7, 12, 3, 3, 1, 1, 1, 1),   // OHW 63: 4-byte dy, C*9+1 = 64
-                 shape(3, 7, 8, 8, 5, 5, 5, 1, 1, 2, 2),      // OHW 64: 16-byte dy, odd C
-                 shape(257, 3, 6, 6, 16, 3, 3, 2, 2, 1, 1),   // stride 2, OHW 9
-                 shape(1, 32, 14, 14, 64, 5, 5, 2, 2, 2, 2),  // batch 1, stride 2, OHW 49
-                 shape(2, 4, 6, 6, 70, 3, 3, 1, 1, 1, 1),     // OC 70: two row tiles, OHW 36
-                 shape(3, 3, 11, 13, 9, 5, 5, 1, 1, 0, 0),    // pad 0, OHW 63
-                 shape(5, 32, 12, 12, 64, 5, 5, 1, 1, 2, 2),  // 801 columns, OHW 144
-                 shape(2, 3, 10, 10, 4, 7, 7, 1, 1, 3, 3),    // 49 taps: Generic fallback
-                 shape(257, 1, 5, 4, 3, 1, 1, 1, 1, 0, 0),    // 1x1, OHW 20, many splits
+                 conv(257, 7, 9, 7, 12, 3, 3, 1, 1, 1, 1),   // OHW 63: 4-byte dy, C*9+1 = 64
+                 conv(3, 7, 8, 8, 5, 5, 5, 1, 1, 2, 2),      // OHW 64: 16-byte dy, odd C
+                 conv(257, 3, 6, 6, 16, 3, 3, 2, 2, 1, 1),   // stride 2, OHW 9
+                 conv(1, 32, 14, 14, 64, 5, 5, 2, 2, 2, 2),  // batch 1, stride 2, OHW 49
+                 conv(2, 4, 6, 6, 70, 3, 3, 1, 1, 1, 1),     // OC 70: two row tiles, OHW 36
+                 conv(3, 3, 11, 13, 9, 5, 5, 1, 1, 0, 0),    // pad 0, OHW 63
+                 conv(5, 32, 12, 12, 64, 5, 5, 1, 1, 2, 2),  // 801 columns, OHW 144
+                 conv(2, 3, 10, 10, 4, 7, 7, 1, 1, 3, 3),    // 49 taps: Generic fallback
+                 conv(257, 1, 5, 4, 3, 1, 1, 1, 1, 0, 0),    // 1x1, OHW 20, many splits
              },
              false);
 #endif
@@ -363,9 +343,9 @@ TEST(GpuConv2dFast, IgemmWgradMisalignedDy) {
   CNN_REQUIRE_GPU();
 #ifdef CNN_HAVE_CUDA
   for (const Conv2dShape& s :
-       {shape(3, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2), shape(2, 5, 8, 8, 7, 3, 3, 1, 1, 1, 1)}) {
+       {conv(3, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2), conv(2, 5, 8, 8, 7, 3, 3, 1, 1, 1, 1)}) {
     const uint64_t seed = test::fresh_seed();
-    SCOPED_TRACE(describe(s) + " seed=" + std::to_string(seed));
+    SCOPED_TRACE(describe_shape(s) + " seed=" + std::to_string(seed));
     const Refs r = make_refs(s, seed, false, false, false);
     for (Precision prec : {Precision::FP32, Precision::TF32}) {
       SCOPED_TRACE(precision_name(prec));
@@ -381,7 +361,7 @@ TEST(GpuConv2dFast, IgemmWgradMisalignedDy) {
 TEST(GpuConv2dFast, IgemmWgradVariantsAgreeConv2) {
   CNN_REQUIRE_GPU();
 #ifdef CNN_HAVE_CUDA
-  const Conv2dShape s = shape(test::network_batch(), 32, 14, 14, 64, 5, 5, 1, 1, 2, 2);
+  const Conv2dShape s = conv(test::network_batch(), 32, 14, 14, 64, 5, 5, 1, 1, 2, 2);
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   const Refs r = make_refs(s, seed, false, false, false);
@@ -409,34 +389,34 @@ TEST(GpuConv2dFast, IgemmDgradVariantsAwkwardShapes) {
   CNN_REQUIRE_GPU();
 #ifdef CNN_HAVE_CUDA
   const std::vector<Conv2dShape> shapes = {
-      shape(1, 3, 7, 9, 5, 3, 3, 1, 1, 1, 1),      // batch 1, C 3, OC 5 (partial chunk)
-      shape(3, 7, 9, 11, 12, 5, 5, 1, 1, 2, 2),    // C 7: C*25 % 4 != 0 -> 4-byte weights
-      shape(257, 7, 5, 3, 9, 3, 3, 1, 1, 1, 1),    // batch 257, 15-pixel images, OC 9
-      shape(3, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2),  // conv2 at batch 3
-      shape(2, 32, 13, 15, 16, 1, 1, 1, 1, 0, 0),  // 1x1, pad 0
-      shape(3, 40, 6, 5, 33, 3, 3, 1, 1, 0, 0),    // C 40: two column tiles, pad 0
-      shape(2, 3, 11, 8, 7, 5, 3, 1, 1, 2, 1),     // non-square kernel (runtime KHW path)
-      shape(3, 5, 3, 3, 4, 3, 3, 1, 1, 2, 2),      // 9-pixel images, pad 2 > needed
-      shape(2, 4, 9, 10, 6, 3, 3, 2, 2, 1, 1),     // stride 2: fallback
-      shape(2, 3, 10, 10, 4, 7, 7, 1, 1, 3, 3),    // 49 taps: fallback
-      shape(1, 4, 6, 200, 8, 5, 5, 1, 1, 2, 2),    // slab over the limit: fallback
-      shape(2, 8, 7, 7, 16, 5, 5, 1, 1, 0, 0),     // pad 0, OH = 3
+      conv(1, 3, 7, 9, 5, 3, 3, 1, 1, 1, 1),      // batch 1, C 3, OC 5 (partial chunk)
+      conv(3, 7, 9, 11, 12, 5, 5, 1, 1, 2, 2),    // C 7: C*25 % 4 != 0 -> 4-byte weights
+      conv(257, 7, 5, 3, 9, 3, 3, 1, 1, 1, 1),    // batch 257, 15-pixel images, OC 9
+      conv(3, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2),  // conv2 at batch 3
+      conv(2, 32, 13, 15, 16, 1, 1, 1, 1, 0, 0),  // 1x1, pad 0
+      conv(3, 40, 6, 5, 33, 3, 3, 1, 1, 0, 0),    // C 40: two column tiles, pad 0
+      conv(2, 3, 11, 8, 7, 5, 3, 1, 1, 2, 1),     // non-square kernel (runtime KHW path)
+      conv(3, 5, 3, 3, 4, 3, 3, 1, 1, 2, 2),      // 9-pixel images, pad 2 > needed
+      conv(2, 4, 9, 10, 6, 3, 3, 2, 2, 1, 1),     // stride 2: fallback
+      conv(2, 3, 10, 10, 4, 7, 7, 1, 1, 3, 3),    // 49 taps: fallback
+      conv(1, 4, 6, 200, 8, 5, 5, 1, 1, 2, 2),    // slab over the limit: fallback
+      conv(2, 8, 7, 7, 16, 5, 5, 1, 1, 0, 0),     // pad 0, OH = 3
   };
   for (const Conv2dShape& s : shapes) {
-    ASSERT_TRUE(s.oh() >= 1 && s.ow() >= 1) << describe(s);
+    ASSERT_TRUE(s.oh() >= 1 && s.ow() >= 1) << describe_shape(s);
     const uint64_t seed = test::fresh_seed();
-    SCOPED_TRACE(describe(s) + " seed=" + std::to_string(seed));
+    SCOPED_TRACE(describe_shape(s) + " seed=" + std::to_string(seed));
     const Refs r = make_refs(s, seed, false, false, true);
     for (Precision prec : {Precision::FP32, Precision::TF32}) {
       SCOPED_TRACE(precision_name(prec));
       const double e = check_dgrad(s, r, prec);
       std::printf("dgrad %-4s %s: rel err dx %.2g (dedicated kernel: %s)\n", precision_name(prec),
-                  describe(s).c_str(), e,
+                  describe_shape(s).c_str(), e,
                   conv2d_dgrad_dedicated_supported(s, exec_of(prec, false)) ? "yes" : "no");
     }
   }
   // The dispatch is what the shapes above claim: conv2 runs the new kernel in TF32 only.
-  const Conv2dShape conv2 = shape(test::network_batch(), 32, 14, 14, 64, 5, 5, 1, 1, 2, 2);
+  const Conv2dShape conv2 = conv(test::network_batch(), 32, 14, 14, 64, 5, 5, 1, 1, 2, 2);
   EXPECT_TRUE(conv2d_dgrad_dedicated_supported(conv2, exec_of(Precision::TF32, false)));
   EXPECT_FALSE(conv2d_dgrad_dedicated_supported(conv2, exec_of(Precision::FP32, false)));
   EXPECT_FALSE(conv2d_dgrad_dedicated_supported(shapes[8], exec_of(Precision::TF32, false)));
@@ -450,9 +430,9 @@ TEST(GpuConv2dFast, IgemmDgradMisalignedW) {
   CNN_REQUIRE_GPU();
 #ifdef CNN_HAVE_CUDA
   for (const Conv2dShape& s :
-       {shape(3, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2), shape(2, 4, 8, 8, 7, 3, 3, 1, 1, 1, 1)}) {
+       {conv(3, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2), conv(2, 4, 8, 8, 7, 3, 3, 1, 1, 1, 1)}) {
     const uint64_t seed = test::fresh_seed();
-    SCOPED_TRACE(describe(s) + " seed=" + std::to_string(seed));
+    SCOPED_TRACE(describe_shape(s) + " seed=" + std::to_string(seed));
     const Refs r = make_refs(s, seed, false, false, true);
     for (Precision prec : {Precision::FP32, Precision::TF32}) {
       SCOPED_TRACE(precision_name(prec));
@@ -467,7 +447,7 @@ TEST(GpuConv2dFast, IgemmDgradMisalignedW) {
 TEST(GpuConv2dFast, IgemmDgradVariantsAgreeConv2) {
   CNN_REQUIRE_GPU();
 #ifdef CNN_HAVE_CUDA
-  const Conv2dShape s = shape(test::network_batch(), 32, 14, 14, 64, 5, 5, 1, 1, 2, 2);
+  const Conv2dShape s = conv(test::network_batch(), 32, 14, 14, 64, 5, 5, 1, 1, 2, 2);
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   const Refs r = make_refs(s, seed, false, false, false);
@@ -487,15 +467,15 @@ TEST(GpuConv2dFast, SingleChannelAwkwardShapes) {
 #ifdef CNN_HAVE_CUDA
   run_shapes(Impl::OneCh,
              {
-                 shape(3, 1, 7, 9, 5, 3, 3, 1, 1, 1, 1),       // fast 3x3
-                 shape(2, 1, 13, 6, 9, 5, 5, 1, 1, 0, 0),      // output width 2
-                 shape(1, 1, 30, 70, 3, 5, 5, 1, 1, 2, 2),     // width 70 (not 4k), oc 3
-                 shape(2, 1, 8, 300, 4, 3, 3, 1, 1, 1, 1),     // two column tiles
-                 shape(2, 1, 9, 9, 3, 3, 3, 2, 2, 1, 1),       // stride 2: direct kernels
-                 shape(2, 1, 10, 10, 4, 4, 2, 1, 1, 1, 0),     // non-square kernel: direct
-                 shape(1, 1, 5, 5, 1, 5, 5, 1, 1, 4, 4),       // pad 4: mostly padding
-                 shape(5, 1, 40, 40, 33, 5, 5, 1, 1, 0, 0),    // oc 33, two row tiles
-                 shape(129, 1, 28, 28, 32, 5, 5, 1, 1, 2, 2),  // batch 129: partial image chunk
+                 conv(3, 1, 7, 9, 5, 3, 3, 1, 1, 1, 1),       // fast 3x3
+                 conv(2, 1, 13, 6, 9, 5, 5, 1, 1, 0, 0),      // output width 2
+                 conv(1, 1, 30, 70, 3, 5, 5, 1, 1, 2, 2),     // width 70 (not 4k), oc 3
+                 conv(2, 1, 8, 300, 4, 3, 3, 1, 1, 1, 1),     // two column tiles
+                 conv(2, 1, 9, 9, 3, 3, 3, 2, 2, 1, 1),       // stride 2: direct kernels
+                 conv(2, 1, 10, 10, 4, 4, 2, 1, 1, 1, 0),     // non-square kernel: direct
+                 conv(1, 1, 5, 5, 1, 5, 5, 1, 1, 4, 4),       // pad 4: mostly padding
+                 conv(5, 1, 40, 40, 33, 5, 5, 1, 1, 0, 0),    // oc 33, two row tiles
+                 conv(129, 1, 28, 28, 32, 5, 5, 1, 1, 2, 2),  // batch 129: partial image chunk
              },
              false);
 #endif
@@ -504,6 +484,6 @@ TEST(GpuConv2dFast, SingleChannelAwkwardShapes) {
 TEST(GpuConv2dFast, SingleChannelNetworkConv1Batch128) {
   CNN_REQUIRE_GPU();
 #ifdef CNN_HAVE_CUDA
-  run_shapes(Impl::OneCh, {shape(test::network_batch(), 1, 28, 28, 32, 5, 5, 1, 1, 2, 2)}, true);
+  run_shapes(Impl::OneCh, {conv(test::network_batch(), 1, 28, 28, 32, 5, 5, 1, 1, 2, 2)}, true);
 #endif
 }

@@ -17,9 +17,12 @@
 #include "kernels/conv/conv2d.h"
 #include "kernels/conv/conv2d_dgrad_phase.h"
 #include "runtime/error.h"
+#include "tests/conv_test_cases.h"
 #include "tests/test_util.h"
 
 using namespace cnn;
+using conv_test::conv;
+using conv_test::describe_shape;
 
 namespace {
 
@@ -64,23 +67,6 @@ std::vector<Triple> phase_triples(int size, int kernel, int stride, int pad,
   }
   std::sort(v.begin(), v.end());
   return v;
-}
-
-Conv2dShape shape(int n, int c, int h, int w, int oc, int kh, int kw, int sh, int sw, int ph,
-                  int pw) {
-  Conv2dShape s;
-  s.n = n;
-  s.c = c;
-  s.h = h;
-  s.w = w;
-  s.oc = oc;
-  s.kh = kh;
-  s.kw = kw;
-  s.stride_h = sh;
-  s.stride_w = sw;
-  s.pad_h = ph;
-  s.pad_w = pw;
-  return s;
 }
 
 // The input gradient phase by phase, indexed as the GPU's DgradPhaseProblem gathers it.
@@ -134,7 +120,7 @@ TEST(DgradPhase, AxisTriplesMatchTheConvolution) {
 
 TEST(DgradPhase, ResnetStrideTwoLayers) {
   // 3x3, stride 2, pad 1, 28x28: four 14x14 phases with 1, 2, 2 and 4 taps.
-  const std::vector<DgradPhase> p3 = dgrad_phases(shape(128, 32, 28, 28, 64, 3, 3, 2, 2, 1, 1));
+  const std::vector<DgradPhase> p3 = dgrad_phases(conv(128, 32, 28, 28, 64, 3, 3, 2, 2, 1, 1));
   ASSERT_EQ(p3.size(), 4u);
   const int want_taps[4] = {1, 2, 2, 4};
   for (int i = 0; i < 4; ++i) {
@@ -149,12 +135,12 @@ TEST(DgradPhase, ResnetStrideTwoLayers) {
   EXPECT_EQ(p3[3].y.first, 0);  // odd rows: taps 0 and 2, from output rows qy + 1 and qy
   EXPECT_EQ(p3[3].y.origin, 1);
   // 1x1, stride 2, pad 0: only the even-even phase has a tap; the other three are zeros.
-  const std::vector<DgradPhase> p1 = dgrad_phases(shape(128, 64, 14, 14, 128, 1, 1, 2, 2, 0, 0));
+  const std::vector<DgradPhase> p1 = dgrad_phases(conv(128, 64, 14, 14, 128, 1, 1, 2, 2, 0, 0));
   ASSERT_EQ(p1.size(), 4u);
   EXPECT_EQ(p1[0].taps(), 1);
   for (int i = 1; i < 4; ++i) EXPECT_EQ(p1[i].taps(), 0) << "phase " << i;
   // Odd sizes: 7 rows at stride 3 are phases of 3, 2 and 2 rows; 2x1 strides give 2 phases.
-  const std::vector<DgradPhase> p7 = dgrad_phases(shape(1, 1, 7, 13, 1, 5, 3, 3, 1, 2, 0));
+  const std::vector<DgradPhase> p7 = dgrad_phases(conv(1, 1, 7, 13, 1, 5, 3, 3, 1, 2, 0));
   ASSERT_EQ(p7.size(), 3u);
   EXPECT_EQ(p7[0].y.count, 3);
   EXPECT_EQ(p7[1].y.count, 2);
@@ -163,7 +149,7 @@ TEST(DgradPhase, ResnetStrideTwoLayers) {
 }
 
 TEST(DgradPhase, PhasesCoverEveryPixelOnce) {
-  const Conv2dShape s = shape(2, 3, 29, 13, 5, 5, 3, 3, 2, 2, 1);
+  const Conv2dShape s = conv(2, 3, 29, 13, 5, 5, 3, 3, 2, 2, 1);
   int pixels = 0;
   for (const DgradPhase& ph : dgrad_phases(s)) pixels += ph.pixels();
   EXPECT_EQ(pixels, s.h * s.w);
@@ -171,11 +157,11 @@ TEST(DgradPhase, PhasesCoverEveryPixelOnce) {
 
 TEST(DgradPhase, InputGradientByPhasesMatchesTheTwin) {
   const Conv2dShape shapes[] = {
-      shape(2, 3, 28, 28, 5, 3, 3, 2, 2, 1, 1),  shape(1, 1, 7, 7, 1, 1, 1, 2, 2, 0, 0),
-      shape(3, 17, 13, 29, 3, 5, 5, 2, 2, 2, 2), shape(1, 3, 29, 13, 17, 7, 7, 3, 3, 3, 3),
-      shape(2, 1, 13, 7, 3, 2, 2, 2, 2, 0, 1),   shape(1, 3, 28, 13, 1, 3, 3, 2, 1, 0, 2),
-      shape(2, 17, 7, 29, 3, 1, 1, 3, 3, 0, 0),  shape(1, 3, 29, 29, 3, 5, 3, 3, 2, 1, 0),
-      shape(1, 2, 13, 13, 3, 2, 2, 3, 3, 3, 0),
+      conv(2, 3, 28, 28, 5, 3, 3, 2, 2, 1, 1),  conv(1, 1, 7, 7, 1, 1, 1, 2, 2, 0, 0),
+      conv(3, 17, 13, 29, 3, 5, 5, 2, 2, 2, 2), conv(1, 3, 29, 13, 17, 7, 7, 3, 3, 3, 3),
+      conv(2, 1, 13, 7, 3, 2, 2, 2, 2, 0, 1),   conv(1, 3, 28, 13, 1, 3, 3, 2, 1, 0, 2),
+      conv(2, 17, 7, 29, 3, 1, 1, 3, 3, 0, 0),  conv(1, 3, 29, 29, 3, 5, 3, 3, 2, 1, 0),
+      conv(1, 2, 13, 13, 3, 2, 2, 3, 3, 3, 0),
   };
   for (const Conv2dShape& s : shapes) {
     const uint64_t seed = test::fresh_seed();
