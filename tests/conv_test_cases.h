@@ -16,7 +16,8 @@
 
 namespace cnn::conv_test {
 
-enum class Fill { Random, SmallInt };
+using test::Fill;
+using test::make_values;
 enum class Pass { Forward, BackwardData };
 
 struct ConvCase {
@@ -38,16 +39,6 @@ inline std::string describe_shape(const Conv2dShape& s) {
   std::snprintf(buf, sizeof buf, "N=%d C=%d H=%d W=%d OC=%d K=%dx%d stride=%dx%d pad=%dx%d", s.n,
                 s.c, s.h, s.w, s.oc, s.kh, s.kw, s.stride_h, s.stride_w, s.pad_h, s.pad_w);
   return buf;
-}
-
-// n values: uniform in [-1, 1) (Random) or integers in [-2, 2] (SmallInt), from `seed`.
-inline std::vector<float> make_values(size_t n, Fill fill, uint64_t seed) {
-  if (fill == Fill::Random) return test::random_vector(n, seed);
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int> d(-2, 2);
-  std::vector<float> v(n);
-  for (auto& x : v) x = static_cast<float>(d(rng));
-  return v;
 }
 
 // One pass's operands, drawn from seed, seed + 1, seed + 2.

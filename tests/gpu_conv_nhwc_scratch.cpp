@@ -38,6 +38,7 @@
 #include "runtime/tensor.h"
 #include "tests/conv_test_check.h"
 #include "tests/test_util.h"
+#include "tests/wgmma_test_require.h"
 #ifdef CNN_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -49,14 +50,6 @@ using namespace cnn;
 namespace {
 
 #ifdef CNN_HAVE_CUDA
-
-#define CNN_REQUIRE_WGMMA_NHWC()                                                                 \
-  do {                                                                                           \
-    CNN_REQUIRE_GPU();                                                                           \
-    if (!conv2d_wgmma_nhwc_available())                                                          \
-      GTEST_SKIP() << "wgmma-nhwc convolution needs a compute capability 9.0 GPU and an sm_90a " \
-                      "build";                                                                   \
-  } while (0)
 
 Conv2dShape conv(int n, int c, int h, int w, int oc, int k, int pad) {
   Conv2dShape s;

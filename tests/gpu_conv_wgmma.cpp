@@ -40,6 +40,7 @@
 #include "tests/conv_test_cases.h"
 #include "tests/conv_test_check.h"
 #include "tests/test_util.h"
+#include "tests/wgmma_test_require.h"
 #ifdef CNN_HAVE_CUDA
 #include "kernels/conv/conv2d_wgmma.h"
 #endif
@@ -49,13 +50,6 @@ using namespace cnn;
 namespace {
 
 #ifdef CNN_HAVE_CUDA
-
-#define CNN_REQUIRE_WGMMA_CONV()                                                                  \
-  do {                                                                                            \
-    CNN_REQUIRE_GPU();                                                                            \
-    if (!conv2d_wgmma_available())                                                                \
-      GTEST_SKIP() << "wgmma convolution needs a compute capability 9.0 GPU and an sm_90a build"; \
-  } while (0)
 
 using namespace conv_test;  // Fill, Pass, ConvCase, conv, Tf32Problem, expect_close_tf32, ...
 

@@ -49,6 +49,7 @@
 #include "tests/conv_test_cases.h"
 #include "tests/conv_test_check.h"
 #include "tests/test_util.h"
+#include "tests/wgmma_test_require.h"
 #ifdef CNN_HAVE_CUDA
 #include "kernels/conv/conv2d_wgmma_nhwc.h"
 #endif
@@ -58,14 +59,6 @@ using namespace cnn;
 namespace {
 
 #ifdef CNN_HAVE_CUDA
-
-#define CNN_REQUIRE_WGMMA_NHWC()                                                                 \
-  do {                                                                                           \
-    CNN_REQUIRE_GPU();                                                                           \
-    if (!conv2d_wgmma_nhwc_available())                                                          \
-      GTEST_SKIP() << "wgmma-nhwc convolution needs a compute capability 9.0 GPU and an sm_90a " \
-                      "build";                                                                   \
-  } while (0)
 
 constexpr double kUnit = 1.0 / (1 << 23);  // 2^-23: FP32 summation, per term
 constexpr double kProd = 1.0 / (1 << 7);   // 2^-7: BF16 rounding of a product's two operands

@@ -83,6 +83,7 @@
 #include "tests/conv_test_cases.h"
 #include "tests/conv_test_check.h"
 #include "tests/test_util.h"
+#include "tests/wgmma_test_require.h"
 #ifdef CNN_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
@@ -125,14 +126,6 @@ TEST(GpuConvWgmmaWgrad, AlgoNameAndRefusals) {
 }
 
 #ifdef CNN_HAVE_CUDA
-
-#define CNN_REQUIRE_WGMMA_WGRAD()                                                            \
-  do {                                                                                       \
-    CNN_REQUIRE_GPU();                                                                       \
-    if (!conv2d_wgrad_wgmma_available())                                                     \
-      GTEST_SKIP() << "the wgmma weight gradient needs a compute capability 9.0 GPU and an " \
-                      "sm_90a build";                                                        \
-  } while (0)
 
 using conv_test::bitwise_equal;
 using conv_test::Fill;

@@ -53,6 +53,7 @@
 #include "runtime/exec.h"
 #include "runtime/tensor.h"
 #include "tests/test_util.h"
+#include "tests/wgmma_test_require.h"
 #ifdef CNN_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
@@ -66,14 +67,8 @@ namespace {
 
 #ifdef CNN_HAVE_CUDA
 
-#define CNN_REQUIRE_WGMMA()                                                                \
-  do {                                                                                     \
-    CNN_REQUIRE_GPU();                                                                     \
-    if (!gemm_wgmma_available())                                                           \
-      GTEST_SKIP() << "wgmma GEMM needs a compute capability 9.0 GPU and an sm_90a build"; \
-  } while (0)
-
-enum class Fill { Random, SmallInt };
+using test::Fill;
+using test::make_values;
 
 struct Case {
   bool ta = false, tb = true;
@@ -96,15 +91,6 @@ std::string describe(const Case& c) {
                 c.relu, c.fill == Fill::SmallInt ? "int" : "random", c.opt.splits,
                 c.opt.force_gather, c.opt.mn_load == WgmmaMnLoad::Tma);
   return buf;
-}
-
-std::vector<float> make_values(size_t n, Fill fill, uint64_t seed) {
-  if (fill == Fill::Random) return test::random_vector(n, seed);
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int> d(-2, 2);
-  std::vector<float> v(n);
-  for (auto& x : v) x = static_cast<float>(d(rng));
-  return v;
 }
 
 struct Result {

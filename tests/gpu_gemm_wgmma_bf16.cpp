@@ -47,6 +47,7 @@
 #include "runtime/exec.h"
 #include "runtime/tensor.h"
 #include "tests/test_util.h"
+#include "tests/wgmma_test_require.h"
 #ifdef CNN_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
@@ -60,14 +61,8 @@ namespace {
 
 #ifdef CNN_HAVE_CUDA
 
-#define CNN_REQUIRE_WGMMA()                                                                \
-  do {                                                                                     \
-    CNN_REQUIRE_GPU();                                                                     \
-    if (!gemm_wgmma_available())                                                           \
-      GTEST_SKIP() << "wgmma GEMM needs a compute capability 9.0 GPU and an sm_90a build"; \
-  } while (0)
-
-enum class Fill { Random, SmallInt };
+using test::Fill;
+using test::make_values;
 
 struct Case {
   bool ta = false, tb = true;
@@ -93,15 +88,6 @@ std::string describe(const Case& c) {
 std::string describe(const WgmmaOptions& o) {
   return " splits=" + std::to_string(o.splits) + " gather=" + std::to_string(o.force_gather) +
          " mn_load=" + std::to_string(int(o.mn_load));
-}
-
-std::vector<float> make_values(size_t n, Fill fill, uint64_t seed) {
-  if (fill == Fill::Random) return test::random_vector(n, seed);
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int> d(-2, 2);
-  std::vector<float> v(n);
-  for (auto& x : v) x = static_cast<float>(d(rng));
-  return v;
 }
 
 std::vector<float> apply_each(const std::vector<float>& v, float (*f)(float)) {

@@ -68,6 +68,15 @@ uint64_t fresh_seed() {
          0x9E3779B97F4A7C15ull * ++counter;
 }
 
+std::vector<float> make_values(size_t n, Fill fill, uint64_t seed) {
+  if (fill == Fill::Random) return random_vector(n, seed);
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> d(-2, 2);
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(d(rng));
+  return v;
+}
+
 std::vector<float> random_vector(size_t n, uint64_t seed, float lo, float hi) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> d(lo, hi);

@@ -31,6 +31,10 @@ Dataset random_dataset(int n, int c, int h, int w, int classes, uint64_t seed);
 bool light_sweeps();
 
 std::vector<float> random_vector(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f);
+// n values from `seed`: uniform in [-1, 1) (Random) or integers in [-2, 2] (SmallInt: exact in
+// TF32 and BF16 products, so a mismatch is an addressing error, not rounding).
+enum class Fill { Random, SmallInt };
+std::vector<float> make_values(size_t n, Fill fill, uint64_t seed);
 std::vector<int32_t> random_labels(size_t n, int classes, uint64_t seed);
 
 // Device buffers filled from / read back to host vectors.
