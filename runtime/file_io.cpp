@@ -1,6 +1,7 @@
 #include "runtime/file_io.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -30,10 +31,14 @@ const char* file_kind(mode_t mode) {
 
 // An open file: a regular one, or with allow_streams also a pipe, FIFO or device. O_NONBLOCK:
 // opening a FIFO for reading otherwise waits for a writer, so the type check after the open would
-// never run; a stream that is allowed gets blocking reads back once it is known to be one.
+// never run; a stream that is allowed gets blocking reads back once it is known to be one. A FIFO
+// keeps its non-blocking descriptor and waits in poll() before each read: closing it and
+// reopening blocking would wait forever for a writer that already came, wrote into the pipe and
+// left between the two opens (its data went with the first descriptor).
 struct OpenFile {
   int fd = -1;
   bool regular = false;
+  bool fifo = false;
   uint64_t size = 0;  // st_size of a regular file (0 for /proc files, whose size is unknown)
   OpenFile(const std::string& path, bool allow_streams) {
     fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -47,11 +52,8 @@ struct OpenFile {
       if (stat_err != 0) CNN_FAIL("{}: cannot stat ({})", path, std::strerror(stat_err));
       CNN_FAIL("{}: is {}, expected a regular file", path, file_kind(st.st_mode));
     }
-    if (S_ISFIFO(st.st_mode)) {  // reopened blocking, which waits for the FIFO's writer
-      ::close(fd);
-      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      CNN_CHECK(fd >= 0, "{}: cannot open ({})", path, std::strerror(errno));
-    } else if (!regular) {
+    fifo = S_ISFIFO(st.st_mode);
+    if (!regular && !fifo) {
       ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     }
     size = regular ? uint64_t(st.st_size) : 0;
@@ -65,9 +67,18 @@ struct OpenFile {
     size_t used = 0;
     while (used < n) {
       const size_t want = std::min<size_t>(n - used, 1 << 30);
+      if (fifo) {
+        // Until a writer has opened the FIFO, poll() waits (the kernel reports no hang-up to a
+        // reader that has not seen one); then data (POLLIN) or the writer's close (POLLHUP).
+        pollfd p{fd, POLLIN, 0};
+        const int ready = ::poll(&p, 1, -1);
+        if (ready < 0 && errno == EINTR) continue;
+        CNN_CHECK(ready >= 0, "{}: poll error after {} bytes ({})", path, at + used,
+                  std::strerror(errno));
+      }
       const ssize_t got =
           regular ? ::pread(fd, dst + used, want, off_t(at + used)) : ::read(fd, dst + used, want);
-      if (got < 0 && errno == EINTR) continue;
+      if (got < 0 && (errno == EINTR || (fifo && errno == EAGAIN))) continue;
       CNN_CHECK(got >= 0, "{}: read error after {} bytes ({})", path, at + used,
                 std::strerror(errno));
       if (got == 0) break;
