@@ -48,9 +48,11 @@ struct Tile {
   static constexpr int kSmemPart = BM * kPartLd * 4;
   static constexpr int kSmem = kSmemPipe > kSmemPart ? kSmemPipe : kSmemPart;
   // With a fused classifier: the tile's int8 outputs after the above (rows padded by 4 bytes so
-  // that the threads of a warp, reading words of different rows, spread over the banks).
+  // that the threads of a warp, reading words of different rows, spread over the banks), then
+  // the classifier's weights of the tile's columns, (kQLinearDp4aMaxCols, BN) bytes, staged at
+  // the start so that the classifier's dot products read only shared memory.
   static constexpr int kOutLd = BN + 4;
-  static constexpr int kSmemFused = kSmem + BM * kOutLd;
+  static constexpr int kSmemFused = kSmem + BM * kOutLd + kQLinearDp4aMaxCols * BN;
   static constexpr int kMi = BM / 32, kNi = BN / 32;  // mma tiles of a warp: rows, columns
   // Two blocks an SM where their registers (at most 128 a thread) and shared memory allow it.
   static constexpr int kMinBlocks = BM * BN <= 64 * 128 ? 2 : 1;
@@ -76,25 +78,48 @@ struct Classifier {
   float* y;            // (M, oc) logits
 };
 
-// ld.acquire.gpu of an int32 another block of this grid wrote with atomics.
-__device__ __forceinline__ int32_t ld_acquire(const int32_t* p) {
+// fence.acq_rel.gpu: orders this thread's (and, after a bar.sync, its block's) memory
+// operations before and after it at GPU scope; lighter than __threadfence's fence.sc.
+__device__ __forceinline__ void fence_acq_rel_gpu() {
+  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+}
+
+// ld.relaxed.gpu: a strong load at GPU scope (never a stale L1 line), ordered after the
+// block's acquire (thread 0's fence, then bar.sync) without an acquire of its own per element.
+__device__ __forceinline__ int32_t ld_relaxed_gpu(const int32_t* p) {
   int32_t v;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
   return v;
+}
+
+// The classifier's weights of the tile's columns [n0, n0 + BN) into shared memory, (oc, BN)
+// bytes: 4-byte cp.asyncs of the caller's current group (columns past the layer's OCP are not
+// loaded and never read).
+template <int BN>
+__device__ __forceinline__ void stage_classifier_weights(const Classifier& cls, uint8_t* sw,
+                                                         int n0) {
+  const int words = min(BN, cls.k - n0) / 4;
+  for (int i = threadIdx.x; i < cls.oc * (BN / 4); i += kThreads) {
+    const int o = i / (BN / 4), q = i % (BN / 4);
+    if (q < words)
+      qmma::cp_async4(sw + o * BN + q * 4, cls.w + int64_t(o) * cls.k + n0 + q * 4, true);
+  }
 }
 
 // The fused classifier's part of a block of the layer, once the block's int8 outputs of rows
 // [r_lo, r_hi) of its tile are in `out` (row stride kOutLd; columns past the layer's OCP
-// unwritten, never read). Thread i computes the dot products (rows r_lo + i / oc, output o =
-// i % oc, then + 256 / oc rows) over the tile's BN columns with dp4a and atomicAdds them to
-// cls.acc (int32 sums: exact and order-independent, so the bits do not depend on scheduling).
-// Then the block arrives on its row tile's counter; the last of the row tile's arrivals (every
-// column tile, every split rank) applies the classifier's epilogue to the row tile's sums,
-// writes the logits and zeroes the sums and the counter for the next call.
+// unwritten, never read) and the classifier's weights of its columns in `sw` (rows of BN
+// bytes, stage_classifier_weights). Thread i computes the dot products (rows r_lo + i / oc,
+// output o = i % oc, then + 256 / oc rows) over the tile's BN columns with dp4a, from shared
+// memory only, and adds them to cls.acc with reductions (int32 sums: exact and
+// order-independent, so the bits do not depend on scheduling). Then the block arrives on its
+// row tile's counter; the last of the row tile's arrivals (every column tile, every split rank)
+// applies the classifier's epilogue to the row tile's sums, writes the logits and zeroes the
+// sums and the counter for the next call.
 template <int BM, int BN>
 __device__ __forceinline__ void classify_tile(const MmaDims& d, const Classifier& cls,
-                                              const uint8_t* out, int m0, int n0, int r_lo,
-                                              int r_hi, int expected) {
+                                              const uint8_t* out, const uint8_t* sw, int m0, int n0,
+                                              int r_lo, int r_hi, int expected) {
   using P = Tile<BM, BN>;
   const int tid = threadIdx.x;
   __syncthreads();  // `out` complete
@@ -105,21 +130,21 @@ __device__ __forceinline__ void classify_tile(const MmaDims& d, const Classifier
     const int r = r_lo + p / cls.oc, o = p % cls.oc;
     if (m0 + r >= d.m) continue;
     const int* const xr = reinterpret_cast<const int*>(out + r * P::kOutLd);
-    const int* const wr = reinterpret_cast<const int*>(cls.w + int64_t(o) * cls.k + n0);
+    const int* const wr = reinterpret_cast<const int*>(sw + o * BN);
     int32_t sum = 0;
 #pragma unroll 4
-    for (int q = 0; q < words; ++q) sum = __dp4a(xr[q], __ldg(wr + q), sum);
+    for (int q = 0; q < words; ++q) sum = __dp4a(xr[q], wr[q], sum);
     atomicAdd(cls.acc + int64_t(m0 + r) * cls.oc + o, sum);
   }
-  // Release: every thread's atomics precede (bar.sync) thread 0's fence and arrival, so a block
-  // that sees the arrival count sees the sums (the fence is cumulative).
+  // Release: every thread's reductions precede (bar.sync) thread 0's fence and arrival, so a
+  // block that sees the arrival count sees the sums (the fence is cumulative).
   __syncthreads();
   __shared__ int last;
   if (tid == 0) {
-    __threadfence();
+    fence_acq_rel_gpu();
     const uint32_t before = atomicAdd(cls.arrivals + blockIdx.x, 1u);
     last = before + 1 == uint32_t(expected);
-    __threadfence();  // acquire: the sums read below are not older than the arrivals counted
+    if (last) fence_acq_rel_gpu();  // acquire: the sums read below are the arrivals' sums
   }
   __syncthreads();
   if (!last) return;
@@ -127,7 +152,7 @@ __device__ __forceinline__ void classify_tile(const MmaDims& d, const Classifier
   for (int p = tid; p < rows * cls.oc; p += kThreads) {
     const int o = p % cls.oc;
     int32_t* const a = cls.acc + int64_t(m0) * cls.oc + p;
-    const int32_t sum = ld_acquire(a);
+    const int32_t sum = ld_relaxed_gpu(a);
     cls.y[int64_t(m0) * cls.oc + p] =
         qepilogue::value<float>(sum, __ldg(cls.mult + o), __ldg(cls.add + o), cls.relu);
     *a = 0;  // the next call's start (ordered before it by the stream)
@@ -151,7 +176,7 @@ static_assert(kBK == qmma::kRowBytes, "the shared swizzle is for 64-byte rows");
 // ptxas -v (sm_90, 16-byte / 4-byte loads), no spills: 64x64 79 / 80 registers, 64x128 105 /
 // 112 (both at most 128: two blocks an SM), 128x128 141 / 177 (one block an SM); dynamic shared
 // memory 48 / 60 / 68 KB (Tile::kSmem). With the classifier fused: 72 / 75, 112 / 117, 153 /
-// 163 registers, no spills; shared memory + BM x (BN + 4) bytes (Tile::kSmemFused).
+// 163 registers, no spills; shared memory + BM x (BN + 4) + 16 x BN bytes (Tile::kSmemFused).
 // kFuse (T int8 only): the classifier after the layer as well (classify_tile), from the block's
 // int8 outputs, which it also keeps in shared memory after the pipeline (Tile::kSmemFused).
 template <class T, int BM, int BN, bool kVec16, bool kFuse>
@@ -165,6 +190,7 @@ __global__ void __launch_bounds__(kThreads, Tile<BM, BN>::kMinBlocks)
   uint8_t* const sa = smem;                            // kStages x (BM, kBK)
   uint8_t* const sb = smem + P::kStages * P::kStageA;  // kStages x (BN, kBK)
   uint8_t* const sout = smem + P::kSmem;               // kFuse: (BM, kOutLd) int8 outputs
+  uint8_t* const sw2 = sout + BM * P::kOutLd;          // kFuse: the classifier's weights
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, tg = lane & 3;
   const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
@@ -226,6 +252,8 @@ __global__ void __launch_bounds__(kThreads, Tile<BM, BN>::kMinBlocks)
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0;
 
   const int kt_count = kt_end - kt_begin;
+  // In the first cp.async group, complete before the first k-tile is read (or at the final wait).
+  if constexpr (kFuse) stage_classifier_weights<BN>(cls, sw2, n0);
 #pragma unroll
   for (int st = 0; st < P::kStages - 1; ++st) {
     if (st < kt_count) load_stage(st, (kt_begin + st) * kBK);
@@ -306,7 +334,7 @@ __global__ void __launch_bounds__(kThreads, Tile<BM, BN>::kMinBlocks)
     }
     ptx::cluster_sync();  // no block leaves while another still reads its partial tile
     if constexpr (kFuse)
-      classify_tile<BM, BN>(d, cls, sout, m0, n0, r_lo, r_hi, int(gridDim.y) * nsplit);
+      classify_tile<BM, BN>(d, cls, sout, sw2, m0, n0, r_lo, r_hi, int(gridDim.y) * nsplit);
     return;
   }
 #endif
@@ -332,7 +360,8 @@ __global__ void __launch_bounds__(kThreads, Tile<BM, BN>::kMinBlocks)
           }
         }
     }
-  if constexpr (kFuse) classify_tile<BM, BN>(d, cls, sout, m0, n0, 0, BM, int(gridDim.y) * nsplit);
+  if constexpr (kFuse)
+    classify_tile<BM, BN>(d, cls, sout, sw2, m0, n0, 0, BM, int(gridDim.y) * nsplit);
 }
 
 template <class T, int BM, int BN, bool kFuse>
