@@ -1,12 +1,15 @@
 // Batch-norm CUDA kernels against the CPU reference: batch 1, C = 1/3/17, odd H*W, BatchNorm1d
-// shapes (H*W = 1), a large-mean input (the variance must not cancel), many splits per channel;
-// NaN-poisoned outputs; the training pass bitwise repeatable; eval; the batch-1 refusal; the fused
-// ReLU (forward and masked backward) against the CPU twin and, bitwise, against the separate pass.
+// shapes (H*W = 1), H*W % 4 != 0 and == 0 (scalar and 16-byte loads), long planes, a large-mean
+// input (the variance must not cancel), many splits per channel; NaN-poisoned outputs; the
+// training pass bitwise repeatable, and the same bits from unaligned pointers; eval; the batch-1
+// refusal; the fused ReLU (forward and masked backward) against the CPU twin and, bitwise, against
+// the separate pass.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "kernels/norm/batchnorm.h"
@@ -68,21 +71,34 @@ Outputs run_cpu(const Inputs& in) {
   return o;
 }
 
-Outputs run_cuda(const Inputs& in, bool deterministic) {
+// Values of v after `offset` leading zeros: a device copy whose data starts `offset` floats into
+// the allocation, 4 * offset bytes past its 16-byte alignment.
+std::vector<float> shifted(const std::vector<float>& v, size_t offset) {
+  std::vector<float> out(offset, 0.f);
+  out.insert(out.end(), v.begin(), v.end());
+  return out;
+}
+
+// offset > 0: x, dy, y and dx start `offset` floats into their allocations (not 16-byte aligned
+// for offset % 4 != 0), which sends every pass down the scalar-load path.
+Outputs run_cuda(const Inputs& in, bool deterministic, size_t offset = 0) {
   const BatchNormShape& s = in.s;
   Exec ex;
   ex.device = Device::CUDA;
   ex.deterministic = deterministic;
   const size_t n = in.x.size(), c = size_t(s.c);
-  Tensor x = test::to_device(in.x), gamma = test::to_device(in.gamma),
-         beta = test::to_device(in.beta), dy = test::to_device(in.dy), rm = test::to_device(in.rm),
-         rv = test::to_device(in.rv), dgamma = test::to_device(in.dgamma),
-         dbeta = test::to_device(in.dbeta), count = test::to_device({5.f});
-  Buffer<float> y(n, Device::CUDA), dx(n, Device::CUDA), mean(c, Device::CUDA),
-      invstd(c, Device::CUDA);
+  Tensor x = test::to_device(shifted(in.x, offset)), gamma = test::to_device(in.gamma),
+         beta = test::to_device(in.beta), dy = test::to_device(shifted(in.dy, offset)),
+         rm = test::to_device(in.rm), rv = test::to_device(in.rv),
+         dgamma = test::to_device(in.dgamma), dbeta = test::to_device(in.dbeta),
+         count = test::to_device({5.f});
+  Buffer<float> y_mem(n + offset, Device::CUDA), dx_mem(n + offset, Device::CUDA),
+      mean(c, Device::CUDA), invstd(c, Device::CUDA);
+  float *y = y_mem.data() + offset, *dx = dx_mem.data() + offset;
+  const float *x_at = x.data() + offset, *dy_at = dy.data() + offset;
   Buffer<double> scratch(size_t(batchnorm_scratch_doubles(s, Device::CUDA)), Device::CUDA);
-  test::poison_device(y.data(), n);
-  test::poison_device(dx.data(), n);
+  test::poison_device(y, n);
+  test::poison_device(dx, n);
   test::poison_device(mean.data(), c);
   test::poison_device(invstd.data(), c);
   BatchNormTrainArgs a;
@@ -91,13 +107,13 @@ Outputs run_cuda(const Inputs& in, bool deterministic) {
   a.running_mean = rm.data();
   a.running_var = rv.data();
   a.num_batches = count.data();
-  batchnorm_forward_train(s, x.data(), gamma.data(), beta.data(), y.data(), mean.data(),
-                          invstd.data(), a, scratch.data(), ex);
-  batchnorm_backward(s, x.data(), dy.data(), gamma.data(), mean.data(), invstd.data(), dx.data(),
-                     dgamma.data(), dbeta.data(), scratch.data(), ex);
+  batchnorm_forward_train(s, x_at, gamma.data(), beta.data(), y, mean.data(), invstd.data(), a,
+                          scratch.data(), ex);
+  batchnorm_backward(s, x_at, dy_at, gamma.data(), mean.data(), invstd.data(), dx, dgamma.data(),
+                     dbeta.data(), scratch.data(), ex);
   Outputs o;
-  o.y = test::to_host(y.data(), n);
-  o.dx = test::to_host(dx.data(), n);
+  o.y = test::to_host(y, n);
+  o.dx = test::to_host(dx, n);
   o.mean = test::to_host(mean.data(), c);
   o.invstd = test::to_host(invstd.data(), c);
   o.rm = test::to_host(rm.data(), c);
@@ -106,6 +122,19 @@ Outputs run_cuda(const Inputs& in, bool deterministic) {
   o.dgamma = test::to_host(dgamma.data(), c);
   o.dbeta = test::to_host(dbeta.data(), c);
   return o;
+}
+
+// Every output of two device runs, bitwise.
+void expect_same_bits(const Outputs& a, const Outputs& b, const char* what) {
+  EXPECT_EQ(a.y, b.y) << what;
+  EXPECT_EQ(a.mean, b.mean) << what;
+  EXPECT_EQ(a.invstd, b.invstd) << what;
+  EXPECT_EQ(a.rm, b.rm) << what;
+  EXPECT_EQ(a.rv, b.rv) << what;
+  EXPECT_EQ(a.count, b.count) << what;
+  EXPECT_EQ(a.dx, b.dx) << what;
+  EXPECT_EQ(a.dgamma, b.dgamma) << what;
+  EXPECT_EQ(a.dbeta, b.dbeta) << what;
 }
 
 void check_shape(const BatchNormShape& s, float offset) {
@@ -137,11 +166,7 @@ void check_shape(const BatchNormShape& s, float offset) {
     EXPECT_LT(e, 1e-3) << what;
   }
   // The reductions run in a fixed order in every mode: two runs give the same bits.
-  const Outputs again = run_cuda(in, true);
-  EXPECT_EQ(got.y, again.y);
-  EXPECT_EQ(got.dx, again.dx);
-  EXPECT_EQ(got.dgamma, again.dgamma);
-  EXPECT_EQ(got.rv, again.rv);
+  expect_same_bits(got, run_cuda(in, true), "deterministic run");
 }
 
 }  // namespace
@@ -151,16 +176,70 @@ TEST(GpuBatchNorm, TrainingMatchesCpuOnAwkwardShapes) {
   for (const BatchNormShape& s :
        {BatchNormShape{1, 3, 7}, BatchNormShape{1, 17, 33 * 31}, BatchNormShape{2, 17, 1},
         BatchNormShape{5, 1, 1}, BatchNormShape{3, 1, 4001}, BatchNormShape{128, 16, 28 * 28},
-        BatchNormShape{7, 600, 1}, BatchNormShape{64, 3, 32 * 32}})
+        BatchNormShape{7, 600, 1}, BatchNormShape{64, 3, 32 * 32},
+        // The 4-value groups: N = C = 1 with HW = 2 (one short group), HW = 4 (one 16-byte group
+        // per plane), HW % 4 == 2, the zoo's odd 7x7 and its 14x14, a large batch.
+        BatchNormShape{1, 1, 2}, BatchNormShape{2, 5, 4}, BatchNormShape{3, 7, 6},
+        BatchNormShape{9, 13, 7 * 7}, BatchNormShape{5, 11, 14 * 14}, BatchNormShape{512, 3, 64}})
     check_shape(s, 0.f);
-  // A large mean against a small spread: sum-of-squares variance in float would cancel.
+  // Large N * HW: planes longer than one block's round (cut along y in the elementwise passes,
+  // split inside planes in the sums), odd (scalar loads) and aligned (16-byte loads), and a
+  // VGG stage-1 shape at a smaller batch.
+  if (!test::light_sweeps())
+    for (const BatchNormShape& s : {BatchNormShape{2, 3, 250001}, BatchNormShape{1, 2, 1 << 20},
+                                    BatchNormShape{32, 64, 32 * 32}})
+      check_shape(s, 0.f);
+  // A large mean against a small spread: sum-of-squares variance in float would cancel. The sums
+  // are of x - x[0, c, 0]; the second shape takes the 16-byte path.
   check_shape(BatchNormShape{16, 5, 15 * 15}, 100.f);
+  check_shape(BatchNormShape{16, 4, 16 * 16}, 100.f);
+}
+
+// The scalar path (pointers 4, 8 or 12 bytes past 16-byte alignment) adds the same 4-value groups
+// in the same order as the 16-byte path: the alignment changes the speed, never the bits.
+TEST(GpuBatchNorm, UnalignedPointersGiveTheAlignedBits) {
+  CNN_REQUIRE_GPU();
+  for (const BatchNormShape& s : {BatchNormShape{6, 5, 16 * 16}, BatchNormShape{3, 7, 4},
+                                  BatchNormShape{2, 3, 1 << 16}, BatchNormShape{4, 3, 7 * 7}}) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " (N, C, HW) = (" << s.n << ", " << s.c
+                                      << ", " << s.hw << ")");
+    const Inputs in = make_inputs(s, seed, 0.f);
+    const Outputs aligned = run_cuda(in, false);
+    for (size_t offset : {1, 2, 3}) {
+      SCOPED_TRACE("offset " + std::to_string(offset) + " floats");
+      const Outputs moved = run_cuda(in, false, offset);
+      EXPECT_FALSE(test::any_nan(moved.y));
+      EXPECT_FALSE(test::any_nan(moved.dx));
+      expect_same_bits(aligned, moved, "unaligned against aligned");
+    }
+  }
+}
+
+// Two runs on the zoo's shapes (VGG's three stages at batch 128, a ResNet 7x7 stage) give the
+// same bits: the split of the sums depends on the shape alone, never on scheduling.
+TEST(GpuBatchNorm, TrainingIsBitwiseRepeatable) {
+  CNN_REQUIRE_GPU();
+  const int n = test::light_sweeps() ? 8 : 128;
+  for (const BatchNormShape& s : {BatchNormShape{n, 64, 32 * 32}, BatchNormShape{n, 128, 16 * 16},
+                                  BatchNormShape{n, 256, 8 * 8}, BatchNormShape{n, 512, 7 * 7}}) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " (N, C, HW) = (" << s.n << ", " << s.c
+                                      << ", " << s.hw << ")");
+    const Inputs in = make_inputs(s, seed, 0.5f);
+    const Outputs a = run_cuda(in, false), b = run_cuda(in, false);
+    EXPECT_FALSE(test::any_nan(a.y));
+    EXPECT_FALSE(test::any_nan(a.dx));
+    expect_same_bits(a, b, "second run");
+  }
 }
 
 TEST(GpuBatchNorm, EvalMatchesCpu) {
   CNN_REQUIRE_GPU();
   for (const BatchNormShape& s :
-       {BatchNormShape{1, 3, 7}, BatchNormShape{1, 17, 1}, BatchNormShape{9, 5, 13 * 11}}) {
+       {BatchNormShape{1, 3, 7}, BatchNormShape{1, 17, 1}, BatchNormShape{9, 5, 13 * 11},
+        BatchNormShape{1, 1, 1}, BatchNormShape{2, 5, 4}, BatchNormShape{4, 6, 16 * 16},
+        BatchNormShape{3, 4, 7 * 7}, BatchNormShape{2, 3, 100003}}) {
     const uint64_t seed = test::fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     const Inputs in = make_inputs(s, seed, 0.f);
@@ -311,7 +390,7 @@ TEST(GpuBatchNorm, FusedReluMatchesCpuAndTheSeparatePass) {
   CNN_REQUIRE_GPU();
   for (int n : {1, 3})
     for (int c : {1, 3, 65})
-      for (int64_t hw : {int64_t(1), int64_t(7 * 7), int64_t(33 * 33)})
+      for (int64_t hw : {int64_t(1), int64_t(7 * 7), int64_t(8 * 8), int64_t(33 * 33)})
         check_fused_relu(BatchNormShape{n, c, hw});
   // Many splits per channel (a VGG stage's shape at a small batch).
   check_fused_relu(BatchNormShape{8, 64, 32 * 32});

@@ -42,6 +42,7 @@ bool op_selected(const BenchOptions& opt, const std::string& op) {
 #include "kernels/gemm/gemm_wgmma.h"
 #include "kernels/gemm/linear.h"
 #include "kernels/loss/softmax_xent.h"
+#include "kernels/norm/batchnorm.h"
 #include "kernels/optimizer/optimizer.h"
 #include "kernels/pointwise/relu.h"
 #include "kernels/pool/maxpool.h"
@@ -928,6 +929,97 @@ void bench_relu(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
   }
 }
 
+// A batchnorm layer's training passes as the Network runs them on CUDA (kernels/norm/batchnorm.h),
+// the following relu folded in when there is one: the forward (batch and running statistics,
+// then the normalize) and the backward (dgamma, dbeta and dx; dy masked by the relu's output when
+// folded). Bytes: what the passes move, each value read or written once per pass: the forward
+// reads x for the sums and again for the normalize and writes y; the backward reads x and dy
+// (and y, with a folded relu) for the sums and again for dx, and writes dx. No cuDNN row.
+void bench_batchnorm(const BenchContext& ctx, std::vector<BenchRow>& rows, const std::string& name,
+                     const Shape& shape, bool relu) {
+  const BenchOptions& opt = *ctx.opt;
+  const Precision p = opt.precisions.front();
+  const Exec ex = exec_for(ctx, p);
+  BatchNormShape s;
+  s.n = static_cast<int>(shape.at(0));
+  s.c = static_cast<int>(shape.at(1));
+  s.hw = shape.size() == 4 ? shape[2] * shape[3] : 1;
+  const size_t count = size_t(s.count()) * size_t(s.c), nc = size_t(s.c);
+  Buffer<double> scratch(size_t(batchnorm_scratch_doubles(s, Device::CUDA)), Device::CUDA);
+  for (bool backward : {false, true}) {
+    OpInfo info;
+    info.op = name + (backward ? ".bwd" : ".fwd");
+    if (!op_selected(opt, info.op)) continue;
+    info.shape = shape_str(shape) + (relu ? " + relu" : "");
+    info.compute_bound = false;
+    const int tensors_moved = backward ? 2 * (relu ? 3 : 2) + 1 : 3;
+    info.bytes = 4.0 * double(count) * tensors_moved;
+    info.note = backward ? (relu ? "x, dy, relu y read twice, dx written (sums, finish, dx)"
+                                 : "x, dy read twice, dx written (sums, finish, dx)")
+                         : "x read twice, y written (sums, finish, normalize)";
+    std::mt19937_64 rng(op_seed(opt.seed, info.op));
+    // x off zero, as a conv's output is: the sums must not rely on a zero mean.
+    std::vector<float> x = random_floats(count, rng, -1.f, 3.f);
+    std::vector<float> gamma = random_floats(nc, rng, 0.5f, 1.5f), beta = random_floats(nc, rng);
+    std::vector<float> rm = random_floats(nc, rng), rv = random_floats(nc, rng, 0.5f, 2.f);
+    std::vector<float> y(count), mean(nc), invstd(nc), rm_ref = rm, rv_ref = rv, batches = {0.f};
+    BatchNormTrainArgs a;
+    a.running_mean = rm_ref.data();
+    a.running_var = rv_ref.data();
+    a.num_batches = batches.data();
+    batchnorm_forward_train_cpu(s, x.data(), gamma.data(), beta.data(), y.data(), mean.data(),
+                                invstd.data(), a, relu);
+    OpData d;
+    const int ix = d.input("x", x), ig = d.input("gamma", gamma), ib = d.input("beta", beta);
+    if (!backward) {
+      const int iy = d.output("y", std::move(y)), imean = d.output("mean", std::move(mean));
+      const int iinv = d.output("invstd", std::move(invstd));
+      const int irm = d.output("running_mean", std::move(rm_ref), std::move(rm));
+      const int irv = d.output("running_var", std::move(rv_ref), std::move(rv));
+      const int icount = d.output("num_batches", std::move(batches), {0.f});
+      d.allocate(choose_sets(ctx, d.set_bytes()), ctx.stream);
+      Candidate c{"default",
+                  false,
+                  [&](int i) {
+                    BatchNormTrainArgs t;
+                    t.running_mean = d.f(i, irm);
+                    t.running_var = d.f(i, irv);
+                    t.num_batches = d.f(i, icount);
+                    batchnorm_forward_train(s, d.f(i, ix), d.f(i, ig), d.f(i, ib), d.f(i, iy),
+                                            d.f(i, imean), d.f(i, iinv), t, scratch.data(), ex,
+                                            relu);
+                  },
+                  {},
+                  ""};
+      rows.push_back(measure(ctx, d, info, p, kTolElementwise, c, kNaN));
+    } else {
+      std::vector<float> dy = random_floats(count, rng), dx(count);
+      std::vector<float> dgamma = random_floats(nc, rng), dbeta = random_floats(nc, rng);
+      std::vector<float> dgamma_ref = dgamma, dbeta_ref = dbeta;
+      batchnorm_backward_cpu(s, x.data(), dy.data(), gamma.data(), mean.data(), invstd.data(),
+                             dx.data(), dgamma_ref.data(), dbeta_ref.data(),
+                             relu ? y.data() : nullptr);
+      const int idy = d.input("dy", std::move(dy)), imean = d.input("mean", std::move(mean));
+      const int iinv = d.input("invstd", std::move(invstd));
+      const int iry = relu ? d.input("relu_y", std::move(y)) : -1;
+      const int idx = d.output("dx", std::move(dx));
+      const int idg = d.output("dgamma", std::move(dgamma_ref), std::move(dgamma));
+      const int idb = d.output("dbeta", std::move(dbeta_ref), std::move(dbeta));
+      d.allocate(choose_sets(ctx, d.set_bytes()), ctx.stream);
+      Candidate c{"default",
+                  false,
+                  [&](int i) {
+                    batchnorm_backward(s, d.f(i, ix), d.f(i, idy), d.f(i, ig), d.f(i, imean),
+                                       d.f(i, iinv), d.f(i, idx), d.f(i, idg), d.f(i, idb),
+                                       scratch.data(), ex, relu ? d.f(i, iry) : nullptr);
+                  },
+                  {},
+                  ""};
+      rows.push_back(measure(ctx, d, info, p, kTolElementwise, c, kNaN));
+    }
+  }
+}
+
 // The first conv fused with its ReLU and 2x2 max-pool (kernels/conv_relu_pool.h), as the Network
 // runs it on CUDA: forward (writes only the pooled y and argmax) and the weight gradient from
 // the pooled dy. Compare with conv1.fwd + pool1.fwd and pool1.bwd + conv1.wgrad. Inputs on
@@ -1438,13 +1530,21 @@ std::vector<BenchRow> bench_ops(const BenchContext& ctx, const NetDesc& net) {
         bench_maxpool(ctx, rows, spec.name, s);
         break;
       }
+      case LayerKind::BatchNorm2d:
+      case LayerKind::BatchNorm1d: {
+        // The Network folds a following relu into the batchnorm (CNN_FUSE_BN_RELU=0 aside).
+        const bool relu = i + 1 < net.specs.size() && net.specs[i + 1].kind == LayerKind::Relu;
+        bench_batchnorm(ctx, rows, relu ? spec.name + "+" + net.specs[i + 1].name : spec.name, cur,
+                        relu);
+        break;
+      }
       case LayerKind::SoftmaxCrossEntropy:
         bench_xent(ctx, rows, spec.name, XentShape{int(cur.at(0)), int(cur.at(1))});
         break;
       case LayerKind::Flatten:
         break;
       case LayerKind::Residual:  // timed as a whole in the step; its layers are not rows here
-      default:  // batchnorm, avgpool, dropout: no per-op rows yet (the step bench runs them)
+      default:                   // avgpool, dropout: no per-op rows yet (the step bench runs them)
         break;
     }
     cur = layer_output_shape(spec, cur);

@@ -1,9 +1,22 @@
-// Batch normalization on the GPU. The per-channel sums run in two fixed-order stages instead of
-// atomics: stage 1 gives each (channel, split) block a contiguous range of the channel's N * HW
-// values and writes one partial sum (block tree in double), stage 2 sums a channel's partials in
-// split order with one thread per channel. The result is bitwise repeatable in every mode, so
-// `deterministic` changes nothing here; atomics would save only the small second launch, which
-// the training forward needs anyway to finish the statistics and update the running buffers.
+// Batch normalization on the GPU, as streaming passes near memory bandwidth. The per-channel sums
+// run in two fixed-order stages instead of atomics: stage 1 gives each (channel, split) block a
+// contiguous range of the channel's values and writes one partial sum (per-thread double
+// accumulators, then a block tree in double), stage 2 sums a channel's partials in a fixed order
+// (one warp per channel). The result is bitwise repeatable in every mode, so `deterministic`
+// changes nothing here; atomics would save only the small second launch, which the training
+// forward needs anyway to finish the statistics and update the running buffers.
+//
+// Every pass walks values in groups of 4 consecutive values of one plane (image n, channel c:
+// HW contiguous floats; the last group of a plane is short when HW % 4 != 0). A group is one
+// 16-byte load where HW % 4 == 0 and the pointers are 16-byte aligned, 4 scalar loads otherwise;
+// the arithmetic is the same either way, so the alignment changes the speed, never the bits.
+// Each thread loads kUnroll groups before it uses any (several loads in flight).
+//
+// Accuracy of the sums: a group's 4 terms are added in float, pairwise, then into double; the
+// forward sums x - K and (x - K)^2 with K the channel's first value (a shift near the mean: no
+// cancellation in float for inputs far from 0, as the sum of x^2 would have), and recovers
+// mean = K + sum(x - K) / M and var = sum((x - K)^2) / M - (sum(x - K) / M)^2 in double.
+//
 // A fused ReLU (batchnorm.h) costs the forward nothing; its backward reads the post-ReLU output
 // beside dy in the two passes that read dy, instead of a separate pass that reads y and dy and
 // writes the masked dy.
@@ -13,6 +26,7 @@
 #include <climits>
 #include <cstdint>
 #include <cub/cub.cuh>
+#include <initializer_list>
 
 #include "kernels/norm/batchnorm_cuda.h"
 #include "runtime/cuda_check.h"
@@ -22,50 +36,140 @@ namespace cnn {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kTargetBlocks = 528;  // 4 per SM of an H100/H200: enough to fill the device
-constexpr int64_t kMinPerBlock = 2048;
-constexpr int64_t kMaxGrid = 65535 * 8;
+constexpr int kUnroll = 4;  // groups each thread loads before it uses any
+// Partial-sum blocks: about 2048 in all (four rounds of the 4 blocks that fit on each of an
+// H200's 132 SMs), each with at least kMinPerBlock values: one round of kUnroll 16-byte loads per
+// thread, so that a small tensor takes fewer, fuller blocks rather than more, half-idle ones.
+constexpr int64_t kTargetBlocks = 2048;
+constexpr int64_t kMinPerBlock = kThreads * kUnroll * 4;  // one round of loads per thread
+constexpr int kFinishThreads = 256;                       // one warp per channel
+constexpr unsigned kMaxGridX = INT_MAX, kMaxGridY = 65535;
 
 // The fused ReLU's forward, as relu_forward: "not (v <= 0)" lets NaN through.
 __device__ __forceinline__ float relu_if(bool relu, float v) {
   return (relu && v <= 0.f) ? 0.f : v;
 }
 
-// dy[k] as the fused ReLU's backward leaves it (relu_backward): 0 where relu_y[k] is not > 0.
-template <class Index>
-__device__ __forceinline__ float relu_masked(const float* __restrict__ d_dy,
-                                             const float* __restrict__ d_relu_y, Index k) {
-  const float g = __ldg(d_dy + k);
-  return (d_relu_y && !(__ldg(d_relu_y + k) > 0.f)) ? 0.f : g;
+// dy as the fused ReLU's backward leaves it (relu_backward): 0 where relu_y is not > 0.
+__device__ __forceinline__ float relu_masked(float dy, bool masked, float relu_y) {
+  return (masked && !(relu_y > 0.f)) ? 0.f : dy;
 }
 
-// Thread mapping: block (c, s) owns values k in [s*chunk, (s+1)*chunk) of channel c (k = n*HW + i,
-// the channel's values in memory order); thread t takes k = start + t, t + blockDim, ... and the
-// block reduces in CUB's fixed tree. Forward (d_dy null): sums x and x^2. Backward: sums dy and
-// dy * (x - mean[c]), dy masked by d_relu_y > 0 where d_relu_y is given. Thread 0 writes the pair
-// to d_part[(c * S + s) * 2].
+// How many of group g's values (4g .. 4g + 3 of a plane) are in the plane: 4, or HW % 4 for the
+// last group when HW % 4 != 0.
+__device__ __forceinline__ int group_valid(int64_t hw, int64_t g) {
+  const int64_t left = hw - 4 * g;
+  return left < 4 ? int(left) : 4;
+}
+
+// p[at .. at + 3], lanes past `valid` set to `fill`. kVec: one 16-byte load (valid is 4, p + at is
+// 16-byte aligned).
+template <bool kVec>
+__device__ __forceinline__ float4 load_group(const float* __restrict__ p, int64_t at, int valid,
+                                             float fill) {
+  if (kVec) return __ldg(reinterpret_cast<const float4*>(p + at));
+  float4 v = make_float4(__ldg(p + at), fill, fill, fill);
+  if (valid > 1) v.y = __ldg(p + at + 1);
+  if (valid > 2) v.z = __ldg(p + at + 2);
+  if (valid > 3) v.w = __ldg(p + at + 3);
+  return v;
+}
+
+template <bool kVec>
+__device__ __forceinline__ void store_group(float* __restrict__ p, int64_t at, int valid,
+                                            float4 v) {
+  if (kVec) {
+    *reinterpret_cast<float4*>(p + at) = v;
+    return;
+  }
+  p[at] = v.x;
+  if (valid > 1) p[at + 1] = v.y;
+  if (valid > 2) p[at + 2] = v.z;
+  if (valid > 3) p[at + 3] = v.w;
+}
+
+// q = *quot * d + *rem, in 32 bits where both fit (a 64-bit division is a long subroutine).
+__device__ __forceinline__ void divmod(int64_t q, int64_t d, int64_t* quot, int64_t* rem) {
+  if (q <= UINT_MAX && d <= UINT_MAX) {
+    *quot = uint32_t(q) / uint32_t(d);
+    *rem = uint32_t(q) % uint32_t(d);
+  } else {
+    *quot = q / d;
+    *rem = q - *quot * d;
+  }
+}
+
+// ---- stage 1: per-(channel, split) partial sums -------------------------------------------------
+
+// Thread mapping: block (c, s) owns groups q in [s * chunk, (s + 1) * chunk) of channel c, where
+// q = n * G + g is group g (values 4g .. 4g + 3) of plane (n, c) and G = ceil(HW / 4): the
+// channel's values in memory order. Thread t takes q = begin + t, + kThreads, ... (kUnroll of
+// them per round) and keeps (n, g) by stepping, without a division per group; the block then
+// reduces in CUB's fixed tree. Forward (d_dy null): sums x - K and (x - K)^2, K = x[0, c, 0].
+// Backward: sums dy and dy * (x - mean[c]), dy masked by d_relu_y > 0 where d_relu_y is given.
+// Thread 0 writes the pair to d_part[(c * S + s) * 2].
+template <bool kVec>
 __global__ void __launch_bounds__(kThreads)
-    bn_partial_sums(int c_count, int64_t hw, int64_t m, int64_t chunk,
+    bn_partial_sums(int c_count, int64_t hw, int64_t groups /* N * G */, int64_t chunk,
                     const float* __restrict__ d_x, const float* __restrict__ d_dy,
                     const float* __restrict__ d_relu_y, const float* __restrict__ d_mean,
                     double* __restrict__ d_part) {
   using Reduce = cub::BlockReduce<double, kThreads>;
   __shared__ typename Reduce::TempStorage tmp;
   const int c = blockIdx.x, s = blockIdx.y;
-  const int64_t begin = int64_t(s) * chunk, end = min(m, begin + chunk);
-  const float mean = d_dy ? d_mean[c] : 0.f;
+  const int64_t per_plane = (hw + 3) / 4;  // G, groups per plane
+  const int64_t begin = int64_t(s) * chunk, end = min(groups, begin + chunk);
+  const float* __restrict__ x_c = d_x + int64_t(c) * hw;  // plane (0, c)
+  const float* __restrict__ dy_c = d_dy ? d_dy + int64_t(c) * hw : nullptr;
+  const float* __restrict__ ry_c = d_relu_y ? d_relu_y + int64_t(c) * hw : nullptr;
+  const int64_t plane_stride = int64_t(c_count) * hw;  // from plane (n, c) to (n + 1, c)
+  const float shift = d_dy ? d_mean[c] : __ldg(x_c);
+  int64_t q = begin + threadIdx.x, n, g;
+  divmod(q, per_plane, &n, &g);
+  int64_t dn, dg;  // a step of kThreads groups, in planes and groups
+  divmod(kThreads, per_plane, &dn, &dg);
   double a = 0, b = 0;
-  for (int64_t k = begin + threadIdx.x; k < end; k += kThreads) {
-    const int64_t n = k / hw, i = k - n * hw;
-    const int64_t at = (n * c_count + c) * hw + i;
-    const float x = __ldg(d_x + at);
-    if (d_dy) {
-      const float g = relu_masked(d_dy, d_relu_y, at);
-      a += g;
-      b += double(g) * double(x - mean);
-    } else {
-      a += x;
-      b += double(x) * double(x);
+  for (; q < end; q += int64_t(kUnroll) * kThreads) {
+    float4 xv[kUnroll], gv[kUnroll], rv[kUnroll];
+    bool in[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      in[u] = q + int64_t(u) * kThreads < end;
+      if (in[u]) {
+        const int64_t at = n * plane_stride + 4 * g;
+        const int valid = kVec ? 4 : group_valid(hw, g);
+        // Lanes past the plane's end hold K (forward) or mean and dy = 0 (backward): they add 0.
+        xv[u] = load_group<kVec>(x_c, at, valid, shift);
+        if (dy_c) gv[u] = load_group<kVec>(dy_c, at, valid, 0.f);
+        if (ry_c) rv[u] = load_group<kVec>(ry_c, at, valid, 0.f);
+      }
+      g += dg;
+      n += dn;
+      if (g >= per_plane) {
+        g -= per_plane;
+        ++n;
+      }
+    }
+    // A group's 4 terms in float, pairwise, then into double. The products are rounded on their
+    // own (__fmul_rn: never contracted into an FMA), so every path adds the same floats.
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (!in[u]) continue;
+      const float4 d =
+          make_float4(xv[u].x - shift, xv[u].y - shift, xv[u].z - shift, xv[u].w - shift);
+      if (dy_c) {
+        float4 e = gv[u];
+        if (ry_c)
+          e = make_float4(relu_masked(e.x, true, rv[u].x), relu_masked(e.y, true, rv[u].y),
+                          relu_masked(e.z, true, rv[u].z), relu_masked(e.w, true, rv[u].w));
+        a += double((e.x + e.y) + (e.z + e.w));
+        b += double((__fmul_rn(e.x, d.x) + __fmul_rn(e.y, d.y)) +
+                    (__fmul_rn(e.z, d.z) + __fmul_rn(e.w, d.w)));
+      } else {
+        a += double((d.x + d.y) + (d.z + d.w));
+        b += double((__fmul_rn(d.x, d.x) + __fmul_rn(d.y, d.y)) +
+                    (__fmul_rn(d.z, d.z) + __fmul_rn(d.w, d.w)));
+      }
     }
   }
   const double sa = Reduce(tmp).Sum(a);
@@ -77,23 +181,45 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Thread mapping: thread c owns channel c: sums its S partials in order, writes the batch mean and
-// 1/sqrt(var + eps), moves the running statistics; thread 0 counts the batch.
-__global__ void bn_finish_forward(int c_count, int splits, int64_t m, float eps, float momentum,
-                                  const double* __restrict__ d_part, float* __restrict__ d_mean,
-                                  float* __restrict__ d_invstd, float* __restrict__ d_running_mean,
-                                  float* __restrict__ d_running_var,
-                                  float* __restrict__ d_num_batches) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c == 0 && d_num_batches) *d_num_batches += 1.0f;
-  if (c >= c_count) return;
-  double sum = 0, sq = 0;
-  for (int s = 0; s < splits; ++s) {
-    sum += d_part[(int64_t(c) * splits + s) * 2];
-    sq += d_part[(int64_t(c) * splits + s) * 2 + 1];
+// ---- stage 2: per-channel statistics --------------------------------------------------------
+
+// A channel's S partial pairs summed by one warp: lane l adds splits l, l + 32, ... in order,
+// then a fixed shuffle tree; lane 0 holds the sums.
+__device__ __forceinline__ void sum_partials(const double* __restrict__ d_part, int c, int splits,
+                                             double* sa, double* sb) {
+  const int lane = threadIdx.x % 32;
+  double a = 0, b = 0;
+  for (int s = lane; s < splits; s += 32) {
+    a += d_part[(int64_t(c) * splits + s) * 2];
+    b += d_part[(int64_t(c) * splits + s) * 2 + 1];
   }
-  const double mean = sum / double(m);
-  const double var = fmax(sq / double(m) - mean * mean, 0.0);  // biased
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) {
+    a += __shfl_down_sync(0xffffffffu, a, o);
+    b += __shfl_down_sync(0xffffffffu, b, o);
+  }
+  *sa = a;
+  *sb = b;
+}
+
+// Thread mapping: warp c owns channel c (its lane 0 writes): the batch mean and
+// 1/sqrt(var + eps) from the shifted sums, the running statistics moved; thread 0 of the grid
+// counts the batch.
+__global__ void __launch_bounds__(kFinishThreads)
+    bn_finish_forward(int c_count, int splits, int64_t m, int64_t hw, float eps, float momentum,
+                      const float* __restrict__ d_x, const double* __restrict__ d_part,
+                      float* __restrict__ d_mean, float* __restrict__ d_invstd,
+                      float* __restrict__ d_running_mean, float* __restrict__ d_running_var,
+                      float* __restrict__ d_num_batches) {
+  const int c = int((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32);
+  if (blockIdx.x == 0 && threadIdx.x == 0 && d_num_batches) *d_num_batches += 1.0f;
+  if (c >= c_count) return;  // whole warps: the shuffles below see all 32 lanes
+  double sum, sq;
+  sum_partials(d_part, c, splits, &sum, &sq);
+  if (threadIdx.x % 32 != 0) return;
+  const double shifted_mean = sum / double(m);                                 // mean of x - K
+  const double var = fmax(sq / double(m) - shifted_mean * shifted_mean, 0.0);  // biased
+  const double mean = double(d_x[int64_t(c) * hw]) + shifted_mean;
   d_mean[c] = float(mean);
   d_invstd[c] = float(1.0 / sqrt(var + double(eps)));
   const double unbiased = var * double(m) / double(m - 1);
@@ -103,20 +229,18 @@ __global__ void bn_finish_forward(int c_count, int splits, int64_t m, float eps,
     d_running_var[c] = float((1.0 - momentum) * d_running_var[c] + double(momentum) * unbiased);
 }
 
-// Thread mapping: thread c owns channel c: sums its backward partials in order, accumulates
-// dgamma and dbeta, and leaves dx's per-channel coefficients in d_coef (3 per channel).
-__global__ void bn_finish_backward(int c_count, int splits, int64_t m,
-                                   const double* __restrict__ d_part,
-                                   const float* __restrict__ d_gamma,
-                                   const float* __restrict__ d_invstd, float* __restrict__ d_dgamma,
-                                   float* __restrict__ d_dbeta, double* __restrict__ d_coef) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= c_count) return;
-  double sum_dy = 0, sum_dy_xmu = 0;
-  for (int s = 0; s < splits; ++s) {
-    sum_dy += d_part[(int64_t(c) * splits + s) * 2];
-    sum_dy_xmu += d_part[(int64_t(c) * splits + s) * 2 + 1];
-  }
+// Thread mapping: warp c owns channel c (its lane 0 writes): accumulates dgamma and dbeta, and
+// leaves dx's per-channel coefficients in d_coef (3 per channel).
+__global__ void __launch_bounds__(kFinishThreads)
+    bn_finish_backward(int c_count, int splits, int64_t m, const double* __restrict__ d_part,
+                       const float* __restrict__ d_gamma, const float* __restrict__ d_invstd,
+                       float* __restrict__ d_dgamma, float* __restrict__ d_dbeta,
+                       double* __restrict__ d_coef) {
+  const int c = int((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32);
+  if (c >= c_count) return;  // whole warps, as above
+  double sum_dy, sum_dy_xmu;
+  sum_partials(d_part, c, splits, &sum_dy, &sum_dy_xmu);
+  if (threadIdx.x % 32 != 0) return;
   const double invstd = d_invstd[c];
   const double sum_dy_xhat = sum_dy_xmu * invstd;
   d_dgamma[c] += float(sum_dy_xhat);
@@ -126,87 +250,220 @@ __global__ void bn_finish_backward(int c_count, int splits, int64_t m,
   d_coef[3 * c + 2] = invstd * sum_dy_xhat / double(m);  // xhat's coefficient, per (x - mean)
 }
 
-// Thread mapping (the three elementwise passes): each thread owns elements k of the (N, C, HW)
-// tensor flattened, grid-stride; its channel is (k / HW) % C. Index is int32_t when every
-// flat index fits (no emulated 64-bit divisions), int64_t otherwise.
-template <class Index>
-__global__ void bn_normalize(Index total, int c_count, Index hw, const float* __restrict__ d_x,
-                             const float* __restrict__ d_gamma, const float* __restrict__ d_beta,
-                             const float* __restrict__ d_mean, const float* __restrict__ d_invstd,
-                             bool relu, float* __restrict__ d_y) {
-  for (Index k = Index(blockIdx.x) * blockDim.x + threadIdx.x; k < total;
-       k += Index(gridDim.x) * blockDim.x) {
-    const int c = int((k / hw) % c_count);
-    const float scale = d_invstd[c] * d_gamma[c];
-    d_y[k] = relu_if(relu, (__ldg(d_x + k) - d_mean[c]) * scale + d_beta[c]);
-  }
+// ---- the elementwise passes, over planes ------------------------------------------------------
+
+// How the elementwise passes cut the (N * C) planes: 2^lanes_log2 threads per plane (a power of
+// two, enough for kUnroll groups each), kThreads >> lanes_log2 planes per block along x; a plane
+// longer than one block's round (kThreads * kUnroll groups) is cut into `chunks` along y.
+struct PlaneGrid {
+  int64_t planes = 0, hw = 0, groups = 0, chunks = 0;  // groups: per plane, ceil(HW / 4)
+  int c_count = 0, lanes_log2 = 0;
+};
+
+__device__ __forceinline__ int channel_of(int64_t plane, int c_count) {
+  return plane <= UINT_MAX ? int(uint32_t(plane) % uint32_t(c_count)) : int(plane % c_count);
 }
 
-template <class Index>
-__global__ void bn_normalize_eval(Index total, int c_count, Index hw, float eps,
-                                  const float* __restrict__ d_x, const float* __restrict__ d_gamma,
-                                  const float* __restrict__ d_beta,
-                                  const float* __restrict__ d_mean, const float* __restrict__ d_var,
-                                  bool relu, float* __restrict__ d_y) {
-  for (Index k = Index(blockIdx.x) * blockDim.x + threadIdx.x; k < total;
-       k += Index(gridDim.x) * blockDim.x) {
-    const int c = int((k / hw) % c_count);
-    const float scale = d_gamma[c] / sqrtf(d_var[c] + eps);
-    d_y[k] = relu_if(relu, (__ldg(d_x + k) - d_mean[c]) * scale + d_beta[c]);
-  }
+// Calls body(plane, c, g0, lanes) for each (plane, chunk) the thread owns: its groups are g0,
+// g0 + lanes, ... (kUnroll of them, those < groups). The channel is one 32-bit modulo per call,
+// and the body loads its coefficients once for kUnroll groups.
+template <class Body>
+__device__ __forceinline__ void walk_planes(const PlaneGrid& p, Body body) {
+  const int lanes = 1 << p.lanes_log2;
+  const int lane = int(threadIdx.x) & (lanes - 1);
+  const int64_t per_block = kThreads >> p.lanes_log2;
+  for (int64_t plane = int64_t(blockIdx.x) * per_block + (threadIdx.x >> p.lanes_log2);
+       plane < p.planes; plane += int64_t(gridDim.x) * per_block)
+    for (int64_t chunk = blockIdx.y; chunk < p.chunks; chunk += gridDim.y)
+      body(plane, channel_of(plane, p.c_count), chunk * lanes * kUnroll + lane, lanes);
 }
 
-template <class Index>
-__global__ void bn_backward_data(Index total, int c_count, Index hw, const float* __restrict__ d_x,
-                                 const float* __restrict__ d_dy, const float* __restrict__ d_relu_y,
-                                 const float* __restrict__ d_mean,
-                                 const double* __restrict__ d_coef, float* __restrict__ d_dx) {
-  for (Index k = Index(blockIdx.x) * blockDim.x + threadIdx.x; k < total;
-       k += Index(gridDim.x) * blockDim.x) {
-    const int c = int((k / hw) % c_count);
+// (x - mean) * scale + beta with one rounding (the FMA the compiler would contract it to, spelled
+// out so that the 16-byte and scalar paths cannot differ), then the fused ReLU.
+__device__ __forceinline__ float normalized(float x, float mean, float scale, float beta,
+                                            bool relu) {
+  return relu_if(relu, __fmaf_rn(x - mean, scale, beta));
+}
+
+// Thread mapping (bn_normalize, bn_normalize_eval, bn_backward_data): walk_planes; each thread
+// owns kUnroll groups of 4 values of one plane per round, loads all of them, then writes them.
+template <bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    bn_normalize(PlaneGrid pg, const float* __restrict__ d_x, const float* __restrict__ d_gamma,
+                 const float* __restrict__ d_beta, const float* __restrict__ d_mean,
+                 const float* __restrict__ d_invstd, bool relu, float* __restrict__ d_y) {
+  walk_planes(pg, [&](int64_t plane, int c, int64_t g0, int lanes) {
+    const float mean = d_mean[c], scale = d_invstd[c] * d_gamma[c], beta = d_beta[c];
+    const float* __restrict__ x = d_x + plane * pg.hw;
+    float* __restrict__ y = d_y + plane * pg.hw;
+    float4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t g = g0 + int64_t(u) * lanes;
+      if (g < pg.groups) v[u] = load_group<kVec>(x, 4 * g, group_valid(pg.hw, g), 0.f);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t g = g0 + int64_t(u) * lanes;
+      if (g >= pg.groups) continue;
+      const float4 r = make_float4(
+          normalized(v[u].x, mean, scale, beta, relu), normalized(v[u].y, mean, scale, beta, relu),
+          normalized(v[u].z, mean, scale, beta, relu), normalized(v[u].w, mean, scale, beta, relu));
+      store_group<kVec>(y, 4 * g, group_valid(pg.hw, g), r);
+    }
+  });
+}
+
+template <bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    bn_normalize_eval(PlaneGrid pg, float eps, const float* __restrict__ d_x,
+                      const float* __restrict__ d_gamma, const float* __restrict__ d_beta,
+                      const float* __restrict__ d_mean, const float* __restrict__ d_var, bool relu,
+                      float* __restrict__ d_y) {
+  walk_planes(pg, [&](int64_t plane, int c, int64_t g0, int lanes) {
+    const float mean = d_mean[c], scale = d_gamma[c] / sqrtf(d_var[c] + eps), beta = d_beta[c];
+    const float* __restrict__ x = d_x + plane * pg.hw;
+    float* __restrict__ y = d_y + plane * pg.hw;
+    float4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t g = g0 + int64_t(u) * lanes;
+      if (g < pg.groups) v[u] = load_group<kVec>(x, 4 * g, group_valid(pg.hw, g), 0.f);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t g = g0 + int64_t(u) * lanes;
+      if (g >= pg.groups) continue;
+      const float4 r = make_float4(
+          normalized(v[u].x, mean, scale, beta, relu), normalized(v[u].y, mean, scale, beta, relu),
+          normalized(v[u].z, mean, scale, beta, relu), normalized(v[u].w, mean, scale, beta, relu));
+      store_group<kVec>(y, 4 * g, group_valid(pg.hw, g), r);
+    }
+  });
+}
+
+// dx = a * (dy - mean(dy) - (x - mean) * b), the product (x - mean) * b fused into the
+// subtraction (one FMA, spelled out as in normalized()).
+__device__ __forceinline__ float backward_value(float a, float mdy, float b, float mean, float x,
+                                                float dy, bool masked, float relu_y) {
+  return __fmul_rn(a, __fmaf_rn(-(x - mean), b, relu_masked(dy, masked, relu_y) - mdy));
+}
+
+template <bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    bn_backward_data(PlaneGrid pg, const float* __restrict__ d_x, const float* __restrict__ d_dy,
+                     const float* __restrict__ d_relu_y, const float* __restrict__ d_mean,
+                     const double* __restrict__ d_coef, float* __restrict__ d_dx) {
+  const bool masked = d_relu_y != nullptr;
+  walk_planes(pg, [&](int64_t plane, int c, int64_t g0, int lanes) {
     const float a = float(d_coef[3 * c]), mdy = float(d_coef[3 * c + 1]),
-                b = float(d_coef[3 * c + 2]);
-    d_dx[k] = a * (relu_masked(d_dy, d_relu_y, k) - mdy - (__ldg(d_x + k) - d_mean[c]) * b);
-  }
+                b = float(d_coef[3 * c + 2]), mean = d_mean[c];
+    const int64_t base = plane * pg.hw;
+    float4 xv[kUnroll], gv[kUnroll], rv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t g = g0 + int64_t(u) * lanes;
+      if (g >= pg.groups) continue;
+      const int valid = group_valid(pg.hw, g);
+      xv[u] = load_group<kVec>(d_x + base, 4 * g, valid, 0.f);
+      gv[u] = load_group<kVec>(d_dy + base, 4 * g, valid, 0.f);
+      rv[u] =
+          masked ? load_group<kVec>(d_relu_y + base, 4 * g, valid, 0.f) : make_float4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t g = g0 + int64_t(u) * lanes;
+      if (g >= pg.groups) continue;
+      const float4 r =
+          make_float4(backward_value(a, mdy, b, mean, xv[u].x, gv[u].x, masked, rv[u].x),
+                      backward_value(a, mdy, b, mean, xv[u].y, gv[u].y, masked, rv[u].y),
+                      backward_value(a, mdy, b, mean, xv[u].z, gv[u].z, masked, rv[u].z),
+                      backward_value(a, mdy, b, mean, xv[u].w, gv[u].w, masked, rv[u].w));
+      store_group<kVec>(d_dx + base, 4 * g, group_valid(pg.hw, g), r);
+    }
+  });
 }
 
-unsigned grid_for(int64_t total) {
-  return unsigned(std::min<int64_t>(ceil_div<int64_t>(total, kThreads), kMaxGrid));
+// ---- launch geometry ----------------------------------------------------------------------------
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-bool fits_int32(const BatchNormShape& s) {
-  return int64_t(s.n) * s.c * s.hw <= INT_MAX;
+// 16-byte groups: every plane starts on a multiple of 4 values and every given pointer (null ones
+// aside) is 16-byte aligned.
+bool vector_groups(const BatchNormShape& s, std::initializer_list<const void*> ptrs) {
+  if (s.hw % 4 != 0) return false;
+  for (const void* p : ptrs)
+    if (p && !aligned16(p)) return false;
+  return true;
+}
+
+int64_t plane_groups(const BatchNormShape& s) {
+  return ceil_div<int64_t>(s.hw, 4);
+}
+
+PlaneGrid plane_grid(const BatchNormShape& s, dim3* grid) {
+  PlaneGrid p;
+  p.planes = int64_t(s.n) * s.c;
+  p.hw = s.hw;
+  p.groups = plane_groups(s);
+  p.c_count = s.c;
+  while ((1 << p.lanes_log2) < kThreads && (int64_t(1) << p.lanes_log2) * kUnroll < p.groups)
+    ++p.lanes_log2;
+  p.chunks = ceil_div<int64_t>(p.groups, (int64_t(1) << p.lanes_log2) * kUnroll);
+  const int64_t per_block = kThreads >> p.lanes_log2;
+  *grid = dim3(unsigned(std::min<int64_t>(ceil_div(p.planes, per_block), kMaxGridX)),
+               unsigned(std::min<int64_t>(p.chunks, kMaxGridY)));
+  return p;
+}
+
+// Stage 1 of both reductions; d_dy null: the forward's sums.
+void launch_partial_sums(const BatchNormShape& s, const float* d_x, const float* d_dy,
+                         const float* d_relu_y, const float* d_mean, double* d_part,
+                         cudaStream_t stream) {
+  const int splits = batchnorm_splits(s);
+  const int64_t groups = int64_t(s.n) * plane_groups(s), chunk = ceil_div<int64_t>(groups, splits);
+  const dim3 grid(unsigned(s.c), unsigned(splits));
+  if (vector_groups(s, {d_x, d_dy, d_relu_y}))
+    bn_partial_sums<true><<<grid, kThreads, 0, stream>>>(s.c, s.hw, groups, chunk, d_x, d_dy,
+                                                         d_relu_y, d_mean, d_part);
+  else
+    bn_partial_sums<false><<<grid, kThreads, 0, stream>>>(s.c, s.hw, groups, chunk, d_x, d_dy,
+                                                          d_relu_y, d_mean, d_part);
+  CNN_LAUNCH_CHECK("bn_partial_sums");
+}
+
+unsigned finish_blocks(const BatchNormShape& s) {
+  return unsigned(ceil_div<int64_t>(int64_t(s.c) * 32, kFinishThreads));
 }
 
 }  // namespace
 
 int batchnorm_splits(const BatchNormShape& s) {
+  const int64_t groups = int64_t(s.n) * plane_groups(s);
   const int64_t by_device = ceil_div<int64_t>(kTargetBlocks, s.c);
-  const int64_t by_size = std::max<int64_t>(1, ceil_div<int64_t>(s.count(), kMinPerBlock));
-  return int(std::clamp<int64_t>(std::min(by_device, by_size), 1, 65535));
+  const int64_t by_size = ceil_div<int64_t>(s.count(), kMinPerBlock);
+  return int(std::clamp<int64_t>(std::min({by_device, by_size, groups}), 1, 65535));
 }
 
 void batchnorm_forward_train_cuda(const BatchNormShape& s, const float* d_x, const float* d_gamma,
                                   const float* d_beta, float* d_y, bool relu, float* d_save_mean,
                                   float* d_save_invstd, const BatchNormTrainArgs& a,
                                   double* d_scratch, cudaStream_t stream) {
-  const int splits = batchnorm_splits(s);
-  const int64_t m = s.count(), chunk = ceil_div<int64_t>(m, splits);
-  bn_partial_sums<<<dim3(unsigned(s.c), unsigned(splits)), kThreads, 0, stream>>>(
-      s.c, s.hw, m, chunk, d_x, nullptr, nullptr, nullptr, d_scratch);
-  CNN_LAUNCH_CHECK("bn_partial_sums");
-  bn_finish_forward<<<unsigned(ceil_div(s.c, 128)), 128, 0, stream>>>(
-      s.c, splits, m, a.eps, a.momentum, d_scratch, d_save_mean, d_save_invstd, a.running_mean,
-      a.running_var, a.num_batches);
+  launch_partial_sums(s, d_x, nullptr, nullptr, nullptr, d_scratch, stream);
+  bn_finish_forward<<<finish_blocks(s), kFinishThreads, 0, stream>>>(
+      s.c, batchnorm_splits(s), s.count(), s.hw, a.eps, a.momentum, d_x, d_scratch, d_save_mean,
+      d_save_invstd, a.running_mean, a.running_var, a.num_batches);
   CNN_LAUNCH_CHECK("bn_finish_forward");
-  const int64_t total = int64_t(s.n) * s.c * s.hw;
-  if (fits_int32(s))
-    bn_normalize<int32_t>
-        <<<grid_for(total), kThreads, 0, stream>>>(int32_t(total), s.c, int32_t(s.hw), d_x, d_gamma,
-                                                   d_beta, d_save_mean, d_save_invstd, relu, d_y);
+  dim3 grid;
+  const PlaneGrid pg = plane_grid(s, &grid);
+  if (vector_groups(s, {d_x, d_y}))
+    bn_normalize<true><<<grid, kThreads, 0, stream>>>(pg, d_x, d_gamma, d_beta, d_save_mean,
+                                                      d_save_invstd, relu, d_y);
   else
-    bn_normalize<int64_t><<<grid_for(total), kThreads, 0, stream>>>(
-        total, s.c, s.hw, d_x, d_gamma, d_beta, d_save_mean, d_save_invstd, relu, d_y);
+    bn_normalize<false><<<grid, kThreads, 0, stream>>>(pg, d_x, d_gamma, d_beta, d_save_mean,
+                                                       d_save_invstd, relu, d_y);
   CNN_LAUNCH_CHECK("bn_normalize");
 }
 
@@ -214,14 +471,14 @@ void batchnorm_forward_eval_cuda(const BatchNormShape& s, const float* d_x, cons
                                  const float* d_beta, const float* d_running_mean,
                                  const float* d_running_var, float eps, float* d_y, bool relu,
                                  cudaStream_t stream) {
-  const int64_t total = int64_t(s.n) * s.c * s.hw;
-  if (fits_int32(s))
-    bn_normalize_eval<int32_t><<<grid_for(total), kThreads, 0, stream>>>(
-        int32_t(total), s.c, int32_t(s.hw), eps, d_x, d_gamma, d_beta, d_running_mean,
-        d_running_var, relu, d_y);
+  dim3 grid;
+  const PlaneGrid pg = plane_grid(s, &grid);
+  if (vector_groups(s, {d_x, d_y}))
+    bn_normalize_eval<true><<<grid, kThreads, 0, stream>>>(
+        pg, eps, d_x, d_gamma, d_beta, d_running_mean, d_running_var, relu, d_y);
   else
-    bn_normalize_eval<int64_t><<<grid_for(total), kThreads, 0, stream>>>(
-        total, s.c, s.hw, eps, d_x, d_gamma, d_beta, d_running_mean, d_running_var, relu, d_y);
+    bn_normalize_eval<false><<<grid, kThreads, 0, stream>>>(
+        pg, eps, d_x, d_gamma, d_beta, d_running_mean, d_running_var, relu, d_y);
   CNN_LAUNCH_CHECK("bn_normalize_eval");
 }
 
@@ -230,22 +487,20 @@ void batchnorm_backward_cuda(const BatchNormShape& s, const float* d_x, const fl
                              const float* d_save_invstd, float* d_dx, float* d_dgamma,
                              float* d_dbeta, double* d_scratch, cudaStream_t stream) {
   const int splits = batchnorm_splits(s);
-  const int64_t m = s.count(), chunk = ceil_div<int64_t>(m, splits);
   double* d_coef = d_scratch + 2 * int64_t(s.c) * splits;
-  bn_partial_sums<<<dim3(unsigned(s.c), unsigned(splits)), kThreads, 0, stream>>>(
-      s.c, s.hw, m, chunk, d_x, d_dy, d_relu_y, d_save_mean, d_scratch);
-  CNN_LAUNCH_CHECK("bn_partial_sums");
-  bn_finish_backward<<<unsigned(ceil_div(s.c, 128)), 128, 0, stream>>>(
-      s.c, splits, m, d_scratch, d_gamma, d_save_invstd, d_dgamma, d_dbeta, d_coef);
+  launch_partial_sums(s, d_x, d_dy, d_relu_y, d_save_mean, d_scratch, stream);
+  bn_finish_backward<<<finish_blocks(s), kFinishThreads, 0, stream>>>(
+      s.c, splits, s.count(), d_scratch, d_gamma, d_save_invstd, d_dgamma, d_dbeta, d_coef);
   CNN_LAUNCH_CHECK("bn_finish_backward");
   if (!d_dx) return;
-  const int64_t total = int64_t(s.n) * s.c * s.hw;
-  if (fits_int32(s))
-    bn_backward_data<int32_t><<<grid_for(total), kThreads, 0, stream>>>(
-        int32_t(total), s.c, int32_t(s.hw), d_x, d_dy, d_relu_y, d_save_mean, d_coef, d_dx);
+  dim3 grid;
+  const PlaneGrid pg = plane_grid(s, &grid);
+  if (vector_groups(s, {d_x, d_dy, d_relu_y, d_dx}))
+    bn_backward_data<true>
+        <<<grid, kThreads, 0, stream>>>(pg, d_x, d_dy, d_relu_y, d_save_mean, d_coef, d_dx);
   else
-    bn_backward_data<int64_t><<<grid_for(total), kThreads, 0, stream>>>(
-        total, s.c, s.hw, d_x, d_dy, d_relu_y, d_save_mean, d_coef, d_dx);
+    bn_backward_data<false>
+        <<<grid, kThreads, 0, stream>>>(pg, d_x, d_dy, d_relu_y, d_save_mean, d_coef, d_dx);
   CNN_LAUNCH_CHECK("bn_backward_data");
 }
 
