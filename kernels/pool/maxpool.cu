@@ -1,15 +1,17 @@
 // Max pooling on the GPU. Forward: one thread per output. Backward: gather form (one thread per
-// input-gradient element), so overlapping windows need no atomics and the sum order is fixed;
-// windows that tile the input exactly (2x2, stride 2) take a scatter form with no overlap at all.
+// input-gradient element), so overlapping windows need no atomics and the sum order is fixed.
+// Windows that tile the input exactly (2x2, stride 2) take their own kernels: up to four outputs
+// a thread with 16-byte accesses, and a scatter backward with no overlap at all.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <initializer_list>
 
+#include "kernels/pool/maxpool_cuda.h"
 #include "runtime/cuda_check.h"
 #include "runtime/math_util.h"
-#include "kernels/pool/maxpool_cuda.h"
 
 namespace cnn {
 namespace {
@@ -108,70 +110,187 @@ __global__ void maxpool_backward_gather(MaxPoolShape s, int oh, int ow, Index to
 // The 2x2 / stride 2 / unpadded pool whose windows tile the input exactly (H = 2*OH, W = 2*OW,
 // the network's case). Windows do not overlap, so the forward reads each input once and the
 // backward writes each input-gradient element exactly once (no memset, no gather loop).
-// Thread mapping, both passes: one thread per output o = (plane p, i, j), grid-stride; a warp
-// covers 32 consecutive j, so each of the window's two rows is 64 consecutive floats, moved with
-// one float2 access per thread and row (W = 2*OW is even, a plane is 4*OH*OW floats; the launcher
-// checks that the base pointers are 8-byte aligned). 32-bit indices: the launcher checks the size.
-__device__ __forceinline__ void window_base(int o, int oh, int ow, int& base) {
+// Thread mapping, both passes: one thread per kOut consecutive outputs o0 .. o0 + kOut - 1 of one
+// output row (o0 = q * kOut, q grid-stride; OW is a multiple of kOut, so they never straddle a
+// row). Their windows' two input rows are 2 * kOut consecutive floats each, moved with 16-byte
+// accesses for kOut = 4 and 2 (two float4, one float4) and 8-byte ones for kOut = 1; the kOut
+// outputs (and argmax, dy, the ReLU mask) with one kOut-wide access. kOut = 4 gives each thread
+// 64 bytes of loads in flight, which is what keeps HBM busy; the launcher takes the widest kOut
+// that divides OW and whose accesses the pointers' alignment allows (exact_2x2_width). 32-bit
+// indices: the launcher checks the size.
+
+// The flat index of output o's window's top-left input element, and that index inside its plane
+// (what argmax stores).
+struct WindowCorner {
+  int flat, in_plane;
+};
+__device__ __forceinline__ WindowCorner window_corner(int o, int oh, int ow) {
   const int plane_out = oh * ow;
   const int p = o / plane_out;
   const int r = o - p * plane_out;
   const int i = r / ow, j = r - i * ow;
-  base = p * (4 * plane_out) + (2 * i) * (2 * ow) + 2 * j;  // flat index of the window's corner
+  const int in_plane = (2 * i) * (2 * ow) + 2 * j;
+  return {p * (4 * plane_out) + in_plane, in_plane};
 }
 
-__global__ void maxpool2x2_forward_exact(int oh, int ow, int total, const float* __restrict__ d_x,
-                                         float* __restrict__ d_y, int32_t* __restrict__ d_argmax) {
-  const int w = 2 * ow, plane_in = 4 * oh * ow;
-  for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < total; o += gridDim.x * blockDim.x) {
-    int base;
-    window_base(o, oh, ow, base);
-    const float2 top = __ldg(reinterpret_cast<const float2*>(d_x + base));
-    const float2 bot = __ldg(reinterpret_cast<const float2*>(d_x + base + w));
-    const int in_plane = base % plane_in;  // argmax is an index inside the plane
-    // Row-major window order with the reference's rule: strictly greater replaces, so the first
-    // of equal maxima stays; the first NaN wins and stays.
-    const float v[4] = {top.x, top.y, bot.x, bot.y};
-    const int idx[4] = {in_plane, in_plane + 1, in_plane + w, in_plane + w + 1};
-    float best = v[0];
-    int best_idx = idx[0];
+// n = 2, 4 or 8 consecutive floats at p (8-byte aligned for n = 2, else 16-byte).
+template <int n>
+__device__ __forceinline__ void load_floats(const float* __restrict__ p, float (&v)[n]) {
+  static_assert(n == 2 || n == 4 || n == 8, "float2, float4 or two float4");
+  if constexpr (n == 2) {
+    const float2 a = __ldg(reinterpret_cast<const float2*>(p));
+    v[0] = a.x, v[1] = a.y;
+  } else {
 #pragma unroll
-    for (int t = 1; t < 4; ++t) {
-      if (!isnan(best) && (v[t] > best || isnan(v[t]))) {
-        best = v[t];
-        best_idx = idx[t];
-      }
+    for (int k = 0; k < n / 4; ++k) {
+      const float4 a = __ldg(reinterpret_cast<const float4*>(p) + k);
+      v[4 * k] = a.x, v[4 * k + 1] = a.y, v[4 * k + 2] = a.z, v[4 * k + 3] = a.w;
     }
-    d_y[o] = best;
-    d_argmax[o] = best_idx;
   }
 }
 
-template <bool kMask>
+template <int n>
+__device__ __forceinline__ void store_floats(float* __restrict__ p, const float (&v)[n]) {
+  static_assert(n == 1 || n == 2 || n == 4 || n == 8, "a float, float2, float4 or two float4");
+  if constexpr (n == 1) {
+    *p = v[0];
+  } else if constexpr (n == 2) {
+    *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < n / 4; ++k)
+      reinterpret_cast<float4*>(p)[k] =
+          make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
+  }
+}
+
+// kOut = 1, 2 or 4 values of the output arrays (y, dy, the mask: float; argmax: int32).
+template <int kOut>
+__device__ __forceinline__ void load_outputs(const float* __restrict__ p, float (&v)[kOut]) {
+  if constexpr (kOut == 1) {
+    v[0] = __ldg(p);
+  } else {
+    load_floats<kOut>(p, v);
+  }
+}
+
+template <int kOut>
+__device__ __forceinline__ void load_outputs(const int32_t* __restrict__ p, int (&v)[kOut]) {
+  if constexpr (kOut == 1) {
+    v[0] = __ldg(p);
+  } else if constexpr (kOut == 2) {
+    const int2 a = __ldg(reinterpret_cast<const int2*>(p));
+    v[0] = a.x, v[1] = a.y;
+  } else {
+    const int4 a = __ldg(reinterpret_cast<const int4*>(p));
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+  }
+}
+
+template <int kOut>
+__device__ __forceinline__ void store_outputs(int32_t* __restrict__ p, const int (&v)[kOut]) {
+  if constexpr (kOut == 1) {
+    *p = v[0];
+  } else if constexpr (kOut == 2) {
+    *reinterpret_cast<int2*>(p) = make_int2(v[0], v[1]);
+  } else {
+    *reinterpret_cast<int4*>(p) = make_int4(v[0], v[1], v[2], v[3]);
+  }
+}
+
+template <int kOut>
+__global__ void maxpool2x2_forward_exact(int oh, int ow, int total, const float* __restrict__ d_x,
+                                         float* __restrict__ d_y, int32_t* __restrict__ d_argmax) {
+  const int w = 2 * ow;
+  const int quads = total / kOut;  // groups of kOut outputs
+  for (int q = blockIdx.x * blockDim.x + threadIdx.x; q < quads; q += gridDim.x * blockDim.x) {
+    const int o0 = q * kOut;
+    const WindowCorner corner = window_corner(o0, oh, ow);
+    float top[2 * kOut], bot[2 * kOut];
+    load_floats<2 * kOut>(d_x + corner.flat, top);
+    load_floats<2 * kOut>(d_x + corner.flat + w, bot);
+    float best[kOut];
+    int best_idx[kOut];
+#pragma unroll
+    for (int t = 0; t < kOut; ++t) {
+      // Row-major window order with the reference's rule: strictly greater replaces, so the
+      // first of equal maxima stays; the first NaN wins and stays.
+      const int c = corner.in_plane + 2 * t;  // argmax is an index inside the plane
+      const float v[4] = {top[2 * t], top[2 * t + 1], bot[2 * t], bot[2 * t + 1]};
+      const int idx[4] = {c, c + 1, c + w, c + w + 1};
+      best[t] = v[0];
+      best_idx[t] = idx[0];
+#pragma unroll
+      for (int k = 1; k < 4; ++k) {
+        if (!isnan(best[t]) && (v[k] > best[t] || isnan(v[k]))) {
+          best[t] = v[k];
+          best_idx[t] = idx[k];
+        }
+      }
+    }
+    store_floats<kOut>(d_y + o0, best);
+    store_outputs<kOut>(d_argmax + o0, best_idx);
+  }
+}
+
+template <int kOut, bool kMask>
 __global__ void maxpool2x2_backward_exact(int oh, int ow, int total, const float* __restrict__ d_dy,
                                           const int32_t* __restrict__ d_argmax,
                                           const float* __restrict__ d_relu_y,
                                           float* __restrict__ d_dx) {
-  const int w = 2 * ow, plane_in = 4 * oh * ow;
-  for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < total; o += gridDim.x * blockDim.x) {
-    int base;
-    window_base(o, oh, ow, base);
-    float g = __ldg(d_dy + o);
-    if (kMask && !(__ldg(d_relu_y + o) > 0.f)) g = 0.f;
-    const int win = __ldg(d_argmax + o) - base % plane_in;  // 0, 1, w or w + 1
-    *reinterpret_cast<float2*>(d_dx + base) = make_float2(win == 0 ? g : 0.f, win == 1 ? g : 0.f);
-    *reinterpret_cast<float2*>(d_dx + base + w) =
-        make_float2(win == w ? g : 0.f, win == w + 1 ? g : 0.f);
+  const int w = 2 * ow;
+  const int quads = total / kOut;
+  for (int q = blockIdx.x * blockDim.x + threadIdx.x; q < quads; q += gridDim.x * blockDim.x) {
+    const int o0 = q * kOut;
+    const WindowCorner corner = window_corner(o0, oh, ow);
+    float g[kOut];
+    int am[kOut];
+    load_outputs<kOut>(d_dy + o0, g);
+    load_outputs<kOut>(d_argmax + o0, am);
+    if constexpr (kMask) {
+      float m[kOut];
+      load_outputs<kOut>(d_relu_y + o0, m);
+#pragma unroll
+      for (int t = 0; t < kOut; ++t)
+        if (!(m[t] > 0.f)) g[t] = 0.f;
+    }
+    float top[2 * kOut], bot[2 * kOut];
+#pragma unroll
+    for (int t = 0; t < kOut; ++t) {
+      const int win = am[t] - (corner.in_plane + 2 * t);  // 0, 1, w or w + 1
+      top[2 * t] = win == 0 ? g[t] : 0.f;
+      top[2 * t + 1] = win == 1 ? g[t] : 0.f;
+      bot[2 * t] = win == w ? g[t] : 0.f;
+      bot[2 * t + 1] = win == w + 1 ? g[t] : 0.f;
+    }
+    store_floats<2 * kOut>(d_dx + corner.flat, top);
+    store_floats<2 * kOut>(d_dx + corner.flat + w, bot);
   }
 }
 
-// True when the 2x2 kernels above apply: windows tile the input exactly, 32-bit indices,
-// float2-aligned bases.
-bool exact_2x2(const MaxPoolShape& s, const void* a, const void* b) {
-  return s.kh == 2 && s.kw == 2 && s.stride_h == 2 && s.stride_w == 2 && s.pad_h == 0 &&
-         s.pad_w == 0 && s.h % 2 == 0 && s.w % 2 == 0 &&
-         int64_t(s.n) * s.c * s.h * s.w <= INT32_MAX && reinterpret_cast<uintptr_t>(a) % 8 == 0 &&
-         reinterpret_cast<uintptr_t>(b) % 8 == 0;
+bool aligned(const void* p, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+// The outputs a thread of the 2x2 kernels above takes (4, 2 or 1), or 0 where they do not apply.
+// They apply when the windows tile the input exactly and every flat index fits 32 bits. kOut
+// outputs a thread need OW a multiple of kOut, the input-side pointers (x, dx) aligned to the
+// 8 * kOut-byte rows segment's access (16 bytes for kOut 2 and 4, 8 for kOut 1) and the
+// output-side ones (y, argmax, dy, the mask) to 4 * kOut bytes. Null pointers count as aligned.
+int exact_2x2_width(const MaxPoolShape& s, const void* in_side,
+                    std::initializer_list<const void*> out_side) {
+  if (!(s.kh == 2 && s.kw == 2 && s.stride_h == 2 && s.stride_w == 2 && s.pad_h == 0 &&
+        s.pad_w == 0 && s.h % 2 == 0 && s.w % 2 == 0 &&
+        int64_t(s.n) * s.c * s.h * s.w <= INT32_MAX))
+    return 0;
+  const int ow = s.w / 2;
+  for (int k : {4, 2, 1}) {
+    if (ow % k != 0 || !aligned(in_side, k == 1 ? 8 : 16)) continue;
+    bool ok = true;
+    for (const void* p : out_side) ok = ok && aligned(p, uintptr_t(4 * k));
+    if (ok) return k;
+  }
+  return 0;
 }
 
 bool is_2x2_stride_2(const MaxPoolShape& s) {
@@ -184,6 +303,19 @@ unsigned grid_for(int64_t work) {
       std::clamp<int64_t>(ceil_div<int64_t>(work, kThreads), 1, kMaxBlocks));
 }
 
+// The exact 2x2 backward with kOut outputs a thread, with or without the fused ReLU mask.
+template <int kOut>
+void launch_backward_exact(unsigned grid, cudaStream_t stream, int oh, int ow, int outputs,
+                           const float* d_dy, const int32_t* d_argmax, const float* d_relu_y,
+                           float* d_dx) {
+  if (d_relu_y)
+    maxpool2x2_backward_exact<kOut, true>
+        <<<grid, kThreads, 0, stream>>>(oh, ow, outputs, d_dy, d_argmax, d_relu_y, d_dx);
+  else
+    maxpool2x2_backward_exact<kOut, false>
+        <<<grid, kThreads, 0, stream>>>(oh, ow, outputs, d_dy, d_argmax, nullptr, d_dx);
+}
+
 }  // namespace
 
 void maxpool_forward_cuda(const MaxPoolShape& s, const float* d_x, float* d_y, int32_t* d_argmax,
@@ -192,8 +324,18 @@ void maxpool_forward_cuda(const MaxPoolShape& s, const float* d_x, float* d_y, i
   const int64_t total = int64_t(s.n) * s.c * oh * ow;  // outputs (N, C, OH, OW)
   const unsigned grid = grid_for(total);
   const bool small = total <= INT32_MAX;
-  if (exact_2x2(s, d_x, d_x)) {
-    maxpool2x2_forward_exact<<<grid, kThreads, 0, stream>>>(oh, ow, int(total), d_x, d_y, d_argmax);
+  const int width = exact_2x2_width(s, d_x, {d_y, d_argmax});
+  if (width) {
+    const unsigned g = grid_for(total / width);
+    if (width == 4)
+      maxpool2x2_forward_exact<4>
+          <<<g, kThreads, 0, stream>>>(oh, ow, int(total), d_x, d_y, d_argmax);
+    else if (width == 2)
+      maxpool2x2_forward_exact<2>
+          <<<g, kThreads, 0, stream>>>(oh, ow, int(total), d_x, d_y, d_argmax);
+    else
+      maxpool2x2_forward_exact<1>
+          <<<g, kThreads, 0, stream>>>(oh, ow, int(total), d_x, d_y, d_argmax);
     CNN_LAUNCH_CHECK("maxpool2x2_forward_exact");
     return;
   }
@@ -212,15 +354,16 @@ void maxpool_forward_cuda(const MaxPoolShape& s, const float* d_x, float* d_y, i
 void maxpool_backward_cuda(const MaxPoolShape& s, const float* d_dy, const int32_t* d_argmax,
                            const float* d_relu_y, float* d_dx, cudaStream_t stream) {
   const int oh = s.oh(), ow = s.ow();
-  if (exact_2x2(s, d_dx, d_dx)) {
+  const int width = exact_2x2_width(s, d_dx, {d_dy, d_argmax, d_relu_y});
+  if (width) {
     const int outputs = s.n * s.c * oh * ow;
-    const unsigned g = grid_for(outputs);
-    if (d_relu_y)
-      maxpool2x2_backward_exact<true>
-          <<<g, kThreads, 0, stream>>>(oh, ow, outputs, d_dy, d_argmax, d_relu_y, d_dx);
+    const unsigned g = grid_for(outputs / width);
+    if (width == 4)
+      launch_backward_exact<4>(g, stream, oh, ow, outputs, d_dy, d_argmax, d_relu_y, d_dx);
+    else if (width == 2)
+      launch_backward_exact<2>(g, stream, oh, ow, outputs, d_dy, d_argmax, d_relu_y, d_dx);
     else
-      maxpool2x2_backward_exact<false>
-          <<<g, kThreads, 0, stream>>>(oh, ow, outputs, d_dy, d_argmax, nullptr, d_dx);
+      launch_backward_exact<1>(g, stream, oh, ow, outputs, d_dy, d_argmax, d_relu_y, d_dx);
     CNN_LAUNCH_CHECK("maxpool2x2_backward_exact");
     return;
   }
