@@ -1,8 +1,8 @@
 #pragma once
 // The convolution cases the wgmma convolution tests share (gpu_conv_wgmma*.cpp): a shape
-// builder, the two passes, the two kinds of operand values (small integers, whose products
-// and sums every precision represents exactly, and uniform random values), one pass's random
-// operands and the line that names a case in failures and summaries.
+// builder, the NCHW -> NHWC pre-pass's copies, the two passes, the two kinds of operand values
+// (small integers, whose products and sums every precision represents exactly, and uniform random
+// values), one pass's random operands and the line that names a case in failures and summaries.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -75,6 +75,42 @@ inline std::string describe_problem(Pass pass, const ConvCase& cc, Fill fill, ui
                 s.stride_h, s.stride_w, s.pad_h, s.pad_w, fwd && cc.bias, fwd && cc.relu,
                 fill == Fill::SmallInt ? "int" : "random", static_cast<unsigned long long>(seed));
   return buf;
+}
+
+// A case of the NCHW -> padded NHWC pre-pass (nchw_to_nhwc_*_cuda): n images of c channels of hw
+// pixels, channels padded to the operand's block plus extra_blocks more, x read from x_offset
+// floats into its buffer (an offset of 1 takes the 4-byte load path; so does hw % 4 != 0).
+struct NhwcCopyCase {
+  int n, c;
+  int64_t hw;
+  int extra_blocks = 0, x_offset = 0;
+};
+
+inline const std::vector<NhwcCopyCase>& nhwc_copy_cases() {
+  static const std::vector<NhwcCopyCase> cases = {
+      {1, 1, 1},              // one pixel, one channel
+      {3, 5, 1},              // one pixel a plane: a 4-pixel group of one real pixel
+      {1, 1, 49},             // 7x7
+      {3, 64, 49},            // ResNet's 7x7 stage: 16-byte stores, 4-byte loads
+      {3, 3, 169},            // 13x13, the first layer's 3 channels
+      {2, 3, 1024},           // VGG's first layer: 16-byte loads of 3 of a group's channels
+      {2, 3, 64, 1},          // c_pad a block past c's: a block of zeros only
+      {1, 5, 6},              // hw = 2 (mod 4), c odd
+      {2, 12, 28 * 28},       // c a multiple of 4, not of 8
+      {3, 130, 13 * 33},      // 5 blocks of channels, the last of 2
+      {2, 64, 1024},          // VGG's 64-channel 32x32 layers
+      {2, 32, 28 * 28},       // ResNet's 32-channel 28x28 layers
+      {1, 17, 33 * 32},       // c = 17
+      {2, 70, 7 * 13},        // c = 70: one full BF16 block and a few channels
+      {2, 64, 1024, 0, 1},    // x one float into its buffer: 4-byte loads
+      {1, 9, 16 * 16, 1, 3},  // misaligned, and a block of zeros
+  };
+  return cases;
+}
+
+inline std::string describe(const NhwcCopyCase& k) {
+  return "n=" + std::to_string(k.n) + " c=" + std::to_string(k.c) + " hw=" + std::to_string(k.hw) +
+         " x_offset=" + std::to_string(k.x_offset);
 }
 
 // Whether an options struct has a blocks_per_sm field (WgmmaNhwcOptions does).

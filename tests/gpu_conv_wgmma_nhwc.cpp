@@ -1,9 +1,12 @@
 // The Hopper TMA-im2col convolution (kernels/conv/conv2d_wgmma_nhwc.h) against the CPU twins.
 // Skipped unless the device is compute capability 9.0 and the build has the sm_90a kernels (the
 // dispatch refusals run on any GPU):
-//   PrePasses            the NCHW -> padded NHWC TF32 copy and the weight packing (forward and
-//                        flipped input-gradient order) bitwise equal to their CPU twins
-//                        (conv2d_nhwc_layout.h), outputs poisoned with NaN first.
+//   PrePasses            the NCHW -> padded NHWC TF32 copy (nhwc_copy_cases in
+//                        conv_test_cases.h: one pixel, 7x7, hw not a multiple of 4, c = 1, 3,
+//                        5, 12, 17, 130, c_pad a block past c, x not 16-byte aligned) and the
+//                        weight packing (forward and flipped input-gradient order) bitwise equal
+//                        to their CPU twins (conv2d_nhwc_layout.h), outputs poisoned with NaN
+//                        first; an output that is not 16-byte aligned refused.
 //   ForwardShapes        C in {1, 3, 17, 64, 130}, OC in {8, 24, 64, 200}, H, W in {7, 13, 32,
 //                        33}, batch 1 and 3, stride 1 and 2, kernels 1x1 .. 7x7 (and 3x5),
 //                        padding 0 .. 3, with and without bias / ReLU; the three tile widths (32
@@ -162,20 +165,24 @@ const std::vector<ConvCase>& backward_data_cases() {
 TEST(GpuConvWgmmaNhwc, PrePasses) {
 #ifdef CNN_HAVE_CUDA
   CNN_REQUIRE_WGMMA_NHWC();
-  struct Copy {
-    int n, c;
-    int64_t hw;
-  };
-  for (const Copy& k : {Copy{1, 1, 49}, Copy{3, 3, 169}, Copy{3, 130, 13 * 33}, Copy{2, 64, 1024},
-                        Copy{1, 17, 33 * 32}}) {
-    const int c_pad = (k.c + 31) / 32 * 32;
+  for (const NhwcCopyCase& k : nhwc_copy_cases()) {
+    const int c_pad = (k.c + 31) / 32 * 32 + 32 * k.extra_blocks;
     const std::vector<float> x = test::random_vector(size_t(k.n) * k.c * k.hw, test::fresh_seed());
     std::vector<float> want(size_t(k.n) * k.hw * c_pad);
     nchw_to_nhwc_tf32_cpu(x.data(), k.n, k.c, k.hw, c_pad, want.data());
-    Tensor d_x = test::to_device(x), d_out = test::to_device(std::vector<float>(want.size(), NAN));
-    nchw_to_nhwc_tf32_cuda(d_x.data(), k.n, k.c, k.hw, c_pad, d_out.data(), nullptr);
+    std::vector<float> shifted(size_t(k.x_offset), 0.f);
+    shifted.insert(shifted.end(), x.begin(), x.end());
+    Tensor d_x = test::to_device(shifted),
+           d_out = test::to_device(std::vector<float>(want.size(), NAN));
+    nchw_to_nhwc_tf32_cuda(d_x.data() + k.x_offset, k.n, k.c, k.hw, c_pad, d_out.data(), nullptr);
     EXPECT_TRUE(bitwise_equal(d_out.to_vector(), want))
-        << "nchw_to_nhwc_tf32 n=" << k.n << " c=" << k.c << " hw=" << k.hw;
+        << "nchw_to_nhwc_tf32 " << describe(k) << " c_pad=" << c_pad;
+  }
+  {  // the copy's rows are stored 16 bytes at a time: an output off by one float is refused
+    Tensor d_x = test::to_device(std::vector<float>(3 * 16, 1.f)),
+           d_out = test::to_device(std::vector<float>(16 * 32 + 1, 0.f));
+    EXPECT_THROW(nchw_to_nhwc_tf32_cuda(d_x.data(), 1, 3, 16, 32, d_out.data() + 1, nullptr),
+                 Error);
   }
   for (const Conv2dShape& s :
        {conv(1, 3, 7, 7, 24, 3, 3, 1, 1, 1, 1), conv(1, 130, 7, 7, 8, 1, 1, 1, 1, 0, 0),

@@ -1,9 +1,10 @@
 // The BF16 instance of the Hopper TMA-im2col convolution (kernels/conv/conv2d_wgmma_nhwc.h with
 // WgmmaNhwcOptions::precision = BF16) against the CPU twins. Skipped unless the device is
 // compute capability 9.0 and the build has the sm_90a kernels:
-//   PrePasses            the NCHW -> NHWC copy (channels padded to 64) and the weight packing
-//                        (forward and flipped input-gradient order), rounded to BF16, bitwise
-//                        equal to their CPU twins (conv2d_nhwc_layout.h), outputs poisoned first.
+//   PrePasses            the NCHW -> NHWC copy (channels padded to 64; the TF32 test's cases,
+//                        nhwc_copy_cases) and the weight packing (forward and flipped
+//                        input-gradient order), rounded to BF16, bitwise equal to their CPU
+//                        twins (conv2d_nhwc_layout.h), outputs poisoned first.
 //   ForwardShapes        C in {1, 3, 17, 64, 70, 130}, OC in {8, 24, 64, 200}, H, W in {7, 13,
 //                        32, 33}, batch 1 and 3, stride 1 and 2, kernels 1x1 .. 7x7 (and 3x5),
 //                        padding 0 .. 3, with and without bias / ReLU; the three tile widths
@@ -298,21 +299,18 @@ std::vector<uint16_t> download_bf16(const Tensor& t, size_t n) {
 TEST(GpuConvWgmmaNhwcBf16, PrePasses) {
 #ifdef CNN_HAVE_CUDA
   CNN_REQUIRE_WGMMA_NHWC();
-  struct Copy {
-    int n, c;
-    int64_t hw;
-  };
-  for (const Copy& k : {Copy{1, 1, 49}, Copy{3, 3, 169}, Copy{3, 130, 13 * 33}, Copy{2, 64, 1024},
-                        Copy{1, 17, 33 * 32}, Copy{2, 70, 7 * 13}}) {
-    const int c_pad = (k.c + 63) / 64 * 64;
+  for (const NhwcCopyCase& k : nhwc_copy_cases()) {
+    const int c_pad = (k.c + 63) / 64 * 64 + 64 * k.extra_blocks;
     const std::vector<float> x = test::random_vector(size_t(k.n) * k.c * k.hw, test::fresh_seed());
     std::vector<uint16_t> want(size_t(k.n) * k.hw * c_pad);
     nchw_to_nhwc_bf16_cpu(x.data(), k.n, k.c, k.hw, c_pad, want.data());
-    Tensor d_x = test::to_device(x), d_out = poisoned_bf16(want.size());
-    nchw_to_nhwc_bf16_cuda(d_x.data(), k.n, k.c, k.hw, c_pad,
+    std::vector<float> shifted(size_t(k.x_offset), 0.f);
+    shifted.insert(shifted.end(), x.begin(), x.end());
+    Tensor d_x = test::to_device(shifted), d_out = poisoned_bf16(want.size());
+    nchw_to_nhwc_bf16_cuda(d_x.data() + k.x_offset, k.n, k.c, k.hw, c_pad,
                            reinterpret_cast<uint16_t*>(d_out.data()), nullptr);
     EXPECT_TRUE(download_bf16(d_out, want.size()) == want)
-        << "nchw_to_nhwc_bf16 n=" << k.n << " c=" << k.c << " hw=" << k.hw;
+        << "nchw_to_nhwc_bf16 " << describe(k) << " c_pad=" << c_pad;
   }
   for (const Conv2dShape& s :
        {conv(1, 3, 7, 7, 24, 3, 3, 1, 1, 1, 1), conv(1, 130, 7, 7, 8, 1, 1, 1, 1, 0, 0),

@@ -112,29 +112,67 @@ struct NhwcParams {
   int oh, ow, stride_h, stride_w, lower_h, lower_w;
 };
 
-// Thread mapping of the pre-pass: a 32 x 32 (channel, pixel) tile of one image per block of
-// 32 x 8 threads, through shared memory so that the reads run along pixels (NCHW rows) and the
-// writes along channels (NHWC rows); channels c..c_pad-1 are written as zeros. Values rounded
-// to T's operand (OperandOf<T>::round).
-template <class T>
-__global__ void nchw_to_nhwc_kernel(const float* __restrict__ x, int n, int c, int64_t hw,
-                                    int c_pad, T* __restrict__ out) {
-  __shared__ float tile[32][33];
-  const int64_t p0 = int64_t(blockIdx.x) * 32;
-  const int c0 = int(blockIdx.y) * 32;
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  for (int img = blockIdx.z; img < n; img += gridDim.z) {
-    for (int j = ty; j < 32; j += 8) {
-      const int ch = c0 + j;
-      const int64_t p = p0 + tx;
-      tile[j][tx] = (ch < c && p < hw) ? __ldg(x + (int64_t(img) * c + ch) * hw + p) : 0.f;
+// Two bf16 as one 32-bit word, lo at the lower address.
+__device__ __forceinline__ uint32_t pack_pair(__nv_bfloat16 lo, __nv_bfloat16 hi) {
+  return uint32_t(__bfloat16_as_ushort(lo)) | uint32_t(__bfloat16_as_ushort(hi)) << 16;
+}
+
+// Stores kChannels values (16 bytes) of T at p, 16-byte aligned.
+__device__ __forceinline__ void store16(float* p, const float (&v)[4]) {
+  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void store16(__nv_bfloat16* p, const __nv_bfloat16 (&v)[8]) {
+  *reinterpret_cast<uint4*>(p) = make_uint4(pack_pair(v[0], v[1]), pack_pair(v[2], v[3]),
+                                            pack_pair(v[4], v[5]), pack_pair(v[6], v[7]));
+}
+
+// The pre-pass, NCHW -> (N, H, W, c_pad) in T, a transpose that only moves bytes: it runs at
+// HBM bandwidth when every access is 16 bytes wide and every sector it touches is used whole.
+// Thread mapping: thread i owns a block of kChannels channels x 4 pixels of one image, kChannels
+// the channels in 16 bytes of T (4 TF32, 8 BF16): channels cb * kBlock + (i % 8) * kChannels ..
+// + kChannels - 1 (kBlock = 8 kChannels: one 128-byte NHWC row segment) and pixels 4 pq ..
+// 4 pq + 3, where unit i / 8 = (img, cb, pq), pq fastest. It reads each of its channels' 4 pixels
+// with one 16-byte load (kVecLoad; four 4-byte ones where hw is not a multiple of 4 or x is not
+// 16-byte aligned), transposes the block in registers and writes each pixel's kChannels values
+// with one 16-byte store. So a warp's load reads 64 contiguous bytes of each of 8 channel rows and
+// its store writes 128 contiguous bytes of each of 4 pixel rows, with no shared memory; each
+// thread has 64 (TF32) or 128 (BF16) bytes of loads in flight. Channels c..c_pad-1 are written as
+// zeros without being read; values rounded to T's operand (OperandOf<T>::round).
+template <class T, bool kVecLoad>
+__global__ void nchw_to_nhwc_kernel(const float* __restrict__ x, int c, int64_t hw, int c_pad,
+                                    int pquads, int blocks_c, int threads, T* __restrict__ out) {
+  constexpr int kChannels = 16 / int(sizeof(T));
+  const int i = int(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= threads) return;
+  const int unit = i >> 3;
+  const int pq = unit % pquads, rest = unit / pquads;
+  const int cb = rest % blocks_c, img = rest / blocks_c;
+  const int ch0 = cb * 8 * kChannels + (i & 7) * kChannels;
+  const int64_t p0 = int64_t(pq) * 4;
+  float v[kChannels][4];
+#pragma unroll
+  for (int k = 0; k < kChannels; ++k) {
+    const int ch = ch0 + k;
+    if (ch >= c) {
+      v[k][0] = v[k][1] = v[k][2] = v[k][3] = 0.f;
+      continue;
     }
-    __syncthreads();
-    for (int j = ty; j < 32; j += 8) {
-      const int64_t p = p0 + j;
-      if (p < hw) out[(int64_t(img) * hw + p) * c_pad + c0 + tx] = OperandOf<T>::round(tile[tx][j]);
+    const float* row = x + (int64_t(img) * c + ch) * hw + p0;
+    if (kVecLoad) {
+      const float4 a = __ldg(reinterpret_cast<const float4*>(row));
+      v[k][0] = a.x, v[k][1] = a.y, v[k][2] = a.z, v[k][3] = a.w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[k][j] = p0 + j < hw ? __ldg(row + j) : 0.f;
     }
-    __syncthreads();
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if (!kVecLoad && p0 + j >= hw) break;
+    T o[kChannels];
+#pragma unroll
+    for (int k = 0; k < kChannels; ++k) o[k] = OperandOf<T>::round(v[k][j]);
+    store16(out + (int64_t(img) * hw + p0 + j) * c_pad + ch0, o);
   }
 }
 
@@ -477,33 +515,46 @@ bool conv2d_wgmma_nhwc_available() {
   return conv2d_wgmma_available();
 }
 
+namespace {
+
+// Launches nchw_to_nhwc_kernel<T> after the checks common to both element types.
+template <class T>
+void launch_nchw_to_nhwc(const float* d_x, int n, int c, int64_t hw, int c_pad, T* d_out,
+                         cudaStream_t stream, const char* what) {
+  constexpr int kBlock = OperandOf<T>::kBlock;
+  CNN_CHECK(n >= 1 && c >= 1 && hw >= 1 && c_pad >= c && c_pad % kBlock == 0,
+            "{}: n={} c={} hw={} c_pad={} (expected positive sizes, c_pad >= c, a multiple of {})",
+            what, n, c, hw, c_pad, kBlock);
+  CNN_CHECK((reinterpret_cast<uintptr_t>(d_out) & 15u) == 0,
+            "{}: the output must be 16-byte aligned (its rows are written 16 bytes at a time)",
+            what);
+  const int64_t pquads = ceil_div<int64_t>(hw, 4), blocks_c = c_pad / kBlock;
+  const int64_t threads = int64_t(n) * blocks_c * pquads * 8;
+  CNN_CHECK(threads <= INT32_MAX - 255,
+            "{}: n={} hw={} c_pad={} need {} threads (expected at most 2^31 - 256)", what, n, hw,
+            c_pad, threads);
+  const unsigned grid = unsigned(ceil_div<int64_t>(threads, 256));
+  const bool vec = hw % 4 == 0 && (reinterpret_cast<uintptr_t>(d_x) & 15u) == 0;
+  if (vec)
+    nchw_to_nhwc_kernel<T, true><<<grid, 256, 0, stream>>>(d_x, c, hw, c_pad, int(pquads),
+                                                           int(blocks_c), int(threads), d_out);
+  else
+    nchw_to_nhwc_kernel<T, false><<<grid, 256, 0, stream>>>(d_x, c, hw, c_pad, int(pquads),
+                                                            int(blocks_c), int(threads), d_out);
+  CNN_LAUNCH_CHECK(what);
+}
+
+}  // namespace
+
 void nchw_to_nhwc_tf32_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad, float* d_out,
                             cudaStream_t stream) {
-  CNN_CHECK(n >= 1 && c >= 1 && hw >= 1 && c_pad >= c && c_pad % 32 == 0,
-            "nchw_to_nhwc_tf32: n={} c={} hw={} c_pad={} (expected positive sizes, c_pad >= c, "
-            "a multiple of 32)",
-            n, c, hw, c_pad);
-  CNN_CHECK(ceil_div<int64_t>(hw, 32) <= INT32_MAX && c_pad / 32 <= 65535,
-            "nchw_to_nhwc_tf32: hw={} c_pad={} exceed the grid", hw, c_pad);
-  const dim3 grid(unsigned(ceil_div<int64_t>(hw, 32)), unsigned(c_pad / 32),
-                  unsigned(std::min(n, 65535)));
-  nchw_to_nhwc_kernel<float><<<grid, dim3(32, 8), 0, stream>>>(d_x, n, c, hw, c_pad, d_out);
-  CNN_LAUNCH_CHECK("nchw_to_nhwc_tf32");
+  launch_nchw_to_nhwc(d_x, n, c, hw, c_pad, d_out, stream, "nchw_to_nhwc_tf32");
 }
 
 void nchw_to_nhwc_bf16_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad, uint16_t* d_out,
                             cudaStream_t stream) {
-  CNN_CHECK(n >= 1 && c >= 1 && hw >= 1 && c_pad >= c && c_pad % 64 == 0,
-            "nchw_to_nhwc_bf16: n={} c={} hw={} c_pad={} (expected positive sizes, c_pad >= c, "
-            "a multiple of 64)",
-            n, c, hw, c_pad);
-  CNN_CHECK(ceil_div<int64_t>(hw, 32) <= INT32_MAX && c_pad / 32 <= 65535,
-            "nchw_to_nhwc_bf16: hw={} c_pad={} exceed the grid", hw, c_pad);
-  const dim3 grid(unsigned(ceil_div<int64_t>(hw, 32)), unsigned(c_pad / 32),
-                  unsigned(std::min(n, 65535)));
-  nchw_to_nhwc_kernel<__nv_bfloat16><<<grid, dim3(32, 8), 0, stream>>>(
-      d_x, n, c, hw, c_pad, reinterpret_cast<__nv_bfloat16*>(d_out));
-  CNN_LAUNCH_CHECK("nchw_to_nhwc_bf16");
+  launch_nchw_to_nhwc(d_x, n, c, hw, c_pad, reinterpret_cast<__nv_bfloat16*>(d_out), stream,
+                      "nchw_to_nhwc_bf16");
 }
 
 void pack_weights_tf32_cuda(const WeightPack& wp, const float* d_w, float* d_out,

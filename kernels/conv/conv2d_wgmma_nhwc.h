@@ -65,7 +65,8 @@ void conv2d_backward_data_wgmma_nhwc(const Conv2dShape& s, const float* d_dy, co
                                      const WgmmaNhwcOptions& opt = {});
 
 // The pre-pass kernels alone (their CPU twins: conv2d_nhwc_layout.h), for the tests.
-// x (n, c, hw) -> out (n, hw, c_pad), channels >= c zero, values rounded to TF32.
+// x (n, c, hw) -> out (n, hw, c_pad), channels >= c zero, values rounded to TF32. out must be
+// 16-byte aligned (rows are stored 16 bytes at a time; x may have any alignment).
 void nchw_to_nhwc_tf32_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad, float* d_out,
                             cudaStream_t stream);
 void pack_weights_tf32_cuda(const WeightPack& wp, const float* d_w, float* d_out,
