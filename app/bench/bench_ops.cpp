@@ -19,6 +19,7 @@ bool op_selected(const BenchOptions& opt, const std::string& op) {
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
@@ -33,6 +34,7 @@ bool op_selected(const BenchOptions& opt, const std::string& op) {
 #include "kernels/conv/conv2d.h"
 #include "kernels/conv/conv2d_grouped.h"
 #include "kernels/conv/conv2d_grouped_cuda.h"
+#include "kernels/conv/conv2d_nhwc_layout.h"
 #include "kernels/conv/conv2d_wgmma.h"
 #include "kernels/conv/conv2d_wgmma_nhwc.h"
 #include "kernels/conv/conv2d_wgmma_wgrad.h"
@@ -764,6 +766,68 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
   }
 }
 
+// The wgmma-nhwc convolution's pre-pass alone (nchw_to_nhwc_*_cuda): the channels-last copy of
+// the NCHW operand (x forward, dy for the stride-1 input gradient), channels padded to the
+// operand's 128-byte block and rounded to TF32 or BF16, that precedes every such convolution
+// (its time is inside the conv:nhwc rows). A transpose: judged in GB/s, NCHW read + copy written.
+void bench_nhwc_copy(const BenchContext& ctx, std::vector<BenchRow>& rows, const std::string& name,
+                     const Conv2dShape& s, bool first_layer) {
+  const BenchOptions& opt = *ctx.opt;
+  if (!conv2d_wgmma_nhwc_available()) return;
+  for (Pass pass : {Pass::Forward, Pass::BackwardData}) {
+    if (pass == Pass::BackwardData && (s.stride_h != 1 || s.stride_w != 1)) continue;
+    const std::string op = name + "." + pass_name(pass) + ".to_nhwc";
+    if (!op_selected(opt, op)) continue;
+    const bool fwd = pass == Pass::Forward;
+    const int c = fwd ? s.c : s.oc, h = fwd ? s.h : s.oh(), w = fwd ? s.w : s.ow();
+    const int64_t hw = int64_t(h) * w;
+    std::mt19937_64 rng(op_seed(opt.seed, op));
+    const std::vector<float> x = random_floats(size_t(s.n) * c * size_t(hw), rng);
+    for (Precision p : opt.precisions) {
+      if (p != Precision::TF32 && p != Precision::BF16) continue;
+      const bool bf16 = p == Precision::BF16;
+      const int block = bf16 ? kNhwcChannelBlockBf16 : kNhwcChannelBlock;
+      const int c_pad = (c + block - 1) / block * block;
+      const size_t copy = size_t(s.n) * size_t(hw) * c_pad;
+      OpInfo info;
+      info.op = op;
+      info.shape = fmt::format("{}x{}x{}x{} -> NHWC, C padded to {}", s.n, c, h, w, c_pad);
+      info.compute_bound = false;
+      info.bytes = 4.0 * double(x.size()) + (bf16 ? 2.0 : 4.0) * double(copy);
+      info.note = "the conv:nhwc pre-pass alone";
+      if (!fwd && first_layer) info.note += "; not needed in training (first layer)";
+      OpData d;
+      const int ix = d.input("x", x);
+      int iout;
+      if (bf16) {  // the bf16 copy's bit patterns, two to an int32, compared exactly
+        std::vector<uint16_t> ref(copy);
+        nchw_to_nhwc_bf16_cpu(x.data(), s.n, c, hw, c_pad, ref.data());
+        std::vector<int32_t> packed(copy / 2);  // c_pad is even
+        std::memcpy(packed.data(), ref.data(), copy * 2);
+        iout = d.output_i32("nhwc", std::move(packed));
+      } else {
+        std::vector<float> ref(copy);
+        nchw_to_nhwc_tf32_cpu(x.data(), s.n, c, hw, c_pad, ref.data());
+        iout = d.output("nhwc", std::move(ref));
+      }
+      d.allocate(choose_sets(ctx, d.set_bytes()), ctx.stream);
+      Candidate cand{
+          "default",
+          false,
+          [&](int i) {
+            if (bf16)
+              nchw_to_nhwc_bf16_cuda(d.f(i, ix), s.n, c, hw, c_pad,
+                                     reinterpret_cast<uint16_t*>(d.i32(i, iout)), ctx.stream);
+            else
+              nchw_to_nhwc_tf32_cuda(d.f(i, ix), s.n, c, hw, c_pad, d.f(i, iout), ctx.stream);
+          },
+          {},
+          ""};
+      rows.push_back(measure(ctx, d, info, p, kTolElementwise, cand, kNaN));
+    }
+  }
+}
+
 // ---- linear -------------------------------------------------------------------------------------
 
 void bench_linear(const BenchContext& ctx, std::vector<BenchRow>& rows, const std::string& name,
@@ -1147,22 +1211,36 @@ void bench_maxpool(const BenchContext& ctx, std::vector<BenchRow>& rows, const s
                   ""};
       rows.push_back(measure(ctx, d, info, p, kTolElementwise, c, lib_us));
     } else {
-      std::vector<float> dy = random_floats(ny, rng), dx(nx);
+      std::vector<float> dy = random_floats(ny, rng), dx(nx), dx_masked(nx);
       maxpool_backward_cpu(s, dy.data(), argmax.data(), dx.data());
+      maxpool_backward_cpu(s, dy.data(), argmax.data(), dx_masked.data(), y.data());
       const int idy = d.input("dy", std::move(dy)), iarg = d.input_i32("argmax", argmax);
       const int iy = d.input("y", std::move(y)), ix = d.input("x", std::move(x));
       const int idx = d.output("dx", std::move(dx));
+      const int idxm = d.output("dx_masked", std::move(dx_masked));
       d.allocate(choose_sets(ctx, d.set_bytes()), ctx.stream);
       auto args = [&](int i) { return LibArgs{d.f(i, iy), d.f(i, idy), d.f(i, ix), d.f(i, idx)}; };
-      const double lib_us = measure_lib(
-          ctx, rows, d, info, p, kTolElementwise, "cudnn", ctx.lib && ctx.lib->cudnn_ok(),
-          [&] { return ctx.lib->maxpool(s, true); }, args);
+      const double lib_us = measure_lib(ctx, rows, d, info, p, kTolElementwise, "cudnn",
+                                        ctx.lib && ctx.lib->cudnn_ok(),
+                                        [&] { return ctx.lib->maxpool(s, true); }, args, {idx});
       Candidate c{"default",
                   false,
                   [&](int i) { maxpool_backward(s, d.f(i, idy), d.i32(i, iarg), d.f(i, idx), ex); },
-                  {},
+                  {idx},
                   "cuDNN reads x and y instead of an argmax"};
       rows.push_back(measure(ctx, d, info, p, kTolElementwise, c, lib_us));
+      // With the ReLU before the pool fused (its mask: the pool's own y > 0), as the Network
+      // runs a conv (+ BN) + ReLU + pool: reads y as well.
+      OpInfo masked = info;
+      masked.bytes += 4.0 * double(ny);
+      Candidate m{"relu-mask",
+                  false,
+                  [&](int i) {
+                    maxpool_backward(s, d.f(i, idy), d.i32(i, iarg), d.f(i, idxm), ex, d.f(i, iy));
+                  },
+                  {idxm},
+                  "the fused ReLU backward: also reads y"};
+      rows.push_back(measure(ctx, d, masked, p, kTolElementwise, m, kNaN));
     }
   }
 }
@@ -1497,6 +1575,7 @@ std::vector<BenchRow> bench_ops(const BenchContext& ctx, const NetDesc& net) {
         s.pad_h = spec.pad_h;
         s.pad_w = spec.pad_w;
         bench_conv(ctx, rows, spec.name, s, i == 0);
+        bench_nhwc_copy(ctx, rows, spec.name, s, i == 0);
         // The fusion the Network runs on CUDA: first layer, then relu and a 2x2 / stride-2 pool.
         if (i == 0 && i + 2 < net.specs.size() && net.specs[i + 1].kind == LayerKind::Relu &&
             net.specs[i + 2].kind == LayerKind::MaxPool2d && net.specs[i + 2].kernel_h == 2 &&

@@ -1,8 +1,10 @@
 #pragma once
 // Op mode of ./bench: every conv and linear layer of the network (forward, input gradient, weight
-// gradient), every relu and maxpool layer (forward, backward), the softmax cross-entropy and the
-// optimizer update. Each of our variants and the library call is first checked against the CPU
-// reference on the same random input (a wrong one is not timed), then timed by graph replay.
+// gradient), every relu and maxpool layer (forward, backward; the backward also with the fused
+// ReLU mask), the wgmma-nhwc convolution's NCHW -> NHWC pre-pass alone (conv<i>.fwd.to_nhwc,
+// conv<i>.dgrad.to_nhwc), the softmax cross-entropy and the optimizer update. Each of our variants
+// and the library call is first checked against the CPU reference on the same random input (a wrong
+// one is not timed), then timed by graph replay.
 #include <vector>
 
 #include "app/bench/bench_common.h"
