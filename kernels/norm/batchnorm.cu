@@ -12,10 +12,10 @@
 // the arithmetic is the same either way, so the alignment changes the speed, never the bits.
 // Each thread loads kUnroll groups before it uses any (several loads in flight).
 //
-// Accuracy of the sums: a group's 4 terms are added in float, pairwise, then into double; the
-// forward sums x - K and (x - K)^2 with K the channel's first value (a shift near the mean: no
-// cancellation in float for inputs far from 0, as the sum of x^2 would have), and recovers
-// mean = K + sum(x - K) / M and var = sum((x - K)^2) / M - (sum(x - K) / M)^2 in double.
+// Accuracy of the sums: every term is formed and added in double (products of two floats are
+// exact there); the forward sums x - K and (x - K)^2 with K the channel's first value (a shift
+// near the mean: no cancellation for inputs far from 0, as the sum of x^2 would have), and
+// recovers mean = K + sum(x - K) / M and var = sum((x - K)^2) / M - (sum(x - K) / M)^2.
 //
 // A fused ReLU (batchnorm.h) costs the forward nothing; its backward reads the post-ReLU output
 // beside dy in the two passes that read dy, instead of a separate pass that reads y and dy and
@@ -150,8 +150,11 @@ __global__ void __launch_bounds__(kThreads)
         ++n;
       }
     }
-    // A group's 4 terms in float, pairwise, then into double. The products are rounded on their
-    // own (__fmul_rn: never contracted into an FMA), so every path adds the same floats.
+    // Each term into double, the products formed in double (exact for two floats): a float
+    // product or a float sum of a group rounds at 2^-24 relative, and the input gradient is a
+    // difference of nearly equal terms where a channel has few values (M = 2: dx ~ eps / var
+    // of its parts), which amplifies that rounding past 1e-3; the double arithmetic is far below
+    // the memory time of these passes.
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (!in[u]) continue;
@@ -162,13 +165,13 @@ __global__ void __launch_bounds__(kThreads)
         if (ry_c)
           e = make_float4(relu_masked(e.x, true, rv[u].x), relu_masked(e.y, true, rv[u].y),
                           relu_masked(e.z, true, rv[u].z), relu_masked(e.w, true, rv[u].w));
-        a += double((e.x + e.y) + (e.z + e.w));
-        b += double((__fmul_rn(e.x, d.x) + __fmul_rn(e.y, d.y)) +
-                    (__fmul_rn(e.z, d.z) + __fmul_rn(e.w, d.w)));
+        a += (double(e.x) + double(e.y)) + (double(e.z) + double(e.w));
+        b += (double(e.x) * double(d.x) + double(e.y) * double(d.y)) +
+             (double(e.z) * double(d.z) + double(e.w) * double(d.w));
       } else {
-        a += double((d.x + d.y) + (d.z + d.w));
-        b += double((__fmul_rn(d.x, d.x) + __fmul_rn(d.y, d.y)) +
-                    (__fmul_rn(d.z, d.z) + __fmul_rn(d.w, d.w)));
+        a += (double(d.x) + double(d.y)) + (double(d.z) + double(d.w));
+        b += (double(d.x) * double(d.x) + double(d.y) * double(d.y)) +
+             (double(d.z) * double(d.z) + double(d.w) * double(d.w));
       }
     }
   }
