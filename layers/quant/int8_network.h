@@ -27,7 +27,7 @@ class Int8Network {
   // reads a linear stage runs inside that stage's kernel (qconv_fused_classifier.h) at the
   // batches where that stage runs the linear tensor-core tile; false (the default) runs it alone
   // (CNN_INT8_FUSE_CLASSIFIER=1 turns it on in ./infer, ./quantize and ./bench: on the H200 the
-  // fused LeNet fc1 + fc2 at batch 256 took 15.3 us, the two launches apart 11.1 + 2.8 us).
+  // fused LeNet fc1 + fc2 at batch 256 took 14.3 us, the two launches apart 11.0 + 2.8 us).
   Int8Network(const QuantizedModel& model, int max_batch, const Exec& ex, bool tensor_cores = true,
               bool fuse_classifier = false);
 
