@@ -288,43 +288,19 @@ __device__ __forceinline__ float normalized(float x, float mean, float scale, fl
   return relu_if(relu, __fmaf_rn(x - mean, scale, beta));
 }
 
-// Thread mapping (bn_normalize, bn_normalize_eval, bn_backward_data): walk_planes; each thread
-// owns kUnroll groups of 4 values of one plane per round, loads all of them, then writes them.
-template <bool kVec>
+// Thread mapping (bn_normalize, bn_backward_data): walk_planes; each thread owns kUnroll groups
+// of 4 values of one plane per round, loads all of them, then writes them.
+// kEval: the running statistics (d_spread the variance: scale gamma / sqrt(var + eps)); else the
+// batch's (d_spread 1 / sqrt(var + eps) from bn_finish_forward: scale invstd * gamma).
+template <bool kVec, bool kEval>
 __global__ void __launch_bounds__(kThreads)
-    bn_normalize(PlaneGrid pg, const float* __restrict__ d_x, const float* __restrict__ d_gamma,
-                 const float* __restrict__ d_beta, const float* __restrict__ d_mean,
-                 const float* __restrict__ d_invstd, bool relu, float* __restrict__ d_y) {
+    bn_normalize(PlaneGrid pg, float eps, const float* __restrict__ d_x,
+                 const float* __restrict__ d_gamma, const float* __restrict__ d_beta,
+                 const float* __restrict__ d_mean, const float* __restrict__ d_spread, bool relu,
+                 float* __restrict__ d_y) {
   walk_planes(pg, [&](int64_t plane, int c, int64_t g0, int lanes) {
-    const float mean = d_mean[c], scale = d_invstd[c] * d_gamma[c], beta = d_beta[c];
-    const float* __restrict__ x = d_x + plane * pg.hw;
-    float* __restrict__ y = d_y + plane * pg.hw;
-    float4 v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t g = g0 + int64_t(u) * lanes;
-      if (g < pg.groups) v[u] = load_group<kVec>(x, 4 * g, group_valid(pg.hw, g), 0.f);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t g = g0 + int64_t(u) * lanes;
-      if (g >= pg.groups) continue;
-      const float4 r = make_float4(
-          normalized(v[u].x, mean, scale, beta, relu), normalized(v[u].y, mean, scale, beta, relu),
-          normalized(v[u].z, mean, scale, beta, relu), normalized(v[u].w, mean, scale, beta, relu));
-      store_group<kVec>(y, 4 * g, group_valid(pg.hw, g), r);
-    }
-  });
-}
-
-template <bool kVec>
-__global__ void __launch_bounds__(kThreads)
-    bn_normalize_eval(PlaneGrid pg, float eps, const float* __restrict__ d_x,
-                      const float* __restrict__ d_gamma, const float* __restrict__ d_beta,
-                      const float* __restrict__ d_mean, const float* __restrict__ d_var, bool relu,
-                      float* __restrict__ d_y) {
-  walk_planes(pg, [&](int64_t plane, int c, int64_t g0, int lanes) {
-    const float mean = d_mean[c], scale = d_gamma[c] / sqrtf(d_var[c] + eps), beta = d_beta[c];
+    const float mean = d_mean[c], beta = d_beta[c];
+    const float scale = kEval ? d_gamma[c] / sqrtf(d_spread[c] + eps) : d_spread[c] * d_gamma[c];
     const float* __restrict__ x = d_x + plane * pg.hw;
     float* __restrict__ y = d_y + plane * pg.hw;
     float4 v[kUnroll];
@@ -441,6 +417,22 @@ unsigned finish_blocks(const BatchNormShape& s) {
   return unsigned(ceil_div<int64_t>(int64_t(s.c) * 32, kFinishThreads));
 }
 
+// The normalize pass (bn_normalize), 16-byte groups where the shape and pointers allow.
+template <bool kEval>
+void launch_normalize(const BatchNormShape& s, float eps, const float* d_x, const float* d_gamma,
+                      const float* d_beta, const float* d_mean, const float* d_spread, bool relu,
+                      float* d_y, cudaStream_t stream) {
+  dim3 grid;
+  const PlaneGrid pg = plane_grid(s, &grid);
+  if (vector_groups(s, {d_x, d_y}))
+    bn_normalize<true, kEval>
+        <<<grid, kThreads, 0, stream>>>(pg, eps, d_x, d_gamma, d_beta, d_mean, d_spread, relu, d_y);
+  else
+    bn_normalize<false, kEval>
+        <<<grid, kThreads, 0, stream>>>(pg, eps, d_x, d_gamma, d_beta, d_mean, d_spread, relu, d_y);
+  CNN_LAUNCH_CHECK("bn_normalize");
+}
+
 }  // namespace
 
 int batchnorm_splits(const BatchNormShape& s) {
@@ -459,30 +451,16 @@ void batchnorm_forward_train_cuda(const BatchNormShape& s, const float* d_x, con
       s.c, batchnorm_splits(s), s.count(), s.hw, a.eps, a.momentum, d_x, d_scratch, d_save_mean,
       d_save_invstd, a.running_mean, a.running_var, a.num_batches);
   CNN_LAUNCH_CHECK("bn_finish_forward");
-  dim3 grid;
-  const PlaneGrid pg = plane_grid(s, &grid);
-  if (vector_groups(s, {d_x, d_y}))
-    bn_normalize<true><<<grid, kThreads, 0, stream>>>(pg, d_x, d_gamma, d_beta, d_save_mean,
-                                                      d_save_invstd, relu, d_y);
-  else
-    bn_normalize<false><<<grid, kThreads, 0, stream>>>(pg, d_x, d_gamma, d_beta, d_save_mean,
-                                                       d_save_invstd, relu, d_y);
-  CNN_LAUNCH_CHECK("bn_normalize");
+  launch_normalize<false>(s, 0.f, d_x, d_gamma, d_beta, d_save_mean, d_save_invstd, relu, d_y,
+                          stream);
 }
 
 void batchnorm_forward_eval_cuda(const BatchNormShape& s, const float* d_x, const float* d_gamma,
                                  const float* d_beta, const float* d_running_mean,
                                  const float* d_running_var, float eps, float* d_y, bool relu,
                                  cudaStream_t stream) {
-  dim3 grid;
-  const PlaneGrid pg = plane_grid(s, &grid);
-  if (vector_groups(s, {d_x, d_y}))
-    bn_normalize_eval<true><<<grid, kThreads, 0, stream>>>(
-        pg, eps, d_x, d_gamma, d_beta, d_running_mean, d_running_var, relu, d_y);
-  else
-    bn_normalize_eval<false><<<grid, kThreads, 0, stream>>>(
-        pg, eps, d_x, d_gamma, d_beta, d_running_mean, d_running_var, relu, d_y);
-  CNN_LAUNCH_CHECK("bn_normalize_eval");
+  launch_normalize<true>(s, eps, d_x, d_gamma, d_beta, d_running_mean, d_running_var, relu, d_y,
+                         stream);
 }
 
 void batchnorm_backward_cuda(const BatchNormShape& s, const float* d_x, const float* d_dy,
