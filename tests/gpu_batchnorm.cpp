@@ -190,7 +190,7 @@ TEST(GpuBatchNorm, TrainingMatchesCpuOnAwkwardShapes) {
                                     BatchNormShape{32, 64, 32 * 32}})
       check_shape(s, 0.f);
   // A large mean against a small spread: sum-of-squares variance in float would cancel. The sums
-  // are of x - x[0, c, 0]; the second shape takes the 16-byte path.
+  // are of x - x[0, c, 0]; HW = 256 takes the 16-byte path.
   check_shape(BatchNormShape{16, 5, 15 * 15}, 100.f);
   check_shape(BatchNormShape{16, 4, 16 * 16}, 100.f);
 }

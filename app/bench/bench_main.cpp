@@ -346,8 +346,8 @@ int main(int argc, char** argv) {
     app.add_option("--ops", ops,
                    "comma-separated filters; an op runs when one is part of its name "
                    "(conv1.fwd, conv2.wgrad, fc1.dgrad, relu1.bwd, pool2.fwd, loss.xent, "
-                   "optimizer.sgd, conv2.fwd.to_nhwc: the wgmma-nhwc pre-pass; e.g. --ops "
-                   "conv2,fc1.wgrad)");
+                   "optimizer.sgd, bn1 (batchnorm, a following relu folded in), "
+                   "conv2.fwd.to_nhwc: the wgmma-nhwc pre-pass; e.g. --ops conv2,fc1.wgrad)");
     app.add_option("--algos", algos,
                    "our variants to measure (default "
                    "naive,tiled,igemm,fast,wgmma,wgmma-nhwc,auto)");

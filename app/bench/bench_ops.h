@@ -1,7 +1,9 @@
 #pragma once
 // Op mode of ./bench: every conv and linear layer of the network (forward, input gradient, weight
 // gradient), every relu and maxpool layer (forward, backward; the backward also with the fused
-// ReLU mask), the wgmma-nhwc convolution's NCHW -> NHWC pre-pass alone (conv<i>.fwd.to_nhwc,
+// ReLU mask), every batchnorm layer's training forward and backward (with a following relu folded
+// in, as the Network runs it: bn<i>+relu<j>.fwd / .bwd), the wgmma-nhwc convolution's NCHW ->
+// NHWC pre-pass alone (conv<i>.fwd.to_nhwc,
 // conv<i>.dgrad.to_nhwc), the softmax cross-entropy and the optimizer update. Each of our variants
 // and the library call is first checked against the CPU reference on the same random input (a wrong
 // one is not timed), then timed by graph replay.
