@@ -158,6 +158,7 @@ EnvSwitches read_env_switches() {
       CNN_FAIL("CNN_WGMMA_WGRAD_BOX_X='{}': expected direct or copies", s);
   }
   e.conv_generic = off_unless_set("CNN_CONV_GENERIC");
+  e.bn_fold_finish = on_unless_zero("CNN_BN_FOLD_FINISH");
   e.conv_dgrad_phases = on_unless_zero("CNN_CONV_DGRAD_PHASES");
   if (const char* v = get("CNN_BF16_SMEM")) {
     const std::string s(v);
@@ -266,6 +267,9 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "whether the wgmma conv weight gradient's TMA boxes read x itself for the tap class that "
        "needs no copy (stride 1, W a multiple of 4), or a copy of x for every class"},
       {"CNN_CONV_GENERIC", "1", "implicit-GEMM conv gradients on the generic main loop"},
+      {"CNN_BN_FOLD_FINISH", "0",
+       "BatchNorm training passes finish their statistics in a launch of their own, not inside "
+       "the elementwise pass (same bits)"},
       {"CNN_CONV_DGRAD_PHASES", "0",
        "strided implicit-GEMM input gradients by division (every tap) instead of by phases"},
       {"CNN_BF16_SMEM", "bf16|f32",

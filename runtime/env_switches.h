@@ -71,6 +71,10 @@ struct EnvSwitches {
   // column shift 0) reads x itself, or a copy of x as the other classes do (to bisect).
   bool wgmma_wgrad_box_direct = true;
   bool conv_generic = false;  // CNN_CONV_GENERIC=1: generic implicit-GEMM conv gradients
+  // CNN_BN_FOLD_FINISH=0: a CUDA BatchNorm training pass runs its per-channel finish (statistics,
+  // running buffers, dgamma / dbeta) as a launch of its own between the sums and the elementwise
+  // pass, instead of at the start of every elementwise block (the same bits either way).
+  bool bn_fold_finish = true;
   // CNN_CONV_DGRAD_PHASES=0: the implicit-GEMM input gradient takes a stride above 1 by its
   // division path (every (pixel, tap) pair, most predicated zeros) instead of one GEMM a phase.
   bool conv_dgrad_phases = true;

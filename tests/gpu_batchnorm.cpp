@@ -3,7 +3,8 @@
 // input (the variance must not cancel), many splits per channel; NaN-poisoned outputs; the
 // training pass bitwise repeatable, and the same bits from unaligned pointers; eval; the batch-1
 // refusal; the fused ReLU (forward and masked backward) against the CPU twin and, bitwise, against
-// the separate pass.
+// the separate pass; the finish folded into the elementwise pass against its own launch, bitwise
+// (CNN_BN_FOLD_FINISH), with the elementwise grid capped too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "kernels/norm/batchnorm.h"
+#include "kernels/norm/batchnorm_cuda.h"
 #include "kernels/pointwise/relu.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
@@ -394,4 +396,171 @@ TEST(GpuBatchNorm, FusedReluMatchesCpuAndTheSeparatePass) {
         check_fused_relu(BatchNormShape{n, c, hw});
   // Many splits per channel (a VGG stage's shape at a small batch).
   check_fused_relu(BatchNormShape{8, 64, 32 * 32});
+}
+
+namespace {
+
+// The device state of one layer's training: its parameters, buffers, saved statistics and the
+// gradients it accumulates.
+struct TrainState {
+  Tensor gamma, beta, rm, rv, count, dgamma, dbeta;
+  Buffer<float> mean, invstd;
+  Buffer<double> scratch;
+};
+
+TrainState make_state(const Inputs& in) {
+  const size_t c = size_t(in.s.c);
+  return {test::to_device(in.gamma),
+          test::to_device(in.beta),
+          test::to_device(in.rm),
+          test::to_device(in.rv),
+          test::to_device({5.f}),
+          test::to_device(in.dgamma),
+          test::to_device(in.dbeta),
+          Buffer<float>(c, Device::CUDA),
+          Buffer<float>(c, Device::CUDA),
+          Buffer<double>(size_t(batchnorm_scratch_doubles(in.s, Device::CUDA)), Device::CUDA)};
+}
+
+// One training step through the CUDA launchers as `launch` says: forward of x into y (relu: the
+// fused ReLU, whose y then masks dy), backward into dx (null: dgamma and dbeta only).
+void train_step(const BatchNormShape& s, const BatchNormLaunch& launch, bool relu, const float* x,
+                const float* dy, float* y, float* dx, TrainState& t) {
+  BatchNormTrainArgs a;
+  a.momentum = 0.1f;
+  a.eps = 1e-5f;
+  a.running_mean = t.rm.data();
+  a.running_var = t.rv.data();
+  a.num_batches = t.count.data();
+  batchnorm_forward_train_cuda(s, x, t.gamma.data(), t.beta.data(), y, relu, t.mean.data(),
+                               t.invstd.data(), a, t.scratch.data(), nullptr, launch);
+  batchnorm_backward_cuda(s, x, dy, relu ? y : nullptr, t.gamma.data(), t.mean.data(),
+                          t.invstd.data(), dx, t.dgamma.data(), t.dbeta.data(), t.scratch.data(),
+                          nullptr, launch);
+}
+
+// Two training steps (the second on other x and dy): every output of each, with the running
+// statistics, the batch count and the accumulated dgamma / dbeta after both.
+std::vector<Outputs> run_two_steps(const Inputs& first, const Inputs& second,
+                                   const BatchNormLaunch& launch, bool relu, bool with_dx) {
+  const BatchNormShape& s = first.s;
+  const size_t n = first.x.size(), c = size_t(s.c);
+  TrainState t = make_state(first);
+  std::vector<Outputs> out;
+  for (const Inputs* in : {&first, &second}) {
+    Tensor x = test::to_device(in->x), dy = test::to_device(in->dy);
+    Buffer<float> y(n, Device::CUDA), dx(n, Device::CUDA);
+    test::poison_device(y.data(), n);
+    test::poison_device(dx.data(), n);
+    test::poison_device(t.mean.data(), c);
+    test::poison_device(t.invstd.data(), c);
+    train_step(s, launch, relu, x.data(), dy.data(), y.data(), with_dx ? dx.data() : nullptr, t);
+    Outputs o;
+    o.y = test::to_host(y.data(), n);
+    if (with_dx) o.dx = test::to_host(dx.data(), n);
+    o.mean = test::to_host(t.mean.data(), c);
+    o.invstd = test::to_host(t.invstd.data(), c);
+    o.rm = test::to_host(t.rm.data(), c);
+    o.rv = test::to_host(t.rv.data(), c);
+    o.count = test::to_host(t.count.data(), 1);
+    o.dgamma = test::to_host(t.dgamma.data(), c);
+    o.dbeta = test::to_host(t.dbeta.data(), c);
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+void check_folded_finish(const BatchNormShape& s) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed << " (N, C, HW) = (" << s.n << ", " << s.c
+                                    << ", " << s.hw << ") splits " << batchnorm_splits(s));
+  const Inputs first = make_inputs(s, seed, 0.5f), second = make_inputs(s, seed + 100, -1.f);
+  BatchNormLaunch separate, folded, folded_chunks, capped;
+  separate.fold_finish = false;
+  // Two blocks along y: a block of a long plane loops over its chunks, the folded finish done once
+  // per block, written by chunk 0's.
+  folded_chunks.max_grid_y = 2;
+  // Three blocks along x too: blocks loop over rounds of planes (their channels wrapping past C),
+  // which the folded finish leaves to the separate launch.
+  capped.max_grid_x = 3;
+  capped.max_grid_y = 2;
+  for (bool relu : {false, true})
+    for (bool with_dx : {true, false}) {
+      SCOPED_TRACE(::testing::Message()
+                   << (relu ? "fused relu" : "no relu") << (with_dx ? "" : ", no dx"));
+      const std::vector<Outputs> want = run_two_steps(first, second, separate, relu, with_dx);
+      for (const Outputs& o : want) {
+        EXPECT_FALSE(test::any_nan(o.y));
+        EXPECT_FALSE(test::any_nan(o.dx));
+        EXPECT_FALSE(test::any_nan(o.rv));
+      }
+      EXPECT_EQ(want[1].count, std::vector<float>{7.f}) << "two steps count two batches";
+      for (const BatchNormLaunch* l : {&folded, &folded_chunks, &capped}) {
+        SCOPED_TRACE(l == &folded          ? "folded"
+                     : l == &folded_chunks ? "folded, grid y capped"
+                                           : "grid x and y capped");
+        const std::vector<Outputs> got = run_two_steps(first, second, *l, relu, with_dx);
+        expect_same_bits(got[0], want[0], "first step");
+        expect_same_bits(got[1], want[1], "second step");
+      }
+    }
+}
+
+}  // namespace
+
+// The finish folded into the elementwise blocks sums each channel's partials in the order of its
+// own launch (the segment tree of partial_lanes(S) lanes is the warp's where S <= 32), so every
+// output keeps its bits: S = 1 (many channels a block), 2, 3, 5, 8, 16, 25 and > 32 (lanes
+// looping), H*W = 1, 2, 7x7, odd C, N = 1 and 512, 16-byte and scalar loads, long planes in
+// chunks.
+TEST(GpuBatchNorm, FoldedFinishGivesTheSeparateBits) {
+  CNN_REQUIRE_GPU();
+  for (const BatchNormShape& s :
+       {BatchNormShape{1, 3, 7}, BatchNormShape{2, 17, 1}, BatchNormShape{5, 1, 1},
+        BatchNormShape{7, 600, 1}, BatchNormShape{1, 1, 2}, BatchNormShape{2, 5, 4},
+        BatchNormShape{3, 7, 6}, BatchNormShape{9, 13, 7 * 7}, BatchNormShape{3, 1, 4001},
+        BatchNormShape{1, 17, 33 * 31}, BatchNormShape{512, 3, 64}, BatchNormShape{64, 3, 32 * 32},
+        BatchNormShape{10, 4, 1000}, BatchNormShape{20, 6, 1000}, BatchNormShape{128, 16, 28 * 28},
+        BatchNormShape{2, 3, 20001}, BatchNormShape{2, 3, 1 << 14}, BatchNormShape{33, 300, 4}})
+    check_folded_finish(s);
+  const int n = test::light_sweeps() ? 16 : 128;
+  for (const BatchNormShape& s : {BatchNormShape{n, 256, 8 * 8}, BatchNormShape{n, 512, 4 * 4},
+                                  BatchNormShape{n, 512, 7 * 7}})
+    check_folded_finish(s);
+  if (!test::light_sweeps())
+    for (const BatchNormShape& s : {BatchNormShape{2, 3, 250001}, BatchNormShape{1, 2, 1 << 20},
+                                    BatchNormShape{32, 64, 32 * 32}})
+      check_folded_finish(s);
+}
+
+// The forward's shift K (each channel's first value) is kept in the scratch by the sums, so y may
+// overwrite x: in place gives the out-of-place bits, folded and separate.
+TEST(GpuBatchNorm, TrainingForwardInPlaceGivesTheSameBits) {
+  CNN_REQUIRE_GPU();
+  for (const BatchNormShape& s : {BatchNormShape{9, 13, 7 * 7}, BatchNormShape{7, 600, 1},
+                                  BatchNormShape{4, 6, 16 * 16}, BatchNormShape{2, 3, 20001}}) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " (N, C, HW) = (" << s.n << ", " << s.c
+                                      << ", " << s.hw << ")");
+    const Inputs in = make_inputs(s, seed, 0.5f);
+    const size_t n = in.x.size(), c = size_t(s.c);
+    for (bool fold : {true, false}) {
+      SCOPED_TRACE(fold ? "folded" : "separate");
+      BatchNormLaunch l;
+      l.fold_finish = fold;
+      BatchNormTrainArgs a;
+      TrainState apart = make_state(in), inplace = make_state(in);
+      Tensor x = test::to_device(in.x), xy = test::to_device(in.x);
+      Buffer<float> y(n, Device::CUDA);
+      batchnorm_forward_train_cuda(s, x.data(), apart.gamma.data(), apart.beta.data(), y.data(),
+                                   false, apart.mean.data(), apart.invstd.data(), a,
+                                   apart.scratch.data(), nullptr, l);
+      batchnorm_forward_train_cuda(s, xy.data(), inplace.gamma.data(), inplace.beta.data(),
+                                   xy.data(), false, inplace.mean.data(), inplace.invstd.data(), a,
+                                   inplace.scratch.data(), nullptr, l);
+      EXPECT_EQ(test::to_host(xy.data(), n), test::to_host(y.data(), n));
+      EXPECT_EQ(test::to_host(inplace.mean.data(), c), test::to_host(apart.mean.data(), c));
+      EXPECT_EQ(test::to_host(inplace.invstd.data(), c), test::to_host(apart.invstd.data(), c));
+    }
+  }
 }

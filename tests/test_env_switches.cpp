@@ -249,3 +249,23 @@ TEST(EnvSwitches, TableListsInt8FuseClassifier) {
     found = found || std::strcmp(r.name, "CNN_INT8_FUSE_CLASSIFIER") == 0;
   EXPECT_TRUE(found);
 }
+
+// CNN_BN_FOLD_FINISH: the BatchNorm finish folded into the elementwise pass unless set to 0.
+TEST(EnvSwitches, BnFoldFinishOnUnlessZero) {
+  {
+    test::ScopedEnv env("CNN_BN_FOLD_FINISH", nullptr);
+    EXPECT_TRUE(read_env_switches().bn_fold_finish);
+  }
+  {
+    test::ScopedEnv env("CNN_BN_FOLD_FINISH", "0");
+    EXPECT_FALSE(read_env_switches().bn_fold_finish);
+  }
+  {
+    test::ScopedEnv env("CNN_BN_FOLD_FINISH", "1");
+    EXPECT_TRUE(read_env_switches().bn_fold_finish);
+  }
+  bool found = false;
+  for (const EnvSwitchRow& r : env_switch_table())
+    found = found || std::strcmp(r.name, "CNN_BN_FOLD_FINISH") == 0;
+  EXPECT_TRUE(found);
+}

@@ -49,6 +49,7 @@ bool op_selected(const BenchOptions& opt, const std::string& op) {
 #include "kernels/pointwise/relu.h"
 #include "kernels/pool/maxpool.h"
 #include "runtime/cuda_check.h"
+#include "runtime/env_switches.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
 
@@ -1018,9 +1019,13 @@ void bench_batchnorm(const BenchContext& ctx, std::vector<BenchRow>& rows, const
     info.compute_bound = false;
     const int tensors_moved = backward ? 2 * (relu ? 3 : 2) + 1 : 3;
     info.bytes = 4.0 * double(count) * tensors_moved;
-    info.note = backward ? (relu ? "x, dy, relu y read twice, dx written (sums, finish, dx)"
-                                 : "x, dy read twice, dx written (sums, finish, dx)")
-                         : "x read twice, y written (sums, finish, normalize)";
+    // CNN_BN_FOLD_FINISH=0: the per-channel finish as a launch of its own (three, not two).
+    const bool folded = process_env_switches().bn_fold_finish;
+    info.note =
+        fmt::format("{} read twice, {} written ({})",
+                    backward ? (relu ? "x, dy, relu y" : "x, dy") : "x", backward ? "dx" : "y",
+                    backward ? (folded ? "sums, finish + dx" : "sums, finish, dx")
+                             : (folded ? "sums, finish + normalize" : "sums, finish, normalize"));
     std::mt19937_64 rng(op_seed(opt.seed, info.op));
     // x off zero, as a conv's output is: the sums must not rely on a zero mean.
     std::vector<float> x = random_floats(count, rng, -1.f, 3.f);

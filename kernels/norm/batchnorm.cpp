@@ -38,7 +38,7 @@ void batchnorm_forward_train(const BatchNormShape& s, const float* x, const floa
   CNN_CUDA_BRANCH("batchnorm_forward_train", {
     CNN_CHECK(scratch, "batchnorm_forward_train: null scratch on cuda");
     batchnorm_forward_train_cuda(s, x, gamma, beta, y, relu, save_mean, save_invstd, a, scratch,
-                                 ex.stream);
+                                 ex.stream, batchnorm_launch_from_env());
   });
 }
 
@@ -69,7 +69,7 @@ void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy
   CNN_CUDA_BRANCH("batchnorm_backward", {
     CNN_CHECK(scratch, "batchnorm_backward: null scratch on cuda");
     batchnorm_backward_cuda(s, x, dy, relu_y, gamma, save_mean, save_invstd, dx, dgamma, dbeta,
-                            scratch, ex.stream);
+                            scratch, ex.stream, batchnorm_launch_from_env());
   });
 }
 

@@ -3,8 +3,14 @@
 // contiguous range of the channel's values and writes one partial sum (per-thread double
 // accumulators, then a block tree in double), stage 2 sums a channel's partials in a fixed order
 // (one warp per channel). The result is bitwise repeatable in every mode, so `deterministic`
-// changes nothing here; atomics would save only the small second launch, which the training
-// forward needs anyway to finish the statistics and update the running buffers.
+// changes nothing here.
+//
+// Stage 2 runs at the start of every block of the elementwise pass (normalize or dx), for the few
+// channels the block's planes cover, with the block that holds plane (0, c) writing channel c's
+// outputs (saved statistics, running buffers, dgamma / dbeta): two launches a pass instead of
+// three (a launch is ~2-3 us in a graph replay, most of a small layer's pass). The partials are
+// summed in the same order either way, so the bits are those of the separate finish launch, which
+// CNN_BN_FOLD_FINISH=0 keeps (BatchNormLaunch::fold_finish).
 //
 // Every pass walks values in groups of 4 consecutive values of one plane (image n, channel c:
 // HW contiguous floats; the last group of a plane is short when HW % 4 != 0). A group is one
@@ -30,6 +36,7 @@
 
 #include "kernels/norm/batchnorm_cuda.h"
 #include "runtime/cuda_check.h"
+#include "runtime/env_switches.h"
 #include "runtime/math_util.h"
 
 namespace cnn {
@@ -107,13 +114,14 @@ __device__ __forceinline__ void divmod(int64_t q, int64_t d, int64_t* quot, int6
 // them per round) and keeps (n, g) by stepping, without a division per group; the block then
 // reduces in CUB's fixed tree. Forward (d_dy null): sums x - K and (x - K)^2, K = x[0, c, 0].
 // Backward: sums dy and dy * (x - mean[c]), dy masked by d_relu_y > 0 where d_relu_y is given.
-// Thread 0 writes the pair to d_part[(c * S + s) * 2].
+// Thread 0 writes the pair to d_part[(c * S + s) * 2], and block (c, 0) K to d_shift[c] (forward):
+// the finish reads K there, not in x, so that a normalize pass writing y over x cannot change it.
 template <bool kVec>
 __global__ void __launch_bounds__(kThreads)
     bn_partial_sums(int c_count, int64_t hw, int64_t groups /* N * G */, int64_t chunk,
                     const float* __restrict__ d_x, const float* __restrict__ d_dy,
                     const float* __restrict__ d_relu_y, const float* __restrict__ d_mean,
-                    double* __restrict__ d_part) {
+                    double* __restrict__ d_part, double* __restrict__ d_shift) {
   using Reduce = cub::BlockReduce<double, kThreads>;
   __shared__ typename Reduce::TempStorage tmp;
   const int c = blockIdx.x, s = blockIdx.y;
@@ -181,36 +189,99 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) {
     d_part[(int64_t(c) * gridDim.y + s) * 2] = sa;
     d_part[(int64_t(c) * gridDim.y + s) * 2 + 1] = sb;
+    if (d_shift && s == 0) d_shift[c] = shift;
   }
 }
 
 // ---- stage 2: per-channel statistics --------------------------------------------------------
 
-// A channel's S partial pairs summed by one warp: lane l adds splits l, l + 32, ... in order,
-// then a fixed shuffle tree; lane 0 holds the sums.
+// Lanes that sum one channel's S partials: S rounded up to a power of two, at most a warp.
+__host__ __device__ constexpr int partial_lanes(int splits) {
+  int w = 1;
+  while (w < splits && w < 32) w *= 2;
+  return w;
+}
+
+// A channel's S partial pairs summed by a segment of `width` aligned lanes of a warp (width a
+// power of two, at least min(S, 32); 32: the whole warp, as the finish kernels run it): lane l of
+// the segment adds splits l, l + width, ... in order, then a fixed shuffle tree; the segment's
+// first lane holds the sums. Every lane of the warp calls it (the shuffles), `active` false where
+// its segment has no channel. Any such width gives the bits of the whole warp's: there, a lane
+// past S holds +0 (no lane holds -0: each starts at +0 and +0 + -0 is +0), and x + +0 == x, so the
+// warp's tree steps wider than `width` leave lane 0's value as it is.
 __device__ __forceinline__ void sum_partials(const double* __restrict__ d_part, int c, int splits,
-                                             double* sa, double* sb) {
-  const int lane = threadIdx.x % 32;
+                                             int width, bool active, double* sa, double* sb) {
+  const int lane = threadIdx.x & (width - 1);
   double a = 0, b = 0;
-  for (int s = lane; s < splits; s += 32) {
-    a += d_part[(int64_t(c) * splits + s) * 2];
-    b += d_part[(int64_t(c) * splits + s) * 2 + 1];
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) {
-    a += __shfl_down_sync(0xffffffffu, a, o);
-    b += __shfl_down_sync(0xffffffffu, b, o);
+  if (active)
+    for (int s = lane; s < splits; s += width) {
+      a += d_part[(int64_t(c) * splits + s) * 2];
+      b += d_part[(int64_t(c) * splits + s) * 2 + 1];
+    }
+  for (int o = width / 2; o > 0; o /= 2) {
+    a += __shfl_down_sync(0xffffffffu, a, o, width);
+    b += __shfl_down_sync(0xffffffffu, b, o, width);
   }
   *sa = a;
   *sb = b;
+}
+
+// A channel's forward statistics from its shifted sums: mean, the biased variance, and what the
+// normalize pass multiplies by (1 / sqrt(var + eps), rounded to float as d_save_invstd holds it).
+struct ForwardStats {
+  double mean, var;
+  float invstd;
+};
+
+__device__ __forceinline__ ForwardStats forward_stats(double sum, double sq, int64_t m,
+                                                      double shift, float eps) {
+  ForwardStats st;
+  const double shifted_mean = sum / double(m);                       // mean of x - K
+  st.var = fmax(sq / double(m) - shifted_mean * shifted_mean, 0.0);  // biased
+  st.mean = shift + shifted_mean;
+  st.invstd = float(1.0 / sqrt(st.var + double(eps)));
+  return st;
+}
+
+// Channel c's forward outputs: the saved statistics, the running statistics moved towards the
+// batch's mean and unbiased variance.
+__device__ __forceinline__ void write_forward_stats(int c, const ForwardStats& st, int64_t m,
+                                                    float momentum, float* __restrict__ d_mean,
+                                                    float* __restrict__ d_invstd,
+                                                    float* __restrict__ d_running_mean,
+                                                    float* __restrict__ d_running_var) {
+  d_mean[c] = float(st.mean);
+  d_invstd[c] = st.invstd;
+  const double unbiased = st.var * double(m) / double(m - 1);
+  if (d_running_mean)
+    d_running_mean[c] = float((1.0 - momentum) * d_running_mean[c] + double(momentum) * st.mean);
+  if (d_running_var)
+    d_running_var[c] = float((1.0 - momentum) * d_running_var[c] + double(momentum) * unbiased);
+}
+
+// A channel's backward sums turned into dx's coefficients (dx = a * (dy - mdy - (x - mean) * b))
+// and its dgamma term.
+struct BackwardCoefs {
+  double a, mdy, b, dgamma;
+};
+
+__device__ __forceinline__ BackwardCoefs backward_coefs(double sum_dy, double sum_dy_xmu, int64_t m,
+                                                        float gamma, float invstd_f) {
+  BackwardCoefs k;
+  const double invstd = invstd_f;
+  k.dgamma = sum_dy_xmu * invstd;       // sum of dy * xhat
+  k.a = double(gamma) * invstd;         // gamma * invstd
+  k.mdy = sum_dy / double(m);           // mean of dy
+  k.b = invstd * k.dgamma / double(m);  // xhat's coefficient, per (x - mean)
+  return k;
 }
 
 // Thread mapping: warp c owns channel c (its lane 0 writes): the batch mean and
 // 1/sqrt(var + eps) from the shifted sums, the running statistics moved; thread 0 of the grid
 // counts the batch.
 __global__ void __launch_bounds__(kFinishThreads)
-    bn_finish_forward(int c_count, int splits, int64_t m, int64_t hw, float eps, float momentum,
-                      const float* __restrict__ d_x, const double* __restrict__ d_part,
+    bn_finish_forward(int c_count, int splits, int64_t m, float eps, float momentum,
+                      const double* __restrict__ d_shift, const double* __restrict__ d_part,
                       float* __restrict__ d_mean, float* __restrict__ d_invstd,
                       float* __restrict__ d_running_mean, float* __restrict__ d_running_var,
                       float* __restrict__ d_num_batches) {
@@ -218,18 +289,10 @@ __global__ void __launch_bounds__(kFinishThreads)
   if (blockIdx.x == 0 && threadIdx.x == 0 && d_num_batches) *d_num_batches += 1.0f;
   if (c >= c_count) return;  // whole warps: the shuffles below see all 32 lanes
   double sum, sq;
-  sum_partials(d_part, c, splits, &sum, &sq);
+  sum_partials(d_part, c, splits, 32, true, &sum, &sq);
   if (threadIdx.x % 32 != 0) return;
-  const double shifted_mean = sum / double(m);                                 // mean of x - K
-  const double var = fmax(sq / double(m) - shifted_mean * shifted_mean, 0.0);  // biased
-  const double mean = double(d_x[int64_t(c) * hw]) + shifted_mean;
-  d_mean[c] = float(mean);
-  d_invstd[c] = float(1.0 / sqrt(var + double(eps)));
-  const double unbiased = var * double(m) / double(m - 1);
-  if (d_running_mean)
-    d_running_mean[c] = float((1.0 - momentum) * d_running_mean[c] + double(momentum) * mean);
-  if (d_running_var)
-    d_running_var[c] = float((1.0 - momentum) * d_running_var[c] + double(momentum) * unbiased);
+  write_forward_stats(c, forward_stats(sum, sq, m, d_shift[c], eps), m, momentum, d_mean, d_invstd,
+                      d_running_mean, d_running_var);
 }
 
 // Thread mapping: warp c owns channel c (its lane 0 writes): accumulates dgamma and dbeta, and
@@ -242,15 +305,14 @@ __global__ void __launch_bounds__(kFinishThreads)
   const int c = int((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32);
   if (c >= c_count) return;  // whole warps, as above
   double sum_dy, sum_dy_xmu;
-  sum_partials(d_part, c, splits, &sum_dy, &sum_dy_xmu);
+  sum_partials(d_part, c, splits, 32, true, &sum_dy, &sum_dy_xmu);
   if (threadIdx.x % 32 != 0) return;
-  const double invstd = d_invstd[c];
-  const double sum_dy_xhat = sum_dy_xmu * invstd;
-  d_dgamma[c] += float(sum_dy_xhat);
+  const BackwardCoefs k = backward_coefs(sum_dy, sum_dy_xmu, m, d_gamma[c], d_invstd[c]);
+  d_dgamma[c] += float(k.dgamma);
   d_dbeta[c] += float(sum_dy);
-  d_coef[3 * c] = double(d_gamma[c]) * invstd;           // gamma * invstd
-  d_coef[3 * c + 1] = sum_dy / double(m);                // mean of dy
-  d_coef[3 * c + 2] = invstd * sum_dy_xhat / double(m);  // xhat's coefficient, per (x - mean)
+  d_coef[3 * c] = k.a;
+  d_coef[3 * c + 1] = k.mdy;
+  d_coef[3 * c + 2] = k.b;
 }
 
 // ---- the elementwise passes, over planes ------------------------------------------------------
@@ -281,6 +343,52 @@ __device__ __forceinline__ void walk_planes(const PlaneGrid& p, Body body) {
       body(plane, channel_of(plane, p.c_count), chunk * lanes * kUnroll + lane, lanes);
 }
 
+// What a pass with the finish folded in needs to finish a channel: the partial sums of stage 1.
+struct FoldedFinish {
+  const double* part = nullptr;  // (C, S, 2)
+  int splits = 0, width = 0;     // S, and partial_lanes(S) lanes sum a channel's
+  int64_t m = 0;                 // values per channel
+};
+
+// walk_planes with stage 2 folded in, for a grid of one round: a block for every per_block
+// consecutive planes (one_round_grid; the launcher runs the separate finish where the grid's x
+// limit would make blocks loop over planes, which no tensor that fits in memory needs). Block b's
+// planes first = b * per_block, first + 1, ... have channels c0 = first % C, c0 + 1, ... (mod C):
+// slots = min(per_block, C) of them, slot k holding channel (c0 + k) % C, and plane first + j that
+// of slot j % C. The block first sums every slot's partials (segments of f.width lanes, one
+// channel each, all segments in step) and calls finish(k, c, writes, sa, sb) on each segment's
+// first lane, which leaves what the body needs in shared memory; after a __syncthreads,
+// body(plane, k, g0, lanes) as walk_planes' with the slot for the channel, over the plane's
+// chunks (blockIdx.y, + gridDim.y, ...). `writes`: this block holds plane (0, c) (then c0 = first
+// and c = first + k) and chunk 0, which one block of the grid does for each channel, so it writes
+// channel c's outputs.
+template <class Finish, class Body>
+__device__ __forceinline__ void walk_planes_finishing(const PlaneGrid& p, const FoldedFinish& f,
+                                                      Finish finish, Body body) {
+  const int lanes = 1 << p.lanes_log2;
+  const int lane = int(threadIdx.x) & (lanes - 1);
+  const int per_block = kThreads >> p.lanes_log2;
+  const int slots = min(per_block, p.c_count);
+  const int segments = kThreads / f.width, segment = int(threadIdx.x) / f.width;
+  const bool segment_head = (int(threadIdx.x) & (f.width - 1)) == 0;
+  const int64_t first = int64_t(blockIdx.x) * per_block;
+  const int c0 = channel_of(first, p.c_count);
+  for (int k0 = 0; k0 < slots; k0 += segments) {  // the same trips for the whole block
+    const int k = k0 + segment;
+    const bool active = k < slots;
+    const int c = c0 + k < p.c_count ? c0 + k : c0 + k - p.c_count;  // k < C where active
+    double sa, sb;
+    sum_partials(f.part, c, f.splits, f.width, active, &sa, &sb);
+    if (active && segment_head) finish(k, c, blockIdx.y == 0 && first + k < p.c_count, sa, sb);
+  }
+  __syncthreads();  // the slots are filled
+  const int64_t plane = first + (threadIdx.x >> p.lanes_log2);
+  if (plane >= p.planes) return;
+  const int slot = int((threadIdx.x >> p.lanes_log2) % uint32_t(p.c_count));
+  for (int64_t chunk = blockIdx.y; chunk < p.chunks; chunk += gridDim.y)
+    body(plane, slot, chunk * lanes * kUnroll + lane, lanes);
+}
+
 // (x - mean) * scale + beta with one rounding (the FMA the compiler would contract it to, spelled
 // out so that the 16-byte and scalar paths cannot differ), then the fused ReLU.
 __device__ __forceinline__ float normalized(float x, float mean, float scale, float beta,
@@ -288,8 +396,35 @@ __device__ __forceinline__ float normalized(float x, float mean, float scale, fl
   return relu_if(relu, __fmaf_rn(x - mean, scale, beta));
 }
 
-// Thread mapping (bn_normalize, bn_backward_data): walk_planes; each thread owns kUnroll groups
-// of 4 values of one plane per round, loads all of them, then writes them.
+// The thread's kUnroll groups g0, g0 + lanes, ... of one plane: loads all of them, then writes
+// them normalized.
+template <bool kVec>
+__device__ __forceinline__ void normalize_groups(const PlaneGrid& pg, int64_t plane, int64_t g0,
+                                                 int lanes, const float* __restrict__ d_x,
+                                                 float mean, float scale, float beta, bool relu,
+                                                 float* __restrict__ d_y) {
+  const float* __restrict__ x = d_x + plane * pg.hw;
+  float* __restrict__ y = d_y + plane * pg.hw;
+  float4 v[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t g = g0 + int64_t(u) * lanes;
+    if (g < pg.groups) v[u] = load_group<kVec>(x, 4 * g, group_valid(pg.hw, g), 0.f);
+  }
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t g = g0 + int64_t(u) * lanes;
+    if (g >= pg.groups) continue;
+    const float4 r = make_float4(
+        normalized(v[u].x, mean, scale, beta, relu), normalized(v[u].y, mean, scale, beta, relu),
+        normalized(v[u].z, mean, scale, beta, relu), normalized(v[u].w, mean, scale, beta, relu));
+    store_group<kVec>(y, 4 * g, group_valid(pg.hw, g), r);
+  }
+}
+
+// Thread mapping (bn_normalize, bn_backward_data and their _finishing forms): walk_planes (or
+// walk_planes_finishing); each thread owns kUnroll groups of 4 values of one plane per round,
+// loads all of them, then writes them.
 // kEval: the running statistics (d_spread the variance: scale gamma / sqrt(var + eps)); else the
 // batch's (d_spread 1 / sqrt(var + eps) from bn_finish_forward: scale invstd * gamma).
 template <bool kVec, bool kEval>
@@ -301,24 +436,37 @@ __global__ void __launch_bounds__(kThreads)
   walk_planes(pg, [&](int64_t plane, int c, int64_t g0, int lanes) {
     const float mean = d_mean[c], beta = d_beta[c];
     const float scale = kEval ? d_gamma[c] / sqrtf(d_spread[c] + eps) : d_spread[c] * d_gamma[c];
-    const float* __restrict__ x = d_x + plane * pg.hw;
-    float* __restrict__ y = d_y + plane * pg.hw;
-    float4 v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t g = g0 + int64_t(u) * lanes;
-      if (g < pg.groups) v[u] = load_group<kVec>(x, 4 * g, group_valid(pg.hw, g), 0.f);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t g = g0 + int64_t(u) * lanes;
-      if (g >= pg.groups) continue;
-      const float4 r = make_float4(
-          normalized(v[u].x, mean, scale, beta, relu), normalized(v[u].y, mean, scale, beta, relu),
-          normalized(v[u].z, mean, scale, beta, relu), normalized(v[u].w, mean, scale, beta, relu));
-      store_group<kVec>(y, 4 * g, group_valid(pg.hw, g), r);
-    }
+    normalize_groups<kVec>(pg, plane, g0, lanes, d_x, mean, scale, beta, relu, d_y);
   });
+}
+
+// The training normalize with bn_finish_forward folded in: each block finishes the channels of
+// its planes from the partials (d_shift: each channel's K), the writing block of channel c stores
+// its saved and running statistics (and channel 0's counts the batch), then it normalizes.
+template <bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    bn_normalize_finishing(PlaneGrid pg, FoldedFinish f, float eps, float momentum,
+                           const double* __restrict__ d_shift, const float* __restrict__ d_x,
+                           const float* __restrict__ d_gamma, const float* __restrict__ d_beta,
+                           bool relu, float* __restrict__ d_y, float* __restrict__ d_mean,
+                           float* __restrict__ d_invstd, float* __restrict__ d_running_mean,
+                           float* __restrict__ d_running_var, float* __restrict__ d_num_batches) {
+  __shared__ float s_mean[kThreads], s_scale[kThreads], s_beta[kThreads];  // by slot
+  walk_planes_finishing(
+      pg, f,
+      [&](int k, int c, bool writes, double sum, double sq) {
+        const ForwardStats st = forward_stats(sum, sq, f.m, d_shift[c], eps);
+        s_mean[k] = float(st.mean);
+        s_scale[k] = st.invstd * d_gamma[c];
+        s_beta[k] = d_beta[c];
+        if (!writes) return;
+        write_forward_stats(c, st, f.m, momentum, d_mean, d_invstd, d_running_mean, d_running_var);
+        if (c == 0 && d_num_batches) *d_num_batches += 1.0f;
+      },
+      [&](int64_t plane, int k, int64_t g0, int lanes) {
+        normalize_groups<kVec>(pg, plane, g0, lanes, d_x, s_mean[k], s_scale[k], s_beta[k], relu,
+                               d_y);
+      });
 }
 
 // dx = a * (dy - mean(dy) - (x - mean) * b), the product (x - mean) * b fused into the
@@ -328,39 +476,77 @@ __device__ __forceinline__ float backward_value(float a, float mdy, float b, flo
   return __fmul_rn(a, __fmaf_rn(-(x - mean), b, relu_masked(dy, masked, relu_y) - mdy));
 }
 
+// dx over the thread's kUnroll groups of one plane: loads all of them, then writes them.
+template <bool kVec>
+__device__ __forceinline__ void backward_groups(const PlaneGrid& pg, int64_t plane, int64_t g0,
+                                                int lanes, const float* __restrict__ d_x,
+                                                const float* __restrict__ d_dy,
+                                                const float* __restrict__ d_relu_y, float a,
+                                                float mdy, float b, float mean,
+                                                float* __restrict__ d_dx) {
+  const bool masked = d_relu_y != nullptr;
+  const int64_t base = plane * pg.hw;
+  float4 xv[kUnroll], gv[kUnroll], rv[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t g = g0 + int64_t(u) * lanes;
+    if (g >= pg.groups) continue;
+    const int valid = group_valid(pg.hw, g);
+    xv[u] = load_group<kVec>(d_x + base, 4 * g, valid, 0.f);
+    gv[u] = load_group<kVec>(d_dy + base, 4 * g, valid, 0.f);
+    rv[u] = masked ? load_group<kVec>(d_relu_y + base, 4 * g, valid, 0.f) : make_float4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t g = g0 + int64_t(u) * lanes;
+    if (g >= pg.groups) continue;
+    const float4 r =
+        make_float4(backward_value(a, mdy, b, mean, xv[u].x, gv[u].x, masked, rv[u].x),
+                    backward_value(a, mdy, b, mean, xv[u].y, gv[u].y, masked, rv[u].y),
+                    backward_value(a, mdy, b, mean, xv[u].z, gv[u].z, masked, rv[u].z),
+                    backward_value(a, mdy, b, mean, xv[u].w, gv[u].w, masked, rv[u].w));
+    store_group<kVec>(d_dx + base, 4 * g, group_valid(pg.hw, g), r);
+  }
+}
+
 template <bool kVec>
 __global__ void __launch_bounds__(kThreads)
     bn_backward_data(PlaneGrid pg, const float* __restrict__ d_x, const float* __restrict__ d_dy,
                      const float* __restrict__ d_relu_y, const float* __restrict__ d_mean,
                      const double* __restrict__ d_coef, float* __restrict__ d_dx) {
-  const bool masked = d_relu_y != nullptr;
   walk_planes(pg, [&](int64_t plane, int c, int64_t g0, int lanes) {
     const float a = float(d_coef[3 * c]), mdy = float(d_coef[3 * c + 1]),
                 b = float(d_coef[3 * c + 2]), mean = d_mean[c];
-    const int64_t base = plane * pg.hw;
-    float4 xv[kUnroll], gv[kUnroll], rv[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t g = g0 + int64_t(u) * lanes;
-      if (g >= pg.groups) continue;
-      const int valid = group_valid(pg.hw, g);
-      xv[u] = load_group<kVec>(d_x + base, 4 * g, valid, 0.f);
-      gv[u] = load_group<kVec>(d_dy + base, 4 * g, valid, 0.f);
-      rv[u] =
-          masked ? load_group<kVec>(d_relu_y + base, 4 * g, valid, 0.f) : make_float4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t g = g0 + int64_t(u) * lanes;
-      if (g >= pg.groups) continue;
-      const float4 r =
-          make_float4(backward_value(a, mdy, b, mean, xv[u].x, gv[u].x, masked, rv[u].x),
-                      backward_value(a, mdy, b, mean, xv[u].y, gv[u].y, masked, rv[u].y),
-                      backward_value(a, mdy, b, mean, xv[u].z, gv[u].z, masked, rv[u].z),
-                      backward_value(a, mdy, b, mean, xv[u].w, gv[u].w, masked, rv[u].w));
-      store_group<kVec>(d_dx + base, 4 * g, group_valid(pg.hw, g), r);
-    }
+    backward_groups<kVec>(pg, plane, g0, lanes, d_x, d_dy, d_relu_y, a, mdy, b, mean, d_dx);
   });
+}
+
+// dx with bn_finish_backward folded in: each block turns the partials of its planes' channels
+// into dx's coefficients, the writing block of channel c accumulates its dgamma and dbeta.
+template <bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    bn_backward_data_finishing(PlaneGrid pg, FoldedFinish f, const float* __restrict__ d_x,
+                               const float* __restrict__ d_dy, const float* __restrict__ d_relu_y,
+                               const float* __restrict__ d_gamma, const float* __restrict__ d_mean,
+                               const float* __restrict__ d_invstd, float* __restrict__ d_dgamma,
+                               float* __restrict__ d_dbeta, float* __restrict__ d_dx) {
+  __shared__ float s_a[kThreads], s_mdy[kThreads], s_b[kThreads], s_mean[kThreads];  // by slot
+  walk_planes_finishing(
+      pg, f,
+      [&](int k, int c, bool writes, double sum_dy, double sum_dy_xmu) {
+        const BackwardCoefs q = backward_coefs(sum_dy, sum_dy_xmu, f.m, d_gamma[c], d_invstd[c]);
+        s_a[k] = float(q.a);
+        s_mdy[k] = float(q.mdy);
+        s_b[k] = float(q.b);
+        s_mean[k] = d_mean[c];
+        if (!writes) return;
+        d_dgamma[c] += float(q.dgamma);
+        d_dbeta[c] += float(sum_dy);
+      },
+      [&](int64_t plane, int k, int64_t g0, int lanes) {
+        backward_groups<kVec>(pg, plane, g0, lanes, d_x, d_dy, d_relu_y, s_a[k], s_mdy[k], s_b[k],
+                              s_mean[k], d_dx);
+      });
 }
 
 // ---- launch geometry ----------------------------------------------------------------------------
@@ -382,7 +568,9 @@ int64_t plane_groups(const BatchNormShape& s) {
   return ceil_div<int64_t>(s.hw, 4);
 }
 
-PlaneGrid plane_grid(const BatchNormShape& s, dim3* grid) {
+// lim: the launch's caps on the grid (tests cap it below the device's limits, so that blocks
+// loop over several rounds of planes and chunks).
+PlaneGrid plane_grid(const BatchNormShape& s, const BatchNormLaunch& lim, dim3* grid) {
   PlaneGrid p;
   p.planes = int64_t(s.n) * s.c;
   p.hw = s.hw;
@@ -392,24 +580,26 @@ PlaneGrid plane_grid(const BatchNormShape& s, dim3* grid) {
     ++p.lanes_log2;
   p.chunks = ceil_div<int64_t>(p.groups, (int64_t(1) << p.lanes_log2) * kUnroll);
   const int64_t per_block = kThreads >> p.lanes_log2;
-  *grid = dim3(unsigned(std::min<int64_t>(ceil_div(p.planes, per_block), kMaxGridX)),
-               unsigned(std::min<int64_t>(p.chunks, kMaxGridY)));
+  const int64_t max_x = lim.max_grid_x ? std::min<int64_t>(lim.max_grid_x, kMaxGridX) : kMaxGridX;
+  const int64_t max_y = lim.max_grid_y ? std::min<int64_t>(lim.max_grid_y, kMaxGridY) : kMaxGridY;
+  *grid = dim3(unsigned(std::min<int64_t>(ceil_div(p.planes, per_block), max_x)),
+               unsigned(std::min<int64_t>(p.chunks, max_y)));
   return p;
 }
 
-// Stage 1 of both reductions; d_dy null: the forward's sums.
+// Stage 1 of both reductions; d_dy null: the forward's sums (and each channel's K to d_shift).
 void launch_partial_sums(const BatchNormShape& s, const float* d_x, const float* d_dy,
                          const float* d_relu_y, const float* d_mean, double* d_part,
-                         cudaStream_t stream) {
+                         double* d_shift, cudaStream_t stream) {
   const int splits = batchnorm_splits(s);
   const int64_t groups = int64_t(s.n) * plane_groups(s), chunk = ceil_div<int64_t>(groups, splits);
   const dim3 grid(unsigned(s.c), unsigned(splits));
   if (vector_groups(s, {d_x, d_dy, d_relu_y}))
     bn_partial_sums<true><<<grid, kThreads, 0, stream>>>(s.c, s.hw, groups, chunk, d_x, d_dy,
-                                                         d_relu_y, d_mean, d_part);
+                                                         d_relu_y, d_mean, d_part, d_shift);
   else
     bn_partial_sums<false><<<grid, kThreads, 0, stream>>>(s.c, s.hw, groups, chunk, d_x, d_dy,
-                                                          d_relu_y, d_mean, d_part);
+                                                          d_relu_y, d_mean, d_part, d_shift);
   CNN_LAUNCH_CHECK("bn_partial_sums");
 }
 
@@ -417,13 +607,28 @@ unsigned finish_blocks(const BatchNormShape& s) {
   return unsigned(ceil_div<int64_t>(int64_t(s.c) * 32, kFinishThreads));
 }
 
+// The folded passes need a block for every per_block planes (walk_planes_finishing).
+bool one_round_grid(const PlaneGrid& pg, const dim3& grid) {
+  return int64_t(grid.x) * (kThreads >> pg.lanes_log2) >= pg.planes;
+}
+
+FoldedFinish folded_finish(const BatchNormShape& s, const double* d_part) {
+  FoldedFinish f;
+  f.part = d_part;
+  f.splits = batchnorm_splits(s);
+  f.width = partial_lanes(f.splits);
+  f.m = s.count();
+  return f;
+}
+
 // The normalize pass (bn_normalize), 16-byte groups where the shape and pointers allow.
 template <bool kEval>
-void launch_normalize(const BatchNormShape& s, float eps, const float* d_x, const float* d_gamma,
-                      const float* d_beta, const float* d_mean, const float* d_spread, bool relu,
-                      float* d_y, cudaStream_t stream) {
+void launch_normalize(const BatchNormShape& s, const BatchNormLaunch& lim, float eps,
+                      const float* d_x, const float* d_gamma, const float* d_beta,
+                      const float* d_mean, const float* d_spread, bool relu, float* d_y,
+                      cudaStream_t stream) {
   dim3 grid;
-  const PlaneGrid pg = plane_grid(s, &grid);
+  const PlaneGrid pg = plane_grid(s, lim, &grid);
   if (vector_groups(s, {d_x, d_y}))
     bn_normalize<true, kEval>
         <<<grid, kThreads, 0, stream>>>(pg, eps, d_x, d_gamma, d_beta, d_mean, d_spread, relu, d_y);
@@ -442,40 +647,78 @@ int batchnorm_splits(const BatchNormShape& s) {
   return int(std::clamp<int64_t>(std::min({by_device, by_size, groups}), 1, 65535));
 }
 
+BatchNormLaunch batchnorm_launch_from_env() {
+  BatchNormLaunch l;
+  l.fold_finish = process_env_switches().bn_fold_finish;
+  return l;
+}
+
 void batchnorm_forward_train_cuda(const BatchNormShape& s, const float* d_x, const float* d_gamma,
                                   const float* d_beta, float* d_y, bool relu, float* d_save_mean,
                                   float* d_save_invstd, const BatchNormTrainArgs& a,
-                                  double* d_scratch, cudaStream_t stream) {
-  launch_partial_sums(s, d_x, nullptr, nullptr, nullptr, d_scratch, stream);
-  bn_finish_forward<<<finish_blocks(s), kFinishThreads, 0, stream>>>(
-      s.c, batchnorm_splits(s), s.count(), s.hw, a.eps, a.momentum, d_x, d_scratch, d_save_mean,
-      d_save_invstd, a.running_mean, a.running_var, a.num_batches);
-  CNN_LAUNCH_CHECK("bn_finish_forward");
-  launch_normalize<false>(s, 0.f, d_x, d_gamma, d_beta, d_save_mean, d_save_invstd, relu, d_y,
-                          stream);
+                                  double* d_scratch, cudaStream_t stream,
+                                  const BatchNormLaunch& l) {
+  // Scratch: the partials (C, S, 2), then each channel's K where the backward keeps its
+  // coefficients (batchnorm_scratch_doubles).
+  double* d_shift = d_scratch + 2 * int64_t(s.c) * batchnorm_splits(s);
+  launch_partial_sums(s, d_x, nullptr, nullptr, nullptr, d_scratch, d_shift, stream);
+  dim3 grid;
+  const PlaneGrid pg = plane_grid(s, l, &grid);
+  if (!l.fold_finish || !one_round_grid(pg, grid)) {
+    bn_finish_forward<<<finish_blocks(s), kFinishThreads, 0, stream>>>(
+        s.c, batchnorm_splits(s), s.count(), a.eps, a.momentum, d_shift, d_scratch, d_save_mean,
+        d_save_invstd, a.running_mean, a.running_var, a.num_batches);
+    CNN_LAUNCH_CHECK("bn_finish_forward");
+    launch_normalize<false>(s, l, 0.f, d_x, d_gamma, d_beta, d_save_mean, d_save_invstd, relu, d_y,
+                            stream);
+    return;
+  }
+  const FoldedFinish f = folded_finish(s, d_scratch);
+  if (vector_groups(s, {d_x, d_y}))
+    bn_normalize_finishing<true><<<grid, kThreads, 0, stream>>>(
+        pg, f, a.eps, a.momentum, d_shift, d_x, d_gamma, d_beta, relu, d_y, d_save_mean,
+        d_save_invstd, a.running_mean, a.running_var, a.num_batches);
+  else
+    bn_normalize_finishing<false><<<grid, kThreads, 0, stream>>>(
+        pg, f, a.eps, a.momentum, d_shift, d_x, d_gamma, d_beta, relu, d_y, d_save_mean,
+        d_save_invstd, a.running_mean, a.running_var, a.num_batches);
+  CNN_LAUNCH_CHECK("bn_normalize_finishing");
 }
 
 void batchnorm_forward_eval_cuda(const BatchNormShape& s, const float* d_x, const float* d_gamma,
                                  const float* d_beta, const float* d_running_mean,
                                  const float* d_running_var, float eps, float* d_y, bool relu,
                                  cudaStream_t stream) {
-  launch_normalize<true>(s, eps, d_x, d_gamma, d_beta, d_running_mean, d_running_var, relu, d_y,
-                         stream);
+  launch_normalize<true>(s, BatchNormLaunch{}, eps, d_x, d_gamma, d_beta, d_running_mean,
+                         d_running_var, relu, d_y, stream);
 }
 
 void batchnorm_backward_cuda(const BatchNormShape& s, const float* d_x, const float* d_dy,
                              const float* d_relu_y, const float* d_gamma, const float* d_save_mean,
                              const float* d_save_invstd, float* d_dx, float* d_dgamma,
-                             float* d_dbeta, double* d_scratch, cudaStream_t stream) {
+                             float* d_dbeta, double* d_scratch, cudaStream_t stream,
+                             const BatchNormLaunch& l) {
   const int splits = batchnorm_splits(s);
   double* d_coef = d_scratch + 2 * int64_t(s.c) * splits;
-  launch_partial_sums(s, d_x, d_dy, d_relu_y, d_save_mean, d_scratch, stream);
+  launch_partial_sums(s, d_x, d_dy, d_relu_y, d_save_mean, d_scratch, nullptr, stream);
+  dim3 grid;
+  const PlaneGrid pg = plane_grid(s, l, &grid);
+  // Without dx the finish is all there is to do: its own launch.
+  if (l.fold_finish && d_dx && one_round_grid(pg, grid)) {
+    const FoldedFinish f = folded_finish(s, d_scratch);
+    if (vector_groups(s, {d_x, d_dy, d_relu_y, d_dx}))
+      bn_backward_data_finishing<true><<<grid, kThreads, 0, stream>>>(
+          pg, f, d_x, d_dy, d_relu_y, d_gamma, d_save_mean, d_save_invstd, d_dgamma, d_dbeta, d_dx);
+    else
+      bn_backward_data_finishing<false><<<grid, kThreads, 0, stream>>>(
+          pg, f, d_x, d_dy, d_relu_y, d_gamma, d_save_mean, d_save_invstd, d_dgamma, d_dbeta, d_dx);
+    CNN_LAUNCH_CHECK("bn_backward_data_finishing");
+    return;
+  }
   bn_finish_backward<<<finish_blocks(s), kFinishThreads, 0, stream>>>(
       s.c, splits, s.count(), d_scratch, d_gamma, d_save_invstd, d_dgamma, d_dbeta, d_coef);
   CNN_LAUNCH_CHECK("bn_finish_backward");
   if (!d_dx) return;
-  dim3 grid;
-  const PlaneGrid pg = plane_grid(s, &grid);
   if (vector_groups(s, {d_x, d_dy, d_relu_y, d_dx}))
     bn_backward_data<true>
         <<<grid, kThreads, 0, stream>>>(pg, d_x, d_dy, d_relu_y, d_save_mean, d_coef, d_dx);

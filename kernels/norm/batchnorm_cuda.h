@@ -11,10 +11,25 @@ namespace cnn {
 // Blocks per channel of the first reduction stage (each writes one partial sum).
 int batchnorm_splits(const BatchNormShape& s);
 
+// How the training passes launch. fold_finish: the per-channel finish (statistics, running
+// buffers, dgamma / dbeta, dx's coefficients) runs at the start of every elementwise block for
+// the channels it covers, two launches a pass; false: in a launch of its own between the sums and
+// the elementwise pass, three launches (CNN_BN_FOLD_FINISH=0). Both give the same bits.
+// max_grid_x / max_grid_y (0: the device's limits): the elementwise grid capped lower, for tests,
+// so that its blocks loop over several rounds of planes (the folded finish needs one round: the
+// separate finish runs then) and of plane chunks.
+struct BatchNormLaunch {
+  bool fold_finish = true;
+  unsigned max_grid_x = 0, max_grid_y = 0;
+};
+// The process's CNN_BN_FOLD_FINISH, no caps.
+BatchNormLaunch batchnorm_launch_from_env();
+
 void batchnorm_forward_train_cuda(const BatchNormShape& s, const float* d_x, const float* d_gamma,
                                   const float* d_beta, float* d_y, bool relu, float* d_save_mean,
                                   float* d_save_invstd, const BatchNormTrainArgs& a,
-                                  double* d_scratch, cudaStream_t stream);
+                                  double* d_scratch, cudaStream_t stream,
+                                  const BatchNormLaunch& launch);
 void batchnorm_forward_eval_cuda(const BatchNormShape& s, const float* d_x, const float* d_gamma,
                                  const float* d_beta, const float* d_running_mean,
                                  const float* d_running_var, float eps, float* d_y, bool relu,
@@ -23,6 +38,7 @@ void batchnorm_forward_eval_cuda(const BatchNormShape& s, const float* d_x, cons
 void batchnorm_backward_cuda(const BatchNormShape& s, const float* d_x, const float* d_dy,
                              const float* d_relu_y, const float* d_gamma, const float* d_save_mean,
                              const float* d_save_invstd, float* d_dx, float* d_dgamma,
-                             float* d_dbeta, double* d_scratch, cudaStream_t stream);
+                             float* d_dbeta, double* d_scratch, cudaStream_t stream,
+                             const BatchNormLaunch& launch);
 
 }  // namespace cnn
