@@ -317,6 +317,13 @@ void check_fused_classifier(const QConvShape& s1, int oc2, uint64_t seed, bool r
   cls.shape = s2, cls.w = d_w2.data(), cls.ep = QEpilogue{d_m2.data(), d_a2.data(), relu2};
   cls.acc = acc.data(), cls.arrivals = arrivals.data(), cls.y = d_y2.data();
   const QEpilogue ep1{d_m1.data(), d_a1.data(), relu1};
+  // The layer, then the classifier on the few-column kernel launched overlapped.
+  const auto two_launches = [&](const Exec& e, const QConvPath& path1) {
+    QConvPath path2(nullptr, QConvKernel::LinearDp4a);
+    path2.overlap_launch = true;
+    qconv_forward(s1, d_x.data(), d_w1.data(), ep1, d_y1.data(), e, path1);
+    qconv_forward_float(s2, d_y1.data(), d_w2.data(), cls.ep, d_y2.data(), e, path2);
+  };
   const auto poison = [&] {
     d_y1.copy_from(std::vector<int8_t>(ref1.size(), int8_t(99)).data(), Device::CPU, ref1.size());
     test::poison_device(d_y2.data(), d_y2.size());
@@ -346,6 +353,12 @@ void check_fused_classifier(const QConvShape& s1, int oc2, uint64_t seed, bool r
                                       d_y1.data(), cls, ex, f.tile, f.splits);
       compare(what + " call " + std::to_string(call + 1));
     }
+    // Unfused, as the network runs them: the classifier's launch overlapping the layer's end.
+    if (f.kernel == QConvKernel::TensorCores && oc2 <= kQLinearDp4aMaxCols) {
+      poison();
+      two_launches(ex, QConvPath(d_packed.data(), f.kernel, f.splits, f.tile));
+      compare(what + " unfused, overlapped launch");
+    }
   }
 #ifdef CNN_HAVE_CUDA
   // Captured once, replayed twice (what Int8Network's callers do).
@@ -355,19 +368,26 @@ void check_fused_classifier(const QConvShape& s1, int oc2, uint64_t seed, bool r
   gex.stream = stream;
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  qconv_linear_classifier_forward(s1, d_x.data(), d_w1.data(), d_packed.data(), ep1, d_y1.data(),
-                                  cls, gex);
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  for (int replay = 0; replay < 2; ++replay) {
-    poison();
-    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    compare("graph replay " + std::to_string(replay + 1));
+  for (bool fused : {true, false}) {
+    if (!fused && oc2 > kQLinearDp4aMaxCols) continue;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    if (fused)
+      qconv_linear_classifier_forward(s1, d_x.data(), d_w1.data(), d_packed.data(), ep1,
+                                      d_y1.data(), cls, gex);
+    else
+      two_launches(gex, QConvPath(d_packed.data(), QConvKernel::TensorCores));
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int replay = 0; replay < 2; ++replay) {
+      poison();
+      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      compare(std::string(fused ? "fused" : "overlapped") + " graph replay " +
+              std::to_string(replay + 1));
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
 #endif
 }
@@ -376,8 +396,9 @@ void check_fused_classifier(const QConvShape& s1, int oc2, uint64_t seed, bool r
 // several row tiles), the layer's K 16, 52, 3136, 4100 (16-byte and 4-byte loads, fewer k-tiles
 // than splits), its columns 10, 64, 100, 1024 (partial column tiles, int8 padding columns the
 // classifier's weights cover as zeros), classes 1, 10, 16; every linear tile forced whole and
-// split 2, 4 and 8 ways; ReLU on and off on both. Shapes whose CPU twin would take long are left
-// out; LeNet's fc1 + fc2 at batch 256 last.
+// split 2, 4 and 8 ways; ReLU on and off on both; and each unfused, the classifier's launch
+// overlapping the layer's end (QConvPath::overlap_launch), as the network runs them. Shapes whose
+// CPU twin would take long are left out; LeNet's fc1 + fc2 at batch 256 last.
 TEST(GpuQuant, FusedClassifierMatchesCpuTwinBitForBit) {
   CNN_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();

@@ -215,11 +215,28 @@ std::string kernels_of_stages(const Int8Network& q, size_t stages, int batch) {
   return s;
 }
 
-// The last two stages as the network runs them when it fuses its classifier into the stage before
-// (Int8Network::fuses_classifier): one launch of the linear tensor-core tile with the classifier
-// inside, on random int8 activations and weights. Returns its row (also appended to rows).
-InferRow bench_fused_classifier(const BenchContext& ctx, const Int8Network& q, size_t stages,
-                                int batch, std::vector<InferRow>& rows) {
+// How bench_classifier runs the last two stages (a linear layer on the tensor-core tile, then a
+// classifier of at most kQLinearDp4aMaxCols outputs): fused into one launch
+// (Int8Network::fuses_classifier); two launches, the classifier's overlapping the end of the
+// first (QConvPath::overlap_launch, as the unfused network runs them); two plain launches.
+enum class ClassifierRun { Fused, Overlapped, Apart };
+
+// Whether the last two stages are such a pair at `batch`.
+bool classifier_pair(const Int8Network& q, size_t stages, int batch) {
+  if (stages < 2 || q.stage_is_add(stages - 2) || q.stage_is_avgpool(stages - 2) ||
+      q.stage_is_add(stages - 1) || q.stage_is_avgpool(stages - 1))
+    return false;
+  QConvShape s1 = q.stage_shape(stages - 2), s2 = q.stage_shape(stages - 1);
+  s1.n = s2.n = batch;
+  return qconv_classifier_fusable(s1, s2) &&
+         q.stage_kernel(stages - 2, batch) == QConvKernel::TensorCores &&
+         q.stage_kernel(stages - 1, batch) == QConvKernel::LinearDp4a;
+}
+
+// The last two stages run as `how` says, on random int8 activations and weights (the first
+// stage's tile and splits as the network's). Returns its row (also appended to rows).
+InferRow bench_classifier(const BenchContext& ctx, const Int8Network& q, size_t stages, int batch,
+                          ClassifierRun how, std::vector<InferRow>& rows) {
   std::mt19937_64 rng(ctx.opt->seed + 7);
   std::uniform_int_distribution<int> d(-127, 127);
   const auto random_bytes = [&](size_t count) {
@@ -261,22 +278,35 @@ InferRow bench_fused_classifier(const BenchContext& ctx, const Int8Network& q, s
   cls.shape = s2, cls.w = w2.data(), cls.ep = QEpilogue{m2.data(), a2.data(), false};
   cls.acc = acc.data(), cls.arrivals = arrivals.data(), cls.y = y2.data();
   const QEpilogue ep1{m1.data(), a1.data(), true};
+  const QEpilogue ep2{m2.data(), a2.data(), false};
   const QIgemmPlan plan = qconv_igemm_plan(s1, ctx.dev.sm_count);
+  const char* const how_name = how == ClassifierRun::Fused        ? "classifier fused"
+                               : how == ClassifierRun::Overlapped ? "classifier launch overlapped"
+                                                                  : "two plain launches";
   const std::string what = fmt::format(
-      "int8 stage {}+{} ({} -> {} + {} -> {}) tensor cores {} split {}, classifier fused",
-      stages - 2, stages - 1, s1.c * s1.h * s1.w, s1.oc, s2.c, s2.oc, qigemm_tile_name(plan.tile),
-      plan.splits);
+      "int8 stage {}+{} ({} -> {} + {} -> {}) tensor cores {} split {}, {}", stages - 2, stages - 1,
+      s1.c * s1.h * s1.w, s1.oc, s2.c, s2.oc, qigemm_tile_name(plan.tile), plan.splits, how_name);
+  const QConvPath path1(packed.data(), QConvKernel::TensorCores);
+  QConvPath path2(nullptr, QConvKernel::LinearDp4a);
+  path2.overlap_launch = how == ClassifierRun::Overlapped;
   InferRow r = timed(ctx, what, batch, kPassLaunches, [&](int) {
-    qconv_linear_classifier_forward(s1, x.data(), w1.data(), packed.data(), ep1, y1.data(), cls,
-                                    ex);
+    if (how == ClassifierRun::Fused) {
+      qconv_linear_classifier_forward(s1, x.data(), w1.data(), packed.data(), ep1, y1.data(), cls,
+                                      ex);
+      return;
+    }
+    qconv_forward(s1, x.data(), w1.data(), ep1, y1.data(), ex, path1);
+    qconv_forward_float(s2, y1.data(), w2.data(), ep2, y2.data(), ex, path2);
   });
   const double macs = double(s1.n) * s1.oc * s1.h * s1.w * s1.c + double(s2.n) * s2.oc * s2.c;
-  r.note =
-      fmt::format("{:.1f} TOP/s; the network's kernel", 2 * macs / (r.median_us * 1e-6) / 1e12) +
-      (r.note.empty() ? "" : "; " + r.note);
+  const bool networks =
+      (how == ClassifierRun::Fused) == q.fuses_classifier(batch) && how != ClassifierRun::Apart;
+  r.note = fmt::format("{:.1f} TOP/s{}", 2 * macs / (r.median_us * 1e-6) / 1e12,
+                       networks ? "; as the network runs them" : "") +
+           (r.note.empty() ? "" : "; " + r.note);
   rows.push_back(r);
-  r.what = fmt::format("tensor cores {} split {}, classifier fused", qigemm_tile_name(plan.tile),
-                       plan.splits);
+  r.what = fmt::format("tensor cores {} split {}, {}", qigemm_tile_name(plan.tile), plan.splits,
+                       how_name);
   return r;
 }
 
@@ -434,7 +464,7 @@ std::pair<size_t, size_t> stage_nodes(const QuantStage& q, const std::vector<Lay
 void bench_passes_vs_float(const BenchContext& ctx, const QuantizedModel& qm,
                            const FoldedNetwork& folded, const Buffer<float>& x, int batch,
                            const std::vector<InferRow>& best, const InferRow& fused,
-                           std::vector<InferRow>& rows) {
+                           const InferRow& overlapped, std::vector<InferRow>& rows) {
   std::vector<InferRow> cmp;
   std::vector<std::pair<size_t, size_t>> stages_of;  // first and last stage a row stands for
   const size_t count = qm.stages.size();
@@ -465,6 +495,12 @@ void bench_passes_vs_float(const BenchContext& ctx, const QuantizedModel& qm,
     add(fmt::format("stage {}+{}: {} + {} (classifier fused)", count - 2, count - 1,
                     layers_of(count - 2), layers_of(count - 1)),
         fused, count - 2, count - 1);
+  if (overlapped.median_us > 0) {
+    add(fmt::format("stage {}+{}: {} + {} (classifier launch overlapped)", count - 2, count - 1,
+                    layers_of(count - 2), layers_of(count - 1)),
+        overlapped, count - 2, count - 1);
+    if (!fuses) cmp.back().note += "; as the network runs them";
+  }
   for (Precision p : {Precision::FP32, Precision::TF32}) {
     Exec ex;
     ex.device = Device::CUDA;
@@ -600,11 +636,15 @@ std::vector<InferRow> bench_infer(const BenchContext& ctx, const NetDesc& net,
       if (tc) {
         rows[rows.size() - 1].note = kernels_of_stages(q, qm.stages.size(), max_batch);
         const std::vector<InferRow> best = bench_stages(ctx, q, qm.stages.size(), max_batch, rows);
-        const InferRow fused =
-            q.fuses_classifier(max_batch)
-                ? bench_fused_classifier(ctx, q, qm.stages.size(), max_batch, rows)
-                : InferRow{};
-        bench_passes_vs_float(ctx, qm, folded, x, max_batch, best, fused, rows);
+        const size_t stages = qm.stages.size();
+        InferRow fused, overlapped;
+        if (q.fuses_classifier(max_batch))
+          fused = bench_classifier(ctx, q, stages, max_batch, ClassifierRun::Fused, rows);
+        if (classifier_pair(q, stages, max_batch)) {
+          overlapped = bench_classifier(ctx, q, stages, max_batch, ClassifierRun::Overlapped, rows);
+          bench_classifier(ctx, q, stages, max_batch, ClassifierRun::Apart, rows);
+        }
+        bench_passes_vs_float(ctx, qm, folded, x, max_batch, best, fused, overlapped, rows);
       }
     } catch (const std::exception& e) {
       for (int b : batches) rows.push_back(failed(what, b, e.what()));

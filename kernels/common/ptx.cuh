@@ -74,6 +74,22 @@ __device__ __forceinline__ void mma_bf16(float* d, const uint32_t (&a)[4], const
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// Programmatic dependent launch (sm_90; no-ops on older devices and for a grid launched without
+// the programmatic-serialization attribute). griddep_wait: blocks until the grid this one depends
+// on has completed and its memory writes are visible (place it before the first read of anything
+// that grid writes). griddep_launch_dependents: this block no longer holds back the launch of a
+// dependent grid (the dependent still waits for this grid's completion in its griddep_wait).
+__device__ __forceinline__ void griddep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void griddep_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // Thread-block clusters (sm_90, no arch-specific features): the rank of this block in its
 // cluster, the cluster's block count (1 when launched without clusters), a barrier of every

@@ -254,7 +254,7 @@ void forward(const char* op, const QConvShape& s, const int8_t* x, const int8_t*
         return qconv_igemm_forward_cuda(s, x, path.w_igemm, ep, y, path.tile, path.splits,
                                         ex.stream);
       case QConvKernel::LinearDp4a:
-        return qconv_linear_forward_cuda(s, x, w, ep, y, ex.stream);
+        return qconv_linear_forward_cuda(s, x, w, ep, y, ex.stream, path.overlap_launch);
       case QConvKernel::Direct:
       case QConvKernel::Auto:  // resolved above
         return qconv_forward_cuda(s, x, w, ep, y, ex.stream);

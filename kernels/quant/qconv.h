@@ -153,6 +153,11 @@ struct QConvPath {
   QConvKernel kernel = QConvKernel::Direct;
   int splits = 0;                      // TensorCores: 1, 2, 4 or 8 k-splits; 0: qconv_igemm_plan's
   QIgemmTile tile = QIgemmTile::Auto;  // TensorCores: Auto: qconv_igemm_plan's
+  // LinearDp4a with at most kQLinearDp4aMaxCols outputs (a classifier), CUDA: launched as a
+  // programmatic dependent of the kernel before it in the stream (sm_90), so that its launch and
+  // its weight loads overlap that kernel's end; it reads x only after that kernel has completed.
+  // Only for weights, mult and add that the kernel before does not write (a network's).
+  bool overlap_launch = false;
   QConvPath() = default;
   explicit QConvPath(const int8_t* w, QConvKernel k = QConvKernel::Auto, int sp = 0,
                      QIgemmTile t = QIgemmTile::Auto)

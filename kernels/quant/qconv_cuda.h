@@ -43,11 +43,14 @@ void qconv_linear_classifier_forward_cuda(const QConvShape& s, const int8_t* d_x
                                           QIgemmTile tile, int splits, cudaStream_t stream);
 // Whether this device runs the tensor-core kernels' thread-block clusters (sm_90 and later).
 bool qconv_clusters_available();
-// The warp kernels of linear layers (qconv_linear.cu); qconv_is_linear(s).
+// The warp kernels of linear layers (qconv_linear.cu); qconv_is_linear(s). overlap_launch:
+// QConvPath::overlap_launch (the few-column kernels only; ignored by the others).
 void qconv_linear_forward_cuda(const QConvShape& s, const int8_t* d_x, const int8_t* d_w,
-                               const QEpilogue& ep, int8_t* d_y, cudaStream_t stream);
+                               const QEpilogue& ep, int8_t* d_y, cudaStream_t stream,
+                               bool overlap_launch = false);
 void qconv_linear_forward_cuda(const QConvShape& s, const int8_t* d_x, const int8_t* d_w,
-                               const QEpilogue& ep, float* d_y, cudaStream_t stream);
+                               const QEpilogue& ep, float* d_y, cudaStream_t stream,
+                               bool overlap_launch = false);
 void quantize_nchw_to_nhwc_cuda(const QuantizeShape& s, const float* d_x, float inv_scale,
                                 int8_t* d_y, cudaStream_t stream);
 // d_a, d_b, d_y 4-byte aligned (Buffer allocations are).

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/ptx.cuh"
 #include "kernels/quant/qconv_cuda.h"
 #include "kernels/quant/qconv_epilogue.cuh"
 #include "runtime/cuda_check.h"
@@ -221,11 +222,18 @@ __global__ void __launch_bounds__(kRegsThreads)
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int c = c0 + lane + 32 * i;
-      const bool ok = c < d.chunks;
-      xv[i] = ok ? __ldg(xr + c) : zero<V>();
 #pragma unroll
       for (int j = 0; j < kColsMax; ++j)
-        wr[i][j] = ok && j < d.n ? __ldg(wv + int64_t(j) * d.chunks + c) : zero<V>();
+        wr[i][j] = c < d.chunks && j < d.n ? __ldg(wv + int64_t(j) * d.chunks + c) : zero<V>();
+    }
+    // Launched overlapped (QConvPath::overlap_launch), x is the output of the kernel before:
+    // read only once that kernel has completed; the weights and the epilogue's scale above are
+    // already in flight. A no-op otherwise.
+    if (c0 == 0) ptx::griddep_wait();
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int c = c0 + lane + 32 * i;
+      xv[i] = c < d.chunks ? __ldg(xr + c) : zero<V>();
     }
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i)
@@ -258,6 +266,7 @@ __global__ void __launch_bounds__(kColsThreads)
   int32_t acc[kColsMax];
 #pragma unroll
   for (int j = 0; j < kColsMax; ++j) acc[j] = 0;
+  ptx::griddep_wait();  // launched overlapped: x only after the kernel before (a no-op otherwise)
   for (int c0 = 0; c0 < d.chunks; c0 += kSlabChunks) {
     const int len = min(kSlabChunks, d.chunks - c0);
     // This lane's x chunks of the slab, loaded before the weights' barrier to overlap the two.
@@ -302,17 +311,36 @@ __global__ void __launch_bounds__(kColsThreads)
   cols_finish<T>(acc, lane, d.n, d.out_stride, mult, add, relu, d_y + int64_t(row) * d.out_stride);
 }
 
+// A few-column kernel's launch: plain, or (overlap) as a programmatic dependent of the kernel
+// before it in the stream (QConvPath::overlap_launch; the kernels wait for it before reading x).
+template <class T, class Kernel>
+void launch_few_cols(Kernel kernel, unsigned blocks, unsigned threads, bool overlap,
+                     const ColsDims& d, const int8_t* d_x, const int8_t* d_w, const QEpilogue& ep,
+                     T* d_y, cudaStream_t stream, const char* name) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = overlap ? 1 : 0;
+  CNN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, d, d_x, d_w, ep.mult, ep.add, ep.relu, d_y));
+  CNN_LAUNCH_CHECK(name);
+}
+
 template <class T, class V, int kPerLane>
 void launch_regs(unsigned blocks, const ColsDims& d, const int8_t* d_x, const int8_t* d_w,
-                 const QEpilogue& ep, T* d_y, cudaStream_t stream) {
-  qconv_linear_cols_regs<T, V, kPerLane>
-      <<<blocks, kRegsThreads, 0, stream>>>(d, d_x, d_w, ep.mult, ep.add, ep.relu, d_y);
-  CNN_LAUNCH_CHECK("qconv_linear_cols_regs");
+                 const QEpilogue& ep, T* d_y, bool overlap, cudaStream_t stream) {
+  launch_few_cols<T>(qconv_linear_cols_regs<T, V, kPerLane>, blocks, kRegsThreads, overlap, d, d_x,
+                     d_w, ep, d_y, stream, "qconv_linear_cols_regs");
 }
 
 template <class T>
 void launch_cols(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, const QEpilogue& ep,
-                 int out_stride, T* d_y, cudaStream_t stream) {
+                 int out_stride, T* d_y, bool overlap, cudaStream_t stream) {
   const int64_t k = int64_t(s.h) * s.w * s.cp;
   const bool vec16 = k % 16 == 0 && reinterpret_cast<uintptr_t>(d_x) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(d_w) % 16 == 0;
@@ -326,27 +354,26 @@ void launch_cols(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, cons
     const unsigned blocks = unsigned(ceil_div(s.n, kRegsWarps));
     if (vec16) {
       if (per_lane <= 1)
-        launch_regs<T, int4, 1>(blocks, d, d_x, d_w, ep, d_y, stream);
+        launch_regs<T, int4, 1>(blocks, d, d_x, d_w, ep, d_y, overlap, stream);
       else
-        launch_regs<T, int4, 2>(blocks, d, d_x, d_w, ep, d_y, stream);
+        launch_regs<T, int4, 2>(blocks, d, d_x, d_w, ep, d_y, overlap, stream);
     } else {
       if (per_lane <= 1)
-        launch_regs<T, int, 1>(blocks, d, d_x, d_w, ep, d_y, stream);
+        launch_regs<T, int, 1>(blocks, d, d_x, d_w, ep, d_y, overlap, stream);
       else if (per_lane <= 2)
-        launch_regs<T, int, 2>(blocks, d, d_x, d_w, ep, d_y, stream);
+        launch_regs<T, int, 2>(blocks, d, d_x, d_w, ep, d_y, overlap, stream);
       else
-        launch_regs<T, int, 4>(blocks, d, d_x, d_w, ep, d_y, stream);
+        launch_regs<T, int, 4>(blocks, d, d_x, d_w, ep, d_y, overlap, stream);
     }
     return;
   }
   const unsigned blocks = unsigned(ceil_div(s.n, kColsWarps));
   if (vec16)
-    qconv_linear_cols<T, int4>
-        <<<blocks, kColsThreads, 0, stream>>>(d, d_x, d_w, ep.mult, ep.add, ep.relu, d_y);
+    launch_few_cols<T>(qconv_linear_cols<T, int4>, blocks, kColsThreads, overlap, d, d_x, d_w, ep,
+                       d_y, stream, "qconv_linear_cols");
   else
-    qconv_linear_cols<T, int>
-        <<<blocks, kColsThreads, 0, stream>>>(d, d_x, d_w, ep.mult, ep.add, ep.relu, d_y);
-  CNN_LAUNCH_CHECK("qconv_linear_cols");
+    launch_few_cols<T>(qconv_linear_cols<T, int>, blocks, kColsThreads, overlap, d, d_x, d_w, ep,
+                       d_y, stream, "qconv_linear_cols");
 }
 
 template <class T, int kRows, int kCols>
@@ -372,11 +399,11 @@ void launch_tile(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, cons
 
 template <class T>
 void launch(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, const QEpilogue& ep,
-            int out_stride, T* d_y, cudaStream_t stream) {
+            int out_stride, T* d_y, bool overlap, cudaStream_t stream) {
   // Few columns: a warp a row, all columns (up to 16) at once; otherwise (few rows, or a shape
   // the caller forced here) all rows of a group of 8 for one column.
   if (s.oc <= kQLinearDp4aMaxCols)
-    launch_cols<T>(s, d_x, d_w, ep, out_stride, d_y, stream);
+    launch_cols<T>(s, d_x, d_w, ep, out_stride, d_y, overlap, stream);
   else
     launch_tile<T, kQLinearDp4aMaxRows, 1>(s, d_x, d_w, ep, out_stride, d_y, stream);
 }
@@ -384,13 +411,15 @@ void launch(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, const QEp
 }  // namespace
 
 void qconv_linear_forward_cuda(const QConvShape& s, const int8_t* d_x, const int8_t* d_w,
-                               const QEpilogue& ep, int8_t* d_y, cudaStream_t stream) {
-  launch<int8_t>(s, d_x, d_w, ep, s.ocp, d_y, stream);
+                               const QEpilogue& ep, int8_t* d_y, cudaStream_t stream,
+                               bool overlap_launch) {
+  launch<int8_t>(s, d_x, d_w, ep, s.ocp, d_y, overlap_launch, stream);
 }
 
 void qconv_linear_forward_cuda(const QConvShape& s, const int8_t* d_x, const int8_t* d_w,
-                               const QEpilogue& ep, float* d_y, cudaStream_t stream) {
-  launch<float>(s, d_x, d_w, ep, s.oc, d_y, stream);
+                               const QEpilogue& ep, float* d_y, cudaStream_t stream,
+                               bool overlap_launch) {
+  launch<float>(s, d_x, d_w, ep, s.oc, d_y, overlap_launch, stream);
 }
 
 }  // namespace cnn

@@ -292,6 +292,10 @@ __global__ void __launch_bounds__(kThreads, Tile<BM, BN>::kMinBlocks)
     }
   }
   ptx::cp_async_wait<0>();
+  // A classifier launched overlapped after this layer (QConvPath::overlap_launch) may start now:
+  // its blocks load their weights during this epilogue and wait for this grid's completion
+  // before reading its output.
+  ptx::griddep_launch_dependents();
 
 #if __CUDA_ARCH__ >= 900
   if (nsplit > 1) {

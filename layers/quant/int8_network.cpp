@@ -297,7 +297,10 @@ const float* Int8Network::forward(int n, const float* x) {
       continue;
     }
     const QEpilogue ep{st.mult.data(), st.add.data(), st.relu};
-    const QConvPath path = path_of(st, s);
+    QConvPath path = path_of(st, s);
+    // The classifier's launch overlaps the end of the stage before (its weights are the
+    // network's, never written by that stage).
+    path.overlap_launch = i + 1 == stages_.size() && i > 0;
     if (fuse_classifier && i + 2 == stages_.size()) {
       const Stage& last = stages_.back();
       QClassifierFusion cls;
