@@ -380,6 +380,9 @@ void check_fused_classifier(const QConvShape& s1, int oc2, uint64_t seed, bool r
     ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
     for (int replay = 0; replay < 2; ++replay) {
       poison();
+      // The poison is copied from pageable memory on the legacy stream, which returns before its
+      // DMA lands and does not order a non-blocking stream: wait for it before the replay.
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
       compare(std::string(fused ? "fused" : "overlapped") + " graph replay " +

@@ -106,6 +106,9 @@ std::vector<float> to_host(const float* d_ptr, size_t n) {
 void poison_device(float* d_ptr, size_t n) {
   std::vector<float> nan(n, std::numeric_limits<float>::quiet_NaN());
   raw_copy(d_ptr, Device::CUDA, nan.data(), Device::CPU, n * sizeof(float));
+  // A copy from pageable memory returns before its DMA lands, unordered with a non-blocking
+  // stream's later launches: wait, so that the poison cannot land on a kernel's output.
+  stream_sync(Device::CUDA, nullptr);
 }
 
 double max_rel_error(const std::vector<float>& got, const std::vector<float>& ref, double floor) {
