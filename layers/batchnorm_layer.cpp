@@ -3,6 +3,8 @@
 // checkpoint loads into torch.nn.BatchNorm2d unchanged. A following ReLU may be folded in by the
 // Network (fused_relu()): the forward then writes max(y, 0) and the backward masks dy by y > 0
 // inside its own passes (unless a max-pool downstream applies the mask), as conv and linear do.
+// Ending a residual block's branch, it can run the block's add and the ReLU after it in its
+// normalizing pass too (forward_residual).
 #include <fmt/format.h>
 
 #include "kernels/norm/batchnorm.h"
@@ -68,11 +70,32 @@ class BatchNormLayer : public Layer {
   }
 
   void forward(int n, const float* x, float* y, float* /*scratch*/, const Exec& ex) override {
+    run_forward(n, x, nullptr, fused_relu_, y, ex);
+  }
+
+  bool can_fuse_residual() const override { return true; }
+  void forward_residual(int n, const float* x, const float* residual, bool relu, float* y,
+                        float* /*scratch*/, const Exec& ex) override {
+    run_forward(n, x, residual, relu, y, ex);
+  }
+
+  // y: the post-ReLU output when the ReLU is fused; its sign is the ReLU's gradient mask.
+  void backward(int n, const float* x, const float* y, float* dy, float* dx, float*,
+                const Exec& ex) override {
+    batchnorm_backward(at(n), x, dy, gamma_, save_mean_.data(), save_invstd_.data(), dx, dgamma_,
+                       dbeta_, scratch_.data(), ex, relu_backward_here() ? y : nullptr);
+  }
+
+ private:
+  // The forward in training or eval mode (ex.training); residual (may be null) added before the
+  // ReLU when relu.
+  void run_forward(int n, const float* x, const float* residual, bool relu, float* y,
+                   const Exec& ex) {
     const BatchNormShape s = at(n);
     const float eps = static_cast<float>(spec_.eps);
     if (!ex.training) {
-      batchnorm_forward_eval(s, x, gamma_, beta_, running_mean_, running_var_, eps, y, ex,
-                             fused_relu_);
+      batchnorm_forward_eval(s, x, gamma_, beta_, running_mean_, running_var_, eps, y, ex, relu,
+                             residual);
       return;
     }
     CNN_CHECK(s.count() > 1,
@@ -87,17 +110,9 @@ class BatchNormLayer : public Layer {
     a.running_var = running_var_;
     a.num_batches = num_batches_;
     batchnorm_forward_train(s, x, gamma_, beta_, y, save_mean_.data(), save_invstd_.data(), a,
-                            scratch_.data(), ex, fused_relu_);
+                            scratch_.data(), ex, relu, residual);
   }
 
-  // y: the post-ReLU output when the ReLU is fused; its sign is the ReLU's gradient mask.
-  void backward(int n, const float* x, const float* y, float* dy, float* dx, float*,
-                const Exec& ex) override {
-    batchnorm_backward(at(n), x, dy, gamma_, save_mean_.data(), save_invstd_.data(), dx, dgamma_,
-                       dbeta_, scratch_.data(), ex, relu_backward_here() ? y : nullptr);
-  }
-
- private:
   BatchNormShape at(int n) const {
     BatchNormShape s = shape_;
     s.n = n;

@@ -102,6 +102,17 @@ class Layer {
   // dy and computes the parameter gradients only (dx must be null); the Network skips the relu and
   // pool layers. Returns false, changing nothing, where the fused kernels do not apply.
   virtual bool fuse_relu_pool(Layer& /*pool*/) { return false; }
+
+  // A residual block's add, and the ReLU after it when `relu`, run inside this layer's forward
+  // (the layer that ends the block's branch, whose output nothing else reads): y = relu?(f(x) +
+  // residual), with the bits of the separate add and relu passes. The Network runs it in the
+  // add's turn and skips the add's and the relu's own forward passes; backward is unchanged (the
+  // add passes dy on, the Network applies the ReLU's mask). Layers that can_fuse_residual()
+  // override forward_residual.
+  virtual bool can_fuse_residual() const { return false; }
+  virtual void forward_residual(int /*n*/, const float* /*x*/, const float* /*residual*/,
+                                bool /*relu*/, float* /*y*/, float* /*scratch*/,
+                                const Exec& /*ex*/) {}
   bool fused_pool() const { return fused_pool_; }
   // The argmax buffer (N, C, OH, OW) of a 2x2 / stride-2 / unpadded max-pool layer (the pool the
   // fused kernels implement); null for every other layer.

@@ -9,6 +9,7 @@
 
 #include "kernels/loss/softmax_xent.h"
 #include "kernels/pointwise/add.h"
+#include "kernels/pointwise/relu.h"
 #include "runtime/error.h"
 
 namespace cnn {
@@ -43,6 +44,7 @@ class ResidualAddLayer : public Layer {
 NetworkOptions with_env_switches(NetworkOptions opt, const EnvSwitches& env) {
   if (!env.fuse_pool) opt.fuse_pool = PoolFusion::Off;
   if (!env.fuse_bn_relu) opt.fuse_batchnorm_relu = false;
+  if (!env.fuse_residual) opt.fuse_residual = false;
   if (!env.autotune) opt.autotune = false;
   if (Algo a = env.algo_for("conv", Algo::Auto); env.algo_conv || env.algo) opt.conv_algo = a;
   if (Algo a = env.algo_for("linear", Algo::Auto); env.algo_linear || env.algo) opt.linear_algo = a;
@@ -146,6 +148,37 @@ Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
     layers_[size_t(prev)]->set_relu_masked_downstream(true);
   }
 
+  // A block's add (and the relu after it, the add's only reader) run by the batchnorm that ends
+  // the block's branch, in its normalizing pass, when nothing else reads the batchnorm's output:
+  // the add's and the relu's full-size read-and-write passes go. The add keeps its turn (its
+  // shortcut may run after the branch); the branch end's turn does nothing.
+  add_run_by_.assign(count, -1);
+  runs_at_add_.assign(count, false);
+  add_relu_.assign(count, false);
+  std::string residual_folds;
+  for (size_t i = 0; i < count && opt.fuse_residual; ++i) {
+    const int b = input_[i];
+    if (kind_of(int(i)) != LayerKind::Residual || b < 0 || skipped_[size_t(b)] ||
+        consumers[size_t(b)] != 1 || layers_[size_t(b)]->fused_relu() ||
+        !layers_[size_t(b)]->can_fuse_residual())
+      continue;
+    add_run_by_[i] = b;
+    runs_at_add_[size_t(b)] = true;
+    std::string fold = layers_[size_t(b)]->name() + " + " + layers_[i]->name();
+    for (size_t r = i + 1; r < count && opt.fuse_relu && consumers[i] == 1; ++r)
+      if (input_[r] == int(i) && kind_of(int(r)) == LayerKind::Relu) {
+        skipped_[r] = true;
+        add_relu_[i] = true;
+        fold += " + " + layers_[r]->name();
+      }
+    residual_folds += (residual_folds.empty() ? "" : ", ") + fold;
+  }
+  if (!residual_folds.empty())
+    fusion_notes_.push_back(fmt::format(
+        "{}: residual add (and relu) in the batchnorm's normalizing pass (CNN_FUSE_RESIDUAL=0 "
+        "runs them apart)",
+        residual_folds));
+
   // Gradients are needed only downstream of parameters (a leading flatten or pool needs none).
   needs_grad_.assign(count, false);
   for (size_t i = 0; i < count; ++i)
@@ -160,7 +193,8 @@ Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
   std::vector<int64_t> stored(count);  // values per batch that node i's pass writes itself
   for (size_t i = 0; i < count; ++i) {
     const size_t holds = layers_[i]->fused_pool() ? i + 2 : i;  // the fused conv writes the pool's
-    stored[i] = skipped_[i] ? 0 : shape_numel(layers_[holds]->out_shape());
+    // A branch end that runs its block's add writes the add's output, not its own.
+    stored[i] = skipped_[i] || runs_at_add_[i] ? 0 : shape_numel(layers_[holds]->out_shape());
   }
   std::vector<int> act_owner(count);  // node whose buffer holds the output; -1: the input
   std::vector<int> grad_root(count);
@@ -344,8 +378,12 @@ const float* Network::run_forward(int n, const float* x, bool training) {
 }
 
 void Network::run_node(size_t i, int n, const float* x, const Exec& ex) {
-  if (skipped_[i]) return;
-  if (layers_[i]->spec().kind == LayerKind::Residual)
+  if (skipped_[i] || runs_at_add_[i]) return;
+  if (const int b = add_run_by_[i]; b >= 0)
+    layers_[size_t(b)]->forward_residual(n, act_of(input_[size_t(b)], x),
+                                         act_of(shortcut_input_[i], x), add_relu_[i], acts_[i],
+                                         scratch_.data(), ex);
+  else if (layers_[i]->spec().kind == LayerKind::Residual)
     add_forward(n * per_image(int(i)), act_of(input_[i], x), act_of(shortcut_input_[i], x),
                 acts_[i], ex);
   else
@@ -393,6 +431,8 @@ void Network::backward_node(size_t i, int n, const float* x, const Exec& ex) {
   float* dy = grad_acts_[i];
   if (!dy) return;  // no parameter at or before this node
   if (layers_[i]->spec().kind == LayerKind::Residual) {
+    // A relu run inside the add (add_relu_) shares the add's output and gradient: its mask first.
+    if (add_relu_[i]) relu_backward(n * per_image(int(i)), acts_[i], dy, dy, ex);
     // The add passes dy to both inputs: the branch end shares dy's buffer, the other input gets
     // it copied (its last reader) or summed in.
     for (const int t : {input_[i], shortcut_input_[i]}) {

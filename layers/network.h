@@ -34,6 +34,9 @@ struct NetworkOptions {
   bool fuse_relu = true;  // fold a ReLU into the preceding conv/linear epilogue (or batchnorm)
   // Also fold a ReLU into the batchnorm before it (needs fuse_relu; CNN_FUSE_BN_RELU=0 clears it).
   bool fuse_batchnorm_relu = true;
+  // A residual block whose branch ends in a batchnorm: the add, and a ReLU after it (when
+  // fuse_relu), run in the batchnorm's normalizing pass (CNN_FUSE_RESIDUAL=0 clears it).
+  bool fuse_residual = true;
   PoolFusion fuse_pool = PoolFusion::Auto;
   bool autotune = true;  // `algo: auto` on CUDA times the variants at start-up (autotune.h)
   // Variants that replace every conv / linear layer's configured one (CNN_ALGO*).
@@ -44,8 +47,8 @@ struct NetworkOptions {
 };
 
 // The options with the environment's overrides applied (CNN_FUSE_POOL=0, CNN_FUSE_BN_RELU=0,
-// CNN_AUTOTUNE=0, CNN_ALGO*; runtime/env_switches.h). The programs call this once when a run
-// starts.
+// CNN_FUSE_RESIDUAL=0, CNN_AUTOTUNE=0, CNN_ALGO*; runtime/env_switches.h). The programs call this
+// once when a run starts.
 NetworkOptions with_env_switches(NetworkOptions opt, const EnvSwitches& env);
 
 class Network {
@@ -152,8 +155,12 @@ class Network {
   std::vector<int> last_consumer_;   // of node i's output (the loss counts); it writes the grad
   std::vector<bool> needs_grad_;     // node i's output depends on parameters
   // Layers not run: a relu folded into the previous layer (conv, linear, batchnorm), the relu and
-  // pool of a fused conv-relu-pool.
+  // pool of a fused conv-relu-pool, the relu after a fused residual add.
   std::vector<bool> skipped_;
+  // A block's add run by its branch end (Layer::forward_residual): for the add, the branch end's
+  // node (else -1), whose own forward turn then does nothing; whether a ReLU after the add is in.
+  std::vector<int> add_run_by_;
+  std::vector<bool> runs_at_add_, add_relu_;
   std::vector<std::string> fusion_notes_;
   std::vector<Tensor> storage_;      // activation and gradient tensors
   std::vector<float*> acts_;         // output of node i (aliases for flatten / fused relu)

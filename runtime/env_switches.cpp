@@ -53,6 +53,7 @@ EnvSwitches read_env_switches() {
   e.autotune = on_unless_zero("CNN_AUTOTUNE");
   e.fuse_pool = on_unless_zero("CNN_FUSE_POOL");
   e.fuse_bn_relu = on_unless_zero("CNN_FUSE_BN_RELU");
+  e.fuse_residual = on_unless_zero("CNN_FUSE_RESIDUAL");
   e.cuda_graph = on_unless_zero("CNN_CUDA_GRAPH");
   if (const char* v = get("CNN_AUTOTUNE_CACHE")) {
     const std::string s(v);
@@ -238,6 +239,9 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_AUTOTUNE", "0", "no start-up timing of variants: each op's fixed rule picks"},
       {"CNN_FUSE_POOL", "0", "no fused conv-relu-maxpool kernel"},
       {"CNN_FUSE_BN_RELU", "0", "a relu after a batchnorm runs as its own pass, not folded in"},
+      {"CNN_FUSE_RESIDUAL", "0",
+       "a residual block's add and the relu after it run as their own passes, not in the "
+       "batchnorm that ends the block's branch"},
       {"CNN_CUDA_GRAPH", "0", "launch each training step's kernels directly, no CUDA graph"},
       {"CNN_GEMM_PATH", "strided|tile|wgmma|auto",
        "the CUDA GEMM's path (strided: any alignment; wgmma: Hopper, TF32)"},

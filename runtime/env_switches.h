@@ -35,6 +35,7 @@ struct EnvSwitches {
   bool autotune = true;             // CNN_AUTOTUNE=0: no start-up timing of variants
   bool fuse_pool = true;            // CNN_FUSE_POOL=0: no fused conv-relu-maxpool
   bool fuse_bn_relu = true;         // CNN_FUSE_BN_RELU=0: no relu folded into a batchnorm
+  bool fuse_residual = true;        // CNN_FUSE_RESIDUAL=0: no residual add run by a batchnorm
   bool cuda_graph = true;           // CNN_CUDA_GRAPH=0: launch each step's kernels directly
   std::string nccl_library;         // CNN_NCCL_LIBRARY: libnccl.so.2's path (or its folder)
   double nccl_timeout_s = 600;      // CNN_NCCL_TIMEOUT_S: a collective slower than this fails

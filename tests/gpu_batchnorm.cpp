@@ -15,6 +15,7 @@
 
 #include "kernels/norm/batchnorm.h"
 #include "kernels/norm/batchnorm_cuda.h"
+#include "kernels/pointwise/add.h"
 #include "kernels/pointwise/relu.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
@@ -447,7 +448,7 @@ void train_step(const BatchNormShape& s, const BatchNormLaunch& launch, bool rel
   a.running_mean = t.rm.data();
   a.running_var = t.rv.data();
   a.num_batches = t.count.data();
-  batchnorm_forward_train_cuda(s, x, t.gamma.data(), t.beta.data(), y, relu, t.mean.data(),
+  batchnorm_forward_train_cuda(s, x, t.gamma.data(), t.beta.data(), y, relu, nullptr, t.mean.data(),
                                t.invstd.data(), a, t.scratch.data(), nullptr, launch);
   batchnorm_backward_cuda(s, x, dy, relu ? y : nullptr, t.gamma.data(), t.mean.data(),
                           t.invstd.data(), dx, t.dgamma.data(), t.dbeta.data(), t.scratch.data(),
@@ -568,14 +569,65 @@ TEST(GpuBatchNorm, TrainingForwardInPlaceGivesTheSameBits) {
       Tensor x = test::to_device(in.x), xy = test::to_device(in.x);
       Buffer<float> y(n, Device::CUDA);
       batchnorm_forward_train_cuda(s, x.data(), apart.gamma.data(), apart.beta.data(), y.data(),
-                                   false, apart.mean.data(), apart.invstd.data(), a,
+                                   false, nullptr, apart.mean.data(), apart.invstd.data(), a,
                                    apart.scratch.data(), nullptr, l);
       batchnorm_forward_train_cuda(s, xy.data(), inplace.gamma.data(), inplace.beta.data(),
-                                   xy.data(), false, inplace.mean.data(), inplace.invstd.data(), a,
-                                   inplace.scratch.data(), nullptr, l);
+                                   xy.data(), false, nullptr, inplace.mean.data(),
+                                   inplace.invstd.data(), a, inplace.scratch.data(), nullptr, l);
       EXPECT_EQ(test::to_host(xy.data(), n), test::to_host(y.data(), n));
       EXPECT_EQ(test::to_host(inplace.mean.data(), c), test::to_host(apart.mean.data(), c));
       EXPECT_EQ(test::to_host(inplace.invstd.data(), c), test::to_host(apart.invstd.data(), c));
     }
   }
+}
+
+// A residual add in the normalizing pass (training, folded and separate finish; eval), with and
+// without the ReLU after it: the bits of the normalize, add and relu passes run apart, on
+// 16-byte and scalar paths (a residual 1 float past alignment takes the scalar path alone).
+TEST(GpuBatchNorm, ResidualAddGivesTheSeparatePassBits) {
+  CNN_REQUIRE_GPU();
+  Exec ex;
+  ex.device = Device::CUDA;
+  for (const BatchNormShape& s :
+       {BatchNormShape{2, 17, 1}, BatchNormShape{3, 7, 6}, BatchNormShape{9, 13, 7 * 7},
+        BatchNormShape{16, 32, 28 * 28}, BatchNormShape{8, 64, 14 * 14},
+        BatchNormShape{5, 128, 7 * 7}, BatchNormShape{2, 3, 20001}})
+    for (int res_offset : {0, 1}) {
+      const uint64_t seed = test::fresh_seed();
+      SCOPED_TRACE(::testing::Message()
+                   << "seed " << seed << " (N, C, HW) = (" << s.n << ", " << s.c << ", " << s.hw
+                   << ") residual offset " << res_offset);
+      const Inputs in = make_inputs(s, seed, 0.5f);
+      const size_t n = in.x.size();
+      const std::vector<float> res = test::random_vector(n, seed + 50);
+      Tensor x = test::to_device(in.x), r = test::to_device(shifted(res, size_t(res_offset)));
+      const float* d_res = r.data() + res_offset;
+      Buffer<float> apart(n, Device::CUDA), fused(n, Device::CUDA);
+      for (int mode = 0; mode < 3; ++mode)  // training folded, training separate, eval
+        for (bool relu : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << "mode " << mode << " relu " << relu);
+          test::poison_device(fused.data(), n);
+          const auto forward = [&](float* y, bool relu_in, const float* residual) {
+            TrainState t = make_state(in);
+            if (mode == 2) {
+              batchnorm_forward_eval(s, x.data(), t.gamma.data(), t.beta.data(), t.rm.data(),
+                                     t.rv.data(), 1e-5f, y, ex, relu_in, residual);
+              return;
+            }
+            BatchNormLaunch l;
+            l.fold_finish = mode == 0;
+            BatchNormTrainArgs a;
+            batchnorm_forward_train_cuda(s, x.data(), t.gamma.data(), t.beta.data(), y, relu_in,
+                                         residual, t.mean.data(), t.invstd.data(), a,
+                                         t.scratch.data(), nullptr, l);
+          };
+          forward(apart.data(), false, nullptr);
+          add_forward(int64_t(n), apart.data(), d_res, apart.data(), ex);
+          if (relu) relu_forward(int64_t(n), apart.data(), apart.data(), ex);
+          forward(fused.data(), relu, d_res);
+          const std::vector<float> want = test::to_host(apart.data(), n);
+          EXPECT_FALSE(test::any_nan(want));
+          EXPECT_EQ(test::to_host(fused.data(), n), want);
+        }
+    }
 }

@@ -1,15 +1,18 @@
 // Batch normalization's CPU reference: training statistics (biased for normalizing, unbiased for
 // the running update, as torch), eval with the running statistics, the batch-1 refusal, and the
-// backward's known identities; a fused ReLU (forward and backward, float and double) against the
-// separate relu pass, bitwise. The gradients against central differences are in test_gradcheck.
+// backward's known identities; a fused ReLU (forward and backward, float and double) and a fused
+// residual add against the separate passes, bitwise. The gradients against central differences are
+// in test_gradcheck.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "kernels/norm/batchnorm.h"
+#include "kernels/pointwise/add.h"
 #include "kernels/pointwise/relu.h"
 #include "runtime/error.h"
 #include "tests/test_util.h"
@@ -224,4 +227,45 @@ TEST(BatchNormCpu, FusedReluLetsNaNThroughLikeTheReluLayer) {
                          y.data(), Exec{}, true);
   EXPECT_TRUE(std::isnan(y[1]));
   EXPECT_GT(y[0], 0.f);
+}
+
+// A residual add run inside the forward (train and eval), with and without the ReLU after it:
+// the bits of the batchnorm, then the add pass, then the relu pass.
+TEST(BatchNormCpu, ResidualAddGivesTheSeparatePassBits) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (const BatchNormShape& s :
+       {BatchNormShape{3, 5, 7}, BatchNormShape{6, 9, 1}, BatchNormShape{2, 65, 49}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "(N, C, HW) = (" << s.n << ", " << s.c << ", " << s.hw << ")");
+    const size_t count = size_t(s.n) * size_t(s.c) * size_t(s.hw), c = size_t(s.c);
+    const std::vector<float> x = test::random_vector(count, seed);
+    const std::vector<float> res = test::random_vector(count, seed + 1);
+    const std::vector<float> gamma = test::random_vector(c, seed + 2, 0.5f, 1.5f);
+    const std::vector<float> beta = test::random_vector(c, seed + 3, -0.5f, 0.5f);
+    const std::vector<float> rm = test::random_vector(c, seed + 4);
+    const std::vector<float> rv = test::random_vector(c, seed + 5, 0.5f, 2.f);
+    for (bool training : {true, false})
+      for (bool relu : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << (training ? "training" : "eval") << " relu " << relu);
+        std::vector<float> apart(count), fused(count), mean(c), invstd(c);
+        const auto forward = [&](std::vector<float>& y, bool relu_in, const float* residual) {
+          if (training)
+            batchnorm_forward_train_cpu(s, x.data(), gamma.data(), beta.data(), y.data(),
+                                        mean.data(), invstd.data(), BatchNormTrainArgs{}, relu_in,
+                                        residual);
+          else
+            batchnorm_forward_eval_cpu(s, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(),
+                                       1e-5f, y.data(), relu_in, residual);
+        };
+        forward(apart, false, nullptr);
+        add_forward_cpu(int64_t(count), apart.data(), res.data(), apart.data());
+        if (relu) relu_forward_cpu(int64_t(count), apart.data(), apart.data());
+        forward(fused, relu, res.data());
+        EXPECT_EQ(fused, apart);
+        if (relu) {
+          EXPECT_GT(std::count(fused.begin(), fused.end(), 0.f), 0);
+        }
+      }
+  }
 }

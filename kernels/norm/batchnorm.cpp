@@ -26,7 +26,7 @@ int64_t batchnorm_scratch_doubles(const BatchNormShape& s, Device dev) {
 void batchnorm_forward_train(const BatchNormShape& s, const float* x, const float* gamma,
                              const float* beta, float* y, float* save_mean, float* save_invstd,
                              const BatchNormTrainArgs& a, double* scratch, const Exec& ex,
-                             bool relu) {
+                             bool relu, const float* residual) {
   check_batchnorm_shape(s, true);
   CNN_CHECK(x && gamma && beta && y && save_mean && save_invstd,
             "batchnorm_forward_train: x, gamma, beta, y and the saved statistics must not be null");
@@ -34,26 +34,28 @@ void batchnorm_forward_train(const BatchNormShape& s, const float* x, const floa
             "batchnorm_forward_train: momentum {} must be in [0, 1] and eps {} positive",
             a.momentum, a.eps);
   if (ex.device == Device::CPU)
-    return batchnorm_forward_train_cpu(s, x, gamma, beta, y, save_mean, save_invstd, a, relu);
+    return batchnorm_forward_train_cpu(s, x, gamma, beta, y, save_mean, save_invstd, a, relu,
+                                       residual);
   CNN_CUDA_BRANCH("batchnorm_forward_train", {
     CNN_CHECK(scratch, "batchnorm_forward_train: null scratch on cuda");
-    batchnorm_forward_train_cuda(s, x, gamma, beta, y, relu, save_mean, save_invstd, a, scratch,
-                                 ex.stream, batchnorm_launch_from_env());
+    batchnorm_forward_train_cuda(s, x, gamma, beta, y, relu, residual, save_mean, save_invstd, a,
+                                 scratch, ex.stream, batchnorm_launch_from_env());
   });
 }
 
 void batchnorm_forward_eval(const BatchNormShape& s, const float* x, const float* gamma,
                             const float* beta, const float* running_mean, const float* running_var,
-                            float eps, float* y, const Exec& ex, bool relu) {
+                            float eps, float* y, const Exec& ex, bool relu, const float* residual) {
   check_batchnorm_shape(s, false);
   CNN_CHECK(x && gamma && beta && running_mean && running_var && y,
             "batchnorm_forward_eval: null pointer");
   CNN_CHECK(eps > 0, "batchnorm_forward_eval: eps {} must be positive", eps);
   if (ex.device == Device::CPU)
-    return batchnorm_forward_eval_cpu(s, x, gamma, beta, running_mean, running_var, eps, y, relu);
+    return batchnorm_forward_eval_cpu(s, x, gamma, beta, running_mean, running_var, eps, y, relu,
+                                      residual);
   CNN_CUDA_BRANCH("batchnorm_forward_eval",
                   batchnorm_forward_eval_cuda(s, x, gamma, beta, running_mean, running_var, eps, y,
-                                              relu, ex.stream));
+                                              relu, residual, ex.stream));
 }
 
 void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy,

@@ -25,7 +25,8 @@
 //
 // A fused ReLU (batchnorm.h) costs the forward nothing; its backward reads the post-ReLU output
 // beside dy in the two passes that read dy, instead of a separate pass that reads y and dy and
-// writes the masked dy.
+// writes the masked dy. A fused residual add (batchnorm.h) is one more read in the normalizing
+// pass, instead of an add pass and a ReLU pass that each read and write the whole tensor.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -390,35 +391,43 @@ __device__ __forceinline__ void walk_planes_finishing(const PlaneGrid& p, const 
 }
 
 // (x - mean) * scale + beta with one rounding (the FMA the compiler would contract it to, spelled
-// out so that the 16-byte and scalar paths cannot differ), then the fused ReLU.
-__device__ __forceinline__ float normalized(float x, float mean, float scale, float beta,
-                                            bool relu) {
-  return relu_if(relu, __fmaf_rn(x - mean, scale, beta));
+// out so that the 16-byte and scalar paths cannot differ), plus the residual in a rounding of its
+// own (as the separate add pass), then the fused ReLU.
+__device__ __forceinline__ float normalized(float x, float mean, float scale, float beta, bool add,
+                                            float residual, bool relu) {
+  const float v = __fmaf_rn(x - mean, scale, beta);
+  return relu_if(relu, add ? __fadd_rn(v, residual) : v);
 }
 
-// The thread's kUnroll groups g0, g0 + lanes, ... of one plane: loads all of them, then writes
-// them normalized.
+// The thread's kUnroll groups g0, g0 + lanes, ... of one plane: loads all of them (and the
+// residual's, when d_res is given), then writes them normalized.
 template <bool kVec>
 __device__ __forceinline__ void normalize_groups(const PlaneGrid& pg, int64_t plane, int64_t g0,
                                                  int lanes, const float* __restrict__ d_x,
-                                                 float mean, float scale, float beta, bool relu,
+                                                 const float* __restrict__ d_res, float mean,
+                                                 float scale, float beta, bool relu,
                                                  float* __restrict__ d_y) {
   const float* __restrict__ x = d_x + plane * pg.hw;
   float* __restrict__ y = d_y + plane * pg.hw;
-  float4 v[kUnroll];
+  const bool add = d_res != nullptr;
+  float4 v[kUnroll], r[kUnroll];
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const int64_t g = g0 + int64_t(u) * lanes;
-    if (g < pg.groups) v[u] = load_group<kVec>(x, 4 * g, group_valid(pg.hw, g), 0.f);
+    if (g >= pg.groups) continue;
+    v[u] = load_group<kVec>(x, 4 * g, group_valid(pg.hw, g), 0.f);
+    r[u] = add ? load_group<kVec>(d_res + plane * pg.hw, 4 * g, group_valid(pg.hw, g), 0.f)
+               : make_float4(0.f, 0.f, 0.f, 0.f);
   }
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const int64_t g = g0 + int64_t(u) * lanes;
     if (g >= pg.groups) continue;
-    const float4 r = make_float4(
-        normalized(v[u].x, mean, scale, beta, relu), normalized(v[u].y, mean, scale, beta, relu),
-        normalized(v[u].z, mean, scale, beta, relu), normalized(v[u].w, mean, scale, beta, relu));
-    store_group<kVec>(y, 4 * g, group_valid(pg.hw, g), r);
+    const float4 o = make_float4(normalized(v[u].x, mean, scale, beta, add, r[u].x, relu),
+                                 normalized(v[u].y, mean, scale, beta, add, r[u].y, relu),
+                                 normalized(v[u].z, mean, scale, beta, add, r[u].z, relu),
+                                 normalized(v[u].w, mean, scale, beta, add, r[u].w, relu));
+    store_group<kVec>(y, 4 * g, group_valid(pg.hw, g), o);
   }
 }
 
@@ -430,13 +439,13 @@ __device__ __forceinline__ void normalize_groups(const PlaneGrid& pg, int64_t pl
 template <bool kVec, bool kEval>
 __global__ void __launch_bounds__(kThreads)
     bn_normalize(PlaneGrid pg, float eps, const float* __restrict__ d_x,
-                 const float* __restrict__ d_gamma, const float* __restrict__ d_beta,
-                 const float* __restrict__ d_mean, const float* __restrict__ d_spread, bool relu,
-                 float* __restrict__ d_y) {
+                 const float* __restrict__ d_res, const float* __restrict__ d_gamma,
+                 const float* __restrict__ d_beta, const float* __restrict__ d_mean,
+                 const float* __restrict__ d_spread, bool relu, float* __restrict__ d_y) {
   walk_planes(pg, [&](int64_t plane, int c, int64_t g0, int lanes) {
     const float mean = d_mean[c], beta = d_beta[c];
     const float scale = kEval ? d_gamma[c] / sqrtf(d_spread[c] + eps) : d_spread[c] * d_gamma[c];
-    normalize_groups<kVec>(pg, plane, g0, lanes, d_x, mean, scale, beta, relu, d_y);
+    normalize_groups<kVec>(pg, plane, g0, lanes, d_x, d_res, mean, scale, beta, relu, d_y);
   });
 }
 
@@ -447,10 +456,11 @@ template <bool kVec>
 __global__ void __launch_bounds__(kThreads)
     bn_normalize_finishing(PlaneGrid pg, FoldedFinish f, float eps, float momentum,
                            const double* __restrict__ d_shift, const float* __restrict__ d_x,
-                           const float* __restrict__ d_gamma, const float* __restrict__ d_beta,
-                           bool relu, float* __restrict__ d_y, float* __restrict__ d_mean,
-                           float* __restrict__ d_invstd, float* __restrict__ d_running_mean,
-                           float* __restrict__ d_running_var, float* __restrict__ d_num_batches) {
+                           const float* __restrict__ d_res, const float* __restrict__ d_gamma,
+                           const float* __restrict__ d_beta, bool relu, float* __restrict__ d_y,
+                           float* __restrict__ d_mean, float* __restrict__ d_invstd,
+                           float* __restrict__ d_running_mean, float* __restrict__ d_running_var,
+                           float* __restrict__ d_num_batches) {
   __shared__ float s_mean[kThreads], s_scale[kThreads], s_beta[kThreads];  // by slot
   walk_planes_finishing(
       pg, f,
@@ -464,8 +474,8 @@ __global__ void __launch_bounds__(kThreads)
         if (c == 0 && d_num_batches) *d_num_batches += 1.0f;
       },
       [&](int64_t plane, int k, int64_t g0, int lanes) {
-        normalize_groups<kVec>(pg, plane, g0, lanes, d_x, s_mean[k], s_scale[k], s_beta[k], relu,
-                               d_y);
+        normalize_groups<kVec>(pg, plane, g0, lanes, d_x, d_res, s_mean[k], s_scale[k], s_beta[k],
+                               relu, d_y);
       });
 }
 
@@ -624,17 +634,17 @@ FoldedFinish folded_finish(const BatchNormShape& s, const double* d_part) {
 // The normalize pass (bn_normalize), 16-byte groups where the shape and pointers allow.
 template <bool kEval>
 void launch_normalize(const BatchNormShape& s, const BatchNormLaunch& lim, float eps,
-                      const float* d_x, const float* d_gamma, const float* d_beta,
-                      const float* d_mean, const float* d_spread, bool relu, float* d_y,
-                      cudaStream_t stream) {
+                      const float* d_x, const float* d_res, const float* d_gamma,
+                      const float* d_beta, const float* d_mean, const float* d_spread, bool relu,
+                      float* d_y, cudaStream_t stream) {
   dim3 grid;
   const PlaneGrid pg = plane_grid(s, lim, &grid);
-  if (vector_groups(s, {d_x, d_y}))
-    bn_normalize<true, kEval>
-        <<<grid, kThreads, 0, stream>>>(pg, eps, d_x, d_gamma, d_beta, d_mean, d_spread, relu, d_y);
+  if (vector_groups(s, {d_x, d_res, d_y}))
+    bn_normalize<true, kEval><<<grid, kThreads, 0, stream>>>(pg, eps, d_x, d_res, d_gamma, d_beta,
+                                                             d_mean, d_spread, relu, d_y);
   else
-    bn_normalize<false, kEval>
-        <<<grid, kThreads, 0, stream>>>(pg, eps, d_x, d_gamma, d_beta, d_mean, d_spread, relu, d_y);
+    bn_normalize<false, kEval><<<grid, kThreads, 0, stream>>>(pg, eps, d_x, d_res, d_gamma, d_beta,
+                                                              d_mean, d_spread, relu, d_y);
   CNN_LAUNCH_CHECK("bn_normalize");
 }
 
@@ -654,10 +664,10 @@ BatchNormLaunch batchnorm_launch_from_env() {
 }
 
 void batchnorm_forward_train_cuda(const BatchNormShape& s, const float* d_x, const float* d_gamma,
-                                  const float* d_beta, float* d_y, bool relu, float* d_save_mean,
-                                  float* d_save_invstd, const BatchNormTrainArgs& a,
-                                  double* d_scratch, cudaStream_t stream,
-                                  const BatchNormLaunch& l) {
+                                  const float* d_beta, float* d_y, bool relu,
+                                  const float* d_residual, float* d_save_mean, float* d_save_invstd,
+                                  const BatchNormTrainArgs& a, double* d_scratch,
+                                  cudaStream_t stream, const BatchNormLaunch& l) {
   // Scratch: the partials (C, S, 2), then each channel's K where the backward keeps its
   // coefficients (batchnorm_scratch_doubles).
   double* d_shift = d_scratch + 2 * int64_t(s.c) * batchnorm_splits(s);
@@ -669,18 +679,18 @@ void batchnorm_forward_train_cuda(const BatchNormShape& s, const float* d_x, con
         s.c, batchnorm_splits(s), s.count(), a.eps, a.momentum, d_shift, d_scratch, d_save_mean,
         d_save_invstd, a.running_mean, a.running_var, a.num_batches);
     CNN_LAUNCH_CHECK("bn_finish_forward");
-    launch_normalize<false>(s, l, 0.f, d_x, d_gamma, d_beta, d_save_mean, d_save_invstd, relu, d_y,
-                            stream);
+    launch_normalize<false>(s, l, 0.f, d_x, d_residual, d_gamma, d_beta, d_save_mean, d_save_invstd,
+                            relu, d_y, stream);
     return;
   }
   const FoldedFinish f = folded_finish(s, d_scratch);
-  if (vector_groups(s, {d_x, d_y}))
+  if (vector_groups(s, {d_x, d_residual, d_y}))
     bn_normalize_finishing<true><<<grid, kThreads, 0, stream>>>(
-        pg, f, a.eps, a.momentum, d_shift, d_x, d_gamma, d_beta, relu, d_y, d_save_mean,
+        pg, f, a.eps, a.momentum, d_shift, d_x, d_residual, d_gamma, d_beta, relu, d_y, d_save_mean,
         d_save_invstd, a.running_mean, a.running_var, a.num_batches);
   else
     bn_normalize_finishing<false><<<grid, kThreads, 0, stream>>>(
-        pg, f, a.eps, a.momentum, d_shift, d_x, d_gamma, d_beta, relu, d_y, d_save_mean,
+        pg, f, a.eps, a.momentum, d_shift, d_x, d_residual, d_gamma, d_beta, relu, d_y, d_save_mean,
         d_save_invstd, a.running_mean, a.running_var, a.num_batches);
   CNN_LAUNCH_CHECK("bn_normalize_finishing");
 }
@@ -688,9 +698,9 @@ void batchnorm_forward_train_cuda(const BatchNormShape& s, const float* d_x, con
 void batchnorm_forward_eval_cuda(const BatchNormShape& s, const float* d_x, const float* d_gamma,
                                  const float* d_beta, const float* d_running_mean,
                                  const float* d_running_var, float eps, float* d_y, bool relu,
-                                 cudaStream_t stream) {
-  launch_normalize<true>(s, BatchNormLaunch{}, eps, d_x, d_gamma, d_beta, d_running_mean,
-                         d_running_var, relu, d_y, stream);
+                                 const float* d_residual, cudaStream_t stream) {
+  launch_normalize<true>(s, BatchNormLaunch{}, eps, d_x, d_residual, d_gamma, d_beta,
+                         d_running_mean, d_running_var, relu, d_y, stream);
 }
 
 void batchnorm_backward_cuda(const BatchNormShape& s, const float* d_x, const float* d_dy,

@@ -9,6 +9,11 @@
 // writes max(y, 0) (NaN passing, as relu_forward) instead of y, and the backward's `relu_y` (the
 // layer's post-ReLU output) makes every read of dy a read of dy * (y > 0) (as relu_backward),
 // without writing that masked copy. Both give the bits of the separate relu pass.
+//
+// A residual block's add can run inside the forward too (branch -> batchnorm -> add -> relu):
+// `residual` (N, C, HW), when not null, is added to the normalized value before the ReLU,
+// y = relu(bn(x) + residual), with the bits of the separate add and relu passes. The backward
+// is unchanged: the add passes dy on as it is, and the ReLU's mask is the caller's.
 #include <cstdint>
 
 #include "runtime/exec.h"
@@ -38,15 +43,16 @@ struct BatchNormTrainArgs {
 // Training forward: y = (x - mean) * invstd * gamma + beta with the batch statistics, which are
 // also written to save_mean / save_invstd (C) for backward. scratch: batchnorm_scratch_doubles.
 // The reductions run in a fixed order on every device, so the pass is bitwise repeatable.
-// relu: y = max(y, 0), the following ReLU fused.
+// relu: y = max(y, 0), the following ReLU fused; residual: added before it (above).
 void batchnorm_forward_train(const BatchNormShape& s, const float* x, const float* gamma,
                              const float* beta, float* y, float* save_mean, float* save_invstd,
                              const BatchNormTrainArgs& a, double* scratch, const Exec& ex,
-                             bool relu = false);
-// Eval forward with the running statistics; relu as above.
+                             bool relu = false, const float* residual = nullptr);
+// Eval forward with the running statistics; relu and residual as above.
 void batchnorm_forward_eval(const BatchNormShape& s, const float* x, const float* gamma,
                             const float* beta, const float* running_mean, const float* running_var,
-                            float eps, float* y, const Exec& ex, bool relu = false);
+                            float eps, float* y, const Exec& ex, bool relu = false,
+                            const float* residual = nullptr);
 // Backward of the training forward: dx (may be null) overwritten, dgamma and dbeta (C)
 // ACCUMULATED. The standard formula:
 //   dx = gamma * invstd / M * (M * dy - sum(dy) - xhat * sum(dy * xhat)),  M = N * HW.
@@ -61,13 +67,15 @@ void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy
 // The running-statistics pointers of `a` may be null (gradcheck).
 void batchnorm_forward_train_cpu(const BatchNormShape& s, const float* x, const float* gamma,
                                  const float* beta, float* y, float* save_mean, float* save_invstd,
-                                 const BatchNormTrainArgs& a, bool relu = false);
+                                 const BatchNormTrainArgs& a, bool relu = false,
+                                 const float* residual = nullptr);
 void batchnorm_forward_train_cpu(const BatchNormShape& s, const double* x, const double* gamma,
                                  const double* beta, double* y, double* save_mean,
                                  double* save_invstd, double eps, bool relu = false);
 void batchnorm_forward_eval_cpu(const BatchNormShape& s, const float* x, const float* gamma,
                                 const float* beta, const float* running_mean,
-                                const float* running_var, float eps, float* y, bool relu = false);
+                                const float* running_var, float eps, float* y, bool relu = false,
+                                const float* residual = nullptr);
 void batchnorm_backward_cpu(const BatchNormShape& s, const float* x, const float* dy,
                             const float* gamma, const float* save_mean, const float* save_invstd,
                             float* dx, float* dgamma, float* dbeta, const float* relu_y = nullptr);

@@ -20,9 +20,16 @@ T masked(const T* dy, const T* relu_y, int64_t k) {
   return (relu_y && !(relu_y[k] > T(0))) ? T(0) : dy[k];
 }
 
+// The normalized value v, plus residual[k] (when given) rounded as the separate add pass would,
+// then the fused ReLU.
 template <class T>
-void forward_train(const BatchNormShape& s, const T* x, const T* gamma, const T* beta, T* y,
-                   bool relu, T* save_mean, T* save_invstd, double eps,
+T finished(T v, const T* residual, int64_t k, bool relu) {
+  return relu_if(relu, residual ? T(v + residual[k]) : v);
+}
+
+template <class T>
+void forward_train(const BatchNormShape& s, const T* x, const T* gamma, const T* beta,
+                   const T* residual, T* y, bool relu, T* save_mean, T* save_invstd, double eps,
                    std::vector<double>* batch_var) {
   const int64_t m = s.count();
   batch_var->assign(size_t(s.c), 0.0);
@@ -45,8 +52,8 @@ void forward_train(const BatchNormShape& s, const T* x, const T* gamma, const T*
     for (int n = 0; n < s.n; ++n)
       for (int64_t i = 0; i < s.hw; ++i) {
         const int64_t k = (int64_t(n) * s.c + c) * s.hw + i;
-        y[k] = relu_if(relu,
-                       static_cast<T>((x[k] - mean) * invstd * double(gamma[c]) + double(beta[c])));
+        y[k] = finished(static_cast<T>((x[k] - mean) * invstd * double(gamma[c]) + double(beta[c])),
+                        residual, k, relu);
       }
   }
 }
@@ -82,9 +89,9 @@ void backward(const BatchNormShape& s, const T* x, const T* dy, const T* gamma, 
 
 void batchnorm_forward_train_cpu(const BatchNormShape& s, const float* x, const float* gamma,
                                  const float* beta, float* y, float* save_mean, float* save_invstd,
-                                 const BatchNormTrainArgs& a, bool relu) {
+                                 const BatchNormTrainArgs& a, bool relu, const float* residual) {
   std::vector<double> var;
-  forward_train(s, x, gamma, beta, y, relu, save_mean, save_invstd, a.eps, &var);
+  forward_train(s, x, gamma, beta, residual, y, relu, save_mean, save_invstd, a.eps, &var);
   const double m = double(s.count());
   for (int c = 0; c < s.c; ++c) {
     const double unbiased = var[size_t(c)] * m / (m - 1);
@@ -102,19 +109,21 @@ void batchnorm_forward_train_cpu(const BatchNormShape& s, const double* x, const
                                  const double* beta, double* y, double* save_mean,
                                  double* save_invstd, double eps, bool relu) {
   std::vector<double> var;
-  forward_train(s, x, gamma, beta, y, relu, save_mean, save_invstd, eps, &var);
+  forward_train<double>(s, x, gamma, beta, nullptr, y, relu, save_mean, save_invstd, eps, &var);
 }
 
 void batchnorm_forward_eval_cpu(const BatchNormShape& s, const float* x, const float* gamma,
                                 const float* beta, const float* running_mean,
-                                const float* running_var, float eps, float* y, bool relu) {
+                                const float* running_var, float eps, float* y, bool relu,
+                                const float* residual) {
   for (int n = 0; n < s.n; ++n)
     for (int c = 0; c < s.c; ++c) {
       const double invstd = 1.0 / std::sqrt(double(running_var[c]) + double(eps));
       for (int64_t i = 0; i < s.hw; ++i) {
         const int64_t k = (int64_t(n) * s.c + c) * s.hw + i;
-        y[k] = relu_if(relu, static_cast<float>(
-                                 (double(x[k]) - running_mean[c]) * invstd * gamma[c] + beta[c]));
+        y[k] = finished(
+            static_cast<float>((double(x[k]) - running_mean[c]) * invstd * gamma[c] + beta[c]),
+            residual, k, relu);
       }
     }
 }

@@ -25,15 +25,16 @@ struct BatchNormLaunch {
 // The process's CNN_BN_FOLD_FINISH, no caps.
 BatchNormLaunch batchnorm_launch_from_env();
 
+// d_residual: null, or the residual added before the ReLU (batchnorm.h).
 void batchnorm_forward_train_cuda(const BatchNormShape& s, const float* d_x, const float* d_gamma,
-                                  const float* d_beta, float* d_y, bool relu, float* d_save_mean,
-                                  float* d_save_invstd, const BatchNormTrainArgs& a,
-                                  double* d_scratch, cudaStream_t stream,
-                                  const BatchNormLaunch& launch);
+                                  const float* d_beta, float* d_y, bool relu,
+                                  const float* d_residual, float* d_save_mean, float* d_save_invstd,
+                                  const BatchNormTrainArgs& a, double* d_scratch,
+                                  cudaStream_t stream, const BatchNormLaunch& launch);
 void batchnorm_forward_eval_cuda(const BatchNormShape& s, const float* d_x, const float* d_gamma,
                                  const float* d_beta, const float* d_running_mean,
                                  const float* d_running_var, float eps, float* d_y, bool relu,
-                                 cudaStream_t stream);
+                                 const float* d_residual, cudaStream_t stream);
 // d_relu_y: null, or the fused ReLU's output that masks every read of d_dy.
 void batchnorm_backward_cuda(const BatchNormShape& s, const float* d_x, const float* d_dy,
                              const float* d_relu_y, const float* d_gamma, const float* d_save_mean,
