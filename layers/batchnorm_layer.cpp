@@ -79,11 +79,13 @@ class BatchNormLayer : public Layer {
     run_forward(n, x, residual, relu, y, ex);
   }
 
-  // y: the post-ReLU output when the ReLU is fused; its sign is the ReLU's gradient mask.
+  // y: the post-ReLU output when the ReLU is fused; its sign is the ReLU's gradient mask, which
+  // the CUDA passes recompute from x and beta (the forward's: the step has not updated it yet).
   void backward(int n, const float* x, const float* y, float* dy, float* dx, float*,
                 const Exec& ex) override {
+    const bool relu = relu_backward_here();
     batchnorm_backward(at(n), x, dy, gamma_, save_mean_.data(), save_invstd_.data(), dx, dgamma_,
-                       dbeta_, scratch_.data(), ex, relu_backward_here() ? y : nullptr);
+                       dbeta_, scratch_.data(), ex, relu ? y : nullptr, relu ? beta_ : nullptr);
   }
 
  private:

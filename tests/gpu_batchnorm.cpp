@@ -439,9 +439,10 @@ TrainState make_state(const Inputs& in) {
 }
 
 // One training step through the CUDA launchers as `launch` says: forward of x into y (relu: the
-// fused ReLU, whose y then masks dy), backward into dx (null: dgamma and dbeta only).
+// fused ReLU, whose y then masks dy; recompute: the backward recomputes that mask from x and
+// beta instead of reading y), backward into dx (null: dgamma and dbeta only).
 void train_step(const BatchNormShape& s, const BatchNormLaunch& launch, bool relu, const float* x,
-                const float* dy, float* y, float* dx, TrainState& t) {
+                const float* dy, float* y, float* dx, TrainState& t, bool recompute = false) {
   BatchNormTrainArgs a;
   a.momentum = 0.1f;
   a.eps = 1e-5f;
@@ -450,15 +451,16 @@ void train_step(const BatchNormShape& s, const BatchNormLaunch& launch, bool rel
   a.num_batches = t.count.data();
   batchnorm_forward_train_cuda(s, x, t.gamma.data(), t.beta.data(), y, relu, nullptr, t.mean.data(),
                                t.invstd.data(), a, t.scratch.data(), nullptr, launch);
-  batchnorm_backward_cuda(s, x, dy, relu ? y : nullptr, t.gamma.data(), t.mean.data(),
-                          t.invstd.data(), dx, t.dgamma.data(), t.dbeta.data(), t.scratch.data(),
-                          nullptr, launch);
+  batchnorm_backward_cuda(s, x, dy, relu ? y : nullptr, relu && recompute ? t.beta.data() : nullptr,
+                          t.gamma.data(), t.mean.data(), t.invstd.data(), dx, t.dgamma.data(),
+                          t.dbeta.data(), t.scratch.data(), nullptr, launch);
 }
 
 // Two training steps (the second on other x and dy): every output of each, with the running
 // statistics, the batch count and the accumulated dgamma / dbeta after both.
 std::vector<Outputs> run_two_steps(const Inputs& first, const Inputs& second,
-                                   const BatchNormLaunch& launch, bool relu, bool with_dx) {
+                                   const BatchNormLaunch& launch, bool relu, bool with_dx,
+                                   bool recompute = false) {
   const BatchNormShape& s = first.s;
   const size_t n = first.x.size(), c = size_t(s.c);
   TrainState t = make_state(first);
@@ -470,7 +472,8 @@ std::vector<Outputs> run_two_steps(const Inputs& first, const Inputs& second,
     test::poison_device(dx.data(), n);
     test::poison_device(t.mean.data(), c);
     test::poison_device(t.invstd.data(), c);
-    train_step(s, launch, relu, x.data(), dy.data(), y.data(), with_dx ? dx.data() : nullptr, t);
+    train_step(s, launch, relu, x.data(), dy.data(), y.data(), with_dx ? dx.data() : nullptr, t,
+               recompute);
     Outputs o;
     o.y = test::to_host(y.data(), n);
     if (with_dx) o.dx = test::to_host(dx.data(), n);
@@ -511,22 +514,29 @@ void check_folded_finish(const BatchNormShape& s) {
         EXPECT_FALSE(test::any_nan(o.rv));
       }
       EXPECT_EQ(want[1].count, std::vector<float>{7.f}) << "two steps count two batches";
-      for (const BatchNormLaunch* l : {&folded, &folded_chunks, &capped}) {
-        SCOPED_TRACE(l == &folded          ? "folded"
-                     : l == &folded_chunks ? "folded, grid y capped"
-                                           : "grid x and y capped");
-        const std::vector<Outputs> got = run_two_steps(first, second, *l, relu, with_dx);
-        expect_same_bits(got[0], want[0], "first step");
-        expect_same_bits(got[1], want[1], "second step");
-      }
+      for (const BatchNormLaunch* l : {&separate, &folded, &folded_chunks, &capped})
+        for (bool recompute : {false, true}) {
+          if (l == &separate && !recompute) continue;  // that is `want`
+          if (recompute && !relu) continue;            // no mask to recompute
+          SCOPED_TRACE(::testing::Message() << (l == &separate        ? "separate"
+                                                : l == &folded        ? "folded"
+                                                : l == &folded_chunks ? "folded, grid y capped"
+                                                                      : "grid x and y capped")
+                                            << (recompute ? ", mask recomputed" : ""));
+          const std::vector<Outputs> got =
+              run_two_steps(first, second, *l, relu, with_dx, recompute);
+          expect_same_bits(got[0], want[0], "first step");
+          expect_same_bits(got[1], want[1], "second step");
+        }
     }
 }
 
 }  // namespace
 
 // The finish folded into the elementwise blocks sums each channel's partials in the order of its
-// own launch (the segment tree of partial_lanes(S) lanes is the warp's where S <= 32), so every
-// output keeps its bits: S = 1 (many channels a block), 2, 3, 5, 8, 16, 25 and > 32 (lanes
+// own launch (the segment tree of partial_lanes(S) lanes is the warp's where S <= 32), and the
+// fused ReLU's mask recomputed from x and beta is the forward's y > 0, so every output keeps its
+// bits: S = 1 (many channels a block), 2, 3, 5, 8, 16, 25 and > 32 (lanes
 // looping), H*W = 1, 2, 7x7, odd C, N = 1 and 512, 16-byte and scalar loads, long planes in
 // chunks.
 TEST(GpuBatchNorm, FoldedFinishGivesTheSeparateBits) {

@@ -61,7 +61,7 @@ void batchnorm_forward_eval(const BatchNormShape& s, const float* x, const float
 void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy,
                         const float* gamma, const float* save_mean, const float* save_invstd,
                         float* dx, float* dgamma, float* dbeta, double* scratch, const Exec& ex,
-                        const float* relu_y) {
+                        const float* relu_y, const float* relu_beta) {
   check_batchnorm_shape(s, true);
   CNN_CHECK(x && dy && gamma && save_mean && save_invstd && dgamma && dbeta,
             "batchnorm_backward: null pointer");
@@ -70,8 +70,8 @@ void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy
                                   relu_y);
   CNN_CUDA_BRANCH("batchnorm_backward", {
     CNN_CHECK(scratch, "batchnorm_backward: null scratch on cuda");
-    batchnorm_backward_cuda(s, x, dy, relu_y, gamma, save_mean, save_invstd, dx, dgamma, dbeta,
-                            scratch, ex.stream, batchnorm_launch_from_env());
+    batchnorm_backward_cuda(s, x, dy, relu_y, relu_beta, gamma, save_mean, save_invstd, dx, dgamma,
+                            dbeta, scratch, ex.stream, batchnorm_launch_from_env());
   });
 }
 

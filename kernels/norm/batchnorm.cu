@@ -63,6 +63,28 @@ __device__ __forceinline__ float relu_masked(float dy, bool masked, float relu_y
   return (masked && !(relu_y > 0.f)) ? 0.f : dy;
 }
 
+// Where the backward's fused-ReLU mask comes from (batchnorm.h): nothing (no ReLU); the
+// forward's output y, read; or, with beta, recomputed from the x the passes read anyway: the
+// forward's pre-ReLU value (x - mean) * scale + beta, scale = invstd * gamma, in the forward's
+// own float operations, is > 0 exactly where y is.
+struct ReluMask {
+  const float* y = nullptr;
+  const float* beta = nullptr;  // set: recompute (the pass has gamma and the saved statistics)
+  __device__ __forceinline__ bool on() const { return y != nullptr || beta != nullptr; }
+};
+
+// Channel c's recompute coefficients (scale, beta); zeros where the mask is read or absent.
+__device__ __forceinline__ float2 mask_coefs(const ReluMask& m, int c,
+                                             const float* __restrict__ d_gamma,
+                                             const float* __restrict__ d_invstd) {
+  return m.beta ? make_float2(d_invstd[c] * d_gamma[c], m.beta[c]) : make_float2(0.f, 0.f);
+}
+
+// The forward's pre-ReLU value from x - mean (normalized() without the ReLU): its sign is the mask.
+__device__ __forceinline__ float pre_relu(float x_minus_mean, float2 coefs) {
+  return __fmaf_rn(x_minus_mean, coefs.x, coefs.y);
+}
+
 // How many of group g's values (4g .. 4g + 3 of a plane) are in the plane: 4, or HW % 4 for the
 // last group when HW % 4 != 0.
 __device__ __forceinline__ int group_valid(int64_t hw, int64_t g) {
@@ -114,15 +136,16 @@ __device__ __forceinline__ void divmod(int64_t q, int64_t d, int64_t* quot, int6
 // channel's values in memory order. Thread t takes q = begin + t, + kThreads, ... (kUnroll of
 // them per round) and keeps (n, g) by stepping, without a division per group; the block then
 // reduces in CUB's fixed tree. Forward (d_dy null): sums x - K and (x - K)^2, K = x[0, c, 0].
-// Backward: sums dy and dy * (x - mean[c]), dy masked by d_relu_y > 0 where d_relu_y is given.
+// Backward: sums dy and dy * (x - mean[c]), dy masked by the fused ReLU's mask where `mask` is on.
 // Thread 0 writes the pair to d_part[(c * S + s) * 2], and block (c, 0) K to d_shift[c] (forward):
 // the finish reads K there, not in x, so that a normalize pass writing y over x cannot change it.
 template <bool kVec>
 __global__ void __launch_bounds__(kThreads)
     bn_partial_sums(int c_count, int64_t hw, int64_t groups /* N * G */, int64_t chunk,
-                    const float* __restrict__ d_x, const float* __restrict__ d_dy,
-                    const float* __restrict__ d_relu_y, const float* __restrict__ d_mean,
-                    double* __restrict__ d_part, double* __restrict__ d_shift) {
+                    const float* __restrict__ d_x, const float* __restrict__ d_dy, ReluMask mask,
+                    const float* __restrict__ d_gamma, const float* __restrict__ d_invstd,
+                    const float* __restrict__ d_mean, double* __restrict__ d_part,
+                    double* __restrict__ d_shift) {
   using Reduce = cub::BlockReduce<double, kThreads>;
   __shared__ typename Reduce::TempStorage tmp;
   const int c = blockIdx.x, s = blockIdx.y;
@@ -130,7 +153,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t begin = int64_t(s) * chunk, end = min(groups, begin + chunk);
   const float* __restrict__ x_c = d_x + int64_t(c) * hw;  // plane (0, c)
   const float* __restrict__ dy_c = d_dy ? d_dy + int64_t(c) * hw : nullptr;
-  const float* __restrict__ ry_c = d_relu_y ? d_relu_y + int64_t(c) * hw : nullptr;
+  const float* __restrict__ ry_c = mask.y ? mask.y + int64_t(c) * hw : nullptr;
+  const float2 mc = mask_coefs(mask, c, d_gamma, d_invstd);
   const int64_t plane_stride = int64_t(c_count) * hw;  // from plane (n, c) to (n + 1, c)
   const float shift = d_dy ? d_mean[c] : __ldg(x_c);
   int64_t q = begin + threadIdx.x, n, g;
@@ -174,6 +198,10 @@ __global__ void __launch_bounds__(kThreads)
         if (ry_c)
           e = make_float4(relu_masked(e.x, true, rv[u].x), relu_masked(e.y, true, rv[u].y),
                           relu_masked(e.z, true, rv[u].z), relu_masked(e.w, true, rv[u].w));
+        else if (mask.beta)  // d = x - mean here (shift is the saved mean)
+          e = make_float4(
+              relu_masked(e.x, true, pre_relu(d.x, mc)), relu_masked(e.y, true, pre_relu(d.y, mc)),
+              relu_masked(e.z, true, pre_relu(d.z, mc)), relu_masked(e.w, true, pre_relu(d.w, mc)));
         a += (double(e.x) + double(e.y)) + (double(e.z) + double(e.w));
         b += (double(e.x) * double(d.x) + double(e.y) * double(d.y)) +
              (double(e.z) * double(d.z) + double(e.w) * double(d.w));
@@ -491,10 +519,10 @@ template <bool kVec>
 __device__ __forceinline__ void backward_groups(const PlaneGrid& pg, int64_t plane, int64_t g0,
                                                 int lanes, const float* __restrict__ d_x,
                                                 const float* __restrict__ d_dy,
-                                                const float* __restrict__ d_relu_y, float a,
-                                                float mdy, float b, float mean,
-                                                float* __restrict__ d_dx) {
-  const bool masked = d_relu_y != nullptr;
+                                                const ReluMask& mask, float2 mc, float a, float mdy,
+                                                float b, float mean, float* __restrict__ d_dx) {
+  const float* __restrict__ d_relu_y = mask.y;
+  const bool masked = mask.on();
   const int64_t base = plane * pg.hw;
   float4 xv[kUnroll], gv[kUnroll], rv[kUnroll];
 #pragma unroll
@@ -504,7 +532,13 @@ __device__ __forceinline__ void backward_groups(const PlaneGrid& pg, int64_t pla
     const int valid = group_valid(pg.hw, g);
     xv[u] = load_group<kVec>(d_x + base, 4 * g, valid, 0.f);
     gv[u] = load_group<kVec>(d_dy + base, 4 * g, valid, 0.f);
-    rv[u] = masked ? load_group<kVec>(d_relu_y + base, 4 * g, valid, 0.f) : make_float4(0, 0, 0, 0);
+    if (d_relu_y)
+      rv[u] = load_group<kVec>(d_relu_y + base, 4 * g, valid, 0.f);
+    else if (mask.beta)
+      rv[u] = make_float4(pre_relu(xv[u].x - mean, mc), pre_relu(xv[u].y - mean, mc),
+                          pre_relu(xv[u].z - mean, mc), pre_relu(xv[u].w - mean, mc));
+    else
+      rv[u] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
@@ -522,12 +556,14 @@ __device__ __forceinline__ void backward_groups(const PlaneGrid& pg, int64_t pla
 template <bool kVec>
 __global__ void __launch_bounds__(kThreads)
     bn_backward_data(PlaneGrid pg, const float* __restrict__ d_x, const float* __restrict__ d_dy,
-                     const float* __restrict__ d_relu_y, const float* __restrict__ d_mean,
+                     ReluMask mask, const float* __restrict__ d_gamma,
+                     const float* __restrict__ d_invstd, const float* __restrict__ d_mean,
                      const double* __restrict__ d_coef, float* __restrict__ d_dx) {
   walk_planes(pg, [&](int64_t plane, int c, int64_t g0, int lanes) {
     const float a = float(d_coef[3 * c]), mdy = float(d_coef[3 * c + 1]),
                 b = float(d_coef[3 * c + 2]), mean = d_mean[c];
-    backward_groups<kVec>(pg, plane, g0, lanes, d_x, d_dy, d_relu_y, a, mdy, b, mean, d_dx);
+    backward_groups<kVec>(pg, plane, g0, lanes, d_x, d_dy, mask,
+                          mask_coefs(mask, c, d_gamma, d_invstd), a, mdy, b, mean, d_dx);
   });
 }
 
@@ -536,11 +572,12 @@ __global__ void __launch_bounds__(kThreads)
 template <bool kVec>
 __global__ void __launch_bounds__(kThreads)
     bn_backward_data_finishing(PlaneGrid pg, FoldedFinish f, const float* __restrict__ d_x,
-                               const float* __restrict__ d_dy, const float* __restrict__ d_relu_y,
+                               const float* __restrict__ d_dy, ReluMask mask,
                                const float* __restrict__ d_gamma, const float* __restrict__ d_mean,
                                const float* __restrict__ d_invstd, float* __restrict__ d_dgamma,
                                float* __restrict__ d_dbeta, float* __restrict__ d_dx) {
   __shared__ float s_a[kThreads], s_mdy[kThreads], s_b[kThreads], s_mean[kThreads];  // by slot
+  __shared__ float2 s_mask[kThreads];
   walk_planes_finishing(
       pg, f,
       [&](int k, int c, bool writes, double sum_dy, double sum_dy_xmu) {
@@ -549,13 +586,14 @@ __global__ void __launch_bounds__(kThreads)
         s_mdy[k] = float(q.mdy);
         s_b[k] = float(q.b);
         s_mean[k] = d_mean[c];
+        s_mask[k] = mask_coefs(mask, c, d_gamma, d_invstd);
         if (!writes) return;
         d_dgamma[c] += float(q.dgamma);
         d_dbeta[c] += float(sum_dy);
       },
       [&](int64_t plane, int k, int64_t g0, int lanes) {
-        backward_groups<kVec>(pg, plane, g0, lanes, d_x, d_dy, d_relu_y, s_a[k], s_mdy[k], s_b[k],
-                              s_mean[k], d_dx);
+        backward_groups<kVec>(pg, plane, g0, lanes, d_x, d_dy, mask, s_mask[k], s_a[k], s_mdy[k],
+                              s_b[k], s_mean[k], d_dx);
       });
 }
 
@@ -599,17 +637,18 @@ PlaneGrid plane_grid(const BatchNormShape& s, const BatchNormLaunch& lim, dim3* 
 
 // Stage 1 of both reductions; d_dy null: the forward's sums (and each channel's K to d_shift).
 void launch_partial_sums(const BatchNormShape& s, const float* d_x, const float* d_dy,
-                         const float* d_relu_y, const float* d_mean, double* d_part,
-                         double* d_shift, cudaStream_t stream) {
+                         const ReluMask& mask, const float* d_gamma, const float* d_invstd,
+                         const float* d_mean, double* d_part, double* d_shift,
+                         cudaStream_t stream) {
   const int splits = batchnorm_splits(s);
   const int64_t groups = int64_t(s.n) * plane_groups(s), chunk = ceil_div<int64_t>(groups, splits);
   const dim3 grid(unsigned(s.c), unsigned(splits));
-  if (vector_groups(s, {d_x, d_dy, d_relu_y}))
-    bn_partial_sums<true><<<grid, kThreads, 0, stream>>>(s.c, s.hw, groups, chunk, d_x, d_dy,
-                                                         d_relu_y, d_mean, d_part, d_shift);
+  if (vector_groups(s, {d_x, d_dy, mask.y}))
+    bn_partial_sums<true><<<grid, kThreads, 0, stream>>>(
+        s.c, s.hw, groups, chunk, d_x, d_dy, mask, d_gamma, d_invstd, d_mean, d_part, d_shift);
   else
-    bn_partial_sums<false><<<grid, kThreads, 0, stream>>>(s.c, s.hw, groups, chunk, d_x, d_dy,
-                                                          d_relu_y, d_mean, d_part, d_shift);
+    bn_partial_sums<false><<<grid, kThreads, 0, stream>>>(
+        s.c, s.hw, groups, chunk, d_x, d_dy, mask, d_gamma, d_invstd, d_mean, d_part, d_shift);
   CNN_LAUNCH_CHECK("bn_partial_sums");
 }
 
@@ -671,7 +710,8 @@ void batchnorm_forward_train_cuda(const BatchNormShape& s, const float* d_x, con
   // Scratch: the partials (C, S, 2), then each channel's K where the backward keeps its
   // coefficients (batchnorm_scratch_doubles).
   double* d_shift = d_scratch + 2 * int64_t(s.c) * batchnorm_splits(s);
-  launch_partial_sums(s, d_x, nullptr, nullptr, nullptr, d_scratch, d_shift, stream);
+  launch_partial_sums(s, d_x, nullptr, ReluMask{}, nullptr, nullptr, nullptr, d_scratch, d_shift,
+                      stream);
   dim3 grid;
   const PlaneGrid pg = plane_grid(s, l, &grid);
   if (!l.fold_finish || !one_round_grid(pg, grid)) {
@@ -704,24 +744,31 @@ void batchnorm_forward_eval_cuda(const BatchNormShape& s, const float* d_x, cons
 }
 
 void batchnorm_backward_cuda(const BatchNormShape& s, const float* d_x, const float* d_dy,
-                             const float* d_relu_y, const float* d_gamma, const float* d_save_mean,
-                             const float* d_save_invstd, float* d_dx, float* d_dgamma,
-                             float* d_dbeta, double* d_scratch, cudaStream_t stream,
-                             const BatchNormLaunch& l) {
+                             const float* d_relu_y, const float* d_relu_beta, const float* d_gamma,
+                             const float* d_save_mean, const float* d_save_invstd, float* d_dx,
+                             float* d_dgamma, float* d_dbeta, double* d_scratch,
+                             cudaStream_t stream, const BatchNormLaunch& l) {
+  // With the forward's beta the mask is recomputed from x and relu_y is not read.
+  ReluMask mask;
+  if (d_relu_y && d_relu_beta)
+    mask.beta = d_relu_beta;
+  else
+    mask.y = d_relu_y;
   const int splits = batchnorm_splits(s);
   double* d_coef = d_scratch + 2 * int64_t(s.c) * splits;
-  launch_partial_sums(s, d_x, d_dy, d_relu_y, d_save_mean, d_scratch, nullptr, stream);
+  launch_partial_sums(s, d_x, d_dy, mask, d_gamma, d_save_invstd, d_save_mean, d_scratch, nullptr,
+                      stream);
   dim3 grid;
   const PlaneGrid pg = plane_grid(s, l, &grid);
   // Without dx the finish is all there is to do: its own launch.
   if (l.fold_finish && d_dx && one_round_grid(pg, grid)) {
     const FoldedFinish f = folded_finish(s, d_scratch);
-    if (vector_groups(s, {d_x, d_dy, d_relu_y, d_dx}))
+    if (vector_groups(s, {d_x, d_dy, mask.y, d_dx}))
       bn_backward_data_finishing<true><<<grid, kThreads, 0, stream>>>(
-          pg, f, d_x, d_dy, d_relu_y, d_gamma, d_save_mean, d_save_invstd, d_dgamma, d_dbeta, d_dx);
+          pg, f, d_x, d_dy, mask, d_gamma, d_save_mean, d_save_invstd, d_dgamma, d_dbeta, d_dx);
     else
       bn_backward_data_finishing<false><<<grid, kThreads, 0, stream>>>(
-          pg, f, d_x, d_dy, d_relu_y, d_gamma, d_save_mean, d_save_invstd, d_dgamma, d_dbeta, d_dx);
+          pg, f, d_x, d_dy, mask, d_gamma, d_save_mean, d_save_invstd, d_dgamma, d_dbeta, d_dx);
     CNN_LAUNCH_CHECK("bn_backward_data_finishing");
     return;
   }
@@ -729,12 +776,12 @@ void batchnorm_backward_cuda(const BatchNormShape& s, const float* d_x, const fl
       s.c, splits, s.count(), d_scratch, d_gamma, d_save_invstd, d_dgamma, d_dbeta, d_coef);
   CNN_LAUNCH_CHECK("bn_finish_backward");
   if (!d_dx) return;
-  if (vector_groups(s, {d_x, d_dy, d_relu_y, d_dx}))
-    bn_backward_data<true>
-        <<<grid, kThreads, 0, stream>>>(pg, d_x, d_dy, d_relu_y, d_save_mean, d_coef, d_dx);
+  if (vector_groups(s, {d_x, d_dy, mask.y, d_dx}))
+    bn_backward_data<true><<<grid, kThreads, 0, stream>>>(pg, d_x, d_dy, mask, d_gamma,
+                                                          d_save_invstd, d_save_mean, d_coef, d_dx);
   else
-    bn_backward_data<false>
-        <<<grid, kThreads, 0, stream>>>(pg, d_x, d_dy, d_relu_y, d_save_mean, d_coef, d_dx);
+    bn_backward_data<false><<<grid, kThreads, 0, stream>>>(
+        pg, d_x, d_dy, mask, d_gamma, d_save_invstd, d_save_mean, d_coef, d_dx);
   CNN_LAUNCH_CHECK("bn_backward_data");
 }
 

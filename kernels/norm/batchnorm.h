@@ -57,11 +57,15 @@ void batchnorm_forward_eval(const BatchNormShape& s, const float* x, const float
 // ACCUMULATED. The standard formula:
 //   dx = gamma * invstd / M * (M * dy - sum(dy) - xhat * sum(dy * xhat)),  M = N * HW.
 // relu_y (N, C, HW), when not null: the fused ReLU's output; dy then stands for dy * (relu_y > 0)
-// everywhere (the sums and dx), dy itself unchanged.
+// everywhere (the sums and dx), dy itself unchanged. relu_beta, when relu_y is this forward's own
+// output (the same x, gamma and saved statistics): the forward's beta, from which the CUDA passes
+// recompute the mask (relu_y > 0 exactly where the forward's float (x - mean) * (invstd * gamma)
+// + beta is > 0) from the x they read anyway, instead of reading relu_y twice; the CPU reads
+// relu_y either way.
 void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy,
                         const float* gamma, const float* save_mean, const float* save_invstd,
                         float* dx, float* dgamma, float* dbeta, double* scratch, const Exec& ex,
-                        const float* relu_y = nullptr);
+                        const float* relu_y = nullptr, const float* relu_beta = nullptr);
 
 // CPU references, plain loops accumulating in double; the double twins serve the gradient checks.
 // The running-statistics pointers of `a` may be null (gradcheck).

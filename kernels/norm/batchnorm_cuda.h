@@ -35,11 +35,12 @@ void batchnorm_forward_eval_cuda(const BatchNormShape& s, const float* d_x, cons
                                  const float* d_beta, const float* d_running_mean,
                                  const float* d_running_var, float eps, float* d_y, bool relu,
                                  const float* d_residual, cudaStream_t stream);
-// d_relu_y: null, or the fused ReLU's output that masks every read of d_dy.
+// d_relu_y: null, or the fused ReLU's output that masks every read of d_dy; d_relu_beta (with
+// d_relu_y): the forward's beta, the mask then recomputed from x instead of read (batchnorm.h).
 void batchnorm_backward_cuda(const BatchNormShape& s, const float* d_x, const float* d_dy,
-                             const float* d_relu_y, const float* d_gamma, const float* d_save_mean,
-                             const float* d_save_invstd, float* d_dx, float* d_dgamma,
-                             float* d_dbeta, double* d_scratch, cudaStream_t stream,
-                             const BatchNormLaunch& launch);
+                             const float* d_relu_y, const float* d_relu_beta, const float* d_gamma,
+                             const float* d_save_mean, const float* d_save_invstd, float* d_dx,
+                             float* d_dgamma, float* d_dbeta, double* d_scratch,
+                             cudaStream_t stream, const BatchNormLaunch& launch);
 
 }  // namespace cnn
