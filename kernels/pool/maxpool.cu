@@ -303,6 +303,14 @@ unsigned grid_for(int64_t work) {
       std::clamp<int64_t>(ceil_div<int64_t>(work, kThreads), 1, kMaxBlocks));
 }
 
+// The exact 2x2 forward with kOut outputs a thread.
+template <int kOut>
+void launch_forward_exact(unsigned grid, cudaStream_t stream, int oh, int ow, int outputs,
+                          const float* d_x, float* d_y, int32_t* d_argmax) {
+  maxpool2x2_forward_exact<kOut>
+      <<<grid, kThreads, 0, stream>>>(oh, ow, outputs, d_x, d_y, d_argmax);
+}
+
 // The exact 2x2 backward with kOut outputs a thread, with or without the fused ReLU mask.
 template <int kOut>
 void launch_backward_exact(unsigned grid, cudaStream_t stream, int oh, int ow, int outputs,
@@ -326,16 +334,14 @@ void maxpool_forward_cuda(const MaxPoolShape& s, const float* d_x, float* d_y, i
   const bool small = total <= INT32_MAX;
   const int width = exact_2x2_width(s, d_x, {d_y, d_argmax});
   if (width) {
-    const unsigned g = grid_for(total / width);
+    const int outputs = int(total);  // exact_2x2_width checked that it fits
+    const unsigned g = grid_for(outputs / width);
     if (width == 4)
-      maxpool2x2_forward_exact<4>
-          <<<g, kThreads, 0, stream>>>(oh, ow, int(total), d_x, d_y, d_argmax);
+      launch_forward_exact<4>(g, stream, oh, ow, outputs, d_x, d_y, d_argmax);
     else if (width == 2)
-      maxpool2x2_forward_exact<2>
-          <<<g, kThreads, 0, stream>>>(oh, ow, int(total), d_x, d_y, d_argmax);
+      launch_forward_exact<2>(g, stream, oh, ow, outputs, d_x, d_y, d_argmax);
     else
-      maxpool2x2_forward_exact<1>
-          <<<g, kThreads, 0, stream>>>(oh, ow, int(total), d_x, d_y, d_argmax);
+      launch_forward_exact<1>(g, stream, oh, ow, outputs, d_x, d_y, d_argmax);
     CNN_LAUNCH_CHECK("maxpool2x2_forward_exact");
     return;
   }
