@@ -1017,15 +1017,17 @@ void bench_batchnorm(const BenchContext& ctx, std::vector<BenchRow>& rows, const
     if (!op_selected(opt, info.op)) continue;
     info.shape = shape_str(shape) + (relu ? " + relu" : "");
     info.compute_bound = false;
-    const int tensors_moved = backward ? 2 * (relu ? 3 : 2) + 1 : 3;
+    // The backward recomputes the fused ReLU's mask from x (as the Network runs it): relu y is
+    // not read.
+    const int tensors_moved = backward ? 2 * 2 + 1 : 3;
     info.bytes = 4.0 * double(count) * tensors_moved;
     // CNN_BN_FOLD_FINISH=0: the per-channel finish as a launch of its own (three, not two).
     const bool folded = process_env_switches().bn_fold_finish;
-    info.note =
-        fmt::format("{} read twice, {} written ({})",
-                    backward ? (relu ? "x, dy, relu y" : "x, dy") : "x", backward ? "dx" : "y",
-                    backward ? (folded ? "sums, finish + dx" : "sums, finish, dx")
-                             : (folded ? "sums, finish + normalize" : "sums, finish, normalize"));
+    info.note = fmt::format(
+        "{} read twice, {} written ({})",
+        backward ? (relu ? "x, dy (relu mask from x)" : "x, dy") : "x", backward ? "dx" : "y",
+        backward ? (folded ? "sums, finish + dx" : "sums, finish, dx")
+                 : (folded ? "sums, finish + normalize" : "sums, finish, normalize"));
     std::mt19937_64 rng(op_seed(opt.seed, info.op));
     // x off zero, as a conv's output is: the sums must not rely on a zero mean.
     std::vector<float> x = random_floats(count, rng, -1.f, 3.f);
@@ -1065,6 +1067,14 @@ void bench_batchnorm(const BenchContext& ctx, std::vector<BenchRow>& rows, const
       std::vector<float> dy = random_floats(count, rng), dx(count);
       std::vector<float> dgamma = random_floats(nc, rng), dbeta = random_floats(nc, rng);
       std::vector<float> dgamma_ref = dgamma, dbeta_ref = dbeta;
+      // The mask's reference: the pre-ReLU value as the CUDA passes compute it from these
+      // saved statistics, (x - mean) * (invstd * gamma) + beta in float with one rounding (the
+      // CPU forward's y, from double statistics, could differ in sign within a rounding of 0).
+      for (size_t k = 0; k < count; ++k) {
+        const size_t c = (k / size_t(s.hw)) % size_t(nc);
+        const float v = std::fma(x[k] - mean[c], invstd[c] * gamma[c], beta[c]);
+        y[k] = v > 0.f ? v : 0.f;
+      }
       batchnorm_backward_cpu(s, x.data(), dy.data(), gamma.data(), mean.data(), invstd.data(),
                              dx.data(), dgamma_ref.data(), dbeta_ref.data(),
                              relu ? y.data() : nullptr);
@@ -1077,7 +1087,7 @@ void bench_batchnorm(const BenchContext& ctx, std::vector<BenchRow>& rows, const
       measure_pass([&](int i) {
         batchnorm_backward(s, d.f(i, ix), d.f(i, idy), d.f(i, ig), d.f(i, imean), d.f(i, iinv),
                            d.f(i, idx), d.f(i, idg), d.f(i, idb), scratch.data(), ex,
-                           relu ? d.f(i, iry) : nullptr);
+                           relu ? d.f(i, iry) : nullptr, relu ? d.f(i, ib) : nullptr);
       });
     }
   }
