@@ -237,6 +237,13 @@ Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
     if (act_owner[i] < 0) input_views_.push_back(i);  // set to the input on every call
     grad_acts_.push_back(needs_grad_[i] ? grad_buf[size_t(root(int(i)))] : nullptr);
   }
+  dy_from_.assign(count, -1);
+  for (size_t i = 0; i < count; ++i) {
+    const int b = add_run_by_[i], s = shortcut_input_[i];
+    if (b >= 0 && add_relu_[i] && s >= 0 && grad_acts_[size_t(s)] &&
+        grad_acts_[size_t(s)] != grad_acts_[i] && last_consumer_[size_t(s)] == int(i))
+      dy_from_[size_t(b)] = s;
+  }
   int64_t sum_size = 0;
   for (size_t t = 0; t < count; ++t)
     if (consumers[t] > 1 && needs_grad_[t])
@@ -431,12 +438,17 @@ void Network::backward_node(size_t i, int n, const float* x, const Exec& ex) {
   float* dy = grad_acts_[i];
   if (!dy) return;  // no parameter at or before this node
   if (layers_[i]->spec().kind == LayerKind::Residual) {
-    // A relu run inside the add (add_relu_) shares the add's output and gradient: its mask first.
-    if (add_relu_[i]) relu_backward(n * per_image(int(i)), acts_[i], dy, dy, ex);
+    // A relu run inside the add (add_relu_) shares the add's output and gradient: its mask first,
+    // written straight into the shortcut input's gradient where the branch end reads it from
+    // there (dy_from_), else in place.
+    const int direct = add_run_by_[i] >= 0 ? dy_from_[size_t(add_run_by_[i])] : -1;
+    if (add_relu_[i])
+      relu_backward(n * per_image(int(i)), acts_[i], dy,
+                    direct >= 0 ? grad_acts_[size_t(direct)] : dy, ex);
     // The add passes dy to both inputs: the branch end shares dy's buffer, the other input gets
     // it copied (its last reader) or summed in.
     for (const int t : {input_[i], shortcut_input_[i]}) {
-      if (t < 0 || !needs_grad_[size_t(t)] || grad_acts_[size_t(t)] == dy) continue;
+      if (t < 0 || t == direct || !needs_grad_[size_t(t)] || grad_acts_[size_t(t)] == dy) continue;
       float* g = grad_acts_[size_t(t)];
       if (last_consumer_[size_t(t)] == int(i))
         raw_copy(g, ex.device, dy, ex.device, size_t(n * per_image(t)) * sizeof(float), ex.stream);
@@ -455,6 +467,8 @@ void Network::backward_node(size_t i, int n, const float* x, const Exec& ex) {
       sum = true;
     }
   }
+  // A fused add's branch end: its output gradient is where the add's backward wrote it.
+  if (dy_from_[i] >= 0) dy = grad_acts_[size_t(dy_from_[i])];
   layers_[i]->backward(n, act_of(t, x), acts_[i], dy, dx, scratch_.data(), ex);
   if (sum)
     add_forward(n * per_image(t), grad_acts_[size_t(t)], grad_sum_, grad_acts_[size_t(t)], ex);

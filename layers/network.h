@@ -161,6 +161,11 @@ class Network {
   // node (else -1), whose own forward turn then does nothing; whether a ReLU after the add is in.
   std::vector<int> add_run_by_;
   std::vector<bool> runs_at_add_, add_relu_;
+  // Backward of a fused add with its relu: where the shortcut's input gradient is the add's to
+  // write (it is the last reader), the relu's masked gradient goes straight there, and the
+  // branch end reads its output gradient from that node's buffer (dy_from_[branch end]; else -1)
+  // instead of a masked copy in its own.
+  std::vector<int> dy_from_;
   std::vector<std::string> fusion_notes_;
   std::vector<Tensor> storage_;      // activation and gradient tensors
   std::vector<float*> acts_;         // output of node i (aliases for flatten / fused relu)
