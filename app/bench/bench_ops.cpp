@@ -30,6 +30,7 @@ bool op_selected(const BenchOptions& opt, const std::string& op) {
 
 #include "app/bench/bench_cudnn.h"
 #include "app/bench/bench_depthwise.h"
+#include "app/bench/bench_op_layers.h"
 #include "app/bench/bench_timer.h"
 #include "kernels/conv/conv2d.h"
 #include "kernels/conv/conv2d_grouped.h"
@@ -1555,10 +1556,12 @@ std::vector<BenchRow> bench_ops(const BenchContext& ctx, const NetDesc& net) {
   const BenchOptions& opt = *ctx.opt;
   CNN_CHECK(!opt.precisions.empty(), "bench: no precision selected");
   std::vector<BenchRow> rows;
-  Shape cur = {opt.batch};
-  cur.insert(cur.end(), net.input_chw.begin(), net.input_chw.end());
-  for (size_t i = 0; i < net.specs.size(); ++i) {
-    const LayerSpec& spec = net.specs[i];
+  // Residual blocks opened up: their layers and their shortcut's get rows of their own (the add
+  // is timed in the step only).
+  for (const OpLayer& l : op_layers(net.specs, net.input_chw, opt.batch)) {
+    const LayerSpec& spec = l.spec;
+    const Shape& cur = l.in;
+    const bool first_layer = !l.input_grad_needed;
     switch (spec.kind) {
       case LayerKind::Conv2d: {
         if (spec.groups != 1 || spec.dil_h != 1 || spec.dil_w != 1) {
@@ -1568,7 +1571,7 @@ std::vector<BenchRow> bench_ops(const BenchContext& ctx, const NetDesc& net) {
           g.stride_h = spec.stride_h, g.stride_w = spec.stride_w;
           g.pad_h = spec.pad_h, g.pad_w = spec.pad_w;
           g.dil_h = spec.dil_h, g.dil_w = spec.dil_w, g.groups = spec.groups;
-          bench_grouped_conv(ctx, rows, spec.name, g, i == 0);
+          bench_grouped_conv(ctx, rows, l.name, g, first_layer);
           break;
         }
         Conv2dShape s;
@@ -1583,25 +1586,20 @@ std::vector<BenchRow> bench_ops(const BenchContext& ctx, const NetDesc& net) {
         s.stride_w = spec.stride_w;
         s.pad_h = spec.pad_h;
         s.pad_w = spec.pad_w;
-        bench_conv(ctx, rows, spec.name, s, i == 0);
-        bench_nhwc_copy(ctx, rows, spec.name, s, i == 0);
+        bench_conv(ctx, rows, l.name, s, first_layer);
+        bench_nhwc_copy(ctx, rows, l.name, s, first_layer);
         // The fusion the Network runs on CUDA: first layer, then relu and a 2x2 / stride-2 pool.
-        if (i == 0 && i + 2 < net.specs.size() && net.specs[i + 1].kind == LayerKind::Relu &&
-            net.specs[i + 2].kind == LayerKind::MaxPool2d && net.specs[i + 2].kernel_h == 2 &&
-            net.specs[i + 2].kernel_w == 2 && net.specs[i + 2].stride_h == 2 &&
-            net.specs[i + 2].stride_w == 2 && net.specs[i + 2].pad_h == 0 &&
-            net.specs[i + 2].pad_w == 0 && conv_relu_pool_applicable(s))
-          bench_conv_relu_pool(
-              ctx, rows, spec.name + "+" + net.specs[i + 1].name + "+" + net.specs[i + 2].name, s);
+        if (!l.relu_pool.empty() && conv_relu_pool_applicable(s))
+          bench_conv_relu_pool(ctx, rows, l.relu_pool, s);
         break;
       }
       case LayerKind::Linear:
         bench_linear(
-            ctx, rows, spec.name,
+            ctx, rows, l.name,
             LinearShape{int(cur.at(0)), int(shape_numel(cur) / cur.at(0)), spec.out_features});
         break;
       case LayerKind::Relu:
-        bench_relu(ctx, rows, spec.name, cur);
+        bench_relu(ctx, rows, l.name, cur);
         break;
       case LayerKind::MaxPool2d: {
         MaxPoolShape s;
@@ -1615,27 +1613,23 @@ std::vector<BenchRow> bench_ops(const BenchContext& ctx, const NetDesc& net) {
         s.stride_w = spec.stride_w;
         s.pad_h = spec.pad_h;
         s.pad_w = spec.pad_w;
-        bench_maxpool(ctx, rows, spec.name, s);
+        bench_maxpool(ctx, rows, l.name, s);
         break;
       }
       case LayerKind::BatchNorm2d:
-      case LayerKind::BatchNorm1d: {
-        // The Network folds a following relu into the batchnorm (CNN_FUSE_BN_RELU=0 aside).
-        const bool relu = i + 1 < net.specs.size() && net.specs[i + 1].kind == LayerKind::Relu;
-        bench_batchnorm(ctx, rows, relu ? spec.name + "+" + net.specs[i + 1].name : spec.name, cur,
-                        relu);
+      case LayerKind::BatchNorm1d:
+        // The Network folds the relu reading it into the batchnorm (CNN_FUSE_BN_RELU=0 aside);
+        // l.name is then "bn<i>+relu<j>".
+        bench_batchnorm(ctx, rows, l.name, cur, l.folds_relu);
         break;
-      }
       case LayerKind::SoftmaxCrossEntropy:
-        bench_xent(ctx, rows, spec.name, XentShape{int(cur.at(0)), int(cur.at(1))});
+        bench_xent(ctx, rows, l.name, XentShape{int(cur.at(0)), int(cur.at(1))});
         break;
       case LayerKind::Flatten:
         break;
-      case LayerKind::Residual:  // timed as a whole in the step; its layers are not rows here
-      default:                   // avgpool, dropout: no per-op rows yet (the step bench runs them)
+      default:  // avgpool, dropout: no per-op rows yet (the step bench runs them)
         break;
     }
-    cur = layer_output_shape(spec, cur);
   }
   const int64_t params = summarize_network(net.specs, net.input_chw).total_params;
   bench_optimizer(ctx, rows, net.optimizer, params);
