@@ -58,7 +58,7 @@ for net in "${nets[@]}"; do
 done
 
 python3 - "$out" "$batch" "$precs" "$have_torch" "$bench" "${nets[@]}" <<'PY'
-import csv, os, subprocess, sys
+import csv, glob, os, re, subprocess, sys
 out, batch, precs, have_torch, bench, nets = (sys.argv[1], sys.argv[2], sys.argv[3].split(","),
                                               sys.argv[4] == "1", sys.argv[5], sys.argv[6:])
 
@@ -78,11 +78,21 @@ def num(v):
 def us(v):
     return "-" if v is None else f"{v:.1f}"
 
-try:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip() or "unknown"
-except OSError:
-    commit = "unknown"
+# The commit the bench binary was built from (its log's first line, "bench V (git C)"): a tree
+# copied to a GPU machine may carry an older git history than the binaries it runs.
+commit = None
+for log in sorted(glob.glob(os.path.join(out, "ours_*.log"))):
+    with open(log, errors="replace") as f:
+        m = re.search(r"\(git ([^)]+)\)", f.readline())
+    if m:
+        commit = m.group(1)
+        break
+if commit is None:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True).stdout.strip() or "unknown"
+    except OSError:
+        commit = "unknown"
 gpu = "unknown GPU"
 try:
     gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
