@@ -414,6 +414,7 @@ TEST(GpuBatchNorm, FusedReluMatchesCpuAndTheSeparatePass) {
   check_fused_relu(BatchNormShape{8, 64, 32 * 32});
 }
 
+#ifdef CNN_HAVE_CUDA  // the CUDA launchers the tests below call directly
 namespace {
 
 // The device state of one layer's training: its parameters, buffers, saved statistics and the
@@ -641,3 +642,4 @@ TEST(GpuBatchNorm, ResidualAddGivesTheSeparatePassBits) {
         }
     }
 }
+#endif  // CNN_HAVE_CUDA
