@@ -19,9 +19,8 @@ using namespace cnn;
 namespace {
 
 struct Step {
-  std::vector<float> logits, loss, grads, buffers, eval_logits;
+  test::NetworkRun run;
   std::vector<std::string> folded;  // batchnorm layers with the relu folded in
-  std::vector<std::string> notes;
 };
 
 Step run(const std::vector<LayerSpec>& specs, const Shape& chw, bool fold, uint64_t seed, int n) {
@@ -29,22 +28,13 @@ Step run(const std::vector<LayerSpec>& specs, const Shape& chw, bool fold, uint6
   o.max_batch = n + 1;  // a partial batch
   o.seed = seed;
   o.fuse_batchnorm_relu = fold;
-  Network net(specs, chw, o, Exec{});
-  const std::vector<float> x = test::random_vector(size_t(n) * size_t(shape_numel(chw)), seed + 1);
-  const std::vector<int32_t> labels = test::random_labels(size_t(n), net.num_classes(), seed + 2);
-  net.forward_backward(n, x.data(), labels.data(), 1.f / float(n));
   Step s;
-  s.logits.assign(net.logits(), net.logits() + n * net.num_classes());
-  s.loss.assign(net.loss_rows(), net.loss_rows() + n);
-  s.grads = net.grads_to_host();
-  s.buffers = net.buffers_to_host();
-  const float* e = net.forward(n, x.data());
-  s.eval_logits.assign(e, e + n * net.num_classes());
-  for (const auto& l : net.layers())
-    if ((l->spec().kind == LayerKind::BatchNorm2d || l->spec().kind == LayerKind::BatchNorm1d) &&
-        l->fused_relu())
-      s.folded.push_back(l->name());
-  s.notes = net.fusion_notes();
+  s.run = test::run_network(specs, chw, Exec{}, o, n, 1, [&](const Network& net) {
+    for (const auto& l : net.layers())
+      if ((l->spec().kind == LayerKind::BatchNorm2d || l->spec().kind == LayerKind::BatchNorm1d) &&
+          l->fused_relu())
+        s.folded.push_back(l->name());
+  });
   return s;
 }
 
@@ -56,12 +46,12 @@ void expect_same_bits(const std::vector<LayerSpec>& specs, const Shape& chw,
   const Step folded = run(specs, chw, true, seed, 5);
   EXPECT_TRUE(apart.folded.empty());
   EXPECT_EQ(folded.folded, want_folded);
-  EXPECT_FALSE(test::any_nan(folded.grads));
-  EXPECT_EQ(folded.logits, apart.logits);
-  EXPECT_EQ(folded.loss, apart.loss);
-  EXPECT_EQ(folded.grads, apart.grads);
-  EXPECT_EQ(folded.buffers, apart.buffers);  // running statistics
-  EXPECT_EQ(folded.eval_logits, apart.eval_logits);
+  EXPECT_FALSE(test::any_nan(folded.run.grads));
+  EXPECT_EQ(folded.run.logits, apart.run.logits);
+  EXPECT_EQ(folded.run.loss, apart.run.loss);
+  EXPECT_EQ(folded.run.grads, apart.run.grads);
+  EXPECT_EQ(folded.run.buffers, apart.run.buffers);  // running statistics
+  EXPECT_EQ(folded.run.eval_logits, apart.run.eval_logits);
 }
 
 LayerSpec conv(const std::string& name, int oc) {

@@ -18,30 +18,14 @@ using namespace cnn;
 
 namespace {
 
-struct Step {
-  std::vector<float> logits, loss, grads, buffers, eval_logits;
-  std::vector<std::string> notes;
-};
-
-Step run(const std::vector<LayerSpec>& specs, const Shape& chw, bool fuse, uint64_t seed, int n) {
+// Two steps: the second starts from the running statistics and gradients the first left.
+test::NetworkRun run(const std::vector<LayerSpec>& specs, const Shape& chw, bool fuse,
+                     uint64_t seed, int n) {
   NetworkOptions o;
   o.max_batch = n + 1;  // a partial batch
   o.seed = seed;
   o.fuse_residual = fuse;
-  Network net(specs, chw, o, Exec{});
-  const std::vector<float> x = test::random_vector(size_t(n) * size_t(shape_numel(chw)), seed + 1);
-  const std::vector<int32_t> labels = test::random_labels(size_t(n), net.num_classes(), seed + 2);
-  Step s;
-  // Two steps: the second starts from the running statistics and gradients the first left.
-  for (int step = 0; step < 2; ++step) net.forward_backward(n, x.data(), labels.data(), 0.5f);
-  s.logits.assign(net.logits(), net.logits() + n * net.num_classes());
-  s.loss.assign(net.loss_rows(), net.loss_rows() + n);
-  s.grads = net.grads_to_host();
-  s.buffers = net.buffers_to_host();
-  const float* e = net.forward(n, x.data());
-  s.eval_logits.assign(e, e + n * net.num_classes());
-  s.notes = net.fusion_notes();
-  return s;
+  return test::run_network(specs, chw, Exec{}, o, n, 2);
 }
 
 std::string residual_note(const std::vector<std::string>& notes) {
@@ -55,8 +39,8 @@ void expect_same_bits(const std::vector<LayerSpec>& specs, const Shape& chw,
                       const std::string& want) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  const Step apart = run(specs, chw, false, seed, 5);
-  const Step fused = run(specs, chw, true, seed, 5);
+  const test::NetworkRun apart = run(specs, chw, false, seed, 5);
+  const test::NetworkRun fused = run(specs, chw, true, seed, 5);
   EXPECT_EQ(residual_note(apart.notes), "");
   if (want.empty())
     EXPECT_EQ(residual_note(fused.notes), "");

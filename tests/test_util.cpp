@@ -173,29 +173,45 @@ ScopedEnv::~ScopedEnv() {
     unsetenv(name_.c_str());
 }
 
+NetworkRun run_network(const std::vector<LayerSpec>& specs, const Shape& chw, const Exec& ex,
+                       const NetworkOptions& o, int n, int steps,
+                       const std::function<void(const Network&)>& inspect) {
+  Network net(specs, chw, o, ex);
+  NetworkRun r;
+  r.fused = net.fused_conv_relu_pool();
+  r.notes = net.fusion_notes();
+  const auto x = random_vector(size_t(n) * size_t(shape_numel(chw)), o.seed + 1);
+  const auto labels = random_labels(size_t(n), net.num_classes(), o.seed + 2);
+  Buffer<float> d_x(x.size(), ex.device);
+  d_x.copy_from(x.data(), Device::CPU, x.size());
+  Buffer<int32_t> d_labels(labels.size(), ex.device);
+  d_labels.copy_from(labels.data(), Device::CPU, labels.size());
+  for (int s = 0; s < steps; ++s)
+    net.forward_backward(n, d_x.data(), d_labels.data(), 1.0f / float(n));
+  stream_sync(ex.device, ex.stream);
+  const auto host = [&](const float* d, size_t count) {
+    std::vector<float> h(count);
+    raw_copy(h.data(), Device::CPU, d, ex.device, count * sizeof(float));
+    return h;
+  };
+  r.logits = host(net.logits(), size_t(n) * size_t(net.num_classes()));
+  r.loss = host(net.loss_rows(), size_t(n));
+  r.grads = net.grads_to_host();
+  r.buffers = net.buffers_to_host();
+  const float* e = net.forward(n, d_x.data());
+  stream_sync(ex.device, ex.stream);
+  r.eval_logits = host(e, size_t(n) * size_t(net.num_classes()));
+  if (inspect) inspect(net);
+  return r;
+}
+
 NetworkRun run_network_once(const std::vector<LayerSpec>& specs, const Shape& chw, const Exec& ex,
                             PoolFusion fusion, int n, uint64_t seed) {
   NetworkOptions o;
   o.max_batch = n + 2;  // a partial batch
   o.seed = seed;
   o.fuse_pool = fusion;
-  Network net(specs, chw, o, ex);
-  NetworkRun r;
-  r.fused = net.fused_conv_relu_pool();
-  const auto x = random_vector(size_t(n) * size_t(shape_numel(chw)), seed + 1);
-  const auto labels = random_labels(size_t(n), net.num_classes(), seed + 2);
-  Buffer<float> d_x(x.size(), ex.device);
-  d_x.copy_from(x.data(), Device::CPU, x.size());
-  Buffer<int32_t> d_labels(labels.size(), ex.device);
-  d_labels.copy_from(labels.data(), Device::CPU, labels.size());
-  net.forward_backward(n, d_x.data(), d_labels.data(), 1.0f / float(n));
-  stream_sync(ex.device, ex.stream);
-  r.logits.resize(size_t(n) * size_t(net.num_classes()));
-  raw_copy(r.logits.data(), Device::CPU, net.logits(), ex.device, r.logits.size() * sizeof(float));
-  r.loss.resize(size_t(n));
-  raw_copy(r.loss.data(), Device::CPU, net.loss_rows(), ex.device, r.loss.size() * sizeof(float));
-  r.grads = net.grads_to_host();
-  return r;
+  return run_network(specs, chw, ex, o, n, 1);
 }
 
 bool pending_layer_error(const std::string& msg) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -86,13 +87,21 @@ class ScopedEnv {
   bool had_ = false;
 };
 
-// One forward + backward of a Network built from specs on ex's device (max_batch n + 2, so the
-// batch is a partial one) over n seeded random images and labels: logits, per-row losses and all
-// gradients on the host, and whether the Network fused a conv-relu-pool.
+// What one Network built from specs with options o on ex's device gives after `steps` training
+// steps on n random images and labels drawn from o.seed (the same batch each step; o.max_batch
+// above n makes it a partial one), then an eval forward of the same batch: logits, per-row losses,
+// gradients, buffers and the eval logits on the host, the fusion notes, and whether it fused a
+// conv-relu-pool; for comparing two option sets bit for bit. inspect (may be empty) sees the
+// network last.
 struct NetworkRun {
-  std::vector<float> logits, loss, grads;
+  std::vector<float> logits, loss, grads, buffers, eval_logits;
+  std::vector<std::string> notes;
   bool fused = false;
 };
+NetworkRun run_network(const std::vector<LayerSpec>& specs, const Shape& chw, const Exec& ex,
+                       const NetworkOptions& o, int n, int steps,
+                       const std::function<void(const Network&)>& inspect = {});
+// One step with max_batch n + 2, the seed and the given conv-relu-pool fusion.
 NetworkRun run_network_once(const std::vector<LayerSpec>& specs, const Shape& chw, const Exec& ex,
                             PoolFusion fusion, int n, uint64_t seed);
 

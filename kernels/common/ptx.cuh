@@ -90,6 +90,26 @@ __device__ __forceinline__ void griddep_launch_dependents() {
 #endif
 }
 
+// A load of data the grid this one depends on writes, issued after griddep_wait: a plain
+// coherent load (ld.global.cg, cached in L2 only, where that grid's writes are once griddep_wait
+// returns). Not __ldg / ld.global.nc: the non-coherent path assumes the data is read-only for the
+// kernel's whole lifetime, which an overlapped launch breaks (the writer still runs when this
+// kernel starts): on the H200 the overlapped int8 classifier read wrong values of x through __ldg
+// and the right ones through these loads.
+__device__ __forceinline__ int ld_after_griddep(const int* p) {
+  int v;
+  asm volatile("ld.global.cg.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ int4 ld_after_griddep(const int4* p) {
+  int4 v;
+  asm volatile("ld.global.cg.v4.s32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // Thread-block clusters (sm_90, no arch-specific features): the rank of this block in its
 // cluster, the cluster's block count (1 when launched without clusters), a barrier of every

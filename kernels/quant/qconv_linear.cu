@@ -189,25 +189,6 @@ __device__ __forceinline__ void cols_finish(int32_t (&acc)[kColsMax], int lane, 
     for (int z = kColsMax; z < out_stride; ++z) out[z] = T(0);  // an OCP past 16
 }
 
-// x of a kernel that may run overlapped with the kernel writing it (QConvPath::overlap_launch):
-// a plain coherent load issued after griddep_wait. Not __ldg / ld.global.nc: the non-coherent
-// path assumes the data is read-only for the kernel's whole lifetime, which an overlapped launch
-// breaks (the writer still runs when the kernel starts).
-// ld.global.cg: cached in L2 only, where the writer's data is once griddep_wait returns.
-__device__ __forceinline__ int load_coherent(const int* p) {
-  int v;
-  asm volatile("ld.global.cg.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ int4 load_coherent(const int4* p) {
-  int4 v;
-  asm volatile("ld.global.cg.v4.s32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p)
-               : "memory");
-  return v;
-}
-
 // The register kernel's shapes: two warps a block (LeNet's fc2, 256 rows, spreads over 128
 // SMs), a lane kPerLane chunks of K a pass per column: up to 2 int4 (a pass of 1 KB; 4 x 16
 // columns of int4 is past the 255 registers and spills) or 4 words (512 B).
@@ -252,7 +233,7 @@ __global__ void __launch_bounds__(kRegsThreads)
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int c = c0 + lane + 32 * i;
-      xv[i] = c < d.chunks ? load_coherent(xr + c) : zero<V>();
+      xv[i] = c < d.chunks ? ptx::ld_after_griddep(xr + c) : zero<V>();
     }
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i)
@@ -294,7 +275,7 @@ __global__ void __launch_bounds__(kColsThreads)
     for (int i = 0; i < kPerLane; ++i) {
       const int c = lane + 32 * i;
       xv[i] = zero<V>();
-      if (row_ok && c < len) xv[i] = load_coherent(xr + c0 + c);
+      if (row_ok && c < len) xv[i] = ptx::ld_after_griddep(xr + c0 + c);
     }
     __syncthreads();  // the previous slab's weights are no longer read
     // The slab's weights in batches of kFillBatch loads a thread, each batch's loads issued
