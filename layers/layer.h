@@ -9,6 +9,7 @@
 
 #include "layers/autotune.h"
 #include "layers/layer_spec.h"
+#include "runtime/error.h"
 #include "runtime/exec.h"
 #include "runtime/tensor.h"
 
@@ -108,11 +109,14 @@ class Layer {
   // residual), with the bits of the separate add and relu passes. The Network runs it in the
   // add's turn and skips the add's and the relu's own forward passes; backward is unchanged (the
   // add passes dy on, the Network applies the ReLU's mask). Layers that can_fuse_residual()
-  // override forward_residual.
+  // override forward_residual; the others refuse it.
   virtual bool can_fuse_residual() const { return false; }
   virtual void forward_residual(int /*n*/, const float* /*x*/, const float* /*residual*/,
                                 bool /*relu*/, float* /*y*/, float* /*scratch*/,
-                                const Exec& /*ex*/) {}
+                                const Exec& /*ex*/) {
+    CNN_FAIL("layer '{}' ({}) cannot run a residual add in its forward", name(),
+             layer_kind_name(spec_.kind));
+  }
   bool fused_pool() const { return fused_pool_; }
   // The argmax buffer (N, C, OH, OW) of a 2x2 / stride-2 / unpadded max-pool layer (the pool the
   // fused kernels implement); null for every other layer.

@@ -170,6 +170,7 @@ Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
         skipped_[r] = true;
         add_relu_[i] = true;
         fold += " + " + layers_[r]->name();
+        break;  // the add's only reader
       }
     residual_folds += (residual_folds.empty() ? "" : ", ") + fold;
   }

@@ -6,12 +6,15 @@
 // fused pass rounds the normalized value, then the sum, as the separate passes do.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "app/config/config.h"
+#include "layers/layer.h"
 #include "layers/network.h"
+#include "runtime/error.h"
 #include "tests/test_util.h"
 
 using namespace cnn;
@@ -130,4 +133,18 @@ TEST(ResidualFusion, SwitchAndZooResNet) {
     test::ScopedEnv env("CNN_FUSE_RESIDUAL", "0");
     EXPECT_EQ(note(with_env_switches(o, read_env_switches())), "");
   }
+}
+
+// A layer that cannot run a residual add refuses to, rather than leaving its output unwritten.
+TEST(ResidualFusion, OtherLayersRefuseTheAdd) {
+  std::unique_ptr<Layer> l = make_layer(conv("c", 2));
+  EXPECT_FALSE(l->can_fuse_residual());
+  try {
+    l->forward_residual(1, nullptr, nullptr, true, nullptr, nullptr, Exec{});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(test::contains(e.what(), "layer 'c' (conv2d) cannot run a residual add"))
+        << e.what();
+  }
+  EXPECT_TRUE(make_layer(bn2d("b"))->can_fuse_residual());
 }
