@@ -34,6 +34,16 @@ struct Inputs {
   std::vector<float> x, gamma, beta, dy, rm, rv, dgamma, dbeta;
 };
 
+// Training arguments with torch's momentum and eps (BatchNormTrainArgs' defaults) and these
+// running buffers.
+BatchNormTrainArgs train_args(float* running_mean, float* running_var, float* num_batches) {
+  BatchNormTrainArgs a;
+  a.running_mean = running_mean;
+  a.running_var = running_var;
+  a.num_batches = num_batches;
+  return a;
+}
+
 Inputs make_inputs(const BatchNormShape& s, uint64_t seed, float offset) {
   Inputs in;
   in.s = s;
@@ -61,12 +71,7 @@ Outputs run_cpu(const Inputs& in) {
   o.count = {5.f};
   o.dgamma = in.dgamma;
   o.dbeta = in.dbeta;
-  BatchNormTrainArgs a;
-  a.momentum = 0.1f;
-  a.eps = 1e-5f;
-  a.running_mean = o.rm.data();
-  a.running_var = o.rv.data();
-  a.num_batches = o.count.data();
+  const BatchNormTrainArgs a = train_args(o.rm.data(), o.rv.data(), o.count.data());
   batchnorm_forward_train_cpu(s, in.x.data(), in.gamma.data(), in.beta.data(), o.y.data(),
                               o.mean.data(), o.invstd.data(), a);
   batchnorm_backward_cpu(s, in.x.data(), in.dy.data(), in.gamma.data(), o.mean.data(),
@@ -104,12 +109,7 @@ Outputs run_cuda(const Inputs& in, bool deterministic, size_t offset = 0) {
   test::poison_device(dx, n);
   test::poison_device(mean.data(), c);
   test::poison_device(invstd.data(), c);
-  BatchNormTrainArgs a;
-  a.momentum = 0.1f;
-  a.eps = 1e-5f;
-  a.running_mean = rm.data();
-  a.running_var = rv.data();
-  a.num_batches = count.data();
+  const BatchNormTrainArgs a = train_args(rm.data(), rv.data(), count.data());
   batchnorm_forward_train(s, x_at, gamma.data(), beta.data(), y, mean.data(), invstd.data(), a,
                           scratch.data(), ex);
   batchnorm_backward(s, x_at, dy_at, gamma.data(), mean.data(), invstd.data(), dx, dgamma.data(),
@@ -444,12 +444,7 @@ TrainState make_state(const Inputs& in) {
 // beta instead of reading y), backward into dx (null: dgamma and dbeta only).
 void train_step(const BatchNormShape& s, const BatchNormLaunch& launch, bool relu, const float* x,
                 const float* dy, float* y, float* dx, TrainState& t, bool recompute = false) {
-  BatchNormTrainArgs a;
-  a.momentum = 0.1f;
-  a.eps = 1e-5f;
-  a.running_mean = t.rm.data();
-  a.running_var = t.rv.data();
-  a.num_batches = t.count.data();
+  const BatchNormTrainArgs a = train_args(t.rm.data(), t.rv.data(), t.count.data());
   batchnorm_forward_train_cuda(s, x, t.gamma.data(), t.beta.data(), y, relu, nullptr, t.mean.data(),
                                t.invstd.data(), a, t.scratch.data(), nullptr, launch);
   batchnorm_backward_cuda(s, x, dy, relu ? y : nullptr, relu && recompute ? t.beta.data() : nullptr,

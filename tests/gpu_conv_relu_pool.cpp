@@ -366,36 +366,14 @@ std::vector<LayerSpec> mnist_specs() {
           layer(K::SoftmaxCrossEntropy, "loss")};
 }
 
-struct NetRun {
-  std::vector<float> logits, loss, grads;
-  bool fused = false;
-};
-
-NetRun run_net(const std::vector<LayerSpec>& specs, const Shape& chw, const Exec& ex,
-               PoolFusion fusion, int n, uint64_t seed) {
+// One training step of the network on n random images (max_batch n + 3: a partial batch).
+test::NetworkRun run_net(const std::vector<LayerSpec>& specs, const Shape& chw, const Exec& ex,
+                         PoolFusion fusion, int n, uint64_t seed) {
   NetworkOptions o;
-  o.max_batch = n + 3;  // a partial batch
+  o.max_batch = n + 3;
   o.seed = seed;
   o.fuse_pool = fusion;
-  Network net(specs, chw, o, ex);
-  NetRun r;
-  r.fused = net.fused_conv_relu_pool();
-  const size_t per_image = size_t(shape_numel(chw));
-  const auto x = test::random_vector(size_t(n) * per_image, seed + 1);
-  const auto labels = test::random_labels(size_t(n), net.num_classes(), seed + 2);
-  Buffer<float> d_x(x.size(), ex.device);
-  d_x.copy_from(x.data(), Device::CPU, x.size());
-  Buffer<int32_t> d_labels(labels.size(), ex.device);
-  d_labels.copy_from(labels.data(), Device::CPU, labels.size());
-  net.forward_backward(n, d_x.data(), d_labels.data(), 1.0f / float(n));
-  stream_sync(ex.device, ex.stream);
-  const size_t classes = size_t(net.num_classes());
-  r.logits.resize(size_t(n) * classes);
-  raw_copy(r.logits.data(), Device::CPU, net.logits(), ex.device, r.logits.size() * sizeof(float));
-  r.loss.resize(size_t(n));
-  raw_copy(r.loss.data(), Device::CPU, net.loss_rows(), ex.device, r.loss.size() * sizeof(float));
-  r.grads = net.grads_to_host();
-  return r;
+  return test::run_network(specs, chw, ex, o, n, 1);
 }
 
 }  // namespace
@@ -413,12 +391,12 @@ TEST(GpuConvReluPool, NetworkFusedMatchesUnfused) {
   const std::vector<LayerSpec> specs = mnist_specs();
   const Shape chw = {1, 28, 28};
   const int n = 9;
-  const NetRun cpu = run_net(specs, chw, Exec{}, PoolFusion::Off, n, seed);
+  const test::NetworkRun cpu = run_net(specs, chw, Exec{}, PoolFusion::Off, n, seed);
   for (bool det : {false, true}) {
     SCOPED_TRACE(det ? "deterministic" : "atomic");
     const Exec ex = cuda_exec(det);
-    const NetRun fused = run_net(specs, chw, ex, PoolFusion::Auto, n, seed);
-    const NetRun plain = run_net(specs, chw, ex, PoolFusion::Off, n, seed);
+    const test::NetworkRun fused = run_net(specs, chw, ex, PoolFusion::Auto, n, seed);
+    const test::NetworkRun plain = run_net(specs, chw, ex, PoolFusion::Off, n, seed);
     EXPECT_TRUE(fused.fused);
     EXPECT_FALSE(plain.fused);
     EXPECT_TRUE(same_bits(fused.logits, plain.logits));

@@ -324,9 +324,12 @@ void check_fused_classifier(const QConvShape& s1, int oc2, uint64_t seed, bool r
     qconv_forward(s1, d_x.data(), d_w1.data(), ep1, d_y1.data(), e, path1);
     qconv_forward_float(s2, d_y1.data(), d_w2.data(), cls.ep, d_y2.data(), e, path2);
   };
+  // The copies come from pageable memory on the legacy stream: they return before their DMA lands
+  // and do not order a non-blocking stream's launches, so the poison waits for them.
   const auto poison = [&] {
     d_y1.copy_from(std::vector<int8_t>(ref1.size(), int8_t(99)).data(), Device::CPU, ref1.size());
     test::poison_device(d_y2.data(), d_y2.size());
+    stream_sync(Device::CUDA, nullptr);
   };
   const auto compare = [&](const std::string& what) {
     const std::vector<int8_t> got1 = download(d_y1);
@@ -380,9 +383,6 @@ void check_fused_classifier(const QConvShape& s1, int oc2, uint64_t seed, bool r
     ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
     for (int replay = 0; replay < 2; ++replay) {
       poison();
-      // The poison is copied from pageable memory on the legacy stream, which returns before its
-      // DMA lands and does not order a non-blocking stream: wait for it before the replay.
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
       compare(std::string(fused ? "fused" : "overlapped") + " graph replay " +
