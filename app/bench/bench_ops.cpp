@@ -1071,7 +1071,7 @@ void bench_batchnorm(const BenchContext& ctx, std::vector<BenchRow>& rows, const
       // The mask's reference: the pre-ReLU value as the CUDA passes compute it from these
       // saved statistics, (x - mean) * (invstd * gamma) + beta in float with one rounding (the
       // CPU forward's y, from double statistics, could differ in sign within a rounding of 0).
-      for (size_t k = 0; k < count; ++k) {
+      for (size_t k = 0; relu && k < count; ++k) {
         const size_t c = (k / size_t(s.hw)) % size_t(nc);
         const float v = std::fma(x[k] - mean[c], invstd[c] * gamma[c], beta[c]);
         y[k] = v > 0.f ? v : 0.f;
