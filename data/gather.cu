@@ -4,6 +4,7 @@
 
 #include "data/augment.h"
 #include "data/gather_cuda.h"
+#include "kernels/common/ptx.cuh"
 #include "runtime/cuda_check.h"
 #include "runtime/math_util.h"
 
@@ -22,6 +23,7 @@ __global__ void gather_batch_naive(GatherParams p, const uint8_t* __restrict__ d
                                    const int32_t* __restrict__ d_labels, int64_t n,
                                    const int32_t* __restrict__ d_indices, int batch,
                                    float* __restrict__ d_x, int32_t* __restrict__ d_y) {
+  ptx::griddep_enter();
   const int64_t epoch = p.epoch_ptr ? *p.epoch_ptr : p.epoch;
   const int64_t first = p.batch_ptr ? *p.batch_ptr * p.batch_stride : 0;
   const bool batch_inside = !p.batch_ptr || (first >= 0 && first + batch <= n);

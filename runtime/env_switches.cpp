@@ -55,6 +55,7 @@ EnvSwitches read_env_switches() {
   e.fuse_bn_relu = on_unless_zero("CNN_FUSE_BN_RELU");
   e.fuse_residual = on_unless_zero("CNN_FUSE_RESIDUAL");
   e.cuda_graph = on_unless_zero("CNN_CUDA_GRAPH");
+  e.graph_overlap = on_unless_zero("CNN_GRAPH_OVERLAP");
   if (const char* v = get("CNN_AUTOTUNE_CACHE")) {
     const std::string s(v);
     e.autotune_cache = (s == "0" || s == "off") ? std::string() : s;
@@ -243,6 +244,9 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "a residual block's add and the relu after it run as their own passes, not in the "
        "batchnorm that ends the block's branch"},
       {"CNN_CUDA_GRAPH", "0", "launch each training step's kernels directly, no CUDA graph"},
+      {"CNN_GRAPH_OVERLAP", "0",
+       "the training step's graph launches each kernel after the one before it has finished, "
+       "instead of early (programmatic dependent launch; same results)"},
       {"CNN_GEMM_PATH", "strided|tile|wgmma|auto",
        "the CUDA GEMM's path (strided: any alignment; wgmma: Hopper, TF32)"},
       {"CNN_WGMMA_MN", "tma|gather",

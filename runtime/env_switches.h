@@ -37,6 +37,9 @@ struct EnvSwitches {
   bool fuse_bn_relu = true;         // CNN_FUSE_BN_RELU=0: no relu folded into a batchnorm
   bool fuse_residual = true;        // CNN_FUSE_RESIDUAL=0: no residual add run by a batchnorm
   bool cuda_graph = true;           // CNN_CUDA_GRAPH=0: launch each step's kernels directly
+  // CNN_GRAPH_OVERLAP=0: the captured step's kernels wait for each other's completion before
+  // they launch, instead of launching early and waiting in ptx::griddep_enter (graph_overlap.h).
+  bool graph_overlap = true;
   std::string nccl_library;         // CNN_NCCL_LIBRARY: libnccl.so.2's path (or its folder)
   double nccl_timeout_s = 600;      // CNN_NCCL_TIMEOUT_S: a collective slower than this fails
   // CNN_AUTOTUNE_CACHE: unset: the user's cache file; "0" or "off": no cache (""); else this file.

@@ -135,6 +135,7 @@ TEST(GpuResidual, StepGraphEqualsPlainLaunchesBitwise) {
   };
   const fs::path g = run("graph", true), e = run("eager", false);
   EXPECT_TRUE(test::contains(test::slurp(g / "train.log"), "CUDA graph: on"));
+  EXPECT_TRUE(test::contains(test::slurp(g / "train.log"), "kernels launch while"));
   const SafetensorsFile fa = read_safetensors((g / "last.safetensors").string());
   const SafetensorsFile fb = read_safetensors((e / "last.safetensors").string());
   ASSERT_EQ(fa.entries().size(), fb.entries().size());

@@ -81,6 +81,8 @@ TEST(GpuStepGraph, GraphAndEagerTrainingAreBitwiseIdentical) {
   EXPECT_TRUE(contains(log_g, "CUDA graph: on")) << log_g;
   EXPECT_TRUE(contains(log_g, "step 2: CUDA graph: captured the training step")) << log_g;
   EXPECT_FALSE(contains(log_g, "capturing the training step failed")) << log_g;
+  // The replayed kernels overlap (runtime/graph_overlap.h) and still give the eager bits.
+  EXPECT_TRUE(contains(log_g, "kernels launch while the one before them ends")) << log_g;
   EXPECT_TRUE(contains(log_e, "CUDA graph: off (training.cuda_graph is false)")) << log_e;
   // The logging points read the same device totals.
   EXPECT_FALSE(slurp(g / "metrics.csv").empty());
@@ -123,6 +125,24 @@ TEST(GpuStepGraph, EnvSwitchAndClippingRunEagerly) {
   fs::remove_all(g);
   fs::remove_all(e);
   fs::remove_all(c);
+}
+
+// CNN_GRAPH_OVERLAP=0: the graph's kernels wait for the one before them to finish before they
+// launch; the same bits as the overlapped graph.
+TEST(GpuStepGraph, OverlapSwitchKeepsTheBits) {
+  CNN_REQUIRE_GPU();
+  fs::path o = fresh_dir("overlap_on"), p = fresh_dir("overlap_off");
+  ASSERT_EQ(train(o, base_sets(), {"training.max_steps=25"}), 0);
+  ::setenv("CNN_GRAPH_OVERLAP", "0", 1);
+  const int rc = train(p, base_sets(), {"training.max_steps=25"});
+  ::unsetenv("CNN_GRAPH_OVERLAP");
+  ASSERT_EQ(rc, 0);
+  expect_same_tensors(o / "last.safetensors", p / "last.safetensors");
+  EXPECT_TRUE(contains(slurp(o / "train.log"), "kernels launch while")) << slurp(o / "train.log");
+  EXPECT_FALSE(contains(slurp(p / "train.log"), "kernels launch while")) << slurp(p / "train.log");
+  EXPECT_TRUE(contains(slurp(p / "train.log"), "step 2: CUDA graph: captured the training step"));
+  fs::remove_all(o);
+  fs::remove_all(p);
 }
 
 // The kernels with device-resident step values: SGD's lr bitwise as by value; Adam's bias

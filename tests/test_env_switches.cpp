@@ -96,6 +96,12 @@ const std::vector<SwitchCases>& switch_cases() {
        {{nullptr, false}, {"0", false}, {"1", true}},
        {},
        nullptr},
+      // The captured step's kernel edges made programmatic unless set to 0.
+      {"CNN_GRAPH_OVERLAP",
+       field<&EnvSwitches::graph_overlap>,
+       {{nullptr, true}, {"0", false}, {"1", true}},
+       {},
+       nullptr},
       // The BatchNorm finish folded into the elementwise pass unless set to 0.
       {"CNN_BN_FOLD_FINISH",
        field<&EnvSwitches::bn_fold_finish>,

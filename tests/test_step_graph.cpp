@@ -14,6 +14,7 @@
 #include "app/config/config.h"
 #include "app/train/batch_source.h"
 #include "app/train/step_graph.h"
+#include "runtime/graph_overlap.h"
 #include "app/train/trainer.h"
 #include "data/gather.h"
 #include "kernels/optimizer/optimizer.h"
@@ -278,4 +279,17 @@ TEST(StepGraph, CpuTrainingLogsTheGraphOff) {
   EXPECT_NE(ss.str().find("CUDA graph: off (the CPU runs each step directly)"), std::string::npos)
       << ss.str();
   fs::remove_all(dir);
+}
+
+// Only the project's kernels (namespace cnn, each starting with ptx::griddep_enter) get
+// programmatic in-edges; a library kernel (cuDNN's, CUB's) keeps its full dependency.
+TEST(GraphOverlap, ProjectKernelNames) {
+  EXPECT_TRUE(cnn::is_project_kernel_name("_ZN3cnn12_GLOBAL__N_113relu_backwardEPKfS2_Pfl"));
+  EXPECT_TRUE(cnn::is_project_kernel_name("_ZN3cnn16wgrad_ktile_kernelILi1EEEvNS_8WgParamsE"));
+  EXPECT_TRUE(cnn::is_project_kernel_name("void cnn::(anonymous namespace)::k<1>(int)"));
+  EXPECT_TRUE(cnn::is_project_kernel_name("cnn::k(int)"));
+  EXPECT_FALSE(cnn::is_project_kernel_name("_ZN3cub6detail6reduce6kernelEv"));
+  EXPECT_FALSE(cnn::is_project_kernel_name("sm90_xmma_fprop_implicit_gemm_tf32f32"));
+  EXPECT_FALSE(cnn::is_project_kernel_name("_ZN4cnnx1kEv"));
+  EXPECT_FALSE(cnn::is_project_kernel_name(""));
 }

@@ -34,11 +34,12 @@ double trained_flops_per_image(const NetDesc& net) {
 #include <random>
 
 #include "app/bench/bench_timer.h"
-#include "runtime/cuda_check.h"
-#include "runtime/error.h"
-#include "runtime/memory.h"
 #include "layers/network.h"
 #include "layers/param_optimizer.h"
+#include "runtime/cuda_check.h"
+#include "runtime/env_switches.h"
+#include "runtime/error.h"
+#include "runtime/memory.h"
 
 namespace cnn::bench {
 
@@ -114,6 +115,7 @@ void bench_one(const BenchContext& ctx, const NetDesc& net, int batch, Precision
     to.repeats = opt.step_repeats;
     to.warmup = graph ? 3 : 10;  // the first rounds also let `auto` variants pick
     to.use_graph = graph;
+    to.overlap = process_env_switches().graph_overlap;  // as the trainer replays its step
     const Timing t = time_launches(ctx.stream, step, to);
     r.variant = t.graph ? "graph" : (graph ? "launches (no graph)" : "launches");
     if (deterministic) r.variant += ", deterministic";
@@ -121,6 +123,8 @@ void bench_one(const BenchContext& ctx, const NetDesc& net, int batch, Precision
     r.median_us = t.median_us;
     r.p95_us = t.p95_us;
     append(r.note, t.note);
+    if (t.programmatic_edges > 0)
+      append(r.note, fmt::format("{} kernel edges programmatic", t.programmatic_edges));
     r.status = "ok";
     if (!tuned.empty()) append(r.note, fmt::format("algo auto tuned {} passes", tuned.size()));
     fill_rate(r, p);

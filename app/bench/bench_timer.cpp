@@ -9,6 +9,7 @@
 
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
+#include "runtime/graph_overlap.h"
 
 namespace cnn::bench {
 
@@ -54,7 +55,7 @@ struct GraphHolder {
 // Captures K launches; returns false (with the reason, the stream out of capture mode and the
 // error state cleared) when any part of it fails.
 bool capture(cudaStream_t stream, const std::function<void(int)>& launch, int first, int count,
-             GraphHolder& g, std::string* why) {
+             bool overlap, GraphHolder& g, GraphOverlapResult* overlapped, std::string* why) {
   cudaError_t err = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
   if (err != cudaSuccess) {
     *why = std::string("cudaStreamBeginCapture: ") + cudaGetErrorString(err);
@@ -71,7 +72,7 @@ bool capture(cudaStream_t stream, const std::function<void(int)>& launch, int fi
   if (failure.empty() && err != cudaSuccess)
     failure = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(err);
   if (failure.empty()) {
-    err = cudaGraphInstantiate(&g.exec, g.graph, 0);
+    err = instantiate_graph(&g.exec, g.graph, overlap, overlapped);
     if (err != cudaSuccess)
       failure = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(err);
   }
@@ -141,7 +142,10 @@ Timing time_launches(cudaStream_t stream, const std::function<void(int)>& launch
   GraphHolder g;
   if (opt.use_graph) {
     std::string why;
-    t.graph = capture(stream, launch, next, opt.launches, g, &why);
+    GraphOverlapResult overlapped;
+    t.graph = capture(stream, launch, next, opt.launches, opt.overlap, g, &overlapped, &why);
+    t.programmatic_edges = overlapped.programmatic_edges;
+    if (t.graph && !overlapped.note.empty()) t.note = "no overlap (" + overlapped.note + ")";
     next += opt.launches;
     if (t.graph) {
       // One replay outside the timing: uploads the graph and warms what the capture did not run.

@@ -15,6 +15,9 @@ struct TimerOptions {
   int repeats = 50;   // R: timing samples
   int warmup = 3;     // plain rounds of K launches before capture (module load, autotuning)
   bool use_graph = true;
+  // With the graph: its kernel -> kernel edges programmatic, as the trainer's step graph makes
+  // them (runtime/graph_overlap.h). Off for single ops, whose times are compared with cuDNN's.
+  bool overlap = false;
   // > 0: the timed samples together should take about this many seconds. One probed launch
   // estimates the launch time; K, the warm-up rounds and R then shrink so that slow kernels
   // (the naive ones on large shapes take milliseconds each) cost a fraction of a second instead
@@ -30,6 +33,7 @@ struct Timing {
   int launches = 0;    // K actually used (smaller than asked for under a budget)
   bool graph = false;  // false: plain launches (the graph was not asked for or could not be made)
   std::string note;    // why there is no graph when one was asked for
+  int programmatic_edges = 0;  // of the graph, with TimerOptions::overlap
 };
 
 // launch(i) enqueues launch number i on `stream` (i counts up from 0 through warm-up, capture and

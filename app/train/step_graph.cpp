@@ -7,6 +7,7 @@
 
 #include "runtime/env_switches.h"
 #include "runtime/error.h"
+#include "runtime/graph_overlap.h"
 
 #ifdef CNN_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -75,7 +76,8 @@ std::string cuda_graph_off_reason(Device dev, bool config_on, bool optimizer_syn
   return "";
 }
 
-StepGraph::StepGraph(const Exec& ex, bool enabled) : ex_(ex), enabled_(enabled) {
+StepGraph::StepGraph(const Exec& ex, bool enabled, bool overlap)
+    : ex_(ex), enabled_(enabled), overlap_wanted_(overlap) {
   CNN_CHECK(!enabled || (ex.device == Device::CUDA && ex.stream),
             "a CUDA graph needs the CUDA device and a created stream");
 }
@@ -116,6 +118,11 @@ void StepGraph::run(const std::function<void()>& body, bool capturable) {
   if (cudaGraphGetNodes(graph_, nullptr, &nodes) != cudaSuccess) (void)cudaGetLastError();
   news_ = fmt::format(
       "CUDA graph: captured the training step ({} nodes); every full batch is one replay", nodes);
+  if (overlap_.programmatic_edges > 0)
+    news_ += fmt::format("; {} kernels launch while the one before them ends",
+                         overlap_.programmatic_edges);
+  else if (!overlap_.note.empty())
+    news_ += "; kernels launch after the one before them (" + overlap_.note + ")";
   CNN_CUDA_CHECK(cudaGraphLaunch(exec_, ex_.stream));
 #else
   body();
@@ -142,7 +149,7 @@ bool StepGraph::capture(const std::function<void()>& body, std::string* why) {
     failure = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(err);
   cudaGraphExec_t exec = nullptr;
   if (failure.empty()) {
-    err = cudaGraphInstantiate(&exec, graph, 0);
+    err = instantiate_graph(&exec, graph, overlap_wanted_, &overlap_);
     if (err != cudaSuccess)
       failure = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(err);
   }

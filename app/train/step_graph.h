@@ -13,6 +13,7 @@
 #include "kernels/optimizer/optimizer.h"
 #include "layers/optim_options.h"
 #include "runtime/exec.h"
+#include "runtime/graph_overlap.h"
 #include "runtime/memory.h"
 
 namespace cnn {
@@ -66,7 +67,8 @@ std::string cuda_graph_off_reason(Device dev, bool config_on, bool optimizer_syn
 class StepGraph {
  public:
   // enabled: cuda_graph_off_reason() said "" (ex.stream must then be a created stream).
-  StepGraph(const Exec& ex, bool enabled);
+  // overlap: the captured kernels launch while the one before them ends (graph_overlap.h).
+  StepGraph(const Exec& ex, bool enabled, bool overlap = true);
   ~StepGraph();
   StepGraph(const StepGraph&) = delete;
   StepGraph& operator=(const StepGraph&) = delete;
@@ -87,10 +89,11 @@ class StepGraph {
   bool capture(const std::function<void()>& body, std::string* why);
 
   Exec ex_;
-  bool enabled_ = false, warmed_up_ = false, failed_ = false;
+  bool enabled_ = false, overlap_wanted_ = true, warmed_up_ = false, failed_ = false;
   struct CUgraph_st* graph_ = nullptr;     // cudaGraph_t
   struct CUgraphExec_st* exec_ = nullptr;  // cudaGraphExec_t
   std::string news_;
+  GraphOverlapResult overlap_;
 };
 
 }  // namespace cnn

@@ -392,7 +392,7 @@ void Trainer::prepare_steps() {
   state_ = std::make_unique<StepState>(ex_, steps_per_epoch_);
   train_->use_batch_counter(state_->batch());
   net_->set_step_counter(state_->update());  // dropout's masks move with the graph's step
-  graph_ = std::make_unique<StepGraph>(ex_, graph_off.empty());
+  graph_ = std::make_unique<StepGraph>(ex_, graph_off.empty(), read_env_switches().graph_overlap);
   startup_.expect_graph(graph_off.empty());
   if (dp_) {
     dp_->attach(*net_, ex_, kGradBucketBytes);

@@ -90,6 +90,19 @@ __device__ __forceinline__ void griddep_launch_dependents() {
 #endif
 }
 
+// The first statement of every kernel of the project (tests/test_kernel_entry.cpp checks it): wait
+// until the grid before this one in the stream has finished and its writes are visible, then let
+// the grid after it launch. A captured training step makes its kernel -> kernel edges
+// programmatic (runtime/graph_overlap.h), so each kernel's blocks are launched and resident,
+// waiting here, while the one before it drains: the launch gap between two kernels is hidden.
+// Waiting first keeps every read and write of the kernel after the previous grid's completion
+// (no hazard, even write after read), and at most one grid ahead is resident while waiting.
+// Without the launch attribute or edge both instructions are no-ops.
+__device__ __forceinline__ void griddep_enter() {
+  griddep_wait();
+  griddep_launch_dependents();
+}
+
 // A load of data the grid this one depends on writes, issued after griddep_wait: a plain
 // coherent load (ld.global.cg, cached in L2 only, where that grid's writes are once griddep_wait
 // returns). Not __ldg / ld.global.nc: the non-coherent path assumes the data is read-only for the

@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "kernels/common/ptx.cuh"
+
 namespace cnn::conv1ch {
 
 // max(v, 0) that passes NaN through (fmaxf would drop it): the ReLU of conv2d_forward.
@@ -84,6 +86,7 @@ __device__ __forceinline__ void wgrad_block_epilogue(const float* s_part, int st
 template <int kQ>
 __global__ void conv1ch_wgrad_reduce(const float* scratch, float* dw, float* db, int oc, int kk,
                                      int blocks_per_group) {
+  ptx::griddep_enter();
   const int v_per_block = kQ * (kk + 1);
   const int total = oc * (kk + 1);
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/common/ptx.cuh"
 #include "kernels/conv/conv2d_cuda.h"
 #include "kernels/conv/direct_conv_common.cuh"
 #include "runtime/cuda_check.h"
@@ -44,6 +45,7 @@ ConvDims dims_of(const Conv2dShape& s) {
 __global__ void conv2d_forward_naive(ConvDims d, const float* __restrict__ d_x,
                                      const float* __restrict__ d_w, const float* __restrict__ d_b,
                                      float* __restrict__ d_y, bool relu) {
+  ptx::griddep_enter();
   const int64_t total = static_cast<int64_t>(d.n) * d.oc * d.oh * d.ow;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -80,6 +82,7 @@ __global__ void __launch_bounds__(kTileH* kTileW)
     conv2d_forward_tiled(ConvDims d, int in_h, int in_w, const float* __restrict__ d_x,
                          const float* __restrict__ d_w, const float* __restrict__ d_b,
                          float* __restrict__ d_y, bool relu) {
+  ptx::griddep_enter();
   extern __shared__ float smem[];
   float* s_in = smem;               // (in_h, in_w): one input channel's tile + halo
   float* s_w = smem + in_h * in_w;  // (kOcGroup, KH, KW): that channel's weights
@@ -151,6 +154,7 @@ __global__ void __launch_bounds__(kTileH* kTileW)
 __global__ void conv2d_backward_data_naive(ConvDims d, const float* __restrict__ d_dy,
                                            const float* __restrict__ d_w,
                                            float* __restrict__ d_dx) {
+  ptx::griddep_enter();
   const int64_t total = static_cast<int64_t>(d.n) * d.c * d.h * d.w;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -187,6 +191,7 @@ __global__ void conv2d_backward_data_naive(ConvDims d, const float* __restrict__
 __global__ void conv2d_backward_weight_naive(ConvDims d, const float* __restrict__ d_x,
                                              const float* __restrict__ d_dy,
                                              float* __restrict__ d_dw, float* __restrict__ d_db) {
+  ptx::griddep_enter();
   const int taps = d.kh * d.kw;
   const int64_t weights = static_cast<int64_t>(d.oc) * d.c * taps;
   const int64_t slots = weights + (d_db ? d.oc : 0);
@@ -234,6 +239,7 @@ __global__ void __launch_bounds__(kBlock)
     conv2d_backward_weight_tiled(ConvDims d, int64_t chunks, const float* __restrict__ d_x,
                                  const float* __restrict__ d_dy, float* __restrict__ d_dw,
                                  float* __restrict__ d_db, float* __restrict__ d_scratch) {
+  ptx::griddep_enter();
   extern __shared__ float s_acc[];  // (KH*KW + 1, blockDim.x): per-thread partial sums
   __shared__ float s_warp[kBlock / 32];
   const int taps = d.kh * d.kw;

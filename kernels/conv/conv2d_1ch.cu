@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/common/ptx.cuh"
 #include "kernels/conv/conv1ch_common.cuh"
 #include "kernels/conv/conv2d_1ch.h"
 #include "runtime/cuda_check.h"
@@ -87,6 +88,7 @@ __device__ __forceinline__ void load_tile(const Params& p, int n, int oy0, int o
 // K x 8 input window is read from shared memory once per window row and reused 8 x 4 times.
 template <int K>
 __global__ void __launch_bounds__(kFwdThreads) conv1ch_forward_fast(const Params p) {
+  ptx::griddep_enter();
   constexpr int KK = K * K, KKP = (KK + 3) / 4 * 4;
   extern __shared__ float4 smem_f4[];
   float* s_w = reinterpret_cast<float*>(smem_f4);  // (8, KKP)
@@ -160,6 +162,7 @@ __global__ void __launch_bounds__(kFwdThreads) conv1ch_forward_fast(const Params
 // Any kernel size and stride. Thread mapping: one output element per thread (grid-stride over
 // the flattened (N, OC, OH, OW) index).
 __global__ void conv1ch_forward_direct(const Params p, int kh, int kw, int sh, int sw) {
+  ptx::griddep_enter();
   const int64_t total = static_cast<int64_t>(p.n) * p.oc * p.oh * p.ow;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -213,6 +216,7 @@ __device__ __forceinline__ void load_dy_strip(const Params& p, int n, int oc0, i
 // deterministic.
 template <int K>
 __global__ void __launch_bounds__(kWgradThreads) conv1ch_wgrad_fast(const Params p) {
+  ptx::griddep_enter();
   constexpr int KK = K * K, kQ = kWgradOcPerBlock;
   constexpr int V = kQ * (KK + 1);  // gradients per block: (q, ky, kx) then biases q
   constexpr int VP = (V <= 64) ? 64 : 128;
@@ -298,6 +302,7 @@ __global__ void __launch_bounds__(kWgradThreads) conv1ch_wgrad_fast(const Params
 // tid, tid + 256, ...; a fixed-order block sum finishes it, so this path is deterministic.
 __global__ void __launch_bounds__(kDirectThreads)
     conv1ch_wgrad_direct(const Params p, int kh, int kw, int sh, int sw) {
+  ptx::griddep_enter();
   __shared__ float s_warp[kDirectThreads / 32];
   const int kk = kh * kw;
   const int oc = blockIdx.x / (kk + 1), r = blockIdx.x % (kk + 1);

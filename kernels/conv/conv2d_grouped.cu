@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/common/ptx.cuh"
 #include "kernels/conv/conv2d_grouped_cuda.h"
 #include "kernels/conv/direct_conv_common.cuh"
 #include "runtime/cuda_check.h"
@@ -56,6 +57,7 @@ __device__ __forceinline__ int floor_div(int a, int b) {
 __global__ void grouped_forward_naive(GDims d, const float* __restrict__ d_x,
                                       const float* __restrict__ d_w, const float* __restrict__ d_b,
                                       float* __restrict__ d_y, bool relu) {
+  ptx::griddep_enter();
   const int64_t total = static_cast<int64_t>(d.n) * d.oc * d.oh * d.ow;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -89,6 +91,7 @@ __global__ void grouped_forward_naive(GDims d, const float* __restrict__ d_x,
 __global__ void grouped_backward_data_naive(GDims d, const float* __restrict__ d_dy,
                                             const float* __restrict__ d_w,
                                             float* __restrict__ d_dx) {
+  ptx::griddep_enter();
   const int64_t total = static_cast<int64_t>(d.n) * d.c * d.h * d.w;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -129,6 +132,7 @@ __global__ void grouped_backward_data_naive(GDims d, const float* __restrict__ d
 __global__ void grouped_backward_weight_naive(GDims d, const float* __restrict__ d_x,
                                               const float* __restrict__ d_dy,
                                               float* __restrict__ d_dw, float* __restrict__ d_db) {
+  ptx::griddep_enter();
   const int taps = d.kh * d.kw;
   const int64_t weights = static_cast<int64_t>(d.oc) * d.cg * taps;
   const int64_t slots = weights + (d_db ? d.oc : 0);
@@ -175,6 +179,7 @@ __global__ void __launch_bounds__(kTile* kTile)
     grouped_forward_tiled(GDims d, int in_h, int in_w, const float* __restrict__ d_x,
                           const float* __restrict__ d_w, const float* __restrict__ d_b,
                           float* __restrict__ d_y, bool relu) {
+  ptx::griddep_enter();
   extern __shared__ float smem[];
   float* s_in = smem;               // (in_h, in_w)
   float* s_w = smem + in_h * in_w;  // (KH, KW)
@@ -224,6 +229,7 @@ __global__ void __launch_bounds__(kTile* kTile)
 __global__ void __launch_bounds__(kTile* kTile)
     grouped_backward_data_tiled(GDims d, int dy_h, int dy_w, const float* __restrict__ d_dy,
                                 const float* __restrict__ d_w, float* __restrict__ d_dx) {
+  ptx::griddep_enter();
   extern __shared__ float smem[];
   float* s_dy = smem;               // (dy_h, dy_w)
   float* s_w = smem + dy_h * dy_w;  // (KH, KW)
@@ -283,6 +289,7 @@ __global__ void __launch_bounds__(kBlock)
     grouped_backward_weight_tiled(GDims d, int64_t chunks, const float* __restrict__ d_x,
                                   const float* __restrict__ d_dy, float* __restrict__ d_dw,
                                   float* __restrict__ d_db, float* __restrict__ d_scratch) {
+  ptx::griddep_enter();
   extern __shared__ float s_acc[];  // (KH*KW + 1, blockDim.x)
   __shared__ float s_warp[kBlock / 32];
   const int taps = d.kh * d.kw;
@@ -394,6 +401,7 @@ template <int K, bool kVec, bool kBackward>
 __global__ void __launch_bounds__(kBlock)
     depthwise_fast(FastDims d, const float* __restrict__ d_in, const float* __restrict__ d_w,
                    const float* __restrict__ d_b, float* __restrict__ d_out, bool relu) {
+  ptx::griddep_enter();
   constexpr int P = K / 2;
   constexpr int kRows = kDepthwiseFwdRows;
   extern __shared__ float4 s4[];
@@ -541,6 +549,7 @@ __global__ void __launch_bounds__(kBlock)
     depthwise_fast_wgrad(FastDims d, int oc_total, const float* __restrict__ d_x,
                          const float* __restrict__ d_dy, float* __restrict__ d_dw,
                          float* __restrict__ d_db, float* __restrict__ d_scratch) {
+  ptx::griddep_enter();
   constexpr int P = K / 2;
   constexpr int kJobs = K * K + 1;
   extern __shared__ float4 s4[];
@@ -658,6 +667,7 @@ template <int K, bool kVec, bool kBackward>
 __global__ void __launch_bounds__(kDepthwiseRowsThreads)
     depthwise_rows(RowsDims d, const float* __restrict__ d_in, const float* __restrict__ d_w,
                    const float* __restrict__ d_b, float* __restrict__ d_out, bool relu) {
+  ptx::griddep_enter();
   constexpr int P = K / 2;
   const int64_t plane_size = static_cast<int64_t>(d.h) * d.w;
   const int items = d.strip * d.qw;
@@ -859,6 +869,7 @@ template <int K, bool kVec, bool kBackward>
 __global__ void __launch_bounds__(kDepthwiseStreamThreads)
     depthwise_stream(StreamDims d, const float* __restrict__ d_in, const float* __restrict__ d_w,
                      const float* __restrict__ d_b, float* __restrict__ d_out, bool relu) {
+  ptx::griddep_enter();
   const int64_t plane_size = static_cast<int64_t>(d.h) * d.w;
   const int64_t blocks = d.planes * d.strips * d.tiles_x;
   for (int64_t blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
@@ -907,6 +918,7 @@ __global__ void __launch_bounds__(kDepthwiseStreamThreads)
     depthwise_stream_wgrad(StreamDims d, int n_images, const float* __restrict__ d_x,
                            const float* __restrict__ d_dy, float* __restrict__ d_dw,
                            float* __restrict__ d_db, float* __restrict__ d_scratch) {
+  ptx::griddep_enter();
   constexpr int P = K / 2, D = stream_ahead<K>(), R = K + D;
   constexpr int kJobs = K * K + 1;
   __shared__ float s_red[kDepthwiseStreamThreads / 32][kJobs];

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/common/ptx.cuh"
 #include "kernels/conv/conv2d_dgrad_phase.h"
 #include "kernels/conv/conv2d_igemm.h"
 #include "kernels/conv/conv2d_igemm_dgrad.h"
@@ -729,6 +730,7 @@ struct WgradProblem {
 __global__ void wgrad_reduce_splits(const float* __restrict__ d_scratch, int splits, int slots,
                                     int weight_slots, float* __restrict__ d_dw,
                                     float* __restrict__ d_db) {
+  ptx::griddep_enter();
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < slots; i += gridDim.x * blockDim.x) {
     float acc = 0.f;
     for (int s = 0; s < splits; ++s) acc += d_scratch[static_cast<int64_t>(s) * slots + i];

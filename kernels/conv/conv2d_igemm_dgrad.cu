@@ -70,6 +70,7 @@ struct DgParams {
 template <int kKhw>
 __global__ void __launch_bounds__(kThreads, 3)
     dgrad_slab_kernel(const __grid_constant__ DgParams p) {
+  ptx::griddep_enter();
   extern __shared__ float4 smem_f4[];
   float* smem = reinterpret_cast<float*>(smem_f4);
   const int khw = kKhw ? kKhw : p.khw;

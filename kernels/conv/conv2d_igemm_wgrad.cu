@@ -87,6 +87,7 @@ constexpr int kSimt = 0, kTf32 = 1, kBf16 = 2;
 template <int kMath>
 __global__ void __launch_bounds__(kThreads, 4)
     wgrad_ktile_kernel(const __grid_constant__ WgParams p) {
+  ptx::griddep_enter();
   extern __shared__ float4 smem_f4[];
   float* smem = reinterpret_cast<float*>(smem_f4);
   int2* tab = reinterpret_cast<int2*>(smem + kStages * kStageFloats);  // [chunk]
@@ -351,6 +352,7 @@ __global__ void __launch_bounds__(kThreads, 4)
 __global__ void wgrad_ktile_reduce(const float* __restrict__ d_scratch, int splits, int slots,
                                    int weight_slots, float* __restrict__ d_dw,
                                    float* __restrict__ d_db) {
+  ptx::griddep_enter();
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < slots; i += gridDim.x * blockDim.x) {
     float acc = 0.f;
     for (int s = 0; s < splits; ++s) acc += d_scratch[static_cast<int64_t>(s) * slots + i];

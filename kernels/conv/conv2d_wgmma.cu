@@ -38,6 +38,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/ptx.cuh"
 #include "kernels/conv/conv2d_wgmma.h"
 #include "kernels/conv/conv2d_wgmma_tile.cuh"
 #include "kernels/gemm/gemm_wgmma.h"
@@ -244,6 +245,7 @@ __device__ __forceinline__ void conv_wgmma_body(const CUtensorMap& map_b, const 
 template <int BN, bool kBTma>
 __global__ void __launch_bounds__(kThreads, 1)
     conv2d_wgmma_kernel(const __grid_constant__ CUtensorMap map_b, const ConvParams p) {
+  ptx::griddep_enter();
 #ifdef CNN_WGMMA_CONV_DEVICE_CODE
   conv_wgmma_body<BN, kBTma>(map_b, p);
 #else

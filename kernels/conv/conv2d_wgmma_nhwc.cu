@@ -141,6 +141,7 @@ __device__ __forceinline__ void store16(__nv_bfloat16* p, const __nv_bfloat16 (&
 template <class T, bool kVecLoad>
 __global__ void nchw_to_nhwc_kernel(const float* __restrict__ x, int c, int64_t hw, int c_pad,
                                     int pquads, int blocks_c, int threads, T* __restrict__ out) {
+  ptx::griddep_enter();
   constexpr int kChannels = 16 / int(sizeof(T));
   const int i = int(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= threads) return;
@@ -181,6 +182,7 @@ template <class T>
 __global__ void pack_weights_kernel(const float* __restrict__ w, int rows, int taps, int k_count,
                                     int k_pad, int64_t ld_r, int64_t ld_k, int flip,
                                     T* __restrict__ out) {
+  ptx::griddep_enter();
   const int64_t total = int64_t(rows) * taps * k_pad;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -279,6 +281,7 @@ template <int BN, class T, int kPerSm>
 __global__ void __launch_bounds__(kThreads, kPerSm)
     conv2d_wgmma_nhwc_kernel(const __grid_constant__ CUtensorMap map_a,
                              const __grid_constant__ CUtensorMap map_b, const NhwcParams p) {
+  ptx::griddep_enter();
 #ifdef CNN_WGMMA_NHWC_DEVICE_CODE
   conv_nhwc_body<BN, T, kPerSm>(map_a, map_b, p);
 #else

@@ -89,6 +89,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/common/ptx.cuh"
 #include "kernels/conv/conv2d_wgmma_wgrad.h"
 #include "kernels/conv/conv2d_wgrad_box.h"
 #include "kernels/conv/conv2d_wgrad_box_copies.h"
@@ -184,6 +185,7 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB>::kThreads, WgPlan<kBM, kBox
                        const __grid_constant__ CUtensorMap map_x,
                        const __grid_constant__ CUtensorMap map_xd,
                        const __grid_constant__ WgradParams p) {
+  ptx::griddep_enter();
 #ifdef CNN_WGMMA_WGRAD_DEVICE_CODE
   using P = WgPlan<kBM, kBoxB>;
   constexpr int kStages = P::kStages;
@@ -477,6 +479,7 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB>::kThreads, WgPlan<kBM, kBox
 __global__ void wgrad_wgmma_reduce(const float* __restrict__ d_scratch, int splits, int64_t slots,
                                    int64_t weight_slots, int64_t used, float* __restrict__ d_dw,
                                    float* __restrict__ d_db) {
+  ptx::griddep_enter();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < used;
        i += int64_t(gridDim.x) * blockDim.x) {
     float acc = 0.f;

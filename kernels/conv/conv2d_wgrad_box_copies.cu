@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/common/ptx.cuh"
 #include "kernels/conv/conv2d_wgrad_box_copies.h"
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
@@ -30,6 +31,7 @@ struct CopiesParams {
 // shifted by qw - pw: no 16-byte alignment to rely on).
 __global__ void wgrad_box_copies_kernel(const float* __restrict__ d_x, float4* __restrict__ d_out,
                                         CopiesParams p) {
+  ptx::griddep_enter();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < p.total;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int quad = int(i % p.quads);

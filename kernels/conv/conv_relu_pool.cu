@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/common/ptx.cuh"
 #include "kernels/conv/conv1ch_common.cuh"
 #include "kernels/conv/conv_relu_pool_cuda.h"
 #include "runtime/cuda_check.h"
@@ -123,6 +124,7 @@ __device__ __forceinline__ void load_row(const float* src, float (&r)[K + 1]) {
 // conv2d_1ch's fast kernel (bias, then ky, kx ascending, fmaf), so y is bitwise that chain's.
 template <int K>
 __global__ void __launch_bounds__(kMaxTile) crp_forward(const Params p) {
+  ptx::griddep_enter();
   static_assert(K % 2 == 1, "odd kernels only");
   constexpr int KW4 = (K + 3) / 4 * 4;  // weight row padded to whole float4s
   extern __shared__ float4 smem_f4[];
@@ -228,6 +230,7 @@ __global__ void __launch_bounds__(kMaxTile) crp_forward(const Params p) {
 // atomicAdd or scratch (block, value) when deterministic.
 template <int K, int kSlots>
 __global__ void __launch_bounds__(kWgradGroup * 32 * kSlots, 1) crp_wgrad(const Params p) {
+  ptx::griddep_enter();
   constexpr int KK = K * K;
   constexpr int VP = KK + 1 <= 32 ? 32 : 64;  // a channel's taps + bias, padded for the reduce
   constexpr int kBlockValues = kWgradGroup * (KK + 1);  // layout of conv1ch_common.cuh

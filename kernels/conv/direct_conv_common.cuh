@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/common/ptx.cuh"
 #include "runtime/cuda_check.h"
 #include "runtime/math_util.h"
 
@@ -59,6 +60,7 @@ __device__ float block_sum(float v, float* s_warp) {
 __global__ void backward_weight_finish(int64_t weights, int64_t slots, int64_t partials,
                                        const float* __restrict__ d_scratch,
                                        float* __restrict__ d_dw, float* __restrict__ d_db) {
+  ptx::griddep_enter();
   for (int64_t slot = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; slot < slots;
        slot += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     if (slot >= weights && !d_db) continue;

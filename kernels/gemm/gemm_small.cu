@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/ptx.cuh"
 #include "runtime/cuda_check.h"
 #include "kernels/gemm/gemm_small.h"
 #include "runtime/math_util.h"
@@ -27,6 +28,7 @@ constexpr int kDotWarps = 4;
 // lanes.
 __global__ void __launch_bounds__(32 * kDotWarps)
     gemm_dot(const __grid_constant__ Args p, bool vec) {
+  ptx::griddep_enter();
   const int lane = threadIdx.x % 32;
   const int64_t o = int64_t(blockIdx.x) * kDotWarps + threadIdx.x / 32;
   if (o >= int64_t(p.m) * p.n) return;  // whole warps leave together
@@ -62,6 +64,7 @@ constexpr int kSmallM = 16, kSmallMWarps = 8;
 // B along the lanes); the 8 warps' partials are then added in warp order through shared memory
 // by thread (row, column) = (t / 32 + 8 r, t % 32).
 __global__ void __launch_bounds__(32 * kSmallMWarps) gemm_small_m(const __grid_constant__ Args p) {
+  ptx::griddep_enter();
   __shared__ float red[kSmallMWarps][kSmallM][33];
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
   const int j = blockIdx.x * 32 + lane, i0 = blockIdx.y * kSmallM;
@@ -99,6 +102,7 @@ constexpr int kSmallKThreads = 256;
 // Thread mapping: thread t of block b owns output o = b*256 + t, (i, j) = (o / n, o % n), and
 // sums its k in order (consecutive lanes on consecutive columns).
 __global__ void __launch_bounds__(kSmallKThreads) gemm_small_k(const __grid_constant__ Args p) {
+  ptx::griddep_enter();
   const int64_t o = int64_t(blockIdx.x) * kSmallKThreads + threadIdx.x;
   if (o >= int64_t(p.m) * p.n) return;
   const int i = static_cast<int>(o / p.n), j = static_cast<int>(o % p.n);

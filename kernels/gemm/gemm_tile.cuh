@@ -635,6 +635,7 @@ __device__ __forceinline__ void igemm_body(const P& p) {
 
 template <class C, class P>
 __global__ void __launch_bounds__(C::kThreads) igemm_kernel(const __grid_constant__ P p) {
+  ptx::griddep_enter();
   igemm_body<C>(p);
 }
 
@@ -642,6 +643,7 @@ __global__ void __launch_bounds__(C::kThreads) igemm_kernel(const __grid_constan
 // two blocks (8 warps) per SM; the bound keeps three.
 template <class C, class P>
 __global__ void __launch_bounds__(C::kThreads, 3) igemm_packed_kernel(const __grid_constant__ P p) {
+  ptx::griddep_enter();
   igemm_body<C>(p);
 }
 

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/common/ptx.cuh"
 #include "kernels/gemm/gemm_tile.cuh"
 #include "runtime/cuda_check.h"
 #include "runtime/math_util.h"
@@ -345,6 +346,7 @@ struct Problem {
 // staged tile (of its cluster rank's slice when split), row e / (BN/4), columns 4 (e % (BN/4)).
 template <class C>
 __global__ void __launch_bounds__(C::kThreads) vec_gemm_kernel(const __grid_constant__ Problem p) {
+  ptx::griddep_enter();
   extern __shared__ float4 smem_f4[];
   float* smem = reinterpret_cast<float*>(smem_f4);
   const int tid = threadIdx.x;

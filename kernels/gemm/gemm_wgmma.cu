@@ -37,6 +37,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/ptx.cuh"
 #include "kernels/gemm/gemm_wgmma.h"
 #include "kernels/gemm/wgmma_ptx.cuh"
 #include "runtime/cuda_check.h"
@@ -321,6 +322,7 @@ template <bool kBf16, int kLA, int kLB>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_a,
                       const __grid_constant__ CUtensorMap map_b, const Params p) {
+  ptx::griddep_enter();
 #ifdef CNN_WGMMA_DEVICE_CODE
   using P = Plan<kBf16, kLA, kLB>;
   constexpr int kStages = P::kStages;

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/common/ptx.cuh"
 #include "runtime/cuda_check.h"
 #include "kernels/gemm/linear_cuda.h"
 #include "runtime/math_util.h"
@@ -53,6 +54,7 @@ __device__ __forceinline__ void store_c(const GemmArgs& g, int m, int n, float a
 // over k in order.
 template <bool kTransA, bool kTransB>
 __global__ void gemm_naive(GemmArgs g) {
+  ptx::griddep_enter();
   const int64_t total = int64_t(g.m) * g.n;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < total; o += stride) {
@@ -75,6 +77,7 @@ __global__ void gemm_naive(GemmArgs g) {
 // read consecutive addresses of whichever dimension is contiguous in global memory.
 template <int BM, int BN, int BK, int TM, int TN, int KS, bool kTransA, bool kTransB>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN) * KS) gemm_tiled(GemmArgs g) {
+  ptx::griddep_enter();
   constexpr int kGroup = (BM / TM) * (BN / TN);  // threads per K group
   constexpr int kLoadsA = BM * BK / kGroup, kLoadsB = BN * BK / kGroup;
   static_assert(BM * BK % kGroup == 0 && BN * BK % kGroup == 0, "tile not divisible");
@@ -185,6 +188,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN) * KS) gemm_tiled(GemmArg
 // writes scratch[r][o] (deterministic) or atomically adds into db.
 __global__ void db_partial(int n, int out, const float* __restrict__ d_dy, float* d_db,
                            float* d_scratch, int chunks, bool deterministic) {
+  ptx::griddep_enter();
   const int64_t total = int64_t(out) * chunks;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += stride) {
@@ -212,6 +216,7 @@ constexpr int kDbColsumMaxRows = 1024;
 // fixed, so atomic and deterministic modes give the same bits.
 __global__ void __launch_bounds__(32 * kDbColsumWarps)
     db_colsum(int n, int out, const float* __restrict__ d_dy, float* __restrict__ d_db) {
+  ptx::griddep_enter();
   __shared__ float part[kDbColsumWarps][32];
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
   const int o = blockIdx.x * 32 + lane;
@@ -233,6 +238,7 @@ __global__ void __launch_bounds__(32 * kDbColsumWarps)
 // Thread mapping: each thread owns one column o of db and adds the chunk partials in order.
 __global__ void db_combine(int out, int chunks, const float* __restrict__ d_scratch,
                            float* __restrict__ d_db) {
+  ptx::griddep_enter();
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < out; o += stride) {
     float sum = 0.f;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cub/cub.cuh>
 
+#include "kernels/common/ptx.cuh"
 #include "kernels/loss/softmax_xent_cuda.h"
 #include "runtime/cuda_check.h"
 #include "runtime/math_util.h"
@@ -39,6 +40,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
                       const int32_t* __restrict__ d_labels, float* __restrict__ d_loss_rows,
                       int32_t* __restrict__ d_pred, float* __restrict__ d_dlogits, float grad_scale,
                       float eps) {
+  ptx::griddep_enter();
   using MaxReduce = cub::WarpReduce<MaxAt>;
   using SumReduce = cub::WarpReduce<float>;
   __shared__ typename MaxReduce::TempStorage max_tmp[kWarpsPerBlock];
@@ -105,6 +107,7 @@ __global__ void __launch_bounds__(kMetricsThreads)
     metrics_block_reduce(int n, const float* __restrict__ d_loss_rows,
                          const int32_t* __restrict__ d_pred, const int32_t* __restrict__ d_labels,
                          double* __restrict__ d_totals) {
+  ptx::griddep_enter();
   using Reduce = cub::BlockReduce<double, kMetricsThreads>;
   __shared__ typename Reduce::TempStorage tmp;
   double loss = 0, correct = 0;

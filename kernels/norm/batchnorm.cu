@@ -35,6 +35,7 @@
 #include <cub/cub.cuh>
 #include <initializer_list>
 
+#include "kernels/common/ptx.cuh"
 #include "kernels/norm/batchnorm_cuda.h"
 #include "runtime/cuda_check.h"
 #include "runtime/env_switches.h"
@@ -146,6 +147,7 @@ __global__ void __launch_bounds__(kThreads)
                     const float* __restrict__ d_gamma, const float* __restrict__ d_invstd,
                     const float* __restrict__ d_mean, double* __restrict__ d_part,
                     double* __restrict__ d_shift) {
+  ptx::griddep_enter();
   using Reduce = cub::BlockReduce<double, kThreads>;
   __shared__ typename Reduce::TempStorage tmp;
   const int c = blockIdx.x, s = blockIdx.y;
@@ -314,6 +316,7 @@ __global__ void __launch_bounds__(kFinishThreads)
                       float* __restrict__ d_mean, float* __restrict__ d_invstd,
                       float* __restrict__ d_running_mean, float* __restrict__ d_running_var,
                       float* __restrict__ d_num_batches) {
+  ptx::griddep_enter();
   const int c = int((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32);
   if (blockIdx.x == 0 && threadIdx.x == 0 && d_num_batches) *d_num_batches += 1.0f;
   if (c >= c_count) return;  // whole warps: the shuffles below see all 32 lanes
@@ -331,6 +334,7 @@ __global__ void __launch_bounds__(kFinishThreads)
                        const float* __restrict__ d_gamma, const float* __restrict__ d_invstd,
                        float* __restrict__ d_dgamma, float* __restrict__ d_dbeta,
                        double* __restrict__ d_coef) {
+  ptx::griddep_enter();
   const int c = int((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32);
   if (c >= c_count) return;  // whole warps, as above
   double sum_dy, sum_dy_xmu;
@@ -470,6 +474,7 @@ __global__ void __launch_bounds__(kThreads)
                  const float* __restrict__ d_res, const float* __restrict__ d_gamma,
                  const float* __restrict__ d_beta, const float* __restrict__ d_mean,
                  const float* __restrict__ d_spread, bool relu, float* __restrict__ d_y) {
+  ptx::griddep_enter();
   walk_planes(pg, [&](int64_t plane, int c, int64_t g0, int lanes) {
     const float mean = d_mean[c], beta = d_beta[c];
     const float scale = kEval ? d_gamma[c] / sqrtf(d_spread[c] + eps) : d_spread[c] * d_gamma[c];
@@ -489,6 +494,7 @@ __global__ void __launch_bounds__(kThreads)
                            float* __restrict__ d_mean, float* __restrict__ d_invstd,
                            float* __restrict__ d_running_mean, float* __restrict__ d_running_var,
                            float* __restrict__ d_num_batches) {
+  ptx::griddep_enter();
   __shared__ float s_mean[kThreads], s_scale[kThreads], s_beta[kThreads];  // by slot
   walk_planes_finishing(
       pg, f,
@@ -559,6 +565,7 @@ __global__ void __launch_bounds__(kThreads)
                      ReluMask mask, const float* __restrict__ d_gamma,
                      const float* __restrict__ d_invstd, const float* __restrict__ d_mean,
                      const double* __restrict__ d_coef, float* __restrict__ d_dx) {
+  ptx::griddep_enter();
   walk_planes(pg, [&](int64_t plane, int c, int64_t g0, int lanes) {
     const float a = float(d_coef[3 * c]), mdy = float(d_coef[3 * c + 1]),
                 b = float(d_coef[3 * c + 2]), mean = d_mean[c];
@@ -576,6 +583,7 @@ __global__ void __launch_bounds__(kThreads)
                                const float* __restrict__ d_gamma, const float* __restrict__ d_mean,
                                const float* __restrict__ d_invstd, float* __restrict__ d_dgamma,
                                float* __restrict__ d_dbeta, float* __restrict__ d_dx) {
+  ptx::griddep_enter();
   __shared__ float s_a[kThreads], s_mdy[kThreads], s_b[kThreads], s_mean[kThreads];  // by slot
   __shared__ float2 s_mask[kThreads];
   walk_planes_finishing(

@@ -8,6 +8,7 @@
 #include <cub/cub.cuh>
 #include <initializer_list>
 
+#include "kernels/common/ptx.cuh"
 #include "runtime/cuda_check.h"
 #include "runtime/math_util.h"
 #include "kernels/optimizer/optimizer_cuda.h"
@@ -116,6 +117,7 @@ template <bool kVec>
 __global__ void sgd_update_kernel(int64_t count, float* __restrict__ d_w, float* __restrict__ d_g,
                                   float* __restrict__ d_m, const uint8_t* __restrict__ d_mask,
                                   SgdParams p, float grad_scale, const float* __restrict__ d_lr) {
+  ptx::griddep_enter();
   const SgdRule rule{p, grad_scale, d_lr ? *d_lr : p.lr};
   // Without momentum m is neither read nor written (the caller may pass none).
   update_params<kVec>(count, d_w, d_g, p.momentum != 0.f ? d_m : nullptr, nullptr, d_mask, rule);
@@ -132,6 +134,7 @@ __global__ void adam_update_kernel(int64_t count, float* __restrict__ d_w, float
                                    float step_size, float bc2_sqrt, float grad_scale,
                                    const float* __restrict__ d_lr,
                                    const int64_t* __restrict__ d_step) {
+  ptx::griddep_enter();
   float lr = p.lr;
   if constexpr (kDeviceStep) {
     __shared__ float s_step[3];  // lr, step_size, bc2_sqrt
@@ -157,6 +160,7 @@ __global__ void adam_update_kernel(int64_t count, float* __restrict__ d_w, float
 __global__ void advance_step_counters_single(StepCounters* __restrict__ d_c,
                                              const float* __restrict__ d_lr_table,
                                              int64_t table_len) {
+  ptx::griddep_enter();
   const int64_t b = d_c->batch + 1;
   d_c->batch = b;
   d_c->update += 1;
@@ -170,6 +174,7 @@ __global__ void advance_step_counters_single(StepCounters* __restrict__ d_c,
 __global__ void __launch_bounds__(kSumSquaresThreads)
     sum_squares_partial(int64_t count, const float* __restrict__ d_g,
                         double* __restrict__ d_partials) {
+  ptx::griddep_enter();
   using Reduce = cub::BlockReduce<double, kSumSquaresThreads>;
   __shared__ typename Reduce::TempStorage tmp;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
@@ -187,6 +192,7 @@ __global__ void __launch_bounds__(kSumSquaresThreads)
 __global__ void __launch_bounds__(kSumSquaresThreads)
     sum_squares_final(int64_t partials, const double* __restrict__ d_partials,
                       double* __restrict__ d_out) {
+  ptx::griddep_enter();
   using Reduce = cub::BlockReduce<double, kSumSquaresThreads>;
   __shared__ typename Reduce::TempStorage tmp;
   double s = 0;
@@ -199,6 +205,7 @@ __global__ void __launch_bounds__(kSumSquaresThreads)
 // finds a NaN/Inf stores 1 (all writers store the same value, so the race is harmless).
 __global__ void find_nonfinite_naive(int64_t count, const float* __restrict__ d_x,
                                      int32_t* __restrict__ d_flag) {
+  ptx::griddep_enter();
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   bool bad = false;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride)

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/common/ptx.cuh"
 #include "kernels/pointwise/add_cuda.h"
 #include "runtime/cuda_check.h"
 #include "runtime/math_util.h"
@@ -19,6 +20,7 @@ constexpr int64_t kMaxBlocks = 8192;
 // Thread mapping: each thread owns float4 groups v = tid, tid + stride, ... (grid-stride), then
 // one thread of the grid per leftover element of the last count % 4.
 __global__ void add_vec4(int64_t count, const float* d_a, const float* d_b, float* d_y) {
+  ptx::griddep_enter();
   const int64_t n4 = count / 4;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -34,6 +36,7 @@ __global__ void add_vec4(int64_t count, const float* d_a, const float* d_b, floa
 
 // Thread mapping: each thread owns elements i = tid, tid + stride, ... (unaligned pointers).
 __global__ void add_scalar(int64_t count, const float* d_a, const float* d_b, float* d_y) {
+  ptx::griddep_enter();
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride)
     d_y[i] = d_a[i] + d_b[i];

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/common/ptx.cuh"
 #include "runtime/hash_rng.h"  // header-only, no dependencies: the hash the data pipeline also uses
 #include "kernels/pointwise/dropout_cuda.h"
 #include "runtime/cuda_check.h"
@@ -20,6 +21,7 @@ constexpr int64_t kMaxBlocks = 8192;  // grid-stride beyond this
 // coin is the top 32 bits of hash3(seed, step, k), the step read once per thread from d_step.
 __global__ void dropout_apply(int64_t count, const float* d_in, float* d_out, uint32_t threshold,
                               float scale, uint64_t seed, const int64_t* d_step) {
+  ptx::griddep_enter();
   const uint64_t step = d_step ? uint64_t(*d_step) : 0;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < count; k += stride) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/common/ptx.cuh"
 #include "runtime/cuda_check.h"
 #include "runtime/math_util.h"
 #include "kernels/pointwise/relu_cuda.h"
@@ -26,6 +27,7 @@ __device__ __forceinline__ float relu_grad1(float y, float dy) {
 // Thread mapping: each thread owns float4 groups v = tid, tid + stride, ... (grid-stride), then
 // one thread of the grid per leftover element of the last count % 4.
 __global__ void relu_forward_vec4(int64_t count, const float* d_x, float* d_y) {
+  ptx::griddep_enter();
   const int64_t n4 = count / 4;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -40,6 +42,7 @@ __global__ void relu_forward_vec4(int64_t count, const float* d_x, float* d_y) {
 
 // Thread mapping: each thread owns elements i = tid, tid + stride, ... (unaligned pointers).
 __global__ void relu_forward_scalar(int64_t count, const float* d_x, float* d_y) {
+  ptx::griddep_enter();
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride)
     d_y[i] = relu1(d_x[i]);
@@ -48,6 +51,7 @@ __global__ void relu_forward_scalar(int64_t count, const float* d_x, float* d_y)
 // Thread mapping: as relu_forward_vec4, over (y, dy) -> dx.
 __global__ void relu_backward_vec4(int64_t count, const float* d_y, const float* d_dy,
                                    float* d_dx) {
+  ptx::griddep_enter();
   const int64_t n4 = count / 4;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -65,6 +69,7 @@ __global__ void relu_backward_vec4(int64_t count, const float* d_y, const float*
 // Thread mapping: each thread owns elements i = tid, tid + stride, ... (unaligned pointers).
 __global__ void relu_backward_scalar(int64_t count, const float* d_y, const float* d_dy,
                                      float* d_dx) {
+  ptx::griddep_enter();
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride)
     d_dx[i] = relu_grad1(d_y[i], d_dy[i]);

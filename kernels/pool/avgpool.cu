@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "kernels/common/ptx.cuh"
 #include "kernels/pool/avgpool_cuda.h"
 #include "runtime/cuda_check.h"
 #include "runtime/math_util.h"
@@ -27,6 +28,7 @@ unsigned grid_for(int64_t total) {
 template <class Index>
 __global__ void avgpool_forward_naive(AvgPoolShape s, int oh, int ow, Index total,
                                       const float* __restrict__ d_x, float* __restrict__ d_y) {
+  ptx::griddep_enter();
   const float inv = 1.f / float(s.kh * s.kw);
   for (Index o = Index(blockIdx.x) * blockDim.x + threadIdx.x; o < total;
        o += Index(gridDim.x) * blockDim.x) {
@@ -49,6 +51,7 @@ __global__ void avgpool_forward_naive(AvgPoolShape s, int oh, int ow, Index tota
 template <class Index>
 __global__ void avgpool_backward_gather(AvgPoolShape s, int oh, int ow, Index total,
                                         const float* __restrict__ d_dy, float* __restrict__ d_dx) {
+  ptx::griddep_enter();
   const float inv = 1.f / float(s.kh * s.kw);
   for (Index e = Index(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += Index(gridDim.x) * blockDim.x) {
@@ -75,6 +78,7 @@ __global__ void avgpool_backward_gather(AvgPoolShape s, int oh, int ow, Index to
 __global__ void global_avgpool_forward_warp(int64_t planes, int64_t plane,
                                             const float* __restrict__ d_x,
                                             float* __restrict__ d_y) {
+  ptx::griddep_enter();
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x / kWarp);
   for (int64_t p = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp; p < planes;
@@ -92,6 +96,7 @@ template <class Index>
 __global__ void global_avgpool_backward_spread(Index total, Index plane,
                                                const float* __restrict__ d_dy,
                                                float* __restrict__ d_dx) {
+  ptx::griddep_enter();
   const float inv = 1.f / float(plane);
   for (Index e = Index(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += Index(gridDim.x) * blockDim.x)

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "kernels/common/ptx.cuh"
 #include "kernels/pool/maxpool_cuda.h"
 #include "runtime/cuda_check.h"
 #include "runtime/math_util.h"
@@ -41,6 +42,7 @@ template <class Index, int kK>
 __global__ void maxpool_forward_naive(MaxPoolShape s, int oh, int ow, Index total,
                                       const float* __restrict__ d_x, float* __restrict__ d_y,
                                       int32_t* __restrict__ d_argmax) {
+  ptx::griddep_enter();
   const Geometry<kK> k(s);
   const Index stride = Index(gridDim.x) * blockDim.x;
   const int plane_out = oh * ow;
@@ -80,6 +82,7 @@ __global__ void maxpool_backward_gather(MaxPoolShape s, int oh, int ow, Index to
                                         const int32_t* __restrict__ d_argmax,
                                         const float* __restrict__ d_relu_y,
                                         float* __restrict__ d_dx) {
+  ptx::griddep_enter();
   const Geometry<kK> k(s);
   const Index stride = Index(gridDim.x) * blockDim.x;
   const int plane_in = s.h * s.w;
@@ -201,6 +204,7 @@ __device__ __forceinline__ void store_outputs(int32_t* __restrict__ p, const int
 template <int kOut>
 __global__ void maxpool2x2_forward_exact(int oh, int ow, int total, const float* __restrict__ d_x,
                                          float* __restrict__ d_y, int32_t* __restrict__ d_argmax) {
+  ptx::griddep_enter();
   const int w = 2 * ow;
   const int quads = total / kOut;  // groups of kOut outputs
   for (int q = blockIdx.x * blockDim.x + threadIdx.x; q < quads; q += gridDim.x * blockDim.x) {
@@ -238,6 +242,7 @@ __global__ void maxpool2x2_backward_exact(int oh, int ow, int total, const float
                                           const int32_t* __restrict__ d_argmax,
                                           const float* __restrict__ d_relu_y,
                                           float* __restrict__ d_dx) {
+  ptx::griddep_enter();
   const int w = 2 * ow;
   const int quads = total / kOut;
   for (int q = blockIdx.x * blockDim.x + threadIdx.x; q < quads; q += gridDim.x * blockDim.x) {

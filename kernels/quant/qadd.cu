@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/ptx.cuh"
 #include "kernels/quant/qconv_cuda.h"
 #include "runtime/cuda_check.h"
 #include "runtime/math_util.h"
@@ -27,6 +28,7 @@ __device__ __forceinline__ int8_t qadd_one(int8_t a, int8_t b, float ma, float m
 __global__ void qadd_kernel(int64_t words, int cp4, int c, const char4* __restrict__ d_a,
                             const char4* __restrict__ d_b, float ma, float mb, bool relu,
                             char4* __restrict__ d_y) {
+  ptx::griddep_enter();
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= words) return;
   const int c0 = int(idx % cp4) * 4;

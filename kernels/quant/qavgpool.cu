@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/ptx.cuh"
 #include "kernels/quant/qconv_cuda.h"
 #include "runtime/cuda_check.h"
 #include "runtime/math_util.h"
@@ -21,6 +22,7 @@ constexpr int kThreads = 256;
 __global__ void qavgpool_kernel(QAvgPoolShape s, int oh, int ow, int64_t total,
                                 const int8_t* __restrict__ d_x, float mult, bool relu,
                                 int8_t* __restrict__ d_y) {
+  ptx::griddep_enter();
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= total) return;
   const int c = int(idx % s.cp);

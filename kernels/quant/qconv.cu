@@ -8,6 +8,7 @@
 #include <cfloat>
 #include <cstdint>
 
+#include "kernels/common/ptx.cuh"
 #include "kernels/quant/qconv_cuda.h"
 #include "kernels/quant/qconv_epilogue.cuh"
 #include "runtime/cuda_check.h"
@@ -62,6 +63,7 @@ template <class T, bool kDp4a>
 __global__ void qconv_direct(QConvShape s, Dims d, const int8_t* __restrict__ d_x,
                              const int8_t* __restrict__ d_w, const float* __restrict__ d_mult,
                              const float* __restrict__ d_add, bool relu, int stride, T* d_y) {
+  ptx::griddep_enter();
   const int ph = d.ph, pw = d.pw, oh = d.oh, ow = d.ow;
   const int64_t total = int64_t(s.n) * ph * pw * stride;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -111,6 +113,7 @@ void launch(const QConvShape& s, const int8_t* d_x, const int8_t* d_w, const QEp
 // Thread mapping: one thread per output element (img, r, q, c) of y (N, H, W, CP).
 __global__ void quantize_kernel(QuantizeShape s, const float* __restrict__ d_x, float inv_scale,
                                 int8_t* __restrict__ d_y) {
+  ptx::griddep_enter();
   const int64_t total = int64_t(s.n) * s.h * s.w * s.cp;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= total) return;

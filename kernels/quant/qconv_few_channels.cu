@@ -9,6 +9,7 @@
 #include <cfloat>
 #include <cstdint>
 
+#include "kernels/common/ptx.cuh"
 #include "kernels/quant/qconv_epilogue.cuh"
 #include "kernels/quant/qconv_few_channels.h"
 #include "kernels/quant/qconv_few_channels_cuda.h"
@@ -40,6 +41,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
     qconv_few_channels(QConvShape s, QFewTiling t, Input in, const int8_t* __restrict__ d_w,
                        const float* __restrict__ d_mult, const float* __restrict__ d_add, bool relu,
                        int stride, T* __restrict__ d_y) {
+  ptx::griddep_enter();
   extern __shared__ uint4 smem[];  // 16-byte aligned: the weights are read as uint4
   unsigned* w_s = reinterpret_cast<unsigned*>(smem);                     // (KH, KWW, OCB)
   float* mult_s = reinterpret_cast<float*>(w_s + s.kh * t.kww * t.ocb);  // (OCB)

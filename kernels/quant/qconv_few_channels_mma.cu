@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/common/ptx.cuh"
 #include "kernels/quant/qconv_epilogue.cuh"
 #include "kernels/quant/qconv_few_channels.h"
 #include "kernels/quant/qconv_few_channels_cuda.h"
@@ -121,6 +122,7 @@ __global__ void __launch_bounds__(kThreads,
     qconv_few_channels_mma(QConvShape s, QFewMmaTiling m, Input in, const int8_t* __restrict__ d_w,
                            const float* __restrict__ d_mult, const float* __restrict__ d_add,
                            bool relu, int stride, T* __restrict__ d_y) {
+  ptx::griddep_enter();
   const QFewTiling& t = m.few;
   extern __shared__ uint4 smem[];
   uint2* w_s = reinterpret_cast<uint2*>(smem);  // (k_steps, n_tiles, 32 lanes) B fragments

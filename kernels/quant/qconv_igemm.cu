@@ -103,6 +103,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     qconv_igemm(QConvShape s, Dims d, const int8_t* __restrict__ d_x,
                 const int8_t* __restrict__ d_w, const float* __restrict__ d_mult,
                 const float* __restrict__ d_add, bool relu, int out_stride, T* __restrict__ d_y) {
+  ptx::griddep_enter();
   __shared__ __align__(128) uint8_t smem[kSmem];
   __shared__ bool row_ok[kBM];
   uint8_t* const sa = smem;                      // kStages x (kBM, kBK)

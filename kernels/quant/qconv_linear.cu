@@ -72,6 +72,7 @@ __global__ void __launch_bounds__(kThreads)
     qconv_linear_dp4a(LinearDims d, const int8_t* __restrict__ d_x, const int8_t* __restrict__ d_w,
                       const float* __restrict__ d_mult, const float* __restrict__ d_add, bool relu,
                       T* __restrict__ d_y) {
+  ptx::griddep_enter();
   static_assert(kRows * kCols <= 32, "one lane a (row, column) in the epilogue");
   __shared__ int32_t red[kWarps][32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;

@@ -1,0 +1,35 @@
+#pragma once
+// Programmatic dependent launch for a captured graph: a kernel -> kernel edge made programmatic
+// lets the downstream kernel launch once every block of the upstream one has started, so its
+// blocks are resident (waiting in ptx::griddep_enter, the first statement of every kernel of the
+// project) when the upstream grid ends, and the gap between two dependent kernels (launch and
+// block scheduling, a few microseconds each in a graph of short kernels) is hidden. Only edges
+// into the project's own kernels (namespace cnn) change: a library kernel (cuDNN in the bench)
+// does not wait, and must keep its full dependency.
+#include <string>
+
+#ifdef CNN_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace cnn {
+
+struct GraphOverlapResult {
+  int programmatic_edges = 0;  // kernel -> kernel edges the instantiated graph overlaps
+  std::string note;            // why none were made where overlap was asked for; "" otherwise
+};
+
+#ifdef CNN_HAVE_CUDA
+// Instantiates `graph` into *exec. overlap: on a device of compute capability 9.0 or later,
+// instantiate a copy of it whose kernel -> kernel edges into the project's kernels are
+// programmatic; if that copy cannot be made or instantiated, the graph as captured is (the
+// reason lands in the result's note). Returns the error of the last instantiation tried
+// (cudaSuccess when *exec was made); `graph` itself is never changed.
+cudaError_t instantiate_graph(cudaGraphExec_t* exec, cudaGraph_t graph, bool overlap,
+                              GraphOverlapResult* result);
+#endif
+
+// Whether a kernel's (mangled or demangled) name is one of the project's, i.e. in namespace cnn.
+bool is_project_kernel_name(const std::string& name);
+
+}  // namespace cnn
