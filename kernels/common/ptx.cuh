@@ -90,6 +90,9 @@ __device__ __forceinline__ void griddep_launch_dependents() {
 #endif
 }
 
+// The first statement of every kernel of the project: waits until the grid before it in the stream has finished and its writes are visible (a no-op unless launched as a programmatic dependent), then lets the grid after it launch, so that its blocks are resident and waiting when this one ends.
+__device__ __forceinline__ void griddep_enter() { griddep_wait(); griddep_launch_dependents(); }
+
 // A load of data the grid this one depends on writes, issued after griddep_wait: a plain
 // coherent load (ld.global.cg, cached in L2 only, where that grid's writes are once griddep_wait
 // returns). Not __ldg / ld.global.nc: the non-coherent path assumes the data is read-only for the
