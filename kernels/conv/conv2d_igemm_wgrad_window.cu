@@ -280,7 +280,13 @@ KernelFn kernel_for(const WgradWindowPlan& pl, int k) {
 
 bool wgrad_window_preferred(const Conv2dShape& s, const Exec& ex) {
   if (!wgrad_window_supported(s, ex.precision) || s.c < 8) return false;
-  return (s.kh == 3 && s.oc <= 128) || (s.kh == 5 && s.oc <= 64);
+  if (!((s.kh == 3 && s.oc <= 128) || (s.kh == 5 && s.oc <= 64))) return false;
+  // Every channel chunk reads all of dy: beyond 4 chunks only where dy stays in L2 (16 MB, a
+  // third of the H200's) between the chunks, e.g. C = OC = 128 at 7x7 (16 chunks, 3.2 MB), not
+  // at 56x56 (205 MB, 16 times from DRAM).
+  const WgradWindowPlan pl = wgrad_window_plan(s, ex.precision);
+  const double dy_bytes = 4.0 * s.n * s.oc * s.oh() * s.ow();
+  return pl.chunks <= 4 || dy_bytes <= 16.0 * (1 << 20);
 }
 
 void conv2d_backward_weight_window_cuda(const Conv2dShape& s, const float* d_x, const float* d_dy,

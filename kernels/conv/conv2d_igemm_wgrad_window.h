@@ -14,8 +14,9 @@
 
 namespace cnn {
 
-// Where Auto takes the window kernel: supported, 3x3 (OC <= 128) or 5x5 (OC <= 64) and C >= 8
-// (fewer channels leave most of a block's 8-channel groups empty).
+// Where Auto takes the window kernel: supported, 3x3 (OC <= 128) or 5x5 (OC <= 64), C >= 8
+// (fewer channels leave most of a block's 8-channel groups empty), and at most 4 channel chunks
+// unless dy fits in 16 MB (each chunk reads all of dy).
 bool wgrad_window_preferred(const Conv2dShape& s, const Exec& ex);
 
 // d_scratch: wgrad_window_scratch_floats(s, ex) floats when ex.deterministic, else unused.
