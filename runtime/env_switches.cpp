@@ -162,6 +162,7 @@ EnvSwitches read_env_switches() {
   e.conv_generic = off_unless_set("CNN_CONV_GENERIC");
   e.bn_fold_finish = on_unless_zero("CNN_BN_FOLD_FINISH");
   e.conv_dgrad_phases = on_unless_zero("CNN_CONV_DGRAD_PHASES");
+  e.conv_wgrad_window = on_unless_zero("CNN_CONV_WGRAD_WINDOW");
   if (const char* v = get("CNN_BF16_SMEM")) {
     const std::string s(v);
     if (s == "bf16")
@@ -280,6 +281,9 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "the elementwise pass (same bits)"},
       {"CNN_CONV_DGRAD_PHASES", "0",
        "strided implicit-GEMM input gradients by division (every tap) instead of by phases"},
+      {"CNN_CONV_WGRAD_WINDOW", "0",
+       "implicit-GEMM weight gradients never on the window kernel (stride 1, small OC, TF32/BF16: "
+       "its input window in shared memory read by every tap); the dedicated kernel instead"},
       {"CNN_BF16_SMEM", "bf16|f32",
        "BF16 implicit-GEMM convs: operand tiles in shared memory as bf16 pairs (default) or "
        "floats"},

@@ -82,6 +82,9 @@ struct EnvSwitches {
   // CNN_CONV_DGRAD_PHASES=0: the implicit-GEMM input gradient takes a stride above 1 by its
   // division path (every (pixel, tap) pair, most predicated zeros) instead of one GEMM a phase.
   bool conv_dgrad_phases = true;
+  // CNN_CONV_WGRAD_WINDOW=0: the implicit-GEMM weight gradient never picks its window kernel
+  // (kernels/conv/conv2d_igemm_wgrad_window.h) by itself; the dedicated kernel runs instead.
+  bool conv_wgrad_window = true;
   // CNN_BF16_SMEM=bf16 (default) | f32: the BF16 implicit-GEMM convs keep their operand tiles as
   // packed bf16 pairs in shared memory (filled through registers), or as floats (cp.async).
   bool bf16_smem_packed = true;

@@ -23,6 +23,7 @@
 #include "kernels/conv/conv2d_igemm.h"
 #include "kernels/conv/conv2d_igemm_dgrad.h"
 #include "kernels/conv/conv2d_igemm_wgrad.h"
+#include "kernels/conv/conv2d_igemm_wgrad_window.h"
 #include "kernels/gemm/gemm_tile.cuh"
 #include "runtime/cuda_check.h"
 #include "runtime/env_switches.h"
@@ -840,6 +841,14 @@ bool use_dedicated_wgrad(const Conv2dShape& s, IgemmVariant variant) {
   return conv2d_wgrad_dedicated_supported(s);
 }
 
+// The window kernel where asked for and it takes the shape, or, under Auto, where it is expected
+// to be faster (CNN_CONV_WGRAD_WINDOW=0 or CNN_CONV_GENERIC=1 turn that off, to bisect it).
+bool use_window_wgrad(const Conv2dShape& s, const Exec& ex, IgemmVariant variant) {
+  if (variant == IgemmVariant::Window) return wgrad_window_supported(s, ex.precision);
+  if (variant != IgemmVariant::Auto || generic_from_env()) return false;
+  return process_env_switches().conv_wgrad_window && wgrad_window_preferred(s, ex);
+}
+
 bool use_dedicated_dgrad(const Conv2dShape& s, const Exec& ex, IgemmVariant variant) {
   if (variant == IgemmVariant::Generic) return false;
   if (variant == IgemmVariant::Auto && generic_from_env()) return false;
@@ -959,12 +968,12 @@ void conv2d_backward_data_igemm_cuda(const Conv2dShape& s, const float* d_dy, co
 std::size_t conv2d_backward_weight_igemm_scratch_floats(const Conv2dShape& s, const Exec& ex) {
   if (!ex.deterministic) return 0;
   // Sized for the db slots too, so the same buffer serves calls with and without db; and for
-  // both variants, so the variant can change without reallocating.
+  // every variant, so the variant can change without reallocating.
   const std::size_t generic =
       static_cast<std::size_t>(wgrad_splits(s)) * static_cast<std::size_t>(wgrad_slots(s, true));
   const std::size_t dedicated =
       conv2d_wgrad_dedicated_supported(s) ? conv2d_wgrad_dedicated_scratch_floats(s, ex) : 0;
-  return std::max(generic, dedicated);
+  return std::max({generic, dedicated, wgrad_window_scratch_floats(s, ex)});
 }
 
 void conv2d_backward_weight_igemm_cuda(const Conv2dShape& s, const float* d_x, const float* d_dy,
@@ -974,6 +983,10 @@ void conv2d_backward_weight_igemm_cuda(const Conv2dShape& s, const float* d_x, c
   CNN_CHECK(!ex.deterministic || d_scratch,
             "conv2d_backward_weight_igemm: deterministic mode needs {} floats of scratch, got null",
             conv2d_backward_weight_igemm_scratch_floats(s, ex));
+  if (use_window_wgrad(s, ex, variant)) {
+    conv2d_backward_weight_window_cuda(s, d_x, d_dy, d_dw, d_db, d_scratch, ex);
+    return;
+  }
   if (use_dedicated_wgrad(s, variant)) {
     conv2d_backward_weight_dedicated_cuda(s, d_x, d_dy, d_dw, d_db, d_scratch, ex);
     return;

@@ -37,14 +37,20 @@ void conv2d_forward_igemm_cuda(const Conv2dShape& s, const float* d_x, const flo
 
 // Which weight-gradient / input-gradient kernel runs (kept selectable so that a wrong answer or
 // a slower run can be bisected):
-//   Auto:      Dedicated unless CNN_CONV_GENERIC=1 (runtime/env_switches.h);
+//   Auto:      Dedicated unless CNN_CONV_GENERIC=1 (runtime/env_switches.h); the weight
+//              gradient runs Window where wgrad_window_preferred says so (stride 1, 3x3 with
+//              OC <= 128 or 5x5 with OC <= 64, C >= 8, TF32/BF16, dy re-read from L2: see
+//              conv2d_igemm_wgrad_window.h) unless CNN_CONV_WGRAD_WINDOW=0;
 //   Generic:   on the k-major main loop of gemm_tile.cuh shared with the forward pass (any shape);
 //   Dedicated: weight gradient: conv2d_igemm_wgrad.cu (k-contiguous tiles, 16-byte dy copies,
 //              tap-mask table for x); shapes outside its limits (KH*KW > 32) run Generic.
 //           input gradient: conv2d_igemm_dgrad.cu (TF32, stride 1, KH*KW <= 25: dy rows and
 //           weights staged in shared memory once per chunk of 8 output channels); FP32 and
 //              other shapes run Generic.
-enum class IgemmVariant { Auto, Generic, Dedicated };
+//   Window:    weight gradient: conv2d_igemm_wgrad_window.cu (stride 1, small OC: the input
+//              window of a band of output rows staged once in shared memory and read by every
+//              tap) where it takes the shape, else as Dedicated; input gradient: as Dedicated.
+enum class IgemmVariant { Auto, Generic, Dedicated, Window };
 
 // How the generic input gradient (every precision) takes a stride above 1:
 //   Auto:     Phases unless CNN_CONV_DGRAD_PHASES=0 (runtime/env_switches.h);
@@ -66,8 +72,8 @@ void conv2d_backward_data_igemm_cuda(const Conv2dShape& s, const float* d_dy, co
                                      DgradStrided strided = DgradStrided::Auto);
 
 // Floats of scratch conv2d_backward_weight_igemm_cuda needs: 0 unless ex.deterministic. Depends
-// on the shape only (the split of K is a fixed chunk of output positions); enough for either
-// variant.
+// on the shape only (the split of K is a fixed chunk of output positions, or the window kernel's
+// fixed split of its units); enough for every variant.
 std::size_t conv2d_backward_weight_igemm_scratch_floats(const Conv2dShape& s, const Exec& ex);
 
 void conv2d_backward_weight_igemm_cuda(const Conv2dShape& s, const float* d_x, const float* d_dy,

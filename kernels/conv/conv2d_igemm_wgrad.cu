@@ -454,14 +454,18 @@ void conv2d_backward_weight_dedicated_cuda(const Conv2dShape& s, const float* d_
   CNN_LAUNCH_CHECK(ex.precision == Precision::TF32   ? "conv2d_backward_weight_dedicated_tf32"
                    : ex.precision == Precision::BF16 ? "conv2d_backward_weight_dedicated_bf16"
                                                      : "conv2d_backward_weight_dedicated_simt");
-  if (ex.deterministic) {
-    constexpr int kBlock = 256;
-    const int blocks =
-        static_cast<int>(std::min<int64_t>(ceil_div<int64_t>(p.slots, kBlock), 4096));
-    wgrad_ktile_reduce<<<blocks, kBlock, 0, ex.stream>>>(d_scratch, static_cast<int>(sp.splits),
-                                                         p.slots, s.oc * p.ckhw, d_dw, d_db);
-    CNN_LAUNCH_CHECK("wgrad_ktile_reduce");
-  }
+  if (ex.deterministic)
+    launch_wgrad_split_reduce(d_scratch, static_cast<int>(sp.splits), p.slots, s.oc * p.ckhw, d_dw,
+                              d_db, ex);
+}
+
+void launch_wgrad_split_reduce(const float* d_scratch, int splits, int slots, int weight_slots,
+                               float* d_dw, float* d_db, const Exec& ex) {
+  constexpr int kBlock = 256;
+  const int blocks = static_cast<int>(std::min<int64_t>(ceil_div<int64_t>(slots, kBlock), 4096));
+  wgrad_ktile_reduce<<<blocks, kBlock, 0, ex.stream>>>(d_scratch, splits, slots, weight_slots, d_dw,
+                                                       d_db);
+  CNN_LAUNCH_CHECK("wgrad_ktile_reduce");
 }
 
 }  // namespace cnn

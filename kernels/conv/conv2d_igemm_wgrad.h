@@ -28,4 +28,10 @@ void conv2d_backward_weight_dedicated_cuda(const Conv2dShape& s, const float* d_
                                            const float* d_dy, float* d_dw, float* d_db,
                                            float* d_scratch, const Exec& ex);
 
+// Second stage of a deterministic split weight gradient (this kernel's and the window kernel's):
+// dw[i] (i < weight_slots) or db[i - weight_slots] += sum over s < splits of
+// d_scratch[s * slots + i], in split order, on ex.stream.
+void launch_wgrad_split_reduce(const float* d_scratch, int splits, int slots, int weight_slots,
+                               float* d_dw, float* d_db, const Exec& ex);
+
 }  // namespace cnn

@@ -1,0 +1,231 @@
+// The window weight-gradient kernel (kernels/conv/conv2d_igemm_wgrad_window.h, run as
+// IgemmVariant::Window) against the CPU reference conv2d_backward_weight_cpu on awkward shapes:
+// batch 1/3/128, C 1/5/32/33/64 (chunks padded with zero channels), OC 1/7/32/48/64/128 (every
+// warp tiling), images 28x28/14x14/7x7/13x9/1x1/32x32, kernels 1x1/3x3/5x5, padding 0..3; TF32
+// and BF16, atomic and deterministic (twice, bitwise equal), with and without db (db untouched
+// when null). dw/db accumulate onto random values.
+//   TF32: against the reference on the FP32 operands, the tolerances of gpu_conv2d_fast.cpp.
+//   BF16: against the reference on operands rounded with round_to_bf16 (what the kernel's staging
+//         does), so only the FP32 summation order separates them: FP32's tolerance.
+// Also: a 7x7 kernel (refused) falls back to the dedicated kernel under Window, and Auto picks the
+// window kernel for the ResNet stage-1 layer (bitwise equal to Window, deterministic) unless
+// CNN_CONV_WGRAD_WINDOW=0.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/common/bf16_round.h"
+#include "kernels/conv/conv2d.h"
+#include "runtime/env_switches.h"
+#include "runtime/exec.h"
+#include "runtime/memory.h"
+#include "tests/conv_test_cases.h"
+#include "tests/test_util.h"
+#ifdef CNN_HAVE_CUDA
+#include "kernels/conv/conv2d_igemm.h"
+#include "kernels/conv/conv2d_igemm_wgrad_window.h"
+#endif
+
+using namespace cnn;
+using conv_test::conv;
+using conv_test::describe_shape;
+
+namespace {
+
+#ifdef CNN_HAVE_CUDA
+
+// The error measures of gpu_conv2d_fast.cpp: max |got - ref| / max(max |ref|, typical), where
+// typical(k) = sqrt(k) / 3 is the size of a sum of k products of U(-1, 1) values (an output that
+// cancels to near zero is judged against its terms); NaN/inf in got gives infinity.
+double rel_to_max(const std::vector<float>& got, const std::vector<float>& ref, double typical) {
+  if (got.size() != ref.size()) return INFINITY;
+  double worst = 0, scale = std::max(1e-30, typical);
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(got[i]) || std::isinf(got[i])) return INFINITY;
+    worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - ref[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(ref[i])));
+  }
+  return worst / scale;
+}
+double typical(int64_t k) {
+  return std::sqrt(static_cast<double>(std::max<int64_t>(1, k))) / 3;
+}
+// TF32 against unrounded operands; FP32 summation alone (BF16 against rounded operands).
+double tolerance(bool tf32, int64_t k) {
+  return tf32 ? 2e-3 : 1e-5 * std::sqrt(std::max(1.0, static_cast<double>(k)));
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+Exec exec_of(Precision p, bool deterministic) {
+  Exec ex;
+  ex.device = Device::CUDA;
+  ex.precision = p;
+  ex.deterministic = deterministic;
+  return ex;
+}
+
+struct Problem {
+  std::vector<float> x, dy, dw0, db0;
+};
+
+// dw0/db0 accumulated on the device by `variant`; db null when !with_db.
+void run(const Conv2dShape& s, const Problem& pr, const Exec& ex, IgemmVariant variant,
+         bool with_db, std::vector<float>& dw, std::vector<float>& db) {
+  Tensor d_x = test::to_device(pr.x), d_dy = test::to_device(pr.dy);
+  Tensor d_dw = test::to_device(pr.dw0), d_db = test::to_device(pr.db0);
+  const size_t scratch_floats = conv2d_backward_weight_igemm_scratch_floats(s, ex);
+  Tensor d_scratch({static_cast<int64_t>(std::max<size_t>(1, scratch_floats))}, Device::CUDA);
+  test::poison_device(d_scratch.data(), std::max<size_t>(1, scratch_floats));
+  conv2d_backward_weight_igemm_cuda(s, d_x.data(), d_dy.data(), d_dw.data(),
+                                    with_db ? d_db.data() : nullptr,
+                                    scratch_floats ? d_scratch.data() : nullptr, ex, variant);
+  dw = d_dw.to_vector();
+  db = d_db.to_vector();
+}
+
+// Every check of one shape at one precision with `variant` (Window, or Window falling back).
+void check_shape(const Conv2dShape& s, Precision prec, IgemmVariant variant) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(describe_shape(s) + " " + precision_name(prec) + " seed=" + std::to_string(seed));
+  const size_t nx = size_t(s.n) * s.c * s.h * s.w, ny = size_t(s.n) * s.oc * s.oh() * s.ow();
+  const size_t nw = size_t(s.oc) * s.c * s.kh * s.kw;
+  Problem pr;
+  pr.x = test::random_vector(nx, seed);
+  pr.dy = test::random_vector(ny, seed + 1);
+  pr.dw0 = test::random_vector(nw, seed + 2);
+  pr.db0 = test::random_vector(size_t(s.oc), seed + 3);
+  const bool bf16 = prec == Precision::BF16;
+  // BF16: the reference on the operands the kernel multiplies (exact products in FP32).
+  const std::vector<float> xr = bf16 ? round_to_bf16(pr.x) : pr.x;
+  const std::vector<float> dyr = bf16 ? round_to_bf16(pr.dy) : pr.dy;
+  std::vector<float> dw_ref = pr.dw0, db_ref = pr.db0;
+  conv2d_backward_weight_cpu(s, xr.data(), dyr.data(), dw_ref.data(), db_ref.data());
+  const int64_t k = int64_t{s.n} * s.oh() * s.ow();
+  const double tol = tolerance(!bf16, k);
+
+  double worst = 0;
+  for (bool det : {false, true}) {
+    const Exec ex = exec_of(prec, det);
+    SCOPED_TRACE(det ? "deterministic" : "atomic");
+    std::vector<float> dw, db;
+    run(s, pr, ex, variant, true, dw, db);
+    const double e_dw = rel_to_max(dw, dw_ref, typical(k)),
+                 e_db = rel_to_max(db, db_ref, typical(k));
+    EXPECT_LE(e_dw, tol) << "dw";
+    EXPECT_LE(e_db, tol) << "db";
+    worst = std::max({worst, e_dw, e_db});
+    if (det) {
+      std::vector<float> dw2, db2;
+      run(s, pr, ex, variant, true, dw2, db2);
+      EXPECT_TRUE(bitwise_equal(dw, dw2) && bitwise_equal(db, db2))
+          << "deterministic weight gradient differs between two runs";
+    }
+    std::vector<float> dw_nodb, db_nodb;
+    run(s, pr, ex, variant, false, dw_nodb, db_nodb);
+    EXPECT_LE(rel_to_max(dw_nodb, dw_ref, typical(k)), tol) << "dw without db";
+    EXPECT_TRUE(bitwise_equal(db_nodb, pr.db0)) << "db was written although null";
+  }
+  std::printf("window %-4s %s: worst rel err %.2g (tolerance %.2g)\n", precision_name(prec),
+              describe_shape(s).c_str(), worst, tol);
+}
+
+void run_window_shapes(const std::vector<Conv2dShape>& shapes) {
+  for (const Conv2dShape& s : shapes)
+    for (Precision prec : {Precision::TF32, Precision::BF16}) {
+      // The window kernel itself must run, not a fallback.
+      ASSERT_TRUE(wgrad_window_supported(s, prec))
+          << describe_shape(s) << ": " << wgrad_window_refusal(s, prec);
+      check_shape(s, prec, IgemmVariant::Window);
+    }
+}
+
+#endif  // CNN_HAVE_CUDA
+
+}  // namespace
+
+// The ResNet layers the kernel is for (OC 32 / 64 / 128: the three 3x3 tilings) at batch 128.
+TEST(GpuConvWgradWindow, ResNetLayers) {
+  CNN_REQUIRE_GPU();
+#ifdef CNN_HAVE_CUDA
+  run_window_shapes({
+      conv(128, 32, 28, 28, 32, 3, 3, 1, 1, 1, 1),
+      conv(128, 64, 14, 14, 64, 3, 3, 1, 1, 1, 1),
+      conv(128, 128, 7, 7, 128, 3, 3, 1, 1, 1, 1),
+  });
+#endif
+}
+
+TEST(GpuConvWgradWindow, AwkwardShapes3x3) {
+  CNN_REQUIRE_GPU();
+#ifdef CNN_HAVE_CUDA
+  run_window_shapes({
+      conv(3, 5, 13, 9, 7, 3, 3, 1, 1, 1, 1),      // C 5 in a 32-channel chunk, OC 7, odd image
+      conv(1, 33, 14, 14, 48, 3, 3, 1, 1, 0, 0),   // two chunks (C 33), pad 0, OC 48
+      conv(1, 32, 1, 1, 7, 3, 3, 1, 1, 1, 1),      // 1x1 image: 8 of 9 taps outside
+      conv(128, 1, 7, 7, 1, 3, 3, 1, 1, 2, 2),     // C 1, OC 1, pad 2 (9x9 output)
+      conv(3, 64, 32, 32, 128, 3, 3, 1, 1, 3, 3),  // pad 3: zero rows and columns, OC 128
+      conv(3, 33, 13, 9, 64, 3, 3, 1, 1, 1, 2),    // non-square padding, OC 64, C 33
+  });
+#endif
+}
+
+TEST(GpuConvWgradWindow, AwkwardShapes5x5And1x1) {
+  CNN_REQUIRE_GPU();
+#ifdef CNN_HAVE_CUDA
+  run_window_shapes({
+      conv(3, 64, 32, 32, 64, 5, 5, 1, 1, 2, 2),  // 5x5, OC 64: 8 channels a block
+      conv(1, 33, 13, 9, 32, 5, 5, 1, 1, 3, 0),   // 5x5, pad 3 x 0, OC 32
+      conv(128, 5, 7, 7, 7, 5, 5, 1, 1, 1, 1),    // 5x5 on 7x7, batch 128
+      conv(3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0),      // 1x1 everything
+      conv(3, 5, 28, 28, 128, 1, 1, 1, 1, 0, 0),  // 1x1, OC 128
+      conv(3, 64, 13, 9, 48, 1, 1, 1, 1, 1, 1),   // 1x1 with padding: zero border outputs
+  });
+#endif
+}
+
+// A kernel the window variant refuses (7x7) runs the dedicated kernel's rule under Window.
+TEST(GpuConvWgradWindow, RefusedShapeFallsBack) {
+  CNN_REQUIRE_GPU();
+#ifdef CNN_HAVE_CUDA
+  const Conv2dShape s = conv(3, 32, 7, 7, 32, 7, 7, 1, 1, 3, 3);
+  for (Precision prec : {Precision::TF32, Precision::BF16}) {
+    ASSERT_FALSE(wgrad_window_supported(s, prec));
+    check_shape(s, prec, IgemmVariant::Window);
+  }
+#endif
+}
+
+// Auto runs the window kernel on the ResNet stage-1 layer: its deterministic result is bitwise
+// Window's (the dedicated kernel splits K differently and would not be).
+TEST(GpuConvWgradWindow, AutoPicksWindowForResNetStage1) {
+  CNN_REQUIRE_GPU();
+#ifdef CNN_HAVE_CUDA
+  if (!process_env_switches().conv_wgrad_window || process_env_switches().conv_generic)
+    GTEST_SKIP() << "CNN_CONV_WGRAD_WINDOW=0 or CNN_CONV_GENERIC=1";
+  const Conv2dShape s = conv(128, 32, 28, 28, 32, 3, 3, 1, 1, 1, 1);
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  Problem pr;
+  pr.x = test::random_vector(size_t(s.n) * s.c * s.h * s.w, seed);
+  pr.dy = test::random_vector(size_t(s.n) * s.oc * s.oh() * s.ow(), seed + 1);
+  pr.dw0 = test::random_vector(size_t(s.oc) * s.c * 9, seed + 2);
+  pr.db0 = test::random_vector(size_t(s.oc), seed + 3);
+  for (Precision prec : {Precision::TF32, Precision::BF16}) {
+    SCOPED_TRACE(precision_name(prec));
+    const Exec ex = exec_of(prec, true);
+    ASSERT_TRUE(wgrad_window_preferred(s, ex));
+    std::vector<float> dw_auto, db_auto, dw_win, db_win;
+    run(s, pr, ex, IgemmVariant::Auto, true, dw_auto, db_auto);
+    run(s, pr, ex, IgemmVariant::Window, true, dw_win, db_win);
+    EXPECT_TRUE(bitwise_equal(dw_auto, dw_win) && bitwise_equal(db_auto, db_win));
+  }
+#endif
+}
