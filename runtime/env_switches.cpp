@@ -55,7 +55,17 @@ EnvSwitches read_env_switches() {
   e.fuse_bn_relu = on_unless_zero("CNN_FUSE_BN_RELU");
   e.fuse_residual = on_unless_zero("CNN_FUSE_RESIDUAL");
   e.cuda_graph = on_unless_zero("CNN_CUDA_GRAPH");
-  e.graph_overlap = on_unless_zero("CNN_GRAPH_OVERLAP");
+  if (const char* v = get("CNN_GRAPH_OVERLAP")) {
+    const std::string s(v);
+    if (s == "exit")
+      e.graph_overlap = GraphOverlap::AtExit;
+    else if (s == "start")
+      e.graph_overlap = GraphOverlap::AtStart;
+    else if (s == "0")
+      e.graph_overlap = GraphOverlap::Off;
+    else
+      CNN_FAIL("CNN_GRAPH_OVERLAP='{}': expected exit, start or 0", s);
+  }
   if (const char* v = get("CNN_AUTOTUNE_CACHE")) {
     const std::string s(v);
     e.autotune_cache = (s == "0" || s == "off") ? std::string() : s;
@@ -162,7 +172,7 @@ EnvSwitches read_env_switches() {
   e.conv_generic = off_unless_set("CNN_CONV_GENERIC");
   e.bn_fold_finish = on_unless_zero("CNN_BN_FOLD_FINISH");
   e.conv_dgrad_phases = on_unless_zero("CNN_CONV_DGRAD_PHASES");
-  e.conv_wgrad_window = on_unless_zero("CNN_CONV_WGRAD_WINDOW");
+  e.conv_wgrad_window = off_unless_set("CNN_CONV_WGRAD_WINDOW");
   if (const char* v = get("CNN_BF16_SMEM")) {
     const std::string s(v);
     if (s == "bf16")
@@ -245,9 +255,10 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "a residual block's add and the relu after it run as their own passes, not in the "
        "batchnorm that ends the block's branch"},
       {"CNN_CUDA_GRAPH", "0", "launch each training step's kernels directly, no CUDA graph"},
-      {"CNN_GRAPH_OVERLAP", "0",
-       "the training step's graph launches each kernel after the one before it has finished, "
-       "instead of early (programmatic dependent launch; same results)"},
+      {"CNN_GRAPH_OVERLAP", "exit|start|0",
+       "when the training step's graph launches a kernel, which then waits on the GPU for the "
+       "one before it (programmatic dependent launch; same results): once every block of the "
+       "one before has exited (exit, the default) or begun (start); 0: after it has completed"},
       {"CNN_GEMM_PATH", "strided|tile|wgmma|auto",
        "the CUDA GEMM's path (strided: any alignment; wgmma: Hopper, TF32)"},
       {"CNN_WGMMA_MN", "tma|gather",
@@ -281,9 +292,9 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "the elementwise pass (same bits)"},
       {"CNN_CONV_DGRAD_PHASES", "0",
        "strided implicit-GEMM input gradients by division (every tap) instead of by phases"},
-      {"CNN_CONV_WGRAD_WINDOW", "0",
-       "implicit-GEMM weight gradients never on the window kernel (stride 1, small OC, TF32/BF16: "
-       "its input window in shared memory read by every tap); the dedicated kernel instead"},
+      {"CNN_CONV_WGRAD_WINDOW", "1",
+       "implicit-GEMM weight gradients on the window kernel where it applies (stride 1, small "
+       "OC, TF32/BF16: its input window in shared memory read by every tap; slower today)"},
       {"CNN_BF16_SMEM", "bf16|f32",
        "BF16 implicit-GEMM convs: operand tiles in shared memory as bf16 pairs (default) or "
        "floats"},

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/exec.h"
+#include "runtime/graph_overlap.h"
 
 namespace cnn {
 
@@ -37,9 +38,10 @@ struct EnvSwitches {
   bool fuse_bn_relu = true;         // CNN_FUSE_BN_RELU=0: no relu folded into a batchnorm
   bool fuse_residual = true;        // CNN_FUSE_RESIDUAL=0: no residual add run by a batchnorm
   bool cuda_graph = true;           // CNN_CUDA_GRAPH=0: launch each step's kernels directly
-  // CNN_GRAPH_OVERLAP=0: the captured step's kernels wait for each other's completion before
-  // they launch, instead of launching early and waiting in ptx::griddep_enter (graph_overlap.h).
-  bool graph_overlap = true;
+  // CNN_GRAPH_OVERLAP=exit (default) | start | 0: when the captured step's kernels launch, each
+  // waiting in ptx::griddep_enter for the one before it (runtime/graph_overlap.h): once every
+  // block of the one before has exited, or begun; 0: after it has completed.
+  GraphOverlap graph_overlap = GraphOverlap::AtExit;
   std::string nccl_library;         // CNN_NCCL_LIBRARY: libnccl.so.2's path (or its folder)
   double nccl_timeout_s = 600;      // CNN_NCCL_TIMEOUT_S: a collective slower than this fails
   // CNN_AUTOTUNE_CACHE: unset: the user's cache file; "0" or "off": no cache (""); else this file.
@@ -82,9 +84,10 @@ struct EnvSwitches {
   // CNN_CONV_DGRAD_PHASES=0: the implicit-GEMM input gradient takes a stride above 1 by its
   // division path (every (pixel, tap) pair, most predicated zeros) instead of one GEMM a phase.
   bool conv_dgrad_phases = true;
-  // CNN_CONV_WGRAD_WINDOW=0: the implicit-GEMM weight gradient never picks its window kernel
-  // (kernels/conv/conv2d_igemm_wgrad_window.h) by itself; the dedicated kernel runs instead.
-  bool conv_wgrad_window = true;
+  // CNN_CONV_WGRAD_WINDOW=1: the implicit-GEMM weight gradient picks its window kernel
+  // (kernels/conv/conv2d_igemm_wgrad_window.h) where it applies; off by default, because on the
+  // H200 it is 2-3x slower than the dedicated kernel on the shapes it was built for.
+  bool conv_wgrad_window = false;
   // CNN_BF16_SMEM=bf16 (default) | f32: the BF16 implicit-GEMM convs keep their operand tiles as
   // packed bf16 pairs in shared memory (filled through registers), or as floats (cp.async).
   bool bf16_smem_packed = true;

@@ -31,7 +31,7 @@ bool is_project_kernel(cudaGraphNode_t node) {
 
 // Makes the kernel -> project-kernel edges of `g` programmatic; returns how many, or -1 with
 // *why set when the graph could not be read or changed.
-int make_edges_programmatic(cudaGraph_t g, std::string* why) {
+int make_edges_programmatic(cudaGraph_t g, GraphOverlap overlap, std::string* why) {
   size_t n = 0;
   cudaError_t err = cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &n);
   std::vector<cudaGraphNode_t> from(n), to(n);
@@ -47,7 +47,9 @@ int make_edges_programmatic(cudaGraph_t g, std::string* why) {
       continue;
     cudaGraphEdgeData programmatic{};
     programmatic.type = cudaGraphDependencyTypeProgrammatic;
-    programmatic.from_port = cudaGraphKernelNodePortProgrammatic;
+    programmatic.from_port = overlap == GraphOverlap::AtStart
+                                 ? cudaGraphKernelNodePortLaunchCompletion
+                                 : cudaGraphKernelNodePortProgrammatic;
     err = cudaGraphRemoveDependencies(g, &from[i], &to[i], &data[i], 1);
     if (err == cudaSuccess) err = cudaGraphAddDependencies(g, &from[i], &to[i], &programmatic, 1);
     if (err == cudaSuccess) ++made;
@@ -72,18 +74,18 @@ bool device_has_programmatic_launch() {
 
 }  // namespace
 
-cudaError_t instantiate_graph(cudaGraphExec_t* exec, cudaGraph_t graph, bool overlap,
+cudaError_t instantiate_graph(cudaGraphExec_t* exec, cudaGraph_t graph, GraphOverlap overlap,
                               GraphOverlapResult* result) {
   *result = GraphOverlapResult{};
-  if (overlap && !device_has_programmatic_launch()) {
+  if (overlap != GraphOverlap::Off && !device_has_programmatic_launch()) {
     result->note = "no programmatic dependent launch before compute capability 9.0";
-    overlap = false;
+    overlap = GraphOverlap::Off;
   }
-  if (overlap) {
+  if (overlap != GraphOverlap::Off) {
     cudaGraph_t copy = nullptr;
     cudaError_t err = cudaGraphClone(&copy, graph);
     std::string why;
-    const int made = err == cudaSuccess ? make_edges_programmatic(copy, &why) : -1;
+    const int made = err == cudaSuccess ? make_edges_programmatic(copy, overlap, &why) : -1;
     if (err != cudaSuccess) why = std::string("cudaGraphClone: ") + cudaGetErrorString(err);
     if (made > 0) {
       err = cudaGraphInstantiate(exec, copy, 0);

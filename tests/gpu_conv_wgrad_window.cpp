@@ -8,8 +8,8 @@
 //   BF16: against the reference on operands rounded with round_to_bf16 (what the kernel's staging
 //         does), so only the FP32 summation order separates them: FP32's tolerance.
 // Also: a 7x7 kernel (refused) falls back to the dedicated kernel under Window, and Auto picks the
-// window kernel for the ResNet stage-1 layer (bitwise equal to Window, deterministic) unless
-// CNN_CONV_WGRAD_WINDOW=0.
+// window kernel for the ResNet stage-1 layer (bitwise equal to Window, deterministic) when
+// CNN_CONV_WGRAD_WINDOW=1 (Auto's pick only then).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -209,7 +209,8 @@ TEST(GpuConvWgradWindow, AutoPicksWindowForResNetStage1) {
   CNN_REQUIRE_GPU();
 #ifdef CNN_HAVE_CUDA
   if (!process_env_switches().conv_wgrad_window || process_env_switches().conv_generic)
-    GTEST_SKIP() << "CNN_CONV_WGRAD_WINDOW=0 or CNN_CONV_GENERIC=1";
+    GTEST_SKIP() << "Auto picks the window kernel only with CNN_CONV_WGRAD_WINDOW=1 (and no "
+                    "CNN_CONV_GENERIC=1)";
   const Conv2dShape s = conv(128, 32, 28, 28, 32, 3, 3, 1, 1, 1, 1);
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));

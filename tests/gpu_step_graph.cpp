@@ -18,9 +18,9 @@
 #include "app/config/config.h"
 #include "app/train/trainer.h"
 #include "data/gather.h"
-#include "runtime/memory.h"
 #include "kernels/optimizer/optimizer.h"
 #include "layers/checkpoint/safetensors.h"
+#include "runtime/memory.h"
 #include "tests/test_util.h"
 
 using namespace cnn;
@@ -127,22 +127,27 @@ TEST(GpuStepGraph, EnvSwitchAndClippingRunEagerly) {
   fs::remove_all(c);
 }
 
-// CNN_GRAPH_OVERLAP=0: the graph's kernels wait for the one before them to finish before they
-// launch; the same bits as the overlapped graph.
+// CNN_GRAPH_OVERLAP: kernels launched once the one before has begun (start), or only after it
+// has completed (0), give the bits of the default (launched once its blocks have exited).
 TEST(GpuStepGraph, OverlapSwitchKeepsTheBits) {
   CNN_REQUIRE_GPU();
-  fs::path o = fresh_dir("overlap_on"), p = fresh_dir("overlap_off");
+  fs::path o = fresh_dir("overlap_exit");
   ASSERT_EQ(train(o, base_sets(), {"training.max_steps=25"}), 0);
-  ::setenv("CNN_GRAPH_OVERLAP", "0", 1);
-  const int rc = train(p, base_sets(), {"training.max_steps=25"});
-  ::unsetenv("CNN_GRAPH_OVERLAP");
-  ASSERT_EQ(rc, 0);
-  expect_same_tensors(o / "last.safetensors", p / "last.safetensors");
   EXPECT_TRUE(contains(slurp(o / "train.log"), "kernels launch while")) << slurp(o / "train.log");
-  EXPECT_FALSE(contains(slurp(p / "train.log"), "kernels launch while")) << slurp(p / "train.log");
-  EXPECT_TRUE(contains(slurp(p / "train.log"), "step 2: CUDA graph: captured the training step"));
+  for (const char* mode : {"start", "0"}) {
+    SCOPED_TRACE(mode);
+    fs::path p = fresh_dir(std::string("overlap_") + mode);
+    ::setenv("CNN_GRAPH_OVERLAP", mode, 1);
+    const int rc = train(p, base_sets(), {"training.max_steps=25"});
+    ::unsetenv("CNN_GRAPH_OVERLAP");
+    ASSERT_EQ(rc, 0);
+    expect_same_tensors(o / "last.safetensors", p / "last.safetensors");
+    const std::string log = slurp(p / "train.log");
+    EXPECT_EQ(contains(log, "kernels launch while"), std::string(mode) != "0") << log;
+    EXPECT_TRUE(contains(log, "step 2: CUDA graph: captured the training step")) << log;
+    fs::remove_all(p);
+  }
   fs::remove_all(o);
-  fs::remove_all(p);
 }
 
 // The kernels with device-resident step values: SGD's lr bitwise as by value; Adam's bias

@@ -55,7 +55,8 @@ struct GraphHolder {
 // Captures K launches; returns false (with the reason, the stream out of capture mode and the
 // error state cleared) when any part of it fails.
 bool capture(cudaStream_t stream, const std::function<void(int)>& launch, int first, int count,
-             bool overlap, GraphHolder& g, GraphOverlapResult* overlapped, std::string* why) {
+             GraphOverlap overlap, GraphHolder& g, GraphOverlapResult* overlapped,
+             std::string* why) {
   cudaError_t err = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
   if (err != cudaSuccess) {
     *why = std::string("cudaStreamBeginCapture: ") + cudaGetErrorString(err);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/graph_overlap.h"
 #include "runtime/stream.h"
 
 namespace cnn::bench {
@@ -17,7 +18,7 @@ struct TimerOptions {
   bool use_graph = true;
   // With the graph: its kernel -> kernel edges programmatic, as the trainer's step graph makes
   // them (runtime/graph_overlap.h). Off for single ops, whose times are compared with cuDNN's.
-  bool overlap = false;
+  GraphOverlap overlap = GraphOverlap::Off;
   // > 0: the timed samples together should take about this many seconds. One probed launch
   // estimates the launch time; K, the warm-up rounds and R then shrink so that slow kernels
   // (the naive ones on large shapes take milliseconds each) cost a fraction of a second instead

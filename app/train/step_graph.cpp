@@ -76,7 +76,7 @@ std::string cuda_graph_off_reason(Device dev, bool config_on, bool optimizer_syn
   return "";
 }
 
-StepGraph::StepGraph(const Exec& ex, bool enabled, bool overlap)
+StepGraph::StepGraph(const Exec& ex, bool enabled, GraphOverlap overlap)
     : ex_(ex), enabled_(enabled), overlap_wanted_(overlap) {
   CNN_CHECK(!enabled || (ex.device == Device::CUDA && ex.stream),
             "a CUDA graph needs the CUDA device and a created stream");

@@ -67,8 +67,8 @@ std::string cuda_graph_off_reason(Device dev, bool config_on, bool optimizer_syn
 class StepGraph {
  public:
   // enabled: cuda_graph_off_reason() said "" (ex.stream must then be a created stream).
-  // overlap: the captured kernels launch while the one before them ends (graph_overlap.h).
-  StepGraph(const Exec& ex, bool enabled, bool overlap = true);
+  // overlap: when the captured kernels launch (graph_overlap.h).
+  StepGraph(const Exec& ex, bool enabled, GraphOverlap overlap = GraphOverlap::AtExit);
   ~StepGraph();
   StepGraph(const StepGraph&) = delete;
   StepGraph& operator=(const StepGraph&) = delete;
@@ -89,7 +89,8 @@ class StepGraph {
   bool capture(const std::function<void()>& body, std::string* why);
 
   Exec ex_;
-  bool enabled_ = false, overlap_wanted_ = true, warmed_up_ = false, failed_ = false;
+  bool enabled_ = false, warmed_up_ = false, failed_ = false;
+  GraphOverlap overlap_wanted_ = GraphOverlap::AtExit;
   struct CUgraph_st* graph_ = nullptr;     // cudaGraph_t
   struct CUgraphExec_st* exec_ = nullptr;  // cudaGraphExec_t
   std::string news_;

@@ -91,16 +91,15 @@ __device__ __forceinline__ void griddep_launch_dependents() {
 }
 
 // The first statement of every kernel of the project (tests/test_kernel_entry.cpp checks it): wait
-// until the grid before this one in the stream has finished and its writes are visible, then let
-// the grid after it launch. A captured training step makes its kernel -> kernel edges
-// programmatic (runtime/graph_overlap.h), so each kernel's blocks are launched and resident,
-// waiting here, while the one before it drains: the launch gap between two kernels is hidden.
-// Waiting first keeps every read and write of the kernel after the previous grid's completion
-// (no hazard, even write after read), and at most one grid ahead is resident while waiting.
-// Without the launch attribute or edge both instructions are no-ops.
+// until the grid before this one in the stream has finished and its writes are visible (a no-op
+// unless launched as a programmatic dependent). A captured training step makes its kernel ->
+// kernel edges programmatic (runtime/graph_overlap.h): the kernel after this one is launched
+// when this one's blocks have all exited, or have all begun (the graph's choice; only the int8
+// linear kernel signals it itself, after its main loop), and its blocks wait here while this
+// one drains, which hides the launch gap. Waiting first keeps every read and write of the kernel
+// after the previous grid's completion: no hazard, even write after read.
 __device__ __forceinline__ void griddep_enter() {
   griddep_wait();
-  griddep_launch_dependents();
 }
 
 // A load of data the grid this one depends on writes, issued after griddep_wait: a plain

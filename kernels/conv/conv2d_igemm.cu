@@ -842,7 +842,8 @@ bool use_dedicated_wgrad(const Conv2dShape& s, IgemmVariant variant) {
 }
 
 // The window kernel where asked for and it takes the shape, or, under Auto, where it is expected
-// to be faster (CNN_CONV_WGRAD_WINDOW=0 or CNN_CONV_GENERIC=1 turn that off, to bisect it).
+// to be faster, with CNN_CONV_WGRAD_WINDOW=1 (off by default: slower than the dedicated kernel
+// on the H200 so far); CNN_CONV_GENERIC=1 turns it off.
 bool use_window_wgrad(const Conv2dShape& s, const Exec& ex, IgemmVariant variant) {
   if (variant == IgemmVariant::Window) return wgrad_window_supported(s, ex.precision);
   if (variant != IgemmVariant::Auto || generic_from_env()) return false;

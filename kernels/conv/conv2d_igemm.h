@@ -40,7 +40,7 @@ void conv2d_forward_igemm_cuda(const Conv2dShape& s, const float* d_x, const flo
 //   Auto:      Dedicated unless CNN_CONV_GENERIC=1 (runtime/env_switches.h); the weight
 //              gradient runs Window where wgrad_window_preferred says so (stride 1, 3x3 with
 //              OC <= 128 or 5x5 with OC <= 64, C >= 8, TF32/BF16, dy re-read from L2: see
-//              conv2d_igemm_wgrad_window.h) unless CNN_CONV_WGRAD_WINDOW=0;
+//              conv2d_igemm_wgrad_window.h) if CNN_CONV_WGRAD_WINDOW=1;
 //   Generic:   on the k-major main loop of gemm_tile.cuh shared with the forward pass (any shape);
 //   Dedicated: weight gradient: conv2d_igemm_wgrad.cu (k-contiguous tiles, 16-byte dy copies,
 //              tap-mask table for x); shapes outside its limits (KH*KW > 32) run Generic.

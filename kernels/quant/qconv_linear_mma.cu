@@ -184,10 +184,7 @@ __global__ void __launch_bounds__(kThreads, Tile<BM, BN>::kMinBlocks)
     qconv_linear_mma(MmaDims d, const int8_t* __restrict__ d_x, const int8_t* __restrict__ d_w,
                      const float* __restrict__ d_mult, const float* __restrict__ d_add, bool relu,
                      T* __restrict__ d_y, Classifier cls) {
-  // Waits like every kernel (griddep_enter), but lets its dependents launch only after its main
-  // loop (below): the int8 classifier launched overlapped after it then loads its weights during
-  // this kernel's epilogue, not while its blocks would compete for the SMs of the main loop.
-  ptx::griddep_wait();
+  ptx::griddep_enter();
   static_assert(!kFuse || sizeof(T) == 1, "the fused classifier reads the layer's int8 outputs");
   using P = Tile<BM, BN>;
   extern __shared__ __align__(128) uint8_t smem[];
