@@ -40,8 +40,8 @@ struct EnvSwitches {
   // CNN_GRAPH_OVERLAP=0: the captured step's kernels wait for each other's completion before
   // they launch, instead of launching early and waiting in ptx::griddep_enter (graph_overlap.h).
   bool graph_overlap = true;
-  std::string nccl_library;         // CNN_NCCL_LIBRARY: libnccl.so.2's path (or its folder)
-  double nccl_timeout_s = 600;      // CNN_NCCL_TIMEOUT_S: a collective slower than this fails
+  std::string nccl_library;     // CNN_NCCL_LIBRARY: libnccl.so.2's path (or its folder)
+  double nccl_timeout_s = 600;  // CNN_NCCL_TIMEOUT_S: a collective slower than this fails
   // CNN_AUTOTUNE_CACHE: unset: the user's cache file; "0" or "off": no cache (""); else this file.
   std::optional<std::string> autotune_cache;
   bool data_cache = true;  // CNN_DATA_CACHE=0: no decoded copy beside gzip IDX image files
@@ -79,6 +79,10 @@ struct EnvSwitches {
   // running buffers, dgamma / dbeta) as a launch of its own between the sums and the elementwise
   // pass, instead of at the start of every elementwise block (the same bits either way).
   bool bn_fold_finish = true;
+  // CNN_BN_ONE_PASS=0: CUDA BatchNorm training passes always run as the two-launch passes (sums,
+  // then the elementwise pass), never as the one-launch cluster kernels that hold a channel in
+  // registers where it fits (kernels/norm/batchnorm_one_pass_plan.h).
+  bool bn_one_pass = true;
   // CNN_CONV_DGRAD_PHASES=0: the implicit-GEMM input gradient takes a stride above 1 by its
   // division path (every (pixel, tap) pair, most predicated zeros) instead of one GEMM a phase.
   bool conv_dgrad_phases = true;
