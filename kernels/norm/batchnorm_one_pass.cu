@@ -41,6 +41,9 @@ using namespace bn;
 
 constexpr int kThreads = kBnOnePassThreads;
 constexpr int kPortableCluster = 8;
+// Two blocks an SM at least (at most 128 registers a thread): a cluster of 16 then needs 8 SMs of
+// one GPC, not 16 (an H200's GPCs have 16 to 18 enabled SMs, not every one 16 free).
+constexpr int kMinBlocks = 2;
 
 // Where a channel's values are: value j (0 <= j < M) of channel c sits at offset(j) from plane
 // (0, c). M < 2^31 (the plan's limit), so indices are 32-bit and the division a FastDiv.
@@ -120,7 +123,7 @@ __device__ __forceinline__ double2 cluster_sums(double a, double b, double2* s_p
 // from the load to the write of y. Rank 0 writes the channel's saved and running statistics, and
 // channel 0's counts the batch.
 template <int kGroups, bool kVec>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     bn_forward_one_pass(ChannelValues cv, float eps, float momentum, const float* __restrict__ d_x,
                         const float* __restrict__ d_res, const float* __restrict__ d_gamma,
                         const float* __restrict__ d_beta, bool relu, float* __restrict__ d_y,
@@ -182,7 +185,7 @@ __global__ void __launch_bounds__(kThreads)
 // groups in registers from the load to the write of dx. Rank 0 accumulates the channel's dgamma
 // and dbeta. d_dx null: the sums and the gradients of gamma and beta only.
 template <int kGroups, bool kVec>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     bn_backward_one_pass(ChannelValues cv, const float* __restrict__ d_x,
                          const float* __restrict__ d_dy, ReluMask mask,
                          const float* __restrict__ d_gamma, const float* __restrict__ d_mean,
@@ -352,6 +355,18 @@ ChannelValues channel_values(const BatchNormShape& s) {
 }
 
 }  // namespace
+
+bool batchnorm_one_pass_available(const BatchNormShape& s) {
+  const BatchNormOnePassPlan plan = plan_batchnorm_one_pass(s);
+  if (!plan.fits) return false;
+  for (bool vec : {false, true})
+    if (!cluster_launchable(reinterpret_cast<const void*>(forward_kernel(plan.per_thread, vec)),
+                            plan.cluster) ||
+        !cluster_launchable(reinterpret_cast<const void*>(backward_kernel(plan.per_thread, vec)),
+                            plan.cluster))
+      return false;
+  return true;
+}
 
 bool batchnorm_forward_one_pass_cuda(const BatchNormShape& s, const float* d_x,
                                      const float* d_gamma, const float* d_beta, float* d_y,

@@ -11,6 +11,10 @@
 
 namespace cnn {
 
+// Whether the training passes of s run in one launch on this device (plan and clusters), with
+// 16-byte loads (aligned pointers) or not: what tests and the benchmark ask before they rely on it.
+bool batchnorm_one_pass_available(const BatchNormShape& s);
+
 // Arguments as batchnorm_forward_train_cuda's (no scratch: the sums never leave the cluster).
 bool batchnorm_forward_one_pass_cuda(const BatchNormShape& s, const float* d_x,
                                      const float* d_gamma, const float* d_beta, float* d_y,
