@@ -284,10 +284,10 @@ BackwardKernel backward_kernel(int per_thread, bool vec) {
   }
 }
 
-// Whether the device runs `kernel` in clusters of r blocks: clusters at all (sm_90+), and one that
-// fits (past the portable 8 blocks, with the non-portable attribute set here, a GPC must hold
-// it). Kept per (kernel, device, r): a fact of the device and the binary, asked once (the
-// occupancy query costs host time on every launch otherwise).
+// Whether the device runs `kernel` in clusters of r blocks: clusters at all (sm_90+, the kernel
+// built for it), and one that fits (past the portable 8 blocks, with the non-portable attribute
+// set here, a GPC must hold it). Kept per (kernel, device, r): a fact of the device and the binary,
+// asked once (the occupancy query costs host time on every launch otherwise).
 bool cluster_launchable(const void* kernel, int r) {
   int dev = 0;
   CNN_CUDA_CHECK(cudaGetDevice(&dev));
@@ -299,6 +299,11 @@ bool cluster_launchable(const void* kernel, int r) {
   int clusters = 0;
   CNN_CUDA_CHECK(cudaDeviceGetAttribute(&clusters, cudaDevAttrClusterLaunch, dev));
   bool ok = clusters != 0;
+  // The kernel must come from sm_90+ code: built for an older architecture (its PTX run here) the
+  // body is empty (the cluster functions are sm_90 only), and ptxVersion says so where
+  // binaryVersion (the JIT's target) would not.
+  cudaFuncAttributes fa{};
+  ok = ok && cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && fa.ptxVersion >= 90;
   if (ok && r > kPortableCluster)
     ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
          cudaSuccess;
