@@ -171,6 +171,7 @@ EnvSwitches read_env_switches() {
   }
   e.conv_generic = off_unless_set("CNN_CONV_GENERIC");
   e.bn_fold_finish = on_unless_zero("CNN_BN_FOLD_FINISH");
+  e.bn_one_pass = on_unless_zero("CNN_BN_ONE_PASS");
   e.conv_dgrad_phases = on_unless_zero("CNN_CONV_DGRAD_PHASES");
   e.conv_wgrad_window = off_unless_set("CNN_CONV_WGRAD_WINDOW");
   if (const char* v = get("CNN_BF16_SMEM")) {
@@ -290,6 +291,9 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_BN_FOLD_FINISH", "0",
        "BatchNorm training passes finish their statistics in a launch of their own, not inside "
        "the elementwise pass (same bits)"},
+      {"CNN_BN_ONE_PASS", "0",
+       "BatchNorm training passes on the two-launch kernels (sums, then elementwise) for every "
+       "shape, never in one launch on thread-block clusters (channels of <= 131072 values)"},
       {"CNN_CONV_DGRAD_PHASES", "0",
        "strided implicit-GEMM input gradients by division (every tap) instead of by phases"},
       {"CNN_CONV_WGRAD_WINDOW", "1",

@@ -81,6 +81,10 @@ struct EnvSwitches {
   // running buffers, dgamma / dbeta) as a launch of its own between the sums and the elementwise
   // pass, instead of at the start of every elementwise block (the same bits either way).
   bool bn_fold_finish = true;
+  // CNN_BN_ONE_PASS=0: CUDA BatchNorm training passes always run as the two-launch passes (sums,
+  // then the elementwise pass), never as the one-launch cluster kernels that hold a channel in
+  // registers where it fits (kernels/norm/batchnorm_one_pass_plan.h).
+  bool bn_one_pass = true;
   // CNN_CONV_DGRAD_PHASES=0: the implicit-GEMM input gradient takes a stride above 1 by its
   // division path (every (pixel, tap) pair, most predicated zeros) instead of one GEMM a phase.
   bool conv_dgrad_phases = true;

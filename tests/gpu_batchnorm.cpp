@@ -4,7 +4,10 @@
 // training pass bitwise repeatable, and the same bits from unaligned pointers; eval; the batch-1
 // refusal; the fused ReLU (forward and masked backward) against the CPU twin and, bitwise, against
 // the separate pass; the finish folded into the elementwise pass against its own launch, bitwise
-// (CNN_BN_FOLD_FINISH), with the elementwise grid capped too.
+// (CNN_BN_FOLD_FINISH), with the elementwise grid capped too. Through batchnorm_forward_train /
+// batchnorm_backward the shapes that fit run the one-launch cluster passes (CNN_BN_ONE_PASS, the
+// default; tests/gpu_batchnorm_one_pass.cpp tests them on their own); the tests of the
+// two-launch passes' launch options turn it off.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -491,6 +494,7 @@ void check_folded_finish(const BatchNormShape& s) {
                                     << ", " << s.hw << ") splits " << batchnorm_splits(s));
   const Inputs first = make_inputs(s, seed, 0.5f), second = make_inputs(s, seed + 100, -1.f);
   BatchNormLaunch separate, folded, folded_chunks, capped;
+  for (BatchNormLaunch* l : {&separate, &folded, &folded_chunks, &capped}) l->one_pass = false;
   separate.fold_finish = false;
   // Two blocks along y: a block of a long plane loops over its chunks, the folded finish done once
   // per block, written by chunk 0's.
@@ -556,7 +560,8 @@ TEST(GpuBatchNorm, FoldedFinishGivesTheSeparateBits) {
 }
 
 // The forward's shift K (each channel's first value) is kept in the scratch by the sums, so y may
-// overwrite x: in place gives the out-of-place bits, folded and separate.
+// overwrite x: in place gives the out-of-place bits, folded and separate; the one-launch pass
+// reads every value (and K) before any block writes.
 TEST(GpuBatchNorm, TrainingForwardInPlaceGivesTheSameBits) {
   CNN_REQUIRE_GPU();
   for (const BatchNormShape& s : {BatchNormShape{9, 13, 7 * 7}, BatchNormShape{7, 600, 1},
@@ -566,10 +571,11 @@ TEST(GpuBatchNorm, TrainingForwardInPlaceGivesTheSameBits) {
                                       << ", " << s.hw << ")");
     const Inputs in = make_inputs(s, seed, 0.5f);
     const size_t n = in.x.size(), c = size_t(s.c);
-    for (bool fold : {true, false}) {
-      SCOPED_TRACE(fold ? "folded" : "separate");
+    for (int mode = 0; mode < 3; ++mode) {  // folded, separate, one launch
+      SCOPED_TRACE(mode == 0 ? "folded" : mode == 1 ? "separate" : "one launch");
       BatchNormLaunch l;
-      l.fold_finish = fold;
+      l.fold_finish = mode == 0;
+      l.one_pass = mode == 2;
       BatchNormTrainArgs a;
       TrainState apart = make_state(in), inplace = make_state(in);
       Tensor x = test::to_device(in.x), xy = test::to_device(in.x);
@@ -587,7 +593,8 @@ TEST(GpuBatchNorm, TrainingForwardInPlaceGivesTheSameBits) {
   }
 }
 
-// A residual add in the normalizing pass (training, folded and separate finish; eval), with and
+// A residual add in the normalizing pass (training, folded and separate finish and one launch;
+// eval), with and
 // without the ReLU after it: the bits of the normalize, add and relu passes run apart, on
 // 16-byte and scalar paths (a residual 1 float past alignment takes the scalar path alone).
 TEST(GpuBatchNorm, ResidualAddGivesTheSeparatePassBits) {
@@ -609,7 +616,8 @@ TEST(GpuBatchNorm, ResidualAddGivesTheSeparatePassBits) {
       Tensor x = test::to_device(in.x), r = test::to_device(shifted(res, size_t(res_offset)));
       const float* d_res = r.data() + res_offset;
       Buffer<float> apart(n, Device::CUDA), fused(n, Device::CUDA);
-      for (int mode = 0; mode < 3; ++mode)  // training folded, training separate, eval
+      // training folded, training separate, eval, training in one launch
+      for (int mode = 0; mode < 4; ++mode)
         for (bool relu : {false, true}) {
           SCOPED_TRACE(::testing::Message() << "mode " << mode << " relu " << relu);
           test::poison_device(fused.data(), n);
@@ -622,6 +630,7 @@ TEST(GpuBatchNorm, ResidualAddGivesTheSeparatePassBits) {
             }
             BatchNormLaunch l;
             l.fold_finish = mode == 0;
+            l.one_pass = mode == 3;
             BatchNormTrainArgs a;
             batchnorm_forward_train_cuda(s, x.data(), t.gamma.data(), t.beta.data(), y, relu_in,
                                          residual, t.mean.data(), t.invstd.data(), a,

@@ -116,6 +116,12 @@ const std::vector<SwitchCases>& switch_cases() {
        {{nullptr, true}, {"0", false}, {"1", true}},
        {},
        nullptr},
+      // The BatchNorm one-launch cluster passes unless set to 0.
+      {"CNN_BN_ONE_PASS",
+       field<&EnvSwitches::bn_one_pass>,
+       {{nullptr, true}, {"0", false}, {"1", true}},
+       {},
+       nullptr},
   };
   return cases;
 }

@@ -46,6 +46,7 @@ bool op_selected(const BenchOptions& opt, const std::string& op) {
 #include "kernels/gemm/linear.h"
 #include "kernels/loss/softmax_xent.h"
 #include "kernels/norm/batchnorm.h"
+#include "kernels/norm/batchnorm_one_pass_cuda.h"
 #include "kernels/optimizer/optimizer.h"
 #include "kernels/pointwise/relu.h"
 #include "kernels/pool/maxpool.h"
@@ -1000,7 +1001,9 @@ void bench_relu(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
 // then the normalize) and the backward (dgamma, dbeta and dx; dy masked by the relu's output when
 // folded). Bytes: what the passes move, each value read or written once per pass: the forward
 // reads x for the sums and again for the normalize and writes y; the backward reads x and dy
-// (and y, with a folded relu) for the sums and again for dx, and writes dx. No cuDNN row.
+// (and y, with a folded relu) for the sums and again for dx, and writes dx. Where the shape runs
+// in one launch (kernels/norm/batchnorm_one_pass_cuda.h; CNN_BN_ONE_PASS) x and dy are read once.
+// No cuDNN row.
 void bench_batchnorm(const BenchContext& ctx, std::vector<BenchRow>& rows, const std::string& name,
                      const Shape& shape, bool relu) {
   const BenchOptions& opt = *ctx.opt;
@@ -1020,15 +1023,19 @@ void bench_batchnorm(const BenchContext& ctx, std::vector<BenchRow>& rows, const
     info.compute_bound = false;
     // The backward recomputes the fused ReLU's mask from x (as the Network runs it): relu y is
     // not read.
-    const int tensors_moved = backward ? 2 * 2 + 1 : 3;
+    const bool one_pass = process_env_switches().bn_one_pass && batchnorm_one_pass_available(s);
+    const int reads = one_pass ? 1 : 2;
+    const int tensors_moved = backward ? 2 * reads + 1 : reads + 1;
     info.bytes = 4.0 * double(count) * tensors_moved;
     // CNN_BN_FOLD_FINISH=0: the per-channel finish as a launch of its own (three, not two).
     const bool folded = process_env_switches().bn_fold_finish;
-    info.note = fmt::format(
-        "{} read twice, {} written ({})",
-        backward ? (relu ? "x, dy (relu mask from x)" : "x, dy") : "x", backward ? "dx" : "y",
-        backward ? (folded ? "sums, finish + dx" : "sums, finish, dx")
-                 : (folded ? "sums, finish + normalize" : "sums, finish, normalize"));
+    info.note =
+        fmt::format("{} read {}, {} written ({})",
+                    backward ? (relu ? "x, dy (relu mask from x)" : "x, dy") : "x",
+                    one_pass ? "once" : "twice", backward ? "dx" : "y",
+                    one_pass   ? "one launch, clusters"
+                    : backward ? (folded ? "sums, finish + dx" : "sums, finish, dx")
+                               : (folded ? "sums, finish + normalize" : "sums, finish, normalize"));
     std::mt19937_64 rng(op_seed(opt.seed, info.op));
     // x off zero, as a conv's output is: the sums must not rely on a zero mean.
     std::vector<float> x = random_floats(count, rng, -1.f, 3.f);

@@ -126,7 +126,7 @@ __device__ __forceinline__ int4 ld_after_griddep(const int4* p) {
 // Thread-block clusters (sm_90, no arch-specific features): the rank of this block in its
 // cluster, the cluster's block count (1 when launched without clusters), a barrier of every
 // thread of every block of the cluster that orders shared-memory writes before it with reads
-// after it, and 16-byte reads of another block's shared memory.
+// after it, and 16-byte reads of another block's shared memory (floats, ints, double pairs).
 __device__ __forceinline__ uint32_t cluster_rank() {
   uint32_t r;
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
@@ -161,6 +161,14 @@ __device__ __forceinline__ int4 ld_cluster_s32x4(uint32_t addr) {
   int4 v;
   asm volatile("ld.shared::cluster.v4.s32 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ double2 ld_cluster_f64x2(uint32_t addr) {
+  double2 v;
+  asm volatile("ld.shared::cluster.v2.f64 {%0, %1}, [%2];\n"
+               : "=d"(v.x), "=d"(v.y)
                : "r"(addr)
                : "memory");
   return v;

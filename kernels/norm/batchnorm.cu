@@ -12,6 +12,10 @@
 // summed in the same order either way, so the bits are those of the separate finish launch, which
 // CNN_BN_FOLD_FINISH=0 keeps (BatchNormLaunch::fold_finish).
 //
+// Channels of at most kBnOnePassMaxValues values take one launch a pass instead, on thread-block
+// clusters that hold the channel in registers (batchnorm_one_pass.cu); CNN_BN_ONE_PASS=0 keeps
+// the passes here for every shape (BatchNormLaunch::one_pass).
+//
 // Every pass walks values in groups of 4 consecutive values of one plane (image n, channel c:
 // HW contiguous floats; the last group of a plane is short when HW % 4 != 0). A group is one
 // 16-byte load where HW % 4 == 0 and the pointers are 16-byte aligned, 4 scalar loads otherwise;
@@ -37,12 +41,16 @@
 
 #include "kernels/common/ptx.cuh"
 #include "kernels/norm/batchnorm_cuda.h"
+#include "kernels/norm/batchnorm_math.cuh"
+#include "kernels/norm/batchnorm_one_pass_cuda.h"
 #include "runtime/cuda_check.h"
 #include "runtime/env_switches.h"
 #include "runtime/math_util.h"
 
 namespace cnn {
 namespace {
+
+using namespace bn;
 
 constexpr int kThreads = 256;
 constexpr int kUnroll = 4;  // groups each thread loads before it uses any
@@ -53,38 +61,6 @@ constexpr int64_t kTargetBlocks = 2048;
 constexpr int64_t kMinPerBlock = kThreads * kUnroll * 4;  // one round of loads per thread
 constexpr int kFinishThreads = 256;                       // one warp per channel
 constexpr unsigned kMaxGridX = INT_MAX, kMaxGridY = 65535;
-
-// The fused ReLU's forward, as relu_forward: "not (v <= 0)" lets NaN through.
-__device__ __forceinline__ float relu_if(bool relu, float v) {
-  return (relu && v <= 0.f) ? 0.f : v;
-}
-
-// dy as the fused ReLU's backward leaves it (relu_backward): 0 where relu_y is not > 0.
-__device__ __forceinline__ float relu_masked(float dy, bool masked, float relu_y) {
-  return (masked && !(relu_y > 0.f)) ? 0.f : dy;
-}
-
-// Where the backward's fused-ReLU mask comes from (batchnorm.h): nothing (no ReLU); the
-// forward's output y, read; or, with beta, recomputed from the x the passes read anyway: the
-// forward's pre-ReLU value (x - mean) * scale + beta, scale = invstd * gamma, in the forward's
-// own float operations, is > 0 exactly where y is.
-struct ReluMask {
-  const float* y = nullptr;
-  const float* beta = nullptr;  // set: recompute (the pass has gamma and the saved statistics)
-  __device__ __forceinline__ bool on() const { return y != nullptr || beta != nullptr; }
-};
-
-// Channel c's recompute coefficients (scale, beta); zeros where the mask is read or absent.
-__device__ __forceinline__ float2 mask_coefs(const ReluMask& m, int c,
-                                             const float* __restrict__ d_gamma,
-                                             const float* __restrict__ d_invstd) {
-  return m.beta ? make_float2(d_invstd[c] * d_gamma[c], m.beta[c]) : make_float2(0.f, 0.f);
-}
-
-// The forward's pre-ReLU value from x - mean (normalized() without the ReLU): its sign is the mask.
-__device__ __forceinline__ float pre_relu(float x_minus_mean, float2 coefs) {
-  return __fmaf_rn(x_minus_mean, coefs.x, coefs.y);
-}
 
 // How many of group g's values (4g .. 4g + 3 of a plane) are in the plane: 4, or HW % 4 for the
 // last group when HW % 4 != 0.
@@ -257,56 +233,6 @@ __device__ __forceinline__ void sum_partials(const double* __restrict__ d_part, 
   *sb = b;
 }
 
-// A channel's forward statistics from its shifted sums: mean, the biased variance, and what the
-// normalize pass multiplies by (1 / sqrt(var + eps), rounded to float as d_save_invstd holds it).
-struct ForwardStats {
-  double mean, var;
-  float invstd;
-};
-
-__device__ __forceinline__ ForwardStats forward_stats(double sum, double sq, int64_t m,
-                                                      double shift, float eps) {
-  ForwardStats st;
-  const double shifted_mean = sum / double(m);                       // mean of x - K
-  st.var = fmax(sq / double(m) - shifted_mean * shifted_mean, 0.0);  // biased
-  st.mean = shift + shifted_mean;
-  st.invstd = float(1.0 / sqrt(st.var + double(eps)));
-  return st;
-}
-
-// Channel c's forward outputs: the saved statistics, the running statistics moved towards the
-// batch's mean and unbiased variance.
-__device__ __forceinline__ void write_forward_stats(int c, const ForwardStats& st, int64_t m,
-                                                    float momentum, float* __restrict__ d_mean,
-                                                    float* __restrict__ d_invstd,
-                                                    float* __restrict__ d_running_mean,
-                                                    float* __restrict__ d_running_var) {
-  d_mean[c] = float(st.mean);
-  d_invstd[c] = st.invstd;
-  const double unbiased = st.var * double(m) / double(m - 1);
-  if (d_running_mean)
-    d_running_mean[c] = float((1.0 - momentum) * d_running_mean[c] + double(momentum) * st.mean);
-  if (d_running_var)
-    d_running_var[c] = float((1.0 - momentum) * d_running_var[c] + double(momentum) * unbiased);
-}
-
-// A channel's backward sums turned into dx's coefficients (dx = a * (dy - mdy - (x - mean) * b))
-// and its dgamma term.
-struct BackwardCoefs {
-  double a, mdy, b, dgamma;
-};
-
-__device__ __forceinline__ BackwardCoefs backward_coefs(double sum_dy, double sum_dy_xmu, int64_t m,
-                                                        float gamma, float invstd_f) {
-  BackwardCoefs k;
-  const double invstd = invstd_f;
-  k.dgamma = sum_dy_xmu * invstd;       // sum of dy * xhat
-  k.a = double(gamma) * invstd;         // gamma * invstd
-  k.mdy = sum_dy / double(m);           // mean of dy
-  k.b = invstd * k.dgamma / double(m);  // xhat's coefficient, per (x - mean)
-  return k;
-}
-
 // Thread mapping: warp c owns channel c (its lane 0 writes): the batch mean and
 // 1/sqrt(var + eps) from the shifted sums, the running statistics moved; thread 0 of the grid
 // counts the batch.
@@ -422,15 +348,6 @@ __device__ __forceinline__ void walk_planes_finishing(const PlaneGrid& p, const 
     body(plane, slot, chunk * lanes * kUnroll + lane, lanes);
 }
 
-// (x - mean) * scale + beta with one rounding (the FMA the compiler would contract it to, spelled
-// out so that the 16-byte and scalar paths cannot differ), plus the residual in a rounding of its
-// own (as the separate add pass), then the fused ReLU.
-__device__ __forceinline__ float normalized(float x, float mean, float scale, float beta, bool add,
-                                            float residual, bool relu) {
-  const float v = __fmaf_rn(x - mean, scale, beta);
-  return relu_if(relu, add ? __fadd_rn(v, residual) : v);
-}
-
 // The thread's kUnroll groups g0, g0 + lanes, ... of one plane: loads all of them (and the
 // residual's, when d_res is given), then writes them normalized.
 template <bool kVec>
@@ -511,13 +428,6 @@ __global__ void __launch_bounds__(kThreads)
         normalize_groups<kVec>(pg, plane, g0, lanes, d_x, d_res, s_mean[k], s_scale[k], s_beta[k],
                                relu, d_y);
       });
-}
-
-// dx = a * (dy - mean(dy) - (x - mean) * b), the product (x - mean) * b fused into the
-// subtraction (one FMA, spelled out as in normalized()).
-__device__ __forceinline__ float backward_value(float a, float mdy, float b, float mean, float x,
-                                                float dy, bool masked, float relu_y) {
-  return __fmul_rn(a, __fmaf_rn(-(x - mean), b, relu_masked(dy, masked, relu_y) - mdy));
 }
 
 // dx over the thread's kUnroll groups of one plane: loads all of them, then writes them.
@@ -706,6 +616,7 @@ int batchnorm_splits(const BatchNormShape& s) {
 
 BatchNormLaunch batchnorm_launch_from_env() {
   BatchNormLaunch l;
+  l.one_pass = process_env_switches().bn_one_pass;
   l.fold_finish = process_env_switches().bn_fold_finish;
   return l;
 }
@@ -715,6 +626,9 @@ void batchnorm_forward_train_cuda(const BatchNormShape& s, const float* d_x, con
                                   const float* d_residual, float* d_save_mean, float* d_save_invstd,
                                   const BatchNormTrainArgs& a, double* d_scratch,
                                   cudaStream_t stream, const BatchNormLaunch& l) {
+  if (l.one_pass && batchnorm_forward_one_pass_cuda(s, d_x, d_gamma, d_beta, d_y, relu, d_residual,
+                                                    d_save_mean, d_save_invstd, a, stream))
+    return;
   // Scratch: the partials (C, S, 2), then each channel's K where the backward keeps its
   // coefficients (batchnorm_scratch_doubles).
   double* d_shift = d_scratch + 2 * int64_t(s.c) * batchnorm_splits(s);
@@ -756,6 +670,10 @@ void batchnorm_backward_cuda(const BatchNormShape& s, const float* d_x, const fl
                              const float* d_save_mean, const float* d_save_invstd, float* d_dx,
                              float* d_dgamma, float* d_dbeta, double* d_scratch,
                              cudaStream_t stream, const BatchNormLaunch& l) {
+  if (l.one_pass &&
+      batchnorm_backward_one_pass_cuda(s, d_x, d_dy, d_relu_y, d_relu_beta, d_gamma, d_save_mean,
+                                       d_save_invstd, d_dx, d_dgamma, d_dbeta, stream))
+    return;
   // With the forward's beta the mask is recomputed from x and relu_y is not read.
   ReluMask mask;
   if (d_relu_y && d_relu_beta)

@@ -18,11 +18,16 @@ int batchnorm_splits(const BatchNormShape& s);
 // max_grid_x / max_grid_y (0: the device's limits): the elementwise grid capped lower, for tests,
 // so that its blocks loop over several rounds of planes (the folded finish needs one round: the
 // separate finish runs then) and of plane chunks.
+// one_pass: where plan_batchnorm_one_pass fits the shape and the device launches its clusters,
+// each pass is one launch that reads its inputs once (batchnorm_one_pass_cuda.h; the sums in
+// another fixed order, so other bits than the two-launch passes', the same on every run); false
+// (CNN_BN_ONE_PASS=0), or past the plan's limits: the two-launch passes above.
 struct BatchNormLaunch {
+  bool one_pass = true;
   bool fold_finish = true;
   unsigned max_grid_x = 0, max_grid_y = 0;
 };
-// The process's CNN_BN_FOLD_FINISH, no caps.
+// The process's CNN_BN_ONE_PASS and CNN_BN_FOLD_FINISH, no caps.
 BatchNormLaunch batchnorm_launch_from_env();
 
 // d_residual: null, or the residual added before the ReLU (batchnorm.h).
