@@ -203,14 +203,17 @@ TEST(GpuConvWgradWindow, RefusedShapeFallsBack) {
 #endif
 }
 
-// Auto runs the window kernel on the ResNet stage-1 layer: its deterministic result is bitwise
-// Window's (the dedicated kernel splits K differently and would not be).
-TEST(GpuConvWgradWindow, AutoPicksWindowForResNetStage1) {
+// Auto runs the window kernel on the ResNet stage-1 layer only under CNN_CONV_WGRAD_WINDOW=1:
+// its deterministic result is then bitwise Window's, else bitwise Dedicated's (the two kernels
+// split K differently, so the bits tell which one ran).
+TEST(GpuConvWgradWindow, AutoFollowsTheWindowSwitch) {
   CNN_REQUIRE_GPU();
 #ifdef CNN_HAVE_CUDA
-  if (!process_env_switches().conv_wgrad_window || process_env_switches().conv_generic)
-    GTEST_SKIP() << "Auto picks the window kernel only with CNN_CONV_WGRAD_WINDOW=1 (and no "
-                    "CNN_CONV_GENERIC=1)";
+  const bool generic = process_env_switches().conv_generic;
+  const IgemmVariant expected = generic ? IgemmVariant::Generic
+                                : process_env_switches().conv_wgrad_window
+                                    ? IgemmVariant::Window
+                                    : IgemmVariant::Dedicated;
   const Conv2dShape s = conv(128, 32, 28, 28, 32, 3, 3, 1, 1, 1, 1);
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
@@ -223,10 +226,17 @@ TEST(GpuConvWgradWindow, AutoPicksWindowForResNetStage1) {
     SCOPED_TRACE(precision_name(prec));
     const Exec ex = exec_of(prec, true);
     ASSERT_TRUE(wgrad_window_preferred(s, ex));
-    std::vector<float> dw_auto, db_auto, dw_win, db_win;
+    std::vector<float> dw_auto, db_auto, dw_exp, db_exp, dw_other, db_other;
     run(s, pr, ex, IgemmVariant::Auto, true, dw_auto, db_auto);
-    run(s, pr, ex, IgemmVariant::Window, true, dw_win, db_win);
-    EXPECT_TRUE(bitwise_equal(dw_auto, dw_win) && bitwise_equal(db_auto, db_win));
+    run(s, pr, ex, expected, true, dw_exp, db_exp);
+    EXPECT_TRUE(bitwise_equal(dw_auto, dw_exp) && bitwise_equal(db_auto, db_exp));
+    // The bits do tell the kernels apart: the one Auto did not run differs.
+    if (!generic) {
+      const IgemmVariant other =
+          expected == IgemmVariant::Window ? IgemmVariant::Dedicated : IgemmVariant::Window;
+      run(s, pr, ex, other, true, dw_other, db_other);
+      EXPECT_FALSE(bitwise_equal(dw_auto, dw_other));
+    }
   }
 #endif
 }

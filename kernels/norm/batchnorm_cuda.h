@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels/norm/batchnorm.h"
+#include "kernels/norm/batchnorm_one_pass_plan.h"
 #include "runtime/stream.h"
 
 namespace cnn {
@@ -22,8 +23,14 @@ int batchnorm_splits(const BatchNormShape& s);
 // each pass is one launch that reads its inputs once (batchnorm_one_pass_cuda.h; the sums in
 // another fixed order, so other bits than the two-launch passes', the same on every run); false
 // (CNN_BN_ONE_PASS=0), or past the plan's limits: the two-launch passes above.
+// one_pass_max_cluster: one launch only where the plan's cluster has at most this many blocks.
+// Any plan here; the process default is kBnOnePassPreferredCluster: on the H200 the one-launch
+// passes were faster with clusters of 1 and 4 blocks ((128, 512), (128, 256, 8, 8): 1.3-1.6x)
+// and slower with 7 to 16 on all but one of the ResNet's and VGG's larger passes (0.71-0.99x).
+constexpr int kBnOnePassPreferredCluster = 4;
 struct BatchNormLaunch {
   bool one_pass = true;
+  int one_pass_max_cluster = kBnOnePassMaxCluster;
   bool fold_finish = true;
   unsigned max_grid_x = 0, max_grid_y = 0;
 };
