@@ -22,15 +22,15 @@
 #include "kernels/pointwise/relu.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
+#include "tests/batchnorm_test_check.h"
 #include "tests/test_util.h"
 
 using namespace cnn;
 
 namespace {
 
-struct Outputs {
-  std::vector<float> y, mean, invstd, rm, rv, count, dx, dgamma, dbeta;
-};
+using Outputs = test::BatchNormOutputs;
+using test::expect_same_bits;
 
 struct Inputs {
   BatchNormShape s;
@@ -130,62 +130,13 @@ Outputs run_cuda(const Inputs& in, bool deterministic, size_t offset = 0) {
   return o;
 }
 
-// Every output of two device runs, bitwise.
-void expect_same_bits(const Outputs& a, const Outputs& b, const char* what) {
-  EXPECT_EQ(a.y, b.y) << what;
-  EXPECT_EQ(a.mean, b.mean) << what;
-  EXPECT_EQ(a.invstd, b.invstd) << what;
-  EXPECT_EQ(a.rm, b.rm) << what;
-  EXPECT_EQ(a.rv, b.rv) << what;
-  EXPECT_EQ(a.count, b.count) << what;
-  EXPECT_EQ(a.dx, b.dx) << what;
-  EXPECT_EQ(a.dgamma, b.dgamma) << what;
-  EXPECT_EQ(a.dbeta, b.dbeta) << what;
-}
-
-// The largest |gamma * invstd * dy|: the size of the terms the input gradient is a sum of.
-double dx_term_scale(const Inputs& in, const Outputs& ref) {
-  const BatchNormShape& s = in.s;
-  double m = 0;
-  for (size_t i = 0; i < in.dy.size(); ++i) {
-    const size_t c = (i / size_t(s.hw)) % size_t(s.c);
-    m = std::max(m, std::fabs(double(in.gamma[c]) * ref.invstd[c] * in.dy[i]));
-  }
-  return m;
-}
-
 void check_shape(const BatchNormShape& s, float offset) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed << " (N, C, HW) = (" << s.n << ", " << s.c
                                     << ", " << s.hw << ") offset " << offset);
   const Inputs in = make_inputs(s, seed, offset);
   const Outputs ref = run_cpu(in), got = run_cuda(in, false);
-  const std::vector<
-      std::pair<const char*, std::pair<const std::vector<float>*, const std::vector<float>*>>>
-      pairs = {{"y", {&got.y, &ref.y}},
-               {"mean", {&got.mean, &ref.mean}},
-               {"invstd", {&got.invstd, &ref.invstd}},
-               {"running_mean", {&got.rm, &ref.rm}},
-               {"running_var", {&got.rv, &ref.rv}},
-               {"count", {&got.count, &ref.count}},
-               {"dx", {&got.dx, &ref.dx}},
-               {"dgamma", {&got.dgamma, &ref.dgamma}},
-               {"dbeta", {&got.dbeta, &ref.dbeta}}};
-  for (const auto& [what, p] : pairs) {
-    EXPECT_FALSE(test::any_nan(*p.first)) << what;
-    // Near-zero elements are measured against a tenth of the tensor's largest value: at an
-    // offset, float's x - mean keeps only ~1e-5 of the spread, which is no error of the kernel.
-    double scale = 0;
-    for (float v : *p.second) scale = std::max(scale, double(std::fabs(v)));
-    // dx is gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)): terms of the size of
-    // gamma * invstd * dy that cancel, fully when a channel holds two values (xhat = +-1, dx is
-    // then eps-sized noise). Its error is measured against the terms, not their remainder.
-    if (std::string(what) == "dx") scale = std::max(scale, dx_term_scale(in, ref));
-    const double e = test::max_rel_error(*p.first, *p.second, 0.1 * scale);
-    std::printf("batchnorm (%d, %d, %lld) %s: rel error %.3g\n", s.n, s.c, (long long)s.hw, what,
-                e);
-    EXPECT_LT(e, 1e-3) << what;
-  }
+  test::expect_close(s, in.gamma, in.dy, got, ref, 1e-3, "batchnorm");
   // The reductions run in a fixed order in every mode: two runs give the same bits.
   expect_same_bits(got, run_cuda(in, true), "deterministic run");
 }

@@ -16,6 +16,7 @@
 #include "kernels/norm/batchnorm_cuda.h"
 #include "kernels/norm/batchnorm_one_pass_plan.h"
 #include "runtime/memory.h"
+#include "tests/batchnorm_test_check.h"
 #include "tests/test_util.h"
 #ifdef CNN_HAVE_CUDA
 #include "kernels/norm/batchnorm_one_pass_cuda.h"
@@ -38,9 +39,8 @@ struct Inputs {
   std::vector<float> x, gamma, beta, dy, res, rm, rv, dgamma, dbeta;
 };
 
-struct Outputs {
-  std::vector<float> y, mean, invstd, rm, rv, count, dx, dgamma, dbeta;
-};
+using Outputs = test::BatchNormOutputs;
+using test::expect_same_bits;
 
 Inputs make_inputs(const BatchNormShape& s, uint64_t seed) {
   Inputs in;
@@ -126,55 +126,11 @@ Outputs run_cpu(const Inputs& in, const Case& k, const std::vector<float>& relu_
   return o;
 }
 
-void expect_same_bits(const Outputs& a, const Outputs& b, const char* what) {
-  EXPECT_EQ(a.y, b.y) << what;
-  EXPECT_EQ(a.mean, b.mean) << what;
-  EXPECT_EQ(a.invstd, b.invstd) << what;
-  EXPECT_EQ(a.rm, b.rm) << what;
-  EXPECT_EQ(a.rv, b.rv) << what;
-  EXPECT_EQ(a.count, b.count) << what;
-  EXPECT_EQ(a.dx, b.dx) << what;
-  EXPECT_EQ(a.dgamma, b.dgamma) << what;
-  EXPECT_EQ(a.dbeta, b.dbeta) << what;
-}
-
-// The largest |gamma * invstd * dy|: the size of the terms dx is a sum of (as gpu_batchnorm.cpp).
-double dx_term_scale(const Inputs& in, const Outputs& ref) {
-  const BatchNormShape& s = in.s;
-  double m = 0;
-  for (size_t i = 0; i < in.dy.size(); ++i) {
-    const size_t c = (i / size_t(s.hw)) % size_t(s.c);
-    m = std::max(m, std::fabs(double(in.gamma[c]) * ref.invstd[c] * in.dy[i]));
-  }
-  return m;
-}
-
-// Every output of `got` against `ref` within tol, near-zero elements measured against a tenth of
-// the tensor's largest value, dx against its terms (gpu_batchnorm.cpp's check_shape says why).
+// Every output of `got` against `ref` within tol (batchnorm_test_check.h says how).
 void expect_close(const Inputs& in, const Outputs& got, const Outputs& ref, double tol,
                   const char* against) {
-  const BatchNormShape& s = in.s;
-  const std::vector<
-      std::pair<const char*, std::pair<const std::vector<float>*, const std::vector<float>*>>>
-      pairs = {{"y", {&got.y, &ref.y}},
-               {"mean", {&got.mean, &ref.mean}},
-               {"invstd", {&got.invstd, &ref.invstd}},
-               {"running_mean", {&got.rm, &ref.rm}},
-               {"running_var", {&got.rv, &ref.rv}},
-               {"count", {&got.count, &ref.count}},
-               {"dx", {&got.dx, &ref.dx}},
-               {"dgamma", {&got.dgamma, &ref.dgamma}},
-               {"dbeta", {&got.dbeta, &ref.dbeta}}};
-  for (const auto& [what, p] : pairs) {
-    EXPECT_FALSE(test::any_nan(*p.first)) << what;
-    double scale = 0;
-    for (float v : *p.second) scale = std::max(scale, double(std::fabs(v)));
-    if (std::string(what) == "dx") scale = std::max(scale, dx_term_scale(in, ref));
-    const double e = test::max_rel_error(*p.first, *p.second, 0.1 * scale);
-    std::printf("one-pass batchnorm (%d, %d, %lld) against %s %s: rel error %.3g\n", s.n, s.c,
-                (long long)s.hw, against, what, e);
-    EXPECT_LT(e, tol) << what << " against " << against;
-  }
+  test::expect_close(in.s, in.gamma, in.dy, got, ref, tol,
+                     std::string("one-pass batchnorm against ") + against);
 }
 
 const char* mask_name(Mask m) {
