@@ -22,6 +22,7 @@
 #include "runtime/exec.h"
 #include "runtime/memory.h"
 #include "tests/conv_test_cases.h"
+#include "tests/conv_test_check.h"
 #include "tests/test_util.h"
 #ifdef CNN_HAVE_CUDA
 #include "kernels/conv/conv2d_1ch.h"
@@ -32,34 +33,13 @@
 using namespace cnn;
 using conv_test::conv;
 using conv_test::describe_shape;
+using conv_test::rel_to_max;
+using conv_test::tolerance;
+using conv_test::typical;
 
 namespace {
 
 #ifdef CNN_HAVE_CUDA
-
-// max |got - ref| / max |ref| (see gpu_gemm_cuda.cpp); NaN/inf in got gives infinity.
-double rel_to_max(const std::vector<float>& got, const std::vector<float>& ref,
-                  double typical = 0) {
-  if (got.size() != ref.size()) return INFINITY;
-  double worst = 0, scale = std::max(1e-30, typical);
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(got[i]) || std::isinf(got[i])) return INFINITY;
-    worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - ref[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(ref[i])));
-  }
-  return worst / scale;
-}
-
-// Typical magnitude of a sum of k products of U(-1, 1) values (sqrt(k)/3): the error scale of
-// an output that happens to cancel to near zero (e.g. a bias gradient of one channel), so
-// that TF32 rounding of its terms is judged against the terms, not against the remainder.
-double typical(int64_t k) {
-  return std::sqrt(static_cast<double>(std::max<int64_t>(1, k))) / 3;
-}
-
-double tolerance(Precision p, int64_t k) {
-  return p == Precision::TF32 ? 2e-3 : 1e-5 * std::sqrt(std::max(1.0, static_cast<double>(k)));
-}
 
 bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;

@@ -25,6 +25,7 @@
 #include "runtime/exec.h"
 #include "runtime/memory.h"
 #include "tests/conv_test_cases.h"
+#include "tests/conv_test_check.h"
 #include "tests/test_util.h"
 #ifdef CNN_HAVE_CUDA
 #include "kernels/conv/conv2d_igemm.h"
@@ -32,37 +33,16 @@
 #endif
 
 using namespace cnn;
+using conv_test::bitwise_equal;
 using conv_test::conv;
 using conv_test::describe_shape;
+using conv_test::rel_to_max;
+using conv_test::tolerance;
+using conv_test::typical;
 
 namespace {
 
 #ifdef CNN_HAVE_CUDA
-
-// The error measures of gpu_conv2d_fast.cpp: max |got - ref| / max(max |ref|, typical), where
-// typical(k) = sqrt(k) / 3 is the size of a sum of k products of U(-1, 1) values (an output that
-// cancels to near zero is judged against its terms); NaN/inf in got gives infinity.
-double rel_to_max(const std::vector<float>& got, const std::vector<float>& ref, double typical) {
-  if (got.size() != ref.size()) return INFINITY;
-  double worst = 0, scale = std::max(1e-30, typical);
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(got[i]) || std::isinf(got[i])) return INFINITY;
-    worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - ref[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(ref[i])));
-  }
-  return worst / scale;
-}
-double typical(int64_t k) {
-  return std::sqrt(static_cast<double>(std::max<int64_t>(1, k))) / 3;
-}
-// TF32 against unrounded operands; FP32 summation alone (BF16 against rounded operands).
-double tolerance(bool tf32, int64_t k) {
-  return tf32 ? 2e-3 : 1e-5 * std::sqrt(std::max(1.0, static_cast<double>(k)));
-}
-
-bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 Exec exec_of(Precision p, bool deterministic) {
   Exec ex;
@@ -109,7 +89,8 @@ void check_shape(const Conv2dShape& s, Precision prec, IgemmVariant variant) {
   std::vector<float> dw_ref = pr.dw0, db_ref = pr.db0;
   conv2d_backward_weight_cpu(s, xr.data(), dyr.data(), dw_ref.data(), db_ref.data());
   const int64_t k = int64_t{s.n} * s.oh() * s.ow();
-  const double tol = tolerance(!bf16, k);
+  // BF16 against operands rounded as the kernel rounds them: FP32 summation alone.
+  const double tol = tolerance(bf16 ? Precision::FP32 : prec, k);
 
   double worst = 0;
   for (bool det : {false, true}) {
