@@ -7,8 +7,7 @@
 // caller adds (1, or the accumulated-into value); and
 //   ||got - ref|| <= 4e-3 sqrt(sum (x w)^2),
 // the scale of the terms (catches a dropped k-tile, which the per-element bound could let through).
-// bitwise_equal serves every test that compares two runs' bits; rel_to_max, typical and tolerance
-// are the implicit-GEMM tests' simpler measure (gpu_conv2d_fast.cpp, gpu_conv_wgrad_window.cpp).
+// bitwise_equal serves every test that compares two runs' bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -127,33 +126,6 @@ inline void expect_close_tf32(const Tf32Problem& p, const std::vector<float>& go
 
 inline bool bitwise_equal(const std::vector<float>& x, const std::vector<float>& y) {
   return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
-}
-
-// The implicit-GEMM tests' error measure (gpu_conv2d_fast.cpp, gpu_conv_wgrad_window.cpp):
-// max |got - ref| / max(max |ref|, typical); NaN/inf in got gives infinity.
-inline double rel_to_max(const std::vector<float>& got, const std::vector<float>& ref,
-                         double typical = 0) {
-  if (got.size() != ref.size()) return INFINITY;
-  double worst = 0, scale = std::max(1e-30, typical);
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(got[i]) || std::isinf(got[i])) return INFINITY;
-    worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - ref[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(ref[i])));
-  }
-  return worst / scale;
-}
-
-// Typical magnitude of a sum of k products of U(-1, 1) values (sqrt(k)/3): the error scale of
-// an output that happens to cancel to near zero (e.g. a bias gradient of one channel), so
-// that TF32 rounding of its terms is judged against the terms, not against the remainder.
-inline double typical(int64_t k) {
-  return std::sqrt(static_cast<double>(std::max<int64_t>(1, k))) / 3;
-}
-
-// TF32 against unrounded operands; otherwise FP32 summation alone (FP32, or BF16 against
-// operands rounded as the kernel rounds them).
-inline double tolerance(Precision p, int64_t k) {
-  return p == Precision::TF32 ? 2e-3 : 1e-5 * std::sqrt(std::max(1.0, static_cast<double>(k)));
 }
 
 }  // namespace cnn::conv_test

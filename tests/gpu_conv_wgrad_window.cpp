@@ -26,6 +26,7 @@
 #include "runtime/memory.h"
 #include "tests/conv_test_cases.h"
 #include "tests/conv_test_check.h"
+#include "tests/gemm_error_measure.h"
 #include "tests/test_util.h"
 #ifdef CNN_HAVE_CUDA
 #include "kernels/conv/conv2d_igemm.h"
@@ -36,9 +37,9 @@ using namespace cnn;
 using conv_test::bitwise_equal;
 using conv_test::conv;
 using conv_test::describe_shape;
-using conv_test::rel_to_max;
-using conv_test::tolerance;
-using conv_test::typical;
+using test::rel_to_max;
+using test::tolerance;
+using test::typical;
 
 namespace {
 

@@ -17,6 +17,7 @@
 #include "runtime/env_switches.h"
 #include "runtime/exec.h"
 #include "runtime/memory.h"
+#include "tests/gemm_error_measure.h"
 #include "tests/test_util.h"
 #ifdef CNN_HAVE_CUDA
 #include "kernels/gemm/gemm_cuda.h"
@@ -29,30 +30,9 @@ namespace {
 
 #ifdef CNN_HAVE_CUDA
 
-// max |got - ref| / max |ref|: error relative to the output's scale, so that outputs that cancel
-// to near zero do not dominate. NaN in got (an unwritten poisoned element) gives infinity.
-double rel_to_max(const std::vector<float>& got, const std::vector<float>& ref,
-                  double typical = 0) {
-  if (got.size() != ref.size()) return INFINITY;
-  double worst = 0, scale = std::max(1e-30, typical);
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(got[i]) || std::isinf(got[i])) return INFINITY;
-    worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - ref[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(ref[i])));
-  }
-  return worst / scale;
-}
-
-// Typical magnitude of a sum of k products of U(-1, 1) values (sqrt(k)/3): the error scale of
-// an output that happens to cancel to near zero (e.g. a bias gradient of one channel), so
-// that TF32 rounding of its terms is judged against the terms, not against the remainder.
-double typical(int64_t k) {
-  return std::sqrt(static_cast<double>(std::max<int64_t>(1, k))) / 3;
-}
-
-double tolerance(Precision p, int k) {
-  return p == Precision::TF32 ? 2e-3 : 1e-5 * std::sqrt(std::max(1.0, static_cast<double>(k)));
-}
+using test::rel_to_max;
+using test::tolerance;
+using test::typical;
 
 struct GemmCase {
   bool ta, tb;
