@@ -85,6 +85,9 @@ struct EnvSwitches {
   // then the elementwise pass), never as the one-launch cluster kernels that hold a channel in
   // registers where it fits (kernels/norm/batchnorm_one_pass_plan.h).
   bool bn_one_pass = true;
+  // CNN_BN_ONE_PASS=all: the one-launch passes on every shape that fits, whatever its cluster
+  // size (to profile them); by default only where the cluster is small enough to win.
+  bool bn_one_pass_any_cluster = false;
   // CNN_CONV_DGRAD_PHASES=0: the implicit-GEMM input gradient takes a stride above 1 by its
   // division path (every (pixel, tap) pair, most predicated zeros) instead of one GEMM a phase.
   bool conv_dgrad_phases = true;

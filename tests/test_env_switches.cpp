@@ -119,7 +119,13 @@ const std::vector<SwitchCases>& switch_cases() {
       // The BatchNorm one-launch cluster passes unless set to 0.
       {"CNN_BN_ONE_PASS",
        field<&EnvSwitches::bn_one_pass>,
-       {{nullptr, true}, {"0", false}, {"1", true}},
+       {{nullptr, true}, {"0", false}, {"1", true}, {"all", true}},
+       {"yes", "2"},
+       "0, 1 or all"},
+      // Every cluster size only with all.
+      {"CNN_BN_ONE_PASS",
+       field<&EnvSwitches::bn_one_pass_any_cluster>,
+       {{nullptr, false}, {"0", false}, {"1", false}, {"all", true}},
        {},
        nullptr},
   };

@@ -1023,7 +1023,8 @@ void bench_batchnorm(const BenchContext& ctx, std::vector<BenchRow>& rows, const
     info.compute_bound = false;
     // The backward recomputes the fused ReLU's mask from x (as the Network runs it): relu y is
     // not read.
-    const bool one_pass = process_env_switches().bn_one_pass && batchnorm_one_pass_available(s);
+    const bool one_pass = batchnorm_one_pass_wanted(s, batchnorm_launch_from_env()) &&
+                          batchnorm_one_pass_available(s);
     const int reads = one_pass ? 1 : 2;
     const int tensors_moved = backward ? 2 * reads + 1 : reads + 1;
     info.bytes = 4.0 * double(count) * tensors_moved;

@@ -614,18 +614,18 @@ int batchnorm_splits(const BatchNormShape& s) {
   return int(std::clamp<int64_t>(std::min({by_device, by_size, groups}), 1, 65535));
 }
 
-namespace {
-bool one_pass_wanted(const BatchNormShape& s, const BatchNormLaunch& l) {
+bool batchnorm_one_pass_wanted(const BatchNormShape& s, const BatchNormLaunch& l) {
   if (!l.one_pass) return false;
   const BatchNormOnePassPlan p = plan_batchnorm_one_pass(s);
   return p.fits && p.cluster <= l.one_pass_max_cluster;
 }
-}  // namespace
 
 BatchNormLaunch batchnorm_launch_from_env() {
   BatchNormLaunch l;
   l.one_pass = process_env_switches().bn_one_pass;
-  l.one_pass_max_cluster = kBnOnePassPreferredCluster;
+  l.one_pass_max_cluster = process_env_switches().bn_one_pass_any_cluster
+                               ? kBnOnePassMaxCluster
+                               : kBnOnePassPreferredCluster;
   l.fold_finish = process_env_switches().bn_fold_finish;
   return l;
 }
@@ -635,7 +635,7 @@ void batchnorm_forward_train_cuda(const BatchNormShape& s, const float* d_x, con
                                   const float* d_residual, float* d_save_mean, float* d_save_invstd,
                                   const BatchNormTrainArgs& a, double* d_scratch,
                                   cudaStream_t stream, const BatchNormLaunch& l) {
-  if (one_pass_wanted(s, l) && batchnorm_forward_one_pass_cuda(s, d_x, d_gamma, d_beta, d_y, relu, d_residual,
+  if (batchnorm_one_pass_wanted(s, l) && batchnorm_forward_one_pass_cuda(s, d_x, d_gamma, d_beta, d_y, relu, d_residual,
                                                     d_save_mean, d_save_invstd, a, stream))
     return;
   // Scratch: the partials (C, S, 2), then each channel's K where the backward keeps its
@@ -679,7 +679,7 @@ void batchnorm_backward_cuda(const BatchNormShape& s, const float* d_x, const fl
                              const float* d_save_mean, const float* d_save_invstd, float* d_dx,
                              float* d_dgamma, float* d_dbeta, double* d_scratch,
                              cudaStream_t stream, const BatchNormLaunch& l) {
-  if (one_pass_wanted(s, l) &&
+  if (batchnorm_one_pass_wanted(s, l) &&
       batchnorm_backward_one_pass_cuda(s, d_x, d_dy, d_relu_y, d_relu_beta, d_gamma, d_save_mean,
                                        d_save_invstd, d_dx, d_dgamma, d_dbeta, stream))
     return;

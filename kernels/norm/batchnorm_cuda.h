@@ -36,6 +36,9 @@ struct BatchNormLaunch {
 };
 // The process's CNN_BN_ONE_PASS and CNN_BN_FOLD_FINISH, no caps.
 BatchNormLaunch batchnorm_launch_from_env();
+// Whether a training pass of shape s takes the one-launch kernels under l (where the device
+// launches the plan's clusters).
+bool batchnorm_one_pass_wanted(const BatchNormShape& s, const BatchNormLaunch& l);
 
 // d_residual: null, or the residual added before the ReLU (batchnorm.h).
 void batchnorm_forward_train_cuda(const BatchNormShape& s, const float* d_x, const float* d_gamma,
