@@ -46,6 +46,7 @@ bool op_selected(const BenchOptions& opt, const std::string& op) {
 #include "kernels/gemm/linear.h"
 #include "kernels/loss/softmax_xent.h"
 #include "kernels/norm/batchnorm.h"
+#include "kernels/norm/batchnorm_cuda.h"
 #include "kernels/norm/batchnorm_one_pass_cuda.h"
 #include "kernels/optimizer/optimizer.h"
 #include "kernels/pointwise/relu.h"
