@@ -198,8 +198,10 @@ EnvSwitches read_env_switches() {
       e.depthwise_kernel = DepthwiseKernelSwitch::Rows;
     else if (s == "stream")
       e.depthwise_kernel = DepthwiseKernelSwitch::Stream;
+    else if (s == "flat")
+      e.depthwise_kernel = DepthwiseKernelSwitch::Flat;
     else
-      CNN_FAIL("CNN_DEPTHWISE_KERNEL='{}': expected tile, rows, stream or auto", s);
+      CNN_FAIL("CNN_DEPTHWISE_KERNEL='{}': expected tile, rows, stream, flat or auto", s);
   }
   if (const char* v = get("CNN_DEPTHWISE_STREAM_STRIPS")) {
     const std::string s(v);

@@ -24,7 +24,7 @@ namespace cnn {
 enum class GemmPathSwitch { Auto, Strided, Tile, Wgmma };       // CNN_GEMM_PATH
 enum class CpuIsaSwitch { Best, Scalar, Avx2, Avx512 };         // CNN_CPU_ISA
 enum class WgmmaConvGatherSwitch { Async, WaitGroup, Sync };    // CNN_WGMMA_CONV_GATHER
-enum class DepthwiseKernelSwitch { Auto, Tile, Rows, Stream };  // CNN_DEPTHWISE_KERNEL
+enum class DepthwiseKernelSwitch { Auto, Tile, Rows, Stream, Flat };  // CNN_DEPTHWISE_KERNEL
 enum class DepthwiseStreamStripsSwitch { Auto, Fill, Long };    // CNN_DEPTHWISE_STREAM_STRIPS
 enum class WgmmaWgradBSwitch { ByAlgo, Gather, Tma };           // CNN_WGMMA_WGRAD_B
 

@@ -3,7 +3,8 @@
 // 0/1/2, dilation 2, channel multiplier 2, groups 4 of 8 channels), misaligned buffers for the
 // fast kernels' scalar path, and the deterministic weight gradient's bitwise repeatability. The
 // fast variant's forward / input-gradient kernels (tile, rows, stream) and its weight-gradient
-// kernels (tile, stream) are also forced one by one.
+// kernels (tile, stream) are also forced one by one. Depthwise stride 2 (3x3, 5x5, 7x7, padding
+// 0 to K-1, multiplier 2) runs the fast variant's stride-2 kernels.
 // Outputs are poisoned with NaN before each run; tolerances scale with the reduction length.
 #include <gtest/gtest.h>
 
@@ -48,7 +49,8 @@ std::string describe(const Conv2dGroupedShape& s) {
   char buf[160];
   std::snprintf(buf, sizeof buf, "N%d C%d %dx%d -> OC%d k%dx%d s%d p%d d%d g%d%s", s.n, s.c, s.h,
                 s.w, s.oc, s.kh, s.kw, s.stride_h, s.pad_h, s.dil_h, s.groups,
-                !conv2d_grouped_fast_applicable(s)                         ? ""
+                conv2d_grouped_strided_applicable(s)                       ? " (fast: stride 2)"
+                : !conv2d_grouped_fast_applicable(s)                       ? ""
                 : conv2d_grouped_fast_kernel(s) == DepthwiseKernel::Rows   ? " (fast: rows)"
                 : conv2d_grouped_fast_kernel(s) == DepthwiseKernel::Stream ? " (fast: stream)"
                                                                            : " (fast: tile)");
@@ -203,7 +205,15 @@ TEST(GpuConv2dGrouped, AllVariantsMatchCpuOnShapeTable) {
       {1, 6, 19, 24, 6, 7, 1, 3, 1, 6},     // 7x7 (fast)
       {2, 6, 13, 17, 12, 3, 1, 1, 1, 6},    // channel multiplier 2 (fast)
       {2, 5, 12, 16, 10, 5, 1, 2, 1, 5},    // multiplier 2, 5x5, W % 4 == 0
-      {2, 8, 13, 17, 8, 3, 2, 1, 1, 8},     // depthwise stride 2 (tiled)
+      {2, 8, 13, 17, 8, 3, 2, 1, 1, 8},     // depthwise stride 2, odd sizes (fast: stride 2)
+      {1, 6, 28, 28, 6, 3, 2, 1, 1, 6},     // stride 2, even sizes (MobileNet's)
+      {2, 5, 15, 12, 10, 3, 2, 1, 1, 5},    // stride 2, multiplier 2
+      {1, 4, 17, 19, 4, 5, 2, 2, 1, 4},     // stride 2, 5x5
+      {1, 3, 16, 21, 3, 7, 2, 3, 1, 3},     // stride 2, 7x7
+      {2, 4, 9, 10, 4, 3, 2, 0, 1, 4},      // stride 2, pad 0 (odd taps reach no output)
+      {1, 4, 7, 7, 4, 5, 2, 4, 1, 4},       // stride 2, pad 4 of a 5x5 (rows of padding only)
+      {3, 16, 14, 14, 16, 3, 2, 1, 1, 16},  // stride 2 on 14x14 -> 7x7
+      {1, 2, 2, 2, 2, 3, 2, 1, 1, 2},       // stride 2 on a 2x2 plane
       {1, 8, 13, 17, 8, 3, 1, 0, 1, 8},     // pad 0 (tiled)
       {1, 8, 13, 17, 8, 3, 1, 2, 2, 8},     // dilation 2, pad 2
       {2, 8, 13, 17, 16, 3, 1, 1, 1, 4},    // groups 4 of 8 channels, 2 in -> 4 out per group
@@ -269,11 +279,11 @@ TEST(GpuConv2dGrouped, ManyPlanesBeyondGridLimit) {
 
 #ifdef CNN_HAVE_CUDA
 // The fast variant's forward and input gradient through each kernel in turn (the shape picks one;
-// these force both), against the CPU reference: W not a multiple of 4, H = 1, channel multiplier
-// 2, 5x5 and 7x7, batch 1 and 3, a row wider than one block's quads (W > 1024), float4 rows and
-// misaligned buffers (the scalar path), and a stride-2 shape the fast kernels do not take (both
-// requests must fall back to tiled). Each kernel's forward runs twice: bitwise the same.
-TEST(GpuConv2dGrouped, RowsAndTileKernelsMatchCpu) {
+// these force tile, rows and flat), against the CPU reference: W not a multiple of 4, H = 1,
+// channel multiplier 2, 5x5 and 7x7, batch 1 and 3, a row wider than one block's quads
+// (W > 1024), float4 rows and misaligned buffers (the scalar path), and a stride-2 shape (the
+// flat kernels whatever is forced). Each kernel's forward runs twice: bitwise the same.
+TEST(GpuConv2dGrouped, ForcedKernelsMatchCpu) {
   CNN_REQUIRE_GPU();
   const Case cases[] = {
       // n   c   h     w   oc  k  s  p  d  groups
@@ -284,7 +294,7 @@ TEST(GpuConv2dGrouped, RowsAndTileKernelsMatchCpu) {
       {1, 6, 11, 7, 12, 7, 1, 3, 1, 6},     // multiplier 2, 7x7 wider than the image
       {3, 2, 5, 1030, 2, 3, 1, 1, 1, 2},    // 258 quads a row: threads take several
       {1, 2, 40, 8, 2, 7, 1, 3, 1, 2},      // 7x7, W = 8: several strips per plane
-      {2, 4, 9, 10, 4, 3, 2, 1, 1, 4},      // stride 2: no fast kernel, tiled serves both
+      {2, 4, 9, 10, 4, 3, 2, 1, 1, 4},      // stride 2: the flat kernels whatever is forced
   };
   const Exec ex = cuda_exec();
   for (const Case& k : cases) {
@@ -298,9 +308,10 @@ TEST(GpuConv2dGrouped, RowsAndTileKernelsMatchCpu) {
     for (int offset : {0, 1}) {
       Shifted x(p.x, offset), dy(p.dy, offset), y(std::vector<float>(y_size(s)), offset),
           dx(std::vector<float>(x_size(s)), offset);
-      for (DepthwiseKernel kernel : {DepthwiseKernel::Tile, DepthwiseKernel::Rows}) {
-        const std::string tag = std::string(kernel == DepthwiseKernel::Rows ? "rows" : "tile") +
-                                (offset ? " misaligned" : "");
+      for (DepthwiseKernel kernel :
+           {DepthwiseKernel::Tile, DepthwiseKernel::Rows, DepthwiseKernel::Flat}) {
+        const std::string tag =
+            std::string(depthwise_kernel_name(kernel)) + (offset ? " misaligned" : "");
         test::poison_device(y.ptr, y_size(s));
         conv2d_grouped_forward_cuda(s, x.ptr, w.data(), nullptr, y.ptr, false, Algo::Fast,
                                     ex.stream, kernel);

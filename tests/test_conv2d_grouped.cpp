@@ -206,6 +206,25 @@ TEST(Conv2dGroupedCpu, FastKernelPickedByProblemSize) {
       shape_of({(1 << 15) - 1, 1 << 15, 1, 4, 1 << 15, 3, 3, 1, 1, 1, 1 << 15})));
 }
 
+// The stride-2 depthwise kernels: C/G == 1, square 3/5/7, stride 2 both ways, padding below
+// the kernel, dilation 1; the stride-1 fast kernels never take such a shape.
+TEST(Conv2dGroupedCpu, StridedKernelsTakeDepthwiseStrideTwo) {
+  // {n, c, h, w, oc, kh, kw, stride, pad, dil, groups}
+  const auto strided = [](const Case& k) { return conv2d_grouped_strided_applicable(shape_of(k)); };
+  EXPECT_TRUE(strided({2, 64, 28, 28, 64, 3, 3, 2, 1, 1, 64}));
+  EXPECT_TRUE(strided({2, 64, 28, 28, 128, 5, 5, 2, 2, 1, 64}));  // multiplier 2
+  EXPECT_TRUE(strided({1, 3, 9, 9, 3, 7, 7, 2, 6, 1, 3}));        // pad K - 1
+  EXPECT_TRUE(strided({1, 3, 9, 9, 3, 3, 3, 2, 0, 1, 3}));
+  EXPECT_FALSE(conv2d_grouped_fast_applicable(shape_of({2, 64, 28, 28, 64, 3, 3, 2, 1, 1, 64})));
+  EXPECT_FALSE(strided({2, 64, 28, 28, 64, 3, 3, 1, 1, 1, 64}));  // stride 1: the fast kernels
+  EXPECT_FALSE(strided({2, 64, 28, 28, 64, 3, 3, 3, 1, 1, 64}));  // stride 3
+  EXPECT_FALSE(strided({2, 64, 28, 28, 64, 3, 5, 2, 1, 1, 64}));  // not square
+  EXPECT_FALSE(strided({2, 64, 28, 28, 64, 1, 1, 2, 0, 1, 64}));  // 1x1
+  EXPECT_FALSE(strided({2, 64, 28, 28, 64, 3, 3, 2, 3, 1, 64}));  // pad K
+  EXPECT_FALSE(strided({2, 64, 28, 28, 64, 3, 3, 2, 2, 2, 64}));  // dilation 2
+  EXPECT_FALSE(strided({2, 64, 28, 28, 64, 3, 3, 2, 1, 1, 32}));  // 2 channels a group
+}
+
 TEST(Conv2dGroupedCpu, ShapeChecksNameTheField) {
   Conv2dGroupedShape s;
   s.c = 6, s.oc = 6, s.h = s.w = 5, s.kh = s.kw = 3, s.groups = 4;

@@ -50,9 +50,10 @@ const std::vector<SwitchCases>& switch_cases() {
         {"auto", as_int(DK::Auto)},
         {"tile", as_int(DK::Tile)},
         {"rows", as_int(DK::Rows)},
-        {"stream", as_int(DK::Stream)}},
+        {"stream", as_int(DK::Stream)},
+        {"flat", as_int(DK::Flat)}},
        {"fast"},
-       "tile, rows, stream or auto"},
+       "tile, rows, stream, flat or auto"},
       // tma (the boxes of the copies of x) is accepted again.
       {"CNN_WGMMA_WGRAD_B",
        field<&EnvSwitches::wgmma_wgrad_b>,

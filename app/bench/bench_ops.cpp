@@ -1493,7 +1493,10 @@ void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
         continue;
       Candidate c;
       c.variant = algo_name(algo);
-      if (algo == Algo::Fast && !conv2d_grouped_fast_applicable(s))
+      if (algo == Algo::Fast && conv2d_grouped_strided_applicable(s))
+        c.note = pass == Pass::BackwardWeight ? "runs the tiled kernel (stride 2)"
+                                              : "runs flat (stride 2)";
+      else if (algo == Algo::Fast && !conv2d_grouped_fast_applicable(s))
         c.note = "fast does not apply to this shape: runs the tiled kernels";
       if (algo == Algo::Fast && conv2d_grouped_fast_applicable(s))
         c.note =
@@ -1503,8 +1506,8 @@ void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
       c.launch = [&launch, algo](int i) { launch(algo, i); };
       rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
     }
-    // The fast variant's kernels one by one (fast:tile, fast:rows, fast:stream), old next to
-    // new on the same shape whatever the pick rule (and CNN_DEPTHWISE_KERNEL) would run.
+    // The fast variant's kernels one by one (fast:tile, fast:rows, fast:stream, fast:flat), old
+    // next to new on the same shape whatever the pick rule (and CNN_DEPTHWISE_KERNEL) would run.
     const bool fast_listed =
         std::find(opt.algos.begin(), opt.algos.end(), Algo::Fast) != opt.algos.end();
     if (!fast_listed || !conv2d_grouped_fast_applicable(s)) continue;
@@ -1525,11 +1528,12 @@ void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
       };
       return c;
     };
-    for (DepthwiseKernel kernel :
-         {DepthwiseKernel::Tile, DepthwiseKernel::Rows, DepthwiseKernel::Stream}) {
+    for (DepthwiseKernel kernel : {DepthwiseKernel::Tile, DepthwiseKernel::Rows,
+                                   DepthwiseKernel::Stream, DepthwiseKernel::Flat}) {
       if (kernel == DepthwiseKernel::Rows &&
           (pass == Pass::BackwardWeight || !depthwise_rows_fits(s)))
         continue;
+      if (kernel == DepthwiseKernel::Flat && pass == Pass::BackwardWeight) continue;
       Candidate c = fast_candidate(kernel, 0);
       c.variant = std::string("fast:") + depthwise_kernel_name(kernel);
       if (kernel == DepthwiseKernel::Stream) {

@@ -46,6 +46,14 @@ enum class ConvPath { Direct, Igemm, OneChannel, Wgmma, WgmmaNhwc };
   return conv2d_1ch_applicable(s) ? ConvPath::OneChannel : ConvPath::Igemm;
 }
 
+// The implicit-GEMM gradient kernel `algo` names: igemm the generic one (any shape), fast and
+// auto the dedicated ones where they take the shape. Two candidates for autotune: the dedicated
+// TF32 input gradient, built for LeNet's 5x5 layers, took 54-114 us on MobileNet's 1x1 layers
+// (64-256 output channels, H200), where the generic kernel took 25-37 us even in FP32 FFMA.
+[[maybe_unused]] IgemmVariant igemm_variant(Algo algo) {
+  return algo == Algo::Igemm ? IgemmVariant::Generic : IgemmVariant::Auto;
+}
+
 // The wgmma kernels multiply in TF32 only: FP32 must stay exact FFMA, BF16 has its own kernels.
 [[maybe_unused]] void check_wgmma_precision(const char* op, const Exec& ex) {
   CNN_CHECK(ex.precision == Precision::TF32,
@@ -144,8 +152,8 @@ void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
         conv2d_backward_data_wgmma_nhwc(s, dy, w, dx, scratch, ex.stream,
                                         wgmma_nhwc_options("conv2d_backward_data", ex));
         break;
-      default:
-        conv2d_backward_data_igemm_cuda(s, dy, w, dx, ex);
+      default:  // igemm: the generic kernel; fast / auto: the dedicated one where it applies
+        conv2d_backward_data_igemm_cuda(s, dy, w, dx, ex, igemm_variant(algo));
         break;
     }
   });
@@ -188,7 +196,7 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
         conv2d_backward_weight_cuda(s, x, dy, dw, db, scratch, algo, ex.deterministic, ex.stream);
         break;
       case ConvPath::Igemm:
-        conv2d_backward_weight_igemm_cuda(s, x, dy, dw, db, scratch, ex);
+        conv2d_backward_weight_igemm_cuda(s, x, dy, dw, db, scratch, ex, igemm_variant(algo));
         break;
       case ConvPath::OneChannel:
         conv2d_backward_weight_1ch_cuda(s, x, dy, dw, db, scratch, ex);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/conv/conv2d_depthwise_flat.h"
 #include "kernels/conv/conv2d_grouped_cuda.h"
 #include "kernels/conv/conv_window_check.h"
 #include "runtime/dispatch.h"
@@ -31,6 +32,16 @@ bool conv2d_grouped_fast_applicable(const Conv2dGroupedShape& s) {
          s.dil_h == 1 && s.dil_w == 1;
 }
 
+bool depthwise_flat_applicable(const Conv2dGroupedShape& s) {
+  return s.groups == s.c && s.kh == s.kw && (s.kh == 3 || s.kh == 5 || s.kh == 7) &&
+         s.stride_h == s.stride_w && (s.stride_h == 1 || s.stride_h == 2) && s.pad_h >= 0 &&
+         s.pad_h < s.kh && s.pad_w >= 0 && s.pad_w < s.kw && s.dil_h == 1 && s.dil_w == 1;
+}
+
+bool conv2d_grouped_strided_applicable(const Conv2dGroupedShape& s) {
+  return s.stride_h == 2 && depthwise_flat_applicable(s);
+}
+
 namespace {
 bool stream_wins(const Conv2dGroupedShape& s) {
   const int64_t outputs = int64_t(s.n) * s.oc * s.oh() * s.ow();
@@ -46,6 +57,8 @@ const char* depthwise_kernel_name(DepthwiseKernel k) {
       return "rows";
     case DepthwiseKernel::Stream:
       return "stream";
+    case DepthwiseKernel::Flat:
+      return "flat";
     default:
       return "auto";
   }

@@ -5,7 +5,8 @@
 //                     thread), for bandwidth-bound ones depthwise_stream (each thread walks down
 //                     a strip of its plane with a register ring of rows)
 //   backward_data:    _naive (gather per dx element), _tiled (shared-memory dy tile + halo),
-//                     depthwise_fast / _rows / _stream (the forward kernels on dy, kernel flipped)
+//                     depthwise_fast / _rows / _stream (the forward kernels on dy, kernel flipped);
+//                     depthwise_flat (conv2d_depthwise_flat.cu, forward too; stride 2's only)
 //   backward_weight:  _naive (one thread per weight, serial sum), _tiled (per-chunk block
 //                     reductions), depthwise_fast_wgrad (per-tile register sums),
 //                     depthwise_stream_wgrad (per-strip register sums); the last three
@@ -19,6 +20,7 @@
 #include <cstdint>
 
 #include "kernels/common/ptx.cuh"
+#include "kernels/conv/conv2d_depthwise_flat.h"
 #include "kernels/conv/conv2d_grouped_cuda.h"
 #include "kernels/conv/direct_conv_common.cuh"
 #include "runtime/cuda_check.h"
@@ -1081,6 +1083,8 @@ DepthwiseKernel resolve_kernel(DepthwiseKernel kernel, DepthwiseKernel by_shape)
       return DepthwiseKernel::Rows;
     case DepthwiseKernelSwitch::Stream:
       return DepthwiseKernel::Stream;
+    case DepthwiseKernelSwitch::Flat:
+      return DepthwiseKernel::Flat;
     default:
       return by_shape;
   }
@@ -1092,6 +1096,10 @@ void launch_depthwise(const Conv2dGroupedShape& s, const float* d_in, const floa
                       const float* d_b, float* d_out, bool relu, DepthwiseKernel kernel, int rows,
                       cudaStream_t stream) {
   kernel = resolve_kernel(kernel, conv2d_grouped_fast_kernel(s));
+  if (kernel == DepthwiseKernel::Flat) {
+    if (kBackward) return depthwise_flat_backward_data_cuda(s, d_in, d_w, d_out, stream);
+    return depthwise_flat_forward_cuda(s, d_in, d_w, d_b, d_out, relu, stream);
+  }
   if (kernel == DepthwiseKernel::Stream) {
     switch (s.kh) {
       case 3:
@@ -1192,6 +1200,10 @@ bool use_fast(const Conv2dGroupedShape& s, Algo algo) {
   return (algo == Algo::Fast || algo == Algo::Auto) && conv2d_grouped_fast_applicable(s);
 }
 
+bool use_strided(const Conv2dGroupedShape& s, Algo algo) {
+  return (algo == Algo::Fast || algo == Algo::Auto) && conv2d_grouped_strided_applicable(s);
+}
+
 bool launch_forward_tiled(const GDims& d, const float* d_x, const float* d_w, const float* d_b,
                           float* d_y, bool relu, cudaStream_t stream) {
   const int64_t in_h = int64_t(std::min(kTile, d.oh) - 1) * d.sh + int64_t(d.kh - 1) * d.dh + 1;
@@ -1248,6 +1260,7 @@ void conv2d_grouped_forward_cuda(const Conv2dGroupedShape& s, const float* d_x, 
                                  cudaStream_t stream, DepthwiseKernel kernel, int stream_rows) {
   if (use_fast(s, algo))
     return launch_depthwise<false>(s, d_x, d_w, d_b, d_y, relu, kernel, stream_rows, stream);
+  if (use_strided(s, algo)) return depthwise_flat_forward_cuda(s, d_x, d_w, d_b, d_y, relu, stream);
   const GDims d = dims_of(s);
   if (algo != Algo::Naive && launch_forward_tiled(d, d_x, d_w, d_b, d_y, relu, stream)) return;
   const int64_t outputs = int64_t(d.n) * d.oc * d.oh * d.ow;
@@ -1262,6 +1275,7 @@ void conv2d_grouped_backward_data_cuda(const Conv2dGroupedShape& s, const float*
                                        int stream_rows) {
   if (use_fast(s, algo))
     return launch_depthwise<true>(s, d_dy, d_w, nullptr, d_dx, false, kernel, stream_rows, stream);
+  if (use_strided(s, algo)) return depthwise_flat_backward_data_cuda(s, d_dy, d_w, d_dx, stream);
   const GDims d = dims_of(s);
   if (algo != Algo::Naive && launch_backward_data_tiled(d, d_dy, d_w, d_dx, stream)) return;
   const int64_t inputs = int64_t(d.n) * d.c * d.h * d.w;

@@ -11,6 +11,9 @@
 //          thread several outputs along W), float4 loads where aligned, fused bias and ReLU;
 //          small problems read their rows without shared memory, large ones stream down
 //          their planes (DepthwiseKernel below); every other shape runs the tiled kernels
+//          and depthwise 3x3/5x5/7x7 with stride 2 (any padding below the kernel size,
+//          dilation 1): the flat kernels (DepthwiseKernel::Flat) for the forward and input
+//          gradient, tiled for the weight gradient
 //   auto   fast (which itself falls back to tiled)
 //   igemm  not offered: refused with cnn::Error (autotune leaves it out)
 #include <cstddef>
@@ -37,6 +40,9 @@ void check_conv2d_grouped_shape(const Conv2dGroupedShape& s);  // throws naming 
 
 // True when the fast depthwise kernels serve this shape (the others fall back to tiled).
 bool conv2d_grouped_fast_applicable(const Conv2dGroupedShape& s);
+// True when the fast variant runs this stride-2 shape's forward and input gradient on the flat
+// kernels (conv2d_depthwise_flat.h).
+bool conv2d_grouped_strided_applicable(const Conv2dGroupedShape& s);
 
 // Which kernel the fast variant runs.
 //   Tile    a shared-memory input tile per block (forward, input and weight gradient).
@@ -54,11 +60,15 @@ bool conv2d_grouped_fast_applicable(const Conv2dGroupedShape& s);
 //           whole 16-byte loads per lane to pay; with a multiplier, the input gradient would
 //           re-read and re-write dx once per output channel, where the tile kernel keeps the
 //           sums in registers. None of those is measured, so Tile keeps them.
-enum class DepthwiseKernel { Auto, Tile, Rows, Stream };
+//   Flat    forward and input gradient only: one thread per output (per S x S block of the
+//           input gradient), planes and positions flattened into one index
+//           (conv2d_depthwise_flat.h); the only fast kernels for stride 2, and for stride 1
+//           only where forced (CNN_DEPTHWISE_KERNEL=flat).
+enum class DepthwiseKernel { Auto, Tile, Rows, Stream, Flat };
 constexpr int64_t kDepthwiseRowsMaxOutputs = int64_t(1) << 18;
 constexpr int64_t kDepthwiseStreamMinOutputs = int64_t(1) << 21;
 constexpr int kDepthwiseStreamMinW = 32;
-const char* depthwise_kernel_name(DepthwiseKernel k);  // "auto", "tile", "rows", "stream"
+const char* depthwise_kernel_name(DepthwiseKernel k);  // "auto", "tile", "rows", "stream", "flat"
 // Forward and input gradient: Rows, Stream or Tile, by the rule above.
 DepthwiseKernel conv2d_grouped_fast_kernel(const Conv2dGroupedShape& s);
 // Weight gradient: Stream where the rule above says Stream, else Tile (there is no rows wgrad).

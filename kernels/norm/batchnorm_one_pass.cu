@@ -100,10 +100,14 @@ __device__ __forceinline__ int group_first(uint32_t rank, int u) {
 __device__ __forceinline__ double2 cluster_sums(double a, double b, double2* s_part) {
   using Reduce = cub::BlockReduce<double, kThreads>;
   __shared__ typename Reduce::TempStorage tmp;
+  // The barriers below are .aligned (every thread of a warp at the same one): the predicated
+  // loads before may leave a warp diverged (compute-sanitizer's synccheck caught it).
+  __syncwarp();
   const double sa = Reduce(tmp).Sum(a);
   __syncthreads();  // tmp is reused
   const double sb = Reduce(tmp).Sum(b);
   if (threadIdx.x == 0) *s_part = make_double2(sa, sb);
+  __syncwarp();
   ptx::cluster_sync();  // every block's s_part written
   double2 total = make_double2(0.0, 0.0);
   if (threadIdx.x == 0) {
@@ -168,6 +172,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       if (c == 0 && d_num_batches) *d_num_batches += 1.0f;
     }
   }
+  __syncwarp();         // thread 0 diverged above; the cluster barrier is .aligned
   ptx::cluster_sync();  // s_coef filled; no block leaves while another reads its s_part
   const float mean = s_coef[0], scale = s_coef[1], beta = s_coef[2];
 #pragma unroll
@@ -237,6 +242,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       d_dbeta[c] += float(sums.x);
     }
   }
+  __syncwarp();         // thread 0 diverged above; the cluster barrier is .aligned
   ptx::cluster_sync();  // s_coef filled; no block leaves while another reads its s_part
   if (!d_dx) return;
   const float ca = s_coef[0], mdy = s_coef[1], cb = s_coef[2];
