@@ -177,6 +177,14 @@ EnvSwitches read_env_switches() {
     CNN_CHECK(s == "0" || s == "1" || s == "all", "CNN_BN_ONE_PASS='{}': expected 0, 1 or all", s);
     e.bn_one_pass_any_cluster = s == "all";
   }
+  if (const char* v = get("CNN_BN_SUM_ROUNDS")) {
+    const std::string s(v);
+    int r = 0;
+    for (int k = 1; k <= 16; ++k)
+      if (s == std::to_string(k)) r = k;
+    CNN_CHECK(r > 0, "CNN_BN_SUM_ROUNDS='{}': expected a whole number from 1 to 16", s);
+    e.bn_sum_rounds = r;
+  }
   e.conv_dgrad_phases = on_unless_zero("CNN_CONV_DGRAD_PHASES");
   e.conv_wgrad_window = off_unless_set("CNN_CONV_WGRAD_WINDOW");
   if (const char* v = get("CNN_BF16_SMEM")) {
@@ -298,9 +306,14 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_BN_FOLD_FINISH", "0",
        "BatchNorm training passes finish their statistics in a launch of their own, not inside "
        "the elementwise pass (same bits)"},
-      {"CNN_BN_ONE_PASS", "0",
-       "BatchNorm training passes on the two-launch kernels (sums, then elementwise) for every "
-       "shape, never in one launch on thread-block clusters (channels of <= 131072 values)"},
+      {"CNN_BN_ONE_PASS", "0|all",
+       "0: BatchNorm training passes on the two-launch kernels (sums, then elementwise) for every "
+       "shape, never in one launch on thread-block clusters (channels of <= 131072 values); all: "
+       "in one launch wherever a channel fits, whatever its cluster size (default: clusters of "
+       "at most 4 blocks)"},
+      {"CNN_BN_SUM_ROUNDS", "1..16",
+       "rounds of 16-byte loads each thread of the two-launch BatchNorm's partial sums takes at "
+       "least (fewer, longer blocks)"},
       {"CNN_CONV_DGRAD_PHASES", "0",
        "strided implicit-GEMM input gradients by division (every tap) instead of by phases"},
       {"CNN_CONV_WGRAD_WINDOW", "1",
@@ -309,8 +322,8 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_BF16_SMEM", "bf16|f32",
        "BF16 implicit-GEMM convs: operand tiles in shared memory as bf16 pairs (default) or "
        "floats"},
-      {"CNN_DEPTHWISE_KERNEL", "tile|rows|stream|auto",
-       "the fast depthwise convolution's kernel (rows: forward and input gradient only)"},
+      {"CNN_DEPTHWISE_KERNEL", "tile|rows|stream|flat|auto",
+       "the fast depthwise convolution's kernel (rows, flat: forward and input gradient only)"},
       {"CNN_DEPTHWISE_STREAM_STRIPS", "fill|long|auto",
        "how the depthwise stream kernels cut planes into strips (auto: long for the weight "
        "gradient, fill for the others)"},

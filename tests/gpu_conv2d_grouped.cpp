@@ -526,7 +526,7 @@ TEST(GpuConv2dGrouped, StreamWeightGradientStripPlansMatchCpu) {
 }
 
 // The seed's large shapes go to the stream kernels under auto (fast) and match the CPU twin
-// there; the pick rule's other side (multiplier 2, W < 32, under 2^21 outputs) keeps tile and
+// there; the pick rule's other side (multiplier 2, W < 28, under 2^21 outputs) keeps tile and
 // rows.
 TEST(GpuConv2dGrouped, StreamPickedForLargeShapes) {
   CNN_REQUIRE_GPU();

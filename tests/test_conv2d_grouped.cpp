@@ -190,14 +190,17 @@ TEST(Conv2dGroupedCpu, FastKernelPickedByProblemSize) {
   EXPECT_EQ(pick(1, 256, 128, 128), DepthwiseKernel::Stream);
   EXPECT_EQ(pick(8, 12, 64, 64), DepthwiseKernel::Tile);
   EXPECT_EQ(pick(8, 64, 128, 128, 2), DepthwiseKernel::Tile);  // multiplier 2
-  EXPECT_EQ(pick(64, 64, 256, 31), DepthwiseKernel::Tile);     // W < 32
-  EXPECT_EQ(pick(64, 64, 256, 32), DepthwiseKernel::Stream);
+  EXPECT_EQ(pick(64, 64, 256, 27), DepthwiseKernel::Tile);     // W < 28
+  EXPECT_EQ(pick(64, 64, 256, 28), DepthwiseKernel::Stream);
+  EXPECT_EQ(pick(128, 256, 7, 7), DepthwiseKernel::Rows);      // narrow planes: rows at any size
+  EXPECT_EQ(pick(128, 256, 9, 9), DepthwiseKernel::Tile);
   EXPECT_EQ(pick_wgrad(1, 64, 32, 32), DepthwiseKernel::Tile);  // no rows weight gradient
   EXPECT_EQ(pick_wgrad(1, 64, 128, 128), DepthwiseKernel::Tile);
   EXPECT_EQ(pick_wgrad(8, 64, 128, 128), DepthwiseKernel::Stream);
   EXPECT_EQ(pick_wgrad(1, 256, 128, 128), DepthwiseKernel::Stream);
   EXPECT_EQ(pick_wgrad(8, 64, 128, 128, 2), DepthwiseKernel::Tile);
-  EXPECT_EQ(pick_wgrad(64, 64, 256, 31), DepthwiseKernel::Tile);
+  EXPECT_EQ(pick_wgrad(64, 64, 256, 27), DepthwiseKernel::Tile);
+  EXPECT_EQ(pick_wgrad(128, 256, 7, 7), DepthwiseKernel::Tile);  // no rows weight gradient
   EXPECT_TRUE(depthwise_rows_fits(shape_of({1, 64, 32, 32, 64, 3, 3, 1, 1, 1, 64})));
   // 2^15 images of 2^15 channels of one row: 2^30 blocks.
   EXPECT_FALSE(

@@ -66,7 +66,8 @@ const char* depthwise_kernel_name(DepthwiseKernel k) {
 
 DepthwiseKernel conv2d_grouped_fast_kernel(const Conv2dGroupedShape& s) {
   const int64_t outputs = int64_t(s.n) * s.oc * s.oh() * s.ow();
-  if (outputs <= kDepthwiseRowsMaxOutputs && depthwise_rows_fits(s)) return DepthwiseKernel::Rows;
+  if ((outputs <= kDepthwiseRowsMaxOutputs || s.w <= kDepthwiseRowsMaxW) && depthwise_rows_fits(s))
+    return DepthwiseKernel::Rows;
   return stream_wins(s) ? DepthwiseKernel::Stream : DepthwiseKernel::Tile;
 }
 

@@ -48,13 +48,17 @@ bool conv2d_grouped_strided_applicable(const Conv2dGroupedShape& s);
 //   Tile    a shared-memory input tile per block (forward, input and weight gradient).
 //   Rows    forward and input gradient only: no shared memory, each thread reading its rows
 //           straight from the cache; for launch-bound problems of at most
-//           kDepthwiseRowsMaxOutputs outputs, where the staging would only add latency.
+//           kDepthwiseRowsMaxOutputs outputs, where the staging would only add latency, and for
+//           planes at most kDepthwiseRowsMaxW wide, where the tile's 4-output columns leave most
+//           of its lanes idle (H200, 128x256x7x7: 22.5 us forward against tile's 31.0, 22.2
+//           against 30.3 for the input gradient; even at 14 wide).
 //   Stream  forward, input and weight gradient: each thread walks down a strip of its plane
 //           (4 columns wide) row by row, keeping the K rows it needs plus the next ones in
 //           flight in registers, so each input row comes from DRAM once and several rows are
 //           loading while it computes; for the bandwidth-bound problems of at least
 //           kDepthwiseStreamMinOutputs outputs with channel multiplier 1 and W >=
-//           kDepthwiseStreamMinW. Smaller problems are launch- and latency-bound on the tile
+//           kDepthwiseStreamMinW (H200, 128x32x28x28: 11.3 us forward against tile's 16.9,
+//           10.2 against 15.0 for the input gradient; 14 wide it loses). Smaller problems are launch- and latency-bound on the tile
 //           kernel (H200: 6.3 us for 2^20 outputs, 3.6x the HBM floor, mostly fixed cost), and
 //           their strips would be a few rows; below that width the rows are too short for
 //           whole 16-byte loads per lane to pay; with a multiplier, the input gradient would
@@ -67,7 +71,8 @@ bool conv2d_grouped_strided_applicable(const Conv2dGroupedShape& s);
 enum class DepthwiseKernel { Auto, Tile, Rows, Stream, Flat };
 constexpr int64_t kDepthwiseRowsMaxOutputs = int64_t(1) << 18;
 constexpr int64_t kDepthwiseStreamMinOutputs = int64_t(1) << 21;
-constexpr int kDepthwiseStreamMinW = 32;
+constexpr int kDepthwiseStreamMinW = 28;
+constexpr int kDepthwiseRowsMaxW = 8;
 const char* depthwise_kernel_name(DepthwiseKernel k);  // "auto", "tile", "rows", "stream", "flat"
 // Forward and input gradient: Rows, Stream or Tile, by the rule above.
 DepthwiseKernel conv2d_grouped_fast_kernel(const Conv2dGroupedShape& s);

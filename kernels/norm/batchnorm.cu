@@ -610,7 +610,8 @@ void launch_normalize(const BatchNormShape& s, const BatchNormLaunch& lim, float
 int batchnorm_splits(const BatchNormShape& s) {
   const int64_t groups = int64_t(s.n) * plane_groups(s);
   const int64_t by_device = ceil_div<int64_t>(kTargetBlocks, s.c);
-  const int64_t by_size = ceil_div<int64_t>(s.count(), kMinPerBlock);
+  const int rounds = process_env_switches().bn_sum_rounds;
+  const int64_t by_size = ceil_div<int64_t>(s.count(), kMinPerBlock * (rounds ? rounds : 1));
   return int(std::clamp<int64_t>(std::min({by_device, by_size, groups}), 1, 65535));
 }
 

@@ -23,7 +23,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cub/cub.cuh>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -93,20 +92,34 @@ __device__ __forceinline__ int group_first(uint32_t rank, int u) {
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// The cluster's sums of (a, b): this block's by CUB's fixed tree, published in s_part, then every
-// block's read back in rank order (the same bits in every block). Returns the sums to thread 0
-// (the other threads get their own partials; only thread 0 uses them). Ends with the cluster's
-// barrier still owed: the caller syncs once more before any block may leave (its s_part is read).
+// The cluster's sums of (a, b): this block's by a fixed tree (shuffles down each warp, then the
+// warps' sums in warp order), published in s_part, then every block's read back in rank order
+// (the same bits in every block). Returns the sums to thread 0 (the other threads get
+// meaningless values). Ends with the cluster's barrier still owed: the caller syncs once more
+// before any block may leave (its s_part is read).
+// Not CUB's BlockReduce: its lane-0 store before __syncthreads() left a warp diverged at the
+// .aligned barrier in the kGroups = 1 instance (compute-sanitizer synccheck), a __syncwarp()
+// before the call did not help; here every divergent step is followed by __syncwarp().
 __device__ __forceinline__ double2 cluster_sums(double a, double b, double2* s_part) {
-  using Reduce = cub::BlockReduce<double, kThreads>;
-  __shared__ typename Reduce::TempStorage tmp;
-  // The barriers below are .aligned (every thread of a warp at the same one): the predicated
-  // loads before may leave a warp diverged (compute-sanitizer's synccheck caught it).
+  __shared__ double2 s_warp[kThreads / 32];
+  __syncwarp();  // the predicated loads before may leave the warp diverged
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    a += __shfl_down_sync(0xffffffffu, a, o);
+    b += __shfl_down_sync(0xffffffffu, b, o);
+  }
+  if (threadIdx.x % 32 == 0) s_warp[threadIdx.x / 32] = make_double2(a, b);
   __syncwarp();
-  const double sa = Reduce(tmp).Sum(a);
-  __syncthreads();  // tmp is reused
-  const double sb = Reduce(tmp).Sum(b);
-  if (threadIdx.x == 0) *s_part = make_double2(sa, sb);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double2 t = s_warp[0];
+#pragma unroll
+    for (int w = 1; w < kThreads / 32; ++w) {
+      t.x += s_warp[w].x;
+      t.y += s_warp[w].y;
+    }
+    *s_part = t;
+  }
   __syncwarp();
   ptx::cluster_sync();  // every block's s_part written
   double2 total = make_double2(0.0, 0.0);
