@@ -177,14 +177,6 @@ EnvSwitches read_env_switches() {
     CNN_CHECK(s == "0" || s == "1" || s == "all", "CNN_BN_ONE_PASS='{}': expected 0, 1 or all", s);
     e.bn_one_pass_any_cluster = s == "all";
   }
-  if (const char* v = get("CNN_BN_SUM_ROUNDS")) {
-    const std::string s(v);
-    int r = 0;
-    for (int k = 1; k <= 16; ++k)
-      if (s == std::to_string(k)) r = k;
-    CNN_CHECK(r > 0, "CNN_BN_SUM_ROUNDS='{}': expected a whole number from 1 to 16", s);
-    e.bn_sum_rounds = r;
-  }
   e.conv_dgrad_phases = on_unless_zero("CNN_CONV_DGRAD_PHASES");
   e.conv_wgrad_window = off_unless_set("CNN_CONV_WGRAD_WINDOW");
   if (const char* v = get("CNN_BF16_SMEM")) {
@@ -311,9 +303,6 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "shape, never in one launch on thread-block clusters (channels of <= 131072 values); all: "
        "in one launch wherever a channel fits, whatever its cluster size (default: clusters of "
        "at most 4 blocks)"},
-      {"CNN_BN_SUM_ROUNDS", "1..16",
-       "rounds of 16-byte loads each thread of the two-launch BatchNorm's partial sums takes at "
-       "least (fewer, longer blocks)"},
       {"CNN_CONV_DGRAD_PHASES", "0",
        "strided implicit-GEMM input gradients by division (every tap) instead of by phases"},
       {"CNN_CONV_WGRAD_WINDOW", "1",

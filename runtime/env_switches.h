@@ -85,9 +85,6 @@ struct EnvSwitches {
   // then the elementwise pass), never as the one-launch cluster kernels that hold a channel in
   // registers where it fits (kernels/norm/batchnorm_one_pass_plan.h).
   bool bn_one_pass = true;
-  // CNN_BN_SUM_ROUNDS=1..16: rounds of loads each thread of the two-launch BatchNorm's partial-sum
-  // kernel takes at least (fewer, longer blocks); 0: the kernels' default.
-  int bn_sum_rounds = 0;
   // CNN_BN_ONE_PASS=all: the one-launch passes on every shape that fits, whatever its cluster
   // size (to profile them); by default only where the cluster is small enough to win.
   bool bn_one_pass_any_cluster = false;

@@ -123,12 +123,6 @@ const std::vector<SwitchCases>& switch_cases() {
        {{nullptr, true}, {"0", false}, {"1", true}, {"all", true}},
        {"yes", "2"},
        "0, 1 or all"},
-      // Rounds of the BatchNorm partial sums; 0: the default.
-      {"CNN_BN_SUM_ROUNDS",
-       field<&EnvSwitches::bn_sum_rounds>,
-       {{nullptr, 0}, {"1", 1}, {"4", 4}, {"16", 16}},
-       {"0", "17", "two"},
-       "a whole number from 1 to 16"},
       // Every cluster size only with all.
       {"CNN_BN_ONE_PASS",
        field<&EnvSwitches::bn_one_pass_any_cluster>,

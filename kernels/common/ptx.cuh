@@ -143,6 +143,19 @@ __device__ __forceinline__ void cluster_sync() {
       "barrier.cluster.wait.acquire.aligned;\n" ::
           : "memory");
 }
+// The cluster and block barriers without .aligned: the threads of a warp may reach them apart.
+// For code after data-dependent branches (predicated loads), where the compiler need not have
+// reconverged the warp: an .aligned barrier (cluster_sync, __syncthreads) reached by a diverged
+// warp is undefined, and compute-sanitizer's synccheck reports it.
+__device__ __forceinline__ void cluster_sync_divergent() {
+  asm volatile(
+      "barrier.cluster.arrive.release;\n"
+      "barrier.cluster.wait.acquire;\n" ::
+          : "memory");
+}
+__device__ __forceinline__ void block_sync_divergent() {
+  asm volatile("barrier.sync 0;\n" ::: "memory");
+}
 // The address of `local` (a shared::cta address) in the shared memory of cluster block `rank`.
 __device__ __forceinline__ uint32_t map_rank(uint32_t local, uint32_t rank) {
   uint32_t r;

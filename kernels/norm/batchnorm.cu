@@ -57,6 +57,8 @@ constexpr int kUnroll = 4;  // groups each thread loads before it uses any
 // Partial-sum blocks: about 2048 in all (four rounds of the 4 blocks that fit on each of an
 // H200's 132 SMs), each with at least kMinPerBlock values: one round of kUnroll 16-byte loads per
 // thread, so that a small tensor takes fewer, fuller blocks rather than more, half-idle ones.
+// Fewer, longer blocks (at least 2, 4 or 8 rounds each) moved the BatchNorm passes of VGG,
+// ResNet and MobileNet by -2.5% to +13% in all (H200, TF32): the block count is not the limit.
 constexpr int64_t kTargetBlocks = 2048;
 constexpr int64_t kMinPerBlock = kThreads * kUnroll * 4;  // one round of loads per thread
 constexpr int kFinishThreads = 256;                       // one warp per channel
@@ -610,8 +612,7 @@ void launch_normalize(const BatchNormShape& s, const BatchNormLaunch& lim, float
 int batchnorm_splits(const BatchNormShape& s) {
   const int64_t groups = int64_t(s.n) * plane_groups(s);
   const int64_t by_device = ceil_div<int64_t>(kTargetBlocks, s.c);
-  const int rounds = process_env_switches().bn_sum_rounds;
-  const int64_t by_size = ceil_div<int64_t>(s.count(), kMinPerBlock * (rounds ? rounds : 1));
+  const int64_t by_size = ceil_div<int64_t>(s.count(), kMinPerBlock);
   return int(std::clamp<int64_t>(std::min({by_device, by_size, groups}), 1, 65535));
 }
 

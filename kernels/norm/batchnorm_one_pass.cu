@@ -97,20 +97,19 @@ __device__ __forceinline__ int group_first(uint32_t rank, int u) {
 // (the same bits in every block). Returns the sums to thread 0 (the other threads get
 // meaningless values). Ends with the cluster's barrier still owed: the caller syncs once more
 // before any block may leave (its s_part is read).
-// Not CUB's BlockReduce: its lane-0 store before __syncthreads() left a warp diverged at the
-// .aligned barrier in the kGroups = 1 instance (compute-sanitizer synccheck), a __syncwarp()
-// before the call did not help; here every divergent step is followed by __syncwarp().
+// The barriers here and after are the non-.aligned ones (ptx::*_divergent): the predicated loads
+// before may leave a warp diverged, which an .aligned barrier must not see (compute-sanitizer's
+// synccheck reported it in the one-group instances, with CUB's BlockReduce and with __syncwarp()
+// before the barriers alike).
 __device__ __forceinline__ double2 cluster_sums(double a, double b, double2* s_part) {
   __shared__ double2 s_warp[kThreads / 32];
-  __syncwarp();  // the predicated loads before may leave the warp diverged
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     a += __shfl_down_sync(0xffffffffu, a, o);
     b += __shfl_down_sync(0xffffffffu, b, o);
   }
   if (threadIdx.x % 32 == 0) s_warp[threadIdx.x / 32] = make_double2(a, b);
-  __syncwarp();
-  __syncthreads();
+  ptx::block_sync_divergent();
   if (threadIdx.x == 0) {
     double2 t = s_warp[0];
 #pragma unroll
@@ -120,8 +119,7 @@ __device__ __forceinline__ double2 cluster_sums(double a, double b, double2* s_p
     }
     *s_part = t;
   }
-  __syncwarp();
-  ptx::cluster_sync();  // every block's s_part written
+  ptx::cluster_sync_divergent();  // every block's s_part written
   double2 total = make_double2(0.0, 0.0);
   if (threadIdx.x == 0) {
     const uint32_t local = ptx::smem_u32(s_part), blocks = ptx::cluster_size();
@@ -185,8 +183,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       if (c == 0 && d_num_batches) *d_num_batches += 1.0f;
     }
   }
-  __syncwarp();         // thread 0 diverged above; the cluster barrier is .aligned
-  ptx::cluster_sync();  // s_coef filled; no block leaves while another reads its s_part
+  ptx::cluster_sync_divergent();  // s_coef filled; no block leaves while another reads s_part
   const float mean = s_coef[0], scale = s_coef[1], beta = s_coef[2];
 #pragma unroll
   for (int u = 0; u < kGroups; ++u) {
@@ -255,8 +252,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       d_dbeta[c] += float(sums.x);
     }
   }
-  __syncwarp();         // thread 0 diverged above; the cluster barrier is .aligned
-  ptx::cluster_sync();  // s_coef filled; no block leaves while another reads its s_part
+  ptx::cluster_sync_divergent();  // s_coef filled; no block leaves while another reads s_part
   if (!d_dx) return;
   const float ca = s_coef[0], mdy = s_coef[1], cb = s_coef[2];
 #pragma unroll
