@@ -56,18 +56,30 @@ struct ChannelValues {
   }
 };
 
-// Values j0 .. j0 + 3 of the channel at p, those past M set to `fill`. kVec: one 16-byte load
-// (HW % 4 == 0, so M % 4 == 0 and a group is all in or all out, inside one plane).
+// Value j of the channel at p, or `fill` past M. Branch-free: a value past M loads value 0
+// instead (in bounds, cached) and is replaced, so that no lane of a warp skips a load and the
+// warp reaches the barriers after it converged (compute-sanitizer's synccheck saw the warps of
+// a cluster's last block, where some lanes are past M, arrive split).
+__device__ __forceinline__ float load_value(const ChannelValues& cv, const float* __restrict__ p,
+                                            int j, float fill) {
+  const bool in = j < cv.m;
+  const float v = __ldg(p + cv.offset(in ? j : 0));
+  return in ? v : fill;
+}
+
+// Values j0 .. j0 + 3 of the channel at p, those past M set to `fill` (branch-free, as
+// load_value). kVec: one 16-byte load (HW % 4 == 0, so M % 4 == 0 and a group is all in or all
+// out, inside one plane).
 template <bool kVec>
 __device__ __forceinline__ float4 load_values(const ChannelValues& cv, const float* __restrict__ p,
                                               int j0, float fill) {
-  if (kVec)
-    return j0 < cv.m ? __ldg(reinterpret_cast<const float4*>(p + cv.offset(j0)))
-                     : make_float4(fill, fill, fill, fill);
-  return make_float4(j0 < cv.m ? __ldg(p + cv.offset(j0)) : fill,
-                     j0 + 1 < cv.m ? __ldg(p + cv.offset(j0 + 1)) : fill,
-                     j0 + 2 < cv.m ? __ldg(p + cv.offset(j0 + 2)) : fill,
-                     j0 + 3 < cv.m ? __ldg(p + cv.offset(j0 + 3)) : fill);
+  if (kVec) {
+    const bool in = j0 < cv.m;
+    const float4 v = __ldg(reinterpret_cast<const float4*>(p + cv.offset(in ? j0 : 0)));
+    return in ? v : make_float4(fill, fill, fill, fill);
+  }
+  return make_float4(load_value(cv, p, j0, fill), load_value(cv, p, j0 + 1, fill),
+                     load_value(cv, p, j0 + 2, fill), load_value(cv, p, j0 + 3, fill));
 }
 
 template <bool kVec>
@@ -97,10 +109,10 @@ __device__ __forceinline__ int group_first(uint32_t rank, int u) {
 // (the same bits in every block). Returns the sums to thread 0 (the other threads get
 // meaningless values). Ends with the cluster's barrier still owed: the caller syncs once more
 // before any block may leave (its s_part is read).
-// The barriers here and after are the non-.aligned ones (ptx::*_divergent): the predicated loads
-// before may leave a warp diverged, which an .aligned barrier must not see (compute-sanitizer's
-// synccheck reported it in the one-group instances, with CUB's BlockReduce and with __syncwarp()
-// before the barriers alike).
+// The barriers here and after are the non-.aligned ones (ptx::*_divergent), which a warp may
+// reach diverged: compute-sanitizer's synccheck saw warps arrive split at CUB's BlockReduce
+// barriers in the one-group instances (__syncwarp() before them did not help); the loads are
+// branch-free now too (load_values).
 __device__ __forceinline__ double2 cluster_sums(double a, double b, double2* s_part) {
   __shared__ double2 s_warp[kThreads / 32];
 #pragma unroll
