@@ -1458,9 +1458,10 @@ void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
       info.note = "not needed in training (first layer)";
     d.allocate(choose_sets(ctx, d.set_bytes()), ctx.stream);
 
-    const Precision p = Precision::FP32;  // the grouped kernels are FP32 only
-    if (std::find(opt.precisions.begin(), opt.precisions.end(), p) == opt.precisions.end())
-      continue;
+    // The grouped kernels multiply in FP32 at every precision (so do the layers): measured once,
+    // as FP32, whichever --precision was asked for, so that a TF32 or BF16 run of a depthwise net
+    // still lists its depthwise passes.
+    const Precision p = Precision::FP32;
     const Exec ex = exec_for(ctx, p);
     const double tol = matmul_tol(p);
     Buffer<float> scratch;
