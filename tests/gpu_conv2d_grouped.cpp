@@ -4,7 +4,7 @@
 // fast kernels' scalar path, and the deterministic weight gradient's bitwise repeatability. The
 // fast variant's forward / input-gradient kernels (tile, rows, stream) and its weight-gradient
 // kernels (tile, stream) are also forced one by one. Depthwise stride 2 (3x3, 5x5, 7x7, padding
-// 0 to K-1, multiplier 2) runs the fast variant's stride-2 kernels.
+// 0 to K-1, multiplier 2) runs the fast variant's flat kernels.
 // Outputs are poisoned with NaN before each run; tolerances scale with the reduction length.
 #include <gtest/gtest.h>
 

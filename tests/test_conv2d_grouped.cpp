@@ -209,8 +209,8 @@ TEST(Conv2dGroupedCpu, FastKernelPickedByProblemSize) {
       shape_of({(1 << 15) - 1, 1 << 15, 1, 4, 1 << 15, 3, 3, 1, 1, 1, 1 << 15})));
 }
 
-// The stride-2 depthwise kernels: C/G == 1, square 3/5/7, stride 2 both ways, padding below
-// the kernel, dilation 1; the stride-1 fast kernels never take such a shape.
+// The fast variant runs stride 2 on the flat kernels for C/G == 1, square 3/5/7, stride 2 both
+// ways, padding below the kernel, dilation 1; the stride-1 fast kernels never take such a shape.
 TEST(Conv2dGroupedCpu, StridedKernelsTakeDepthwiseStrideTwo) {
   // {n, c, h, w, oc, kh, kw, stride, pad, dil, groups}
   const auto strided = [](const Case& k) { return conv2d_grouped_strided_applicable(shape_of(k)); };

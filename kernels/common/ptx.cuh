@@ -143,10 +143,11 @@ __device__ __forceinline__ void cluster_sync() {
       "barrier.cluster.wait.acquire.aligned;\n" ::
           : "memory");
 }
-// The cluster and block barriers without .aligned: the threads of a warp may reach them apart.
-// For code after data-dependent branches (predicated loads), where the compiler need not have
-// reconverged the warp: an .aligned barrier (cluster_sync, __syncthreads) reached by a diverged
-// warp is undefined, and compute-sanitizer's synccheck reports it.
+// The cluster and block barriers without .aligned: the threads of a warp may reach them apart,
+// where an .aligned barrier (cluster_sync, __syncthreads) reached by a diverged warp is undefined.
+// For code after data-dependent branches, where the compiler need not have reconverged the warp.
+// compute-sanitizer's synccheck still reports a warp that arrives split, so such code should
+// keep its warps converged too (branch-free loads: batchnorm_one_pass.cu).
 __device__ __forceinline__ void cluster_sync_divergent() {
   asm volatile(
       "barrier.cluster.arrive.release;\n"

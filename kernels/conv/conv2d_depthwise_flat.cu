@@ -74,11 +74,11 @@ __global__ void __launch_bounds__(kBlock)
     depthwise_flat_backward_data(DwDims d, int64_t total, const float* __restrict__ d_dy,
                                  const float* __restrict__ d_w, float* __restrict__ d_dx) {
   ptx::griddep_enter();
-  const int qh = (d.h + S - 1) / S, qw = (d.w + S - 1) / S, quads = qh * qw;
+  const int qh = (d.h + S - 1) / S, qw = (d.w + S - 1) / S, cells = qh * qw;
   for (int64_t i = blockIdx.x * int64_t(kBlock) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * kBlock) {
-    const int64_t plane = i / quads;
-    const int q = int(i - plane * quads);
+    const int64_t plane = i / cells;
+    const int q = int(i - plane * cells);
     const int a = q / qw, b = q - a * qw;
     const int c = int(plane % d.c);
     const int64_t n = plane / d.c;

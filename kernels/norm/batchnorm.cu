@@ -637,8 +637,9 @@ void batchnorm_forward_train_cuda(const BatchNormShape& s, const float* d_x, con
                                   const float* d_residual, float* d_save_mean, float* d_save_invstd,
                                   const BatchNormTrainArgs& a, double* d_scratch,
                                   cudaStream_t stream, const BatchNormLaunch& l) {
-  if (batchnorm_one_pass_wanted(s, l) && batchnorm_forward_one_pass_cuda(s, d_x, d_gamma, d_beta, d_y, relu, d_residual,
-                                                    d_save_mean, d_save_invstd, a, stream))
+  if (batchnorm_one_pass_wanted(s, l) &&
+      batchnorm_forward_one_pass_cuda(s, d_x, d_gamma, d_beta, d_y, relu, d_residual, d_save_mean,
+                                      d_save_invstd, a, stream))
     return;
   // Scratch: the partials (C, S, 2), then each channel's K where the backward keeps its
   // coefficients (batchnorm_scratch_doubles).
