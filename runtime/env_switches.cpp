@@ -171,10 +171,10 @@ EnvSwitches read_env_switches() {
   }
   e.conv_generic = off_unless_set("CNN_CONV_GENERIC");
   e.bn_fold_finish = on_unless_zero("CNN_BN_FOLD_FINISH");
-  e.bn_one_pass = on_unless_zero("CNN_BN_ONE_PASS");
   if (const char* v = get("CNN_BN_ONE_PASS")) {
     const std::string s(v);
     CNN_CHECK(s == "0" || s == "1" || s == "all", "CNN_BN_ONE_PASS='{}': expected 0, 1 or all", s);
+    e.bn_one_pass = s != "0";
     e.bn_one_pass_any_cluster = s == "all";
   }
   e.conv_dgrad_phases = on_unless_zero("CNN_CONV_DGRAD_PHASES");

@@ -22,6 +22,37 @@ struct BatchNormOutputs {
   std::vector<float> y, mean, invstd, rm, rv, count, dx, dgamma, dbeta;
 };
 
+// The outputs before a CPU-twin training pass: y, dx and the saved statistics sized for s, the
+// running buffers and dgamma / dbeta at their starting values, the batch count at 5 (where the
+// device runs start it too).
+inline BatchNormOutputs outputs_before(const BatchNormShape& s, const std::vector<float>& rm,
+                                       const std::vector<float>& rv,
+                                       const std::vector<float>& dgamma,
+                                       const std::vector<float>& dbeta) {
+  BatchNormOutputs o;
+  const size_t n = size_t(s.n) * size_t(s.c) * size_t(s.hw);
+  o.y.resize(n);
+  o.dx.resize(n);
+  o.mean.resize(size_t(s.c));
+  o.invstd.resize(size_t(s.c));
+  o.rm = rm;
+  o.rv = rv;
+  o.count = {5.f};
+  o.dgamma = dgamma;
+  o.dbeta = dbeta;
+  return o;
+}
+
+// Training arguments (torch's momentum and eps, BatchNormTrainArgs' defaults) that update o's
+// running buffers and batch count.
+inline BatchNormTrainArgs train_args_into(BatchNormOutputs& o) {
+  BatchNormTrainArgs a;
+  a.running_mean = o.rm.data();
+  a.running_var = o.rv.data();
+  a.num_batches = o.count.data();
+  return a;
+}
+
 // Every output of two device runs, bitwise.
 inline void expect_same_bits(const BatchNormOutputs& a, const BatchNormOutputs& b,
                              const char* what) {

@@ -64,17 +64,8 @@ Inputs make_inputs(const BatchNormShape& s, uint64_t seed, float offset) {
 
 Outputs run_cpu(const Inputs& in) {
   const BatchNormShape& s = in.s;
-  Outputs o;
-  o.y.resize(in.x.size());
-  o.dx.resize(in.x.size());
-  o.mean.resize(size_t(s.c));
-  o.invstd.resize(size_t(s.c));
-  o.rm = in.rm;
-  o.rv = in.rv;
-  o.count = {5.f};
-  o.dgamma = in.dgamma;
-  o.dbeta = in.dbeta;
-  const BatchNormTrainArgs a = train_args(o.rm.data(), o.rv.data(), o.count.data());
+  Outputs o = test::outputs_before(s, in.rm, in.rv, in.dgamma, in.dbeta);
+  const BatchNormTrainArgs a = test::train_args_into(o);
   batchnorm_forward_train_cpu(s, in.x.data(), in.gamma.data(), in.beta.data(), o.y.data(),
                               o.mean.data(), o.invstd.data(), a);
   batchnorm_backward_cpu(s, in.x.data(), in.dy.data(), in.gamma.data(), o.mean.data(),

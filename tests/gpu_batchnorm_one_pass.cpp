@@ -103,20 +103,8 @@ Outputs run_cuda(const Inputs& in, const Case& k, const BatchNormLaunch& l) {
 // value within rounding of 0 cannot give the two different masks.
 Outputs run_cpu(const Inputs& in, const Case& k, const std::vector<float>& relu_y) {
   const BatchNormShape& s = in.s;
-  Outputs o;
-  o.y.resize(in.x.size());
-  o.dx.resize(in.x.size());
-  o.mean.resize(size_t(s.c));
-  o.invstd.resize(size_t(s.c));
-  o.rm = in.rm;
-  o.rv = in.rv;
-  o.count = {5.f};
-  o.dgamma = in.dgamma;
-  o.dbeta = in.dbeta;
-  BatchNormTrainArgs a;
-  a.running_mean = o.rm.data();
-  a.running_var = o.rv.data();
-  a.num_batches = o.count.data();
+  Outputs o = test::outputs_before(s, in.rm, in.rv, in.dgamma, in.dbeta);
+  const BatchNormTrainArgs a = test::train_args_into(o);
   batchnorm_forward_train_cpu(s, in.x.data(), in.gamma.data(), in.beta.data(), o.y.data(),
                               o.mean.data(), o.invstd.data(), a, k.relu,
                               k.residual ? in.res.data() : nullptr);
