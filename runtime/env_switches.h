@@ -77,13 +77,9 @@ struct EnvSwitches {
   // column shift 0) reads x itself, or a copy of x as the other classes do (to bisect).
   bool wgmma_wgrad_box_direct = true;
   bool conv_generic = false;  // CNN_CONV_GENERIC=1: generic implicit-GEMM conv gradients
-  // CNN_BN_FOLD_FINISH=0: a CUDA BatchNorm training pass runs its per-channel finish (statistics,
-  // running buffers, dgamma / dbeta) as a launch of its own between the sums and the elementwise
-  // pass, instead of at the start of every elementwise block (the same bits either way).
-  bool bn_fold_finish = true;
-  // CNN_BN_ONE_PASS=0: CUDA BatchNorm training passes always run as the two-launch passes (sums,
-  // then the elementwise pass), never as the one-launch cluster kernels that hold a channel in
-  // registers where it fits (kernels/norm/batchnorm_one_pass_plan.h).
+  // CNN_BN_ONE_PASS=0: CUDA BatchNorm training passes always run as the three-launch passes (sums,
+  // finish, then the elementwise pass), never as the one-launch cluster kernels that hold a channel
+  // in registers where it fits (kernels/norm/batchnorm_one_pass_plan.h).
   bool bn_one_pass = true;
   // CNN_BN_ONE_PASS=all: the one-launch passes on every shape that fits, whatever its cluster
   // size (to profile them); by default only where the cluster is small enough to win.

@@ -3,11 +3,10 @@
 // input (the variance must not cancel), many splits per channel; NaN-poisoned outputs; the
 // training pass bitwise repeatable, and the same bits from unaligned pointers; eval; the batch-1
 // refusal; the fused ReLU (forward and masked backward) against the CPU twin and, bitwise, against
-// the separate pass; the finish folded into the elementwise pass against its own launch, bitwise
-// (CNN_BN_FOLD_FINISH), with the elementwise grid capped too. Through batchnorm_forward_train /
-// batchnorm_backward the shapes that fit run the one-launch cluster passes (CNN_BN_ONE_PASS, the
-// default; tests/gpu_batchnorm_one_pass.cpp tests them on their own); the tests of the
-// two-launch passes' launch options turn it off.
+// the separate pass; the elementwise grid capped so that its blocks loop, bitwise. Through
+// batchnorm_forward_train / batchnorm_backward the shapes that fit run the one-launch cluster
+// passes (CNN_BN_ONE_PASS, the default; tests/gpu_batchnorm_one_pass.cpp tests them on their own);
+// the tests of the three-launch passes' launch options turn it off.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -430,40 +429,36 @@ std::vector<Outputs> run_two_steps(const Inputs& first, const Inputs& second,
   return out;
 }
 
-void check_folded_finish(const BatchNormShape& s) {
+void check_grid_caps(const BatchNormShape& s) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed << " (N, C, HW) = (" << s.n << ", " << s.c
                                     << ", " << s.hw << ") splits " << batchnorm_splits(s));
   const Inputs first = make_inputs(s, seed, 0.5f), second = make_inputs(s, seed + 100, -1.f);
-  BatchNormLaunch separate, folded, folded_chunks, capped;
-  for (BatchNormLaunch* l : {&separate, &folded, &folded_chunks, &capped}) l->one_pass = false;
-  separate.fold_finish = false;
-  // Two blocks along y: a block of a long plane loops over its chunks, the folded finish done once
-  // per block, written by chunk 0's.
-  folded_chunks.max_grid_y = 2;
-  // Three blocks along x too: blocks loop over rounds of planes (their channels wrapping past C),
-  // which the folded finish leaves to the separate launch.
+  BatchNormLaunch full, chunks, capped;
+  for (BatchNormLaunch* l : {&full, &chunks, &capped}) l->one_pass = false;
+  // Two blocks along y: a block of a long plane loops over its chunks.
+  chunks.max_grid_y = 2;
+  // Three blocks along x too: blocks loop over rounds of planes (their channels wrapping past C).
   capped.max_grid_x = 3;
   capped.max_grid_y = 2;
   for (bool relu : {false, true})
     for (bool with_dx : {true, false}) {
       SCOPED_TRACE(::testing::Message()
                    << (relu ? "fused relu" : "no relu") << (with_dx ? "" : ", no dx"));
-      const std::vector<Outputs> want = run_two_steps(first, second, separate, relu, with_dx);
+      const std::vector<Outputs> want = run_two_steps(first, second, full, relu, with_dx);
       for (const Outputs& o : want) {
         EXPECT_FALSE(test::any_nan(o.y));
         EXPECT_FALSE(test::any_nan(o.dx));
         EXPECT_FALSE(test::any_nan(o.rv));
       }
       EXPECT_EQ(want[1].count, std::vector<float>{7.f}) << "two steps count two batches";
-      for (const BatchNormLaunch* l : {&separate, &folded, &folded_chunks, &capped})
+      for (const BatchNormLaunch* l : {&full, &chunks, &capped})
         for (bool recompute : {false, true}) {
-          if (l == &separate && !recompute) continue;  // that is `want`
-          if (recompute && !relu) continue;            // no mask to recompute
-          SCOPED_TRACE(::testing::Message() << (l == &separate        ? "separate"
-                                                : l == &folded        ? "folded"
-                                                : l == &folded_chunks ? "folded, grid y capped"
-                                                                      : "grid x and y capped")
+          if (l == &full && !recompute) continue;  // that is `want`
+          if (recompute && !relu) continue;        // no mask to recompute
+          SCOPED_TRACE(::testing::Message() << (l == &full     ? "full grid"
+                                                : l == &chunks ? "grid y capped"
+                                                               : "grid x and y capped")
                                             << (recompute ? ", mask recomputed" : ""));
           const std::vector<Outputs> got =
               run_two_steps(first, second, *l, relu, with_dx, recompute);
@@ -475,13 +470,12 @@ void check_folded_finish(const BatchNormShape& s) {
 
 }  // namespace
 
-// The finish folded into the elementwise blocks sums each channel's partials in the order of its
-// own launch (the segment tree of partial_lanes(S) lanes is the warp's where S <= 32), and the
-// fused ReLU's mask recomputed from x and beta is the forward's y > 0, so every output keeps its
-// bits: S = 1 (many channels a block), 2, 3, 5, 8, 16, 25 and > 32 (lanes
-// looping), H*W = 1, 2, 7x7, odd C, N = 1 and 512, 16-byte and scalar loads, long planes in
-// chunks.
-TEST(GpuBatchNorm, FoldedFinishGivesTheSeparateBits) {
+// The elementwise passes give the same bits whether their blocks cover the planes in one round or
+// loop over planes and chunks, and the fused ReLU's mask recomputed from x and beta is the
+// forward's y > 0, so every output keeps its bits: one to many partials a channel (a warp's lanes
+// looping past 32), H*W = 1, 2, 7x7, odd C, N = 1 and 512, 16-byte and scalar loads, long planes
+// in chunks.
+TEST(GpuBatchNorm, CappedGridGivesTheSameBits) {
   CNN_REQUIRE_GPU();
   for (const BatchNormShape& s :
        {BatchNormShape{1, 3, 7}, BatchNormShape{2, 17, 1}, BatchNormShape{5, 1, 1},
@@ -490,20 +484,20 @@ TEST(GpuBatchNorm, FoldedFinishGivesTheSeparateBits) {
         BatchNormShape{1, 17, 33 * 31}, BatchNormShape{512, 3, 64}, BatchNormShape{64, 3, 32 * 32},
         BatchNormShape{10, 4, 1000}, BatchNormShape{20, 6, 1000}, BatchNormShape{128, 16, 28 * 28},
         BatchNormShape{2, 3, 20001}, BatchNormShape{2, 3, 1 << 14}, BatchNormShape{33, 300, 4}})
-    check_folded_finish(s);
+    check_grid_caps(s);
   const int n = test::light_sweeps() ? 16 : 128;
   for (const BatchNormShape& s : {BatchNormShape{n, 256, 8 * 8}, BatchNormShape{n, 512, 4 * 4},
                                   BatchNormShape{n, 512, 7 * 7}})
-    check_folded_finish(s);
+    check_grid_caps(s);
   if (!test::light_sweeps())
     for (const BatchNormShape& s : {BatchNormShape{2, 3, 250001}, BatchNormShape{1, 2, 1 << 20},
                                     BatchNormShape{32, 64, 32 * 32}})
-      check_folded_finish(s);
+      check_grid_caps(s);
 }
 
 // The forward's shift K (each channel's first value) is kept in the scratch by the sums, so y may
-// overwrite x: in place gives the out-of-place bits, folded and separate; the one-launch pass
-// reads every value (and K) before any block writes.
+// overwrite x: in place gives the out-of-place bits, in three launches and in one (which reads
+// every value, and K, before any block writes).
 TEST(GpuBatchNorm, TrainingForwardInPlaceGivesTheSameBits) {
   CNN_REQUIRE_GPU();
   for (const BatchNormShape& s : {BatchNormShape{9, 13, 7 * 7}, BatchNormShape{7, 600, 1},
@@ -513,11 +507,10 @@ TEST(GpuBatchNorm, TrainingForwardInPlaceGivesTheSameBits) {
                                       << ", " << s.hw << ")");
     const Inputs in = make_inputs(s, seed, 0.5f);
     const size_t n = in.x.size(), c = size_t(s.c);
-    for (int mode = 0; mode < 3; ++mode) {  // folded, separate, one launch
-      SCOPED_TRACE(mode == 0 ? "folded" : mode == 1 ? "separate" : "one launch");
+    for (bool one_pass : {false, true}) {
+      SCOPED_TRACE(one_pass ? "one launch" : "three launches");
       BatchNormLaunch l;
-      l.fold_finish = mode == 0;
-      l.one_pass = mode == 2;
+      l.one_pass = one_pass;
       BatchNormTrainArgs a;
       TrainState apart = make_state(in), inplace = make_state(in);
       Tensor x = test::to_device(in.x), xy = test::to_device(in.x);
@@ -535,8 +528,7 @@ TEST(GpuBatchNorm, TrainingForwardInPlaceGivesTheSameBits) {
   }
 }
 
-// A residual add in the normalizing pass (training, folded and separate finish and one launch;
-// eval), with and
+// A residual add in the normalizing pass (training in three launches and in one; eval), with and
 // without the ReLU after it: the bits of the normalize, add and relu passes run apart, on
 // 16-byte and scalar paths (a residual 1 float past alignment takes the scalar path alone).
 TEST(GpuBatchNorm, ResidualAddGivesTheSeparatePassBits) {
@@ -558,21 +550,20 @@ TEST(GpuBatchNorm, ResidualAddGivesTheSeparatePassBits) {
       Tensor x = test::to_device(in.x), r = test::to_device(shifted(res, size_t(res_offset)));
       const float* d_res = r.data() + res_offset;
       Buffer<float> apart(n, Device::CUDA), fused(n, Device::CUDA);
-      // training folded, training separate, eval, training in one launch
-      for (int mode = 0; mode < 4; ++mode)
+      // training in three launches, eval, training in one launch
+      for (int mode = 0; mode < 3; ++mode)
         for (bool relu : {false, true}) {
           SCOPED_TRACE(::testing::Message() << "mode " << mode << " relu " << relu);
           test::poison_device(fused.data(), n);
           const auto forward = [&](float* y, bool relu_in, const float* residual) {
             TrainState t = make_state(in);
-            if (mode == 2) {
+            if (mode == 1) {
               batchnorm_forward_eval(s, x.data(), t.gamma.data(), t.beta.data(), t.rm.data(),
                                      t.rv.data(), 1e-5f, y, ex, relu_in, residual);
               return;
             }
             BatchNormLaunch l;
-            l.fold_finish = mode == 0;
-            l.one_pass = mode == 3;
+            l.one_pass = mode == 2;
             BatchNormTrainArgs a;
             batchnorm_forward_train_cuda(s, x.data(), t.gamma.data(), t.beta.data(), y, relu_in,
                                          residual, t.mean.data(), t.invstd.data(), a,

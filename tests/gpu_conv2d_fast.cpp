@@ -452,15 +452,16 @@ TEST(GpuConv2dFast, AlgoNamesTheIgemmVariant) {
 #ifdef CNN_HAVE_CUDA
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
-  for (const Conv2dShape& s : {conv(8, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2),
-                               conv(3, 5, 9, 7, 6, 3, 3, 1, 1, 1, 1)}) {
+  for (const Conv2dShape& s :
+       {conv(8, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2), conv(3, 5, 9, 7, 6, 3, 3, 1, 1, 1, 1)}) {
     SCOPED_TRACE(describe_shape(s));
     const Refs r = make_refs(s, seed, false, false, false);
     Tensor d_x = test::to_device(r.x), d_dy = test::to_device(r.dy), d_w = test::to_device(r.w);
     for (Precision prec : {Precision::TF32, Precision::FP32}) {
       SCOPED_TRACE(precision_name(prec));
       const Exec ex = exec_of(prec, /*deterministic=*/true);  // fixed-order weight gradients
-      const size_t scratch_floats = std::max<size_t>(1, conv2d_backward_weight_scratch_floats(s, ex));
+      const size_t scratch_floats =
+          std::max<size_t>(1, conv2d_backward_weight_scratch_floats(s, ex));
       Tensor d_scratch({int64_t(scratch_floats)}, Device::CUDA);
       for (const auto& [algo, variant] : {std::pair{Algo::Igemm, IgemmVariant::Generic},
                                           std::pair{Algo::Fast, IgemmVariant::Auto}}) {

@@ -111,12 +111,6 @@ const std::vector<SwitchCases>& switch_cases() {
         {"0", as_int(GraphOverlap::Off)}},
        {"1", "yes"},
        "exit, start or 0"},
-      // The BatchNorm finish folded into the elementwise pass unless set to 0.
-      {"CNN_BN_FOLD_FINISH",
-       field<&EnvSwitches::bn_fold_finish>,
-       {{nullptr, true}, {"0", false}, {"1", true}},
-       {},
-       nullptr},
       // The BatchNorm one-launch cluster passes unless set to 0.
       {"CNN_BN_ONE_PASS",
        field<&EnvSwitches::bn_one_pass>,

@@ -1029,15 +1029,12 @@ void bench_batchnorm(const BenchContext& ctx, std::vector<BenchRow>& rows, const
     const int reads = one_pass ? 1 : 2;
     const int tensors_moved = backward ? 2 * reads + 1 : reads + 1;
     info.bytes = 4.0 * double(count) * tensors_moved;
-    // CNN_BN_FOLD_FINISH=0: the per-channel finish as a launch of its own (three, not two).
-    const bool folded = process_env_switches().bn_fold_finish;
-    info.note =
-        fmt::format("{} read {}, {} written ({})",
-                    backward ? (relu ? "x, dy (relu mask from x)" : "x, dy") : "x",
-                    one_pass ? "once" : "twice", backward ? "dx" : "y",
-                    one_pass   ? "one launch, clusters"
-                    : backward ? (folded ? "sums, finish + dx" : "sums, finish, dx")
-                               : (folded ? "sums, finish + normalize" : "sums, finish, normalize"));
+    info.note = fmt::format("{} read {}, {} written ({})",
+                            backward ? (relu ? "x, dy (relu mask from x)" : "x, dy") : "x",
+                            one_pass ? "once" : "twice", backward ? "dx" : "y",
+                            one_pass   ? "one launch, clusters"
+                            : backward ? "sums, finish, dx"
+                                       : "sums, finish, normalize");
     std::mt19937_64 rng(op_seed(opt.seed, info.op));
     // x off zero, as a conv's output is: the sums must not rely on a zero mean.
     std::vector<float> x = random_floats(count, rng, -1.f, 3.f);

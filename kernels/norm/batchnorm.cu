@@ -1,16 +1,16 @@
 // Batch normalization on the GPU, as streaming passes near memory bandwidth. The per-channel sums
-// run in two fixed-order stages instead of atomics: stage 1 gives each (channel, split) block a
-// contiguous range of the channel's values and writes one partial sum (per-thread double
-// accumulators, then a block tree in double), stage 2 sums a channel's partials in a fixed order
+// run in two fixed-order stages instead of atomics: stage 1 gives each (channel, split) warp a
+// contiguous range of the channel's values and writes one partial sum (per-lane double
+// accumulators, then a warp tree in double), stage 2 sums a channel's partials in a fixed order
 // (one warp per channel). The result is bitwise repeatable in every mode, so `deterministic`
 // changes nothing here.
 //
-// Stage 2 runs at the start of every block of the elementwise pass (normalize or dx), for the few
-// channels the block's planes cover, with the block that holds plane (0, c) writing channel c's
-// outputs (saved statistics, running buffers, dgamma / dbeta): two launches a pass instead of
-// three (a launch is ~2-3 us in a graph replay, most of a small layer's pass). The partials are
-// summed in the same order either way, so the bits are those of the separate finish launch, which
-// CNN_BN_FOLD_FINISH=0 keeps (BatchNormLaunch::fold_finish).
+// Stage 2 is a launch of its own between the sums and the elementwise pass (normalize or dx): it
+// writes each channel's outputs (saved statistics, running buffers, dgamma / dbeta) and what the
+// elementwise pass multiplies by, so that pass reads a few floats a channel and streams. Three
+// launches a pass: stage 2 summed in every elementwise block for the channels of its planes (two
+// launches) costs in proportion to the partials it reads, and with one partial a warp it made
+// the ResNet's BatchNorm passes 20% slower in all (docs/performance.md).
 //
 // Channels of at most kBnOnePassMaxValues values take one launch a pass instead, on thread-block
 // clusters that hold the channel in registers (batchnorm_one_pass.cu); CNN_BN_ONE_PASS=0 keeps
@@ -36,7 +36,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <cub/cub.cuh>
 #include <initializer_list>
 
 #include "kernels/common/ptx.cuh"
@@ -54,14 +53,16 @@ using namespace bn;
 
 constexpr int kThreads = 256;
 constexpr int kUnroll = 4;  // groups each thread loads before it uses any
-// Partial-sum blocks: about 2048 in all (four rounds of the 4 blocks that fit on each of an
-// H200's 132 SMs), each with at least kMinPerBlock values: one round of kUnroll 16-byte loads per
-// thread, so that a small tensor takes fewer, fuller blocks rather than more, half-idle ones.
-// Fewer, longer blocks (at least 2, 4 or 8 rounds each) moved the BatchNorm passes of VGG,
-// ResNet and MobileNet by -2.5% to +13% in all (H200, TF32): the block count is not the limit.
-constexpr int64_t kTargetBlocks = 2048;
-constexpr int64_t kMinPerBlock = kThreads * kUnroll * 4;  // one round of loads per thread
-constexpr int kFinishThreads = 256;                       // one warp per channel
+// The partial sums run as one wave of warps, each summing one split of a channel: about
+// kSumsWaveBlocks blocks of 8 warps (an H200's 132 SMs x kSumsBlocksPerSm, the blocks of 256
+// threads its registers hold), each warp at least 2 groups a lane (kMinSumsGroups), so that a
+// small tensor takes fewer, fuller warps. A constant, not the device's count, so that
+// the splits, and with them the bits of the sums, are the same on every device.
+constexpr int kSumsBlocksPerSm = 3;
+constexpr int64_t kSumsWaveBlocks = 132 * kSumsBlocksPerSm;
+constexpr int kSumsWarpsPerBlock = kThreads / 32;
+constexpr int64_t kMinSumsGroups = 32 * 2;
+constexpr int kFinishThreads = 256;  // one warp per channel
 constexpr unsigned kMaxGridX = INT_MAX, kMaxGridY = 65535;
 
 // How many of group g's values (4g .. 4g + 3 of a plane) are in the plane: 4, or HW % 4 for the
@@ -110,51 +111,60 @@ __device__ __forceinline__ void divmod(int64_t q, int64_t d, int64_t* quot, int6
 
 // ---- stage 1: per-(channel, split) partial sums -------------------------------------------------
 
-// Thread mapping: block (c, s) owns groups q in [s * chunk, (s + 1) * chunk) of channel c, where
+// Thread mapping: warp w of block (c, y) owns split s = y * blockDim.x / 32 + w of channel c
+// (warps past S exit): groups q in [s * chunk, (s + 1) * chunk) of the channel, where
 // q = n * G + g is group g (values 4g .. 4g + 3) of plane (n, c) and G = ceil(HW / 4): the
-// channel's values in memory order. Thread t takes q = begin + t, + kThreads, ... (kUnroll of
-// them per round) and keeps (n, g) by stepping, without a division per group; the block then
-// reduces in CUB's fixed tree. Forward (d_dy null): sums x - K and (x - K)^2, K = x[0, c, 0].
-// Backward: sums dy and dy * (x - mean[c]), dy masked by the fused ReLU's mask where `mask` is on.
-// Thread 0 writes the pair to d_part[(c * S + s) * 2], and block (c, 0) K to d_shift[c] (forward):
-// the finish reads K there, not in x, so that a normalize pass writing y over x cannot change it.
-template <bool kVec>
-__global__ void __launch_bounds__(kThreads)
-    bn_partial_sums(int c_count, int64_t hw, int64_t groups /* N * G */, int64_t chunk,
+// channel's values in memory order. Lane l takes q = begin + l, + 32, ... (kLoads of them per
+// round, all loaded before any is used) and keeps (n, g) by stepping, without a division per
+// group; the warp then sums its lanes in a fixed shuffle tree and lane 0 writes the pair to
+// d_part[(c * S + s) * 2]: a warp, not a block, per partial, so no barrier holds a warp that has
+// finished, and the grid is one wave of long-lived warps (sums_layout) instead of
+// thousands of one-round blocks, each a load, a wait and a block-wide tree. Forward (d_dy null):
+// sums x - K and (x - K)^2, K = x[0, c, 0]. Backward: sums dy and dy * (x - mean[c]), dy masked
+// by the fused ReLU's mask where `mask` is on. Split 0 writes K to d_shift[c] (forward): the
+// finish reads K there, not in x, so that a normalize pass writing y over x cannot change it.
+// kBackward: the backward's sums (d_dy given), else the forward's. Groups a lane loads per round:
+// 8 of x in the forward, 4 each of x and dy in the backward (the same bytes in flight).
+template <bool kVec, bool kBackward>
+__global__ void __launch_bounds__(kThreads, kSumsBlocksPerSm)
+    bn_partial_sums(int c_count, int splits, int64_t hw, int64_t groups /* N * G */, int64_t chunk,
                     const float* __restrict__ d_x, const float* __restrict__ d_dy, ReluMask mask,
                     const float* __restrict__ d_gamma, const float* __restrict__ d_invstd,
                     const float* __restrict__ d_mean, double* __restrict__ d_part,
                     double* __restrict__ d_shift) {
+  constexpr int kLoads = kBackward ? 4 : 8;
   ptx::griddep_enter();
-  using Reduce = cub::BlockReduce<double, kThreads>;
-  __shared__ typename Reduce::TempStorage tmp;
-  const int c = blockIdx.x, s = blockIdx.y;
+  const int c = blockIdx.x, lane = int(threadIdx.x) & 31;
+  const int s = int(blockIdx.y) * int(blockDim.x / 32) + int(threadIdx.x / 32);
+  if (s >= splits) return;                 // whole warps: the shuffles below see all 32 lanes
   const int64_t per_plane = (hw + 3) / 4;  // G, groups per plane
   const int64_t begin = int64_t(s) * chunk, end = min(groups, begin + chunk);
   const float* __restrict__ x_c = d_x + int64_t(c) * hw;  // plane (0, c)
-  const float* __restrict__ dy_c = d_dy ? d_dy + int64_t(c) * hw : nullptr;
-  const float* __restrict__ ry_c = mask.y ? mask.y + int64_t(c) * hw : nullptr;
-  const float2 mc = mask_coefs(mask, c, d_gamma, d_invstd);
+  const float* __restrict__ dy_c = kBackward ? d_dy + int64_t(c) * hw : nullptr;
+  const float* __restrict__ ry_c = kBackward && mask.y ? mask.y + int64_t(c) * hw : nullptr;
+  const float2 mc = kBackward ? mask_coefs(mask, c, d_gamma, d_invstd) : make_float2(0.f, 0.f);
   const int64_t plane_stride = int64_t(c_count) * hw;  // from plane (n, c) to (n + 1, c)
-  const float shift = d_dy ? d_mean[c] : __ldg(x_c);
-  int64_t q = begin + threadIdx.x, n, g;
+  const float shift = kBackward ? d_mean[c] : __ldg(x_c);
+  int64_t q = begin + lane, n, g;
   divmod(q, per_plane, &n, &g);
-  int64_t dn, dg;  // a step of kThreads groups, in planes and groups
-  divmod(kThreads, per_plane, &dn, &dg);
+  int64_t dn, dg;  // a step of 32 groups, in planes and groups
+  divmod(32, per_plane, &dn, &dg);
   double a = 0, b = 0;
-  for (; q < end; q += int64_t(kUnroll) * kThreads) {
-    float4 xv[kUnroll], gv[kUnroll], rv[kUnroll];
-    bool in[kUnroll];
+  for (; q < end; q += int64_t(kLoads) * 32) {
+    float4 xv[kLoads], gv[kBackward ? kLoads : 1], rv[kBackward ? kLoads : 1];
+    bool in[kLoads];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      in[u] = q + int64_t(u) * kThreads < end;
+    for (int u = 0; u < kLoads; ++u) {
+      in[u] = q + int64_t(u) * 32 < end;
       if (in[u]) {
         const int64_t at = n * plane_stride + 4 * g;
         const int valid = kVec ? 4 : group_valid(hw, g);
         // Lanes past the plane's end hold K (forward) or mean and dy = 0 (backward): they add 0.
         xv[u] = load_group<kVec>(x_c, at, valid, shift);
-        if (dy_c) gv[u] = load_group<kVec>(dy_c, at, valid, 0.f);
-        if (ry_c) rv[u] = load_group<kVec>(ry_c, at, valid, 0.f);
+        if (kBackward) {
+          gv[u] = load_group<kVec>(dy_c, at, valid, 0.f);
+          if (ry_c) rv[u] = load_group<kVec>(ry_c, at, valid, 0.f);
+        }
       }
       g += dg;
       n += dn;
@@ -169,11 +179,11 @@ __global__ void __launch_bounds__(kThreads)
     // of its parts), which amplifies that rounding past 1e-3; the double arithmetic is far below
     // the memory time of these passes.
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kLoads; ++u) {
       if (!in[u]) continue;
       const float4 d =
           make_float4(xv[u].x - shift, xv[u].y - shift, xv[u].z - shift, xv[u].w - shift);
-      if (dy_c) {
+      if (kBackward) {
         float4 e = gv[u];
         if (ry_c)
           e = make_float4(relu_masked(e.x, true, rv[u].x), relu_masked(e.y, true, rv[u].y),
@@ -192,44 +202,32 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-  const double sa = Reduce(tmp).Sum(a);
-  __syncthreads();  // tmp is reused
-  const double sb = Reduce(tmp).Sum(b);
-  if (threadIdx.x == 0) {
-    d_part[(int64_t(c) * gridDim.y + s) * 2] = sa;
-    d_part[(int64_t(c) * gridDim.y + s) * 2 + 1] = sb;
+  for (int o = 16; o > 0; o /= 2) {
+    a += __shfl_down_sync(0xffffffffu, a, o);
+    b += __shfl_down_sync(0xffffffffu, b, o);
+  }
+  if (lane == 0) {
+    d_part[(int64_t(c) * splits + s) * 2] = a;
+    d_part[(int64_t(c) * splits + s) * 2 + 1] = b;
     if (d_shift && s == 0) d_shift[c] = shift;
   }
 }
 
 // ---- stage 2: per-channel statistics --------------------------------------------------------
 
-// Lanes that sum one channel's S partials: S rounded up to a power of two, at most a warp.
-__host__ __device__ constexpr int partial_lanes(int splits) {
-  int w = 1;
-  while (w < splits && w < 32) w *= 2;
-  return w;
-}
-
-// A channel's S partial pairs summed by a segment of `width` aligned lanes of a warp (width a
-// power of two, at least min(S, 32); 32: the whole warp, as the finish kernels run it): lane l of
-// the segment adds splits l, l + width, ... in order, then a fixed shuffle tree; the segment's
-// first lane holds the sums. Every lane of the warp calls it (the shuffles), `active` false where
-// its segment has no channel. Any such width gives the bits of the whole warp's: there, a lane
-// past S holds +0 (no lane holds -0: each starts at +0 and +0 + -0 is +0), and x + +0 == x, so the
-// warp's tree steps wider than `width` leave lane 0's value as it is.
+// A channel's S partial pairs summed by a warp: lane l adds splits l, l + 32, ... in order, then a
+// fixed shuffle tree; lane 0 holds the sums.
 __device__ __forceinline__ void sum_partials(const double* __restrict__ d_part, int c, int splits,
-                                             int width, bool active, double* sa, double* sb) {
-  const int lane = threadIdx.x & (width - 1);
+                                             double* sa, double* sb) {
+  const int lane = threadIdx.x & 31;
   double a = 0, b = 0;
-  if (active)
-    for (int s = lane; s < splits; s += width) {
-      a += d_part[(int64_t(c) * splits + s) * 2];
-      b += d_part[(int64_t(c) * splits + s) * 2 + 1];
-    }
-  for (int o = width / 2; o > 0; o /= 2) {
-    a += __shfl_down_sync(0xffffffffu, a, o, width);
-    b += __shfl_down_sync(0xffffffffu, b, o, width);
+  for (int s = lane; s < splits; s += 32) {
+    a += d_part[(int64_t(c) * splits + s) * 2];
+    b += d_part[(int64_t(c) * splits + s) * 2 + 1];
+  }
+  for (int o = 16; o > 0; o /= 2) {
+    a += __shfl_down_sync(0xffffffffu, a, o);
+    b += __shfl_down_sync(0xffffffffu, b, o);
   }
   *sa = a;
   *sb = b;
@@ -249,7 +247,7 @@ __global__ void __launch_bounds__(kFinishThreads)
   if (blockIdx.x == 0 && threadIdx.x == 0 && d_num_batches) *d_num_batches += 1.0f;
   if (c >= c_count) return;  // whole warps: the shuffles below see all 32 lanes
   double sum, sq;
-  sum_partials(d_part, c, splits, 32, true, &sum, &sq);
+  sum_partials(d_part, c, splits, &sum, &sq);
   if (threadIdx.x % 32 != 0) return;
   write_forward_stats(c, forward_stats(sum, sq, m, d_shift[c], eps), m, momentum, d_mean, d_invstd,
                       d_running_mean, d_running_var);
@@ -266,7 +264,7 @@ __global__ void __launch_bounds__(kFinishThreads)
   const int c = int((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32);
   if (c >= c_count) return;  // whole warps, as above
   double sum_dy, sum_dy_xmu;
-  sum_partials(d_part, c, splits, 32, true, &sum_dy, &sum_dy_xmu);
+  sum_partials(d_part, c, splits, &sum_dy, &sum_dy_xmu);
   if (threadIdx.x % 32 != 0) return;
   const BackwardCoefs k = backward_coefs(sum_dy, sum_dy_xmu, m, d_gamma[c], d_invstd[c]);
   d_dgamma[c] += float(k.dgamma);
@@ -304,52 +302,6 @@ __device__ __forceinline__ void walk_planes(const PlaneGrid& p, Body body) {
       body(plane, channel_of(plane, p.c_count), chunk * lanes * kUnroll + lane, lanes);
 }
 
-// What a pass with the finish folded in needs to finish a channel: the partial sums of stage 1.
-struct FoldedFinish {
-  const double* part = nullptr;  // (C, S, 2)
-  int splits = 0, width = 0;     // S, and partial_lanes(S) lanes sum a channel's
-  int64_t m = 0;                 // values per channel
-};
-
-// walk_planes with stage 2 folded in, for a grid of one round: a block for every per_block
-// consecutive planes (one_round_grid; the launcher runs the separate finish where the grid's x
-// limit would make blocks loop over planes, which no tensor that fits in memory needs). Block b's
-// planes first = b * per_block, first + 1, ... have channels c0 = first % C, c0 + 1, ... (mod C):
-// slots = min(per_block, C) of them, slot k holding channel (c0 + k) % C, and plane first + j that
-// of slot j % C. The block first sums every slot's partials (segments of f.width lanes, one
-// channel each, all segments in step) and calls finish(k, c, writes, sa, sb) on each segment's
-// first lane, which leaves what the body needs in shared memory; after a __syncthreads,
-// body(plane, k, g0, lanes) as walk_planes' with the slot for the channel, over the plane's
-// chunks (blockIdx.y, + gridDim.y, ...). `writes`: this block holds plane (0, c) (then c0 = first
-// and c = first + k) and chunk 0, which one block of the grid does for each channel, so it writes
-// channel c's outputs.
-template <class Finish, class Body>
-__device__ __forceinline__ void walk_planes_finishing(const PlaneGrid& p, const FoldedFinish& f,
-                                                      Finish finish, Body body) {
-  const int lanes = 1 << p.lanes_log2;
-  const int lane = int(threadIdx.x) & (lanes - 1);
-  const int per_block = kThreads >> p.lanes_log2;
-  const int slots = min(per_block, p.c_count);
-  const int segments = kThreads / f.width, segment = int(threadIdx.x) / f.width;
-  const bool segment_head = (int(threadIdx.x) & (f.width - 1)) == 0;
-  const int64_t first = int64_t(blockIdx.x) * per_block;
-  const int c0 = channel_of(first, p.c_count);
-  for (int k0 = 0; k0 < slots; k0 += segments) {  // the same trips for the whole block
-    const int k = k0 + segment;
-    const bool active = k < slots;
-    const int c = c0 + k < p.c_count ? c0 + k : c0 + k - p.c_count;  // k < C where active
-    double sa, sb;
-    sum_partials(f.part, c, f.splits, f.width, active, &sa, &sb);
-    if (active && segment_head) finish(k, c, blockIdx.y == 0 && first + k < p.c_count, sa, sb);
-  }
-  __syncthreads();  // the slots are filled
-  const int64_t plane = first + (threadIdx.x >> p.lanes_log2);
-  if (plane >= p.planes) return;
-  const int slot = int((threadIdx.x >> p.lanes_log2) % uint32_t(p.c_count));
-  for (int64_t chunk = blockIdx.y; chunk < p.chunks; chunk += gridDim.y)
-    body(plane, slot, chunk * lanes * kUnroll + lane, lanes);
-}
-
 // The thread's kUnroll groups g0, g0 + lanes, ... of one plane: loads all of them (and the
 // residual's, when d_res is given), then writes them normalized.
 template <bool kVec>
@@ -382,9 +334,8 @@ __device__ __forceinline__ void normalize_groups(const PlaneGrid& pg, int64_t pl
   }
 }
 
-// Thread mapping (bn_normalize, bn_backward_data and their _finishing forms): walk_planes (or
-// walk_planes_finishing); each thread owns kUnroll groups of 4 values of one plane per round,
-// loads all of them, then writes them.
+// Thread mapping (bn_normalize, bn_backward_data): walk_planes; each thread owns kUnroll groups
+// of 4 values of one plane per round, loads all of them, then writes them.
 // kEval: the running statistics (d_spread the variance: scale gamma / sqrt(var + eps)); else the
 // batch's (d_spread 1 / sqrt(var + eps) from bn_finish_forward: scale invstd * gamma).
 template <bool kVec, bool kEval>
@@ -399,37 +350,6 @@ __global__ void __launch_bounds__(kThreads)
     const float scale = kEval ? d_gamma[c] / sqrtf(d_spread[c] + eps) : d_spread[c] * d_gamma[c];
     normalize_groups<kVec>(pg, plane, g0, lanes, d_x, d_res, mean, scale, beta, relu, d_y);
   });
-}
-
-// The training normalize with bn_finish_forward folded in: each block finishes the channels of
-// its planes from the partials (d_shift: each channel's K), the writing block of channel c stores
-// its saved and running statistics (and channel 0's counts the batch), then it normalizes.
-template <bool kVec>
-__global__ void __launch_bounds__(kThreads)
-    bn_normalize_finishing(PlaneGrid pg, FoldedFinish f, float eps, float momentum,
-                           const double* __restrict__ d_shift, const float* __restrict__ d_x,
-                           const float* __restrict__ d_res, const float* __restrict__ d_gamma,
-                           const float* __restrict__ d_beta, bool relu, float* __restrict__ d_y,
-                           float* __restrict__ d_mean, float* __restrict__ d_invstd,
-                           float* __restrict__ d_running_mean, float* __restrict__ d_running_var,
-                           float* __restrict__ d_num_batches) {
-  ptx::griddep_enter();
-  __shared__ float s_mean[kThreads], s_scale[kThreads], s_beta[kThreads];  // by slot
-  walk_planes_finishing(
-      pg, f,
-      [&](int k, int c, bool writes, double sum, double sq) {
-        const ForwardStats st = forward_stats(sum, sq, f.m, d_shift[c], eps);
-        s_mean[k] = float(st.mean);
-        s_scale[k] = st.invstd * d_gamma[c];
-        s_beta[k] = d_beta[c];
-        if (!writes) return;
-        write_forward_stats(c, st, f.m, momentum, d_mean, d_invstd, d_running_mean, d_running_var);
-        if (c == 0 && d_num_batches) *d_num_batches += 1.0f;
-      },
-      [&](int64_t plane, int k, int64_t g0, int lanes) {
-        normalize_groups<kVec>(pg, plane, g0, lanes, d_x, d_res, s_mean[k], s_scale[k], s_beta[k],
-                               relu, d_y);
-      });
 }
 
 // dx over the thread's kUnroll groups of one plane: loads all of them, then writes them.
@@ -486,37 +406,6 @@ __global__ void __launch_bounds__(kThreads)
   });
 }
 
-// dx with bn_finish_backward folded in: each block turns the partials of its planes' channels
-// into dx's coefficients, the writing block of channel c accumulates its dgamma and dbeta.
-template <bool kVec>
-__global__ void __launch_bounds__(kThreads)
-    bn_backward_data_finishing(PlaneGrid pg, FoldedFinish f, const float* __restrict__ d_x,
-                               const float* __restrict__ d_dy, ReluMask mask,
-                               const float* __restrict__ d_gamma, const float* __restrict__ d_mean,
-                               const float* __restrict__ d_invstd, float* __restrict__ d_dgamma,
-                               float* __restrict__ d_dbeta, float* __restrict__ d_dx) {
-  ptx::griddep_enter();
-  __shared__ float s_a[kThreads], s_mdy[kThreads], s_b[kThreads], s_mean[kThreads];  // by slot
-  __shared__ float2 s_mask[kThreads];
-  walk_planes_finishing(
-      pg, f,
-      [&](int k, int c, bool writes, double sum_dy, double sum_dy_xmu) {
-        const BackwardCoefs q = backward_coefs(sum_dy, sum_dy_xmu, f.m, d_gamma[c], d_invstd[c]);
-        s_a[k] = float(q.a);
-        s_mdy[k] = float(q.mdy);
-        s_b[k] = float(q.b);
-        s_mean[k] = d_mean[c];
-        s_mask[k] = mask_coefs(mask, c, d_gamma, d_invstd);
-        if (!writes) return;
-        d_dgamma[c] += float(q.dgamma);
-        d_dbeta[c] += float(sum_dy);
-      },
-      [&](int64_t plane, int k, int64_t g0, int lanes) {
-        backward_groups<kVec>(pg, plane, g0, lanes, d_x, d_dy, mask, s_mask[k], s_a[k], s_mdy[k],
-                              s_b[k], s_mean[k], d_dx);
-      });
-}
-
 // ---- launch geometry ----------------------------------------------------------------------------
 
 bool aligned16(const void* p) {
@@ -555,39 +444,60 @@ PlaneGrid plane_grid(const BatchNormShape& s, const BatchNormLaunch& lim, dim3* 
   return p;
 }
 
+// How the partial sums launch: S splits a channel (batchnorm_splits), warps_per_block warps a
+// block, grid (C, blocks_y).
+struct SumsLayout {
+  int splits = 1, warps_per_block = 1, blocks_y = 1;
+};
+
+SumsLayout sums_layout(const BatchNormShape& s) {
+  const int64_t groups = int64_t(s.n) * plane_groups(s);  // a channel's
+  const int64_t by_device = kSumsWarpsPerBlock * std::max<int64_t>(1, kSumsWaveBlocks / s.c);
+  const int64_t by_size = ceil_div<int64_t>(groups, kMinSumsGroups);
+  SumsLayout l;
+  l.splits = int(std::clamp<int64_t>(std::min(by_device, by_size), 1, 65535));
+  l.warps_per_block = std::min(l.splits, kSumsWarpsPerBlock);
+  l.blocks_y = ceil_div(l.splits, l.warps_per_block);  // the last block's spare warps exit
+  return l;
+}
+
+template <bool kVec>
+void launch_partial_sums_as(const BatchNormShape& s, const SumsLayout& l, int64_t groups,
+                            int64_t chunk, const float* d_x, const float* d_dy,
+                            const ReluMask& mask, const float* d_gamma, const float* d_invstd,
+                            const float* d_mean, double* d_part, double* d_shift,
+                            cudaStream_t stream) {
+  const dim3 grid(unsigned(s.c), unsigned(l.blocks_y));
+  const unsigned threads = unsigned(32 * l.warps_per_block);
+  if (d_dy)
+    bn_partial_sums<kVec, true><<<grid, threads, 0, stream>>>(s.c, l.splits, s.hw, groups, chunk,
+                                                              d_x, d_dy, mask, d_gamma, d_invstd,
+                                                              d_mean, d_part, d_shift);
+  else
+    bn_partial_sums<kVec, false><<<grid, threads, 0, stream>>>(s.c, l.splits, s.hw, groups, chunk,
+                                                               d_x, d_dy, mask, d_gamma, d_invstd,
+                                                               d_mean, d_part, d_shift);
+}
+
 // Stage 1 of both reductions; d_dy null: the forward's sums (and each channel's K to d_shift).
 void launch_partial_sums(const BatchNormShape& s, const float* d_x, const float* d_dy,
                          const ReluMask& mask, const float* d_gamma, const float* d_invstd,
                          const float* d_mean, double* d_part, double* d_shift,
                          cudaStream_t stream) {
-  const int splits = batchnorm_splits(s);
-  const int64_t groups = int64_t(s.n) * plane_groups(s), chunk = ceil_div<int64_t>(groups, splits);
-  const dim3 grid(unsigned(s.c), unsigned(splits));
+  const SumsLayout l = sums_layout(s);
+  const int64_t groups = int64_t(s.n) * plane_groups(s),
+                chunk = ceil_div<int64_t>(groups, l.splits);
   if (vector_groups(s, {d_x, d_dy, mask.y}))
-    bn_partial_sums<true><<<grid, kThreads, 0, stream>>>(
-        s.c, s.hw, groups, chunk, d_x, d_dy, mask, d_gamma, d_invstd, d_mean, d_part, d_shift);
+    launch_partial_sums_as<true>(s, l, groups, chunk, d_x, d_dy, mask, d_gamma, d_invstd, d_mean,
+                                 d_part, d_shift, stream);
   else
-    bn_partial_sums<false><<<grid, kThreads, 0, stream>>>(
-        s.c, s.hw, groups, chunk, d_x, d_dy, mask, d_gamma, d_invstd, d_mean, d_part, d_shift);
+    launch_partial_sums_as<false>(s, l, groups, chunk, d_x, d_dy, mask, d_gamma, d_invstd, d_mean,
+                                  d_part, d_shift, stream);
   CNN_LAUNCH_CHECK("bn_partial_sums");
 }
 
 unsigned finish_blocks(const BatchNormShape& s) {
   return unsigned(ceil_div<int64_t>(int64_t(s.c) * 32, kFinishThreads));
-}
-
-// The folded passes need a block for every per_block planes (walk_planes_finishing).
-bool one_round_grid(const PlaneGrid& pg, const dim3& grid) {
-  return int64_t(grid.x) * (kThreads >> pg.lanes_log2) >= pg.planes;
-}
-
-FoldedFinish folded_finish(const BatchNormShape& s, const double* d_part) {
-  FoldedFinish f;
-  f.part = d_part;
-  f.splits = batchnorm_splits(s);
-  f.width = partial_lanes(f.splits);
-  f.m = s.count();
-  return f;
 }
 
 // The normalize pass (bn_normalize), 16-byte groups where the shape and pointers allow.
@@ -610,10 +520,7 @@ void launch_normalize(const BatchNormShape& s, const BatchNormLaunch& lim, float
 }  // namespace
 
 int batchnorm_splits(const BatchNormShape& s) {
-  const int64_t groups = int64_t(s.n) * plane_groups(s);
-  const int64_t by_device = ceil_div<int64_t>(kTargetBlocks, s.c);
-  const int64_t by_size = ceil_div<int64_t>(s.count(), kMinPerBlock);
-  return int(std::clamp<int64_t>(std::min({by_device, by_size, groups}), 1, 65535));
+  return sums_layout(s).splits;
 }
 
 bool batchnorm_one_pass_wanted(const BatchNormShape& s, const BatchNormLaunch& l) {
@@ -628,7 +535,6 @@ BatchNormLaunch batchnorm_launch_from_env() {
   l.one_pass_max_cluster = process_env_switches().bn_one_pass_any_cluster
                                ? kBnOnePassMaxCluster
                                : kBnOnePassPreferredCluster;
-  l.fold_finish = process_env_switches().bn_fold_finish;
   return l;
 }
 
@@ -646,27 +552,12 @@ void batchnorm_forward_train_cuda(const BatchNormShape& s, const float* d_x, con
   double* d_shift = d_scratch + 2 * int64_t(s.c) * batchnorm_splits(s);
   launch_partial_sums(s, d_x, nullptr, ReluMask{}, nullptr, nullptr, nullptr, d_scratch, d_shift,
                       stream);
-  dim3 grid;
-  const PlaneGrid pg = plane_grid(s, l, &grid);
-  if (!l.fold_finish || !one_round_grid(pg, grid)) {
-    bn_finish_forward<<<finish_blocks(s), kFinishThreads, 0, stream>>>(
-        s.c, batchnorm_splits(s), s.count(), a.eps, a.momentum, d_shift, d_scratch, d_save_mean,
-        d_save_invstd, a.running_mean, a.running_var, a.num_batches);
-    CNN_LAUNCH_CHECK("bn_finish_forward");
-    launch_normalize<false>(s, l, 0.f, d_x, d_residual, d_gamma, d_beta, d_save_mean, d_save_invstd,
-                            relu, d_y, stream);
-    return;
-  }
-  const FoldedFinish f = folded_finish(s, d_scratch);
-  if (vector_groups(s, {d_x, d_residual, d_y}))
-    bn_normalize_finishing<true><<<grid, kThreads, 0, stream>>>(
-        pg, f, a.eps, a.momentum, d_shift, d_x, d_residual, d_gamma, d_beta, relu, d_y, d_save_mean,
-        d_save_invstd, a.running_mean, a.running_var, a.num_batches);
-  else
-    bn_normalize_finishing<false><<<grid, kThreads, 0, stream>>>(
-        pg, f, a.eps, a.momentum, d_shift, d_x, d_residual, d_gamma, d_beta, relu, d_y, d_save_mean,
-        d_save_invstd, a.running_mean, a.running_var, a.num_batches);
-  CNN_LAUNCH_CHECK("bn_normalize_finishing");
+  bn_finish_forward<<<finish_blocks(s), kFinishThreads, 0, stream>>>(
+      s.c, batchnorm_splits(s), s.count(), a.eps, a.momentum, d_shift, d_scratch, d_save_mean,
+      d_save_invstd, a.running_mean, a.running_var, a.num_batches);
+  CNN_LAUNCH_CHECK("bn_finish_forward");
+  launch_normalize<false>(s, l, 0.f, d_x, d_residual, d_gamma, d_beta, d_save_mean, d_save_invstd,
+                          relu, d_y, stream);
 }
 
 void batchnorm_forward_eval_cuda(const BatchNormShape& s, const float* d_x, const float* d_gamma,
@@ -696,24 +587,12 @@ void batchnorm_backward_cuda(const BatchNormShape& s, const float* d_x, const fl
   double* d_coef = d_scratch + 2 * int64_t(s.c) * splits;
   launch_partial_sums(s, d_x, d_dy, mask, d_gamma, d_save_invstd, d_save_mean, d_scratch, nullptr,
                       stream);
-  dim3 grid;
-  const PlaneGrid pg = plane_grid(s, l, &grid);
-  // Without dx the finish is all there is to do: its own launch.
-  if (l.fold_finish && d_dx && one_round_grid(pg, grid)) {
-    const FoldedFinish f = folded_finish(s, d_scratch);
-    if (vector_groups(s, {d_x, d_dy, mask.y, d_dx}))
-      bn_backward_data_finishing<true><<<grid, kThreads, 0, stream>>>(
-          pg, f, d_x, d_dy, mask, d_gamma, d_save_mean, d_save_invstd, d_dgamma, d_dbeta, d_dx);
-    else
-      bn_backward_data_finishing<false><<<grid, kThreads, 0, stream>>>(
-          pg, f, d_x, d_dy, mask, d_gamma, d_save_mean, d_save_invstd, d_dgamma, d_dbeta, d_dx);
-    CNN_LAUNCH_CHECK("bn_backward_data_finishing");
-    return;
-  }
   bn_finish_backward<<<finish_blocks(s), kFinishThreads, 0, stream>>>(
       s.c, splits, s.count(), d_scratch, d_gamma, d_save_invstd, d_dgamma, d_dbeta, d_coef);
   CNN_LAUNCH_CHECK("bn_finish_backward");
   if (!d_dx) return;
+  dim3 grid;
+  const PlaneGrid pg = plane_grid(s, l, &grid);
   if (vector_groups(s, {d_x, d_dy, mask.y, d_dx}))
     bn_backward_data<true><<<grid, kThreads, 0, stream>>>(pg, d_x, d_dy, mask, d_gamma,
                                                           d_save_invstd, d_save_mean, d_coef, d_dx);

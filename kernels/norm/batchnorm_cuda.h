@@ -9,20 +9,16 @@
 
 namespace cnn {
 
-// Blocks per channel of the first reduction stage (each writes one partial sum).
+// Partial sums per channel of the first reduction stage (a warp each).
 int batchnorm_splits(const BatchNormShape& s);
 
-// How the training passes launch. fold_finish: the per-channel finish (statistics, running
-// buffers, dgamma / dbeta, dx's coefficients) runs at the start of every elementwise block for
-// the channels it covers, two launches a pass; false: in a launch of its own between the sums and
-// the elementwise pass, three launches (CNN_BN_FOLD_FINISH=0). Both give the same bits.
-// max_grid_x / max_grid_y (0: the device's limits): the elementwise grid capped lower, for tests,
-// so that its blocks loop over several rounds of planes (the folded finish needs one round: the
-// separate finish runs then) and of plane chunks.
+// How the training passes launch. max_grid_x / max_grid_y (0: the device's limits): the
+// elementwise grid capped lower, for tests, so that its blocks loop over several rounds of planes
+// and of plane chunks (the same bits).
 // one_pass: where plan_batchnorm_one_pass fits the shape and the device launches its clusters,
 // each pass is one launch that reads its inputs once (batchnorm_one_pass_cuda.h; the sums in
-// another fixed order, so other bits than the two-launch passes', the same on every run); false
-// (CNN_BN_ONE_PASS=0), or past the plan's limits: the two-launch passes above.
+// another fixed order, so other bits than the sums-finish-elementwise passes', the same on every
+// run); false (CNN_BN_ONE_PASS=0), or past the plan's limits: those three launches.
 // one_pass_max_cluster: one launch only where the plan's cluster has at most this many blocks.
 // Any plan here; the process default is kBnOnePassPreferredCluster: on the H200 the one-launch
 // passes were faster with clusters of 1 and 4 blocks ((128, 512), (128, 256, 8, 8): 1.3-1.6x)
@@ -31,10 +27,9 @@ constexpr int kBnOnePassPreferredCluster = 4;
 struct BatchNormLaunch {
   bool one_pass = true;
   int one_pass_max_cluster = kBnOnePassMaxCluster;
-  bool fold_finish = true;
   unsigned max_grid_x = 0, max_grid_y = 0;
 };
-// The process's CNN_BN_ONE_PASS and CNN_BN_FOLD_FINISH, no caps.
+// The process's CNN_BN_ONE_PASS, no caps.
 BatchNormLaunch batchnorm_launch_from_env();
 // Whether a training pass of shape s takes the one-launch kernels under l (where the device
 // launches the plan's clusters).
