@@ -132,8 +132,8 @@ __global__ void __launch_bounds__(kThreads, kSumsBlocksPerSm)
                     const float* __restrict__ d_gamma, const float* __restrict__ d_invstd,
                     const float* __restrict__ d_mean, double* __restrict__ d_part,
                     double* __restrict__ d_shift) {
-  constexpr int kLoads = kBackward ? 4 : 8;
   ptx::griddep_enter();
+  constexpr int kLoads = kBackward ? 4 : 8;
   const int c = blockIdx.x, lane = int(threadIdx.x) & 31;
   const int s = int(blockIdx.y) * int(blockDim.x / 32) + int(threadIdx.x / 32);
   if (s >= splits) return;                 // whole warps: the shuffles below see all 32 lanes
