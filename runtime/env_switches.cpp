@@ -296,10 +296,9 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_CONV_GENERIC", "1", "implicit-GEMM conv gradients on the generic main loop"},
       {"CNN_BN_ONE_PASS", "0|all",
        "0: BatchNorm training passes on the three-launch kernels (sums, finish, then elementwise) "
-       "for every "
-       "shape, never in one launch on thread-block clusters (channels of <= 131072 values); all: "
-       "in one launch wherever a channel fits, whatever its cluster size (default: clusters of "
-       "at most 4 blocks)"},
+       "for every shape, never in one launch on thread-block clusters (channels of <= 131072 "
+       "values); all: in one launch wherever a channel fits, whatever its cluster size (default: "
+       "clusters of at most 4 blocks)"},
       {"CNN_CONV_DGRAD_PHASES", "0",
        "strided implicit-GEMM input gradients by division (every tap) instead of by phases"},
       {"CNN_CONV_WGRAD_WINDOW", "1",

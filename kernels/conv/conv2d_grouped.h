@@ -58,8 +58,9 @@ bool conv2d_grouped_strided_applicable(const Conv2dGroupedShape& s);
 //           loading while it computes; for the bandwidth-bound problems of at least
 //           kDepthwiseStreamMinOutputs outputs with channel multiplier 1 and W >=
 //           kDepthwiseStreamMinW (H200, 128x32x28x28: 11.3 us forward against tile's 16.9,
-//           10.2 against 15.0 for the input gradient; 14 wide it loses). Smaller problems are launch- and latency-bound on the tile
-//           kernel (H200: 6.3 us for 2^20 outputs, 3.6x the HBM floor, mostly fixed cost), and
+//           10.2 against 15.0 for the input gradient; 14 wide it loses). Smaller problems are
+//           launch- and latency-bound on the tile kernel (H200: 6.3 us for 2^20 outputs, 3.6x
+//           the HBM floor, mostly fixed cost), and
 //           their strips would be a few rows; below that width the rows are too short for
 //           whole 16-byte loads per lane to pay; with a multiplier, the input gradient would
 //           re-read and re-write dx once per output channel, where the tile kernel keeps the

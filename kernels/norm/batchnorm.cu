@@ -549,12 +549,13 @@ void batchnorm_forward_train_cuda(const BatchNormShape& s, const float* d_x, con
     return;
   // Scratch: the partials (C, S, 2), then each channel's K where the backward keeps its
   // coefficients (batchnorm_scratch_doubles).
-  double* d_shift = d_scratch + 2 * int64_t(s.c) * batchnorm_splits(s);
+  const int splits = batchnorm_splits(s);
+  double* d_shift = d_scratch + 2 * int64_t(s.c) * splits;
   launch_partial_sums(s, d_x, nullptr, ReluMask{}, nullptr, nullptr, nullptr, d_scratch, d_shift,
                       stream);
   bn_finish_forward<<<finish_blocks(s), kFinishThreads, 0, stream>>>(
-      s.c, batchnorm_splits(s), s.count(), a.eps, a.momentum, d_shift, d_scratch, d_save_mean,
-      d_save_invstd, a.running_mean, a.running_var, a.num_batches);
+      s.c, splits, s.count(), a.eps, a.momentum, d_shift, d_scratch, d_save_mean, d_save_invstd,
+      a.running_mean, a.running_var, a.num_batches);
   CNN_LAUNCH_CHECK("bn_finish_forward");
   launch_normalize<false>(s, l, 0.f, d_x, d_residual, d_gamma, d_beta, d_save_mean, d_save_invstd,
                           relu, d_y, stream);

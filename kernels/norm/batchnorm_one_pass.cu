@@ -3,10 +3,10 @@
 // (batchnorm.cu) read x twice (the backward x and dy twice) and pay two more launches, which are
 // most of a small layer's time (~2-3 us a launch in a graph replay against ~2 us of traffic for a
 // 3.2 MB tensor). Here a cluster of R blocks owns channel c: each thread loads V of the channel's
-// values ONCE into registers, the block sums them (per-thread double accumulators, then CUB's
-// fixed block tree; the three-launch sums take a warp tree), every block of the cluster reads the R
-// block sums through distributed shared memory and adds them in rank order 0..R-1 (the same order
-// in every block: all hold the same statistics, and the result is bitwise repeatable;
+// values ONCE into registers, the block sums them (per-thread double accumulators, then a fixed
+// tree: shuffles down each warp, the warps' sums in warp order), every block of the cluster reads
+// the R block sums through distributed shared memory and adds them in rank order 0..R-1 (the same
+// order in every block: all hold the same statistics, and the result is bitwise repeatable;
 // `deterministic` changes nothing), then writes y or dx from its registers. The cluster's rank-0
 // block writes the channel's outputs (saved statistics, running buffers, dgamma / dbeta).
 //
