@@ -113,6 +113,46 @@ inline std::string describe(const NhwcCopyCase& k) {
          " x_offset=" + std::to_string(k.x_offset);
 }
 
+// The TMA-im2col convolution's cases (gpu_conv_wgmma_nhwc*.cpp at TF32 and FP32): shapes of every
+// kind its pre-passes, corners and tiles have to get right.
+inline const std::vector<ConvCase>& nhwc_forward_cases() {
+  static const std::vector<ConvCase> c = {
+      {conv(1, 1, 7, 7, 8, 1, 1, 1, 1, 0, 0)},                   // M = 49, one k-tile
+      {conv(3, 3, 13, 13, 24, 3, 3, 1, 1, 1, 1), true, true},    // C = 3: 29 zero channels
+      {conv(1, 17, 33, 32, 64, 5, 5, 1, 1, 2, 2), true},         // 25 taps, M = 1056
+      {conv(3, 64, 13, 13, 200, 3, 3, 1, 1, 1, 1), true, true},  // 200 columns: 2 x 128 - 56
+      {conv(3, 3, 33, 33, 64, 7, 7, 2, 2, 3, 3), true, true},    // a 7x7 stride-2 stem
+      {conv(1, 17, 32, 33, 8, 5, 5, 2, 2, 2, 2)},                // stride 2, OC = 8
+      {conv(3, 130, 7, 13, 24, 1, 1, 1, 1, 0, 0), true},         // 1x1, 130 channels: 5 chunks
+      {conv(1, 1, 32, 32, 200, 5, 5, 1, 1, 2, 2), false, true},  // one input channel
+      {conv(3, 64, 32, 32, 64, 3, 3, 1, 1, 1, 1)},               // M = 3072, 18 k-tiles
+      {conv(3, 17, 13, 33, 24, 3, 5, 1, 2, 1, 2), false, true},  // 3x5, strides 1x2
+      {conv(1, 3, 13, 7, 64, 3, 3, 2, 2, 3, 3), true},           // padding 3 > kernel / 2
+      {conv(3, 130, 13, 13, 64, 3, 3, 2, 2, 0, 0), true, true},  // stride 2, padding 0
+      {conv(1, 64, 33, 33, 24, 1, 1, 2, 2, 0, 0)},               // 1x1 stride 2 (projection)
+      {conv(3, 17, 7, 7, 200, 7, 7, 1, 1, 3, 3), true},          // 7x7 on 7x7, same padding
+      {conv(1, 3, 33, 13, 8, 5, 5, 2, 1, 0, 1)},                 // strides 2x1, padding 0x1
+  };
+  return c;
+}
+
+inline const std::vector<ConvCase>& nhwc_backward_data_cases() {
+  static const std::vector<ConvCase> c = {
+      {conv(1, 1, 7, 7, 8, 1, 1, 1, 1, 0, 0)},       // dx has 1 channel: one output column
+      {conv(3, 3, 13, 13, 64, 3, 3, 1, 1, 1, 1)},    // dy 64 channels, 3 dx columns
+      {conv(1, 17, 33, 32, 200, 5, 5, 1, 1, 2, 2)},  // dy 200 channels: 7 chunks (24 zero)
+      {conv(3, 64, 13, 13, 130, 3, 3, 1, 1, 1, 1)},  // K = 9 x 160
+      {conv(1, 64, 13, 13, 8, 7, 7, 1, 1, 3, 3)},    // 7x7, OC = 8
+      {conv(1, 130, 7, 7, 24, 3, 3, 1, 1, 0, 0)},    // 130 columns, padding 0 (flipped: 2)
+      {conv(3, 17, 7, 13, 24, 1, 1, 1, 1, 2, 2)},    // padding 2 on 1x1: flipped padding -2
+      {conv(3, 17, 13, 33, 64, 3, 5, 1, 1, 0, 2)},   // 3x5, padding 0x2
+      {conv(3, 64, 32, 32, 64, 3, 3, 1, 1, 1, 1)},   // the VGG-style shape
+      {conv(3, 1, 32, 33, 24, 5, 5, 1, 1, 2, 2)},    // the first layer's shape (C = 1)
+      {conv(1, 3, 13, 7, 200, 7, 7, 1, 1, 3, 2)},    // 7x7, paddings 3x2
+  };
+  return c;
+}
+
 // Whether an options struct has a blocks_per_sm field (WgmmaNhwcOptions does).
 template <class Options, class = void>
 struct HasBlocksPerSm : std::false_type {};

@@ -7,6 +7,9 @@
 // caller adds (1, or the accumulated-into value); and
 //   ||got - ref|| <= 4e-3 sqrt(sum (x w)^2),
 // the scale of the terms (catches a dropped k-tile, which the per-element bound could let through).
+// The 3xTF32 instance (FP32 precision on the tensor cores) gets the same check with 2^-20 for
+// 2^-9 (its operands' split parts lose about 2^-22 of each product, three such terms) and a
+// Frobenius limit of 3e-5 (TF32's own errors, ~3e-4, fail it): expect_close_3xtf32.
 // bitwise_equal serves every test that compares two runs' bits.
 #include <gtest/gtest.h>
 
@@ -23,13 +26,16 @@
 
 namespace cnn::conv_test {
 
-// The relative Frobenius error the TF32 tests allow.
+// The relative Frobenius error the TF32 tests allow, and the 3xTF32 ones.
 constexpr double kTf32Frobenius = 4e-3;
+constexpr double k3xTf32Frobenius = 3e-5;
 
-// The per-element TF32 bound for a GEMM depth k (see the file comment).
+// The per-element TF32 bound for a GEMM depth k (see the file comment); `product`: the relative
+// error of one product, 2^-9 for TF32 operands, 2^-20 for 3xTF32.
 class Tf32Bound {
  public:
-  explicit Tf32Bound(double k) : rel_(2 * (std::ldexp(1.0, -9) + k * std::ldexp(1.0, -23))) {}
+  explicit Tf32Bound(double k, double product = std::ldexp(1.0, -9))
+      : rel_(2 * (product + k * std::ldexp(1.0, -23))) {}
   // sum_abs: the sum of |terms|; magnitude: |ref| plus what the caller adds.
   double operator()(double sum_abs, double magnitude) const {
     return rel_ * sum_abs + kUlp4 * magnitude + 1e-30;
@@ -89,12 +95,13 @@ inline Tf32Problem make_tf32_problem(Pass pass, const ConvCase& cc, Fill fill, u
 }
 
 // Checks got against the problem's references (see the file comment; small integers must come
-// out exact); prints one summary line.
-inline void expect_close_tf32(const Tf32Problem& p, const std::vector<float>& got,
-                              const std::string& how) {
+// out exact) with one product's relative error `product` and the Frobenius limit `frobenius`;
+// prints one summary line.
+inline void expect_close_products(const Tf32Problem& p, const std::vector<float>& got,
+                                  const std::string& how, double product, double frobenius) {
   SCOPED_TRACE(p.what + " " + how);
   ASSERT_EQ(got.size(), p.ref.size());
-  const Tf32Bound bound(double(p.k));
+  const Tf32Bound bound(double(p.k), product);
   int64_t bad = 0, wrong = 0;
   std::string first;
   double diff2 = 0, scale2 = 0;
@@ -118,10 +125,19 @@ inline void expect_close_tf32(const Tf32Problem& p, const std::vector<float>& go
               how.c_str(), static_cast<long long>(wrong), static_cast<long long>(bad), frob,
               wrong ? ", first " : "", first.c_str());
   EXPECT_EQ(bad, 0) << "first differing element " << first;
-  EXPECT_LE(frob, kTf32Frobenius) << "relative Frobenius error";
+  EXPECT_LE(frob, frobenius) << "relative Frobenius error";
   if (p.fill == Fill::SmallInt) {
     EXPECT_EQ(wrong, 0) << "small-integer inputs are exact in TF32; " << first;
   }
+}
+
+inline void expect_close_tf32(const Tf32Problem& p, const std::vector<float>& got,
+                              const std::string& how) {
+  expect_close_products(p, got, how, std::ldexp(1.0, -9), kTf32Frobenius);
+}
+inline void expect_close_3xtf32(const Tf32Problem& p, const std::vector<float>& got,
+                                const std::string& how) {
+  expect_close_products(p, got, how, std::ldexp(1.0, -20), k3xTf32Frobenius);
 }
 
 inline bool bitwise_equal(const std::vector<float>& x, const std::vector<float>& y) {

@@ -23,7 +23,8 @@
 //                        gives the direct call's bits; its weight gradient is Algo::Wgmma's.
 //   (The scratch itself, a null one refused and no allocation in a captured graph:
 //   gpu_conv_nhwc_scratch.cpp.)
-//   Refusals             FP32 (BF16 runs: gpu_conv_wgmma_nhwc_bf16.cpp), 128-column tiles at
+//   Refusals             FP32 (3xTF32: gpu_conv_wgmma_nhwc_fp32.cpp) at two blocks an SM and its
+//                        weight gradient, 128-column tiles at
 //                        two blocks an SM, 64-column at three, a tile width of 48, a stride-2 input
 //                        gradient, a padding the TMA box cannot express, grouped convolutions
 //                        and linear layers: one-line cnn::Error; autotune leaves the refused
@@ -70,8 +71,8 @@ using namespace conv_test;  // Fill, Pass, ConvCase, conv, Tf32Problem, expect_c
 enum class Via { Direct, Dispatch };
 
 // Runs the problem on the GPU (output and scratch poisoned with NaN first): the direct call with
-// `opt`, or conv2d_forward / conv2d_backward_data with Algo::WgmmaNhwc at TF32, each with a
-// scratch of the size its own sizing function gives.
+// `opt`, or conv2d_forward / conv2d_backward_data with Algo::WgmmaNhwc at opt.precision, each with
+// a scratch of the size its own sizing function gives.
 std::vector<float> run_gpu(const Tf32Problem& p, const WgmmaNhwcOptions& opt,
                            Via via = Via::Direct) {
   const Conv2dShape& s = p.cc.s;
@@ -82,7 +83,7 @@ std::vector<float> run_gpu(const Tf32Problem& p, const WgmmaNhwcOptions& opt,
   if (via == Via::Dispatch) {
     Exec ex;
     ex.device = Device::CUDA;
-    ex.precision = Precision::TF32;
+    ex.precision = opt.precision;
     const size_t nscratch = fwd ? conv2d_forward_scratch_floats(s, Algo::WgmmaNhwc, ex)
                                 : conv2d_backward_data_scratch_floats(s, Algo::WgmmaNhwc, ex);
     Tensor d_scratch = test::to_device(std::vector<float>(nscratch, NAN));
@@ -93,8 +94,8 @@ std::vector<float> run_gpu(const Tf32Problem& p, const WgmmaNhwcOptions& opt,
       conv2d_backward_data(s, d_in.data(), d_w.data(), d_out.data(), d_scratch.data(),
                            Algo::WgmmaNhwc, ex);
   } else {
-    const size_t nscratch = fwd ? conv2d_forward_wgmma_nhwc_scratch_floats(s)
-                                : conv2d_backward_data_wgmma_nhwc_scratch_floats(s);
+    const size_t nscratch = fwd ? conv2d_forward_wgmma_nhwc_scratch_floats(s, opt.precision)
+                                : conv2d_backward_data_wgmma_nhwc_scratch_floats(s, opt.precision);
     Tensor d_scratch = test::to_device(std::vector<float>(nscratch, NAN));
     float* scratch = d_scratch.data();
     if (fwd)
@@ -118,44 +119,6 @@ int split_k_blocks_per_sm(int block_n, int splits) {
   if (splits == 2) return std::min(2, max_blocks_per_sm(block_n));
   if (splits >= 4) return std::min(3, max_blocks_per_sm(block_n));
   return 1;
-}
-
-const std::vector<ConvCase>& forward_cases() {
-  static const std::vector<ConvCase> c = {
-      {conv(1, 1, 7, 7, 8, 1, 1, 1, 1, 0, 0)},                   // M = 49, one k-tile
-      {conv(3, 3, 13, 13, 24, 3, 3, 1, 1, 1, 1), true, true},    // C = 3: 29 zero channels
-      {conv(1, 17, 33, 32, 64, 5, 5, 1, 1, 2, 2), true},         // 25 taps, M = 1056
-      {conv(3, 64, 13, 13, 200, 3, 3, 1, 1, 1, 1), true, true},  // 200 columns: 2 x 128 - 56
-      {conv(3, 3, 33, 33, 64, 7, 7, 2, 2, 3, 3), true, true},    // a 7x7 stride-2 stem
-      {conv(1, 17, 32, 33, 8, 5, 5, 2, 2, 2, 2)},                // stride 2, OC = 8
-      {conv(3, 130, 7, 13, 24, 1, 1, 1, 1, 0, 0), true},         // 1x1, 130 channels: 5 chunks
-      {conv(1, 1, 32, 32, 200, 5, 5, 1, 1, 2, 2), false, true},  // one input channel
-      {conv(3, 64, 32, 32, 64, 3, 3, 1, 1, 1, 1)},               // M = 3072, 18 k-tiles
-      {conv(3, 17, 13, 33, 24, 3, 5, 1, 2, 1, 2), false, true},  // 3x5, strides 1x2
-      {conv(1, 3, 13, 7, 64, 3, 3, 2, 2, 3, 3), true},           // padding 3 > kernel / 2
-      {conv(3, 130, 13, 13, 64, 3, 3, 2, 2, 0, 0), true, true},  // stride 2, padding 0
-      {conv(1, 64, 33, 33, 24, 1, 1, 2, 2, 0, 0)},               // 1x1 stride 2 (projection)
-      {conv(3, 17, 7, 7, 200, 7, 7, 1, 1, 3, 3), true},          // 7x7 on 7x7, same padding
-      {conv(1, 3, 33, 13, 8, 5, 5, 2, 1, 0, 1)},                 // strides 2x1, padding 0x1
-  };
-  return c;
-}
-
-const std::vector<ConvCase>& backward_data_cases() {
-  static const std::vector<ConvCase> c = {
-      {conv(1, 1, 7, 7, 8, 1, 1, 1, 1, 0, 0)},       // dx has 1 channel: one output column
-      {conv(3, 3, 13, 13, 64, 3, 3, 1, 1, 1, 1)},    // dy 64 channels, 3 dx columns
-      {conv(1, 17, 33, 32, 200, 5, 5, 1, 1, 2, 2)},  // dy 200 channels: 7 chunks (24 zero)
-      {conv(3, 64, 13, 13, 130, 3, 3, 1, 1, 1, 1)},  // K = 9 x 160
-      {conv(1, 64, 13, 13, 8, 7, 7, 1, 1, 3, 3)},    // 7x7, OC = 8
-      {conv(1, 130, 7, 7, 24, 3, 3, 1, 1, 0, 0)},    // 130 columns, padding 0 (flipped: 2)
-      {conv(3, 17, 7, 13, 24, 1, 1, 1, 1, 2, 2)},    // padding 2 on 1x1: flipped padding -2
-      {conv(3, 17, 13, 33, 64, 3, 5, 1, 1, 0, 2)},   // 3x5, padding 0x2
-      {conv(3, 64, 32, 32, 64, 3, 3, 1, 1, 1, 1)},   // the VGG-style shape
-      {conv(3, 1, 32, 33, 24, 5, 5, 1, 1, 2, 2)},    // the first layer's shape (C = 1)
-      {conv(1, 3, 13, 7, 200, 7, 7, 1, 1, 3, 2)},    // 7x7, paddings 3x2
-  };
-  return c;
 }
 
 #endif  // CNN_HAVE_CUDA
@@ -208,7 +171,7 @@ TEST(GpuConvWgmmaNhwc, PrePasses) {
 TEST(GpuConvWgmmaNhwc, ForwardShapes) {
 #ifdef CNN_HAVE_CUDA
   CNN_REQUIRE_WGMMA_NHWC();
-  for (const ConvCase& cc : forward_cases())
+  for (const ConvCase& cc : nhwc_forward_cases())
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Tf32Problem p = make_tf32_problem(Pass::Forward, cc, fill, test::fresh_seed());
       for (int bn : {32, 64, 128})
@@ -227,7 +190,7 @@ TEST(GpuConvWgmmaNhwc, ForwardShapes) {
 TEST(GpuConvWgmmaNhwc, BackwardDataShapes) {
 #ifdef CNN_HAVE_CUDA
   CNN_REQUIRE_WGMMA_NHWC();
-  for (const ConvCase& cc : backward_data_cases())
+  for (const ConvCase& cc : nhwc_backward_data_cases())
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Tf32Problem p = make_tf32_problem(Pass::BackwardData, cc, fill, test::fresh_seed());
       for (int bn : {32, 64, 128})
@@ -246,9 +209,9 @@ TEST(GpuConvWgmmaNhwc, BackwardDataShapes) {
 TEST(GpuConvWgmmaNhwc, SplitsAndRepeat) {
 #ifdef CNN_HAVE_CUDA
   CNN_REQUIRE_WGMMA_NHWC();
-  const std::pair<Pass, ConvCase> cases[] = {{Pass::Forward, forward_cases()[8]},
-                                             {Pass::Forward, forward_cases()[4]},
-                                             {Pass::BackwardData, backward_data_cases()[3]}};
+  const std::pair<Pass, ConvCase> cases[] = {{Pass::Forward, nhwc_forward_cases()[8]},
+                                             {Pass::Forward, nhwc_forward_cases()[4]},
+                                             {Pass::BackwardData, nhwc_backward_data_cases()[3]}};
   for (const auto& [pass, cc] : cases)
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Tf32Problem p = make_tf32_problem(pass, cc, fill, test::fresh_seed());
@@ -291,10 +254,10 @@ TEST(GpuConvWgmmaNhwc, Picks) {
 TEST(GpuConvWgmmaNhwc, Dispatch) {
 #ifdef CNN_HAVE_CUDA
   CNN_REQUIRE_WGMMA_NHWC();
-  const std::pair<Pass, ConvCase> cases[] = {{Pass::Forward, forward_cases()[1]},
-                                             {Pass::Forward, forward_cases()[4]},
-                                             {Pass::BackwardData, backward_data_cases()[1]},
-                                             {Pass::BackwardData, backward_data_cases()[5]}};
+  const std::pair<Pass, ConvCase> cases[] = {{Pass::Forward, nhwc_forward_cases()[1]},
+                                             {Pass::Forward, nhwc_forward_cases()[4]},
+                                             {Pass::BackwardData, nhwc_backward_data_cases()[1]},
+                                             {Pass::BackwardData, nhwc_backward_data_cases()[5]}};
   for (const auto& [pass, cc] : cases) {
     const Tf32Problem p = make_tf32_problem(pass, cc, Fill::Random, test::fresh_seed());
     const std::vector<float> direct = run_gpu(p, WgmmaNhwcOptions{});
@@ -352,27 +315,21 @@ TEST(GpuConvWgmmaNhwc, Refusals) {
       EXPECT_EQ(msg.find("needs a scratch"), std::string::npos) << what << ": " << msg;
     }
   };
-  ex.precision = Precision::FP32;
-  expect_refused(
-      [&] {
-        conv2d_forward(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, nullptr,
-                       Algo::WgmmaNhwc, ex);
-      },
-      "forward fp32");
-  expect_refused(
-      [&] {
-        conv2d_backward_data(s, d_y.data(), d_w.data(), d_x.data(), nullptr, Algo::WgmmaNhwc, ex);
-      },
-      "input gradient fp32");
-  // The direct call refuses fp32 the same way (its options carry the precision).
-  WgmmaNhwcOptions fp32;
-  fp32.precision = Precision::FP32;
+  // FP32 runs as 3xTF32 (gpu_conv_wgmma_nhwc_fp32.cpp), one block an SM only; its weight
+  // gradient has no FP32 kernel (wgmma's multiplies in TF32) and is refused.
+  WgmmaNhwcOptions fp32_two;
+  fp32_two.precision = Precision::FP32;
+  fp32_two.blocks_per_sm = 2;
   expect_refused(
       [&] {
         conv2d_forward_wgmma_nhwc(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, nullptr,
-                                  nullptr, fp32);
+                                  nullptr, fp32_two);
       },
-      "direct forward fp32");
+      "fp32 at two blocks an SM");
+  ex.precision = Precision::FP32;
+  EXPECT_THROW(conv2d_backward_weight(s, d_x.data(), d_y.data(), d_w.data(), nullptr, nullptr,
+                                      Algo::WgmmaNhwc, ex),
+               Error);
   ex.precision = Precision::TF32;
   // Two blocks an SM of 128-column tiles do not fit the registers.
   WgmmaNhwcOptions wide_two;
@@ -436,6 +393,155 @@ TEST(GpuConvWgmmaNhwc, Refusals) {
   EXPECT_NE(c.chosen, Algo::WgmmaNhwc);
   EXPECT_NE(c.chosen, Algo::Auto);
   for (const auto& [a, us] : c.timings) EXPECT_NE(a, Algo::WgmmaNhwc) << "timed at " << us << " us";
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+// The FP32 instance: 3xTF32 (WgmmaNhwcOptions::precision = FP32), the same kernel with A split
+// into TF32 parts in registers and the weights packed twice.
+//   PrePasses3xTf32    the unrounded NHWC copy (nhwc_copy_cases) and the two weight packs bitwise
+//                      equal to their CPU twins; the packs' sum within 2^-22 of each weight.
+//   ForwardShapes / BackwardDataShapes / SplitsAndRepeat   the TF32 cases, every tile width, splits
+//                      1, 2, 4, 8, against the double CPU twin with expect_close_3xtf32 (a
+//                      Frobenius error of 3e-5: TF32's ~3e-4 fails it), repeatable bitwise.
+//   Dispatch           Algo::WgmmaNhwc at precision fp32 gives the direct call's bits, and autotune
+//                      at fp32 times it.
+namespace {
+#ifdef CNN_HAVE_CUDA
+WgmmaNhwcOptions fp32_options(int block_n, int splits = 0) {
+  WgmmaNhwcOptions o;
+  o.precision = Precision::FP32;
+  o.block_n = block_n;
+  o.splits = splits;
+  return o;
+}
+#endif
+}  // namespace
+
+TEST(GpuConvWgmmaNhwc3xTf32, PrePasses) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA_NHWC();
+  for (const NhwcCopyCase& k : nhwc_copy_cases()) {
+    const int c_pad = (k.c + 31) / 32 * 32 + 32 * k.extra_blocks;
+    const std::vector<float> x = test::random_vector(size_t(k.n) * k.c * k.hw, test::fresh_seed());
+    std::vector<float> want(size_t(k.n) * k.hw * c_pad);
+    nchw_to_nhwc_fp32_cpu(x.data(), k.n, k.c, k.hw, c_pad, want.data());
+    std::vector<float> shifted(size_t(k.x_offset), 0.f);
+    shifted.insert(shifted.end(), x.begin(), x.end());
+    Tensor d_x = test::to_device(shifted),
+           d_out = test::to_device(std::vector<float>(want.size(), NAN));
+    nchw_to_nhwc_fp32_cuda(d_x.data() + k.x_offset, k.n, k.c, k.hw, c_pad, d_out.data(), nullptr);
+    EXPECT_TRUE(bitwise_equal(d_out.to_vector(), want))
+        << "nchw_to_nhwc_fp32 " << describe(k) << " c_pad=" << c_pad;
+  }
+  for (const Conv2dShape& s :
+       {conv(1, 3, 7, 7, 24, 3, 3, 1, 1, 1, 1), conv(1, 17, 7, 7, 200, 7, 5, 1, 1, 3, 2)})
+    for (bool fwd : {true, false}) {
+      const WeightPack wp = fwd ? forward_weight_pack(s) : backward_data_weight_pack(s);
+      const std::vector<float> w =
+          test::random_vector(size_t(s.oc) * s.c * s.kh * s.kw, test::fresh_seed());
+      const size_t n = size_t(wp.rows) * wp.taps * wp.k_pad;
+      std::vector<float> big(n), small(n);
+      pack_weights_tf32_split_cpu(wp, w.data(), big.data(), small.data());
+      std::vector<float> tf32(n);  // big is the TF32 pack itself
+      pack_weights_tf32_cpu(wp, w.data(), tf32.data());
+      EXPECT_TRUE(bitwise_equal(big, tf32));
+      for (int oc = 0; oc < s.oc; ++oc)  // forward order: row oc, tap t, k = channel
+        for (int c = 0; fwd && c < s.c; ++c)
+          for (int t = 0; t < s.kh * s.kw; ++t) {
+            const size_t i = (size_t(oc) * wp.taps + t) * wp.k_pad + c;
+            const double v = w[(size_t(oc) * s.c + c) * s.kh * s.kw + t];
+            ASSERT_LE(std::fabs(double(big[i]) + double(small[i]) - v),
+                      std::ldexp(std::fabs(v), -22))
+                << "oc=" << oc << " c=" << c << " tap=" << t;
+          }
+      Tensor d_w = test::to_device(w), d_big = test::to_device(std::vector<float>(n, NAN)),
+             d_small = test::to_device(std::vector<float>(n, NAN));
+      pack_weights_tf32_split_cuda(wp, d_w.data(), d_big.data(), d_small.data(), nullptr);
+      EXPECT_TRUE(bitwise_equal(d_big.to_vector(), big) &&
+                  bitwise_equal(d_small.to_vector(), small))
+          << "pack_weights_tf32_split " << (fwd ? "forward" : "input gradient") << " C=" << s.c
+          << " OC=" << s.oc;
+    }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(GpuConvWgmmaNhwc3xTf32, ForwardAndBackwardDataShapes) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA_NHWC();
+  for (Pass pass : {Pass::Forward, Pass::BackwardData})
+    for (const ConvCase& cc :
+         pass == Pass::Forward ? nhwc_forward_cases() : nhwc_backward_data_cases())
+      for (Fill fill : {Fill::SmallInt, Fill::Random}) {
+        const Tf32Problem p = make_tf32_problem(pass, cc, fill, test::fresh_seed());
+        for (int bn : {32, 64, 128}) {
+          const WgmmaNhwcOptions o = fp32_options(bn);
+          expect_close_3xtf32(p, run_gpu(p, o), describe_tiles(o));
+        }
+      }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(GpuConvWgmmaNhwc3xTf32, SplitsAndRepeat) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA_NHWC();
+  const std::pair<Pass, ConvCase> cases[] = {{Pass::Forward, nhwc_forward_cases()[8]},
+                                             {Pass::Forward, nhwc_forward_cases()[4]},
+                                             {Pass::BackwardData, nhwc_backward_data_cases()[3]}};
+  for (const auto& [pass, cc] : cases) {
+    const Tf32Problem p = make_tf32_problem(pass, cc, Fill::Random, test::fresh_seed());
+    for (int bn : {32, 64, 128})
+      for (int splits : {1, 2, 4, 8}) {
+        const WgmmaNhwcOptions o = fp32_options(bn, splits);
+        const std::vector<float> a = run_gpu(p, o), b = run_gpu(p, o);
+        expect_close_3xtf32(p, a, describe_tiles(o));
+        EXPECT_TRUE(bitwise_equal(a, b))
+            << p.what << " " << describe_tiles(o) << ": not repeatable";
+      }
+  }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(GpuConvWgmmaNhwc3xTf32, Dispatch) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA_NHWC();
+  const std::pair<Pass, ConvCase> cases[] = {{Pass::Forward, nhwc_forward_cases()[4]},
+                                             {Pass::BackwardData, nhwc_backward_data_cases()[5]}};
+  for (const auto& [pass, cc] : cases) {
+    const Tf32Problem p = make_tf32_problem(pass, cc, Fill::Random, test::fresh_seed());
+    const WgmmaNhwcOptions o = fp32_options(0);
+    const std::vector<float> direct = run_gpu(p, o);
+    expect_close_3xtf32(p, direct, "direct");
+    EXPECT_TRUE(bitwise_equal(run_gpu(p, o, Via::Dispatch), direct))
+        << p.what << ": Algo::WgmmaNhwc at fp32 differs from the direct call";
+  }
+  // Autotune at fp32 times wgmma-nhwc for a forward pass (it may or may not pick it).
+  const Conv2dShape s = conv(3, 64, 16, 16, 64, 3, 3, 1, 1, 1, 1);
+  Exec ex;
+  ex.device = Device::CUDA;
+  ex.precision = Precision::FP32;
+  Tensor d_x = test::to_device(test::random_vector(size_t(s.n) * s.c * s.h * s.w, 1));
+  Tensor d_w = test::to_device(test::random_vector(size_t(s.oc) * s.c * 9, 2));
+  Tensor d_y = test::to_device(std::vector<float>(size_t(s.n) * s.oc * s.h * s.w, 0.f));
+  Tensor d_scratch = test::to_device(
+      std::vector<float>(conv2d_forward_scratch_floats(s, Algo::WgmmaNhwc, ex), 0.f));
+  const TuneChoice c = pick_fastest(
+      std::string("conv_fp32"), "forward",
+      [&](Algo a) {
+        conv2d_forward(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, d_scratch.data(), a,
+                       ex);
+      },
+      ex);
+  bool timed = false;
+  for (const auto& [a, us] : c.timings) timed |= a == Algo::WgmmaNhwc;
+  EXPECT_TRUE(timed) << "autotune at fp32 left wgmma-nhwc out";
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif

@@ -258,6 +258,54 @@ TEST(ConvNhwcLayout, Bf16Layouts) {
   }
 }
 
+// The 3xTF32 pre-passes' twins: the copy unrounded; the weights as big = the TF32 pack and small
+// = TF32(w - big), both TF32 values (low 13 bits zero), zero in the padding, summing to w within
+// 2^-22 |w| (nearest rounding twice: 2^-11 of 2^-11).
+TEST(ConvNhwcLayout, SplitTf32Packs) {
+  const Conv2dShape s = conv(2, 37, 5, 6, 24, 3, 3, 1, 1, 1, 1);
+  std::mt19937_64 rng(9);
+  std::uniform_real_distribution<float> d(-2.f, 2.f);
+  const int64_t hw = int64_t(s.h) * s.w;
+  std::vector<float> x(size_t(s.n) * s.c * hw);
+  for (auto& v : x) v = d(rng);
+  const int c_pad = 64;
+  std::vector<float> copy(size_t(s.n) * hw * c_pad, NAN);
+  nchw_to_nhwc_fp32_cpu(x.data(), s.n, s.c, hw, c_pad, copy.data());
+  for (int n = 0; n < s.n; ++n)
+    for (int64_t p = 0; p < hw; ++p)
+      for (int c = 0; c < c_pad; ++c)
+        ASSERT_EQ(copy[(size_t(n) * hw + p) * c_pad + c],
+                  c < s.c ? x[(size_t(n) * s.c + c) * hw + p] : 0.f)
+            << "n=" << n << " p=" << p << " c=" << c;
+
+  std::vector<float> w(size_t(s.oc) * s.c * 9);
+  for (auto& v : w) v = d(rng);
+  for (bool fwd : {true, false}) {
+    const WeightPack wp = fwd ? forward_weight_pack(s) : backward_data_weight_pack(s);
+    const size_t n = size_t(wp.rows) * wp.taps * wp.k_pad;
+    std::vector<float> big(n, NAN), small(n, NAN), tf32(n, NAN);
+    pack_weights_tf32_split_cpu(wp, w.data(), big.data(), small.data());
+    pack_weights_tf32_cpu(wp, w.data(), tf32.data());
+    int64_t nonzero = 0;
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(big[i], tf32[i]) << i;
+      ASSERT_EQ(round_tf32_cpu(small[i]), small[i]) << "a TF32 value " << i;
+      const int k = int(i % wp.k_pad), t = int(i / wp.k_pad % wp.taps),
+                r = int(i / wp.k_pad / wp.taps);
+      if (k >= wp.k_count) {
+        ASSERT_EQ(small[i], 0.f) << i;
+        continue;
+      }
+      const double v = w[r * wp.ld_r + k * wp.ld_k + (wp.flip ? wp.taps - 1 - t : t)];
+      ASSERT_LE(std::fabs(double(big[i]) + small[i] - v), std::ldexp(std::fabs(v), -22))
+          << (fwd ? "forward " : "input gradient ") << i;
+      nonzero += small[i] != 0.f;
+    }
+    // Random values are not TF32 values: nearly every weight has a residual.
+    EXPECT_GT(nonzero, wp.rows * wp.taps * wp.k_count * 9 / 10);
+  }
+}
+
 TEST(ConvNhwcLayout, EmulatedGemm) {
   std::mt19937_64 rng(7);
   std::uniform_int_distribution<int> d(-2, 2);

@@ -6,8 +6,9 @@
 // forward and the stride-1 input gradient (conv2d_wgmma.h), the weight gradient
 // (conv2d_wgmma_wgrad.h); refused (cnn::Error, so that autotune leaves it out) wherever they
 // cannot run. wgmma-nhwc = the forward and stride-1 input gradient with TMA im2col on a
-// channels-last copy (conv2d_wgmma_nhwc.h, in the caller's scratch) at TF32 or BF16, the weight
-// gradient as wgmma (TF32 only: refused at BF16, so autotune times the others for that pass);
+// channels-last copy (conv2d_wgmma_nhwc.h, in the caller's scratch) at TF32, BF16, or FP32 as
+// 3xTF32 (split operands: FP32 accuracy on the tensor cores), the weight gradient as wgmma (TF32
+// kernel: run in TF32 at BF16, refused at FP32, so autotune times the others for that pass);
 // refused where those are.
 #include "kernels/conv/conv2d.h"
 
@@ -61,20 +62,20 @@ enum class ConvPath { Direct, Igemm, OneChannel, Wgmma, WgmmaNhwc };
             precision_name(ex.precision));
 }
 
-// wgmma-nhwc multiplies in TF32 or BF16 (its own BF16 instance); FP32 must stay exact FFMA.
+// Whether wgmma-nhwc runs at this precision (the others are refused, needing no scratch): TF32,
+// BF16 (its own instance), and FP32 as 3xTF32 (its split instance, FP32 accuracy).
+bool wgmma_nhwc_precision(Precision p) {
+  return p == Precision::FP32 || p == Precision::TF32 || p == Precision::BF16;
+}
+
 [[maybe_unused]] WgmmaNhwcOptions wgmma_nhwc_options(const char* op, const Exec& ex) {
-  CNN_CHECK(ex.precision == Precision::TF32 || ex.precision == Precision::BF16,
-            "{}: algo wgmma-nhwc runs at precision tf32 or bf16 only (got {}); expected igemm, "
-            "fast or auto",
+  CNN_CHECK(wgmma_nhwc_precision(ex.precision),
+            "{}: algo wgmma-nhwc runs at precision fp32, tf32 or bf16 only (got {}); expected "
+            "igemm, fast or auto",
             op, precision_name(ex.precision));
   WgmmaNhwcOptions o;
   o.precision = ex.precision;
   return o;
-}
-
-// Whether wgmma-nhwc runs at this precision (the others are refused, needing no scratch).
-bool wgmma_nhwc_precision(Precision p) {
-  return p == Precision::TF32 || p == Precision::BF16;
 }
 
 }  // namespace

@@ -93,6 +93,13 @@ void nchw_to_nhwc_bf16_cpu(const float* x, int n, int c, int64_t hw, int c_pad, 
             ch < c ? bf16_bits_cpu(x[(int64_t(i) * c + ch) * hw + p]) : uint16_t(0);
 }
 
+void nchw_to_nhwc_fp32_cpu(const float* x, int n, int c, int64_t hw, int c_pad, float* out) {
+  for (int i = 0; i < n; ++i)
+    for (int64_t p = 0; p < hw; ++p)
+      for (int ch = 0; ch < c_pad; ++ch)
+        out[(int64_t(i) * hw + p) * c_pad + ch] = ch < c ? x[(int64_t(i) * c + ch) * hw + p] : 0.f;
+}
+
 WeightPack forward_weight_pack(const Conv2dShape& s, int k_block) {
   WeightPack wp;
   wp.rows = s.oc;
@@ -134,6 +141,18 @@ void pack_weights_bf16_cpu(const WeightPack& wp, const float* w, uint16_t* out) 
         const int tap = wp.flip ? wp.taps - 1 - t : t;
         out[(int64_t(r) * wp.taps + t) * wp.k_pad + k] =
             k < wp.k_count ? bf16_bits_cpu(w[r * wp.ld_r + k * wp.ld_k + tap]) : uint16_t(0);
+      }
+}
+
+void pack_weights_tf32_split_cpu(const WeightPack& wp, const float* w, float* big, float* small) {
+  pack_weights_tf32_cpu(wp, w, big);
+  for (int r = 0; r < wp.rows; ++r)
+    for (int t = 0; t < wp.taps; ++t)
+      for (int k = 0; k < wp.k_pad; ++k) {
+        const int tap = wp.flip ? wp.taps - 1 - t : t;
+        const int64_t i = (int64_t(r) * wp.taps + t) * wp.k_pad + k;
+        small[i] =
+            k < wp.k_count ? round_tf32_cpu(w[r * wp.ld_r + k * wp.ld_k + tap] - big[i]) : 0.f;
       }
 }
 

@@ -5,7 +5,9 @@
 //     computed from a Conv2dShape, and a model of the traversal the TMA walks with it;
 //   - the CPU twins of the two pre-pass kernels: NCHW activations into a zero-padded NHWC copy,
 //     and the weights into (rows, KH, KW, K padded) K-major rows, both rounded to TF32 (32
-//     channels a 128-byte row) or to BF16 (64 channels a row, stored as the bf16 bit patterns).
+//     channels a 128-byte row) or to BF16 (64 channels a row, stored as the bf16 bit patterns);
+//     for 3xTF32 (FP32 accuracy), the copy unrounded and the weights as two TF32 packs whose sum
+//     is the weight.
 #include <cstddef>
 #include <cstdint>
 
@@ -67,6 +69,8 @@ uint16_t bf16_bits_cpu(float v);
 void nchw_to_nhwc_tf32_cpu(const float* x, int n, int c, int64_t hw, int c_pad, float* out);
 // The same rounded to BF16 (c_pad a multiple of 64 in the kernel), as bf16 bit patterns.
 void nchw_to_nhwc_bf16_cpu(const float* x, int n, int c, int64_t hw, int c_pad, uint16_t* out);
+// The same unrounded (the 3xTF32 kernel splits the values itself, after loading them).
+void nchw_to_nhwc_fp32_cpu(const float* x, int n, int c, int64_t hw, int c_pad, float* out);
 
 // CPU twin of the weight pre-pass: out (rows, taps, k_pad), element (r, t, k) =
 //   k < k_count ? round_tf32(w[r ld_r + k ld_k + (flip ? taps - 1 - t : t)]) : 0.
@@ -83,6 +87,9 @@ WeightPack backward_data_weight_pack(const Conv2dShape& s, int k_block = kNhwcCh
 void pack_weights_tf32_cpu(const WeightPack& wp, const float* w, float* out);
 // The same rounded to BF16, as bf16 bit patterns.
 void pack_weights_bf16_cpu(const WeightPack& wp, const float* w, uint16_t* out);
+// The split for 3xTF32: big = the TF32 pack above, small = round_tf32(w - big) at the same place
+// (zero in the padding), so that big + small holds w to about 22 bits.
+void pack_weights_tf32_split_cpu(const WeightPack& wp, const float* w, float* big, float* small);
 
 // The input gradient as the GEMM view above: the convolution of dy (N, OC, OH, OW) with the
 // flipped weights, stride 1, padding KH-1-ph (x KW-1-pw), giving dx (N, C, H, W).

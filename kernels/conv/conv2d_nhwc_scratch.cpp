@@ -9,9 +9,11 @@ constexpr int64_t kRowBytes = 128;  // one 128-byte swizzle row: a k-tile's chan
 }  // namespace
 
 int nhwc_channel_block(Precision precision, const char* what) {
-  CNN_CHECK(precision == Precision::TF32 || precision == Precision::BF16,
-            "{}: algo wgmma-nhwc multiplies in TF32 or BF16 only (got precision {})", what,
-            precision_name(precision));
+  CNN_CHECK(
+      precision == Precision::FP32 || precision == Precision::TF32 || precision == Precision::BF16,
+      "{}: algo wgmma-nhwc multiplies in FP32 (3xTF32), TF32 or BF16 only (got precision "
+      "{})",
+      what, precision_name(precision));
   return precision == Precision::BF16 ? kNhwcChannelBlockBf16 : kNhwcChannelBlock;
 }
 
@@ -21,14 +23,15 @@ std::size_t NhwcScratchLayout::floats() const {
 }
 
 // BF16 never needs more than TF32: 64-channel rows of 2 bytes <= 32-channel rows of 4 bytes,
-// doubled.
+// doubled. FP32 (3xTF32) takes TF32's copy and two weight packs (big, then small).
 NhwcScratchLayout nhwc_scratch_layout(const Conv2dShape& g, const WeightPack& wp,
                                       Precision precision) {
   const int block = nhwc_channel_block(precision, "wgmma-nhwc scratch");
   NhwcScratchLayout l;
   l.elem_bytes = precision == Precision::BF16 ? 2 : 4;
   const int64_t per_row = kRowBytes / l.elem_bytes;
-  l.weight_elems = (int64_t(wp.rows) * wp.taps * wp.k_pad + per_row - 1) / per_row * per_row;
+  l.pack_elems = (int64_t(wp.rows) * wp.taps * wp.k_pad + per_row - 1) / per_row * per_row;
+  l.weight_elems = precision == Precision::FP32 ? 2 * l.pack_elems : l.pack_elems;
   const int64_t c_pad = (int64_t(g.c) + block - 1) / block * block;
   l.copy_elems = int64_t(g.n) * g.h * g.w * c_pad;
   return l;

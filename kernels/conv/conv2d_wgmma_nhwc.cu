@@ -85,14 +85,23 @@ static_assert(OperandOf<__nv_bfloat16>::kBlock * 2 == kRowBytes, "a BF16 chunk i
 // stage) take 3 stages each: narrow layers have many tiles of few k-tiles (a 32-channel 3x3 layer
 // at 28x28, batch 128: 784 tiles of 9 k-tiles), where the waves and the epilogues cost more than
 // the ring's depth.
-template <int BN, int kPerSm>
+//
+// kSplit, the 3xTF32 instance (FP32 accuracy): a stage holds the unrounded A tile and two B tiles,
+// the weights' TF32 part and their TF32 residual; one block an SM (its consumers hold A's split
+// parts of two stages in registers, 64 more a thread), 8, 6 or 4 stages.
+constexpr int nhwc_ring_stages(int bn, int per_sm, bool split) {
+  if (split) return bn == 32 ? 8 : bn == 64 ? 6 : 4;
+  return (bn == 32 ? 10 : bn == 64 ? 8 : 6) / per_sm;
+}
+template <int BN, int kPerSm, bool kSplit = false>
 struct NhwcPlan {
   static_assert(BN == 32 || BN == 64 || BN == 128, "tile widths 32, 64 and 128");
   static_assert(kPerSm == 1 || kPerSm == 2 || (kPerSm == 3 && BN == 32),
                 "one or two blocks an SM, three of BN 32");
+  static_assert(!kSplit || kPerSm == 1, "the 3xTF32 instance runs one block an SM");
   static constexpr int kBTileBytes = BN * kRowBytes;
-  static constexpr int kStageBytes = kATileBytes + kBTileBytes;
-  static constexpr int kStages = (BN == 32 ? 10 : BN == 64 ? 8 : 6) / kPerSm;
+  static constexpr int kStageBytes = kATileBytes + (kSplit ? 2 : 1) * kBTileBytes;
+  static constexpr int kStages = nhwc_ring_stages(BN, kPerSm, kSplit);
   static constexpr int kEpiPitch = BN + 4;  // floats; rows stay 16-byte aligned
   static constexpr int kBarrierOffset = kStages * kStageBytes;
   static constexpr int kSmemBytes = 1024 + kBarrierOffset + 2 * kStages * 8;  // + alignment
@@ -137,8 +146,9 @@ __device__ __forceinline__ void store16(__nv_bfloat16* p, const __nv_bfloat16 (&
 // with one 16-byte store. So a warp's load reads 64 contiguous bytes of each of 8 channel rows and
 // its store writes 128 contiguous bytes of each of 4 pixel rows, with no shared memory; each
 // thread has 64 (TF32) or 128 (BF16) bytes of loads in flight. Channels c..c_pad-1 are written as
-// zeros without being read; values rounded to T's operand (OperandOf<T>::round).
-template <class T, bool kVecLoad>
+// zeros without being read; values rounded to T's operand (OperandOf<T>::round), or copied
+// unrounded without kRound (the 3xTF32 kernel splits them after loading them).
+template <class T, bool kVecLoad, bool kRound = true>
 __global__ void nchw_to_nhwc_kernel(const float* __restrict__ x, int c, int64_t hw, int c_pad,
                                     int pquads, int blocks_c, int threads, T* __restrict__ out) {
   ptx::griddep_enter();
@@ -172,7 +182,12 @@ __global__ void nchw_to_nhwc_kernel(const float* __restrict__ x, int c, int64_t 
     if (!kVecLoad && p0 + j >= hw) break;
     T o[kChannels];
 #pragma unroll
-    for (int k = 0; k < kChannels; ++k) o[k] = OperandOf<T>::round(v[k][j]);
+    for (int k = 0; k < kChannels; ++k) {
+      if constexpr (kRound)
+        o[k] = OperandOf<T>::round(v[k][j]);
+      else
+        o[k] = v[k][j];
+    }
     store16(out + (int64_t(img) * hw + p0 + j) * c_pad + ch0, o);
   }
 }
@@ -195,6 +210,31 @@ __global__ void pack_weights_kernel(const float* __restrict__ w, int rows, int t
   }
 }
 
+// The 3xTF32 weights: big = TF32(w) as pack_weights_kernel<float> writes it, small = TF32(w - big)
+// at the same place. Thread mapping: the same.
+__global__ void pack_weights_split_kernel(const float* __restrict__ w, int rows, int taps,
+                                          int k_count, int k_pad, int64_t ld_r, int64_t ld_k,
+                                          int flip, float* __restrict__ big,
+                                          float* __restrict__ small) {
+  ptx::griddep_enter();
+  const int64_t total = int64_t(rows) * taps * k_pad;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int k = int(i % k_pad);
+    const int64_t rt = i / k_pad;
+    const int t = int(rt % taps), r = int(rt / taps);
+    const int tap = flip ? taps - 1 - t : t;
+    float b = 0.f, sm = 0.f;
+    if (k < k_count) {
+      const float v = __ldg(w + r * ld_r + k * ld_k + tap);
+      b = __uint_as_float(ptx::to_tf32(v));
+      sm = __uint_as_float(ptx::to_tf32(v - b));
+    }
+    big[i] = b;
+    small[i] = sm;
+  }
+}
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define CNN_WGMMA_NHWC_DEVICE_CODE 1
 
@@ -214,10 +254,13 @@ __device__ __forceinline__ void tma_load_im2col_4d(uint32_t dst, const CUtensorM
 // Thread mapping: see the file comment. Grid (tiles_m * tiles_n, 1, splits), cluster (1, 1,
 // splits); block x owns C rows [128 (x / tiles_n), +128) x columns [BN (x % tiles_n), +BN), split
 // z its k-tiles [z T / splits, (z + 1) T / splits).
-template <int BN, class T, int kPerSm>
+// kSplit: the 3xTF32 instance (T float): a stage's B tiles are map_b's (the weights' TF32 part)
+// then map_b_small's (their residual), and the consumers split A themselves.
+template <int BN, class T, int kPerSm, bool kSplit>
 __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a, const CUtensorMap& map_b,
+                                               const CUtensorMap& map_b_small,
                                                const NhwcParams& p) {
-  using P = NhwcPlan<BN, kPerSm>;
+  using P = NhwcPlan<BN, kPerSm, kSplit>;
   constexpr int kStages = P::kStages;
   constexpr int kBK = OperandOf<T>::kBlock;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -227,6 +270,7 @@ __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a, const C
   auto empty = [&](int s) { return bars + 8u * (kStages + s); };
   auto tile_a = [&](int s) { return base + uint32_t(s) * P::kStageBytes; };
   auto tile_b = [&](int s) { return base + uint32_t(s) * P::kStageBytes + kATileBytes; };
+  auto tile_b_small = [&](int s) { return tile_b(s) + P::kBTileBytes; };
 
   const int tid = threadIdx.x;
   const int tiles_n = (p.N + BN - 1) / BN;
@@ -262,31 +306,38 @@ __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a, const C
       mbar_arrive_expect_tx(full(s), P::kStageBytes);
       tma_load_im2col_4d(tile_a(s), &map_a, c0, x0, y0, img, uint16_t(kx), uint16_t(ky), full(s));
       tma_load_2d(tile_b(s), &map_b, kt * kBK, n0, full(s));
+      if constexpr (kSplit) tma_load_2d(tile_b_small(s), &map_b_small, kt * kBK, n0, full(s));
     }
   }
 
   float acc[BN / 2];
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
-  if (wg > 0)
-    consume_stages<BN, kStages, OperandOf<T>::kBf16>(acc, nk, wg, false, full, empty, tile_a,
-                                                     tile_b);
+  if (wg > 0) {
+    if constexpr (kSplit)
+      consume_stages_3xtf32<BN, kStages>(acc, nk, wg, full, empty, tile_a, tile_b, tile_b_small);
+    else
+      consume_stages<BN, kStages, OperandOf<T>::kBf16>(acc, nk, wg, false, full, empty, tile_a,
+                                                       tile_b);
+  }
   store_conv_tile<BN, P::kEpiPitch>(acc, base, m0, n0,
                                     ConvTileStore{p.y, p.bias, p.relu, p.M, p.N, p.oh * p.ow});
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-template <int BN, class T, int kPerSm>
+template <int BN, class T, int kPerSm, bool kSplit>
 __global__ void __launch_bounds__(kThreads, kPerSm)
     conv2d_wgmma_nhwc_kernel(const __grid_constant__ CUtensorMap map_a,
-                             const __grid_constant__ CUtensorMap map_b, const NhwcParams p) {
+                             const __grid_constant__ CUtensorMap map_b,
+                             const __grid_constant__ CUtensorMap map_b_small, const NhwcParams p) {
   ptx::griddep_enter();
 #ifdef CNN_WGMMA_NHWC_DEVICE_CODE
-  conv_nhwc_body<BN, T, kPerSm>(map_a, map_b, p);
+  conv_nhwc_body<BN, T, kPerSm, kSplit>(map_a, map_b, map_b_small, p);
 #else
   (void)map_a;
   (void)map_b;
+  (void)map_b_small;
   (void)p;
 #if defined(__CUDA_ARCH__)
   __trap();  // never dispatched: conv2d_wgmma_nhwc_available() is false without the sm_90a cubin
@@ -382,16 +433,19 @@ void pack_weights(const WeightPack& wp, const float* d_w, __nv_bfloat16* d_out,
 }
 
 // The main kernel of one tile width, element type and residency on tiles x splits blocks.
-template <int BN, class T, int kPerSm>
+template <int BN, class T, int kPerSm, bool kSplit = false>
 void launch_nhwc(int64_t tiles, int splits, cudaStream_t stream, const char* name,
-                 const CUtensorMap& map_a, const CUtensorMap& map_b, const NhwcParams& p) {
-  launch_split_k_clusters(conv2d_wgmma_nhwc_kernel<BN, T, kPerSm>, tiles, splits, kThreads,
-                          NhwcPlan<BN, kPerSm>::kSmemBytes, stream, name, map_a, map_b, p);
+                 const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_b_small,
+                 const NhwcParams& p) {
+  launch_split_k_clusters(conv2d_wgmma_nhwc_kernel<BN, T, kPerSm, kSplit>, tiles, splits, kThreads,
+                          NhwcPlan<BN, kPerSm, kSplit>::kSmemBytes, stream, name, map_a, map_b,
+                          map_b_small, p);
 }
 
 // Runs conv(a, packed weights) of the GEMM view g (a: g's input, NCHW) into y, NCHW, with
-// operands of type T: the two pre-passes into the scratch, then the main kernel.
-template <class T>
+// operands of type T: the two pre-passes into the scratch, then the main kernel. kSplit (T
+// float): 3xTF32, the copy unrounded and two weight packs.
+template <class T, bool kSplit = false>
 void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const float* d_w,
          const float* d_b, float* d_y, bool relu, float* d_scratch, cudaStream_t stream,
          const WgmmaNhwcOptions& opt, const char* what) {
@@ -407,6 +461,10 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
             "{}: algo wgmma-nhwc blocks_per_sm={} with block_n={} (expected 0 or 1, 2 with "
             "block_n 0, 32 or 64, or 3 with block_n 0 or 32)",
             what, opt.blocks_per_sm, opt.block_n);
+  CNN_CHECK(!kSplit || opt.blocks_per_sm <= 1,
+            "{}: algo wgmma-nhwc at precision fp32 (3xTF32) runs one block an SM (got "
+            "blocks_per_sm={})",
+            what, opt.blocks_per_sm);
   const Im2colGeometry geo = im2col_geometry(g, what, OperandOf<T>::kBlock);
   const int oh = g.oh(), ow = g.ow();
   const int64_t m = int64_t(g.n) * oh * ow;
@@ -434,13 +492,21 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
             "{}: splits={} (expected 1, 2, 4 or 8)", what, splits);
 
   T* d_wpack = reinterpret_cast<T*>(d_scratch);  // (rows, taps, k_pad)
+  T* d_wsmall = d_wpack + layout.pack_elems;     // kSplit: the residual pack
   T* d_nhwc = d_wpack + layout.weight_elems;     // (N, H, W, c_pad)
-  pack_weights(wp, d_w, d_wpack, stream);
-  nchw_to_nhwc(d_a, g.n, g.c, int64_t(g.h) * g.w, geo.c_pad, d_nhwc, stream);
+  if constexpr (kSplit) {
+    pack_weights_tf32_split_cuda(wp, d_w, d_wpack, d_wsmall, stream);
+    nchw_to_nhwc_fp32_cuda(d_a, g.n, g.c, int64_t(g.h) * g.w, geo.c_pad, d_nhwc, stream);
+  } else {
+    pack_weights(wp, d_w, d_wpack, stream);
+    nchw_to_nhwc(d_a, g.n, g.c, int64_t(g.h) * g.w, geo.c_pad, d_nhwc, stream);
+  }
 
   const CUtensorMap map_a = make_im2col_map(d_nhwc, g, geo);
-  const CUtensorMap map_b =
-      make_packed_weight_map(d_wpack, int64_t(wp.taps) * wp.k_pad, wp.rows, bn);
+  const int64_t packed_k = int64_t(wp.taps) * wp.k_pad;
+  const CUtensorMap map_b = make_packed_weight_map(d_wpack, packed_k, wp.rows, bn);
+  const CUtensorMap map_b_small =
+      kSplit ? make_packed_weight_map(d_wsmall, packed_k, wp.rows, bn) : map_b;
   NhwcParams p{};
   p.bias = d_b;
   p.y = d_y;
@@ -457,11 +523,22 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   p.lower_h = geo.lower_h;
   p.lower_w = geo.lower_w;
   const int64_t tiles = ceil_div<int64_t>(m, kBM) * ceil_div<int64_t>(g.oc, bn);
-  const char* name = OperandOf<T>::kBf16 ? "conv2d_wgmma_nhwc_bf16" : "conv2d_wgmma_nhwc";
+  const char* name = kSplit                ? "conv2d_wgmma_nhwc_3xtf32"
+                     : OperandOf<T>::kBf16 ? "conv2d_wgmma_nhwc_bf16"
+                                           : "conv2d_wgmma_nhwc";
   // Two blocks an SM only with 32- and 64-column tiles: a 128-column consumer (64 accumulators
   // per thread) does not compile within the 80 registers that two 384-thread blocks leave it.
   // Three (56 registers a thread) only with 32-column tiles (16 accumulators; a 64-column stage
   // would leave a ring of two).
+  if constexpr (kSplit) {
+    if (bn == 32)
+      launch_nhwc<32, T, 1, true>(tiles, splits, stream, name, map_a, map_b, map_b_small, p);
+    else if (bn == 64)
+      launch_nhwc<64, T, 1, true>(tiles, splits, stream, name, map_a, map_b, map_b_small, p);
+    else
+      launch_nhwc<128, T, 1, true>(tiles, splits, stream, name, map_a, map_b, map_b_small, p);
+    return;
+  }
   const int env_per_sm = process_env_switches().wgmma_nhwc_blocks_per_sm;
   const int per_sm = opt.blocks_per_sm ? opt.blocks_per_sm
                      : env_per_sm
@@ -472,17 +549,17 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
             "or 64, or 3 with block_n 32)",
             what, per_sm, bn);
   if (bn == 32 && per_sm == 3)
-    launch_nhwc<32, T, 3>(tiles, splits, stream, name, map_a, map_b, p);
+    launch_nhwc<32, T, 3>(tiles, splits, stream, name, map_a, map_b, map_b, p);
   else if (bn == 32 && per_sm == 2)
-    launch_nhwc<32, T, 2>(tiles, splits, stream, name, map_a, map_b, p);
+    launch_nhwc<32, T, 2>(tiles, splits, stream, name, map_a, map_b, map_b, p);
   else if (bn == 32)
-    launch_nhwc<32, T, 1>(tiles, splits, stream, name, map_a, map_b, p);
+    launch_nhwc<32, T, 1>(tiles, splits, stream, name, map_a, map_b, map_b, p);
   else if (bn == 64 && per_sm == 2)
-    launch_nhwc<64, T, 2>(tiles, splits, stream, name, map_a, map_b, p);
+    launch_nhwc<64, T, 2>(tiles, splits, stream, name, map_a, map_b, map_b, p);
   else if (bn == 64)
-    launch_nhwc<64, T, 1>(tiles, splits, stream, name, map_a, map_b, p);
+    launch_nhwc<64, T, 1>(tiles, splits, stream, name, map_a, map_b, map_b, p);
   else
-    launch_nhwc<128, T, 1>(tiles, splits, stream, name, map_a, map_b, p);
+    launch_nhwc<128, T, 1>(tiles, splits, stream, name, map_a, map_b, map_b, p);
 }
 
 // run() at the options' precision, on the caller's scratch. wp was packed for that precision's
@@ -492,6 +569,8 @@ void run_at_precision(const Conv2dShape& g, const WeightPack& wp, const float* d
                       cudaStream_t stream, const WgmmaNhwcOptions& opt, const char* what) {
   if (opt.precision == Precision::BF16)
     run<__nv_bfloat16>(g, wp, d_a, d_w, d_b, d_y, relu, d_scratch, stream, opt, what);
+  else if (opt.precision == Precision::FP32)
+    run<float, true>(g, wp, d_a, d_w, d_b, d_y, relu, d_scratch, stream, opt, what);
   else
     run<float>(g, wp, d_a, d_w, d_b, d_y, relu, d_scratch, stream, opt, what);
 }
@@ -521,7 +600,7 @@ bool conv2d_wgmma_nhwc_available() {
 namespace {
 
 // Launches nchw_to_nhwc_kernel<T> after the checks common to both element types.
-template <class T>
+template <class T, bool kRound = true>
 void launch_nchw_to_nhwc(const float* d_x, int n, int c, int64_t hw, int c_pad, T* d_out,
                          cudaStream_t stream, const char* what) {
   constexpr int kBlock = OperandOf<T>::kBlock;
@@ -539,11 +618,11 @@ void launch_nchw_to_nhwc(const float* d_x, int n, int c, int64_t hw, int c_pad, 
   const unsigned grid = unsigned(ceil_div<int64_t>(threads, 256));
   const bool vec = hw % 4 == 0 && (reinterpret_cast<uintptr_t>(d_x) & 15u) == 0;
   if (vec)
-    nchw_to_nhwc_kernel<T, true><<<grid, 256, 0, stream>>>(d_x, c, hw, c_pad, int(pquads),
-                                                           int(blocks_c), int(threads), d_out);
+    nchw_to_nhwc_kernel<T, true, kRound><<<grid, 256, 0, stream>>>(
+        d_x, c, hw, c_pad, int(pquads), int(blocks_c), int(threads), d_out);
   else
-    nchw_to_nhwc_kernel<T, false><<<grid, 256, 0, stream>>>(d_x, c, hw, c_pad, int(pquads),
-                                                            int(blocks_c), int(threads), d_out);
+    nchw_to_nhwc_kernel<T, false, kRound><<<grid, 256, 0, stream>>>(
+        d_x, c, hw, c_pad, int(pquads), int(blocks_c), int(threads), d_out);
   CNN_LAUNCH_CHECK(what);
 }
 
@@ -558,6 +637,11 @@ void nchw_to_nhwc_bf16_cuda(const float* d_x, int n, int c, int64_t hw, int c_pa
                             cudaStream_t stream) {
   launch_nchw_to_nhwc(d_x, n, c, hw, c_pad, reinterpret_cast<__nv_bfloat16*>(d_out), stream,
                       "nchw_to_nhwc_bf16");
+}
+
+void nchw_to_nhwc_fp32_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad, float* d_out,
+                            cudaStream_t stream) {
+  launch_nchw_to_nhwc<float, false>(d_x, n, c, hw, c_pad, d_out, stream, "nchw_to_nhwc_fp32");
 }
 
 void pack_weights_tf32_cuda(const WeightPack& wp, const float* d_w, float* d_out,
@@ -585,6 +669,20 @@ void pack_weights_bf16_cuda(const WeightPack& wp, const float* d_w, uint16_t* d_
       d_w, wp.rows, wp.taps, wp.k_count, wp.k_pad, wp.ld_r, wp.ld_k, wp.flip ? 1 : 0,
       reinterpret_cast<__nv_bfloat16*>(d_out));
   CNN_LAUNCH_CHECK("pack_weights_bf16");
+}
+
+void pack_weights_tf32_split_cuda(const WeightPack& wp, const float* d_w, float* d_big,
+                                  float* d_small, cudaStream_t stream) {
+  CNN_CHECK(wp.rows >= 1 && wp.taps >= 1 && wp.k_count >= 1 && wp.k_pad >= wp.k_count,
+            "pack_weights_tf32_split: rows={} taps={} k={} k_pad={}", wp.rows, wp.taps, wp.k_count,
+            wp.k_pad);
+  const int64_t total = int64_t(wp.rows) * wp.taps * wp.k_pad;
+  const int threads = 256;
+  const int blocks = int(std::min<int64_t>(ceil_div<int64_t>(total, threads), 4096));
+  pack_weights_split_kernel<<<blocks, threads, 0, stream>>>(d_w, wp.rows, wp.taps, wp.k_count,
+                                                            wp.k_pad, wp.ld_r, wp.ld_k,
+                                                            wp.flip ? 1 : 0, d_big, d_small);
+  CNN_LAUNCH_CHECK("pack_weights_tf32_split");
 }
 
 void conv2d_forward_wgmma_nhwc(const Conv2dShape& s, const float* d_x, const float* d_w,

@@ -1,7 +1,7 @@
 #pragma once
 // Convolution forward and stride-1 input gradient on the Hopper (sm_90a) wgmma tensor cores with
 // the A operand loaded by TMA in im2col mode from a channels-last copy (conv2d_wgmma_nhwc.cu),
-// TF32 or BF16 in (WgmmaNhwcOptions::precision), FP32 accumulate. Each call:
+// TF32, BF16 or FP32 (3xTF32, below) in (WgmmaNhwcOptions::precision), FP32 accumulate. Each call:
 //   1. writes the activations (x, or dy for the input gradient) into an NHWC copy with the
 //      channels zero padded to a multiple of 32 (one 128-byte swizzle row), rounded to TF32;
 //      at BF16: to a multiple of 64, rounded to BF16 (nearest even, kernels/common/bf16_round.h),
@@ -13,12 +13,18 @@
 //      channels, filled by ONE thread issuing one TMA im2col copy (128 pixels x 32 channels,
 //      padding zero-filled by the hardware) and one tiled TMA of the weights (BN x 32); the
 //      consumers and the split-K NCHW epilogue are conv2d_wgmma.cu's (conv2d_wgmma_tile.cuh).
+// At FP32 it runs 3xTF32, the tensor cores at FP32 accuracy: the copy keeps the values unrounded,
+// the weights are packed twice, big = TF32(w) and small = TF32(w - big), and the consumers split
+// each A value they load into big + small in registers and multiply
+//   small_A big_B + big_A small_B + big_A big_B
+// (dropping small_A small_B, about 2^-22 of the product): three wgmmas where TF32 runs one, on the
+// same A traffic, one block an SM.
 // The copies live in the caller's scratch of conv2d_*_wgmma_nhwc_scratch_floats(s) floats
 // (conv2d_nhwc_scratch.h). Nothing here allocates: a layer sizes it once (through
 // conv2d_forward_scratch_floats / conv2d_backward_data_scratch_floats, conv2d.h) and the Network
 // allocates it before any CUDA graph is captured, so a captured training step holds no allocation.
 // A null scratch is refused (after the refusals below, which take precedence).
-// Refusals (cnn::Error, one line): precision fp32, no compute capability 9.0 device / no sm_90a
+// Refusals (cnn::Error, one line): no compute capability 9.0 device / no sm_90a
 // build, a stride > 1 input gradient, strides above 8 or paddings the TMA box corners cannot
 // express, tensors past 2^31-1 elements.
 #include <cstddef>
@@ -37,9 +43,9 @@ struct WgmmaNhwcOptions {
   int block_n = 0;
   // Resident blocks an SM: 0 picks (conv2d_wgmma_nhwc_pick_blocks_per_sm,
   // CNN_WGMMA_NHWC_PER_SM), 1 (a ring of 6-10 stages), 2 (half the ring each; block_n 32 or 64)
-  // or 3 (3 stages each; block_n 32 only).
+  // or 3 (3 stages each; block_n 32 only). FP32 (3xTF32): always one.
   int blocks_per_sm = 0;
-  Precision precision = Precision::TF32;  // the operands: TF32 or BF16 (FP32 is refused)
+  Precision precision = Precision::TF32;  // TF32, BF16, or FP32 (3xTF32)
 };
 
 // True when this build has the sm_90a kernels and the current device is compute capability 9.0.
@@ -77,5 +83,11 @@ void nchw_to_nhwc_bf16_cuda(const float* d_x, int n, int c, int64_t hw, int c_pa
                             cudaStream_t stream);
 void pack_weights_bf16_cuda(const WeightPack& wp, const float* d_w, uint16_t* d_out,
                             cudaStream_t stream);
+// The FP32 (3xTF32) pre-passes: the copy unrounded (c_pad a multiple of 32), and the weights as
+// two packs, big = the TF32 pack and small = TF32(w - big) (pack_weights_tf32_split_cpu).
+void nchw_to_nhwc_fp32_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad, float* d_out,
+                            cudaStream_t stream);
+void pack_weights_tf32_split_cuda(const WeightPack& wp, const float* d_w, float* d_big,
+                                  float* d_small, cudaStream_t stream);
 
 }  // namespace cnn

@@ -9,6 +9,7 @@
 // (64 k each for the BF16 instance of the channels-last kernel: still 128 bytes a row).
 #include <cstdint>
 
+#include "kernels/common/ptx.cuh"
 #include "kernels/gemm/wgmma_ptx.cuh"
 
 namespace cnn {
@@ -61,6 +62,83 @@ __device__ __forceinline__ void consume_stages(float (&acc)[BN / 2], int nk, int
     wgmma_wait<1>();  // the previous stage's products are done: release it
     fence_acc(acc);
     if (i > 0 && lane == 0) mbar_arrive(empty((i - 1) % kStages));
+  }
+  wgmma_wait<0>();
+  fence_acc(acc);
+}
+
+// The 3xTF32 consumer (FP32 accuracy on the tensor cores): the same ring, but a stage holds A
+// unrounded and B twice, tile_b its TF32 part and tile_b_small its TF32 residual. Each thread loads
+// its 16 A values of the stage (4 k steps x the m16n8k8 fragment: rows 16 w + g and + 8, columns
+// t and t + 4 of each 8) from the swizzled tile, splits each into big = TF32(a) and small =
+// TF32(a - big) in registers, and multiplies, per k step,
+//   small_A big_B + big_A small_B + big_A big_B
+// with three wgmmas taking A from registers (small_A small_B, about 2^-22 of the product, is left
+// out). A's registers are read asynchronously, so two stages' sets alternate (the loop is unrolled
+// by two): a set is reused only after the group that read it has been waited for.
+template <int BN, int kStages, class Full, class Empty, class TileA, class TileB, class TileBSmall>
+__device__ __forceinline__ void consume_stages_3xtf32(float (&acc)[BN / 2], int nk, int wg,
+                                                      Full full, Empty empty, TileA tile_a,
+                                                      TileB tile_b, TileBSmall tile_b_small) {
+  const int lane = threadIdx.x & 31, w = (threadIdx.x / 32) & 3;
+  const int g = lane >> 2, t = lane & 3;
+  // Row 64 (wg - 1) + 16 w + g (and + 8, the same row mod 8 for the swizzle): byte offsets of
+  // the fragment's values in the 128-byte-swizzled K-major tile, k step kk, register j: row + 8
+  // (j & 1), column 8 kk + t + 4 (j >> 1), i.e. 16-byte chunk 2 kk + (j >> 1) XOR the row mod 8.
+  const uint32_t row_off = uint32_t((wg - 1) * 64 + w * 16 + g) * 128 + uint32_t(t) * 4;
+  uint32_t off[4][4];
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      off[kk][j] = row_off + uint32_t(j & 1) * 8 * 128 + (uint32_t((2 * kk + (j >> 1)) ^ g) << 4);
+
+  auto mma = [&](const uint32_t(&a)[4], uint64_t db) {
+    if constexpr (BN == 128)
+      wgmma_m64n128k8_tf32_rs(acc, a, db);
+    else if constexpr (BN == 32)
+      wgmma_m64n32k8_tf32_rs(acc, a, db);
+    else
+      wgmma_m64n64k8_tf32_rs(acc, a, db);
+  };
+  // Stage i into the register set (hi, lo); (hi_prev, lo_prev) was stage i - 1's.
+  auto stage = [&](int i, uint32_t(&hi)[4][4], uint32_t(&lo)[4][4], uint32_t(&hi_prev)[4][4],
+                   uint32_t(&lo_prev)[4][4]) {
+    const int s = i % kStages;
+    mbar_wait(full(s), (i / kStages) & 1);
+    const uint32_t a = tile_a(s);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float v = ld_shared_f32(a + off[kk][j]);
+        hi[kk][j] = ptx::to_tf32(v);
+        lo[kk][j] = ptx::to_tf32(v - __uint_as_float(hi[kk][j]));
+      }
+    const uint64_t db = sw128_desc(tile_b(s)), dbs = sw128_desc(tile_b_small(s));
+    wgmma_fence();
+    fence_acc(acc);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      mma(lo[kk], db + 2 * kk);
+      mma(hi[kk], dbs + 2 * kk);
+      mma(hi[kk], db + 2 * kk);
+    }
+    wgmma_commit();
+    fence_acc(acc);
+    wgmma_wait<1>();  // the previous stage's products are done: its registers and stage are free
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      fence_regs(hi_prev[kk]);
+      fence_regs(lo_prev[kk]);
+    }
+    fence_acc(acc);
+    if (i > 0 && lane == 0) mbar_arrive(empty((i - 1) % kStages));
+  };
+  uint32_t hi0[4][4], lo0[4][4], hi1[4][4] = {}, lo1[4][4] = {};  // set 1 is "previous" at i = 0
+  for (int i = 0; i < nk; i += 2) {
+    stage(i, hi0, lo0, hi1, lo1);
+    if (i + 1 < nk) stage(i + 1, hi1, lo1, hi0, lo0);
   }
   wgmma_wait<0>();
   fence_acc(acc);

@@ -226,6 +226,41 @@ __device__ __forceinline__ void wgmma_m64n32k16_bf16(float (&d)[16], uint64_t de
                : CNN_WGMMA_D16
                : "l"(desc_a), "l"(desc_b));
 }
+// The same TF32 wgmmas with A from registers (the 3xTF32 kernels split A in registers): a[0..3]
+// hold A (64 x 8 per warpgroup) as mma.sync's m16n8k8 fragment, warp w's rows 16 w .. 16 w + 15:
+// lane l holds a[0] = A[16 w + l / 4][l % 4], a[1] = row + 8, a[2] = column + 4, a[3] = both.
+// The registers are read asynchronously: they must keep their values until the wgmma group that
+// reads them has been waited for (fence_regs keeps the compiler from reusing them earlier).
+__device__ __forceinline__ void wgmma_m64n128k8_tf32_rs(float (&d)[64], const uint32_t (&a)[4],
+                                                        uint64_t desc_b) {
+  asm volatile(
+      "{\nwgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, 1, 1, 1;\n}\n"
+      : CNN_WGMMA_D64
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+__device__ __forceinline__ void wgmma_m64n64k8_tf32_rs(float (&d)[32], const uint32_t (&a)[4],
+                                                       uint64_t desc_b) {
+  asm volatile(
+      "{\nwgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, "
+      "1, 1;\n}\n"
+      : CNN_WGMMA_D32
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+__device__ __forceinline__ void wgmma_m64n32k8_tf32_rs(float (&d)[16], const uint32_t (&a)[4],
+                                                       uint64_t desc_b) {
+  asm volatile(
+      "{\nwgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, "
+      "%19}, %20, 1, 1, 1;\n}\n"
+      : CNN_WGMMA_D16
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
 #undef CNN_WGMMA_D8
 #undef CNN_WGMMA_D16
 #undef CNN_WGMMA_R16
@@ -255,6 +290,17 @@ __device__ __forceinline__ void fence_acc(float (&d)[32]) {
 __device__ __forceinline__ void fence_acc(float (&d)[16]) {
 #pragma unroll
   for (int i = 0; i < 16; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+// Keeps register A operands of an in-flight wgmma (the _rs forms) alive and unchanged up to here.
+template <int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+__device__ __forceinline__ float ld_shared_f32(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+  return v;
 }
 
 // One arrival on `bar` once every cp.async this thread issued before it has landed; .noinc: the
