@@ -19,6 +19,9 @@
 //     at c ^ (r % 8); stages are 1024-byte aligned), which is what the wgmma descriptors name.
 //   warpgroups 1 and 2, the consumers, and the epilogue: conv2d_wgmma_tile.cuh (TMA writes are
 //     async-proxy: no proxy fence before the wgmma reads).
+// The FP32 instance (kSplit, 3xTF32): the copy is unrounded, the weights come as two packs (their
+// TF32 part and TF32 residual, a third copy a stage, map_b_small), and the consumers split A into
+// TF32 parts in registers and issue three wgmmas a k step (consume_stages_3xtf32).
 // Every mbarrier wait is bounded (wgmma_ptx.cuh: a trap after 10 s), so a wrong byte count fails
 // the launch instead of hanging the device.
 #include <cuda.h>
@@ -526,11 +529,7 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   const char* name = kSplit                ? "conv2d_wgmma_nhwc_3xtf32"
                      : OperandOf<T>::kBf16 ? "conv2d_wgmma_nhwc_bf16"
                                            : "conv2d_wgmma_nhwc";
-  // Two blocks an SM only with 32- and 64-column tiles: a 128-column consumer (64 accumulators
-  // per thread) does not compile within the 80 registers that two 384-thread blocks leave it.
-  // Three (56 registers a thread) only with 32-column tiles (16 accumulators; a 64-column stage
-  // would leave a ring of two).
-  if constexpr (kSplit) {
+  if constexpr (kSplit) {  // one block an SM (NhwcPlan)
     if (bn == 32)
       launch_nhwc<32, T, 1, true>(tiles, splits, stream, name, map_a, map_b, map_b_small, p);
     else if (bn == 64)
@@ -539,6 +538,10 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
       launch_nhwc<128, T, 1, true>(tiles, splits, stream, name, map_a, map_b, map_b_small, p);
     return;
   }
+  // Two blocks an SM only with 32- and 64-column tiles: a 128-column consumer (64 accumulators
+  // per thread) does not compile within the 80 registers that two 384-thread blocks leave it.
+  // Three (56 registers a thread) only with 32-column tiles (16 accumulators; a 64-column stage
+  // would leave a ring of two).
   const int env_per_sm = process_env_switches().wgmma_nhwc_blocks_per_sm;
   const int per_sm = opt.blocks_per_sm ? opt.blocks_per_sm
                      : env_per_sm
