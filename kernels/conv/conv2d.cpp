@@ -55,7 +55,8 @@ enum class ConvPath { Direct, Igemm, OneChannel, Wgmma, WgmmaNhwc };
   return algo == Algo::Igemm ? IgemmVariant::Generic : IgemmVariant::Auto;
 }
 
-// The wgmma kernels multiply in TF32 only: FP32 must stay exact FFMA, BF16 has its own kernels.
+// The wgmma kernels (NCHW gather) multiply in TF32 only: FP32 runs FFMA or wgmma-nhwc's 3xTF32,
+// BF16 has its own kernels.
 [[maybe_unused]] void check_wgmma_precision(const char* op, const Exec& ex) {
   CNN_CHECK(ex.precision == Precision::TF32,
             "{}: algo wgmma runs at precision tf32 only (got {}); expected igemm, fast or auto", op,
