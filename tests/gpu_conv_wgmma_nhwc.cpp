@@ -108,6 +108,25 @@ std::vector<float> run_gpu(const Tf32Problem& p, const WgmmaNhwcOptions& opt,
   return d_out.to_vector();
 }
 
+// The float copy pre-pass `cuda` (TF32-rounded or unrounded) on every nhwc_copy_cases() case,
+// output poisoned with NaN, bitwise equal to its CPU twin `cpu`.
+template <class Cpu, class Cuda>
+void expect_copies_match(Cpu cpu, Cuda cuda, const char* name) {
+  for (const NhwcCopyCase& k : nhwc_copy_cases()) {
+    const int c_pad = (k.c + 31) / 32 * 32 + 32 * k.extra_blocks;
+    const std::vector<float> x = test::random_vector(size_t(k.n) * k.c * k.hw, test::fresh_seed());
+    std::vector<float> want(size_t(k.n) * k.hw * c_pad);
+    cpu(x.data(), k.n, k.c, k.hw, c_pad, want.data());
+    std::vector<float> shifted(size_t(k.x_offset), 0.f);
+    shifted.insert(shifted.end(), x.begin(), x.end());
+    Tensor d_x = test::to_device(shifted),
+           d_out = test::to_device(std::vector<float>(want.size(), NAN));
+    cuda(d_x.data() + k.x_offset, k.n, k.c, k.hw, c_pad, d_out.data(), nullptr);
+    EXPECT_TRUE(bitwise_equal(d_out.to_vector(), want))
+        << name << " " << describe(k) << " c_pad=" << c_pad;
+  }
+}
+
 // The residencies each tile width compiles for (conv2d_wgmma_nhwc.cu's NhwcPlan): 32-column
 // tiles at one, two and three blocks an SM, 64-column at one and two, 128-column at one.
 int max_blocks_per_sm(int block_n) {
@@ -128,19 +147,7 @@ int split_k_blocks_per_sm(int block_n, int splits) {
 TEST(GpuConvWgmmaNhwc, PrePasses) {
 #ifdef CNN_HAVE_CUDA
   CNN_REQUIRE_WGMMA_NHWC();
-  for (const NhwcCopyCase& k : nhwc_copy_cases()) {
-    const int c_pad = (k.c + 31) / 32 * 32 + 32 * k.extra_blocks;
-    const std::vector<float> x = test::random_vector(size_t(k.n) * k.c * k.hw, test::fresh_seed());
-    std::vector<float> want(size_t(k.n) * k.hw * c_pad);
-    nchw_to_nhwc_tf32_cpu(x.data(), k.n, k.c, k.hw, c_pad, want.data());
-    std::vector<float> shifted(size_t(k.x_offset), 0.f);
-    shifted.insert(shifted.end(), x.begin(), x.end());
-    Tensor d_x = test::to_device(shifted),
-           d_out = test::to_device(std::vector<float>(want.size(), NAN));
-    nchw_to_nhwc_tf32_cuda(d_x.data() + k.x_offset, k.n, k.c, k.hw, c_pad, d_out.data(), nullptr);
-    EXPECT_TRUE(bitwise_equal(d_out.to_vector(), want))
-        << "nchw_to_nhwc_tf32 " << describe(k) << " c_pad=" << c_pad;
-  }
+  expect_copies_match(nchw_to_nhwc_tf32_cpu, nchw_to_nhwc_tf32_cuda, "nchw_to_nhwc_tf32");
   {  // the copy's rows are stored 16 bytes at a time: an output off by one float is refused
     Tensor d_x = test::to_device(std::vector<float>(3 * 16, 1.f)),
            d_out = test::to_device(std::vector<float>(16 * 32 + 1, 0.f));
@@ -422,19 +429,7 @@ WgmmaNhwcOptions fp32_options(int block_n, int splits = 0) {
 TEST(GpuConvWgmmaNhwc3xTf32, PrePasses) {
 #ifdef CNN_HAVE_CUDA
   CNN_REQUIRE_WGMMA_NHWC();
-  for (const NhwcCopyCase& k : nhwc_copy_cases()) {
-    const int c_pad = (k.c + 31) / 32 * 32 + 32 * k.extra_blocks;
-    const std::vector<float> x = test::random_vector(size_t(k.n) * k.c * k.hw, test::fresh_seed());
-    std::vector<float> want(size_t(k.n) * k.hw * c_pad);
-    nchw_to_nhwc_fp32_cpu(x.data(), k.n, k.c, k.hw, c_pad, want.data());
-    std::vector<float> shifted(size_t(k.x_offset), 0.f);
-    shifted.insert(shifted.end(), x.begin(), x.end());
-    Tensor d_x = test::to_device(shifted),
-           d_out = test::to_device(std::vector<float>(want.size(), NAN));
-    nchw_to_nhwc_fp32_cuda(d_x.data() + k.x_offset, k.n, k.c, k.hw, c_pad, d_out.data(), nullptr);
-    EXPECT_TRUE(bitwise_equal(d_out.to_vector(), want))
-        << "nchw_to_nhwc_fp32 " << describe(k) << " c_pad=" << c_pad;
-  }
+  expect_copies_match(nchw_to_nhwc_fp32_cpu, nchw_to_nhwc_fp32_cuda, "nchw_to_nhwc_fp32");
   for (const Conv2dShape& s :
        {conv(1, 3, 7, 7, 24, 3, 3, 1, 1, 1, 1), conv(1, 17, 7, 7, 200, 7, 5, 1, 1, 3, 2)})
     for (bool fwd : {true, false}) {

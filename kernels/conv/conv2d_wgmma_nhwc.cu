@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common/ptx.cuh"
 #include "kernels/conv/conv2d_nhwc_layout.h"
@@ -195,11 +196,12 @@ __global__ void nchw_to_nhwc_kernel(const float* __restrict__ x, int c, int64_t 
   }
 }
 
-// Thread mapping: one thread per packed weight (r, t, k), grid-stride (see WeightPack).
+// Thread mapping: one thread per packed weight (r, t, k), grid-stride (see WeightPack). small
+// (T float only; null otherwise): also the 3xTF32 residual pack, TF32(w - out) at the same place.
 template <class T>
 __global__ void pack_weights_kernel(const float* __restrict__ w, int rows, int taps, int k_count,
                                     int k_pad, int64_t ld_r, int64_t ld_k, int flip,
-                                    T* __restrict__ out) {
+                                    T* __restrict__ out, float* __restrict__ small) {
   ptx::griddep_enter();
   const int64_t total = int64_t(rows) * taps * k_pad;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
@@ -208,33 +210,12 @@ __global__ void pack_weights_kernel(const float* __restrict__ w, int rows, int t
     const int64_t rt = i / k_pad;
     const int t = int(rt % taps), r = int(rt / taps);
     const int tap = flip ? taps - 1 - t : t;
-    out[i] = k < k_count ? OperandOf<T>::round(__ldg(w + r * ld_r + k * ld_k + tap))
-                         : OperandOf<T>::zero();
-  }
-}
-
-// The 3xTF32 weights: big = TF32(w) as pack_weights_kernel<float> writes it, small = TF32(w - big)
-// at the same place. Thread mapping: the same.
-__global__ void pack_weights_split_kernel(const float* __restrict__ w, int rows, int taps,
-                                          int k_count, int k_pad, int64_t ld_r, int64_t ld_k,
-                                          int flip, float* __restrict__ big,
-                                          float* __restrict__ small) {
-  ptx::griddep_enter();
-  const int64_t total = int64_t(rows) * taps * k_pad;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int k = int(i % k_pad);
-    const int64_t rt = i / k_pad;
-    const int t = int(rt % taps), r = int(rt / taps);
-    const int tap = flip ? taps - 1 - t : t;
-    float b = 0.f, sm = 0.f;
-    if (k < k_count) {
-      const float v = __ldg(w + r * ld_r + k * ld_k + tap);
-      b = __uint_as_float(ptx::to_tf32(v));
-      sm = __uint_as_float(ptx::to_tf32(v - b));
+    const float v = k < k_count ? __ldg(w + r * ld_r + k * ld_k + tap) : 0.f;
+    const T big = k < k_count ? OperandOf<T>::round(v) : OperandOf<T>::zero();
+    out[i] = big;
+    if constexpr (std::is_same_v<T, float>) {
+      if (small) small[i] = __uint_as_float(ptx::to_tf32(v - big));
     }
-    big[i] = b;
-    small[i] = sm;
   }
 }
 
@@ -647,45 +628,40 @@ void nchw_to_nhwc_fp32_cuda(const float* d_x, int n, int c, int64_t hw, int c_pa
   launch_nchw_to_nhwc<float, false>(d_x, n, c, hw, c_pad, d_out, stream, "nchw_to_nhwc_fp32");
 }
 
-void pack_weights_tf32_cuda(const WeightPack& wp, const float* d_w, float* d_out,
-                            cudaStream_t stream) {
+namespace {
+
+// Launches pack_weights_kernel<T> (small: see there) after the checks common to every form.
+template <class T>
+void launch_pack_weights(const WeightPack& wp, const float* d_w, T* d_out, float* d_small,
+                         cudaStream_t stream, const char* what) {
   CNN_CHECK(wp.rows >= 1 && wp.taps >= 1 && wp.k_count >= 1 && wp.k_pad >= wp.k_count,
-            "pack_weights_tf32: rows={} taps={} k={} k_pad={}", wp.rows, wp.taps, wp.k_count,
-            wp.k_pad);
+            "{}: rows={} taps={} k={} k_pad={}", what, wp.rows, wp.taps, wp.k_count, wp.k_pad);
   const int64_t total = int64_t(wp.rows) * wp.taps * wp.k_pad;
   const int threads = 256;
   const int blocks = int(std::min<int64_t>(ceil_div<int64_t>(total, threads), 4096));
-  pack_weights_kernel<float><<<blocks, threads, 0, stream>>>(
-      d_w, wp.rows, wp.taps, wp.k_count, wp.k_pad, wp.ld_r, wp.ld_k, wp.flip ? 1 : 0, d_out);
-  CNN_LAUNCH_CHECK("pack_weights_tf32");
+  pack_weights_kernel<T><<<blocks, threads, 0, stream>>>(d_w, wp.rows, wp.taps, wp.k_count,
+                                                         wp.k_pad, wp.ld_r, wp.ld_k,
+                                                         wp.flip ? 1 : 0, d_out, d_small);
+  CNN_LAUNCH_CHECK(what);
+}
+
+}  // namespace
+
+void pack_weights_tf32_cuda(const WeightPack& wp, const float* d_w, float* d_out,
+                            cudaStream_t stream) {
+  launch_pack_weights(wp, d_w, d_out, nullptr, stream, "pack_weights_tf32");
 }
 
 void pack_weights_bf16_cuda(const WeightPack& wp, const float* d_w, uint16_t* d_out,
                             cudaStream_t stream) {
-  CNN_CHECK(wp.rows >= 1 && wp.taps >= 1 && wp.k_count >= 1 && wp.k_pad >= wp.k_count,
-            "pack_weights_bf16: rows={} taps={} k={} k_pad={}", wp.rows, wp.taps, wp.k_count,
-            wp.k_pad);
-  const int64_t total = int64_t(wp.rows) * wp.taps * wp.k_pad;
-  const int threads = 256;
-  const int blocks = int(std::min<int64_t>(ceil_div<int64_t>(total, threads), 4096));
-  pack_weights_kernel<__nv_bfloat16><<<blocks, threads, 0, stream>>>(
-      d_w, wp.rows, wp.taps, wp.k_count, wp.k_pad, wp.ld_r, wp.ld_k, wp.flip ? 1 : 0,
-      reinterpret_cast<__nv_bfloat16*>(d_out));
-  CNN_LAUNCH_CHECK("pack_weights_bf16");
+  launch_pack_weights(wp, d_w, reinterpret_cast<__nv_bfloat16*>(d_out), nullptr, stream,
+                      "pack_weights_bf16");
 }
 
 void pack_weights_tf32_split_cuda(const WeightPack& wp, const float* d_w, float* d_big,
                                   float* d_small, cudaStream_t stream) {
-  CNN_CHECK(wp.rows >= 1 && wp.taps >= 1 && wp.k_count >= 1 && wp.k_pad >= wp.k_count,
-            "pack_weights_tf32_split: rows={} taps={} k={} k_pad={}", wp.rows, wp.taps, wp.k_count,
-            wp.k_pad);
-  const int64_t total = int64_t(wp.rows) * wp.taps * wp.k_pad;
-  const int threads = 256;
-  const int blocks = int(std::min<int64_t>(ceil_div<int64_t>(total, threads), 4096));
-  pack_weights_split_kernel<<<blocks, threads, 0, stream>>>(d_w, wp.rows, wp.taps, wp.k_count,
-                                                            wp.k_pad, wp.ld_r, wp.ld_k,
-                                                            wp.flip ? 1 : 0, d_big, d_small);
-  CNN_LAUNCH_CHECK("pack_weights_tf32_split");
+  CNN_CHECK(d_small, "pack_weights_tf32_split: null residual pack");
+  launch_pack_weights(wp, d_w, d_big, d_small, stream, "pack_weights_tf32_split");
 }
 
 void conv2d_forward_wgmma_nhwc(const Conv2dShape& s, const float* d_x, const float* d_w,
