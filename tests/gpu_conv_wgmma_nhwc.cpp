@@ -23,8 +23,8 @@
 //                        gives the direct call's bits; its weight gradient is Algo::Wgmma's.
 //   (The scratch itself, a null one refused and no allocation in a captured graph:
 //   gpu_conv_nhwc_scratch.cpp.)
-//   Refusals             FP32 (3xTF32: gpu_conv_wgmma_nhwc_fp32.cpp) at two blocks an SM and its
-//                        weight gradient, 128-column tiles at
+//   Refusals             FP32 (3xTF32, GpuConvWgmmaNhwc3xTf32 below) at two blocks an SM,
+//                        128-column tiles at
 //                        two blocks an SM, 64-column at three, a tile width of 48, a stride-2 input
 //                        gradient, a padding the TMA box cannot express, grouped convolutions
 //                        and linear layers: one-line cnn::Error; autotune leaves the refused
@@ -322,8 +322,7 @@ TEST(GpuConvWgmmaNhwc, Refusals) {
       EXPECT_EQ(msg.find("needs a scratch"), std::string::npos) << what << ": " << msg;
     }
   };
-  // FP32 runs as 3xTF32 (gpu_conv_wgmma_nhwc_fp32.cpp), one block an SM only; its weight
-  // gradient has no FP32 kernel (wgmma's multiplies in TF32) and is refused.
+  // FP32 runs as 3xTF32 (GpuConvWgmmaNhwc3xTf32 below), one block an SM only.
   WgmmaNhwcOptions fp32_two;
   fp32_two.precision = Precision::FP32;
   fp32_two.blocks_per_sm = 2;
@@ -333,10 +332,6 @@ TEST(GpuConvWgmmaNhwc, Refusals) {
                                   nullptr, fp32_two);
       },
       "fp32 at two blocks an SM");
-  ex.precision = Precision::FP32;
-  EXPECT_THROW(conv2d_backward_weight(s, d_x.data(), d_y.data(), d_w.data(), nullptr, nullptr,
-                                      Algo::WgmmaNhwc, ex),
-               Error);
   ex.precision = Precision::TF32;
   // Two blocks an SM of 128-column tiles do not fit the registers.
   WgmmaNhwcOptions wide_two;

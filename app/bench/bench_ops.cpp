@@ -728,7 +728,8 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
       }
       // The weight gradient on the Hopper wgmma kernel (split-K, dy by TMA, im2col by cp.async);
       // through the conv2d API, so the same scratch and the same refusals.
-      if (pass == Pass::BackwardWeight && p == Precision::TF32 && conv2d_wgrad_wgmma_available()) {
+      if (pass == Pass::BackwardWeight && (p == Precision::TF32 || p == Precision::FP32) &&
+          conv2d_wgrad_wgmma_available()) {
         Candidate c;
         c.variant = "conv:wgmma";
         c.launch = [&](int i) {

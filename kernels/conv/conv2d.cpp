@@ -7,9 +7,8 @@
 // (conv2d_wgmma_wgrad.h); refused (cnn::Error, so that autotune leaves it out) wherever they
 // cannot run. wgmma-nhwc = the forward and stride-1 input gradient with TMA im2col on a
 // channels-last copy (conv2d_wgmma_nhwc.h, in the caller's scratch) at TF32, BF16, or FP32 as
-// 3xTF32 (split operands: FP32 accuracy on the tensor cores), the weight gradient as wgmma (TF32
-// kernel: run in TF32 at BF16, refused at FP32, so autotune times the others for that pass);
-// refused where those are.
+// 3xTF32 (split operands: FP32 accuracy on the tensor cores), the weight gradient as wgmma's
+// (TF32, run so at BF16 too; 3xTF32 at FP32); refused where those are.
 #include "kernels/conv/conv2d.h"
 
 #include <algorithm>
@@ -205,10 +204,10 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
         break;
       case ConvPath::Wgmma:
       case ConvPath::WgmmaNhwc: {  // no channels-last kernel: wgmma-nhwc's im2col comes by TMA
-        // The wgmma weight gradient multiplies in TF32 only. Under bf16 it runs in TF32 too:
-        // TF32 keeps 3 more mantissa bits than BF16, so the pass is never less precise than the
-        // BF16 kernels', and autotune picks it only where it is also faster than the BF16
-        // implicit GEMM (the `igemm`/`fast` candidates). FP32 stays refused (FFMA precision).
+        // The wgmma weight gradient multiplies in TF32, or in 3xTF32 at fp32. Under bf16 it runs
+        // in TF32: TF32 keeps 3 more mantissa bits than BF16, so the pass is never less precise
+        // than the BF16 kernels', and autotune picks it only where it is also faster than the
+        // BF16 implicit GEMM (the `igemm`/`fast` candidates).
         Exec tf32 = ex;
         if (ex.precision == Precision::BF16) tf32.precision = Precision::TF32;
         WgmmaWgradOptions o;  // the B loader wgmma_wgrad_b_for names (CNN_WGMMA_WGRAD_B)

@@ -113,16 +113,26 @@ constexpr int kBoxRuns[] = {8, 16, 32, 64, 128};  // the runs a piece of boxed B
 // kBoxB: B by TMA boxes. Its 128-row tile (one block an SM, where shared memory has room past 4
 // stages of 32 KB) keeps 6 stages in flight: its stages wait on TMA's latency (the file comment),
 // not on the producer's issue as the gather's do.
-template <int kBM, bool kBoxB>
+//
+// kSplit, the 3xTF32 instance (FP32 accuracy): the consumers round each stage to TF32 in place and
+// write its TF32 residual into one of kSmallSets mirror copies of a stage (A_small, B_small at the
+// stage's own offsets, so the descriptors only change base), then multiply small_A big_B + big_A
+// small_B + big_A big_B. Three sets: a set is rewritten three stages on, when every consumer has
+// passed the split barrier of the stage between and so waited for the wgmmas that read it
+// (two would let one warpgroup overwrite a set the other still reads). One block an SM: 3 (BM 128)
+// or 4 (BM 64) stages plus the sets.
+template <int kBM, bool kBoxB, bool kSplit = false>
 struct WgPlan {
   static constexpr int kConsumers = kBM / 64;
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  static constexpr int kMinBlocks = kBM == 64 ? 2 : 1;
-  static constexpr int kStages = kBM == 128 && kBoxB ? 6 : 4;
+  static constexpr int kMinBlocks = kBM == 64 && !kSplit ? 2 : 1;
+  static constexpr int kStages = kSplit ? (kBM == 128 ? 3 : 4) : kBM == 128 && kBoxB ? 6 : 4;
+  static constexpr int kSmallSets = kSplit ? 3 : 0;
   static constexpr int kATileBytes = kBM * kBK * 4;
   static constexpr int kBTileBytes = kBN * kBK * 4;
   static constexpr int kStageBytes = kATileBytes + kBTileBytes;
-  static constexpr int kTableOffset = kStages * kStageBytes;  // int4 per tile column
+  static constexpr int kSmallOffset = kStages * kStageBytes;                    // the residual sets
+  static constexpr int kTableOffset = kSmallOffset + kSmallSets * kStageBytes;  // int4 a column
   static constexpr int kDstOffset = kTableOffset + kBN * 16;  // box mode: uint32 per box of B
   static constexpr int kBarrierOffset = kDstOffset + kBN * 4;
   static constexpr int kSmemBytes = 1024 + kBarrierOffset + 2 * kStages * 8;  // + alignment
@@ -179,15 +189,17 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
 // (wgmma_ptx.cuh), and each thread adds its own fragment elements to dw/db in the epilogue.
 // kBoxB: B by TMA boxes (file comment); then lane 0 of producer warp 0 issues them, and with kTmaA
 // (dy by the 4-D box map) it alone works, else all four gather A in box pixel order.
-template <int kBM, bool kTmaA, bool kBoxB, bool kSync>
-__global__ void __launch_bounds__(WgPlan<kBM, kBoxB>::kThreads, WgPlan<kBM, kBoxB>::kMinBlocks)
+// kSplit: 3xTF32 (WgPlan).
+template <int kBM, bool kTmaA, bool kBoxB, bool kSync, bool kSplit>
+__global__ void __launch_bounds__(WgPlan<kBM, kBoxB, kSplit>::kThreads,
+                                  WgPlan<kBM, kBoxB, kSplit>::kMinBlocks)
     wgrad_wgmma_kernel(const __grid_constant__ CUtensorMap map_dy,
                        const __grid_constant__ CUtensorMap map_x,
                        const __grid_constant__ CUtensorMap map_xd,
                        const __grid_constant__ WgradParams p) {
   ptx::griddep_enter();
 #ifdef CNN_WGMMA_WGRAD_DEVICE_CODE
-  using P = WgPlan<kBM, kBoxB>;
+  using P = WgPlan<kBM, kBoxB, kSplit>;
   constexpr int kStages = P::kStages;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
@@ -199,6 +211,7 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB>::kThreads, WgPlan<kBM, kBox
   auto empty = [&](int s) { return bars + 8u * (kStages + s); };
   auto tile_a = [&](int s) { return base + uint32_t(s) * P::kStageBytes; };
   auto tile_b = [&](int s) { return tile_a(s) + uint32_t(P::kATileBytes); };
+  auto small_a = [&](int q) { return base + uint32_t(P::kSmallOffset + q * P::kStageBytes); };
 
   const int tid = threadIdx.x, lane = tid & 31, wg = tid / 128;
   const int n0 = int(blockIdx.x) * kBN, split = int(blockIdx.y), m0 = int(blockIdx.z) * kBM;
@@ -411,15 +424,47 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB>::kThreads, WgPlan<kBM, kBox
   for (int i = 0; i < nk; ++i) {
     const int s = i % kStages;
     mbar_wait(full(s), (i / kStages) & 1);
-    // The producer's cp.async writes (file comment); a stage all by TMA needs none.
-    if constexpr (!kSync && !(kBoxB && kTmaA)) fence_proxy_async();
+    if constexpr (kSplit) {
+      // The stage rounded to TF32 in place, its residuals into set q (WgPlan), by all consumer
+      // threads, 16 bytes each in turn; each fences its writes for wgmma (async proxy), which
+      // also covers the producer's cp.async writes it has acquired, and the consumers meet.
+      const uint32_t q_base = small_a(i % P::kSmallSets);
+      for (int v = tid - 128; v < P::kStageBytes / 16; v += 128 * P::kConsumers) {
+        const float4 x = ld_shared_v4(tile_a(s) + 16u * v);
+        const float b0 = __uint_as_float(ptx::to_tf32(x.x)),
+                    b1 = __uint_as_float(ptx::to_tf32(x.y));
+        const float b2 = __uint_as_float(ptx::to_tf32(x.z)),
+                    b3 = __uint_as_float(ptx::to_tf32(x.w));
+        st_shared_v4(tile_a(s) + 16u * v, b0, b1, b2, b3);
+        st_shared_v4(q_base + 16u * v, __uint_as_float(ptx::to_tf32(x.x - b0)),
+                     __uint_as_float(ptx::to_tf32(x.y - b1)),
+                     __uint_as_float(ptx::to_tf32(x.z - b2)),
+                     __uint_as_float(ptx::to_tf32(x.w - b3)));
+      }
+      fence_proxy_async();
+      consumer_sync(128 * P::kConsumers);
+    } else if constexpr (!kSync && !(kBoxB && kTmaA)) {
+      fence_proxy_async();  // the producer's cp.async writes (file comment); TMA's need none
+    }
     const uint64_t da = wgrad_smem_desc(tile_a(s) + a_off, span, wgrad_a_sbo(bw));
     const uint64_t db = wgrad_smem_desc(tile_b(s), span, b_sbo);
     wgmma_fence();
     fence_acc(acc);
+    if constexpr (kSplit) {
+      const uint32_t q_base = small_a(i % P::kSmallSets);
+      const uint64_t das = wgrad_smem_desc(q_base + a_off, span, wgrad_a_sbo(bw));
+      const uint64_t dbs = wgrad_smem_desc(q_base + uint32_t(P::kATileBytes), span, b_sbo);
 #pragma unroll
-    for (int kk = 0; kk < kBK / 8; ++kk)
-      wgmma_m64n128k8_tf32(acc, da + a_step[kk], db + b_step[kk]);
+      for (int kk = 0; kk < kBK / 8; ++kk) {
+        wgmma_m64n128k8_tf32(acc, das + a_step[kk], db + b_step[kk]);
+        wgmma_m64n128k8_tf32(acc, da + a_step[kk], dbs + b_step[kk]);
+        wgmma_m64n128k8_tf32(acc, da + a_step[kk], db + b_step[kk]);
+      }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < kBK / 8; ++kk)
+        wgmma_m64n128k8_tf32(acc, da + a_step[kk], db + b_step[kk]);
+    }
     wgmma_commit();
     fence_acc(acc);
     wgmma_wait<1>();  // the previous stage's products are done: release it
@@ -622,11 +667,11 @@ CUtensorMap make_dy_map(const float* d_dy, const Conv2dShape& s, int ohw, int bm
   return map;
 }
 
-template <int kBM, bool kTmaA, bool kBoxB, bool kSync>
+template <int kBM, bool kTmaA, bool kBoxB, bool kSync, bool kSplit = false>
 void launch(const CUtensorMap& map_dy, const CUtensorMap& map_x, const CUtensorMap& map_xd,
             const WgradParams& p, dim3 grid, cudaStream_t stream) {
-  using P = WgPlan<kBM, kBoxB>;
-  auto kernel = wgrad_wgmma_kernel<kBM, kTmaA, kBoxB, kSync>;
+  using P = WgPlan<kBM, kBoxB, kSplit>;
+  auto kernel = wgrad_wgmma_kernel<kBM, kTmaA, kBoxB, kSync, kSplit>;
   CNN_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, P::kSmemBytes));
   kernel<<<grid, P::kThreads, P::kSmemBytes, stream>>>(map_dy, map_x, map_xd, p);
@@ -634,11 +679,21 @@ void launch(const CUtensorMap& map_dy, const CUtensorMap& map_x, const CUtensorM
 }
 
 // Gathered B: dy by TMA or gathered, either hand-over. Boxed B: dy by TMA (no cp.async, so no
-// hand-over to choose), or gathered in box order with either hand-over.
+// hand-over to choose), or gathered in box order with either hand-over. split (3xTF32, FP32):
+// the consumers fence every stage themselves, so the hand-over is the default one.
 template <int kBM>
-void launch_bm(bool box, bool tma, bool sync, const CUtensorMap& map_dy, const CUtensorMap& map_x,
-               const CUtensorMap& map_xd, const WgradParams& p, dim3 grid, cudaStream_t stream) {
-  if (box && tma)
+void launch_bm(bool box, bool tma, bool sync, bool split, const CUtensorMap& map_dy,
+               const CUtensorMap& map_x, const CUtensorMap& map_xd, const WgradParams& p, dim3 grid,
+               cudaStream_t stream) {
+  if (split && box && tma)
+    launch<kBM, true, true, false, true>(map_dy, map_x, map_xd, p, grid, stream);
+  else if (split && box)
+    launch<kBM, false, true, false, true>(map_dy, map_x, map_xd, p, grid, stream);
+  else if (split && tma)
+    launch<kBM, true, false, false, true>(map_dy, map_x, map_xd, p, grid, stream);
+  else if (split)
+    launch<kBM, false, false, false, true>(map_dy, map_x, map_xd, p, grid, stream);
+  else if (box && tma)
     launch<kBM, true, true, false>(map_dy, map_x, map_xd, p, grid, stream);
   else if (box && sync)
     launch<kBM, false, true, true>(map_dy, map_x, map_xd, p, grid, stream);
@@ -665,10 +720,10 @@ bool conv2d_wgrad_wgmma_available() {
 }
 
 std::string conv2d_wgrad_wgmma_refusal(const Conv2dShape& s, const Exec& ex) {
-  if (ex.precision != Precision::TF32)
+  if (ex.precision != Precision::TF32 && ex.precision != Precision::FP32)
     return fmt::format(
-        "conv2d_backward_weight: algo wgmma multiplies in TF32 only, the precision is {}; "
-        "expected precision tf32 (or another algo)",
+        "conv2d_backward_weight: algo wgmma multiplies in TF32, or in 3xTF32 at FP32; the "
+        "precision is {}; expected precision tf32 or fp32 (or another algo)",
         precision_name(ex.precision));
   if (!conv2d_wgrad_wgmma_available())
     return "conv2d_backward_weight: algo wgmma needs a compute capability 9.0 GPU and a build "
@@ -869,10 +924,11 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
   if (tma) map_dy = box ? make_dy_box_map(d_dy, s, bg, g.bm) : make_dy_map(d_dy, s, p.ohw, g.bm);
   const dim3 grid(static_cast<unsigned>(ceil_div(p.ncols, kBN)), static_cast<unsigned>(g.splits),
                   static_cast<unsigned>(g.tiles_m));
+  const bool split = ex.precision == Precision::FP32;  // 3xTF32
   if (g.bm == 64)
-    launch_bm<64>(box, tma, sync, map_dy, map_x, map_xd, p, grid, ex.stream);
+    launch_bm<64>(box, tma, sync, split, map_dy, map_x, map_xd, p, grid, ex.stream);
   else
-    launch_bm<128>(box, tma, sync, map_dy, map_x, map_xd, p, grid, ex.stream);
+    launch_bm<128>(box, tma, sync, split, map_dy, map_x, map_xd, p, grid, ex.stream);
 
   if (ex.deterministic) {
     constexpr int kBlock = 256;

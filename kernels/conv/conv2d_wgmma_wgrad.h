@@ -4,7 +4,9 @@
 //   dw (OC, C, KH, KW) += sum over n, output pixels p of dy[n][oc][p] * im2col(x)[n][p][(c, kh,
 //   kw)] db (OC) += sum of dy (db may be null)
 // as the GEMM C (M = OC, N = C*KH*KW [+1 for db]) += A (M, K) B (K, N), K = N*OH*OW pixels, TF32
-// operands (the top 19 bits of each FP32 value) and FP32 accumulation. K is split across many
+// operands (the top 19 bits of each FP32 value) and FP32 accumulation; at ex.precision fp32,
+// 3xTF32 (each stage's operands split into TF32 parts in shared memory, three wgmmas a product:
+// FP32 accuracy, conv2d_wgmma_wgrad.cu's WgPlan). K is split across many
 // blocks; their partial tiles are atomicAdd-ed into dw/db, or with ex.deterministic written to a
 // scratch slab per split and summed in split order (bitwise repeatable).
 #include <cstddef>
@@ -68,7 +70,8 @@ std::string conv2d_wgrad_wgmma_box_refusal(const Conv2dShape& s, const float* d_
 // True when this build has the sm_90a kernel and the current device is compute capability 9.0.
 bool conv2d_wgrad_wgmma_available();
 
-// Why this call cannot run on the wgmma kernel (unavailable, not TF32, sizes over its limits), or
+// Why this call cannot run on the wgmma kernel (unavailable, not TF32 or FP32, sizes over its
+// limits), or
 // an empty string when it can.
 std::string conv2d_wgrad_wgmma_refusal(const Conv2dShape& s, const Exec& ex);
 

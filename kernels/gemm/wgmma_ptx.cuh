@@ -349,6 +349,10 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 __device__ __forceinline__ void producer_sync() {
   asm volatile("bar.sync 1, 128;\n" ::: "memory");
 }
+// Named barrier of the consumer warpgroups only (id 2), `threads` of them (a multiple of 32).
+__device__ __forceinline__ void consumer_sync(int threads) {
+  asm volatile("bar.sync 2, %0;\n" ::"r"(threads) : "memory");
+}
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
