@@ -113,8 +113,9 @@ inline std::string describe(const NhwcCopyCase& k) {
          " x_offset=" + std::to_string(k.x_offset);
 }
 
-// The TMA-im2col convolution's cases (gpu_conv_wgmma_nhwc*.cpp at TF32 and FP32): shapes of every
-// kind its pre-passes, corners and tiles have to get right.
+// The TMA-im2col convolution's cases (gpu_conv_wgmma_nhwc*.cpp at TF32, FP32 and BF16): shapes of
+// every kind its pre-passes, corners and tiles have to get right. The chunk counts in the
+// comments are TF32's (32 channels a chunk; BF16's are 64).
 inline const std::vector<ConvCase>& nhwc_forward_cases() {
   static const std::vector<ConvCase> c = {
       {conv(1, 1, 7, 7, 8, 1, 1, 1, 1, 0, 0)},                   // M = 49, one k-tile

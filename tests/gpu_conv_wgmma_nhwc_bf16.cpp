@@ -239,43 +239,20 @@ void expect_close(const Problem& p, const std::vector<float>& got, const std::st
   }
 }
 
+// The TF32 test's shapes (conv_test_cases.h; at BF16 a chunk is 64 channels, so C = 3 leaves 61
+// zero channels and 64 is one chunk exactly), and in the forward one more: 70 channels, two
+// chunks with 58 zero channels.
 const std::vector<ConvCase>& forward_cases() {
-  static const std::vector<ConvCase> c = {
-      {conv(1, 1, 7, 7, 8, 1, 1, 1, 1, 0, 0)},                   // M = 49, one k-tile
-      {conv(3, 3, 13, 13, 24, 3, 3, 1, 1, 1, 1), true, true},    // C = 3: 61 zero channels
-      {conv(1, 17, 33, 32, 64, 5, 5, 1, 1, 2, 2), true},         // 25 taps, M = 1056
-      {conv(3, 64, 13, 13, 200, 3, 3, 1, 1, 1, 1), true, true},  // 64 = one chunk exactly
-      {conv(3, 3, 33, 33, 64, 7, 7, 2, 2, 3, 3), true, true},    // a 7x7 stride-2 stem
-      {conv(1, 17, 32, 33, 8, 5, 5, 2, 2, 2, 2)},                // stride 2, OC = 8
-      {conv(3, 130, 7, 13, 24, 1, 1, 1, 1, 0, 0), true},         // 1x1, 130 channels: 3 chunks
-      {conv(1, 1, 32, 32, 200, 5, 5, 1, 1, 2, 2), false, true},  // one input channel
-      {conv(3, 64, 32, 32, 64, 3, 3, 1, 1, 1, 1)},               // M = 3072, 9 k-tiles
-      {conv(3, 17, 13, 33, 24, 3, 5, 1, 2, 1, 2), false, true},  // 3x5, strides 1x2
-      {conv(1, 3, 13, 7, 64, 3, 3, 2, 2, 3, 3), true},           // padding 3 > kernel / 2
-      {conv(3, 130, 13, 13, 64, 3, 3, 2, 2, 0, 0), true, true},  // stride 2, padding 0
-      {conv(1, 64, 33, 33, 24, 1, 1, 2, 2, 0, 0)},               // 1x1 stride 2 (projection)
-      {conv(3, 17, 7, 7, 200, 7, 7, 1, 1, 3, 3), true},          // 7x7 on 7x7, same padding
-      {conv(1, 3, 33, 13, 8, 5, 5, 2, 1, 0, 1)},                 // strides 2x1, padding 0x1
-      {conv(3, 70, 13, 13, 24, 3, 3, 1, 1, 1, 1), true, true},   // 70 channels: 2 chunks, 58 zero
-  };
+  static const std::vector<ConvCase> c = [] {
+    std::vector<ConvCase> v = nhwc_forward_cases();
+    v.push_back({conv(3, 70, 13, 13, 24, 3, 3, 1, 1, 1, 1), true, true});
+    return v;
+  }();
   return c;
 }
 
 const std::vector<ConvCase>& backward_data_cases() {
-  static const std::vector<ConvCase> c = {
-      {conv(1, 1, 7, 7, 8, 1, 1, 1, 1, 0, 0)},       // dx has 1 channel: one output column
-      {conv(3, 3, 13, 13, 64, 3, 3, 1, 1, 1, 1)},    // dy 64 channels: one chunk exactly
-      {conv(1, 17, 33, 32, 200, 5, 5, 1, 1, 2, 2)},  // dy 200 channels: 4 chunks (56 zero)
-      {conv(3, 64, 13, 13, 130, 3, 3, 1, 1, 1, 1)},  // K = 9 x 192
-      {conv(1, 64, 13, 13, 8, 7, 7, 1, 1, 3, 3)},    // 7x7, OC = 8
-      {conv(1, 130, 7, 7, 24, 3, 3, 1, 1, 0, 0)},    // 130 columns, padding 0 (flipped: 2)
-      {conv(3, 17, 7, 13, 24, 1, 1, 1, 1, 2, 2)},    // padding 2 on 1x1: flipped padding -2
-      {conv(3, 17, 13, 33, 64, 3, 5, 1, 1, 0, 2)},   // 3x5, padding 0x2
-      {conv(3, 64, 32, 32, 64, 3, 3, 1, 1, 1, 1)},   // the VGG-style shape
-      {conv(3, 1, 32, 33, 24, 5, 5, 1, 1, 2, 2)},    // the first layer's shape (C = 1)
-      {conv(1, 3, 13, 7, 200, 7, 7, 1, 1, 3, 2)},    // 7x7, paddings 3x2
-  };
-  return c;
+  return nhwc_backward_data_cases();
 }
 
 // n bf16 values (as bit patterns) on the device, all 0xffff (a NaN) first.
