@@ -45,6 +45,16 @@ __device__ __forceinline__ uint32_t to_tf32(float f) {
   return r;
 }
 
+// v as two TF32 values (bit patterns) for 3xTF32: big = TF32(v), small = TF32(v - big); big +
+// small holds v to about 2^-22 of it (nearest rounding twice).
+struct Tf32Split {
+  uint32_t big, small;
+};
+__device__ __forceinline__ Tf32Split split_tf32(float v) {
+  const uint32_t big = to_tf32(v);
+  return {big, to_tf32(v - __uint_as_float(big))};
+}
+
 // d[0..3] += a * b for one 16x8x8 TF32 tile, FP32 accumulation.
 __device__ __forceinline__ void mma_tf32(float* d, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   asm volatile(

@@ -111,9 +111,9 @@ __device__ __forceinline__ void consume_stages_3xtf32(float (&acc)[BN / 2], int 
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const float v = ld_shared_f32(a + off[kk][j]);
-        hi[kk][j] = ptx::to_tf32(v);
-        lo[kk][j] = ptx::to_tf32(v - __uint_as_float(hi[kk][j]));
+        const ptx::Tf32Split v = ptx::split_tf32(ld_shared_f32(a + off[kk][j]));
+        hi[kk][j] = v.big;
+        lo[kk][j] = v.small;
       }
     const uint64_t db = sw128_desc(tile_b(s)), dbs = sw128_desc(tile_b_small(s));
     wgmma_fence();

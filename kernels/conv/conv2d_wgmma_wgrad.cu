@@ -211,7 +211,8 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB, kSplit>::kThreads,
   auto empty = [&](int s) { return bars + 8u * (kStages + s); };
   auto tile_a = [&](int s) { return base + uint32_t(s) * P::kStageBytes; };
   auto tile_b = [&](int s) { return tile_a(s) + uint32_t(P::kATileBytes); };
-  auto small_a = [&](int q) { return base + uint32_t(P::kSmallOffset + q * P::kStageBytes); };
+  // kSplit: residual set q (A_small, then B_small, at a stage's offsets).
+  auto residual_set = [&](int q) { return base + uint32_t(P::kSmallOffset + q * P::kStageBytes); };
 
   const int tid = threadIdx.x, lane = tid & 31, wg = tid / 128;
   const int n0 = int(blockIdx.x) * kBN, split = int(blockIdx.y), m0 = int(blockIdx.z) * kBM;
@@ -424,22 +425,19 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB, kSplit>::kThreads,
   for (int i = 0; i < nk; ++i) {
     const int s = i % kStages;
     mbar_wait(full(s), (i / kStages) & 1);
+    const uint32_t q_base = kSplit ? residual_set(i % P::kSmallSets) : 0u;
     if constexpr (kSplit) {
       // The stage rounded to TF32 in place, its residuals into set q (WgPlan), by all consumer
       // threads, 16 bytes each in turn; each fences its writes for wgmma (async proxy), which
       // also covers the producer's cp.async writes it has acquired, and the consumers meet.
-      const uint32_t q_base = small_a(i % P::kSmallSets);
       for (int v = tid - 128; v < P::kStageBytes / 16; v += 128 * P::kConsumers) {
         const float4 x = ld_shared_v4(tile_a(s) + 16u * v);
-        const float b0 = __uint_as_float(ptx::to_tf32(x.x)),
-                    b1 = __uint_as_float(ptx::to_tf32(x.y));
-        const float b2 = __uint_as_float(ptx::to_tf32(x.z)),
-                    b3 = __uint_as_float(ptx::to_tf32(x.w));
-        st_shared_v4(tile_a(s) + 16u * v, b0, b1, b2, b3);
-        st_shared_v4(q_base + 16u * v, __uint_as_float(ptx::to_tf32(x.x - b0)),
-                     __uint_as_float(ptx::to_tf32(x.y - b1)),
-                     __uint_as_float(ptx::to_tf32(x.z - b2)),
-                     __uint_as_float(ptx::to_tf32(x.w - b3)));
+        const ptx::Tf32Split x0 = ptx::split_tf32(x.x), x1 = ptx::split_tf32(x.y),
+                             x2 = ptx::split_tf32(x.z), x3 = ptx::split_tf32(x.w);
+        st_shared_v4(tile_a(s) + 16u * v, __uint_as_float(x0.big), __uint_as_float(x1.big),
+                     __uint_as_float(x2.big), __uint_as_float(x3.big));
+        st_shared_v4(q_base + 16u * v, __uint_as_float(x0.small), __uint_as_float(x1.small),
+                     __uint_as_float(x2.small), __uint_as_float(x3.small));
       }
       fence_proxy_async();
       consumer_sync(128 * P::kConsumers);
@@ -451,7 +449,6 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB, kSplit>::kThreads,
     wgmma_fence();
     fence_acc(acc);
     if constexpr (kSplit) {
-      const uint32_t q_base = small_a(i % P::kSmallSets);
       const uint64_t das = wgrad_smem_desc(q_base + a_off, span, wgrad_a_sbo(bw));
       const uint64_t dbs = wgrad_smem_desc(q_base + uint32_t(P::kATileBytes), span, b_sbo);
 #pragma unroll
