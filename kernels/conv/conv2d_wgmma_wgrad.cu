@@ -230,7 +230,9 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB, kSplit>::kThreads,
       // The 128 producer threads' cp.async arrivals (when they gather), plus thread 0's
       // expect_tx arrival for TMA.
       mbar_init(full(s), (kBoxB && kTmaA ? 0 : 128) + (kTmaA || kBoxB ? 1 : 0));
-      mbar_init(empty(s), 4 * P::kConsumers);  // lane 0 of each consumer warp
+      // Lane 0 of each consumer warp; with kSplit every consumer thread, each releasing its own
+      // in-place writes of the stage before the producer copies into it again.
+      mbar_init(empty(s), kSplit ? 128 * P::kConsumers : 4 * P::kConsumers);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -466,7 +468,7 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB, kSplit>::kThreads,
     fence_acc(acc);
     wgmma_wait<1>();  // the previous stage's products are done: release it
     fence_acc(acc);
-    if (i > 0 && lane == 0) mbar_arrive(empty((i - 1) % kStages));
+    if (i > 0 && (kSplit || lane == 0)) mbar_arrive(empty((i - 1) % kStages));
   }
   wgmma_wait<0>();
   fence_acc(acc);
