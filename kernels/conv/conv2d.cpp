@@ -7,8 +7,9 @@
 // (conv2d_wgmma_wgrad.h); refused (cnn::Error, so that autotune leaves it out) wherever they
 // cannot run. wgmma-nhwc = the forward and stride-1 input gradient with TMA im2col on a
 // channels-last copy (conv2d_wgmma_nhwc.h, in the caller's scratch) at TF32, BF16, or FP32 as
-// 3xTF32 (split operands: FP32 accuracy on the tensor cores), the weight gradient as wgmma's
-// (TF32, run so at BF16 too; 3xTF32 at FP32); refused where those are.
+// 3xTF32 (split operands: FP32 accuracy on the tensor cores); its weight gradient at BF16 from
+// channels-last copies too (conv2d_wgmma_wgrad_nhwc.h), elsewhere (and where that one refuses:
+// db, deterministic mode) as wgmma's (TF32, 3xTF32 at FP32); refused where those are.
 #include "kernels/conv/conv2d.h"
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include "kernels/conv/conv2d_wgmma.h"
 #include "kernels/conv/conv2d_wgmma_nhwc.h"
 #include "kernels/conv/conv2d_wgmma_wgrad.h"
+#include "kernels/conv/conv2d_wgmma_wgrad_nhwc.h"
 #include "kernels/conv/conv_window_check.h"
 #include "runtime/dispatch.h"
 #include "runtime/error.h"
@@ -168,6 +170,8 @@ std::size_t conv2d_backward_weight_scratch_floats(const Conv2dShape& s, const Ex
       std::max({conv2d_backward_weight_scratch_floats_cuda(s, ex.deterministic),
                 conv2d_backward_weight_igemm_scratch_floats(s, ex),
                 conv2d_wgrad_wgmma_scratch_floats(s, ex),
+                ex.precision == Precision::BF16 ? conv2d_wgrad_wgmma_nhwc_scratch_floats(s)
+                                                : std::size_t(0),
                 conv2d_1ch_applicable(s) ? conv2d_backward_weight_1ch_scratch_floats(s, ex)
                                          : std::size_t(0)}),
       std::size_t(0));
@@ -203,11 +207,18 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
         conv2d_backward_weight_1ch_cuda(s, x, dy, dw, db, scratch, ex);
         break;
       case ConvPath::Wgmma:
-      case ConvPath::WgmmaNhwc: {  // no channels-last kernel: wgmma-nhwc's im2col comes by TMA
-        // The wgmma weight gradient multiplies in TF32, or in 3xTF32 at fp32. Under bf16 it runs
-        // in TF32: TF32 keeps 3 more mantissa bits than BF16, so the pass is never less precise
-        // than the BF16 kernels', and autotune picks it only where it is also faster than the
-        // BF16 implicit GEMM (the `igemm`/`fast` candidates).
+      case ConvPath::WgmmaNhwc: {
+        // wgmma-nhwc at bf16: the BF16 kernel on channels-last copies of x and dy, where it takes
+        // the call (no db, not deterministic: its splits add with atomics).
+        if (algo == Algo::WgmmaNhwc && scratch &&
+            conv2d_wgrad_wgmma_nhwc_refusal(s, ex, db != nullptr).empty()) {
+          conv2d_backward_weight_wgmma_nhwc(s, x, dy, dw, scratch, ex);
+          break;
+        }
+        // Otherwise the TF32 wgmma kernel on NCHW (TMA boxes of x, or a gather), 3xTF32 at fp32.
+        // Under bf16 it runs in TF32: TF32 keeps 3 more mantissa bits than BF16, so the pass is
+        // never less precise than the BF16 kernels', and autotune picks it only where it is also
+        // faster than the other candidates.
         Exec tf32 = ex;
         if (ex.precision == Precision::BF16) tf32.precision = Precision::TF32;
         WgmmaWgradOptions o;  // the B loader wgmma_wgrad_b_for names (CNN_WGMMA_WGRAD_B)

@@ -39,6 +39,7 @@
 #include "kernels/conv/conv2d_wgmma.h"
 #include "kernels/conv/conv2d_wgmma_nhwc.h"
 #include "kernels/conv/conv2d_wgmma_tile.cuh"
+#include "kernels/conv/im2col_tma.cuh"
 #include "kernels/gemm/wgmma_ptx.cuh"
 #include "runtime/cuda_check.h"
 #include "runtime/env_switches.h"
@@ -222,19 +223,6 @@ __global__ void pack_weights_kernel(const float* __restrict__ w, int rows, int t
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define CNN_WGMMA_NHWC_DEVICE_CODE 1
 
-// 4-D im2col TMA: channels [c, c + channelsPerPixel) of pixelsPerColumn pixels walked from (x, y,
-// n) through the map's bounding box, each read at (x + off_x, y + off_y), completing on `bar`.
-__device__ __forceinline__ void tma_load_im2col_4d(uint32_t dst, const CUtensorMap* map, int c,
-                                                   int x, int y, int n, uint16_t off_x,
-                                                   uint16_t off_y, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3, %4, %5}], [%6], {%7, %8};\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c), "r"(x), "r"(y), "r"(n), "r"(bar), "h"(off_x),
-      "h"(off_y)
-      : "memory");
-}
-
 // Thread mapping: see the file comment. Grid (tiles_m * tiles_n, 1, splits), cluster (1, 1,
 // splits); block x owns C rows [128 (x / tiles_n), +128) x columns [BN (x % tiles_n), +BN), split
 // z its k-tiles [z T / splits, (z + 1) T / splits).
@@ -327,21 +315,6 @@ __global__ void __launch_bounds__(kThreads, kPerSm)
   __trap();  // never dispatched: conv2d_wgmma_nhwc_available() is false without the sm_90a cubin
 #endif
 #endif
-}
-
-// cuTensorMapEncodeIm2col through the runtime's driver entry point (no -lcuda).
-PFN_cuTensorMapEncodeIm2col_v12000 im2col_map_encoder() {
-  static const PFN_cuTensorMapEncodeIm2col_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    CNN_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeIm2col", &f, 12000,
-                                                    cudaEnableDefault, &q));
-    CNN_CHECK(f && q == cudaDriverEntryPointSuccess,
-              "conv2d wgmma-nhwc: the driver has no cuTensorMapEncodeIm2col (query result {})",
-              int(q));
-    return reinterpret_cast<PFN_cuTensorMapEncodeIm2col_v12000>(f);
-  }();
-  return fn;
 }
 
 // The (N, H, W, Cp) copy as an im2col map: 128 pixels x one 128-byte row of channels (32 fp32 or

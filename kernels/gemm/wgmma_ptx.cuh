@@ -141,6 +141,17 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t tile_addr) {
          (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
 }
 
+// Descriptor for an MN-major operand in the 128-byte swizzle layout, as a TMA box of rows of 128
+// bytes (64 bf16 along M or N) lands: k row r at r * 128 bytes, 16-byte chunk c at c ^ (r % 8).
+// The swizzle atom is 8 k rows x 128 bytes; stride byte offset = 1024 between atoms along k
+// (8-row groups), leading byte offset = `mn_stride` bytes between atoms along M/N (the next 64
+// elements; unused when the operand is 64 wide). A k16 step is 16 rows: start + 2048 bytes.
+__device__ __forceinline__ uint64_t sw128_mn_desc(uint32_t tile_addr, uint32_t mn_stride) {
+  return static_cast<uint64_t>((tile_addr & 0x3FFFF) >> 4) |
+         (static_cast<uint64_t>((mn_stride >> 4) & 0x3FFF) << 16) | (uint64_t{1024 >> 4} << 32) |
+         (uint64_t{1} << 62);
+}
+
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
@@ -207,6 +218,16 @@ __device__ __forceinline__ void wgmma_m64n64k16_bf16(float (&d)[32], uint64_t de
                                                      uint64_t desc_b) {
   asm volatile("{\nwgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " CNN_WGMMA_R32
                ", 1, 1, 1, 0, 0;\n}\n"
+               : CNN_WGMMA_D32
+               : "l"(desc_a), "l"(desc_b));
+}
+// The same BF16 wgmma with both operands MN-major (transpose flags 1, 1): A stored M-contiguous,
+// B N-contiguous, each as sw128_mn_desc describes (the weight gradient from channels-last copies,
+// conv2d_wgmma_wgrad_nhwc.cu, whose pixel-major tiles are A^T and B as they lie).
+__device__ __forceinline__ void wgmma_m64n64k16_bf16_mn(float (&d)[32], uint64_t desc_a,
+                                                        uint64_t desc_b) {
+  asm volatile("{\nwgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " CNN_WGMMA_R32
+               ", 1, 1, 1, 1, 1;\n}\n"
                : CNN_WGMMA_D32
                : "l"(desc_a), "l"(desc_b));
 }

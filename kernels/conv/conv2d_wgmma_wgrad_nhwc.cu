@@ -1,0 +1,360 @@
+// BF16 weight gradient on Hopper wgmma from channels-last copies (see conv2d_wgmma_wgrad_nhwc.h).
+// The GEMM dw (M = OC, N = (tap, C)) += A (M, K) B (K, N), K = the N*OH*OW output pixels. A
+// column "piece" q is one tap x 64 input channels (q = tap * chunks + chunk); a k-tile is 64
+// consecutive output pixels p0 .. p0 + 63 (across rows and images).
+// 384 threads in three warpgroups, two blocks an SM (a ring of 4 stages of 24 KB each):
+//   warpgroup 0, the producer: thread 0 alone fills the ring. Stage i holds three 8 KB boxes of
+//     64 pixel rows x 128 bytes (64 bf16), landing in the 128-byte swizzle:
+//       dy: tiled TMA of the (N*OH*OW, OCp) dy copy, box {64 channels, 64 pixels} at (oc, p0):
+//           A^T, M-contiguous; pixels past the end are zero filled;
+//       x:  TMA im2col of the (N, H, W, Cp) x copy, 64 channels x 64 pixels walked in output-pixel
+//           order from p0's window corner, offset by the piece's tap: B, N-contiguous, exactly the
+//           forward's A tile (conv2d_wgmma_nhwc.cu), zero outside the image;
+//     kWideM: two dy boxes (128 output channels) and one x piece; else one dy box and two pieces.
+//   warpgroups 1 and 2, the consumers: consumer w multiplies its 64 x 64 quarter (dy box w and
+//     piece 0 with kWideM, dy box 0 and piece w without) with 4 wgmma.m64n64k16 a stage, both
+//     operands MN-major (sw128_mn_desc; a k16 step is 16 pixel rows, 2048 bytes on), keeping one
+//     stage's group in flight, then red.add's its FP32 tile into dw (K is split across blocks).
+// Every mbarrier wait is bounded (wgmma_ptx.cuh: a trap after 10 s).
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/common/ptx.cuh"
+#include "kernels/conv/conv2d_nhwc_layout.h"
+#include "kernels/conv/conv2d_wgmma.h"
+#include "kernels/conv/conv2d_wgmma_nhwc.h"
+#include "kernels/conv/conv2d_wgmma_wgrad_nhwc.h"
+#include "kernels/conv/im2col_tma.cuh"
+#include "kernels/gemm/wgmma_ptx.cuh"
+#include "runtime/cuda_check.h"
+#include "runtime/error.h"
+#include "runtime/math_util.h"
+
+namespace cnn {
+namespace {
+
+using namespace wgmma;
+
+constexpr int kPix = 64;               // output pixels a k-tile
+constexpr int kBlockC = 64;            // bf16 channels a 128-byte row
+constexpr int kBoxBytes = kPix * 128;  // one box: 64 pixel rows of 128 bytes
+constexpr int kStageBytes = 3 * kBoxBytes;
+constexpr int kStages = 4;
+constexpr int kThreads = 384;
+constexpr int kPerSm = 2;
+constexpr int kBarrierOffset = kStages * kStageBytes;
+constexpr int kSmemBytes = 1024 + kBarrierOffset + 2 * kStages * 8;  // + 1024-byte alignment
+static_assert(kPerSm * (kSmemBytes + 1024) <= 228 * 1024, "over the per-SM shared memory");
+constexpr int kSplitBlocksPerSm = kPerSm;  // the grid the split pick aims for: one wave
+
+struct WgradNhwcParams {
+  float* dw;                    // (OC, C, KH, KW)
+  int oc, oc_pad, c, taps, kw;  // oc_pad: OC rounded up to 64; taps = KH * KW
+  int chunks, pieces;           // chunks = Cp / 64, pieces = taps * chunks
+  int ktiles;                   // ceil(N*OH*OW / 64)
+  int tiles_n;                  // column tiles (of 1 or 2 pieces)
+  int oh, ow, stride_h, stride_w, lower_h, lower_w;
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define CNN_WGRAD_NHWC_DEVICE_CODE 1
+
+template <bool kWideM>
+__device__ __forceinline__ void wgrad_nhwc_body(const CUtensorMap& map_dy, const CUtensorMap& map_x,
+                                                const WgradNhwcParams& p) {
+  constexpr int kBoxesA = kWideM ? 2 : 1, kPieces = kWideM ? 1 : 2;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const uint32_t bars = base + kBarrierOffset;
+  auto full = [&](int s) { return bars + 8u * s; };
+  auto empty = [&](int s) { return bars + 8u * (kStages + s); };
+  auto box = [&](int s, int b) { return base + uint32_t(s * kStageBytes + b * kBoxBytes); };
+
+  const int tid = threadIdx.x;
+  const int tile_m = int(blockIdx.x) / p.tiles_n, tile_n = int(blockIdx.x) % p.tiles_n;
+  const int oc0 = tile_m * 64 * kBoxesA, q0 = tile_n * kPieces;
+  const int split = int(blockIdx.y), nsplit = int(gridDim.y);
+  const int kt_begin = int(int64_t(p.ktiles) * split / nsplit);
+  const int nk = int(int64_t(p.ktiles) * (split + 1) / nsplit) - kt_begin;
+
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full(s), 1);   // the producer's arrive.expect_tx; the copies complete the bytes
+      mbar_init(empty(s), 8);  // lane 0 of each consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  const int wg = tid / 128;
+  if (tid == 0) {
+    const int pix = p.oh * p.ow;
+    for (int i = 0; i < nk; ++i) {
+      const int s = i % kStages;
+      if (i >= kStages) mbar_wait(empty(s), ((i / kStages) - 1) & 1);
+      const int p0 = (kt_begin + i) * kPix;
+      // The k-tile's first output pixel and the top-left input pixel of its window: where the
+      // im2col walk starts (im2col_start).
+      const int img = p0 / pix, r = p0 - img * pix;
+      const int oy = r / p.ow, ox = r - oy * p.ow;
+      const int x0 = p.lower_w + ox * p.stride_w, y0 = p.lower_h + oy * p.stride_h;
+      mbar_arrive_expect_tx(full(s), kStageBytes);
+      // A dy box past the padded channels (the second of a last 128-row tile) is loaded as the
+      // last one: its rows lie past OC and are not stored, and no box lies wholly outside the
+      // tensor.
+#pragma unroll
+      for (int a = 0; a < kBoxesA; ++a)
+        tma_load_2d(box(s, a), &map_dy, min(oc0 + 64 * a, p.oc_pad - 64), p0, full(s));
+#pragma unroll
+      for (int b = 0; b < kPieces; ++b) {
+        // A piece past the last is loaded as the last one (its products are not stored), so
+        // that every stage carries the same bytes.
+        const int q = min(q0 + b, p.pieces - 1);
+        const int tap = q / p.chunks, c0 = (q - tap * p.chunks) * kBlockC;
+        const int ky = tap / p.kw, kx = tap - ky * p.kw;
+        tma_load_im2col_4d(box(s, kBoxesA + b), &map_x, c0, x0, y0, img, uint16_t(kx), uint16_t(ky),
+                           full(s));
+      }
+    }
+  }
+  if (wg == 0) return;
+
+  const int w = wg - 1, lane = tid & 31;
+  float acc[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) acc[i] = 0.f;
+  const int a_box = kWideM ? w : 0, b_box = kBoxesA + (kWideM ? 0 : w);
+  for (int i = 0; i < nk; ++i) {
+    const int s = i % kStages;
+    mbar_wait(full(s), (i / kStages) & 1);
+    // Each operand is one atom wide (64 elements along M or N), so the M/N stride is never
+    // used; it is given the k-group stride too, which makes the descriptor read the same
+    // whichever of its two offsets the hardware takes as the k stride of an MN-major layout.
+    const uint64_t da = sw128_mn_desc(box(s, a_box), 1024);
+    const uint64_t db = sw128_mn_desc(box(s, b_box), 1024);
+    wgmma_fence();
+    fence_acc(acc);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)  // 16 pixel rows (2048 bytes, 128 in the descriptor) a step
+      wgmma_m64n64k16_bf16_mn(acc, da + 128 * kk, db + 128 * kk);
+    wgmma_commit();
+    fence_acc(acc);
+    wgmma_wait<1>();  // the previous stage's products are done: release it
+    fence_acc(acc);
+    if (i > 0 && lane == 0) mbar_arrive(empty((i - 1) % kStages));
+  }
+  wgmma_wait<0>();
+  fence_acc(acc);
+
+  // Thread (warp v of the consumer, lane l) holds rows 16 v + l / 4 (+ 8) and columns
+  // 8 j + 2 (l % 4) (+ 1) of the 64 x 64 quarter (wgmma_ptx.cuh's accumulator layout).
+  const int q = q0 + (kWideM ? 0 : w);
+  if (nk == 0 || q >= p.pieces) return;
+  const int tap = q / p.chunks, cbase = (q - tap * p.chunks) * kBlockC;
+  const int v = (tid / 32) & 3;
+  const int row0 = oc0 + 64 * a_box + 16 * v + lane / 4;
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int oc = row0 + 8 * (e >> 1), c = cbase + 8 * j + 2 * (lane & 3) + (e & 1);
+      if (oc < p.oc && c < p.c)
+        atomicAdd(p.dw + (int64_t(oc) * p.c + c) * p.taps + tap, acc[4 * j + e]);
+    }
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+template <bool kWideM>
+__global__ void __launch_bounds__(kThreads, kPerSm)
+    wgrad_nhwc_kernel(const __grid_constant__ CUtensorMap map_dy,
+                      const __grid_constant__ CUtensorMap map_x, const WgradNhwcParams p) {
+  ptx::griddep_enter();
+#ifdef CNN_WGRAD_NHWC_DEVICE_CODE
+  wgrad_nhwc_body<kWideM>(map_dy, map_x, p);
+#else
+  (void)map_dy;
+  (void)map_x;
+  (void)p;
+#if defined(__CUDA_ARCH__)
+  __trap();  // never dispatched: conv2d_wgrad_wgmma_nhwc_available() is false without sm_90a
+#endif
+#endif
+}
+
+// The scratch: the x copy (N, H, W, Cp) then the dy copy (N*OH*OW, OCp), bf16, each rounded up
+// to 64 elements (128 bytes) so that the second stays 128-byte aligned.
+struct WgradNhwcLayout {
+  int c_pad = 0, oc_pad = 0;
+  int64_t x_elems = 0, dy_elems = 0, pixels = 0;
+  int64_t x_span() const { return ceil_div<int64_t>(x_elems, 64) * 64; }
+  int64_t dy_span() const { return ceil_div<int64_t>(dy_elems, 64) * 64; }
+};
+WgradNhwcLayout wgrad_nhwc_layout(const Conv2dShape& s) {
+  WgradNhwcLayout l;
+  l.c_pad = int(ceil_div<int64_t>(s.c, kBlockC) * kBlockC);
+  l.oc_pad = int(ceil_div<int64_t>(s.oc, kBlockC) * kBlockC);
+  l.pixels = int64_t(s.n) * s.oh() * s.ow();
+  l.x_elems = int64_t(s.n) * s.h * s.w * l.c_pad;
+  l.dy_elems = l.pixels * l.oc_pad;
+  return l;
+}
+
+bool wide_m(const Conv2dShape& s) {
+  return s.oc > 64;
+}
+
+// Blocks per column of tiles: enough for a wave of kSplitBlocksPerSm blocks an SM, at least
+// 4 k-tiles each (the epilogue's atomics cost about as much as 4 stages), at most one split per
+// k-tile.
+int pick_splits(const Conv2dShape& s, int sms) {
+  const WgradNhwcLayout l = wgrad_nhwc_layout(s);
+  const int64_t ktiles = ceil_div<int64_t>(l.pixels, kPix);
+  const int64_t pieces = int64_t(s.kh) * s.kw * (l.c_pad / kBlockC);
+  const bool wide = wide_m(s);
+  const int64_t tiles =
+      ceil_div<int64_t>(s.oc, wide ? 128 : 64) * ceil_div<int64_t>(pieces, wide ? 1 : 2);
+  const int64_t want = std::max<int64_t>(1, (int64_t(sms) * kSplitBlocksPerSm) / tiles);
+  return int(std::max<int64_t>(1, std::min({want, ktiles / 4, int64_t(65535)})));
+}
+
+CUtensorMap make_dy_map(const uint16_t* d_dy, const WgradNhwcLayout& l) {
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {cuuint64_t(l.oc_pad), cuuint64_t(l.pixels)};
+  const cuuint64_t strides[1] = {cuuint64_t(l.oc_pad) * 2};
+  const cuuint32_t box[2] = {cuuint32_t(kBlockC), cuuint32_t(kPix)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = tensor_map_encoder()(
+      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(d_dy), dims, strides, box,
+      elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  CNN_CHECK(r == CUDA_SUCCESS,
+            "conv2d_backward_weight wgmma-nhwc: cuTensorMapEncodeTiled failed (error {}) for dy "
+            "({} pixels, {} channels)",
+            int(r), l.pixels, l.oc_pad);
+  return map;
+}
+
+CUtensorMap make_x_map(const uint16_t* d_x, const Conv2dShape& s, const Im2colGeometry& geo) {
+  CUtensorMap map{};
+  const cuuint64_t dims[4] = {cuuint64_t(geo.c_pad), cuuint64_t(s.w), cuuint64_t(s.h),
+                              cuuint64_t(s.n)};
+  const cuuint64_t row = cuuint64_t(geo.c_pad) * 2;
+  const cuuint64_t strides[3] = {row, row * cuuint64_t(s.w), row * cuuint64_t(s.w) * s.h};
+  const int lower[2] = {geo.lower_w, geo.lower_h};
+  const int upper[2] = {geo.upper_w, geo.upper_h};
+  const cuuint32_t elem_strides[4] = {1, cuuint32_t(geo.stride_w), cuuint32_t(geo.stride_h), 1};
+  const CUresult r = im2col_map_encoder()(
+      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<uint16_t*>(d_x), dims, strides, lower,
+      upper, kBlockC, kPix, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  CNN_CHECK(r == CUDA_SUCCESS,
+            "conv2d_backward_weight wgmma-nhwc: cuTensorMapEncodeIm2col failed (error {}) for "
+            "N={} H={} W={} Cp={}",
+            int(r), s.n, s.h, s.w, geo.c_pad);
+  return map;
+}
+
+}  // namespace
+
+bool conv2d_wgrad_wgmma_nhwc_available() {
+  return conv2d_wgmma_available();
+}
+
+std::string conv2d_wgrad_wgmma_nhwc_refusal(const Conv2dShape& s, const Exec& ex, bool with_db) {
+  const char* what = "conv2d_backward_weight";
+  if (!conv2d_wgrad_wgmma_nhwc_available())
+    return fmt::format(
+        "{}: algo wgmma-nhwc needs a compute capability 9.0 GPU and a build with CUDA "
+        "architecture 90",
+        what);
+  if (ex.precision != Precision::BF16)
+    return fmt::format(
+        "{}: the channels-last wgmma weight gradient multiplies in bf16 (got "
+        "precision {})",
+        what, precision_name(ex.precision));
+  if (ex.deterministic)
+    return fmt::format(
+        "{}: the channels-last wgmma weight gradient sums its K splits with "
+        "atomics, not in deterministic mode",
+        what);
+  if (with_db) return fmt::format("{}: the channels-last wgmma weight gradient has no db", what);
+  try {
+    check_conv2d_shape(s);
+    (void)im2col_geometry(s, what, kBlockC);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  const WgradNhwcLayout l = wgrad_nhwc_layout(s);
+  if (l.x_elems > INT32_MAX || l.dy_elems > INT32_MAX || l.pixels + kPix > INT32_MAX ||
+      int64_t(s.oc) * s.c * s.kh * s.kw > INT32_MAX)
+    return fmt::format("{}: algo wgmma-nhwc handles tensors of at most 2^31-1 elements", what);
+  return "";
+}
+
+std::size_t conv2d_wgrad_wgmma_nhwc_scratch_floats(const Conv2dShape& s) {
+  const WgradNhwcLayout l = wgrad_nhwc_layout(s);
+  return std::size_t((l.x_span() + l.dy_span()) / 2);  // two bf16 a float
+}
+
+int conv2d_wgrad_wgmma_nhwc_splits(const Conv2dShape& s) {
+  return pick_splits(s, conv2d_wgrad_wgmma_nhwc_available() ? sm_count() : 132);
+}
+
+void conv2d_backward_weight_wgmma_nhwc(const Conv2dShape& s, const float* d_x, const float* d_dy,
+                                       float* d_dw, float* d_scratch, const Exec& ex,
+                                       const WgmmaWgradNhwcOptions& opt) {
+  const std::string why = conv2d_wgrad_wgmma_nhwc_refusal(s, ex, false);
+  CNN_CHECK(why.empty(), "{}", why);
+  const char* what = "conv2d_backward_weight";
+  CNN_CHECK(d_x && d_dy && d_dw, "{}: null tensor pointer", what);
+  CNN_CHECK(d_scratch && (reinterpret_cast<uintptr_t>(d_scratch) & 15u) == 0,
+            "{}: algo wgmma-nhwc needs a 16-byte aligned scratch of {} floats "
+            "(conv2d_wgrad_wgmma_nhwc_scratch_floats)",
+            what, conv2d_wgrad_wgmma_nhwc_scratch_floats(s));
+  CNN_CHECK(opt.splits >= 0, "{}: splits={} (expected 0 to pick, or at least 1)", what, opt.splits);
+  const Im2colGeometry geo = im2col_geometry(s, what, kBlockC);
+  const WgradNhwcLayout l = wgrad_nhwc_layout(s);
+  uint16_t* d_xc = reinterpret_cast<uint16_t*>(d_scratch);
+  uint16_t* d_dyc = d_xc + l.x_span();
+  const cudaStream_t stream = ex.stream;
+  nchw_to_nhwc_bf16_cuda(d_x, s.n, s.c, int64_t(s.h) * s.w, l.c_pad, d_xc, stream);
+  nchw_to_nhwc_bf16_cuda(d_dy, s.n, s.oc, int64_t(s.oh()) * s.ow(), l.oc_pad, d_dyc, stream);
+
+  const CUtensorMap map_dy = make_dy_map(d_dyc, l);
+  const CUtensorMap map_x = make_x_map(d_xc, s, geo);
+  const bool wide = wide_m(s);
+  WgradNhwcParams p{};
+  p.dw = d_dw;
+  p.oc = s.oc;
+  p.oc_pad = l.oc_pad;
+  p.c = s.c;
+  p.taps = s.kh * s.kw;
+  p.kw = s.kw;
+  p.chunks = l.c_pad / kBlockC;
+  p.pieces = p.taps * p.chunks;
+  p.ktiles = int(ceil_div<int64_t>(l.pixels, kPix));
+  p.tiles_n = int(ceil_div<int64_t>(p.pieces, wide ? 1 : 2));
+  p.oh = s.oh();
+  p.ow = s.ow();
+  p.stride_h = s.stride_h;
+  p.stride_w = s.stride_w;
+  p.lower_h = geo.lower_h;
+  p.lower_w = geo.lower_w;
+  const int64_t tiles = ceil_div<int64_t>(s.oc, wide ? 128 : 64) * p.tiles_n;
+  const int splits =
+      std::min(opt.splits > 0 ? opt.splits : pick_splits(s, sm_count()), std::min(p.ktiles, 65535));
+  CNN_CHECK(tiles <= INT32_MAX, "{}: {} tiles exceed the grid limit", what, tiles);
+  const dim3 grid{unsigned(tiles), unsigned(splits), 1u};
+  auto kernel = wide ? wgrad_nhwc_kernel<true> : wgrad_nhwc_kernel<false>;
+  CNN_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  kernel<<<grid, kThreads, kSmemBytes, stream>>>(map_dy, map_x, p);
+  CNN_LAUNCH_CHECK("conv2d_wgrad_wgmma_nhwc");
+}
+
+}  // namespace cnn

@@ -1,0 +1,51 @@
+#pragma once
+// Weight gradient of the dense convolution in BF16 on the Hopper tensor cores (sm_90a), from
+// channels-last copies of x and dy (conv2d_wgmma_wgrad_nhwc.cu). Same contract as
+// conv2d_backward_weight (kernels/conv/conv2d.h) without db:
+//   dw (OC, C, KH, KW) += sum over n, output pixels p of dy[n][oc][p] * x[n][c][p's tap (kh, kw)]
+// as the GEMM dw (M = OC, N = (tap, C)) += A (M, K) B (K, N), K = N*OH*OW output pixels, with x
+// and dy rounded to BF16 (nearest even, as every BF16 pass) and FP32 accumulation. Each call:
+//   1. writes x into an (N, H, W, C padded to 64) BF16 copy and dy into an (N*OH*OW, OC padded to
+//      64) one (the wgmma-nhwc pre-pass kernel, conv2d_wgmma_nhwc.h), in the caller's scratch;
+//   2. runs the GEMM: a stage is 64 output pixels of k; A (64 pixels x 64 output channels of dy)
+//      comes by a tiled TMA of the dy copy, B (the same 64 pixels' input pixels at one tap x 64
+//      channels) by a TMA im2col copy of the x copy, exactly the forward's A tile; both land
+//      pixel-major (MN-major) in the 128-byte swizzle, which BF16 wgmma reads transposed;
+//   3. atomically adds each block's FP32 tile into dw (K is split across blocks).
+// Refused (cnn::Error naming why, so that autotune leaves it out and the caller falls back): no
+// compute capability 9.0 device or sm_90a build; a precision other than BF16; deterministic mode
+// (the atomics' order varies); db requested; shapes the im2col TMA cannot express (strides above
+// 8, far paddings); tensors past 2^31-1 elements.
+#include <cstddef>
+#include <string>
+
+#include "kernels/conv/conv2d.h"
+#include "runtime/exec.h"
+
+namespace cnn {
+
+struct WgmmaWgradNhwcOptions {
+  int splits = 0;  // blocks K is split across per output tile: 0 picks, else 1 or more
+};
+
+// True when this build has the sm_90a kernel and the current device is compute capability 9.0.
+bool conv2d_wgrad_wgmma_nhwc_available();
+
+// Why this call cannot run (see above; with_db: the caller wants db too), or "" when it can.
+std::string conv2d_wgrad_wgmma_nhwc_refusal(const Conv2dShape& s, const Exec& ex, bool with_db);
+
+// The scratch floats of one call: the two BF16 copies, each rounded up to 128 bytes. A function
+// of the shape alone.
+std::size_t conv2d_wgrad_wgmma_nhwc_scratch_floats(const Conv2dShape& s);
+
+// The split of K (blocks per output tile) a call of this shape gets with splits 0 (clamped so
+// that every split has at least one 64-pixel k-tile); for tests and the notes.
+int conv2d_wgrad_wgmma_nhwc_splits(const Conv2dShape& s);
+
+// dw += the gradient above. d_scratch: conv2d_wgrad_wgmma_nhwc_scratch_floats(s) floats,
+// 16-byte aligned. Throws cnn::Error with the refusal's reason when it is not empty.
+void conv2d_backward_weight_wgmma_nhwc(const Conv2dShape& s, const float* d_x, const float* d_dy,
+                                       float* d_dw, float* d_scratch, const Exec& ex,
+                                       const WgmmaWgradNhwcOptions& opt = {});
+
+}  // namespace cnn
