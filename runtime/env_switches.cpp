@@ -122,6 +122,15 @@ EnvSwitches read_env_switches() {
     else
       CNN_FAIL("CNN_WGMMA_NHWC_PER_SM='{}': expected 1, 2 or auto", s);
   }
+  if (const char* v = get("CNN_WGMMA_WGRAD_NHWC_N")) {
+    const std::string s(v);
+    if (s == "auto")
+      e.wgmma_wgrad_nhwc_n = 0;
+    else if (s == "64" || s == "128")
+      e.wgmma_wgrad_nhwc_n = std::stoi(s);
+    else
+      CNN_FAIL("CNN_WGMMA_WGRAD_NHWC_N='{}': expected 64, 128 or auto", s);
+  }
   if (const char* v = get("CNN_WGMMA_NHWC_BN32")) {
     const std::string s(v);
     if (s == "1")
@@ -279,6 +288,9 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "whether the wgmma-nhwc convolution picks its 32-column tile where N <= 32"},
       {"CNN_WGMMA_NHWC_PER_SM", "1|2|auto",
        "resident blocks an SM of the wgmma-nhwc convolution (auto: 2 past one wave)"},
+      {"CNN_WGMMA_WGRAD_NHWC_N", "64|128|auto",
+       "the columns each consumer of the BF16 channels-last weight gradient multiplies (auto: "
+       "64)"},
       {"CNN_WGMMA_WGRAD", "async|sync",
        "how the wgmma conv weight gradient hands its cp.async copies to the tensor cores (sync: "
        "each producer thread waits for its copies, then arrives)"},

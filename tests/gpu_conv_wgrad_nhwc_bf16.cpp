@@ -5,8 +5,9 @@
 //                to the reference, accumulated into a nonzero dw; the first wrong (oc, c, tap)
 //                is printed. One k-tile; the VGG layers at batch 2; C and OC not multiples of
 //                64 (70, 130, 200), C = 1 and 3, 1x1 / 5x5 / 7x7, stride 2, padding 0..3,
-//                OH*OW not a multiple of 64 (k-tiles across images, a ragged last one); both
-//                tile forms (OC <= 64: one dy box and two x pieces; else two and one).
+//                OH*OW not a multiple of 64 (k-tiles across images, a ragged last one); every
+//                tile form: one dy box (OC <= 64) or two, each consumer n64 or n128 (one x piece
+//                or two side by side: the MN-major descriptor's M/N stride).
 //   Random       the same shapes on random inputs, within the bound below.
 //   Splits       every split count (1, 2, 3, 7, 64, and more than the k-tiles) gives the exact
 //                integer answer.
@@ -100,14 +101,15 @@ std::string describe(const Conv2dShape& s) {
   return buf;
 }
 
-// The kernel itself (splits 0: its pick), into NaN-poisoned scratch.
-std::vector<float> run_kernel(const Problem& p, int splits = 0) {
+// The kernel itself (splits 0: its pick; consumer_n 0: its pick), into NaN-poisoned scratch.
+std::vector<float> run_kernel(const Problem& p, int splits = 0, int consumer_n = 0) {
   Tensor d_x = test::to_device(p.x), d_dy = test::to_device(p.dy), d_dw = test::to_device(p.dw0);
   const size_t floats = conv2d_wgrad_wgmma_nhwc_scratch_floats(p.s);
   Tensor scratch({int64_t(floats)}, Device::CUDA);
   test::poison_device(scratch.data(), floats);
   WgmmaWgradNhwcOptions opt;
   opt.splits = splits;
+  opt.consumer_n = consumer_n;
   conv2d_backward_weight_wgmma_nhwc(p.s, d_x.data(), d_dy.data(), d_dw.data(), scratch.data(),
                                     bf16_exec(), opt);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -173,7 +175,7 @@ TEST(GpuConvWgradNhwcBf16, Exact) {
     const uint64_t seed = test::fresh_seed();
     SCOPED_TRACE(describe(s) + " seed " + std::to_string(seed));
     const Problem p = make_problem(s, Fill::SmallInt, seed);
-    check(p, run_kernel(p), "int");
+    for (int n : {64, 128}) check(p, run_kernel(p, 0, n), "int n" + std::to_string(n));
   }
 }
 
@@ -183,7 +185,7 @@ TEST(GpuConvWgradNhwcBf16, Random) {
     const uint64_t seed = test::fresh_seed();
     SCOPED_TRACE(describe(s) + " seed " + std::to_string(seed));
     const Problem p = make_problem(s, Fill::Random, seed);
-    check(p, run_kernel(p), "random");
+    for (int n : {64, 128}) check(p, run_kernel(p, 0, n), "random n" + std::to_string(n));
   }
 }
 
@@ -194,7 +196,9 @@ TEST(GpuConvWgradNhwcBf16, Splits) {
   const Problem p = make_problem(conv(3, 64, 16, 16, 128, 3, 1, 1), Fill::SmallInt, seed);
   std::printf("picked splits %d\n", conv2d_wgrad_wgmma_nhwc_splits(p.s));
   for (int splits : {1, 2, 3, 7, 64, 1000})  // 12 k-tiles: 64 and 1000 run 12 splits
-    check(p, run_kernel(p, splits), "splits " + std::to_string(splits));
+    for (int n : {64, 128})
+      check(p, run_kernel(p, splits, n),
+            "splits " + std::to_string(splits) + " n" + std::to_string(n));
 }
 
 TEST(GpuConvWgradNhwcBf16, Refusals) {

@@ -91,6 +91,12 @@ const std::vector<SwitchCases>& switch_cases() {
        {{nullptr, false}, {"0", false}, {"1", true}},
        {},
        nullptr},
+      // The consumer width of the BF16 channels-last weight gradient; 0: auto.
+      {"CNN_WGMMA_WGRAD_NHWC_N",
+       field<&EnvSwitches::wgmma_wgrad_nhwc_n>,
+       {{nullptr, 0}, {"auto", 0}, {"64", 64}, {"128", 128}},
+       {"32"},
+       "64, 128 or auto"},
       {"CNN_WGMMA_NHWC_BN32",
        field<&EnvSwitches::wgmma_nhwc_bn32>,
        {{nullptr, true}, {"0", false}},

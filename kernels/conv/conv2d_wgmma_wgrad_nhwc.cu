@@ -2,19 +2,21 @@
 // The GEMM dw (M = OC, N = (tap, C)) += A (M, K) B (K, N), K = the N*OH*OW output pixels. A
 // column "piece" q is one tap x 64 input channels (q = tap * chunks + chunk); a k-tile is 64
 // consecutive output pixels p0 .. p0 + 63 (across rows and images).
-// 384 threads in three warpgroups, two blocks an SM (a ring of 4 stages of 24 KB each):
-//   warpgroup 0, the producer: thread 0 alone fills the ring. Stage i holds three 8 KB boxes of
-//     64 pixel rows x 128 bytes (64 bf16), landing in the 128-byte swizzle:
+// 384 threads in three warpgroups (WgradNhwcPlan: two blocks an SM with a ring of 4 stages, or
+// one with 5-6):
+//   warpgroup 0, the producer: thread 0 alone fills the ring. A stage holds 8 KB boxes of 64 pixel
+//     rows x 128 bytes (64 bf16), landing in the 128-byte swizzle:
 //       dy: tiled TMA of the (N*OH*OW, OCp) dy copy, box {64 channels, 64 pixels} at (oc, p0):
 //           A^T, M-contiguous; pixels past the end are zero filled;
 //       x:  TMA im2col of the (N, H, W, Cp) x copy, 64 channels x 64 pixels walked in output-pixel
 //           order from p0's window corner, offset by the piece's tap: B, N-contiguous, exactly the
 //           forward's A tile (conv2d_wgmma_nhwc.cu), zero outside the image;
-//     kWideM: two dy boxes (128 output channels) and one x piece; else one dy box and two pieces.
-//   warpgroups 1 and 2, the consumers: consumer w multiplies its 64 x 64 quarter (dy box w and
-//     piece 0 with kWideM, dy box 0 and piece w without) with 4 wgmma.m64n64k16 a stage, both
-//     operands MN-major (sw128_mn_desc; a k16 step is 16 pixel rows, 2048 bytes on), keeping one
-//     stage's group in flight, then red.add's its FP32 tile into dw (K is split across blocks).
+//     one or two dy boxes (64 or 128 output channels) and one to four x pieces (the tile forms).
+//   warpgroups 1 and 2, the consumers: each multiplies 64 output channels by one or two pieces
+//     (the two split the dy boxes, or the pieces) with 4 wgmma.m64n64k16 or m64n128k16 a stage,
+//     both operands MN-major (sw128_mn_desc; a k16 step is 16 pixel rows, 2048 bytes on), keeping
+//     one stage's group in flight, then red.add's its FP32 tile into dw (K is split across
+//     blocks).
 // Every mbarrier wait is bounded (wgmma_ptx.cuh: a trap after 10 s).
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -31,6 +33,7 @@
 #include "kernels/conv/im2col_tma.cuh"
 #include "kernels/gemm/wgmma_ptx.cuh"
 #include "runtime/cuda_check.h"
+#include "runtime/env_switches.h"
 #include "runtime/error.h"
 #include "runtime/math_util.h"
 
@@ -42,37 +45,54 @@ using namespace wgmma;
 constexpr int kPix = 64;               // output pixels a k-tile
 constexpr int kBlockC = 64;            // bf16 channels a 128-byte row
 constexpr int kBoxBytes = kPix * 128;  // one box: 64 pixel rows of 128 bytes
-constexpr int kStageBytes = 3 * kBoxBytes;
-constexpr int kStages = 4;
 constexpr int kThreads = 384;
-constexpr int kPerSm = 2;
-constexpr int kBarrierOffset = kStages * kStageBytes;
-constexpr int kSmemBytes = 1024 + kBarrierOffset + 2 * kStages * 8;  // + 1024-byte alignment
-static_assert(kPerSm * (kSmemBytes + 1024) <= 228 * 1024, "over the per-SM shared memory");
-constexpr int kSplitBlocksPerSm = kPerSm;  // the grid the split pick aims for: one wave
+
+// One tile form: a stage holds kBoxesA dy boxes (64 output channels each) and kPieces x pieces;
+// the two consumers split the dy boxes (kBoxesA 2: each takes every piece) or the pieces
+// (kBoxesA 1: each takes half), so each multiplies 64 rows x kPerConsumer pieces, wgmma n64 or
+// n128. The n64 forms fit two blocks an SM (58 registers, 4 stages of 24 KB each); the n128
+// forms (64 accumulators a thread) one, with a deeper ring.
+template <int kBoxesA, int kPieces>
+struct WgradNhwcPlan {
+  static_assert((kBoxesA == 2 && (kPieces == 1 || kPieces == 2)) ||
+                    (kBoxesA == 1 && (kPieces == 2 || kPieces == 4)),
+                "128 x 64, 128 x 128, 64 x 128 or 64 x 256 tiles");
+  static constexpr int kPerConsumer = kBoxesA == 2 ? kPieces : kPieces / 2;
+  static constexpr int kAcc = 32 * kPerConsumer;
+  static constexpr int kStageBytes = (kBoxesA + kPieces) * kBoxBytes;
+  static constexpr int kPerSm = kPerConsumer == 1 ? 2 : 1;
+  static constexpr int kRingBytes = kPerSm == 2 ? 96 * 1024 : 200 * 1024;
+  static constexpr int kStages = kRingBytes / kStageBytes < 8 ? kRingBytes / kStageBytes : 8;
+  static constexpr int kBarrierOffset = kStages * kStageBytes;
+  static constexpr int kSmemBytes = 1024 + kBarrierOffset + 2 * kStages * 8;  // + alignment
+  // 228 KB an SM, 1 KB of it reserved per resident block.
+  static_assert(kPerSm * (kSmemBytes + 1024) <= 228 * 1024, "over the per-SM shared memory");
+  static_assert(kStages >= 4, "a ring of at least 4 stages");
+};
 
 struct WgradNhwcParams {
   float* dw;                    // (OC, C, KH, KW)
   int oc, oc_pad, c, taps, kw;  // oc_pad: OC rounded up to 64; taps = KH * KW
   int chunks, pieces;           // chunks = Cp / 64, pieces = taps * chunks
   int ktiles;                   // ceil(N*OH*OW / 64)
-  int tiles_n;                  // column tiles (of 1 or 2 pieces)
+  int tiles_n;                  // column tiles (of kPieces pieces)
   int oh, ow, stride_h, stride_w, lower_h, lower_w;
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define CNN_WGRAD_NHWC_DEVICE_CODE 1
 
-template <bool kWideM>
+template <int kBoxesA, int kPieces>
 __device__ __forceinline__ void wgrad_nhwc_body(const CUtensorMap& map_dy, const CUtensorMap& map_x,
                                                 const WgradNhwcParams& p) {
-  constexpr int kBoxesA = kWideM ? 2 : 1, kPieces = kWideM ? 1 : 2;
+  using P = WgradNhwcPlan<kBoxesA, kPieces>;
+  constexpr int kStages = P::kStages, kPC = P::kPerConsumer;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  const uint32_t bars = base + kBarrierOffset;
+  const uint32_t bars = base + P::kBarrierOffset;
   auto full = [&](int s) { return bars + 8u * s; };
   auto empty = [&](int s) { return bars + 8u * (kStages + s); };
-  auto box = [&](int s, int b) { return base + uint32_t(s * kStageBytes + b * kBoxBytes); };
+  auto box = [&](int s, int b) { return base + uint32_t(s * P::kStageBytes + b * kBoxBytes); };
 
   const int tid = threadIdx.x;
   const int tile_m = int(blockIdx.x) / p.tiles_n, tile_n = int(blockIdx.x) % p.tiles_n;
@@ -102,7 +122,7 @@ __device__ __forceinline__ void wgrad_nhwc_body(const CUtensorMap& map_dy, const
       const int img = p0 / pix, r = p0 - img * pix;
       const int oy = r / p.ow, ox = r - oy * p.ow;
       const int x0 = p.lower_w + ox * p.stride_w, y0 = p.lower_h + oy * p.stride_h;
-      mbar_arrive_expect_tx(full(s), kStageBytes);
+      mbar_arrive_expect_tx(full(s), P::kStageBytes);
       // A dy box past the padded channels (the second of a last 128-row tile) is loaded as the
       // last one: its rows lie past OC and are not stored, and no box lies wholly outside the
       // tensor.
@@ -124,23 +144,29 @@ __device__ __forceinline__ void wgrad_nhwc_body(const CUtensorMap& map_dy, const
   if (wg == 0) return;
 
   const int w = wg - 1, lane = tid & 31;
-  float acc[32];
+  float acc[P::kAcc];
 #pragma unroll
-  for (int i = 0; i < 32; ++i) acc[i] = 0.f;
-  const int a_box = kWideM ? w : 0, b_box = kBoxesA + (kWideM ? 0 : w);
+  for (int i = 0; i < P::kAcc; ++i) acc[i] = 0.f;
+  // Consumer w's dy box and its first piece; its kPC pieces lie next to each other.
+  const int a_box = kBoxesA == 2 ? w : 0, b_first = kBoxesA == 2 ? 0 : w * kPC;
   for (int i = 0; i < nk; ++i) {
     const int s = i % kStages;
     mbar_wait(full(s), (i / kStages) & 1);
-    // Each operand is one atom wide (64 elements along M or N), so the M/N stride is never
-    // used; it is given the k-group stride too, which makes the descriptor read the same
-    // whichever of its two offsets the hardware takes as the k stride of an MN-major layout.
+    // A 64-wide operand is one atom along M or N, so its M/N stride is never used; it is given
+    // the k-group stride too, which makes the descriptor read the same whichever of its two
+    // offsets the hardware takes as the k stride of an MN-major layout. B of n128: two atoms,
+    // the second piece's box kBoxBytes further.
     const uint64_t da = sw128_mn_desc(box(s, a_box), 1024);
-    const uint64_t db = sw128_mn_desc(box(s, b_box), 1024);
+    const uint64_t db = sw128_mn_desc(box(s, kBoxesA + b_first), kPC == 2 ? kBoxBytes : 1024);
     wgmma_fence();
     fence_acc(acc);
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)  // 16 pixel rows (2048 bytes, 128 in the descriptor) a step
-      wgmma_m64n64k16_bf16_mn(acc, da + 128 * kk, db + 128 * kk);
+    for (int kk = 0; kk < 4; ++kk) {  // 16 pixel rows (2048 bytes, 128 in the descriptor) a step
+      if constexpr (kPC == 2)
+        wgmma_m64n128k16_bf16_mn(acc, da + 128 * kk, db + 128 * kk);
+      else
+        wgmma_m64n64k16_bf16_mn(acc, da + 128 * kk, db + 128 * kk);
+    }
     wgmma_commit();
     fence_acc(acc);
     wgmma_wait<1>();  // the previous stage's products are done: release it
@@ -149,33 +175,36 @@ __device__ __forceinline__ void wgrad_nhwc_body(const CUtensorMap& map_dy, const
   }
   wgmma_wait<0>();
   fence_acc(acc);
+  if (nk == 0) return;
 
   // Thread (warp v of the consumer, lane l) holds rows 16 v + l / 4 (+ 8) and columns
-  // 8 j + 2 (l % 4) (+ 1) of the 64 x 64 quarter (wgmma_ptx.cuh's accumulator layout).
-  const int q = q0 + (kWideM ? 0 : w);
-  if (nk == 0 || q >= p.pieces) return;
-  const int tap = q / p.chunks, cbase = (q - tap * p.chunks) * kBlockC;
+  // 8 j + 2 (l % 4) (+ 1) of its 64 x 64 kPC tile (wgmma_ptx.cuh's accumulator layout); column
+  // block j / 8 is piece b_first + j / 8.
   const int v = (tid / 32) & 3;
   const int row0 = oc0 + 64 * a_box + 16 * v + lane / 4;
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
+  for (int j = 0; j < 8 * kPC; ++j) {
+    const int q = q0 + b_first + j / 8;
+    if (q >= p.pieces) break;
+    const int tap = q / p.chunks, cbase = (q - tap * p.chunks) * kBlockC;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int oc = row0 + 8 * (e >> 1), c = cbase + 8 * j + 2 * (lane & 3) + (e & 1);
+      const int oc = row0 + 8 * (e >> 1), c = cbase + 8 * (j % 8) + 2 * (lane & 3) + (e & 1);
       if (oc < p.oc && c < p.c)
         atomicAdd(p.dw + (int64_t(oc) * p.c + c) * p.taps + tap, acc[4 * j + e]);
     }
+  }
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-template <bool kWideM>
-__global__ void __launch_bounds__(kThreads, kPerSm)
+template <int kBoxesA, int kPieces>
+__global__ void __launch_bounds__(kThreads, WgradNhwcPlan<kBoxesA, kPieces>::kPerSm)
     wgrad_nhwc_kernel(const __grid_constant__ CUtensorMap map_dy,
                       const __grid_constant__ CUtensorMap map_x, const WgradNhwcParams p) {
   ptx::griddep_enter();
 #ifdef CNN_WGRAD_NHWC_DEVICE_CODE
-  wgrad_nhwc_body<kWideM>(map_dy, map_x, p);
+  wgrad_nhwc_body<kBoxesA, kPieces>(map_dy, map_x, p);
 #else
   (void)map_dy;
   (void)map_x;
@@ -204,22 +233,49 @@ WgradNhwcLayout wgrad_nhwc_layout(const Conv2dShape& s) {
   return l;
 }
 
-bool wide_m(const Conv2dShape& s) {
-  return s.oc > 64;
+// The tile form of a call: two dy boxes (128 output channels) where OC > 64, else one; each
+// consumer n64 (two blocks an SM), or n128 (two pieces, one block an SM) where `consumer_n` asks
+// for it. n64 is the default: on the H200 (BF16, batch 128) n128 took 0.92-1.25x n64's time
+// over VGG's and the ResNet's weight gradients, faster only on the ResNet's 64-channel 14x14
+// layers (0.92x) and VGG's conv3 (0.99x).
+struct WgradNhwcForm {
+  int boxes_a = 1, pieces = 2, per_sm = 2;  // per_sm: WgradNhwcPlan's kPerSm
+};
+WgradNhwcForm wgrad_nhwc_form(const Conv2dShape& s, int consumer_n) {
+  const int64_t pieces = int64_t(s.kh) * s.kw * ceil_div<int64_t>(s.c, kBlockC);
+  WgradNhwcForm f;
+  f.boxes_a = s.oc > 64 ? 2 : 1;
+  const bool n128 = consumer_n == 128 && pieces >= 2;
+  f.pieces = (f.boxes_a == 2 ? 1 : 2) * (n128 ? 2 : 1);
+  f.per_sm = n128 ? 1 : 2;
+  return f;
 }
 
-// Blocks per column of tiles: enough for a wave of kSplitBlocksPerSm blocks an SM, at least
-// 4 k-tiles each (the epilogue's atomics cost about as much as 4 stages), at most one split per
-// k-tile.
-int pick_splits(const Conv2dShape& s, int sms) {
+// Blocks per column of tiles: enough for a wave of the form's blocks an SM, at least 4 k-tiles
+// each (the epilogue's atomics cost about as much as 4 stages), at most one split per k-tile.
+int pick_splits(const Conv2dShape& s, const WgradNhwcForm& f, int sms) {
   const WgradNhwcLayout l = wgrad_nhwc_layout(s);
   const int64_t ktiles = ceil_div<int64_t>(l.pixels, kPix);
   const int64_t pieces = int64_t(s.kh) * s.kw * (l.c_pad / kBlockC);
-  const bool wide = wide_m(s);
   const int64_t tiles =
-      ceil_div<int64_t>(s.oc, wide ? 128 : 64) * ceil_div<int64_t>(pieces, wide ? 1 : 2);
-  const int64_t want = std::max<int64_t>(1, (int64_t(sms) * kSplitBlocksPerSm) / tiles);
+      ceil_div<int64_t>(s.oc, 64 * f.boxes_a) * ceil_div<int64_t>(pieces, f.pieces);
+  const int64_t want = std::max<int64_t>(1, (int64_t(sms) * f.per_sm) / tiles);
   return int(std::max<int64_t>(1, std::min({want, ktiles / 4, int64_t(65535)})));
+}
+
+// The consumer width a call runs: the option's, else CNN_WGMMA_WGRAD_NHWC_N's (0: auto).
+int consumer_n_for(const WgmmaWgradNhwcOptions& opt) {
+  return opt.consumer_n ? opt.consumer_n : process_env_switches().wgmma_wgrad_nhwc_n;
+}
+
+template <int kBoxesA, int kPieces>
+void launch_form(dim3 grid, cudaStream_t stream, const CUtensorMap& map_dy,
+                 const CUtensorMap& map_x, const WgradNhwcParams& p) {
+  constexpr int smem = WgradNhwcPlan<kBoxesA, kPieces>::kSmemBytes;
+  auto kernel = wgrad_nhwc_kernel<kBoxesA, kPieces>;
+  CNN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<grid, kThreads, smem, stream>>>(map_dy, map_x, p);
+  CNN_LAUNCH_CHECK("conv2d_wgrad_wgmma_nhwc");
 }
 
 CUtensorMap make_dy_map(const uint16_t* d_dy, const WgradNhwcLayout& l) {
@@ -302,7 +358,8 @@ std::size_t conv2d_wgrad_wgmma_nhwc_scratch_floats(const Conv2dShape& s) {
 }
 
 int conv2d_wgrad_wgmma_nhwc_splits(const Conv2dShape& s) {
-  return pick_splits(s, conv2d_wgrad_wgmma_nhwc_available() ? sm_count() : 132);
+  return pick_splits(s, wgrad_nhwc_form(s, consumer_n_for({})),
+                     conv2d_wgrad_wgmma_nhwc_available() ? sm_count() : 132);
 }
 
 void conv2d_backward_weight_wgmma_nhwc(const Conv2dShape& s, const float* d_x, const float* d_dy,
@@ -317,6 +374,8 @@ void conv2d_backward_weight_wgmma_nhwc(const Conv2dShape& s, const float* d_x, c
             "(conv2d_wgrad_wgmma_nhwc_scratch_floats)",
             what, conv2d_wgrad_wgmma_nhwc_scratch_floats(s));
   CNN_CHECK(opt.splits >= 0, "{}: splits={} (expected 0 to pick, or at least 1)", what, opt.splits);
+  CNN_CHECK(opt.consumer_n == 0 || opt.consumer_n == 64 || opt.consumer_n == 128,
+            "{}: consumer_n={} (expected 0, 64 or 128)", what, opt.consumer_n);
   const Im2colGeometry geo = im2col_geometry(s, what, kBlockC);
   const WgradNhwcLayout l = wgrad_nhwc_layout(s);
   uint16_t* d_xc = reinterpret_cast<uint16_t*>(d_scratch);
@@ -327,7 +386,7 @@ void conv2d_backward_weight_wgmma_nhwc(const Conv2dShape& s, const float* d_x, c
 
   const CUtensorMap map_dy = make_dy_map(d_dyc, l);
   const CUtensorMap map_x = make_x_map(d_xc, s, geo);
-  const bool wide = wide_m(s);
+  const WgradNhwcForm f = wgrad_nhwc_form(s, consumer_n_for(opt));
   WgradNhwcParams p{};
   p.dw = d_dw;
   p.oc = s.oc;
@@ -338,23 +397,26 @@ void conv2d_backward_weight_wgmma_nhwc(const Conv2dShape& s, const float* d_x, c
   p.chunks = l.c_pad / kBlockC;
   p.pieces = p.taps * p.chunks;
   p.ktiles = int(ceil_div<int64_t>(l.pixels, kPix));
-  p.tiles_n = int(ceil_div<int64_t>(p.pieces, wide ? 1 : 2));
+  p.tiles_n = int(ceil_div<int64_t>(p.pieces, f.pieces));
   p.oh = s.oh();
   p.ow = s.ow();
   p.stride_h = s.stride_h;
   p.stride_w = s.stride_w;
   p.lower_h = geo.lower_h;
   p.lower_w = geo.lower_w;
-  const int64_t tiles = ceil_div<int64_t>(s.oc, wide ? 128 : 64) * p.tiles_n;
-  const int splits =
-      std::min(opt.splits > 0 ? opt.splits : pick_splits(s, sm_count()), std::min(p.ktiles, 65535));
+  const int64_t tiles = ceil_div<int64_t>(s.oc, 64 * f.boxes_a) * p.tiles_n;
+  const int splits = std::min(opt.splits > 0 ? opt.splits : pick_splits(s, f, sm_count()),
+                              std::min(p.ktiles, 65535));
   CNN_CHECK(tiles <= INT32_MAX, "{}: {} tiles exceed the grid limit", what, tiles);
   const dim3 grid{unsigned(tiles), unsigned(splits), 1u};
-  auto kernel = wide ? wgrad_nhwc_kernel<true> : wgrad_nhwc_kernel<false>;
-  CNN_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(map_dy, map_x, p);
-  CNN_LAUNCH_CHECK("conv2d_wgrad_wgmma_nhwc");
+  if (f.boxes_a == 2 && f.pieces == 1)
+    launch_form<2, 1>(grid, stream, map_dy, map_x, p);
+  else if (f.boxes_a == 2)
+    launch_form<2, 2>(grid, stream, map_dy, map_x, p);
+  else if (f.pieces == 2)
+    launch_form<1, 2>(grid, stream, map_dy, map_x, p);
+  else
+    launch_form<1, 4>(grid, stream, map_dy, map_x, p);
 }
 
 }  // namespace cnn

@@ -26,6 +26,10 @@ namespace cnn {
 
 struct WgmmaWgradNhwcOptions {
   int splits = 0;  // blocks K is split across per output tile: 0 picks, else 1 or more
+  // The columns each consumer warpgroup multiplies (wgmma n): 64 (two blocks an SM) or 128 (one
+  // block an SM, half the shared-memory operand traffic per product; where the layer has at
+  // least two x pieces); 0: CNN_WGMMA_WGRAD_NHWC_N, else 64 (faster on the H200).
+  int consumer_n = 0;
 };
 
 // True when this build has the sm_90a kernel and the current device is compute capability 9.0.

@@ -231,6 +231,13 @@ __device__ __forceinline__ void wgmma_m64n64k16_bf16_mn(float (&d)[32], uint64_t
                : CNN_WGMMA_D32
                : "l"(desc_a), "l"(desc_b));
 }
+__device__ __forceinline__ void wgmma_m64n128k16_bf16_mn(float (&d)[64], uint64_t desc_a,
+                                                         uint64_t desc_b) {
+  asm volatile("{\nwgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " CNN_WGMMA_R64
+               ", 1, 1, 1, 1, 1;\n}\n"
+               : CNN_WGMMA_D64
+               : "l"(desc_a), "l"(desc_b));
+}
 // The 32-column ones (16 accumulators a thread), for narrow GEMMs (conv2d_wgmma_nhwc.cu's
 // 128 x 32 tiles: a convolution with 32 output channels, or 32 input channels' gradient).
 __device__ __forceinline__ void wgmma_m64n32k8_tf32(float (&d)[16], uint64_t desc_a,
