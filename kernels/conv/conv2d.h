@@ -43,6 +43,8 @@ void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
 // dw (OC, C, KH, KW) += sum over batch of x (*) dy; db (OC) += sum of dy (db may be null).
 // ACCUMULATES into dw/db (the caller zeroes gradients once per step). Default: atomicAdd;
 // ex.deterministic: fixed-order two-stage reduction through `scratch`, bitwise repeatable.
+// algo wgmma-nhwc at bf16 runs the BF16 channels-last kernel (conv2d_wgmma_wgrad_nhwc.h) where it
+// takes the call (a scratch given, no db, not deterministic), else the TF32 wgmma kernel.
 std::size_t conv2d_backward_weight_scratch_floats(const Conv2dShape& s, const Exec& ex);
 void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,
                             float* db, float* scratch, Algo algo, const Exec& ex);
