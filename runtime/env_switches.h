@@ -21,12 +21,12 @@
 
 namespace cnn {
 
-enum class GemmPathSwitch { Auto, Strided, Tile, Wgmma };             // CNN_GEMM_PATH
-enum class CpuIsaSwitch { Best, Scalar, Avx2, Avx512 };               // CNN_CPU_ISA
-enum class WgmmaConvGatherSwitch { Async, WaitGroup, Sync };          // CNN_WGMMA_CONV_GATHER
+enum class GemmPathSwitch { Auto, Strided, Tile, Wgmma };       // CNN_GEMM_PATH
+enum class CpuIsaSwitch { Best, Scalar, Avx2, Avx512 };         // CNN_CPU_ISA
+enum class WgmmaConvGatherSwitch { Async, WaitGroup, Sync };    // CNN_WGMMA_CONV_GATHER
 enum class DepthwiseKernelSwitch { Auto, Tile, Rows, Stream, Flat };  // CNN_DEPTHWISE_KERNEL
-enum class DepthwiseStreamStripsSwitch { Auto, Fill, Long };          // CNN_DEPTHWISE_STREAM_STRIPS
-enum class WgmmaWgradBSwitch { ByAlgo, Gather, Tma };                 // CNN_WGMMA_WGRAD_B
+enum class DepthwiseStreamStripsSwitch { Auto, Fill, Long };    // CNN_DEPTHWISE_STREAM_STRIPS
+enum class WgmmaWgradBSwitch { ByAlgo, Gather, Tma };           // CNN_WGMMA_WGRAD_B
 
 struct EnvSwitches {
   // Overrides of options.
@@ -42,8 +42,8 @@ struct EnvSwitches {
   // waiting in ptx::griddep_enter for the one before it (runtime/graph_overlap.h): once every
   // block of the one before has exited, or begun; 0: after it has completed.
   GraphOverlap graph_overlap = GraphOverlap::AtExit;
-  std::string nccl_library;     // CNN_NCCL_LIBRARY: libnccl.so.2's path (or its folder)
-  double nccl_timeout_s = 600;  // CNN_NCCL_TIMEOUT_S: a collective slower than this fails
+  std::string nccl_library;         // CNN_NCCL_LIBRARY: libnccl.so.2's path (or its folder)
+  double nccl_timeout_s = 600;      // CNN_NCCL_TIMEOUT_S: a collective slower than this fails
   // CNN_AUTOTUNE_CACHE: unset: the user's cache file; "0" or "off": no cache (""); else this file.
   std::optional<std::string> autotune_cache;
   bool data_cache = true;  // CNN_DATA_CACHE=0: no decoded copy beside gzip IDX image files
