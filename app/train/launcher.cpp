@@ -90,8 +90,17 @@ LaunchResult launch_ranks(const LaunchRequest& req) {
     for (size_t r = 0; r < pids.size(); ++r)
       if (pids[r] > 0) kill(pids[r], sig);
   };
+  // SIGINT and SIGTERM stay blocked across each fork: a child must not run the launcher's
+  // handler (which would swallow a stop sent before it resets its dispositions); it resets
+  // them first and only then unblocks, so a stop sent early is delivered then and kills it.
+  sigset_t stops, before;
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGINT);
+  sigaddset(&stops, SIGTERM);
   for (int r = 0; r < req.world; ++r) {
+    sigprocmask(SIG_BLOCK, &stops, &before);
     const pid_t pid = fork();
+    if (pid != 0) sigprocmask(SIG_SETMASK, &before, nullptr);
     if (pid < 0) {
       const std::string why = std::strerror(errno);
       stop_all(SIGKILL);
@@ -102,6 +111,7 @@ LaunchResult launch_ranks(const LaunchRequest& req) {
       // The child: only async-signal-safe work before exec, plus setenv (single-threaded here).
       std::signal(SIGINT, SIG_DFL);
       std::signal(SIGTERM, SIG_DFL);
+      sigprocmask(SIG_UNBLOCK, &stops, nullptr);
       setenv("CNN_RANK", std::to_string(r).c_str(), 1);
       setenv("CNN_WORLD_SIZE", std::to_string(req.world).c_str(), 1);
       setenv("CNN_LOCAL_RANK", std::to_string(r).c_str(), 1);
