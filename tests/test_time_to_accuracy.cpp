@@ -171,12 +171,15 @@ TEST(TimeToAccuracy, StartupClockBooksEachPhaseOnce) {
   EXPECT_EQ(clock.phases()[0].first, "exec to main");
   EXPECT_GE(clock.phases()[0].second, 0);
   clock.mark("config");  // since main: in a test binary, the tests before this one
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // 200 ms: long beside a preempted mark under a loaded sanitizer build, so the checks below hold.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   clock.mark("dataset decode");
   clock.mark("autotune");
   ASSERT_EQ(clock.phases().size(), 4u);
-  EXPECT_GE(clock.phases()[2].second, 0.015);
+  EXPECT_GE(clock.phases()[2].second, 0.195);
   EXPECT_LT(clock.phases()[3].second, clock.phases()[2].second);
-  EXPECT_GE(clock.seconds_since_start(), 0.02);
-  EXPECT_TRUE(test::contains(clock.describe(), "dataset decode 0.0")) << clock.describe();
+  EXPECT_GE(clock.seconds_since_start(), 0.2);
+  EXPECT_TRUE(test::contains(clock.describe(), "dataset decode 0.") ||
+              test::contains(clock.describe(), "dataset decode 1."))
+      << clock.describe();
 }
