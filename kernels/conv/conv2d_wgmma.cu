@@ -143,13 +143,8 @@ __device__ __forceinline__ void conv_wgmma_body(const CUtensorMap& map_b, const 
   const int nk = kt_end - kt_begin;
   const bool async = p.gather == kAsync;
 
-  if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(full(s), 128 + (kBTma ? 1 : 0));  // one arrival per producer thread (+ TMA's)
-      mbar_init(empty(s), 8);                     // lane 0 of each consumer warp
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  // full: one arrival per producer thread (+ TMA's); empty: lane 0 of each consumer warp.
+  if (tid == 0) mbar_init_ring(bars, kStages, 128 + (kBTma ? 1 : 0), 8);
   __syncthreads();
 
   const int wg = tid / 128;

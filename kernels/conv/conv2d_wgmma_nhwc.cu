@@ -252,23 +252,15 @@ __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a, const C
   const int kt_end = int(int64_t(p.ktiles) * (rank + 1) / nsplit);
   const int nk = kt_end - kt_begin;
 
-  if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(full(s), 1);   // the producer's arrive.expect_tx; the copies complete the bytes
-      mbar_init(empty(s), 8);  // lane 0 of each consumer warp
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  // full: the producer's arrive.expect_tx (the copies complete the bytes); empty: lane 0 of each
+  // consumer warp.
+  if (tid == 0) mbar_init_ring(bars, kStages, 1, 8);
   __syncthreads();
 
   const int wg = tid / 128;
   if (tid == 0) {
-    // The tile's first output pixel and the top-left input pixel of its filter window: where the
-    // im2col traversal starts (im2col_start).
-    const int pix = p.oh * p.ow;
-    const int img = m0 / pix, r = m0 - img * pix;
-    const int oy = r / p.ow, ox = r - oy * p.ow;
-    const int x0 = p.lower_w + ox * p.stride_w, y0 = p.lower_h + oy * p.stride_h;
+    const Im2colCorner at =
+        im2col_corner(m0, p.oh, p.ow, p.stride_h, p.stride_w, p.lower_h, p.lower_w);
     for (int i = 0; i < nk; ++i) {
       const int s = i % kStages;
       if (i >= kStages) mbar_wait(empty(s), ((i / kStages) - 1) & 1);
@@ -276,7 +268,8 @@ __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a, const C
       const int tap = kt / p.chunks, c0 = (kt - tap * p.chunks) * kBK;
       const int ky = tap / p.kw, kx = tap - ky * p.kw;
       mbar_arrive_expect_tx(full(s), P::kStageBytes);
-      tma_load_im2col_4d(tile_a(s), &map_a, c0, x0, y0, img, uint16_t(kx), uint16_t(ky), full(s));
+      tma_load_im2col_4d(tile_a(s), &map_a, c0, at.x, at.y, at.n, uint16_t(kx), uint16_t(ky),
+                         full(s));
       tma_load_2d(tile_b(s), &map_b, kt * kBK, n0, full(s));
       if constexpr (kSplit) tma_load_2d(tile_b_small(s), &map_b_small, kt * kBK, n0, full(s));
     }

@@ -225,17 +225,13 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB, kSplit>::kThreads,
   const int run = kBoxB ? p.b.run : 8;
   const int live_pieces = kBoxB ? max(0, min(kBN / run, p.groups - (n0 >> p.run_shift))) : 0;
   const int nboxes = live_pieces * (kBoxB ? p.b.boxes_per_piece : 1);
-  if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      // The 128 producer threads' cp.async arrivals (when they gather), plus thread 0's
-      // expect_tx arrival for TMA.
-      mbar_init(full(s), (kBoxB && kTmaA ? 0 : 128) + (kTmaA || kBoxB ? 1 : 0));
-      // Lane 0 of each consumer warp; with kSplit every consumer thread, each releasing its own
-      // in-place writes of the stage before the producer copies into it again.
-      mbar_init(empty(s), kSplit ? 128 * P::kConsumers : 4 * P::kConsumers);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  // full: the 128 producer threads' cp.async arrivals (when they gather), plus thread 0's
+  // expect_tx arrival for TMA. empty: lane 0 of each consumer warp; with kSplit every consumer
+  // thread, each releasing its own in-place writes of the stage before the producer copies into
+  // it again.
+  if (tid == 0)
+    mbar_init_ring(bars, kStages, (kBoxB && kTmaA ? 0 : 128) + (kTmaA || kBoxB ? 1 : 0),
+                   kSplit ? 128 * P::kConsumers : 4 * P::kConsumers);
   // Column table: thread t < 128 decomposes column n0 + t once, {offset of tap (c, kh, kw) from
   // the window origin in x, kh, kw, live}; a column past C*KH*KW gets its constant row (ones for
   // db, else zeros) in every stage now, never copied again. Box mode: entry b < nboxes is box

@@ -101,27 +101,19 @@ __device__ __forceinline__ void wgrad_nhwc_body(const CUtensorMap& map_dy, const
   const int kt_begin = int(int64_t(p.ktiles) * split / nsplit);
   const int nk = int(int64_t(p.ktiles) * (split + 1) / nsplit) - kt_begin;
 
-  if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(full(s), 1);   // the producer's arrive.expect_tx; the copies complete the bytes
-      mbar_init(empty(s), 8);  // lane 0 of each consumer warp
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  // full: the producer's arrive.expect_tx (the copies complete the bytes); empty: lane 0 of each
+  // consumer warp.
+  if (tid == 0) mbar_init_ring(bars, kStages, 1, 8);
   __syncthreads();
 
   const int wg = tid / 128;
   if (tid == 0) {
-    const int pix = p.oh * p.ow;
     for (int i = 0; i < nk; ++i) {
       const int s = i % kStages;
       if (i >= kStages) mbar_wait(empty(s), ((i / kStages) - 1) & 1);
       const int p0 = (kt_begin + i) * kPix;
-      // The k-tile's first output pixel and the top-left input pixel of its window: where the
-      // im2col walk starts (im2col_start).
-      const int img = p0 / pix, r = p0 - img * pix;
-      const int oy = r / p.ow, ox = r - oy * p.ow;
-      const int x0 = p.lower_w + ox * p.stride_w, y0 = p.lower_h + oy * p.stride_h;
+      const Im2colCorner at =
+          im2col_corner(p0, p.oh, p.ow, p.stride_h, p.stride_w, p.lower_h, p.lower_w);
       mbar_arrive_expect_tx(full(s), P::kStageBytes);
       // A dy box past the padded channels (the second of a last 128-row tile) is loaded as the
       // last one: its rows lie past OC and are not stored, and no box lies wholly outside the
@@ -136,8 +128,8 @@ __device__ __forceinline__ void wgrad_nhwc_body(const CUtensorMap& map_dy, const
         const int q = min(q0 + b, p.pieces - 1);
         const int tap = q / p.chunks, c0 = (q - tap * p.chunks) * kBlockC;
         const int ky = tap / p.kw, kx = tap - ky * p.kw;
-        tma_load_im2col_4d(box(s, kBoxesA + b), &map_x, c0, x0, y0, img, uint16_t(kx), uint16_t(ky),
-                           full(s));
+        tma_load_im2col_4d(box(s, kBoxesA + b), &map_x, c0, at.x, at.y, at.n, uint16_t(kx),
+                           uint16_t(ky), full(s));
       }
     }
   }

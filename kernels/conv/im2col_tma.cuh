@@ -26,6 +26,19 @@ __device__ __forceinline__ void tma_load_im2col_4d(uint32_t dst, const CUtensorM
       "h"(off_y)
       : "memory");
 }
+
+// Where the im2col walk of a tile starts (im2col_start, conv2d_nhwc_layout.h): the image of the
+// tile's first output pixel m0 and the top-left input pixel of that pixel's filter window.
+struct Im2colCorner {
+  int x, y, n;
+};
+__device__ __forceinline__ Im2colCorner im2col_corner(int m0, int oh, int ow, int stride_h,
+                                                      int stride_w, int lower_h, int lower_w) {
+  const int pix = oh * ow;
+  const int img = m0 / pix, r = m0 - img * pix;
+  const int oy = r / ow, ox = r - oy * ow;
+  return {lower_w + ox * stride_w, lower_h + oy * stride_h, img};
+}
 #endif
 
 // cuTensorMapEncodeIm2col through the runtime's driver entry point (no -lcuda).

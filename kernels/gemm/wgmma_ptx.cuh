@@ -40,6 +40,17 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t byt
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
                : "memory");
 }
+// A ring of `stages` stages' barriers at `bars`: full[s] at bars + 8 s, empty[s] after them,
+// expecting full_count and empty_count arrivals a phase; by one thread, then the fence that makes
+// the initialization visible to the async proxy (the caller syncs the block after it).
+__device__ __forceinline__ void mbar_init_ring(uint32_t bars, int stages, uint32_t full_count,
+                                               uint32_t empty_count) {
+  for (int s = 0; s < stages; ++s) {
+    mbar_init(bars + 8u * s, full_count);
+    mbar_init(bars + 8u * (stages + s), empty_count);
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
 __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;
   asm volatile(
