@@ -1,5 +1,6 @@
 #include "app/train/launcher.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -98,9 +99,9 @@ LaunchResult launch_ranks(const LaunchRequest& req) {
   sigaddset(&stops, SIGINT);
   sigaddset(&stops, SIGTERM);
   for (int r = 0; r < req.world; ++r) {
-    sigprocmask(SIG_BLOCK, &stops, &before);
+    pthread_sigmask(SIG_BLOCK, &stops, &before);  // this thread's mask, which the child inherits
     const pid_t pid = fork();
-    if (pid != 0) sigprocmask(SIG_SETMASK, &before, nullptr);
+    if (pid != 0) pthread_sigmask(SIG_SETMASK, &before, nullptr);
     if (pid < 0) {
       const std::string why = std::strerror(errno);
       stop_all(SIGKILL);
