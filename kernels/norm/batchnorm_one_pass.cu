@@ -59,9 +59,11 @@ struct ChannelValues {
 // Value j of the channel at p, or `fill` past M. Branch-free: a value past M loads value 0
 // instead (in bounds, cached) and is replaced, so that no lane of a warp skips a load and the
 // warp reaches the barriers after it converged (compute-sanitizer's synccheck saw the warps of
-// a cluster's last block, where some lanes are past M, arrive split).
-__device__ __forceinline__ float load_value(const ChannelValues& cv, const float* __restrict__ p,
-                                            int j, float fill) {
+// a cluster's last block, where some lanes are past M, arrive split). [[maybe_unused]]: only the
+// sm_90 kernels read it.
+[[maybe_unused]] __device__ __forceinline__ float load_value(const ChannelValues& cv,
+                                                             const float* __restrict__ p, int j,
+                                                             float fill) {
   const bool in = j < cv.m;
   const float v = __ldg(p + cv.offset(in ? j : 0));
   return in ? v : fill;
