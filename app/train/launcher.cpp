@@ -92,8 +92,9 @@ LaunchResult launch_ranks(const LaunchRequest& req) {
       if (pids[r] > 0) kill(pids[r], sig);
   };
   // SIGINT and SIGTERM stay blocked across each fork: a child must not run the launcher's
-  // handler (which would swallow a stop sent before it resets its dispositions); it resets
-  // them first and only then unblocks, so a stop sent early is delivered then and kills it.
+  // handler, which would swallow a stop sent before the child resets its dispositions. The
+  // child resets them first and only then unblocks them, so an early stop is held until then
+  // and kills it.
   sigset_t stops, before;
   sigemptyset(&stops);
   sigaddset(&stops, SIGINT);
