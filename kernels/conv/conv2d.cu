@@ -2,7 +2,9 @@
 //   forward:          _naive (one thread per output), _tiled (shared-memory input tile + halo)
 //   backward_data:    _naive (gather: one thread per dx element, no atomics)
 //   backward_weight:  _naive (one thread per weight, serial sum), _tiled (per-chunk block
-//                     reductions, then atomicAdd or a fixed-order second stage)
+//                     reductions, then atomicAdd or a fixed-order second stage); algo tiled
+//                     runs the direct register-tiled kernel instead on stride-1 3x3 shapes
+//                     (conv2d_wgrad_direct.h)
 // Every kernel walks its work with a grid-stride loop over a 1-D grid, so no grid dimension
 // limits the batch or channel count. Indices that can exceed 2^31 are int64.
 #include <cuda_runtime.h>
@@ -12,6 +14,7 @@
 
 #include "kernels/common/ptx.cuh"
 #include "kernels/conv/conv2d_cuda.h"
+#include "kernels/conv/conv2d_wgrad_direct.h"
 #include "kernels/conv/direct_conv_common.cuh"
 #include "runtime/cuda_check.h"
 #include "runtime/math_util.h"
@@ -355,6 +358,11 @@ void conv2d_backward_data_cuda(const Conv2dShape& s, const float* d_dy, const fl
 void conv2d_backward_weight_cuda(const Conv2dShape& s, const float* d_x, const float* d_dy,
                                  float* d_dw, float* d_db, float* d_scratch, Algo algo,
                                  bool deterministic, cudaStream_t stream) {
+  // Tiled: the direct register-tiled kernel where it takes the shape (stride-1 3x3).
+  if (algo == Algo::Tiled && wgrad_direct_supported(s)) {
+    conv2d_backward_weight_direct_cuda(s, d_x, d_dy, d_dw, d_db, d_scratch, deterministic, stream);
+    return;
+  }
   const ConvDims d = dims_of(s);
   // One shared-memory column of partial sums per thread and job (taps + bias).
   const std::size_t smem = (static_cast<std::size_t>(d.kh) * d.kw + 1) * kBlock * sizeof(float);

@@ -1,10 +1,12 @@
 #pragma once
 // CUDA launchers of the 2-D convolution (conv2d.cu). Called by conv2d.cpp after the shape check;
 // all pointers are device pointers and every launch is asynchronous on `stream`.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
 #include "kernels/conv/conv2d.h"
+#include "kernels/conv/conv2d_wgrad_direct_plan.h"
 #include "runtime/stream.h"
 
 namespace cnn {
@@ -24,11 +26,13 @@ inline int64_t conv2d_wgrad_slots(const Conv2dShape& s) {
   return static_cast<int64_t>(s.oc) * s.c * s.kh * s.kw + s.oc;
 }
 
-// Floats of scratch that conv2d_backward_weight_cuda needs (0 unless deterministic).
+// Floats of scratch that conv2d_backward_weight_cuda needs (0 unless deterministic): the tiled
+// kernel's chunks or the direct 3x3 kernel's splits (conv2d_wgrad_direct_plan.h).
 inline std::size_t conv2d_backward_weight_scratch_floats_cuda(const Conv2dShape& s,
                                                               bool deterministic) {
   if (!deterministic) return 0;
-  return static_cast<std::size_t>(conv2d_wgrad_chunks(s) * conv2d_wgrad_slots(s));
+  return std::max(static_cast<std::size_t>(conv2d_wgrad_chunks(s) * conv2d_wgrad_slots(s)),
+                  wgrad_direct_scratch_floats(s, deterministic));
 }
 
 void conv2d_forward_cuda(const Conv2dShape& s, const float* d_x, const float* d_w, const float* d_b,

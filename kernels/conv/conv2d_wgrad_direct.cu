@@ -1,0 +1,232 @@
+// The direct FP32 weight gradient of stride-1 3x3 convolutions; the scheme is described in
+// conv2d_wgrad_direct_plan.h.
+//
+// Thread mapping (256 threads): group g = tid / 128 takes the runs g, g + 2, ... of every unit;
+// inside a group, warp w (0..3) and lane l own output channels to + 8 i (i < 4, to = l % 8) and
+// input channels tc + 16 j (j < 2, tc = 4 w + l / 8) of the block's tile, for all 9 taps. A warp
+// thus reads 8 distinct dy rows and 4 distinct input rows at one offset: each 16-byte load is
+// broadcast to the lanes that share it, and the channel strides (an odd number of 16-byte words)
+// put the distinct rows in distinct bank groups.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/common/ptx.cuh"
+#include "kernels/conv/conv2d_wgrad_direct.h"
+#include "kernels/conv/direct_conv_common.cuh"
+#include "runtime/cuda_check.h"
+#include "runtime/error.h"
+
+namespace cnn {
+namespace {
+
+constexpr int kGroupThreads = kWgradDirectThreads / 2;
+constexpr int kTileRow = kWgradDirectCTile * 9 + 1;  // the epilogue tile's row stride (floats)
+
+struct DirectArgs {
+  const float* x;
+  const float* dy;
+  float* dw;
+  float* db;       // null: no bias gradient
+  float* scratch;  // deterministic: (splits, slots) partial tiles; null: atomics
+  int n, c, h, w, oc, oh, ow, ph, pw;
+  int rows, bands, runs, dy_row, x_row, x_rows, x_chan, dy_chan, stage_floats, tiles_c;
+  int64_t units, slots;
+  int splits;
+};
+
+// Stages unit u (image n, band of rows from oy0) of the tile into one stage: the input channels
+// c0.. (x_rows rows of x_row floats from input row oy0 - ph and column -pw, zero outside the image
+// and past C) and the output channels oc0.. (rows rows of dy_row floats, zero past OW, OH, OC).
+// A warp copies one staged row at a time, its lanes along the row.
+__device__ __forceinline__ void stage_unit(const DirectArgs& a, int64_t u, int c0, int oc0,
+                                           float* xs, float* ds) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  constexpr int kWarps = kWgradDirectThreads / 32;
+  const int n = static_cast<int>(u / a.bands);
+  const int oy0 = static_cast<int>(u % a.bands) * a.rows;
+  for (int row = warp; row < kWgradDirectCTile * a.x_rows; row += kWarps) {
+    const int cl = row / a.x_rows, r = row - cl * a.x_rows;
+    const int c = c0 + cl, iy = oy0 - a.ph + r;
+    const bool row_ok = c < a.c && iy >= 0 && iy < a.h;
+    const float* src = a.x + ((int64_t{n} * a.c + (row_ok ? c : 0)) * a.h + (row_ok ? iy : 0)) * a.w;
+    float* dst = xs + cl * a.x_chan + r * a.x_row;
+    for (int j = lane; j < a.x_row; j += 32) {
+      const int ix = j - a.pw;
+      const bool ok = row_ok && ix >= 0 && ix < a.w;
+      ptx::cp_async4(dst + j, ok ? src + ix : a.x, ok);
+    }
+  }
+  for (int row = warp; row < kWgradDirectOcTile * a.rows; row += kWarps) {
+    const int ol = row / a.rows, r = row - ol * a.rows;
+    const int o = oc0 + ol, oy = oy0 + r;
+    const bool row_ok = o < a.oc && oy < a.oh;
+    const float* src =
+        a.dy + ((int64_t{n} * a.oc + (row_ok ? o : 0)) * a.oh + (row_ok ? oy : 0)) * a.ow;
+    float* dst = ds + ol * a.dy_chan + r * a.dy_row;
+    for (int j = lane; j < a.dy_row; j += 32) {
+      const bool ok = row_ok && j < a.ow;
+      ptx::cp_async4(dst + j, ok ? src + j : a.dy, ok);
+    }
+  }
+}
+
+// grid (splits, tiles_oc * tiles_c), kWgradDirectThreads threads, plan.smem bytes.
+template <bool kBias>
+__global__ void __launch_bounds__(kWgradDirectThreads, 2) wgrad_direct_kernel(DirectArgs a) {
+  ptx::griddep_enter();
+  extern __shared__ __align__(16) float smem[];
+  const int tid = threadIdx.x;
+  const int group = tid / kGroupThreads, gt = tid % kGroupThreads;
+  const int lane = gt & 31, gwarp = gt >> 5;
+  const int to = lane & 7, tc = 4 * gwarp + (lane >> 3);
+  const int tile_oc = blockIdx.y / a.tiles_c, tile_c = blockIdx.y % a.tiles_c;
+  const int oc0 = tile_oc * kWgradDirectOcTile, c0 = tile_c * kWgradDirectCTile;
+  const int split = blockIdx.x;
+  const int64_t u_begin = split * a.units / a.splits, u_end = (split + 1) * a.units / a.splits;
+  // Only the bias sums of the tile's first input-channel group (tc == 0) count.
+  const bool bias_thread = kBias && tile_c == 0 && tc == 0;
+
+  float acc[4][2][9];
+  float bsum[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    bsum[i] = 0.f;
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int t = 0; t < 9; ++t) acc[i][j][t] = 0.f;
+  }
+
+  int buf = 0;
+  stage_unit(a, u_begin, c0, oc0, smem, smem + kWgradDirectCTile * a.x_chan);
+  ptx::cp_async_commit();
+  for (int64_t u = u_begin; u < u_end; ++u) {
+    if (u + 1 < u_end) {
+      float* next = smem + (buf ^ 1) * a.stage_floats;
+      stage_unit(a, u + 1, c0, oc0, next, next + kWgradDirectCTile * a.x_chan);
+    }
+    ptx::cp_async_commit();
+    ptx::cp_async_wait<1>();
+    __syncthreads();
+
+    const float* xs = smem + buf * a.stage_floats;
+    const float* ds = xs + kWgradDirectCTile * a.x_chan;
+    const int oy0 = static_cast<int>(u % a.bands) * a.rows;
+    const int pairs = min(a.rows, a.oh - oy0) * a.runs;
+    // Run `group` of the unit, then every second one: (row, run) advanced without a division.
+    int row = group / a.runs, run = group - row * a.runs;
+    for (int pr = group; pr < pairs; pr += 2) {
+      const float* dp = ds + to * a.dy_chan + row * a.dy_row + 4 * run;
+      float g[4][4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float4 v = *reinterpret_cast<const float4*>(dp + i * 8 * a.dy_chan);
+        g[i][0] = v.x, g[i][1] = v.y, g[i][2] = v.z, g[i][3] = v.w;
+        if (bias_thread) bsum[i] += (v.x + v.y) + (v.z + v.w);
+      }
+      const float* xp = xs + tc * a.x_chan + row * a.x_row + 4 * run;
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int ky = 0; ky < 3; ++ky) {
+          const float* q = xp + j * 16 * a.x_chan + ky * a.x_row;
+          const float4 v = *reinterpret_cast<const float4*>(q);
+          const float2 e = *reinterpret_cast<const float2*>(q + 4);
+          const float xv[6] = {v.x, v.y, v.z, v.w, e.x, e.y};
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int kx = 0; kx < 3; ++kx)
+#pragma unroll
+              for (int p = 0; p < 4; ++p)
+                acc[i][j][ky * 3 + kx] = fmaf(g[i][p], xv[p + kx], acc[i][j][ky * 3 + kx]);
+        }
+      for (run += 2; run >= a.runs; run -= a.runs) ++row;
+    }
+    __syncthreads();  // every thread is done with this stage before it is refilled
+    buf ^= 1;
+  }
+  ptx::cp_async_wait<0>();  // the last (empty) group
+  __syncthreads();
+
+  // The block's tile in shared memory, dw's layout within a row: tile[ol][cl * 9 + tap] (row
+  // stride kTileRow), the biases after it. Group 1 stores, group 0 adds, then everyone publishes.
+  float* tile = smem;
+  float* tile_b = smem + kWgradDirectOcTile * kTileRow;
+  for (int step = 1; step >= 0; --step) {
+    if (group == step) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float* row = tile + (to + 8 * i) * kTileRow;
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int t = 0; t < 9; ++t) {
+            float* d = row + (tc + 16 * j) * 9 + t;
+            *d = step == 1 ? acc[i][j][t] : *d + acc[i][j][t];
+          }
+        if (bias_thread) tile_b[to + 8 * i] = step == 1 ? bsum[i] : tile_b[to + 8 * i] + bsum[i];
+      }
+    }
+    __syncthreads();
+  }
+
+  // dw (OC, C, 3, 3): the tile's row ol covers the contiguous weights (oc0 + ol, c0 .. c0 + 31).
+  const int c_valid = min(kWgradDirectCTile, a.c - c0);
+  const int row_len = c_valid * 9;
+  const int oc_valid = min(kWgradDirectOcTile, a.oc - oc0);
+  float* part = a.scratch ? a.scratch + int64_t{split} * a.slots : nullptr;
+  for (int e = tid; e < oc_valid * row_len; e += kWgradDirectThreads) {
+    const int ol = e / row_len, k = e - ol * row_len;
+    const int64_t slot = (int64_t{oc0 + ol} * a.c + c0) * 9 + k;
+    const float v = tile[ol * kTileRow + k];
+    if (part)
+      part[slot] = v;
+    else
+      atomicAdd(a.dw + slot, v);
+  }
+  if (kBias && tile_c == 0 && tid < oc_valid) {
+    const float v = tile_b[tid];
+    if (part)
+      part[int64_t{a.oc} * a.c * 9 + oc0 + tid] = v;
+    else
+      atomicAdd(a.db + oc0 + tid, v);
+  }
+}
+
+}  // namespace
+
+void conv2d_backward_weight_direct_cuda(const Conv2dShape& s, const float* d_x, const float* d_dy,
+                                        float* d_dw, float* d_db, float* d_scratch,
+                                        bool deterministic, cudaStream_t stream) {
+  const std::string why = wgrad_direct_refusal(s);
+  CNN_CHECK(why.empty(), "conv2d_backward_weight (direct): {}", why);
+  CNN_CHECK(!deterministic || d_scratch,
+            "conv2d_backward_weight (direct): deterministic mode needs {} floats of scratch",
+            wgrad_direct_scratch_floats(s, true));
+  const WgradDirectPlan p = wgrad_direct_plan(s);
+  DirectArgs a{d_x,      d_dy,     d_dw,   d_db,    deterministic ? d_scratch : nullptr,
+               s.n,      s.c,      s.h,    s.w,     s.oc,
+               s.oh(),   s.ow(),   s.pad_h, s.pad_w, p.rows,
+               p.bands,  p.runs,   p.dy_row, p.x_row, p.x_rows,
+               p.x_chan, p.dy_chan, p.stage_floats, p.tiles_c, p.units,
+               p.slots,  p.splits};
+  const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.tiles_oc * p.tiles_c));
+  const bool bias = d_db != nullptr;
+  const bool fits = bias ? fits_dynamic_smem(p.smem, wgrad_direct_kernel<true>)
+                         : fits_dynamic_smem(p.smem, wgrad_direct_kernel<false>);
+  CNN_CHECK(fits, "conv2d_backward_weight (direct): {} bytes of shared memory do not fit", p.smem);
+  if (bias)
+    wgrad_direct_kernel<true><<<grid, kWgradDirectThreads, p.smem, stream>>>(a);
+  else
+    wgrad_direct_kernel<false><<<grid, kWgradDirectThreads, p.smem, stream>>>(a);
+  CNN_LAUNCH_CHECK("wgrad_direct_kernel");
+  if (!deterministic) return;
+  const int64_t weights = int64_t{s.oc} * s.c * 9;
+  backward_weight_finish<<<grid_for_items(p.slots), kBlock, 0, stream>>>(weights, p.slots, p.splits,
+                                                                        d_scratch, d_dw, d_db);
+  CNN_LAUNCH_CHECK("backward_weight_finish (direct)");
+}
+
+}  // namespace cnn
