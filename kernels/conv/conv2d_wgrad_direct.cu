@@ -38,40 +38,49 @@ struct DirectArgs {
 // Stages unit u (image n, band of rows from oy0) of the tile into one stage: the input channels
 // c0.. (x_rows rows of x_row floats from input row oy0 - ph and column -pw, zero outside the image
 // and past C) and the output channels oc0.. (rows rows of dy_row floats, zero past OW, OH, OC).
-// A warp copies one staged row at a time, its lanes along the row; the next row is 8 rows on,
-// (channel, row) advanced without a division (a division a row cost 11% of the kernel's time).
-__device__ __forceinline__ void stage_unit(const DirectArgs& a, int64_t u, int c0, int oc0,
-                                           float* xs, float* ds) {
+// The x_rows + rows staged row positions are slots; warp w takes slots w, w + 8, ..., and for its
+// slot walks the 32 channels, lane j copying column j (and j + 32, ... for rows over 32 floats).
+// A row then costs ~7 instructions: the offsets only step by a plane. (A row a step of a loop
+// over (channel, row) took ~35, with a division ~70, and staging was a fifth to a third of the
+// kernel's instructions.)
+__device__ __forceinline__ void stage_unit(const DirectArgs& a, int u, int c0, int oc0, float* xs,
+                                           float* ds) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   constexpr int kWarps = kWgradDirectThreads / 32;
-  const int n = static_cast<int>(u / a.bands);
-  const int oy0 = static_cast<int>(u % a.bands) * a.rows;
-  const float* xn = a.x + int64_t{n} * a.c * a.h * a.w;  // image n; offsets inside it fit int
-  int cl = warp / a.x_rows, r = warp - cl * a.x_rows;
-  while (cl < kWgradDirectCTile) {
-    const int c = c0 + cl, iy = oy0 - a.ph + r;
-    const bool row_ok = c < a.c && iy >= 0 && iy < a.h;
-    const float* src = xn + (row_ok ? (c * a.h + iy) * a.w : 0) - a.pw;  // src[j]: column j - pw
-    float* dst = xs + cl * a.x_chan + r * a.x_row;
-    for (int j = lane; j < a.x_row; j += 32) {
-      const bool ok = row_ok && unsigned(j - a.pw) < unsigned(a.w);
-      ptx::cp_async4(dst + j, ok ? src + j : a.x, ok);
+  const int n = u / a.bands;
+  const int oy0 = (u - n * a.bands) * a.rows;
+  const int c_valid = a.c - c0, oc_valid = a.oc - oc0;  // channels of the tile inside the tensor
+  for (int slot = warp; slot < a.x_rows + a.rows; slot += kWarps) {
+    if (slot < a.x_rows) {
+      const int iy = oy0 - a.ph + slot;
+      const bool row_ok = unsigned(iy) < unsigned(a.h);
+      const float* src = a.x + (int64_t{n} * a.c + c0) * a.h * a.w;  // channel c0 of image n
+      const int plane = a.h * a.w;
+      for (int j = lane; j < a.x_row; j += 32) {
+        const bool ok = row_ok && unsigned(j - a.pw) < unsigned(a.w);
+        int off = iy * a.w + j - a.pw;
+        float* dst = xs + slot * a.x_row + j;
+#pragma unroll 4
+        for (int cl = 0; cl < kWgradDirectCTile; ++cl, off += plane, dst += a.x_chan) {
+          const bool v = ok && cl < c_valid;
+          ptx::cp_async4(dst, v ? src + off : a.x, v);
+        }
+      }
+    } else {
+      const int r = slot - a.x_rows, oy = oy0 + r;
+      const float* src = a.dy + (int64_t{n} * a.oc + oc0) * a.oh * a.ow;
+      const int plane = a.oh * a.ow;
+      for (int j = lane; j < a.dy_row; j += 32) {
+        const bool ok = oy < a.oh && j < a.ow;
+        int off = oy * a.ow + j;
+        float* dst = ds + r * a.dy_row + j;
+#pragma unroll 4
+        for (int ol = 0; ol < kWgradDirectOcTile; ++ol, off += plane, dst += a.dy_chan) {
+          const bool v = ok && ol < oc_valid;
+          ptx::cp_async4(dst, v ? src + off : a.dy, v);
+        }
+      }
     }
-    for (r += kWarps; r >= a.x_rows; r -= a.x_rows) ++cl;
-  }
-  const float* dn = a.dy + int64_t{n} * a.oc * a.oh * a.ow;
-  int ol = warp / a.rows;
-  r = warp - ol * a.rows;
-  while (ol < kWgradDirectOcTile) {
-    const int o = oc0 + ol, oy = oy0 + r;
-    const bool row_ok = o < a.oc && oy < a.oh;
-    const float* src = dn + (row_ok ? (o * a.oh + oy) * a.ow : 0);
-    float* dst = ds + ol * a.dy_chan + r * a.dy_row;
-    for (int j = lane; j < a.dy_row; j += 32) {
-      const bool ok = row_ok && j < a.ow;
-      ptx::cp_async4(dst + j, ok ? src + j : a.dy, ok);
-    }
-    for (r += kWarps; r >= a.rows; r -= a.rows) ++ol;
   }
 }
 
@@ -87,7 +96,8 @@ __global__ void __launch_bounds__(kWgradDirectThreads, 2) wgrad_direct_kernel(Di
   const int tile_oc = blockIdx.y / a.tiles_c, tile_c = blockIdx.y % a.tiles_c;
   const int oc0 = tile_oc * kWgradDirectOcTile, c0 = tile_c * kWgradDirectCTile;
   const int split = blockIdx.x;
-  const int64_t u_begin = split * a.units / a.splits, u_end = (split + 1) * a.units / a.splits;
+  const int u_begin = static_cast<int>(split * a.units / a.splits);
+  const int u_end = static_cast<int>((split + 1) * a.units / a.splits);
   // Only the bias sums of the tile's first input-channel group (tc == 0) count.
   const bool bias_thread = kBias && tile_c == 0 && tc == 0;
 
@@ -105,7 +115,7 @@ __global__ void __launch_bounds__(kWgradDirectThreads, 2) wgrad_direct_kernel(Di
   int buf = 0;
   stage_unit(a, u_begin, c0, oc0, smem, smem + kWgradDirectCTile * a.x_chan);
   ptx::cp_async_commit();
-  for (int64_t u = u_begin; u < u_end; ++u) {
+  for (int u = u_begin; u < u_end; ++u) {
     if (u + 1 < u_end) {
       float* next = smem + (buf ^ 1) * a.stage_floats;
       stage_unit(a, u + 1, c0, oc0, next, next + kWgradDirectCTile * a.x_chan);
@@ -116,12 +126,16 @@ __global__ void __launch_bounds__(kWgradDirectThreads, 2) wgrad_direct_kernel(Di
 
     const float* xs = smem + buf * a.stage_floats;
     const float* ds = xs + kWgradDirectCTile * a.x_chan;
-    const int oy0 = static_cast<int>(u % a.bands) * a.rows;
+    const int oy0 = (u % a.bands) * a.rows;
     const int pairs = min(a.rows, a.oh - oy0) * a.runs;
-    // Run `group` of the unit, then every second one: (row, run) advanced without a division.
+    // Run `group` of the unit, then every second one. Run pr of the band starts at 4 pr in a
+    // staged dy channel (rows of 4 runs floats) and at 4 (pr + row) in an input channel (rows of
+    // 4 runs + 4); the row advances without a division.
     int row = group / a.runs, run = group - row * a.runs;
+    const float* dbase = ds + to * a.dy_chan;
+    const float* xbase = xs + tc * a.x_chan;
     for (int pr = group; pr < pairs; pr += 2) {
-      const float* dp = ds + to * a.dy_chan + row * a.dy_row + 4 * run;
+      const float* dp = dbase + 4 * pr;
       float g[4][4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
@@ -129,7 +143,7 @@ __global__ void __launch_bounds__(kWgradDirectThreads, 2) wgrad_direct_kernel(Di
         g[i][0] = v.x, g[i][1] = v.y, g[i][2] = v.z, g[i][3] = v.w;
         if (bias_thread) bsum[i] += (v.x + v.y) + (v.z + v.w);
       }
-      const float* xp = xs + tc * a.x_chan + row * a.x_row + 4 * run;
+      const float* xp = xbase + 4 * (pr + row);
 #pragma unroll
       for (int j = 0; j < 2; ++j)
 #pragma unroll
