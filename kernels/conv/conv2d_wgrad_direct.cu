@@ -38,8 +38,9 @@ struct DirectArgs {
 // Stages unit u (image n, band of rows from oy0) of the tile into one stage: the input channels
 // c0.. (x_rows rows of x_row floats from input row oy0 - ph and column -pw, zero outside the image
 // and past C) and the output channels oc0.. (rows rows of dy_row floats, zero past OW, OH, OC).
-// The x_rows + rows staged row positions are slots; warp w takes slots w, w + 8, ..., and for its
-// slot walks the 32 channels, lane j copying column j (and j + 32, ... for rows over 32 floats).
+// The x_rows + rows staged row positions are slots, each in two halves of 16 channels; warp w
+// takes halves w, w + 8, ..., and for each walks its channels, lane j copying column j (and
+// j + 32, ... for rows over 32 floats).
 // A row then costs ~7 instructions: the offsets only step by a plane. (A row a step of a loop
 // over (channel, row) took ~35, with a division ~70, and staging was a fifth to a third of the
 // kernel's instructions.)
@@ -50,32 +51,36 @@ __device__ __forceinline__ void stage_unit(const DirectArgs& a, int u, int c0, i
   const int n = u / a.bands;
   const int oy0 = (u - n * a.bands) * a.rows;
   const int c_valid = a.c - c0, oc_valid = a.oc - oc0;  // channels of the tile inside the tensor
-  for (int slot = warp; slot < a.x_rows + a.rows; slot += kWarps) {
+  // Each slot in two halves of 16 channels, so that the 8 warps get near-equal shares.
+  constexpr int kHalf = kWgradDirectCTile / 2;
+  static_assert(kWgradDirectOcTile == kWgradDirectCTile, "one channel walk serves x and dy");
+  for (int part = warp; part < 2 * (a.x_rows + a.rows); part += kWarps) {
+    const int slot = part >> 1, first = (part & 1) * kHalf;
     if (slot < a.x_rows) {
       const int iy = oy0 - a.ph + slot;
       const bool row_ok = unsigned(iy) < unsigned(a.h);
-      const float* src = a.x + (int64_t{n} * a.c + c0) * a.h * a.w;  // channel c0 of image n
       const int plane = a.h * a.w;
+      const float* src = a.x + (int64_t{n} * a.c + c0 + first) * plane;  // channel c0 + first
       for (int j = lane; j < a.x_row; j += 32) {
         const bool ok = row_ok && unsigned(j - a.pw) < unsigned(a.w);
         int off = iy * a.w + j - a.pw;
-        float* dst = xs + slot * a.x_row + j;
+        float* dst = xs + first * a.x_chan + slot * a.x_row + j;
 #pragma unroll 4
-        for (int cl = 0; cl < kWgradDirectCTile; ++cl, off += plane, dst += a.x_chan) {
+        for (int cl = first; cl < first + kHalf; ++cl, off += plane, dst += a.x_chan) {
           const bool v = ok && cl < c_valid;
           ptx::cp_async4(dst, v ? src + off : a.x, v);
         }
       }
     } else {
       const int r = slot - a.x_rows, oy = oy0 + r;
-      const float* src = a.dy + (int64_t{n} * a.oc + oc0) * a.oh * a.ow;
       const int plane = a.oh * a.ow;
+      const float* src = a.dy + (int64_t{n} * a.oc + oc0 + first) * plane;
       for (int j = lane; j < a.dy_row; j += 32) {
         const bool ok = oy < a.oh && j < a.ow;
         int off = oy * a.ow + j;
-        float* dst = ds + r * a.dy_row + j;
+        float* dst = ds + first * a.dy_chan + r * a.dy_row + j;
 #pragma unroll 4
-        for (int ol = 0; ol < kWgradDirectOcTile; ++ol, off += plane, dst += a.dy_chan) {
+        for (int ol = first; ol < first + kHalf; ++ol, off += plane, dst += a.dy_chan) {
           const bool v = ok && ol < oc_valid;
           ptx::cp_async4(dst, v ? src + off : a.dy, v);
         }
@@ -196,14 +201,16 @@ __global__ void __launch_bounds__(kWgradDirectThreads, 2) wgrad_direct_kernel(Di
   const int row_len = c_valid * 9;
   const int oc_valid = min(kWgradDirectOcTile, a.oc - oc0);
   float* part = a.scratch ? a.scratch + int64_t{split} * a.slots : nullptr;
-  for (int e = tid; e < oc_valid * row_len; e += kWgradDirectThreads) {
-    const int ol = e / row_len, k = e - ol * row_len;
-    const int64_t slot = (int64_t{oc0 + ol} * a.c + c0) * 9 + k;
-    const float v = tile[ol * kTileRow + k];
-    if (part)
-      part[slot] = v;
-    else
-      atomicAdd(a.dw + slot, v);
+  // A warp a row, lanes along it (a flat loop with a division an element was 7% of the kernel).
+  for (int ol = tid >> 5; ol < oc_valid; ol += kWgradDirectThreads / 32) {
+    const int64_t slot0 = (int64_t{oc0 + ol} * a.c + c0) * 9;
+    const float* src = tile + ol * kTileRow;
+    for (int k = tid & 31; k < row_len; k += 32) {
+      if (part)
+        part[slot0 + k] = src[k];
+      else
+        atomicAdd(a.dw + slot0 + k, src[k]);
+    }
   }
   if (kBias && tile_c == 0 && tid < oc_valid) {
     const float v = tile_b[tid];
