@@ -114,6 +114,8 @@ TEST(ConvWgradDirect, Refusals) {
   EXPECT_NE(wgrad_direct_refusal(conv(2, 8, 9, 9, 8, 5, 5, 1, 1, 2, 2)), "");  // 5x5
   EXPECT_NE(wgrad_direct_refusal(conv(2, 8, 9, 9, 8, 1, 1, 1, 1, 0, 0)), "");  // 1x1
   EXPECT_NE(wgrad_direct_refusal(conv(1, 8, 4, 1000, 8, 3, 3, 1, 1, 1, 1)), "");  // too wide
+  EXPECT_EQ(wgrad_direct_refusal(conv(1, 8, 4, 100, 8, 3, 3, 1, 1, 1, 1)), "");   // 100 wide
+  EXPECT_NE(wgrad_direct_refusal(conv(1, 8192, 1, 1, 8192, 3, 3, 1, 1, 1, 1)), "");  // grid y
   EXPECT_EQ(wgrad_direct_scratch_floats(conv(2, 8, 9, 9, 8, 5, 5, 1, 1, 2, 2), true), 0u);
 }
 

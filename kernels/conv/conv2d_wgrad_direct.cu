@@ -41,9 +41,9 @@ struct DirectArgs {
 // The x_rows + rows staged row positions are slots, each in two halves of 16 channels; warp w
 // takes halves w, w + 8, ..., and for each walks its channels, lane j copying column j (and
 // j + 32, ... for rows over 32 floats).
-// A row then costs ~7 instructions: the offsets only step by a plane. (A row a step of a loop
-// over (channel, row) took ~35, with a division ~70, and staging was a fifth to a third of the
-// kernel's instructions.)
+// A row then costs ~7 instructions, the offsets only stepping by a plane: staging has to stay a
+// small share of the kernel's instructions, which its FFMAs issue at close to one a cycle, so
+// no division or 64-bit offset arithmetic a row.
 __device__ __forceinline__ void stage_unit(const DirectArgs& a, int u, int c0, int oc0, float* xs,
                                            float* ds) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(kWgradDirectThreads, 2) wgrad_direct_kernel(Di
   const int row_len = c_valid * 9;
   const int oc_valid = min(kWgradDirectOcTile, a.oc - oc0);
   float* part = a.scratch ? a.scratch + int64_t{split} * a.slots : nullptr;
-  // A warp a row, lanes along it (a flat loop with a division an element was 7% of the kernel).
+  // A warp a row, lanes along it: no division an element.
   for (int ol = tid >> 5; ol < oc_valid; ol += kWgradDirectThreads / 32) {
     const int64_t slot0 = (int64_t{oc0 + ol} * a.c + c0) * 9;
     const float* src = tile + ol * kTileRow;

@@ -55,6 +55,8 @@ std::string wgrad_direct_refusal(const Conv2dShape& s) {
   if (s.stride_h != 1 || s.stride_w != 1) return "stride above 1";
   if (s.kh != 3 || s.kw != 3) return "not a 3x3 kernel";
   if (!stage_fits(layout(s, 1))) return "image rows too wide for a shared-memory stage";
+  if (int64_t{ceil_div(s.oc, kWgradDirectOcTile)} * ceil_div(s.c, kWgradDirectCTile) > 65535)
+    return "more than 65535 channel tiles (grid y)";
   const int64_t max = std::numeric_limits<int32_t>::max();
   if (int64_t{s.n} * s.c * s.h * s.w > max || int64_t{s.n} * s.oc * s.oh() * s.ow() > max)
     return "a tensor of 2^31 elements or more";

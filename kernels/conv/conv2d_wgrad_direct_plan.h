@@ -54,7 +54,8 @@ struct WgradDirectPlan {
 };
 
 // Empty when the kernel takes the shape, else why not (one phrase): stride 1, a 3x3 kernel, a
-// band of one row within the shared-memory limit, tensors under 2^31 elements.
+// band of one row within the shared-memory limit (output rows up to 100 wide), at most 65535
+// tiles of 32 x 32 channels, tensors under 2^31 elements.
 std::string wgrad_direct_refusal(const Conv2dShape& s);
 inline bool wgrad_direct_supported(const Conv2dShape& s) { return wgrad_direct_refusal(s).empty(); }
 
