@@ -1,8 +1,9 @@
 #pragma once
-// The convolution cases the wgmma convolution tests share (gpu_conv_wgmma*.cpp): a shape
-// builder, the NCHW -> NHWC pre-pass's copies, the two passes, the two kinds of operand values
-// (small integers, whose products and sums every precision represents exactly, and uniform random
-// values), one pass's random operands and the line that names a case in failures and summaries.
+// The convolution cases the convolution tests share (gpu_conv_wgmma*.cpp, the weight-gradient
+// tests): a shape builder, the NCHW -> NHWC pre-pass's copies, the two passes, the two kinds of
+// operand values (small integers, whose products and sums every precision represents exactly,
+// and uniform random values), one pass's random operands, a weight-gradient problem and the line
+// that names a case in failures and summaries.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -56,6 +57,21 @@ inline ConvOperands make_operands(Pass pass, const Conv2dShape& s, Fill fill, ui
   o.w = make_values(nw, fill, seed + 1);
   o.b = make_values(size_t(s.oc), fill, seed + 2);
   return o;
+}
+
+// A weight-gradient problem: x, dy, and the values dw and db start from (the passes accumulate),
+// uniform in [-1, 1) from seed, seed + 1, seed + 2, seed + 3.
+struct WgradProblem {
+  std::vector<float> x, dy, dw0, db0;
+};
+
+inline WgradProblem make_wgrad_problem(const Conv2dShape& s, uint64_t seed) {
+  WgradProblem pr;
+  pr.x = test::random_vector(size_t(s.n) * s.c * s.h * s.w, seed);
+  pr.dy = test::random_vector(size_t(s.n) * s.oc * s.oh() * s.ow(), seed + 1);
+  pr.dw0 = test::random_vector(size_t(s.oc) * s.c * s.kh * s.kw, seed + 2);
+  pr.db0 = test::random_vector(size_t(s.oc), seed + 3);
+  return pr;
 }
 
 // The GEMM depth of a pass: C*KH*KW forward, OC*KH*KW input gradient.

@@ -27,6 +27,8 @@ using namespace cnn;
 using conv_test::bitwise_equal;
 using conv_test::conv;
 using conv_test::describe_shape;
+using conv_test::make_wgrad_problem;
+using conv_test::WgradProblem;
 using test::rel_to_max;
 using test::tolerance;
 using test::typical;
@@ -35,23 +37,10 @@ namespace {
 
 #ifdef CNN_HAVE_CUDA
 
-struct Problem {
-  std::vector<float> x, dy, dw0, db0;
-};
-
-Problem make_problem(const Conv2dShape& s, uint64_t seed) {
-  Problem pr;
-  pr.x = test::random_vector(size_t(s.n) * s.c * s.h * s.w, seed);
-  pr.dy = test::random_vector(size_t(s.n) * s.oc * s.oh() * s.ow(), seed + 1);
-  pr.dw0 = test::random_vector(size_t(s.oc) * s.c * s.kh * s.kw, seed + 2);
-  pr.db0 = test::random_vector(size_t(s.oc), seed + 3);
-  return pr;
-}
-
 // dw0/db0 accumulated on the device: the direct kernel itself (via_api false) or
 // conv2d_backward_weight with algo tiled; db null when !with_db.
-void run(const Conv2dShape& s, const Problem& pr, bool deterministic, bool with_db, bool via_api,
-         std::vector<float>& dw, std::vector<float>& db) {
+void run(const Conv2dShape& s, const WgradProblem& pr, bool deterministic, bool with_db,
+         bool via_api, std::vector<float>& dw, std::vector<float>& db) {
   Tensor d_x = test::to_device(pr.x), d_dy = test::to_device(pr.dy);
   Tensor d_dw = test::to_device(pr.dw0), d_db = test::to_device(pr.db0);
   Exec ex;
@@ -76,7 +65,7 @@ void check_shape(const Conv2dShape& s) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(describe_shape(s) + " seed=" + std::to_string(seed));
   ASSERT_TRUE(wgrad_direct_supported(s)) << wgrad_direct_refusal(s);
-  const Problem pr = make_problem(s, seed);
+  const WgradProblem pr = make_wgrad_problem(s, seed);
   std::vector<float> dw_ref = pr.dw0, db_ref = pr.db0;
   conv2d_backward_weight_cpu(s, pr.x.data(), pr.dy.data(), dw_ref.data(), db_ref.data());
   const int64_t k = int64_t{s.n} * s.oh() * s.ow();
@@ -86,7 +75,8 @@ void check_shape(const Conv2dShape& s) {
     SCOPED_TRACE(det ? "deterministic" : "atomic");
     std::vector<float> dw, db;
     run(s, pr, det, true, false, dw, db);
-    const double e_dw = rel_to_max(dw, dw_ref, typical(k)), e_db = rel_to_max(db, db_ref, typical(k));
+    const double e_dw = rel_to_max(dw, dw_ref, typical(k)),
+                 e_db = rel_to_max(db, db_ref, typical(k));
     EXPECT_LE(e_dw, tol) << "dw";
     EXPECT_LE(e_db, tol) << "db";
     worst = std::max({worst, e_dw, e_db});
@@ -113,10 +103,9 @@ void check_shape(const Conv2dShape& s) {
 TEST(GpuConvWgradDirect, NetworkLayers) {
   CNN_REQUIRE_GPU();
 #ifdef CNN_HAVE_CUDA
-  for (const Conv2dShape& s : {conv(128, 32, 28, 28, 32, 3, 3, 1, 1, 1, 1),
-                               conv(128, 64, 14, 14, 64, 3, 3, 1, 1, 1, 1),
-                               conv(128, 128, 7, 7, 128, 3, 3, 1, 1, 1, 1),
-                               conv(128, 64, 32, 32, 64, 3, 3, 1, 1, 1, 1)})
+  for (const Conv2dShape& s :
+       {conv(128, 32, 28, 28, 32, 3, 3, 1, 1, 1, 1), conv(128, 64, 14, 14, 64, 3, 3, 1, 1, 1, 1),
+        conv(128, 128, 7, 7, 128, 3, 3, 1, 1, 1, 1), conv(128, 64, 32, 32, 64, 3, 3, 1, 1, 1, 1)})
     check_shape(s);
 #endif
 }
@@ -125,14 +114,14 @@ TEST(GpuConvWgradDirect, AwkwardShapes) {
   CNN_REQUIRE_GPU();
 #ifdef CNN_HAVE_CUDA
   for (const Conv2dShape& s : {
-           conv(3, 5, 13, 9, 7, 3, 3, 1, 1, 1, 1),      // C 5, OC 7: tiles mostly empty
-           conv(1, 33, 14, 14, 48, 3, 3, 1, 1, 0, 0),   // two tiles each way, pad 0
-           conv(2, 64, 7, 7, 70, 3, 3, 1, 1, 1, 1),     // OC 70: three oc tiles
-           conv(1, 32, 1, 1, 7, 3, 3, 1, 1, 1, 1),      // 1x1 image: 8 of 9 taps outside
-           conv(128, 1, 7, 7, 1, 3, 3, 1, 1, 2, 2),     // C 1, OC 1, pad 2 (9x9 output)
-           conv(3, 6, 9, 13, 33, 3, 3, 1, 1, 3, 2),     // pad 3 x 2: zero rows and columns
-           conv(2, 4, 40, 3, 3, 3, 3, 1, 1, 1, 1),      // 3-wide: one run a row
-           conv(5, 8, 3, 50, 9, 3, 3, 1, 1, 0, 1),      // one output row, 13 runs
+           conv(3, 5, 13, 9, 7, 3, 3, 1, 1, 1, 1),     // C 5, OC 7: tiles mostly empty
+           conv(1, 33, 14, 14, 48, 3, 3, 1, 1, 0, 0),  // two tiles each way, pad 0
+           conv(2, 64, 7, 7, 70, 3, 3, 1, 1, 1, 1),    // OC 70: three oc tiles
+           conv(1, 32, 1, 1, 7, 3, 3, 1, 1, 1, 1),     // 1x1 image: 8 of 9 taps outside
+           conv(128, 1, 7, 7, 1, 3, 3, 1, 1, 2, 2),    // C 1, OC 1, pad 2 (9x9 output)
+           conv(3, 6, 9, 13, 33, 3, 3, 1, 1, 3, 2),    // pad 3 x 2: zero rows and columns
+           conv(2, 4, 40, 3, 3, 3, 3, 1, 1, 1, 1),     // 3-wide: one run a row
+           conv(5, 8, 3, 50, 9, 3, 3, 1, 1, 0, 1),     // one output row, 13 runs
        })
     check_shape(s);
 #endif
@@ -146,7 +135,7 @@ TEST(GpuConvWgradDirect, TiledAlgoRunsIt) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   const Conv2dShape s = conv(4, 40, 12, 12, 36, 3, 3, 1, 1, 1, 1);
-  const Problem pr = make_problem(s, seed);
+  const WgradProblem pr = make_wgrad_problem(s, seed);
   std::vector<float> dw_api, db_api, dw_direct, db_direct;
   run(s, pr, true, true, true, dw_api, db_api);
   run(s, pr, true, true, false, dw_direct, db_direct);
@@ -154,7 +143,7 @@ TEST(GpuConvWgradDirect, TiledAlgoRunsIt) {
 
   const Conv2dShape s2 = conv(4, 40, 12, 12, 36, 3, 3, 2, 2, 1, 1);
   ASSERT_FALSE(wgrad_direct_supported(s2));
-  const Problem pr2 = make_problem(s2, seed + 10);
+  const WgradProblem pr2 = make_wgrad_problem(s2, seed + 10);
   std::vector<float> dw_ref = pr2.dw0, db_ref = pr2.db0, dw, db;
   conv2d_backward_weight_cpu(s2, pr2.x.data(), pr2.dy.data(), dw_ref.data(), db_ref.data());
   run(s2, pr2, false, true, true, dw, db);

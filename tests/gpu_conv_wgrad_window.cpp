@@ -37,6 +37,8 @@ using namespace cnn;
 using conv_test::bitwise_equal;
 using conv_test::conv;
 using conv_test::describe_shape;
+using conv_test::make_wgrad_problem;
+using conv_test::WgradProblem;
 using test::rel_to_max;
 using test::tolerance;
 using test::typical;
@@ -53,12 +55,8 @@ Exec exec_of(Precision p, bool deterministic) {
   return ex;
 }
 
-struct Problem {
-  std::vector<float> x, dy, dw0, db0;
-};
-
 // dw0/db0 accumulated on the device by `variant`; db null when !with_db.
-void run(const Conv2dShape& s, const Problem& pr, const Exec& ex, IgemmVariant variant,
+void run(const Conv2dShape& s, const WgradProblem& pr, const Exec& ex, IgemmVariant variant,
          bool with_db, std::vector<float>& dw, std::vector<float>& db) {
   Tensor d_x = test::to_device(pr.x), d_dy = test::to_device(pr.dy);
   Tensor d_dw = test::to_device(pr.dw0), d_db = test::to_device(pr.db0);
@@ -76,13 +74,7 @@ void run(const Conv2dShape& s, const Problem& pr, const Exec& ex, IgemmVariant v
 void check_shape(const Conv2dShape& s, Precision prec, IgemmVariant variant) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(describe_shape(s) + " " + precision_name(prec) + " seed=" + std::to_string(seed));
-  const size_t nx = size_t(s.n) * s.c * s.h * s.w, ny = size_t(s.n) * s.oc * s.oh() * s.ow();
-  const size_t nw = size_t(s.oc) * s.c * s.kh * s.kw;
-  Problem pr;
-  pr.x = test::random_vector(nx, seed);
-  pr.dy = test::random_vector(ny, seed + 1);
-  pr.dw0 = test::random_vector(nw, seed + 2);
-  pr.db0 = test::random_vector(size_t(s.oc), seed + 3);
+  const WgradProblem pr = make_wgrad_problem(s, seed);
   const bool bf16 = prec == Precision::BF16;
   // BF16: the reference on the operands the kernel multiplies (exact products in FP32).
   const std::vector<float> xr = bf16 ? round_to_bf16(pr.x) : pr.x;
@@ -199,11 +191,7 @@ TEST(GpuConvWgradWindow, AutoFollowsTheWindowSwitch) {
   const Conv2dShape s = conv(128, 32, 28, 28, 32, 3, 3, 1, 1, 1, 1);
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
-  Problem pr;
-  pr.x = test::random_vector(size_t(s.n) * s.c * s.h * s.w, seed);
-  pr.dy = test::random_vector(size_t(s.n) * s.oc * s.oh() * s.ow(), seed + 1);
-  pr.dw0 = test::random_vector(size_t(s.oc) * s.c * 9, seed + 2);
-  pr.db0 = test::random_vector(size_t(s.oc), seed + 3);
+  const WgradProblem pr = make_wgrad_problem(s, seed);
   for (Precision prec : {Precision::TF32, Precision::BF16}) {
     SCOPED_TRACE(precision_name(prec));
     const Exec ex = exec_of(prec, true);

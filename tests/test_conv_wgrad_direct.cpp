@@ -24,14 +24,14 @@ namespace {
 
 const std::vector<Conv2dShape>& model_shapes() {
   static const std::vector<Conv2dShape> shapes = {
-      conv(2, 32, 28, 28, 32, 3, 3, 1, 1, 1, 1),   // ResNet stage 1 at batch 2
-      conv(3, 5, 13, 9, 7, 3, 3, 1, 1, 1, 1),      // C 5, OC 7 (tiles mostly empty), odd image
-      conv(1, 33, 14, 14, 48, 3, 3, 1, 1, 0, 0),   // C 33 and OC 48: two tiles each way, pad 0
-      conv(2, 64, 7, 7, 70, 3, 3, 1, 1, 1, 1),     // 7x7: one run of 4 and one of 3 a row
-      conv(1, 3, 1, 1, 5, 3, 3, 1, 1, 1, 1),       // 1x1 image: 8 taps outside
-      conv(2, 6, 9, 13, 33, 3, 3, 1, 1, 3, 2),     // pad 3 > kernel - 1: zero rows and columns
-      conv(1, 4, 40, 3, 3, 3, 3, 1, 1, 1, 1),      // 3-wide image: one run a row, many rows
-      conv(5, 8, 3, 50, 9, 3, 3, 1, 1, 0, 1),      // one output row (pad 0 x 1), 13 runs
+      conv(2, 32, 28, 28, 32, 3, 3, 1, 1, 1, 1),  // ResNet stage 1 at batch 2
+      conv(3, 5, 13, 9, 7, 3, 3, 1, 1, 1, 1),     // C 5, OC 7 (tiles mostly empty), odd image
+      conv(1, 33, 14, 14, 48, 3, 3, 1, 1, 0, 0),  // C 33 and OC 48: two tiles each way, pad 0
+      conv(2, 64, 7, 7, 70, 3, 3, 1, 1, 1, 1),    // 7x7: one run of 4 and one of 3 a row
+      conv(1, 3, 1, 1, 5, 3, 3, 1, 1, 1, 1),      // 1x1 image: 8 taps outside
+      conv(2, 6, 9, 13, 33, 3, 3, 1, 1, 3, 2),    // pad 3 > kernel - 1: zero rows and columns
+      conv(1, 4, 40, 3, 3, 3, 3, 1, 1, 1, 1),     // 3-wide image: one run a row, many rows
+      conv(5, 8, 3, 50, 9, 3, 3, 1, 1, 0, 1),     // one output row (pad 0 x 1), 13 runs
   };
   return shapes;
 }
@@ -43,12 +43,9 @@ TEST(ConvWgradDirect, ModelMatchesReference) {
       SCOPED_TRACE(describe_shape(s) + (with_db ? " db" : " no db") + " seed " +
                    std::to_string(seed));
       ASSERT_TRUE(wgrad_direct_supported(s)) << wgrad_direct_refusal(s);
-      const size_t nx = size_t(s.n) * s.c * s.h * s.w, ny = size_t(s.n) * s.oc * s.oh() * s.ow();
-      const size_t nw = size_t(s.oc) * s.c * 9;
-      const std::vector<float> x = test::random_vector(nx, seed),
-                               dy = test::random_vector(ny, seed + 1),
-                               w0 = test::random_vector(nw, seed + 2),
-                               b0 = test::random_vector(size_t(s.oc), seed + 3);
+      const conv_test::WgradProblem pr = conv_test::make_wgrad_problem(s, seed);
+      const std::vector<float>&x = pr.x, &dy = pr.dy, &w0 = pr.dw0, &b0 = pr.db0;
+      const size_t nw = w0.size();
       std::vector<float> dw_ref = w0, db_ref = b0, dw = w0, db = b0;
       conv2d_backward_weight_cpu(s, x.data(), dy.data(), dw_ref.data(),
                                  with_db ? db_ref.data() : nullptr);
@@ -109,12 +106,12 @@ TEST(ConvWgradDirect, PlanPromises) {
 }
 
 TEST(ConvWgradDirect, Refusals) {
-  EXPECT_NE(wgrad_direct_refusal(conv(2, 8, 9, 9, 8, 3, 3, 2, 2, 1, 1)), "");  // stride 2
-  EXPECT_NE(wgrad_direct_refusal(conv(2, 8, 9, 9, 8, 3, 3, 1, 2, 1, 1)), "");  // stride 1 x 2
-  EXPECT_NE(wgrad_direct_refusal(conv(2, 8, 9, 9, 8, 5, 5, 1, 1, 2, 2)), "");  // 5x5
-  EXPECT_NE(wgrad_direct_refusal(conv(2, 8, 9, 9, 8, 1, 1, 1, 1, 0, 0)), "");  // 1x1
-  EXPECT_NE(wgrad_direct_refusal(conv(1, 8, 4, 1000, 8, 3, 3, 1, 1, 1, 1)), "");  // too wide
-  EXPECT_EQ(wgrad_direct_refusal(conv(1, 8, 4, 100, 8, 3, 3, 1, 1, 1, 1)), "");   // 100 wide
+  EXPECT_NE(wgrad_direct_refusal(conv(2, 8, 9, 9, 8, 3, 3, 2, 2, 1, 1)), "");        // stride 2
+  EXPECT_NE(wgrad_direct_refusal(conv(2, 8, 9, 9, 8, 3, 3, 1, 2, 1, 1)), "");        // stride 1 x 2
+  EXPECT_NE(wgrad_direct_refusal(conv(2, 8, 9, 9, 8, 5, 5, 1, 1, 2, 2)), "");        // 5x5
+  EXPECT_NE(wgrad_direct_refusal(conv(2, 8, 9, 9, 8, 1, 1, 1, 1, 0, 0)), "");        // 1x1
+  EXPECT_NE(wgrad_direct_refusal(conv(1, 8, 4, 1000, 8, 3, 3, 1, 1, 1, 1)), "");     // too wide
+  EXPECT_EQ(wgrad_direct_refusal(conv(1, 8, 4, 100, 8, 3, 3, 1, 1, 1, 1)), "");      // 100 wide
   EXPECT_NE(wgrad_direct_refusal(conv(1, 8192, 1, 1, 8192, 3, 3, 1, 1, 1, 1)), "");  // grid y
   EXPECT_EQ(wgrad_direct_scratch_floats(conv(2, 8, 9, 9, 8, 5, 5, 1, 1, 2, 2), true), 0u);
 }

@@ -51,12 +51,9 @@ TEST(ConvWgradWindow, ModelMatchesReference) {
                    std::to_string(seed));
       ASSERT_TRUE(wgrad_window_supported(s, Precision::TF32))
           << wgrad_window_refusal(s, Precision::TF32);
-      const size_t nx = size_t(s.n) * s.c * s.h * s.w, ny = size_t(s.n) * s.oc * s.oh() * s.ow();
-      const size_t nw = size_t(s.oc) * s.c * s.kh * s.kw;
-      const std::vector<float> x = test::random_vector(nx, seed),
-                               dy = test::random_vector(ny, seed + 1),
-                               w0 = test::random_vector(nw, seed + 2),
-                               b0 = test::random_vector(size_t(s.oc), seed + 3);
+      const conv_test::WgradProblem pr = conv_test::make_wgrad_problem(s, seed);
+      const std::vector<float>&x = pr.x, &dy = pr.dy, &w0 = pr.dw0, &b0 = pr.db0;
+      const size_t nw = w0.size();
       for (Precision prec : {Precision::TF32, Precision::BF16}) {
         std::vector<float> dw_ref = w0, db_ref = b0, dw = w0, db = b0;
         conv2d_backward_weight_cpu(s, x.data(), dy.data(), dw_ref.data(),

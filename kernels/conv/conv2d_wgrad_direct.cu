@@ -232,12 +232,12 @@ void conv2d_backward_weight_direct_cuda(const Conv2dShape& s, const float* d_x, 
             "conv2d_backward_weight (direct): deterministic mode needs {} floats of scratch",
             wgrad_direct_scratch_floats(s, true));
   const WgradDirectPlan p = wgrad_direct_plan(s);
-  DirectArgs a{d_x,      d_dy,     d_dw,   d_db,    deterministic ? d_scratch : nullptr,
-               s.n,      s.c,      s.h,    s.w,     s.oc,
-               s.oh(),   s.ow(),   s.pad_h, s.pad_w, p.rows,
-               p.bands,  p.runs,   p.dy_row, p.x_row, p.x_rows,
-               p.x_chan, p.dy_chan, p.stage_floats, p.tiles_c, p.units,
-               p.slots,  p.splits};
+  // clang-format off
+  const DirectArgs a{d_x, d_dy, d_dw, d_db, deterministic ? d_scratch : nullptr,
+                     s.n, s.c, s.h, s.w, s.oc, s.oh(), s.ow(), s.pad_h, s.pad_w,
+                     p.rows, p.bands, p.runs, p.dy_row, p.x_row, p.x_rows, p.x_chan, p.dy_chan,
+                     p.stage_floats, p.tiles_c, p.units, p.slots, p.splits};
+  // clang-format on
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.tiles_oc * p.tiles_c));
   const bool bias = d_db != nullptr;
   const bool fits = bias ? fits_dynamic_smem(p.smem, wgrad_direct_kernel<true>)
@@ -251,7 +251,7 @@ void conv2d_backward_weight_direct_cuda(const Conv2dShape& s, const float* d_x, 
   if (!deterministic) return;
   const int64_t weights = int64_t{s.oc} * s.c * 9;
   backward_weight_finish<<<grid_for_items(p.slots), kBlock, 0, stream>>>(weights, p.slots, p.splits,
-                                                                        d_scratch, d_dw, d_db);
+                                                                         d_scratch, d_dw, d_db);
   CNN_LAUNCH_CHECK("backward_weight_finish (direct)");
 }
 

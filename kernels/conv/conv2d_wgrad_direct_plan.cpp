@@ -95,7 +95,8 @@ void wgrad_direct_model_cpu(const Conv2dShape& s, const float* x, const float* d
   std::vector<float> acc(std::size_t(kWgradDirectOcTile) * kWgradDirectCTile * 9);
   std::vector<float> bias(kWgradDirectOcTile);
   for (int tile = 0; tile < p.tiles_oc * p.tiles_c; ++tile) {
-    const int oc0 = tile / p.tiles_c * kWgradDirectOcTile, c0 = tile % p.tiles_c * kWgradDirectCTile;
+    const int oc0 = tile / p.tiles_c * kWgradDirectOcTile,
+              c0 = tile % p.tiles_c * kWgradDirectCTile;
     for (int split = 0; split < p.splits; ++split) {
       std::fill(acc.begin(), acc.end(), 0.f);
       std::fill(bias.begin(), bias.end(), 0.f);

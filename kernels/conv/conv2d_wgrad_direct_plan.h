@@ -35,29 +35,31 @@ constexpr int kWgradDirectTargetBlocks = 2 * 132;
 constexpr std::size_t kWgradDirectMaxStageBytes = 52 * 1024;
 
 struct WgradDirectPlan {
-  int rows = 0;        // output rows a unit
-  int bands = 0;       // ceil(OH / rows)
-  int runs = 0;        // runs of 4 output positions a row: ceil(OW / 4)
-  int dy_row = 0;      // floats a staged dy row: 4 * runs (zeros past OW)
-  int x_row = 0;       // floats a staged input row: 4 * runs + 4 (the 6 floats of a run's last
-                       // taps fit; zeros outside the image)
-  int x_rows = 0;      // staged input rows: rows + 2
-  int x_chan = 0;      // floats between two staged input channels: x_rows * x_row, rounded so
-                       // that it is an odd number of 16-byte words (no bank conflicts)
-  int dy_chan = 0;     // floats between two staged dy channels, likewise
+  int rows = 0;          // output rows a unit
+  int bands = 0;         // ceil(OH / rows)
+  int runs = 0;          // runs of 4 output positions a row: ceil(OW / 4)
+  int dy_row = 0;        // floats a staged dy row: 4 * runs (zeros past OW)
+  int x_row = 0;         // floats a staged input row: 4 * runs + 4 (the 6 floats of a run's last
+                         // taps fit; zeros outside the image)
+  int x_rows = 0;        // staged input rows: rows + 2
+  int x_chan = 0;        // floats between two staged input channels: x_rows * x_row, rounded so
+                         // that it is an odd number of 16-byte words (no bank conflicts)
+  int dy_chan = 0;       // floats between two staged dy channels, likewise
   int stage_floats = 0;  // 32 * x_chan + 32 * dy_chan
   int tiles_oc = 0, tiles_c = 0;
-  int64_t units = 0;   // N * bands
-  int splits = 0;      // blocks a tile: grid x
+  int64_t units = 0;     // N * bands
+  int splits = 0;        // blocks a tile: grid x
   std::size_t smem = 0;  // bytes: two stages, or the epilogue's tile if larger
-  int64_t slots = 0;   // a split's scratch row: OC*C*9 + OC
+  int64_t slots = 0;     // a split's scratch row: OC*C*9 + OC
 };
 
 // Empty when the kernel takes the shape, else why not (one phrase): stride 1, a 3x3 kernel, a
 // band of one row within the shared-memory limit (output rows up to 100 wide), at most 65535
 // tiles of 32 x 32 channels, tensors under 2^31 elements.
 std::string wgrad_direct_refusal(const Conv2dShape& s);
-inline bool wgrad_direct_supported(const Conv2dShape& s) { return wgrad_direct_refusal(s).empty(); }
+inline bool wgrad_direct_supported(const Conv2dShape& s) {
+  return wgrad_direct_refusal(s).empty();
+}
 
 // The plan of a supported shape. The band height is the one with the least estimated time: each
 // block's share of units (the busiest block's) times a unit's rows plus a fixed cost a unit.
