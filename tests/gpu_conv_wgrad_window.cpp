@@ -41,9 +41,7 @@ using conv_test::conv;
 using conv_test::describe_shape;
 using conv_test::make_wgrad_problem;
 using conv_test::WgradProblem;
-using test::rel_to_max;
 using test::tolerance;
-using test::typical;
 
 namespace {
 
