@@ -122,6 +122,15 @@ EnvSwitches read_env_switches() {
     else
       CNN_FAIL("CNN_WGMMA_NHWC_PER_SM='{}': expected 1, 2 or auto", s);
   }
+  if (const char* v = get("CNN_WGMMA_NHWC_BM")) {
+    const std::string s(v);
+    if (s == "auto")
+      e.wgmma_nhwc_block_m = 0;
+    else if (s == "128" || s == "256")
+      e.wgmma_nhwc_block_m = std::stoi(s);
+    else
+      CNN_FAIL("CNN_WGMMA_NHWC_BM='{}': expected 128, 256 or auto", s);
+  }
   if (const char* v = get("CNN_WGMMA_WGRAD_NHWC_N")) {
     const std::string s(v);
     if (s == "auto")
@@ -288,6 +297,9 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "whether the wgmma-nhwc convolution picks its 32-column tile where N <= 32"},
       {"CNN_WGMMA_NHWC_PER_SM", "1|2|auto",
        "resident blocks an SM of the wgmma-nhwc convolution (auto: 2 past one wave)"},
+      {"CNN_WGMMA_NHWC_BM", "128|256|auto",
+       "tile rows of the wgmma-nhwc convolution's 128-column tiles (auto: 256 where that grid, "
+       "split at most in two, covers 90% of the SMs)"},
       {"CNN_WGMMA_WGRAD_NHWC_N", "64|128|auto",
        "the columns each consumer of the BF16 channels-last weight gradient multiplies (auto: "
        "64)"},

@@ -58,6 +58,8 @@ struct EnvSwitches {
   int wgmma_conv_block_n = 0;  // CNN_WGMMA_CONV_BN=64|128|auto: its block tile width (0: auto)
   // CNN_WGMMA_NHWC_PER_SM=1|2|auto: resident blocks an SM of the wgmma-nhwc convolution (0: auto)
   int wgmma_nhwc_blocks_per_sm = 0;
+  // CNN_WGMMA_NHWC_BM=128|256|auto: the tile rows of the wgmma-nhwc convolution (0: auto)
+  int wgmma_nhwc_block_m = 0;
   // CNN_WGMMA_NHWC_BN32=1 (default) | 0: wgmma-nhwc picks its 32-column tile for N <= 32.
   bool wgmma_nhwc_bn32 = true;
   // CNN_WGMMA_WGRAD_NHWC_N=64|128|auto: the columns each consumer of the BF16 channels-last

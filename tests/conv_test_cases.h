@@ -178,11 +178,18 @@ struct HasBlocksPerSm<Options, std::void_t<decltype(Options::blocks_per_sm)>> : 
 
 // The tile settings of a wgmma options struct (WgmmaConvOptions, WgmmaNhwcOptions), for the
 // summary lines.
+// Whether an options struct has a block_m field (WgmmaNhwcOptions does).
+template <class Options, class = void>
+struct HasBlockM : std::false_type {};
+template <class Options>
+struct HasBlockM<Options, std::void_t<decltype(Options::block_m)>> : std::true_type {};
+
 template <class Options>
 std::string describe_tiles(const Options& o) {
   std::string d = "block_n=" + std::to_string(o.block_n) + " splits=" + std::to_string(o.splits);
   if constexpr (HasBlocksPerSm<Options>::value)
     d += " blocks_per_sm=" + std::to_string(o.blocks_per_sm);
+  if constexpr (HasBlockM<Options>::value) d += " block_m=" + std::to_string(o.block_m);
   return d;
 }
 

@@ -10,14 +10,17 @@
 //   ForwardShapes        C in {1, 3, 17, 64, 130}, OC in {8, 24, 64, 200}, H, W in {7, 13, 32,
 //                        33}, batch 1 and 3, stride 1 and 2, kernels 1x1 .. 7x7 (and 3x5),
 //                        padding 0 .. 3, with and without bias / ReLU; the three tile widths (32
-//                        also at two and three blocks an SM, 64 at two); small
+//                        also at two and three blocks an SM, 64 at two) and the 256 x 128 tile
+//                        (nhwc_tile_configs in wgmma_nhwc_tiles.h); small
 //                        integers first (exact in TF32: a mismatch is an addressing error), then
 //                        random values.
 //   BackwardDataShapes   the stride-1 input gradient on the same kinds of shapes, negative
 //                        effective padding (padding > kernel - 1) included.
 //   SplitsAndRepeat      K split 1, 2, 4, 8 across a cluster (every tile width, each residency
-//                        under some split): each correct, each run twice bitwise equal.
-//   Picks                the tile width and residency rules (host code: runs without a GPU).
+//                        under some split, the 256-row tile): each correct, each run twice
+//                        bitwise equal.
+//   Picks                the tile width, rows and residency rules (host code: runs without a
+//                        GPU).
 //   Dispatch             Algo::WgmmaNhwc through conv2d_forward / conv2d_backward_data at TF32
 //                        (with a scratch of conv2d_*_scratch_floats, the direct call's size)
 //                        gives the direct call's bits; its weight gradient is Algo::Wgmma's.
@@ -25,7 +28,8 @@
 //   gpu_conv_nhwc_scratch.cpp.)
 //   Refusals             FP32 (3xTF32, GpuConvWgmmaNhwc3xTf32 below) at two blocks an SM,
 //                        128-column tiles at
-//                        two blocks an SM, 64-column at three, a tile width of 48, a stride-2 input
+//                        two blocks an SM, 64-column at three, a tile width of 48, 256-row
+//                        tiles of 32 or 64 columns or at FP32, 192 rows, a stride-2 input
 //                        gradient, a padding the TMA box cannot express, grouped convolutions
 //                        and linear layers: one-line cnn::Error; autotune leaves the refused
 //                        variant out and still picks another.
@@ -54,6 +58,7 @@
 #include "tests/conv_test_cases.h"
 #include "tests/conv_test_check.h"
 #include "tests/test_util.h"
+#include "tests/wgmma_nhwc_tiles.h"
 #include "tests/wgmma_test_require.h"
 #ifdef CNN_HAVE_CUDA
 #include "kernels/conv/conv2d_wgmma.h"
@@ -127,19 +132,6 @@ void expect_copies_match(Cpu cpu, Cuda cuda, const char* name) {
   }
 }
 
-// The residencies each tile width compiles for (conv2d_wgmma_nhwc.cu's NhwcPlan): 32-column
-// tiles at one, two and three blocks an SM, 64-column at one and two, 128-column at one.
-int max_blocks_per_sm(int block_n) {
-  return block_n == 32 ? 3 : block_n == 64 ? 2 : 1;
-}
-
-// Under split-K every residency runs once: two blocks an SM at 2 splits, three at 4 and 8.
-int split_k_blocks_per_sm(int block_n, int splits) {
-  if (splits == 2) return std::min(2, max_blocks_per_sm(block_n));
-  if (splits >= 4) return std::min(3, max_blocks_per_sm(block_n));
-  return 1;
-}
-
 #endif  // CNN_HAVE_CUDA
 
 }  // namespace
@@ -181,13 +173,8 @@ TEST(GpuConvWgmmaNhwc, ForwardShapes) {
   for (const ConvCase& cc : nhwc_forward_cases())
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Tf32Problem p = make_tf32_problem(Pass::Forward, cc, fill, test::fresh_seed());
-      for (int bn : {32, 64, 128})
-        for (int per_sm = 1; per_sm <= max_blocks_per_sm(bn); ++per_sm) {
-          WgmmaNhwcOptions o;
-          o.block_n = bn;
-          o.blocks_per_sm = per_sm;
-          expect_close_tf32(p, run_gpu(p, o), describe_tiles(o));
-        }
+      for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::TF32))
+        expect_close_tf32(p, run_gpu(p, o), describe_tiles(o));
     }
 #else
   GTEST_SKIP() << "built without CUDA";
@@ -200,13 +187,8 @@ TEST(GpuConvWgmmaNhwc, BackwardDataShapes) {
   for (const ConvCase& cc : nhwc_backward_data_cases())
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Tf32Problem p = make_tf32_problem(Pass::BackwardData, cc, fill, test::fresh_seed());
-      for (int bn : {32, 64, 128})
-        for (int per_sm = 1; per_sm <= max_blocks_per_sm(bn); ++per_sm) {
-          WgmmaNhwcOptions o;
-          o.block_n = bn;
-          o.blocks_per_sm = per_sm;
-          expect_close_tf32(p, run_gpu(p, o), describe_tiles(o));
-        }
+      for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::TF32))
+        expect_close_tf32(p, run_gpu(p, o), describe_tiles(o));
     }
 #else
   GTEST_SKIP() << "built without CUDA";
@@ -222,12 +204,8 @@ TEST(GpuConvWgmmaNhwc, SplitsAndRepeat) {
   for (const auto& [pass, cc] : cases)
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Tf32Problem p = make_tf32_problem(pass, cc, fill, test::fresh_seed());
-      for (int bn : {32, 64, 128})
-        for (int splits : {1, 2, 4, 8}) {
-          WgmmaNhwcOptions o;
-          o.block_n = bn;
-          o.splits = splits;
-          o.blocks_per_sm = split_k_blocks_per_sm(bn, splits);
+      for (int splits : {1, 2, 4, 8})
+        for (const WgmmaNhwcOptions& o : nhwc_split_configs(Precision::TF32, splits)) {
           const std::vector<float> a = run_gpu(p, o), b = run_gpu(p, o);
           expect_close_tf32(p, a, describe_tiles(o));
           EXPECT_TRUE(bitwise_equal(a, b))
@@ -253,6 +231,17 @@ TEST(GpuConvWgmmaNhwc, Picks) {
   EXPECT_EQ(conv2d_wgmma_nhwc_pick_blocks_per_sm(784, 132, 64), 2);
   EXPECT_EQ(conv2d_wgmma_nhwc_pick_blocks_per_sm(100, 132, 64), 1);
   EXPECT_EQ(conv2d_wgmma_nhwc_pick_blocks_per_sm(784, 132, 128), 1);
+  // 256 rows with 128-column tiles where twice the 256-row grid covers 90% of 132 SMs (60
+  // tiles): VGG's 128-channel 16x16 forward (M = 32768: 128 tiles) and 256-channel 8x8 one (M =
+  // 8192: 64); not its 128-channel 8x8 input gradient (32 tiles) nor the ResNet's 7x7 layers
+  // (M = 6272: 25), nor 64-column tiles (VGG's 64-channel 32x32 layers).
+  EXPECT_EQ(conv2d_wgmma_nhwc_pick_block_m(32768, 128, 128, 132), 256);
+  EXPECT_EQ(conv2d_wgmma_nhwc_pick_block_m(8192, 256, 128, 132), 256);
+  EXPECT_EQ(conv2d_wgmma_nhwc_pick_block_m(8192, 128, 128, 132), 128);
+  EXPECT_EQ(conv2d_wgmma_nhwc_pick_block_m(6272, 128, 128, 132), 128);
+  EXPECT_EQ(conv2d_wgmma_nhwc_pick_block_m(131072, 64, 64, 132), 128);
+  EXPECT_EQ(conv2d_wgmma_nhwc_pick_block_m(256 * 60, 128, 128, 132), 256);
+  EXPECT_EQ(conv2d_wgmma_nhwc_pick_block_m(256 * 59, 128, 128, 132), 128);
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif
@@ -353,6 +342,27 @@ TEST(GpuConvWgmmaNhwc, Refusals) {
                                   nullptr, mid_three);
       },
       "block_n 64 at three blocks an SM");
+  struct {
+    int block_n, blocks_per_sm, block_m;
+    Precision precision;
+    const char* what;
+  } const tall[] = {{32, 1, 256, Precision::TF32, "block_m 256 with block_n 32"},
+                    {64, 1, 256, Precision::TF32, "block_m 256 with block_n 64"},
+                    {128, 1, 256, Precision::FP32, "block_m 256 at fp32"},
+                    {128, 1, 192, Precision::TF32, "block_m 192"}};
+  for (const auto& t : tall) {
+    WgmmaNhwcOptions o;
+    o.block_n = t.block_n;
+    o.blocks_per_sm = t.blocks_per_sm;
+    o.block_m = t.block_m;
+    o.precision = t.precision;
+    expect_refused(
+        [&] {
+          conv2d_forward_wgmma_nhwc(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, nullptr,
+                                    nullptr, o);
+        },
+        t.what);
+  }
   WgmmaNhwcOptions odd_width;
   odd_width.block_n = 48;
   expect_refused(

@@ -8,13 +8,15 @@
 //   ForwardShapes        C in {1, 3, 17, 64, 70, 130}, OC in {8, 24, 64, 200}, H, W in {7, 13,
 //                        32, 33}, batch 1 and 3, stride 1 and 2, kernels 1x1 .. 7x7 (and 3x5),
 //                        padding 0 .. 3, with and without bias / ReLU; the three tile widths
-//                        (32 also at two and three blocks an SM, 64 at two); small
+//                        (32 also at two and three blocks an SM, 64 at two) and the 256 x 128
+//                        tile (wgmma_nhwc_tiles.h); small
 //                        integers first (exact in BF16: a mismatch is an addressing error), then
 //                        random values.
 //   BackwardDataShapes   the stride-1 input gradient on the same kinds of shapes, negative
 //                        effective padding (padding > kernel - 1) included.
 //   SplitsAndRepeat      K split 1, 2, 4, 8 across a cluster (every tile width, each residency
-//                        under some split): each correct, each run twice bitwise equal.
+//                        under some split, the 256-row tile): each correct, each run twice
+//                        bitwise equal.
 //   Scratch              the BF16 scratch is never larger than the TF32 one; a (poisoned)
 //                        scratch of exactly the BF16 size gives the bits of a TF32-sized one.
 //   Dispatch             Algo::WgmmaNhwc through conv2d_forward / conv2d_backward_data at
@@ -50,6 +52,7 @@
 #include "tests/conv_test_cases.h"
 #include "tests/conv_test_check.h"
 #include "tests/test_util.h"
+#include "tests/wgmma_nhwc_tiles.h"
 #include "tests/wgmma_test_require.h"
 #ifdef CNN_HAVE_CUDA
 #include "kernels/conv/conv2d_wgmma_nhwc.h"
@@ -126,19 +129,6 @@ Problem make_problem(Pass pass, const ConvCase& cc, Fill fill, uint64_t seed) {
   p.k = gemm_depth(pass, s);
   p.what = "bf16 " + describe_problem(pass, cc, fill, seed);
   return p;
-}
-
-// The residencies each tile width compiles for (conv2d_wgmma_nhwc.cu's NhwcPlan): 32-column
-// tiles at one, two and three blocks an SM, 64-column at one and two, 128-column at one.
-int max_blocks_per_sm(int block_n) {
-  return block_n == 32 ? 3 : block_n == 64 ? 2 : 1;
-}
-
-// Under split-K every residency runs once: two blocks an SM at 2 splits, three at 4 and 8.
-int split_k_blocks_per_sm(int block_n, int splits) {
-  if (splits == 2) return std::min(2, max_blocks_per_sm(block_n));
-  if (splits >= 4) return std::min(3, max_blocks_per_sm(block_n));
-  return 1;
 }
 
 WgmmaNhwcOptions bf16_options(int block_n = 0, int splits = 0) {
@@ -316,12 +306,8 @@ TEST(GpuConvWgmmaNhwcBf16, ForwardShapes) {
   for (const ConvCase& cc : forward_cases())
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Problem p = make_problem(Pass::Forward, cc, fill, test::fresh_seed());
-      for (int bn : {32, 64, 128})
-        for (int per_sm = 1; per_sm <= max_blocks_per_sm(bn); ++per_sm) {
-          WgmmaNhwcOptions o = bf16_options(bn);
-          o.blocks_per_sm = per_sm;
-          expect_close(p, run_gpu(p, o), describe_tiles(o));
-        }
+      for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::BF16))
+        expect_close(p, run_gpu(p, o), describe_tiles(o));
     }
 #else
   GTEST_SKIP() << "built without CUDA";
@@ -334,12 +320,8 @@ TEST(GpuConvWgmmaNhwcBf16, BackwardDataShapes) {
   for (const ConvCase& cc : backward_data_cases())
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Problem p = make_problem(Pass::BackwardData, cc, fill, test::fresh_seed());
-      for (int bn : {32, 64, 128})
-        for (int per_sm = 1; per_sm <= max_blocks_per_sm(bn); ++per_sm) {
-          WgmmaNhwcOptions o = bf16_options(bn);
-          o.blocks_per_sm = per_sm;
-          expect_close(p, run_gpu(p, o), describe_tiles(o));
-        }
+      for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::BF16))
+        expect_close(p, run_gpu(p, o), describe_tiles(o));
     }
 #else
   GTEST_SKIP() << "built without CUDA";
@@ -356,10 +338,8 @@ TEST(GpuConvWgmmaNhwcBf16, SplitsAndRepeat) {
   for (const auto& [pass, cc] : cases)
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Problem p = make_problem(pass, cc, fill, test::fresh_seed());
-      for (int bn : {32, 64, 128})
-        for (int splits : {1, 2, 4, 8}) {
-          WgmmaNhwcOptions o = bf16_options(bn, splits);
-          o.blocks_per_sm = split_k_blocks_per_sm(bn, splits);
+      for (int splits : {1, 2, 4, 8})
+        for (const WgmmaNhwcOptions& o : nhwc_split_configs(Precision::BF16, splits)) {
           const std::vector<float> a = run_gpu(p, o), b = run_gpu(p, o);
           expect_close(p, a, describe_tiles(o));
           EXPECT_TRUE(bitwise_equal(a, b))

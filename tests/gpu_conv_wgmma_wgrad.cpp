@@ -454,8 +454,9 @@ TEST(GpuConvWgmmaWgrad, Dispatch) {
     EXPECT_TRUE(test::contains(e.what(), "tf32 or fp32")) << e.what();
   }
   EXPECT_FALSE(conv2d_wgrad_wgmma_refusal(s, bf16).empty());
-  if (conv2d_wgrad_wgmma_available())
+  if (conv2d_wgrad_wgmma_available()) {
     EXPECT_TRUE(conv2d_wgrad_wgmma_refusal(s, tf32_exec(false, Precision::FP32)).empty());
+  }
   // The grouped convolution has no wgmma kernel and refuses it (the dense forward and input
   // gradient are tests/gpu_conv_wgmma.cpp's).
   const Exec ex = tf32_exec(false);

@@ -69,6 +69,12 @@ const std::vector<SwitchCases>& switch_cases() {
        {{nullptr, 0}, {"auto", 0}, {"1", 1}, {"2", 2}},
        {"3"},
        "1, 2 or auto"},
+      // Tile rows of the wgmma-nhwc convolution; 0: auto.
+      {"CNN_WGMMA_NHWC_BM",
+       field<&EnvSwitches::wgmma_nhwc_block_m>,
+       {{nullptr, 0}, {"auto", 0}, {"128", 128}, {"256", 256}},
+       {"64", "512"},
+       "128, 256 or auto"},
       // The direct tap class reads x itself unless set to copies.
       {"CNN_WGMMA_WGRAD_BOX_X",
        field<&EnvSwitches::wgmma_wgrad_box_direct>,

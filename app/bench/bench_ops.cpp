@@ -684,7 +684,8 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
       }
       // The TMA-im2col kernel (wgmma-nhwc) with 64-column tiles at one and at two resident
       // blocks an SM, and with 32-column tiles at the picked residency (the `wgmma-nhwc` row
-      // takes the picked tile and residency), TF32 and BF16; at FP32 (3xTF32, one block an SM)
+      // takes the picked tile and residency), TF32 and BF16, and where the GEMM is wider than 64
+      // columns the 128-column tile at 128 and at 256 rows; at FP32 (3xTF32, one block an SM)
       // each tile width.
       if (wgmma_pass && conv2d_wgmma_nhwc_available()) {
         const size_t nhwc_floats =
@@ -694,6 +695,7 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
         struct NhwcRow {
           const char* variant;
           int block_n, blocks_per_sm;  // 0: picked (conv2d_wgmma_nhwc_pick_blocks_per_sm)
+          int block_m = 0;             // 0: picked (conv2d_wgmma_nhwc_pick_block_m)
         };
         std::vector<NhwcRow> nhwc_rows = {{"conv:nhwc-bn64-1/sm", 64, 1},
                                           {"conv:nhwc-bn64-2/sm", 64, 2},
@@ -707,11 +709,15 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
         else if ((pass == Pass::Forward ? s.oc : s.c) <= 32) {
           nhwc_rows.push_back({"conv:nhwc-bn32-2/sm", 32, 2});
           nhwc_rows.push_back({"conv:nhwc-bn32-3/sm", 32, 3});
+        } else if ((pass == Pass::Forward ? s.oc : s.c) > 64) {
+          nhwc_rows.push_back({"conv:nhwc-128x128", 128, 1, 128});
+          nhwc_rows.push_back({"conv:nhwc-256x128", 128, 1, 256});
         }
         for (const NhwcRow& r : nhwc_rows) {
           WgmmaNhwcOptions o;
           o.block_n = r.block_n;
           o.blocks_per_sm = r.blocks_per_sm;
+          o.block_m = r.block_m;
           o.precision = p;
           Candidate c;
           c.variant = r.variant;

@@ -45,6 +45,10 @@ struct WgmmaNhwcOptions {
   // CNN_WGMMA_NHWC_PER_SM), 1 (a ring of 6-10 stages), 2 (half the ring each; block_n 32 or 64)
   // or 3 (3 stages each; block_n 32 only). FP32 (3xTF32): always one.
   int blocks_per_sm = 0;
+  // Tile rows (output pixels): 0 picks (conv2d_wgmma_nhwc_pick_block_m, CNN_WGMMA_NHWC_BM), else
+  // 128, or 256 (TF32 and BF16, block_n 128, one block an SM: each consumer warpgroup multiplies
+  // two 64-row blocks on one B tile, twice the work a pipeline stage).
+  int block_m = 0;
   Precision precision = Precision::TF32;  // TF32, BF16, or FP32 (3xTF32)
 };
 
@@ -55,6 +59,10 @@ bool conv2d_wgmma_nhwc_available();
 // for block_n 128; else 2 when one an SM would take more than one wave, and with block_n 32, 3
 // when two would; else 1.
 int conv2d_wgmma_nhwc_pick_blocks_per_sm(int64_t blocks, int sms, int block_n);
+
+// The tile rows for an M x n implicit GEMM of block_n-column tiles on `sms` SMs: 256 when
+// block_n is 128 and twice the 256-row grid's tiles cover at least 90% of the SMs, else 128.
+int conv2d_wgmma_nhwc_pick_block_m(int64_t m, int n, int block_n, int sms);
 
 // The tile width for an M x n implicit GEMM: 32 when n <= 32, else conv2d_wgmma_pick_block_n's.
 int conv2d_wgmma_nhwc_pick_block_n(int64_t m, int n);

@@ -3,10 +3,11 @@
 // conv2d_wgmma_nhwc.cu, TMA im2col on a channels-last copy), shared by both: the two consumer
 // warpgroups' wgmma loop over the ring of stages, and the epilogue that sums the K splits of a
 // thread-block cluster through distributed shared memory, adds bias, applies ReLU and stores the
-// 128 x BN tile into the NCHW output. Both kernels run 384 threads: warpgroup 0 produces,
-// warpgroups 1 and 2 consume rows [64 (wg - 1), +64) of the tile. Stage s holds the A tile
-// (128 rows x 32 k) and the B^T tile (BN rows x 32 k), K-major in the 128-byte swizzled layout
-// (64 k each for the BF16 instance of the channels-last kernel: still 128 bytes a row).
+// 128 x BN (or 256 x BN) tile into the NCHW output. Both kernels run 384 threads: warpgroup 0
+// produces, warpgroups 1 and 2 consume rows [64 (wg - 1), +64) of the tile (of a 256-row tile,
+// [128 (wg - 1), +128)). Stage s holds the A tile (128 or 256 rows x 32 k) and the B^T tile (BN
+// rows x 32 k), K-major in the 128-byte swizzled layout (64 k each for the BF16 instance of the
+// channels-last kernel: still 128 bytes a row).
 #include <cstdint>
 
 #include "kernels/common/ptx.cuh"
@@ -17,54 +18,65 @@ namespace wgmma {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-constexpr int kConvTileM = 128;    // rows (output pixels) of a block tile
 constexpr int kConvThreads = 384;  // producer + 2 consumer warpgroups
 
 // Consumer warpgroup wg (1 or 2): for each of the nk stages in ring order, waits for `full`,
-// multiplies 4 wgmma.m64nBNk8 (TF32) or m64nBNk16 (BF16) into acc (BN 32, 64 or 128), keeps one
-// stage's group in flight and releases the previous stage on its `empty` barrier (lane 0 of each of
-// the 8 consumer warps arrives: init the empty barriers with 8). fence_generic: the stage was
-// written by generic-proxy copies (cp.async), so each consumer thread fences before its async-proxy
-// wgmma reads (see conv2d_wgmma.cu); TMA-written stages need no fence. kBf16: the stages hold bf16
-// (64 k per 128-byte row) and the 4 steps are wgmma k16 BF16 instead of k8 TF32: either way a step
-// is 32 bytes of the row, 2 in the descriptor.
-template <int BN, int kStages, bool kBf16 = false, class Full, class Empty, class TileA,
-          class TileB>
-__device__ __forceinline__ void consume_stages(float (&acc)[BN / 2], int nk, int wg,
+// multiplies 4 wgmma.m64nBNk8 (TF32) or m64nBNk16 (BF16) per 64-row block into acc (BN 32, 64 or
+// 128), keeps one stage's group in flight and releases the previous stage on its `empty` barrier
+// (lane 0 of each of the 8 consumer warps arrives: init the empty barriers with 8). kSub: the
+// 64-row blocks a warpgroup owns, 1 (a 128-row tile: rows [64 (wg - 1), +64)) or 2 (a 256-row
+// tile: rows [128 (wg - 1), +128), acc[h] the block at + 64 h); the blocks of one k step share
+// its B descriptor. fence_generic: the stage was written by generic-proxy copies (cp.async), so
+// each consumer thread fences before its async-proxy wgmma reads (see conv2d_wgmma.cu);
+// TMA-written stages need no fence. kBf16: the stages hold bf16 (64 k per 128-byte row) and the 4
+// steps are wgmma k16 BF16 instead of k8 TF32: either way a step is 32 bytes of the row, 2 in the
+// descriptor.
+template <int BN, int kStages, bool kBf16 = false, int kSub = 1, class Full, class Empty,
+          class TileA, class TileB>
+__device__ __forceinline__ void consume_stages(float (&acc)[kSub][BN / 2], int nk, int wg,
                                                bool fence_generic, Full full, Empty empty,
                                                TileA tile_a, TileB tile_b) {
+  static_assert(kSub == 1 || kSub == 2, "64 or 128 rows a consumer warpgroup");
   const int lane = threadIdx.x & 31;
-  const uint32_t a_off = uint32_t(wg - 1) * 64 * 128;  // 64 rows of 128 bytes
+  const uint32_t a_off = uint32_t(wg - 1) * kSub * 64 * 128;  // 64 kSub rows of 128 bytes
+  auto mma = [&](float(&d)[BN / 2], uint64_t da, uint64_t db) {
+    if constexpr (kBf16 && BN == 128)
+      wgmma_m64n128k16_bf16(d, da, db);
+    else if constexpr (kBf16 && BN == 32)
+      wgmma_m64n32k16_bf16(d, da, db);
+    else if constexpr (kBf16)
+      wgmma_m64n64k16_bf16(d, da, db);
+    else if constexpr (BN == 128)
+      wgmma_m64n128k8_tf32(d, da, db);
+    else if constexpr (BN == 32)
+      wgmma_m64n32k8_tf32(d, da, db);
+    else
+      wgmma_m64n64k8_tf32(d, da, db);
+  };
+  auto fence_all = [&] {
+#pragma unroll
+    for (int h = 0; h < kSub; ++h) fence_acc(acc[h]);
+  };
   for (int i = 0; i < nk; ++i) {
     const int s = i % kStages;
     mbar_wait(full(s), (i / kStages) & 1);
     if (fence_generic) fence_proxy_async();
     const uint64_t da = sw128_desc(tile_a(s) + a_off), db = sw128_desc(tile_b(s));
     wgmma_fence();
-    fence_acc(acc);
+    fence_all();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      if constexpr (kBf16 && BN == 128)
-        wgmma_m64n128k16_bf16(acc, da + 2 * kk, db + 2 * kk);
-      else if constexpr (kBf16 && BN == 32)
-        wgmma_m64n32k16_bf16(acc, da + 2 * kk, db + 2 * kk);
-      else if constexpr (kBf16)
-        wgmma_m64n64k16_bf16(acc, da + 2 * kk, db + 2 * kk);
-      else if constexpr (BN == 128)
-        wgmma_m64n128k8_tf32(acc, da + 2 * kk, db + 2 * kk);
-      else if constexpr (BN == 32)
-        wgmma_m64n32k8_tf32(acc, da + 2 * kk, db + 2 * kk);
-      else
-        wgmma_m64n64k8_tf32(acc, da + 2 * kk, db + 2 * kk);
-    }
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int h = 0; h < kSub; ++h)  // block h: 64 rows = 8 KB further (+ 512 in 16-byte units)
+        mma(acc[h], da + uint64_t(h) * 512 + 2 * kk, db + 2 * kk);
     wgmma_commit();
-    fence_acc(acc);
+    fence_all();
     wgmma_wait<1>();  // the previous stage's products are done: release it
-    fence_acc(acc);
+    fence_all();
     if (i > 0 && lane == 0) mbar_arrive(empty((i - 1) % kStages));
   }
   wgmma_wait<0>();
-  fence_acc(acc);
+  fence_all();
 }
 
 // The 3xTF32 consumer (FP32 accuracy on the tensor cores): the same ring, but a stage holds A
@@ -155,28 +167,34 @@ struct ConvTileStore {
 
 // Every thread of the block calls it after its role's loop. The accumulators go to shared
 // memory at `base` (the ring, reused: every stage has been consumed, so every copy has landed),
-// (128, kPitch) floats; then the blocks of the cluster (the K splits of one tile) each sum a
-// band of rows over all ranks' partial tiles in rank order (bitwise repeatable), add bias, apply
-// ReLU and store NCHW. A warp covers 32 rows (pixels, contiguous in y) of one group of 4 columns.
-template <int BN, int kPitch>
-__device__ __forceinline__ void store_conv_tile(const float (&acc)[BN / 2], uint32_t base, int m0,
-                                                int n0, const ConvTileStore& p) {
+// (64 kSub 2, kPitch) floats (kSub: consume_stages'); then the blocks of the cluster (the K
+// splits of one tile) each sum a band of rows over all ranks' partial tiles in rank order
+// (bitwise repeatable), add bias, apply ReLU and store NCHW. A warp covers 32 rows (pixels,
+// contiguous in y) of one group of 4 columns.
+template <int BN, int kPitch, int kSub = 1>
+__device__ __forceinline__ void store_conv_tile(const float (&acc)[kSub][BN / 2], uint32_t base,
+                                                int m0, int n0, const ConvTileStore& p) {
+  constexpr int kRows = 128 * kSub;
   const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
   __syncthreads();
   if (wg > 0) {
     const int w = (tid / 32) & 3, g = lane >> 2, t4 = lane & 3;
-    const int row = (wg - 1) * 64 + w * 16 + g;
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      const int col = 8 * j + 2 * t4;
-      st_shared_v2(base + uint32_t(row * kPitch + col) * 4, acc[4 * j], acc[4 * j + 1]);
-      st_shared_v2(base + uint32_t((row + 8) * kPitch + col) * 4, acc[4 * j + 2], acc[4 * j + 3]);
+    for (int h = 0; h < kSub; ++h) {
+      const int row = (wg - 1) * 64 * kSub + h * 64 + w * 16 + g;
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        const int col = 8 * j + 2 * t4;
+        st_shared_v2(base + uint32_t(row * kPitch + col) * 4, acc[h][4 * j], acc[h][4 * j + 1]);
+        st_shared_v2(base + uint32_t((row + 8) * kPitch + col) * 4, acc[h][4 * j + 2],
+                     acc[h][4 * j + 3]);
+      }
     }
   }
   cluster_sync();
 
   const uint32_t rank = cluster_rank(), nsplit = cluster_size();
-  const int band = kConvTileM / int(nsplit);
+  const int band = kRows / int(nsplit);
   const int r_begin = int(rank) * band;
   for (int idx = tid; idx < band * (BN / 4); idx += kConvThreads) {
     const int r = r_begin + idx % band, c4 = (idx / band) * 4;

@@ -1,0 +1,67 @@
+#pragma once
+// The tile configurations of the wgmma-nhwc convolution (conv2d_wgmma_nhwc.cu's NhwcPlan), shared
+// by its TF32 and BF16 tests so that each runs every compiled instance.
+#include <algorithm>
+#include <vector>
+
+#include "kernels/conv/conv2d_wgmma_nhwc.h"
+
+namespace cnn::conv_test {
+
+// The residencies each tile width compiles for: 32-column tiles at one, two and three blocks an
+// SM, 64-column at one and two, 128-column at one.
+inline int max_blocks_per_sm(int block_n) {
+  return block_n == 32 ? 3 : block_n == 64 ? 2 : 1;
+}
+
+// Under split-K every residency runs once: two blocks an SM at 2 splits, three at 4 and 8.
+inline int split_k_blocks_per_sm(int block_n, int splits) {
+  if (splits == 2) return std::min(2, max_blocks_per_sm(block_n));
+  if (splits >= 4) return std::min(3, max_blocks_per_sm(block_n));
+  return 1;
+}
+
+// Every (block_n, blocks_per_sm, block_m) instance at `precision` (TF32 or BF16): the 128-row
+// tile at each width and residency, and the 256-row tile (one block an SM) at width 128.
+inline std::vector<WgmmaNhwcOptions> nhwc_tile_configs(Precision precision) {
+  std::vector<WgmmaNhwcOptions> configs;
+  for (int bn : {32, 64, 128}) {
+    WgmmaNhwcOptions o;
+    o.block_n = bn;
+    o.precision = precision;
+    o.block_m = 128;
+    for (int per_sm = 1; per_sm <= max_blocks_per_sm(bn); ++per_sm) {
+      o.blocks_per_sm = per_sm;
+      configs.push_back(o);
+    }
+    if (bn == 128) {
+      o.blocks_per_sm = 1;
+      o.block_m = 256;
+      configs.push_back(o);
+    }
+  }
+  return configs;
+}
+
+// The configurations SplitsAndRepeat runs at `splits`: each width at the residency
+// split_k_blocks_per_sm gives, and the 256 x 128 tile.
+inline std::vector<WgmmaNhwcOptions> nhwc_split_configs(Precision precision, int splits) {
+  std::vector<WgmmaNhwcOptions> configs;
+  for (int bn : {32, 64, 128}) {
+    WgmmaNhwcOptions o;
+    o.block_n = bn;
+    o.splits = splits;
+    o.precision = precision;
+    o.block_m = 128;
+    o.blocks_per_sm = split_k_blocks_per_sm(bn, splits);
+    configs.push_back(o);
+    if (bn == 128) {
+      o.blocks_per_sm = 1;
+      o.block_m = 256;
+      configs.push_back(o);
+    }
+  }
+  return configs;
+}
+
+}  // namespace cnn::conv_test
