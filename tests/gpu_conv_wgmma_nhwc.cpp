@@ -26,8 +26,8 @@
 //                        gives the direct call's bits; its weight gradient is Algo::Wgmma's.
 //   (The scratch itself, a null one refused and no allocation in a captured graph:
 //   gpu_conv_nhwc_scratch.cpp.)
-//   Refusals             FP32 (3xTF32, GpuConvWgmmaNhwc3xTf32 below) at two blocks an SM,
-//                        128-column tiles at
+//   Refusals             FP32 (3xTF32, GpuConvWgmmaNhwc3xTf32 below) at three blocks an SM
+//                        or with 128-column tiles at two, 128-column tiles at
 //                        two blocks an SM, 64-column at three, a tile width of 48, 256-row
 //                        tiles of 32 or 64 columns or at FP32, 192 rows, a stride-2 input
 //                        gradient, a padding the TMA box cannot express, grouped convolutions
@@ -311,16 +311,27 @@ TEST(GpuConvWgmmaNhwc, Refusals) {
       EXPECT_EQ(msg.find("needs a scratch"), std::string::npos) << what << ": " << msg;
     }
   };
-  // FP32 runs as 3xTF32 (GpuConvWgmmaNhwc3xTf32 below), one block an SM only.
-  WgmmaNhwcOptions fp32_two;
-  fp32_two.precision = Precision::FP32;
-  fp32_two.blocks_per_sm = 2;
+  // FP32 runs as 3xTF32 (GpuConvWgmmaNhwc3xTf32 below), one or two blocks an SM, two only
+  // with 32- or 64-column tiles.
+  WgmmaNhwcOptions fp32_three;
+  fp32_three.precision = Precision::FP32;
+  fp32_three.block_n = 32;
+  fp32_three.blocks_per_sm = 3;
   expect_refused(
       [&] {
         conv2d_forward_wgmma_nhwc(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, nullptr,
-                                  nullptr, fp32_two);
+                                  nullptr, fp32_three);
       },
-      "fp32 at two blocks an SM");
+      "fp32 at three blocks an SM");
+  WgmmaNhwcOptions fp32_wide_two = fp32_three;
+  fp32_wide_two.block_n = 128;
+  fp32_wide_two.blocks_per_sm = 2;
+  expect_refused(
+      [&] {
+        conv2d_forward_wgmma_nhwc(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, nullptr,
+                                  nullptr, fp32_wide_two);
+      },
+      "fp32 block_n 128 at two blocks an SM");
   ex.precision = Precision::TF32;
   // Two blocks an SM of 128-column tiles do not fit the registers.
   WgmmaNhwcOptions wide_two;
@@ -410,23 +421,33 @@ TEST(GpuConvWgmmaNhwc, Refusals) {
 #endif
 }
 
-// The FP32 instance: 3xTF32 (WgmmaNhwcOptions::precision = FP32), the same kernel with A split
-// into TF32 parts in registers and the weights packed twice.
-//   PrePasses3xTf32    the unrounded NHWC copy (nhwc_copy_cases) and the two weight packs bitwise
-//                      equal to their CPU twins; the packs' sum within 2^-22 of each weight.
-//   ForwardShapes / BackwardDataShapes / SplitsAndRepeat   the TF32 cases, every tile width, splits
-//                      1, 2, 4, 8, against the double CPU twin with expect_close_3xtf32 (a
-//                      Frobenius error of 3e-5: TF32's ~3e-4 fails it), repeatable bitwise.
+// The FP32 instance: 3xTF32 (WgmmaNhwcOptions::precision = FP32), the same kernel with the
+// weights packed twice and A split into TF32 parts in registers (one block an SM) or by the
+// pre-pass into two copies (two blocks an SM).
+//   PrePasses3xTf32    the unrounded NHWC copy (nhwc_copy_cases), the split copies and the two
+//                      weight packs bitwise equal to their CPU twins; the packs' sum within
+//                      2^-22 of each weight.
+//   ForwardShapes / BackwardDataShapes / SplitsAndRepeat   the TF32 cases, every tile width at
+//                      one block an SM and widths 32 and 64 at two, splits 1, 2, 4, 8, against
+//                      the double CPU twin with expect_close_3xtf32 (a Frobenius error of 3e-5:
+//                      TF32's ~3e-4 fails it), repeatable bitwise.
 //   Dispatch           Algo::WgmmaNhwc at precision fp32 gives the direct call's bits, and autotune
 //                      at fp32 times it.
 namespace {
 #ifdef CNN_HAVE_CUDA
-WgmmaNhwcOptions fp32_options(int block_n, int splits = 0) {
+WgmmaNhwcOptions fp32_options(int block_n, int splits = 0, int blocks_per_sm = 0) {
   WgmmaNhwcOptions o;
   o.precision = Precision::FP32;
   o.block_n = block_n;
   o.splits = splits;
+  o.blocks_per_sm = blocks_per_sm;
   return o;
+}
+
+// Every 3xTF32 instance: each width at one block an SM, 32 and 64 columns at two.
+std::vector<WgmmaNhwcOptions> fp32_configs(int splits = 0) {
+  return {fp32_options(32, splits, 1), fp32_options(32, splits, 2), fp32_options(64, splits, 1),
+          fp32_options(64, splits, 2), fp32_options(128, splits, 1)};
 }
 #endif
 }  // namespace
@@ -435,6 +456,28 @@ TEST(GpuConvWgmmaNhwc3xTf32, PrePasses) {
 #ifdef CNN_HAVE_CUDA
   CNN_REQUIRE_WGMMA_NHWC();
   expect_copies_match(nchw_to_nhwc_fp32_cpu, nchw_to_nhwc_fp32_cuda, "nchw_to_nhwc_fp32");
+  // The split copies, each part on its own (the other into a scratch buffer).
+  const auto cpu_part = [](bool small) {
+    return [small](const float* x, int n, int c, int64_t hw, int c_pad, float* out) {
+      std::vector<float> other(size_t(n) * hw * c_pad);
+      if (small)
+        nchw_to_nhwc_tf32_split_cpu(x, n, c, hw, c_pad, other.data(), out);
+      else
+        nchw_to_nhwc_tf32_split_cpu(x, n, c, hw, c_pad, out, other.data());
+    };
+  };
+  const auto cuda_part = [](bool small) {
+    return [small](const float* x, int n, int c, int64_t hw, int c_pad, float* out,
+                   cudaStream_t stream) {
+      Tensor other = test::to_device(std::vector<float>(size_t(n) * hw * c_pad, NAN));
+      if (small)
+        nchw_to_nhwc_tf32_split_cuda(x, n, c, hw, c_pad, other.data(), out, stream);
+      else
+        nchw_to_nhwc_tf32_split_cuda(x, n, c, hw, c_pad, out, other.data(), stream);
+    };
+  };
+  expect_copies_match(cpu_part(false), cuda_part(false), "nchw_to_nhwc_tf32_split big");
+  expect_copies_match(cpu_part(true), cuda_part(true), "nchw_to_nhwc_tf32_split small");
   for (const Conv2dShape& s :
        {conv(1, 3, 7, 7, 24, 3, 3, 1, 1, 1, 1), conv(1, 17, 7, 7, 200, 7, 5, 1, 1, 3, 2)})
     for (bool fwd : {true, false}) {
@@ -477,10 +520,8 @@ TEST(GpuConvWgmmaNhwc3xTf32, ForwardAndBackwardDataShapes) {
          pass == Pass::Forward ? nhwc_forward_cases() : nhwc_backward_data_cases())
       for (Fill fill : {Fill::SmallInt, Fill::Random}) {
         const Tf32Problem p = make_tf32_problem(pass, cc, fill, test::fresh_seed());
-        for (int bn : {32, 64, 128}) {
-          const WgmmaNhwcOptions o = fp32_options(bn);
+        for (const WgmmaNhwcOptions& o : fp32_configs())
           expect_close_3xtf32(p, run_gpu(p, o), describe_tiles(o));
-        }
       }
 #else
   GTEST_SKIP() << "built without CUDA";
@@ -495,9 +536,8 @@ TEST(GpuConvWgmmaNhwc3xTf32, SplitsAndRepeat) {
                                              {Pass::BackwardData, nhwc_backward_data_cases()[3]}};
   for (const auto& [pass, cc] : cases) {
     const Tf32Problem p = make_tf32_problem(pass, cc, Fill::Random, test::fresh_seed());
-    for (int bn : {32, 64, 128})
-      for (int splits : {1, 2, 4, 8}) {
-        const WgmmaNhwcOptions o = fp32_options(bn, splits);
+    for (int splits : {1, 2, 4, 8})
+      for (const WgmmaNhwcOptions& o : fp32_configs(splits)) {
         const std::vector<float> a = run_gpu(p, o), b = run_gpu(p, o);
         expect_close_3xtf32(p, a, describe_tiles(o));
         EXPECT_TRUE(bitwise_equal(a, b))

@@ -258,8 +258,8 @@ TEST(ConvNhwcLayout, Bf16Layouts) {
   }
 }
 
-// The 3xTF32 pre-passes' twins: the copy unrounded; the weights as big = the TF32 pack and small
-// = TF32(w - big), both TF32 values (low 13 bits zero), zero in the padding, summing to w within
+// The 3xTF32 pre-passes' twins: the copy unrounded, or split as the weights; the weights as big
+// = the TF32 pack and small = TF32(w - big), both TF32 values (low 13 bits zero), zero in the padding, summing to w within
 // 2^-22 |w| (nearest rounding twice: 2^-11 of 2^-11).
 TEST(ConvNhwcLayout, SplitTf32Packs) {
   const Conv2dShape s = conv(2, 37, 5, 6, 24, 3, 3, 1, 1, 1, 1);
@@ -277,6 +277,16 @@ TEST(ConvNhwcLayout, SplitTf32Packs) {
         ASSERT_EQ(copy[(size_t(n) * hw + p) * c_pad + c],
                   c < s.c ? x[(size_t(n) * s.c + c) * hw + p] : 0.f)
             << "n=" << n << " p=" << p << " c=" << c;
+  // The split copy (two blocks an SM): big the TF32 copy, small TF32(x - big), summing to x.
+  std::vector<float> big_x(copy.size(), NAN), small_x(copy.size(), NAN), tf32_x(copy.size(), NAN);
+  nchw_to_nhwc_tf32_split_cpu(x.data(), s.n, s.c, hw, c_pad, big_x.data(), small_x.data());
+  nchw_to_nhwc_tf32_cpu(x.data(), s.n, s.c, hw, c_pad, tf32_x.data());
+  for (size_t i = 0; i < copy.size(); ++i) {
+    ASSERT_EQ(big_x[i], tf32_x[i]) << i;
+    ASSERT_EQ(round_tf32_cpu(small_x[i]), small_x[i]) << "a TF32 value " << i;
+    ASSERT_LE(std::fabs(double(big_x[i]) + small_x[i] - copy[i]), std::ldexp(std::fabs(copy[i]), -22))
+        << i;
+  }
 
   std::vector<float> w(size_t(s.oc) * s.c * 9);
   for (auto& v : w) v = d(rng);

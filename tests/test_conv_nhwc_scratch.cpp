@@ -138,17 +138,18 @@ TEST(ConvNhwcScratch, LayoutMatchesTheCopies) {
     for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16}) {
       const int64_t block = p == Precision::BF16 ? 64 : 32, bytes = p == Precision::BF16 ? 2 : 4;
       const int64_t row = 128 / bytes;                     // elements of one 128-byte row
-      const int64_t packs = p == Precision::FP32 ? 2 : 1;  // 3xTF32: the weights' two TF32 parts
+      // 3xTF32: the weights' two TF32 parts, and two copies (x split at two blocks an SM).
+      const int64_t packs = p == Precision::FP32 ? 2 : 1;
       const auto pad = [](int64_t v, int64_t to) { return (v + to - 1) / to * to; };
       const int64_t taps = int64_t(s.kh) * s.kw;
       // Forward: weights (OC, taps, C padded), copy of x (N, H, W, C padded).
       const int64_t fwd = packs * pad(s.oc * taps * pad(s.c, block), row) +
-                          int64_t(s.n) * s.h * s.w * pad(s.c, block);
+                          packs * int64_t(s.n) * s.h * s.w * pad(s.c, block);
       EXPECT_EQ(conv2d_forward_wgmma_nhwc_scratch_floats(s, p), size_t(pad(fwd * bytes, 4) / 4))
           << precision_name(p) << " c" << s.c << " oc" << s.oc;
       // Input gradient: weights (C, taps, OC padded), copy of dy (N, OH, OW, OC padded).
       const int64_t bwd = packs * pad(s.c * taps * pad(s.oc, block), row) +
-                          int64_t(s.n) * s.oh() * s.ow() * pad(s.oc, block);
+                          packs * int64_t(s.n) * s.oh() * s.ow() * pad(s.oc, block);
       EXPECT_EQ(conv2d_backward_data_wgmma_nhwc_scratch_floats(s, p),
                 size_t(pad(bwd * bytes, 4) / 4))
           << precision_name(p) << " c" << s.c << " oc" << s.oc;
@@ -177,8 +178,9 @@ TEST(ConvNhwcScratch, ZooShapes) {
       EXPECT_LE(fwd, conv2d_forward_wgmma_nhwc_scratch_floats(z.s, Precision::FP32));
       EXPECT_LE(
           dx, stride1 ? conv2d_backward_data_wgmma_nhwc_scratch_floats(z.s, Precision::FP32) : 0u);
-      if (p == Precision::BF16)
+      if (p == Precision::BF16) {
         EXPECT_LE(fwd, conv2d_forward_wgmma_nhwc_scratch_floats(z.s, Precision::TF32));
+      }
       for (Algo a : {Algo::WgmmaNhwc, Algo::Auto}) {
         SCOPED_TRACE(algo_name(a));
         LayerSpec spec = z.spec;

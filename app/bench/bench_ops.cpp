@@ -685,8 +685,8 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
       // The TMA-im2col kernel (wgmma-nhwc) with 64-column tiles at one and at two resident
       // blocks an SM, and with 32-column tiles at the picked residency (the `wgmma-nhwc` row
       // takes the picked tile and residency), TF32 and BF16, and where the GEMM is wider than 64
-      // columns the 128-column tile at 128 and at 256 rows; at FP32 (3xTF32, one block an SM)
-      // each tile width.
+      // columns the 128-column tile at 128 and at 256 rows; at FP32 (3xTF32) each tile width at
+      // one block an SM and 32 and 64 columns at two.
       if (wgmma_pass && conv2d_wgmma_nhwc_available()) {
         const size_t nhwc_floats =
             pass == Pass::Forward ? conv2d_forward_scratch_floats(s, Algo::WgmmaNhwc, ex)
@@ -702,7 +702,9 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
                                           {"conv:nhwc-bn32", 32, 0}};
         if (p == Precision::FP32)
           nhwc_rows = {{"conv:nhwc-3xtf32-bn32", 32, 1},
+                       {"conv:nhwc-3xtf32-bn32-2/sm", 32, 2},
                        {"conv:nhwc-3xtf32-bn64", 64, 1},
+                       {"conv:nhwc-3xtf32-bn64-2/sm", 64, 2},
                        {"conv:nhwc-3xtf32-bn128", 128, 1}};
         // Where 32 columns are the whole GEMM (N = OC forward, C input gradient), each
         // residency of the 32-column tile, to weigh the picker's choice.

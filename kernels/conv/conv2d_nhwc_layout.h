@@ -71,6 +71,10 @@ void nchw_to_nhwc_tf32_cpu(const float* x, int n, int c, int64_t hw, int c_pad, 
 void nchw_to_nhwc_bf16_cpu(const float* x, int n, int c, int64_t hw, int c_pad, uint16_t* out);
 // The same unrounded (the 3xTF32 kernel splits the values itself, after loading them).
 void nchw_to_nhwc_fp32_cpu(const float* x, int n, int c, int64_t hw, int c_pad, float* out);
+// The split for 3xTF32 at two blocks an SM: big = the TF32 copy, small = round_tf32(x - big) at
+// the same place (zero in the padding).
+void nchw_to_nhwc_tf32_split_cpu(const float* x, int n, int c, int64_t hw, int c_pad, float* big,
+                                 float* small);
 
 // CPU twin of the weight pre-pass: out (rows, taps, k_pad), element (r, t, k) =
 //   k < k_count ? round_tf32(w[r ld_r + k ld_k + (flip ? taps - 1 - t : t)]) : 0.

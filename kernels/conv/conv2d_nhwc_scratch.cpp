@@ -18,12 +18,12 @@ int nhwc_channel_block(Precision precision, const char* what) {
 }
 
 std::size_t NhwcScratchLayout::floats() const {
-  const int64_t bytes = (weight_elems + copy_elems) * elem_bytes;
+  const int64_t bytes = (weight_elems + copies * copy_elems) * elem_bytes;
   return std::size_t((bytes + 3) / 4);
 }
 
 // BF16 never needs more than TF32: 64-channel rows of 2 bytes <= 32-channel rows of 4 bytes,
-// doubled. FP32 (3xTF32) takes TF32's copy and two weight packs (big, then small).
+// doubled. FP32 (3xTF32) takes two of TF32's copies and two weight packs (big, then small).
 NhwcScratchLayout nhwc_scratch_layout(const Conv2dShape& g, const WeightPack& wp,
                                       Precision precision) {
   const int block = nhwc_channel_block(precision, "wgmma-nhwc scratch");
@@ -34,6 +34,7 @@ NhwcScratchLayout nhwc_scratch_layout(const Conv2dShape& g, const WeightPack& wp
   l.weight_elems = precision == Precision::FP32 ? 2 * l.pack_elems : l.pack_elems;
   const int64_t c_pad = (int64_t(g.c) + block - 1) / block * block;
   l.copy_elems = int64_t(g.n) * g.h * g.w * c_pad;
+  l.copies = precision == Precision::FP32 ? 2 : 1;
   return l;
 }
 

@@ -90,9 +90,12 @@ static_assert(OperandOf<__nv_bfloat16>::kBlock * 2 == kRowBytes, "a BF16 chunk i
 // at 28x28, batch 128: 784 tiles of 9 k-tiles), where the waves and the epilogues cost more than
 // the ring's depth.
 //
-// kSplit, the 3xTF32 instance (FP32 accuracy): a stage holds the unrounded A tile and two B tiles,
-// the weights' TF32 part and their TF32 residual; one block an SM (its consumers hold A's split
-// parts of two stages in registers, 64 more a thread), 8, 6 or 4 stages.
+// kSplit, the 3xTF32 instance (FP32 accuracy): at one block an SM a stage holds the unrounded A
+// tile and two B tiles, the weights' TF32 part and their TF32 residual (its consumers hold A's
+// split parts of two stages in registers, 64 more a thread), 8, 6 or 4 stages. Two blocks an SM
+// (BN 32 and 64) leave no room for those registers: there the pre-pass splits A as well (two
+// copies, map_a and map_a_small) and a stage holds both A parts and both B parts (40 or 48 KB),
+// a ring of 2 (kSplitA).
 //
 // kSub 2, the tall tile (256 x 128, TF32 and BF16, one block an SM): each consumer warpgroup
 // multiplies two 64-row blocks against the same B tile, so a stage's 48 KB feed twice the
@@ -103,6 +106,7 @@ static_assert(OperandOf<__nv_bfloat16>::kBlock * 2 == kRowBytes, "a BF16 chunk i
 // 4 stages.
 constexpr int nhwc_ring_stages(int bn, int per_sm, bool split, int sub) {
   if (sub == 2) return 4;
+  if (split && per_sm == 2) return 2;
   if (split) return bn == 32 ? 8 : bn == 64 ? 6 : 4;
   return (bn == 32 ? 10 : bn == 64 ? 8 : 6) / per_sm;
 }
@@ -111,13 +115,16 @@ struct NhwcPlan {
   static_assert(BN == 32 || BN == 64 || BN == 128, "tile widths 32, 64 and 128");
   static_assert(kPerSm == 1 || kPerSm == 2 || (kPerSm == 3 && BN == 32),
                 "one or two blocks an SM, three of BN 32");
-  static_assert(!kSplit || kPerSm == 1, "the 3xTF32 instance runs one block an SM");
+  static_assert(!kSplit || kPerSm == 1 || (kPerSm == 2 && BN <= 64),
+                "the 3xTF32 instance runs one block an SM, or two of BN 32 or 64");
   static_assert(kSub == 1 || (kSub == 2 && kPerSm == 1 && !kSplit && BN == 128),
                 "the 256-row tile: TF32 or BF16, BN 128, one block an SM");
-  static constexpr int kRows = kBM * kSub;  // tile rows (output pixels)
+  static constexpr bool kSplitA = kSplit && kPerSm > 1;  // A split by the pre-pass, 2 tiles
+  static constexpr int kRows = kBM * kSub;                // tile rows (output pixels)
   static constexpr int kATileBytes = kRows * kRowBytes;
   static constexpr int kBTileBytes = BN * kRowBytes;
-  static constexpr int kStageBytes = kATileBytes + (kSplit ? 2 : 1) * kBTileBytes;
+  static constexpr int kBOffset = (kSplitA ? 2 : 1) * kATileBytes;  // B's tiles in a stage
+  static constexpr int kStageBytes = kBOffset + (kSplit ? 2 : 1) * kBTileBytes;
   static constexpr int kStages = nhwc_ring_stages(BN, kPerSm, kSplit, kSub);
   static constexpr int kEpiPitch = BN + 4;  // floats; rows stay 16-byte aligned
   static constexpr int kBarrierOffset = kStages * kStageBytes;
@@ -165,10 +172,12 @@ __device__ __forceinline__ void store16(__nv_bfloat16* p, const __nv_bfloat16 (&
 // its store writes 128 contiguous bytes of each of 4 pixel rows, with no shared memory; each
 // thread has 64 (TF32) or 128 (BF16) bytes of loads in flight. Channels c..c_pad-1 are written as
 // zeros without being read; values rounded to T's operand (OperandOf<T>::round), or copied
-// unrounded without kRound (the 3xTF32 kernel splits them after loading them).
+// unrounded without kRound (the 3xTF32 kernel splits them after loading them). small (T float,
+// kRound; null otherwise): also the 3xTF32 residual copy, TF32(v - out) at the same place.
 template <class T, bool kVecLoad, bool kRound = true>
 __global__ void nchw_to_nhwc_kernel(const float* __restrict__ x, int c, int64_t hw, int c_pad,
-                                    int pquads, int blocks_c, int threads, T* __restrict__ out) {
+                                    int pquads, int blocks_c, int threads, T* __restrict__ out,
+                                    float* __restrict__ small) {
   ptx::griddep_enter();
   constexpr int kChannels = 16 / int(sizeof(T));
   const int i = int(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -206,7 +215,16 @@ __global__ void nchw_to_nhwc_kernel(const float* __restrict__ x, int c, int64_t 
       else
         o[k] = v[k][j];
     }
-    store16(out + (int64_t(img) * hw + p0 + j) * c_pad + ch0, o);
+    const int64_t at = (int64_t(img) * hw + p0 + j) * c_pad + ch0;
+    store16(out + at, o);
+    if constexpr (std::is_same_v<T, float> && kRound) {
+      if (small) {
+        float r[kChannels];
+#pragma unroll
+        for (int k = 0; k < kChannels; ++k) r[k] = __uint_as_float(ptx::to_tf32(v[k][j] - o[k]));
+        store16(small + at, r);
+      }
+    }
   }
 }
 
@@ -242,7 +260,9 @@ __global__ void pack_weights_kernel(const float* __restrict__ w, int rows, int t
 // kSplit: the 3xTF32 instance (T float): a stage's B tiles are map_b's (the weights' TF32 part)
 // then map_b_small's (their residual), and the consumers split A themselves.
 template <int BN, class T, int kPerSm, bool kSplit, int kSub>
-__device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a, const CUtensorMap& map_b,
+__device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a,
+                                               const CUtensorMap& map_a_small,
+                                               const CUtensorMap& map_b,
                                                const CUtensorMap& map_b_small,
                                                const NhwcParams& p) {
   using P = NhwcPlan<BN, kPerSm, kSplit, kSub>;
@@ -254,7 +274,8 @@ __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a, const C
   auto full = [&](int s) { return bars + 8u * s; };
   auto empty = [&](int s) { return bars + 8u * (kStages + s); };
   auto tile_a = [&](int s) { return base + uint32_t(s) * P::kStageBytes; };
-  auto tile_b = [&](int s) { return base + uint32_t(s) * P::kStageBytes + P::kATileBytes; };
+  auto tile_a_small = [&](int s) { return tile_a(s) + P::kATileBytes; };  // kSplitA
+  auto tile_b = [&](int s) { return base + uint32_t(s) * P::kStageBytes + P::kBOffset; };
   auto tile_b_small = [&](int s) { return tile_b(s) + P::kBTileBytes; };
 
   const int tid = threadIdx.x;
@@ -290,6 +311,9 @@ __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a, const C
       mbar_arrive_expect_tx(full(s), stage_bytes);
       tma_load_im2col_4d(tile_a(s), &map_a, c0, at.x, at.y, at.n, uint16_t(kx), uint16_t(ky),
                          full(s));
+      if constexpr (P::kSplitA)
+        tma_load_im2col_4d(tile_a_small(s), &map_a_small, c0, at.x, at.y, at.n, uint16_t(kx),
+                           uint16_t(ky), full(s));
       if (second)
         tma_load_im2col_4d(tile_a(s) + kATileBytes, &map_a, c0, at2.x, at2.y, at2.n, uint16_t(kx),
                            uint16_t(ky), full(s));
@@ -304,7 +328,10 @@ __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a, const C
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[h][i] = 0.f;
   if (wg > 0) {
-    if constexpr (kSplit)
+    if constexpr (P::kSplitA)
+      consume_stages_3xtf32_split<BN, kStages>(acc[0], nk, wg, full, empty, tile_a, tile_a_small,
+                                               tile_b, tile_b_small);
+    else if constexpr (kSplit)
       consume_stages_3xtf32<BN, kStages>(acc[0], nk, wg, full, empty, tile_a, tile_b,
                                          tile_b_small);
     else
@@ -320,13 +347,15 @@ __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a, const C
 template <int BN, class T, int kPerSm, bool kSplit, int kSub>
 __global__ void __launch_bounds__(kThreads, kPerSm)
     conv2d_wgmma_nhwc_kernel(const __grid_constant__ CUtensorMap map_a,
+                             const __grid_constant__ CUtensorMap map_a_small,
                              const __grid_constant__ CUtensorMap map_b,
                              const __grid_constant__ CUtensorMap map_b_small, const NhwcParams p) {
   ptx::griddep_enter();
 #ifdef CNN_WGMMA_NHWC_DEVICE_CODE
-  conv_nhwc_body<BN, T, kPerSm, kSplit, kSub>(map_a, map_b, map_b_small, p);
+  conv_nhwc_body<BN, T, kPerSm, kSplit, kSub>(map_a, map_a_small, map_b, map_b_small, p);
 #else
   (void)map_a;
+  (void)map_a_small;
   (void)map_b;
   (void)map_b_small;
   (void)p;
@@ -409,18 +438,23 @@ void pack_weights(const WeightPack& wp, const float* d_w, __nv_bfloat16* d_out,
 }
 
 // The main kernel of one tile shape, element type and residency on tiles x splits blocks.
+// The maps: A (and at kSplitA its residual copy), B (and at kSplit its residual pack); the maps
+// an instance does not read may be any map.
+struct NhwcMaps {
+  CUtensorMap a, a_small, b, b_small;
+};
 template <int BN, class T, int kPerSm, bool kSplit = false, int kSub = 1>
 void launch_nhwc(int64_t tiles, int splits, cudaStream_t stream, const char* name,
-                 const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_b_small,
-                 const NhwcParams& p) {
+                 const NhwcMaps& maps, const NhwcParams& p) {
   launch_split_k_clusters(conv2d_wgmma_nhwc_kernel<BN, T, kPerSm, kSplit, kSub>, tiles, splits,
                           kThreads, NhwcPlan<BN, kPerSm, kSplit, kSub>::kSmemBytes, stream, name,
-                          map_a, map_b, map_b_small, p);
+                          maps.a, maps.a_small, maps.b, maps.b_small, p);
 }
 
 // Runs conv(a, packed weights) of the GEMM view g (a: g's input, NCHW) into y, NCHW, with
 // operands of type T: the two pre-passes into the scratch, then the main kernel. kSplit (T
-// float): 3xTF32, the copy unrounded and two weight packs.
+// float): 3xTF32, two weight packs, and the copy unrounded (one block an SM) or split into two
+// copies (two an SM).
 template <class T, bool kSplit = false>
 void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const float* d_w,
          const float* d_b, float* d_y, bool relu, float* d_scratch, cudaStream_t stream,
@@ -437,8 +471,8 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
             "{}: algo wgmma-nhwc blocks_per_sm={} with block_n={} (expected 0 or 1, 2 with "
             "block_n 0, 32 or 64, or 3 with block_n 0 or 32)",
             what, opt.blocks_per_sm, opt.block_n);
-  CNN_CHECK(!kSplit || opt.blocks_per_sm <= 1,
-            "{}: algo wgmma-nhwc at precision fp32 (3xTF32) runs one block an SM (got "
+  CNN_CHECK(!kSplit || opt.blocks_per_sm <= 2,
+            "{}: algo wgmma-nhwc at precision fp32 (3xTF32) runs one or two blocks an SM (got "
             "blocks_per_sm={})",
             what, opt.blocks_per_sm);
   const Im2colGeometry geo = im2col_geometry(g, what, OperandOf<T>::kBlock);
@@ -477,22 +511,47 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   CNN_CHECK(splits == 1 || splits == 2 || splits == 4 || splits == 8,
             "{}: splits={} (expected 1, 2, 4 or 8)", what, splits);
 
+  const int64_t tiles = ceil_div<int64_t>(m, bm) * ceil_div<int64_t>(g.oc, bn);
+  // Two blocks an SM only with 32- and 64-column tiles: a 128-column consumer (64 accumulators
+  // per thread) does not compile within the 80 registers that two 384-thread blocks leave it.
+  // Three (56 registers a thread) only with 32-column tiles (16 accumulators; a 64-column stage
+  // would leave a ring of two), and not at FP32 (3xTF32: four tiles a stage). The 256-row tile:
+  // one.
+  const int env_per_sm = process_env_switches().wgmma_nhwc_blocks_per_sm;
+  const int max_per_sm = bm == 256 || bn == 128 ? 1 : kSplit || bn == 64 ? 2 : 3;
+  const int per_sm =
+      opt.blocks_per_sm ? opt.blocks_per_sm
+      : env_per_sm      ? std::min(env_per_sm, max_per_sm)
+                        : std::min(conv2d_wgmma_nhwc_pick_blocks_per_sm(tiles * splits, sm_count(), bn),
+                              max_per_sm);
+  CNN_CHECK(per_sm <= max_per_sm,
+            "{}: algo wgmma-nhwc blocks_per_sm={} with block_n={} (expected 1, 2 with block_n 32 "
+            "or 64, or 3 with block_n 32 at precision tf32 or bf16)",
+            what, per_sm, bn);
+
   T* d_wpack = reinterpret_cast<T*>(d_scratch);  // (rows, taps, k_pad)
   T* d_wsmall = d_wpack + layout.pack_elems;     // kSplit: the residual pack
   T* d_nhwc = d_wpack + layout.weight_elems;     // (N, H, W, c_pad)
+  T* d_nhwc_small = d_nhwc + layout.copy_elems;  // kSplit at two an SM: A's residual copy
+  const bool split_a = kSplit && per_sm > 1;
   if constexpr (kSplit) {
     pack_weights_tf32_split_cuda(wp, d_w, d_wpack, d_wsmall, stream);
-    nchw_to_nhwc_fp32_cuda(d_a, g.n, g.c, int64_t(g.h) * g.w, geo.c_pad, d_nhwc, stream);
+    if (split_a)
+      nchw_to_nhwc_tf32_split_cuda(d_a, g.n, g.c, int64_t(g.h) * g.w, geo.c_pad, d_nhwc,
+                                   d_nhwc_small, stream);
+    else
+      nchw_to_nhwc_fp32_cuda(d_a, g.n, g.c, int64_t(g.h) * g.w, geo.c_pad, d_nhwc, stream);
   } else {
     pack_weights(wp, d_w, d_wpack, stream);
     nchw_to_nhwc(d_a, g.n, g.c, int64_t(g.h) * g.w, geo.c_pad, d_nhwc, stream);
   }
 
-  const CUtensorMap map_a = make_im2col_map(d_nhwc, g, geo);
+  NhwcMaps maps;
+  maps.a = make_im2col_map(d_nhwc, g, geo);
+  maps.a_small = split_a ? make_im2col_map(d_nhwc_small, g, geo) : maps.a;
   const int64_t packed_k = int64_t(wp.taps) * wp.k_pad;
-  const CUtensorMap map_b = make_packed_weight_map(d_wpack, packed_k, wp.rows, bn);
-  const CUtensorMap map_b_small =
-      kSplit ? make_packed_weight_map(d_wsmall, packed_k, wp.rows, bn) : map_b;
+  maps.b = make_packed_weight_map(d_wpack, packed_k, wp.rows, bn);
+  maps.b_small = kSplit ? make_packed_weight_map(d_wsmall, packed_k, wp.rows, bn) : maps.b;
   NhwcParams p{};
   p.bias = d_b;
   p.y = d_y;
@@ -508,48 +567,35 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   p.stride_w = g.stride_w;
   p.lower_h = geo.lower_h;
   p.lower_w = geo.lower_w;
-  const int64_t tiles = ceil_div<int64_t>(m, bm) * ceil_div<int64_t>(g.oc, bn);
   const char* name = kSplit                ? "conv2d_wgmma_nhwc_3xtf32"
                      : OperandOf<T>::kBf16 ? "conv2d_wgmma_nhwc_bf16"
                                            : "conv2d_wgmma_nhwc";
-  if constexpr (kSplit) {  // one block an SM (NhwcPlan)
-    if (bn == 32)
-      launch_nhwc<32, T, 1, true>(tiles, splits, stream, name, map_a, map_b, map_b_small, p);
+  if constexpr (kSplit) {
+    if (bn == 32 && per_sm == 2)
+      launch_nhwc<32, T, 2, true>(tiles, splits, stream, name, maps, p);
+    else if (bn == 32)
+      launch_nhwc<32, T, 1, true>(tiles, splits, stream, name, maps, p);
+    else if (bn == 64 && per_sm == 2)
+      launch_nhwc<64, T, 2, true>(tiles, splits, stream, name, maps, p);
     else if (bn == 64)
-      launch_nhwc<64, T, 1, true>(tiles, splits, stream, name, map_a, map_b, map_b_small, p);
+      launch_nhwc<64, T, 1, true>(tiles, splits, stream, name, maps, p);
     else
-      launch_nhwc<128, T, 1, true>(tiles, splits, stream, name, map_a, map_b, map_b_small, p);
-    return;
+      launch_nhwc<128, T, 1, true>(tiles, splits, stream, name, maps, p);
+  } else if (bm == 256) {
+    launch_nhwc<128, T, 1, false, 2>(tiles, splits, stream, name, maps, p);
+  } else if (bn == 32 && per_sm == 3) {
+    launch_nhwc<32, T, 3>(tiles, splits, stream, name, maps, p);
+  } else if (bn == 32 && per_sm == 2) {
+    launch_nhwc<32, T, 2>(tiles, splits, stream, name, maps, p);
+  } else if (bn == 32) {
+    launch_nhwc<32, T, 1>(tiles, splits, stream, name, maps, p);
+  } else if (bn == 64 && per_sm == 2) {
+    launch_nhwc<64, T, 2>(tiles, splits, stream, name, maps, p);
+  } else if (bn == 64) {
+    launch_nhwc<64, T, 1>(tiles, splits, stream, name, maps, p);
+  } else {
+    launch_nhwc<128, T, 1>(tiles, splits, stream, name, maps, p);
   }
-  if (bm == 256) {  // 128 columns, one block an SM (NhwcPlan)
-    launch_nhwc<128, T, 1, false, 2>(tiles, splits, stream, name, map_a, map_b, map_b, p);
-    return;
-  }
-  // Two blocks an SM only with 32- and 64-column tiles: a 128-column consumer (64 accumulators
-  // per thread) does not compile within the 80 registers that two 384-thread blocks leave it.
-  // Three (56 registers a thread) only with 32-column tiles (16 accumulators; a 64-column stage
-  // would leave a ring of two).
-  const int env_per_sm = process_env_switches().wgmma_nhwc_blocks_per_sm;
-  const int per_sm = opt.blocks_per_sm ? opt.blocks_per_sm
-                     : env_per_sm
-                         ? (bn == 128 ? 1 : env_per_sm)
-                         : conv2d_wgmma_nhwc_pick_blocks_per_sm(tiles * splits, sm_count(), bn);
-  CNN_CHECK(per_sm == 1 || (per_sm == 2 && bn <= 64) || (per_sm == 3 && bn == 32),
-            "{}: algo wgmma-nhwc blocks_per_sm={} with block_n={} (expected 1, 2 with block_n 32 "
-            "or 64, or 3 with block_n 32)",
-            what, per_sm, bn);
-  if (bn == 32 && per_sm == 3)
-    launch_nhwc<32, T, 3>(tiles, splits, stream, name, map_a, map_b, map_b, p);
-  else if (bn == 32 && per_sm == 2)
-    launch_nhwc<32, T, 2>(tiles, splits, stream, name, map_a, map_b, map_b, p);
-  else if (bn == 32)
-    launch_nhwc<32, T, 1>(tiles, splits, stream, name, map_a, map_b, map_b, p);
-  else if (bn == 64 && per_sm == 2)
-    launch_nhwc<64, T, 2>(tiles, splits, stream, name, map_a, map_b, map_b, p);
-  else if (bn == 64)
-    launch_nhwc<64, T, 1>(tiles, splits, stream, name, map_a, map_b, map_b, p);
-  else
-    launch_nhwc<128, T, 1>(tiles, splits, stream, name, map_a, map_b, map_b, p);
 }
 
 // run() at the options' precision, on the caller's scratch. wp was packed for that precision's
@@ -604,12 +650,13 @@ namespace {
 // Launches nchw_to_nhwc_kernel<T> after the checks common to both element types.
 template <class T, bool kRound = true>
 void launch_nchw_to_nhwc(const float* d_x, int n, int c, int64_t hw, int c_pad, T* d_out,
-                         cudaStream_t stream, const char* what) {
+                         float* d_small, cudaStream_t stream, const char* what) {
   constexpr int kBlock = OperandOf<T>::kBlock;
   CNN_CHECK(n >= 1 && c >= 1 && hw >= 1 && c_pad >= c && c_pad % kBlock == 0,
             "{}: n={} c={} hw={} c_pad={} (expected positive sizes, c_pad >= c, a multiple of {})",
             what, n, c, hw, c_pad, kBlock);
-  CNN_CHECK((reinterpret_cast<uintptr_t>(d_out) & 15u) == 0,
+  CNN_CHECK((reinterpret_cast<uintptr_t>(d_out) & 15u) == 0 &&
+                (reinterpret_cast<uintptr_t>(d_small) & 15u) == 0,
             "{}: the output must be 16-byte aligned (its rows are written 16 bytes at a time)",
             what);
   const int64_t pquads = ceil_div<int64_t>(hw, 4), blocks_c = c_pad / kBlock;
@@ -621,10 +668,10 @@ void launch_nchw_to_nhwc(const float* d_x, int n, int c, int64_t hw, int c_pad, 
   const bool vec = hw % 4 == 0 && (reinterpret_cast<uintptr_t>(d_x) & 15u) == 0;
   if (vec)
     nchw_to_nhwc_kernel<T, true, kRound><<<grid, 256, 0, stream>>>(
-        d_x, c, hw, c_pad, int(pquads), int(blocks_c), int(threads), d_out);
+        d_x, c, hw, c_pad, int(pquads), int(blocks_c), int(threads), d_out, d_small);
   else
     nchw_to_nhwc_kernel<T, false, kRound><<<grid, 256, 0, stream>>>(
-        d_x, c, hw, c_pad, int(pquads), int(blocks_c), int(threads), d_out);
+        d_x, c, hw, c_pad, int(pquads), int(blocks_c), int(threads), d_out, d_small);
   CNN_LAUNCH_CHECK(what);
 }
 
@@ -632,18 +679,25 @@ void launch_nchw_to_nhwc(const float* d_x, int n, int c, int64_t hw, int c_pad, 
 
 void nchw_to_nhwc_tf32_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad, float* d_out,
                             cudaStream_t stream) {
-  launch_nchw_to_nhwc(d_x, n, c, hw, c_pad, d_out, stream, "nchw_to_nhwc_tf32");
+  launch_nchw_to_nhwc(d_x, n, c, hw, c_pad, d_out, nullptr, stream, "nchw_to_nhwc_tf32");
 }
 
 void nchw_to_nhwc_bf16_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad, uint16_t* d_out,
                             cudaStream_t stream) {
-  launch_nchw_to_nhwc(d_x, n, c, hw, c_pad, reinterpret_cast<__nv_bfloat16*>(d_out), stream,
-                      "nchw_to_nhwc_bf16");
+  launch_nchw_to_nhwc(d_x, n, c, hw, c_pad, reinterpret_cast<__nv_bfloat16*>(d_out), nullptr,
+                      stream, "nchw_to_nhwc_bf16");
 }
 
 void nchw_to_nhwc_fp32_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad, float* d_out,
                             cudaStream_t stream) {
-  launch_nchw_to_nhwc<float, false>(d_x, n, c, hw, c_pad, d_out, stream, "nchw_to_nhwc_fp32");
+  launch_nchw_to_nhwc<float, false>(d_x, n, c, hw, c_pad, d_out, nullptr, stream,
+                                    "nchw_to_nhwc_fp32");
+}
+
+void nchw_to_nhwc_tf32_split_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad,
+                                  float* d_big, float* d_small, cudaStream_t stream) {
+  CNN_CHECK(d_small, "nchw_to_nhwc_tf32_split: null residual copy");
+  launch_nchw_to_nhwc(d_x, n, c, hw, c_pad, d_big, d_small, stream, "nchw_to_nhwc_tf32_split");
 }
 
 namespace {

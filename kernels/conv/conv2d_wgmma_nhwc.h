@@ -13,12 +13,14 @@
 //      channels, filled by ONE thread issuing one TMA im2col copy (128 pixels x 32 channels,
 //      padding zero-filled by the hardware) and one tiled TMA of the weights (BN x 32); the
 //      consumers and the split-K NCHW epilogue are conv2d_wgmma.cu's (conv2d_wgmma_tile.cuh).
-// At FP32 it runs 3xTF32, the tensor cores at FP32 accuracy: the copy keeps the values unrounded,
-// the weights are packed twice, big = TF32(w) and small = TF32(w - big), and the consumers split
-// each A value they load into big + small in registers and multiply
+// At FP32 it runs 3xTF32, the tensor cores at FP32 accuracy: the weights are packed twice, big =
+// TF32(w) and small = TF32(w - big), and the products are
 //   small_A big_B + big_A small_B + big_A big_B
-// (dropping small_A small_B, about 2^-22 of the product): three wgmmas where TF32 runs one, on the
-// same A traffic, one block an SM.
+// (dropping small_A small_B, about 2^-22 of the product): three wgmmas where TF32 runs one. At
+// one block an SM the copy keeps the values unrounded and the consumers split each A value they
+// load into big + small in registers (the same A traffic as TF32); at two blocks an SM (32- and
+// 64-column tiles, where those registers do not fit) the pre-pass writes the copy twice, big and
+// small, and every operand comes from shared memory.
 // The copies live in the caller's scratch of conv2d_*_wgmma_nhwc_scratch_floats(s) floats
 // (conv2d_nhwc_scratch.h). Nothing here allocates: a layer sizes it once (through
 // conv2d_forward_scratch_floats / conv2d_backward_data_scratch_floats, conv2d.h) and the Network
@@ -43,7 +45,8 @@ struct WgmmaNhwcOptions {
   int block_n = 0;
   // Resident blocks an SM: 0 picks (conv2d_wgmma_nhwc_pick_blocks_per_sm,
   // CNN_WGMMA_NHWC_PER_SM), 1 (a ring of 6-10 stages), 2 (half the ring each; block_n 32 or 64)
-  // or 3 (3 stages each; block_n 32 only). FP32 (3xTF32): always one.
+  // or 3 (3 stages each; block_n 32 only). FP32 (3xTF32): one, or two (block_n 32 or 64, a ring
+  // of 2 stages of both operands' two parts); the pick is capped at two.
   int blocks_per_sm = 0;
   // Tile rows (output pixels): 0 picks (conv2d_wgmma_nhwc_pick_block_m, CNN_WGMMA_NHWC_BM), else
   // 128, or 256 (TF32 and BF16, block_n 128, one block an SM: each consumer warpgroup multiplies
@@ -95,6 +98,10 @@ void pack_weights_bf16_cuda(const WeightPack& wp, const float* d_w, uint16_t* d_
 // two packs, big = the TF32 pack and small = TF32(w - big) (pack_weights_tf32_split_cpu).
 void nchw_to_nhwc_fp32_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad, float* d_out,
                             cudaStream_t stream);
+// At two blocks an SM the copy is split too (nchw_to_nhwc_tf32_split_cpu): big = the TF32 copy,
+// small = TF32(x - big) at the same place; both 16-byte aligned.
+void nchw_to_nhwc_tf32_split_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad,
+                                  float* d_big, float* d_small, cudaStream_t stream);
 void pack_weights_tf32_split_cuda(const WeightPack& wp, const float* d_w, float* d_big,
                                   float* d_small, cudaStream_t stream);
 

@@ -156,6 +156,50 @@ __device__ __forceinline__ void consume_stages_3xtf32(float (&acc)[BN / 2], int 
   fence_acc(acc);
 }
 
+// The 3xTF32 consumer with both operands split ahead of it (two blocks an SM, where the A
+// registers of consume_stages_3xtf32 do not fit): a stage holds A's TF32 part (tile_a) and its
+// TF32 residual (tile_a_small), as the pre-pass split them, and B's two parts; per k step the
+// three wgmmas small_A big_B, big_A small_B, big_A big_B all read shared memory (small_A small_B
+// left out, as there). Otherwise consume_stages.
+template <int BN, int kStages, class Full, class Empty, class TileA, class TileASmall, class TileB,
+          class TileBSmall>
+__device__ __forceinline__ void consume_stages_3xtf32_split(float (&acc)[BN / 2], int nk, int wg,
+                                                            Full full, Empty empty, TileA tile_a,
+                                                            TileASmall tile_a_small, TileB tile_b,
+                                                            TileBSmall tile_b_small) {
+  const int lane = threadIdx.x & 31;
+  const uint32_t a_off = uint32_t(wg - 1) * 64 * 128;  // 64 rows of 128 bytes
+  auto mma = [&](uint64_t da, uint64_t db) {
+    if constexpr (BN == 128)
+      wgmma_m64n128k8_tf32(acc, da, db);
+    else if constexpr (BN == 32)
+      wgmma_m64n32k8_tf32(acc, da, db);
+    else
+      wgmma_m64n64k8_tf32(acc, da, db);
+  };
+  for (int i = 0; i < nk; ++i) {
+    const int s = i % kStages;
+    mbar_wait(full(s), (i / kStages) & 1);
+    const uint64_t da = sw128_desc(tile_a(s) + a_off), das = sw128_desc(tile_a_small(s) + a_off);
+    const uint64_t db = sw128_desc(tile_b(s)), dbs = sw128_desc(tile_b_small(s));
+    wgmma_fence();
+    fence_acc(acc);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      mma(das + 2 * kk, db + 2 * kk);
+      mma(da + 2 * kk, dbs + 2 * kk);
+      mma(da + 2 * kk, db + 2 * kk);
+    }
+    wgmma_commit();
+    fence_acc(acc);
+    wgmma_wait<1>();  // the previous stage's products are done: release it
+    fence_acc(acc);
+    if (i > 0 && lane == 0) mbar_arrive(empty((i - 1) % kStages));
+  }
+  wgmma_wait<0>();
+  fence_acc(acc);
+}
+
 // Where the epilogue stores: C (M, N) of the implicit GEMM into y (N_img, N, OH, OW), row m =
 // (image, pixel) with pix_per_img = OH * OW pixels per image.
 struct ConvTileStore {
