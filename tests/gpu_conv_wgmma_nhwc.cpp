@@ -205,7 +205,7 @@ TEST(GpuConvWgmmaNhwc, SplitsAndRepeat) {
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Tf32Problem p = make_tf32_problem(pass, cc, fill, test::fresh_seed());
       for (int splits : {1, 2, 4, 8})
-        for (const WgmmaNhwcOptions& o : nhwc_split_configs(Precision::TF32, splits)) {
+        for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::TF32, splits)) {
           const std::vector<float> a = run_gpu(p, o), b = run_gpu(p, o);
           expect_close_tf32(p, a, describe_tiles(o));
           EXPECT_TRUE(bitwise_equal(a, b))

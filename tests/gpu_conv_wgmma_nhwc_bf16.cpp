@@ -339,7 +339,7 @@ TEST(GpuConvWgmmaNhwcBf16, SplitsAndRepeat) {
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Problem p = make_problem(pass, cc, fill, test::fresh_seed());
       for (int splits : {1, 2, 4, 8})
-        for (const WgmmaNhwcOptions& o : nhwc_split_configs(Precision::BF16, splits)) {
+        for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::BF16, splits)) {
           const std::vector<float> a = run_gpu(p, o), b = run_gpu(p, o);
           expect_close(p, a, describe_tiles(o));
           EXPECT_TRUE(bitwise_equal(a, b))

@@ -21,31 +21,11 @@ inline int split_k_blocks_per_sm(int block_n, int splits) {
   return 1;
 }
 
-// Every (block_n, blocks_per_sm, block_m) instance at `precision` (TF32 or BF16): the 128-row
-// tile at each width and residency, and the 256-row tile (one block an SM) at width 128.
-inline std::vector<WgmmaNhwcOptions> nhwc_tile_configs(Precision precision) {
-  std::vector<WgmmaNhwcOptions> configs;
-  for (int bn : {32, 64, 128}) {
-    WgmmaNhwcOptions o;
-    o.block_n = bn;
-    o.precision = precision;
-    o.block_m = 128;
-    for (int per_sm = 1; per_sm <= max_blocks_per_sm(bn); ++per_sm) {
-      o.blocks_per_sm = per_sm;
-      configs.push_back(o);
-    }
-    if (bn == 128) {
-      o.blocks_per_sm = 1;
-      o.block_m = 256;
-      configs.push_back(o);
-    }
-  }
-  return configs;
-}
-
-// The configurations SplitsAndRepeat runs at `splits`: each width at the residency
+// The configurations a test runs at `precision` (TF32 or BF16). splits 0 (picked): every
+// (block_n, blocks_per_sm, block_m) instance, the 128-row tile at each width and residency and
+// the 256 x 128 tile (one block an SM). splits > 0: each width at the residency
 // split_k_blocks_per_sm gives, and the 256 x 128 tile.
-inline std::vector<WgmmaNhwcOptions> nhwc_split_configs(Precision precision, int splits) {
+inline std::vector<WgmmaNhwcOptions> nhwc_tile_configs(Precision precision, int splits = 0) {
   std::vector<WgmmaNhwcOptions> configs;
   for (int bn : {32, 64, 128}) {
     WgmmaNhwcOptions o;
@@ -53,8 +33,12 @@ inline std::vector<WgmmaNhwcOptions> nhwc_split_configs(Precision precision, int
     o.splits = splits;
     o.precision = precision;
     o.block_m = 128;
-    o.blocks_per_sm = split_k_blocks_per_sm(bn, splits);
-    configs.push_back(o);
+    const int first = splits ? split_k_blocks_per_sm(bn, splits) : 1;
+    const int last = splits ? first : max_blocks_per_sm(bn);
+    for (int per_sm = first; per_sm <= last; ++per_sm) {
+      o.blocks_per_sm = per_sm;
+      configs.push_back(o);
+    }
     if (bn == 128) {
       o.blocks_per_sm = 1;
       o.block_m = 256;

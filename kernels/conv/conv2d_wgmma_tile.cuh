@@ -20,6 +20,24 @@ namespace wgmma {
 
 constexpr int kConvThreads = 384;  // producer + 2 consumer warpgroups
 
+// One wgmma of a k step with both operands in shared memory: m64nBNk8 TF32, or m64nBNk16 BF16
+// (kBf16), into d (BN 32, 64 or 128).
+template <int BN, bool kBf16>
+__device__ __forceinline__ void wgmma_ss(float (&d)[BN / 2], uint64_t da, uint64_t db) {
+  if constexpr (kBf16 && BN == 128)
+    wgmma_m64n128k16_bf16(d, da, db);
+  else if constexpr (kBf16 && BN == 32)
+    wgmma_m64n32k16_bf16(d, da, db);
+  else if constexpr (kBf16)
+    wgmma_m64n64k16_bf16(d, da, db);
+  else if constexpr (BN == 128)
+    wgmma_m64n128k8_tf32(d, da, db);
+  else if constexpr (BN == 32)
+    wgmma_m64n32k8_tf32(d, da, db);
+  else
+    wgmma_m64n64k8_tf32(d, da, db);
+}
+
 // Consumer warpgroup wg (1 or 2): for each of the nk stages in ring order, waits for `full`,
 // multiplies 4 wgmma.m64nBNk8 (TF32) or m64nBNk16 (BF16) per 64-row block into acc (BN 32, 64 or
 // 128), keeps one stage's group in flight and releases the previous stage on its `empty` barrier
@@ -39,20 +57,6 @@ __device__ __forceinline__ void consume_stages(float (&acc)[kSub][BN / 2], int n
   static_assert(kSub == 1 || kSub == 2, "64 or 128 rows a consumer warpgroup");
   const int lane = threadIdx.x & 31;
   const uint32_t a_off = uint32_t(wg - 1) * kSub * 64 * 128;  // 64 kSub rows of 128 bytes
-  auto mma = [&](float(&d)[BN / 2], uint64_t da, uint64_t db) {
-    if constexpr (kBf16 && BN == 128)
-      wgmma_m64n128k16_bf16(d, da, db);
-    else if constexpr (kBf16 && BN == 32)
-      wgmma_m64n32k16_bf16(d, da, db);
-    else if constexpr (kBf16)
-      wgmma_m64n64k16_bf16(d, da, db);
-    else if constexpr (BN == 128)
-      wgmma_m64n128k8_tf32(d, da, db);
-    else if constexpr (BN == 32)
-      wgmma_m64n32k8_tf32(d, da, db);
-    else
-      wgmma_m64n64k8_tf32(d, da, db);
-  };
   auto fence_all = [&] {
 #pragma unroll
     for (int h = 0; h < kSub; ++h) fence_acc(acc[h]);
@@ -68,7 +72,7 @@ __device__ __forceinline__ void consume_stages(float (&acc)[kSub][BN / 2], int n
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
       for (int h = 0; h < kSub; ++h)  // block h: 64 rows = 8 KB further (+ 512 in 16-byte units)
-        mma(acc[h], da + uint64_t(h) * 512 + 2 * kk, db + 2 * kk);
+        wgmma_ss<BN, kBf16>(acc[h], da + uint64_t(h) * 512 + 2 * kk, db + 2 * kk);
     wgmma_commit();
     fence_all();
     wgmma_wait<1>();  // the previous stage's products are done: release it
@@ -169,14 +173,6 @@ __device__ __forceinline__ void consume_stages_3xtf32_split(float (&acc)[BN / 2]
                                                             TileBSmall tile_b_small) {
   const int lane = threadIdx.x & 31;
   const uint32_t a_off = uint32_t(wg - 1) * 64 * 128;  // 64 rows of 128 bytes
-  auto mma = [&](uint64_t da, uint64_t db) {
-    if constexpr (BN == 128)
-      wgmma_m64n128k8_tf32(acc, da, db);
-    else if constexpr (BN == 32)
-      wgmma_m64n32k8_tf32(acc, da, db);
-    else
-      wgmma_m64n64k8_tf32(acc, da, db);
-  };
   for (int i = 0; i < nk; ++i) {
     const int s = i % kStages;
     mbar_wait(full(s), (i / kStages) & 1);
@@ -186,9 +182,9 @@ __device__ __forceinline__ void consume_stages_3xtf32_split(float (&acc)[BN / 2]
     fence_acc(acc);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      mma(das + 2 * kk, db + 2 * kk);
-      mma(da + 2 * kk, dbs + 2 * kk);
-      mma(da + 2 * kk, db + 2 * kk);
+      wgmma_ss<BN, false>(acc, das + 2 * kk, db + 2 * kk);
+      wgmma_ss<BN, false>(acc, da + 2 * kk, dbs + 2 * kk);
+      wgmma_ss<BN, false>(acc, da + 2 * kk, db + 2 * kk);
     }
     wgmma_commit();
     fence_acc(acc);
