@@ -259,8 +259,8 @@ TEST(ConvNhwcLayout, Bf16Layouts) {
 }
 
 // The 3xTF32 pre-passes' twins: the copy unrounded, or split as the weights; the weights as big
-// = the TF32 pack and small = TF32(w - big), both TF32 values (low 13 bits zero), zero in the padding, summing to w within
-// 2^-22 |w| (nearest rounding twice: 2^-11 of 2^-11).
+// = the TF32 pack and small = TF32(w - big), both TF32 values (low 13 bits zero), zero in the
+// padding, summing to w within 2^-22 |w| (nearest rounding twice: 2^-11 of 2^-11).
 TEST(ConvNhwcLayout, SplitTf32Packs) {
   const Conv2dShape s = conv(2, 37, 5, 6, 24, 3, 3, 1, 1, 1, 1);
   std::mt19937_64 rng(9);
@@ -284,7 +284,8 @@ TEST(ConvNhwcLayout, SplitTf32Packs) {
   for (size_t i = 0; i < copy.size(); ++i) {
     ASSERT_EQ(big_x[i], tf32_x[i]) << i;
     ASSERT_EQ(round_tf32_cpu(small_x[i]), small_x[i]) << "a TF32 value " << i;
-    ASSERT_LE(std::fabs(double(big_x[i]) + small_x[i] - copy[i]), std::ldexp(std::fabs(copy[i]), -22))
+    ASSERT_LE(std::fabs(double(big_x[i]) + small_x[i] - copy[i]),
+              std::ldexp(std::fabs(copy[i]), -22))
         << i;
   }
 

@@ -104,7 +104,8 @@ void nchw_to_nhwc_tf32_split_cpu(const float* x, int n, int c, int64_t hw, int c
                                  float* small) {
   nchw_to_nhwc_tf32_cpu(x, n, c, hw, c_pad, big);
   nchw_to_nhwc_fp32_cpu(x, n, c, hw, c_pad, small);
-  for (int64_t i = 0; i < int64_t(n) * hw * c_pad; ++i) small[i] = round_tf32_cpu(small[i] - big[i]);
+  for (int64_t i = 0; i < int64_t(n) * hw * c_pad; ++i)
+    small[i] = round_tf32_cpu(small[i] - big[i]);
 }
 
 WeightPack forward_weight_pack(const Conv2dShape& s, int k_block) {

@@ -19,9 +19,11 @@
 //     at c ^ (r % 8); stages are 1024-byte aligned), which is what the wgmma descriptors name.
 //   warpgroups 1 and 2, the consumers, and the epilogue: conv2d_wgmma_tile.cuh (TMA writes are
 //     async-proxy: no proxy fence before the wgmma reads).
-// The FP32 instance (kSplit, 3xTF32): the copy is unrounded, the weights come as two packs (their
-// TF32 part and TF32 residual, a third copy a stage, map_b_small), and the consumers split A into
-// TF32 parts in registers and issue three wgmmas a k step (consume_stages_3xtf32).
+// The FP32 instance (kSplit, 3xTF32): the weights come as two packs (their TF32 part and TF32
+// residual, a third copy a stage, map_b_small); at one block an SM the copy is unrounded and the
+// consumers split A into TF32 parts in registers (consume_stages_3xtf32), at two the pre-pass
+// splits it into two copies (map_a, map_a_small) and every operand is read from shared memory
+// (consume_stages_3xtf32_split); three wgmmas a k step either way.
 // Every mbarrier wait is bounded (wgmma_ptx.cuh: a trap after 10 s), so a wrong byte count fails
 // the launch instead of hanging the device.
 #include <cuda.h>
@@ -120,7 +122,7 @@ struct NhwcPlan {
   static_assert(kSub == 1 || (kSub == 2 && kPerSm == 1 && !kSplit && BN == 128),
                 "the 256-row tile: TF32 or BF16, BN 128, one block an SM");
   static constexpr bool kSplitA = kSplit && kPerSm > 1;  // A split by the pre-pass, 2 tiles
-  static constexpr int kRows = kBM * kSub;                // tile rows (output pixels)
+  static constexpr int kRows = kBM * kSub;               // tile rows (output pixels)
   static constexpr int kATileBytes = kRows * kRowBytes;
   static constexpr int kBTileBytes = BN * kRowBytes;
   static constexpr int kBOffset = (kSplitA ? 2 : 1) * kATileBytes;  // B's tiles in a stage
@@ -258,7 +260,8 @@ __global__ void pack_weights_kernel(const float* __restrict__ w, int rows, int t
 // splits); block x owns C rows [R (x / tiles_n), +R) x columns [BN (x % tiles_n), +BN), R = 128
 // kSub, split z its k-tiles [z T / splits, (z + 1) T / splits).
 // kSplit: the 3xTF32 instance (T float): a stage's B tiles are map_b's (the weights' TF32 part)
-// then map_b_small's (their residual), and the consumers split A themselves.
+// then map_b_small's (their residual); the consumers split A themselves, or at two blocks an SM
+// (kSplitA) A comes as two tiles too, map_a's (its TF32 part) then map_a_small's (residual).
 template <int BN, class T, int kPerSm, bool kSplit, int kSub>
 __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a,
                                                const CUtensorMap& map_a_small,
@@ -332,8 +335,7 @@ __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a,
       consume_stages_3xtf32_split<BN, kStages>(acc[0], nk, wg, full, empty, tile_a, tile_a_small,
                                                tile_b, tile_b_small);
     else if constexpr (kSplit)
-      consume_stages_3xtf32<BN, kStages>(acc[0], nk, wg, full, empty, tile_a, tile_b,
-                                         tile_b_small);
+      consume_stages_3xtf32<BN, kStages>(acc[0], nk, wg, full, empty, tile_a, tile_b, tile_b_small);
     else
       consume_stages<BN, kStages, OperandOf<T>::kBf16, kSub>(acc, nk, wg, false, full, empty,
                                                              tile_a, tile_b);
@@ -494,10 +496,11 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
             "128, or 256 at precision tf32 or bf16 with block_n 128 and one block an SM)",
             what, opt.block_m, bn, opt.blocks_per_sm);
   const int env_bm = process_env_switches().wgmma_nhwc_block_m;
-  const int bm = kSplit || bn != 128 || opt.blocks_per_sm > 1 ? 128
-                 : opt.block_m                              ? opt.block_m
-                 : env_bm                                   ? env_bm
-                               : conv2d_wgmma_nhwc_pick_block_m(m, g.oc, bn, sm_count());
+  int bm = 128;  // 256 rows: TF32 or BF16, 128 columns, one block an SM
+  if (!kSplit && bn == 128 && opt.blocks_per_sm <= 1)
+    bm = opt.block_m ? opt.block_m
+         : env_bm    ? env_bm
+                     : conv2d_wgmma_nhwc_pick_block_m(m, g.oc, bn, sm_count());
   // Checked after the refusals above, so that a variant that cannot run says why, not that it
   // was given no scratch (autotune passes its scratch to every candidate alike).
   const NhwcScratchLayout layout = nhwc_scratch_layout(g, wp, opt.precision);
@@ -519,11 +522,12 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   // one.
   const int env_per_sm = process_env_switches().wgmma_nhwc_blocks_per_sm;
   const int max_per_sm = bm == 256 || bn == 128 ? 1 : kSplit || bn == 64 ? 2 : 3;
-  const int per_sm =
-      opt.blocks_per_sm ? opt.blocks_per_sm
-      : env_per_sm      ? std::min(env_per_sm, max_per_sm)
-                        : std::min(conv2d_wgmma_nhwc_pick_blocks_per_sm(tiles * splits, sm_count(), bn),
-                              max_per_sm);
+  int per_sm = opt.blocks_per_sm;
+  if (per_sm == 0) {
+    per_sm = env_per_sm ? env_per_sm
+                        : conv2d_wgmma_nhwc_pick_blocks_per_sm(tiles * splits, sm_count(), bn);
+    per_sm = std::min(per_sm, max_per_sm);
+  }
   CNN_CHECK(per_sm <= max_per_sm,
             "{}: algo wgmma-nhwc blocks_per_sm={} with block_n={} (expected 1, 2 with block_n 32 "
             "or 64, or 3 with block_n 32 at precision tf32 or bf16)",
