@@ -311,57 +311,24 @@ TEST(GpuConvWgmmaNhwc, Refusals) {
       EXPECT_EQ(msg.find("needs a scratch"), std::string::npos) << what << ": " << msg;
     }
   };
-  // FP32 runs as 3xTF32 (GpuConvWgmmaNhwc3xTf32 below), one or two blocks an SM, two only
-  // with 32- or 64-column tiles.
-  WgmmaNhwcOptions fp32_three;
-  fp32_three.precision = Precision::FP32;
-  fp32_three.block_n = 32;
-  fp32_three.blocks_per_sm = 3;
-  expect_refused(
-      [&] {
-        conv2d_forward_wgmma_nhwc(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, nullptr,
-                                  nullptr, fp32_three);
-      },
-      "fp32 at three blocks an SM");
-  WgmmaNhwcOptions fp32_wide_two = fp32_three;
-  fp32_wide_two.block_n = 128;
-  fp32_wide_two.blocks_per_sm = 2;
-  expect_refused(
-      [&] {
-        conv2d_forward_wgmma_nhwc(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, nullptr,
-                                  nullptr, fp32_wide_two);
-      },
-      "fp32 block_n 128 at two blocks an SM");
-  ex.precision = Precision::TF32;
-  // Two blocks an SM of 128-column tiles do not fit the registers.
-  WgmmaNhwcOptions wide_two;
-  wide_two.block_n = 128;
-  wide_two.blocks_per_sm = 2;
-  expect_refused(
-      [&] {
-        conv2d_forward_wgmma_nhwc(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, nullptr,
-                                  nullptr, wide_two);
-      },
-      "block_n 128 at two blocks an SM");
-  // Three blocks an SM only of 32-column tiles (a 64-column stage leaves a ring of two).
-  WgmmaNhwcOptions mid_three;
-  mid_three.block_n = 64;
-  mid_three.blocks_per_sm = 3;
-  expect_refused(
-      [&] {
-        conv2d_forward_wgmma_nhwc(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, nullptr,
-                                  nullptr, mid_three);
-      },
-      "block_n 64 at three blocks an SM");
+  // Tile settings the direct call refuses. FP32 runs as 3xTF32 (GpuConvWgmmaNhwc3xTf32 below),
+  // one or two blocks an SM, two only with 32- or 64-column tiles; two blocks an SM of
+  // 128-column tiles do not fit the registers; three only of 32-column tiles (a 64-column stage
+  // leaves a ring of two); 256 rows only with 128 columns, at TF32 or BF16.
   struct {
     int block_n, blocks_per_sm, block_m;
     Precision precision;
     const char* what;
-  } const tall[] = {{32, 1, 256, Precision::TF32, "block_m 256 with block_n 32"},
-                    {64, 1, 256, Precision::TF32, "block_m 256 with block_n 64"},
-                    {128, 1, 256, Precision::FP32, "block_m 256 at fp32"},
-                    {128, 1, 192, Precision::TF32, "block_m 192"}};
-  for (const auto& t : tall) {
+  } const refused[] = {{32, 3, 0, Precision::FP32, "fp32 at three blocks an SM"},
+                       {128, 2, 0, Precision::FP32, "fp32 block_n 128 at two blocks an SM"},
+                       {128, 2, 0, Precision::TF32, "block_n 128 at two blocks an SM"},
+                       {64, 3, 0, Precision::TF32, "block_n 64 at three blocks an SM"},
+                       {32, 1, 256, Precision::TF32, "block_m 256 with block_n 32"},
+                       {64, 1, 256, Precision::TF32, "block_m 256 with block_n 64"},
+                       {128, 1, 256, Precision::FP32, "block_m 256 at fp32"},
+                       {128, 1, 192, Precision::TF32, "block_m 192"},
+                       {48, 0, 0, Precision::TF32, "block_n 48"}};
+  for (const auto& t : refused) {
     WgmmaNhwcOptions o;
     o.block_n = t.block_n;
     o.blocks_per_sm = t.blocks_per_sm;
@@ -374,14 +341,7 @@ TEST(GpuConvWgmmaNhwc, Refusals) {
         },
         t.what);
   }
-  WgmmaNhwcOptions odd_width;
-  odd_width.block_n = 48;
-  expect_refused(
-      [&] {
-        conv2d_forward_wgmma_nhwc(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, nullptr,
-                                  nullptr, odd_width);
-      },
-      "block_n 48");
+  ex.precision = Precision::TF32;
   expect_refused(
       [&] {
         conv2d_backward_data(s2, d_y.data(), d_w.data(), d_x.data(), nullptr, Algo::WgmmaNhwc, ex);
