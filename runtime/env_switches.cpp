@@ -131,17 +131,6 @@ EnvSwitches read_env_switches() {
     else
       CNN_FAIL("CNN_WGMMA_NHWC_BM='{}': expected 128, 256 or auto", s);
   }
-  if (const char* v = get("CNN_WGMMA_NHWC_WINDOW")) {
-    const std::string s(v);
-    if (s == "auto")
-      e.wgmma_nhwc_window = 0;
-    else if (s == "im2col")
-      e.wgmma_nhwc_window = 1;
-    else if (s == "rows")
-      e.wgmma_nhwc_window = 2;
-    else
-      CNN_FAIL("CNN_WGMMA_NHWC_WINDOW='{}': expected im2col, rows or auto", s);
-  }
   if (const char* v = get("CNN_WGMMA_WGRAD_NHWC_N")) {
     const std::string s(v);
     if (s == "auto")
@@ -311,10 +300,6 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_WGMMA_NHWC_BM", "128|256|auto",
        "tile rows of the wgmma-nhwc convolution's 128-column tiles (auto: 256 where that grid, "
        "split at most in two, covers 90% of the SMs)"},
-      {"CNN_WGMMA_NHWC_WINDOW", "im2col|rows|auto",
-       "how the wgmma-nhwc convolution loads its activation tiles: an im2col copy a tap, or "
-       "one window of padded rows a channel chunk that every tap reads (auto: rows for stride-1 "
-       "layers whose padded grid adds at most 35% to the pixels)"},
       {"CNN_WGMMA_WGRAD_NHWC_N", "64|128|auto",
        "the columns each consumer of the BF16 channels-last weight gradient multiplies (auto: "
        "64)"},

@@ -60,9 +60,6 @@ struct EnvSwitches {
   int wgmma_nhwc_blocks_per_sm = 0;
   // CNN_WGMMA_NHWC_BM=128|256|auto: the tile rows of the wgmma-nhwc convolution (0: auto)
   int wgmma_nhwc_block_m = 0;
-  // CNN_WGMMA_NHWC_WINDOW=im2col|rows|auto: how the wgmma-nhwc convolution loads A (0: auto,
-  // 1: an im2col copy a tap, 2: row windows; WgmmaNhwcOptions::window)
-  int wgmma_nhwc_window = 0;
   // CNN_WGMMA_NHWC_BN32=1 (default) | 0: wgmma-nhwc picks its 32-column tile for N <= 32.
   bool wgmma_nhwc_bn32 = true;
   // CNN_WGMMA_WGRAD_NHWC_N=64|128|auto: the columns each consumer of the BF16 channels-last

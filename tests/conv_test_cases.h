@@ -184,19 +184,12 @@ struct HasBlockM : std::false_type {};
 template <class Options>
 struct HasBlockM<Options, std::void_t<decltype(Options::block_m)>> : std::true_type {};
 
-// Whether an options struct has a window field (WgmmaNhwcOptions does).
-template <class Options, class = void>
-struct HasWindow : std::false_type {};
-template <class Options>
-struct HasWindow<Options, std::void_t<decltype(Options::window)>> : std::true_type {};
-
 template <class Options>
 std::string describe_tiles(const Options& o) {
   std::string d = "block_n=" + std::to_string(o.block_n) + " splits=" + std::to_string(o.splits);
   if constexpr (HasBlocksPerSm<Options>::value)
     d += " blocks_per_sm=" + std::to_string(o.blocks_per_sm);
   if constexpr (HasBlockM<Options>::value) d += " block_m=" + std::to_string(o.block_m);
-  if constexpr (HasWindow<Options>::value) d += " window=" + std::to_string(o.window);
   return d;
 }
 

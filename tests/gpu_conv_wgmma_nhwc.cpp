@@ -146,22 +146,6 @@ TEST(GpuConvWgmmaNhwc, PrePasses) {
     EXPECT_THROW(nchw_to_nhwc_tf32_cuda(d_x.data(), 1, 3, 16, 32, d_out.data() + 1, nullptr),
                  Error);
   }
-  // The row-window copy: the image inside its padding, zeros around it, bitwise equal to its twin.
-  for (const Conv2dShape& s :
-       {conv(2, 3, 7, 5, 8, 3, 3, 1, 1, 1, 1), conv(1, 40, 6, 9, 8, 5, 3, 1, 1, 2, 1),
-        conv(3, 17, 4, 4, 8, 1, 1, 1, 1, 0, 0), conv(1, 64, 13, 13, 8, 3, 3, 1, 1, 0, 3)}) {
-    const int c_pad = (s.c + 31) / 32 * 32;
-    const std::vector<float> x =
-        test::random_vector(size_t(s.n) * s.c * s.h * s.w, test::fresh_seed());
-    const WindowGeometry wg = window_geometry(s, "test");
-    std::vector<float> want(size_t(wg.positions) * c_pad);
-    nchw_to_nhwc_window_tf32_cpu(x.data(), s, c_pad, want.data());
-    Tensor d_x = test::to_device(x), d_out = test::to_device(std::vector<float>(want.size(), NAN));
-    nchw_to_nhwc_window_tf32_cuda(d_x.data(), s, c_pad, d_out.data(), nullptr);
-    EXPECT_TRUE(bitwise_equal(d_out.to_vector(), want))
-        << "nchw_to_nhwc_window_tf32 C=" << s.c << " " << s.h << "x" << s.w << " padding "
-        << s.pad_h << "x" << s.pad_w;
-  }
   for (const Conv2dShape& s :
        {conv(1, 3, 7, 7, 24, 3, 3, 1, 1, 1, 1), conv(1, 130, 7, 7, 8, 1, 1, 1, 1, 0, 0),
         conv(1, 17, 7, 7, 200, 7, 5, 1, 1, 3, 2)})
@@ -189,8 +173,7 @@ TEST(GpuConvWgmmaNhwc, ForwardShapes) {
   for (const ConvCase& cc : nhwc_forward_cases())
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Tf32Problem p = make_tf32_problem(Pass::Forward, cc, fill, test::fresh_seed());
-      for (const WgmmaNhwcOptions& o :
-             with_windows(nhwc_tile_configs(Precision::TF32), nhwc_view(p.pass, p.cc.s)))
+      for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::TF32))
         expect_close_tf32(p, run_gpu(p, o), describe_tiles(o));
     }
 #else
@@ -204,8 +187,7 @@ TEST(GpuConvWgmmaNhwc, BackwardDataShapes) {
   for (const ConvCase& cc : nhwc_backward_data_cases())
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Tf32Problem p = make_tf32_problem(Pass::BackwardData, cc, fill, test::fresh_seed());
-      for (const WgmmaNhwcOptions& o :
-             with_windows(nhwc_tile_configs(Precision::TF32), nhwc_view(p.pass, p.cc.s)))
+      for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::TF32))
         expect_close_tf32(p, run_gpu(p, o), describe_tiles(o));
     }
 #else
@@ -223,8 +205,7 @@ TEST(GpuConvWgmmaNhwc, SplitsAndRepeat) {
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Tf32Problem p = make_tf32_problem(pass, cc, fill, test::fresh_seed());
       for (int splits : {1, 2, 4, 8})
-        for (const WgmmaNhwcOptions& o :
-             with_windows(nhwc_tile_configs(Precision::TF32, splits), nhwc_view(p.pass, p.cc.s))) {
+        for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::TF32, splits)) {
           const std::vector<float> a = run_gpu(p, o), b = run_gpu(p, o);
           expect_close_tf32(p, a, describe_tiles(o));
           EXPECT_TRUE(bitwise_equal(a, b))
@@ -238,14 +219,6 @@ TEST(GpuConvWgmmaNhwc, SplitsAndRepeat) {
 
 TEST(GpuConvWgmmaNhwc, Picks) {
 #ifdef CNN_HAVE_CUDA
-  // Row windows where the padded grid adds at most 35% (28x28 and 14x14 with padding 1, 32x32
-  // with padding 2), im2col elsewhere (7x7 and 8x8 grids, stride 2).
-  EXPECT_EQ(conv2d_wgmma_nhwc_pick_window(conv(128, 32, 28, 28, 32, 3, 3, 1, 1, 1, 1)), 2);
-  EXPECT_EQ(conv2d_wgmma_nhwc_pick_window(conv(128, 64, 14, 14, 64, 3, 3, 1, 1, 1, 1)), 2);
-  EXPECT_EQ(conv2d_wgmma_nhwc_pick_window(conv(128, 1, 32, 32, 64, 5, 5, 1, 1, 2, 2)), 2);
-  EXPECT_EQ(conv2d_wgmma_nhwc_pick_window(conv(128, 128, 7, 7, 128, 3, 3, 1, 1, 1, 1)), 1);
-  EXPECT_EQ(conv2d_wgmma_nhwc_pick_window(conv(128, 256, 8, 8, 256, 3, 3, 1, 1, 1, 1)), 1);
-  EXPECT_EQ(conv2d_wgmma_nhwc_pick_window(conv(128, 32, 28, 28, 64, 3, 3, 2, 2, 1, 1)), 1);
   // 32 columns for a GEMM N of at most 32 (LeNet's conv2 input gradient: 32 channels of dx).
   for (int n : {1, 8, 24, 32}) EXPECT_EQ(conv2d_wgmma_nhwc_pick_block_n(25088, n), 32) << n;
   for (int n : {33, 64, 130, 200})
@@ -342,34 +315,29 @@ TEST(GpuConvWgmmaNhwc, Refusals) {
   // one or two blocks an SM, two only with 32- or 64-column tiles; two blocks an SM of
   // 128-column tiles do not fit the registers; three only of 32-column tiles (a 64-column stage
   // leaves a ring of two); 256 rows only with 128 columns, at TF32 or BF16.
-  // Row windows (window 2) only for stride 1: s2 is refused with them.
   struct {
-    int block_n, blocks_per_sm, block_m, window;
+    int block_n, blocks_per_sm, block_m;
     Precision precision;
-    bool strided;
     const char* what;
-  } const refused[] = {{32, 3, 0, 0, Precision::FP32, false, "fp32 at three blocks an SM"},
-                       {128, 2, 0, 0, Precision::FP32, false, "fp32 block_n 128 at two an SM"},
-                       {128, 2, 0, 0, Precision::TF32, false, "block_n 128 at two blocks an SM"},
-                       {64, 3, 0, 0, Precision::TF32, false, "block_n 64 at three blocks an SM"},
-                       {32, 1, 256, 0, Precision::TF32, false, "block_m 256 with block_n 32"},
-                       {64, 1, 256, 0, Precision::TF32, false, "block_m 256 with block_n 64"},
-                       {128, 1, 256, 0, Precision::FP32, false, "block_m 256 at fp32"},
-                       {128, 1, 192, 0, Precision::TF32, false, "block_m 192"},
-                       {48, 0, 0, 0, Precision::TF32, false, "block_n 48"},
-                       {0, 0, 0, 3, Precision::TF32, false, "window 3"},
-                       {0, 0, 0, 2, Precision::TF32, true, "window 2 at stride 2"}};
+  } const refused[] = {{32, 3, 0, Precision::FP32, "fp32 at three blocks an SM"},
+                       {128, 2, 0, Precision::FP32, "fp32 block_n 128 at two blocks an SM"},
+                       {128, 2, 0, Precision::TF32, "block_n 128 at two blocks an SM"},
+                       {64, 3, 0, Precision::TF32, "block_n 64 at three blocks an SM"},
+                       {32, 1, 256, Precision::TF32, "block_m 256 with block_n 32"},
+                       {64, 1, 256, Precision::TF32, "block_m 256 with block_n 64"},
+                       {128, 1, 256, Precision::FP32, "block_m 256 at fp32"},
+                       {128, 1, 192, Precision::TF32, "block_m 192"},
+                       {48, 0, 0, Precision::TF32, "block_n 48"}};
   for (const auto& t : refused) {
     WgmmaNhwcOptions o;
     o.block_n = t.block_n;
     o.blocks_per_sm = t.blocks_per_sm;
     o.block_m = t.block_m;
-    o.window = t.window;
     o.precision = t.precision;
     expect_refused(
         [&] {
-          conv2d_forward_wgmma_nhwc(t.strided ? s2 : s, d_x.data(), d_w.data(), nullptr,
-                                    d_y.data(), false, nullptr, nullptr, o);
+          conv2d_forward_wgmma_nhwc(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, nullptr,
+                                    nullptr, o);
         },
         t.what);
   }
@@ -512,8 +480,7 @@ TEST(GpuConvWgmmaNhwc3xTf32, ForwardAndBackwardDataShapes) {
          pass == Pass::Forward ? nhwc_forward_cases() : nhwc_backward_data_cases())
       for (Fill fill : {Fill::SmallInt, Fill::Random}) {
         const Tf32Problem p = make_tf32_problem(pass, cc, fill, test::fresh_seed());
-        for (const WgmmaNhwcOptions& o :
-             with_windows(fp32_configs(), nhwc_view(p.pass, p.cc.s)))
+        for (const WgmmaNhwcOptions& o : fp32_configs())
           expect_close_3xtf32(p, run_gpu(p, o), describe_tiles(o));
       }
 #else
@@ -530,8 +497,7 @@ TEST(GpuConvWgmmaNhwc3xTf32, SplitsAndRepeat) {
   for (const auto& [pass, cc] : cases) {
     const Tf32Problem p = make_tf32_problem(pass, cc, Fill::Random, test::fresh_seed());
     for (int splits : {1, 2, 4, 8})
-      for (const WgmmaNhwcOptions& o :
-             with_windows(fp32_configs(splits), nhwc_view(p.pass, p.cc.s))) {
+      for (const WgmmaNhwcOptions& o : fp32_configs(splits)) {
         const std::vector<float> a = run_gpu(p, o), b = run_gpu(p, o);
         expect_close_3xtf32(p, a, describe_tiles(o));
         EXPECT_TRUE(bitwise_equal(a, b))

@@ -306,8 +306,7 @@ TEST(GpuConvWgmmaNhwcBf16, ForwardShapes) {
   for (const ConvCase& cc : forward_cases())
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Problem p = make_problem(Pass::Forward, cc, fill, test::fresh_seed());
-      for (const WgmmaNhwcOptions& o :
-             with_windows(nhwc_tile_configs(Precision::BF16), nhwc_view(p.pass, p.cc.s)))
+      for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::BF16))
         expect_close(p, run_gpu(p, o), describe_tiles(o));
     }
 #else
@@ -321,8 +320,7 @@ TEST(GpuConvWgmmaNhwcBf16, BackwardDataShapes) {
   for (const ConvCase& cc : backward_data_cases())
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Problem p = make_problem(Pass::BackwardData, cc, fill, test::fresh_seed());
-      for (const WgmmaNhwcOptions& o :
-             with_windows(nhwc_tile_configs(Precision::BF16), nhwc_view(p.pass, p.cc.s)))
+      for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::BF16))
         expect_close(p, run_gpu(p, o), describe_tiles(o));
     }
 #else
@@ -341,8 +339,7 @@ TEST(GpuConvWgmmaNhwcBf16, SplitsAndRepeat) {
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Problem p = make_problem(pass, cc, fill, test::fresh_seed());
       for (int splits : {1, 2, 4, 8})
-        for (const WgmmaNhwcOptions& o :
-             with_windows(nhwc_tile_configs(Precision::BF16, splits), nhwc_view(p.pass, p.cc.s))) {
+        for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::BF16, splits)) {
           const std::vector<float> a = run_gpu(p, o), b = run_gpu(p, o);
           expect_close(p, a, describe_tiles(o));
           EXPECT_TRUE(bitwise_equal(a, b))

@@ -15,9 +15,6 @@
 //   Bf16Bits           bf16_bits_cpu: nearest, ties to even, the upper half of round_to_bf16.
 //   Bf16Layouts        the BF16 twins: channels padded to 64 with zeros, every value the bits of
 //                      its rounded source; geometry and weight packs at the 64-channel block.
-//   WindowGemm         the row-window form: the padded copy's twin, k ordered (chunk, tap), A rows
-//                      at a position's row + the tap's offset, dropped positions, against the CPU
-//                      convolutions (exact on small integers).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -388,83 +385,4 @@ TEST(ConvNhwcLayout, EmulatedGemm) {
           if (!(got[i] == ref[i]) && bad++ < 3)
             ADD_FAILURE() << "out[" << i << "]: " << got[i] << " vs " << ref[i];
       }
-}
-
-// The row-window form on the CPU: the padded copy (its twin), k ordered (chunk, tap), each
-// position's A row for tap (ky, kx) at its own row + window_tap_offset, positions outside the
-// output dropped as the epilogue drops them, against the CPU convolutions on small integers
-// (exact); every stride-1 view of shapes() and a few more, forward and input gradient.
-TEST(ConvNhwcLayout, WindowGemm) {
-  std::mt19937_64 rng(11);
-  std::uniform_int_distribution<int> d(-2, 2);
-  auto ints = [&](size_t n) {
-    std::vector<float> v(n);
-    for (auto& x : v) x = float(d(rng));
-    return v;
-  };
-  std::vector<Conv2dShape> cases = shapes();
-  cases.push_back(conv(2, 40, 7, 9, 24, 3, 3, 1, 1, 1, 1));  // two channel chunks
-  cases.push_back(conv(1, 3, 5, 4, 8, 3, 1, 1, 1, 1, 0));    // pad_w 0, pad_h 1: rows dropped
-  cases.push_back(conv(2, 4, 6, 5, 8, 2, 2, 1, 1, 0, 0));    // no padding: oh = h - 1
-  int covered = 0;
-  for (const Conv2dShape& s : cases)
-    for (bool fwd : {true, false}) {
-      if (s.stride_h != 1 || s.stride_w != 1) {
-        EXPECT_FALSE(window_supported(s)) << "stride " << s.stride_h << "x" << s.stride_w;
-        continue;
-      }
-      const Conv2dShape g = fwd ? s : backward_data_as_forward(s);
-      if (!window_supported(g)) {
-        EXPECT_THROW(window_geometry(g, "test"), Error);
-        continue;
-      }
-      ++covered;
-      SCOPED_TRACE(::testing::Message() << (fwd ? "forward" : "input gradient") << " C=" << s.c
-                                        << " H=" << s.h << " W=" << s.w << " k=" << s.kh << "x"
-                                        << s.kw << " pad " << s.pad_h << "x" << s.pad_w);
-      const WindowGeometry wg = window_geometry(g, "test");
-      ASSERT_EQ(wg.hp, g.h + 2 * g.pad_h);
-      ASSERT_EQ(wg.wp, g.w + 2 * g.pad_w);
-      ASSERT_EQ(wg.positions, int64_t(g.n) * wg.hp * wg.wp);
-      ASSERT_EQ(wg.halo, window_tap_offset(wg, g.kh - 1, g.kw - 1));
-      const WeightPack wp = fwd ? forward_weight_pack(s) : backward_data_weight_pack(s);
-      const int c_pad = wp.k_pad, chunks = c_pad / kNhwcChannelBlock, taps = g.kh * g.kw;
-      const std::vector<float> a = ints(size_t(g.n) * g.c * g.h * g.w);
-      const std::vector<float> w = ints(size_t(s.oc) * s.c * s.kh * s.kw);
-      std::vector<float> copy(size_t(wg.positions) * c_pad, NAN), packed(
-          size_t(wp.rows) * wp.taps * wp.k_pad);
-      nchw_to_nhwc_window_tf32_cpu(a.data(), g, c_pad, copy.data());
-      pack_weights_tf32_cpu(wp, w.data(), packed.data());
-      const int oh = g.oh(), ow = g.ow();
-      std::vector<float> got(size_t(g.n) * g.oc * oh * ow, NAN);
-      for (int64_t pos = 0; pos < wg.positions; ++pos) {
-        const int64_t img = pos / (int64_t(wg.hp) * wg.wp), q = pos % (int64_t(wg.hp) * wg.wp);
-        const int qy = int(q / wg.wp), qx = int(q % wg.wp);
-        for (int col = 0; col < g.oc; ++col) {
-          double sum = 0;
-          for (int kt = 0; kt < chunks * taps; ++kt) {
-            const int chunk = kt / taps, tap = kt % taps;
-            const int64_t row = pos + window_tap_offset(wg, tap / g.kw, tap % g.kw);
-            if (row >= wg.positions) continue;  // the TMA's zero fill past the last position
-            for (int cc = 0; cc < kNhwcChannelBlock; ++cc) {
-              const int k = chunk * kNhwcChannelBlock + cc;
-              sum += double(copy[size_t(row) * c_pad + k]) *
-                     packed[(size_t(col) * wp.taps + tap) * wp.k_pad + k];
-            }
-          }
-          if (qy < oh && qx < ow)
-            got[size_t(((img * g.oc + col) * oh + qy) * ow + qx)] = float(sum);
-        }
-      }
-      std::vector<float> ref(got.size());
-      if (fwd)
-        conv2d_forward_cpu(s, a.data(), w.data(), nullptr, ref.data(), false);
-      else
-        conv2d_backward_data_cpu(s, a.data(), w.data(), ref.data());
-      int bad = 0;
-      for (size_t i = 0; i < ref.size(); ++i)
-        if (!(got[i] == ref[i]) && bad++ < 3)
-          ADD_FAILURE() << "out[" << i << "]: " << got[i] << " vs " << ref[i];
-    }
-  EXPECT_GE(covered, 10);
 }

@@ -5,8 +5,7 @@
 //                             FP32, and for a strided input gradient (all refused or scratch-free).
 //   LayoutMatchesTheCopies    the layout against a count written out here: the packed weights
 //                             (rows, taps, channels padded to 32 / 64) rounded up to whole
-//                             128-byte rows, then the (N, H, W, C padded) copy (padded images
-//                             where the row-window form applies).
+//                             128-byte rows, then the (N, H, W, C padded) copy.
 //   ZooShapes                 every plain convolution of every config in configs/ at its batch
 //                             size: the dispatch's size equals the kernel's own, BF16 never needs
 //                             more than TF32, and a conv layer's scratch_floats (what the Network
@@ -143,22 +142,14 @@ TEST(ConvNhwcScratch, LayoutMatchesTheCopies) {
       const int64_t packs = p == Precision::FP32 ? 2 : 1;
       const auto pad = [](int64_t v, int64_t to) { return (v + to - 1) / to * to; };
       const int64_t taps = int64_t(s.kh) * s.kw;
-      // The copy's pixels an image: (H, W), or where the row-window form applies (stride 1,
-      // padding p >= 0) the larger padded (H + 2p, W + 2p).
-      const auto pixels = [](int h, int w, int stride, int p) {
-        const int64_t plain = int64_t(h) * w;
-        return stride == 1 && p >= 0 ? std::max(plain, int64_t(h + 2 * p) * (w + 2 * p)) : plain;
-      };
       // Forward: weights (OC, taps, C padded), copy of x (N, H, W, C padded).
       const int64_t fwd = packs * pad(s.oc * taps * pad(s.c, block), row) +
-                          packs * s.n * pixels(s.h, s.w, s.stride_h, s.pad_h) * pad(s.c, block);
+                          packs * int64_t(s.n) * s.h * s.w * pad(s.c, block);
       EXPECT_EQ(conv2d_forward_wgmma_nhwc_scratch_floats(s, p), size_t(pad(fwd * bytes, 4) / 4))
           << precision_name(p) << " c" << s.c << " oc" << s.oc;
-      // Input gradient: weights (C, taps, OC padded), copy of dy (N, OH, OW, OC padded); its
-      // view is a stride-1 convolution with padding K - 1 - p.
-      const int64_t bwd =
-          packs * pad(s.c * taps * pad(s.oc, block), row) +
-          packs * s.n * pixels(s.oh(), s.ow(), 1, s.kh - 1 - s.pad_h) * pad(s.oc, block);
+      // Input gradient: weights (C, taps, OC padded), copy of dy (N, OH, OW, OC padded).
+      const int64_t bwd = packs * pad(s.c * taps * pad(s.oc, block), row) +
+                          packs * int64_t(s.n) * s.oh() * s.ow() * pad(s.oc, block);
       EXPECT_EQ(conv2d_backward_data_wgmma_nhwc_scratch_floats(s, p),
                 size_t(pad(bwd * bytes, 4) / 4))
           << precision_name(p) << " c" << s.c << " oc" << s.oc;

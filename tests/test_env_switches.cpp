@@ -75,12 +75,6 @@ const std::vector<SwitchCases>& switch_cases() {
        {{nullptr, 0}, {"auto", 0}, {"128", 128}, {"256", 256}},
        {"64", "512"},
        "128, 256 or auto"},
-      // How the wgmma-nhwc convolution loads A; 0: auto.
-      {"CNN_WGMMA_NHWC_WINDOW",
-       field<&EnvSwitches::wgmma_nhwc_window>,
-       {{nullptr, 0}, {"auto", 0}, {"im2col", 1}, {"rows", 2}},
-       {"1", "windows"},
-       "im2col, rows or auto"},
       // The direct tap class reads x itself unless set to copies.
       {"CNN_WGMMA_WGRAD_BOX_X",
        field<&EnvSwitches::wgmma_wgrad_box_direct>,

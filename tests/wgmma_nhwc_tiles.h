@@ -4,9 +4,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "kernels/conv/conv2d_nhwc_layout.h"
 #include "kernels/conv/conv2d_wgmma_nhwc.h"
-#include "tests/conv_test_cases.h"
 
 namespace cnn::conv_test {
 
@@ -48,28 +46,6 @@ inline std::vector<WgmmaNhwcOptions> nhwc_tile_configs(Precision precision, int 
     }
   }
   return configs;
-}
-
-// The GEMM view the kernel runs for a pass of s: s itself, or the input gradient's
-// convolution of dy (backward_data_as_forward).
-inline Conv2dShape nhwc_view(Pass pass, const Conv2dShape& s) {
-  return pass == Pass::Forward ? s : backward_data_as_forward(s);
-}
-
-// Each configuration with A by im2col (window 1) and, where the view has the row-window form
-// (stride 1, paddings >= 0), by row windows (window 2) too.
-inline std::vector<WgmmaNhwcOptions> with_windows(const std::vector<WgmmaNhwcOptions>& configs,
-                                                  const Conv2dShape& view) {
-  std::vector<WgmmaNhwcOptions> out;
-  for (WgmmaNhwcOptions o : configs) {
-    o.window = 1;
-    out.push_back(o);
-    if (window_supported(view)) {
-      o.window = 2;
-      out.push_back(o);
-    }
-  }
-  return out;
 }
 
 }  // namespace cnn::conv_test

@@ -58,38 +58,6 @@ Im2colPixel im2col_walk(const Conv2dShape& g, const Im2colGeometry& geo, Im2colP
   return p;
 }
 
-bool window_supported(const Conv2dShape& g) {
-  return g.stride_h == 1 && g.stride_w == 1 && g.pad_h >= 0 && g.pad_w >= 0;
-}
-
-WindowGeometry window_geometry(const Conv2dShape& g, const char* what) {
-  CNN_CHECK(window_supported(g),
-            "{}: algo wgmma-nhwc window=2 (row windows) needs stride 1 and paddings >= 0 (got "
-            "stride {}x{}, padding {}x{}); expected window 0 or 1",
-            what, g.stride_h, g.stride_w, g.pad_h, g.pad_w);
-  WindowGeometry w;
-  w.hp = g.h + 2 * g.pad_h;
-  w.wp = g.w + 2 * g.pad_w;
-  w.positions = int64_t(g.n) * w.hp * w.wp;
-  w.halo = (g.kh - 1) * w.wp + g.kw - 1;
-  return w;
-}
-
-void nchw_to_nhwc_window_tf32_cpu(const float* x, const Conv2dShape& g, int c_pad, float* out) {
-  const WindowGeometry w = window_geometry(g, "nchw_to_nhwc_window_tf32_cpu");
-  for (int i = 0; i < g.n; ++i)
-    for (int y = 0; y < w.hp; ++y)
-      for (int xx = 0; xx < w.wp; ++xx) {
-        const int iy = y - g.pad_h, ix = xx - g.pad_w;
-        const bool inside = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-        float* row = out + ((int64_t(i) * w.hp + y) * w.wp + xx) * c_pad;
-        for (int ch = 0; ch < c_pad; ++ch)
-          row[ch] = inside && ch < g.c
-                        ? round_tf32_cpu(x[((int64_t(i) * g.c + ch) * g.h + iy) * g.w + ix])
-                        : 0.f;
-      }
-}
-
 float round_tf32_cpu(float v) {
   uint32_t u;
   std::memcpy(&u, &v, 4);

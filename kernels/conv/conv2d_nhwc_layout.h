@@ -58,27 +58,6 @@ Im2colPixel im2col_start(const Conv2dShape& g, const Im2colGeometry& geo, int64_
 Im2colPixel im2col_walk(const Conv2dShape& g, const Im2colGeometry& geo, Im2colPixel start,
                         int steps);
 
-// The row-window form of the same convolution (conv2d_wgmma_nhwc.h, `window`): stride 1 and no
-// negative padding. The copy holds the padding: (N, Hp, Wp, c_pad), Hp = H + 2 pad_h, Wp = W + 2
-// pad_w, zero outside the image. Seen as a (N Hp Wp, c_pad) matrix, the input of output pixel
-// (n, oy, ox) under tap (ky, kx) is row
-//   P + ky Wp + kx,   P = (n Hp + oy) Wp + ox,
-// so the implicit GEMM runs over the rows P of the padded grid ("positions": those with oy >= OH
-// or ox >= OW are computed and dropped), and the A tile of tap (ky, kx) for the positions
-// [P0, P0 + R) is the contiguous rows [P0 + ky Wp + kx, +R): one load of the rows
-// [P0, P0 + R + halo) serves every tap of a channel chunk (the im2col form loads R rows a tap).
-struct WindowGeometry {
-  int hp = 0, wp = 0;     // the padded image
-  int64_t positions = 0;  // N Hp Wp: the GEMM's rows
-  int halo = 0;           // (KH - 1) Wp + KW - 1: rows past a tile's last that its taps read
-};
-// True where the row-window form expresses g: stride 1 and paddings >= 0.
-bool window_supported(const Conv2dShape& g);
-// Throws cnn::Error (one line, naming `what`) where !window_supported(g).
-WindowGeometry window_geometry(const Conv2dShape& g, const char* what);
-// The row offset of tap (ky, kx) from a position's own row.
-inline int window_tap_offset(const WindowGeometry& w, int ky, int kx) { return ky * w.wp + kx; }
-
 // Round to the nearest TF32 (10 stored mantissa bits), ties away from zero: cvt.rna.tf32.f32.
 float round_tf32_cpu(float v);
 
@@ -96,10 +75,6 @@ void nchw_to_nhwc_fp32_cpu(const float* x, int n, int c, int64_t hw, int c_pad, 
 // the same place (zero in the padding).
 void nchw_to_nhwc_tf32_split_cpu(const float* x, int n, int c, int64_t hw, int c_pad, float* big,
                                  float* small);
-
-// CPU twin of the row-window pre-pass (TF32-rounded): x (N, C, H, W) of g into out (N, Hp, Wp,
-// c_pad) as window_geometry(g) lays it out, zero in the padding and in channels >= C.
-void nchw_to_nhwc_window_tf32_cpu(const float* x, const Conv2dShape& g, int c_pad, float* out);
 
 // CPU twin of the weight pre-pass: out (rows, taps, k_pad), element (r, t, k) =
 //   k < k_count ? round_tf32(w[r ld_r + k ld_k + (flip ? taps - 1 - t : t)]) : 0.

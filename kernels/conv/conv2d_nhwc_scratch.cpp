@@ -1,7 +1,5 @@
 #include "kernels/conv/conv2d_nhwc_scratch.h"
 
-#include <algorithm>
-
 #include "runtime/error.h"
 
 namespace cnn {
@@ -35,10 +33,7 @@ NhwcScratchLayout nhwc_scratch_layout(const Conv2dShape& g, const WeightPack& wp
   l.pack_elems = (int64_t(wp.rows) * wp.taps * wp.k_pad + per_row - 1) / per_row * per_row;
   l.weight_elems = precision == Precision::FP32 ? 2 * l.pack_elems : l.pack_elems;
   const int64_t c_pad = (int64_t(g.c) + block - 1) / block * block;
-  // Room for the row-window copy where that form applies: it holds the padding too.
-  int64_t pixels = int64_t(g.h) * g.w;
-  if (window_supported(g)) pixels = std::max(pixels, int64_t(g.h + 2 * g.pad_h) * (g.w + 2 * g.pad_w));
-  l.copy_elems = int64_t(g.n) * pixels * c_pad;
+  l.copy_elems = int64_t(g.n) * g.h * g.w * c_pad;
   l.copies = precision == Precision::FP32 ? 2 : 1;
   return l;
 }

@@ -231,10 +231,9 @@ __device__ __forceinline__ void conv_wgmma_body(const CUtensorMap& map_b, const 
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) acc[0][i] = 0.f;
   if (wg > 0)
-    consume_stages<BN, kStages>(acc, nk, wg, async, full, empty, stage_a(tile_a, tile_a), tile_b,
-                                tile_b);
+    consume_stages<BN, kStages>(acc, nk, wg, async, full, empty, tile_a, tile_a, tile_b, tile_b);
   store_conv_tile<BN, P::kEpiPitch>(acc, base, m0, n0,
-                                    conv_tile_store(p.y, p.bias, p.relu, p.M, p.N, p.oh, p.ow));
+                                    ConvTileStore{p.y, p.bias, p.relu, p.M, p.N, p.oh * p.ow});
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

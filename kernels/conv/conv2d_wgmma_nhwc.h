@@ -13,11 +13,6 @@
 //      channels, filled by ONE thread issuing one TMA im2col copy (128 pixels x 32 channels,
 //      padding zero-filled by the hardware) and one tiled TMA of the weights (BN x 32); the
 //      consumers and the split-K NCHW epilogue are conv2d_wgmma.cu's (conv2d_wgmma_tile.cuh).
-// Row windows (`window`, stride 1): step 1 writes the copy with its padding, (N, H + 2 ph,
-// W + 2 pw, c_pad), the GEMM runs over the positions of that padded grid (dropping those
-// outside the output), and k is ordered (channel, tap): a tile loads the rows it and its halo
-// need of one channel chunk once, and each tap's A tile is those rows shifted by the tap's
-// offset (WindowGeometry). An im2col copy reads each input row once a tap: 9 times for 3x3.
 // At FP32 it runs 3xTF32, the tensor cores at FP32 accuracy: the weights are packed twice, big =
 // TF32(w) and small = TF32(w - big), and the products are
 //   small_A big_B + big_A small_B + big_A big_B
@@ -57,10 +52,6 @@ struct WgmmaNhwcOptions {
   // 128, or 256 (TF32 and BF16, block_n 128, one block an SM: each consumer warpgroup multiplies
   // two 64-row blocks on one B tile, twice the work a pipeline stage).
   int block_m = 0;
-  // How A is loaded: 0 picks (conv2d_wgmma_nhwc_pick_window, CNN_WGMMA_NHWC_WINDOW), 1 an im2col
-  // copy a (tap, channel chunk), 2 row windows (stride 1, paddings >= 0: one load a channel
-  // chunk that every tap reads, conv2d_nhwc_layout.h's WindowGeometry).
-  int window = 0;
   Precision precision = Precision::TF32;  // TF32, BF16, or FP32 (3xTF32)
 };
 
@@ -75,10 +66,6 @@ int conv2d_wgmma_nhwc_pick_blocks_per_sm(int64_t blocks, int sms, int block_n);
 // The tile rows for an M x n implicit GEMM of block_n-column tiles on `sms` SMs: 256 when
 // block_n is 128 and twice the 256-row grid's tiles cover at least 90% of the SMs, else 128.
 int conv2d_wgmma_nhwc_pick_block_m(int64_t m, int n, int block_n, int sms);
-
-// How the GEMM view g loads A: 2 (row windows) where window_supported(g) and the padded grid
-// has at most 35% more positions than the output has pixels, else 1 (im2col).
-int conv2d_wgmma_nhwc_pick_window(const Conv2dShape& g);
 
 // The tile width for an M x n implicit GEMM: 32 when n <= 32, else conv2d_wgmma_pick_block_n's.
 int conv2d_wgmma_nhwc_pick_block_n(int64_t m, int n);
@@ -117,9 +104,5 @@ void nchw_to_nhwc_tf32_split_cuda(const float* d_x, int n, int c, int64_t hw, in
                                   float* d_big, float* d_small, cudaStream_t stream);
 void pack_weights_tf32_split_cuda(const WeightPack& wp, const float* d_w, float* d_big,
                                   float* d_small, cudaStream_t stream);
-// The row-window copy (nchw_to_nhwc_window_tf32_cpu): x (N, C, H, W) of g into (N, Hp, Wp, c_pad),
-// TF32-rounded, zero in the padding and in channels >= C. Refuses where !window_supported(g).
-void nchw_to_nhwc_window_tf32_cuda(const float* d_x, const Conv2dShape& g, int c_pad,
-                                   float* d_out, cudaStream_t stream);
 
 }  // namespace cnn

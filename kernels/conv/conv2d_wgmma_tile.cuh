@@ -38,45 +38,26 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[BN / 2], uint64_t da, uint64
     wgmma_m64n64k8_tf32(d, da, db);
 }
 
-// Where a consumer finds the A tile of k-tile i, and when it may read and release it.
-// StageA: in ring stage s beside B (tile_a(s), and at 3xTF32 tile_a_small(s) its TF32 residual),
-// landed and freed with the stage. WindowA (conv2d_wgmma_nhwc.cu's row windows): in a window slot
-// that the k-tiles of one channel chunk share, waited for and released on barriers of its own.
-template <class TileA, class TileASmall>
-struct StageA {
-  TileA tile_a;
-  TileASmall tile_a_small;
-  __device__ __forceinline__ uint32_t big(int, int s) const { return tile_a(s); }
-  __device__ __forceinline__ uint32_t small(int, int s) const { return tile_a_small(s); }
-  __device__ __forceinline__ uint64_t desc(uint32_t addr) const { return sw128_desc(addr); }
-  __device__ __forceinline__ void wait(int) const {}
-  __device__ __forceinline__ void done(int) const {}
-};
-template <class TileA, class TileASmall>
-__device__ __forceinline__ StageA<TileA, TileASmall> stage_a(TileA tile_a, TileASmall small) {
-  return {tile_a, small};
-}
-
-// Consumer warpgroup wg (1 or 2): for each of the nk k-tiles in ring order, waits for `full`
-// (and for A's source), multiplies 4 k steps (wgmma.m64nBNk8 TF32 or m64nBNk16 BF16) per 64-row
-// block into acc (BN 32, 64 or 128), keeps one stage's group in flight and releases the previous
-// stage on its `empty` barrier (lane 0 of each of the 8 consumer warps arrives: init the empty
-// barriers with 8) and the previous k-tile's A on its source. kSub: the 64-row blocks a
-// warpgroup owns, 1 (a 128-row tile: rows [64 (wg - 1), +64)) or 2 (a 256-row tile: rows
-// [128 (wg - 1), +128), acc[h] the block at + 64 h); the blocks of one k step share its B
-// descriptor. fence_generic: the stage was written by generic-proxy copies (cp.async), so each
-// consumer thread fences before its async-proxy wgmma reads (see conv2d_wgmma.cu); TMA-written
-// stages need no fence. kBf16: the stages hold bf16 (64 k per 128-byte row) and the 4 steps are
-// wgmma k16 BF16 instead of k8 TF32: either way a step is 32 bytes of the row, 2 in the
-// descriptor. k3xTf32 (FP32 accuracy, both operands split ahead of it): A's source gives A's
-// TF32 part (big) and TF32 residual (small), tile_b(s) B's TF32 part and tile_b_small(s) its
-// residual, and each k step multiplies small_A big_B + big_A small_B + big_A big_B (small_A
-// small_B, about 2^-22 of the product, left out); otherwise tile_b_small is not read.
-template <int BN, int kStages, bool kBf16 = false, int kSub = 1, bool k3xTf32 = false,
-          class Full, class Empty, class ASource, class TileB, class TileBSmall>
+// Consumer warpgroup wg (1 or 2): for each of the nk stages in ring order, waits for `full`,
+// multiplies 4 k steps (wgmma.m64nBNk8 TF32 or m64nBNk16 BF16) per 64-row block into acc (BN 32,
+// 64 or 128), keeps one stage's group in flight and releases the previous stage on its `empty`
+// barrier (lane 0 of each of the 8 consumer warps arrives: init the empty barriers with 8).
+// kSub: the 64-row blocks a warpgroup owns, 1 (a 128-row tile: rows [64 (wg - 1), +64)) or 2 (a
+// 256-row tile: rows [128 (wg - 1), +128), acc[h] the block at + 64 h); the blocks of one k step
+// share its B descriptor. fence_generic: the stage was written by generic-proxy copies
+// (cp.async), so each consumer thread fences before its async-proxy wgmma reads (see
+// conv2d_wgmma.cu); TMA-written stages need no fence. kBf16: the stages hold bf16 (64 k per
+// 128-byte row) and the 4 steps are wgmma k16 BF16 instead of k8 TF32: either way a step is 32
+// bytes of the row, 2 in the descriptor. k3xTf32 (FP32 accuracy, both operands split ahead of
+// it: two blocks an SM, where consume_stages_3xtf32's A registers do not fit): tile_a(s) and
+// tile_b(s) hold the operands' TF32 parts, tile_a_small(s) and tile_b_small(s) their TF32
+// residuals, and each k step multiplies small_A big_B + big_A small_B + big_A big_B (small_A
+// small_B, about 2^-22 of the product, left out); otherwise the small tiles are not read.
+template <int BN, int kStages, bool kBf16 = false, int kSub = 1, bool k3xTf32 = false, class Full,
+          class Empty, class TileA, class TileASmall, class TileB, class TileBSmall>
 __device__ __forceinline__ void consume_stages(float (&acc)[kSub][BN / 2], int nk, int wg,
                                                bool fence_generic, Full full, Empty empty,
-                                               const ASource& a_src, TileB tile_b,
+                                               TileA tile_a, TileASmall tile_a_small, TileB tile_b,
                                                TileBSmall tile_b_small) {
   static_assert(kSub == 1 || kSub == 2, "64 or 128 rows a consumer warpgroup");
   static_assert(!k3xTf32 || !kBf16, "3xTF32 splits FP32 operands");
@@ -88,13 +69,12 @@ __device__ __forceinline__ void consume_stages(float (&acc)[kSub][BN / 2], int n
   };
   for (int i = 0; i < nk; ++i) {
     const int s = i % kStages;
-    a_src.wait(i);
     mbar_wait(full(s), (i / kStages) & 1);
     if (fence_generic) fence_proxy_async();
-    const uint64_t da = a_src.desc(a_src.big(i, s) + a_off), db = sw128_desc(tile_b(s));
+    const uint64_t da = sw128_desc(tile_a(s) + a_off), db = sw128_desc(tile_b(s));
     uint64_t das = 0, dbs = 0;
     if constexpr (k3xTf32) {
-      das = a_src.desc(a_src.small(i, s) + a_off);
+      das = sw128_desc(tile_a_small(s) + a_off);
       dbs = sw128_desc(tile_b_small(s));
     }
     wgmma_fence();
@@ -103,21 +83,14 @@ __device__ __forceinline__ void consume_stages(float (&acc)[kSub][BN / 2], int n
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
       for (int h = 0; h < kSub; ++h) {  // block h: 64 rows = 8 KB further (+ 512 in 16-byte units)
-        const uint64_t h_off = uint64_t(h) * 512 + 2 * kk;
+        const uint64_t a_k = uint64_t(h) * 512 + 2 * kk;
         if constexpr (k3xTf32) {
-          wgmma_ss<BN, false>(acc[h], das + h_off, db + 2 * kk);
-          wgmma_ss<BN, false>(acc[h], da + h_off, dbs + 2 * kk);
+          wgmma_ss<BN, false>(acc[h], das + a_k, db + 2 * kk);
+          wgmma_ss<BN, false>(acc[h], da + a_k, dbs + 2 * kk);
         }
-        wgmma_ss<BN, kBf16>(acc[h], da + h_off, db + 2 * kk);
+        wgmma_ss<BN, kBf16>(acc[h], da + a_k, db + 2 * kk);
       }
-    wgmma_commit();
-    fence_all();
-    wgmma_wait<1>();  // the previous stage's products are done: release it
-    fence_all();
-    if (i > 0) {
-      if (lane == 0) mbar_arrive(empty((i - 1) % kStages));
-      a_src.done(i - 1);
-    }
+    commit_and_release_previous(fence_all, i > 0 && lane == 0, empty((i + kStages - 1) % kStages));
   }
   wgmma_wait<0>();
   fence_all();
@@ -200,23 +173,14 @@ __device__ __forceinline__ void consume_stages_3xtf32(float (&acc)[BN / 2], int 
   fence_acc(acc);
 }
 
-// Where the epilogue stores: C (M, N) of the implicit GEMM into y (N_img, N, OH, OW). Row m =
-// (image, position) with pos_per_img positions an image, a position q = (qy, qx) on a grid
-// row_pitch wide: output pixel (qy, qx) where qx < ow and qy < oh, a row that is computed and
-// dropped otherwise (conv2d_wgmma_nhwc.cu's row windows run on the padded grid); the im2col
-// kernels' rows are the output pixels themselves (row_pitch = ow, pos_per_img = oh ow).
+// Where the epilogue stores: C (M, N) of the implicit GEMM into y (N_img, N, OH, OW), row m =
+// (image, pixel) with pix_per_img = OH * OW pixels per image.
 struct ConvTileStore {
   float* y;
   const float* bias;  // (N) or null
   int relu;
-  int M, N;
-  int oh, ow;
-  int pos_per_img, row_pitch;
+  int M, N, pix_per_img;
 };
-__host__ __device__ inline ConvTileStore conv_tile_store(float* y, const float* bias, int relu,
-                                                         int m, int n, int oh, int ow) {
-  return {y, bias, relu, m, n, oh, ow, oh * ow, ow};
-}
 
 // Every thread of the block calls it after its role's loop. The accumulators go to shared
 // memory at `base` (the ring, reused: every stage has been consumed, so every copy has landed),
@@ -263,15 +227,8 @@ __device__ __forceinline__ void store_conv_tile(const float (&acc)[kSub][BN / 2]
     const int m = m0 + r;
     if (m >= p.M) continue;
     const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
-    const int img = m / p.pos_per_img;
-    int pix = m - img * p.pos_per_img;
-    if (p.row_pitch != p.ow || p.pos_per_img != p.oh * p.ow) {  // a position of a padded grid
-      const int qy = pix / p.row_pitch, qx = pix - qy * p.row_pitch;
-      if (qy >= p.oh || qx >= p.ow) continue;
-      pix = qy * p.ow + qx;
-    }
-    const int pix_per_img = p.oh * p.ow;
-    float* crow = p.y + int64_t(img) * p.N * pix_per_img + pix;
+    const int img = m / p.pix_per_img;
+    float* crow = p.y + int64_t(img) * p.N * p.pix_per_img + (m - img * p.pix_per_img);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int n = n0 + c4 + e;
@@ -279,7 +236,7 @@ __device__ __forceinline__ void store_conv_tile(const float (&acc)[kSub][BN / 2]
       float v = vals[e];
       if (p.bias) v += __ldg(p.bias + n);
       if (p.relu) v = (v <= 0.f) ? 0.f : v;  // NaN passes, as in the CPU references
-      crow[int64_t(n) * pix_per_img] = v;
+      crow[int64_t(n) * p.pix_per_img] = v;
     }
   }
   cluster_sync();  // no block leaves while another still reads its partial tile

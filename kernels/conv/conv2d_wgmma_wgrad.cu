@@ -460,11 +460,8 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB, kSplit>::kThreads,
       for (int kk = 0; kk < kBK / 8; ++kk)
         wgmma_m64n128k8_tf32(acc, da + a_step[kk], db + b_step[kk]);
     }
-    wgmma_commit();
-    fence_acc(acc);
-    wgmma_wait<1>();  // the previous stage's products are done: release it
-    fence_acc(acc);
-    if (i > 0 && (kSplit || lane == 0)) mbar_arrive(empty((i - 1) % kStages));
+    commit_and_release_previous([&] { fence_acc(acc); }, i > 0 && (kSplit || lane == 0),
+                                empty((i + kStages - 1) % kStages));
   }
   wgmma_wait<0>();
   fence_acc(acc);

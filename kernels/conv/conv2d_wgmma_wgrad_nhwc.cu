@@ -159,11 +159,8 @@ __device__ __forceinline__ void wgrad_nhwc_body(const CUtensorMap& map_dy, const
       else
         wgmma_m64n64k16_bf16_mn(acc, da + 128 * kk, db + 128 * kk);
     }
-    wgmma_commit();
-    fence_acc(acc);
-    wgmma_wait<1>();  // the previous stage's products are done: release it
-    fence_acc(acc);
-    if (i > 0 && lane == 0) mbar_arrive(empty((i - 1) % kStages));
+    commit_and_release_previous([&] { fence_acc(acc); }, i > 0 && lane == 0,
+                                empty((i + kStages - 1) % kStages));
   }
   wgmma_wait<0>();
   fence_acc(acc);

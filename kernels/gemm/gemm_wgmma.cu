@@ -491,11 +491,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         else
           wgmma_m64n128k8_tf32(acc, da + 2 * kk, db + 2 * kk);
       }
-      wgmma_commit();
-      fence_acc(acc);
-      wgmma_wait<1>();  // the previous stage's products are done: release it
-      fence_acc(acc);
-      if (i > 0 && lane == 0) mbar_arrive(empty((i - 1) % kStages));
+      commit_and_release_previous([&] { fence_acc(acc); }, i > 0 && lane == 0,
+                                  empty((i + kStages - 1) % kStages));
     }
     wgmma_wait<0>();
     fence_acc(acc);

@@ -330,6 +330,20 @@ __device__ __forceinline__ void fence_acc(float (&d)[16]) {
 #pragma unroll
   for (int i = 0; i < 16; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
+// The tail of a consumer's k step in a ring of stages: commits the group just issued, waits until
+// at most that group is in flight (the previous stage's products are done) and, where `release`
+// (a previous stage exists, and this thread is one of those the barrier counts), arrives on that
+// stage's empty barrier `empty_prev`. fence: fence_acc on every accumulator the wgmmas write.
+template <class Fence>
+__device__ __forceinline__ void commit_and_release_previous(Fence fence, bool release,
+                                                            uint32_t empty_prev) {
+  wgmma_commit();
+  fence();
+  wgmma_wait<1>();
+  fence();
+  if (release) mbar_arrive(empty_prev);
+}
+
 // Keeps register A operands of an in-flight wgmma (the _rs forms) alive and unchanged up to here.
 template <int N>
 __device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
