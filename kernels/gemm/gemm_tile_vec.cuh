@@ -318,25 +318,35 @@ struct Problem {
     return v;
   }
 
-  // Columns n .. n+3 of row m (n a multiple of 4), those < N.
-  __device__ __forceinline__ void store4(int m, int n, float4 v) const {
+  // C's columns n .. n+3 of row m (n a multiple of 4) where beta != 0, those in range (zero
+  // elsewhere): read by the epilogue for all of a thread's groups before it stores any, so that
+  // their latencies overlap (a read after the previous group's store would wait for it).
+  __device__ __forceinline__ float4 load_old4(int m, int n) const {
+    float4 old = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (beta == 0.f || m >= M) return old;
+    const float* src = c + m * ldc + n;
+    if (c_vec && n + 3 < N) return *reinterpret_cast<const float4*>(src);
+    float vs[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      if (n + r < N) vs[r] = src[r];
+    return make_float4(vs[0], vs[1], vs[2], vs[3]);
+  }
+
+  // Columns n .. n+3 of row m (n a multiple of 4), those < N; old: load_old4(m, n).
+  __device__ __forceinline__ void store4(int m, int n, float4 v, float4 old) const {
     if (m >= M) return;
     float* dst = c + m * ldc + n;
     if (c_vec && n + 3 < N) {
-      float4 old = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (beta != 0.f) old = *reinterpret_cast<const float4*>(dst);
-      float4 r;
-      r.x = finish(v.x, old.x, n);
-      r.y = finish(v.y, old.y, n + 1);
-      r.z = finish(v.z, old.z, n + 2);
-      r.w = finish(v.w, old.w, n + 3);
-      *reinterpret_cast<float4*>(dst) = r;
+      *reinterpret_cast<float4*>(dst) =
+          make_float4(finish(v.x, old.x, n), finish(v.y, old.y, n + 1), finish(v.z, old.z, n + 2),
+                      finish(v.w, old.w, n + 3));
       return;
     }
-    const float vs[4] = {v.x, v.y, v.z, v.w};
+    const float vs[4] = {v.x, v.y, v.z, v.w}, olds[4] = {old.x, old.y, old.z, old.w};
 #pragma unroll
-    for (int r = 0; r < 4; ++r)
-      if (n + r < N) dst[r] = finish(vs[r], beta != 0.f ? dst[r] : 0.f, n + r);
+    for (int q = 0; q < 4; ++q)
+      if (n + q < N) dst[q] = finish(vs[q], olds[q], n + q);  // bias[n + q] read only in range
   }
 };
 
@@ -366,6 +376,25 @@ __global__ void __launch_bounds__(C::kThreads) vec_gemm_kernel(const __grid_cons
   float* Cs = smem;
   math.stage(Cs);
   constexpr int kGroups = C::BM * C::BN / 4, kPerRow = C::BN / 4;
+  // This thread's groups e = e_begin + tid + j T, j < kMine, below e_end: C's old values first
+  // (load_old4), then the stores.
+  constexpr int kMine = (kGroups + C::kThreads - 1) / C::kThreads;
+  auto store_groups = [&](int e_begin, int e_end, auto value) {
+    float4 old[kMine];
+#pragma unroll
+    for (int j = 0; j < kMine; ++j) {
+      const int e = e_begin + tid + j * C::kThreads;
+      if (e < e_end) old[j] = p.load_old4(m0 + e / kPerRow, n0 + (e % kPerRow) * 4);
+    }
+#pragma unroll
+    for (int j = 0; j < kMine; ++j) {
+      const int e = e_begin + tid + j * C::kThreads;
+      if (e < e_end) {
+        const int m = e / kPerRow, n = (e % kPerRow) * 4;
+        p.store4(m0 + m, n0 + n, value(m, n), old[j]);
+      }
+    }
+  };
 
   if (splits > 1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -374,9 +403,7 @@ __global__ void __launch_bounds__(C::kThreads) vec_gemm_kernel(const __grid_cons
     cluster.sync();  // every split's tile staged
     const int rank = static_cast<int>(cluster.block_rank());
     const int chunk = (kGroups + splits - 1) / splits;
-    const int e_end = min(kGroups, (rank + 1) * chunk);
-    for (int e = rank * chunk + tid; e < e_end; e += C::kThreads) {
-      const int m = e / kPerRow, n = (e % kPerRow) * 4;
+    store_groups(rank * chunk, min(kGroups, (rank + 1) * chunk), [&](int m, int n) {
       float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
       for (int q = 0; q < splits; ++q) {  // fixed order
         const float4 w =
@@ -386,18 +413,17 @@ __global__ void __launch_bounds__(C::kThreads) vec_gemm_kernel(const __grid_cons
         v.z += w.z;
         v.w += w.w;
       }
-      p.store4(m0 + m, n0 + n, v);
-    }
+      return v;
+    });
     cluster.sync();  // keep this block's shared memory alive until every reader is done
 #else
     __trap();  // the launcher never splits below sm_90
 #endif
   } else {
     __syncthreads();
-    for (int e = tid; e < kGroups; e += C::kThreads) {
-      const int m = e / kPerRow, n = (e % kPerRow) * 4;
-      p.store4(m0 + m, n0 + n, *reinterpret_cast<const float4*>(Cs + m * C::SC + n));
-    }
+    store_groups(0, kGroups, [&](int m, int n) {
+      return *reinterpret_cast<const float4*>(Cs + m * C::SC + n);
+    });
   }
 }
 
