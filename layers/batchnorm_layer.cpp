@@ -28,10 +28,7 @@ class BatchNormLayer : public Layer {
     save_mean_ = Buffer<float>(size_t(shape_.c), dev);
     save_invstd_ = Buffer<float>(size_t(shape_.c), dev);
     const int64_t scratch = batchnorm_scratch_doubles(shape_, dev);
-    if (scratch > 0) {
-      scratch_ = Buffer<double>(size_t(scratch), dev);
-      scratch_.zero();  // the passes' arrival counters start at zero and stay so between passes
-    }
+    if (scratch > 0) scratch_ = Buffer<double>(size_t(scratch), dev);
     return out;
   }
 

@@ -194,7 +194,6 @@ EnvSwitches read_env_switches() {
     e.bn_one_pass = s != "0";
     e.bn_one_pass_any_cluster = s == "all";
   }
-  e.bn_finish_launch = off_unless_set("CNN_BN_FINISH_LAUNCH");
   e.conv_dgrad_phases = on_unless_zero("CNN_CONV_DGRAD_PHASES");
   e.conv_wgrad_window = off_unless_set("CNN_CONV_WGRAD_WINDOW");
   if (const char* v = get("CNN_BF16_SMEM")) {
@@ -320,13 +319,10 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "needs no copy (stride 1, W a multiple of 4), or a copy of x for every class"},
       {"CNN_CONV_GENERIC", "1", "implicit-GEMM conv gradients on the generic main loop"},
       {"CNN_BN_ONE_PASS", "0|all",
-       "0: BatchNorm training passes on the two-stage kernels (sums and finish, then elementwise) "
+       "0: BatchNorm training passes on the three-launch kernels (sums, finish, then elementwise) "
        "for every shape, never in one launch on thread-block clusters (channels of <= 131072 "
        "values); all: in one launch wherever a channel fits, whatever its cluster size (default: "
        "clusters of at most 4 blocks)"},
-      {"CNN_BN_FINISH_LAUNCH", "1",
-       "BatchNorm's per-channel finish (statistics, dx coefficients) as a launch of its own after "
-       "the partial sums, not by each channel's last partial-sum warp (the same bits)"},
       {"CNN_CONV_DGRAD_PHASES", "0",
        "strided implicit-GEMM input gradients by division (every tap) instead of by phases"},
       {"CNN_CONV_WGRAD_WINDOW", "1",

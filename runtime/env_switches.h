@@ -82,16 +82,13 @@ struct EnvSwitches {
   // column shift 0) reads x itself, or a copy of x as the other classes do (to bisect).
   bool wgmma_wgrad_box_direct = true;
   bool conv_generic = false;  // CNN_CONV_GENERIC=1: generic implicit-GEMM conv gradients
-  // CNN_BN_ONE_PASS=0: CUDA BatchNorm training passes always run as the two-stage passes (sums
-  // with their finish, then the elementwise pass), never as the one-launch cluster kernels that hold a channel
+  // CNN_BN_ONE_PASS=0: CUDA BatchNorm training passes always run as the three-launch passes (sums,
+  // finish, then the elementwise pass), never as the one-launch cluster kernels that hold a channel
   // in registers where it fits (kernels/norm/batchnorm_one_pass_plan.h).
   bool bn_one_pass = true;
   // CNN_BN_ONE_PASS=all: the one-launch passes on every shape that fits, whatever its cluster
   // size (to profile them); by default only where the cluster is small enough to win.
   bool bn_one_pass_any_cluster = false;
-  // CNN_BN_FINISH_LAUNCH=1: the two-stage BatchNorm passes run their per-channel finish as a
-  // launch of its own (three launches a pass) instead of in the partial sums' launch.
-  bool bn_finish_launch = false;
   // CNN_CONV_DGRAD_PHASES=0: the implicit-GEMM input gradient takes a stride above 1 by its
   // division path (every (pixel, tap) pair, most predicated zeros) instead of one GEMM a phase.
   bool conv_dgrad_phases = true;

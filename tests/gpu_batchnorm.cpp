@@ -6,7 +6,7 @@
 // the separate pass; the elementwise grid capped so that its blocks loop, bitwise. Through
 // batchnorm_forward_train / batchnorm_backward the shapes that fit run the one-launch cluster
 // passes (CNN_BN_ONE_PASS, the default; tests/gpu_batchnorm_one_pass.cpp tests them on their own);
-// the tests of the two-stage passes' launch options turn it off.
+// the tests of the three-launch passes' launch options turn it off.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -98,7 +98,6 @@ Outputs run_cuda(const Inputs& in, bool deterministic, size_t offset = 0) {
   float *y = y_mem.data() + offset, *dx = dx_mem.data() + offset;
   const float *x_at = x.data() + offset, *dy_at = dy.data() + offset;
   Buffer<double> scratch(size_t(batchnorm_scratch_doubles(s, Device::CUDA)), Device::CUDA);
-  scratch.zero();
   test::poison_device(y, n);
   test::poison_device(dx, n);
   test::poison_device(mean.data(), c);
@@ -230,7 +229,6 @@ TEST(GpuBatchNorm, TrainingRefusesOneValuePerChannel) {
   ex.device = Device::CUDA;
   Tensor v = test::to_device(std::vector<float>(8, 1.f));
   Buffer<double> scratch(64, Device::CUDA);
-  scratch.zero();
   EXPECT_THROW(batchnorm_forward_train({1, 8, 1}, v.data(), v.data(), v.data(), v.data(), v.data(),
                                        v.data(), BatchNormTrainArgs{}, scratch.data(), ex),
                Error);
@@ -257,7 +255,6 @@ ReluRun run_cuda_relu(const Inputs& in, const std::vector<float>& relu_y, bool f
   Buffer<float> y(n, Device::CUDA), dx(n, Device::CUDA), masked(n, Device::CUDA),
       mean(c, Device::CUDA), invstd(c, Device::CUDA);
   Buffer<double> scratch(size_t(batchnorm_scratch_doubles(s, Device::CUDA)), Device::CUDA);
-  scratch.zero();
   test::poison_device(y.data(), n);
   test::poison_device(dx.data(), n);
   batchnorm_forward_train(s, x.data(), gamma.data(), beta.data(), y.data(), mean.data(),
@@ -380,7 +377,7 @@ struct TrainState {
 
 TrainState make_state(const Inputs& in) {
   const size_t c = size_t(in.s.c);
-  TrainState t{test::to_device(in.gamma),
+  return {test::to_device(in.gamma),
           test::to_device(in.beta),
           test::to_device(in.rm),
           test::to_device(in.rv),
@@ -390,8 +387,6 @@ TrainState make_state(const Inputs& in) {
           Buffer<float>(c, Device::CUDA),
           Buffer<float>(c, Device::CUDA),
           Buffer<double>(size_t(batchnorm_scratch_doubles(in.s, Device::CUDA)), Device::CUDA)};
-  t.scratch.zero();
-  return t;
 }
 
 // One training step through the CUDA launchers as `launch` says: forward of x into y (relu: the
@@ -445,10 +440,8 @@ void check_grid_caps(const BatchNormShape& s) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed << " (N, C, HW) = (" << s.n << ", " << s.c
                                     << ", " << s.hw << ") splits " << batchnorm_splits(s));
   const Inputs first = make_inputs(s, seed, 0.5f), second = make_inputs(s, seed + 100, -1.f);
-  BatchNormLaunch full, chunks, capped, apart;
-  for (BatchNormLaunch* l : {&full, &chunks, &capped, &apart}) l->one_pass = false;
-  // The per-channel finish in a launch of its own, not by each channel's last partial-sum warp.
-  apart.finish_launch = true;
+  BatchNormLaunch full, chunks, capped;
+  for (BatchNormLaunch* l : {&full, &chunks, &capped}) l->one_pass = false;
   // Two blocks along y: a block of a long plane loops over its chunks.
   chunks.max_grid_y = 2;
   // Three blocks along x too: blocks loop over rounds of planes (their channels wrapping past C).
@@ -465,14 +458,13 @@ void check_grid_caps(const BatchNormShape& s) {
         EXPECT_FALSE(test::any_nan(o.rv));
       }
       EXPECT_EQ(want[1].count, std::vector<float>{7.f}) << "two steps count two batches";
-      for (const BatchNormLaunch* l : {&full, &chunks, &capped, &apart})
+      for (const BatchNormLaunch* l : {&full, &chunks, &capped})
         for (bool recompute : {false, true}) {
           if (l == &full && !recompute) continue;  // that is `want`
           if (recompute && !relu) continue;        // no mask to recompute
           SCOPED_TRACE(::testing::Message() << (l == &full     ? "full grid"
                                                 : l == &chunks ? "grid y capped"
-                                                : l == &capped ? "grid x and y capped"
-                                                               : "finish launched apart")
+                                                               : "grid x and y capped")
                                             << (recompute ? ", mask recomputed" : ""));
           const std::vector<Outputs> got =
               run_two_steps(first, second, *l, relu, with_dx, recompute);
@@ -485,9 +477,7 @@ void check_grid_caps(const BatchNormShape& s) {
 }  // namespace
 
 // The elementwise passes give the same bits whether their blocks cover the planes in one round or
-// loop over planes and chunks, the per-channel finish whether a channel's last partial-sum warp
-// runs it or a launch of its own (two steps on one scratch: its arrival counters are back at zero
-// after each pass), and the fused ReLU's mask recomputed from x and beta is the
+// loop over planes and chunks, and the fused ReLU's mask recomputed from x and beta is the
 // forward's y > 0, so every output keeps its bits: one to many partials a channel (a warp's lanes
 // looping past 32), H*W = 1, 2, 7x7, odd C, N = 1 and 512, 16-byte and scalar loads, long planes
 // in chunks.
@@ -512,7 +502,7 @@ TEST(GpuBatchNorm, CappedGridGivesTheSameBits) {
 }
 
 // The forward's shift K (each channel's first value) is kept in the scratch by the sums, so y may
-// overwrite x: in place gives the out-of-place bits, in two stages and in one launch (which reads
+// overwrite x: in place gives the out-of-place bits, in three launches and in one (which reads
 // every value, and K, before any block writes).
 TEST(GpuBatchNorm, TrainingForwardInPlaceGivesTheSameBits) {
   CNN_REQUIRE_GPU();
@@ -524,7 +514,7 @@ TEST(GpuBatchNorm, TrainingForwardInPlaceGivesTheSameBits) {
     const Inputs in = make_inputs(s, seed, 0.5f);
     const size_t n = in.x.size(), c = size_t(s.c);
     for (bool one_pass : {false, true}) {
-      SCOPED_TRACE(one_pass ? "one launch" : "two stages");
+      SCOPED_TRACE(one_pass ? "one launch" : "three launches");
       BatchNormLaunch l;
       l.one_pass = one_pass;
       BatchNormTrainArgs a;
@@ -544,7 +534,7 @@ TEST(GpuBatchNorm, TrainingForwardInPlaceGivesTheSameBits) {
   }
 }
 
-// A residual add in the normalizing pass (training in two stages and in one launch; eval), with and
+// A residual add in the normalizing pass (training in three launches and in one; eval), with and
 // without the ReLU after it: the bits of the normalize, add and relu passes run apart, on
 // 16-byte and scalar paths (a residual 1 float past alignment takes the scalar path alone).
 TEST(GpuBatchNorm, ResidualAddGivesTheSeparatePassBits) {
@@ -566,7 +556,7 @@ TEST(GpuBatchNorm, ResidualAddGivesTheSeparatePassBits) {
       Tensor x = test::to_device(in.x), r = test::to_device(shifted(res, size_t(res_offset)));
       const float* d_res = r.data() + res_offset;
       Buffer<float> apart(n, Device::CUDA), fused(n, Device::CUDA);
-      // training in two stages, eval, training in one launch
+      // training in three launches, eval, training in one launch
       for (int mode = 0; mode < 3; ++mode)
         for (bool relu : {false, true}) {
           SCOPED_TRACE(::testing::Message() << "mode " << mode << " relu " << relu);
@@ -594,46 +584,5 @@ TEST(GpuBatchNorm, ResidualAddGivesTheSeparatePassBits) {
           EXPECT_EQ(test::to_host(fused.data(), n), want);
         }
     }
-}
-
-// A layer sizes its scratch for its largest batch and runs smaller ones on it: with fewer splits
-// a channel, a pass on a scratch that a larger batch used (its partials left behind) gives the
-// bits of a fresh scratch.
-TEST(GpuBatchNorm, ScratchOfALargerBatchGivesTheSameBits) {
-  CNN_REQUIRE_GPU();
-  for (const BatchNormShape& big : {BatchNormShape{64, 5, 7 * 7}, BatchNormShape{128, 32, 28 * 28},
-                                    BatchNormShape{40, 3, 1000}}) {
-    const BatchNormShape small{big.n / 8 + 1, big.c, big.hw};
-    ASSERT_LT(batchnorm_splits(small), batchnorm_splits(big));
-    const uint64_t seed = test::fresh_seed();
-    SCOPED_TRACE(::testing::Message() << "seed " << seed << " (N, C, HW) = (" << big.n << ", "
-                                      << big.c << ", " << big.hw << ") then N = " << small.n);
-    const Inputs in_big = make_inputs(big, seed, 0.5f), in_small = make_inputs(small, seed + 7, 1.f);
-    BatchNormLaunch l;
-    l.one_pass = false;
-    const size_t n_big = in_big.x.size(), n = in_small.x.size();
-    Tensor x_big = test::to_device(in_big.x), dy_big = test::to_device(in_big.dy),
-           x = test::to_device(in_small.x), dy = test::to_device(in_small.dy);
-    Buffer<float> y_big(n_big, Device::CUDA), dx_big(n_big, Device::CUDA);
-    TrainState used = make_state(in_big), fresh = make_state(in_big);
-    train_step(big, l, true, x_big.data(), dy_big.data(), y_big.data(), dx_big.data(), used);
-    std::vector<Outputs> got;
-    for (TrainState* t : {&used, &fresh}) {
-      Buffer<float> y(n, Device::CUDA), dx(n, Device::CUDA);
-      train_step(small, l, true, x.data(), dy.data(), y.data(), dx.data(), *t);
-      Outputs o;
-      o.y = test::to_host(y.data(), n);
-      o.dx = test::to_host(dx.data(), n);
-      o.mean = test::to_host(t->mean.data(), size_t(big.c));
-      o.invstd = test::to_host(t->invstd.data(), size_t(big.c));
-      got.push_back(std::move(o));
-    }
-    EXPECT_FALSE(test::any_nan(got[1].y));
-    EXPECT_FALSE(test::any_nan(got[1].dx));
-    EXPECT_EQ(got[0].y, got[1].y);
-    EXPECT_EQ(got[0].dx, got[1].dx);
-    EXPECT_EQ(got[0].mean, got[1].mean);
-    EXPECT_EQ(got[0].invstd, got[1].invstd);
-  }
 }
 #endif  // CNN_HAVE_CUDA

@@ -2,8 +2,8 @@
 // twin on awkward shapes (N 1/3/128, C 1/3/32/128, H*W 1, 7x7, 13x11, 28x28), with and without the
 // fused ReLU and the residual add, the backward's mask read and recomputed: y, the saved and
 // running statistics, the batch count, dx and the accumulated dgamma / dbeta. Two runs give the
-// same bits; the two-stage passes (CNN_BN_ONE_PASS=0) agree within rounding of the sums; a
-// channel at the plan's limit runs in one launch, one past it falls back to the two-stage bits.
+// same bits; the three-launch passes (CNN_BN_ONE_PASS=0) agree within rounding of the sums; a
+// channel at the plan's limit runs in one launch, one past it falls back to the three-launch bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -71,7 +71,6 @@ Outputs run_cuda(const Inputs& in, const Case& k, const BatchNormLaunch& l) {
   Buffer<float> y(n, Device::CUDA), dx(n, Device::CUDA), mean(c, Device::CUDA),
       invstd(c, Device::CUDA);
   Buffer<double> scratch(size_t(batchnorm_scratch_doubles(s, Device::CUDA)), Device::CUDA);
-  scratch.zero();
   test::poison_device(y.data(), n);
   test::poison_device(dx.data(), n);
   test::poison_device(mean.data(), c);
@@ -135,8 +134,8 @@ void check_case(const Inputs& in, const Case& k) {
   expect_close(in, got, run_cpu(in, k, got.y), 1e-3, "cpu");
   // The sums added in a fixed order: a second run gives the same bits.
   expect_same_bits(got, run_cuda(in, k, one), "second run");
-  // The two-stage passes add the same terms in another order.
-  expect_close(in, got, run_cuda(in, k, two), 1e-3, "two-stage");
+  // The three-launch passes add the same terms in another order.
+  expect_close(in, got, run_cuda(in, k, two), 1e-3, "three-launch");
 }
 
 void check_shape(const BatchNormShape& s, bool all_cases) {
@@ -169,7 +168,7 @@ TEST(GpuBatchNormOnePass, MatchesCpuOnAwkwardShapes) {
 
 // A channel of kBnOnePassMaxValues values (clusters of 16 blocks, 32 values a thread) in one
 // launch, aligned (16-byte loads) and odd (scalar loads); one value more falls back to the
-// two-stage passes, bit for bit.
+// three-launch passes, bit for bit.
 TEST(GpuBatchNormOnePass, AtThePlansLimitAndPastIt) {
   CNN_REQUIRE_GPU();
   check_shape(BatchNormShape{1, 2, kBnOnePassMaxValues}, true);
@@ -190,7 +189,7 @@ TEST(GpuBatchNormOnePass, AtThePlansLimitAndPastIt) {
 }
 
 // The zoo's BatchNorm shapes (ResNet on Fashion-MNIST, VGG on CIFAR at batch 128) run in one
-// launch and agree with the two-stage passes.
+// launch and agree with the three-launch passes.
 TEST(GpuBatchNormOnePass, ZooShapesRunInOneLaunch) {
   CNN_REQUIRE_GPU();
   const int n = test::light_sweeps() ? 16 : 128;

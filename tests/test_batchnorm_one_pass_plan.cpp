@@ -1,7 +1,7 @@
 // The one-launch BatchNorm plan (kernels/norm/batchnorm_one_pass_plan.h): every channel covered by
 // its cluster's registers, with the least waste any instance allows, inside the cluster and
 // per-thread limits; the zoo's shapes on the plans the kernels were sized for; past the limit
-// (values per channel, channels) no plan, so the two-stage passes run.
+// (values per channel, channels) no plan, so the three-launch passes run.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1029,7 +1029,6 @@ void bench_batchnorm(const BenchContext& ctx, std::vector<BenchRow>& rows, const
   s.hw = shape.size() == 4 ? shape[2] * shape[3] : 1;
   const size_t count = size_t(s.count()) * size_t(s.c), nc = size_t(s.c);
   Buffer<double> scratch(size_t(batchnorm_scratch_doubles(s, Device::CUDA)), Device::CUDA);
-  scratch.zero();
   for (bool backward : {false, true}) {
     OpInfo info;
     info.op = name + (backward ? ".bwd" : ".fwd");

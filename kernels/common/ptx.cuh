@@ -84,24 +84,6 @@ __device__ __forceinline__ void mma_bf16(float* d, const uint32_t (&a)[4], const
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// *p += v at GPU scope with acquire-release order (a release of this thread's earlier writes and
-// an acquire of those released by the adds before it); returns the old value.
-__device__ __forceinline__ unsigned atomic_add_acq_rel_gpu(unsigned* p, unsigned v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-  unsigned old;
-  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;\n"
-               : "=r"(old)
-               : "l"(p), "r"(v)
-               : "memory");
-  return old;
-#else
-  __threadfence();
-  const unsigned old = atomicAdd(p, v);
-  __threadfence();
-  return old;
-#endif
-}
-
 // Programmatic dependent launch (sm_90; no-ops on older devices and for a grid launched without
 // the programmatic-serialization attribute). griddep_wait: blocks until the grid this one depends
 // on has completed and its memory writes are visible (place it before the first read of anything

@@ -20,9 +20,7 @@ void check_batchnorm_shape(const BatchNormShape& s, bool training) {
 int64_t batchnorm_scratch_doubles(const BatchNormShape& s, Device dev) {
   if (dev == Device::CPU) return 0;
   (void)s;  // a CPU-only build reads no field of it
-  // C 4-byte arrival counters, the partials (C, S, 2), then 3 doubles a channel.
-  return CNN_CUDA_VALUE((s.c + 1) / 2 + 2 * int64_t(s.c) * batchnorm_splits(s) + 3 * int64_t(s.c),
-                        int64_t(0));
+  return CNN_CUDA_VALUE(2 * int64_t(s.c) * batchnorm_splits(s) + 3 * int64_t(s.c), int64_t(0));
 }
 
 void batchnorm_forward_train(const BatchNormShape& s, const float* x, const float* gamma,

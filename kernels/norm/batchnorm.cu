@@ -5,16 +5,12 @@
 // (one warp per channel). The result is bitwise repeatable in every mode, so `deterministic`
 // changes nothing here.
 //
-// Stage 2 runs once a channel, before the elementwise pass (normalize or dx): it writes each
-// channel's outputs (saved statistics, running buffers, dgamma / dbeta) and what the elementwise
-// pass multiplies by, so that pass reads a few floats a channel and streams. It runs at the end
-// of stage 1's launch: each warp counts its partial in a per-channel arrival counter (in the
-// scratch), and the warp that brings the count to S sums the channel's partials, in split order
-// as ever, and sets the counter back to zero (two launches a pass). CNN_BN_FINISH_LAUNCH=1 runs
-// stage 2 as a launch of its own instead (three launches, the same bits). Summing stage 2 in
-// every elementwise block for the channels of its planes costs in proportion to the partials it
-// reads, and with one partial a warp it made the ResNet's BatchNorm passes 20% slower in all
-// (docs/performance.md).
+// Stage 2 is a launch of its own between the sums and the elementwise pass (normalize or dx): it
+// writes each channel's outputs (saved statistics, running buffers, dgamma / dbeta) and what the
+// elementwise pass multiplies by, so that pass reads a few floats a channel and streams. Three
+// launches a pass: stage 2 summed in every elementwise block for the channels of its planes (two
+// launches) costs in proportion to the partials it reads, and with one partial a warp it made
+// the ResNet's BatchNorm passes 20% slower in all (docs/performance.md).
 //
 // Channels of at most kBnOnePassMaxValues values take one launch a pass instead, on thread-block
 // clusters that hold the channel in registers (batchnorm_one_pass.cu); CNN_BN_ONE_PASS=0 keeps
@@ -113,86 +109,6 @@ __device__ __forceinline__ void divmod(int64_t q, int64_t d, int64_t* quot, int6
   }
 }
 
-// ---- stage 2: per-channel statistics --------------------------------------------------------
-
-// What stage 2 reads and writes besides the partials. Forward: the statistics, the running
-// buffers and the batch counter; backward: dgamma / dbeta and dx's coefficients. arrive: the
-// per-channel arrival counters when stage 2 runs at the end of stage 1's launch, else null.
-struct FinishArgs {
-  int64_t m = 0;  // values a channel
-  float eps = 0, momentum = 0;
-  const double* shift = nullptr;  // forward: each channel's K
-  float *mean = nullptr, *invstd = nullptr, *running_mean = nullptr, *running_var = nullptr,
-        *num_batches = nullptr;
-  const float *gamma = nullptr, *saved_invstd = nullptr;  // backward
-  float *dgamma = nullptr, *dbeta = nullptr;
-  double* coef = nullptr;
-  unsigned* arrive = nullptr;
-};
-
-// A channel's S partial pairs summed by a warp: lane l adds splits l, l + 32, ... in order, then a
-// fixed shuffle tree; lane 0 holds the sums. L2 loads (ld.global.cg): in stage 1's launch other
-// SMs wrote them, and this SM's L1 may hold a line of them read before they were written.
-__device__ __forceinline__ void sum_partials(const double* __restrict__ d_part, int c, int splits,
-                                             double* sa, double* sb) {
-  const int lane = threadIdx.x & 31;
-  double a = 0, b = 0;
-#pragma unroll 4
-  for (int s = lane; s < splits; s += 32) {
-    a += __ldcg(d_part + (int64_t(c) * splits + s) * 2);
-    b += __ldcg(d_part + (int64_t(c) * splits + s) * 2 + 1);
-  }
-  for (int o = 16; o > 0; o /= 2) {
-    a += __shfl_down_sync(0xffffffffu, a, o);
-    b += __shfl_down_sync(0xffffffffu, b, o);
-  }
-  *sa = a;
-  *sb = b;
-}
-
-// Channel c's forward finish by one whole warp (its lane 0 writes): the batch mean and
-// 1/sqrt(var + eps) from the shifted sums, the running statistics moved; channel 0 counts the
-// batch.
-__device__ __forceinline__ void finish_forward_channel(int c, int splits,
-                                                       const double* __restrict__ d_part,
-                                                       const FinishArgs& f) {
-  double sum, sq;
-  sum_partials(d_part, c, splits, &sum, &sq);
-  if (threadIdx.x % 32 != 0) return;
-  if (c == 0 && f.num_batches) *f.num_batches += 1.0f;
-  write_forward_stats(c, forward_stats(sum, sq, f.m, __ldcg(f.shift + c), f.eps), f.m, f.momentum,
-                      f.mean, f.invstd, f.running_mean, f.running_var);
-}
-
-// Channel c's backward finish by one whole warp (its lane 0 writes): accumulates dgamma and
-// dbeta, and leaves dx's per-channel coefficients in f.coef (3 per channel).
-__device__ __forceinline__ void finish_backward_channel(int c, int splits,
-                                                        const double* __restrict__ d_part,
-                                                        const FinishArgs& f) {
-  double sum_dy, sum_dy_xmu;
-  sum_partials(d_part, c, splits, &sum_dy, &sum_dy_xmu);
-  if (threadIdx.x % 32 != 0) return;
-  const BackwardCoefs k = backward_coefs(sum_dy, sum_dy_xmu, f.m, f.gamma[c], f.saved_invstd[c]);
-  f.dgamma[c] += float(k.dgamma);
-  f.dbeta[c] += float(sum_dy);
-  f.coef[3 * c] = k.a;
-  f.coef[3 * c + 1] = k.mdy;
-  f.coef[3 * c + 2] = k.b;
-}
-
-// Stage 2 in a launch of its own (CNN_BN_FINISH_LAUNCH=1). Thread mapping: warp c owns channel c.
-template <bool kBackward>
-__global__ void __launch_bounds__(kFinishThreads)
-    bn_finish(int c_count, int splits, const double* __restrict__ d_part, FinishArgs f) {
-  ptx::griddep_enter();
-  const int c = int((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32);
-  if (c >= c_count) return;  // whole warps: the shuffles see all 32 lanes
-  if (kBackward)
-    finish_backward_channel(c, splits, d_part, f);
-  else
-    finish_forward_channel(c, splits, d_part, f);
-}
-
 // ---- stage 1: per-(channel, split) partial sums -------------------------------------------------
 
 // Thread mapping: warp w of block (c, y) owns split s = y * blockDim.x / 32 + w of channel c
@@ -215,7 +131,7 @@ __global__ void __launch_bounds__(kThreads, kSumsBlocksPerSm)
                     const float* __restrict__ d_x, const float* __restrict__ d_dy, ReluMask mask,
                     const float* __restrict__ d_gamma, const float* __restrict__ d_invstd,
                     const float* __restrict__ d_mean, double* __restrict__ d_part,
-                    double* __restrict__ d_shift, FinishArgs fin) {
+                    double* __restrict__ d_shift) {
   ptx::griddep_enter();
   constexpr int kLoads = kBackward ? 4 : 8;
   const int c = blockIdx.x, lane = int(threadIdx.x) & 31;
@@ -295,19 +211,67 @@ __global__ void __launch_bounds__(kThreads, kSumsBlocksPerSm)
     d_part[(int64_t(c) * splits + s) * 2 + 1] = b;
     if (d_shift && s == 0) d_shift[c] = shift;
   }
-  if (!fin.arrive) return;  // stage 2 runs as a launch of its own
-  // Stage 2 by the channel's last warp to arrive. The count is an acquire-release add (no full
-  // fence): it publishes this warp's partial (and K) and, in the last warp, makes every earlier
-  // warp's visible to lane 0, and the warp barrier of the shuffle to the other lanes.
-  unsigned arrived = 0;
-  if (lane == 0) arrived = ptx::atomic_add_acq_rel_gpu(fin.arrive + c, 1u) + 1u;
-  arrived = __shfl_sync(0xffffffffu, arrived, 0);
-  if (arrived != unsigned(splits)) return;
-  if (kBackward)
-    finish_backward_channel(c, splits, d_part, fin);
-  else
-    finish_forward_channel(c, splits, d_part, fin);
-  if (lane == 0) fin.arrive[c] = 0u;  // ready for the next pass (launches are ordered)
+}
+
+// ---- stage 2: per-channel statistics --------------------------------------------------------
+
+// A channel's S partial pairs summed by a warp: lane l adds splits l, l + 32, ... in order, then a
+// fixed shuffle tree; lane 0 holds the sums.
+__device__ __forceinline__ void sum_partials(const double* __restrict__ d_part, int c, int splits,
+                                             double* sa, double* sb) {
+  const int lane = threadIdx.x & 31;
+  double a = 0, b = 0;
+  for (int s = lane; s < splits; s += 32) {
+    a += d_part[(int64_t(c) * splits + s) * 2];
+    b += d_part[(int64_t(c) * splits + s) * 2 + 1];
+  }
+  for (int o = 16; o > 0; o /= 2) {
+    a += __shfl_down_sync(0xffffffffu, a, o);
+    b += __shfl_down_sync(0xffffffffu, b, o);
+  }
+  *sa = a;
+  *sb = b;
+}
+
+// Thread mapping: warp c owns channel c (its lane 0 writes): the batch mean and
+// 1/sqrt(var + eps) from the shifted sums, the running statistics moved; thread 0 of the grid
+// counts the batch.
+__global__ void __launch_bounds__(kFinishThreads)
+    bn_finish_forward(int c_count, int splits, int64_t m, float eps, float momentum,
+                      const double* __restrict__ d_shift, const double* __restrict__ d_part,
+                      float* __restrict__ d_mean, float* __restrict__ d_invstd,
+                      float* __restrict__ d_running_mean, float* __restrict__ d_running_var,
+                      float* __restrict__ d_num_batches) {
+  ptx::griddep_enter();
+  const int c = int((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32);
+  if (blockIdx.x == 0 && threadIdx.x == 0 && d_num_batches) *d_num_batches += 1.0f;
+  if (c >= c_count) return;  // whole warps: the shuffles below see all 32 lanes
+  double sum, sq;
+  sum_partials(d_part, c, splits, &sum, &sq);
+  if (threadIdx.x % 32 != 0) return;
+  write_forward_stats(c, forward_stats(sum, sq, m, d_shift[c], eps), m, momentum, d_mean, d_invstd,
+                      d_running_mean, d_running_var);
+}
+
+// Thread mapping: warp c owns channel c (its lane 0 writes): accumulates dgamma and dbeta, and
+// leaves dx's per-channel coefficients in d_coef (3 per channel).
+__global__ void __launch_bounds__(kFinishThreads)
+    bn_finish_backward(int c_count, int splits, int64_t m, const double* __restrict__ d_part,
+                       const float* __restrict__ d_gamma, const float* __restrict__ d_invstd,
+                       float* __restrict__ d_dgamma, float* __restrict__ d_dbeta,
+                       double* __restrict__ d_coef) {
+  ptx::griddep_enter();
+  const int c = int((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32);
+  if (c >= c_count) return;  // whole warps, as above
+  double sum_dy, sum_dy_xmu;
+  sum_partials(d_part, c, splits, &sum_dy, &sum_dy_xmu);
+  if (threadIdx.x % 32 != 0) return;
+  const BackwardCoefs k = backward_coefs(sum_dy, sum_dy_xmu, m, d_gamma[c], d_invstd[c]);
+  d_dgamma[c] += float(k.dgamma);
+  d_dbeta[c] += float(sum_dy);
+  d_coef[3 * c] = k.a;
+  d_coef[3 * c + 1] = k.mdy;
+  d_coef[3 * c + 2] = k.b;
 }
 
 // ---- the elementwise passes, over planes ------------------------------------------------------
@@ -502,58 +466,38 @@ void launch_partial_sums_as(const BatchNormShape& s, const SumsLayout& l, int64_
                             int64_t chunk, const float* d_x, const float* d_dy,
                             const ReluMask& mask, const float* d_gamma, const float* d_invstd,
                             const float* d_mean, double* d_part, double* d_shift,
-                            const FinishArgs& fin, cudaStream_t stream) {
+                            cudaStream_t stream) {
   const dim3 grid(unsigned(s.c), unsigned(l.blocks_y));
   const unsigned threads = unsigned(32 * l.warps_per_block);
   if (d_dy)
     bn_partial_sums<kVec, true><<<grid, threads, 0, stream>>>(s.c, l.splits, s.hw, groups, chunk,
                                                               d_x, d_dy, mask, d_gamma, d_invstd,
-                                                              d_mean, d_part, d_shift, fin);
+                                                              d_mean, d_part, d_shift);
   else
     bn_partial_sums<kVec, false><<<grid, threads, 0, stream>>>(s.c, l.splits, s.hw, groups, chunk,
                                                                d_x, d_dy, mask, d_gamma, d_invstd,
-                                                               d_mean, d_part, d_shift, fin);
+                                                               d_mean, d_part, d_shift);
 }
 
-// Both stages of both reductions; d_dy null: the forward's sums (and each channel's K to
-// d_shift). Stage 2 at the end of stage 1's launch (fin.arrive: the zeroed counters in the
-// scratch), or in a launch of its own where finish_launch is set.
-void launch_sums_and_finish(const BatchNormShape& s, const float* d_x, const float* d_dy,
-                            const ReluMask& mask, const float* d_gamma, const float* d_invstd,
-                            const float* d_mean, double* d_part, double* d_shift, FinishArgs fin,
-                            bool finish_launch, cudaStream_t stream) {
+// Stage 1 of both reductions; d_dy null: the forward's sums (and each channel's K to d_shift).
+void launch_partial_sums(const BatchNormShape& s, const float* d_x, const float* d_dy,
+                         const ReluMask& mask, const float* d_gamma, const float* d_invstd,
+                         const float* d_mean, double* d_part, double* d_shift,
+                         cudaStream_t stream) {
   const SumsLayout l = sums_layout(s);
   const int64_t groups = int64_t(s.n) * plane_groups(s),
                 chunk = ceil_div<int64_t>(groups, l.splits);
-  if (finish_launch) fin.arrive = nullptr;
   if (vector_groups(s, {d_x, d_dy, mask.y}))
     launch_partial_sums_as<true>(s, l, groups, chunk, d_x, d_dy, mask, d_gamma, d_invstd, d_mean,
-                                 d_part, d_shift, fin, stream);
+                                 d_part, d_shift, stream);
   else
     launch_partial_sums_as<false>(s, l, groups, chunk, d_x, d_dy, mask, d_gamma, d_invstd, d_mean,
-                                  d_part, d_shift, fin, stream);
+                                  d_part, d_shift, stream);
   CNN_LAUNCH_CHECK("bn_partial_sums");
-  if (!finish_launch) return;
-  const unsigned blocks = unsigned(ceil_div<int64_t>(int64_t(s.c) * 32, kFinishThreads));
-  if (d_dy)
-    bn_finish<true><<<blocks, kFinishThreads, 0, stream>>>(s.c, l.splits, d_part, fin);
-  else
-    bn_finish<false><<<blocks, kFinishThreads, 0, stream>>>(s.c, l.splits, d_part, fin);
-  CNN_LAUNCH_CHECK("bn_finish");
 }
 
-// The scratch (batchnorm_scratch_doubles): C arrival counters (4 bytes each), zero between
-// passes, first, where a smaller batch (fewer splits) finds them too; then the partials (C, S,
-// 2); then 3 doubles a channel, each channel's K in the forward and dx's coefficients in the
-// backward.
-unsigned* scratch_arrivals(double* d_scratch) {
-  return reinterpret_cast<unsigned*>(d_scratch);
-}
-double* scratch_partials(const BatchNormShape& s, double* d_scratch) {
-  return d_scratch + (s.c + 1) / 2;
-}
-double* scratch_channel_doubles(const BatchNormShape& s, int splits, double* d_scratch) {
-  return scratch_partials(s, d_scratch) + 2 * int64_t(s.c) * splits;
+unsigned finish_blocks(const BatchNormShape& s) {
+  return unsigned(ceil_div<int64_t>(int64_t(s.c) * 32, kFinishThreads));
 }
 
 // The normalize pass (bn_normalize), 16-byte groups where the shape and pointers allow.
@@ -591,7 +535,6 @@ BatchNormLaunch batchnorm_launch_from_env() {
   l.one_pass_max_cluster = process_env_switches().bn_one_pass_any_cluster
                                ? kBnOnePassMaxCluster
                                : kBnOnePassPreferredCluster;
-  l.finish_launch = process_env_switches().bn_finish_launch;
   return l;
 }
 
@@ -604,21 +547,16 @@ void batchnorm_forward_train_cuda(const BatchNormShape& s, const float* d_x, con
       batchnorm_forward_one_pass_cuda(s, d_x, d_gamma, d_beta, d_y, relu, d_residual, d_save_mean,
                                       d_save_invstd, a, stream))
     return;
+  // Scratch: the partials (C, S, 2), then each channel's K where the backward keeps its
+  // coefficients (batchnorm_scratch_doubles).
   const int splits = batchnorm_splits(s);
-  FinishArgs fin;
-  fin.m = s.count();
-  fin.eps = a.eps;
-  fin.momentum = a.momentum;
-  fin.mean = d_save_mean;
-  fin.invstd = d_save_invstd;
-  fin.running_mean = a.running_mean;
-  fin.running_var = a.running_var;
-  fin.num_batches = a.num_batches;
-  double* d_shift = scratch_channel_doubles(s, splits, d_scratch);
-  fin.shift = d_shift;
-  fin.arrive = scratch_arrivals(d_scratch);
-  launch_sums_and_finish(s, d_x, nullptr, ReluMask{}, nullptr, nullptr, nullptr,
-                         scratch_partials(s, d_scratch), d_shift, fin, l.finish_launch, stream);
+  double* d_shift = d_scratch + 2 * int64_t(s.c) * splits;
+  launch_partial_sums(s, d_x, nullptr, ReluMask{}, nullptr, nullptr, nullptr, d_scratch, d_shift,
+                      stream);
+  bn_finish_forward<<<finish_blocks(s), kFinishThreads, 0, stream>>>(
+      s.c, splits, s.count(), a.eps, a.momentum, d_shift, d_scratch, d_save_mean, d_save_invstd,
+      a.running_mean, a.running_var, a.num_batches);
+  CNN_LAUNCH_CHECK("bn_finish_forward");
   launch_normalize<false>(s, l, 0.f, d_x, d_residual, d_gamma, d_beta, d_save_mean, d_save_invstd,
                           relu, d_y, stream);
 }
@@ -647,17 +585,12 @@ void batchnorm_backward_cuda(const BatchNormShape& s, const float* d_x, const fl
   else
     mask.y = d_relu_y;
   const int splits = batchnorm_splits(s);
-  double* d_coef = scratch_channel_doubles(s, splits, d_scratch);
-  FinishArgs fin;
-  fin.m = s.count();
-  fin.gamma = d_gamma;
-  fin.saved_invstd = d_save_invstd;
-  fin.dgamma = d_dgamma;
-  fin.dbeta = d_dbeta;
-  fin.coef = d_coef;
-  fin.arrive = scratch_arrivals(d_scratch);
-  launch_sums_and_finish(s, d_x, d_dy, mask, d_gamma, d_save_invstd, d_save_mean,
-                         scratch_partials(s, d_scratch), nullptr, fin, l.finish_launch, stream);
+  double* d_coef = d_scratch + 2 * int64_t(s.c) * splits;
+  launch_partial_sums(s, d_x, d_dy, mask, d_gamma, d_save_invstd, d_save_mean, d_scratch, nullptr,
+                      stream);
+  bn_finish_backward<<<finish_blocks(s), kFinishThreads, 0, stream>>>(
+      s.c, splits, s.count(), d_scratch, d_gamma, d_save_invstd, d_dgamma, d_dbeta, d_coef);
+  CNN_LAUNCH_CHECK("bn_finish_backward");
   if (!d_dx) return;
   dim3 grid;
   const PlaneGrid pg = plane_grid(s, l, &grid);

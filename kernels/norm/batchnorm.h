@@ -30,10 +30,7 @@ struct BatchNormShape {
 // ("Expected more than 1 value per channel when training").
 void check_batchnorm_shape(const BatchNormShape& s, bool training);
 
-// Doubles of scratch the CUDA passes need (per-channel partial sums and arrival counters); 0 on
-// the CPU. The scratch must be zeroed once before its first pass (Buffer::zero); every pass
-// leaves its counters at zero again, so a scratch sized for batch N serves every pass of a batch
-// up to N for good.
+// Doubles of scratch the CUDA passes need (per-channel partial sums); 0 on the CPU.
 int64_t batchnorm_scratch_doubles(const BatchNormShape& s, Device dev);
 
 struct BatchNormTrainArgs {

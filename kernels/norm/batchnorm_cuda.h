@@ -17,12 +17,9 @@ int batchnorm_splits(const BatchNormShape& s);
 // and of plane chunks (the same bits).
 // one_pass: where plan_batchnorm_one_pass fits the shape and the device launches its clusters,
 // each pass is one launch that reads its inputs once (batchnorm_one_pass_cuda.h; the sums in
-// another fixed order, so other bits than the two-stage passes', the same on every run); false
-// (CNN_BN_ONE_PASS=0), or past the plan's limits: the partial sums with their finish, then the
-// elementwise pass.
+// another fixed order, so other bits than the sums-finish-elementwise passes', the same on every
+// run); false (CNN_BN_ONE_PASS=0), or past the plan's limits: those three launches.
 // one_pass_max_cluster: one launch only where the plan's cluster has at most this many blocks.
-// finish_launch (CNN_BN_FINISH_LAUNCH=1): the per-channel finish of the two-stage passes as a
-// launch of its own after the partial sums (the same bits), not by each channel's last warp.
 // Any plan here; the process default is kBnOnePassPreferredCluster: on the H200 the one-launch
 // passes were faster with clusters of 1 and 4 blocks ((128, 512), (128, 256, 8, 8): 1.3-1.6x)
 // and slower with 7 to 16 on all but one of the ResNet's and VGG's larger passes (0.71-0.99x).
@@ -30,10 +27,9 @@ constexpr int kBnOnePassPreferredCluster = 4;
 struct BatchNormLaunch {
   bool one_pass = true;
   int one_pass_max_cluster = kBnOnePassMaxCluster;
-  bool finish_launch = false;
   unsigned max_grid_x = 0, max_grid_y = 0;
 };
-// The process's CNN_BN_ONE_PASS and CNN_BN_FINISH_LAUNCH, no caps.
+// The process's CNN_BN_ONE_PASS, no caps.
 BatchNormLaunch batchnorm_launch_from_env();
 // Whether a training pass of shape s takes the one-launch kernels under l (where the device
 // launches the plan's clusters).

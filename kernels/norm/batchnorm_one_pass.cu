@@ -1,6 +1,6 @@
 // BatchNorm training passes in one launch each (sm_90 thread-block clusters), for channels of at
-// most kBnOnePassMaxValues values (batchnorm_one_pass_plan.h). The two-stage passes
-// (batchnorm.cu) read x twice (the backward x and dy twice) and pay one more launch, which is
+// most kBnOnePassMaxValues values (batchnorm_one_pass_plan.h). The three-launch passes
+// (batchnorm.cu) read x twice (the backward x and dy twice) and pay two more launches, which are
 // most of a small layer's time (~2-3 us a launch in a graph replay against ~2 us of traffic for a
 // 3.2 MB tensor). Here a cluster of R blocks owns channel c: each thread loads V of the channel's
 // values ONCE into registers, the block sums them (per-thread double accumulators, then a fixed
@@ -10,7 +10,7 @@
 // `deterministic` changes nothing), then writes y or dx from its registers. The cluster's rank-0
 // block writes the channel's outputs (saved statistics, running buffers, dgamma / dbeta).
 //
-// The sums and the per-value arithmetic are those of the two-stage passes (batchnorm_math.cuh:
+// The sums and the per-value arithmetic are those of the three-launch passes (batchnorm_math.cuh:
 // the forward sums x - K and (x - K)^2 in double with K the channel's first value; the backward
 // dy' and dy' * (x - mean) with dy' the fused-ReLU-masked dy), only added in another order, so
 // the bits may differ from CNN_BN_ONE_PASS=0's within rounding of the double sums.
@@ -271,7 +271,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const float ca = s_coef[0], mdy = s_coef[1], cb = s_coef[2];
 #pragma unroll
   for (int u = 0; u < kGroups; ++u) {
-    // dy' is masked already: backward_value's own mask off gives the two-stage pass's floats.
+    // dy' is masked already: backward_value's own mask off gives the three-launch pass's floats.
     const float4 o = make_float4(backward_value(ca, mdy, cb, mean, v[u].x, e[u].x, false, 0.f),
                                  backward_value(ca, mdy, cb, mean, v[u].y, e[u].y, false, 0.f),
                                  backward_value(ca, mdy, cb, mean, v[u].z, e[u].z, false, 0.f),

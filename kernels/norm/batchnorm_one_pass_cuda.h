@@ -5,7 +5,7 @@
 // batchnorm.cu's launchers when BatchNormLaunch::one_pass is set; each returns false, having
 // launched nothing, where the shape is past plan_batchnorm_one_pass's limits or the device cannot
 // launch the plan's cluster (no clusters, or a cluster that does not fit a GPC), and the caller
-// then runs the two-stage passes.
+// then runs the three-launch passes.
 #include "kernels/norm/batchnorm.h"
 #include "runtime/stream.h"
 

@@ -15,7 +15,7 @@ constexpr int kBnOnePassMaxCluster = 16;
 // The values a thread holds, one kernel instance each (groups of 4 consecutive values).
 constexpr int kBnOnePassPerThread[] = {4, 8, 16, 32};
 constexpr int kBnOnePassMaxPerThread = 32;
-// The most values of a channel that one cluster holds: past it the two-stage passes run.
+// The most values of a channel that one cluster holds: past it the three-launch passes run.
 constexpr int64_t kBnOnePassMaxValues =
     int64_t(kBnOnePassMaxCluster) * kBnOnePassThreads * kBnOnePassMaxPerThread;
 // Blocks of 256 threads that are resident at once on an H200 (132 SMs, 8 each): among plans of
@@ -25,7 +25,7 @@ constexpr int64_t kBnOnePassWaveBlocks = 132 * 8;
 constexpr int kBnOnePassMaxChannels = 65535;
 
 struct BatchNormOnePassPlan {
-  bool fits = false;   // false: M or C past the limits above; the two-stage passes run
+  bool fits = false;   // false: M or C past the limits above; the three-launch passes run
   int cluster = 0;     // R: blocks per channel, 1..kBnOnePassMaxCluster
   int per_thread = 0;  // V: one of kBnOnePassPerThread
   int64_t slots() const { return int64_t(cluster) * kBnOnePassThreads * per_thread; }
