@@ -43,7 +43,8 @@ void conv2d_forward_igemm_cuda(const Conv2dShape& s, const float* d_x, const flo
 //              conv2d_igemm_wgrad_window.h) if CNN_CONV_WGRAD_WINDOW=1;
 //   Generic:   on the k-major main loop of gemm_tile.cuh shared with the forward pass (any shape);
 //   Dedicated: weight gradient: conv2d_igemm_wgrad.cu (k-contiguous tiles, 16-byte dy copies,
-//              tap-mask table for x); shapes outside its limits (KH*KW > 32) run Generic.
+//              tap-mask table for x; FP32 as 3xTF32 on the tensor cores, not FFMA); shapes
+//              outside its limits (KH*KW > 32) run Generic.
 //           input gradient: conv2d_igemm_dgrad.cu (TF32, stride 1, KH*KW <= 25: dy rows and
 //           weights staged in shared memory once per chunk of 8 output channels); FP32 and
 //              other shapes run Generic.

@@ -8,7 +8,6 @@
 // per row by chunk ^ swz(row), swz(row) = ((row & 3) << 1) | ((row >> 2) & 1). That one
 // permutation makes every access of the kernel bank-conflict-free:
 //   16-byte copies (8 lanes = one row, 8 chunks);       4-byte copies (4 rows x 8 k per warp);
-//   FP32 float4 reads along k (8 lanes = 8 rows, same chunk; A reads are broadcasts);
 //   TF32 float2 fragment reads (16 lanes = 4 rows x 4 pairs, k permuted within each k8 step:
 //   MMA k slot t <-> k 2t, slot t + 4 <-> k 2t + 1, the same for A and B, so the sum is the
 //   same dot product); BF16 fragments (m16n8k16) are the float2 reads of two such k8 steps,
@@ -17,6 +16,11 @@
 // the end of K, so its value there does not matter); rows past N are zeros written once.
 // Partial tiles are atomicAdd-ed into dw/db, or, deterministic, written to scratch and summed
 // in split order by a second kernel (the same scheme as the generic variant).
+//
+// Math by precision: TF32 and BF16 round the fragments as they leave shared memory; FP32 runs
+// 3xTF32 on the TF32 fragments (each value split into big + small, three MMAs a product, FP32
+// accuracy), not FFMA: on the H200 an FFMA form of this kernel took 1.09-1.47x the 3xTF32 time on
+// every layer of the ResNet, LeNet, VGG and MobileNet configs (docs/performance.md).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -77,13 +81,12 @@ struct WgParams {
 };
 
 // Thread mapping. Loaders: thread tid copies tile rows tid/8 + 16 r (r < 4) at k lane tid % 8
-// (16-byte dy path: chunk tid % 8; 4-byte paths: k = tid % 8 + 8 q, q < 4). FP32 math: thread
-// (tm, tn) = (tid / 16, tid % 16) owns C rows tm + 8 i (i < 8) and columns tn + 16 j (j < 4).
-// MMA math (kMath = kTf32 or kBf16): warp w owns the 32x32 warp tile at ((w % 2) 32, (w / 2)
-// 32), m16n8k8 TF32 or m16n8k16 BF16 fragments.
+// (16-byte dy path: chunk tid % 8; 4-byte paths: k = tid % 8 + 8 q, q < 4). Math (kMath):
+// warp w owns the 32x32 warp tile at ((w % 2) 32, (w / 2) 32), m16n8k8 TF32 (kTf32, k3xTf32) or
+// m16n8k16 BF16 (kBf16) fragments.
 // Epilogue: thread tid owns staged elements tid + 128 e, column-fastest (coalesced along j).
 // Block (bx, by, bz) = (column tile, split of K, row tile).
-constexpr int kSimt = 0, kTf32 = 1, kBf16 = 2;
+constexpr int kTf32 = 1, kBf16 = 2, k3xTf32 = 3;
 template <int kMath>
 __global__ void __launch_bounds__(kThreads, 4)
     wgrad_ktile_kernel(const __grid_constant__ WgParams p) {
@@ -201,8 +204,8 @@ __global__ void __launch_bounds__(kThreads, 4)
     }
   };
 
-  // Accumulators: FP32 acc[i][j] (row tm + 8 i, column tn + 16 j); TF32 acc[i][j][4] (m16n8
-  // tile (i, j) of the warp tile, standard C fragment layout).
+  // Accumulators: acc[i][j][4], m16n8 tile (i, j) of the warp tile in the standard C fragment
+  // layout.
   constexpr int kAcc = 32;
   float acc[kAcc];
 #pragma unroll
@@ -210,7 +213,6 @@ __global__ void __launch_bounds__(kThreads, 4)
 
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int wm = (warp % 2) * 32, wn = (warp / 2) * 32;
-  const int tm = tid / 16, tn = tid % 16;
 
   auto compute = [&](int stage) {
     const float* As = smem + stage * kStageFloats;
@@ -247,6 +249,45 @@ __global__ void __launch_bounds__(kThreads, 4)
 #pragma unroll
           for (int j = 0; j < 4; ++j) mma_bf16(&acc[(i * 4 + j) * 4], a[i], b[j]);
       }
+    } else if constexpr (kMath == k3xTf32) {
+      // The TF32 fragments below, each value split into big + small (ptx::split_tf32); a product
+      // is small_A big_B + big_A small_B + big_A big_B (small_A small_B, ~2^-22 of it, left out).
+      const int f = swz(g);
+#pragma unroll
+      for (int s = 0; s < kBK / 8; ++s) {
+        const int co = ((((2 * s + (t >> 1)) ^ f)) << 2) | ((t & 1) << 1);
+        uint32_t a[2][4], as[2][4], b[4][2], bs[4][2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const float2 lo = *reinterpret_cast<const float2*>(As + (wm + 16 * i + g) * kBK + co);
+          const float2 hi = *reinterpret_cast<const float2*>(As + (wm + 16 * i + 8 + g) * kBK + co);
+          const float v[4] = {lo.x, hi.x, lo.y, hi.y};
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const ptx::Tf32Split sp = ptx::split_tf32(v[r]);
+            a[i][r] = sp.big;
+            as[i][r] = sp.small;
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float2 bb = *reinterpret_cast<const float2*>(Bs + (wn + 8 * j + g) * kBK + co);
+          const ptx::Tf32Split x0 = ptx::split_tf32(bb.x), x1 = ptx::split_tf32(bb.y);
+          b[j][0] = x0.big;
+          b[j][1] = x1.big;
+          bs[j][0] = x0.small;
+          bs[j][1] = x1.small;
+        }
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            float* c = &acc[(i * 4 + j) * 4];
+            mma_tf32(c, as[i], b[j]);
+            mma_tf32(c, a[i], bs[j]);
+            mma_tf32(c, a[i], b[j]);
+          }
+      }
     } else if constexpr (kMath == kTf32) {
       const int f = swz(g);  // every fragment row is g (mod 8)
 #pragma unroll
@@ -274,28 +315,6 @@ __global__ void __launch_bounds__(kThreads, 4)
 #pragma unroll
           for (int j = 0; j < 4; ++j) mma_tf32(&acc[(i * 4 + j) * 4], a[i], b[j]);
       }
-    } else {
-      const int fa = swz(tm), fb = swz(tn);  // rows tm + 8 i, tn + 16 j keep their swz
-#pragma unroll
-      for (int kc = 0; kc < kBK / 4; ++kc) {
-        float4 a[8], b[4];
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-          a[i] = *reinterpret_cast<const float4*>(As + (tm + 8 * i) * kBK + ((kc ^ fa) << 2));
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          b[j] = *reinterpret_cast<const float4*>(Bs + (tn + 16 * j) * kBK + ((kc ^ fb) << 2));
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            float& c = acc[i * 4 + j];
-            c = fmaf(a[i].x, b[j].x, c);
-            c = fmaf(a[i].y, b[j].y, c);
-            c = fmaf(a[i].z, b[j].z, c);
-            c = fmaf(a[i].w, b[j].w, c);
-          }
-      }
     }
   };
 
@@ -316,21 +335,14 @@ __global__ void __launch_bounds__(kThreads, 4)
   __syncthreads();  // the pipeline buffers become the staging tile
 
   float* Cs = smem;  // [BM][BN + 4]
-  if constexpr (kMath != kSimt) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < 2; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
+    for (int j = 0; j < 4; ++j)
 #pragma unroll
-        for (int r = 0; r < 4; ++r)
-          Cs[(wm + 16 * i + g + (r / 2) * 8) * kCsStride + wn + 8 * j + 2 * t + (r % 2)] =
-              acc[(i * 4 + j) * 4 + r];
-  } else {
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) Cs[(tm + 8 * i) * kCsStride + tn + 16 * j] = acc[i * 4 + j];
-  }
+      for (int r = 0; r < 4; ++r)
+        Cs[(wm + 16 * i + g + (r / 2) * 8) * kCsStride + wn + 8 * j + 2 * t + (r % 2)] =
+            acc[(i * 4 + j) * 4 + r];
   __syncthreads();
   for (int e = tid; e < kBM * kBN; e += kThreads) {
     const int m = e / kBN, n = e % kBN;
@@ -447,13 +459,13 @@ void conv2d_backward_weight_dedicated_cuda(const Conv2dShape& s, const float* d_
   const std::size_t smem = kPipeBytes + sizeof(int2) * static_cast<std::size_t>(p.chunk);
   auto kern = ex.precision == Precision::TF32   ? wgrad_ktile_kernel<kTf32>
               : ex.precision == Precision::BF16 ? wgrad_ktile_kernel<kBf16>
-                                                : wgrad_ktile_kernel<kSimt>;
+                                                : wgrad_ktile_kernel<k3xTf32>;
   CNN_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(smem)));
   kern<<<grid, kThreads, smem, ex.stream>>>(p);
   CNN_LAUNCH_CHECK(ex.precision == Precision::TF32   ? "conv2d_backward_weight_dedicated_tf32"
                    : ex.precision == Precision::BF16 ? "conv2d_backward_weight_dedicated_bf16"
-                                                     : "conv2d_backward_weight_dedicated_simt");
+                                                     : "conv2d_backward_weight_dedicated_3xtf32");
   if (ex.deterministic)
     launch_wgrad_split_reduce(d_scratch, static_cast<int>(sp.splits), p.slots, s.oc * p.ckhw, d_dw,
                               d_db, ex);
