@@ -614,6 +614,68 @@ struct DgradPhaseProblem {
   }
 };
 
+// The phases of one strided input gradient stacked along M in one grid (gemm_tile.cuh,
+// kStackedAlongM): phase i's rows start at start[i], a multiple of kRowAlign, so no block tile
+// straddles two phases, and each block runs its phase's loaders, K and tap table. One launch
+// instead of one a phase: alone, a phase of a ResNet's stride-2 layer is a GEMM of 49-196 block
+// tiles, a fraction of a wave each.
+struct DgradPhaseStack {
+  static constexpr int kMaxPhases = 4;   // stride 2 x 2; more phases run one launch a phase
+  static constexpr int kRowAlign = 128;  // a multiple of every BM the launcher picks
+  int M, N, K;                           // K: the longest phase's (the launcher's split choice)
+  int count;
+  int start[kMaxPhases];
+  DgradPhaseProblem ph[kMaxPhases];
+  int table_ints;  // the largest phase's (shared memory for any block's table)
+
+  static constexpr bool kMFastOut = true;
+  static constexpr bool kClusterSplit = true;
+  static constexpr bool kHasTable = true;
+  static constexpr bool kStackedAlongM = true;
+
+  // The phase of stacked row m.
+  __device__ __forceinline__ int part(int m) const {
+    int i = 0;
+    while (i + 1 < count && m >= start[i + 1]) ++i;
+    return i;
+  }
+  __device__ __forceinline__ int k_of(int m0) const { return ph[part(m0)].K; }
+  __device__ __forceinline__ void build_table_of(int* t, int tid, int nthreads, int m0) const {
+    ph[part(m0)].build_table(t, tid, nthreads);
+  }
+
+  template <class C>
+  struct ALoader {
+    static_assert(kRowAlign % C::BM == 0, "a block tile must not straddle two phases");
+    using Inner = typename DgradPhaseProblem::template ALoader<C>;
+    using Regs = typename Inner::Regs;
+    Inner in;
+    __device__ __forceinline__ ALoader(const DgradPhaseStack& p, int m0, int tid, const int* table)
+        : in(p.ph[p.part(m0)], m0 - p.start[p.part(m0)], tid, table) {}
+    __device__ __forceinline__ void load(float* s, int k0) const { in.load(s, k0); }
+    __device__ __forceinline__ void fetch(Regs& rg, int k0) const { in.fetch(rg, k0); }
+    __device__ __forceinline__ void store(uint32_t* s, const Regs& rg) const { in.store(s, rg); }
+  };
+  // The block's phase from its row tile (igemm_body: m0 = blockIdx.x * BM).
+  template <class C>
+  struct BLoader {
+    using Inner = typename DgradPhaseProblem::template BLoader<C>;
+    using Regs = typename Inner::Regs;
+    Inner in;
+    __device__ __forceinline__ BLoader(const DgradPhaseStack& p, int n0, int tid, const int* table)
+        : in(p.ph[p.part(int(blockIdx.x) * C::BM)], n0, tid, table) {}
+    __device__ __forceinline__ void load(float* s, int k0) const { in.load(s, k0); }
+    __device__ __forceinline__ void fetch(Regs& rg, int k0) const { in.fetch(rg, k0); }
+    __device__ __forceinline__ void store(uint32_t* s, const Regs& rg) const { in.store(s, rg); }
+  };
+
+  // Rows past a phase's own M (its padding up to the next start) are not written.
+  __device__ __forceinline__ void apply(int m, int c, float v, int split) const {
+    const int i = part(m), r = m - start[i];
+    if (r < ph[i].M) ph[i].apply(r, c, v, split);
+  }
+};
+
 // ---------------------------------------------------------------------------------------------
 // Weight gradient: C[oc][j = (c, ky, kx)] = sum over k = (n, oy, ox) of dy[n][oc][oy][ox] *
 // x[n][c][iy][ix]; column j = C*KH*KW (when db is wanted) multiplies by ones and yields db.
@@ -873,8 +935,9 @@ bool use_dgrad_phases(const Conv2dShape& s, DgradStrided strided) {
   return true;
 }
 
-// One implicit GEMM a phase with taps, one after the other on ex.stream (each dx element belongs
-// to exactly one phase: no atomics, the result does not depend on the order).
+// One implicit GEMM a phase with taps: all of them stacked in one launch (DgradPhaseStack) where
+// there are at most kMaxPhases, else one after the other on ex.stream (each dx element belongs to
+// exactly one phase: no atomics, the result does not depend on the order).
 void run_dgrad_phases(const Conv2dShape& s, const float* d_dy, const float* d_w, float* d_dx,
                       const Exec& ex, Bf16Tiles tiles) {
   const std::vector<DgradPhase> phases = dgrad_phases(s);
@@ -884,6 +947,7 @@ void run_dgrad_phases(const Conv2dShape& s, const float* d_dy, const float* d_w,
   if (tapless && s.n > 0 && s.c > 0)
     CNN_CUDA_CHECK(cudaMemsetAsync(
         d_dx, 0, sizeof(float) * static_cast<std::size_t>(s.n) * s.c * s.h * s.w, ex.stream));
+  std::vector<DgradPhaseProblem> gemms;
   for (const DgradPhase& ph : phases) {
     if (ph.pixels() == 0 || ph.taps() == 0) continue;
     DgradPhaseProblem p{};
@@ -910,10 +974,38 @@ void run_dgrad_phases(const Conv2dShape& s, const float* d_dy, const float* d_w,
     p.dx = d_dx;
     p.table_ints = phase_table_ints(p.K, p.taps);
     if (p.M == 0 || p.N == 0) continue;
+    gemms.push_back(p);
+  }
+  const int64_t stacked_rows = [&] {
+    int64_t rows = 0;
+    for (const DgradPhaseProblem& p : gemms)
+      rows += ceil_div<int64_t>(p.M, DgradPhaseStack::kRowAlign) * DgradPhaseStack::kRowAlign;
+    return rows;
+  }();
+  if (gemms.size() > 1 && gemms.size() <= DgradPhaseStack::kMaxPhases && stacked_rows < INT_MAX) {
+    DgradPhaseStack st{};
+    st.N = s.c;
+    st.count = static_cast<int>(gemms.size());
+    int row = 0;
+    for (int i = 0; i < st.count; ++i) {
+      const DgradPhaseProblem& p = gemms[static_cast<std::size_t>(i)];
+      st.ph[i] = p;
+      st.start[i] = row;
+      row += static_cast<int>(ceil_div<int64_t>(p.M, DgradPhaseStack::kRowAlign) *
+                              DgradPhaseStack::kRowAlign);
+      st.K = std::max(st.K, p.K);
+      st.table_ints = std::max(st.table_ints, p.table_ints);
+    }
+    st.M = row;
+    run_full_for(st, ex.precision, tiles, ex.stream, "conv2d_backward_data_igemm_phases_simt",
+                 "conv2d_backward_data_igemm_phases_tf32", "conv2d_backward_data_igemm_phases_bf16",
+                 "conv2d_backward_data_igemm_phases_bf16_packed");
+    return;
+  }
+  for (const DgradPhaseProblem& p : gemms)
     run_full_for(p, ex.precision, tiles, ex.stream, "conv2d_backward_data_igemm_phase_simt",
                  "conv2d_backward_data_igemm_phase_tf32", "conv2d_backward_data_igemm_phase_bf16",
                  "conv2d_backward_data_igemm_phase_bf16_packed");
-  }
 }
 
 }  // namespace

@@ -31,12 +31,17 @@
 //   static constexpr bool kClusterSplit;   // gridDim.z > 1: splits summed in a cluster (else
 //                                          // apply() gets each split's partial and its index)
 //   void apply(int m, int n, float v, int split) const;  // one finished element
+//   optionally static constexpr bool kStackedAlongM = true: several GEMMs of one N stacked along
+//   M in one grid (no block tile straddles two), each with its own K and table:
+//     int k_of(int m0) const;                                   // K of the block at row m0
+//     void build_table_of(int* t, int tid, int T, int m0) const;  // that block's table
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common/ptx.cuh"
 #include "runtime/cuda_check.h"
@@ -462,6 +467,13 @@ struct StridedLoader {
 };
 
 // ---------------------------------------------------------------------------------------------
+// Whether P stacks several GEMMs along M (P::kStackedAlongM, see the top of the file).
+template <class P, class = void>
+struct StackedAlongM : std::false_type {};
+template <class P>
+struct StackedAlongM<P, std::void_t<decltype(P::kStackedAlongM)>>
+    : std::integral_constant<bool, P::kStackedAlongM> {};
+
 // The main loop that igemm_kernel and the 16-byte path's vec_gemm_kernel (gemm_tile_vec.cuh)
 // share.
 
@@ -563,7 +575,9 @@ __device__ __forceinline__ void igemm_body(const P& p) {
   const int tid = threadIdx.x;
   const int m0 = blockIdx.x * C::BM, n0 = blockIdx.y * C::BN;
   const int split = blockIdx.z, splits = gridDim.z;
-  const KTileRun run = k_tile_run(p.K, C::BK, split, splits);
+  int K = p.K;
+  if constexpr (StackedAlongM<P>::value) K = p.k_of(m0);
+  const KTileRun run = k_tile_run(K, C::BK, split, splits);
 
   // Optional per-block lookup table (e.g. the k -> tap offsets of a convolution's gather),
   // placed after the pipeline / staging buffers.
@@ -571,7 +585,10 @@ __device__ __forceinline__ void igemm_body(const P& p) {
   if constexpr (P::kHasTable) {
     if (p.table_ints > 0) {
       int* t = reinterpret_cast<int*>(smem + C::kSmemBytes / sizeof(float));
-      p.build_table(t, tid, C::kThreads);
+      if constexpr (StackedAlongM<P>::value)
+        p.build_table_of(t, tid, C::kThreads, m0);
+      else
+        p.build_table(t, tid, C::kThreads);
       __syncthreads();
       table = t;
     }
