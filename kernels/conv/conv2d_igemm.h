@@ -55,9 +55,9 @@ enum class IgemmVariant { Auto, Generic, Dedicated, Window };
 
 // How the generic input gradient (every precision) takes a stride above 1:
 //   Auto:     Phases unless CNN_CONV_DGRAD_PHASES=0 (runtime/env_switches.h);
-//   Phases:   one dense implicit GEMM per phase (py, px) of the input (conv2d_dgrad_phase.h):
-//             stride_h * stride_w launches, each over only the taps that reach its pixels
-//             (K = OC * its taps); the pixels of a phase no tap reaches (e.g. 3 of 4 of a 1x1
+//   Phases:   one dense implicit GEMM per phase (py, px) of the input (conv2d_dgrad_phase.h),
+//             each over only the taps that reach its pixels (K = OC * its taps): up to 4 phases
+//             with taps (stride 2) stacked in one launch, more one launch each; the pixels of a phase no tap reaches (e.g. 3 of 4 of a 1x1
 //             stride-2 kernel's) are zeroed by a memset of dx first. A shape with a phase of
 //             more than 31 taps or OC * taps above 4096 (its tap table would not fit) runs
 //             Division;
