@@ -1,9 +1,9 @@
 // The implicit-GEMM input gradient of strided convolutions by phases (DgradStrided::Phases: one
-// dense GEMM per phase of the input, conv2d_dgrad_phase.h; up to 4 phases with taps, as at
-// strides 2 and 2x1, stacked in one launch, more, as at stride 3, one launch each) against the
-// CPU twin and against the division path (DgradStrided::Division), in every precision the
-// generic kernel serves (FP32 FFMA, TF32, BF16 on float and packed tiles). Awkward shapes: strides 2, 3 and 2x1, kernels 1, 2,
-// 3, 5, 7 (and, falling back to the division path, 11x11 at stride 2x1: 66 taps a phase, and
+// dense GEMM per phase of the input, conv2d_dgrad_phase.h; up to 4 phases with taps, as at strides
+// 2 and 2x1, stacked in one launch, more, as at stride 3, one launch each) against the CPU twin and
+// against the division path (DgradStrided::Division), in every precision the generic kernel serves
+// (FP32 FFMA, TF32, BF16 on float and packed tiles). Awkward shapes: strides 2, 3 and 2x1, kernels
+// 1, 2, 3, 5, 7 (and, falling back to the division path, 11x11 at stride 2x1: 66 taps a phase, and
 // OC * taps beyond 4096), padding 0..3, odd images, channels 1..64, batch 1..3, phases without taps
 // (1x1 stride 2 and 3, 2x2 stride 3), ResNet's stride-2 layers at a small batch. dx is poisoned
 // first, so a pixel that no phase writes fails; two runs must agree bitwise (no atomics).
