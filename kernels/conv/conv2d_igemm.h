@@ -57,10 +57,10 @@ enum class IgemmVariant { Auto, Generic, Dedicated, Window };
 //   Auto:     Phases unless CNN_CONV_DGRAD_PHASES=0 (runtime/env_switches.h);
 //   Phases:   one dense implicit GEMM per phase (py, px) of the input (conv2d_dgrad_phase.h),
 //             each over only the taps that reach its pixels (K = OC * its taps): up to 4 phases
-//             with taps (stride 2) stacked in one launch, more one launch each; the pixels of a phase no tap reaches (e.g. 3 of 4 of a 1x1
-//             stride-2 kernel's) are zeroed by a memset of dx first. A shape with a phase of
-//             more than 31 taps or OC * taps above 4096 (its tap table would not fit) runs
-//             Division;
+//             with taps (stride 2) stacked in one launch, more one launch each; the pixels of a
+//             phase no tap reaches (e.g. 3 of 4 of a 1x1 stride-2 kernel's) are zeroed by a
+//             memset of dx first. A shape with a phase of more than 31 taps or OC * taps above
+//             4096 (its tap table would not fit) runs Division;
 //   Division: one implicit GEMM over every (pixel, tap) pair, those that are no output position
 //             predicated to zero after two divisions (all but 1 in stride_h * stride_w of them);
 //             kept to measure and bisect against.
