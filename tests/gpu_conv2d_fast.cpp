@@ -1,5 +1,6 @@
 // The fast convolution kernels against the CPU references of kernels/conv2d.h:
-//   implicit GEMM (conv2d_igemm.h): forward, input gradient, weight gradient; FP32 and TF32;
+//   implicit GEMM (conv2d_igemm.h): forward, input gradient, weight gradient; FP32 (FFMA and, for
+//   the forward and input gradient, 3xTF32 too: Fp32Math) and TF32;
 //   single input channel (conv2d_1ch.h): forward and weight gradient.
 // Awkward shapes (batch 1/3/129/257, channels 1..40, kernels 1/3/5/7 and non-square, stride 1/2/3
 // and non-square, padding 0..4, odd images) and the reference network's conv1/conv2 at batch 128.
@@ -93,13 +94,14 @@ Exec exec_of(Precision p, bool deterministic) {
 }
 
 std::vector<float> gpu_forward(Impl impl, const Conv2dShape& s, const Refs& r, bool bias, bool relu,
-                               const Exec& ex) {
+                               const Exec& ex, Fp32Math fp32 = Fp32Math::Ffma) {
   Tensor d_x = test::to_device(r.x), d_w = test::to_device(r.w), d_b = test::to_device(r.b);
   Tensor d_y({static_cast<int64_t>(r.y.size())}, Device::CUDA);
   test::poison_device(d_y.data(), r.y.size());
   const float* b = bias ? d_b.data() : nullptr;
   if (impl == Impl::Igemm)
-    conv2d_forward_igemm_cuda(s, d_x.data(), d_w.data(), b, d_y.data(), relu, ex);
+    conv2d_forward_igemm_cuda(s, d_x.data(), d_w.data(), b, d_y.data(), relu, ex, Bf16Tiles::Auto,
+                              fp32);
   else
     conv2d_forward_1ch_cuda(s, d_x.data(), d_w.data(), b, d_y.data(), relu, ex);
   return d_y.to_vector();
@@ -108,13 +110,15 @@ std::vector<float> gpu_forward(Impl impl, const Conv2dShape& s, const Refs& r, b
 // w_shift > 0 places w that many floats past a 16-byte boundary (the dedicated input gradient must
 // take its 4-byte weight copies then).
 std::vector<float> gpu_backward_data(const Conv2dShape& s, const Refs& r, const Exec& ex,
-                                     IgemmVariant variant = IgemmVariant::Auto, int w_shift = 0) {
+                                     IgemmVariant variant = IgemmVariant::Auto, int w_shift = 0,
+                                     Fp32Math fp32 = Fp32Math::Ffma) {
   std::vector<float> w_host(r.w.size() + static_cast<size_t>(w_shift), 0.f);
   std::copy(r.w.begin(), r.w.end(), w_host.begin() + w_shift);
   Tensor d_dy = test::to_device(r.dy), d_w = test::to_device(w_host);
   Tensor d_dx({static_cast<int64_t>(r.x.size())}, Device::CUDA);
   test::poison_device(d_dx.data(), r.x.size());
-  conv2d_backward_data_igemm_cuda(s, d_dy.data(), d_w.data() + w_shift, d_dx.data(), ex, variant);
+  conv2d_backward_data_igemm_cuda(s, d_dy.data(), d_w.data() + w_shift, d_dx.data(), ex, variant,
+                                  Bf16Tiles::Auto, DgradStrided::Auto, fp32);
   return d_dx.to_vector();
 }
 
@@ -229,6 +233,21 @@ void check_shape(Impl impl, const Conv2dShape& s, const Refs& r, bool relu, Prec
     EXPECT_LE(e_plain, tolerance(prec, k_fwd)) << "forward (no bias)";
   }
   if (impl == Impl::Igemm && !r.dx.empty()) e_dx = check_dgrad(s, r, prec);
+  // FP32 as 3xTF32 (algo fast / auto): held to the FFMA tolerance.
+  if (impl == Impl::Igemm && prec == Precision::FP32) {
+    SCOPED_TRACE("3xTF32");
+    EXPECT_LE(rel_to_max(gpu_forward(impl, s, r, true, relu, ex, Fp32Math::Tf32x3), r.y,
+                         typical(k_fwd)),
+              tolerance(prec, k_fwd))
+        << "forward (bias, relu=" << relu << ")";
+    if (!r.dx.empty()) {
+      const int64_t k_dgrad = int64_t{s.oc} * s.kh * s.kw;
+      const std::vector<float> dx =
+          gpu_backward_data(s, r, ex, IgemmVariant::Generic, 0, Fp32Math::Tf32x3);
+      EXPECT_LE(rel_to_max(dx, r.dx, typical(k_dgrad)), tolerance(prec, k_dgrad))
+          << "backward_data";
+    }
+  }
 
   const std::vector<IgemmVariant> variants =
       impl == Impl::Igemm
@@ -444,9 +463,10 @@ TEST(GpuConv2dFast, IgemmDgradVariantsAgreeConv2) {
 }
 
 // `algo: igemm` names the generic implicit-GEMM gradients and `fast` the dedicated ones where they
-// take the shape (conv2d.cpp, igemm_variant), so that autotune weighs both: the public entry
-// points must give the bits of the variant the algo names. The network's conv2 in TF32 is a
-// shape both dedicated kernels take, whose sums run in another order than the generic ones'.
+// take the shape (conv2d.cpp, igemm_variant), and at FP32 igemm multiplies on FFMA where fast
+// runs 3xTF32 (igemm_fp32_math), so that autotune weighs both: the public entry points must give
+// the bits of the variant and math the algo names. The network's conv2 in TF32 is a shape both
+// dedicated kernels take, whose sums run in another order than the generic ones'.
 TEST(GpuConv2dFast, AlgoNamesTheIgemmVariant) {
   CNN_REQUIRE_GPU();
 #ifdef CNN_HAVE_CUDA
@@ -468,7 +488,9 @@ TEST(GpuConv2dFast, AlgoNamesTheIgemmVariant) {
         SCOPED_TRACE(std::string("algo ") + algo_name(algo));
         Tensor d_dx({int64_t(r.x.size())}, Device::CUDA);
         conv2d_backward_data(s, d_dy.data(), d_w.data(), d_dx.data(), nullptr, algo, ex);
-        EXPECT_TRUE(bitwise_equal(d_dx.to_vector(), gpu_backward_data(s, r, ex, variant)))
+        const Fp32Math fp32 = algo == Algo::Igemm ? Fp32Math::Ffma : Fp32Math::Tf32x3;
+        EXPECT_TRUE(
+            bitwise_equal(d_dx.to_vector(), gpu_backward_data(s, r, ex, variant, 0, fp32)))
             << "input gradient";
         Tensor d_dw = test::to_device(r.dw0), d_db = test::to_device(r.db0);
         conv2d_backward_weight(s, d_x.data(), d_dy.data(), d_dw.data(), d_db.data(),

@@ -56,6 +56,13 @@ enum class ConvPath { Direct, Igemm, OneChannel, Wgmma, WgmmaNhwc };
   return algo == Algo::Igemm ? IgemmVariant::Generic : IgemmVariant::Auto;
 }
 
+// How FP32 multiplies in the generic forward and input gradient: igemm on FFMA, fast and auto
+// as 3xTF32 on the tensor cores (mma.sync, compute capability 8.0 and up), so that autotune
+// times both.
+[[maybe_unused]] Fp32Math igemm_fp32_math(Algo algo) {
+  return algo == Algo::Igemm ? Fp32Math::Ffma : Fp32Math::Tf32x3;
+}
+
 // The wgmma kernels (NCHW gather) multiply in TF32 only: FP32 runs FFMA or wgmma-nhwc's 3xTF32,
 // BF16 has its own kernels.
 [[maybe_unused]] void check_wgmma_precision(const char* op, const Exec& ex) {
@@ -114,7 +121,8 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const 
         conv2d_forward_cuda(s, x, w, b, y, relu, algo, ex.stream);
         break;
       case ConvPath::Igemm:
-        conv2d_forward_igemm_cuda(s, x, w, b, y, relu, ex);
+        conv2d_forward_igemm_cuda(s, x, w, b, y, relu, ex, Bf16Tiles::Auto,
+                                  igemm_fp32_math(algo));
         break;
       case ConvPath::OneChannel:
         conv2d_forward_1ch_cuda(s, x, w, b, y, relu, ex);
@@ -156,7 +164,8 @@ void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
                                         wgmma_nhwc_options("conv2d_backward_data", ex));
         break;
       default:  // igemm: the generic kernel; fast / auto: the dedicated one where it applies
-        conv2d_backward_data_igemm_cuda(s, dy, w, dx, ex, igemm_variant(algo));
+        conv2d_backward_data_igemm_cuda(s, dy, w, dx, ex, igemm_variant(algo), Bf16Tiles::Auto,
+                                        DgradStrided::Auto, igemm_fp32_math(algo));
         break;
     }
   });

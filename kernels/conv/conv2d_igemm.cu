@@ -853,18 +853,29 @@ void run_full(const P& p, cudaStream_t stream, const char* name) {
     go(CWide{});
 }
 
-// The precision's tiles: FP32 FFMA, TF32, BF16 on float or (CNN_BF16_SMEM) packed tiles.
+// The precision's tiles: FP32 FFMA or 3xTF32, TF32, BF16 on float or (CNN_BF16_SMEM) packed
+// tiles. Launch names: the kernel's name and the precision's suffix (_simt, _3xtf32, _tf32,
+// _bf16, _bf16_packed).
+struct LaunchNames {
+  const char *simt, *tf32x3, *tf32, *bf16, *bf16_packed;
+};
+#define CNN_IGEMM_NAMES(base)                                                     \
+  LaunchNames {                                                                   \
+    base "_simt", base "_3xtf32", base "_tf32", base "_bf16", base "_bf16_packed" \
+  }
 template <class P>
-void run_full_for(const P& p, Precision precision, Bf16Tiles tiles, cudaStream_t stream,
-                  const char* simt, const char* tf32, const char* bf16, const char* bf16_packed) {
+void run_full_for(const P& p, Precision precision, Bf16Tiles tiles, Fp32Math fp32,
+                  cudaStream_t stream, const LaunchNames& names) {
   if (precision == Precision::TF32)
-    run_full<CfgNarrow<Mma::Tf32>, CfgWide<Mma::Tf32>>(p, stream, tf32);
+    run_full<CfgNarrow<Mma::Tf32>, CfgWide<Mma::Tf32>>(p, stream, names.tf32);
   else if (precision == Precision::BF16 && packed(tiles))
-    run_full<CfgNarrowPacked, CfgWidePacked>(p, stream, bf16_packed);
+    run_full<CfgNarrowPacked, CfgWidePacked>(p, stream, names.bf16_packed);
   else if (precision == Precision::BF16)
-    run_full<CfgNarrow<Mma::Bf16>, CfgWide<Mma::Bf16>>(p, stream, bf16);
+    run_full<CfgNarrow<Mma::Bf16>, CfgWide<Mma::Bf16>>(p, stream, names.bf16);
+  else if (fp32 == Fp32Math::Tf32x3)
+    run_full<CfgNarrow<Mma::Tf32x3>, CfgWide<Mma::Tf32x3>>(p, stream, names.tf32x3);
   else
-    run_full<CfgNarrow<Mma::Simt>, CfgWide<Mma::Simt>>(p, stream, simt);
+    run_full<CfgNarrow<Mma::Simt>, CfgWide<Mma::Simt>>(p, stream, names.simt);
 }
 
 void check_int32(const Conv2dShape& s, const char* op) {
@@ -939,7 +950,7 @@ bool use_dgrad_phases(const Conv2dShape& s, DgradStrided strided) {
 // there are at most kMaxPhases, else one after the other on ex.stream (each dx element belongs to
 // exactly one phase: no atomics, the result does not depend on the order).
 void run_dgrad_phases(const Conv2dShape& s, const float* d_dy, const float* d_w, float* d_dx,
-                      const Exec& ex, Bf16Tiles tiles) {
+                      const Exec& ex, Bf16Tiles tiles, Fp32Math fp32) {
   const std::vector<DgradPhase> phases = dgrad_phases(s);
   bool tapless = false;
   for (const DgradPhase& ph : phases) tapless = tapless || (ph.pixels() > 0 && ph.taps() == 0);
@@ -997,22 +1008,20 @@ void run_dgrad_phases(const Conv2dShape& s, const float* d_dy, const float* d_w,
       st.table_ints = std::max(st.table_ints, p.table_ints);
     }
     st.M = row;
-    run_full_for(st, ex.precision, tiles, ex.stream, "conv2d_backward_data_igemm_phases_simt",
-                 "conv2d_backward_data_igemm_phases_tf32", "conv2d_backward_data_igemm_phases_bf16",
-                 "conv2d_backward_data_igemm_phases_bf16_packed");
+    run_full_for(st, ex.precision, tiles, fp32, ex.stream,
+                 CNN_IGEMM_NAMES("conv2d_backward_data_igemm_phases"));
     return;
   }
   for (const DgradPhaseProblem& p : gemms)
-    run_full_for(p, ex.precision, tiles, ex.stream, "conv2d_backward_data_igemm_phase_simt",
-                 "conv2d_backward_data_igemm_phase_tf32", "conv2d_backward_data_igemm_phase_bf16",
-                 "conv2d_backward_data_igemm_phase_bf16_packed");
+    run_full_for(p, ex.precision, tiles, fp32, ex.stream,
+                 CNN_IGEMM_NAMES("conv2d_backward_data_igemm_phase"));
 }
 
 }  // namespace
 
 void conv2d_forward_igemm_cuda(const Conv2dShape& s, const float* d_x, const float* d_w,
                                const float* d_b, float* d_y, bool relu, const Exec& ex,
-                               Bf16Tiles tiles) {
+                               Bf16Tiles tiles, Fp32Math fp32) {
   check_int32(s, "conv2d_forward_igemm");
   FwdProblem p{};
   p.g = geom_of(s);
@@ -1026,21 +1035,19 @@ void conv2d_forward_igemm_cuda(const Conv2dShape& s, const float* d_x, const flo
   p.relu = relu;
   p.table_ints = tap_table_ints(p.K, p.g.khw);
   if (p.M == 0 || p.N == 0) return;
-  run_full_for(p, ex.precision, tiles, ex.stream, "conv2d_forward_igemm_simt",
-               "conv2d_forward_igemm_tf32", "conv2d_forward_igemm_bf16",
-               "conv2d_forward_igemm_bf16_packed");
+  run_full_for(p, ex.precision, tiles, fp32, ex.stream, CNN_IGEMM_NAMES("conv2d_forward_igemm"));
 }
 
 void conv2d_backward_data_igemm_cuda(const Conv2dShape& s, const float* d_dy, const float* d_w,
                                      float* d_dx, const Exec& ex, IgemmVariant variant,
-                                     Bf16Tiles tiles, DgradStrided strided) {
+                                     Bf16Tiles tiles, DgradStrided strided, Fp32Math fp32) {
   check_int32(s, "conv2d_backward_data_igemm");
   if (use_dedicated_dgrad(s, ex, variant)) {
     conv2d_backward_data_dedicated_cuda(s, d_dy, d_w, d_dx, ex);
     return;
   }
   if (use_dgrad_phases(s, strided)) {
-    run_dgrad_phases(s, d_dy, d_w, d_dx, ex, tiles);
+    run_dgrad_phases(s, d_dy, d_w, d_dx, ex, tiles, fp32);
     return;
   }
   DgradProblem p{};
@@ -1053,9 +1060,8 @@ void conv2d_backward_data_igemm_cuda(const Conv2dShape& s, const float* d_dy, co
   p.dx = d_dx;
   p.table_ints = p.g.unit_stride ? tap_table_ints(p.K, p.g.khw) : 0;
   if (p.M == 0 || p.N == 0) return;
-  run_full_for(p, ex.precision, tiles, ex.stream, "conv2d_backward_data_igemm_simt",
-               "conv2d_backward_data_igemm_tf32", "conv2d_backward_data_igemm_bf16",
-               "conv2d_backward_data_igemm_bf16_packed");
+  run_full_for(p, ex.precision, tiles, fp32, ex.stream,
+               CNN_IGEMM_NAMES("conv2d_backward_data_igemm"));
 }
 
 std::size_t conv2d_backward_weight_igemm_scratch_floats(const Conv2dShape& s, const Exec& ex) {

@@ -31,9 +31,15 @@ namespace cnn {
 //           change the rounding of the sum.
 enum class Bf16Tiles { Auto, Float, Packed };
 
+// How ex.precision == FP32 multiplies in the generic kernels (forward, input gradient): Ffma on
+// the CUDA cores, or Tf32x3 on the tensor cores (mma.sync; each operand split into two TF32
+// parts, three MMAs a product, FP32 accuracy). conv2d.h's algo igemm keeps FFMA, fast and auto
+// take 3xTF32; autotune weighs the two per pass.
+enum class Fp32Math { Ffma, Tf32x3 };
+
 void conv2d_forward_igemm_cuda(const Conv2dShape& s, const float* d_x, const float* d_w,
                                const float* d_b, float* d_y, bool relu, const Exec& ex,
-                               Bf16Tiles tiles = Bf16Tiles::Auto);
+                               Bf16Tiles tiles = Bf16Tiles::Auto, Fp32Math fp32 = Fp32Math::Ffma);
 
 // Which weight-gradient / input-gradient kernel runs (kept selectable so that a wrong answer or
 // a slower run can be bisected):
@@ -70,7 +76,8 @@ void conv2d_backward_data_igemm_cuda(const Conv2dShape& s, const float* d_dy, co
                                      float* d_dx, const Exec& ex,
                                      IgemmVariant variant = IgemmVariant::Auto,
                                      Bf16Tiles tiles = Bf16Tiles::Auto,
-                                     DgradStrided strided = DgradStrided::Auto);
+                                     DgradStrided strided = DgradStrided::Auto,
+                                     Fp32Math fp32 = Fp32Math::Ffma);
 
 // Floats of scratch conv2d_backward_weight_igemm_cuda needs: 0 unless ex.deterministic. Depends
 // on the shape only (the split of K is a fixed chunk of output positions, or the window kernel's

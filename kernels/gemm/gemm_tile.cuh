@@ -62,8 +62,9 @@ using ptx::to_tf32;
 
 // ---------------------------------------------------------------------------------------------
 // Which math a tile runs: FP32 FFMA, or mma.sync tensor cores on TF32 or BF16 operands (FP32
-// accumulation either way).
-enum class Mma { Simt, Tf32, Bf16 };
+// accumulation either way), or on FP32 operands as 3xTF32 (Tf32x3: each operand split into
+// big = TF32(v) and small = TF32(v - big), three TF32 MMAs a product, FP32 accuracy).
+enum class Mma { Simt, Tf32, Bf16, Tf32x3 };
 
 // Tile configuration. kThreads = 128 or 256. For the MMA math the warps form a WGM x WGN grid
 // of warp tiles (32 rows each when possible). kPacked (BF16 only): the operand tiles hold packed
@@ -80,7 +81,7 @@ struct Cfg {
   // Packed BF16 fragment loads read word rows kp0 + t (one word = the k pair 2t, 2t + 1): a
   // stride = 8 (mod 32) again. The SIMT loads read whole float4 rows; there a stride = 4 (mod
   // 32) makes the k-lane cp.async writes conflict-free.
-  static constexpr int kPad = (kMma == Mma::Tf32 || kPacked) ? 8 : 4;
+  static constexpr int kPad = (kMma == Mma::Tf32 || kMma == Mma::Tf32x3 || kPacked) ? 8 : 4;
   static constexpr int SA = BM + kPad, SB = BN + kPad;
   static constexpr int kStageFloats = (kPacked ? BK / 2 : BK) * (SA + SB);
   // Output staging: [BN][BM + 4] (m contiguous) or [BM][BN + 4] (n contiguous).
@@ -235,9 +236,10 @@ __device__ __forceinline__ void mma_steps_double_buffered(M& m, const float* As,
 }
 
 // Tensor-core math: warp w owns a WM x WN warp tile of MI x NI m16n8 accumulator tiles, fed by
-// m16n8k8 TF32 or m16n8k16 BF16 MMAs (C::kMma). With float tiles the operands are rounded as
-// they leave shared memory (the cp.async copies that fill them cannot convert); packed BF16
-// tiles (C::kPacked) were rounded by the loaders, and a fragment register is one shared word.
+// m16n8k8 TF32 (three a product for Tf32x3) or m16n8k16 BF16 MMAs (C::kMma). With float tiles
+// the operands are rounded (or split) as they leave shared memory (the cp.async copies that fill
+// them cannot convert); packed BF16 tiles (C::kPacked) were rounded by the loaders, and a
+// fragment register is one shared word.
 template <class C>
 struct MmaMath {
   static constexpr bool kBf16 = C::kMma == Mma::Bf16;
@@ -320,8 +322,55 @@ struct MmaMath {
     }
   }
 
+  // Tf32x3: the TF32 fragments of one k step split into big and small parts (ptx::split_tf32).
+  __device__ __forceinline__ void load_frag_split(const float* As, const float* Bs, int ks,
+                                                  uint32_t (&a)[MI][4], uint32_t (&as)[MI][4],
+                                                  uint32_t (&b)[NI][2],
+                                                  uint32_t (&bs)[NI][2]) const {
+    const float* ap = As + (ks + t) * C::SA + wm + g;
+    const float* bp = Bs + (ks + t) * C::SB + wn + g;
+#pragma unroll
+    for (int i = 0; i < MI; ++i) {
+      const float v[4] = {ap[i * 16], ap[i * 16 + 8], ap[4 * C::SA + i * 16],
+                          ap[4 * C::SA + i * 16 + 8]};
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const ptx::Tf32Split sp = ptx::split_tf32(v[r]);
+        a[i][r] = sp.big;
+        as[i][r] = sp.small;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < NI; ++j) {
+      const ptx::Tf32Split x0 = ptx::split_tf32(bp[j * 8]),
+                           x1 = ptx::split_tf32(bp[4 * C::SB + j * 8]);
+      b[j][0] = x0.big;
+      b[j][1] = x1.big;
+      bs[j][0] = x0.small;
+      bs[j][1] = x1.small;
+    }
+  }
+
   __device__ __forceinline__ void compute(const float* As, const float* Bs) {
     constexpr int kSteps = C::BK / KS;
+    if constexpr (C::kMma == Mma::Tf32x3) {
+      // Single-buffered: the split fragments take twice the registers of TF32's; the three
+      // MMAs a product give the loads of the next step time to land.
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+        uint32_t a[MI][4], as[MI][4], b[NI][2], bs[NI][2];
+        load_frag_split(As, Bs, s * KS, a, as, b, bs);
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int j = 0; j < NI; ++j) {
+            mma_tf32(acc[i][j], as[i], b[j]);
+            mma_tf32(acc[i][j], a[i], bs[j]);
+            mma_tf32(acc[i][j], a[i], b[j]);
+          }
+      }
+      return;
+    }
     if constexpr (C::kPacked) {
       // A fragment is one shared load a register here (no conversion): single-buffered, which
       // saves the registers the k-tile in flight needs; the other warps hide the load latency.
