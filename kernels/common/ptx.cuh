@@ -55,6 +55,18 @@ __device__ __forceinline__ Tf32Split split_tf32(float v) {
   return {big, to_tf32(v - __uint_as_float(big))};
 }
 
+// The n values of a TF32 fragment split for 3xTF32 (split_tf32 each).
+template <int N>
+__device__ __forceinline__ void split_tf32_frag(const float (&v)[N], uint32_t (&big)[N],
+                                                uint32_t (&small)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const Tf32Split sp = split_tf32(v[i]);
+    big[i] = sp.big;
+    small[i] = sp.small;
+  }
+}
+
 // d[0..3] += a * b for one 16x8x8 TF32 tile, FP32 accumulation.
 __device__ __forceinline__ void mma_tf32(float* d, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   asm volatile(
@@ -70,6 +82,17 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   uint32_t r;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
+}
+
+// d[0..3] += a * b at about FP32 accuracy from split fragments (split_tf32_frag): small_A big_B +
+// big_A small_B + big_A big_B, three m16n8k8 TF32 MMAs (small_A small_B, about 2^-22 of the
+// product, is left out).
+__device__ __forceinline__ void mma_3xtf32(float* d, const uint32_t (&a)[4],
+                                           const uint32_t (&a_small)[4], const uint32_t (&b)[2],
+                                           const uint32_t (&b_small)[2]) {
+  mma_tf32(d, a_small, b);
+  mma_tf32(d, a, b_small);
+  mma_tf32(d, a, b);
 }
 
 // d[0..3] += a * b for one 16x8x16 BF16 tile, FP32 accumulation. Fragments (g = lane / 4,

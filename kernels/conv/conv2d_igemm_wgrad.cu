@@ -261,32 +261,18 @@ __global__ void __launch_bounds__(kThreads, 4)
         for (int i = 0; i < 2; ++i) {
           const float2 lo = *reinterpret_cast<const float2*>(As + (wm + 16 * i + g) * kBK + co);
           const float2 hi = *reinterpret_cast<const float2*>(As + (wm + 16 * i + 8 + g) * kBK + co);
-          const float v[4] = {lo.x, hi.x, lo.y, hi.y};
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const ptx::Tf32Split sp = ptx::split_tf32(v[r]);
-            a[i][r] = sp.big;
-            as[i][r] = sp.small;
-          }
+          ptx::split_tf32_frag({lo.x, hi.x, lo.y, hi.y}, a[i], as[i]);
         }
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const float2 bb = *reinterpret_cast<const float2*>(Bs + (wn + 8 * j + g) * kBK + co);
-          const ptx::Tf32Split x0 = ptx::split_tf32(bb.x), x1 = ptx::split_tf32(bb.y);
-          b[j][0] = x0.big;
-          b[j][1] = x1.big;
-          bs[j][0] = x0.small;
-          bs[j][1] = x1.small;
+          ptx::split_tf32_frag({bb.x, bb.y}, b[j], bs[j]);
         }
 #pragma unroll
         for (int i = 0; i < 2; ++i)
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            float* c = &acc[(i * 4 + j) * 4];
-            mma_tf32(c, as[i], b[j]);
-            mma_tf32(c, a[i], bs[j]);
-            mma_tf32(c, a[i], b[j]);
-          }
+          for (int j = 0; j < 4; ++j)
+            ptx::mma_3xtf32(&acc[(i * 4 + j) * 4], a[i], as[i], b[j], bs[j]);
       }
     } else if constexpr (kMath == kTf32) {
       const int f = swz(g);  // every fragment row is g (mod 8)

@@ -330,25 +330,13 @@ struct MmaMath {
     const float* ap = As + (ks + t) * C::SA + wm + g;
     const float* bp = Bs + (ks + t) * C::SB + wn + g;
 #pragma unroll
-    for (int i = 0; i < MI; ++i) {
-      const float v[4] = {ap[i * 16], ap[i * 16 + 8], ap[4 * C::SA + i * 16],
-                          ap[4 * C::SA + i * 16 + 8]};
+    for (int i = 0; i < MI; ++i)
+      ptx::split_tf32_frag(
+          {ap[i * 16], ap[i * 16 + 8], ap[4 * C::SA + i * 16], ap[4 * C::SA + i * 16 + 8]}, a[i],
+          as[i]);
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const ptx::Tf32Split sp = ptx::split_tf32(v[r]);
-        a[i][r] = sp.big;
-        as[i][r] = sp.small;
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < NI; ++j) {
-      const ptx::Tf32Split x0 = ptx::split_tf32(bp[j * 8]),
-                           x1 = ptx::split_tf32(bp[4 * C::SB + j * 8]);
-      b[j][0] = x0.big;
-      b[j][1] = x1.big;
-      bs[j][0] = x0.small;
-      bs[j][1] = x1.small;
-    }
+    for (int j = 0; j < NI; ++j)
+      ptx::split_tf32_frag({bp[j * 8], bp[4 * C::SB + j * 8]}, b[j], bs[j]);
   }
 
   __device__ __forceinline__ void compute(const float* As, const float* Bs) {
@@ -363,11 +351,7 @@ struct MmaMath {
 #pragma unroll
         for (int i = 0; i < MI; ++i)
 #pragma unroll
-          for (int j = 0; j < NI; ++j) {
-            mma_tf32(acc[i][j], as[i], b[j]);
-            mma_tf32(acc[i][j], a[i], bs[j]);
-            mma_tf32(acc[i][j], a[i], b[j]);
-          }
+          for (int j = 0; j < NI; ++j) ptx::mma_3xtf32(acc[i][j], a[i], as[i], b[j], bs[j]);
       }
       return;
     }
