@@ -9,7 +9,8 @@
 // buffers filled with 4-byte cp.async (zero-filled where the element is out of range or is
 // padding), so any M/N/K, stride, transpose or gather works without an im2col buffer. The math
 // is either FP32 FFMA on 8 x TN register micro-tiles (SimtMath) or tensor cores with FP32
-// accumulation (MmaMath): mma.sync.m16n8k8 on TF32 or m16n8k16 on BF16 operands. The epilogue
+// accumulation (MmaMath): mma.sync.m16n8k8 on TF32 (or, 3xTF32, on FP32 operands split into two
+// TF32 parts) or m16n8k16 on BF16 operands. The epilogue
 // stages the accumulator tile through shared memory so the problem can write it with whichever
 // index runs contiguous in its output, and, for split-K inside a thread-block cluster (sm_90),
 // reduces the splits through distributed shared memory in a fixed order (deterministic, no
