@@ -88,17 +88,15 @@ void bench_one(const BenchContext& ctx, const NetDesc& net, int batch, Precision
   // algo: auto as the trainer runs it: each pass's variant timed once on these shapes. Timed
   // afresh unless CNN_AUTOTUNE_CACHE names a file: then its choices are read and new ones saved,
   // so a profiler run (whose interception distorts the timings) replays the picks of a plain one.
-  const std::optional<std::string>& cache_file = process_env_switches().autotune_cache;
+  const std::string cache_file = process_env_switches().autotune_cache.value_or("");
   TuneIdentity id = device_identity(true);
   id["build"] = kBuildGitHash;
   std::string cache_note;
-  TuneCache cache = cache_file && !cache_file->empty()
-                        ? TuneCache::load(*cache_file, id, &cache_note)
-                        : TuneCache(id);
+  TuneCache cache =
+      cache_file.empty() ? TuneCache(id) : TuneCache::load(cache_file, id, &cache_note);
   if (!cache_note.empty()) fmt::print(stderr, "{}\n", cache_note);
-  const std::vector<std::string> tuned =
-      model.autotune(cache_file && !cache_file->empty() ? &cache : nullptr);
-  if (cache.changed()) cache.save(*cache_file);
+  const std::vector<std::string> tuned = model.autotune(cache_file.empty() ? nullptr : &cache);
+  if (cache.changed()) cache.save(cache_file);
   for (const std::string& line : tuned)
     fmt::print(stderr, "step batch {} {}: algo auto {}\n", batch, precision_name(p), line);
   ParamOptimizer optimizer(net.optimizer, model);

@@ -987,30 +987,25 @@ void run_dgrad_phases(const Conv2dShape& s, const float* d_dy, const float* d_w,
     if (p.M == 0 || p.N == 0) continue;
     gemms.push_back(p);
   }
-  const int64_t stacked_rows = [&] {
-    int64_t rows = 0;
-    for (const DgradPhaseProblem& p : gemms)
-      rows += ceil_div<int64_t>(p.M, DgradPhaseStack::kRowAlign) * DgradPhaseStack::kRowAlign;
-    return rows;
-  }();
-  if (gemms.size() > 1 && gemms.size() <= DgradPhaseStack::kMaxPhases && stacked_rows < INT_MAX) {
+  if (gemms.size() > 1 && gemms.size() <= DgradPhaseStack::kMaxPhases) {
     DgradPhaseStack st{};
     st.N = s.c;
     st.count = static_cast<int>(gemms.size());
-    int row = 0;
+    int64_t rows = 0;  // the stack's M; launched only below 2^31
     for (int i = 0; i < st.count; ++i) {
       const DgradPhaseProblem& p = gemms[static_cast<std::size_t>(i)];
       st.ph[i] = p;
-      st.start[i] = row;
-      row += static_cast<int>(ceil_div<int64_t>(p.M, DgradPhaseStack::kRowAlign) *
-                              DgradPhaseStack::kRowAlign);
+      st.start[i] = static_cast<int>(std::min<int64_t>(rows, INT_MAX));
+      rows += ceil_div<int64_t>(p.M, DgradPhaseStack::kRowAlign) * DgradPhaseStack::kRowAlign;
       st.K = std::max(st.K, p.K);
       st.table_ints = std::max(st.table_ints, p.table_ints);
     }
-    st.M = row;
-    run_full_for(st, ex.precision, tiles, fp32, ex.stream,
-                 CNN_IGEMM_NAMES("conv2d_backward_data_igemm_phases"));
-    return;
+    if (rows < INT_MAX) {
+      st.M = static_cast<int>(rows);
+      run_full_for(st, ex.precision, tiles, fp32, ex.stream,
+                   CNN_IGEMM_NAMES("conv2d_backward_data_igemm_phases"));
+      return;
+    }
   }
   for (const DgradPhaseProblem& p : gemms)
     run_full_for(p, ex.precision, tiles, fp32, ex.stream,
