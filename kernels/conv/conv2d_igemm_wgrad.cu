@@ -20,7 +20,7 @@
 // Math by precision: TF32 and BF16 round the fragments as they leave shared memory; FP32 runs
 // 3xTF32 on the TF32 fragments (each value split into big + small, three MMAs a product, FP32
 // accuracy), not FFMA: on the H200 an FFMA form of this kernel took 1.09-1.47x the 3xTF32 time on
-// every layer of the ResNet, LeNet, VGG and MobileNet configs (docs/performance.md).
+// every convolution it runs in the ResNet, LeNet, VGG and MobileNet configs (docs/performance.md).
 #include <cuda_runtime.h>
 
 #include <algorithm>
