@@ -14,6 +14,12 @@ namespace cnn {
 // mma.sync, FP32 accumulation in every case. Storage, weights and optimizer stay FP32.
 enum class Precision { FP32, TF32, BF16 };
 
+// How Precision::FP32 multiplies where a kernel offers both: Ffma on the CUDA cores, or Tf32x3
+// on the tensor cores (each operand split into two TF32 parts, three MMAs a product, FP32
+// accumulation: FP32 accuracy). The conv and linear layers' algo igemm keeps FFMA, fast and auto
+// take 3xTF32 where a kernel has it; autotune weighs the two per pass.
+enum class Fp32Math { Ffma, Tf32x3 };
+
 // Kernel variant. Each op supports a subset; Auto picks (and may time) the best one.
 // WgmmaNhwc: the Hopper convolution with TMA im2col on a channels-last copy (forward, stride-1
 // input gradient; its weight gradient is wgmma's).

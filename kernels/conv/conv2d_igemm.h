@@ -31,11 +31,8 @@ namespace cnn {
 //           change the rounding of the sum.
 enum class Bf16Tiles { Auto, Float, Packed };
 
-// How ex.precision == FP32 multiplies in the generic kernels (forward, input gradient): Ffma on
-// the CUDA cores, or Tf32x3 on the tensor cores (mma.sync; each operand split into two TF32
-// parts, three MMAs a product, FP32 accuracy). conv2d.h's algo igemm keeps FFMA, fast and auto
-// take 3xTF32; autotune weighs the two per pass.
-enum class Fp32Math { Ffma, Tf32x3 };
+// Fp32Math (runtime/exec.h): how ex.precision == FP32 multiplies in the generic kernels (forward,
+// input gradient): FFMA, or 3xTF32 on mma.sync.
 
 void conv2d_forward_igemm_cuda(const Conv2dShape& s, const float* d_x, const float* d_w,
                                const float* d_b, float* d_y, bool relu, const Exec& ex,

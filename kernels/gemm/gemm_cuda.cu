@@ -155,12 +155,15 @@ const char* gemm_path_name(GemmPath path) {
 
 GemmPath gemm_cuda_resolve(GemmPath path, bool trans_a, bool trans_b, int m, int n, int k,
                            const float* d_a, int lda, const float* d_b, int ldb,
-                           Precision precision) {
-  // Wgmma runs where it can (TF32 or BF16, k > 0, an sm_90a build on a cc 9.0 device); elsewhere
-  // the call goes the way Auto without the environment's wgmma would.
+                           Precision precision, Fp32Math fp32) {
+  // Wgmma runs where it can (TF32 or BF16; FP32 as 3xTF32 when asked for and both operands are
+  // TMA-aligned; k > 0, an sm_90a build on a cc 9.0 device); elsewhere the call goes the way
+  // Auto without the environment's wgmma would.
   auto wgmma_ok = [&] {
-    return (precision == Precision::TF32 || precision == Precision::BF16) && k > 0 &&
-           gemm_wgmma_available();
+    if (k <= 0 || !gemm_wgmma_available()) return false;
+    if (precision == Precision::FP32)
+      return fp32 == Fp32Math::Tf32x3 && vec_ok(d_a, lda, d_b, ldb);
+    return true;
   };
   if (path == GemmPath::Wgmma) {
     if (wgmma_ok()) return path;
@@ -182,7 +185,9 @@ GemmPath gemm_cuda_resolve(GemmPath path, bool trans_a, bool trans_b, int m, int
       // 13.2 against 21.7); the weight gradient (A = dy^T, M-contiguous) stays on the tile,
       // 24.6 us against 31.0. CNN_WGMMA_MN=gather turns the staging off, and then only the
       // all-K-contiguous forward is worth it. BF16 takes the same choice (its mma.sync tile
-      // ran fc1 at 22.8 / 24.9 / 22.8 us, cuBLAS at 13.0 / 12.6 / 16.3).
+      // ran fc1 at 22.8 / 24.9 / 22.8 us, cuBLAS at 13.0 / 12.6 / 16.3), and so does FP32 as
+      // 3xTF32 (Fp32Math::Tf32x3; the FFMA tile ran fc1's forward and input gradient at 44.0 and
+      // 40.9 us).
       if (!trans_a && vec_ok(d_a, lda, d_b, ldb) && wgmma_ok() &&
           (b_kcontig || process_env_switches().wgmma_mn_tma))
         return GemmPath::Wgmma;
@@ -197,7 +202,7 @@ GemmPath gemm_cuda_resolve(GemmPath path, bool trans_a, bool trans_b, int m, int
 void gemm_cuda_path(GemmPath path, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                     const float* d_a, int lda, const float* d_b, int ldb, float beta, float* d_c,
                     int ldc, const float* d_bias, bool relu, Precision precision,
-                    cudaStream_t stream) {
+                    cudaStream_t stream, Fp32Math fp32) {
   CNN_CHECK(m >= 0 && n >= 0 && k >= 0, "gemm_cuda: negative size m={} n={} k={}", m, n, k);
   if (m == 0 || n == 0) return;
   CNN_CHECK(ldc >= n, "gemm_cuda: ldc={} < n={}", ldc, n);
@@ -206,7 +211,7 @@ void gemm_cuda_path(GemmPath path, bool trans_a, bool trans_b, int m, int n, int
             k, trans_a, trans_b);
   CNN_CHECK(d_c && (k == 0 || (d_a && d_b)), "gemm_cuda: null matrix pointer");
   const GemmPath use =
-      gemm_cuda_resolve(path, trans_a, trans_b, m, n, k, d_a, lda, d_b, ldb, precision);
+      gemm_cuda_resolve(path, trans_a, trans_b, m, n, k, d_a, lda, d_b, ldb, precision, fp32);
   switch (use) {
     case GemmPath::Wgmma: {
       WgmmaOptions opt;
@@ -267,9 +272,10 @@ void gemm_cuda_path(GemmPath path, bool trans_a, bool trans_b, int m, int n, int
 
 void gemm_cuda(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a,
                int lda, const float* d_b, int ldb, float beta, float* d_c, int ldc,
-               const float* d_bias, bool relu, Precision precision, cudaStream_t stream) {
+               const float* d_bias, bool relu, Precision precision, cudaStream_t stream,
+               Fp32Math fp32) {
   gemm_cuda_path(GemmPath::Auto, trans_a, trans_b, m, n, k, alpha, d_a, lda, d_b, ldb, beta, d_c,
-                 ldc, d_bias, relu, precision, stream);
+                 ldc, d_bias, relu, precision, stream, fp32);
 }
 
 }  // namespace cnn

@@ -8,8 +8,10 @@
 // beta == 0 writes C without reading it (NaN there is overwritten, as in BLAS). k == 0 gives
 // C = beta * C (+ bias, relu). m or n == 0: nothing.
 //
-// Precision::FP32 runs FFMA on register micro-tiles; Precision::TF32 runs mma.sync m16n8k8 TF32
-// tensor-core instructions with FP32 accumulation (operands rounded to TF32, 10-bit mantissa).
+// Precision::FP32 runs FFMA on register micro-tiles, or, with Fp32Math::Tf32x3, 3xTF32 on the
+// wgmma kernel where Auto would take it in TF32 (FFMA elsewhere); Precision::TF32 runs mma.sync
+// m16n8k8 TF32 tensor-core instructions with FP32 accumulation (operands rounded to TF32, 10-bit
+// mantissa) or the wgmma kernel.
 // Small-m/n shapes split k across the blocks of a thread-block cluster (sm_90) and sum the splits
 // in a fixed order, so results are bitwise repeatable run to run in every mode (no path uses
 // atomics).
@@ -38,9 +40,11 @@ namespace cnn {
 //   SmallDot / SmallM / SmallK: the kernels of gemm_small.h, for any shape (slow off their
 //        shapes; FP32 arithmetic whatever the precision).
 //   Wgmma: the Hopper wgmma + TMA kernel of gemm_wgmma.h (TF32 or BF16, any layout and
-//        alignment); where it cannot run (not a compute capability 9.0 device, a build without
-//        architecture 90, precision FP32, k == 0) the call takes what Auto would. Auto picks it
-//        for TF32 and BF16 problems whose operands are both K-major (after the small-shape
+//        alignment; FP32 as 3xTF32 with TMA-aligned operands); where it cannot run (not a
+//        compute capability 9.0 device, a build without architecture 90, FP32 with Fp32Math::Ffma
+//        or misaligned operands, k == 0) the call takes what Auto would. Auto picks it
+//        for TF32 and BF16 (and FP32 with Fp32Math::Tf32x3) problems whose operands are both
+//        K-major (after the small-shape
 //        kernels), and, with CNN_WGMMA_MN=tma, for transposed ones whose operands are
 //        TMA-aligned (16-byte base, leading dimension a multiple of 4: staged by TMA, transposed
 //        in shared memory) and whose A is K-major (the input gradient, not the weight gradient);
@@ -51,16 +55,18 @@ const char* gemm_path_name(GemmPath path);
 // The path a call with these arguments takes (Auto resolved, environment included).
 GemmPath gemm_cuda_resolve(GemmPath path, bool trans_a, bool trans_b, int m, int n, int k,
                            const float* d_a, int lda, const float* d_b, int ldb,
-                           Precision precision = Precision::TF32);
+                           Precision precision = Precision::TF32,
+                           Fp32Math fp32 = Fp32Math::Ffma);
 
 void gemm_cuda_path(GemmPath path, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                     const float* d_a, int lda, const float* d_b, int ldb, float beta, float* d_c,
                     int ldc, const float* d_bias, bool relu, Precision precision,
-                    cudaStream_t stream);
+                    cudaStream_t stream, Fp32Math fp32 = Fp32Math::Ffma);
 
 // gemm_cuda_path(GemmPath::Auto, ...).
 void gemm_cuda(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a,
                int lda, const float* d_b, int ldb, float beta, float* d_c, int ldc,
-               const float* d_bias, bool relu, Precision precision, cudaStream_t stream);
+               const float* d_bias, bool relu, Precision precision, cudaStream_t stream,
+               Fp32Math fp32 = Fp32Math::Ffma);
 
 }  // namespace cnn

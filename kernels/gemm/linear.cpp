@@ -24,6 +24,12 @@ bool use_tiled(Algo algo) {
   return algo != Algo::Naive && algo != Algo::Tiled;
 }
 
+// How FP32 multiplies in gemm_cuda: igemm keeps FFMA, fast and auto take 3xTF32 where gemm_cuda
+// has it (the wgmma kernel), so autotune weighs the two per pass, as for the convolutions.
+[[maybe_unused]] Fp32Math fp32_math(Algo algo) {
+  return algo == Algo::Igemm ? Fp32Math::Ffma : Fp32Math::Tf32x3;
+}
+
 // wgmma names the Hopper convolution kernels; the linear layer's GEMM picks its own path
 // (CNN_GEMM_PATH), so it refuses the name instead of running another variant under it.
 void check_algo(const char* op, Algo algo) {
@@ -58,7 +64,7 @@ void linear_forward(const LinearShape& s, const float* x, const float* w, const 
   CNN_CUDA_BRANCH("linear_forward", {
     if (use_gemm_cuda(algo))
       return gemm_cuda(false, true, s.n, s.out, s.in, 1.f, x, s.in, w, s.in, 0.f, y, s.out, b, relu,
-                       ex.precision, ex.stream);
+                       ex.precision, ex.stream, fp32_math(algo));
     linear_forward_cuda(s, x, w, b, y, relu, tiled, ex.stream);
   });
 }
@@ -76,7 +82,7 @@ void linear_backward_data(const LinearShape& s, const float* dy, const float* w,
   CNN_CUDA_BRANCH("linear_backward_data", {
     if (use_gemm_cuda(algo))
       return gemm_cuda(false, false, s.n, s.in, s.out, 1.f, dy, s.out, w, s.in, 0.f, dx, s.in,
-                       nullptr, false, ex.precision, ex.stream);
+                       nullptr, false, ex.precision, ex.stream, fp32_math(algo));
     linear_backward_data_cuda(s, dy, w, dx, tiled, ex.stream);
   });
 }
@@ -103,7 +109,7 @@ void linear_backward_weight(const LinearShape& s, const float* x, const float* d
   CNN_CUDA_BRANCH("linear_backward_weight", {
     if (use_gemm_cuda(algo)) {
       gemm_cuda(true, false, s.out, s.in, s.n, 1.f, dy, s.out, x, s.in, 1.f, dw, s.in, nullptr,
-                false, ex.precision, ex.stream);
+                false, ex.precision, ex.stream, fp32_math(algo));
       if (db) linear_bias_grad_cuda(s, dy, db, scratch, ex.deterministic, ex.stream);
       return;
     }
