@@ -23,7 +23,12 @@
 //                           alpha, beta, bias, ReLU; poisoned C; padding of C untouched.
 //   LinearShapes            the linear layer's three products (batch 1, 128, 512) through
 //                           gemm_cuda_path(GemmPath::Wgmma), bitwise repeatable.
-//   Dispatch                GemmPath::Wgmma falls back in FP32 and for k == 0 (runs on any GPU).
+//   Fp32As3xTf32            FP32 (3xTF32): exact on integers through each loader pair and a
+//                           wrapping pipeline, FP32-accurate on random floats (awkward shapes,
+//                           alpha, beta, bias, ReLU, every split count, bitwise repeatable), the
+//                           linear layer's products through the dispatch; misaligned refused.
+//   Dispatch                GemmPath::Wgmma falls back in FP32 unless 3xTF32 is asked for, and
+//                           for k == 0 (runs on any GPU).
 // The convolutions on the same design are tested in gpu_conv_wgmma.cpp.
 //
 // TF32 tolerance: the tensor cores read the top 19 bits of each FP32 operand (truncation: a
@@ -37,6 +42,10 @@
 // which the per-element bound alone could let through for long k. The scale is that of the terms,
 // not of the result: with k = 1 and a bias, a * b + bias can cancel to almost nothing, and a
 // relative error against ||ref|| then measures the cancellation, not the kernel.
+// FP32 as 3xTF32: big = TF32(v) and small = TF32(v - big) hold each operand to 2^-22 of it, and
+// the dropped small * small term is below 2^-22 of the product, so 2^-19 replaces 2^-9 in the
+// bound, and the Frobenius check tightens to 1e-5: dropping either small term leaves TF32's
+// ~2^-11 and fails it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -50,6 +59,7 @@
 
 #include "kernels/gemm/gemm_cpu.h"
 #include "runtime/env_switches.h"
+#include "runtime/error.h"
 #include "runtime/exec.h"
 #include "runtime/tensor.h"
 #include "tests/test_util.h"
@@ -141,14 +151,16 @@ Result run(const Case& c, uint64_t seed, bool via_dispatch = false) {
   float* pc = d_c.data() + off;
   if (via_dispatch)
     gemm_cuda_path(GemmPath::Wgmma, c.ta, c.tb, c.m, c.n, c.k, c.alpha, pa, lda, pb, ldb, c.beta,
-                   pc, ldc, c.bias ? d_bias.data() : nullptr, c.relu, Precision::TF32, nullptr);
+                   pc, ldc, c.bias ? d_bias.data() : nullptr, c.relu, c.opt.precision, nullptr,
+                   Fp32Math::Tf32x3);
   else
     gemm_wgmma(c.ta, c.tb, c.m, c.n, c.k, c.alpha, pa, lda, pb, ldb, c.beta, pc, ldc,
                c.bias ? d_bias.data() : nullptr, c.relu, nullptr, c.opt);
   Result r;
   r.got = d_c.to_vector();
 
-  const double bound_rel = std::ldexp(1.0, -9) + c.k * std::ldexp(1.0, -23);
+  const double bound_rel =
+      std::ldexp(1.0, c.opt.precision == Precision::FP32 ? -19 : -9) + c.k * std::ldexp(1.0, -23);
   const double ulp4 = 4 * std::ldexp(1.0, -24);  // the epilogue's own roundings
   double diff2 = 0, scale2 = 0;
   std::vector<char> in_block(r.got.size(), 0);
@@ -191,7 +203,8 @@ Result run(const Case& c, uint64_t seed, bool via_dispatch = false) {
 void expect_close(const Case& c, const Result& r) {
   EXPECT_EQ(r.bad, 0) << r.bad << " elements over the TF32 bound (worst ratio " << r.worst_ratio
                       << "), first " << r.first_bad;
-  EXPECT_LE(r.frob_rel, 4e-3) << "relative Frobenius error";
+  EXPECT_LE(r.frob_rel, c.opt.precision == Precision::FP32 ? 1e-5 : 4e-3)
+      << "relative Frobenius error";
   EXPECT_TRUE(r.padding_kept) << "C's leading-dimension padding or the bytes before it changed";
   if (c.fill == Fill::SmallInt) {
     EXPECT_EQ(r.exact_bad, 0) << "small-integer inputs are exact in TF32; first wrong element "
@@ -490,6 +503,104 @@ TEST(GpuGemmWgmma, LinearShapes) {
 #endif
 }
 
+TEST(GpuGemmWgmma, Fp32As3xTf32) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA();
+  // Exact on small integers (small parts all zero): each loader pair (TMA/TMA, TMA/staged,
+  // staged/TMA, staged/staged), one tile and a pipeline that wraps the ring and both slots of
+  // the small parts, with tails in m, n and k.
+  const int exact_sizes[][3] = {{128, 128, 32}, {257, 300, 1001}};
+  for (const auto& sz : exact_sizes)
+    for (int t = 0; t < 4; ++t) {
+      Case c;
+      c.ta = (t & 1) != 0;
+      c.tb = (t & 2) == 0;
+      c.m = sz[0];
+      c.n = sz[1];
+      c.k = sz[2];
+      c.fill = Fill::SmallInt;
+      c.opt.splits = 1;
+      c.opt.precision = Precision::FP32;
+      const uint64_t seed = test::fresh_seed();
+      SCOPED_TRACE(describe(c) + " seed=" + std::to_string(seed));
+      const Result r = run(c, seed);
+      std::printf("3xtf32 exact %dx%dx%d ta=%d tb=%d: %lld wrong%s%s\n", c.m, c.n, c.k, c.ta, c.tb,
+                  static_cast<long long>(r.exact_bad), r.exact_bad ? ", first " : "",
+                  r.first_bad.c_str());
+      expect_close(c, r);
+    }
+  // Random floats: FP32 accuracy (the bound and the 1e-5 Frobenius check above), every transpose,
+  // aligned leading dimensions with and without padding, alpha, beta, bias, ReLU; every split
+  // count on one shape, each bitwise repeatable.
+  const int sizes[][3] = {{1, 1, 1},       {7, 8, 64},       {127, 128, 129},
+                          {129, 127, 128}, {128, 1000, 7},   {1000, 129, 127},
+                          {1, 1024, 3136}, {3136, 64, 1000}, {200, 129, 333}};
+  int which = 0;
+  for (const auto& sz : sizes)
+    for (int t = 0; t < 4; ++t) {
+      ++which;
+      if (test::light_sweeps() && which % 3 != 0) continue;
+      Case c;
+      c.ta = (t & 1) != 0;
+      c.tb = (t & 2) == 0;
+      c.m = sz[0];
+      c.n = sz[1];
+      c.k = sz[2];
+      c.pad = 4 * (which % 2);
+      c.alpha = (which % 2) ? 1.5f : 1.f;
+      c.beta = (which % 4 == 1) ? 0.5f : 0.f;
+      c.bias = which % 3 != 1;
+      c.relu = which % 5 < 2;
+      c.opt.precision = Precision::FP32;
+      const uint64_t seed = test::fresh_seed();
+      SCOPED_TRACE(describe(c) + " seed=" + std::to_string(seed));
+      const Result r = run(c, seed);
+      std::printf("3xtf32 %dx%dx%d ta=%d tb=%d: worst/bound %.3g, rel %.3g\n", c.m, c.n, c.k, c.ta,
+                  c.tb, r.worst_ratio, r.frob_rel);
+      expect_close(c, r);
+    }
+  for (int splits : {1, 2, 4, 8}) {
+    Case c;
+    c.m = 256;
+    c.n = 200;
+    c.k = 2000;
+    c.tb = false;  // the input gradient's layout: B staged and transposed
+    c.bias = c.relu = true;
+    c.opt.splits = splits;
+    c.opt.precision = Precision::FP32;
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(describe(c) + " seed=" + std::to_string(seed));
+    const Result r1 = run(c, seed), r2 = run(c, seed);
+    expect_close(c, r1);
+    EXPECT_TRUE(bitwise_equal(r1.got, r2.got)) << "two runs differ bitwise";
+  }
+  // The linear layer's products at fc1's shape through the dispatch (3xTF32 asked for).
+  const int batch = test::network_batch();
+  const Case linear[] = {
+      {false, true, batch, 1024, 3136, 0, 0, true, 1.f, 0.f, true, true},     // forward
+      {false, false, batch, 3136, 1024, 0, 0, true, 1.f, 0.f, false, false},  // dgrad
+      {true, false, 1024, 3136, batch, 0, 0, true, 1.f, 1.f, false, false},   // wgrad, dw +=
+  };
+  for (Case c : linear) {
+    c.opt.precision = Precision::FP32;
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(describe(c) + " seed=" + std::to_string(seed));
+    const Result r = run(c, seed, /*via_dispatch=*/true);
+    std::printf("3xtf32 linear gemm %dx%dx%d ta=%d tb=%d: worst/bound %.3g, rel %.3g\n", c.m, c.n,
+                c.k, c.ta, c.tb, r.worst_ratio, r.frob_rel);
+    expect_close(c, r);
+  }
+  // Operands TMA cannot load are refused with a message, not gathered.
+  Case bad;
+  bad.m = bad.n = bad.k = 64;
+  bad.offset = 1;
+  bad.opt.precision = Precision::FP32;
+  EXPECT_THROW(run(bad, test::fresh_seed()), cnn::Error);
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
 TEST(GpuGemmWgmma, Dispatch) {
 #ifdef CNN_HAVE_CUDA
   CNN_REQUIRE_GPU();
@@ -522,6 +633,20 @@ TEST(GpuGemmWgmma, Dispatch) {
             env == GemmPathSwitch::Wgmma && avail);
   EXPECT_NE(gemm_cuda_resolve(GemmPath::Auto, false, true, 128, 1024, 3136, none, 3136, none, 3136,
                               Precision::FP32),
+            GemmPath::Wgmma);
+  // FP32 with 3xTF32 asked for: as TF32 where both operands are TMA-aligned, never otherwise.
+  EXPECT_EQ(gemm_cuda_resolve(GemmPath::Auto, false, true, 128, 1024, 3136, none, 3136, none, 3136,
+                              Precision::FP32, Fp32Math::Tf32x3) == GemmPath::Wgmma,
+            (env == GemmPathSwitch::Wgmma || env == GemmPathSwitch::Auto) && avail);
+  EXPECT_EQ(gemm_cuda_resolve(GemmPath::Wgmma, false, true, 128, 128, 128, none, 128, none, 128,
+                              Precision::FP32, Fp32Math::Tf32x3) == GemmPath::Wgmma,
+            avail);
+  const float* shifted = reinterpret_cast<const float*>(uintptr_t(4));  // 4 bytes off 16
+  EXPECT_NE(gemm_cuda_resolve(GemmPath::Wgmma, false, true, 128, 128, 128, shifted, 128, none, 128,
+                              Precision::FP32, Fp32Math::Tf32x3),
+            GemmPath::Wgmma);
+  EXPECT_NE(gemm_cuda_resolve(GemmPath::Wgmma, false, true, 128, 128, 128, none, 127, none, 128,
+                              Precision::FP32, Fp32Math::Tf32x3),
             GemmPath::Wgmma);
   {
     test::ScopedEnv env("CNN_GEMM_PATH", "wgmma");

@@ -77,20 +77,31 @@ enum Load { kTmaK, kGather, kTmaMN };
 //   BF16: every TMA operand is staged, K-contiguous ones too (they need the conversion), 32 KB
 //     of FP32 for a k-tile of 64 k, into 16 KB of BF16: 2 stages (192 KB) with both staged;
 //     gathered operands (written as BF16 straight into the stage) need no staging: 4 (128 KB).
-template <bool kBf16, int kLA, int kLB>
+//   3xTF32 (kSplit, FP32 accuracy): staged as TF32, plus two slots of the small parts (A and
+//     B^T, 32 KB each): 4 stages with no staged operand (192 KB), 3 with one (208 KB), 2 with
+//     two (192 KB).
+template <bool kBf16, bool kSplit, int kLA, int kLB>
 struct Plan {
+  static_assert(!(kBf16 && kSplit), "3xTF32 splits FP32 operands");
+  static_assert(!kSplit || (kLA != kGather && kLB != kGather),
+                "3xTF32 takes TMA-aligned operands only");
   static constexpr bool kAStaged = kBf16 ? kLA != kGather : kLA == kTmaMN;
   static constexpr bool kBStaged = kBf16 ? kLB != kGather : kLB == kTmaMN;
   static constexpr int kStagedOps = int(kAStaged) + int(kBStaged);
-  static constexpr bool kStaged = kStagedOps > 0;
+  // The producer threads rewrite each stage after its TMA has landed (transpose, convert to BF16
+  // or split for 3xTF32), then announce it on `full`.
+  static constexpr bool kStaged = kStagedOps > 0 || kSplit;
   static constexpr bool kMN = kLA == kTmaMN || kLB == kTmaMN;                // a transposed operand
   static constexpr int kStagingBytes = kBf16 ? 2 * kTileBytes : kTileBytes;  // one operand
-  static constexpr int kStages = kBf16 ? (kStagedOps == 2   ? 2
-                                          : kStagedOps == 1 ? 3
-                                                            : 4)
-                                       : (kStagedOps == 2 ? 3 : 4);
+  static constexpr int kStages = kBf16    ? (kStagedOps == 2   ? 2
+                                             : kStagedOps == 1 ? 3
+                                                               : 4)
+                                 : kSplit ? 4 - kStagedOps
+                                          : (kStagedOps == 2 ? 3 : 4);
   static constexpr int kStagingOffset = kStages * kStageBytes;
-  static constexpr int kBarrierOffset = kStagingOffset + kStages * kStagedOps * kStagingBytes;
+  static constexpr int kSmallOffset = kStagingOffset + kStages * kStagedOps * kStagingBytes;
+  static constexpr int kSmallSlots = kSplit ? 2 : 0;  // small A then small B^T, a stage's bytes
+  static constexpr int kBarrierOffset = kSmallOffset + kSmallSlots * kStageBytes;
   static constexpr int kSmemBytes = 1024 + kBarrierOffset + 3 * kStages * 8;  // + alignment
   // The partial tile of the epilogue reuses the rings (stages and staging: every copy has
   // landed by then).
@@ -169,6 +180,18 @@ __device__ __forceinline__ void gather_tile(uint32_t dst, const Operand& op, int
   }
 }
 
+// Four FP32 values split for 3xTF32 (ptx::split_tf32): TF32(v) as a 16-byte chunk at `big`,
+// TF32(v - TF32(v)) at `small`. Both are exact TF32 values, so the tensor cores read them as
+// they are, whether they would truncate or round the raw FP32 bits.
+__device__ __forceinline__ void st_split(uint32_t big, uint32_t small, float4 v) {
+  const ptx::Tf32Split x = ptx::split_tf32(v.x), y = ptx::split_tf32(v.y), z = ptx::split_tf32(v.z),
+                       w = ptx::split_tf32(v.w);
+  st_shared_v4(big, __uint_as_float(x.big), __uint_as_float(y.big), __uint_as_float(z.big),
+               __uint_as_float(w.big));
+  st_shared_v4(small, __uint_as_float(x.small), __uint_as_float(y.small), __uint_as_float(z.small),
+               __uint_as_float(w.small));
+}
+
 // Producer thread t (0..127) transposes its part of one staged M/N-major tile `src` into the
 // K-major swizzled tile `dst`. src holds four TMA boxes of 32 rows x 32 k, box q the rows
 // [32 q, +32): k row kk at q * 4096 + kk * 128, the 16-byte chunk of rows 4 c .. 4 c + 3 at chunk
@@ -178,7 +201,17 @@ __device__ __forceinline__ void gather_tile(uint32_t dst, const Operand& op, int
 // mc = i + 8 mhi and k chunk kc = ((i / 2) ^ u) + 4 h ((mhi, u, h) from t / 8 and the repeat),
 // which gives the 8 lanes 8 distinct 16-byte bank groups on both sides of the swizzle: loads
 // (i ^ 4 (kc % 2) ^ e) and stores (kc ^ 4 (i % 2) ^ j) conflict-free.
-__device__ __forceinline__ void transpose_staged(uint32_t dst, uint32_t src, int t) {
+// kSplit (3xTF32): each value is written split instead, TF32(v) into dst and TF32(v - TF32(v))
+// into `small` at the same offset (st_split).
+template <bool kSplit>
+__device__ __forceinline__ void transpose_staged(uint32_t dst, uint32_t src, int t,
+                                                 uint32_t small) {
+  auto store = [&](uint32_t off, float x, float y, float z, float w) {
+    if constexpr (kSplit)
+      st_split(dst + off, small + off, make_float4(x, y, z, w));
+    else
+      st_shared_v4(dst + off, x, y, z, w);
+  };
   const int i = t & 7, g = t >> 3;
 #pragma unroll
   for (int rep = 0; rep < 2; ++rep) {
@@ -192,10 +225,27 @@ __device__ __forceinline__ void transpose_staged(uint32_t dst, uint32_t src, int
       v[e] =
           ld_shared_v4(src + uint32_t((mc >> 3) * 4096 + kk * 128 + (((mc & 7) ^ (kk & 7)) << 4)));
     }
-    st_shared_v4(dst + sw128_offset(4 * mc + 0, kc), v[0].x, v[1].x, v[2].x, v[3].x);
-    st_shared_v4(dst + sw128_offset(4 * mc + 1, kc), v[0].y, v[1].y, v[2].y, v[3].y);
-    st_shared_v4(dst + sw128_offset(4 * mc + 2, kc), v[0].z, v[1].z, v[2].z, v[3].z);
-    st_shared_v4(dst + sw128_offset(4 * mc + 3, kc), v[0].w, v[1].w, v[2].w, v[3].w);
+    store(sw128_offset(4 * mc + 0, kc), v[0].x, v[1].x, v[2].x, v[3].x);
+    store(sw128_offset(4 * mc + 1, kc), v[0].y, v[1].y, v[2].y, v[3].y);
+    store(sw128_offset(4 * mc + 2, kc), v[0].z, v[1].z, v[2].z, v[3].z);
+    store(sw128_offset(4 * mc + 3, kc), v[0].w, v[1].w, v[2].w, v[3].w);
+  }
+}
+
+// Producer thread t (0..127) splits one landed 128 x 32 FP32 tile in place for 3xTF32: each
+// value v becomes TF32(v) (nearest), and TF32(v - TF32(v)) goes to the same offset in `small`.
+// Element-wise, so the swizzle does not matter: thread t takes the 16-byte chunks t + 128 j
+// (a warp's 32 chunks are 512 consecutive bytes: no bank conflicts), all loads before the
+// stores.
+__device__ __forceinline__ void split_tile(uint32_t tile, uint32_t small, int t) {
+  constexpr int kChunks = kTileBytes / 16 / 128;  // 8 a thread
+  float4 v[kChunks];
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) v[j] = ld_shared_v4(tile + uint32_t(t + 128 * j) * 16);
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+    const uint32_t off = uint32_t(t + 128 * j) * 16;
+    st_split(tile + off, small + off, v[j]);
   }
 }
 
@@ -318,13 +368,13 @@ __device__ __forceinline__ void transpose_staged_bf16(uint32_t dst, uint32_t src
 // (1, 1, splits); block x owns C rows [128 (x / tiles_n), +128) x columns [128 (x % tiles_n),
 // +128), split z its k-tiles [z T / splits, (z + 1) T / splits) of T = ceil(K / kBK), kBK = 32
 // (TF32) or 64 (BF16).
-template <bool kBf16, int kLA, int kLB>
+template <bool kBf16, bool kSplit, int kLA, int kLB>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_a,
                       const __grid_constant__ CUtensorMap map_b, const Params p) {
   ptx::griddep_enter();
 #ifdef CNN_WGMMA_DEVICE_CODE
-  using P = Plan<kBf16, kLA, kLB>;
+  using P = Plan<kBf16, kSplit, kLA, kLB>;
   constexpr int kStages = P::kStages;
   constexpr int kBK = k_tile(kBf16);
   // TMA straight into the K-major stage (TF32's K-contiguous operands only).
@@ -352,6 +402,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto stage_b = [&](int s) {
     return stage_a(s) + (P::kAStaged ? uint32_t(P::kStagingBytes) : 0u);
   };
+  // 3xTF32: the small parts of k-tile i, slot i % 2 (A, then B^T a tile further).
+  auto small_a = [&](int i) {
+    return base + uint32_t(P::kSmallOffset) + uint32_t(i & 1) * kStageBytes;
+  };
+  auto small_b = [&](int i) { return small_a(i) + kTileBytes; };
 
   const int tid = threadIdx.x;
   const int tiles_n = (p.N + kBN - 1) / kBN;
@@ -432,8 +487,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         if constexpr (kLB == kTmaK) convert_staged_k(tile_b(s), stage_b(s), tid);
         if constexpr (kLB == kTmaMN) transpose_staged_bf16(tile_b(s), stage_b(s), tid);
       } else {
-        if constexpr (kLA == kTmaMN) transpose_staged(tile_a(s), stage_a(s), tid);
-        if constexpr (kLB == kTmaMN) transpose_staged(tile_b(s), stage_b(s), tid);
+        // 3xTF32: the small parts go to slot i % 2, which k-tile i - 2's wgmmas read until the
+        // consumers release that k-tile's stage.
+        if constexpr (kSplit)
+          if (i >= 2) mbar_wait(empty((i - 2) % kStages), ((i - 2) / kStages) & 1);
+        if constexpr (kLA == kTmaMN)
+          transpose_staged<kSplit>(tile_a(s), stage_a(s), tid, small_a(i));
+        if constexpr (kLB == kTmaMN)
+          transpose_staged<kSplit>(tile_b(s), stage_b(s), tid, small_b(i));
+        if constexpr (kSplit && kLA == kTmaK) split_tile(tile_a(s), small_a(i), tid);
+        if constexpr (kSplit && kLB == kTmaK) split_tile(tile_b(s), small_b(i), tid);
       }
       fence_proxy_async();
       mbar_arrive(full(s));
@@ -484,12 +547,20 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_fence();
       fence_acc(acc);
       // Four k-steps of 32 bytes of the swizzle row (2 in the descriptor): k8 TF32 or k16 BF16.
+      // 3xTF32: small_A big_B, big_A small_B, then big_A big_B (small_A small_B, about 2^-22 of
+      // the product, is left out).
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        if constexpr (kBf16)
+        if constexpr (kBf16) {
           wgmma_m64n128k16_bf16(acc, da + 2 * kk, db + 2 * kk);
-        else
+        } else {
+          if constexpr (kSplit) {
+            const uint64_t das = sw128_desc(small_a(i) + a_off), dbs = sw128_desc(small_b(i));
+            wgmma_m64n128k8_tf32(acc, das + 2 * kk, db + 2 * kk);
+            wgmma_m64n128k8_tf32(acc, da + 2 * kk, dbs + 2 * kk);
+          }
           wgmma_m64n128k8_tf32(acc, da + 2 * kk, db + 2 * kk);
+        }
       }
       commit_and_release_previous([&] { fence_acc(acc); }, i > 0 && lane == 0,
                                   empty((i + kStages - 1) % kStages));
@@ -642,13 +713,16 @@ CUtensorMap make_map(const Operand& op, int K, bool bf16) {
   return map;
 }
 
-template <bool kBf16, int kLA, int kLB>
+template <bool kBf16, int kLA, int kLB, bool kSplit = false>
 void launch(const Params& p, const CUtensorMap& map_a, const CUtensorMap& map_b, int splits,
             cudaStream_t stream) {
   const int64_t tiles = ceil_div<int64_t>(p.M, kBM) * ceil_div<int64_t>(p.N, kBN);
-  launch_split_k_clusters(gemm_wgmma_kernel<kBf16, kLA, kLB>, tiles, splits, kThreads,
-                          Plan<kBf16, kLA, kLB>::kSmemBytes, stream,
-                          kBf16 ? "gemm_wgmma_bf16" : "gemm_wgmma", map_a, map_b, p);
+  launch_split_k_clusters(gemm_wgmma_kernel<kBf16, kSplit, kLA, kLB>, tiles, splits, kThreads,
+                          Plan<kBf16, kSplit, kLA, kLB>::kSmemBytes, stream,
+                          kBf16    ? "gemm_wgmma_bf16"
+                          : kSplit ? "gemm_wgmma_3xtf32"
+                                   : "gemm_wgmma",
+                          map_a, map_b, p);
 }
 
 // BF16: both operands by TMA into staging (converted there, and transposed when M/N-contiguous)
@@ -671,6 +745,20 @@ void run_bf16(const Params& p, bool mn_tma, bool force_gather, int splits, cudaS
     launch<true, kTmaMN, kTmaK>(p, map_a, map_b, splits, stream);
   else
     launch<true, kTmaMN, kTmaMN>(p, map_a, map_b, splits, stream);
+}
+
+// FP32 as 3xTF32: both operands by TMA (checked by the caller), the M/N-contiguous ones staged
+// and transposed in shared memory, every operand split by the producer threads.
+void run_3xtf32(const Params& p, int splits, cudaStream_t stream) {
+  const CUtensorMap map_a = make_map(p.a, p.K, false), map_b = make_map(p.b, p.K, false);
+  if (p.a.kcontig && p.b.kcontig)
+    launch<false, kTmaK, kTmaK, true>(p, map_a, map_b, splits, stream);
+  else if (p.a.kcontig)
+    launch<false, kTmaK, kTmaMN, true>(p, map_a, map_b, splits, stream);
+  else if (p.b.kcontig)
+    launch<false, kTmaMN, kTmaK, true>(p, map_a, map_b, splits, stream);
+  else
+    launch<false, kTmaMN, kTmaMN, true>(p, map_a, map_b, splits, stream);
 }
 
 }  // namespace
@@ -710,8 +798,6 @@ void gemm_wgmma(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
   CNN_CHECK(ldc >= n && lda >= (trans_a ? m : k) && ldb >= (trans_b ? k : n),
             "gemm_wgmma: leading dimensions lda={} ldb={} ldc={} too small for m={} n={} k={}", lda,
             ldb, ldc, m, n, k);
-  CNN_CHECK(opt.precision == Precision::TF32 || opt.precision == Precision::BF16,
-            "gemm_wgmma: precision {} (expected tf32 or bf16)", precision_name(opt.precision));
   const bool bf16 = opt.precision == Precision::BF16;
   const int splits = opt.splits > 0 ? opt.splits : gemm_wgmma_pick_splits(m, n, k, opt.precision);
   CNN_CHECK(splits == 1 || splits == 2 || splits == 4 || splits == 8,
@@ -730,6 +816,14 @@ void gemm_wgmma(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
   p.beta = beta;
   p.bias = d_bias;
   p.relu = relu;
+  if (opt.precision == Precision::FP32) {
+    CNN_CHECK(tma_aligned(p.a) && tma_aligned(p.b) && !opt.force_gather,
+              "gemm_wgmma: FP32 (3xTF32) loads both operands by TMA: they need 16-byte aligned "
+              "bases and leading dimensions that are multiples of 4 (lda={} ldb={}{})",
+              lda, ldb, opt.force_gather ? ", and no forced gather" : "");
+    run_3xtf32(p, splits, stream);
+    return;
+  }
   const bool mn_tma = opt.mn_load == WgmmaMnLoad::Tma ||
                       (opt.mn_load == WgmmaMnLoad::Default && process_env_switches().wgmma_mn_tma);
   if (bf16) {

@@ -8,7 +8,11 @@
 //   TF32: the tensor cores read the top 19 bits of each operand (truncation, not rounding);
 //   BF16: the producer warpgroup rounds each operand to BF16 (nearest, ties to even, as
 //     __float2bfloat16_rn and the mma.sync BF16 path) on its way into shared memory, and the
-//     consumers run wgmma k16 BF16; a k-tile is 64 k instead of 32 (still 128-byte rows).
+//     consumers run wgmma k16 BF16; a k-tile is 64 k instead of 32 (still 128-byte rows);
+//   FP32: 3xTF32, FP32 accuracy on the tensor cores: the producer warpgroup splits each operand
+//     value v into big = TF32(v) (nearest), written back in place, and small = TF32(v - big),
+//     written to a second tile, and the consumers run three wgmma k8 TF32 a k-step
+//     (small_A big_B, big_A small_B, big_A big_B). Both operands must be TMA-aligned.
 // Results are bitwise repeatable: the split-K partial tiles are summed in cluster-rank order,
 // never with atomics.
 //
@@ -47,11 +51,12 @@ struct WgmmaOptions {
   int splits = 0;             // k split across a cluster: 0 picks (1..8), else 1, 2, 4 or 8
   bool force_gather = false;  // load both operands with the producer's gather, never TMA (tests)
   WgmmaMnLoad mn_load = WgmmaMnLoad::Default;
-  Precision precision = Precision::TF32;  // TF32 or BF16 (FP32 throws)
+  Precision precision = Precision::TF32;  // TF32, BF16, or FP32 (3xTF32)
 };
 
 // C (m, n) = epilogue(alpha * op(A) * op(B) + beta * C), as gemm_cuda. m, n, k > 0. Throws
-// cnn::Error when !gemm_wgmma_available() or opt.precision is FP32.
+// cnn::Error when !gemm_wgmma_available(), or at FP32 when an operand is not TMA-aligned (base
+// 16-byte aligned, leading dimension a multiple of 4) or opt.force_gather is set.
 void gemm_wgmma(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a,
                 int lda, const float* d_b, int ldb, float beta, float* d_c, int ldc,
                 const float* d_bias, bool relu, cudaStream_t stream,
