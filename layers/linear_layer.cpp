@@ -1,4 +1,5 @@
 #include "kernels/gemm/linear.h"
+#include "kernels/gemm/linear_head.h"
 #include "kernels/pointwise/relu.h"
 #include "layers/layer_factories.h"
 #include "runtime/error.h"
@@ -16,6 +17,7 @@ class LinearLayer : public Layer {
     check_linear_shape(shape_);
     algo_ = spec_.algo;
     algos_ = PassAlgos(algo_);
+    dev_ = dev;
     return out;
   }
 
@@ -40,8 +42,12 @@ class LinearLayer : public Layer {
   }
 
   std::size_t scratch_floats(const Exec& ex, bool /*input_grad*/) const override {
-    return linear_backward_weight_scratch_floats(shape_, ex);
+    return head_backward() ? 0 : linear_backward_weight_scratch_floats(shape_, ex);
   }
+
+  // The fused backward reads x anyway, so it also applies the ReLU mask of the layer before
+  // (whose output x is) and that layer skips its own ReLU backward pass.
+  bool can_mask_input_relu() const override { return head_backward(); }
 
   void forward(int n, const float* x, float* y, float* /*scratch*/, const Exec& ex) override {
     linear_forward(at(n), x, w_, b_, y, fused_relu_, algos_.fwd, ex);
@@ -51,31 +57,54 @@ class LinearLayer : public Layer {
                 const Exec& ex) override {
     const LinearShape s = at(n);
     if (relu_backward_here()) relu_backward(int64_t(n) * s.out, y, dy, dy, ex);
+    if (head_backward())
+      return linear_head_backward(s, x, dy, w_, dw_, db_, dx, mask_input_relu_, ex);
     linear_backward_weight(s, x, dy, dw_, db_, scratch, algos_.dw, ex);
-    if (dx) linear_backward_data(s, dy, w_, dx, algos_.dx, ex);
+    if (!dx) return;
+    linear_backward_data(s, dy, w_, dx, algos_.dx, ex);
+    // Only the fused path is offered the mask (can_mask_input_relu); kept here too so that the
+    // flag means the same whatever path runs.
+    if (mask_input_relu_) relu_backward(int64_t(n) * s.in, x, dx, dx, ex);
   }
 
   std::vector<TuneChoice> autotune(int n, const float* x, float* y, float* dy, float* dx,
                                    float* scratch, const Exec& ex) override {
     if (algo_ != Algo::Auto) return {};
     const LinearShape s = at(n);
+    const std::string op = fmt::format("linear n{} in{} out{}{}{}", s.n, s.in, s.out,
+                                       b_ ? " bias" : "", fused_relu_ ? " relu" : "");
+    const auto forward = [&](Algo a) { linear_forward(s, x, w_, b_, y, fused_relu_, a, ex); };
+    if (head_backward()) {
+      // The fused kernel is both gradient passes at once, with nothing to pick between, so only
+      // the forward is timed.
+      const TuneChoice c = pick_fastest(TuneSite{name(), op, tune_cache_}, "forward", forward, ex);
+      algos_.fwd = c.chosen;
+      return {c};
+    }
     const std::function<void(Algo)> input_grad = [&](Algo a) {
       linear_backward_data(s, dy, w_, dx, a, ex);
     };
-    const std::string op = fmt::format("linear n{} in{} out{}{}{}", s.n, s.in, s.out,
-                                       b_ ? " bias" : "", fused_relu_ ? " relu" : "");
     return tune_passes(
-        TuneSite{name(), op, tune_cache_},
-        [&](Algo a) { linear_forward(s, x, w_, b_, y, fused_relu_, a, ex); },
+        TuneSite{name(), op, tune_cache_}, forward,
         [&](Algo a) { linear_backward_weight(s, x, dy, dw_, db_, scratch, a, ex); },
         dx ? &input_grad : nullptr, &algos_, ex);
   }
 
  private:
   LinearShape at(int n) const { return {n, shape_.in, shape_.out}; }
+  // Whether backward runs the fused head kernel in place of the weight- and input-gradient
+  // passes: for algo auto or fast, whose passes would otherwise be latency-bound launches at
+  // these shapes; naive, tiled and igemm keep their own passes, so that each stays selectable to
+  // bisect (as does CNN_LINEAR_HEAD=0). Fixed at setup, so the Network's pairing of the ReLU mask
+  // (can_mask_input_relu) holds for every batch.
+  bool head_backward() const {
+    return (algo_ == Algo::Auto || algo_ == Algo::Fast) &&
+           linear_head_backward_applies(shape_, dev_);
+  }
   LinearShape shape_;
   Algo algo_ = Algo::Auto;  // as configured; Auto may be refined per pass by autotune()
   PassAlgos algos_;
+  Device dev_ = Device::CPU;
   float *w_ = nullptr, *b_ = nullptr, *dw_ = nullptr, *db_ = nullptr;
 };
 

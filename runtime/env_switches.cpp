@@ -188,6 +188,7 @@ EnvSwitches read_env_switches() {
       CNN_FAIL("CNN_WGMMA_WGRAD_BOX_X='{}': expected direct or copies", s);
   }
   e.conv_generic = off_unless_set("CNN_CONV_GENERIC");
+  e.linear_head = on_unless_zero("CNN_LINEAR_HEAD");
   if (const char* v = get("CNN_BN_ONE_PASS")) {
     const std::string s(v);
     CNN_CHECK(s == "0" || s == "1" || s == "all", "CNN_BN_ONE_PASS='{}': expected 0, 1 or all", s);
@@ -318,6 +319,9 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "whether the wgmma conv weight gradient's TMA boxes read x itself for the tap class that "
        "needs no copy (stride 1, W a multiple of 4), or a copy of x for every class"},
       {"CNN_CONV_GENERIC", "1", "implicit-GEMM conv gradients on the generic main loop"},
+      {"CNN_LINEAR_HEAD", "0",
+       "a CUDA linear layer of at most 32 outputs runs its backward as separate passes (weight "
+       "and bias gradient, input gradient, the previous layer's ReLU mask), not as one kernel"},
       {"CNN_BN_ONE_PASS", "0|all",
        "0: BatchNorm training passes on the three-launch kernels (sums, finish, then elementwise) "
        "for every shape, never in one launch on thread-block clusters (channels of <= 131072 "

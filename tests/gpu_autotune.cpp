@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "kernels/gemm/linear_head.h"
 #include "layers/gradcheck/gradcheck.h"
 #include "layers/network.h"
 #include "tests/test_util.h"
@@ -38,8 +39,12 @@ TEST(GpuAutotune, TunesEveryPassAndKeepsTheNetworkCorrect) {
   const std::vector<std::string> lines = gpu.autotune();
   for (const auto& l : lines) std::printf("  %s\n", l.c_str());
   // conv1 (first layer: no input gradient) 2 passes, conv2, fc1, fc2 3 passes each; with the
-  // conv-relu-pool fusion (the default on CUDA): conv1's two passes are not tuned.
-  EXPECT_EQ(lines.size(), gpu.fused_conv_relu_pool() ? 9u : 11u);
+  // conv-relu-pool fusion (the default on CUDA): conv1's two passes are not tuned. fc1 (16
+  // outputs) and fc2 (10) run the fused head backward unless CNN_LINEAR_HEAD=0: their forward
+  // alone is tuned.
+  const size_t fc_passes =
+      linear_head_backward_applies(LinearShape{n, 16, 10}, Device::CUDA) ? 1u : 3u;
+  EXPECT_EQ(lines.size(), (gpu.fused_conv_relu_pool() ? 0u : 2u) + 3u + 2u * fc_passes);
   const std::vector<float> g0 = test::to_host(gpu.grads(), size_t(gpu.num_params()));
   EXPECT_TRUE(std::all_of(g0.begin(), g0.end(), [](float v) { return v == 0.f; }))
       << "autotune must leave the gradients zero";

@@ -92,6 +92,12 @@ const std::vector<SwitchCases>& switch_cases() {
        {{nullptr, true}, {"0", false}, {"1", true}},
        {},
        nullptr},
+      // The fused linear-head backward unless set to 0.
+      {"CNN_LINEAR_HEAD",
+       field<&EnvSwitches::linear_head>,
+       {{nullptr, true}, {"0", false}, {"1", true}},
+       {},
+       nullptr},
       {"CNN_CONV_WGRAD_WINDOW",
        field<&EnvSwitches::conv_wgrad_window>,
        {{nullptr, false}, {"0", false}, {"1", true}},
