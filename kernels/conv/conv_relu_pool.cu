@@ -27,7 +27,9 @@ namespace {
 using conv1ch::relu_keep_nan;
 
 constexpr int kFwdOc = 8;               // forward: output channels per thread (and per block)
+constexpr int kFwdOcStep = 4;           // forward: channels whose sums a thread holds at once
 constexpr int kMaxTile = 256;           // forward: pooled outputs per tile (one per thread)
+static_assert(kFwdOc % kFwdOcStep == 0, "whole steps of channels");
 constexpr int kMaxTileW = 32;           // pooled columns per tile (both passes)
 constexpr int kWgradGroup = 8;          // weight gradient: output channels per block, one warp each
 constexpr int kWgradTileFloats = 1280;  // weight gradient: bound on one input tile (rows * is)
@@ -118,12 +120,16 @@ __device__ __forceinline__ void load_row(const float* src, float (&r)[K + 1]) {
 
 // Forward, K x K taps, stride 1. Block: (pooled tile, group of 8 output channels, image),
 // flattened in blockIdx.x. Thread mapping: thread tid owns pooled output (tid / tpw, tid % tpw)
-// of the tile for the block's 8 channels, i.e. the 2x2 conv outputs of its window (32
-// accumulators); it slides two (K+1)-wide input rows from shared memory down the window, so each
-// input row is read once and each weight row once per thread. Sums run in the order of
-// conv2d_1ch's fast kernel (bias, then ky, kx ascending, fmaf), so y is bitwise that chain's.
+// of the tile for the block's 8 channels, i.e. the 2x2 conv outputs of its window, 4 channels
+// (16 accumulators) at a time; for each 4 it slides two (K+1)-wide input rows from shared
+// memory down the window, so each weight row is read once per thread and each input row twice.
+// Holding 4 channels' sums instead of 8 lets K <= 5 run at 64 registers without spilling (4
+// blocks of up to 256 threads an SM; 80 registers before): LeNet's conv1 (512 blocks of 224
+// threads) then fits on the SMs at once instead of in 1.29 waves of 3 blocks an SM (H200, ncu).
+// K = 7 would spill at 64 and keeps the compiler's choice. Sums run in the order of conv2d_1ch's
+// fast kernel (bias, then ky, kx ascending, fmaf), so y is bitwise that chain's.
 template <int K>
-__global__ void __launch_bounds__(kMaxTile) crp_forward(const Params p) {
+__global__ void __launch_bounds__(kMaxTile, K <= 5 ? 4 : 1) crp_forward(const Params p) {
   ptx::griddep_enter();
   static_assert(K % 2 == 1, "odd kernels only");
   constexpr int KW4 = (K + 3) / 4 * 4;  // weight row padded to whole float4s
@@ -156,57 +162,62 @@ __global__ void __launch_bounds__(kMaxTile) crp_forward(const Params p) {
   const int py = py0 + ly, px = px0 + lx;
   if (ly >= p.t.tph || py >= p.poh || px >= p.pow_) return;
 
-  float acc[kFwdOc][4];  // conv outputs (2py, 2px), (2py, 2px+1), (2py+1, 2px), (2py+1, 2px+1)
-#pragma unroll
-  for (int q = 0; q < kFwdOc; ++q)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) acc[q][j] = s_b[q];
-
   const float* win = s_x + 2 * ly * p.t.is + 2 * lx;
-  float ra[K + 1], rb[K + 1];  // input rows ky and ky + 1 of the window
-  load_row<K>(win, rb);
-#pragma unroll
-  for (int ky = 0; ky < K; ++ky) {
-#pragma unroll
-    for (int j = 0; j < K + 1; ++j) ra[j] = rb[j];
-    load_row<K>(win + (ky + 1) * p.t.is, rb);
-#pragma unroll
-    for (int q = 0; q < kFwdOc; ++q) {
-      float wr[KW4];  // same address in every lane: broadcast
-#pragma unroll
-      for (int j = 0; j < KW4; j += 4)
-        *reinterpret_cast<float4*>(&wr[j]) =
-            *reinterpret_cast<const float4*>(s_w + (q * K + ky) * KW4 + j);
-#pragma unroll
-      for (int kx = 0; kx < K; ++kx) {
-        acc[q][0] = fmaf(wr[kx], ra[kx], acc[q][0]);
-        acc[q][1] = fmaf(wr[kx], ra[kx + 1], acc[q][1]);
-        acc[q][2] = fmaf(wr[kx], rb[kx], acc[q][2]);
-        acc[q][3] = fmaf(wr[kx], rb[kx + 1], acc[q][3]);
-      }
-    }
-  }
-
   const int corner = 2 * py * p.ow + 2 * px;  // argmax of window element 0
+#pragma unroll 1
+  for (int q0 = 0; q0 < kFwdOc && oc0 + q0 < p.oc; q0 += kFwdOcStep) {
+    float acc[kFwdOcStep]
+             [4];  // conv outputs (2py, 2px), (2py, 2px+1), (2py+1, 2px), (2py+1, 2px+1)
 #pragma unroll
-  for (int q = 0; q < kFwdOc; ++q) {
-    const int oc = oc0 + q;
-    if (oc >= p.oc) break;
-    // maxpool2x2_forward_exact's rule on the ReLU'd values: row-major order, strictly greater
-    // replaces (the first of equal maxima stays, so among values <= 0 the first wins), NaN wins.
-    float best = relu_keep_nan(acc[q][0]);
-    int bi = 0;
+    for (int q = 0; q < kFwdOcStep; ++q)
 #pragma unroll
-    for (int t = 1; t < 4; ++t) {
-      const float v = relu_keep_nan(acc[q][t]);
-      if (!isnan(best) && (v > best || isnan(v))) {
-        best = v;
-        bi = t;
+      for (int j = 0; j < 4; ++j) acc[q][j] = s_b[q0 + q];
+
+    float ra[K + 1], rb[K + 1];  // input rows ky and ky + 1 of the window
+    load_row<K>(win, rb);
+#pragma unroll
+    for (int ky = 0; ky < K; ++ky) {
+#pragma unroll
+      for (int j = 0; j < K + 1; ++j) ra[j] = rb[j];
+      load_row<K>(win + (ky + 1) * p.t.is, rb);
+#pragma unroll
+      for (int q = 0; q < kFwdOcStep; ++q) {
+        float wr[KW4];  // same address in every lane: broadcast
+#pragma unroll
+        for (int j = 0; j < KW4; j += 4)
+          *reinterpret_cast<float4*>(&wr[j]) =
+              *reinterpret_cast<const float4*>(s_w + ((q0 + q) * K + ky) * KW4 + j);
+#pragma unroll
+        for (int kx = 0; kx < K; ++kx) {
+          acc[q][0] = fmaf(wr[kx], ra[kx], acc[q][0]);
+          acc[q][1] = fmaf(wr[kx], ra[kx + 1], acc[q][1]);
+          acc[q][2] = fmaf(wr[kx], rb[kx], acc[q][2]);
+          acc[q][3] = fmaf(wr[kx], rb[kx + 1], acc[q][3]);
+        }
       }
     }
-    const int64_t o = ((static_cast<int64_t>(n) * p.oc + oc) * p.poh + py) * p.pow_ + px;
-    p.y[o] = best;
-    p.argmax[o] = corner + (bi >> 1) * p.ow + (bi & 1);
+
+#pragma unroll
+    for (int q = 0; q < kFwdOcStep; ++q) {
+      const int oc = oc0 + q0 + q;
+      if (oc >= p.oc) break;
+      // maxpool2x2_forward_exact's rule on the ReLU'd values: row-major order, strictly greater
+      // replaces (the first of equal maxima stays, so among values <= 0 the first wins), NaN
+      // wins.
+      float best = relu_keep_nan(acc[q][0]);
+      int bi = 0;
+#pragma unroll
+      for (int t = 1; t < 4; ++t) {
+        const float v = relu_keep_nan(acc[q][t]);
+        if (!isnan(best) && (v > best || isnan(v))) {
+          best = v;
+          bi = t;
+        }
+      }
+      const int64_t o = ((static_cast<int64_t>(n) * p.oc + oc) * p.poh + py) * p.pow_ + px;
+      p.y[o] = best;
+      p.argmax[o] = corner + (bi >> 1) * p.ow + (bi & 1);
+    }
   }
 }
 
