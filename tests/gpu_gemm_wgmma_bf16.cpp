@@ -20,7 +20,8 @@
 //                       dimensions aligned / ragged (gather) / shifted pointers (gather), alpha,
 //                       beta, bias, ReLU; C poisoned where beta = 0; C's padding untouched.
 //   LinearShapes        the linear layer's three products through gemm_cuda_path(Wgmma, BF16).
-//   Dispatch            Auto routes BF16 as TF32 (forward, input gradient); FP32 is refused.
+//   Dispatch            Auto routes BF16 as TF32 (forward, input gradient); FP32 (3xTF32) is
+//                       refused on operands TMA cannot load.
 //
 // Bound per element (S = sum over k of |a b| on the rounded operands): the products of two BF16
 // values are exact in FP32, so only summation separates the GPU from the twin: each side's at
@@ -479,16 +480,17 @@ TEST(GpuGemmWgmmaBf16, Dispatch) {
                               Precision::BF16) == GemmPath::Wgmma,
             env == GemmPathSwitch::Wgmma && avail);
   if (avail) {
-    // gemm_wgmma itself refuses FP32, naming the precision.
-    Tensor d = test::to_device(std::vector<float>(64, 1.f));
+    // gemm_wgmma runs FP32 as 3xTF32 on TMA-aligned operands only, and refuses others naming
+    // the precision (A one float past a 16-byte boundary).
+    Tensor d = test::to_device(std::vector<float>(80, 1.f));
     WgmmaOptions o;
     o.precision = Precision::FP32;
     try {
-      gemm_wgmma(false, true, 8, 8, 8, 1.f, d.data(), 8, d.data(), 8, 0.f, d.data(), 8, nullptr,
-                 false, nullptr, o);
-      ADD_FAILURE() << "gemm_wgmma ran in FP32";
+      gemm_wgmma(false, true, 8, 8, 8, 1.f, d.data() + 1, 8, d.data(), 8, 0.f, d.data() + 16, 8,
+                 nullptr, false, nullptr, o);
+      ADD_FAILURE() << "gemm_wgmma ran FP32 on a misaligned operand";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("fp32"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("FP32 (3xTF32)"), std::string::npos) << e.what();
     }
   }
 #else
