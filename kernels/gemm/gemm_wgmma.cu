@@ -21,9 +21,13 @@
 //     the stage (convert_staged_k), transposing too when M/N-contiguous (transpose_staged_bf16);
 //     the gather (misaligned operands) converts as it stores. The TMA of a k-tile is issued as
 //     soon as its staging slot is free, kStages (2) k-tiles ahead.
+//   3xTF32 (FP32): every operand arrives by TMA; the producer threads split the landed B^T tile
+//     into TF32(v) in place and TF32(v - TF32(v)) in a small-part slot (two slots, k-tile i in
+//     slot i % 2), each consumer warpgroup splits its own 64 rows of A the same way, and the
+//     k-step is three wgmma (small_A big_B, big_A small_B, big_A big_B).
 //   warpgroups 1 and 2, the consumers: warpgroup w multiplies rows [64 (w - 1), +64) of the tile,
-//     4 wgmma.m64n128k8 TF32 (k16 BF16) per stage, one stage's group kept in flight while the
-//     next is issued.
+//     4 wgmma.m64n128k8 TF32 (k16 BF16; 12 in 3xTF32) per stage, one stage's group kept in
+//     flight while the next is issued.
 // Epilogue: the consumers write their accumulators to shared memory (reusing the stage ring);
 // the blocks of the cluster (the k splits of one tile, blockIdx.z = cluster rank) then each sum
 // a band of 128 / splits rows over all ranks' partial tiles, read through distributed shared
@@ -73,12 +77,14 @@ enum Load { kTmaK, kGather, kTmaMN };
 // same depth for the operands that arrive by TMA as FP32 and are rewritten by the producer, then
 // the mbarriers full, empty, staged.
 //   TF32: only kTmaMN operands are staged (16 KB a k-tile); two staged operands leave room for
-//     3 stages (192 KB), one for 4 (192 KB), none for 4 (128 KB).
+//     3 stages (192 KB), one for 4 (192 KB), none for 6 (192 KB: the TMA of a k-tile is issued
+//     when the stage 6 k-tiles back is consumed, which hides more of the load latency of a short
+//     k loop such as fc1's forward, 12 k-tiles a block).
 //   BF16: every TMA operand is staged, K-contiguous ones too (they need the conversion), 32 KB
 //     of FP32 for a k-tile of 64 k, into 16 KB of BF16: 2 stages (192 KB) with both staged;
 //     gathered operands (written as BF16 straight into the stage) need no staging: 4 (128 KB).
 //   3xTF32 (kSplit, FP32 accuracy): staged as TF32, plus two slots of the small parts (A and
-//     B^T, 32 KB each): 4 stages with no staged operand (192 KB), 3 with one (208 KB), 2 with
+//     B^T, 32 KB each): 5 stages with no staged operand (224 KB), 3 with one (208 KB), 2 with
 //     two (192 KB).
 template <bool kBf16, bool kSplit, int kLA, int kLB>
 struct Plan {
@@ -96,8 +102,10 @@ struct Plan {
   static constexpr int kStages = kBf16    ? (kStagedOps == 2   ? 2
                                              : kStagedOps == 1 ? 3
                                                                : 4)
-                                 : kSplit ? 4 - kStagedOps
-                                          : (kStagedOps == 2 ? 3 : 4);
+                                 : kSplit ? (kStagedOps == 0 ? 5 : 4 - kStagedOps)
+                                          : (kStagedOps == 2   ? 3
+                                             : kStagedOps == 1 ? 4
+                                                               : 6);
   static constexpr int kStagingOffset = kStages * kStageBytes;
   static constexpr int kSmallOffset = kStagingOffset + kStages * kStagedOps * kStagingBytes;
   static constexpr int kSmallSlots = kSplit ? 2 : 0;  // small A then small B^T, a stage's bytes
@@ -232,13 +240,14 @@ __device__ __forceinline__ void transpose_staged(uint32_t dst, uint32_t src, int
   }
 }
 
-// Producer thread t (0..127) splits one landed 128 x 32 FP32 tile in place for 3xTF32: each
-// value v becomes TF32(v) (nearest), and TF32(v - TF32(v)) goes to the same offset in `small`.
-// Element-wise, so the swizzle does not matter: thread t takes the 16-byte chunks t + 128 j
-// (a warp's 32 chunks are 512 consecutive bytes: no bank conflicts), all loads before the
-// stores.
+// Thread t (0..127) of a warpgroup splits kRows landed rows (128 bytes each) of a K-major FP32
+// tile in place for 3xTF32: each value v becomes TF32(v) (nearest), and TF32(v - TF32(v)) goes
+// to the same offset in `small`. Element-wise, so the swizzle does not matter: thread t takes
+// the 16-byte chunks t + 128 j (a warp's 32 chunks are 512 consecutive bytes: no bank
+// conflicts), all loads before the stores.
+template <int kRows>
 __device__ __forceinline__ void split_tile(uint32_t tile, uint32_t small, int t) {
-  constexpr int kChunks = kTileBytes / 16 / 128;  // 8 a thread
+  constexpr int kChunks = kRows * 128 / 16 / 128;
   float4 v[kChunks];
 #pragma unroll
   for (int j = 0; j < kChunks; ++j) v[j] = ld_shared_v4(tile + uint32_t(t + 128 * j) * 16);
@@ -491,12 +500,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         // consumers release that k-tile's stage.
         if constexpr (kSplit)
           if (i >= 2) mbar_wait(empty((i - 2) % kStages), ((i - 2) / kStages) & 1);
-        if constexpr (kLA == kTmaMN)
-          transpose_staged<kSplit>(tile_a(s), stage_a(s), tid, small_a(i));
+        // 3xTF32: the producer splits B^T, which both consumer warpgroups read; each consumer
+        // warpgroup splits its own 64 rows of A (below), so the split is shared by the 384
+        // threads (the producer alone, splitting both, kept the consumers waiting on `full`
+        // 39% of the time: ncu, fc1's forward).
+        if constexpr (kLA == kTmaMN) transpose_staged<false>(tile_a(s), stage_a(s), tid, 0u);
         if constexpr (kLB == kTmaMN)
           transpose_staged<kSplit>(tile_b(s), stage_b(s), tid, small_b(i));
-        if constexpr (kSplit && kLA == kTmaK) split_tile(tile_a(s), small_a(i), tid);
-        if constexpr (kSplit && kLB == kTmaK) split_tile(tile_b(s), small_b(i), tid);
+        if constexpr (kSplit && kLB == kTmaK) split_tile<kBN>(tile_b(s), small_b(i), tid);
       }
       fence_proxy_async();
       mbar_arrive(full(s));
@@ -543,6 +554,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < nk; ++i) {
       const int s = i % kStages;
       mbar_wait(full(s), (i / kStages) & 1);
+      if constexpr (kSplit) {
+        // This warpgroup's A rows: slot i % 2 was last read by its own wgmmas of k-tile i - 2,
+        // complete since the wait of the previous iteration; the stage's rows are read by no
+        // other warpgroup.
+        split_tile<64>(tile_a(s) + a_off, small_a(i) + a_off, tid & 127);
+        fence_proxy_async();
+        warpgroup_sync(wg - 1);
+      }
       const uint64_t da = sw128_desc(tile_a(s) + a_off), db = sw128_desc(tile_b(s));
       wgmma_fence();
       fence_acc(acc);

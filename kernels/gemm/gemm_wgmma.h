@@ -9,10 +9,11 @@
 //   BF16: the producer warpgroup rounds each operand to BF16 (nearest, ties to even, as
 //     __float2bfloat16_rn and the mma.sync BF16 path) on its way into shared memory, and the
 //     consumers run wgmma k16 BF16; a k-tile is 64 k instead of 32 (still 128-byte rows);
-//   FP32: 3xTF32, FP32 accuracy on the tensor cores: the producer warpgroup splits each operand
-//     value v into big = TF32(v) (nearest), written back in place, and small = TF32(v - big),
-//     written to a second tile, and the consumers run three wgmma k8 TF32 a k-step
-//     (small_A big_B, big_A small_B, big_A big_B). Both operands must be TMA-aligned.
+//   FP32: 3xTF32, FP32 accuracy on the tensor cores: each operand value v is split into
+//     big = TF32(v) (nearest), written back in place, and small = TF32(v - big), written to a
+//     second tile (B^T by the producer warpgroup, each consumer warpgroup its own rows of A),
+//     and the consumers run three wgmma k8 TF32 a k-step (small_A big_B, big_A small_B,
+//     big_A big_B). Both operands must be TMA-aligned.
 // Results are bitwise repeatable: the split-K partial tiles are summed in cluster-rank order,
 // never with atomics.
 //
