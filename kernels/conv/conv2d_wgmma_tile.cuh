@@ -7,7 +7,8 @@
 // produces, warpgroups 1 and 2 consume rows [64 (wg - 1), +64) of the tile (of a 256-row tile,
 // [128 (wg - 1), +128)). Stage s holds the A tile (128 or 256 rows x 32 k) and the B^T tile (BN
 // rows x 32 k), K-major in the 128-byte swizzled layout (64 k each for the BF16 instance of the
-// channels-last kernel: still 128 bytes a row).
+// channels-last kernel: still 128 bytes a row). The 3xTF32 consumer also serves the wgmma GEMM
+// (kernels/gemm/gemm_wgmma.cu), whose stages have the same layout.
 #include <cstdint>
 
 #include "kernels/common/ptx.cuh"

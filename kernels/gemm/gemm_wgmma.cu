@@ -22,9 +22,9 @@
 //     the gather (misaligned operands) converts as it stores. The TMA of a k-tile is issued as
 //     soon as its staging slot is free, kStages (2) k-tiles ahead.
 //   3xTF32 (FP32): every operand arrives by TMA; the producer threads split the landed B^T tile
-//     into TF32(v) in place and TF32(v - TF32(v)) in a small-part slot (two slots, k-tile i in
-//     slot i % 2), each consumer warpgroup splits its own 64 rows of A the same way, and the
-//     k-step is three wgmma (small_A big_B, big_A small_B, big_A big_B).
+//     into TF32(v) in place and TF32(v - TF32(v)) in the stage's small-part slot; each consumer
+//     thread loads its A fragments unrounded, splits them in registers, and a k-step is three
+//     wgmma with A from registers (small_A big_B, big_A small_B, big_A big_B).
 //   warpgroups 1 and 2, the consumers: warpgroup w multiplies rows [64 (w - 1), +64) of the tile,
 //     4 wgmma.m64n128k8 TF32 (k16 BF16; 12 in 3xTF32) per stage, one stage's group kept in
 //     flight while the next is issued.
@@ -42,6 +42,7 @@
 #include <cstdint>
 
 #include "kernels/common/ptx.cuh"
+#include "kernels/conv/conv2d_wgmma_tile.cuh"
 #include "kernels/gemm/gemm_wgmma.h"
 #include "kernels/gemm/wgmma_ptx.cuh"
 #include "runtime/cuda_check.h"
@@ -83,9 +84,9 @@ enum Load { kTmaK, kGather, kTmaMN };
 //   BF16: every TMA operand is staged, K-contiguous ones too (they need the conversion), 32 KB
 //     of FP32 for a k-tile of 64 k, into 16 KB of BF16: 2 stages (192 KB) with both staged;
 //     gathered operands (written as BF16 straight into the stage) need no staging: 4 (128 KB).
-//   3xTF32 (kSplit, FP32 accuracy): staged as TF32, plus two slots of the small parts (A and
-//     B^T, 32 KB each): 5 stages with no staged operand (224 KB), 3 with one (208 KB), 2 with
-//     two (192 KB).
+//   3xTF32 (kSplit, FP32 accuracy): staged as TF32, plus the small part of each stage's B^T
+//     tile (16 KB): 4 stages with no staged operand (192 KB), 3 with one (192 KB), 2 with two
+//     (160 KB).
 template <bool kBf16, bool kSplit, int kLA, int kLB>
 struct Plan {
   static_assert(!(kBf16 && kSplit), "3xTF32 splits FP32 operands");
@@ -102,14 +103,14 @@ struct Plan {
   static constexpr int kStages = kBf16    ? (kStagedOps == 2   ? 2
                                              : kStagedOps == 1 ? 3
                                                                : 4)
-                                 : kSplit ? (kStagedOps == 0 ? 5 : 4 - kStagedOps)
+                                 : kSplit ? 4 - kStagedOps
                                           : (kStagedOps == 2   ? 3
                                              : kStagedOps == 1 ? 4
                                                                : 6);
   static constexpr int kStagingOffset = kStages * kStageBytes;
   static constexpr int kSmallOffset = kStagingOffset + kStages * kStagedOps * kStagingBytes;
-  static constexpr int kSmallSlots = kSplit ? 2 : 0;  // small A then small B^T, a stage's bytes
-  static constexpr int kBarrierOffset = kSmallOffset + kSmallSlots * kStageBytes;
+  static constexpr int kSmallSlots = kSplit ? kStages : 0;  // small B^T, one a stage
+  static constexpr int kBarrierOffset = kSmallOffset + kSmallSlots * kTileBytes;
   static constexpr int kSmemBytes = 1024 + kBarrierOffset + 3 * kStages * 8;  // + alignment
   // The partial tile of the epilogue reuses the rings (stages and staging: every copy has
   // landed by then).
@@ -240,14 +241,13 @@ __device__ __forceinline__ void transpose_staged(uint32_t dst, uint32_t src, int
   }
 }
 
-// Thread t (0..127) of a warpgroup splits kRows landed rows (128 bytes each) of a K-major FP32
-// tile in place for 3xTF32: each value v becomes TF32(v) (nearest), and TF32(v - TF32(v)) goes
-// to the same offset in `small`. Element-wise, so the swizzle does not matter: thread t takes
-// the 16-byte chunks t + 128 j (a warp's 32 chunks are 512 consecutive bytes: no bank
-// conflicts), all loads before the stores.
-template <int kRows>
+// Producer thread t (0..127) splits one landed 128 x 32 FP32 tile in place for 3xTF32: each
+// value v becomes TF32(v) (nearest), and TF32(v - TF32(v)) goes to the same offset in `small`.
+// Element-wise, so the swizzle does not matter: thread t takes the 16-byte chunks t + 128 j
+// (a warp's 32 chunks are 512 consecutive bytes: no bank conflicts), all loads before the
+// stores.
 __device__ __forceinline__ void split_tile(uint32_t tile, uint32_t small, int t) {
-  constexpr int kChunks = kRows * 128 / 16 / 128;
+  constexpr int kChunks = kTileBytes / 16 / 128;  // 8 a thread
   float4 v[kChunks];
 #pragma unroll
   for (int j = 0; j < kChunks; ++j) v[j] = ld_shared_v4(tile + uint32_t(t + 128 * j) * 16);
@@ -411,11 +411,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto stage_b = [&](int s) {
     return stage_a(s) + (P::kAStaged ? uint32_t(P::kStagingBytes) : 0u);
   };
-  // 3xTF32: the small parts of k-tile i, slot i % 2 (A, then B^T a tile further).
-  auto small_a = [&](int i) {
-    return base + uint32_t(P::kSmallOffset) + uint32_t(i & 1) * kStageBytes;
-  };
-  auto small_b = [&](int i) { return small_a(i) + kTileBytes; };
+  // 3xTF32: the small part of stage s's B^T tile.
+  auto small_b = [&](int s) { return base + uint32_t(P::kSmallOffset) + uint32_t(s) * kTileBytes; };
 
   const int tid = threadIdx.x;
   const int tiles_n = (p.N + kBN - 1) / kBN;
@@ -496,18 +493,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         if constexpr (kLB == kTmaK) convert_staged_k(tile_b(s), stage_b(s), tid);
         if constexpr (kLB == kTmaMN) transpose_staged_bf16(tile_b(s), stage_b(s), tid);
       } else {
-        // 3xTF32: the small parts go to slot i % 2, which k-tile i - 2's wgmmas read until the
-        // consumers release that k-tile's stage.
-        if constexpr (kSplit)
-          if (i >= 2) mbar_wait(empty((i - 2) % kStages), ((i - 2) / kStages) & 1);
-        // 3xTF32: the producer splits B^T, which both consumer warpgroups read; each consumer
-        // warpgroup splits its own 64 rows of A (below), so the split is shared by the 384
-        // threads (the producer alone, splitting both, kept the consumers waiting on `full`
-        // 39% of the time: ncu, fc1's forward).
+        // 3xTF32: the producer splits B^T into the stage (TF32 part) and the stage's small-part
+        // slot; the consumers load A unrounded and split it in registers.
         if constexpr (kLA == kTmaMN) transpose_staged<false>(tile_a(s), stage_a(s), tid, 0u);
         if constexpr (kLB == kTmaMN)
-          transpose_staged<kSplit>(tile_b(s), stage_b(s), tid, small_b(i));
-        if constexpr (kSplit && kLB == kTmaK) split_tile<kBN>(tile_b(s), small_b(i), tid);
+          transpose_staged<kSplit>(tile_b(s), stage_b(s), tid, small_b(s));
+        if constexpr (kSplit && kLB == kTmaK) split_tile(tile_b(s), small_b(s), tid);
       }
       fence_proxy_async();
       mbar_arrive(full(s));
@@ -548,38 +539,29 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.f;
   const int lane = tid & 31;
-  if (wg > 0) {
+  if (wg > 0 && kSplit) {
+    // 3xTF32: A from registers, split there; B^T and its small part from the stage (the
+    // convolutions' consumer: conv2d_wgmma_tile.cuh). Reading A once into registers instead of
+    // three times from shared memory by wgmma, and not splitting it in shared memory, halves
+    // the shared-memory traffic of a k-tile.
+    if constexpr (kSplit)
+      consume_stages_3xtf32<kBN, kStages>(acc, nk, wg, full, empty, tile_a, tile_b, small_b);
+  } else if (wg > 0) {
     // Consumer warpgroup wg - 1: tile rows [64 (wg - 1), +64).
     const uint32_t a_off = uint32_t(wg - 1) * 64 * 128;  // 64 rows of 128 bytes
     for (int i = 0; i < nk; ++i) {
       const int s = i % kStages;
       mbar_wait(full(s), (i / kStages) & 1);
-      if constexpr (kSplit) {
-        // This warpgroup's A rows: slot i % 2 was last read by its own wgmmas of k-tile i - 2,
-        // complete since the wait of the previous iteration; the stage's rows are read by no
-        // other warpgroup.
-        split_tile<64>(tile_a(s) + a_off, small_a(i) + a_off, tid & 127);
-        fence_proxy_async();
-        warpgroup_sync(wg - 1);
-      }
       const uint64_t da = sw128_desc(tile_a(s) + a_off), db = sw128_desc(tile_b(s));
       wgmma_fence();
       fence_acc(acc);
       // Four k-steps of 32 bytes of the swizzle row (2 in the descriptor): k8 TF32 or k16 BF16.
-      // 3xTF32: small_A big_B, big_A small_B, then big_A big_B (small_A small_B, about 2^-22 of
-      // the product, is left out).
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        if constexpr (kBf16) {
+        if constexpr (kBf16)
           wgmma_m64n128k16_bf16(acc, da + 2 * kk, db + 2 * kk);
-        } else {
-          if constexpr (kSplit) {
-            const uint64_t das = sw128_desc(small_a(i) + a_off), dbs = sw128_desc(small_b(i));
-            wgmma_m64n128k8_tf32(acc, das + 2 * kk, db + 2 * kk);
-            wgmma_m64n128k8_tf32(acc, da + 2 * kk, dbs + 2 * kk);
-          }
+        else
           wgmma_m64n128k8_tf32(acc, da + 2 * kk, db + 2 * kk);
-        }
       }
       commit_and_release_previous([&] { fence_acc(acc); }, i > 0 && lane == 0,
                                   empty((i + kStages - 1) % kStages));

@@ -406,10 +406,6 @@ __device__ __forceinline__ void producer_sync() {
 __device__ __forceinline__ void consumer_sync(int threads) {
   asm volatile("bar.sync 2, %0;\n" ::"r"(threads) : "memory");
 }
-// Named barrier of one consumer warpgroup's 128 threads (id 3 + index).
-__device__ __forceinline__ void warpgroup_sync(int index) {
-  asm volatile("bar.sync %0, 128;\n" ::"r"(3 + index) : "memory");
-}
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
