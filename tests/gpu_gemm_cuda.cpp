@@ -83,7 +83,8 @@ void gemm_reference(const GemmCase& c, const float* a, int lda, const float* b, 
 // Runs one case on the GPU through `path` in `prec` (twice when check_repeat, comparing
 // bitwise) and returns the error relative to the reference. `took` receives the path that ran.
 double run_case(const GemmCase& c, Precision prec, uint64_t seed, bool check_repeat = false,
-                GemmPath path = GemmPath::Auto, GemmPath* took = nullptr) {
+                GemmPath path = GemmPath::Auto, GemmPath* took = nullptr,
+                Fp32Math fp32 = Fp32Math::Ffma) {
   const int a_rows = c.ta ? c.k : c.m, a_cols = c.ta ? c.m : c.k;
   const int b_rows = c.tb ? c.n : c.k, b_cols = c.tb ? c.k : c.n;
   const int lda = lead(c, a_cols), ldb = lead(c, b_cols), ldc = lead(c, c.n);
@@ -105,11 +106,11 @@ double run_case(const GemmCase& c, Precision prec, uint64_t seed, bool check_rep
   std::vector<float> c0 = cm;
   if (took)
     *took = gemm_cuda_resolve(path, c.ta, c.tb, c.m, c.n, c.k, d_a.data() + off, lda,
-                              d_b.data() + off, ldb, prec);
+                              d_b.data() + off, ldb, prec, fp32);
   auto launch = [&] {
     gemm_cuda_path(path, c.ta, c.tb, c.m, c.n, c.k, c.alpha, d_a.data() + off, lda,
                    d_b.data() + off, ldb, c.beta, d_c.data() + off, ldc,
-                   c.bias ? d_bias.data() : nullptr, c.relu, prec, nullptr);
+                   c.bias ? d_bias.data() : nullptr, c.relu, prec, nullptr, fp32);
   };
   launch();
   std::vector<float> got = d_c.to_vector();
@@ -186,6 +187,43 @@ TEST(GpuGemmCuda, SplitKIsBitwiseRepeatable) {
     std::printf("fc1-like split-k gemm (%s): rel err %.3g\n", precision_name(prec), err);
     EXPECT_LE(err, tolerance(prec, c.k));
   }
+#endif
+}
+
+// FP32 as 3xTF32 on the 16-byte tile (Fp32Math::Tf32x3; the weight gradient's path in FP32 and
+// every pass's off Hopper): every transpose, awkward m, n and k, alpha, beta, bias, ReLU, split
+// k, held to the FFMA tolerance, which TF32 alone (~5e-4 of the output's scale) fails at these
+// k; bitwise repeatable.
+TEST(GpuGemmCuda, Fp32As3xTf32OnTheVecTile) {
+  CNN_REQUIRE_GPU();
+#ifdef CNN_HAVE_CUDA
+  const int sizes[][3] = {
+      {1, 1, 4}, {65, 33, 20}, {130, 70, 300}, {17, 200, 128}, {1024, 200, 128}};
+  int which = 0;
+  for (const auto& sz : sizes)
+    for (int t = 0; t < 4; ++t) {
+      ++which;
+      GemmCase c{(t & 1) != 0,
+                 (t & 2) != 0,
+                 sz[0],
+                 sz[1],
+                 sz[2],
+                 4 * (which % 2),
+                 (which % 2) ? 1.5f : 1.f,
+                 (which % 4 == 1) ? 0.5f : 0.f,
+                 which % 3 != 1,
+                 which % 2 == 0};
+      c.align4 = true;
+      const uint64_t seed = test::fresh_seed();
+      SCOPED_TRACE(describe(c) + " seed=" + std::to_string(seed));
+      GemmPath took = GemmPath::Auto;
+      const double err = run_case(c, Precision::FP32, seed, /*check_repeat=*/true,
+                                  GemmPath::VecTile, &took, Fp32Math::Tf32x3);
+      EXPECT_EQ(took, GemmPath::VecTile);
+      std::printf("3xtf32 vec tile %dx%dx%d ta=%d tb=%d: rel err %.3g\n", c.m, c.n, c.k, c.ta, c.tb,
+                  err);
+      EXPECT_LE(err, tolerance(Precision::FP32, c.k)) << "rel err " << err;
+    }
 #endif
 }
 

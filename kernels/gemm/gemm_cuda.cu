@@ -1,6 +1,7 @@
 // Dense GEMM on the GPU (see gemm_cuda.h): dispatch between
 //   the 16-byte tile path (gemm_tile_vec.cuh): 64x64 tiles, BK 32, 16-byte cp.async into
-//     operand-major shared tiles, FP32 FFMA 8x4 micro-tiles or TF32 mma.sync, cluster split-K;
+//     operand-major shared tiles, FP32 FFMA 8x4 micro-tiles, TF32 / BF16 mma.sync or FP32 as
+//     3xTF32 mma.sync (Fp32Math::Tf32x3), cluster split-K;
 //   the strided tile path (gemm_tile.cuh's main loop with plain strided 4-byte loaders):
 //     _simt: FP32 FFMA, 8x4 register micro-tile per thread (64x64 or 128x32 block tiles)
 //     _tf32: mma.sync m16n8k8 TF32, 32x32 warp tiles (same block tiles);
@@ -72,8 +73,9 @@ using CfgSquare = igemm::Cfg<64, 64, 16, 128, 3, kMma>;  // the general tile
 template <Mma kMma>
 using CfgNarrow = igemm::Cfg<128, 32, 16, 128, 3, kMma>;  // n <= 32 (fc2's n = 10)
 
-constexpr const char* mma_tag(Mma m, const char* simt, const char* tf32, const char* bf16) {
-  return m == Mma::Tf32 ? tf32 : m == Mma::Bf16 ? bf16 : simt;
+constexpr const char* mma_tag(Mma m, const char* simt, const char* tf32, const char* bf16,
+                              const char* tf32x3 = "") {
+  return m == Mma::Tf32 ? tf32 : m == Mma::Bf16 ? bf16 : m == Mma::Tf32x3 ? tf32x3 : simt;
 }
 
 template <Mma kMma>
@@ -112,8 +114,9 @@ void run_vec(const vgemm::Problem& p, cudaStream_t stream) {
   const int splits = dev.clusters ? igemm::pick_splits(tiles, ceil_div(p.K, C::BK),
                                                        2 * static_cast<int64_t>(dev.sms), 8, 2)
                                   : 1;
-  vgemm::launch<C>(p, splits, stream,
-                   mma_tag(kMma, "gemm_vec_simt", "gemm_vec_tf32", "gemm_vec_bf16"));
+  vgemm::launch<C>(
+      p, splits, stream,
+      mma_tag(kMma, "gemm_vec_simt", "gemm_vec_tf32", "gemm_vec_bf16", "gemm_vec_3xtf32"));
 }
 
 template <Mma kMma>
@@ -253,6 +256,8 @@ void gemm_cuda_path(GemmPath path, bool trans_a, bool trans_b, int m, int n, int
         run_vec_layout<Mma::Tf32>(p, trans_a, !trans_b, stream);
       else if (precision == Precision::BF16)
         run_vec_layout<Mma::Bf16>(p, trans_a, !trans_b, stream);
+      else if (fp32 == Fp32Math::Tf32x3)
+        run_vec_layout<Mma::Tf32x3>(p, trans_a, !trans_b, stream);
       else
         run_vec_layout<Mma::Simt>(p, trans_a, !trans_b, stream);
       return;

@@ -8,8 +8,9 @@
 // beta == 0 writes C without reading it (NaN there is overwritten, as in BLAS). k == 0 gives
 // C = beta * C (+ bias, relu). m or n == 0: nothing.
 //
-// Precision::FP32 runs FFMA on register micro-tiles, or, with Fp32Math::Tf32x3, 3xTF32 on the
-// wgmma kernel where Auto would take it in TF32 (FFMA elsewhere); Precision::TF32 runs mma.sync
+// Precision::FP32 runs FFMA on register micro-tiles, or, with Fp32Math::Tf32x3, 3xTF32: on the
+// wgmma kernel where Auto would take it in TF32, else on the 16-byte tile's mma.sync (FFMA on
+// the strided tile and the small-shape kernels); Precision::TF32 runs mma.sync
 // m16n8k8 TF32 tensor-core instructions with FP32 accumulation (operands rounded to TF32, 10-bit
 // mantissa) or the wgmma kernel.
 // Small-m/n shapes split k across the blocks of a thread-block cluster (sm_90) and sum the splits

@@ -208,10 +208,12 @@ struct SimtMath {
 // Tensor-core math: 2 x 2 warps of 32 x 32 warp tiles, MI x NI = 2 x 4 MMAs per k step
 // (m16n8k8 TF32 or m16n8k16 BF16, C::kMma); operands rounded (cvt.rna.tf32 / cvt.rn.bf16x2) as
 // they leave shared memory, FP32 accumulation; the next k step's fragments are read while this
-// step's MMAs issue.
+// step's MMAs issue. Tf32x3 (FP32 accuracy): each fragment value split into big and small TF32
+// parts as it leaves shared memory, three MMAs a product (ptx::mma_3xtf32).
 template <class C>
 struct MmaMath {
   static constexpr bool kBf16 = C::kMma == igemm::Mma::Bf16;
+  static constexpr bool kSplit = C::kMma == igemm::Mma::Tf32x3;
   static constexpr int KS = kBf16 ? 16 : 8;  // k per MMA step
   static constexpr int WM = 32, WN = 32, MI = 2, NI = 4;
   float acc[MI][NI][4];
@@ -277,8 +279,41 @@ struct MmaMath {
     }
   }
 
+  // Tf32x3: the fragments of one k step split into big and small parts (ptx::split_tf32).
+  __device__ __forceinline__ void load_frag_split(const float* As, const float* Bs, int ks,
+                                                  uint32_t (&a)[MI][4], uint32_t (&as)[MI][4],
+                                                  uint32_t (&b)[NI][2],
+                                                  uint32_t (&bs)[NI][2]) const {
+#pragma unroll
+    for (int i = 0; i < MI; ++i) {
+      const int m = wm + i * 16 + g;
+      ptx::split_tf32_frag({at_a(As, m, ks + t), at_a(As, m + 8, ks + t), at_a(As, m, ks + t + 4),
+                            at_a(As, m + 8, ks + t + 4)},
+                           a[i], as[i]);
+    }
+#pragma unroll
+    for (int j = 0; j < NI; ++j) {
+      const int n = wn + j * 8 + g;
+      ptx::split_tf32_frag({at_b(Bs, ks + t, n), at_b(Bs, ks + t + 4, n)}, b[j], bs[j]);
+    }
+  }
+
   __device__ __forceinline__ void compute(const float* As, const float* Bs) {
-    igemm::mma_steps_double_buffered<C::BK / KS>(*this, As, Bs);
+    if constexpr (kSplit) {
+      // Single-buffered, as gemm_tile.cuh's Tf32x3: the split fragments take twice TF32's
+      // registers, and the three MMAs a product give the next step's loads time to land.
+#pragma unroll
+      for (int s = 0; s < C::BK / KS; ++s) {
+        uint32_t a[MI][4], as[MI][4], b[NI][2], bs[NI][2];
+        load_frag_split(As, Bs, s * KS, a, as, b, bs);
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int j = 0; j < NI; ++j) ptx::mma_3xtf32(acc[i][j], a[i], as[i], b[j], bs[j]);
+      }
+    } else {
+      igemm::mma_steps_double_buffered<C::BK / KS>(*this, As, Bs);
+    }
   }
 
   // Accumulator layout: c0, c1 (row g, cols 2t, 2t+1), c2, c3 (row g+8, same cols).
