@@ -61,6 +61,7 @@
 #include "tests/wgmma_nhwc_tiles.h"
 #include "tests/wgmma_test_require.h"
 #ifdef CNN_HAVE_CUDA
+#include "kernels/conv/conv2d_nhwc_prepass.h"
 #include "kernels/conv/conv2d_wgmma.h"
 #include "kernels/conv/conv2d_wgmma_nhwc.h"
 #endif

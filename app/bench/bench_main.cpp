@@ -347,7 +347,8 @@ int main(int argc, char** argv) {
                    "comma-separated filters; an op runs when one is part of its name "
                    "(conv1.fwd, conv2.wgrad, fc1.dgrad, relu1.bwd, pool2.fwd, loss.xent, "
                    "optimizer.sgd, bn1 (batchnorm, a following relu folded in), "
-                   "conv2.fwd.to_nhwc: the wgmma-nhwc pre-pass; layers inside residual blocks "
+                   "conv2.fwd.to_nhwc: the wgmma-nhwc copy alone, conv2.fwd.prepass: its "
+                   "weights and copy, fused and separate; layers inside residual blocks "
                    "and their shortcuts too, named as in ./train --dry-run; "
                    "e.g. --ops conv2,fc1.wgrad)");
     app.add_option("--algos", algos,

@@ -36,6 +36,7 @@ bool op_selected(const BenchOptions& opt, const std::string& op) {
 #include "kernels/conv/conv2d_grouped.h"
 #include "kernels/conv/conv2d_grouped_cuda.h"
 #include "kernels/conv/conv2d_nhwc_layout.h"
+#include "kernels/conv/conv2d_nhwc_prepass.h"
 #include "kernels/conv/conv2d_wgmma.h"
 #include "kernels/conv/conv2d_wgmma_nhwc.h"
 #include "kernels/conv/conv2d_wgmma_wgrad.h"
@@ -845,6 +846,106 @@ void bench_nhwc_copy(const BenchContext& ctx, std::vector<BenchRow>& rows, const
   }
 }
 
+// The wgmma-nhwc convolution's whole pre-pass, the weights packed and the channels-last copy, two
+// ways: "fused", the one launch the convolution runs (conv_nhwc_prepass_cuda), and "separate",
+// the two launches it ran before (pack_weights_*_cuda, then nchw_to_nhwc_*_cuda), so that the row
+// pair shows what the fusion saves (each alone was about a launch's latency for little work). At
+// FP32 the 3xTF32 form of one block an SM: two weight packs, the copy unrounded. Outputs compared
+// exactly (bf16 as bit patterns).
+void bench_nhwc_prepass(const BenchContext& ctx, std::vector<BenchRow>& rows,
+                        const std::string& name, const Conv2dShape& s, bool first_layer) {
+  const BenchOptions& opt = *ctx.opt;
+  if (!conv2d_wgmma_nhwc_available()) return;
+  for (Pass pass : {Pass::Forward, Pass::BackwardData}) {
+    if (pass == Pass::BackwardData && (s.stride_h != 1 || s.stride_w != 1)) continue;
+    const std::string op = name + "." + pass_name(pass) + ".prepass";
+    if (!op_selected(opt, op)) continue;
+    const bool fwd = pass == Pass::Forward;
+    const int c = fwd ? s.c : s.oc, h = fwd ? s.h : s.oh(), w = fwd ? s.w : s.ow();
+    const int64_t hw = int64_t(h) * w;
+    std::mt19937_64 rng(op_seed(opt.seed, op));
+    const std::vector<float> x = random_floats(size_t(s.n) * c * size_t(hw), rng);
+    const std::vector<float> wts = random_floats(size_t(s.oc) * s.c * s.kh * s.kw, rng);
+    for (Precision p : opt.precisions) {
+      const bool bf16 = p == Precision::BF16, fp32 = p == Precision::FP32;
+      const int block = bf16 ? kNhwcChannelBlockBf16 : kNhwcChannelBlock;
+      const int c_pad = (c + block - 1) / block * block;
+      const WeightPack wp =
+          fwd ? forward_weight_pack(s, block) : backward_data_weight_pack(s, block);
+      const size_t npack = size_t(wp.rows) * wp.taps * wp.k_pad;
+      const size_t copy = size_t(s.n) * size_t(hw) * c_pad;
+      OpInfo info;
+      info.op = op;
+      info.shape = fmt::format("{}x{}x{}x{} -> NHWC, C padded to {}; weights ({}, {}, {}) packed",
+                               s.n, c, h, w, c_pad, wp.rows, wp.taps, wp.k_pad);
+      info.compute_bound = false;
+      info.bytes = 4.0 * double(x.size() + wts.size()) +
+                   (bf16 ? 2.0 : 4.0) * double(copy + (fp32 ? 2 : 1) * npack);
+      info.note = "the conv:nhwc pre-pass, weights and copy";
+      if (!fwd && first_layer) info.note += "; not needed in training (first layer)";
+      OpData d;
+      const int ix = d.input("x", x), iw = d.input("w", wts);
+      int ipack, ismall = -1, icopy;
+      if (bf16) {  // bit patterns, two to an int32 (k_pad and c_pad are even)
+        std::vector<uint16_t> pack(npack), nhwc(copy);
+        pack_weights_bf16_cpu(wp, wts.data(), pack.data());
+        nchw_to_nhwc_bf16_cpu(x.data(), s.n, c, hw, c_pad, nhwc.data());
+        std::vector<int32_t> pack32(npack / 2), nhwc32(copy / 2);
+        std::memcpy(pack32.data(), pack.data(), npack * 2);
+        std::memcpy(nhwc32.data(), nhwc.data(), copy * 2);
+        ipack = d.output_i32("pack", std::move(pack32));
+        icopy = d.output_i32("nhwc", std::move(nhwc32));
+      } else {
+        std::vector<float> pack(npack), small(npack), nhwc(copy);
+        if (fp32) {
+          pack_weights_tf32_split_cpu(wp, wts.data(), pack.data(), small.data());
+          nchw_to_nhwc_fp32_cpu(x.data(), s.n, c, hw, c_pad, nhwc.data());
+          ismall = d.output("pack_small", std::move(small));
+        } else {
+          pack_weights_tf32_cpu(wp, wts.data(), pack.data());
+          nchw_to_nhwc_tf32_cpu(x.data(), s.n, c, hw, c_pad, nhwc.data());
+        }
+        ipack = d.output("pack", std::move(pack));
+        icopy = d.output("nhwc", std::move(nhwc));
+      }
+      d.allocate(choose_sets(ctx, d.set_bytes()), ctx.stream);
+      const auto separate = [&](int i) {
+        if (bf16) {
+          pack_weights_bf16_cuda(wp, d.f(i, iw), reinterpret_cast<uint16_t*>(d.i32(i, ipack)),
+                                 ctx.stream);
+          nchw_to_nhwc_bf16_cuda(d.f(i, ix), s.n, c, hw, c_pad,
+                                 reinterpret_cast<uint16_t*>(d.i32(i, icopy)), ctx.stream);
+        } else if (fp32) {
+          pack_weights_tf32_split_cuda(wp, d.f(i, iw), d.f(i, ipack), d.f(i, ismall), ctx.stream);
+          nchw_to_nhwc_fp32_cuda(d.f(i, ix), s.n, c, hw, c_pad, d.f(i, icopy), ctx.stream);
+        } else {
+          pack_weights_tf32_cuda(wp, d.f(i, iw), d.f(i, ipack), ctx.stream);
+          nchw_to_nhwc_tf32_cuda(d.f(i, ix), s.n, c, hw, c_pad, d.f(i, icopy), ctx.stream);
+        }
+      };
+      const auto fused = [&](int i) {
+        NhwcWeightJob wj;
+        wj.wp = wp;
+        wj.d_w = d.f(i, iw);
+        wj.d_out = d.f(i, ipack);
+        wj.d_small = fp32 ? d.f(i, ismall) : nullptr;
+        NhwcCopyJob cj;
+        cj.d_x = d.f(i, ix);
+        cj.n = s.n;
+        cj.c = c;
+        cj.hw = hw;
+        cj.c_pad = c_pad;
+        cj.d_out = d.f(i, icopy);
+        conv_nhwc_prepass_cuda(p, wj, cj, ctx.stream);
+      };
+      rows.push_back(measure(ctx, d, info, p, kTolElementwise,
+                             Candidate{"separate", false, separate, {}, "two launches"}, kNaN));
+      rows.push_back(measure(ctx, d, info, p, kTolElementwise,
+                             Candidate{"fused", false, fused, {}, "one launch"}, kNaN));
+    }
+  }
+}
+
 // ---- linear -------------------------------------------------------------------------------------
 
 void bench_linear(const BenchContext& ctx, std::vector<BenchRow>& rows, const std::string& name,
@@ -1612,6 +1713,7 @@ std::vector<BenchRow> bench_ops(const BenchContext& ctx, const NetDesc& net) {
         s.pad_w = spec.pad_w;
         bench_conv(ctx, rows, l.name, s, first_layer);
         bench_nhwc_copy(ctx, rows, l.name, s, first_layer);
+        bench_nhwc_prepass(ctx, rows, l.name, s, first_layer);
         // The fusion the Network runs on CUDA: first layer, then relu and a 2x2 / stride-2 pool.
         if (!l.relu_pool.empty() && conv_relu_pool_applicable(s))
           bench_conv_relu_pool(ctx, rows, l.relu_pool, s);

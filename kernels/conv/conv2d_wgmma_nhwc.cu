@@ -33,10 +33,10 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 
 #include "kernels/common/ptx.cuh"
 #include "kernels/conv/conv2d_nhwc_layout.h"
+#include "kernels/conv/conv2d_nhwc_prepass.h"
 #include "kernels/conv/conv2d_nhwc_scratch.h"
 #include "kernels/conv/conv2d_wgmma.h"
 #include "kernels/conv/conv2d_wgmma_nhwc.h"
@@ -64,19 +64,15 @@ template <>
 struct OperandOf<float> {  // TF32 in float storage
   static constexpr int kBlock = kNhwcChannelBlock;
   static constexpr bool kBf16 = false;
+  static constexpr Precision kPrecision = Precision::TF32;
   static constexpr CUtensorMapDataType kTmaType = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
-  static __device__ __forceinline__ float round(float v) {
-    return __uint_as_float(ptx::to_tf32(v));
-  }
-  static __device__ __forceinline__ float zero() { return 0.f; }
 };
 template <>
-struct OperandOf<__nv_bfloat16> {  // round to nearest even, as the BF16 mma.sync kernels
+struct OperandOf<__nv_bfloat16> {  // BF16, rounded to nearest even by the pre-pass
   static constexpr int kBlock = kNhwcChannelBlockBf16;
   static constexpr bool kBf16 = true;
+  static constexpr Precision kPrecision = Precision::BF16;
   static constexpr CUtensorMapDataType kTmaType = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  static __device__ __forceinline__ __nv_bfloat16 round(float v) { return __float2bfloat16_rn(v); }
-  static __device__ __forceinline__ __nv_bfloat16 zero() { return __ushort_as_bfloat16(0); }
 };
 static_assert(OperandOf<float>::kBlock * 4 == kRowBytes, "a TF32 chunk is one swizzle row");
 static_assert(OperandOf<__nv_bfloat16>::kBlock * 2 == kRowBytes, "a BF16 chunk is one row");
@@ -147,111 +143,6 @@ struct NhwcParams {
   int M, N, ktiles, chunks, kw;
   int oh, ow, stride_h, stride_w, lower_h, lower_w;
 };
-
-// Two bf16 as one 32-bit word, lo at the lower address.
-__device__ __forceinline__ uint32_t pack_pair(__nv_bfloat16 lo, __nv_bfloat16 hi) {
-  return uint32_t(__bfloat16_as_ushort(lo)) | uint32_t(__bfloat16_as_ushort(hi)) << 16;
-}
-
-// Stores kChannels values (16 bytes) of T at p, 16-byte aligned.
-__device__ __forceinline__ void store16(float* p, const float (&v)[4]) {
-  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-}
-__device__ __forceinline__ void store16(__nv_bfloat16* p, const __nv_bfloat16 (&v)[8]) {
-  *reinterpret_cast<uint4*>(p) = make_uint4(pack_pair(v[0], v[1]), pack_pair(v[2], v[3]),
-                                            pack_pair(v[4], v[5]), pack_pair(v[6], v[7]));
-}
-
-// The pre-pass, NCHW -> (N, H, W, c_pad) in T, a transpose that only moves bytes: it runs at
-// HBM bandwidth when every access is 16 bytes wide and every sector it touches is used whole.
-// Thread mapping: thread i owns a block of kChannels channels x 4 pixels of one image, kChannels
-// the channels in 16 bytes of T (4 TF32, 8 BF16): channels cb * kBlock + (i % 8) * kChannels ..
-// + kChannels - 1 (kBlock = 8 kChannels: one 128-byte NHWC row segment) and pixels 4 pq ..
-// 4 pq + 3, where unit i / 8 = (img, cb, pq), pq fastest. It reads each of its channels' 4 pixels
-// with one 16-byte load (kVecLoad; four 4-byte ones where hw is not a multiple of 4 or x is not
-// 16-byte aligned), transposes the block in registers and writes each pixel's kChannels values
-// with one 16-byte store. So a warp's load reads 64 contiguous bytes of each of 8 channel rows and
-// its store writes 128 contiguous bytes of each of 4 pixel rows, with no shared memory; each
-// thread has 64 (TF32) or 128 (BF16) bytes of loads in flight. Channels c..c_pad-1 are written as
-// zeros without being read; values rounded to T's operand (OperandOf<T>::round), or copied
-// unrounded without kRound (the 3xTF32 kernel splits them after loading them). small (T float,
-// kRound; null otherwise): also the 3xTF32 residual copy, TF32(v - out) at the same place.
-template <class T, bool kVecLoad, bool kRound = true>
-__global__ void nchw_to_nhwc_kernel(const float* __restrict__ x, int c, int64_t hw, int c_pad,
-                                    int pquads, int blocks_c, int threads, T* __restrict__ out,
-                                    float* __restrict__ small) {
-  ptx::griddep_enter();
-  constexpr int kChannels = 16 / int(sizeof(T));
-  const int i = int(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= threads) return;
-  const int unit = i >> 3;
-  const int pq = unit % pquads, rest = unit / pquads;
-  const int cb = rest % blocks_c, img = rest / blocks_c;
-  const int ch0 = cb * 8 * kChannels + (i & 7) * kChannels;
-  const int64_t p0 = int64_t(pq) * 4;
-  float v[kChannels][4];
-#pragma unroll
-  for (int k = 0; k < kChannels; ++k) {
-    const int ch = ch0 + k;
-    if (ch >= c) {
-      v[k][0] = v[k][1] = v[k][2] = v[k][3] = 0.f;
-      continue;
-    }
-    const float* row = x + (int64_t(img) * c + ch) * hw + p0;
-    if (kVecLoad) {
-      const float4 a = __ldg(reinterpret_cast<const float4*>(row));
-      v[k][0] = a.x, v[k][1] = a.y, v[k][2] = a.z, v[k][3] = a.w;
-    } else {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) v[k][j] = p0 + j < hw ? __ldg(row + j) : 0.f;
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    if (!kVecLoad && p0 + j >= hw) break;
-    T o[kChannels];
-#pragma unroll
-    for (int k = 0; k < kChannels; ++k) {
-      if constexpr (kRound)
-        o[k] = OperandOf<T>::round(v[k][j]);
-      else
-        o[k] = v[k][j];
-    }
-    const int64_t at = (int64_t(img) * hw + p0 + j) * c_pad + ch0;
-    store16(out + at, o);
-    if constexpr (std::is_same_v<T, float> && kRound) {
-      if (small) {
-        float r[kChannels];
-#pragma unroll
-        for (int k = 0; k < kChannels; ++k) r[k] = __uint_as_float(ptx::to_tf32(v[k][j] - o[k]));
-        store16(small + at, r);
-      }
-    }
-  }
-}
-
-// Thread mapping: one thread per packed weight (r, t, k), grid-stride (see WeightPack). small
-// (T float only; null otherwise): also the 3xTF32 residual pack, TF32(w - out) at the same place.
-template <class T>
-__global__ void pack_weights_kernel(const float* __restrict__ w, int rows, int taps, int k_count,
-                                    int k_pad, int64_t ld_r, int64_t ld_k, int flip,
-                                    T* __restrict__ out, float* __restrict__ small) {
-  ptx::griddep_enter();
-  const int64_t total = int64_t(rows) * taps * k_pad;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int k = int(i % k_pad);
-    const int64_t rt = i / k_pad;
-    const int t = int(rt % taps), r = int(rt / taps);
-    const int tap = flip ? taps - 1 - t : t;
-    const float v = k < k_count ? __ldg(w + r * ld_r + k * ld_k + tap) : 0.f;
-    const T big = k < k_count ? OperandOf<T>::round(v) : OperandOf<T>::zero();
-    out[i] = big;
-    if constexpr (std::is_same_v<T, float>) {
-      if (small) small[i] = __uint_as_float(ptx::to_tf32(v - big));
-    }
-  }
-}
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define CNN_WGMMA_NHWC_DEVICE_CODE 1
@@ -422,23 +313,6 @@ int pick_splits(int64_t m, int n, int ktiles, int bm, int bn) {
   return s;
 }
 
-// The pre-passes of element type T (the public launchers below).
-void nchw_to_nhwc(const float* d_x, int n, int c, int64_t hw, int c_pad, float* d_out,
-                  cudaStream_t stream) {
-  nchw_to_nhwc_tf32_cuda(d_x, n, c, hw, c_pad, d_out, stream);
-}
-void nchw_to_nhwc(const float* d_x, int n, int c, int64_t hw, int c_pad, __nv_bfloat16* d_out,
-                  cudaStream_t stream) {
-  nchw_to_nhwc_bf16_cuda(d_x, n, c, hw, c_pad, reinterpret_cast<uint16_t*>(d_out), stream);
-}
-void pack_weights(const WeightPack& wp, const float* d_w, float* d_out, cudaStream_t stream) {
-  pack_weights_tf32_cuda(wp, d_w, d_out, stream);
-}
-void pack_weights(const WeightPack& wp, const float* d_w, __nv_bfloat16* d_out,
-                  cudaStream_t stream) {
-  pack_weights_bf16_cuda(wp, d_w, reinterpret_cast<uint16_t*>(d_out), stream);
-}
-
 // The main kernel of one tile shape, element type and residency on tiles x splits blocks.
 // The maps: A (and at kSplitA its residual copy), B (and at kSplit its residual pack); the maps
 // an instance does not read may be any map.
@@ -454,9 +328,9 @@ void launch_nhwc(int64_t tiles, int splits, cudaStream_t stream, const char* nam
 }
 
 // Runs conv(a, packed weights) of the GEMM view g (a: g's input, NCHW) into y, NCHW, with
-// operands of type T: the two pre-passes into the scratch, then the main kernel. kSplit (T
-// float): 3xTF32, two weight packs, and the copy unrounded (one block an SM) or split into two
-// copies (two an SM).
+// operands of type T: the pre-pass (weights and copy, one launch) into the scratch, then the main
+// kernel. kSplit (T float): 3xTF32, two weight packs, and the copy unrounded (one block an SM) or
+// split into two copies (two an SM).
 template <class T, bool kSplit = false>
 void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const float* d_w,
          const float* d_b, float* d_y, bool relu, float* d_scratch, cudaStream_t stream,
@@ -538,17 +412,25 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   T* d_nhwc = d_wpack + layout.weight_elems;     // (N, H, W, c_pad)
   T* d_nhwc_small = d_nhwc + layout.copy_elems;  // kSplit at two an SM: A's residual copy
   const bool split_a = kSplit && per_sm > 1;
+  // Both pre-passes in one launch (conv2d_nhwc_prepass.h: each alone cost about a launch's
+  // latency).
+  NhwcWeightJob weights;
+  weights.wp = wp;
+  weights.d_w = d_w;
+  weights.d_out = d_wpack;
+  NhwcCopyJob copy;
+  copy.d_x = d_a;
+  copy.n = g.n;
+  copy.c = g.c;
+  copy.hw = int64_t(g.h) * g.w;
+  copy.c_pad = geo.c_pad;
+  copy.d_out = d_nhwc;
   if constexpr (kSplit) {
-    pack_weights_tf32_split_cuda(wp, d_w, d_wpack, d_wsmall, stream);
-    if (split_a)
-      nchw_to_nhwc_tf32_split_cuda(d_a, g.n, g.c, int64_t(g.h) * g.w, geo.c_pad, d_nhwc,
-                                   d_nhwc_small, stream);
-    else
-      nchw_to_nhwc_fp32_cuda(d_a, g.n, g.c, int64_t(g.h) * g.w, geo.c_pad, d_nhwc, stream);
-  } else {
-    pack_weights(wp, d_w, d_wpack, stream);
-    nchw_to_nhwc(d_a, g.n, g.c, int64_t(g.h) * g.w, geo.c_pad, d_nhwc, stream);
+    weights.d_small = d_wsmall;
+    if (split_a) copy.d_small = d_nhwc_small;  // else the copy stays unrounded
   }
+  conv_nhwc_prepass_cuda(kSplit ? Precision::FP32 : OperandOf<T>::kPrecision, weights, copy,
+                         stream);
 
   NhwcMaps maps;
   maps.a = make_im2col_map(d_nhwc, g, geo);
@@ -647,97 +529,6 @@ int conv2d_wgmma_nhwc_pick_block_n(int64_t m, int n) {
 
 bool conv2d_wgmma_nhwc_available() {
   return conv2d_wgmma_available();
-}
-
-namespace {
-
-// Launches nchw_to_nhwc_kernel<T> after the checks common to both element types.
-template <class T, bool kRound = true>
-void launch_nchw_to_nhwc(const float* d_x, int n, int c, int64_t hw, int c_pad, T* d_out,
-                         float* d_small, cudaStream_t stream, const char* what) {
-  constexpr int kBlock = OperandOf<T>::kBlock;
-  CNN_CHECK(n >= 1 && c >= 1 && hw >= 1 && c_pad >= c && c_pad % kBlock == 0,
-            "{}: n={} c={} hw={} c_pad={} (expected positive sizes, c_pad >= c, a multiple of {})",
-            what, n, c, hw, c_pad, kBlock);
-  CNN_CHECK((reinterpret_cast<uintptr_t>(d_out) & 15u) == 0 &&
-                (reinterpret_cast<uintptr_t>(d_small) & 15u) == 0,
-            "{}: the output must be 16-byte aligned (its rows are written 16 bytes at a time)",
-            what);
-  const int64_t pquads = ceil_div<int64_t>(hw, 4), blocks_c = c_pad / kBlock;
-  const int64_t threads = int64_t(n) * blocks_c * pquads * 8;
-  CNN_CHECK(threads <= INT32_MAX - 255,
-            "{}: n={} hw={} c_pad={} need {} threads (expected at most 2^31 - 256)", what, n, hw,
-            c_pad, threads);
-  const unsigned grid = unsigned(ceil_div<int64_t>(threads, 256));
-  const bool vec = hw % 4 == 0 && (reinterpret_cast<uintptr_t>(d_x) & 15u) == 0;
-  if (vec)
-    nchw_to_nhwc_kernel<T, true, kRound><<<grid, 256, 0, stream>>>(
-        d_x, c, hw, c_pad, int(pquads), int(blocks_c), int(threads), d_out, d_small);
-  else
-    nchw_to_nhwc_kernel<T, false, kRound><<<grid, 256, 0, stream>>>(
-        d_x, c, hw, c_pad, int(pquads), int(blocks_c), int(threads), d_out, d_small);
-  CNN_LAUNCH_CHECK(what);
-}
-
-}  // namespace
-
-void nchw_to_nhwc_tf32_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad, float* d_out,
-                            cudaStream_t stream) {
-  launch_nchw_to_nhwc(d_x, n, c, hw, c_pad, d_out, nullptr, stream, "nchw_to_nhwc_tf32");
-}
-
-void nchw_to_nhwc_bf16_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad, uint16_t* d_out,
-                            cudaStream_t stream) {
-  launch_nchw_to_nhwc(d_x, n, c, hw, c_pad, reinterpret_cast<__nv_bfloat16*>(d_out), nullptr,
-                      stream, "nchw_to_nhwc_bf16");
-}
-
-void nchw_to_nhwc_fp32_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad, float* d_out,
-                            cudaStream_t stream) {
-  launch_nchw_to_nhwc<float, false>(d_x, n, c, hw, c_pad, d_out, nullptr, stream,
-                                    "nchw_to_nhwc_fp32");
-}
-
-void nchw_to_nhwc_tf32_split_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad,
-                                  float* d_big, float* d_small, cudaStream_t stream) {
-  CNN_CHECK(d_small, "nchw_to_nhwc_tf32_split: null residual copy");
-  launch_nchw_to_nhwc(d_x, n, c, hw, c_pad, d_big, d_small, stream, "nchw_to_nhwc_tf32_split");
-}
-
-namespace {
-
-// Launches pack_weights_kernel<T> (small: see there) after the checks common to every form.
-template <class T>
-void launch_pack_weights(const WeightPack& wp, const float* d_w, T* d_out, float* d_small,
-                         cudaStream_t stream, const char* what) {
-  CNN_CHECK(wp.rows >= 1 && wp.taps >= 1 && wp.k_count >= 1 && wp.k_pad >= wp.k_count,
-            "{}: rows={} taps={} k={} k_pad={}", what, wp.rows, wp.taps, wp.k_count, wp.k_pad);
-  const int64_t total = int64_t(wp.rows) * wp.taps * wp.k_pad;
-  const int threads = 256;
-  const int blocks = int(std::min<int64_t>(ceil_div<int64_t>(total, threads), 4096));
-  pack_weights_kernel<T><<<blocks, threads, 0, stream>>>(d_w, wp.rows, wp.taps, wp.k_count,
-                                                         wp.k_pad, wp.ld_r, wp.ld_k,
-                                                         wp.flip ? 1 : 0, d_out, d_small);
-  CNN_LAUNCH_CHECK(what);
-}
-
-}  // namespace
-
-void pack_weights_tf32_cuda(const WeightPack& wp, const float* d_w, float* d_out,
-                            cudaStream_t stream) {
-  launch_pack_weights(wp, d_w, d_out, nullptr, stream, "pack_weights_tf32");
-}
-
-void pack_weights_bf16_cuda(const WeightPack& wp, const float* d_w, uint16_t* d_out,
-                            cudaStream_t stream) {
-  launch_pack_weights(wp, d_w, reinterpret_cast<__nv_bfloat16*>(d_out), nullptr, stream,
-                      "pack_weights_bf16");
-}
-
-void pack_weights_tf32_split_cuda(const WeightPack& wp, const float* d_w, float* d_big,
-                                  float* d_small, cudaStream_t stream) {
-  CNN_CHECK(d_small, "pack_weights_tf32_split: null residual pack");
-  launch_pack_weights(wp, d_w, d_big, d_small, stream, "pack_weights_tf32_split");
 }
 
 void conv2d_forward_wgmma_nhwc(const Conv2dShape& s, const float* d_x, const float* d_w,

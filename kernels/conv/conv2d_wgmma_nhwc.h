@@ -1,7 +1,9 @@
 #pragma once
 // Convolution forward and stride-1 input gradient on the Hopper (sm_90a) wgmma tensor cores with
 // the A operand loaded by TMA in im2col mode from a channels-last copy (conv2d_wgmma_nhwc.cu),
-// TF32, BF16 or FP32 (3xTF32, below) in (WgmmaNhwcOptions::precision), FP32 accumulate. Each call:
+// TF32, BF16 or FP32 (3xTF32, below) in (WgmmaNhwcOptions::precision), FP32 accumulate. Each call
+// runs two launches, the pre-pass (steps 1 and 2, one grid: conv2d_nhwc_prepass.h) and the
+// convolution (step 3):
 //   1. writes the activations (x, or dy for the input gradient) into an NHWC copy with the
 //      channels zero padded to a multiple of 32 (one 128-byte swizzle row), rounded to TF32;
 //      at BF16: to a multiple of 64, rounded to BF16 (nearest even, kernels/common/bf16_round.h),
@@ -80,29 +82,5 @@ void conv2d_forward_wgmma_nhwc(const Conv2dShape& s, const float* d_x, const flo
 void conv2d_backward_data_wgmma_nhwc(const Conv2dShape& s, const float* d_dy, const float* d_w,
                                      float* d_dx, float* d_scratch, cudaStream_t stream,
                                      const WgmmaNhwcOptions& opt = {});
-
-// The pre-pass kernels alone (their CPU twins: conv2d_nhwc_layout.h), for the tests.
-// x (n, c, hw) -> out (n, hw, c_pad), channels >= c zero, values rounded to TF32. out must be
-// 16-byte aligned (rows are stored 16 bytes at a time; x may have any alignment).
-void nchw_to_nhwc_tf32_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad, float* d_out,
-                            cudaStream_t stream);
-void pack_weights_tf32_cuda(const WeightPack& wp, const float* d_w, float* d_out,
-                            cudaStream_t stream);
-// The BF16 pre-passes: the same layouts with bf16 elements (written as their bit patterns),
-// rounded to nearest even; c_pad a multiple of 64.
-void nchw_to_nhwc_bf16_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad, uint16_t* d_out,
-                            cudaStream_t stream);
-void pack_weights_bf16_cuda(const WeightPack& wp, const float* d_w, uint16_t* d_out,
-                            cudaStream_t stream);
-// The FP32 (3xTF32) pre-passes: the copy unrounded (c_pad a multiple of 32), and the weights as
-// two packs, big = the TF32 pack and small = TF32(w - big) (pack_weights_tf32_split_cpu).
-void nchw_to_nhwc_fp32_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad, float* d_out,
-                            cudaStream_t stream);
-// At two blocks an SM the copy is split too (nchw_to_nhwc_tf32_split_cpu): big = the TF32 copy,
-// small = TF32(x - big) at the same place; both 16-byte aligned.
-void nchw_to_nhwc_tf32_split_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad,
-                                  float* d_big, float* d_small, cudaStream_t stream);
-void pack_weights_tf32_split_cuda(const WeightPack& wp, const float* d_w, float* d_big,
-                                  float* d_small, cudaStream_t stream);
 
 }  // namespace cnn

@@ -27,6 +27,7 @@
 
 #include "kernels/common/ptx.cuh"
 #include "kernels/conv/conv2d_nhwc_layout.h"
+#include "kernels/conv/conv2d_nhwc_prepass.h"
 #include "kernels/conv/conv2d_wgmma.h"
 #include "kernels/conv/conv2d_wgmma_nhwc.h"
 #include "kernels/conv/conv2d_wgmma_wgrad_nhwc.h"
