@@ -848,8 +848,8 @@ void bench_nhwc_copy(const BenchContext& ctx, std::vector<BenchRow>& rows, const
 
 // The wgmma-nhwc convolution's whole pre-pass, the weights packed and the channels-last copy, two
 // ways: "fused", the one launch the convolution runs (conv_nhwc_prepass_cuda), and "separate",
-// the two launches it ran before (pack_weights_*_cuda, then nchw_to_nhwc_*_cuda), so that the row
-// pair shows what the fusion saves (each alone was about a launch's latency for little work). At
+// the two kernels apart (pack_weights_*_cuda, then nchw_to_nhwc_*_cuda), so that the row pair
+// shows what one launch saves (each kernel alone is about a launch's latency for little work). At
 // FP32 the 3xTF32 form of one block an SM: two weight packs, the copy unrounded. Outputs compared
 // exactly (bf16 as bit patterns).
 void bench_nhwc_prepass(const BenchContext& ctx, std::vector<BenchRow>& rows,

@@ -236,6 +236,22 @@ __device__ __forceinline__ void mma_steps_double_buffered(M& m, const float* As,
   }
 }
 
+// The kSteps 3xTF32 steps of one staged k-tile on a tensor-core math M (M::load_frag_split,
+// M::acc), single-buffered: the split fragments take twice TF32's registers, and the three MMAs
+// a product give the next step's loads time to land.
+template <int kSteps, class M>
+__device__ __forceinline__ void mma_steps_3xtf32(M& m, const float* As, const float* Bs) {
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    uint32_t a[M::MI][4], as[M::MI][4], b[M::NI][2], bs[M::NI][2];
+    m.load_frag_split(As, Bs, s * M::KS, a, as, b, bs);
+#pragma unroll
+    for (int i = 0; i < M::MI; ++i)
+#pragma unroll
+      for (int j = 0; j < M::NI; ++j) ptx::mma_3xtf32(m.acc[i][j], a[i], as[i], b[j], bs[j]);
+  }
+}
+
 // Tensor-core math: warp w owns a WM x WN warp tile of MI x NI m16n8 accumulator tiles, fed by
 // m16n8k8 TF32 (three a product for Tf32x3) or m16n8k16 BF16 MMAs (C::kMma). With float tiles
 // the operands are rounded (or split) as they leave shared memory (the cp.async copies that fill
@@ -343,17 +359,7 @@ struct MmaMath {
   __device__ __forceinline__ void compute(const float* As, const float* Bs) {
     constexpr int kSteps = C::BK / KS;
     if constexpr (C::kMma == Mma::Tf32x3) {
-      // Single-buffered: the split fragments take twice the registers of TF32's; the three
-      // MMAs a product give the loads of the next step time to land.
-#pragma unroll
-      for (int s = 0; s < kSteps; ++s) {
-        uint32_t a[MI][4], as[MI][4], b[NI][2], bs[NI][2];
-        load_frag_split(As, Bs, s * KS, a, as, b, bs);
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-          for (int j = 0; j < NI; ++j) ptx::mma_3xtf32(acc[i][j], a[i], as[i], b[j], bs[j]);
-      }
+      mma_steps_3xtf32<kSteps>(*this, As, Bs);
       return;
     }
     if constexpr (C::kPacked) {

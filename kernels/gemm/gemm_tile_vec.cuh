@@ -300,17 +300,7 @@ struct MmaMath {
 
   __device__ __forceinline__ void compute(const float* As, const float* Bs) {
     if constexpr (kSplit) {
-      // Single-buffered, as gemm_tile.cuh's Tf32x3: the split fragments take twice TF32's
-      // registers, and the three MMAs a product give the next step's loads time to land.
-#pragma unroll
-      for (int s = 0; s < C::BK / KS; ++s) {
-        uint32_t a[MI][4], as[MI][4], b[NI][2], bs[NI][2];
-        load_frag_split(As, Bs, s * KS, a, as, b, bs);
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-          for (int j = 0; j < NI; ++j) ptx::mma_3xtf32(acc[i][j], a[i], as[i], b[j], bs[j]);
-      }
+      igemm::mma_steps_3xtf32<C::BK / KS>(*this, As, Bs);
     } else {
       igemm::mma_steps_double_buffered<C::BK / KS>(*this, As, Bs);
     }
