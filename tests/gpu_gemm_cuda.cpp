@@ -192,8 +192,7 @@ TEST(GpuGemmCuda, SplitKIsBitwiseRepeatable) {
 
 // FP32 as 3xTF32 on the 16-byte tile (Fp32Math::Tf32x3; the weight gradient's path in FP32 and
 // every pass's off Hopper): every transpose, awkward m, n and k, alpha, beta, bias, ReLU, split
-// k, held to the FFMA tolerance, which TF32 alone (~5e-4 of the output's scale) fails at these
-// k; bitwise repeatable.
+// k, held to the FFMA tolerance; bitwise repeatable.
 TEST(GpuGemmCuda, Fp32As3xTf32OnTheVecTile) {
   CNN_REQUIRE_GPU();
 #ifdef CNN_HAVE_CUDA
