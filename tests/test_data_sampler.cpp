@@ -34,7 +34,9 @@ TEST(DataSampler, PermutationIsValidAndReproducible) {
     std::sort(sorted.begin(), sorted.end());
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(sorted[i], i);
     EXPECT_EQ(epoch_permutation(n, seed, 3), p);
-    if (n >= 7) {
+    // Another epoch or seed gives another order. Only checked from 1000 items: two random
+    // orders of 7 are equal once in 5040 (a fresh seed hit it).
+    if (n >= 1000) {
       EXPECT_NE(epoch_permutation(n, seed, 4), p);
       EXPECT_NE(epoch_permutation(n, seed + 1, 3), p);
     }
