@@ -212,6 +212,30 @@ void expect_close(const Case& c, const Result& r) {
   }
 }
 
+// Small-integer case (m, n, k) = sz through transpose pair t (bit 0: A transposed; bit 1 clear:
+// B transposed), one split, precision prec; run with a fresh seed, printed under `what` with its
+// count of inexact elements, and checked.
+void check_exact_case(const char* what, int t, const int (&sz)[3], Precision prec = Precision::TF32,
+                      WgmmaMnLoad mn_load = WgmmaMnLoad::Default) {
+  Case c;
+  c.ta = (t & 1) != 0;
+  c.tb = (t & 2) == 0;
+  c.m = sz[0];
+  c.n = sz[1];
+  c.k = sz[2];
+  c.fill = Fill::SmallInt;
+  c.opt.splits = 1;
+  c.opt.precision = prec;
+  c.opt.mn_load = mn_load;
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(describe(c) + " seed=" + std::to_string(seed));
+  const Result r = run(c, seed);
+  std::printf("%s %dx%dx%d ta=%d tb=%d: %lld wrong%s%s\n", what, c.m, c.n, c.k, c.ta, c.tb,
+              static_cast<long long>(r.exact_bad), r.exact_bad ? ", first " : "",
+              r.first_bad.c_str());
+  expect_close(c, r);
+}
+
 bool bitwise_equal(const std::vector<float>& x, const std::vector<float>& y) {
   return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * 4) == 0;
 }
@@ -279,23 +303,7 @@ TEST(GpuGemmWgmma, PipelineExact) {
   // tails inside a tile; two by three tiles.
   const int sizes[][3] = {{128, 128, 416}, {128, 128, 1280}, {100, 90, 417}, {257, 300, 1001}};
   for (const auto& sz : sizes)
-    for (int t = 0; t < 4; ++t) {
-      Case c;
-      c.ta = (t & 1) != 0;
-      c.tb = (t & 2) == 0;
-      c.m = sz[0];
-      c.n = sz[1];
-      c.k = sz[2];
-      c.fill = Fill::SmallInt;
-      c.opt.splits = 1;
-      const uint64_t seed = test::fresh_seed();
-      SCOPED_TRACE(describe(c) + " seed=" + std::to_string(seed));
-      const Result r = run(c, seed);
-      std::printf("pipeline %dx%dx%d ta=%d tb=%d: %lld wrong%s%s\n", c.m, c.n, c.k, c.ta, c.tb,
-                  static_cast<long long>(r.exact_bad), r.exact_bad ? ", first " : "",
-                  r.first_bad.c_str());
-      expect_close(c, r);
-    }
+    for (int t = 0; t < 4; ++t) check_exact_case("pipeline", t, sz);
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif
@@ -335,24 +343,7 @@ TEST(GpuGemmWgmma, StagedExact) {
   const int sizes[][3] = {
       {128, 128, 32}, {128, 128, 416}, {128, 128, 1280}, {100, 90, 417}, {257, 300, 1001}};
   for (const auto& sz : sizes)
-    for (int t : {1, 2, 3}) {
-      Case c;
-      c.ta = (t & 1) != 0;
-      c.tb = (t & 2) == 0;
-      c.m = sz[0];
-      c.n = sz[1];
-      c.k = sz[2];
-      c.fill = Fill::SmallInt;
-      c.opt.splits = 1;
-      c.opt.mn_load = WgmmaMnLoad::Tma;
-      const uint64_t seed = test::fresh_seed();
-      SCOPED_TRACE(describe(c) + " seed=" + std::to_string(seed));
-      const Result r = run(c, seed);
-      std::printf("staged %dx%dx%d ta=%d tb=%d: %lld wrong%s%s\n", c.m, c.n, c.k, c.ta, c.tb,
-                  static_cast<long long>(r.exact_bad), r.exact_bad ? ", first " : "",
-                  r.first_bad.c_str());
-      expect_close(c, r);
-    }
+    for (int t : {1, 2, 3}) check_exact_case("staged", t, sz, Precision::TF32, WgmmaMnLoad::Tma);
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif
@@ -511,24 +502,7 @@ TEST(GpuGemmWgmma, Fp32As3xTf32) {
   // the small parts, with tails in m, n and k.
   const int exact_sizes[][3] = {{128, 128, 32}, {257, 300, 1001}};
   for (const auto& sz : exact_sizes)
-    for (int t = 0; t < 4; ++t) {
-      Case c;
-      c.ta = (t & 1) != 0;
-      c.tb = (t & 2) == 0;
-      c.m = sz[0];
-      c.n = sz[1];
-      c.k = sz[2];
-      c.fill = Fill::SmallInt;
-      c.opt.splits = 1;
-      c.opt.precision = Precision::FP32;
-      const uint64_t seed = test::fresh_seed();
-      SCOPED_TRACE(describe(c) + " seed=" + std::to_string(seed));
-      const Result r = run(c, seed);
-      std::printf("3xtf32 exact %dx%dx%d ta=%d tb=%d: %lld wrong%s%s\n", c.m, c.n, c.k, c.ta, c.tb,
-                  static_cast<long long>(r.exact_bad), r.exact_bad ? ", first " : "",
-                  r.first_bad.c_str());
-      expect_close(c, r);
-    }
+    for (int t = 0; t < 4; ++t) check_exact_case("3xtf32 exact", t, sz, Precision::FP32);
   // Random floats: FP32 accuracy (the bound and the 1e-5 Frobenius check above), every transpose,
   // aligned leading dimensions with and without padding, alpha, beta, bias, ReLU; every split
   // count on one shape, each bitwise repeatable.
