@@ -539,35 +539,36 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.f;
   const int lane = tid & 31;
-  if (wg > 0 && kSplit) {
-    // 3xTF32: A from registers, split there; B^T and its small part from the stage (the
-    // convolutions' consumer: conv2d_wgmma_tile.cuh). Reading A once into registers instead of
-    // three times from shared memory by wgmma, and not splitting it in shared memory, halves
-    // the shared-memory traffic of a k-tile.
-    if constexpr (kSplit)
+  if (wg > 0) {
+    if constexpr (kSplit) {
+      // 3xTF32: A from registers, split there; B^T and its small part from the stage (the
+      // convolutions' consumer: conv2d_wgmma_tile.cuh). Reading A once into registers instead of
+      // three times from shared memory by wgmma, and not splitting it in shared memory, halves
+      // the shared-memory traffic of a k-tile.
       consume_stages_3xtf32<kBN, kStages>(acc, nk, wg, full, empty, tile_a, tile_b, small_b);
-  } else if (wg > 0) {
-    // Consumer warpgroup wg - 1: tile rows [64 (wg - 1), +64).
-    const uint32_t a_off = uint32_t(wg - 1) * 64 * 128;  // 64 rows of 128 bytes
-    for (int i = 0; i < nk; ++i) {
-      const int s = i % kStages;
-      mbar_wait(full(s), (i / kStages) & 1);
-      const uint64_t da = sw128_desc(tile_a(s) + a_off), db = sw128_desc(tile_b(s));
-      wgmma_fence();
-      fence_acc(acc);
-      // Four k-steps of 32 bytes of the swizzle row (2 in the descriptor): k8 TF32 or k16 BF16.
+    } else {
+      // Consumer warpgroup wg - 1: tile rows [64 (wg - 1), +64).
+      const uint32_t a_off = uint32_t(wg - 1) * 64 * 128;  // 64 rows of 128 bytes
+      for (int i = 0; i < nk; ++i) {
+        const int s = i % kStages;
+        mbar_wait(full(s), (i / kStages) & 1);
+        const uint64_t da = sw128_desc(tile_a(s) + a_off), db = sw128_desc(tile_b(s));
+        wgmma_fence();
+        fence_acc(acc);
+        // Four k-steps of 32 bytes of the swizzle row (2 in the descriptor): k8 TF32 or k16 BF16.
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        if constexpr (kBf16)
-          wgmma_m64n128k16_bf16(acc, da + 2 * kk, db + 2 * kk);
-        else
-          wgmma_m64n128k8_tf32(acc, da + 2 * kk, db + 2 * kk);
+        for (int kk = 0; kk < 4; ++kk) {
+          if constexpr (kBf16)
+            wgmma_m64n128k16_bf16(acc, da + 2 * kk, db + 2 * kk);
+          else
+            wgmma_m64n128k8_tf32(acc, da + 2 * kk, db + 2 * kk);
+        }
+        commit_and_release_previous([&] { fence_acc(acc); }, i > 0 && lane == 0,
+                                    empty((i + kStages - 1) % kStages));
       }
-      commit_and_release_previous([&] { fence_acc(acc); }, i > 0 && lane == 0,
-                                  empty((i + kStages - 1) % kStages));
+      wgmma_wait<0>();
+      fence_acc(acc);
     }
-    wgmma_wait<0>();
-    fence_acc(acc);
   }
 
   // Every stage has been consumed (so every TMA write has landed): reuse the ring for the

@@ -10,6 +10,7 @@
 #include "kernels/common/ptx.cuh"
 #include "kernels/gemm/linear_head.h"
 #include "kernels/gemm/linear_head_cuda.h"
+#include "kernels/gemm/wgmma_ptx.cuh"  // wgmma::sm_count
 #include "runtime/cuda_check.h"
 #include "runtime/math_util.h"
 
@@ -126,13 +127,6 @@ void launch(const LinearShape& s, int rows_per_split, dim3 grid, const HeadArgs&
   CNN_LAUNCH_CHECK("linear_head_backward_kernel");
 }
 
-int device_sm_count() {
-  int dev = 0, sms = 0;
-  CNN_CUDA_CHECK(cudaGetDevice(&dev));
-  CNN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return sms;
-}
-
 }  // namespace
 
 void linear_head_backward_cuda(const LinearShape& s, const float* d_x, const float* d_dy,
@@ -147,7 +141,7 @@ void linear_head_backward_cuda(const LinearShape& s, const float* d_x, const flo
             row_splits);
   const int want = row_splits > 0
                        ? row_splits
-                       : linear_head_pick_row_splits(s, deterministic, device_sm_count());
+                       : linear_head_pick_row_splits(s, deterministic, wgmma::sm_count());
   // Whole rounds of the 8 warps a split; the split count follows from that rounding.
   const int64_t round = kLinearHeadWarps;
   const int64_t rows = ceil_div<int64_t>(ceil_div<int64_t>(s.n, want), round) * round;
