@@ -96,6 +96,14 @@ class Layer {
   virtual bool can_mask_input_relu() const { return false; }
   void set_mask_input_relu(bool on) { mask_input_relu_ = on; }
   void set_relu_masked_downstream(bool on) { relu_masked_downstream_ = on; }
+  // Beyond the mask, the bias gradient of the layer before: a layer that masks its input gradient
+  // by that layer's ReLU has written that layer's output gradient, whose column sums (a linear
+  // layer's bias gradient) it can add in the same pass. The Network pairs the two: the layer
+  // before hands over its bias gradient (and stops summing it itself; null: it has none to hand
+  // over), this layer is given it.
+  virtual bool can_sum_input_bias_grad() const { return false; }
+  virtual float* hand_over_bias_grad() { return nullptr; }
+  void set_input_bias_grad(float* d_db) { input_bias_grad_ = d_db; }
 
   // Conv -> ReLU -> max-pool run as one pass by this layer (kernels/conv_relu_pool.h), chosen by
   // the Network for a first layer whose ReLU is fused: forward then writes the POOL's output
@@ -130,6 +138,7 @@ class Layer {
   bool fused_relu_ = false;
   bool mask_input_relu_ = false;
   bool relu_masked_downstream_ = false;
+  float* input_bias_grad_ = nullptr;  // (in features) the layer before's, or null
   bool fused_pool_ = false;
   TuneCache* tune_cache_ = nullptr;
 };

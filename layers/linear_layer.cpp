@@ -48,6 +48,11 @@ class LinearLayer : public Layer {
   // The fused backward reads x anyway, so it also applies the ReLU mask of the layer before
   // (whose output x is) and that layer skips its own ReLU backward pass.
   bool can_mask_input_relu() const override { return head_backward(); }
+  bool can_sum_input_bias_grad() const override { return head_backward(); }
+  float* hand_over_bias_grad() override {
+    bias_grad_downstream_ = db_ != nullptr;
+    return db_;
+  }
 
   void forward(int n, const float* x, float* y, float* /*scratch*/, const Exec& ex) override {
     linear_forward(at(n), x, w_, b_, y, fused_relu_, algos_.fwd, ex);
@@ -58,8 +63,9 @@ class LinearLayer : public Layer {
     const LinearShape s = at(n);
     if (relu_backward_here()) relu_backward(int64_t(n) * s.out, y, dy, dy, ex);
     if (head_backward())
-      return linear_head_backward(s, x, dy, w_, dw_, db_, dx, mask_input_relu_, ex);
-    linear_backward_weight(s, x, dy, dw_, db_, scratch, algos_.dw, ex);
+      return linear_head_backward(s, x, dy, w_, dw_, own_db(), dx, mask_input_relu_,
+                                  input_bias_grad_, ex);
+    linear_backward_weight(s, x, dy, dw_, own_db(), scratch, algos_.dw, ex);
     if (!dx) return;
     linear_backward_data(s, dy, w_, dx, algos_.dx, ex);
     // Only the fused path is offered the mask (can_mask_input_relu); kept here too so that the
@@ -86,7 +92,7 @@ class LinearLayer : public Layer {
     };
     return tune_passes(
         TuneSite{name(), op, tune_cache_}, forward,
-        [&](Algo a) { linear_backward_weight(s, x, dy, dw_, db_, scratch, a, ex); },
+        [&](Algo a) { linear_backward_weight(s, x, dy, dw_, own_db(), scratch, a, ex); },
         dx ? &input_grad : nullptr, &algos_, ex);
   }
 
@@ -101,7 +107,11 @@ class LinearLayer : public Layer {
     return (algo_ == Algo::Auto || algo_ == Algo::Fast) &&
            linear_head_backward_applies(shape_, dev_);
   }
+  // The bias gradient this layer's backward sums itself: null where it has none, or where the
+  // layer after sums it (hand_over_bias_grad).
+  float* own_db() const { return bias_grad_downstream_ ? nullptr : db_; }
   LinearShape shape_;
+  bool bias_grad_downstream_ = false;
   Algo algo_ = Algo::Auto;  // as configured; Auto may be refined per pass by autotune()
   PassAlgos algos_;
   Device dev_ = Device::CPU;

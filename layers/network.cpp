@@ -6,6 +6,7 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <utility>
 
 #include "kernels/loss/softmax_xent.h"
 #include "kernels/pointwise/add.h"
@@ -135,8 +136,10 @@ Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
         "{}: relu folded into batchnorm (max(y, 0) written by the batchnorm, dy masked in its "
         "backward; CNN_FUSE_BN_RELU=0 runs them apart)",
         batchnorm_folds));
-  // A max-pool reading a folded relu's output (and the only reader of it) applies that ReLU's
-  // gradient mask itself.
+  // A max-pool or linear layer reading a folded relu's output (and the only reader of it) applies
+  // that ReLU's gradient mask itself; a linear layer also sums the bias gradient of the layer
+  // before where it can (paired once the parameters are bound, below).
+  std::vector<std::pair<size_t, size_t>> bias_grad_folds;  // (summing layer, layer before)
   for (size_t i = 0; i < count; ++i) {
     const int t = input_[i];
     if (skipped_[i] || t < 0 || !skipped_[size_t(t)] || consumers[size_t(t)] != 1 ||
@@ -146,6 +149,7 @@ Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
     if (prev < 0 || skipped_[size_t(prev)] || !layers_[size_t(prev)]->fused_relu()) continue;
     layers_[i]->set_mask_input_relu(true);
     layers_[size_t(prev)]->set_relu_masked_downstream(true);
+    if (layers_[i]->can_sum_input_bias_grad()) bias_grad_folds.emplace_back(i, size_t(prev));
   }
 
   // A block's add (and the relu after it, the add's only reader) run by the batchnorm that ends
@@ -275,6 +279,8 @@ Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
     layers_[i]->init_params(h_params.data() + layer_offset[i], rng);
     layers_[i]->bind(params_.data() + layer_offset[i], grads_.data() + layer_offset[i]);
   }
+  for (const auto& [i, prev] : bias_grad_folds)
+    layers_[i]->set_input_bias_grad(layers_[prev]->hand_over_bias_grad());
   params_.copy_from(h_params.data(), Device::CPU, h_params.size());
   resize_scratch(scratch_need(ex, false));
 

@@ -1,8 +1,9 @@
 // The fused linear-head backward (kernels/gemm/linear_head.h) against its CPU twin on awkward
-// shapes (batch 1, 3, 129, 257; 1, 7, 1023, 1030 inputs; 1, 2, 10, 17 and 32 outputs), with and
-// without bias, input gradient and ReLU mask, atomic and deterministic; the mask's bits against
-// relu_backward's, NaN included; every row split against the twin; and a network whose heads
-// run it against the same network on separate passes and on the CPU.
+// shapes (batch 1, 3, 7, 129, 257; 1, 7, 1023, 1030 inputs; 1, 2, 10, 17 and 32 outputs), with
+// and without bias, input gradient, ReLU mask and the bias gradient of the layer before, atomic
+// and deterministic; the mask's bits against relu_backward's, NaN included; the folded bias
+// gradient's bits against the pass it replaces (db_colsum); every row split against the twin;
+// and a network whose heads run it against the same network on separate passes and on the CPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/gemm/linear.h"
 #include "kernels/gemm/linear_head.h"
 #include "kernels/gemm/linear_head_cuda.h"
 #include "kernels/pointwise/relu.h"
@@ -60,8 +62,10 @@ Exec cuda_exec(bool deterministic) {
 struct Case {
   LinearShape s;
   std::vector<float> x, dy, w, dw0, db0;  // (N, IN), (N, OUT), (OUT, IN), (OUT, IN), (OUT)
-  std::vector<float> dw_ref, db_ref, dx_ref, dx_masked_ref;
-  std::vector<float> dw_mag, db_mag, dx_mag;  // the twin on absolute values: the error scale
+  std::vector<float> input_db0;           // (IN): the bias gradient of the layer before
+  std::vector<float> dw_ref, db_ref, dx_ref, dx_masked_ref, input_db_ref;
+  // The twin on absolute values: the error scale.
+  std::vector<float> dw_mag, db_mag, dx_mag, input_db_mag;
   Tensor d_x, d_dy, d_w;
 
   Case(const LinearShape& shape, uint64_t seed) : s(shape) {
@@ -71,20 +75,24 @@ struct Case {
     w = test::random_vector(nw, seed + 2);
     dw0 = test::random_vector(nw, seed + 3);
     db0 = test::random_vector(size_t(s.out), seed + 4);
+    input_db0 = test::random_vector(size_t(s.in), seed + 5);
     dw_ref = dw0;
     db_ref = db0;
     dx_ref.resize(nx);
     linear_head_backward_cpu(s, x.data(), dy.data(), w.data(), dw_ref.data(), db_ref.data(),
-                             dx_ref.data(), false);
+                             dx_ref.data(), false, nullptr);
     std::vector<float> dw_again = dw0;
     dx_masked_ref.resize(nx);
+    input_db_ref = input_db0;
     linear_head_backward_cpu(s, x.data(), dy.data(), w.data(), dw_again.data(), nullptr,
-                             dx_masked_ref.data(), true);
+                             dx_masked_ref.data(), true, input_db_ref.data());
     dw_mag = abs_of(dw0);
     db_mag = abs_of(db0);
     dx_mag.resize(nx);
     linear_head_backward_cpu(s, abs_of(x).data(), abs_of(dy).data(), abs_of(w).data(),
-                             dw_mag.data(), db_mag.data(), dx_mag.data(), false);
+                             dw_mag.data(), db_mag.data(), dx_mag.data(), false, nullptr);
+    input_db_mag = abs_of(input_db0);
+    for (size_t e = 0; e < nx; ++e) input_db_mag[e % size_t(s.in)] += dx_mag[e];
     d_x = test::to_device(x);
     d_dy = test::to_device(dy);
     d_w = test::to_device(w);
@@ -92,30 +100,33 @@ struct Case {
 };
 
 struct Result {
-  std::vector<float> dw, db, dx;
+  std::vector<float> dw, db, dx, input_db;
 };
 
-// One call on the GPU from dw0 / db0, dx poisoned first; row_splits < 0: through the public
-// API (the picked split), else the launcher with that split.
+// One call on the GPU from dw0 / db0 / input_db0, dx poisoned first; input_db only with the
+// mask; row_splits < 0: through the public API (the picked split), else the launcher with that
+// split.
 Result run(const Case& c, bool bias, bool want_dx, bool mask, bool deterministic,
            int row_splits = -1) {
   const size_t nx = size_t(c.s.n) * c.s.in;
   Tensor d_dw = test::to_device(c.dw0), d_db = test::to_device(c.db0);
+  Tensor d_input_db = test::to_device(c.input_db0);
   Buffer<float> d_dx(nx, Device::CUDA);  // (N, IN)
   test::poison_device(d_dx.data(), nx);
   float* db = bias ? d_db.data() : nullptr;
   float* dx = want_dx ? d_dx.data() : nullptr;
+  float* input_db = want_dx && mask ? d_input_db.data() : nullptr;
   if (row_splits < 0)
     linear_head_backward(c.s, c.d_x.data(), c.d_dy.data(), c.d_w.data(), d_dw.data(), db, dx, mask,
-                         cuda_exec(deterministic));
+                         input_db, cuda_exec(deterministic));
   else
 #ifdef CNN_HAVE_CUDA  // the launcher, called directly for its split, exists in CUDA builds only
     linear_head_backward_cuda(c.s, c.d_x.data(), c.d_dy.data(), c.d_w.data(), d_dw.data(), db, dx,
-                              mask, deterministic, nullptr, row_splits);
+                              mask, input_db, deterministic, nullptr, row_splits);
 #else
     ADD_FAILURE() << "row splits need a CUDA build";
 #endif
-  Result r{d_dw.to_vector(), d_db.to_vector(), {}};
+  Result r{d_dw.to_vector(), d_db.to_vector(), {}, d_input_db.to_vector()};
   if (want_dx) r.dx = test::to_host(d_dx.data(), nx);
   return r;
 }
@@ -130,6 +141,27 @@ void check(const Case& c, const Result& r, bool bias, bool want_dx, bool mask) {
   if (want_dx) {
     EXPECT_LT(bounded_error(r.dx, mask ? c.dx_masked_ref : c.dx_ref, c.dx_mag), kTol) << "dx";
   }
+  if (want_dx && mask) {
+    EXPECT_LT(bounded_error(r.input_db, c.input_db_ref, c.input_db_mag), kTol) << "input_db";
+  } else {
+    EXPECT_TRUE(same_bits(r.input_db, c.input_db0)) << "input_db written without dx and mask";
+  }
+}
+
+// The bias-gradient pass the fold replaces, on the GPU: input_db0 + column sums of dx (N, IN),
+// as the layer before's linear_backward_weight sums them (its weight gradient, of a 1-input
+// layer, thrown away).
+std::vector<float> bias_grad_pass(const Case& c, const std::vector<float>& dx, bool deterministic) {
+  const LinearShape s{c.s.n, 1, c.s.in};
+  Tensor d_x = test::to_device(std::vector<float>(size_t(s.n), 1.f));
+  Tensor d_dy = test::to_device(dx), d_db = test::to_device(c.input_db0);
+  Tensor d_dw = test::to_device(std::vector<float>(size_t(s.out), 0.f));
+  const Exec ex = cuda_exec(deterministic);
+  Buffer<float> scratch(std::max<size_t>(1, linear_backward_weight_scratch_floats(s, ex)),
+                        Device::CUDA);
+  linear_backward_weight(s, d_x.data(), d_dy.data(), d_dw.data(), d_db.data(), scratch.data(),
+                         Algo::Tiled, ex);
+  return d_db.to_vector();
 }
 
 }  // namespace
@@ -138,7 +170,7 @@ TEST(GpuLinearHead, MatchesCpuTwinOnAwkwardShapes) {
   CNN_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  for (int n : {1, 3, 129, 257})
+  for (int n : {1, 3, 7, 129, 257})
     for (int in : {1, 7, 1023, 1030})
       for (int out : {1, 2, 10, 17, kLinearHeadMaxOut}) {
         const Case c(LinearShape{n, in, out}, seed + uint64_t(n) * 7919 + in * 31 + out);
@@ -166,6 +198,11 @@ TEST(GpuLinearHead, MatchesCpuTwinOnAwkwardShapes) {
                 EXPECT_TRUE(same_bits(again.dw, r.dw)) << "deterministic dw differs";
                 EXPECT_TRUE(same_bits(again.db, r.db)) << "deterministic db differs";
                 EXPECT_TRUE(same_bits(again.dx, r.dx)) << "dx differs";
+                EXPECT_TRUE(same_bits(again.input_db, r.input_db))
+                    << "deterministic input_db differs";
+                // One owner sums in db_colsum's order: the bits of the pass the fold replaces.
+                EXPECT_TRUE(same_bits(r.input_db, bias_grad_pass(c, r.dx, true)))
+                    << "input_db is not the bias-gradient pass's";
               }
             }
           // No input gradient (a first layer): the weight gradient alone.
@@ -196,6 +233,7 @@ TEST(GpuLinearHead, EveryRowSplitMatches) {
       if (splits == 1) {
         EXPECT_TRUE(same_bits(r.dw, det.dw));
         EXPECT_TRUE(same_bits(r.db, det.db));
+        EXPECT_TRUE(same_bits(r.input_db, det.input_db));
       }
     }
   }
@@ -236,8 +274,8 @@ TEST(GpuLinearHead, MaskHasReluBackwardBits) {
 }
 
 // A network whose linear layers (16 and 10 outputs) run the fused backward, fc2 masking fc1's
-// ReLU, against the same network on separate passes (algo igemm) and on the CPU; deterministic
-// steps repeat bitwise.
+// ReLU and summing fc1's bias gradient (fc3 the same for fc2), against the same network on
+// separate passes (algo igemm) and on the CPU; deterministic steps repeat bitwise.
 TEST(GpuLinearHead, NetworkMatchesSeparatePasses) {
   CNN_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
@@ -262,13 +300,15 @@ TEST(GpuLinearHead, NetworkMatchesSeparatePasses) {
   const test::NetworkRun cpu = test::run_network(fused, chw, Exec{}, o, n, 1);
   for (bool deterministic : {false, true}) {
     SCOPED_TRACE(deterministic ? "deterministic" : "atomic");
-    bool masks = false;
+    bool masks = false, sums_bias_grad = false;
     const test::NetworkRun a =
         test::run_network(fused, chw, cuda_exec(deterministic), o, n, 1, [&](const Network& net) {
           masks = net.layers()[5]->can_mask_input_relu();  // fc3
+          sums_bias_grad = net.layers()[5]->can_sum_input_bias_grad();
         });
     const test::NetworkRun b = test::run_network(apart, chw, cuda_exec(deterministic), o, n, 1);
     EXPECT_EQ(masks, linear_head_backward_applies(LinearShape{n, 16, 10}, Device::CUDA));
+    EXPECT_EQ(sums_bias_grad, masks);
     const double e_apart = test::max_rel_error(a.grads, b.grads);
     const double e_cpu = test::max_rel_error(a.grads, cpu.grads);
     std::printf(

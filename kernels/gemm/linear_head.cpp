@@ -29,17 +29,20 @@ int linear_head_pick_row_splits(const LinearShape& s, bool deterministic, int sm
 }
 
 void linear_head_backward(const LinearShape& s, const float* x, const float* dy, const float* w,
-                          float* dw, float* db, float* dx, bool mask_input_relu, const Exec& ex) {
+                          float* dw, float* db, float* dx, bool mask_input_relu, float* input_db,
+                          const Exec& ex) {
   check_linear_shape(s);
   CNN_CHECK(s.out <= kLinearHeadMaxOut,
             "linear_head_backward: {} outputs; the fused kernel takes at most {}", s.out,
             kLinearHeadMaxOut);
   CNN_CHECK(x && dy && dw, "linear_head_backward: x, dy and dw must not be null");
   CNN_CHECK(!dx || w, "linear_head_backward: w must not be null when dx is asked for");
+  CNN_CHECK(!input_db || (dx && mask_input_relu),
+            "linear_head_backward: input_db needs dx and the input ReLU mask");
   if (ex.device == Device::CPU)
-    return linear_head_backward_cpu(s, x, dy, w, dw, db, dx, mask_input_relu);
+    return linear_head_backward_cpu(s, x, dy, w, dw, db, dx, mask_input_relu, input_db);
   CNN_CUDA_BRANCH("linear_head_backward",
-                  linear_head_backward_cuda(s, x, dy, w, dw, db, dx, mask_input_relu,
+                  linear_head_backward_cuda(s, x, dy, w, dw, db, dx, mask_input_relu, input_db,
                                             ex.deterministic, ex.stream));
 }
 

@@ -30,16 +30,21 @@ static_assert(kLinearHeadColumns == 32, "a block's columns are the lanes of a wa
 // terms add exact zeros). Then the 8 warps' partials of dw and db are added in warp order
 // through shared memory, thread t owning (o, k) = (e / 32, 32 bx + e % 32) for e = t, t + 256,
 // ...: with one row split (gridDim.y == 1) every output has that one owner and is accumulated
-// with +=, bitwise repeatable; with several, each split's sum goes in by atomicAdd.
+// with +=, bitwise repeatable; with several, each split's sum goes in by atomicAdd. With
+// input_db, each thread also sums the dx it writes over its rows in order (rows w, w + 8, ...,
+// as db_colsum sums a column) and lane c of warp 0 adds the 8 warps' sums in warp order into
+// input_db[32 bx + c], owner or atomic as dw.
 template <int kOut>
 __global__ void __launch_bounds__(kThreads)
     linear_head_backward_kernel(int n, int in, int out, int rows_per_split,
                                 const float* __restrict__ d_x, const float* __restrict__ d_dy,
                                 const float* __restrict__ d_w, float* __restrict__ d_dw,
-                                float* __restrict__ d_db, float* __restrict__ d_dx, bool mask) {
+                                float* __restrict__ d_db, float* __restrict__ d_dx, bool mask,
+                                float* __restrict__ d_input_db) {
   ptx::griddep_enter();
   __shared__ float part_dw[kLinearHeadWarps][kOut][32];  // 32 KB at kOut = 32
   __shared__ float part_db[kLinearHeadWarps][32];
+  __shared__ float part_input_db[kLinearHeadWarps][32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int k = blockIdx.x * 32 + lane;
   const bool col = k < in;
@@ -51,7 +56,8 @@ __global__ void __launch_bounds__(kThreads)
     acc[o] = 0.f;
     wk[o] = (want_dx && col && o < out) ? __ldg(d_w + int64_t(o) * in + k) : 0.f;
   }
-  float db_acc = 0.f;  // lane o: db[o]'s partial
+  float db_acc = 0.f;        // lane o: db[o]'s partial
+  float input_db_acc = 0.f;  // input_db[k]'s partial
   const int r0 = blockIdx.y * rows_per_split;
   const int r1 = static_cast<int>(min(int64_t(n), int64_t(r0) + rows_per_split));
   // Rows in groups of kRowGroup a warp: all their loads are issued before the first is used, so
@@ -76,13 +82,18 @@ __global__ void __launch_bounds__(kThreads)
         s = fmaf(go, wk[o], s);
       }
       // The mask is relu_backward's (y > 0 ? dy : 0) with y = x: a NaN x masks, a NaN s passes.
-      if (want_dx && col && i < r1) d_dx[int64_t(i) * in + k] = (mask && !(xv[u] > 0.f)) ? 0.f : s;
+      if (want_dx && col && i < r1) {
+        const float v = (mask && !(xv[u] > 0.f)) ? 0.f : s;
+        d_dx[int64_t(i) * in + k] = v;
+        input_db_acc += v;
+      }
     }
   }
 
 #pragma unroll
   for (int o = 0; o < kOut; ++o) part_dw[warp][o][lane] = acc[o];
   part_db[warp][lane] = db_acc;
+  part_input_db[warp][lane] = input_db_acc;
   __syncthreads();
   const bool atomic = gridDim.y > 1;
   for (int e = threadIdx.x; e < kOut * 32; e += kThreads) {
@@ -106,6 +117,15 @@ __global__ void __launch_bounds__(kThreads)
     else
       d_db[threadIdx.x] += sum;
   }
+  if (d_input_db && warp == 0 && col) {
+    float sum = 0.f;
+#pragma unroll
+    for (int q = 0; q < kLinearHeadWarps; ++q) sum += part_input_db[q][lane];
+    if (atomic)
+      atomicAdd(d_input_db + k, sum);
+    else
+      d_input_db[k] += sum;
+  }
 }
 
 // The pointers of one call, as the kernel takes them.
@@ -117,13 +137,14 @@ struct HeadArgs {
   float* db;        // (out) or null
   float* dx;        // (n, in) or null
   bool mask;
+  float* input_db;  // (in) or null
 };
 
 template <int kOut>
 void launch(const LinearShape& s, int rows_per_split, dim3 grid, const HeadArgs& a,
             cudaStream_t stream) {
   linear_head_backward_kernel<kOut><<<grid, kThreads, 0, stream>>>(
-      s.n, s.in, s.out, rows_per_split, a.x, a.dy, a.w, a.dw, a.db, a.dx, a.mask);
+      s.n, s.in, s.out, rows_per_split, a.x, a.dy, a.w, a.dw, a.db, a.dx, a.mask, a.input_db);
   CNN_LAUNCH_CHECK("linear_head_backward_kernel");
 }
 
@@ -131,8 +152,8 @@ void launch(const LinearShape& s, int rows_per_split, dim3 grid, const HeadArgs&
 
 void linear_head_backward_cuda(const LinearShape& s, const float* d_x, const float* d_dy,
                                const float* d_w, float* d_dw, float* d_db, float* d_dx,
-                               bool mask_input_relu, bool deterministic, cudaStream_t stream,
-                               int row_splits) {
+                               bool mask_input_relu, float* d_input_db, bool deterministic,
+                               cudaStream_t stream, int row_splits) {
   CNN_CHECK(s.out >= 1 && s.out <= kLinearHeadMaxOut,
             "linear_head_backward: {} outputs; the fused kernel takes 1..{}", s.out,
             kLinearHeadMaxOut);
@@ -150,7 +171,7 @@ void linear_head_backward_cuda(const LinearShape& s, const float* d_x, const flo
   const dim3 grid(static_cast<unsigned>(ceil_div(s.in, kLinearHeadColumns)),
                   static_cast<unsigned>(splits));
   const int r = static_cast<int>(std::min<int64_t>(rows, s.n));
-  const HeadArgs a{d_x, d_dy, d_w, d_dw, d_db, d_dx, mask_input_relu};
+  const HeadArgs a{d_x, d_dy, d_w, d_dw, d_db, d_dx, mask_input_relu, d_input_db};
   switch (ceil_div(s.out, 4)) {
     case 1:
       return launch<4>(s, r, grid, a, stream);

@@ -1,9 +1,11 @@
 #pragma once
 // The whole backward of a linear layer with few outputs (a classifier head: 10 classes from 1024
 // features) in one launch: dw += dy^T x, db += column sums of dy, dx = dy w, and optionally dx
-// masked by the ReLU of the layer before. At such shapes each separate pass (weight gradient,
-// bias gradient, input gradient, the previous layer's ReLU backward) is a launch that waits on
-// latency for almost no work; one kernel reads x once for both products and writes dx once.
+// masked by the ReLU of the layer before and that layer's bias gradient (the column sums of the
+// masked dx, which is its output gradient). At such shapes each separate pass (weight gradient,
+// bias gradient, input gradient, the previous layer's ReLU backward and bias gradient) is a
+// launch that waits on latency for almost no work; one kernel reads x once for both products and
+// writes dx once.
 // Arithmetic is FP32 whatever ex.precision says (a head is bound by latency, not by FFMA).
 #include "kernels/gemm/linear.h"
 #include "runtime/device.h"
@@ -25,16 +27,22 @@ bool linear_head_backward_applies(const LinearShape& s, Device dev);
 // dw (OUT, IN) += dy^T x; db (OUT) += column sums of dy (db may be null); dx (N, IN) = dy w (dx may
 // be null: no input gradient), and with mask_input_relu dx = 0 wherever x <= 0 (x is then the
 // output of a ReLU, and the result has the bits relu_backward(x, dy w) gives: a NaN x masks).
-// ACCUMULATES dw and db. x (N, IN), dy (N, OUT), w (OUT, IN); no two buffers overlap.
-// Normal mode splits the batch over blocks where that fills the GPU and adds their partial sums
-// with atomicAdd; deterministic mode gives every output of dw and db one owner that sums in a
-// fixed order (bitwise repeatable, no scratch, so nothing to size). s.out <= kLinearHeadMaxOut.
+// input_db (IN) += column sums of that masked dx (may be null; needs dx and the mask): the bias
+// gradient of the linear layer whose ReLU output x is, so that layer needs no pass of its own for
+// it. ACCUMULATES dw, db and input_db. x (N, IN), dy (N, OUT), w (OUT, IN); no two buffers
+// overlap. Normal mode splits the batch over blocks where that fills the GPU and adds their
+// partial sums with atomicAdd; deterministic mode gives every output of dw, db and input_db one
+// owner that sums in a fixed order (bitwise repeatable, no scratch, so nothing to size; input_db
+// then has the bits of the bias-gradient pass it replaces for batches up to 1024).
+// s.out <= kLinearHeadMaxOut.
 void linear_head_backward(const LinearShape& s, const float* x, const float* dy, const float* w,
-                          float* dw, float* db, float* dx, bool mask_input_relu, const Exec& ex);
+                          float* dw, float* db, float* dx, bool mask_input_relu, float* input_db,
+                          const Exec& ex);
 
-// The CPU twin: the CPU references of the weight gradient, the input gradient and relu_backward,
-// one after another.
+// The CPU twin: the CPU references of the weight gradient, the input gradient, relu_backward and
+// the bias gradient of the masked dx, one after another.
 void linear_head_backward_cpu(const LinearShape& s, const float* x, const float* dy, const float* w,
-                              float* dw, float* db, float* dx, bool mask_input_relu);
+                              float* dw, float* db, float* dx, bool mask_input_relu,
+                              float* input_db);
 
 }  // namespace cnn

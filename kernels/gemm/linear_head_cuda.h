@@ -23,7 +23,7 @@ int linear_head_pick_row_splits(const LinearShape& s, bool deterministic, int sm
 // row_splits: 0 picks (linear_head_pick_row_splits); deterministic mode takes 1 only.
 void linear_head_backward_cuda(const LinearShape& s, const float* d_x, const float* d_dy,
                                const float* d_w, float* d_dw, float* d_db, float* d_dx,
-                               bool mask_input_relu, bool deterministic, cudaStream_t stream,
-                               int row_splits = 0);
+                               bool mask_input_relu, float* d_input_db, bool deterministic,
+                               cudaStream_t stream, int row_splits = 0);
 
 }  // namespace cnn
