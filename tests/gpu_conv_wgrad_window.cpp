@@ -139,6 +139,9 @@ TEST(GpuConvWgradWindow, AwkwardShapes5x5And1x1) {
 #ifdef CNN_HAVE_CUDA
   run_window_shapes({
       conv(3, 64, 32, 32, 64, 5, 5, 1, 1, 2, 2),  // 5x5, OC 64: 8 channels a block
+      conv(5, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2),  // LeNet conv2: 16-byte dy, bands of 8 + 6 rows
+      conv(2, 11, 15, 12, 30, 5, 5, 1, 1, 2, 2),  // 16-byte dy, 11 channels of a chunk of 16
+      conv(3, 8, 6, 7, 40, 3, 3, 1, 1, 1, 1),     // 6 x 7: 16-byte dy, rows a multiple of 4
       conv(1, 33, 13, 9, 32, 5, 5, 1, 1, 3, 0),   // 5x5, pad 3 x 0, OC 32
       conv(128, 5, 7, 7, 7, 5, 5, 1, 1, 1, 1),    // 5x5 on 7x7, batch 128
       conv(3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0),      // 1x1 everything

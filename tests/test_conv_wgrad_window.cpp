@@ -39,6 +39,9 @@ const std::vector<Conv2dShape>& model_shapes() {
       conv(2, 6, 9, 13, 33, 3, 3, 1, 1, 3, 2),    // pad 3 > kernel - 1: zero rows and columns
       conv(2, 70, 10, 6, 100, 1, 1, 1, 1, 1, 0),  // 1x1 with padding, C 70, OC 100
       conv(1, 4, 40, 3, 3, 3, 3, 1, 1, 1, 1),     // 3-wide image: many rows a band
+      conv(3, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2),  // LeNet conv2: dy in 16-byte pieces, even rows
+      conv(2, 11, 15, 12, 30, 5, 5, 1, 1, 2, 2),  // 15 x 12 output: 16-byte dy, any rows
+      conv(2, 8, 6, 7, 40, 3, 3, 1, 1, 1, 1),     // 6 x 7: rows a multiple of 4, short last band
   };
   return shapes;
 }
@@ -131,7 +134,13 @@ TEST(ConvWgradWindow, PlanKeepsItsPromises) {
       EXPECT_LT((p.splits - 1) * p.units_per_split, p.units);
       EXPECT_LE(int64_t{p.chunks} * p.splits, 2 * kWgradWindowTargetBlocks + p.chunks);
       // Accumulators a thread within the register budget.
-      EXPECT_LE(p.mtw * p.cgw * s.kh * s.kw * 4, 100);
+      EXPECT_LE(p.mtw * p.cgw * ((s.kh * s.kw + p.wt - 1) / p.wt) * 4, 104);
+      EXPECT_EQ(p.wm * p.wt * p.wc, 4);
+      // 16-byte dy pieces only where every band starts 16-byte aligned.
+      if (p.dy_vec) {
+        EXPECT_EQ(s.oh() * s.ow() % 4, 0);
+        EXPECT_EQ(p.rows * s.ow() % 4, 0);
+      }
     }
     Exec ex;
     ex.deterministic = true;
@@ -167,6 +176,22 @@ TEST(ConvWgradWindow, ResNetStage1Plan) {
   EXPECT_EQ(p.splits, 224);
   EXPECT_EQ(p.kp, 112);
   EXPECT_EQ(p.ws, 32);
+  EXPECT_TRUE(p.dy_vec);
+}
+
+// LeNet's conv2 (14 x 14, 5x5, OC 64): bands of an even number of rows, so that dy's 196-float
+// planes are copied in 16-byte pieces; 8 channels a block, the 25 taps over two warps.
+TEST(ConvWgradWindow, LeNetConv2Plan) {
+  const WgradWindowPlan p =
+      wgrad_window_plan(conv(128, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2), Precision::TF32);
+  EXPECT_TRUE(p.dy_vec);
+  EXPECT_EQ(p.rows, 8);
+  EXPECT_EQ(p.bands, 2);
+  EXPECT_EQ(p.kp, 112);
+  EXPECT_EQ(p.cb, 8);
+  EXPECT_EQ(p.chunks, 4);
+  EXPECT_EQ(p.oc_pad, 64);
+  EXPECT_EQ(p.wt, 2);
 }
 
 }  // namespace

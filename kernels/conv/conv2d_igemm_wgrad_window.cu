@@ -7,10 +7,15 @@
 // costs one shared load a register (two for BF16) at an address that differs between taps by a
 // constant: no index math in the MMA loop beyond one table read a position.
 //
-// Staging: 4-byte cp.async (zero-filled outside the image, past the band, past C), two stages
-// (the next unit's copies fly while this one's MMAs run), then one pass over the landed stage
-// rounds every value in place (TF32: cvt.rna; BF16: round to nearest even, kept as a float
-// whose low 16 bits are zero), so that the fragment loads convert nothing.
+// Staging: cp.async, two stages (the next unit's copies fly while this one's MMAs run); the
+// window in 4-byte pieces (zero-filled outside the image and past C), dy in 16-byte pieces where
+// the plan's bands start 16-byte aligned (dy_vec), else 4-byte ones (zero-filled past the band).
+// One pass over the landed window rounds it in place (TF32: cvt.rna; BF16: round to nearest
+// even, kept as a float whose low 16 bits are zero), so that the B fragment loads, one a tap,
+// convert nothing; the A (dy) fragments, loaded once a k-step, are rounded as they are loaded.
+// The copies and the rounding pass run between the MMAs of the same warps, so their
+// instructions are kept few: ncu counted 3.4 times the MMA loop's instructions in them when
+// they were one 4-byte copy a cell, each with its own index arithmetic, and dy rounded in place.
 //
 // Bank conflicts. Every fragment load is 8 rows g (dy rows, or channels) x 4 lanes t of
 // consecutive positions. The row strides ds and cs are 4 (mod 8) words, so row g starts in bank
@@ -23,10 +28,11 @@
 // BF16 (m16n8k16) takes its k slots in the order slot 2t <-> position t, 2t+1 <-> t+4, 2t+8 <->
 // t+8, 2t+9 <-> t+12, for A and B alike (the MMA sums over k, so any common permutation gives the
 // same dot product): each register is two positions 4 apart, read by two conflict-free loads and
-// joined by one byte permute (the values are already BF16, so no rounding happens there).
+// joined by one byte permute (window values are already BF16, so no rounding happens there).
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common/ptx.cuh"
 #include "kernels/conv/conv2d_igemm_wgrad.h"
@@ -39,6 +45,7 @@ namespace {
 constexpr int kThreads = kWgradWindowThreads;
 constexpr int kTf32 = 1, kBf16 = 2;
 
+using ptx::cp_async16;
 using ptx::cp_async4;
 using ptx::cp_async_commit;
 using ptx::cp_async_wait;
@@ -52,28 +59,38 @@ struct WwParams {
   int c, h, w, oc, oh, ow, ph, pw;
   int rows, bands, units, units_per_split;
   int ww, ws, wr, cs, p, kp, ds, stage;
-  int slots;  // scratch row: OC*C*KH*KW (+ OC with db)
+  int slots;   // scratch row: OC*C*KH*KW (+ OC with db)
+  int dy_vec;  // dy rows copied in 16-byte pieces (WgradWindowPlan::dy_vec)
 };
 
 __device__ __forceinline__ uint32_t f2u(float f) {
   return __float_as_uint(f);
+}
+// The two halves of a bf16x2 register as floats.
+__device__ __forceinline__ float bf16_lo(uint32_t v) {
+  return __uint_as_float(v << 16);
+}
+__device__ __forceinline__ float bf16_hi(uint32_t v) {
+  return __uint_as_float(v & 0xffff0000u);
 }
 // Two BF16-valued floats as one bf16x2 register, `lo` in bits 0..15 (the lower k slot).
 __device__ __forceinline__ uint32_t join_bf16(float lo, float hi) {
   return __byte_perm(f2u(lo), f2u(hi), 0x7632);
 }
 
-// Thread mapping. Copies: warp w copies window rows (c, wr) = w, w + 4, ... and dy rows oc = w,
-// w + 4, ..., lane l the columns l + 32 i. Rounding pass: thread tid the float4s tid + 128 i of
-// the stage. MMA: warp w = (wm, wc) = (w / WC, w % WC) owns the OC rows 16 (wm MTW + mt) + 0..15
-// (mt < MTW) and the channels 8 (wc CGW + cg) + 0..7 (cg < CGW) of the block's chunk, every tap;
-// standard m16n8 C fragments (lane g = lane / 4 rows g, g + 8; t = lane % 4 columns 2t, 2t + 1).
-// Block (bx, by) = (channel chunk, split: units by * units_per_split ...).
-template <int kMath, int K, int MTW, int CGW, int WM>
+// Thread mapping. Copies: warp w copies the window rows wr = w, w + 4, ... of every channel and
+// the dy rows oc = w, w + 4, ..., lane l the columns (16-byte pieces of dy) l + 32 i. Rounding
+// pass: thread tid the float4s tid + 128 i of the stage's window. MMA: warp w = ((wm WT + wt) WC
+// + wc) owns the OC rows 16 (wm MTW + mt) + 0..15 (mt < MTW), the channels 8 (wc CGW + cg) +
+// 0..7 (cg < CGW) of the block's chunk, and the taps wt TW .. wt TW + TW - 1 (TW = ceil(T /
+// WT), those below T); standard m16n8 C fragments (lane g = lane / 4 rows g, g + 8; t = lane % 4
+// columns 2t, 2t + 1). Block (bx, by) = (channel chunk, split: units by * units_per_split ...).
+template <int kMath, int K, int MTW, int CGW, int WM, int WT>
 __global__ void __launch_bounds__(kThreads, 2)
     wgrad_window_kernel(const __grid_constant__ WwParams p) {
   ptx::griddep_enter();
-  constexpr int WC = 4 / WM, CB = 8 * CGW * WC, OCP = 16 * MTW * WM, T = K * K;
+  constexpr int WC = 4 / (WM * WT), CB = 8 * CGW * WC, OCP = 16 * MTW * WM, T = K * K;
+  constexpr int TW = (T + WT - 1) / WT;
   constexpr int kStep = kMath == kBf16 ? 16 : 8;
   extern __shared__ float4 smem_f4[];
   float* smem = reinterpret_cast<float*>(smem_f4);          // [2][stage]
@@ -91,36 +108,57 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int e = tid; e < (OCP - p.oc) * p.ds; e += kThreads)
       smem[s * p.stage + CB * p.cs + p.oc * p.ds + e] = 0.f;
 
+  // The copies of unit u into stage s. The window: a lane's column (and whether it is inside the
+  // image) is the same in every row, so a row costs a pointer step and one row test.
+  const int cvalid = min(CB, p.c - c0);
   auto issue = [&](int u, int s) {
     const int n = u / p.bands, oy0 = (u - n * p.bands) * p.rows;
     const int pvalid = min(p.rows, p.oh - oy0) * p.ow;
     float* win = smem + s * p.stage;
-    for (int row = warp; row < CB * p.wr; row += 4) {
-      const int c = row / p.wr, wr = row - c * p.wr;
-      const int iy = oy0 + wr - p.ph;
-      const bool rv = c0 + c < p.c && iy >= 0 && iy < p.h;
-      const float* src = p.x + (rv ? ((n * p.c + c0 + c) * p.h + iy) * p.w : 0);
-      float* dst = win + c * p.cs + wr * p.ws;
-      for (int col = lane; col < p.ww; col += 32) {
-        const int ix = col - p.pw;
-        const bool v = rv && ix >= 0 && ix < p.w;
-        cp_async4(dst + col, v ? src + ix : p.x, v);
+    const float* xn = p.x + (static_cast<int64_t>(n) * p.c + c0) * p.h * p.w;
+    for (int col = lane; col < p.ww; col += 32) {
+      const int ix = col - p.pw;
+      const bool cv = ix >= 0 && ix < p.w;
+      for (int wr = warp; wr < p.wr; wr += 4) {
+        const int iy = oy0 + wr - p.ph;
+        const bool rv = cv && iy >= 0 && iy < p.h;
+        const float* src = xn + iy * p.w + ix;
+        float* dst = win + wr * p.ws + col;
+#pragma unroll 4
+        for (int c = 0; c < CB; ++c) {
+          const bool v = rv && c < cvalid;
+          cp_async4(dst + c * p.cs, v ? src + c * p.h * p.w : p.x, v);
+        }
       }
     }
     float* dys = win + CB * p.cs;
-    for (int oc = warp; oc < p.oc; oc += 4) {
-      const float* src = p.dy + ((n * p.oc + oc) * p.oh + oy0) * p.ow;
-      for (int q = lane; q < p.kp; q += 32) {
-        const bool v = q < pvalid;
-        cp_async4(dys + oc * p.ds + q, v ? src + q : p.dy, v);
+    const float* dyn = p.dy + (static_cast<int64_t>(n) * p.oc * p.oh + oy0) * p.ow;
+    if (p.dy_vec) {
+      const int pieces = p.kp / 4;
+      for (int oc = warp; oc < p.oc; oc += 4) {
+        const float* src = dyn + static_cast<int64_t>(oc) * p.oh * p.ow;
+        for (int j = lane; j < pieces; j += 32) {
+          const int bytes = 4 * max(0, min(4, pvalid - 4 * j));
+          cp_async16(dys + oc * p.ds + 4 * j, bytes > 0 ? src + 4 * j : p.dy, bytes);
+        }
+      }
+    } else {
+      for (int oc = warp; oc < p.oc; oc += 4) {
+        const float* src = dyn + static_cast<int64_t>(oc) * p.oh * p.ow;
+        for (int q = lane; q < p.kp; q += 32) {
+          const bool v = q < pvalid;
+          cp_async4(dys + oc * p.ds + q, v ? src + q : p.dy, v);
+        }
       }
     }
   };
 
-  // Rounds the landed stage in place (padding cells included: they are never read).
-  auto round_stage = [&](int s) {
+  // Rounds the landed window in place (padding cells included: they are never read); dy is
+  // rounded as its fragments are loaded (each value is loaded once a warp), which costs fewer
+  // instructions than a pass over the larger dy tile.
+  auto round_window = [&](int s) {
     float4* v = reinterpret_cast<float4*>(smem + s * p.stage);
-    for (int i = tid; i < p.stage / 4; i += kThreads) {
+    for (int i = tid; i < CB * p.cs / 4; i += kThreads) {
       float4 f = v[i];
       if constexpr (kMath == kTf32) {
         f.x = __uint_as_float(ptx::to_tf32(f.x));
@@ -138,15 +176,20 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
   };
 
-  float acc[MTW * CGW * T * 4];
+  float acc[MTW * CGW * TW * 4];
 #pragma unroll
-  for (int i = 0; i < MTW * CGW * T * 4; ++i) acc[i] = 0.f;
-  // db: the sum of this lane's A values of rows g, g + 8 of each m-tile (warps wc == 0 of chunk 0).
+  for (int i = 0; i < MTW * CGW * TW * 4; ++i) acc[i] = 0.f;
+  // db: the sum of this lane's A values of rows g, g + 8 of each m-tile (warps wt == wc == 0 of
+  // chunk 0), unrounded.
   float dbs[MTW][2] = {};
-  const int wm = warp / WC, wc = warp % WC;
-  const bool want_db = p.db != nullptr && chunk == 0 && wc == 0;  // warp-uniform
+  const int wm = warp / (WT * WC), wt = warp / WC % WT, wc = warp % WC;
+  const bool want_db = p.db != nullptr && chunk == 0 && wc == 0 && wt == 0;  // warp-uniform
 
-  auto compute = [&](int s) {
+  // The MMAs of one stage for the taps of run R (a constant, so that every tap's (ky, kx) and
+  // its accumulators are known at compile time).
+  auto compute = [&](int s, auto run) {
+    constexpr int R = decltype(run)::value;
+    constexpr int tap0 = R * TW, taps = T - tap0 < TW ? T - tap0 : TW;
     const float* win = smem + s * p.stage;
     const float* wl = win + (wc * CGW * 8 + g) * p.cs;                   // channel row of lane g
     const float* al = win + CB * p.cs + (wm * MTW * 16 + g) * p.ds + t;  // dy row g, position t
@@ -161,48 +204,50 @@ __global__ void __launch_bounds__(kThreads, 2)
         const float* lo = al + mt * 16 * p.ds + k0;  // row g
         const float* hi = lo + 8 * p.ds;             // row g + 8
         if constexpr (kMath == kTf32) {
-          a[mt][0] = f2u(lo[0]);
-          a[mt][1] = f2u(hi[0]);
-          a[mt][2] = f2u(lo[4]);
-          a[mt][3] = f2u(hi[4]);
-          if (want_db) {
-            dbs[mt][0] += lo[0] + lo[4];
-            dbs[mt][1] += hi[0] + hi[4];
-          }
+          a[mt][0] = ptx::to_tf32(lo[0]);
+          a[mt][1] = ptx::to_tf32(hi[0]);
+          a[mt][2] = ptx::to_tf32(lo[4]);
+          a[mt][3] = ptx::to_tf32(hi[4]);
         } else {
-          a[mt][0] = join_bf16(lo[0], lo[4]);
-          a[mt][1] = join_bf16(hi[0], hi[4]);
-          a[mt][2] = join_bf16(lo[8], lo[12]);
-          a[mt][3] = join_bf16(hi[8], hi[12]);
-          if (want_db) {
-            dbs[mt][0] += (lo[0] + lo[4]) + (lo[8] + lo[12]);
-            dbs[mt][1] += (hi[0] + hi[4]) + (hi[8] + hi[12]);
+          a[mt][0] = ptx::pack_bf16x2(lo[0], lo[4]);
+          a[mt][1] = ptx::pack_bf16x2(hi[0], hi[4]);
+          a[mt][2] = ptx::pack_bf16x2(lo[8], lo[12]);
+          a[mt][3] = ptx::pack_bf16x2(hi[8], hi[12]);
+        }
+        // db sums the rounded values, as the MMAs see them.
+        if (want_db) {
+          if constexpr (kMath == kTf32) {
+            dbs[mt][0] += __uint_as_float(a[mt][0]) + __uint_as_float(a[mt][2]);
+            dbs[mt][1] += __uint_as_float(a[mt][1]) + __uint_as_float(a[mt][3]);
+          } else {
+            dbs[mt][0] +=
+                (bf16_lo(a[mt][0]) + bf16_hi(a[mt][0])) + (bf16_lo(a[mt][2]) + bf16_hi(a[mt][2]));
+            dbs[mt][1] +=
+                (bf16_lo(a[mt][1]) + bf16_hi(a[mt][1])) + (bf16_lo(a[mt][3]) + bf16_hi(a[mt][3]));
           }
         }
       }
 #pragma unroll
       for (int cg = 0; cg < CGW; ++cg)
 #pragma unroll
-        for (int ky = 0; ky < K; ++ky) {
+        for (int j = 0; j < taps; ++j) {
+          const int ky = (tap0 + j) / K, kx = (tap0 + j) % K;
           const float* wrow = wl + cg * 8 * p.cs + ky * p.ws;
+          uint32_t b[2];
+          if constexpr (kMath == kTf32) {
+            b[0] = f2u(wrow[o[0] + kx]);
+            b[1] = f2u(wrow[o[1] + kx]);
+          } else {
+            b[0] = join_bf16(wrow[o[0] + kx], wrow[o[1] + kx]);
+            b[1] = join_bf16(wrow[o[2] + kx], wrow[o[3] + kx]);
+          }
 #pragma unroll
-          for (int kx = 0; kx < K; ++kx) {
-            uint32_t b[2];
-            if constexpr (kMath == kTf32) {
-              b[0] = f2u(wrow[o[0] + kx]);
-              b[1] = f2u(wrow[o[1] + kx]);
-            } else {
-              b[0] = join_bf16(wrow[o[0] + kx], wrow[o[1] + kx]);
-              b[1] = join_bf16(wrow[o[2] + kx], wrow[o[3] + kx]);
-            }
-#pragma unroll
-            for (int mt = 0; mt < MTW; ++mt) {
-              float* d = &acc[((mt * CGW + cg) * T + ky * K + kx) * 4];
-              if constexpr (kMath == kTf32)
-                ptx::mma_tf32(d, a[mt], b);
-              else
-                ptx::mma_bf16(d, a[mt], b);
-            }
+          for (int mt = 0; mt < MTW; ++mt) {
+            float* d = &acc[((mt * CGW + cg) * TW + j) * 4];
+            if constexpr (kMath == kTf32)
+              ptx::mma_tf32(d, a[mt], b);
+            else
+              ptx::mma_bf16(d, a[mt], b);
           }
         }
     }
@@ -215,33 +260,52 @@ __global__ void __launch_bounds__(kThreads, 2)
     __syncthreads();  // unit i landed for everyone; everyone is done with unit i - 1's stage
     if (i + 1 < nu) issue(u0 + i + 1, (i + 1) & 1);
     cp_async_commit();
-    round_stage(i & 1);
-    __syncthreads();  // unit i rounded
-    compute(i & 1);
+    round_window(i & 1);
+    __syncthreads();  // unit i's window rounded
+    if constexpr (WT == 1) {
+      compute(i & 1, std::integral_constant<int, 0>{});
+    } else {
+      static_assert(WT == 2, "taps split over at most two warps");
+      if (wt == 0)
+        compute(i & 1, std::integral_constant<int, 0>{});
+      else
+        compute(i & 1, std::integral_constant<int, 1>{});
+    }
   }
 
-  // Epilogue: this block's partial tile, atomically or into its split's scratch row.
+  // Epilogue: this block's partial tile, atomically or into its split's scratch row; the taps
+  // of the warp's run known at compile time, so that each (row, channel) is one address and
+  // its taps' stores take immediate offsets.
   float* srow = p.scratch ? p.scratch + static_cast<int64_t>(blockIdx.y) * p.slots : nullptr;
   const int taps_c = p.c * T;
+  auto store = [&](auto run) {
+    constexpr int R = decltype(run)::value;
+    constexpr int tap0 = R * TW, taps = T - tap0 < TW ? T - tap0 : TW;
 #pragma unroll
-  for (int mt = 0; mt < MTW; ++mt)
+    for (int mt = 0; mt < MTW; ++mt)
 #pragma unroll
-    for (int cg = 0; cg < CGW; ++cg)
+      for (int cg = 0; cg < CGW; ++cg)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int oc = (wm * MTW + mt) * 16 + g + 8 * (r >> 1);
-        const int c = c0 + (wc * CGW + cg) * 8 + 2 * t + (r & 1);
-        if (oc >= p.oc || c >= p.c) continue;
-        const int base = oc * taps_c + c * T;
+        for (int r = 0; r < 4; ++r) {
+          const int oc = (wm * MTW + mt) * 16 + g + 8 * (r >> 1);
+          const int c = c0 + (wc * CGW + cg) * 8 + 2 * t + (r & 1);
+          if (oc >= p.oc || c >= p.c) continue;
+          const float* v = &acc[(mt * CGW + cg) * TW * 4 + r];
+          if (srow) {
+            float* d = srow + oc * taps_c + c * T + tap0;
 #pragma unroll
-        for (int tap = 0; tap < T; ++tap) {
-          const float v = acc[((mt * CGW + cg) * T + tap) * 4 + r];
-          if (srow)
-            srow[base + tap] = v;
-          else
-            atomicAdd(p.dw + base + tap, v);
+            for (int j = 0; j < taps; ++j) d[j] = v[4 * j];
+          } else {
+            float* d = p.dw + oc * taps_c + c * T + tap0;
+#pragma unroll
+            for (int j = 0; j < taps; ++j) atomicAdd(d + j, v[4 * j]);
+          }
         }
-      }
+  };
+  if (wt == 0)
+    store(std::integral_constant<int, 0>{});
+  else if constexpr (WT == 2)
+    store(std::integral_constant<int, 1>{});
   if (want_db) {
 #pragma unroll
     for (int mt = 0; mt < MTW; ++mt)
@@ -264,15 +328,15 @@ using KernelFn = void (*)(WwParams);
 
 template <int kMath>
 KernelFn kernel_for(const WgradWindowPlan& pl, int k) {
-  // The tilings of wgrad_window_plan (tiling_of): (K, MTW, CGW, WM).
-  if (k == 3 && pl.wm == 1) return wgrad_window_kernel<kMath, 3, 2, 1, 1>;
-  if (k == 3 && pl.wm == 2) return wgrad_window_kernel<kMath, 3, 2, 1, 2>;
-  if (k == 3 && pl.wm == 4) return wgrad_window_kernel<kMath, 3, 2, 1, 4>;
-  if (k == 5 && pl.wm == 2) return wgrad_window_kernel<kMath, 5, 1, 1, 2>;
-  if (k == 5 && pl.wm == 4) return wgrad_window_kernel<kMath, 5, 1, 1, 4>;
-  if (k == 1 && pl.wm == 1) return wgrad_window_kernel<kMath, 1, 2, 2, 1>;
-  if (k == 1 && pl.wm == 2) return wgrad_window_kernel<kMath, 1, 2, 2, 2>;
-  if (k == 1 && pl.wm == 4) return wgrad_window_kernel<kMath, 1, 2, 2, 4>;
+  // The tilings of wgrad_window_plan (tiling_of): (K, MTW, CGW, WM, WT).
+  if (k == 3 && pl.wm == 1) return wgrad_window_kernel<kMath, 3, 2, 1, 1, 1>;
+  if (k == 3 && pl.wm == 2) return wgrad_window_kernel<kMath, 3, 2, 1, 2, 1>;
+  if (k == 3 && pl.wm == 4) return wgrad_window_kernel<kMath, 3, 2, 1, 4, 1>;
+  if (k == 5 && pl.wm == 1) return wgrad_window_kernel<kMath, 5, 2, 1, 1, 2>;
+  if (k == 5 && pl.wm == 2) return wgrad_window_kernel<kMath, 5, 2, 1, 2, 2>;
+  if (k == 1 && pl.wm == 1) return wgrad_window_kernel<kMath, 1, 2, 2, 1, 1>;
+  if (k == 1 && pl.wm == 2) return wgrad_window_kernel<kMath, 1, 2, 2, 2, 1>;
+  if (k == 1 && pl.wm == 4) return wgrad_window_kernel<kMath, 1, 2, 2, 4, 1>;
   return nullptr;
 }
 
@@ -323,6 +387,7 @@ void conv2d_backward_weight_window_cuda(const Conv2dShape& s, const float* d_x, 
   p.kp = pl.kp;
   p.ds = pl.ds;
   p.stage = pl.stage_floats;
+  p.dy_vec = pl.dy_vec ? 1 : 0;
   const int weight_slots = s.oc * s.c * s.kh * s.kw;
   p.slots = weight_slots + (d_db ? s.oc : 0);
 

@@ -4,6 +4,7 @@
 #include <climits>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 #include "runtime/error.h"
@@ -20,22 +21,24 @@ int stride_4_mod_8(int n) {
 }
 
 struct Tiling {
-  int mtw, cgw, wm;
+  int mtw, cgw, wm, wt;
 };
 
-// Accumulators a thread: mtw * cgw * KH*KW * 4 (<= 100). 3x3: 72 at every OC class; 5x5: 100;
-// 1x1: 16 (the channels a block are then what bounds the window, not the registers).
+// Accumulators a thread: mtw * cgw * ceil(KH*KW / wt) * 4 (<= 104). 3x3: 72 at every OC class;
+// 5x5: 104 (two m-tiles a warp, so that each B fragment feeds two MMAs, and the 25 taps split
+// 13 + 12 over two warps); 1x1: 16 (the channels a block are then what bounds the window, not
+// the registers).
 bool tiling_of(const Conv2dShape& s, Tiling& t) {
   if (s.kh != s.kw) return false;
   const int cls = s.oc <= 32 ? 0 : s.oc <= 64 ? 1 : s.oc <= 128 ? 2 : 3;
   if (cls == 3) return false;
   if (s.kh == 3) {
-    t = {2, 1, 1 << cls};  // OC 32: 32 channels a block; 64: 16; 128: 8
+    t = {2, 1, 1 << cls, 1};  // OC 32: 32 channels a block; 64: 16; 128: 8
   } else if (s.kh == 5) {
     if (cls == 2) return false;
-    t = {1, 1, 2 << cls};  // OC 32: 16 channels; 64: 8
+    t = {2, 1, 1 << cls, 2};  // OC 32: 16 channels; 64: 8
   } else if (s.kh == 1) {
-    t = {2, 2, 1 << cls};  // OC 32: 64 channels; 64: 32; 128: 16
+    t = {2, 2, 1 << cls, 1};  // OC 32: 64 channels; 64: 32; 128: 16
   } else {
     return false;
   }
@@ -76,7 +79,7 @@ std::string wgrad_window_refusal(const Conv2dShape& s, Precision prec) {
   if (x >= INT_MAX || y >= INT_MAX || w >= INT_MAX) return "tensor of 2^31 elements or more";
   WgradWindowPlan p{};
   p.oc_pad = 16 * t.mtw * t.wm;
-  p.cb = 8 * t.cgw * (4 / t.wm);
+  p.cb = 8 * t.cgw * (4 / (t.wm * t.wt));
   geometry(s, p, 1, 16);
   if (p.smem > kWgradWindowMaxSmem) return "a one-row band does not fit in shared memory";
   if (int64_t{s.n} * p.bands >= INT_MAX) return "too many units";
@@ -93,21 +96,29 @@ WgradWindowPlan wgrad_window_plan(const Conv2dShape& s, Precision prec) {
   p.mtw = t.mtw;
   p.cgw = t.cgw;
   p.wm = t.wm;
-  p.wc = 4 / t.wm;
+  p.wt = t.wt;
+  p.wc = 4 / (t.wm * t.wt);
   p.oc_pad = 16 * p.mtw * p.wm;
   p.cb = 8 * p.cgw * p.wc;
   p.chunks = ceil_div(s.c, p.cb);
   // Rows a band: as many as keep a unit within the target positions, evened out over the bands
   // (28 rows, at most 4 a band: 7 bands of 4, not 5 + 5 + 5 + 5 + 5 + 3), fewer where the two
-  // stages would not fit.
+  // stages would not fit. Where an image's dy plane is whole float4s, a band's rows are too
+  // (a multiple of `step`), so that every band starts 16-byte aligned and dy is copied in
+  // 16-byte pieces (14 columns: bands of an even number of rows).
   const int oh = s.oh(), ow = s.ow();
-  int rows = std::clamp(kWgradWindowTargetPositions / ow, 1, oh);
-  for (;;) {
-    const int bands = ceil_div(oh, rows);
-    geometry(s, p, ceil_div(oh, bands), 16);
-    if (p.smem <= kWgradWindowMaxSmem || rows == 1) break;
-    --rows;
-  }
+  const auto fit_rows = [&](int step) {
+    int rows = std::clamp(kWgradWindowTargetPositions / ow, 1, oh);
+    rows = std::max(step, rows / step * step);
+    for (;;) {
+      const int bands = ceil_div(oh, rows);
+      geometry(s, p, std::min(rows, ceil_div(ceil_div(oh, bands), step) * step), 16);
+      if (p.smem <= kWgradWindowMaxSmem || rows <= step) return p.smem <= kWgradWindowMaxSmem;
+      rows -= step;
+    }
+  };
+  p.dy_vec = int64_t{oh} * ow % 4 == 0 && fit_rows(4 / std::gcd(ow, 4));
+  if (!p.dy_vec) fit_rows(1);  // fits: the refusal checked one-row bands
   p.units = s.n * p.bands;
   // Units a block: the fewest that keep about kWgradWindowTargetBlocks blocks, then as few splits
   // as that many units a block needs (every split gets the same count, the last perhaps fewer).

@@ -22,13 +22,16 @@
 namespace cnn {
 
 struct WgradWindowPlan {
-  // Warp tiling (4 warps a block, wm x wc): a warp owns mtw 16-row tiles of OC and cgw groups of
-  // 8 channels, for every tap; the block owns oc_pad = 16 mtw wm rows and cb = 8 cgw wc channels.
-  int mtw = 0, cgw = 0, wm = 0, wc = 0;
+  // Warp tiling (4 warps a block, wm x wt x wc): a warp owns mtw 16-row tiles of OC, cgw groups
+  // of 8 channels and one of wt runs of ceil(KH*KW / wt) taps; the block owns oc_pad = 16 mtw wm
+  // rows and cb = 8 cgw wc channels, every tap.
+  int mtw = 0, cgw = 0, wm = 0, wt = 0, wc = 0;
   int oc_pad = 0, cb = 0, chunks = 0;  // chunks = ceil(C / cb): grid x
   int kstep = 0;                       // positions an MMA k-step: 8 (TF32), 16 (BF16)
   // Bands: `rows` output rows a unit (the last band of an image may have fewer valid rows).
   int rows = 0, bands = 0, units = 0, units_per_split = 0, splits = 0;  // splits: grid y
+  // dy copied in 16-byte pieces: OH*OW a multiple of 4, and so (the plan sees to it) rows * OW.
+  bool dy_vec = false;
   // Window (floats): row width ww = OW + KW - 1, row stride ws, rows wr = rows + KH - 1,
   // channel stride cs. dy tile: positions p = rows * OW, padded to kp (a multiple of kstep),
   // row (oc) stride ds.
