@@ -44,8 +44,10 @@
 // relative error against ||ref|| then measures the cancellation, not the kernel.
 // FP32 as 3xTF32: big = TF32(v) and small = TF32(v - big) hold each operand to 2^-22 of it, and
 // the dropped small * small term is below 2^-22 of the product, so 2^-19 replaces 2^-9 in the
-// bound, and the Frobenius check tightens to 1e-5: dropping either small term leaves TF32's
-// ~2^-11 and fails it.
+// bound, and the Frobenius check tightens to 5e-5: dropping either small term leaves TF32's
+// ~2^-11 (4.9e-4) and fails it. (1e-5 was too tight: the FP32 rounding of a result with a bias
+// and a ReLU, measured against the terms' scale, reached 1.00042e-5 on one fresh seed, m = 256,
+// n = 200, k = 2000.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -203,7 +205,7 @@ Result run(const Case& c, uint64_t seed, bool via_dispatch = false) {
 void expect_close(const Case& c, const Result& r) {
   EXPECT_EQ(r.bad, 0) << r.bad << " elements over the TF32 bound (worst ratio " << r.worst_ratio
                       << "), first " << r.first_bad;
-  EXPECT_LE(r.frob_rel, c.opt.precision == Precision::FP32 ? 1e-5 : 4e-3)
+  EXPECT_LE(r.frob_rel, c.opt.precision == Precision::FP32 ? 5e-5 : 4e-3)
       << "relative Frobenius error";
   EXPECT_TRUE(r.padding_kept) << "C's leading-dimension padding or the bytes before it changed";
   if (c.fill == Fill::SmallInt) {
@@ -503,7 +505,7 @@ TEST(GpuGemmWgmma, Fp32As3xTf32) {
   const int exact_sizes[][3] = {{128, 128, 32}, {257, 300, 1001}};
   for (const auto& sz : exact_sizes)
     for (int t = 0; t < 4; ++t) check_exact_case("3xtf32 exact", t, sz, Precision::FP32);
-  // Random floats: FP32 accuracy (the bound and the 1e-5 Frobenius check above), every transpose,
+  // Random floats: FP32 accuracy (the bound and the 5e-5 Frobenius check above), every transpose,
   // aligned leading dimensions with and without padding, alpha, beta, bias, ReLU; every split
   // count on one shape, each bitwise repeatable.
   const int sizes[][3] = {{1, 1, 1},       {7, 8, 64},       {127, 128, 129},
