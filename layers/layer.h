@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "kernels/loss/softmax_xent.h"
 #include "layers/autotune.h"
 #include "layers/layer_spec.h"
 #include "runtime/error.h"
@@ -105,18 +104,6 @@ class Layer {
   virtual bool can_sum_input_bias_grad() const { return false; }
   virtual float* hand_over_bias_grad() { return nullptr; }
   void set_input_bias_grad(float* d_db) { input_bias_grad_ = d_db; }
-
-  // The training step's tail as one pass of the layer that feeds the loss (the Network asks once,
-  // at construction, and then runs it in place of that layer's forward, the loss and its
-  // backward): y = this layer's forward of x (the logits), softmax_xent on y with t (dlogits into
-  // dy), then backward(n, x, y, dy, dx, ...) as it would run.
-  virtual bool can_run_loss() const { return false; }
-  virtual void forward_loss_backward(int /*n*/, const float* /*x*/, float* /*y*/,
-                                     const XentTargets& /*t*/, float* /*dy*/, float* /*dx*/,
-                                     float* /*scratch*/, const Exec& /*ex*/) {
-    CNN_FAIL("layer '{}' ({}) cannot run the loss in its passes", name(),
-             layer_kind_name(spec_.kind));
-  }
 
   // Conv -> ReLU -> max-pool run as one pass by this layer (kernels/conv_relu_pool.h), chosen by
   // the Network for a first layer whose ReLU is fused: forward then writes the POOL's output

@@ -1,6 +1,5 @@
 #include "kernels/gemm/linear.h"
 #include "kernels/gemm/linear_head.h"
-#include "kernels/gemm/linear_head_loss.h"
 #include "kernels/pointwise/relu.h"
 #include "layers/layer_factories.h"
 #include "runtime/error.h"
@@ -53,14 +52,6 @@ class LinearLayer : public Layer {
   float* hand_over_bias_grad() override {
     bias_grad_downstream_ = db_ != nullptr;
     return db_;
-  }
-
-  // Under the fused backward, and with no ReLU of its own in the logits' way.
-  bool can_run_loss() const override { return head_backward() && !fused_relu_; }
-  void forward_loss_backward(int n, const float* x, float* y, const XentTargets& t, float* dy,
-                             float* dx, float* /*scratch*/, const Exec& ex) override {
-    linear_head_loss_step(at(n), x, w_, b_, y, t, dy, dw_, own_db(), dx, mask_input_relu_,
-                          input_bias_grad_, ex);
   }
 
   void forward(int n, const float* x, float* y, float* /*scratch*/, const Exec& ex) override {

@@ -46,7 +46,6 @@ NetworkOptions with_env_switches(NetworkOptions opt, const EnvSwitches& env) {
   if (!env.fuse_pool) opt.fuse_pool = PoolFusion::Off;
   if (!env.fuse_bn_relu) opt.fuse_batchnorm_relu = false;
   if (!env.fuse_residual) opt.fuse_residual = false;
-  if (!env.head_loss) opt.fuse_head_loss = false;
   if (!env.autotune) opt.autotune = false;
   if (Algo a = env.algo_for("conv", Algo::Auto); env.algo_conv || env.algo) opt.conv_algo = a;
   if (Algo a = env.algo_for("linear", Algo::Auto); env.algo_linear || env.algo) opt.linear_algo = a;
@@ -184,11 +183,6 @@ Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
         "{}: residual add (and relu) in the batchnorm's normalizing pass (CNN_FUSE_RESIDUAL=0 "
         "runs them apart)",
         residual_folds));
-
-  // The last layer, read by the loss alone, may run the loss inside its passes.
-  loss_in_layer_ = opt.fuse_head_loss && !skipped_[count - 1] && add_run_by_[count - 1] < 0 &&
-                   !runs_at_add_[count - 1] && consumers[count - 1] == 1 &&
-                   layers_[count - 1]->can_run_loss();
 
   // Gradients are needed only downstream of parameters (a leading flatten or pool needs none).
   needs_grad_.assign(count, false);
@@ -389,11 +383,11 @@ Exec Network::mode_exec(bool training) const {
   return ex;
 }
 
-const float* Network::run_forward(int n, const float* x, bool training, size_t nodes) {
+const float* Network::run_forward(int n, const float* x, bool training) {
   CNN_CHECK(n > 0 && n <= opt_.max_batch, "batch of {} images, expected 1..{}", n, opt_.max_batch);
   for (size_t v : input_views_) acts_[v] = const_cast<float*>(x);  // never written through
   const Exec ex = mode_exec(training);
-  for (size_t i = 0; i < nodes; ++i) run_node(i, n, x, ex);
+  for (size_t i = 0; i < layers_.size(); ++i) run_node(i, n, x, ex);
   return acts_.back();
 }
 
@@ -423,7 +417,7 @@ void Network::forward_node(size_t node, int n, const float* x) {
 }
 
 const float* Network::forward(int n, const float* x) {
-  return run_forward(n, x, false, layers_.size());
+  return run_forward(n, x, false);
 }
 
 void Network::forward_loss(int n, const float* x, const int32_t* labels) {
@@ -433,16 +427,12 @@ void Network::forward_loss(int n, const float* x, const int32_t* labels) {
 }
 
 void Network::forward_backward(int n, const float* x, const int32_t* labels, float grad_scale) {
-  const size_t last = layers_.size() - 1;
-  const XentTargets loss{labels, loss_rows_.data(), pred_.data(), grad_scale, opt_.label_smoothing};
-  // With the loss in the last layer, that layer's forward runs in its backward turn, first.
-  run_forward(n, x, true, loss_in_layer_ ? last : layers_.size());
-  if (!loss_in_layer_)
-    softmax_xent({n, classes_}, acts_.back(), labels, loss_rows_.data(), pred_.data(),
-                 grad_acts_.back(), grad_scale, ex_, opt_.label_smoothing);
+  run_forward(n, x, true);
+  softmax_xent({n, classes_}, acts_.back(), labels, loss_rows_.data(), pred_.data(),
+               grad_acts_.back(), grad_scale, ex_, opt_.label_smoothing);
   const Exec ex = mode_exec(true);
   for (size_t i = layers_.size(); i-- > 0;) {
-    if (!skipped_[i]) backward_node(i, n, x, ex, loss_in_layer_ && i == last ? &loss : nullptr);
+    if (!skipped_[i]) backward_node(i, n, x, ex);
     if (grads_ready_) grads_ready_(layer_param_begin_[i]);
   }
 }
@@ -451,8 +441,7 @@ std::vector<int64_t> Network::grads_ready_offsets() const {
   return std::vector<int64_t>(layer_param_begin_.rbegin(), layer_param_begin_.rend());
 }
 
-void Network::backward_node(size_t i, int n, const float* x, const Exec& ex,
-                            const XentTargets* loss) {
+void Network::backward_node(size_t i, int n, const float* x, const Exec& ex) {
   float* dy = grad_acts_[i];
   if (!dy) return;  // no parameter at or before this node
   if (layers_[i]->spec().kind == LayerKind::Residual) {
@@ -487,11 +476,7 @@ void Network::backward_node(size_t i, int n, const float* x, const Exec& ex,
   }
   // A fused add's branch end: its output gradient is where the add's backward wrote it.
   if (dy_from_[i] >= 0) dy = grad_acts_[size_t(dy_from_[i])];
-  if (loss)
-    layers_[i]->forward_loss_backward(n, act_of(t, x), acts_[i], *loss, dy, dx, scratch_.data(),
-                                      ex);
-  else
-    layers_[i]->backward(n, act_of(t, x), acts_[i], dy, dx, scratch_.data(), ex);
+  layers_[i]->backward(n, act_of(t, x), acts_[i], dy, dx, scratch_.data(), ex);
   if (sum)
     add_forward(n * per_image(t), grad_acts_[size_t(t)], grad_sum_, grad_acts_[size_t(t)], ex);
 }

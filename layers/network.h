@@ -37,10 +37,6 @@ struct NetworkOptions {
   // A residual block whose branch ends in a batchnorm: the add, and a ReLU after it (when
   // fuse_relu), run in the batchnorm's normalizing pass (CNN_FUSE_RESIDUAL=0 clears it).
   bool fuse_residual = true;
-  // The training step runs the last layer's forward, the loss and that layer's backward as one
-  // pass where the layer can (Layer::can_run_loss: a CUDA classifier head under the fused
-  // backward; CNN_HEAD_LOSS=0 clears it).
-  bool fuse_head_loss = true;
   PoolFusion fuse_pool = PoolFusion::Auto;
   bool autotune = true;  // `algo: auto` on CUDA times the variants at start-up (autotune.h)
   // Variants that replace every conv / linear layer's configured one (CNN_ALGO*).
@@ -51,8 +47,8 @@ struct NetworkOptions {
 };
 
 // The options with the environment's overrides applied (CNN_FUSE_POOL=0, CNN_FUSE_BN_RELU=0,
-// CNN_FUSE_RESIDUAL=0, CNN_HEAD_LOSS=0, CNN_AUTOTUNE=0, CNN_ALGO*; runtime/env_switches.h). The
-// programs call this once when a run starts.
+// CNN_FUSE_RESIDUAL=0, CNN_AUTOTUNE=0, CNN_ALGO*; runtime/env_switches.h). The programs call this
+// once when a run starts.
 NetworkOptions with_env_switches(NetworkOptions opt, const EnvSwitches& env);
 
 class Network {
@@ -119,9 +115,6 @@ class Network {
   // naming every relu folded into a batchnorm ("bn1 + relu1, bn2 + relu2: relu folded ..."); empty
   // when none. A fused conv's own variants are not tuned: the fused pass runs.
   const std::vector<std::string>& fusion_notes() const { return fusion_notes_; }
-  // Whether forward_backward runs the last layer's forward, the loss and that layer's backward as
-  // one pass (NetworkOptions::fuse_head_loss, Layer::can_run_loss).
-  bool loss_in_last_layer() const { return loss_in_layer_; }
   // Whether the first conv -> relu -> max-pool runs as one fused pass (see PoolFusion).
   bool fused_conv_relu_pool() const { return !layers_.empty() && layers_[0]->fused_pool(); }
 
@@ -144,9 +137,7 @@ class Network {
   int classes_ = 0;
   // The input gradient node i writes for its input t (null where none is needed), running its
   // backward; sums it into t's gradient when another consumer of t wrote that first.
-  // loss: the targets when node i is the loss's input and runs it (loss_in_layer_), else null.
-  void backward_node(size_t i, int n, const float* x, const Exec& ex,
-                     const XentTargets* loss = nullptr);
+  void backward_node(size_t i, int n, const float* x, const Exec& ex);
   // Whether node i's backward is asked for the gradient of its input.
   bool input_grad(size_t i) const;
   // The one scratch every layer's passes share (they run in turn on the network's stream): the
@@ -186,9 +177,8 @@ class Network {
   const int64_t* step_ = nullptr;
   std::vector<int64_t> layer_param_begin_;  // node i's parameters start here (layer order)
   GradsReadyHook grads_ready_;
-  bool loss_in_layer_ = false;  // see loss_in_last_layer()
-  // Runs the first `nodes` layers forward in training or eval mode; returns the logits.
-  const float* run_forward(int n, const float* x, bool training, size_t nodes);
+  // Runs the layers forward in training or eval mode; returns the logits.
+  const float* run_forward(int n, const float* x, bool training);
   void run_node(size_t i, int n, const float* x, const Exec& ex);
   Exec mode_exec(bool training) const;
   Buffer<float> loss_rows_;

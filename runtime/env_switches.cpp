@@ -54,7 +54,6 @@ EnvSwitches read_env_switches() {
   e.fuse_pool = on_unless_zero("CNN_FUSE_POOL");
   e.fuse_bn_relu = on_unless_zero("CNN_FUSE_BN_RELU");
   e.fuse_residual = on_unless_zero("CNN_FUSE_RESIDUAL");
-  e.head_loss = on_unless_zero("CNN_HEAD_LOSS");
   e.cuda_graph = on_unless_zero("CNN_CUDA_GRAPH");
   if (const char* v = get("CNN_GRAPH_OVERLAP")) {
     const std::string s(v);
@@ -281,9 +280,6 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_FUSE_RESIDUAL", "0",
        "a residual block's add and the relu after it run as their own passes, not in the "
        "batchnorm that ends the block's branch"},
-      {"CNN_HEAD_LOSS", "0",
-       "the training step runs a fused head's forward, the softmax cross-entropy and the head's "
-       "backward as separate launches, not as one kernel"},
       {"CNN_CUDA_GRAPH", "0", "launch each training step's kernels directly, no CUDA graph"},
       {"CNN_GRAPH_OVERLAP", "exit|start|0",
        "when the training step's graph launches a kernel, which then waits on the GPU for the "

@@ -37,9 +37,6 @@ struct EnvSwitches {
   bool fuse_pool = true;            // CNN_FUSE_POOL=0: no fused conv-relu-maxpool
   bool fuse_bn_relu = true;         // CNN_FUSE_BN_RELU=0: no relu folded into a batchnorm
   bool fuse_residual = true;        // CNN_FUSE_RESIDUAL=0: no residual add run by a batchnorm
-  // CNN_HEAD_LOSS=0: no training-step forward, loss and backward of a classifier head in one
-  // kernel (NetworkOptions::fuse_head_loss).
-  bool head_loss = true;
   bool cuda_graph = true;           // CNN_CUDA_GRAPH=0: launch each step's kernels directly
   // CNN_GRAPH_OVERLAP=exit (default) | start | 0: when the captured step's kernels launch, each
   // waiting in ptx::griddep_enter for the one before it (runtime/graph_overlap.h): once every

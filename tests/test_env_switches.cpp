@@ -98,12 +98,6 @@ const std::vector<SwitchCases>& switch_cases() {
        {{nullptr, true}, {"0", false}, {"1", true}},
        {},
        nullptr},
-      // The training step's fused head forward, loss and backward unless set to 0.
-      {"CNN_HEAD_LOSS",
-       field<&EnvSwitches::head_loss>,
-       {{nullptr, true}, {"0", false}, {"1", true}},
-       {},
-       nullptr},
       {"CNN_CONV_WGRAD_WINDOW",
        field<&EnvSwitches::conv_wgrad_window>,
        {{nullptr, false}, {"0", false}, {"1", true}},

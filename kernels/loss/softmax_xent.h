@@ -22,17 +22,6 @@ void softmax_xent(const XentShape& s, const float* logits, const int32_t* labels
                   int32_t* pred, float* dlogits, float grad_scale, const Exec& ex,
                   float label_smoothing = 0.0f);
 
-// What a pass that ends in softmax_xent needs besides the logits: the labels (N), where the
-// rows' losses (N) and predictions (N) go, dlogits' scale and the label smoothing, as
-// softmax_xent takes them.
-struct XentTargets {
-  const int32_t* labels = nullptr;
-  float* loss_rows = nullptr;
-  int32_t* pred = nullptr;
-  float grad_scale = 1.0f;
-  float label_smoothing = 0.0f;
-};
-
 // Adds this batch into running device counters, in fixed order (deterministic):
 // totals[0] += sum(loss_rows), totals[1] += count(pred == label) (as double), totals[2] += n.
 // Only logging points read the totals back to the host.
