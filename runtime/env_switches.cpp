@@ -321,7 +321,8 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_CONV_GENERIC", "1", "implicit-GEMM conv gradients on the generic main loop"},
       {"CNN_LINEAR_HEAD", "0",
        "a CUDA linear layer of at most 32 outputs runs its backward as separate passes (weight "
-       "and bias gradient, input gradient, the previous layer's ReLU mask), not as one kernel"},
+       "and bias gradient, input gradient, the previous layer's ReLU mask and bias gradient), not "
+       "as one kernel"},
       {"CNN_BN_ONE_PASS", "0|all",
        "0: BatchNorm training passes on the three-launch kernels (sums, finish, then elementwise) "
        "for every shape, never in one launch on thread-block clusters (channels of <= 131072 "

@@ -83,8 +83,8 @@ struct EnvSwitches {
   bool wgmma_wgrad_box_direct = true;
   bool conv_generic = false;  // CNN_CONV_GENERIC=1: generic implicit-GEMM conv gradients
   // CNN_LINEAR_HEAD=0: a CUDA linear layer of at most 32 outputs runs its backward as the separate
-  // passes (weight and bias gradient, input gradient, the ReLU mask of the layer before) instead
-  // of the one fused kernel (kernels/gemm/linear_head.h).
+  // passes (weight and bias gradient, input gradient, the ReLU mask and bias gradient of the
+  // layer before) instead of the one fused kernel (kernels/gemm/linear_head.h).
   bool linear_head = true;
   // CNN_BN_ONE_PASS=0: CUDA BatchNorm training passes always run as the three-launch passes (sums,
   // finish, then the elementwise pass), never as the one-launch cluster kernels that hold a channel
