@@ -44,6 +44,21 @@ struct GemmCase {
   bool align4 = false;  // leading dimensions rounded up to a multiple of 4 before adding pad
 };
 
+// Shape sz through transpose pair t (bit 0: A transposed, bit 1: B transposed) with `pad`
+// extra leading-dimension elements; alpha, beta, bias and ReLU varied by the case counter.
+GemmCase varied_case(const int (&sz)[3], int t, int which, int pad) {
+  return GemmCase{(t & 1) != 0,
+                  (t & 2) != 0,
+                  sz[0],
+                  sz[1],
+                  sz[2],
+                  pad,
+                  (which % 2) ? 1.5f : 1.f,
+                  (which % 4 == 1) ? 0.5f : 0.f,
+                  which % 3 != 1,
+                  which % 2 == 0};
+}
+
 std::string describe(const GemmCase& c) {
   char buf[200];
   std::snprintf(buf, sizeof buf,
@@ -144,16 +159,7 @@ TEST(GpuGemmCuda, TransposesOddSizesAlphaBetaBiasRelu) {
     for (const auto& sz : sizes)
       for (int t = 0; t < 4; ++t) {
         ++which;
-        GemmCase c{(t & 1) != 0,
-                   (t & 2) != 0,
-                   sz[0],
-                   sz[1],
-                   sz[2],
-                   (which % 3 == 0) ? 3 : 0,
-                   (which % 2) ? 1.5f : 1.f,
-                   (which % 4 == 1) ? 0.5f : 0.f,
-                   which % 3 != 1,
-                   which % 2 == 0};
+        const GemmCase c = varied_case(sz, t, which, (which % 3 == 0) ? 3 : 0);
         const uint64_t seed = test::fresh_seed();
         SCOPED_TRACE(describe(c) + " prec=" + precision_name(prec) +
                      " seed=" + std::to_string(seed));
@@ -202,16 +208,7 @@ TEST(GpuGemmCuda, Fp32As3xTf32OnTheVecTile) {
   for (const auto& sz : sizes)
     for (int t = 0; t < 4; ++t) {
       ++which;
-      GemmCase c{(t & 1) != 0,
-                 (t & 2) != 0,
-                 sz[0],
-                 sz[1],
-                 sz[2],
-                 4 * (which % 2),
-                 (which % 2) ? 1.5f : 1.f,
-                 (which % 4 == 1) ? 0.5f : 0.f,
-                 which % 3 != 1,
-                 which % 2 == 0};
+      GemmCase c = varied_case(sz, t, which, 4 * (which % 2));
       c.align4 = true;
       const uint64_t seed = test::fresh_seed();
       SCOPED_TRACE(describe(c) + " seed=" + std::to_string(seed));
@@ -248,18 +245,10 @@ TEST(GpuGemmCuda, AllPathsAwkwardShapes) {
             // Sanitizer runs: every path, precision, transpose and layout, on 4 of the sizes.
             const int size_index = int(&sz - &sizes[0]);
             if (test::light_sweeps() && size_index % 3 != 1) continue;
-            GemmCase c{(t & 1) != 0,
-                       (t & 2) != 0,
-                       sz[0],
-                       sz[1],
-                       sz[2],
-                       layout == 1 ? 3 : (which % 2) * 4,
-                       (which % 2) ? 1.5f : 1.f,
-                       (which % 4 == 1) ? 0.5f : 0.f,
-                       which % 3 != 1,
-                       which % 5 < 2,
-                       layout == 2 ? 1 : 0,
-                       true};
+            GemmCase c = varied_case(sz, t, which, layout == 1 ? 3 : (which % 2) * 4);
+            c.relu = which % 5 < 2;
+            c.offset = layout == 2 ? 1 : 0;
+            c.align4 = true;
             const uint64_t seed = test::fresh_seed();
             SCOPED_TRACE(describe(c) + " path=" + gemm_path_name(path) +
                          " prec=" + precision_name(prec) + " seed=" + std::to_string(seed));

@@ -94,6 +94,18 @@ struct Case {
   WgmmaOptions opt{};
 };
 
+// A case of shape (m, n, k) through transpose pair t (bit 0: A transposed; bit 1 clear: B
+// transposed), everything else as Case has it.
+Case shaped(int t, int m, int n, int k) {
+  Case c;
+  c.ta = (t & 1) != 0;
+  c.tb = (t & 2) == 0;
+  c.m = m;
+  c.n = n;
+  c.k = k;
+  return c;
+}
+
 std::string describe(const Case& c) {
   char buf[240];
   std::snprintf(buf, sizeof buf,
@@ -219,12 +231,7 @@ void expect_close(const Case& c, const Result& r) {
 // count of inexact elements, and checked.
 void check_exact_case(const char* what, int t, const int (&sz)[3], Precision prec = Precision::TF32,
                       WgmmaMnLoad mn_load = WgmmaMnLoad::Default) {
-  Case c;
-  c.ta = (t & 1) != 0;
-  c.tb = (t & 2) == 0;
-  c.m = sz[0];
-  c.n = sz[1];
-  c.k = sz[2];
+  Case c = shaped(t, sz[0], sz[1], sz[2]);
   c.fill = Fill::SmallInt;
   c.opt.splits = 1;
   c.opt.precision = prec;
@@ -277,11 +284,7 @@ TEST(GpuGemmWgmma, OneTileEachLoader) {
   // (1, 1) gather/TMA; (1, 0) gather/gather (wgrad). force_gather: gather/gather for all.
   for (int t = 0; t < 4; ++t)
     for (bool gather : {false, true}) {
-      Case c;
-      c.ta = (t & 1) != 0;
-      c.tb = (t & 2) == 0;
-      c.m = c.n = 128;
-      c.k = 32;
+      Case c = shaped(t, 128, 128, 32);
       c.fill = Fill::SmallInt;
       c.opt.splits = 1;
       c.opt.force_gather = gather;
@@ -315,12 +318,7 @@ TEST(GpuGemmWgmma, TmaAndGatherBitwise) {
 #ifdef CNN_HAVE_CUDA
   CNN_REQUIRE_WGMMA();
   for (int t = 0; t < 4; ++t) {
-    Case c;
-    c.ta = (t & 1) != 0;
-    c.tb = (t & 2) == 0;
-    c.m = 200;
-    c.n = 129;
-    c.k = 333;
+    Case c = shaped(t, 200, 129, 333);
     c.opt.splits = 2;
     const uint64_t seed = test::fresh_seed();
     SCOPED_TRACE(describe(c) + " seed=" + std::to_string(seed));
@@ -363,12 +361,7 @@ TEST(GpuGemmWgmma, StagedAndGatherBitwise) {
                           {200, 129, 333, 2, 0, 1},   {200, 129, 333, 2, 1, 2}};
   for (const auto& cs : cases)
     for (int t = 0; t < 4; ++t) {
-      Case c;
-      c.ta = (t & 1) != 0;
-      c.tb = (t & 2) == 0;
-      c.m = cs[0];
-      c.n = cs[1];
-      c.k = cs[2];
+      Case c = shaped(t, cs[0], cs[1], cs[2]);
       c.opt.splits = cs[3];
       c.beta = cs[4] ? 1.f : 0.f;
       c.pad = cs[5] == 1 ? 3 : 0;
@@ -443,12 +436,7 @@ TEST(GpuGemmWgmma, AwkwardShapes) {
           continue;
         }
         ++which;
-        Case c;
-        c.ta = (t & 1) != 0;
-        c.tb = (t & 2) == 0;
-        c.m = sz[0];
-        c.n = sz[1];
-        c.k = sz[2];
+        Case c = shaped(t, sz[0], sz[1], sz[2]);
         c.pad = layout == 1 ? 3 : (layout == 0 ? 4 * (which % 2) : 0);
         c.align4 = layout != 1;
         c.offset = layout == 2 ? 1 : 0;
@@ -516,12 +504,7 @@ TEST(GpuGemmWgmma, Fp32As3xTf32) {
     for (int t = 0; t < 4; ++t) {
       ++which;
       if (test::light_sweeps() && which % 3 != 0) continue;
-      Case c;
-      c.ta = (t & 1) != 0;
-      c.tb = (t & 2) == 0;
-      c.m = sz[0];
-      c.n = sz[1];
-      c.k = sz[2];
+      Case c = shaped(t, sz[0], sz[1], sz[2]);
       c.pad = 4 * (which % 2);
       c.alpha = (which % 2) ? 1.5f : 1.f;
       c.beta = (which % 4 == 1) ? 0.5f : 0.f;
