@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
   for (int i = 0; i < MTW * CGW * TW * 4; ++i) acc[i] = 0.f;
   // db: the sum of this lane's A values of rows g, g + 8 of each m-tile (warps wt == wc == 0 of
-  // chunk 0), unrounded.
+  // chunk 0), rounded as the MMAs see them.
   float dbs[MTW][2] = {};
   const int wm = warp / (WT * WC), wt = warp / WC % WT, wc = warp % WC;
   const bool want_db = p.db != nullptr && chunk == 0 && wc == 0 && wt == 0;  // warp-uniform
@@ -253,6 +253,15 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
   };
 
+  // Calls f with this warp's run of taps as a compile-time constant.
+  static_assert(WT == 1 || WT == 2, "taps split over at most two warps");
+  auto with_run = [&](auto f) {
+    if (WT == 1 || wt == 0)
+      f(std::integral_constant<int, 0>{});
+    else
+      f(std::integral_constant<int, WT - 1>{});
+  };
+
   issue(u0, 0);
   cp_async_commit();
   for (int i = 0; i < nu; ++i) {
@@ -262,15 +271,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     cp_async_commit();
     round_window(i & 1);
     __syncthreads();  // unit i's window rounded
-    if constexpr (WT == 1) {
-      compute(i & 1, std::integral_constant<int, 0>{});
-    } else {
-      static_assert(WT == 2, "taps split over at most two warps");
-      if (wt == 0)
-        compute(i & 1, std::integral_constant<int, 0>{});
-      else
-        compute(i & 1, std::integral_constant<int, 1>{});
-    }
+    with_run([&](auto run) { compute(i & 1, run); });
   }
 
   // Epilogue: this block's partial tile, atomically or into its split's scratch row; the taps
@@ -302,10 +303,7 @@ __global__ void __launch_bounds__(kThreads, 2)
           }
         }
   };
-  if (wt == 0)
-    store(std::integral_constant<int, 0>{});
-  else if constexpr (WT == 2)
-    store(std::integral_constant<int, 1>{});
+  with_run(store);
   if (want_db) {
 #pragma unroll
     for (int mt = 0; mt < MTW; ++mt)
