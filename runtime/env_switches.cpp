@@ -149,6 +149,15 @@ EnvSwitches read_env_switches() {
     else
       CNN_FAIL("CNN_WGMMA_NHWC_BN32='{}': expected 0 or 1", s);
   }
+  if (const char* v = get("CNN_WGMMA_NHWC_HALO")) {
+    const std::string s(v);
+    if (s == "auto")
+      e.wgmma_nhwc_halo = -1;
+    else if (s == "0" || s == "1")
+      e.wgmma_nhwc_halo = std::stoi(s);
+    else
+      CNN_FAIL("CNN_WGMMA_NHWC_HALO='{}': expected 1, 0 or auto", s);
+  }
   if (const char* v = get("CNN_WGMMA_WGRAD")) {
     const std::string s(v);
     if (s == "async")
@@ -296,6 +305,9 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_WGMMA_CONV_BN", "64|128|auto", "the wgmma convolution's block tile width"},
       {"CNN_WGMMA_NHWC_BN32", "1|0",
        "whether the wgmma-nhwc convolution picks its 32-column tile where N <= 32"},
+      {"CNN_WGMMA_NHWC_HALO", "auto|1|0",
+       "how the wgmma-nhwc convolution loads its input: one TMA box of a tile's rows with their "
+       "halo per channel chunk (1, stride 1), one im2col copy per filter tap (0), or its pick"},
       {"CNN_WGMMA_NHWC_PER_SM", "1|2|auto",
        "resident blocks an SM of the wgmma-nhwc convolution (auto: 2 past one wave)"},
       {"CNN_WGMMA_NHWC_BM", "128|256|auto",

@@ -62,6 +62,9 @@ struct EnvSwitches {
   int wgmma_nhwc_block_m = 0;
   // CNN_WGMMA_NHWC_BN32=1 (default) | 0: wgmma-nhwc picks its 32-column tile for N <= 32.
   bool wgmma_nhwc_bn32 = true;
+  // CNN_WGMMA_NHWC_HALO=auto (default) | 1 | 0: how the wgmma-nhwc convolution loads A: halo
+  // tiles where the shape allows (1), im2col copies (0), or its pick (-1, auto).
+  int wgmma_nhwc_halo = -1;
   // CNN_WGMMA_WGRAD_NHWC_N=64|128|auto: the columns each consumer of the BF16 channels-last
   // weight gradient multiplies (0: auto).
   int wgmma_wgrad_nhwc_n = 0;

@@ -149,6 +149,7 @@ inline const std::vector<ConvCase>& nhwc_forward_cases() {
       {conv(1, 64, 33, 33, 24, 1, 1, 2, 2, 0, 0)},               // 1x1 stride 2 (projection)
       {conv(3, 17, 7, 7, 200, 7, 7, 1, 1, 3, 3), true},          // 7x7 on 7x7, same padding
       {conv(1, 3, 33, 13, 8, 5, 5, 2, 1, 0, 1)},                 // strides 2x1, padding 0x1
+      {conv(3, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2), true, true},   // LeNet's conv2: halo 7 rows
   };
   return c;
 }
@@ -166,6 +167,7 @@ inline const std::vector<ConvCase>& nhwc_backward_data_cases() {
       {conv(3, 64, 32, 32, 64, 3, 3, 1, 1, 1, 1)},   // the VGG-style shape
       {conv(3, 1, 32, 33, 24, 5, 5, 1, 1, 2, 2)},    // the first layer's shape (C = 1)
       {conv(1, 3, 13, 7, 200, 7, 7, 1, 1, 3, 2)},    // 7x7, paddings 3x2
+      {conv(3, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2)},   // LeNet's conv2: dy 64 channels, 2 chunks
   };
   return c;
 }
@@ -175,6 +177,12 @@ template <class Options, class = void>
 struct HasBlocksPerSm : std::false_type {};
 template <class Options>
 struct HasBlocksPerSm<Options, std::void_t<decltype(Options::blocks_per_sm)>> : std::true_type {};
+
+// Whether an options struct has an a_load field (WgmmaNhwcOptions does).
+template <class Options, class = void>
+struct HasALoad : std::false_type {};
+template <class Options>
+struct HasALoad<Options, std::void_t<decltype(Options::a_load)>> : std::true_type {};
 
 // The tile settings of a wgmma options struct (WgmmaConvOptions, WgmmaNhwcOptions), for the
 // summary lines.
@@ -190,6 +198,8 @@ std::string describe_tiles(const Options& o) {
   if constexpr (HasBlocksPerSm<Options>::value)
     d += " blocks_per_sm=" + std::to_string(o.blocks_per_sm);
   if constexpr (HasBlockM<Options>::value) d += " block_m=" + std::to_string(o.block_m);
+  if constexpr (HasALoad<Options>::value)
+    d += o.a_load == decltype(o.a_load)::Halo ? " halo" : " im2col";
   return d;
 }
 

@@ -11,7 +11,8 @@
 //                        33}, batch 1 and 3, stride 1 and 2, kernels 1x1 .. 7x7 (and 3x5),
 //                        padding 0 .. 3, with and without bias / ReLU; the three tile widths (32
 //                        also at two and three blocks an SM, 64 at two) and the 256 x 128 tile
-//                        (nhwc_tile_configs in wgmma_nhwc_tiles.h); small
+//                        (nhwc_tile_configs in wgmma_nhwc_tiles.h), and where the shape is
+//                        stride 1 the halo tile at each width (LeNet's conv2 among them); small
 //                        integers first (exact in TF32: a mismatch is an addressing error), then
 //                        random values.
 //   BackwardDataShapes   the stride-1 input gradient on the same kinds of shapes, negative
@@ -19,8 +20,8 @@
 //   SplitsAndRepeat      K split 1, 2, 4, 8 across a cluster (every tile width, each residency
 //                        under some split, the 256-row tile): each correct, each run twice
 //                        bitwise equal.
-//   Picks                the tile width, rows and residency rules (host code: runs without a
-//                        GPU).
+//   Picks                the tile width, rows, residency and halo rules (host code: runs
+//                        without a GPU).
 //   Dispatch             Algo::WgmmaNhwc through conv2d_forward / conv2d_backward_data at TF32
 //                        (with a scratch of conv2d_*_scratch_floats, the direct call's size)
 //                        gives the direct call's bits; its weight gradient is Algo::Wgmma's.
@@ -30,7 +31,9 @@
 //                        or with 128-column tiles at two, 128-column tiles at
 //                        two blocks an SM, 64-column at three, a tile width of 48, 256-row
 //                        tiles of 32 or 64 columns or at FP32, 192 rows, a stride-2 input
-//                        gradient, a padding the TMA box cannot express, grouped convolutions
+//                        gradient, a padding the TMA box cannot express, halo tiles at FP32,
+//                        with a residency asked for, of 256 rows and 128 columns or of 192
+//                        rows, at stride 2 or a row pitch over 128 pixels, grouped convolutions
 //                        and linear layers: one-line cnn::Error; autotune leaves the refused
 //                        variant out and still picks another.
 // Tolerance: as gpu_conv_wgmma.cpp (TF32, expect_close_tf32 in tests/conv_test_check.h): per
@@ -174,7 +177,7 @@ TEST(GpuConvWgmmaNhwc, ForwardShapes) {
   for (const ConvCase& cc : nhwc_forward_cases())
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Tf32Problem p = make_tf32_problem(Pass::Forward, cc, fill, test::fresh_seed());
-      for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::TF32))
+      for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::TF32, Pass::Forward, cc.s))
         expect_close_tf32(p, run_gpu(p, o), describe_tiles(o));
     }
 #else
@@ -188,7 +191,7 @@ TEST(GpuConvWgmmaNhwc, BackwardDataShapes) {
   for (const ConvCase& cc : nhwc_backward_data_cases())
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Tf32Problem p = make_tf32_problem(Pass::BackwardData, cc, fill, test::fresh_seed());
-      for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::TF32))
+      for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::TF32, Pass::BackwardData, cc.s))
         expect_close_tf32(p, run_gpu(p, o), describe_tiles(o));
     }
 #else
@@ -206,7 +209,7 @@ TEST(GpuConvWgmmaNhwc, SplitsAndRepeat) {
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Tf32Problem p = make_tf32_problem(pass, cc, fill, test::fresh_seed());
       for (int splits : {1, 2, 4, 8})
-        for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::TF32, splits)) {
+        for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::TF32, pass, cc.s, splits)) {
           const std::vector<float> a = run_gpu(p, o), b = run_gpu(p, o);
           expect_close_tf32(p, a, describe_tiles(o));
           EXPECT_TRUE(bitwise_equal(a, b))
@@ -243,6 +246,31 @@ TEST(GpuConvWgmmaNhwc, Picks) {
   EXPECT_EQ(conv2d_wgmma_nhwc_pick_block_m(131072, 64, 64, 132), 128);
   EXPECT_EQ(conv2d_wgmma_nhwc_pick_block_m(256 * 60, 128, 128, 132), 256);
   EXPECT_EQ(conv2d_wgmma_nhwc_pick_block_m(256 * 59, 128, 128, 132), 128);
+  // Halo tiles at TF32 and BF16 for 16 taps or more where at least half of a tile's 128 rows
+  // are output pixels: LeNet's conv2 (14x14, 5x5: 7 rows of pitch 18, 98 pixels) forward and
+  // input gradient, a 5x5 layer at 28x28 (4 rows of pitch 32: 112); not 3x3 layers, not a 7x7
+  // image (49), not stride 2, not FP32.
+  const Conv2dShape lenet2 = conv(128, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2);
+  for (Precision pr : {Precision::TF32, Precision::BF16}) {
+    EXPECT_TRUE(conv2d_wgmma_nhwc_pick_halo(lenet2, pr));
+    EXPECT_TRUE(conv2d_wgmma_nhwc_pick_halo(backward_data_as_forward(lenet2), pr));
+    EXPECT_TRUE(conv2d_wgmma_nhwc_pick_halo(conv(128, 32, 28, 28, 32, 5, 5, 1, 1, 2, 2), pr));
+    EXPECT_FALSE(conv2d_wgmma_nhwc_pick_halo(conv(128, 32, 28, 28, 32, 3, 3, 1, 1, 1, 1), pr));
+    EXPECT_FALSE(conv2d_wgmma_nhwc_pick_halo(conv(128, 128, 7, 7, 128, 5, 5, 1, 1, 2, 2), pr));
+    EXPECT_FALSE(conv2d_wgmma_nhwc_pick_halo(conv(128, 32, 28, 28, 64, 5, 5, 2, 2, 2, 2), pr));
+  }
+  EXPECT_FALSE(conv2d_wgmma_nhwc_pick_halo(lenet2, Precision::FP32));
+  // 256-row halo tiles for LeNet's conv2 (one 14-row image a tile: 128 tiles on 132 SMs, 98 of
+  // 128 rows or 196 of 256 used alike) at 32 and 64 columns; not 128 columns, not where the
+  // grid would leave a tenth of the SMs idle (batch 64: 64 tiles), not the 28x28 3x3 layer (8
+  // rows of 30: 4 tiles an image, the last half empty: 77% of the rows used against 88%).
+  EXPECT_EQ(conv2d_wgmma_nhwc_pick_halo_rows(lenet2, 64, 132), 256);
+  EXPECT_EQ(conv2d_wgmma_nhwc_pick_halo_rows(backward_data_as_forward(lenet2), 32, 132), 256);
+  EXPECT_EQ(conv2d_wgmma_nhwc_pick_halo_rows(lenet2, 128, 132), 128);
+  EXPECT_EQ(conv2d_wgmma_nhwc_pick_halo_rows(conv(64, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2), 64, 132),
+            128);
+  EXPECT_EQ(conv2d_wgmma_nhwc_pick_halo_rows(conv(128, 32, 28, 28, 32, 3, 3, 1, 1, 1, 1), 32, 132),
+            128);
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif
@@ -339,6 +367,34 @@ TEST(GpuConvWgmmaNhwc, Refusals) {
         [&] {
           conv2d_forward_wgmma_nhwc(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, nullptr,
                                     nullptr, o);
+        },
+        t.what);
+  }
+  // Halo tiles: TF32 or BF16, their own tile rows and residency, stride 1, a row pitch of at
+  // most 128 pixels (conv2d_halo_layout.h).
+  struct {
+    Conv2dShape shape;
+    int block_n, blocks_per_sm, block_m;
+    Precision precision;
+    const char* what;
+  } const halo_refused[] = {
+      {s, 0, 0, 0, Precision::FP32, "halo tiles at fp32"},
+      {s, 0, 2, 0, Precision::TF32, "halo tiles at two blocks an SM"},
+      {s, 128, 0, 256, Precision::BF16, "halo tiles of 256 rows and 128 columns"},
+      {s, 0, 0, 192, Precision::TF32, "halo tiles of 192 rows"},
+      {s2, 0, 0, 0, Precision::TF32, "halo tiles at stride 2"},
+      {conv(1, 8, 4, 140, 16, 3, 3, 1, 1, 1, 1), 0, 0, 0, Precision::TF32, "halo row pitch 142"}};
+  for (const auto& t : halo_refused) {
+    WgmmaNhwcOptions o;
+    o.a_load = NhwcALoad::Halo;
+    o.block_n = t.block_n;
+    o.blocks_per_sm = t.blocks_per_sm;
+    o.block_m = t.block_m;
+    o.precision = t.precision;
+    expect_refused(
+        [&] {
+          conv2d_forward_wgmma_nhwc(t.shape, d_x.data(), d_w.data(), nullptr, d_y.data(), false,
+                                    nullptr, nullptr, o);
         },
         t.what);
   }

@@ -9,7 +9,8 @@
 //                        32, 33}, batch 1 and 3, stride 1 and 2, kernels 1x1 .. 7x7 (and 3x5),
 //                        padding 0 .. 3, with and without bias / ReLU; the three tile widths
 //                        (32 also at two and three blocks an SM, 64 at two) and the 256 x 128
-//                        tile (wgmma_nhwc_tiles.h); small
+//                        tile (wgmma_nhwc_tiles.h), and where the shape is stride 1 the
+//                        halo tile at each width (LeNet's conv2 among them); small
 //                        integers first (exact in BF16: a mismatch is an addressing error), then
 //                        random values.
 //   BackwardDataShapes   the stride-1 input gradient on the same kinds of shapes, negative
@@ -307,7 +308,7 @@ TEST(GpuConvWgmmaNhwcBf16, ForwardShapes) {
   for (const ConvCase& cc : forward_cases())
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Problem p = make_problem(Pass::Forward, cc, fill, test::fresh_seed());
-      for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::BF16))
+      for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::BF16, Pass::Forward, cc.s))
         expect_close(p, run_gpu(p, o), describe_tiles(o));
     }
 #else
@@ -321,7 +322,7 @@ TEST(GpuConvWgmmaNhwcBf16, BackwardDataShapes) {
   for (const ConvCase& cc : backward_data_cases())
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Problem p = make_problem(Pass::BackwardData, cc, fill, test::fresh_seed());
-      for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::BF16))
+      for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::BF16, Pass::BackwardData, cc.s))
         expect_close(p, run_gpu(p, o), describe_tiles(o));
     }
 #else
@@ -340,7 +341,7 @@ TEST(GpuConvWgmmaNhwcBf16, SplitsAndRepeat) {
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Problem p = make_problem(pass, cc, fill, test::fresh_seed());
       for (int splits : {1, 2, 4, 8})
-        for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::BF16, splits)) {
+        for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::BF16, pass, cc.s, splits)) {
           const std::vector<float> a = run_gpu(p, o), b = run_gpu(p, o);
           expect_close(p, a, describe_tiles(o));
           EXPECT_TRUE(bitwise_equal(a, b))

@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/conv/conv2d_halo_layout.h"
+#include "kernels/conv/conv2d_nhwc_layout.h"
 #include "kernels/conv/conv2d_wgmma_nhwc.h"
+#include "tests/conv_test_cases.h"
 
 namespace cnn::conv_test {
 
@@ -21,17 +24,34 @@ inline int split_k_blocks_per_sm(int block_n, int splits) {
   return 1;
 }
 
-// The configurations a test runs at `precision` (TF32 or BF16). splits 0 (picked): every
-// (block_n, blocks_per_sm, block_m) instance, the 128-row tile at each width and residency and
-// the 256 x 128 tile (one block an SM). splits > 0: each width at the residency
-// split_k_blocks_per_sm gives, and the 256 x 128 tile.
-inline std::vector<WgmmaNhwcOptions> nhwc_tile_configs(Precision precision, int splits = 0) {
+// The configurations a test runs at `precision` (TF32 or BF16) on `pass` of shape s, A loaded by
+// im2col copies: splits 0 (picked): every (block_n, blocks_per_sm, block_m) instance, the
+// 128-row tile at each width and residency and the 256 x 128 tile (one block an SM). splits > 0:
+// each width at the residency split_k_blocks_per_sm gives, and the 256 x 128 tile. Then, where
+// the pass's GEMM view is a shape the halo tile runs (halo_refusal), the halo tile at each width
+// with 128 rows, and with 256 at widths 32 and 64.
+inline std::vector<WgmmaNhwcOptions> nhwc_tile_configs(Precision precision, Pass pass,
+                                                       const Conv2dShape& s, int splits = 0) {
   std::vector<WgmmaNhwcOptions> configs;
+  const Conv2dShape view = pass == Pass::Forward ? s : backward_data_as_forward(s);
+  for (int rows : {128, 256})
+    if (halo_refusal(view, rows).empty())
+      for (int bn : {32, 64, 128}) {
+        if (rows == 256 && bn == 128) continue;
+        WgmmaNhwcOptions o;
+        o.block_n = bn;
+        o.block_m = rows;
+        o.splits = splits;
+        o.precision = precision;
+        o.a_load = NhwcALoad::Halo;
+        configs.push_back(o);
+      }
   for (int bn : {32, 64, 128}) {
     WgmmaNhwcOptions o;
     o.block_n = bn;
     o.splits = splits;
     o.precision = precision;
+    o.a_load = NhwcALoad::Im2col;
     o.block_m = 128;
     const int first = splits ? split_k_blocks_per_sm(bn, splits) : 1;
     const int last = splits ? first : max_blocks_per_sm(bn);

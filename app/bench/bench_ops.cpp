@@ -35,6 +35,7 @@ bool op_selected(const BenchOptions& opt, const std::string& op) {
 #include "kernels/conv/conv2d.h"
 #include "kernels/conv/conv2d_grouped.h"
 #include "kernels/conv/conv2d_grouped_cuda.h"
+#include "kernels/conv/conv2d_halo_layout.h"
 #include "kernels/conv/conv2d_nhwc_layout.h"
 #include "kernels/conv/conv2d_nhwc_prepass.h"
 #include "kernels/conv/conv2d_wgmma.h"
@@ -685,9 +686,9 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
       }
       // The TMA-im2col kernel (wgmma-nhwc) with 64-column tiles at one and at two resident
       // blocks an SM, and with 32-column tiles at the picked residency (the `wgmma-nhwc` row
-      // takes the picked tile and residency), TF32 and BF16, and where the GEMM is wider than 64
-      // columns the 128-column tile at 128 and at 256 rows; at FP32 (3xTF32) each tile width at
-      // one block an SM and 32 and 64 columns at two.
+      // takes the picked tile, residency and A load), TF32 and BF16, and where the GEMM is wider
+      // than 64 columns the 128-column tile at 128 and at 256 rows; at FP32 (3xTF32) each tile
+      // width at one block an SM and 32 and 64 columns at two. Then the halo tile.
       if (wgmma_pass && conv2d_wgmma_nhwc_available()) {
         const size_t nhwc_floats =
             pass == Pass::Forward ? conv2d_forward_scratch_floats(s, Algo::WgmmaNhwc, ex)
@@ -697,6 +698,7 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
           const char* variant;
           int block_n, blocks_per_sm;  // 0: picked (conv2d_wgmma_nhwc_pick_blocks_per_sm)
           int block_m = 0;             // 0: picked (conv2d_wgmma_nhwc_pick_block_m)
+          NhwcALoad a_load = NhwcALoad::Im2col;
         };
         std::vector<NhwcRow> nhwc_rows = {{"conv:nhwc-bn64-1/sm", 64, 1},
                                           {"conv:nhwc-bn64-2/sm", 64, 2},
@@ -716,11 +718,25 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
           nhwc_rows.push_back({"conv:nhwc-128x128", 128, 1, 128});
           nhwc_rows.push_back({"conv:nhwc-256x128", 128, 1, 256});
         }
+        // The halo tile (one TMA box of a tile's rows per channel chunk) at the picked width and
+        // rows, at 128 rows, at 64 columns where the pick is wider, and at 256 rows of 32 or 64
+        // columns, where the shape allows it.
+        const Conv2dShape view = pass == Pass::Forward ? s : backward_data_as_forward(s);
+        if (p != Precision::FP32 && halo_refusal(view).empty()) {
+          nhwc_rows.push_back({"conv:nhwc-halo", 0, 0, 0, NhwcALoad::Halo});
+          nhwc_rows.push_back({"conv:nhwc-halo-128rows", 0, 0, 128, NhwcALoad::Halo});
+          if (view.oc > 64)
+            nhwc_rows.push_back({"conv:nhwc-halo-bn64", 64, 0, 128, NhwcALoad::Halo});
+          if (halo_refusal(view, 256).empty())
+            nhwc_rows.push_back(
+                {"conv:nhwc-halo-bn64-256rows", view.oc <= 32 ? 32 : 64, 0, 256, NhwcALoad::Halo});
+        }
         for (const NhwcRow& r : nhwc_rows) {
           WgmmaNhwcOptions o;
           o.block_n = r.block_n;
           o.blocks_per_sm = r.blocks_per_sm;
           o.block_m = r.block_m;
+          o.a_load = r.a_load;
           o.precision = p;
           Candidate c;
           c.variant = r.variant;

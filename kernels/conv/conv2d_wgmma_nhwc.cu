@@ -35,10 +35,12 @@
 #include <cstdint>
 
 #include "kernels/common/ptx.cuh"
+#include "kernels/conv/conv2d_halo_layout.h"
 #include "kernels/conv/conv2d_nhwc_layout.h"
 #include "kernels/conv/conv2d_nhwc_prepass.h"
 #include "kernels/conv/conv2d_nhwc_scratch.h"
 #include "kernels/conv/conv2d_wgmma.h"
+#include "kernels/conv/conv2d_wgmma_halo.cuh"
 #include "kernels/conv/conv2d_wgmma_nhwc.h"
 #include "kernels/conv/conv2d_wgmma_tile.cuh"
 #include "kernels/conv/im2col_tma.cuh"
@@ -258,6 +260,25 @@ __global__ void __launch_bounds__(kThreads, kPerSm)
 #endif
 }
 
+// The halo-tile instance (conv2d_wgmma_halo.cuh) of one tile width, element type and tile rows
+// (128 kSub).
+template <int BN, class T, int kSub>
+__global__ void __launch_bounds__(kThreads, halo_blocks_per_sm(BN, kSub))
+    conv2d_wgmma_halo_kernel(const __grid_constant__ CUtensorMap map_a,
+                             const __grid_constant__ CUtensorMap map_b, const HaloParams p) {
+  ptx::griddep_enter();
+#ifdef CNN_WGMMA_NHWC_DEVICE_CODE
+  conv_halo_body<BN, OperandOf<T>::kBf16, kSub>(map_a, map_b, p);
+#else
+  (void)map_a;
+  (void)map_b;
+  (void)p;
+#if defined(__CUDA_ARCH__)
+  __trap();  // never dispatched: conv2d_wgmma_nhwc_available() is false without the sm_90a cubin
+#endif
+#endif
+}
+
 // The (N, H, W, Cp) copy as an im2col map: 128 pixels x one 128-byte row of channels (32 fp32 or
 // 64 bf16) per copy, 128-byte swizzle, zero fill outside the tensor; corners and traversal
 // strides from `geo` (conv2d_nhwc_layout.h).
@@ -284,6 +305,29 @@ CUtensorMap make_im2col_map(const T* d_nhwc, const Conv2dShape& g, const Im2colG
   return map;
 }
 
+// The (N, H, W, Cp) copy as a 4-D tiled map for the halo tile: boxes of {one 128-byte row of
+// channels, wp columns, box_h rows, 1 image}, 128-byte swizzle, zero fill outside the tensor
+// (conv2d_halo_layout.h).
+template <class T>
+CUtensorMap make_halo_map(const T* d_nhwc, const Conv2dShape& g, int c_pad, const HaloGeometry& h) {
+  CUtensorMap map{};
+  const cuuint64_t dims[4] = {cuuint64_t(c_pad), cuuint64_t(g.w), cuuint64_t(g.h), cuuint64_t(g.n)};
+  const cuuint64_t row = cuuint64_t(c_pad) * sizeof(T);
+  const cuuint64_t strides[3] = {row, row * cuuint64_t(g.w), row * cuuint64_t(g.w) * g.h};
+  const cuuint32_t box[4] = {cuuint32_t(OperandOf<T>::kBlock), cuuint32_t(h.box_w),
+                             cuuint32_t(h.box_h), 1};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  const CUresult r = tensor_map_encoder()(
+      &map, OperandOf<T>::kTmaType, 4, const_cast<T*>(d_nhwc), dims, strides, box, elem_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  CNN_CHECK(r == CUDA_SUCCESS,
+            "conv2d wgmma-nhwc: cuTensorMapEncodeTiled failed (error {}) for the halo box {}x{} "
+            "of N={} H={} W={} Cp={}",
+            int(r), h.box_h, h.box_w, g.n, g.h, g.w, c_pad);
+  return map;
+}
+
 // The packed (rows, K') weights, K' = taps * Cp, as a 2-D map (k, row), one-row x BN boxes
 // (32 fp32 or 64 bf16 k), 128-byte swizzle, zero fill past the last row: the K-major B^T tile.
 template <class T>
@@ -303,10 +347,9 @@ CUtensorMap make_packed_weight_map(const T* d_w, int64_t k, int rows, int bn) {
   return map;
 }
 
-int pick_splits(int64_t m, int n, int ktiles, int bm, int bn) {
+int pick_splits(int64_t tiles, int ktiles) {
   // One wave at one block per SM: double the splits while the doubled grid still fits on the
   // SMs and each split keeps >= 4 k-tiles (as conv2d_wgmma.cu).
-  const int64_t tiles = ceil_div<int64_t>(m, bm) * ceil_div<int64_t>(n, bn);
   const int64_t sms = sm_count();
   int s = 1;
   while (s * 2 <= kMaxSplits && tiles * s * 2 <= sms && ktiles / (s * 2) >= 4) s *= 2;
@@ -325,6 +368,69 @@ void launch_nhwc(int64_t tiles, int splits, cudaStream_t stream, const char* nam
   launch_split_k_clusters(conv2d_wgmma_nhwc_kernel<BN, T, kPerSm, kSplit, kSub>, tiles, splits,
                           kThreads, NhwcPlan<BN, kPerSm, kSplit, kSub>::kSmemBytes, stream, name,
                           maps.a, maps.a_small, maps.b, maps.b_small, p);
+}
+
+// Whether this call loads A as halo tiles (WgmmaNhwcOptions::a_load); refuses halo tiles asked
+// for with settings they do not run (the shape is checked by halo_geometry after).
+bool use_halo(const Conv2dShape& g, const WgmmaNhwcOptions& opt, bool split, const char* what) {
+  if (opt.a_load == NhwcALoad::Im2col) return false;
+  if (opt.a_load == NhwcALoad::Halo) {
+    CNN_CHECK(!split,
+              "{}: algo wgmma-nhwc loads halo tiles at precision tf32 or bf16 (got fp32, 3xTF32)",
+              what);
+    CNN_CHECK(opt.blocks_per_sm == 0,
+              "{}: algo wgmma-nhwc with halo tiles runs a residency of its own (got "
+              "blocks_per_sm={}; expected 0)",
+              what, opt.blocks_per_sm);
+    return true;
+  }
+  if (split || opt.block_m != 0 || opt.blocks_per_sm != 0) return false;
+  const int env = process_env_switches().wgmma_nhwc_halo;
+  if (env >= 0) return env == 1 && halo_refusal(g).empty();
+  return conv2d_wgmma_nhwc_pick_halo(g, opt.precision);
+}
+
+// The halo-tile kernel (conv2d_wgmma_halo.cuh) of width bn on tiles x splits blocks; maps.a is
+// make_halo_map's.
+template <class T>
+void launch_halo(const Conv2dShape& g, const Im2colGeometry& geo, const HaloGeometry& hg, int bn,
+                 int64_t tiles, int splits, cudaStream_t stream, const NhwcMaps& maps,
+                 const float* d_b, float* d_y, bool relu) {
+  HaloParams p{};
+  p.bias = d_b;
+  p.y = d_y;
+  p.relu = relu;
+  p.oh = g.oh();
+  p.ow = g.ow();
+  p.M = g.n * p.oh * p.ow;
+  p.N = g.oc;
+  p.taps = geo.taps;
+  p.chunks = geo.chunks;
+  p.kw = g.kw;
+  p.ktiles = geo.ktiles;
+  p.wp = hg.wp;
+  p.rows = hg.rows;
+  p.tiles_per_image = hg.tiles_per_image;
+  p.lower_w = hg.lower_w;
+  p.lower_h = hg.lower_h;
+  p.slot_bytes = uint32_t(hg.slot_rows) * kRowBytes;
+  p.box_bytes = uint32_t(hg.box_w) * uint32_t(hg.box_h) * kRowBytes;
+  const int sub = hg.tile_rows / 128;
+  const int smem = int(HaloSmem{p.slot_bytes, bn, sub}.bytes());
+  const char* name = OperandOf<T>::kBf16 ? "conv2d_wgmma_halo_bf16" : "conv2d_wgmma_halo";
+  auto go = [&](auto kernel) {
+    launch_split_k_clusters(kernel, tiles, splits, kThreads, smem, stream, name, maps.a, maps.b, p);
+  };
+  if (bn == 32 && sub == 2)
+    go(conv2d_wgmma_halo_kernel<32, T, 2>);
+  else if (bn == 64 && sub == 2)
+    go(conv2d_wgmma_halo_kernel<64, T, 2>);
+  else if (bn == 32)
+    go(conv2d_wgmma_halo_kernel<32, T, 1>);
+  else if (bn == 64)
+    go(conv2d_wgmma_halo_kernel<64, T, 1>);
+  else
+    go(conv2d_wgmma_halo_kernel<128, T, 1>);
 }
 
 // Runs conv(a, packed weights) of the GEMM view g (a: g's input, NCHW) into y, NCHW, with
@@ -364,14 +470,24 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
                  : env_bn                                 ? env_bn
                  : process_env_switches().wgmma_nhwc_bn32 ? conv2d_wgmma_nhwc_pick_block_n(m, g.oc)
                                                           : conv2d_wgmma_pick_block_n(m, g.oc);
-  CNN_CHECK(opt.block_m == 0 || opt.block_m == 128 ||
+  const bool halo = use_halo(g, opt, kSplit, what);
+  CNN_CHECK(!halo || opt.block_m == 0 || opt.block_m == 128 || (opt.block_m == 256 && bn <= 64),
+            "{}: algo wgmma-nhwc with halo tiles: block_m={} with block_n={} (expected 0 or 128, "
+            "or 256 with block_n 32 or 64)",
+            what, opt.block_m, bn);
+  const HaloGeometry hg =
+      halo ? halo_geometry(
+                 g, what,
+                 opt.block_m ? opt.block_m : conv2d_wgmma_nhwc_pick_halo_rows(g, bn, sm_count()))
+           : HaloGeometry{};
+  CNN_CHECK(halo || opt.block_m == 0 || opt.block_m == 128 ||
                 (opt.block_m == 256 && !kSplit && bn == 128 && opt.blocks_per_sm <= 1),
             "{}: algo wgmma-nhwc block_m={} with block_n={}, blocks_per_sm={} (expected 0 or "
             "128, or 256 at precision tf32 or bf16 with block_n 128 and one block an SM)",
             what, opt.block_m, bn, opt.blocks_per_sm);
   const int env_bm = process_env_switches().wgmma_nhwc_block_m;
   int bm = 128;  // 256 rows: TF32 or BF16, 128 columns, one block an SM
-  if (!kSplit && bn == 128 && opt.blocks_per_sm <= 1)
+  if (!halo && !kSplit && bn == 128 && opt.blocks_per_sm <= 1)
     bm = opt.block_m ? opt.block_m
          : env_bm    ? env_bm
                      : conv2d_wgmma_nhwc_pick_block_m(m, g.oc, bn, sm_count());
@@ -384,11 +500,12 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   CNN_CHECK((reinterpret_cast<uintptr_t>(d_scratch) & 15u) == 0,
             "{}: algo wgmma-nhwc needs a 16-byte aligned scratch", what);
 
-  const int splits = opt.splits > 0 ? opt.splits : pick_splits(m, g.oc, geo.ktiles, bm, bn);
+  const int64_t tiles = halo ? int64_t(g.n) * hg.tiles_per_image * ceil_div<int64_t>(g.oc, bn)
+                             : ceil_div<int64_t>(m, bm) * ceil_div<int64_t>(g.oc, bn);
+  const int splits = opt.splits > 0 ? opt.splits : pick_splits(tiles, geo.ktiles);
   CNN_CHECK(splits == 1 || splits == 2 || splits == 4 || splits == 8,
             "{}: splits={} (expected 1, 2, 4 or 8)", what, splits);
 
-  const int64_t tiles = ceil_div<int64_t>(m, bm) * ceil_div<int64_t>(g.oc, bn);
   // Two blocks an SM only with 32- and 64-column tiles: a 128-column consumer (64 accumulators
   // per thread) does not compile within the 80 registers that two 384-thread blocks leave it.
   // Three (56 registers a thread) only with 32-column tiles (16 accumulators; a 64-column stage
@@ -396,8 +513,8 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   // one.
   const int env_per_sm = process_env_switches().wgmma_nhwc_blocks_per_sm;
   const int max_per_sm = bm == 256 || bn == 128 ? 1 : kSplit || bn == 64 ? 2 : 3;
-  int per_sm = opt.blocks_per_sm;
-  if (per_sm == 0) {
+  int per_sm = opt.blocks_per_sm;  // 0 with halo tiles: their own (halo_blocks_per_sm)
+  if (per_sm == 0 && !halo) {
     per_sm = env_per_sm ? env_per_sm
                         : conv2d_wgmma_nhwc_pick_blocks_per_sm(tiles * splits, sm_count(), bn);
     per_sm = std::min(per_sm, max_per_sm);
@@ -433,7 +550,7 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
                          stream);
 
   NhwcMaps maps;
-  maps.a = make_im2col_map(d_nhwc, g, geo);
+  maps.a = halo ? make_halo_map(d_nhwc, g, geo.c_pad, hg) : make_im2col_map(d_nhwc, g, geo);
   maps.a_small = split_a ? make_im2col_map(d_nhwc_small, g, geo) : maps.a;
   const int64_t packed_k = int64_t(wp.taps) * wp.k_pad;
   maps.b = make_packed_weight_map(d_wpack, packed_k, wp.rows, bn);
@@ -453,6 +570,10 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   p.stride_w = g.stride_w;
   p.lower_h = geo.lower_h;
   p.lower_w = geo.lower_w;
+  if (halo) {
+    launch_halo<T>(g, geo, hg, bn, tiles, splits, stream, maps, d_b, d_y, relu);
+    return;
+  }
   const char* name = kSplit                ? "conv2d_wgmma_nhwc_3xtf32"
                      : OperandOf<T>::kBf16 ? "conv2d_wgmma_nhwc_bf16"
                                            : "conv2d_wgmma_nhwc";
@@ -517,6 +638,32 @@ int conv2d_wgmma_nhwc_pick_block_m(int64_t m, int n, int block_n, int sms) {
   if (block_n != 128) return 128;
   const int64_t tall_tiles = ceil_div<int64_t>(m, 256) * ceil_div<int64_t>(n, block_n);
   return tall_tiles * 2 * 10 >= int64_t(sms) * 9 ? 256 : 128;
+}
+
+int conv2d_wgmma_nhwc_pick_halo_rows(const Conv2dShape& g, int block_n, int sms) {
+  // 256 rows: each consumer warpgroup multiplies two 64-row blocks on a B tile, so a ring stage
+  // and a k-tile's loop work serve twice the multiplies.
+  if (block_n > 64 || !halo_refusal(g, 256).empty()) return 128;
+  const HaloGeometry tall = halo_geometry(g, "conv2d_wgmma_nhwc_pick_halo_rows", 256);
+  const HaloGeometry base = halo_geometry(g, "conv2d_wgmma_nhwc_pick_halo_rows", 128);
+  const int64_t tiles = int64_t(g.n) * tall.tiles_per_image * ceil_div<int64_t>(g.oc, block_n);
+  return tiles * 10 >= int64_t(sms) * 9 &&
+                 halo_useful_fraction(g, tall) >= halo_useful_fraction(g, base) - 0.05
+             ? 256
+             : 128;
+}
+
+bool conv2d_wgmma_nhwc_pick_halo(const Conv2dShape& g, Precision precision) {
+  // One TMA box of the tile's rows per chunk instead of one 128-pixel im2col copy per tap and
+  // chunk; the price is the tile rows that are not output pixels (the row pitch's KW - 1 extra
+  // columns, and what 128 / wp rows leave over), computed and dropped. Measured on the H200
+  // (docs/performance.md): faster on LeNet's 5x5 conv2 (forward 25.0 -> 24.0 us, input gradient
+  // 36.0 -> 29.8 in TF32), as fast on 14x14 3x3 layers, slower on 3x3 layers of 28x28 and up
+  // (the im2col kernel's 256 x 128 tile, 48 us against 72 on VGG's conv4) and at 7x7: 16 taps
+  // or more a box.
+  if (precision == Precision::FP32 || g.kh * g.kw < 16 || !halo_refusal(g).empty()) return false;
+  const HaloGeometry h = halo_geometry(g, "conv2d_wgmma_nhwc_pick_halo");
+  return halo_useful_fraction(g, h) >= 0.5;
 }
 
 int conv2d_wgmma_nhwc_pick_block_n(int64_t m, int n) {

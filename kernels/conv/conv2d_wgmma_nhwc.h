@@ -30,7 +30,7 @@
 // A null scratch is refused (after the refusals below, which take precedence).
 // Refusals (cnn::Error, one line): no compute capability 9.0 device / no sm_90a
 // build, a stride > 1 input gradient, strides above 8 or paddings the TMA box corners cannot
-// express, tensors past 2^31-1 elements.
+// express, tensors past 2^31-1 elements; halo tiles asked for a shape or setting they cannot run.
 #include <cstddef>
 #include <cstdint>
 
@@ -40,6 +40,12 @@
 #include "runtime/stream.h"
 
 namespace cnn {
+
+// How the kernel brings A (the activations) into shared memory: one TMA im2col copy of 128
+// output pixels per filter tap and channel chunk, or one tiled TMA box of a tile's output rows
+// with their halo per channel chunk, which every tap reads at a row offset (stride 1, TF32 or
+// BF16: conv2d_halo_layout.h, conv2d_wgmma_halo.cuh).
+enum class NhwcALoad { Auto, Im2col, Halo };
 
 struct WgmmaNhwcOptions {
   int splits = 0;  // K split across a cluster: 0 picks (1..8), else 1, 2, 4 or 8
@@ -55,6 +61,11 @@ struct WgmmaNhwcOptions {
   // two 64-row blocks on one B tile, twice the work a pipeline stage).
   int block_m = 0;
   Precision precision = Precision::TF32;  // TF32, BF16, or FP32 (3xTF32)
+  // Auto picks (CNN_WGMMA_NHWC_HALO, else conv2d_wgmma_nhwc_pick_halo where block_m and
+  // blocks_per_sm are 0). Halo tiles have 128 rows (three blocks an SM of 32 columns, two of 64,
+  // one of 128) or 256 (32 or 64 columns, one block an SM); block_m 0 picks
+  // (conv2d_wgmma_nhwc_pick_halo_rows). They refuse blocks_per_sm other than 0 and FP32.
+  NhwcALoad a_load = NhwcALoad::Auto;
 };
 
 // True when this build has the sm_90a kernels and the current device is compute capability 9.0.
@@ -68,6 +79,17 @@ int conv2d_wgmma_nhwc_pick_blocks_per_sm(int64_t blocks, int sms, int block_n);
 // The tile rows for an M x n implicit GEMM of block_n-column tiles on `sms` SMs: 256 when
 // block_n is 128 and twice the 256-row grid's tiles cover at least 90% of the SMs, else 128.
 int conv2d_wgmma_nhwc_pick_block_m(int64_t m, int n, int block_n, int sms);
+
+// Whether Auto loads A as halo tiles for the GEMM view g (the input gradient's: the convolution
+// of dy with the flipped weights) at `precision`: TF32 or BF16, a shape the halo tile can run
+// (halo_refusal), at least 16 filter taps (5x5 and up: on 3x3 layers the im2col copies were as
+// fast or faster), and at least half of the 128-row tiles' rows output pixels.
+bool conv2d_wgmma_nhwc_pick_halo(const Conv2dShape& g, Precision precision);
+
+// The halo tile's rows for g at width block_n on `sms` SMs: 256 with 32- or 64-column tiles
+// where that grid fills 90% of the SMs at one block an SM and drops at most 5% more of its rows
+// than 128-row tiles would (conv2d_halo_layout.h), else 128.
+int conv2d_wgmma_nhwc_pick_halo_rows(const Conv2dShape& g, int block_n, int sms);
 
 // The tile width for an M x n implicit GEMM: 32 when n <= 32, else conv2d_wgmma_pick_block_n's.
 int conv2d_wgmma_nhwc_pick_block_n(int64_t m, int n);

@@ -188,10 +188,12 @@ struct ConvTileStore {
 // (64 kSub 2, kPitch) floats (kSub: consume_stages'); then the blocks of the cluster (the K
 // splits of one tile) each sum a band of rows over all ranks' partial tiles in rank order
 // (bitwise repeatable), add bias, apply ReLU and store NCHW. A warp covers 32 rows (pixels,
-// contiguous in y) of one group of 4 columns.
-template <int BN, int kPitch, int kSub = 1>
-__device__ __forceinline__ void store_conv_tile(const float (&acc)[kSub][BN / 2], uint32_t base,
-                                                int m0, int n0, const ConvTileStore& p) {
+// contiguous in y) of one group of 4 columns. row_pixel(r): the output pixel m of tile row r
+// (image-major, < M), or -1 for a row that is not stored.
+template <int BN, int kPitch, int kSub, class RowPixel>
+__device__ __forceinline__ void store_conv_tile_rows(const float (&acc)[kSub][BN / 2],
+                                                     uint32_t base, int n0, const ConvTileStore& p,
+                                                     RowPixel row_pixel) {
   constexpr int kRows = 128 * kSub;
   const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
   __syncthreads();
@@ -225,8 +227,8 @@ __device__ __forceinline__ void store_conv_tile(const float (&acc)[kSub][BN / 2]
       sum.z += v.z;
       sum.w += v.w;
     }
-    const int m = m0 + r;
-    if (m >= p.M) continue;
+    const int m = row_pixel(r);
+    if (m < 0) continue;
     const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
     const int img = m / p.pix_per_img;
     float* crow = p.y + int64_t(img) * p.N * p.pix_per_img + (m - img * p.pix_per_img);
@@ -241,6 +243,16 @@ __device__ __forceinline__ void store_conv_tile(const float (&acc)[kSub][BN / 2]
     }
   }
   cluster_sync();  // no block leaves while another still reads its partial tile
+}
+
+// The tile of rows m0 .. m0 + 128 kSub - 1 of C (those below M stored).
+template <int BN, int kPitch, int kSub = 1>
+__device__ __forceinline__ void store_conv_tile(const float (&acc)[kSub][BN / 2], uint32_t base,
+                                                int m0, int n0, const ConvTileStore& p) {
+  store_conv_tile_rows<BN, kPitch, kSub>(acc, base, n0, p, [&](int r) {
+    const int m = m0 + r;
+    return m < p.M ? m : -1;
+  });
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

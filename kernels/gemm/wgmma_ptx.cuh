@@ -103,6 +103,17 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+// 4-D tile load (coordinates innermost first; negative or past the end: zero filled), completing
+// on `bar`.
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, int c0, int c1,
+                                            int c2, int c3, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+
 // 4-byte asynchronous copy global -> shared (cached in L1) that reads `src_bytes` (4 or 0) and
 // zero-fills the rest; src must be a mapped address even when nothing is read.
 __device__ __forceinline__ void cp_async4_zfill(uint32_t dst, const float* src,
