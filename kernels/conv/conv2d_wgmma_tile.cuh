@@ -195,6 +195,7 @@ __device__ __forceinline__ void store_conv_tile_rows(const float (&acc)[kSub][BN
                                                      uint32_t base, int n0, const ConvTileStore& p,
                                                      RowPixel row_pixel) {
   constexpr int kRows = 128 * kSub;
+  static_assert(kSub == 1 || kSub == 2, "128 or 256 rows");
   const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
   __syncthreads();
   if (wg > 0) {
@@ -211,15 +212,23 @@ __device__ __forceinline__ void store_conv_tile_rows(const float (&acc)[kSub][BN
       }
     }
   }
-  cluster_sync();
-
+  // Without a K split (a cluster of one) a block barrier and plain shared loads do: the cluster
+  // barriers and distributed-shared-memory loads cost about a tenth of a LeNet conv2 forward's
+  // stall samples.
   const uint32_t rank = cluster_rank(), nsplit = cluster_size();
-  const int band = kRows / int(nsplit);
+  if (nsplit > 1)
+    cluster_sync();
+  else
+    __syncthreads();
+
+  // band = kRows / nsplit rows a rank, nsplit a power of two (1 .. 8).
+  const int log_split = __ffs(int(nsplit)) - 1, log_band = (kRows == 256 ? 8 : 7) - log_split;
+  const int band = 1 << log_band;
   const int r_begin = int(rank) * band;
   for (int idx = tid; idx < band * (BN / 4); idx += kConvThreads) {
-    const int r = r_begin + idx % band, c4 = (idx / band) * 4;
+    const int r = r_begin + (idx & (band - 1)), c4 = (idx >> log_band) * 4;
     const uint32_t local = base + uint32_t(r * kPitch + c4) * 4;
-    float4 sum = ld_cluster_v4(map_rank(local, 0));
+    float4 sum = nsplit == 1 ? ld_shared_v4(local) : ld_cluster_v4(map_rank(local, 0));
     for (uint32_t q = 1; q < nsplit; ++q) {
       const float4 v = ld_cluster_v4(map_rank(local, q));
       sum.x += v.x;
@@ -242,7 +251,7 @@ __device__ __forceinline__ void store_conv_tile_rows(const float (&acc)[kSub][BN
       crow[int64_t(n) * p.pix_per_img] = v;
     }
   }
-  cluster_sync();  // no block leaves while another still reads its partial tile
+  if (nsplit > 1) cluster_sync();  // no block leaves while another still reads its partial tile
 }
 
 // The tile of rows m0 .. m0 + 128 kSub - 1 of C (those below M stored).
