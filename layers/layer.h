@@ -68,7 +68,8 @@ class Layer {
 
   // y = f(x) for a batch of n (n <= the setup batch). scratch: scratch_floats(ex, ...) floats.
   virtual void forward(int n, const float* x, float* y, float* scratch, const Exec& ex) = 0;
-  // Writes dx (when non-null) and ACCUMULATES parameter gradients. x and y are this layer's
+  // Writes dx (when non-null) and ACCUMULATES parameter gradients, except those that
+  // set_overwrite_grads(true) has it write (overwritable_grads()). x and y are this layer's
   // input and output of the last forward.
   // dy may be overwritten (a fused ReLU masks it in place).
   virtual void backward(int n, const float* x, const float* y, float* dy, float* dx, float* scratch,
@@ -76,7 +77,8 @@ class Layer {
 
   // algo: auto on CUDA: times this layer's kernel variants for a batch of n on the given buffers
   // (x input, y output, dy and dx gradients; dx null for the first layer) and keeps the fastest
-  // per pass. Writes y and dx and ACCUMULATES parameter gradients: the caller zeroes them after.
+  // per pass. Writes y and dx and ACCUMULATES (or, as backward, writes) parameter gradients:
+  // the caller zeroes them after.
   // scratch: tune_scratch_floats(ex, dx != null) floats.
   virtual std::vector<TuneChoice> autotune(int /*n*/, const float* /*x*/, float* /*y*/,
                                            float* /*dy*/, float* /*dx*/, float* /*scratch*/,
@@ -85,6 +87,15 @@ class Layer {
   }
   // The cache autotune() consults and fills (layers/tune_cache.h); null: time everything.
   void set_tune_cache(TuneCache* cache) { tune_cache_ = cache; }
+
+  // The parameters (indices into param_shapes()) whose gradients backward can WRITE instead of
+  // adding to, on every path it may take after setup (any precision, reduction mode, batch and
+  // variant autotune may pick): a pass that sums into a gradient in pieces (atomics, split
+  // sums, a bias gradient handed to the next layer) cannot. Empty: none.
+  virtual std::vector<size_t> overwritable_grads() const { return {}; }
+  // Set by the Network once, at construction (NetworkOptions::overwrite_grads): backward (and
+  // autotune) then write the overwritable_grads() instead of adding to them.
+  void set_overwrite_grads(bool on) { overwrite_grads_ = on; }
 
   // True when ReLU is fused into this layer's epilogue (the Network then skips the relu layer).
   void set_fused_relu(bool on) { fused_relu_ = on; }
@@ -139,6 +150,7 @@ class Layer {
   bool mask_input_relu_ = false;
   bool relu_masked_downstream_ = false;
   float* input_bias_grad_ = nullptr;  // (in features) the layer before's, or null
+  bool overwrite_grads_ = false;
   bool fused_pool_ = false;
   TuneCache* tune_cache_ = nullptr;
 };

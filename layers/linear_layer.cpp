@@ -54,6 +54,15 @@ class LinearLayer : public Layer {
     return db_;
   }
 
+  // The weight, whose every backward GEMM (CPU, CUDA naive / tiled / gemm_cuda in any precision)
+  // has one owner per element; not the fused head's, which splits the batch over blocks and
+  // adds their sums by atomicAdd. The bias stays accumulating: its CUDA sum goes in by atomicAdd
+  // beyond 1024 rows, and a bias gradient handed over is summed by the next layer's kernel.
+  std::vector<size_t> overwritable_grads() const override {
+    if (head_backward()) return {};
+    return {0};
+  }
+
   void forward(int n, const float* x, float* y, float* /*scratch*/, const Exec& ex) override {
     linear_forward(at(n), x, w_, b_, y, fused_relu_, algos_.fwd, ex);
   }
@@ -65,7 +74,7 @@ class LinearLayer : public Layer {
     if (head_backward())
       return linear_head_backward(s, x, dy, w_, dw_, own_db(), dx, mask_input_relu_,
                                   input_bias_grad_, ex);
-    linear_backward_weight(s, x, dy, dw_, own_db(), scratch, algos_.dw, ex);
+    linear_backward_weight(s, x, dy, dw_, own_db(), scratch, algos_.dw, ex, overwrite_grads_);
     if (!dx) return;
     linear_backward_data(s, dy, w_, dx, algos_.dx, ex);
     // Only the fused path is offered the mask (can_mask_input_relu); kept here too so that the
@@ -92,7 +101,9 @@ class LinearLayer : public Layer {
     };
     return tune_passes(
         TuneSite{name(), op, tune_cache_}, forward,
-        [&](Algo a) { linear_backward_weight(s, x, dy, dw_, own_db(), scratch, a, ex); },
+        [&](Algo a) {
+          linear_backward_weight(s, x, dy, dw_, own_db(), scratch, a, ex, overwrite_grads_);
+        },
         dx ? &input_grad : nullptr, &algos_, ex);
   }
 

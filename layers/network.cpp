@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "kernels/loss/softmax_xent.h"
+#include "kernels/optimizer/optimizer.h"
 #include "kernels/pointwise/add.h"
 #include "kernels/pointwise/relu.h"
 #include "runtime/error.h"
@@ -281,6 +282,7 @@ Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
   }
   for (const auto& [i, prev] : bias_grad_folds)
     layers_[i]->set_input_bias_grad(layers_[prev]->hand_over_bias_grad());
+  if (opt.overwrite_grads) pick_overwritten_grads();
   params_.copy_from(h_params.data(), Device::CPU, h_params.size());
   resize_scratch(scratch_need(ex, false));
 
@@ -307,6 +309,42 @@ Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
 
   loss_rows_ = Buffer<float>(size_t(opt.max_batch), ex.device);
   pred_ = Buffer<int32_t>(size_t(opt.max_batch), ex.device);
+}
+
+void Network::pick_overwritten_grads() {
+  struct Candidate {
+    size_t layer = 0;
+    int64_t floats = 0;
+    std::vector<std::pair<int64_t, int64_t>> ranges;  // adjacent parameters merged
+  };
+  std::vector<Candidate> candidates;
+  size_t first_info = 0;  // infos_ holds every layer's parameters in layer order
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Candidate c;
+    c.layer = i;
+    for (const size_t k : layers_[i]->overwritable_grads()) {
+      const ParamInfo& p = infos_.at(first_info + k);
+      if (!c.ranges.empty() && c.ranges.back().second == p.offset)
+        c.ranges.back().second += p.numel();
+      else
+        c.ranges.emplace_back(p.offset, p.offset + p.numel());
+      c.floats += p.numel();
+    }
+    first_info += layers_[i]->param_shapes().size();
+    if (!c.ranges.empty()) candidates.push_back(std::move(c));
+  }
+  // The optimizer takes at most KeptGrads::kMax ranges: the largest layers' first (where more
+  // layers could overwrite, the rest keep accumulating, which is always correct).
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.floats > b.floats; });
+  size_t room = KeptGrads::kMax;
+  for (const Candidate& c : candidates) {
+    if (c.ranges.size() > room) continue;
+    room -= c.ranges.size();
+    layers_[c.layer]->set_overwrite_grads(true);
+    overwritten_.insert(overwritten_.end(), c.ranges.begin(), c.ranges.end());
+  }
+  std::sort(overwritten_.begin(), overwritten_.end());
 }
 
 int64_t Network::per_image(int node) const {

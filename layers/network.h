@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "layers/layer.h"
@@ -44,6 +45,13 @@ struct NetworkOptions {
   // Label smoothing of the training loss (forward_backward) in [0, 1); forward_loss (evaluation)
   // reports the plain cross-entropy of the true labels.
   float label_smoothing = 0.0f;
+  // Backward WRITES the parameter gradients that layers can write in one pass (a linear layer's
+  // weight, outside the fused classifier head) instead of adding to them, and the optimizer's
+  // update leaves them unzeroed (overwritten_grad_ranges()): that update saves writing them and
+  // the GEMM reading them. Only for a caller that runs exactly one forward_backward per update
+  // (the trainer's step; CNN_GRAD_OVERWRITE=0 clears it there): two backward passes no longer
+  // sum. Off by default, and not among with_env_switches' overrides.
+  bool overwrite_grads = false;
 };
 
 // The options with the environment's overrides applied (CNN_FUSE_POOL=0, CNN_FUSE_BN_RELU=0,
@@ -60,8 +68,11 @@ class Network {
   // (batchnorm's running statistics, no dropout).
   const float* forward(int n, const float* x);
   // Forward, loss and backward: writes loss_rows/pred for the batch and ACCUMULATES parameter
-  // gradients (zeroed by the optimizer's update). grad_scale multiplies dlogits (1/n for a mean).
-  // Training mode: batch statistics (which also move batchnorm's running statistics), dropout.
+  // gradients (zeroed by the optimizer's update), except those in overwritten_grad_ranges()
+  // (NetworkOptions::overwrite_grads), which it writes: there they are this batch's gradient
+  // alone, also after the update (which does not zero them). grad_scale multiplies dlogits (1/n
+  // for a mean). Training mode: batch statistics (which also move batchnorm's running
+  // statistics), dropout.
   void forward_backward(int n, const float* x, const int32_t* labels, float grad_scale);
 
   // Forward and loss without gradients (evaluation): writes loss_rows/pred for the batch.
@@ -88,6 +99,16 @@ class Network {
   const float* params() const { return params_.data(); }
   int64_t num_params() const { return static_cast<int64_t>(params_.size()); }
   const std::vector<ParamInfo>& param_infos() const { return infos_; }
+  // Ranges [first, second) of the flat gradient buffer that backward writes instead of adding to
+  // (NetworkOptions::overwrite_grads; empty without it): sorted, disjoint, at most
+  // KeptGrads::kMax (kernels/optimizer/optimizer.h; the largest layers' where more could).
+  const std::vector<std::pair<int64_t, int64_t>>& overwritten_grad_ranges() const {
+    return overwritten_;
+  }
+  // Zeroes every parameter gradient on the network's stream: for a step that runs no backward
+  // but hands its gradients on (a data-parallel rank without samples joins the all-reduce), as
+  // the overwritten ranges hold the last step's gradient.
+  void zero_grads() { grads_.zero(ex_.stream); }
   // Data-parallel training: called during forward_backward's backward pass, after each node's
   // gradients are enqueued, with the flat offset from which every parameter gradient of this step
   // is final (parameters lie in layer order and backward runs in reverse, so that offset falls
@@ -147,6 +168,9 @@ class Network {
   // captured step graph holds no allocation and its scratch pointer stays valid).
   void resize_scratch(size_t floats);
   const float* act_of(int node, const float* x) const { return node < 0 ? x : acts_[node]; }
+  // NetworkOptions::overwrite_grads: tells the layers whose gradients backward writes, within
+  // the optimizer's limit of ranges, and records them in overwritten_.
+  void pick_overwritten_grads();
   int64_t per_image(int node) const;
 
   std::vector<std::unique_ptr<Layer>> layers_;
@@ -173,6 +197,7 @@ class Network {
   std::vector<size_t> input_views_;  // nodes whose output is the network input itself (flatten)
   float* grad_sum_ = nullptr;        // a second consumer's input gradient before it is summed
   std::vector<ParamInfo> infos_, buffer_infos_;
+  std::vector<std::pair<int64_t, int64_t>> overwritten_;  // overwritten_grad_ranges()
   Buffer<float> params_, grads_, scratch_, buffers_;
   const int64_t* step_ = nullptr;
   std::vector<int64_t> layer_param_begin_;  // node i's parameters start here (layer order)

@@ -29,6 +29,14 @@ ParamOptimizer::ParamOptimizer(const OptimizerOptions& opt, Network& net) : opt_
     v_ = Buffer<float>(n, dev);
     v_.zero();
   }
+  const auto& overwritten = net.overwritten_grad_ranges();
+  CNN_CHECK(overwritten.size() <= size_t(KeptGrads::kMax),
+            "optimizer: {} overwritten gradient ranges, at most {}", overwritten.size(),
+            KeptGrads::kMax);
+  for (const auto& [begin, end] : overwritten) {
+    kept_.begin[kept_.count] = begin;
+    kept_.end[kept_.count++] = end;
+  }
   if (opt.weight_decay > 0) {
     std::vector<uint8_t> mask = net.decay_mask(opt.decay_biases);
     decay_mask_ = Buffer<uint8_t>(n, dev);
@@ -75,7 +83,7 @@ void ParamOptimizer::update(float lr, int64_t step, const float* d_lr, const int
     p.momentum = static_cast<float>(opt_.momentum);
     p.weight_decay = static_cast<float>(opt_.weight_decay);
     p.nesterov = opt_.nesterov;
-    sgd_update(n, net_.params(), net_.grads(), m_.data(), mask, p, scale, ex, d_lr);
+    sgd_update(n, net_.params(), net_.grads(), m_.data(), mask, p, scale, ex, d_lr, kept_);
   } else {
     AdamParams p;
     p.lr = lr;
@@ -86,7 +94,7 @@ void ParamOptimizer::update(float lr, int64_t step, const float* d_lr, const int
     p.decoupled = opt_.type == OptimizerType::AdamW;
     p.step = step;
     adam_update(n, net_.params(), net_.grads(), m_.data(), v_.data(), mask, p, scale, ex, d_lr,
-                d_step);
+                d_step, kept_);
   }
 }
 

@@ -1,10 +1,12 @@
 #pragma once
 // SGD (momentum, Nesterov, weight decay) and Adam/AdamW over the network's flat parameter
-// buffer: one update kernel per step for every parameter, which also zeroes the gradients.
+// buffer: one update kernel per step for every parameter, which also zeroes the gradients, except
+// those the network's backward writes instead of adding to (Network::overwritten_grad_ranges()).
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "kernels/optimizer/optimizer.h"
 #include "layers/network.h"
 #include "layers/optim_options.h"
 #include "runtime/memory.h"
@@ -47,6 +49,7 @@ class ParamOptimizer {
   double last_norm_ = 0;
   Buffer<float> m_, v_;  // momentum / Adam moments, like the parameters
   Buffer<uint8_t> decay_mask_;
+  KeptGrads kept_;  // the network's overwritten gradient ranges, left unzeroed by the update
   Buffer<double> norm_, norm_scratch_;
 };
 

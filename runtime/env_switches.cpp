@@ -71,6 +71,11 @@ EnvSwitches read_env_switches() {
     e.autotune_cache = (s == "0" || s == "off") ? std::string() : s;
   }
   e.data_cache = on_unless_zero("CNN_DATA_CACHE");
+  if (const char* v = get("CNN_GRAD_OVERWRITE")) {
+    const std::string s(v);
+    CNN_CHECK(s == "0" || s == "1", "CNN_GRAD_OVERWRITE='{}': expected 0 or 1", s);
+    e.grad_overwrite = s == "1";
+  }
   if (const char* v = get("CNN_GEMM_PATH")) {
     const std::string s(v);
     if (s == "auto")
@@ -290,6 +295,10 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "a residual block's add and the relu after it run as their own passes, not in the "
        "batchnorm that ends the block's branch"},
       {"CNN_CUDA_GRAPH", "0", "launch each training step's kernels directly, no CUDA graph"},
+      {"CNN_GRAD_OVERWRITE", "1|0",
+       "1 (default): a training step's backward writes the weight gradients of linear layers "
+       "(not a CUDA classifier head's) instead of adding to them, and its update leaves them "
+       "unzeroed; 0: every gradient is added to, and zeroed by the update"},
       {"CNN_GRAPH_OVERLAP", "exit|start|0",
        "when the training step's graph launches a kernel, which then waits on the GPU for the "
        "one before it (programmatic dependent launch; same results): once every block of the "

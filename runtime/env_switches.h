@@ -47,6 +47,10 @@ struct EnvSwitches {
   // CNN_AUTOTUNE_CACHE: unset: the user's cache file; "0" or "off": no cache (""); else this file.
   std::optional<std::string> autotune_cache;
   bool data_cache = true;  // CNN_DATA_CACHE=0: no decoded copy beside gzip IDX image files
+  // CNN_GRAD_OVERWRITE=1 (default) | 0: the training step's backward writes the weight gradients
+  // it can (a linear layer's GEMM, beta = 0) instead of adding to them, and its update leaves
+  // those unzeroed (NetworkOptions::overwrite_grads); 0: every gradient accumulates, to compare.
+  bool grad_overwrite = true;
   // Debugging switches of the kernels.
   GemmPathSwitch gemm_path = GemmPathSwitch::Auto;  // CNN_GEMM_PATH=strided|tile|wgmma|auto
   // CNN_WGMMA_MN=tma (default) | gather: the wgmma GEMM loads an M/N-contiguous operand by TMA

@@ -1,12 +1,13 @@
 // Fully connected CUDA kernels (naive and tiled GEMM) against the CPU reference on awkward
 // shapes: batch 1 and 257, the reference network's 3136->1024 and 1024->10, sizes that are not
 // multiples of any tile, both tile configurations, atomic and deterministic db, and bitwise
-// repeatability.
+// repeatability; the weight gradient written instead of added to, on every variant.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "kernels/gemm/linear.h"
@@ -143,4 +144,53 @@ TEST(GpuLinear, AutoIsBitwiseRepeatableAndAgreesWithTiled) {
   EXPECT_EQ(runs[0], runs[1]);
   // Different summation orders: compare relative to the outputs' scale (~sqrt(K)), not per element.
   EXPECT_LT(test::max_rel_error(runs[0], runs[2], 1.0), 1e-4);
+}
+
+// overwrite_dw: every variant, in every precision, writes dw without reading it (NaN there goes)
+// with the bits of += onto zeros; db is still added to (atomic beyond 1024 rows: compared in
+// deterministic mode, where it repeats).
+TEST(GpuLinear, OverwriteDwGivesTheBitsOfAddingOntoZeros) {
+  CNN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  const LinearShape shapes[] = {{test::network_batch(), 3136, 1024},  // fc1: split-K, wgmma
+                                {test::network_batch(), 1024, 10},    // fc2: small-m kernel
+                                {1, 37, 5},
+                                {33, 65, 129},
+                                {37, 130, 130},
+                                {1100, 17, 40}};  // several db chunks
+  for (const LinearShape& s : shapes) {
+    SCOPED_TRACE(::testing::Message()
+                 << "(N, IN, OUT) = (" << s.n << ", " << s.in << ", " << s.out << ")");
+    const size_t nw = size_t(s.out) * s.in;
+    Tensor d_x = test::to_device(test::random_vector(size_t(s.n) * s.in, seed));
+    Tensor d_dy = test::to_device(test::random_vector(size_t(s.n) * s.out, seed + 1));
+    const std::vector<float> db0 = test::random_vector(size_t(s.out), seed + 2);
+    Buffer<float> d_dw(nw, Device::CUDA);             // (OUT, IN)
+    Buffer<float> d_db(size_t(s.out), Device::CUDA);  // (OUT)
+    for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16})
+      for (Algo algo : {Algo::Naive, Algo::Tiled, Algo::Igemm, Algo::Fast, Algo::Auto}) {
+        SCOPED_TRACE(::testing::Message() << precision_name(p) << " " << algo_name(algo));
+        Exec ex;
+        ex.device = Device::CUDA;
+        ex.precision = p;
+        ex.deterministic = true;
+        const size_t scratch_n = linear_backward_weight_scratch_floats(s, ex);
+        Buffer<float> d_scratch(std::max<size_t>(scratch_n, 1), Device::CUDA);  // (scratch_n)
+        std::vector<float> dw[2], db[2];
+        for (int overwrite = 0; overwrite < 2; ++overwrite) {
+          if (overwrite)
+            test::poison_device(d_dw.data(), nw);
+          else
+            d_dw.zero();
+          d_db.copy_from(db0.data(), Device::CPU, db0.size());
+          linear_backward_weight(s, d_x.data(), d_dy.data(), d_dw.data(), d_db.data(),
+                                 d_scratch.data(), algo, ex, overwrite == 1);
+          dw[overwrite] = test::to_host(d_dw.data(), nw);
+          db[overwrite] = test::to_host(d_db.data(), db0.size());
+        }
+        EXPECT_EQ(0, std::memcmp(dw[0].data(), dw[1].data(), nw * sizeof(float)));
+        EXPECT_EQ(db[0], db[1]);
+      }
+  }
 }

@@ -1,7 +1,7 @@
 // Optimizer CUDA kernels against the CPU reference over flat buffers whose sizes are not
 // multiples of 4 or of the block size: SGD (momentum, Nesterov, masked weight decay, grad
-// scale), Adam and AdamW over three steps; the two-stage sum of squares (bitwise repeatable)
-// and the NaN/Inf watch.
+// scale), Adam and AdamW over three steps; the gradient ranges an update leaves unzeroed; the
+// two-stage sum of squares (bitwise repeatable) and the NaN/Inf watch.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -35,6 +35,8 @@ double scaled_error(const std::vector<float>& got, const std::vector<float>& ref
   }
   return worst / scale;
 }
+
+const float kZero = 0.f;
 
 struct State {
   std::vector<float> w, m, v;
@@ -165,6 +167,96 @@ TEST(GpuOptimizer, VectorAndScalarPathsAreBitwiseEqual) {
       for (int t = 0; t < 3; ++t)
         EXPECT_EQ(0, std::memcmp(result[0][t].data(), result[1][t].data(), n * sizeof(float)))
             << "the 4-wide and scalar paths differ in " << "wmv"[t];
+    }
+}
+
+// Kept ranges (gradients the next backward overwrites) on the 4-wide path (offset 0) and the
+// scalar one (offset 1), with range ends inside quads, touching and empty ranges, and one
+// covering whole quads: the kept gradients are left as they were (not written), every other one
+// is zeroed, and w, m and v have the bits of the same update without ranges. SGD, Adam with the
+// step by value, AdamW with lr and step read from the device.
+TEST(GpuOptimizer, KeptRangesOnBothPaths) {
+  CNN_REQUIRE_GPU();
+  Exec ex;
+  ex.device = Device::CUDA;
+  const float lr = 2e-3f;
+  const int64_t step = 4;
+  Buffer<float> d_lr(1, Device::CUDA);      // (1)
+  Buffer<int64_t> d_step(1, Device::CUDA);  // (1)
+  d_lr.copy_from(&lr, Device::CPU, 1);
+  d_step.copy_from(&step, Device::CPU, 1);
+  for (int64_t count : {int64_t(5), int64_t(4099), int64_t(3000017)})
+    for (int kind = 0; kind < 3; ++kind) {
+      const uint64_t seed = test::fresh_seed();
+      SCOPED_TRACE(::testing::Message()
+                   << "seed " << seed << " count " << count << " kind " << kind);
+      const size_t n = size_t(count);
+      KeptGrads kept;
+      const int64_t ranges[][2] = {{1, 3},
+                                   {6, 17},
+                                   {17, 18},
+                                   {count / 3, count / 3},
+                                   {count / 2 - 1, count / 2 + 41},
+                                   {count - 2, count}};
+      for (const auto& r : ranges) {
+        const int64_t begin = std::min(r[0], count);
+        kept.begin[kept.count] = begin;
+        kept.end[kept.count] = std::max(begin, std::min(r[1], count));
+        ++kept.count;
+      }
+      std::vector<bool> keep(n, false);
+      for (int r = 0; r < kept.count; ++r)
+        for (int64_t i = kept.begin[r]; i < kept.end[r]; ++i) keep[size_t(i)] = true;
+      const std::vector<float> w0 = test::random_vector(n, seed),
+                               g0 = test::random_vector(n, seed + 1);
+      const std::vector<float> m0 = test::random_vector(n, seed + 2);
+      const std::vector<float> v0 = test::random_vector(n, seed + 3, 0.f, 1.f);
+      auto up = [](float* dst, const std::vector<float>& src) {
+        raw_copy(dst, Device::CUDA, src.data(), Device::CPU, src.size() * sizeof(float));
+      };
+      std::vector<float> result[2][2][3];  // [offset][with ranges][w, m, v]
+      for (int off = 0; off < 2; ++off)
+        for (int with = 0; with < 2; ++with) {
+          Buffer<float> w(n + 1, Device::CUDA), g(n + 1, Device::CUDA);  // (count + 1) each
+          Buffer<float> m(n + 1, Device::CUDA), v(n + 1, Device::CUDA);
+          up(w.data() + off, w0);
+          up(g.data() + off, g0);
+          up(m.data() + off, m0);
+          up(v.data() + off, v0);
+          const KeptGrads k = with ? kept : KeptGrads{};
+          if (kind == 0) {
+            SgdParams sp;
+            sp.lr = 0.05f;
+            sp.momentum = 0.9f;
+            sp.weight_decay = 1e-2f;
+            sgd_update(count, w.data() + off, g.data() + off, m.data() + off, nullptr, sp, 0.5f, ex,
+                       nullptr, k);
+          } else {
+            AdamParams ap;
+            ap.lr = lr;
+            ap.step = step;
+            ap.weight_decay = 0.05f;
+            ap.decoupled = kind == 2;
+            adam_update(count, w.data() + off, g.data() + off, m.data() + off, v.data() + off,
+                        nullptr, ap, 0.5f, ex, kind == 2 ? d_lr.data() : nullptr,
+                        kind == 2 ? d_step.data() : nullptr, k);
+          }
+          result[off][with][0] = test::to_host(w.data() + off, n);
+          result[off][with][1] = test::to_host(m.data() + off, n);
+          result[off][with][2] = test::to_host(v.data() + off, n);
+          const std::vector<float> g_after = test::to_host(g.data() + off, n);
+          size_t wrong = 0;
+          for (size_t i = 0; i < n; ++i)
+            wrong += std::memcmp(&g_after[i], with && keep[i] ? &g0[i] : &kZero, 4) != 0;
+          EXPECT_EQ(wrong, 0u) << "gradients not kept or not zeroed, offset " << off
+                               << (with ? " with ranges" : "");
+        }
+      for (int off = 0; off < 2; ++off)
+        for (int t = 0; t < 3; ++t)
+          EXPECT_EQ(
+              0, std::memcmp(result[off][0][t].data(), result[off][1][t].data(), n * sizeof(float)))
+              << "kept ranges changed "
+              << "wmv"[t] << " at offset " << off;
     }
 }
 

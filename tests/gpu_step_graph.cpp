@@ -2,7 +2,8 @@
 // device memory (batch counter, learning rate, Adam's step) as their by-value twins would, and in
 // deterministic mode a run replaying the graph writes bitwise the weights and optimizer state of
 // a run without it: partial last batches, epoch boundaries, checkpoints and a resume inside an
-// epoch included. Runs configs/tiny.yaml in-process.
+// epoch included; so does the step with every gradient added to (CNN_GRAD_OVERWRITE=0). Runs
+// configs/tiny.yaml in-process.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -148,6 +149,33 @@ TEST(GpuStepGraph, OverlapSwitchKeepsTheBits) {
     fs::remove_all(p);
   }
   fs::remove_all(o);
+}
+
+// CNN_GRAD_OVERWRITE=0 (every gradient added to, and zeroed by the update) gives the bits of the
+// default, whose captured step writes the linear weight's gradient and leaves it unzeroed (algo
+// igemm: with auto, tiny's 4-output layer would run the fused head, whose gradient accumulates).
+TEST(GpuStepGraph, GradOverwriteSwitchKeepsTheBits) {
+  CNN_REQUIRE_GPU();
+  for (const char* type : {"sgd", "adamw"}) {
+    SCOPED_TRACE(type);
+    const std::vector<std::string> more = {"training.max_steps=50", "training.algo=igemm",
+                                           std::string("optimizer.type=") + type,
+                                           "optimizer.lr=0.002"};
+    fs::path on = fresh_dir(std::string("overwrite_on_") + type);
+    fs::path off = fresh_dir(std::string("overwrite_off_") + type);
+    ASSERT_EQ(train(on, base_sets(), more), 0);
+    ::setenv("CNN_GRAD_OVERWRITE", "0", 1);
+    const int rc = train(off, base_sets(), more);
+    ::unsetenv("CNN_GRAD_OVERWRITE");
+    ASSERT_EQ(rc, 0);
+    expect_same_tensors(on / "last.safetensors", off / "last.safetensors");
+    const std::string log_on = slurp(on / "train.log"), log_off = slurp(off / "train.log");
+    EXPECT_TRUE(contains(log_on, "gradients written by backward")) << log_on;
+    EXPECT_TRUE(contains(log_on, "step 2: CUDA graph: captured the training step")) << log_on;
+    EXPECT_FALSE(contains(log_off, "gradients written by backward")) << log_off;
+    fs::remove_all(on);
+    fs::remove_all(off);
+  }
 }
 
 // The kernels with device-resident step values: SGD's lr bitwise as by value; Adam's bias

@@ -120,6 +120,12 @@ const std::vector<SwitchCases>& switch_cases() {
        {{nullptr, true}, {"0", false}},
        {"yes"},
        "0 or 1"},
+      // The training step's backward writes the gradients it can unless set to 0.
+      {"CNN_GRAD_OVERWRITE",
+       field<&EnvSwitches::grad_overwrite>,
+       {{nullptr, true}, {"1", true}, {"0", false}},
+       {"yes", "2"},
+       "0 or 1"},
       // The int8 classifier fused into the linear layer before it: off unless set (not "0").
       {"CNN_INT8_FUSE_CLASSIFIER",
        field<&EnvSwitches::int8_fuse_classifier>,

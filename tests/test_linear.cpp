@@ -1,14 +1,16 @@
-// Fully connected CPU reference: hand-computed products, accumulation, the ReLU epilogue, shape
-// and variant checks, and gradient checks of dx, dw and db in double.
+// Fully connected CPU reference: hand-computed products, accumulation (and the weight gradient's
+// overwrite), the ReLU epilogue, shape and variant checks, and gradient checks of dx, dw and db
+// in double.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
-#include "runtime/error.h"
 #include "kernels/gemm/linear.h"
+#include "runtime/error.h"
 #include "tests/test_util.h"
 
 using namespace cnn;
@@ -63,6 +65,29 @@ TEST(Linear, BackwardWeightAccumulates) {
                          ex);  // db may be null
   EXPECT_EQ(dw, (std::vector<float>{27, 35, 43, 37, 49, 61}));
   EXPECT_EQ(db, (std::vector<float>{5, 7}));
+}
+
+// overwrite_dw writes dw without reading it (a NaN there goes), with the bits of += onto zeros,
+// on the reference (naive) and the fast path; db is still added to.
+TEST(Linear, BackwardWeightOverwriteWritesDwAndAddsDb) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const LinearShape s{7, 45, 13};
+  const std::vector<float> x = test::random_vector(size_t(s.n) * s.in, seed);
+  const std::vector<float> dy = test::random_vector(size_t(s.n) * s.out, seed + 1);
+  const std::vector<float> db0 = test::random_vector(size_t(s.out), seed + 2);
+  const size_t nw = size_t(s.out) * s.in;
+  for (Algo algo : {Algo::Naive, Algo::Auto}) {
+    SCOPED_TRACE(algo_name(algo));
+    std::vector<float> dw_add(nw, 0.f), db_add = db0;
+    linear_backward_weight(s, x.data(), dy.data(), dw_add.data(), db_add.data(), nullptr, algo,
+                           Exec{});
+    std::vector<float> dw_set(nw, std::numeric_limits<float>::quiet_NaN()), db_set = db0;
+    linear_backward_weight(s, x.data(), dy.data(), dw_set.data(), db_set.data(), nullptr, algo,
+                           Exec{}, true);
+    EXPECT_EQ(dw_set, dw_add);
+    EXPECT_EQ(db_set, db_add);
+  }
 }
 
 TEST(Linear, RejectsBadShapesAndNullPointers) {

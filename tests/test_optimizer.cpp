@@ -1,5 +1,6 @@
 // Optimizer CPU reference against steps computed by hand (torch.optim.SGD / Adam / AdamW
-// semantics), gradient zeroing, masks, grad scaling, the sum of squares and the NaN watch.
+// semantics), gradient zeroing and the ranges it skips, masks, grad scaling, the sum of squares
+// and the NaN watch.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -128,6 +129,97 @@ TEST(Optimizer, RejectsBadHyperParameters) {
   ap.step = 1;
   ap.beta2 = 1.f;
   EXPECT_THROW(adam_update(1, &w, &g, &m, &v, nullptr, ap, 1.f, Exec{}), Error);
+}
+
+namespace {
+
+// Ranges over 37 gradients: at the start, two touching ones, an empty one, one to the end.
+KeptGrads kept_ranges_of_37() {
+  KeptGrads k;
+  const int64_t ranges[][2] = {{0, 3}, {10, 17}, {17, 18}, {25, 25}, {30, 37}};
+  for (const auto& r : ranges) {
+    k.begin[k.count] = r[0];
+    k.end[k.count++] = r[1];
+  }
+  return k;
+}
+
+bool in_kept(const KeptGrads& k, size_t i) {
+  for (int r = 0; r < k.count; ++r)
+    if (int64_t(i) >= k.begin[r] && int64_t(i) < k.end[r]) return true;
+  return false;
+}
+
+}  // namespace
+
+// The ranges a backward pass overwrites keep this update's gradient, every other one is zeroed,
+// and w, m and v are those of the same update without ranges, bit for bit (SGD with momentum,
+// Nesterov and decay; Adam; AdamW; through the dispatch and the CPU twins).
+TEST(Optimizer, KeptRangesKeepTheirGradientsAndChangeNothingElse) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int64_t count = 37;
+  const size_t n = size_t(count);
+  const KeptGrads kept = kept_ranges_of_37();
+  const std::vector<float> g0 = test::random_vector(n, seed), w0 = test::random_vector(n, seed + 1);
+  const std::vector<uint8_t> mask(n, 1);
+  for (int kind = 0; kind < 3; ++kind) {
+    SCOPED_TRACE("kind " + std::to_string(kind));
+    std::vector<float> w[2] = {w0, w0}, m[2], v[2], g[2];
+    for (int with = 0; with < 2; ++with) {
+      m[with] = test::random_vector(n, seed + 2);
+      v[with] = test::random_vector(n, seed + 3, 0.f, 1.f);
+      g[with] = g0;
+      const KeptGrads k = with ? kept : KeptGrads{};
+      if (kind == 0) {
+        SgdParams p;
+        p.lr = 0.1f;
+        p.momentum = 0.9f;
+        p.nesterov = true;
+        p.weight_decay = 0.01f;
+        sgd_update(count, w[with].data(), g[with].data(), m[with].data(), mask.data(), p, 0.5f,
+                   Exec{}, nullptr, k);
+      } else {
+        AdamParams p;
+        p.lr = 0.01f;
+        p.weight_decay = 0.05f;
+        p.decoupled = kind == 2;
+        p.step = 3;
+        adam_update_cpu(count, w[with].data(), g[with].data(), m[with].data(), v[with].data(),
+                        mask.data(), p, 0.5f, k);
+      }
+    }
+    EXPECT_EQ(w[0], w[1]);
+    EXPECT_EQ(m[0], m[1]);
+    EXPECT_EQ(v[0], v[1]);
+    EXPECT_EQ(g[0], std::vector<float>(n, 0.f));
+    for (size_t i = 0; i < n; ++i)
+      EXPECT_EQ(g[1][i], in_kept(kept, i) ? g0[i] : 0.f) << "gradient " << i;
+  }
+}
+
+TEST(Optimizer, RejectsKeptRangesOutsideTheBuffer) {
+  std::vector<float> w(8, 1.f), g(8, 1.f), m(8, 0.f), v(8, 0.f);
+  const SgdParams sp;
+  const AdamParams ap;
+  const auto refused = [&](int64_t begin, int64_t end, int count) {
+    KeptGrads k;
+    k.count = count;
+    k.begin[0] = begin;
+    k.end[0] = end;
+    EXPECT_THROW(sgd_update(8, w.data(), g.data(), m.data(), nullptr, sp, 1.f, Exec{}, nullptr, k),
+                 Error)
+        << begin << " " << end << " " << count;
+    EXPECT_THROW(adam_update(8, w.data(), g.data(), m.data(), v.data(), nullptr, ap, 1.f, Exec{},
+                             nullptr, nullptr, k),
+                 Error)
+        << begin << " " << end << " " << count;
+  };
+  refused(0, 9, 1);   // past the end
+  refused(-1, 2, 1);  // before the start
+  refused(5, 4, 1);   // reversed
+  refused(0, 1, KeptGrads::kMax + 1);
+  refused(0, 1, -1);
 }
 
 TEST(Optimizer, SumSquaresAndNonFinite) {

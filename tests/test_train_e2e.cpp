@@ -2,7 +2,7 @@
 // checkpoints are written and refused when they do not fit, a resumed run equals an
 // uninterrupted one bitwise (weights, metrics rows, time), runs never clobber each other (a new
 // folder per run, resume in the checkpoint's own folder, locked folders refused), and a resume
-// says what it changes or refuses.
+// says what it changes or refuses, and the gradient-overwrite switch keeps the bits.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -110,6 +110,30 @@ TEST(TrainE2E, ResumeEqualsUninterruptedBitwise) {
     EXPECT_GE(std::stod(rows[i][0]), last_time) << "time_s goes back at row " << i;
     last_time = std::stod(rows[i][0]);
   }
+}
+
+// The trainer's step writes the linear layer's weight gradient instead of adding to it (and its
+// update leaves it unzeroed) unless CNN_GRAD_OVERWRITE=0: both give the same weights, bitwise.
+TEST(TrainE2E, GradOverwriteSwitchKeepsTheBits) {
+  fs::path a = fresh_dir("overwrite_on"), b = fresh_dir("overwrite_off");
+  TrainConfig on = tiny(a, {"training.max_steps=40", "optimizer.type=adamw", "optimizer.lr=0.002"});
+  ASSERT_EQ(run_training(on, TrainArgs{}), 0);
+  TrainConfig off =
+      tiny(b, {"training.max_steps=40", "optimizer.type=adamw", "optimizer.lr=0.002"});
+  int rc = 0;
+  {
+    test::ScopedEnv env("CNN_GRAD_OVERWRITE", "0");
+    rc = run_training(off, TrainArgs{});
+  }
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(test::checkpoint_weights(a / on.name / "last.safetensors"),
+            test::checkpoint_weights(b / off.name / "last.safetensors"));
+  const std::string log_on = test::slurp(a / on.name / "train.log");
+  const std::string log_off = test::slurp(b / off.name / "train.log");
+  EXPECT_TRUE(test::contains(log_on, "gradients written by backward")) << log_on;
+  EXPECT_FALSE(test::contains(log_off, "gradients written by backward")) << log_off;
+  fs::remove_all(a);
+  fs::remove_all(b);
 }
 
 TEST(TrainE2E, MismatchedOrCorruptCheckpointIsRefusedAndNothingOverwritten) {

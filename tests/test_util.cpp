@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <sstream>
 
 #include "layers/checkpoint/safetensors.h"
+#include "layers/param_optimizer.h"
 #include "runtime/memory.h"
 
 namespace cnn::test {
@@ -212,6 +214,32 @@ NetworkRun run_network_once(const std::vector<LayerSpec>& specs, const Shape& ch
   o.seed = seed;
   o.fuse_pool = fusion;
   return run_network(specs, chw, ex, o, n, 1);
+}
+
+TrainRun train_steps(const std::vector<LayerSpec>& specs, const Shape& chw, const Exec& ex,
+                     const NetworkOptions& o, const OptimizerOptions& opt, int steps) {
+  Network net(specs, chw, o, ex);
+  ParamOptimizer optimizer(opt, net);
+  TrainRun r;
+  r.overwritten = net.overwritten_grad_ranges();
+  for (const ParamInfo& p : net.param_infos())
+    for (const auto& [begin, end] : r.overwritten)
+      if (p.offset >= begin && p.offset + p.numel() <= end) r.overwritten_names.push_back(p.name);
+  for (int s = 0; s < steps; ++s) {
+    const int n = s % 3 == 2 ? std::max(1, o.max_batch - 3) : o.max_batch;
+    const auto x = random_vector(size_t(n) * size_t(shape_numel(chw)), o.seed + 10 + s);
+    const auto labels = random_labels(size_t(n), net.num_classes(), o.seed + 20 + s);
+    Buffer<float> d_x(x.size(), ex.device);  // (n, C, H, W)
+    d_x.copy_from(x.data(), Device::CPU, x.size());
+    Buffer<int32_t> d_labels(labels.size(), ex.device);  // (n)
+    d_labels.copy_from(labels.data(), Device::CPU, labels.size());
+    net.forward_backward(n, d_x.data(), d_labels.data(), 1.0f / float(n));
+    if (s + 1 == steps) r.grads_before_update = net.grads_to_host();
+    optimizer.step(opt.lr);
+    r.params.push_back(net.params_to_host());
+  }
+  r.grads_after_update = net.grads_to_host();
+  return r;
 }
 
 bool pending_layer_error(const std::string& msg) {

@@ -6,12 +6,14 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/dataset.h"
 #include "kernels/conv/conv2d.h"
 #include "layers/layer_spec.h"
 #include "layers/network.h"
+#include "layers/optim_options.h"
 #include "runtime/device.h"
 #include "runtime/exec.h"
 #include "runtime/tensor.h"
@@ -104,6 +106,20 @@ NetworkRun run_network(const std::vector<LayerSpec>& specs, const Shape& chw, co
 // One step with max_batch n + 2, the seed and the given conv-relu-pool fusion.
 NetworkRun run_network_once(const std::vector<LayerSpec>& specs, const Shape& chw, const Exec& ex,
                             PoolFusion fusion, int n, uint64_t seed);
+
+// What a Network built from specs with options o on ex's device gives over `steps` training steps
+// as the trainer takes them (one forward_backward, then one ParamOptimizer update with opt.lr),
+// on random batches from o.seed, every third one partial (o.max_batch - 3 images, at least 1):
+// the parameters after each update, the gradients before and after the last update, and the
+// parameters whose gradients backward writes (Network::overwritten_grad_ranges(), by name).
+struct TrainRun {
+  std::vector<std::vector<float>> params;
+  std::vector<float> grads_before_update, grads_after_update;
+  std::vector<std::pair<int64_t, int64_t>> overwritten;
+  std::vector<std::string> overwritten_names;
+};
+TrainRun train_steps(const std::vector<LayerSpec>& specs, const Shape& chw, const Exec& ex,
+                     const NetworkOptions& o, const OptimizerOptions& opt, int steps);
 
 // True when a config's parse error is only about a layer kind or key that lands from another
 // branch (BatchNorm, grouped/dilated conv, pooling, dropout, label smoothing): the model zoo's

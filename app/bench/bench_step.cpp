@@ -84,6 +84,7 @@ void bench_one(const BenchContext& ctx, const NetDesc& net, int batch, Precision
   no.max_batch = batch;
   no.seed = opt.seed;
   no = with_env_switches(no, process_env_switches());
+  no.overwrite_grads = process_env_switches().grad_overwrite;  // one backward an update, as here
   Network model(specs, net.input_chw, no, ex);
   // algo: auto as the trainer runs it: each pass's variant timed once on these shapes. Timed
   // afresh unless CNN_AUTOTUNE_CACHE names a file: then its choices are read and new ones saved,

@@ -84,6 +84,16 @@ std::string first_nonfinite_tensor(Network& net) {
   return "";
 }
 
+// The parameters whose gradients backward writes (Network::overwritten_grad_ranges()), by name.
+std::string overwritten_grad_names(const Network& net) {
+  std::string names;
+  for (const ParamInfo& p : net.param_infos())
+    for (const auto& [begin, end] : net.overwritten_grad_ranges())
+      if (p.offset >= begin && p.offset + p.numel() <= end)
+        names += (names.empty() ? "" : ", ") + p.name;
+  return names;
+}
+
 enum class EpochEnd { Done, MaxSteps, Signal };
 
 // Gradient buckets of a data-parallel run: small enough that the first all-reduce starts early
@@ -281,6 +291,9 @@ void Trainer::load_model_and_data() {
   nopt.seed = tr.seed;
   nopt = with_env_switches(nopt, env_);
   nopt.label_smoothing = static_cast<float>(tr.label_smoothing);
+  // Each step runs one forward_backward, then the update (step_launches_): backward may write
+  // the gradients it can instead of adding to them.
+  nopt.overwrite_grads = env_.grad_overwrite;
   try {
     net_ = std::make_unique<Network>(cfg_.model.layers, cfg_.model.input_chw, nopt, ex_);
   } catch (const Error& e) {
@@ -337,6 +350,11 @@ void Trainer::open_run_log() {
              data_.train.n, data_.train.source, data_.val.n > 0 ? "validation" : "test",
              eval_set_->n, data_.train.num_classes(), normalization_str(norm_));
   for (const std::string& line : net_->fusion_notes()) log_->info("fusion: {}", line);
+  if (const std::string names = overwritten_grad_names(*net_); !names.empty())
+    log_->info(
+        "gradients written by backward, not added to, and not zeroed by the update: {} "
+        "(CNN_GRAD_OVERWRITE=0 adds to them)",
+        names);
   startup_.mark("logs");
   autotune_network(*net_, tr.autotune_cache, env_.autotune_cache, kBuildGitHash, *log_);
   startup_.mark("autotune");
@@ -402,8 +420,12 @@ void Trainer::prepare_steps() {
     train_->gather(n_);
     // Each rank's gradient is its slice's sum over the global batch's size, so that the ranks'
     // sum (the all-reduce) is the global batch's mean: one process at batch gpus * batch_size.
-    // A rank past the end of a final partial batch computes nothing but joins the all-reduce.
-    if (n_ > 0) net_->forward_backward(n_, train_->x(), train_->labels(), 1.0f / float(global_n_));
+    // A rank past the end of a final partial batch computes nothing but joins the all-reduce,
+    // with zeros: the update left the overwritten gradients holding the step before's.
+    if (n_ > 0)
+      net_->forward_backward(n_, train_->x(), train_->labels(), 1.0f / float(global_n_));
+    else if (!net_->overwritten_grad_ranges().empty())
+      net_->zero_grads();
     if (dp_) dp_->finish_step();
     if (n_ > 0)
       accumulate_metrics(n_, net_->loss_rows(), net_->predictions(), train_->labels(),

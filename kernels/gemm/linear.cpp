@@ -94,7 +94,8 @@ std::size_t linear_backward_weight_scratch_floats(const LinearShape& s, const Ex
 }
 
 void linear_backward_weight(const LinearShape& s, const float* x, const float* dy, float* dw,
-                            float* db, float* scratch, Algo algo, const Exec& ex) {
+                            float* db, float* scratch, Algo algo, const Exec& ex,
+                            bool overwrite_dw) {
   check_linear_shape(s);
   CNN_CHECK(x && dy && dw, "linear_backward_weight: x, dy and dw must not be null");
   check_algo("linear_backward_weight", algo);
@@ -103,17 +104,20 @@ void linear_backward_weight(const LinearShape& s, const float* x, const float* d
             linear_backward_weight_scratch_floats(s, ex));
   const bool tiled = use_tiled(algo);
   if (ex.device == Device::CPU) {
-    if (algo == Algo::Naive) return linear_backward_weight_cpu(s, x, dy, dw, db);
-    return linear_backward_weight_cpu_fast(s, x, dy, dw, db);
+    if (algo == Algo::Naive) return linear_backward_weight_cpu(s, x, dy, dw, db, overwrite_dw);
+    return linear_backward_weight_cpu_fast(s, x, dy, dw, db, overwrite_dw);
   }
   CNN_CUDA_BRANCH("linear_backward_weight", {
     if (use_gemm_cuda(algo)) {
-      gemm_cuda(true, false, s.out, s.in, s.n, 1.f, dy, s.out, x, s.in, 1.f, dw, s.in, nullptr,
-                false, ex.precision, ex.stream, fp32_math(algo));
+      // gemm_cuda has no atomics on any path (split-K sums in a cluster, then one epilogue), so
+      // beta = 0 writes every dw element once without reading it.
+      gemm_cuda(true, false, s.out, s.in, s.n, 1.f, dy, s.out, x, s.in, overwrite_dw ? 0.f : 1.f,
+                dw, s.in, nullptr, false, ex.precision, ex.stream, fp32_math(algo));
       if (db) linear_bias_grad_cuda(s, dy, db, scratch, ex.deterministic, ex.stream);
       return;
     }
-    linear_backward_weight_cuda(s, x, dy, dw, db, scratch, tiled, ex.deterministic, ex.stream);
+    linear_backward_weight_cuda(s, x, dy, dw, db, scratch, tiled, ex.deterministic, overwrite_dw,
+                                ex.stream);
   });
 }
 

@@ -4,6 +4,7 @@
 //   forward          y  (n, out) = x (n, in) * w^T          A = x,    B = w^T (w is (out, in))
 //   backward_data    dx (n, in)  = dy (n, out) * w          A = dy,   B = w
 //   backward_weight  dw (out, in) += dy^T * x               A = dy^T, B = x, accumulate
+//                    (or = dy^T * x, not accumulating, where the caller overwrites dw)
 // The weight gradient is a plain GEMM over the batch, so it needs no atomics and is
 // deterministic. Only db (column sums of dy) has a reduction mode switch.
 #include <cuda_runtime.h>
@@ -303,9 +304,10 @@ void linear_backward_data_cuda(const LinearShape& s, const float* d_dy, const fl
 
 void linear_backward_weight_cuda(const LinearShape& s, const float* d_x, const float* d_dy,
                                  float* d_dw, float* d_db, float* d_scratch, bool tiled,
-                                 bool deterministic, cudaStream_t stream) {
-  // dw (out, in) += dy^T (out, n) * x (n, in); dy (n, out) read as A^T.
-  GemmArgs g{s.out, s.in, s.n, d_dy, s.out, d_x, s.in, d_dw, s.in, nullptr, false, true};
+                                 bool deterministic, bool overwrite_dw, cudaStream_t stream) {
+  // dw (out, in) += dy^T (out, n) * x (n, in); dy (n, out) read as A^T. Both kernels store each
+  // element once (the tiled one's K groups add up in shared memory first), so either may write.
+  GemmArgs g{s.out, s.in, s.n, d_dy, s.out, d_x, s.in, d_dw, s.in, nullptr, false, !overwrite_dw};
   launch_gemm<true, false>(g, tiled, stream);
   if (d_db) linear_bias_grad_cuda(s, d_dy, d_db, d_scratch, deterministic, stream);
 }

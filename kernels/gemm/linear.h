@@ -20,17 +20,21 @@ void linear_forward(const LinearShape& s, const float* x, const float* w, const 
 // dx (N, IN) = dy (N, OUT) * w. Overwrites dx.
 void linear_backward_data(const LinearShape& s, const float* dy, const float* w, float* dx,
                           Algo algo, const Exec& ex);
-// dw (OUT, IN) += dy^T * x; db (OUT) += column sums of dy (db may be null). ACCUMULATES.
+// dw (OUT, IN) += dy^T * x; db (OUT) += column sums of dy (db may be null). ACCUMULATES, except
+// that overwrite_dw writes dw = dy^T * x without reading it (every variant's GEMM has one owner
+// per dw element and no atomics, so each can; the bits are those of += onto zeros). db is
+// always added to: its multi-chunk sums go in by atomicAdd.
 // Deterministic mode uses `scratch` for a fixed-order reduction where the variant needs it.
 std::size_t linear_backward_weight_scratch_floats(const LinearShape& s, const Exec& ex);
 void linear_backward_weight(const LinearShape& s, const float* x, const float* dy, float* dw,
-                            float* db, float* scratch, Algo algo, const Exec& ex);
+                            float* db, float* scratch, Algo algo, const Exec& ex,
+                            bool overwrite_dw = false);
 
 void linear_forward_cpu(const LinearShape& s, const float* x, const float* w, const float* b,
                         float* y, bool relu);
 void linear_backward_data_cpu(const LinearShape& s, const float* dy, const float* w, float* dx);
 void linear_backward_weight_cpu(const LinearShape& s, const float* x, const float* dy, float* dw,
-                                float* db);
+                                float* db, bool overwrite_dw = false);
 // Double twins for the numerical gradient checker.
 void linear_forward_cpu(const LinearShape& s, const double* x, const double* w, const double* b,
                         double* y, bool relu);

@@ -34,14 +34,15 @@ void backward_data(const LinearShape& s, const T* dy, const T* w, T* dx) {
 }
 
 template <class T>
-void backward_weight(const LinearShape& s, const T* x, const T* dy, T* dw, T* db) {
+void backward_weight(const LinearShape& s, const T* x, const T* dy, T* dw, T* db,
+                     bool overwrite_dw) {
   for (int o = 0; o < s.out; ++o) {
     for (int k = 0; k < s.in; ++k) {
       double acc = 0;
       for (int i = 0; i < s.n; ++i)
         acc += double(dy[int64_t(i) * s.out + o]) * x[int64_t(i) * s.in + k];
       T& g = dw[int64_t(o) * s.in + k];
-      g = static_cast<T>(g + acc);
+      g = static_cast<T>(overwrite_dw ? acc : g + acc);
     }
     if (db) {
       double acc = 0;
@@ -68,12 +69,12 @@ void linear_backward_data_cpu(const LinearShape& s, const double* dy, const doub
   backward_data(s, dy, w, dx);
 }
 void linear_backward_weight_cpu(const LinearShape& s, const float* x, const float* dy, float* dw,
-                                float* db) {
-  backward_weight(s, x, dy, dw, db);
+                                float* db, bool overwrite_dw) {
+  backward_weight(s, x, dy, dw, db, overwrite_dw);
 }
 void linear_backward_weight_cpu(const LinearShape& s, const double* x, const double* dy, double* dw,
                                 double* db) {
-  backward_weight(s, x, dy, dw, db);
+  backward_weight(s, x, dy, dw, db, false);
 }
 
 }  // namespace cnn

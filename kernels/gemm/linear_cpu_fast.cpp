@@ -33,9 +33,10 @@ void linear_backward_data_cpu_fast(const LinearShape& s, const float* dy, const 
 }
 
 void linear_backward_weight_cpu_fast(const LinearShape& s, const float* x, const float* dy,
-                                     float* dw, float* db) {
-  // dw (OUT, IN) += dy^T (OUT, N) * x (N, IN); dy stored (N, OUT).
-  gemm_cpu(true, false, s.out, s.in, s.n, 1.f, dy, s.out, x, s.in, 1.f, dw, s.in);
+                                     float* dw, float* db, bool overwrite_dw) {
+  // dw (OUT, IN) += dy^T (OUT, N) * x (N, IN); dy stored (N, OUT). beta = 0 does not read dw.
+  gemm_cpu(true, false, s.out, s.in, s.n, 1.f, dy, s.out, x, s.in, overwrite_dw ? 0.f : 1.f, dw,
+           s.in);
   if (db == nullptr) return;
   std::vector<double> acc(static_cast<size_t>(s.out), 0.0);  // (OUT), rows added in order
   for (int i = 0; i < s.n; ++i) {

@@ -12,8 +12,9 @@ void linear_forward_cpu_fast(const LinearShape& s, const float* x, const float* 
 // dx (N, IN) = dy (N, OUT) * w (OUT, IN). Overwrites dx.
 void linear_backward_data_cpu_fast(const LinearShape& s, const float* dy, const float* w,
                                    float* dx);
-// dw (OUT, IN) += dy^T * x; db (OUT) += column sums of dy (db may be null). ACCUMULATES.
+// dw (OUT, IN) += dy^T * x (= with overwrite_dw); db (OUT) += column sums of dy (db may be
+// null). ACCUMULATES except dw under overwrite_dw.
 void linear_backward_weight_cpu_fast(const LinearShape& s, const float* x, const float* dy,
-                                     float* dw, float* db);
+                                     float* dw, float* db, bool overwrite_dw = false);
 
 }  // namespace cnn

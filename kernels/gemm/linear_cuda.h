@@ -17,9 +17,10 @@ void linear_forward_cuda(const LinearShape& s, const float* d_x, const float* d_
                          float* d_y, bool relu, bool tiled, cudaStream_t stream);
 void linear_backward_data_cuda(const LinearShape& s, const float* d_dy, const float* d_w,
                                float* d_dx, bool tiled, cudaStream_t stream);
+// overwrite_dw: dw = dy^T x (not read) instead of +=.
 void linear_backward_weight_cuda(const LinearShape& s, const float* d_x, const float* d_dy,
                                  float* d_dw, float* d_db, float* d_scratch, bool tiled,
-                                 bool deterministic, cudaStream_t stream);
+                                 bool deterministic, bool overwrite_dw, cudaStream_t stream);
 
 // db (out) += column sums of dy (n, out): for n <= 1024 one fixed-order launch (no atomics, no
 // scratch, the same bits in both modes); beyond, atomicAdd per chunk, or fixed-order through

@@ -17,11 +17,22 @@ void check_count(const char* what, int64_t count) {
   CNN_CHECK(count >= 0, "{}: element count must be >= 0, got {}", what, count);
 }
 
+void check_kept(const char* what, const KeptGrads& kept, int64_t count) {
+  CNN_CHECK(kept.count >= 0 && kept.count <= KeptGrads::kMax,
+            "{}: {} kept gradient ranges, expected 0..{}", what, kept.count, KeptGrads::kMax);
+  for (int r = 0; r < kept.count; ++r)
+    CNN_CHECK(kept.begin[r] >= 0 && kept.begin[r] <= kept.end[r] && kept.end[r] <= count,
+              "{}: kept gradient range [{}, {}) is not within [0, {})", what, kept.begin[r],
+              kept.end[r], count);
+}
+
 }  // namespace
 
 void sgd_update(int64_t count, float* w, float* g, float* m, const uint8_t* decay_mask,
-                const SgdParams& p, float grad_scale, const Exec& ex, const float* lr_device) {
+                const SgdParams& p, float grad_scale, const Exec& ex, const float* lr_device,
+                const KeptGrads& kept) {
   check_count("sgd_update", count);
+  check_kept("sgd_update", kept, count);
   CNN_CHECK(p.lr >= 0, "sgd: learning rate must be >= 0, got {}", p.lr);
   CNN_CHECK(p.momentum >= 0, "sgd: momentum must be >= 0, got {}", p.momentum);
   CNN_CHECK(p.weight_decay >= 0, "sgd: weight_decay must be >= 0, got {}", p.weight_decay);
@@ -34,16 +45,17 @@ void sgd_update(int64_t count, float* w, float* g, float* m, const uint8_t* deca
     SgdParams q = p;
     if (lr_device) q.lr = *lr_device;
     CNN_CHECK(q.lr >= 0, "sgd: learning rate must be >= 0, got {}", q.lr);
-    return sgd_update_cpu(count, w, g, m, decay_mask, q, grad_scale);
+    return sgd_update_cpu(count, w, g, m, decay_mask, q, grad_scale, kept);
   }
-  CNN_CUDA_BRANCH("sgd_update",
-                  sgd_update_cuda(count, w, g, m, decay_mask, p, grad_scale, lr_device, ex.stream));
+  CNN_CUDA_BRANCH("sgd_update", sgd_update_cuda(count, w, g, m, decay_mask, p, grad_scale,
+                                                lr_device, kept, ex.stream));
 }
 
 void adam_update(int64_t count, float* w, float* g, float* m, float* v, const uint8_t* decay_mask,
                  const AdamParams& p, float grad_scale, const Exec& ex, const float* lr_device,
-                 const int64_t* step_device) {
+                 const int64_t* step_device, const KeptGrads& kept) {
   check_count("adam_update", count);
+  check_kept("adam_update", kept, count);
   CNN_CHECK(p.lr >= 0, "adam: learning rate must be >= 0, got {}", p.lr);
   CNN_CHECK(p.beta1 >= 0 && p.beta1 < 1 && p.beta2 >= 0 && p.beta2 < 1,
             "adam: betas ({}, {}) must lie in [0, 1)", p.beta1, p.beta2);
@@ -59,19 +71,19 @@ void adam_update(int64_t count, float* w, float* g, float* m, float* v, const ui
     if (step_device) q.step = *step_device;
     CNN_CHECK(q.lr >= 0, "adam: learning rate must be >= 0, got {}", q.lr);
     CNN_CHECK(q.step >= 1, "adam: step must be >= 1 (1-based, after this update), got {}", q.step);
-    return adam_update_cpu(count, w, g, m, v, decay_mask, q, grad_scale);
+    return adam_update_cpu(count, w, g, m, v, decay_mask, q, grad_scale, kept);
   }
   CNN_CUDA_BRANCH("adam_update", {
     if (lr_device || step_device) {
       adam_update_device_step_cuda(count, w, g, m, v, decay_mask, p, grad_scale, lr_device,
-                                   step_device, ex.stream);
+                                   step_device, kept, ex.stream);
       return;
     }
     // Bias corrections in double on the host, as torch does in Python floats.
     const double bc1 = 1.0 - std::pow(double(p.beta1), double(p.step));
     const double bc2 = 1.0 - std::pow(double(p.beta2), double(p.step));
     adam_update_cuda(count, w, g, m, v, decay_mask, p, static_cast<float>(p.lr / bc1),
-                     static_cast<float>(std::sqrt(bc2)), grad_scale, ex.stream);
+                     static_cast<float>(std::sqrt(bc2)), grad_scale, kept, ex.stream);
   });
 }
 

@@ -1,6 +1,6 @@
 // Optimizer kernels over the one flat parameter buffer: a grid-stride loop per update rule that
-// also zeroes the gradient, a fixed-order two-stage sum of squares (gradient clipping) and a
-// NaN/Inf watch.
+// also zeroes the gradient (outside the kept ranges), a fixed-order two-stage sum of squares
+// (gradient clipping) and a NaN/Inf watch.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -66,16 +66,43 @@ __device__ __forceinline__ uchar4 load_mask4(const uint8_t* d_mask, int64_t q) {
   return d_mask ? reinterpret_cast<const uchar4*>(d_mask)[q] : make_uchar4(1, 1, 1, 1);
 }
 
+// Whether element i lies in one of kept's ranges (its gradient is not zeroed). The loops here
+// and in kept_bits4 are unrolled over kMax with the uniform bound count, so the ranges are read
+// straight from the kernel's parameters and the usual 0 or 1 ranges cost a compare or two.
+__device__ __forceinline__ bool is_kept(const KeptGrads& kept, int64_t i) {
+  bool in = false;
+#pragma unroll
+  for (int r = 0; r < KeptGrads::kMax; ++r) {
+    if (r >= kept.count) break;
+    in |= i >= kept.begin[r] && i < kept.end[r];
+  }
+  return in;
+}
+
+// Bit j (j < 4) set where element i + j lies in one of kept's ranges.
+__device__ __forceinline__ unsigned kept_bits4(const KeptGrads& kept, int64_t i) {
+  unsigned bits = 0;
+#pragma unroll
+  for (int r = 0; r < KeptGrads::kMax; ++r) {
+    if (r >= kept.count) break;
+    const int64_t lo = max(kept.begin[r] - i, int64_t(0)), hi = min(kept.end[r] - i, int64_t(4));
+    if (lo < hi) bits |= (0xFu >> (4 - int(hi - lo))) << int(lo);
+  }
+  return bits;
+}
+
 // Thread mapping (both rules): with kVec, thread t owns quads q = t, t + stride, ... (parameters
 // 4q .. 4q+3) and then, grid-stride again, the count % 4 parameters after the last quad; without
-// it, parameters i = t, t + stride, .... Each applies the rule and zeroes the gradients it used.
+// it, parameters i = t, t + stride, .... Each applies the rule and zeroes the gradients it used,
+// except those in kept's ranges, which it does not write at all (a quad that a range boundary
+// cuts zeroes its other elements one by one).
 // A null m or v (SGD without momentum; SGD has no v) reads as 0 and is not written.
 template <bool kVec, class Rule>
 __device__ __forceinline__ void update_params(int64_t count, float* __restrict__ d_w,
                                               float* __restrict__ d_g, float* __restrict__ d_m,
                                               float* __restrict__ d_v,
                                               const uint8_t* __restrict__ d_mask,
-                                              const Rule& rule) {
+                                              const KeptGrads& kept, const Rule& rule) {
   const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   int64_t tail = 0;
@@ -97,7 +124,14 @@ __device__ __forceinline__ void update_params(int64_t count, float* __restrict__
       w4[q] = w;
       if (d_m) m4[q] = m;
       if (d_v) v4[q] = v;
-      g4[q] = zero;
+      const unsigned keep = kept_bits4(kept, 4 * q);
+      if (keep == 0) {
+        g4[q] = zero;
+      } else if (keep != 0xFu) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (!((keep >> j) & 1u)) d_g[4 * q + j] = 0.f;
+      }
     }
     tail = quads * 4;
   }
@@ -107,7 +141,7 @@ __device__ __forceinline__ void update_params(int64_t count, float* __restrict__
     d_w[i] = w;
     if (d_m) d_m[i] = m;
     if (d_v) d_v[i] = v;
-    d_g[i] = 0.f;
+    if (!is_kept(kept, i)) d_g[i] = 0.f;
   }
 }
 
@@ -116,11 +150,13 @@ __device__ __forceinline__ void update_params(int64_t count, float* __restrict__
 template <bool kVec>
 __global__ void sgd_update_kernel(int64_t count, float* __restrict__ d_w, float* __restrict__ d_g,
                                   float* __restrict__ d_m, const uint8_t* __restrict__ d_mask,
-                                  SgdParams p, float grad_scale, const float* __restrict__ d_lr) {
+                                  SgdParams p, float grad_scale, const float* __restrict__ d_lr,
+                                  const __grid_constant__ KeptGrads kept) {
   ptx::griddep_enter();
   const SgdRule rule{p, grad_scale, d_lr ? *d_lr : p.lr};
   // Without momentum m is neither read nor written (the caller may pass none).
-  update_params<kVec>(count, d_w, d_g, p.momentum != 0.f ? d_m : nullptr, nullptr, d_mask, rule);
+  update_params<kVec>(count, d_w, d_g, p.momentum != 0.f ? d_m : nullptr, nullptr, d_mask, kept,
+                      rule);
 }
 
 // torch.optim.Adam / AdamW. kDeviceStep: lr and the step number come from
@@ -133,7 +169,8 @@ __global__ void adam_update_kernel(int64_t count, float* __restrict__ d_w, float
                                    const uint8_t* __restrict__ d_mask, AdamParams p,
                                    float step_size, float bc2_sqrt, float grad_scale,
                                    const float* __restrict__ d_lr,
-                                   const int64_t* __restrict__ d_step) {
+                                   const int64_t* __restrict__ d_step,
+                                   const __grid_constant__ KeptGrads kept) {
   ptx::griddep_enter();
   float lr = p.lr;
   if constexpr (kDeviceStep) {
@@ -153,7 +190,7 @@ __global__ void adam_update_kernel(int64_t count, float* __restrict__ d_w, float
     bc2_sqrt = s_step[2];
   }
   const AdamRule rule{p, grad_scale, lr, step_size, bc2_sqrt};
-  update_params<kVec>(count, d_w, d_g, d_m, d_v, d_mask, rule);
+  update_params<kVec>(count, d_w, d_g, d_m, d_v, d_mask, kept, rule);
 }
 
 // Thread mapping: one thread advances the step counters (the last launch of a training step).
@@ -238,13 +275,14 @@ int64_t vec_work(int64_t count) {
 }  // namespace
 
 void sgd_update_cuda(int64_t count, float* d_w, float* d_g, float* d_m, const uint8_t* d_mask,
-                     const SgdParams& p, float grad_scale, const float* d_lr, cudaStream_t stream) {
+                     const SgdParams& p, float grad_scale, const float* d_lr, const KeptGrads& kept,
+                     cudaStream_t stream) {
   if (vec_ok({d_w, d_g, d_m}, d_mask)) {
     sgd_update_kernel<true><<<grid_for(vec_work(count)), kThreads, 0, stream>>>(
-        count, d_w, d_g, d_m, d_mask, p, grad_scale, d_lr);
+        count, d_w, d_g, d_m, d_mask, p, grad_scale, d_lr, kept);
   } else {
-    sgd_update_kernel<false><<<grid_for(count), kThreads, 0, stream>>>(count, d_w, d_g, d_m,
-                                                                       d_mask, p, grad_scale, d_lr);
+    sgd_update_kernel<false><<<grid_for(count), kThreads, 0, stream>>>(count, d_w, d_g, d_m, d_mask,
+                                                                       p, grad_scale, d_lr, kept);
   }
   CNN_LAUNCH_CHECK("sgd_update_kernel");
 }
@@ -254,13 +292,14 @@ namespace {
 template <bool kDeviceStep>
 void launch_adam(int64_t count, float* d_w, float* d_g, float* d_m, float* d_v,
                  const uint8_t* d_mask, const AdamParams& p, float step_size, float bc2_sqrt,
-                 float grad_scale, const float* d_lr, const int64_t* d_step, cudaStream_t stream) {
+                 float grad_scale, const float* d_lr, const int64_t* d_step, const KeptGrads& kept,
+                 cudaStream_t stream) {
   if (vec_ok({d_w, d_g, d_m, d_v}, d_mask)) {
     adam_update_kernel<true, kDeviceStep><<<grid_for(vec_work(count)), kThreads, 0, stream>>>(
-        count, d_w, d_g, d_m, d_v, d_mask, p, step_size, bc2_sqrt, grad_scale, d_lr, d_step);
+        count, d_w, d_g, d_m, d_v, d_mask, p, step_size, bc2_sqrt, grad_scale, d_lr, d_step, kept);
   } else {
     adam_update_kernel<false, kDeviceStep><<<grid_for(count), kThreads, 0, stream>>>(
-        count, d_w, d_g, d_m, d_v, d_mask, p, step_size, bc2_sqrt, grad_scale, d_lr, d_step);
+        count, d_w, d_g, d_m, d_v, d_mask, p, step_size, bc2_sqrt, grad_scale, d_lr, d_step, kept);
   }
   CNN_LAUNCH_CHECK("adam_update_kernel");
 }
@@ -269,15 +308,16 @@ void launch_adam(int64_t count, float* d_w, float* d_g, float* d_m, float* d_v,
 
 void adam_update_cuda(int64_t count, float* d_w, float* d_g, float* d_m, float* d_v,
                       const uint8_t* d_mask, const AdamParams& p, float step_size, float bc2_sqrt,
-                      float grad_scale, cudaStream_t stream) {
-  launch_adam<false>(count, d_w, d_g, d_m, d_v, d_mask, p, step_size, bc2_sqrt, grad_scale,
-                     nullptr, nullptr, stream);
+                      float grad_scale, const KeptGrads& kept, cudaStream_t stream) {
+  launch_adam<false>(count, d_w, d_g, d_m, d_v, d_mask, p, step_size, bc2_sqrt, grad_scale, nullptr,
+                     nullptr, kept, stream);
 }
 
 void adam_update_device_step_cuda(int64_t count, float* d_w, float* d_g, float* d_m, float* d_v,
                                   const uint8_t* d_mask, const AdamParams& p, float grad_scale,
-                                  const float* d_lr, const int64_t* d_step, cudaStream_t stream) {
-  launch_adam<true>(count, d_w, d_g, d_m, d_v, d_mask, p, 0.f, 1.f, grad_scale, d_lr, d_step,
+                                  const float* d_lr, const int64_t* d_step, const KeptGrads& kept,
+                                  cudaStream_t stream) {
+  launch_adam<true>(count, d_w, d_g, d_m, d_v, d_mask, p, 0.f, 1.f, grad_scale, d_lr, d_step, kept,
                     stream);
 }
 

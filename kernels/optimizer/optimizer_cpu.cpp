@@ -5,9 +5,19 @@
 #include "kernels/optimizer/optimizer.h"
 
 namespace cnn {
+namespace {
+
+// Whether element i lies in one of kept's ranges (its gradient is left as it is).
+bool is_kept(const KeptGrads& kept, int64_t i) {
+  for (int r = 0; r < kept.count; ++r)
+    if (i >= kept.begin[r] && i < kept.end[r]) return true;
+  return false;
+}
+
+}  // namespace
 
 void sgd_update_cpu(int64_t count, float* w, float* g, float* m, const uint8_t* decay_mask,
-                    const SgdParams& p, float grad_scale) {
+                    const SgdParams& p, float grad_scale, const KeptGrads& kept) {
   for (int64_t i = 0; i < count; ++i) {
     double d = double(g[i]) * grad_scale;
     if (p.weight_decay != 0 && (!decay_mask || decay_mask[i])) d += double(p.weight_decay) * w[i];
@@ -17,12 +27,13 @@ void sgd_update_cpu(int64_t count, float* w, float* g, float* m, const uint8_t* 
       d = p.nesterov ? d + double(p.momentum) * buf : buf;
     }
     w[i] = static_cast<float>(w[i] - double(p.lr) * d);
-    g[i] = 0.f;
+    if (!is_kept(kept, i)) g[i] = 0.f;
   }
 }
 
 void adam_update_cpu(int64_t count, float* w, float* g, float* m, float* v,
-                     const uint8_t* decay_mask, const AdamParams& p, float grad_scale) {
+                     const uint8_t* decay_mask, const AdamParams& p, float grad_scale,
+                     const KeptGrads& kept) {
   const double bc1 = 1.0 - std::pow(double(p.beta1), double(p.step));
   const double bc2 = 1.0 - std::pow(double(p.beta2), double(p.step));
   for (int64_t i = 0; i < count; ++i) {
@@ -40,7 +51,7 @@ void adam_update_cpu(int64_t count, float* w, float* g, float* m, float* v,
     v[i] = static_cast<float>(vi);
     const double denom = std::sqrt(vi) / std::sqrt(bc2) + p.eps;
     w[i] = static_cast<float>(wi - double(p.lr) / bc1 * mi / denom);
-    g[i] = 0.f;
+    if (!is_kept(kept, i)) g[i] = 0.f;
   }
 }
 

@@ -1,0 +1,147 @@
+// NetworkOptions::overwrite_grads on CUDA: the linear weights whose gradient backward writes (not
+// a classifier head's: its fused kernel adds split sums by atomicAdd), and that training with it
+// gives the parameters of training without it: bitwise in deterministic mode (FP32, TF32, BF16;
+// every linear variant; the reference network), within rounding with atomic reductions (whose
+// order varies run to run anyway). After an update the written gradients hold the last batch's,
+// every other one is zero.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/gemm/linear_head.h"
+#include "layers/network.h"
+#include "layers/param_optimizer.h"
+#include "tests/test_util.h"
+
+using namespace cnn;
+
+namespace {
+
+const Shape kInput = {1, 28, 28};
+
+// conv1 8 -> pool -> conv2 16 -> pool -> fc1 (784 -> 64) -> relu -> fc2 (64 -> 10).
+std::vector<LayerSpec> small_net() {
+  ConvNetSizes s;
+  s.conv1 = 8;
+  s.conv2 = 16;
+  s.fc1 = 64;
+  return conv_net_specs(s);
+}
+
+Exec cuda(Precision p, bool deterministic) {
+  Exec ex;
+  ex.device = Device::CUDA;
+  ex.precision = p;
+  ex.deterministic = deterministic;
+  return ex;
+}
+
+OptimizerOptions sgd() {
+  OptimizerOptions o;
+  o.lr = 0.05;
+  o.momentum = 0.9;
+  o.weight_decay = 1e-3;
+  return o;
+}
+
+OptimizerOptions adamw() {
+  OptimizerOptions o;
+  o.type = OptimizerType::AdamW;
+  o.lr = 1e-3;
+  o.weight_decay = 0.01;
+  return o;
+}
+
+// Training with and without overwrite_grads. tolerance 0: the same bits (parameters after every
+// step, gradients before the last update); else the parameters within that error relative to
+// max(|value|, 1e-3). After the last update, all gradients are zero without the option; with it,
+// zero outside the written ranges and the last batch's inside them. Returns the written names.
+std::vector<std::string> expect_same_training(const std::vector<LayerSpec>& specs, const Exec& ex,
+                                              NetworkOptions o, const OptimizerOptions& opt,
+                                              int steps, double tolerance = 0) {
+  o.overwrite_grads = false;
+  const test::TrainRun off = test::train_steps(specs, kInput, ex, o, opt, steps);
+  o.overwrite_grads = true;
+  const test::TrainRun on = test::train_steps(specs, kInput, ex, o, opt, steps);
+  EXPECT_TRUE(off.overwritten.empty());
+  EXPECT_FALSE(on.overwritten.empty());
+  EXPECT_EQ(on.params.size(), off.params.size());
+  for (size_t s = 0; s < on.params.size() && s < off.params.size(); ++s) {
+    if (tolerance == 0)
+      EXPECT_EQ(on.params[s], off.params[s]) << "parameters after step " << s + 1;
+    else
+      EXPECT_LT(test::max_rel_error(on.params[s], off.params[s]), tolerance) << "step " << s + 1;
+  }
+  if (tolerance == 0) {
+    EXPECT_EQ(on.grads_before_update, off.grads_before_update);
+  }
+  const size_t n = off.grads_after_update.size();
+  EXPECT_EQ(off.grads_after_update, std::vector<float>(n, 0.f));
+  std::vector<float> want(n, 0.f);
+  for (const auto& [begin, end] : on.overwritten)
+    for (int64_t i = begin; i < end; ++i) want[size_t(i)] = on.grads_before_update[size_t(i)];
+  EXPECT_EQ(on.grads_after_update, want);
+  return on.overwritten_names;
+}
+
+// fc1's weight always; fc2's (10 outputs) only where it does not run the fused head backward
+// (algo auto and fast, unless CNN_LINEAR_HEAD=0).
+std::vector<std::string> written(Algo algo, int batch) {
+  const bool head = (algo == Algo::Auto || algo == Algo::Fast) &&
+                    linear_head_backward_applies(LinearShape{batch, 64, 10}, Device::CUDA);
+  if (head) return {"fc1.weight"};
+  return {"fc1.weight", "fc2.weight"};
+}
+
+}  // namespace
+
+TEST(GpuGradOverwrite, DeterministicTrainingIsBitwiseTheSame) {
+  CNN_REQUIRE_GPU();
+  NetworkOptions o;
+  o.max_batch = 32;
+  o.seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(o.seed));
+  for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16})
+    for (Algo algo : {Algo::Auto, Algo::Naive, Algo::Tiled, Algo::Igemm, Algo::Fast})
+      for (const OptimizerOptions& opt : {sgd(), adamw()}) {
+        SCOPED_TRACE(::testing::Message() << precision_name(p) << " " << algo_name(algo) << " "
+                                          << optimizer_name(opt.type));
+        o.linear_algo = algo;
+        EXPECT_EQ(expect_same_training(small_net(), cuda(p, true), o, opt, 5),
+                  written(algo, o.max_batch));
+      }
+}
+
+// configs/mnist.yaml's network at its batch (fc1: 3136 -> 1024 on the tiled or wgmma GEMM).
+TEST(GpuGradOverwrite, ReferenceNetworkIsBitwiseTheSame) {
+  CNN_REQUIRE_GPU();
+  NetworkOptions o;
+  o.max_batch = test::network_batch();
+  o.seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(o.seed));
+  for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16}) {
+    SCOPED_TRACE(precision_name(p));
+    const std::vector<std::string> names =
+        expect_same_training(conv_net_specs(), cuda(p, true), o, sgd(), 3);
+    ASSERT_FALSE(names.empty());
+    EXPECT_EQ(names[0], "fc1.weight");
+  }
+}
+
+// Atomic reductions (convolution weight gradients, the head's split sums) add in an order that
+// varies between runs, so two runs agree only within rounding, with or without the option (SGD:
+// Adam's normalized step could turn a rounding-sized gradient's sign into a full step); the
+// written and zeroed gradients are checked exactly as above.
+TEST(GpuGradOverwrite, AtomicTrainingAgreesWithinRounding) {
+  CNN_REQUIRE_GPU();
+  NetworkOptions o;
+  o.max_batch = test::network_batch();
+  o.seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(o.seed));
+  for (Precision p : {Precision::FP32, Precision::TF32}) {
+    SCOPED_TRACE(precision_name(p));
+    expect_same_training(conv_net_specs(), cuda(p, false), o, sgd(), 3, 1e-4);
+  }
+}
