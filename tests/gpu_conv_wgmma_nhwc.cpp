@@ -20,6 +20,7 @@
 //   SplitsAndRepeat      K split 1, 2, 4, 8 across a cluster (every tile width, each residency
 //                        under some split, the 256-row tile): each correct, each run twice
 //                        bitwise equal.
+//   HaloTilesSmall       the halo tile alone on LeNet's conv2 at batch 1 (for the sanitizers).
 //   Picks                the tile width, rows, residency and halo rules (host code: runs
 //                        without a GPU).
 //   Dispatch             Algo::WgmmaNhwc through conv2d_forward / conv2d_backward_data at TF32
@@ -216,6 +217,24 @@ TEST(GpuConvWgmmaNhwc, SplitsAndRepeat) {
               << p.what << " " << describe_tiles(o) << ": not repeatable";
         }
     }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+// The halo tile alone, on LeNet's conv2 shape at batch 1 (forward: 32 -> 64 channels; input
+// gradient: 64 -> 32, two chunks), every width at 128 rows and 32 and 64 at 256, one and two
+// splits: a case short enough for compute-sanitizer's racecheck.
+TEST(GpuConvWgmmaNhwc, HaloTilesSmall) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA_NHWC();
+  const ConvCase cc{conv(1, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2), true, true};
+  for (Pass pass : {Pass::Forward, Pass::BackwardData}) {
+    const Tf32Problem p = make_tf32_problem(pass, cc, Fill::Random, test::fresh_seed());
+    for (int splits : {1, 2})
+      for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::TF32, pass, cc.s, splits))
+        if (o.a_load == NhwcALoad::Halo) expect_close_tf32(p, run_gpu(p, o), describe_tiles(o));
+  }
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif
