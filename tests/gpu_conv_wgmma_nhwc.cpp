@@ -363,49 +363,34 @@ TEST(GpuConvWgmmaNhwc, Refusals) {
   // one or two blocks an SM, two only with 32- or 64-column tiles; two blocks an SM of
   // 128-column tiles do not fit the registers; three only of 32-column tiles (a 64-column stage
   // leaves a ring of two); 256 rows only with 128 columns, at TF32 or BF16.
-  struct {
-    int block_n, blocks_per_sm, block_m;
-    Precision precision;
-    const char* what;
-  } const refused[] = {{32, 3, 0, Precision::FP32, "fp32 at three blocks an SM"},
-                       {128, 2, 0, Precision::FP32, "fp32 block_n 128 at two blocks an SM"},
-                       {128, 2, 0, Precision::TF32, "block_n 128 at two blocks an SM"},
-                       {64, 3, 0, Precision::TF32, "block_n 64 at three blocks an SM"},
-                       {32, 1, 256, Precision::TF32, "block_m 256 with block_n 32"},
-                       {64, 1, 256, Precision::TF32, "block_m 256 with block_n 64"},
-                       {128, 1, 256, Precision::FP32, "block_m 256 at fp32"},
-                       {128, 1, 192, Precision::TF32, "block_m 192"},
-                       {48, 0, 0, Precision::TF32, "block_n 48"}};
-  for (const auto& t : refused) {
-    WgmmaNhwcOptions o;
-    o.block_n = t.block_n;
-    o.blocks_per_sm = t.blocks_per_sm;
-    o.block_m = t.block_m;
-    o.precision = t.precision;
-    expect_refused(
-        [&] {
-          conv2d_forward_wgmma_nhwc(s, d_x.data(), d_w.data(), nullptr, d_y.data(), false, nullptr,
-                                    nullptr, o);
-        },
-        t.what);
-  }
-  // Halo tiles: TF32 or BF16, their own tile rows and residency, stride 1, a row pitch of at
-  // most 128 pixels (conv2d_halo_layout.h).
+  // Halo tiles: TF32 or BF16, their own residency, 128 rows or 256 of at most 64 columns,
+  // stride 1, a row pitch of at most 128 pixels (conv2d_halo_layout.h).
   struct {
     Conv2dShape shape;
+    NhwcALoad a_load;
     int block_n, blocks_per_sm, block_m;
     Precision precision;
     const char* what;
-  } const halo_refused[] = {
-      {s, 0, 0, 0, Precision::FP32, "halo tiles at fp32"},
-      {s, 0, 2, 0, Precision::TF32, "halo tiles at two blocks an SM"},
-      {s, 128, 0, 256, Precision::BF16, "halo tiles of 256 rows and 128 columns"},
-      {s, 0, 0, 192, Precision::TF32, "halo tiles of 192 rows"},
-      {s2, 0, 0, 0, Precision::TF32, "halo tiles at stride 2"},
-      {conv(1, 8, 4, 140, 16, 3, 3, 1, 1, 1, 1), 0, 0, 0, Precision::TF32, "halo row pitch 142"}};
-  for (const auto& t : halo_refused) {
+  } const refused[] = {
+      {s, NhwcALoad::Auto, 32, 3, 0, Precision::FP32, "fp32 at three blocks an SM"},
+      {s, NhwcALoad::Auto, 128, 2, 0, Precision::FP32, "fp32 block_n 128 at two blocks an SM"},
+      {s, NhwcALoad::Auto, 128, 2, 0, Precision::TF32, "block_n 128 at two blocks an SM"},
+      {s, NhwcALoad::Auto, 64, 3, 0, Precision::TF32, "block_n 64 at three blocks an SM"},
+      {s, NhwcALoad::Auto, 32, 1, 256, Precision::TF32, "block_m 256 with block_n 32"},
+      {s, NhwcALoad::Auto, 64, 1, 256, Precision::TF32, "block_m 256 with block_n 64"},
+      {s, NhwcALoad::Auto, 128, 1, 256, Precision::FP32, "block_m 256 at fp32"},
+      {s, NhwcALoad::Auto, 128, 1, 192, Precision::TF32, "block_m 192"},
+      {s, NhwcALoad::Auto, 48, 0, 0, Precision::TF32, "block_n 48"},
+      {s, NhwcALoad::Halo, 0, 0, 0, Precision::FP32, "halo tiles at fp32"},
+      {s, NhwcALoad::Halo, 0, 2, 0, Precision::TF32, "halo tiles at two blocks an SM"},
+      {s, NhwcALoad::Halo, 128, 0, 256, Precision::BF16, "halo tiles of 256 rows and 128 columns"},
+      {s, NhwcALoad::Halo, 0, 0, 192, Precision::TF32, "halo tiles of 192 rows"},
+      {s2, NhwcALoad::Halo, 0, 0, 0, Precision::TF32, "halo tiles at stride 2"},
+      {conv(1, 8, 4, 140, 16, 3, 3, 1, 1, 1, 1), NhwcALoad::Halo, 0, 0, 0, Precision::TF32,
+       "halo row pitch 142"}};
+  for (const auto& t : refused) {
     WgmmaNhwcOptions o;
-    o.a_load = NhwcALoad::Halo;
+    o.a_load = t.a_load;
     o.block_n = t.block_n;
     o.blocks_per_sm = t.blocks_per_sm;
     o.block_m = t.block_m;

@@ -228,8 +228,7 @@ __device__ __forceinline__ void conv_wgmma_body(const CUtensorMap& map_b, const 
   }
 
   float acc[1][BN / 2];
-#pragma unroll
-  for (int i = 0; i < BN / 2; ++i) acc[0][i] = 0.f;
+  zero_acc(acc);
   if (wg > 0)
     consume_stages<BN, kStages>(acc, nk, wg, async, full, empty, tile_a, tile_a, tile_b, tile_b);
   store_conv_tile<BN, P::kEpiPitch>(acc, base, m0, n0,

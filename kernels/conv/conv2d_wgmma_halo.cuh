@@ -165,10 +165,7 @@ __device__ __forceinline__ void conv_halo_body(const CUtensorMap& map_a, const C
   }
 
   float acc[kSub][BN / 2];
-#pragma unroll
-  for (int h = 0; h < kSub; ++h)
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) acc[h][i] = 0.f;
+  zero_acc(acc);
   if (wg > 0) {
     const int lane = tid & 31;
     const uint32_t a_off = uint32_t(wg - 1) * kSub * 64 * 128;

@@ -24,6 +24,9 @@
 // consumers split A into TF32 parts in registers (consume_stages_3xtf32), at two the pre-pass
 // splits it into two copies (map_a, map_a_small) and every operand is read from shared memory
 // (consume_stages with k3xTf32); three wgmmas a k step either way.
+// The halo instance (NhwcALoad::Halo, stride 1, TF32 and BF16) replaces the im2col copies by one
+// tiled TMA box of the tile's input rows per channel chunk: conv2d_wgmma_halo.cuh; it shares the
+// pre-pass, the weight map and the epilogue.
 // Every mbarrier wait is bounded (wgmma_ptx.cuh: a trap after 10 s), so a wrong byte count fails
 // the launch instead of hanging the device.
 #include <cuda.h>
@@ -219,10 +222,7 @@ __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a,
   }
 
   float acc[kSub][BN / 2];
-#pragma unroll
-  for (int h = 0; h < kSub; ++h)
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) acc[h][i] = 0.f;
+  zero_acc(acc);
   if (wg > 0) {
     if constexpr (P::kSplitA)
       consume_stages<BN, kStages, false, 1, true>(acc, nk, wg, false, full, empty, tile_a,

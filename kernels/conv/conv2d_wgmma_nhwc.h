@@ -14,7 +14,10 @@
 //   3. runs the implicit GEMM with k ordered (tap, channel): each pipeline stage is one tap x 32
 //      channels, filled by ONE thread issuing one TMA im2col copy (128 pixels x 32 channels,
 //      padding zero-filled by the hardware) and one tiled TMA of the weights (BN x 32); the
-//      consumers and the split-K NCHW epilogue are conv2d_wgmma.cu's (conv2d_wgmma_tile.cuh).
+//      consumers and the split-K NCHW epilogue are conv2d_wgmma.cu's (conv2d_wgmma_tile.cuh);
+//      or, with halo tiles (NhwcALoad::Halo: stride 1, TF32 and BF16), the tile's input rows
+//      with their halo as one tiled TMA box per 32-channel chunk, which every tap reads at a
+//      row offset (conv2d_halo_layout.h, conv2d_wgmma_halo.cuh).
 // At FP32 it runs 3xTF32, the tensor cores at FP32 accuracy: the weights are packed twice, big =
 // TF32(w) and small = TF32(w - big), and the products are
 //   small_A big_B + big_A small_B + big_A big_B

@@ -21,6 +21,15 @@ namespace wgmma {
 
 constexpr int kConvThreads = 384;  // producer + 2 consumer warpgroups
 
+// Zeroes a consumer's accumulators (kSub 64-row blocks of BN / 2 a thread).
+template <int kSub, int kAcc>
+__device__ __forceinline__ void zero_acc(float (&acc)[kSub][kAcc]) {
+#pragma unroll
+  for (int h = 0; h < kSub; ++h)
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) acc[h][i] = 0.f;
+}
+
 // One wgmma of a k step with both operands in shared memory: m64nBNk8 TF32, or m64nBNk16 BF16
 // (kBf16), into d (BN 32, 64 or 128).
 template <int BN, bool kBf16>

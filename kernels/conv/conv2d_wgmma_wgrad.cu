@@ -169,17 +169,6 @@ struct WgradParams {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define CNN_WGMMA_WGRAD_DEVICE_CODE 1
-
-// 4-D tiled TMA load (coordinates innermost first; out of bounds is zero), completing on `bar`.
-// The innermost coordinate must be a multiple of 16 bytes (the file comment).
-__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, int c0, int c1,
-                                            int c2, int c3, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
-      : "memory");
-}
 #endif
 
 // Thread mapping: see the file comment. Grid (tiles_n, splits, tiles_m): block (x, z) owns C rows

@@ -104,7 +104,7 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
 }
 
 // 4-D tile load (coordinates innermost first; negative or past the end: zero filled), completing
-// on `bar`.
+// on `bar`. The innermost coordinate, in bytes, must be a multiple of 16.
 __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, int c0, int c1,
                                             int c2, int c3, uint32_t bar) {
   asm volatile(
