@@ -311,6 +311,14 @@ Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
   pred_ = Buffer<int32_t>(size_t(opt.max_batch), ex.device);
 }
 
+std::vector<std::string> Network::overwritten_grad_names() const {
+  std::vector<std::string> names;
+  for (const ParamInfo& p : infos_)
+    for (const auto& [begin, end] : overwritten_)
+      if (p.offset >= begin && p.offset + p.numel() <= end) names.push_back(p.name);
+  return names;
+}
+
 void Network::pick_overwritten_grads() {
   struct Candidate {
     size_t layer = 0;

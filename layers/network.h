@@ -105,6 +105,8 @@ class Network {
   const std::vector<std::pair<int64_t, int64_t>>& overwritten_grad_ranges() const {
     return overwritten_;
   }
+  // The names of the parameters in those ranges, in parameter order.
+  std::vector<std::string> overwritten_grad_names() const;
   // Zeroes every parameter gradient on the network's stream: for a step that runs no backward
   // but hands its gradients on (a data-parallel rank without samples joins the all-reduce), as
   // the overwritten ranges hold the last step's gradient.

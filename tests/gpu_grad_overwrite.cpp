@@ -13,6 +13,7 @@
 #include "kernels/gemm/linear_head.h"
 #include "layers/network.h"
 #include "layers/param_optimizer.h"
+#include "tests/grad_overwrite_check.h"
 #include "tests/test_util.h"
 
 using namespace cnn;
@@ -54,38 +55,6 @@ OptimizerOptions adamw() {
   return o;
 }
 
-// Training with and without overwrite_grads. tolerance 0: the same bits (parameters after every
-// step, gradients before the last update); else the parameters within that error relative to
-// max(|value|, 1e-3). After the last update, all gradients are zero without the option; with it,
-// zero outside the written ranges and the last batch's inside them. Returns the written names.
-std::vector<std::string> expect_same_training(const std::vector<LayerSpec>& specs, const Exec& ex,
-                                              NetworkOptions o, const OptimizerOptions& opt,
-                                              int steps, double tolerance = 0) {
-  o.overwrite_grads = false;
-  const test::TrainRun off = test::train_steps(specs, kInput, ex, o, opt, steps);
-  o.overwrite_grads = true;
-  const test::TrainRun on = test::train_steps(specs, kInput, ex, o, opt, steps);
-  EXPECT_TRUE(off.overwritten.empty());
-  EXPECT_FALSE(on.overwritten.empty());
-  EXPECT_EQ(on.params.size(), off.params.size());
-  for (size_t s = 0; s < on.params.size() && s < off.params.size(); ++s) {
-    if (tolerance == 0)
-      EXPECT_EQ(on.params[s], off.params[s]) << "parameters after step " << s + 1;
-    else
-      EXPECT_LT(test::max_rel_error(on.params[s], off.params[s]), tolerance) << "step " << s + 1;
-  }
-  if (tolerance == 0) {
-    EXPECT_EQ(on.grads_before_update, off.grads_before_update);
-  }
-  const size_t n = off.grads_after_update.size();
-  EXPECT_EQ(off.grads_after_update, std::vector<float>(n, 0.f));
-  std::vector<float> want(n, 0.f);
-  for (const auto& [begin, end] : on.overwritten)
-    for (int64_t i = begin; i < end; ++i) want[size_t(i)] = on.grads_before_update[size_t(i)];
-  EXPECT_EQ(on.grads_after_update, want);
-  return on.overwritten_names;
-}
-
 // fc1's weight always; fc2's (10 outputs) only where it does not run the fused head backward
 // (algo auto and fast, unless CNN_LINEAR_HEAD=0).
 std::vector<std::string> written(Algo algo, int batch) {
@@ -109,7 +78,7 @@ TEST(GpuGradOverwrite, DeterministicTrainingIsBitwiseTheSame) {
         SCOPED_TRACE(::testing::Message() << precision_name(p) << " " << algo_name(algo) << " "
                                           << optimizer_name(opt.type));
         o.linear_algo = algo;
-        EXPECT_EQ(expect_same_training(small_net(), cuda(p, true), o, opt, 5),
+        EXPECT_EQ(test::expect_same_training(small_net(), kInput, cuda(p, true), o, opt, 5),
                   written(algo, o.max_batch));
       }
 }
@@ -124,7 +93,7 @@ TEST(GpuGradOverwrite, ReferenceNetworkIsBitwiseTheSame) {
   for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16}) {
     SCOPED_TRACE(precision_name(p));
     const std::vector<std::string> names =
-        expect_same_training(conv_net_specs(), cuda(p, true), o, sgd(), 3);
+        test::expect_same_training(conv_net_specs(), kInput, cuda(p, true), o, sgd(), 3);
     ASSERT_FALSE(names.empty());
     EXPECT_EQ(names[0], "fc1.weight");
   }
@@ -142,6 +111,6 @@ TEST(GpuGradOverwrite, AtomicTrainingAgreesWithinRounding) {
   SCOPED_TRACE("seed " + std::to_string(o.seed));
   for (Precision p : {Precision::FP32, Precision::TF32}) {
     SCOPED_TRACE(precision_name(p));
-    expect_same_training(conv_net_specs(), cuda(p, false), o, sgd(), 3, 1e-4);
+    test::expect_same_training(conv_net_specs(), kInput, cuda(p, false), o, sgd(), 3, 1e-4);
   }
 }

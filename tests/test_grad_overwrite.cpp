@@ -15,6 +15,7 @@
 #include "kernels/optimizer/optimizer.h"
 #include "layers/network.h"
 #include "layers/param_optimizer.h"
+#include "tests/grad_overwrite_check.h"
 #include "tests/test_util.h"
 
 using namespace cnn;
@@ -30,29 +31,6 @@ std::vector<LayerSpec> small_net() {
   s.conv2 = 6;
   s.fc1 = 40;
   return conv_net_specs(s);
-}
-
-// Training with and without overwrite_grads: the same parameters after every step, the same
-// gradients before the last update; after it, all zero without, and with it zero outside the
-// overwritten ranges and the last gradient inside them.
-void expect_same_training(const std::vector<LayerSpec>& specs, const Shape& chw, const Exec& ex,
-                          NetworkOptions o, const OptimizerOptions& opt, int steps) {
-  o.overwrite_grads = false;
-  const test::TrainRun off = test::train_steps(specs, chw, ex, o, opt, steps);
-  o.overwrite_grads = true;
-  const test::TrainRun on = test::train_steps(specs, chw, ex, o, opt, steps);
-  EXPECT_TRUE(off.overwritten.empty());
-  ASSERT_FALSE(on.overwritten.empty());
-  ASSERT_EQ(on.params.size(), off.params.size());
-  for (size_t s = 0; s < on.params.size(); ++s)
-    EXPECT_EQ(on.params[s], off.params[s]) << "parameters after step " << s + 1;
-  EXPECT_EQ(on.grads_before_update, off.grads_before_update);
-  const size_t n = off.grads_after_update.size();
-  EXPECT_EQ(off.grads_after_update, std::vector<float>(n, 0.f));
-  std::vector<float> want(n, 0.f);
-  for (const auto& [begin, end] : on.overwritten)
-    for (int64_t i = begin; i < end; ++i) want[size_t(i)] = on.grads_before_update[size_t(i)];
-  EXPECT_EQ(on.grads_after_update, want);
 }
 
 }  // namespace
@@ -100,7 +78,7 @@ TEST(GradOverwrite, TrainingIsBitwiseTheSame) {
     o.linear_algo = algo;
     for (const OptimizerOptions& opt : {sgd, adam, adamw_clipped}) {
       SCOPED_TRACE(optimizer_name(opt.type));
-      expect_same_training(small_net(), kInput, Exec{}, o, opt, 5);
+      test::expect_same_training(small_net(), kInput, Exec{}, o, opt, 5);
     }
   }
 }
@@ -128,7 +106,7 @@ TEST(GradOverwrite, AtMostKMaxRangesTheLargestLayersFirst) {
   EXPECT_EQ(run.overwritten_names,
             (std::vector<std::string>{"fc2.weight", "fc3.weight", "fc4.weight", "fc5.weight",
                                       "fc6.weight", "fc7.weight", "fc8.weight", "fc9.weight"}));
-  expect_same_training(specs, chw, Exec{}, o, OptimizerOptions{}, 4);
+  test::expect_same_training(specs, chw, Exec{}, o, OptimizerOptions{}, 4);
 }
 
 // The contract overwrite_grads changes: without an update in between, a second backward pass

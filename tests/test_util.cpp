@@ -222,9 +222,7 @@ TrainRun train_steps(const std::vector<LayerSpec>& specs, const Shape& chw, cons
   ParamOptimizer optimizer(opt, net);
   TrainRun r;
   r.overwritten = net.overwritten_grad_ranges();
-  for (const ParamInfo& p : net.param_infos())
-    for (const auto& [begin, end] : r.overwritten)
-      if (p.offset >= begin && p.offset + p.numel() <= end) r.overwritten_names.push_back(p.name);
+  r.overwritten_names = net.overwritten_grad_names();
   for (int s = 0; s < steps; ++s) {
     const int n = s % 3 == 2 ? std::max(1, o.max_batch - 3) : o.max_batch;
     const auto x = random_vector(size_t(n) * size_t(shape_numel(chw)), o.seed + 10 + s);

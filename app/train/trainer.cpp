@@ -1,5 +1,7 @@
 #include "app/train/trainer.h"
 
+#include <fmt/ranges.h>
+
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -82,16 +84,6 @@ std::string first_nonfinite_tensor(Network& net) {
     if (h) return p.name;
   }
   return "";
-}
-
-// The parameters whose gradients backward writes (Network::overwritten_grad_ranges()), by name.
-std::string overwritten_grad_names(const Network& net) {
-  std::string names;
-  for (const ParamInfo& p : net.param_infos())
-    for (const auto& [begin, end] : net.overwritten_grad_ranges())
-      if (p.offset >= begin && p.offset + p.numel() <= end)
-        names += (names.empty() ? "" : ", ") + p.name;
-  return names;
 }
 
 enum class EpochEnd { Done, MaxSteps, Signal };
@@ -350,11 +342,11 @@ void Trainer::open_run_log() {
              data_.train.n, data_.train.source, data_.val.n > 0 ? "validation" : "test",
              eval_set_->n, data_.train.num_classes(), normalization_str(norm_));
   for (const std::string& line : net_->fusion_notes()) log_->info("fusion: {}", line);
-  if (const std::string names = overwritten_grad_names(*net_); !names.empty())
+  if (const std::vector<std::string> names = net_->overwritten_grad_names(); !names.empty())
     log_->info(
         "gradients written by backward, not added to, and not zeroed by the update: {} "
         "(CNN_GRAD_OVERWRITE=0 adds to them)",
-        names);
+        fmt::join(names, ", "));
   startup_.mark("logs");
   autotune_network(*net_, tr.autotune_cache, env_.autotune_cache, kBuildGitHash, *log_);
   startup_.mark("autotune");
