@@ -163,6 +163,15 @@ EnvSwitches read_env_switches() {
     else
       CNN_FAIL("CNN_WGMMA_NHWC_HALO='{}': expected 1, 0 or auto", s);
   }
+  if (const char* v = get("CNN_WGMMA_WGRAD_NHWC_HALO")) {
+    const std::string s(v);
+    if (s == "auto")
+      e.wgmma_wgrad_nhwc_halo = -1;
+    else if (s == "0" || s == "1")
+      e.wgmma_wgrad_nhwc_halo = std::stoi(s);
+    else
+      CNN_FAIL("CNN_WGMMA_WGRAD_NHWC_HALO='{}': expected 1, 0 or auto", s);
+  }
   if (const char* v = get("CNN_WGMMA_WGRAD")) {
     const std::string s(v);
     if (s == "async")
@@ -325,6 +334,10 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_WGMMA_WGRAD_NHWC_N", "64|128|auto",
        "the columns each consumer of the BF16 channels-last weight gradient multiplies (auto: "
        "64)"},
+      {"CNN_WGMMA_WGRAD_NHWC_HALO", "auto|1|0",
+       "how the BF16 channels-last weight gradient loads x: one TMA box of a k-tile's rows with "
+       "their halo that every filter tap reads (1, stride 1), one im2col copy per tap (0), or its "
+       "pick"},
       {"CNN_WGMMA_WGRAD", "async|sync",
        "how the wgmma conv weight gradient hands its cp.async copies to the tensor cores (sync: "
        "each producer thread waits for its copies, then arrives)"},

@@ -72,6 +72,10 @@ struct EnvSwitches {
   // CNN_WGMMA_WGRAD_NHWC_N=64|128|auto: the columns each consumer of the BF16 channels-last
   // weight gradient multiplies (0: auto).
   int wgmma_wgrad_nhwc_n = 0;
+  // CNN_WGMMA_WGRAD_NHWC_HALO=auto (default) | 1 | 0: how the BF16 channels-last weight gradient
+  // loads x: halo boxes that every tap reads where the shape allows (1), im2col copies per tap
+  // (0), or its pick (-1, auto).
+  int wgmma_wgrad_nhwc_halo = -1;
   // CNN_WGMMA_WGRAD=async (default) | sync: the wgmma conv weight gradient's producer hands its
   // cp.async copies over by cp.async.mbarrier.arrive (async) or waits for them, fences and
   // arrives (sync), to bisect a wrong answer.

@@ -109,6 +109,12 @@ const std::vector<SwitchCases>& switch_cases() {
        {{nullptr, 0}, {"auto", 0}, {"64", 64}, {"128", 128}},
        {"32"},
        "64, 128 or auto"},
+      // The BF16 channels-last weight gradient's x load; -1: auto.
+      {"CNN_WGMMA_WGRAD_NHWC_HALO",
+       field<&EnvSwitches::wgmma_wgrad_nhwc_halo>,
+       {{nullptr, -1}, {"auto", -1}, {"1", 1}, {"0", 0}},
+       {"2", "yes"},
+       "1, 0 or auto"},
       // The wgmma-nhwc convolution's A load; -1: auto.
       {"CNN_WGMMA_NHWC_HALO",
        field<&EnvSwitches::wgmma_nhwc_halo>,

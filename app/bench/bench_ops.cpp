@@ -41,7 +41,9 @@ bool op_selected(const BenchOptions& opt, const std::string& op) {
 #include "kernels/conv/conv2d_wgmma.h"
 #include "kernels/conv/conv2d_wgmma_nhwc.h"
 #include "kernels/conv/conv2d_wgmma_wgrad.h"
+#include "kernels/conv/conv2d_wgmma_wgrad_nhwc.h"
 #include "kernels/conv/conv2d_wgrad_box.h"
+#include "kernels/conv/conv2d_wgrad_halo_layout.h"
 #include "kernels/conv/conv_relu_pool.h"
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_wgmma.h"
@@ -792,6 +794,44 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
           r.launch = [&, o](int i) {  // measure() runs it before row_scratch goes
             conv2d_backward_weight_wgmma(s, d.f(i, a), d.f(i, b), d.f(i, out), nullptr,
                                          row_scratch.empty() ? nullptr : row_scratch.data(), ex, o);
+          };
+          rows.push_back(measure(ctx, d, info, p, tol, r, lib_us));
+        }
+      }
+      // The BF16 channels-last weight gradient with each x load whatever the pick: TMA im2col
+      // copies per tap, and halo boxes that every tap reads (stride 1; the `wgmma-nhwc` row
+      // takes the pick, conv2d_wgrad_wgmma_nhwc_pick_halo).
+      if (pass == Pass::BackwardWeight && p == Precision::BF16 &&
+          conv2d_wgrad_wgmma_nhwc_refusal(s, ex).empty() && !scratch.empty()) {
+        struct LoadRow {
+          const char* variant;
+          WgradNhwcLoad load;
+          int cluster;
+        };
+        for (const LoadRow& l : {LoadRow{"conv:nhwc-wgrad-im2col", WgradNhwcLoad::Im2col, 0},
+                                 LoadRow{"conv:nhwc-wgrad-halo", WgradNhwcLoad::Halo, 0},
+                                 LoadRow{"conv:nhwc-wgrad-halo-c1", WgradNhwcLoad::Halo, 1},
+                                 LoadRow{"conv:nhwc-wgrad-halo-c2", WgradNhwcLoad::Halo, 2},
+                                 LoadRow{"conv:nhwc-wgrad-halo-c4", WgradNhwcLoad::Halo, 4}}) {
+          if (l.load == WgradNhwcLoad::Halo && !wgrad_halo_refusal(s).empty()) continue;
+          Candidate r;
+          r.variant = l.variant;
+          WgmmaWgradNhwcOptions o;
+          o.b_load = l.load;
+          o.halo_cluster = l.cluster;
+          if (l.load == WgradNhwcLoad::Halo) {
+            const WgradHaloGeometry g = wgrad_halo_geometry(s, "bench");
+            r.note = conv2d_wgrad_wgmma_nhwc_halo_launch(s, l.cluster);
+            if (l.cluster == 0)
+              r.note += fmt::format(
+                  "; {} image(s) x {} rows a k-tile, {} k rows ({:.0f}% pixels), {} stages, {} "
+                  "tap groups",
+                  g.images, g.rows_dy, g.k_rows, 100 * wgrad_halo_useful_fraction(s, g), g.stages,
+                  wgrad_halo_taps(s.kh * s.kw).groups);
+          }
+          r.launch = [&, o](int i) {
+            conv2d_backward_weight_wgmma_nhwc(s, d.f(i, a), d.f(i, b), d.f(i, out), nullptr,
+                                              scratch.data(), ex, o);
           };
           rows.push_back(measure(ctx, d, info, p, tol, r, lib_us));
         }

@@ -218,10 +218,9 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
       case ConvPath::Wgmma:
       case ConvPath::WgmmaNhwc: {
         // wgmma-nhwc at bf16: the BF16 kernel on channels-last copies of x and dy, where it takes
-        // the call (no db, not deterministic: its splits add with atomics).
-        if (algo == Algo::WgmmaNhwc && scratch &&
-            conv2d_wgrad_wgmma_nhwc_refusal(s, ex, db != nullptr).empty()) {
-          conv2d_backward_weight_wgmma_nhwc(s, x, dy, dw, scratch, ex);
+        // the call (not deterministic: its splits add with atomics).
+        if (algo == Algo::WgmmaNhwc && scratch && conv2d_wgrad_wgmma_nhwc_refusal(s, ex).empty()) {
+          conv2d_backward_weight_wgmma_nhwc(s, x, dy, dw, db, scratch, ex);
           break;
         }
         // Otherwise the TF32 wgmma kernel on NCHW (TMA boxes of x, or a gather), 3xTF32 at fp32.

@@ -26,10 +26,12 @@
 #include <cstdint>
 
 #include "kernels/common/ptx.cuh"
+#include "kernels/conv/conv2d_bias_grad.h"
 #include "kernels/conv/conv2d_nhwc_layout.h"
 #include "kernels/conv/conv2d_nhwc_prepass.h"
 #include "kernels/conv/conv2d_wgmma.h"
 #include "kernels/conv/conv2d_wgmma_nhwc.h"
+#include "kernels/conv/conv2d_wgmma_wgrad_halo.h"
 #include "kernels/conv/conv2d_wgmma_wgrad_nhwc.h"
 #include "kernels/conv/im2col_tma.cuh"
 #include "kernels/gemm/wgmma_ptx.cuh"
@@ -258,6 +260,16 @@ int consumer_n_for(const WgmmaWgradNhwcOptions& opt) {
   return opt.consumer_n ? opt.consumer_n : process_env_switches().wgmma_wgrad_nhwc_n;
 }
 
+// Whether this call loads halo boxes: the option's, else CNN_WGMMA_WGRAD_NHWC_HALO's (where the
+// shape allows), else the pick. Halo boxes asked for by the option on a shape they cannot run
+// are refused by wgrad_halo_geometry after.
+bool use_halo(const Conv2dShape& s, const WgmmaWgradNhwcOptions& opt) {
+  if (opt.b_load != WgradNhwcLoad::Auto) return opt.b_load == WgradNhwcLoad::Halo;
+  const int env = process_env_switches().wgmma_wgrad_nhwc_halo;
+  if (env >= 0) return env == 1 && wgrad_halo_refusal(s).empty();
+  return conv2d_wgrad_wgmma_nhwc_pick_halo(s);
+}
+
 template <int kBoxesA, int kPieces>
 void launch_form(dim3 grid, cudaStream_t stream, const CUtensorMap& map_dy,
                  const CUtensorMap& map_x, const WgradNhwcParams& p) {
@@ -311,7 +323,7 @@ bool conv2d_wgrad_wgmma_nhwc_available() {
   return conv2d_wgmma_available();
 }
 
-std::string conv2d_wgrad_wgmma_nhwc_refusal(const Conv2dShape& s, const Exec& ex, bool with_db) {
+std::string conv2d_wgrad_wgmma_nhwc_refusal(const Conv2dShape& s, const Exec& ex) {
   const char* what = "conv2d_backward_weight";
   if (!conv2d_wgrad_wgmma_nhwc_available())
     return fmt::format(
@@ -328,7 +340,6 @@ std::string conv2d_wgrad_wgmma_nhwc_refusal(const Conv2dShape& s, const Exec& ex
         "{}: the channels-last wgmma weight gradient sums its K splits with "
         "atomics, not in deterministic mode",
         what);
-  if (with_db) return fmt::format("{}: the channels-last wgmma weight gradient has no db", what);
   try {
     check_conv2d_shape(s);
     (void)im2col_geometry(s, what, kBlockC);
@@ -347,15 +358,27 @@ std::size_t conv2d_wgrad_wgmma_nhwc_scratch_floats(const Conv2dShape& s) {
   return std::size_t((l.x_span() + l.dy_span()) / 2);  // two bf16 a float
 }
 
+bool conv2d_wgrad_wgmma_nhwc_pick_halo(const Conv2dShape& s) {
+  if (s.kh * s.kw < 4 || s.c < 16 || !wgrad_halo_refusal(s).empty()) return false;
+  return wgrad_halo_useful_fraction(s, wgrad_halo_geometry(s, "conv2d_backward_weight")) >= 0.5;
+}
+
+std::string conv2d_wgrad_wgmma_nhwc_halo_launch(const Conv2dShape& s, int cluster) {
+  const WgradHaloGeometry h = wgrad_halo_geometry(s, "conv2d_backward_weight");
+  const WgradHaloLaunch l =
+      wgrad_halo_launch_plan(s, h, wgrad_halo_pick_splits(s, h, sm_count()), cluster);
+  return fmt::format("{} splits in clusters of {}", l.splits, l.cluster);
+}
+
 int conv2d_wgrad_wgmma_nhwc_splits(const Conv2dShape& s) {
   return pick_splits(s, wgrad_nhwc_form(s, consumer_n_for({})),
                      conv2d_wgrad_wgmma_nhwc_available() ? sm_count() : 132);
 }
 
 void conv2d_backward_weight_wgmma_nhwc(const Conv2dShape& s, const float* d_x, const float* d_dy,
-                                       float* d_dw, float* d_scratch, const Exec& ex,
+                                       float* d_dw, float* d_db, float* d_scratch, const Exec& ex,
                                        const WgmmaWgradNhwcOptions& opt) {
-  const std::string why = conv2d_wgrad_wgmma_nhwc_refusal(s, ex, false);
+  const std::string why = conv2d_wgrad_wgmma_nhwc_refusal(s, ex);
   CNN_CHECK(why.empty(), "{}", why);
   const char* what = "conv2d_backward_weight";
   CNN_CHECK(d_x && d_dy && d_dw, "{}: null tensor pointer", what);
@@ -366,13 +389,25 @@ void conv2d_backward_weight_wgmma_nhwc(const Conv2dShape& s, const float* d_x, c
   CNN_CHECK(opt.splits >= 0, "{}: splits={} (expected 0 to pick, or at least 1)", what, opt.splits);
   CNN_CHECK(opt.consumer_n == 0 || opt.consumer_n == 64 || opt.consumer_n == 128,
             "{}: consumer_n={} (expected 0, 64 or 128)", what, opt.consumer_n);
+  CNN_CHECK(opt.halo_cluster == 0 || opt.halo_cluster == 1 || opt.halo_cluster == 2 ||
+                opt.halo_cluster == 4,
+            "{}: halo_cluster={} (expected 0, 1, 2 or 4)", what, opt.halo_cluster);
   const Im2colGeometry geo = im2col_geometry(s, what, kBlockC);
   const WgradNhwcLayout l = wgrad_nhwc_layout(s);
   uint16_t* d_xc = reinterpret_cast<uint16_t*>(d_scratch);
   uint16_t* d_dyc = d_xc + l.x_span();
   const cudaStream_t stream = ex.stream;
+  if (d_db) conv2d_bias_grad_cuda(d_dy, s.n, s.oc, int64_t(s.oh()) * s.ow(), d_db, stream);
   nchw_to_nhwc_bf16_cuda(d_x, s.n, s.c, int64_t(s.h) * s.w, l.c_pad, d_xc, stream);
   nchw_to_nhwc_bf16_cuda(d_dy, s.n, s.oc, int64_t(s.oh()) * s.ow(), l.oc_pad, d_dyc, stream);
+
+  if (use_halo(s, opt)) {
+    const WgradHaloGeometry h = wgrad_halo_geometry(s, what);
+    const int splits = opt.splits > 0 ? opt.splits : wgrad_halo_pick_splits(s, h, sm_count());
+    conv2d_wgrad_halo_launch(s, h, d_xc, l.c_pad, d_dyc, l.oc_pad, d_dw, splits, opt.halo_cluster,
+                             stream);
+    return;
+  }
 
   const CUtensorMap map_dy = make_dy_map(d_dyc, l);
   const CUtensorMap map_x = make_x_map(d_xc, s, geo);

@@ -1,8 +1,9 @@
 #pragma once
 // Weight gradient of the dense convolution in BF16 on the Hopper tensor cores (sm_90a), from
 // channels-last copies of x and dy (conv2d_wgmma_wgrad_nhwc.cu). Same contract as
-// conv2d_backward_weight (kernels/conv/conv2d.h) without db:
+// conv2d_backward_weight (kernels/conv/conv2d.h):
 //   dw (OC, C, KH, KW) += sum over n, output pixels p of dy[n][oc][p] * x[n][c][p's tap (kh, kw)]
+//   db (OC) += sum of dy (where db is given: a reduction of its own, conv2d_bias_grad.h, FP32)
 // as the GEMM dw (M = OC, N = (tap, C)) += A (M, K) B (K, N), K = N*OH*OW output pixels, with x
 // and dy rounded to BF16 (nearest even, as every BF16 pass) and FP32 accumulation. Each call:
 //   1. writes x into an (N, H, W, C padded to 64) BF16 copy and dy into an (N*OH*OW, OC padded to
@@ -12,10 +13,13 @@
 //      channels) by a TMA im2col copy of the x copy, exactly the forward's A tile; both land
 //      pixel-major (MN-major) in the 128-byte swizzle, which BF16 wgmma reads transposed;
 //   3. atomically adds each block's FP32 tile into dw (K is split across blocks).
+// The halo instance (WgradNhwcLoad::Halo, stride 1) replaces step 2's per-tap im2col copies by
+// one dy box and one x box (with the halo) a k-tile that every tap reads at a row offset
+// (conv2d_wgrad_halo_layout.h, conv2d_wgmma_wgrad_halo.cu).
 // Refused (cnn::Error naming why, so that autotune leaves it out and the caller falls back): no
 // compute capability 9.0 device or sm_90a build; a precision other than BF16; deterministic mode
-// (the atomics' order varies); db requested; shapes the im2col TMA cannot express (strides above
-// 8, far paddings); tensors past 2^31-1 elements.
+// (the atomics' order varies); shapes the im2col TMA cannot express (strides above 8, far
+// paddings); tensors past 2^31-1 elements.
 #include <cstddef>
 #include <string>
 
@@ -24,19 +28,37 @@
 
 namespace cnn {
 
+// How the kernel loads x: TMA im2col copies per tap and 64 channels, halo boxes serving every
+// tap, or the pick (conv2d_wgrad_wgmma_nhwc_pick_halo; CNN_WGMMA_WGRAD_NHWC_HALO).
+enum class WgradNhwcLoad { Auto, Im2col, Halo };
+
 struct WgmmaWgradNhwcOptions {
   int splits = 0;  // blocks K is split across per output tile: 0 picks, else 1 or more
   // The columns each consumer warpgroup multiplies (wgmma n): 64 (two blocks an SM) or 128 (one
   // block an SM, half the shared-memory operand traffic per product; where the layer has at
   // least two x pieces); 0: CNN_WGMMA_WGRAD_NHWC_N, else 64 (faster on the H200).
+  // Im2col only (the halo instance multiplies 64 x 64 a tap).
   int consumer_n = 0;
+  WgradNhwcLoad b_load = WgradNhwcLoad::Auto;
+  // Halo only: the K splits a thread-block cluster sums in distributed shared memory before the
+  // atomics, 1, 2 or 4; 0 picks (1: see wgrad_halo_launch_plan).
+  int halo_cluster = 0;
 };
+
+// Whether Auto loads halo boxes for `s`: stride 1, the halo k-tile fits (wgrad_halo_refusal), at
+// least 4 taps, 16 input channels (fewer: the 64-channel x box is mostly padding, and the im2col
+// instance was faster on the H200) and half the multiplied k rows output pixels.
+bool conv2d_wgrad_wgmma_nhwc_pick_halo(const Conv2dShape& s);
+
+// The halo instance's launch on this device for the cluster option (0 picks), for notes:
+// "S splits in clusters of C".
+std::string conv2d_wgrad_wgmma_nhwc_halo_launch(const Conv2dShape& s, int cluster);
 
 // True when this build has the sm_90a kernel and the current device is compute capability 9.0.
 bool conv2d_wgrad_wgmma_nhwc_available();
 
-// Why this call cannot run (see above; with_db: the caller wants db too), or "" when it can.
-std::string conv2d_wgrad_wgmma_nhwc_refusal(const Conv2dShape& s, const Exec& ex, bool with_db);
+// Why this call cannot run (see above), or "" when it can.
+std::string conv2d_wgrad_wgmma_nhwc_refusal(const Conv2dShape& s, const Exec& ex);
 
 // The scratch floats of one call: the two BF16 copies, each rounded up to 128 bytes. A function
 // of the shape alone.
@@ -46,10 +68,11 @@ std::size_t conv2d_wgrad_wgmma_nhwc_scratch_floats(const Conv2dShape& s);
 // that every split has at least one 64-pixel k-tile); for tests and the notes.
 int conv2d_wgrad_wgmma_nhwc_splits(const Conv2dShape& s);
 
-// dw += the gradient above. d_scratch: conv2d_wgrad_wgmma_nhwc_scratch_floats(s) floats,
-// 16-byte aligned. Throws cnn::Error with the refusal's reason when it is not empty.
+// dw (and db unless null) += the gradients above. d_scratch:
+// conv2d_wgrad_wgmma_nhwc_scratch_floats(s) floats, 16-byte aligned. Throws cnn::Error with the
+// refusal's reason when it is not empty.
 void conv2d_backward_weight_wgmma_nhwc(const Conv2dShape& s, const float* d_x, const float* d_dy,
-                                       float* d_dw, float* d_scratch, const Exec& ex,
+                                       float* d_dw, float* d_db, float* d_scratch, const Exec& ex,
                                        const WgmmaWgradNhwcOptions& opt = {});
 
 }  // namespace cnn
