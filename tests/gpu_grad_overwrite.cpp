@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -23,13 +24,7 @@ namespace {
 const Shape kInput = {1, 28, 28};
 
 // conv1 8 -> pool -> conv2 16 -> pool -> fc1 (784 -> 64) -> relu -> fc2 (64 -> 10).
-std::vector<LayerSpec> small_net() {
-  ConvNetSizes s;
-  s.conv1 = 8;
-  s.conv2 = 16;
-  s.fc1 = 64;
-  return conv_net_specs(s);
-}
+const std::vector<LayerSpec> kNet = test::small_net(8, 16, 64);
 
 Exec cuda(Precision p, bool deterministic) {
   Exec ex;
@@ -64,6 +59,25 @@ std::vector<std::string> written(Algo algo, int batch) {
   return {"fc1.weight", "fc2.weight"};
 }
 
+// configs/mnist.yaml's network at its batch, three SGD steps in each precision:
+// test::expect_same_training in deterministic mode (tolerance 0) or with atomic reductions. With
+// first_written, the first written parameter must be that one.
+void expect_same_reference_training(std::initializer_list<Precision> precisions, bool deterministic,
+                                    double tolerance, const char* first_written = nullptr) {
+  NetworkOptions o;
+  o.max_batch = test::network_batch();
+  o.seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(o.seed));
+  for (Precision p : precisions) {
+    SCOPED_TRACE(precision_name(p));
+    const std::vector<std::string> names = test::expect_same_training(
+        conv_net_specs(), kInput, cuda(p, deterministic), o, sgd(), 3, tolerance);
+    if (!first_written) continue;
+    ASSERT_FALSE(names.empty());
+    EXPECT_EQ(names[0], first_written);
+  }
+}
+
 }  // namespace
 
 TEST(GpuGradOverwrite, DeterministicTrainingIsBitwiseTheSame) {
@@ -78,7 +92,7 @@ TEST(GpuGradOverwrite, DeterministicTrainingIsBitwiseTheSame) {
         SCOPED_TRACE(::testing::Message() << precision_name(p) << " " << algo_name(algo) << " "
                                           << optimizer_name(opt.type));
         o.linear_algo = algo;
-        EXPECT_EQ(test::expect_same_training(small_net(), kInput, cuda(p, true), o, opt, 5),
+        EXPECT_EQ(test::expect_same_training(kNet, kInput, cuda(p, true), o, opt, 5),
                   written(algo, o.max_batch));
       }
 }
@@ -86,17 +100,8 @@ TEST(GpuGradOverwrite, DeterministicTrainingIsBitwiseTheSame) {
 // configs/mnist.yaml's network at its batch (fc1: 3136 -> 1024 on the tiled or wgmma GEMM).
 TEST(GpuGradOverwrite, ReferenceNetworkIsBitwiseTheSame) {
   CNN_REQUIRE_GPU();
-  NetworkOptions o;
-  o.max_batch = test::network_batch();
-  o.seed = test::fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(o.seed));
-  for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16}) {
-    SCOPED_TRACE(precision_name(p));
-    const std::vector<std::string> names =
-        test::expect_same_training(conv_net_specs(), kInput, cuda(p, true), o, sgd(), 3);
-    ASSERT_FALSE(names.empty());
-    EXPECT_EQ(names[0], "fc1.weight");
-  }
+  expect_same_reference_training({Precision::FP32, Precision::TF32, Precision::BF16},
+                                 /*deterministic=*/true, /*tolerance=*/0, "fc1.weight");
 }
 
 // Atomic reductions (convolution weight gradients, the head's split sums) add in an order that
@@ -105,12 +110,6 @@ TEST(GpuGradOverwrite, ReferenceNetworkIsBitwiseTheSame) {
 // written and zeroed gradients are checked exactly as above.
 TEST(GpuGradOverwrite, AtomicTrainingAgreesWithinRounding) {
   CNN_REQUIRE_GPU();
-  NetworkOptions o;
-  o.max_batch = test::network_batch();
-  o.seed = test::fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(o.seed));
-  for (Precision p : {Precision::FP32, Precision::TF32}) {
-    SCOPED_TRACE(precision_name(p));
-    test::expect_same_training(conv_net_specs(), kInput, cuda(p, false), o, sgd(), 3, 1e-4);
-  }
+  expect_same_reference_training({Precision::FP32, Precision::TF32}, /*deterministic=*/false,
+                                 /*tolerance=*/1e-4);
 }

@@ -1,7 +1,7 @@
 #pragma once
-// The check both grad-overwrite tests run (test_grad_overwrite.cpp on the CPU,
-// gpu_grad_overwrite.cpp on CUDA): the same training with and without
-// NetworkOptions::overwrite_grads.
+// What both grad-overwrite tests share (test_grad_overwrite.cpp on the CPU,
+// gpu_grad_overwrite.cpp on CUDA): a small network, and the check they run: the same training
+// with and without NetworkOptions::overwrite_grads.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -12,6 +12,16 @@
 #include "tests/test_util.h"
 
 namespace cnn::test {
+
+// conv1 -> relu -> pool -> conv2 -> relu -> pool -> fc1 -> relu -> fc2 (10 classes), of the given
+// widths (conv_net_specs' 5 x 5 filters, padding 2).
+inline std::vector<LayerSpec> small_net(int conv1, int conv2, int fc1) {
+  ConvNetSizes s;
+  s.conv1 = conv1;
+  s.conv2 = conv2;
+  s.fc1 = fc1;
+  return conv_net_specs(s);
+}
 
 // Trains `steps` steps (test::train_steps) without and with overwrite_grads. tolerance 0: the
 // same bits (parameters after every step, gradients before the last update); else the

@@ -25,18 +25,12 @@ namespace {
 const Shape kInput = {1, 12, 12};
 
 // conv1 4 -> pool -> conv2 6 -> pool -> fc1 (54 -> 40) -> relu -> fc2 (40 -> 10).
-std::vector<LayerSpec> small_net() {
-  ConvNetSizes s;
-  s.conv1 = 4;
-  s.conv2 = 6;
-  s.fc1 = 40;
-  return conv_net_specs(s);
-}
+const std::vector<LayerSpec> kNet = test::small_net(4, 6, 40);
 
 }  // namespace
 
 TEST(GradOverwrite, OffByDefault) {
-  Network net(small_net(), kInput, NetworkOptions{}, Exec{});
+  Network net(kNet, kInput, NetworkOptions{}, Exec{});
   EXPECT_TRUE(net.overwritten_grad_ranges().empty());
 }
 
@@ -46,7 +40,7 @@ TEST(GradOverwrite, LinearWeightsOnTheCpu) {
   NetworkOptions o;
   o.max_batch = 4;
   o.overwrite_grads = true;
-  Network net(small_net(), kInput, o, Exec{});
+  Network net(kNet, kInput, o, Exec{});
   std::vector<std::pair<int64_t, int64_t>> want;
   for (const ParamInfo& p : net.param_infos())
     if (p.name == "fc1.weight" || p.name == "fc2.weight")
@@ -78,7 +72,7 @@ TEST(GradOverwrite, TrainingIsBitwiseTheSame) {
     o.linear_algo = algo;
     for (const OptimizerOptions& opt : {sgd, adam, adamw_clipped}) {
       SCOPED_TRACE(optimizer_name(opt.type));
-      test::expect_same_training(small_net(), kInput, Exec{}, o, opt, 5);
+      test::expect_same_training(kNet, kInput, Exec{}, o, opt, 5);
     }
   }
 }
@@ -123,7 +117,7 @@ TEST(GradOverwrite, SecondBackwardReplacesOnlyTheWrittenGradients) {
   const auto grads = [&](bool overwrite, bool twice) {
     NetworkOptions q = o;
     q.overwrite_grads = overwrite;
-    Network net(small_net(), kInput, q, Exec{});
+    Network net(kNet, kInput, q, Exec{});
     if (twice) net.forward_backward(4, x.data(), a.data(), 0.25f);
     net.forward_backward(4, x.data(), b.data(), 0.25f);
     return std::make_pair(net.grads_to_host(), net.overwritten_grad_ranges());
