@@ -347,10 +347,9 @@ CUtensorMap make_packed_weight_map(const T* d_w, int64_t k, int rows, int bn) {
   return map;
 }
 
-int pick_splits(int64_t tiles, int ktiles) {
+int pick_splits(int64_t tiles, int ktiles, int sms) {
   // One wave at one block per SM: double the splits while the doubled grid still fits on the
   // SMs and each split keeps >= 4 k-tiles (as conv2d_wgmma.cu).
-  const int64_t sms = sm_count();
   int s = 1;
   while (s * 2 <= kMaxSplits && tiles * s * 2 <= sms && ktiles / (s * 2) >= 4) s *= 2;
   return s;
@@ -457,6 +456,7 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
             "{}: algo wgmma-nhwc at precision fp32 (3xTF32) runs one or two blocks an SM (got "
             "blocks_per_sm={})",
             what, opt.blocks_per_sm);
+  const int sms = sm_count();  // a device query each call: asked once for the pickers below
   const Im2colGeometry geo = im2col_geometry(g, what, OperandOf<T>::kBlock);
   const int oh = g.oh(), ow = g.ow();
   const int64_t m = int64_t(g.n) * oh * ow;
@@ -476,9 +476,8 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
             "or 256 with block_n 32 or 64)",
             what, opt.block_m, bn);
   const HaloGeometry hg =
-      halo ? halo_geometry(
-                 g, what,
-                 opt.block_m ? opt.block_m : conv2d_wgmma_nhwc_pick_halo_rows(g, bn, sm_count()))
+      halo ? halo_geometry(g, what,
+                           opt.block_m ? opt.block_m : conv2d_wgmma_nhwc_pick_halo_rows(g, bn, sms))
            : HaloGeometry{};
   CNN_CHECK(halo || opt.block_m == 0 || opt.block_m == 128 ||
                 (opt.block_m == 256 && !kSplit && bn == 128 && opt.blocks_per_sm <= 1),
@@ -490,7 +489,7 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   if (!halo && !kSplit && bn == 128 && opt.blocks_per_sm <= 1)
     bm = opt.block_m ? opt.block_m
          : env_bm    ? env_bm
-                     : conv2d_wgmma_nhwc_pick_block_m(m, g.oc, bn, sm_count());
+                     : conv2d_wgmma_nhwc_pick_block_m(m, g.oc, bn, sms);
   // Checked after the refusals above, so that a variant that cannot run says why, not that it
   // was given no scratch (autotune passes its scratch to every candidate alike).
   const NhwcScratchLayout layout = nhwc_scratch_layout(g, wp, opt.precision);
@@ -502,7 +501,7 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
 
   const int64_t tiles = halo ? int64_t(g.n) * hg.tiles_per_image * ceil_div<int64_t>(g.oc, bn)
                              : ceil_div<int64_t>(m, bm) * ceil_div<int64_t>(g.oc, bn);
-  const int splits = opt.splits > 0 ? opt.splits : pick_splits(tiles, geo.ktiles);
+  const int splits = opt.splits > 0 ? opt.splits : pick_splits(tiles, geo.ktiles, sms);
   CNN_CHECK(splits == 1 || splits == 2 || splits == 4 || splits == 8,
             "{}: splits={} (expected 1, 2, 4 or 8)", what, splits);
 
@@ -515,8 +514,8 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   const int max_per_sm = bm == 256 || bn == 128 ? 1 : kSplit || bn == 64 ? 2 : 3;
   int per_sm = opt.blocks_per_sm;  // 0 with halo tiles: their own (halo_blocks_per_sm)
   if (per_sm == 0 && !halo) {
-    per_sm = env_per_sm ? env_per_sm
-                        : conv2d_wgmma_nhwc_pick_blocks_per_sm(tiles * splits, sm_count(), bn);
+    per_sm =
+        env_per_sm ? env_per_sm : conv2d_wgmma_nhwc_pick_blocks_per_sm(tiles * splits, sms, bn);
     per_sm = std::min(per_sm, max_per_sm);
   }
   CNN_CHECK(per_sm <= max_per_sm,
