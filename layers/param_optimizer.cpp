@@ -29,14 +29,7 @@ ParamOptimizer::ParamOptimizer(const OptimizerOptions& opt, Network& net) : opt_
     v_ = Buffer<float>(n, dev);
     v_.zero();
   }
-  const auto& overwritten = net.overwritten_grad_ranges();
-  CNN_CHECK(overwritten.size() <= size_t(KeptGrads::kMax),
-            "optimizer: {} overwritten gradient ranges, at most {}", overwritten.size(),
-            KeptGrads::kMax);
-  for (const auto& [begin, end] : overwritten) {
-    kept_.begin[kept_.count] = begin;
-    kept_.end[kept_.count++] = end;
-  }
+  kept_ = kept_grads(net.overwritten_grad_ranges(), "optimizer");
   if (opt.weight_decay > 0) {
     std::vector<uint8_t> mask = net.decay_mask(opt.decay_biases);
     decay_mask_ = Buffer<uint8_t>(n, dev);

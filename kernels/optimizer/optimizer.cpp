@@ -17,9 +17,13 @@ void check_count(const char* what, int64_t count) {
   CNN_CHECK(count >= 0, "{}: element count must be >= 0, got {}", what, count);
 }
 
+void check_kept_count(const char* what, int64_t ranges) {
+  CNN_CHECK(ranges >= 0 && ranges <= KeptGrads::kMax, "{}: {} kept gradient ranges, expected 0..{}",
+            what, ranges, KeptGrads::kMax);
+}
+
 void check_kept(const char* what, const KeptGrads& kept, int64_t count) {
-  CNN_CHECK(kept.count >= 0 && kept.count <= KeptGrads::kMax,
-            "{}: {} kept gradient ranges, expected 0..{}", what, kept.count, KeptGrads::kMax);
+  check_kept_count(what, kept.count);
   for (int r = 0; r < kept.count; ++r)
     CNN_CHECK(kept.begin[r] >= 0 && kept.begin[r] <= kept.end[r] && kept.end[r] <= count,
               "{}: kept gradient range [{}, {}) is not within [0, {})", what, kept.begin[r],
@@ -27,6 +31,16 @@ void check_kept(const char* what, const KeptGrads& kept, int64_t count) {
 }
 
 }  // namespace
+
+KeptGrads kept_grads(const std::vector<std::pair<int64_t, int64_t>>& ranges, const char* what) {
+  check_kept_count(what, int64_t(ranges.size()));  // before filling the fixed slots
+  KeptGrads kept;
+  for (const auto& [begin, end] : ranges) {
+    kept.begin[kept.count] = begin;
+    kept.end[kept.count++] = end;
+  }
+  return kept;
+}
 
 void sgd_update(int64_t count, float* w, float* g, float* m, const uint8_t* decay_mask,
                 const SgdParams& p, float grad_scale, const Exec& ex, const float* lr_device,

@@ -4,6 +4,8 @@
 // after use, ready for the next step's accumulation, except in the ranges the caller names as
 // overwritten by the next backward pass (KeptGrads): zeroing those would be a wasted write.
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "runtime/exec.h"
 
@@ -34,6 +36,9 @@ struct KeptGrads {
   int count = 0;
   int64_t begin[kMax] = {}, end[kMax] = {};
 };
+// The KeptGrads of `ranges` ([begin, end) pairs): checks first that they fit in its kMax slots
+// (throws naming `what` if not); the update checks that they lie within the buffer.
+KeptGrads kept_grads(const std::vector<std::pair<int64_t, int64_t>>& ranges, const char* what);
 
 // grad_scale multiplies every gradient first (gradient clipping passes min(1, max_norm/norm)).
 // decay_mask (may be null): per element 1 = apply weight decay, 0 = not (biases).
