@@ -40,12 +40,15 @@ inline std::vector<std::string> expect_same_training(const std::vector<LayerSpec
   EXPECT_FALSE(on.overwritten.empty());
   EXPECT_EQ(on.params.size(), off.params.size());
   for (size_t s = 0; s < on.params.size() && s < off.params.size(); ++s) {
-    if (tolerance == 0)
+    if (tolerance == 0) {
       EXPECT_EQ(on.params[s], off.params[s]) << "parameters after step " << s + 1;
-    else
+    } else {
       EXPECT_LT(max_rel_error(on.params[s], off.params[s]), tolerance) << "step " << s + 1;
+    }
   }
-  if (tolerance == 0) EXPECT_EQ(on.grads_before_update, off.grads_before_update);
+  if (tolerance == 0) {
+    EXPECT_EQ(on.grads_before_update, off.grads_before_update);
+  }
   const size_t n = off.grads_after_update.size();
   EXPECT_EQ(off.grads_after_update, std::vector<float>(n, 0.f));
   std::vector<float> want(n, 0.f);
