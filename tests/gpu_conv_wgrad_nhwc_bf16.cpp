@@ -228,6 +228,18 @@ TEST(GpuConvWgradNhwcBf16, Splits) {
             "halo splits " + std::to_string(splits) + " cluster " + std::to_string(cluster));
 }
 
+// One small halo call (3 k-tiles of 2 images) on two splits, alone and in a cluster of two: the
+// case compute-sanitizer runs (the suites above take too long under racecheck).
+TEST(GpuConvWgradNhwcBf16, HaloSmall) {
+  CNN_REQUIRE_WGRAD_NHWC();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const Problem p = make_problem(conv(5, 40, 6, 6, 70, 3, 1, 1), Fill::SmallInt, seed);
+  for (int cluster : {1, 2})
+    check(p, run_kernel(p, 2, 0, WgradNhwcLoad::Halo, cluster),
+          "halo small cluster " + std::to_string(cluster));
+}
+
 // Halo boxes asked for on a shape they cannot run are refused with the reason; the pick takes
 // them for LeNet's conv2 and leaves them out of 1x1 and strided layers.
 TEST(GpuConvWgradNhwcBf16, HaloRefusalsAndPicks) {

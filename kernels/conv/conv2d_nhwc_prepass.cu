@@ -11,6 +11,7 @@
 
 #include "kernels/common/ptx.cuh"
 #include "kernels/conv/conv2d_nhwc_prepass.h"
+#include "kernels/conv/direct_conv_common.cuh"  // block_sum
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
 #include "runtime/math_util.h"
@@ -194,6 +195,50 @@ __global__ void conv_nhwc_prepass_kernel(const PackArgs<T> w, int pack_blocks,
     copy_part<T, kVecLoad, kRound>(x, int(blockIdx.x) - pack_blocks);
 }
 
+// The bias gradient's arguments: db[o] += sum over images and pixels of dy (n, oc, hw), by oc x
+// parts blocks.
+struct BiasArgs {
+  const float* dy;
+  int n, oc, parts;
+  int64_t hw;
+  float* db;
+};
+
+// Block b sums channel b % oc over images b / oc, + parts, ..., each image's hw contiguous floats
+// read by consecutive threads, then adds the block's sum to db (block_sum: blockDim.x threads).
+__device__ __forceinline__ void bias_part(const BiasArgs& a, int b) {
+  __shared__ float s_warp[kThreads / 32];
+  const int o = b % a.oc;
+  float sum = 0.f;
+  for (int img = b / a.oc; img < a.n; img += a.parts) {
+    const float* row = a.dy + (int64_t(img) * a.oc + o) * a.hw;
+    for (int64_t p = threadIdx.x; p < a.hw; p += blockDim.x) sum += row[p];
+  }
+  sum = block_sum(sum, s_warp);
+  if (threadIdx.x == 0) atomicAdd(a.db + o, sum);
+}
+
+// The weight gradient's pre-passes in one grid (wgrad_nhwc_prepass_bf16_cuda): blocks
+// [0, x_blocks) are x's copy, the next dy_blocks dy's, the rest (oc x parts, or none) the bias
+// gradient. No part reads what another writes.
+template <bool kVecX, bool kVecDy>
+__global__ void wgrad_nhwc_prepass_kernel(const CopyArgs<__nv_bfloat16> x, int x_blocks,
+                                          const CopyArgs<__nv_bfloat16> dy, int dy_blocks,
+                                          const BiasArgs db) {
+  ptx::griddep_enter();
+  int b = int(blockIdx.x);
+  if (b < x_blocks) {
+    copy_part<__nv_bfloat16, kVecX, true>(x, b);
+    return;
+  }
+  b -= x_blocks;
+  if (b < dy_blocks) {
+    copy_part<__nv_bfloat16, kVecDy, true>(dy, b);
+    return;
+  }
+  bias_part(db, b - dy_blocks);
+}
+
 // A checked copy: its arguments, blocks and load width.
 template <class T>
 struct CopyPlan {
@@ -309,6 +354,42 @@ void nchw_to_nhwc_bf16_cuda(const float* d_x, int n, int c, int64_t hw, int c_pa
                             cudaStream_t stream) {
   launch_copy(d_x, n, c, hw, c_pad, reinterpret_cast<__nv_bfloat16*>(d_out), nullptr, stream,
               "nchw_to_nhwc_bf16");
+}
+
+void wgrad_nhwc_prepass_bf16_cuda(const NhwcCopyJob& x_copy, const NhwcCopyJob& dy_copy,
+                                  float* d_db, cudaStream_t stream) {
+  const char* what = "wgrad_nhwc_prepass_bf16";
+  CNN_CHECK(x_copy.d_x && dy_copy.d_x && !x_copy.d_small && !dy_copy.d_small,
+            "{}: both copies are required, without residual copies", what);
+  using T = __nv_bfloat16;
+  const CopyPlan<T> x = plan_copy(x_copy.d_x, x_copy.n, x_copy.c, x_copy.hw, x_copy.c_pad,
+                                  static_cast<T*>(x_copy.d_out), nullptr, what);
+  const CopyPlan<T> dy = plan_copy(dy_copy.d_x, dy_copy.n, dy_copy.c, dy_copy.hw, dy_copy.c_pad,
+                                   static_cast<T*>(dy_copy.d_out), nullptr, what);
+  BiasArgs db{dy_copy.d_x, dy_copy.n, dy_copy.c, 0, dy_copy.hw, d_db};
+  int64_t bias_blocks = 0;
+  if (d_db) {
+    // About two blocks an SM of a large GPU in all, at least an image each.
+    db.parts = std::clamp((264 + db.oc - 1) / db.oc, 1, db.n);
+    bias_blocks = int64_t(db.oc) * db.parts;
+  }
+  const int64_t blocks = x.blocks + dy.blocks + bias_blocks;
+  CNN_CHECK(blocks <= INT32_MAX, "{}: {} blocks", what, blocks);
+  const unsigned grid = unsigned(blocks);
+  const int xb = int(x.blocks), dyb = int(dy.blocks);
+  if (x.vec && dy.vec)
+    wgrad_nhwc_prepass_kernel<true, true>
+        <<<grid, kThreads, 0, stream>>>(x.args, xb, dy.args, dyb, db);
+  else if (x.vec)
+    wgrad_nhwc_prepass_kernel<true, false>
+        <<<grid, kThreads, 0, stream>>>(x.args, xb, dy.args, dyb, db);
+  else if (dy.vec)
+    wgrad_nhwc_prepass_kernel<false, true>
+        <<<grid, kThreads, 0, stream>>>(x.args, xb, dy.args, dyb, db);
+  else
+    wgrad_nhwc_prepass_kernel<false, false>
+        <<<grid, kThreads, 0, stream>>>(x.args, xb, dy.args, dyb, db);
+  CNN_LAUNCH_CHECK(what);
 }
 
 void nchw_to_nhwc_fp32_cuda(const float* d_x, int n, int c, int64_t hw, int c_pad, float* d_out,

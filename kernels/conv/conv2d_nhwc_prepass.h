@@ -70,4 +70,13 @@ struct NhwcCopyJob {
 void conv_nhwc_prepass_cuda(Precision precision, const NhwcWeightJob& weights,
                             const NhwcCopyJob& copy, cudaStream_t stream);
 
+// The BF16 channels-last weight gradient's pre-passes in one launch (each alone is a few
+// microseconds of work behind a launch's latency): the BF16 copies of x and of dy (both jobs
+// required, bitwise what nchw_to_nhwc_bf16_cuda writes) and, where d_db is not null, the bias
+// gradient db[oc] += sum over n and pixels of the FP32 dy (dy_copy.d_x, (n, oc = dy_copy.c, hw)):
+// blocks of (channel, run of images) add their sums with atomics, so db's bits vary with their
+// order (the caller refuses deterministic mode).
+void wgrad_nhwc_prepass_bf16_cuda(const NhwcCopyJob& x_copy, const NhwcCopyJob& dy_copy,
+                                  float* d_db, cudaStream_t stream);
+
 }  // namespace cnn

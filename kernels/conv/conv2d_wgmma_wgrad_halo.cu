@@ -78,6 +78,8 @@ struct HaloRing {
   int stages;
   __device__ uint32_t full(int s) const { return bars + 8u * s; }
   __device__ uint32_t empty(int s) const { return bars + 8u * (stages + s); }
+  // Where the two consumers meet after their main loops (lane 0 of each of their 8 warps).
+  __device__ uint32_t drained() const { return bars + 16u * stages; }
   __device__ uint32_t dy_slot(int s) const { return base + uint32_t(s) * stage_bytes; }
   __device__ uint32_t x_slot(int s) const { return dy_slot(s) + dy_slot_bytes; }
 };
@@ -119,8 +121,13 @@ __device__ __forceinline__ void consume_taps(const HaloRing& ring, int nk, int k
   wgmma_wait<0>();
   fence_taps(acc);
   // Every wgmma of both consumers is done reading the ring, and every copy landed (each consumer
-  // waited for all nk stages): the ring is free for the tile.
-  consumer_sync(256);
+  // waited for all nk stages): the ring is free for the tile. The consumers meet on an mbarrier,
+  // not a named barrier: the two may run different instances of this function, and
+  // compute-sanitizer's synccheck reports threads of a block meeting at different barrier
+  // instructions.
+  __syncwarp();
+  if (lane == 0) mbar_arrive(ring.drained());
+  mbar_wait(ring.drained(), 0);
 #pragma unroll
   for (int t = 0; t < kN; ++t)
 #pragma unroll
@@ -162,7 +169,11 @@ __device__ __forceinline__ void wgrad_halo_body(const CUtensorMap& map_dy, const
   fence_proxy_async();
   // full: the producer's arrive.expect_tx (the copies complete the bytes); empty: lane 0 of each
   // consumer warp.
-  if (tid == 0) mbar_init_ring(ring.bars, stages, 1, 8);
+  if (tid == 0) {
+    mbar_init_ring(ring.bars, stages, 1, 8);
+    mbar_init(ring.drained(), 8);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
   __syncthreads();
 
   const int wg = tid / 128;
@@ -185,6 +196,9 @@ __device__ __forceinline__ void wgrad_halo_body(const CUtensorMap& map_dy, const
       tma_load_4d(ring.x_slot(s), &map_x, c0, -p.pad_w, oy0 - p.pad_h, n0, ring.full(s));
     }
   }
+  // Warp 0 whole again before any barrier: a barrier counts a warp's arrival for all its lanes,
+  // so lanes arriving apart could release the block barrier below early.
+  __syncwarp();
   // This consumer's taps: [tap0, tap0 + count) of the group's, the first consumer the larger
   // half; each tap's B starts ky wp + kx rows of 128 bytes into the x slot.
   const WgradHaloTaps groups{p.tap_groups};
@@ -250,7 +264,10 @@ __device__ __forceinline__ void wgrad_halo_body(const CUtensorMap& map_dy, const
       atomicAdd(out, sum);
     }
   }
-  if (nrank > 1) cluster_sync();  // no block leaves while another still reads its tile
+  if (nrank > 1) {
+    __syncwarp();    // the walk above ends apart for a warp's lanes
+    cluster_sync();  // no block leaves while another still reads its tile
+  }
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
@@ -331,7 +348,7 @@ int64_t ring_bytes(const WgradHaloGeometry& h) {
   return std::max<int64_t>(int64_t(h.stages) * h.stage_bytes(), 4 * kTileFloats);
 }
 int smem_bytes(const WgradHaloGeometry& h) {
-  return int(1024 + ring_bytes(h) + 16 * h.stages);
+  return int(1024 + ring_bytes(h) + 16 * h.stages + 8);
 }
 
 }  // namespace

@@ -26,7 +26,6 @@
 #include <cstdint>
 
 #include "kernels/common/ptx.cuh"
-#include "kernels/conv/conv2d_bias_grad.h"
 #include "kernels/conv/conv2d_nhwc_layout.h"
 #include "kernels/conv/conv2d_nhwc_prepass.h"
 #include "kernels/conv/conv2d_wgmma.h"
@@ -397,9 +396,20 @@ void conv2d_backward_weight_wgmma_nhwc(const Conv2dShape& s, const float* d_x, c
   uint16_t* d_xc = reinterpret_cast<uint16_t*>(d_scratch);
   uint16_t* d_dyc = d_xc + l.x_span();
   const cudaStream_t stream = ex.stream;
-  if (d_db) conv2d_bias_grad_cuda(d_dy, s.n, s.oc, int64_t(s.oh()) * s.ow(), d_db, stream);
-  nchw_to_nhwc_bf16_cuda(d_x, s.n, s.c, int64_t(s.h) * s.w, l.c_pad, d_xc, stream);
-  nchw_to_nhwc_bf16_cuda(d_dy, s.n, s.oc, int64_t(s.oh()) * s.ow(), l.oc_pad, d_dyc, stream);
+  NhwcCopyJob x_copy, dy_copy;
+  x_copy.d_x = d_x;
+  x_copy.n = s.n;
+  x_copy.c = s.c;
+  x_copy.hw = int64_t(s.h) * s.w;
+  x_copy.c_pad = l.c_pad;
+  x_copy.d_out = d_xc;
+  dy_copy.d_x = d_dy;
+  dy_copy.n = s.n;
+  dy_copy.c = s.oc;
+  dy_copy.hw = int64_t(s.oh()) * s.ow();
+  dy_copy.c_pad = l.oc_pad;
+  dy_copy.d_out = d_dyc;
+  wgrad_nhwc_prepass_bf16_cuda(x_copy, dy_copy, d_db, stream);
 
   if (use_halo(s, opt)) {
     const WgradHaloGeometry h = wgrad_halo_geometry(s, what);

@@ -3,11 +3,12 @@
 // channels-last copies of x and dy (conv2d_wgmma_wgrad_nhwc.cu). Same contract as
 // conv2d_backward_weight (kernels/conv/conv2d.h):
 //   dw (OC, C, KH, KW) += sum over n, output pixels p of dy[n][oc][p] * x[n][c][p's tap (kh, kw)]
-//   db (OC) += sum of dy (where db is given: a reduction of its own, conv2d_bias_grad.h, FP32)
+//   db (OC) += sum of dy (where db is given: FP32 sums of the FP32 dy, in the pre-pass launch)
 // as the GEMM dw (M = OC, N = (tap, C)) += A (M, K) B (K, N), K = N*OH*OW output pixels, with x
 // and dy rounded to BF16 (nearest even, as every BF16 pass) and FP32 accumulation. Each call:
 //   1. writes x into an (N, H, W, C padded to 64) BF16 copy and dy into an (N*OH*OW, OC padded to
-//      64) one (the wgmma-nhwc pre-pass kernel, conv2d_wgmma_nhwc.h), in the caller's scratch;
+//      64) one, in the caller's scratch, and adds db, in one launch
+//      (wgrad_nhwc_prepass_bf16_cuda, conv2d_nhwc_prepass.h);
 //   2. runs the GEMM: a stage is 64 output pixels of k; A (64 pixels x 64 output channels of dy)
 //      comes by a tiled TMA of the dy copy, B (the same 64 pixels' input pixels at one tap x 64
 //      channels) by a TMA im2col copy of the x copy, exactly the forward's A tile; both land
