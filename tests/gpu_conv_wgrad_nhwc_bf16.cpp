@@ -14,8 +14,7 @@
 //                5x5 conv2, whole images a k-tile (4x4, 7x7), 1 tap, and taps split 1..4 a
 //                consumer.
 //   Splits       every split count (1, 2, 3, 7, 64, and more than the k-tiles) gives the exact
-//                integer answer, in both instances (the halo one with clusters of 1, 2 and 4
-//                splits summed in distributed shared memory, and its pick).
+//                integer answer, in both instances.
 //   Refusals     one line each, and the call throws: TF32 and FP32 precision, deterministic
 //                mode, a stride the im2col TMA cannot express.
 //   Dispatch     conv2d_backward_weight with Algo::WgmmaNhwc at bf16 runs this kernel (within
@@ -111,7 +110,7 @@ std::string describe(const Conv2dShape& s) {
 
 // The kernel itself (splits 0: its pick; consumer_n 0: its pick), into NaN-poisoned scratch.
 std::vector<float> run_kernel(const Problem& p, int splits = 0, int consumer_n = 0,
-                              WgradNhwcLoad load = WgradNhwcLoad::Im2col, int cluster = 0) {
+                              WgradNhwcLoad load = WgradNhwcLoad::Im2col) {
   Tensor d_x = test::to_device(p.x), d_dy = test::to_device(p.dy), d_dw = test::to_device(p.dw0);
   const size_t floats = conv2d_wgrad_wgmma_nhwc_scratch_floats(p.s);
   Tensor scratch({int64_t(floats)}, Device::CUDA);
@@ -120,7 +119,6 @@ std::vector<float> run_kernel(const Problem& p, int splits = 0, int consumer_n =
   opt.splits = splits;
   opt.consumer_n = consumer_n;
   opt.b_load = load;
-  opt.halo_cluster = cluster;
   conv2d_backward_weight_wgmma_nhwc(p.s, d_x.data(), d_dy.data(), d_dw.data(), nullptr,
                                     scratch.data(), bf16_exec(), opt);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -222,22 +220,21 @@ TEST(GpuConvWgradNhwcBf16, Splits) {
             "splits " + std::to_string(splits) + " n" + std::to_string(n));
   // The halo instance: 3 images x 2 bands of 7 rows, 6 k-tiles.
   const Problem q = make_problem(conv(3, 40, 14, 14, 70, 5, 1, 2), Fill::SmallInt, seed + 7);
-  for (int cluster : {0, 1, 2, 4})
-    for (int splits : {1, 2, 5, 6, 1000})
-      check(q, run_kernel(q, splits, 0, WgradNhwcLoad::Halo, cluster),
-            "halo splits " + std::to_string(splits) + " cluster " + std::to_string(cluster));
+  for (int splits : {1, 2, 5, 6, 1000})
+    check(q, run_kernel(q, splits, 0, WgradNhwcLoad::Halo),
+          "halo splits " + std::to_string(splits));
 }
 
-// One small halo call (3 k-tiles of 2 images) on two splits, alone and in a cluster of two: the
-// case compute-sanitizer runs (the suites above take too long under racecheck).
+// One small halo call (3 k-tiles of 2 images) on one and on two splits: the case
+// compute-sanitizer runs (the suites above take too long under racecheck).
 TEST(GpuConvWgradNhwcBf16, HaloSmall) {
   CNN_REQUIRE_WGRAD_NHWC();
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   const Problem p = make_problem(conv(5, 40, 6, 6, 70, 3, 1, 1), Fill::SmallInt, seed);
-  for (int cluster : {1, 2})
-    check(p, run_kernel(p, 2, 0, WgradNhwcLoad::Halo, cluster),
-          "halo small cluster " + std::to_string(cluster));
+  for (int splits : {1, 2})
+    check(p, run_kernel(p, splits, 0, WgradNhwcLoad::Halo),
+          "halo small splits " + std::to_string(splits));
 }
 
 // Halo boxes asked for on a shape they cannot run are refused with the reason; the pick takes

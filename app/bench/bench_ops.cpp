@@ -806,28 +806,21 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
         struct LoadRow {
           const char* variant;
           WgradNhwcLoad load;
-          int cluster;
         };
-        for (const LoadRow& l : {LoadRow{"conv:nhwc-wgrad-im2col", WgradNhwcLoad::Im2col, 0},
-                                 LoadRow{"conv:nhwc-wgrad-halo", WgradNhwcLoad::Halo, 0},
-                                 LoadRow{"conv:nhwc-wgrad-halo-c1", WgradNhwcLoad::Halo, 1},
-                                 LoadRow{"conv:nhwc-wgrad-halo-c2", WgradNhwcLoad::Halo, 2},
-                                 LoadRow{"conv:nhwc-wgrad-halo-c4", WgradNhwcLoad::Halo, 4}}) {
+        for (const LoadRow& l : {LoadRow{"conv:nhwc-wgrad-im2col", WgradNhwcLoad::Im2col},
+                                 LoadRow{"conv:nhwc-wgrad-halo", WgradNhwcLoad::Halo}}) {
           if (l.load == WgradNhwcLoad::Halo && !wgrad_halo_refusal(s).empty()) continue;
           Candidate r;
           r.variant = l.variant;
           WgmmaWgradNhwcOptions o;
           o.b_load = l.load;
-          o.halo_cluster = l.cluster;
           if (l.load == WgradNhwcLoad::Halo) {
             const WgradHaloGeometry g = wgrad_halo_geometry(s, "bench");
-            r.note = conv2d_wgrad_wgmma_nhwc_halo_launch(s, l.cluster);
-            if (l.cluster == 0)
-              r.note += fmt::format(
-                  "; {} image(s) x {} rows a k-tile, {} k rows ({:.0f}% pixels), {} stages, {} "
-                  "tap groups",
-                  g.images, g.rows_dy, g.k_rows, 100 * wgrad_halo_useful_fraction(s, g), g.stages,
-                  wgrad_halo_taps(s.kh * s.kw).groups);
+            r.note = fmt::format(
+                "{} image(s) x {} rows a k-tile, {} k rows ({:.0f}% pixels), {} stages, {} tap "
+                "groups, {} splits",
+                g.images, g.rows_dy, g.k_rows, 100 * wgrad_halo_useful_fraction(s, g), g.stages,
+                wgrad_halo_taps(s.kh * s.kw).groups, conv2d_wgrad_wgmma_nhwc_halo_splits(s));
           }
           r.launch = [&, o](int i) {
             conv2d_backward_weight_wgmma_nhwc(s, d.f(i, a), d.f(i, b), d.f(i, out), nullptr,

@@ -204,11 +204,6 @@ __device__ __forceinline__ float4 ld_cluster_v4(uint32_t addr) {
                : "memory");
   return v;
 }
-__device__ __forceinline__ float ld_cluster_f32(uint32_t addr) {
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
-  return v;
-}
 __device__ __forceinline__ int4 ld_cluster_s32x4(uint32_t addr) {
   int4 v;
   asm volatile("ld.shared::cluster.v4.s32 {%0, %1, %2, %3}, [%4];\n"

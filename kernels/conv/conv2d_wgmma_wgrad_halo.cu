@@ -14,9 +14,8 @@
 // The slots' rows past their boxes are zeroed once at the start (TMA never writes them): the k
 // rows past a k-tile's last output pixel meet zeros, never stale shared memory.
 // Epilogue: the consumers gather their FP32 tiles in the ring's shared memory as dw's layout runs
-// (input channel, then tap); the blocks of a cluster of up to 4 K splits sum them band by band in
-// distributed shared memory and add the sums to dw with atomics, consecutive threads on
-// consecutive addresses (K is split across blocks, so it adds, as the im2col instance does).
+// (input channel, then tap) and add it to dw with atomics, consecutive threads on consecutive
+// addresses (K is split across blocks, so it adds, as the im2col instance does).
 // Every mbarrier wait is bounded (wgmma_ptx.cuh: a trap after 10 s).
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -24,9 +23,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
-#include <mutex>
-#include <tuple>
 
 #include "kernels/common/ptx.cuh"
 #include "kernels/conv/conv2d_wgmma_wgrad_halo.h"
@@ -170,9 +166,8 @@ __device__ __forceinline__ void wgrad_halo_body(const CUtensorMap& map_dy, const
   // full: the producer's arrive.expect_tx (the copies complete the bytes); empty: lane 0 of each
   // consumer warp.
   if (tid == 0) {
+    mbar_init(ring.drained(), 8);  // before the ring's: its init fence covers both
     mbar_init_ring(ring.bars, stages, 1, 8);
-    mbar_init(ring.drained(), 8);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
@@ -235,38 +230,21 @@ __device__ __forceinline__ void wgrad_halo_body(const CUtensorMap& map_dy, const
     }
   }
 
-  // The blocks of a cluster (consecutive K splits of one tile) each sum a band of the tile's rows
-  // over every rank's gathered tile in distributed shared memory, then add the band to dw with
-  // atomics: 1 / cluster size of the atomics each split would add alone. Along a row, dw's
-  // (c, tap) are consecutive addresses where the group holds every tap, runs of group_count
-  // otherwise. All three warpgroups take part (the producer's copies all landed: the consumers
-  // waited for every stage before gathering).
-  const uint32_t rank = cluster_rank(), nrank = cluster_size();
-  if (nrank > 1)
-    cluster_sync();
-  else
-    __syncthreads();
-  // A thread owns one or two (c, tap) columns of the band (one division each) and walks its rows;
-  // consecutive threads take consecutive columns, so each warp's atomic instruction covers 32
-  // consecutive floats of dw where the group holds every tap.
+  // Add the gathered tile to dw with all three warpgroups (the producer's copies all landed: the
+  // consumers waited for every stage before gathering). A thread owns one or two (c, tap) columns
+  // (one division each) and walks its rows; consecutive threads take consecutive columns, so each
+  // warp's atomic instruction covers 32 consecutive floats of dw where the group holds every tap
+  // (runs of group_count otherwise).
+  __syncthreads();
   const int pitch = tile_pitch(group_count), row_len = 64 * group_count;
-  const int band = 64 / int(nrank), r_begin = int(rank) * band;
-  const int r_end = min(r_begin + band, p.oc - oc0), cols = min(64, p.c - c0);
+  const int rows = min(64, p.oc - oc0), cols = min(64, p.c - c0);
   const int64_t row_stride = int64_t(p.c) * p.taps;
   for (int q = tid; q < row_len; q += kThreads) {
     const int c = q / group_count, t = q - c * group_count;
     if (c >= cols) continue;
-    float* out = p.dw + (int64_t(oc0 + r_begin) * p.c + c0 + c) * p.taps + group_first + t;
-    for (int r = r_begin; r < r_end; ++r, out += row_stride) {
-      const uint32_t local = base + 4u * uint32_t(r * pitch + q);
-      float sum = nrank == 1 ? ld_shared_f32(local) : ld_cluster_f32(map_rank(local, 0));
-      for (uint32_t k = 1; k < nrank; ++k) sum += ld_cluster_f32(map_rank(local, k));
-      atomicAdd(out, sum);
-    }
-  }
-  if (nrank > 1) {
-    __syncwarp();    // the walk above ends apart for a warp's lanes
-    cluster_sync();  // no block leaves while another still reads its tile
+    float* out = p.dw + (int64_t(oc0) * p.c + c0 + c) * p.taps + group_first + t;
+    for (int r = 0; r < rows; ++r, out += row_stride)
+      atomicAdd(out, ld_shared_f32(base + 4u * uint32_t(r * pitch + q)));
   }
 }
 
@@ -309,41 +287,9 @@ CUtensorMap make_box_map(const uint16_t* d, int64_t n, int rows, int cols, int c
   return map;
 }
 
-// Blocks of the kernel the device holds at once in clusters of `cluster` along y (a cluster's
-// blocks must fit in one GPC: with one block an SM, a GPC whose SM count the cluster size does
-// not divide leaves SMs idle). Asked once per device and size, and kept; thread-safe.
-int blocks_in_one_wave(int cluster, int smem) {
-  int dev = 0;
-  CNN_CUDA_CHECK(cudaGetDevice(&dev));
-  static std::mutex mu;
-  static std::map<std::tuple<int, int, int>, int> known;
-  const std::tuple<int, int, int> key{dev, cluster, smem};
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    const auto it = known.find(key);
-    if (it != known.end()) return it->second;
-  }
-  CNN_CUDA_CHECK(
-      cudaFuncSetAttribute(wgrad_halo_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  cudaLaunchConfig_t cfg{};
-  cudaLaunchAttribute attr[1];
-  cfg.gridDim = dim3(1u, unsigned(cluster), 1u);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = size_t(smem);
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = unsigned(cluster);
-  attr[0].val.clusterDim.z = 1;
-  int clusters = 0;
-  CNN_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, wgrad_halo_kernel, &cfg));
-  std::lock_guard<std::mutex> lock(mu);
-  return known[key] = clusters * cluster;
-}
-
 // The dynamic shared memory of a launch: the ring (or the gathered tile, if larger), its
-// barriers, and the slack to align the ring to 1024 bytes.
+// barriers (full and empty a stage, and the consumers' meeting), and the slack to align the ring
+// to 1024 bytes.
 int64_t ring_bytes(const WgradHaloGeometry& h) {
   return std::max<int64_t>(int64_t(h.stages) * h.stage_bytes(), 4 * kTileFloats);
 }
@@ -352,24 +298,6 @@ int smem_bytes(const WgradHaloGeometry& h) {
 }
 
 }  // namespace
-
-// Clusters of one need no cap: the picked splits fill one wave at one block an SM. Larger ones
-// are capped to the blocks the device holds at once in such clusters. The pick is one: on the
-// H200 (BF16, batch 128) clusters of 2 or 4 were 5-7% faster on the ResNet's 14x14 and 7x7
-// layers and up to 12% slower on its 28x28 ones and VGG's (the cluster barriers wait for the
-// slowest split; capped grids leave SMs idle).
-WgradHaloLaunch wgrad_halo_launch_plan(const Conv2dShape& s, const WgradHaloGeometry& h, int splits,
-                                       int cluster) {
-  splits = int(std::clamp<int64_t>(splits, 1, std::min<int64_t>(h.ktiles, 65535)));
-  if (cluster <= 1) return {1, splits};
-  const int64_t tiles = ceil_div<int64_t>(s.oc, 64) * ceil_div<int64_t>(s.c, 64) *
-                        wgrad_halo_taps(s.kh * s.kw).groups;
-  const int64_t wave =
-      std::max<int64_t>(1, blocks_in_one_wave(cluster, smem_bytes(h)) / (tiles * cluster)) *
-      cluster;
-  return {cluster,
-          int(std::max<int64_t>(std::min<int64_t>(splits, wave) / cluster * cluster, cluster))};
-}
 
 int wgrad_halo_pick_splits(const Conv2dShape& s, const WgradHaloGeometry& h, int sms) {
   const int64_t tiles = ceil_div<int64_t>(s.oc, 64) * ceil_div<int64_t>(s.c, 64) *
@@ -380,7 +308,7 @@ int wgrad_halo_pick_splits(const Conv2dShape& s, const WgradHaloGeometry& h, int
 
 void conv2d_wgrad_halo_launch(const Conv2dShape& s, const WgradHaloGeometry& h,
                               const uint16_t* d_xc, int c_pad, const uint16_t* d_dyc, int oc_pad,
-                              float* d_dw, int splits, int cluster, cudaStream_t stream) {
+                              float* d_dw, int splits, cudaStream_t stream) {
   const CUtensorMap map_dy =
       make_box_map(d_dyc, s.n, s.oh(), s.ow(), oc_pad, h.wp, h.rows_dy, h.images, "dy");
   const CUtensorMap map_x = make_box_map(d_xc, s.n, s.h, s.w, c_pad, h.wp, h.rows_x, h.images, "x");
@@ -411,22 +339,11 @@ void conv2d_wgrad_halo_launch(const Conv2dShape& s, const WgradHaloGeometry& h,
   const int smem = smem_bytes(h);
   const int64_t tiles = int64_t(p.oc_tiles) * p.chunks * p.tap_groups;
   CNN_CHECK(tiles <= INT32_MAX, "conv2d_backward_weight wgmma-nhwc: {} tiles", tiles);
-  const WgradHaloLaunch plan = wgrad_halo_launch_plan(s, h, splits, cluster);
+  splits = int(std::clamp<int64_t>(splits, 1, std::min<int64_t>(h.ktiles, 65535)));
   CNN_CUDA_CHECK(
       cudaFuncSetAttribute(wgrad_halo_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  cudaLaunchConfig_t cfg{};
-  cudaLaunchAttribute attr[1];
-  cfg.gridDim = dim3(unsigned(tiles), unsigned(plan.splits), 1u);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = size_t(smem);
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = unsigned(plan.cluster);
-  attr[0].val.clusterDim.z = 1;
-  CNN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, wgrad_halo_kernel, map_dy, map_x, p));
+  wgrad_halo_kernel<<<dim3(unsigned(tiles), unsigned(splits)), kThreads, smem, stream>>>(map_dy,
+                                                                                         map_x, p);
   CNN_LAUNCH_CHECK("conv2d_wgrad_wgmma_nhwc_halo");
 }
 

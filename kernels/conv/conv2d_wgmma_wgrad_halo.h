@@ -16,21 +16,11 @@ namespace cnn {
 // of one block an SM over `sms` SMs, each split at least 3 k-tiles, at most 65535.
 int wgrad_halo_pick_splits(const Conv2dShape& s, const WgradHaloGeometry& h, int sms);
 
-// The thread-block cluster (K splits summed in distributed shared memory) and split count a
-// launch runs for `splits` asked and `cluster` (1, 2 or 4, the splits then capped at one wave of
-// the device; 0 picks 1).
-struct WgradHaloLaunch {
-  int cluster = 1, splits = 1;
-};
-WgradHaloLaunch wgrad_halo_launch_plan(const Conv2dShape& s, const WgradHaloGeometry& h, int splits,
-                                       int cluster);
-
 // dw += the weight gradient from the copies: d_xc (N, H, W, c_pad) and d_dyc (N, OH, OW, oc_pad)
-// bf16, c_pad and oc_pad multiples of 64, on `splits` blocks per output tile, at most one wave,
-// in thread-block clusters of `cluster` splits (1, 2 or 4; 0 picks) that sum their tiles in
-// distributed shared memory before atomics add them to dw.
+// bf16, c_pad and oc_pad multiples of 64, on `splits` blocks per output tile (at most the
+// k-tiles; atomics add them).
 void conv2d_wgrad_halo_launch(const Conv2dShape& s, const WgradHaloGeometry& h,
                               const uint16_t* d_xc, int c_pad, const uint16_t* d_dyc, int oc_pad,
-                              float* d_dw, int splits, int cluster, cudaStream_t stream);
+                              float* d_dw, int splits, cudaStream_t stream);
 
 }  // namespace cnn

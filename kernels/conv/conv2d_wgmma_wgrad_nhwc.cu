@@ -362,11 +362,9 @@ bool conv2d_wgrad_wgmma_nhwc_pick_halo(const Conv2dShape& s) {
   return wgrad_halo_useful_fraction(s, wgrad_halo_geometry(s, "conv2d_backward_weight")) >= 0.5;
 }
 
-std::string conv2d_wgrad_wgmma_nhwc_halo_launch(const Conv2dShape& s, int cluster) {
+int conv2d_wgrad_wgmma_nhwc_halo_splits(const Conv2dShape& s) {
   const WgradHaloGeometry h = wgrad_halo_geometry(s, "conv2d_backward_weight");
-  const WgradHaloLaunch l =
-      wgrad_halo_launch_plan(s, h, wgrad_halo_pick_splits(s, h, sm_count()), cluster);
-  return fmt::format("{} splits in clusters of {}", l.splits, l.cluster);
+  return int(std::min<int64_t>(wgrad_halo_pick_splits(s, h, sm_count()), h.ktiles));
 }
 
 int conv2d_wgrad_wgmma_nhwc_splits(const Conv2dShape& s) {
@@ -388,34 +386,19 @@ void conv2d_backward_weight_wgmma_nhwc(const Conv2dShape& s, const float* d_x, c
   CNN_CHECK(opt.splits >= 0, "{}: splits={} (expected 0 to pick, or at least 1)", what, opt.splits);
   CNN_CHECK(opt.consumer_n == 0 || opt.consumer_n == 64 || opt.consumer_n == 128,
             "{}: consumer_n={} (expected 0, 64 or 128)", what, opt.consumer_n);
-  CNN_CHECK(opt.halo_cluster == 0 || opt.halo_cluster == 1 || opt.halo_cluster == 2 ||
-                opt.halo_cluster == 4,
-            "{}: halo_cluster={} (expected 0, 1, 2 or 4)", what, opt.halo_cluster);
   const Im2colGeometry geo = im2col_geometry(s, what, kBlockC);
   const WgradNhwcLayout l = wgrad_nhwc_layout(s);
   uint16_t* d_xc = reinterpret_cast<uint16_t*>(d_scratch);
   uint16_t* d_dyc = d_xc + l.x_span();
   const cudaStream_t stream = ex.stream;
-  NhwcCopyJob x_copy, dy_copy;
-  x_copy.d_x = d_x;
-  x_copy.n = s.n;
-  x_copy.c = s.c;
-  x_copy.hw = int64_t(s.h) * s.w;
-  x_copy.c_pad = l.c_pad;
-  x_copy.d_out = d_xc;
-  dy_copy.d_x = d_dy;
-  dy_copy.n = s.n;
-  dy_copy.c = s.oc;
-  dy_copy.hw = int64_t(s.oh()) * s.ow();
-  dy_copy.c_pad = l.oc_pad;
-  dy_copy.d_out = d_dyc;
+  const NhwcCopyJob x_copy{d_x, s.n, s.c, int64_t(s.h) * s.w, l.c_pad, d_xc};
+  const NhwcCopyJob dy_copy{d_dy, s.n, s.oc, int64_t(s.oh()) * s.ow(), l.oc_pad, d_dyc};
   wgrad_nhwc_prepass_bf16_cuda(x_copy, dy_copy, d_db, stream);
 
   if (use_halo(s, opt)) {
     const WgradHaloGeometry h = wgrad_halo_geometry(s, what);
     const int splits = opt.splits > 0 ? opt.splits : wgrad_halo_pick_splits(s, h, sm_count());
-    conv2d_wgrad_halo_launch(s, h, d_xc, l.c_pad, d_dyc, l.oc_pad, d_dw, splits, opt.halo_cluster,
-                             stream);
+    conv2d_wgrad_halo_launch(s, h, d_xc, l.c_pad, d_dyc, l.oc_pad, d_dw, splits, stream);
     return;
   }
 

@@ -41,9 +41,6 @@ struct WgmmaWgradNhwcOptions {
   // Im2col only (the halo instance multiplies 64 x 64 a tap).
   int consumer_n = 0;
   WgradNhwcLoad b_load = WgradNhwcLoad::Auto;
-  // Halo only: the K splits a thread-block cluster sums in distributed shared memory before the
-  // atomics, 1, 2 or 4; 0 picks (1: see wgrad_halo_launch_plan).
-  int halo_cluster = 0;
 };
 
 // Whether Auto loads halo boxes for `s`: stride 1, the halo k-tile fits (wgrad_halo_refusal), at
@@ -51,9 +48,8 @@ struct WgmmaWgradNhwcOptions {
 // instance was faster on the H200) and half the multiplied k rows output pixels.
 bool conv2d_wgrad_wgmma_nhwc_pick_halo(const Conv2dShape& s);
 
-// The halo instance's launch on this device for the cluster option (0 picks), for notes:
-// "S splits in clusters of C".
-std::string conv2d_wgrad_wgmma_nhwc_halo_launch(const Conv2dShape& s, int cluster);
+// The K split (blocks per output tile) the halo instance picks for `s` on this device; for notes.
+int conv2d_wgrad_wgmma_nhwc_halo_splits(const Conv2dShape& s);
 
 // True when this build has the sm_90a kernel and the current device is compute capability 9.0.
 bool conv2d_wgrad_wgmma_nhwc_available();

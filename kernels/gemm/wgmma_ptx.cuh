@@ -149,7 +149,6 @@ __device__ __forceinline__ void st_shared_v2(uint32_t addr, float x, float y) {
 using ptx::cluster_rank;
 using ptx::cluster_size;
 using ptx::cluster_sync;
-using ptx::ld_cluster_f32;
 using ptx::ld_cluster_v4;
 using ptx::map_rank;
 
