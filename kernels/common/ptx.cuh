@@ -176,6 +176,15 @@ __device__ __forceinline__ void cluster_sync() {
       "barrier.cluster.wait.acquire.aligned;\n" ::
           : "memory");
 }
+// A cluster barrier that orders no memory: for keeping a block's shared memory alive until the
+// other blocks' reads of it have returned (their values used before the arrive), where a
+// release arrive would also fence every global store of the block at GPU scope.
+__device__ __forceinline__ void cluster_sync_relaxed() {
+  asm volatile(
+      "barrier.cluster.arrive.relaxed.aligned;\n"
+      "barrier.cluster.wait.aligned;\n" ::
+          : "memory");
+}
 // The cluster and block barriers without .aligned: the threads of a warp may reach them apart,
 // where an .aligned barrier (cluster_sync, __syncthreads) reached by a diverged warp is undefined.
 // For code after data-dependent branches, where the compiler need not have reconverged the warp.

@@ -236,6 +236,10 @@ __device__ __forceinline__ void store_conv_tile_rows(const float (&acc)[kSub][BN
   const int r_begin = int(rank) * band;
   for (int idx = tid; idx < band * (BN / 4); idx += kConvThreads) {
     const int r = r_begin + (idx & (band - 1)), c4 = (idx >> log_band) * 4;
+    const int m = row_pixel(r);
+    // Only items with a column to store load: each load's value then reaches a store before the
+    // relaxed barrier at the end.
+    if (m < 0 || n0 + c4 >= p.N) continue;
     const uint32_t local = base + uint32_t(r * kPitch + c4) * 4;
     float4 sum = nsplit == 1 ? ld_shared_v4(local) : ld_cluster_v4(map_rank(local, 0));
     for (uint32_t q = 1; q < nsplit; ++q) {
@@ -245,8 +249,6 @@ __device__ __forceinline__ void store_conv_tile_rows(const float (&acc)[kSub][BN
       sum.z += v.z;
       sum.w += v.w;
     }
-    const int m = row_pixel(r);
-    if (m < 0) continue;
     const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
     const int img = m / p.pix_per_img;
     float* crow = p.y + int64_t(img) * p.N * p.pix_per_img + (m - img * p.pix_per_img);
@@ -260,7 +262,9 @@ __device__ __forceinline__ void store_conv_tile_rows(const float (&acc)[kSub][BN
       crow[int64_t(n) * p.pix_per_img] = v;
     }
   }
-  if (nsplit > 1) cluster_sync();  // no block leaves while another still reads its partial tile
+  // No block leaves while another still reads its partial tile: a relaxed arrive, as
+  // gemm_wgmma.cu's (the loads have returned; a release would also wait for the y stores).
+  if (nsplit > 1) ptx::cluster_sync_relaxed();
 }
 
 // The tile of rows m0 .. m0 + 128 kSub - 1 of C (those below M stored).
