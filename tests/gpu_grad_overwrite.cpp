@@ -59,11 +59,12 @@ std::vector<std::string> written(Algo algo, int batch) {
   return {"fc1.weight", "fc2.weight"};
 }
 
-// configs/mnist.yaml's network at its batch, three SGD steps in each precision:
+// configs/mnist.yaml's network at its batch, `steps` SGD steps in each precision:
 // test::expect_same_training in deterministic mode (tolerance 0) or with atomic reductions. With
 // first_written, the first written parameter must be that one.
 void expect_same_reference_training(std::initializer_list<Precision> precisions, bool deterministic,
-                                    double tolerance, const char* first_written = nullptr) {
+                                    double tolerance, int steps,
+                                    const char* first_written = nullptr) {
   NetworkOptions o;
   o.max_batch = test::network_batch();
   o.seed = test::fresh_seed();
@@ -71,7 +72,7 @@ void expect_same_reference_training(std::initializer_list<Precision> precisions,
   for (Precision p : precisions) {
     SCOPED_TRACE(precision_name(p));
     const std::vector<std::string> names = test::expect_same_training(
-        conv_net_specs(), kInput, cuda(p, deterministic), o, sgd(), 3, tolerance);
+        conv_net_specs(), kInput, cuda(p, deterministic), o, sgd(), steps, tolerance);
     if (!first_written) continue;
     ASSERT_FALSE(names.empty());
     EXPECT_EQ(names[0], first_written);
@@ -101,15 +102,20 @@ TEST(GpuGradOverwrite, DeterministicTrainingIsBitwiseTheSame) {
 TEST(GpuGradOverwrite, ReferenceNetworkIsBitwiseTheSame) {
   CNN_REQUIRE_GPU();
   expect_same_reference_training({Precision::FP32, Precision::TF32, Precision::BF16},
-                                 /*deterministic=*/true, /*tolerance=*/0, "fc1.weight");
+                                 /*deterministic=*/true, /*tolerance=*/0, /*steps=*/3,
+                                 "fc1.weight");
 }
 
 // Atomic reductions (convolution weight gradients, the head's split sums) add in an order that
 // varies between runs, so two runs agree only within rounding, with or without the option (SGD:
 // Adam's normalized step could turn a rounding-sized gradient's sign into a full step); the
-// written and zeroed gradients are checked exactly as above.
+// written and zeroed gradients are checked exactly as above. One step: from the second on, the
+// runs start from weights a rounding apart, where a max-pool whose two largest inputs are that
+// close can route its gradient to the other one, a difference no tolerance bounds (one run in
+// five on the H200 missed 1e-4 at step 3, by 3e-3, FP32); the deterministic tests above cover
+// three steps.
 TEST(GpuGradOverwrite, AtomicTrainingAgreesWithinRounding) {
   CNN_REQUIRE_GPU();
   expect_same_reference_training({Precision::FP32, Precision::TF32}, /*deterministic=*/false,
-                                 /*tolerance=*/1e-4);
+                                 /*tolerance=*/1e-4, /*steps=*/1);
 }
