@@ -76,6 +76,11 @@ EnvSwitches read_env_switches() {
     CNN_CHECK(s == "0" || s == "1", "CNN_GRAD_OVERWRITE='{}': expected 0 or 1", s);
     e.grad_overwrite = s == "1";
   }
+  if (const char* v = get("CNN_CONV_SHARED_DY")) {
+    const std::string s(v);
+    CNN_CHECK(s == "0" || s == "1", "CNN_CONV_SHARED_DY='{}': expected 0 or 1", s);
+    e.conv_shared_dy = s == "1";
+  }
   if (const char* v = get("CNN_GEMM_PATH")) {
     const std::string s(v);
     if (s == "auto")
@@ -308,6 +313,9 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "1 (default): a training step's backward writes the weight gradients of linear layers "
        "(not a CUDA classifier head's) instead of adding to them, and its update leaves them "
        "unzeroed; 0: every gradient is added to, and zeroed by the update"},
+      {"CNN_CONV_SHARED_DY", "1|0",
+       "1 (default): a convolution whose weight and input gradients both run wgmma-nhwc at bf16 "
+       "writes dy's channels-last copy once for both; 0: each pass writes its own"},
       {"CNN_GRAPH_OVERLAP", "exit|start|0",
        "when the training step's graph launches a kernel, which then waits on the GPU for the "
        "one before it (programmatic dependent launch; same results): once every block of the "

@@ -51,6 +51,10 @@ struct EnvSwitches {
   // it can (a linear layer's GEMM, beta = 0) instead of adding to them, and its update leaves
   // those unzeroed (NetworkOptions::overwrite_grads); 0: every gradient accumulates, to compare.
   bool grad_overwrite = true;
+  // CNN_CONV_SHARED_DY=1 (default) | 0: a convolution whose two gradients both run wgmma-nhwc at
+  // BF16 computes them in one call that writes dy's channels-last copy once (the weight
+  // gradient's, which the input gradient reads); 0: two calls, two copies, to compare.
+  bool conv_shared_dy = true;
   // Debugging switches of the kernels.
   GemmPathSwitch gemm_path = GemmPathSwitch::Auto;  // CNN_GEMM_PATH=strided|tile|wgmma|auto
   // CNN_WGMMA_MN=tma (default) | gather: the wgmma GEMM loads an M/N-contiguous operand by TMA

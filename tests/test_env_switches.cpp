@@ -126,6 +126,12 @@ const std::vector<SwitchCases>& switch_cases() {
        {{nullptr, true}, {"0", false}},
        {"yes"},
        "0 or 1"},
+      // One channels-last dy copy for both BF16 wgmma-nhwc gradients unless set to 0.
+      {"CNN_CONV_SHARED_DY",
+       field<&EnvSwitches::conv_shared_dy>,
+       {{nullptr, true}, {"1", true}, {"0", false}},
+       {"yes", "2"},
+       "0 or 1"},
       // The training step's backward writes the gradients it can unless set to 0.
       {"CNN_GRAD_OVERWRITE",
        field<&EnvSwitches::grad_overwrite>,

@@ -26,6 +26,7 @@
 #include "kernels/conv/conv2d_wgmma_wgrad_nhwc.h"
 #include "kernels/conv/conv_window_check.h"
 #include "runtime/dispatch.h"
+#include "runtime/env_switches.h"
 #include "runtime/error.h"
 
 namespace cnn {
@@ -184,6 +185,23 @@ std::size_t conv2d_backward_weight_scratch_floats(const Conv2dShape& s, const Ex
                 conv2d_1ch_applicable(s) ? conv2d_backward_weight_1ch_scratch_floats(s, ex)
                                          : std::size_t(0)}),
       std::size_t(0));
+}
+
+bool conv2d_backward_shared(const Conv2dShape& s, const float* x, const float* dy, const float* w,
+                            float* dw, float* db, float* dx, float* scratch, Algo dw_algo,
+                            Algo dx_algo, const Exec& ex) {
+  check_conv2d_shape(s);
+  if (ex.device != Device::CUDA || dw_algo != Algo::WgmmaNhwc || dx_algo != Algo::WgmmaNhwc || !x ||
+      !dy || !w || !dw || !dx || !scratch || !process_env_switches().conv_shared_dy)
+    return false;
+  bool ran = false;
+  CNN_CUDA_BRANCH("conv2d_backward", {
+    if (conv2d_backward_wgmma_nhwc_shares_dy(s, ex)) {
+      conv2d_backward_wgmma_nhwc_shared_dy(s, x, dy, w, dw, db, dx, scratch, ex);
+      ran = true;
+    }
+  });
+  return ran;
 }
 
 void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,

@@ -44,10 +44,20 @@ void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
 // ACCUMULATES into dw/db (the caller zeroes gradients once per step). Default: atomicAdd;
 // ex.deterministic: fixed-order two-stage reduction through `scratch`, bitwise repeatable.
 // algo wgmma-nhwc at bf16 runs the BF16 channels-last kernel (conv2d_wgmma_wgrad_nhwc.h) where it
-// takes the call (a scratch given, no db, not deterministic), else the TF32 wgmma kernel.
+// takes the call (a scratch given, not deterministic), else the TF32 wgmma kernel.
 std::size_t conv2d_backward_weight_scratch_floats(const Conv2dShape& s, const Exec& ex);
 void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,
                             float* db, float* scratch, Algo algo, const Exec& ex);
+
+// Both gradients in one call where that saves work: dw_algo and dx_algo both wgmma-nhwc at bf16
+// on a stride-1 convolution the shared-copy call takes (conv2d_backward_wgmma_nhwc_shares_dy:
+// dy's channels-last copy written once, by the weight gradient, and read by the input gradient
+// too), unless CNN_CONV_SHARED_DY=0. Returns true when it ran them (dw, db += as
+// conv2d_backward_weight; dx = as conv2d_backward_data), false, having run nothing, otherwise.
+// scratch: conv2d_backward_weight_scratch_floats(s, ex) floats.
+bool conv2d_backward_shared(const Conv2dShape& s, const float* x, const float* dy, const float* w,
+                            float* dw, float* db, float* dx, float* scratch, Algo dw_algo,
+                            Algo dx_algo, const Exec& ex);
 
 // CPU references: plain loops, double accumulation. Same contracts as above.
 void conv2d_forward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* b,

@@ -51,4 +51,11 @@ std::size_t conv2d_backward_data_wgmma_nhwc_scratch_floats(const Conv2dShape& s,
       .floats();
 }
 
+std::size_t conv2d_backward_data_wgmma_nhwc_pack_floats(const Conv2dShape& s) {
+  const NhwcScratchLayout l =
+      nhwc_scratch_layout(backward_data_as_forward(s),
+                          backward_data_weight_pack(s, kNhwcChannelBlockBf16), Precision::BF16);
+  return std::size_t((l.weight_elems * l.elem_bytes + 3) / 4);
+}
+
 }  // namespace cnn

@@ -41,5 +41,8 @@ std::size_t conv2d_forward_wgmma_nhwc_scratch_floats(const Conv2dShape& s,
                                                      Precision precision = Precision::TF32);
 std::size_t conv2d_backward_data_wgmma_nhwc_scratch_floats(const Conv2dShape& s,
                                                            Precision precision = Precision::TF32);
+// The floats of the input gradient's weight pack alone at BF16 (the start of its scratch), for
+// conv2d_backward_data_wgmma_nhwc_from_copy.
+std::size_t conv2d_backward_data_wgmma_nhwc_pack_floats(const Conv2dShape& s);
 
 }  // namespace cnn

@@ -436,10 +436,13 @@ void launch_halo(const Conv2dShape& g, const Im2colGeometry& geo, const HaloGeom
 // operands of type T: the pre-pass (weights and copy, one launch) into the scratch, then the main
 // kernel. kSplit (T float): 3xTF32, two weight packs, and the copy unrounded (one block an SM) or
 // split into two copies (two an SM).
+// d_ready_copy: the channels-last copy of d_a already written (the input gradient after the
+// BF16 weight gradient: conv2d_backward_data_wgmma_nhwc_from_copy); the pre-pass then packs the
+// weights only, at the start of d_scratch.
 template <class T, bool kSplit = false>
 void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const float* d_w,
          const float* d_b, float* d_y, bool relu, float* d_scratch, cudaStream_t stream,
-         const WgmmaNhwcOptions& opt, const char* what) {
+         const WgmmaNhwcOptions& opt, const char* what, const T* d_ready_copy = nullptr) {
   CNN_CHECK(conv2d_wgmma_nhwc_available(),
             "{}: algo wgmma-nhwc needs a compute capability 9.0 GPU and a build with CUDA "
             "architecture 90",
@@ -525,7 +528,8 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
 
   T* d_wpack = reinterpret_cast<T*>(d_scratch);  // (rows, taps, k_pad)
   T* d_wsmall = d_wpack + layout.pack_elems;     // kSplit: the residual pack
-  T* d_nhwc = d_wpack + layout.weight_elems;     // (N, H, W, c_pad)
+  T* d_nhwc = d_ready_copy ? const_cast<T*>(d_ready_copy)  // (N, H, W, c_pad)
+                           : d_wpack + layout.weight_elems;
   T* d_nhwc_small = d_nhwc + layout.copy_elems;  // kSplit at two an SM: A's residual copy
   const bool split_a = kSplit && per_sm > 1;
   // Both pre-passes in one launch (conv2d_nhwc_prepass.h: each alone cost about a launch's
@@ -535,7 +539,7 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   weights.d_w = d_w;
   weights.d_out = d_wpack;
   NhwcCopyJob copy;
-  copy.d_x = d_a;
+  copy.d_x = d_ready_copy ? nullptr : d_a;  // null: no copy job
   copy.n = g.n;
   copy.c = g.c;
   copy.hw = int64_t(g.h) * g.w;
@@ -686,6 +690,27 @@ void conv2d_forward_wgmma_nhwc(const Conv2dShape& s, const float* d_x, const flo
   const int block = nhwc_channel_block(opt.precision, what);
   run_at_precision(s, forward_weight_pack(s, block), d_x, d_w, d_b, d_y, relu, d_scratch, stream,
                    opt, what);
+}
+
+void conv2d_backward_data_wgmma_nhwc_from_copy(const Conv2dShape& s, const uint16_t* d_dy_copy,
+                                               const float* d_w, float* d_dx, float* d_scratch,
+                                               cudaStream_t stream, const WgmmaNhwcOptions& opt) {
+  const char* what = "conv2d_backward_data";
+  check_conv2d_shape(s);
+  CNN_CHECK(s.stride_h == 1 && s.stride_w == 1,
+            "{}: algo wgmma-nhwc handles stride 1 only (got stride {}x{})", what, s.stride_h,
+            s.stride_w);
+  CNN_CHECK(opt.precision == Precision::BF16,
+            "{}: the input gradient from a channels-last dy copy runs at precision bf16 only "
+            "(got {})",
+            what, precision_name(opt.precision));
+  CNN_CHECK(d_dy_copy && d_w && d_dx, "{}: null tensor pointer", what);
+  CNN_CHECK((reinterpret_cast<uintptr_t>(d_dy_copy) & 15u) == 0,
+            "{}: the channels-last dy copy must be 16-byte aligned", what);
+  run<__nv_bfloat16>(backward_data_as_forward(s),
+                     backward_data_weight_pack(s, nhwc_channel_block(opt.precision, what)), nullptr,
+                     d_w, nullptr, d_dx, false, d_scratch, stream, opt, what,
+                     reinterpret_cast<const __nv_bfloat16*>(d_dy_copy));
 }
 
 void conv2d_backward_data_wgmma_nhwc(const Conv2dShape& s, const float* d_dy, const float* d_w,

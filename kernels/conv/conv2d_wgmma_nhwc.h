@@ -108,4 +108,13 @@ void conv2d_backward_data_wgmma_nhwc(const Conv2dShape& s, const float* d_dy, co
                                      float* d_dx, float* d_scratch, cudaStream_t stream,
                                      const WgmmaNhwcOptions& opt = {});
 
+// The same at BF16 from a channels-last BF16 copy of dy already written, (N, OH, OW, OC rounded
+// up to 64) as bf16 bit patterns, 16-byte aligned: the layout of the pre-pass's own copy and of
+// the BF16 weight gradient's (conv2d_wgmma_wgrad_nhwc.h, which hands it over). The pre-pass packs
+// the weights only, at the start of d_scratch (conv2d_backward_data_wgmma_nhwc_pack_floats(s)
+// floats, which must not overlap the copy). opt.precision must be BF16.
+void conv2d_backward_data_wgmma_nhwc_from_copy(const Conv2dShape& s, const uint16_t* d_dy_copy,
+                                               const float* d_w, float* d_dx, float* d_scratch,
+                                               cudaStream_t stream, const WgmmaNhwcOptions& opt);
+
 }  // namespace cnn

@@ -28,6 +28,7 @@
 #include "kernels/common/ptx.cuh"
 #include "kernels/conv/conv2d_nhwc_layout.h"
 #include "kernels/conv/conv2d_nhwc_prepass.h"
+#include "kernels/conv/conv2d_nhwc_scratch.h"
 #include "kernels/conv/conv2d_wgmma.h"
 #include "kernels/conv/conv2d_wgmma_nhwc.h"
 #include "kernels/conv/conv2d_wgmma_wgrad_halo.h"
@@ -370,6 +371,32 @@ int conv2d_wgrad_wgmma_nhwc_halo_splits(const Conv2dShape& s) {
 int conv2d_wgrad_wgmma_nhwc_splits(const Conv2dShape& s) {
   return pick_splits(s, wgrad_nhwc_form(s, consumer_n_for({})),
                      conv2d_wgrad_wgmma_nhwc_available() ? sm_count() : 132);
+}
+
+bool conv2d_backward_wgmma_nhwc_shares_dy(const Conv2dShape& s, const Exec& ex) {
+  if (s.stride_h != 1 || s.stride_w != 1 || !conv2d_wgrad_wgmma_nhwc_refusal(s, ex).empty())
+    return false;
+  // The pack (floats) over the x copy (bf16 elements, two a float).
+  return int64_t(conv2d_backward_data_wgmma_nhwc_pack_floats(s)) * 2 <=
+         wgrad_nhwc_layout(s).x_span();
+}
+
+void conv2d_backward_wgmma_nhwc_shared_dy(const Conv2dShape& s, const float* d_x, const float* d_dy,
+                                          const float* d_w, float* d_dw, float* d_db, float* d_dx,
+                                          float* d_scratch, const Exec& ex) {
+  CNN_CHECK(conv2d_backward_wgmma_nhwc_shares_dy(s, ex),
+            "conv2d_backward (shared dy copy): needs stride 1, the BF16 weight gradient ({}) and "
+            "an input-gradient weight pack no larger than the x copy",
+            conv2d_wgrad_wgmma_nhwc_refusal(s, ex));
+  CNN_CHECK(d_w && d_dx, "conv2d_backward (shared dy copy): null tensor pointer");
+  conv2d_backward_weight_wgmma_nhwc(s, d_x, d_dy, d_dw, d_db, d_scratch, ex);
+  // The weight gradient's dy copy, (N*OH*OW, OC padded to 64): the input gradient's
+  // (N, OH, OW, OC padded to 64), both nchw_to_nhwc_bf16 of dy.
+  const uint16_t* dy_copy =
+      reinterpret_cast<const uint16_t*>(d_scratch) + wgrad_nhwc_layout(s).x_span();
+  WgmmaNhwcOptions o;
+  o.precision = Precision::BF16;
+  conv2d_backward_data_wgmma_nhwc_from_copy(s, dy_copy, d_w, d_dx, d_scratch, ex.stream, o);
 }
 
 void conv2d_backward_weight_wgmma_nhwc(const Conv2dShape& s, const float* d_x, const float* d_dy,
