@@ -26,6 +26,25 @@ bool off_unless_set(const char* name) {
   return v && std::strcmp(v, "0") != 0;
 }
 
+// "0" or "1" (anything else is refused); unset keeps `fallback`.
+bool zero_or_one(const char* name, bool fallback) {
+  const char* v = get(name);
+  if (!v) return fallback;
+  const std::string s(v);
+  CNN_CHECK(s == "0" || s == "1", "{}='{}': expected 0 or 1", name, s);
+  return s == "1";
+}
+
+// "auto" or unset: -1; "1" or "0": that (anything else is refused).
+int auto_one_zero(const char* name) {
+  const char* v = get(name);
+  if (!v) return -1;
+  const std::string s(v);
+  if (s == "auto") return -1;
+  CNN_CHECK(s == "0" || s == "1", "{}='{}': expected 1, 0 or auto", name, s);
+  return s == "1" ? 1 : 0;
+}
+
 std::optional<Algo> algo_of(const char* name) {
   const char* v = get(name);
   if (!v) return std::nullopt;
@@ -71,16 +90,8 @@ EnvSwitches read_env_switches() {
     e.autotune_cache = (s == "0" || s == "off") ? std::string() : s;
   }
   e.data_cache = on_unless_zero("CNN_DATA_CACHE");
-  if (const char* v = get("CNN_GRAD_OVERWRITE")) {
-    const std::string s(v);
-    CNN_CHECK(s == "0" || s == "1", "CNN_GRAD_OVERWRITE='{}': expected 0 or 1", s);
-    e.grad_overwrite = s == "1";
-  }
-  if (const char* v = get("CNN_CONV_SHARED_DY")) {
-    const std::string s(v);
-    CNN_CHECK(s == "0" || s == "1", "CNN_CONV_SHARED_DY='{}': expected 0 or 1", s);
-    e.conv_shared_dy = s == "1";
-  }
+  e.grad_overwrite = zero_or_one("CNN_GRAD_OVERWRITE", e.grad_overwrite);
+  e.conv_shared_dy = zero_or_one("CNN_CONV_SHARED_DY", e.conv_shared_dy);
   if (const char* v = get("CNN_GEMM_PATH")) {
     const std::string s(v);
     if (s == "auto")
@@ -150,33 +161,9 @@ EnvSwitches read_env_switches() {
     else
       CNN_FAIL("CNN_WGMMA_WGRAD_NHWC_N='{}': expected 64, 128 or auto", s);
   }
-  if (const char* v = get("CNN_WGMMA_NHWC_BN32")) {
-    const std::string s(v);
-    if (s == "1")
-      e.wgmma_nhwc_bn32 = true;
-    else if (s == "0")
-      e.wgmma_nhwc_bn32 = false;
-    else
-      CNN_FAIL("CNN_WGMMA_NHWC_BN32='{}': expected 0 or 1", s);
-  }
-  if (const char* v = get("CNN_WGMMA_NHWC_HALO")) {
-    const std::string s(v);
-    if (s == "auto")
-      e.wgmma_nhwc_halo = -1;
-    else if (s == "0" || s == "1")
-      e.wgmma_nhwc_halo = std::stoi(s);
-    else
-      CNN_FAIL("CNN_WGMMA_NHWC_HALO='{}': expected 1, 0 or auto", s);
-  }
-  if (const char* v = get("CNN_WGMMA_WGRAD_NHWC_HALO")) {
-    const std::string s(v);
-    if (s == "auto")
-      e.wgmma_wgrad_nhwc_halo = -1;
-    else if (s == "0" || s == "1")
-      e.wgmma_wgrad_nhwc_halo = std::stoi(s);
-    else
-      CNN_FAIL("CNN_WGMMA_WGRAD_NHWC_HALO='{}': expected 1, 0 or auto", s);
-  }
+  e.wgmma_nhwc_bn32 = zero_or_one("CNN_WGMMA_NHWC_BN32", e.wgmma_nhwc_bn32);
+  e.wgmma_nhwc_halo = auto_one_zero("CNN_WGMMA_NHWC_HALO");
+  e.wgmma_wgrad_nhwc_halo = auto_one_zero("CNN_WGMMA_WGRAD_NHWC_HALO");
   if (const char* v = get("CNN_WGMMA_WGRAD")) {
     const std::string s(v);
     if (s == "async")
