@@ -115,7 +115,7 @@ class Conv2dLayer : public Layer {
     if (relu_backward_here())
       relu_backward(int64_t(n) * gshape_.oc * gshape_.oh() * gshape_.ow(), y, dy, dy, ex);
     // Both at once where they can share dy's channels-last copy (wgmma-nhwc at bf16).
-    if (!grouped_ && dx &&
+    if (!grouped_ &&
         conv2d_backward_shared(at(n), x, dy, w_, dw_, db_, dx, scratch, algos_.dw, algos_.dx, ex))
       return;
     run_backward_weight(n, x, dy, scratch, algos_.dw, ex);

@@ -196,10 +196,7 @@ bool conv2d_backward_shared(const Conv2dShape& s, const float* x, const float* d
     return false;
   bool ran = false;
   CNN_CUDA_BRANCH("conv2d_backward", {
-    if (conv2d_backward_wgmma_nhwc_shares_dy(s, ex)) {
-      conv2d_backward_wgmma_nhwc_shared_dy(s, x, dy, w, dw, db, dx, scratch, ex);
-      ran = true;
-    }
+    ran = conv2d_backward_wgmma_nhwc_shared_dy(s, x, dy, w, dw, db, dx, scratch, ex);
   });
   return ran;
 }

@@ -608,6 +608,15 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   }
 }
 
+// The input gradient's shape: valid, and stride 1 (strided input gradients are refused).
+void check_input_gradient_shape(const Conv2dShape& s, const char* what) {
+  check_conv2d_shape(s);
+  CNN_CHECK(s.stride_h == 1 && s.stride_w == 1,
+            "{}: algo wgmma-nhwc handles stride 1 only (got stride {}x{}); expected igemm, fast "
+            "or auto for strided convolutions",
+            what, s.stride_h, s.stride_w);
+}
+
 // run() at the options' precision, on the caller's scratch. wp was packed for that precision's
 // channel block.
 void run_at_precision(const Conv2dShape& g, const WeightPack& wp, const float* d_a,
@@ -696,10 +705,7 @@ void conv2d_backward_data_wgmma_nhwc_from_copy(const Conv2dShape& s, const uint1
                                                const float* d_w, float* d_dx, float* d_scratch,
                                                cudaStream_t stream, const WgmmaNhwcOptions& opt) {
   const char* what = "conv2d_backward_data";
-  check_conv2d_shape(s);
-  CNN_CHECK(s.stride_h == 1 && s.stride_w == 1,
-            "{}: algo wgmma-nhwc handles stride 1 only (got stride {}x{})", what, s.stride_h,
-            s.stride_w);
+  check_input_gradient_shape(s, what);
   CNN_CHECK(opt.precision == Precision::BF16,
             "{}: the input gradient from a channels-last dy copy runs at precision bf16 only "
             "(got {})",
@@ -717,11 +723,7 @@ void conv2d_backward_data_wgmma_nhwc(const Conv2dShape& s, const float* d_dy, co
                                      float* d_dx, float* d_scratch, cudaStream_t stream,
                                      const WgmmaNhwcOptions& opt) {
   const char* what = "conv2d_backward_data";
-  check_conv2d_shape(s);
-  CNN_CHECK(s.stride_h == 1 && s.stride_w == 1,
-            "{}: algo wgmma-nhwc handles stride 1 only (got stride {}x{}); expected igemm, fast "
-            "or auto for strided convolutions",
-            what, s.stride_h, s.stride_w);
+  check_input_gradient_shape(s, what);
   CNN_CHECK(d_dy && d_w && d_dx, "{}: null tensor pointer", what);
   const int block = nhwc_channel_block(opt.precision, what);
   run_at_precision(backward_data_as_forward(s), backward_data_weight_pack(s, block), d_dy, d_w,

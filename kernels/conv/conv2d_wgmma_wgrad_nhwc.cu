@@ -381,13 +381,10 @@ bool conv2d_backward_wgmma_nhwc_shares_dy(const Conv2dShape& s, const Exec& ex) 
          wgrad_nhwc_layout(s).x_span();
 }
 
-void conv2d_backward_wgmma_nhwc_shared_dy(const Conv2dShape& s, const float* d_x, const float* d_dy,
+bool conv2d_backward_wgmma_nhwc_shared_dy(const Conv2dShape& s, const float* d_x, const float* d_dy,
                                           const float* d_w, float* d_dw, float* d_db, float* d_dx,
                                           float* d_scratch, const Exec& ex) {
-  CNN_CHECK(conv2d_backward_wgmma_nhwc_shares_dy(s, ex),
-            "conv2d_backward (shared dy copy): needs stride 1, the BF16 weight gradient ({}) and "
-            "an input-gradient weight pack no larger than the x copy",
-            conv2d_wgrad_wgmma_nhwc_refusal(s, ex));
+  if (!conv2d_backward_wgmma_nhwc_shares_dy(s, ex)) return false;
   CNN_CHECK(d_w && d_dx, "conv2d_backward (shared dy copy): null tensor pointer");
   conv2d_backward_weight_wgmma_nhwc(s, d_x, d_dy, d_dw, d_db, d_scratch, ex);
   // The weight gradient's dy copy, (N*OH*OW, OC padded to 64): the input gradient's
@@ -397,6 +394,7 @@ void conv2d_backward_wgmma_nhwc_shared_dy(const Conv2dShape& s, const float* d_x
   WgmmaNhwcOptions o;
   o.precision = Precision::BF16;
   conv2d_backward_data_wgmma_nhwc_from_copy(s, dy_copy, d_w, d_dx, d_scratch, ex.stream, o);
+  return true;
 }
 
 void conv2d_backward_weight_wgmma_nhwc(const Conv2dShape& s, const float* d_x, const float* d_dy,

@@ -79,10 +79,11 @@ void conv2d_backward_weight_wgmma_nhwc(const Conv2dShape& s, const float* d_x, c
 // the FP32 dy and a write of the copy) is saved. dw, db += and dx = as the two calls would
 // (dx bitwise; the rest the weight gradient's own). Applies
 // (conv2d_backward_wgmma_nhwc_shares_dy) where the weight gradient can run (its refusal is
-// empty), the stride is 1 and the input gradient's weight pack fits in the x copy's span; the call
-// throws otherwise. d_scratch: conv2d_wgrad_wgmma_nhwc_scratch_floats(s) floats, 16-byte aligned.
+// empty), the stride is 1 and the input gradient's weight pack fits in the x copy's span;
+// elsewhere the call runs nothing and returns false. d_scratch:
+// conv2d_wgrad_wgmma_nhwc_scratch_floats(s) floats, 16-byte aligned.
 bool conv2d_backward_wgmma_nhwc_shares_dy(const Conv2dShape& s, const Exec& ex);
-void conv2d_backward_wgmma_nhwc_shared_dy(const Conv2dShape& s, const float* d_x, const float* d_dy,
+bool conv2d_backward_wgmma_nhwc_shared_dy(const Conv2dShape& s, const float* d_x, const float* d_dy,
                                           const float* d_w, float* d_dw, float* d_db, float* d_dx,
                                           float* d_scratch, const Exec& ex);
 
