@@ -111,13 +111,14 @@ class Network {
   // but hands its gradients on (a data-parallel rank without samples joins the all-reduce), as
   // the overwritten ranges hold the last step's gradient.
   void zero_grads() { grads_.zero(ex_.stream); }
-  // Data-parallel training: called during forward_backward's backward pass, after each node's
-  // gradients are enqueued, with the flat offset from which every parameter gradient of this step
-  // is final (parameters lie in layer order and backward runs in reverse, so that offset falls
-  // node by node to 0). The hook may enqueue work (an all-reduce of the finished range on another
-  // stream, after an event); null: none.
+  // Data-parallel training (and the optimizer's early updates): called during forward_backward's
+  // backward pass, after each node's gradients are enqueued, with the flat offset from which every
+  // parameter gradient of this step is final (parameters lie in layer order and backward runs in
+  // reverse, so that offset falls node by node to 0). The hook may enqueue work (an all-reduce of
+  // the finished range on another stream, after an event); null: none.
   using GradsReadyHook = std::function<void(int64_t final_from)>;
   void set_grads_ready_hook(GradsReadyHook hook) { grads_ready_ = std::move(hook); }
+  bool has_grads_ready_hook() const { return bool(grads_ready_); }
   // The offsets final_from takes, in the order the backward pass reaches them (the last is 0).
   std::vector<int64_t> grads_ready_offsets() const;
   // One per graph node (the loss excluded), in forward order; a residual block's add is a

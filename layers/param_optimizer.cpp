@@ -5,6 +5,7 @@
 
 #include "kernels/optimizer/optimizer.h"
 #include "runtime/error.h"
+#include "runtime/math_util.h"
 
 namespace cnn {
 
@@ -54,29 +55,99 @@ float ParamOptimizer::clip_scale() {
                                           : 1.0f;
 }
 
+ParamOptimizer::~ParamOptimizer() {
+  if (early_) net_.set_grads_ready_hook(nullptr);
+}
+
+std::string ParamOptimizer::enable_early_updates(int64_t min_elems) {
+  CNN_CHECK(min_elems >= 1, "early updates: min_elems={} (expected at least 1)", min_elems);
+  if (opt_.clip_grad_norm > 0)
+    return "optimizer.clip_grad_norm scales every gradient by their global norm first";
+  if (net_.has_grads_ready_hook()) return "the gradients are summed across GPUs before any update";
+  early_ = true;
+  early_min_ = min_elems;
+  if (net_.exec().device == Device::CUDA) side_ = std::make_unique<SideStream>(Device::CUDA);
+  net_.set_grads_ready_hook([this](int64_t final_from) { on_grads_ready(final_from); });
+  return "";
+}
+
+void ParamOptimizer::begin_step(double lr) {
+  if (!early_) return;
+  announced_ = true;
+  pending_end_ = net_.num_params();
+  forked_ = false;
+  step_lr_ = static_cast<float>(lr);
+  step_no_ = steps_ + 1;
+  step_d_lr_ = nullptr;
+  step_d_update_ = nullptr;
+}
+
+void ParamOptimizer::begin_step_from(const float* d_lr, const int64_t* d_update) {
+  CNN_CHECK(d_lr && d_update, "optimizer step: null device learning rate or step counter");
+  if (!early_) return;
+  begin_step(0.0);
+  step_no_ = 1;
+  step_d_lr_ = d_lr;
+  step_d_update_ = d_update;
+}
+
+void ParamOptimizer::on_grads_ready(int64_t final_from) {
+  if (!announced_) return;
+  // Rounded up to a multiple of 4, so the update's 4-wide loads stay 16-byte aligned; what lies
+  // below waits for a later range.
+  const int64_t from = ceil_div<int64_t>(final_from, 4) * 4;
+  if (pending_end_ - from < early_min_) return;
+  Exec ex = net_.exec();
+  if (side_) {
+    side_->fork_from(ex.stream);
+    ex.stream = side_->get();
+  }
+  update(from, pending_end_, step_lr_, step_no_, step_d_lr_, step_d_update_, 1.0f, ex);
+  pending_end_ = from;
+  forked_ = true;
+}
+
+void ParamOptimizer::finish(float lr, int64_t step, const float* d_lr, const int64_t* d_step,
+                            float scale) {
+  const int64_t end = announced_ ? pending_end_ : net_.num_params();
+  announced_ = false;
+  update(0, end, lr, step, d_lr, d_step, scale, net_.exec());
+  if (forked_ && side_) side_->join_into(net_.exec().stream);
+  forked_ = false;
+}
+
 void ParamOptimizer::step(double lr) {
+  CNN_CHECK(!announced_ || (step_d_lr_ == nullptr && step_lr_ == static_cast<float>(lr)),
+            "optimizer step: learning rate {} differs from the one the step began with", lr);
   const float scale = clip_scale();
   ++steps_;
-  update(static_cast<float>(lr), steps_, nullptr, nullptr, scale);
+  finish(static_cast<float>(lr), steps_, nullptr, nullptr, scale);
 }
 
 void ParamOptimizer::step_from(const float* d_lr, const int64_t* d_update) {
   CNN_CHECK(d_lr && d_update, "optimizer step: null device learning rate or step counter");
-  update(0.0f, 1, d_lr, d_update, clip_scale());
+  CNN_CHECK(!announced_ || (step_d_lr_ == d_lr && step_d_update_ == d_update),
+            "optimizer step: device learning rate or step counter differs from the ones the "
+            "step began with");
+  finish(0.0f, 1, d_lr, d_update, clip_scale());
 }
 
-void ParamOptimizer::update(float lr, int64_t step, const float* d_lr, const int64_t* d_step,
-                            float scale) {
-  const Exec& ex = net_.exec();
-  const int64_t n = net_.num_params();
-  const uint8_t* mask = decay_mask_.empty() ? nullptr : decay_mask_.data();
+void ParamOptimizer::update(int64_t begin, int64_t end, float lr, int64_t step, const float* d_lr,
+                            const int64_t* d_step, float scale, const Exec& ex) {
+  const int64_t n = end - begin;
+  if (n <= 0) return;
+  const KeptGrads kept = kept_grads_slice(kept_, begin, end);
+  const uint8_t* mask = decay_mask_.empty() ? nullptr : decay_mask_.data() + begin;
+  float* w = net_.params() + begin;
+  float* g = net_.grads() + begin;
+  float* m = m_.data() + begin;
   if (opt_.type == OptimizerType::Sgd) {
     SgdParams p;
     p.lr = lr;
     p.momentum = static_cast<float>(opt_.momentum);
     p.weight_decay = static_cast<float>(opt_.weight_decay);
     p.nesterov = opt_.nesterov;
-    sgd_update(n, net_.params(), net_.grads(), m_.data(), mask, p, scale, ex, d_lr, kept_);
+    sgd_update(n, w, g, m, mask, p, scale, ex, d_lr, kept);
   } else {
     AdamParams p;
     p.lr = lr;
@@ -86,8 +157,7 @@ void ParamOptimizer::update(float lr, int64_t step, const float* d_lr, const int
     p.weight_decay = static_cast<float>(opt_.weight_decay);
     p.decoupled = opt_.type == OptimizerType::AdamW;
     p.step = step;
-    adam_update(n, net_.params(), net_.grads(), m_.data(), v_.data(), mask, p, scale, ex, d_lr,
-                d_step, kept_);
+    adam_update(n, w, g, m, v_.data() + begin, mask, p, scale, ex, d_lr, d_step, kept);
   }
 }
 

@@ -2,6 +2,7 @@
 // SGD (momentum, Nesterov, weight decay) and Adam/AdamW over the network's flat parameter
 // buffer: one update kernel per step for every parameter, which also zeroes the gradients, except
 // those the network's backward writes instead of adding to (Network::overwritten_grad_ranges()).
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "layers/network.h"
 #include "layers/optim_options.h"
 #include "runtime/memory.h"
+#include "runtime/side_stream.h"
 
 namespace cnn {
 
@@ -19,6 +21,26 @@ const char* optimizer_name(OptimizerType type);
 class ParamOptimizer {
  public:
   ParamOptimizer(const OptimizerOptions& opt, Network& net);
+  ~ParamOptimizer();
+  ParamOptimizer(const ParamOptimizer&) = delete;
+  ParamOptimizer& operator=(const ParamOptimizer&) = delete;
+
+  // Early updates. Once enabled, a step announced by begin_step / begin_step_from (before the
+  // network's forward_backward) updates each range of parameters as soon as backward has
+  // finished its gradients (Network's grads-ready hook), once the finished and not yet updated
+  // parameters number at least `min_elems`; step / step_from then update the rest. On CUDA the
+  // early updates run on a side stream (runtime/side_stream.h) beside the rest of backward, and
+  // step / step_from join it back. The update rule is elementwise, so the bits are those of one
+  // update after backward. A step not announced updates every parameter at step / step_from.
+  // Returns "" when enabled, else why not (clipping needs every gradient before any update; a
+  // data-parallel run's hook sums the gradients first), leaving it off.
+  static constexpr int64_t kEarlyUpdateMinElems = int64_t(1) << 18;
+  std::string enable_early_updates(int64_t min_elems = kEarlyUpdateMinElems);
+  bool early_updates() const { return early_; }
+  // Announce a step: its learning rate (and Adam's step number) as step(lr) / step_from will
+  // use them (the same values must follow there).
+  void begin_step(double lr);
+  void begin_step_from(const float* d_lr, const int64_t* d_update);
 
   // One update with this step's learning rate. With clip_grad_norm > 0 the global gradient norm
   // is read back to the host first (the only host sync in a step, and only when clipping).
@@ -41,7 +63,12 @@ class ParamOptimizer {
 
  private:
   float clip_scale();  // gradient clipping's factor (1 without clipping); syncs when clipping
-  void update(float lr, int64_t step, const float* d_lr, const int64_t* d_step, float scale);
+  // Updates parameters [begin, end) on ex's stream.
+  void update(int64_t begin, int64_t end, float lr, int64_t step, const float* d_lr,
+              const int64_t* d_step, float scale, const Exec& ex);
+  void on_grads_ready(int64_t final_from);  // an early update of what backward has finished
+  // Updates what the early updates left, [0, pending_end_), and joins the side stream.
+  void finish(float lr, int64_t step, const float* d_lr, const int64_t* d_step, float scale);
 
   OptimizerOptions opt_;
   Network& net_;
@@ -51,6 +78,17 @@ class ParamOptimizer {
   Buffer<uint8_t> decay_mask_;
   KeptGrads kept_;  // the network's overwritten gradient ranges, left unzeroed by the update
   Buffer<double> norm_, norm_scratch_;
+  // Early updates: on, the smallest range worth a launch, and the announced step's values.
+  bool early_ = false;
+  int64_t early_min_ = 0;
+  bool announced_ = false;   // begin_step* called, step* not yet
+  int64_t pending_end_ = 0;  // parameters [pending_end_, n) are updated this step
+  bool forked_ = false;      // an early update was enqueued on the side stream this step
+  float step_lr_ = 0;
+  int64_t step_no_ = 1;
+  const float* step_d_lr_ = nullptr;
+  const int64_t* step_d_update_ = nullptr;
+  std::unique_ptr<SideStream> side_;
 };
 
 }  // namespace cnn

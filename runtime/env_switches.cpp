@@ -92,6 +92,7 @@ EnvSwitches read_env_switches() {
   e.data_cache = on_unless_zero("CNN_DATA_CACHE");
   e.grad_overwrite = zero_or_one("CNN_GRAD_OVERWRITE", e.grad_overwrite);
   e.conv_shared_dy = zero_or_one("CNN_CONV_SHARED_DY", e.conv_shared_dy);
+  e.early_update = zero_or_one("CNN_EARLY_UPDATE", e.early_update);
   if (const char* v = get("CNN_GEMM_PATH")) {
     const std::string s(v);
     if (s == "auto")
@@ -303,6 +304,10 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_CONV_SHARED_DY", "1|0",
        "1 (default): a convolution whose weight and input gradients both run wgmma-nhwc at bf16 "
        "writes dy's channels-last copy once for both; 0: each pass writes its own"},
+      {"CNN_EARLY_UPDATE", "0|1",
+       "1: a training step updates each range of parameters as soon as backward has finished "
+       "their gradients, on a second stream beside the rest of backward (SGD, Adam, AdamW "
+       "without clip_grad_norm, one GPU; same bits); 0 (default): one update after backward"},
       {"CNN_GRAPH_OVERLAP", "exit|start|0",
        "when the training step's graph launches a kernel, which then waits on the GPU for the "
        "one before it (programmatic dependent launch; same results): once every block of the "

@@ -55,6 +55,11 @@ struct EnvSwitches {
   // BF16 computes them in one call that writes dy's channels-last copy once (the weight
   // gradient's, which the input gradient reads); 0: two calls, two copies, to compare.
   bool conv_shared_dy = true;
+  // CNN_EARLY_UPDATE=0 (default) | 1: the training step's optimizer updates each range of
+  // parameters as soon as backward has finished their gradients, on a second stream that runs
+  // beside the rest of backward (ParamOptimizer::enable_early_updates; same bits); 0: one update
+  // of every parameter after backward.
+  bool early_update = false;
   // Debugging switches of the kernels.
   GemmPathSwitch gemm_path = GemmPathSwitch::Auto;  // CNN_GEMM_PATH=strided|tile|wgmma|auto
   // CNN_WGMMA_MN=tma (default) | gather: the wgmma GEMM loads an M/N-contiguous operand by TMA

@@ -15,6 +15,11 @@ bool is_project_kernel_name(const std::string& name) {
 #ifdef CNN_HAVE_CUDA
 namespace {
 
+// Each kernel node runs at the priority of the stream it was captured from (the optimizer's
+// early updates on a low-priority side stream), not at that of the stream the graph is launched
+// into.
+constexpr unsigned long long kInstantiateFlags = cudaGraphInstantiateFlagUseNodePriority;
+
 bool is_project_kernel(cudaGraphNode_t node) {
   cudaGraphNodeType type;
   if (cudaGraphNodeGetType(node, &type) != cudaSuccess || type != cudaGraphNodeTypeKernel)
@@ -88,7 +93,7 @@ cudaError_t instantiate_graph(cudaGraphExec_t* exec, cudaGraph_t graph, GraphOve
     const int made = err == cudaSuccess ? make_edges_programmatic(copy, overlap, &why) : -1;
     if (err != cudaSuccess) why = std::string("cudaGraphClone: ") + cudaGetErrorString(err);
     if (made > 0) {
-      err = cudaGraphInstantiate(exec, copy, 0);
+      err = cudaGraphInstantiate(exec, copy, kInstantiateFlags);
       if (err == cudaSuccess)
         result->programmatic_edges = made;
       else
@@ -100,7 +105,7 @@ cudaError_t instantiate_graph(cudaGraphExec_t* exec, cudaGraph_t graph, GraphOve
     (void)cudaGetLastError();
     result->note = made == 0 ? "no kernel -> kernel edge into the project's kernels" : why;
   }
-  return cudaGraphInstantiate(exec, graph, 0);
+  return cudaGraphInstantiate(exec, graph, kInstantiateFlags);
 }
 #endif
 

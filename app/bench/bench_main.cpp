@@ -29,6 +29,7 @@
 #include "app/bench/bench_timer.h"
 #include "runtime/cuda_check.h"
 #include "runtime/memory.h"
+#include "runtime/side_stream.h"
 #endif
 
 namespace cnn::bench {
@@ -155,7 +156,11 @@ MeasuredPeaks measure_peaks(cudaStream_t stream, Library* lib) {
 
 class Stream {
  public:
-  Stream() { CNN_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  // The greatest priority, as the trainer's stream (the optimizer's early updates).
+  Stream() {
+    CNN_CUDA_CHECK(
+        cudaStreamCreateWithPriority(&s_, cudaStreamNonBlocking, greatest_stream_priority()));
+  }
   ~Stream() { cudaStreamDestroy(s_); }
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;

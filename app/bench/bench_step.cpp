@@ -101,6 +101,11 @@ void bench_one(const BenchContext& ctx, const NetDesc& net, int batch, Precision
   for (const std::string& line : tuned)
     fmt::print(stderr, "step batch {} {}: algo auto {}\n", batch, precision_name(p), line);
   ParamOptimizer optimizer(net.optimizer, model);
+  if (process_env_switches().early_update) {  // as the trainer runs its step under the switch
+    const std::string why = optimizer.enable_early_updates();
+    if (!why.empty())
+      fmt::print(stderr, "step batch {} {}: no early updates: {}\n", batch, precision_name(p), why);
+  }
 
   // Random images and labels, on the device before timing starts.
   std::mt19937_64 rng(opt.seed + uint64_t(batch));
@@ -119,6 +124,7 @@ void bench_one(const BenchContext& ctx, const NetDesc& net, int batch, Precision
   const float grad_scale = 1.0f / float(batch);
   const double lr = net.optimizer.lr;
   auto step = [&](int) {
+    optimizer.begin_step(lr);
     model.forward_backward(batch, x.data(), labels.data(), grad_scale);
     optimizer.step(lr);
   };
@@ -145,6 +151,7 @@ void bench_one(const BenchContext& ctx, const NetDesc& net, int batch, Precision
       append(r.note, fmt::format("{} kernel edges programmatic", t.programmatic_edges));
     r.status = "ok";
     if (!tuned.empty()) append(r.note, fmt::format("algo auto tuned {} passes", tuned.size()));
+    if (optimizer.early_updates()) append(r.note, "early updates (CNN_EARLY_UPDATE=1)");
     fill_rate(r, p);
     r.images_per_s = batch / (r.median_us * 1e-6);
     rows.push_back(r);

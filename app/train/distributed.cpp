@@ -17,6 +17,7 @@
 #include <cuda_runtime_api.h>
 
 #include "runtime/cuda_check.h"
+#include "runtime/side_stream.h"
 #endif
 
 namespace cnn {
@@ -243,8 +244,10 @@ void DataParallel::attach(Network& net, const Exec& ex, int64_t bucket_bytes) {
   buckets_ = plan_grad_buckets(net.grads_ready_offsets(), net.num_params(),
                                std::max<int64_t>(1, bucket_bytes / int64_t(sizeof(float))));
   launched_.assign(buckets_.size(), false);
-  // Non-blocking: the communication must not wait for the legacy stream's copies.
-  CNN_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+  // Non-blocking: the communication must not wait for the legacy stream's copies. The priority
+  // of the training stream, as the compute it overlaps.
+  CNN_CUDA_CHECK(cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking,
+                                              greatest_stream_priority()));
   for (size_t b = 0; b < buckets_.size(); ++b) ready_events_.push_back(new_event(false));
   ev_first_ = new_event(true);
   ev_backward_end_ = new_event(true);

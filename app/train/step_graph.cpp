@@ -8,6 +8,7 @@
 #include "runtime/env_switches.h"
 #include "runtime/error.h"
 #include "runtime/graph_overlap.h"
+#include "runtime/side_stream.h"
 
 #ifdef CNN_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -20,8 +21,11 @@ namespace cnn {
 TrainStream::TrainStream(Device dev) {
   if (dev != Device::CUDA) return;
 #ifdef CNN_HAVE_CUDA
-  // Default flags: a blocking stream, ordered with the legacy stream's synchronous copies.
-  CNN_CUDA_CHECK(cudaStreamCreate(&stream_));
+  // Default flags: a blocking stream, ordered with the legacy stream's synchronous copies. The
+  // greatest priority: the optimizer's early updates on a side stream take only the SMs that
+  // this stream's kernels leave (runtime/side_stream.h).
+  CNN_CUDA_CHECK(
+      cudaStreamCreateWithPriority(&stream_, cudaStreamDefault, greatest_stream_priority()));
 #else
   CNN_FAIL("a CUDA stream was requested but this build has no CUDA");
 #endif

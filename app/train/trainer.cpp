@@ -408,8 +408,20 @@ void Trainer::prepare_steps() {
     dp_->attach(*net_, ex_, kGradBucketBytes);
     if (lead_) log_->info("data-parallel: {} gradient bucket(s)", dp_->num_buckets());
   }
+  if (env_.early_update) {
+    const std::string why = opt_->enable_early_updates();  // after dp_'s hook, which it refuses
+    if (why.empty())
+      log_->info(
+          "optimizer: early updates (CNN_EARLY_UPDATE=1): each range of at least {} parameters "
+          "is updated as soon as backward has finished its gradients{}",
+          ParamOptimizer::kEarlyUpdateMinElems,
+          ex_.device == Device::CUDA ? ", on a second stream beside the rest of backward" : "");
+    else
+      log_->info("optimizer: no early updates (CNN_EARLY_UPDATE=1): {}", why);
+  }
   step_launches_ = [this] {
     train_->gather(n_);
+    opt_->begin_step_from(state_->lr(), state_->update());
     // Each rank's gradient is its slice's sum over the global batch's size, so that the ranks'
     // sum (the all-reduce) is the global batch's mean: one process at batch gpus * batch_size.
     // A rank past the end of a final partial batch computes nothing but joins the all-reduce,

@@ -42,6 +42,18 @@ KeptGrads kept_grads(const std::vector<std::pair<int64_t, int64_t>>& ranges, con
   return kept;
 }
 
+KeptGrads kept_grads_slice(const KeptGrads& kept, int64_t begin, int64_t end) {
+  check_kept_count("kept_grads_slice", kept.count);
+  KeptGrads slice;
+  for (int r = 0; r < kept.count; ++r) {
+    const int64_t lo = std::max(kept.begin[r], begin), hi = std::min(kept.end[r], end);
+    if (lo >= hi) continue;
+    slice.begin[slice.count] = lo - begin;
+    slice.end[slice.count++] = hi - begin;
+  }
+  return slice;
+}
+
 void sgd_update(int64_t count, float* w, float* g, float* m, const uint8_t* decay_mask,
                 const SgdParams& p, float grad_scale, const Exec& ex, const float* lr_device,
                 const KeptGrads& kept) {

@@ -39,6 +39,9 @@ struct KeptGrads {
 // The KeptGrads of `ranges` ([begin, end) pairs): checks first that they fit in its kMax slots
 // (throws naming `what` if not); the update checks that they lie within the buffer.
 KeptGrads kept_grads(const std::vector<std::pair<int64_t, int64_t>>& ranges, const char* what);
+// The part of `kept` within [begin, end), as ranges of the slice (indices from begin): for an
+// update of that slice alone (ParamOptimizer's early updates). Empty parts are dropped.
+KeptGrads kept_grads_slice(const KeptGrads& kept, int64_t begin, int64_t end);
 
 // grad_scale multiplies every gradient first (gradient clipping passes min(1, max_norm/norm)).
 // decay_mask (may be null): per element 1 = apply weight decay, 0 = not (biases).

@@ -1,0 +1,83 @@
+// ParamOptimizer's early updates on CUDA (layers/param_optimizer.h): the updates of the ranges
+// backward has finished, on a low-priority side stream beside the rest of backward, give bitwise
+// the training of one update after backward in deterministic mode (FP32, TF32, BF16; SGD, Adam,
+// AdamW; the learning rate by value and from device memory), and the trainer's captured step
+// under CNN_EARLY_UPDATE=1 writes the weights of one without it (the fork and join captured as
+// graph edges, the side kernels at their stream's priority).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "app/config/config.h"
+#include "app/train/trainer.h"
+#include "tests/early_update_check.h"
+#include "tests/grad_overwrite_check.h"  // small_net
+#include "tests/test_util.h"
+
+using namespace cnn;
+namespace fs = std::filesystem;
+
+TEST(GpuEarlyUpdate, TrainingIsBitwiseTheSame) {
+  CNN_REQUIRE_GPU();
+  // conv1 8 -> pool -> conv2 16 -> pool -> fc1 (784 -> 64) -> relu -> fc2 (64 -> 10).
+  const std::vector<LayerSpec> net = test::small_net(8, 16, 64);
+  NetworkOptions o;
+  o.max_batch = 16;
+  o.seed = test::fresh_seed();
+  o.overwrite_grads = true;
+  SCOPED_TRACE("seed " + std::to_string(o.seed));
+  OptimizerOptions sgd;
+  sgd.lr = 0.05;
+  sgd.momentum = 0.9;
+  sgd.weight_decay = 1e-3;
+  OptimizerOptions adamw;
+  adamw.type = OptimizerType::AdamW;
+  adamw.lr = 1e-3;
+  adamw.weight_decay = 0.01;
+  for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16}) {
+    SCOPED_TRACE(precision_name(p));
+    Exec ex;
+    ex.device = Device::CUDA;
+    ex.precision = p;
+    ex.deterministic = true;
+    for (const OptimizerOptions& opt : {sgd, adamw}) {
+      SCOPED_TRACE(optimizer_name(opt.type));
+      test::expect_early_updates_keep_the_bits(net, {1, 28, 28}, ex, o, opt, 4, {1, 4096});
+    }
+  }
+}
+
+// tiny with a 600-wide hidden layer, deterministic, 40 steps at batch 48 (full batches replay
+// the captured step, the partial ones run eagerly): the weights of a run without the switch.
+TEST(GpuEarlyUpdate, CapturedTrainerStepKeepsTheBits) {
+  CNN_REQUIRE_GPU();
+  const fs::path dir = test::fresh_dir("gpu_early_update", "trainer");
+  const fs::path cfg_path = dir / "tiny_wide.yaml";
+  std::ofstream(cfg_path) << test::tiny_wide_yaml();
+  for (const char* type : {"sgd", "adam"}) {
+    SCOPED_TRACE(type);
+    auto run = [&](const std::string& name, const char* env) {
+      TrainConfig cfg = load_config(
+          cfg_path.string(),
+          {"training.device=cuda", "logging.progress=off", "training.deterministic=true",
+           "training.batch_size=48", "training.max_steps=40", "schedule.type=cosine",
+           std::string("optimizer.type=") + type, "optimizer.lr=0.002",
+           "logging.dir=" + (dir / name).string()});
+      test::ScopedEnv e("CNN_EARLY_UPDATE", env);
+      EXPECT_EQ(run_training(cfg, TrainArgs{}), 0);
+      return dir / name / cfg.name;
+    };
+    const fs::path on = run(std::string("on_") + type, "1");
+    const fs::path off = run(std::string("off_") + type, nullptr);
+    EXPECT_EQ(test::checkpoint_weights(on / "last.safetensors"),
+              test::checkpoint_weights(off / "last.safetensors"));
+    const std::string log = test::slurp(on / "train.log");
+    EXPECT_TRUE(test::contains(log, "optimizer: early updates")) << log;
+    EXPECT_TRUE(test::contains(log, "on a second stream")) << log;
+    EXPECT_TRUE(test::contains(log, "CUDA graph: captured the training step")) << log;
+  }
+  fs::remove_all(dir);
+}
