@@ -2,6 +2,7 @@
 // One layer of the graph. Layers own no activations (the Network does) and run every pass
 // through the kernel APIs in kernels/; no CUDA code lives here.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -74,6 +75,19 @@ class Layer {
   // dy may be overwritten (a fused ReLU masks it in place).
   virtual void backward(int n, const float* x, const float* y, float* dy, float* dx, float* scratch,
                         const Exec& ex) = 0;
+  // backward with the weight gradient on a second stream (`side`, the Network's side stream),
+  // beside the input gradient and the rest of backward on ex's: what must come first (changes to
+  // dy) on ex's stream, then fork() (the side stream waits for ex's so far), then the weight
+  // gradient on side, reading only x and dy and writing only this layer's parameter gradients
+  // (side_scratch: beside_scratch_floats(ex) floats), and the input gradient on ex's stream.
+  // False, having enqueued nothing, where the layer cannot (the Network then runs backward).
+  virtual bool backward_beside(int /*n*/, const float* /*x*/, const float* /*y*/, float* /*dy*/,
+                               float* /*dx*/, float* /*scratch*/, float* /*side_scratch*/,
+                               const Exec& /*ex*/, const Exec& /*side*/,
+                               const std::function<void()>& /*fork*/) {
+    return false;
+  }
+  virtual std::size_t beside_scratch_floats(const Exec&) const { return 0; }
 
   // algo: auto on CUDA: times this layer's kernel variants for a batch of n on the given buffers
   // (x input, y output, dy and dx gradients; dx null for the first layer) and keeps the fastest

@@ -1,3 +1,5 @@
+#include <functional>
+
 #include "kernels/gemm/linear.h"
 #include "kernels/gemm/linear_head.h"
 #include "kernels/pointwise/relu.h"
@@ -69,17 +71,25 @@ class LinearLayer : public Layer {
 
   void backward(int n, const float* x, const float* y, float* dy, float* dx, float* scratch,
                 const Exec& ex) override {
-    const LinearShape s = at(n);
-    if (relu_backward_here()) relu_backward(int64_t(n) * s.out, y, dy, dy, ex);
-    if (head_backward())
+    if (head_backward()) {
+      const LinearShape s = at(n);
+      if (relu_backward_here()) relu_backward(int64_t(n) * s.out, y, dy, dy, ex);
       return linear_head_backward(s, x, dy, w_, dw_, own_db(), dx, mask_input_relu_,
                                   input_bias_grad_, ex);
-    linear_backward_weight(s, x, dy, dw_, own_db(), scratch, algos_.dw, ex, overwrite_grads_);
-    if (!dx) return;
-    linear_backward_data(s, dy, w_, dx, algos_.dx, ex);
-    // Only the fused path is offered the mask (can_mask_input_relu); kept here too so that the
-    // flag means the same whatever path runs.
-    if (mask_input_relu_) relu_backward(int64_t(n) * s.in, x, dx, dx, ex);
+    }
+    run_backward(n, x, y, dy, dx, scratch, ex, ex, [] {});
+  }
+
+  // The fused head is one kernel for both gradients: it stays on the one stream.
+  bool backward_beside(int n, const float* x, const float* y, float* dy, float* dx,
+                       float* /*scratch*/, float* side_scratch, const Exec& ex, const Exec& side,
+                       const std::function<void()>& fork) override {
+    if (head_backward()) return false;
+    run_backward(n, x, y, dy, dx, side_scratch, ex, side, fork);
+    return true;
+  }
+  std::size_t beside_scratch_floats(const Exec& ex) const override {
+    return head_backward() ? 0 : linear_backward_weight_scratch_floats(shape_, ex);
   }
 
   std::vector<TuneChoice> autotune(int n, const float* x, float* y, float* dy, float* dx,
@@ -109,6 +119,22 @@ class LinearLayer : public Layer {
 
  private:
   LinearShape at(int n) const { return {n, shape_.in, shape_.out}; }
+  // The separate passes: dy's ReLU mask on ex, fork(), the weight gradient on `side` (with its
+  // scratch, wgrad_scratch), the input gradient on ex (which needs no scratch).
+  void run_backward(int n, const float* x, const float* y, float* dy, float* dx,
+                    float* wgrad_scratch, const Exec& ex, const Exec& side,
+                    const std::function<void()>& fork) {
+    const LinearShape s = at(n);
+    if (relu_backward_here()) relu_backward(int64_t(n) * s.out, y, dy, dy, ex);
+    fork();
+    linear_backward_weight(s, x, dy, dw_, own_db(), wgrad_scratch, algos_.dw, side,
+                           overwrite_grads_);
+    if (!dx) return;
+    linear_backward_data(s, dy, w_, dx, algos_.dx, ex);
+    // Only the fused path is offered the mask (can_mask_input_relu); kept here too so that the
+    // flag means the same whatever path runs.
+    if (mask_input_relu_) relu_backward(int64_t(n) * s.in, x, dx, dx, ex);
+  }
   // Whether backward runs the fused head kernel in place of the weight- and input-gradient
   // passes: for algo auto or fast, whose passes would otherwise be latency-bound launches at
   // these shapes; naive, tiled and igemm keep their own passes, so that each stays selectable to

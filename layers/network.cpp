@@ -48,6 +48,7 @@ NetworkOptions with_env_switches(NetworkOptions opt, const EnvSwitches& env) {
   if (!env.fuse_bn_relu) opt.fuse_batchnorm_relu = false;
   if (!env.fuse_residual) opt.fuse_residual = false;
   if (!env.autotune) opt.autotune = false;
+  if (env.wgrad_beside) opt.weight_grads_beside = true;
   if (Algo a = env.algo_for("conv", Algo::Auto); env.algo_conv || env.algo) opt.conv_algo = a;
   if (Algo a = env.algo_for("linear", Algo::Auto); env.algo_linear || env.algo) opt.linear_algo = a;
   return opt;
@@ -285,6 +286,8 @@ Network::Network(const std::vector<LayerSpec>& specs, const Shape& input_chw,
   if (opt.overwrite_grads) pick_overwritten_grads();
   params_.copy_from(h_params.data(), Device::CPU, h_params.size());
   resize_scratch(scratch_need(ex, false));
+  fit_side_scratch(ex);
+  if (opt_.weight_grads_beside) side_stream();  // created now, not inside a captured step
 
   // Buffers: offsets in layer order, their initial values from the layers.
   int64_t buffer_total = 0;
@@ -385,7 +388,23 @@ void Network::set_exec(const Exec& ex) {
   CNN_CHECK(ex.device == ex_.device, "set_exec cannot move the network to another device");
   const size_t need = scratch_need(ex, false);
   if (need > scratch_.size()) resize_scratch(need);
+  fit_side_scratch(ex);
   ex_ = ex;
+}
+
+void Network::fit_side_scratch(const Exec& ex) {
+  if (!opt_.weight_grads_beside) return;
+  size_t need = 0;
+  for (const auto& l : layers_) need = std::max(need, l->beside_scratch_floats(ex));
+  if (need <= side_scratch_.size()) return;
+  if (side_) side_->sync();  // work enqueued before may still read the old one
+  side_scratch_ = Buffer<float>();
+  side_scratch_ = Buffer<float>(need, ex.device);
+}
+
+SideStream& Network::side_stream() {
+  if (!side_) side_ = std::make_unique<SideStream>(ex_.device);
+  return *side_;
 }
 
 std::vector<std::string> Network::autotune(TuneCache* cache) {
@@ -479,8 +498,11 @@ void Network::forward_backward(int n, const float* x, const int32_t* labels, flo
   const Exec ex = mode_exec(true);
   for (size_t i = layers_.size(); i-- > 0;) {
     if (!skipped_[i]) backward_node(i, n, x, ex);
-    if (grads_ready_) grads_ready_(layer_param_begin_[i]);
+    if (!grads_ready_) continue;
+    if (side_ && !hook_on_side_) side_->join_into(ex.stream);
+    grads_ready_(layer_param_begin_[i]);
   }
+  if (side_) side_->join_into(ex.stream);
 }
 
 std::vector<int64_t> Network::grads_ready_offsets() const {
@@ -522,6 +544,21 @@ void Network::backward_node(size_t i, int n, const float* x, const Exec& ex) {
   }
   // A fused add's branch end: its output gradient is where the add's backward wrote it.
   if (dy_from_[i] >= 0) dy = grad_acts_[size_t(dy_from_[i])];
+  // Beside: the weight gradient reads dy on the side stream while the main one goes on, so dy
+  // must be this node's own buffer, which no node after it in backward writes (a fused add's
+  // branch end reads the shortcut input's, which that input's other consumers write next).
+  if (opt_.weight_grads_beside && dy_from_[i] < 0) {
+    SideStream& side = side_stream();
+    Exec sx = ex;
+    sx.stream = side.get();
+    if (layers_[i]->backward_beside(n, act_of(t, x), acts_[i], dy, dx, scratch_.data(),
+                                    side_scratch_.data(), ex, sx,
+                                    [&] { side.fork_from(ex.stream); })) {
+      if (sum)
+        add_forward(n * per_image(t), grad_acts_[size_t(t)], grad_sum_, grad_acts_[size_t(t)], ex);
+      return;
+    }
+  }
   layers_[i]->backward(n, act_of(t, x), acts_[i], dy, dx, scratch_.data(), ex);
   if (sum)
     add_forward(n * per_image(t), grad_acts_[size_t(t)], grad_sum_, grad_acts_[size_t(t)], ex);

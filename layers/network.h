@@ -20,6 +20,7 @@
 #include "runtime/env_switches.h"
 #include "runtime/exec.h"
 #include "runtime/memory.h"
+#include "runtime/side_stream.h"
 #include "runtime/tensor.h"
 
 namespace cnn {
@@ -52,6 +53,9 @@ struct NetworkOptions {
   // (the trainer's step; CNN_GRAD_OVERWRITE=0 clears it there): two backward passes no longer
   // sum. Off by default, and not among with_env_switches' overrides.
   bool overwrite_grads = false;
+  // Training: linear layers' weight gradients run on the side stream (side_stream()), beside
+  // their input gradients and the rest of backward (CNN_WGRAD_BESIDE=1); the same bits.
+  bool weight_grads_beside = false;
 };
 
 // The options with the environment's overrides applied (CNN_FUSE_POOL=0, CNN_FUSE_BN_RELU=0,
@@ -116,9 +120,19 @@ class Network {
   // parameter gradient of this step is final (parameters lie in layer order and backward runs in
   // reverse, so that offset falls node by node to 0). The hook may enqueue work (an all-reduce of
   // the finished range on another stream, after an event); null: none.
+  // on_side_stream: the hook enqueues its work on side_stream() (after the weight gradients run
+  // beside there); else the network's stream first waits for the side stream's work.
   using GradsReadyHook = std::function<void(int64_t final_from)>;
-  void set_grads_ready_hook(GradsReadyHook hook) { grads_ready_ = std::move(hook); }
+  void set_grads_ready_hook(GradsReadyHook hook, bool on_side_stream = false) {
+    grads_ready_ = std::move(hook);
+    hook_on_side_ = on_side_stream;
+  }
   bool has_grads_ready_hook() const { return bool(grads_ready_); }
+  // A second stream beside the network's (runtime/side_stream.h), created on first use: the
+  // weight gradients run beside backward (NetworkOptions::weight_grads_beside) and the
+  // optimizer's early updates go there, and forward_backward ends by joining it into the
+  // network's stream when anything was forked onto it.
+  SideStream& side_stream();
   // The offsets final_from takes, in the order the backward pass reaches them (the last is 0).
   std::vector<int64_t> grads_ready_offsets() const;
   // One per graph node (the loss excluded), in forward order; a residual block's add is a
@@ -170,6 +184,8 @@ class Network {
   // Reallocates scratch_ (construction, set_exec and autotune only: never inside a step, so a
   // captured step graph holds no allocation and its scratch pointer stays valid).
   void resize_scratch(size_t floats);
+  // The side stream's scratch (weight_grads_beside): the largest Layer::beside_scratch_floats.
+  void fit_side_scratch(const Exec& ex);
   const float* act_of(int node, const float* x) const { return node < 0 ? x : acts_[node]; }
   // NetworkOptions::overwrite_grads: tells the layers whose gradients backward writes, within
   // the optimizer's limit of ranges, and records them in overwritten_.
@@ -205,6 +221,9 @@ class Network {
   const int64_t* step_ = nullptr;
   std::vector<int64_t> layer_param_begin_;  // node i's parameters start here (layer order)
   GradsReadyHook grads_ready_;
+  bool hook_on_side_ = false;
+  std::unique_ptr<SideStream> side_;
+  Buffer<float> side_scratch_;
   // Runs the layers forward in training or eval mode; returns the logits.
   const float* run_forward(int n, const float* x, bool training);
   void run_node(size_t i, int n, const float* x, const Exec& ex);

@@ -66,8 +66,9 @@ std::string ParamOptimizer::enable_early_updates(int64_t min_elems) {
   if (net_.has_grads_ready_hook()) return "the gradients are summed across GPUs before any update";
   early_ = true;
   early_min_ = min_elems;
-  if (net_.exec().device == Device::CUDA) side_ = std::make_unique<SideStream>(Device::CUDA);
-  net_.set_grads_ready_hook([this](int64_t final_from) { on_grads_ready(final_from); });
+  net_.side_stream();  // created now, not inside a captured step
+  net_.set_grads_ready_hook([this](int64_t final_from) { on_grads_ready(final_from); },
+                            /*on_side_stream=*/true);
   return "";
 }
 
@@ -75,7 +76,6 @@ void ParamOptimizer::begin_step(double lr) {
   if (!early_) return;
   announced_ = true;
   pending_end_ = net_.num_params();
-  forked_ = false;
   step_lr_ = static_cast<float>(lr);
   step_no_ = steps_ + 1;
   step_d_lr_ = nullptr;
@@ -98,13 +98,11 @@ void ParamOptimizer::on_grads_ready(int64_t final_from) {
   const int64_t from = ceil_div<int64_t>(final_from, 4) * 4;
   if (pending_end_ - from < early_min_) return;
   Exec ex = net_.exec();
-  if (side_) {
-    side_->fork_from(ex.stream);
-    ex.stream = side_->get();
-  }
+  SideStream& side = net_.side_stream();  // joined back by forward_backward
+  side.fork_from(ex.stream);
+  if (ex.device == Device::CUDA) ex.stream = side.get();
   update(from, pending_end_, step_lr_, step_no_, step_d_lr_, step_d_update_, 1.0f, ex);
   pending_end_ = from;
-  forked_ = true;
 }
 
 void ParamOptimizer::finish(float lr, int64_t step, const float* d_lr, const int64_t* d_step,
@@ -112,8 +110,6 @@ void ParamOptimizer::finish(float lr, int64_t step, const float* d_lr, const int
   const int64_t end = announced_ ? pending_end_ : net_.num_params();
   announced_ = false;
   update(0, end, lr, step, d_lr, d_step, scale, net_.exec());
-  if (forked_ && side_) side_->join_into(net_.exec().stream);
-  forked_ = false;
 }
 
 void ParamOptimizer::step(double lr) {

@@ -2,7 +2,6 @@
 // SGD (momentum, Nesterov, weight decay) and Adam/AdamW over the network's flat parameter
 // buffer: one update kernel per step for every parameter, which also zeroes the gradients, except
 // those the network's backward writes instead of adding to (Network::overwritten_grad_ranges()).
-#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,7 +10,6 @@
 #include "layers/network.h"
 #include "layers/optim_options.h"
 #include "runtime/memory.h"
-#include "runtime/side_stream.h"
 
 namespace cnn {
 
@@ -29,9 +27,10 @@ class ParamOptimizer {
   // network's forward_backward) updates each range of parameters as soon as backward has
   // finished its gradients (Network's grads-ready hook), once the finished and not yet updated
   // parameters number at least `min_elems`; step / step_from then update the rest. On CUDA the
-  // early updates run on a side stream (runtime/side_stream.h) beside the rest of backward, and
-  // step / step_from join it back. The update rule is elementwise, so the bits are those of one
-  // update after backward. A step not announced updates every parameter at step / step_from.
+  // early updates run on the network's side stream (Network::side_stream()) beside the rest of
+  // backward, which forward_backward joins back before it returns. The update rule is
+  // elementwise, so the bits are those of one update after backward. A step not announced
+  // updates every parameter at step / step_from.
   // Returns "" when enabled, else why not (clipping needs every gradient before any update; a
   // data-parallel run's hook sums the gradients first), leaving it off.
   static constexpr int64_t kEarlyUpdateMinElems = int64_t(1) << 18;
@@ -67,7 +66,7 @@ class ParamOptimizer {
   void update(int64_t begin, int64_t end, float lr, int64_t step, const float* d_lr,
               const int64_t* d_step, float scale, const Exec& ex);
   void on_grads_ready(int64_t final_from);  // an early update of what backward has finished
-  // Updates what the early updates left, [0, pending_end_), and joins the side stream.
+  // Updates what the early updates left, [0, pending_end_), on the network's stream.
   void finish(float lr, int64_t step, const float* d_lr, const int64_t* d_step, float scale);
 
   OptimizerOptions opt_;
@@ -83,12 +82,10 @@ class ParamOptimizer {
   int64_t early_min_ = 0;
   bool announced_ = false;   // begin_step* called, step* not yet
   int64_t pending_end_ = 0;  // parameters [pending_end_, n) are updated this step
-  bool forked_ = false;      // an early update was enqueued on the side stream this step
   float step_lr_ = 0;
   int64_t step_no_ = 1;
   const float* step_d_lr_ = nullptr;
   const int64_t* step_d_update_ = nullptr;
-  std::unique_ptr<SideStream> side_;
 };
 
 }  // namespace cnn

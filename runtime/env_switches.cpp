@@ -93,6 +93,7 @@ EnvSwitches read_env_switches() {
   e.grad_overwrite = zero_or_one("CNN_GRAD_OVERWRITE", e.grad_overwrite);
   e.conv_shared_dy = zero_or_one("CNN_CONV_SHARED_DY", e.conv_shared_dy);
   e.early_update = zero_or_one("CNN_EARLY_UPDATE", e.early_update);
+  e.wgrad_beside = zero_or_one("CNN_WGRAD_BESIDE", e.wgrad_beside);
   if (const char* v = get("CNN_GEMM_PATH")) {
     const std::string s(v);
     if (s == "auto")
@@ -308,6 +309,9 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "1: a training step updates each range of parameters as soon as backward has finished "
        "their gradients, on a second stream beside the rest of backward (SGD, Adam, AdamW "
        "without clip_grad_norm, one GPU; same bits); 0 (default): one update after backward"},
+      {"CNN_WGRAD_BESIDE", "0|1",
+       "1: training runs linear layers' weight gradients on a second stream beside their input "
+       "gradients and the rest of backward (same bits); 0 (default): on the one stream"},
       {"CNN_GRAPH_OVERLAP", "exit|start|0",
        "when the training step's graph launches a kernel, which then waits on the GPU for the "
        "one before it (programmatic dependent launch; same results): once every block of the "

@@ -52,6 +52,7 @@ void SideStream::fork_from(cudaStream_t main) {
   if (!stream_) return;
   CNN_CUDA_CHECK(cudaEventRecord(event(fork_), main));
   CNN_CUDA_CHECK(cudaStreamWaitEvent(stream_, event(fork_), 0));
+  forked_ = true;
 #else
   (void)main;
 #endif
@@ -59,11 +60,18 @@ void SideStream::fork_from(cudaStream_t main) {
 
 void SideStream::join_into(cudaStream_t main) {
 #ifdef CNN_HAVE_CUDA
-  if (!stream_) return;
+  if (!stream_ || !forked_) return;
   CNN_CUDA_CHECK(cudaEventRecord(event(join_), stream_));
   CNN_CUDA_CHECK(cudaStreamWaitEvent(main, event(join_), 0));
+  forked_ = false;
 #else
   (void)main;
+#endif
+}
+
+void SideStream::sync() {
+#ifdef CNN_HAVE_CUDA
+  if (stream_) CNN_CUDA_CHECK(cudaStreamSynchronize(stream_));
 #endif
 }
 

@@ -21,13 +21,17 @@ class SideStream {
   cudaStream_t get() const { return stream_; }
   // The side stream waits for everything enqueued on `main` so far.
   void fork_from(cudaStream_t main);
-  // `main` waits for everything enqueued on the side stream so far.
+  // `main` waits for everything enqueued on the side stream so far, if anything was forked onto
+  // it since the last join (a capture must not wait on a stream it has not forked).
   void join_into(cudaStream_t main);
+  // The host waits for the side stream's work.
+  void sync();
 
  private:
   cudaStream_t stream_ = nullptr;
   void* fork_ = nullptr;  // cudaEvent_t
   void* join_ = nullptr;
+  bool forked_ = false;
 };
 
 // The current device's greatest (most urgent) stream priority; 0 without CUDA.

@@ -1,7 +1,9 @@
 #pragma once
 // What the early-update tests share (test_early_update.cpp on the CPU, gpu_early_update.cpp on
-// CUDA): training with ParamOptimizer's early updates against one update after backward, and a
-// config whose hidden linear layer is large enough for the trainer's default threshold.
+// CUDA): training with ParamOptimizer's early updates and the weight gradients run beside
+// backward (NetworkOptions::weight_grads_beside) against one update after backward on one
+// stream, and a config whose hidden linear layer is large enough for the trainer's default
+// threshold.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -64,15 +66,18 @@ inline EarlyRun train_early(const std::vector<LayerSpec>& specs, const Shape& ch
   return r;
 }
 
-// Early updates at each threshold give bitwise the parameters (every step), the gradients left
-// after the last update and the optimizer state of one update after backward.
+// Early updates at each threshold (0: none), with o's weight_grads_beside, give bitwise the
+// parameters (every step), the gradients left after the last update and the optimizer state of
+// one update after backward on one stream.
 inline void expect_early_updates_keep_the_bits(const std::vector<LayerSpec>& specs,
                                                const Shape& chw, const Exec& ex,
                                                const NetworkOptions& o, const OptimizerOptions& opt,
                                                int steps, const std::vector<int64_t>& thresholds) {
   for (bool from_device : {false, true}) {
     SCOPED_TRACE(from_device ? "lr from device memory" : "lr by value");
-    const EarlyRun off = train_early(specs, chw, ex, o, opt, steps, 0, from_device);
+    NetworkOptions plain = o;
+    plain.weight_grads_beside = false;
+    const EarlyRun off = train_early(specs, chw, ex, plain, opt, steps, 0, from_device);
     for (int64_t min_elems : thresholds) {
       SCOPED_TRACE("min_elems " + std::to_string(min_elems));
       const EarlyRun on = train_early(specs, chw, ex, o, opt, steps, min_elems, from_device);

@@ -1,9 +1,11 @@
-// ParamOptimizer's early updates on CUDA (layers/param_optimizer.h): the updates of the ranges
-// backward has finished, on a low-priority side stream beside the rest of backward, give bitwise
-// the training of one update after backward in deterministic mode (FP32, TF32, BF16; SGD, Adam,
-// AdamW; the learning rate by value and from device memory), and the trainer's captured step
-// under CNN_EARLY_UPDATE=1 writes the weights of one without it (the fork and join captured as
-// graph edges, the side kernels at their stream's priority).
+// ParamOptimizer's early updates and the linear weight gradients beside backward on CUDA
+// (layers/param_optimizer.h, NetworkOptions::weight_grads_beside): the updates of the ranges
+// backward has finished and the weight gradients, on a low-priority side stream beside the rest
+// of backward, give bitwise the training of one update after backward on one stream in
+// deterministic mode (FP32, TF32, BF16; SGD, AdamW; the learning rate by value and from device
+// memory), and the trainer's captured step under CNN_EARLY_UPDATE=1 CNN_WGRAD_BESIDE=1 writes the
+// weights of one without them (the fork and join captured as graph edges, the side kernels at
+// their stream's priority).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -45,7 +47,10 @@ TEST(GpuEarlyUpdate, TrainingIsBitwiseTheSame) {
     ex.deterministic = true;
     for (const OptimizerOptions& opt : {sgd, adamw}) {
       SCOPED_TRACE(optimizer_name(opt.type));
+      o.weight_grads_beside = false;
       test::expect_early_updates_keep_the_bits(net, {1, 28, 28}, ex, o, opt, 4, {1, 4096});
+      o.weight_grads_beside = true;
+      test::expect_early_updates_keep_the_bits(net, {1, 28, 28}, ex, o, opt, 4, {0, 4096});
     }
   }
 }
@@ -66,7 +71,7 @@ TEST(GpuEarlyUpdate, CapturedTrainerStepKeepsTheBits) {
            "training.batch_size=48", "training.max_steps=40", "schedule.type=cosine",
            std::string("optimizer.type=") + type, "optimizer.lr=0.002",
            "logging.dir=" + (dir / name).string()});
-      test::ScopedEnv e("CNN_EARLY_UPDATE", env);
+      test::ScopedEnv e("CNN_EARLY_UPDATE", env), w("CNN_WGRAD_BESIDE", env);
       EXPECT_EQ(run_training(cfg, TrainArgs{}), 0);
       return dir / name / cfg.name;
     };
@@ -76,7 +81,8 @@ TEST(GpuEarlyUpdate, CapturedTrainerStepKeepsTheBits) {
               test::checkpoint_weights(off / "last.safetensors"));
     const std::string log = test::slurp(on / "train.log");
     EXPECT_TRUE(test::contains(log, "optimizer: early updates")) << log;
-    EXPECT_TRUE(test::contains(log, "on a second stream")) << log;
+    EXPECT_TRUE(test::contains(log, "on a second stream beside the rest")) << log;
+    EXPECT_TRUE(test::contains(log, "on a second stream beside their input")) << log;
     EXPECT_TRUE(test::contains(log, "CUDA graph: captured the training step")) << log;
   }
   fs::remove_all(dir);

@@ -116,14 +116,28 @@ TEST(EarlyUpdate, RunDuringBackward) {
   EXPECT_EQ(net.grads_to_host(), std::vector<float>(g.size(), 0.f));
 }
 
+// Linear weight gradients beside backward, alone and with early updates: on the CPU the same
+// passes in another order, the same bits.
+TEST(EarlyUpdate, WeightGradientsBesideAreBitwiseTheSame) {
+  NetworkOptions o;
+  o.max_batch = 8;
+  o.seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(o.seed));
+  o.overwrite_grads = true;
+  o.weight_grads_beside = true;
+  test::expect_early_updates_keep_the_bits(test::small_net(4, 6, 40), {1, 12, 12}, Exec{}, o,
+                                           adam(OptimizerType::AdamW), 4, {0, 1});
+}
+
 TEST(EarlyUpdate, NormalizationNetworkIsBitwiseTheSame) {
   NetworkOptions o;
   o.max_batch = 6;
   o.seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(o.seed));
   o.overwrite_grads = true;
+  o.weight_grads_beside = true;
   test::expect_early_updates_keep_the_bits(test::norm_net(), {3, 9, 9}, Exec{}, o, sgd_nesterov(),
-                                           3, {1, 64});
+                                           3, {0, 1, 64});
 }
 
 TEST(EarlyUpdate, RefusedWithClippingAndBesideAnotherHook) {
@@ -159,8 +173,8 @@ TEST(EarlyUpdate, RefusedWithClippingAndBesideAnotherHook) {
   }
 }
 
-// The trainer under CNN_EARLY_UPDATE=1 on tiny with a 600-wide hidden layer: the weights of a
-// run without it, and the log says so.
+// The trainer under CNN_EARLY_UPDATE=1 and CNN_WGRAD_BESIDE=1 on tiny with a 600-wide hidden
+// layer: the weights of a run without them, and the log says so.
 TEST(EarlyUpdate, TrainerSwitchKeepsTheBits) {
   const fs::path dir = test::fresh_dir("early_update", "trainer");
   const fs::path cfg_path = dir / "tiny_wide.yaml";
@@ -171,7 +185,7 @@ TEST(EarlyUpdate, TrainerSwitchKeepsTheBits) {
                     {"training.device=cpu", "logging.progress=off", "training.max_steps=12",
                      "optimizer.type=sgd", "optimizer.nesterov=true",
                      "optimizer.weight_decay=0.001", "logging.dir=" + (dir / name).string()});
-    test::ScopedEnv e("CNN_EARLY_UPDATE", env);
+    test::ScopedEnv e("CNN_EARLY_UPDATE", env), w("CNN_WGRAD_BESIDE", env);
     EXPECT_EQ(run_training(cfg, TrainArgs{}), 0);
     return dir / name / cfg.name;
   };
@@ -181,6 +195,7 @@ TEST(EarlyUpdate, TrainerSwitchKeepsTheBits) {
   const std::string log_on = test::slurp(on / "train.log"),
                     log_off = test::slurp(off / "train.log");
   EXPECT_TRUE(test::contains(log_on, "optimizer: early updates")) << log_on;
+  EXPECT_TRUE(test::contains(log_on, "CNN_WGRAD_BESIDE=1")) << log_on;
   EXPECT_FALSE(test::contains(log_off, "early updates")) << log_off;
   fs::remove_all(dir);
 }

@@ -152,6 +152,7 @@ void bench_one(const BenchContext& ctx, const NetDesc& net, int batch, Precision
     r.status = "ok";
     if (!tuned.empty()) append(r.note, fmt::format("algo auto tuned {} passes", tuned.size()));
     if (optimizer.early_updates()) append(r.note, "early updates (CNN_EARLY_UPDATE=1)");
+    if (no.weight_grads_beside) append(r.note, "weight gradients beside (CNN_WGRAD_BESIDE=1)");
     fill_rate(r, p);
     r.images_per_s = batch / (r.median_us * 1e-6);
     rows.push_back(r);

@@ -408,6 +408,12 @@ void Trainer::prepare_steps() {
     dp_->attach(*net_, ex_, kGradBucketBytes);
     if (lead_) log_->info("data-parallel: {} gradient bucket(s)", dp_->num_buckets());
   }
+  if (env_.wgrad_beside)
+    log_->info(
+        "backward: linear layers' weight gradients (not a fused classifier head's) {} "
+        "(CNN_WGRAD_BESIDE=1)",
+        ex_.device == Device::CUDA ? "on a second stream beside their input gradients"
+                                   : "in turn (one CPU stream)");
   if (env_.early_update) {
     const std::string why = opt_->enable_early_updates();  // after dp_'s hook, which it refuses
     if (why.empty())
