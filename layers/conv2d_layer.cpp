@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <functional>
 
 #include "kernels/conv/conv2d.h"
 #include "kernels/conv/conv2d_grouped.h"
@@ -121,6 +122,26 @@ class Conv2dLayer : public Layer {
     run_backward_weight(n, x, dy, scratch, algos_.dw, ex);
     // After the weight gradient on the same stream: both may use the scratch (scratch_floats).
     if (dx) run_backward_data(n, dy, dx, scratch, algos_.dx, ex);
+  }
+
+  // The weight gradient on `side` with its own scratch, the input gradient on ex's stream; each
+  // pass alone (not the shared dy copy of conv2d_backward_shared, which orders them). Not for a
+  // layer whose only pass is the weight gradient (no dx, or the fused conv-relu-pool).
+  bool backward_beside(int n, const float* x, const float* y, float* dy, float* dx, float* scratch,
+                       float* side_scratch, const Exec& ex, const Exec& side,
+                       const std::function<void()>& fork) override {
+    if (fused_pool_ || !dx) return false;
+    if (relu_backward_here())
+      relu_backward(int64_t(n) * gshape_.oc * gshape_.oh() * gshape_.ow(), y, dy, dy, ex);
+    fork();
+    run_backward_weight(n, x, dy, side_scratch, algos_.dw, side);
+    run_backward_data(n, dy, dx, scratch, algos_.dx, ex);
+    return true;
+  }
+  std::size_t beside_scratch_floats(const Exec& ex) const override {
+    if (fused_pool_) return 0;
+    if (grouped_) return conv2d_grouped_backward_weight_scratch_floats(gshape_, ex);
+    return conv2d_backward_weight_scratch_floats(shape_, ex);
   }
 
   std::vector<TuneChoice> autotune(int n, const float* x, float* y, float* dy, float* dx,

@@ -53,8 +53,9 @@ struct NetworkOptions {
   // (the trainer's step; CNN_GRAD_OVERWRITE=0 clears it there): two backward passes no longer
   // sum. Off by default, and not among with_env_switches' overrides.
   bool overwrite_grads = false;
-  // Training: linear layers' weight gradients run on the side stream (side_stream()), beside
-  // their input gradients and the rest of backward (CNN_WGRAD_BESIDE=1); the same bits.
+  // Training: convolutions' and linear layers' weight gradients run on the side stream
+  // (side_stream(), Layer::backward_beside), beside their input gradients and the rest of
+  // backward (CNN_WGRAD_BESIDE=1); the same bits.
   bool weight_grads_beside = false;
 };
 

@@ -60,8 +60,8 @@ struct EnvSwitches {
   // beside the rest of backward (ParamOptimizer::enable_early_updates; same bits); 0: one update
   // of every parameter after backward.
   bool early_update = false;
-  // CNN_WGRAD_BESIDE=0 (default) | 1: training runs linear layers' weight gradients on a second
-  // stream beside their input gradients and the rest of backward
+  // CNN_WGRAD_BESIDE=0 (default) | 1: training runs convolutions' and linear layers' weight
+  // gradients on a second stream beside their input gradients and the rest of backward
   // (NetworkOptions::weight_grads_beside; same bits).
   bool wgrad_beside = false;
   // Debugging switches of the kernels.

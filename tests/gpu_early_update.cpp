@@ -55,6 +55,31 @@ TEST(GpuEarlyUpdate, TrainingIsBitwiseTheSame) {
   }
 }
 
+// With atomic reductions (BF16, the convolutions' channels-last wgmma weight gradients where the
+// GPU has them, which then write dy's copy once a pass instead of sharing it): one step within
+// the rounding of the reductions' order (a second step could route a gradient through another
+// of two near-equal max-pool inputs, as GpuGradOverwrite notes). The BatchNorm net and a
+// LeNet-like one with 32 and 64 channels.
+TEST(GpuEarlyUpdate, AtomicTrainingAgreesWithinRounding) {
+  CNN_REQUIRE_GPU();
+  OptimizerOptions sgd;
+  sgd.lr = 0.05;
+  sgd.momentum = 0.9;
+  Exec ex;
+  ex.device = Device::CUDA;
+  ex.precision = Precision::BF16;
+  NetworkOptions o;
+  o.max_batch = 32;
+  o.seed = test::fresh_seed();
+  o.overwrite_grads = true;
+  o.weight_grads_beside = true;
+  SCOPED_TRACE("seed " + std::to_string(o.seed));
+  test::expect_early_updates_keep_the_bits(test::norm_net(), {3, 9, 9}, ex, o, sgd, 1, {0, 1},
+                                           1e-4);
+  test::expect_early_updates_keep_the_bits(test::small_net(32, 64, 128), {1, 28, 28}, ex, o, sgd, 1,
+                                           {0, 1}, 1e-4);
+}
+
 // tiny with a 600-wide hidden layer, deterministic, 40 steps at batch 48 (full batches replay
 // the captured step, the partial ones run eagerly): the weights of a run without the switch.
 TEST(GpuEarlyUpdate, CapturedTrainerStepKeepsTheBits) {

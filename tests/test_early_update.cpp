@@ -116,8 +116,8 @@ TEST(EarlyUpdate, RunDuringBackward) {
   EXPECT_EQ(net.grads_to_host(), std::vector<float>(g.size(), 0.f));
 }
 
-// Linear weight gradients beside backward, alone and with early updates: on the CPU the same
-// passes in another order, the same bits.
+// Weight gradients beside backward (conv2's and the linear layers'), alone and with early
+// updates: on the CPU the same passes in another order, the same bits.
 TEST(EarlyUpdate, WeightGradientsBesideAreBitwiseTheSame) {
   NetworkOptions o;
   o.max_batch = 8;

@@ -410,8 +410,7 @@ void Trainer::prepare_steps() {
   }
   if (env_.wgrad_beside)
     log_->info(
-        "backward: linear layers' weight gradients (not a fused classifier head's) {} "
-        "(CNN_WGRAD_BESIDE=1)",
+        "backward: convolutions' and linear layers' weight gradients {} (CNN_WGRAD_BESIDE=1)",
         ex_.device == Device::CUDA ? "on a second stream beside their input gradients"
                                    : "in turn (one CPU stream)");
   if (env_.early_update) {
