@@ -41,20 +41,14 @@ inline EarlyRun train_early(const std::vector<LayerSpec>& specs, const Shape& ch
   d_lr.copy_from(&lr, Device::CPU, 1);
   EarlyRun r;
   for (int s = 0; s < steps; ++s) {
-    const int n = s % 3 == 2 ? std::max(1, o.max_batch - 3) : o.max_batch;
-    const auto x = random_vector(size_t(n) * size_t(shape_numel(chw)), o.seed + 10 + s);
-    const auto labels = random_labels(size_t(n), net.num_classes(), o.seed + 20 + s);
-    Buffer<float> d_x(x.size(), ex.device);  // (n, C, H, W)
-    d_x.copy_from(x.data(), Device::CPU, x.size());
-    Buffer<int32_t> d_labels(labels.size(), ex.device);  // (n)
-    d_labels.copy_from(labels.data(), Device::CPU, labels.size());
+    const StepBatch b = step_batch(chw, net.num_classes(), o, s, ex.device);
     const int64_t update = s + 1;
     d_update.copy_from(&update, Device::CPU, 1);
     if (from_device)
       optimizer.begin_step_from(d_lr.data(), d_update.data());
     else
       optimizer.begin_step(opt.lr);
-    net.forward_backward(n, d_x.data(), d_labels.data(), 1.0f / float(n));
+    net.forward_backward(b.n, b.x.data(), b.labels.data(), 1.0f / float(b.n));
     if (from_device)
       optimizer.step_from(d_lr.data(), d_update.data());
     else

@@ -477,23 +477,8 @@ TEST(GpuBf16, GemmTilePaths) {
 // and the float shared-memory tiles alike, while the smooth nets exercise the same BF16
 // convolution, linear and residual passes and leave only the rounding (~1e-2). The kinks
 // themselves are checked at FP32 and TF32 (tolerance 1e-2), where flips are ~100x rarer.
-LayerSpec smooth_layer(const LayerSpec& l) {
-  LayerSpec s = l;
-  if (s.kind == LayerKind::MaxPool2d) s.kind = LayerKind::AvgPool2d;
-  s.branch.clear();
-  s.shortcut.clear();
-  for (const LayerSpec& b : l.branch)
-    if (b.kind != LayerKind::Relu) s.branch.push_back(smooth_layer(b));
-  for (const LayerSpec& b : l.shortcut)
-    if (b.kind != LayerKind::Relu) s.shortcut.push_back(smooth_layer(b));
-  return s;
-}
-
 GradcheckCase smooth(GradcheckCase c) {
-  std::vector<LayerSpec> specs;
-  for (const LayerSpec& l : c.specs)
-    if (l.kind != LayerKind::Relu) specs.push_back(smooth_layer(l));
-  c.specs = std::move(specs);
+  c.specs = test::smooth_specs(c.specs);
   c.title += " (smooth)";
   return c;
 }

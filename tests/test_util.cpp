@@ -216,6 +216,18 @@ NetworkRun run_network_once(const std::vector<LayerSpec>& specs, const Shape& ch
   return run_network(specs, chw, ex, o, n, 1);
 }
 
+StepBatch step_batch(const Shape& chw, int classes, const NetworkOptions& o, int s, Device dev) {
+  StepBatch b;
+  b.n = s % 3 == 2 ? std::max(1, o.max_batch - 3) : o.max_batch;
+  const auto x = random_vector(size_t(b.n) * size_t(shape_numel(chw)), o.seed + 10 + s);
+  const auto labels = random_labels(size_t(b.n), classes, o.seed + 20 + s);
+  b.x = Buffer<float>(x.size(), dev);
+  b.x.copy_from(x.data(), Device::CPU, x.size());
+  b.labels = Buffer<int32_t>(labels.size(), dev);
+  b.labels.copy_from(labels.data(), Device::CPU, labels.size());
+  return b;
+}
+
 TrainRun train_steps(const std::vector<LayerSpec>& specs, const Shape& chw, const Exec& ex,
                      const NetworkOptions& o, const OptimizerOptions& opt, int steps) {
   Network net(specs, chw, o, ex);
@@ -224,14 +236,8 @@ TrainRun train_steps(const std::vector<LayerSpec>& specs, const Shape& chw, cons
   r.overwritten = net.overwritten_grad_ranges();
   r.overwritten_names = net.overwritten_grad_names();
   for (int s = 0; s < steps; ++s) {
-    const int n = s % 3 == 2 ? std::max(1, o.max_batch - 3) : o.max_batch;
-    const auto x = random_vector(size_t(n) * size_t(shape_numel(chw)), o.seed + 10 + s);
-    const auto labels = random_labels(size_t(n), net.num_classes(), o.seed + 20 + s);
-    Buffer<float> d_x(x.size(), ex.device);  // (n, C, H, W)
-    d_x.copy_from(x.data(), Device::CPU, x.size());
-    Buffer<int32_t> d_labels(labels.size(), ex.device);  // (n)
-    d_labels.copy_from(labels.data(), Device::CPU, labels.size());
-    net.forward_backward(n, d_x.data(), d_labels.data(), 1.0f / float(n));
+    const StepBatch b = step_batch(chw, net.num_classes(), o, s, ex.device);
+    net.forward_backward(b.n, b.x.data(), b.labels.data(), 1.0f / float(b.n));
     if (s + 1 == steps) r.grads_before_update = net.grads_to_host();
     optimizer.step(opt.lr);
     r.params.push_back(net.params_to_host());
@@ -256,6 +262,25 @@ std::vector<float> checkpoint_weights(const std::filesystem::path& ckpt) {
     all.insert(all.end(), t.begin(), t.end());
   }
   return all;
+}
+
+namespace {
+
+LayerSpec smooth_layer(const LayerSpec& l) {
+  LayerSpec s = l;
+  if (s.kind == LayerKind::MaxPool2d) s.kind = LayerKind::AvgPool2d;
+  s.branch = smooth_specs(l.branch);
+  s.shortcut = smooth_specs(l.shortcut);
+  return s;
+}
+
+}  // namespace
+
+std::vector<LayerSpec> smooth_specs(const std::vector<LayerSpec>& specs) {
+  std::vector<LayerSpec> out;
+  for (const LayerSpec& l : specs)
+    if (l.kind != LayerKind::Relu) out.push_back(smooth_layer(l));
+  return out;
 }
 
 std::vector<LayerSpec> norm_net() {

@@ -16,6 +16,7 @@
 #include "layers/optim_options.h"
 #include "runtime/device.h"
 #include "runtime/exec.h"
+#include "runtime/memory.h"
 #include "runtime/tensor.h"
 
 namespace cnn::test {
@@ -72,6 +73,14 @@ inline bool contains(const std::string& s, const std::string& part) {
 // without bias, linear); three classes.
 std::vector<LayerSpec> norm_net();
 
+// The net with its kinks taken out: no ReLU, average instead of max pooling, inside blocks too.
+// At reduced precision (TF32, BF16) a layer's outputs move by the rounding, and wherever a ReLU
+// input or a max-pool runner-up lies that close to its kink two computations take different
+// linear pieces, a difference no tolerance bounds (tests/gpu_bf16.cpp measured it); the smooth
+// nets run the same convolution, linear, normalization and residual passes and leave only the
+// rounding.
+std::vector<LayerSpec> smooth_specs(const std::vector<LayerSpec>& specs);
+
 // A k x k convolution of x (n, c, h, w) to oc channels with one stride and padding for both axes.
 Conv2dShape square_conv(int n, int c, int h, int w, int oc, int k, int stride, int pad);
 Conv2dShape one_channel_conv(int n, int oc, int h, int w, int k, int pad);
@@ -120,6 +129,13 @@ struct TrainRun {
 };
 TrainRun train_steps(const std::vector<LayerSpec>& specs, const Shape& chw, const Exec& ex,
                      const NetworkOptions& o, const OptimizerOptions& opt, int steps);
+// Step s's batch as train_steps takes it, on `dev`: n images (N, C, H, W) and labels.
+struct StepBatch {
+  int n = 0;
+  Buffer<float> x;
+  Buffer<int32_t> labels;
+};
+StepBatch step_batch(const Shape& chw, int classes, const NetworkOptions& o, int s, Device dev);
 
 // True when a config's parse error is only about a layer kind or key that lands from another
 // branch (BatchNorm, grouped/dilated conv, pooling, dropout, label smoothing): the model zoo's

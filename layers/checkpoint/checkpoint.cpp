@@ -93,6 +93,12 @@ std::vector<T> get_json_list(const SafetensorsFile& f, const std::string& key) {
   return list.get<std::vector<T>>();
 }
 
+// An input (C, H, W) a checkpoint may describe: one the data loaders produce.
+bool input_fits(const Shape& chw) {
+  return chw.size() == 3 && (chw[0] == 1 || chw[0] == 3) && chw[1] >= 1 &&
+         chw[1] <= kMaxInputSide && chw[2] >= 1 && chw[2] <= kMaxInputSide;
+}
+
 CheckpointMeta meta_of(const SafetensorsFile& f) {
   const std::string* format = f.find_metadata("format");
   CNN_CHECK(format && *format == kFormat,
@@ -120,9 +126,7 @@ CheckpointMeta meta_of(const SafetensorsFile& f) {
     std::copy(w.begin(), w.end(), m.train_window.begin());
   }
   CNN_CHECK(m.input_chw.size() == 3, "{}: metadata input_chw must have 3 values", f.path());
-  CNN_CHECK((m.input_chw[0] == 1 || m.input_chw[0] == 3) && m.input_chw[1] >= 1 &&
-                m.input_chw[1] <= kMaxInputSide && m.input_chw[2] >= 1 &&
-                m.input_chw[2] <= kMaxInputSide,
+  CNN_CHECK(input_fits(m.input_chw),
             "{}: metadata input_chw is {}, expected 1 or 3 channels and sides 1..{}", f.path(),
             shape_str(m.input_chw), kMaxInputSide);
   CNN_CHECK(!m.class_names.empty(), "{}: metadata 'classes' is empty", f.path());
@@ -152,6 +156,12 @@ void check_checkpoint_can_hold(const std::string& path, const CheckpointMeta& me
 
 void save_checkpoint(const std::string& path, const Network& net, const ParamOptimizer* opt,
                      const CheckpointMeta& meta) {
+  // Refused here rather than by the next read of the file (meta_of), which would refuse it.
+  CNN_CHECK(
+      input_fits(meta.input_chw),
+      "{}: cannot write a checkpoint of a network with input {}: checkpoints hold inputs of 1 "
+      "or 3 channels and sides 1..{} (the images the data loaders give)",
+      path, shape_str(meta.input_chw), kMaxInputSide);
   std::vector<float> params = net.params_to_host();
   std::vector<NamedTensor> tensors;
   for (const auto& p : net.param_infos())

@@ -44,6 +44,8 @@ struct Checkpoint {
   std::vector<float> buffers;  // flat, the network's buffer layout (batchnorm running statistics)
 };
 
+// Refuses, before writing anything, an input (meta.input_chw) that reading the file would refuse:
+// checkpoints hold networks of 1 or 3 input channels, as the data loaders give them.
 void save_checkpoint(const std::string& path, const Network& net, const ParamOptimizer* opt,
                      const CheckpointMeta& meta);
 
