@@ -38,16 +38,6 @@ Dataset subset(const Dataset& all, const std::vector<int32_t>& idx, const std::s
   return d;
 }
 
-void check_options(const DataOptions& opt) {
-  CNN_CHECK(opt.channels == 1 || opt.channels == 3, "data.channels is {}, expected 1 or 3",
-            opt.channels);
-  CNN_CHECK(
-      opt.height > 0 && opt.width > 0 && opt.height <= kMaxImageSide && opt.width <= kMaxImageSide,
-      "data.height/width are {}x{}, expected 1..{}", opt.height, opt.width, kMaxImageSide);
-  CNN_CHECK(opt.validation_split >= 0 && opt.validation_split < 1,
-            "data.validation_split is {}, expected a fraction in [0, 1)", opt.validation_split);
-}
-
 ImageLoadOptions image_options(const DataOptions& opt, const DataLoadHooks* hooks,
                                std::map<std::string, int64_t>* formats) {
   ImageLoadOptions io;
@@ -96,6 +86,18 @@ void load_idx(const DataOptions& opt, const DataLoadHooks* hooks, DataSplits& s)
 }
 
 }  // namespace
+
+void check_data_options(const DataOptions& opt) {
+  CNN_CHECK(opt.channels == 1 || opt.channels == 3,
+            "data.channels (model.input.channels) is {}, expected 1 or 3: the loaders give "
+            "grayscale or RGB images",
+            opt.channels);
+  CNN_CHECK(
+      opt.height > 0 && opt.width > 0 && opt.height <= kMaxImageSide && opt.width <= kMaxImageSide,
+      "data.height/width are {}x{}, expected 1..{}", opt.height, opt.width, kMaxImageSide);
+  CNN_CHECK(opt.validation_split >= 0 && opt.validation_split < 1,
+            "data.validation_split is {}, expected a fraction in [0, 1)", opt.validation_split);
+}
 
 const char* data_format_name(DataFormat f) {
   switch (f) {
@@ -171,7 +173,7 @@ void split_validation(Dataset all, double fraction, uint64_t seed, Dataset* trai
 }
 
 DataSplits load_data(const DataOptions& opt, const DataLoadHooks* hooks) {
-  check_options(opt);
+  check_data_options(opt);
   DataSplits s;
   std::map<std::string, int64_t>* train_formats = hooks ? hooks->train_formats : nullptr;
   std::map<std::string, int64_t>* test_formats = hooks ? hooks->test_formats : nullptr;

@@ -21,8 +21,13 @@ struct DataLoadHooks {
   std::map<std::string, int64_t>* test_formats = nullptr;
 };
 
+// What every format refuses in the options themselves (channels other than 1 or 3, sizes, the
+// validation fraction): the trainer asks before it makes a run folder. Throws cnn::Error naming
+// the config key.
+void check_data_options(const DataOptions& opt);
+
 // Dispatches on opt.format (idx / folder / list / synthetic), then holds out the validation
-// part. Throws cnn::Error naming the file or the config key at fault.
+// part (check_data_options first). Throws cnn::Error naming the file or the config key at fault.
 DataSplits load_data(const DataOptions& opt, const DataLoadHooks* hooks = nullptr);
 
 // Splits `fraction` of `all` (chosen by a permutation from `seed`) off into val; both parts keep

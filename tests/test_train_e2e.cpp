@@ -356,3 +356,18 @@ TEST(TrainE2E, ConfigFromCheckpoint) {
   EXPECT_THROW(resolve_resume_path((dir / "nothing").string()), Error);
   fs::remove_all(dir);
 }
+
+// A network input the data loaders cannot give (5 channels) is refused with the key before a run
+// folder is made, not after it by the loader.
+TEST(TrainE2E, InputChannelsTheLoadersCannotGiveLeaveNoRunFolder) {
+  fs::path dir = fresh_dir("channels5");
+  TrainConfig cfg = tiny(dir, {"model.input.channels=5"});
+  try {
+    run_training(cfg, TrainArgs{});
+    ADD_FAILURE() << "a 5-channel input was trained";
+  } catch (const Error& e) {
+    EXPECT_TRUE(test::contains(e.what(), "model.input.channels")) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir / cfg.name));
+  fs::remove_all(dir);
+}

@@ -585,6 +585,7 @@ void Trainer::finish() {
 int Trainer::run() {
   const TrainingOptions& tr = cfg_.training;
   startup_.mark("config");
+  check_data_options(cfg_.data);  // before a run folder is made for a run that cannot load data
   if (!claim_folders()) return 0;
   startup_.mark("run folder");
   DataOptions data_opt = cfg_.data;
