@@ -54,6 +54,20 @@ std::string device_description(Device d) {
 #endif
 }
 
+int current_device_sm_count() {
+#ifdef CNN_HAVE_CUDA
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    CNN_FAIL("cannot read the current GPU's SM count");
+  }
+  return sms;
+#else
+  return 0;
+#endif
+}
+
 Device resolve_device(const std::string& name) {
   if (name == "cpu") return Device::CPU;
   std::string why;

@@ -27,4 +27,7 @@ Device open_device(const std::string& name);
 
 bool built_with_cuda();
 
+// The current CUDA device's SM count (grids sized to fill the GPU); 0 without CUDA.
+int current_device_sm_count();
+
 }  // namespace cnn

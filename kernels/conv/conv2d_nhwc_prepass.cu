@@ -13,6 +13,7 @@
 #include "kernels/conv/conv2d_nhwc_prepass.h"
 #include "kernels/conv/direct_conv_common.cuh"  // block_sum
 #include "runtime/cuda_check.h"
+#include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/math_util.h"
 
@@ -369,8 +370,9 @@ void wgrad_nhwc_prepass_bf16_cuda(const NhwcCopyJob& x_copy, const NhwcCopyJob& 
   BiasArgs db{dy_copy.d_x, dy_copy.n, dy_copy.c, 0, dy_copy.hw, d_db};
   int64_t bias_blocks = 0;
   if (d_db) {
-    // About two blocks an SM of a large GPU in all, at least an image each.
-    db.parts = std::clamp((264 + db.oc - 1) / db.oc, 1, db.n);
+    // About two blocks an SM in all, at least an image each.
+    const int target = 2 * current_device_sm_count();
+    db.parts = std::clamp((target + db.oc - 1) / db.oc, 1, db.n);
     bias_blocks = int64_t(db.oc) * db.parts;
   }
   const int64_t blocks = x.blocks + dy.blocks + bias_blocks;

@@ -19,6 +19,7 @@
 
 #include "kernels/common/ptx.cuh"
 #include "runtime/cuda_check.h"
+#include "runtime/device.h"
 
 namespace cnn {
 namespace wgmma {
@@ -436,10 +437,7 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 
 // The device's SM count (the split-K pickers size their grids by it).
 inline int sm_count() {
-  int dev = 0, sms = 0;
-  CNN_CUDA_CHECK(cudaGetDevice(&dev));
-  CNN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return sms;
+  return current_device_sm_count();
 }
 
 // The largest split count, `splits` halved, of which the device can place a cluster of (1, 1,
