@@ -1,5 +1,6 @@
 #include "runtime/graph_overlap.h"
 
+#include <map>
 #include <vector>
 
 namespace cnn {
@@ -35,7 +36,8 @@ bool is_project_kernel(cudaGraphNode_t node) {
 }
 
 // Makes the kernel -> project-kernel edges of `g` programmatic; returns how many, or -1 with
-// *why set when the graph could not be read or changed.
+// *why set when the graph could not be read or changed. Only edges of a chain: a node with two
+// dependents or two dependencies (a fork onto a side stream, its join) keeps full edges.
 int make_edges_programmatic(cudaGraph_t g, GraphOverlap overlap, std::string* why) {
   size_t n = 0;
   cudaError_t err = cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &n);
@@ -43,9 +45,15 @@ int make_edges_programmatic(cudaGraph_t g, GraphOverlap overlap, std::string* wh
   std::vector<cudaGraphEdgeData> data(n);
   if (err == cudaSuccess && n > 0)
     err = cudaGraphGetEdges(g, from.data(), to.data(), data.data(), &n);
+  std::map<cudaGraphNode_t, int> out_degree, in_degree;
+  for (size_t i = 0; err == cudaSuccess && i < n; ++i) {
+    ++out_degree[from[i]];
+    ++in_degree[to[i]];
+  }
   int made = 0;
   for (size_t i = 0; err == cudaSuccess && i < n; ++i) {
     if (data[i].type != cudaGraphDependencyTypeDefault || data[i].from_port != 0) continue;
+    if (out_degree[from[i]] > 1 || in_degree[to[i]] > 1) continue;
     cudaGraphNodeType type;
     if (cudaGraphNodeGetType(from[i], &type) != cudaSuccess || type != cudaGraphNodeTypeKernel ||
         !is_project_kernel(to[i]))

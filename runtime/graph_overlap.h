@@ -4,7 +4,8 @@
 // ptx::griddep_enter (the first statement of every kernel of the project) for the upstream
 // grid's completion and writes, so that the gap between two dependent kernels (launch and block
 // scheduling) is hidden. Only edges into the project's own kernels (namespace cnn) change: a
-// library kernel (cuDNN in the bench) does not wait, and must keep its full dependency.
+// library kernel (cuDNN in the bench) does not wait, and must keep its full dependency. Only
+// edges of a chain change: a fork onto a side stream and its join keep full edges.
 //   AtExit:  the downstream kernel launches once every block of the upstream one has exited (the
 //            edge's programmatic port; our kernels do not signal earlier): it overlaps the
 //            upstream grid's completion, never its work.
