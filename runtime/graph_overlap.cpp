@@ -113,7 +113,11 @@ cudaError_t instantiate_graph(cudaGraphExec_t* exec, cudaGraph_t graph, GraphOve
     (void)cudaGetLastError();
     result->note = made == 0 ? "no kernel -> kernel edge into the project's kernels" : why;
   }
-  return cudaGraphInstantiate(exec, graph, kInstantiateFlags);
+  // Node priorities matter only where the step forks onto a side stream: a driver that refuses
+  // the flag still gets the graph.
+  if (cudaGraphInstantiate(exec, graph, kInstantiateFlags) == cudaSuccess) return cudaSuccess;
+  (void)cudaGetLastError();
+  return cudaGraphInstantiate(exec, graph, 0);
 }
 #endif
 
