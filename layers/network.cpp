@@ -547,19 +547,16 @@ void Network::backward_node(size_t i, int n, const float* x, const Exec& ex) {
   // Beside: the weight gradient reads dy on the side stream while the main one goes on, so dy
   // must be this node's own buffer, which no node after it in backward writes (a fused add's
   // branch end reads the shortcut input's, which that input's other consumers write next).
+  bool beside = false;
   if (opt_.weight_grads_beside && dy_from_[i] < 0) {
     SideStream& side = side_stream();
     Exec sx = ex;
     sx.stream = side.get();
-    if (layers_[i]->backward_beside(n, act_of(t, x), acts_[i], dy, dx, scratch_.data(),
-                                    side_scratch_.data(), ex, sx,
-                                    [&] { side.fork_from(ex.stream); })) {
-      if (sum)
-        add_forward(n * per_image(t), grad_acts_[size_t(t)], grad_sum_, grad_acts_[size_t(t)], ex);
-      return;
-    }
+    beside = layers_[i]->backward_beside(n, act_of(t, x), acts_[i], dy, dx, scratch_.data(),
+                                         side_scratch_.data(), ex, sx,
+                                         [&] { side.fork_from(ex.stream); });
   }
-  layers_[i]->backward(n, act_of(t, x), acts_[i], dy, dx, scratch_.data(), ex);
+  if (!beside) layers_[i]->backward(n, act_of(t, x), acts_[i], dy, dx, scratch_.data(), ex);
   if (sum)
     add_forward(n * per_image(t), grad_acts_[size_t(t)], grad_sum_, grad_acts_[size_t(t)], ex);
 }

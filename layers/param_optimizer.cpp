@@ -85,8 +85,7 @@ void ParamOptimizer::begin_step(double lr) {
 void ParamOptimizer::begin_step_from(const float* d_lr, const int64_t* d_update) {
   CNN_CHECK(d_lr && d_update, "optimizer step: null device learning rate or step counter");
   if (!early_) return;
-  begin_step(0.0);
-  step_no_ = 1;
+  begin_step(0.0);  // the values come from the device: lr and step number unused
   step_d_lr_ = d_lr;
   step_d_update_ = d_update;
 }
@@ -100,7 +99,7 @@ void ParamOptimizer::on_grads_ready(int64_t final_from) {
   Exec ex = net_.exec();
   SideStream& side = net_.side_stream();  // joined back by forward_backward
   side.fork_from(ex.stream);
-  if (ex.device == Device::CUDA) ex.stream = side.get();
+  ex.stream = side.get();  // null on the CPU, which has no streams
   update(from, pending_end_, step_lr_, step_no_, step_d_lr_, step_d_update_, 1.0f, ex);
   pending_end_ = from;
 }

@@ -40,6 +40,16 @@ OptimizerOptions adam(OptimizerType type) {
   return o;
 }
 
+// Overwritten gradients and the weight gradients beside backward, a fresh seed.
+NetworkOptions beside_options(int max_batch) {
+  NetworkOptions o;
+  o.max_batch = max_batch;
+  o.seed = test::fresh_seed();
+  o.overwrite_grads = true;
+  o.weight_grads_beside = true;
+  return o;
+}
+
 }  // namespace
 
 TEST(EarlyUpdate, KeptRangesSlice) {
@@ -119,23 +129,15 @@ TEST(EarlyUpdate, RunDuringBackward) {
 // Weight gradients beside backward (conv2's and the linear layers'), alone and with early
 // updates: on the CPU the same passes in another order, the same bits.
 TEST(EarlyUpdate, WeightGradientsBesideAreBitwiseTheSame) {
-  NetworkOptions o;
-  o.max_batch = 8;
-  o.seed = test::fresh_seed();
+  const NetworkOptions o = beside_options(8);
   SCOPED_TRACE("seed " + std::to_string(o.seed));
-  o.overwrite_grads = true;
-  o.weight_grads_beside = true;
   test::expect_early_updates_keep_the_bits(test::small_net(4, 6, 40), {1, 12, 12}, Exec{}, o,
                                            adam(OptimizerType::AdamW), 4, {0, 1});
 }
 
 TEST(EarlyUpdate, NormalizationNetworkIsBitwiseTheSame) {
-  NetworkOptions o;
-  o.max_batch = 6;
-  o.seed = test::fresh_seed();
+  const NetworkOptions o = beside_options(6);
   SCOPED_TRACE("seed " + std::to_string(o.seed));
-  o.overwrite_grads = true;
-  o.weight_grads_beside = true;
   test::expect_early_updates_keep_the_bits(test::norm_net(), {3, 9, 9}, Exec{}, o, sgd_nesterov(),
                                            3, {0, 1, 64});
 }
