@@ -37,6 +37,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -84,10 +85,6 @@ class Rng {
  private:
   std::mt19937_64 g_;
 };
-
-inline int gcd(int a, int b) {
-  return b == 0 ? a : gcd(b, a % b);
-}
 
 class Generator {
  public:
@@ -143,7 +140,7 @@ class Generator {
   // Groups for a conv from cin to cout: 1 mostly, else a common divisor (cin itself: depthwise).
   int pick_groups(int cin, int cout) {
     std::vector<int> divisors;
-    for (int d = 2; d <= gcd(cin, cout); ++d)
+    for (int d = 2; d <= std::gcd(cin, cout); ++d)
       if (cin % d == 0 && cout % d == 0) divisors.push_back(d);
     if (divisors.empty() || rng_.chance(0.55)) return 1;
     return rng_.pick(divisors);
