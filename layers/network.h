@@ -55,7 +55,9 @@ struct NetworkOptions {
   bool overwrite_grads = false;
   // Training: convolutions' and linear layers' weight gradients run on the side stream
   // (side_stream(), Layer::backward_beside), beside their input gradients and the rest of
-  // backward (CNN_WGRAD_BESIDE=1); the same bits.
+  // backward; the same bits. A second stream and scratch, so off by default: the trainer and
+  // bench turn it on for a GPU's training step (CNN_WGRAD_BESIDE=0 keeps it off there), where
+  // it measured faster on every net (docs/performance.md, "Work beside backward").
   bool weight_grads_beside = false;
 };
 

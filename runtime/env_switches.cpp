@@ -309,10 +309,10 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "1: a training step updates each range of parameters as soon as backward has finished "
        "their gradients, on a second stream beside the rest of backward (SGD, Adam, AdamW "
        "without clip_grad_norm, one GPU; same bits); 0 (default): one update after backward"},
-      {"CNN_WGRAD_BESIDE", "0|1",
-       "1: training runs convolutions' and linear layers' weight gradients on a second stream "
-       "beside their input gradients and the rest of backward (same bits); 0 (default): on "
-       "the one stream"},
+      {"CNN_WGRAD_BESIDE", "1|0",
+       "1 (default): training on a GPU runs convolutions' and linear layers' weight gradients on "
+       "a second stream beside their input gradients and the rest of backward (same bits); 0: "
+       "in turn on the one stream"},
       {"CNN_GRAPH_OVERLAP", "exit|start|0",
        "when the training step's graph launches a kernel, which then waits on the GPU for the "
        "one before it (programmatic dependent launch; same results): once every block of the "

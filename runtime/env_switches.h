@@ -60,10 +60,10 @@ struct EnvSwitches {
   // beside the rest of backward (ParamOptimizer::enable_early_updates; same bits); 0: one update
   // of every parameter after backward.
   bool early_update = false;
-  // CNN_WGRAD_BESIDE=0 (default) | 1: training runs convolutions' and linear layers' weight
-  // gradients on a second stream beside their input gradients and the rest of backward
-  // (NetworkOptions::weight_grads_beside; same bits).
-  bool wgrad_beside = false;
+  // CNN_WGRAD_BESIDE=1 (default) | 0: training on a GPU runs convolutions' and linear layers'
+  // weight gradients on a second stream beside their input gradients and the rest of backward
+  // (NetworkOptions::weight_grads_beside; same bits); 0: in turn on the one stream.
+  bool wgrad_beside = true;
   // Debugging switches of the kernels.
   GemmPathSwitch gemm_path = GemmPathSwitch::Auto;  // CNN_GEMM_PATH=strided|tile|wgmma|auto
   // CNN_WGMMA_MN=tma (default) | gather: the wgmma GEMM loads an M/N-contiguous operand by TMA

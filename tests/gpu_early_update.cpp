@@ -81,7 +81,8 @@ TEST(GpuEarlyUpdate, AtomicTrainingAgreesWithinRounding) {
 }
 
 // tiny with a 600-wide hidden layer, deterministic, 40 steps at batch 48 (full batches replay
-// the captured step, the partial ones run eagerly): the weights of a run without the switch.
+// the captured step, the partial ones run eagerly), CNN_EARLY_UPDATE and CNN_WGRAD_BESIDE at 1:
+// the weights of a run with both at 0.
 TEST(GpuEarlyUpdate, CapturedTrainerStepKeepsTheBits) {
   CNN_REQUIRE_GPU();
   const fs::path dir = test::fresh_dir("gpu_early_update", "trainer");
@@ -101,9 +102,10 @@ TEST(GpuEarlyUpdate, CapturedTrainerStepKeepsTheBits) {
       return dir / name / cfg.name;
     };
     const fs::path on = run(std::string("on_") + type, "1");
-    const fs::path off = run(std::string("off_") + type, nullptr);
+    const fs::path off = run(std::string("off_") + type, "0");
     EXPECT_EQ(test::checkpoint_weights(on / "last.safetensors"),
               test::checkpoint_weights(off / "last.safetensors"));
+    EXPECT_TRUE(test::contains(test::slurp(off / "train.log"), "in turn on one stream"));
     const std::string log = test::slurp(on / "train.log");
     EXPECT_TRUE(test::contains(log, "optimizer: early updates")) << log;
     EXPECT_TRUE(test::contains(log, "on a second stream beside the rest")) << log;

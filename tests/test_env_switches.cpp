@@ -132,10 +132,10 @@ const std::vector<SwitchCases>& switch_cases() {
        {{nullptr, true}, {"1", true}, {"0", false}},
        {"yes", "2"},
        "0 or 1"},
-      // Linear weight gradients beside backward: off unless set to 1.
+      // Weight gradients beside backward: on unless set to 0.
       {"CNN_WGRAD_BESIDE",
        field<&EnvSwitches::wgrad_beside>,
-       {{nullptr, false}, {"0", false}, {"1", true}},
+       {{nullptr, true}, {"0", false}, {"1", true}},
        {"yes", "2"},
        "0 or 1"},
       // The optimizer's early updates: off unless set to 1.

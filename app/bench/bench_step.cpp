@@ -85,6 +85,7 @@ void bench_one(const BenchContext& ctx, const NetDesc& net, int batch, Precision
   no.seed = opt.seed;
   no = with_env_switches(no, process_env_switches());
   no.overwrite_grads = process_env_switches().grad_overwrite;  // one backward an update, as here
+  no.weight_grads_beside = process_env_switches().wgrad_beside;  // as the trainer on a GPU
   Network model(specs, net.input_chw, no, ex);
   // algo: auto as the trainer runs it: each pass's variant timed once on these shapes. Timed
   // afresh unless CNN_AUTOTUNE_CACHE names a file: then its choices are read and new ones saved,
@@ -152,7 +153,7 @@ void bench_one(const BenchContext& ctx, const NetDesc& net, int batch, Precision
     r.status = "ok";
     if (!tuned.empty()) append(r.note, fmt::format("algo auto tuned {} passes", tuned.size()));
     if (optimizer.early_updates()) append(r.note, "early updates (CNN_EARLY_UPDATE=1)");
-    if (no.weight_grads_beside) append(r.note, "weight gradients beside (CNN_WGRAD_BESIDE=1)");
+    if (!no.weight_grads_beside) append(r.note, "weight gradients in turn (CNN_WGRAD_BESIDE=0)");
     fill_rate(r, p);
     r.images_per_s = batch / (r.median_us * 1e-6);
     rows.push_back(r);

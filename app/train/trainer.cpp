@@ -286,6 +286,8 @@ void Trainer::load_model_and_data() {
   // Each step runs one forward_backward, then the update (step_launches_): backward may write
   // the gradients it can instead of adding to them.
   nopt.overwrite_grads = env_.grad_overwrite;
+  // A CPU has no second stream for the weight gradients to overlap on, only a scratch to pay.
+  nopt.weight_grads_beside = env_.wgrad_beside && ex_.device == Device::CUDA;
   try {
     net_ = std::make_unique<Network>(cfg_.model.layers, cfg_.model.input_chw, nopt, ex_);
   } catch (const Error& e) {
@@ -408,11 +410,10 @@ void Trainer::prepare_steps() {
     dp_->attach(*net_, ex_, kGradBucketBytes);
     if (lead_) log_->info("data-parallel: {} gradient bucket(s)", dp_->num_buckets());
   }
-  if (env_.wgrad_beside)
-    log_->info(
-        "backward: convolutions' and linear layers' weight gradients {} (CNN_WGRAD_BESIDE=1)",
-        ex_.device == Device::CUDA ? "on a second stream beside their input gradients"
-                                   : "in turn (one CPU stream)");
+  if (ex_.device == Device::CUDA)
+    log_->info("backward: convolutions' and linear layers' weight gradients {}",
+               env_.wgrad_beside ? "on a second stream beside their input gradients"
+                                 : "in turn on one stream (CNN_WGRAD_BESIDE=0)");
   if (env_.early_update) {
     const std::string why = opt_->enable_early_updates();  // after dp_'s hook, which it refuses
     if (why.empty())
