@@ -107,8 +107,9 @@ TensorError worst_tensor_error(const std::vector<ParamInfo>& infos, const std::v
       ng += g * g;
       nw += w * w;
     }
-    double floor = floor_factor * rms_max * std::sqrt(double(p.numel()));
-    if (std::sqrt(nw) < 1e-3 * floor) floor = rms_max * std::sqrt(double(p.numel()));
+    const double network_scale = rms_max * std::sqrt(double(p.numel()));
+    double floor = floor_factor * network_scale;
+    if (std::sqrt(nw) < 1e-3 * floor) floor = network_scale;
     const double e = std::sqrt(diff) / std::max({std::sqrt(ng), std::sqrt(nw), floor, 1e-30});
     if (!(e <= worst.error)) worst = {e, p.name};  // NaN counts as the worst
   }
