@@ -116,6 +116,15 @@ EnvSwitches read_env_switches() {
     else
       CNN_FAIL("CNN_WGMMA_MN='{}': expected tma or gather", s);
   }
+  if (const char* v = get("CNN_WGMMA_SPLITS")) {
+    const std::string s(v);
+    if (s == "auto")
+      e.wgmma_gemm_splits = 0;
+    else if (s == "1" || s == "2" || s == "4" || s == "8" || s == "16")
+      e.wgmma_gemm_splits = std::stoi(s);
+    else
+      CNN_FAIL("CNN_WGMMA_SPLITS='{}': expected 1, 2, 4, 8, 16 or auto", s);
+  }
   if (const char* v = get("CNN_WGMMA_CONV_GATHER")) {
     const std::string s(v);
     if (s == "async")
@@ -322,6 +331,9 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_WGMMA_MN", "tma|gather",
        "how the wgmma GEMM loads M/N-contiguous operands (tma: TMA, then a shared-memory "
        "transpose)"},
+      {"CNN_WGMMA_SPLITS", "auto|1|2|4|8|16",
+       "the k splits (blocks of one cluster) of every wgmma GEMM launch, where the caller leaves "
+       "the count to the GEMM (auto: its pick)"},
       {"CNN_WGMMA_CONV_GATHER", "async|waitgroup|sync",
        "how the wgmma convolution gathers im2col (async: cp.async + mbarrier; waitgroup: "
        "cp.async groups; sync: loads and stores)"},

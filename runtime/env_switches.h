@@ -69,6 +69,9 @@ struct EnvSwitches {
   // CNN_WGMMA_MN=tma (default) | gather: the wgmma GEMM loads an M/N-contiguous operand by TMA
   // and transposes it in shared memory, or with the producer's transposing loads (gather).
   bool wgmma_mn_tma = true;
+  // CNN_WGMMA_SPLITS=1|2|4|8|16|auto: the wgmma GEMM's k splits where its caller leaves them
+  // to it (0: auto, gemm_wgmma_pick_splits).
+  int wgmma_gemm_splits = 0;
   // CNN_WGMMA_CONV_GATHER=async (default) | waitgroup | sync: how the wgmma convolution's
   // producer fills its stages (kernels/conv/conv2d_wgmma.h, WgmmaConvGather).
   WgmmaConvGatherSwitch wgmma_conv_gather = WgmmaConvGatherSwitch::Async;

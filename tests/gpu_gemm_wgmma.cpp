@@ -391,7 +391,7 @@ TEST(GpuGemmWgmma, SplitKExactAndRepeat) {
   // 1: seven of eight ranks add nothing but still take part in the reduction).
   const int sizes[][3] = {{test::network_batch(), 1024, 3136}, {130, 140, 7}};
   for (const auto& sz : sizes)
-    for (int splits : {1, 2, 4, 8}) {
+    for (int splits : {1, 2, 4, 8, 16}) {
       Case c;
       c.m = sz[0];
       c.n = sz[1];

@@ -13,7 +13,7 @@
 //   RoundsToNearestEven random operands: within FP32 summation error of the rounded-operand twin
 //                       (truncation or TF32 would miss by ~2^-9 relative), and the staged and
 //                       gathered tiles hand the tensor cores the same bits (bitwise equal).
-//   SplitsForced        splits 1, 2, 4, 8 on fc1's forward, input- and weight-gradient shapes
+//   SplitsForced        splits 1, 2, 4, 8, 16 on fc1's forward, input- and weight-gradient shapes
 //                       and a k shorter than the split count: exact on integers, bitwise
 //                       repeatable on random floats.
 //   AwkwardShapes       m, n, k from {1, 7, 33, 100, 129, 1024, 3136}, every transpose, leading
@@ -366,7 +366,7 @@ TEST(GpuGemmWgmmaBf16, SplitsForced) {
     cr.fill = Fill::Random;
     cr.bias = cr.relu = cs[4] == 0;
     const Problem random = make_problem(cr, seed + 10);
-    for (int splits : {1, 2, 4, 8}) {
+    for (int splits : {1, 2, 4, 8, 16}) {
       SCOPED_TRACE(describe(c) + " splits=" + std::to_string(splits) +
                    " seed=" + std::to_string(seed));
       const Result e = launch(exact, staged_opt(splits));

@@ -69,6 +69,12 @@ const std::vector<SwitchCases>& switch_cases() {
        {{nullptr, 0}, {"auto", 0}, {"1", 1}, {"2", 2}},
        {"3"},
        "1, 2 or auto"},
+      // The wgmma GEMM's k splits; 0: its pick.
+      {"CNN_WGMMA_SPLITS",
+       field<&EnvSwitches::wgmma_gemm_splits>,
+       {{nullptr, 0}, {"auto", 0}, {"1", 1}, {"2", 2}, {"4", 4}, {"8", 8}, {"16", 16}},
+       {"3", "32"},
+       "1, 2, 4, 8, 16 or auto"},
       // Tile rows of the wgmma-nhwc convolution; 0: auto.
       {"CNN_WGMMA_NHWC_BM",
        field<&EnvSwitches::wgmma_nhwc_block_m>,

@@ -65,7 +65,9 @@ constexpr int k_tile(bool bf16) {
 constexpr int kFloatBoxK = 32;      // k of a TMA box of FP32 (128 bytes, the swizzle's limit)
 constexpr int kEpiPitch = kBN + 4;  // floats; rows stay 16-byte aligned
 static_assert(kBM == kBN, "the gather maps one producer thread per tile row");
-constexpr int kMaxSplits = 8;  // portable cluster size
+// The picker stays within the portable cluster size; 16 splits (a non-portable cluster, placed
+// where a GPC has 16 free SMs, else fewer: placeable_splits) run only when asked for.
+constexpr int kMaxSplits = 16, kMaxPickedSplits = 8;
 
 // How the producer fills an operand's K-major tile:
 //   kTmaK:   TMA straight into the swizzled K-major tile (K-contiguous operand);
@@ -607,14 +609,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // Only items with a column to store load (see the relaxed barrier at the end).
         if (idx >= items || m >= p.M || n0 + c4 >= p.N) continue;
         const uint32_t local = base + uint32_t(r * kEpiPitch + c4) * 4;
-        float4 sum = ld_cluster_v4(map_rank(local, 0));
-        for (uint32_t q = 1; q < nsplit; ++q) {
-          const float4 v = ld_cluster_v4(map_rank(local, q));
-          sum.x += v.x;
-          sum.y += v.y;
-          sum.z += v.z;
-          sum.w += v.w;
-        }
+        const float4 sum = ptx::sum_over_ranks<kMaxSplits>(local, nsplit);
         vals[b][0] = sum.x;
         vals[b][1] = sum.y;
         vals[b][2] = sum.z;
@@ -655,14 +650,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // the relaxed barrier at the end.
       if (m >= p.M || n0 + c4 >= p.N) continue;
       const uint32_t local = base + uint32_t(r * kEpiPitch + c4) * 4;
-      float4 sum = ld_cluster_v4(map_rank(local, 0));
-      for (uint32_t q = 1; q < nsplit; ++q) {
-        const float4 v = ld_cluster_v4(map_rank(local, q));
-        sum.x += v.x;
-        sum.y += v.y;
-        sum.z += v.z;
-        sum.w += v.w;
-      }
+      const float4 sum = ptx::sum_over_ranks<kMaxSplits>(local, nsplit);
       const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
       float* crow = p.c + int64_t(m) * p.ldc;
       if (p.vec_c && n0 + c4 + 3 < p.N) {
@@ -816,7 +804,7 @@ int gemm_wgmma_pick_splits(int m, int n, int k, Precision precision) {
   const int ktiles = ceil_div(k, k_tile(precision == Precision::BF16));
   const int64_t sms = sm_count();
   int s = 1;
-  while (s * 2 <= kMaxSplits && tiles * s * 2 <= sms && ktiles / (s * 2) >= 4) s *= 2;
+  while (s * 2 <= kMaxPickedSplits && tiles * s * 2 <= sms && ktiles / (s * 2) >= 4) s *= 2;
   return s;
 }
 
@@ -832,9 +820,12 @@ void gemm_wgmma(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
             "gemm_wgmma: leading dimensions lda={} ldb={} ldc={} too small for m={} n={} k={}", lda,
             ldb, ldc, m, n, k);
   const bool bf16 = opt.precision == Precision::BF16;
-  const int splits = opt.splits > 0 ? opt.splits : gemm_wgmma_pick_splits(m, n, k, opt.precision);
-  CNN_CHECK(splits == 1 || splits == 2 || splits == 4 || splits == 8,
-            "gemm_wgmma: splits={} (expected 1, 2, 4 or 8)", splits);
+  const int env_splits = process_env_switches().wgmma_gemm_splits;
+  const int splits = opt.splits > 0   ? opt.splits
+                     : env_splits > 0 ? env_splits
+                                      : gemm_wgmma_pick_splits(m, n, k, opt.precision);
+  CNN_CHECK(splits == 1 || splits == 2 || splits == 4 || splits == 8 || splits == 16,
+            "gemm_wgmma: splits={} (expected 1, 2, 4, 8 or 16)", splits);
 
   Params p{};
   p.a = Operand{d_a, lda, m, !trans_a};

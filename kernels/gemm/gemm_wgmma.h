@@ -49,7 +49,8 @@ bool gemm_wgmma_available();
 enum class WgmmaMnLoad { Default, Gather, Tma };
 
 struct WgmmaOptions {
-  int splits = 0;             // k split across a cluster: 0 picks (1..8), else 1, 2, 4 or 8
+  int splits =
+      0;  // k split across a cluster: 0 picks (CNN_WGMMA_SPLITS, else 1..8), else 1, 2, 4, 8 or 16
   bool force_gather = false;  // load both operands with the producer's gather, never TMA (tests)
   WgmmaMnLoad mn_load = WgmmaMnLoad::Default;
   Precision precision = Precision::TF32;  // TF32, BF16, or FP32 (3xTF32)

@@ -488,6 +488,9 @@ void launch_split_k_clusters(void (*kernel)(Params...), dim3 tiles, int splits, 
                              Args&&... args) {
   CNN_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  // Clusters of more than 8 blocks (16 splits) are non-portable: the kernel has to allow them.
+  if (splits > 8)
+    CNN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   splits = placeable_splits(reinterpret_cast<const void*>(kernel), splits, threads, smem_bytes);
   cudaLaunchConfig_t cfg{};
   cudaLaunchAttribute attr[1];
