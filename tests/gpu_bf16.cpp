@@ -434,13 +434,16 @@ std::vector<double> gemm_ref(const GemmCase& c, const std::vector<double>& a,
 TEST(GpuBf16, GemmTilePaths) {
   CNN_REQUIRE_GPU();
   // The linear layer's products at odd sizes (k not a multiple of 16, m or n below a tile),
-  // batch 1 and 257; leading dimensions multiples of 4 so that the 16-byte path takes them.
-  const std::vector<GemmCase> cases = {{false, true, 37, 45, 77},   {false, false, 64, 48, 100},
-                                       {true, false, 45, 52, 257},  {true, true, 20, 36, 33},
-                                       {false, true, 1, 130, 300},  {false, true, 257, 10, 36},
-                                       {true, false, 120, 84, 128}, {false, false, 130, 68, 17}};
+  // batch 1 and 257; leading dimensions multiples of 4 so that the 16-byte paths take them. The
+  // last two span several wide (128 x 128) tiles with ragged edges: fc1's weight gradient at an
+  // odd batch, and every transpose of another shape.
+  const std::vector<GemmCase> cases = {{false, true, 37, 45, 77},      {false, false, 64, 48, 100},
+                                       {true, false, 45, 52, 257},     {true, true, 20, 36, 33},
+                                       {false, true, 1, 130, 300},     {false, true, 257, 10, 36},
+                                       {true, false, 120, 84, 128},    {false, false, 130, 68, 17},
+                                       {true, false, 1024, 3136, 129}, {true, true, 300, 260, 70}};
   for (const GemmCase& c : cases) {
-    for (GemmPath path : {GemmPath::StridedTile, GemmPath::VecTile}) {
+    for (GemmPath path : {GemmPath::StridedTile, GemmPath::VecTile, GemmPath::VecTileWide}) {
       const uint64_t seed = test::fresh_seed();
       char buf[160];
       std::snprintf(buf, sizeof buf, "ta=%d tb=%d m=%d n=%d k=%d path %s seed %llu", c.ta, c.tb,

@@ -20,6 +20,8 @@
 #include "tests/gemm_error_measure.h"
 #include "tests/test_util.h"
 #ifdef CNN_HAVE_CUDA
+#include <cuda_runtime.h>
+
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_wgmma.h"
 #endif
@@ -196,9 +198,9 @@ TEST(GpuGemmCuda, SplitKIsBitwiseRepeatable) {
 #endif
 }
 
-// FP32 as 3xTF32 on the 16-byte tile (Fp32Math::Tf32x3; the weight gradient's path in FP32 and
-// every pass's off Hopper): every transpose, awkward m, n and k, alpha, beta, bias, ReLU, split
-// k, held to the FFMA tolerance; bitwise repeatable.
+// FP32 as 3xTF32 on the 16-byte tiles, 64 x 64 and wide (Fp32Math::Tf32x3; the weight
+// gradient's path in FP32 and every pass's off Hopper): every transpose, awkward m, n and k,
+// alpha, beta, bias, ReLU, split k, held to the FFMA tolerance; bitwise repeatable.
 TEST(GpuGemmCuda, Fp32As3xTf32OnTheVecTile) {
   CNN_REQUIRE_GPU();
 #ifdef CNN_HAVE_CUDA
@@ -212,13 +214,15 @@ TEST(GpuGemmCuda, Fp32As3xTf32OnTheVecTile) {
       c.align4 = true;
       const uint64_t seed = test::fresh_seed();
       SCOPED_TRACE(describe(c) + " seed=" + std::to_string(seed));
-      GemmPath took = GemmPath::Auto;
-      const double err = run_case(c, Precision::FP32, seed, /*check_repeat=*/true,
-                                  GemmPath::VecTile, &took, Fp32Math::Tf32x3);
-      EXPECT_EQ(took, GemmPath::VecTile);
-      std::printf("3xtf32 vec tile %dx%dx%d ta=%d tb=%d: rel err %.3g\n", c.m, c.n, c.k, c.ta, c.tb,
-                  err);
-      EXPECT_LE(err, tolerance(Precision::FP32, c.k)) << "rel err " << err;
+      for (GemmPath path : {GemmPath::VecTile, GemmPath::VecTileWide}) {
+        GemmPath took = GemmPath::Auto;
+        const double err = run_case(c, Precision::FP32, seed, /*check_repeat=*/true, path, &took,
+                                    Fp32Math::Tf32x3);
+        EXPECT_EQ(took, path);
+        std::printf("3xtf32 %s %dx%dx%d ta=%d tb=%d: rel err %.3g\n", gemm_path_name(path), c.m,
+                    c.n, c.k, c.ta, c.tb, err);
+        EXPECT_LE(err, tolerance(Precision::FP32, c.k)) << "rel err " << err;
+      }
     }
 #endif
 }
@@ -233,8 +237,8 @@ TEST(GpuGemmCuda, AllPathsAwkwardShapes) {
   const int sizes[][3] = {{1, 1, 1},      {3, 5, 7},       {65, 33, 17}, {130, 70, 301},
                           {17, 200, 999}, {129, 10, 1023}, {31, 129, 3}, {64, 64, 32},
                           {10, 97, 130},  {128, 67, 10},   {5, 9, 40}};
-  const GemmPath paths[] = {GemmPath::StridedTile, GemmPath::VecTile, GemmPath::SmallDot,
-                            GemmPath::SmallM, GemmPath::SmallK};
+  const GemmPath paths[] = {GemmPath::StridedTile, GemmPath::VecTile, GemmPath::VecTileWide,
+                            GemmPath::SmallDot,    GemmPath::SmallM,  GemmPath::SmallK};
   int which = 0;
   for (GemmPath path : paths)
     for (Precision prec : {Precision::FP32, Precision::TF32})
@@ -258,8 +262,10 @@ TEST(GpuGemmCuda, AllPathsAwkwardShapes) {
             const bool small =
                 path == GemmPath::SmallDot || path == GemmPath::SmallM || path == GemmPath::SmallK;
             EXPECT_LE(err, tolerance(small ? Precision::FP32 : prec, c.k)) << "rel err " << err;
-            if (path == GemmPath::VecTile) {
-              EXPECT_EQ(took, layout == 0 ? GemmPath::VecTile : GemmPath::StridedTile)
+            if (path == GemmPath::VecTile || path == GemmPath::VecTileWide) {
+              // FP32 (FFMA here) has no wide tile: the 64 x 64 one runs it.
+              const GemmPath vec = prec == Precision::FP32 ? GemmPath::VecTile : path;
+              EXPECT_EQ(took, layout == 0 ? vec : GemmPath::StridedTile)
                   << "16-byte path taken / not taken as the alignment says";
             } else {
               EXPECT_EQ(took, path);
@@ -279,6 +285,7 @@ TEST(GpuGemmCuda, NetworkShapesPathsAndBitwiseRepeat) {
     GemmPath expect;
     bool wgmma_in_tf32 = false;  // both operands K-major: Wgmma on a Hopper GPU in TF32
     bool wgmma_staged = false;  // B transposed, TMA-aligned: Wgmma there unless CNN_WGMMA_MN=gather
+    bool wide_in_tf32 = false;  // at least 4 tiles of 64 x 64 an SM: VecTileWide in TF32
   };
   // As linear.cpp calls gemm_cuda: forward (x, w^T), dgrad (dy, w), wgrad (dy^T, x; beta 1).
   const int nb = test::network_batch();
@@ -289,7 +296,12 @@ TEST(GpuGemmCuda, NetworkShapesPathsAndBitwiseRepeat) {
        GemmPath::VecTile,
        false,
        true},
-      {"fc1 wgrad", {true, false, 1024, 3136, nb, 0, 1.f, 1.f, false, false}, GemmPath::VecTile},
+      {"fc1 wgrad",
+       {true, false, 1024, 3136, nb, 0, 1.f, 1.f, false, false},
+       GemmPath::VecTile,
+       false,
+       false,
+       true},
       {"fc2 fwd", {false, true, nb, 10, 1024, 0, 1.f, 0.f, true, false}, GemmPath::SmallDot},
       {"fc2 dgrad", {false, false, nb, 1024, 10, 0, 1.f, 0.f, false, false}, GemmPath::SmallK},
       {"fc2 wgrad", {true, false, 10, 1024, nb, 0, 1.f, 1.f, false, false}, GemmPath::SmallM},
@@ -309,7 +321,12 @@ TEST(GpuGemmCuda, NetworkShapesPathsAndBitwiseRepeat) {
           const bool wgmma =
               (nc.wgmma_in_tf32 || (nc.wgmma_staged && process_env_switches().wgmma_mn_tma)) &&
               prec == Precision::TF32 && gemm_wgmma_available();
-          EXPECT_EQ(took, wgmma ? GemmPath::Wgmma : nc.expect);
+          int dev = 0, sms = 0;
+          ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+          ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
+          const bool wide = nc.wide_in_tf32 && prec == Precision::TF32 &&
+                            int64_t(nc.c.m / 64) * (nc.c.n / 64) >= 4 * int64_t(sms);
+          EXPECT_EQ(took, wgmma ? GemmPath::Wgmma : wide ? GemmPath::VecTileWide : nc.expect);
         }
         if (path == GemmPath::StridedTile) {
           EXPECT_EQ(took, GemmPath::StridedTile);

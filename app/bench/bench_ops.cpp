@@ -1051,10 +1051,11 @@ void bench_linear(const BenchContext& ctx, std::vector<BenchRow>& rows, const st
         rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
       }
       // The tensor-core GEMM paths side by side, called as linear.cpp calls gemm_cuda: the
-      // mma.sync 16-byte tile path and, on a compute capability 9.0 GPU, the wgmma + TMA one
-      // (TF32 and BF16 alike).
+      // mma.sync 16-byte tile path in 64 x 64 and 128 x 128 tiles and, on a compute capability
+      // 9.0 GPU, the wgmma + TMA one (TF32 and BF16 alike).
       if (p != Precision::FP32) {
-        std::vector<std::pair<const char*, GemmPath>> paths = {{"gemm:vec", GemmPath::VecTile}};
+        std::vector<std::pair<const char*, GemmPath>> paths = {
+            {"gemm:vec", GemmPath::VecTile}, {"gemm:vec-wide", GemmPath::VecTileWide}};
         if (gemm_wgmma_available()) paths.push_back({"gemm:wgmma", GemmPath::Wgmma});
         for (const auto& [label, path] : paths) {
           Candidate c;

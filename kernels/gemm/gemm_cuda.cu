@@ -1,7 +1,8 @@
 // Dense GEMM on the GPU (see gemm_cuda.h): dispatch between
 //   the 16-byte tile path (gemm_tile_vec.cuh): 64x64 tiles, BK 32, 16-byte cp.async into
 //     operand-major shared tiles, FP32 FFMA 8x4 micro-tiles, TF32 / BF16 mma.sync or FP32 as
-//     3xTF32 mma.sync (Fp32Math::Tf32x3), cluster split-K;
+//     3xTF32 mma.sync (Fp32Math::Tf32x3), cluster split-K; on the tensor cores also 128x128
+//     tiles (VecTileWide) for outputs of many tiles;
 //   the strided tile path (gemm_tile.cuh's main loop with plain strided 4-byte loaders):
 //     _simt: FP32 FFMA, 8x4 register micro-tile per thread (64x64 or 128x32 block tiles)
 //     _tf32: mma.sync m16n8k8 TF32, 32x32 warp tiles (same block tiles);
@@ -105,33 +106,47 @@ bool vec_ok(const float* a, int lda, const float* b, int ldb) {
   return aligned(a) && aligned(b) && lda % 4 == 0 && ldb % 4 == 0;
 }
 
-template <Mma kMma, bool kAK, bool kBK>
+template <Mma kMma, bool kAK, bool kBK, bool kWide>
 void run_vec(const vgemm::Problem& p, cudaStream_t stream) {
-  using C = vgemm::Cfg<64, 64, 32, 4, kMma, kAK, kBK>;
+  using C = std::conditional_t<kWide, vgemm::Cfg<128, 128, 32, 3, kMma, kAK, kBK, 256>,
+                               vgemm::Cfg<64, 64, 32, 4, kMma, kAK, kBK>>;
   const igemm::DeviceInfo dev = igemm::device_info();
   const int64_t tiles = ceil_div<int64_t>(p.M, C::BM) * ceil_div<int64_t>(p.N, C::BN);
   // Split k (cluster, <= 8 ways, >= 2 k-tiles of 32 each) until ~2 blocks per SM.
   const int splits = dev.clusters ? igemm::pick_splits(tiles, ceil_div(p.K, C::BK),
                                                        2 * static_cast<int64_t>(dev.sms), 8, 2)
                                   : 1;
-  vgemm::launch<C>(
-      p, splits, stream,
-      mma_tag(kMma, "gemm_vec_simt", "gemm_vec_tf32", "gemm_vec_bf16", "gemm_vec_3xtf32"));
+  if constexpr (kWide)
+    vgemm::launch<C>(
+        p, splits, stream,
+        mma_tag(kMma, "", "gemm_vec_wide_tf32", "gemm_vec_wide_bf16", "gemm_vec_wide_3xtf32"));
+  else
+    vgemm::launch<C>(
+        p, splits, stream,
+        mma_tag(kMma, "gemm_vec_simt", "gemm_vec_tf32", "gemm_vec_bf16", "gemm_vec_3xtf32"));
 }
 
-template <Mma kMma>
+template <Mma kMma, bool kWide = false>
 void run_vec_layout(const vgemm::Problem& p, bool a_mcontig, bool b_ncontig, cudaStream_t stream) {
   if (a_mcontig) {
     if (b_ncontig)
-      run_vec<kMma, true, true>(p, stream);
+      run_vec<kMma, true, true, kWide>(p, stream);
     else
-      run_vec<kMma, true, false>(p, stream);
+      run_vec<kMma, true, false, kWide>(p, stream);
   } else {
     if (b_ncontig)
-      run_vec<kMma, false, true>(p, stream);
+      run_vec<kMma, false, true, kWide>(p, stream);
     else
-      run_vec<kMma, false, false>(p, stream);
+      run_vec<kMma, false, false, kWide>(p, stream);
   }
+}
+
+// The wide tile for an output of at least 4 blocks of 64 x 64 an SM (so that its 128 x 128
+// blocks still fill every SM at least once), on the tensor cores.
+bool vec_wide_fits(int m, int n, Precision precision, Fp32Math fp32) {
+  if (precision == Precision::FP32 && fp32 != Fp32Math::Tf32x3) return false;
+  const int64_t tiles64 = ceil_div<int64_t>(m, 64) * ceil_div<int64_t>(n, 64);
+  return tiles64 >= 4 * static_cast<int64_t>(igemm::device_info().sms);
 }
 
 }  // namespace
@@ -152,6 +167,8 @@ const char* gemm_path_name(GemmPath path) {
       return "small_k";
     case GemmPath::Wgmma:
       return "wgmma";
+    case GemmPath::VecTileWide:
+      return "vec_wide";
   }
   return "?";
 }
@@ -195,10 +212,13 @@ GemmPath gemm_cuda_resolve(GemmPath path, bool trans_a, bool trans_b, int m, int
           (b_kcontig || process_env_switches().wgmma_mn_tma))
         return GemmPath::Wgmma;
     }
-    path = GemmPath::VecTile;
+    path = vec_wide_fits(m, n, precision, fp32) ? GemmPath::VecTileWide : GemmPath::VecTile;
   }
-  if (path == GemmPath::VecTile && !(k > 0 && vec_ok(d_a, lda, d_b, ldb)))
+  if ((path == GemmPath::VecTile || path == GemmPath::VecTileWide) &&
+      !(k > 0 && vec_ok(d_a, lda, d_b, ldb)))
     return GemmPath::StridedTile;
+  if (path == GemmPath::VecTileWide && precision == Precision::FP32 && fp32 != Fp32Math::Tf32x3)
+    return GemmPath::VecTile;  // FFMA has no wide tile
   return path;
 }
 
@@ -260,6 +280,17 @@ void gemm_cuda_path(GemmPath path, bool trans_a, bool trans_b, int m, int n, int
         run_vec_layout<Mma::Tf32x3>(p, trans_a, !trans_b, stream);
       else
         run_vec_layout<Mma::Simt>(p, trans_a, !trans_b, stream);
+      return;
+    }
+    case GemmPath::VecTileWide: {  // resolved: TF32, BF16 or FP32 as 3xTF32
+      const bool c_vec = (reinterpret_cast<uintptr_t>(d_c) & 15u) == 0 && ldc % 4 == 0;
+      vgemm::Problem p{m, n, k, d_a, lda, d_b, ldb, d_c, ldc, alpha, beta, d_bias, relu, c_vec};
+      if (precision == Precision::TF32)
+        run_vec_layout<Mma::Tf32, true>(p, trans_a, !trans_b, stream);
+      else if (precision == Precision::BF16)
+        run_vec_layout<Mma::Bf16, true>(p, trans_a, !trans_b, stream);
+      else
+        run_vec_layout<Mma::Tf32x3, true>(p, trans_a, !trans_b, stream);
       return;
     }
     default: {

@@ -36,8 +36,12 @@ namespace cnn {
 //         CNN_GEMM_PATH=tile makes it skip the small-shape kernels (VecTile, else StridedTile);
 //         CNN_GEMM_PATH=wgmma makes it take Wgmma.
 //   StridedTile: the 4-byte-copy tile kernel of gemm_tile.cuh (any alignment).
-//   VecTile: the 16-byte-copy tile kernel of gemm_tile_vec.cuh; runs StridedTile where the
-//        operands are not aligned for it.
+//   VecTile: the 16-byte-copy tile kernel of gemm_tile_vec.cuh (64 x 64 tiles); runs
+//        StridedTile where the operands are not aligned for it. Auto takes VecTileWide instead
+//        where the output has at least 4 of its tiles an SM and the math is TF32, BF16 or FP32
+//        as 3xTF32 (the linear weight gradient, a 1024 x 3136 output at fc1).
+//   VecTileWide: its 128 x 128 tiles of 256 threads (tensor cores only: FP32 with
+//        Fp32Math::Ffma runs VecTile; StridedTile where the operands are not aligned for it).
 //   SmallDot / SmallM / SmallK: the kernels of gemm_small.h, for any shape (slow off their
 //        shapes; FP32 arithmetic whatever the precision).
 //   Wgmma: the Hopper wgmma + TMA kernel of gemm_wgmma.h (TF32 or BF16, any layout and
@@ -50,7 +54,7 @@ namespace cnn {
 //        TMA-aligned (16-byte base, leading dimension a multiple of 4: staged by TMA, transposed
 //        in shared memory) and whose A is K-major (the input gradient, not the weight gradient);
 //        CNN_GEMM_PATH=wgmma makes Auto take it for every TF32 and BF16 problem.
-enum class GemmPath { Auto, StridedTile, VecTile, SmallDot, SmallM, SmallK, Wgmma };
+enum class GemmPath { Auto, StridedTile, VecTile, VecTileWide, SmallDot, SmallM, SmallK, Wgmma };
 const char* gemm_path_name(GemmPath path);
 
 // The path a call with these arguments takes (Auto resolved, environment included).

@@ -1,7 +1,9 @@
 #pragma once
 // The dense GEMM's 16-byte tile path (used by gemm_cuda.cu when both operands allow it):
 //   C (M, N) row-major = epilogue(alpha * A (M, K) * B (K, N) + beta * C + bias[n]),
-// in 64 x 64 block tiles, BK = 32, 4-stage cp.async pipeline, 128 threads.
+// in 64 x 64 block tiles, BK = 32, 4-stage cp.async pipeline, 128 threads; or, on the tensor
+// cores, 128 x 128 tiles of 256 threads, 3 stages (the wide tile: a quarter of the blocks, each
+// operand element read by half as many of them, for outputs with blocks to spare).
 //
 // Unlike gemm_tile.cuh (4-byte copies into k-major tiles, which any gather can fill) every
 // global read here is one 16-byte `cp.async.cg` (LDGSTS.E.BYPASS.128): each operand is staged
@@ -47,9 +49,10 @@ using ptx::to_tf32;
 
 // kAK: A is contiguous along m in global memory (staged k-major); else along k (x-major).
 // kBK: B is contiguous along n (staged k-major); else along k.
-template <int BM_, int BN_, int BK_, int kStages_, igemm::Mma kMma_, bool kAK_, bool kBK_>
+template <int BM_, int BN_, int BK_, int kStages_, igemm::Mma kMma_, bool kAK_, bool kBK_,
+          int kThreads_ = 128>
 struct Cfg {
-  static constexpr int BM = BM_, BN = BN_, BK = BK_, kThreads = 128, kStages = kStages_;
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, kThreads = kThreads_, kStages = kStages_;
   static constexpr igemm::Mma kMma = kMma_;
   static constexpr bool kAK = kAK_, kBK = kBK_;
   // k-major row padding: 8 for the TF32 / FP32 reads above; BF16 fragments read rows k0 + 2t
@@ -68,7 +71,10 @@ struct Cfg {
       sizeof(float) * static_cast<std::size_t>(
                           kStages * kStageFloats > kCsFloats ? kStages * kStageFloats : kCsFloats);
   static_assert(BK == 32, "x-major stride BK + 4 must be 4 mod 32 (and 9 16-byte units)");
-  static_assert(BM == 64 && BN == 64, "the math classes below are written for 64 x 64 tiles");
+  static_assert((BM == 64 && BN == 64 && kThreads == 128) ||
+                    (BM == 128 && BN == 128 && kThreads == 256 && kMma != igemm::Mma::Simt),
+                "the math classes below take 64 x 64 tiles of 128 threads, or 128 x 128 tiles of "
+                "256 on the tensor cores");
   static_assert(kAFloats % 4 == 0 && kBFloats % 4 == 0 && SA % 4 == 0 && SB % 4 == 0 && SC % 4 == 0,
                 "16-byte aligned shared rows");
 };
@@ -205,17 +211,19 @@ struct SimtMath {
   }
 };
 
-// Tensor-core math: 2 x 2 warps of 32 x 32 warp tiles, MI x NI = 2 x 4 MMAs per k step
-// (m16n8k8 TF32 or m16n8k16 BF16, C::kMma); operands rounded (cvt.rna.tf32 / cvt.rn.bf16x2) as
-// they leave shared memory, FP32 accumulation; the next k step's fragments are read while this
-// step's MMAs issue. Tf32x3 (FP32 accuracy): each fragment value split into big and small TF32
-// parts as it leaves shared memory, three MMAs a product (ptx::mma_3xtf32).
+// Tensor-core math: 2 x (warps / 2) warps of BM / 2 x BN / (warps / 2) warp tiles (64 x 64:
+// 2 x 2 warps of 32 x 32, MI x NI = 2 x 4 MMAs per k step; 128 x 128: 2 x 4 warps of 64 x 32,
+// 4 x 4 MMAs) (m16n8k8 TF32 or m16n8k16 BF16, C::kMma); operands rounded (cvt.rna.tf32 /
+// cvt.rn.bf16x2) as they leave shared memory, FP32 accumulation; the next k step's fragments are
+// read while this step's MMAs issue. Tf32x3 (FP32 accuracy): each fragment value split into big and
+// small TF32 parts as it leaves shared memory, three MMAs a product (ptx::mma_3xtf32).
 template <class C>
 struct MmaMath {
   static constexpr bool kBf16 = C::kMma == igemm::Mma::Bf16;
   static constexpr bool kSplit = C::kMma == igemm::Mma::Tf32x3;
   static constexpr int KS = kBf16 ? 16 : 8;  // k per MMA step
-  static constexpr int WM = 32, WN = 32, MI = 2, NI = 4;
+  static constexpr int kWarps = C::kThreads / 32;
+  static constexpr int WM = C::BM / 2, WN = C::BN / (kWarps / 2), MI = WM / 16, NI = WN / 8;
   float acc[MI][NI][4];
   int wm, wn, g, t;
 
