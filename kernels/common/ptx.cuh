@@ -213,27 +213,6 @@ __device__ __forceinline__ float4 ld_cluster_v4(uint32_t addr) {
                : "memory");
   return v;
 }
-// The float4 at `local` summed over the partial tiles of cluster ranks 0 .. nsplit - 1 (nsplit
-// <= kMax), in rank order. Every rank's load is issued before the first add, so a sum waits for
-// one distributed-shared-memory latency instead of nsplit in a row; the adds are those of a
-// serial loop in the same order, so the bits are the same.
-template <int kMax>
-__device__ __forceinline__ float4 sum_over_ranks(uint32_t local, uint32_t nsplit) {
-  float4 v[kMax];
-#pragma unroll
-  for (int q = 0; q < kMax; ++q)
-    if (uint32_t(q) < nsplit) v[q] = ld_cluster_v4(map_rank(local, uint32_t(q)));
-  float4 sum = v[0];
-#pragma unroll
-  for (int q = 1; q < kMax; ++q)
-    if (uint32_t(q) < nsplit) {
-      sum.x += v[q].x;
-      sum.y += v[q].y;
-      sum.z += v[q].z;
-      sum.w += v[q].w;
-    }
-  return sum;
-}
 __device__ __forceinline__ int4 ld_cluster_s32x4(uint32_t addr) {
   int4 v;
   asm volatile("ld.shared::cluster.v4.s32 {%0, %1, %2, %3}, [%4];\n"

@@ -241,7 +241,14 @@ __device__ __forceinline__ void store_conv_tile_rows(const float (&acc)[kSub][BN
     // relaxed barrier at the end.
     if (m < 0 || n0 + c4 >= p.N) continue;
     const uint32_t local = base + uint32_t(r * kPitch + c4) * 4;
-    const float4 sum = nsplit == 1 ? ld_shared_v4(local) : ptx::sum_over_ranks<8>(local, nsplit);
+    float4 sum = nsplit == 1 ? ld_shared_v4(local) : ld_cluster_v4(map_rank(local, 0));
+    for (uint32_t q = 1; q < nsplit; ++q) {
+      const float4 v = ld_cluster_v4(map_rank(local, q));
+      sum.x += v.x;
+      sum.y += v.y;
+      sum.z += v.z;
+      sum.w += v.w;
+    }
     const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
     const int img = m / p.pix_per_img;
     float* crow = p.y + int64_t(img) * p.N * p.pix_per_img + (m - img * p.pix_per_img);

@@ -2,7 +2,7 @@
 //   the 16-byte tile path (gemm_tile_vec.cuh): 64x64 tiles, BK 32, 16-byte cp.async into
 //     operand-major shared tiles, FP32 FFMA 8x4 micro-tiles, TF32 / BF16 mma.sync or FP32 as
 //     3xTF32 mma.sync (Fp32Math::Tf32x3), cluster split-K; on the tensor cores also 128x128
-//     tiles (VecTileWide) for outputs of many tiles;
+//     tiles (VecTileWide, when asked for);
 //   the strided tile path (gemm_tile.cuh's main loop with plain strided 4-byte loaders):
 //     _simt: FP32 FFMA, 8x4 register micro-tile per thread (64x64 or 128x32 block tiles)
 //     _tf32: mma.sync m16n8k8 TF32, 32x32 warp tiles (same block tiles);
@@ -141,14 +141,6 @@ void run_vec_layout(const vgemm::Problem& p, bool a_mcontig, bool b_ncontig, cud
   }
 }
 
-// The wide tile for an output of at least 4 blocks of 64 x 64 an SM (so that its 128 x 128
-// blocks still fill every SM at least once), on the tensor cores.
-bool vec_wide_fits(int m, int n, Precision precision, Fp32Math fp32) {
-  if (precision == Precision::FP32 && fp32 != Fp32Math::Tf32x3) return false;
-  const int64_t tiles64 = ceil_div<int64_t>(m, 64) * ceil_div<int64_t>(n, 64);
-  return tiles64 >= 4 * static_cast<int64_t>(igemm::device_info().sms);
-}
-
 }  // namespace
 
 const char* gemm_path_name(GemmPath path) {
@@ -212,7 +204,7 @@ GemmPath gemm_cuda_resolve(GemmPath path, bool trans_a, bool trans_b, int m, int
           (b_kcontig || process_env_switches().wgmma_mn_tma))
         return GemmPath::Wgmma;
     }
-    path = vec_wide_fits(m, n, precision, fp32) ? GemmPath::VecTileWide : GemmPath::VecTile;
+    path = GemmPath::VecTile;
   }
   if ((path == GemmPath::VecTile || path == GemmPath::VecTileWide) &&
       !(k > 0 && vec_ok(d_a, lda, d_b, ldb)))

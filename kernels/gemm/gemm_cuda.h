@@ -37,11 +37,11 @@ namespace cnn {
 //         CNN_GEMM_PATH=wgmma makes it take Wgmma.
 //   StridedTile: the 4-byte-copy tile kernel of gemm_tile.cuh (any alignment).
 //   VecTile: the 16-byte-copy tile kernel of gemm_tile_vec.cuh (64 x 64 tiles); runs
-//        StridedTile where the operands are not aligned for it. Auto takes VecTileWide instead
-//        where the output has at least 4 of its tiles an SM and the math is TF32, BF16 or FP32
-//        as 3xTF32 (the linear weight gradient, a 1024 x 3136 output at fc1).
+//        StridedTile where the operands are not aligned for it.
 //   VecTileWide: its 128 x 128 tiles of 256 threads (tensor cores only: FP32 with
 //        Fp32Math::Ffma runs VecTile; StridedTile where the operands are not aligned for it).
+//        Only when asked for (tests, ./bench's gemm:vec-wide row): Auto does not take it until
+//        it has been timed against VecTile on a GPU.
 //   SmallDot / SmallM / SmallK: the kernels of gemm_small.h, for any shape (slow off their
 //        shapes; FP32 arithmetic whatever the precision).
 //   Wgmma: the Hopper wgmma + TMA kernel of gemm_wgmma.h (TF32 or BF16, any layout and

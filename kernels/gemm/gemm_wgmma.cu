@@ -67,7 +67,7 @@ constexpr int kEpiPitch = kBN + 4;  // floats; rows stay 16-byte aligned
 static_assert(kBM == kBN, "the gather maps one producer thread per tile row");
 // The picker stays within the portable cluster size; 16 splits (a non-portable cluster, placed
 // where a GPC has 16 free SMs, else fewer: placeable_splits) run only when asked for.
-constexpr int kMaxSplits = 16, kMaxPickedSplits = 8;
+constexpr int kMaxPickedSplits = 8;
 
 // How the producer fills an operand's K-major tile:
 //   kTmaK:   TMA straight into the swizzled K-major tile (K-contiguous operand);
@@ -609,7 +609,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         // Only items with a column to store load (see the relaxed barrier at the end).
         if (idx >= items || m >= p.M || n0 + c4 >= p.N) continue;
         const uint32_t local = base + uint32_t(r * kEpiPitch + c4) * 4;
-        const float4 sum = ptx::sum_over_ranks<kMaxSplits>(local, nsplit);
+        float4 sum = ld_cluster_v4(map_rank(local, 0));
+        for (uint32_t q = 1; q < nsplit; ++q) {
+          const float4 v = ld_cluster_v4(map_rank(local, q));
+          sum.x += v.x;
+          sum.y += v.y;
+          sum.z += v.z;
+          sum.w += v.w;
+        }
         vals[b][0] = sum.x;
         vals[b][1] = sum.y;
         vals[b][2] = sum.z;
@@ -650,7 +657,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       // the relaxed barrier at the end.
       if (m >= p.M || n0 + c4 >= p.N) continue;
       const uint32_t local = base + uint32_t(r * kEpiPitch + c4) * 4;
-      const float4 sum = ptx::sum_over_ranks<kMaxSplits>(local, nsplit);
+      float4 sum = ld_cluster_v4(map_rank(local, 0));
+      for (uint32_t q = 1; q < nsplit; ++q) {
+        const float4 v = ld_cluster_v4(map_rank(local, q));
+        sum.x += v.x;
+        sum.y += v.y;
+        sum.z += v.z;
+        sum.w += v.w;
+      }
       const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
       float* crow = p.c + int64_t(m) * p.ldc;
       if (p.vec_c && n0 + c4 + 3 < p.N) {
