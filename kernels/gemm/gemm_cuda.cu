@@ -261,28 +261,22 @@ void gemm_cuda_path(GemmPath path, bool trans_a, bool trans_b, int m, int n, int
         gemm_small::launch_small_k(p, stream);
       return;
     }
-    case GemmPath::VecTile: {
+    case GemmPath::VecTile:
+    case GemmPath::VecTileWide: {  // resolved: the wide tile only on the tensor cores
       const bool c_vec = (reinterpret_cast<uintptr_t>(d_c) & 15u) == 0 && ldc % 4 == 0;
       vgemm::Problem p{m, n, k, d_a, lda, d_b, ldb, d_c, ldc, alpha, beta, d_bias, relu, c_vec};
+      const bool wide = use == GemmPath::VecTileWide;
       if (precision == Precision::TF32)
-        run_vec_layout<Mma::Tf32>(p, trans_a, !trans_b, stream);
+        wide ? run_vec_layout<Mma::Tf32, true>(p, trans_a, !trans_b, stream)
+             : run_vec_layout<Mma::Tf32>(p, trans_a, !trans_b, stream);
       else if (precision == Precision::BF16)
-        run_vec_layout<Mma::Bf16>(p, trans_a, !trans_b, stream);
+        wide ? run_vec_layout<Mma::Bf16, true>(p, trans_a, !trans_b, stream)
+             : run_vec_layout<Mma::Bf16>(p, trans_a, !trans_b, stream);
       else if (fp32 == Fp32Math::Tf32x3)
-        run_vec_layout<Mma::Tf32x3>(p, trans_a, !trans_b, stream);
+        wide ? run_vec_layout<Mma::Tf32x3, true>(p, trans_a, !trans_b, stream)
+             : run_vec_layout<Mma::Tf32x3>(p, trans_a, !trans_b, stream);
       else
         run_vec_layout<Mma::Simt>(p, trans_a, !trans_b, stream);
-      return;
-    }
-    case GemmPath::VecTileWide: {  // resolved: TF32, BF16 or FP32 as 3xTF32
-      const bool c_vec = (reinterpret_cast<uintptr_t>(d_c) & 15u) == 0 && ldc % 4 == 0;
-      vgemm::Problem p{m, n, k, d_a, lda, d_b, ldb, d_c, ldc, alpha, beta, d_bias, relu, c_vec};
-      if (precision == Precision::TF32)
-        run_vec_layout<Mma::Tf32, true>(p, trans_a, !trans_b, stream);
-      else if (precision == Precision::BF16)
-        run_vec_layout<Mma::Bf16, true>(p, trans_a, !trans_b, stream);
-      else
-        run_vec_layout<Mma::Tf32x3, true>(p, trans_a, !trans_b, stream);
       return;
     }
     default: {
