@@ -322,6 +322,31 @@ TEST(GpuGemmCuda, NetworkShapesPathsAndBitwiseRepeat) {
 #endif
 }
 
+// Auto's choice between the two 16-byte tiles: the 128 x 128 one for BF16 outputs of at least
+// 4 64 x 64 tiles an SM (fc1's weight gradient: 16 x 49 of them), the 64 x 64 one otherwise and
+// in TF32 (where the wide tile made the LeNet step slower).
+TEST(GpuGemmCuda, AutoTakesTheWideTileForLargeBf16Outputs) {
+  CNN_REQUIRE_GPU();
+#ifdef CNN_HAVE_CUDA
+  if (path_forced_by_env()) return;
+  int dev = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
+  const float* none = nullptr;                      // 16-byte aligned: the tile paths are open
+  auto wgrad = [&](int m, int n, Precision prec) {  // dw (m, n) = dy^T (m, k) x (k, n), k = 128
+    return gemm_cuda_resolve(GemmPath::Auto, true, false, m, n, 128, none, m, none, n, prec);
+  };
+  EXPECT_EQ(wgrad(1024, 3136, Precision::BF16),
+            16 * 49 >= 4 * sms ? GemmPath::VecTileWide : GemmPath::VecTile);
+  EXPECT_EQ(wgrad(1024, 3136, Precision::TF32), GemmPath::VecTile);
+  EXPECT_EQ(wgrad(256, 320, Precision::BF16), GemmPath::VecTile);  // 20 tiles
+  // Asked for, the wide tile runs wherever the operands allow 16-byte copies.
+  EXPECT_EQ(gemm_cuda_resolve(GemmPath::VecTileWide, true, false, 256, 320, 128, none, 256, none,
+                              320, Precision::BF16),
+            GemmPath::VecTileWide);
+#endif
+}
+
 // The three products of the linear layer, as linear.cu would call gemm_cuda, against the CPU
 // references of kernels/linear.h, at the reference network's shapes and odd batches.
 TEST(GpuGemmCuda, LinearLayerShapesMatchCpuReferences) {

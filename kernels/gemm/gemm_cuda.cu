@@ -2,7 +2,7 @@
 //   the 16-byte tile path (gemm_tile_vec.cuh): 64x64 tiles, BK 32, 16-byte cp.async into
 //     operand-major shared tiles, FP32 FFMA 8x4 micro-tiles, TF32 / BF16 mma.sync or FP32 as
 //     3xTF32 mma.sync (Fp32Math::Tf32x3), cluster split-K; on the tensor cores also 128x128
-//     tiles (VecTileWide, when asked for);
+//     tiles (VecTileWide) for BF16 outputs of many tiles;
 //   the strided tile path (gemm_tile.cuh's main loop with plain strided 4-byte loaders):
 //     _simt: FP32 FFMA, 8x4 register micro-tile per thread (64x64 or 128x32 block tiles)
 //     _tf32: mma.sync m16n8k8 TF32, 32x32 warp tiles (same block tiles);
@@ -112,10 +112,12 @@ void run_vec(const vgemm::Problem& p, cudaStream_t stream) {
                                vgemm::Cfg<64, 64, 32, 4, kMma, kAK, kBK>>;
   const igemm::DeviceInfo dev = igemm::device_info();
   const int64_t tiles = ceil_div<int64_t>(p.M, C::BM) * ceil_div<int64_t>(p.N, C::BN);
-  // Split k (cluster, <= 8 ways, >= 2 k-tiles of 32 each) until ~2 blocks per SM.
-  const int splits = dev.clusters ? igemm::pick_splits(tiles, ceil_div(p.K, C::BK),
-                                                       2 * static_cast<int64_t>(dev.sms), 8, 2)
-                                  : 1;
+  // Split k (cluster, <= 8 ways, >= 2 k-tiles of 32 each) until ~2 blocks per SM; the wide tile
+  // only until one block per SM: its 2 splits of fc1's weight gradient in BF16 (200 tiles, k =
+  // 128) took 31.1 us on the H200 against 18.0 unsplit.
+  const int64_t target = (kWide ? 1 : 2) * static_cast<int64_t>(dev.sms);
+  const int splits =
+      dev.clusters ? igemm::pick_splits(tiles, ceil_div(p.K, C::BK), target, 8, 2) : 1;
   if constexpr (kWide)
     vgemm::launch<C>(
         p, splits, stream,
@@ -139,6 +141,16 @@ void run_vec_layout(const vgemm::Problem& p, bool a_mcontig, bool b_ncontig, cud
     else
       run_vec<kMma, false, false, kWide>(p, stream);
   }
+}
+
+// Auto's wide tile: BF16 outputs of at least 4 blocks of 64 x 64 an SM (so that its 128 x 128
+// blocks still fill every SM at least once). H200, fc1's weight gradient (1024 x 3136, k = 128):
+// BF16 18.0 us against 19.4 on the 64 x 64 tile, the LeNet step 164.2 against 167.8; in TF32
+// the step took 187.8 against 186.8, so TF32 stays on the 64 x 64 tile.
+bool vec_wide_fits(int m, int n, Precision precision) {
+  if (precision != Precision::BF16) return false;
+  const int64_t tiles64 = ceil_div<int64_t>(m, 64) * ceil_div<int64_t>(n, 64);
+  return tiles64 >= 4 * static_cast<int64_t>(igemm::device_info().sms);
 }
 
 }  // namespace
@@ -204,7 +216,7 @@ GemmPath gemm_cuda_resolve(GemmPath path, bool trans_a, bool trans_b, int m, int
           (b_kcontig || process_env_switches().wgmma_mn_tma))
         return GemmPath::Wgmma;
     }
-    path = GemmPath::VecTile;
+    path = vec_wide_fits(m, n, precision) ? GemmPath::VecTileWide : GemmPath::VecTile;
   }
   if ((path == GemmPath::VecTile || path == GemmPath::VecTileWide) &&
       !(k > 0 && vec_ok(d_a, lda, d_b, ldb)))

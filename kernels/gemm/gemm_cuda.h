@@ -31,7 +31,8 @@ namespace cnn {
 //   Auto: the small-shape kernels where one dimension is small (SmallDot: both operands
 //         contiguous along k and m*n <= 16384, k >= 32; SmallM: B contiguous along n,
 //         m <= 16 and k <= 512; SmallK: B contiguous along n and k <= 16), else Vec where both
-//         operands allow 16-byte copies (16-byte aligned base, leading dimension a multiple of 4),
+//         operands allow 16-byte copies (16-byte aligned base, leading dimension a multiple of 4;
+//         VecTileWide for BF16 outputs of at least 4 64 x 64 tiles an SM, else VecTile),
 //         else StridedTile. CNN_GEMM_PATH=strided makes Auto take StridedTile always;
 //         CNN_GEMM_PATH=tile makes it skip the small-shape kernels (VecTile, else StridedTile);
 //         CNN_GEMM_PATH=wgmma makes it take Wgmma.
@@ -39,9 +40,8 @@ namespace cnn {
 //   VecTile: the 16-byte-copy tile kernel of gemm_tile_vec.cuh (64 x 64 tiles); runs
 //        StridedTile where the operands are not aligned for it.
 //   VecTileWide: its 128 x 128 tiles of 256 threads (tensor cores only: FP32 with
-//        Fp32Math::Ffma runs VecTile; StridedTile where the operands are not aligned for it).
-//        Only when asked for (tests, ./bench's gemm:vec-wide row): Auto does not take it until
-//        it has been timed against VecTile on a GPU.
+//        Fp32Math::Ffma runs VecTile; StridedTile where the operands are not aligned for it);
+//        k is split only where its tiles number fewer than the SMs.
 //   SmallDot / SmallM / SmallK: the kernels of gemm_small.h, for any shape (slow off their
 //        shapes; FP32 arithmetic whatever the precision).
 //   Wgmma: the Hopper wgmma + TMA kernel of gemm_wgmma.h (TF32 or BF16, any layout and
