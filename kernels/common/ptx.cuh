@@ -13,6 +13,17 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// ldmatrix .x4 .b16: four 8 x 8 matrices of 16-bit elements, each 8 rows of 16 bytes (4 words).
+// Lanes 8q .. 8q + 7 give the shared addresses (16-byte aligned) of matrix q's rows; lane l
+// receives word l % 4 of row l / 4 of matrix q in r[q]. On a tile of 32-bit values a matrix is
+// 8 rows x 4 values, so one load gives a thread the value (row g, column t) of four 8 x 4 blocks
+// (g = lane / 4, t = lane % 4): the m16n8k8 TF32 fragment layout.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row_addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(row_addr)));
+}
+
 // 4-byte asynchronous copy global -> shared; valid == false writes a zero and reads nothing
 // (src must still be a mapped address, so callers pass a base pointer then).
 __device__ __forceinline__ void cp_async4(float* dst, const float* src, bool valid) {

@@ -9,12 +9,14 @@
 // global read here is one 16-byte `cp.async.cg` (LDGSTS.E.BYPASS.128): each operand is staged
 // in shared memory along the dimension that is contiguous in global memory, so four elements
 // land in one shared row:
-//   operand contiguous along m (or n): k-major tile  S[k][x], row stride BX + 8 (BF16: BX + 4);
+//   operand contiguous along m (or n): k-major tile  S[k][x], row stride BX + 8;
 //   operand contiguous along k:        x-major tile  S[x][k], row stride BK + 4 = 36.
-// The strides keep the fragment reads conflict-free: an MMA fragment reads S[k0+t][x0+g]
-// (stride = 8 mod 32: banks 8t + g) or S[x0+g][k0+t] (stride = 4 mod 32: banks 4g + t); the
-// FP32 float4 reads of an x-major tile are broadcasts (A) or 8 consecutive rows (B: 16-byte
-// units 9 row + c, distinct mod 8).
+// The strides keep the fragment reads conflict-free. The tensor cores' fragments come from an
+// x-major tile by ldmatrix (8 rows of 16 bytes a matrix, 36 floats apart: 16-byte units 9 row + c,
+// distinct mod 8) and from a k-major tile by 16-byte reads along x (rows 72 or 136 floats apart,
+// = 8 mod 32: a quarter-warp's rows t = 0..3 and units g = 0, 1 fall in 8 distinct 16-byte bank
+// groups); see MmaMath. The FP32 float4 reads of an x-major tile are broadcasts (A) or 8
+// consecutive rows (B), of a k-major tile row-contiguous.
 // Edges: a 16-byte copy whose four elements are partly outside the matrix reads only the valid
 // ones (cp.async src-size 4/8/12) and zero-fills the rest; a chunk wholly outside reads nothing.
 // So any M, N, K works, but every 16-byte source must be 16-byte aligned: the caller checks
@@ -55,11 +57,8 @@ struct Cfg {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, kThreads = kThreads_, kStages = kStages_;
   static constexpr igemm::Mma kMma = kMma_;
   static constexpr bool kAK = kAK_, kBK = kBK_;
-  // k-major row padding: 8 for the TF32 / FP32 reads above; BF16 fragments read rows k0 + 2t
-  // and k0 + 2t + 1, conflict-free at a stride = 4 (mod 32) (banks 8t + g, 8t + 4 + g). Its
-  // x-major reads S[x0+g][k0+2t], S[..][k0+2t+1] are 2-way conflicted at stride 36: no 16-byte
-  // aligned stride serves pairs along k.
-  static constexpr int kKPad = kMma == igemm::Mma::Bf16 ? 4 : 8;
+  // k-major row padding: a stride of 8 (mod 32) floats for the reads above.
+  static constexpr int kKPad = 8;
   static constexpr int SA = kAK ? BM + kKPad : BK + 4;  // row stride of the A tile
   static constexpr int SB = kBK ? BN + kKPad : BK + 4;
   static constexpr int kAFloats = kAK ? BK * SA : BM * SA;
@@ -217,6 +216,21 @@ struct SimtMath {
 // cvt.rn.bf16x2) as they leave shared memory, FP32 accumulation; the next k step's fragments are
 // read while this step's MMAs issue. Tf32x3 (FP32 accuracy): each fragment value split into big and
 // small TF32 parts as it leaves shared memory, three MMAs a product (ptx::mma_3xtf32).
+//
+// Fragment reads: an x-major tile (S[x][k]) by ldmatrix (TF32, BF16), one instruction for four
+// 8 x 4 blocks of floats; in BF16 a k-major tile (S[k][x]) by 16-byte reads along x, one for the
+// values of 4 fragment rows (columns) at one k. The latter needs a thread's rows to lie side by
+// side, so the warp tile's rows and columns are permuted (a relabelling of C's rows and columns
+// that stage() undoes): fragment row rho (0..15) of m16 block i is tile row
+//   wm + 32 (i / 2) + 4 (rho % 8) + 2 (i % 2) + rho / 8   (k-major A; else wm + 16 i + rho),
+// fragment column gamma (0..7) of n8 block j is tile column
+//   wn + 32 (j / 4) + 4 gamma + j % 4                      (k-major B; else wn + 8 j + gamma).
+// In BF16 the MMA's k slots 2t and 2t + 1 of each 8-k half hold tile k t and t + 4 of that half,
+// in A and B alike (the same products, summed in the tensor core's order), so that each register
+// pair comes from ldmatrix's 4-word rows or from two k-major rows. TF32 reads a k-major tile a
+// value at a time, and Tf32x3 every tile, in the MMA's own order: the 16-byte reads made fc1's
+// TF32 weight gradient slower (64 x 64 tile 20.1 -> 21.0 us, 128 x 128 19.4 -> 22.6 on an H100)
+// where BF16's went from 21.5 to 19.2. Each read is bank-conflict-free (strides: Cfg).
 template <class C>
 struct MmaMath {
   static constexpr bool kBf16 = C::kMma == igemm::Mma::Bf16;
@@ -224,6 +238,10 @@ struct MmaMath {
   static constexpr int KS = kBf16 ? 16 : 8;  // k per MMA step
   static constexpr int kWarps = C::kThreads / 32;
   static constexpr int WM = C::BM / 2, WN = C::BN / (kWarps / 2), MI = WM / 16, NI = WN / 8;
+  static constexpr bool kPermA = kBf16 && C::kAK, kPermB = kBf16 && C::kBK;
+  static_assert(MI % 2 == 0 && NI % 4 == 0,
+                "16-byte k-major reads take m16 blocks in pairs and "
+                "n8 blocks in fours");
   float acc[MI][NI][4];
   int wm, wn, g, t;
 
@@ -241,6 +259,17 @@ struct MmaMath {
         for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
   }
 
+  // The tile row of fragment row rho of m16 block i, the tile column of fragment column gamma of
+  // n8 block j (the maps above).
+  __device__ __forceinline__ int tile_row(int i, int rho) const {
+    if constexpr (kPermA) return wm + 32 * (i / 2) + 4 * (rho % 8) + 2 * (i % 2) + rho / 8;
+    return wm + 16 * i + rho;
+  }
+  __device__ __forceinline__ int tile_col(int j, int gamma) const {
+    if constexpr (kPermB) return wn + 32 * (j / 4) + 4 * gamma + j % 4;
+    return wn + 8 * j + gamma;
+  }
+
   // A(m, k) and B(k, n) of the staged tiles, in either layout.
   __device__ __forceinline__ static float at_a(const float* As, int m, int k) {
     return C::kAK ? As[k * C::SA + m] : As[m * C::SA + k];
@@ -248,41 +277,115 @@ struct MmaMath {
   __device__ __forceinline__ static float at_b(const float* Bs, int k, int n) {
     return C::kBK ? Bs[k * C::SB + n] : Bs[n * C::SB + k];
   }
+  __device__ __forceinline__ static float4 ld4(const float* p) {
+    return *reinterpret_cast<const float4*>(p);
+  }
+  __device__ __forceinline__ static uint32_t tf32_bits(uint32_t bits) {
+    return to_tf32(__uint_as_float(bits));
+  }
+  __device__ __forceinline__ static uint32_t bf16_pair(uint32_t lo, uint32_t hi) {
+    return pack_bf16x2(__uint_as_float(lo), __uint_as_float(hi));
+  }
 
-  // Fragment layout of mma.m16n8k8 (tf32): a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4);
-  // b0 (k t, n g), b1 (k t+4, n g).
+  // The fragments of the k step at ks. Layouts: m16n8k8 TF32 a0 (g, t), a1 (g+8, t), a2 (g, t+4),
+  // a3 (g+8, t+4), b0 (k t, n g), b1 (k t+4, n g); m16n8k16 BF16: ptx::mma_bf16, with the k
+  // slots above.
   __device__ __forceinline__ void load_frag(const float* As, const float* Bs, int ks,
                                             uint32_t (&a)[MI][4], uint32_t (&b)[NI][2]) const {
-    if constexpr (kBf16) {  // layout: ptx::mma_bf16
-      const int k = ks + 2 * t;
+    const int lane = 4 * g + t;
+    // ldmatrix row addresses: lanes 8q .. 8q + 7 address matrix q. A: matrices (rows 0-7, k +0),
+    // (rows 8-15, k +0), (rows 0-7, k +4), (rows 8-15, k +4) of an m16 block; B: four 8 x 4
+    // blocks along k (BF16) or (n8 block, k +0), (same, k +4), (next block, k +0), (next, k +4).
+    const int a_row = lane % 8 + 8 * ((lane / 8) % 2), a_k = 4 * (lane / 16);
+    if constexpr (kBf16) {
+      // A: the tile k of slot pairs (2t, 2t+1) and (2t+8, 2t+9): t, t+4, t+8, t+12.
+      if constexpr (C::kAK) {
 #pragma unroll
-      for (int i = 0; i < MI; ++i) {
-        const int m = wm + i * 16 + g;
-        a[i][0] = pack_bf16x2(at_a(As, m, k), at_a(As, m, k + 1));
-        a[i][1] = pack_bf16x2(at_a(As, m + 8, k), at_a(As, m + 8, k + 1));
-        a[i][2] = pack_bf16x2(at_a(As, m, k + 8), at_a(As, m, k + 9));
-        a[i][3] = pack_bf16x2(at_a(As, m + 8, k + 8), at_a(As, m + 8, k + 9));
+        for (int ip = 0; ip < MI / 2; ++ip) {
+          const float* col = As + wm + 32 * ip + 4 * g;
+          const float4 v0 = ld4(col + (ks + t) * C::SA), v1 = ld4(col + (ks + t + 4) * C::SA);
+          const float4 v2 = ld4(col + (ks + t + 8) * C::SA), v3 = ld4(col + (ks + t + 12) * C::SA);
+          a[2 * ip][0] = pack_bf16x2(v0.x, v1.x);
+          a[2 * ip][1] = pack_bf16x2(v0.y, v1.y);
+          a[2 * ip][2] = pack_bf16x2(v2.x, v3.x);
+          a[2 * ip][3] = pack_bf16x2(v2.y, v3.y);
+          a[2 * ip + 1][0] = pack_bf16x2(v0.z, v1.z);
+          a[2 * ip + 1][1] = pack_bf16x2(v0.w, v1.w);
+          a[2 * ip + 1][2] = pack_bf16x2(v2.z, v3.z);
+          a[2 * ip + 1][3] = pack_bf16x2(v2.w, v3.w);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            uint32_t r[4];
+            ptx::ldmatrix_x4(r, As + (wm + 16 * i + a_row) * C::SA + ks + 8 * h + a_k);
+            a[i][2 * h] = bf16_pair(r[0], r[2]);
+            a[i][2 * h + 1] = bf16_pair(r[1], r[3]);
+          }
       }
+      if constexpr (C::kBK) {
 #pragma unroll
-      for (int j = 0; j < NI; ++j) {
-        const int n = wn + j * 8 + g;
-        b[j][0] = pack_bf16x2(at_b(Bs, k, n), at_b(Bs, k + 1, n));
-        b[j][1] = pack_bf16x2(at_b(Bs, k + 8, n), at_b(Bs, k + 9, n));
+        for (int jq = 0; jq < NI / 4; ++jq) {
+          const float* col = Bs + wn + 32 * jq + 4 * g;
+          const float4 v0 = ld4(col + (ks + t) * C::SB), v1 = ld4(col + (ks + t + 4) * C::SB);
+          const float4 v2 = ld4(col + (ks + t + 8) * C::SB), v3 = ld4(col + (ks + t + 12) * C::SB);
+          b[4 * jq + 0][0] = pack_bf16x2(v0.x, v1.x);
+          b[4 * jq + 1][0] = pack_bf16x2(v0.y, v1.y);
+          b[4 * jq + 2][0] = pack_bf16x2(v0.z, v1.z);
+          b[4 * jq + 3][0] = pack_bf16x2(v0.w, v1.w);
+          b[4 * jq + 0][1] = pack_bf16x2(v2.x, v3.x);
+          b[4 * jq + 1][1] = pack_bf16x2(v2.y, v3.y);
+          b[4 * jq + 2][1] = pack_bf16x2(v2.z, v3.z);
+          b[4 * jq + 3][1] = pack_bf16x2(v2.w, v3.w);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < NI; ++j) {
+          uint32_t r[4];  // k +0, +4, +8, +12 of n8 block j
+          ptx::ldmatrix_x4(r, Bs + (wn + 8 * j + lane % 8) * C::SB + ks + 4 * (lane / 8));
+          b[j][0] = bf16_pair(r[0], r[1]);
+          b[j][1] = bf16_pair(r[2], r[3]);
+        }
       }
     } else {
+      if constexpr (C::kAK) {
 #pragma unroll
-      for (int i = 0; i < MI; ++i) {
-        const int m = wm + i * 16 + g;
-        a[i][0] = to_tf32(at_a(As, m, ks + t));
-        a[i][1] = to_tf32(at_a(As, m + 8, ks + t));
-        a[i][2] = to_tf32(at_a(As, m, ks + t + 4));
-        a[i][3] = to_tf32(at_a(As, m + 8, ks + t + 4));
+        for (int i = 0; i < MI; ++i) {
+          const int m = wm + i * 16 + g;
+          a[i][0] = to_tf32(at_a(As, m, ks + t));
+          a[i][1] = to_tf32(at_a(As, m + 8, ks + t));
+          a[i][2] = to_tf32(at_a(As, m, ks + t + 4));
+          a[i][3] = to_tf32(at_a(As, m + 8, ks + t + 4));
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < MI; ++i) {
+          uint32_t r[4];
+          ptx::ldmatrix_x4(r, As + (wm + 16 * i + a_row) * C::SA + ks + a_k);
+#pragma unroll
+          for (int q = 0; q < 4; ++q) a[i][q] = tf32_bits(r[q]);
+        }
       }
+      if constexpr (C::kBK) {
 #pragma unroll
-      for (int j = 0; j < NI; ++j) {
-        const int n = wn + j * 8 + g;
-        b[j][0] = to_tf32(at_b(Bs, ks + t, n));
-        b[j][1] = to_tf32(at_b(Bs, ks + t + 4, n));
+        for (int j = 0; j < NI; ++j) {
+          const int n = wn + j * 8 + g;
+          b[j][0] = to_tf32(at_b(Bs, ks + t, n));
+          b[j][1] = to_tf32(at_b(Bs, ks + t + 4, n));
+        }
+      } else {
+#pragma unroll
+        for (int jp = 0; jp < NI / 2; ++jp) {
+          uint32_t r[4];  // (block 2jp, k +0), (2jp, +4), (2jp + 1, +0), (2jp + 1, +4)
+          ptx::ldmatrix_x4(r, Bs + (wn + 8 * (2 * jp + lane / 16) + lane % 8) * C::SB + ks +
+                                  4 * ((lane / 8) % 2));
+          b[2 * jp][0] = tf32_bits(r[0]);
+          b[2 * jp][1] = tf32_bits(r[1]);
+          b[2 * jp + 1][0] = tf32_bits(r[2]);
+          b[2 * jp + 1][1] = tf32_bits(r[3]);
+        }
       }
     }
   }
@@ -314,17 +417,26 @@ struct MmaMath {
     }
   }
 
-  // Accumulator layout: c0, c1 (row g, cols 2t, 2t+1), c2, c3 (row g+8, same cols).
+  // Accumulator layout: c0, c1 (fragment row g, columns 2t, 2t+1), c2, c3 (row g+8, same
+  // columns), at the tile rows and columns of the maps above. Permuted columns put a thread's
+  // values of four n8 blocks side by side: one 16-byte store for them.
   __device__ __forceinline__ void stage(float* Cs) const {
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll
-      for (int j = 0; j < NI; ++j)
+      for (int r = 0; r < 4; ++r) {
+        float* row = Cs + tile_row(i, g + (r / 2) * 8) * C::SC;
+        if constexpr (kPermB) {
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int m = wm + i * 16 + g + (r / 2) * 8, n = wn + j * 8 + 2 * t + (r % 2);
-          Cs[m * C::SC + n] = acc[i][j][r];
+          for (int jq = 0; jq < NI / 4; ++jq)
+            *reinterpret_cast<float4*>(row + tile_col(4 * jq, 2 * t + (r % 2))) =
+                make_float4(acc[i][4 * jq][r], acc[i][4 * jq + 1][r], acc[i][4 * jq + 2][r],
+                            acc[i][4 * jq + 3][r]);
+        } else {
+#pragma unroll
+          for (int j = 0; j < NI; ++j) row[tile_col(j, 2 * t + (r % 2))] = acc[i][j][r];
         }
+      }
   }
 };
 
@@ -388,7 +500,7 @@ struct Problem {
 // tile); in the epilogue thread tid owns the 4-column groups e = tid, tid + T, ... of the
 // staged tile (of its cluster rank's slice when split), row e / (BN/4), columns 4 (e % (BN/4)).
 template <class C>
-__global__ void __launch_bounds__(C::kThreads) vec_gemm_kernel(const __grid_constant__ Problem p) {
+__device__ __forceinline__ void vec_gemm_body(const Problem& p) {
   ptx::griddep_enter();
   extern __shared__ float4 smem_f4[];
   float* smem = reinterpret_cast<float*>(smem_f4);
@@ -460,8 +572,22 @@ __global__ void __launch_bounds__(C::kThreads) vec_gemm_kernel(const __grid_cons
   }
 }
 
-// Launches vec_gemm_kernel<C> over a (ceil(M/BM), ceil(N/BN), splits) grid; splits > 1 forms
-// clusters of the splits (sm_90, <= 8).
+// The 64 x 64 tile takes ptxas's register choice (its shared memory caps it at 3 blocks an SM);
+// the wide tile asks for two blocks an SM (at most 128 registers a thread; its shared memory fits
+// twice): left alone, the BF16 instances took 149 registers with the fragment reads above, one
+// block an SM, which would run fc1's 200 weight-gradient tiles in two waves.
+template <class C>
+__global__ void __launch_bounds__(C::kThreads) vec_gemm_kernel(const __grid_constant__ Problem p) {
+  vec_gemm_body<C>(p);
+}
+template <class C>
+__global__ void __launch_bounds__(C::kThreads, 2)
+    vec_gemm_wide_kernel(const __grid_constant__ Problem p) {
+  vec_gemm_body<C>(p);
+}
+
+// Launches vec_gemm_kernel<C> (vec_gemm_wide_kernel<C> for 256 threads) over a (ceil(M/BM),
+// ceil(N/BN), splits) grid; splits > 1 forms clusters of the splits (sm_90, <= 8).
 template <class C>
 void launch(const Problem& p, int splits, cudaStream_t stream, const char* name) {
   const int64_t tiles_m = ceil_div<int64_t>(p.M, C::BM), tiles_n = ceil_div<int64_t>(p.N, C::BN);
@@ -482,11 +608,16 @@ void launch(const Problem& p, int splits, cudaStream_t stream, const char* name)
     cfg.attrs = attr;
     cfg.numAttrs = 1;
   }
-  auto kern = vec_gemm_kernel<C>;
-  if (C::kSmemBytes > 48 * 1024)
-    CNN_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(C::kSmemBytes)));
-  CNN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, p));
+  auto run = [&](auto kern) {
+    if (C::kSmemBytes > 48 * 1024)
+      CNN_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(C::kSmemBytes)));
+    CNN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, p));
+  };
+  if constexpr (C::kThreads == 256)
+    run(vec_gemm_wide_kernel<C>);
+  else
+    run(vec_gemm_kernel<C>);
   CNN_LAUNCH_CHECK(name);
 }
 
