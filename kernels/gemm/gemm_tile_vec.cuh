@@ -286,6 +286,22 @@ struct MmaMath {
   __device__ __forceinline__ static uint32_t bf16_pair(uint32_t lo, uint32_t hi) {
     return pack_bf16x2(__uint_as_float(lo), __uint_as_float(hi));
   }
+  // BF16 register pairs of a k-major tile (row stride S) for the k step at ks, four consecutive
+  // columns from col: lo[e] = column e at tile k (ks + t, ks + t + 4) (slots 2t, 2t + 1), hi[e] at
+  // (ks + t + 8, ks + t + 12) (slots 2t + 8, 2t + 9).
+  __device__ __forceinline__ void kmajor_bf16(const float* col, int S, int ks, uint32_t (&lo)[4],
+                                              uint32_t (&hi)[4]) const {
+    const float4 v0 = ld4(col + (ks + t) * S), v1 = ld4(col + (ks + t + 4) * S);
+    const float4 v2 = ld4(col + (ks + t + 8) * S), v3 = ld4(col + (ks + t + 12) * S);
+    lo[0] = pack_bf16x2(v0.x, v1.x);
+    lo[1] = pack_bf16x2(v0.y, v1.y);
+    lo[2] = pack_bf16x2(v0.z, v1.z);
+    lo[3] = pack_bf16x2(v0.w, v1.w);
+    hi[0] = pack_bf16x2(v2.x, v3.x);
+    hi[1] = pack_bf16x2(v2.y, v3.y);
+    hi[2] = pack_bf16x2(v2.z, v3.z);
+    hi[3] = pack_bf16x2(v2.w, v3.w);
+  }
 
   // The fragments of the k step at ks. Layouts: m16n8k8 TF32 a0 (g, t), a1 (g+8, t), a2 (g, t+4),
   // a3 (g+8, t+4), b0 (k t, n g), b1 (k t+4, n g); m16n8k16 BF16: ptx::mma_bf16, with the k
@@ -302,17 +318,15 @@ struct MmaMath {
       if constexpr (C::kAK) {
 #pragma unroll
         for (int ip = 0; ip < MI / 2; ++ip) {
-          const float* col = As + wm + 32 * ip + 4 * g;
-          const float4 v0 = ld4(col + (ks + t) * C::SA), v1 = ld4(col + (ks + t + 4) * C::SA);
-          const float4 v2 = ld4(col + (ks + t + 8) * C::SA), v3 = ld4(col + (ks + t + 12) * C::SA);
-          a[2 * ip][0] = pack_bf16x2(v0.x, v1.x);
-          a[2 * ip][1] = pack_bf16x2(v0.y, v1.y);
-          a[2 * ip][2] = pack_bf16x2(v2.x, v3.x);
-          a[2 * ip][3] = pack_bf16x2(v2.y, v3.y);
-          a[2 * ip + 1][0] = pack_bf16x2(v0.z, v1.z);
-          a[2 * ip + 1][1] = pack_bf16x2(v0.w, v1.w);
-          a[2 * ip + 1][2] = pack_bf16x2(v2.z, v3.z);
-          a[2 * ip + 1][3] = pack_bf16x2(v2.w, v3.w);
+          uint32_t lo[4], hi[4];  // tile rows 4g .. 4g + 3 of the block pair
+          kmajor_bf16(As + wm + 32 * ip + 4 * g, C::SA, ks, lo, hi);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {  // block 2 ip + h: rows g (lo / hi[2h]), g + 8 (2h + 1)
+            a[2 * ip + h][0] = lo[2 * h];
+            a[2 * ip + h][1] = lo[2 * h + 1];
+            a[2 * ip + h][2] = hi[2 * h];
+            a[2 * ip + h][3] = hi[2 * h + 1];
+          }
         }
       } else {
 #pragma unroll
@@ -328,17 +342,13 @@ struct MmaMath {
       if constexpr (C::kBK) {
 #pragma unroll
         for (int jq = 0; jq < NI / 4; ++jq) {
-          const float* col = Bs + wn + 32 * jq + 4 * g;
-          const float4 v0 = ld4(col + (ks + t) * C::SB), v1 = ld4(col + (ks + t + 4) * C::SB);
-          const float4 v2 = ld4(col + (ks + t + 8) * C::SB), v3 = ld4(col + (ks + t + 12) * C::SB);
-          b[4 * jq + 0][0] = pack_bf16x2(v0.x, v1.x);
-          b[4 * jq + 1][0] = pack_bf16x2(v0.y, v1.y);
-          b[4 * jq + 2][0] = pack_bf16x2(v0.z, v1.z);
-          b[4 * jq + 3][0] = pack_bf16x2(v0.w, v1.w);
-          b[4 * jq + 0][1] = pack_bf16x2(v2.x, v3.x);
-          b[4 * jq + 1][1] = pack_bf16x2(v2.y, v3.y);
-          b[4 * jq + 2][1] = pack_bf16x2(v2.z, v3.z);
-          b[4 * jq + 3][1] = pack_bf16x2(v2.w, v3.w);
+          uint32_t lo[4], hi[4];  // n8 blocks 4 jq .. 4 jq + 3
+          kmajor_bf16(Bs + wn + 32 * jq + 4 * g, C::SB, ks, lo, hi);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            b[4 * jq + e][0] = lo[e];
+            b[4 * jq + e][1] = hi[e];
+          }
         }
       } else {
 #pragma unroll
