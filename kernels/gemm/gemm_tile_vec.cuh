@@ -511,7 +511,6 @@ struct Problem {
 // staged tile (of its cluster rank's slice when split), row e / (BN/4), columns 4 (e % (BN/4)).
 template <class C>
 __device__ __forceinline__ void vec_gemm_body(const Problem& p) {
-  ptx::griddep_enter();
   extern __shared__ float4 smem_f4[];
   float* smem = reinterpret_cast<float*>(smem_f4);
   const int tid = threadIdx.x;
@@ -588,11 +587,13 @@ __device__ __forceinline__ void vec_gemm_body(const Problem& p) {
 // block an SM, which would run fc1's 200 weight-gradient tiles in two waves.
 template <class C>
 __global__ void __launch_bounds__(C::kThreads) vec_gemm_kernel(const __grid_constant__ Problem p) {
+  ptx::griddep_enter();
   vec_gemm_body<C>(p);
 }
 template <class C>
 __global__ void __launch_bounds__(C::kThreads, 2)
     vec_gemm_wide_kernel(const __grid_constant__ Problem p) {
+  ptx::griddep_enter();
   vec_gemm_body<C>(p);
 }
 
