@@ -13,10 +13,11 @@
 //   operand contiguous along k:        x-major tile  S[x][k], row stride BK + 4 = 36.
 // The strides keep the fragment reads conflict-free. The tensor cores' fragments come from an
 // x-major tile by ldmatrix (8 rows of 16 bytes a matrix, 36 floats apart: 16-byte units 9 row + c,
-// distinct mod 8) and from a k-major tile by 16-byte reads along x (rows 72 or 136 floats apart,
-// = 8 mod 32: a quarter-warp's rows t = 0..3 and units g = 0, 1 fall in 8 distinct 16-byte bank
-// groups); see MmaMath. The FP32 float4 reads of an x-major tile are broadcasts (A) or 8
-// consecutive rows (B), of a k-major tile row-contiguous.
+// distinct mod 8) and from a k-major tile by 16-byte reads along x in BF16 (rows 72 or 136 floats
+// apart, = 8 mod 32: a quarter-warp's rows t = 0..3 and units g = 0, 1 fall in 8 distinct 16-byte
+// bank groups) or single floats in TF32 (banks 8t + g); see MmaMath. The FFMA path's float4 reads
+// of an x-major tile are broadcasts (A) or 8 consecutive rows (B), of a k-major tile
+// row-contiguous.
 // Edges: a 16-byte copy whose four elements are partly outside the matrix reads only the valid
 // ones (cp.async src-size 4/8/12) and zero-fills the rest; a chunk wholly outside reads nothing.
 // So any M, N, K works, but every 16-byte source must be 16-byte aligned: the caller checks
@@ -240,8 +241,7 @@ struct MmaMath {
   static constexpr int WM = C::BM / 2, WN = C::BN / (kWarps / 2), MI = WM / 16, NI = WN / 8;
   static constexpr bool kPermA = kBf16 && C::kAK, kPermB = kBf16 && C::kBK;
   static_assert(MI % 2 == 0 && NI % 4 == 0,
-                "16-byte k-major reads take m16 blocks in pairs and "
-                "n8 blocks in fours");
+                "16-byte k-major reads take m16 blocks in pairs and n8 blocks in fours");
   float acc[MI][NI][4];
   int wm, wn, g, t;
 
