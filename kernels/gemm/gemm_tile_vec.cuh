@@ -229,9 +229,9 @@ struct SimtMath {
 // In BF16 the MMA's k slots 2t and 2t + 1 of each 8-k half hold tile k t and t + 4 of that half,
 // in A and B alike (the same products, summed in the tensor core's order), so that each register
 // pair comes from ldmatrix's 4-word rows or from two k-major rows. TF32 reads a k-major tile a
-// value at a time, and Tf32x3 every tile, in the MMA's own order: the 16-byte reads made fc1's
-// TF32 weight gradient slower (64 x 64 tile 20.1 -> 21.0 us, 128 x 128 19.4 -> 22.6 on an H100)
-// where BF16's went from 21.5 to 19.2. Each read is bank-conflict-free (strides: Cfg).
+// value at a time, and Tf32x3 every tile, in the MMA's own order: measured with 16-byte reads,
+// fc1's TF32 weight gradient was slower (64 x 64 tile 20.1 -> 21.0 us, 128 x 128 19.4 -> 22.6 on
+// an H100; docs/performance.md) where BF16's went from 21.5 to 19.2. Each read is bank-conflict-free (strides: Cfg).
 template <class C>
 struct MmaMath {
   static constexpr bool kBf16 = C::kMma == igemm::Mma::Bf16;
