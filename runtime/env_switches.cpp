@@ -223,6 +223,7 @@ EnvSwitches read_env_switches() {
   }
   e.conv_dgrad_phases = on_unless_zero("CNN_CONV_DGRAD_PHASES");
   e.conv_wgrad_window = off_unless_set("CNN_CONV_WGRAD_WINDOW");
+  e.crp_tensor_cores = off_unless_set("CNN_CRP_TENSOR_CORES");
   if (const char* v = get("CNN_BF16_SMEM")) {
     const std::string s(v);
     if (s == "bf16")
@@ -384,6 +385,9 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_CONV_WGRAD_WINDOW", "1",
        "implicit-GEMM weight gradients on the window kernel where it applies (stride 1, small "
        "OC, TF32/BF16: its input window in shared memory read by every tap; slower today)"},
+      {"CNN_CRP_TENSOR_CORES", "1",
+       "the fused conv-relu-maxpool of a one-channel first layer (forward and weight gradient) "
+       "on the tensor cores at precision tf32 / bf16 (default: the FP32 kernels)"},
       {"CNN_BF16_SMEM", "bf16|f32",
        "BF16 implicit-GEMM convs: operand tiles in shared memory as bf16 pairs (default) or "
        "floats"},

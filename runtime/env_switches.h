@@ -127,6 +127,11 @@ struct EnvSwitches {
   // (kernels/conv/conv2d_igemm_wgrad_window.h) where it applies; off by default, because on the
   // H200 it is 2-3x slower than the dedicated kernel on the shapes it was built for.
   bool conv_wgrad_window = false;
+  // CNN_CRP_TENSOR_CORES=1: at precision tf32 / bf16 the fused conv-relu-maxpool of a
+  // one-channel first layer runs its forward and weight gradient on the tensor cores
+  // (kernels/conv/conv_relu_pool_mma.cu) instead of the FP32 kernels; off by default until
+  // they have been timed on a GPU.
+  bool crp_tensor_cores = false;
   // CNN_BF16_SMEM=bf16 (default) | f32: the BF16 implicit-GEMM convs keep their operand tiles as
   // packed bf16 pairs in shared memory (filled through registers), or as floats (cp.async).
   bool bf16_smem_packed = true;

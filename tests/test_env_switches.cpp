@@ -109,6 +109,11 @@ const std::vector<SwitchCases>& switch_cases() {
        {{nullptr, false}, {"0", false}, {"1", true}},
        {},
        nullptr},
+      {"CNN_CRP_TENSOR_CORES",
+       field<&EnvSwitches::crp_tensor_cores>,
+       {{nullptr, false}, {"0", false}, {"1", true}},
+       {},
+       nullptr},
       // The consumer width of the BF16 channels-last weight gradient; 0: auto.
       {"CNN_WGMMA_WGRAD_NHWC_N",
        field<&EnvSwitches::wgmma_wgrad_nhwc_n>,

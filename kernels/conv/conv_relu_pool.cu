@@ -18,6 +18,7 @@
 #include "kernels/conv/conv1ch_common.cuh"
 #include "kernels/conv/conv_relu_pool_cuda.h"
 #include "runtime/cuda_check.h"
+#include "runtime/env_switches.h"
 #include "runtime/error.h"
 #include "runtime/math_util.h"
 
@@ -336,6 +337,13 @@ __global__ void __launch_bounds__(kWgradGroup * 32 * kSlots, 1) crp_wgrad(const 
                                         p.db, p.scratch, blockIdx.x);
 }
 
+// Both passes go to the tensor-core kernels (conv_relu_pool_mma.cu) at precision tf32 / bf16
+// under CNN_CRP_TENSOR_CORES=1, on compute capability 8.0 and later.
+bool on_tensor_cores(const Exec& ex) {
+  return (ex.precision == Precision::TF32 || ex.precision == Precision::BF16) &&
+         process_env_switches().crp_tensor_cores && conv_relu_pool_mma_supported();
+}
+
 Tiling tiling_of(const Conv2dShape& s) {
   Tiling t{};
   const int poh = s.oh() / 2, pow_ = s.ow() / 2;
@@ -411,6 +419,8 @@ void launch_wgrad(const Params& p, unsigned blocks, cudaStream_t stream) {
 
 void conv_relu_pool_forward_cuda(const Conv2dShape& s, const float* d_x, const float* d_w,
                                  const float* d_b, float* d_y, int32_t* d_argmax, const Exec& ex) {
+  if (on_tensor_cores(ex))
+    return conv_relu_pool_forward_mma_cuda(s, d_x, d_w, d_b, d_y, d_argmax, ex);
   Params p = params_of(s);
   p.x = d_x;
   p.w = d_w;
@@ -438,6 +448,7 @@ void conv_relu_pool_forward_cuda(const Conv2dShape& s, const float* d_x, const f
 
 std::size_t conv_relu_pool_backward_weight_scratch_floats_cuda(const Conv2dShape& s,
                                                                const Exec& ex) {
+  if (on_tensor_cores(ex)) return conv_relu_pool_backward_weight_mma_scratch_floats(s, ex);
   if (!ex.deterministic) return 0;
   const Tiling t = wgrad_tiling_of(s);
   const int64_t blocks =
@@ -448,6 +459,9 @@ std::size_t conv_relu_pool_backward_weight_scratch_floats_cuda(const Conv2dShape
 void conv_relu_pool_backward_weight_cuda(const Conv2dShape& s, const float* d_x, const float* d_y,
                                          const float* d_dy, const int32_t* d_argmax, float* d_dw,
                                          float* d_db, float* d_scratch, const Exec& ex) {
+  if (on_tensor_cores(ex))
+    return conv_relu_pool_backward_weight_mma_cuda(s, d_x, d_y, d_dy, d_argmax, d_dw, d_db,
+                                                   d_scratch, ex);
   Params p = params_of(s);
   p.t = wgrad_tiling_of(s);
   p.x = d_x;
