@@ -13,10 +13,10 @@
 // The backward equals maxpool_backward(dy, argmax, relu_y = y) followed by
 // conv2d_backward_weight: a pooled gradient counts only where the pooled y > 0.
 // Precision: with CNN_CRP_TENSOR_CORES=1, at ex.precision tf32 or bf16 on a GPU of compute
-// capability 8.0 or later, the forward's convolution runs on the tensor cores
-// (conv_relu_pool_mma.cu, as the other convolutions at those precisions): x and w rounded to
-// TF32 (nearest, ties away from zero) or BF16 (nearest, ties to even), the bias not, FP32 sums;
-// the ReLU and pool rules above are unchanged. Otherwise, and in the weight gradient, FP32.
+// capability 8.0 or later, both passes run on the tensor cores (conv_relu_pool_mma.cu, as the
+// other convolutions at those precisions): x, w and the conv's gradient rounded to TF32
+// (nearest, ties away from zero) or BF16 (nearest, ties to even), the bias not, FP32 sums, db the
+// sum of the rounded gradient; the ReLU and pool rules above are unchanged. Otherwise FP32.
 //
 // Only the single-input-channel shapes of a first layer are supported (conv2d_1ch.h's case):
 // conv_relu_pool_applicable() says when; the Network runs the three layers apart otherwise.
