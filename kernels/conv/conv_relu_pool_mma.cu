@@ -261,6 +261,10 @@ __global__ void __launch_bounds__(kThreads) crp_forward_mma(const MmaParams p) {
 constexpr int kWThreads = 256;  // 8 warps
 constexpr int kWCols = 32;      // conv columns a tile (16 pooled), a whole number of k steps
 constexpr int kWMaxTph = 4;     // pooled rows a tile: dconv 32 x 8 x 32 floats = 32 KB
+// A channel's dconv plane is padded to 8 (mod 32) floats, so that the A fragments' channels
+// g = 0..7 fall in distinct banks: TF32 loads at 8 g + t, BF16 float2 loads at 8 g + 2 t (+1),
+// where an unpadded plane (a multiple of 32 floats) put all eight channels in one bank.
+constexpr int kDPad = 8;
 
 struct WgradParams : CrpShape {
   const float* x;             // (N, 1, H, W)
@@ -284,7 +288,7 @@ __global__ void __launch_bounds__(kWThreads) crp_wgrad_mma(const WgradParams p) 
   constexpr int kTpw = kWCols / 2;
   extern __shared__ float4 smem_f4[];
   const int crows = 2 * p.tph;                     // conv rows of the tile
-  const int dplane = crows * kWCols;               // one channel's dconv
+  const int dplane = crows * kWCols + kDPad;       // one channel's dconv, padded
   float* s_d = reinterpret_cast<float*>(smem_f4);  // (32, crows, kWCols)
   float* s_x = s_d + kGroupOc * dplane;            // (rows, is)
   float* s_sum = s_x + p.rows * p.is;              // (32 * (KK + 1)): epilogue layout
@@ -484,8 +488,8 @@ int64_t wgrad_blocks(const Conv2dShape& s, const WgradParams& p) {
 template <int K, bool kBf16>
 void launch_wgrad(const WgradParams& p, int64_t blocks, cudaStream_t stream) {
   const std::size_t smem =
-      sizeof(float) * (std::size_t(kGroupOc) * 2 * p.tph * kWCols + std::size_t(p.rows) * p.is +
-                       std::size_t(kGroupOc) * (K * K + 1));
+      sizeof(float) * (std::size_t(kGroupOc) * (2 * p.tph * kWCols + kDPad) +
+                       std::size_t(p.rows) * p.is + std::size_t(kGroupOc) * (K * K + 1));
   CNN_CHECK(smem <= kSmemLimit,
             "conv_relu_pool_backward_weight (tensor cores): {} bytes of shared memory", smem);
   crp_wgrad_mma<K, kBf16><<<static_cast<unsigned>(blocks), kWThreads, smem, stream>>>(p);
