@@ -45,6 +45,35 @@ inline std::vector<float> grid_vector(size_t n, uint64_t seed, int m, float step
   return v;
 }
 
+// A problem's operands: the forward's x, w, b and the weight gradient's dy and initial dw, db.
+// Quantized: on coarse binary grids, exact in TF32 and BF16, every sum exact in FP32, many ties;
+// else uniform random.
+struct Data {
+  std::vector<float> x, w, b, dy, dw0, db0;
+};
+
+inline Data make_data(const Conv2dShape& s, uint64_t seed, bool quantized) {
+  const size_t nx = size_t(s.n) * s.h * s.w, nw = size_t(s.oc) * s.kh * s.kw;
+  const size_t np = size_t(s.n) * s.oc * (s.oh() / 2) * (s.ow() / 2);
+  Data d;
+  if (quantized) {
+    d.x = grid_vector(nx, seed, 2, 0.25f);
+    d.w = grid_vector(nw, seed + 1, 4, 0.125f);
+    d.b = grid_vector(size_t(s.oc), seed + 2, 8, 1.f / 32);
+    d.dy = grid_vector(np, seed + 3, 16, 1.f / 16);
+    d.dw0 = grid_vector(nw, seed + 4, 64, 1.f / 64);
+    d.db0 = grid_vector(size_t(s.oc), seed + 5, 64, 1.f / 64);
+  } else {
+    d.x = test::random_vector(nx, seed);
+    d.w = test::random_vector(nw, seed + 1);
+    d.b = test::random_vector(size_t(s.oc), seed + 2);
+    d.dy = test::random_vector(np, seed + 3);
+    d.dw0 = test::random_vector(nw, seed + 4);
+    d.db0 = test::random_vector(size_t(s.oc), seed + 5);
+  }
+  return d;
+}
+
 // Equal value by value, NaN equal to any NaN (the CPU keeps the input NaN's payload, the GPU's
 // arithmetic returns the canonical NaN).
 inline bool same_value(float a, float b) {

@@ -58,32 +58,6 @@ double rel_to_scale(const std::vector<float>& got, const std::vector<float>& ref
   return worst / big;
 }
 
-struct Data {
-  std::vector<float> x, w, b, dy, dw0, db0;
-};
-
-Data make_data(const Conv2dShape& s, uint64_t seed, bool quantized) {
-  const size_t nx = size_t(s.n) * s.h * s.w, nw = size_t(s.oc) * s.kh * s.kw;
-  const size_t np = size_t(s.n) * s.oc * (s.oh() / 2) * (s.ow() / 2);
-  Data d;
-  if (quantized) {
-    d.x = grid_vector(nx, seed, 2, 0.25f);
-    d.w = grid_vector(nw, seed + 1, 4, 0.125f);
-    d.b = grid_vector(size_t(s.oc), seed + 2, 8, 1.f / 32);
-    d.dy = grid_vector(np, seed + 3, 16, 1.f / 16);
-    d.dw0 = grid_vector(nw, seed + 4, 64, 1.f / 64);
-    d.db0 = grid_vector(size_t(s.oc), seed + 5, 64, 1.f / 64);
-  } else {
-    d.x = test::random_vector(nx, seed);
-    d.w = test::random_vector(nw, seed + 1);
-    d.b = test::random_vector(size_t(s.oc), seed + 2);
-    d.dy = test::random_vector(np, seed + 3);
-    d.dw0 = test::random_vector(nw, seed + 4);
-    d.db0 = test::random_vector(size_t(s.oc), seed + 5);
-  }
-  return d;
-}
-
 Exec cuda_exec(bool deterministic) {
   Exec ex;
   ex.device = Device::CUDA;

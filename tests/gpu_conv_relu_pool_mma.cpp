@@ -76,26 +76,6 @@ std::vector<float> rounded(std::vector<float> v, Precision p) {
   return v;
 }
 
-struct Data {
-  std::vector<float> x, w, b;
-};
-
-// tests/gpu_conv_relu_pool.cpp's make_data (the same grids and seeds), forward operands only.
-Data make_data(const Conv2dShape& s, uint64_t seed, bool quantized) {
-  const size_t nx = size_t(s.n) * s.h * s.w, nw = size_t(s.oc) * s.kh * s.kw;
-  Data d;
-  if (quantized) {
-    d.x = grid_vector(nx, seed, 2, 0.25f);
-    d.w = grid_vector(nw, seed + 1, 4, 0.125f);
-    d.b = grid_vector(size_t(s.oc), seed + 2, 8, 1.f / 32);
-  } else {
-    d.x = test::random_vector(nx, seed);
-    d.w = test::random_vector(nw, seed + 1);
-    d.b = test::random_vector(size_t(s.oc), seed + 2);
-  }
-  return d;
-}
-
 Exec cuda_exec(Precision p) {
   Exec ex;
   ex.device = Device::CUDA;
@@ -394,27 +374,6 @@ namespace {
 
 constexpr double kWgradFrobenius = 1e-4;
 
-struct WgradData {
-  Data fwd;                         // x, w, b (the forward, for y and argmax)
-  std::vector<float> dy, dw0, db0;  // (N, OC, PH, PW), (OC, 1, K, K), (OC)
-};
-
-// tests/gpu_conv_relu_pool.cpp's make_data: the backward operands on its grids and seeds.
-WgradData make_wgrad_data(const Conv2dShape& s, uint64_t seed, bool quantized) {
-  const size_t np = pooled_size(s), nw = size_t(s.oc) * s.kh * s.kw;
-  WgradData d{make_data(s, seed, quantized), {}, {}, {}};
-  if (quantized) {
-    d.dy = grid_vector(np, seed + 3, 16, 1.f / 16);
-    d.dw0 = grid_vector(nw, seed + 4, 64, 1.f / 64);
-    d.db0 = grid_vector(size_t(s.oc), seed + 5, 64, 1.f / 64);
-  } else {
-    d.dy = test::random_vector(np, seed + 3);
-    d.dw0 = test::random_vector(nw, seed + 4);
-    d.db0 = test::random_vector(size_t(s.oc), seed + 5);
-  }
-  return d;
-}
-
 // Terms per gradient: one pooled output of each image and window feeds each dw and db element.
 int64_t wgrad_len(const Conv2dShape& s) {
   return int64_t(s.n) * (s.oh() / 2) * (s.ow() / 2);
@@ -454,10 +413,10 @@ std::vector<float> cpu_wgrad(const Conv2dShape& s, const std::vector<float>& x, 
 // The tensor-core weight gradient from (dw0, db0) on the unrounded x and dy (the kernel rounds
 // them itself) and the uploaded y and argmax; the deterministic scratch poisoned (NaN) first, so
 // that a partial the first stage never writes cannot pass. Returned joined.
-std::vector<float> gpu_wgrad(const Conv2dShape& s, const WgradData& d, const Pooled& fwd,
+std::vector<float> gpu_wgrad(const Conv2dShape& s, const Data& d, const Pooled& fwd,
                              const Exec& ex) {
   const size_t np = pooled_size(s);
-  Tensor d_x = test::to_device(d.fwd.x), d_y = test::to_device(fwd.y);
+  Tensor d_x = test::to_device(d.x), d_y = test::to_device(fwd.y);
   Tensor d_dy = test::to_device(d.dy);
   Buffer<int32_t> d_am(np, Device::CUDA);
   d_am.copy_from(fwd.am.data(), Device::CPU, np);
@@ -532,11 +491,11 @@ void check_wgrad_quantized(const Conv2dShape& s, Precision p) {
   // The premise of the bitwise comparison: len terms of at most 1 on a 2^-6 grid (and dw0 / db0)
   // stay within FP32's 24 bits.
   ASSERT_LE(wgrad_len(s), int64_t{1} << 17);
-  const WgradData d = make_wgrad_data(s, seed, true);
-  ASSERT_TRUE(same_bits(rounded(d.fwd.x, p), d.fwd.x));
+  const Data d = make_data(s, seed, true);
+  ASSERT_TRUE(same_bits(rounded(d.x, p), d.x));
   ASSERT_TRUE(same_bits(rounded(d.dy, p), d.dy));
-  const Pooled fwd = run_cpu(s, d.fwd);
-  const std::vector<float> ref = cpu_wgrad(s, d.fwd.x, fwd, d.dy, d.dw0, d.db0);
+  const Pooled fwd = run_cpu(s, d);
+  const std::vector<float> ref = cpu_wgrad(s, d.x, fwd, d.dy, d.dw0, d.db0);
   const size_t n_dw = d.dw0.size();
   for (bool det : {false, true}) {
     SCOPED_TRACE(det ? "deterministic" : "atomic");
@@ -553,9 +512,9 @@ void check_wgrad_continuous(const Conv2dShape& s, Precision p) {
   SCOPED_TRACE(describe(s) + " " + precision_name(p) + " wgrad continuous seed " +
                std::to_string(seed));
   ASSERT_TRUE(conv_relu_pool_applicable(s));
-  const WgradData d = make_wgrad_data(s, seed, false);
-  const Pooled fwd = run_cpu(s, d.fwd);
-  const std::vector<float> xr = rounded(d.fwd.x, p), dyr = rounded(d.dy, p);
+  const Data d = make_data(s, seed, false);
+  const Pooled fwd = run_cpu(s, d);
+  const std::vector<float> xr = rounded(d.x, p), dyr = rounded(d.dy, p);
   const std::vector<float> ref = cpu_wgrad(s, xr, fwd, dyr, d.dw0, d.db0);
   const std::vector<float> scale =
       cpu_wgrad(s, absolute(xr), fwd, absolute(dyr), absolute(d.dw0), absolute(d.db0));
