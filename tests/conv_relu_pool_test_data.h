@@ -108,6 +108,23 @@ inline double rel_to_max(const std::vector<float>& got, const std::vector<float>
   return worst / scale;
 }
 
+// A problem's inputs on the GPU and its forward outputs poisoned (y NaN, argmax -7), so that an
+// output the kernel under test never writes cannot pass.
+struct DeviceForward {
+  Tensor x, w, b;
+  Buffer<float> y;
+  Buffer<int32_t> am;
+};
+
+inline DeviceForward upload_poisoned(const Data& d, size_t np) {
+  DeviceForward f{test::to_device(d.x), test::to_device(d.w), test::to_device(d.b),
+                  Buffer<float>(np, Device::CUDA), Buffer<int32_t>(np, Device::CUDA)};
+  test::poison_device(f.y.data(), np);
+  const std::vector<int32_t> garbage(np, -7);
+  f.am.copy_from(garbage.data(), Device::CPU, np);
+  return f;
+}
+
 // Every kernel size and image with the batch / channel pairs (1, 1), (3, 5), (257, 32).
 inline std::vector<Conv2dShape> sweep() {
   std::vector<Conv2dShape> v;

@@ -82,22 +82,17 @@ void check_shape(const Conv2dShape& s, bool quantized) {
 
   // Fused GPU forward on poisoned outputs.
   const Exec ex = cuda_exec(false);
-  Tensor d_x = test::to_device(d.x), d_w = test::to_device(d.w), d_b = test::to_device(d.b);
+  DeviceForward f = upload_poisoned(d, np);  // y and argmax (N, OC, OH/2, OW/2)
   Tensor d_dy = test::to_device(d.dy);
-  Buffer<float> d_y(np, Device::CUDA);     // (N, OC, OH/2, OW/2)
-  Buffer<int32_t> d_am(np, Device::CUDA);  // (N, OC, OH/2, OW/2)
-  test::poison_device(d_y.data(), np);
-  const std::vector<int32_t> garbage(np, -7);
-  d_am.copy_from(garbage.data(), Device::CPU, np);
-  conv_relu_pool_forward(s, d_x.data(), d_w.data(), d_b.data(), d_y.data(), d_am.data(), ex);
-  const std::vector<float> y = test::to_host(d_y.data(), np);
-  const std::vector<int32_t> am = ints_to_host(d_am.data(), np);
+  conv_relu_pool_forward(s, f.x.data(), f.w.data(), f.b.data(), f.y.data(), f.am.data(), ex);
+  const std::vector<float> y = test::to_host(f.y.data(), np);
+  const std::vector<int32_t> am = ints_to_host(f.am.data(), np);
 
   // The unfused GPU chain: conv (ReLU in its epilogue) -> maxpool.
   Buffer<float> d_conv(nc, Device::CUDA);  // (N, OC, OH, OW)
   Buffer<float> d_y2(np, Device::CUDA);
   Buffer<int32_t> d_am2(np, Device::CUDA);
-  conv2d_forward(s, d_x.data(), d_w.data(), d_b.data(), d_conv.data(), true, nullptr, Algo::Auto,
+  conv2d_forward(s, f.x.data(), f.w.data(), f.b.data(), d_conv.data(), true, nullptr, Algo::Auto,
                  ex);
   maxpool_forward(ps, d_conv.data(), d_y2.data(), d_am2.data(), ex);
   const std::vector<float> y2 = test::to_host(d_y2.data(), np);
@@ -138,7 +133,7 @@ void check_shape(const Conv2dShape& s, bool quantized) {
     for (int rep = 0; rep < 2; ++rep) {
       Tensor d_dw = test::to_device(d.dw0), d_db = test::to_device(d.db0);
       if (scratch_n) test::poison_device(d_scratch.data(), scratch_n);
-      conv_relu_pool_backward_weight(s, d_x.data(), d_y.data(), d_dy.data(), d_am.data(),
+      conv_relu_pool_backward_weight(s, f.x.data(), f.y.data(), d_dy.data(), f.am.data(),
                                      d_dw.data(), d_db.data(), d_scratch.data(), exd);
       std::vector<float> got = test::to_host(d_dw.data(), d.dw0.size());
       const std::vector<float> gdb = test::to_host(d_db.data(), d.db0.size());
@@ -160,8 +155,8 @@ void check_shape(const Conv2dShape& s, bool quantized) {
     const size_t chain_scratch_n = conv2d_backward_weight_scratch_floats(s, exd);
     Buffer<float> d_cs(std::max<size_t>(chain_scratch_n, 1), Device::CUDA);
     Tensor d_dw = test::to_device(d.dw0), d_db = test::to_device(d.db0);
-    maxpool_backward(ps, d_dy.data(), d_am.data(), d_dconv.data(), exd, d_y.data());
-    conv2d_backward_weight(s, d_x.data(), d_dconv.data(), d_dw.data(), d_db.data(), d_cs.data(),
+    maxpool_backward(ps, d_dy.data(), f.am.data(), d_dconv.data(), exd, f.y.data());
+    conv2d_backward_weight(s, f.x.data(), d_dconv.data(), d_dw.data(), d_db.data(), d_cs.data(),
                            Algo::Auto, exd);
     std::vector<float> chain = test::to_host(d_dw.data(), d.dw0.size());
     const std::vector<float> chain_db = test::to_host(d_db.data(), d.db0.size());
@@ -204,15 +199,10 @@ TEST(GpuConvReluPool, NonPositiveWindowsAndNaN) {
   std::vector<int32_t> am_ref(np);
   conv_relu_pool_forward_cpu(s, d.x.data(), d.w.data(), d.b.data(), y_ref.data(), am_ref.data());
   const Exec ex = cuda_exec(false);
-  Tensor d_x = test::to_device(d.x), d_w = test::to_device(d.w), d_b = test::to_device(d.b);
-  Buffer<float> d_y(np, Device::CUDA);
-  Buffer<int32_t> d_am(np, Device::CUDA);
-  test::poison_device(d_y.data(), np);
-  const std::vector<int32_t> garbage(np, -7);
-  d_am.copy_from(garbage.data(), Device::CPU, np);
-  conv_relu_pool_forward(s, d_x.data(), d_w.data(), d_b.data(), d_y.data(), d_am.data(), ex);
-  const std::vector<float> y = test::to_host(d_y.data(), np);
-  const std::vector<int32_t> am = ints_to_host(d_am.data(), np);
+  DeviceForward f = upload_poisoned(d, np);
+  conv_relu_pool_forward(s, f.x.data(), f.w.data(), f.b.data(), f.y.data(), f.am.data(), ex);
+  const std::vector<float> y = test::to_host(f.y.data(), np);
+  const std::vector<int32_t> am = ints_to_host(f.am.data(), np);
   EXPECT_TRUE(same_values(y, y_ref));
   EXPECT_EQ(am, am_ref);
   int nan_windows = 0, first_wins = 0;

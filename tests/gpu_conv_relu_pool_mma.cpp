@@ -100,25 +100,19 @@ Pooled run_cpu(const Conv2dShape& s, const Data& d) {
   return r;
 }
 
-// The fused forward on the GPU, into poisoned outputs (NaN, argmax -7), so that an output the
-// kernel never writes cannot pass: the tensor-core kernel at TF32 / BF16, conv_relu_pool_forward
-// (the FP32 kernel) at FP32.
+// The fused forward on the GPU, into poisoned outputs (upload_poisoned): the tensor-core kernel at
+// TF32 / BF16, conv_relu_pool_forward (the FP32 kernel) at FP32.
 Pooled run_gpu(const Conv2dShape& s, const Data& d, const Exec& ex) {
   const size_t np = pooled_size(s);
-  Tensor d_x = test::to_device(d.x), d_w = test::to_device(d.w), d_b = test::to_device(d.b);
-  Buffer<float> d_y(np, Device::CUDA);
-  Buffer<int32_t> d_am(np, Device::CUDA);
-  test::poison_device(d_y.data(), np);
-  const std::vector<int32_t> garbage(np, -7);
-  d_am.copy_from(garbage.data(), Device::CPU, np);
+  DeviceForward f = upload_poisoned(d, np);
 #ifdef CNN_HAVE_CUDA
   if (ex.precision != Precision::FP32)
-    conv_relu_pool_forward_mma_cuda(s, d_x.data(), d_w.data(), d_b.data(), d_y.data(), d_am.data(),
+    conv_relu_pool_forward_mma_cuda(s, f.x.data(), f.w.data(), f.b.data(), f.y.data(), f.am.data(),
                                     ex);
   else
 #endif
-    conv_relu_pool_forward(s, d_x.data(), d_w.data(), d_b.data(), d_y.data(), d_am.data(), ex);
-  return {test::to_host(d_y.data(), np), ints_to_host(d_am.data(), np)};
+    conv_relu_pool_forward(s, f.x.data(), f.w.data(), f.b.data(), f.y.data(), f.am.data(), ex);
+  return {test::to_host(f.y.data(), np), ints_to_host(f.am.data(), np)};
 }
 
 // The conv value at (n, oc, oy, ox) before the ReLU, as the CPU twin computes it
@@ -232,7 +226,7 @@ void check_continuous(const Conv2dShape& s, Precision p) {
   SCOPED_TRACE(describe(s) + " " + precision_name(p) + " continuous seed " + std::to_string(seed));
   ASSERT_TRUE(conv_relu_pool_applicable(s));
   const Data d = make_data(s, seed, false);
-  const Data r{rounded(d.x, p), rounded(d.w, p), d.b};
+  const Data r{rounded(d.x, p), rounded(d.w, p), d.b, {}, {}, {}};
   const Pooled got = run_gpu(s, d, cuda_exec(p));  // the kernel rounds d itself
   expect_matches_rounded(s, r, got, run_cpu(s, r));
 }
@@ -275,7 +269,7 @@ TEST(GpuConvReluPoolMma, NonPositiveWindowsAndNaN) {
     Data d = make_data(s, seed, false);
     for (auto& b : d.b) b = -100.f;
     d.x[7] = NAN;
-    const Data r{rounded(d.x, p), rounded(d.w, p), d.b};
+    const Data r{rounded(d.x, p), rounded(d.w, p), d.b, {}, {}, {}};
     const Pooled ref = run_cpu(s, r), got = run_gpu(s, d, cuda_exec(p));
     EXPECT_TRUE(same_values(got.y, ref.y));
     EXPECT_EQ(got.am, ref.am);
@@ -298,7 +292,7 @@ TEST(GpuConvReluPoolMma, NonPositiveWindowsAndNaN) {
       d.x[2 * s.w + 3] = INFINITY;        // image 0, inside
       d.x[hw + 3 * s.w + 6] = -INFINITY;  // image 1, inside
       d.x[2 * hw + hw - 1] = INFINITY;    // image 2, the bottom-right corner
-      const Data r{rounded(d.x, p), rounded(d.w, p), d.b};
+      const Data r{rounded(d.x, p), rounded(d.w, p), d.b, {}, {}, {}};
       const Pooled ref = run_cpu(s, r), got = run_gpu(s, d, cuda_exec(p));
       size_t infinite = 0;
       for (float v : ref.y) infinite += std::isinf(v);
