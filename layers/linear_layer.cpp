@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <functional>
 
 #include "kernels/gemm/linear.h"
@@ -43,8 +44,13 @@ class LinearLayer : public Layer {
                          rng);
   }
 
-  std::size_t scratch_floats(const Exec& ex, bool /*input_grad*/) const override {
-    return head_backward() ? 0 : linear_backward_weight_scratch_floats(shape_, ex);
+  // The GEMM workspaces of the forward and input gradient (split groups, CNN_WGMMA_GROUPS), and
+  // the weight gradient's scratch where it runs in turn (beside, it has side_scratch).
+  std::size_t scratch_floats(const Exec& ex, bool input_grad) const override {
+    std::size_t need = linear_forward_scratch_floats(shape_, ex);
+    if (head_backward()) return need;
+    if (input_grad) need = std::max(need, linear_backward_data_scratch_floats(shape_, ex));
+    return std::max(need, linear_backward_weight_scratch_floats(shape_, ex));
   }
 
   // The fused backward reads x anyway, so it also applies the ReLU mask of the layer before
@@ -65,8 +71,8 @@ class LinearLayer : public Layer {
     return {0};
   }
 
-  void forward(int n, const float* x, float* y, float* /*scratch*/, const Exec& ex) override {
-    linear_forward(at(n), x, w_, b_, y, fused_relu_, algos_.fwd, ex);
+  void forward(int n, const float* x, float* y, float* scratch, const Exec& ex) override {
+    linear_forward(at(n), x, w_, b_, y, fused_relu_, algos_.fwd, ex, scratch);
   }
 
   void backward(int n, const float* x, const float* y, float* dy, float* dx, float* scratch,
@@ -77,15 +83,15 @@ class LinearLayer : public Layer {
       return linear_head_backward(s, x, dy, w_, dw_, own_db(), dx, mask_input_relu_,
                                   input_bias_grad_, ex);
     }
-    run_backward(n, x, y, dy, dx, scratch, ex, ex, [] {});
+    run_backward(n, x, y, dy, dx, scratch, scratch, ex, ex, [] {});
   }
 
   // The fused head is one kernel for both gradients: it stays on the one stream.
-  bool backward_beside(int n, const float* x, const float* y, float* dy, float* dx,
-                       float* /*scratch*/, float* side_scratch, const Exec& ex, const Exec& side,
+  bool backward_beside(int n, const float* x, const float* y, float* dy, float* dx, float* scratch,
+                       float* side_scratch, const Exec& ex, const Exec& side,
                        const std::function<void()>& fork) override {
     if (head_backward()) return false;
-    run_backward(n, x, y, dy, dx, side_scratch, ex, side, fork);
+    run_backward(n, x, y, dy, dx, scratch, side_scratch, ex, side, fork);
     return true;
   }
   std::size_t beside_scratch_floats(const Exec& ex) const override {
@@ -98,7 +104,9 @@ class LinearLayer : public Layer {
     const LinearShape s = at(n);
     const std::string op = fmt::format("linear n{} in{} out{}{}{}", s.n, s.in, s.out,
                                        b_ ? " bias" : "", fused_relu_ ? " relu" : "");
-    const auto forward = [&](Algo a) { linear_forward(s, x, w_, b_, y, fused_relu_, a, ex); };
+    const auto forward = [&](Algo a) {
+      linear_forward(s, x, w_, b_, y, fused_relu_, a, ex, scratch);
+    };
     if (head_backward()) {
       // The fused kernel is both gradient passes at once, with nothing to pick between, so only
       // the forward is timed.
@@ -107,7 +115,7 @@ class LinearLayer : public Layer {
       return {c};
     }
     const std::function<void(Algo)> input_grad = [&](Algo a) {
-      linear_backward_data(s, dy, w_, dx, a, ex);
+      linear_backward_data(s, dy, w_, dx, a, ex, scratch);
     };
     return tune_passes(
         TuneSite{name(), op, tune_cache_}, forward,
@@ -120,9 +128,9 @@ class LinearLayer : public Layer {
  private:
   LinearShape at(int n) const { return {n, shape_.in, shape_.out}; }
   // The separate passes: dy's ReLU mask on ex, fork(), the weight gradient on `side` (with its
-  // scratch, wgrad_scratch), the input gradient on ex (which needs no scratch).
+  // scratch, wgrad_scratch), the input gradient on ex (with dgrad_scratch, its GEMM workspace).
   void run_backward(int n, const float* x, const float* y, float* dy, float* dx,
-                    float* wgrad_scratch, const Exec& ex, const Exec& side,
+                    float* dgrad_scratch, float* wgrad_scratch, const Exec& ex, const Exec& side,
                     const std::function<void()>& fork) {
     const LinearShape s = at(n);
     if (relu_backward_here()) relu_backward(int64_t(n) * s.out, y, dy, dy, ex);
@@ -130,7 +138,7 @@ class LinearLayer : public Layer {
     linear_backward_weight(s, x, dy, dw_, own_db(), wgrad_scratch, algos_.dw, side,
                            overwrite_grads_);
     if (!dx) return;
-    linear_backward_data(s, dy, w_, dx, algos_.dx, ex);
+    linear_backward_data(s, dy, w_, dx, algos_.dx, ex, dgrad_scratch);
     // Only the fused path is offered the mask (can_mask_input_relu); kept here too so that the
     // flag means the same whatever path runs.
     if (mask_input_relu_) relu_backward(int64_t(n) * s.in, x, dx, dx, ex);

@@ -18,6 +18,9 @@
 //                           misaligned operands fall back to the gather and stay correct.
 //   SplitKExactAndRepeat    splits 1, 2, 4, 8 (cluster + DSMEM reduction): exact on integers,
 //                           and bitwise repeatable on random floats.
+//   SplitGroupsExactAndRepeat  k split across clusters too (WgmmaOptions::groups, a workspace
+//                           and split_k_reduce): the linear layer's products, exact on integers,
+//                           bitwise repeatable; SplitGroupsNeedAWorkspace: refused without one.
 //   AwkwardShapes           m, n, k from {1, 7, 64, 127, 128, 129, 1000, 1024, 3136}, every
 //                           transpose, leading dimensions aligned / ragged / shifted pointers,
 //                           alpha, beta, bias, ReLU; poisoned C; padding of C untouched.
@@ -110,9 +113,9 @@ std::string describe(const Case& c) {
   char buf[240];
   std::snprintf(buf, sizeof buf,
                 "ta=%d tb=%d m=%d n=%d k=%d pad=%d offset=%d align4=%d alpha=%g beta=%g bias=%d "
-                "relu=%d fill=%s splits=%d gather=%d mn_tma=%d",
+                "relu=%d fill=%s splits=%d groups=%d gather=%d mn_tma=%d",
                 c.ta, c.tb, c.m, c.n, c.k, c.pad, c.offset, c.align4, c.alpha, c.beta, c.bias,
-                c.relu, c.fill == Fill::SmallInt ? "int" : "random", c.opt.splits,
+                c.relu, c.fill == Fill::SmallInt ? "int" : "random", c.opt.splits, c.opt.groups,
                 c.opt.force_gather, c.opt.mn_load == WgmmaMnLoad::Tma);
   return buf;
 }
@@ -163,13 +166,23 @@ Result run(const Case& c, uint64_t seed, bool via_dispatch = false) {
   const float* pa = d_a.data() + off;
   const float* pb = d_b.data() + off;
   float* pc = d_c.data() + off;
+  // Split groups get a workspace poisoned with NaN: a plane the reduction reads but no cluster
+  // wrote shows.
+  WgmmaOptions opt = c.opt;
+  Tensor d_work;
+  if (opt.groups > 1) {
+    const std::vector<float> poison(gemm_wgmma_work_floats(c.m, c.n, opt.groups), NAN);
+    d_work = test::to_device(poison);
+    opt.work = d_work.data();
+    opt.work_floats = poison.size();
+  }
   if (via_dispatch)
     gemm_cuda_path(GemmPath::Wgmma, c.ta, c.tb, c.m, c.n, c.k, c.alpha, pa, lda, pb, ldb, c.beta,
                    pc, ldc, c.bias ? d_bias.data() : nullptr, c.relu, c.opt.precision, nullptr,
                    Fp32Math::Tf32x3);
   else
     gemm_wgmma(c.ta, c.tb, c.m, c.n, c.k, c.alpha, pa, lda, pb, ldb, c.beta, pc, ldc,
-               c.bias ? d_bias.data() : nullptr, c.relu, nullptr, c.opt);
+               c.bias ? d_bias.data() : nullptr, c.relu, nullptr, opt);
   Result r;
   r.got = d_c.to_vector();
 
@@ -411,6 +424,73 @@ TEST(GpuGemmWgmma, SplitKExactAndRepeat) {
       expect_close(c, r1);
       EXPECT_TRUE(bitwise_equal(r1.got, r2.got)) << "two runs differ bitwise";
     }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(GpuGemmWgmma, SplitGroupsExactAndRepeat) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA();
+  // The linear layer's three products at batch 128 (a VGG-style 4096 -> 512 layer: forward (x,
+  // w^T), input gradient (dy, w), weight gradient (dy^T, x) with beta 1), the TMA-staged
+  // transposes included, and a k of one k-tile, where most groups add nothing (planes of
+  // zeros). Groups 2 and 8 over the picked splits, 4 over 2 splits; the partial planes are
+  // summed by split_k_reduce. Exact on integers, within the bound on random floats with alpha,
+  // bias and ReLU, and bitwise repeatable.
+  const int b = test::network_batch();
+  struct Shape {
+    int t, m, n, k;
+    float beta;
+  };
+  const Shape shapes[] = {{0, b, 512, 4096, 0.f},
+                          {2, b, 4096, 512, 0.f},
+                          {3, 512, 4096, b, 1.f},
+                          {0, 130, 140, 7, 0.f}};
+  const int plans[][2] = {{0, 2}, {0, 8}, {2, 4}};  // (splits, groups); splits 0: the pick
+  for (const Shape& sh : shapes)
+    for (const auto& plan : plans) {
+      if (test::light_sweeps() && plan[1] == 2) continue;
+      Case c = shaped(sh.t, sh.m, sh.n, sh.k);
+      c.beta = sh.beta;
+      c.opt.splits = plan[0];
+      c.opt.groups = plan[1];
+      c.fill = Fill::SmallInt;
+      const uint64_t seed = test::fresh_seed();
+      SCOPED_TRACE(describe(c) + " seed=" + std::to_string(seed));
+      const Result exact = run(c, seed);
+      std::printf("split groups %dx%dx%d t=%d splits=%d groups=%d: %lld wrong%s%s\n", c.m, c.n, c.k,
+                  sh.t, plan[0], plan[1], static_cast<long long>(exact.exact_bad),
+                  exact.exact_bad ? ", first " : "", exact.first_bad.c_str());
+      expect_close(c, exact);
+      c.fill = Fill::Random;
+      c.alpha = 1.5f;
+      c.bias = c.relu = true;
+      const Result r1 = run(c, seed + 10), r2 = run(c, seed + 10);
+      expect_close(c, r1);
+      EXPECT_TRUE(bitwise_equal(r1.got, r2.got)) << "two runs differ bitwise";
+    }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(GpuGemmWgmma, SplitGroupsNeedAWorkspace) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA();
+  Tensor a = test::to_device(std::vector<float>(128 * 256, 1.f));
+  Tensor c = test::to_device(std::vector<float>(128 * 128, 0.f));
+  WgmmaOptions opt;
+  opt.groups = 4;  // and no workspace
+  EXPECT_THROW(gemm_wgmma(false, true, 128, 128, 256, 1.f, a.data(), 256, a.data(), 256, 0.f,
+                          c.data(), 128, nullptr, false, nullptr, opt),
+               Error);
+  Tensor small = test::to_device(std::vector<float>(gemm_wgmma_work_floats(128, 128, 4) - 4));
+  opt.work = small.data();
+  opt.work_floats = small.numel();
+  EXPECT_THROW(gemm_wgmma(false, true, 128, 128, 256, 1.f, a.data(), 256, a.data(), 256, 0.f,
+                          c.data(), 128, nullptr, false, nullptr, opt),
+               Error);
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif

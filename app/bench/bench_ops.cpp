@@ -1032,21 +1032,28 @@ void bench_linear(const BenchContext& ctx, std::vector<BenchRow>& rows, const st
       const double lib_us = measure_lib(
           ctx, rows, d, info, p, tol, "cublas", ctx.lib && ctx.lib->cublas_ok(),
           [&] { return ctx.lib->gemm(s, pass, p); }, args);
+      // Each pass's scratch as the layer gives it: the weight gradient's deterministic sums and
+      // the GEMM workspace of split groups (CNN_WGMMA_GROUPS).
+      const std::size_t scratch_n = pass == Pass::Forward ? linear_forward_scratch_floats(s, ex)
+                                    : pass == Pass::BackwardData
+                                        ? linear_backward_data_scratch_floats(s, ex)
+                                        : linear_backward_weight_scratch_floats(s, ex);
       Buffer<float> scratch;
-      if (pass == Pass::BackwardWeight)
-        scratch = Buffer<float>(linear_backward_weight_scratch_floats(s, ex), Device::CUDA);
+      if (scratch_n > 0) scratch = Buffer<float>(scratch_n, Device::CUDA);
+      float* const d_scratch = scratch.empty() ? nullptr : scratch.data();
       for (Algo algo : opt.algos) {
         if (algo == Algo::Wgmma || algo == Algo::WgmmaNhwc) continue;  // convolution variants
         Candidate c;
         c.variant = algo_name(algo);
         c.launch = [&, algo](int i) {
           if (pass == Pass::Forward)
-            linear_forward(s, d.f(i, a), d.f(i, b), nullptr, d.f(i, out), false, algo, ex);
+            linear_forward(s, d.f(i, a), d.f(i, b), nullptr, d.f(i, out), false, algo, ex,
+                           d_scratch);
           else if (pass == Pass::BackwardData)
-            linear_backward_data(s, d.f(i, a), d.f(i, b), d.f(i, out), algo, ex);
+            linear_backward_data(s, d.f(i, a), d.f(i, b), d.f(i, out), algo, ex, d_scratch);
           else
-            linear_backward_weight(s, d.f(i, a), d.f(i, b), d.f(i, out), nullptr,
-                                   scratch.empty() ? nullptr : scratch.data(), algo, ex);
+            linear_backward_weight(s, d.f(i, a), d.f(i, b), d.f(i, out), nullptr, d_scratch, algo,
+                                   ex);
         };
         rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
       }
@@ -1090,6 +1097,34 @@ void bench_linear(const BenchContext& ctx, std::vector<BenchRow>& rows, const st
                          d.f(i, out), s.in, nullptr, false, ctx.stream, opt);
           };
           rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
+        }
+        // The wgmma GEMM with k split across 2, 4 and 8 clusters of its picked splits, their
+        // sums added in order by split_k_reduce (whatever CNN_WGMMA_GROUPS says).
+        if (gemm_wgmma_available()) {
+          const int gm = pass == Pass::BackwardWeight ? s.out : s.n;
+          const int gn = pass == Pass::Forward ? s.out : s.in;
+          Buffer<float> work(gemm_wgmma_work_floats(gm, gn, 8), Device::CUDA);
+          for (int groups : {2, 4, 8}) {
+            Candidate c;
+            c.variant = fmt::format("gemm:wgmma-groups{}", groups);
+            c.launch = [&, groups](int i) {
+              WgmmaOptions opt;
+              opt.precision = p;
+              opt.groups = groups;
+              opt.work = work.data();
+              opt.work_floats = work.size();
+              if (pass == Pass::Forward)
+                gemm_wgmma(false, true, s.n, s.out, s.in, 1.f, d.f(i, a), s.in, d.f(i, b), s.in,
+                           0.f, d.f(i, out), s.out, nullptr, false, ctx.stream, opt);
+              else if (pass == Pass::BackwardData)
+                gemm_wgmma(false, false, s.n, s.in, s.out, 1.f, d.f(i, a), s.out, d.f(i, b), s.in,
+                           0.f, d.f(i, out), s.in, nullptr, false, ctx.stream, opt);
+              else
+                gemm_wgmma(true, false, s.out, s.in, s.n, 1.f, d.f(i, b), s.out, d.f(i, a), s.in,
+                           1.f, d.f(i, out), s.in, nullptr, false, ctx.stream, opt);
+            };
+            rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
+          }
         }
       }
     }

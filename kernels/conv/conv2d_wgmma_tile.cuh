@@ -240,15 +240,7 @@ __device__ __forceinline__ void store_conv_tile_rows(const float (&acc)[kSub][BN
     // Only items with a column to store load: each load's value then reaches a store before the
     // relaxed barrier at the end.
     if (m < 0 || n0 + c4 >= p.N) continue;
-    const uint32_t local = base + uint32_t(r * kPitch + c4) * 4;
-    float4 sum = nsplit == 1 ? ld_shared_v4(local) : ld_cluster_v4(map_rank(local, 0));
-    for (uint32_t q = 1; q < nsplit; ++q) {
-      const float4 v = ld_cluster_v4(map_rank(local, q));
-      sum.x += v.x;
-      sum.y += v.y;
-      sum.z += v.z;
-      sum.w += v.w;
-    }
+    const float4 sum = sum_over_ranks(base + uint32_t(r * kPitch + c4) * 4, nsplit);
     const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
     const int img = m / p.pix_per_img;
     float* crow = p.y + int64_t(img) * p.N * p.pix_per_img + (m - img * p.pix_per_img);

@@ -229,7 +229,7 @@ GemmPath gemm_cuda_resolve(GemmPath path, bool trans_a, bool trans_b, int m, int
 void gemm_cuda_path(GemmPath path, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                     const float* d_a, int lda, const float* d_b, int ldb, float beta, float* d_c,
                     int ldc, const float* d_bias, bool relu, Precision precision,
-                    cudaStream_t stream, Fp32Math fp32) {
+                    cudaStream_t stream, Fp32Math fp32, GemmWorkspace work) {
   CNN_CHECK(m >= 0 && n >= 0 && k >= 0, "gemm_cuda: negative size m={} n={} k={}", m, n, k);
   if (m == 0 || n == 0) return;
   CNN_CHECK(ldc >= n, "gemm_cuda: ldc={} < n={}", ldc, n);
@@ -243,6 +243,14 @@ void gemm_cuda_path(GemmPath path, bool trans_a, bool trans_b, int m, int n, int
     case GemmPath::Wgmma: {
       WgmmaOptions opt;
       opt.precision = precision;
+      // Split groups where the picked count's workspace fits the one given.
+      const int groups = work.ptr ? gemm_wgmma_pick_groups(m, n, k, precision) : 1;
+      opt.groups = 1;
+      if (groups > 1 && work.floats >= gemm_wgmma_work_floats(m, n, groups)) {
+        opt.groups = groups;
+        opt.work = work.ptr;
+        opt.work_floats = work.floats;
+      }
       gemm_wgmma(trans_a, trans_b, m, n, k, alpha, d_a, lda, d_b, ldb, beta, d_c, ldc, d_bias, relu,
                  stream, opt);
       return;
@@ -307,9 +315,14 @@ void gemm_cuda_path(GemmPath path, bool trans_a, bool trans_b, int m, int n, int
 void gemm_cuda(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a,
                int lda, const float* d_b, int ldb, float beta, float* d_c, int ldc,
                const float* d_bias, bool relu, Precision precision, cudaStream_t stream,
-               Fp32Math fp32) {
+               Fp32Math fp32, GemmWorkspace work) {
   gemm_cuda_path(GemmPath::Auto, trans_a, trans_b, m, n, k, alpha, d_a, lda, d_b, ldb, beta, d_c,
-                 ldc, d_bias, relu, precision, stream, fp32);
+                 ldc, d_bias, relu, precision, stream, fp32, work);
+}
+
+std::size_t gemm_cuda_work_floats(int m, int n, int k, Precision precision) {
+  if (m <= 0 || n <= 0 || k <= 0 || !gemm_wgmma_available()) return 0;
+  return gemm_wgmma_work_floats(m, n, gemm_wgmma_pick_groups(m, n, k, precision));
 }
 
 }  // namespace cnn

@@ -22,6 +22,8 @@
 //   dx:       gemm_cuda(false, false, N, IN, OUT,  1, dy, OUT, w, IN, 0, dx, IN, nullptr, ...)
 //   dw += :   gemm_cuda(true,  false, OUT, IN, N,  1, dy, OUT, x, IN, 1, dw, IN, nullptr, ...)
 // All pointers are device pointers; the launch is asynchronous on `stream`.
+#include <cstddef>
+
 #include "runtime/exec.h"
 #include "runtime/stream.h"
 
@@ -57,6 +59,18 @@ namespace cnn {
 enum class GemmPath { Auto, StridedTile, VecTile, VecTileWide, SmallDot, SmallM, SmallK, Wgmma };
 const char* gemm_path_name(GemmPath path);
 
+// Device memory a gemm_cuda call may use as workspace: the wgmma GEMM's split groups
+// (CNN_WGMMA_GROUPS, WgmmaOptions::groups) write their partial products there. None (the
+// default) or too small a one: no split groups.
+struct GemmWorkspace {
+  float* ptr = nullptr;  // 16-byte aligned
+  std::size_t floats = 0;
+};
+
+// The workspace floats an (m, n, k) call at this precision can use on the current device (0 where
+// the wgmma GEMM cannot run or splits no groups).
+std::size_t gemm_cuda_work_floats(int m, int n, int k, Precision precision);
+
 // The path a call with these arguments takes (Auto resolved, environment included).
 GemmPath gemm_cuda_resolve(GemmPath path, bool trans_a, bool trans_b, int m, int n, int k,
                            const float* d_a, int lda, const float* d_b, int ldb,
@@ -66,12 +80,13 @@ GemmPath gemm_cuda_resolve(GemmPath path, bool trans_a, bool trans_b, int m, int
 void gemm_cuda_path(GemmPath path, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                     const float* d_a, int lda, const float* d_b, int ldb, float beta, float* d_c,
                     int ldc, const float* d_bias, bool relu, Precision precision,
-                    cudaStream_t stream, Fp32Math fp32 = Fp32Math::Ffma);
+                    cudaStream_t stream, Fp32Math fp32 = Fp32Math::Ffma,
+                    GemmWorkspace work = GemmWorkspace{});
 
 // gemm_cuda_path(GemmPath::Auto, ...).
 void gemm_cuda(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a,
                int lda, const float* d_b, int ldb, float beta, float* d_c, int ldc,
                const float* d_bias, bool relu, Precision precision, cudaStream_t stream,
-               Fp32Math fp32 = Fp32Math::Ffma);
+               Fp32Math fp32 = Fp32Math::Ffma, GemmWorkspace work = GemmWorkspace{});
 
 }  // namespace cnn

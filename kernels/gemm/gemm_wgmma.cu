@@ -32,7 +32,9 @@
 // the blocks of the cluster (the k splits of one tile, blockIdx.z = cluster rank) then each sum
 // a band of 128 / splits rows over all ranks' partial tiles, read through distributed shared
 // memory in rank order (so any split count gives bitwise repeatable results), and apply alpha,
-// beta, bias and ReLU on the way to global memory.
+// beta, bias and ReLU on the way to global memory. With split groups (Params::work), k is split
+// across groups x splits blocks, each cluster's band sums go raw to its group's workspace plane,
+// and split_k_reduce adds the planes in group order and applies the epilogue.
 // <cuda.h> gives CUtensorMap and its enums only: the encoder comes from the runtime's driver
 // entry point, so nothing links libcuda.
 #include <cuda.h>
@@ -44,6 +46,7 @@
 #include "kernels/common/ptx.cuh"
 #include "kernels/conv/conv2d_wgmma_tile.cuh"
 #include "kernels/gemm/gemm_wgmma.h"
+#include "kernels/gemm/split_k_reduce.h"
 #include "kernels/gemm/wgmma_ptx.cuh"
 #include "runtime/cuda_check.h"
 #include "runtime/env_switches.h"
@@ -139,6 +142,11 @@ struct Params {
   const float* bias;  // (N) or null
   bool relu;
   bool vec_c;  // C 16-byte aligned with ldc a multiple of 4: the epilogue moves float4s
+  // Split groups (WgmmaOptions::groups > 1): (groups, M, ldw) partial sums, one plane a cluster,
+  // ldw = N rounded up to 4; null: the epilogue writes C.
+  float* work;
+  int64_t ldw;
+  int groups;
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -376,10 +384,10 @@ __device__ __forceinline__ void transpose_staged_bf16(uint32_t dst, uint32_t src
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-// Thread mapping: see the file comment. Grid (tiles_m * tiles_n, 1, splits), cluster
+// Thread mapping: see the file comment. Grid (tiles_m * tiles_n, 1, groups * splits), cluster
 // (1, 1, splits); block x owns C rows [128 (x / tiles_n), +128) x columns [128 (x % tiles_n),
-// +128), split z its k-tiles [z T / splits, (z + 1) T / splits) of T = ceil(K / kBK), kBK = 32
-// (TF32) or 64 (BF16).
+// +128), split z its k-tiles [z T / Z, (z + 1) T / Z) of T = ceil(K / kBK), kBK = 32 (TF32) or 64
+// (BF16), Z = groups * splits.
 template <bool kBf16, bool kSplit, int kLA, int kLB>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_a,
@@ -420,9 +428,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x;
   const int tiles_n = (p.N + kBN - 1) / kBN;
   const int m0 = int(blockIdx.x / tiles_n) * kBM, n0 = int(blockIdx.x % tiles_n) * kBN;
+  // The k split of this block: its rank in its cluster, its cluster's group outside (blockIdx.z
+  // = group * nsplit + rank; one group unless p.work).
   const uint32_t rank = cluster_rank(), nsplit = cluster_size();
-  const int kt_begin = int(int64_t(p.ktiles) * rank / nsplit);
-  const int kt_end = int(int64_t(p.ktiles) * (rank + 1) / nsplit);
+  const int split = int(blockIdx.z), nsplits_all = int(gridDim.z);
+  const int kt_begin = int(int64_t(p.ktiles) * split / nsplits_all);
+  const int kt_end = int(int64_t(p.ktiles) * (split + 1) / nsplits_all);
   const int nk = kt_end - kt_begin;
 
   if (tid == 0) {
@@ -440,7 +451,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // one memory latency per batch, find it there after the short k loop (K = the batch: 2
   // k-tiles at 128). One prefetch per 128-byte line, 4 a row.
   if constexpr (kBf16 && P::kMN) {
-    if (p.beta != 0.f) {
+    if (p.beta != 0.f && !p.work) {
       const int band = kBM / int(nsplit), r0 = int(rank) * band;
       for (int idx = tid; idx < band * (kBN / 32); idx += kThreads) {
         const int m = m0 + r0 + idx / (kBN / 32), n = n0 + 32 * (idx % (kBN / 32));
@@ -593,7 +604,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   // This block's band of rows, summed over the cluster's partial tiles in rank order.
   const int band = kBM / int(nsplit);
   const int r_begin = int(rank) * band;
-  if constexpr (P::kMN) {
+  if (p.work) {
+    // Split groups: the band's sums are this cluster's group's partial product, stored raw in
+    // its workspace plane (a warp a row's 128 columns, float4s: ldw is a multiple of 4);
+    // split_k_reduce adds the planes and applies the epilogue. Columns up to ldw past N hold the
+    // sums of zero-filled operands, never read into C.
+    float* plane = p.work + int64_t(blockIdx.z / nsplit) * p.M * p.ldw;
+    for (int idx = tid; idx < band * (kBN / 4); idx += kThreads) {
+      const int r = r_begin + idx / (kBN / 4), c4 = (idx % (kBN / 4)) * 4;
+      const int m = m0 + r;
+      if (m >= p.M || n0 + c4 >= p.N) continue;
+      *reinterpret_cast<float4*>(plane + int64_t(m) * p.ldw + n0 + c4) =
+          sum_over_ranks(base + uint32_t(r * kEpiPitch + c4) * 4, nsplit);
+    }
+  } else if constexpr (P::kMN) {
     // kBatch items per thread at a
     // time, their beta * C reads all issued before the first store: the weight gradient
     // (beta = 1) otherwise waits one memory latency per item, ~11 per thread and tile.
@@ -608,15 +632,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int m = m0 + r;
         // Only items with a column to store load (see the relaxed barrier at the end).
         if (idx >= items || m >= p.M || n0 + c4 >= p.N) continue;
-        const uint32_t local = base + uint32_t(r * kEpiPitch + c4) * 4;
-        float4 sum = ld_cluster_v4(map_rank(local, 0));
-        for (uint32_t q = 1; q < nsplit; ++q) {
-          const float4 v = ld_cluster_v4(map_rank(local, q));
-          sum.x += v.x;
-          sum.y += v.y;
-          sum.z += v.z;
-          sum.w += v.w;
-        }
+        const float4 sum = sum_over_ranks(base + uint32_t(r * kEpiPitch + c4) * 4, nsplit);
         vals[b][0] = sum.x;
         vals[b][1] = sum.y;
         vals[b][2] = sum.z;
@@ -656,15 +672,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // Only items with a column to store load: each load's value then reaches a store before
       // the relaxed barrier at the end.
       if (m >= p.M || n0 + c4 >= p.N) continue;
-      const uint32_t local = base + uint32_t(r * kEpiPitch + c4) * 4;
-      float4 sum = ld_cluster_v4(map_rank(local, 0));
-      for (uint32_t q = 1; q < nsplit; ++q) {
-        const float4 v = ld_cluster_v4(map_rank(local, q));
-        sum.x += v.x;
-        sum.y += v.y;
-        sum.z += v.z;
-        sum.w += v.w;
-      }
+      const float4 sum = sum_over_ranks(base + uint32_t(r * kEpiPitch + c4) * 4, nsplit);
       const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
       float* crow = p.c + int64_t(m) * p.ldc;
       if (p.vec_c && n0 + c4 + 3 < p.N) {
@@ -703,9 +711,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   // No block leaves while another still reads its partial tile. Only the shared memory's
   // lifetime is at stake, and a block's reads of the others' tiles have returned before it
-  // arrives (every loaded sum feeds a store of C, which waits for it), so the arrive needs no
-  // release, whose GPU-scope fence would also wait for the block's global stores of C to
-  // complete (ncu, fc1's BF16 forward: 17% of the warp samples at this barrier).
+  // arrives (every loaded sum feeds a store of C or of the workspace, which waits for it), so the
+  // arrive needs no release, whose GPU-scope fence would also wait for the block's global stores
+  // to complete (ncu, fc1's BF16 forward: 17% of the warp samples at this barrier).
   ptx::cluster_sync_relaxed();
 #else
   (void)map_a;
@@ -752,12 +760,14 @@ template <bool kBf16, int kLA, int kLB, bool kSplit = false>
 void launch(const Params& p, const CUtensorMap& map_a, const CUtensorMap& map_b, int splits,
             cudaStream_t stream) {
   const int64_t tiles = ceil_div<int64_t>(p.M, kBM) * ceil_div<int64_t>(p.N, kBN);
-  launch_split_k_clusters(gemm_wgmma_kernel<kBf16, kSplit, kLA, kLB>, tiles, splits, kThreads,
-                          Plan<kBf16, kSplit, kLA, kLB>::kSmemBytes, stream,
-                          kBf16    ? "gemm_wgmma_bf16"
-                          : kSplit ? "gemm_wgmma_3xtf32"
-                                   : "gemm_wgmma",
-                          map_a, map_b, p);
+  CNN_CHECK(tiles <= 0x7fffffff, "gemm_wgmma: {} tiles exceed the grid limit", tiles);
+  launch_split_k_cluster_groups(gemm_wgmma_kernel<kBf16, kSplit, kLA, kLB>,
+                                dim3(static_cast<unsigned>(tiles)), splits, p.groups, kThreads,
+                                Plan<kBf16, kSplit, kLA, kLB>::kSmemBytes, stream,
+                                kBf16    ? "gemm_wgmma_bf16"
+                                : kSplit ? "gemm_wgmma_3xtf32"
+                                         : "gemm_wgmma",
+                                map_a, map_b, p);
 }
 
 // BF16: both operands by TMA into staging (converted there, and transposed when M/N-contiguous)
@@ -796,6 +806,48 @@ void run_3xtf32(const Params& p, int splits, cudaStream_t stream) {
     launch<false, kTmaMN, kTmaMN, true>(p, map_a, map_b, splits, stream);
 }
 
+// The GEMM kernel for p's precision and operand layouts.
+void run_kernel(const Params& p, const WgmmaOptions& opt, int splits, cudaStream_t stream) {
+  if (opt.precision == Precision::FP32) {
+    CNN_CHECK(tma_aligned(p.a) && tma_aligned(p.b) && !opt.force_gather,
+              "gemm_wgmma: FP32 (3xTF32) loads both operands by TMA: they need 16-byte aligned "
+              "bases and leading dimensions that are multiples of 4 (lda={} ldb={}{})",
+              p.a.ld, p.b.ld, opt.force_gather ? ", and no forced gather" : "");
+    run_3xtf32(p, splits, stream);
+    return;
+  }
+  const bool mn_tma = opt.mn_load == WgmmaMnLoad::Tma ||
+                      (opt.mn_load == WgmmaMnLoad::Default && process_env_switches().wgmma_mn_tma);
+  if (opt.precision == Precision::BF16) {
+    run_bf16(p, mn_tma, opt.force_gather, splits, stream);
+    return;
+  }
+  if (mn_tma && !opt.force_gather && (!p.a.kcontig || !p.b.kcontig) && tma_aligned(p.a) &&
+      tma_aligned(p.b)) {
+    // Both operands by TMA, the M/N-contiguous ones staged and transposed in shared memory.
+    const CUtensorMap map_a = make_map(p.a, p.K, false), map_b = make_map(p.b, p.K, false);
+    if (p.a.kcontig)
+      launch<false, kTmaK, kTmaMN>(p, map_a, map_b, splits, stream);
+    else if (p.b.kcontig)
+      launch<false, kTmaMN, kTmaK>(p, map_a, map_b, splits, stream);
+    else
+      launch<false, kTmaMN, kTmaMN>(p, map_a, map_b, splits, stream);
+    return;
+  }
+  const bool a_tma = !opt.force_gather && tma_ok(p.a);
+  const bool b_tma = !opt.force_gather && tma_ok(p.b);
+  const CUtensorMap map_a = a_tma ? make_map(p.a, p.K, false) : CUtensorMap{};
+  const CUtensorMap map_b = b_tma ? make_map(p.b, p.K, false) : CUtensorMap{};
+  if (a_tma && b_tma)
+    launch<false, kTmaK, kTmaK>(p, map_a, map_b, splits, stream);
+  else if (a_tma)
+    launch<false, kTmaK, kGather>(p, map_a, map_b, splits, stream);
+  else if (b_tma)
+    launch<false, kGather, kTmaK>(p, map_a, map_b, splits, stream);
+  else
+    launch<false, kGather, kGather>(p, map_a, map_b, splits, stream);
+}
+
 }  // namespace
 
 bool gemm_wgmma_available() {
@@ -822,6 +874,19 @@ int gemm_wgmma_pick_splits(int m, int n, int k, Precision precision) {
   return s;
 }
 
+int gemm_wgmma_pick_groups(int m, int n, int k, Precision precision) {
+  const int ktiles = ceil_div(k, k_tile(precision == Precision::BF16));
+  const int env_splits = process_env_switches().wgmma_gemm_splits;
+  const int splits = env_splits > 0 ? env_splits : gemm_wgmma_pick_splits(m, n, k, precision);
+  int g = process_env_switches().wgmma_gemm_groups;
+  while (g > 1 && ktiles / (splits * g) < 2) g /= 2;
+  return g;
+}
+
+std::size_t gemm_wgmma_work_floats(int m, int n, int groups) {
+  return groups > 1 ? split_k_work_floats(groups, m, n) : 0;
+}
+
 void gemm_wgmma(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a,
                 int lda, const float* d_b, int ldb, float beta, float* d_c, int ldc,
                 const float* d_bias, bool relu, cudaStream_t stream, const WgmmaOptions& opt) {
@@ -840,6 +905,18 @@ void gemm_wgmma(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
                                       : gemm_wgmma_pick_splits(m, n, k, opt.precision);
   CNN_CHECK(splits == 1 || splits == 2 || splits == 4 || splits == 8 || splits == 16,
             "gemm_wgmma: splits={} (expected 1, 2, 4, 8 or 16)", splits);
+  // A picked group count needs the caller's workspace; without one the GEMM runs as one group.
+  int groups = opt.groups;
+  if (groups == 0) groups = opt.work ? gemm_wgmma_pick_groups(m, n, k, opt.precision) : 1;
+  CNN_CHECK(groups >= 1 && groups <= 16, "gemm_wgmma: groups={} (expected 1 to 16)", groups);
+  if (groups > 1) {
+    const std::size_t need = gemm_wgmma_work_floats(m, n, groups);
+    CNN_CHECK(
+        opt.work && opt.work_floats >= need && (reinterpret_cast<uintptr_t>(opt.work) & 15u) == 0,
+        "gemm_wgmma: {} split groups need a 16-byte aligned workspace of {} floats (got {} "
+        "floats at {})",
+        groups, need, opt.work_floats, static_cast<const void*>(opt.work));
+  }
 
   Params p{};
   p.a = Operand{d_a, lda, m, !trans_a};
@@ -855,44 +932,21 @@ void gemm_wgmma(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
   p.bias = d_bias;
   p.relu = relu;
   p.vec_c = (reinterpret_cast<uintptr_t>(d_c) & 15u) == 0 && ldc % 4 == 0;
-  if (opt.precision == Precision::FP32) {
-    CNN_CHECK(tma_aligned(p.a) && tma_aligned(p.b) && !opt.force_gather,
-              "gemm_wgmma: FP32 (3xTF32) loads both operands by TMA: they need 16-byte aligned "
-              "bases and leading dimensions that are multiples of 4 (lda={} ldb={}{})",
-              lda, ldb, opt.force_gather ? ", and no forced gather" : "");
-    run_3xtf32(p, splits, stream);
-    return;
+  p.groups = 1;
+  if (groups > 1) {
+    p.work = opt.work;
+    p.ldw = int64_t(n + 3) / 4 * 4;
+    p.groups = groups;
   }
-  const bool mn_tma = opt.mn_load == WgmmaMnLoad::Tma ||
-                      (opt.mn_load == WgmmaMnLoad::Default && process_env_switches().wgmma_mn_tma);
-  if (bf16) {
-    run_bf16(p, mn_tma, opt.force_gather, splits, stream);
-    return;
+  run_kernel(p, opt, splits, stream);
+  if (p.work) {
+    GemmEpilogue e;
+    e.alpha = alpha;
+    e.beta = beta;
+    e.bias = d_bias;
+    e.relu = relu;
+    split_k_reduce_cuda(SplitKReduceShape{groups, m, n, p.ldw, ldc}, p.work, e, d_c, stream);
   }
-  if (mn_tma && !opt.force_gather && (!p.a.kcontig || !p.b.kcontig) && tma_aligned(p.a) &&
-      tma_aligned(p.b)) {
-    // Both operands by TMA, the M/N-contiguous ones staged and transposed in shared memory.
-    const CUtensorMap map_a = make_map(p.a, k, false), map_b = make_map(p.b, k, false);
-    if (p.a.kcontig)
-      launch<false, kTmaK, kTmaMN>(p, map_a, map_b, splits, stream);
-    else if (p.b.kcontig)
-      launch<false, kTmaMN, kTmaK>(p, map_a, map_b, splits, stream);
-    else
-      launch<false, kTmaMN, kTmaMN>(p, map_a, map_b, splits, stream);
-    return;
-  }
-  const bool a_tma = !opt.force_gather && tma_ok(p.a);
-  const bool b_tma = !opt.force_gather && tma_ok(p.b);
-  const CUtensorMap map_a = a_tma ? make_map(p.a, k, false) : CUtensorMap{};
-  const CUtensorMap map_b = b_tma ? make_map(p.b, k, false) : CUtensorMap{};
-  if (a_tma && b_tma)
-    launch<false, kTmaK, kTmaK>(p, map_a, map_b, splits, stream);
-  else if (a_tma)
-    launch<false, kTmaK, kGather>(p, map_a, map_b, splits, stream);
-  else if (b_tma)
-    launch<false, kGather, kTmaK>(p, map_a, map_b, splits, stream);
-  else
-    launch<false, kGather, kGather>(p, map_a, map_b, splits, stream);
 }
 
 }  // namespace cnn

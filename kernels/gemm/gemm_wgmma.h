@@ -15,7 +15,7 @@
 //     and the consumers run three wgmma k8 TF32 a k-step (small_A big_B, big_A small_B,
 //     big_A big_B). Both operands must be TMA-aligned.
 // Results are bitwise repeatable: the split-K partial tiles are summed in cluster-rank order,
-// never with atomics.
+// and split groups (WgmmaOptions::groups) in group order, never with atomics.
 //
 // wgmma reads TF32 operands K-major only. An operand stored K-contiguous (A without trans_a, B
 // with trans_b) whose base is 16-byte aligned and whose leading dimension is a multiple of 4 is
@@ -32,6 +32,8 @@
 // Only compiled for the device when the build's CUDA architectures include 90 (then this file
 // gets an sm_90a cubin and no plain sm_90 one); gemm_wgmma_available() says whether it can run
 // on the current device (compute capability 9.0 exactly).
+#include <cstddef>
+
 #include "runtime/exec.h"
 #include "runtime/stream.h"
 
@@ -54,6 +56,16 @@ struct WgmmaOptions {
   bool force_gather = false;  // load both operands with the producer's gather, never TMA (tests)
   WgmmaMnLoad mn_load = WgmmaMnLoad::Default;
   Precision precision = Precision::TF32;  // TF32, BF16, or FP32 (3xTF32)
+  // k split further, across `groups` clusters of `splits` blocks each (grid z = groups x
+  // splits): each cluster sums its splits as above and writes the sum, its group's partial
+  // product, raw into `work`; split_k_reduce (split_k_reduce.h) then sums the groups in order and
+  // applies alpha, beta, bias and ReLU. For the shapes whose tiles and cluster splits leave SMs
+  // idle (a linear layer at batch 128: 4 tiles of 128 x 128). 0 picks (gemm_wgmma_pick_groups),
+  // which falls back to 1 when no workspace is given; 1: none. `work`: 16-byte aligned, at least
+  // gemm_wgmma_work_floats(m, n, groups) floats.
+  int groups = 0;
+  float* work = nullptr;
+  std::size_t work_floats = 0;
 };
 
 // C (m, n) = epilogue(alpha * op(A) * op(B) + beta * C), as gemm_cuda. m, n, k > 0. Throws
@@ -66,5 +78,12 @@ void gemm_wgmma(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
 
 // The split count gemm_wgmma picks for this shape on the current device (opt.splits == 0).
 int gemm_wgmma_pick_splits(int m, int n, int k, Precision precision = Precision::TF32);
+
+// The group count gemm_wgmma picks (opt.groups == 0): CNN_WGMMA_GROUPS (default 1, none), halved
+// until each block keeps at least 2 k-tiles.
+int gemm_wgmma_pick_groups(int m, int n, int k, Precision precision = Precision::TF32);
+
+// Floats of the workspace `groups` split groups of an (m, n) output take (0 for one group).
+std::size_t gemm_wgmma_work_floats(int m, int n, int groups);
 
 }  // namespace cnn

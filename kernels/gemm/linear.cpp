@@ -51,8 +51,35 @@ void check_linear_shape(const LinearShape& s) {
       s.in, s.out, biggest);
 }
 
+namespace {
+
+// Floats of GEMM workspace an (m, n, k) pass can use on ex's device.
+std::size_t gemm_work_floats([[maybe_unused]] int m, [[maybe_unused]] int n, [[maybe_unused]] int k,
+                             const Exec& ex) {
+  if (ex.device == Device::CPU) return 0;
+  return CNN_CUDA_VALUE(gemm_cuda_work_floats(m, n, k, ex.precision), std::size_t(0));
+}
+
+// The db scratch's floats rounded up to 4, where the GEMM workspace starts (16-byte aligned).
+std::size_t db_scratch_floats([[maybe_unused]] const LinearShape& s, const Exec& ex) {
+  if (ex.device == Device::CPU || !ex.deterministic) return 0;
+  return CNN_CUDA_VALUE((linear_db_scratch_floats(s) + 3) / 4 * 4, std::size_t(0));
+}
+
+}  // namespace
+
+std::size_t linear_forward_scratch_floats(const LinearShape& s, const Exec& ex) {
+  check_linear_shape(s);
+  return gemm_work_floats(s.n, s.out, s.in, ex);
+}
+
+std::size_t linear_backward_data_scratch_floats(const LinearShape& s, const Exec& ex) {
+  check_linear_shape(s);
+  return gemm_work_floats(s.n, s.in, s.out, ex);
+}
+
 void linear_forward(const LinearShape& s, const float* x, const float* w, const float* b, float* y,
-                    bool relu, Algo algo, const Exec& ex) {
+                    bool relu, Algo algo, const Exec& ex, float* scratch) {
   check_linear_shape(s);
   CNN_CHECK(x && w && y, "linear_forward: x, w and y must not be null");
   check_algo("linear_forward", algo);
@@ -64,13 +91,14 @@ void linear_forward(const LinearShape& s, const float* x, const float* w, const 
   CNN_CUDA_BRANCH("linear_forward", {
     if (use_gemm_cuda(algo))
       return gemm_cuda(false, true, s.n, s.out, s.in, 1.f, x, s.in, w, s.in, 0.f, y, s.out, b, relu,
-                       ex.precision, ex.stream, fp32_math(algo));
+                       ex.precision, ex.stream, fp32_math(algo),
+                       GemmWorkspace{scratch, scratch ? linear_forward_scratch_floats(s, ex) : 0});
     linear_forward_cuda(s, x, w, b, y, relu, tiled, ex.stream);
   });
 }
 
 void linear_backward_data(const LinearShape& s, const float* dy, const float* w, float* dx,
-                          Algo algo, const Exec& ex) {
+                          Algo algo, const Exec& ex, float* scratch) {
   check_linear_shape(s);
   CNN_CHECK(dy && w && dx, "linear_backward_data: dy, w and dx must not be null");
   check_algo("linear_backward_data", algo);
@@ -81,16 +109,18 @@ void linear_backward_data(const LinearShape& s, const float* dy, const float* w,
   }
   CNN_CUDA_BRANCH("linear_backward_data", {
     if (use_gemm_cuda(algo))
-      return gemm_cuda(false, false, s.n, s.in, s.out, 1.f, dy, s.out, w, s.in, 0.f, dx, s.in,
-                       nullptr, false, ex.precision, ex.stream, fp32_math(algo));
+      return gemm_cuda(
+          false, false, s.n, s.in, s.out, 1.f, dy, s.out, w, s.in, 0.f, dx, s.in, nullptr, false,
+          ex.precision, ex.stream, fp32_math(algo),
+          GemmWorkspace{scratch, scratch ? linear_backward_data_scratch_floats(s, ex) : 0});
     linear_backward_data_cuda(s, dy, w, dx, tiled, ex.stream);
   });
 }
 
 std::size_t linear_backward_weight_scratch_floats(const LinearShape& s, const Exec& ex) {
   check_linear_shape(s);
-  if (ex.device == Device::CPU || !ex.deterministic) return 0;
-  return CNN_CUDA_VALUE(linear_db_scratch_floats(s), std::size_t(0));
+  const std::size_t work = gemm_work_floats(s.out, s.in, s.n, ex);
+  return work > 0 ? db_scratch_floats(s, ex) + work : db_scratch_floats(s, ex);
 }
 
 void linear_backward_weight(const LinearShape& s, const float* x, const float* dy, float* dw,
@@ -99,7 +129,7 @@ void linear_backward_weight(const LinearShape& s, const float* x, const float* d
   check_linear_shape(s);
   CNN_CHECK(x && dy && dw, "linear_backward_weight: x, dy and dw must not be null");
   check_algo("linear_backward_weight", algo);
-  CNN_CHECK(!db || scratch || linear_backward_weight_scratch_floats(s, ex) == 0,
+  CNN_CHECK(!db || scratch || db_scratch_floats(s, ex) == 0,
             "linear_backward_weight: deterministic mode needs a scratch buffer of {} floats",
             linear_backward_weight_scratch_floats(s, ex));
   const bool tiled = use_tiled(algo);
@@ -111,8 +141,11 @@ void linear_backward_weight(const LinearShape& s, const float* x, const float* d
     if (use_gemm_cuda(algo)) {
       // gemm_cuda has no atomics on any path (split-K sums in a cluster, then one epilogue), so
       // beta = 0 writes every dw element once without reading it.
+      const std::size_t work_at = db_scratch_floats(s, ex);
+      const std::size_t work_floats = scratch ? gemm_work_floats(s.out, s.in, s.n, ex) : 0;
       gemm_cuda(true, false, s.out, s.in, s.n, 1.f, dy, s.out, x, s.in, overwrite_dw ? 0.f : 1.f,
-                dw, s.in, nullptr, false, ex.precision, ex.stream, fp32_math(algo));
+                dw, s.in, nullptr, false, ex.precision, ex.stream, fp32_math(algo),
+                GemmWorkspace{work_floats > 0 ? scratch + work_at : nullptr, work_floats});
       if (db) linear_bias_grad_cuda(s, dy, db, scratch, ex.deterministic, ex.stream);
       return;
     }

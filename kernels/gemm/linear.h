@@ -14,17 +14,22 @@ struct LinearShape {
 
 void check_linear_shape(const LinearShape& s);
 
-// relu=true applies ReLU in the epilogue. b may be null.
+// relu=true applies ReLU in the epilogue. b may be null. scratch (may be null):
+// linear_forward_scratch_floats(s, ex) floats of GEMM workspace (gemm_cuda.h, GemmWorkspace);
+// without it the GEMM runs without split groups.
+std::size_t linear_forward_scratch_floats(const LinearShape& s, const Exec& ex);
 void linear_forward(const LinearShape& s, const float* x, const float* w, const float* b, float* y,
-                    bool relu, Algo algo, const Exec& ex);
-// dx (N, IN) = dy (N, OUT) * w. Overwrites dx.
+                    bool relu, Algo algo, const Exec& ex, float* scratch = nullptr);
+// dx (N, IN) = dy (N, OUT) * w. Overwrites dx. scratch as for the forward.
+std::size_t linear_backward_data_scratch_floats(const LinearShape& s, const Exec& ex);
 void linear_backward_data(const LinearShape& s, const float* dy, const float* w, float* dx,
-                          Algo algo, const Exec& ex);
+                          Algo algo, const Exec& ex, float* scratch = nullptr);
 // dw (OUT, IN) += dy^T * x; db (OUT) += column sums of dy (db may be null). ACCUMULATES, except
 // that overwrite_dw writes dw = dy^T * x without reading it (every variant's GEMM has one owner
 // per dw element and no atomics, so each can; the bits are those of += onto zeros). db is
 // always added to: its multi-chunk sums go in by atomicAdd.
-// Deterministic mode uses `scratch` for a fixed-order reduction where the variant needs it.
+// Deterministic mode uses `scratch` for a fixed-order reduction where the variant needs it; the
+// GEMM's workspace follows it there (without which it runs without split groups).
 std::size_t linear_backward_weight_scratch_floats(const LinearShape& s, const Exec& ex);
 void linear_backward_weight(const LinearShape& s, const float* x, const float* dy, float* dw,
                             float* db, float* scratch, Algo algo, const Exec& ex,

@@ -334,6 +334,20 @@ __device__ __forceinline__ float4 ld_shared_v4(uint32_t addr) {
   return v;
 }
 
+// The split-K epilogue's sum: four floats at `local` of every cluster rank's partial tile,
+// added in rank order (any split count bitwise repeatable); one rank reads its own tile.
+__device__ __forceinline__ float4 sum_over_ranks(uint32_t local, uint32_t nsplit) {
+  float4 sum = nsplit == 1 ? ld_shared_v4(local) : ld_cluster_v4(map_rank(local, 0));
+  for (uint32_t q = 1; q < nsplit; ++q) {
+    const float4 v = ld_cluster_v4(map_rank(local, q));
+    sum.x += v.x;
+    sum.y += v.y;
+    sum.z += v.z;
+    sum.w += v.w;
+  }
+  return sum;
+}
+
 __device__ __forceinline__ void fence_acc(float (&d)[32]) {
 #pragma unroll
   for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(d[i])::"memory");
@@ -479,13 +493,13 @@ inline int placeable_splits(const void* kernel, int splits, int threads, int sme
   return placed;
 }
 
-// Launches a split-K kernel on (tiles.x, tiles.y, splits) blocks in thread-block clusters of (1,
-// 1, splits), the split count read by the kernel from its cluster; fewer splits where the device
-// cannot place such a cluster (placeable_splits).
+// Launches a split-K kernel on (tiles.x, tiles.y, groups * splits) blocks in thread-block
+// clusters of (1, 1, splits), the split count read by the kernel from its cluster; fewer splits
+// where the device cannot place such a cluster (placeable_splits).
 template <typename... Params, typename... Args>
-void launch_split_k_clusters(void (*kernel)(Params...), dim3 tiles, int splits, int threads,
-                             int smem_bytes, cudaStream_t stream, const char* what,
-                             Args&&... args) {
+void launch_split_k_cluster_groups(void (*kernel)(Params...), dim3 tiles, int splits, int groups,
+                                   int threads, int smem_bytes, cudaStream_t stream,
+                                   const char* what, Args&&... args) {
   CNN_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   // Clusters of more than 8 blocks (16 splits) are non-portable: the kernel has to allow them.
@@ -494,7 +508,7 @@ void launch_split_k_clusters(void (*kernel)(Params...), dim3 tiles, int splits, 
   splits = placeable_splits(reinterpret_cast<const void*>(kernel), splits, threads, smem_bytes);
   cudaLaunchConfig_t cfg{};
   cudaLaunchAttribute attr[1];
-  cfg.gridDim = dim3(tiles.x, tiles.y, static_cast<unsigned>(splits));
+  cfg.gridDim = dim3(tiles.x, tiles.y, static_cast<unsigned>(splits * groups));
   cfg.blockDim = dim3(static_cast<unsigned>(threads));
   cfg.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
   cfg.stream = stream;
@@ -506,6 +520,15 @@ void launch_split_k_clusters(void (*kernel)(Params...), dim3 tiles, int splits, 
   attr[0].val.clusterDim.z = static_cast<unsigned>(splits);
   CNN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
   CNN_LAUNCH_CHECK(what);
+}
+
+// One group: the kernel's k splits are its cluster's.
+template <typename... Params, typename... Args>
+void launch_split_k_clusters(void (*kernel)(Params...), dim3 tiles, int splits, int threads,
+                             int smem_bytes, cudaStream_t stream, const char* what,
+                             Args&&... args) {
+  launch_split_k_cluster_groups(kernel, tiles, splits, 1, threads, smem_bytes, stream, what,
+                                std::forward<Args>(args)...);
 }
 
 // The same on a one-dimensional grid of `tiles` tiles.
