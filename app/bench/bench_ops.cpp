@@ -1098,18 +1098,24 @@ void bench_linear(const BenchContext& ctx, std::vector<BenchRow>& rows, const st
           };
           rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
         }
-        // The wgmma GEMM with k split across 2, 4 and 8 clusters of its picked splits, their
-        // sums added in order by split_k_reduce (whatever CNN_WGMMA_GROUPS says).
+        // The wgmma GEMM with k split across `groups` clusters of `splits` blocks (sN gM), the
+        // clusters' sums added in order by split_k_reduce (whatever CNN_WGMMA_SPLITS and
+        // CNN_WGMMA_GROUPS say): the same 4 to 32 k splits a tile as one cluster's DSMEM sum and
+        // as the workspace's.
         if (gemm_wgmma_available()) {
           const int gm = pass == Pass::BackwardWeight ? s.out : s.n;
           const int gn = pass == Pass::Forward ? s.out : s.in;
-          Buffer<float> work(gemm_wgmma_work_floats(gm, gn, 8), Device::CUDA);
-          for (int groups : {2, 4, 8}) {
+          Buffer<float> work(gemm_wgmma_work_floats(gm, gn, 16), Device::CUDA);
+          const int plans[][2] = {{2, 2}, {1, 4}, {4, 2}, {2, 4},  {1, 8},
+                                  {8, 2}, {4, 4}, {2, 8}, {1, 16}, {8, 4}};
+          for (const auto& plan : plans) {
+            const int splits = plan[0], groups = plan[1];
             Candidate c;
-            c.variant = fmt::format("gemm:wgmma-groups{}", groups);
-            c.launch = [&, groups](int i) {
+            c.variant = fmt::format("gemm:wgmma-s{}g{}", splits, groups);
+            c.launch = [&, splits, groups](int i) {
               WgmmaOptions opt;
               opt.precision = p;
+              opt.splits = splits;
               opt.groups = groups;
               opt.work = work.data();
               opt.work_floats = work.size();
