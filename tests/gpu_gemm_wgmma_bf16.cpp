@@ -16,6 +16,8 @@
 //   SplitsForced        splits 1, 2, 4, 8, 16 on fc1's forward, input- and weight-gradient shapes
 //                       and a k shorter than the split count: exact on integers, bitwise
 //                       repeatable on random floats.
+//   SplitGroups         k split across clusters too (a workspace, split_k_reduce) on a 4096 ->
+//                       512 layer's three products and a one-k-tile k: the same checks.
 //   AwkwardShapes       m, n, k from {1, 7, 33, 100, 129, 1024, 3136}, every transpose, leading
 //                       dimensions aligned / ragged (gather) / shifted pointers (gather), alpha,
 //                       beta, bias, ReLU; C poisoned where beta = 0; C's padding untouched.
@@ -166,6 +168,12 @@ Result launch(const Problem& pr, WgmmaOptions opt, bool via_dispatch = false) {
   float* pc = d_c.data() + pr.off;
   const float* bias = c.bias ? d_bias.data() : nullptr;
   opt.precision = Precision::BF16;
+  Tensor d_work;  // split groups' workspace, poisoned: a plane no cluster wrote shows as NaN
+  if (opt.groups > 1) {
+    d_work = test::to_device(std::vector<float>(gemm_wgmma_work_floats(c.m, c.n, opt.groups), NAN));
+    opt.work = d_work.data();
+    opt.work_floats = size_t(d_work.numel());
+  }
   if (via_dispatch)
     gemm_cuda_path(GemmPath::Wgmma, c.ta, c.tb, c.m, c.n, c.k, c.alpha, pa, pr.lda, pb, pr.ldb,
                    c.beta, pc, pr.ldc, bias, c.relu, Precision::BF16, nullptr);
@@ -375,6 +383,50 @@ TEST(GpuGemmWgmmaBf16, SplitsForced) {
                   e.exact_bad ? ", first " : "", e.first_bad.c_str());
       expect_close(c, e);
       const Result r1 = launch(random, staged_opt(splits)), r2 = launch(random, staged_opt(splits));
+      expect_close(cr, r1);
+      EXPECT_TRUE(bitwise_equal(r1.got, r2.got)) << "two runs differ bitwise";
+    }
+  }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(GpuGemmWgmmaBf16, SplitGroups) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA();
+  // k split across clusters too (WgmmaOptions::groups, the planes summed by split_k_reduce):
+  // a VGG-style 4096 -> 512 layer's forward, input gradient (staged transpose) and weight
+  // gradient (dw +=) at the test batch, and a k of one k-tile (most planes zeros). Exact on
+  // integers, within the bound and bitwise repeatable on random floats.
+  const int b = test::network_batch();
+  const int cases[][5] = {
+      {b, 512, 4096, 0, 0}, {b, 4096, 512, 2, 0}, {512, 4096, b, 3, 1}, {130, 140, 7, 0, 0}};
+  const int plans[][2] = {{0, 4}, {2, 8}, {1, 16}};  // (splits, groups); splits 0: the pick
+  for (const auto& cs : cases) {
+    Case c = transposed(cs[3]);
+    c.m = cs[0];
+    c.n = cs[1];
+    c.k = cs[2];
+    c.beta = cs[4] ? 1.f : 0.f;
+    c.fill = Fill::SmallInt;
+    const uint64_t seed = test::fresh_seed();
+    const Problem exact = make_problem(c, seed);
+    Case cr = c;
+    cr.fill = Fill::Random;
+    cr.bias = cr.relu = cs[4] == 0;
+    const Problem random = make_problem(cr, seed + 10);
+    for (const auto& plan : plans) {
+      WgmmaOptions o = staged_opt(plan[0]);
+      o.groups = plan[1];
+      SCOPED_TRACE(describe(c) + " splits=" + std::to_string(plan[0]) +
+                   " groups=" + std::to_string(plan[1]) + " seed=" + std::to_string(seed));
+      const Result e = launch(exact, o);
+      std::printf("bf16 split groups %dx%dx%d ta=%d tb=%d splits=%d groups=%d: %lld wrong%s%s\n",
+                  c.m, c.n, c.k, c.ta, c.tb, plan[0], plan[1], static_cast<long long>(e.exact_bad),
+                  e.exact_bad ? ", first " : "", e.first_bad.c_str());
+      expect_close(c, e);
+      const Result r1 = launch(random, o), r2 = launch(random, o);
       expect_close(cr, r1);
       EXPECT_TRUE(bitwise_equal(r1.got, r2.got)) << "two runs differ bitwise";
     }
