@@ -127,10 +127,12 @@ EnvSwitches read_env_switches() {
   }
   if (const char* v = get("CNN_WGMMA_GROUPS")) {
     const std::string s(v);
-    if (s == "1" || s == "2" || s == "4" || s == "8" || s == "16")
+    if (s == "auto")
+      e.wgmma_gemm_groups = 0;
+    else if (s == "1" || s == "2" || s == "4" || s == "8" || s == "16")
       e.wgmma_gemm_groups = std::stoi(s);
     else
-      CNN_FAIL("CNN_WGMMA_GROUPS='{}': expected 1, 2, 4, 8 or 16", s);
+      CNN_FAIL("CNN_WGMMA_GROUPS='{}': expected auto, 1, 2, 4, 8 or 16", s);
   }
   if (const char* v = get("CNN_WGMMA_CONV_GATHER")) {
     const std::string s(v);
@@ -342,9 +344,9 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_WGMMA_SPLITS", "auto|1|2|4|8|16",
        "the k splits (blocks of one cluster) of every wgmma GEMM launch, where the caller leaves "
        "the count to the GEMM (auto: its pick)"},
-      {"CNN_WGMMA_GROUPS", "1|2|4|8|16",
+      {"CNN_WGMMA_GROUPS", "auto|1|2|4|8|16",
        "the wgmma GEMM's k split further across that many clusters, summed by a second kernel, "
-       "where its caller gives it a workspace (the linear layers; 1: none)"},
+       "where its caller gives it a workspace (the linear layers; auto: its pick; 1: none)"},
       {"CNN_WGMMA_CONV_GATHER", "async|waitgroup|sync",
        "how the wgmma convolution gathers im2col (async: cp.async + mbarrier; waitgroup: "
        "cp.async groups; sync: loads and stores)"},

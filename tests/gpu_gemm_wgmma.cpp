@@ -168,10 +168,14 @@ Result run(const Case& c, uint64_t seed, bool via_dispatch = false) {
   float* pc = d_c.data() + off;
   // Split groups get a workspace poisoned with NaN: a plane the reduction reads but no cluster
   // wrote shows.
+  // Groups 0 (the pick) get the workspace of the most groups the pick may take.
   WgmmaOptions opt = c.opt;
   Tensor d_work;
-  if (opt.groups > 1) {
-    const std::vector<float> poison(gemm_wgmma_work_floats(c.m, c.n, opt.groups), NAN);
+  const int most_groups = opt.groups > 1    ? opt.groups
+                          : opt.groups == 0 ? gemm_wgmma_pick_groups(c.m, c.n, c.k, opt.precision)
+                                            : 1;
+  if (most_groups > 1) {
+    const std::vector<float> poison(gemm_wgmma_work_floats(c.m, c.n, most_groups), NAN);
     d_work = test::to_device(poison);
     opt.work = d_work.data();
     opt.work_floats = poison.size();
@@ -447,7 +451,8 @@ TEST(GpuGemmWgmma, SplitGroupsExactAndRepeat) {
                           {2, b, 4096, 512, 0.f},
                           {3, 512, 4096, b, 1.f},
                           {0, 130, 140, 7, 0.f}};
-  const int plans[][2] = {{0, 2}, {0, 8}, {2, 4}};  // (splits, groups); splits 0: the pick
+  // (splits, groups); 0: the pick ({0, 0}: the automatic plan, given the workspace it asks for)
+  const int plans[][2] = {{0, 0}, {0, 2}, {0, 8}, {2, 4}};
   for (const Shape& sh : shapes)
     for (const auto& plan : plans) {
       if (test::light_sweeps() && plan[1] == 2) continue;

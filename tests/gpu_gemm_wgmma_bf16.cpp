@@ -169,8 +169,12 @@ Result launch(const Problem& pr, WgmmaOptions opt, bool via_dispatch = false) {
   const float* bias = c.bias ? d_bias.data() : nullptr;
   opt.precision = Precision::BF16;
   Tensor d_work;  // split groups' workspace, poisoned: a plane no cluster wrote shows as NaN
-  if (opt.groups > 1) {
-    d_work = test::to_device(std::vector<float>(gemm_wgmma_work_floats(c.m, c.n, opt.groups), NAN));
+  const int most_groups = opt.groups > 1    ? opt.groups
+                          : opt.groups == 0 ? gemm_wgmma_pick_groups(c.m, c.n, c.k, opt.precision)
+                                            : 1;
+  if (most_groups > 1) {
+    d_work =
+        test::to_device(std::vector<float>(gemm_wgmma_work_floats(c.m, c.n, most_groups), NAN));
     opt.work = d_work.data();
     opt.work_floats = size_t(d_work.numel());
   }
@@ -402,7 +406,8 @@ TEST(GpuGemmWgmmaBf16, SplitGroups) {
   const int b = test::network_batch();
   const int cases[][5] = {
       {b, 512, 4096, 0, 0}, {b, 4096, 512, 2, 0}, {512, 4096, b, 3, 1}, {130, 140, 7, 0, 0}};
-  const int plans[][2] = {{0, 4}, {2, 8}, {1, 16}};  // (splits, groups); splits 0: the pick
+  // (splits, groups); 0: the pick ({0, 0}: the automatic plan, given the workspace it asks for)
+  const int plans[][2] = {{0, 0}, {0, 4}, {2, 8}, {1, 16}};
   for (const auto& cs : cases) {
     Case c = transposed(cs[3]);
     c.m = cs[0];

@@ -243,14 +243,9 @@ void gemm_cuda_path(GemmPath path, bool trans_a, bool trans_b, int m, int n, int
     case GemmPath::Wgmma: {
       WgmmaOptions opt;
       opt.precision = precision;
-      // Split groups where the picked count's workspace fits the one given.
-      const int groups = work.ptr ? gemm_wgmma_pick_groups(m, n, k, precision) : 1;
-      opt.groups = 1;
-      if (groups > 1 && work.floats >= gemm_wgmma_work_floats(m, n, groups)) {
-        opt.groups = groups;
-        opt.work = work.ptr;
-        opt.work_floats = work.floats;
-      }
+      // gemm_wgmma picks the split groups, where the workspace given holds them.
+      opt.work = work.ptr;
+      opt.work_floats = work.ptr ? work.floats : 0;
       gemm_wgmma(trans_a, trans_b, m, n, k, alpha, d_a, lda, d_b, ldb, beta, d_c, ldc, d_bias, relu,
                  stream, opt);
       return;

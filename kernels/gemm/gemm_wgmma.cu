@@ -41,6 +41,7 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/common/ptx.cuh"
@@ -71,6 +72,7 @@ static_assert(kBM == kBN, "the gather maps one producer thread per tile row");
 // The picker stays within the portable cluster size; 16 splits (a non-portable cluster, placed
 // where a GPC has 16 free SMs, else fewer: placeable_splits) run only when asked for.
 constexpr int kMaxPickedSplits = 8;
+constexpr int kMaxGroups = 16;  // split groups (clusters a tile's k is split across), at most
 
 // How the producer fills an operand's K-major tile:
 //   kTmaK:   TMA straight into the swizzled K-major tile (K-contiguous operand);
@@ -848,6 +850,25 @@ void run_kernel(const Params& p, const WgmmaOptions& opt, int splits, cudaStream
     launch<false, kGather, kGather>(p, map_a, map_b, splits, stream);
 }
 
+// The largest cluster size c <= min(total, 8) at which the device holds all tiles * total / c
+// clusters at once, so that the k splits run in one wave: a grid of clusters past what the GPCs
+// hold waits for a second wave, which a smaller cluster (and more groups) avoids (VGG's fc1
+// input gradient, 32 tiles of 4 splits: 18.1 us in clusters of 4, 12.0 in 2 groups of 2 on an
+// H100). Every instantiation runs one block per SM (each takes over half an SM's shared
+// memory), so the TMA forward kernel's answer stands for all of them.
+int cluster_fit(int total, int64_t tiles, Precision precision) {
+  const bool bf16 = precision == Precision::BF16;
+  const void* kernel =
+      bf16 ? reinterpret_cast<const void*>(gemm_wgmma_kernel<true, false, kTmaK, kTmaK>)
+           : reinterpret_cast<const void*>(gemm_wgmma_kernel<false, false, kTmaK, kTmaK>);
+  const int smem = bf16 ? Plan<true, false, kTmaK, kTmaK>::kSmemBytes
+                        : Plan<false, false, kTmaK, kTmaK>::kSmemBytes;
+  CNN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  int c = std::min(total, kMaxPickedSplits);
+  while (c > 1 && max_active_clusters(kernel, c, kThreads, smem) < tiles * (total / c)) c /= 2;
+  return c;
+}
+
 }  // namespace
 
 bool gemm_wgmma_available() {
@@ -875,12 +896,30 @@ int gemm_wgmma_pick_splits(int m, int n, int k, Precision precision) {
 }
 
 int gemm_wgmma_pick_groups(int m, int n, int k, Precision precision) {
-  const int ktiles = ceil_div(k, k_tile(precision == Precision::BF16));
+  const int forced = process_env_switches().wgmma_gemm_groups;
   const int env_splits = process_env_switches().wgmma_gemm_splits;
+  if (forced == 1 || (forced == 0 && env_splits > 0)) return 1;
+  if (forced == 0) return gemm_wgmma_pick_total_splits(m, n, k, precision);  // at most
+  const int ktiles = ceil_div(k, k_tile(precision == Precision::BF16));
   const int splits = env_splits > 0 ? env_splits : gemm_wgmma_pick_splits(m, n, k, precision);
-  int g = process_env_switches().wgmma_gemm_groups;
+  int g = forced;
   while (g > 1 && ktiles / (splits * g) < 2) g /= 2;
   return g;
+}
+
+int gemm_wgmma_pick_total_splits(int m, int n, int k, Precision precision) {
+  // Past one cluster's 8 splits only where the doubled grid still leaves half the SMs free (a
+  // 4096 -> 512 layer at batch 128: 4 tiles, 8 -> 16 splits, 64 blocks; LeNet's 8 tiles stay at
+  // 8) and each split keeps >= 4 k-tiles: at 128 blocks (16 x 8 tiles) the workspace sums
+  // measured slower than 8 splits in one cluster.
+  const int64_t tiles = ceil_div<int64_t>(m, kBM) * ceil_div<int64_t>(n, kBN);
+  const int ktiles = ceil_div(k, k_tile(precision == Precision::BF16));
+  const int64_t sms = sm_count();
+  int s = gemm_wgmma_pick_splits(m, n, k, precision);
+  while (s >= kMaxPickedSplits && s * 2 <= 2 * kMaxPickedSplits && tiles * s * 2 <= sms / 2 &&
+         ktiles / (s * 2) >= 4)
+    s *= 2;
+  return s;
 }
 
 std::size_t gemm_wgmma_work_floats(int m, int n, int groups) {
@@ -900,15 +939,33 @@ void gemm_wgmma(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
             ldb, ldc, m, n, k);
   const bool bf16 = opt.precision == Precision::BF16;
   const int env_splits = process_env_switches().wgmma_gemm_splits;
-  const int splits = opt.splits > 0   ? opt.splits
-                     : env_splits > 0 ? env_splits
-                                      : gemm_wgmma_pick_splits(m, n, k, opt.precision);
+  int splits = opt.splits > 0   ? opt.splits
+               : env_splits > 0 ? env_splits
+                                : gemm_wgmma_pick_splits(m, n, k, opt.precision);
   CNN_CHECK(splits == 1 || splits == 2 || splits == 4 || splits == 8 || splits == 16,
             "gemm_wgmma: splits={} (expected 1, 2, 4, 8 or 16)", splits);
   // A picked group count needs the caller's workspace; without one the GEMM runs as one group.
+  // Automatic (CNN_WGMMA_GROUPS=auto, the splits picked too): the picked total of k splits,
+  // in the largest clusters of which the device holds every tile's at once (cluster_fit).
   int groups = opt.groups;
-  if (groups == 0) groups = opt.work ? gemm_wgmma_pick_groups(m, n, k, opt.precision) : 1;
-  CNN_CHECK(groups >= 1 && groups <= 16, "gemm_wgmma: groups={} (expected 1 to 16)", groups);
+  if (groups == 0) {
+    const bool auto_plan =
+        opt.splits == 0 && env_splits == 0 && process_env_switches().wgmma_gemm_groups == 0;
+    if (auto_plan) {
+      const int total = gemm_wgmma_pick_total_splits(m, n, k, opt.precision);
+      const int64_t tiles = ceil_div<int64_t>(m, kBM) * ceil_div<int64_t>(n, kBN);
+      const int cluster = cluster_fit(total, tiles, opt.precision);
+      const bool room =
+          opt.work && opt.work_floats >= gemm_wgmma_work_floats(m, n, total / cluster);
+      groups = room ? total / cluster : 1;
+      if (room) splits = cluster;
+    } else {
+      const int g = opt.work ? gemm_wgmma_pick_groups(m, n, k, opt.precision) : 1;
+      groups = g > 1 && opt.work_floats >= gemm_wgmma_work_floats(m, n, g) ? g : 1;
+    }
+  }
+  CNN_CHECK(groups >= 1 && groups <= kMaxGroups, "gemm_wgmma: groups={} (expected 1 to {})", groups,
+            kMaxGroups);
   if (groups > 1) {
     const std::size_t need = gemm_wgmma_work_floats(m, n, groups);
     CNN_CHECK(

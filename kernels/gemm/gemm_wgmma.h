@@ -60,9 +60,12 @@ struct WgmmaOptions {
   // splits): each cluster sums its splits as above and writes the sum, its group's partial
   // product, raw into `work`; split_k_reduce (split_k_reduce.h) then sums the groups in order and
   // applies alpha, beta, bias and ReLU. For the shapes whose tiles and cluster splits leave SMs
-  // idle (a linear layer at batch 128: 4 tiles of 128 x 128). 0 picks (gemm_wgmma_pick_groups),
-  // which falls back to 1 when no workspace is given; 1: none. `work`: 16-byte aligned, at least
-  // gemm_wgmma_work_floats(m, n, groups) floats.
+  // idle (a linear layer at batch 128: 4 tiles of 128 x 128), or whose clusters the GPCs cannot
+  // all hold at once. 0 picks: with splits picked too and CNN_WGMMA_GROUPS=auto, the total of
+  // gemm_wgmma_pick_total_splits in the largest clusters the device holds in one wave; with
+  // CNN_WGMMA_GROUPS=N, N (fewer where a split would get under 2 k-tiles); 1 without a workspace
+  // big enough. 1: none. `work`: 16-byte aligned, at least gemm_wgmma_work_floats(m, n, groups)
+  // floats.
   int groups = 0;
   float* work = nullptr;
   std::size_t work_floats = 0;
@@ -79,9 +82,15 @@ void gemm_wgmma(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
 // The split count gemm_wgmma picks for this shape on the current device (opt.splits == 0).
 int gemm_wgmma_pick_splits(int m, int n, int k, Precision precision = Precision::TF32);
 
-// The group count gemm_wgmma picks (opt.groups == 0): CNN_WGMMA_GROUPS (default 1, none), halved
-// until each block keeps at least 2 k-tiles.
+// The most groups gemm_wgmma may pick for this shape (opt.groups == 0), what its workspace is
+// sized for: 1 under CNN_WGMMA_GROUPS=1 or a forced CNN_WGMMA_SPLITS; under auto (the default)
+// gemm_wgmma_pick_total_splits (all in groups of one block where no larger cluster fits); under
+// N, N halved until each block keeps at least 2 k-tiles.
 int gemm_wgmma_pick_groups(int m, int n, int k, Precision precision = Precision::TF32);
+
+// The k splits a tile gets in all, clusters and groups together: gemm_wgmma_pick_splits, then
+// doubled up to 16 while the grid stays within half the SMs and each split keeps 4 k-tiles.
+int gemm_wgmma_pick_total_splits(int m, int n, int k, Precision precision = Precision::TF32);
 
 // Floats of the workspace `groups` split groups of an (m, n) output take (0 for one group).
 std::size_t gemm_wgmma_work_floats(int m, int n, int groups);

@@ -454,18 +454,16 @@ inline int sm_count() {
   return current_device_sm_count();
 }
 
-// The largest split count, `splits` halved, of which the device can place a cluster of (1, 1,
-// splits) blocks of `kernel` with this block size and dynamic shared memory (a cluster needs that
-// many free block slots in one GPC: fewer on a partitioned GPU, or with blocks of ~130 KB). The
-// answer depends on the device and the launch's shape alone, so it is asked once per device
-// (cudaOccupancyMaxActiveClusters takes microseconds of host time) and kept; thread-safe.
-inline int placeable_splits(const void* kernel, int splits, int threads, int smem_bytes) {
+// How many clusters of (1, 1, cluster) blocks of `kernel` the device holds at once with this
+// block size and dynamic shared memory (cudaOccupancyMaxActiveClusters; a cluster needs that
+// many free block slots in one GPC). Asked once per device and shape, then kept; thread-safe.
+inline int max_active_clusters(const void* kernel, int cluster, int threads, int smem_bytes) {
   int dev = 0;
   CNN_CUDA_CHECK(cudaGetDevice(&dev));
   using Key = std::tuple<const void*, int, int, int, int>;
   static std::mutex mu;
   static std::map<Key, int> known;
-  const Key key{kernel, dev, splits, threads, smem_bytes};
+  const Key key{kernel, dev, cluster, threads, smem_bytes};
   {
     std::lock_guard<std::mutex> lock(mu);
     const auto it = known.find(key);
@@ -473,6 +471,7 @@ inline int placeable_splits(const void* kernel, int splits, int threads, int sme
   }
   cudaLaunchConfig_t cfg{};
   cudaLaunchAttribute attr[1];
+  cfg.gridDim = dim3(1, 1, static_cast<unsigned>(cluster));
   cfg.blockDim = dim3(static_cast<unsigned>(threads));
   cfg.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
   cfg.attrs = attr;
@@ -480,16 +479,20 @@ inline int placeable_splits(const void* kernel, int splits, int threads, int sme
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = 1;
   attr[0].val.clusterDim.y = 1;
-  int placed = splits;
-  for (; placed > 1; placed /= 2) {
-    cfg.gridDim = dim3(1, 1, static_cast<unsigned>(placed));
-    attr[0].val.clusterDim.z = static_cast<unsigned>(placed);
-    int clusters = 0;
-    CNN_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
-    if (clusters > 0) break;
-  }
+  attr[0].val.clusterDim.z = static_cast<unsigned>(cluster);
+  int clusters = 0;
+  CNN_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
   std::lock_guard<std::mutex> lock(mu);
-  known[key] = placed;
+  known[key] = clusters;
+  return clusters;
+}
+
+// The largest split count, `splits` halved, of which the device can place a cluster of (1, 1,
+// splits) blocks of `kernel` with this block size and dynamic shared memory (a cluster needs that
+// many free block slots in one GPC: fewer on a partitioned GPU, or with blocks of ~130 KB).
+inline int placeable_splits(const void* kernel, int splits, int threads, int smem_bytes) {
+  int placed = splits;
+  while (placed > 1 && max_active_clusters(kernel, placed, threads, smem_bytes) == 0) placed /= 2;
   return placed;
 }
 
