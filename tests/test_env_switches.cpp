@@ -75,10 +75,10 @@ const std::vector<SwitchCases>& switch_cases() {
        {{nullptr, 0}, {"auto", 0}, {"1", 1}, {"2", 2}, {"4", 4}, {"8", 8}, {"16", 16}},
        {"3", "32"},
        "1, 2, 4, 8, 16 or auto"},
-      // The wgmma GEMM's split groups (clusters a tile's k is split across); 0: auto, 1: one.
+      // The wgmma GEMM's split groups (clusters a tile's k is split across); 1: one, 0: auto.
       {"CNN_WGMMA_GROUPS",
        field<&EnvSwitches::wgmma_gemm_groups>,
-       {{nullptr, 0}, {"auto", 0}, {"1", 1}, {"2", 2}, {"4", 4}, {"8", 8}, {"16", 16}},
+       {{nullptr, 1}, {"auto", 0}, {"1", 1}, {"2", 2}, {"4", 4}, {"8", 8}, {"16", 16}},
        {"0", "3", "32"},
        "auto, 1, 2, 4, 8 or 16"},
       // Tile rows of the wgmma-nhwc convolution; 0: auto.
