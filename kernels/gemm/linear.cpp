@@ -66,16 +66,26 @@ std::size_t db_scratch_floats([[maybe_unused]] const LinearShape& s, const Exec&
   return CNN_CUDA_VALUE((linear_db_scratch_floats(s) + 3) / 4 * 4, std::size_t(0));
 }
 
+// The most workspace a pass whose GEMM has the batch as its m (n, k fixed) takes at any batch up
+// to s.n: a layer sized at setup also runs smaller batches, whose fewer tile rows may take more
+// split groups (128 rows in one tile and 16 groups can outweigh 129 rows in two tiles and 8). The
+// workspace is groups x m, so the largest is at a tile boundary or at s.n itself.
+std::size_t batch_m_work_floats(const LinearShape& s, int n, int k, const Exec& ex) {
+  std::size_t most = 0;
+  for (int m = 128; m < s.n; m += 128) most = std::max(most, gemm_work_floats(m, n, k, ex));
+  return std::max(most, gemm_work_floats(s.n, n, k, ex));
+}
+
 }  // namespace
 
 std::size_t linear_forward_scratch_floats(const LinearShape& s, const Exec& ex) {
   check_linear_shape(s);
-  return gemm_work_floats(s.n, s.out, s.in, ex);
+  return batch_m_work_floats(s, s.out, s.in, ex);
 }
 
 std::size_t linear_backward_data_scratch_floats(const LinearShape& s, const Exec& ex) {
   check_linear_shape(s);
-  return gemm_work_floats(s.n, s.in, s.out, ex);
+  return batch_m_work_floats(s, s.in, s.out, ex);
 }
 
 void linear_forward(const LinearShape& s, const float* x, const float* w, const float* b, float* y,
