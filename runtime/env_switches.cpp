@@ -45,6 +45,17 @@ int auto_one_zero(const char* name) {
   return s == "1" ? 1 : 0;
 }
 
+// "auto": 0; "1", "2", "4", "8" or "16": that (anything else is refused); unset keeps `fallback`.
+int auto_or_power_of_two(const char* name, int fallback) {
+  const char* v = get(name);
+  if (!v) return fallback;
+  const std::string s(v);
+  if (s == "auto") return 0;
+  CNN_CHECK(s == "1" || s == "2" || s == "4" || s == "8" || s == "16",
+            "{}='{}': expected auto, 1, 2, 4, 8 or 16", name, s);
+  return std::stoi(s);
+}
+
 std::optional<Algo> algo_of(const char* name) {
   const char* v = get(name);
   if (!v) return std::nullopt;
@@ -116,24 +127,8 @@ EnvSwitches read_env_switches() {
     else
       CNN_FAIL("CNN_WGMMA_MN='{}': expected tma or gather", s);
   }
-  if (const char* v = get("CNN_WGMMA_SPLITS")) {
-    const std::string s(v);
-    if (s == "auto")
-      e.wgmma_gemm_splits = 0;
-    else if (s == "1" || s == "2" || s == "4" || s == "8" || s == "16")
-      e.wgmma_gemm_splits = std::stoi(s);
-    else
-      CNN_FAIL("CNN_WGMMA_SPLITS='{}': expected 1, 2, 4, 8, 16 or auto", s);
-  }
-  if (const char* v = get("CNN_WGMMA_GROUPS")) {
-    const std::string s(v);
-    if (s == "auto")
-      e.wgmma_gemm_groups = 0;
-    else if (s == "1" || s == "2" || s == "4" || s == "8" || s == "16")
-      e.wgmma_gemm_groups = std::stoi(s);
-    else
-      CNN_FAIL("CNN_WGMMA_GROUPS='{}': expected auto, 1, 2, 4, 8 or 16", s);
-  }
+  e.wgmma_gemm_splits = auto_or_power_of_two("CNN_WGMMA_SPLITS", e.wgmma_gemm_splits);
+  e.wgmma_gemm_groups = auto_or_power_of_two("CNN_WGMMA_GROUPS", e.wgmma_gemm_groups);
   if (const char* v = get("CNN_WGMMA_CONV_GATHER")) {
     const std::string s(v);
     if (s == "async")

@@ -74,7 +74,7 @@ const std::vector<SwitchCases>& switch_cases() {
        field<&EnvSwitches::wgmma_gemm_splits>,
        {{nullptr, 0}, {"auto", 0}, {"1", 1}, {"2", 2}, {"4", 4}, {"8", 8}, {"16", 16}},
        {"3", "32"},
-       "1, 2, 4, 8, 16 or auto"},
+       "auto, 1, 2, 4, 8 or 16"},
       // The wgmma GEMM's split groups (clusters a tile's k is split across); 1: one, 0: auto.
       {"CNN_WGMMA_GROUPS",
        field<&EnvSwitches::wgmma_gemm_groups>,
