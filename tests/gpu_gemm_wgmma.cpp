@@ -266,6 +266,26 @@ bool bitwise_equal(const std::vector<float>& x, const std::vector<float>& y) {
   return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * 4) == 0;
 }
 
+// Case c under its plan (c.opt's splits and groups) as the split tests check one: exact on small
+// integers (printed under `what` with its count of inexact elements), then twice on the same
+// random floats with alpha 1.5, bias and ReLU, within the bound and bitwise equal.
+void check_split_plan(const std::string& what, Case c) {
+  c.fill = Fill::SmallInt;
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(describe(c) + " seed=" + std::to_string(seed));
+  const Result exact = run(c, seed);
+  std::printf("%s %dx%dx%d: %lld wrong%s%s\n", what.c_str(), c.m, c.n, c.k,
+              static_cast<long long>(exact.exact_bad), exact.exact_bad ? ", first " : "",
+              exact.first_bad.c_str());
+  expect_close(c, exact);
+  c.fill = Fill::Random;
+  c.alpha = 1.5f;
+  c.bias = c.relu = true;
+  const Result r1 = run(c, seed + 10), r2 = run(c, seed + 10);
+  expect_close(c, r1);
+  EXPECT_TRUE(bitwise_equal(r1.got, r2.got)) << "two runs differ bitwise";
+}
+
 #endif  // CNN_HAVE_CUDA
 
 }  // namespace
@@ -414,19 +434,7 @@ TEST(GpuGemmWgmma, SplitKExactAndRepeat) {
       c.n = sz[1];
       c.k = sz[2];
       c.opt.splits = splits;
-      c.fill = Fill::SmallInt;
-      const uint64_t seed = test::fresh_seed();
-      SCOPED_TRACE(describe(c) + " seed=" + std::to_string(seed));
-      const Result exact = run(c, seed);
-      std::printf("split-k %dx%dx%d splits=%d: %lld wrong%s%s\n", c.m, c.n, c.k, splits,
-                  static_cast<long long>(exact.exact_bad), exact.exact_bad ? ", first " : "",
-                  exact.first_bad.c_str());
-      expect_close(c, exact);
-      c.fill = Fill::Random;
-      c.bias = c.relu = true;
-      const Result r1 = run(c, seed + 10), r2 = run(c, seed + 10);
-      expect_close(c, r1);
-      EXPECT_TRUE(bitwise_equal(r1.got, r2.got)) << "two runs differ bitwise";
+      check_split_plan("split-k splits=" + std::to_string(splits), c);
     }
 #else
   GTEST_SKIP() << "built without CUDA";
@@ -460,20 +468,9 @@ TEST(GpuGemmWgmma, SplitGroupsExactAndRepeat) {
       c.beta = sh.beta;
       c.opt.splits = plan[0];
       c.opt.groups = plan[1];
-      c.fill = Fill::SmallInt;
-      const uint64_t seed = test::fresh_seed();
-      SCOPED_TRACE(describe(c) + " seed=" + std::to_string(seed));
-      const Result exact = run(c, seed);
-      std::printf("split groups %dx%dx%d t=%d splits=%d groups=%d: %lld wrong%s%s\n", c.m, c.n, c.k,
-                  sh.t, plan[0], plan[1], static_cast<long long>(exact.exact_bad),
-                  exact.exact_bad ? ", first " : "", exact.first_bad.c_str());
-      expect_close(c, exact);
-      c.fill = Fill::Random;
-      c.alpha = 1.5f;
-      c.bias = c.relu = true;
-      const Result r1 = run(c, seed + 10), r2 = run(c, seed + 10);
-      expect_close(c, r1);
-      EXPECT_TRUE(bitwise_equal(r1.got, r2.got)) << "two runs differ bitwise";
+      check_split_plan("split groups t=" + std::to_string(sh.t) + " splits=" +
+                           std::to_string(plan[0]) + " groups=" + std::to_string(plan[1]),
+                       c);
     }
 #else
   GTEST_SKIP() << "built without CUDA";

@@ -271,6 +271,44 @@ Case transposed(int t) {  // t: bit 0 trans_a, bit 1 B stored (k, n) (N-contiguo
   return c;
 }
 
+// A product of the split tests, {m, n, k, t, beta} (t as for transposed(); beta 1: dw += dy^T x,
+// without bias and ReLU), its small-integer and random problems made once for every plan.
+struct SplitCase {
+  uint64_t seed = 0;
+  Problem exact, random;
+};
+SplitCase split_case(const int (&cs)[5]) {
+  Case c = transposed(cs[3]);
+  c.m = cs[0];
+  c.n = cs[1];
+  c.k = cs[2];
+  c.beta = cs[4] ? 1.f : 0.f;
+  c.fill = Fill::SmallInt;
+  SplitCase sc;
+  sc.seed = test::fresh_seed();
+  sc.exact = make_problem(c, sc.seed);
+  Case cr = c;
+  cr.fill = Fill::Random;
+  cr.bias = cr.relu = cs[4] == 0;
+  sc.random = make_problem(cr, sc.seed + 10);
+  return sc;
+}
+
+// sc under the plan o (printed under `what`): exact on integers, within the bound and bitwise
+// repeatable on random floats.
+void check_split_plan(const SplitCase& sc, const WgmmaOptions& o, const std::string& what) {
+  const Case& c = sc.exact.c;
+  SCOPED_TRACE(describe(c) + " " + what + " seed=" + std::to_string(sc.seed));
+  const Result e = launch(sc.exact, o);
+  std::printf("bf16 %s %dx%dx%d ta=%d tb=%d: %lld wrong%s%s\n", what.c_str(), c.m, c.n, c.k, c.ta,
+              c.tb, static_cast<long long>(e.exact_bad), e.exact_bad ? ", first " : "",
+              e.first_bad.c_str());
+  expect_close(c, e);
+  const Result r1 = launch(sc.random, o), r2 = launch(sc.random, o);
+  expect_close(sc.random.c, r1);
+  EXPECT_TRUE(bitwise_equal(r1.got, r2.got)) << "two runs differ bitwise";
+}
+
 #endif  // CNN_HAVE_CUDA
 
 }  // namespace
@@ -366,30 +404,9 @@ TEST(GpuGemmWgmmaBf16, SplitsForced) {
                           {1024, 3136, test::network_batch(), 3, 1},
                           {130, 140, 7, 0, 0}};
   for (const auto& cs : cases) {
-    Case c = transposed(cs[3]);
-    c.m = cs[0];
-    c.n = cs[1];
-    c.k = cs[2];
-    c.beta = cs[4] ? 1.f : 0.f;
-    c.fill = Fill::SmallInt;
-    const uint64_t seed = test::fresh_seed();
-    const Problem exact = make_problem(c, seed);
-    Case cr = c;
-    cr.fill = Fill::Random;
-    cr.bias = cr.relu = cs[4] == 0;
-    const Problem random = make_problem(cr, seed + 10);
-    for (int splits : {1, 2, 4, 8, 16}) {
-      SCOPED_TRACE(describe(c) + " splits=" + std::to_string(splits) +
-                   " seed=" + std::to_string(seed));
-      const Result e = launch(exact, staged_opt(splits));
-      std::printf("bf16 split-k %dx%dx%d ta=%d tb=%d splits=%d: %lld wrong%s%s\n", c.m, c.n, c.k,
-                  c.ta, c.tb, splits, static_cast<long long>(e.exact_bad),
-                  e.exact_bad ? ", first " : "", e.first_bad.c_str());
-      expect_close(c, e);
-      const Result r1 = launch(random, staged_opt(splits)), r2 = launch(random, staged_opt(splits));
-      expect_close(cr, r1);
-      EXPECT_TRUE(bitwise_equal(r1.got, r2.got)) << "two runs differ bitwise";
-    }
+    const SplitCase sc = split_case(cs);
+    for (int splits : {1, 2, 4, 8, 16})
+      check_split_plan(sc, staged_opt(splits), "split-k splits=" + std::to_string(splits));
   }
 #else
   GTEST_SKIP() << "built without CUDA";
@@ -409,31 +426,13 @@ TEST(GpuGemmWgmmaBf16, SplitGroups) {
   // (splits, groups); 0: the pick ({0, 0}: the automatic plan, given the workspace it asks for)
   const int plans[][2] = {{0, 0}, {0, 4}, {2, 8}, {1, 16}};
   for (const auto& cs : cases) {
-    Case c = transposed(cs[3]);
-    c.m = cs[0];
-    c.n = cs[1];
-    c.k = cs[2];
-    c.beta = cs[4] ? 1.f : 0.f;
-    c.fill = Fill::SmallInt;
-    const uint64_t seed = test::fresh_seed();
-    const Problem exact = make_problem(c, seed);
-    Case cr = c;
-    cr.fill = Fill::Random;
-    cr.bias = cr.relu = cs[4] == 0;
-    const Problem random = make_problem(cr, seed + 10);
+    const SplitCase sc = split_case(cs);
     for (const auto& plan : plans) {
       WgmmaOptions o = staged_opt(plan[0]);
       o.groups = plan[1];
-      SCOPED_TRACE(describe(c) + " splits=" + std::to_string(plan[0]) +
-                   " groups=" + std::to_string(plan[1]) + " seed=" + std::to_string(seed));
-      const Result e = launch(exact, o);
-      std::printf("bf16 split groups %dx%dx%d ta=%d tb=%d splits=%d groups=%d: %lld wrong%s%s\n",
-                  c.m, c.n, c.k, c.ta, c.tb, plan[0], plan[1], static_cast<long long>(e.exact_bad),
-                  e.exact_bad ? ", first " : "", e.first_bad.c_str());
-      expect_close(c, e);
-      const Result r1 = launch(random, o), r2 = launch(random, o);
-      expect_close(cr, r1);
-      EXPECT_TRUE(bitwise_equal(r1.got, r2.got)) << "two runs differ bitwise";
+      check_split_plan(
+          sc, o,
+          "split groups splits=" + std::to_string(plan[0]) + " groups=" + std::to_string(plan[1]));
     }
   }
 #else
