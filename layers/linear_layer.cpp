@@ -21,6 +21,7 @@ class LinearLayer : public Layer {
     algo_ = spec_.algo;
     algos_ = PassAlgos(algo_);
     dev_ = dev;
+    pass_scratch_known_ = false;  // a new shape needs new sizes
     return out;
   }
 
@@ -47,10 +48,11 @@ class LinearLayer : public Layer {
   // The GEMM workspaces of the forward and input gradient (split groups, CNN_WGMMA_GROUPS), and
   // the weight gradient's scratch where it runs in turn (beside, it has side_scratch).
   std::size_t scratch_floats(const Exec& ex, bool input_grad) const override {
-    std::size_t need = linear_forward_scratch_floats(shape_, ex);
+    const PassScratch& p = pass_scratch(ex);
+    std::size_t need = p.fwd;
     if (head_backward()) return need;
-    if (input_grad) need = std::max(need, linear_backward_data_scratch_floats(shape_, ex));
-    return std::max(need, linear_backward_weight_scratch_floats(shape_, ex));
+    if (input_grad) need = std::max(need, p.dgrad);
+    return std::max(need, p.wgrad);
   }
 
   // The fused backward reads x anyway, so it also applies the ReLU mask of the layer before
@@ -72,7 +74,7 @@ class LinearLayer : public Layer {
   }
 
   void forward(int n, const float* x, float* y, float* scratch, const Exec& ex) override {
-    linear_forward(at(n), x, w_, b_, y, fused_relu_, algos_.fwd, ex, scratch);
+    linear_forward(at(n), x, w_, b_, y, fused_relu_, algos_.fwd, ex, scratch, pass_scratch(ex).fwd);
   }
 
   void backward(int n, const float* x, const float* y, float* dy, float* dx, float* scratch,
@@ -95,7 +97,7 @@ class LinearLayer : public Layer {
     return true;
   }
   std::size_t beside_scratch_floats(const Exec& ex) const override {
-    return head_backward() ? 0 : linear_backward_weight_scratch_floats(shape_, ex);
+    return head_backward() ? 0 : pass_scratch(ex).wgrad;
   }
 
   std::vector<TuneChoice> autotune(int n, const float* x, float* y, float* dy, float* dx,
@@ -105,7 +107,7 @@ class LinearLayer : public Layer {
     const std::string op = fmt::format("linear n{} in{} out{}{}{}", s.n, s.in, s.out,
                                        b_ ? " bias" : "", fused_relu_ ? " relu" : "");
     const auto forward = [&](Algo a) {
-      linear_forward(s, x, w_, b_, y, fused_relu_, a, ex, scratch);
+      linear_forward(s, x, w_, b_, y, fused_relu_, a, ex, scratch, pass_scratch(ex).fwd);
     };
     if (head_backward()) {
       // The fused kernel is both gradient passes at once, with nothing to pick between, so only
@@ -115,12 +117,13 @@ class LinearLayer : public Layer {
       return {c};
     }
     const std::function<void(Algo)> input_grad = [&](Algo a) {
-      linear_backward_data(s, dy, w_, dx, a, ex, scratch);
+      linear_backward_data(s, dy, w_, dx, a, ex, scratch, pass_scratch(ex).dgrad);
     };
     return tune_passes(
         TuneSite{name(), op, tune_cache_}, forward,
         [&](Algo a) {
-          linear_backward_weight(s, x, dy, dw_, own_db(), scratch, a, ex, overwrite_grads_);
+          linear_backward_weight(s, x, dy, dw_, own_db(), scratch, a, ex, overwrite_grads_,
+                                 pass_scratch(ex).wgrad);
         },
         dx ? &input_grad : nullptr, &algos_, ex);
   }
@@ -136,9 +139,9 @@ class LinearLayer : public Layer {
     if (relu_backward_here()) relu_backward(int64_t(n) * s.out, y, dy, dy, ex);
     fork();
     linear_backward_weight(s, x, dy, dw_, own_db(), wgrad_scratch, algos_.dw, side,
-                           overwrite_grads_);
+                           overwrite_grads_, pass_scratch(ex).wgrad);
     if (!dx) return;
-    linear_backward_data(s, dy, w_, dx, algos_.dx, ex, dgrad_scratch);
+    linear_backward_data(s, dy, w_, dx, algos_.dx, ex, dgrad_scratch, pass_scratch(ex).dgrad);
     // Only the fused path is offered the mask (can_mask_input_relu); kept here too so that the
     // flag means the same whatever path runs.
     if (mask_input_relu_) relu_backward(int64_t(n) * s.in, x, dx, dx, ex);
@@ -155,6 +158,31 @@ class LinearLayer : public Layer {
   // The bias gradient this layer's backward sums itself: null where it has none, or where the
   // layer after sums it (hand_over_bias_grad).
   float* own_db() const { return bias_grad_downstream_ ? nullptr : db_; }
+  // The floats each pass's scratch holds at least (the sizes scratch_floats and
+  // beside_scratch_floats ask the Network for), worked out once per device, precision and
+  // determinism: they ask the device for its cluster capacity, host work no launch should repeat.
+  struct PassScratch {
+    Device device = Device::CPU;
+    Precision precision = Precision::FP32;
+    bool deterministic = false;
+    std::size_t fwd = 0, dgrad = 0, wgrad = 0;
+  };
+  const PassScratch& pass_scratch(const Exec& ex) const {
+    const PassScratch& p = pass_scratch_;
+    if (!pass_scratch_known_ || p.device != ex.device || p.precision != ex.precision ||
+        p.deterministic != ex.deterministic) {
+      pass_scratch_ = {ex.device,
+                       ex.precision,
+                       ex.deterministic,
+                       linear_forward_scratch_floats(shape_, ex),
+                       linear_backward_data_scratch_floats(shape_, ex),
+                       linear_backward_weight_scratch_floats(shape_, ex)};
+      pass_scratch_known_ = true;
+    }
+    return pass_scratch_;
+  }
+  mutable PassScratch pass_scratch_;
+  mutable bool pass_scratch_known_ = false;
   LinearShape shape_;
   bool bias_grad_downstream_ = false;
   Algo algo_ = Algo::Auto;  // as configured; Auto may be refined per pass by autotune()

@@ -80,7 +80,7 @@ void check_linear(const LinearShape& s) {
         d_dw.copy_from(test::to_device(dw0));
         d_db.copy_from(test::to_device(db0));
         linear_backward_weight(s, d_x.data(), d_dy.data(), d_dw.data(), d_db.data(),
-                               d_scratch.data(), algo, ex);
+                               d_scratch.data(), algo, ex, false, scratch_n);
         dw_runs[run] = d_dw.to_vector();
         db_runs[run] = d_db.to_vector();
       }
@@ -185,7 +185,7 @@ TEST(GpuLinear, OverwriteDwGivesTheBitsOfAddingOntoZeros) {
             d_dw.zero();
           d_db.copy_from(db0.data(), Device::CPU, db0.size());
           linear_backward_weight(s, d_x.data(), d_dy.data(), d_dw.data(), d_db.data(),
-                                 d_scratch.data(), algo, ex, overwrite == 1);
+                                 d_scratch.data(), algo, ex, overwrite == 1, scratch_n);
           dw[overwrite] = test::to_host(d_dw.data(), nw);
           db[overwrite] = test::to_host(d_db.data(), db0.size());
         }

@@ -1048,12 +1048,13 @@ void bench_linear(const BenchContext& ctx, std::vector<BenchRow>& rows, const st
         c.launch = [&, algo](int i) {
           if (pass == Pass::Forward)
             linear_forward(s, d.f(i, a), d.f(i, b), nullptr, d.f(i, out), false, algo, ex,
-                           d_scratch);
+                           d_scratch, scratch_n);
           else if (pass == Pass::BackwardData)
-            linear_backward_data(s, d.f(i, a), d.f(i, b), d.f(i, out), algo, ex, d_scratch);
+            linear_backward_data(s, d.f(i, a), d.f(i, b), d.f(i, out), algo, ex, d_scratch,
+                                 scratch_n);
           else
             linear_backward_weight(s, d.f(i, a), d.f(i, b), d.f(i, out), nullptr, d_scratch, algo,
-                                   ex);
+                                   ex, false, scratch_n);
         };
         rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
       }

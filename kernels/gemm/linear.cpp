@@ -89,7 +89,8 @@ std::size_t linear_backward_data_scratch_floats(const LinearShape& s, const Exec
 }
 
 void linear_forward(const LinearShape& s, const float* x, const float* w, const float* b, float* y,
-                    bool relu, Algo algo, const Exec& ex, float* scratch) {
+                    bool relu, Algo algo, const Exec& ex, float* scratch,
+                    std::size_t scratch_floats) {
   check_linear_shape(s);
   CNN_CHECK(x && w && y, "linear_forward: x, w and y must not be null");
   check_algo("linear_forward", algo);
@@ -102,13 +103,13 @@ void linear_forward(const LinearShape& s, const float* x, const float* w, const 
     if (use_gemm_cuda(algo))
       return gemm_cuda(false, true, s.n, s.out, s.in, 1.f, x, s.in, w, s.in, 0.f, y, s.out, b, relu,
                        ex.precision, ex.stream, fp32_math(algo),
-                       GemmWorkspace{scratch, scratch ? linear_forward_scratch_floats(s, ex) : 0});
+                       GemmWorkspace{scratch, scratch ? scratch_floats : 0});
     linear_forward_cuda(s, x, w, b, y, relu, tiled, ex.stream);
   });
 }
 
 void linear_backward_data(const LinearShape& s, const float* dy, const float* w, float* dx,
-                          Algo algo, const Exec& ex, float* scratch) {
+                          Algo algo, const Exec& ex, float* scratch, std::size_t scratch_floats) {
   check_linear_shape(s);
   CNN_CHECK(dy && w && dx, "linear_backward_data: dy, w and dx must not be null");
   check_algo("linear_backward_data", algo);
@@ -119,10 +120,9 @@ void linear_backward_data(const LinearShape& s, const float* dy, const float* w,
   }
   CNN_CUDA_BRANCH("linear_backward_data", {
     if (use_gemm_cuda(algo))
-      return gemm_cuda(
-          false, false, s.n, s.in, s.out, 1.f, dy, s.out, w, s.in, 0.f, dx, s.in, nullptr, false,
-          ex.precision, ex.stream, fp32_math(algo),
-          GemmWorkspace{scratch, scratch ? linear_backward_data_scratch_floats(s, ex) : 0});
+      return gemm_cuda(false, false, s.n, s.in, s.out, 1.f, dy, s.out, w, s.in, 0.f, dx, s.in,
+                       nullptr, false, ex.precision, ex.stream, fp32_math(algo),
+                       GemmWorkspace{scratch, scratch ? scratch_floats : 0});
     linear_backward_data_cuda(s, dy, w, dx, tiled, ex.stream);
   });
 }
@@ -134,8 +134,8 @@ std::size_t linear_backward_weight_scratch_floats(const LinearShape& s, const Ex
 }
 
 void linear_backward_weight(const LinearShape& s, const float* x, const float* dy, float* dw,
-                            float* db, float* scratch, Algo algo, const Exec& ex,
-                            bool overwrite_dw) {
+                            float* db, float* scratch, Algo algo, const Exec& ex, bool overwrite_dw,
+                            std::size_t scratch_floats) {
   check_linear_shape(s);
   CNN_CHECK(x && dy && dw, "linear_backward_weight: x, dy and dw must not be null");
   check_algo("linear_backward_weight", algo);
@@ -152,7 +152,8 @@ void linear_backward_weight(const LinearShape& s, const float* x, const float* d
       // gemm_cuda has no atomics on any path (split-K sums in a cluster, then one epilogue), so
       // beta = 0 writes every dw element once without reading it.
       const std::size_t work_at = db_scratch_floats(s, ex);
-      const std::size_t work_floats = scratch ? gemm_work_floats(s.out, s.in, s.n, ex) : 0;
+      const std::size_t work_floats =
+          scratch && scratch_floats > work_at ? scratch_floats - work_at : 0;
       gemm_cuda(true, false, s.out, s.in, s.n, 1.f, dy, s.out, x, s.in, overwrite_dw ? 0.f : 1.f,
                 dw, s.in, nullptr, false, ex.precision, ex.stream, fp32_math(algo),
                 GemmWorkspace{work_floats > 0 ? scratch + work_at : nullptr, work_floats});
