@@ -339,7 +339,7 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_WGMMA_SPLITS", "auto|1|2|4|8|16",
        "the k splits (blocks of one cluster) of every wgmma GEMM launch, where the caller leaves "
        "the count to the GEMM (auto: its pick)"},
-      {"CNN_WGMMA_GROUPS", "1|auto|2|4|8|16",
+      {"CNN_WGMMA_GROUPS", "auto|1|2|4|8|16",
        "the wgmma GEMM's k split further across that many clusters, summed by a second kernel, "
        "where its caller gives it a workspace (the linear layers; 1: none; auto: its pick)"},
       {"CNN_WGMMA_CONV_GATHER", "async|waitgroup|sync",

@@ -72,10 +72,10 @@ struct EnvSwitches {
   // CNN_WGMMA_SPLITS=1|2|4|8|16|auto: the wgmma GEMM's k splits where its caller leaves them
   // to it (0: auto, gemm_wgmma_pick_splits).
   int wgmma_gemm_splits = 0;
-  // CNN_WGMMA_GROUPS=1|auto|2|4|8|16: the wgmma GEMM's k split further across that many
-  // clusters, their sums added by a second kernel, where its caller gives it a workspace (1, the
-  // default: none; 0: auto, gemm_wgmma's pick, not yet run on a GPU).
-  int wgmma_gemm_groups = 1;
+  // CNN_WGMMA_GROUPS=auto|1|2|4|8|16: the wgmma GEMM's k split further across that many
+  // clusters, their sums added by a second kernel, where its caller gives it a workspace (0:
+  // auto, the default, gemm_wgmma's pick; 1: none).
+  int wgmma_gemm_groups = 0;
   // CNN_WGMMA_CONV_GATHER=async (default) | waitgroup | sync: how the wgmma convolution's
   // producer fills its stages (kernels/conv/conv2d_wgmma.h, WgmmaConvGather).
   WgmmaConvGatherSwitch wgmma_conv_gather = WgmmaConvGatherSwitch::Async;

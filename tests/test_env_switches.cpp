@@ -78,7 +78,7 @@ const std::vector<SwitchCases>& switch_cases() {
       // The wgmma GEMM's split groups (clusters a tile's k is split across); 1: one, 0: auto.
       {"CNN_WGMMA_GROUPS",
        field<&EnvSwitches::wgmma_gemm_groups>,
-       {{nullptr, 1}, {"auto", 0}, {"1", 1}, {"2", 2}, {"4", 4}, {"8", 8}, {"16", 16}},
+       {{nullptr, 0}, {"auto", 0}, {"1", 1}, {"2", 2}, {"4", 4}, {"8", 8}, {"16", 16}},
        {"0", "3", "32"},
        "auto, 1, 2, 4, 8 or 16"},
       // Tile rows of the wgmma-nhwc convolution; 0: auto.
