@@ -856,13 +856,6 @@ void run_kernel(const Params& p, const WgmmaOptions& opt, int splits, cudaStream
 // input gradient, 32 tiles of 4 splits: 18.1 us in clusters of 4, 12.0 in 2 groups of 2 on an
 // H100). Every instantiation runs one block per SM (each takes over half an SM's shared
 // memory), so the TMA forward kernel's answer stands for all of them.
-// A cluster of 4 or 8 needs that many SMs of one GPC free at once, and the query counts them on
-// an idle GPU: a grid that takes every such place waits on stragglers of the kernel before (and
-// on work beside it). So those clusters keep a fifth of the places free: on an H100, 32
-// clusters of 4 (VGG's BF16 fc1 input gradient: 14.5-14.7 us, 12.5 as 2 groups of 2) and 16 of
-// 8 (LeNet's fc1 forward at 16 splits: 20-24 us, 14-16 in clusters of 1-2) ran slow, 25 of 4
-// (LeNet's input gradient) at speed. A cluster of 2 fits one TPC, placed about as freely as a
-// block, and may take every place.
 int cluster_fit(int total, int64_t tiles, Precision precision) {
   const bool bf16 = precision == Precision::BF16;
   const void* kernel =
@@ -872,11 +865,7 @@ int cluster_fit(int total, int64_t tiles, Precision precision) {
                         : Plan<false, false, kTmaK, kTmaK>::kSmemBytes;
   CNN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   int c = std::min(total, kMaxPickedSplits);
-  const auto places = [&](int cluster) {
-    const int64_t n = max_active_clusters(kernel, cluster, kThreads, smem);
-    return cluster >= 4 ? n * 4 / 5 : n;
-  };
-  while (c > 1 && places(c) < tiles * (total / c)) c /= 2;
+  while (c > 1 && max_active_clusters(kernel, c, kThreads, smem) < tiles * (total / c)) c /= 2;
   return c;
 }
 
