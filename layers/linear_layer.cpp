@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <functional>
+#include <optional>
 
 #include "kernels/gemm/linear.h"
 #include "kernels/gemm/linear_head.h"
@@ -21,7 +22,7 @@ class LinearLayer : public Layer {
     algo_ = spec_.algo;
     algos_ = PassAlgos(algo_);
     dev_ = dev;
-    pass_scratch_known_ = false;  // a new shape needs new sizes
+    pass_scratch_.reset();  // a new shape needs new sizes
     return out;
   }
 
@@ -162,27 +163,24 @@ class LinearLayer : public Layer {
   // beside_scratch_floats ask the Network for), worked out once per device, precision and
   // determinism: they ask the device for its cluster capacity, host work no launch should repeat.
   struct PassScratch {
-    Device device = Device::CPU;
-    Precision precision = Precision::FP32;
-    bool deterministic = false;
-    std::size_t fwd = 0, dgrad = 0, wgrad = 0;
+    Device device;
+    Precision precision;
+    bool deterministic;
+    std::size_t fwd, dgrad, wgrad;
   };
   const PassScratch& pass_scratch(const Exec& ex) const {
-    const PassScratch& p = pass_scratch_;
-    if (!pass_scratch_known_ || p.device != ex.device || p.precision != ex.precision ||
-        p.deterministic != ex.deterministic) {
-      pass_scratch_ = {ex.device,
-                       ex.precision,
-                       ex.deterministic,
-                       linear_forward_scratch_floats(shape_, ex),
-                       linear_backward_data_scratch_floats(shape_, ex),
-                       linear_backward_weight_scratch_floats(shape_, ex)};
-      pass_scratch_known_ = true;
-    }
-    return pass_scratch_;
+    const std::optional<PassScratch>& p = pass_scratch_;
+    if (!p || p->device != ex.device || p->precision != ex.precision ||
+        p->deterministic != ex.deterministic)
+      pass_scratch_ = PassScratch{ex.device,
+                                  ex.precision,
+                                  ex.deterministic,
+                                  linear_forward_scratch_floats(shape_, ex),
+                                  linear_backward_data_scratch_floats(shape_, ex),
+                                  linear_backward_weight_scratch_floats(shape_, ex)};
+    return *pass_scratch_;
   }
-  mutable PassScratch pass_scratch_;
-  mutable bool pass_scratch_known_ = false;
+  mutable std::optional<PassScratch> pass_scratch_;
   LinearShape shape_;
   bool bias_grad_downstream_ = false;
   Algo algo_ = Algo::Auto;  // as configured; Auto may be refined per pass by autotune()

@@ -83,7 +83,7 @@ void gemm_wgmma(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
 int gemm_wgmma_pick_splits(int m, int n, int k, Precision precision = Precision::TF32);
 
 // The most groups gemm_wgmma may pick for this shape (opt.groups == 0), what its workspace is
-// sized for: 1 under CNN_WGMMA_GROUPS=1 or a forced CNN_WGMMA_SPLITS; under auto
+// sized for: 1 under CNN_WGMMA_GROUPS=1 or a forced CNN_WGMMA_SPLITS; under auto (the default)
 // gemm_wgmma_pick_total_splits (all in groups of one block where no larger cluster fits); under
 // N, N halved until each block keeps at least 2 k-tiles.
 int gemm_wgmma_pick_groups(int m, int n, int k, Precision precision = Precision::TF32);
