@@ -3,6 +3,7 @@
 
 #include "kernels/conv/conv2d.h"
 #include "kernels/conv/conv2d_grouped.h"
+#include "kernels/conv/conv2d_grouped_dense.h"
 #include "kernels/conv/conv_relu_pool.h"
 #include "kernels/pointwise/relu.h"
 #include "layers/layer_factories.h"
@@ -34,10 +35,13 @@ class Conv2dLayer : public Layer {
     algo_ = spec_.algo;  // CNN_ALGO* already applied by the Network
     if (grouped_) {
       check_conv2d_grouped_shape(gshape_);
-      CNN_CHECK(algo_ != Algo::Igemm && algo_ != Algo::Wgmma && algo_ != Algo::WgmmaNhwc,
-                "{}: algo {} is not implemented for grouped or dilated convolutions; expected "
-                "naive, tiled, fast or auto",
-                name(), algo_name(algo_));
+      const bool dense = algo_ == Algo::Igemm || algo_ == Algo::Wgmma || algo_ == Algo::WgmmaNhwc;
+      CNN_CHECK(!dense || conv2d_grouped_dense_applicable(gshape_),
+                "{}: algo {} runs a grouped convolution as one dense convolution a group, which "
+                "takes dilation 1 and 2 to {} groups of at least 2 input channels (here groups "
+                "{}, {} input channels, dilation {}x{}); expected naive, tiled, fast or auto",
+                name(), algo_name(algo_), kGroupedDenseMaxGroups, spec_.groups, shape_.c,
+                spec_.dil_h, spec_.dil_w);
     } else {
       check_conv2d_shape(shape_);
     }
@@ -76,7 +80,7 @@ class Conv2dLayer : public Layer {
   // read of it, and a forward reads only what its own pre-passes wrote just before.
   std::size_t scratch_floats(const Exec& ex, bool input_grad) const override {
     if (fused_pool_) return conv_relu_pool_backward_weight_scratch_floats(shape_, ex);
-    if (grouped_) return conv2d_grouped_backward_weight_scratch_floats(gshape_, ex);
+    if (grouped_) return grouped_scratch_floats(algos_, input_grad, ex);
     return plain_scratch_floats(algos_, input_grad, ex);
   }
 
@@ -85,9 +89,10 @@ class Conv2dLayer : public Layer {
   // scratch_floats afterwards, when each pass has its pick.
   std::size_t tune_scratch_floats(const Exec& ex, bool input_grad) const override {
     std::size_t need = scratch_floats(ex, input_grad);
-    if (algo_ != Algo::Auto || fused_pool_ || grouped_) return need;
+    if (algo_ != Algo::Auto || fused_pool_) return need;
     for (Algo a : tune_candidates())
-      need = std::max(need, plain_scratch_floats(PassAlgos(a), input_grad, ex));
+      need = std::max(need, grouped_ ? grouped_scratch_floats(PassAlgos(a), input_grad, ex)
+                                     : plain_scratch_floats(PassAlgos(a), input_grad, ex));
     return need;
   }
 
@@ -140,7 +145,7 @@ class Conv2dLayer : public Layer {
   }
   std::size_t beside_scratch_floats(const Exec& ex) const override {
     if (fused_pool_) return 0;
-    if (grouped_) return conv2d_grouped_backward_weight_scratch_floats(gshape_, ex);
+    if (grouped_) return conv2d_grouped_backward_weight_scratch_floats(gshape_, algos_.dw, ex);
     return conv2d_backward_weight_scratch_floats(shape_, ex);
   }
 
@@ -188,9 +193,19 @@ class Conv2dLayer : public Layer {
          input_grad ? conv2d_backward_data_scratch_floats(shape_, algos.dx, ex) : std::size_t(0)});
   }
 
+  // The grouped op's need with the passes run by `algos` (the dense variants' copies); sized at
+  // the setup batch, the largest a pass runs.
+  std::size_t grouped_scratch_floats(const PassAlgos& algos, bool input_grad,
+                                     const Exec& ex) const {
+    return std::max({conv2d_grouped_backward_weight_scratch_floats(gshape_, algos.dw, ex),
+                     conv2d_grouped_forward_scratch_floats(gshape_, algos.fwd, ex),
+                     input_grad ? conv2d_grouped_backward_data_scratch_floats(gshape_, algos.dx, ex)
+                                : std::size_t(0)});
+  }
+
   void run_forward(int n, const float* x, float* y, float* scratch, Algo a, const Exec& ex) {
     if (grouped_)
-      conv2d_grouped_forward(grouped_at(n), x, w_, b_, y, fused_relu_, a, ex);
+      conv2d_grouped_forward(grouped_at(n), x, w_, b_, y, fused_relu_, scratch, a, ex);
     else
       conv2d_forward(at(n), x, w_, b_, y, fused_relu_, scratch, a, ex);
   }
@@ -204,7 +219,7 @@ class Conv2dLayer : public Layer {
   void run_backward_data(int n, const float* dy, float* dx, float* scratch, Algo a,
                          const Exec& ex) {
     if (grouped_)
-      conv2d_grouped_backward_data(grouped_at(n), dy, w_, dx, a, ex);
+      conv2d_grouped_backward_data(grouped_at(n), dy, w_, dx, scratch, a, ex);
     else
       conv2d_backward_data(at(n), dy, w_, dx, scratch, a, ex);
   }

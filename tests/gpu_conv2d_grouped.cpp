@@ -150,22 +150,28 @@ void check_all_variants(const Problem& p, int offset) {
       {Algo::Naive, "naive"}, {Algo::Tiled, "tiled"}, {Algo::Fast, "fast"}, {Algo::Auto, "auto"}};
   for (const auto& a : algos) {
     const std::string tag = std::string(a.name) + (offset ? " misaligned" : "");
+    // auto may run the dense kernels a group, which take scratch (the other variants none).
+    const size_t pass_scratch =
+        std::max(conv2d_grouped_forward_scratch_floats(s, a.algo, ex),
+                 conv2d_grouped_backward_data_scratch_floats(s, a.algo, ex));
+    Tensor fd_scratch({int64_t(std::max<size_t>(pass_scratch, 1))}, Device::CUDA);
+    float* const fd = pass_scratch ? fd_scratch.data() : nullptr;
     test::poison_device(y.ptr, y_size(s));
-    conv2d_grouped_forward(s, x.ptr, w.data(), nullptr, y.ptr, false, a.algo, ex);
+    conv2d_grouped_forward(s, x.ptr, w.data(), nullptr, y.ptr, false, fd, a.algo, ex);
     expect_close(test::to_host(y.ptr, y_size(s)), p.y_plain, k_fwd, "forward " + tag);
 
     test::poison_device(y.ptr, y_size(s));
-    conv2d_grouped_forward(s, x.ptr, w.data(), b.data(), y.ptr, true, a.algo, ex);
+    conv2d_grouped_forward(s, x.ptr, w.data(), b.data(), y.ptr, true, fd, a.algo, ex);
     expect_close(test::to_host(y.ptr, y_size(s)), p.y_bias_relu, k_fwd, "forward+bias+relu " + tag);
 
     test::poison_device(dx.ptr, x_size(s));
-    conv2d_grouped_backward_data(s, dy.ptr, w.data(), dx.ptr, a.algo, ex);
+    conv2d_grouped_backward_data(s, dy.ptr, w.data(), dx.ptr, fd, a.algo, ex);
     expect_close(test::to_host(dx.ptr, x_size(s)), p.dx, k_data, "backward_data " + tag);
 
     for (bool det : {false, true}) {
       const Exec wex = cuda_exec(det);
       const std::string wtag = tag + (det ? " deterministic" : " atomic");
-      const size_t scratch_n = conv2d_grouped_backward_weight_scratch_floats(s, wex);
+      const size_t scratch_n = conv2d_grouped_backward_weight_scratch_floats(s, a.algo, wex);
       Tensor scratch({int64_t(std::max<size_t>(scratch_n, 1))}, Device::CUDA);
       test::poison_device(scratch.data(), scratch.numel());  // stage 2 reads only stage-1 writes
       Tensor dw = test::to_device(p.dw0), db = test::to_device(p.db0);
@@ -247,7 +253,7 @@ TEST(GpuConv2dGrouped, DeterministicWeightGradientIsBitwiseRepeatable) {
     const Problem p = make_problem(s, test::fresh_seed());
     const Exec ex = cuda_exec(true);
     Tensor x = test::to_device(p.x), dy = test::to_device(p.dy);
-    const size_t scratch_n = conv2d_grouped_backward_weight_scratch_floats(s, ex);
+    const size_t scratch_n = conv2d_grouped_backward_weight_scratch_floats(s, Algo::Fast, ex);
     Tensor scratch({int64_t(std::max<size_t>(scratch_n, 1))}, Device::CUDA);
     for (Algo a : {Algo::Naive, Algo::Tiled, Algo::Fast}) {
       std::vector<float> first_w, first_b;
@@ -371,7 +377,8 @@ TEST(GpuConv2dGrouped, StreamKernelsMatchCpu) {
     const double k_fwd = double(s.cg()) * s.kh * s.kw + 1, k_data = double(s.ocg()) * s.kh * s.kw;
     const double k_wgt = double(s.n) * s.oh() * s.ow() + 1;
     Tensor w = test::to_device(p.w), b = test::to_device(p.b);
-    const size_t scratch_n = conv2d_grouped_backward_weight_scratch_floats(s, cuda_exec(true));
+    const size_t scratch_n =
+        conv2d_grouped_backward_weight_scratch_floats(s, Algo::Fast, cuda_exec(true));
     Tensor scratch({int64_t(std::max<size_t>(scratch_n, 1))}, Device::CUDA);
     const cudaStream_t st = cuda_exec().stream;
     for (int offset : {0, 1}) {
@@ -475,7 +482,8 @@ TEST(GpuConv2dGrouped, StreamWeightGradientStripPlansMatchCpu) {
     const double k_fwd = double(s.cg()) * s.kh * s.kw + 1, k_data = double(s.ocg()) * s.kh * s.kw;
     const double k_wgt = double(s.n) * s.oh() * s.ow() + 1;
     Tensor w = test::to_device(p.w);
-    const size_t scratch_n = conv2d_grouped_backward_weight_scratch_floats(s, cuda_exec(true));
+    const size_t scratch_n =
+        conv2d_grouped_backward_weight_scratch_floats(s, Algo::Fast, cuda_exec(true));
     for (const DepthwiseStreamTiling& t : {fill, lng})
       ASSERT_GE(scratch_n, size_t(s.n) * t.strips * t.tiles_x * conv2d_grouped_wgrad_slots(s))
           << "the deterministic scratch must hold the partials of " << t.rows << "-row strips";
@@ -547,14 +555,15 @@ TEST(GpuConv2dGrouped, StreamPickedForLargeShapes) {
 }
 #endif  // CNN_HAVE_CUDA
 
-// igemm is not a variant of the grouped op: refused with a clear error, not run.
+// igemm on a depthwise layer (one channel a group, which the dense kernels a group do not take):
+// refused with a clear error, not run.
 TEST(GpuConv2dGrouped, IgemmIsRefused) {
   CNN_REQUIRE_GPU();
   const Conv2dGroupedShape s = shape_of({1, 4, 5, 5, 4, 3, 1, 1, 1, 4});
   Tensor x({int64_t(x_size(s))}, Device::CUDA), w({int64_t(w_size(s))}, Device::CUDA),
       y({int64_t(y_size(s))}, Device::CUDA);
-  EXPECT_THROW(conv2d_grouped_forward(s, x.data(), w.data(), nullptr, y.data(), false, Algo::Igemm,
-                                      cuda_exec()),
+  EXPECT_THROW(conv2d_grouped_forward(s, x.data(), w.data(), nullptr, y.data(), false, nullptr,
+                                      Algo::Igemm, cuda_exec()),
                Error);
 }
 

@@ -33,7 +33,6 @@
 #include <vector>
 
 #include "kernels/conv/conv2d.h"
-#include "kernels/conv/conv2d_grouped.h"
 #include "kernels/gemm/linear.h"
 #include "runtime/error.h"
 #include "runtime/exec.h"
@@ -282,15 +281,6 @@ TEST(GpuConvWgmma, Refusals) {
       },
       "input gradient stride 2");
   // The weight gradient runs at fp32 (3xTF32) and bf16 (in TF32): gpu_conv_wgmma_wgrad.cpp.
-  Conv2dGroupedShape g;
-  g.n = 2, g.c = 8, g.h = 9, g.w = 9, g.oc = 16, g.kh = 3, g.kw = 3, g.pad_h = 1, g.pad_w = 1;
-  g.groups = 2;
-  expect_refused(
-      [&] {
-        conv2d_grouped_forward(g, d_x.data(), d_w.data(), nullptr, d_y.data(), false, Algo::Wgmma,
-                               ex);
-      },
-      "grouped forward");
   expect_refused(
       [&] {
         linear_forward(LinearShape{2, 8, 16}, d_x.data(), d_w.data(), nullptr, d_y.data(), false,

@@ -241,9 +241,9 @@ TEST(Conv2dGroupedCpu, ShapeChecksNameTheField) {
   s.dil_h = s.dil_w = 3;  // span 7 > 5
   EXPECT_THROW(check_conv2d_grouped_shape(s), Error);
   s.dil_h = s.dil_w = 1;
-  EXPECT_THROW(
-      conv2d_grouped_forward(s, nullptr, nullptr, nullptr, nullptr, false, Algo::Igemm, Exec{}),
-      Error);
+  EXPECT_THROW(conv2d_grouped_forward(s, nullptr, nullptr, nullptr, nullptr, false, nullptr,
+                                      Algo::Igemm, Exec{}),
+               Error);
 }
 
 namespace {

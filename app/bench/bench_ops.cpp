@@ -35,6 +35,7 @@ bool op_selected(const BenchOptions& opt, const std::string& op) {
 #include "kernels/conv/conv2d.h"
 #include "kernels/conv/conv2d_grouped.h"
 #include "kernels/conv/conv2d_grouped_cuda.h"
+#include "kernels/conv/conv2d_grouped_dense.h"
 #include "kernels/conv/conv2d_halo_layout.h"
 #include "kernels/conv/conv2d_nhwc_layout.h"
 #include "kernels/conv/conv2d_nhwc_prepass.h"
@@ -1661,20 +1662,41 @@ void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
       info.note = "not needed in training (first layer)";
     d.allocate(choose_sets(ctx, d.set_bytes()), ctx.stream);
 
-    // The grouped kernels multiply in FP32 at every precision (so do the layers): measured once,
-    // as FP32, whichever --precision was asked for, so that a TF32 or BF16 run of a depthwise net
-    // still lists its depthwise passes.
+    // The grouped kernels multiply in FP32 at every precision: measured once, as FP32, whichever
+    // --precision was asked for, so that a TF32 or BF16 run of a depthwise net still lists its
+    // depthwise passes. The dense variants (which a TF32 or BF16 layer runs at its precision)
+    // are measured at FP32 too, against cuDNN's FP32; the step mode times them at --precision.
     const Precision p = Precision::FP32;
     const Exec ex = exec_for(ctx, p);
     const double tol = matmul_tol(p);
+    // The dense variants (one dense convolution a group, igemm / wgmma / wgmma-nhwc and auto
+    // where it takes them) are measured where they take the shape, at FP32 as well.
+    const auto runs_here = [&](Algo algo) {
+      const bool dense = algo == Algo::Igemm || algo == Algo::Wgmma || algo == Algo::WgmmaNhwc;
+      return !dense || conv2d_grouped_dense_applicable(s);
+    };
+    std::size_t scratch_floats = 0;
+    for (Algo algo : opt.algos) {
+      if (!runs_here(algo)) continue;
+      scratch_floats = std::max(
+          scratch_floats, pass == Pass::Forward ? conv2d_grouped_forward_scratch_floats(s, algo, ex)
+                          : pass == Pass::BackwardData
+                              ? conv2d_grouped_backward_data_scratch_floats(s, algo, ex)
+                              : conv2d_grouped_backward_weight_scratch_floats(s, algo, ex));
+    }
+    scratch_floats = std::max(scratch_floats,
+                              pass == Pass::BackwardWeight
+                                  ? conv2d_grouped_backward_weight_scratch_floats(s, Algo::Fast, ex)
+                                  : std::size_t(0));
     Buffer<float> scratch;
-    if (pass == Pass::BackwardWeight)
-      scratch = Buffer<float>(conv2d_grouped_backward_weight_scratch_floats(s, ex), Device::CUDA);
+    if (scratch_floats > 0) scratch = Buffer<float>(scratch_floats, Device::CUDA);
+    float* const scratch_ptr = scratch.empty() ? nullptr : scratch.data();
     auto launch = [&](Algo algo, int i) {
       if (pass == Pass::Forward)
-        conv2d_grouped_forward(s, d.f(i, a), d.f(i, b), nullptr, d.f(i, out), false, algo, ex);
+        conv2d_grouped_forward(s, d.f(i, a), d.f(i, b), nullptr, d.f(i, out), false, scratch_ptr,
+                               algo, ex);
       else if (pass == Pass::BackwardData)
-        conv2d_grouped_backward_data(s, d.f(i, a), d.f(i, b), d.f(i, out), algo, ex);
+        conv2d_grouped_backward_data(s, d.f(i, a), d.f(i, b), d.f(i, out), scratch_ptr, algo, ex);
       else
         conv2d_grouped_backward_weight(s, d.f(i, a), d.f(i, b), d.f(i, out), nullptr,
                                        scratch.empty() ? nullptr : scratch.data(), algo, ex);
@@ -1692,11 +1714,11 @@ void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
         [&] { return ctx.lib->conv(lib_shape, pass, p, args(0), s.groups); }, args);
     clock.lib_s = OpClock::now() - lib_start;
     for (Algo algo : opt.algos) {
-      if (algo == Algo::Igemm || algo == Algo::Wgmma || algo == Algo::WgmmaNhwc ||
-          algo == Algo::Auto)
-        continue;
+      if (!runs_here(algo)) continue;
       Candidate c;
       c.variant = algo_name(algo);
+      if (conv2d_grouped_runs_dense(s, algo, ex))
+        c.note = fmt::format("the dense kernels on each of the {} groups", s.groups);
       if (algo == Algo::Fast && conv2d_grouped_strided_applicable(s))
         c.note = pass == Pass::BackwardWeight ? "runs the tiled kernel (stride 2)"
                                               : "runs flat (stride 2)";

@@ -1,6 +1,8 @@
 // Grouped convolution API: checks the shape once, then dispatches on the device and the variant.
-// CPU: the reference loops for every algo. CUDA: naive / tiled / fast (conv2d_grouped.cu); auto
-// is fast, which falls back to tiled where the depthwise kernels do not apply.
+// igemm / wgmma / wgmma-nhwc, and auto where a group is wide: the dense kernels on each group
+// (conv2d_grouped_dense.h), on either device. Otherwise the CPU runs the reference loops and CUDA
+// naive / tiled / fast (conv2d_grouped.cu); auto is then fast, which falls back to tiled where the
+// depthwise kernels do not apply.
 #include "kernels/conv/conv2d_grouped.h"
 
 #include <algorithm>
@@ -8,6 +10,7 @@
 
 #include "kernels/conv/conv2d_depthwise_flat.h"
 #include "kernels/conv/conv2d_grouped_cuda.h"
+#include "kernels/conv/conv2d_grouped_dense.h"
 #include "kernels/conv/conv_window_check.h"
 #include "runtime/dispatch.h"
 #include "runtime/env_switches.h"
@@ -156,51 +159,78 @@ DepthwiseStreamTiling depthwise_stream_tiling(const Conv2dGroupedShape& s, int r
 }
 
 namespace {
-void check_algo(Algo algo) {
-  CNN_CHECK(algo != Algo::Igemm && algo != Algo::Wgmma && algo != Algo::WgmmaNhwc,
-            "conv2d: algo {} is not implemented for grouped or dilated convolutions; "
-            "expected naive, tiled, fast or auto",
-            algo_name(algo));
+bool dense_algo(Algo algo) {
+  return algo == Algo::Igemm || algo == Algo::Wgmma || algo == Algo::WgmmaNhwc;
+}
+// The dense variant each group runs: auto keeps the dense op's fixed rule.
+Algo dense_variant(Algo algo) {
+  return dense_algo(algo) ? algo : Algo::Auto;
 }
 }  // namespace
 
-void conv2d_grouped_forward(const Conv2dGroupedShape& s, const float* x, const float* w,
-                            const float* b, float* y, bool relu, Algo algo, const Exec& ex) {
+bool conv2d_grouped_runs_dense(const Conv2dGroupedShape& s, Algo algo, const Exec& ex) {
+  if (dense_algo(algo)) return true;
+  return algo == Algo::Auto && ex.device == Device::CUDA && conv2d_grouped_dense_applicable(s) &&
+         s.cg() >= kGroupedDenseAutoChannels && s.ocg() >= kGroupedDenseAutoChannels;
+}
+
+std::size_t conv2d_grouped_forward_scratch_floats(const Conv2dGroupedShape& s, Algo algo,
+                                                  const Exec& ex) {
   check_conv2d_grouped_shape(s);
-  check_algo(algo);
+  if (!conv2d_grouped_runs_dense(s, algo, ex)) return 0;
+  return conv2d_grouped_dense_forward_scratch_floats(s, dense_variant(algo), ex);
+}
+
+std::size_t conv2d_grouped_backward_data_scratch_floats(const Conv2dGroupedShape& s, Algo algo,
+                                                        const Exec& ex) {
+  check_conv2d_grouped_shape(s);
+  if (!conv2d_grouped_runs_dense(s, algo, ex)) return 0;
+  return conv2d_grouped_dense_backward_data_scratch_floats(s, dense_variant(algo), ex);
+}
+
+std::size_t conv2d_grouped_backward_weight_scratch_floats(const Conv2dGroupedShape& s, Algo algo,
+                                                          const Exec& ex) {
+  check_conv2d_grouped_shape(s);
+  if (conv2d_grouped_runs_dense(s, algo, ex))
+    return conv2d_grouped_dense_backward_weight_scratch_floats(s, dense_variant(algo), ex);
+  if (ex.device == Device::CPU) return 0;
+  return CNN_CUDA_VALUE(conv2d_grouped_backward_weight_scratch_floats_cuda(s, ex.deterministic),
+                        std::size_t(0));
+}
+
+void conv2d_grouped_forward(const Conv2dGroupedShape& s, const float* x, const float* w,
+                            const float* b, float* y, bool relu, float* scratch, Algo algo,
+                            const Exec& ex) {
+  check_conv2d_grouped_shape(s);
   CNN_CHECK(x && w && y, "conv2d_grouped_forward: x, w and y must not be null");
+  if (conv2d_grouped_runs_dense(s, algo, ex))
+    return conv2d_grouped_dense_forward(s, x, w, b, y, relu, scratch, dense_variant(algo), ex);
   if (ex.device == Device::CPU) return conv2d_grouped_forward_cpu(s, x, w, b, y, relu);
   CNN_CUDA_BRANCH("conv2d_grouped_forward",
                   conv2d_grouped_forward_cuda(s, x, w, b, y, relu, algo, ex.stream));
 }
 
 void conv2d_grouped_backward_data(const Conv2dGroupedShape& s, const float* dy, const float* w,
-                                  float* dx, Algo algo, const Exec& ex) {
+                                  float* dx, float* scratch, Algo algo, const Exec& ex) {
   check_conv2d_grouped_shape(s);
-  check_algo(algo);
   CNN_CHECK(dy && w && dx, "conv2d_grouped_backward_data: dy, w and dx must not be null");
+  if (conv2d_grouped_runs_dense(s, algo, ex))
+    return conv2d_grouped_dense_backward_data(s, dy, w, dx, scratch, dense_variant(algo), ex);
   if (ex.device == Device::CPU) return conv2d_grouped_backward_data_cpu(s, dy, w, dx);
   CNN_CUDA_BRANCH("conv2d_grouped_backward_data",
                   conv2d_grouped_backward_data_cuda(s, dy, w, dx, algo, ex.stream));
-}
-
-std::size_t conv2d_grouped_backward_weight_scratch_floats(const Conv2dGroupedShape& s,
-                                                          const Exec& ex) {
-  check_conv2d_grouped_shape(s);
-  if (ex.device == Device::CPU) return 0;
-  return CNN_CUDA_VALUE(conv2d_grouped_backward_weight_scratch_floats_cuda(s, ex.deterministic),
-                        std::size_t(0));
 }
 
 void conv2d_grouped_backward_weight(const Conv2dGroupedShape& s, const float* x, const float* dy,
                                     float* dw, float* db, float* scratch, Algo algo,
                                     const Exec& ex) {
   check_conv2d_grouped_shape(s);
-  check_algo(algo);
   CNN_CHECK(x && dy && dw, "conv2d_grouped_backward_weight: x, dy and dw must not be null");
+  if (conv2d_grouped_runs_dense(s, algo, ex))
+    return conv2d_grouped_dense_backward_weight(s, x, dy, dw, db, scratch, dense_variant(algo), ex);
   if (ex.device == Device::CPU) return conv2d_grouped_backward_weight_cpu(s, x, dy, dw, db);
   CNN_CUDA_BRANCH("conv2d_grouped_backward_weight", {
-    const std::size_t need = conv2d_grouped_backward_weight_scratch_floats(s, ex);
+    const std::size_t need = conv2d_grouped_backward_weight_scratch_floats(s, algo, ex);
     CNN_CHECK(scratch || need == 0,
               "conv2d_grouped_backward_weight: deterministic mode needs a scratch buffer of {} "
               "floats (conv2d_grouped_backward_weight_scratch_floats), got null",

@@ -14,8 +14,14 @@
 //          and depthwise 3x3/5x5/7x7 with stride 2 (any padding below the kernel size,
 //          dilation 1): the flat kernels (DepthwiseKernel::Flat) for the forward and input
 //          gradient, tiled for the weight gradient
-//   auto   fast (which itself falls back to tiled)
-//   igemm  not offered: refused with cnn::Error (autotune leaves it out)
+//   igemm, wgmma, wgmma-nhwc
+//          that dense variant of conv2d.h on each group (conv2d_grouped_dense.h): dilation 1,
+//          2 to 32 groups of at least 2 input channels; other shapes are refused with
+//          cnn::Error (autotune leaves them out)
+//   auto   on CUDA, the dense op's own fixed rule on each group where conv2d_grouped_dense.h
+//          takes the shape and every group has at least kGroupedDenseAutoChannels input and
+//          output channels; else fast (which itself falls back to tiled). The CPU runs the
+//          reference loops for every variant but the dense ones.
 #include <cstddef>
 #include <cstdint>
 
@@ -83,20 +89,39 @@ DepthwiseKernel conv2d_grouped_fast_wgrad_kernel(const Conv2dGroupedShape& s);
 // grid-stride index then cannot overflow.
 bool depthwise_rows_fits(const Conv2dGroupedShape& s);
 
+// Where a group of this many input and output channels or more makes `auto` run the dense
+// kernels on each group (untuned: autotune times every variant). A 200 -> 200 layer in 4 groups
+// (50 channels a group) took 902, 318 and 1137 us for the forward, input and weight gradient on
+// the grouped kernels (H100, batch 128, 8x8); groups of a few channels leave the dense kernels'
+// tiles mostly empty, where the grouped kernels' direct loops do not.
+constexpr int kGroupedDenseAutoChannels = 16;
+
+// True when `algo` runs this shape as one dense convolution a group (conv2d_grouped_dense.h) on
+// ex's device: igemm, wgmma, wgmma-nhwc, and auto by the rule above.
+bool conv2d_grouped_runs_dense(const Conv2dGroupedShape& s, Algo algo, const Exec& ex);
+
+// Scratch floats of each pass with `algo` (16-byte aligned when given): the dense variants' copies
+// (conv2d_grouped_dense.h); for the weight gradient also the grouped kernels' deterministic
+// partial sums. A function of the shape, algo, ex.device, ex.precision and ex.deterministic.
+std::size_t conv2d_grouped_forward_scratch_floats(const Conv2dGroupedShape& s, Algo algo,
+                                                  const Exec& ex);
+std::size_t conv2d_grouped_backward_data_scratch_floats(const Conv2dGroupedShape& s, Algo algo,
+                                                        const Exec& ex);
+std::size_t conv2d_grouped_backward_weight_scratch_floats(const Conv2dGroupedShape& s, Algo algo,
+                                                          const Exec& ex);
+
 // y (N, OC, OH, OW) = conv(x, w) + b. b may be null. relu=true applies ReLU in the epilogue.
 void conv2d_grouped_forward(const Conv2dGroupedShape& s, const float* x, const float* w,
-                            const float* b, float* y, bool relu, Algo algo, const Exec& ex);
+                            const float* b, float* y, bool relu, float* scratch, Algo algo,
+                            const Exec& ex);
 
 // dx (N, C, H, W) = conv_transpose(dy, w). Overwrites dx.
 void conv2d_grouped_backward_data(const Conv2dGroupedShape& s, const float* dy, const float* w,
-                                  float* dx, Algo algo, const Exec& ex);
+                                  float* dx, float* scratch, Algo algo, const Exec& ex);
 
 // dw (OC, C/G, KH, KW) += sum over the batch of x (*) dy; db (OC) += sum of dy (db may be null).
 // ACCUMULATES. Default: atomicAdd; ex.deterministic: fixed-order two-stage reduction through
-// `scratch` (size from the _scratch_floats function, the largest over the variants), bitwise
-// repeatable.
-std::size_t conv2d_grouped_backward_weight_scratch_floats(const Conv2dGroupedShape& s,
-                                                          const Exec& ex);
+// `scratch`, bitwise repeatable.
 void conv2d_grouped_backward_weight(const Conv2dGroupedShape& s, const float* x, const float* dy,
                                     float* dw, float* db, float* scratch, Algo algo,
                                     const Exec& ex);

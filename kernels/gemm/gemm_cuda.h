@@ -71,6 +71,11 @@ struct GemmWorkspace {
 // the wgmma GEMM cannot run or splits no groups).
 std::size_t gemm_cuda_work_floats(int m, int n, int k, Precision precision);
 
+// Rows of the wgmma GEMM's block tile. Its split-group plan, and so gemm_cuda_work_floats, can
+// change only where m crosses a multiple of this (the tile count), so a caller sizing workspace
+// for every m up to some bound need only ask at these steps and at the bound.
+inline constexpr int kGemmWorkRowStep = 128;
+
 // The path a call with these arguments takes (Auto resolved, environment included).
 GemmPath gemm_cuda_resolve(GemmPath path, bool trans_a, bool trans_b, int m, int n, int k,
                            const float* d_a, int lda, const float* d_b, int ldb,

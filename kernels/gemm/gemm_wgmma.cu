@@ -46,6 +46,7 @@
 
 #include "kernels/common/ptx.cuh"
 #include "kernels/conv/conv2d_wgmma_tile.cuh"
+#include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_wgmma.h"
 #include "kernels/gemm/split_k_reduce.h"
 #include "kernels/gemm/wgmma_ptx.cuh"
@@ -59,12 +60,20 @@ namespace {
 using namespace wgmma;
 
 constexpr int kBM = 128, kBN = 128;          // block tile
+static_assert(kBM == kGemmWorkRowStep, "callers step workspace sizes by the tile's rows");
 constexpr int kThreads = 384;                // producer + 2 consumer warpgroups
 constexpr int kTileBytes = kBM * 128;        // 16 KB, A or B^T tile of one stage (128-byte rows)
 constexpr int kStageBytes = 2 * kTileBytes;  // A then B^T
 // k of one k-tile: one 128-byte swizzle row of operands, 32 TF32 (FP32 storage) or 64 BF16.
 constexpr int k_tile(bool bf16) {
   return bf16 ? 64 : 32;
+}
+// The fewest k-tiles a picked split keeps: 128 k, four TF32 k-tiles. Counted in k, not k-tiles,
+// because the producer stages FP32 either way, so a BF16 k-tile (64 k) brings twice the bytes of
+// a TF32 one (VGG's BF16 fc1 input gradient, k = 512: 2 groups of 2 splits of 2 k-tiles took
+// 12.5 us on an H100, 2 splits of 4 k-tiles 14.7).
+constexpr int min_split_ktiles(bool bf16) {
+  return 128 / k_tile(bf16);
 }
 constexpr int kFloatBoxK = 32;      // k of a TMA box of FP32 (128 bytes, the swizzle's limit)
 constexpr int kEpiPitch = kBN + 4;  // floats; rows stay 16-byte aligned
@@ -886,12 +895,13 @@ bool gemm_wgmma_available() {
 
 int gemm_wgmma_pick_splits(int m, int n, int k, Precision precision) {
   // One wave at one block per SM (the stage ring takes ~130 KB): double the splits while the
-  // doubled grid still fits on the SMs and each split keeps >= 4 k-tiles.
+  // doubled grid still fits on the SMs and each split keeps min_split_ktiles.
   const int64_t tiles = ceil_div<int64_t>(m, kBM) * ceil_div<int64_t>(n, kBN);
   const int ktiles = ceil_div(k, k_tile(precision == Precision::BF16));
   const int64_t sms = sm_count();
+  const int least = min_split_ktiles(precision == Precision::BF16);
   int s = 1;
-  while (s * 2 <= kMaxPickedSplits && tiles * s * 2 <= sms && ktiles / (s * 2) >= 4) s *= 2;
+  while (s * 2 <= kMaxPickedSplits && tiles * s * 2 <= sms && ktiles / (s * 2) >= least) s *= 2;
   return s;
 }
 
@@ -910,14 +920,15 @@ int gemm_wgmma_pick_groups(int m, int n, int k, Precision precision) {
 int gemm_wgmma_pick_total_splits(int m, int n, int k, Precision precision) {
   // Past one cluster's 8 splits only where the doubled grid still leaves half the SMs free (a
   // 4096 -> 512 layer at batch 128: 4 tiles, 8 -> 16 splits, 64 blocks; LeNet's 8 tiles stay at
-  // 8) and each split keeps >= 4 k-tiles: at 128 blocks (16 x 8 tiles) the workspace sums
+  // 8) and each split keeps min_split_ktiles: at 128 blocks (16 x 8 tiles) the workspace sums
   // measured slower than 8 splits in one cluster.
   const int64_t tiles = ceil_div<int64_t>(m, kBM) * ceil_div<int64_t>(n, kBN);
   const int ktiles = ceil_div(k, k_tile(precision == Precision::BF16));
   const int64_t sms = sm_count();
+  const int least = min_split_ktiles(precision == Precision::BF16);
   int s = gemm_wgmma_pick_splits(m, n, k, precision);
   while (s >= kMaxPickedSplits && s * 2 <= 2 * kMaxPickedSplits && tiles * s * 2 <= sms / 2 &&
-         ktiles / (s * 2) >= 4)
+         ktiles / (s * 2) >= least)
     s *= 2;
   return s;
 }

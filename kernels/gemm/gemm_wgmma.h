@@ -89,7 +89,8 @@ int gemm_wgmma_pick_splits(int m, int n, int k, Precision precision = Precision:
 int gemm_wgmma_pick_groups(int m, int n, int k, Precision precision = Precision::TF32);
 
 // The k splits a tile gets in all, clusters and groups together: gemm_wgmma_pick_splits, then
-// doubled up to 16 while the grid stays within half the SMs and each split keeps 4 k-tiles.
+// doubled up to 16 while the grid stays within half the SMs and each split keeps 128 of k
+// (4 TF32 k-tiles, 2 BF16 ones).
 int gemm_wgmma_pick_total_splits(int m, int n, int k, Precision precision = Precision::TF32);
 
 // Floats of the workspace `groups` split groups of an (m, n) output take (0 for one group).

@@ -72,7 +72,8 @@ std::size_t db_scratch_floats([[maybe_unused]] const LinearShape& s, const Exec&
 // workspace is groups x m, so the largest is at a tile boundary or at s.n itself.
 std::size_t batch_m_work_floats(const LinearShape& s, int n, int k, const Exec& ex) {
   std::size_t most = 0;
-  for (int m = 128; m < s.n; m += 128) most = std::max(most, gemm_work_floats(m, n, k, ex));
+  for (int m = kGemmWorkRowStep; m < s.n; m += kGemmWorkRowStep)
+    most = std::max(most, gemm_work_floats(m, n, k, ex));
   return std::max(most, gemm_work_floats(s.n, n, k, ex));
 }
 

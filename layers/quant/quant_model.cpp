@@ -314,7 +314,7 @@ std::vector<float> float_forward(const std::vector<QuantStage>& plan,
       s.dil_h = q.dil_h, s.dil_w = q.dil_w, s.groups = q.groups;
       y.resize(size_t(n) * size_t(q.oc) * size_t(s.oh()) * size_t(s.ow()));
       conv2d_grouped_forward(s, cur.data(), f.weight.data(), f.bias.data(), y.data(), q.relu,
-                             Algo::Auto, cpu);
+                             nullptr, Algo::Auto, cpu);
       if (q.pool) {
         MaxPoolShape p;
         p.n = n, p.c = q.oc, p.h = s.oh(), p.w = s.ow(), p.kh = q.pool_kh, p.kw = q.pool_kw;

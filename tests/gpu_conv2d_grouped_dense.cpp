@@ -1,0 +1,245 @@
+// A grouped convolution as one dense convolution a group (conv2d_grouped_dense.h) on the GPU:
+// the group-major copy against its CPU twin (float4 and scalar paths, more planes than one grid
+// row holds), and every dense variant (igemm, wgmma, wgmma-nhwc, auto) at FP32, TF32 and BF16
+// against the double CPU reference on awkward shapes: groups of 2 to 32 channels, stride 2, 1x1
+// and 5x5 kernels, odd sizes, bias + ReLU, the weight gradient accumulating onto a nonzero dw,
+// and the deterministic weight gradient's bits from run to run. A variant may refuse a shape
+// (wgmma at FP32, a strided input gradient); igemm and auto never do.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/conv/conv2d_group_major.h"
+#include "kernels/conv/conv2d_grouped.h"
+#include "kernels/conv/conv2d_grouped_dense.h"
+#include "layers/gradcheck/gradcheck.h"
+#include "layers/layer_spec.h"
+#include "runtime/error.h"
+#include "runtime/tensor.h"
+#include "tests/test_util.h"
+
+using namespace cnn;
+
+namespace {
+
+Exec cuda_exec(Precision p, bool deterministic = false) {
+  Exec ex;
+  ex.device = Device::CUDA;
+  ex.precision = p;
+  ex.deterministic = deterministic;
+  return ex;
+}
+
+Conv2dGroupedShape shape(int n, int c, int h, int w, int oc, int k, int stride, int pad,
+                         int groups) {
+  Conv2dGroupedShape s;
+  s.n = n, s.c = c, s.h = h, s.w = w, s.oc = oc, s.kh = s.kw = k;
+  s.stride_h = s.stride_w = stride, s.pad_h = s.pad_w = pad, s.groups = groups;
+  return s;
+}
+
+std::vector<double> widen(const std::vector<float>& v, bool absolute) {
+  std::vector<double> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = absolute ? std::fabs(double(v[i])) : double(v[i]);
+  return r;
+}
+
+// Per element |got - ref| <= 2 (u + K 2^-23) sum|terms| + 1e-6 (|ref| + 1), u the error of one
+// product: 2^-20 at FP32 (3xTF32 or FFMA), 2^-9 TF32, 2^-8 BF16 (both operands rounded).
+void expect_within(const std::vector<float>& got, const std::vector<double>& ref,
+                   const std::vector<double>& abs_terms, double depth, Precision p,
+                   const std::string& what) {
+  const double u = p == Precision::BF16   ? std::ldexp(1.0, -8)
+                   : p == Precision::TF32 ? std::ldexp(1.0, -9)
+                                          : std::ldexp(1.0, -20);
+  const double rel = 2 * (u + depth * std::ldexp(1.0, -23));
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double err = std::fabs(double(got[i]) - ref[i]);
+    if (!(err <= rel * abs_terms[i] + 1e-6 * (std::fabs(ref[i]) + 1))) {
+      if (bad++ == 0) first = i;
+    }
+  }
+  EXPECT_EQ(bad, 0u) << what << ": first at " << first << " got " << got[first] << " want "
+                     << ref[first];
+}
+
+}  // namespace
+
+TEST(GpuGroupMajorCopy, MatchesCpuTwin) {
+  CNN_REQUIRE_GPU();
+  struct Case {
+    int n, groups;
+    int64_t plane;
+    int offset;  // floats off the 16-byte alignment: the scalar path
+  };
+  // 40000 x 2 planes: more than one grid row (65535) of planes.
+  for (const Case& c : {Case{3, 5, 7, 0}, Case{4, 3, 4100, 0}, Case{4, 3, 4100, 1},
+                        Case{2, 2, 1, 0}, Case{40000, 2, 3, 0}}) {
+    const size_t count = size_t(c.n) * c.groups * c.plane;
+    const std::vector<float> src = test::random_vector(count, 11);
+    for (bool to_group_major : {true, false}) {
+      std::vector<float> want(count);
+      group_major_copy_cpu(src.data(), want.data(), c.n, c.groups, c.plane, to_group_major);
+      std::vector<float> padded(count + 4, 0.f);
+      std::copy(src.begin(), src.end(), padded.begin() + c.offset);
+      Tensor d_src = test::to_device(padded), d_dst({int64_t(count) + 4}, Device::CUDA);
+      test::poison_device(d_dst.data(), count + 4);
+      group_major_copy(d_src.data() + c.offset, d_dst.data() + c.offset, c.n, c.groups, c.plane,
+                       to_group_major, cuda_exec(Precision::FP32));
+      EXPECT_EQ(test::to_host(d_dst.data() + c.offset, count), want)
+          << c.n << "x" << c.groups << "x" << c.plane << " offset " << c.offset
+          << (to_group_major ? " to" : " from") << " group-major";
+    }
+  }
+}
+
+TEST(GpuConv2dGroupedDense, EveryDenseVariantMatchesCpu) {
+  CNN_REQUIRE_GPU();
+  const Conv2dGroupedShape shapes[] = {
+      shape(3, 12, 9, 7, 18, 3, 1, 1, 3),    // 4 -> 6 a group, odd sizes
+      shape(2, 64, 8, 8, 64, 3, 2, 1, 2),    // 32 a group, stride 2
+      shape(5, 40, 6, 6, 20, 1, 1, 0, 4),    // 1x1, 10 -> 5 a group
+      shape(4, 48, 10, 10, 96, 5, 1, 2, 3),  // 5x5, 16 -> 32 a group: auto runs dense
+      shape(2, 64, 7, 7, 64, 3, 1, 1, 32)};  // 32 groups of 2
+  const Algo algos[] = {Algo::Igemm, Algo::Wgmma, Algo::WgmmaNhwc, Algo::Auto};
+  for (const Conv2dGroupedShape& s : shapes) {
+    const std::string tag = "C" + std::to_string(s.c) + " " + std::to_string(s.h) + "x" +
+                            std::to_string(s.w) + " OC" + std::to_string(s.oc) + " k" +
+                            std::to_string(s.kh) + " s" + std::to_string(s.stride_h) + " g" +
+                            std::to_string(s.groups);
+    const size_t nx = size_t(s.n) * s.c * s.h * s.w, ny = size_t(s.n) * s.oc * s.oh() * s.ow();
+    const size_t nw = size_t(s.oc) * s.cg() * s.kh * s.kw;
+    const std::vector<float> x = test::random_vector(nx, 21), w = test::random_vector(nw, 22),
+                             b = test::random_vector(s.oc, 23), dy = test::random_vector(ny, 24),
+                             dw0 = test::random_vector(nw, 25), db0 = test::random_vector(s.oc, 26);
+    // Double references and the same passes on |values| for the bound.
+    std::vector<double> y_ref(ny), y_abs(ny), dx_ref(nx), dx_abs(nx), dw_ref(nw), dw_abs(nw),
+        db_ref(s.oc), db_abs(s.oc);
+    conv2d_grouped_forward_cpu(s, widen(x, false).data(), widen(w, false).data(),
+                               widen(b, false).data(), y_ref.data(), false);
+    conv2d_grouped_forward_cpu(s, widen(x, true).data(), widen(w, true).data(),
+                               widen(b, true).data(), y_abs.data(), false);
+    conv2d_grouped_backward_data_cpu(s, widen(dy, false).data(), widen(w, false).data(),
+                                     dx_ref.data());
+    conv2d_grouped_backward_data_cpu(s, widen(dy, true).data(), widen(w, true).data(),
+                                     dx_abs.data());
+    conv2d_grouped_backward_weight_cpu(s, widen(x, false).data(), widen(dy, false).data(),
+                                       dw_ref.data(), db_ref.data());
+    conv2d_grouped_backward_weight_cpu(s, widen(x, true).data(), widen(dy, true).data(),
+                                       dw_abs.data(), db_abs.data());
+    for (size_t i = 0; i < nw; ++i) dw_ref[i] += dw0[i], dw_abs[i] += std::fabs(dw0[i]);
+    for (int i = 0; i < s.oc; ++i) db_ref[i] += db0[i], db_abs[i] += std::fabs(db0[i]);
+    const double k_fwd = double(s.cg()) * s.kh * s.kw + 1, k_data = double(s.ocg()) * s.kh * s.kw;
+    const double k_wgt = double(s.n) * s.oh() * s.ow();
+    Tensor d_x = test::to_device(x), d_w = test::to_device(w), d_b = test::to_device(b),
+           d_dy = test::to_device(dy);
+    Tensor d_y({int64_t(ny)}, Device::CUDA), d_dx({int64_t(nx)}, Device::CUDA);
+    for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16})
+      for (Algo a : algos) {
+        const Exec ex = cuda_exec(p);
+        const std::string what = tag + " " + algo_name(a) + " " +
+                                 (p == Precision::BF16   ? "bf16"
+                                  : p == Precision::TF32 ? "tf32"
+                                                         : "fp32");
+        const size_t need = std::max({conv2d_grouped_forward_scratch_floats(s, a, ex),
+                                      conv2d_grouped_backward_data_scratch_floats(s, a, ex),
+                                      conv2d_grouped_backward_weight_scratch_floats(s, a, ex)});
+        Tensor scratch({int64_t(std::max<size_t>(need, 1))}, Device::CUDA);
+        float* const sp = need ? scratch.data() : nullptr;
+        // Each pass alone: a refusal of one does not skip the others.
+        const auto run = [&](const char* pass, const std::function<void()>& f) {
+          try {
+            f();
+            return true;
+          } catch (const Error& e) {
+            EXPECT_TRUE(a != Algo::Igemm && a != Algo::Auto)
+                << what << " " << pass << ": " << e.what();
+            std::printf("%s %s refused: %s\n", what.c_str(), pass, e.what());
+            return false;
+          }
+        };
+        test::poison_device(d_y.data(), ny);
+        if (run("forward", [&] {
+              conv2d_grouped_forward(s, d_x.data(), d_w.data(), d_b.data(), d_y.data(), false, sp,
+                                     a, ex);
+            }))
+          expect_within(test::to_host(d_y.data(), ny), y_ref, y_abs, k_fwd, p, what + " forward");
+        test::poison_device(d_dx.data(), nx);
+        if (run("input gradient", [&] {
+              conv2d_grouped_backward_data(s, d_dy.data(), d_w.data(), d_dx.data(), sp, a, ex);
+            }))
+          expect_within(test::to_host(d_dx.data(), nx), dx_ref, dx_abs, k_data, p,
+                        what + " input gradient");
+        Tensor d_dw = test::to_device(dw0), d_db = test::to_device(db0);
+        if (run("weight gradient", [&] {
+              conv2d_grouped_backward_weight(s, d_x.data(), d_dy.data(), d_dw.data(), d_db.data(),
+                                             sp, a, ex);
+            })) {
+          expect_within(test::to_host(d_dw.data(), nw), dw_ref, dw_abs, k_wgt, p,
+                        what + " weight gradient");
+          // The dense kernels sum db at the pass's precision too (dy rounded as a GEMM operand).
+          expect_within(test::to_host(d_db.data(), s.oc), db_ref, db_abs, k_wgt, p,
+                        what + " bias gradient");
+        }
+      }
+  }
+}
+
+// Deterministic mode: the weight gradient's bits repeat, at every precision igemm and auto run.
+TEST(GpuConv2dGroupedDense, DeterministicWeightGradientRepeats) {
+  CNN_REQUIRE_GPU();
+  const Conv2dGroupedShape s = shape(6, 48, 9, 9, 48, 3, 1, 1, 3);
+  const size_t nx = size_t(s.n) * s.c * s.h * s.w, ny = size_t(s.n) * s.oc * s.oh() * s.ow();
+  const size_t nw = size_t(s.oc) * s.cg() * s.kh * s.kw;
+  Tensor d_x = test::to_device(test::random_vector(nx, 31)),
+         d_dy = test::to_device(test::random_vector(ny, 32));
+  for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16})
+    for (Algo a : {Algo::Igemm, Algo::Auto}) {
+      const Exec ex = cuda_exec(p, true);
+      const size_t need = conv2d_grouped_backward_weight_scratch_floats(s, a, ex);
+      Tensor scratch({int64_t(std::max<size_t>(need, 1))}, Device::CUDA);
+      std::vector<float> first;
+      for (int run = 0; run < 2; ++run) {
+        Tensor dw = test::to_device(std::vector<float>(nw, 0.f)),
+               db = test::to_device(std::vector<float>(size_t(s.oc), 0.f));
+        conv2d_grouped_backward_weight(s, d_x.data(), d_dy.data(), dw.data(), db.data(),
+                                       need ? scratch.data() : nullptr, a, ex);
+        std::vector<float> got = test::to_host(dw.data(), nw);
+        if (run == 0)
+          first = got;
+        else
+          EXPECT_EQ(got, first) << algo_name(a) << " precision " << int(p);
+      }
+    }
+}
+
+// Through the layer on the GPU: grouped layers configured igemm, wgmma-nhwc and auto (16 channels
+// a group: the dense kernels) in a float Network against the double numerical gradient, FP32.
+TEST(GpuConv2dGroupedDense, GradcheckFloatNetworkOnGpu) {
+  CNN_REQUIRE_GPU();
+  for (Algo a : {Algo::Igemm, Algo::WgmmaNhwc, Algo::Auto}) {
+    LayerSpec conv = conv2d_spec("conv", 32, 3, 3, 1, 1);
+    conv.groups = 2;
+    conv.algo = a;
+    const std::vector<LayerSpec> specs = {conv2d_spec("prefix", 32, 1, 1, 1, 0),
+                                          conv,
+                                          layer_spec(LayerKind::Relu, "relu"),
+                                          layer_spec(LayerKind::Flatten, "flatten"),
+                                          linear_spec("fc", 5),
+                                          layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
+    GradcheckOptions o;
+    o.seed = test::fresh_seed();
+    SCOPED_TRACE(std::string(algo_name(a)) + " seed " + std::to_string(o.seed));
+    const GradcheckResult r =
+        gradcheck_network(specs, {32, 5, 6}, o, cuda_exec(Precision::FP32), true);
+    EXPECT_TRUE(r.passed()) << format_gradcheck(r);
+  }
+}

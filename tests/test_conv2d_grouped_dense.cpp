@@ -1,0 +1,192 @@
+// A grouped convolution as one dense convolution a group (conv2d_grouped_dense.h) on the CPU: the
+// group-major copy's index map, the composition against the grouped reference loops (forward with
+// bias and ReLU, input gradient, weight gradient accumulating), the shapes it takes and refuses,
+// its scratch sizes, and the rule by which `auto` takes it. The GPU side is
+// gpu_conv2d_grouped_dense.cpp.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/conv/conv2d_group_major.h"
+#include "kernels/conv/conv2d_grouped.h"
+#include "kernels/conv/conv2d_grouped_dense.h"
+#include "layers/gradcheck/gradcheck.h"
+#include "layers/layer_spec.h"
+#include "runtime/error.h"
+#include "tests/test_util.h"
+
+using namespace cnn;
+
+namespace {
+
+Conv2dGroupedShape shape(int n, int c, int h, int w, int oc, int k, int stride, int pad,
+                         int groups) {
+  Conv2dGroupedShape s;
+  s.n = n, s.c = c, s.h = h, s.w = w, s.oc = oc, s.kh = s.kw = k;
+  s.stride_h = s.stride_w = stride, s.pad_h = s.pad_w = pad, s.groups = groups;
+  return s;
+}
+
+void expect_near_all(const std::vector<float>& got, const std::vector<float>& ref,
+                     const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  for (size_t i = 0; i < ref.size(); ++i)
+    ASSERT_NEAR(got[i], ref[i], 1e-4 * (1 + std::fabs(ref[i]))) << what << " at " << i;
+}
+
+}  // namespace
+
+TEST(GroupMajorCopy, MapsEverySampleAndGroup) {
+  const int n = 3, groups = 5;
+  const int64_t plane = 7;
+  std::vector<float> src(size_t(n * groups * plane)), dst(src.size()), back(src.size());
+  for (size_t i = 0; i < src.size(); ++i) src[i] = float(i);
+  group_major_copy(src.data(), dst.data(), n, groups, plane, true, Exec{});
+  for (int i = 0; i < n; ++i)
+    for (int g = 0; g < groups; ++g)
+      for (int64_t e = 0; e < plane; ++e)
+        ASSERT_EQ(dst[size_t((g * n + i) * plane + e)], src[size_t((i * groups + g) * plane + e)]);
+  group_major_copy(dst.data(), back.data(), n, groups, plane, false, Exec{});
+  EXPECT_EQ(back, src);
+}
+
+TEST(GroupMajorCopy, RefusesBadArguments) {
+  std::vector<float> a(16), b(16);
+  EXPECT_THROW(group_major_copy(a.data(), b.data(), 0, 2, 4, true, Exec{}), Error);
+  EXPECT_THROW(group_major_copy(a.data(), b.data(), 2, 2, 0, true, Exec{}), Error);
+  EXPECT_THROW(group_major_copy(a.data(), nullptr, 2, 2, 4, true, Exec{}), Error);
+  EXPECT_THROW(group_major_copy(a.data(), a.data() + 4, 2, 2, 4, true, Exec{}), Error);
+}
+
+TEST(Conv2dGroupedDense, TakesDilationOneAndUpTo32GroupsOfTwoChannels) {
+  EXPECT_TRUE(conv2d_grouped_dense_applicable(shape(2, 8, 5, 5, 4, 3, 1, 1, 4)));
+  EXPECT_TRUE(conv2d_grouped_dense_applicable(shape(2, 64, 5, 5, 64, 3, 1, 1, 32)));
+  EXPECT_FALSE(conv2d_grouped_dense_applicable(shape(2, 8, 5, 5, 8, 3, 1, 1, 8)));  // depthwise
+  EXPECT_FALSE(conv2d_grouped_dense_applicable(shape(2, 128, 5, 5, 128, 3, 1, 1, 64)));
+  EXPECT_FALSE(conv2d_grouped_dense_applicable(shape(2, 8, 5, 5, 8, 3, 1, 1, 1)));  // dense
+  Conv2dGroupedShape d = shape(2, 8, 9, 9, 8, 3, 1, 2, 2);
+  d.dil_h = d.dil_w = 2;
+  EXPECT_FALSE(conv2d_grouped_dense_applicable(d));
+  EXPECT_EQ(conv2d_grouped_forward_scratch_floats(d, Algo::Igemm, Exec{}), 0u);
+  std::vector<float> x(2 * 8 * 81), w(8 * 4 * 9), y(2 * 8 * 81);
+  try {
+    conv2d_grouped_forward(d, x.data(), w.data(), nullptr, y.data(), false, nullptr, Algo::Igemm,
+                           Exec{});
+    ADD_FAILURE() << "dilation 2 accepted by the dense variant";
+  } catch (const Error& e) {
+    EXPECT_TRUE(test::contains(e.what(), "dilation 2x2")) << e.what();
+  }
+}
+
+TEST(Conv2dGroupedDense, ScratchHoldsBothCopiesAndAScratchIsRequired) {
+  const Conv2dGroupedShape s = shape(3, 12, 9, 7, 18, 3, 2, 1, 3);  // y: 3 x 18 x 5 x 4
+  const std::size_t x = 3 * 12 * 9 * 7, y = 3 * 18 * 5 * 4;
+  const std::size_t r4x = (x + 3) / 4 * 4, r4y = (y + 3) / 4 * 4;
+  EXPECT_EQ(conv2d_grouped_forward_scratch_floats(s, Algo::Igemm, Exec{}), r4x + r4y);
+  EXPECT_EQ(conv2d_grouped_backward_data_scratch_floats(s, Algo::Igemm, Exec{}), r4x + r4y);
+  EXPECT_EQ(conv2d_grouped_backward_weight_scratch_floats(s, Algo::Igemm, Exec{}), r4x + r4y);
+  // The grouped kernels take none on the CPU.
+  EXPECT_EQ(conv2d_grouped_forward_scratch_floats(s, Algo::Fast, Exec{}), 0u);
+  std::vector<float> xs(x), w(18 * 4 * 9), ys(y);
+  try {
+    conv2d_grouped_forward(s, xs.data(), w.data(), nullptr, ys.data(), false, nullptr, Algo::Igemm,
+                           Exec{});
+    ADD_FAILURE() << "no scratch accepted";
+  } catch (const Error& e) {
+    EXPECT_TRUE(test::contains(e.what(), "scratch")) << e.what();
+  }
+}
+
+// auto takes the dense kernels on CUDA only, and only for groups of 16 channels or more.
+TEST(Conv2dGroupedDense, AutoTakesWideGroupsOnCuda) {
+  Exec cuda;
+  cuda.device = Device::CUDA;
+  const Conv2dGroupedShape wide = shape(8, 64, 8, 8, 64, 3, 1, 1, 4);      // 16 a group
+  const Conv2dGroupedShape narrow = shape(8, 64, 8, 8, 64, 3, 1, 1, 8);    // 8 a group
+  const Conv2dGroupedShape thin_out = shape(8, 64, 8, 8, 32, 3, 1, 1, 4);  // 8 out a group
+  EXPECT_TRUE(conv2d_grouped_runs_dense(wide, Algo::Auto, cuda));
+  EXPECT_FALSE(conv2d_grouped_runs_dense(wide, Algo::Auto, Exec{}));
+  EXPECT_FALSE(conv2d_grouped_runs_dense(narrow, Algo::Auto, cuda));
+  EXPECT_FALSE(conv2d_grouped_runs_dense(thin_out, Algo::Auto, cuda));
+  EXPECT_TRUE(conv2d_grouped_runs_dense(narrow, Algo::WgmmaNhwc, cuda));
+  EXPECT_FALSE(conv2d_grouped_runs_dense(wide, Algo::Tiled, cuda));
+  EXPECT_GT(conv2d_grouped_forward_scratch_floats(wide, Algo::Auto, cuda), 0u);
+  EXPECT_EQ(conv2d_grouped_forward_scratch_floats(narrow, Algo::Auto, cuda), 0u);
+}
+
+// The composition on the CPU's dense kernels against the grouped reference loops: groups of
+// several channels, stride 2, 1x1 and 5x5, one output channel a group.
+TEST(Conv2dGroupedDense, MatchesTheGroupedReferenceOnCpu) {
+  const Conv2dGroupedShape shapes[] = {
+      shape(3, 12, 9, 7, 18, 3, 1, 1, 3), shape(2, 12, 11, 10, 6, 5, 2, 2, 2),
+      shape(2, 10, 4, 6, 20, 1, 1, 0, 5), shape(1, 8, 5, 5, 4, 3, 2, 0, 4)};
+  for (const Conv2dGroupedShape& s : shapes) {
+    SCOPED_TRACE("C" + std::to_string(s.c) + " OC" + std::to_string(s.oc) + " k" +
+                 std::to_string(s.kh) + " s" + std::to_string(s.stride_h) + " g" +
+                 std::to_string(s.groups));
+    const std::size_t nx = std::size_t(s.n) * s.c * s.h * s.w;
+    const std::size_t ny = std::size_t(s.n) * s.oc * s.oh() * s.ow();
+    const std::size_t nw = std::size_t(s.oc) * s.cg() * s.kh * s.kw;
+    const std::vector<float> x = test::random_vector(nx, 1), w = test::random_vector(nw, 2),
+                             b = test::random_vector(s.oc, 3), dy = test::random_vector(ny, 4),
+                             dw0 = test::random_vector(nw, 5), db0 = test::random_vector(s.oc, 6);
+    std::vector<float> scratch(
+        std::max({conv2d_grouped_forward_scratch_floats(s, Algo::Igemm, {}),
+                  conv2d_grouped_backward_data_scratch_floats(s, Algo::Igemm, {}),
+                  conv2d_grouped_backward_weight_scratch_floats(s, Algo::Igemm, {})}));
+    std::vector<float> y(ny), y_ref(ny), dx(nx), dx_ref(nx);
+    conv2d_grouped_forward(s, x.data(), w.data(), b.data(), y.data(), true, scratch.data(),
+                           Algo::Igemm, Exec{});
+    conv2d_grouped_forward_cpu(s, x.data(), w.data(), b.data(), y_ref.data(), true);
+    expect_near_all(y, y_ref, "forward");
+    conv2d_grouped_backward_data(s, dy.data(), w.data(), dx.data(), scratch.data(), Algo::Igemm,
+                                 Exec{});
+    conv2d_grouped_backward_data_cpu(s, dy.data(), w.data(), dx_ref.data());
+    expect_near_all(dx, dx_ref, "input gradient");
+    std::vector<float> dw = dw0, db = db0, dw_ref = dw0, db_ref = db0;
+    conv2d_grouped_backward_weight(s, x.data(), dy.data(), dw.data(), db.data(), scratch.data(),
+                                   Algo::Igemm, Exec{});
+    conv2d_grouped_backward_weight_cpu(s, x.data(), dy.data(), dw_ref.data(), db_ref.data());
+    expect_near_all(dw, dw_ref, "weight gradient");
+    expect_near_all(db, db_ref, "bias gradient");
+  }
+}
+
+// Through the layer: a grouped convolution configured `algo: igemm` (the dense kernels a group)
+// in a float Network on the CPU against the double numerical gradient.
+TEST(Conv2dGroupedDense, FloatNetworkGradcheckOnCpu) {
+  LayerSpec conv = conv2d_spec("conv", 12, 3, 3, 2, 1);
+  conv.groups = 3;
+  conv.algo = Algo::Igemm;
+  const std::vector<LayerSpec> specs = {conv2d_spec("prefix", 6, 1, 1, 1, 0),
+                                        conv,
+                                        layer_spec(LayerKind::Relu, "relu"),
+                                        layer_spec(LayerKind::Flatten, "flatten"),
+                                        linear_spec("fc", 5),
+                                        layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
+  GradcheckOptions o;
+  o.seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(o.seed));
+  const GradcheckResult r = gradcheck_network(specs, {6, 7, 9}, o, Exec{}, true);
+  EXPECT_TRUE(r.passed()) << format_gradcheck(r);
+}
+
+// A dense variant configured on a layer it cannot serve is refused at setup, naming the layer.
+TEST(Conv2dGroupedDense, LayerRefusesDenseVariantOnDepthwise) {
+  LayerSpec conv = conv2d_spec("dw", 6, 3, 3, 1, 1);
+  conv.groups = 6;
+  conv.algo = Algo::Wgmma;
+  const std::vector<LayerSpec> specs = {conv, layer_spec(LayerKind::Flatten, "flatten"),
+                                        linear_spec("fc", 5),
+                                        layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
+  try {
+    gradcheck_network(specs, {6, 5, 5}, GradcheckOptions{}, Exec{}, true);
+    ADD_FAILURE() << "wgmma accepted on a depthwise layer";
+  } catch (const Error& e) {
+    EXPECT_TRUE(test::contains(e.what(), "dw: algo wgmma")) << e.what();
+  }
+}
