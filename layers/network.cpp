@@ -434,8 +434,11 @@ std::vector<std::string> Network::autotune(TuneCache* cache) {
   grads_.zero(ex_.stream);
   stream_sync(ex_.device, ex_.stream);
   // Start-up, before any step (and so before the trainer captures its step graph): the scratch
-  // the picked variants need, freeing what only the timed candidates needed.
+  // the picked variants need, freeing what only the timed candidates needed. The side stream's
+  // too: a pick can need more than the configured variant did (a grouped convolution's weight
+  // gradient moved from the grouped kernels to the dense ones takes their copies).
   resize_scratch(scratch_need(ex_, false));
+  fit_side_scratch(ex_);
   return lines;
 }
 

@@ -152,6 +152,8 @@ class Network {
   // the trainer logs the fusion_notes() beside them. With a cache, choices recorded there for the
   // same shapes are reused untimed and new ones are added to it (the caller saves it).
   std::vector<std::string> autotune(TuneCache* cache = nullptr);
+  // Floats of the side stream's scratch (weight_grads_beside; 0 before its first need).
+  size_t side_scratch_floats() const { return side_scratch_.size(); }
   // One line per conv-relu-pool fusion in effect ("conv1 + relu1 + pool1: fused ..."), then one
   // naming every relu folded into a batchnorm ("bn1 + relu1, bn2 + relu2: relu folded ..."); empty
   // when none. A fused conv's own variants are not tuned: the fused pass runs.

@@ -263,6 +263,17 @@ EnvSwitches read_env_switches() {
     else
       CNN_FAIL("CNN_DEPTHWISE_STREAM_STRIPS='{}': expected fill, long or auto", s);
   }
+  if (const char* v = get("CNN_GROUPED_DENSE")) {
+    const std::string s(v);
+    if (s == "auto")
+      e.grouped_dense = GroupedDenseSwitch::Auto;
+    else if (s == "groups")
+      e.grouped_dense = GroupedDenseSwitch::PerGroup;
+    else if (s == "diagonal")
+      e.grouped_dense = GroupedDenseSwitch::BlockDiagonal;
+    else
+      CNN_FAIL("CNN_GROUPED_DENSE='{}': expected groups, diagonal or auto", s);
+  }
   e.int8_direct = off_unless_set("CNN_INT8_DIRECT");
   e.int8_fuse_classifier = off_unless_set("CNN_INT8_FUSE_CLASSIFIER");
   if (const char* v = get("CNN_CPU_ISA")) {
@@ -403,6 +414,9 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_DEPTHWISE_STREAM_STRIPS", "fill|long|auto",
        "how the depthwise stream kernels cut planes into strips (auto: long for the weight "
        "gradient, fill for the others)"},
+      {"CNN_GROUPED_DENSE", "groups|diagonal|auto",
+       "how igemm / wgmma / wgmma-nhwc run a grouped convolution: one dense convolution a group, "
+       "or one on block-diagonal weights"},
       {"CNN_INT8_DIRECT", "1",
        "int8 inference: every layer on the direct dp4a kernel, none on tensor cores"},
       {"CNN_INT8_FUSE_CLASSIFIER", "1",

@@ -1,10 +1,11 @@
-// A grouped convolution as one dense convolution a group (conv2d_grouped_dense.h) on the GPU:
-// the group-major copy against its CPU twin (float4 and scalar paths, more planes than one grid
-// row holds), and every dense variant (igemm, wgmma, wgmma-nhwc, auto) at FP32, TF32 and BF16
-// against the double CPU reference on awkward shapes: groups of 2 to 32 channels, stride 2, 1x1
-// and 5x5 kernels, odd sizes, bias + ReLU, the weight gradient accumulating onto a nonzero dw,
-// and the deterministic weight gradient's bits from run to run. A variant may refuse a shape
-// (wgmma at FP32, a strided input gradient); igemm and auto never do.
+// A grouped convolution on the dense kernels (conv2d_grouped_dense.h) on the GPU:
+// the group-major copy and the block-diagonal weights against their CPU twins (float4 and scalar
+// paths, more planes than one grid row holds), and every dense variant in both forms (igemm, wgmma,
+// wgmma-nhwc, auto) at FP32, TF32 and BF16 against the double CPU reference on awkward shapes:
+// groups of 2 to 32 channels, stride 2, 1x1 and 5x5 kernels, odd sizes, bias + ReLU, the weight
+// gradient accumulating onto a nonzero dw, and the deterministic weight gradient's bits from run to
+// run. A variant may refuse a shape (wgmma at FP32, a strided input gradient); igemm and auto never
+// do.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,11 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "kernels/conv/conv2d_group_major.h"
 #include "kernels/conv/conv2d_grouped.h"
 #include "kernels/conv/conv2d_grouped_dense.h"
+#include "kernels/conv/conv2d_grouped_layout.h"
 #include "layers/gradcheck/gradcheck.h"
 #include "layers/layer_spec.h"
+#include "layers/network.h"
 #include "runtime/error.h"
 #include "runtime/tensor.h"
 #include "tests/test_util.h"
@@ -101,6 +103,29 @@ TEST(GpuGroupMajorCopy, MatchesCpuTwin) {
   }
 }
 
+TEST(GpuBlockDiagonal, MatchesCpuTwin) {
+  CNN_REQUIRE_GPU();
+  for (const BlockDiagonal& b :
+       {BlockDiagonal{6, 9, 3, 5}, BlockDiagonal{64, 32, 32, 9}, BlockDiagonal{200, 200, 4, 1}}) {
+    const size_t nw = size_t(b.dense_floats() / b.groups), nd = size_t(b.dense_floats());
+    const std::vector<float> w = test::random_vector(nw, 41), dwd = test::random_vector(nd, 42),
+                             dw0 = test::random_vector(nw, 43);
+    std::vector<float> wd(nd), dw = dw0;
+    block_diagonal_expand_cpu(b, w.data(), wd.data());
+    block_diagonal_add_back_cpu(b, dwd.data(), dw.data());
+    Tensor d_w = test::to_device(w), d_wd({int64_t(nd)}, Device::CUDA),
+           d_dwd = test::to_device(dwd), d_dw = test::to_device(dw0);
+    test::poison_device(d_wd.data(), nd);
+    const Exec ex = cuda_exec(Precision::FP32);
+    block_diagonal_expand(b, d_w.data(), d_wd.data(), ex);
+    block_diagonal_add_back(b, d_dwd.data(), d_dw.data(), ex);
+    EXPECT_EQ(test::to_host(d_wd.data(), nd), wd) << b.oc << " " << b.c << " " << b.groups;
+    EXPECT_EQ(test::to_host(d_dw.data(), nw), dw) << b.oc << " " << b.c << " " << b.groups;
+    zero_floats(d_wd.data(), int64_t(nd), ex);
+    EXPECT_EQ(test::to_host(d_wd.data(), nd), std::vector<float>(nd, 0.f));
+  }
+}
+
 TEST(GpuConv2dGroupedDense, EveryDenseVariantMatchesCpu) {
   CNN_REQUIRE_GPU();
   const Conv2dGroupedShape shapes[] = {
@@ -109,7 +134,6 @@ TEST(GpuConv2dGroupedDense, EveryDenseVariantMatchesCpu) {
       shape(5, 40, 6, 6, 20, 1, 1, 0, 4),    // 1x1, 10 -> 5 a group
       shape(4, 48, 10, 10, 96, 5, 1, 2, 3),  // 5x5, 16 -> 32 a group: auto runs dense
       shape(2, 64, 7, 7, 64, 3, 1, 1, 32)};  // 32 groups of 2
-  const Algo algos[] = {Algo::Igemm, Algo::Wgmma, Algo::WgmmaNhwc, Algo::Auto};
   for (const Conv2dGroupedShape& s : shapes) {
     const std::string tag = "C" + std::to_string(s.c) + " " + std::to_string(s.h) + "x" +
                             std::to_string(s.w) + " OC" + std::to_string(s.oc) + " k" +
@@ -142,18 +166,38 @@ TEST(GpuConv2dGroupedDense, EveryDenseVariantMatchesCpu) {
     Tensor d_x = test::to_device(x), d_w = test::to_device(w), d_b = test::to_device(b),
            d_dy = test::to_device(dy);
     Tensor d_y({int64_t(ny)}, Device::CUDA), d_dx({int64_t(nx)}, Device::CUDA);
+    // The dense variants in each form called directly; auto through the grouped op (its rule's
+    // form, the dense op's fixed rule on each pass).
+    struct Variant {
+      Algo algo;
+      bool direct;
+      GroupedDenseForm form;
+    };
+    std::vector<Variant> variants;
+    for (GroupedDenseForm f : {GroupedDenseForm::PerGroup, GroupedDenseForm::BlockDiagonal})
+      for (Algo a : {Algo::Igemm, Algo::Wgmma, Algo::WgmmaNhwc}) variants.push_back({a, true, f});
+    variants.push_back({Algo::Auto, false, conv2d_grouped_dense_form(s)});
     for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16})
-      for (Algo a : algos) {
+      for (const Variant& v : variants) {
+        const Algo a = v.algo;
         const Exec ex = cuda_exec(p);
         const std::string what = tag + " " + algo_name(a) + " " +
+                                 (v.direct ? grouped_dense_form_name(v.form) : "(rule)") + " " +
                                  (p == Precision::BF16   ? "bf16"
                                   : p == Precision::TF32 ? "tf32"
                                                          : "fp32");
-        const size_t need = std::max({conv2d_grouped_forward_scratch_floats(s, a, ex),
-                                      conv2d_grouped_backward_data_scratch_floats(s, a, ex),
-                                      conv2d_grouped_backward_weight_scratch_floats(s, a, ex)});
+        const size_t need =
+            v.direct
+                ? std::max({conv2d_grouped_dense_forward_scratch_floats(s, a, ex, v.form),
+                            conv2d_grouped_dense_backward_data_scratch_floats(s, a, ex, v.form),
+                            conv2d_grouped_dense_backward_weight_scratch_floats(s, a, ex, v.form)})
+                : std::max({conv2d_grouped_forward_scratch_floats(s, a, ex),
+                            conv2d_grouped_backward_data_scratch_floats(s, a, ex),
+                            conv2d_grouped_backward_weight_scratch_floats(s, a, ex)});
         Tensor scratch({int64_t(std::max<size_t>(need, 1))}, Device::CUDA);
         float* const sp = need ? scratch.data() : nullptr;
+        // The block-diagonal GEMMs are G times deeper (their extra terms are exact zeros).
+        const double deeper = v.form == GroupedDenseForm::BlockDiagonal ? s.groups : 1;
         // Each pass alone: a refusal of one does not skip the others.
         const auto run = [&](const char* pass, const std::function<void()>& f) {
           try {
@@ -168,20 +212,33 @@ TEST(GpuConv2dGroupedDense, EveryDenseVariantMatchesCpu) {
         };
         test::poison_device(d_y.data(), ny);
         if (run("forward", [&] {
-              conv2d_grouped_forward(s, d_x.data(), d_w.data(), d_b.data(), d_y.data(), false, sp,
-                                     a, ex);
+              if (v.direct)
+                conv2d_grouped_dense_forward(s, d_x.data(), d_w.data(), d_b.data(), d_y.data(),
+                                             false, sp, a, ex, v.form);
+              else
+                conv2d_grouped_forward(s, d_x.data(), d_w.data(), d_b.data(), d_y.data(), false, sp,
+                                       a, ex);
             }))
-          expect_within(test::to_host(d_y.data(), ny), y_ref, y_abs, k_fwd, p, what + " forward");
+          expect_within(test::to_host(d_y.data(), ny), y_ref, y_abs, k_fwd * deeper, p,
+                        what + " forward");
         test::poison_device(d_dx.data(), nx);
         if (run("input gradient", [&] {
-              conv2d_grouped_backward_data(s, d_dy.data(), d_w.data(), d_dx.data(), sp, a, ex);
+              if (v.direct)
+                conv2d_grouped_dense_backward_data(s, d_dy.data(), d_w.data(), d_dx.data(), sp, a,
+                                                   ex, v.form);
+              else
+                conv2d_grouped_backward_data(s, d_dy.data(), d_w.data(), d_dx.data(), sp, a, ex);
             }))
-          expect_within(test::to_host(d_dx.data(), nx), dx_ref, dx_abs, k_data, p,
+          expect_within(test::to_host(d_dx.data(), nx), dx_ref, dx_abs, k_data * deeper, p,
                         what + " input gradient");
         Tensor d_dw = test::to_device(dw0), d_db = test::to_device(db0);
         if (run("weight gradient", [&] {
-              conv2d_grouped_backward_weight(s, d_x.data(), d_dy.data(), d_dw.data(), d_db.data(),
-                                             sp, a, ex);
+              if (v.direct)
+                conv2d_grouped_dense_backward_weight(s, d_x.data(), d_dy.data(), d_dw.data(),
+                                                     d_db.data(), sp, a, ex, v.form);
+              else
+                conv2d_grouped_backward_weight(s, d_x.data(), d_dy.data(), d_dw.data(), d_db.data(),
+                                               sp, a, ex);
             })) {
           expect_within(test::to_host(d_dw.data(), nw), dw_ref, dw_abs, k_wgt, p,
                         what + " weight gradient");
@@ -193,7 +250,7 @@ TEST(GpuConv2dGroupedDense, EveryDenseVariantMatchesCpu) {
   }
 }
 
-// Deterministic mode: the weight gradient's bits repeat, at every precision igemm and auto run.
+// Deterministic mode: igemm's weight gradient's bits repeat, in both forms at every precision.
 TEST(GpuConv2dGroupedDense, DeterministicWeightGradientRepeats) {
   CNN_REQUIRE_GPU();
   const Conv2dGroupedShape s = shape(6, 48, 9, 9, 48, 3, 1, 1, 3);
@@ -202,21 +259,23 @@ TEST(GpuConv2dGroupedDense, DeterministicWeightGradientRepeats) {
   Tensor d_x = test::to_device(test::random_vector(nx, 31)),
          d_dy = test::to_device(test::random_vector(ny, 32));
   for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16})
-    for (Algo a : {Algo::Igemm, Algo::Auto}) {
+    for (GroupedDenseForm form : {GroupedDenseForm::PerGroup, GroupedDenseForm::BlockDiagonal}) {
       const Exec ex = cuda_exec(p, true);
-      const size_t need = conv2d_grouped_backward_weight_scratch_floats(s, a, ex);
+      const size_t need =
+          conv2d_grouped_dense_backward_weight_scratch_floats(s, Algo::Igemm, ex, form);
       Tensor scratch({int64_t(std::max<size_t>(need, 1))}, Device::CUDA);
       std::vector<float> first;
       for (int run = 0; run < 2; ++run) {
         Tensor dw = test::to_device(std::vector<float>(nw, 0.f)),
                db = test::to_device(std::vector<float>(size_t(s.oc), 0.f));
-        conv2d_grouped_backward_weight(s, d_x.data(), d_dy.data(), dw.data(), db.data(),
-                                       need ? scratch.data() : nullptr, a, ex);
+        conv2d_grouped_dense_backward_weight(s, d_x.data(), d_dy.data(), dw.data(), db.data(),
+                                             need ? scratch.data() : nullptr, Algo::Igemm, ex,
+                                             form);
         std::vector<float> got = test::to_host(dw.data(), nw);
         if (run == 0)
           first = got;
         else
-          EXPECT_EQ(got, first) << algo_name(a) << " precision " << int(p);
+          EXPECT_EQ(got, first) << grouped_dense_form_name(form) << " precision " << int(p);
       }
     }
 }
@@ -242,4 +301,54 @@ TEST(GpuConv2dGroupedDense, GradcheckFloatNetworkOnGpu) {
         gradcheck_network(specs, {32, 5, 6}, o, cuda_exec(Precision::FP32), true);
     EXPECT_TRUE(r.passed()) << format_gradcheck(r);
   }
+}
+
+// A grouped layer whose weight gradient autotune moves from the grouped kernels (auto's untuned
+// pick for 4 channels a group, no scratch) to a dense variant (copies or block-diagonal weights
+// in scratch), run beside the input gradient on the side stream: the side scratch is refitted
+// after tuning to the pick's need, and steps then train as with the weight gradients in turn.
+TEST(GpuConv2dGroupedDense, SideScratchFitsTheTunedWeightGradient) {
+  CNN_REQUIRE_GPU();
+  LayerSpec conv = conv2d_spec("conv", 64, 3, 3, 1, 1);
+  conv.groups = 16;
+  conv.bias = false;
+  const std::vector<LayerSpec> specs = {conv2d_spec("prefix", 64, 3, 3, 1, 1),
+                                        conv,
+                                        layer_spec(LayerKind::Relu, "relu"),
+                                        layer_spec(LayerKind::Flatten, "flatten"),
+                                        linear_spec("fc", 5),
+                                        layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
+  const Shape chw = {3, 12, 12};
+  // FP32: the two networks may tune to different variants, which then agree to ~1e-6 (at TF32
+  // they differ by its rounding, a few percent on small gradients).
+  const Exec ex = cuda_exec(Precision::FP32);
+  NetworkOptions o;
+  o.max_batch = 32;
+  o.weight_grads_beside = true;
+  Network net(specs, chw, o, ex);
+  Algo picked = Algo::Auto;
+  for (const std::string& line : net.autotune()) {
+    std::printf("%s\n", line.c_str());
+    const std::string head = "conv weight-grad: ";
+    if (line.rfind(head, 0) == 0)
+      picked = parse_algo(line.substr(head.size(), line.find(' ', head.size()) - head.size()));
+  }
+  ASSERT_NE(picked, Algo::Auto) << "no weight-gradient choice for the grouped layer";
+  Conv2dGroupedShape g = shape(32, 64, 12, 12, 64, 3, 1, 1, 16);
+  EXPECT_GE(net.side_scratch_floats(), conv2d_grouped_backward_weight_scratch_floats(g, picked, ex))
+      << algo_name(picked);
+  // Three steps with the tuned picks, against the same network with its weight gradients in turn.
+  NetworkOptions in_turn = o;
+  in_turn.weight_grads_beside = false;
+  Network ref(specs, chw, in_turn, ex);
+  ref.autotune();
+  for (int s = 0; s < 3; ++s) {
+    const test::StepBatch b = test::step_batch(chw, net.num_classes(), o, s, ex.device);
+    net.forward_backward(b.n, b.x.data(), b.labels.data(), 1.0f / float(b.n));
+    ref.forward_backward(b.n, b.x.data(), b.labels.data(), 1.0f / float(b.n));
+  }
+  const std::vector<float> got = net.grads_to_host(), want = ref.grads_to_host();
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_FALSE(test::any_nan(got));
+  EXPECT_LT(test::max_rel_error(got, want, 1e-2), 1e-3);
 }

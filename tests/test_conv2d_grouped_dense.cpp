@@ -1,7 +1,7 @@
-// A grouped convolution as one dense convolution a group (conv2d_grouped_dense.h) on the CPU: the
-// group-major copy's index map, the composition against the grouped reference loops (forward with
-// bias and ReLU, input gradient, weight gradient accumulating), the shapes it takes and refuses,
-// its scratch sizes, and the rule by which `auto` takes it. The GPU side is
+// A grouped convolution on the dense kernels (conv2d_grouped_dense.h) on the CPU: the group-major
+// copy's index map, the block-diagonal weights, both forms against the grouped reference loops
+// (forward with bias and ReLU, input gradient, weight gradient accumulating), the shapes it takes
+// and refuses, its scratch sizes, and the rule by which `auto` takes it. The GPU side is
 // gpu_conv2d_grouped_dense.cpp.
 #include <gtest/gtest.h>
 
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/conv/conv2d_group_major.h"
 #include "kernels/conv/conv2d_grouped.h"
 #include "kernels/conv/conv2d_grouped_dense.h"
+#include "kernels/conv/conv2d_grouped_layout.h"
 #include "layers/gradcheck/gradcheck.h"
 #include "layers/layer_spec.h"
 #include "runtime/error.h"
@@ -82,14 +82,25 @@ TEST(Conv2dGroupedDense, TakesDilationOneAndUpTo32GroupsOfTwoChannels) {
   }
 }
 
-TEST(Conv2dGroupedDense, ScratchHoldsBothCopiesAndAScratchIsRequired) {
+TEST(Conv2dGroupedDense, ScratchHoldsEachFormsBuffersAndAScratchIsRequired) {
   const Conv2dGroupedShape s = shape(3, 12, 9, 7, 18, 3, 2, 1, 3);  // y: 3 x 18 x 5 x 4
-  const std::size_t x = 3 * 12 * 9 * 7, y = 3 * 18 * 5 * 4;
-  const std::size_t r4x = (x + 3) / 4 * 4, r4y = (y + 3) / 4 * 4;
-  EXPECT_EQ(conv2d_grouped_forward_scratch_floats(s, Algo::Igemm, Exec{}), r4x + r4y);
-  EXPECT_EQ(conv2d_grouped_backward_data_scratch_floats(s, Algo::Igemm, Exec{}), r4x + r4y);
-  EXPECT_EQ(conv2d_grouped_backward_weight_scratch_floats(s, Algo::Igemm, Exec{}), r4x + r4y);
-  // The grouped kernels take none on the CPU.
+  const std::size_t x = 3 * 12 * 9 * 7, y = 3 * 18 * 5 * 4, wd = 18 * 12 * 9;
+  const std::size_t r4x = (x + 3) / 4 * 4, r4y = (y + 3) / 4 * 4, r4wd = (wd + 3) / 4 * 4;
+  const GroupedDenseForm groups = GroupedDenseForm::PerGroup,
+                         diag = GroupedDenseForm::BlockDiagonal;
+  EXPECT_EQ(conv2d_grouped_dense_forward_scratch_floats(s, Algo::Igemm, Exec{}, groups), r4x + r4y);
+  EXPECT_EQ(conv2d_grouped_dense_backward_data_scratch_floats(s, Algo::Igemm, Exec{}, groups),
+            r4x + r4y);
+  EXPECT_EQ(conv2d_grouped_dense_backward_weight_scratch_floats(s, Algo::Igemm, Exec{}, groups),
+            r4x + r4y);
+  EXPECT_EQ(conv2d_grouped_dense_forward_scratch_floats(s, Algo::Igemm, Exec{}, diag), r4wd);
+  EXPECT_EQ(conv2d_grouped_dense_backward_data_scratch_floats(s, Algo::Igemm, Exec{}, diag), r4wd);
+  EXPECT_EQ(conv2d_grouped_dense_backward_weight_scratch_floats(s, Algo::Igemm, Exec{}, diag),
+            r4wd);
+  // The grouped op asks for its form's; the grouped kernels take none on the CPU.
+  EXPECT_EQ(conv2d_grouped_forward_scratch_floats(s, Algo::Igemm, Exec{}),
+            conv2d_grouped_dense_forward_scratch_floats(s, Algo::Igemm, Exec{},
+                                                        conv2d_grouped_dense_form(s)));
   EXPECT_EQ(conv2d_grouped_forward_scratch_floats(s, Algo::Fast, Exec{}), 0u);
   std::vector<float> xs(x), w(18 * 4 * 9), ys(y);
   try {
@@ -101,13 +112,35 @@ TEST(Conv2dGroupedDense, ScratchHoldsBothCopiesAndAScratchIsRequired) {
   }
 }
 
-// auto takes the dense kernels on CUDA only, and only for groups of 16 channels or more.
-TEST(Conv2dGroupedDense, AutoTakesWideGroupsOnCuda) {
+// Block-diagonal weights of 2 groups: out channel o of group o / 2 sees inputs [3 g, 3 g + 3).
+TEST(BlockDiagonal, ExpandsAndAddsBackTheDiagonalBlocks) {
+  const BlockDiagonal b{4, 6, 2, 2};  // 4 out, 6 in, 2 groups, 2 taps: w (4, 3, 2)
+  std::vector<float> w(24), wd(48, -1.f);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = float(i + 1);
+  block_diagonal_expand(b, w.data(), wd.data(), Exec{});
+  for (int o = 0; o < 4; ++o)
+    for (int c = 0; c < 6; ++c)
+      for (int t = 0; t < 2; ++t) {
+        const float want = c / 3 == o / 2 ? w[size_t((o * 3 + c % 3) * 2 + t)] : 0.f;
+        EXPECT_EQ(wd[size_t((o * 6 + c) * 2 + t)], want) << o << " " << c << " " << t;
+      }
+  std::vector<float> dw(24, 0.5f);
+  block_diagonal_add_back(b, wd.data(), dw.data(), Exec{});  // wd's diagonal blocks are w
+  for (size_t i = 0; i < dw.size(); ++i) EXPECT_EQ(dw[i], w[i] + 0.5f) << i;
+  EXPECT_THROW(block_diagonal_expand(BlockDiagonal{4, 6, 4, 2}, w.data(), wd.data(), Exec{}),
+               Error);
+  std::vector<float> z(5, 3.f);
+  zero_floats(z.data(), 4, Exec{});
+  EXPECT_EQ(z, (std::vector<float>{0, 0, 0, 0, 3}));
+}
+
+// auto takes the dense kernels on CUDA only, and only for groups of 4 channels or more.
+TEST(Conv2dGroupedDense, AutoTakesGroupsOfFourChannelsOnCuda) {
   Exec cuda;
   cuda.device = Device::CUDA;
-  const Conv2dGroupedShape wide = shape(8, 64, 8, 8, 64, 3, 1, 1, 4);      // 16 a group
-  const Conv2dGroupedShape narrow = shape(8, 64, 8, 8, 64, 3, 1, 1, 8);    // 8 a group
-  const Conv2dGroupedShape thin_out = shape(8, 64, 8, 8, 32, 3, 1, 1, 4);  // 8 out a group
+  const Conv2dGroupedShape wide = shape(8, 64, 8, 8, 64, 3, 1, 1, 16);      // 4 a group
+  const Conv2dGroupedShape narrow = shape(8, 64, 8, 8, 64, 3, 1, 1, 32);    // 2 a group
+  const Conv2dGroupedShape thin_out = shape(8, 64, 8, 8, 32, 3, 1, 1, 16);  // 2 out a group
   EXPECT_TRUE(conv2d_grouped_runs_dense(wide, Algo::Auto, cuda));
   EXPECT_FALSE(conv2d_grouped_runs_dense(wide, Algo::Auto, Exec{}));
   EXPECT_FALSE(conv2d_grouped_runs_dense(narrow, Algo::Auto, cuda));
@@ -116,6 +149,20 @@ TEST(Conv2dGroupedDense, AutoTakesWideGroupsOnCuda) {
   EXPECT_FALSE(conv2d_grouped_runs_dense(wide, Algo::Tiled, cuda));
   EXPECT_GT(conv2d_grouped_forward_scratch_floats(wide, Algo::Auto, cuda), 0u);
   EXPECT_EQ(conv2d_grouped_forward_scratch_floats(narrow, Algo::Auto, cuda), 0u);
+}
+
+// The form rule: block-diagonal up to 256 channels or for groups under 16 channels.
+TEST(Conv2dGroupedDense, FormRule) {
+  EXPECT_EQ(conv2d_grouped_dense_form(shape(8, 256, 8, 8, 256, 3, 1, 1, 4)),
+            GroupedDenseForm::BlockDiagonal);
+  EXPECT_EQ(conv2d_grouped_dense_form(shape(8, 512, 8, 8, 512, 3, 1, 1, 8)),
+            GroupedDenseForm::PerGroup);  // 64 a group
+  EXPECT_EQ(conv2d_grouped_dense_form(shape(8, 512, 8, 8, 512, 3, 1, 1, 32)),
+            GroupedDenseForm::PerGroup);  // 16 a group
+  EXPECT_EQ(conv2d_grouped_dense_form(shape(8, 384, 8, 8, 384, 3, 1, 1, 32)),
+            GroupedDenseForm::BlockDiagonal);  // 12 a group
+  EXPECT_EQ(conv2d_grouped_dense_form(shape(8, 512, 8, 8, 128, 3, 1, 1, 8)),
+            GroupedDenseForm::PerGroup);  // 64 in, 16 out a group
 }
 
 // The composition on the CPU's dense kernels against the grouped reference loops: groups of
@@ -134,25 +181,28 @@ TEST(Conv2dGroupedDense, MatchesTheGroupedReferenceOnCpu) {
     const std::vector<float> x = test::random_vector(nx, 1), w = test::random_vector(nw, 2),
                              b = test::random_vector(s.oc, 3), dy = test::random_vector(ny, 4),
                              dw0 = test::random_vector(nw, 5), db0 = test::random_vector(s.oc, 6);
-    std::vector<float> scratch(
-        std::max({conv2d_grouped_forward_scratch_floats(s, Algo::Igemm, {}),
-                  conv2d_grouped_backward_data_scratch_floats(s, Algo::Igemm, {}),
-                  conv2d_grouped_backward_weight_scratch_floats(s, Algo::Igemm, {})}));
-    std::vector<float> y(ny), y_ref(ny), dx(nx), dx_ref(nx);
-    conv2d_grouped_forward(s, x.data(), w.data(), b.data(), y.data(), true, scratch.data(),
-                           Algo::Igemm, Exec{});
-    conv2d_grouped_forward_cpu(s, x.data(), w.data(), b.data(), y_ref.data(), true);
-    expect_near_all(y, y_ref, "forward");
-    conv2d_grouped_backward_data(s, dy.data(), w.data(), dx.data(), scratch.data(), Algo::Igemm,
-                                 Exec{});
-    conv2d_grouped_backward_data_cpu(s, dy.data(), w.data(), dx_ref.data());
-    expect_near_all(dx, dx_ref, "input gradient");
-    std::vector<float> dw = dw0, db = db0, dw_ref = dw0, db_ref = db0;
-    conv2d_grouped_backward_weight(s, x.data(), dy.data(), dw.data(), db.data(), scratch.data(),
-                                   Algo::Igemm, Exec{});
-    conv2d_grouped_backward_weight_cpu(s, x.data(), dy.data(), dw_ref.data(), db_ref.data());
-    expect_near_all(dw, dw_ref, "weight gradient");
-    expect_near_all(db, db_ref, "bias gradient");
+    for (GroupedDenseForm form : {GroupedDenseForm::PerGroup, GroupedDenseForm::BlockDiagonal}) {
+      SCOPED_TRACE(grouped_dense_form_name(form));
+      std::vector<float> scratch(std::max(
+          {conv2d_grouped_dense_forward_scratch_floats(s, Algo::Igemm, {}, form),
+           conv2d_grouped_dense_backward_data_scratch_floats(s, Algo::Igemm, {}, form),
+           conv2d_grouped_dense_backward_weight_scratch_floats(s, Algo::Igemm, {}, form)}));
+      std::vector<float> y(ny), y_ref(ny), dx(nx), dx_ref(nx);
+      conv2d_grouped_dense_forward(s, x.data(), w.data(), b.data(), y.data(), true, scratch.data(),
+                                   Algo::Igemm, Exec{}, form);
+      conv2d_grouped_forward_cpu(s, x.data(), w.data(), b.data(), y_ref.data(), true);
+      expect_near_all(y, y_ref, "forward");
+      conv2d_grouped_dense_backward_data(s, dy.data(), w.data(), dx.data(), scratch.data(),
+                                         Algo::Igemm, Exec{}, form);
+      conv2d_grouped_backward_data_cpu(s, dy.data(), w.data(), dx_ref.data());
+      expect_near_all(dx, dx_ref, "input gradient");
+      std::vector<float> dw = dw0, db = db0, dw_ref = dw0, db_ref = db0;
+      conv2d_grouped_dense_backward_weight(s, x.data(), dy.data(), dw.data(), db.data(),
+                                           scratch.data(), Algo::Igemm, Exec{}, form);
+      conv2d_grouped_backward_weight_cpu(s, x.data(), dy.data(), dw_ref.data(), db_ref.data());
+      expect_near_all(dw, dw_ref, "weight gradient");
+      expect_near_all(db, db_ref, "bias gradient");
+    }
   }
 }
 

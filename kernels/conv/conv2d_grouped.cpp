@@ -178,21 +178,24 @@ std::size_t conv2d_grouped_forward_scratch_floats(const Conv2dGroupedShape& s, A
                                                   const Exec& ex) {
   check_conv2d_grouped_shape(s);
   if (!conv2d_grouped_runs_dense(s, algo, ex)) return 0;
-  return conv2d_grouped_dense_forward_scratch_floats(s, dense_variant(algo), ex);
+  return conv2d_grouped_dense_forward_scratch_floats(s, dense_variant(algo), ex,
+                                                     conv2d_grouped_dense_form(s));
 }
 
 std::size_t conv2d_grouped_backward_data_scratch_floats(const Conv2dGroupedShape& s, Algo algo,
                                                         const Exec& ex) {
   check_conv2d_grouped_shape(s);
   if (!conv2d_grouped_runs_dense(s, algo, ex)) return 0;
-  return conv2d_grouped_dense_backward_data_scratch_floats(s, dense_variant(algo), ex);
+  return conv2d_grouped_dense_backward_data_scratch_floats(s, dense_variant(algo), ex,
+                                                           conv2d_grouped_dense_form(s));
 }
 
 std::size_t conv2d_grouped_backward_weight_scratch_floats(const Conv2dGroupedShape& s, Algo algo,
                                                           const Exec& ex) {
   check_conv2d_grouped_shape(s);
   if (conv2d_grouped_runs_dense(s, algo, ex))
-    return conv2d_grouped_dense_backward_weight_scratch_floats(s, dense_variant(algo), ex);
+    return conv2d_grouped_dense_backward_weight_scratch_floats(s, dense_variant(algo), ex,
+                                                               conv2d_grouped_dense_form(s));
   if (ex.device == Device::CPU) return 0;
   return CNN_CUDA_VALUE(conv2d_grouped_backward_weight_scratch_floats_cuda(s, ex.deterministic),
                         std::size_t(0));
@@ -204,7 +207,8 @@ void conv2d_grouped_forward(const Conv2dGroupedShape& s, const float* x, const f
   check_conv2d_grouped_shape(s);
   CNN_CHECK(x && w && y, "conv2d_grouped_forward: x, w and y must not be null");
   if (conv2d_grouped_runs_dense(s, algo, ex))
-    return conv2d_grouped_dense_forward(s, x, w, b, y, relu, scratch, dense_variant(algo), ex);
+    return conv2d_grouped_dense_forward(s, x, w, b, y, relu, scratch, dense_variant(algo), ex,
+                                        conv2d_grouped_dense_form(s));
   if (ex.device == Device::CPU) return conv2d_grouped_forward_cpu(s, x, w, b, y, relu);
   CNN_CUDA_BRANCH("conv2d_grouped_forward",
                   conv2d_grouped_forward_cuda(s, x, w, b, y, relu, algo, ex.stream));
@@ -215,7 +219,8 @@ void conv2d_grouped_backward_data(const Conv2dGroupedShape& s, const float* dy, 
   check_conv2d_grouped_shape(s);
   CNN_CHECK(dy && w && dx, "conv2d_grouped_backward_data: dy, w and dx must not be null");
   if (conv2d_grouped_runs_dense(s, algo, ex))
-    return conv2d_grouped_dense_backward_data(s, dy, w, dx, scratch, dense_variant(algo), ex);
+    return conv2d_grouped_dense_backward_data(s, dy, w, dx, scratch, dense_variant(algo), ex,
+                                              conv2d_grouped_dense_form(s));
   if (ex.device == Device::CPU) return conv2d_grouped_backward_data_cpu(s, dy, w, dx);
   CNN_CUDA_BRANCH("conv2d_grouped_backward_data",
                   conv2d_grouped_backward_data_cuda(s, dy, w, dx, algo, ex.stream));
@@ -227,7 +232,8 @@ void conv2d_grouped_backward_weight(const Conv2dGroupedShape& s, const float* x,
   check_conv2d_grouped_shape(s);
   CNN_CHECK(x && dy && dw, "conv2d_grouped_backward_weight: x, dy and dw must not be null");
   if (conv2d_grouped_runs_dense(s, algo, ex))
-    return conv2d_grouped_dense_backward_weight(s, x, dy, dw, db, scratch, dense_variant(algo), ex);
+    return conv2d_grouped_dense_backward_weight(s, x, dy, dw, db, scratch, dense_variant(algo), ex,
+                                                conv2d_grouped_dense_form(s));
   if (ex.device == Device::CPU) return conv2d_grouped_backward_weight_cpu(s, x, dy, dw, db);
   CNN_CUDA_BRANCH("conv2d_grouped_backward_weight", {
     const std::size_t need = conv2d_grouped_backward_weight_scratch_floats(s, algo, ex);

@@ -90,11 +90,12 @@ DepthwiseKernel conv2d_grouped_fast_wgrad_kernel(const Conv2dGroupedShape& s);
 bool depthwise_rows_fits(const Conv2dGroupedShape& s);
 
 // Where a group of this many input and output channels or more makes `auto` run the dense
-// kernels on each group (untuned: autotune times every variant). A 200 -> 200 layer in 4 groups
-// (50 channels a group) took 902, 318 and 1137 us for the forward, input and weight gradient on
-// the grouped kernels (H100, batch 128, 8x8); groups of a few channels leave the dense kernels'
-// tiles mostly empty, where the grouped kernels' direct loops do not.
-constexpr int kGroupedDenseAutoChannels = 16;
+// kernels (untuned: autotune times every variant). On an H100 at batch 128 the dense kernels beat
+// the grouped ones on every layer of 4 to 64 channels a group measured, e.g. a 128 -> 128 layer
+// in 32 groups (32x32) 213 / 328 / 213 us (forward, weight and input gradient, TF32) against 674 /
+// 951 / 893, a 200 -> 200 layer in 4 groups (8x8) 53 / 102 / 52 against 909 / 1141 / 317; groups
+// of 1-3 channels are left to the grouped kernels (depthwise ones have their own).
+constexpr int kGroupedDenseAutoChannels = 4;
 
 // True when `algo` runs this shape as one dense convolution a group (conv2d_grouped_dense.h) on
 // ex's device: igemm, wgmma, wgmma-nhwc, and auto by the rule above.

@@ -1,11 +1,12 @@
-// Grouped convolution as one dense convolution a group (see conv2d_grouped_dense.h): group-major
-// copies in the scratch, then the dense op of conv2d.h on each group's slices.
+// Grouped convolution on the dense kernels (see conv2d_grouped_dense.h): per group on group-major
+// copies, or all groups at once on block-diagonal weights.
 #include "kernels/conv/conv2d_grouped_dense.h"
 
 #include <algorithm>
 #include <cstdint>
 
-#include "kernels/conv/conv2d_group_major.h"
+#include "kernels/conv/conv2d_grouped_layout.h"
+#include "runtime/env_switches.h"
 #include "runtime/error.h"
 
 namespace cnn {
@@ -19,6 +20,12 @@ std::size_t input_floats(const Conv2dGroupedShape& s) {
 }
 std::size_t output_floats(const Conv2dGroupedShape& s) {
   return std::size_t(s.n) * s.oc * s.oh() * s.ow();
+}
+BlockDiagonal block_diagonal(const Conv2dGroupedShape& s) {
+  return BlockDiagonal{s.oc, s.c, s.groups, s.kh * s.kw};
+}
+std::size_t dense_weight_floats(const Conv2dGroupedShape& s) {
+  return round4(std::size_t(block_diagonal(s).dense_floats()));
 }
 
 void check_applicable(const Conv2dGroupedShape& s, const char* what) {
@@ -35,7 +42,8 @@ void check_scratch(const char* what, const float* scratch, std::size_t need) {
             what, need);
 }
 
-// The scratch as [first copy][second copy][the dense pass's scratch], each 16-byte aligned.
+// The scratch as [first][second][the dense pass's scratch], each 16-byte aligned; the block-
+// diagonal form has no second part.
 struct Slots {
   float* first;
   float* second;
@@ -55,44 +63,87 @@ bool conv2d_grouped_dense_applicable(const Conv2dGroupedShape& s) {
          s.cg() >= 2;
 }
 
+GroupedDenseForm conv2d_grouped_dense_form(const Conv2dGroupedShape& s) {
+  switch (process_env_switches().grouped_dense) {
+    case GroupedDenseSwitch::PerGroup:
+      return GroupedDenseForm::PerGroup;
+    case GroupedDenseSwitch::BlockDiagonal:
+      return GroupedDenseForm::BlockDiagonal;
+    default:
+      return std::max(s.c, s.oc) <= kBlockDiagonalMaxChannels ||
+                     std::min(s.cg(), s.ocg()) < kPerGroupMinChannels
+                 ? GroupedDenseForm::BlockDiagonal
+                 : GroupedDenseForm::PerGroup;
+  }
+}
+
+const char* grouped_dense_form_name(GroupedDenseForm f) {
+  return f == GroupedDenseForm::BlockDiagonal ? "diagonal" : "groups";
+}
+
 Conv2dShape conv2d_group_shape(const Conv2dGroupedShape& s) {
+  Conv2dShape d = conv2d_block_diagonal_shape(s);
+  d.c = s.cg(), d.oc = s.ocg();
+  return d;
+}
+
+Conv2dShape conv2d_block_diagonal_shape(const Conv2dGroupedShape& s) {
   Conv2dShape d;
-  d.n = s.n, d.c = s.cg(), d.h = s.h, d.w = s.w, d.oc = s.ocg(), d.kh = s.kh, d.kw = s.kw;
+  d.n = s.n, d.c = s.c, d.h = s.h, d.w = s.w, d.oc = s.oc, d.kh = s.kh, d.kw = s.kw;
   d.stride_h = s.stride_h, d.stride_w = s.stride_w, d.pad_h = s.pad_h, d.pad_w = s.pad_w;
   return d;
 }
 
 std::size_t conv2d_grouped_dense_forward_scratch_floats(const Conv2dGroupedShape& s, Algo algo,
-                                                        const Exec& ex) {
+                                                        const Exec& ex, GroupedDenseForm form) {
   if (!conv2d_grouped_dense_applicable(s)) return 0;
+  if (form == GroupedDenseForm::BlockDiagonal)
+    return dense_weight_floats(s) +
+           conv2d_forward_scratch_floats(conv2d_block_diagonal_shape(s), algo, ex);
   return round4(input_floats(s)) + round4(output_floats(s)) +
          conv2d_forward_scratch_floats(conv2d_group_shape(s), algo, ex);
 }
 
 std::size_t conv2d_grouped_dense_backward_data_scratch_floats(const Conv2dGroupedShape& s,
-                                                              Algo algo, const Exec& ex) {
+                                                              Algo algo, const Exec& ex,
+                                                              GroupedDenseForm form) {
   if (!conv2d_grouped_dense_applicable(s)) return 0;
+  if (form == GroupedDenseForm::BlockDiagonal)
+    return dense_weight_floats(s) +
+           conv2d_backward_data_scratch_floats(conv2d_block_diagonal_shape(s), algo, ex);
   return round4(output_floats(s)) + round4(input_floats(s)) +
          conv2d_backward_data_scratch_floats(conv2d_group_shape(s), algo, ex);
 }
 
 std::size_t conv2d_grouped_dense_backward_weight_scratch_floats(const Conv2dGroupedShape& s,
-                                                                Algo /*algo*/, const Exec& ex) {
+                                                                Algo /*algo*/, const Exec& ex,
+                                                                GroupedDenseForm form) {
   if (!conv2d_grouped_dense_applicable(s)) return 0;
+  if (form == GroupedDenseForm::BlockDiagonal)
+    return dense_weight_floats(s) +
+           conv2d_backward_weight_scratch_floats(conv2d_block_diagonal_shape(s), ex);
   return round4(input_floats(s)) + round4(output_floats(s)) +
          conv2d_backward_weight_scratch_floats(conv2d_group_shape(s), ex);
 }
 
 void conv2d_grouped_dense_forward(const Conv2dGroupedShape& s, const float* x, const float* w,
                                   const float* b, float* y, bool relu, float* scratch, Algo algo,
-                                  const Exec& ex) {
+                                  const Exec& ex, GroupedDenseForm form) {
   check_applicable(s, "conv2d_grouped_dense_forward");
   CNN_CHECK(x && w && y, "conv2d_grouped_dense_forward: x, w and y must not be null");
-  const Conv2dShape d = conv2d_group_shape(s);
-  const std::size_t dense = conv2d_forward_scratch_floats(d, algo, ex);
   check_scratch("conv2d_grouped_dense_forward", scratch,
-                conv2d_grouped_dense_forward_scratch_floats(s, algo, ex));
-  const Slots at = slots(scratch, input_floats(s), output_floats(s), dense);
+                conv2d_grouped_dense_forward_scratch_floats(s, algo, ex, form));
+  if (form == GroupedDenseForm::BlockDiagonal) {
+    const Conv2dShape d = conv2d_block_diagonal_shape(s);
+    const Slots at =
+        slots(scratch, dense_weight_floats(s), 0, conv2d_forward_scratch_floats(d, algo, ex));
+    block_diagonal_expand(block_diagonal(s), w, at.first, ex);
+    conv2d_forward(d, x, at.first, b, y, relu, at.dense, algo, ex);
+    return;
+  }
+  const Conv2dShape d = conv2d_group_shape(s);
+  const Slots at =
+      slots(scratch, input_floats(s), output_floats(s), conv2d_forward_scratch_floats(d, algo, ex));
   const int64_t x_plane = int64_t(d.c) * d.h * d.w, y_plane = int64_t(d.oc) * d.oh() * d.ow();
   const int64_t w_group = int64_t(d.oc) * d.c * d.kh * d.kw;
   group_major_copy(x, at.first, s.n, s.groups, x_plane, true, ex);
@@ -105,14 +156,22 @@ void conv2d_grouped_dense_forward(const Conv2dGroupedShape& s, const float* x, c
 
 void conv2d_grouped_dense_backward_data(const Conv2dGroupedShape& s, const float* dy,
                                         const float* w, float* dx, float* scratch, Algo algo,
-                                        const Exec& ex) {
+                                        const Exec& ex, GroupedDenseForm form) {
   check_applicable(s, "conv2d_grouped_dense_backward_data");
   CNN_CHECK(dy && w && dx, "conv2d_grouped_dense_backward_data: dy, w and dx must not be null");
-  const Conv2dShape d = conv2d_group_shape(s);
-  const std::size_t dense = conv2d_backward_data_scratch_floats(d, algo, ex);
   check_scratch("conv2d_grouped_dense_backward_data", scratch,
-                conv2d_grouped_dense_backward_data_scratch_floats(s, algo, ex));
-  const Slots at = slots(scratch, output_floats(s), input_floats(s), dense);
+                conv2d_grouped_dense_backward_data_scratch_floats(s, algo, ex, form));
+  if (form == GroupedDenseForm::BlockDiagonal) {
+    const Conv2dShape d = conv2d_block_diagonal_shape(s);
+    const Slots at =
+        slots(scratch, dense_weight_floats(s), 0, conv2d_backward_data_scratch_floats(d, algo, ex));
+    block_diagonal_expand(block_diagonal(s), w, at.first, ex);
+    conv2d_backward_data(d, dy, at.first, dx, at.dense, algo, ex);
+    return;
+  }
+  const Conv2dShape d = conv2d_group_shape(s);
+  const Slots at = slots(scratch, output_floats(s), input_floats(s),
+                         conv2d_backward_data_scratch_floats(d, algo, ex));
   const int64_t x_plane = int64_t(d.c) * d.h * d.w, y_plane = int64_t(d.oc) * d.oh() * d.ow();
   const int64_t w_group = int64_t(d.oc) * d.c * d.kh * d.kw;
   group_major_copy(dy, at.first, s.n, s.groups, y_plane, true, ex);
@@ -124,14 +183,25 @@ void conv2d_grouped_dense_backward_data(const Conv2dGroupedShape& s, const float
 
 void conv2d_grouped_dense_backward_weight(const Conv2dGroupedShape& s, const float* x,
                                           const float* dy, float* dw, float* db, float* scratch,
-                                          Algo algo, const Exec& ex) {
+                                          Algo algo, const Exec& ex, GroupedDenseForm form) {
   check_applicable(s, "conv2d_grouped_dense_backward_weight");
   CNN_CHECK(x && dy && dw, "conv2d_grouped_dense_backward_weight: x, dy and dw must not be null");
-  const Conv2dShape d = conv2d_group_shape(s);
-  const std::size_t dense = conv2d_backward_weight_scratch_floats(d, ex);
   check_scratch("conv2d_grouped_dense_backward_weight", scratch,
-                conv2d_grouped_dense_backward_weight_scratch_floats(s, algo, ex));
-  const Slots at = slots(scratch, input_floats(s), output_floats(s), dense);
+                conv2d_grouped_dense_backward_weight_scratch_floats(s, algo, ex, form));
+  if (form == GroupedDenseForm::BlockDiagonal) {
+    // The dense gradient starts from zero in the scratch; db is the dense pass's own (OC).
+    const Conv2dShape d = conv2d_block_diagonal_shape(s);
+    const BlockDiagonal bd = block_diagonal(s);
+    const Slots at =
+        slots(scratch, dense_weight_floats(s), 0, conv2d_backward_weight_scratch_floats(d, ex));
+    zero_floats(at.first, bd.dense_floats(), ex);
+    conv2d_backward_weight(d, x, dy, at.first, db, at.dense, algo, ex);
+    block_diagonal_add_back(bd, at.first, dw, ex);
+    return;
+  }
+  const Conv2dShape d = conv2d_group_shape(s);
+  const Slots at = slots(scratch, input_floats(s), output_floats(s),
+                         conv2d_backward_weight_scratch_floats(d, ex));
   const int64_t x_plane = int64_t(d.c) * d.h * d.w, y_plane = int64_t(d.oc) * d.oh() * d.ow();
   const int64_t w_group = int64_t(d.oc) * d.c * d.kh * d.kw;
   group_major_copy(x, at.first, s.n, s.groups, x_plane, true, ex);
