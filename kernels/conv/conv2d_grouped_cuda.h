@@ -69,9 +69,9 @@ const char* depthwise_stream_strips_name(DepthwiseStreamStrips p);  // "fill", "
 // the weight gradient and Fill for the forward and input gradient.
 DepthwiseStreamStrips depthwise_stream_strips(bool weight_gradient);
 // rows > 0 forces the rows per thread (the tests' long strips, which wrap the register ring).
-DepthwiseStreamTiling depthwise_stream_tiling(
-    const Conv2dGroupedShape& s, int rows = 0,
-    DepthwiseStreamStrips plan = DepthwiseStreamStrips::Fill);
+DepthwiseStreamTiling depthwise_stream_tiling(const Conv2dGroupedShape& s, int rows = 0,
+                                              DepthwiseStreamStrips plan =
+                                                  DepthwiseStreamStrips::Fill);
 
 inline int64_t conv2d_grouped_wgrad_slots(const Conv2dGroupedShape& s) {
   return static_cast<int64_t>(s.oc) * s.cg() * s.kh * s.kw + s.oc;

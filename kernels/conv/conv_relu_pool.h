@@ -25,8 +25,8 @@
 #include <cstdint>
 
 #include "kernels/conv/conv2d.h"
-#include "kernels/pool/maxpool.h"
 #include "runtime/exec.h"
+#include "kernels/pool/maxpool.h"
 
 namespace cnn {
 
