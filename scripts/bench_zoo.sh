@@ -9,7 +9,8 @@
 #               and torch_baseline.py --precision as it is (torch_baseline runs bf16 as autocast
 #               with FP32 master weights)
 #   NET         config names under configs/ (default: mnist fashion_mnist resnet_fashion
-#               mobilenet_fashion vgg_cifar); synthetic data, so no dataset is needed
+#               mobilenet_fashion vgg_cifar), or paths of .yaml files (named by their stem, e.g.
+#               configs/probes/resnext_like.yaml); synthetic data, so no dataset is needed
 #   BATCH (128), STEP_REPEATS (200, ./bench), TORCH_STEPS (50 steps x 5 windows): environment
 #   PASSES=1    also every pass of each net and precision against cuDNN/cuBLAS (./bench
 #               --no-step; PASS_BUDGET seconds of timed samples a row, default 0.1), a second
@@ -43,9 +44,17 @@ why=$(python3 -c 'import torch; assert torch.cuda.is_available(), "no CUDA devic
 
 status=0
 start=$SECONDS
-for net in "${nets[@]}"; do
-  cfg="configs/$net.yaml"
+names=()
+for arg in "${nets[@]}"; do
+  if [[ "$arg" == *.yaml ]]; then
+    cfg="$arg"
+    net="$(basename "$arg" .yaml)"
+  else
+    cfg="configs/$arg.yaml"
+    net="$arg"
+  fi
   [ -f "$cfg" ] || { echo "bench_zoo: $cfg not found" >&2; status=1; continue; }
+  names+=("$net")
   for p in ${precs//,/ }; do
     echo "bench_zoo: ours $net $p"
     timeout -k 10 "${OURS_TIMEOUT:-120}" "$bench" --config "$cfg" --step --no-lib --no-peaks \
@@ -70,6 +79,6 @@ for net in "${nets[@]}"; do
   fi
 done
 
-python3 scripts/zoo_table.py "$out" "$batch" "$precs" "$have_torch" "$bench" "${nets[@]}"
+python3 scripts/zoo_table.py "$out" "$batch" "$precs" "$have_torch" "$bench" "${names[@]}"
 echo "bench_zoo: $((SECONDS - start)) s; table in $out/zoo.md"
 exit $status
