@@ -585,12 +585,7 @@ TEST(GpuConv2dGrouped, GradcheckFloatNetworkOnGpu) {
       conv.dil_h = conv.dil_w = n.dil;
       conv.groups = n.groups;
       conv.algo = a;
-      const std::vector<LayerSpec> specs = {conv2d_spec("prefix", int(n.chw[0]), 1, 1, 1, 0),
-                                            conv,
-                                            layer_spec(LayerKind::Relu, "relu"),
-                                            layer_spec(LayerKind::Flatten, "flatten"),
-                                            linear_spec("fc", 5),
-                                            layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
+      const std::vector<LayerSpec> specs = test::conv_in_small_net(conv, int(n.chw[0]));
       GradcheckOptions o;
       o.seed = test::fresh_seed();
       SCOPED_TRACE(std::string(n.title) + " " + algo_name(a) + " seed " + std::to_string(o.seed));

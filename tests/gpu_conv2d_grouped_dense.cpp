@@ -22,6 +22,7 @@
 #include "layers/gradcheck/gradcheck.h"
 #include "layers/layer_spec.h"
 #include "layers/network.h"
+#include "layers/tune_cache.h"
 #include "runtime/error.h"
 #include "runtime/tensor.h"
 #include "tests/test_util.h"
@@ -288,12 +289,7 @@ TEST(GpuConv2dGroupedDense, GradcheckFloatNetworkOnGpu) {
     LayerSpec conv = conv2d_spec("conv", 32, 3, 3, 1, 1);
     conv.groups = 2;
     conv.algo = a;
-    const std::vector<LayerSpec> specs = {conv2d_spec("prefix", 32, 1, 1, 1, 0),
-                                          conv,
-                                          layer_spec(LayerKind::Relu, "relu"),
-                                          layer_spec(LayerKind::Flatten, "flatten"),
-                                          linear_spec("fc", 5),
-                                          layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
+    const std::vector<LayerSpec> specs = test::conv_in_small_net(conv, 32);
     GradcheckOptions o;
     o.seed = test::fresh_seed();
     SCOPED_TRACE(std::string(algo_name(a)) + " seed " + std::to_string(o.seed));
@@ -304,20 +300,17 @@ TEST(GpuConv2dGroupedDense, GradcheckFloatNetworkOnGpu) {
 }
 
 // A grouped layer whose weight gradient autotune moves from the grouped kernels (auto's untuned
-// pick for 4 channels a group, no scratch) to a dense variant (copies or block-diagonal weights
-// in scratch), run beside the input gradient on the side stream: the side scratch is refitted
-// after tuning to the pick's need, and steps then train as with the weight gradients in turn.
+// pick for 2 channels a group, no scratch) to a dense one (block-diagonal weights in scratch),
+// run beside the input gradient on the side stream: the side scratch is refitted after tuning
+// to the pick's need (it was sized for the untuned pick), and steps then train as with the
+// weight gradients in turn. The pick is forced through the tune cache, so the test does not
+// hang on which variant times faster.
 TEST(GpuConv2dGroupedDense, SideScratchFitsTheTunedWeightGradient) {
   CNN_REQUIRE_GPU();
   LayerSpec conv = conv2d_spec("conv", 64, 3, 3, 1, 1);
-  conv.groups = 16;
+  conv.groups = 32;
   conv.bias = false;
-  const std::vector<LayerSpec> specs = {conv2d_spec("prefix", 64, 3, 3, 1, 1),
-                                        conv,
-                                        layer_spec(LayerKind::Relu, "relu"),
-                                        layer_spec(LayerKind::Flatten, "flatten"),
-                                        linear_spec("fc", 5),
-                                        layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
+  const std::vector<LayerSpec> specs = test::conv_in_small_net(conv, 64, 3);
   const Shape chw = {3, 12, 12};
   // FP32: the two networks may tune to different variants, which then agree to ~1e-6 (at TF32
   // they differ by its rounding, a few percent on small gradients).
@@ -326,17 +319,26 @@ TEST(GpuConv2dGroupedDense, SideScratchFitsTheTunedWeightGradient) {
   o.max_batch = 32;
   o.weight_grads_beside = true;
   Network net(specs, chw, o, ex);
-  Algo picked = Algo::Auto;
-  for (const std::string& line : net.autotune()) {
+  const Conv2dGroupedShape g = shape(32, 64, 12, 12, 64, 3, 1, 1, 32);
+  ASSERT_FALSE(conv2d_grouped_runs_dense(g, Algo::Auto, ex)) << "the untuned pick must differ";
+  TuneCache cache;
+  // The layer's key (layers/conv2d_layer.cpp), with and without the ReLU it may have fused.
+  for (const char* tail : {"", " relu"})
+    cache.put(
+        TuneCache::key(std::string("conv2d n32 c64 h12 w12 oc64 k3x3 s1x1 p1x1 d1x1 g32") + tail,
+                       "weight-grad", precision_name(ex.precision), false),
+        CachedTune{"igemm", {}});
+  bool forced = false;
+  for (const std::string& line : net.autotune(&cache)) {
     std::printf("%s\n", line.c_str());
-    const std::string head = "conv weight-grad: ";
-    if (line.rfind(head, 0) == 0)
-      picked = parse_algo(line.substr(head.size(), line.find(' ', head.size()) - head.size()));
+    forced = forced || (line.rfind("conv weight-grad: igemm", 0) == 0 &&
+                        line.find("[cached]") != std::string::npos);
   }
-  ASSERT_NE(picked, Algo::Auto) << "no weight-gradient choice for the grouped layer";
-  Conv2dGroupedShape g = shape(32, 64, 12, 12, 64, 3, 1, 1, 16);
-  EXPECT_GE(net.side_scratch_floats(), conv2d_grouped_backward_weight_scratch_floats(g, picked, ex))
-      << algo_name(picked);
+  ASSERT_TRUE(forced) << "the cached weight-gradient pick was not taken";
+  EXPECT_GE(net.side_scratch_floats(),
+            conv2d_grouped_backward_weight_scratch_floats(g, Algo::Igemm, ex));
+  EXPECT_GT(conv2d_grouped_backward_weight_scratch_floats(g, Algo::Igemm, ex),
+            conv2d_grouped_backward_weight_scratch_floats(g, Algo::Auto, ex));
   // Three steps with the tuned picks, against the same network with its weight gradients in turn.
   NetworkOptions in_turn = o;
   in_turn.weight_grads_beside = false;

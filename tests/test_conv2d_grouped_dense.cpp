@@ -212,12 +212,7 @@ TEST(Conv2dGroupedDense, FloatNetworkGradcheckOnCpu) {
   LayerSpec conv = conv2d_spec("conv", 12, 3, 3, 2, 1);
   conv.groups = 3;
   conv.algo = Algo::Igemm;
-  const std::vector<LayerSpec> specs = {conv2d_spec("prefix", 6, 1, 1, 1, 0),
-                                        conv,
-                                        layer_spec(LayerKind::Relu, "relu"),
-                                        layer_spec(LayerKind::Flatten, "flatten"),
-                                        linear_spec("fc", 5),
-                                        layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
+  const std::vector<LayerSpec> specs = test::conv_in_small_net(conv, 6);
   GradcheckOptions o;
   o.seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(o.seed));

@@ -283,6 +283,17 @@ std::vector<LayerSpec> smooth_specs(const std::vector<LayerSpec>& specs) {
   return out;
 }
 
+std::vector<LayerSpec> conv_in_small_net(const LayerSpec& conv, int prefix_channels,
+                                         int prefix_kernel) {
+  return {
+      conv2d_spec("prefix", prefix_channels, prefix_kernel, prefix_kernel, 1, prefix_kernel / 2),
+      conv,
+      layer_spec(LayerKind::Relu, "relu"),
+      layer_spec(LayerKind::Flatten, "flatten"),
+      linear_spec("fc", 5),
+      layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
+}
+
 std::vector<LayerSpec> norm_net() {
   LayerSpec conv2 = conv2d_spec("conv2", 5, 3, 3, 1, 1);
   conv2.bias = false;

@@ -73,6 +73,12 @@ inline bool contains(const std::string& s, const std::string& part) {
 // without bias, linear); three classes.
 std::vector<LayerSpec> norm_net();
 
+// One conv layer checked through a small net: a prefix conv of prefix_channels (prefix_kernel
+// square, "same" padding; so that the layer's input gradient is needed), the layer, relu,
+// flatten, a 5-class linear head and the loss.
+std::vector<LayerSpec> conv_in_small_net(const LayerSpec& conv, int prefix_channels,
+                                         int prefix_kernel = 1);
+
 // The net with its kinks taken out: no ReLU, average instead of max pooling, inside blocks too.
 // At reduced precision (TF32, BF16) a layer's outputs move by the rounding, and wherever a ReLU
 // input or a max-pool runner-up lies that close to its kink two computations take different
