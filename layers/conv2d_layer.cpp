@@ -37,9 +37,9 @@ class Conv2dLayer : public Layer {
       check_conv2d_grouped_shape(gshape_);
       const bool dense = algo_ == Algo::Igemm || algo_ == Algo::Wgmma || algo_ == Algo::WgmmaNhwc;
       CNN_CHECK(!dense || conv2d_grouped_dense_applicable(gshape_),
-                "{}: algo {} runs a grouped convolution as one dense convolution a group, which "
-                "takes dilation 1 and 2 to {} groups of at least 2 input channels (here groups "
-                "{}, {} input channels, dilation {}x{}); expected naive, tiled, fast or auto",
+                "{}: algo {} runs a grouped convolution on the dense kernels, which take "
+                "dilation 1 and 2 to {} groups of at least 2 input channels (here groups {}, {} "
+                "input channels, dilation {}x{}); expected naive, tiled, fast or auto",
                 name(), algo_name(algo_), kGroupedDenseMaxGroups, spec_.groups, shape_.c,
                 spec_.dil_h, spec_.dil_w);
     } else {

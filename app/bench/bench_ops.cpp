@@ -1669,8 +1669,8 @@ void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
     const Precision p = Precision::FP32;
     const Exec ex = exec_for(ctx, p);
     const double tol = matmul_tol(p);
-    // The dense variants (one dense convolution a group, igemm / wgmma / wgmma-nhwc and auto
-    // where it takes them) are measured where they take the shape, at FP32 as well.
+    // The dense variants (igemm / wgmma / wgmma-nhwc, and auto where it takes them) are measured
+    // where they take the shape, at FP32 as well.
     const auto runs_here = [&](Algo algo) {
       const bool dense = algo == Algo::Igemm || algo == Algo::Wgmma || algo == Algo::WgmmaNhwc;
       return !dense || conv2d_grouped_dense_applicable(s);
@@ -1718,7 +1718,8 @@ void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
       Candidate c;
       c.variant = algo_name(algo);
       if (conv2d_grouped_runs_dense(s, algo, ex))
-        c.note = fmt::format("the dense kernels on each of the {} groups", s.groups);
+        c.note = fmt::format("the dense kernels, {} form ({} groups)",
+                             grouped_dense_form_name(conv2d_grouped_dense_form(s)), s.groups);
       if (algo == Algo::Fast && conv2d_grouped_strided_applicable(s))
         c.note = pass == Pass::BackwardWeight ? "runs the tiled kernel (stride 2)"
                                               : "runs flat (stride 2)";

@@ -1,8 +1,8 @@
 // Grouped convolution API: checks the shape once, then dispatches on the device and the variant.
-// igemm / wgmma / wgmma-nhwc, and auto where a group is wide: the dense kernels on each group
-// (conv2d_grouped_dense.h), on either device. Otherwise the CPU runs the reference loops and CUDA
-// naive / tiled / fast (conv2d_grouped.cu); auto is then fast, which falls back to tiled where the
-// depthwise kernels do not apply.
+// igemm / wgmma / wgmma-nhwc, and auto from 4 channels a group on CUDA: the dense kernels, on
+// block-diagonal weights or a group at a time (conv2d_grouped_dense.h), on either device. Otherwise
+// the CPU runs the reference loops and CUDA naive / tiled / fast (conv2d_grouped.cu); auto is then
+// fast, which falls back to tiled where the depthwise kernels do not apply.
 #include "kernels/conv/conv2d_grouped.h"
 
 #include <algorithm>

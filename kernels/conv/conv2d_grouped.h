@@ -15,12 +15,13 @@
 //          dilation 1): the flat kernels (DepthwiseKernel::Flat) for the forward and input
 //          gradient, tiled for the weight gradient
 //   igemm, wgmma, wgmma-nhwc
-//          that dense variant of conv2d.h on each group (conv2d_grouped_dense.h): dilation 1,
-//          2 to 32 groups of at least 2 input channels; other shapes are refused with
-//          cnn::Error (autotune leaves them out)
-//   auto   on CUDA, the dense op's own fixed rule on each group where conv2d_grouped_dense.h
-//          takes the shape and every group has at least kGroupedDenseAutoChannels input and
-//          output channels; else fast (which itself falls back to tiled). The CPU runs the
+//          that dense variant of conv2d.h, on block-diagonal weights or a group at a time
+//          (conv2d_grouped_dense.h): dilation 1, 2 to 32 groups of at least 2 input channels;
+//          other shapes are refused with cnn::Error (autotune leaves them out)
+//   auto   on CUDA, the dense kernels with the dense op's own fixed rule where
+//          conv2d_grouped_dense.h takes the shape and every group has at least
+//          kGroupedDenseAutoChannels input and output channels; else fast (which itself falls
+//          back to tiled). The CPU runs the
 //          reference loops for every variant but the dense ones.
 #include <cstddef>
 #include <cstdint>
@@ -97,13 +98,14 @@ bool depthwise_rows_fits(const Conv2dGroupedShape& s);
 // of 1-3 channels are left to the grouped kernels (depthwise ones have their own).
 constexpr int kGroupedDenseAutoChannels = 4;
 
-// True when `algo` runs this shape as one dense convolution a group (conv2d_grouped_dense.h) on
-// ex's device: igemm, wgmma, wgmma-nhwc, and auto by the rule above.
+// True when `algo` runs this shape on the dense kernels (conv2d_grouped_dense.h) on ex's device:
+// igemm, wgmma, wgmma-nhwc, and auto by the rule above.
 bool conv2d_grouped_runs_dense(const Conv2dGroupedShape& s, Algo algo, const Exec& ex);
 
-// Scratch floats of each pass with `algo` (16-byte aligned when given): the dense variants' copies
-// (conv2d_grouped_dense.h); for the weight gradient also the grouped kernels' deterministic
-// partial sums. A function of the shape, algo, ex.device, ex.precision and ex.deterministic.
+// Scratch floats of each pass with `algo` (16-byte aligned when given): the dense variants'
+// block-diagonal weights or group-major copies (conv2d_grouped_dense.h); for the weight gradient
+// also the grouped kernels' deterministic partial sums. A function of the shape, algo, ex.device,
+// ex.precision and ex.deterministic.
 std::size_t conv2d_grouped_forward_scratch_floats(const Conv2dGroupedShape& s, Algo algo,
                                                   const Exec& ex);
 std::size_t conv2d_grouped_backward_data_scratch_floats(const Conv2dGroupedShape& s, Algo algo,
