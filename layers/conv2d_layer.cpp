@@ -3,7 +3,7 @@
 
 #include "kernels/conv/conv2d.h"
 #include "kernels/conv/conv2d_grouped.h"
-#include "kernels/conv/conv2d_grouped_dense.h"
+#include "kernels/conv/conv2d_grouped_dense.h"  // kGroupedDenseMaxGroups
 #include "kernels/conv/conv_relu_pool.h"
 #include "kernels/pointwise/relu.h"
 #include "layers/layer_factories.h"
@@ -36,12 +36,13 @@ class Conv2dLayer : public Layer {
     if (grouped_) {
       check_conv2d_grouped_shape(gshape_);
       const bool dense = algo_ == Algo::Igemm || algo_ == Algo::Wgmma || algo_ == Algo::WgmmaNhwc;
-      CNN_CHECK(!dense || conv2d_grouped_dense_applicable(gshape_),
-                "{}: algo {} runs a grouped convolution on the dense kernels, which take "
-                "dilation 1 and 2 to {} groups of at least 2 input channels (here groups {}, {} "
-                "input channels, dilation {}x{}); expected naive, tiled, fast or auto",
+      CNN_CHECK(!dense || conv2d_grouped_takes_dense(gshape_),
+                "{}: algo {} runs grouped convolutions of dilation 1 (2 to {} groups of at least "
+                "2 input channels) and dilated ones of stride 1 and one group on the dense "
+                "kernels (here groups {}, {} input channels, stride {}x{}, dilation {}x{}); "
+                "expected naive, tiled, fast or auto",
                 name(), algo_name(algo_), kGroupedDenseMaxGroups, spec_.groups, shape_.c,
-                spec_.dil_h, spec_.dil_w);
+                spec_.stride_h, spec_.stride_w, spec_.dil_h, spec_.dil_w);
     } else {
       check_conv2d_shape(shape_);
     }

@@ -1673,7 +1673,7 @@ void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
     // where they take the shape, at FP32 as well.
     const auto runs_here = [&](Algo algo) {
       const bool dense = algo == Algo::Igemm || algo == Algo::Wgmma || algo == Algo::WgmmaNhwc;
-      return !dense || conv2d_grouped_dense_applicable(s);
+      return !dense || conv2d_grouped_takes_dense(s);
     };
     std::size_t scratch_floats = 0;
     for (Algo algo : opt.algos) {
@@ -1718,8 +1718,10 @@ void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
       Candidate c;
       c.variant = algo_name(algo);
       if (conv2d_grouped_runs_dense(s, algo, ex))
-        c.note = fmt::format("the dense kernels, {} form ({} groups)",
-                             grouped_dense_form_name(conv2d_grouped_dense_form(s)), s.groups);
+        c.note = conv2d_grouped_dense_applicable(s)
+                     ? fmt::format("the dense kernels, {} form ({} groups)",
+                                   grouped_dense_form_name(conv2d_grouped_dense_form(s)), s.groups)
+                     : std::string("the dense kernels on the dilation phases");
       if (algo == Algo::Fast && conv2d_grouped_strided_applicable(s))
         c.note = pass == Pass::BackwardWeight ? "runs the tiled kernel (stride 2)"
                                               : "runs flat (stride 2)";

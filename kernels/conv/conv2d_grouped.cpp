@@ -1,6 +1,7 @@
 // Grouped convolution API: checks the shape once, then dispatches on the device and the variant.
 // igemm / wgmma / wgmma-nhwc, and auto from 4 channels a group on CUDA: the dense kernels, on
-// block-diagonal weights or a group at a time (conv2d_grouped_dense.h), on either device. Otherwise
+// block-diagonal weights or a group at a time (conv2d_grouped_dense.h), or on the phases of a
+// dilated convolution (conv2d_dilated_dense.h), on either device. Otherwise
 // the CPU runs the reference loops and CUDA naive / tiled / fast (conv2d_grouped.cu); auto is then
 // fast, which falls back to tiled where the depthwise kernels do not apply.
 #include "kernels/conv/conv2d_grouped.h"
@@ -9,6 +10,7 @@
 #include <cstdint>
 
 #include "kernels/conv/conv2d_depthwise_flat.h"
+#include "kernels/conv/conv2d_dilated_dense.h"
 #include "kernels/conv/conv2d_grouped_cuda.h"
 #include "kernels/conv/conv2d_grouped_dense.h"
 #include "kernels/conv/conv_window_check.h"
@@ -162,22 +164,43 @@ namespace {
 bool dense_algo(Algo algo) {
   return algo == Algo::Igemm || algo == Algo::Wgmma || algo == Algo::WgmmaNhwc;
 }
-// The dense variant each group runs: auto keeps the dense op's fixed rule.
+// The dense variant each dense pass runs: auto keeps the dense op's fixed rule.
 Algo dense_variant(Algo algo) {
   return dense_algo(algo) ? algo : Algo::Auto;
 }
+bool dilated(const Conv2dGroupedShape& s) {
+  return !conv2d_grouped_dense_applicable(s) && conv2d_dilated_dense_applicable(s);
+}
+// A dense variant asked for a shape neither dense form takes.
+void refuse_dense(const char* what, const Conv2dGroupedShape& s, Algo algo) {
+  CNN_CHECK(conv2d_grouped_takes_dense(s),
+            "{}: algo {} runs grouped convolutions of dilation 1 (2 to {} groups of at least 2 "
+            "input channels) and dilated ones of stride 1 and one group on the dense kernels "
+            "(got groups = {}, {} input channels, stride {}x{}, dilation {}x{}); expected naive, "
+            "tiled, fast or auto",
+            what, algo_name(algo), kGroupedDenseMaxGroups, s.groups, s.c, s.stride_h, s.stride_w,
+            s.dil_h, s.dil_w);
+}
 }  // namespace
+
+bool conv2d_grouped_takes_dense(const Conv2dGroupedShape& s) {
+  return conv2d_grouped_dense_applicable(s) || conv2d_dilated_dense_applicable(s);
+}
 
 bool conv2d_grouped_runs_dense(const Conv2dGroupedShape& s, Algo algo, const Exec& ex) {
   if (dense_algo(algo)) return true;
-  return algo == Algo::Auto && ex.device == Device::CUDA && conv2d_grouped_dense_applicable(s) &&
-         s.cg() >= kGroupedDenseAutoChannels && s.ocg() >= kGroupedDenseAutoChannels;
+  if (algo != Algo::Auto || ex.device != Device::CUDA) return false;
+  if (conv2d_grouped_dense_applicable(s))
+    return s.cg() >= kGroupedDenseAutoChannels && s.ocg() >= kGroupedDenseAutoChannels;
+  return conv2d_dilated_dense_applicable(s) && s.c >= kGroupedDenseAutoChannels &&
+         s.oc >= kGroupedDenseAutoChannels;
 }
 
 std::size_t conv2d_grouped_forward_scratch_floats(const Conv2dGroupedShape& s, Algo algo,
                                                   const Exec& ex) {
   check_conv2d_grouped_shape(s);
   if (!conv2d_grouped_runs_dense(s, algo, ex)) return 0;
+  if (dilated(s)) return conv2d_dilated_dense_forward_scratch_floats(s, dense_variant(algo), ex);
   return conv2d_grouped_dense_forward_scratch_floats(s, dense_variant(algo), ex,
                                                      conv2d_grouped_dense_form(s));
 }
@@ -186,6 +209,8 @@ std::size_t conv2d_grouped_backward_data_scratch_floats(const Conv2dGroupedShape
                                                         const Exec& ex) {
   check_conv2d_grouped_shape(s);
   if (!conv2d_grouped_runs_dense(s, algo, ex)) return 0;
+  if (dilated(s))
+    return conv2d_dilated_dense_backward_data_scratch_floats(s, dense_variant(algo), ex);
   return conv2d_grouped_dense_backward_data_scratch_floats(s, dense_variant(algo), ex,
                                                            conv2d_grouped_dense_form(s));
 }
@@ -194,8 +219,10 @@ std::size_t conv2d_grouped_backward_weight_scratch_floats(const Conv2dGroupedSha
                                                           const Exec& ex) {
   check_conv2d_grouped_shape(s);
   if (conv2d_grouped_runs_dense(s, algo, ex))
-    return conv2d_grouped_dense_backward_weight_scratch_floats(s, dense_variant(algo), ex,
-                                                               conv2d_grouped_dense_form(s));
+    return dilated(s)
+               ? conv2d_dilated_dense_backward_weight_scratch_floats(s, dense_variant(algo), ex)
+               : conv2d_grouped_dense_backward_weight_scratch_floats(s, dense_variant(algo), ex,
+                                                                     conv2d_grouped_dense_form(s));
   if (ex.device == Device::CPU) return 0;
   return CNN_CUDA_VALUE(conv2d_grouped_backward_weight_scratch_floats_cuda(s, ex.deterministic),
                         std::size_t(0));
@@ -206,9 +233,13 @@ void conv2d_grouped_forward(const Conv2dGroupedShape& s, const float* x, const f
                             const Exec& ex) {
   check_conv2d_grouped_shape(s);
   CNN_CHECK(x && w && y, "conv2d_grouped_forward: x, w and y must not be null");
-  if (conv2d_grouped_runs_dense(s, algo, ex))
+  if (conv2d_grouped_runs_dense(s, algo, ex)) {
+    refuse_dense("conv2d_grouped_forward", s, algo);
+    if (dilated(s))
+      return conv2d_dilated_dense_forward(s, x, w, b, y, relu, scratch, dense_variant(algo), ex);
     return conv2d_grouped_dense_forward(s, x, w, b, y, relu, scratch, dense_variant(algo), ex,
                                         conv2d_grouped_dense_form(s));
+  }
   if (ex.device == Device::CPU) return conv2d_grouped_forward_cpu(s, x, w, b, y, relu);
   CNN_CUDA_BRANCH("conv2d_grouped_forward",
                   conv2d_grouped_forward_cuda(s, x, w, b, y, relu, algo, ex.stream));
@@ -218,9 +249,13 @@ void conv2d_grouped_backward_data(const Conv2dGroupedShape& s, const float* dy, 
                                   float* dx, float* scratch, Algo algo, const Exec& ex) {
   check_conv2d_grouped_shape(s);
   CNN_CHECK(dy && w && dx, "conv2d_grouped_backward_data: dy, w and dx must not be null");
-  if (conv2d_grouped_runs_dense(s, algo, ex))
+  if (conv2d_grouped_runs_dense(s, algo, ex)) {
+    refuse_dense("conv2d_grouped_backward_data", s, algo);
+    if (dilated(s))
+      return conv2d_dilated_dense_backward_data(s, dy, w, dx, scratch, dense_variant(algo), ex);
     return conv2d_grouped_dense_backward_data(s, dy, w, dx, scratch, dense_variant(algo), ex,
                                               conv2d_grouped_dense_form(s));
+  }
   if (ex.device == Device::CPU) return conv2d_grouped_backward_data_cpu(s, dy, w, dx);
   CNN_CUDA_BRANCH("conv2d_grouped_backward_data",
                   conv2d_grouped_backward_data_cuda(s, dy, w, dx, algo, ex.stream));
@@ -231,9 +266,14 @@ void conv2d_grouped_backward_weight(const Conv2dGroupedShape& s, const float* x,
                                     const Exec& ex) {
   check_conv2d_grouped_shape(s);
   CNN_CHECK(x && dy && dw, "conv2d_grouped_backward_weight: x, dy and dw must not be null");
-  if (conv2d_grouped_runs_dense(s, algo, ex))
+  if (conv2d_grouped_runs_dense(s, algo, ex)) {
+    refuse_dense("conv2d_grouped_backward_weight", s, algo);
+    if (dilated(s))
+      return conv2d_dilated_dense_backward_weight(s, x, dy, dw, db, scratch, dense_variant(algo),
+                                                  ex);
     return conv2d_grouped_dense_backward_weight(s, x, dy, dw, db, scratch, dense_variant(algo), ex,
                                                 conv2d_grouped_dense_form(s));
+  }
   if (ex.device == Device::CPU) return conv2d_grouped_backward_weight_cpu(s, x, dy, dw, db);
   CNN_CUDA_BRANCH("conv2d_grouped_backward_weight", {
     const std::size_t need = conv2d_grouped_backward_weight_scratch_floats(s, algo, ex);

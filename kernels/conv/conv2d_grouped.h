@@ -15,13 +15,13 @@
 //          dilation 1): the flat kernels (DepthwiseKernel::Flat) for the forward and input
 //          gradient, tiled for the weight gradient
 //   igemm, wgmma, wgmma-nhwc
-//          that dense variant of conv2d.h, on block-diagonal weights or a group at a time
-//          (conv2d_grouped_dense.h): dilation 1, 2 to 32 groups of at least 2 input channels;
-//          other shapes are refused with cnn::Error (autotune leaves them out)
-//   auto   on CUDA, the dense kernels with the dense op's own fixed rule where
-//          conv2d_grouped_dense.h takes the shape and every group has at least
-//          kGroupedDenseAutoChannels input and output channels; else fast (which itself falls
-//          back to tiled). The CPU runs the
+//          that dense variant of conv2d.h: on block-diagonal weights or a group at a time for
+//          dilation 1 and 2 to 32 groups of at least 2 input channels (conv2d_grouped_dense.h),
+//          on the dilation phases for stride 1 and one group (conv2d_dilated_dense.h); other
+//          shapes are refused with cnn::Error (autotune leaves them out)
+//   auto   on CUDA, the dense kernels with the dense op's own fixed rule where one of those
+//          takes the shape and every group has at least kGroupedDenseAutoChannels input and
+//          output channels; else fast (which itself falls back to tiled). The CPU runs the
 //          reference loops for every variant but the dense ones.
 #include <cstddef>
 #include <cstdint>
@@ -98,8 +98,10 @@ bool depthwise_rows_fits(const Conv2dGroupedShape& s);
 // of 1-3 channels are left to the grouped kernels (depthwise ones have their own).
 constexpr int kGroupedDenseAutoChannels = 4;
 
-// True when `algo` runs this shape on the dense kernels (conv2d_grouped_dense.h) on ex's device:
-// igemm, wgmma, wgmma-nhwc, and auto by the rule above.
+// True when the dense kernels take this shape (grouped, or dilated: the file comment).
+bool conv2d_grouped_takes_dense(const Conv2dGroupedShape& s);
+// True when `algo` runs this shape on the dense kernels on ex's device: igemm, wgmma, wgmma-nhwc
+// (refused at the call where conv2d_grouped_takes_dense is false), and auto by the rule above.
 bool conv2d_grouped_runs_dense(const Conv2dGroupedShape& s, Algo algo, const Exec& ex);
 
 // Scratch floats of each pass with `algo` (16-byte aligned when given): the dense variants'
