@@ -20,6 +20,7 @@
 #include "layers/layer_spec.h"
 #include "runtime/error.h"
 #include "runtime/tensor.h"
+#include "tests/grouped_conv_test_check.h"
 #include "tests/test_util.h"
 
 using namespace cnn;
@@ -39,31 +40,6 @@ Conv2dGroupedShape dilated(int n, int c, int h, int w, int oc, int k, int pad_h,
   s.n = n, s.c = c, s.h = h, s.w = w, s.oc = oc, s.kh = s.kw = k;
   s.pad_h = pad_h, s.pad_w = pad_w, s.dil_h = dil_h, s.dil_w = dil_w;
   return s;
-}
-
-std::vector<double> widen(const std::vector<float>& v, bool absolute) {
-  std::vector<double> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = absolute ? std::fabs(double(v[i])) : double(v[i]);
-  return r;
-}
-
-// Per element |got - ref| <= 2 (u + K 2^-23) sum|terms| + 1e-6 (|ref| + 1), u the error of one
-// product: 2^-20 at FP32 (3xTF32 or FFMA), 2^-9 TF32, 2^-8 BF16.
-void expect_within(const std::vector<float>& got, const std::vector<double>& ref,
-                   const std::vector<double>& abs_terms, double depth, Precision p,
-                   const std::string& what) {
-  const double u = p == Precision::BF16   ? std::ldexp(1.0, -8)
-                   : p == Precision::TF32 ? std::ldexp(1.0, -9)
-                                          : std::ldexp(1.0, -20);
-  const double rel = 2 * (u + depth * std::ldexp(1.0, -23));
-  ASSERT_EQ(got.size(), ref.size()) << what;
-  size_t bad = 0, first = 0;
-  for (size_t i = 0; i < ref.size(); ++i)
-    if (!(std::fabs(double(got[i]) - ref[i]) <=
-          rel * abs_terms[i] + 1e-6 * (std::fabs(ref[i]) + 1)))
-      if (bad++ == 0) first = i;
-  EXPECT_EQ(bad, 0u) << what << ": first at " << first << " got " << got[first] << " want "
-                     << ref[first];
 }
 
 }  // namespace
@@ -105,31 +81,13 @@ TEST(GpuConv2dDilatedDense, EveryDenseVariantMatchesCpu) {
                             std::to_string(s.dil_w);
     const size_t nx = size_t(s.n) * s.c * s.h * s.w, ny = size_t(s.n) * s.oc * s.oh() * s.ow();
     const size_t nw = size_t(s.oc) * s.c * s.kh * s.kw;
-    const std::vector<float> x = test::random_vector(nx, 21), w = test::random_vector(nw, 22),
-                             b = test::random_vector(s.oc, 23), dy = test::random_vector(ny, 24),
-                             dw0 = test::random_vector(nw, 25), db0 = test::random_vector(s.oc, 26);
-    std::vector<double> y_ref(ny), y_abs(ny), dx_ref(nx), dx_abs(nx), dw_ref(nw), dw_abs(nw),
-        db_ref(s.oc), db_abs(s.oc);
-    conv2d_grouped_forward_cpu(s, widen(x, false).data(), widen(w, false).data(),
-                               widen(b, false).data(), y_ref.data(), false);
-    conv2d_grouped_forward_cpu(s, widen(x, true).data(), widen(w, true).data(),
-                               widen(b, true).data(), y_abs.data(), false);
-    conv2d_grouped_backward_data_cpu(s, widen(dy, false).data(), widen(w, false).data(),
-                                     dx_ref.data());
-    conv2d_grouped_backward_data_cpu(s, widen(dy, true).data(), widen(w, true).data(),
-                                     dx_abs.data());
-    conv2d_grouped_backward_weight_cpu(s, widen(x, false).data(), widen(dy, false).data(),
-                                       dw_ref.data(), db_ref.data());
-    conv2d_grouped_backward_weight_cpu(s, widen(x, true).data(), widen(dy, true).data(),
-                                       dw_abs.data(), db_abs.data());
-    for (size_t i = 0; i < nw; ++i) dw_ref[i] += dw0[i], dw_abs[i] += std::fabs(dw0[i]);
-    for (int i = 0; i < s.oc; ++i) db_ref[i] += db0[i], db_abs[i] += std::fabs(db0[i]);
+    const grouped_test::Problem ref = grouped_test::make_problem(s);
     const double k_fwd = double(s.c) * s.kh * s.kw + 1, k_data = double(s.oc) * s.kh * s.kw;
     // The phases' batch sums over d_h d_w N images of the phase size.
     const Conv2dShape d = conv2d_dilated_phase_shape(s);
     const double k_wgt = double(d.n) * d.oh() * d.ow();
-    Tensor d_x = test::to_device(x), d_w = test::to_device(w), d_b = test::to_device(b),
-           d_dy = test::to_device(dy);
+    Tensor d_x = test::to_device(ref.x), d_w = test::to_device(ref.w), d_b = test::to_device(ref.b),
+           d_dy = test::to_device(ref.dy);
     Tensor d_y({int64_t(ny)}, Device::CUDA), d_dx({int64_t(nx)}, Device::CUDA);
     for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16})
       for (Algo a : {Algo::Igemm, Algo::Wgmma, Algo::WgmmaNhwc, Algo::Auto}) {
@@ -156,22 +114,23 @@ TEST(GpuConv2dDilatedDense, EveryDenseVariantMatchesCpu) {
               conv2d_grouped_forward(s, d_x.data(), d_w.data(), d_b.data(), d_y.data(), false, sp,
                                      a, ex);
             }))
-          expect_within(test::to_host(d_y.data(), ny), y_ref, y_abs, k_fwd, p, what + " forward");
+          grouped_test::expect_within(test::to_host(d_y.data(), ny), ref.y, ref.y_abs, k_fwd, p,
+                                      what + " forward");
         test::poison_device(d_dx.data(), nx);
         if (run("input gradient", [&] {
               conv2d_grouped_backward_data(s, d_dy.data(), d_w.data(), d_dx.data(), sp, a, ex);
             }))
-          expect_within(test::to_host(d_dx.data(), nx), dx_ref, dx_abs, k_data, p,
-                        what + " input gradient");
-        Tensor d_dw = test::to_device(dw0), d_db = test::to_device(db0);
+          grouped_test::expect_within(test::to_host(d_dx.data(), nx), ref.dx, ref.dx_abs, k_data, p,
+                                      what + " input gradient");
+        Tensor d_dw = test::to_device(ref.dw0), d_db = test::to_device(ref.db0);
         if (run("weight gradient", [&] {
               conv2d_grouped_backward_weight(s, d_x.data(), d_dy.data(), d_dw.data(), d_db.data(),
                                              sp, a, ex);
             })) {
-          expect_within(test::to_host(d_dw.data(), nw), dw_ref, dw_abs, k_wgt, p,
-                        what + " weight gradient");
-          expect_within(test::to_host(d_db.data(), s.oc), db_ref, db_abs, k_wgt, p,
-                        what + " bias gradient");
+          grouped_test::expect_within(test::to_host(d_dw.data(), nw), ref.dw, ref.dw_abs, k_wgt, p,
+                                      what + " weight gradient");
+          grouped_test::expect_within(test::to_host(d_db.data(), s.oc), ref.db, ref.db_abs, k_wgt,
+                                      p, what + " bias gradient");
         }
       }
   }

@@ -17,6 +17,7 @@
 #include "layers/gradcheck/gradcheck.h"
 #include "layers/layer_spec.h"
 #include "runtime/error.h"
+#include "tests/grouped_conv_test_check.h"
 #include "tests/test_util.h"
 
 using namespace cnn;
@@ -29,13 +30,6 @@ Conv2dGroupedShape shape(int n, int c, int h, int w, int oc, int k, int stride, 
   s.n = n, s.c = c, s.h = h, s.w = w, s.oc = oc, s.kh = s.kw = k;
   s.stride_h = s.stride_w = stride, s.pad_h = s.pad_w = pad, s.groups = groups;
   return s;
-}
-
-void expect_near_all(const std::vector<float>& got, const std::vector<float>& ref,
-                     const std::string& what) {
-  ASSERT_EQ(got.size(), ref.size()) << what;
-  for (size_t i = 0; i < ref.size(); ++i)
-    ASSERT_NEAR(got[i], ref[i], 1e-4 * (1 + std::fabs(ref[i]))) << what << " at " << i;
 }
 
 }  // namespace
@@ -191,17 +185,17 @@ TEST(Conv2dGroupedDense, MatchesTheGroupedReferenceOnCpu) {
       conv2d_grouped_dense_forward(s, x.data(), w.data(), b.data(), y.data(), true, scratch.data(),
                                    Algo::Igemm, Exec{}, form);
       conv2d_grouped_forward_cpu(s, x.data(), w.data(), b.data(), y_ref.data(), true);
-      expect_near_all(y, y_ref, "forward");
+      grouped_test::expect_near_all(y, y_ref, "forward");
       conv2d_grouped_dense_backward_data(s, dy.data(), w.data(), dx.data(), scratch.data(),
                                          Algo::Igemm, Exec{}, form);
       conv2d_grouped_backward_data_cpu(s, dy.data(), w.data(), dx_ref.data());
-      expect_near_all(dx, dx_ref, "input gradient");
+      grouped_test::expect_near_all(dx, dx_ref, "input gradient");
       std::vector<float> dw = dw0, db = db0, dw_ref = dw0, db_ref = db0;
       conv2d_grouped_dense_backward_weight(s, x.data(), dy.data(), dw.data(), db.data(),
                                            scratch.data(), Algo::Igemm, Exec{}, form);
       conv2d_grouped_backward_weight_cpu(s, x.data(), dy.data(), dw_ref.data(), db_ref.data());
-      expect_near_all(dw, dw_ref, "weight gradient");
-      expect_near_all(db, db_ref, "bias gradient");
+      grouped_test::expect_near_all(dw, dw_ref, "weight gradient");
+      grouped_test::expect_near_all(db, db_ref, "bias gradient");
     }
   }
 }

@@ -3,15 +3,12 @@
 #include "kernels/conv/conv2d_dilated_dense.h"
 
 #include "kernels/conv/conv2d_dilation_phases.h"
+#include "kernels/conv/staged_scratch.h"
 #include "runtime/error.h"
 #include "runtime/math_util.h"
 
 namespace cnn {
 namespace {
-
-std::size_t round4(std::size_t floats) {
-  return (floats + 3) / 4 * 4;
-}
 
 // x's phases: the padded input, origin at (pad_h, pad_w).
 DilationPhases input_phases(const Conv2dGroupedShape& s) {
@@ -32,23 +29,6 @@ void check_applicable(const Conv2dGroupedShape& s, const char* what) {
             what, s.stride_h, s.stride_w, s.groups, s.dil_h, s.dil_w);
 }
 
-void check_scratch(const char* what, const float* scratch, std::size_t need) {
-  CNN_CHECK(scratch || need == 0,
-            "{}: needs a scratch buffer of {} floats (the _scratch_floats function), got null",
-            what, need);
-}
-
-// [first phase layout][second phase layout][the dense pass's scratch, null when none].
-struct Slots {
-  float* first;
-  float* second;
-  float* dense;
-};
-Slots slots(float* scratch, std::size_t first, std::size_t second, std::size_t dense) {
-  float* b = scratch + round4(first);
-  return {scratch, b, dense > 0 ? b + round4(second) : nullptr};
-}
-
 }  // namespace
 
 bool conv2d_dilated_dense_applicable(const Conv2dGroupedShape& s) {
@@ -67,24 +47,24 @@ Conv2dShape conv2d_dilated_phase_shape(const Conv2dGroupedShape& s) {
 std::size_t conv2d_dilated_dense_forward_scratch_floats(const Conv2dGroupedShape& s, Algo algo,
                                                         const Exec& ex) {
   if (!conv2d_dilated_dense_applicable(s)) return 0;
-  return round4(std::size_t(input_phases(s).phase_floats())) +
-         round4(std::size_t(output_phases(s).phase_floats())) +
+  return round_up4(std::size_t(input_phases(s).phase_floats())) +
+         round_up4(std::size_t(output_phases(s).phase_floats())) +
          conv2d_forward_scratch_floats(conv2d_dilated_phase_shape(s), algo, ex);
 }
 
 std::size_t conv2d_dilated_dense_backward_data_scratch_floats(const Conv2dGroupedShape& s,
                                                               Algo algo, const Exec& ex) {
   if (!conv2d_dilated_dense_applicable(s)) return 0;
-  return round4(std::size_t(output_phases(s).phase_floats())) +
-         round4(std::size_t(input_phases(s).phase_floats())) +
+  return round_up4(std::size_t(output_phases(s).phase_floats())) +
+         round_up4(std::size_t(input_phases(s).phase_floats())) +
          conv2d_backward_data_scratch_floats(conv2d_dilated_phase_shape(s), algo, ex);
 }
 
 std::size_t conv2d_dilated_dense_backward_weight_scratch_floats(const Conv2dGroupedShape& s,
                                                                 Algo /*algo*/, const Exec& ex) {
   if (!conv2d_dilated_dense_applicable(s)) return 0;
-  return round4(std::size_t(input_phases(s).phase_floats())) +
-         round4(std::size_t(output_phases(s).phase_floats())) +
+  return round_up4(std::size_t(input_phases(s).phase_floats())) +
+         round_up4(std::size_t(output_phases(s).phase_floats())) +
          conv2d_backward_weight_scratch_floats(conv2d_dilated_phase_shape(s), ex);
 }
 
@@ -93,12 +73,12 @@ void conv2d_dilated_dense_forward(const Conv2dGroupedShape& s, const float* x, c
                                   const Exec& ex) {
   check_applicable(s, "conv2d_dilated_dense_forward");
   CNN_CHECK(x && w && y, "conv2d_dilated_dense_forward: x, w and y must not be null");
-  check_scratch("conv2d_dilated_dense_forward", scratch,
-                conv2d_dilated_dense_forward_scratch_floats(s, algo, ex));
+  const std::size_t need = conv2d_dilated_dense_forward_scratch_floats(s, algo, ex);
   const Conv2dShape d = conv2d_dilated_phase_shape(s);
   const DilationPhases in = input_phases(s), out = output_phases(s);
-  const Slots at = slots(scratch, std::size_t(in.phase_floats()), std::size_t(out.phase_floats()),
-                         conv2d_forward_scratch_floats(d, algo, ex));
+  const StagedScratch at = carve_staged_scratch(
+      "conv2d_dilated_dense_forward", scratch, need, std::size_t(in.phase_floats()),
+      std::size_t(out.phase_floats()), conv2d_forward_scratch_floats(d, algo, ex));
   dilation_phase_split(in, x, at.first, ex);
   conv2d_forward(d, at.first, w, b, at.second, relu, at.dense, algo, ex);
   dilation_phase_merge(out, at.second, y, ex);
@@ -109,12 +89,12 @@ void conv2d_dilated_dense_backward_data(const Conv2dGroupedShape& s, const float
                                         const Exec& ex) {
   check_applicable(s, "conv2d_dilated_dense_backward_data");
   CNN_CHECK(dy && w && dx, "conv2d_dilated_dense_backward_data: dy, w and dx must not be null");
-  check_scratch("conv2d_dilated_dense_backward_data", scratch,
-                conv2d_dilated_dense_backward_data_scratch_floats(s, algo, ex));
+  const std::size_t need = conv2d_dilated_dense_backward_data_scratch_floats(s, algo, ex);
   const Conv2dShape d = conv2d_dilated_phase_shape(s);
   const DilationPhases in = input_phases(s), out = output_phases(s);
-  const Slots at = slots(scratch, std::size_t(out.phase_floats()), std::size_t(in.phase_floats()),
-                         conv2d_backward_data_scratch_floats(d, algo, ex));
+  const StagedScratch at = carve_staged_scratch(
+      "conv2d_dilated_dense_backward_data", scratch, need, std::size_t(out.phase_floats()),
+      std::size_t(in.phase_floats()), conv2d_backward_data_scratch_floats(d, algo, ex));
   dilation_phase_split(out, dy, at.first, ex);
   conv2d_backward_data(d, at.first, w, at.second, at.dense, algo, ex);
   dilation_phase_merge(in, at.second, dx, ex);
@@ -125,12 +105,12 @@ void conv2d_dilated_dense_backward_weight(const Conv2dGroupedShape& s, const flo
                                           Algo algo, const Exec& ex) {
   check_applicable(s, "conv2d_dilated_dense_backward_weight");
   CNN_CHECK(x && dy && dw, "conv2d_dilated_dense_backward_weight: x, dy and dw must not be null");
-  check_scratch("conv2d_dilated_dense_backward_weight", scratch,
-                conv2d_dilated_dense_backward_weight_scratch_floats(s, algo, ex));
+  const std::size_t need = conv2d_dilated_dense_backward_weight_scratch_floats(s, algo, ex);
   const Conv2dShape d = conv2d_dilated_phase_shape(s);
   const DilationPhases in = input_phases(s), out = output_phases(s);
-  const Slots at = slots(scratch, std::size_t(in.phase_floats()), std::size_t(out.phase_floats()),
-                         conv2d_backward_weight_scratch_floats(d, ex));
+  const StagedScratch at = carve_staged_scratch(
+      "conv2d_dilated_dense_backward_weight", scratch, need, std::size_t(in.phase_floats()),
+      std::size_t(out.phase_floats()), conv2d_backward_weight_scratch_floats(d, ex));
   dilation_phase_split(in, x, at.first, ex);
   dilation_phase_split(out, dy, at.second, ex);
   conv2d_backward_weight(d, at.first, at.second, dw, db, at.dense, algo, ex);

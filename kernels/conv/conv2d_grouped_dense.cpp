@@ -6,15 +6,13 @@
 #include <cstdint>
 
 #include "kernels/conv/conv2d_grouped_layout.h"
+#include "kernels/conv/staged_scratch.h"
 #include "runtime/env_switches.h"
 #include "runtime/error.h"
 
 namespace cnn {
 namespace {
 
-std::size_t round4(std::size_t floats) {
-  return (floats + 3) / 4 * 4;
-}
 std::size_t input_floats(const Conv2dGroupedShape& s) {
   return std::size_t(s.n) * s.c * s.h * s.w;
 }
@@ -25,7 +23,7 @@ BlockDiagonal block_diagonal(const Conv2dGroupedShape& s) {
   return BlockDiagonal{s.oc, s.c, s.groups, s.kh * s.kw};
 }
 std::size_t dense_weight_floats(const Conv2dGroupedShape& s) {
-  return round4(std::size_t(block_diagonal(s).dense_floats()));
+  return round_up4(std::size_t(block_diagonal(s).dense_floats()));
 }
 
 void check_applicable(const Conv2dGroupedShape& s, const char* what) {
@@ -34,26 +32,6 @@ void check_applicable(const Conv2dGroupedShape& s, const char* what) {
             "{}: a dense variant runs grouped convolutions of dilation 1 with 2 to {} groups of "
             "at least 2 input channels (got groups = {}, {} input channels, dilation {}x{})",
             what, kGroupedDenseMaxGroups, s.groups, s.c, s.dil_h, s.dil_w);
-}
-
-void check_scratch(const char* what, const float* scratch, std::size_t need) {
-  CNN_CHECK(scratch || need == 0,
-            "{}: needs a scratch buffer of {} floats (the _scratch_floats function), got null",
-            what, need);
-}
-
-// The scratch as [first][second][the dense pass's scratch], each 16-byte aligned; the block-
-// diagonal form has no second part.
-struct Slots {
-  float* first;
-  float* second;
-  float* dense;  // null when the dense pass needs none
-};
-Slots slots(float* scratch, std::size_t first, std::size_t second, std::size_t dense) {
-  float* a = scratch;
-  float* b = a + round4(first);
-  float* c = b + round4(second);
-  return {a, b, dense > 0 ? c : nullptr};
 }
 
 }  // namespace
@@ -100,7 +78,7 @@ std::size_t conv2d_grouped_dense_forward_scratch_floats(const Conv2dGroupedShape
   if (form == GroupedDenseForm::BlockDiagonal)
     return dense_weight_floats(s) +
            conv2d_forward_scratch_floats(conv2d_block_diagonal_shape(s), algo, ex);
-  return round4(input_floats(s)) + round4(output_floats(s)) +
+  return round_up4(input_floats(s)) + round_up4(output_floats(s)) +
          conv2d_forward_scratch_floats(conv2d_group_shape(s), algo, ex);
 }
 
@@ -111,7 +89,7 @@ std::size_t conv2d_grouped_dense_backward_data_scratch_floats(const Conv2dGroupe
   if (form == GroupedDenseForm::BlockDiagonal)
     return dense_weight_floats(s) +
            conv2d_backward_data_scratch_floats(conv2d_block_diagonal_shape(s), algo, ex);
-  return round4(output_floats(s)) + round4(input_floats(s)) +
+  return round_up4(output_floats(s)) + round_up4(input_floats(s)) +
          conv2d_backward_data_scratch_floats(conv2d_group_shape(s), algo, ex);
 }
 
@@ -122,7 +100,7 @@ std::size_t conv2d_grouped_dense_backward_weight_scratch_floats(const Conv2dGrou
   if (form == GroupedDenseForm::BlockDiagonal)
     return dense_weight_floats(s) +
            conv2d_backward_weight_scratch_floats(conv2d_block_diagonal_shape(s), ex);
-  return round4(input_floats(s)) + round4(output_floats(s)) +
+  return round_up4(input_floats(s)) + round_up4(output_floats(s)) +
          conv2d_backward_weight_scratch_floats(conv2d_group_shape(s), ex);
 }
 
@@ -131,19 +109,20 @@ void conv2d_grouped_dense_forward(const Conv2dGroupedShape& s, const float* x, c
                                   const Exec& ex, GroupedDenseForm form) {
   check_applicable(s, "conv2d_grouped_dense_forward");
   CNN_CHECK(x && w && y, "conv2d_grouped_dense_forward: x, w and y must not be null");
-  check_scratch("conv2d_grouped_dense_forward", scratch,
-                conv2d_grouped_dense_forward_scratch_floats(s, algo, ex, form));
+  const std::size_t need = conv2d_grouped_dense_forward_scratch_floats(s, algo, ex, form);
   if (form == GroupedDenseForm::BlockDiagonal) {
     const Conv2dShape d = conv2d_block_diagonal_shape(s);
-    const Slots at =
-        slots(scratch, dense_weight_floats(s), 0, conv2d_forward_scratch_floats(d, algo, ex));
+    const StagedScratch at =
+        carve_staged_scratch("conv2d_grouped_dense_forward", scratch, need, dense_weight_floats(s),
+                             0, conv2d_forward_scratch_floats(d, algo, ex));
     block_diagonal_expand(block_diagonal(s), w, at.first, ex);
     conv2d_forward(d, x, at.first, b, y, relu, at.dense, algo, ex);
     return;
   }
   const Conv2dShape d = conv2d_group_shape(s);
-  const Slots at =
-      slots(scratch, input_floats(s), output_floats(s), conv2d_forward_scratch_floats(d, algo, ex));
+  const StagedScratch at =
+      carve_staged_scratch("conv2d_grouped_dense_forward", scratch, need, input_floats(s),
+                           output_floats(s), conv2d_forward_scratch_floats(d, algo, ex));
   const int64_t x_plane = int64_t(d.c) * d.h * d.w, y_plane = int64_t(d.oc) * d.oh() * d.ow();
   const int64_t w_group = int64_t(d.oc) * d.c * d.kh * d.kw;
   group_major_copy(x, at.first, s.n, s.groups, x_plane, true, ex);
@@ -159,19 +138,20 @@ void conv2d_grouped_dense_backward_data(const Conv2dGroupedShape& s, const float
                                         const Exec& ex, GroupedDenseForm form) {
   check_applicable(s, "conv2d_grouped_dense_backward_data");
   CNN_CHECK(dy && w && dx, "conv2d_grouped_dense_backward_data: dy, w and dx must not be null");
-  check_scratch("conv2d_grouped_dense_backward_data", scratch,
-                conv2d_grouped_dense_backward_data_scratch_floats(s, algo, ex, form));
+  const std::size_t need = conv2d_grouped_dense_backward_data_scratch_floats(s, algo, ex, form);
   if (form == GroupedDenseForm::BlockDiagonal) {
     const Conv2dShape d = conv2d_block_diagonal_shape(s);
-    const Slots at =
-        slots(scratch, dense_weight_floats(s), 0, conv2d_backward_data_scratch_floats(d, algo, ex));
+    const StagedScratch at = carve_staged_scratch("conv2d_grouped_dense_backward_data", scratch,
+                                                  need, dense_weight_floats(s), 0,
+                                                  conv2d_backward_data_scratch_floats(d, algo, ex));
     block_diagonal_expand(block_diagonal(s), w, at.first, ex);
     conv2d_backward_data(d, dy, at.first, dx, at.dense, algo, ex);
     return;
   }
   const Conv2dShape d = conv2d_group_shape(s);
-  const Slots at = slots(scratch, output_floats(s), input_floats(s),
-                         conv2d_backward_data_scratch_floats(d, algo, ex));
+  const StagedScratch at =
+      carve_staged_scratch("conv2d_grouped_dense_backward_data", scratch, need, output_floats(s),
+                           input_floats(s), conv2d_backward_data_scratch_floats(d, algo, ex));
   const int64_t x_plane = int64_t(d.c) * d.h * d.w, y_plane = int64_t(d.oc) * d.oh() * d.ow();
   const int64_t w_group = int64_t(d.oc) * d.c * d.kh * d.kw;
   group_major_copy(dy, at.first, s.n, s.groups, y_plane, true, ex);
@@ -186,22 +166,23 @@ void conv2d_grouped_dense_backward_weight(const Conv2dGroupedShape& s, const flo
                                           Algo algo, const Exec& ex, GroupedDenseForm form) {
   check_applicable(s, "conv2d_grouped_dense_backward_weight");
   CNN_CHECK(x && dy && dw, "conv2d_grouped_dense_backward_weight: x, dy and dw must not be null");
-  check_scratch("conv2d_grouped_dense_backward_weight", scratch,
-                conv2d_grouped_dense_backward_weight_scratch_floats(s, algo, ex, form));
+  const std::size_t need = conv2d_grouped_dense_backward_weight_scratch_floats(s, algo, ex, form);
   if (form == GroupedDenseForm::BlockDiagonal) {
     // The dense gradient starts from zero in the scratch; db is the dense pass's own (OC).
     const Conv2dShape d = conv2d_block_diagonal_shape(s);
     const BlockDiagonal bd = block_diagonal(s);
-    const Slots at =
-        slots(scratch, dense_weight_floats(s), 0, conv2d_backward_weight_scratch_floats(d, ex));
+    const StagedScratch at = carve_staged_scratch("conv2d_grouped_dense_backward_weight", scratch,
+                                                  need, dense_weight_floats(s), 0,
+                                                  conv2d_backward_weight_scratch_floats(d, ex));
     zero_floats(at.first, bd.dense_floats(), ex);
     conv2d_backward_weight(d, x, dy, at.first, db, at.dense, algo, ex);
     block_diagonal_add_back(bd, at.first, dw, ex);
     return;
   }
   const Conv2dShape d = conv2d_group_shape(s);
-  const Slots at = slots(scratch, input_floats(s), output_floats(s),
-                         conv2d_backward_weight_scratch_floats(d, ex));
+  const StagedScratch at =
+      carve_staged_scratch("conv2d_grouped_dense_backward_weight", scratch, need, input_floats(s),
+                           output_floats(s), conv2d_backward_weight_scratch_floats(d, ex));
   const int64_t x_plane = int64_t(d.c) * d.h * d.w, y_plane = int64_t(d.oc) * d.oh() * d.ow();
   const int64_t w_group = int64_t(d.oc) * d.c * d.kh * d.kw;
   group_major_copy(x, at.first, s.n, s.groups, x_plane, true, ex);
