@@ -34,14 +34,6 @@ Exec cuda_exec(Precision p) {
   return ex;
 }
 
-Conv2dGroupedShape dilated(int n, int c, int h, int w, int oc, int k, int pad_h, int pad_w,
-                           int dil_h, int dil_w) {
-  Conv2dGroupedShape s;
-  s.n = n, s.c = c, s.h = h, s.w = w, s.oc = oc, s.kh = s.kw = k;
-  s.pad_h = pad_h, s.pad_w = pad_w, s.dil_h = dil_h, s.dil_w = dil_w;
-  return s;
-}
-
 }  // namespace
 
 TEST(GpuDilationPhases, MatchCpuTwins) {
@@ -70,10 +62,12 @@ TEST(GpuDilationPhases, MatchCpuTwins) {
 TEST(GpuConv2dDilatedDense, EveryDenseVariantMatchesCpu) {
   CNN_REQUIRE_GPU();
   const Conv2dGroupedShape shapes[] = {
-      dilated(3, 16, 12, 11, 24, 3, 2, 2, 2, 2),   // "same" at dilation 2, odd sizes
-      dilated(2, 64, 16, 16, 64, 3, 3, 3, 3, 3),   // 64 channels, dilation 3
-      dilated(2, 12, 10, 14, 8, 3, 1, 0, 2, 3),    // unequal dilations, small paddings
-      dilated(2, 32, 12, 12, 20, 5, 4, 4, 2, 2)};  // 5x5
+      grouped_test::dilated_shape(3, 16, 12, 11, 24, 3, 2, 2, 2,
+                                  2),  // "same" at dilation 2, odd sizes
+      grouped_test::dilated_shape(2, 64, 16, 16, 64, 3, 3, 3, 3, 3),  // 64 channels, dilation 3
+      grouped_test::dilated_shape(2, 12, 10, 14, 8, 3, 1, 0, 2,
+                                  3),  // unequal dilations, small paddings
+      grouped_test::dilated_shape(2, 32, 12, 12, 20, 5, 4, 4, 2, 2)};  // 5x5
   for (const Conv2dGroupedShape& s : shapes) {
     const std::string tag = "C" + std::to_string(s.c) + " " + std::to_string(s.h) + "x" +
                             std::to_string(s.w) + " OC" + std::to_string(s.oc) + " k" +

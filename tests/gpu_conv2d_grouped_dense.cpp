@@ -40,14 +40,6 @@ Exec cuda_exec(Precision p, bool deterministic = false) {
   return ex;
 }
 
-Conv2dGroupedShape shape(int n, int c, int h, int w, int oc, int k, int stride, int pad,
-                         int groups) {
-  Conv2dGroupedShape s;
-  s.n = n, s.c = c, s.h = h, s.w = w, s.oc = oc, s.kh = s.kw = k;
-  s.stride_h = s.stride_w = stride, s.pad_h = s.pad_w = pad, s.groups = groups;
-  return s;
-}
-
 }  // namespace
 
 TEST(GpuGroupMajorCopy, MatchesCpuTwin) {
@@ -104,11 +96,12 @@ TEST(GpuBlockDiagonal, MatchesCpuTwin) {
 TEST(GpuConv2dGroupedDense, EveryDenseVariantMatchesCpu) {
   CNN_REQUIRE_GPU();
   const Conv2dGroupedShape shapes[] = {
-      shape(3, 12, 9, 7, 18, 3, 1, 1, 3),    // 4 -> 6 a group, odd sizes
-      shape(2, 64, 8, 8, 64, 3, 2, 1, 2),    // 32 a group, stride 2
-      shape(5, 40, 6, 6, 20, 1, 1, 0, 4),    // 1x1, 10 -> 5 a group
-      shape(4, 48, 10, 10, 96, 5, 1, 2, 3),  // 5x5, 16 -> 32 a group: auto runs dense
-      shape(2, 64, 7, 7, 64, 3, 1, 1, 32)};  // 32 groups of 2
+      grouped_test::grouped_shape(3, 12, 9, 7, 18, 3, 1, 1, 3),  // 4 -> 6 a group, odd sizes
+      grouped_test::grouped_shape(2, 64, 8, 8, 64, 3, 2, 1, 2),  // 32 a group, stride 2
+      grouped_test::grouped_shape(5, 40, 6, 6, 20, 1, 1, 0, 4),  // 1x1, 10 -> 5 a group
+      grouped_test::grouped_shape(4, 48, 10, 10, 96, 5, 1, 2,
+                                  3),  // 5x5, 16 -> 32 a group: auto runs dense
+      grouped_test::grouped_shape(2, 64, 7, 7, 64, 3, 1, 1, 32)};  // 32 groups of 2
   for (const Conv2dGroupedShape& s : shapes) {
     const std::string tag = "C" + std::to_string(s.c) + " " + std::to_string(s.h) + "x" +
                             std::to_string(s.w) + " OC" + std::to_string(s.oc) + " k" +
@@ -209,7 +202,7 @@ TEST(GpuConv2dGroupedDense, EveryDenseVariantMatchesCpu) {
 // Deterministic mode: igemm's weight gradient's bits repeat, in both forms at every precision.
 TEST(GpuConv2dGroupedDense, DeterministicWeightGradientRepeats) {
   CNN_REQUIRE_GPU();
-  const Conv2dGroupedShape s = shape(6, 48, 9, 9, 48, 3, 1, 1, 3);
+  const Conv2dGroupedShape s = grouped_test::grouped_shape(6, 48, 9, 9, 48, 3, 1, 1, 3);
   const size_t nx = size_t(s.n) * s.c * s.h * s.w, ny = size_t(s.n) * s.oc * s.oh() * s.ow();
   const size_t nw = size_t(s.oc) * s.cg() * s.kh * s.kw;
   Tensor d_x = test::to_device(test::random_vector(nx, 31)),
@@ -274,7 +267,7 @@ TEST(GpuConv2dGroupedDense, SideScratchFitsTheTunedWeightGradient) {
   o.max_batch = 32;
   o.weight_grads_beside = true;
   Network net(specs, chw, o, ex);
-  const Conv2dGroupedShape g = shape(32, 64, 12, 12, 64, 3, 1, 1, 32);
+  const Conv2dGroupedShape g = grouped_test::grouped_shape(32, 64, 12, 12, 64, 3, 1, 1, 32);
   ASSERT_FALSE(conv2d_grouped_runs_dense(g, Algo::Auto, ex)) << "the untuned pick must differ";
   TuneCache cache;
   // The layer's key (layers/conv2d_layer.cpp), with and without the ReLU it may have fused.

@@ -16,6 +16,22 @@
 
 namespace cnn::grouped_test {
 
+// A k x k grouped convolution (dilation 1) and a dilated one (one group, stride 1).
+inline Conv2dGroupedShape grouped_shape(int n, int c, int h, int w, int oc, int k, int stride,
+                                        int pad, int groups) {
+  Conv2dGroupedShape s;
+  s.n = n, s.c = c, s.h = h, s.w = w, s.oc = oc, s.kh = s.kw = k;
+  s.stride_h = s.stride_w = stride, s.pad_h = s.pad_w = pad, s.groups = groups;
+  return s;
+}
+inline Conv2dGroupedShape dilated_shape(int n, int c, int h, int w, int oc, int k, int pad_h,
+                                        int pad_w, int dil_h, int dil_w) {
+  Conv2dGroupedShape s;
+  s.n = n, s.c = c, s.h = h, s.w = w, s.oc = oc, s.kh = s.kw = k;
+  s.pad_h = pad_h, s.pad_w = pad_w, s.dil_h = dil_h, s.dil_w = dil_w;
+  return s;
+}
+
 // Random x, w, b, dy and the dw0 / db0 a weight gradient accumulates onto, and the double
 // references: y (no bias, no ReLU), dx, dw0 + dw, db0 + db, each also on |values|.
 struct Problem {

@@ -21,18 +21,6 @@
 
 using namespace cnn;
 
-namespace {
-
-Conv2dGroupedShape dilated(int n, int c, int h, int w, int oc, int k, int pad_h, int pad_w,
-                           int dil_h, int dil_w) {
-  Conv2dGroupedShape s;
-  s.n = n, s.c = c, s.h = h, s.w = w, s.oc = oc, s.kh = s.kw = k;
-  s.pad_h = pad_h, s.pad_w = pad_w, s.dil_h = dil_h, s.dil_w = dil_w;
-  return s;
-}
-
-}  // namespace
-
 TEST(DilationPhases, SplitPlacesEveryPixelAndMergeReadsItBack) {
   // A 5x7 image at dilation 2x3 with origin (1, 2): phases of 3x3 cover 6 >= 5 + 1, 9 >= 7 + 2.
   const DilationPhases p{2, 3, 5, 7, 2, 3, 1, 2, 3, 3};
@@ -63,13 +51,16 @@ TEST(DilationPhases, SplitPlacesEveryPixelAndMergeReadsItBack) {
 }
 
 TEST(Conv2dDilatedDense, TakesStrideOneOneGroupDilatedOnly) {
-  EXPECT_TRUE(conv2d_dilated_dense_applicable(dilated(1, 4, 9, 9, 4, 3, 2, 2, 2, 2)));
-  EXPECT_TRUE(conv2d_dilated_dense_applicable(dilated(1, 4, 9, 9, 4, 3, 1, 0, 1, 3)));
-  EXPECT_FALSE(conv2d_dilated_dense_applicable(dilated(1, 4, 9, 9, 4, 3, 1, 1, 1, 1)));
-  Conv2dGroupedShape strided = dilated(1, 4, 9, 9, 4, 3, 2, 2, 2, 2);
+  EXPECT_TRUE(
+      conv2d_dilated_dense_applicable(grouped_test::dilated_shape(1, 4, 9, 9, 4, 3, 2, 2, 2, 2)));
+  EXPECT_TRUE(
+      conv2d_dilated_dense_applicable(grouped_test::dilated_shape(1, 4, 9, 9, 4, 3, 1, 0, 1, 3)));
+  EXPECT_FALSE(
+      conv2d_dilated_dense_applicable(grouped_test::dilated_shape(1, 4, 9, 9, 4, 3, 1, 1, 1, 1)));
+  Conv2dGroupedShape strided = grouped_test::dilated_shape(1, 4, 9, 9, 4, 3, 2, 2, 2, 2);
   strided.stride_h = strided.stride_w = 2;
   EXPECT_FALSE(conv2d_dilated_dense_applicable(strided));
-  Conv2dGroupedShape grouped = dilated(1, 4, 9, 9, 4, 3, 2, 2, 2, 2);
+  Conv2dGroupedShape grouped = grouped_test::dilated_shape(1, 4, 9, 9, 4, 3, 2, 2, 2, 2);
   grouped.groups = 2;
   EXPECT_FALSE(conv2d_dilated_dense_applicable(grouped));
   std::vector<float> x(4 * 81), w(4 * 2 * 9), y(4 * 81), scratch(100000);
@@ -81,7 +72,8 @@ TEST(Conv2dDilatedDense, TakesStrideOneOneGroupDilatedOnly) {
     EXPECT_TRUE(test::contains(e.what(), "dilation 2x2")) << e.what();
   }
   // The phase convolution: 9 + 2 * 2 = 13 rows in 2 phases of 7, no padding, batch 4.
-  const Conv2dShape d = conv2d_dilated_phase_shape(dilated(1, 4, 9, 9, 4, 3, 2, 2, 2, 2));
+  const Conv2dShape d =
+      conv2d_dilated_phase_shape(grouped_test::dilated_shape(1, 4, 9, 9, 4, 3, 2, 2, 2, 2));
   EXPECT_EQ(d.n, 4);
   EXPECT_EQ(d.h, 7);
   EXPECT_EQ(d.pad_h, 0);
@@ -90,11 +82,13 @@ TEST(Conv2dDilatedDense, TakesStrideOneOneGroupDilatedOnly) {
 
 TEST(Conv2dDilatedDense, MatchesTheReferenceOnCpu) {
   const Conv2dGroupedShape shapes[] = {
-      dilated(2, 5, 9, 11, 7, 3, 2, 2, 2, 2),   // "same" at dilation 2
-      dilated(1, 3, 13, 10, 4, 3, 3, 3, 3, 3),  // dilation 3
-      dilated(2, 4, 8, 12, 6, 3, 1, 0, 2, 3),   // unequal dilations, padding below them
-      dilated(1, 6, 12, 12, 5, 5, 0, 5, 2, 2),  // 5x5, no padding on H, beyond the span on W
-      dilated(3, 2, 7, 7, 3, 2, 1, 1, 2, 2)};   // even kernel
+      grouped_test::dilated_shape(2, 5, 9, 11, 7, 3, 2, 2, 2, 2),   // "same" at dilation 2
+      grouped_test::dilated_shape(1, 3, 13, 10, 4, 3, 3, 3, 3, 3),  // dilation 3
+      grouped_test::dilated_shape(2, 4, 8, 12, 6, 3, 1, 0, 2,
+                                  3),  // unequal dilations, padding below them
+      grouped_test::dilated_shape(1, 6, 12, 12, 5, 5, 0, 5, 2,
+                                  2),  // 5x5, no padding on H, beyond the span on W
+      grouped_test::dilated_shape(3, 2, 7, 7, 3, 2, 1, 1, 2, 2)};  // even kernel
   for (const Conv2dGroupedShape& s : shapes) {
     SCOPED_TRACE("C" + std::to_string(s.c) + " " + std::to_string(s.h) + "x" + std::to_string(s.w) +
                  " k" + std::to_string(s.kh) + " p" + std::to_string(s.pad_h) + "x" +

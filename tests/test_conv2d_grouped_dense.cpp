@@ -22,18 +22,6 @@
 
 using namespace cnn;
 
-namespace {
-
-Conv2dGroupedShape shape(int n, int c, int h, int w, int oc, int k, int stride, int pad,
-                         int groups) {
-  Conv2dGroupedShape s;
-  s.n = n, s.c = c, s.h = h, s.w = w, s.oc = oc, s.kh = s.kw = k;
-  s.stride_h = s.stride_w = stride, s.pad_h = s.pad_w = pad, s.groups = groups;
-  return s;
-}
-
-}  // namespace
-
 TEST(GroupMajorCopy, MapsEverySampleAndGroup) {
   const int n = 3, groups = 5;
   const int64_t plane = 7;
@@ -57,12 +45,17 @@ TEST(GroupMajorCopy, RefusesBadArguments) {
 }
 
 TEST(Conv2dGroupedDense, TakesDilationOneAndUpTo32GroupsOfTwoChannels) {
-  EXPECT_TRUE(conv2d_grouped_dense_applicable(shape(2, 8, 5, 5, 4, 3, 1, 1, 4)));
-  EXPECT_TRUE(conv2d_grouped_dense_applicable(shape(2, 64, 5, 5, 64, 3, 1, 1, 32)));
-  EXPECT_FALSE(conv2d_grouped_dense_applicable(shape(2, 8, 5, 5, 8, 3, 1, 1, 8)));  // depthwise
-  EXPECT_FALSE(conv2d_grouped_dense_applicable(shape(2, 128, 5, 5, 128, 3, 1, 1, 64)));
-  EXPECT_FALSE(conv2d_grouped_dense_applicable(shape(2, 8, 5, 5, 8, 3, 1, 1, 1)));  // dense
-  Conv2dGroupedShape d = shape(2, 8, 9, 9, 8, 3, 1, 2, 2);
+  EXPECT_TRUE(
+      conv2d_grouped_dense_applicable(grouped_test::grouped_shape(2, 8, 5, 5, 4, 3, 1, 1, 4)));
+  EXPECT_TRUE(
+      conv2d_grouped_dense_applicable(grouped_test::grouped_shape(2, 64, 5, 5, 64, 3, 1, 1, 32)));
+  EXPECT_FALSE(conv2d_grouped_dense_applicable(
+      grouped_test::grouped_shape(2, 8, 5, 5, 8, 3, 1, 1, 8)));  // depthwise
+  EXPECT_FALSE(
+      conv2d_grouped_dense_applicable(grouped_test::grouped_shape(2, 128, 5, 5, 128, 3, 1, 1, 64)));
+  EXPECT_FALSE(conv2d_grouped_dense_applicable(
+      grouped_test::grouped_shape(2, 8, 5, 5, 8, 3, 1, 1, 1)));  // dense
+  Conv2dGroupedShape d = grouped_test::grouped_shape(2, 8, 9, 9, 8, 3, 1, 2, 2);
   d.dil_h = d.dil_w = 2;
   EXPECT_FALSE(conv2d_grouped_dense_applicable(d));
   EXPECT_EQ(conv2d_grouped_forward_scratch_floats(d, Algo::Igemm, Exec{}), 0u);
@@ -77,7 +70,8 @@ TEST(Conv2dGroupedDense, TakesDilationOneAndUpTo32GroupsOfTwoChannels) {
 }
 
 TEST(Conv2dGroupedDense, ScratchHoldsEachFormsBuffersAndAScratchIsRequired) {
-  const Conv2dGroupedShape s = shape(3, 12, 9, 7, 18, 3, 2, 1, 3);  // y: 3 x 18 x 5 x 4
+  const Conv2dGroupedShape s =
+      grouped_test::grouped_shape(3, 12, 9, 7, 18, 3, 2, 1, 3);  // y: 3 x 18 x 5 x 4
   const std::size_t x = 3 * 12 * 9 * 7, y = 3 * 18 * 5 * 4, wd = 18 * 12 * 9;
   const std::size_t r4x = (x + 3) / 4 * 4, r4y = (y + 3) / 4 * 4, r4wd = (wd + 3) / 4 * 4;
   const GroupedDenseForm groups = GroupedDenseForm::PerGroup,
@@ -132,9 +126,12 @@ TEST(BlockDiagonal, ExpandsAndAddsBackTheDiagonalBlocks) {
 TEST(Conv2dGroupedDense, AutoTakesGroupsOfFourChannelsOnCuda) {
   Exec cuda;
   cuda.device = Device::CUDA;
-  const Conv2dGroupedShape wide = shape(8, 64, 8, 8, 64, 3, 1, 1, 16);      // 4 a group
-  const Conv2dGroupedShape narrow = shape(8, 64, 8, 8, 64, 3, 1, 1, 32);    // 2 a group
-  const Conv2dGroupedShape thin_out = shape(8, 64, 8, 8, 32, 3, 1, 1, 16);  // 2 out a group
+  const Conv2dGroupedShape wide =
+      grouped_test::grouped_shape(8, 64, 8, 8, 64, 3, 1, 1, 16);  // 4 a group
+  const Conv2dGroupedShape narrow =
+      grouped_test::grouped_shape(8, 64, 8, 8, 64, 3, 1, 1, 32);  // 2 a group
+  const Conv2dGroupedShape thin_out =
+      grouped_test::grouped_shape(8, 64, 8, 8, 32, 3, 1, 1, 16);  // 2 out a group
   EXPECT_TRUE(conv2d_grouped_runs_dense(wide, Algo::Auto, cuda));
   EXPECT_FALSE(conv2d_grouped_runs_dense(wide, Algo::Auto, Exec{}));
   EXPECT_FALSE(conv2d_grouped_runs_dense(narrow, Algo::Auto, cuda));
@@ -147,24 +144,25 @@ TEST(Conv2dGroupedDense, AutoTakesGroupsOfFourChannelsOnCuda) {
 
 // The form rule: block-diagonal up to 256 channels or for groups under 16 channels.
 TEST(Conv2dGroupedDense, FormRule) {
-  EXPECT_EQ(conv2d_grouped_dense_form(shape(8, 256, 8, 8, 256, 3, 1, 1, 4)),
+  EXPECT_EQ(conv2d_grouped_dense_form(grouped_test::grouped_shape(8, 256, 8, 8, 256, 3, 1, 1, 4)),
             GroupedDenseForm::BlockDiagonal);
-  EXPECT_EQ(conv2d_grouped_dense_form(shape(8, 512, 8, 8, 512, 3, 1, 1, 8)),
+  EXPECT_EQ(conv2d_grouped_dense_form(grouped_test::grouped_shape(8, 512, 8, 8, 512, 3, 1, 1, 8)),
             GroupedDenseForm::PerGroup);  // 64 a group
-  EXPECT_EQ(conv2d_grouped_dense_form(shape(8, 512, 8, 8, 512, 3, 1, 1, 32)),
+  EXPECT_EQ(conv2d_grouped_dense_form(grouped_test::grouped_shape(8, 512, 8, 8, 512, 3, 1, 1, 32)),
             GroupedDenseForm::PerGroup);  // 16 a group
-  EXPECT_EQ(conv2d_grouped_dense_form(shape(8, 384, 8, 8, 384, 3, 1, 1, 32)),
+  EXPECT_EQ(conv2d_grouped_dense_form(grouped_test::grouped_shape(8, 384, 8, 8, 384, 3, 1, 1, 32)),
             GroupedDenseForm::BlockDiagonal);  // 12 a group
-  EXPECT_EQ(conv2d_grouped_dense_form(shape(8, 512, 8, 8, 128, 3, 1, 1, 8)),
+  EXPECT_EQ(conv2d_grouped_dense_form(grouped_test::grouped_shape(8, 512, 8, 8, 128, 3, 1, 1, 8)),
             GroupedDenseForm::PerGroup);  // 64 in, 16 out a group
 }
 
 // The composition on the CPU's dense kernels against the grouped reference loops: groups of
 // several channels, stride 2, 1x1 and 5x5, one output channel a group.
 TEST(Conv2dGroupedDense, MatchesTheGroupedReferenceOnCpu) {
-  const Conv2dGroupedShape shapes[] = {
-      shape(3, 12, 9, 7, 18, 3, 1, 1, 3), shape(2, 12, 11, 10, 6, 5, 2, 2, 2),
-      shape(2, 10, 4, 6, 20, 1, 1, 0, 5), shape(1, 8, 5, 5, 4, 3, 2, 0, 4)};
+  const Conv2dGroupedShape shapes[] = {grouped_test::grouped_shape(3, 12, 9, 7, 18, 3, 1, 1, 3),
+                                       grouped_test::grouped_shape(2, 12, 11, 10, 6, 5, 2, 2, 2),
+                                       grouped_test::grouped_shape(2, 10, 4, 6, 20, 1, 1, 0, 5),
+                                       grouped_test::grouped_shape(1, 8, 5, 5, 4, 3, 2, 0, 4)};
   for (const Conv2dGroupedShape& s : shapes) {
     SCOPED_TRACE("C" + std::to_string(s.c) + " OC" + std::to_string(s.oc) + " k" +
                  std::to_string(s.kh) + " s" + std::to_string(s.stride_h) + " g" +
