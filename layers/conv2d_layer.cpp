@@ -3,7 +3,6 @@
 
 #include "kernels/conv/conv2d.h"
 #include "kernels/conv/conv2d_grouped.h"
-#include "kernels/conv/conv2d_grouped_dense.h"  // kGroupedDenseMaxGroups
 #include "kernels/conv/conv_relu_pool.h"
 #include "kernels/pointwise/relu.h"
 #include "layers/layer_factories.h"
@@ -35,14 +34,7 @@ class Conv2dLayer : public Layer {
     algo_ = spec_.algo;  // CNN_ALGO* already applied by the Network
     if (grouped_) {
       check_conv2d_grouped_shape(gshape_);
-      const bool dense = algo_ == Algo::Igemm || algo_ == Algo::Wgmma || algo_ == Algo::WgmmaNhwc;
-      CNN_CHECK(!dense || conv2d_grouped_takes_dense(gshape_),
-                "{}: algo {} runs grouped convolutions of dilation 1 (2 to {} groups of at least "
-                "2 input channels) and dilated ones of stride 1 and one group on the dense "
-                "kernels (here groups {}, {} input channels, stride {}x{}, dilation {}x{}); "
-                "expected naive, tiled, fast or auto",
-                name(), algo_name(algo_), kGroupedDenseMaxGroups, spec_.groups, shape_.c,
-                spec_.stride_h, spec_.stride_w, spec_.dil_h, spec_.dil_w);
+      check_conv2d_grouped_algo(name().c_str(), gshape_, algo_);
     } else {
       check_conv2d_shape(shape_);
     }

@@ -1669,11 +1669,8 @@ void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
     const Precision p = Precision::FP32;
     const Exec ex = exec_for(ctx, p);
     const double tol = matmul_tol(p);
-    // The dense variants (igemm / wgmma / wgmma-nhwc, and auto where it takes them) are measured
-    // where they take the shape, at FP32 as well.
     const auto runs_here = [&](Algo algo) {
-      const bool dense = algo == Algo::Igemm || algo == Algo::Wgmma || algo == Algo::WgmmaNhwc;
-      return !dense || conv2d_grouped_takes_dense(s);
+      return !conv2d_grouped_dense_variant(algo) || conv2d_grouped_takes_dense(s);
     };
     std::size_t scratch_floats = 0;
     for (Algo algo : opt.algos) {

@@ -161,19 +161,21 @@ DepthwiseStreamTiling depthwise_stream_tiling(const Conv2dGroupedShape& s, int r
 }
 
 namespace {
-bool dense_algo(Algo algo) {
-  return algo == Algo::Igemm || algo == Algo::Wgmma || algo == Algo::WgmmaNhwc;
-}
 // The dense variant each dense pass runs: auto keeps the dense op's fixed rule.
 Algo dense_variant(Algo algo) {
-  return dense_algo(algo) ? algo : Algo::Auto;
+  return conv2d_grouped_dense_variant(algo) ? algo : Algo::Auto;
 }
 bool dilated(const Conv2dGroupedShape& s) {
   return !conv2d_grouped_dense_applicable(s) && conv2d_dilated_dense_applicable(s);
 }
-// A dense variant asked for a shape neither dense form takes.
-void refuse_dense(const char* what, const Conv2dGroupedShape& s, Algo algo) {
-  CNN_CHECK(conv2d_grouped_takes_dense(s),
+}  // namespace
+
+bool conv2d_grouped_dense_variant(Algo algo) {
+  return algo == Algo::Igemm || algo == Algo::Wgmma || algo == Algo::WgmmaNhwc;
+}
+
+void check_conv2d_grouped_algo(const char* what, const Conv2dGroupedShape& s, Algo algo) {
+  CNN_CHECK(!conv2d_grouped_dense_variant(algo) || conv2d_grouped_takes_dense(s),
             "{}: algo {} runs grouped convolutions of dilation 1 (2 to {} groups of at least 2 "
             "input channels) and dilated ones of stride 1 and one group on the dense kernels "
             "(got groups = {}, {} input channels, stride {}x{}, dilation {}x{}); expected naive, "
@@ -181,14 +183,13 @@ void refuse_dense(const char* what, const Conv2dGroupedShape& s, Algo algo) {
             what, algo_name(algo), kGroupedDenseMaxGroups, s.groups, s.c, s.stride_h, s.stride_w,
             s.dil_h, s.dil_w);
 }
-}  // namespace
 
 bool conv2d_grouped_takes_dense(const Conv2dGroupedShape& s) {
   return conv2d_grouped_dense_applicable(s) || conv2d_dilated_dense_applicable(s);
 }
 
 bool conv2d_grouped_runs_dense(const Conv2dGroupedShape& s, Algo algo, const Exec& ex) {
-  if (dense_algo(algo)) return true;
+  if (conv2d_grouped_dense_variant(algo)) return true;
   if (algo != Algo::Auto || ex.device != Device::CUDA) return false;
   if (conv2d_grouped_dense_applicable(s))
     return s.cg() >= kGroupedDenseAutoChannels && s.ocg() >= kGroupedDenseAutoChannels;
@@ -234,7 +235,7 @@ void conv2d_grouped_forward(const Conv2dGroupedShape& s, const float* x, const f
   check_conv2d_grouped_shape(s);
   CNN_CHECK(x && w && y, "conv2d_grouped_forward: x, w and y must not be null");
   if (conv2d_grouped_runs_dense(s, algo, ex)) {
-    refuse_dense("conv2d_grouped_forward", s, algo);
+    check_conv2d_grouped_algo("conv2d_grouped_forward", s, algo);
     if (dilated(s))
       return conv2d_dilated_dense_forward(s, x, w, b, y, relu, scratch, dense_variant(algo), ex);
     return conv2d_grouped_dense_forward(s, x, w, b, y, relu, scratch, dense_variant(algo), ex,
@@ -250,7 +251,7 @@ void conv2d_grouped_backward_data(const Conv2dGroupedShape& s, const float* dy, 
   check_conv2d_grouped_shape(s);
   CNN_CHECK(dy && w && dx, "conv2d_grouped_backward_data: dy, w and dx must not be null");
   if (conv2d_grouped_runs_dense(s, algo, ex)) {
-    refuse_dense("conv2d_grouped_backward_data", s, algo);
+    check_conv2d_grouped_algo("conv2d_grouped_backward_data", s, algo);
     if (dilated(s))
       return conv2d_dilated_dense_backward_data(s, dy, w, dx, scratch, dense_variant(algo), ex);
     return conv2d_grouped_dense_backward_data(s, dy, w, dx, scratch, dense_variant(algo), ex,
@@ -267,7 +268,7 @@ void conv2d_grouped_backward_weight(const Conv2dGroupedShape& s, const float* x,
   check_conv2d_grouped_shape(s);
   CNN_CHECK(x && dy && dw, "conv2d_grouped_backward_weight: x, dy and dw must not be null");
   if (conv2d_grouped_runs_dense(s, algo, ex)) {
-    refuse_dense("conv2d_grouped_backward_weight", s, algo);
+    check_conv2d_grouped_algo("conv2d_grouped_backward_weight", s, algo);
     if (dilated(s))
       return conv2d_dilated_dense_backward_weight(s, x, dy, dw, db, scratch, dense_variant(algo),
                                                   ex);

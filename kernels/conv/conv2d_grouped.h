@@ -98,6 +98,11 @@ bool depthwise_rows_fits(const Conv2dGroupedShape& s);
 // of 1-3 channels are left to the grouped kernels (depthwise ones have their own).
 constexpr int kGroupedDenseAutoChannels = 4;
 
+// True for igemm, wgmma and wgmma-nhwc: the variants that run on the dense kernels here.
+bool conv2d_grouped_dense_variant(Algo algo);
+// Throws cnn::Error (one line, led by `what`) when a dense variant is asked for a shape that
+// neither dense route takes.
+void check_conv2d_grouped_algo(const char* what, const Conv2dGroupedShape& s, Algo algo);
 // True when the dense kernels take this shape (grouped, or dilated: the file comment).
 bool conv2d_grouped_takes_dense(const Conv2dGroupedShape& s);
 // True when `algo` runs this shape on the dense kernels on ex's device: igemm, wgmma, wgmma-nhwc
