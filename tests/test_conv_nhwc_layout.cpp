@@ -6,12 +6,15 @@
 //                      kernels 1..7, padding 0..3, batch 1..3), the traversal model started at
 //                      each 128-row tile visits, row by row, the top-left input pixel of output
 //                      pixel m0 + r: the corners encode the convolution.
-//   Refusals           corners outside [-128, 127] and strides above 8, one line each.
+//   Refusals           corners outside [-128, 127], strides above 8 and taps more than 127 pixels
+//                      from the window's corner, one line each.
+//   DilatedCorners     a dilated convolution's box and offsets, and its input gradient's view.
 //   RoundTf32          round to nearest, ties away from zero, on the 13 dropped bits.
 //   EmulatedGemm       the whole GPU scheme on the CPU: the NHWC copy and packed weights (the
 //                      pre-passes' twins), k ordered (tap, 32-channel chunk), rows found by the
-//                      traversal model, against conv2d_forward_cpu / conv2d_backward_data_cpu on
-//                      small integers (exact); the same with the BF16 twins and 64-channel chunks.
+//                      traversal model, taps at their dilated offsets, against
+//                      conv2d_forward_cpu / conv2d_backward_data_cpu on small integers (exact),
+//                      dilated shapes included; the same with the BF16 twins and 64-channel chunks.
 //   Bf16Bits           bf16_bits_cpu: nearest, ties to even, the upper half of round_to_bf16.
 //   Bf16Layouts        the BF16 twins: channels padded to 64 with zeros, every value the bits of
 //                      its rounded source; geometry and weight packs at the 64-channel block.
@@ -39,6 +42,23 @@ Conv2dShape conv(int n, int c, int h, int w, int oc, int kh, int kw, int sh, int
   s.n = n, s.c = c, s.h = h, s.w = w, s.oc = oc, s.kh = kh, s.kw = kw;
   s.stride_h = sh, s.stride_w = sw, s.pad_h = ph, s.pad_w = pw;
   return s;
+}
+
+Conv2dShape dilate(Conv2dShape s, int dh, int dw) {
+  s.dil_h = dh, s.dil_w = dw;
+  return s;
+}
+
+// Dilated shapes: "same" padding at dilation 2 and 3, unequal dilations, a padding below and one
+// beyond the dilated span (the input gradient's padding negative), stride 2.
+std::vector<Conv2dShape> dilated_shapes() {
+  return {
+      dilate(conv(2, 17, 13, 12, 24, 3, 3, 1, 1, 2, 2), 2, 2),
+      dilate(conv(1, 40, 16, 16, 8, 3, 3, 1, 1, 3, 3), 3, 3),
+      dilate(conv(2, 5, 11, 14, 8, 3, 3, 1, 1, 1, 0), 2, 3),
+      dilate(conv(1, 3, 20, 19, 8, 5, 3, 1, 1, 9, 1), 2, 4),
+      dilate(conv(2, 4, 17, 15, 8, 3, 3, 2, 2, 2, 2), 2, 2),
+  };
 }
 
 std::vector<Conv2dShape> shapes() {
@@ -74,7 +94,9 @@ TEST(ConvNhwcLayout, KnownCorners) {
 }
 
 TEST(ConvNhwcLayout, TraversalIsOutputOrder) {
-  for (const Conv2dShape& s : shapes())
+  std::vector<Conv2dShape> cases = shapes();
+  for (const Conv2dShape& s : dilated_shapes()) cases.push_back(s);
+  for (const Conv2dShape& s : cases)
     for (bool fwd : {true, false}) {
       if (!fwd && (s.stride_h != 1 || s.stride_w != 1)) continue;
       const Conv2dShape g = fwd ? s : backward_data_as_forward(s);
@@ -121,6 +143,33 @@ TEST(ConvNhwcLayout, Refusals) {
   };
   expect_one_line(conv(1, 1, 4, 4, 1, 1, 1, 1, 1, 130, 0), "[-128, 127]");
   expect_one_line(conv(1, 1, 40, 40, 1, 1, 1, 9, 1, 0, 0), "strides 1..8");
+  // A tap 128 pixels from the window's corner (dilation 64 on a 3x3 kernel); 127 is taken.
+  expect_one_line(dilate(conv(1, 1, 300, 300, 1, 3, 3, 1, 1, 0, 0), 64, 1), "127 pixels");
+  EXPECT_NO_THROW((void)im2col_geometry(dilate(conv(1, 1, 300, 300, 1, 2, 2, 1, 1, 0, 0), 127, 1),
+                                        "conv2d_forward"));
+}
+
+// The dilated geometry: the box is the set of tap-(0, 0) pixels of the dilated convolution's
+// output (OH, OW shrink by the span), the offsets' spacing the dilation; the input gradient's
+// view pads by d (k - 1) - p and gives back H x W.
+TEST(ConvNhwcLayout, DilatedCorners) {
+  // 16x16, 3x3, dilation 2, padding 2: OH = OW = 16; box x in [-2, 13]: upper 13 - 15.
+  const Conv2dShape s = dilate(conv(1, 8, 16, 16, 8, 3, 3, 1, 1, 2, 2), 2, 2);
+  const Im2colGeometry a = im2col_geometry(s, "test");
+  EXPECT_EQ(s.oh(), 16);
+  EXPECT_EQ(a.lower_w, -2);
+  EXPECT_EQ(a.upper_w, 13 - 15);
+  EXPECT_EQ(a.dil_w, 2);
+  EXPECT_EQ(a.dil_h, 2);
+  const Conv2dShape g = backward_data_as_forward(s);
+  EXPECT_EQ(g.pad_h, 2);
+  EXPECT_EQ(g.dil_h, 2);
+  EXPECT_EQ(g.oh(), 16);
+  // Padding 0 at dilation 3 on 5x5 (span 13): OH = 8, the input gradient pads by 12.
+  const Conv2dShape t = dilate(conv(1, 8, 20, 20, 8, 5, 5, 1, 1, 0, 0), 3, 3);
+  EXPECT_EQ(t.oh(), 8);
+  EXPECT_EQ(backward_data_as_forward(t).pad_w, 12);
+  EXPECT_EQ(backward_data_as_forward(t).ow(), 20);
 }
 
 TEST(ConvNhwcLayout, RefusalsStrideAndLargeBox) {
@@ -330,6 +379,7 @@ TEST(ConvNhwcLayout, EmulatedGemm) {
   cases.push_back(conv(1, 33, 13, 7, 40, 3, 3, 2, 2, 1, 1));  // 33 channels, 40 rows
   cases.push_back(conv(2, 70, 5, 6, 24, 3, 3, 1, 1, 1, 1));   // two bf16 chunks (58 zero)
   cases.push_back(conv(1, 24, 7, 5, 130, 3, 3, 1, 1, 1, 1));  // input gradient: 3 bf16 chunks
+  for (const Conv2dShape& s : dilated_shapes()) cases.push_back(s);
   for (int block : {kNhwcChannelBlock, kNhwcChannelBlockBf16})
     for (const Conv2dShape& s : cases)
       for (bool fwd : {true, false}) {
@@ -339,7 +389,8 @@ TEST(ConvNhwcLayout, EmulatedGemm) {
             fwd ? forward_weight_pack(s, block) : backward_data_weight_pack(s, block);
         SCOPED_TRACE(::testing::Message()
                      << (fwd ? "forward" : "input gradient") << " C=" << s.c << " OC=" << s.oc
-                     << " H=" << s.h << " W=" << s.w << " channel block " << block);
+                     << " H=" << s.h << " W=" << s.w << " dilation " << s.dil_h << "x" << s.dil_w
+                     << " channel block " << block);
         const Im2colGeometry geo = im2col_geometry(g, "test", block);
         ASSERT_EQ(wp.rows, g.oc);
         ASSERT_EQ(wp.k_pad, geo.c_pad);
@@ -362,7 +413,7 @@ TEST(ConvNhwcLayout, EmulatedGemm) {
               double sum = 0;
               for (int kt = 0; kt < geo.ktiles; ++kt) {
                 const int tap = kt / geo.chunks, c0 = (kt % geo.chunks) * block;
-                const int y = p.y + tap / g.kw, x = p.x + tap % g.kw;
+                const int y = p.y + tap / g.kw * geo.dil_h, x = p.x + tap % g.kw * geo.dil_w;
                 if (p.n >= g.n || y < 0 || y >= g.h || x < 0 || x >= g.w) continue;  // zero fill
                 for (int cc = 0; cc < block; ++cc) {
                   const float av = nhwc[((size_t(p.n) * g.h + y) * g.w + x) * geo.c_pad + c0 + cc];

@@ -10,6 +10,8 @@
 // 3xTF32 (split operands: FP32 accuracy on the tensor cores); its weight gradient at BF16 from
 // channels-last copies too (conv2d_wgmma_wgrad_nhwc.h), elsewhere (and where that one refuses:
 // db, deterministic mode) as wgmma's (TF32, 3xTF32 at FP32); refused where those are.
+// A dilated shape (Conv2dShape::dilated) only where those kernels read dilated taps
+// (conv2d_*_takes_dilation); every other variant refuses it.
 #include "kernels/conv/conv2d.h"
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include "kernels/conv/conv2d_cpu_fast.h"
 #include "kernels/conv/conv2d_cuda.h"
 #include "kernels/conv/conv2d_igemm.h"
+#include "kernels/conv/conv2d_nhwc_layout.h"
 #include "kernels/conv/conv2d_nhwc_scratch.h"
 #include "kernels/conv/conv2d_wgmma.h"
 #include "kernels/conv/conv2d_wgmma_nhwc.h"
@@ -31,9 +34,18 @@
 
 namespace cnn {
 
+void check_conv2d_shape_dilated(const Conv2dShape& s) {
+  check_conv_window({s.n, s.c, s.h, s.w, s.oc, s.kh, s.kw, s.stride_h, s.stride_w, s.pad_h, s.pad_w,
+                     s.dil_h, s.dil_w});
+}
+
 void check_conv2d_shape(const Conv2dShape& s) {
-  check_conv_window(
-      {s.n, s.c, s.h, s.w, s.oc, s.kh, s.kw, s.stride_h, s.stride_w, s.pad_h, s.pad_w});
+  check_conv2d_shape_dilated(s);
+  CNN_CHECK(!s.dilated(),
+            "conv2d: dilation {}x{} runs on the wgmma kernels only (wgmma-nhwc, wgmma's weight "
+            "gradient; expected 1x1 here); the others run it on dilation phases "
+            "(conv2d_dilated_dense.h)",
+            s.dil_h, s.dil_w);
 }
 
 namespace {
@@ -88,17 +100,72 @@ bool wgmma_nhwc_precision(Precision p) {
   return o;
 }
 
+// Whether a pass's variant reads dilated taps: wgmma-nhwc's TMA im2col (every pass), and the
+// wgmma weight gradient's gather (algo wgmma, and wgmma-nhwc's weight gradient where the BF16
+// channels-last kernel does not take it), on CUDA.
+bool reads_dilated_taps(Algo algo, const Exec& ex, bool weight_gradient) {
+  return ex.device == Device::CUDA &&
+         (algo == Algo::WgmmaNhwc || (weight_gradient && algo == Algo::Wgmma));
+}
+
+// The shape check for a pass: a dilation other than 1 only where its variant reads dilated taps.
+void check_shape_for(const Conv2dShape& s, Algo algo, const Exec& ex, bool weight_gradient) {
+  if (reads_dilated_taps(algo, ex, weight_gradient))
+    check_conv2d_shape_dilated(s);
+  else
+    check_conv2d_shape(s);
+}
+
+// Whether wgmma-nhwc's TMA im2col expresses the GEMM view g at `precision`'s channel block.
+bool im2col_expresses(const Conv2dShape& g, Precision precision) {
+  try {
+    (void)im2col_geometry(g, "conv2d", nhwc_channel_block(precision, "conv2d"));
+  } catch (const Error&) {
+    return false;
+  }
+  return true;
+}
+
+// A dilated shape, valid, and a variant of the pass that reads dilated taps.
+bool dilated_call(const Conv2dShape& s, Algo algo, const Exec& ex, bool weight_gradient) {
+  if (!s.dilated() || !reads_dilated_taps(algo, ex, weight_gradient)) return false;
+  try {
+    check_conv2d_shape_dilated(s);
+  } catch (const Error&) {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
+bool conv2d_forward_takes_dilation(const Conv2dShape& s, Algo algo, const Exec& ex) {
+  return dilated_call(s, algo, ex, false) && wgmma_nhwc_precision(ex.precision) &&
+         im2col_expresses(s, ex.precision);
+}
+
+bool conv2d_backward_data_takes_dilation(const Conv2dShape& s, Algo algo, const Exec& ex) {
+  return dilated_call(s, algo, ex, false) && wgmma_nhwc_precision(ex.precision) &&
+         s.stride_h == 1 && s.stride_w == 1 &&
+         im2col_expresses(backward_data_as_forward(s), ex.precision);
+}
+
+bool conv2d_backward_weight_takes_dilation(const Conv2dShape& s, Algo algo, const Exec& ex) {
+  // The BF16 channels-last kernel where it takes the call, else the wgmma kernel's gather (TF32,
+  // 3xTF32 at FP32, and TF32 under BF16 as conv2d_backward_weight runs it): every shape.
+  return dilated_call(s, algo, ex, true) && wgmma_nhwc_precision(ex.precision) &&
+         CNN_CUDA_VALUE(true, false);
+}
+
 std::size_t conv2d_forward_scratch_floats(const Conv2dShape& s, Algo algo, const Exec& ex) {
-  check_conv2d_shape(s);
+  check_shape_for(s, algo, ex, false);
   if (ex.device != Device::CUDA || algo != Algo::WgmmaNhwc || !wgmma_nhwc_precision(ex.precision))
     return 0;
   return conv2d_forward_wgmma_nhwc_scratch_floats(s, ex.precision);
 }
 
 std::size_t conv2d_backward_data_scratch_floats(const Conv2dShape& s, Algo algo, const Exec& ex) {
-  check_conv2d_shape(s);
+  check_shape_for(s, algo, ex, false);
   if (ex.device != Device::CUDA || algo != Algo::WgmmaNhwc || !wgmma_nhwc_precision(ex.precision))
     return 0;
   if (s.stride_h != 1 || s.stride_w != 1) return 0;  // refused: stride-1 input gradients only
@@ -107,7 +174,7 @@ std::size_t conv2d_backward_data_scratch_floats(const Conv2dShape& s, Algo algo,
 
 void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y,
                     bool relu, float* scratch, Algo algo, const Exec& ex) {
-  check_conv2d_shape(s);
+  check_shape_for(s, algo, ex, false);
   CNN_CHECK(x && w && y, "conv2d_forward: x, w and y must not be null");
   if (ex.device == Device::CPU) {
     if (algo == Algo::Naive)
@@ -142,7 +209,7 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const 
 
 void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx,
                           float* scratch, Algo algo, const Exec& ex) {
-  check_conv2d_shape(s);
+  check_shape_for(s, algo, ex, false);
   CNN_CHECK(dy && w && dx, "conv2d_backward_data: dy, w and dx must not be null");
   if (ex.device == Device::CPU) {
     if (algo == Algo::Naive)
@@ -173,6 +240,17 @@ void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
 }
 
 std::size_t conv2d_backward_weight_scratch_floats(const Conv2dShape& s, const Exec& ex) {
+  if (s.dilated()) {  // the wgmma kernels that read dilated taps (see ..._takes_dilation)
+    check_conv2d_shape_dilated(s);
+    if (ex.device != Device::CUDA) return 0;
+    Exec tf32 = ex;
+    if (ex.precision == Precision::BF16) tf32.precision = Precision::TF32;
+    return CNN_CUDA_VALUE(
+        std::max(ex.precision == Precision::BF16 ? conv2d_wgrad_wgmma_nhwc_scratch_floats(s)
+                                                 : std::size_t(0),
+                 conv2d_wgrad_wgmma_scratch_floats(s, tf32, WgmmaWgradOptions::BLoad::Gather)),
+        std::size_t(0));
+  }
   check_conv2d_shape(s);
   if (ex.device == Device::CPU) return 0;
   // The largest of the variants, so that a layer can switch variant without reallocating.
@@ -190,7 +268,7 @@ std::size_t conv2d_backward_weight_scratch_floats(const Conv2dShape& s, const Ex
 bool conv2d_backward_shared(const Conv2dShape& s, const float* x, const float* dy, const float* w,
                             float* dw, float* db, float* dx, float* scratch, Algo dw_algo,
                             Algo dx_algo, const Exec& ex) {
-  check_conv2d_shape(s);
+  check_shape_for(s, dw_algo == dx_algo ? dx_algo : Algo::Auto, ex, false);
   if (ex.device != Device::CUDA || dw_algo != Algo::WgmmaNhwc || dx_algo != Algo::WgmmaNhwc || !x ||
       !dy || !w || !dw || !dx || !scratch || !process_env_switches().conv_shared_dy)
     return false;
@@ -203,7 +281,7 @@ bool conv2d_backward_shared(const Conv2dShape& s, const float* x, const float* d
 
 void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,
                             float* db, float* scratch, Algo algo, const Exec& ex) {
-  check_conv2d_shape(s);
+  check_shape_for(s, algo, ex, true);
   CNN_CHECK(x && dy && dw, "conv2d_backward_weight: x, dy and dw must not be null");
   if (ex.device == Device::CPU) {
     if (algo == Algo::Naive)
@@ -244,8 +322,9 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
         // faster than the other candidates.
         Exec tf32 = ex;
         if (ex.precision == Precision::BF16) tf32.precision = Precision::TF32;
+        // Dilated taps: the gather (the boxes copy undilated ones).
         WgmmaWgradOptions o;  // the B loader wgmma_wgrad_b_for names (CNN_WGMMA_WGRAD_B)
-        o.b = wgmma_wgrad_b_for(algo);
+        o.b = s.dilated() ? WgmmaWgradOptions::BLoad::Gather : wgmma_wgrad_b_for(algo);
         conv2d_backward_weight_wgmma(s, x, dy, dw, db, scratch, tf32, o);  // throws its reason
         break;
       }

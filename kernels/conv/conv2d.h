@@ -13,11 +13,21 @@ struct Conv2dShape {
   int oc = 1, kh = 1, kw = 1;      // weights (OC, C, KH, KW)
   int stride_h = 1, stride_w = 1;
   int pad_h = 0, pad_w = 0;
-  int oh() const { return (h + 2 * pad_h - kh) / stride_h + 1; }
-  int ow() const { return (w + 2 * pad_w - kw) / stride_w + 1; }
+  // Dilation: tap (kh, kw) reads input pixel (oy stride_h - pad_h + dil_h kh, ...). Other than 1
+  // only on CUDA under algo wgmma-nhwc (its TMA im2col reads the taps at dilated offsets) and in
+  // wgmma's weight gradient (its gather): conv2d_*_takes_dilation below. The other variants run
+  // dilated convolutions on their dilation phases (conv2d_dilated_dense.h).
+  int dil_h = 1, dil_w = 1;
+  int oh() const { return (h + 2 * pad_h - dil_h * (kh - 1) - 1) / stride_h + 1; }
+  int ow() const { return (w + 2 * pad_w - dil_w * (kw - 1) - 1) / stride_w + 1; }
+  bool dilated() const { return dil_h != 1 || dil_w != 1; }
 };
 
-void check_conv2d_shape(const Conv2dShape& s);  // throws naming the bad field
+// Throws naming the bad field; a dilation other than 1 included (the kernels that take one call
+// check_conv2d_shape_dilated instead).
+void check_conv2d_shape(const Conv2dShape& s);
+// The same with any dilation >= 1 (the dilated kernel window inside the padded input).
+void check_conv2d_shape_dilated(const Conv2dShape& s);
 
 // Scratch floats that conv2d_forward / conv2d_backward_data need for `algo`: on CUDA, algo
 // wgmma-nhwc at TF32 or BF16 writes its channels-last copy and packed weights there
@@ -59,7 +69,19 @@ bool conv2d_backward_shared(const Conv2dShape& s, const float* x, const float* d
                             float* dw, float* db, float* dx, float* scratch, Algo dw_algo,
                             Algo dx_algo, const Exec& ex);
 
-// CPU references: plain loops, double accumulation. Same contracts as above.
+// Whether the ops above take the dilated shape s (s.dilated()) under algo on ex, reading the
+// taps at their dilated offsets in one pass, on CUDA at fp32, tf32 or bf16: the forward and
+// stride-1 input gradient under algo wgmma-nhwc where its TMA im2col can express the shape; the
+// weight gradient under wgmma-nhwc or wgmma on a CUDA build (the BF16 channels-last kernel where
+// it takes the call, else the wgmma kernel's gather of x). Elsewhere the ops refuse a dilated
+// shape with cnn::Error, and conv2d_dilated_dense.h runs it on dilation phases. Host code: the
+// same answer on any machine.
+bool conv2d_forward_takes_dilation(const Conv2dShape& s, Algo algo, const Exec& ex);
+bool conv2d_backward_data_takes_dilation(const Conv2dShape& s, Algo algo, const Exec& ex);
+bool conv2d_backward_weight_takes_dilation(const Conv2dShape& s, Algo algo, const Exec& ex);
+
+// CPU references: plain loops, double accumulation, any dilation (the twins of wgmma-nhwc's
+// dilated passes). Same contracts as above.
 void conv2d_forward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* b,
                         float* y, bool relu);
 void conv2d_backward_data_cpu(const Conv2dShape& s, const float* dy, const float* w, float* dx);

@@ -27,8 +27,8 @@ void forward_ref(const Conv2dShape& s, const T* x, const T* w, const T* b, T* y,
           for (int c = 0; c < s.c; ++c)
             for (int ky = 0; ky < s.kh; ++ky)
               for (int kx = 0; kx < s.kw; ++kx) {
-                const int iy = oy * s.stride_h - s.pad_h + ky;
-                const int ix = ox * s.stride_w - s.pad_w + kx;
+                const int iy = oy * s.stride_h - s.pad_h + ky * s.dil_h;
+                const int ix = ox * s.stride_w - s.pad_w + kx * s.dil_w;
                 if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;  // zero padding
                 acc += static_cast<double>(x[at4(n, c, iy, ix, s.c, s.h, s.w)]) *
                        static_cast<double>(w[at4(oc, c, ky, kx, s.c, s.kh, s.kw)]);
@@ -52,8 +52,8 @@ void backward_data_ref(const Conv2dShape& s, const T* dy, const T* w, T* dx) {
           for (int c = 0; c < s.c; ++c)
             for (int ky = 0; ky < s.kh; ++ky)
               for (int kx = 0; kx < s.kw; ++kx) {
-                const int iy = oy * s.stride_h - s.pad_h + ky;
-                const int ix = ox * s.stride_w - s.pad_w + kx;
+                const int iy = oy * s.stride_h - s.pad_h + ky * s.dil_h;
+                const int ix = ox * s.stride_w - s.pad_w + kx * s.dil_w;
                 if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;
                 acc[at4(n, c, iy, ix, s.c, s.h, s.w)] +=
                     g * static_cast<double>(w[at4(oc, c, ky, kx, s.c, s.kh, s.kw)]);
@@ -73,8 +73,8 @@ void backward_weight_ref(const Conv2dShape& s, const T* x, const T* dy, T* dw, T
           for (int n = 0; n < s.n; ++n)
             for (int oy = 0; oy < oh; ++oy)
               for (int ox = 0; ox < ow; ++ox) {
-                const int iy = oy * s.stride_h - s.pad_h + ky;
-                const int ix = ox * s.stride_w - s.pad_w + kx;
+                const int iy = oy * s.stride_h - s.pad_h + ky * s.dil_h;
+                const int ix = ox * s.stride_w - s.pad_w + kx * s.dil_w;
                 if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;
                 acc += static_cast<double>(x[at4(n, c, iy, ix, s.c, s.h, s.w)]) *
                        static_cast<double>(dy[at4(n, oc, oy, ox, s.oc, oh, ow)]);

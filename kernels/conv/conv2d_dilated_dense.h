@@ -1,6 +1,9 @@
 #pragma once
 // A dilated convolution of stride 1 and one group on the dense kernels of conv2d.h (igemm, wgmma,
-// wgmma-nhwc, or the dense op's fixed rule for auto). With dilation d, output row i reads input
+// wgmma-nhwc, or the dense op's fixed rule for auto). Where wgmma-nhwc takes the dilated shape
+// itself (conv2d_*_takes_dilation: its TMA im2col reads each tap at its dilated offset; the
+// forward and input gradient at fp32, tf32 and bf16, the weight gradient at bf16), the pass is
+// that one dense pass, with no copies. Otherwise, with dilation d, output row i reads input
 // rows i - pad + d k: one residue modulo d. So the padded input splits into d_h x d_w phase
 // images (conv2d_dilation_phases.h), and on the batch of all phases the convolution is one
 // undilated dense convolution with no padding; its output phases interleave back into y. The
@@ -25,9 +28,9 @@ bool conv2d_dilated_dense_applicable(const Conv2dGroupedShape& s);
 // OC, HS - KH + 1, WS - KW + 1), HS = ceil((H + 2 pad_h) / d_h) (and for W).
 Conv2dShape conv2d_dilated_phase_shape(const Conv2dGroupedShape& s);
 
-// Scratch floats of each pass with dense variant `algo` (16-byte aligned when given): the phase
-// layouts of the pass's input and output, and the dense pass's own scratch. 0 where the shape is
-// not applicable.
+// Scratch floats of each pass with dense variant `algo` (16-byte aligned when given): the dense
+// pass's own where it reads the dilated taps itself; else the phase layouts of the pass's input
+// and output, and the phase pass's own scratch. 0 where the shape is not applicable.
 std::size_t conv2d_dilated_dense_forward_scratch_floats(const Conv2dGroupedShape& s, Algo algo,
                                                         const Exec& ex);
 std::size_t conv2d_dilated_dense_backward_data_scratch_floats(const Conv2dGroupedShape& s,

@@ -26,8 +26,17 @@ Im2colGeometry im2col_geometry(const Conv2dShape& g, const char* what, int chann
               "{}: algo wgmma-nhwc: the im2col box corner {} is outside the TMA's [-128, 127] "
               "(padding {}x{}, kernel {}x{})",
               what, v, g.pad_h, g.pad_w, g.kh, g.kw);
+  // The copy's im2col offsets are the tap's dilated position (dil kx, dil ky), kept within the
+  // corners' range.
+  const int reach_w = g.dil_w * (g.kw - 1), reach_h = g.dil_h * (g.kh - 1);
+  CNN_CHECK(g.dil_w >= 1 && g.dil_h >= 1 && reach_w <= 127 && reach_h <= 127,
+            "{}: algo wgmma-nhwc reads filter taps at most 127 pixels from the window's corner "
+            "(dilation {}x{}, kernel {}x{})",
+            what, g.dil_h, g.dil_w, g.kh, g.kw);
   geo.stride_w = g.stride_w;
   geo.stride_h = g.stride_h;
+  geo.dil_w = g.dil_w;
+  geo.dil_h = g.dil_h;
   geo.chunks = (g.c + channel_block - 1) / channel_block;
   geo.c_pad = geo.chunks * channel_block;
   geo.taps = g.kh * g.kw;
@@ -175,8 +184,10 @@ Conv2dShape backward_data_as_forward(const Conv2dShape& s) {
   g.kw = s.kw;
   g.stride_h = 1;
   g.stride_w = 1;
-  g.pad_h = s.kh - 1 - s.pad_h;
-  g.pad_w = s.kw - 1 - s.pad_w;
+  g.dil_h = s.dil_h;
+  g.dil_w = s.dil_w;
+  g.pad_h = s.dil_h * (s.kh - 1) - s.pad_h;
+  g.pad_w = s.dil_w * (s.kw - 1) - s.pad_w;
   return g;
 }
 

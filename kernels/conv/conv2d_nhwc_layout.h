@@ -32,10 +32,12 @@ constexpr int kNhwcChannelBlockBf16 = 64;  // bf16 channels per 128-byte swizzle
 //   pixelBoxUpperCorner = {upper_w, upper_h} = {(OW-1) stride_w - pad_w - (W-1), ...}
 //                                                                  (from (W - 1, H - 1))
 // (arrays innermost dimension first, like globalDim), elementStrides = {1, stride_w, stride_h, 1},
-// and the copy's im2col offsets are the tap (kx, ky).
+// and the copy's im2col offsets are the tap (kx, ky), dilated: (dil_w kx, dil_h ky). The box is
+// the same at any dilation (OW, OH are the dilated convolution's); only the offsets stretch.
 struct Im2colGeometry {
   int lower_w = 0, lower_h = 0, upper_w = 0, upper_h = 0;
   int stride_w = 1, stride_h = 1;
+  int dil_w = 1, dil_h = 1;  // the taps' spacing: im2col offsets (dil_w kx, dil_h ky)
   int c_pad = 0;   // channels of the NHWC copy: c rounded up to the channel block
   int chunks = 0;  // c_pad / channel block
   int taps = 0;    // kh * kw
@@ -43,7 +45,8 @@ struct Im2colGeometry {
 };
 
 // Throws cnn::Error (one line, naming `what`) where the TMA cannot express the convolution: a
-// corner outside [-128, 127] (4-D im2col maps), a stride above 8. channel_block: the channels of
+// corner outside [-128, 127] (4-D im2col maps), a stride above 8, a tap more than 127 pixels
+// from the window's corner (dilation x (kernel - 1)). channel_block: the channels of
 // one k-tile, kNhwcChannelBlock (TF32) or kNhwcChannelBlockBf16.
 Im2colGeometry im2col_geometry(const Conv2dShape& g, const char* what,
                                int channel_block = kNhwcChannelBlock);
@@ -96,7 +99,8 @@ void pack_weights_bf16_cpu(const WeightPack& wp, const float* w, uint16_t* out);
 void pack_weights_tf32_split_cpu(const WeightPack& wp, const float* w, float* big, float* small);
 
 // The input gradient as the GEMM view above: the convolution of dy (N, OC, OH, OW) with the
-// flipped weights, stride 1, padding KH-1-ph (x KW-1-pw), giving dx (N, C, H, W).
+// flipped weights, stride 1, the same dilation d, padding d (KH-1) - ph (x d (KW-1) - pw),
+// giving dx (N, C, H, W).
 Conv2dShape backward_data_as_forward(const Conv2dShape& s);
 
 }  // namespace cnn

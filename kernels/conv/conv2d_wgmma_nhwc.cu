@@ -147,6 +147,7 @@ struct NhwcParams {
   int relu;
   int M, N, ktiles, chunks, kw;
   int oh, ow, stride_h, stride_w, lower_h, lower_w;
+  int dil_h, dil_w;  // the im2col offsets of tap (ky, kx): (dil_w kx, dil_h ky)
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -207,15 +208,15 @@ __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a,
       const int kt = kt_begin + i;
       const int tap = kt / p.chunks, c0 = (kt - tap * p.chunks) * kBK;
       const int ky = tap / p.kw, kx = tap - ky * p.kw;
+      const uint16_t off_x = uint16_t(kx * p.dil_w), off_y = uint16_t(ky * p.dil_h);
       mbar_arrive_expect_tx(full(s), stage_bytes);
-      tma_load_im2col_4d(tile_a(s), &map_a, c0, at.x, at.y, at.n, uint16_t(kx), uint16_t(ky),
-                         full(s));
+      tma_load_im2col_4d(tile_a(s), &map_a, c0, at.x, at.y, at.n, off_x, off_y, full(s));
       if constexpr (P::kSplitA)
-        tma_load_im2col_4d(tile_a_small(s), &map_a_small, c0, at.x, at.y, at.n, uint16_t(kx),
-                           uint16_t(ky), full(s));
+        tma_load_im2col_4d(tile_a_small(s), &map_a_small, c0, at.x, at.y, at.n, off_x, off_y,
+                           full(s));
       if (second)
-        tma_load_im2col_4d(tile_a(s) + kATileBytes, &map_a, c0, at2.x, at2.y, at2.n, uint16_t(kx),
-                           uint16_t(ky), full(s));
+        tma_load_im2col_4d(tile_a(s) + kATileBytes, &map_a, c0, at2.x, at2.y, at2.n, off_x, off_y,
+                           full(s));
       tma_load_2d(tile_b(s), &map_b, kt * kBK, n0, full(s));
       if constexpr (kSplit) tma_load_2d(tile_b_small(s), &map_b_small, kt * kBK, n0, full(s));
     }
@@ -573,6 +574,8 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   p.stride_w = g.stride_w;
   p.lower_h = geo.lower_h;
   p.lower_w = geo.lower_w;
+  p.dil_h = geo.dil_h;
+  p.dil_w = geo.dil_w;
   if (halo) {
     launch_halo<T>(g, geo, hg, bn, tiles, splits, stream, maps, d_b, d_y, relu);
     return;
@@ -610,7 +613,7 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
 
 // The input gradient's shape: valid, and stride 1 (strided input gradients are refused).
 void check_input_gradient_shape(const Conv2dShape& s, const char* what) {
-  check_conv2d_shape(s);
+  check_conv2d_shape_dilated(s);
   CNN_CHECK(s.stride_h == 1 && s.stride_w == 1,
             "{}: algo wgmma-nhwc handles stride 1 only (got stride {}x{}); expected igemm, fast "
             "or auto for strided convolutions",
@@ -694,7 +697,7 @@ void conv2d_forward_wgmma_nhwc(const Conv2dShape& s, const float* d_x, const flo
                                const float* d_b, float* d_y, bool relu, float* d_scratch,
                                cudaStream_t stream, const WgmmaNhwcOptions& opt) {
   const char* what = "conv2d_forward";
-  check_conv2d_shape(s);
+  check_conv2d_shape_dilated(s);
   CNN_CHECK(d_x && d_w && d_y, "{}: null tensor pointer", what);
   const int block = nhwc_channel_block(opt.precision, what);
   run_at_precision(s, forward_weight_pack(s, block), d_x, d_w, d_b, d_y, relu, d_scratch, stream,

@@ -18,6 +18,10 @@
 //      or, with halo tiles (NhwcALoad::Halo: stride 1, TF32 and BF16), the tile's input rows
 //      with their halo as one tiled TMA box per 32-channel chunk, which every tap reads at a
 //      row offset (conv2d_halo_layout.h, conv2d_wgmma_halo.cuh).
+// A dilated convolution (Conv2dShape::dil_h, dil_w) runs the same way: the im2col copy of tap
+// (ky, kx) reads at offsets (dil_w kx, dil_h ky) from the window's corner, and the input gradient
+// is the dilated convolution of dy with the flipped weights (backward_data_as_forward); the halo
+// tiles read undilated taps and refuse it.
 // At FP32 it runs 3xTF32, the tensor cores at FP32 accuracy: the weights are packed twice, big =
 // TF32(w) and small = TF32(w - big), and the products are
 //   small_A big_B + big_A small_B + big_A big_B

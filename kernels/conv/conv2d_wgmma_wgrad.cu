@@ -147,6 +147,7 @@ struct WgradParams {
   float* db;        // (OC) or null, accumulated
   float* scratch;   // deterministic: (splits, slots); else null
   int oc, h, w, kh, kw, khw, sh, sw, ph, pw, ow;
+  int dil_h, dil_w;  // the gather reads tap (kh, kw) at (dil_h kh, dil_w kw) from the window origin
   int ohw, hw;
   int64_t chw;  // floats per image of x
   int ckhw;     // C*KH*KW
@@ -233,7 +234,7 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB, kSplit>::kThreads,
     if (j < p.live_cols) {
       if constexpr (!kBoxB) {
         const int c = j / p.khw, rs = j - c * p.khw;
-        const int r = rs / p.kw, s = rs - r * p.kw;
+        const int r = (rs / p.kw) * p.dil_h, s = (rs - rs / p.kw * p.kw) * p.dil_w;
         e = make_int4(c * p.hw + r * p.w + s, r, s, 1);
       }
     } else {
@@ -804,7 +805,7 @@ std::string conv2d_wgrad_wgmma_box_refusal(const Conv2dShape& s, const float* d_
 void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const float* d_dy,
                                   float* d_dw, float* d_db, float* d_scratch, const Exec& ex,
                                   const WgmmaWgradOptions& opt) {
-  check_conv2d_shape(s);
+  check_conv2d_shape_dilated(s);  // dilated taps: the gather only (the boxes refuse them)
   const std::string refusal = conv2d_wgrad_wgmma_refusal(s, ex);
   CNN_CHECK(refusal.empty(), "{}", refusal);
   CNN_CHECK(d_x && d_dy && d_dw, "conv2d_backward_weight_wgmma: x, dy and dw must not be null");
@@ -849,6 +850,8 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
   p.sw = s.stride_w;
   p.ph = s.pad_h;
   p.pw = s.pad_w;
+  p.dil_h = s.dil_h;
+  p.dil_w = s.dil_w;
   p.ow = s.ow();
   p.ohw = static_cast<int>(g.ohw);
   p.hw = s.h * s.w;

@@ -80,6 +80,7 @@ struct WgradNhwcParams {
   int ktiles;                   // ceil(N*OH*OW / 64)
   int tiles_n;                  // column tiles (of kPieces pieces)
   int oh, ow, stride_h, stride_w, lower_h, lower_w;
+  int dil_h, dil_w;  // the im2col offsets of tap (ky, kx): (dil_w kx, dil_h ky)
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -131,8 +132,8 @@ __device__ __forceinline__ void wgrad_nhwc_body(const CUtensorMap& map_dy, const
         const int q = min(q0 + b, p.pieces - 1);
         const int tap = q / p.chunks, c0 = (q - tap * p.chunks) * kBlockC;
         const int ky = tap / p.kw, kx = tap - ky * p.kw;
-        tma_load_im2col_4d(box(s, kBoxesA + b), &map_x, c0, at.x, at.y, at.n, uint16_t(kx),
-                           uint16_t(ky), full(s));
+        tma_load_im2col_4d(box(s, kBoxesA + b), &map_x, c0, at.x, at.y, at.n,
+                           uint16_t(kx * p.dil_w), uint16_t(ky * p.dil_h), full(s));
       }
     }
   }
@@ -341,7 +342,7 @@ std::string conv2d_wgrad_wgmma_nhwc_refusal(const Conv2dShape& s, const Exec& ex
         "atomics, not in deterministic mode",
         what);
   try {
-    check_conv2d_shape(s);
+    check_conv2d_shape_dilated(s);
     (void)im2col_geometry(s, what, kBlockC);
   } catch (const Error& e) {
     return e.what();
@@ -447,6 +448,8 @@ void conv2d_backward_weight_wgmma_nhwc(const Conv2dShape& s, const float* d_x, c
   p.stride_w = s.stride_w;
   p.lower_h = geo.lower_h;
   p.lower_w = geo.lower_w;
+  p.dil_h = geo.dil_h;
+  p.dil_w = geo.dil_w;
   const int64_t tiles = ceil_div<int64_t>(s.oc, 64 * f.boxes_a) * p.tiles_n;
   const int splits = std::min(opt.splits > 0 ? opt.splits : pick_splits(s, f, sm_count()),
                               std::min(p.ktiles, 65535));

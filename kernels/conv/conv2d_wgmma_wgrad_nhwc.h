@@ -14,6 +14,8 @@
 //      channels) by a TMA im2col copy of the x copy, exactly the forward's A tile; both land
 //      pixel-major (MN-major) in the 128-byte swizzle, which BF16 wgmma reads transposed;
 //   3. atomically adds each block's FP32 tile into dw (K is split across blocks).
+// A dilated shape runs the same way, each tap's im2col copy at its dilated offset (the halo
+// instance refuses it).
 // The halo instance (WgradNhwcLoad::Halo, stride 1) replaces step 2's per-tap im2col copies by
 // one dy box and one x box (with the halo) a k-tile that every tap reads at a row offset
 // (conv2d_wgrad_halo_layout.h, conv2d_wgmma_wgrad_halo.cu).

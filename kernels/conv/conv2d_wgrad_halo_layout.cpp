@@ -47,6 +47,9 @@ std::string wgrad_halo_refusal(const Conv2dShape& s, int max_k_rows) {
     return fmt::format("the halo k-tile has 16 to 256 rows, a multiple of 16 (got {})", max_k_rows);
   if (s.stride_h != 1 || s.stride_w != 1)
     return fmt::format("the halo k-tile handles stride 1 only (got {}x{})", s.stride_h, s.stride_w);
+  if (s.dilated())
+    return fmt::format("the halo k-tile reads undilated taps (got dilation {}x{})", s.dil_h,
+                       s.dil_w);
   const int oh = s.oh(), ow = s.ow();
   if (oh < 1 || ow < 1) return fmt::format("empty output ({}x{})", oh, ow);
   const int wp = ow + s.kw - 1;
