@@ -3,7 +3,7 @@
 // wgmma-nhwc, auto) at FP32, TF32 and BF16 against the double CPU reference on dilations 2 and 3,
 // unequal ones, paddings from 0 to beyond the span, bias, the weight gradient accumulating onto a
 // nonzero dw; a gradient check through the layer. A variant may refuse a shape (wgmma at FP32 or
-// BF16); igemm and auto never do. wgmma-nhwc on the dilated shape itself, every pass it takes.
+// BF16); igemm and auto never do. wgmma-nhwc on the dilated shape itself, every pass it runs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,6 +21,7 @@
 #include "layers/layer_spec.h"
 #include "runtime/error.h"
 #include "runtime/tensor.h"
+#include "tests/gpu_conv_direct_check.h"
 #include "tests/grouped_conv_test_check.h"
 #include "tests/test_util.h"
 
@@ -131,14 +132,12 @@ TEST(GpuConv2dDilatedDense, EveryDenseVariantMatchesCpu) {
   }
 }
 
-// The wgmma kernels on the dilated shape itself, through the dense op: wgmma-nhwc's forward and
-// input gradient (its TMA im2col reading each tap at its dilated offset) at FP32, TF32 and BF16,
-// the weight gradient under wgmma-nhwc and wgmma (the BF16 channels-last kernel, the wgmma
-// gather; deterministic mode bitwise repeatable), and both BF16 gradients on one copy of dy
-// (conv2d_backward_shared), against the double
-// reference on odd channel counts, batch 1, dilation up to 6, a padding beyond the span (the input
-// gradient's view padded negatively) and a strided forward.
-TEST(GpuConv2dDilatedDense, WgmmaKernelsReadDilatedTaps) {
+// wgmma-nhwc on the dilated shape itself, through the dense op (gpu_conv_direct_check.h): the
+// forward and input gradient's TMA im2col reading each tap at its dilated offset, the weight
+// gradient (the BF16 channels-last kernel, the wgmma gather), on odd channel counts, batch 1,
+// dilation up to 6, a padding beyond the span (the input gradient's view padded negatively) and
+// a strided forward and weight gradient.
+TEST(GpuConv2dDilatedDense, WgmmaNhwcReadsDilatedTaps) {
   CNN_REQUIRE_GPU();
   struct Case {
     Conv2dGroupedShape s;
@@ -152,85 +151,11 @@ TEST(GpuConv2dDilatedDense, WgmmaKernelsReadDilatedTaps) {
   for (Case c : cases) {
     Conv2dGroupedShape s = c.s;
     s.stride_h = s.stride_w = c.stride;
-    Conv2dShape d;
-    d.n = s.n, d.c = s.c, d.h = s.h, d.w = s.w, d.oc = s.oc, d.kh = s.kh, d.kw = s.kw;
-    d.stride_h = d.stride_w = c.stride, d.pad_h = s.pad_h, d.pad_w = s.pad_w;
-    d.dil_h = s.dil_h, d.dil_w = s.dil_w;
-    const std::string tag = "C" + std::to_string(s.c) + " " + std::to_string(s.h) + "x" +
-                            std::to_string(s.w) + " OC" + std::to_string(s.oc) + " k" +
-                            std::to_string(s.kh) + " d" + std::to_string(s.dil_h) + "x" +
-                            std::to_string(s.dil_w) + " s" + std::to_string(c.stride);
-    const size_t nx = size_t(s.n) * s.c * s.h * s.w, ny = size_t(s.n) * s.oc * s.oh() * s.ow();
-    const size_t nw = size_t(s.oc) * s.c * s.kh * s.kw;
-    ASSERT_EQ(d.oh(), s.oh());
-    const grouped_test::Problem ref = grouped_test::make_problem(s);
-    const double k_fwd = double(s.c) * s.kh * s.kw + 1, k_data = double(s.oc) * s.kh * s.kw;
-    const double k_wgt = double(s.n) * s.oh() * s.ow();
-    Tensor d_x = test::to_device(ref.x), d_w = test::to_device(ref.w), d_b = test::to_device(ref.b),
-           d_dy = test::to_device(ref.dy);
-    Tensor d_y({int64_t(ny)}, Device::CUDA), d_dx({int64_t(nx)}, Device::CUDA);
-    for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16}) {
-      const Exec ex = cuda_exec(p);
-      const std::string what = tag + " " + precision_name(p);
-      ASSERT_TRUE(conv2d_forward_takes_dilation(d, Algo::WgmmaNhwc, ex)) << what;
-      const size_t need = std::max({conv2d_forward_scratch_floats(d, Algo::WgmmaNhwc, ex),
-                                    conv2d_backward_data_scratch_floats(d, Algo::WgmmaNhwc, ex),
-                                    conv2d_backward_weight_scratch_floats(d, ex)});
-      Tensor scratch({int64_t(need)}, Device::CUDA);
-      test::poison_device(d_y.data(), ny);
-      conv2d_forward(d, d_x.data(), d_w.data(), d_b.data(), d_y.data(), false, scratch.data(),
-                     Algo::WgmmaNhwc, ex);
-      grouped_test::expect_within(test::to_host(d_y.data(), ny), ref.y, ref.y_abs, k_fwd, p,
-                                  what + " forward");
-      if (c.stride != 1) {
-        EXPECT_FALSE(conv2d_backward_data_takes_dilation(d, Algo::WgmmaNhwc, ex)) << what;
-      } else {
-        ASSERT_TRUE(conv2d_backward_data_takes_dilation(d, Algo::WgmmaNhwc, ex)) << what;
-        test::poison_device(d_dx.data(), nx);
-        conv2d_backward_data(d, d_dy.data(), d_w.data(), d_dx.data(), scratch.data(),
-                             Algo::WgmmaNhwc, ex);
-        grouped_test::expect_within(test::to_host(d_dx.data(), nx), ref.dx, ref.dx_abs, k_data, p,
-                                    what + " input gradient");
-      }
-      // The weight gradient: wgmma-nhwc (at BF16 the channels-last kernel) and wgmma (the
-      // gather), and the gather in deterministic mode, bitwise the same twice.
-      for (Algo a : {Algo::WgmmaNhwc, Algo::Wgmma})
-        for (bool deterministic : {false, true}) {
-          Exec wx = ex;
-          wx.deterministic = deterministic;
-          const std::string wwhat = what + " " + algo_name(a) + (deterministic ? " det" : "");
-          ASSERT_TRUE(conv2d_backward_weight_takes_dilation(d, a, wx)) << wwhat;
-          Tensor ws({int64_t(std::max<size_t>(conv2d_backward_weight_scratch_floats(d, wx), 1))},
-                    Device::CUDA);
-          std::vector<float> first;
-          for (int rep = 0; rep < (deterministic ? 2 : 1); ++rep) {
-            Tensor d_dw = test::to_device(ref.dw0), d_db = test::to_device(ref.db0);
-            conv2d_backward_weight(d, d_x.data(), d_dy.data(), d_dw.data(), d_db.data(), ws.data(),
-                                   a, wx);
-            const std::vector<float> dw = test::to_host(d_dw.data(), nw);
-            grouped_test::expect_within(dw, ref.dw, ref.dw_abs, k_wgt, p,
-                                        wwhat + " weight gradient");
-            grouped_test::expect_within(test::to_host(d_db.data(), s.oc), ref.db, ref.db_abs, k_wgt,
-                                        p, wwhat + " bias gradient");
-            if (rep == 0)
-              first = dw;
-            else
-              EXPECT_EQ(dw, first) << wwhat << ": deterministic mode not bitwise repeatable";
-          }
-        }
-      if (p != Precision::BF16 || c.stride != 1) continue;
-      // Both gradients on the weight gradient's copy of dy, where the shared call takes the shape.
-      Tensor d_dw2 = test::to_device(ref.dw0), d_db2 = test::to_device(ref.db0);
-      test::poison_device(d_dx.data(), nx);
-      if (conv2d_backward_shared(d, d_x.data(), d_dy.data(), d_w.data(), d_dw2.data(), d_db2.data(),
-                                 d_dx.data(), scratch.data(), Algo::WgmmaNhwc, Algo::WgmmaNhwc,
-                                 ex)) {
-        grouped_test::expect_within(test::to_host(d_dw2.data(), nw), ref.dw, ref.dw_abs, k_wgt, p,
-                                    what + " shared weight gradient");
-        grouped_test::expect_within(test::to_host(d_dx.data(), nx), ref.dx, ref.dx_abs, k_data, p,
-                                    what + " shared input gradient");
-      }
-    }
+    grouped_test::expect_direct_passes_match(
+        s, "C" + std::to_string(s.c) + " " + std::to_string(s.h) + "x" + std::to_string(s.w) +
+               " OC" + std::to_string(s.oc) + " k" + std::to_string(s.kh) + " d" +
+               std::to_string(s.dil_h) + "x" + std::to_string(s.dil_w) + " s" +
+               std::to_string(c.stride));
   }
 }
 

@@ -1,7 +1,8 @@
 // A grouped convolution on the dense kernels (conv2d_grouped_dense.h) on the GPU:
 // the group-major copy and the block-diagonal weights against their CPU twins (float4 and scalar
 // paths, more planes than one grid row holds), and every dense variant in both forms (igemm, wgmma,
-// wgmma-nhwc, auto) at FP32, TF32 and BF16 against the double CPU reference on awkward shapes:
+// wgmma-nhwc, auto; wgmma-nhwc in the direct form too) at FP32, TF32 and BF16 against the double
+// CPU reference on awkward shapes:
 // groups of 2 to 32 channels, stride 2, 1x1 and 5x5 kernels, odd sizes, bias + ReLU, the weight
 // gradient accumulating onto a nonzero dw, and the deterministic weight gradient's bits from run to
 // run. A variant may refuse a shape (wgmma at FP32, a strided input gradient); igemm and auto never
@@ -25,6 +26,7 @@
 #include "layers/tune_cache.h"
 #include "runtime/error.h"
 #include "runtime/tensor.h"
+#include "tests/gpu_conv_direct_check.h"
 #include "tests/grouped_conv_test_check.h"
 #include "tests/test_util.h"
 
@@ -125,6 +127,7 @@ TEST(GpuConv2dGroupedDense, EveryDenseVariantMatchesCpu) {
     std::vector<Variant> variants;
     for (GroupedDenseForm f : {GroupedDenseForm::PerGroup, GroupedDenseForm::BlockDiagonal})
       for (Algo a : {Algo::Igemm, Algo::Wgmma, Algo::WgmmaNhwc}) variants.push_back({a, true, f});
+    variants.push_back({Algo::WgmmaNhwc, true, GroupedDenseForm::Direct});
     variants.push_back({Algo::Auto, false, conv2d_grouped_dense_form(s)});
     for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16})
       for (const Variant& v : variants) {
@@ -197,6 +200,26 @@ TEST(GpuConv2dGroupedDense, EveryDenseVariantMatchesCpu) {
         }
       }
   }
+}
+
+// wgmma-nhwc on the grouped shape itself, one group a block (the direct form), through the dense
+// op (gpu_conv_direct_check.h): groups of 2 to 80 input channels (one to three k-tile chunks), 4 to
+// 40 output channels, 1x1, 3x3 and 5x5, stride 2 (forward and weight gradient), batch 1.
+TEST(GpuConv2dGroupedDense, WgmmaNhwcRunsEachGroup) {
+  CNN_REQUIRE_GPU();
+  const Conv2dGroupedShape shapes[] = {
+      grouped_test::grouped_shape(3, 12, 9, 7, 18, 3, 1, 1, 3),       // 4 -> 6 a group
+      grouped_test::grouped_shape(2, 64, 8, 8, 64, 3, 2, 1, 2),       // 32 a group, stride 2
+      grouped_test::grouped_shape(5, 40, 6, 6, 20, 1, 1, 0, 4),       // 1x1, 10 -> 5 a group
+      grouped_test::grouped_shape(4, 96, 10, 10, 96, 5, 1, 2, 3),     // 5x5, 32 a group
+      grouped_test::grouped_shape(2, 128, 7, 7, 128, 3, 1, 1, 32),    // 32 groups of 4
+      grouped_test::grouped_shape(1, 160, 9, 9, 80, 3, 1, 1, 2),      // 80 -> 40, batch 1
+      grouped_test::grouped_shape(2, 256, 16, 16, 256, 3, 2, 1, 8)};  // resnext's stride-2 layer
+  for (const Conv2dGroupedShape& s : shapes)
+    grouped_test::expect_direct_passes_match(
+        s, "C" + std::to_string(s.c) + " " + std::to_string(s.h) + "x" + std::to_string(s.w) +
+               " OC" + std::to_string(s.oc) + " k" + std::to_string(s.kh) + " s" +
+               std::to_string(s.stride_h) + " g" + std::to_string(s.groups));
 }
 
 // Deterministic mode: igemm's weight gradient's bits repeat, in both forms at every precision.

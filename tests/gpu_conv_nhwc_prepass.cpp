@@ -15,6 +15,7 @@
 // The pre-pass kernels need no sm_90a code: they run on any GPU of this build.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -113,19 +114,20 @@ struct Problem {
   std::vector<float> w, x;
   int n, c, c_pad;
   int64_t hw;
-  int x_offset;  // floats into x's device buffer: 1 takes the copy's 4-byte loads
+  int x_offset;    // floats into x's device buffer: 1 takes the copy's 4-byte loads
+  int groups = 1;  // > 1: x (n, groups c, hw), the copy group-major
   size_t pack_bytes() const { return size_t(wp.rows) * wp.taps * wp.k_pad * elem_bytes(form); }
-  size_t copy_bytes() const { return size_t(n) * size_t(hw) * c_pad * elem_bytes(form); }
+  size_t copy_bytes() const { return size_t(n) * groups * size_t(hw) * c_pad * elem_bytes(form); }
 };
 
 Outputs cpu_outputs(const Problem& p) {
   Outputs o;
   const size_t npack = size_t(p.wp.rows) * p.wp.taps * p.wp.k_pad;
-  const size_t ncopy = size_t(p.n) * size_t(p.hw) * p.c_pad;
+  const size_t ncopy = size_t(p.n) * p.groups * size_t(p.hw) * p.c_pad;
   if (p.form == Form::Bf16) {
     std::vector<uint16_t> pack(npack), copy(ncopy);
     pack_weights_bf16_cpu(p.wp, p.w.data(), pack.data());
-    nchw_to_nhwc_bf16_cpu(p.x.data(), p.n, p.c, p.hw, p.c_pad, copy.data());
+    nchw_to_nhwc_bf16_cpu(p.x.data(), p.n, p.c, p.hw, p.c_pad, copy.data(), p.groups);
     o.pack = as_bytes(pack);
     o.copy = as_bytes(copy);
     return o;
@@ -138,13 +140,13 @@ Outputs cpu_outputs(const Problem& p) {
     pack_weights_tf32_cpu(p.wp, p.w.data(), pack.data());
   }
   if (p.form == Form::Fp32SplitCopy) {
-    nchw_to_nhwc_tf32_split_cpu(p.x.data(), p.n, p.c, p.hw, p.c_pad, copy.data(),
-                                copy_small.data());
+    nchw_to_nhwc_tf32_split_cpu(p.x.data(), p.n, p.c, p.hw, p.c_pad, copy.data(), copy_small.data(),
+                                p.groups);
     o.copy_small = as_bytes(copy_small);
   } else if (p.form == Form::Fp32) {
-    nchw_to_nhwc_fp32_cpu(p.x.data(), p.n, p.c, p.hw, p.c_pad, copy.data());
+    nchw_to_nhwc_fp32_cpu(p.x.data(), p.n, p.c, p.hw, p.c_pad, copy.data(), p.groups);
   } else {
-    nchw_to_nhwc_tf32_cpu(p.x.data(), p.n, p.c, p.hw, p.c_pad, copy.data());
+    nchw_to_nhwc_tf32_cpu(p.x.data(), p.n, p.c, p.hw, p.c_pad, copy.data(), p.groups);
   }
   o.pack = as_bytes(pack);
   o.copy = as_bytes(copy);
@@ -219,6 +221,7 @@ Outputs run_fused(const Problem& p, bool with_weights = true, bool with_copy = t
   cj.c_pad = p.c_pad;
   cj.d_out = r.copy.data();
   cj.d_small = p.form == Form::Fp32SplitCopy ? r.copy_small.f() : nullptr;
+  cj.groups = p.groups;
   conv_nhwc_prepass_cuda(precision_of(p.form), wj, cj, nullptr);
   return r.download();
 }
@@ -261,14 +264,15 @@ Problem make_problem(Form form, const Conv2dShape& s, bool fwd, int n, int64_t h
   p.wp = fwd ? forward_weight_pack(s, channel_block(form))
              : backward_data_weight_pack(s, channel_block(form));
   p.n = n;
-  p.c = fwd ? s.c : s.oc;  // the GEMM view's input: x forward, dy for the input gradient
+  p.groups = s.groups;
+  p.c = fwd ? s.cg() : s.ocg();  // a group of the GEMM view's input: x forward, dy backward
   p.hw = hw;
   p.c_pad = (p.c + channel_block(form) - 1) / channel_block(form) * channel_block(form);
   p.x_offset = x_offset;
   // Values of every magnitude the rounding sees: [-8, 8), so the TF32 / BF16 residuals are
   // not all of one exponent.
-  p.w = test::random_vector(size_t(s.oc) * s.c * s.kh * s.kw, seed, -8.f, 8.f);
-  p.x = test::random_vector(size_t(n) * p.c * size_t(hw), seed + 1, -8.f, 8.f);
+  p.w = test::random_vector(size_t(s.oc) * s.cg() * s.kh * s.kw, seed, -8.f, 8.f);
+  p.x = test::random_vector(size_t(n) * p.groups * p.c * size_t(hw), seed + 1, -8.f, 8.f);
   return p;
 }
 
@@ -309,6 +313,33 @@ TEST(GpuConvNhwcPrepass, FusedEqualsSeparate) {
             expect_same(fused, cpu_outputs(p), what + " (fused vs CPU twin)");
           }
       }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+// A grouped convolution's pre-pass: the group-major copy and the grouped packs (the input
+// gradient's rows reading their group's output channels) against the CPU twins, groups of 1 to
+// 40 channels, both load widths.
+TEST(GpuConvNhwcPrepass, GroupedEqualsCpuTwin) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_GPU();
+  int i = 0;
+  for (const auto& [c, oc, groups] : {std::array<int, 3>{12, 18, 3}, std::array<int, 3>{80, 40, 2},
+                                      std::array<int, 3>{64, 128, 32}, std::array<int, 3>{8, 8, 8}})
+    for (int64_t hw : {int64_t(5 * 7), int64_t(8 * 8)}) {
+      const int n = i % 2 ? 3 : 1, x_offset = i % 3 == 2 ? 1 : 0;
+      ++i;
+      Conv2dShape s = conv(n, c, 7, 7, oc, 3, 3, 1, 1, 1, 1);
+      s.groups = groups;
+      for (Form form : kForms)
+        for (bool fwd : {true, false}) {
+          const uint64_t seed = test::fresh_seed();
+          const Problem p = make_problem(form, s, fwd, n, hw, x_offset, seed);
+          expect_same(run_fused(p), cpu_outputs(p),
+                      describe(p, s, fwd, seed) + " groups=" + std::to_string(groups));
+        }
+    }
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif

@@ -143,7 +143,9 @@ void expect_copies_match(Cpu cpu, Cuda cuda, const char* name) {
 TEST(GpuConvWgmmaNhwc, PrePasses) {
 #ifdef CNN_HAVE_CUDA
   CNN_REQUIRE_WGMMA_NHWC();
-  expect_copies_match(nchw_to_nhwc_tf32_cpu, nchw_to_nhwc_tf32_cuda, "nchw_to_nhwc_tf32");
+  expect_copies_match([](const float* x, int n, int c, int64_t hw, int c_pad,
+                         float* out) { nchw_to_nhwc_tf32_cpu(x, n, c, hw, c_pad, out); },
+                      nchw_to_nhwc_tf32_cuda, "nchw_to_nhwc_tf32");
   {  // the copy's rows are stored 16 bytes at a time: an output off by one float is refused
     Tensor d_x = test::to_device(std::vector<float>(3 * 16, 1.f)),
            d_out = test::to_device(std::vector<float>(16 * 32 + 1, 0.f));
@@ -466,7 +468,9 @@ std::vector<WgmmaNhwcOptions> fp32_configs(int splits = 0) {
 TEST(GpuConvWgmmaNhwc3xTf32, PrePasses) {
 #ifdef CNN_HAVE_CUDA
   CNN_REQUIRE_WGMMA_NHWC();
-  expect_copies_match(nchw_to_nhwc_fp32_cpu, nchw_to_nhwc_fp32_cuda, "nchw_to_nhwc_fp32");
+  expect_copies_match([](const float* x, int n, int c, int64_t hw, int c_pad,
+                         float* out) { nchw_to_nhwc_fp32_cpu(x, n, c, hw, c_pad, out); },
+                      nchw_to_nhwc_fp32_cuda, "nchw_to_nhwc_fp32");
   // The split copies, each part on its own (the other into a scratch buffer).
   const auto cpu_part = [](bool small) {
     return [small](const float* x, int n, int c, int64_t hw, int c_pad, float* out) {

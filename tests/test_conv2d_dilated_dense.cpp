@@ -87,9 +87,9 @@ constexpr bool kCudaBuild = true;
 constexpr bool kCudaBuild = false;
 #endif
 
-// Which passes the wgmma kernels run on the dilated shape itself (no phases, the dense pass's
+// Which passes wgmma-nhwc runs on the dilated shape itself (no phases, the dense pass's
 // scratch only) and which stay on the phases: host predicates, the same on any machine.
-TEST(Conv2dDilatedDense, WgmmaKernelsReadDilatedTapsWhereTheyCan) {
+TEST(Conv2dDilatedDense, WgmmaNhwcReadsDilatedTapsWhereItCan) {
   const Conv2dGroupedShape s = grouped_test::dilated_shape(2, 64, 16, 16, 64, 3, 2, 2, 2, 2);
   Conv2dShape d;
   d.n = 2, d.c = 64, d.h = d.w = 16, d.oc = 64, d.kh = d.kw = 3, d.pad_h = d.pad_w = 2;
@@ -100,22 +100,21 @@ TEST(Conv2dDilatedDense, WgmmaKernelsReadDilatedTapsWhereTheyCan) {
   for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16}) {
     ex.precision = p;
     SCOPED_TRACE(precision_name(p));
-    EXPECT_TRUE(conv2d_forward_takes_dilation(d, Algo::WgmmaNhwc, ex));
-    EXPECT_TRUE(conv2d_backward_data_takes_dilation(d, Algo::WgmmaNhwc, ex));
+    EXPECT_TRUE(conv2d_forward_runs_directly(d, Algo::WgmmaNhwc, ex));
+    EXPECT_TRUE(conv2d_backward_data_runs_directly(d, Algo::WgmmaNhwc, ex));
     EXPECT_EQ(conv2d_grouped_forward_scratch_floats(s, Algo::WgmmaNhwc, ex),
               conv2d_forward_scratch_floats(d, Algo::WgmmaNhwc, ex));
     EXPECT_EQ(conv2d_grouped_backward_data_scratch_floats(s, Algo::WgmmaNhwc, ex),
               conv2d_backward_data_scratch_floats(d, Algo::WgmmaNhwc, ex));
     for (Algo a : {Algo::Igemm, Algo::Wgmma, Algo::Auto, Algo::Fast})
-      EXPECT_FALSE(conv2d_forward_takes_dilation(d, a, ex)) << algo_name(a);
-    for (Algo a : {Algo::Igemm, Algo::Auto, Algo::Fast})
-      EXPECT_FALSE(conv2d_backward_weight_takes_dilation(d, a, ex)) << algo_name(a);
-    // The weight gradient under wgmma-nhwc and wgmma on a CUDA build (the BF16 channels-last
-    // kernel, or the wgmma gather), deterministic mode too (the gather's slabs).
+      EXPECT_FALSE(conv2d_forward_runs_directly(d, a, ex)) << algo_name(a);
+    for (Algo a : {Algo::Igemm, Algo::Wgmma, Algo::Auto, Algo::Fast})
+      EXPECT_FALSE(conv2d_backward_weight_runs_directly(d, a, ex)) << algo_name(a);
+    // The weight gradient under wgmma-nhwc on a CUDA build (the BF16 channels-last kernel, or the
+    // wgmma gather), deterministic mode too (the gather's slabs).
     for (bool deterministic : {false, true}) {
       ex.deterministic = deterministic;
-      for (Algo a : {Algo::WgmmaNhwc, Algo::Wgmma})
-        EXPECT_EQ(conv2d_backward_weight_takes_dilation(d, a, ex), kCudaBuild) << algo_name(a);
+      EXPECT_EQ(conv2d_backward_weight_runs_directly(d, Algo::WgmmaNhwc, ex), kCudaBuild);
     }
     ex.deterministic = false;
     if (kCudaBuild)
@@ -123,14 +122,14 @@ TEST(Conv2dDilatedDense, WgmmaKernelsReadDilatedTapsWhereTheyCan) {
                 conv2d_backward_weight_scratch_floats(d, ex));
   }
   // Nowhere on the CPU, nor for a strided input gradient or a shape the TMA cannot express.
-  EXPECT_FALSE(conv2d_forward_takes_dilation(d, Algo::WgmmaNhwc, Exec{}));
+  EXPECT_FALSE(conv2d_forward_runs_directly(d, Algo::WgmmaNhwc, Exec{}));
   Conv2dShape strided = d;
   strided.stride_h = 2;
-  EXPECT_TRUE(conv2d_forward_takes_dilation(strided, Algo::WgmmaNhwc, ex));
-  EXPECT_FALSE(conv2d_backward_data_takes_dilation(strided, Algo::WgmmaNhwc, ex));
+  EXPECT_TRUE(conv2d_forward_runs_directly(strided, Algo::WgmmaNhwc, ex));
+  EXPECT_FALSE(conv2d_backward_data_runs_directly(strided, Algo::WgmmaNhwc, ex));
   Conv2dShape far = d;
   far.h = far.w = 300, far.dil_h = 64;
-  EXPECT_FALSE(conv2d_forward_takes_dilation(far, Algo::WgmmaNhwc, ex));
+  EXPECT_FALSE(conv2d_forward_runs_directly(far, Algo::WgmmaNhwc, ex));
   // The other variants refuse a dilated dense shape in one line naming the dilation.
   std::vector<float> x(size_t(2) * 64 * 256), w(size_t(64) * 64 * 9), y(x.size());
   try {

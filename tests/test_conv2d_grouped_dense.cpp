@@ -156,6 +156,120 @@ TEST(Conv2dGroupedDense, FormRule) {
             GroupedDenseForm::PerGroup);  // 64 in, 16 out a group
 }
 
+#ifdef CNN_HAVE_CUDA
+constexpr bool kCudaBuild = true;
+#else
+constexpr bool kCudaBuild = false;
+#endif
+
+// The direct form: wgmma-nhwc runs the grouped shape itself (one group a block) in every pass it
+// can where the groups are wide enough (the width rule); its scratch is the dense op's on that
+// shape; other variants, narrower groups and the CPU keep the rule's form.
+TEST(Conv2dGroupedDense, DirectFormUnderWgmmaNhwc) {
+  const Conv2dGroupedShape s = grouped_test::grouped_shape(4, 512, 8, 8, 512, 3, 1, 1, 8);
+  const Conv2dShape d = conv2d_grouped_as_dense(s);
+  EXPECT_EQ(d.groups, 8);
+  EXPECT_EQ(d.cg(), 64);
+  const GroupedPass passes[] = {GroupedPass::Forward, GroupedPass::BackwardData,
+                                GroupedPass::BackwardWeight};
+  for (GroupedPass pass : passes) {
+    EXPECT_EQ(conv2d_grouped_dense_pass_form(s, pass, Precision::TF32, true),
+              GroupedDenseForm::Direct);
+    EXPECT_EQ(conv2d_grouped_dense_pass_form(s, pass, Precision::TF32, false),
+              conv2d_grouped_dense_form(s));
+  }
+  // The width rule: 32 channels fill a TF32 k-tile, half a BF16 one; the weight gradient (no
+  // k-tile of channels) from 8 a group; 4 a group nowhere.
+  const Conv2dGroupedShape s32 = grouped_test::grouped_shape(4, 128, 16, 16, 128, 3, 1, 1, 4);
+  EXPECT_EQ(conv2d_grouped_dense_pass_form(s32, GroupedPass::Forward, Precision::TF32, true),
+            GroupedDenseForm::Direct);
+  EXPECT_EQ(conv2d_grouped_dense_pass_form(s32, GroupedPass::Forward, Precision::BF16, true),
+            conv2d_grouped_dense_form(s32));
+  EXPECT_EQ(conv2d_grouped_dense_pass_form(s32, GroupedPass::BackwardWeight, Precision::TF32, true),
+            GroupedDenseForm::Direct);
+  // At BF16 the weight gradient directly from 8 groups (4 here: the BF16 block-diagonal one).
+  EXPECT_EQ(conv2d_grouped_dense_pass_form(s32, GroupedPass::BackwardWeight, Precision::BF16, true),
+            conv2d_grouped_dense_form(s32));
+  const Conv2dGroupedShape eights = grouped_test::grouped_shape(4, 256, 16, 16, 256, 3, 2, 1, 32);
+  for (Precision p : {Precision::TF32, Precision::BF16})
+    EXPECT_EQ(conv2d_grouped_dense_pass_form(eights, GroupedPass::BackwardWeight, p, true),
+              GroupedDenseForm::Direct);
+  EXPECT_EQ(conv2d_grouped_dense_pass_form(eights, GroupedPass::Forward, Precision::TF32, true),
+            conv2d_grouped_dense_form(eights));
+  const Conv2dGroupedShape fours = grouped_test::grouped_shape(4, 128, 16, 16, 128, 3, 1, 1, 32);
+  for (GroupedPass pass : passes)
+    EXPECT_EQ(conv2d_grouped_dense_pass_form(fours, pass, Precision::TF32, true),
+              conv2d_grouped_dense_form(fours));
+  // 16 -> 32 a group: the input gradient's k (32 output channels) fills a TF32 k-tile, the
+  // forward's (16) half of one.
+  const Conv2dGroupedShape mixed = grouped_test::grouped_shape(4, 128, 16, 16, 256, 3, 1, 1, 8);
+  EXPECT_EQ(conv2d_grouped_dense_pass_form(mixed, GroupedPass::BackwardData, Precision::TF32, true),
+            GroupedDenseForm::Direct);
+  EXPECT_EQ(conv2d_grouped_dense_pass_form(mixed, GroupedPass::Forward, Precision::TF32, true),
+            conv2d_grouped_dense_form(mixed));
+  EXPECT_STREQ(grouped_dense_form_name(GroupedDenseForm::Direct), "direct");
+  Exec ex;
+  ex.device = Device::CUDA;
+  for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16}) {
+    ex.precision = p;
+    SCOPED_TRACE(precision_name(p));
+    EXPECT_TRUE(conv2d_forward_runs_directly(d, Algo::WgmmaNhwc, ex));
+    EXPECT_TRUE(conv2d_backward_data_runs_directly(d, Algo::WgmmaNhwc, ex));
+    EXPECT_EQ(conv2d_backward_weight_runs_directly(d, Algo::WgmmaNhwc, ex), kCudaBuild);
+    for (Algo a : {Algo::Igemm, Algo::Wgmma, Algo::Auto}) {
+      EXPECT_FALSE(conv2d_forward_runs_directly(d, a, ex)) << algo_name(a);
+      EXPECT_FALSE(conv2d_backward_weight_runs_directly(d, a, ex)) << algo_name(a);
+    }
+    EXPECT_EQ(conv2d_grouped_forward_scratch_floats(s, Algo::WgmmaNhwc, ex),
+              conv2d_forward_scratch_floats(d, Algo::WgmmaNhwc, ex));
+    EXPECT_EQ(conv2d_grouped_backward_data_scratch_floats(s, Algo::WgmmaNhwc, ex),
+              conv2d_backward_data_scratch_floats(d, Algo::WgmmaNhwc, ex));
+    if (kCudaBuild)
+      EXPECT_EQ(conv2d_grouped_backward_weight_scratch_floats(s, Algo::WgmmaNhwc, ex),
+                conv2d_backward_weight_scratch_floats(d, ex));
+  }
+  // Stride 2: the forward and weight gradient directly, the input gradient on the rule's form.
+  Conv2dShape strided = d;
+  strided.stride_h = strided.stride_w = 2;
+  EXPECT_TRUE(conv2d_forward_runs_directly(strided, Algo::WgmmaNhwc, ex));
+  EXPECT_FALSE(conv2d_backward_data_runs_directly(strided, Algo::WgmmaNhwc, ex));
+  EXPECT_FALSE(conv2d_forward_runs_directly(d, Algo::WgmmaNhwc, Exec{}));
+  // The dense op refuses a grouped shape elsewhere, in one line naming the groups, and Direct
+  // asked of a variant that cannot run it is refused.
+  std::vector<float> x(size_t(4) * 512 * 64), w(size_t(512) * 64 * 9), y(x.size());
+  try {
+    conv2d_forward(d, x.data(), w.data(), nullptr, y.data(), false, nullptr, Algo::Naive, Exec{});
+    ADD_FAILURE() << "a grouped dense shape was taken on the CPU";
+  } catch (const Error& e) {
+    EXPECT_TRUE(test::contains(e.what(), "groups 8")) << e.what();
+  }
+  EXPECT_THROW(conv2d_grouped_dense_forward(s, x.data(), w.data(), nullptr, y.data(), false,
+                                            nullptr, Algo::Igemm, Exec{}, GroupedDenseForm::Direct),
+               Error);
+}
+
+// The dense CPU reference loops take groups: equal to the grouped reference.
+TEST(Conv2dGroupedDense, DenseReferenceTakesGroups) {
+  const Conv2dGroupedShape s = grouped_test::grouped_shape(2, 12, 7, 6, 18, 3, 2, 1, 3);
+  const Conv2dShape d = conv2d_grouped_as_dense(s);
+  const size_t nx = size_t(s.n) * s.c * s.h * s.w, ny = size_t(s.n) * s.oc * s.oh() * s.ow();
+  const size_t nw = size_t(s.oc) * s.cg() * s.kh * s.kw;
+  const std::vector<float> x = test::random_vector(nx, 1), w = test::random_vector(nw, 2),
+                           b = test::random_vector(s.oc, 3), dy = test::random_vector(ny, 4);
+  std::vector<float> y(ny), y_ref(ny), dx(nx), dx_ref(nx), dw(nw), dw_ref(nw), db(s.oc),
+      db_ref(s.oc);
+  conv2d_forward_cpu(d, x.data(), w.data(), b.data(), y.data(), true);
+  conv2d_grouped_forward_cpu(s, x.data(), w.data(), b.data(), y_ref.data(), true);
+  conv2d_backward_data_cpu(d, dy.data(), w.data(), dx.data());
+  conv2d_grouped_backward_data_cpu(s, dy.data(), w.data(), dx_ref.data());
+  conv2d_backward_weight_cpu(d, x.data(), dy.data(), dw.data(), db.data());
+  conv2d_grouped_backward_weight_cpu(s, x.data(), dy.data(), dw_ref.data(), db_ref.data());
+  grouped_test::expect_near_all(y, y_ref, "forward");
+  grouped_test::expect_near_all(dx, dx_ref, "input gradient");
+  grouped_test::expect_near_all(dw, dw_ref, "weight gradient");
+  grouped_test::expect_near_all(db, db_ref, "bias gradient");
+}
+
 // The composition on the CPU's dense kernels against the grouped reference loops: groups of
 // several channels, stride 2, 1x1 and 5x5, one output channel a group.
 TEST(Conv2dGroupedDense, MatchesTheGroupedReferenceOnCpu) {

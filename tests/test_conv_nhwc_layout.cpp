@@ -12,9 +12,11 @@
 //   RoundTf32          round to nearest, ties away from zero, on the 13 dropped bits.
 //   EmulatedGemm       the whole GPU scheme on the CPU: the NHWC copy and packed weights (the
 //                      pre-passes' twins), k ordered (tap, 32-channel chunk), rows found by the
-//                      traversal model, taps at their dilated offsets, against
+//                      traversal model, taps at their dilated offsets, a grouped shape's groups
+//                      each on its group-major images and weight rows, against
 //                      conv2d_forward_cpu / conv2d_backward_data_cpu on small integers (exact),
-//                      dilated shapes included; the same with the BF16 twins and 64-channel chunks.
+//                      dilated and grouped shapes included; the same with the BF16 twins and
+//                      64-channel chunks.
 //   Bf16Bits           bf16_bits_cpu: nearest, ties to even, the upper half of round_to_bf16.
 //   Bf16Layouts        the BF16 twins: channels padded to 64 with zeros, every value the bits of
 //                      its rounded source; geometry and weight packs at the 64-channel block.
@@ -58,6 +60,24 @@ std::vector<Conv2dShape> dilated_shapes() {
       dilate(conv(2, 5, 11, 14, 8, 3, 3, 1, 1, 1, 0), 2, 3),
       dilate(conv(1, 3, 20, 19, 8, 5, 3, 1, 1, 9, 1), 2, 4),
       dilate(conv(2, 4, 17, 15, 8, 3, 3, 2, 2, 2, 2), 2, 2),
+  };
+}
+
+Conv2dShape grouped(Conv2dShape s, int groups) {
+  s.groups = groups;
+  return s;
+}
+
+// Grouped shapes: groups of 2 to 40 channels (one or two k-tile chunks a group), 1x1, stride 2,
+// 32 groups, a dilated one.
+std::vector<Conv2dShape> grouped_shapes() {
+  return {
+      grouped(conv(2, 12, 9, 7, 18, 3, 3, 1, 1, 1, 1), 3),
+      grouped(conv(1, 80, 6, 5, 40, 3, 3, 1, 1, 1, 1), 2),
+      grouped(conv(3, 20, 5, 5, 10, 1, 1, 1, 1, 0, 0), 5),
+      grouped(conv(2, 64, 9, 9, 64, 3, 3, 2, 2, 1, 1), 8),
+      grouped(conv(1, 64, 7, 7, 128, 3, 3, 1, 1, 1, 1), 32),
+      grouped(dilate(conv(2, 24, 10, 10, 12, 3, 3, 1, 1, 2, 2), 2, 2), 3),
   };
 }
 
@@ -215,17 +235,19 @@ Operands pre_passes(int block, const Conv2dShape& g, const Im2colGeometry& geo,
                     const WeightPack& wp, const std::vector<float>& a,
                     const std::vector<float>& w) {
   Operands o;
-  const size_t n_copy = size_t(g.n) * g.h * g.w * geo.c_pad;
+  const size_t n_copy = size_t(g.n) * g.groups * g.h * g.w * geo.c_pad;
   const size_t n_pack = size_t(wp.rows) * wp.taps * wp.k_pad;
   if (block == kNhwcChannelBlock) {
     o.nhwc.assign(n_copy, NAN);
     o.packed.assign(n_pack, NAN);
-    nchw_to_nhwc_tf32_cpu(a.data(), g.n, g.c, int64_t(g.h) * g.w, geo.c_pad, o.nhwc.data());
+    nchw_to_nhwc_tf32_cpu(a.data(), g.n, g.cg(), int64_t(g.h) * g.w, geo.c_pad, o.nhwc.data(),
+                          g.groups);
     pack_weights_tf32_cpu(wp, w.data(), o.packed.data());
     return o;
   }
   std::vector<uint16_t> copy(n_copy, 0xffff), pack(n_pack, 0xffff);  // 0xffff: a NaN
-  nchw_to_nhwc_bf16_cpu(a.data(), g.n, g.c, int64_t(g.h) * g.w, geo.c_pad, copy.data());
+  nchw_to_nhwc_bf16_cpu(a.data(), g.n, g.cg(), int64_t(g.h) * g.w, geo.c_pad, copy.data(),
+                        g.groups);
   pack_weights_bf16_cpu(wp, w.data(), pack.data());
   for (uint16_t b : copy) o.nhwc.push_back(bf16_value(b));
   for (uint16_t b : pack) o.packed.push_back(bf16_value(b));
@@ -380,6 +402,7 @@ TEST(ConvNhwcLayout, EmulatedGemm) {
   cases.push_back(conv(2, 70, 5, 6, 24, 3, 3, 1, 1, 1, 1));   // two bf16 chunks (58 zero)
   cases.push_back(conv(1, 24, 7, 5, 130, 3, 3, 1, 1, 1, 1));  // input gradient: 3 bf16 chunks
   for (const Conv2dShape& s : dilated_shapes()) cases.push_back(s);
+  for (const Conv2dShape& s : grouped_shapes()) cases.push_back(s);
   for (int block : {kNhwcChannelBlock, kNhwcChannelBlockBf16})
     for (const Conv2dShape& s : cases)
       for (bool fwd : {true, false}) {
@@ -390,42 +413,48 @@ TEST(ConvNhwcLayout, EmulatedGemm) {
         SCOPED_TRACE(::testing::Message()
                      << (fwd ? "forward" : "input gradient") << " C=" << s.c << " OC=" << s.oc
                      << " H=" << s.h << " W=" << s.w << " dilation " << s.dil_h << "x" << s.dil_w
-                     << " channel block " << block);
+                     << " groups " << s.groups << " channel block " << block);
         const Im2colGeometry geo = im2col_geometry(g, "test", block);
         ASSERT_EQ(wp.rows, g.oc);
         ASSERT_EQ(wp.k_pad, geo.c_pad);
         ASSERT_EQ(wp.taps, geo.taps);
         const std::vector<float> a = ints(size_t(g.n) * g.c * g.h * g.w);
-        const std::vector<float> w = ints(size_t(s.oc) * s.c * s.kh * s.kw);
+        const std::vector<float> w = ints(size_t(s.oc) * s.cg() * s.kh * s.kw);
         const Operands ops = pre_passes(block, g, geo, wp, a, w);
         const std::vector<float>& nhwc = ops.nhwc;
         const std::vector<float>& packed = ops.packed;
 
-        const int oh = g.oh(), ow = g.ow();
+        // Each group's GEMM (one without groups): its walk starts grp N images into the
+        // group-major copy, its B rows and output channels are the group's grp OC/G on.
+        const int oh = g.oh(), ow = g.ow(), ocg = g.ocg();
         const int64_t m_total = int64_t(g.n) * oh * ow;
         std::vector<float> got(size_t(m_total) * g.oc, NAN);
-        for (int64_t m0 = 0; m0 < m_total; m0 += 128) {
-          Im2colPixel p = im2col_start(g, geo, m0);
-          for (int r = 0; r < 128 && m0 + r < m_total; ++r) {
-            if (r > 0) p = im2col_walk(g, geo, p, 1);
-            const int64_t m = m0 + r;
-            for (int col = 0; col < g.oc; ++col) {
-              double sum = 0;
-              for (int kt = 0; kt < geo.ktiles; ++kt) {
-                const int tap = kt / geo.chunks, c0 = (kt % geo.chunks) * block;
-                const int y = p.y + tap / g.kw * geo.dil_h, x = p.x + tap % g.kw * geo.dil_w;
-                if (p.n >= g.n || y < 0 || y >= g.h || x < 0 || x >= g.w) continue;  // zero fill
-                for (int cc = 0; cc < block; ++cc) {
-                  const float av = nhwc[((size_t(p.n) * g.h + y) * g.w + x) * geo.c_pad + c0 + cc];
-                  const float bv = packed[(size_t(col) * wp.taps + tap) * wp.k_pad + c0 + cc];
-                  sum += double(av) * bv;
+        for (int grp = 0; grp < g.groups; ++grp)
+          for (int64_t m0 = 0; m0 < m_total; m0 += 128) {
+            Im2colPixel p = im2col_start(g, geo, m0);
+            p.n += grp * g.n;
+            for (int r = 0; r < 128 && m0 + r < m_total; ++r) {
+              if (r > 0) p = im2col_walk(g, geo, p, 1);
+              const int64_t m = m0 + r;
+              for (int col = grp * ocg; col < (grp + 1) * ocg; ++col) {
+                double sum = 0;
+                for (int kt = 0; kt < geo.ktiles; ++kt) {
+                  const int tap = kt / geo.chunks, c0 = (kt % geo.chunks) * block;
+                  const int y = p.y + tap / g.kw * geo.dil_h, x = p.x + tap % g.kw * geo.dil_w;
+                  if (p.n >= g.n * g.groups || y < 0 || y >= g.h || x < 0 || x >= g.w)
+                    continue;  // zero fill
+                  for (int cc = 0; cc < block; ++cc) {
+                    const float av =
+                        nhwc[((size_t(p.n) * g.h + y) * g.w + x) * geo.c_pad + c0 + cc];
+                    const float bv = packed[(size_t(col) * wp.taps + tap) * wp.k_pad + c0 + cc];
+                    sum += double(av) * bv;
+                  }
                 }
+                const int64_t img = m / (oh * ow), pix = m % (oh * ow);
+                got[size_t((img * g.oc + col) * oh * ow + pix)] = float(sum);
               }
-              const int64_t img = m / (oh * ow), pix = m % (oh * ow);
-              got[size_t((img * g.oc + col) * oh * ow + pix)] = float(sum);
             }
           }
-        }
         std::vector<float> ref(got.size());
         if (fwd)
           conv2d_forward_cpu(s, a.data(), w.data(), nullptr, ref.data(), false);

@@ -10,8 +10,8 @@
 // 3xTF32 (split operands: FP32 accuracy on the tensor cores); its weight gradient at BF16 from
 // channels-last copies too (conv2d_wgmma_wgrad_nhwc.h), elsewhere (and where that one refuses:
 // db, deterministic mode) as wgmma's (TF32, 3xTF32 at FP32); refused where those are.
-// A dilated shape (Conv2dShape::dilated) only where those kernels read dilated taps
-// (conv2d_*_takes_dilation); every other variant refuses it.
+// A dilated or grouped shape (Conv2dShape::extended) only under wgmma-nhwc, whose kernels read
+// such windows directly (conv2d_*_runs_directly); every other variant refuses it.
 #include "kernels/conv/conv2d.h"
 
 #include <algorithm>
@@ -34,18 +34,20 @@
 
 namespace cnn {
 
-void check_conv2d_shape_dilated(const Conv2dShape& s) {
+void check_conv2d_shape_any(const Conv2dShape& s) {
   check_conv_window({s.n, s.c, s.h, s.w, s.oc, s.kh, s.kw, s.stride_h, s.stride_w, s.pad_h, s.pad_w,
                      s.dil_h, s.dil_w});
+  CNN_CHECK(s.groups >= 1 && s.c % s.groups == 0 && s.oc % s.groups == 0,
+            "conv2d: groups = {} must divide c = {} and oc = {}", s.groups, s.c, s.oc);
 }
 
 void check_conv2d_shape(const Conv2dShape& s) {
-  check_conv2d_shape_dilated(s);
-  CNN_CHECK(!s.dilated(),
-            "conv2d: dilation {}x{} runs on the wgmma kernels only (wgmma-nhwc, wgmma's weight "
-            "gradient; expected 1x1 here); the others run it on dilation phases "
-            "(conv2d_dilated_dense.h)",
-            s.dil_h, s.dil_w);
+  check_conv2d_shape_any(s);
+  CNN_CHECK(!s.extended(),
+            "conv2d: dilation {}x{}, groups {} run on algo wgmma-nhwc only (expected 1x1, 1 here); "
+            "the other variants run them on dilation phases, block-diagonal weights or one group "
+            "at a time (conv2d_dilated_dense.h, conv2d_grouped_dense.h)",
+            s.dil_h, s.dil_w, s.groups);
 }
 
 namespace {
@@ -100,18 +102,11 @@ bool wgmma_nhwc_precision(Precision p) {
   return o;
 }
 
-// Whether a pass's variant reads dilated taps: wgmma-nhwc's TMA im2col (every pass), and the
-// wgmma weight gradient's gather (algo wgmma, and wgmma-nhwc's weight gradient where the BF16
-// channels-last kernel does not take it), on CUDA.
-bool reads_dilated_taps(Algo algo, const Exec& ex, bool weight_gradient) {
-  return ex.device == Device::CUDA &&
-         (algo == Algo::WgmmaNhwc || (weight_gradient && algo == Algo::Wgmma));
-}
-
-// The shape check for a pass: a dilation other than 1 only where its variant reads dilated taps.
-void check_shape_for(const Conv2dShape& s, Algo algo, const Exec& ex, bool weight_gradient) {
-  if (reads_dilated_taps(algo, ex, weight_gradient))
-    check_conv2d_shape_dilated(s);
+// The shape check for `algo`: a dilated or grouped shape only under wgmma-nhwc on CUDA, whose
+// kernels read such windows directly.
+void check_shape_for(const Conv2dShape& s, Algo algo, const Exec& ex) {
+  if (ex.device == Device::CUDA && algo == Algo::WgmmaNhwc)
+    check_conv2d_shape_any(s);
   else
     check_conv2d_shape(s);
 }
@@ -126,11 +121,11 @@ bool im2col_expresses(const Conv2dShape& g, Precision precision) {
   return true;
 }
 
-// A dilated shape, valid, and a variant of the pass that reads dilated taps.
-bool dilated_call(const Conv2dShape& s, Algo algo, const Exec& ex, bool weight_gradient) {
-  if (!s.dilated() || !reads_dilated_taps(algo, ex, weight_gradient)) return false;
+// An extended shape, valid, under the variant that reads such windows (wgmma-nhwc on CUDA).
+bool extended_call(const Conv2dShape& s, Algo algo, const Exec& ex) {
+  if (!s.extended() || ex.device != Device::CUDA || algo != Algo::WgmmaNhwc) return false;
   try {
-    check_conv2d_shape_dilated(s);
+    check_conv2d_shape_any(s);
   } catch (const Error&) {
     return false;
   }
@@ -139,33 +134,32 @@ bool dilated_call(const Conv2dShape& s, Algo algo, const Exec& ex, bool weight_g
 
 }  // namespace
 
-bool conv2d_forward_takes_dilation(const Conv2dShape& s, Algo algo, const Exec& ex) {
-  return dilated_call(s, algo, ex, false) && wgmma_nhwc_precision(ex.precision) &&
+bool conv2d_forward_runs_directly(const Conv2dShape& s, Algo algo, const Exec& ex) {
+  return extended_call(s, algo, ex) && wgmma_nhwc_precision(ex.precision) &&
          im2col_expresses(s, ex.precision);
 }
 
-bool conv2d_backward_data_takes_dilation(const Conv2dShape& s, Algo algo, const Exec& ex) {
-  return dilated_call(s, algo, ex, false) && wgmma_nhwc_precision(ex.precision) &&
-         s.stride_h == 1 && s.stride_w == 1 &&
-         im2col_expresses(backward_data_as_forward(s), ex.precision);
+bool conv2d_backward_data_runs_directly(const Conv2dShape& s, Algo algo, const Exec& ex) {
+  return extended_call(s, algo, ex) && wgmma_nhwc_precision(ex.precision) && s.stride_h == 1 &&
+         s.stride_w == 1 && im2col_expresses(backward_data_as_forward(s), ex.precision);
 }
 
-bool conv2d_backward_weight_takes_dilation(const Conv2dShape& s, Algo algo, const Exec& ex) {
+bool conv2d_backward_weight_runs_directly(const Conv2dShape& s, Algo algo, const Exec& ex) {
   // The BF16 channels-last kernel where it takes the call, else the wgmma kernel's gather (TF32,
   // 3xTF32 at FP32, and TF32 under BF16 as conv2d_backward_weight runs it): every shape.
-  return dilated_call(s, algo, ex, true) && wgmma_nhwc_precision(ex.precision) &&
+  return extended_call(s, algo, ex) && wgmma_nhwc_precision(ex.precision) &&
          CNN_CUDA_VALUE(true, false);
 }
 
 std::size_t conv2d_forward_scratch_floats(const Conv2dShape& s, Algo algo, const Exec& ex) {
-  check_shape_for(s, algo, ex, false);
+  check_shape_for(s, algo, ex);
   if (ex.device != Device::CUDA || algo != Algo::WgmmaNhwc || !wgmma_nhwc_precision(ex.precision))
     return 0;
   return conv2d_forward_wgmma_nhwc_scratch_floats(s, ex.precision);
 }
 
 std::size_t conv2d_backward_data_scratch_floats(const Conv2dShape& s, Algo algo, const Exec& ex) {
-  check_shape_for(s, algo, ex, false);
+  check_shape_for(s, algo, ex);
   if (ex.device != Device::CUDA || algo != Algo::WgmmaNhwc || !wgmma_nhwc_precision(ex.precision))
     return 0;
   if (s.stride_h != 1 || s.stride_w != 1) return 0;  // refused: stride-1 input gradients only
@@ -174,7 +168,7 @@ std::size_t conv2d_backward_data_scratch_floats(const Conv2dShape& s, Algo algo,
 
 void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y,
                     bool relu, float* scratch, Algo algo, const Exec& ex) {
-  check_shape_for(s, algo, ex, false);
+  check_shape_for(s, algo, ex);
   CNN_CHECK(x && w && y, "conv2d_forward: x, w and y must not be null");
   if (ex.device == Device::CPU) {
     if (algo == Algo::Naive)
@@ -209,7 +203,7 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const 
 
 void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx,
                           float* scratch, Algo algo, const Exec& ex) {
-  check_shape_for(s, algo, ex, false);
+  check_shape_for(s, algo, ex);
   CNN_CHECK(dy && w && dx, "conv2d_backward_data: dy, w and dx must not be null");
   if (ex.device == Device::CPU) {
     if (algo == Algo::Naive)
@@ -240,8 +234,8 @@ void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
 }
 
 std::size_t conv2d_backward_weight_scratch_floats(const Conv2dShape& s, const Exec& ex) {
-  if (s.dilated()) {  // the wgmma kernels that read dilated taps (see ..._takes_dilation)
-    check_conv2d_shape_dilated(s);
+  if (s.extended()) {  // the wgmma kernels that read such windows (see ..._runs_directly)
+    check_conv2d_shape_any(s);
     if (ex.device != Device::CUDA) return 0;
     Exec tf32 = ex;
     if (ex.precision == Precision::BF16) tf32.precision = Precision::TF32;
@@ -268,7 +262,7 @@ std::size_t conv2d_backward_weight_scratch_floats(const Conv2dShape& s, const Ex
 bool conv2d_backward_shared(const Conv2dShape& s, const float* x, const float* dy, const float* w,
                             float* dw, float* db, float* dx, float* scratch, Algo dw_algo,
                             Algo dx_algo, const Exec& ex) {
-  check_shape_for(s, dw_algo == dx_algo ? dx_algo : Algo::Auto, ex, false);
+  check_shape_for(s, dw_algo == dx_algo ? dx_algo : Algo::Auto, ex);
   if (ex.device != Device::CUDA || dw_algo != Algo::WgmmaNhwc || dx_algo != Algo::WgmmaNhwc || !x ||
       !dy || !w || !dw || !dx || !scratch || !process_env_switches().conv_shared_dy)
     return false;
@@ -281,7 +275,7 @@ bool conv2d_backward_shared(const Conv2dShape& s, const float* x, const float* d
 
 void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,
                             float* db, float* scratch, Algo algo, const Exec& ex) {
-  check_shape_for(s, algo, ex, true);
+  check_shape_for(s, algo, ex);
   CNN_CHECK(x && dy && dw, "conv2d_backward_weight: x, dy and dw must not be null");
   if (ex.device == Device::CPU) {
     if (algo == Algo::Naive)
@@ -322,9 +316,9 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
         // faster than the other candidates.
         Exec tf32 = ex;
         if (ex.precision == Precision::BF16) tf32.precision = Precision::TF32;
-        // Dilated taps: the gather (the boxes copy undilated ones).
+        // Dilated or grouped: the gather (the boxes copy undilated taps of every channel).
         WgmmaWgradOptions o;  // the B loader wgmma_wgrad_b_for names (CNN_WGMMA_WGRAD_B)
-        o.b = s.dilated() ? WgmmaWgradOptions::BLoad::Gather : wgmma_wgrad_b_for(algo);
+        o.b = s.extended() ? WgmmaWgradOptions::BLoad::Gather : wgmma_wgrad_b_for(algo);
         conv2d_backward_weight_wgmma(s, x, dy, dw, db, scratch, tf32, o);  // throws its reason
         break;
       }

@@ -10,24 +10,31 @@ namespace cnn {
 
 struct Conv2dShape {
   int n = 1, c = 1, h = 1, w = 1;  // input (N, C, H, W)
-  int oc = 1, kh = 1, kw = 1;      // weights (OC, C, KH, KW)
+  int oc = 1, kh = 1, kw = 1;      // weights (OC, C / groups, KH, KW)
   int stride_h = 1, stride_w = 1;
   int pad_h = 0, pad_w = 0;
-  // Dilation: tap (kh, kw) reads input pixel (oy stride_h - pad_h + dil_h kh, ...). Other than 1
-  // only on CUDA under algo wgmma-nhwc (its TMA im2col reads the taps at dilated offsets) and in
-  // wgmma's weight gradient (its gather): conv2d_*_takes_dilation below. The other variants run
-  // dilated convolutions on their dilation phases (conv2d_dilated_dense.h).
+  // Dilation: tap (kh, kw) reads input pixel (oy stride_h - pad_h + dil_h kh, ...). Groups: input
+  // channels [g C/G, (g+1) C/G) feed output channels [g OC/G, (g+1) OC/G). Other than 1 only on
+  // CUDA where the wgmma kernels read such a window directly (conv2d_*_runs_directly below); the
+  // grouped and dilated ops run the others on block-diagonal weights, one group at a time or
+  // dilation phases (conv2d_grouped_dense.h, conv2d_dilated_dense.h).
   int dil_h = 1, dil_w = 1;
+  int groups = 1;
   int oh() const { return (h + 2 * pad_h - dil_h * (kh - 1) - 1) / stride_h + 1; }
   int ow() const { return (w + 2 * pad_w - dil_w * (kw - 1) - 1) / stride_w + 1; }
+  int cg() const { return c / groups; }    // input channels a group
+  int ocg() const { return oc / groups; }  // output channels a group
   bool dilated() const { return dil_h != 1 || dil_w != 1; }
+  // Dilated or grouped: the shapes only some variants take.
+  bool extended() const { return dilated() || groups != 1; }
 };
 
-// Throws naming the bad field; a dilation other than 1 included (the kernels that take one call
-// check_conv2d_shape_dilated instead).
+// Throws naming the bad field; a dilation or groups other than 1 included (the kernels that take
+// them call check_conv2d_shape_any instead).
 void check_conv2d_shape(const Conv2dShape& s);
-// The same with any dilation >= 1 (the dilated kernel window inside the padded input).
-void check_conv2d_shape_dilated(const Conv2dShape& s);
+// The same with any dilation >= 1 (the dilated kernel window inside the padded input) and any
+// groups >= 1 dividing both channel counts.
+void check_conv2d_shape_any(const Conv2dShape& s);
 
 // Scratch floats that conv2d_forward / conv2d_backward_data need for `algo`: on CUDA, algo
 // wgmma-nhwc at TF32 or BF16 writes its channels-last copy and packed weights there
@@ -69,19 +76,21 @@ bool conv2d_backward_shared(const Conv2dShape& s, const float* x, const float* d
                             float* dw, float* db, float* dx, float* scratch, Algo dw_algo,
                             Algo dx_algo, const Exec& ex);
 
-// Whether the ops above take the dilated shape s (s.dilated()) under algo on ex, reading the
-// taps at their dilated offsets in one pass, on CUDA at fp32, tf32 or bf16: the forward and
-// stride-1 input gradient under algo wgmma-nhwc where its TMA im2col can express the shape; the
-// weight gradient under wgmma-nhwc or wgmma on a CUDA build (the BF16 channels-last kernel where
-// it takes the call, else the wgmma kernel's gather of x). Elsewhere the ops refuse a dilated
-// shape with cnn::Error, and conv2d_dilated_dense.h runs it on dilation phases. Host code: the
-// same answer on any machine.
-bool conv2d_forward_takes_dilation(const Conv2dShape& s, Algo algo, const Exec& ex);
-bool conv2d_backward_data_takes_dilation(const Conv2dShape& s, Algo algo, const Exec& ex);
-bool conv2d_backward_weight_takes_dilation(const Conv2dShape& s, Algo algo, const Exec& ex);
+// Whether the ops above run the dilated or grouped shape s (s.extended()) under algo on ex
+// themselves, in one pass: on CUDA, algo wgmma-nhwc, at fp32, tf32 or bf16, the forward and the
+// stride-1 input gradient where the TMA im2col can express the shape (each tap's copy at its
+// dilated offset, group g's channels from a group-major channels-last copy); the weight gradient
+// on a CUDA build (the BF16 channels-last kernel where it takes the call: dilated, ungrouped,
+// not deterministic; else the wgmma kernel's gather of x, which reads dilated taps and one group
+// a block). Elsewhere the ops refuse an extended shape with cnn::Error, and conv2d_grouped_dense.h
+// / conv2d_dilated_dense.h run it on their forms and phases. Host code: the same answer on any
+// machine.
+bool conv2d_forward_runs_directly(const Conv2dShape& s, Algo algo, const Exec& ex);
+bool conv2d_backward_data_runs_directly(const Conv2dShape& s, Algo algo, const Exec& ex);
+bool conv2d_backward_weight_runs_directly(const Conv2dShape& s, Algo algo, const Exec& ex);
 
-// CPU references: plain loops, double accumulation, any dilation (the twins of wgmma-nhwc's
-// dilated passes). Same contracts as above.
+// CPU references: plain loops, double accumulation, any dilation and groups (the twins of the
+// wgmma kernels' dilated and grouped passes). Same contracts as above.
 void conv2d_forward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* b,
                         float* y, bool relu);
 void conv2d_backward_data_cpu(const Conv2dShape& s, const float* dy, const float* w, float* dx);

@@ -24,14 +24,15 @@ void forward_ref(const Conv2dShape& s, const T* x, const T* w, const T* b, T* y,
       for (int oy = 0; oy < oh; ++oy)
         for (int ox = 0; ox < ow; ++ox) {
           double acc = b ? static_cast<double>(b[oc]) : 0.0;
-          for (int c = 0; c < s.c; ++c)
+          const int c0 = oc / s.ocg() * s.cg();  // the group's first input channel
+          for (int c = 0; c < s.cg(); ++c)
             for (int ky = 0; ky < s.kh; ++ky)
               for (int kx = 0; kx < s.kw; ++kx) {
                 const int iy = oy * s.stride_h - s.pad_h + ky * s.dil_h;
                 const int ix = ox * s.stride_w - s.pad_w + kx * s.dil_w;
                 if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;  // zero padding
-                acc += static_cast<double>(x[at4(n, c, iy, ix, s.c, s.h, s.w)]) *
-                       static_cast<double>(w[at4(oc, c, ky, kx, s.c, s.kh, s.kw)]);
+                acc += static_cast<double>(x[at4(n, c0 + c, iy, ix, s.c, s.h, s.w)]) *
+                       static_cast<double>(w[at4(oc, c, ky, kx, s.cg(), s.kh, s.kw)]);
               }
           if (relu) acc = std::max(acc, 0.0);
           y[at4(n, oc, oy, ox, s.oc, oh, ow)] = static_cast<T>(acc);
@@ -49,14 +50,15 @@ void backward_data_ref(const Conv2dShape& s, const T* dy, const T* w, T* dx) {
       for (int oy = 0; oy < oh; ++oy)
         for (int ox = 0; ox < ow; ++ox) {
           const double g = dy[at4(n, oc, oy, ox, s.oc, oh, ow)];
-          for (int c = 0; c < s.c; ++c)
+          const int c0 = oc / s.ocg() * s.cg();
+          for (int c = 0; c < s.cg(); ++c)
             for (int ky = 0; ky < s.kh; ++ky)
               for (int kx = 0; kx < s.kw; ++kx) {
                 const int iy = oy * s.stride_h - s.pad_h + ky * s.dil_h;
                 const int ix = ox * s.stride_w - s.pad_w + kx * s.dil_w;
                 if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;
-                acc[at4(n, c, iy, ix, s.c, s.h, s.w)] +=
-                    g * static_cast<double>(w[at4(oc, c, ky, kx, s.c, s.kh, s.kw)]);
+                acc[at4(n, c0 + c, iy, ix, s.c, s.h, s.w)] +=
+                    g * static_cast<double>(w[at4(oc, c, ky, kx, s.cg(), s.kh, s.kw)]);
               }
         }
   for (size_t i = 0; i < acc.size(); ++i) dx[i] = static_cast<T>(acc[i]);
@@ -66,9 +68,10 @@ template <class T>
 void backward_weight_ref(const Conv2dShape& s, const T* x, const T* dy, T* dw, T* db) {
   const int oh = s.oh(), ow = s.ow();
   for (int oc = 0; oc < s.oc; ++oc)
-    for (int c = 0; c < s.c; ++c)
+    for (int c = 0; c < s.cg(); ++c)
       for (int ky = 0; ky < s.kh; ++ky)
         for (int kx = 0; kx < s.kw; ++kx) {
+          const int cx = oc / s.ocg() * s.cg() + c;  // the input channel of weight column c
           double acc = 0.0;
           for (int n = 0; n < s.n; ++n)
             for (int oy = 0; oy < oh; ++oy)
@@ -76,10 +79,10 @@ void backward_weight_ref(const Conv2dShape& s, const T* x, const T* dy, T* dw, T
                 const int iy = oy * s.stride_h - s.pad_h + ky * s.dil_h;
                 const int ix = ox * s.stride_w - s.pad_w + kx * s.dil_w;
                 if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;
-                acc += static_cast<double>(x[at4(n, c, iy, ix, s.c, s.h, s.w)]) *
+                acc += static_cast<double>(x[at4(n, cx, iy, ix, s.c, s.h, s.w)]) *
                        static_cast<double>(dy[at4(n, oc, oy, ox, s.oc, oh, ow)]);
               }
-          T& dst = dw[at4(oc, c, ky, kx, s.c, s.kh, s.kw)];
+          T& dst = dw[at4(oc, c, ky, kx, s.cg(), s.kh, s.kw)];
           dst = static_cast<T>(static_cast<double>(dst) + acc);  // accumulate, never overwrite
         }
   if (!db) return;

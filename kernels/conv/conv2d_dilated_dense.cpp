@@ -3,6 +3,7 @@
 #include "kernels/conv/conv2d_dilated_dense.h"
 
 #include "kernels/conv/conv2d_dilation_phases.h"
+#include "kernels/conv/conv2d_grouped_dense.h"
 #include "kernels/conv/staged_scratch.h"
 #include "runtime/error.h"
 #include "runtime/math_util.h"
@@ -19,16 +20,6 @@ DilationPhases input_phases(const Conv2dGroupedShape& s) {
 DilationPhases output_phases(const Conv2dGroupedShape& s) {
   const Conv2dShape d = conv2d_dilated_phase_shape(s);
   return DilationPhases{s.n, s.oc, s.oh(), s.ow(), s.dil_h, s.dil_w, 0, 0, d.oh(), d.ow()};
-}
-
-// The convolution itself as a dense shape, dilation kept (for the kernels that read dilated
-// taps: conv2d_*_takes_dilation).
-Conv2dShape dilated_shape(const Conv2dGroupedShape& s) {
-  Conv2dShape d;
-  d.n = s.n, d.c = s.c, d.h = s.h, d.w = s.w, d.oc = s.oc, d.kh = s.kh, d.kw = s.kw;
-  d.stride_h = s.stride_h, d.stride_w = s.stride_w, d.pad_h = s.pad_h, d.pad_w = s.pad_w;
-  d.dil_h = s.dil_h, d.dil_w = s.dil_w;
-  return d;
 }
 
 void check_applicable(const Conv2dGroupedShape& s, const char* what) {
@@ -57,8 +48,8 @@ Conv2dShape conv2d_dilated_phase_shape(const Conv2dGroupedShape& s) {
 std::size_t conv2d_dilated_dense_forward_scratch_floats(const Conv2dGroupedShape& s, Algo algo,
                                                         const Exec& ex) {
   if (!conv2d_dilated_dense_applicable(s)) return 0;
-  const Conv2dShape direct = dilated_shape(s);
-  if (conv2d_forward_takes_dilation(direct, algo, ex))
+  const Conv2dShape direct = conv2d_grouped_as_dense(s);
+  if (conv2d_forward_runs_directly(direct, algo, ex))
     return conv2d_forward_scratch_floats(direct, algo, ex);
   return round_up4(std::size_t(input_phases(s).phase_floats())) +
          round_up4(std::size_t(output_phases(s).phase_floats())) +
@@ -68,8 +59,8 @@ std::size_t conv2d_dilated_dense_forward_scratch_floats(const Conv2dGroupedShape
 std::size_t conv2d_dilated_dense_backward_data_scratch_floats(const Conv2dGroupedShape& s,
                                                               Algo algo, const Exec& ex) {
   if (!conv2d_dilated_dense_applicable(s)) return 0;
-  const Conv2dShape direct = dilated_shape(s);
-  if (conv2d_backward_data_takes_dilation(direct, algo, ex))
+  const Conv2dShape direct = conv2d_grouped_as_dense(s);
+  if (conv2d_backward_data_runs_directly(direct, algo, ex))
     return conv2d_backward_data_scratch_floats(direct, algo, ex);
   return round_up4(std::size_t(output_phases(s).phase_floats())) +
          round_up4(std::size_t(input_phases(s).phase_floats())) +
@@ -79,8 +70,8 @@ std::size_t conv2d_dilated_dense_backward_data_scratch_floats(const Conv2dGroupe
 std::size_t conv2d_dilated_dense_backward_weight_scratch_floats(const Conv2dGroupedShape& s,
                                                                 Algo algo, const Exec& ex) {
   if (!conv2d_dilated_dense_applicable(s)) return 0;
-  const Conv2dShape direct = dilated_shape(s);
-  if (conv2d_backward_weight_takes_dilation(direct, algo, ex))
+  const Conv2dShape direct = conv2d_grouped_as_dense(s);
+  if (conv2d_backward_weight_runs_directly(direct, algo, ex))
     return conv2d_backward_weight_scratch_floats(direct, ex);
   return round_up4(std::size_t(input_phases(s).phase_floats())) +
          round_up4(std::size_t(output_phases(s).phase_floats())) +
@@ -92,8 +83,8 @@ void conv2d_dilated_dense_forward(const Conv2dGroupedShape& s, const float* x, c
                                   const Exec& ex) {
   check_applicable(s, "conv2d_dilated_dense_forward");
   CNN_CHECK(x && w && y, "conv2d_dilated_dense_forward: x, w and y must not be null");
-  const Conv2dShape direct = dilated_shape(s);
-  if (conv2d_forward_takes_dilation(direct, algo, ex)) {
+  const Conv2dShape direct = conv2d_grouped_as_dense(s);
+  if (conv2d_forward_runs_directly(direct, algo, ex)) {
     conv2d_forward(direct, x, w, b, y, relu, scratch, algo, ex);
     return;
   }
@@ -113,8 +104,8 @@ void conv2d_dilated_dense_backward_data(const Conv2dGroupedShape& s, const float
                                         const Exec& ex) {
   check_applicable(s, "conv2d_dilated_dense_backward_data");
   CNN_CHECK(dy && w && dx, "conv2d_dilated_dense_backward_data: dy, w and dx must not be null");
-  const Conv2dShape direct = dilated_shape(s);
-  if (conv2d_backward_data_takes_dilation(direct, algo, ex)) {
+  const Conv2dShape direct = conv2d_grouped_as_dense(s);
+  if (conv2d_backward_data_runs_directly(direct, algo, ex)) {
     conv2d_backward_data(direct, dy, w, dx, scratch, algo, ex);
     return;
   }
@@ -134,8 +125,8 @@ void conv2d_dilated_dense_backward_weight(const Conv2dGroupedShape& s, const flo
                                           Algo algo, const Exec& ex) {
   check_applicable(s, "conv2d_dilated_dense_backward_weight");
   CNN_CHECK(x && dy && dw, "conv2d_dilated_dense_backward_weight: x, dy and dw must not be null");
-  const Conv2dShape direct = dilated_shape(s);
-  if (conv2d_backward_weight_takes_dilation(direct, algo, ex)) {
+  const Conv2dShape direct = conv2d_grouped_as_dense(s);
+  if (conv2d_backward_weight_runs_directly(direct, algo, ex)) {
     conv2d_backward_weight(direct, x, dy, dw, db, scratch, algo, ex);
     return;
   }

@@ -1,7 +1,7 @@
 #pragma once
 // A dilated convolution of stride 1 and one group on the dense kernels of conv2d.h (igemm, wgmma,
 // wgmma-nhwc, or the dense op's fixed rule for auto). Where wgmma-nhwc takes the dilated shape
-// itself (conv2d_*_takes_dilation: its TMA im2col reads each tap at its dilated offset; the
+// itself (conv2d_*_runs_directly: its TMA im2col reads each tap at its dilated offset; the
 // forward and input gradient at fp32, tf32 and bf16, the weight gradient at bf16), the pass is
 // that one dense pass, with no copies. Otherwise, with dilation d, output row i reads input
 // rows i - pad + d k: one residue modulo d. So the padded input splits into d_h x d_w phase

@@ -168,6 +168,23 @@ Algo dense_variant(Algo algo) {
 bool dilated(const Conv2dGroupedShape& s) {
   return !conv2d_grouped_dense_applicable(s) && conv2d_dilated_dense_applicable(s);
 }
+// Each pass's form (conv2d_grouped_dense_pass_form): Direct where the dense op runs the grouped
+// shape itself under the pass's variant and the groups are wide enough.
+GroupedDenseForm forward_form(const Conv2dGroupedShape& s, Algo algo, const Exec& ex) {
+  return conv2d_grouped_dense_pass_form(
+      s, GroupedPass::Forward, ex.precision,
+      conv2d_forward_runs_directly(conv2d_grouped_as_dense(s), dense_variant(algo), ex));
+}
+GroupedDenseForm backward_data_form(const Conv2dGroupedShape& s, Algo algo, const Exec& ex) {
+  return conv2d_grouped_dense_pass_form(
+      s, GroupedPass::BackwardData, ex.precision,
+      conv2d_backward_data_runs_directly(conv2d_grouped_as_dense(s), dense_variant(algo), ex));
+}
+GroupedDenseForm backward_weight_form(const Conv2dGroupedShape& s, Algo algo, const Exec& ex) {
+  return conv2d_grouped_dense_pass_form(
+      s, GroupedPass::BackwardWeight, ex.precision,
+      conv2d_backward_weight_runs_directly(conv2d_grouped_as_dense(s), dense_variant(algo), ex));
+}
 }  // namespace
 
 bool conv2d_grouped_dense_variant(Algo algo) {
@@ -203,7 +220,7 @@ std::size_t conv2d_grouped_forward_scratch_floats(const Conv2dGroupedShape& s, A
   if (!conv2d_grouped_runs_dense(s, algo, ex)) return 0;
   if (dilated(s)) return conv2d_dilated_dense_forward_scratch_floats(s, dense_variant(algo), ex);
   return conv2d_grouped_dense_forward_scratch_floats(s, dense_variant(algo), ex,
-                                                     conv2d_grouped_dense_form(s));
+                                                     forward_form(s, algo, ex));
 }
 
 std::size_t conv2d_grouped_backward_data_scratch_floats(const Conv2dGroupedShape& s, Algo algo,
@@ -213,7 +230,7 @@ std::size_t conv2d_grouped_backward_data_scratch_floats(const Conv2dGroupedShape
   if (dilated(s))
     return conv2d_dilated_dense_backward_data_scratch_floats(s, dense_variant(algo), ex);
   return conv2d_grouped_dense_backward_data_scratch_floats(s, dense_variant(algo), ex,
-                                                           conv2d_grouped_dense_form(s));
+                                                           backward_data_form(s, algo, ex));
 }
 
 std::size_t conv2d_grouped_backward_weight_scratch_floats(const Conv2dGroupedShape& s, Algo algo,
@@ -222,8 +239,8 @@ std::size_t conv2d_grouped_backward_weight_scratch_floats(const Conv2dGroupedSha
   if (conv2d_grouped_runs_dense(s, algo, ex))
     return dilated(s)
                ? conv2d_dilated_dense_backward_weight_scratch_floats(s, dense_variant(algo), ex)
-               : conv2d_grouped_dense_backward_weight_scratch_floats(s, dense_variant(algo), ex,
-                                                                     conv2d_grouped_dense_form(s));
+               : conv2d_grouped_dense_backward_weight_scratch_floats(
+                     s, dense_variant(algo), ex, backward_weight_form(s, algo, ex));
   if (ex.device == Device::CPU) return 0;
   return CNN_CUDA_VALUE(conv2d_grouped_backward_weight_scratch_floats_cuda(s, ex.deterministic),
                         std::size_t(0));
@@ -239,7 +256,7 @@ void conv2d_grouped_forward(const Conv2dGroupedShape& s, const float* x, const f
     if (dilated(s))
       return conv2d_dilated_dense_forward(s, x, w, b, y, relu, scratch, dense_variant(algo), ex);
     return conv2d_grouped_dense_forward(s, x, w, b, y, relu, scratch, dense_variant(algo), ex,
-                                        conv2d_grouped_dense_form(s));
+                                        forward_form(s, algo, ex));
   }
   if (ex.device == Device::CPU) return conv2d_grouped_forward_cpu(s, x, w, b, y, relu);
   CNN_CUDA_BRANCH("conv2d_grouped_forward",
@@ -255,7 +272,7 @@ void conv2d_grouped_backward_data(const Conv2dGroupedShape& s, const float* dy, 
     if (dilated(s))
       return conv2d_dilated_dense_backward_data(s, dy, w, dx, scratch, dense_variant(algo), ex);
     return conv2d_grouped_dense_backward_data(s, dy, w, dx, scratch, dense_variant(algo), ex,
-                                              conv2d_grouped_dense_form(s));
+                                              backward_data_form(s, algo, ex));
   }
   if (ex.device == Device::CPU) return conv2d_grouped_backward_data_cpu(s, dy, w, dx);
   CNN_CUDA_BRANCH("conv2d_grouped_backward_data",
@@ -273,7 +290,7 @@ void conv2d_grouped_backward_weight(const Conv2dGroupedShape& s, const float* x,
       return conv2d_dilated_dense_backward_weight(s, x, dy, dw, db, scratch, dense_variant(algo),
                                                   ex);
     return conv2d_grouped_dense_backward_weight(s, x, dy, dw, db, scratch, dense_variant(algo), ex,
-                                                conv2d_grouped_dense_form(s));
+                                                backward_weight_form(s, algo, ex));
   }
   if (ex.device == Device::CPU) return conv2d_grouped_backward_weight_cpu(s, x, dy, dw, db);
   CNN_CUDA_BRANCH("conv2d_grouped_backward_weight", {

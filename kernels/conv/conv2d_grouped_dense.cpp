@@ -34,6 +34,13 @@ void check_applicable(const Conv2dGroupedShape& s, const char* what) {
             what, kGroupedDenseMaxGroups, s.groups, s.c, s.dil_h, s.dil_w);
 }
 
+void check_direct(bool runs_directly, const char* what, Algo algo) {
+  CNN_CHECK(runs_directly,
+            "{}: the direct form runs where wgmma-nhwc takes the grouped shape itself (got algo "
+            "{}; conv2d_*_runs_directly)",
+            what, algo_name(algo));
+}
+
 }  // namespace
 
 bool conv2d_grouped_dense_applicable(const Conv2dGroupedShape& s) {
@@ -55,8 +62,47 @@ GroupedDenseForm conv2d_grouped_dense_form(const Conv2dGroupedShape& s) {
   }
 }
 
+GroupedDenseForm conv2d_grouped_dense_pass_form(const Conv2dGroupedShape& s, GroupedPass pass,
+                                                Precision precision, bool runs_directly) {
+  if (!runs_directly || process_env_switches().grouped_dense != GroupedDenseSwitch::Auto)
+    return conv2d_grouped_dense_form(s);
+  const int k_block = precision == Precision::BF16 ? 64 : 32;
+  // k channels fill at least 3/4 of their k-tiles.
+  const auto fills = [&](int k) { return 4 * k >= 3 * ((k + k_block - 1) / k_block * k_block); };
+  bool wide = false;
+  switch (pass) {
+    case GroupedPass::Forward:
+      wide = fills(s.cg()) && s.ocg() >= 16;
+      break;
+    case GroupedPass::BackwardData:
+      wide = fills(s.ocg()) && s.cg() >= 16;
+      break;
+    case GroupedPass::BackwardWeight:
+      // At BF16 the block-diagonal form's weight gradient runs the BF16 channels-last kernel
+      // (twice TF32's rate), which the TF32 gather beats only where it does G-fold work.
+      wide = std::min(s.cg(), s.ocg()) >= 8 && (precision != Precision::BF16 || s.groups >= 8);
+      break;
+  }
+  return wide ? GroupedDenseForm::Direct : conv2d_grouped_dense_form(s);
+}
+
 const char* grouped_dense_form_name(GroupedDenseForm f) {
-  return f == GroupedDenseForm::BlockDiagonal ? "diagonal" : "groups";
+  switch (f) {
+    case GroupedDenseForm::BlockDiagonal:
+      return "diagonal";
+    case GroupedDenseForm::Direct:
+      return "direct";
+    default:
+      return "groups";
+  }
+}
+
+Conv2dShape conv2d_grouped_as_dense(const Conv2dGroupedShape& s) {
+  Conv2dShape d;
+  d.n = s.n, d.c = s.c, d.h = s.h, d.w = s.w, d.oc = s.oc, d.kh = s.kh, d.kw = s.kw;
+  d.stride_h = s.stride_h, d.stride_w = s.stride_w, d.pad_h = s.pad_h, d.pad_w = s.pad_w;
+  d.dil_h = s.dil_h, d.dil_w = s.dil_w, d.groups = s.groups;
+  return d;
 }
 
 Conv2dShape conv2d_group_shape(const Conv2dGroupedShape& s) {
@@ -66,15 +112,16 @@ Conv2dShape conv2d_group_shape(const Conv2dGroupedShape& s) {
 }
 
 Conv2dShape conv2d_block_diagonal_shape(const Conv2dGroupedShape& s) {
-  Conv2dShape d;
-  d.n = s.n, d.c = s.c, d.h = s.h, d.w = s.w, d.oc = s.oc, d.kh = s.kh, d.kw = s.kw;
-  d.stride_h = s.stride_h, d.stride_w = s.stride_w, d.pad_h = s.pad_h, d.pad_w = s.pad_w;
+  Conv2dShape d = conv2d_grouped_as_dense(s);
+  d.groups = 1;
   return d;
 }
 
 std::size_t conv2d_grouped_dense_forward_scratch_floats(const Conv2dGroupedShape& s, Algo algo,
                                                         const Exec& ex, GroupedDenseForm form) {
   if (!conv2d_grouped_dense_applicable(s)) return 0;
+  if (form == GroupedDenseForm::Direct)
+    return conv2d_forward_scratch_floats(conv2d_grouped_as_dense(s), algo, ex);
   if (form == GroupedDenseForm::BlockDiagonal)
     return dense_weight_floats(s) +
            conv2d_forward_scratch_floats(conv2d_block_diagonal_shape(s), algo, ex);
@@ -86,6 +133,8 @@ std::size_t conv2d_grouped_dense_backward_data_scratch_floats(const Conv2dGroupe
                                                               Algo algo, const Exec& ex,
                                                               GroupedDenseForm form) {
   if (!conv2d_grouped_dense_applicable(s)) return 0;
+  if (form == GroupedDenseForm::Direct)
+    return conv2d_backward_data_scratch_floats(conv2d_grouped_as_dense(s), algo, ex);
   if (form == GroupedDenseForm::BlockDiagonal)
     return dense_weight_floats(s) +
            conv2d_backward_data_scratch_floats(conv2d_block_diagonal_shape(s), algo, ex);
@@ -97,6 +146,8 @@ std::size_t conv2d_grouped_dense_backward_weight_scratch_floats(const Conv2dGrou
                                                                 Algo /*algo*/, const Exec& ex,
                                                                 GroupedDenseForm form) {
   if (!conv2d_grouped_dense_applicable(s)) return 0;
+  if (form == GroupedDenseForm::Direct)
+    return conv2d_backward_weight_scratch_floats(conv2d_grouped_as_dense(s), ex);
   if (form == GroupedDenseForm::BlockDiagonal)
     return dense_weight_floats(s) +
            conv2d_backward_weight_scratch_floats(conv2d_block_diagonal_shape(s), ex);
@@ -109,6 +160,12 @@ void conv2d_grouped_dense_forward(const Conv2dGroupedShape& s, const float* x, c
                                   const Exec& ex, GroupedDenseForm form) {
   check_applicable(s, "conv2d_grouped_dense_forward");
   CNN_CHECK(x && w && y, "conv2d_grouped_dense_forward: x, w and y must not be null");
+  if (form == GroupedDenseForm::Direct) {
+    check_direct(conv2d_forward_runs_directly(conv2d_grouped_as_dense(s), algo, ex),
+                 "conv2d_grouped_dense_forward", algo);
+    conv2d_forward(conv2d_grouped_as_dense(s), x, w, b, y, relu, scratch, algo, ex);
+    return;
+  }
   const std::size_t need = conv2d_grouped_dense_forward_scratch_floats(s, algo, ex, form);
   if (form == GroupedDenseForm::BlockDiagonal) {
     const Conv2dShape d = conv2d_block_diagonal_shape(s);
@@ -138,6 +195,12 @@ void conv2d_grouped_dense_backward_data(const Conv2dGroupedShape& s, const float
                                         const Exec& ex, GroupedDenseForm form) {
   check_applicable(s, "conv2d_grouped_dense_backward_data");
   CNN_CHECK(dy && w && dx, "conv2d_grouped_dense_backward_data: dy, w and dx must not be null");
+  if (form == GroupedDenseForm::Direct) {
+    check_direct(conv2d_backward_data_runs_directly(conv2d_grouped_as_dense(s), algo, ex),
+                 "conv2d_grouped_dense_backward_data", algo);
+    conv2d_backward_data(conv2d_grouped_as_dense(s), dy, w, dx, scratch, algo, ex);
+    return;
+  }
   const std::size_t need = conv2d_grouped_dense_backward_data_scratch_floats(s, algo, ex, form);
   if (form == GroupedDenseForm::BlockDiagonal) {
     const Conv2dShape d = conv2d_block_diagonal_shape(s);
@@ -166,6 +229,12 @@ void conv2d_grouped_dense_backward_weight(const Conv2dGroupedShape& s, const flo
                                           Algo algo, const Exec& ex, GroupedDenseForm form) {
   check_applicable(s, "conv2d_grouped_dense_backward_weight");
   CNN_CHECK(x && dy && dw, "conv2d_grouped_dense_backward_weight: x, dy and dw must not be null");
+  if (form == GroupedDenseForm::Direct) {
+    check_direct(conv2d_backward_weight_runs_directly(conv2d_grouped_as_dense(s), algo, ex),
+                 "conv2d_grouped_dense_backward_weight", algo);
+    conv2d_backward_weight(conv2d_grouped_as_dense(s), x, dy, dw, db, scratch, algo, ex);
+    return;
+  }
   const std::size_t need = conv2d_grouped_dense_backward_weight_scratch_floats(s, algo, ex, form);
   if (form == GroupedDenseForm::BlockDiagonal) {
     // The dense gradient starts from zero in the scratch; db is the dense pass's own (OC).

@@ -3,7 +3,12 @@
 // op's fixed rule for auto). The grouped kernels of conv2d_grouped.h are direct loops, right for
 // depthwise layers (a channel a group) but blind to the tensor cores where a group has several
 // channels: a 200 -> 200 3x3 layer in 4 groups on 8x8 images, batch 128, took 0.3-1.5 ms a pass
-// on them (H100), cuDNN 0.1 ms. Two forms (GroupedDenseForm):
+// on them (H100), cuDNN 0.1 ms. Three forms (GroupedDenseForm):
+//   Direct: the grouped convolution itself, one dense pass that runs each group on its own
+//     channels (conv2d_*_runs_directly: wgmma-nhwc's forward and stride-1 input gradient on a
+//     group-major channels-last copy, its weight gradient the wgmma gather one group a block);
+//     G narrow GEMMs in one launch, no multiplies between groups, and no copies but the
+//     channels-last one the kernel makes anyway;
 //   PerGroup: the activations are copied group-major into the scratch (conv2d_grouped_layout.h),
 //     where group g's (N, C/G, H, W) is one dense tensor; its weights (OC/G, C/G, KH, KW), bias,
 //     dw and db are already contiguous slices of the grouped ones; G dense passes, then the
@@ -30,7 +35,7 @@ constexpr int kGroupedDenseMaxGroups = 32;
 
 bool conv2d_grouped_dense_applicable(const Conv2dGroupedShape& s);
 
-enum class GroupedDenseForm { PerGroup, BlockDiagonal };
+enum class GroupedDenseForm { PerGroup, BlockDiagonal, Direct };
 // The form for this shape: CNN_GROUPED_DENSE=groups|diagonal, else BlockDiagonal where its dense
 // convolution has at most kBlockDiagonalMaxChannels input and output channels or a group has
 // fewer than kPerGroupMinChannels, PerGroup otherwise (wide layers of wide groups, where G times
@@ -44,13 +49,36 @@ enum class GroupedDenseForm { PerGroup, BlockDiagonal };
 constexpr int kBlockDiagonalMaxChannels = 256;
 constexpr int kPerGroupMinChannels = 16;
 GroupedDenseForm conv2d_grouped_dense_form(const Conv2dGroupedShape& s);
-const char* grouped_dense_form_name(GroupedDenseForm f);  // "groups", "diagonal"
+// The form of one pass at `precision`: Direct where conv2d_*_runs_directly takes the grouped
+// shape (runs_directly, the pass's answer), the groups are wide enough for that pass (below) and
+// CNN_GROUPED_DENSE forces no form; else conv2d_grouped_dense_form(s).
+// A group's GEMM pads its k (the forward's input channels, the input gradient's output channels)
+// to a k-tile (32 channels at TF32 and FP32, 64 at BF16) and its other side to a tile of 32
+// columns or more, so narrow groups waste most of it. The rule: the forward where the input
+// channels fill at least 3/4 of their k-tiles and a group has 16 output channels or more, the
+// input gradient the same with the sides swapped, the weight gradient (the gather: k is pixels)
+// from 8 channels a group on both sides (at BF16 from 8 groups: the block-diagonal form's weight
+// gradient is the BF16 channels-last kernel, twice the TF32 gather's rate). Measured on an H100
+// (batch 128, TF32, us, forward / weight / input gradient, direct against the block-diagonal form's
+// best variant), channels a group in -> out: 4 -> 4 (128 channels, 32x32) 1072 / 1003 / 1071
+// against 213 / 328 / 213; 8 -> 8 (256, stride 2) 141 / 81 / - against 78 / 181 / 224; 16 -> 32
+// (128 -> 256, 16x16) 91 / 177 / 89 against 97 / 165 / 98; 32 -> 64 (64 -> 128, 32x32) 119 / 254 /
+// 162 against 136 / 190 / 179; 64 -> 64 (256, 16x16) 100 / 214 / 100 against 161 / 290 / 162. At
+// BF16 a 32 -> 64 group's direct forward (k padded to 64) took 120 us, as long as at TF32.
+enum class GroupedPass { Forward, BackwardData, BackwardWeight };
+GroupedDenseForm conv2d_grouped_dense_pass_form(const Conv2dGroupedShape& s, GroupedPass pass,
+                                                Precision precision, bool runs_directly);
+const char* grouped_dense_form_name(GroupedDenseForm f);  // "groups", "diagonal", "direct"
+// The convolution as a Conv2dShape, groups and dilation kept (the Direct form's, and what
+// conv2d_*_runs_directly is asked about).
+Conv2dShape conv2d_grouped_as_dense(const Conv2dGroupedShape& s);
 // One group's dense convolution: (N, C/G, H, W) -> (N, OC/G, OH, OW).
 Conv2dShape conv2d_group_shape(const Conv2dGroupedShape& s);
 // The block-diagonal form's dense convolution: (N, C, H, W) -> (N, OC, OH, OW).
 Conv2dShape conv2d_block_diagonal_shape(const Conv2dGroupedShape& s);
 
-// Each function takes the form explicitly (the grouped op passes conv2d_grouped_dense_form).
+// Each function takes the form explicitly (the grouped op passes conv2d_grouped_dense_pass_form's;
+// Direct on a shape or variant that does not run directly is refused with cnn::Error).
 // Scratch floats of each pass with dense variant `algo` and `form` (16-byte aligned when given):
 // the group-major copies or the block-diagonal weights (or their gradient), and the dense pass's
 // own scratch. A function of the shape, algo, ex.device, ex.precision and ex.deterministic only; 0

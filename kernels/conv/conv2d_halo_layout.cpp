@@ -16,6 +16,7 @@ std::string halo_refusal(const Conv2dShape& g, int tile_rows) {
     return fmt::format("the halo tile handles stride 1 only (got {}x{})", g.stride_h, g.stride_w);
   if (g.dilated())
     return fmt::format("the halo tile reads undilated taps (got dilation {}x{})", g.dil_h, g.dil_w);
+  if (g.groups != 1) return fmt::format("the halo tile runs one group (got groups = {})", g.groups);
   if (oh < 1 || ow < 1) return fmt::format("empty output ({}x{})", oh, ow);
   const int wp = ow + g.kw - 1;
   if (wp > tile_rows)

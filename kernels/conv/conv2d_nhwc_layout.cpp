@@ -37,7 +37,7 @@ Im2colGeometry im2col_geometry(const Conv2dShape& g, const char* what, int chann
   geo.stride_h = g.stride_h;
   geo.dil_w = g.dil_w;
   geo.dil_h = g.dil_h;
-  geo.chunks = (g.c + channel_block - 1) / channel_block;
+  geo.chunks = (g.cg() + channel_block - 1) / channel_block;
   geo.c_pad = geo.chunks * channel_block;
   geo.taps = g.kh * g.kw;
   geo.ktiles = geo.taps * geo.chunks;
@@ -86,34 +86,43 @@ uint16_t bf16_bits_cpu(float v) {
   return uint16_t(u >> 16);
 }
 
-void nchw_to_nhwc_tf32_cpu(const float* x, int n, int c, int64_t hw, int c_pad, float* out) {
-  for (int i = 0; i < n; ++i)
+namespace {
+
+// x (n, groups c, hw) -> out (groups, n, hw, c_pad), each value through `convert`, zeros past c.
+template <class T, class Convert>
+void nchw_to_nhwc_cpu(const float* x, int n, int c, int64_t hw, int c_pad, int groups, T* out,
+                      Convert convert) {
+  for (int i = 0; i < n * groups; ++i) {  // image i / groups, group i % groups of x
+    const int64_t o = int64_t(nhwc_copy_image(i, n, groups));
     for (int64_t p = 0; p < hw; ++p)
       for (int ch = 0; ch < c_pad; ++ch)
-        out[(int64_t(i) * hw + p) * c_pad + ch] =
-            ch < c ? round_tf32_cpu(x[(int64_t(i) * c + ch) * hw + p]) : 0.f;
+        out[(o * hw + p) * c_pad + ch] =
+            ch < c ? convert(x[(int64_t(i) * c + ch) * hw + p]) : convert(0.f);
+  }
 }
 
-void nchw_to_nhwc_bf16_cpu(const float* x, int n, int c, int64_t hw, int c_pad, uint16_t* out) {
-  for (int i = 0; i < n; ++i)
-    for (int64_t p = 0; p < hw; ++p)
-      for (int ch = 0; ch < c_pad; ++ch)
-        out[(int64_t(i) * hw + p) * c_pad + ch] =
-            ch < c ? bf16_bits_cpu(x[(int64_t(i) * c + ch) * hw + p]) : uint16_t(0);
+}  // namespace
+
+void nchw_to_nhwc_tf32_cpu(const float* x, int n, int c, int64_t hw, int c_pad, float* out,
+                           int groups) {
+  nchw_to_nhwc_cpu(x, n, c, hw, c_pad, groups, out, round_tf32_cpu);
 }
 
-void nchw_to_nhwc_fp32_cpu(const float* x, int n, int c, int64_t hw, int c_pad, float* out) {
-  for (int i = 0; i < n; ++i)
-    for (int64_t p = 0; p < hw; ++p)
-      for (int ch = 0; ch < c_pad; ++ch)
-        out[(int64_t(i) * hw + p) * c_pad + ch] = ch < c ? x[(int64_t(i) * c + ch) * hw + p] : 0.f;
+void nchw_to_nhwc_bf16_cpu(const float* x, int n, int c, int64_t hw, int c_pad, uint16_t* out,
+                           int groups) {
+  nchw_to_nhwc_cpu(x, n, c, hw, c_pad, groups, out, bf16_bits_cpu);
+}
+
+void nchw_to_nhwc_fp32_cpu(const float* x, int n, int c, int64_t hw, int c_pad, float* out,
+                           int groups) {
+  nchw_to_nhwc_cpu(x, n, c, hw, c_pad, groups, out, [](float v) { return v; });
 }
 
 void nchw_to_nhwc_tf32_split_cpu(const float* x, int n, int c, int64_t hw, int c_pad, float* big,
-                                 float* small) {
-  nchw_to_nhwc_tf32_cpu(x, n, c, hw, c_pad, big);
-  nchw_to_nhwc_fp32_cpu(x, n, c, hw, c_pad, small);
-  for (int64_t i = 0; i < int64_t(n) * hw * c_pad; ++i)
+                                 float* small, int groups) {
+  nchw_to_nhwc_tf32_cpu(x, n, c, hw, c_pad, big, groups);
+  nchw_to_nhwc_fp32_cpu(x, n, c, hw, c_pad, small, groups);
+  for (int64_t i = 0; i < int64_t(n) * groups * hw * c_pad; ++i)
     small[i] = round_tf32_cpu(small[i] - big[i]);
 }
 
@@ -121,9 +130,9 @@ WeightPack forward_weight_pack(const Conv2dShape& s, int k_block) {
   WeightPack wp;
   wp.rows = s.oc;
   wp.taps = s.kh * s.kw;
-  wp.k_count = s.c;
-  wp.k_pad = (s.c + k_block - 1) / k_block * k_block;
-  wp.ld_r = int64_t(s.c) * wp.taps;
+  wp.k_count = s.cg();
+  wp.k_pad = (s.cg() + k_block - 1) / k_block * k_block;
+  wp.ld_r = int64_t(s.cg()) * wp.taps;
   wp.ld_k = wp.taps;
   wp.flip = false;
   return wp;
@@ -133,21 +142,28 @@ WeightPack backward_data_weight_pack(const Conv2dShape& s, int k_block) {
   WeightPack wp;
   wp.rows = s.c;
   wp.taps = s.kh * s.kw;
-  wp.k_count = s.oc;
-  wp.k_pad = (s.oc + k_block - 1) / k_block * k_block;
+  wp.k_count = s.ocg();
+  wp.k_pad = (s.ocg() + k_block - 1) / k_block * k_block;
   wp.ld_r = wp.taps;
-  wp.ld_k = int64_t(s.c) * wp.taps;
+  wp.ld_k = int64_t(s.cg()) * wp.taps;
+  wp.rows_per_group = s.cg();
+  wp.ld_g = int64_t(s.ocg()) * s.cg() * wp.taps;
   wp.flip = true;
   return wp;
+}
+
+int64_t weight_pack_source(const WeightPack& wp, int r, int k, int t) {
+  const int rpg = wp.rows_per_group > 0 ? wp.rows_per_group : wp.rows;
+  const int tap = wp.flip ? wp.taps - 1 - t : t;
+  return int64_t(r / rpg) * wp.ld_g + int64_t(r % rpg) * wp.ld_r + k * wp.ld_k + tap;
 }
 
 void pack_weights_tf32_cpu(const WeightPack& wp, const float* w, float* out) {
   for (int r = 0; r < wp.rows; ++r)
     for (int t = 0; t < wp.taps; ++t)
       for (int k = 0; k < wp.k_pad; ++k) {
-        const int tap = wp.flip ? wp.taps - 1 - t : t;
         out[(int64_t(r) * wp.taps + t) * wp.k_pad + k] =
-            k < wp.k_count ? round_tf32_cpu(w[r * wp.ld_r + k * wp.ld_k + tap]) : 0.f;
+            k < wp.k_count ? round_tf32_cpu(w[weight_pack_source(wp, r, k, t)]) : 0.f;
       }
 }
 
@@ -155,9 +171,8 @@ void pack_weights_bf16_cpu(const WeightPack& wp, const float* w, uint16_t* out) 
   for (int r = 0; r < wp.rows; ++r)
     for (int t = 0; t < wp.taps; ++t)
       for (int k = 0; k < wp.k_pad; ++k) {
-        const int tap = wp.flip ? wp.taps - 1 - t : t;
         out[(int64_t(r) * wp.taps + t) * wp.k_pad + k] =
-            k < wp.k_count ? bf16_bits_cpu(w[r * wp.ld_r + k * wp.ld_k + tap]) : uint16_t(0);
+            k < wp.k_count ? bf16_bits_cpu(w[weight_pack_source(wp, r, k, t)]) : uint16_t(0);
       }
 }
 
@@ -166,10 +181,9 @@ void pack_weights_tf32_split_cpu(const WeightPack& wp, const float* w, float* bi
   for (int r = 0; r < wp.rows; ++r)
     for (int t = 0; t < wp.taps; ++t)
       for (int k = 0; k < wp.k_pad; ++k) {
-        const int tap = wp.flip ? wp.taps - 1 - t : t;
         const int64_t i = (int64_t(r) * wp.taps + t) * wp.k_pad + k;
         small[i] =
-            k < wp.k_count ? round_tf32_cpu(w[r * wp.ld_r + k * wp.ld_k + tap] - big[i]) : 0.f;
+            k < wp.k_count ? round_tf32_cpu(w[weight_pack_source(wp, r, k, t)] - big[i]) : 0.f;
       }
 }
 
@@ -186,6 +200,7 @@ Conv2dShape backward_data_as_forward(const Conv2dShape& s) {
   g.stride_w = 1;
   g.dil_h = s.dil_h;
   g.dil_w = s.dil_w;
+  g.groups = s.groups;
   g.pad_h = s.dil_h * (s.kh - 1) - s.pad_h;
   g.pad_w = s.dil_w * (s.kw - 1) - s.pad_w;
   return g;

@@ -34,11 +34,14 @@ constexpr int kNhwcChannelBlockBf16 = 64;  // bf16 channels per 128-byte swizzle
 // (arrays innermost dimension first, like globalDim), elementStrides = {1, stride_w, stride_h, 1},
 // and the copy's im2col offsets are the tap (kx, ky), dilated: (dil_w kx, dil_h ky). The box is
 // the same at any dilation (OW, OH are the dilated convolution's); only the offsets stretch.
+// A grouped convolution (g.groups > 1) reads a group-major copy, (G, N, H, W, c_pad) as
+// G N images of c_pad = C/G rounded up channels (nhwc_copy_image); group g's walk starts g N
+// images in.
 struct Im2colGeometry {
   int lower_w = 0, lower_h = 0, upper_w = 0, upper_h = 0;
   int stride_w = 1, stride_h = 1;
   int dil_w = 1, dil_h = 1;  // the taps' spacing: im2col offsets (dil_w kx, dil_h ky)
-  int c_pad = 0;   // channels of the NHWC copy: c rounded up to the channel block
+  int c_pad = 0;             // channels of the NHWC copy: C/G rounded up to the channel block
   int chunks = 0;  // c_pad / channel block
   int taps = 0;    // kh * kw
   int ktiles = 0;  // taps * chunks: k ordered (tap, channel), channel innermost
@@ -68,26 +71,49 @@ float round_tf32_cpu(float v);
 // what cvt.rn.bf16.f32 gives), the upper half of the rounded float.
 uint16_t bf16_bits_cpu(float v);
 
+// A grouped convolution's copy is group-major: group g of image i is image nhwc_copy_image(i G +
+// g, n, G) = g n + i of the copy, so that the im2col walk of one group's output pixels steps
+// from image to image within the group.
+#if defined(__CUDACC__)
+#define CNN_NHWC_HD __host__ __device__
+#else
+#define CNN_NHWC_HD
+#endif
+CNN_NHWC_HD inline int nhwc_copy_image(int i, int n, int groups) {
+  return i % groups * n + i / groups;
+}
+
 // CPU twin of the activation pre-pass: x (n, c, hw) into out (n, hw, c_pad), channels >= c zero.
-void nchw_to_nhwc_tf32_cpu(const float* x, int n, int c, int64_t hw, int c_pad, float* out);
+// groups > 1: x (n, groups c, hw) into out (groups, n, hw, c_pad), c channels a group.
+void nchw_to_nhwc_tf32_cpu(const float* x, int n, int c, int64_t hw, int c_pad, float* out,
+                           int groups = 1);
 // The same rounded to BF16 (c_pad a multiple of 64 in the kernel), as bf16 bit patterns.
-void nchw_to_nhwc_bf16_cpu(const float* x, int n, int c, int64_t hw, int c_pad, uint16_t* out);
+void nchw_to_nhwc_bf16_cpu(const float* x, int n, int c, int64_t hw, int c_pad, uint16_t* out,
+                           int groups = 1);
 // The same unrounded (the 3xTF32 kernel splits the values itself, after loading them).
-void nchw_to_nhwc_fp32_cpu(const float* x, int n, int c, int64_t hw, int c_pad, float* out);
+void nchw_to_nhwc_fp32_cpu(const float* x, int n, int c, int64_t hw, int c_pad, float* out,
+                           int groups = 1);
 // The split for 3xTF32 at two blocks an SM: big = the TF32 copy, small = round_tf32(x - big) at
 // the same place (zero in the padding).
 void nchw_to_nhwc_tf32_split_cpu(const float* x, int n, int c, int64_t hw, int c_pad, float* big,
-                                 float* small);
+                                 float* small, int groups = 1);
 
 // CPU twin of the weight pre-pass: out (rows, taps, k_pad), element (r, t, k) =
-//   k < k_count ? round_tf32(w[r ld_r + k ld_k + (flip ? taps - 1 - t : t)]) : 0.
-// The forward: rows = OC, k = input channel, ld_r = C taps, ld_k = taps, no flip.
-// The input gradient: rows = C, k = output channel, ld_r = taps, ld_k = C taps, flip.
+//   k < k_count ? round_tf32(w[weight_pack_source(r, k, t)]) : 0, the source
+//   (r / R) ld_g + (r % R) ld_r + k ld_k + (flip ? taps - 1 - t : t), R = rows_per_group.
+// The forward: rows = OC, k = input channel of the group (C/G of them), ld_r = C/G taps,
+// ld_k = taps, no flip, one group of rows (row r is output channel r of w itself).
+// The input gradient: rows = C, k = output channel of the group (OC/G), ld_r = taps,
+// ld_k = C/G taps, R = C/G rows a group (row r reads group r / R's output channels), ld_g =
+// OC/G C/G taps, flip.
 struct WeightPack {
   int rows = 0, taps = 0, k_count = 0, k_pad = 0;
   int64_t ld_r = 0, ld_k = 0;
+  int rows_per_group = 0;  // 0: all rows one group
+  int64_t ld_g = 0;
   bool flip = false;
 };
+int64_t weight_pack_source(const WeightPack& wp, int r, int k, int t);
 // k_block: k_pad is k_count rounded up to it (kNhwcChannelBlock, or kNhwcChannelBlockBf16).
 WeightPack forward_weight_pack(const Conv2dShape& s, int k_block = kNhwcChannelBlock);
 WeightPack backward_data_weight_pack(const Conv2dShape& s, int k_block = kNhwcChannelBlock);
@@ -99,8 +125,8 @@ void pack_weights_bf16_cpu(const WeightPack& wp, const float* w, uint16_t* out);
 void pack_weights_tf32_split_cpu(const WeightPack& wp, const float* w, float* big, float* small);
 
 // The input gradient as the GEMM view above: the convolution of dy (N, OC, OH, OW) with the
-// flipped weights, stride 1, the same dilation d, padding d (KH-1) - ph (x d (KW-1) - pw),
-// giving dx (N, C, H, W).
+// flipped weights, stride 1, the same dilation d and groups, padding d (KH-1) - ph (x d (KW-1) -
+// pw), giving dx (N, C, H, W).
 Conv2dShape backward_data_as_forward(const Conv2dShape& s);
 
 }  // namespace cnn

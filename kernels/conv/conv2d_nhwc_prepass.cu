@@ -57,8 +57,9 @@ __device__ __forceinline__ void store16(__nv_bfloat16* p, const __nv_bfloat16 (&
                                             pack_pair(v[4], v[5]), pack_pair(v[6], v[7]));
 }
 
-// The copy's arguments: x (n, c, hw) -> out (n, hw, c_pad) in `threads` threads (see copy_part).
-// small (T float, rounded copy only; null otherwise): the 3xTF32 residual copy.
+// The copy's arguments: x (n, c, hw) -> out (n, hw, c_pad) in `threads` threads (see copy_part);
+// grouped, x (n, groups c, hw) -> out (groups, n, hw, c_pad) (nhwc_copy_image). small (T float,
+// rounded copy only; null otherwise): the 3xTF32 residual copy.
 template <class T>
 struct CopyArgs {
   const float* x;
@@ -67,6 +68,7 @@ struct CopyArgs {
   int c_pad, pquads, blocks_c, threads;
   T* out;
   float* small;
+  int n, groups;  // images and groups: x's image i / groups, group i % groups is x's image i
 };
 
 // The packing's arguments (WeightPack's fields): out (rows, taps, k_pad). small (T float only;
@@ -76,6 +78,8 @@ struct PackArgs {
   const float* w;
   int rows, taps, k_count, k_pad;
   int64_t ld_r, ld_k;
+  int rows_per_group;  // never 0 here: rows where the pack has one group
+  int64_t ld_g;
   int flip;
   T* out;
   float* small;
@@ -133,7 +137,8 @@ __device__ __forceinline__ void copy_part(const CopyArgs<T>& a, int block) {
       else
         o[k] = v[k][j];
     }
-    const int64_t at = (int64_t(img) * a.hw + p0 + j) * a.c_pad + ch0;
+    const int64_t at =
+        (int64_t(nhwc_copy_image(img, a.n, a.groups)) * a.hw + p0 + j) * a.c_pad + ch0;
     store16(a.out + at, o);
     if constexpr (std::is_same_v<T, float> && kRound) {
       if (a.small) {
@@ -157,7 +162,9 @@ __device__ __forceinline__ void pack_part(const PackArgs<T>& a, int block, int b
     const int64_t rt = i / a.k_pad;
     const int t = int(rt % a.taps), r = int(rt / a.taps);
     const int tap = a.flip ? a.taps - 1 - t : t;
-    const float v = k < a.k_count ? __ldg(a.w + r * a.ld_r + k * a.ld_k + tap) : 0.f;
+    const int64_t src = int64_t(r / a.rows_per_group) * a.ld_g +
+                        int64_t(r % a.rows_per_group) * a.ld_r + k * a.ld_k + tap;
+    const float v = k < a.k_count ? __ldg(a.w + src) : 0.f;
     const T big = k < a.k_count ? RoundTo<T>::round(v) : RoundTo<T>::zero();
     a.out[i] = big;
     if constexpr (std::is_same_v<T, float>) {
@@ -249,23 +256,25 @@ struct CopyPlan {
 };
 template <class T>
 CopyPlan<T> plan_copy(const float* d_x, int n, int c, int64_t hw, int c_pad, T* d_out,
-                      float* d_small, const char* what) {
+                      float* d_small, const char* what, int groups = 1) {
   constexpr int kBlock = RoundTo<T>::kBlock;
-  CNN_CHECK(n >= 1 && c >= 1 && hw >= 1 && c_pad >= c && c_pad % kBlock == 0,
-            "{}: n={} c={} hw={} c_pad={} (expected positive sizes, c_pad >= c, a multiple of {})",
-            what, n, c, hw, c_pad, kBlock);
+  CNN_CHECK(n >= 1 && c >= 1 && hw >= 1 && groups >= 1 && c_pad >= c && c_pad % kBlock == 0,
+            "{}: n={} c={} hw={} c_pad={} groups={} (expected positive sizes, c_pad >= c, a "
+            "multiple of {})",
+            what, n, c, hw, c_pad, groups, kBlock);
+  CNN_CHECK(int64_t(n) * groups <= INT32_MAX, "{}: {} images in {} groups", what, n, groups);
   CNN_CHECK(d_out, "{}: null output", what);
   CNN_CHECK((reinterpret_cast<uintptr_t>(d_out) & 15u) == 0 &&
                 (reinterpret_cast<uintptr_t>(d_small) & 15u) == 0,
             "{}: the output must be 16-byte aligned (its rows are written 16 bytes at a time)",
             what);
   const int64_t pquads = ceil_div<int64_t>(hw, 4), blocks_c = c_pad / kBlock;
-  const int64_t threads = int64_t(n) * blocks_c * pquads * 8;
+  const int64_t threads = int64_t(n) * groups * blocks_c * pquads * 8;
   CNN_CHECK(threads <= INT32_MAX - (kThreads - 1),
-            "{}: n={} hw={} c_pad={} need {} threads (expected at most 2^31 - 256)", what, n, hw,
-            c_pad, threads);
+            "{}: n={} groups={} hw={} c_pad={} need {} threads (expected at most 2^31 - 256)", what,
+            n, groups, hw, c_pad, threads);
   CopyPlan<T> p;
-  p.args = {d_x, c, hw, c_pad, int(pquads), int(blocks_c), int(threads), d_out, d_small};
+  p.args = {d_x, c, hw, c_pad, int(pquads), int(blocks_c), int(threads), d_out, d_small, n, groups};
   p.blocks = ceil_div<int64_t>(threads, kThreads);
   p.vec = hw % 4 == 0 && (reinterpret_cast<uintptr_t>(d_x) & 15u) == 0;
   return p;
@@ -293,6 +302,8 @@ PackPlan<T> plan_pack(const WeightPack& wp, const float* d_w, T* d_out, float* d
   a.k_pad = wp.k_pad;
   a.ld_r = wp.ld_r;
   a.ld_k = wp.ld_k;
+  a.rows_per_group = wp.rows_per_group > 0 ? wp.rows_per_group : wp.rows;
+  a.ld_g = wp.ld_g;
   a.flip = wp.flip ? 1 : 0;
   a.out = d_out;
   a.small = d_small;
@@ -329,8 +340,8 @@ void launch_fused(const NhwcWeightJob& wj, const NhwcCopyJob& cj, cudaStream_t s
   if (wj.d_w) pack = plan_pack(wj.wp, wj.d_w, static_cast<T*>(wj.d_out), wj.d_small, what);
   CopyPlan<T> copy;
   if (cj.d_x)
-    copy =
-        plan_copy(cj.d_x, cj.n, cj.c, cj.hw, cj.c_pad, static_cast<T*>(cj.d_out), cj.d_small, what);
+    copy = plan_copy(cj.d_x, cj.n, cj.c, cj.hw, cj.c_pad, static_cast<T*>(cj.d_out), cj.d_small,
+                     what, cj.groups);
   // At most 4096 + 2^23 blocks (plan_copy's thread limit): far inside gridDim.x's 2^31 - 1.
   const int64_t blocks = pack.blocks + copy.blocks;
   if (blocks == 0) return;

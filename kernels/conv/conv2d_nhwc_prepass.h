@@ -61,6 +61,9 @@ struct NhwcCopyJob {
   int c_pad = 0;
   void* d_out = nullptr;
   float* d_small = nullptr;
+  // > 1: d_x (n, groups c, hw) into d_out (groups, n, hw, c_pad), c a group's channels (the
+  // grouped convolution's group-major copy, nhwc_copy_image).
+  int groups = 1;
 };
 
 // Both jobs in one launch at `precision` (TF32, BF16, or FP32 as 3xTF32), bitwise what the

@@ -32,8 +32,8 @@ NhwcScratchLayout nhwc_scratch_layout(const Conv2dShape& g, const WeightPack& wp
   const int64_t per_row = kRowBytes / l.elem_bytes;
   l.pack_elems = (int64_t(wp.rows) * wp.taps * wp.k_pad + per_row - 1) / per_row * per_row;
   l.weight_elems = precision == Precision::FP32 ? 2 * l.pack_elems : l.pack_elems;
-  const int64_t c_pad = (int64_t(g.c) + block - 1) / block * block;
-  l.copy_elems = int64_t(g.n) * g.h * g.w * c_pad;
+  const int64_t c_pad = (int64_t(g.cg()) + block - 1) / block * block;  // a group's
+  l.copy_elems = int64_t(g.n) * g.groups * g.h * g.w * c_pad;
   l.copies = precision == Precision::FP32 ? 2 : 1;
   return l;
 }

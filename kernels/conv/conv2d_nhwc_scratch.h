@@ -20,8 +20,9 @@ int nhwc_channel_block(Precision precision, const char* what);
 // elem_bytes each: first the packed weights (rows, taps, k_pad), rounded up to whole 128-byte rows
 // so that what follows stays 128-byte aligned (at FP32 two such packs, the TF32 weights and their
 // TF32 residuals), then the copy (N, H, W, c_pad) of the GEMM view's input (x for the forward, dy
-// for the input gradient); at FP32 room for two copies (the 3xTF32 kernel at two blocks an SM
-// splits x into its TF32 part and residual; at one an SM it uses the first, unrounded).
+// for the input gradient; grouped: (G, N, H, W, c_pad), c_pad a group's channels rounded up); at
+// FP32 room for two copies (the 3xTF32 kernel at two blocks an SM splits x into its TF32 part and
+// residual; at one an SM it uses the first, unrounded).
 struct NhwcScratchLayout {
   int64_t pack_elems = 0;    // one weight pack, rounded up to whole 128-byte rows
   int64_t weight_elems = 0;  // every pack: pack_elems, or 2 pack_elems at FP32

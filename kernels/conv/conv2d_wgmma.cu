@@ -232,7 +232,7 @@ __device__ __forceinline__ void conv_wgmma_body(const CUtensorMap& map_b, const 
   if (wg > 0)
     consume_stages<BN, kStages>(acc, nk, wg, async, full, empty, tile_a, tile_a, tile_b, tile_b);
   store_conv_tile<BN, P::kEpiPitch>(acc, base, m0, n0,
-                                    ConvTileStore{p.y, p.bias, p.relu, p.M, p.N, p.oh * p.ow});
+                                    ConvTileStore{p.y, p.bias, p.relu, p.M, p.N, p.oh * p.ow, p.N});
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

@@ -203,7 +203,7 @@ __device__ __forceinline__ void conv_halo_body(const CUtensorMap& map_a, const C
   }
   const int pix0 = img * p.oh * p.ow;
   store_conv_tile_rows<BN, BN + 4, kSub>(
-      acc, base, n0, ConvTileStore{p.y, p.bias, p.relu, p.M, p.N, p.oh * p.ow}, [&](int r) {
+      acc, base, n0, ConvTileStore{p.y, p.bias, p.relu, p.M, p.N, p.oh * p.ow, p.N}, [&](int r) {
         const int q = halo_row_pixel(p.wp, p.rows, p.oh, p.ow, oy0, r);
         return q < 0 ? -1 : pix0 + q;
       });

@@ -148,6 +148,10 @@ struct NhwcParams {
   int M, N, ktiles, chunks, kw;
   int oh, ow, stride_h, stride_w, lower_h, lower_w;
   int dil_h, dil_w;  // the im2col offsets of tap (ky, kx): (dil_w kx, dil_h ky)
+  // Groups (conv2d_nhwc_layout.h): block x runs tile x % group_tiles of group x / group_tiles,
+  // whose walk starts group_images images into the group-major copy, whose weights are rows
+  // [g N, g N + N) of the pack, and whose N columns are y's channels [g N, g N + N) of ldc.
+  int group_tiles, group_images, ldc;
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -180,7 +184,9 @@ __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a,
 
   const int tid = threadIdx.x;
   const int tiles_n = (p.N + BN - 1) / BN;
-  const int m0 = int(blockIdx.x / tiles_n) * P::kRows, n0 = int(blockIdx.x % tiles_n) * BN;
+  const int grp = int(blockIdx.x) / p.group_tiles, tile = int(blockIdx.x) - grp * p.group_tiles;
+  const int m0 = (tile / tiles_n) * P::kRows, n0 = (tile % tiles_n) * BN;
+  const int b_row = grp * p.N + n0;  // the group's weight rows in the pack
   const uint32_t rank = cluster_rank(), nsplit = cluster_size();
   const int kt_begin = int(int64_t(p.ktiles) * rank / nsplit);
   const int kt_end = int(int64_t(p.ktiles) * (rank + 1) / nsplit);
@@ -193,14 +199,16 @@ __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a,
 
   const int wg = tid / 128;
   if (tid == 0) {
-    const Im2colCorner at =
-        im2col_corner(m0, p.oh, p.ow, p.stride_h, p.stride_w, p.lower_h, p.lower_w);
+    Im2colCorner at = im2col_corner(m0, p.oh, p.ow, p.stride_h, p.stride_w, p.lower_h, p.lower_w);
+    at.n += grp * p.group_images;
     // The tall tile's second copy (rows m0 + 128 ..): left out where those rows are all past M
     // (their products are never stored, and a row of the product reads only its row of A).
     const bool second = kSub == 2 && m0 + kBM < p.M;
-    const Im2colCorner at2 =
-        second ? im2col_corner(m0 + kBM, p.oh, p.ow, p.stride_h, p.stride_w, p.lower_h, p.lower_w)
-               : at;
+    Im2colCorner at2 = at;
+    if (second) {
+      at2 = im2col_corner(m0 + kBM, p.oh, p.ow, p.stride_h, p.stride_w, p.lower_h, p.lower_w);
+      at2.n += grp * p.group_images;
+    }
     const uint32_t stage_bytes = P::kStageBytes - (kSub == 2 && !second ? kATileBytes : 0);
     for (int i = 0; i < nk; ++i) {
       const int s = i % kStages;
@@ -217,8 +225,8 @@ __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a,
       if (second)
         tma_load_im2col_4d(tile_a(s) + kATileBytes, &map_a, c0, at2.x, at2.y, at2.n, off_x, off_y,
                            full(s));
-      tma_load_2d(tile_b(s), &map_b, kt * kBK, n0, full(s));
-      if constexpr (kSplit) tma_load_2d(tile_b_small(s), &map_b_small, kt * kBK, n0, full(s));
+      tma_load_2d(tile_b(s), &map_b, kt * kBK, b_row, full(s));
+      if constexpr (kSplit) tma_load_2d(tile_b_small(s), &map_b_small, kt * kBK, b_row, full(s));
     }
   }
 
@@ -234,8 +242,13 @@ __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a,
       consume_stages<BN, kStages, OperandOf<T>::kBf16, kSub>(acc, nk, wg, false, full, empty,
                                                              tile_a, tile_a, tile_b, tile_b);
   }
+  // The group's channels of y and bias (group 0 without groups). B rows past the group's N
+  // (the next group's weights, or TMA's zeros past the last) gave columns that are not stored.
+  const int64_t pix = int64_t(p.oh) * p.ow;
   store_conv_tile<BN, P::kEpiPitch, kSub>(
-      acc, base, m0, n0, ConvTileStore{p.y, p.bias, p.relu, p.M, p.N, p.oh * p.ow});
+      acc, base, m0, n0,
+      ConvTileStore{p.y + int64_t(grp) * p.N * pix, p.bias ? p.bias + grp * p.N : nullptr, p.relu,
+                    p.M, p.N, int(pix), p.ldc});
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
@@ -287,7 +300,7 @@ template <class T>
 CUtensorMap make_im2col_map(const T* d_nhwc, const Conv2dShape& g, const Im2colGeometry& geo) {
   CUtensorMap map{};
   const cuuint64_t dims[4] = {cuuint64_t(geo.c_pad), cuuint64_t(g.w), cuuint64_t(g.h),
-                              cuuint64_t(g.n)};
+                              cuuint64_t(g.n) * cuuint64_t(g.groups)};  // group-major if grouped
   const cuuint64_t row = cuuint64_t(geo.c_pad) * sizeof(T);
   const cuuint64_t strides[3] = {row, row * cuuint64_t(g.w), row * cuuint64_t(g.w) * g.h};
   const int lower[2] = {geo.lower_w, geo.lower_h};
@@ -464,16 +477,18 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   const Im2colGeometry geo = im2col_geometry(g, what, OperandOf<T>::kBlock);
   const int oh = g.oh(), ow = g.ow();
   const int64_t m = int64_t(g.n) * oh * ow;
-  const int64_t a_elems = int64_t(g.n) * g.c * g.h * g.w, copy_elems = a_elems / g.c * geo.c_pad;
+  const int64_t a_elems = int64_t(g.n) * g.c * g.h * g.w;
+  const int64_t copy_elems = int64_t(g.n) * g.groups * g.h * g.w * geo.c_pad;
   CNN_CHECK(m <= INT32_MAX && a_elems <= INT32_MAX && copy_elems <= INT32_MAX &&
                 m * g.oc <= INT32_MAX && int64_t(wp.rows) * wp.taps * wp.k_pad <= INT32_MAX,
             "{}: algo wgmma-nhwc handles tensors of at most 2^31-1 elements", what);
   const int env_bn = process_env_switches().wgmma_conv_block_n;
   // CNN_WGMMA_NHWC_BN32=0 leaves the 32-column tile out of the pick (for comparisons).
-  const int bn = opt.block_n                              ? opt.block_n
-                 : env_bn                                 ? env_bn
-                 : process_env_switches().wgmma_nhwc_bn32 ? conv2d_wgmma_nhwc_pick_block_n(m, g.oc)
-                                                          : conv2d_wgmma_pick_block_n(m, g.oc);
+  const int bn = opt.block_n ? opt.block_n
+                 : env_bn    ? env_bn
+                 : process_env_switches().wgmma_nhwc_bn32
+                     ? conv2d_wgmma_nhwc_pick_block_n(m, g.ocg())
+                     : conv2d_wgmma_pick_block_n(m, g.ocg());
   const bool halo = use_halo(g, opt, kSplit, what);
   CNN_CHECK(!halo || opt.block_m == 0 || opt.block_m == 128 || (opt.block_m == 256 && bn <= 64),
             "{}: algo wgmma-nhwc with halo tiles: block_m={} with block_n={} (expected 0 or 128, "
@@ -493,7 +508,7 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   if (!halo && !kSplit && bn == 128 && opt.blocks_per_sm <= 1)
     bm = opt.block_m ? opt.block_m
          : env_bm    ? env_bm
-                     : conv2d_wgmma_nhwc_pick_block_m(m, g.oc, bn, sms);
+                     : conv2d_wgmma_nhwc_pick_block_m(m * g.groups, g.ocg(), bn, sms);
   // Checked after the refusals above, so that a variant that cannot run says why, not that it
   // was given no scratch (autotune passes its scratch to every candidate alike).
   const NhwcScratchLayout layout = nhwc_scratch_layout(g, wp, opt.precision);
@@ -503,8 +518,10 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   CNN_CHECK((reinterpret_cast<uintptr_t>(d_scratch) & 15u) == 0,
             "{}: algo wgmma-nhwc needs a 16-byte aligned scratch", what);
 
+  // Grouped: every group's tiles (halo tiles refuse groups).
+  const int64_t group_tiles = ceil_div<int64_t>(m, bm) * ceil_div<int64_t>(g.ocg(), bn);
   const int64_t tiles = halo ? int64_t(g.n) * hg.tiles_per_image * ceil_div<int64_t>(g.oc, bn)
-                             : ceil_div<int64_t>(m, bm) * ceil_div<int64_t>(g.oc, bn);
+                             : group_tiles * g.groups;
   const int splits = opt.splits > 0 ? opt.splits : pick_splits(tiles, geo.ktiles, sms);
   CNN_CHECK(splits == 1 || splits == 2 || splits == 4 || splits == 8,
             "{}: splits={} (expected 1, 2, 4 or 8)", what, splits);
@@ -542,10 +559,11 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   NhwcCopyJob copy;
   copy.d_x = d_ready_copy ? nullptr : d_a;  // null: no copy job
   copy.n = g.n;
-  copy.c = g.c;
+  copy.c = g.cg();
   copy.hw = int64_t(g.h) * g.w;
   copy.c_pad = geo.c_pad;
   copy.d_out = d_nhwc;
+  copy.groups = g.groups;
   if constexpr (kSplit) {
     weights.d_small = d_wsmall;
     if (split_a) copy.d_small = d_nhwc_small;  // else the copy stays unrounded
@@ -564,7 +582,10 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   p.y = d_y;
   p.relu = relu;
   p.M = int(m);
-  p.N = g.oc;
+  p.N = g.ocg();
+  p.ldc = g.oc;
+  p.group_tiles = int(group_tiles);
+  p.group_images = g.n;
   p.ktiles = geo.ktiles;
   p.chunks = geo.chunks;
   p.kw = g.kw;
@@ -613,7 +634,7 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
 
 // The input gradient's shape: valid, and stride 1 (strided input gradients are refused).
 void check_input_gradient_shape(const Conv2dShape& s, const char* what) {
-  check_conv2d_shape_dilated(s);
+  check_conv2d_shape_any(s);
   CNN_CHECK(s.stride_h == 1 && s.stride_w == 1,
             "{}: algo wgmma-nhwc handles stride 1 only (got stride {}x{}); expected igemm, fast "
             "or auto for strided convolutions",
@@ -697,7 +718,7 @@ void conv2d_forward_wgmma_nhwc(const Conv2dShape& s, const float* d_x, const flo
                                const float* d_b, float* d_y, bool relu, float* d_scratch,
                                cudaStream_t stream, const WgmmaNhwcOptions& opt) {
   const char* what = "conv2d_forward";
-  check_conv2d_shape_dilated(s);
+  check_conv2d_shape_any(s);
   CNN_CHECK(d_x && d_w && d_y, "{}: null tensor pointer", what);
   const int block = nhwc_channel_block(opt.precision, what);
   run_at_precision(s, forward_weight_pack(s, block), d_x, d_w, d_b, d_y, relu, d_scratch, stream,

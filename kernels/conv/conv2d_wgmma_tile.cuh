@@ -183,13 +183,14 @@ __device__ __forceinline__ void consume_stages_3xtf32(float (&acc)[BN / 2], int 
   fence_acc(acc);
 }
 
-// Where the epilogue stores: C (M, N) of the implicit GEMM into y (N_img, N, OH, OW), row m =
-// (image, pixel) with pix_per_img = OH * OW pixels per image.
+// Where the epilogue stores: C (M, N) of the implicit GEMM into y (N_img, ldc, OH, OW), row m =
+// (image, pixel) with pix_per_img = OH * OW pixels per image, column n at channel n (ldc = N; a
+// grouped convolution's group stores its N columns among ldc channels, y and bias moved to them).
 struct ConvTileStore {
   float* y;
   const float* bias;  // (N) or null
   int relu;
-  int M, N, pix_per_img;
+  int M, N, pix_per_img, ldc;
 };
 
 // Every thread of the block calls it after its role's loop. The accumulators go to shared
@@ -243,7 +244,7 @@ __device__ __forceinline__ void store_conv_tile_rows(const float (&acc)[kSub][BN
     const float4 sum = sum_over_ranks(base + uint32_t(r * kPitch + c4) * 4, nsplit);
     const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
     const int img = m / p.pix_per_img;
-    float* crow = p.y + int64_t(img) * p.N * p.pix_per_img + (m - img * p.pix_per_img);
+    float* crow = p.y + int64_t(img) * p.ldc * p.pix_per_img + (m - img * p.pix_per_img);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int n = n0 + c4 + e;

@@ -148,6 +148,11 @@ struct WgradParams {
   float* scratch;   // deterministic: (splits, slots); else null
   int oc, h, w, kh, kw, khw, sh, sw, ph, pw, ow;
   int dil_h, dil_w;  // the gather reads tap (kh, kw) at (dil_h kh, dil_w kw) from the window origin
+  // Groups (the gather only): oc is a group's output channels and tiles_m its row tiles; block z
+  // runs row tile z % tiles_m of group z / tiles_m, on x's channels from group_x floats on, dy's
+  // and dw's rows from z / tiles_m * oc on; oc_all: OC, dy's channels an image and dw's rows.
+  int tiles_m, oc_all;
+  int64_t group_x;
   int ohw, hw;
   int64_t chw;  // floats per image of x
   int ckhw;     // C*KH*KW
@@ -172,8 +177,9 @@ struct WgradParams {
 #define CNN_WGMMA_WGRAD_DEVICE_CODE 1
 #endif
 
-// Thread mapping: see the file comment. Grid (tiles_n, splits, tiles_m): block (x, z) owns C rows
-// [BM z, +BM) x columns [128 x, +128), split y its k-tiles [y T / splits, (y + 1) T / splits).
+// Thread mapping: see the file comment. Grid (tiles_n, splits, G tiles_m): block (x, z) owns C rows
+// [BM (z % tiles_m), +BM) of group z / tiles_m (one group without groups) x columns [128 x, +128),
+// split y its k-tiles [y T / splits, (y + 1) T / splits).
 // Producer (warpgroup 0): lane l of warp w copies pixel l of the k-tile into rows j = w + 4 i.
 // Consumer warpgroup g (1..BM/64): rows [64 (g - 1), +64), the wgmma fragment layout
 // (wgmma_ptx.cuh), and each thread adds its own fragment elements to dw/db in the epilogue.
@@ -205,7 +211,10 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB, kSplit>::kThreads,
   auto residual_set = [&](int q) { return base + uint32_t(P::kSmallOffset + q * P::kStageBytes); };
 
   const int tid = threadIdx.x, lane = tid & 31, wg = tid / 128;
-  const int n0 = int(blockIdx.x) * kBN, split = int(blockIdx.y), m0 = int(blockIdx.z) * kBM;
+  const int n0 = int(blockIdx.x) * kBN, split = int(blockIdx.y);
+  const int grp = int(blockIdx.z) / p.tiles_m, m0 = (int(blockIdx.z) - grp * p.tiles_m) * kBM;
+  const int oc0 = grp * p.oc;                             // the group's first output channel
+  const float* const x = p.x + int64_t(grp) * p.group_x;  // and its first input channel
   const int kt_begin = int(int64_t(p.ktiles) * split / p.splits);
   const int kt_end = int(int64_t(p.ktiles) * (split + 1) / p.splits);
   const int nk = kt_end - kt_begin;
@@ -300,12 +309,12 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB, kSplit>::kThreads,
             tma_load_4d(tile_b(s) + box_dst[b], &map_x, ox0 + e.x, e.z, oy0 + e.y, e.w + img,
                         full(s));
         }
-        if (kTmaA) tma_load_4d(tile_a(s), &map_dy, ox0, m0, oy0, img, full(s));
+        if (kTmaA) tma_load_4d(tile_a(s), &map_dy, ox0, oc0 + m0, oy0, img, full(s));
       }
       if constexpr (!kTmaA) {
         const int oy = oy0 + q_r, ox = ox0 + q_col;
         const bool pv = oy < p.oh && ox < p.ow;
-        const int64_t dy_pix = int64_t(img) * p.oc * p.ohw + int64_t(oy) * p.ow + ox;
+        const int64_t dy_pix = (int64_t(img) * p.oc_all + oc0) * p.ohw + int64_t(oy) * p.ow + ox;
         const uint32_t a_stage = tile_a(s);
 #pragma unroll 8
         for (int rr = 0; rr < kBM / 4; ++rr) {
@@ -349,7 +358,7 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB, kSplit>::kThreads,
         if constexpr (kTmaA) {
           if (tid == 0) {
             mbar_arrive_expect_tx(full(s), P::kATileBytes);
-            tma_load_3d(tile_a(s), &map_dy, p0, m0, img, full(s));
+            tma_load_3d(tile_a(s), &map_dy, p0, oc0 + m0, img, full(s));
           }
         }
       }
@@ -366,10 +375,10 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB, kSplit>::kThreads,
         const bool ok = pv && unsigned(iy) < unsigned(p.h) && unsigned(ix) < unsigned(p.w);
         const uint32_t dst =
             b_stage + uint32_t(j * 128) + ((lane_chunk ^ uint32_t(j & 7)) << 4) + lane_byte;
-        cp_async4_zfill(dst, p.x + (ok ? win + e.x : 0), ok ? 4u : 0u);
+        cp_async4_zfill(dst, x + (ok ? win + e.x : 0), ok ? 4u : 0u);
       }
       if constexpr (!kTmaA) {
-        const int64_t dy_pix = int64_t(img) * p.oc * p.ohw + pix;
+        const int64_t dy_pix = (int64_t(img) * p.oc_all + oc0) * p.ohw + pix;
         const uint32_t a_stage = tile_a(s);
 #pragma unroll 8
         for (int rr = 0; rr < kBM / 4; ++rr) {
@@ -477,16 +486,16 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB, kSplit>::kThreads,
             if (c >= p.c) continue;  // past C: a zero column
             dw_col = c * p.khw + tap;
           }
-          const int64_t slot = int64_t(oc) * p.ckhw + dw_col;
+          const int64_t slot = int64_t(oc0 + oc) * p.ckhw + dw_col;
           if (slab)
             slab[slot] = v;
           else
             atomicAdd(p.dw + slot, v);
         } else if (col < p.ncols) {
           if (slab)
-            slab[int64_t(p.oc) * p.ckhw + oc] = v;
+            slab[int64_t(p.oc_all) * p.ckhw + oc0 + oc] = v;
           else
-            atomicAdd(p.db + oc, v);
+            atomicAdd(p.db + oc0 + oc, v);
         }
       }
   }
@@ -530,9 +539,9 @@ struct Geometry {
 // (wgrad_box_geometry; the caller has checked wgrad_box_refusal).
 Geometry geometry_of(const Conv2dShape& s, bool box = false, int run = kWgradBoxRunAuto) {
   Geometry g;
-  g.bm = s.oc <= 64 ? 64 : 128;
+  g.bm = s.ocg() <= 64 ? 64 : 128;  // tiles of a group's rows
   g.ohw = int64_t{s.oh()} * s.ow();
-  g.tiles_m = ceil_div<int64_t>(s.oc, g.bm);
+  g.tiles_m = ceil_div<int64_t>(s.ocg(), g.bm);
   if (box) {
     const WgradBoxGeometry b = wgrad_box_geometry(s, run);
     g.kt_img = b.kt_img;
@@ -543,10 +552,10 @@ Geometry geometry_of(const Conv2dShape& s, bool box = false, int run = kWgradBox
     g.kt_img = ceil_div<int64_t>(g.ohw, kBK);
     g.packed = g.ohw % 4 != 0 || g.ohw < kBK;
     g.ktiles = g.packed ? ceil_div<int64_t>(int64_t{s.n} * g.ohw, kBK) : int64_t{s.n} * g.kt_img;
-    g.tiles_n = ceil_div<int64_t>(int64_t{s.c} * s.kh * s.kw + 1, kBN);
+    g.tiles_n = ceil_div<int64_t>(int64_t{s.cg()} * s.kh * s.kw + 1, kBN);
   }
   const int64_t target = int64_t{kSms} * (g.bm == 64 ? WgPlan<64, false>::kMinBlocks : 1);
-  int64_t splits = std::max<int64_t>(1, target / (g.tiles_m * g.tiles_n));
+  int64_t splits = std::max<int64_t>(1, target / (g.tiles_m * s.groups * g.tiles_n));
   splits = std::min(splits, std::max<int64_t>(1, g.ktiles / kMinKtilesPerSplit));
   g.splits = static_cast<int>(std::min<int64_t>(splits, 65535));
   return g;
@@ -556,10 +565,10 @@ Geometry geometry_of(const Conv2dShape& s, bool box = false, int run = kWgradBox
 bool within_limits(const Conv2dShape& s) {
   const int64_t x = int64_t{s.n} * s.c * s.h * s.w;
   const int64_t y = int64_t{s.n} * s.oc * s.oh() * s.ow();
-  const int64_t w = int64_t{s.oc} * s.c * s.kh * s.kw + s.oc;
+  const int64_t w = int64_t{s.oc} * s.cg() * s.kh * s.kw + s.oc;
   const Geometry g = geometry_of(s);
   return x <= INT_MAX && y <= INT_MAX && w <= INT_MAX && g.ktiles <= INT_MAX &&
-         g.tiles_m <= 65535 && g.tiles_n <= INT_MAX;
+         g.tiles_m * s.groups <= 65535 && g.tiles_n <= INT_MAX;
 }
 
 // The box geometry where the shape allows B by TMA boxes and the kernel's limits hold for it.
@@ -743,7 +752,7 @@ std::size_t scratch_floats_for(const Conv2dShape& s, const Exec& ex, BLoad b) {
     // Whatever run the call takes (its options or CNN_WGMMA_WGRAD_BOX_RUN): the largest split.
     if (box)
       for (int run : kBoxRuns) splits = std::max(splits, geometry_of(s, true, run).splits);
-    slabs = int64_t{splits} * (int64_t{s.oc} * s.c * s.kh * s.kw + s.oc);
+    slabs = int64_t{splits} * (int64_t{s.oc} * s.cg() * s.kh * s.kw + s.oc);
   }
   return static_cast<std::size_t>(copies + slabs);
 }
@@ -805,7 +814,7 @@ std::string conv2d_wgrad_wgmma_box_refusal(const Conv2dShape& s, const float* d_
 void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const float* d_dy,
                                   float* d_dw, float* d_db, float* d_scratch, const Exec& ex,
                                   const WgmmaWgradOptions& opt) {
-  check_conv2d_shape_dilated(s);  // dilated taps: the gather only (the boxes refuse them)
+  check_conv2d_shape_any(s);  // dilated taps: the gather only (the boxes refuse them)
   const std::string refusal = conv2d_wgrad_wgmma_refusal(s, ex);
   CNN_CHECK(refusal.empty(), "{}", refusal);
   CNN_CHECK(d_x && d_dy && d_dw, "conv2d_backward_weight_wgmma: x, dy and dw must not be null");
@@ -840,7 +849,9 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
   p.dw = d_dw;
   p.db = d_db;
   p.scratch = slabs;
-  p.oc = s.oc;
+  p.oc = s.ocg();
+  p.oc_all = s.oc;
+  p.group_x = int64_t{s.cg()} * s.h * s.w;
   p.h = s.h;
   p.w = s.w;
   p.kh = s.kh;
@@ -856,13 +867,14 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
   p.ohw = static_cast<int>(g.ohw);
   p.hw = s.h * s.w;
   p.chw = int64_t{s.c} * s.h * s.w;
-  p.ckhw = s.c * p.khw;
+  p.ckhw = s.cg() * p.khw;
   p.ncols = p.ckhw + (d_db ? 1 : 0);
   p.npix = static_cast<int>(int64_t{s.n} * g.ohw);
   p.packed = g.packed;
   p.kt_img = static_cast<int>(g.kt_img);
   p.ktiles = static_cast<int>(g.ktiles);
   p.splits = g.splits;
+  p.tiles_m = static_cast<int>(g.tiles_m);
   p.slots = int64_t{s.oc} * p.ckhw + s.oc;
   p.live_cols = p.ckhw;
   p.c = s.c;
@@ -907,7 +919,7 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
   CUtensorMap map_dy{};
   if (tma) map_dy = box ? make_dy_box_map(d_dy, s, bg, g.bm) : make_dy_map(d_dy, s, p.ohw, g.bm);
   const dim3 grid(static_cast<unsigned>(ceil_div(p.ncols, kBN)), static_cast<unsigned>(g.splits),
-                  static_cast<unsigned>(g.tiles_m));
+                  static_cast<unsigned>(g.tiles_m * s.groups));  // every group's row tiles
   const bool split = ex.precision == Precision::FP32;  // 3xTF32
   if (g.bm == 64)
     launch_bm<64>(box, tma, sync, split, map_dy, map_x, map_xd, p, grid, ex.stream);

@@ -341,8 +341,13 @@ std::string conv2d_wgrad_wgmma_nhwc_refusal(const Conv2dShape& s, const Exec& ex
         "{}: the channels-last wgmma weight gradient sums its K splits with "
         "atomics, not in deterministic mode",
         what);
+  if (s.groups != 1)
+    return fmt::format(
+        "{}: the channels-last wgmma weight gradient runs one group (got groups = {}); the "
+        "wgmma gather runs grouped ones",
+        what, s.groups);
   try {
-    check_conv2d_shape_dilated(s);
+    check_conv2d_shape_any(s);
     (void)im2col_geometry(s, what, kBlockC);
   } catch (const Error& e) {
     return e.what();

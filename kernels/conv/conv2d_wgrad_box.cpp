@@ -61,11 +61,11 @@ int wgrad_box_choose_run(const Conv2dShape& s) {
 }
 
 std::string wgrad_box_refusal(const Conv2dShape& s) {
-  if (s.dilated())
+  if (s.extended())
     return fmt::format(
-        "conv2d_backward_weight: the TMA-box weight gradient copies undilated taps (got dilation "
-        "{}x{}); the gather reads dilated ones",
-        s.dil_h, s.dil_w);
+        "conv2d_backward_weight: the TMA-box weight gradient copies undilated taps of every "
+        "channel (got dilation {}x{}, groups {}); the gather reads dilated and grouped ones",
+        s.dil_h, s.dil_w, s.groups);
   const BoxSizes z = box_sizes(s, box_width(s));
   if (z.copies * s.n > INT_MAX || z.copy_h * z.copy_w > INT_MAX || z.kt_img * s.n > INT_MAX)
     return fmt::format(

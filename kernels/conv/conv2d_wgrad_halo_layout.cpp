@@ -50,6 +50,8 @@ std::string wgrad_halo_refusal(const Conv2dShape& s, int max_k_rows) {
   if (s.dilated())
     return fmt::format("the halo k-tile reads undilated taps (got dilation {}x{})", s.dil_h,
                        s.dil_w);
+  if (s.groups != 1)
+    return fmt::format("the halo k-tile runs one group (got groups = {})", s.groups);
   const int oh = s.oh(), ow = s.ow();
   if (oh < 1 || ow < 1) return fmt::format("empty output ({}x{})", oh, ow);
   const int wp = ow + s.kw - 1;
