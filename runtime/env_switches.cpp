@@ -416,7 +416,7 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "gradient, fill for the others)"},
       {"CNN_GROUPED_DENSE", "groups|diagonal|auto",
        "how igemm / wgmma / wgmma-nhwc run a grouped convolution: one dense convolution a group, "
-       "or one on block-diagonal weights"},
+       "or one on block-diagonal weights (auto: also wgmma-nhwc on the grouped shape itself)"},
       {"CNN_INT8_DIRECT", "1",
        "int8 inference: every layer on the direct dp4a kernel, none on tensor cores"},
       {"CNN_INT8_FUSE_CLASSIFIER", "1",
