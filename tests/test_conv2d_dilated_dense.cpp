@@ -14,6 +14,7 @@
 #include "kernels/conv/conv2d_dilated_dense.h"
 #include "kernels/conv/conv2d_dilation_phases.h"
 #include "kernels/conv/conv2d_grouped.h"
+#include "kernels/conv/conv2d_grouped_dense.h"
 #include "layers/gradcheck/gradcheck.h"
 #include "layers/layer_spec.h"
 #include "runtime/error.h"
@@ -81,19 +82,12 @@ TEST(Conv2dDilatedDense, TakesStrideOneOneGroupDilatedOnly) {
   EXPECT_EQ(d.oh(), 5);
 }
 
-#ifdef CNN_HAVE_CUDA
-constexpr bool kCudaBuild = true;
-#else
-constexpr bool kCudaBuild = false;
-#endif
-
 // Which passes wgmma-nhwc runs on the dilated shape itself (no phases, the dense pass's
 // scratch only) and which stay on the phases: host predicates, the same on any machine.
 TEST(Conv2dDilatedDense, WgmmaNhwcReadsDilatedTapsWhereItCan) {
   const Conv2dGroupedShape s = grouped_test::dilated_shape(2, 64, 16, 16, 64, 3, 2, 2, 2, 2);
-  Conv2dShape d;
-  d.n = 2, d.c = 64, d.h = d.w = 16, d.oc = 64, d.kh = d.kw = 3, d.pad_h = d.pad_w = 2;
-  d.dil_h = d.dil_w = 2;
+  const Conv2dShape d = conv2d_grouped_as_dense(s);
+  EXPECT_EQ(d.dil_h, 2);
   EXPECT_EQ(d.oh(), 16);
   Exec ex;
   ex.device = Device::CUDA;
@@ -114,10 +108,10 @@ TEST(Conv2dDilatedDense, WgmmaNhwcReadsDilatedTapsWhereItCan) {
     // wgmma gather), deterministic mode too (the gather's slabs).
     for (bool deterministic : {false, true}) {
       ex.deterministic = deterministic;
-      EXPECT_EQ(conv2d_backward_weight_runs_directly(d, Algo::WgmmaNhwc, ex), kCudaBuild);
+      EXPECT_EQ(conv2d_backward_weight_runs_directly(d, Algo::WgmmaNhwc, ex), test::kCudaBuild);
     }
     ex.deterministic = false;
-    if (kCudaBuild)
+    if (test::kCudaBuild)
       EXPECT_EQ(conv2d_grouped_backward_weight_scratch_floats(s, Algo::WgmmaNhwc, ex),
                 conv2d_backward_weight_scratch_floats(d, ex));
   }

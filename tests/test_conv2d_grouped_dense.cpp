@@ -156,12 +156,6 @@ TEST(Conv2dGroupedDense, FormRule) {
             GroupedDenseForm::PerGroup);  // 64 in, 16 out a group
 }
 
-#ifdef CNN_HAVE_CUDA
-constexpr bool kCudaBuild = true;
-#else
-constexpr bool kCudaBuild = false;
-#endif
-
 // The direct form: wgmma-nhwc runs the grouped shape itself (one group a block) in every pass it
 // can where the groups are wide enough (the width rule); its scratch is the dense op's on that
 // shape; other variants, narrower groups and the CPU keep the rule's form.
@@ -215,7 +209,7 @@ TEST(Conv2dGroupedDense, DirectFormUnderWgmmaNhwc) {
     SCOPED_TRACE(precision_name(p));
     EXPECT_TRUE(conv2d_forward_runs_directly(d, Algo::WgmmaNhwc, ex));
     EXPECT_TRUE(conv2d_backward_data_runs_directly(d, Algo::WgmmaNhwc, ex));
-    EXPECT_EQ(conv2d_backward_weight_runs_directly(d, Algo::WgmmaNhwc, ex), kCudaBuild);
+    EXPECT_EQ(conv2d_backward_weight_runs_directly(d, Algo::WgmmaNhwc, ex), test::kCudaBuild);
     for (Algo a : {Algo::Igemm, Algo::Wgmma, Algo::Auto}) {
       EXPECT_FALSE(conv2d_forward_runs_directly(d, a, ex)) << algo_name(a);
       EXPECT_FALSE(conv2d_backward_weight_runs_directly(d, a, ex)) << algo_name(a);
@@ -224,7 +218,7 @@ TEST(Conv2dGroupedDense, DirectFormUnderWgmmaNhwc) {
               conv2d_forward_scratch_floats(d, Algo::WgmmaNhwc, ex));
     EXPECT_EQ(conv2d_grouped_backward_data_scratch_floats(s, Algo::WgmmaNhwc, ex),
               conv2d_backward_data_scratch_floats(d, Algo::WgmmaNhwc, ex));
-    if (kCudaBuild)
+    if (test::kCudaBuild)
       EXPECT_EQ(conv2d_grouped_backward_weight_scratch_floats(s, Algo::WgmmaNhwc, ex),
                 conv2d_backward_weight_scratch_floats(d, ex));
   }

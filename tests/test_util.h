@@ -21,6 +21,13 @@
 
 namespace cnn::test {
 
+// Whether this build has the CUDA code (the answers of host predicates that need it).
+#ifdef CNN_HAVE_CUDA
+constexpr bool kCudaBuild = true;
+#else
+constexpr bool kCudaBuild = false;
+#endif
+
 // A fresh seed per call (time-based, printed by the test on failure through SCOPED_TRACE) unless
 // CNN_TEST_SEED is set, so a failure can be replayed.
 uint64_t fresh_seed();
