@@ -20,8 +20,11 @@
 //      row offset (conv2d_halo_layout.h, conv2d_wgmma_halo.cuh).
 // A dilated convolution (Conv2dShape::dil_h, dil_w) runs the same way: the im2col copy of tap
 // (ky, kx) reads at offsets (dil_w kx, dil_h ky) from the window's corner, and the input gradient
-// is the dilated convolution of dy with the flipped weights (backward_data_as_forward); the halo
-// tiles read undilated taps and refuse it.
+// is the dilated convolution of dy with the flipped weights (backward_data_as_forward). So does a
+// grouped one (Conv2dShape::groups), one group a block: step 1 writes the copy group-major,
+// (G, N, H, W, C/G padded), step 2 packs each group's weights (C/G a row), and a block's walk
+// starts its group's N images in, its B rows and output channels at the group's. The halo tiles
+// refuse both.
 // At FP32 it runs 3xTF32, the tensor cores at FP32 accuracy: the weights are packed twice, big =
 // TF32(w) and small = TF32(w - big), and the products are
 //   small_A big_B + big_A small_B + big_A big_B

@@ -28,8 +28,8 @@ struct WgmmaWgradOptions {
   //   Default: Async unless CNN_WGMMA_WGRAD=sync.
   enum class Copies { Default, Async, Sync } copies = Copies::Default;
   // Where the im2col operand B comes from:
-  //   Gather: the producer's 4-byte cp.async per element (any shape, dilated taps too: the only
-  //           loader a dilated shape takes);
+  //   Gather: the producer's 4-byte cp.async per element (any shape; the only loader a dilated
+  //           or grouped one takes: dilated taps from its column table, one group a block);
   //   Tma:    a pre-pass writes tap-class copies of x into the scratch, then tiled TMA boxes of
   //           them (conv2d_wgrad_box.h), one (or one per output row of the k-tile) per tap and
   //           run of channels per stage; throws where conv2d_wgrad_wgmma_box_refusal is not
