@@ -1714,11 +1714,20 @@ void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
       if (!runs_here(algo)) continue;
       Candidate c;
       c.variant = algo_name(algo);
-      if (conv2d_grouped_runs_dense(s, algo, ex))
+      if (conv2d_grouped_runs_dense(s, algo, ex)) {
+        const GroupedPass gp = pass == Pass::Forward        ? GroupedPass::Forward
+                               : pass == Pass::BackwardData ? GroupedPass::BackwardData
+                                                            : GroupedPass::BackwardWeight;
+        const Algo dense = conv2d_grouped_dense_variant(algo) ? algo : Algo::Auto;
         c.note = conv2d_grouped_dense_applicable(s)
-                     ? fmt::format("the dense kernels, {} form ({} groups)",
-                                   grouped_dense_form_name(conv2d_grouped_dense_form(s)), s.groups)
+                     ? fmt::format(
+                           "the dense kernels, {} form ({} groups)",
+                           grouped_dense_form_name(conv2d_grouped_dense_form_for(s, gp, dense, ex)),
+                           s.groups)
+                 : conv2d_grouped_pass_runs_directly(s, gp, dense, ex)
+                     ? std::string("wgmma-nhwc reading the dilated taps")
                      : std::string("the dense kernels on the dilation phases");
+      }
       if (algo == Algo::Fast && conv2d_grouped_strided_applicable(s))
         c.note = pass == Pass::BackwardWeight ? "runs the tiled kernel (stride 2)"
                                               : "runs flat (stride 2)";

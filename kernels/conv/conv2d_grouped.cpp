@@ -168,22 +168,16 @@ Algo dense_variant(Algo algo) {
 bool dilated(const Conv2dGroupedShape& s) {
   return !conv2d_grouped_dense_applicable(s) && conv2d_dilated_dense_applicable(s);
 }
-// Each pass's form (conv2d_grouped_dense_pass_form): Direct where the dense op runs the grouped
-// shape itself under the pass's variant and the groups are wide enough.
+// Each pass's form: Direct where the dense op runs the grouped shape itself under the pass's
+// variant and the groups are wide enough (conv2d_grouped_dense_form_for).
 GroupedDenseForm forward_form(const Conv2dGroupedShape& s, Algo algo, const Exec& ex) {
-  return conv2d_grouped_dense_pass_form(
-      s, GroupedPass::Forward, ex.precision,
-      conv2d_forward_runs_directly(conv2d_grouped_as_dense(s), dense_variant(algo), ex));
+  return conv2d_grouped_dense_form_for(s, GroupedPass::Forward, dense_variant(algo), ex);
 }
 GroupedDenseForm backward_data_form(const Conv2dGroupedShape& s, Algo algo, const Exec& ex) {
-  return conv2d_grouped_dense_pass_form(
-      s, GroupedPass::BackwardData, ex.precision,
-      conv2d_backward_data_runs_directly(conv2d_grouped_as_dense(s), dense_variant(algo), ex));
+  return conv2d_grouped_dense_form_for(s, GroupedPass::BackwardData, dense_variant(algo), ex);
 }
 GroupedDenseForm backward_weight_form(const Conv2dGroupedShape& s, Algo algo, const Exec& ex) {
-  return conv2d_grouped_dense_pass_form(
-      s, GroupedPass::BackwardWeight, ex.precision,
-      conv2d_backward_weight_runs_directly(conv2d_grouped_as_dense(s), dense_variant(algo), ex));
+  return conv2d_grouped_dense_form_for(s, GroupedPass::BackwardWeight, dense_variant(algo), ex);
 }
 }  // namespace
 

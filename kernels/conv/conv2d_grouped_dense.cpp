@@ -86,6 +86,25 @@ GroupedDenseForm conv2d_grouped_dense_pass_form(const Conv2dGroupedShape& s, Gro
   return wide ? GroupedDenseForm::Direct : conv2d_grouped_dense_form(s);
 }
 
+bool conv2d_grouped_pass_runs_directly(const Conv2dGroupedShape& s, GroupedPass pass, Algo algo,
+                                       const Exec& ex) {
+  const Conv2dShape d = conv2d_grouped_as_dense(s);
+  switch (pass) {
+    case GroupedPass::Forward:
+      return conv2d_forward_runs_directly(d, algo, ex);
+    case GroupedPass::BackwardData:
+      return conv2d_backward_data_runs_directly(d, algo, ex);
+    default:
+      return conv2d_backward_weight_runs_directly(d, algo, ex);
+  }
+}
+
+GroupedDenseForm conv2d_grouped_dense_form_for(const Conv2dGroupedShape& s, GroupedPass pass,
+                                               Algo algo, const Exec& ex) {
+  return conv2d_grouped_dense_pass_form(s, pass, ex.precision,
+                                        conv2d_grouped_pass_runs_directly(s, pass, algo, ex));
+}
+
 const char* grouped_dense_form_name(GroupedDenseForm f) {
   switch (f) {
     case GroupedDenseForm::BlockDiagonal:

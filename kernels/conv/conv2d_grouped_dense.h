@@ -68,6 +68,14 @@ GroupedDenseForm conv2d_grouped_dense_form(const Conv2dGroupedShape& s);
 enum class GroupedPass { Forward, BackwardData, BackwardWeight };
 GroupedDenseForm conv2d_grouped_dense_pass_form(const Conv2dGroupedShape& s, GroupedPass pass,
                                                 Precision precision, bool runs_directly);
+// Whether the dense op runs s itself (grouped or dilated) in `pass` under dense variant `algo`:
+// the pass's conv2d_*_runs_directly on conv2d_grouped_as_dense(s).
+bool conv2d_grouped_pass_runs_directly(const Conv2dGroupedShape& s, GroupedPass pass, Algo algo,
+                                       const Exec& ex);
+// The form a pass runs under dense variant `algo` on ex: conv2d_grouped_dense_pass_form with that
+// answer (what the grouped op runs, and the benchmark's note).
+GroupedDenseForm conv2d_grouped_dense_form_for(const Conv2dGroupedShape& s, GroupedPass pass,
+                                               Algo algo, const Exec& ex);
 const char* grouped_dense_form_name(GroupedDenseForm f);  // "groups", "diagonal", "direct"
 // The convolution as a Conv2dShape, groups and dilation kept (the Direct form's, and what
 // conv2d_*_runs_directly is asked about).
