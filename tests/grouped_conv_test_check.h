@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "kernels/conv/conv2d.h"
 #include "kernels/conv/conv2d_grouped.h"
+#include "kernels/conv/conv2d_grouped_dense.h"
 #include "runtime/exec.h"
 #include "tests/test_util.h"
 
@@ -93,6 +95,38 @@ inline void expect_near_all(const std::vector<float>& got, const std::vector<flo
   ASSERT_EQ(got.size(), ref.size()) << what;
   for (size_t i = 0; i < ref.size(); ++i)
     ASSERT_NEAR(got[i], ref[i], 1e-4 * (1 + std::fabs(ref[i]))) << what << " at " << i;
+}
+
+// The host predicates on an extended shape s (dilated or grouped, stride 1, a shape wgmma-nhwc
+// takes) at FP32, TF32 and BF16: wgmma-nhwc runs every pass directly (the weight gradient on a
+// CUDA build, deterministic mode too), no other variant does, and the grouped op's scratch is the
+// dense op's on the shape itself.
+inline void expect_every_pass_runs_directly(const Conv2dGroupedShape& s) {
+  const Conv2dShape d = conv2d_grouped_as_dense(s);
+  Exec ex;
+  ex.device = Device::CUDA;
+  for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16}) {
+    ex.precision = p;
+    SCOPED_TRACE(precision_name(p));
+    EXPECT_TRUE(conv2d_forward_runs_directly(d, Algo::WgmmaNhwc, ex));
+    EXPECT_TRUE(conv2d_backward_data_runs_directly(d, Algo::WgmmaNhwc, ex));
+    for (bool deterministic : {false, true}) {
+      ex.deterministic = deterministic;
+      EXPECT_EQ(conv2d_backward_weight_runs_directly(d, Algo::WgmmaNhwc, ex), test::kCudaBuild);
+    }
+    ex.deterministic = false;
+    for (Algo a : {Algo::Igemm, Algo::Wgmma, Algo::Auto, Algo::Fast}) {
+      EXPECT_FALSE(conv2d_forward_runs_directly(d, a, ex)) << algo_name(a);
+      EXPECT_FALSE(conv2d_backward_weight_runs_directly(d, a, ex)) << algo_name(a);
+    }
+    EXPECT_EQ(conv2d_grouped_forward_scratch_floats(s, Algo::WgmmaNhwc, ex),
+              conv2d_forward_scratch_floats(d, Algo::WgmmaNhwc, ex));
+    EXPECT_EQ(conv2d_grouped_backward_data_scratch_floats(s, Algo::WgmmaNhwc, ex),
+              conv2d_backward_data_scratch_floats(d, Algo::WgmmaNhwc, ex));
+    if (test::kCudaBuild)
+      EXPECT_EQ(conv2d_grouped_backward_weight_scratch_floats(s, Algo::WgmmaNhwc, ex),
+                conv2d_backward_weight_scratch_floats(d, ex));
+  }
 }
 
 }  // namespace cnn::grouped_test

@@ -89,32 +89,10 @@ TEST(Conv2dDilatedDense, WgmmaNhwcReadsDilatedTapsWhereItCan) {
   const Conv2dShape d = conv2d_grouped_as_dense(s);
   EXPECT_EQ(d.dil_h, 2);
   EXPECT_EQ(d.oh(), 16);
-  Exec ex;
+  grouped_test::expect_every_pass_runs_directly(s);
+  Exec ex;  // the cases below, at BF16
   ex.device = Device::CUDA;
-  for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16}) {
-    ex.precision = p;
-    SCOPED_TRACE(precision_name(p));
-    EXPECT_TRUE(conv2d_forward_runs_directly(d, Algo::WgmmaNhwc, ex));
-    EXPECT_TRUE(conv2d_backward_data_runs_directly(d, Algo::WgmmaNhwc, ex));
-    EXPECT_EQ(conv2d_grouped_forward_scratch_floats(s, Algo::WgmmaNhwc, ex),
-              conv2d_forward_scratch_floats(d, Algo::WgmmaNhwc, ex));
-    EXPECT_EQ(conv2d_grouped_backward_data_scratch_floats(s, Algo::WgmmaNhwc, ex),
-              conv2d_backward_data_scratch_floats(d, Algo::WgmmaNhwc, ex));
-    for (Algo a : {Algo::Igemm, Algo::Wgmma, Algo::Auto, Algo::Fast})
-      EXPECT_FALSE(conv2d_forward_runs_directly(d, a, ex)) << algo_name(a);
-    for (Algo a : {Algo::Igemm, Algo::Wgmma, Algo::Auto, Algo::Fast})
-      EXPECT_FALSE(conv2d_backward_weight_runs_directly(d, a, ex)) << algo_name(a);
-    // The weight gradient under wgmma-nhwc on a CUDA build (the BF16 channels-last kernel, or the
-    // wgmma gather), deterministic mode too (the gather's slabs).
-    for (bool deterministic : {false, true}) {
-      ex.deterministic = deterministic;
-      EXPECT_EQ(conv2d_backward_weight_runs_directly(d, Algo::WgmmaNhwc, ex), test::kCudaBuild);
-    }
-    ex.deterministic = false;
-    if (test::kCudaBuild)
-      EXPECT_EQ(conv2d_grouped_backward_weight_scratch_floats(s, Algo::WgmmaNhwc, ex),
-                conv2d_backward_weight_scratch_floats(d, ex));
-  }
+  ex.precision = Precision::BF16;
   // Nowhere on the CPU, nor for a strided input gradient or a shape the TMA cannot express.
   EXPECT_FALSE(conv2d_forward_runs_directly(d, Algo::WgmmaNhwc, Exec{}));
   Conv2dShape strided = d;

@@ -202,26 +202,10 @@ TEST(Conv2dGroupedDense, DirectFormUnderWgmmaNhwc) {
   EXPECT_EQ(conv2d_grouped_dense_pass_form(mixed, GroupedPass::Forward, Precision::TF32, true),
             conv2d_grouped_dense_form(mixed));
   EXPECT_STREQ(grouped_dense_form_name(GroupedDenseForm::Direct), "direct");
-  Exec ex;
+  grouped_test::expect_every_pass_runs_directly(s);
+  Exec ex;  // the cases below, at BF16
   ex.device = Device::CUDA;
-  for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16}) {
-    ex.precision = p;
-    SCOPED_TRACE(precision_name(p));
-    EXPECT_TRUE(conv2d_forward_runs_directly(d, Algo::WgmmaNhwc, ex));
-    EXPECT_TRUE(conv2d_backward_data_runs_directly(d, Algo::WgmmaNhwc, ex));
-    EXPECT_EQ(conv2d_backward_weight_runs_directly(d, Algo::WgmmaNhwc, ex), test::kCudaBuild);
-    for (Algo a : {Algo::Igemm, Algo::Wgmma, Algo::Auto}) {
-      EXPECT_FALSE(conv2d_forward_runs_directly(d, a, ex)) << algo_name(a);
-      EXPECT_FALSE(conv2d_backward_weight_runs_directly(d, a, ex)) << algo_name(a);
-    }
-    EXPECT_EQ(conv2d_grouped_forward_scratch_floats(s, Algo::WgmmaNhwc, ex),
-              conv2d_forward_scratch_floats(d, Algo::WgmmaNhwc, ex));
-    EXPECT_EQ(conv2d_grouped_backward_data_scratch_floats(s, Algo::WgmmaNhwc, ex),
-              conv2d_backward_data_scratch_floats(d, Algo::WgmmaNhwc, ex));
-    if (test::kCudaBuild)
-      EXPECT_EQ(conv2d_grouped_backward_weight_scratch_floats(s, Algo::WgmmaNhwc, ex),
-                conv2d_backward_weight_scratch_floats(d, ex));
-  }
+  ex.precision = Precision::BF16;
   // Stride 2: the forward and weight gradient directly, the input gradient on the rule's form.
   Conv2dShape strided = d;
   strided.stride_h = strided.stride_w = 2;
