@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/conv/conv2d_grouped.h"
+#include "kernels/conv/conv2d_grouped_narrow.h"
 #ifdef CNN_HAVE_CUDA
 #include "kernels/conv/conv2d_grouped_cuda.h"
 #endif
@@ -50,6 +51,7 @@ std::string describe(const Conv2dGroupedShape& s) {
   std::snprintf(buf, sizeof buf, "N%d C%d %dx%d -> OC%d k%dx%d s%d p%d d%d g%d%s", s.n, s.c, s.h,
                 s.w, s.oc, s.kh, s.kw, s.stride_h, s.pad_h, s.dil_h, s.groups,
                 conv2d_grouped_strided_applicable(s)                       ? " (fast: stride 2)"
+                : grouped_narrow_forward_applicable(s)                     ? " (fast: narrow)"
                 : !conv2d_grouped_fast_applicable(s)                       ? ""
                 : conv2d_grouped_fast_kernel(s) == DepthwiseKernel::Rows   ? " (fast: rows)"
                 : conv2d_grouped_fast_kernel(s) == DepthwiseKernel::Stream ? " (fast: stream)"
@@ -196,7 +198,8 @@ void run_case(const Case& k) {
   std::printf("%s (seed %llu)\n", describe(s).c_str(), static_cast<unsigned long long>(seed));
   const Problem p = make_problem(s, seed);
   check_all_variants(p, 0);
-  if (conv2d_grouped_fast_applicable(s)) check_all_variants(p, 1);
+  if (conv2d_grouped_fast_applicable(s) || grouped_narrow_forward_applicable(s))
+    check_all_variants(p, 1);
 }
 
 }  // namespace
@@ -242,12 +245,46 @@ TEST(GpuConv2dGrouped, SeedShapesMatchCpu) {
   run_case({2, 64, 128, 128, 64, 3, 1, 1, 1, 64});
 }
 
+// The narrow-group kernels (the fast variant's for groups of up to 16 channels that are not
+// depthwise): groups of 2 to 16 channels in and out, channels a group not a multiple of 4 (a
+// partial quad of output channels), 8 or more out (8 a block), 1x1 to 7x7, stride 2 (the input
+// gradient on dy spread out), padding 0 to beyond K - 1 (the input gradient then runs tiled),
+// planes of 1 x 70 and 40 x 300 (several tiles along W), tiny planes (several images a block),
+// batch 1 to 5; every variant, aligned and not.
+TEST(GpuConv2dGrouped, NarrowGroupKernelsMatchCpu) {
+  CNN_REQUIRE_GPU();
+  const Case cases[] = {
+      // n   c   h    w   oc  k  s  p  d  groups
+      {2, 16, 13, 17, 16, 3, 1, 1, 1, 4},     // 4 channels a group in and out
+      {1, 12, 9, 21, 24, 3, 1, 1, 1, 4},      // 3 in, 6 out: a partial second quad
+      {3, 40, 11, 10, 40, 3, 2, 1, 1, 5},     // 8 in and out, stride 2
+      {2, 32, 16, 16, 64, 3, 2, 1, 1, 2},     // 16 in (two warp blocks), 32 out, stride 2
+      {1, 10, 7, 7, 15, 5, 1, 2, 1, 5},       // 5x5, 2 in, 3 out
+      {2, 9, 12, 9, 6, 7, 1, 3, 1, 3},        // 7x7, 3 in, 2 out
+      {2, 8, 15, 15, 8, 5, 2, 2, 1, 2},       // 5x5 stride 2
+      {1, 24, 10, 12, 12, 1, 1, 0, 1, 4},     // 1x1, 6 in, 3 out
+      {1, 8, 9, 9, 8, 1, 2, 0, 1, 4},         // 1x1 stride 2
+      {5, 8, 3, 5, 8, 3, 1, 1, 1, 2},         // 3x5 planes: several images a block
+      {1, 16, 1, 70, 16, 3, 1, 1, 1, 4},      // one row, several tiles along W
+      {2, 8, 40, 300, 8, 3, 1, 1, 1, 2},      // 300 wide: two weight-gradient tiles a row
+      {1, 12, 10, 10, 12, 3, 1, 0, 1, 3},     // padding 0
+      {1, 12, 6, 6, 12, 3, 1, 2, 1, 3},       // padding 2 = K - 1
+      {1, 6, 5, 5, 6, 3, 1, 3, 1, 2},         // padding 3 > K - 1
+      {2, 64, 8, 8, 64, 3, 1, 1, 1, 16},      // 16 groups of 4 on 8x8
+      {2, 128, 32, 32, 128, 3, 1, 1, 1, 32},  // ResNeXt's 32 groups of 4
+      {2, 12, 9, 11, 12, 3, 2, 0, 1, 3},      // stride 2, padding 0, odd sizes
+      {1, 8, 13, 13, 8, 7, 2, 3, 1, 2},       // 7x7 stride 2
+      {2, 256, 16, 16, 256, 3, 2, 1, 1, 32},  // 32 groups of 8, stride 2
+  };
+  for (const Case& k : cases) run_case(k);
+}
+
 // Deterministic mode: two weight-gradient runs give bitwise equal dw and db, for every variant.
 TEST(GpuConv2dGrouped, DeterministicWeightGradientIsBitwiseRepeatable) {
   CNN_REQUIRE_GPU();
   for (const Case& k :
        {Case{4, 16, 33, 36, 16, 3, 1, 1, 1, 16}, Case{4, 8, 33, 37, 8, 3, 2, 1, 1, 4},
-        Case{8, 12, 64, 64, 12, 5, 1, 2, 1, 12}}) {
+        Case{4, 16, 33, 36, 32, 3, 1, 1, 1, 4}, Case{8, 12, 64, 64, 12, 5, 1, 2, 1, 12}}) {
     const Conv2dGroupedShape s = shape_of(k);
     SCOPED_TRACE(describe(s));
     const Problem p = make_problem(s, test::fresh_seed());

@@ -12,6 +12,7 @@
 #include "app/config/config.h"
 #include "kernels/conv/conv2d.h"
 #include "kernels/conv/conv2d_grouped.h"
+#include "kernels/conv/conv2d_grouped_narrow.h"
 #include "layers/gradcheck/gradcheck.h"
 #include "layers/layer_spec.h"
 #include "runtime/error.h"
@@ -226,6 +227,64 @@ TEST(Conv2dGroupedCpu, StridedKernelsTakeDepthwiseStrideTwo) {
   EXPECT_FALSE(strided({2, 64, 28, 28, 64, 3, 3, 2, 3, 1, 64}));  // pad K
   EXPECT_FALSE(strided({2, 64, 28, 28, 64, 3, 3, 2, 2, 2, 64}));  // dilation 2
   EXPECT_FALSE(strided({2, 64, 28, 28, 64, 3, 3, 2, 1, 1, 32}));  // 2 channels a group
+}
+
+// The narrow-group kernels take groups of 2 to 16 channels (the input gradient: up to 16 output
+// channels), square odd kernels up to 7x7 (the weight gradient up to 3x3), stride 1 or 2, equal
+// padding both ways (the input gradient at most K - 1), dilation 1.
+TEST(Conv2dGroupedCpu, NarrowKernelsTakeNarrowGroups) {
+  // {n, c, h, w, oc, kh, kw, stride, pad, dil, groups}
+  const auto all = [](const Case& k) {
+    const Conv2dGroupedShape s = shape_of(k);
+    return grouped_narrow_forward_applicable(s) && grouped_narrow_backward_data_applicable(s) &&
+           grouped_narrow_backward_weight_applicable(s);
+  };
+  EXPECT_TRUE(all({2, 128, 32, 32, 128, 3, 3, 1, 1, 1, 32}));  // ResNeXt's 32 groups of 4
+  EXPECT_TRUE(all({2, 64, 8, 8, 64, 1, 1, 1, 0, 1, 4}));       // 1x1, 16 in and out
+  EXPECT_FALSE(all({2, 8, 9, 9, 8, 3, 3, 1, 0, 1, 8}));        // depthwise: its own kernels
+  EXPECT_FALSE(all({2, 68, 8, 8, 68, 3, 3, 1, 1, 1, 4}));      // 17 a group
+  EXPECT_FALSE(all({2, 64, 8, 8, 64, 3, 5, 1, 1, 1, 16}));     // not square
+  EXPECT_FALSE(all({2, 64, 8, 8, 64, 4, 4, 1, 1, 1, 16}));     // even
+  EXPECT_FALSE(all({2, 64, 8, 8, 64, 3, 3, 1, 1, 2, 16}));     // dilation 2
+  EXPECT_FALSE(all({2, 64, 8, 8, 64, 3, 3, 3, 1, 1, 16}));     // stride 3
+  EXPECT_TRUE(all({2, 64, 16, 16, 64, 3, 3, 2, 1, 1, 8}));     // stride 2
+  const Conv2dGroupedShape wide_out = shape_of({2, 16, 8, 8, 128, 3, 3, 1, 1, 1, 4});
+  EXPECT_TRUE(grouped_narrow_forward_applicable(wide_out));
+  EXPECT_FALSE(grouped_narrow_backward_data_applicable(wide_out));  // 32 output channels a group
+  const Conv2dGroupedShape k5 = shape_of({2, 16, 8, 8, 16, 5, 5, 1, 2, 1, 4});
+  EXPECT_TRUE(grouped_narrow_backward_data_applicable(k5));
+  EXPECT_FALSE(grouped_narrow_backward_weight_applicable(k5));
+  EXPECT_FALSE(grouped_narrow_backward_data_applicable(
+      shape_of({2, 16, 8, 8, 16, 3, 3, 1, 3, 1, 4})));  // padding beyond K - 1
+}
+
+// The narrow weight gradient's split covers every output position once: 32 lane segments a
+// tile, runs of whole tiles, a chunk count that depends on the shape only.
+TEST(Conv2dGroupedCpu, NarrowWeightGradientPlanCoversThePlane) {
+  for (const Case& k :
+       {Case{128, 128, 32, 32, 128, 3, 3, 1, 1, 1, 32}, Case{1, 8, 1, 1, 8, 1, 1, 1, 0, 1, 2},
+        Case{3, 32, 40, 300, 40, 3, 3, 2, 1, 1, 2}, Case{7, 48, 9, 13, 24, 3, 3, 1, 1, 1, 3}}) {
+    const Conv2dGroupedShape s = shape_of(k);
+    const NarrowWgradPlan p = grouped_narrow_wgrad_plan(s);
+    EXPECT_EQ(p.th * p.segs_x, 32);
+    EXPECT_EQ(p.tw, 8 * p.segs_x);
+    EXPECT_GE(int64_t(p.tiles_x) * p.tw, s.ow());
+    EXPECT_LT(int64_t(p.tiles_x - 1) * p.tw, s.ow());
+    EXPECT_GE(int64_t(p.tiles_y) * p.th, s.oh());
+    EXPECT_EQ(p.units, int64_t(s.n) * p.tiles_x * p.tiles_y);
+    EXPECT_GE(p.chunks * p.chunk_units, p.units);
+    EXPECT_LT((p.chunks - 1) * p.chunk_units, p.units);
+    EXPECT_GE(p.warps * p.c_blocks, s.cg());
+    EXPECT_GE(4 * p.oc_chunks, s.ocg());
+    EXPECT_EQ(grouped_narrow_wgrad_scratch_floats(s),
+              p.chunks * (int64_t(s.oc) * s.cg() * s.kh * s.kw + s.oc));
+  }
+  // ResNeXt's layer at batch 128: 32 groups x 32 runs of 16 tiles of 8 x 32.
+  const NarrowWgradPlan r =
+      grouped_narrow_wgrad_plan(shape_of({128, 128, 32, 32, 128, 3, 3, 1, 1, 1, 32}));
+  EXPECT_EQ(r.tw, 32);
+  EXPECT_EQ(r.chunks, 32);
+  EXPECT_EQ(r.chunk_units, 16);
 }
 
 TEST(Conv2dGroupedCpu, ShapeChecksNameTheField) {

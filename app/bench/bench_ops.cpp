@@ -36,6 +36,7 @@ bool op_selected(const BenchOptions& opt, const std::string& op) {
 #include "kernels/conv/conv2d_grouped.h"
 #include "kernels/conv/conv2d_grouped_cuda.h"
 #include "kernels/conv/conv2d_grouped_dense.h"
+#include "kernels/conv/conv2d_grouped_narrow.h"
 #include "kernels/conv/conv2d_halo_layout.h"
 #include "kernels/conv/conv2d_nhwc_layout.h"
 #include "kernels/conv/conv2d_nhwc_prepass.h"
@@ -1565,6 +1566,22 @@ void bench_optimizer(const BenchContext& ctx, std::vector<BenchRow>& rows,
 
 // ---- grouped and depthwise convolution -------------------------------------------------------
 
+// What the fast variant runs for one pass of a grouped shape.
+std::string fast_note(const Conv2dGroupedShape& s, Pass pass) {
+  const bool narrow = pass == Pass::Forward        ? grouped_narrow_forward_applicable(s)
+                      : pass == Pass::BackwardData ? grouped_narrow_backward_data_applicable(s)
+                                                   : grouped_narrow_backward_weight_applicable(s);
+  if (conv2d_grouped_fast_applicable(s))
+    return std::string("runs ") + depthwise_kernel_name(pass == Pass::BackwardWeight
+                                                            ? conv2d_grouped_fast_wgrad_kernel(s)
+                                                            : conv2d_grouped_fast_kernel(s));
+  if (conv2d_grouped_strided_applicable(s))
+    return pass == Pass::BackwardWeight ? "runs the tiled kernel (stride 2)"
+                                        : "runs flat (stride 2)";
+  if (narrow) return "runs the narrow-group kernels";
+  return "fast does not apply to this pass: runs the tiled kernels";
+}
+
 std::string grouped_shape_str(const Conv2dGroupedShape& s) {
   std::string out = fmt::format("{}x{}x{}x{} -> {} k{}x{}", s.n, s.c, s.h, s.w, s.oc, s.kh, s.kw);
   if (s.stride_h != 1 || s.stride_w != 1) out += fmt::format(" s{}x{}", s.stride_h, s.stride_w);
@@ -1728,16 +1745,7 @@ void bench_grouped_conv(const BenchContext& ctx, std::vector<BenchRow>& rows,
                      ? std::string("wgmma-nhwc reading the dilated taps")
                      : std::string("the dense kernels on the dilation phases");
       }
-      if (algo == Algo::Fast && conv2d_grouped_strided_applicable(s))
-        c.note = pass == Pass::BackwardWeight ? "runs the tiled kernel (stride 2)"
-                                              : "runs flat (stride 2)";
-      else if (algo == Algo::Fast && !conv2d_grouped_fast_applicable(s))
-        c.note = "fast does not apply to this shape: runs the tiled kernels";
-      if (algo == Algo::Fast && conv2d_grouped_fast_applicable(s))
-        c.note =
-            std::string("runs ") + depthwise_kernel_name(pass == Pass::BackwardWeight
-                                                             ? conv2d_grouped_fast_wgrad_kernel(s)
-                                                             : conv2d_grouped_fast_kernel(s));
+      if (algo == Algo::Fast) c.note = fast_note(s, pass);
       c.launch = [&launch, algo](int i) { launch(algo, i); };
       rows.push_back(measure(ctx, d, info, p, tol, c, lib_us));
     }

@@ -22,6 +22,7 @@
 #include "kernels/common/ptx.cuh"
 #include "kernels/conv/conv2d_depthwise_flat.h"
 #include "kernels/conv/conv2d_grouped_cuda.h"
+#include "kernels/conv/conv2d_grouped_narrow.h"
 #include "kernels/conv/direct_conv_common.cuh"
 #include "runtime/cuda_check.h"
 #include "runtime/env_switches.h"
@@ -1204,6 +1205,12 @@ bool use_strided(const Conv2dGroupedShape& s, Algo algo) {
   return (algo == Algo::Fast || algo == Algo::Auto) && conv2d_grouped_strided_applicable(s);
 }
 
+// The narrow-group kernels (conv2d_grouped_narrow.h) serve fast and auto where the depthwise ones
+// do not.
+bool fast_or_auto(Algo algo) {
+  return algo == Algo::Fast || algo == Algo::Auto;
+}
+
 bool launch_forward_tiled(const GDims& d, const float* d_x, const float* d_w, const float* d_b,
                           float* d_y, bool relu, cudaStream_t stream) {
   const int64_t in_h = int64_t(std::min(kTile, d.oh) - 1) * d.sh + int64_t(d.kh - 1) * d.dh + 1;
@@ -1252,6 +1259,9 @@ std::size_t conv2d_grouped_backward_weight_scratch_floats_cuda(const Conv2dGroup
       partials = std::max(partials, int64_t(s.n) * st.strips * st.tiles_x);
     }
   }
+  if (grouped_narrow_backward_weight_applicable(s))
+    return static_cast<std::size_t>(
+        std::max(partials * conv2d_grouped_wgrad_slots(s), grouped_narrow_wgrad_scratch_floats(s)));
   return static_cast<std::size_t>(partials * conv2d_grouped_wgrad_slots(s));
 }
 
@@ -1261,6 +1271,8 @@ void conv2d_grouped_forward_cuda(const Conv2dGroupedShape& s, const float* d_x, 
   if (use_fast(s, algo))
     return launch_depthwise<false>(s, d_x, d_w, d_b, d_y, relu, kernel, stream_rows, stream);
   if (use_strided(s, algo)) return depthwise_flat_forward_cuda(s, d_x, d_w, d_b, d_y, relu, stream);
+  if (fast_or_auto(algo) && grouped_narrow_forward_applicable(s))
+    return grouped_narrow_forward_cuda(s, d_x, d_w, d_b, d_y, relu, stream);
   const GDims d = dims_of(s);
   if (algo != Algo::Naive && launch_forward_tiled(d, d_x, d_w, d_b, d_y, relu, stream)) return;
   const int64_t outputs = int64_t(d.n) * d.oc * d.oh * d.ow;
@@ -1276,6 +1288,8 @@ void conv2d_grouped_backward_data_cuda(const Conv2dGroupedShape& s, const float*
   if (use_fast(s, algo))
     return launch_depthwise<true>(s, d_dy, d_w, nullptr, d_dx, false, kernel, stream_rows, stream);
   if (use_strided(s, algo)) return depthwise_flat_backward_data_cuda(s, d_dy, d_w, d_dx, stream);
+  if (fast_or_auto(algo) && grouped_narrow_backward_data_applicable(s))
+    return grouped_narrow_backward_data_cuda(s, d_dy, d_w, d_dx, stream);
   const GDims d = dims_of(s);
   if (algo != Algo::Naive && launch_backward_data_tiled(d, d_dy, d_w, d_dx, stream)) return;
   const int64_t inputs = int64_t(d.n) * d.c * d.h * d.w;
@@ -1312,6 +1326,9 @@ void conv2d_grouped_backward_weight_cuda(const Conv2dGroupedShape& s, const floa
         return launch_fast_wgrad<7>(s, d_x, d_dy, d_dw, d_db, d_scratch, deterministic, stream);
     }
   }
+  if (fast_or_auto(algo) && grouped_narrow_backward_weight_applicable(s))
+    return grouped_narrow_backward_weight_cuda(s, d_x, d_dy, d_dw, d_db, d_scratch, deterministic,
+                                               stream);
   const GDims d = dims_of(s);
   const std::size_t smem = (std::size_t(d.kh) * d.kw + 1) * kBlock * sizeof(float);
   const bool tiled_fits = deterministic

@@ -1,0 +1,473 @@
+// The narrow-group kernels: forward, stride-1 input gradient (the forward on dy) and weight
+// gradient of grouped convolutions with few channels a group (conv2d_grouped_narrow.h).
+// Blocks walk their work with grid-stride loops over a 1-D grid; offsets that can exceed 2^31
+// are int64.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/common/ptx.cuh"
+#include "kernels/conv/conv2d_grouped_cuda.h"
+#include "kernels/conv/conv2d_grouped_narrow.h"
+#include "kernels/conv/direct_conv_common.cuh"
+#include "runtime/cuda_check.h"
+#include "runtime/math_util.h"
+
+namespace cnn {
+namespace {
+
+constexpr int kFwdThreads = 128;
+constexpr int kStageChannels = 4;  // input channels staged per barrier pair (forward)
+constexpr int kSeg = 8;            // weight gradient: positions a lane walks along its row
+constexpr int kWgradMaxThreads = 256;
+
+// The forward kernel's view: in (N, C, H, W) -> out (N, OC, OH, OW), C / cg = OC / ocg groups,
+// in read as if each pixel were U x U apart (U - 1 zeros between): U = 1 for the forward. For the
+// input gradient in is dy, out is dx, the weights are read transposed and flipped, and U is the
+// layer's stride (the stride-1 convolution of dy spread back out to the input's pixel grid).
+struct FwdView {
+  int n, c, h, w;  // in, as stored (not spread)
+  int oc, oh, ow;
+  int pad;  // on the spread grid
+  int groups;
+  bool transposed;
+};
+
+struct NarrowFwd {
+  int n, c, h, w;
+  int oc, oh, ow;
+  int pad;
+  int cg, ocg, groups;
+  int tx, ty, tz;  // threads: 4-column quads along W, rows, images
+  int tiles_x, tiles_y, oc_chunks, image_blocks;
+  int in_h, in_w, pitch;  // one staged channel: in_h rows of `pitch` floats, in_w of them used
+  bool transposed;
+};
+
+// Threads (tx, ty, tz) = 128: tx quads wide enough for the row (at most 8, 32 columns), ty rows
+// (at most the output's), the rest images.
+template <int K, int S, int OCT>
+NarrowFwd fwd_dims(const FwdView& v) {
+  NarrowFwd d{};
+  d.n = v.n, d.c = v.c, d.h = v.h, d.w = v.w, d.oc = v.oc, d.oh = v.oh, d.ow = v.ow;
+  d.pad = v.pad, d.cg = v.c / v.groups, d.ocg = v.oc / v.groups, d.groups = v.groups;
+  d.tx = 1;
+  while (d.tx < 8 && 4 * d.tx < d.ow) d.tx *= 2;
+  d.ty = 1;
+  while (d.tx * d.ty < kFwdThreads && d.ty < d.oh) d.ty *= 2;
+  d.tz = kFwdThreads / (d.tx * d.ty);
+  d.tiles_x = ceil_div(d.ow, 4 * d.tx);
+  d.tiles_y = ceil_div(d.oh, d.ty);
+  d.oc_chunks = ceil_div(d.ocg, OCT);
+  d.image_blocks = ceil_div(d.n, d.tz);
+  d.in_h = (d.ty - 1) * S + K;
+  d.in_w = (4 * d.tx - 1) * S + K;
+  d.pitch = d.in_w | 1;  // odd: the rows of a warp's lanes fall in different banks
+  d.transposed = v.transposed;
+  return d;
+}
+
+template <int OCT>
+std::size_t fwd_smem_bytes(const NarrowFwd& d, int k) {
+  return (std::size_t(kStageChannels) * k * k * OCT +
+          std::size_t(d.tz) * kStageChannels * d.in_h * d.pitch) *
+         sizeof(float);
+}
+
+// Thread mapping: thread (qx, ry, z) of a block owns outputs ox0 + 4 qx .. + 3 of row oy0 + ry of
+// image n0 + z, for the block's OCT output channels of one group. Per stage of up to 4 input
+// channels the block copies their (in_h, in_w) input windows (zero outside the image) and the
+// taps' weights, OCT consecutive floats a tap, into shared memory; every thread then reads the
+// same float4 of weights (a broadcast) and its own 3 S + K inputs of each kernel row. With U > 1
+// the staged window is on the spread grid: its rows and columns off the U-multiples are zeros.
+template <int K, int S, int U, int OCT>
+__global__ void __launch_bounds__(kFwdThreads)
+    grouped_narrow_forward(NarrowFwd d, const float* __restrict__ d_in,
+                           const float* __restrict__ d_w, const float* __restrict__ d_b,
+                           float* __restrict__ d_out, bool relu, bool vec_store) {
+  ptx::griddep_enter();
+  extern __shared__ float4 smem4[];
+  float* const s_w = reinterpret_cast<float*>(smem4);      // (kStageChannels, K, K, OCT)
+  float* const s_in = s_w + kStageChannels * K * K * OCT;  // (tz, kStageChannels, in_h, pitch)
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int qx = tid % d.tx, ry = tid / d.tx % d.ty, z = tid / (d.tx * d.ty);
+  const int plane = d.in_h * d.pitch;
+  const int64_t blocks = int64_t(d.image_blocks) * d.groups * d.oc_chunks * d.tiles_y * d.tiles_x;
+  for (int64_t blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
+    const int tile_x = int(blk % d.tiles_x);
+    int64_t r = blk / d.tiles_x;
+    const int tile_y = int(r % d.tiles_y);
+    r /= d.tiles_y;
+    const int chunk = int(r % d.oc_chunks);
+    r /= d.oc_chunks;
+    const int g = int(r % d.groups);
+    const int n0 = int(r / d.groups) * d.tz;
+    const int oy0 = tile_y * d.ty, ox0 = tile_x * 4 * d.tx;
+    const int iy0 = oy0 * S - d.pad, ix0 = ox0 * S - d.pad;
+    const int o0 = chunk * OCT;  // the block's first output channel within the group
+    float acc[OCT][4];
+#pragma unroll
+    for (int o = 0; o < OCT; ++o)
+#pragma unroll
+      for (int p = 0; p < 4; ++p) acc[o][p] = 0.f;
+    for (int c0 = 0; c0 < d.cg; c0 += kStageChannels) {
+      const int cc = min(kStageChannels, d.cg - c0);
+      __syncthreads();  // everyone is done with the previous stage
+      // A warp a row: the row's indices once, then coalesced columns, every copy in flight at
+      // once (cp.async, zero-filled outside the image) until the wait below.
+      for (int rr = warp; rr < d.tz * cc * d.in_h; rr += kFwdThreads / 32) {
+        const int row = rr % d.in_h, ci = rr / d.in_h % cc, zi = rr / d.in_h / cc;
+        const int ty_s = iy0 + row, n = n0 + zi;  // row on the spread grid
+        const int iy = ty_s / U;
+        const bool row_ok = n < d.n && ty_s >= 0 && ty_s % U == 0 && iy < d.h;
+        const float* src =
+            row_ok ? d_in + ((int64_t(n) * d.c + g * d.cg + c0 + ci) * d.h + iy) * d.w : d_in;
+        float* dst = s_in + (zi * kStageChannels + ci) * plane + row * d.pitch;
+        for (int col = lane; col < d.in_w; col += 32) {
+          const int tx_s = ix0 + col, ix = tx_s / U;
+          const bool ok = row_ok && tx_s >= 0 && tx_s % U == 0 && ix < d.w;
+          ptx::cp_async4(dst + col, ok ? src + ix : d_in, ok);
+        }
+      }
+      for (int i = tid; i < cc * K * K * OCT; i += kFwdThreads) {
+        const int o = i % OCT, tap = i / OCT % (K * K), ci = i / (OCT * K * K);
+        const int oo = o0 + o, ic = c0 + ci;
+        float v = 0.f;
+        if (oo < d.ocg) {
+          // Forward: w[g ocg + oo][ic][tap]. Input gradient: the layer's weights are
+          // (C_layer, cg_layer) = (d.c, d.ocg) per group the other way round, flipped.
+          const int64_t src =
+              d.transposed ? ((int64_t(g) * d.cg + ic) * d.ocg + oo) * (K * K) + (K * K - 1 - tap)
+                           : ((int64_t(g) * d.ocg + oo) * d.cg + ic) * (K * K) + tap;
+          v = __ldg(d_w + src);
+        }
+        s_w[(ci * K * K + tap) * OCT + o] = v;
+      }
+      ptx::cp_async_commit();
+      ptx::cp_async_wait<0>();
+      __syncthreads();
+      for (int ci = 0; ci < cc; ++ci) {
+        const float* src = s_in + (z * kStageChannels + ci) * plane + ry * S * d.pitch + qx * 4 * S;
+        const float4* wq = reinterpret_cast<const float4*>(s_w) + ci * K * K * (OCT / 4);
+#pragma unroll
+        for (int ky = 0; ky < K; ++ky) {
+          float in[3 * S + K];
+#pragma unroll
+          for (int i = 0; i < 3 * S + K; ++i) in[i] = src[ky * d.pitch + i];
+#pragma unroll
+          for (int kx = 0; kx < K; ++kx)
+#pragma unroll
+            for (int q = 0; q < OCT / 4; ++q) {
+              const float4 wv = wq[(ky * K + kx) * (OCT / 4) + q];
+#pragma unroll
+              for (int p = 0; p < 4; ++p) {
+                const float v = in[p * S + kx];
+                acc[4 * q + 0][p] = fmaf(v, wv.x, acc[4 * q + 0][p]);
+                acc[4 * q + 1][p] = fmaf(v, wv.y, acc[4 * q + 1][p]);
+                acc[4 * q + 2][p] = fmaf(v, wv.z, acc[4 * q + 2][p]);
+                acc[4 * q + 3][p] = fmaf(v, wv.w, acc[4 * q + 3][p]);
+              }
+            }
+        }
+      }
+    }
+    const int n = n0 + z, oy = oy0 + ry, ox = ox0 + 4 * qx;
+    if (n >= d.n || oy >= d.oh || ox >= d.ow) continue;
+#pragma unroll
+    for (int o = 0; o < OCT; ++o) {
+      if (o0 + o >= d.ocg) break;
+      const int oc = g * d.ocg + o0 + o;
+      const float bias = d_b ? __ldg(d_b + oc) : 0.f;
+      float v[4];
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        v[p] = acc[o][p] + bias;
+        if (relu) v[p] = relu_keep_nan(v[p]);
+      }
+      float* out = d_out + ((int64_t(n) * d.oc + oc) * d.oh + oy) * d.ow + ox;
+      if (vec_store && ox + 3 < d.ow) {
+        *reinterpret_cast<float4*>(out) = make_float4(v[0], v[1], v[2], v[3]);
+      } else {
+#pragma unroll
+        for (int p = 0; p < 4; ++p)
+          if (ox + p < d.ow) out[p] = v[p];
+      }
+    }
+  }
+}
+
+template <int K, int S, int U, int OCT>
+void launch_forward(const FwdView& v, const float* d_in, const float* d_w, const float* d_b,
+                    float* d_out, bool relu, cudaStream_t stream) {
+  const NarrowFwd d = fwd_dims<K, S, OCT>(v);
+  const std::size_t smem = fwd_smem_bytes<OCT>(d, K);
+  const auto kernel = grouped_narrow_forward<K, S, U, OCT>;
+  CNN_CHECK(fits_dynamic_smem(smem, kernel),
+            "grouped narrow conv: a {}-byte tile exceeds this device's shared memory", smem);
+  // Whole float4 rows where every row starts 16-byte aligned.
+  const bool vec = d.ow % 4 == 0 && reinterpret_cast<uintptr_t>(d_out) % 16 == 0;
+  const int64_t blocks = int64_t(d.image_blocks) * d.groups * d.oc_chunks * d.tiles_y * d.tiles_x;
+  kernel<<<grid_for(blocks), kFwdThreads, smem, stream>>>(d, d_in, d_w, d_b, d_out, relu, vec);
+  CNN_LAUNCH_CHECK("grouped_narrow_forward");
+}
+
+// OCT = 8 where the group has at least 8 output channels (twice the multiplies per staged input).
+template <int K, int S, int U>
+void launch_forward_oct(const FwdView& v, const float* d_in, const float* d_w, const float* d_b,
+                        float* d_out, bool relu, cudaStream_t stream) {
+  if (v.oc / v.groups >= 8)
+    launch_forward<K, S, U, 8>(v, d_in, d_w, d_b, d_out, relu, stream);
+  else
+    launch_forward<K, S, U, 4>(v, d_in, d_w, d_b, d_out, relu, stream);
+}
+
+template <int S, int U>
+void launch_forward_k(int k, const FwdView& v, const float* d_in, const float* d_w,
+                      const float* d_b, float* d_out, bool relu, cudaStream_t stream) {
+  switch (k) {
+    case 1:
+      return launch_forward_oct<1, S, U>(v, d_in, d_w, d_b, d_out, relu, stream);
+    case 3:
+      return launch_forward_oct<3, S, U>(v, d_in, d_w, d_b, d_out, relu, stream);
+    case 5:
+      return launch_forward_oct<5, S, U>(v, d_in, d_w, d_b, d_out, relu, stream);
+    default:
+      return launch_forward_oct<7, S, U>(v, d_in, d_w, d_b, d_out, relu, stream);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Weight gradient
+
+struct NarrowWgrad {
+  int n, c, h, w, oc, oh, ow, pad, cg, ocg, groups;
+  int segs_x, th, tw, tiles_x, tiles_y;
+  int warps, c_blocks, oc_chunks;
+  int64_t units, chunk_units, chunks;
+  int in_h, in_w, x_pitch, dy_pitch;
+};
+
+// Thread mapping: warp w of a block owns input channel ci0 + w of group g, for the block's 4
+// output channels o0..o0+3; lane (r, j) = (lane / segs_x, lane % segs_x) owns positions
+// 8 j .. 8 j + 7 of row r of each output tile the block walks. Per tile the block copies the
+// 4 channels' dy tile and its input channels' windows into shared memory; a lane loads its 32 dy
+// values once, then per kernel row its 7 S + K inputs, and adds their products into its
+// 4 x K x K sums (and the dy sums, for the bias, in the warp of channel 0).
+template <int K, int S, bool kDeterministic>
+__global__ void __launch_bounds__(kWgradMaxThreads)
+    grouped_narrow_backward_weight(NarrowWgrad d, const float* __restrict__ d_x,
+                                   const float* __restrict__ d_dy, float* __restrict__ d_dw,
+                                   float* __restrict__ d_db, float* __restrict__ d_scratch) {
+  ptx::griddep_enter();
+  // Two buffers of (4, th, dy_pitch) dy then (warps, in_h, x_pitch) inputs.
+  extern __shared__ float smem[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int r = lane / d.segs_x, j = lane % d.segs_x;
+  const int64_t weights = int64_t(d.oc) * d.cg * K * K, slots = weights + d.oc;
+  const int x_plane = d.in_h * d.x_pitch, dy_plane = d.th * d.dy_pitch;
+  const int buf_floats = 4 * dy_plane + d.warps * x_plane;
+  const int64_t blocks = d.chunks * d.groups * d.oc_chunks * d.c_blocks;
+  for (int64_t blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
+    const int cb = int(blk % d.c_blocks);
+    int64_t t = blk / d.c_blocks;
+    const int q = int(t % d.oc_chunks);
+    t /= d.oc_chunks;
+    const int g = int(t % d.groups);
+    const int64_t chunk = t / d.groups;
+    const int ci0 = cb * d.warps, nci = min(d.warps, d.cg - ci0);
+    const int ci = ci0 + warp, o0 = 4 * q;
+    const bool bias_warp = d_db && ci == 0;
+    float acc[4][K][K], bacc[4];
+#pragma unroll
+    for (int o = 0; o < 4; ++o) {
+      bacc[o] = 0.f;
+#pragma unroll
+      for (int ky = 0; ky < K; ++ky)
+#pragma unroll
+        for (int kx = 0; kx < K; ++kx) acc[o][ky][kx] = 0.f;
+    }
+    const int64_t u_begin = chunk * d.chunk_units;
+    const int64_t u_end = min(u_begin + d.chunk_units, d.units);
+    // Copies unit u's dy tile and input windows into buffer `buf`: a warp a row, coalesced
+    // columns, cp.async (zero-filled outside the planes), committed as one group.
+    const auto stage = [&](int64_t u, int buf) {
+      const int tile_x = int(u % d.tiles_x);
+      const int tile_y = int(u / d.tiles_x % d.tiles_y);
+      const int64_t n = u / d.tiles_x / d.tiles_y;
+      const int oy0 = tile_y * d.th, ox0 = tile_x * d.tw;
+      const int iy0 = oy0 * S - d.pad, ix0 = ox0 * S - d.pad;
+      float* const b_dy = smem + buf * buf_floats;
+      float* const b_x = b_dy + 4 * dy_plane;
+      for (int rr = warp; rr < 4 * d.th; rr += warps) {
+        const int row = rr % d.th, o = rr / d.th, oy = oy0 + row;
+        const bool row_ok = o0 + o < d.ocg && oy < d.oh;
+        const float* src =
+            row_ok ? d_dy + ((n * d.oc + g * d.ocg + o0 + o) * d.oh + oy) * d.ow : d_dy;
+        float* dst = b_dy + o * dy_plane + row * d.dy_pitch;
+        for (int col = lane; col < d.tw; col += 32) {
+          const int ox = ox0 + col;
+          const bool ok = row_ok && ox < d.ow;
+          ptx::cp_async4(dst + col, ok ? src + ox : d_dy, ok);
+        }
+      }
+      for (int rr = warp; rr < nci * d.in_h; rr += warps) {
+        const int row = rr % d.in_h, c = rr / d.in_h, iy = iy0 + row;
+        const bool row_ok = iy >= 0 && iy < d.h;
+        const float* src = row_ok ? d_x + ((n * d.c + g * d.cg + ci0 + c) * d.h + iy) * d.w : d_x;
+        float* dst = b_x + c * x_plane + row * d.x_pitch;
+        for (int col = lane; col < d.in_w; col += 32) {
+          const int ix = ix0 + col;
+          const bool ok = row_ok && ix >= 0 && ix < d.w;
+          ptx::cp_async4(dst + col, ok ? src + ix : d_x, ok);
+        }
+      }
+      ptx::cp_async_commit();
+    };
+    __syncthreads();  // everyone is done with both buffers (the previous block's last tiles)
+    stage(u_begin, 0);
+    for (int64_t u = u_begin; u < u_end; ++u) {
+      const int buf = int(u - u_begin) & 1;
+      // The next tile streams in while this one is summed, into the buffer the previous tile
+      // was read from (every warp has passed the barrier that ended it).
+      if (u + 1 < u_end)
+        stage(u + 1, buf ^ 1);
+      else
+        ptx::cp_async_commit();  // an empty group: the wait below still means "tile u landed"
+      ptx::cp_async_wait<1>();
+      __syncthreads();
+      if (warp < nci) {
+        const float* b_dy = smem + buf * buf_floats;
+        const float* b_x = b_dy + 4 * dy_plane;
+        float dv[4][kSeg];
+        const float* dys = b_dy + r * d.dy_pitch + j * kSeg;
+#pragma unroll
+        for (int o = 0; o < 4; ++o)
+#pragma unroll
+          for (int p = 0; p < kSeg; ++p) dv[o][p] = dys[o * dy_plane + p];
+        if (bias_warp) {
+#pragma unroll
+          for (int o = 0; o < 4; ++o)
+#pragma unroll
+            for (int p = 0; p < kSeg; ++p) bacc[o] += dv[o][p];
+        }
+        const float* xs = b_x + warp * x_plane + r * S * d.x_pitch + j * kSeg * S;
+#pragma unroll
+        for (int ky = 0; ky < K; ++ky) {
+          float in[(kSeg - 1) * S + K];
+#pragma unroll
+          for (int i = 0; i < (kSeg - 1) * S + K; ++i) in[i] = xs[ky * d.x_pitch + i];
+#pragma unroll
+          for (int p = 0; p < kSeg; ++p)
+#pragma unroll
+            for (int kx = 0; kx < K; ++kx)
+#pragma unroll
+              for (int o = 0; o < 4; ++o)
+                acc[o][ky][kx] = fmaf(in[p * S + kx], dv[o][p], acc[o][ky][kx]);
+        }
+      }
+      __syncthreads();  // everyone is done with this buffer before it is staged again
+    }
+    if (warp >= nci) continue;
+    // The lanes' sums in a fixed shuffle order (bitwise repeatable), published by lane 0.
+    const int64_t row = chunk * slots;
+#pragma unroll
+    for (int o = 0; o < 4; ++o) {
+      const int oc = g * d.ocg + o0 + o;
+      const bool real = o0 + o < d.ocg;
+#pragma unroll
+      for (int ky = 0; ky < K; ++ky)
+#pragma unroll
+        for (int kx = 0; kx < K; ++kx) {
+          float v = acc[o][ky][kx];
+          for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+          if (lane != 0 || !real) continue;
+          const int64_t slot = (int64_t(oc) * d.cg + ci) * (K * K) + ky * K + kx;
+          if (kDeterministic)
+            d_scratch[row + slot] = v;
+          else
+            atomicAdd(d_dw + slot, v);
+        }
+      if (!bias_warp) continue;
+      float v = bacc[o];
+      for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+      if (lane != 0 || !real) continue;
+      if (kDeterministic)
+        d_scratch[row + weights + oc] = v;
+      else
+        atomicAdd(d_db + oc, v);
+    }
+  }
+}
+
+template <int K, int S>
+void launch_wgrad(const Conv2dGroupedShape& s, const float* d_x, const float* d_dy, float* d_dw,
+                  float* d_db, float* d_scratch, bool deterministic, cudaStream_t stream) {
+  const NarrowWgradPlan p = grouped_narrow_wgrad_plan(s);
+  NarrowWgrad d{};
+  d.n = s.n, d.c = s.c, d.h = s.h, d.w = s.w, d.oc = s.oc, d.oh = s.oh(), d.ow = s.ow();
+  d.pad = s.pad_h, d.cg = s.cg(), d.ocg = s.ocg(), d.groups = s.groups;
+  d.segs_x = p.segs_x, d.th = p.th, d.tw = p.tw, d.tiles_x = p.tiles_x, d.tiles_y = p.tiles_y;
+  d.warps = p.warps, d.c_blocks = p.c_blocks, d.oc_chunks = p.oc_chunks;
+  d.units = p.units, d.chunk_units = p.chunk_units, d.chunks = p.chunks;
+  d.in_h = (p.th - 1) * S + K;
+  d.in_w = (p.tw - 1) * S + K;
+  d.x_pitch = d.in_w | 1;  // odd pitches: a warp's rows fall in different banks
+  d.dy_pitch = p.tw | 1;
+  const std::size_t smem =
+      2 * (std::size_t(4) * p.th * d.dy_pitch + std::size_t(p.warps) * d.in_h * d.x_pitch) *
+      sizeof(float);
+  const int64_t blocks = p.chunks * s.groups * p.oc_chunks * p.c_blocks;
+  const int threads = 32 * p.warps;
+  if (deterministic) {
+    const auto kernel = grouped_narrow_backward_weight<K, S, true>;
+    CNN_CHECK(fits_dynamic_smem(smem, kernel),
+              "grouped narrow conv: a {}-byte tile exceeds this device's shared memory", smem);
+    kernel<<<grid_for(blocks), threads, smem, stream>>>(d, d_x, d_dy, d_dw, d_db, d_scratch);
+    CNN_LAUNCH_CHECK("grouped_narrow_backward_weight<deterministic>");
+    const int64_t weights = int64_t(s.oc) * s.cg() * K * K, slots = conv2d_grouped_wgrad_slots(s);
+    backward_weight_finish<<<grid_for_items(slots), kBlock, 0, stream>>>(weights, slots, p.chunks,
+                                                                         d_scratch, d_dw, d_db);
+    CNN_LAUNCH_CHECK("backward_weight_finish");
+    return;
+  }
+  const auto kernel = grouped_narrow_backward_weight<K, S, false>;
+  CNN_CHECK(fits_dynamic_smem(smem, kernel),
+            "grouped narrow conv: a {}-byte tile exceeds this device's shared memory", smem);
+  kernel<<<grid_for(blocks), threads, smem, stream>>>(d, d_x, d_dy, d_dw, d_db, nullptr);
+  CNN_LAUNCH_CHECK("grouped_narrow_backward_weight<atomic>");
+}
+
+}  // namespace
+
+void grouped_narrow_forward_cuda(const Conv2dGroupedShape& s, const float* d_x, const float* d_w,
+                                 const float* d_b, float* d_y, bool relu, cudaStream_t stream) {
+  const FwdView v{s.n, s.c, s.h, s.w, s.oc, s.oh(), s.ow(), s.pad_h, s.groups, false};
+  if (s.stride_h == 2) return launch_forward_k<2, 1>(s.kh, v, d_x, d_w, d_b, d_y, relu, stream);
+  launch_forward_k<1, 1>(s.kh, v, d_x, d_w, d_b, d_y, relu, stream);
+}
+
+void grouped_narrow_backward_data_cuda(const Conv2dGroupedShape& s, const float* d_dy,
+                                       const float* d_w, float* d_dx, cudaStream_t stream) {
+  // dx = the stride-1 convolution of dy (OC channels) spread out to the stride's grid and padded
+  // by K - 1 - p, with each group's weights transposed (its OC/G channels in, C/G out) and
+  // flipped: dx(iy) = sum over ky of dy((iy + p - ky) / S) w(ky) where S divides iy + p - ky.
+  const FwdView v{s.n, s.oc, s.oh(), s.ow(), s.c, s.h, s.w, s.kh - 1 - s.pad_h, s.groups, true};
+  if (s.stride_h == 2)
+    return launch_forward_k<1, 2>(s.kh, v, d_dy, d_w, nullptr, d_dx, false, stream);
+  launch_forward_k<1, 1>(s.kh, v, d_dy, d_w, nullptr, d_dx, false, stream);
+}
+
+void grouped_narrow_backward_weight_cuda(const Conv2dGroupedShape& s, const float* d_x,
+                                         const float* d_dy, float* d_dw, float* d_db,
+                                         float* d_scratch, bool deterministic,
+                                         cudaStream_t stream) {
+  const bool s2 = s.stride_h == 2;
+  if (s.kh == 1)
+    return s2 ? launch_wgrad<1, 2>(s, d_x, d_dy, d_dw, d_db, d_scratch, deterministic, stream)
+              : launch_wgrad<1, 1>(s, d_x, d_dy, d_dw, d_db, d_scratch, deterministic, stream);
+  s2 ? launch_wgrad<3, 2>(s, d_x, d_dy, d_dw, d_db, d_scratch, deterministic, stream)
+     : launch_wgrad<3, 1>(s, d_x, d_dy, d_dw, d_db, d_scratch, deterministic, stream);
+}
+
+}  // namespace cnn
