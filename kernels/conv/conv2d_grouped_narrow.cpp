@@ -3,6 +3,7 @@
 #include "kernels/conv/conv2d_grouped_narrow.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 
 #include "kernels/conv/conv2d_grouped_cuda.h"
@@ -13,10 +14,14 @@ namespace {
 // Square kernels of an odd size up to 7, equal stride 1 or 2 and padding on both axes,
 // dilation 1, at least two groups of at least two channels (depthwise convolutions have their
 // own kernels; here their one channel a group would leave 3 of 4 sums of a quad idle).
+// x and y below 2^31 elements: the kernels number their blocks, tiles and weight-gradient
+// units with int (each covers at least one element), which costs a fraction of int64 divisions.
 bool narrow_window(const Conv2dGroupedShape& s) {
+  constexpr int64_t kMaxElements = INT32_MAX;
   return s.groups >= 2 && s.cg() >= 2 && s.kh == s.kw && s.kh % 2 == 1 && s.kh <= 7 &&
          s.stride_h == s.stride_w && (s.stride_h == 1 || s.stride_h == 2) && s.pad_h == s.pad_w &&
-         s.dil_h == 1 && s.dil_w == 1;
+         s.dil_h == 1 && s.dil_w == 1 && int64_t(s.n) * s.c * s.h * s.w <= kMaxElements &&
+         int64_t(s.n) * s.oc * s.oh() * s.ow() <= kMaxElements;
 }
 }  // namespace
 

@@ -93,16 +93,17 @@ __global__ void __launch_bounds__(kFwdThreads)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int qx = tid % d.tx, ry = tid / d.tx % d.ty, z = tid / (d.tx * d.ty);
   const int plane = d.in_h * d.pitch;
-  const int64_t blocks = int64_t(d.image_blocks) * d.groups * d.oc_chunks * d.tiles_y * d.tiles_x;
-  for (int64_t blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
-    const int tile_x = int(blk % d.tiles_x);
-    int64_t r = blk / d.tiles_x;
-    const int tile_y = int(r % d.tiles_y);
+  // Fewer than 2^31 blocks (each has an output; grouped_narrow_forward_applicable).
+  const int blocks = d.image_blocks * d.groups * d.oc_chunks * d.tiles_y * d.tiles_x;
+  for (int blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
+    const int tile_x = blk % d.tiles_x;
+    int r = blk / d.tiles_x;
+    const int tile_y = r % d.tiles_y;
     r /= d.tiles_y;
-    const int chunk = int(r % d.oc_chunks);
+    const int chunk = r % d.oc_chunks;
     r /= d.oc_chunks;
-    const int g = int(r % d.groups);
-    const int n0 = int(r / d.groups) * d.tz;
+    const int g = r % d.groups;
+    const int n0 = r / d.groups * d.tz;
     const int oy0 = tile_y * d.ty, ox0 = tile_x * 4 * d.tx;
     const int iy0 = oy0 * S - d.pad, ix0 = ox0 * S - d.pad;
     const int o0 = chunk * OCT;  // the block's first output channel within the group
@@ -116,20 +117,23 @@ __global__ void __launch_bounds__(kFwdThreads)
       __syncthreads();  // everyone is done with the previous stage
       // A warp a row: the row's indices once, then coalesced columns, every copy in flight at
       // once (cp.async, zero-filled outside the image) until the wait below.
-      for (int rr = warp; rr < d.tz * cc * d.in_h; rr += kFwdThreads / 32) {
-        const int row = rr % d.in_h, ci = rr / d.in_h % cc, zi = rr / d.in_h / cc;
-        const int ty_s = iy0 + row, n = n0 + zi;  // row on the spread grid
-        const int iy = ty_s / U;
-        const bool row_ok = n < d.n && ty_s >= 0 && ty_s % U == 0 && iy < d.h;
-        const float* src =
-            row_ok ? d_in + ((int64_t(n) * d.c + g * d.cg + c0 + ci) * d.h + iy) * d.w : d_in;
-        float* dst = s_in + (zi * kStageChannels + ci) * plane + row * d.pitch;
-        for (int col = lane; col < d.in_w; col += 32) {
-          const int tx_s = ix0 + col, ix = tx_s / U;
-          const bool ok = row_ok && tx_s >= 0 && tx_s % U == 0 && ix < d.w;
-          ptx::cp_async4(dst + col, ok ? src + ix : d_in, ok);
-        }
-      }
+      // (Nested loops, not one flat row index: a runtime division per row would cost more than
+      // the row's copies.)
+      for (int zi = 0; zi < d.tz; ++zi)
+        for (int ci = 0; ci < cc; ++ci)
+          for (int row = warp; row < d.in_h; row += kFwdThreads / 32) {
+            const int ty_s = iy0 + row, n = n0 + zi;  // row on the spread grid
+            const int iy = ty_s / U;
+            const bool row_ok = n < d.n && ty_s >= 0 && ty_s % U == 0 && iy < d.h;
+            const float* src =
+                row_ok ? d_in + ((int64_t(n) * d.c + g * d.cg + c0 + ci) * d.h + iy) * d.w : d_in;
+            float* dst = s_in + (zi * kStageChannels + ci) * plane + row * d.pitch;
+            for (int col = lane; col < d.in_w; col += 32) {
+              const int tx_s = ix0 + col, ix = tx_s / U;
+              const bool ok = row_ok && tx_s >= 0 && tx_s % U == 0 && ix < d.w;
+              ptx::cp_async4(dst + col, ok ? src + ix : d_in, ok);
+            }
+          }
       for (int i = tid; i < cc * K * K * OCT; i += kFwdThreads) {
         const int o = i % OCT, tap = i / OCT % (K * K), ci = i / (OCT * K * K);
         const int oo = o0 + o, ic = c0 + ci;
@@ -244,7 +248,7 @@ struct NarrowWgrad {
   int n, c, h, w, oc, oh, ow, pad, cg, ocg, groups;
   int segs_x, th, tw, tiles_x, tiles_y;
   int warps, c_blocks, oc_chunks;
-  int64_t units, chunk_units, chunks;
+  int units, chunk_units, chunks;
   int in_h, in_w, x_pitch, dy_pitch;
 };
 
@@ -267,14 +271,14 @@ __global__ void __launch_bounds__(kWgradMaxThreads)
   const int64_t weights = int64_t(d.oc) * d.cg * K * K, slots = weights + d.oc;
   const int x_plane = d.in_h * d.x_pitch, dy_plane = d.th * d.dy_pitch;
   const int buf_floats = 4 * dy_plane + d.warps * x_plane;
-  const int64_t blocks = d.chunks * d.groups * d.oc_chunks * d.c_blocks;
-  for (int64_t blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
-    const int cb = int(blk % d.c_blocks);
-    int64_t t = blk / d.c_blocks;
-    const int q = int(t % d.oc_chunks);
+  const int blocks = d.chunks * d.groups * d.oc_chunks * d.c_blocks;
+  for (int blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
+    const int cb = blk % d.c_blocks;
+    int t = blk / d.c_blocks;
+    const int q = t % d.oc_chunks;
     t /= d.oc_chunks;
-    const int g = int(t % d.groups);
-    const int64_t chunk = t / d.groups;
+    const int g = t % d.groups;
+    const int chunk = t / d.groups;
     const int ci0 = cb * d.warps, nci = min(d.warps, d.cg - ci0);
     const int ci = ci0 + warp, o0 = 4 * q;
     const bool bias_warp = d_db && ci == 0;
@@ -287,47 +291,51 @@ __global__ void __launch_bounds__(kWgradMaxThreads)
 #pragma unroll
         for (int kx = 0; kx < K; ++kx) acc[o][ky][kx] = 0.f;
     }
-    const int64_t u_begin = chunk * d.chunk_units;
-    const int64_t u_end = min(u_begin + d.chunk_units, d.units);
+    const int u_begin = chunk * d.chunk_units;
+    const int u_end = min(u_begin + d.chunk_units, d.units);
     // Copies unit u's dy tile and input windows into buffer `buf`: a warp a row, coalesced
     // columns, cp.async (zero-filled outside the planes), committed as one group.
-    const auto stage = [&](int64_t u, int buf) {
-      const int tile_x = int(u % d.tiles_x);
-      const int tile_y = int(u / d.tiles_x % d.tiles_y);
-      const int64_t n = u / d.tiles_x / d.tiles_y;
+    // (Nested loops, not one flat row index: a runtime division per row would cost more than
+    // the row's copies.)
+    const auto stage = [&](int u, int buf) {
+      const int tile_x = u % d.tiles_x, rest = u / d.tiles_x;
+      const int tile_y = rest % d.tiles_y, n = rest / d.tiles_y;
       const int oy0 = tile_y * d.th, ox0 = tile_x * d.tw;
       const int iy0 = oy0 * S - d.pad, ix0 = ox0 * S - d.pad;
       float* const b_dy = smem + buf * buf_floats;
       float* const b_x = b_dy + 4 * dy_plane;
-      for (int rr = warp; rr < 4 * d.th; rr += warps) {
-        const int row = rr % d.th, o = rr / d.th, oy = oy0 + row;
-        const bool row_ok = o0 + o < d.ocg && oy < d.oh;
-        const float* src =
-            row_ok ? d_dy + ((n * d.oc + g * d.ocg + o0 + o) * d.oh + oy) * d.ow : d_dy;
-        float* dst = b_dy + o * dy_plane + row * d.dy_pitch;
-        for (int col = lane; col < d.tw; col += 32) {
-          const int ox = ox0 + col;
-          const bool ok = row_ok && ox < d.ow;
-          ptx::cp_async4(dst + col, ok ? src + ox : d_dy, ok);
+      for (int o = 0; o < 4; ++o)
+        for (int row = warp; row < d.th; row += warps) {
+          const int oy = oy0 + row;
+          const bool row_ok = o0 + o < d.ocg && oy < d.oh;
+          const float* src =
+              row_ok ? d_dy + ((int64_t(n) * d.oc + g * d.ocg + o0 + o) * d.oh + oy) * d.ow : d_dy;
+          float* dst = b_dy + o * dy_plane + row * d.dy_pitch;
+          for (int col = lane; col < d.tw; col += 32) {
+            const int ox = ox0 + col;
+            const bool ok = row_ok && ox < d.ow;
+            ptx::cp_async4(dst + col, ok ? src + ox : d_dy, ok);
+          }
         }
-      }
-      for (int rr = warp; rr < nci * d.in_h; rr += warps) {
-        const int row = rr % d.in_h, c = rr / d.in_h, iy = iy0 + row;
-        const bool row_ok = iy >= 0 && iy < d.h;
-        const float* src = row_ok ? d_x + ((n * d.c + g * d.cg + ci0 + c) * d.h + iy) * d.w : d_x;
-        float* dst = b_x + c * x_plane + row * d.x_pitch;
-        for (int col = lane; col < d.in_w; col += 32) {
-          const int ix = ix0 + col;
-          const bool ok = row_ok && ix >= 0 && ix < d.w;
-          ptx::cp_async4(dst + col, ok ? src + ix : d_x, ok);
+      for (int c = 0; c < nci; ++c)
+        for (int row = warp; row < d.in_h; row += warps) {
+          const int iy = iy0 + row;
+          const bool row_ok = iy >= 0 && iy < d.h;
+          const float* src =
+              row_ok ? d_x + ((int64_t(n) * d.c + g * d.cg + ci0 + c) * d.h + iy) * d.w : d_x;
+          float* dst = b_x + c * x_plane + row * d.x_pitch;
+          for (int col = lane; col < d.in_w; col += 32) {
+            const int ix = ix0 + col;
+            const bool ok = row_ok && ix >= 0 && ix < d.w;
+            ptx::cp_async4(dst + col, ok ? src + ix : d_x, ok);
+          }
         }
-      }
       ptx::cp_async_commit();
     };
     __syncthreads();  // everyone is done with both buffers (the previous block's last tiles)
     stage(u_begin, 0);
-    for (int64_t u = u_begin; u < u_end; ++u) {
-      const int buf = int(u - u_begin) & 1;
+    for (int u = u_begin; u < u_end; ++u) {
+      const int buf = (u - u_begin) & 1;
       // The next tile streams in while this one is summed, into the buffer the previous tile
       // was read from (every warp has passed the barrier that ended it).
       if (u + 1 < u_end)
@@ -370,7 +378,7 @@ __global__ void __launch_bounds__(kWgradMaxThreads)
     }
     if (warp >= nci) continue;
     // The lanes' sums in a fixed shuffle order (bitwise repeatable), published by lane 0.
-    const int64_t row = chunk * slots;
+    const int64_t row = int64_t(chunk) * slots;
 #pragma unroll
     for (int o = 0; o < 4; ++o) {
       const int oc = g * d.ocg + o0 + o;
@@ -409,7 +417,7 @@ void launch_wgrad(const Conv2dGroupedShape& s, const float* d_x, const float* d_
   d.pad = s.pad_h, d.cg = s.cg(), d.ocg = s.ocg(), d.groups = s.groups;
   d.segs_x = p.segs_x, d.th = p.th, d.tw = p.tw, d.tiles_x = p.tiles_x, d.tiles_y = p.tiles_y;
   d.warps = p.warps, d.c_blocks = p.c_blocks, d.oc_chunks = p.oc_chunks;
-  d.units = p.units, d.chunk_units = p.chunk_units, d.chunks = p.chunks;
+  d.units = int(p.units), d.chunk_units = int(p.chunk_units), d.chunks = int(p.chunks);
   d.in_h = (p.th - 1) * S + K;
   d.in_w = (p.tw - 1) * S + K;
   d.x_pitch = d.in_w | 1;  // odd pitches: a warp's rows fall in different banks
