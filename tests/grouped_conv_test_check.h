@@ -123,9 +123,10 @@ inline void expect_every_pass_runs_directly(const Conv2dGroupedShape& s) {
               conv2d_forward_scratch_floats(d, Algo::WgmmaNhwc, ex));
     EXPECT_EQ(conv2d_grouped_backward_data_scratch_floats(s, Algo::WgmmaNhwc, ex),
               conv2d_backward_data_scratch_floats(d, Algo::WgmmaNhwc, ex));
-    if (test::kCudaBuild)
+    if (test::kCudaBuild) {
       EXPECT_EQ(conv2d_grouped_backward_weight_scratch_floats(s, Algo::WgmmaNhwc, ex),
                 conv2d_backward_weight_scratch_floats(d, ex));
+    }
   }
 }
 

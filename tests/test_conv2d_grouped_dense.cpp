@@ -122,12 +122,19 @@ TEST(BlockDiagonal, ExpandsAndAddsBackTheDiagonalBlocks) {
   EXPECT_EQ(z, (std::vector<float>{0, 0, 0, 0, 3}));
 }
 
-// auto takes the dense kernels on CUDA only, and only for groups of 4 channels or more.
+// auto takes the dense kernels on CUDA only, and only for groups of 4 channels or more that the
+// narrow-group kernels do not take whole at 4 channels or fewer.
 TEST(Conv2dGroupedDense, AutoTakesGroupsOfFourChannelsOnCuda) {
   Exec cuda;
   cuda.device = Device::CUDA;
   const Conv2dGroupedShape wide =
-      grouped_test::grouped_shape(8, 64, 8, 8, 64, 3, 1, 1, 16);  // 4 a group
+      grouped_test::grouped_shape(8, 64, 8, 8, 64, 3, 1, 1, 8);  // 8 a group
+  const Conv2dGroupedShape four =
+      grouped_test::grouped_shape(8, 64, 8, 8, 64, 3, 1, 1, 16);  // 4 a group: narrow
+  const Conv2dGroupedShape four_5x5 =
+      grouped_test::grouped_shape(8, 64, 8, 8, 64, 5, 1, 2, 16);  // no narrow weight gradient
+  EXPECT_FALSE(conv2d_grouped_runs_dense(four, Algo::Auto, cuda));
+  EXPECT_TRUE(conv2d_grouped_runs_dense(four_5x5, Algo::Auto, cuda));
   const Conv2dGroupedShape narrow =
       grouped_test::grouped_shape(8, 64, 8, 8, 64, 3, 1, 1, 32);  // 2 a group
   const Conv2dGroupedShape thin_out =

@@ -1,5 +1,6 @@
 // Grouped convolution API: checks the shape once, then dispatches on the device and the variant.
-// igemm / wgmma / wgmma-nhwc, and auto from 4 channels a group on CUDA: the dense kernels, on
+// igemm / wgmma / wgmma-nhwc, and auto from 4 channels a group on CUDA (unless the narrow-group
+// kernels take every pass of a group of at most 4): the dense kernels, on
 // block-diagonal weights or a group at a time (conv2d_grouped_dense.h), or on the phases of a
 // dilated convolution (conv2d_dilated_dense.h), on either device. Otherwise
 // the CPU runs the reference loops and CUDA naive / tiled / fast (conv2d_grouped.cu); auto is then
@@ -13,6 +14,7 @@
 #include "kernels/conv/conv2d_dilated_dense.h"
 #include "kernels/conv/conv2d_grouped_cuda.h"
 #include "kernels/conv/conv2d_grouped_dense.h"
+#include "kernels/conv/conv2d_grouped_narrow.h"
 #include "kernels/conv/conv_window_check.h"
 #include "runtime/dispatch.h"
 #include "runtime/env_switches.h"
@@ -203,7 +205,10 @@ bool conv2d_grouped_runs_dense(const Conv2dGroupedShape& s, Algo algo, const Exe
   if (conv2d_grouped_dense_variant(algo)) return true;
   if (algo != Algo::Auto || ex.device != Device::CUDA) return false;
   if (conv2d_grouped_dense_applicable(s))
-    return s.cg() >= kGroupedDenseAutoChannels && s.ocg() >= kGroupedDenseAutoChannels;
+    return s.cg() >= kGroupedDenseAutoChannels && s.ocg() >= kGroupedDenseAutoChannels &&
+           !(s.cg() <= kGroupedNarrowAutoChannels && grouped_narrow_forward_applicable(s) &&
+             grouped_narrow_backward_data_applicable(s) &&
+             grouped_narrow_backward_weight_applicable(s));
   return conv2d_dilated_dense_applicable(s) && s.c >= kGroupedDenseAutoChannels &&
          s.oc >= kGroupedDenseAutoChannels;
 }

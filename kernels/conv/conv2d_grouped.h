@@ -7,7 +7,9 @@
 // Variants (Algo), forward, input gradient and weight gradient alike:
 //   naive  one thread per output element (the seed article's first kernel)
 //   tiled  a shared-memory input tile + halo per block (the article's second kernel)
-//   fast   depthwise 3x3/5x5/7x7, stride 1, "same" padding, dilation 1: register tiling (each
+//   fast   groups of 2 to 16 channels: the narrow-group kernels (conv2d_grouped_narrow.h) for
+//          the passes they take, the tiled kernels for the others;
+//          depthwise 3x3/5x5/7x7, stride 1, "same" padding, dilation 1: register tiling (each
 //          thread several outputs along W), float4 loads where aligned, fused bias and ReLU;
 //          small problems read their rows without shared memory, large ones stream down
 //          their planes (DepthwiseKernel below); every other shape runs the tiled kernels
@@ -21,8 +23,9 @@
 //          shapes are refused with cnn::Error (autotune leaves them out)
 //   auto   on CUDA, the dense kernels with the dense op's own fixed rule where one of those
 //          takes the shape and every group has at least kGroupedDenseAutoChannels input and
-//          output channels; else fast (which itself falls back to tiled). The CPU runs the
-//          reference loops for every variant but the dense ones.
+//          output channels, unless the narrow-group kernels take every pass of groups of at
+//          most kGroupedNarrowAutoChannels input channels; else fast (which itself falls back
+//          to tiled). The CPU runs the reference loops for every variant but the dense ones.
 #include <cstddef>
 #include <cstdint>
 
@@ -97,6 +100,10 @@ bool depthwise_rows_fits(const Conv2dGroupedShape& s);
 // 951 / 893, a 200 -> 200 layer in 4 groups (8x8) 53 / 102 / 52 against 909 / 1141 / 317; groups
 // of 1-3 channels are left to the grouped kernels (depthwise ones have their own).
 constexpr int kGroupedDenseAutoChannels = 4;
+// Where the narrow-group kernels take all three passes of groups of at most this many input
+// channels, `auto` runs them rather than the dense kernels (measurements: docs/performance.md,
+// "Narrow groups").
+constexpr int kGroupedNarrowAutoChannels = 4;
 
 // True for igemm, wgmma and wgmma-nhwc: the variants that run on the dense kernels here.
 bool conv2d_grouped_dense_variant(Algo algo);
