@@ -1271,8 +1271,9 @@ void conv2d_grouped_forward_cuda(const Conv2dGroupedShape& s, const float* d_x, 
   if (use_fast(s, algo))
     return launch_depthwise<false>(s, d_x, d_w, d_b, d_y, relu, kernel, stream_rows, stream);
   if (use_strided(s, algo)) return depthwise_flat_forward_cuda(s, d_x, d_w, d_b, d_y, relu, stream);
-  if (fast_or_auto(algo) && grouped_narrow_forward_applicable(s))
-    return grouped_narrow_forward_cuda(s, d_x, d_w, d_b, d_y, relu, stream);
+  if (fast_or_auto(algo) && grouped_narrow_forward_applicable(s) &&
+      grouped_narrow_forward_cuda(s, d_x, d_w, d_b, d_y, relu, stream))
+    return;
   const GDims d = dims_of(s);
   if (algo != Algo::Naive && launch_forward_tiled(d, d_x, d_w, d_b, d_y, relu, stream)) return;
   const int64_t outputs = int64_t(d.n) * d.oc * d.oh * d.ow;
@@ -1288,8 +1289,9 @@ void conv2d_grouped_backward_data_cuda(const Conv2dGroupedShape& s, const float*
   if (use_fast(s, algo))
     return launch_depthwise<true>(s, d_dy, d_w, nullptr, d_dx, false, kernel, stream_rows, stream);
   if (use_strided(s, algo)) return depthwise_flat_backward_data_cuda(s, d_dy, d_w, d_dx, stream);
-  if (fast_or_auto(algo) && grouped_narrow_backward_data_applicable(s))
-    return grouped_narrow_backward_data_cuda(s, d_dy, d_w, d_dx, stream);
+  if (fast_or_auto(algo) && grouped_narrow_backward_data_applicable(s) &&
+      grouped_narrow_backward_data_cuda(s, d_dy, d_w, d_dx, stream))
+    return;
   const GDims d = dims_of(s);
   if (algo != Algo::Naive && launch_backward_data_tiled(d, d_dy, d_w, d_dx, stream)) return;
   const int64_t inputs = int64_t(d.n) * d.c * d.h * d.w;
@@ -1326,9 +1328,10 @@ void conv2d_grouped_backward_weight_cuda(const Conv2dGroupedShape& s, const floa
         return launch_fast_wgrad<7>(s, d_x, d_dy, d_dw, d_db, d_scratch, deterministic, stream);
     }
   }
-  if (fast_or_auto(algo) && grouped_narrow_backward_weight_applicable(s))
-    return grouped_narrow_backward_weight_cuda(s, d_x, d_dy, d_dw, d_db, d_scratch, deterministic,
-                                               stream);
+  if (fast_or_auto(algo) && grouped_narrow_backward_weight_applicable(s) &&
+      grouped_narrow_backward_weight_cuda(s, d_x, d_dy, d_dw, d_db, d_scratch, deterministic,
+                                          stream))
+    return;
   const GDims d = dims_of(s);
   const std::size_t smem = (std::size_t(d.kh) * d.kw + 1) * kBlock * sizeof(float);
   const bool tiled_fits = deterministic

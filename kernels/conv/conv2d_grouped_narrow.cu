@@ -1,5 +1,6 @@
-// The narrow-group kernels: forward, stride-1 input gradient (the forward on dy) and weight
-// gradient of grouped convolutions with few channels a group (conv2d_grouped_narrow.h).
+// The narrow-group kernels: forward, input gradient (the forward on dy, spread out at stride 2)
+// and weight gradient of grouped convolutions with few channels a group
+// (conv2d_grouped_narrow.h).
 // Blocks walk their work with grid-stride loops over a 1-D grid; offsets that can exceed 2^31
 // are int64.
 #include <cuda_runtime.h>
@@ -201,33 +202,33 @@ __global__ void __launch_bounds__(kFwdThreads)
   }
 }
 
+// False (nothing launched) where the tile does not fit this device's shared memory.
 template <int K, int S, int U, int OCT>
-void launch_forward(const FwdView& v, const float* d_in, const float* d_w, const float* d_b,
+bool launch_forward(const FwdView& v, const float* d_in, const float* d_w, const float* d_b,
                     float* d_out, bool relu, cudaStream_t stream) {
   const NarrowFwd d = fwd_dims<K, S, OCT>(v);
   const std::size_t smem = fwd_smem_bytes<OCT>(d, K);
   const auto kernel = grouped_narrow_forward<K, S, U, OCT>;
-  CNN_CHECK(fits_dynamic_smem(smem, kernel),
-            "grouped narrow conv: a {}-byte tile exceeds this device's shared memory", smem);
+  if (!fits_dynamic_smem(smem, kernel)) return false;
   // Whole float4 rows where every row starts 16-byte aligned.
   const bool vec = d.ow % 4 == 0 && reinterpret_cast<uintptr_t>(d_out) % 16 == 0;
   const int64_t blocks = int64_t(d.image_blocks) * d.groups * d.oc_chunks * d.tiles_y * d.tiles_x;
   kernel<<<grid_for(blocks), kFwdThreads, smem, stream>>>(d, d_in, d_w, d_b, d_out, relu, vec);
   CNN_LAUNCH_CHECK("grouped_narrow_forward");
+  return true;
 }
 
 // OCT = 8 where the group has at least 8 output channels (twice the multiplies per staged input).
 template <int K, int S, int U>
-void launch_forward_oct(const FwdView& v, const float* d_in, const float* d_w, const float* d_b,
+bool launch_forward_oct(const FwdView& v, const float* d_in, const float* d_w, const float* d_b,
                         float* d_out, bool relu, cudaStream_t stream) {
   if (v.oc / v.groups >= 8)
-    launch_forward<K, S, U, 8>(v, d_in, d_w, d_b, d_out, relu, stream);
-  else
-    launch_forward<K, S, U, 4>(v, d_in, d_w, d_b, d_out, relu, stream);
+    return launch_forward<K, S, U, 8>(v, d_in, d_w, d_b, d_out, relu, stream);
+  return launch_forward<K, S, U, 4>(v, d_in, d_w, d_b, d_out, relu, stream);
 }
 
 template <int S, int U>
-void launch_forward_k(int k, const FwdView& v, const float* d_in, const float* d_w,
+bool launch_forward_k(int k, const FwdView& v, const float* d_in, const float* d_w,
                       const float* d_b, float* d_out, bool relu, cudaStream_t stream) {
   switch (k) {
     case 1:
@@ -408,8 +409,9 @@ __global__ void __launch_bounds__(kWgradMaxThreads)
   }
 }
 
+// False (nothing launched) where the tiles do not fit this device's shared memory.
 template <int K, int S>
-void launch_wgrad(const Conv2dGroupedShape& s, const float* d_x, const float* d_dy, float* d_dw,
+bool launch_wgrad(const Conv2dGroupedShape& s, const float* d_x, const float* d_dy, float* d_dw,
                   float* d_db, float* d_scratch, bool deterministic, cudaStream_t stream) {
   const NarrowWgradPlan p = grouped_narrow_wgrad_plan(s);
   NarrowWgrad d{};
@@ -429,33 +431,32 @@ void launch_wgrad(const Conv2dGroupedShape& s, const float* d_x, const float* d_
   const int threads = 32 * p.warps;
   if (deterministic) {
     const auto kernel = grouped_narrow_backward_weight<K, S, true>;
-    CNN_CHECK(fits_dynamic_smem(smem, kernel),
-              "grouped narrow conv: a {}-byte tile exceeds this device's shared memory", smem);
+    if (!fits_dynamic_smem(smem, kernel)) return false;
     kernel<<<grid_for(blocks), threads, smem, stream>>>(d, d_x, d_dy, d_dw, d_db, d_scratch);
     CNN_LAUNCH_CHECK("grouped_narrow_backward_weight<deterministic>");
     const int64_t weights = int64_t(s.oc) * s.cg() * K * K, slots = conv2d_grouped_wgrad_slots(s);
     backward_weight_finish<<<grid_for_items(slots), kBlock, 0, stream>>>(weights, slots, p.chunks,
                                                                          d_scratch, d_dw, d_db);
     CNN_LAUNCH_CHECK("backward_weight_finish");
-    return;
+    return true;
   }
   const auto kernel = grouped_narrow_backward_weight<K, S, false>;
-  CNN_CHECK(fits_dynamic_smem(smem, kernel),
-            "grouped narrow conv: a {}-byte tile exceeds this device's shared memory", smem);
+  if (!fits_dynamic_smem(smem, kernel)) return false;
   kernel<<<grid_for(blocks), threads, smem, stream>>>(d, d_x, d_dy, d_dw, d_db, nullptr);
   CNN_LAUNCH_CHECK("grouped_narrow_backward_weight<atomic>");
+  return true;
 }
 
 }  // namespace
 
-void grouped_narrow_forward_cuda(const Conv2dGroupedShape& s, const float* d_x, const float* d_w,
+bool grouped_narrow_forward_cuda(const Conv2dGroupedShape& s, const float* d_x, const float* d_w,
                                  const float* d_b, float* d_y, bool relu, cudaStream_t stream) {
   const FwdView v{s.n, s.c, s.h, s.w, s.oc, s.oh(), s.ow(), s.pad_h, s.groups, false};
   if (s.stride_h == 2) return launch_forward_k<2, 1>(s.kh, v, d_x, d_w, d_b, d_y, relu, stream);
-  launch_forward_k<1, 1>(s.kh, v, d_x, d_w, d_b, d_y, relu, stream);
+  return launch_forward_k<1, 1>(s.kh, v, d_x, d_w, d_b, d_y, relu, stream);
 }
 
-void grouped_narrow_backward_data_cuda(const Conv2dGroupedShape& s, const float* d_dy,
+bool grouped_narrow_backward_data_cuda(const Conv2dGroupedShape& s, const float* d_dy,
                                        const float* d_w, float* d_dx, cudaStream_t stream) {
   // dx = the stride-1 convolution of dy (OC channels) spread out to the stride's grid and padded
   // by K - 1 - p, with each group's weights transposed (its OC/G channels in, C/G out) and
@@ -463,10 +464,10 @@ void grouped_narrow_backward_data_cuda(const Conv2dGroupedShape& s, const float*
   const FwdView v{s.n, s.oc, s.oh(), s.ow(), s.c, s.h, s.w, s.kh - 1 - s.pad_h, s.groups, true};
   if (s.stride_h == 2)
     return launch_forward_k<1, 2>(s.kh, v, d_dy, d_w, nullptr, d_dx, false, stream);
-  launch_forward_k<1, 1>(s.kh, v, d_dy, d_w, nullptr, d_dx, false, stream);
+  return launch_forward_k<1, 1>(s.kh, v, d_dy, d_w, nullptr, d_dx, false, stream);
 }
 
-void grouped_narrow_backward_weight_cuda(const Conv2dGroupedShape& s, const float* d_x,
+bool grouped_narrow_backward_weight_cuda(const Conv2dGroupedShape& s, const float* d_x,
                                          const float* d_dy, float* d_dw, float* d_db,
                                          float* d_scratch, bool deterministic,
                                          cudaStream_t stream) {
@@ -474,8 +475,8 @@ void grouped_narrow_backward_weight_cuda(const Conv2dGroupedShape& s, const floa
   if (s.kh == 1)
     return s2 ? launch_wgrad<1, 2>(s, d_x, d_dy, d_dw, d_db, d_scratch, deterministic, stream)
               : launch_wgrad<1, 1>(s, d_x, d_dy, d_dw, d_db, d_scratch, deterministic, stream);
-  s2 ? launch_wgrad<3, 2>(s, d_x, d_dy, d_dw, d_db, d_scratch, deterministic, stream)
-     : launch_wgrad<3, 1>(s, d_x, d_dy, d_dw, d_db, d_scratch, deterministic, stream);
+  return s2 ? launch_wgrad<3, 2>(s, d_x, d_dy, d_dw, d_db, d_scratch, deterministic, stream)
+            : launch_wgrad<3, 1>(s, d_x, d_dy, d_dw, d_db, d_scratch, deterministic, stream);
 }
 
 }  // namespace cnn

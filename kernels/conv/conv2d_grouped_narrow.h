@@ -53,14 +53,15 @@ NarrowWgradPlan grouped_narrow_wgrad_plan(const Conv2dGroupedShape& s);
 // Scratch floats of the deterministic weight gradient: chunks rows of the op's slots.
 int64_t grouped_narrow_wgrad_scratch_floats(const Conv2dGroupedShape& s);
 
-// Device pointers; asynchronous on `stream`.
-void grouped_narrow_forward_cuda(const Conv2dGroupedShape& s, const float* d_x, const float* d_w,
+// Device pointers; asynchronous on `stream`. Each returns false, having launched nothing, where
+// its tiles do not fit the device's shared memory (the caller then runs another kernel).
+bool grouped_narrow_forward_cuda(const Conv2dGroupedShape& s, const float* d_x, const float* d_w,
                                  const float* d_b, float* d_y, bool relu, cudaStream_t stream);
-void grouped_narrow_backward_data_cuda(const Conv2dGroupedShape& s, const float* d_dy,
+bool grouped_narrow_backward_data_cuda(const Conv2dGroupedShape& s, const float* d_dy,
                                        const float* d_w, float* d_dx, cudaStream_t stream);
 // ACCUMULATES into dw (and db when not null); deterministic needs
 // grouped_narrow_wgrad_scratch_floats(s) floats of scratch.
-void grouped_narrow_backward_weight_cuda(const Conv2dGroupedShape& s, const float* d_x,
+bool grouped_narrow_backward_weight_cuda(const Conv2dGroupedShape& s, const float* d_x,
                                          const float* d_dy, float* d_dw, float* d_db,
                                          float* d_scratch, bool deterministic, cudaStream_t stream);
 
