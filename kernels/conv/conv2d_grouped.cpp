@@ -4,7 +4,7 @@
 // block-diagonal weights or a group at a time (conv2d_grouped_dense.h), or on the phases of a
 // dilated convolution (conv2d_dilated_dense.h), on either device. Otherwise
 // the CPU runs the reference loops and CUDA naive / tiled / fast (conv2d_grouped.cu); auto is then
-// fast, which falls back to tiled where the depthwise kernels do not apply.
+// fast, which falls back to tiled where neither the depthwise nor the narrow-group kernels apply.
 #include "kernels/conv/conv2d_grouped.h"
 
 #include <algorithm>

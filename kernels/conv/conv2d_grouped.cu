@@ -1197,18 +1197,18 @@ void launch_stream_wgrad(const Conv2dGroupedShape& s, const float* d_x, const fl
   CNN_LAUNCH_CHECK("backward_weight_finish");
 }
 
+// fast and auto run the depthwise kernels where they apply, then the narrow-group kernels
+// (conv2d_grouped_narrow.h), then tiled.
+bool fast_or_auto(Algo algo) {
+  return algo == Algo::Fast || algo == Algo::Auto;
+}
+
 bool use_fast(const Conv2dGroupedShape& s, Algo algo) {
-  return (algo == Algo::Fast || algo == Algo::Auto) && conv2d_grouped_fast_applicable(s);
+  return fast_or_auto(algo) && conv2d_grouped_fast_applicable(s);
 }
 
 bool use_strided(const Conv2dGroupedShape& s, Algo algo) {
-  return (algo == Algo::Fast || algo == Algo::Auto) && conv2d_grouped_strided_applicable(s);
-}
-
-// The narrow-group kernels (conv2d_grouped_narrow.h) serve fast and auto where the depthwise ones
-// do not.
-bool fast_or_auto(Algo algo) {
-  return algo == Algo::Fast || algo == Algo::Auto;
+  return fast_or_auto(algo) && conv2d_grouped_strided_applicable(s);
 }
 
 bool launch_forward_tiled(const GDims& d, const float* d_x, const float* d_w, const float* d_b,

@@ -95,10 +95,10 @@ bool depthwise_rows_fits(const Conv2dGroupedShape& s);
 
 // Where a group of this many input and output channels or more makes `auto` run the dense
 // kernels (untuned: autotune times every variant). On an H100 at batch 128 the dense kernels beat
-// the grouped ones on every layer of 4 to 64 channels a group measured, e.g. a 128 -> 128 layer
-// in 32 groups (32x32) 213 / 328 / 213 us (forward, weight and input gradient, TF32) against 674 /
-// 951 / 893, a 200 -> 200 layer in 4 groups (8x8) 53 / 102 / 52 against 909 / 1141 / 317; groups
-// of 1-3 channels are left to the grouped kernels (depthwise ones have their own).
+// the tiled grouped ones on every layer of 4 to 64 channels a group measured, e.g. a 128 -> 128
+// layer in 32 groups (32x32) 213 / 328 / 213 us (forward, weight and input gradient, TF32) against
+// 674 / 951 / 893, a 200 -> 200 layer in 4 groups (8x8) 53 / 102 / 52 against 909 / 1141 / 317;
+// groups of 1-3 channels are left to the grouped kernels (depthwise ones have their own).
 constexpr int kGroupedDenseAutoChannels = 4;
 // Where the narrow-group kernels take all three passes of groups of at most this many input
 // channels, `auto` runs them rather than the dense kernels: on an H100 the 32-group layer above
