@@ -250,7 +250,8 @@ TEST(GpuConv2dGrouped, SeedShapesMatchCpu) {
 // partial quad of output channels), 8 or more out (8 a block), 1x1 to 7x7, stride 2 (the input
 // gradient on dy spread out), padding 0 to beyond K - 1 (the input gradient then runs tiled),
 // planes of 1 x 70 and 40 x 300 (several tiles along W), tiny planes (several images a block),
-// batch 1 to 5; every variant, aligned and not.
+// batch 1 to 5, W a multiple of 4 or not (rows copied as float4s or a float at a time); every
+// variant, aligned and not.
 TEST(GpuConv2dGrouped, NarrowGroupKernelsMatchCpu) {
   CNN_REQUIRE_GPU();
   const Case cases[] = {
@@ -275,8 +276,20 @@ TEST(GpuConv2dGrouped, NarrowGroupKernelsMatchCpu) {
       {2, 12, 9, 11, 12, 3, 2, 0, 1, 3},      // stride 2, padding 0, odd sizes
       {1, 8, 13, 13, 8, 7, 2, 3, 1, 2},       // 7x7 stride 2
       {2, 256, 16, 16, 256, 3, 2, 1, 1, 32},  // 32 groups of 8, stride 2
+      // W a multiple of 4: rows copied as float4s, whose windows start 0-3 floats in.
+      {2, 16, 12, 16, 16, 1, 2, 0, 1, 4},  // 1x1 stride 2
+      {1, 12, 8, 8, 12, 5, 1, 2, 1, 3},    // 5x5: 2 floats in
+      {2, 8, 12, 12, 8, 7, 1, 3, 1, 2},    // 7x7: 1 float in
+      {1, 12, 12, 12, 12, 3, 1, 0, 1, 3},  // padding 0 (the weight gradient a float at a time)
+      {1, 8, 5, 72, 8, 3, 1, 1, 1, 2},     // the last forward tile past the edge
+      {1, 16, 6, 56, 16, 3, 1, 1, 1, 4},   // 64-wide weight-gradient tiles
+      {5, 8, 3, 4, 8, 3, 1, 1, 1, 2},      // 3x4 planes: several images a block
   };
-  for (const Case& k : cases) run_case(k);
+  for (const Case& k : cases) {
+    // Under the sanitizers the small shapes cover the code paths; the large ones take minutes.
+    if (test::light_sweeps() && int64_t(k.n) * k.c * k.h * k.w > 100000) continue;
+    run_case(k);
+  }
 }
 
 // Deterministic mode: two weight-gradient runs give bitwise equal dw and db, for every variant.

@@ -44,6 +44,11 @@ struct NarrowFwd {
   int tiles_x, tiles_y, oc_chunks, image_blocks;
   int in_h, in_w, pitch;  // one staged channel: in_h rows of `pitch` floats, in_w of them used
   bool transposed;
+  // Rows read as float4s (U == 1, W % 4 == 0, a 16-byte aligned input): a row's window starts
+  // `lead` floats into its first aligned float4 and spans vec_chunks of them, read by lanes
+  // (lane & (2^vec_lanes_log - 1)), 32 >> vec_lanes_log rows a warp at once.
+  bool vec;
+  int lead, vec_chunks, vec_lanes_log;
 };
 
 // Threads (tx, ty, tz) = 128: tx quads wide enough for the row (at most 8, 32 columns), ty rows
@@ -66,6 +71,12 @@ NarrowFwd fwd_dims(const FwdView& v) {
   d.in_w = (4 * d.tx - 1) * S + K;
   d.pitch = d.in_w | 1;  // odd: the rows of a warp's lanes fall in different banks
   d.transposed = v.transposed;
+  // Every window starts at ox0 S - pad with ox0 S a multiple of 4: the same lead in each.
+  d.lead = (-d.pad) & 3;
+  d.vec_chunks = (d.lead + d.in_w + 3) / 4;
+  d.vec_lanes_log = 0;
+  while ((1 << d.vec_lanes_log) < d.vec_chunks) ++d.vec_lanes_log;
+  d.vec = false;  // the launcher decides (it knows the pointer)
   return d;
 }
 
@@ -74,6 +85,87 @@ std::size_t fwd_smem_bytes(const NarrowFwd& d, int k) {
   return (std::size_t(kStageChannels) * k * k * OCT +
           std::size_t(d.tz) * kStageChannels * d.in_h * d.pitch) *
          sizeof(float);
+}
+
+// A stage's input windows (tz images x cc channels from ch0 x in_h rows x in_w columns from
+// (iy0, ix0) on the spread grid) into s_in: a warp a row, the row's indices once, then coalesced
+// columns, every copy in flight at once (cp.async, zero-filled outside the image) until the
+// stage's wait. (Nested loops, not one flat row index: a runtime division per row would cost
+// more than the row's copies.)
+template <int U>
+__device__ __forceinline__ void stage_rows(const NarrowFwd& d, const float* __restrict__ d_in,
+                                           float* s_in, int plane, int n0, int ch0, int cc, int iy0,
+                                           int ix0, int lane, int warp) {
+  for (int zi = 0; zi < d.tz; ++zi)
+    for (int ci = 0; ci < cc; ++ci)
+      for (int row = warp; row < d.in_h; row += kFwdThreads / 32) {
+        const int ty_s = iy0 + row, n = n0 + zi;  // row on the spread grid
+        const int iy = ty_s / U;
+        const bool row_ok = n < d.n && ty_s >= 0 && ty_s % U == 0 && iy < d.h;
+        const float* src = row_ok ? d_in + ((int64_t(n) * d.c + ch0 + ci) * d.h + iy) * d.w : d_in;
+        float* dst = s_in + (zi * kStageChannels + ci) * plane + row * d.pitch;
+        for (int col = lane; col < d.in_w; col += 32) {
+          const int tx_s = ix0 + col, ix = tx_s / U;
+          const bool ok = row_ok && tx_s >= 0 && tx_s % U == 0 && ix < d.w;
+          ptx::cp_async4(dst + col, ok ? src + ix : d_in, ok);
+        }
+      }
+}
+
+// The same windows at stride U == 1 read a float4 at a time (d.vec): lane (sub, chunk) loads the
+// chunk-th aligned float4 under row `sub` of the warp's rows and stores those of its floats that
+// fall in the window, one by one (the odd pitch that keeps the multiply loop's reads free of bank
+// conflicts leaves the rows unaligned). A float4 is wholly inside or outside the image (W % 4 ==
+// 0). kBatch loads are in flight before their stores; the rows walk (image, channel, row) by a
+// fixed step carried along without divisions. One load and its indices for 4 floats: with a
+// float at a time the copies cost more instructions than the multiplies (ncu, ResNeXt's 32-group
+// forward: 97M instructions issued, 19M of them the FFMAs).
+__device__ __forceinline__ void stage_rows_vec(const NarrowFwd& d, const float* __restrict__ d_in,
+                                               float* s_in, int plane, int n0, int ch0, int cc,
+                                               int iy0, int ix0, int lane, int warp) {
+  constexpr int kBatch = 4;
+  const int chunk = lane & ((1 << d.vec_lanes_log) - 1);
+  const int rows_at_once = 32 >> d.vec_lanes_log;
+  const int step = (kFwdThreads / 32) * rows_at_once;
+  const int col0 = 4 * chunk - d.lead;  // window column of the float4's first float
+  const bool lane_on = chunk < d.vec_chunks;
+  const int gx = ix0 + col0;  // its image column, a multiple of 4
+  const bool col_ok = lane_on && gx >= 0 && gx < d.w;
+  int row = warp * rows_at_once + (lane >> d.vec_lanes_log), ci = 0, zi = 0;
+  const auto advance = [&](int by) {
+    row += by;
+    while (row >= d.in_h) {
+      row -= d.in_h;
+      if (++ci == cc) ci = 0, ++zi;
+    }
+  };
+  advance(0);
+  while (zi < d.tz) {
+    float4 v[kBatch];
+    float* dst[kBatch];
+    bool store[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const bool live = zi < d.tz;
+      const int iy = iy0 + row, n = n0 + zi;
+      const bool ok = live && col_ok && n < d.n && iy >= 0 && iy < d.h;
+      // int offsets: the input has under 2^31 elements (grouped_narrow_*_applicable).
+      v[b] =
+          ok ? *reinterpret_cast<const float4*>(d_in + ((n * d.c + ch0 + ci) * d.h + iy) * d.w + gx)
+             : make_float4(0.f, 0.f, 0.f, 0.f);
+      store[b] = live && lane_on;
+      dst[b] = s_in + (zi * kStageChannels + ci) * plane + row * d.pitch + col0;
+      if (live) advance(step);
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (!store[b]) continue;
+      const float f[4] = {v[b].x, v[b].y, v[b].z, v[b].w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (col0 + e >= 0 && col0 + e < d.in_w) dst[b][e] = f[e];
+    }
+  }
 }
 
 // Thread mapping: thread (qx, ry, z) of a block owns outputs ox0 + 4 qx .. + 3 of row oy0 + ry of
@@ -116,25 +208,11 @@ __global__ void __launch_bounds__(kFwdThreads)
     for (int c0 = 0; c0 < d.cg; c0 += kStageChannels) {
       const int cc = min(kStageChannels, d.cg - c0);
       __syncthreads();  // everyone is done with the previous stage
-      // A warp a row: the row's indices once, then coalesced columns, every copy in flight at
-      // once (cp.async, zero-filled outside the image) until the wait below.
-      // (Nested loops, not one flat row index: a runtime division per row would cost more than
-      // the row's copies.)
-      for (int zi = 0; zi < d.tz; ++zi)
-        for (int ci = 0; ci < cc; ++ci)
-          for (int row = warp; row < d.in_h; row += kFwdThreads / 32) {
-            const int ty_s = iy0 + row, n = n0 + zi;  // row on the spread grid
-            const int iy = ty_s / U;
-            const bool row_ok = n < d.n && ty_s >= 0 && ty_s % U == 0 && iy < d.h;
-            const float* src =
-                row_ok ? d_in + ((int64_t(n) * d.c + g * d.cg + c0 + ci) * d.h + iy) * d.w : d_in;
-            float* dst = s_in + (zi * kStageChannels + ci) * plane + row * d.pitch;
-            for (int col = lane; col < d.in_w; col += 32) {
-              const int tx_s = ix0 + col, ix = tx_s / U;
-              const bool ok = row_ok && tx_s >= 0 && tx_s % U == 0 && ix < d.w;
-              ptx::cp_async4(dst + col, ok ? src + ix : d_in, ok);
-            }
-          }
+      if (U == 1 && d.vec) {
+        stage_rows_vec(d, d_in, s_in, plane, n0, g * d.cg + c0, cc, iy0, ix0, lane, warp);
+      } else {
+        stage_rows<U>(d, d_in, s_in, plane, n0, g * d.cg + c0, cc, iy0, ix0, lane, warp);
+      }
       for (int i = tid; i < cc * K * K * OCT; i += kFwdThreads) {
         const int o = i % OCT, tap = i / OCT % (K * K), ci = i / (OCT * K * K);
         const int oo = o0 + o, ic = c0 + ci;
@@ -206,12 +284,14 @@ __global__ void __launch_bounds__(kFwdThreads)
 template <int K, int S, int U, int OCT>
 bool launch_forward(const FwdView& v, const float* d_in, const float* d_w, const float* d_b,
                     float* d_out, bool relu, cudaStream_t stream) {
-  const NarrowFwd d = fwd_dims<K, S, OCT>(v);
+  NarrowFwd d = fwd_dims<K, S, OCT>(v);
   const std::size_t smem = fwd_smem_bytes<OCT>(d, K);
   const auto kernel = grouped_narrow_forward<K, S, U, OCT>;
   if (!fits_dynamic_smem(smem, kernel)) return false;
   // Whole float4 rows where every row starts 16-byte aligned.
   const bool vec = d.ow % 4 == 0 && reinterpret_cast<uintptr_t>(d_out) % 16 == 0;
+  d.vec =
+      U == 1 && d.w % 4 == 0 && reinterpret_cast<uintptr_t>(d_in) % 16 == 0 && d.vec_chunks <= 32;
   const int64_t blocks = int64_t(d.image_blocks) * d.groups * d.oc_chunks * d.tiles_y * d.tiles_x;
   kernel<<<grid_for(blocks), kFwdThreads, smem, stream>>>(d, d_in, d_w, d_b, d_out, relu, vec);
   CNN_LAUNCH_CHECK("grouped_narrow_forward");
@@ -251,7 +331,56 @@ struct NarrowWgrad {
   int warps, c_blocks, oc_chunks;
   int units, chunk_units, chunks;
   int in_h, in_w, x_pitch, dy_pitch;
+  // 16-byte copies (grouped_narrow_backward_weight with kLead >= 0): th = 2^th_log; a row of the
+  // window is x_chunks float4s, copied by 2^x_lanes_log lanes, a row of dy by 2^dy_lanes_log.
+  int th_log, x_chunks, x_lanes_log, dy_lanes_log;
 };
+
+// One tile's dy (4 channels x th rows x tw columns from (oy0, ox0)) and input windows (nci
+// channels x in_h rows x in_w columns from (iy0, ix0)) into shared memory 16 bytes a copy
+// (cp.async, zero-filled outside the planes; W and OW multiples of 4, so a float4 is wholly
+// inside or outside): lane (sub, chunk) copies float4 `chunk` of row `sub` of the warp's rows.
+// The windows' rows are stored from the float4 that holds column ix0, which starts kLead floats
+// before it (every ix0 = ox0 S - pad with ox0 S a multiple of 4). Offsets in int: x and dy have
+// under 2^31 elements (grouped_narrow_backward_weight_applicable).
+template <int kLead>
+__device__ __forceinline__ void stage_wgrad_vec(const NarrowWgrad& d, const float* __restrict__ d_x,
+                                                const float* __restrict__ d_dy, float* b_dy,
+                                                float* b_x, int dy_plane, int x_plane, int n, int g,
+                                                int o0, int ci0, int nci, int oy0, int ox0, int iy0,
+                                                int ix0, int lane, int warp, int warps) {
+  {
+    const int chunk = lane & ((1 << d.dy_lanes_log) - 1), at_once = 32 >> d.dy_lanes_log;
+    const int ox = ox0 + 4 * chunk;
+    const bool lane_on = 4 * chunk < d.tw, col_ok = lane_on && ox < d.ow;
+    for (int t = warp * at_once + (lane >> d.dy_lanes_log); t < 4 * d.th; t += warps * at_once) {
+      const int o = t >> d.th_log, row = t & (d.th - 1), oy = oy0 + row;
+      const bool ok = col_ok && o0 + o < d.ocg && oy < d.oh;
+      if (lane_on)
+        ptx::cp_async16(
+            b_dy + o * dy_plane + row * d.dy_pitch + 4 * chunk,
+            ok ? d_dy + ((n * d.oc + g * d.ocg + o0 + o) * d.oh + oy) * d.ow + ox : d_dy,
+            ok ? 16 : 0);
+    }
+  }
+  const int chunk = lane & ((1 << d.x_lanes_log) - 1), at_once = 32 >> d.x_lanes_log;
+  const int gx = ix0 - kLead + 4 * chunk;
+  const bool lane_on = chunk < d.x_chunks, col_ok = lane_on && gx >= 0 && gx < d.w;
+  const int step = warps * at_once;
+  // (channel, row) carried along by the fixed step, without divisions.
+  int row = warp * at_once + (lane >> d.x_lanes_log), c = 0;
+  while (row >= d.in_h) row -= d.in_h, ++c;
+  while (c < nci) {
+    const int iy = iy0 + row;
+    const bool ok = col_ok && iy >= 0 && iy < d.h;
+    if (lane_on)
+      ptx::cp_async16(b_x + c * x_plane + row * d.x_pitch + 4 * chunk,
+                      ok ? d_x + ((n * d.c + g * d.cg + ci0 + c) * d.h + iy) * d.w + gx : d_x,
+                      ok ? 16 : 0);
+    row += step;
+    while (row >= d.in_h) row -= d.in_h, ++c;
+  }
+}
 
 // Thread mapping: warp w of a block owns input channel ci0 + w of group g, for the block's 4
 // output channels o0..o0+3; lane (r, j) = (lane / segs_x, lane % segs_x) owns positions
@@ -259,14 +388,19 @@ struct NarrowWgrad {
 // 4 channels' dy tile and its input channels' windows into shared memory; a lane loads its 32 dy
 // values once, then per kernel row its 7 S + K inputs, and adds their products into its
 // 4 x K x K sums (and the dy sums, for the bias, in the warp of channel 0).
-template <int K, int S, bool kDeterministic>
+// kLead >= 0: the tiles are copied 16 bytes at a time (stage_wgrad_vec) and read as float4s,
+// the input windows' rows from kLead floats into their first float4; pitches of an odd number of
+// float4s keep a quarter-warp's float4 reads in distinct banks. kLead < 0: a float at a time,
+// odd pitches. (A float a copy, the copies took more instructions than the multiplies.)
+template <int K, int S, bool kDeterministic, int kLead>
 __global__ void __launch_bounds__(kWgradMaxThreads)
     grouped_narrow_backward_weight(NarrowWgrad d, const float* __restrict__ d_x,
                                    const float* __restrict__ d_dy, float* __restrict__ d_dw,
                                    float* __restrict__ d_db, float* __restrict__ d_scratch) {
   ptx::griddep_enter();
   // Two buffers of (4, th, dy_pitch) dy then (warps, in_h, x_pitch) inputs.
-  extern __shared__ float smem[];
+  extern __shared__ float4 wsmem4[];
+  float* const smem = reinterpret_cast<float*>(wsmem4);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int r = lane / d.segs_x, j = lane % d.segs_x;
   const int64_t weights = int64_t(d.oc) * d.cg * K * K, slots = weights + d.oc;
@@ -305,6 +439,12 @@ __global__ void __launch_bounds__(kWgradMaxThreads)
       const int iy0 = oy0 * S - d.pad, ix0 = ox0 * S - d.pad;
       float* const b_dy = smem + buf * buf_floats;
       float* const b_x = b_dy + 4 * dy_plane;
+      if constexpr (kLead >= 0) {
+        stage_wgrad_vec<kLead>(d, d_x, d_dy, b_dy, b_x, dy_plane, x_plane, n, g, o0, ci0, nci, oy0,
+                               ox0, iy0, ix0, lane, warp, warps);
+        ptx::cp_async_commit();
+        return;
+      }
       for (int o = 0; o < 4; ++o)
         for (int row = warp; row < d.th; row += warps) {
           const int oy = oy0 + row;
@@ -350,10 +490,21 @@ __global__ void __launch_bounds__(kWgradMaxThreads)
         const float* b_x = b_dy + 4 * dy_plane;
         float dv[4][kSeg];
         const float* dys = b_dy + r * d.dy_pitch + j * kSeg;
+        if constexpr (kLead >= 0) {
 #pragma unroll
-        for (int o = 0; o < 4; ++o)
+          for (int o = 0; o < 4; ++o)
 #pragma unroll
-          for (int p = 0; p < kSeg; ++p) dv[o][p] = dys[o * dy_plane + p];
+            for (int q = 0; q < kSeg / 4; ++q) {
+              const float4 t = *reinterpret_cast<const float4*>(dys + o * dy_plane + 4 * q);
+              dv[o][4 * q] = t.x, dv[o][4 * q + 1] = t.y, dv[o][4 * q + 2] = t.z,
+                        dv[o][4 * q + 3] = t.w;
+            }
+        } else {
+#pragma unroll
+          for (int o = 0; o < 4; ++o)
+#pragma unroll
+            for (int p = 0; p < kSeg; ++p) dv[o][p] = dys[o * dy_plane + p];
+        }
         if (bias_warp) {
 #pragma unroll
           for (int o = 0; o < 4; ++o)
@@ -364,8 +515,21 @@ __global__ void __launch_bounds__(kWgradMaxThreads)
 #pragma unroll
         for (int ky = 0; ky < K; ++ky) {
           float in[(kSeg - 1) * S + K];
+          if constexpr (kLead >= 0) {
+            // The float4s that hold the lane's window row, which starts kLead floats in.
+            constexpr int kQuads = (kLead + (kSeg - 1) * S + K + 3) / 4;
+            float f[4 * kQuads];
 #pragma unroll
-          for (int i = 0; i < (kSeg - 1) * S + K; ++i) in[i] = xs[ky * d.x_pitch + i];
+            for (int q = 0; q < kQuads; ++q) {
+              const float4 t = *reinterpret_cast<const float4*>(xs + ky * d.x_pitch + 4 * q);
+              f[4 * q] = t.x, f[4 * q + 1] = t.y, f[4 * q + 2] = t.z, f[4 * q + 3] = t.w;
+            }
+#pragma unroll
+            for (int i = 0; i < (kSeg - 1) * S + K; ++i) in[i] = f[kLead + i];
+          } else {
+#pragma unroll
+            for (int i = 0; i < (kSeg - 1) * S + K; ++i) in[i] = xs[ky * d.x_pitch + i];
+          }
 #pragma unroll
           for (int p = 0; p < kSeg; ++p)
 #pragma unroll
@@ -409,6 +573,36 @@ __global__ void __launch_bounds__(kWgradMaxThreads)
   }
 }
 
+template <int K, int S, int kLead>
+bool launch_wgrad_kernel(const Conv2dGroupedShape& s, const NarrowWgrad& d, int64_t chunks,
+                         std::size_t smem, int64_t blocks, const float* d_x, const float* d_dy,
+                         float* d_dw, float* d_db, float* d_scratch, bool deterministic,
+                         cudaStream_t stream) {
+  const int threads = 32 * d.warps;
+  if (deterministic) {
+    const auto kernel = grouped_narrow_backward_weight<K, S, true, kLead>;
+    if (!fits_dynamic_smem(smem, kernel)) return false;
+    kernel<<<grid_for(blocks), threads, smem, stream>>>(d, d_x, d_dy, d_dw, d_db, d_scratch);
+    CNN_LAUNCH_CHECK("grouped_narrow_backward_weight<deterministic>");
+    const int64_t weights = int64_t(s.oc) * s.cg() * K * K, slots = conv2d_grouped_wgrad_slots(s);
+    backward_weight_finish<<<grid_for_items(slots), kBlock, 0, stream>>>(weights, slots, chunks,
+                                                                         d_scratch, d_dw, d_db);
+    CNN_LAUNCH_CHECK("backward_weight_finish");
+    return true;
+  }
+  const auto kernel = grouped_narrow_backward_weight<K, S, false, kLead>;
+  if (!fits_dynamic_smem(smem, kernel)) return false;
+  kernel<<<grid_for(blocks), threads, smem, stream>>>(d, d_x, d_dy, d_dw, d_db, nullptr);
+  CNN_LAUNCH_CHECK("grouped_narrow_backward_weight<atomic>");
+  return true;
+}
+
+int ceil_log2(int v) {
+  int l = 0;
+  while ((1 << l) < v) ++l;
+  return l;
+}
+
 // False (nothing launched) where the tiles do not fit this device's shared memory.
 template <int K, int S>
 bool launch_wgrad(const Conv2dGroupedShape& s, const float* d_x, const float* d_dy, float* d_dw,
@@ -422,29 +616,34 @@ bool launch_wgrad(const Conv2dGroupedShape& s, const float* d_x, const float* d_
   d.units = int(p.units), d.chunk_units = int(p.chunk_units), d.chunks = int(p.chunks);
   d.in_h = (p.th - 1) * S + K;
   d.in_w = (p.tw - 1) * S + K;
-  d.x_pitch = d.in_w | 1;  // odd pitches: a warp's rows fall in different banks
-  d.dy_pitch = p.tw | 1;
+  // 16-byte copies where the rows are 16-byte aligned and the window's lead (-pad mod 4) is the
+  // one instantiated for K: the "same" padding (K - 1) / 2.
+  constexpr int kLead = K == 1 ? 0 : 3;
+  d.th_log = ceil_log2(p.th);
+  d.x_chunks = (kLead + d.in_w + 3) / 4;
+  d.x_lanes_log = ceil_log2(d.x_chunks);
+  d.dy_lanes_log = ceil_log2(p.tw / 4);
+  const bool vec = ((-d.pad) & 3) == kLead && d.w % 4 == 0 && d.ow % 4 == 0 &&
+                   reinterpret_cast<uintptr_t>(d_x) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(d_dy) % 16 == 0 && d.x_chunks <= 32 &&
+                   p.tw / 4 <= 32;
+  if (vec) {
+    // Pitches of an odd number of float4s (tw is a multiple of 8).
+    d.x_pitch = 4 * (d.x_chunks | 1);
+    d.dy_pitch = p.tw + 4;
+  } else {
+    d.x_pitch = d.in_w | 1;  // odd pitches: a warp's rows fall in different banks
+    d.dy_pitch = p.tw | 1;
+  }
   const std::size_t smem =
       2 * (std::size_t(4) * p.th * d.dy_pitch + std::size_t(p.warps) * d.in_h * d.x_pitch) *
       sizeof(float);
   const int64_t blocks = p.chunks * s.groups * p.oc_chunks * p.c_blocks;
-  const int threads = 32 * p.warps;
-  if (deterministic) {
-    const auto kernel = grouped_narrow_backward_weight<K, S, true>;
-    if (!fits_dynamic_smem(smem, kernel)) return false;
-    kernel<<<grid_for(blocks), threads, smem, stream>>>(d, d_x, d_dy, d_dw, d_db, d_scratch);
-    CNN_LAUNCH_CHECK("grouped_narrow_backward_weight<deterministic>");
-    const int64_t weights = int64_t(s.oc) * s.cg() * K * K, slots = conv2d_grouped_wgrad_slots(s);
-    backward_weight_finish<<<grid_for_items(slots), kBlock, 0, stream>>>(weights, slots, p.chunks,
-                                                                         d_scratch, d_dw, d_db);
-    CNN_LAUNCH_CHECK("backward_weight_finish");
-    return true;
-  }
-  const auto kernel = grouped_narrow_backward_weight<K, S, false>;
-  if (!fits_dynamic_smem(smem, kernel)) return false;
-  kernel<<<grid_for(blocks), threads, smem, stream>>>(d, d_x, d_dy, d_dw, d_db, nullptr);
-  CNN_LAUNCH_CHECK("grouped_narrow_backward_weight<atomic>");
-  return true;
+  if (vec)
+    return launch_wgrad_kernel<K, S, kLead>(s, d, p.chunks, smem, blocks, d_x, d_dy, d_dw, d_db,
+                                            d_scratch, deterministic, stream);
+  return launch_wgrad_kernel<K, S, -1>(s, d, p.chunks, smem, blocks, d_x, d_dy, d_dw, d_db,
+                                       d_scratch, deterministic, stream);
 }
 
 }  // namespace
