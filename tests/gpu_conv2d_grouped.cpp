@@ -284,6 +284,9 @@ TEST(GpuConv2dGrouped, NarrowGroupKernelsMatchCpu) {
       {1, 8, 5, 72, 8, 3, 1, 1, 1, 2},     // the last forward tile past the edge
       {1, 16, 6, 56, 16, 3, 1, 1, 1, 4},   // 64-wide weight-gradient tiles
       {5, 8, 3, 4, 8, 3, 1, 1, 1, 2},      // 3x4 planes: several images a block
+      // Small planes: several images a weight-gradient tile, the last tile's slots past N.
+      {6, 16, 7, 7, 16, 3, 1, 1, 1, 4},  // 7x7: 4 images a tile
+      {3, 16, 8, 8, 32, 1, 2, 0, 1, 4},  // 1x1 stride 2 to 4x4: 8 images a tile, float4s
   };
   for (const Case& k : cases) {
     // Under the sanitizers the small shapes cover the code paths; the large ones take minutes.
@@ -297,7 +300,8 @@ TEST(GpuConv2dGrouped, DeterministicWeightGradientIsBitwiseRepeatable) {
   CNN_REQUIRE_GPU();
   for (const Case& k :
        {Case{4, 16, 33, 36, 16, 3, 1, 1, 1, 16}, Case{4, 8, 33, 37, 8, 3, 2, 1, 1, 4},
-        Case{4, 16, 33, 36, 32, 3, 1, 1, 1, 4}, Case{8, 12, 64, 64, 12, 5, 1, 2, 1, 12}}) {
+        Case{4, 16, 33, 36, 32, 3, 1, 1, 1, 4}, Case{8, 12, 64, 64, 12, 5, 1, 2, 1, 12},
+        Case{6, 16, 7, 7, 16, 3, 1, 1, 1, 4}}) {
     const Conv2dGroupedShape s = shape_of(k);
     SCOPED_TRACE(describe(s));
     const Problem p = make_problem(s, test::fresh_seed());

@@ -263,15 +263,21 @@ TEST(Conv2dGroupedCpu, NarrowKernelsTakeNarrowGroups) {
 TEST(Conv2dGroupedCpu, NarrowWeightGradientPlanCoversThePlane) {
   for (const Case& k :
        {Case{128, 128, 32, 32, 128, 3, 3, 1, 1, 1, 32}, Case{1, 8, 1, 1, 8, 1, 1, 1, 0, 1, 2},
-        Case{3, 32, 40, 300, 40, 3, 3, 2, 1, 1, 2}, Case{7, 48, 9, 13, 24, 3, 3, 1, 1, 1, 3}}) {
+        Case{3, 32, 40, 300, 40, 3, 3, 2, 1, 1, 2}, Case{7, 48, 9, 13, 24, 3, 3, 1, 1, 1, 3},
+        Case{5, 16, 7, 7, 16, 3, 3, 1, 1, 1, 4}, Case{9, 8, 16, 16, 8, 3, 3, 2, 1, 1, 2}}) {
     const Conv2dGroupedShape s = shape_of(k);
     const NarrowWgradPlan p = grouped_narrow_wgrad_plan(s);
     EXPECT_EQ(p.th * p.segs_x, 32);
     EXPECT_EQ(p.tw, 8 * p.segs_x);
     EXPECT_GE(int64_t(p.tiles_x) * p.tw, s.ow());
     EXPECT_LT(int64_t(p.tiles_x - 1) * p.tw, s.ow());
-    EXPECT_GE(int64_t(p.tiles_y) * p.th, s.oh());
-    EXPECT_EQ(p.units, int64_t(s.n) * p.tiles_x * p.tiles_y);
+    // A tile's images' rows fit its lanes' rows; a plane of at most th / 2 rows shares its tile.
+    EXPECT_LE(p.ipt * p.rows, p.th);
+    EXPECT_EQ(p.ipt > 1, 2 * s.oh() <= p.th);
+    if (p.ipt > 1) EXPECT_EQ(p.rows, s.oh());
+    EXPECT_GE(int64_t(p.tiles_y) * p.rows, s.oh());
+    EXPECT_LT(int64_t(p.tiles_y - 1) * p.rows, s.oh());
+    EXPECT_EQ(p.units, (s.n + p.ipt - 1) / p.ipt * int64_t(p.tiles_x) * p.tiles_y);
     EXPECT_GE(p.chunks * p.chunk_units, p.units);
     EXPECT_LT((p.chunks - 1) * p.chunk_units, p.units);
     EXPECT_GE(p.warps * p.c_blocks, s.cg());
@@ -283,8 +289,16 @@ TEST(Conv2dGroupedCpu, NarrowWeightGradientPlanCoversThePlane) {
   const NarrowWgradPlan r =
       grouped_narrow_wgrad_plan(shape_of({128, 128, 32, 32, 128, 3, 3, 1, 1, 1, 32}));
   EXPECT_EQ(r.tw, 32);
+  EXPECT_EQ(r.ipt, 1);
   EXPECT_EQ(r.chunks, 32);
   EXPECT_EQ(r.chunk_units, 16);
+  // An 8 x 8 output (32 groups of 8 at stride 2): 8-wide tiles of 4 images' 8 rows.
+  const NarrowWgradPlan m =
+      grouped_narrow_wgrad_plan(shape_of({128, 256, 16, 16, 256, 3, 3, 2, 1, 1, 32}));
+  EXPECT_EQ(m.tw, 8);
+  EXPECT_EQ(m.ipt, 4);
+  EXPECT_EQ(m.rows, 8);
+  EXPECT_EQ(m.units, 32);
 }
 
 TEST(Conv2dGroupedCpu, ShapeChecksNameTheField) {

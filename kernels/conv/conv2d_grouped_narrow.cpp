@@ -52,12 +52,15 @@ NarrowWgradPlan grouped_narrow_wgrad_plan(const Conv2dGroupedShape& s) {
   while (p.segs_x < 32 && p.segs_x * kSeg < ow) p.segs_x *= 2;
   p.th = 32 / p.segs_x;
   p.tw = p.segs_x * kSeg;
+  // Planes of at most th / 2 rows: several images a tile, so that the lanes have rows to sum.
+  p.ipt = oh * 2 <= p.th ? p.th / oh : 1;
+  p.rows = p.ipt > 1 ? oh : p.th;
   p.tiles_x = ceil_div(ow, p.tw);
-  p.tiles_y = ceil_div(oh, p.th);
+  p.tiles_y = ceil_div(oh, p.rows);
   p.warps = std::min(s.cg(), kMaxWarps);
   p.c_blocks = ceil_div(s.cg(), p.warps);
   p.oc_chunks = ceil_div(s.ocg(), 4);
-  p.units = int64_t(s.n) * p.tiles_y * p.tiles_x;
+  p.units = ceil_div<int64_t>(s.n, p.ipt) * p.tiles_y * p.tiles_x;
   const int64_t per_chunk = int64_t(s.groups) * p.oc_chunks * p.c_blocks;
   const int64_t want = std::clamp<int64_t>(ceil_div(kTargetBlocks, per_chunk), 1, p.units);
   p.chunk_units = ceil_div(p.units, want);

@@ -327,17 +327,18 @@ bool launch_forward_k(int k, const FwdView& v, const float* d_in, const float* d
 
 struct NarrowWgrad {
   int n, c, h, w, oc, oh, ow, pad, cg, ocg, groups;
-  int segs_x, th, tw, tiles_x, tiles_y;
+  int segs_x, th, tw, tiles_x, tiles_y, ipt, rows;
   int warps, c_blocks, oc_chunks;
   int units, chunk_units, chunks;
-  int in_h, in_w, x_pitch, dy_pitch;
+  int in_h, in_w, x_pitch, dy_pitch;  // in_h: an image's window (rows of output)
   // 16-byte copies (grouped_narrow_backward_weight with kLead >= 0): th = 2^th_log; a row of the
   // window is x_chunks float4s, copied by 2^x_lanes_log lanes, a row of dy by 2^dy_lanes_log.
   int th_log, x_chunks, x_lanes_log, dy_lanes_log;
 };
 
-// One tile's dy (4 channels x th rows x tw columns from (oy0, ox0)) and input windows (nci
-// channels x in_h rows x in_w columns from (iy0, ix0)) into shared memory 16 bytes a copy
+// One tile's dy (4 channels x th rows x tw columns from (oy0, ox0); row t of image n0 + t / rows)
+// and input windows (nci channels x ipt images x in_h rows x in_w columns from (iy0, ix0)) into
+// shared memory 16 bytes a copy
 // (cp.async, zero-filled outside the planes; W and OW multiples of 4, so a float4 is wholly
 // inside or outside): lane (sub, chunk) copies float4 `chunk` of row `sub` of the warp's rows.
 // The windows' rows are stored from the float4 that holds column ix0, which starts kLead floats
@@ -346,16 +347,18 @@ struct NarrowWgrad {
 template <int kLead>
 __device__ __forceinline__ void stage_wgrad_vec(const NarrowWgrad& d, const float* __restrict__ d_x,
                                                 const float* __restrict__ d_dy, float* b_dy,
-                                                float* b_x, int dy_plane, int x_plane, int n, int g,
-                                                int o0, int ci0, int nci, int oy0, int ox0, int iy0,
-                                                int ix0, int lane, int warp, int warps) {
+                                                float* b_x, int dy_plane, int x_plane, int n0,
+                                                int g, int o0, int ci0, int nci, int oy0, int ox0,
+                                                int iy0, int ix0, int lane, int warp, int warps) {
   {
     const int chunk = lane & ((1 << d.dy_lanes_log) - 1), at_once = 32 >> d.dy_lanes_log;
     const int ox = ox0 + 4 * chunk;
     const bool lane_on = 4 * chunk < d.tw, col_ok = lane_on && ox < d.ow;
     for (int t = warp * at_once + (lane >> d.dy_lanes_log); t < 4 * d.th; t += warps * at_once) {
-      const int o = t >> d.th_log, row = t & (d.th - 1), oy = oy0 + row;
-      const bool ok = col_ok && o0 + o < d.ocg && oy < d.oh;
+      const int o = t >> d.th_log, row = t & (d.th - 1);
+      const int slot = d.ipt == 1 ? 0 : row / d.rows, oy = oy0 + row - slot * d.rows;
+      const int n = n0 + slot;
+      const bool ok = col_ok && o0 + o < d.ocg && slot < d.ipt && n < d.n && oy < d.oh;
       if (lane_on)
         ptx::cp_async16(
             b_dy + o * dy_plane + row * d.dy_pitch + 4 * chunk,
@@ -367,24 +370,32 @@ __device__ __forceinline__ void stage_wgrad_vec(const NarrowWgrad& d, const floa
   const int gx = ix0 - kLead + 4 * chunk;
   const bool lane_on = chunk < d.x_chunks, col_ok = lane_on && gx >= 0 && gx < d.w;
   const int step = warps * at_once;
-  // (channel, row) carried along by the fixed step, without divisions.
-  int row = warp * at_once + (lane >> d.x_lanes_log), c = 0;
-  while (row >= d.in_h) row -= d.in_h, ++c;
+  // (channel, image, row) carried along by the fixed step, without divisions.
+  int row = warp * at_once + (lane >> d.x_lanes_log), slot = 0, c = 0;
+  const auto carry = [&] {
+    while (row >= d.in_h) {
+      row -= d.in_h;
+      if (++slot == d.ipt) slot = 0, ++c;
+    }
+  };
+  carry();
   while (c < nci) {
-    const int iy = iy0 + row;
-    const bool ok = col_ok && iy >= 0 && iy < d.h;
+    const int iy = iy0 + row, n = n0 + slot;
+    const bool ok = col_ok && n < d.n && iy >= 0 && iy < d.h;
     if (lane_on)
-      ptx::cp_async16(b_x + c * x_plane + row * d.x_pitch + 4 * chunk,
+      ptx::cp_async16(b_x + c * x_plane + (slot * d.in_h + row) * d.x_pitch + 4 * chunk,
                       ok ? d_x + ((n * d.c + g * d.cg + ci0 + c) * d.h + iy) * d.w + gx : d_x,
                       ok ? 16 : 0);
     row += step;
-    while (row >= d.in_h) row -= d.in_h, ++c;
+    carry();
   }
 }
 
 // Thread mapping: warp w of a block owns input channel ci0 + w of group g, for the block's 4
 // output channels o0..o0+3; lane (r, j) = (lane / segs_x, lane % segs_x) owns positions
-// 8 j .. 8 j + 7 of row r of each output tile the block walks. Per tile the block copies the
+// 8 j .. 8 j + 7 of row r of each output tile the block walks (on planes of at most th / 2 rows
+// a tile holds ipt = th / OH images, row r of it row r % OH of image r / OH, and the lanes past
+// ipt OH rows read zeros of dy). Per tile the block copies the
 // 4 channels' dy tile and its input channels' windows into shared memory; a lane loads its 32 dy
 // values once, then per kernel row its 7 S + K inputs, and adds their products into its
 // 4 x K x K sums (and the dy sums, for the bias, in the warp of channel 0).
@@ -398,13 +409,17 @@ __global__ void __launch_bounds__(kWgradMaxThreads)
                                    const float* __restrict__ d_dy, float* __restrict__ d_dw,
                                    float* __restrict__ d_db, float* __restrict__ d_scratch) {
   ptx::griddep_enter();
-  // Two buffers of (4, th, dy_pitch) dy then (warps, in_h, x_pitch) inputs.
+  // Two buffers of (4, th, dy_pitch) dy then (warps, ipt, in_h, x_pitch) inputs.
   extern __shared__ float4 wsmem4[];
   float* const smem = reinterpret_cast<float*>(wsmem4);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int r = lane / d.segs_x, j = lane % d.segs_x;
+  // The lane's first window row: image slot r / rows, its row r % rows (a lane past the tile's
+  // images reads slot 0 against zeros of dy).
+  const int r_slot = r / d.rows < d.ipt ? r / d.rows : 0;
+  const int x_row = r_slot * d.in_h + (r - r / d.rows * d.rows) * S;
   const int64_t weights = int64_t(d.oc) * d.cg * K * K, slots = weights + d.oc;
-  const int x_plane = d.in_h * d.x_pitch, dy_plane = d.th * d.dy_pitch;
+  const int x_plane = d.ipt * d.in_h * d.x_pitch, dy_plane = d.th * d.dy_pitch;
   const int buf_floats = 4 * dy_plane + d.warps * x_plane;
   const int blocks = d.chunks * d.groups * d.oc_chunks * d.c_blocks;
   for (int blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
@@ -434,21 +449,21 @@ __global__ void __launch_bounds__(kWgradMaxThreads)
     // the row's copies.)
     const auto stage = [&](int u, int buf) {
       const int tile_x = u % d.tiles_x, rest = u / d.tiles_x;
-      const int tile_y = rest % d.tiles_y, n = rest / d.tiles_y;
-      const int oy0 = tile_y * d.th, ox0 = tile_x * d.tw;
+      const int tile_y = rest % d.tiles_y, n0 = rest / d.tiles_y * d.ipt;
+      const int oy0 = tile_y * d.rows, ox0 = tile_x * d.tw;
       const int iy0 = oy0 * S - d.pad, ix0 = ox0 * S - d.pad;
       float* const b_dy = smem + buf * buf_floats;
       float* const b_x = b_dy + 4 * dy_plane;
       if constexpr (kLead >= 0) {
-        stage_wgrad_vec<kLead>(d, d_x, d_dy, b_dy, b_x, dy_plane, x_plane, n, g, o0, ci0, nci, oy0,
+        stage_wgrad_vec<kLead>(d, d_x, d_dy, b_dy, b_x, dy_plane, x_plane, n0, g, o0, ci0, nci, oy0,
                                ox0, iy0, ix0, lane, warp, warps);
         ptx::cp_async_commit();
         return;
       }
       for (int o = 0; o < 4; ++o)
         for (int row = warp; row < d.th; row += warps) {
-          const int oy = oy0 + row;
-          const bool row_ok = o0 + o < d.ocg && oy < d.oh;
+          const int slot = row / d.rows, oy = oy0 + row - slot * d.rows, n = n0 + slot;
+          const bool row_ok = o0 + o < d.ocg && slot < d.ipt && n < d.n && oy < d.oh;
           const float* src =
               row_ok ? d_dy + ((int64_t(n) * d.oc + g * d.ocg + o0 + o) * d.oh + oy) * d.ow : d_dy;
           float* dst = b_dy + o * dy_plane + row * d.dy_pitch;
@@ -459,12 +474,12 @@ __global__ void __launch_bounds__(kWgradMaxThreads)
           }
         }
       for (int c = 0; c < nci; ++c)
-        for (int row = warp; row < d.in_h; row += warps) {
-          const int iy = iy0 + row;
-          const bool row_ok = iy >= 0 && iy < d.h;
+        for (int srow = warp; srow < d.ipt * d.in_h; srow += warps) {
+          const int slot = srow / d.in_h, iy = iy0 + srow - slot * d.in_h, n = n0 + slot;
+          const bool row_ok = n < d.n && iy >= 0 && iy < d.h;
           const float* src =
               row_ok ? d_x + ((int64_t(n) * d.c + g * d.cg + ci0 + c) * d.h + iy) * d.w : d_x;
-          float* dst = b_x + c * x_plane + row * d.x_pitch;
+          float* dst = b_x + c * x_plane + srow * d.x_pitch;
           for (int col = lane; col < d.in_w; col += 32) {
             const int ix = ix0 + col;
             const bool ok = row_ok && ix >= 0 && ix < d.w;
@@ -511,7 +526,7 @@ __global__ void __launch_bounds__(kWgradMaxThreads)
 #pragma unroll
             for (int p = 0; p < kSeg; ++p) bacc[o] += dv[o][p];
         }
-        const float* xs = b_x + warp * x_plane + r * S * d.x_pitch + j * kSeg * S;
+        const float* xs = b_x + warp * x_plane + x_row * d.x_pitch + j * kSeg * S;
 #pragma unroll
         for (int ky = 0; ky < K; ++ky) {
           float in[(kSeg - 1) * S + K];
@@ -612,9 +627,10 @@ bool launch_wgrad(const Conv2dGroupedShape& s, const float* d_x, const float* d_
   d.n = s.n, d.c = s.c, d.h = s.h, d.w = s.w, d.oc = s.oc, d.oh = s.oh(), d.ow = s.ow();
   d.pad = s.pad_h, d.cg = s.cg(), d.ocg = s.ocg(), d.groups = s.groups;
   d.segs_x = p.segs_x, d.th = p.th, d.tw = p.tw, d.tiles_x = p.tiles_x, d.tiles_y = p.tiles_y;
+  d.ipt = p.ipt, d.rows = p.rows;
   d.warps = p.warps, d.c_blocks = p.c_blocks, d.oc_chunks = p.oc_chunks;
   d.units = int(p.units), d.chunk_units = int(p.chunk_units), d.chunks = int(p.chunks);
-  d.in_h = (p.th - 1) * S + K;
+  d.in_h = (p.rows - 1) * S + K;
   d.in_w = (p.tw - 1) * S + K;
   // 16-byte copies where the rows are 16-byte aligned and the window's lead (-pad mod 4) is the
   // one instantiated for K: the "same" padding (K - 1) / 2.
@@ -636,7 +652,7 @@ bool launch_wgrad(const Conv2dGroupedShape& s, const float* d_x, const float* d_
     d.dy_pitch = p.tw | 1;
   }
   const std::size_t smem =
-      2 * (std::size_t(4) * p.th * d.dy_pitch + std::size_t(p.warps) * d.in_h * d.x_pitch) *
+      2 * (std::size_t(4) * p.th * d.dy_pitch + std::size_t(p.warps) * p.ipt * d.in_h * d.x_pitch) *
       sizeof(float);
   const int64_t blocks = p.chunks * s.groups * p.oc_chunks * p.c_blocks;
   if (vec)

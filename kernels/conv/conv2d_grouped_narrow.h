@@ -41,10 +41,12 @@ bool grouped_narrow_backward_weight_applicable(const Conv2dGroupedShape& s);
 
 // The weight gradient's work split, a function of the shape only (so is the deterministic
 // reduction order): an output tile is th rows x tw = 8 segs_x columns (th x segs_x = 32 lane
-// segments); a unit is (image, tile row, tile column); each block walks chunk_units consecutive
-// units of one (group, output-channel quad, input-channel block of `warps`).
+// segments): `rows` rows of each of ipt images (ipt = th / OH where OH <= th / 2, rows = OH;
+// else ipt = 1, rows = th); a unit is (ipt images, tile row, tile column); each block walks
+// chunk_units consecutive units of one (group, output-channel quad, input-channel block of
+// `warps`).
 struct NarrowWgradPlan {
-  int segs_x = 4, th = 8, tw = 32;
+  int segs_x = 4, th = 8, tw = 32, ipt = 1, rows = 8;
   int tiles_x = 1, tiles_y = 1;
   int warps = 1, c_blocks = 1, oc_chunks = 1;
   int64_t units = 1, chunk_units = 1, chunks = 1;
