@@ -274,7 +274,9 @@ TEST(Conv2dGroupedCpu, NarrowWeightGradientPlanCoversThePlane) {
     // A tile's images' rows fit its lanes' rows; a plane of at most th / 2 rows shares its tile.
     EXPECT_LE(p.ipt * p.rows, p.th);
     EXPECT_EQ(p.ipt > 1, 2 * s.oh() <= p.th);
-    if (p.ipt > 1) EXPECT_EQ(p.rows, s.oh());
+    if (p.ipt > 1) {
+      EXPECT_EQ(p.rows, s.oh());
+    }
     EXPECT_GE(int64_t(p.tiles_y) * p.rows, s.oh());
     EXPECT_LT(int64_t(p.tiles_y - 1) * p.rows, s.oh());
     EXPECT_EQ(p.units, (s.n + p.ipt - 1) / p.ipt * int64_t(p.tiles_x) * p.tiles_y);
