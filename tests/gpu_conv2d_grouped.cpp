@@ -198,7 +198,8 @@ void run_case(const Case& k) {
   std::printf("%s (seed %llu)\n", describe(s).c_str(), static_cast<unsigned long long>(seed));
   const Problem p = make_problem(s, seed);
   check_all_variants(p, 0);
-  if (conv2d_grouped_fast_applicable(s) || grouped_narrow_forward_applicable(s))
+  if (conv2d_grouped_fast_applicable(s) || grouped_narrow_forward_applicable(s) ||
+      grouped_narrow_backward_data_applicable(s))
     check_all_variants(p, 1);
 }
 
@@ -246,12 +247,12 @@ TEST(GpuConv2dGrouped, SeedShapesMatchCpu) {
 }
 
 // The narrow-group kernels (the fast variant's for groups of up to 16 channels that are not
-// depthwise): groups of 2 to 16 channels in and out, channels a group not a multiple of 4 (a
-// partial quad of output channels), 8 or more out (8 a block), 1x1 to 7x7, stride 2 (the input
-// gradient on dy spread out), padding 0 to beyond K - 1 (the input gradient then runs tiled),
-// planes of 1 x 70 and 40 x 300 (several tiles along W), tiny planes (several images a block),
-// batch 1 to 5, W a multiple of 4 or not (rows copied as float4s or a float at a time); every
-// variant, aligned and not.
+// depthwise; the input gradient up to 32 output channels): groups of 2 to 16 channels in and out,
+// channels a group not a multiple of 4 (a partial quad of output channels), 8 or more out (8 a
+// block), 1x1 to 7x7, stride 2 (the input gradient by phases), padding 0 to beyond K - 1 (the input
+// gradient then runs tiled), planes of 1 x 70 and 40 x 300 (several tiles along W), tiny planes
+// (several images a block), batch 1 to 5, W a multiple of 4 or not (rows copied as float4s or a
+// float at a time); every variant, aligned and not.
 TEST(GpuConv2dGrouped, NarrowGroupKernelsMatchCpu) {
   CNN_REQUIRE_GPU();
   const Case cases[] = {
@@ -287,6 +288,10 @@ TEST(GpuConv2dGrouped, NarrowGroupKernelsMatchCpu) {
       // Small planes: several images a weight-gradient tile, the last tile's slots past N.
       {6, 16, 7, 7, 16, 3, 1, 1, 1, 4},  // 7x7: 4 images a tile
       {3, 16, 8, 8, 32, 1, 2, 0, 1, 4},  // 1x1 stride 2 to 4x4: 8 images a tile, float4s
+      // The input gradient of groups of 17 to 32 output channels (the other passes tiled).
+      {2, 64, 12, 10, 64, 3, 2, 1, 1, 2},  // 32 in and out, stride 2
+      {1, 16, 9, 11, 96, 3, 2, 1, 1, 4},   // 24 out, stride 2, odd planes
+      {1, 8, 10, 12, 48, 3, 1, 1, 1, 2},   // 24 out, stride 1
   };
   for (const Case& k : cases) {
     // Under the sanitizers the small shapes cover the code paths; the large ones take minutes.

@@ -250,7 +250,13 @@ TEST(Conv2dGroupedCpu, NarrowKernelsTakeNarrowGroups) {
   EXPECT_TRUE(all({2, 64, 16, 16, 64, 3, 3, 2, 1, 1, 8}));     // stride 2
   const Conv2dGroupedShape wide_out = shape_of({2, 16, 8, 8, 128, 3, 3, 1, 1, 1, 4});
   EXPECT_TRUE(grouped_narrow_forward_applicable(wide_out));
-  EXPECT_FALSE(grouped_narrow_backward_data_applicable(wide_out));  // 32 output channels a group
+  EXPECT_TRUE(grouped_narrow_backward_data_applicable(wide_out));  // 32 output channels a group
+  EXPECT_FALSE(grouped_narrow_backward_data_applicable(
+      shape_of({2, 16, 8, 8, 256, 3, 3, 2, 1, 1, 4})));  // 64
+  EXPECT_FALSE(grouped_narrow_forward_applicable(
+      shape_of({2, 256, 16, 16, 256, 3, 3, 2, 1, 1, 8})));  // 32 input channels a group
+  EXPECT_TRUE(grouped_narrow_backward_data_applicable(
+      shape_of({2, 256, 16, 16, 256, 3, 3, 2, 1, 1, 8})));  // ResNeXt's stride-2 8 groups of 32
   const Conv2dGroupedShape k5 = shape_of({2, 16, 8, 8, 16, 5, 5, 1, 2, 1, 4});
   EXPECT_TRUE(grouped_narrow_backward_data_applicable(k5));
   EXPECT_FALSE(grouped_narrow_backward_weight_applicable(k5));

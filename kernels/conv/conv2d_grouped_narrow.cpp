@@ -30,8 +30,9 @@ bool grouped_narrow_forward_applicable(const Conv2dGroupedShape& s) {
 }
 
 bool grouped_narrow_backward_data_applicable(const Conv2dGroupedShape& s) {
-  // The forward kernel on dy spread out to the stride's grid, padded by K - 1 - p >= 0.
-  return narrow_window(s) && s.ocg() <= kNarrowMaxGroupChannels && s.pad_h <= s.kh - 1;
+  // The forward kernel on dy: at stride 1 padded by K - 1 - p >= 0 (the stride-2 phases need no
+  // such bound; one rule for both).
+  return narrow_window(s) && s.ocg() <= kNarrowMaxGradGroupChannels && s.pad_h <= s.kh - 1;
 }
 
 bool grouped_narrow_backward_weight_applicable(const Conv2dGroupedShape& s) {

@@ -1,4 +1,4 @@
-// The narrow-group kernels: forward, input gradient (the forward on dy, spread out at stride 2)
+// The narrow-group kernels: forward, input gradient (the forward on dy, by phases at stride 2)
 // and weight gradient of grouped convolutions with few channels a group
 // (conv2d_grouped_narrow.h).
 // Blocks walk their work with grid-stride loops over a 1-D grid; offsets that can exceed 2^31
@@ -23,14 +23,15 @@ constexpr int kStageChannels = 4;  // input channels staged per barrier pair (fo
 constexpr int kSeg = 8;            // weight gradient: positions a lane walks along its row
 constexpr int kWgradMaxThreads = 256;
 
-// The forward kernel's view: in (N, C, H, W) -> out (N, OC, OH, OW), C / cg = OC / ocg groups,
-// in read as if each pixel were U x U apart (U - 1 zeros between): U = 1 for the forward. For the
-// input gradient in is dy, out is dx, the weights are read transposed and flipped, and U is the
-// layer's stride (the stride-1 convolution of dy spread back out to the input's pixel grid).
+// The forward kernel's view: in (N, C, H, W) -> out (N, OC, OH, OW), C / cg = OC / ocg groups.
+// For the input gradient in is dy, out is dx and the weights are read transposed: at stride 1
+// the convolution of dy with the flipped weights, padded by K - 1 - p; at stride 2 by phases
+// (kPhase): dx's pixels of row parity a and column parity b are a stride-1 convolution of dy with
+// the taps ky = a + p (mod 2), kx = b + p (mod 2) alone, at most ceil(K / 2) of them each way.
 struct FwdView {
-  int n, c, h, w;  // in, as stored (not spread)
-  int oc, oh, ow;
-  int pad;  // on the spread grid
+  int n, c, h, w;
+  int oc, oh, ow;  // with phases: a phase's grid, ceil(H / 2) x ceil(W / 2) of dx
+  int pad;
   int groups;
   bool transposed;
 };
@@ -44,11 +45,13 @@ struct NarrowFwd {
   int tiles_x, tiles_y, oc_chunks, image_blocks;
   int in_h, in_w, pitch;  // one staged channel: in_h rows of `pitch` floats, in_w of them used
   bool transposed;
-  // Rows read as float4s (U == 1, W % 4 == 0, a 16-byte aligned input): a row's window starts
-  // `lead` floats into its first aligned float4 and spans vec_chunks of them, read by lanes
+  // Rows read as float4s (W % 4 == 0, a 16-byte aligned input): a row's window starts 0-3 floats
+  // into its first aligned float4 and spans at most vec_chunks of them, read by lanes
   // (lane & (2^vec_lanes_log - 1)), 32 >> vec_lanes_log rows a warp at once.
   bool vec;
-  int lead, vec_chunks, vec_lanes_log;
+  int vec_chunks, vec_lanes_log;
+  // Phases (the stride-2 input gradient): the layer's kernel size and padding, dx's plane.
+  int ph_k, ph_pad, ph_h, ph_w;
 };
 
 // Threads (tx, ty, tz) = 128: tx quads wide enough for the row (at most 8, 32 columns), ty rows
@@ -71,9 +74,7 @@ NarrowFwd fwd_dims(const FwdView& v) {
   d.in_w = (4 * d.tx - 1) * S + K;
   d.pitch = d.in_w | 1;  // odd: the rows of a warp's lanes fall in different banks
   d.transposed = v.transposed;
-  // Every window starts at ox0 S - pad with ox0 S a multiple of 4: the same lead in each.
-  d.lead = (-d.pad) & 3;
-  d.vec_chunks = (d.lead + d.in_w + 3) / 4;
+  d.vec_chunks = (3 + d.in_w + 3) / 4;
   d.vec_lanes_log = 0;
   while ((1 << d.vec_lanes_log) < d.vec_chunks) ++d.vec_lanes_log;
   d.vec = false;  // the launcher decides (it knows the pointer)
@@ -88,31 +89,29 @@ std::size_t fwd_smem_bytes(const NarrowFwd& d, int k) {
 }
 
 // A stage's input windows (tz images x cc channels from ch0 x in_h rows x in_w columns from
-// (iy0, ix0) on the spread grid) into s_in: a warp a row, the row's indices once, then coalesced
-// columns, every copy in flight at once (cp.async, zero-filled outside the image) until the
-// stage's wait. (Nested loops, not one flat row index: a runtime division per row would cost
-// more than the row's copies.)
-template <int U>
+// (iy0, ix0)) into s_in: a warp a row, the row's indices once, then coalesced columns, every
+// copy in flight at once (cp.async, zero-filled outside the image) until the stage's wait.
+// (Nested loops, not one flat row index: a runtime division per row would cost more than the
+// row's copies.)
 __device__ __forceinline__ void stage_rows(const NarrowFwd& d, const float* __restrict__ d_in,
                                            float* s_in, int plane, int n0, int ch0, int cc, int iy0,
                                            int ix0, int lane, int warp) {
   for (int zi = 0; zi < d.tz; ++zi)
     for (int ci = 0; ci < cc; ++ci)
       for (int row = warp; row < d.in_h; row += kFwdThreads / 32) {
-        const int ty_s = iy0 + row, n = n0 + zi;  // row on the spread grid
-        const int iy = ty_s / U;
-        const bool row_ok = n < d.n && ty_s >= 0 && ty_s % U == 0 && iy < d.h;
+        const int iy = iy0 + row, n = n0 + zi;
+        const bool row_ok = n < d.n && iy >= 0 && iy < d.h;
         const float* src = row_ok ? d_in + ((int64_t(n) * d.c + ch0 + ci) * d.h + iy) * d.w : d_in;
         float* dst = s_in + (zi * kStageChannels + ci) * plane + row * d.pitch;
         for (int col = lane; col < d.in_w; col += 32) {
-          const int tx_s = ix0 + col, ix = tx_s / U;
-          const bool ok = row_ok && tx_s >= 0 && tx_s % U == 0 && ix < d.w;
+          const int ix = ix0 + col;
+          const bool ok = row_ok && ix >= 0 && ix < d.w;
           ptx::cp_async4(dst + col, ok ? src + ix : d_in, ok);
         }
       }
 }
 
-// The same windows at stride U == 1 read a float4 at a time (d.vec): lane (sub, chunk) loads the
+// The same windows read a float4 at a time (d.vec): lane (sub, chunk) loads the
 // chunk-th aligned float4 under row `sub` of the warp's rows and stores those of its floats that
 // fall in the window, one by one (the odd pitch that keeps the multiply loop's reads free of bank
 // conflicts leaves the rows unaligned). A float4 is wholly inside or outside the image (W % 4 ==
@@ -124,11 +123,12 @@ __device__ __forceinline__ void stage_rows_vec(const NarrowFwd& d, const float* 
                                                float* s_in, int plane, int n0, int ch0, int cc,
                                                int iy0, int ix0, int lane, int warp) {
   constexpr int kBatch = 4;
+  const int lead = ix0 & 3;  // the window's first column, in its float4
   const int chunk = lane & ((1 << d.vec_lanes_log) - 1);
   const int rows_at_once = 32 >> d.vec_lanes_log;
   const int step = (kFwdThreads / 32) * rows_at_once;
-  const int col0 = 4 * chunk - d.lead;  // window column of the float4's first float
-  const bool lane_on = chunk < d.vec_chunks;
+  const int col0 = 4 * chunk - lead;  // window column of the float4's first float
+  const bool lane_on = col0 < d.in_w;
   const int gx = ix0 + col0;  // its image column, a multiple of 4
   const bool col_ok = lane_on && gx >= 0 && gx < d.w;
   int row = warp * rows_at_once + (lane >> d.vec_lanes_log), ci = 0, zi = 0;
@@ -172,9 +172,10 @@ __device__ __forceinline__ void stage_rows_vec(const NarrowFwd& d, const float* 
 // image n0 + z, for the block's OCT output channels of one group. Per stage of up to 4 input
 // channels the block copies their (in_h, in_w) input windows (zero outside the image) and the
 // taps' weights, OCT consecutive floats a tap, into shared memory; every thread then reads the
-// same float4 of weights (a broadcast) and its own 3 S + K inputs of each kernel row. With U > 1
-// the staged window is on the spread grid: its rows and columns off the U-multiples are zeros.
-template <int K, int S, int U, int OCT>
+// same float4 of weights (a broadcast) and its own 3 S + K inputs of each kernel row. With phases
+// (S = 1, K = the phase's ceil(K_layer / 2) taps each way, zero weights for the taps a phase
+// lacks) a block computes one phase of dx and scatters its outputs to every other pixel.
+template <int K, int S, int OCT, bool kPhase>
 __global__ void __launch_bounds__(kFwdThreads)
     grouped_narrow_forward(NarrowFwd d, const float* __restrict__ d_in,
                            const float* __restrict__ d_w, const float* __restrict__ d_b,
@@ -187,7 +188,8 @@ __global__ void __launch_bounds__(kFwdThreads)
   const int qx = tid % d.tx, ry = tid / d.tx % d.ty, z = tid / (d.tx * d.ty);
   const int plane = d.in_h * d.pitch;
   // Fewer than 2^31 blocks (each has an output; grouped_narrow_forward_applicable).
-  const int blocks = d.image_blocks * d.groups * d.oc_chunks * d.tiles_y * d.tiles_x;
+  const int blocks =
+      (kPhase ? 4 : 1) * d.image_blocks * d.groups * d.oc_chunks * d.tiles_y * d.tiles_x;
   for (int blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
     const int tile_x = blk % d.tiles_x;
     int r = blk / d.tiles_x;
@@ -196,9 +198,16 @@ __global__ void __launch_bounds__(kFwdThreads)
     const int chunk = r % d.oc_chunks;
     r /= d.oc_chunks;
     const int g = r % d.groups;
-    const int n0 = r / d.groups * d.tz;
+    r /= d.groups;
+    const int n0 = (kPhase ? r % d.image_blocks : r) * d.tz;
     const int oy0 = tile_y * d.ty, ox0 = tile_x * 4 * d.tx;
-    const int iy0 = oy0 * S - d.pad, ix0 = ox0 * S - d.pad;
+    // A phase (a, b): its taps ky = first_a + 2 i (i < taps_a), read at dy row oy + d_a - i,
+    // staged as tap K - 1 - i of a window from row oy0 + d_a - (K - 1).
+    const int phase = kPhase ? r / d.image_blocks : 0, pa = phase >> 1, pb = phase & 1;
+    const int first_a = (pa + d.ph_pad) & 1, first_b = (pb + d.ph_pad) & 1;
+    const int taps_a = (d.ph_k - first_a + 1) / 2, taps_b = (d.ph_k - first_b + 1) / 2;
+    const int iy0 = kPhase ? oy0 + (pa + d.ph_pad - first_a) / 2 - (K - 1) : oy0 * S - d.pad;
+    const int ix0 = kPhase ? ox0 + (pb + d.ph_pad - first_b) / 2 - (K - 1) : ox0 * S - d.pad;
     const int o0 = chunk * OCT;  // the block's first output channel within the group
     float acc[OCT][4];
 #pragma unroll
@@ -208,16 +217,26 @@ __global__ void __launch_bounds__(kFwdThreads)
     for (int c0 = 0; c0 < d.cg; c0 += kStageChannels) {
       const int cc = min(kStageChannels, d.cg - c0);
       __syncthreads();  // everyone is done with the previous stage
-      if (U == 1 && d.vec) {
+      if (d.vec) {
         stage_rows_vec(d, d_in, s_in, plane, n0, g * d.cg + c0, cc, iy0, ix0, lane, warp);
       } else {
-        stage_rows<U>(d, d_in, s_in, plane, n0, g * d.cg + c0, cc, iy0, ix0, lane, warp);
+        stage_rows(d, d_in, s_in, plane, n0, g * d.cg + c0, cc, iy0, ix0, lane, warp);
       }
       for (int i = tid; i < cc * K * K * OCT; i += kFwdThreads) {
         const int o = i % OCT, tap = i / OCT % (K * K), ci = i / (OCT * K * K);
         const int oo = o0 + o, ic = c0 + ci;
         float v = 0.f;
-        if (oo < d.ocg) {
+        if (kPhase) {
+          // Tap (ty, tx) of the phase is the layer's (first_a + 2 (K-1-ty), first_b + 2 (K-1-tx)),
+          // where the phase has it; the layer's weight w[g d.cg + ic][oo] (its OC/G = d.cg
+          // channels in, C/G = d.ocg out), not flipped.
+          const int i_y = K - 1 - tap / K, i_x = K - 1 - tap % K;
+          if (oo < d.ocg && i_y < taps_a && i_x < taps_b) {
+            const int ky = first_a + 2 * i_y, kx = first_b + 2 * i_x;
+            v = __ldg(d_w + ((int64_t(g) * d.cg + ic) * d.ocg + oo) * (d.ph_k * d.ph_k) +
+                      ky * d.ph_k + kx);
+          }
+        } else if (oo < d.ocg) {
           // Forward: w[g ocg + oo][ic][tap]. Input gradient: the layer's weights are
           // (C_layer, cg_layer) = (d.c, d.ocg) per group the other way round, flipped.
           const int64_t src =
@@ -268,6 +287,16 @@ __global__ void __launch_bounds__(kFwdThreads)
         v[p] = acc[o][p] + bias;
         if (relu) v[p] = relu_keep_nan(v[p]);
       }
+      if (kPhase) {
+        // Pixel (2 oy + a, 2 (ox + p) + b) of dx, where dx has it.
+        const int row = 2 * oy + pa;
+        if (row >= d.ph_h) break;
+        float* out = d_out + ((int64_t(n) * d.oc + oc) * d.ph_h + row) * d.ph_w;
+#pragma unroll
+        for (int p = 0; p < 4; ++p)
+          if (2 * (ox + p) + pb < d.ph_w) out[2 * (ox + p) + pb] = v[p];
+        continue;
+      }
       float* out = d_out + ((int64_t(n) * d.oc + oc) * d.oh + oy) * d.ow + ox;
       if (vec_store && ox + 3 < d.ow) {
         *reinterpret_cast<float4*>(out) = make_float4(v[0], v[1], v[2], v[3]);
@@ -280,45 +309,66 @@ __global__ void __launch_bounds__(kFwdThreads)
   }
 }
 
+// The phases' layer kernel size, padding and dx plane (kPhase only).
+struct PhaseOf {
+  int k = 0, pad = 0, h = 0, w = 0;
+};
+
 // False (nothing launched) where the tile does not fit this device's shared memory.
-template <int K, int S, int U, int OCT>
-bool launch_forward(const FwdView& v, const float* d_in, const float* d_w, const float* d_b,
-                    float* d_out, bool relu, cudaStream_t stream) {
+template <int K, int S, int OCT, bool kPhase>
+bool launch_forward(const FwdView& v, const PhaseOf& ph, const float* d_in, const float* d_w,
+                    const float* d_b, float* d_out, bool relu, cudaStream_t stream) {
   NarrowFwd d = fwd_dims<K, S, OCT>(v);
+  d.ph_k = ph.k, d.ph_pad = ph.pad, d.ph_h = ph.h, d.ph_w = ph.w;
   const std::size_t smem = fwd_smem_bytes<OCT>(d, K);
-  const auto kernel = grouped_narrow_forward<K, S, U, OCT>;
+  const auto kernel = grouped_narrow_forward<K, S, OCT, kPhase>;
   if (!fits_dynamic_smem(smem, kernel)) return false;
   // Whole float4 rows where every row starts 16-byte aligned.
-  const bool vec = d.ow % 4 == 0 && reinterpret_cast<uintptr_t>(d_out) % 16 == 0;
-  d.vec =
-      U == 1 && d.w % 4 == 0 && reinterpret_cast<uintptr_t>(d_in) % 16 == 0 && d.vec_chunks <= 32;
-  const int64_t blocks = int64_t(d.image_blocks) * d.groups * d.oc_chunks * d.tiles_y * d.tiles_x;
+  const bool vec = !kPhase && d.ow % 4 == 0 && reinterpret_cast<uintptr_t>(d_out) % 16 == 0;
+  d.vec = d.w % 4 == 0 && reinterpret_cast<uintptr_t>(d_in) % 16 == 0 && d.vec_chunks <= 32;
+  const int64_t blocks =
+      (kPhase ? 4 : 1) * int64_t(d.image_blocks) * d.groups * d.oc_chunks * d.tiles_y * d.tiles_x;
   kernel<<<grid_for(blocks), kFwdThreads, smem, stream>>>(d, d_in, d_w, d_b, d_out, relu, vec);
   CNN_LAUNCH_CHECK("grouped_narrow_forward");
   return true;
 }
 
 // OCT = 8 where the group has at least 8 output channels (twice the multiplies per staged input).
-template <int K, int S, int U>
-bool launch_forward_oct(const FwdView& v, const float* d_in, const float* d_w, const float* d_b,
-                        float* d_out, bool relu, cudaStream_t stream) {
+template <int K, int S, bool kPhase>
+bool launch_forward_oct(const FwdView& v, const PhaseOf& ph, const float* d_in, const float* d_w,
+                        const float* d_b, float* d_out, bool relu, cudaStream_t stream) {
   if (v.oc / v.groups >= 8)
-    return launch_forward<K, S, U, 8>(v, d_in, d_w, d_b, d_out, relu, stream);
-  return launch_forward<K, S, U, 4>(v, d_in, d_w, d_b, d_out, relu, stream);
+    return launch_forward<K, S, 8, kPhase>(v, ph, d_in, d_w, d_b, d_out, relu, stream);
+  return launch_forward<K, S, 4, kPhase>(v, ph, d_in, d_w, d_b, d_out, relu, stream);
 }
 
-template <int S, int U>
-bool launch_forward_k(int k, const FwdView& v, const float* d_in, const float* d_w,
-                      const float* d_b, float* d_out, bool relu, cudaStream_t stream) {
-  switch (k) {
-    case 1:
-      return launch_forward_oct<1, S, U>(v, d_in, d_w, d_b, d_out, relu, stream);
-    case 3:
-      return launch_forward_oct<3, S, U>(v, d_in, d_w, d_b, d_out, relu, stream);
-    case 5:
-      return launch_forward_oct<5, S, U>(v, d_in, d_w, d_b, d_out, relu, stream);
-    default:
-      return launch_forward_oct<7, S, U>(v, d_in, d_w, d_b, d_out, relu, stream);
+// k: the kernel's taps each way (1, 3, 5, 7; with phases 1 to 4).
+template <int S, bool kPhase>
+bool launch_forward_k(int k, const FwdView& v, const PhaseOf& ph, const float* d_in,
+                      const float* d_w, const float* d_b, float* d_out, bool relu,
+                      cudaStream_t stream) {
+  if constexpr (kPhase) {
+    switch (k) {
+      case 1:
+        return launch_forward_oct<1, 1, true>(v, ph, d_in, d_w, d_b, d_out, relu, stream);
+      case 2:
+        return launch_forward_oct<2, 1, true>(v, ph, d_in, d_w, d_b, d_out, relu, stream);
+      case 3:
+        return launch_forward_oct<3, 1, true>(v, ph, d_in, d_w, d_b, d_out, relu, stream);
+      default:
+        return launch_forward_oct<4, 1, true>(v, ph, d_in, d_w, d_b, d_out, relu, stream);
+    }
+  } else {
+    switch (k) {
+      case 1:
+        return launch_forward_oct<1, S, false>(v, ph, d_in, d_w, d_b, d_out, relu, stream);
+      case 3:
+        return launch_forward_oct<3, S, false>(v, ph, d_in, d_w, d_b, d_out, relu, stream);
+      case 5:
+        return launch_forward_oct<5, S, false>(v, ph, d_in, d_w, d_b, d_out, relu, stream);
+      default:
+        return launch_forward_oct<7, S, false>(v, ph, d_in, d_w, d_b, d_out, relu, stream);
+    }
   }
 }
 
@@ -457,35 +507,35 @@ __global__ void __launch_bounds__(kWgradMaxThreads)
       if constexpr (kLead >= 0) {
         stage_wgrad_vec<kLead>(d, d_x, d_dy, b_dy, b_x, dy_plane, x_plane, n0, g, o0, ci0, nci, oy0,
                                ox0, iy0, ix0, lane, warp, warps);
-        ptx::cp_async_commit();
-        return;
+      } else {
+        for (int o = 0; o < 4; ++o)
+          for (int row = warp; row < d.th; row += warps) {
+            const int slot = row / d.rows, oy = oy0 + row - slot * d.rows, n = n0 + slot;
+            const bool row_ok = o0 + o < d.ocg && slot < d.ipt && n < d.n && oy < d.oh;
+            const float* src =
+                row_ok ? d_dy + ((int64_t(n) * d.oc + g * d.ocg + o0 + o) * d.oh + oy) * d.ow
+                       : d_dy;
+            float* dst = b_dy + o * dy_plane + row * d.dy_pitch;
+            for (int col = lane; col < d.tw; col += 32) {
+              const int ox = ox0 + col;
+              const bool ok = row_ok && ox < d.ow;
+              ptx::cp_async4(dst + col, ok ? src + ox : d_dy, ok);
+            }
+          }
+        for (int c = 0; c < nci; ++c)
+          for (int srow = warp; srow < d.ipt * d.in_h; srow += warps) {
+            const int slot = srow / d.in_h, iy = iy0 + srow - slot * d.in_h, n = n0 + slot;
+            const bool row_ok = n < d.n && iy >= 0 && iy < d.h;
+            const float* src =
+                row_ok ? d_x + ((int64_t(n) * d.c + g * d.cg + ci0 + c) * d.h + iy) * d.w : d_x;
+            float* dst = b_x + c * x_plane + srow * d.x_pitch;
+            for (int col = lane; col < d.in_w; col += 32) {
+              const int ix = ix0 + col;
+              const bool ok = row_ok && ix >= 0 && ix < d.w;
+              ptx::cp_async4(dst + col, ok ? src + ix : d_x, ok);
+            }
+          }
       }
-      for (int o = 0; o < 4; ++o)
-        for (int row = warp; row < d.th; row += warps) {
-          const int slot = row / d.rows, oy = oy0 + row - slot * d.rows, n = n0 + slot;
-          const bool row_ok = o0 + o < d.ocg && slot < d.ipt && n < d.n && oy < d.oh;
-          const float* src =
-              row_ok ? d_dy + ((int64_t(n) * d.oc + g * d.ocg + o0 + o) * d.oh + oy) * d.ow : d_dy;
-          float* dst = b_dy + o * dy_plane + row * d.dy_pitch;
-          for (int col = lane; col < d.tw; col += 32) {
-            const int ox = ox0 + col;
-            const bool ok = row_ok && ox < d.ow;
-            ptx::cp_async4(dst + col, ok ? src + ox : d_dy, ok);
-          }
-        }
-      for (int c = 0; c < nci; ++c)
-        for (int srow = warp; srow < d.ipt * d.in_h; srow += warps) {
-          const int slot = srow / d.in_h, iy = iy0 + srow - slot * d.in_h, n = n0 + slot;
-          const bool row_ok = n < d.n && iy >= 0 && iy < d.h;
-          const float* src =
-              row_ok ? d_x + ((int64_t(n) * d.c + g * d.cg + ci0 + c) * d.h + iy) * d.w : d_x;
-          float* dst = b_x + c * x_plane + srow * d.x_pitch;
-          for (int col = lane; col < d.in_w; col += 32) {
-            const int ix = ix0 + col;
-            const bool ok = row_ok && ix >= 0 && ix < d.w;
-            ptx::cp_async4(dst + col, ok ? src + ix : d_x, ok);
-          }
-        }
       ptx::cp_async_commit();
     };
     __syncthreads();  // everyone is done with both buffers (the previous block's last tiles)
@@ -667,19 +717,25 @@ bool launch_wgrad(const Conv2dGroupedShape& s, const float* d_x, const float* d_
 bool grouped_narrow_forward_cuda(const Conv2dGroupedShape& s, const float* d_x, const float* d_w,
                                  const float* d_b, float* d_y, bool relu, cudaStream_t stream) {
   const FwdView v{s.n, s.c, s.h, s.w, s.oc, s.oh(), s.ow(), s.pad_h, s.groups, false};
-  if (s.stride_h == 2) return launch_forward_k<2, 1>(s.kh, v, d_x, d_w, d_b, d_y, relu, stream);
-  return launch_forward_k<1, 1>(s.kh, v, d_x, d_w, d_b, d_y, relu, stream);
+  if (s.stride_h == 2)
+    return launch_forward_k<2, false>(s.kh, v, {}, d_x, d_w, d_b, d_y, relu, stream);
+  return launch_forward_k<1, false>(s.kh, v, {}, d_x, d_w, d_b, d_y, relu, stream);
 }
 
 bool grouped_narrow_backward_data_cuda(const Conv2dGroupedShape& s, const float* d_dy,
                                        const float* d_w, float* d_dx, cudaStream_t stream) {
-  // dx = the stride-1 convolution of dy (OC channels) spread out to the stride's grid and padded
-  // by K - 1 - p, with each group's weights transposed (its OC/G channels in, C/G out) and
-  // flipped: dx(iy) = sum over ky of dy((iy + p - ky) / S) w(ky) where S divides iy + p - ky.
+  // dx(iy) = sum over ky of dy((iy + p - ky) / S) w(ky) where S divides iy + p - ky, with each
+  // group's weights transposed (its OC/G channels in, C/G out). Stride 1: the convolution of dy
+  // with the flipped weights, padded by K - 1 - p. Stride 2: per phase of dx (iy and ix mod 2),
+  // that of dy with the phase's own taps, on the phase's grid.
+  if (s.stride_h == 2) {
+    const FwdView v{s.n,           s.oc,          s.oh(), s.ow(),   s.c,
+                    (s.h + 1) / 2, (s.w + 1) / 2, 0,      s.groups, true};
+    return launch_forward_k<1, true>((s.kh + 1) / 2, v, PhaseOf{s.kh, s.pad_h, s.h, s.w}, d_dy, d_w,
+                                     nullptr, d_dx, false, stream);
+  }
   const FwdView v{s.n, s.oc, s.oh(), s.ow(), s.c, s.h, s.w, s.kh - 1 - s.pad_h, s.groups, true};
-  if (s.stride_h == 2)
-    return launch_forward_k<1, 2>(s.kh, v, d_dy, d_w, nullptr, d_dx, false, stream);
-  return launch_forward_k<1, 1>(s.kh, v, d_dy, d_w, nullptr, d_dx, false, stream);
+  return launch_forward_k<1, false>(s.kh, v, {}, d_dy, d_w, nullptr, d_dx, false, stream);
 }
 
 bool grouped_narrow_backward_weight_cuda(const Conv2dGroupedShape& s, const float* d_x,

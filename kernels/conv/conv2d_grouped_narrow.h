@@ -11,10 +11,11 @@
 //                   with their halo, and their weights (OCT per tap as float4s read by every
 //                   thread at once) in shared memory (cp.async, zero-filled outside the image);
 //                   each thread sums 4 adjacent outputs of each of the OCT channels.
-//   input gradient  the forward kernel (stride 1) on dy, the group's weights transposed and
-//                   flipped as they are staged, padding K - 1 - p; at stride 2 dy is staged
-//                   spread out to the input's grid (zeros between its pixels), so 3 of 4
-//                   multiplies are by zero, the price of one kernel for both strides.
+//   input gradient  the forward kernel on dy, the group's weights transposed as they are
+//                   staged: at stride 1 flipped, padding K - 1 - p; at stride 2 per phase of dx
+//                   (row and column parity, a block each), the stride-1 convolution of dy with
+//                   the taps that reach that phase (ceil(K / 2) each way at most; a phase with
+//                   fewer gets zero weights), its outputs written to every other pixel.
 //   weight gradient a block: one group's 4 output channels and up to 8 of its input channels,
 //                   one warp each, over a run of output tiles of 32 row segments of 8 positions;
 //                   lane = segment, summing the 4 x K x K products of its channel in registers
@@ -31,9 +32,11 @@
 
 namespace cnn {
 
-// Groups of 2 to this many input channels (the input gradient: at most this many output
-// channels) run here.
+// Groups of 2 to this many input channels run here (the forward and the weight gradient)...
 constexpr int kNarrowMaxGroupChannels = 16;
+// ...and the input gradient of groups of at most this many output channels (the channels of dy
+// it reads, 4 at a time; its output channels are the forward's input channels, any number).
+constexpr int kNarrowMaxGradGroupChannels = 32;
 
 bool grouped_narrow_forward_applicable(const Conv2dGroupedShape& s);
 bool grouped_narrow_backward_data_applicable(const Conv2dGroupedShape& s);
