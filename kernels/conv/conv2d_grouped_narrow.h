@@ -9,8 +9,9 @@
 //   forward         a block: one group's 4 or 8 output channels (OCT) over tz images x ty rows
 //                   x 4 tx columns of output; it stages the group's input channels, 4 at a time
 //                   with their halo, and their weights (OCT per tap as float4s read by every
-//                   thread at once) in shared memory (cp.async, zero-filled outside the image);
-//                   each thread sums 4 adjacent outputs of each of the OCT channels.
+//                   thread at once) in shared memory (zero-filled outside the image; rows as
+//                   float4 loads where W is a multiple of 4, else a cp.async a float); each
+//                   thread sums 4 adjacent outputs of each of the OCT channels.
 //   input gradient  the forward kernel on dy, the group's weights transposed as they are
 //                   staged: at stride 1 flipped, padding K - 1 - p; at stride 2 per phase of dx
 //                   (row and column parity, a block each), the stride-1 convolution of dy with
@@ -19,7 +20,9 @@
 //   weight gradient a block: one group's 4 output channels and up to 8 of its input channels,
 //                   one warp each, over a run of output tiles of 32 row segments of 8 positions;
 //                   lane = segment, summing the 4 x K x K products of its channel in registers
-//                   while the next tile streams into a second buffer (cp.async); at the end
+//                   while the next tile streams into a second buffer (cp.async, 16 bytes a
+//                   copy where W and OW are multiples of 4 and the padding keeps the size;
+//                   planes of few rows several images a tile); at the end
 //                   each warp adds its lanes in a fixed shuffle order and publishes by
 //                   atomicAdd or, deterministic, into one scratch row per run of tiles
 //                   (backward_weight_finish adds the rows in order).
