@@ -54,6 +54,13 @@ struct NarrowFwd {
   int ph_k, ph_pad, ph_h, ph_w;
 };
 
+// The least l with 2^l >= v (v >= 1).
+int ceil_log2(int v) {
+  int l = 0;
+  while ((1 << l) < v) ++l;
+  return l;
+}
+
 // Threads (tx, ty, tz) = 128: tx quads wide enough for the row (at most 8, 32 columns), ty rows
 // (at most the output's), the rest images.
 template <int K, int S, int OCT>
@@ -75,8 +82,7 @@ NarrowFwd fwd_dims(const FwdView& v) {
   d.pitch = d.in_w | 1;  // odd: the rows of a warp's lanes fall in different banks
   d.transposed = v.transposed;
   d.vec_chunks = (3 + d.in_w + 3) / 4;
-  d.vec_lanes_log = 0;
-  while ((1 << d.vec_lanes_log) < d.vec_chunks) ++d.vec_lanes_log;
+  d.vec_lanes_log = ceil_log2(d.vec_chunks);
   d.vec = false;  // the launcher decides (it knows the pointer)
   return d;
 }
@@ -660,12 +666,6 @@ bool launch_wgrad_kernel(const Conv2dGroupedShape& s, const NarrowWgrad& d, int6
   kernel<<<grid_for(blocks), threads, smem, stream>>>(d, d_x, d_dy, d_dw, d_db, nullptr);
   CNN_LAUNCH_CHECK("grouped_narrow_backward_weight<atomic>");
   return true;
-}
-
-int ceil_log2(int v) {
-  int l = 0;
-  while ((1 << l) < v) ++l;
-  return l;
 }
 
 // False (nothing launched) where the tiles do not fit this device's shared memory.
