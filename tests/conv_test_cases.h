@@ -168,6 +168,13 @@ inline const std::vector<ConvCase>& nhwc_backward_data_cases() {
       {conv(3, 1, 32, 33, 24, 5, 5, 1, 1, 2, 2)},    // the first layer's shape (C = 1)
       {conv(1, 3, 13, 7, 200, 7, 7, 1, 1, 3, 2)},    // 7x7, paddings 3x2
       {conv(3, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2)},   // LeNet's conv2: dy 64 channels, 2 chunks
+      // Strided, as phases of dx (kernels/conv/conv2d_nhwc_layout.h, NhwcDgradPhase):
+      {conv(3, 32, 16, 16, 64, 3, 3, 2, 2, 1, 1)},   // a ResNet stage entry: 1, 2, 2, 4 taps
+      {conv(2, 17, 13, 15, 24, 3, 3, 2, 2, 1, 1)},   // odd sizes: phases of unequal pixels
+      {conv(1, 64, 14, 14, 130, 1, 1, 2, 2, 0, 0)},  // 1x1: three phases without taps (zero)
+      {conv(2, 3, 33, 31, 64, 7, 7, 2, 2, 3, 3)},    // a 7x7 stem: 9 to 16 taps a phase
+      {conv(1, 24, 11, 13, 40, 4, 4, 3, 3, 1, 2)},   // stride 3, 4x4: 1 or 2 taps an axis
+      {conv(2, 40, 9, 10, 24, 3, 5, 2, 1, 0, 2)},    // stride 2x1, padding 0x2
   };
   return c;
 }

@@ -15,8 +15,9 @@
 //                        stride 1 the halo tile at each width (LeNet's conv2 among them); small
 //                        integers first (exact in TF32: a mismatch is an addressing error), then
 //                        random values.
-//   BackwardDataShapes   the stride-1 input gradient on the same kinds of shapes, negative
-//                        effective padding (padding > kernel - 1) included.
+//   BackwardDataShapes   the input gradient on the same kinds of shapes, negative effective
+//                        padding (padding > kernel - 1) included; strided ones (stride 2, 3, 2x1;
+//                        1x1 to 7x7 kernels, odd sizes) as their phases.
 //   SplitsAndRepeat      K split 1, 2, 4, 8 across a cluster (every tile width, each residency
 //                        under some split, the 256-row tile): each correct, each run twice
 //                        bitwise equal.
@@ -32,7 +33,8 @@
 //                        or with 128-column tiles at two, 128-column tiles at
 //                        two blocks an SM, 64-column at three, a tile width of 48, 256-row
 //                        tiles of 32 or 64 columns or at FP32, 192 rows, a stride-2 input
-//                        gradient, a padding the TMA box cannot express, halo tiles at FP32,
+//                        gradient with dilation, a padding the TMA box cannot express, halo
+//                        tiles on a strided input gradient, halo tiles at FP32,
 //                        with a residency asked for, of 256 rows and 128 columns or of 192
 //                        rows, at stride 2 or a row pitch over 128 pixels, grouped convolutions
 //                        and linear layers: one-line cnn::Error; autotune leaves the refused
@@ -206,7 +208,8 @@ TEST(GpuConvWgmmaNhwc, SplitsAndRepeat) {
   CNN_REQUIRE_WGMMA_NHWC();
   const std::pair<Pass, ConvCase> cases[] = {{Pass::Forward, nhwc_forward_cases()[8]},
                                              {Pass::Forward, nhwc_forward_cases()[4]},
-                                             {Pass::BackwardData, nhwc_backward_data_cases()[3]}};
+                                             {Pass::BackwardData, nhwc_backward_data_cases()[3]},
+                                             {Pass::BackwardData, nhwc_backward_data_cases()[12]}};
   for (const auto& [pass, cc] : cases)
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Tf32Problem p = make_tf32_problem(pass, cc, fill, test::fresh_seed());
@@ -302,7 +305,8 @@ TEST(GpuConvWgmmaNhwc, Dispatch) {
   const std::pair<Pass, ConvCase> cases[] = {{Pass::Forward, nhwc_forward_cases()[1]},
                                              {Pass::Forward, nhwc_forward_cases()[4]},
                                              {Pass::BackwardData, nhwc_backward_data_cases()[1]},
-                                             {Pass::BackwardData, nhwc_backward_data_cases()[5]}};
+                                             {Pass::BackwardData, nhwc_backward_data_cases()[5]},
+                                             {Pass::BackwardData, nhwc_backward_data_cases()[14]}};
   for (const auto& [pass, cc] : cases) {
     const Tf32Problem p = make_tf32_problem(pass, cc, Fill::Random, test::fresh_seed());
     const std::vector<float> direct = run_gpu(p, WgmmaNhwcOptions{});
@@ -404,11 +408,24 @@ TEST(GpuConvWgmmaNhwc, Refusals) {
         t.what);
   }
   ex.precision = Precision::TF32;
+  Conv2dShape s2_dilated = s2;
+  s2_dilated.dil_h = s2_dilated.dil_w = 2;
   expect_refused(
       [&] {
-        conv2d_backward_data(s2, d_y.data(), d_w.data(), d_x.data(), nullptr, Algo::WgmmaNhwc, ex);
+        conv2d_backward_data_wgmma_nhwc(s2_dilated, d_y.data(), d_w.data(), d_x.data(), nullptr,
+                                        nullptr, WgmmaNhwcOptions{});
       },
-      "input gradient stride 2");
+      "input gradient stride 2 with dilation 2");
+  {
+    WgmmaNhwcOptions o;
+    o.a_load = NhwcALoad::Halo;
+    expect_refused(
+        [&] {
+          conv2d_backward_data_wgmma_nhwc(s2, d_y.data(), d_w.data(), d_x.data(), nullptr, nullptr,
+                                          o);
+        },
+        "halo tiles on a stride-2 input gradient");
+  }
   expect_refused(
       [&] {
         conv2d_forward(wide, d_x.data(), d_w.data(), nullptr, d_y.data(), false, nullptr,
@@ -421,7 +438,8 @@ TEST(GpuConvWgmmaNhwc, Refusals) {
                        Algo::WgmmaNhwc, ex);
       },
       "linear forward");
-  // Autotune times the candidates; the refused one is left out, another is picked.
+  // Autotune times the candidates; the refused one (here: given no scratch) is left out, another
+  // is picked.
   const TuneChoice c = pick_fastest(
       std::string("conv_s2"), "input-grad",
       [&](Algo a) { conv2d_backward_data(s2, d_y.data(), d_w.data(), d_x.data(), nullptr, a, ex); },
@@ -548,7 +566,8 @@ TEST(GpuConvWgmmaNhwc3xTf32, SplitsAndRepeat) {
   CNN_REQUIRE_WGMMA_NHWC();
   const std::pair<Pass, ConvCase> cases[] = {{Pass::Forward, nhwc_forward_cases()[8]},
                                              {Pass::Forward, nhwc_forward_cases()[4]},
-                                             {Pass::BackwardData, nhwc_backward_data_cases()[3]}};
+                                             {Pass::BackwardData, nhwc_backward_data_cases()[3]},
+                                             {Pass::BackwardData, nhwc_backward_data_cases()[12]}};
   for (const auto& [pass, cc] : cases) {
     const Tf32Problem p = make_tf32_problem(pass, cc, Fill::Random, test::fresh_seed());
     for (int splits : {1, 2, 4, 8})

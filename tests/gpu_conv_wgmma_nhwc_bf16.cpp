@@ -13,8 +13,8 @@
 //                        halo tile at each width (LeNet's conv2 among them); small
 //                        integers first (exact in BF16: a mismatch is an addressing error), then
 //                        random values.
-//   BackwardDataShapes   the stride-1 input gradient on the same kinds of shapes, negative
-//                        effective padding (padding > kernel - 1) included.
+//   BackwardDataShapes   the input gradient on the same kinds of shapes, negative effective
+//                        padding (padding > kernel - 1) included; strided ones as their phases.
 //   SplitsAndRepeat      K split 1, 2, 4, 8 across a cluster (every tile width, each residency
 //                        under some split, the 256-row tile): each correct, each run twice
 //                        bitwise equal.
@@ -336,7 +336,8 @@ TEST(GpuConvWgmmaNhwcBf16, SplitsAndRepeat) {
   const std::pair<Pass, ConvCase> cases[] = {{Pass::Forward, forward_cases()[8]},
                                              {Pass::Forward, forward_cases()[4]},
                                              {Pass::Forward, forward_cases()[11]},
-                                             {Pass::BackwardData, backward_data_cases()[3]}};
+                                             {Pass::BackwardData, backward_data_cases()[3]},
+                                             {Pass::BackwardData, backward_data_cases()[12]}};
   for (const auto& [pass, cc] : cases)
     for (Fill fill : {Fill::SmallInt, Fill::Random}) {
       const Problem p = make_problem(pass, cc, fill, test::fresh_seed());
@@ -359,14 +360,13 @@ TEST(GpuConvWgmmaNhwcBf16, Scratch) {
   for (const ConvCase& cc : forward_cases()) {
     EXPECT_LE(conv2d_forward_wgmma_nhwc_scratch_floats(cc.s, Precision::BF16),
               conv2d_forward_wgmma_nhwc_scratch_floats(cc.s, Precision::TF32));
-    if (cc.s.stride_h == 1 && cc.s.stride_w == 1) {
-      EXPECT_LE(conv2d_backward_data_wgmma_nhwc_scratch_floats(cc.s, Precision::BF16),
-                conv2d_backward_data_wgmma_nhwc_scratch_floats(cc.s, Precision::TF32));
-    }
+    EXPECT_LE(conv2d_backward_data_wgmma_nhwc_scratch_floats(cc.s, Precision::BF16),
+              conv2d_backward_data_wgmma_nhwc_scratch_floats(cc.s, Precision::TF32));
   }
   const std::pair<Pass, ConvCase> cases[] = {{Pass::Forward, forward_cases()[3]},
                                              {Pass::Forward, forward_cases()[6]},
-                                             {Pass::BackwardData, backward_data_cases()[2]}};
+                                             {Pass::BackwardData, backward_data_cases()[2]},
+                                             {Pass::BackwardData, backward_data_cases()[13]}};
   for (const auto& [pass, cc] : cases) {
     const Problem p = make_problem(pass, cc, Fill::Random, test::fresh_seed());
     const std::vector<float> own = run_gpu(p, bf16_options(), Via::Direct);
@@ -385,7 +385,8 @@ TEST(GpuConvWgmmaNhwcBf16, Dispatch) {
   const std::pair<Pass, ConvCase> cases[] = {{Pass::Forward, forward_cases()[1]},
                                              {Pass::Forward, forward_cases()[4]},
                                              {Pass::BackwardData, backward_data_cases()[1]},
-                                             {Pass::BackwardData, backward_data_cases()[5]}};
+                                             {Pass::BackwardData, backward_data_cases()[5]},
+                                             {Pass::BackwardData, backward_data_cases()[14]}};
   for (const auto& [pass, cc] : cases) {
     const Problem p = make_problem(pass, cc, Fill::Random, test::fresh_seed());
     const std::vector<float> direct = run_gpu(p, bf16_options());

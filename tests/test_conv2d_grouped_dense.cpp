@@ -213,10 +213,12 @@ TEST(Conv2dGroupedDense, DirectFormUnderWgmmaNhwc) {
   Exec ex;  // the cases below, at BF16
   ex.device = Device::CUDA;
   ex.precision = Precision::BF16;
-  // Stride 2: the forward and weight gradient directly, the input gradient on the rule's form.
+  // Stride 2: every pass directly (the input gradient as its phases), but with dilation.
   Conv2dShape strided = d;
   strided.stride_h = strided.stride_w = 2;
   EXPECT_TRUE(conv2d_forward_runs_directly(strided, Algo::WgmmaNhwc, ex));
+  EXPECT_TRUE(conv2d_backward_data_runs_directly(strided, Algo::WgmmaNhwc, ex));
+  strided.dil_h = strided.dil_w = 2;
   EXPECT_FALSE(conv2d_backward_data_runs_directly(strided, Algo::WgmmaNhwc, ex));
   EXPECT_FALSE(conv2d_forward_runs_directly(d, Algo::WgmmaNhwc, Exec{}));
   // The dense op refuses a grouped shape elsewhere, in one line naming the groups, and Direct

@@ -15,8 +15,10 @@
 //                      traversal model, taps at their dilated offsets, a grouped shape's groups
 //                      each on its group-major images and weight rows, against
 //                      conv2d_forward_cpu / conv2d_backward_data_cpu on small integers (exact),
-//                      dilated and grouped shapes included; the same with the BF16 twins and
-//                      64-channel chunks.
+//                      dilated and grouped shapes included; strided input gradients as their
+//                      phases (nhwc_dgrad_phases: each a launch over the phase-ordered pack,
+//                      stored at the stride; phases without taps zero); the same with the BF16
+//                      twins and 64-channel chunks.
 //   Bf16Bits           bf16_bits_cpu: nearest, ties to even, the upper half of round_to_bf16.
 //   Bf16Layouts        the BF16 twins: channels padded to 64 with zeros, every value the bits of
 //                      its rounded source; geometry and weight packs at the 64-channel block.
@@ -25,6 +27,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -202,6 +205,33 @@ TEST(ConvNhwcLayout, RefusalsStrideAndLargeBox) {
   EXPECT_THROW((void)im2col_geometry(conv(1, 1, 4, 4, 1, 7, 7, 1, 1, 133, 0), "x"), Error);
   // A large image is no problem: the corners depend on the padding and kernel only.
   EXPECT_NO_THROW((void)im2col_geometry(conv(1, 1, 4000, 3000, 1, 7, 7, 2, 2, 3, 3), "x"));
+  // Phases: a strided input gradient of dilation 1 only, and not a stride-1 one.
+  EXPECT_THROW((void)nhwc_dgrad_phases(dilate(conv(1, 4, 9, 9, 8, 3, 3, 2, 2, 2, 2), 2, 2), "x"),
+               Error);
+  EXPECT_THROW((void)nhwc_dgrad_phases(conv(1, 4, 9, 9, 8, 3, 3, 1, 1, 1, 1), "x"), Error);
+}
+
+// The input gradient's tap order: a permutation of the kernel's taps along each axis, each
+// phase's taps one run (largest first), the runs in phase order; the plain flip at stride 1.
+TEST(ConvNhwcLayout, PhaseFlippedTaps) {
+  EXPECT_EQ(phase_flipped_tap(0, 3, 1, 1), 2);
+  EXPECT_EQ(phase_flipped_tap(2, 3, 1, 1), 0);
+  // 3 taps, stride 2, padding 1: phase 0 takes tap 1, phase 1 taps 2, 0.
+  EXPECT_EQ(phase_flipped_tap(0, 3, 2, 1), 1);
+  EXPECT_EQ(phase_flipped_tap(1, 3, 2, 1), 2);
+  EXPECT_EQ(phase_flipped_tap(2, 3, 2, 1), 0);
+  EXPECT_EQ(phase_flipped_tap(3, 3, 2, 1), -1);
+  for (int k = 1; k <= 7; ++k)
+    for (int st = 1; st <= 4; ++st)
+      for (int pad = 0; pad <= 4; ++pad) {
+        std::vector<int> seen(size_t(k), 0);
+        for (int i = 0; i < k; ++i) {
+          const int t = phase_flipped_tap(i, k, st, pad);
+          ASSERT_TRUE(t >= 0 && t < k) << k << " " << st << " " << pad << " " << i;
+          ++seen[size_t(t)];
+        }
+        for (int t = 0; t < k; ++t) EXPECT_EQ(seen[size_t(t)], 1) << k << " " << st << " " << pad;
+      }
 }
 
 TEST(ConvNhwcLayout, RoundTf32) {
@@ -388,6 +418,57 @@ TEST(ConvNhwcLayout, SplitTf32Packs) {
   }
 }
 
+// One launch of the GPU scheme on the CPU: each group's GEMM (one without groups) over the
+// launch's oh x ow output pixels, its walk starting grp N images into the group-major copy, its
+// B rows and output channels the group's grp OC/G on, tap (ky, kx) reading pack tap b_tap0 +
+// ky b_kw + kx, output pixel q stored where `store(q)` says in planes of `plane` pixels.
+struct EmulatedLaunch {
+  Conv2dShape g;
+  Im2colGeometry geo;
+  int oh, ow, b_tap0, b_kw;
+  int64_t plane;
+  std::function<int64_t(int64_t)> store;
+};
+
+void emulate_launch(const EmulatedLaunch& l, const WeightPack& wp, int block,
+                    const std::vector<float>& nhwc, const std::vector<float>& packed,
+                    std::vector<float>& got) {
+  const Conv2dShape& g = l.g;
+  const Im2colGeometry& geo = l.geo;
+  const int ocg = g.ocg();
+  const int64_t pix = int64_t(l.oh) * l.ow, m_total = g.n * pix;
+  for (int grp = 0; grp < g.groups; ++grp)
+    for (int64_t m0 = 0; m0 < m_total; m0 += 128) {
+      // The copy's first pixel: im2col_start for an oh x ow output (as the kernel's corner).
+      const int64_t n0 = m0 / pix, r0 = m0 - n0 * pix;
+      Im2colPixel p{int(n0), geo.lower_h + int(r0 / l.ow) * geo.stride_h,
+                    geo.lower_w + int(r0 % l.ow) * geo.stride_w};
+      p.n += grp * g.n;
+      for (int r = 0; r < 128 && m0 + r < m_total; ++r) {
+        if (r > 0) p = im2col_walk(g, geo, p, 1);
+        const int64_t m = m0 + r;
+        for (int col = grp * ocg; col < (grp + 1) * ocg; ++col) {
+          double sum = 0;
+          for (int kt = 0; kt < geo.ktiles; ++kt) {
+            const int tap = kt / geo.chunks, c0 = (kt % geo.chunks) * block;
+            const int ky = tap / g.kw, kx = tap % g.kw;
+            const int btap = l.b_tap0 + ky * l.b_kw + kx;
+            const int y = p.y + ky * geo.dil_h, x = p.x + kx * geo.dil_w;
+            if (p.n >= g.n * g.groups || y < 0 || y >= g.h || x < 0 || x >= g.w)
+              continue;  // zero fill
+            for (int cc = 0; cc < block; ++cc) {
+              const float av = nhwc[((size_t(p.n) * g.h + y) * g.w + x) * geo.c_pad + c0 + cc];
+              const float bv = packed[(size_t(col) * wp.taps + btap) * wp.k_pad + c0 + cc];
+              sum += double(av) * bv;
+            }
+          }
+          const int64_t img = m / pix, q = m % pix;
+          got[size_t((img * g.oc + col) * l.plane + l.store(q))] = float(sum);
+        }
+      }
+    }
+}
+
 TEST(ConvNhwcLayout, EmulatedGemm) {
   std::mt19937_64 rng(7);
   std::uniform_int_distribution<int> d(-2, 2);
@@ -401,19 +482,29 @@ TEST(ConvNhwcLayout, EmulatedGemm) {
   cases.push_back(conv(1, 33, 13, 7, 40, 3, 3, 2, 2, 1, 1));  // 33 channels, 40 rows
   cases.push_back(conv(2, 70, 5, 6, 24, 3, 3, 1, 1, 1, 1));   // two bf16 chunks (58 zero)
   cases.push_back(conv(1, 24, 7, 5, 130, 3, 3, 1, 1, 1, 1));  // input gradient: 3 bf16 chunks
+  // Strided input gradients: stride 3 (phases of 1 and 2 taps, a 4x4 kernel), stride 4 with a
+  // 2x2 kernel (phases without taps), padding beyond the kernel (a phase window starting below
+  // its pixel), a 1-pixel-high input.
+  cases.push_back(conv(2, 6, 11, 10, 8, 4, 4, 3, 3, 1, 2));
+  cases.push_back(conv(1, 5, 9, 12, 8, 2, 2, 4, 4, 0, 1));
+  cases.push_back(conv(2, 3, 8, 9, 8, 1, 1, 2, 2, 2, 1));
+  cases.push_back(conv(1, 4, 1, 9, 8, 3, 3, 2, 2, 1, 1));
   for (const Conv2dShape& s : dilated_shapes()) cases.push_back(s);
   for (const Conv2dShape& s : grouped_shapes()) cases.push_back(s);
   for (int block : {kNhwcChannelBlock, kNhwcChannelBlockBf16})
     for (const Conv2dShape& s : cases)
       for (bool fwd : {true, false}) {
-        if (!fwd && (s.stride_h != 1 || s.stride_w != 1)) continue;
+        const bool phased = !fwd && (s.stride_h != 1 || s.stride_w != 1);
+        if (phased && s.dilated()) continue;  // refused (RefusalsStrideAndLargeBox)
         const Conv2dShape g = fwd ? s : backward_data_as_forward(s);
         const WeightPack wp =
             fwd ? forward_weight_pack(s, block) : backward_data_weight_pack(s, block);
         SCOPED_TRACE(::testing::Message()
                      << (fwd ? "forward" : "input gradient") << " C=" << s.c << " OC=" << s.oc
-                     << " H=" << s.h << " W=" << s.w << " dilation " << s.dil_h << "x" << s.dil_w
-                     << " groups " << s.groups << " channel block " << block);
+                     << " H=" << s.h << " W=" << s.w << " k=" << s.kh << "x" << s.kw << " stride "
+                     << s.stride_h << "x" << s.stride_w << " padding " << s.pad_h << "x" << s.pad_w
+                     << " dilation " << s.dil_h << "x" << s.dil_w << " groups " << s.groups
+                     << " channel block " << block);
         const Im2colGeometry geo = im2col_geometry(g, "test", block);
         ASSERT_EQ(wp.rows, g.oc);
         ASSERT_EQ(wp.k_pad, geo.c_pad);
@@ -421,40 +512,34 @@ TEST(ConvNhwcLayout, EmulatedGemm) {
         const std::vector<float> a = ints(size_t(g.n) * g.c * g.h * g.w);
         const std::vector<float> w = ints(size_t(s.oc) * s.cg() * s.kh * s.kw);
         const Operands ops = pre_passes(block, g, geo, wp, a, w);
-        const std::vector<float>& nhwc = ops.nhwc;
-        const std::vector<float>& packed = ops.packed;
 
-        // Each group's GEMM (one without groups): its walk starts grp N images into the
-        // group-major copy, its B rows and output channels are the group's grp OC/G on.
-        const int oh = g.oh(), ow = g.ow(), ocg = g.ocg();
-        const int64_t m_total = int64_t(g.n) * oh * ow;
-        std::vector<float> got(size_t(m_total) * g.oc, NAN);
-        for (int grp = 0; grp < g.groups; ++grp)
-          for (int64_t m0 = 0; m0 < m_total; m0 += 128) {
-            Im2colPixel p = im2col_start(g, geo, m0);
-            p.n += grp * g.n;
-            for (int r = 0; r < 128 && m0 + r < m_total; ++r) {
-              if (r > 0) p = im2col_walk(g, geo, p, 1);
-              const int64_t m = m0 + r;
-              for (int col = grp * ocg; col < (grp + 1) * ocg; ++col) {
-                double sum = 0;
-                for (int kt = 0; kt < geo.ktiles; ++kt) {
-                  const int tap = kt / geo.chunks, c0 = (kt % geo.chunks) * block;
-                  const int y = p.y + tap / g.kw * geo.dil_h, x = p.x + tap % g.kw * geo.dil_w;
-                  if (p.n >= g.n * g.groups || y < 0 || y >= g.h || x < 0 || x >= g.w)
-                    continue;  // zero fill
-                  for (int cc = 0; cc < block; ++cc) {
-                    const float av =
-                        nhwc[((size_t(p.n) * g.h + y) * g.w + x) * geo.c_pad + c0 + cc];
-                    const float bv = packed[(size_t(col) * wp.taps + tap) * wp.k_pad + c0 + cc];
-                    sum += double(av) * bv;
-                  }
-                }
-                const int64_t img = m / (oh * ow), pix = m % (oh * ow);
-                got[size_t((img * g.oc + col) * oh * ow + pix)] = float(sum);
-              }
+        const int64_t out_plane = fwd ? int64_t(s.oh()) * s.ow() : int64_t(s.h) * s.w;
+        std::vector<float> got(size_t(g.n) * g.oc * out_plane, NAN);
+        if (!phased) {
+          emulate_launch({g, geo, g.oh(), g.ow(), 0, g.kw, out_plane, [](int64_t q) { return q; }},
+                         wp, block, ops.nhwc, ops.packed, got);
+        } else {
+          int covered = 0;
+          for (const NhwcDgradPhase& ph : nhwc_dgrad_phases(s, "test", block)) {
+            covered += ph.oh * ph.ow;
+            if (ph.ty == 0 || ph.tx == 0) {  // no taps: the kernel zeroes dx first
+              for (int i = 0; i < g.n * g.oc; ++i)
+                for (int qy = 0; qy < ph.oh; ++qy)
+                  for (int qx = 0; qx < ph.ow; ++qx)
+                    got[size_t(i * out_plane + (ph.py + s.stride_h * qy) * s.w + ph.px +
+                               s.stride_w * qx)] = 0.f;
+              continue;
             }
+            ASSERT_EQ(ph.geo.taps, ph.ty * ph.tx);
+            const auto store = [&](int64_t q) {
+              return (ph.py + s.stride_h * (q / ph.ow)) * s.w + ph.px + s.stride_w * (q % ph.ow);
+            };
+            emulate_launch(
+                {ph.g, ph.geo, ph.oh, ph.ow, ph.tap_y0 * s.kw + ph.tap_x0, s.kw, out_plane, store},
+                wp, block, ops.nhwc, ops.packed, got);
           }
+          EXPECT_EQ(covered, s.h * s.w);  // every pixel of dx in one phase
+        }
         std::vector<float> ref(got.size());
         if (fwd)
           conv2d_forward_cpu(s, a.data(), w.data(), nullptr, ref.data(), false);

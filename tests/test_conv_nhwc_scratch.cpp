@@ -117,11 +117,17 @@ TEST(ConvNhwcScratch, NoScratchWhereNoneIsUsed) {
       const Exec cpu = exec_on(Device::CPU, p), cuda = exec_on(Device::CUDA, p);
       EXPECT_EQ(conv2d_forward_scratch_floats(s, a, cpu), 0u);
       EXPECT_EQ(conv2d_backward_data_scratch_floats(s, a, cpu), 0u);
-      EXPECT_EQ(conv2d_backward_data_scratch_floats(s2, a, cuda), 0u);  // stride 2: refused
       const bool used = a == Algo::WgmmaNhwc;  // every precision (FP32 as 3xTF32)
       EXPECT_EQ(conv2d_forward_scratch_floats(s, a, cuda) > 0, used);
       EXPECT_EQ(conv2d_forward_scratch_floats(s2, a, cuda) > 0, used);
       EXPECT_EQ(conv2d_backward_data_scratch_floats(s, a, cuda) > 0, used);
+      // Stride 2: its phases read the stride-1 view's copy and pack, of the same size.
+      EXPECT_EQ(conv2d_backward_data_scratch_floats(s2, a, cuda) > 0, used);
+      Conv2dShape s2_dilated = s2;  // refused: a strided input gradient with dilation
+      s2_dilated.dil_h = s2_dilated.dil_w = 2;
+      if (a == Algo::WgmmaNhwc) {
+        EXPECT_EQ(conv2d_backward_data_scratch_floats(s2_dilated, a, cuda), 0u);
+      }
     }
   // A bad shape is named, as by the ops.
   Conv2dShape bad = s;
@@ -163,7 +169,6 @@ TEST(ConvNhwcScratch, ZooShapes) {
   ASSERT_GE(convs.size(), 10u) << "expected the zoo's convolutions";
   for (const ZooConv& z : convs) {
     SCOPED_TRACE(z.where);
-    const bool stride1 = z.s.stride_h == 1 && z.s.stride_w == 1;
     for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16}) {
       SCOPED_TRACE(precision_name(p));
       // Not deterministic: the weight gradient's scratch is only the TMA-box loader's copies of
@@ -171,13 +176,12 @@ TEST(ConvNhwcScratch, ZooShapes) {
       const Exec ex = exec_on(Device::CUDA, p);
       const size_t dw = conv2d_backward_weight_scratch_floats(z.s, ex);
       const size_t fwd = conv2d_forward_wgmma_nhwc_scratch_floats(z.s, p);
-      const size_t dx = stride1 ? conv2d_backward_data_wgmma_nhwc_scratch_floats(z.s, p) : 0;
+      const size_t dx = conv2d_backward_data_wgmma_nhwc_scratch_floats(z.s, p);
       EXPECT_EQ(conv2d_forward_scratch_floats(z.s, Algo::WgmmaNhwc, ex), fwd);
       EXPECT_EQ(conv2d_backward_data_scratch_floats(z.s, Algo::WgmmaNhwc, ex), dx);
       // FP32's is the largest (a scratch sized for it serves every precision).
       EXPECT_LE(fwd, conv2d_forward_wgmma_nhwc_scratch_floats(z.s, Precision::FP32));
-      EXPECT_LE(
-          dx, stride1 ? conv2d_backward_data_wgmma_nhwc_scratch_floats(z.s, Precision::FP32) : 0u);
+      EXPECT_LE(dx, conv2d_backward_data_wgmma_nhwc_scratch_floats(z.s, Precision::FP32));
       if (p == Precision::BF16) {
         EXPECT_LE(fwd, conv2d_forward_wgmma_nhwc_scratch_floats(z.s, Precision::TF32));
       }

@@ -34,8 +34,10 @@ inline std::vector<WgmmaNhwcOptions> nhwc_tile_configs(Precision precision, Pass
                                                        const Conv2dShape& s, int splits = 0) {
   std::vector<WgmmaNhwcOptions> configs;
   const Conv2dShape view = pass == Pass::Forward ? s : backward_data_as_forward(s);
+  // A strided input gradient runs as phases, which load A by im2col copies only.
+  const bool phased = pass != Pass::Forward && (s.stride_h != 1 || s.stride_w != 1);
   for (int rows : {128, 256})
-    if (halo_refusal(view, rows).empty())
+    if (!phased && halo_refusal(view, rows).empty())
       for (int bn : {32, 64, 128}) {
         if (rows == 256 && bn == 128) continue;
         WgmmaNhwcOptions o;

@@ -140,8 +140,15 @@ bool conv2d_forward_runs_directly(const Conv2dShape& s, Algo algo, const Exec& e
 }
 
 bool conv2d_backward_data_runs_directly(const Conv2dShape& s, Algo algo, const Exec& ex) {
-  return extended_call(s, algo, ex) && wgmma_nhwc_precision(ex.precision) && s.stride_h == 1 &&
-         s.stride_w == 1 && im2col_expresses(backward_data_as_forward(s), ex.precision);
+  if (!extended_call(s, algo, ex) || !wgmma_nhwc_precision(ex.precision)) return false;
+  if (s.stride_h == 1 && s.stride_w == 1)
+    return im2col_expresses(backward_data_as_forward(s), ex.precision);
+  try {  // a strided one: each of its phases (dilation 1 only)
+    (void)nhwc_dgrad_phases(s, "conv2d", nhwc_channel_block(ex.precision, "conv2d"));
+  } catch (const Error&) {
+    return false;
+  }
+  return true;
 }
 
 bool conv2d_backward_weight_runs_directly(const Conv2dShape& s, Algo algo, const Exec& ex) {
@@ -162,7 +169,8 @@ std::size_t conv2d_backward_data_scratch_floats(const Conv2dShape& s, Algo algo,
   check_shape_for(s, algo, ex);
   if (ex.device != Device::CUDA || algo != Algo::WgmmaNhwc || !wgmma_nhwc_precision(ex.precision))
     return 0;
-  if (s.stride_h != 1 || s.stride_w != 1) return 0;  // refused: stride-1 input gradients only
+  // refused: strided input gradients with dilation
+  if ((s.stride_h != 1 || s.stride_w != 1) && s.dilated()) return 0;
   return conv2d_backward_data_wgmma_nhwc_scratch_floats(s, ex.precision);
 }
 

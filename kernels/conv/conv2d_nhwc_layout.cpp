@@ -1,18 +1,24 @@
 #include "kernels/conv/conv2d_nhwc_layout.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/common/bf16_round.h"
+#include "kernels/conv/conv2d_dgrad_phase.h"
 #include "runtime/error.h"
 
 namespace cnn {
 
 Im2colGeometry im2col_geometry(const Conv2dShape& g, const char* what, int channel_block) {
+  return im2col_geometry(g, g.oh(), g.ow(), what, channel_block);
+}
+
+Im2colGeometry im2col_geometry(const Conv2dShape& g, int oh, int ow, const char* what,
+                               int channel_block) {
   CNN_CHECK(channel_block == kNhwcChannelBlock || channel_block == kNhwcChannelBlockBf16,
             "{}: im2col channel block {} (expected {} or {})", what, channel_block,
             kNhwcChannelBlock, kNhwcChannelBlockBf16);
   Im2colGeometry geo;
-  const int oh = g.oh(), ow = g.ow();
   CNN_CHECK(oh >= 1 && ow >= 1, "{}: empty output ({}x{})", what, oh, ow);
   CNN_CHECK(g.stride_h >= 1 && g.stride_h <= 8 && g.stride_w >= 1 && g.stride_w <= 8,
             "{}: algo wgmma-nhwc handles strides 1..8 (TMA traversal strides; got {}x{})", what,
@@ -135,6 +141,8 @@ WeightPack forward_weight_pack(const Conv2dShape& s, int k_block) {
   wp.ld_r = int64_t(s.cg()) * wp.taps;
   wp.ld_k = wp.taps;
   wp.flip = false;
+  wp.kh = s.kh;
+  wp.kw = s.kw;
   return wp;
 }
 
@@ -149,13 +157,19 @@ WeightPack backward_data_weight_pack(const Conv2dShape& s, int k_block) {
   wp.rows_per_group = s.cg();
   wp.ld_g = int64_t(s.ocg()) * s.cg() * wp.taps;
   wp.flip = true;
+  wp.kh = s.kh;
+  wp.kw = s.kw;
+  wp.stride_h = s.stride_h;
+  wp.stride_w = s.stride_w;
+  wp.pad_h = s.pad_h;
+  wp.pad_w = s.pad_w;
   return wp;
 }
 
 int64_t weight_pack_source(const WeightPack& wp, int r, int k, int t) {
   const int rpg = wp.rows_per_group > 0 ? wp.rows_per_group : wp.rows;
-  const int tap = wp.flip ? wp.taps - 1 - t : t;
-  return int64_t(r / rpg) * wp.ld_g + int64_t(r % rpg) * wp.ld_r + k * wp.ld_k + tap;
+  return int64_t(r / rpg) * wp.ld_g + int64_t(r % rpg) * wp.ld_r + k * wp.ld_k +
+         weight_pack_tap(wp, t);
 }
 
 void pack_weights_tf32_cpu(const WeightPack& wp, const float* w, float* out) {
@@ -204,6 +218,50 @@ Conv2dShape backward_data_as_forward(const Conv2dShape& s) {
   g.pad_h = s.dil_h * (s.kh - 1) - s.pad_h;
   g.pad_w = s.dil_w * (s.kw - 1) - s.pad_w;
   return g;
+}
+
+std::vector<NhwcDgradPhase> nhwc_dgrad_phases(const Conv2dShape& s, const char* what,
+                                              int channel_block) {
+  CNN_CHECK(s.stride_h > 1 || s.stride_w > 1, "{}: phases of a stride-1 input gradient", what);
+  CNN_CHECK(!s.dilated(),
+            "{}: algo wgmma-nhwc runs strided input gradients of dilation 1 only (got stride "
+            "{}x{}, dilation {}x{})",
+            what, s.stride_h, s.stride_w, s.dil_h, s.dil_w);
+  const Conv2dShape base = backward_data_as_forward(s);
+  std::vector<NhwcDgradPhase> out;
+  // A phase's taps start where the earlier phases' end along each axis (phase_flipped_tap).
+  int tap_y0 = 0;
+  for (int py = 0; py < s.stride_h; ++py) {
+    const DgradPhaseAxis ay = dgrad_phase_axis(s.h, s.kh, s.stride_h, s.pad_h, py);
+    int tap_x0 = 0;
+    for (int px = 0; px < s.stride_w; ++px) {
+      const DgradPhaseAxis ax = dgrad_phase_axis(s.w, s.kw, s.stride_w, s.pad_w, px);
+      if (ay.count > 0 && ax.count > 0) {
+        NhwcDgradPhase ph;
+        ph.py = py;
+        ph.px = px;
+        ph.oh = ay.count;
+        ph.ow = ax.count;
+        ph.ty = ay.taps;
+        ph.tx = ax.taps;
+        ph.tap_y0 = tap_y0;
+        ph.tap_x0 = tap_x0;
+        ph.g = base;
+        ph.g.kh = std::max(ay.taps, 1);
+        ph.g.kw = std::max(ax.taps, 1);
+        // Tap u of the phase (its taps last to first) reads dy row q + origin - (ty - 1 - u):
+        // a stride-1 window starting origin - ty + 1 rows below q.
+        ph.g.pad_h = ay.taps - 1 - ay.origin;
+        ph.g.pad_w = ax.taps - 1 - ax.origin;
+        if (ph.ty > 0 && ph.tx > 0)
+          ph.geo = im2col_geometry(ph.g, ph.oh, ph.ow, what, channel_block);
+        out.push_back(ph);
+      }
+      tap_x0 += ax.taps;
+    }
+    tap_y0 += ay.taps;
+  }
+  return out;
 }
 
 }  // namespace cnn

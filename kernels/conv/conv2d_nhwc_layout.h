@@ -10,10 +10,17 @@
 //     is the weight.
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/conv/conv2d.h"
 
 namespace cnn {
+
+#if defined(__CUDACC__)
+#define CNN_NHWC_HD __host__ __device__
+#else
+#define CNN_NHWC_HD
+#endif
 
 constexpr int kNhwcChannelBlock = 32;      // fp32 channels per 128-byte swizzle row = one k-tile
 constexpr int kNhwcChannelBlockBf16 = 64;  // bf16 channels per 128-byte swizzle row
@@ -53,6 +60,11 @@ struct Im2colGeometry {
 // one k-tile, kNhwcChannelBlock (TF32) or kNhwcChannelBlockBf16.
 Im2colGeometry im2col_geometry(const Conv2dShape& g, const char* what,
                                int channel_block = kNhwcChannelBlock);
+// The same for an output of oh x ow pixels that is not g.oh() x g.ow(): the box ends where the
+// last of them reads (a phase of a strided input gradient, below, whose rows need not match
+// g's symmetric padding).
+Im2colGeometry im2col_geometry(const Conv2dShape& g, int oh, int ow, const char* what,
+                               int channel_block = kNhwcChannelBlock);
 
 struct Im2colPixel {
   int n, y, x;
@@ -74,11 +86,6 @@ uint16_t bf16_bits_cpu(float v);
 // A grouped convolution's copy is group-major: group g of image i is image nhwc_copy_image(i G +
 // g, n, G) = g n + i of the copy, so that the im2col walk of one group's output pixels steps
 // from image to image within the group.
-#if defined(__CUDACC__)
-#define CNN_NHWC_HD __host__ __device__
-#else
-#define CNN_NHWC_HD
-#endif
 CNN_NHWC_HD inline int nhwc_copy_image(int i, int n, int groups) {
   return i % groups * n + i / groups;
 }
@@ -98,21 +105,47 @@ void nchw_to_nhwc_fp32_cpu(const float* x, int n, int c, int64_t hw, int c_pad, 
 void nchw_to_nhwc_tf32_split_cpu(const float* x, int n, int c, int64_t hw, int c_pad, float* big,
                                  float* small, int groups = 1);
 
+// The input gradient's tap order along one axis (kernel k, stride s, padding p): the taps of
+// phase 0 of the strided input gradient (conv2d_dgrad_phase.h: first, first + s, ...) last to
+// first, then phase 1's, and so on; pack position i holds the returned tap. At stride 1 there
+// is one phase and this is the plain flip, k - 1 - i. Each phase's taps are then one run of
+// positions, flipped as the stride-1 convolution of dy that computes the phase reads them.
+CNN_NHWC_HD inline int phase_flipped_tap(int i, int k, int s, int p) {
+  int start = 0;
+  for (int ph = 0; ph < s; ++ph) {
+    const int first = (ph + p) % s;
+    const int taps = k > first ? (k - first + s - 1) / s : 0;
+    if (i < start + taps) return first + s * (taps - 1 - (i - start));
+    start += taps;
+  }
+  return -1;  // i >= k
+}
+
 // CPU twin of the weight pre-pass: out (rows, taps, k_pad), element (r, t, k) =
 //   k < k_count ? round_tf32(w[weight_pack_source(r, k, t)]) : 0, the source
-//   (r / R) ld_g + (r % R) ld_r + k ld_k + (flip ? taps - 1 - t : t), R = rows_per_group.
+//   (r / R) ld_g + (r % R) ld_r + k ld_k + weight_pack_tap(t), R = rows_per_group.
 // The forward: rows = OC, k = input channel of the group (C/G of them), ld_r = C/G taps,
 // ld_k = taps, no flip, one group of rows (row r is output channel r of w itself).
 // The input gradient: rows = C, k = output channel of the group (OC/G), ld_r = taps,
 // ld_k = C/G taps, R = C/G rows a group (row r reads group r / R's output channels), ld_g =
-// OC/G C/G taps, flip.
+// OC/G C/G taps, flip: pack tap t = (i, j) of the kh x kw grid (t = i kw + j) holds tap
+// (phase_flipped_tap(i, kh, stride_h, pad_h), phase_flipped_tap(j, kw, stride_w, pad_w)).
 struct WeightPack {
   int rows = 0, taps = 0, k_count = 0, k_pad = 0;
   int64_t ld_r = 0, ld_k = 0;
   int rows_per_group = 0;  // 0: all rows one group
   int64_t ld_g = 0;
   bool flip = false;
+  int kh = 1, kw = 1;                                    // the tap grid (taps = kh kw)
+  int stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;  // flip's phase order
 };
+// The source tap (ky kw + kx of the weights) of pack tap t.
+CNN_NHWC_HD inline int weight_pack_tap(const WeightPack& wp, int t) {
+  if (!wp.flip) return t;
+  const int i = t / wp.kw, j = t - i * wp.kw;
+  return phase_flipped_tap(i, wp.kh, wp.stride_h, wp.pad_h) * wp.kw +
+         phase_flipped_tap(j, wp.kw, wp.stride_w, wp.pad_w);
+}
 int64_t weight_pack_source(const WeightPack& wp, int r, int k, int t);
 // k_block: k_pad is k_count rounded up to it (kNhwcChannelBlock, or kNhwcChannelBlockBf16).
 WeightPack forward_weight_pack(const Conv2dShape& s, int k_block = kNhwcChannelBlock);
@@ -126,7 +159,26 @@ void pack_weights_tf32_split_cpu(const WeightPack& wp, const float* w, float* bi
 
 // The input gradient as the GEMM view above: the convolution of dy (N, OC, OH, OW) with the
 // flipped weights, stride 1, the same dilation d and groups, padding d (KH-1) - ph (x d (KW-1) -
-// pw), giving dx (N, C, H, W).
+// pw), giving dx (N, C, H, W). At stride 1 it is the whole input gradient; at larger strides it
+// gives the copy's and the pack's sizes, and the phases below are what runs.
 Conv2dShape backward_data_as_forward(const Conv2dShape& s);
+
+// One phase (py, px) of a strided input gradient as the kernel runs it: the stride-1
+// convolution of dy (N, OC, OH, OW) with the phase's ty x tx taps (conv2d_dgrad_phase.h), whose
+// output pixel (qy, qx) is dx's pixel (py + stride_h qy, px + stride_w qx). Its B operand is the
+// input gradient's pack (backward_data_weight_pack, phase-ordered): tap (u, v) of the phase is
+// pack tap (tap_y0 + u) kw + tap_x0 + v.
+struct NhwcDgradPhase {
+  int py = 0, px = 0;
+  int oh = 0, ow = 0;          // the phase's pixels a column / a row of dx
+  int ty = 0, tx = 0;          // its taps; 0: its pixels of dx are zero
+  int tap_y0 = 0, tap_x0 = 0;  // its first tap's row and column in the pack's tap grid
+  Conv2dShape g;               // n, c = OC, h = OH, w = OW, oc = C, kh = ty, kw = tx, groups
+  Im2colGeometry geo;          // for an oh x ow output (when ty, tx > 0)
+};
+// The phases of s (stride above 1, dilation 1) that have pixels, py-major. Throws naming `what`
+// where the TMA cannot express one (im2col_geometry's refusals).
+std::vector<NhwcDgradPhase> nhwc_dgrad_phases(const Conv2dShape& s, const char* what,
+                                              int channel_block = kNhwcChannelBlock);
 
 }  // namespace cnn

@@ -76,11 +76,7 @@ struct CopyArgs {
 template <class T>
 struct PackArgs {
   const float* w;
-  int rows, taps, k_count, k_pad;
-  int64_t ld_r, ld_k;
-  int rows_per_group;  // never 0 here: rows where the pack has one group
-  int64_t ld_g;
-  int flip;
+  WeightPack wp;  // rows_per_group never 0 here: rows where the pack has one group
   T* out;
   float* small;
 };
@@ -155,17 +151,18 @@ __device__ __forceinline__ void copy_part(const CopyArgs<T>& a, int block) {
 // `blocks` blocks of which this is `block`.
 template <class T>
 __device__ __forceinline__ void pack_part(const PackArgs<T>& a, int block, int blocks) {
-  const int64_t total = int64_t(a.rows) * a.taps * a.k_pad;
+  const WeightPack& wp = a.wp;
+  const int64_t total = int64_t(wp.rows) * wp.taps * wp.k_pad;
   for (int64_t i = int64_t(block) * blockDim.x + threadIdx.x; i < total;
        i += int64_t(blocks) * blockDim.x) {
-    const int k = int(i % a.k_pad);
-    const int64_t rt = i / a.k_pad;
-    const int t = int(rt % a.taps), r = int(rt / a.taps);
-    const int tap = a.flip ? a.taps - 1 - t : t;
-    const int64_t src = int64_t(r / a.rows_per_group) * a.ld_g +
-                        int64_t(r % a.rows_per_group) * a.ld_r + k * a.ld_k + tap;
-    const float v = k < a.k_count ? __ldg(a.w + src) : 0.f;
-    const T big = k < a.k_count ? RoundTo<T>::round(v) : RoundTo<T>::zero();
+    const int k = int(i % wp.k_pad);
+    const int64_t rt = i / wp.k_pad;
+    const int t = int(rt % wp.taps), r = int(rt / wp.taps);
+    const int64_t src = int64_t(r / wp.rows_per_group) * wp.ld_g +
+                        int64_t(r % wp.rows_per_group) * wp.ld_r + k * wp.ld_k +
+                        weight_pack_tap(wp, t);
+    const float v = k < wp.k_count ? __ldg(a.w + src) : 0.f;
+    const T big = k < wp.k_count ? RoundTo<T>::round(v) : RoundTo<T>::zero();
     a.out[i] = big;
     if constexpr (std::is_same_v<T, float>) {
       if (a.small) a.small[i] = __uint_as_float(ptx::to_tf32(v - big));
@@ -289,22 +286,17 @@ struct PackPlan {
 template <class T>
 PackPlan<T> plan_pack(const WeightPack& wp, const float* d_w, T* d_out, float* d_small,
                       const char* what) {
-  CNN_CHECK(wp.rows >= 1 && wp.taps >= 1 && wp.k_count >= 1 && wp.k_pad >= wp.k_count,
-            "{}: rows={} taps={} k={} k_pad={}", what, wp.rows, wp.taps, wp.k_count, wp.k_pad);
+  CNN_CHECK(wp.rows >= 1 && wp.taps >= 1 && wp.k_count >= 1 && wp.k_pad >= wp.k_count &&
+                wp.kh >= 1 && wp.kw >= 1 && wp.kh * wp.kw == wp.taps,
+            "{}: rows={} taps={} ({}x{}) k={} k_pad={}", what, wp.rows, wp.taps, wp.kh, wp.kw,
+            wp.k_count, wp.k_pad);
   CNN_CHECK(d_out, "{}: null weight pack", what);
   const int64_t total = int64_t(wp.rows) * wp.taps * wp.k_pad;
   PackPlan<T> p;
   PackArgs<T>& a = p.args;
   a.w = d_w;
-  a.rows = wp.rows;
-  a.taps = wp.taps;
-  a.k_count = wp.k_count;
-  a.k_pad = wp.k_pad;
-  a.ld_r = wp.ld_r;
-  a.ld_k = wp.ld_k;
-  a.rows_per_group = wp.rows_per_group > 0 ? wp.rows_per_group : wp.rows;
-  a.ld_g = wp.ld_g;
-  a.flip = wp.flip ? 1 : 0;
+  a.wp = wp;
+  if (a.wp.rows_per_group <= 0) a.wp.rows_per_group = wp.rows;
   a.out = d_out;
   a.small = d_small;
   p.blocks = int(std::min<int64_t>(ceil_div<int64_t>(total, kThreads), kMaxPackBlocks));

@@ -36,6 +36,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/common/ptx.cuh"
 #include "kernels/conv/conv2d_halo_layout.h"
@@ -152,6 +153,11 @@ struct NhwcParams {
   // whose walk starts group_images images into the group-major copy, whose weights are rows
   // [g N, g N + N) of the pack, and whose N columns are y's channels [g N, g N + N) of ldc.
   int group_tiles, group_images, ldc;
+  // B's tap of tap (ky, kx): b_tap0 + ky b_kw + kx of the pack (b_kw = kw, b_tap0 = 0 but for a
+  // phase of a strided input gradient, which reads its run of the phase-ordered pack).
+  int b_tap0, b_kw;
+  // y's pixels a channel, and the phase's store mapping (ConvTileStore; phase_w 0: none).
+  int plane, phase_w, step_y, step_x, origin;
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -214,8 +220,9 @@ __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a,
       const int s = i % kStages;
       if (i >= kStages) mbar_wait(empty(s), ((i / kStages) - 1) & 1);
       const int kt = kt_begin + i;
-      const int tap = kt / p.chunks, c0 = (kt - tap * p.chunks) * kBK;
+      const int tap = kt / p.chunks, chunk = kt - tap * p.chunks, c0 = chunk * kBK;
       const int ky = tap / p.kw, kx = tap - ky * p.kw;
+      const int b_k = ((p.b_tap0 + ky * p.b_kw + kx) * p.chunks + chunk) * kBK;
       const uint16_t off_x = uint16_t(kx * p.dil_w), off_y = uint16_t(ky * p.dil_h);
       mbar_arrive_expect_tx(full(s), stage_bytes);
       tma_load_im2col_4d(tile_a(s), &map_a, c0, at.x, at.y, at.n, off_x, off_y, full(s));
@@ -225,8 +232,8 @@ __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a,
       if (second)
         tma_load_im2col_4d(tile_a(s) + kATileBytes, &map_a, c0, at2.x, at2.y, at2.n, off_x, off_y,
                            full(s));
-      tma_load_2d(tile_b(s), &map_b, kt * kBK, b_row, full(s));
-      if constexpr (kSplit) tma_load_2d(tile_b_small(s), &map_b_small, kt * kBK, b_row, full(s));
+      tma_load_2d(tile_b(s), &map_b, b_k, b_row, full(s));
+      if constexpr (kSplit) tma_load_2d(tile_b_small(s), &map_b_small, b_k, b_row, full(s));
     }
   }
 
@@ -244,11 +251,12 @@ __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a,
   }
   // The group's channels of y and bias (group 0 without groups). B rows past the group's N
   // (the next group's weights, or TMA's zeros past the last) gave columns that are not stored.
-  const int64_t pix = int64_t(p.oh) * p.ow;
+  const int pix = p.oh * p.ow;
   store_conv_tile<BN, P::kEpiPitch, kSub>(
       acc, base, m0, n0,
-      ConvTileStore{p.y + int64_t(grp) * p.N * pix, p.bias ? p.bias + grp * p.N : nullptr, p.relu,
-                    p.M, p.N, int(pix), p.ldc});
+      ConvTileStore{p.y + int64_t(grp) * p.N * p.plane, p.bias ? p.bias + grp * p.N : nullptr,
+                    p.relu, p.M, p.N, pix, p.ldc, p.plane, p.phase_w, p.step_y, p.step_x,
+                    p.origin});
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
@@ -446,17 +454,180 @@ void launch_halo(const Conv2dShape& g, const Im2colGeometry& geo, const HaloGeom
     go(conv2d_wgmma_halo_kernel<128, T, 1>);
 }
 
+// One launch of the main kernel: the GEMM view it convolves (the call's copy is its input), its
+// output pixels and im2col geometry, where its taps start in the pack, and where it stores. The
+// forward and the stride-1 input gradient are one launch of g itself; a strided input gradient
+// is one launch a phase (NhwcDgradPhase), each storing its pixels of dx.
+struct NhwcLaunch {
+  Conv2dShape g;
+  Im2colGeometry geo;
+  int oh = 0, ow = 0;
+  int b_tap0 = 0, b_kw = 0;
+  int plane = 0, phase_w = 0, step_y = 0, step_x = 0, origin = 0;
+  int64_t m() const { return int64_t(g.n) * oh * ow; }
+};
+
+NhwcLaunch whole_launch(const Conv2dShape& g, int block, const char* what) {
+  NhwcLaunch l;
+  l.g = g;
+  l.geo = im2col_geometry(g, what, block);
+  l.oh = g.oh();
+  l.ow = g.ow();
+  l.b_kw = g.kw;
+  l.plane = l.oh * l.ow;
+  return l;
+}
+
+// The launches of s's strided input gradient: one a phase with taps; `zero_fill` set where a
+// phase has pixels but no taps (its pixels of dx are zero: a 1x1 kernel at stride 2).
+std::vector<NhwcLaunch> phase_launches(const Conv2dShape& s, int block, const char* what,
+                                       bool* zero_fill) {
+  std::vector<NhwcLaunch> out;
+  *zero_fill = false;
+  for (const NhwcDgradPhase& ph : nhwc_dgrad_phases(s, what, block)) {
+    if (ph.ty == 0 || ph.tx == 0) {
+      *zero_fill = true;
+      continue;
+    }
+    NhwcLaunch l;
+    l.g = ph.g;
+    l.geo = ph.geo;
+    l.oh = ph.oh;
+    l.ow = ph.ow;
+    l.b_tap0 = ph.tap_y0 * s.kw + ph.tap_x0;
+    l.b_kw = s.kw;
+    l.plane = s.h * s.w;
+    l.phase_w = ph.ow;
+    l.step_y = s.stride_h * s.w;
+    l.step_x = s.stride_w;
+    l.origin = ph.py * s.w + ph.px;
+    out.push_back(l);
+  }
+  return out;
+}
+
+// The tiles of one launch: width, rows, residency, K splits, and (one whole launch only) halo.
+struct NhwcTiles {
+  int bn = 0, bm = 128, per_sm = 1, splits = 1;
+  bool halo = false;
+  HaloGeometry hg;
+  int64_t group_tiles = 0, tiles = 0;
+};
+
+template <bool kSplit>
+NhwcTiles plan_tiles(const NhwcLaunch& l, const WgmmaNhwcOptions& opt, bool may_halo, int sms,
+                     const char* what) {
+  const Conv2dShape& g = l.g;
+  const int64_t m = l.m();
+  NhwcTiles t;
+  const int env_bn = process_env_switches().wgmma_conv_block_n;
+  // CNN_WGMMA_NHWC_BN32=0 leaves the 32-column tile out of the pick (for comparisons).
+  t.bn = opt.block_n                              ? opt.block_n
+         : env_bn                                 ? env_bn
+         : process_env_switches().wgmma_nhwc_bn32 ? conv2d_wgmma_nhwc_pick_block_n(m, g.ocg())
+                                                  : conv2d_wgmma_pick_block_n(m, g.ocg());
+  const int bn = t.bn;
+  CNN_CHECK(may_halo || opt.a_load != NhwcALoad::Halo,
+            "{}: algo wgmma-nhwc loads halo tiles at stride 1 only (got a strided input gradient)",
+            what);
+  t.halo = may_halo && use_halo(g, opt, kSplit, what);
+  CNN_CHECK(!t.halo || opt.block_m == 0 || opt.block_m == 128 || (opt.block_m == 256 && bn <= 64),
+            "{}: algo wgmma-nhwc with halo tiles: block_m={} with block_n={} (expected 0 or 128, "
+            "or 256 with block_n 32 or 64)",
+            what, opt.block_m, bn);
+  if (t.halo)
+    t.hg = halo_geometry(g, what,
+                         opt.block_m ? opt.block_m : conv2d_wgmma_nhwc_pick_halo_rows(g, bn, sms));
+  CNN_CHECK(t.halo || opt.block_m == 0 || opt.block_m == 128 ||
+                (opt.block_m == 256 && !kSplit && bn == 128 && opt.blocks_per_sm <= 1),
+            "{}: algo wgmma-nhwc block_m={} with block_n={}, blocks_per_sm={} (expected 0 or "
+            "128, or 256 at precision tf32 or bf16 with block_n 128 and one block an SM)",
+            what, opt.block_m, bn, opt.blocks_per_sm);
+  const int env_bm = process_env_switches().wgmma_nhwc_block_m;
+  if (!t.halo && !kSplit && bn == 128 && opt.blocks_per_sm <= 1)
+    t.bm = opt.block_m ? opt.block_m
+           : env_bm    ? env_bm
+                       : conv2d_wgmma_nhwc_pick_block_m(m * g.groups, g.ocg(), bn, sms);
+
+  // Grouped: every group's tiles (halo tiles refuse groups).
+  t.group_tiles = ceil_div<int64_t>(m, t.bm) * ceil_div<int64_t>(g.ocg(), bn);
+  t.tiles = t.halo ? int64_t(g.n) * t.hg.tiles_per_image * ceil_div<int64_t>(g.oc, bn)
+                   : t.group_tiles * g.groups;
+  t.splits = opt.splits > 0 ? opt.splits : pick_splits(t.tiles, l.geo.ktiles, sms);
+  CNN_CHECK(t.splits == 1 || t.splits == 2 || t.splits == 4 || t.splits == 8,
+            "{}: splits={} (expected 1, 2, 4 or 8)", what, t.splits);
+
+  // Two blocks an SM only with 32- and 64-column tiles: a 128-column consumer (64 accumulators
+  // per thread) does not compile within the 80 registers that two 384-thread blocks leave it.
+  // Three (56 registers a thread) only with 32-column tiles (16 accumulators; a 64-column stage
+  // would leave a ring of two), and not at FP32 (3xTF32: four tiles a stage). The 256-row tile:
+  // one.
+  const int env_per_sm = process_env_switches().wgmma_nhwc_blocks_per_sm;
+  const int max_per_sm = t.bm == 256 || bn == 128 ? 1 : kSplit || bn == 64 ? 2 : 3;
+  t.per_sm = opt.blocks_per_sm;  // 0 with halo tiles: their own (halo_blocks_per_sm)
+  if (t.per_sm == 0 && !t.halo) {
+    t.per_sm =
+        env_per_sm ? env_per_sm : conv2d_wgmma_nhwc_pick_blocks_per_sm(t.tiles * t.splits, sms, bn);
+    t.per_sm = std::min(t.per_sm, max_per_sm);
+  }
+  CNN_CHECK(t.per_sm <= max_per_sm,
+            "{}: algo wgmma-nhwc blocks_per_sm={} with block_n={} (expected 1, 2 with block_n 32 "
+            "or 64, or 3 with block_n 32 at precision tf32 or bf16)",
+            what, t.per_sm, bn);
+  return t;
+}
+
+// The main kernel instance of t's tile shape and residency.
+template <class T, bool kSplit>
+void launch_tiles(const NhwcTiles& t, cudaStream_t stream, const NhwcMaps& maps,
+                  const NhwcParams& p) {
+  const char* name = kSplit                ? "conv2d_wgmma_nhwc_3xtf32"
+                     : OperandOf<T>::kBf16 ? "conv2d_wgmma_nhwc_bf16"
+                                           : "conv2d_wgmma_nhwc";
+  const int bn = t.bn, per_sm = t.per_sm;
+  const int64_t tiles = t.tiles;
+  const int splits = t.splits;
+  if constexpr (kSplit) {
+    if (bn == 32 && per_sm == 2)
+      launch_nhwc<32, T, 2, true>(tiles, splits, stream, name, maps, p);
+    else if (bn == 32)
+      launch_nhwc<32, T, 1, true>(tiles, splits, stream, name, maps, p);
+    else if (bn == 64 && per_sm == 2)
+      launch_nhwc<64, T, 2, true>(tiles, splits, stream, name, maps, p);
+    else if (bn == 64)
+      launch_nhwc<64, T, 1, true>(tiles, splits, stream, name, maps, p);
+    else
+      launch_nhwc<128, T, 1, true>(tiles, splits, stream, name, maps, p);
+  } else if (t.bm == 256) {
+    launch_nhwc<128, T, 1, false, 2>(tiles, splits, stream, name, maps, p);
+  } else if (bn == 32 && per_sm == 3) {
+    launch_nhwc<32, T, 3>(tiles, splits, stream, name, maps, p);
+  } else if (bn == 32 && per_sm == 2) {
+    launch_nhwc<32, T, 2>(tiles, splits, stream, name, maps, p);
+  } else if (bn == 32) {
+    launch_nhwc<32, T, 1>(tiles, splits, stream, name, maps, p);
+  } else if (bn == 64 && per_sm == 2) {
+    launch_nhwc<64, T, 2>(tiles, splits, stream, name, maps, p);
+  } else if (bn == 64) {
+    launch_nhwc<64, T, 1>(tiles, splits, stream, name, maps, p);
+  } else {
+    launch_nhwc<128, T, 1>(tiles, splits, stream, name, maps, p);
+  }
+}
+
 // Runs conv(a, packed weights) of the GEMM view g (a: g's input, NCHW) into y, NCHW, with
 // operands of type T: the pre-pass (weights and copy, one launch) into the scratch, then the main
-// kernel. kSplit (T float): 3xTF32, two weight packs, and the copy unrounded (one block an SM) or
-// split into two copies (two an SM).
+// kernel once a launch of `launches` (g itself, or a strided input gradient's phases, after
+// zeroing the first zero_floats floats of y where a phase has no taps). kSplit (T float): 3xTF32,
+// two weight packs, and the copy unrounded (one block an SM) or split into two copies (two an SM).
 // d_ready_copy: the channels-last copy of d_a already written (the input gradient after the
 // BF16 weight gradient: conv2d_backward_data_wgmma_nhwc_from_copy); the pre-pass then packs the
 // weights only, at the start of d_scratch.
 template <class T, bool kSplit = false>
-void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const float* d_w,
-         const float* d_b, float* d_y, bool relu, float* d_scratch, cudaStream_t stream,
-         const WgmmaNhwcOptions& opt, const char* what, const T* d_ready_copy = nullptr) {
+void run(const Conv2dShape& g, const WeightPack& wp, const std::vector<NhwcLaunch>& launches,
+         int64_t zero_floats, const float* d_a, const float* d_w, const float* d_b, float* d_y,
+         bool relu, float* d_scratch, cudaStream_t stream, const WgmmaNhwcOptions& opt,
+         const char* what, const T* d_ready_copy = nullptr) {
   CNN_CHECK(conv2d_wgmma_nhwc_available(),
             "{}: algo wgmma-nhwc needs a compute capability 9.0 GPU and a build with CUDA "
             "architecture 90",
@@ -474,41 +645,27 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
             "blocks_per_sm={})",
             what, opt.blocks_per_sm);
   const int sms = sm_count();  // a device query each call: asked once for the pickers below
-  const Im2colGeometry geo = im2col_geometry(g, what, OperandOf<T>::kBlock);
-  const int oh = g.oh(), ow = g.ow();
-  const int64_t m = int64_t(g.n) * oh * ow;
+  constexpr int kBlock = OperandOf<T>::kBlock;
+  const int c_pad = (g.cg() + kBlock - 1) / kBlock * kBlock;  // a group's channels in the copy
   const int64_t a_elems = int64_t(g.n) * g.c * g.h * g.w;
-  const int64_t copy_elems = int64_t(g.n) * g.groups * g.h * g.w * geo.c_pad;
-  CNN_CHECK(m <= INT32_MAX && a_elems <= INT32_MAX && copy_elems <= INT32_MAX &&
-                m * g.oc <= INT32_MAX && int64_t(wp.rows) * wp.taps * wp.k_pad <= INT32_MAX,
+  const int64_t copy_elems = int64_t(g.n) * g.groups * g.h * g.w * c_pad;
+  int64_t y_elems = zero_floats;
+  for (const NhwcLaunch& l : launches) y_elems = std::max(y_elems, l.m() * l.g.oc);
+  CNN_CHECK(a_elems <= INT32_MAX && copy_elems <= INT32_MAX && y_elems <= INT32_MAX &&
+                int64_t(wp.rows) * wp.taps * wp.k_pad <= INT32_MAX,
             "{}: algo wgmma-nhwc handles tensors of at most 2^31-1 elements", what);
-  const int env_bn = process_env_switches().wgmma_conv_block_n;
-  // CNN_WGMMA_NHWC_BN32=0 leaves the 32-column tile out of the pick (for comparisons).
-  const int bn = opt.block_n ? opt.block_n
-                 : env_bn    ? env_bn
-                 : process_env_switches().wgmma_nhwc_bn32
-                     ? conv2d_wgmma_nhwc_pick_block_n(m, g.ocg())
-                     : conv2d_wgmma_pick_block_n(m, g.ocg());
-  const bool halo = use_halo(g, opt, kSplit, what);
-  CNN_CHECK(!halo || opt.block_m == 0 || opt.block_m == 128 || (opt.block_m == 256 && bn <= 64),
-            "{}: algo wgmma-nhwc with halo tiles: block_m={} with block_n={} (expected 0 or 128, "
-            "or 256 with block_n 32 or 64)",
-            what, opt.block_m, bn);
-  const HaloGeometry hg =
-      halo ? halo_geometry(g, what,
-                           opt.block_m ? opt.block_m : conv2d_wgmma_nhwc_pick_halo_rows(g, bn, sms))
-           : HaloGeometry{};
-  CNN_CHECK(halo || opt.block_m == 0 || opt.block_m == 128 ||
-                (opt.block_m == 256 && !kSplit && bn == 128 && opt.blocks_per_sm <= 1),
-            "{}: algo wgmma-nhwc block_m={} with block_n={}, blocks_per_sm={} (expected 0 or "
-            "128, or 256 at precision tf32 or bf16 with block_n 128 and one block an SM)",
-            what, opt.block_m, bn, opt.blocks_per_sm);
-  const int env_bm = process_env_switches().wgmma_nhwc_block_m;
-  int bm = 128;  // 256 rows: TF32 or BF16, 128 columns, one block an SM
-  if (!halo && !kSplit && bn == 128 && opt.blocks_per_sm <= 1)
-    bm = opt.block_m ? opt.block_m
-         : env_bm    ? env_bm
-                     : conv2d_wgmma_nhwc_pick_block_m(m * g.groups, g.ocg(), bn, sms);
+  // Halo tiles run a whole stride-1 launch only (their epilogue stores no phase).
+  const bool may_halo = launches.size() == 1 && launches[0].phase_w == 0;
+  std::vector<NhwcTiles> plans;
+  for (const NhwcLaunch& l : launches)
+    plans.push_back(plan_tiles<kSplit>(l, opt, may_halo, sms, what));
+  // At FP32 the residency decides the copy (split or not), which every launch reads: the
+  // launches take the smallest of their picks (one an SM is open to every tile width).
+  if (kSplit && plans.size() > 1) {
+    int per_sm = 2;
+    for (const NhwcTiles& t : plans) per_sm = std::min(per_sm, t.per_sm);
+    for (NhwcTiles& t : plans) t.per_sm = per_sm;
+  }
   // Checked after the refusals above, so that a variant that cannot run says why, not that it
   // was given no scratch (autotune passes its scratch to every candidate alike).
   const NhwcScratchLayout layout = nhwc_scratch_layout(g, wp, opt.precision);
@@ -518,38 +675,12 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   CNN_CHECK((reinterpret_cast<uintptr_t>(d_scratch) & 15u) == 0,
             "{}: algo wgmma-nhwc needs a 16-byte aligned scratch", what);
 
-  // Grouped: every group's tiles (halo tiles refuse groups).
-  const int64_t group_tiles = ceil_div<int64_t>(m, bm) * ceil_div<int64_t>(g.ocg(), bn);
-  const int64_t tiles = halo ? int64_t(g.n) * hg.tiles_per_image * ceil_div<int64_t>(g.oc, bn)
-                             : group_tiles * g.groups;
-  const int splits = opt.splits > 0 ? opt.splits : pick_splits(tiles, geo.ktiles, sms);
-  CNN_CHECK(splits == 1 || splits == 2 || splits == 4 || splits == 8,
-            "{}: splits={} (expected 1, 2, 4 or 8)", what, splits);
-
-  // Two blocks an SM only with 32- and 64-column tiles: a 128-column consumer (64 accumulators
-  // per thread) does not compile within the 80 registers that two 384-thread blocks leave it.
-  // Three (56 registers a thread) only with 32-column tiles (16 accumulators; a 64-column stage
-  // would leave a ring of two), and not at FP32 (3xTF32: four tiles a stage). The 256-row tile:
-  // one.
-  const int env_per_sm = process_env_switches().wgmma_nhwc_blocks_per_sm;
-  const int max_per_sm = bm == 256 || bn == 128 ? 1 : kSplit || bn == 64 ? 2 : 3;
-  int per_sm = opt.blocks_per_sm;  // 0 with halo tiles: their own (halo_blocks_per_sm)
-  if (per_sm == 0 && !halo) {
-    per_sm =
-        env_per_sm ? env_per_sm : conv2d_wgmma_nhwc_pick_blocks_per_sm(tiles * splits, sms, bn);
-    per_sm = std::min(per_sm, max_per_sm);
-  }
-  CNN_CHECK(per_sm <= max_per_sm,
-            "{}: algo wgmma-nhwc blocks_per_sm={} with block_n={} (expected 1, 2 with block_n 32 "
-            "or 64, or 3 with block_n 32 at precision tf32 or bf16)",
-            what, per_sm, bn);
-
   T* d_wpack = reinterpret_cast<T*>(d_scratch);  // (rows, taps, k_pad)
   T* d_wsmall = d_wpack + layout.pack_elems;     // kSplit: the residual pack
   T* d_nhwc = d_ready_copy ? const_cast<T*>(d_ready_copy)  // (N, H, W, c_pad)
                            : d_wpack + layout.weight_elems;
   T* d_nhwc_small = d_nhwc + layout.copy_elems;  // kSplit at two an SM: A's residual copy
-  const bool split_a = kSplit && per_sm > 1;
+  const bool split_a = kSplit && !plans.empty() && plans[0].per_sm > 1;
   // Both pre-passes in one launch (conv2d_nhwc_prepass.h: each alone cost about a launch's
   // latency).
   NhwcWeightJob weights;
@@ -561,7 +692,7 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   copy.n = g.n;
   copy.c = g.cg();
   copy.hw = int64_t(g.h) * g.w;
-  copy.c_pad = geo.c_pad;
+  copy.c_pad = c_pad;
   copy.d_out = d_nhwc;
   copy.groups = g.groups;
   if constexpr (kSplit) {
@@ -570,88 +701,93 @@ void run(const Conv2dShape& g, const WeightPack& wp, const float* d_a, const flo
   }
   conv_nhwc_prepass_cuda(kSplit ? Precision::FP32 : OperandOf<T>::kPrecision, weights, copy,
                          stream);
+  if (zero_floats > 0)
+    CNN_CUDA_CHECK(cudaMemsetAsync(d_y, 0, size_t(zero_floats) * sizeof(float), stream));
 
-  NhwcMaps maps;
-  maps.a = halo ? make_halo_map(d_nhwc, g, geo.c_pad, hg) : make_im2col_map(d_nhwc, g, geo);
-  maps.a_small = split_a ? make_im2col_map(d_nhwc_small, g, geo) : maps.a;
   const int64_t packed_k = int64_t(wp.taps) * wp.k_pad;
-  maps.b = make_packed_weight_map(d_wpack, packed_k, wp.rows, bn);
-  maps.b_small = kSplit ? make_packed_weight_map(d_wsmall, packed_k, wp.rows, bn) : maps.b;
-  NhwcParams p{};
-  p.bias = d_b;
-  p.y = d_y;
-  p.relu = relu;
-  p.M = int(m);
-  p.N = g.ocg();
-  p.ldc = g.oc;
-  p.group_tiles = int(group_tiles);
-  p.group_images = g.n;
-  p.ktiles = geo.ktiles;
-  p.chunks = geo.chunks;
-  p.kw = g.kw;
-  p.oh = oh;
-  p.ow = ow;
-  p.stride_h = g.stride_h;
-  p.stride_w = g.stride_w;
-  p.lower_h = geo.lower_h;
-  p.lower_w = geo.lower_w;
-  p.dil_h = geo.dil_h;
-  p.dil_w = geo.dil_w;
-  if (halo) {
-    launch_halo<T>(g, geo, hg, bn, tiles, splits, stream, maps, d_b, d_y, relu);
-    return;
-  }
-  const char* name = kSplit                ? "conv2d_wgmma_nhwc_3xtf32"
-                     : OperandOf<T>::kBf16 ? "conv2d_wgmma_nhwc_bf16"
-                                           : "conv2d_wgmma_nhwc";
-  if constexpr (kSplit) {
-    if (bn == 32 && per_sm == 2)
-      launch_nhwc<32, T, 2, true>(tiles, splits, stream, name, maps, p);
-    else if (bn == 32)
-      launch_nhwc<32, T, 1, true>(tiles, splits, stream, name, maps, p);
-    else if (bn == 64 && per_sm == 2)
-      launch_nhwc<64, T, 2, true>(tiles, splits, stream, name, maps, p);
-    else if (bn == 64)
-      launch_nhwc<64, T, 1, true>(tiles, splits, stream, name, maps, p);
-    else
-      launch_nhwc<128, T, 1, true>(tiles, splits, stream, name, maps, p);
-  } else if (bm == 256) {
-    launch_nhwc<128, T, 1, false, 2>(tiles, splits, stream, name, maps, p);
-  } else if (bn == 32 && per_sm == 3) {
-    launch_nhwc<32, T, 3>(tiles, splits, stream, name, maps, p);
-  } else if (bn == 32 && per_sm == 2) {
-    launch_nhwc<32, T, 2>(tiles, splits, stream, name, maps, p);
-  } else if (bn == 32) {
-    launch_nhwc<32, T, 1>(tiles, splits, stream, name, maps, p);
-  } else if (bn == 64 && per_sm == 2) {
-    launch_nhwc<64, T, 2>(tiles, splits, stream, name, maps, p);
-  } else if (bn == 64) {
-    launch_nhwc<64, T, 1>(tiles, splits, stream, name, maps, p);
-  } else {
-    launch_nhwc<128, T, 1>(tiles, splits, stream, name, maps, p);
+  for (size_t i = 0; i < launches.size(); ++i) {
+    const NhwcLaunch& l = launches[i];
+    const NhwcTiles& t = plans[i];
+    NhwcMaps maps;
+    maps.a = t.halo ? make_halo_map(d_nhwc, l.g, l.geo.c_pad, t.hg)
+                    : make_im2col_map(d_nhwc, l.g, l.geo);
+    maps.a_small = split_a ? make_im2col_map(d_nhwc_small, l.g, l.geo) : maps.a;
+    maps.b = make_packed_weight_map(d_wpack, packed_k, wp.rows, t.bn);
+    maps.b_small = kSplit ? make_packed_weight_map(d_wsmall, packed_k, wp.rows, t.bn) : maps.b;
+    if (t.halo) {
+      launch_halo<T>(l.g, l.geo, t.hg, t.bn, t.tiles, t.splits, stream, maps, d_b, d_y, relu);
+      continue;
+    }
+    NhwcParams p{};
+    p.bias = d_b;
+    p.y = d_y;
+    p.relu = relu;
+    p.M = int(l.m());
+    p.N = l.g.ocg();
+    p.ldc = l.g.oc;
+    p.group_tiles = int(t.group_tiles);
+    p.group_images = l.g.n;
+    p.ktiles = l.geo.ktiles;
+    p.chunks = l.geo.chunks;
+    p.kw = l.g.kw;
+    p.oh = l.oh;
+    p.ow = l.ow;
+    p.stride_h = l.g.stride_h;
+    p.stride_w = l.g.stride_w;
+    p.lower_h = l.geo.lower_h;
+    p.lower_w = l.geo.lower_w;
+    p.dil_h = l.geo.dil_h;
+    p.dil_w = l.geo.dil_w;
+    p.b_tap0 = l.b_tap0;
+    p.b_kw = l.b_kw;
+    p.plane = l.plane;
+    p.phase_w = l.phase_w;
+    p.step_y = l.step_y;
+    p.step_x = l.step_x;
+    p.origin = l.origin;
+    launch_tiles<T, kSplit>(t, stream, maps, p);
   }
 }
 
-// The input gradient's shape: valid, and stride 1 (strided input gradients are refused).
+// The input gradient's shape: valid (a strided one of dilation 1: nhwc_dgrad_phases refuses
+// the others).
 void check_input_gradient_shape(const Conv2dShape& s, const char* what) {
   check_conv2d_shape_any(s);
-  CNN_CHECK(s.stride_h == 1 && s.stride_w == 1,
-            "{}: algo wgmma-nhwc handles stride 1 only (got stride {}x{}); expected igemm, fast "
-            "or auto for strided convolutions",
-            what, s.stride_h, s.stride_w);
+  CNN_CHECK((s.stride_h == 1 && s.stride_w == 1) || !s.dilated(),
+            "{}: algo wgmma-nhwc runs strided input gradients of dilation 1 only (got stride "
+            "{}x{}, dilation {}x{}); expected igemm, fast or auto",
+            what, s.stride_h, s.stride_w, s.dil_h, s.dil_w);
+}
+
+// The input gradient of s as the GEMM view's launches: the view itself at stride 1, else its
+// phases; *zero_floats: dx's size where a phase has no taps, else 0.
+std::vector<NhwcLaunch> backward_data_launches(const Conv2dShape& s, int block, const char* what,
+                                               int64_t* zero_floats) {
+  *zero_floats = 0;
+  if (s.stride_h == 1 && s.stride_w == 1)
+    return {whole_launch(backward_data_as_forward(s), block, what)};
+  bool zero_fill = false;
+  std::vector<NhwcLaunch> l = phase_launches(s, block, what, &zero_fill);
+  if (zero_fill) *zero_floats = int64_t(s.n) * s.c * s.h * s.w;
+  return l;
 }
 
 // run() at the options' precision, on the caller's scratch. wp was packed for that precision's
 // channel block.
-void run_at_precision(const Conv2dShape& g, const WeightPack& wp, const float* d_a,
-                      const float* d_w, const float* d_b, float* d_y, bool relu, float* d_scratch,
-                      cudaStream_t stream, const WgmmaNhwcOptions& opt, const char* what) {
+void run_at_precision(const Conv2dShape& g, const WeightPack& wp,
+                      const std::vector<NhwcLaunch>& launches, int64_t zero_floats,
+                      const float* d_a, const float* d_w, const float* d_b, float* d_y, bool relu,
+                      float* d_scratch, cudaStream_t stream, const WgmmaNhwcOptions& opt,
+                      const char* what) {
   if (opt.precision == Precision::BF16)
-    run<__nv_bfloat16>(g, wp, d_a, d_w, d_b, d_y, relu, d_scratch, stream, opt, what);
+    run<__nv_bfloat16>(g, wp, launches, zero_floats, d_a, d_w, d_b, d_y, relu, d_scratch, stream,
+                       opt, what);
   else if (opt.precision == Precision::FP32)
-    run<float, true>(g, wp, d_a, d_w, d_b, d_y, relu, d_scratch, stream, opt, what);
+    run<float, true>(g, wp, launches, zero_floats, d_a, d_w, d_b, d_y, relu, d_scratch, stream, opt,
+                     what);
   else
-    run<float>(g, wp, d_a, d_w, d_b, d_y, relu, d_scratch, stream, opt, what);
+    run<float>(g, wp, launches, zero_floats, d_a, d_w, d_b, d_y, relu, d_scratch, stream, opt,
+               what);
 }
 
 }  // namespace
@@ -721,8 +857,8 @@ void conv2d_forward_wgmma_nhwc(const Conv2dShape& s, const float* d_x, const flo
   check_conv2d_shape_any(s);
   CNN_CHECK(d_x && d_w && d_y, "{}: null tensor pointer", what);
   const int block = nhwc_channel_block(opt.precision, what);
-  run_at_precision(s, forward_weight_pack(s, block), d_x, d_w, d_b, d_y, relu, d_scratch, stream,
-                   opt, what);
+  run_at_precision(s, forward_weight_pack(s, block), {whole_launch(s, block, what)}, 0, d_x, d_w,
+                   d_b, d_y, relu, d_scratch, stream, opt, what);
 }
 
 void conv2d_backward_data_wgmma_nhwc_from_copy(const Conv2dShape& s, const uint16_t* d_dy_copy,
@@ -737,9 +873,11 @@ void conv2d_backward_data_wgmma_nhwc_from_copy(const Conv2dShape& s, const uint1
   CNN_CHECK(d_dy_copy && d_w && d_dx, "{}: null tensor pointer", what);
   CNN_CHECK((reinterpret_cast<uintptr_t>(d_dy_copy) & 15u) == 0,
             "{}: the channels-last dy copy must be 16-byte aligned", what);
-  run<__nv_bfloat16>(backward_data_as_forward(s),
-                     backward_data_weight_pack(s, nhwc_channel_block(opt.precision, what)), nullptr,
-                     d_w, nullptr, d_dx, false, d_scratch, stream, opt, what,
+  const int block = nhwc_channel_block(opt.precision, what);
+  int64_t zero_floats = 0;
+  const std::vector<NhwcLaunch> launches = backward_data_launches(s, block, what, &zero_floats);
+  run<__nv_bfloat16>(backward_data_as_forward(s), backward_data_weight_pack(s, block), launches,
+                     zero_floats, nullptr, d_w, nullptr, d_dx, false, d_scratch, stream, opt, what,
                      reinterpret_cast<const __nv_bfloat16*>(d_dy_copy));
 }
 
@@ -750,8 +888,10 @@ void conv2d_backward_data_wgmma_nhwc(const Conv2dShape& s, const float* d_dy, co
   check_input_gradient_shape(s, what);
   CNN_CHECK(d_dy && d_w && d_dx, "{}: null tensor pointer", what);
   const int block = nhwc_channel_block(opt.precision, what);
-  run_at_precision(backward_data_as_forward(s), backward_data_weight_pack(s, block), d_dy, d_w,
-                   nullptr, d_dx, false, d_scratch, stream, opt, what);
+  int64_t zero_floats = 0;
+  const std::vector<NhwcLaunch> launches = backward_data_launches(s, block, what, &zero_floats);
+  run_at_precision(backward_data_as_forward(s), backward_data_weight_pack(s, block), launches,
+                   zero_floats, d_dy, d_w, nullptr, d_dx, false, d_scratch, stream, opt, what);
 }
 
 }  // namespace cnn

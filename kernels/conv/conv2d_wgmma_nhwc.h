@@ -38,9 +38,18 @@
 // conv2d_forward_scratch_floats / conv2d_backward_data_scratch_floats, conv2d.h) and the Network
 // allocates it before any CUDA graph is captured, so a captured training step holds no allocation.
 // A null scratch is refused (after the refusals below, which take precedence).
+// A strided input gradient (stride s, dilation 1) runs as its s_h x s_w phases
+// (conv2d_dgrad_phase.h, NhwcDgradPhase in conv2d_nhwc_layout.h): the dx pixels (py + s_h qy,
+// px + s_w qx) of phase (py, px) are the stride-1 convolution of dy with the taps that reach
+// them, about 1 / (s_h s_w) of the filter each. One pre-pass writes dy's copy and packs the
+// weights with each phase's taps flipped and contiguous (phase_flipped_tap); then one launch a
+// phase reads its run of the pack (NhwcParams::b_tap0) and stores its pixels of dx at their
+// stride (ConvTileStore's phase mapping). A phase with pixels but no taps (a 1x1 kernel's odd
+// phases) has a zero gradient: dx is zeroed first.
 // Refusals (cnn::Error, one line): no compute capability 9.0 device / no sm_90a
-// build, a stride > 1 input gradient, strides above 8 or paddings the TMA box corners cannot
-// express, tensors past 2^31-1 elements; halo tiles asked for a shape or setting they cannot run.
+// build, a strided input gradient with dilation, strides above 8 or paddings the TMA box corners
+// cannot express, tensors past 2^31-1 elements; halo tiles asked for a shape or setting they
+// cannot run (a strided input gradient among them).
 #include <cstddef>
 #include <cstdint>
 
@@ -110,7 +119,8 @@ void conv2d_forward_wgmma_nhwc(const Conv2dShape& s, const float* d_x, const flo
                                const float* d_b, float* d_y, bool relu, float* d_scratch,
                                cudaStream_t stream, const WgmmaNhwcOptions& opt = {});
 
-// dx (N, C, H, W) = conv_transpose(dy, w), as conv2d_backward_data (overwrites dx). Stride 1.
+// dx (N, C, H, W) = conv_transpose(dy, w), as conv2d_backward_data (overwrites dx). A strided
+// one (dilation 1) runs one launch a phase of dx (see the file comment).
 void conv2d_backward_data_wgmma_nhwc(const Conv2dShape& s, const float* d_dy, const float* d_w,
                                      float* d_dx, float* d_scratch, cudaStream_t stream,
                                      const WgmmaNhwcOptions& opt = {});
