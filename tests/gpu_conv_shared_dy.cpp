@@ -3,9 +3,10 @@
 // conv2d_backward_data gives with algo wgmma-nhwc at bf16 (its own copy of dy holds the same
 // bits), dw and db what conv2d_backward_weight gives within the order of their atomic sums.
 // Shapes: LeNet's conv2 (halo tiles in both passes), 3x3 layers of 32 and 64 channels, channel
-// counts that are not multiples of 64, a 1x1 layer, batch 2. Where it does not apply it runs
-// nothing and returns false: stride 2, deterministic mode, TF32, another algo for either pass, no
-// dx, and a weight pack larger than the x copy (a 7x7 130 -> 70 layer at batch 2; a 1x1 image).
+// counts that are not multiples of 64, a 1x1 layer, batch 2, stride 2 (3x3 and 1x1: the input
+// gradient's phases). Where it does not apply it runs nothing and returns false: stride 2 with
+// dilation, deterministic mode, TF32, another algo for either pass, no dx, and a weight pack
+// larger than the x copy (a 7x7 130 -> 70 layer at batch 2; a 1x1 image).
 // Skipped unless the device is compute capability 9.0 and the build has the sm_90a kernels.
 #include <gtest/gtest.h>
 
@@ -84,6 +85,8 @@ TEST(GpuConvSharedDy, MatchesTheTwoPasses) {
       test::square_conv(16, 130, 9, 9, 70, 3, 1, 1),
       test::square_conv(5, 48, 6, 6, 80, 1, 1, 0),  // 1x1
       test::square_conv(2, 16, 16, 16, 24, 5, 1, 2),
+      test::square_conv(4, 32, 16, 16, 64, 3, 2, 1),   // stride 2: four phases
+      test::square_conv(3, 48, 14, 14, 96, 1, 2, 0),   // 1x1 stride 2: three phases zero
   };
   for (const Conv2dShape& s : shapes) {
     SCOPED_TRACE(::testing::Message() << "n=" << s.n << " c=" << s.c << " h=" << s.h << " w=" << s.w
@@ -113,7 +116,8 @@ TEST(GpuConvSharedDy, RunsNothingWhereItDoesNotApply) {
     GTEST_SKIP() << "the BF16 channels-last gradients need a compute capability 9.0 GPU and an "
                     "sm_90a build";
   const Conv2dShape s = test::square_conv(4, 16, 8, 8, 16, 3, 1, 1);
-  const Conv2dShape strided = test::square_conv(4, 16, 8, 8, 16, 3, 2, 1);
+  Conv2dShape strided = test::square_conv(4, 16, 8, 8, 16, 3, 2, 1);
+  strided.dil_h = strided.dil_w = 2;  // the input gradient's phases refuse dilation
   // The input gradient's weight pack (c x 9 taps x oc rounded up to 64) larger than the x copy
   // (n h w x c rounded up to 64): 130 x 9 x 128 against 2 x 7 x 7 x 192 elements; and 64 x 9 x
   // 512 against 64.
