@@ -22,6 +22,7 @@
 //                        under some split, the 256-row tile): each correct, each run twice
 //                        bitwise equal.
 //   HaloTilesSmall       the halo tile alone on LeNet's conv2 at batch 1 (for the sanitizers).
+//   StridedInputGradientSmall  two strided input gradients at batch 1 (for the sanitizers).
 //   Picks                the tile width, rows, residency and halo rules (host code: runs
 //                        without a GPU).
 //   Dispatch             Algo::WgmmaNhwc through conv2d_forward / conv2d_backward_data at TF32
@@ -238,6 +239,28 @@ TEST(GpuConvWgmmaNhwc, HaloTilesSmall) {
     for (int splits : {1, 2})
       for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::TF32, pass, cc.s, splits))
         if (o.a_load == NhwcALoad::Halo) expect_close_tf32(p, run_gpu(p, o), describe_tiles(o));
+  }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+// Strided input gradients at batch 1, TF32 and FP32 (3xTF32) at picked tiles, one and two
+// splits: an odd 3x3 stride-2 layer and a 1x1 one (phases without taps): short enough for
+// compute-sanitizer.
+TEST(GpuConvWgmmaNhwc, StridedInputGradientSmall) {
+#ifdef CNN_HAVE_CUDA
+  CNN_REQUIRE_WGMMA_NHWC();
+  for (const ConvCase cc : {ConvCase{conv(1, 17, 13, 15, 40, 3, 3, 2, 2, 1, 1)},
+                            ConvCase{conv(1, 24, 10, 10, 64, 1, 1, 2, 2, 0, 0)}}) {
+    const Tf32Problem p = make_tf32_problem(Pass::BackwardData, cc, Fill::Random, test::fresh_seed());
+    for (int splits : {1, 2}) {
+      WgmmaNhwcOptions o;
+      o.splits = splits;
+      expect_close_tf32(p, run_gpu(p, o), describe_tiles(o));
+      o.precision = Precision::FP32;
+      expect_close_3xtf32(p, run_gpu(p, o), describe_tiles(o));
+    }
   }
 #else
   GTEST_SKIP() << "built without CUDA";
