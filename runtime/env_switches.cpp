@@ -271,8 +271,10 @@ EnvSwitches read_env_switches() {
       e.grouped_dense = GroupedDenseSwitch::PerGroup;
     else if (s == "diagonal")
       e.grouped_dense = GroupedDenseSwitch::BlockDiagonal;
+    else if (s == "direct")
+      e.grouped_dense = GroupedDenseSwitch::Direct;
     else
-      CNN_FAIL("CNN_GROUPED_DENSE='{}': expected groups, diagonal or auto", s);
+      CNN_FAIL("CNN_GROUPED_DENSE='{}': expected groups, diagonal, direct or auto", s);
   }
   e.int8_direct = off_unless_set("CNN_INT8_DIRECT");
   e.int8_fuse_classifier = off_unless_set("CNN_INT8_FUSE_CLASSIFIER");
@@ -414,9 +416,10 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_DEPTHWISE_STREAM_STRIPS", "fill|long|auto",
        "how the depthwise stream kernels cut planes into strips (auto: long for the weight "
        "gradient, fill for the others)"},
-      {"CNN_GROUPED_DENSE", "groups|diagonal|auto",
+      {"CNN_GROUPED_DENSE", "groups|diagonal|direct|auto",
        "how igemm / wgmma / wgmma-nhwc run a grouped convolution: one dense convolution a group, "
-       "or one on block-diagonal weights (auto: also wgmma-nhwc on the grouped shape itself)"},
+       "or one on block-diagonal weights (auto: also wgmma-nhwc on the grouped shape itself where "
+       "the groups are wide; direct: wherever it can)"},
       {"CNN_INT8_DIRECT", "1",
        "int8 inference: every layer on the direct dp4a kernel, none on tensor cores"},
       {"CNN_INT8_FUSE_CLASSIFIER", "1",

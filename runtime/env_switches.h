@@ -26,7 +26,7 @@ enum class CpuIsaSwitch { Best, Scalar, Avx2, Avx512 };         // CNN_CPU_ISA
 enum class WgmmaConvGatherSwitch { Async, WaitGroup, Sync };    // CNN_WGMMA_CONV_GATHER
 enum class DepthwiseKernelSwitch { Auto, Tile, Rows, Stream, Flat };  // CNN_DEPTHWISE_KERNEL
 enum class DepthwiseStreamStripsSwitch { Auto, Fill, Long };    // CNN_DEPTHWISE_STREAM_STRIPS
-enum class GroupedDenseSwitch { Auto, PerGroup, BlockDiagonal };  // CNN_GROUPED_DENSE
+enum class GroupedDenseSwitch { Auto, PerGroup, BlockDiagonal, Direct };  // CNN_GROUPED_DENSE
 enum class WgmmaWgradBSwitch { ByAlgo, Gather, Tma };           // CNN_WGMMA_WGRAD_B
 
 struct EnvSwitches {
@@ -148,8 +148,9 @@ struct EnvSwitches {
   // cut their planes into strips (kernels/conv/conv2d_grouped_cuda.h, DepthwiseStreamStrips);
   // auto: long for the weight gradient, fill for the forward and input gradient.
   DepthwiseStreamStripsSwitch depthwise_stream_strips = DepthwiseStreamStripsSwitch::Auto;
-  // CNN_GROUPED_DENSE=auto (default) | groups | diagonal: how the dense variants serve a grouped
-  // convolution (kernels/conv/conv2d_grouped_dense.h, GroupedDenseForm).
+  // CNN_GROUPED_DENSE=auto (default) | groups | diagonal | direct: how the dense variants serve a
+  // grouped convolution (kernels/conv/conv2d_grouped_dense.h, GroupedDenseForm); direct: every
+  // pass that wgmma-nhwc runs on the grouped shape itself, the others as auto.
   GroupedDenseSwitch grouped_dense = GroupedDenseSwitch::Auto;
   bool int8_direct = false;  // CNN_INT8_DIRECT=1: every int8 layer on the direct dp4a kernel
   // CNN_INT8_FUSE_CLASSIFIER=1: the int8 classifier runs inside the linear layer before it

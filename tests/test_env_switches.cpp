@@ -39,6 +39,15 @@ const std::vector<SwitchCases>& switch_cases() {
   using DK = DepthwiseKernelSwitch;
   using WB = WgmmaWgradBSwitch;
   static const std::vector<SwitchCases> cases = {
+      {"CNN_GROUPED_DENSE",
+       field<&EnvSwitches::grouped_dense>,
+       {{nullptr, as_int(GroupedDenseSwitch::Auto)},
+        {"auto", as_int(GroupedDenseSwitch::Auto)},
+        {"groups", as_int(GroupedDenseSwitch::PerGroup)},
+        {"diagonal", as_int(GroupedDenseSwitch::BlockDiagonal)},
+        {"direct", as_int(GroupedDenseSwitch::Direct)}},
+       {"blocks"},
+       "groups, diagonal, direct or auto"},
       {"CNN_BF16_SMEM",
        field<&EnvSwitches::bf16_smem_packed>,
        {{nullptr, true}, {"f32", false}, {"bf16", true}},

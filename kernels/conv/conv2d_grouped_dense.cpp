@@ -64,8 +64,11 @@ GroupedDenseForm conv2d_grouped_dense_form(const Conv2dGroupedShape& s) {
 
 GroupedDenseForm conv2d_grouped_dense_pass_form(const Conv2dGroupedShape& s, GroupedPass pass,
                                                 Precision precision, bool runs_directly) {
-  if (!runs_directly || process_env_switches().grouped_dense != GroupedDenseSwitch::Auto)
+  const GroupedDenseSwitch forced = process_env_switches().grouped_dense;
+  if (!runs_directly || forced == GroupedDenseSwitch::PerGroup ||
+      forced == GroupedDenseSwitch::BlockDiagonal)
     return conv2d_grouped_dense_form(s);
+  if (forced == GroupedDenseSwitch::Direct) return GroupedDenseForm::Direct;
   const int k_block = precision == Precision::BF16 ? 64 : 32;
   // k channels fill at least 3/4 of their k-tiles.
   const auto fills = [&](int k) { return 4 * k >= 3 * ((k + k_block - 1) / k_block * k_block); };

@@ -51,7 +51,8 @@ constexpr int kPerGroupMinChannels = 16;
 GroupedDenseForm conv2d_grouped_dense_form(const Conv2dGroupedShape& s);
 // The form of one pass at `precision`: Direct where conv2d_*_runs_directly takes the grouped
 // shape (runs_directly, the pass's answer), the groups are wide enough for that pass (below) and
-// CNN_GROUPED_DENSE forces no form; else conv2d_grouped_dense_form(s).
+// CNN_GROUPED_DENSE forces no form (=direct: wherever it runs directly); else
+// conv2d_grouped_dense_form(s).
 // A group's GEMM pads its k (the forward's input channels, the input gradient's output channels)
 // to a k-tile (32 channels at TF32 and FP32, 64 at BF16) and its other side to a tile of 32
 // columns or more, so narrow groups waste most of it. The rule: the forward where the input
