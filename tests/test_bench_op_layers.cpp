@@ -81,7 +81,9 @@ TEST(BenchOpLayers, ResnetFashionOpensItsBlocks) {
   // Only the stem reads the network input: its input gradient is not needed.
   EXPECT_FALSE(find(layers, "conv1").input_grad_needed);
   for (const OpLayer& l : layers) {
-    if (l.spec.name != "conv1") EXPECT_TRUE(l.input_grad_needed) << l.name;
+    if (l.spec.name != "conv1") {
+      EXPECT_TRUE(l.input_grad_needed) << l.name;
+    }
     EXPECT_TRUE(l.relu_pool.empty()) << l.name;  // no maxpool after the stem
   }
 }

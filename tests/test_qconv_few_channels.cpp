@@ -91,7 +91,9 @@ TEST(QConvFewChannels, TensorCoreTilingPadsWindowsAndWords) {
     EXPECT_GE(m.m_tiles * 16, t.tph * t.tpw * m.slots);
     EXPECT_GE(m.row_words, t.in_words);
     EXPECT_EQ(m.row_words % 32, 9);
-    if (s.c == 1) EXPECT_GE(4 * m.word_groups, t.in_words);  // a thread stages 4 words of a row
+    if (s.c == 1) {
+      EXPECT_GE(4 * m.word_groups, t.in_words);  // a thread stages 4 words of a row
+    }
   }
   // LeNet's conv1: 5x5 over 1 channel = 5 rows x 2 words = 10 words, 2 k steps; 2x2 windows in
   // 4 rows; 7 x 14 pooled outputs a block in 26 mma tiles (25 rounded up to whole pairs: 416
