@@ -177,6 +177,7 @@ EnvSwitches read_env_switches() {
       CNN_FAIL("CNN_WGMMA_WGRAD_NHWC_N='{}': expected 64, 128 or auto", s);
   }
   e.wgmma_nhwc_bn32 = zero_or_one("CNN_WGMMA_NHWC_BN32", e.wgmma_nhwc_bn32);
+  e.wgmma_nhwc_phases = zero_or_one("CNN_WGMMA_NHWC_PHASES", e.wgmma_nhwc_phases);
   e.wgmma_nhwc_halo = auto_one_zero("CNN_WGMMA_NHWC_HALO");
   e.wgmma_wgrad_nhwc_halo = auto_one_zero("CNN_WGMMA_WGRAD_NHWC_HALO");
   if (const char* v = get("CNN_WGMMA_WGRAD")) {
@@ -361,6 +362,8 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_WGMMA_CONV_BN", "64|128|auto", "the wgmma convolution's block tile width"},
       {"CNN_WGMMA_NHWC_BN32", "1|0",
        "whether the wgmma-nhwc convolution picks its 32-column tile where N <= 32"},
+      {"CNN_WGMMA_NHWC_PHASES", "1|0",
+       "whether the wgmma-nhwc convolution runs strided input gradients (one launch a phase)"},
       {"CNN_WGMMA_NHWC_HALO", "auto|1|0",
        "how the wgmma-nhwc convolution loads its input: one TMA box of a tile's rows with their "
        "halo per channel chunk (1, stride 1), one im2col copy per filter tap (0), or its pick"},

@@ -152,6 +152,11 @@ const std::vector<SwitchCases>& switch_cases() {
        {{nullptr, true}, {"0", false}},
        {"yes"},
        "0 or 1"},
+      {"CNN_WGMMA_NHWC_PHASES",
+       field<&EnvSwitches::wgmma_nhwc_phases>,
+       {{nullptr, true}, {"1", true}, {"0", false}},
+       {"on"},
+       "0 or 1"},
       // One channels-last dy copy for both BF16 wgmma-nhwc gradients unless set to 0.
       {"CNN_CONV_SHARED_DY",
        field<&EnvSwitches::conv_shared_dy>,

@@ -140,7 +140,9 @@ bool conv2d_forward_runs_directly(const Conv2dShape& s, Algo algo, const Exec& e
 }
 
 bool conv2d_backward_data_runs_directly(const Conv2dShape& s, Algo algo, const Exec& ex) {
-  if (!extended_call(s, algo, ex) || !wgmma_nhwc_precision(ex.precision)) return false;
+  if (!extended_call(s, algo, ex) || !wgmma_nhwc_precision(ex.precision) ||
+      !nhwc_input_gradient_refusal(s).empty())
+    return false;
   if (s.stride_h == 1 && s.stride_w == 1)
     return im2col_expresses(backward_data_as_forward(s), ex.precision);
   try {  // a strided one: each of its phases (dilation 1 only)
@@ -169,8 +171,7 @@ std::size_t conv2d_backward_data_scratch_floats(const Conv2dShape& s, Algo algo,
   check_shape_for(s, algo, ex);
   if (ex.device != Device::CUDA || algo != Algo::WgmmaNhwc || !wgmma_nhwc_precision(ex.precision))
     return 0;
-  // refused: strided input gradients with dilation
-  if ((s.stride_h != 1 || s.stride_w != 1) && s.dilated()) return 0;
+  if (!nhwc_input_gradient_refusal(s).empty()) return 0;  // refused
   return conv2d_backward_data_wgmma_nhwc_scratch_floats(s, ex.precision);
 }
 

@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "kernels/common/bf16_round.h"
 #include "kernels/conv/conv2d_dgrad_phase.h"
+#include "runtime/env_switches.h"
 #include "runtime/error.h"
 
 namespace cnn {
@@ -220,13 +223,26 @@ Conv2dShape backward_data_as_forward(const Conv2dShape& s) {
   return g;
 }
 
+std::string nhwc_input_gradient_refusal(const Conv2dShape& s) {
+  if (s.stride_h == 1 && s.stride_w == 1) return "";
+  if (s.dilated())
+    return fmt::format(
+        "algo wgmma-nhwc runs strided input gradients of dilation 1 only (got stride {}x{}, "
+        "dilation {}x{}); expected igemm, fast or auto",
+        s.stride_h, s.stride_w, s.dil_h, s.dil_w);
+  if (!process_env_switches().wgmma_nhwc_phases)
+    return fmt::format(
+        "algo wgmma-nhwc runs no strided input gradient under CNN_WGMMA_NHWC_PHASES=0 (got "
+        "stride {}x{}); expected igemm, fast or auto",
+        s.stride_h, s.stride_w);
+  return "";
+}
+
 std::vector<NhwcDgradPhase> nhwc_dgrad_phases(const Conv2dShape& s, const char* what,
                                               int channel_block) {
   CNN_CHECK(s.stride_h > 1 || s.stride_w > 1, "{}: phases of a stride-1 input gradient", what);
-  CNN_CHECK(!s.dilated(),
-            "{}: algo wgmma-nhwc runs strided input gradients of dilation 1 only (got stride "
-            "{}x{}, dilation {}x{})",
-            what, s.stride_h, s.stride_w, s.dil_h, s.dil_w);
+  CNN_CHECK(!s.dilated(), "{}: the phases of a strided input gradient need dilation 1 (got {}x{})",
+            what, s.dil_h, s.dil_w);
   const Conv2dShape base = backward_data_as_forward(s);
   std::vector<NhwcDgradPhase> out;
   // A phase's taps start where the earlier phases' end along each axis (phase_flipped_tap).

@@ -10,6 +10,7 @@
 //     is the weight.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kernels/conv/conv2d.h"
@@ -176,6 +177,9 @@ struct NhwcDgradPhase {
   Conv2dShape g;               // n, c = OC, h = OH, w = OW, oc = C, kh = ty, kw = tx, groups
   Im2colGeometry geo;          // for an oh x ow output (when ty, tx > 0)
 };
+// Why wgmma-nhwc does not run s's input gradient ("" where it does): a strided one with
+// dilation, or any strided one under CNN_WGMMA_NHWC_PHASES=0.
+std::string nhwc_input_gradient_refusal(const Conv2dShape& s);
 // The phases of s (stride above 1, dilation 1) that have pixels, py-major. Throws naming `what`
 // where the TMA cannot express one (im2col_geometry's refusals).
 std::vector<NhwcDgradPhase> nhwc_dgrad_phases(const Conv2dShape& s, const char* what,

@@ -749,14 +749,11 @@ void run(const Conv2dShape& g, const WeightPack& wp, const std::vector<NhwcLaunc
   }
 }
 
-// The input gradient's shape: valid (a strided one of dilation 1: nhwc_dgrad_phases refuses
-// the others).
+// The input gradient's shape: valid, and one it runs (nhwc_input_gradient_refusal).
 void check_input_gradient_shape(const Conv2dShape& s, const char* what) {
   check_conv2d_shape_any(s);
-  CNN_CHECK((s.stride_h == 1 && s.stride_w == 1) || !s.dilated(),
-            "{}: algo wgmma-nhwc runs strided input gradients of dilation 1 only (got stride "
-            "{}x{}, dilation {}x{}); expected igemm, fast or auto",
-            what, s.stride_h, s.stride_w, s.dil_h, s.dil_w);
+  const std::string why = nhwc_input_gradient_refusal(s);
+  CNN_CHECK(why.empty(), "{}: {}", what, why);
 }
 
 // The input gradient of s as the GEMM view's launches: the view itself at stride 1, else its

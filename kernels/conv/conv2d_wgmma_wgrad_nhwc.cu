@@ -380,9 +380,8 @@ int conv2d_wgrad_wgmma_nhwc_splits(const Conv2dShape& s) {
 }
 
 bool conv2d_backward_wgmma_nhwc_shares_dy(const Conv2dShape& s, const Exec& ex) {
-  // A strided input gradient runs as phases of dilation 1 (conv2d_wgmma_nhwc.h).
-  const bool strided = s.stride_h != 1 || s.stride_w != 1;
-  if ((strided && s.dilated()) || !conv2d_wgrad_wgmma_nhwc_refusal(s, ex).empty()) return false;
+  if (!nhwc_input_gradient_refusal(s).empty() || !conv2d_wgrad_wgmma_nhwc_refusal(s, ex).empty())
+    return false;
   // The pack (floats) over the x copy (bf16 elements, two a float).
   return int64_t(conv2d_backward_data_wgmma_nhwc_pack_floats(s)) * 2 <=
          wgrad_nhwc_layout(s).x_span();
