@@ -331,6 +331,7 @@ TEST(GpuConvWgmmaNhwc, Dispatch) {
                                              {Pass::BackwardData, nhwc_backward_data_cases()[5]},
                                              {Pass::BackwardData, nhwc_backward_data_cases()[14]}};
   for (const auto& [pass, cc] : cases) {
+    if (!nhwc_dispatch_takes(pass, cc.s)) continue;  // CNN_WGMMA_NHWC_PHASES=0
     const Tf32Problem p = make_tf32_problem(pass, cc, Fill::Random, test::fresh_seed());
     const std::vector<float> direct = run_gpu(p, WgmmaNhwcOptions{});
     expect_close_tf32(p, direct, "direct");
@@ -439,6 +440,13 @@ TEST(GpuConvWgmmaNhwc, Refusals) {
                                         nullptr, WgmmaNhwcOptions{});
       },
       "input gradient stride 2 with dilation 2");
+  if (!process_env_switches().wgmma_nhwc_phases)
+    expect_refused(
+        [&] {
+          conv2d_backward_data(s2, d_y.data(), d_w.data(), d_x.data(), nullptr, Algo::WgmmaNhwc,
+                               ex);
+        },
+        "input gradient stride 2 under CNN_WGMMA_NHWC_PHASES=0");
   {
     WgmmaNhwcOptions o;
     o.a_load = NhwcALoad::Halo;

@@ -16,6 +16,7 @@
 #include "kernels/conv/conv2d_grouped_layout.h"
 #include "layers/gradcheck/gradcheck.h"
 #include "layers/layer_spec.h"
+#include "runtime/env_switches.h"
 #include "runtime/error.h"
 #include "tests/grouped_conv_test_check.h"
 #include "tests/test_util.h"
@@ -213,11 +214,13 @@ TEST(Conv2dGroupedDense, DirectFormUnderWgmmaNhwc) {
   Exec ex;  // the cases below, at BF16
   ex.device = Device::CUDA;
   ex.precision = Precision::BF16;
-  // Stride 2: every pass directly (the input gradient as its phases), but with dilation.
+  // Stride 2: every pass directly (the input gradient as its phases, where the dispatch takes
+  // them: CNN_WGMMA_NHWC_PHASES=1), but with dilation.
   Conv2dShape strided = d;
   strided.stride_h = strided.stride_w = 2;
   EXPECT_TRUE(conv2d_forward_runs_directly(strided, Algo::WgmmaNhwc, ex));
-  EXPECT_TRUE(conv2d_backward_data_runs_directly(strided, Algo::WgmmaNhwc, ex));
+  EXPECT_EQ(conv2d_backward_data_runs_directly(strided, Algo::WgmmaNhwc, ex),
+            process_env_switches().wgmma_nhwc_phases);
   strided.dil_h = strided.dil_w = 2;
   EXPECT_FALSE(conv2d_backward_data_runs_directly(strided, Algo::WgmmaNhwc, ex));
   EXPECT_FALSE(conv2d_forward_runs_directly(d, Algo::WgmmaNhwc, Exec{}));

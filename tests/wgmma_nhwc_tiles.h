@@ -7,6 +7,7 @@
 #include "kernels/conv/conv2d_halo_layout.h"
 #include "kernels/conv/conv2d_nhwc_layout.h"
 #include "kernels/conv/conv2d_wgmma_nhwc.h"
+#include "runtime/env_switches.h"
 #include "tests/conv_test_cases.h"
 
 namespace cnn::conv_test {
@@ -22,6 +23,13 @@ inline int split_k_blocks_per_sm(int block_n, int splits) {
   if (splits == 2) return std::min(2, max_blocks_per_sm(block_n));
   if (splits >= 4) return std::min(3, max_blocks_per_sm(block_n));
   return 1;
+}
+
+// Whether Algo::WgmmaNhwc's dispatch (conv2d_forward / conv2d_backward_data) takes `pass` of s:
+// a strided input gradient only under CNN_WGMMA_NHWC_PHASES=1 (the direct call runs it anyway).
+inline bool nhwc_dispatch_takes(Pass pass, const Conv2dShape& s) {
+  return pass == Pass::Forward || (s.stride_h == 1 && s.stride_w == 1) ||
+         process_env_switches().wgmma_nhwc_phases;
 }
 
 // The configurations a test runs at `precision` (TF32 or BF16) on `pass` of shape s, A loaded by

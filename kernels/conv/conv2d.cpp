@@ -121,6 +121,19 @@ bool im2col_expresses(const Conv2dShape& g, Precision precision) {
   return true;
 }
 
+// Why algo wgmma-nhwc does not take s's input gradient ("" where it does): the kernel's refusal,
+// or a strided one unless CNN_WGMMA_NHWC_PHASES=1.
+std::string nhwc_dispatch_input_gradient_refusal(const Conv2dShape& s) {
+  std::string why = nhwc_input_gradient_refusal(s);
+  if (why.empty() && (s.stride_h != 1 || s.stride_w != 1) &&
+      !process_env_switches().wgmma_nhwc_phases)
+    why = fmt::format(
+        "algo wgmma-nhwc takes strided input gradients under CNN_WGMMA_NHWC_PHASES=1 only (got "
+        "stride {}x{}); expected igemm, fast or auto",
+        s.stride_h, s.stride_w);
+  return why;
+}
+
 // An extended shape, valid, under the variant that reads such windows (wgmma-nhwc on CUDA).
 bool extended_call(const Conv2dShape& s, Algo algo, const Exec& ex) {
   if (!s.extended() || ex.device != Device::CUDA || algo != Algo::WgmmaNhwc) return false;
@@ -141,7 +154,7 @@ bool conv2d_forward_runs_directly(const Conv2dShape& s, Algo algo, const Exec& e
 
 bool conv2d_backward_data_runs_directly(const Conv2dShape& s, Algo algo, const Exec& ex) {
   if (!extended_call(s, algo, ex) || !wgmma_nhwc_precision(ex.precision) ||
-      !nhwc_input_gradient_refusal(s).empty())
+      !nhwc_dispatch_input_gradient_refusal(s).empty())
     return false;
   if (s.stride_h == 1 && s.stride_w == 1)
     return im2col_expresses(backward_data_as_forward(s), ex.precision);
@@ -171,7 +184,7 @@ std::size_t conv2d_backward_data_scratch_floats(const Conv2dShape& s, Algo algo,
   check_shape_for(s, algo, ex);
   if (ex.device != Device::CUDA || algo != Algo::WgmmaNhwc || !wgmma_nhwc_precision(ex.precision))
     return 0;
-  if (!nhwc_input_gradient_refusal(s).empty()) return 0;  // refused
+  if (!nhwc_dispatch_input_gradient_refusal(s).empty()) return 0;  // refused
   return conv2d_backward_data_wgmma_nhwc_scratch_floats(s, ex.precision);
 }
 
@@ -230,10 +243,13 @@ void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
         check_wgmma_precision("conv2d_backward_data", ex);
         conv2d_backward_data_wgmma(s, dy, w, dx, ex.stream);
         break;
-      case ConvPath::WgmmaNhwc:
+      case ConvPath::WgmmaNhwc: {
+        const std::string why = nhwc_dispatch_input_gradient_refusal(s);
+        CNN_CHECK(why.empty(), "conv2d_backward_data: {}", why);
         conv2d_backward_data_wgmma_nhwc(s, dy, w, dx, scratch, ex.stream,
                                         wgmma_nhwc_options("conv2d_backward_data", ex));
         break;
+      }
       default:  // igemm: the generic kernel; fast / auto: the dedicated one where it applies
         conv2d_backward_data_igemm_cuda(s, dy, w, dx, ex, igemm_variant(algo), Bf16Tiles::Auto,
                                         DgradStrided::Auto, igemm_fp32_math(algo));
@@ -273,7 +289,8 @@ bool conv2d_backward_shared(const Conv2dShape& s, const float* x, const float* d
                             Algo dx_algo, const Exec& ex) {
   check_shape_for(s, dw_algo == dx_algo ? dx_algo : Algo::Auto, ex);
   if (ex.device != Device::CUDA || dw_algo != Algo::WgmmaNhwc || dx_algo != Algo::WgmmaNhwc || !x ||
-      !dy || !w || !dw || !dx || !scratch || !process_env_switches().conv_shared_dy)
+      !dy || !w || !dw || !dx || !scratch || !process_env_switches().conv_shared_dy ||
+      !nhwc_dispatch_input_gradient_refusal(s).empty())
     return false;
   bool ran = false;
   CNN_CUDA_BRANCH("conv2d_backward", {

@@ -1,13 +1,12 @@
 #include "kernels/conv/conv2d_nhwc_layout.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 
-#include <fmt/format.h>
-
 #include "kernels/common/bf16_round.h"
 #include "kernels/conv/conv2d_dgrad_phase.h"
-#include "runtime/env_switches.h"
 #include "runtime/error.h"
 
 namespace cnn {
@@ -230,11 +229,6 @@ std::string nhwc_input_gradient_refusal(const Conv2dShape& s) {
         "algo wgmma-nhwc runs strided input gradients of dilation 1 only (got stride {}x{}, "
         "dilation {}x{}); expected igemm, fast or auto",
         s.stride_h, s.stride_w, s.dil_h, s.dil_w);
-  if (!process_env_switches().wgmma_nhwc_phases)
-    return fmt::format(
-        "algo wgmma-nhwc runs no strided input gradient under CNN_WGMMA_NHWC_PHASES=0 (got "
-        "stride {}x{}); expected igemm, fast or auto",
-        s.stride_h, s.stride_w);
   return "";
 }
 

@@ -178,7 +178,7 @@ struct NhwcDgradPhase {
   Im2colGeometry geo;          // for an oh x ow output (when ty, tx > 0)
 };
 // Why wgmma-nhwc does not run s's input gradient ("" where it does): a strided one with
-// dilation, or any strided one under CNN_WGMMA_NHWC_PHASES=0.
+// dilation.
 std::string nhwc_input_gradient_refusal(const Conv2dShape& s);
 // The phases of s (stride above 1, dilation 1) that have pixels, py-major. Throws naming `what`
 // where the TMA cannot express one (im2col_geometry's refusals).
