@@ -72,6 +72,14 @@ if [ $notests -eq 0 ]; then
     || fail "GPU tests: not every shard passed"
   grep -q '^\[  SKIPPED \]' "$out/gpu_tests.log" && fail "GPU tests were skipped on a GPU machine"
 
+  # An opt-in path's dispatch cases (a process reads the CNN_* switches once): the strided input
+  # gradient's phases on wgmma-nhwc through conv2d_backward_data, autotune and the shared dy copy.
+  step "GPU tests of opt-in paths (CNN_WGMMA_NHWC_PHASES=1)"
+  CNN_WGMMA_NHWC_PHASES=1 CNN_REQUIRE_GPU=1 "$bin/cnn_gpu_tests" \
+    --gtest_filter='GpuConvWgmmaNhwc*.Dispatch:GpuConvWgmmaNhwc.Refusals:GpuConvSharedDy*:GpuConv2dGroupedDense*:GpuConvNhwcScratch*' \
+    > "$out/gpu_tests_opt_in.log" 2>&1 || fail "GPU tests with CNN_WGMMA_NHWC_PHASES=1"
+  echo "$(passed_cases "$out/gpu_tests_opt_in.log") test cases passed with CNN_WGMMA_NHWC_PHASES=1"
+
   step "gradient checks on the GPU"
   "$bin/gradcheck" --device cuda > "$out/gradcheck.log" 2>&1 || fail "gradcheck (cuda)"
   tail -5 "$out/gradcheck.log"
