@@ -156,8 +156,7 @@ struct NhwcParams {
   // B's tap of tap (ky, kx): b_tap0 + ky b_kw + kx of the pack (b_kw = kw, b_tap0 = 0 but for a
   // phase of a strided input gradient, which reads its run of the phase-ordered pack).
   int b_tap0, b_kw;
-  // y's pixels a channel, and the phase's store mapping (ConvTileStore; phase_w 0: none).
-  int plane, phase_w, step_y, step_x, origin;
+  PixelStore store;  // where the output pixels land (a phase's at the stride)
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -254,9 +253,8 @@ __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a,
   const int pix = p.oh * p.ow;
   store_conv_tile<BN, P::kEpiPitch, kSub>(
       acc, base, m0, n0,
-      ConvTileStore{p.y + int64_t(grp) * p.N * p.plane, p.bias ? p.bias + grp * p.N : nullptr,
-                    p.relu, p.M, p.N, pix, p.ldc, p.plane, p.phase_w, p.step_y, p.step_x,
-                    p.origin});
+      ConvTileStore{p.y + int64_t(grp) * p.N * p.store.plane_of(pix),
+                    p.bias ? p.bias + grp * p.N : nullptr, p.relu, p.M, p.N, pix, p.ldc, p.store});
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
@@ -463,7 +461,7 @@ struct NhwcLaunch {
   Im2colGeometry geo;
   int oh = 0, ow = 0;
   int b_tap0 = 0, b_kw = 0;
-  int plane = 0, phase_w = 0, step_y = 0, step_x = 0, origin = 0;
+  PixelStore store;
   int64_t m() const { return int64_t(g.n) * oh * ow; }
 };
 
@@ -474,37 +472,16 @@ NhwcLaunch whole_launch(const Conv2dShape& g, int block, const char* what) {
   l.oh = g.oh();
   l.ow = g.ow();
   l.b_kw = g.kw;
-  l.plane = l.oh * l.ow;
   return l;
 }
 
-// The launches of s's strided input gradient: one a phase with taps; `zero_fill` set where a
-// phase has pixels but no taps (its pixels of dx are zero: a 1x1 kernel at stride 2).
-std::vector<NhwcLaunch> phase_launches(const Conv2dShape& s, int block, const char* what,
-                                       bool* zero_fill) {
-  std::vector<NhwcLaunch> out;
-  *zero_fill = false;
-  for (const NhwcDgradPhase& ph : nhwc_dgrad_phases(s, what, block)) {
-    if (ph.ty == 0 || ph.tx == 0) {
-      *zero_fill = true;
-      continue;
-    }
-    NhwcLaunch l;
-    l.g = ph.g;
-    l.geo = ph.geo;
-    l.oh = ph.oh;
-    l.ow = ph.ow;
-    l.b_tap0 = ph.tap_y0 * s.kw + ph.tap_x0;
-    l.b_kw = s.kw;
-    l.plane = s.h * s.w;
-    l.phase_w = ph.ow;
-    l.step_y = s.stride_h * s.w;
-    l.step_x = s.stride_w;
-    l.origin = ph.py * s.w + ph.px;
-    out.push_back(l);
-  }
-  return out;
-}
+// What one call launches: g itself, or a strided input gradient's phases with taps, after
+// zeroing the first zero_floats floats of y (dx's size where a phase has pixels but no taps: its
+// pixels of dx are zero, as a 1x1 kernel's odd phases at stride 2).
+struct NhwcCall {
+  std::vector<NhwcLaunch> launches;
+  int64_t zero_floats = 0;
+};
 
 // The tiles of one launch: width, rows, residency, K splits, and (one whole launch only) halo.
 struct NhwcTiles {
@@ -617,17 +594,16 @@ void launch_tiles(const NhwcTiles& t, cudaStream_t stream, const NhwcMaps& maps,
 
 // Runs conv(a, packed weights) of the GEMM view g (a: g's input, NCHW) into y, NCHW, with
 // operands of type T: the pre-pass (weights and copy, one launch) into the scratch, then the main
-// kernel once a launch of `launches` (g itself, or a strided input gradient's phases, after
-// zeroing the first zero_floats floats of y where a phase has no taps). kSplit (T float): 3xTF32,
+// kernel once a launch of `call` (NhwcCall). kSplit (T float): 3xTF32,
 // two weight packs, and the copy unrounded (one block an SM) or split into two copies (two an SM).
 // d_ready_copy: the channels-last copy of d_a already written (the input gradient after the
 // BF16 weight gradient: conv2d_backward_data_wgmma_nhwc_from_copy); the pre-pass then packs the
 // weights only, at the start of d_scratch.
 template <class T, bool kSplit = false>
-void run(const Conv2dShape& g, const WeightPack& wp, const std::vector<NhwcLaunch>& launches,
-         int64_t zero_floats, const float* d_a, const float* d_w, const float* d_b, float* d_y,
-         bool relu, float* d_scratch, cudaStream_t stream, const WgmmaNhwcOptions& opt,
-         const char* what, const T* d_ready_copy = nullptr) {
+void run(const Conv2dShape& g, const WeightPack& wp, const NhwcCall& call, const float* d_a,
+         const float* d_w, const float* d_b, float* d_y, bool relu, float* d_scratch,
+         cudaStream_t stream, const WgmmaNhwcOptions& opt, const char* what,
+         const T* d_ready_copy = nullptr) {
   CNN_CHECK(conv2d_wgmma_nhwc_available(),
             "{}: algo wgmma-nhwc needs a compute capability 9.0 GPU and a build with CUDA "
             "architecture 90",
@@ -649,13 +625,14 @@ void run(const Conv2dShape& g, const WeightPack& wp, const std::vector<NhwcLaunc
   const int c_pad = (g.cg() + kBlock - 1) / kBlock * kBlock;  // a group's channels in the copy
   const int64_t a_elems = int64_t(g.n) * g.c * g.h * g.w;
   const int64_t copy_elems = int64_t(g.n) * g.groups * g.h * g.w * c_pad;
-  int64_t y_elems = zero_floats;
+  const std::vector<NhwcLaunch>& launches = call.launches;
+  int64_t y_elems = call.zero_floats;
   for (const NhwcLaunch& l : launches) y_elems = std::max(y_elems, l.m() * l.g.oc);
   CNN_CHECK(a_elems <= INT32_MAX && copy_elems <= INT32_MAX && y_elems <= INT32_MAX &&
                 int64_t(wp.rows) * wp.taps * wp.k_pad <= INT32_MAX,
             "{}: algo wgmma-nhwc handles tensors of at most 2^31-1 elements", what);
   // Halo tiles run a whole stride-1 launch only (their epilogue stores no phase).
-  const bool may_halo = launches.size() == 1 && launches[0].phase_w == 0;
+  const bool may_halo = launches.size() == 1 && launches[0].store.phase_w == 0;
   std::vector<NhwcTiles> plans;
   for (const NhwcLaunch& l : launches)
     plans.push_back(plan_tiles<kSplit>(l, opt, may_halo, sms, what));
@@ -701,8 +678,8 @@ void run(const Conv2dShape& g, const WeightPack& wp, const std::vector<NhwcLaunc
   }
   conv_nhwc_prepass_cuda(kSplit ? Precision::FP32 : OperandOf<T>::kPrecision, weights, copy,
                          stream);
-  if (zero_floats > 0)
-    CNN_CUDA_CHECK(cudaMemsetAsync(d_y, 0, size_t(zero_floats) * sizeof(float), stream));
+  if (call.zero_floats > 0)
+    CNN_CUDA_CHECK(cudaMemsetAsync(d_y, 0, size_t(call.zero_floats) * sizeof(float), stream));
 
   const int64_t packed_k = int64_t(wp.taps) * wp.k_pad;
   for (size_t i = 0; i < launches.size(); ++i) {
@@ -740,11 +717,7 @@ void run(const Conv2dShape& g, const WeightPack& wp, const std::vector<NhwcLaunc
     p.dil_w = l.geo.dil_w;
     p.b_tap0 = l.b_tap0;
     p.b_kw = l.b_kw;
-    p.plane = l.plane;
-    p.phase_w = l.phase_w;
-    p.step_y = l.step_y;
-    p.step_x = l.step_x;
-    p.origin = l.origin;
+    p.store = l.store;
     launch_tiles<T, kSplit>(t, stream, maps, p);
   }
 }
@@ -756,35 +729,41 @@ void check_input_gradient_shape(const Conv2dShape& s, const char* what) {
   CNN_CHECK(why.empty(), "{}: {}", what, why);
 }
 
-// The input gradient of s as the GEMM view's launches: the view itself at stride 1, else its
-// phases; *zero_floats: dx's size where a phase has no taps, else 0.
-std::vector<NhwcLaunch> backward_data_launches(const Conv2dShape& s, int block, const char* what,
-                                               int64_t* zero_floats) {
-  *zero_floats = 0;
+// The input gradient of s: the GEMM view itself at stride 1, else one launch a phase with taps.
+NhwcCall backward_data_call(const Conv2dShape& s, int block, const char* what) {
   if (s.stride_h == 1 && s.stride_w == 1)
-    return {whole_launch(backward_data_as_forward(s), block, what)};
-  bool zero_fill = false;
-  std::vector<NhwcLaunch> l = phase_launches(s, block, what, &zero_fill);
-  if (zero_fill) *zero_floats = int64_t(s.n) * s.c * s.h * s.w;
-  return l;
+    return {{whole_launch(backward_data_as_forward(s), block, what)}, 0};
+  NhwcCall call;
+  for (const NhwcDgradPhase& ph : nhwc_dgrad_phases(s, what, block)) {
+    if (ph.ty == 0 || ph.tx == 0) {
+      call.zero_floats = int64_t(s.n) * s.c * s.h * s.w;
+      continue;
+    }
+    NhwcLaunch l;
+    l.g = ph.g;
+    l.geo = ph.geo;
+    l.oh = ph.oh;
+    l.ow = ph.ow;
+    l.b_tap0 = ph.tap_y0 * s.kw + ph.tap_x0;
+    l.b_kw = s.kw;
+    l.store = {s.h * s.w, ph.ow, s.stride_h * s.w, s.stride_w, ph.py * s.w + ph.px};
+    call.launches.push_back(l);
+  }
+  return call;
 }
 
 // run() at the options' precision, on the caller's scratch. wp was packed for that precision's
 // channel block.
-void run_at_precision(const Conv2dShape& g, const WeightPack& wp,
-                      const std::vector<NhwcLaunch>& launches, int64_t zero_floats,
+void run_at_precision(const Conv2dShape& g, const WeightPack& wp, const NhwcCall& call,
                       const float* d_a, const float* d_w, const float* d_b, float* d_y, bool relu,
                       float* d_scratch, cudaStream_t stream, const WgmmaNhwcOptions& opt,
                       const char* what) {
   if (opt.precision == Precision::BF16)
-    run<__nv_bfloat16>(g, wp, launches, zero_floats, d_a, d_w, d_b, d_y, relu, d_scratch, stream,
-                       opt, what);
+    run<__nv_bfloat16>(g, wp, call, d_a, d_w, d_b, d_y, relu, d_scratch, stream, opt, what);
   else if (opt.precision == Precision::FP32)
-    run<float, true>(g, wp, launches, zero_floats, d_a, d_w, d_b, d_y, relu, d_scratch, stream, opt,
-                     what);
+    run<float, true>(g, wp, call, d_a, d_w, d_b, d_y, relu, d_scratch, stream, opt, what);
   else
-    run<float>(g, wp, launches, zero_floats, d_a, d_w, d_b, d_y, relu, d_scratch, stream, opt,
-               what);
+    run<float>(g, wp, call, d_a, d_w, d_b, d_y, relu, d_scratch, stream, opt, what);
 }
 
 }  // namespace
@@ -854,8 +833,8 @@ void conv2d_forward_wgmma_nhwc(const Conv2dShape& s, const float* d_x, const flo
   check_conv2d_shape_any(s);
   CNN_CHECK(d_x && d_w && d_y, "{}: null tensor pointer", what);
   const int block = nhwc_channel_block(opt.precision, what);
-  run_at_precision(s, forward_weight_pack(s, block), {whole_launch(s, block, what)}, 0, d_x, d_w,
-                   d_b, d_y, relu, d_scratch, stream, opt, what);
+  run_at_precision(s, forward_weight_pack(s, block), NhwcCall{{whole_launch(s, block, what)}, 0},
+                   d_x, d_w, d_b, d_y, relu, d_scratch, stream, opt, what);
 }
 
 void conv2d_backward_data_wgmma_nhwc_from_copy(const Conv2dShape& s, const uint16_t* d_dy_copy,
@@ -871,10 +850,9 @@ void conv2d_backward_data_wgmma_nhwc_from_copy(const Conv2dShape& s, const uint1
   CNN_CHECK((reinterpret_cast<uintptr_t>(d_dy_copy) & 15u) == 0,
             "{}: the channels-last dy copy must be 16-byte aligned", what);
   const int block = nhwc_channel_block(opt.precision, what);
-  int64_t zero_floats = 0;
-  const std::vector<NhwcLaunch> launches = backward_data_launches(s, block, what, &zero_floats);
-  run<__nv_bfloat16>(backward_data_as_forward(s), backward_data_weight_pack(s, block), launches,
-                     zero_floats, nullptr, d_w, nullptr, d_dx, false, d_scratch, stream, opt, what,
+  run<__nv_bfloat16>(backward_data_as_forward(s), backward_data_weight_pack(s, block),
+                     backward_data_call(s, block, what), nullptr, d_w, nullptr, d_dx, false,
+                     d_scratch, stream, opt, what,
                      reinterpret_cast<const __nv_bfloat16*>(d_dy_copy));
 }
 
@@ -885,10 +863,9 @@ void conv2d_backward_data_wgmma_nhwc(const Conv2dShape& s, const float* d_dy, co
   check_input_gradient_shape(s, what);
   CNN_CHECK(d_dy && d_w && d_dx, "{}: null tensor pointer", what);
   const int block = nhwc_channel_block(opt.precision, what);
-  int64_t zero_floats = 0;
-  const std::vector<NhwcLaunch> launches = backward_data_launches(s, block, what, &zero_floats);
-  run_at_precision(backward_data_as_forward(s), backward_data_weight_pack(s, block), launches,
-                   zero_floats, d_dy, d_w, nullptr, d_dx, false, d_scratch, stream, opt, what);
+  run_at_precision(backward_data_as_forward(s), backward_data_weight_pack(s, block),
+                   backward_data_call(s, block, what), d_dy, d_w, nullptr, d_dx, false, d_scratch,
+                   stream, opt, what);
 }
 
 }  // namespace cnn

@@ -17,6 +17,24 @@
 namespace cnn {
 namespace wgmma {
 
+// Where an image's output pixel q lands in y's channel planes. By default at q, planes of
+// pix_per_img pixels; a phase of a strided input gradient (conv2d_nhwc_layout.h,
+// NhwcDgradPhase) stores its pixel q = qy phase_w + qx at origin + qy step_y + qx step_x of
+// planes of `plane` pixels.
+struct PixelStore {
+  int plane = 0;    // y's pixels a channel; 0: pix_per_img
+  int phase_w = 0;  // > 0: the phase's pixels a row, and the mapping above
+  int step_y = 0, step_x = 0, origin = 0;
+  __host__ __device__ int plane_of(int pix_per_img) const {
+    return plane > 0 ? plane : pix_per_img;
+  }
+  __host__ __device__ int pixel(int q) const {
+    if (phase_w == 0) return q;
+    const int qy = q / phase_w;
+    return origin + qy * step_y + (q - qy * phase_w) * step_x;
+  }
+};
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
 constexpr int kConvThreads = 384;  // producer + 2 consumer warpgroups
@@ -185,17 +203,14 @@ __device__ __forceinline__ void consume_stages_3xtf32(float (&acc)[BN / 2], int 
 
 // Where the epilogue stores: C (M, N) of the implicit GEMM into y (N_img, ldc, OH, OW), row m =
 // (image, pixel) with pix_per_img = OH * OW pixels per image, column n at channel n (ldc = N; a
-// grouped convolution's group stores its N columns among ldc channels, y and bias moved to them).
-// A phase of a strided input gradient (conv2d_nhwc_layout.h, NhwcDgradPhase) stores its pixel
-// q = qy phase_w + qx at origin + qy step_y + qx step_x of planes of `plane` pixels.
+// grouped convolution's group stores its N columns among ldc channels, y and bias moved to them),
+// pixels where `at` puts them.
 struct ConvTileStore {
   float* y;
   const float* bias;  // (N) or null
   int relu;
   int M, N, pix_per_img, ldc;
-  int plane = 0;    // y's pixels a channel; 0: pix_per_img
-  int phase_w = 0;  // > 0: the phase's pixels a row, and the mapping below
-  int step_y = 0, step_x = 0, origin = 0;
+  PixelStore at = {};
 };
 
 // Every thread of the block calls it after its role's loop. The accumulators go to shared
@@ -249,13 +264,8 @@ __device__ __forceinline__ void store_conv_tile_rows(const float (&acc)[kSub][BN
     const float4 sum = sum_over_ranks(base + uint32_t(r * kPitch + c4) * 4, nsplit);
     const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
     const int img = m / p.pix_per_img;
-    int q = m - img * p.pix_per_img;
-    if (p.phase_w > 0) {
-      const int qy = q / p.phase_w;
-      q = p.origin + qy * p.step_y + (q - qy * p.phase_w) * p.step_x;
-    }
-    const int plane = p.plane > 0 ? p.plane : p.pix_per_img;
-    float* crow = p.y + int64_t(img) * p.ldc * plane + q;
+    const int plane = p.at.plane_of(p.pix_per_img);
+    float* crow = p.y + int64_t(img) * p.ldc * plane + p.at.pixel(m - img * p.pix_per_img);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int n = n0 + c4 + e;
