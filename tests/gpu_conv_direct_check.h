@@ -13,16 +13,17 @@
 #include "kernels/conv/conv2d.h"
 #include "kernels/conv/conv2d_grouped.h"
 #include "kernels/conv/conv2d_grouped_dense.h"
+#include "runtime/env_switches.h"
 #include "runtime/tensor.h"
 #include "tests/grouped_conv_test_check.h"
 #include "tests/test_util.h"
 
 namespace cnn::grouped_test {
 
-// The forward (bias included), the stride-1 input gradient (a strided one must not run directly),
-// the weight gradient accumulating onto a nonzero dw and db (deterministic mode too, bitwise the
-// same twice) and, at BF16, both gradients on one copy of dy where conv2d_backward_shared takes
-// the shape. `tag` names the case in failures.
+// The forward (bias included), the input gradient (a strided one only as wgmma-nhwc's phases,
+// under CNN_WGMMA_NHWC_PHASES=1, and never dilated), the weight gradient accumulating onto a
+// nonzero dw and db (deterministic mode too, bitwise the same twice) and, at BF16, both gradients
+// on one copy of dy where conv2d_backward_shared takes the shape. `tag` names the case in failures.
 inline void expect_direct_passes_match(const Conv2dGroupedShape& s, const std::string& tag) {
   const Conv2dShape d = conv2d_grouped_as_dense(s);
   ASSERT_EQ(d.oh(), s.oh());
@@ -32,6 +33,8 @@ inline void expect_direct_passes_match(const Conv2dGroupedShape& s, const std::s
   const double k_fwd = double(s.cg()) * s.kh * s.kw + 1, k_data = double(s.ocg()) * s.kh * s.kw;
   const double k_wgt = double(s.n) * s.oh() * s.ow();
   const bool stride1 = s.stride_h == 1 && s.stride_w == 1;
+  const bool data_direct =
+      stride1 || (process_env_switches().wgmma_nhwc_phases && s.dil_h == 1 && s.dil_w == 1);
   Tensor d_x = test::to_device(ref.x), d_w = test::to_device(ref.w), d_b = test::to_device(ref.b),
          d_dy = test::to_device(ref.dy);
   Tensor d_y({int64_t(ny)}, Device::CUDA), d_dx({int64_t(nx)}, Device::CUDA);
@@ -49,10 +52,8 @@ inline void expect_direct_passes_match(const Conv2dGroupedShape& s, const std::s
     test::poison_device(d_y.data(), ny);
     conv2d_forward(d, d_x.data(), d_w.data(), d_b.data(), d_y.data(), false, scratch.data(), a, ex);
     expect_within(test::to_host(d_y.data(), ny), ref.y, ref.y_abs, k_fwd, p, what + " forward");
-    if (!stride1) {
-      EXPECT_FALSE(conv2d_backward_data_runs_directly(d, a, ex)) << what;
-    } else {
-      ASSERT_TRUE(conv2d_backward_data_runs_directly(d, a, ex)) << what;
+    ASSERT_EQ(conv2d_backward_data_runs_directly(d, a, ex), data_direct) << what;
+    if (data_direct) {
       test::poison_device(d_dx.data(), nx);
       conv2d_backward_data(d, d_dy.data(), d_w.data(), d_dx.data(), scratch.data(), a, ex);
       expect_within(test::to_host(d_dx.data(), nx), ref.dx, ref.dx_abs, k_data, p,
@@ -80,7 +81,7 @@ inline void expect_direct_passes_match(const Conv2dGroupedShape& s, const std::s
           EXPECT_EQ(dw, first) << wwhat << ": deterministic mode not bitwise repeatable";
       }
     }
-    if (p != Precision::BF16 || !stride1) continue;
+    if (p != Precision::BF16 || !data_direct) continue;
     Tensor d_dw = test::to_device(ref.dw0), d_db = test::to_device(ref.db0);
     test::poison_device(d_dx.data(), nx);
     if (conv2d_backward_shared(d, d_x.data(), d_dy.data(), d_w.data(), d_dw.data(), d_db.data(),
