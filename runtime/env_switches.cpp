@@ -363,7 +363,8 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_WGMMA_NHWC_BN32", "1|0",
        "whether the wgmma-nhwc convolution picks its 32-column tile where N <= 32"},
       {"CNN_WGMMA_NHWC_PHASES", "1|0",
-       "whether algo wgmma-nhwc (and auto) takes strided input gradients (one launch a phase)"},
+       "1 (default): algo wgmma-nhwc (and auto) takes strided input gradients, one launch a "
+       "phase; 0: they are left to the other variants"},
       {"CNN_WGMMA_NHWC_HALO", "auto|1|0",
        "how the wgmma-nhwc convolution loads its input: one TMA box of a tile's rows with their "
        "halo per channel chunk (1, stride 1), one im2col copy per filter tap (0), or its pick"},

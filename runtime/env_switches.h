@@ -87,10 +87,10 @@ struct EnvSwitches {
   int wgmma_nhwc_block_m = 0;
   // CNN_WGMMA_NHWC_BN32=1 (default) | 0: wgmma-nhwc picks its 32-column tile for N <= 32.
   bool wgmma_nhwc_bn32 = true;
-  // CNN_WGMMA_NHWC_PHASES=1 | 0 (default): whether algo wgmma-nhwc (and so auto) takes strided
+  // CNN_WGMMA_NHWC_PHASES=1 (default) | 0: whether algo wgmma-nhwc (and so auto) takes strided
   // input gradients, as their phases (kernels/conv/conv2d_wgmma_nhwc.h); 0 leaves them to the
   // other variants. The kernel's own entry point runs them either way.
-  bool wgmma_nhwc_phases = false;
+  bool wgmma_nhwc_phases = true;
   // CNN_WGMMA_NHWC_HALO=auto (default) | 1 | 0: how the wgmma-nhwc convolution loads A: halo
   // tiles where the shape allows (1), im2col copies (0), or its pick (-1, auto).
   int wgmma_nhwc_halo = -1;

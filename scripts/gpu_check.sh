@@ -72,13 +72,14 @@ if [ $notests -eq 0 ]; then
     || fail "GPU tests: not every shard passed"
   grep -q '^\[  SKIPPED \]' "$out/gpu_tests.log" && fail "GPU tests were skipped on a GPU machine"
 
-  # An opt-in path's dispatch cases (a process reads the CNN_* switches once): the strided input
-  # gradient's phases on wgmma-nhwc through conv2d_backward_data, autotune and the shared dy copy.
-  step "GPU tests of opt-in paths (CNN_WGMMA_NHWC_PHASES=1)"
-  CNN_WGMMA_NHWC_PHASES=1 CNN_REQUIRE_GPU=1 "$bin/cnn_gpu_tests" \
-    --gtest_filter='GpuConvWgmmaNhwc*.Dispatch:GpuConvWgmmaNhwc.Refusals:GpuConvSharedDy*:GpuConv2dGroupedDense*:GpuConvNhwcScratch*' \
-    > "$out/gpu_tests_opt_in.log" 2>&1 || fail "GPU tests with CNN_WGMMA_NHWC_PHASES=1"
-  echo "$(passed_cases "$out/gpu_tests_opt_in.log") test cases passed with CNN_WGMMA_NHWC_PHASES=1"
+  # The dispatch cases again under a switch's other value (a process reads the CNN_* switches
+  # once): the strided input gradients left to the other variants (CNN_WGMMA_NHWC_PHASES=0), as
+  # the dispatch, autotune, the scratch sizing and the shared dy copy then see them.
+  step "GPU tests of the dispatch with CNN_WGMMA_NHWC_PHASES=0"
+  CNN_WGMMA_NHWC_PHASES=0 CNN_REQUIRE_GPU=1 "$bin/cnn_gpu_tests" \
+    --gtest_filter='GpuConvWgmmaNhwc*.Dispatch:GpuConvWgmmaNhwc.Refusals:GpuConvSharedDy*:GpuConv2dGroupedDense*:GpuConv2dDilatedDense*:GpuConvNhwcScratch*' \
+    > "$out/gpu_tests_switched.log" 2>&1 || fail "GPU tests with CNN_WGMMA_NHWC_PHASES=0"
+  echo "$(passed_cases "$out/gpu_tests_switched.log") test cases passed with CNN_WGMMA_NHWC_PHASES=0"
 
   step "gradient checks on the GPU"
   "$bin/gradcheck" --device cuda > "$out/gradcheck.log" 2>&1 || fail "gradcheck (cuda)"

@@ -154,7 +154,7 @@ const std::vector<SwitchCases>& switch_cases() {
        "0 or 1"},
       {"CNN_WGMMA_NHWC_PHASES",
        field<&EnvSwitches::wgmma_nhwc_phases>,
-       {{nullptr, false}, {"1", true}, {"0", false}},
+       {{nullptr, true}, {"1", true}, {"0", false}},
        {"on"},
        "0 or 1"},
       // One channels-last dy copy for both BF16 wgmma-nhwc gradients unless set to 0.
