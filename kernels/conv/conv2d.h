@@ -67,10 +67,10 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
                             float* db, float* scratch, Algo algo, const Exec& ex);
 
 // Both gradients in one call where that saves work: dw_algo and dx_algo both wgmma-nhwc at bf16
-// on a convolution the shared-copy call takes (conv2d_backward_wgmma_nhwc_shares_dy; a strided
-// one only where wgmma-nhwc takes its input gradient, CNN_WGMMA_NHWC_PHASES=1:
-// dy's channels-last copy written once, by the weight gradient, and read by the input gradient
-// too), unless CNN_CONV_SHARED_DY=0. Returns true when it ran them (dw, db += as
+// on a convolution the shared-copy call takes (conv2d_backward_wgmma_nhwc_shares_dy: dy's
+// channels-last copy written once, by the weight gradient, and read by the input gradient too; a
+// strided one only while wgmma-nhwc takes strided input gradients, CNN_WGMMA_NHWC_PHASES=1),
+// unless CNN_CONV_SHARED_DY=0. Returns true when it ran them (dw, db += as
 // conv2d_backward_weight; dx = as conv2d_backward_data), false, having run nothing, otherwise.
 // scratch: conv2d_backward_weight_scratch_floats(s, ex) floats.
 bool conv2d_backward_shared(const Conv2dShape& s, const float* x, const float* dy, const float* w,
