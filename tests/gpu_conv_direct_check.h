@@ -13,9 +13,9 @@
 #include "kernels/conv/conv2d.h"
 #include "kernels/conv/conv2d_grouped.h"
 #include "kernels/conv/conv2d_grouped_dense.h"
-#include "runtime/env_switches.h"
 #include "runtime/tensor.h"
 #include "tests/grouped_conv_test_check.h"
+#include "tests/nhwc_dispatch_rule.h"
 #include "tests/test_util.h"
 
 namespace cnn::grouped_test {
@@ -32,9 +32,7 @@ inline void expect_direct_passes_match(const Conv2dGroupedShape& s, const std::s
   const Problem ref = make_problem(s);
   const double k_fwd = double(s.cg()) * s.kh * s.kw + 1, k_data = double(s.ocg()) * s.kh * s.kw;
   const double k_wgt = double(s.n) * s.oh() * s.ow();
-  const bool stride1 = s.stride_h == 1 && s.stride_w == 1;
-  const bool data_direct =
-      stride1 || (process_env_switches().wgmma_nhwc_phases && s.dil_h == 1 && s.dil_w == 1);
+  const bool data_direct = test::nhwc_dispatch_takes_input_gradient(d);
   Tensor d_x = test::to_device(ref.x), d_w = test::to_device(ref.w), d_b = test::to_device(ref.b),
          d_dy = test::to_device(ref.dy);
   Tensor d_y({int64_t(ny)}, Device::CUDA), d_dx({int64_t(nx)}, Device::CUDA);

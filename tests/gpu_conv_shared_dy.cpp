@@ -17,11 +17,11 @@
 #include <vector>
 
 #include "kernels/conv/conv2d.h"
-#include "runtime/env_switches.h"
 #include "runtime/exec.h"
 #include "runtime/memory.h"
 #include "runtime/tensor.h"
 #include "tests/gemm_error_measure.h"
+#include "tests/nhwc_dispatch_rule.h"
 #include "tests/test_util.h"
 #ifdef CNN_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -91,7 +91,7 @@ TEST(GpuConvSharedDy, MatchesTheTwoPasses) {
   };
   for (const Conv2dShape& s : shapes) {
     // A strided one shares the copy where the dispatch takes its input gradient.
-    if ((s.stride_h != 1 || s.stride_w != 1) && !process_env_switches().wgmma_nhwc_phases) continue;
+    if (!test::nhwc_dispatch_takes_input_gradient(s)) continue;
     SCOPED_TRACE(::testing::Message() << "n=" << s.n << " c=" << s.c << " h=" << s.h << " w=" << s.w
                                       << " oc=" << s.oc << " k=" << s.kh << " pad=" << s.pad_h);
     ASSERT_TRUE(conv2d_backward_wgmma_nhwc_shares_dy(s, bf16_exec()));

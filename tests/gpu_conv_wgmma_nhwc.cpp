@@ -440,7 +440,7 @@ TEST(GpuConvWgmmaNhwc, Refusals) {
                                         nullptr, WgmmaNhwcOptions{});
       },
       "input gradient stride 2 with dilation 2");
-  if (!process_env_switches().wgmma_nhwc_phases)
+  if (!test::nhwc_dispatch_takes_input_gradient(s2))
     expect_refused(
         [&] {
           conv2d_backward_data(s2, d_y.data(), d_w.data(), d_x.data(), nullptr, Algo::WgmmaNhwc,

@@ -16,9 +16,9 @@
 #include "kernels/conv/conv2d_grouped_layout.h"
 #include "layers/gradcheck/gradcheck.h"
 #include "layers/layer_spec.h"
-#include "runtime/env_switches.h"
 #include "runtime/error.h"
 #include "tests/grouped_conv_test_check.h"
+#include "tests/nhwc_dispatch_rule.h"
 #include "tests/test_util.h"
 
 using namespace cnn;
@@ -220,7 +220,7 @@ TEST(Conv2dGroupedDense, DirectFormUnderWgmmaNhwc) {
   strided.stride_h = strided.stride_w = 2;
   EXPECT_TRUE(conv2d_forward_runs_directly(strided, Algo::WgmmaNhwc, ex));
   EXPECT_EQ(conv2d_backward_data_runs_directly(strided, Algo::WgmmaNhwc, ex),
-            process_env_switches().wgmma_nhwc_phases);
+            test::nhwc_dispatch_takes_input_gradient(strided));
   strided.dil_h = strided.dil_w = 2;
   EXPECT_FALSE(conv2d_backward_data_runs_directly(strided, Algo::WgmmaNhwc, ex));
   EXPECT_FALSE(conv2d_forward_runs_directly(d, Algo::WgmmaNhwc, Exec{}));

@@ -26,8 +26,8 @@
 #include "kernels/conv/conv2d_nhwc_scratch.h"
 #include "layers/layer.h"
 #include "layers/network.h"
-#include "runtime/env_switches.h"
 #include "runtime/error.h"
+#include "tests/nhwc_dispatch_rule.h"
 #include "tests/test_util.h"
 
 using namespace cnn;
@@ -125,7 +125,7 @@ TEST(ConvNhwcScratch, NoScratchWhereNoneIsUsed) {
       // Stride 2: its phases read the stride-1 view's copy and pack, of the same size, where the
       // dispatch takes them (CNN_WGMMA_NHWC_PHASES=1).
       EXPECT_EQ(conv2d_backward_data_scratch_floats(s2, a, cuda) > 0,
-                used && process_env_switches().wgmma_nhwc_phases);
+                used && test::nhwc_dispatch_takes_input_gradient(s2));
       Conv2dShape s2_dilated = s2;  // refused: a strided input gradient with dilation
       s2_dilated.dil_h = s2_dilated.dil_w = 2;
       if (a == Algo::WgmmaNhwc) {
@@ -179,9 +179,9 @@ TEST(ConvNhwcScratch, ZooShapes) {
       const Exec ex = exec_on(Device::CUDA, p);
       const size_t dw = conv2d_backward_weight_scratch_floats(z.s, ex);
       const size_t fwd = conv2d_forward_wgmma_nhwc_scratch_floats(z.s, p);
-      const bool dispatched =
-          (z.s.stride_h == 1 && z.s.stride_w == 1) || process_env_switches().wgmma_nhwc_phases;
-      const size_t dx = dispatched ? conv2d_backward_data_wgmma_nhwc_scratch_floats(z.s, p) : 0;
+      const size_t dx = test::nhwc_dispatch_takes_input_gradient(z.s)
+                            ? conv2d_backward_data_wgmma_nhwc_scratch_floats(z.s, p)
+                            : 0;
       EXPECT_EQ(conv2d_forward_scratch_floats(z.s, Algo::WgmmaNhwc, ex), fwd);
       EXPECT_EQ(conv2d_backward_data_scratch_floats(z.s, Algo::WgmmaNhwc, ex), dx);
       // FP32's is the largest (a scratch sized for it serves every precision).

@@ -7,8 +7,8 @@
 #include "kernels/conv/conv2d_halo_layout.h"
 #include "kernels/conv/conv2d_nhwc_layout.h"
 #include "kernels/conv/conv2d_wgmma_nhwc.h"
-#include "runtime/env_switches.h"
 #include "tests/conv_test_cases.h"
+#include "tests/nhwc_dispatch_rule.h"
 
 namespace cnn::conv_test {
 
@@ -25,11 +25,9 @@ inline int split_k_blocks_per_sm(int block_n, int splits) {
   return 1;
 }
 
-// Whether Algo::WgmmaNhwc's dispatch (conv2d_forward / conv2d_backward_data) takes `pass` of s:
-// a strided input gradient only under CNN_WGMMA_NHWC_PHASES=1 (the direct call runs it anyway).
+// Whether Algo::WgmmaNhwc's dispatch (conv2d_forward / conv2d_backward_data) takes `pass` of s.
 inline bool nhwc_dispatch_takes(Pass pass, const Conv2dShape& s) {
-  return pass == Pass::Forward || (s.stride_h == 1 && s.stride_w == 1) ||
-         process_env_switches().wgmma_nhwc_phases;
+  return pass == Pass::Forward || test::nhwc_dispatch_takes_input_gradient(s);
 }
 
 // The configurations a test runs at `precision` (TF32 or BF16) on `pass` of shape s, A loaded by
