@@ -123,13 +123,29 @@ std::vector<TuneChoice> tune_passes(const std::string& layer, const std::functio
 std::vector<TuneChoice> tune_passes(const TuneSite& site, const std::function<void(Algo)>& fwd,
                                     const std::function<void(Algo)>& dw,
                                     const std::function<void(Algo)>* dx, PassAlgos* algos,
-                                    const Exec& ex) {
+                                    const Exec& ex, const TuneBeside* beside,
+                                    const std::function<void(Algo)>* dw_beside) {
   std::vector<TuneChoice> out;
   out.push_back(pick_fastest(site, "forward", fwd, ex));
   algos->fwd = out.back().chosen;
   out.push_back(pick_fastest(site, "weight-grad", dw, ex));
   algos->dw = out.back().chosen;
-  if (dx) {
+  if (dx && beside && dw_beside) {
+    const Algo partner = algos->dw;
+    const std::function<void(Algo)> pair = [&](Algo a) {
+      beside->fork();
+      (*dw_beside)(partner);
+      try {
+        (*dx)(a);
+      } catch (...) {
+        beside->join();  // the refused variant enqueued nothing; the side stream's work is joined
+        throw;
+      }
+      beside->join();
+    };
+    out.push_back(pick_fastest(site, "input-grad beside weight-grad", pair, ex));
+    algos->dx = out.back().chosen;
+  } else if (dx) {
     out.push_back(pick_fastest(site, "input-grad", *dx, ex));
     algos->dx = out.back().chosen;
   }

@@ -6,6 +6,7 @@
 // each op's dispatch applies then.
 // With a TuneCache (layers/tune_cache.h) a choice recorded by an earlier run on the same GPU and
 // build is reused instead of timed, after checking that the variant still accepts the shape.
+#include <cstddef>
 #include <functional>
 #include <string>
 #include <utility>
@@ -58,6 +59,22 @@ TuneChoice pick_cached_or_timed(const TuneSite& site, const char* pass,
                                 const std::function<void(Algo)>& run, const Exec& ex,
                                 const std::function<TuneChoice()>& time_candidates);
 
+// Where the step runs a layer's weight gradient on a second stream beside its input gradient
+// (NetworkOptions::weight_grads_beside), the two passes share the SMs: an input-gradient variant
+// that is fastest alone can slow its partner by more than it gains (tensor-core blocks that fill
+// the SMs beside a tensor-core weight gradient, where FFMA blocks left room). With a TuneBeside,
+// tune_passes times each input-gradient variant as the step runs the pair: fork, the picked
+// weight gradient on `side`, the variant on ex's stream, join; the time is the pair's, until
+// both are done, and the pass is named "input-grad beside weight-grad" (in the log and in the
+// cache's key).
+struct TuneBeside {
+  Exec side;                   // the side stream's
+  std::function<void()> fork;  // the side stream waits for ex's
+  std::function<void()> join;  // ex's stream waits for the side stream
+  // The side stream's scratch, at least `floats` of it (grown with the side stream idle).
+  std::function<float*(std::size_t floats)> scratch;
+};
+
 // The variant of each pass of a conv/linear layer: as configured, or as tune_passes() picked.
 struct PassAlgos {
   Algo fwd = Algo::Auto, dw = Algo::Auto, dx = Algo::Auto;
@@ -70,10 +87,13 @@ std::vector<TuneChoice> tune_passes(const std::string& layer, const std::functio
                                     const std::function<void(Algo)>& dw,
                                     const std::function<void(Algo)>* dx, PassAlgos* algos,
                                     const Exec& ex);
-// The same through a TuneSite (its cache, when set).
+// The same through a TuneSite (its cache, when set); with `beside` and dx, the input gradient is
+// timed beside dw_beside(the picked weight-gradient variant), which must only enqueue work on
+// beside->side.stream.
 std::vector<TuneChoice> tune_passes(const TuneSite& site, const std::function<void(Algo)>& fwd,
                                     const std::function<void(Algo)>& dw,
                                     const std::function<void(Algo)>* dx, PassAlgos* algos,
-                                    const Exec& ex);
+                                    const Exec& ex, const TuneBeside* beside = nullptr,
+                                    const std::function<void(Algo)>* dw_beside = nullptr);
 
 }  // namespace cnn

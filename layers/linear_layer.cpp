@@ -102,7 +102,8 @@ class LinearLayer : public Layer {
   }
 
   std::vector<TuneChoice> autotune(int n, const float* x, float* y, float* dy, float* dx,
-                                   float* scratch, const Exec& ex) override {
+                                   float* scratch, const Exec& ex,
+                                   const TuneBeside* beside) override {
     if (algo_ != Algo::Auto) return {};
     const LinearShape s = at(n);
     const std::string op = fmt::format("linear n{} in{} out{}{}{}", s.n, s.in, s.out,
@@ -120,13 +121,19 @@ class LinearLayer : public Layer {
     const std::function<void(Algo)> input_grad = [&](Algo a) {
       linear_backward_data(s, dy, w_, dx, a, ex, scratch, pass_scratch(ex).dgrad);
     };
+    // As run_backward runs it beside: on the side stream with its scratch.
+    const std::function<void(Algo)> weight_grad_beside = [&](Algo a) {
+      const std::size_t need = pass_scratch(ex).wgrad;
+      linear_backward_weight(s, x, dy, dw_, own_db(), beside->scratch(need), a, beside->side,
+                             overwrite_grads_, need);
+    };
     return tune_passes(
         TuneSite{name(), op, tune_cache_}, forward,
         [&](Algo a) {
           linear_backward_weight(s, x, dy, dw_, own_db(), scratch, a, ex, overwrite_grads_,
                                  pass_scratch(ex).wgrad);
         },
-        dx ? &input_grad : nullptr, &algos_, ex);
+        dx ? &input_grad : nullptr, &algos_, ex, beside, &weight_grad_beside);
   }
 
  private:

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <utility>
 
@@ -48,6 +49,7 @@ NetworkOptions with_env_switches(NetworkOptions opt, const EnvSwitches& env) {
   if (!env.fuse_bn_relu) opt.fuse_batchnorm_relu = false;
   if (!env.fuse_residual) opt.fuse_residual = false;
   if (!env.autotune) opt.autotune = false;
+  if (!env.tune_beside) opt.tune_beside = false;
   if (Algo a = env.algo_for("conv", Algo::Auto); env.algo_conv || env.algo) opt.conv_algo = a;
   if (Algo a = env.algo_for("linear", Algo::Auto); env.algo_linear || env.algo) opt.linear_algo = a;
   return opt;
@@ -395,10 +397,14 @@ void Network::fit_side_scratch(const Exec& ex) {
   if (!opt_.weight_grads_beside) return;
   size_t need = 0;
   for (const auto& l : layers_) need = std::max(need, l->beside_scratch_floats(ex));
-  if (need <= side_scratch_.size()) return;
+  grow_side_scratch(need, ex);
+}
+
+void Network::grow_side_scratch(size_t floats, const Exec& ex) {
+  if (floats <= side_scratch_.size()) return;
   if (side_) side_->sync();  // work enqueued before may still read the old one
   side_scratch_ = Buffer<float>();
-  side_scratch_ = Buffer<float>(need, ex.device);
+  side_scratch_ = Buffer<float>(floats, ex.device);
 }
 
 SideStream& Network::side_stream() {
@@ -420,6 +426,19 @@ std::vector<std::string> Network::autotune(TuneCache* cache) {
   // channels-last copies): grown for the tuning, then fitted to the picks below.
   const size_t tune_need = scratch_need(ex_, true);
   if (tune_need > scratch_.size()) resize_scratch(tune_need);
+  // The input gradients timed beside their weight gradients, as the step runs them.
+  std::optional<TuneBeside> beside;
+  if (opt_.weight_grads_beside && opt_.tune_beside) {
+    SideStream& side = side_stream();
+    Exec sx = ex_;
+    sx.stream = side.get();
+    beside =
+        TuneBeside{sx, [&] { side.fork_from(ex_.stream); }, [&] { side.join_into(ex_.stream); },
+                   [this](size_t floats) {
+                     grow_side_scratch(floats, ex_);
+                     return side_scratch_.data();
+                   }};
+  }
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (skipped_[i] || layers_[i]->spec().kind == LayerKind::Residual) continue;
     const int t = input_[i];
@@ -427,7 +446,7 @@ std::vector<std::string> Network::autotune(TuneCache* cache) {
     layers_[i]->set_tune_cache(cache);
     for (const TuneChoice& c :
          layers_[i]->autotune(opt_.max_batch, act_of(t, input.data()), acts_[i], grad_acts_[i], dx,
-                              scratch_.data(), ex_))
+                              scratch_.data(), ex_, beside ? &*beside : nullptr))
       lines.push_back(describe(c));
     layers_[i]->set_tune_cache(nullptr);  // the cache need not outlive the network
   }

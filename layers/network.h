@@ -59,11 +59,15 @@ struct NetworkOptions {
   // bench turn it on for a GPU's training step (CNN_WGRAD_BESIDE=0 keeps it off there), where
   // it measured faster on every net (docs/performance.md, "Work beside backward").
   bool weight_grads_beside = false;
+  // With weight_grads_beside: autotune times each input-gradient variant with its layer's picked
+  // weight gradient running beside it on the side stream, the pair as the step runs it
+  // (TuneBeside, layers/autotune.h); off (CNN_TUNE_BESIDE=0): each variant alone.
+  bool tune_beside = true;
 };
 
 // The options with the environment's overrides applied (CNN_FUSE_POOL=0, CNN_FUSE_BN_RELU=0,
-// CNN_FUSE_RESIDUAL=0, CNN_AUTOTUNE=0, CNN_ALGO*; runtime/env_switches.h). The programs call this
-// once when a run starts.
+// CNN_FUSE_RESIDUAL=0, CNN_AUTOTUNE=0, CNN_TUNE_BESIDE=0, CNN_ALGO*; runtime/env_switches.h). The
+// programs call this once when a run starts.
 NetworkOptions with_env_switches(NetworkOptions opt, const EnvSwitches& env);
 
 class Network {
@@ -191,6 +195,8 @@ class Network {
   void resize_scratch(size_t floats);
   // The side stream's scratch (weight_grads_beside): the largest Layer::beside_scratch_floats.
   void fit_side_scratch(const Exec& ex);
+  // At least `floats` of it; reallocated (after the side stream's work) only to grow.
+  void grow_side_scratch(size_t floats, const Exec& ex);
   const float* act_of(int node, const float* x) const { return node < 0 ? x : acts_[node]; }
   // NetworkOptions::overwrite_grads: tells the layers whose gradients backward writes, within
   // the optimizer's limit of ranges, and records them in overwritten_.

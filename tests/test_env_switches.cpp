@@ -169,6 +169,12 @@ const std::vector<SwitchCases>& switch_cases() {
        {{nullptr, true}, {"0", false}, {"1", true}},
        {"yes", "2"},
        "0 or 1"},
+      // Input gradients timed beside their weight gradients: on unless set to 0.
+      {"CNN_TUNE_BESIDE",
+       field<&EnvSwitches::tune_beside>,
+       {{nullptr, true}, {"0", false}, {"1", true}},
+       {"yes", "2"},
+       "0 or 1"},
       // The optimizer's early updates: off unless set to 1.
       {"CNN_EARLY_UPDATE",
        field<&EnvSwitches::early_update>,
