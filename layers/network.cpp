@@ -439,6 +439,8 @@ std::vector<std::string> Network::autotune(TuneCache* cache) {
                      return side_scratch_.data();
                    }};
   }
+  // Where backward_node runs the layer's passes beside (not a fused add's branch end).
+  const auto beside_at = [&](size_t i) { return beside && dy_from_[i] < 0 ? &*beside : nullptr; };
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (skipped_[i] || layers_[i]->spec().kind == LayerKind::Residual) continue;
     const int t = input_[i];
@@ -446,7 +448,7 @@ std::vector<std::string> Network::autotune(TuneCache* cache) {
     layers_[i]->set_tune_cache(cache);
     for (const TuneChoice& c :
          layers_[i]->autotune(opt_.max_batch, act_of(t, input.data()), acts_[i], grad_acts_[i], dx,
-                              scratch_.data(), ex_, beside ? &*beside : nullptr))
+                              scratch_.data(), ex_, beside_at(i)))
       lines.push_back(describe(c));
     layers_[i]->set_tune_cache(nullptr);  // the cache need not outlive the network
   }
