@@ -123,33 +123,62 @@ std::vector<TuneChoice> tune_passes(const std::string& layer, const std::functio
 std::vector<TuneChoice> tune_passes(const TuneSite& site, const std::function<void(Algo)>& fwd,
                                     const std::function<void(Algo)>& dw,
                                     const std::function<void(Algo)>* dx, PassAlgos* algos,
-                                    const Exec& ex, const TuneBeside* beside,
-                                    const std::function<void(Algo)>* dw_beside) {
+                                    const Exec& ex) {
   std::vector<TuneChoice> out;
   out.push_back(pick_fastest(site, "forward", fwd, ex));
   algos->fwd = out.back().chosen;
   out.push_back(pick_fastest(site, "weight-grad", dw, ex));
   algos->dw = out.back().chosen;
-  if (dx && beside && dw_beside) {
-    const Algo partner = algos->dw;
-    const std::function<void(Algo)> pair = [&](Algo a) {
-      beside->fork();
-      (*dw_beside)(partner);
-      try {
-        (*dx)(a);
-      } catch (...) {
-        beside->join();  // the refused variant enqueued nothing; the side stream's work is joined
-        throw;
-      }
-      beside->join();
-    };
-    out.push_back(pick_fastest(site, "input-grad beside weight-grad", pair, ex));
-    algos->dx = out.back().chosen;
-  } else if (dx) {
+  if (dx) {
     out.push_back(pick_fastest(site, "input-grad", *dx, ex));
     algos->dx = out.back().chosen;
   }
   return out;
+}
+
+std::vector<std::string> check_in_whole_pass(std::vector<PassInWhole>& passes,
+                                             const std::function<double()>& time,
+                                             const std::string& whole, double within, double gain) {
+  std::vector<std::string> lines;
+  double best = -1;  // the whole's time with the picks so far; measured at the first try
+  double first = -1;
+  int changed = 0;
+  for (PassInWhole& p : passes) {
+    TuneChoice& c = *p.choice;
+    double alone = -1;
+    for (const auto& [a, us] : c.timings)
+      if (a == c.chosen) alone = us;
+    if (alone <= 0) continue;  // a cached choice without timings: nothing to weigh
+    std::vector<Algo> close;
+    for (const auto& [a, us] : c.timings)
+      if (a != c.chosen && us <= within * alone) close.push_back(a);
+    if (close.empty()) continue;
+    if (best < 0) first = best = time();
+    const Algo pick = c.chosen;
+    const double before = best;
+    Algo keep = pick;
+    std::string tried;
+    for (Algo a : close) {
+      p.set(a);
+      const double us = time();
+      tried += fmt::format(", {} {:.1f}", algo_name(a), us);
+      if (us < (1.0 - gain) * best) {
+        best = us;
+        keep = a;
+      }
+    }
+    p.set(keep);
+    if (keep != pick) {
+      c.chosen = keep;
+      ++changed;
+    }
+    lines.push_back(fmt::format("{} {} in the {}: {} ({} {:.1f} us{})", c.layer, c.pass, whole,
+                                algo_name(keep), algo_name(pick), before, tried));
+  }
+  if (best >= 0)
+    lines.push_back(fmt::format("{}: {:.1f} us with the picks alone, {:.1f} us with {} changed",
+                                whole, first, best, changed));
+  return lines;
 }
 
 }  // namespace cnn

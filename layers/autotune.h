@@ -6,7 +6,6 @@
 // each op's dispatch applies then.
 // With a TuneCache (layers/tune_cache.h) a choice recorded by an earlier run on the same GPU and
 // build is reused instead of timed, after checking that the variant still accepts the shape.
-#include <cstddef>
 #include <functional>
 #include <string>
 #include <utility>
@@ -59,22 +58,6 @@ TuneChoice pick_cached_or_timed(const TuneSite& site, const char* pass,
                                 const std::function<void(Algo)>& run, const Exec& ex,
                                 const std::function<TuneChoice()>& time_candidates);
 
-// Where the step runs a layer's weight gradient on a second stream beside its input gradient
-// (NetworkOptions::weight_grads_beside), the two passes share the SMs: an input-gradient variant
-// that is fastest alone can slow its partner by more than it gains (tensor-core blocks that fill
-// the SMs beside a tensor-core weight gradient, where FFMA blocks left room). With a TuneBeside,
-// tune_passes times each input-gradient variant as the step runs the pair: fork, the picked
-// weight gradient on `side`, the variant on ex's stream, join; the time is the pair's, until
-// both are done, and the pass is named "input-grad beside weight-grad" (in the log and in the
-// cache's key).
-struct TuneBeside {
-  Exec side;                   // the side stream's
-  std::function<void()> fork;  // the side stream waits for ex's
-  std::function<void()> join;  // ex's stream waits for the side stream
-  // The side stream's scratch, at least `floats` of it (grown with the side stream idle).
-  std::function<float*(std::size_t floats)> scratch;
-};
-
 // The variant of each pass of a conv/linear layer: as configured, or as tune_passes() picked.
 struct PassAlgos {
   Algo fwd = Algo::Auto, dw = Algo::Auto, dx = Algo::Auto;
@@ -87,13 +70,31 @@ std::vector<TuneChoice> tune_passes(const std::string& layer, const std::functio
                                     const std::function<void(Algo)>& dw,
                                     const std::function<void(Algo)>* dx, PassAlgos* algos,
                                     const Exec& ex);
-// The same through a TuneSite (its cache, when set); with `beside` and dx, the input gradient is
-// timed beside dw_beside(the picked weight-gradient variant), which must only enqueue work on
-// beside->side.stream.
+// The same through a TuneSite (its cache, when set).
 std::vector<TuneChoice> tune_passes(const TuneSite& site, const std::function<void(Algo)>& fwd,
                                     const std::function<void(Algo)>& dw,
                                     const std::function<void(Algo)>* dx, PassAlgos* algos,
-                                    const Exec& ex, const TuneBeside* beside = nullptr,
-                                    const std::function<void(Algo)>* dw_beside = nullptr);
+                                    const Exec& ex);
+
+// The check in the whole pass: a pass timed alone can cost the pass beside it more than it
+// gains. The training step runs each layer's weight gradient on a second stream beside its input
+// gradient and the layers before, where the two share the SMs (measured: a strided input
+// gradient on the 3xTF32 phases, 92 us faster alone than FFMA's, made the FP32 ResNeXt-like step
+// about 100 us slower). So each variant that is close behind a pick alone is tried where the
+// pick runs, and kept where it shortens the whole pass.
+struct PassInWhole {
+  TuneChoice* choice;             // the pass's choice alone: its pick and its timings
+  std::function<void(Algo)> set;  // from now on the pass runs this variant
+};
+
+// Greedy, in order: for each pass, every variant timed alone within `within` x the pick's time
+// is set and the whole pass timed (time(), us); the variant is kept where the whole is at least
+// `gain` (a fraction) below the best so far, else the pick is set back. Changes each kept pick in
+// its choice. Returns a log line for each pass where a variant was tried, and a last one for the
+// whole (none where nothing was tried).
+std::vector<std::string> check_in_whole_pass(std::vector<PassInWhole>& passes,
+                                             const std::function<double()>& time,
+                                             const std::string& whole, double within = 2.0,
+                                             double gain = 0.01);
 
 }  // namespace cnn

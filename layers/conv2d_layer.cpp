@@ -142,9 +142,12 @@ class Conv2dLayer : public Layer {
     return conv2d_backward_weight_scratch_floats(shape_, ex);
   }
 
+  PassAlgos* tuned_algos() override {
+    return algo_ == Algo::Auto && !fused_pool_ ? &algos_ : nullptr;
+  }
+
   std::vector<TuneChoice> autotune(int n, const float* x, float* y, float* dy, float* dx,
-                                   float* scratch, const Exec& ex,
-                                   const TuneBeside* beside) override {
+                                   float* scratch, const Exec& ex) override {
     if (algo_ != Algo::Auto || fused_pool_) return {};  // the fused pass has no variants
     const std::function<void(Algo)> input_grad = [&](Algo a) {
       run_backward_data(n, dy, dx, scratch, a, ex);
@@ -157,14 +160,10 @@ class Conv2dLayer : public Layer {
         s.kw, s.stride_h, s.stride_w, s.pad_h, s.pad_w,
         grouped_ ? fmt::format(" d{}x{} g{}", spec_.dil_h, spec_.dil_w, spec_.groups) : "",
         b_ ? " bias" : "", fused_relu_ ? " relu" : "");
-    // As backward_beside runs it: on the side stream with its scratch, sized for the pick.
-    const std::function<void(Algo)> weight_grad_beside = [&](Algo a) {
-      run_backward_weight(n, x, dy, beside->scratch(beside_scratch_floats(ex)), a, beside->side);
-    };
     return tune_passes(
         TuneSite{name(), op, tune_cache_}, [&](Algo a) { run_forward(n, x, y, scratch, a, ex); },
         [&](Algo a) { run_backward_weight(n, x, dy, scratch, a, ex); }, dx ? &input_grad : nullptr,
-        &algos_, ex, beside, &weight_grad_beside);
+        &algos_, ex);
   }
 
  private:

@@ -93,14 +93,15 @@ class Layer {
   // (x input, y output, dy and dx gradients; dx null for the first layer) and keeps the fastest
   // per pass. Writes y and dx and ACCUMULATES (or, as backward, writes) parameter gradients:
   // the caller zeroes them after.
-  // scratch: tune_scratch_floats(ex, dx != null) floats. beside: where the step runs this
-  // layer's weight gradient beside its input gradient (backward_beside), the side stream to time
-  // the input-gradient variants with it (tune_passes); null: each pass alone.
+  // scratch: tune_scratch_floats(ex, dx != null) floats.
   virtual std::vector<TuneChoice> autotune(int /*n*/, const float* /*x*/, float* /*y*/,
                                            float* /*dy*/, float* /*dx*/, float* /*scratch*/,
-                                           const Exec& /*ex*/, const TuneBeside* /*beside*/) {
+                                           const Exec& /*ex*/) {
     return {};
   }
+  // The variants autotune() picked for this layer's passes, which the Network's check in the
+  // whole backward pass may change after (null: none tuned, e.g. a configured variant).
+  virtual PassAlgos* tuned_algos() { return nullptr; }
   // The cache autotune() consults and fills (layers/tune_cache.h); null: time everything.
   void set_tune_cache(TuneCache* cache) { tune_cache_ = cache; }
 

@@ -101,9 +101,10 @@ class LinearLayer : public Layer {
     return head_backward() ? 0 : pass_scratch(ex).wgrad;
   }
 
+  PassAlgos* tuned_algos() override { return algo_ == Algo::Auto ? &algos_ : nullptr; }
+
   std::vector<TuneChoice> autotune(int n, const float* x, float* y, float* dy, float* dx,
-                                   float* scratch, const Exec& ex,
-                                   const TuneBeside* beside) override {
+                                   float* scratch, const Exec& ex) override {
     if (algo_ != Algo::Auto) return {};
     const LinearShape s = at(n);
     const std::string op = fmt::format("linear n{} in{} out{}{}{}", s.n, s.in, s.out,
@@ -121,19 +122,13 @@ class LinearLayer : public Layer {
     const std::function<void(Algo)> input_grad = [&](Algo a) {
       linear_backward_data(s, dy, w_, dx, a, ex, scratch, pass_scratch(ex).dgrad);
     };
-    // As run_backward runs it beside: on the side stream with its scratch.
-    const std::function<void(Algo)> weight_grad_beside = [&](Algo a) {
-      const std::size_t need = pass_scratch(ex).wgrad;
-      linear_backward_weight(s, x, dy, dw_, own_db(), beside->scratch(need), a, beside->side,
-                             overwrite_grads_, need);
-    };
     return tune_passes(
         TuneSite{name(), op, tune_cache_}, forward,
         [&](Algo a) {
           linear_backward_weight(s, x, dy, dw_, own_db(), scratch, a, ex, overwrite_grads_,
                                  pass_scratch(ex).wgrad);
         },
-        dx ? &input_grad : nullptr, &algos_, ex, beside, &weight_grad_beside);
+        dx ? &input_grad : nullptr, &algos_, ex);
   }
 
  private:

@@ -5,7 +5,6 @@
 #include <cstring>
 #include <functional>
 #include <numeric>
-#include <optional>
 #include <random>
 #include <utility>
 
@@ -49,7 +48,7 @@ NetworkOptions with_env_switches(NetworkOptions opt, const EnvSwitches& env) {
   if (!env.fuse_bn_relu) opt.fuse_batchnorm_relu = false;
   if (!env.fuse_residual) opt.fuse_residual = false;
   if (!env.autotune) opt.autotune = false;
-  if (!env.tune_beside) opt.tune_beside = false;
+  if (!env.tune_backward) opt.tune_backward = false;
   if (Algo a = env.algo_for("conv", Algo::Auto); env.algo_conv || env.algo) opt.conv_algo = a;
   if (Algo a = env.algo_for("linear", Algo::Auto); env.algo_linear || env.algo) opt.linear_algo = a;
   return opt;
@@ -397,70 +396,15 @@ void Network::fit_side_scratch(const Exec& ex) {
   if (!opt_.weight_grads_beside) return;
   size_t need = 0;
   for (const auto& l : layers_) need = std::max(need, l->beside_scratch_floats(ex));
-  grow_side_scratch(need, ex);
-}
-
-void Network::grow_side_scratch(size_t floats, const Exec& ex) {
-  if (floats <= side_scratch_.size()) return;
+  if (need <= side_scratch_.size()) return;
   if (side_) side_->sync();  // work enqueued before may still read the old one
   side_scratch_ = Buffer<float>();
-  side_scratch_ = Buffer<float>(floats, ex.device);
+  side_scratch_ = Buffer<float>(need, ex.device);
 }
 
 SideStream& Network::side_stream() {
   if (!side_) side_ = std::make_unique<SideStream>(ex_.device);
   return *side_;
-}
-
-std::vector<std::string> Network::autotune(TuneCache* cache) {
-  std::vector<std::string> lines;
-  if (ex_.device != Device::CUDA || ex_.deterministic || !opt_.autotune) return lines;
-  // Defined inputs for the timing runs: zeroed activations and a zero input batch.
-  Shape in_shape = {opt_.max_batch};
-  in_shape.insert(in_shape.end(), input_chw_.begin(), input_chw_.end());
-  Tensor input(in_shape, ex_.device);
-  input.zero(ex_.stream);
-  for (Tensor& t : storage_) t.zero(ex_.stream);
-  for (size_t v : input_views_) acts_[v] = input.data();
-  // The timed candidates may need more scratch than the configured variants (wgmma-nhwc's
-  // channels-last copies): grown for the tuning, then fitted to the picks below.
-  const size_t tune_need = scratch_need(ex_, true);
-  if (tune_need > scratch_.size()) resize_scratch(tune_need);
-  // The input gradients timed beside their weight gradients, as the step runs them.
-  std::optional<TuneBeside> beside;
-  if (opt_.weight_grads_beside && opt_.tune_beside) {
-    SideStream& side = side_stream();
-    Exec sx = ex_;
-    sx.stream = side.get();
-    beside =
-        TuneBeside{sx, [&] { side.fork_from(ex_.stream); }, [&] { side.join_into(ex_.stream); },
-                   [this](size_t floats) {
-                     grow_side_scratch(floats, ex_);
-                     return side_scratch_.data();
-                   }};
-  }
-  // Where backward_node runs the layer's passes beside (not a fused add's branch end).
-  const auto beside_at = [&](size_t i) { return beside && dy_from_[i] < 0 ? &*beside : nullptr; };
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    if (skipped_[i] || layers_[i]->spec().kind == LayerKind::Residual) continue;
-    const int t = input_[i];
-    float* dx = t >= 0 && needs_grad_[size_t(t)] ? grad_acts_[size_t(t)] : nullptr;
-    layers_[i]->set_tune_cache(cache);
-    for (const TuneChoice& c :
-         layers_[i]->autotune(opt_.max_batch, act_of(t, input.data()), acts_[i], grad_acts_[i], dx,
-                              scratch_.data(), ex_, beside_at(i)))
-      lines.push_back(describe(c));
-    layers_[i]->set_tune_cache(nullptr);  // the cache need not outlive the network
-  }
-  grads_.zero(ex_.stream);
-  stream_sync(ex_.device, ex_.stream);
-  // Start-up, before any step (and so before the trainer captures its step graph): the scratch
-  // the picked variants need, freeing what only the timed candidates needed. The side stream's
-  // too: a pick can need more than the configured variant did (a grouped convolution's weight
-  // gradient moved from the grouped kernels to the dense ones takes their copies).
-  resize_scratch(scratch_need(ex_, false));
-  fit_side_scratch(ex_);
-  return lines;
 }
 
 Exec Network::mode_exec(bool training) const {

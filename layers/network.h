@@ -59,15 +59,15 @@ struct NetworkOptions {
   // bench turn it on for a GPU's training step (CNN_WGRAD_BESIDE=0 keeps it off there), where
   // it measured faster on every net (docs/performance.md, "Work beside backward").
   bool weight_grads_beside = false;
-  // With weight_grads_beside: autotune times each input-gradient variant with its layer's picked
-  // weight gradient running beside it on the side stream, the pair as the step runs it
-  // (TuneBeside, layers/autotune.h); off (CNN_TUNE_BESIDE=0): each variant alone.
-  bool tune_beside = true;
+  // With weight_grads_beside, autotune then tries in the whole backward pass each variant timed
+  // alone within 2x of a backward pass's pick, and keeps those that shorten it by 1% or more
+  // (check_in_whole_pass, layers/autotune.h); off (CNN_TUNE_BACKWARD=0): the picks alone.
+  bool tune_backward = true;
 };
 
 // The options with the environment's overrides applied (CNN_FUSE_POOL=0, CNN_FUSE_BN_RELU=0,
-// CNN_FUSE_RESIDUAL=0, CNN_AUTOTUNE=0, CNN_TUNE_BESIDE=0, CNN_ALGO*; runtime/env_switches.h). The
-// programs call this once when a run starts.
+// CNN_FUSE_RESIDUAL=0, CNN_AUTOTUNE=0, CNN_TUNE_BACKWARD=0, CNN_ALGO*; runtime/env_switches.h).
+// The programs call this once when a run starts.
 NetworkOptions with_env_switches(NetworkOptions opt, const EnvSwitches& env);
 
 class Network {
@@ -151,7 +151,9 @@ class Network {
   // kernels run: the trainer's, which a CUDA graph advances). Null: step 0 every time.
   void set_step_counter(const int64_t* d_step) { step_ = d_step; }
   // algo: auto on CUDA (not deterministic, CNN_AUTOTUNE not 0): every conv/linear layer times
-  // its kernel variants at the full batch and keeps the fastest per pass (layers/autotune.h).
+  // its kernel variants at the full batch and keeps the fastest per pass (layers/autotune.h);
+  // with weight gradients beside, the backward picks are then checked in the whole backward
+  // pass (tune_backward).
   // Leaves the parameter gradients zero. Returns one line per choice (empty when nothing tuned);
   // the trainer logs the fusion_notes() beside them. With a cache, choices recorded there for the
   // same shapes are reused untimed and new ones are added to it (the caller saves it).
@@ -187,6 +189,10 @@ class Network {
   void backward_node(size_t i, int n, const float* x, const Exec& ex);
   // Whether node i's backward is asked for the gradient of its input.
   bool input_grad(size_t i) const;
+  // autotune's check of its backward picks (tuned: each with its node) in the whole backward
+  // pass, as forward_backward runs it after one forward of `input` (layers/network_tune.cpp).
+  std::vector<std::string> check_backward(const float* input,
+                                          std::vector<std::pair<size_t, TuneChoice>>& tuned);
   // The one scratch every layer's passes share (they run in turn on the network's stream): the
   // largest Layer::scratch_floats, or, tuning, the largest Layer::tune_scratch_floats.
   size_t scratch_need(const Exec& ex, bool tuning) const;
@@ -195,8 +201,6 @@ class Network {
   void resize_scratch(size_t floats);
   // The side stream's scratch (weight_grads_beside): the largest Layer::beside_scratch_floats.
   void fit_side_scratch(const Exec& ex);
-  // At least `floats` of it; reallocated (after the side stream's work) only to grow.
-  void grow_side_scratch(size_t floats, const Exec& ex);
   const float* act_of(int node, const float* x) const { return node < 0 ? x : acts_[node]; }
   // NetworkOptions::overwrite_grads: tells the layers whose gradients backward writes, within
   // the optimizer's limit of ranges, and records them in overwritten_.

@@ -105,7 +105,7 @@ EnvSwitches read_env_switches() {
   e.conv_shared_dy = zero_or_one("CNN_CONV_SHARED_DY", e.conv_shared_dy);
   e.early_update = zero_or_one("CNN_EARLY_UPDATE", e.early_update);
   e.wgrad_beside = zero_or_one("CNN_WGRAD_BESIDE", e.wgrad_beside);
-  e.tune_beside = zero_or_one("CNN_TUNE_BESIDE", e.tune_beside);
+  e.tune_backward = zero_or_one("CNN_TUNE_BACKWARD", e.tune_backward);
   if (const char* v = get("CNN_GEMM_PATH")) {
     const std::string s(v);
     if (s == "auto")
@@ -342,9 +342,10 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "1 (default): training on a GPU runs convolutions' and linear layers' weight gradients on "
        "a second stream beside their input gradients and the rest of backward (same bits); 0: "
        "in turn on the one stream"},
-      {"CNN_TUNE_BESIDE", "1|0",
-       "1 (default): where weight gradients run beside (CNN_WGRAD_BESIDE), autotune times each "
-       "input-gradient variant with the layer's weight gradient running beside it; 0: alone"},
+      {"CNN_TUNE_BACKWARD", "1|0",
+       "1 (default): where weight gradients run beside (CNN_WGRAD_BESIDE), autotune also times "
+       "the whole backward pass with each input gradient's runner-up variants and keeps those "
+       "that shorten it; 0: the variants fastest alone"},
       {"CNN_GRAPH_OVERLAP", "exit|start|0",
        "when the training step's graph launches a kernel, which then waits on the GPU for the "
        "one before it (programmatic dependent launch; same results): once every block of the "

@@ -1,7 +1,7 @@
 // algo: auto's start-up tuning on the GPU: every conv/linear pass gets a timed choice, the
 // gradients are left zero, the tuned network still agrees with the CPU, and deterministic mode
 // or a configured variant leaves the fixed rule alone. Where weight gradients run beside, the
-// input gradients are timed beside them.
+// backward picks are checked in the whole backward pass.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,23 +28,26 @@ Exec cuda_exec(bool deterministic) {
 struct Tuned {
   std::vector<std::string> lines;  // the tuner's
   bool fused_pool = false;         // conv1 fused with its pool (its passes are not tuned)
+  bool buffers_kept = false;       // batchnorm's running statistics as before the tuning
 };
-Tuned tune_and_check(NetworkOptions o) {
-  const GradcheckCase c = gradcheck_small_network_case();
+Tuned tune_and_check(NetworkOptions o, const std::vector<LayerSpec>& specs,
+                     const Shape& input_chw) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   const int n = o.max_batch;
   o.seed = seed;
-  Network gpu(c.specs, c.input_chw, o, cuda_exec(false));
-  Network cpu(c.specs, c.input_chw, o, Exec{});
+  Network gpu(specs, input_chw, o, cuda_exec(false));
+  Network cpu(specs, input_chw, o, Exec{});
 
+  const std::vector<float> buffers = gpu.buffers_to_host();
   const std::vector<std::string> lines = gpu.autotune();
+  const bool buffers_kept = gpu.buffers_to_host() == buffers;
   for (const auto& l : lines) std::printf("  %s\n", l.c_str());
   const std::vector<float> g0 = test::to_host(gpu.grads(), size_t(gpu.num_params()));
   EXPECT_TRUE(std::all_of(g0.begin(), g0.end(), [](float v) { return v == 0.f; }))
       << "autotune must leave the gradients zero";
 
-  const size_t per_image = size_t(shape_numel(c.input_chw));
+  const size_t per_image = size_t(shape_numel(input_chw));
   const auto x = test::random_vector(n * per_image, seed);
   const auto labels = test::random_labels(n, gpu.num_classes(), seed + 1);
   Tensor d_x = test::to_device(x);
@@ -57,7 +60,7 @@ Tuned tune_and_check(NetworkOptions o) {
   const double err = test::max_rel_error(g_gpu, g_cpu);
   std::printf("  gradients after tuning: worst rel error %.3g\n", err);
   EXPECT_LT(err, 1e-3);
-  return {lines, gpu.fused_conv_relu_pool()};
+  return {lines, gpu.fused_conv_relu_pool(), buffers_kept};
 }
 
 size_t count_containing(const std::vector<std::string>& lines, const std::string& part) {
@@ -71,7 +74,10 @@ TEST(GpuAutotune, TunesEveryPassAndKeepsTheNetworkCorrect) {
   CNN_REQUIRE_GPU();
   NetworkOptions o;
   o.max_batch = 9;
-  const auto [lines, fused] = tune_and_check(o);
+  const GradcheckCase c = gradcheck_small_network_case();
+  const Tuned tuned = tune_and_check(o, c.specs, c.input_chw);
+  const std::vector<std::string>& lines = tuned.lines;
+  const bool fused = tuned.fused_pool;
   // conv1 (first layer: no input gradient) 2 passes, conv2, fc1, fc2 3 passes each; with the
   // conv-relu-pool fusion (the default on CUDA): conv1's two passes are not tuned. fc1 (16
   // outputs) and fc2 (10) run the fused head backward unless CNN_LINEAR_HEAD=0: their forward
@@ -80,26 +86,42 @@ TEST(GpuAutotune, TunesEveryPassAndKeepsTheNetworkCorrect) {
       linear_head_backward_applies(LinearShape{o.max_batch, 16, 10}, Device::CUDA) ? 1u : 3u;
   EXPECT_EQ(lines.size(), (fused ? 0u : 2u) + 3u + 2u * fc_passes);
   EXPECT_EQ(count_containing(lines, " input-grad: "), 1u + (fc_passes == 3u ? 2u : 0u));
-  EXPECT_EQ(count_containing(lines, "beside"), 0u) << "weight gradients are not run beside here";
+  EXPECT_EQ(count_containing(lines, "backward pass"), 0u) << "no weight gradients beside here";
 }
 
-// Where the step runs weight gradients beside their input gradients, each input-gradient variant
-// is timed with its layer's weight gradient running beside it on the side stream (the pair joined
-// before the next), and the tuned network still agrees with the CPU; CNN_TUNE_BESIDE=0's option
-// times them alone.
-TEST(GpuAutotune, InputGradientsTimedBesideTheirWeightGradients) {
+// Where the step runs weight gradients beside, the backward picks are then checked in the whole
+// backward pass: a summary line after any pass tried, batchnorm's running statistics as before
+// (the check runs a forward in training mode), the gradients zero and the network correct;
+// CNN_TUNE_BACKWARD=0's option checks nothing.
+TEST(GpuAutotune, BackwardPicksCheckedInTheWholePass) {
   CNN_REQUIRE_GPU();
+  const std::vector<LayerSpec> specs = {conv2d_spec("conv1", 8, 3, 3, 1, 1),
+                                        batchnorm_spec(LayerKind::BatchNorm2d, "bn1"),
+                                        layer_spec(LayerKind::Relu, "relu1"),
+                                        conv2d_spec("conv2", 8, 3, 3, 1, 1),
+                                        batchnorm_spec(LayerKind::BatchNorm2d, "bn2"),
+                                        layer_spec(LayerKind::Relu, "relu2"),
+                                        maxpool2d_spec("pool1", 2, 2, 0),
+                                        layer_spec(LayerKind::Flatten, "flatten"),
+                                        linear_spec("fc1", 40),
+                                        layer_spec(LayerKind::Relu, "relu3"),
+                                        linear_spec("fc2", 10),
+                                        layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
   NetworkOptions o;
-  o.max_batch = 9;
+  o.max_batch = 16;
   o.weight_grads_beside = true;
-  const std::vector<std::string> paired = tune_and_check(o).lines;
-  const size_t input_grads = count_containing(paired, "input-grad");
-  EXPECT_GE(input_grads, 1u) << "conv2 has an input gradient";
-  EXPECT_EQ(count_containing(paired, " input-grad beside weight-grad: "), input_grads);
-  o.tune_beside = false;
-  const std::vector<std::string> alone = tune_and_check(o).lines;
-  EXPECT_EQ(count_containing(alone, " input-grad: "), input_grads);
-  EXPECT_EQ(count_containing(alone, "beside"), 0u);
+  const Tuned checked = tune_and_check(o, specs, {3, 12, 12});
+  EXPECT_TRUE(checked.buffers_kept) << "batchnorm's running statistics moved";
+  const size_t tried = count_containing(checked.lines, " in the backward pass: ");
+  std::printf("  %zu backward passes tried in the whole\n", tried);
+  if (tried > 0) {
+    EXPECT_TRUE(test::contains(checked.lines.back(), "backward pass: ")) << checked.lines.back();
+    EXPECT_EQ(count_containing(checked.lines, "backward pass"), tried + 1);
+  }
+  o.tune_backward = false;
+  const Tuned alone = tune_and_check(o, specs, {3, 12, 12});
+  EXPECT_TRUE(alone.buffers_kept);
+  EXPECT_EQ(count_containing(alone.lines, "backward pass"), 0u);
 }
 
 TEST(GpuAutotune, DeterministicModeAndConfiguredVariantsAreNotTuned) {

@@ -169,9 +169,9 @@ const std::vector<SwitchCases>& switch_cases() {
        {{nullptr, true}, {"0", false}, {"1", true}},
        {"yes", "2"},
        "0 or 1"},
-      // Input gradients timed beside their weight gradients: on unless set to 0.
-      {"CNN_TUNE_BESIDE",
-       field<&EnvSwitches::tune_beside>,
+      // Input gradients checked in the whole backward pass: on unless set to 0.
+      {"CNN_TUNE_BACKWARD",
+       field<&EnvSwitches::tune_backward>,
        {{nullptr, true}, {"0", false}, {"1", true}},
        {"yes", "2"},
        "0 or 1"},

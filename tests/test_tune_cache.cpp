@@ -1,7 +1,6 @@
 // The autotune cache's store and lookup logic, on the CPU (the timing itself needs a GPU and is
 // covered by gpu_autotune): round trip, other identities ignored, a corrupt file ignored with a
-// note, concurrent writers never leaving a torn file, a cached variant still validated, and the
-// input gradient checked beside its weight gradient as the step runs the pair.
+// note, concurrent writers never leaving a torn file, and a cached variant still validated.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -262,57 +261,4 @@ TEST(TuneCacheLookup, RefusedUnknownOrMissingChoicesAreTimedAndRecorded) {
   pick(
       nullptr, [](Algo) {}, &timed);  // no cache: always timed
   EXPECT_EQ(timed, 1);
-}
-
-// tune_passes with a TuneBeside: the input gradient's cached variant is checked as the step runs
-// it, after fork, beside the picked weight gradient on the side stream, then joined; under its own
-// key ("input-grad beside weight-grad"), so a choice timed alone is not taken for it. A variant
-// that refuses still has the side stream joined.
-TEST(TuneCacheLookup, InputGradBesideRunsThePairInStepOrder) {
-  const std::string op = "conv2d n4 c8 h8 w8 oc8 k3x3 s1x1 p1x1";
-  std::vector<std::string> log;
-  TuneBeside beside{Exec{}, [&] { log.push_back("fork"); }, [&] { log.push_back("join"); },
-                    [&](std::size_t) -> float* { return nullptr; }};
-  const std::function<void(Algo)> fwd = [&](Algo a) {
-    log.push_back(std::string("fwd ") + algo_name(a));
-  };
-  const std::function<void(Algo)> dw = [&](Algo a) {
-    log.push_back(std::string("dw ") + algo_name(a));
-  };
-  const std::function<void(Algo)> dw_beside = [&](Algo a) {
-    log.push_back(std::string("dw beside ") + algo_name(a));
-  };
-  for (const bool refuses : {false, true}) {
-    SCOPED_TRACE(refuses ? "the cached input-gradient variant refuses" : "accepted");
-    TuneCache cache(h200());
-    cache.put(TuneCache::key(op, "forward", "fp32", false), {"tiled", {}});
-    cache.put(TuneCache::key(op, "weight-grad", "fp32", false), {"igemm", {}});
-    cache.put(TuneCache::key(op, "input-grad", "fp32", false), {"fast", {}});  // timed alone
-    cache.put(TuneCache::key(op, "input-grad beside weight-grad", "fp32", false), {"naive", {}});
-    const std::function<void(Algo)> dx = [&](Algo a) {
-      if (refuses) CNN_FAIL("{}: shape not supported", algo_name(a));
-      log.push_back(std::string("dx ") + algo_name(a));
-    };
-    log.clear();
-    PassAlgos algos;
-    if (refuses) {
-      // The refusal sends it to the timing, which a CPU Exec cannot do.
-      EXPECT_THROW(tune_passes(TuneSite{"conv2", op, &cache}, fwd, dw, &dx, &algos, Exec{}, &beside,
-                               &dw_beside),
-                   Error);
-      ASSERT_GE(log.size(), 5u);
-      EXPECT_EQ(
-          std::vector<std::string>(log.begin(), log.begin() + 5),
-          (std::vector<std::string>{"fwd tiled", "dw igemm", "fork", "dw beside igemm", "join"}));
-      continue;
-    }
-    const std::vector<TuneChoice> c = tune_passes(TuneSite{"conv2", op, &cache}, fwd, dw, &dx,
-                                                  &algos, Exec{}, &beside, &dw_beside);
-    EXPECT_EQ(log, (std::vector<std::string>{"fwd tiled", "dw igemm", "fork", "dw beside igemm",
-                                             "dx naive", "join"}));
-    ASSERT_EQ(c.size(), 3u);
-    EXPECT_EQ(c[2].pass, "input-grad beside weight-grad");
-    EXPECT_EQ(algos.dx, Algo::Naive);
-    EXPECT_EQ(algos.dw, Algo::Igemm);
-  }
 }
