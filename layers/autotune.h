@@ -76,12 +76,11 @@ std::vector<TuneChoice> tune_passes(const TuneSite& site, const std::function<vo
                                     const std::function<void(Algo)>* dx, PassAlgos* algos,
                                     const Exec& ex);
 
-// The check in the whole pass: a pass timed alone can cost the pass beside it more than it
+// The check in the whole pass: a pass timed alone can cost the passes beside it more than it
 // gains. The training step runs each layer's weight gradient on a second stream beside its input
-// gradient and the layers before, where the two share the SMs (measured: a strided input
-// gradient on the 3xTF32 phases, 92 us faster alone than FFMA's, made the FP32 ResNeXt-like step
-// about 100 us slower). So each variant that is close behind a pick alone is tried where the
-// pick runs, and kept where it shortens the whole pass.
+// gradient and the layers before, where they share the SMs (docs/performance.md, "Backward picks
+// checked in the whole backward pass"). So each variant close behind a pick alone is tried where
+// the pick runs, and kept where it shortens the whole pass.
 struct PassInWhole {
   TuneChoice* choice;             // the pass's choice alone: its pick and its timings
   std::function<void(Algo)> set;  // from now on the pass runs this variant
