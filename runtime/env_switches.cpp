@@ -342,10 +342,10 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "1 (default): training on a GPU runs convolutions' and linear layers' weight gradients on "
        "a second stream beside their input gradients and the rest of backward (same bits); 0: "
        "in turn on the one stream"},
-      {"CNN_TUNE_BACKWARD", "1|0",
-       "1 (default): where weight gradients run beside (CNN_WGRAD_BESIDE), autotune also times "
-       "the whole backward pass with each input gradient's runner-up variants and keeps those "
-       "that shorten it; 0: the variants fastest alone"},
+      {"CNN_TUNE_BACKWARD", "0|1",
+       "1: where weight gradients run beside (CNN_WGRAD_BESIDE), autotune also times the whole "
+       "backward pass with the backward passes' runner-up variants and keeps those that shorten "
+       "it; 0 (default): the variants fastest alone"},
       {"CNN_GRAPH_OVERLAP", "exit|start|0",
        "when the training step's graph launches a kernel, which then waits on the GPU for the "
        "one before it (programmatic dependent launch; same results): once every block of the "

@@ -65,10 +65,10 @@ struct EnvSwitches {
   // weight gradients on a second stream beside their input gradients and the rest of backward
   // (NetworkOptions::weight_grads_beside; same bits); 0: in turn on the one stream.
   bool wgrad_beside = true;
-  // CNN_TUNE_BACKWARD=1 (default) | 0: where weight gradients run beside, autotune then times
-  // the whole backward pass with each input gradient's close runner-up variants and keeps those
+  // CNN_TUNE_BACKWARD=0 (default) | 1: where weight gradients run beside, autotune then times
+  // the whole backward pass with the backward passes' close runner-up variants and keeps those
   // that shorten it (NetworkOptions::tune_backward); 0: the variants fastest alone.
-  bool tune_backward = true;
+  bool tune_backward = false;
   // Debugging switches of the kernels.
   GemmPathSwitch gemm_path = GemmPathSwitch::Auto;  // CNN_GEMM_PATH=strided|tile|wgmma|auto
   // CNN_WGMMA_MN=tma (default) | gather: the wgmma GEMM loads an M/N-contiguous operand by TMA

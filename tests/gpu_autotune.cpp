@@ -92,7 +92,7 @@ TEST(GpuAutotune, TunesEveryPassAndKeepsTheNetworkCorrect) {
 // Where the step runs weight gradients beside, the backward picks are then checked in the whole
 // backward pass: a summary line after any pass tried, batchnorm's running statistics as before
 // (the check runs a forward in training mode), the gradients zero and the network correct;
-// CNN_TUNE_BACKWARD=0's option checks nothing.
+// without the option (CNN_TUNE_BACKWARD unset) nothing is checked.
 TEST(GpuAutotune, BackwardPicksCheckedInTheWholePass) {
   CNN_REQUIRE_GPU();
   const std::vector<LayerSpec> specs = {conv2d_spec("conv1", 8, 3, 3, 1, 1),
@@ -110,6 +110,7 @@ TEST(GpuAutotune, BackwardPicksCheckedInTheWholePass) {
   NetworkOptions o;
   o.max_batch = 16;
   o.weight_grads_beside = true;
+  o.tune_backward = true;
   const Tuned checked = tune_and_check(o, specs, {3, 12, 12});
   EXPECT_TRUE(checked.buffers_kept) << "batchnorm's running statistics moved";
   const size_t tried = count_containing(checked.lines, " in the backward pass: ");

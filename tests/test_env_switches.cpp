@@ -169,10 +169,10 @@ const std::vector<SwitchCases>& switch_cases() {
        {{nullptr, true}, {"0", false}, {"1", true}},
        {"yes", "2"},
        "0 or 1"},
-      // Input gradients checked in the whole backward pass: on unless set to 0.
+      // Backward picks checked in the whole backward pass: off unless set to 1.
       {"CNN_TUNE_BACKWARD",
        field<&EnvSwitches::tune_backward>,
-       {{nullptr, true}, {"0", false}, {"1", true}},
+       {{nullptr, false}, {"0", false}, {"1", true}},
        {"yes", "2"},
        "0 or 1"},
       // The optimizer's early updates: off unless set to 1.
