@@ -159,6 +159,8 @@ class Network {
   // the trainer logs the fusion_notes() beside them. With a cache, choices recorded there for the
   // same shapes are reused untimed and new ones are added to it (the caller saves it).
   std::vector<std::string> autotune(TuneCache* cache = nullptr);
+  // The passes the last autotune() chose a variant for (its lines less the whole-pass check's).
+  size_t tuned_passes() const { return tuned_passes_; }
   // Floats of the side stream's scratch (weight_grads_beside; 0 before its first need).
   size_t side_scratch_floats() const { return side_scratch_.size(); }
   // One line per conv-relu-pool fusion in effect ("conv1 + relu1 + pool1: fused ..."), then one
@@ -240,6 +242,7 @@ class Network {
   bool hook_on_side_ = false;
   std::unique_ptr<SideStream> side_;
   Buffer<float> side_scratch_;
+  size_t tuned_passes_ = 0;
   // Runs the layers forward in training or eval mode; returns the logits.
   const float* run_forward(int n, const float* x, bool training);
   void run_node(size_t i, int n, const float* x, const Exec& ex);

@@ -37,6 +37,7 @@ std::vector<std::string> Network::autotune(TuneCache* cache) {
     }
     layers_[i]->set_tune_cache(nullptr);  // the cache need not outlive the network
   }
+  tuned_passes_ = tuned.size();
   if (opt_.weight_grads_beside && opt_.tune_backward)
     for (std::string& l : check_backward(input.data(), tuned)) lines.push_back(std::move(l));
   grads_.zero(ex_.stream);

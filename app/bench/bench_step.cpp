@@ -151,7 +151,10 @@ void bench_one(const BenchContext& ctx, const NetDesc& net, int batch, Precision
     if (t.programmatic_edges > 0)
       append(r.note, fmt::format("{} kernel edges programmatic", t.programmatic_edges));
     r.status = "ok";
-    if (!tuned.empty()) append(r.note, fmt::format("algo auto tuned {} passes", tuned.size()));
+    if (model.tuned_passes() > 0)
+      append(r.note, fmt::format("algo auto tuned {} passes", model.tuned_passes()));
+    if (model.tuned_passes() > 0 && no.weight_grads_beside && no.tune_backward)
+      append(r.note, "backward picks checked in the whole pass (CNN_TUNE_BACKWARD=1)");
     if (optimizer.early_updates()) append(r.note, "early updates (CNN_EARLY_UPDATE=1)");
     if (!no.weight_grads_beside) append(r.note, "weight gradients in turn (CNN_WGRAD_BESIDE=0)");
     fill_rate(r, p);
