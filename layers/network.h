@@ -155,7 +155,8 @@ class Network {
   // its kernel variants at the full batch and keeps the fastest per pass (layers/autotune.h);
   // with weight gradients beside, the backward picks are then checked in the whole backward
   // pass (tune_backward).
-  // Leaves the parameter gradients zero. Returns one line per choice (empty when nothing tuned);
+  // Leaves the parameter gradients zero. Returns one line per choice, then the whole-pass
+  // check's (empty when nothing tuned);
   // the trainer logs the fusion_notes() beside them. With a cache, choices recorded there for the
   // same shapes are reused untimed and new ones are added to it (the caller saves it).
   std::vector<std::string> autotune(TuneCache* cache = nullptr);
