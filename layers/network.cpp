@@ -462,6 +462,10 @@ void Network::forward_backward(int n, const float* x, const int32_t* labels, flo
   run_forward(n, x, true);
   softmax_xent({n, classes_}, acts_.back(), labels, loss_rows_.data(), pred_.data(),
                grad_acts_.back(), grad_scale, ex_, opt_.label_smoothing);
+  run_backward(n, x);
+}
+
+void Network::run_backward(int n, const float* x) {
   const Exec ex = mode_exec(true);
   for (size_t i = layers_.size(); i-- > 0;) {
     if (!skipped_[i]) backward_node(i, n, x, ex);

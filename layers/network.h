@@ -191,6 +191,9 @@ class Network {
   // The input gradient node i writes for its input t (null where none is needed), running its
   // backward; sums it into t's gradient when another consumer of t wrote that first.
   void backward_node(size_t i, int n, const float* x, const Exec& ex);
+  // The backward pass of forward_backward (the grads-ready hook included), after its forward and
+  // loss: every node in reverse, then the side stream joined.
+  void run_backward(int n, const float* x);
   // Whether node i's backward is asked for the gradient of its input.
   bool input_grad(size_t i) const;
   // autotune's check of its backward picks (tuned: each with its node) in the whole backward
