@@ -791,7 +791,7 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
             r.note = fmt::format(
                 "boxes {}x{} px, run {}{} ({} B boxes a stage), {}, {} splits{}", g.br, g.bw, g.run,
                 run == 0 ? " auto" : "", g.b_boxes, copies_note(g, wgmma_wgrad_box_direct(o)),
-                conv2d_wgrad_wgmma_splits(s, true, run), s.ow() % 4 ? ", dy gathered" : "");
+                conv2d_wgrad_wgmma_splits(s, true, run, false), s.ow() % 4 ? ", dy gathered" : "");
           }
           r.launch = [&, o](int i) {  // measure() runs it before row_scratch goes
             conv2d_backward_weight_wgmma(s, d.f(i, a), d.f(i, b), d.f(i, out), nullptr,

@@ -77,10 +77,13 @@
 // A into the same slabs instead. Columns are (tap, channel piece, channel) and map back to
 // dw[oc][c][kh][kw] in the epilogue; the bias column follows the last piece.
 //
-// Split-K: ceil(132 * blocks per SM / tiles) splits (a constant, not a device query, so that the
-// deterministic scratch size depends on the shape alone), at least 4 k-tiles each. Partial tiles
-// go from the accumulator registers to dw/db by atomicAdd, or into scratch[split][slot]
-// (deterministic), summed in split order by wgrad_wgmma_reduce.
+// Split-K: the split whose waves of blocks on 132 SMs finish first (split_k_waves.h; 132 blocks
+// per SM slot a constant, not a device query, so that the deterministic scratch size depends on
+// the shape alone), at least 4 k-tiles each; the tiles are the grid's, the db column counted
+// only where db is asked for (C*KH*KW a multiple of 128, as for 128 or 256 channels at 3x3, would
+// otherwise count a tile of one column). Partial tiles go from the accumulator registers to dw/db
+// by atomicAdd, or into scratch[split][slot] (deterministic), summed in split order by
+// wgrad_wgmma_reduce.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -90,6 +93,7 @@
 #include <string>
 
 #include "kernels/common/ptx.cuh"
+#include "kernels/common/split_k_waves.h"
 #include "kernels/conv/conv2d_wgmma_wgrad.h"
 #include "kernels/conv/conv2d_wgrad_box.h"
 #include "kernels/conv/conv2d_wgrad_box_copies.h"
@@ -108,6 +112,9 @@ constexpr int kBK = 32;    // pixels per stage: one 128-byte swizzle row of fp32
 constexpr int kBN = 128;   // columns j per tile (B^T tile rows)
 constexpr int kSms = 132;  // an H200's SMs: the split target (see the file comment)
 constexpr int kMinKtilesPerSplit = 4;
+// A block's fixed cost in k-tiles for the split choice: the ring's fill and the epilogue's 16K
+// scattered atomics (the BF16 channels-last kernel measured its epilogue at about 4 stages).
+constexpr int kBlockOverheadKtiles = 4;
 constexpr int kBoxRuns[] = {8, 16, 32, 64, 128};  // the runs a piece of boxed B may have
 
 // kBoxB: B by TMA boxes. Its 128-row tile (one block an SM, where shared memory has room past 4
@@ -534,10 +541,12 @@ struct Geometry {
   int splits = 1;
 };
 
-// A function of the shape alone (the db column counted either way), so that the scratch size
-// does not depend on db or on the device. box: B by TMA boxes in pieces of `run` channels
-// (wgrad_box_geometry; the caller has checked wgrad_box_refusal).
-Geometry geometry_of(const Conv2dShape& s, bool box = false, int run = kWgradBoxRunAuto) {
+// A function of the shape and of whether db is asked for, not of the device. box: B by TMA boxes
+// in pieces of `run` channels (wgrad_box_geometry; the caller has checked wgrad_box_refusal).
+// db: the bias column is a column of the tiles (the default counts it: the limits and the
+// scratch take the larger of the two).
+Geometry geometry_of(const Conv2dShape& s, bool box = false, int run = kWgradBoxRunAuto,
+                     bool db = true) {
   Geometry g;
   g.bm = s.ocg() <= 64 ? 64 : 128;  // tiles of a group's rows
   g.ohw = int64_t{s.oh()} * s.ow();
@@ -547,17 +556,16 @@ Geometry geometry_of(const Conv2dShape& s, bool box = false, int run = kWgradBox
     g.kt_img = b.kt_img;
     g.packed = false;
     g.ktiles = int64_t{s.n} * g.kt_img;
-    g.tiles_n = ceil_div<int64_t>(int64_t{b.bias_col} + 1, kBN);
+    g.tiles_n = ceil_div<int64_t>(int64_t{b.bias_col} + (db ? 1 : 0), kBN);
   } else {
     g.kt_img = ceil_div<int64_t>(g.ohw, kBK);
     g.packed = g.ohw % 4 != 0 || g.ohw < kBK;
     g.ktiles = g.packed ? ceil_div<int64_t>(int64_t{s.n} * g.ohw, kBK) : int64_t{s.n} * g.kt_img;
-    g.tiles_n = ceil_div<int64_t>(int64_t{s.cg()} * s.kh * s.kw + 1, kBN);
+    g.tiles_n = ceil_div<int64_t>(int64_t{s.cg()} * s.kh * s.kw + (db ? 1 : 0), kBN);
   }
-  const int64_t target = int64_t{kSms} * (g.bm == 64 ? WgPlan<64, false>::kMinBlocks : 1);
-  int64_t splits = std::max<int64_t>(1, target / (g.tiles_m * s.groups * g.tiles_n));
-  splits = std::min(splits, std::max<int64_t>(1, g.ktiles / kMinKtilesPerSplit));
-  g.splits = static_cast<int>(std::min<int64_t>(splits, 65535));
+  const int64_t slots = int64_t{kSms} * (g.bm == 64 ? WgPlan<64, false>::kMinBlocks : 1);
+  g.splits = static_cast<int>(split_k_for_waves(g.tiles_m * s.groups * g.tiles_n, g.ktiles, slots,
+                                                kMinKtilesPerSplit, kBlockOverheadKtiles, 65535));
   return g;
 }
 
@@ -748,10 +756,14 @@ std::size_t scratch_floats_for(const Conv2dShape& s, const Exec& ex, BLoad b) {
   const int64_t copies = box ? wgrad_box_geometry(s).copy_floats : 0;
   int64_t slabs = 0;
   if (ex.deterministic) {
-    int splits = geometry_of(s).splits;
-    // Whatever run the call takes (its options or CNN_WGMMA_WGRAD_BOX_RUN): the largest split.
-    if (box)
-      for (int run : kBoxRuns) splits = std::max(splits, geometry_of(s, true, run).splits);
+    // Whatever run the call takes (its options or CNN_WGMMA_WGRAD_BOX_RUN) and whether it asks
+    // for db: the largest split.
+    int splits = 1;
+    for (bool db : {false, true}) {
+      splits = std::max(splits, geometry_of(s, false, kWgradBoxRunAuto, db).splits);
+      if (box)
+        for (int run : kBoxRuns) splits = std::max(splits, geometry_of(s, true, run, db).splits);
+    }
     slabs = int64_t{splits} * (int64_t{s.oc} * s.cg() * s.kh * s.kw + s.oc);
   }
   return static_cast<std::size_t>(copies + slabs);
@@ -767,8 +779,8 @@ std::size_t conv2d_wgrad_wgmma_scratch_floats(const Conv2dShape& s, const Exec& 
                   scratch_floats_for(s, ex, wgmma_wgrad_b_for(Algo::WgmmaNhwc)));
 }
 
-int conv2d_wgrad_wgmma_splits(const Conv2dShape& s, bool box, int run) {
-  return geometry_of(s, box, run).splits;
+int conv2d_wgrad_wgmma_splits(const Conv2dShape& s, bool box, int run, bool db) {
+  return geometry_of(s, box, run, db).splits;
 }
 
 bool wgmma_wgrad_box_direct(const WgmmaWgradOptions& opt) {
@@ -842,7 +854,7 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
   // Scratch: the copies of x (box), then the deterministic slabs.
   const int64_t copy_floats = box ? bg.copy_floats : 0;
   float* const slabs = ex.deterministic ? d_scratch + copy_floats : nullptr;
-  const Geometry g = geometry_of(s, box, run);
+  const Geometry g = geometry_of(s, box, run, d_db != nullptr);
   WgradParams p{};
   p.x = d_x;
   p.dy = d_dy;

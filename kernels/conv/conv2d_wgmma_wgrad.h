@@ -87,8 +87,9 @@ std::size_t conv2d_wgrad_wgmma_scratch_floats(
     WgmmaWgradOptions::BLoad b = WgmmaWgradOptions::BLoad::Default);
 
 // The split of K this shape gets (blocks per output tile) with B gathered, or (box) by TMA
-// boxes in pieces of `run` channels (0: auto); for tests and the benchmark's notes.
-int conv2d_wgrad_wgmma_splits(const Conv2dShape& s, bool box = false, int run = 0);
+// boxes in pieces of `run` channels (0: auto), with or without db; for tests and the benchmark's
+// notes.
+int conv2d_wgrad_wgmma_splits(const Conv2dShape& s, bool box = false, int run = 0, bool db = true);
 
 // d_scratch: conv2d_wgrad_wgmma_scratch_floats(s, ex, opt.b) floats (null allowed where that is
 // 0), 16-byte aligned where it holds the copies of x (a Buffer's or Tensor's start is).

@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "kernels/common/ptx.cuh"
+#include "kernels/common/split_k_waves.h"
 #include "kernels/conv/conv2d_wgmma_wgrad_halo.h"
 #include "kernels/gemm/wgmma_ptx.cuh"
 #include "runtime/cuda_check.h"
@@ -302,8 +303,9 @@ int smem_bytes(const WgradHaloGeometry& h) {
 int wgrad_halo_pick_splits(const Conv2dShape& s, const WgradHaloGeometry& h, int sms) {
   const int64_t tiles = ceil_div<int64_t>(s.oc, 64) * ceil_div<int64_t>(s.c, 64) *
                         wgrad_halo_taps(s.kh * s.kw).groups;
-  const int64_t want = std::max<int64_t>(1, sms / tiles);
-  return int(std::max<int64_t>(1, std::min({want, h.ktiles / 3, int64_t(65535)})));
+  // One block an SM; at least 3 k-tiles a split, a block's fill and atomics about 4 (the
+  // channels-last kernel's measure).
+  return int(split_k_for_waves(tiles, h.ktiles, sms, 3, 4, 65535));
 }
 
 void conv2d_wgrad_halo_launch(const Conv2dShape& s, const WgradHaloGeometry& h,

@@ -26,6 +26,7 @@
 #include <cstdint>
 
 #include "kernels/common/ptx.cuh"
+#include "kernels/common/split_k_waves.h"
 #include "kernels/conv/conv2d_nhwc_layout.h"
 #include "kernels/conv/conv2d_nhwc_prepass.h"
 #include "kernels/conv/conv2d_nhwc_scratch.h"
@@ -244,16 +245,16 @@ WgradNhwcForm wgrad_nhwc_form(const Conv2dShape& s, int consumer_n) {
   return f;
 }
 
-// Blocks per column of tiles: enough for a wave of the form's blocks an SM, at least 4 k-tiles
-// each (the epilogue's atomics cost about as much as 4 stages), at most one split per k-tile.
+// Blocks per column of tiles: the split whose waves of the form's blocks an SM finish first
+// (split_k_waves.h), at least 4 k-tiles each (the epilogue's atomics cost about as much as 4
+// stages, the block's overhead in the model), at most one split per k-tile.
 int pick_splits(const Conv2dShape& s, const WgradNhwcForm& f, int sms) {
   const WgradNhwcLayout l = wgrad_nhwc_layout(s);
   const int64_t ktiles = ceil_div<int64_t>(l.pixels, kPix);
   const int64_t pieces = int64_t(s.kh) * s.kw * (l.c_pad / kBlockC);
   const int64_t tiles =
       ceil_div<int64_t>(s.oc, 64 * f.boxes_a) * ceil_div<int64_t>(pieces, f.pieces);
-  const int64_t want = std::max<int64_t>(1, (int64_t(sms) * f.per_sm) / tiles);
-  return int(std::max<int64_t>(1, std::min({want, ktiles / 4, int64_t(65535)})));
+  return int(split_k_for_waves(tiles, ktiles, int64_t(sms) * f.per_sm, 4, 4, 65535));
 }
 
 // The consumer width a call runs: the option's, else CNN_WGMMA_WGRAD_NHWC_N's (0: auto).
