@@ -333,6 +333,7 @@ TEST(GpuConv2dFast, IgemmWgradVariantsAwkwardShapes) {
                  conv(5, 32, 12, 12, 64, 5, 5, 1, 1, 2, 2),  // 801 columns, OHW 144
                  conv(2, 3, 10, 10, 4, 7, 7, 1, 1, 3, 3),    // 49 taps: Generic fallback
                  conv(257, 1, 5, 4, 3, 1, 1, 1, 1, 0, 0),    // 1x1, OHW 20, many splits
+                 conv(3, 64, 6, 6, 10, 3, 3, 1, 1, 1, 1),  // C*9 = 576: 9 column tiles, 10 with db
              },
              false);
 #endif

@@ -442,7 +442,10 @@ void conv2d_backward_weight_dedicated_cuda(const Conv2dShape& s, const float* d_
   p.div_khw = Div(p.khw);
   p.div_kw = Div(p.kw);
 
-  const dim3 grid(static_cast<unsigned>(sp.tiles_n), static_cast<unsigned>(sp.splits),
+  // The column tiles this call has: split_of counts the db column either way (its chunk and the
+  // scratch depend on the shape alone), and without db a C*KH*KW that is a multiple of 64 (64
+  // channels at 3x3, 1x1 layers) would launch a column of blocks that store nothing.
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.ncols, kBN)), static_cast<unsigned>(sp.splits),
                   static_cast<unsigned>(sp.tiles_m));
   const std::size_t smem = kPipeBytes + sizeof(int2) * static_cast<std::size_t>(p.chunk);
   auto kern = ex.precision == Precision::TF32   ? wgrad_ktile_kernel<kTf32>
