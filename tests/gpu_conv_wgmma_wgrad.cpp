@@ -17,9 +17,10 @@
 //                       pixels) and agrees with the atomic mode within the tolerance.
 //   ThreeTf32           precision fp32 (3xTF32): gathered and boxed B, dy by TMA and gathered,
 //                       atomic and deterministic, within the 3xTF32 bounds; repeatable.
-//   SplitFollowsTheGridsTiles  the split counts the db column only with db (VGG's picks, host
-//                       arithmetic); both splits of a 128-channel layer deterministic in the
-//                       API's scratch, repeatable, and atomic, against the CPU twin.
+//   SplitFollowsTheGridsTiles  the split under CNN_SPLIT_K_WAVES (VGG's picks, host arithmetic;
+//                       with it on the db column counts only with db); a 128-channel layer with
+//                       and without db deterministic in the API's scratch, repeatable, and
+//                       atomic, against the CPU twin.
 //   Dispatch            conv2d_backward_weight with Algo::Wgmma: runs (H200) or refuses naming
 //                       why; BF16 refused by the kernel; the grouped convolution refuses wgmma.
 //   AlgoNameAndRefusals "wgmma" parses; linear and grouped conv refuse it (no device needed).
@@ -82,6 +83,7 @@
 #include "kernels/conv/conv2d.h"
 #include "kernels/conv/conv2d_grouped.h"
 #include "kernels/gemm/linear.h"
+#include "runtime/env_switches.h"
 #include "runtime/error.h"
 #include "runtime/exec.h"
 #include "runtime/tensor.h"
@@ -417,22 +419,27 @@ TEST(GpuConvWgmmaWgrad, DeterministicRepeat) {
   check(p, run_wgmma(p, RunOptions{}), "atomic");
 }
 
-// Split-K by waves (split_k_waves.h) on the grid's own tiles: with C*KH*KW a multiple of 128
-// (128 or 256 channels at 3x3) the db column is a tile of its own, counted only where db is
-// asked for. The picks are host arithmetic (checked without a GPU too); on a GPU both the
-// split without db (more blocks) and with it run deterministic, within the scratch the API
-// sizes, repeat bitwise and match the CPU twin, as the atomic run does.
+// The split under CNN_SPLIT_K_WAVES (split_k_waves.h). With it on, the waves' split on the
+// grid's own tiles: with C*KH*KW a multiple of 128 (128 or 256 channels at 3x3) the db column is
+// a tile of its own, counted only where db is asked for; off, one wave at most, the db column
+// counted either way. The picks are host arithmetic (checked without a GPU too); on a GPU both
+// the split without db and with it run deterministic, within the scratch the API sizes, repeat
+// bitwise and match the CPU twin, as the atomic run does. gpu_check runs it with the switch on.
 TEST(GpuConvWgmmaWgrad, SplitFollowsTheGridsTiles) {
+  const bool waves = process_env_switches().split_k_waves;
   // VGG's 256-channel 8x8 layer at batch 128: 36 tiles, 7 splits in two waves; with db 38
-  // tiles, 3 splits in one. Its 128-channel 16x16 layer: 9 tiles, 14 splits (with db 13).
-  EXPECT_EQ(conv2d_wgrad_wgmma_splits(conv(128, 256, 8, 8, 256, 3, 1, 1), true, 0, false), 7);
-  EXPECT_EQ(conv2d_wgrad_wgmma_splits(conv(128, 256, 8, 8, 256, 3, 1, 1), true, 0, true), 3);
-  EXPECT_EQ(conv2d_wgrad_wgmma_splits(conv(128, 128, 16, 16, 128, 3, 1, 1), true, 0, false), 14);
-  EXPECT_EQ(conv2d_wgrad_wgmma_splits(conv(128, 128, 16, 16, 128, 3, 1, 1), true, 0, true), 13);
+  // tiles, 3 splits in one. Its 128-channel 16x16 layer: 9 tiles, 14 splits (with db 10, 13).
+  const Conv2dShape vgg6 = conv(128, 256, 8, 8, 256, 3, 1, 1);
+  const Conv2dShape vgg4 = conv(128, 128, 16, 16, 128, 3, 1, 1);
+  EXPECT_EQ(conv2d_wgrad_wgmma_splits(vgg6, true, 0, false), waves ? 7 : 3);
+  EXPECT_EQ(conv2d_wgrad_wgmma_splits(vgg6, true, 0, true), 3);
+  EXPECT_EQ(conv2d_wgrad_wgmma_splits(vgg4, true, 0, false), waves ? 14 : 13);
+  EXPECT_EQ(conv2d_wgrad_wgmma_splits(vgg4, true, 0, true), 13);
   CNN_REQUIRE_WGMMA_WGRAD();
   const Conv2dShape s = conv(32, 128, 8, 8, 130, 3, 1, 1);  // 2 x 9 tiles, 64 k-tiles
-  EXPECT_GT(conv2d_wgrad_wgmma_splits(s, true, 0, false),
-            conv2d_wgrad_wgmma_splits(s, true, 0, true));
+  if (waves)
+    EXPECT_GT(conv2d_wgrad_wgmma_splits(s, true, 0, false),
+              conv2d_wgrad_wgmma_splits(s, true, 0, true));
   for (bool db : {false, true}) {
     const uint64_t seed = test::fresh_seed();
     SCOPED_TRACE(describe(s, db) + " seed " + std::to_string(seed));

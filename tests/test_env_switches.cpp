@@ -175,6 +175,12 @@ const std::vector<SwitchCases>& switch_cases() {
        {{nullptr, false}, {"0", false}, {"1", true}},
        {"yes", "2"},
        "0 or 1"},
+      // Split-K by waves in the wgmma weight gradients: off unless set to 1.
+      {"CNN_SPLIT_K_WAVES",
+       field<&EnvSwitches::split_k_waves>,
+       {{nullptr, false}, {"0", false}, {"1", true}},
+       {"yes", "2"},
+       "0 or 1"},
       // The optimizer's early updates: off unless set to 1.
       {"CNN_EARLY_UPDATE",
        field<&EnvSwitches::early_update>,

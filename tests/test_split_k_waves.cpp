@@ -1,4 +1,5 @@
-// split_k_for_waves (kernels/common/split_k_waves.h): the split-K count whose waves finish first.
+// split_k_for_waves (kernels/common/split_k_waves.h): the split-K count whose waves finish first;
+// split_k_one_wave: the one that fills a wave at most.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -41,6 +42,17 @@ TEST(SplitKWaves, KeepsItsBounds) {
   EXPECT_EQ(split_k_for_waves(1, 100000, 132, 1, 0, 50), 50);
   EXPECT_EQ(split_k_for_waves(500, 64, 132, 4, 4), 1);  // 4 waves of whole tiles already
   EXPECT_EQ(split_k_for_waves(0, 64, 0, 4, 4), split_k_for_waves(1, 64, 1, 4, 4));
+}
+
+// The default: the split that fills one wave at most, within the same bounds.
+TEST(SplitKWaves, OneWaveIsTheFloorOfSlotsOverTiles) {
+  EXPECT_EQ(split_k_one_wave(36, 256, 132, 4), 3);
+  EXPECT_EQ(split_k_one_wave(38, 256, 132, 4), 3);
+  EXPECT_EQ(split_k_one_wave(10, 1024, 132, 4), 13);
+  EXPECT_EQ(split_k_one_wave(1, 12, 132, 4), 3);    // 12 k-tiles: 3 splits of 4
+  EXPECT_EQ(split_k_one_wave(500, 64, 132, 4), 1);  // more tiles than slots
+  EXPECT_EQ(split_k_one_wave(1, 100000, 132, 1, 50), 50);
+  EXPECT_EQ(split_k_one_wave(0, 0, 0, 0), 1);
 }
 
 // Exhaustive against the cost over small grids: the pick is the cheapest within the bounds and

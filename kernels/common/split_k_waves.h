@@ -8,13 +8,23 @@
 // the epilogue's atomics), `overhead` k-tiles' worth. The split that fills one wave,
 // floor(slots / tiles), leaves slots idle whenever tiles does not divide slots: 36 tiles on 132
 // SMs take 3 splits, 108 blocks, and 24 SMs wait; 7 splits run 252 blocks in 2 waves of 37 k-tiles
-// each (74 k-tiles) where 3 splits run one wave of 86.
+// each (74 k-tiles) where 3 splits run one wave of 86. The waves' pick is CNN_SPLIT_K_WAVES=1
+// (not yet measured on a GPU); split_k_one_wave is the default.
 #include <algorithm>
 #include <cstdint>
 
 #include "runtime/math_util.h"
 
 namespace cnn {
+
+// The split that fills one wave at most: floor(slots / tiles), within the same bounds.
+inline int64_t split_k_one_wave(int64_t tiles, int64_t ktiles, int64_t slots, int64_t min_ktiles,
+                                int64_t max_splits = 65535) {
+  const int64_t want =
+      std::max<int64_t>(1, std::max<int64_t>(1, slots) / std::max<int64_t>(1, tiles));
+  return std::max<int64_t>(1,
+                           std::min({want, ktiles / std::max<int64_t>(1, min_ktiles), max_splits}));
+}
 
 // The model's length of a grid, in k-tiles: waves times one block's k-tiles and overhead.
 inline int64_t split_k_waves_cost(int64_t tiles, int64_t ktiles, int64_t slots, int64_t splits,

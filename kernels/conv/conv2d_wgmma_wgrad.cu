@@ -77,13 +77,14 @@
 // A into the same slabs instead. Columns are (tap, channel piece, channel) and map back to
 // dw[oc][c][kh][kw] in the epilogue; the bias column follows the last piece.
 //
-// Split-K: the split whose waves of blocks on 132 SMs finish first (split_k_waves.h; 132 blocks
-// per SM slot a constant, not a device query, so that the deterministic scratch size depends on
-// the shape alone), at least 4 k-tiles each; the tiles are the grid's, the db column counted
-// only where db is asked for (C*KH*KW a multiple of 128, as for 128 or 256 channels at 3x3, would
-// otherwise count a tile of one column). Partial tiles go from the accumulator registers to dw/db
-// by atomicAdd, or into scratch[split][slot] (deterministic), summed in split order by
-// wgrad_wgmma_reduce.
+// Split-K, at least 4 k-tiles a split, on 132 SMs (a constant, not a device query, so that the
+// deterministic scratch size depends on the shape and the switch alone): the split that fills
+// one wave at most, over tiles that count the db column either way; with CNN_SPLIT_K_WAVES=1
+// the split whose waves of blocks finish first (split_k_waves.h) over the grid's own tiles, the
+// db column counted only where db is asked for (C*KH*KW a multiple of 128, as for 128 or 256
+// channels at 3x3, would otherwise count a tile of one column). Partial tiles go from the
+// accumulator registers to dw/db by atomicAdd, or into scratch[split][slot] (deterministic),
+// summed in split order by wgrad_wgmma_reduce.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -112,8 +113,8 @@ constexpr int kBK = 32;    // pixels per stage: one 128-byte swizzle row of fp32
 constexpr int kBN = 128;   // columns j per tile (B^T tile rows)
 constexpr int kSms = 132;  // an H200's SMs: the split target (see the file comment)
 constexpr int kMinKtilesPerSplit = 4;
-// A block's fixed cost in k-tiles for the split choice: the ring's fill and the epilogue's 16K
-// scattered atomics (the BF16 channels-last kernel measured its epilogue at about 4 stages).
+// A block's fixed cost in k-tiles for the waves' split choice: the ring's fill and the epilogue's
+// 16K scattered atomics (the BF16 channels-last kernel measured its epilogue at about 4 stages).
 constexpr int kBlockOverheadKtiles = 4;
 constexpr int kBoxRuns[] = {8, 16, 32, 64, 128};  // the runs a piece of boxed B may have
 
@@ -541,14 +542,17 @@ struct Geometry {
   int splits = 1;
 };
 
-// A function of the shape and of whether db is asked for, not of the device. box: B by TMA boxes
-// in pieces of `run` channels (wgrad_box_geometry; the caller has checked wgrad_box_refusal).
-// db: the bias column is a column of the tiles (the default counts it: the limits and the
+// A function of the shape, of whether db is asked for and of CNN_SPLIT_K_WAVES, not of the device.
+// box: B by TMA boxes in pieces of `run` channels (wgrad_box_geometry; the caller has checked
+// wgrad_box_refusal). db: the call has a bias column (the default counts it: the limits and the
 // scratch take the larger of the two).
 Geometry geometry_of(const Conv2dShape& s, bool box = false, int run = kWgradBoxRunAuto,
                      bool db = true) {
   Geometry g;
   g.bm = s.ocg() <= 64 ? 64 : 128;  // tiles of a group's rows
+  // CNN_SPLIT_K_WAVES=1: the waves' split on the grid's own tiles; else one wave on tiles that
+  // count the db column either way.
+  const bool waves = process_env_switches().split_k_waves, count_db = db || !waves;
   g.ohw = int64_t{s.oh()} * s.ow();
   g.tiles_m = ceil_div<int64_t>(s.ocg(), g.bm);
   if (box) {
@@ -556,16 +560,18 @@ Geometry geometry_of(const Conv2dShape& s, bool box = false, int run = kWgradBox
     g.kt_img = b.kt_img;
     g.packed = false;
     g.ktiles = int64_t{s.n} * g.kt_img;
-    g.tiles_n = ceil_div<int64_t>(int64_t{b.bias_col} + (db ? 1 : 0), kBN);
+    g.tiles_n = ceil_div<int64_t>(int64_t{b.bias_col} + (count_db ? 1 : 0), kBN);
   } else {
     g.kt_img = ceil_div<int64_t>(g.ohw, kBK);
     g.packed = g.ohw % 4 != 0 || g.ohw < kBK;
     g.ktiles = g.packed ? ceil_div<int64_t>(int64_t{s.n} * g.ohw, kBK) : int64_t{s.n} * g.kt_img;
-    g.tiles_n = ceil_div<int64_t>(int64_t{s.cg()} * s.kh * s.kw + (db ? 1 : 0), kBN);
+    g.tiles_n = ceil_div<int64_t>(int64_t{s.cg()} * s.kh * s.kw + (count_db ? 1 : 0), kBN);
   }
   const int64_t slots = int64_t{kSms} * (g.bm == 64 ? WgPlan<64, false>::kMinBlocks : 1);
-  g.splits = static_cast<int>(split_k_for_waves(g.tiles_m * s.groups * g.tiles_n, g.ktiles, slots,
-                                                kMinKtilesPerSplit, kBlockOverheadKtiles, 65535));
+  const int64_t tiles = g.tiles_m * s.groups * g.tiles_n;
+  g.splits = static_cast<int>(
+      waves ? split_k_for_waves(tiles, g.ktiles, slots, kMinKtilesPerSplit, kBlockOverheadKtiles)
+            : split_k_one_wave(tiles, g.ktiles, slots, kMinKtilesPerSplit));
   return g;
 }
 
