@@ -403,13 +403,8 @@ TEST(GpuConvWgmmaWgrad, LoadersBitwise) {
   }
 }
 
-TEST(GpuConvWgmmaWgrad, DeterministicRepeat) {
-  CNN_REQUIRE_WGMMA_WGRAD();
-  const Conv2dShape s = conv(8, 64, 32, 32, 64, 3, 1, 1);  // K = 8192 pixels: many splits
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE(describe(s, true) + " seed " + std::to_string(seed));
-  EXPECT_GT(conv2d_wgrad_wgmma_splits(s), 8);
-  const Problem p = make_problem(s, true, Fill::Random, seed);
+// Deterministic twice (bitwise equal) and atomic, each against the CPU twin.
+void check_deterministic_and_atomic(const Problem& p) {
   RunOptions det;
   det.deterministic = true;
   const Output a = run_wgmma(p, det), b = run_wgmma(p, det);
@@ -417,6 +412,15 @@ TEST(GpuConvWgmmaWgrad, DeterministicRepeat) {
   EXPECT_TRUE(bitwise_equal(a.dw, b.dw) && bitwise_equal(a.db, b.db))
       << "two deterministic runs differ";
   check(p, run_wgmma(p, RunOptions{}), "atomic");
+}
+
+TEST(GpuConvWgmmaWgrad, DeterministicRepeat) {
+  CNN_REQUIRE_WGMMA_WGRAD();
+  const Conv2dShape s = conv(8, 64, 32, 32, 64, 3, 1, 1);  // K = 8192 pixels: many splits
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(describe(s, true) + " seed " + std::to_string(seed));
+  EXPECT_GT(conv2d_wgrad_wgmma_splits(s), 8);
+  check_deterministic_and_atomic(make_problem(s, true, Fill::Random, seed));
 }
 
 // The split under CNN_SPLIT_K_WAVES (split_k_waves.h). With it on, the waves' split on the
@@ -443,14 +447,7 @@ TEST(GpuConvWgmmaWgrad, SplitFollowsTheGridsTiles) {
   for (bool db : {false, true}) {
     const uint64_t seed = test::fresh_seed();
     SCOPED_TRACE(describe(s, db) + " seed " + std::to_string(seed));
-    const Problem p = make_problem(s, db, Fill::Random, seed);
-    RunOptions det;
-    det.deterministic = true;
-    const Output a = run_wgmma(p, det), b = run_wgmma(p, det);
-    check(p, a, "deterministic");
-    EXPECT_TRUE(bitwise_equal(a.dw, b.dw) && bitwise_equal(a.db, b.db))
-        << "two deterministic runs differ";
-    check(p, run_wgmma(p, RunOptions{}), "atomic");
+    check_deterministic_and_atomic(make_problem(s, db, Fill::Random, seed));
   }
 }
 
