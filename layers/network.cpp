@@ -48,7 +48,7 @@ NetworkOptions with_env_switches(NetworkOptions opt, const EnvSwitches& env) {
   if (!env.fuse_bn_relu) opt.fuse_batchnorm_relu = false;
   if (!env.fuse_residual) opt.fuse_residual = false;
   if (!env.autotune) opt.autotune = false;
-  if (env.tune_backward) opt.tune_backward = true;
+  if (!env.tune_backward) opt.tune_backward = false;
   if (Algo a = env.algo_for("conv", Algo::Auto); env.algo_conv || env.algo) opt.conv_algo = a;
   if (Algo a = env.algo_for("linear", Algo::Auto); env.algo_linear || env.algo) opt.linear_algo = a;
   return opt;

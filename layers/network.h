@@ -61,13 +61,14 @@ struct NetworkOptions {
   bool weight_grads_beside = false;
   // With weight_grads_beside, autotune then tries in the whole backward pass each variant timed
   // alone within 2x of a backward pass's pick, and keeps those that shorten it by 1% or more
-  // (check_in_whole_pass, layers/autotune.h). Off by default: what it does to the zoo's steps is
-  // unmeasured (docs/performance.md); CNN_TUNE_BACKWARD=1 turns it on.
-  bool tune_backward = false;
+  // (check_in_whole_pass, layers/autotune.h): a variant fastest alone can cost the passes beside
+  // it more than it gains (docs/performance.md, "Backward picks checked in the whole backward
+  // pass"). CNN_TUNE_BACKWARD=0 clears it.
+  bool tune_backward = true;
 };
 
 // The options with the environment's overrides applied (CNN_FUSE_POOL=0, CNN_FUSE_BN_RELU=0,
-// CNN_FUSE_RESIDUAL=0, CNN_AUTOTUNE=0, CNN_TUNE_BACKWARD=1, CNN_ALGO*; runtime/env_switches.h).
+// CNN_FUSE_RESIDUAL=0, CNN_AUTOTUNE=0, CNN_TUNE_BACKWARD=0, CNN_ALGO*; runtime/env_switches.h).
 // The programs call this once when a run starts.
 NetworkOptions with_env_switches(NetworkOptions opt, const EnvSwitches& env);
 

@@ -68,6 +68,9 @@ std::vector<std::string> Network::check_backward(
                       }});
   }
   if (passes.empty()) return {};
+  // The picks beside may need more side scratch than the configured variants did (a grouped
+  // convolution's weight gradient on the dense kernels); fitted at the end otherwise.
+  fit_side_scratch(ex_);
 
   // One forward of the zero batch (labels 0) for the activations backward reads. It moves
   // batchnorm's running statistics, so they are put back after; the caller zeroes the gradients.

@@ -106,7 +106,6 @@ EnvSwitches read_env_switches() {
   e.early_update = zero_or_one("CNN_EARLY_UPDATE", e.early_update);
   e.wgrad_beside = zero_or_one("CNN_WGRAD_BESIDE", e.wgrad_beside);
   e.tune_backward = zero_or_one("CNN_TUNE_BACKWARD", e.tune_backward);
-  e.split_k_waves = zero_or_one("CNN_SPLIT_K_WAVES", e.split_k_waves);
   if (const char* v = get("CNN_GEMM_PATH")) {
     const std::string s(v);
     if (s == "auto")
@@ -343,14 +342,10 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "1 (default): training on a GPU runs convolutions' and linear layers' weight gradients on "
        "a second stream beside their input gradients and the rest of backward (same bits); 0: "
        "in turn on the one stream"},
-      {"CNN_TUNE_BACKWARD", "0|1",
-       "1: where weight gradients run beside (CNN_WGRAD_BESIDE), autotune also times the whole "
-       "backward pass with the backward passes' runner-up variants and keeps those that shorten "
-       "it; 0 (default): the variants fastest alone"},
-      {"CNN_SPLIT_K_WAVES", "0|1",
-       "1: the wgmma weight gradients split K so that the waves of their blocks finish first "
-       "(two full waves may beat one short of SMs); 0 (default): the split that fills one wave "
-       "at most"},
+      {"CNN_TUNE_BACKWARD", "1|0",
+       "1 (default): where weight gradients run beside (CNN_WGRAD_BESIDE), autotune also times "
+       "the whole backward pass with the backward passes' runner-up variants and keeps those "
+       "that shorten it; 0: the variants fastest alone"},
       {"CNN_GRAPH_OVERLAP", "exit|start|0",
        "when the training step's graph launches a kernel, which then waits on the GPU for the "
        "one before it (programmatic dependent launch; same results): once every block of the "

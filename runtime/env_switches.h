@@ -65,14 +65,10 @@ struct EnvSwitches {
   // weight gradients on a second stream beside their input gradients and the rest of backward
   // (NetworkOptions::weight_grads_beside; same bits); 0: in turn on the one stream.
   bool wgrad_beside = true;
-  // CNN_TUNE_BACKWARD=0 (default) | 1: where weight gradients run beside, autotune then times
+  // CNN_TUNE_BACKWARD=1 (default) | 0: where weight gradients run beside, autotune then times
   // the whole backward pass with the backward passes' close runner-up variants and keeps those
   // that shorten it (NetworkOptions::tune_backward); 0: the variants fastest alone.
-  bool tune_backward = false;
-  // CNN_SPLIT_K_WAVES=0 (default) | 1: the wgmma weight gradients split K by the waves their
-  // blocks run in (kernels/common/split_k_waves.h; the TF32 one counts its db column only with
-  // db); 0: the split that fills one wave at most. Same sums, other order (atomic mode).
-  bool split_k_waves = false;
+  bool tune_backward = true;
   // Debugging switches of the kernels.
   GemmPathSwitch gemm_path = GemmPathSwitch::Auto;  // CNN_GEMM_PATH=strided|tile|wgmma|auto
   // CNN_WGMMA_MN=tma (default) | gather: the wgmma GEMM loads an M/N-contiguous operand by TMA

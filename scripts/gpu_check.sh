@@ -80,13 +80,6 @@ if [ $notests -eq 0 ]; then
     --gtest_filter='GpuConvWgmmaNhwc*.Dispatch:GpuConvWgmmaNhwc.Refusals:GpuConvSharedDy*:GpuConv2dGroupedDense*:GpuConv2dDilatedDense*:GpuConvNhwcScratch*' \
     > "$out/gpu_tests_switched.log" 2>&1 || fail "GPU tests with CNN_WGMMA_NHWC_PHASES=0"
   echo "$(passed_cases "$out/gpu_tests_switched.log") test cases passed with CNN_WGMMA_NHWC_PHASES=0"
-  # The weight gradients' split-K by waves (CNN_SPLIT_K_WAVES=1): other splits, the TF32 kernel's
-  # tiles without the db column, the scratch sized for them.
-  step "GPU tests of the weight gradients with CNN_SPLIT_K_WAVES=1"
-  CNN_SPLIT_K_WAVES=1 CNN_REQUIRE_GPU=1 "$bin/cnn_gpu_tests" \
-    --gtest_filter='GpuConvWgmmaWgrad*:GpuConvWgradNhwcBf16*:GpuAutotune.*' \
-    > "$out/gpu_tests_split_waves.log" 2>&1 || fail "GPU tests with CNN_SPLIT_K_WAVES=1"
-  echo "$(passed_cases "$out/gpu_tests_split_waves.log") test cases passed with CNN_SPLIT_K_WAVES=1"
 
   step "gradient checks on the GPU"
   "$bin/gradcheck" --device cuda > "$out/gradcheck.log" 2>&1 || fail "gradcheck (cuda)"

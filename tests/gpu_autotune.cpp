@@ -92,7 +92,7 @@ TEST(GpuAutotune, TunesEveryPassAndKeepsTheNetworkCorrect) {
 // Where the step runs weight gradients beside, the backward picks are then checked in the whole
 // backward pass: a summary line after any pass tried, batchnorm's running statistics as before
 // (the check runs a forward in training mode), the gradients zero and the network correct;
-// without the option (CNN_TUNE_BACKWARD unset) nothing is checked.
+// without the option (CNN_TUNE_BACKWARD=0) nothing is checked.
 TEST(GpuAutotune, BackwardPicksCheckedInTheWholePass) {
   CNN_REQUIRE_GPU();
   const std::vector<LayerSpec> specs = {conv2d_spec("conv1", 8, 3, 3, 1, 1),

@@ -423,27 +423,24 @@ TEST(GpuConvWgmmaWgrad, DeterministicRepeat) {
   check_deterministic_and_atomic(make_problem(s, true, Fill::Random, seed));
 }
 
-// The split under CNN_SPLIT_K_WAVES (split_k_waves.h). With it on, the waves' split on the
-// grid's own tiles: with C*KH*KW a multiple of 128 (128 or 256 channels at 3x3) the db column is
-// a tile of its own, counted only where db is asked for; off, one wave at most, the db column
-// counted either way. The picks are host arithmetic (checked without a GPU too); on a GPU both
-// the split without db and with it run deterministic, within the scratch the API sizes, repeat
-// bitwise and match the CPU twin, as the atomic run does. gpu_check runs it with the switch on.
+// The split (split_k.h) counts the grid's own tiles: with C*KH*KW a multiple of 128 (128 or 256
+// channels at 3x3) the db column is a tile of its own, counted only where db is asked for. The
+// picks are host arithmetic (checked without a GPU too); on a GPU both the split without db and
+// with it run deterministic, within the scratch the API sizes, repeat bitwise and match the CPU
+// twin, as the atomic run does.
 TEST(GpuConvWgmmaWgrad, SplitFollowsTheGridsTiles) {
-  const bool waves = process_env_switches().split_k_waves;
-  // VGG's 256-channel 8x8 layer at batch 128: 36 tiles, 7 splits in two waves; with db 38
-  // tiles, 3 splits in one. Its 128-channel 16x16 layer: 9 tiles, 14 splits (with db 10, 13).
+  // VGG's 256-channel 8x8 layer at batch 128: 36 tiles (with db 38), 3 splits in one wave
+  // either way. Its 128-channel 16x16 layer: 9 tiles, 14 splits (with db 10, 13).
   const Conv2dShape vgg6 = conv(128, 256, 8, 8, 256, 3, 1, 1);
   const Conv2dShape vgg4 = conv(128, 128, 16, 16, 128, 3, 1, 1);
-  EXPECT_EQ(conv2d_wgrad_wgmma_splits(vgg6, true, 0, false), waves ? 7 : 3);
+  EXPECT_EQ(conv2d_wgrad_wgmma_splits(vgg6, true, 0, false), 3);
   EXPECT_EQ(conv2d_wgrad_wgmma_splits(vgg6, true, 0, true), 3);
-  EXPECT_EQ(conv2d_wgrad_wgmma_splits(vgg4, true, 0, false), waves ? 14 : 13);
+  EXPECT_EQ(conv2d_wgrad_wgmma_splits(vgg4, true, 0, false), 14);
   EXPECT_EQ(conv2d_wgrad_wgmma_splits(vgg4, true, 0, true), 13);
   CNN_REQUIRE_WGMMA_WGRAD();
-  const Conv2dShape s = conv(32, 128, 8, 8, 130, 3, 1, 1);  // 2 x 9 tiles, 64 k-tiles
-  if (waves)
-    EXPECT_GT(conv2d_wgrad_wgmma_splits(s, true, 0, false),
-              conv2d_wgrad_wgmma_splits(s, true, 0, true));
+  const Conv2dShape s = conv(32, 128, 8, 8, 130, 3, 1, 1);  // 2 x 9 tiles (with db 2 x 10)
+  EXPECT_GT(conv2d_wgrad_wgmma_splits(s, true, 0, false),
+            conv2d_wgrad_wgmma_splits(s, true, 0, true));
   for (bool db : {false, true}) {
     const uint64_t seed = test::fresh_seed();
     SCOPED_TRACE(describe(s, db) + " seed " + std::to_string(seed));

@@ -169,16 +169,10 @@ const std::vector<SwitchCases>& switch_cases() {
        {{nullptr, true}, {"0", false}, {"1", true}},
        {"yes", "2"},
        "0 or 1"},
-      // Backward picks checked in the whole backward pass: off unless set to 1.
+      // Backward picks checked in the whole backward pass: on unless set to 0.
       {"CNN_TUNE_BACKWARD",
        field<&EnvSwitches::tune_backward>,
-       {{nullptr, false}, {"0", false}, {"1", true}},
-       {"yes", "2"},
-       "0 or 1"},
-      // Split-K by waves in the wgmma weight gradients: off unless set to 1.
-      {"CNN_SPLIT_K_WAVES",
-       field<&EnvSwitches::split_k_waves>,
-       {{nullptr, false}, {"0", false}, {"1", true}},
+       {{nullptr, true}, {"0", false}, {"1", true}},
        {"yes", "2"},
        "0 or 1"},
       // The optimizer's early updates: off unless set to 1.

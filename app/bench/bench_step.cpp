@@ -153,12 +153,10 @@ void bench_one(const BenchContext& ctx, const NetDesc& net, int batch, Precision
     r.status = "ok";
     if (model.tuned_passes() > 0)
       append(r.note, fmt::format("algo auto tuned {} passes", model.tuned_passes()));
-    if (model.tuned_passes() > 0 && no.weight_grads_beside && no.tune_backward)
-      append(r.note, "backward picks checked in the whole pass (CNN_TUNE_BACKWARD=1)");
+    if (model.tuned_passes() > 0 && no.weight_grads_beside && !no.tune_backward)
+      append(r.note, "backward picks not checked in the whole pass (CNN_TUNE_BACKWARD=0)");
     if (optimizer.early_updates()) append(r.note, "early updates (CNN_EARLY_UPDATE=1)");
     if (!no.weight_grads_beside) append(r.note, "weight gradients in turn (CNN_WGRAD_BESIDE=0)");
-    if (process_env_switches().split_k_waves)
-      append(r.note, "weight gradients split by waves (CNN_SPLIT_K_WAVES=1)");
     fill_rate(r, p);
     r.images_per_s = batch / (r.median_us * 1e-6);
     rows.push_back(r);

@@ -78,11 +78,11 @@
 // dw[oc][c][kh][kw] in the epilogue; the bias column follows the last piece.
 //
 // Split-K, at least 4 k-tiles a split, on 132 SMs (a constant, not a device query, so that the
-// deterministic scratch size depends on the shape and the switch alone): the split that fills
-// one wave at most, over tiles that count the db column either way; with CNN_SPLIT_K_WAVES=1
-// the split whose waves of blocks finish first (split_k_waves.h) over the grid's own tiles, the
-// db column counted only where db is asked for (C*KH*KW a multiple of 128, as for 128 or 256
-// channels at 3x3, would otherwise count a tile of one column). Partial tiles go from the
+// deterministic scratch size depends on the shape alone): the split that fills one wave at most
+// (split_k.h) over the grid's own tiles, the db column counted only where db is asked for
+// (C*KH*KW a multiple of 128, as for 128 or 256 channels at 3x3, would otherwise count a tile
+// of one column: VGG's 128-channel 16x16 layer took 13 splits for 10 tiles where 14 fit its 9,
+// 108.1 -> 106.1 us on the H100). Partial tiles go from the
 // accumulator registers to dw/db by atomicAdd, or into scratch[split][slot] (deterministic),
 // summed in split order by wgrad_wgmma_reduce.
 #include <cuda.h>
@@ -94,7 +94,7 @@
 #include <string>
 
 #include "kernels/common/ptx.cuh"
-#include "kernels/common/split_k_waves.h"
+#include "kernels/common/split_k.h"
 #include "kernels/conv/conv2d_wgmma_wgrad.h"
 #include "kernels/conv/conv2d_wgrad_box.h"
 #include "kernels/conv/conv2d_wgrad_box_copies.h"
@@ -113,9 +113,6 @@ constexpr int kBK = 32;    // pixels per stage: one 128-byte swizzle row of fp32
 constexpr int kBN = 128;   // columns j per tile (B^T tile rows)
 constexpr int kSms = 132;  // an H200's SMs: the split target (see the file comment)
 constexpr int kMinKtilesPerSplit = 4;
-// A block's fixed cost in k-tiles for the waves' split choice: the ring's fill and the epilogue's
-// 16K scattered atomics (the BF16 channels-last kernel measured its epilogue at about 4 stages).
-constexpr int kBlockOverheadKtiles = 4;
 constexpr int kBoxRuns[] = {8, 16, 32, 64, 128};  // the runs a piece of boxed B may have
 
 // kBoxB: B by TMA boxes. Its 128-row tile (one block an SM, where shared memory has room past 4
@@ -542,7 +539,7 @@ struct Geometry {
   int splits = 1;
 };
 
-// A function of the shape, of whether db is asked for and of CNN_SPLIT_K_WAVES, not of the device.
+// A function of the shape and of whether db is asked for, not of the device.
 // box: B by TMA boxes in pieces of `run` channels (wgrad_box_geometry; the caller has checked
 // wgrad_box_refusal). db: the call has a bias column (the default counts it: the limits and the
 // scratch take the larger of the two).
@@ -550,9 +547,6 @@ Geometry geometry_of(const Conv2dShape& s, bool box = false, int run = kWgradBox
                      bool db = true) {
   Geometry g;
   g.bm = s.ocg() <= 64 ? 64 : 128;  // tiles of a group's rows
-  // CNN_SPLIT_K_WAVES=1: the waves' split on the grid's own tiles; else one wave on tiles that
-  // count the db column either way.
-  const bool waves = process_env_switches().split_k_waves, count_db = db || !waves;
   g.ohw = int64_t{s.oh()} * s.ow();
   g.tiles_m = ceil_div<int64_t>(s.ocg(), g.bm);
   if (box) {
@@ -560,18 +554,16 @@ Geometry geometry_of(const Conv2dShape& s, bool box = false, int run = kWgradBox
     g.kt_img = b.kt_img;
     g.packed = false;
     g.ktiles = int64_t{s.n} * g.kt_img;
-    g.tiles_n = ceil_div<int64_t>(int64_t{b.bias_col} + (count_db ? 1 : 0), kBN);
+    g.tiles_n = ceil_div<int64_t>(int64_t{b.bias_col} + (db ? 1 : 0), kBN);
   } else {
     g.kt_img = ceil_div<int64_t>(g.ohw, kBK);
     g.packed = g.ohw % 4 != 0 || g.ohw < kBK;
     g.ktiles = g.packed ? ceil_div<int64_t>(int64_t{s.n} * g.ohw, kBK) : int64_t{s.n} * g.kt_img;
-    g.tiles_n = ceil_div<int64_t>(int64_t{s.cg()} * s.kh * s.kw + (count_db ? 1 : 0), kBN);
+    g.tiles_n = ceil_div<int64_t>(int64_t{s.cg()} * s.kh * s.kw + (db ? 1 : 0), kBN);
   }
   const int64_t slots = int64_t{kSms} * (g.bm == 64 ? WgPlan<64, false>::kMinBlocks : 1);
   const int64_t tiles = g.tiles_m * s.groups * g.tiles_n;
-  g.splits = static_cast<int>(
-      waves ? split_k_for_waves(tiles, g.ktiles, slots, kMinKtilesPerSplit, kBlockOverheadKtiles)
-            : split_k_one_wave(tiles, g.ktiles, slots, kMinKtilesPerSplit));
+  g.splits = static_cast<int>(split_k_one_wave(tiles, g.ktiles, slots, kMinKtilesPerSplit));
   return g;
 }
 

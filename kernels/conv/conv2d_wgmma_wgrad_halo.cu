@@ -25,11 +25,10 @@
 #include <cstdint>
 
 #include "kernels/common/ptx.cuh"
-#include "kernels/common/split_k_waves.h"
+#include "kernels/common/split_k.h"
 #include "kernels/conv/conv2d_wgmma_wgrad_halo.h"
 #include "kernels/gemm/wgmma_ptx.cuh"
 #include "runtime/cuda_check.h"
-#include "runtime/env_switches.h"
 #include "runtime/error.h"
 #include "runtime/math_util.h"
 
@@ -304,10 +303,8 @@ int smem_bytes(const WgradHaloGeometry& h) {
 int wgrad_halo_pick_splits(const Conv2dShape& s, const WgradHaloGeometry& h, int sms) {
   const int64_t tiles = ceil_div<int64_t>(s.oc, 64) * ceil_div<int64_t>(s.c, 64) *
                         wgrad_halo_taps(s.kh * s.kw).groups;
-  // One block an SM; at least 3 k-tiles a split, a block's fill and atomics about 4 (the
-  // channels-last kernel's measure) in the waves' model (CNN_SPLIT_K_WAVES=1).
-  return int(process_env_switches().split_k_waves ? split_k_for_waves(tiles, h.ktiles, sms, 3, 4)
-                                                  : split_k_one_wave(tiles, h.ktiles, sms, 3));
+  // One block an SM (split_k.h); at least 3 k-tiles a split.
+  return int(split_k_one_wave(tiles, h.ktiles, sms, 3));
 }
 
 void conv2d_wgrad_halo_launch(const Conv2dShape& s, const WgradHaloGeometry& h,

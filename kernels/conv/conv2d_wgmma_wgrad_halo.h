@@ -13,8 +13,7 @@
 namespace cnn {
 
 // Blocks a column of output tiles (64 output x 64 input channels x one group of taps) for a wave
-// of one block an SM over `sms` SMs, or with CNN_SPLIT_K_WAVES=1 the split whose waves finish
-// first (split_k_waves.h); each split at least 3 k-tiles, at most 65535.
+// of one block an SM over `sms` SMs (split_k.h); each split at least 3 k-tiles, at most 65535.
 int wgrad_halo_pick_splits(const Conv2dShape& s, const WgradHaloGeometry& h, int sms);
 
 // dw += the weight gradient from the copies: d_xc (N, H, W, c_pad) and d_dyc (N, OH, OW, oc_pad)

@@ -26,7 +26,7 @@
 #include <cstdint>
 
 #include "kernels/common/ptx.cuh"
-#include "kernels/common/split_k_waves.h"
+#include "kernels/common/split_k.h"
 #include "kernels/conv/conv2d_nhwc_layout.h"
 #include "kernels/conv/conv2d_nhwc_prepass.h"
 #include "kernels/conv/conv2d_nhwc_scratch.h"
@@ -245,10 +245,8 @@ WgradNhwcForm wgrad_nhwc_form(const Conv2dShape& s, int consumer_n) {
   return f;
 }
 
-// Blocks per column of tiles: enough for a wave of the form's blocks an SM, or with
-// CNN_SPLIT_K_WAVES=1 the split whose waves of them finish first (split_k_waves.h); at least 4
-// k-tiles each (the epilogue's atomics cost about as much as 4 stages, the block's overhead in
-// the waves' model), at most one split per k-tile.
+// Blocks per column of tiles: enough for a wave of the form's blocks an SM (split_k.h); at least
+// 4 k-tiles each (the epilogue's atomics cost about as much as 4 stages).
 int pick_splits(const Conv2dShape& s, const WgradNhwcForm& f, int sms) {
   const WgradNhwcLayout l = wgrad_nhwc_layout(s);
   const int64_t ktiles = ceil_div<int64_t>(l.pixels, kPix);
@@ -256,8 +254,7 @@ int pick_splits(const Conv2dShape& s, const WgradNhwcForm& f, int sms) {
   const int64_t tiles =
       ceil_div<int64_t>(s.oc, 64 * f.boxes_a) * ceil_div<int64_t>(pieces, f.pieces);
   const int64_t slots = int64_t(sms) * f.per_sm;
-  return int(process_env_switches().split_k_waves ? split_k_for_waves(tiles, ktiles, slots, 4, 4)
-                                                  : split_k_one_wave(tiles, ktiles, slots, 4));
+  return int(split_k_one_wave(tiles, ktiles, slots, 4));
 }
 
 // The consumer width a call runs: the option's, else CNN_WGMMA_WGRAD_NHWC_N's (0: auto).
