@@ -219,6 +219,7 @@ EnvSwitches read_env_switches() {
     else
       CNN_FAIL("CNN_WGMMA_WGRAD_BOX_X='{}': expected direct or copies", s);
   }
+  e.wgmma_wgrad_multicast = zero_or_one("CNN_WGMMA_WGRAD_MULTICAST", e.wgmma_wgrad_multicast);
   e.conv_generic = off_unless_set("CNN_CONV_GENERIC");
   e.linear_head = on_unless_zero("CNN_LINEAR_HEAD");
   if (const char* v = get("CNN_BN_ONE_PASS")) {
@@ -399,6 +400,9 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_WGMMA_WGRAD_BOX_X", "direct|copies",
        "whether the wgmma conv weight gradient's TMA boxes read x itself for the tap class that "
        "needs no copy (stride 1, W a multiple of 4), or a copy of x for every class"},
+      {"CNN_WGMMA_WGRAD_MULTICAST", "1|0",
+       "1 (default): the wgmma conv weight gradient's TMA-box blocks (TF32) share dy's tiles and "
+       "x's boxes in thread-block clusters by TMA multicast; 0: each block loads its own"},
       {"CNN_CONV_GENERIC", "1", "implicit-GEMM conv gradients on the generic main loop"},
       {"CNN_LINEAR_HEAD", "0",
        "a CUDA linear layer of at most 32 outputs runs its backward as separate passes (weight "

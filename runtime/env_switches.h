@@ -121,6 +121,9 @@ struct EnvSwitches {
   // CNN_WGMMA_WGRAD_BOX_X=direct (default) | copies: the boxed B's direct tap class (stride 1,
   // column shift 0) reads x itself, or a copy of x as the other classes do (to bisect).
   bool wgmma_wgrad_box_direct = true;
+  // CNN_WGMMA_WGRAD_MULTICAST=1 (default) | 0: the boxed TF32 weight gradient's blocks share dy's
+  // tiles and B's boxes in thread-block clusters by TMA multicast, or each loads its own.
+  bool wgmma_wgrad_multicast = true;
   bool conv_generic = false;  // CNN_CONV_GENERIC=1: generic implicit-GEMM conv gradients
   // CNN_LINEAR_HEAD=0: a CUDA linear layer of at most 32 outputs runs its backward as the separate
   // passes (weight and bias gradient, input gradient, the ReLU mask and bias gradient of the

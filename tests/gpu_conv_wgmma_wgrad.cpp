@@ -78,6 +78,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/conv/conv2d.h"
@@ -445,6 +446,55 @@ TEST(GpuConvWgmmaWgrad, SplitFollowsTheGridsTiles) {
     const uint64_t seed = test::fresh_seed();
     SCOPED_TRACE(describe(s, db) + " seed " + std::to_string(seed));
     check_deterministic_and_atomic(make_problem(s, db, Fill::Random, seed));
+  }
+}
+
+// TMA multicast in thread-block clusters (conv2d_wgrad_wgmma_cluster): the cluster a grid takes
+// (host arithmetic, checked without a GPU too), then on a GPU shapes whose boxed grids take
+// 2 x 2, 1 x 2, 3 x 1 and 2 x 1 clusters (a 64-row tile, two blocks an SM; an output channel
+// count past one row tile), with and without db. In each, multicast's deterministic result is
+// bitwise the one without (the same products, summed in the same order), and it matches the
+// CPU twin deterministic and atomic.
+TEST(GpuConvWgmmaWgrad, MulticastClustersMatchLoadsOfTheirOwn) {
+  const auto cluster = [](int64_t n, int64_t m) {
+    const WgradCluster c = conv2d_wgrad_wgmma_cluster(n, m);
+    return std::make_pair(c.x, c.z);
+  };
+  EXPECT_EQ(cluster(18, 2), std::make_pair(2, 2));  // VGG's 256-channel 8x8 layer
+  EXPECT_EQ(cluster(9, 2), std::make_pair(1, 2));   // 3 x 2 would be 6 blocks
+  EXPECT_EQ(cluster(9, 1), std::make_pair(3, 1));   // 128 -> 128 channels
+  EXPECT_EQ(cluster(10, 1), std::make_pair(2, 1));
+  EXPECT_EQ(cluster(19, 3), std::make_pair(1, 1));
+  EXPECT_EQ(cluster(1, 1), std::make_pair(1, 1));
+  CNN_REQUIRE_WGMMA_WGRAD();
+  using M = WgmmaWgradOptions::Multicast;
+  struct Case {
+    Conv2dShape s;
+    bool db;
+  };
+  const Case cases[] = {
+      {conv(4, 256, 8, 8, 256, 3, 1, 1), false},  // 18 x 2 tiles: 2 x 2
+      {conv(4, 256, 8, 8, 256, 3, 1, 1), true},   // 19 x 2: 1 x 2
+      {conv(3, 128, 8, 8, 200, 3, 1, 1), false},  // 9 x 2, rows past OC: 1 x 2
+      {conv(3, 128, 8, 8, 128, 3, 1, 1), false},  // 9 x 1: 3 x 1
+      {conv(3, 128, 8, 8, 128, 3, 1, 1), true},   // 10 x 1: 2 x 1
+      {conv(2, 256, 8, 12, 48, 3, 1, 1), false},  // 64-row tile, 18 x 1: 2 x 1
+  };
+  for (const Case& c : cases) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(describe(c.s, c.db) + " seed " + std::to_string(seed));
+    const Problem p = make_problem(c.s, c.db, Fill::Random, seed);
+    RunOptions on, off;
+    on.opt.b = off.opt.b = WgmmaWgradOptions::BLoad::Tma;
+    on.opt.multicast = M::On;
+    off.opt.multicast = M::Off;
+    on.deterministic = off.deterministic = true;
+    const Output a = run_wgmma(p, on), b = run_wgmma(p, off);
+    check(p, a, "multicast, deterministic");
+    EXPECT_TRUE(bitwise_equal(a.dw, b.dw) && bitwise_equal(a.db, b.db))
+        << "multicast differs from the blocks' own loads";
+    on.deterministic = false;
+    check(p, run_wgmma(p, on), "multicast, atomic");
   }
 }
 

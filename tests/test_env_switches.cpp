@@ -102,6 +102,12 @@ const std::vector<SwitchCases>& switch_cases() {
        {{nullptr, true}, {"direct", true}, {"copies", false}},
        {"x"},
        "direct or copies"},
+      // The boxed weight gradient's multicast clusters: on unless set to 0.
+      {"CNN_WGMMA_WGRAD_MULTICAST",
+       field<&EnvSwitches::wgmma_wgrad_multicast>,
+       {{nullptr, true}, {"0", false}, {"1", true}},
+       {"yes", "2"},
+       "0 or 1"},
       // The channels a piece of the boxed B holds; 0: auto.
       {"CNN_WGMMA_WGRAD_BOX_RUN",
        field<&EnvSwitches::wgmma_wgrad_box_run>,

@@ -77,6 +77,22 @@
 // A into the same slabs instead. Columns are (tap, channel piece, channel) and map back to
 // dw[oc][c][kh][kw] in the epilogue; the bias column follows the last piece.
 //
+// Multicast (boxed B with dy by TMA, TF32; WgmmaWgradOptions::multicast): each block reads 32 KB a
+// k-tile from L2 for 2 x 128 x 128 x 32 FLOP, and on VGG's 256-channel 8x8 layer (108 blocks)
+// ncu found L2 69% busy and the SMs' compute at 21%. The blocks of one split in a row of tiles
+// multiply the same dy tile, those in a column the same boxes of x. So blocks run in clusters of
+// (cx, 1, cz) (conv2d_wgrad_wgmma_cluster: at most 4, cz = 2 row tiles, cx = 2 or 3 column
+// tiles) and each load goes once to all that use it: the block with rx = 0 of a row issues its
+// dy tile to the row, the block with rz = 0 of a column its boxes to the column, with
+// .multicast::cluster into the same offsets and barriers of each; every block still arrives
+// expect_tx for its own whole stage (bytes may land before that arrival: the phase cannot
+// complete without it). A stage is rewritten in several blocks at once, so lane 0 of each
+// consumer warp releases it on every block's empty barrier of the cluster (remote
+// mbarrier.arrive at CTA scope: at cluster scope the layer took 2.1x as long), and each producer
+// waits until all of them have; the blocks meet at a cluster barrier after the barriers are
+// initialized and before any exits. The products, and their order, are those of the blocks' own
+// loads. That layer's pass: 129.3 -> 104.5 us on the H100 (docs/performance.md).
+//
 // Split-K, at least 4 k-tiles a split, on 132 SMs (a constant, not a device query, so that the
 // deterministic scratch size depends on the shape alone): the split that fills one wave at most
 // (split_k.h) over the grid's own tiles, the db column counted only where db is asked for
@@ -176,6 +192,8 @@ struct WgradParams {
   int n;                   // images: copy q's planes are [q N, q N + N) of the boxes' view
   int copies_h, copies_w;  // tap classes (kh mod sh, kw mod 4 sw) of the copies of x
   int direct_copy;         // the class whose boxes read x itself (map_xd), -1 none
+  // The multicast cluster (cx, 1, cz) of boxed B with dy by TMA (file comment); 1, 1 elsewhere.
+  int cx, cz;
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -220,6 +238,8 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB, kSplit>::kThreads,
   const int grp = int(blockIdx.z) / p.tiles_m, m0 = (int(blockIdx.z) - grp * p.tiles_m) * kBM;
   const int oc0 = grp * p.oc;                             // the group's first output channel
   const float* const x = p.x + int64_t(grp) * p.group_x;  // and its first input channel
+  // This block's place (rx, rz) in its multicast cluster, cluster rank rx + cx rz.
+  const int csize = p.cx * p.cz, rx = int(blockIdx.x) % p.cx, rz = int(blockIdx.z) % p.cz;
   const int kt_begin = int(int64_t(p.ktiles) * split / p.splits);
   const int kt_end = int(int64_t(p.ktiles) * (split + 1) / p.splits);
   const int nk = kt_end - kt_begin;
@@ -232,10 +252,11 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB, kSplit>::kThreads,
   // full: the 128 producer threads' cp.async arrivals (when they gather), plus thread 0's
   // expect_tx arrival for TMA. empty: lane 0 of each consumer warp; with kSplit every consumer
   // thread, each releasing its own in-place writes of the stage before the producer copies into
-  // it again.
+  // it again; in a multicast cluster lane 0 of every consumer warp of the cluster (a stage is
+  // rewritten in every block of an A row or B column at once).
   if (tid == 0)
     mbar_init_ring(bars, kStages, (kBoxB && kTmaA ? 0 : 128) + (kTmaA || kBoxB ? 1 : 0),
-                   kSplit ? 128 * P::kConsumers : 4 * P::kConsumers);
+                   (kSplit ? 128 * P::kConsumers : 4 * P::kConsumers) * csize);
   // Column table: thread t < 128 decomposes column n0 + t once, {offset of tap (c, kh, kw) from
   // the window origin in x, kh, kw, live}; a column past C*KH*KW gets its constant row (ones for
   // db, else zeros) in every stage now, never copied again. Box mode: entry b < nboxes is box
@@ -282,7 +303,11 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB, kSplit>::kThreads,
         st_shared_v4(tile_a(s) + wgrad_box_smem_offset(kBoxB ? p.bw : kBK, kBM, tid, q), 0.f, 0.f,
                      0.f, 0.f);
   fence_proxy_async();  // the constant rows above are read by wgmma (async proxy)
-  __syncthreads();
+  // Every barrier of the cluster initialized before any block copies into or arrives on it.
+  if (csize > 1)
+    cluster_sync();
+  else
+    __syncthreads();
 
   if (wg == 0 && kBoxB) {
     const int warp = tid >> 5;
@@ -292,6 +317,9 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB, kSplit>::kThreads,
                               uint32_t(live_pieces) * uint32_t(run) * uint32_t(kBK) * 4u;
     // This lane's pixel q = lane of the box (gathered A only).
     const int q_r = lane / p.bw, q_col = lane - q_r * p.bw;
+    // The cluster ranks of B's column (rx, all rz) and of A's row (all rx, rz).
+    uint16_t b_mask = 0, a_mask = uint16_t(((1u << p.cx) - 1u) << (rz * p.cx));
+    for (int j = 0; j < p.cz; ++j) b_mask |= uint16_t(1u << (rx + j * p.cx));
     for (int i = 0; i < nk; ++i) {
       const int s = i % kStages;
       if (i >= kStages) mbar_wait(empty(s), ((i / kStages) - 1) & 1);
@@ -305,16 +333,26 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB, kSplit>::kThreads,
         // box of B from the table, at innermost coordinate ox0 + 4 mw: a multiple of 4 floats;
         // coordinates (column, channel, row, plane) and (column, oc, row, image): the views put
         // the output row outermost so that a box lands as br slabs (conv2d_wgrad_box_smem.h).
+        // In a multicast cluster the blocks of B's column (rz = 0 issues) get its boxes and the
+        // blocks of A's row (rx = 0 issues) its dy tile, each on its own barriers.
         mbar_arrive_expect_tx(full(s), tx_bytes);
-        for (int b = 0; b < nboxes; ++b) {
-          const int4 e = table[b];
-          if (e.w < 0)  // the direct class: x itself, (W, C, H, N)
-            tma_load_4d(tile_b(s) + box_dst[b], &map_xd, ox0 + e.x, e.z, oy0 + e.y, img, full(s));
+        if (rz == 0)
+          for (int b = 0; b < nboxes; ++b) {
+            const int4 e = table[b];
+            const CUtensorMap* map = e.w < 0 ? &map_xd : &map_x;  // direct: x, (W, C, H, N)
+            const int plane = e.w < 0 ? img : e.w + img;
+            if (p.cz > 1)
+              tma_load_4d_multicast(tile_b(s) + box_dst[b], map, ox0 + e.x, e.z, oy0 + e.y, plane,
+                                    full(s), b_mask);
+            else
+              tma_load_4d(tile_b(s) + box_dst[b], map, ox0 + e.x, e.z, oy0 + e.y, plane, full(s));
+          }
+        if (kTmaA && rx == 0) {
+          if (p.cx > 1)
+            tma_load_4d_multicast(tile_a(s), &map_dy, ox0, oc0 + m0, oy0, img, full(s), a_mask);
           else
-            tma_load_4d(tile_b(s) + box_dst[b], &map_x, ox0 + e.x, e.z, oy0 + e.y, e.w + img,
-                        full(s));
+            tma_load_4d(tile_a(s), &map_dy, ox0, oc0 + m0, oy0, img, full(s));
         }
-        if (kTmaA) tma_load_4d(tile_a(s), &map_dy, ox0, oc0 + m0, oy0, img, full(s));
       }
       if constexpr (!kTmaA) {
         const int oy = oy0 + q_r, ox = ox0 + q_col;
@@ -464,8 +502,18 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB, kSplit>::kThreads,
       for (int kk = 0; kk < kBK / 8; ++kk)
         wgmma_m64n128k8_tf32(acc, da + a_step[kk], db + b_step[kk]);
     }
-    commit_and_release_previous([&] { fence_acc(acc); }, i > 0 && (kSplit || lane == 0),
-                                empty((i + kStages - 1) % kStages));
+    // The previous stage released in every block of the cluster (this block's included): the
+    // ones issuing its copies wait for all of them.
+    const uint32_t empty_prev = empty((i + kStages - 1) % kStages);
+    const bool release = i > 0 && (kSplit || lane == 0);
+    commit_and_release_previous([&] { fence_acc(acc); }, release && csize == 1, empty_prev);
+    if (release && csize > 1)
+      for (int r = 0; r < csize; ++r) {
+        if (r == rx + rz * p.cx)
+          mbar_arrive(empty_prev);
+        else
+          mbar_arrive_cluster(map_rank(empty_prev, uint32_t(r)));
+      }
   }
   wgmma_wait<0>();
   fence_acc(acc);
@@ -504,6 +552,9 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB, kSplit>::kThreads,
         }
       }
   }
+  // No block leaves while another may still arrive on its barriers (the producers have left:
+  // exited threads do not hold up a cluster barrier).
+  if (csize > 1) cluster_sync_divergent();
 #else
   (void)map_dy;
   (void)map_x;
@@ -664,14 +715,41 @@ CUtensorMap make_dy_map(const float* d_dy, const Conv2dShape& s, int ohw, int bm
   return map;
 }
 
+// p's multicast cluster (p.cx, p.cz) runs where the device places its clusters in as few waves as
+// the blocks alone, else 1 x 1: a GPC holds fewer blocks in clusters than alone, and VGG's
+// 128-channel 16x16 layer (126 blocks) in 42 clusters of 3 took 164 us against 112 alone (H100).
 template <int kBM, bool kTmaA, bool kBoxB, bool kSync, bool kSplit = false>
 void launch(const CUtensorMap& map_dy, const CUtensorMap& map_x, const CUtensorMap& map_xd,
-            const WgradParams& p, dim3 grid, cudaStream_t stream) {
+            WgradParams p, dim3 grid, cudaStream_t stream) {
   using P = WgPlan<kBM, kBoxB, kSplit>;
   auto kernel = wgrad_wgmma_kernel<kBM, kTmaA, kBoxB, kSync, kSplit>;
   CNN_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, P::kSmemBytes));
-  kernel<<<grid, P::kThreads, P::kSmemBytes, stream>>>(map_dy, map_x, map_xd, p);
+  if (p.cx * p.cz > 1) {
+    const int64_t blocks = int64_t(grid.x) * grid.y * grid.z, cluster = p.cx * p.cz;
+    const int64_t placed = max_active_clusters(reinterpret_cast<const void*>(kernel), p.cx, p.cz,
+                                               P::kThreads, P::kSmemBytes);
+    const int64_t slots = int64_t(sm_count()) * P::kMinBlocks;
+    if (placed == 0 || ceil_div(blocks / cluster, placed) > ceil_div(blocks, slots))
+      p.cx = p.cz = 1;
+  }
+  if (p.cx * p.cz == 1) {
+    kernel<<<grid, P::kThreads, P::kSmemBytes, stream>>>(map_dy, map_x, map_xd, p);
+  } else {
+    cudaLaunchConfig_t cfg{};
+    cudaLaunchAttribute attr[1];
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(P::kThreads);
+    cfg.dynamicSmemBytes = P::kSmemBytes;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(p.cx);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = static_cast<unsigned>(p.cz);
+    CNN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, map_dy, map_x, map_xd, p));
+  }
   CNN_LAUNCH_CHECK("conv2d_backward_weight_wgmma");
 }
 
@@ -779,6 +857,22 @@ std::size_t conv2d_wgrad_wgmma_scratch_floats(const Conv2dShape& s, const Exec& 
 
 int conv2d_wgrad_wgmma_splits(const Conv2dShape& s, bool box, int run, bool db) {
   return geometry_of(s, box, run, db).splits;
+}
+
+WgradCluster conv2d_wgrad_wgmma_cluster(int64_t tiles_n, int64_t tiles_m) {
+  WgradCluster c;
+  c.z = tiles_m % 2 == 0 ? 2 : 1;
+  if (tiles_n % 2 == 0 && 2 * c.z <= 4)
+    c.x = 2;
+  else if (tiles_n % 3 == 0 && 3 * c.z <= 4)
+    c.x = 3;
+  return c;
+}
+
+bool wgmma_wgrad_multicast(const WgmmaWgradOptions& opt) {
+  if (opt.multicast != WgmmaWgradOptions::Multicast::Default)
+    return opt.multicast == WgmmaWgradOptions::Multicast::On;
+  return process_env_switches().wgmma_wgrad_multicast;
 }
 
 bool wgmma_wgrad_box_direct(const WgmmaWgradOptions& opt) {
@@ -892,6 +986,7 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
   p.bw = kBK;  // the gathered layout: one slab of 32-pixel rows (box mode sets its own)
   p.br = 1;
   p.direct_copy = -1;
+  p.cx = p.cz = 1;
   CUtensorMap map_x{}, map_xd{};
   bool tma = !opt.force_gather && reinterpret_cast<uintptr_t>(d_dy) % 16 == 0;
   if (box) {
@@ -931,6 +1026,11 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
   const dim3 grid(static_cast<unsigned>(ceil_div(p.ncols, kBN)), static_cast<unsigned>(g.splits),
                   static_cast<unsigned>(g.tiles_m * s.groups));  // every group's row tiles
   const bool split = ex.precision == Precision::FP32;  // 3xTF32
+  if (box && tma && !split && wgmma_wgrad_multicast(opt)) {
+    const WgradCluster c = conv2d_wgrad_wgmma_cluster(grid.x, grid.z);
+    p.cx = c.x;
+    p.cz = c.z;
+  }
   if (g.bm == 64)
     launch_bm<64>(box, tma, sync, split, map_dy, map_x, map_xd, p, grid, ex.stream);
   else

@@ -47,7 +47,16 @@ struct WgmmaWgradOptions {
   // x is 16-byte aligned), or its copy too (Off); Default: CNN_WGMMA_WGRAD_BOX_X (direct unless
   // set to copies).
   enum class Direct { Default, On, Off } box_direct = Direct::Default;
+  // Boxed B with dy by TMA at TF32: blocks in thread-block clusters get the dy tile of their row
+  // of tiles and the boxes of their column by TMA multicast, one load for the cluster's blocks
+  // (On, where the device places the clusters in as few waves as the blocks alone), or each
+  // block loads its own (Off); Default:
+  // CNN_WGMMA_WGRAD_MULTICAST (on unless 0). The same products either way.
+  enum class Multicast { Default, On, Off } multicast = Multicast::Default;
 };
+
+// Whether a call with `opt` may multicast (opt's multicast, else CNN_WGMMA_WGRAD_MULTICAST).
+bool wgmma_wgrad_multicast(const WgmmaWgradOptions& opt);
 
 // Whether a call with `opt` lets the direct class read x (opt's box_direct, else the process's
 // CNN_WGMMA_WGRAD_BOX_X).
@@ -90,6 +99,16 @@ std::size_t conv2d_wgrad_wgmma_scratch_floats(
 // boxes in pieces of `run` channels (0: auto), with or without db; for tests and the benchmark's
 // notes.
 int conv2d_wgrad_wgmma_splits(const Conv2dShape& s, bool box = false, int run = 0, bool db = true);
+
+// The multicast cluster (x, z) blocks a grid of tiles_n x tiles_m output tiles (grid x and z)
+// takes: z = 2 where tiles_m is even (the two row tiles share B's boxes), x = 2 where tiles_n is
+// even, else 3 where 3 divides it (the blocks of a row share dy's tile), at most 4 blocks; 1 x 1
+// where neither divides. Host arithmetic; the launch falls back to 1 x 1 where the device would
+// place the clusters in more waves than the blocks alone.
+struct WgradCluster {
+  int x = 1, z = 1;
+};
+WgradCluster conv2d_wgrad_wgmma_cluster(int64_t tiles_n, int64_t tiles_m);
 
 // d_scratch: conv2d_wgrad_wgmma_scratch_floats(s, ex, opt.b) floats (null allowed where that is
 // 0), 16-byte aligned where it holds the copies of x (a Buffer's or Tensor's start is).

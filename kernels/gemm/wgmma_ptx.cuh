@@ -115,6 +115,26 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+// tma_load_4d into the same shared-memory offset `dst` of every cluster block in `mask` (bit r:
+// cluster rank r), each completing on its own barrier at offset `bar`.
+__device__ __forceinline__ void tma_load_4d_multicast(uint32_t dst, const CUtensorMap* map, int c0,
+                                                      int c1, int c2, int c3, uint32_t bar,
+                                                      uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "h"(mask)
+      : "memory");
+}
+
+// An arrival on the barrier at shared::cluster address `bar` (map_rank: another cluster block's),
+// with the default semantics (release at CTA scope): a consumer handing a stage back whose
+// wgmma reads it has waited for, as CUTLASS's multicast pipelines do. A release at cluster scope
+// (.release.cluster) made the boxed weight gradient 2.1x slower on the H100.
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
 // 4-byte asynchronous copy global -> shared (cached in L1) that reads `src_bytes` (4 or 0) and
 // zero-fills the rest; src must be a mapped address even when nothing is read.
 __device__ __forceinline__ void cp_async4_zfill(uint32_t dst, const float* src,
@@ -150,6 +170,7 @@ __device__ __forceinline__ void st_shared_v2(uint32_t addr, float x, float y) {
 using ptx::cluster_rank;
 using ptx::cluster_size;
 using ptx::cluster_sync;
+using ptx::cluster_sync_divergent;
 using ptx::ld_cluster_v4;
 using ptx::map_rank;
 
@@ -454,16 +475,18 @@ inline int sm_count() {
   return current_device_sm_count();
 }
 
-// How many clusters of (1, 1, cluster) blocks of `kernel` the device holds at once with this
-// block size and dynamic shared memory (cudaOccupancyMaxActiveClusters; a cluster needs that
-// many free block slots in one GPC). Asked once per device and shape, then kept; thread-safe.
-inline int max_active_clusters(const void* kernel, int cluster, int threads, int smem_bytes) {
+// How many clusters of (cluster_x, 1, cluster_z) blocks of `kernel` the device holds at once
+// with this block size and dynamic shared memory (cudaOccupancyMaxActiveClusters; a cluster
+// needs that many free block slots in one GPC). Asked once per device and shape, then kept;
+// thread-safe.
+inline int max_active_clusters(const void* kernel, int cluster_x, int cluster_z, int threads,
+                               int smem_bytes) {
   int dev = 0;
   CNN_CUDA_CHECK(cudaGetDevice(&dev));
-  using Key = std::tuple<const void*, int, int, int, int>;
+  using Key = std::tuple<const void*, int, int, int, int, int>;
   static std::mutex mu;
   static std::map<Key, int> known;
-  const Key key{kernel, dev, cluster, threads, smem_bytes};
+  const Key key{kernel, dev, cluster_x, cluster_z, threads, smem_bytes};
   {
     std::lock_guard<std::mutex> lock(mu);
     const auto it = known.find(key);
@@ -471,20 +494,24 @@ inline int max_active_clusters(const void* kernel, int cluster, int threads, int
   }
   cudaLaunchConfig_t cfg{};
   cudaLaunchAttribute attr[1];
-  cfg.gridDim = dim3(1, 1, static_cast<unsigned>(cluster));
+  cfg.gridDim = dim3(static_cast<unsigned>(cluster_x), 1, static_cast<unsigned>(cluster_z));
   cfg.blockDim = dim3(static_cast<unsigned>(threads));
   cfg.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(cluster_x);
   attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = static_cast<unsigned>(cluster);
+  attr[0].val.clusterDim.z = static_cast<unsigned>(cluster_z);
   int clusters = 0;
   CNN_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
   std::lock_guard<std::mutex> lock(mu);
   known[key] = clusters;
   return clusters;
+}
+// Clusters of (1, 1, cluster) blocks.
+inline int max_active_clusters(const void* kernel, int cluster, int threads, int smem_bytes) {
+  return max_active_clusters(kernel, 1, cluster, threads, smem_bytes);
 }
 
 // The largest split count, `splits` halved, of which the device can place a cluster of (1, 1,
