@@ -17,10 +17,13 @@
 //                       pixels) and agrees with the atomic mode within the tolerance.
 //   ThreeTf32           precision fp32 (3xTF32): gathered and boxed B, dy by TMA and gathered,
 //                       atomic and deterministic, within the 3xTF32 bounds; repeatable.
-//   SplitFollowsTheGridsTiles  the split under CNN_SPLIT_K_WAVES (VGG's picks, host arithmetic;
-//                       with it on the db column counts only with db); a 128-channel layer with
-//                       and without db deterministic in the API's scratch, repeatable, and
-//                       atomic, against the CPU twin.
+//   SplitFollowsTheGridsTiles  the one-wave split counts the db column only with db (VGG's
+//                       picks, host arithmetic); a 128-channel layer with and without db
+//                       deterministic in the API's scratch, repeatable, and atomic, against the
+//                       CPU twin.
+//   MulticastClustersMatchLoadsOfTheirOwn  the cluster each grid takes (host arithmetic); 2 x 2,
+//                       1 x 2, 3 x 1 and 2 x 1 clusters deterministic bitwise equal to the blocks'
+//                       own loads, and against the CPU twin deterministic and atomic.
 //   Dispatch            conv2d_backward_weight with Algo::Wgmma: runs (H200) or refuses naming
 //                       why; BF16 refused by the kernel; the grouped convolution refuses wgmma.
 //   AlgoNameAndRefusals "wgmma" parses; linear and grouped conv refuse it (no device needed).
@@ -98,7 +101,6 @@
 #include "kernels/conv/conv2d_wgmma_wgrad.h"
 #include "kernels/conv/conv2d_wgrad_box.h"
 #include "kernels/conv/conv2d_wgrad_box_copies.h"
-#include "runtime/env_switches.h"
 #endif
 
 using namespace cnn;

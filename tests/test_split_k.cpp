@@ -1,8 +1,6 @@
 // split_k_one_wave (kernels/common/split_k.h): the split-K count that fills one wave at most.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-
 #include "kernels/common/split_k.h"
 
 namespace cnn {
