@@ -181,4 +181,30 @@ std::vector<std::string> check_in_whole_pass(std::vector<PassInWhole>& passes,
   return lines;
 }
 
+std::vector<std::string> check_switches_in_whole_pass(std::vector<SwitchInWhole>& switches,
+                                                      const std::function<double()>& time,
+                                                      const std::string& whole, double gain) {
+  std::vector<std::string> lines;
+  if (switches.empty()) return lines;
+  const double first = time();
+  double best = first;
+  int off = 0;
+  for (SwitchInWhole& s : switches) {
+    s.set(false);
+    const double us = time();
+    const bool keep_off = us < (1.0 - gain) * best;
+    lines.push_back(fmt::format("{} {} in the {}: {} {} ({:.1f} us on, {:.1f} off)", s.layer,
+                                s.pass, whole, s.what, keep_off ? "off" : "on", best, us));
+    if (keep_off) {
+      best = us;
+      ++off;
+    } else {
+      s.set(true);
+    }
+  }
+  lines.push_back(fmt::format("{}: {:.1f} us with every switch on, {:.1f} us with {} off", whole,
+                              first, best, off));
+  return lines;
+}
+
 }  // namespace cnn

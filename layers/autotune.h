@@ -61,6 +61,9 @@ TuneChoice pick_cached_or_timed(const TuneSite& site, const char* pass,
 // The variant of each pass of a conv/linear layer: as configured, or as tune_passes() picked.
 struct PassAlgos {
   Algo fwd = Algo::Auto, dw = Algo::Auto, dx = Algo::Auto;
+  // Whether the weight gradient may take its kernel's cluster form (Exec::clusters): on, unless
+  // the check in the whole backward pass measured the pass faster beside the others without.
+  bool dw_clusters = true;
   explicit PassAlgos(Algo all = Algo::Auto) : fwd(all), dw(all), dx(all) {}
 };
 
@@ -95,5 +98,20 @@ std::vector<std::string> check_in_whole_pass(std::vector<PassInWhole>& passes,
                                              const std::function<double()>& time,
                                              const std::string& whole, double within = 2.0,
                                              double gain = 0.01);
+
+// A switch of one pass that timing the pass alone cannot weigh: a kernel's cluster form, whose
+// blocks wait for a whole cluster's room on the GPU, which the passes beside it may hold.
+struct SwitchInWhole {
+  std::string layer, pass, what;  // "conv5", "weight-grad", "clusters"
+  std::function<void(bool)> set;  // on (each switch's state when the check starts) or off
+};
+
+// Greedy, in order: the whole is timed with every switch on, then each switch is set off and the
+// whole timed again; it stays off where the whole is at least `gain` (a fraction) below the best
+// so far, else it is set back on. Returns a line for each switch and a last one for the whole
+// (none where there are no switches).
+std::vector<std::string> check_switches_in_whole_pass(std::vector<SwitchInWhole>& switches,
+                                                      const std::function<double()>& time,
+                                                      const std::string& whole, double gain = 0.01);
 
 }  // namespace cnn

@@ -145,6 +145,12 @@ class Conv2dLayer : public Layer {
   PassAlgos* tuned_algos() override {
     return algo_ == Algo::Auto && !fused_pool_ ? &algos_ : nullptr;
   }
+  // The TF32 wgmma weight gradient (wgmma and wgmma-nhwc at TF32, and at BF16 where it falls back
+  // to TF32) has clusters; 3xTF32 (FP32) does not.
+  bool weight_grad_may_cluster(const Exec& ex) const override {
+    return ex.device == Device::CUDA && ex.precision != Precision::FP32 &&
+           (algos_.dw == Algo::Wgmma || algos_.dw == Algo::WgmmaNhwc);
+  }
 
   std::vector<TuneChoice> autotune(int n, const float* x, float* y, float* dy, float* dx,
                                    float* scratch, const Exec& ex) override {
@@ -208,10 +214,12 @@ class Conv2dLayer : public Layer {
   }
   void run_backward_weight(int n, const float* x, const float* dy, float* scratch, Algo a,
                            const Exec& ex) {
+    Exec e = ex;
+    e.clusters = ex.clusters && algos_.dw_clusters;
     if (grouped_)
-      conv2d_grouped_backward_weight(grouped_at(n), x, dy, dw_, db_, scratch, a, ex);
+      conv2d_grouped_backward_weight(grouped_at(n), x, dy, dw_, db_, scratch, a, e);
     else
-      conv2d_backward_weight(at(n), x, dy, dw_, db_, scratch, a, ex);
+      conv2d_backward_weight(at(n), x, dy, dw_, db_, scratch, a, e);
   }
   void run_backward_data(int n, const float* dy, float* dx, float* scratch, Algo a,
                          const Exec& ex) {

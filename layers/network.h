@@ -59,11 +59,12 @@ struct NetworkOptions {
   // bench turn it on for a GPU's training step (CNN_WGRAD_BESIDE=0 keeps it off there), where
   // it measured faster on every net (docs/performance.md, "Work beside backward").
   bool weight_grads_beside = false;
-  // With weight_grads_beside, autotune then tries in the whole backward pass each variant timed
-  // alone within 2x of a backward pass's pick, and keeps those that shorten it by 1% or more
-  // (check_in_whole_pass, layers/autotune.h): a variant fastest alone can cost the passes beside
-  // it more than it gains (docs/performance.md, "Backward picks checked in the whole backward
-  // pass"). CNN_TUNE_BACKWARD=0 clears it.
+  // With weight_grads_beside, autotune then tries in the whole backward pass each weight
+  // gradient's cluster form off where its pick has one (check_switches_in_whole_pass), then each
+  // variant timed alone within 2x of a backward pass's pick, and keeps those that shorten it by
+  // 1% or more (check_in_whole_pass, layers/autotune.h): a variant fastest alone can cost the
+  // passes beside it more than it gains (docs/performance.md, "Backward picks checked in the
+  // whole backward pass"). CNN_TUNE_BACKWARD=0 clears it.
   bool tune_backward = true;
 };
 

@@ -92,7 +92,22 @@ std::vector<std::string> Network::check_backward(
     for (int r = 0; r < 2; ++r) best = std::min(best, time_on_stream(backward, ex_, 5));
     return best;
   };
-  std::vector<std::string> lines = check_in_whole_pass(passes, time, "backward pass");
+  // First the cluster form of each weight gradient picked alone on a kernel that has one: alone
+  // it is as fast or faster, beside the other passes it can be slower (grouped_wide's conv6:
+  // 28 us more of the whole with it, docs/performance.md "Clusters weighed in the whole backward
+  // pass"). Before the variants, so that they are weighed against the pick in the form it keeps.
+  std::vector<SwitchInWhole> switches;
+  for (auto it = tuned.rbegin(); it != tuned.rend(); ++it) {
+    auto& [node, choice] = *it;
+    PassAlgos* algos = layers_[node]->tuned_algos();
+    if (!algos || choice.pass != "weight-grad" || !layers_[node]->weight_grad_may_cluster(ex_))
+      continue;
+    switches.push_back(
+        {choice.layer, choice.pass, "clusters", [algos](bool on) { algos->dw_clusters = on; }});
+  }
+  std::vector<std::string> lines = check_switches_in_whole_pass(switches, time, "backward pass");
+  for (std::string& l : check_in_whole_pass(passes, time, "backward pass"))
+    lines.push_back(std::move(l));
   buffers_from_host(kept_buffers);
   return lines;
 }

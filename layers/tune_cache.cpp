@@ -126,6 +126,12 @@ const CachedTune* TuneCache::find(const std::string& key) const {
   return it == choices_.end() ? nullptr : &it->second;
 }
 
+std::vector<std::string> TuneCache::keys() const {
+  std::vector<std::string> k;
+  for (const auto& [key, choice] : choices_) k.push_back(key);
+  return k;
+}
+
 void TuneCache::put(const std::string& key, CachedTune choice) {
   choices_[key] = std::move(choice);
   changed_ = true;

@@ -49,6 +49,8 @@ class TuneCache {
 
   const CachedTune* find(const std::string& key) const;
   void put(const std::string& key, CachedTune choice);
+  // Every key with a choice, in key order.
+  std::vector<std::string> keys() const;
   size_t size() const { return choices_.size(); }
   // True when put() added or changed a choice since load: only then is save() worth its write.
   bool changed() const { return changed_; }

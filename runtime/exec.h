@@ -35,6 +35,11 @@ struct Exec {
   cudaStream_t stream = nullptr;
   Precision precision = Precision::FP32;
   bool deterministic = false;  // fixed-order reductions instead of atomicAdd
+  // Kernels with a thread-block-cluster form (TMA multicast: the TF32 wgmma weight gradient's
+  // boxed loads) may take it. A layer turns it off for its own pass where the whole backward
+  // pass measured faster without (Network::check_backward); CNN_WGMMA_WGRAD_MULTICAST=0 turns it
+  // off everywhere.
+  bool clusters = true;
   // Training-mode forward (batch statistics in batchnorm, dropout masks); eval otherwise. Set by
   // the Network for the passes that train, so that layers nested in other layers see it too.
   bool training = false;

@@ -5,42 +5,49 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <string>
 
+#include "kernels/conv/conv2d_wgmma_wgrad.h"
 #include "kernels/gemm/linear_head.h"
 #include "layers/gradcheck/gradcheck.h"
 #include "layers/network.h"
+#include "layers/tune_cache.h"
 #include "tests/test_util.h"
 
 using namespace cnn;
 
 namespace {
 
-Exec cuda_exec(bool deterministic) {
+Exec cuda_exec(bool deterministic, Precision precision = Precision::FP32) {
   Exec ex;
   ex.device = Device::CUDA;
   ex.deterministic = deterministic;
+  ex.precision = precision;
   return ex;
 }
 
-// Tunes the small network with options o on the GPU and checks what every tuning must leave: the
-// gradients zero, and a step that agrees with the CPU.
+// Tunes the small network with options o on the GPU (through `cache` when given) and checks what
+// every tuning must leave: the gradients zero, and a step that agrees with the CPU. FP32: each
+// element within 1e-3 relative (floor 1e-3); TF32 rounds each operand to 11 bits (2^-11 = 4.9e-4
+// a product), so there the worst element within 1e-2 of the largest gradient.
 struct Tuned {
   std::vector<std::string> lines;  // the tuner's
   bool fused_pool = false;         // conv1 fused with its pool (its passes are not tuned)
   bool buffers_kept = false;       // batchnorm's running statistics as before the tuning
 };
-Tuned tune_and_check(NetworkOptions o, const std::vector<LayerSpec>& specs,
-                     const Shape& input_chw) {
+Tuned tune_and_check(NetworkOptions o, const std::vector<LayerSpec>& specs, const Shape& input_chw,
+                     Precision precision = Precision::FP32, TuneCache* cache = nullptr) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   const int n = o.max_batch;
   o.seed = seed;
-  Network gpu(specs, input_chw, o, cuda_exec(false));
+  Network gpu(specs, input_chw, o, cuda_exec(false, precision));
   Network cpu(specs, input_chw, o, Exec{});
 
   const std::vector<float> buffers = gpu.buffers_to_host();
-  const std::vector<std::string> lines = gpu.autotune();
+  const std::vector<std::string> lines = gpu.autotune(cache);
   const bool buffers_kept = gpu.buffers_to_host() == buffers;
   for (const auto& l : lines) std::printf("  %s\n", l.c_str());
   const std::vector<float> g0 = test::to_host(gpu.grads(), size_t(gpu.num_params()));
@@ -57,9 +64,19 @@ Tuned tune_and_check(NetworkOptions o, const std::vector<LayerSpec>& specs,
   cpu.forward_backward(n, x.data(), labels.data(), 1.0f / n);
   const std::vector<float> g_gpu = test::to_host(gpu.grads(), size_t(gpu.num_params()));
   const std::vector<float> g_cpu(cpu.grads(), cpu.grads() + cpu.num_params());
-  const double err = test::max_rel_error(g_gpu, g_cpu);
+  double err = 0;
+  if (precision == Precision::FP32) {
+    err = test::max_rel_error(g_gpu, g_cpu);
+  } else {
+    double worst = 0, largest = 0;
+    for (size_t i = 0; i < g_cpu.size(); ++i) {
+      worst = std::max(worst, std::fabs(double(g_gpu[i]) - g_cpu[i]));
+      largest = std::max(largest, std::fabs(double(g_cpu[i])));
+    }
+    err = std::isnan(worst) ? INFINITY : worst / std::max(largest, 1e-30);
+  }
   std::printf("  gradients after tuning: worst rel error %.3g\n", err);
-  EXPECT_LT(err, 1e-3);
+  EXPECT_LT(err, precision == Precision::FP32 ? 1e-3 : 1e-2);
   return {lines, gpu.fused_conv_relu_pool(), buffers_kept};
 }
 
@@ -117,12 +134,58 @@ TEST(GpuAutotune, BackwardPicksCheckedInTheWholePass) {
   std::printf("  %zu backward passes tried in the whole\n", tried);
   if (tried > 0) {
     EXPECT_TRUE(test::contains(checked.lines.back(), "backward pass: ")) << checked.lines.back();
+    // A summary after the variants tried, and none for switches at FP32 (3xTF32 has no
+    // clusters).
     EXPECT_EQ(count_containing(checked.lines, "backward pass"), tried + 1);
+    EXPECT_EQ(count_containing(checked.lines, ": clusters "), 0u);
   }
   o.tune_backward = false;
   const Tuned alone = tune_and_check(o, specs, {3, 12, 12});
   EXPECT_TRUE(alone.buffers_kept);
   EXPECT_EQ(count_containing(alone.lines, "backward pass"), 0u);
+}
+
+// At TF32 a weight gradient picked alone on the wgmma kernel has a cluster form
+// (Exec::clusters): the check tries it off in the whole backward pass, one line a weight
+// gradient so picked (and only those), and the network is correct whichever it keeps. At batch
+// 16 `tiled` wins these weight gradients alone, so a second tuning takes wgmma for the
+// convolutions' weight gradients from the cache of the first; their 256-channel 8x8 shape (VGG's
+// conv6) runs in 2 x 2 clusters.
+TEST(GpuAutotune, ClusterSwitchesCheckedInTheWholePass) {
+  CNN_REQUIRE_GPU();
+  if (!conv2d_wgrad_wgmma_available()) GTEST_SKIP() << "no sm_90a wgmma weight gradient here";
+  const std::vector<LayerSpec> specs = {conv2d_spec("conv1", 256, 3, 3, 1, 1),
+                                        layer_spec(LayerKind::Relu, "relu1"),
+                                        conv2d_spec("conv2", 256, 3, 3, 1, 1),
+                                        layer_spec(LayerKind::Relu, "relu2"),
+                                        layer_spec(LayerKind::Flatten, "flatten"),
+                                        linear_spec("fc1", 10),
+                                        layer_spec(LayerKind::SoftmaxCrossEntropy, "loss")};
+  NetworkOptions o;
+  o.max_batch = 16;
+  o.weight_grads_beside = true;
+  o.tune_backward = true;
+  TuneCache cache;
+  tune_and_check(o, specs, {256, 8, 8}, Precision::TF32, &cache);
+  size_t conv_wgrads = 0;
+  for (const std::string& key : cache.keys()) {
+    if (key.rfind("conv2d ", 0) != 0 || !test::contains(key, "| weight-grad |")) continue;
+    cache.put(key, CachedTune{"wgmma", {}});
+    ++conv_wgrads;
+  }
+  ASSERT_EQ(conv_wgrads, 1u) << "the two convolutions share a shape, so one cache key";
+  const Tuned checked = tune_and_check(o, specs, {256, 8, 8}, Precision::TF32, &cache);
+  for (const char* layer : {"conv1", "conv2"}) {
+    EXPECT_EQ(count_containing(checked.lines, std::string(layer) + " weight-grad: wgmma "), 1u)
+        << layer << ": the cached pick";
+    EXPECT_EQ(count_containing(checked.lines,
+                               std::string(layer) + " weight-grad in the backward pass: clusters "),
+              1u)
+        << layer;
+  }
+  EXPECT_EQ(count_containing(checked.lines, "fc1 weight-grad in the backward pass: clusters "), 0u)
+      << "the linear layer's weight gradient has no cluster form";
+  EXPECT_EQ(count_containing(checked.lines, "with every switch on, "), 1u);
 }
 
 TEST(GpuAutotune, DeterministicModeAndConfiguredVariantsAreNotTuned) {

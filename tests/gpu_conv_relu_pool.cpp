@@ -291,12 +291,13 @@ TEST(GpuConvReluPool, NetworkFusedMatchesUnfused) {
     } else {
       EXPECT_LE(rel_to_max(frest, prest), 1e-5);
     }
-    // Norm-wise, not element-wise: on random inputs a ReLU or max-pool can sit on a tie that the
-    // CPU and the GPU break differently, and then a few gradient elements move by percents. Seed
-    // 14970076961902322705 does that: the CPU network's own gradients move by 2.8e-2 element-wise
-    // (2.7e-4 norm-wise) when its input is scaled by 1 + 1e-6, as the GPU's differ from them; a
-    // wrong kernel moves the norm by ~1.
-    EXPECT_LE(rel_frobenius(fused.grads, cpu.grads), 1e-3) << "vs the CPU network";
+    // Norm-wise, not element-wise, and loose: on random inputs a ReLU or max-pool can sit on a
+    // near-tie that the CPU and the GPU break differently, and one flip moves the gradients of
+    // these 9 images by up to ~1e-2 norm-wise. Measured on the CPU network alone, its input
+    // multiplied by 1 + 1e-5 u (u uniform in [-1, 1]): 1.99e-3 for seed 10858069750539828783
+    // (what the GPU's gradients differed by there), 4.1e-3 for seed 777, 7.0e-3 the largest of
+    // seeds 100-160. A wrong kernel moves them by ~1.
+    EXPECT_LE(rel_frobenius(fused.grads, cpu.grads), 3e-2) << "vs the CPU network";
     EXPECT_LE(test::max_rel_error(fused.loss, cpu.loss), 1e-4) << "loss vs the CPU network";
   }
 }

@@ -208,6 +208,7 @@ struct RunOptions {
   int x_offset = 0;   // floats by which x is shifted (1: boxes of x itself refused, copies fine)
   bool no_scratch = false;  // pass null scratch (the boxes' copies then have nowhere to go)
   Precision precision = Precision::TF32;  // FP32: 3xTF32
+  bool clusters = true;                   // Exec::clusters
 };
 
 struct Output {
@@ -216,7 +217,8 @@ struct Output {
 
 Output run_wgmma(const Problem& p, const RunOptions& r) {
   const Conv2dShape& s = p.s;
-  const Exec ex = tf32_exec(r.deterministic, r.precision);
+  Exec ex = tf32_exec(r.deterministic, r.precision);
+  ex.clusters = r.clusters;
   std::vector<float> dy(size_t(r.dy_offset) + p.dy.size(), NAN);
   std::copy(p.dy.begin(), p.dy.end(), dy.begin() + r.dy_offset);
   std::vector<float> x(size_t(r.x_offset) + p.x.size(), NAN);
@@ -454,9 +456,10 @@ TEST(GpuConvWgmmaWgrad, SplitFollowsTheGridsTiles) {
 // TMA multicast in thread-block clusters (conv2d_wgrad_wgmma_cluster): the cluster a grid takes
 // (host arithmetic, checked without a GPU too), then on a GPU shapes whose boxed grids take
 // 2 x 2, 1 x 2, 3 x 1 and 2 x 1 clusters (a 64-row tile, two blocks an SM; an output channel
-// count past one row tile), with and without db. In each, multicast's deterministic result is
-// bitwise the one without (the same products, summed in the same order), and it matches the
-// CPU twin deterministic and atomic.
+// count past one row tile), with and without db. In each, the launch ran the cluster it should
+// (WgmmaWgradOptions::ran_cluster), multicast's deterministic result is bitwise the one without
+// (the same products, summed in the same order), and it matches the CPU twin deterministic and
+// atomic; with Exec::clusters off it runs 1 x 1 whatever the option says.
 TEST(GpuConvWgmmaWgrad, MulticastClustersMatchLoadsOfTheirOwn) {
   const auto cluster = [](int64_t n, int64_t m) {
     const WgradCluster c = conv2d_wgrad_wgmma_cluster(n, m);
@@ -473,14 +476,15 @@ TEST(GpuConvWgmmaWgrad, MulticastClustersMatchLoadsOfTheirOwn) {
   struct Case {
     Conv2dShape s;
     bool db;
+    int cx, cz;  // the cluster it must run in (a few blocks: one wave either way)
   };
   const Case cases[] = {
-      {conv(4, 256, 8, 8, 256, 3, 1, 1), false},  // 18 x 2 tiles: 2 x 2
-      {conv(4, 256, 8, 8, 256, 3, 1, 1), true},   // 19 x 2: 1 x 2
-      {conv(3, 128, 8, 8, 200, 3, 1, 1), false},  // 9 x 2, rows past OC: 1 x 2
-      {conv(3, 128, 8, 8, 128, 3, 1, 1), false},  // 9 x 1: 3 x 1
-      {conv(3, 128, 8, 8, 128, 3, 1, 1), true},   // 10 x 1: 2 x 1
-      {conv(2, 256, 8, 12, 48, 3, 1, 1), false},  // 64-row tile, 18 x 1: 2 x 1
+      {conv(4, 256, 8, 8, 256, 3, 1, 1), false, 2, 2},  // 18 x 2 tiles
+      {conv(4, 256, 8, 8, 256, 3, 1, 1), true, 1, 2},   // 19 x 2
+      {conv(3, 128, 8, 8, 200, 3, 1, 1), false, 1, 2},  // 9 x 2, rows past OC
+      {conv(3, 128, 8, 8, 128, 3, 1, 1), false, 3, 1},  // 9 x 1
+      {conv(3, 128, 8, 8, 128, 3, 1, 1), true, 2, 1},   // 10 x 1
+      {conv(2, 256, 8, 12, 48, 3, 1, 1), false, 2, 1},  // 64-row tile, 18 x 1
   };
   for (const Case& c : cases) {
     const uint64_t seed = test::fresh_seed();
@@ -491,12 +495,28 @@ TEST(GpuConvWgmmaWgrad, MulticastClustersMatchLoadsOfTheirOwn) {
     on.opt.multicast = M::On;
     off.opt.multicast = M::Off;
     on.deterministic = off.deterministic = true;
+    // Equal results alone cannot tell a cluster from a fallback to 1 x 1: each launch says
+    // which it ran.
+    WgradCluster ran_on{0, 0}, ran_off{0, 0};
+    on.opt.ran_cluster = &ran_on;
+    off.opt.ran_cluster = &ran_off;
     const Output a = run_wgmma(p, on), b = run_wgmma(p, off);
+    EXPECT_EQ(std::make_pair(ran_on.x, ran_on.z), std::make_pair(c.cx, c.cz));
+    EXPECT_EQ(std::make_pair(ran_off.x, ran_off.z), std::make_pair(1, 1));
     check(p, a, "multicast, deterministic");
     EXPECT_TRUE(bitwise_equal(a.dw, b.dw) && bitwise_equal(a.db, b.db))
         << "multicast differs from the blocks' own loads";
     on.deterministic = false;
+    ran_on = {0, 0};
     check(p, run_wgmma(p, on), "multicast, atomic");
+    EXPECT_EQ(std::make_pair(ran_on.x, ran_on.z), std::make_pair(c.cx, c.cz));
+    // An Exec with clusters off (a layer the whole-pass check turned off) loads its own.
+    on.clusters = false;
+    on.deterministic = true;
+    ran_on = {0, 0};
+    const Output own = run_wgmma(p, on);
+    EXPECT_EQ(std::make_pair(ran_on.x, ran_on.z), std::make_pair(1, 1)) << "Exec::clusters off";
+    EXPECT_TRUE(bitwise_equal(own.dw, b.dw) && bitwise_equal(own.db, b.db));
   }
 }
 

@@ -1,6 +1,8 @@
 // check_in_whole_pass (layers/autotune.h) on the CPU with a made-up whole-pass time: which
 // variants are tried (within 2x of the pick alone), which are kept (1% shorter than the best so
-// far), the pick set back otherwise, the choices updated, and the log lines.
+// far), the pick set back otherwise, the choices updated, and the log lines. Then
+// check_switches_in_whole_pass the same way: each switch tried off, kept off only where the
+// whole is 1% shorter.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -87,5 +89,50 @@ TEST(CheckInWholePass, NothingCloseNothingTimed) {
   const std::vector<std::string> lines = check_in_whole_pass(
       p, [&] { return f.time(); }, "backward pass");
   EXPECT_TRUE(f.timed.empty());
+  EXPECT_TRUE(lines.empty());
+}
+
+// Three weight gradients' cluster switches, all on at the start: conv5 off saves 3%, conv3 off
+// then saves 0.5% more (noise: set back on), conv1 off costs time (set back on).
+TEST(CheckSwitchesInWholePass, KeepsOffOnlyWhatShortensTheWhole) {
+  std::map<std::string, bool> on = {{"conv5", true}, {"conv3", true}, {"conv1", true}};
+  std::vector<std::map<std::string, bool>> timed;
+  const auto time = [&] {
+    timed.push_back(on);
+    double us = 1000.0;
+    if (!on["conv5"]) us -= 30.0;
+    if (!on["conv3"]) us -= 5.0;
+    if (!on["conv1"]) us += 20.0;
+    return us;
+  };
+  std::vector<SwitchInWhole> s;
+  for (const char* layer : {"conv5", "conv3", "conv1"})
+    s.push_back({layer, "weight-grad", "clusters", [&on, layer](bool v) { on[layer] = v; }});
+  const std::vector<std::string> lines = check_switches_in_whole_pass(s, time, "backward pass");
+  ASSERT_EQ(timed.size(), 4u);  // all on, then each tried off in order
+  EXPECT_TRUE(timed[0]["conv5"] && timed[0]["conv3"] && timed[0]["conv1"]);
+  EXPECT_FALSE(timed[1]["conv5"]);
+  EXPECT_FALSE(timed[2]["conv5"]) << "conv5 stays off while conv3 is tried";
+  EXPECT_FALSE(timed[2]["conv3"]);
+  EXPECT_TRUE(timed[3]["conv3"]) << "conv3 set back on";
+  EXPECT_FALSE(on["conv5"]);
+  EXPECT_TRUE(on["conv3"]);
+  EXPECT_TRUE(on["conv1"]);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0],
+            "conv5 weight-grad in the backward pass: clusters off (1000.0 us on, 970.0 off)");
+  EXPECT_EQ(lines[1],
+            "conv3 weight-grad in the backward pass: clusters on (970.0 us on, 965.0 off)");
+  EXPECT_EQ(lines[2],
+            "conv1 weight-grad in the backward pass: clusters on (970.0 us on, 990.0 off)");
+  EXPECT_EQ(lines[3], "backward pass: 1000.0 us with every switch on, 970.0 us with 1 off");
+}
+
+TEST(CheckSwitchesInWholePass, NoSwitchesNothingTimed) {
+  std::vector<SwitchInWhole> s;
+  int calls = 0;
+  const std::vector<std::string> lines = check_switches_in_whole_pass(
+      s, [&] { return double(++calls); }, "backward pass");
+  EXPECT_EQ(calls, 0);
   EXPECT_TRUE(lines.empty());
 }

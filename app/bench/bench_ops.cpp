@@ -793,11 +793,18 @@ void bench_conv(const BenchContext& ctx, std::vector<BenchRow>& rows, const std:
                 run == 0 ? " auto" : "", g.b_boxes, copies_note(g, wgmma_wgrad_box_direct(o)),
                 conv2d_wgrad_wgmma_splits(s, true, run, false), s.ow() % 4 ? ", dy gathered" : "");
           }
+          // The cluster the launches ran in (after the launch's placement check), for the note.
+          WgradCluster ran{0, 0};
+          o.ran_cluster = &ran;
           r.launch = [&, o](int i) {  // measure() runs it before row_scratch goes
             conv2d_backward_weight_wgmma(s, d.f(i, a), d.f(i, b), d.f(i, out), nullptr,
                                          row_scratch.empty() ? nullptr : row_scratch.data(), ex, o);
           };
           rows.push_back(measure(ctx, d, info, p, tol, r, lib_us));
+          if (l.b == BLoad::Tma && ran.x > 0)
+            append_note(rows.back(), ran.x * ran.z > 1
+                                         ? fmt::format("multicast cluster {}x{}", ran.x, ran.z)
+                                         : std::string("no multicast cluster"));
         }
       }
       // The BF16 channels-last weight gradient with each x load whatever the pick: TMA im2col

@@ -240,6 +240,7 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB, kSplit>::kThreads,
   const float* const x = p.x + int64_t(grp) * p.group_x;  // and its first input channel
   // This block's place (rx, rz) in its multicast cluster, cluster rank rx + cx rz.
   const int csize = p.cx * p.cz, rx = int(blockIdx.x) % p.cx, rz = int(blockIdx.z) % p.cz;
+  const int own_rank = rx + rz * p.cx;
   const int kt_begin = int(int64_t(p.ktiles) * split / p.splits);
   const int kt_end = int(int64_t(p.ktiles) * (split + 1) / p.splits);
   const int nk = kt_end - kt_begin;
@@ -509,7 +510,7 @@ __global__ void __launch_bounds__(WgPlan<kBM, kBoxB, kSplit>::kThreads,
     commit_and_release_previous([&] { fence_acc(acc); }, release && csize == 1, empty_prev);
     if (release && csize > 1)
       for (int r = 0; r < csize; ++r) {
-        if (r == rx + rz * p.cx)
+        if (r == own_rank)
           mbar_arrive(empty_prev);
         else
           mbar_arrive_cluster(map_rank(empty_prev, uint32_t(r)));
@@ -719,8 +720,8 @@ CUtensorMap make_dy_map(const float* d_dy, const Conv2dShape& s, int ohw, int bm
 // the blocks alone, else 1 x 1: a GPC holds fewer blocks in clusters than alone, and VGG's
 // 128-channel 16x16 layer (126 blocks) in 42 clusters of 3 took 164 us against 112 alone (H100).
 template <int kBM, bool kTmaA, bool kBoxB, bool kSync, bool kSplit = false>
-void launch(const CUtensorMap& map_dy, const CUtensorMap& map_x, const CUtensorMap& map_xd,
-            WgradParams p, dim3 grid, cudaStream_t stream) {
+WgradCluster launch(const CUtensorMap& map_dy, const CUtensorMap& map_x, const CUtensorMap& map_xd,
+                    WgradParams p, dim3 grid, cudaStream_t stream) {
   using P = WgPlan<kBM, kBoxB, kSplit>;
   auto kernel = wgrad_wgmma_kernel<kBM, kTmaA, kBoxB, kSync, kSplit>;
   CNN_CUDA_CHECK(
@@ -751,37 +752,38 @@ void launch(const CUtensorMap& map_dy, const CUtensorMap& map_x, const CUtensorM
     CNN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, map_dy, map_x, map_xd, p));
   }
   CNN_LAUNCH_CHECK("conv2d_backward_weight_wgmma");
+  return {p.cx, p.cz};
 }
 
 // Gathered B: dy by TMA or gathered, either hand-over. Boxed B: dy by TMA (no cp.async, so no
 // hand-over to choose), or gathered in box order with either hand-over. split (3xTF32, FP32):
 // the consumers fence every stage themselves, so the hand-over is the default one.
 template <int kBM>
-void launch_bm(bool box, bool tma, bool sync, bool split, const CUtensorMap& map_dy,
-               const CUtensorMap& map_x, const CUtensorMap& map_xd, const WgradParams& p, dim3 grid,
-               cudaStream_t stream) {
+WgradCluster launch_bm(bool box, bool tma, bool sync, bool split, const CUtensorMap& map_dy,
+                       const CUtensorMap& map_x, const CUtensorMap& map_xd, const WgradParams& p,
+                       dim3 grid, cudaStream_t stream) {
   if (split && box && tma)
-    launch<kBM, true, true, false, true>(map_dy, map_x, map_xd, p, grid, stream);
+    return launch<kBM, true, true, false, true>(map_dy, map_x, map_xd, p, grid, stream);
   else if (split && box)
-    launch<kBM, false, true, false, true>(map_dy, map_x, map_xd, p, grid, stream);
+    return launch<kBM, false, true, false, true>(map_dy, map_x, map_xd, p, grid, stream);
   else if (split && tma)
-    launch<kBM, true, false, false, true>(map_dy, map_x, map_xd, p, grid, stream);
+    return launch<kBM, true, false, false, true>(map_dy, map_x, map_xd, p, grid, stream);
   else if (split)
-    launch<kBM, false, false, false, true>(map_dy, map_x, map_xd, p, grid, stream);
+    return launch<kBM, false, false, false, true>(map_dy, map_x, map_xd, p, grid, stream);
   else if (box && tma)
-    launch<kBM, true, true, false>(map_dy, map_x, map_xd, p, grid, stream);
+    return launch<kBM, true, true, false>(map_dy, map_x, map_xd, p, grid, stream);
   else if (box && sync)
-    launch<kBM, false, true, true>(map_dy, map_x, map_xd, p, grid, stream);
+    return launch<kBM, false, true, true>(map_dy, map_x, map_xd, p, grid, stream);
   else if (box)
-    launch<kBM, false, true, false>(map_dy, map_x, map_xd, p, grid, stream);
+    return launch<kBM, false, true, false>(map_dy, map_x, map_xd, p, grid, stream);
   else if (tma && sync)
-    launch<kBM, true, false, true>(map_dy, map_x, map_xd, p, grid, stream);
+    return launch<kBM, true, false, true>(map_dy, map_x, map_xd, p, grid, stream);
   else if (tma)
-    launch<kBM, true, false, false>(map_dy, map_x, map_xd, p, grid, stream);
+    return launch<kBM, true, false, false>(map_dy, map_x, map_xd, p, grid, stream);
   else if (sync)
-    launch<kBM, false, false, true>(map_dy, map_x, map_xd, p, grid, stream);
+    return launch<kBM, false, false, true>(map_dy, map_x, map_xd, p, grid, stream);
   else
-    launch<kBM, false, false, false>(map_dy, map_x, map_xd, p, grid, stream);
+    return launch<kBM, false, false, false>(map_dy, map_x, map_xd, p, grid, stream);
 }
 
 }  // namespace
@@ -1026,15 +1028,15 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
   const dim3 grid(static_cast<unsigned>(ceil_div(p.ncols, kBN)), static_cast<unsigned>(g.splits),
                   static_cast<unsigned>(g.tiles_m * s.groups));  // every group's row tiles
   const bool split = ex.precision == Precision::FP32;  // 3xTF32
-  if (box && tma && !split && wgmma_wgrad_multicast(opt)) {
+  if (box && tma && !split && ex.clusters && wgmma_wgrad_multicast(opt)) {
     const WgradCluster c = conv2d_wgrad_wgmma_cluster(grid.x, grid.z);
     p.cx = c.x;
     p.cz = c.z;
   }
-  if (g.bm == 64)
-    launch_bm<64>(box, tma, sync, split, map_dy, map_x, map_xd, p, grid, ex.stream);
-  else
-    launch_bm<128>(box, tma, sync, split, map_dy, map_x, map_xd, p, grid, ex.stream);
+  const WgradCluster ran =
+      g.bm == 64 ? launch_bm<64>(box, tma, sync, split, map_dy, map_x, map_xd, p, grid, ex.stream)
+                 : launch_bm<128>(box, tma, sync, split, map_dy, map_x, map_xd, p, grid, ex.stream);
+  if (opt.ran_cluster) *opt.ran_cluster = ran;
 
   if (ex.deterministic) {
     constexpr int kBlock = 256;

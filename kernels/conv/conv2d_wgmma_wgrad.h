@@ -17,6 +17,12 @@
 
 namespace cnn {
 
+// A thread-block cluster of the boxed weight gradient's multicast: x blocks of a row of output
+// tiles (grid x) by z of a column (grid z).
+struct WgradCluster {
+  int x = 1, z = 1;
+};
+
 struct WgmmaWgradOptions {
   // dy gathered by the producer's cp.async even where TMA could load it (tests compare both).
   bool force_gather = false;
@@ -51,8 +57,14 @@ struct WgmmaWgradOptions {
   // of tiles and the boxes of their column by TMA multicast, one load for the cluster's blocks
   // (On, where the device places the clusters in as few waves as the blocks alone), or each
   // block loads its own (Off); Default:
-  // CNN_WGMMA_WGRAD_MULTICAST (on unless 0). The same products either way.
+  // CNN_WGMMA_WGRAD_MULTICAST (on unless 0). The same products either way. An Exec with
+  // clusters off loads its own whatever this says.
   enum class Multicast { Default, On, Off } multicast = Multicast::Default;
+  // Where not null, the call writes here the cluster its kernel ran in: 1 x 1 where the blocks
+  // loaded their own (multicast off, a shape or precision without it, a grid no cluster divides,
+  // or clusters the device would place in more waves than the blocks alone). For tests and the
+  // benchmark's notes: a result equal to the blocks' own loads cannot tell the two apart.
+  WgradCluster* ran_cluster = nullptr;
 };
 
 // Whether a call with `opt` may multicast (opt's multicast, else CNN_WGMMA_WGRAD_MULTICAST).
@@ -105,9 +117,6 @@ int conv2d_wgrad_wgmma_splits(const Conv2dShape& s, bool box = false, int run = 
 // even, else 3 where 3 divides it (the blocks of a row share dy's tile), at most 4 blocks; 1 x 1
 // where neither divides. Host arithmetic; the launch falls back to 1 x 1 where the device would
 // place the clusters in more waves than the blocks alone.
-struct WgradCluster {
-  int x = 1, z = 1;
-};
 WgradCluster conv2d_wgrad_wgmma_cluster(int64_t tiles_n, int64_t tiles_m);
 
 // d_scratch: conv2d_wgrad_wgmma_scratch_floats(s, ex, opt.b) floats (null allowed where that is
