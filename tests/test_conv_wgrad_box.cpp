@@ -297,7 +297,9 @@ TEST(ConvWgradBox, KnownCorners) {
   EXPECT_EQ(k.copy, 2);
 }
 
-// Auto's run: the fewest boxes of B a stage whose zero columns stay within a quarter of run 8's.
+// Auto's run: the fewest boxes of B a stage whose zero columns stay within a quarter of run 8's,
+// unless the cost model (column tiles x (100 + 6 boxes)) predicts 7% less for another run where
+// the boxes lie mostly inside the output.
 TEST(ConvWgradBox, RunChoice) {
   struct Case {
     Conv2dShape s;
@@ -321,8 +323,18 @@ TEST(ConvWgradBox, RunChoice) {
            Case{conv(2, 24, 16, 16, 8, 3, 1, 1), 8, 16, 216},
            // C = 40 at 8x8 (bw 8): 64 would add 60% zeros, 16 is 32 boxes (8 pieces x 4 slabs).
            Case{conv(2, 40, 8, 8, 8, 3, 1, 1), 8, 16, 360},
-           // C = 40 at 32x32 (bw 32): 16-channel pieces are one box each, 8 a stage (20% zeros).
+           // C = 40 at 32x32 (bw 32): 16-channel pieces are one box each, 8 a stage (20% zeros);
+           // the model's 64 (2 boxes, 60% zeros) is only 5% cheaper.
            Case{conv(2, 40, 32, 32, 8, 3, 1, 1), 16, 8, 432},
+           // The model (measured on the H100 at batch 128): C = 160 at 8x8 takes 128 (18 tiles
+           // of 1 box, 91.8 us) over the rule's 64 (14 tiles of 8 boxes, 103.6 us); C = 96 at
+           // 16x16 takes 128 (133.9 us) over the rule's 32 (166.5 us); C = 48 at 16x16 takes 64.
+           Case{conv(2, 160, 8, 8, 192, 3, 1, 1), 128, 1, 2304},
+           Case{conv(2, 96, 16, 16, 160, 3, 1, 1), 128, 1, 1152},
+           Case{conv(2, 48, 16, 16, 96, 3, 1, 1), 64, 4, 576},
+           // Half of each 8-wide box past a 4x4 output: the rule (C = 160: 64, 96.1 us against
+           // 110.0 at 128).
+           Case{conv(2, 160, 4, 4, 320, 3, 1, 1), 64, 8, 1728},
        }) {
     SCOPED_TRACE("C=" + std::to_string(c.s.c) + " W=" + std::to_string(c.s.w));
     const WgradBoxGeometry g = wgrad_box_geometry(c.s);

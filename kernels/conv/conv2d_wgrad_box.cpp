@@ -49,8 +49,11 @@ int wgrad_box_b_boxes(int bw, int run) {
   return l.run == 128 ? 1 : 128 / l.run * l.boxes_per_piece;
 }
 
-int wgrad_box_choose_run(const Conv2dShape& s) {
-  const int bw = box_width(s);
+namespace {
+
+// The fewest boxes of B a stage among the runs whose columns stay within a quarter more than run
+// 8's (the rule for boxes that are partly outside the output).
+int fewest_boxes_run(const Conv2dShape& s, int bw) {
   const int64_t base = run_columns(s, 8);
   int best = 8;
   for (int run : {16, 32, 64, 128}) {
@@ -58,6 +61,29 @@ int wgrad_box_choose_run(const Conv2dShape& s) {
     if (wgrad_box_b_boxes(bw, run) < wgrad_box_b_boxes(bw, best)) best = run;
   }
   return best;
+}
+
+// The cost model of a run: column tiles x (100 + 6 x boxes of B a stage), in hundredths of a
+// one-box stage (the file comment of conv2d_wgrad_box.h: boxes set the pace).
+int64_t run_cost(const Conv2dShape& s, int bw, int run) {
+  return ceil_div<int64_t>(run_columns(s, run), 128) * (100 + 6 * wgrad_box_b_boxes(bw, run));
+}
+
+}  // namespace
+
+int wgrad_box_choose_run(const Conv2dShape& s) {
+  const int bw = box_width(s), br = kWgradBoxPixels / bw;
+  const int rule = fewest_boxes_run(s, bw);
+  // Boxes mostly inside the output (at least 3/4 of their pixels): the model, where it predicts
+  // at least 7% less than the rule's run.
+  const int64_t ow = s.ow(), oh = s.oh();
+  const int64_t inside = ow * oh,
+                boxed = ceil_div<int64_t>(ow, bw) * bw * ceil_div<int64_t>(oh, br) * br;
+  if (4 * inside < 3 * boxed) return rule;
+  int best = rule;
+  for (int run : {8, 16, 32, 64, 128})
+    if (run_cost(s, bw, run) < run_cost(s, bw, best)) best = run;
+  return 100 * run_cost(s, bw, best) <= 93 * run_cost(s, bw, rule) ? best : rule;
 }
 
 std::string wgrad_box_refusal(const Conv2dShape& s) {

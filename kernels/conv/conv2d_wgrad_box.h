@@ -99,10 +99,15 @@ struct WgradBoxGeometry {
 // 32-bit indices), or "" when it can. Pointer alignment is the launcher's (conv2d_wgmma_wgrad.cu).
 std::string wgrad_box_refusal(const Conv2dShape& s);
 
-// The run wgrad_box_geometry takes for kWgradBoxRunAuto: of 8, 16, 32, 64, 128, the one with
-// the fewest boxes of B a stage among those whose columns (taps * run * ceil(C / run)) are at
-// most a quarter more than run 8's (channels past C are zero columns the tensor cores multiply);
-// ties to the narrower run. So C >= 128 (or 100) takes 128, C = 64 takes 64, C = 3 or 24 keep 8.
+// The run wgrad_box_geometry takes for kWgradBoxRunAuto, of 8, 16, 32, 64, 128. The rule: the
+// fewest boxes of B a stage among the runs whose columns (taps * run * ceil(C / run); channels
+// past C are zero columns the tensor cores multiply) are at most a quarter more than run 8's,
+// ties to the narrower run. Where at least 3/4 of the boxes' pixels lie inside the output, a
+// cost model overrides the rule when it predicts at least 7% less: column tiles of 128 x
+// (100 + 6 x boxes of B a stage), fitted to 19 layers timed at runs 32, 64 and 128 (H100,
+// docs/performance.md "The run of channels by a cost model"). So C >= 128 (or 100) takes 128,
+// C = 64 takes 64, C = 3 or 24 keep 8, and C = 96 or 160 at 8x8 take 128 (160 at 8x8: 91.8 us
+// against 103.6 at the rule's 64).
 int wgrad_box_choose_run(const Conv2dShape& s);
 
 // Boxes of B a stage of a full tile for run `run` at box width bw.
