@@ -395,8 +395,8 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "gather; gather: the gather everywhere)"},
       {"CNN_WGMMA_WGRAD_BOX_RUN", "8|16|32|64|128|auto",
        "channels a TMA box of the wgmma conv weight gradient's im2col operand holds (auto: the "
-       "fewest boxes a stage for at most a quarter more zero columns; 8: one box per 8 "
-       "channels)"},
+       "fewest boxes a stage for at most a quarter more zero columns, or a cost model's run "
+       "where it predicts 7% less; 8: one box per 8 channels)"},
       {"CNN_WGMMA_WGRAD_BOX_X", "direct|copies",
        "whether the wgmma conv weight gradient's TMA boxes read x itself for the tap class that "
        "needs no copy (stride 1, W a multiple of 4), or a copy of x for every class"},
