@@ -94,8 +94,9 @@ std::vector<std::string> Network::check_backward(
   };
   // First the cluster form of each weight gradient picked alone on a kernel that has one: alone
   // it is as fast or faster, beside the other passes it can be slower (grouped_wide's conv6:
-  // 28 us more of the whole with it, docs/performance.md "Clusters weighed in the whole backward
-  // pass"). Before the variants, so that they are weighed against the pick in the form it keeps.
+  // 15.7 us more of the whole with it on an H100, docs/performance.md "Clusters weighed in the
+  // whole backward pass"). Before the variants, so that they are weighed against the pick in the
+  // form it keeps.
   std::vector<SwitchInWhole> switches;
   for (auto it = tuned.rbegin(); it != tuned.rend(); ++it) {
     auto& [node, choice] = *it;
