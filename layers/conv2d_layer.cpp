@@ -145,8 +145,10 @@ class Conv2dLayer : public Layer {
   PassAlgos* tuned_algos() override {
     return algo_ == Algo::Auto && !fused_pool_ ? &algos_ : nullptr;
   }
-  // The TF32 wgmma weight gradient (wgmma and wgmma-nhwc at TF32, and at BF16 where it falls back
-  // to TF32) has clusters; 3xTF32 (FP32) does not.
+  // A superset: wgmma and wgmma-nhwc at TF32 or BF16 may run the TF32 wgmma weight gradient,
+  // whose boxed loads can cluster; 3xTF32 (FP32) has no clusters. Grouped and dilated layers
+  // (the gather) and BF16 picks that take the channels-last kernel have none either, and their
+  // switch then times the same kernel both ways.
   bool weight_grad_may_cluster(const Exec& ex) const override {
     return ex.device == Device::CUDA && ex.precision != Precision::FP32 &&
            (algos_.dw == Algo::Wgmma || algos_.dw == Algo::WgmmaNhwc);

@@ -22,8 +22,9 @@
 //                       deterministic in the API's scratch, repeatable, and atomic, against the
 //                       CPU twin.
 //   MulticastClustersMatchLoadsOfTheirOwn  the cluster each grid takes (host arithmetic); 2 x 2,
-//                       1 x 2, 3 x 1 and 2 x 1 clusters deterministic bitwise equal to the blocks'
-//                       own loads, and against the CPU twin deterministic and atomic.
+//                       1 x 2, 3 x 1 and 2 x 1 clusters, each launch's ran_cluster the expected
+//                       one, deterministic bitwise equal to the blocks' own loads, and against the
+//                       CPU twin deterministic and atomic; with Exec::clusters off 1 x 1.
 //   Dispatch            conv2d_backward_weight with Algo::Wgmma: runs (H200) or refuses naming
 //                       why; BF16 refused by the kernel; the grouped convolution refuses wgmma.
 //   AlgoNameAndRefusals "wgmma" parses; linear and grouped conv refuse it (no device needed).

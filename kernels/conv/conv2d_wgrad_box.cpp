@@ -42,17 +42,8 @@ int64_t run_columns(const Conv2dShape& s, int run) {
   return int64_t{s.kh} * s.kw * ceil_div(s.c, run) * run;
 }
 
-}  // namespace
-
-int wgrad_box_b_boxes(int bw, int run) {
-  const WgradBoxBLayout l = wgrad_box_b_layout(bw, run);
-  return l.run == 128 ? 1 : 128 / l.run * l.boxes_per_piece;
-}
-
-namespace {
-
 // The fewest boxes of B a stage among the runs whose columns stay within a quarter more than run
-// 8's (the rule for boxes that are partly outside the output).
+// 8's: the rule, which the cost model below may override.
 int fewest_boxes_run(const Conv2dShape& s, int bw) {
   const int64_t base = run_columns(s, 8);
   int best = 8;
@@ -71,6 +62,11 @@ int64_t run_cost(const Conv2dShape& s, int bw, int run) {
 
 }  // namespace
 
+int wgrad_box_b_boxes(int bw, int run) {
+  const WgradBoxBLayout l = wgrad_box_b_layout(bw, run);
+  return l.run == 128 ? 1 : 128 / l.run * l.boxes_per_piece;
+}
+
 int wgrad_box_choose_run(const Conv2dShape& s) {
   const int bw = box_width(s), br = kWgradBoxPixels / bw;
   const int rule = fewest_boxes_run(s, bw);
@@ -80,10 +76,17 @@ int wgrad_box_choose_run(const Conv2dShape& s) {
   const int64_t inside = ow * oh,
                 boxed = ceil_div<int64_t>(ow, bw) * bw * ceil_div<int64_t>(oh, br) * br;
   if (4 * inside < 3 * boxed) return rule;
+  const int64_t rule_cost = run_cost(s, bw, rule);
   int best = rule;
-  for (int run : {8, 16, 32, 64, 128})
-    if (run_cost(s, bw, run) < run_cost(s, bw, best)) best = run;
-  return 100 * run_cost(s, bw, best) <= 93 * run_cost(s, bw, rule) ? best : rule;
+  int64_t best_cost = rule_cost;
+  for (int run : {8, 16, 32, 64, 128}) {
+    const int64_t cost = run_cost(s, bw, run);
+    if (cost < best_cost) {
+      best = run;
+      best_cost = cost;
+    }
+  }
+  return 100 * best_cost <= 93 * rule_cost ? best : rule;
 }
 
 std::string wgrad_box_refusal(const Conv2dShape& s) {
