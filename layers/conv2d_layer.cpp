@@ -145,13 +145,16 @@ class Conv2dLayer : public Layer {
   PassAlgos* tuned_algos() override {
     return algo_ == Algo::Auto && !fused_pool_ ? &algos_ : nullptr;
   }
-  // A superset: wgmma and wgmma-nhwc at TF32 or BF16 may run the TF32 wgmma weight gradient,
-  // whose boxed loads can cluster; 3xTF32 (FP32) has no clusters. Grouped and dilated layers
-  // (the gather) and BF16 picks that take the channels-last kernel have none either, and their
-  // switch then times the same kernel both ways.
-  bool weight_grad_may_cluster(const Exec& ex) const override {
+  // The dense kernels say it for the shape, the pick and the bias gradient. A grouped or dilated
+  // layer on a dense form (conv2d_grouped_dense.h, conv2d_dilated_dense.h) runs them on shapes of
+  // the form's own: a superset there (wgmma or wgmma-nhwc, TF32 or BF16), whose switch may time
+  // the same kernel both ways; its own kernels have no clusters.
+  bool weight_grad_may_cluster(int n, const Exec& ex) const override {
+    if (fused_pool_) return false;
+    if (!grouped_) return conv2d_backward_weight_may_cluster(at(n), algos_.dw, ex, db_ != nullptr);
     return ex.device == Device::CUDA && ex.precision != Precision::FP32 &&
-           (algos_.dw == Algo::Wgmma || algos_.dw == Algo::WgmmaNhwc);
+           (algos_.dw == Algo::Wgmma || algos_.dw == Algo::WgmmaNhwc) &&
+           conv2d_grouped_runs_dense(grouped_at(n), algos_.dw, ex);
   }
 
   std::vector<TuneChoice> autotune(int n, const float* x, float* y, float* dy, float* dx,

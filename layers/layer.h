@@ -102,9 +102,10 @@ class Layer {
   // The variants autotune() picked for this layer's passes, which the Network's check in the
   // whole backward pass may change after (null: none tuned, e.g. a configured variant).
   virtual PassAlgos* tuned_algos() { return nullptr; }
-  // Whether the weight gradient's tuned pick may have a cluster form (Exec::clusters) whose cost
-  // beside the other passes the whole-pass check should weigh via tuned_algos()->dw_clusters.
-  virtual bool weight_grad_may_cluster(const Exec& /*ex*/) const { return false; }
+  // Whether the weight gradient's tuned pick at batch n may have a cluster form (Exec::clusters)
+  // whose cost beside the other passes the whole-pass check should weigh via
+  // tuned_algos()->dw_clusters.
+  virtual bool weight_grad_may_cluster(int /*n*/, const Exec& /*ex*/) const { return false; }
   // The cache autotune() consults and fills (layers/tune_cache.h); null: time everything.
   void set_tune_cache(TuneCache* cache) { tune_cache_ = cache; }
 

@@ -101,7 +101,7 @@ std::vector<std::string> Network::check_backward(
   for (auto it = tuned.rbegin(); it != tuned.rend(); ++it) {
     auto& [node, choice] = *it;
     PassAlgos* algos = layers_[node]->tuned_algos();
-    if (!algos || choice.pass != "weight-grad" || !layers_[node]->weight_grad_may_cluster(ex_))
+    if (!algos || choice.pass != "weight-grad" || !layers_[node]->weight_grad_may_cluster(n, ex_))
       continue;
     switches.push_back(
         {choice.layer, choice.pass, "clusters", [algos](bool on) { algos->dw_clusters = on; }});

@@ -24,7 +24,8 @@
 //   MulticastClustersMatchLoadsOfTheirOwn  the cluster each grid takes (host arithmetic); 2 x 2,
 //                       1 x 2, 3 x 1 and 2 x 1 clusters, each launch's ran_cluster the expected
 //                       one, deterministic bitwise equal to the blocks' own loads, and against the
-//                       CPU twin deterministic and atomic; with Exec::clusters off 1 x 1.
+//                       CPU twin deterministic and atomic; with Exec::clusters off 1 x 1;
+//                       conv2d_wgrad_wgmma_planned_cluster names the cluster each one ran.
 //   Dispatch            conv2d_backward_weight with Algo::Wgmma: runs (H200) or refuses naming
 //                       why; BF16 refused by the kernel; the grouped convolution refuses wgmma.
 //   AlgoNameAndRefusals "wgmma" parses; linear and grouped conv refuse it (no device needed).
@@ -504,6 +505,17 @@ TEST(GpuConvWgmmaWgrad, MulticastClustersMatchLoadsOfTheirOwn) {
     const Output a = run_wgmma(p, on), b = run_wgmma(p, off);
     EXPECT_EQ(std::make_pair(ran_on.x, ran_on.z), std::make_pair(c.cx, c.cz));
     EXPECT_EQ(std::make_pair(ran_off.x, ran_off.z), std::make_pair(1, 1));
+    // The host's plan (what the autotuner asks) names the cluster each launch ran.
+    const auto planned = [&](const WgmmaWgradOptions& o, bool clusters, Precision precision) {
+      Exec ex = tf32_exec(true, precision);
+      ex.clusters = clusters;
+      const WgradCluster pc = conv2d_wgrad_wgmma_planned_cluster(c.s, ex, c.db, o);
+      return std::make_pair(pc.x, pc.z);
+    };
+    EXPECT_EQ(planned(on.opt, true, Precision::TF32), std::make_pair(c.cx, c.cz));
+    EXPECT_EQ(planned(off.opt, true, Precision::TF32), std::make_pair(1, 1));
+    EXPECT_EQ(planned(on.opt, false, Precision::TF32), std::make_pair(1, 1));
+    EXPECT_EQ(planned(on.opt, true, Precision::FP32), std::make_pair(1, 1));  // 3xTF32
     check(p, a, "multicast, deterministic");
     EXPECT_TRUE(bitwise_equal(a.dw, b.dw) && bitwise_equal(a.db, b.db))
         << "multicast differs from the blocks' own loads";
@@ -519,6 +531,23 @@ TEST(GpuConvWgmmaWgrad, MulticastClustersMatchLoadsOfTheirOwn) {
     EXPECT_EQ(std::make_pair(ran_on.x, ran_on.z), std::make_pair(1, 1)) << "Exec::clusters off";
     EXPECT_TRUE(bitwise_equal(own.dw, b.dw) && bitwise_equal(own.db, b.db));
   }
+  // conv2d's answer to the autotuner for VGG's 256-channel 8x8 layer at batch 128 (2 x 2): the
+  // TF32 wgmma weight gradient clusters under wgmma and wgmma-nhwc at TF32, and under wgmma at
+  // BF16 (it runs in TF32 there); not with Exec::clusters off, not as 3xTF32 (FP32), not in the
+  // BF16 channels-last kernel (wgmma-nhwc at BF16), not on another variant.
+  const Conv2dShape vgg = conv(128, 256, 8, 8, 256, 3, 1, 1);
+  const auto may = [&](Algo algo, Precision precision, bool clusters = true) {
+    Exec ex = tf32_exec(false, precision);
+    ex.clusters = clusters;
+    return conv2d_backward_weight_may_cluster(vgg, algo, ex, false);
+  };
+  EXPECT_TRUE(may(Algo::Wgmma, Precision::TF32));
+  EXPECT_TRUE(may(Algo::WgmmaNhwc, Precision::TF32));
+  EXPECT_TRUE(may(Algo::Wgmma, Precision::BF16));
+  EXPECT_FALSE(may(Algo::Wgmma, Precision::TF32, false));
+  EXPECT_FALSE(may(Algo::Wgmma, Precision::FP32));
+  EXPECT_FALSE(may(Algo::WgmmaNhwc, Precision::BF16));
+  EXPECT_FALSE(may(Algo::Fast, Precision::TF32));
 }
 
 TEST(GpuConvWgmmaWgrad, Dispatch) {

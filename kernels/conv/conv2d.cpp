@@ -8,8 +8,10 @@
 // cannot run. wgmma-nhwc = the forward and stride-1 input gradient with TMA im2col on a
 // channels-last copy (conv2d_wgmma_nhwc.h, in the caller's scratch) at TF32, BF16, or FP32 as
 // 3xTF32 (split operands: FP32 accuracy on the tensor cores); its weight gradient at BF16 from
-// channels-last copies too (conv2d_wgmma_wgrad_nhwc.h), elsewhere (and where that one refuses:
-// db, deterministic mode) as wgmma's (TF32, 3xTF32 at FP32); refused where those are.
+// channels-last copies too (conv2d_wgmma_wgrad_nhwc.h); at TF32 and FP32 on planes of at most
+// 16x16 output pixels as one wgmma GEMM on explicit copies (conv2d_wgrad_im2col.h); elsewhere
+// (and where those refuse: BF16 with db or deterministic, larger planes) as wgmma's (TF32, 3xTF32
+// at FP32); refused where those are.
 // A dilated or grouped shape (Conv2dShape::extended) only under wgmma-nhwc, whose kernels read
 // such windows directly (conv2d_*_runs_directly); every other variant refuses it.
 #include "kernels/conv/conv2d.h"
@@ -27,6 +29,7 @@
 #include "kernels/conv/conv2d_wgmma_nhwc.h"
 #include "kernels/conv/conv2d_wgmma_wgrad.h"
 #include "kernels/conv/conv2d_wgmma_wgrad_nhwc.h"
+#include "kernels/conv/conv2d_wgrad_im2col.h"
 #include "kernels/conv/conv_window_check.h"
 #include "runtime/dispatch.h"
 #include "runtime/env_switches.h"
@@ -276,7 +279,7 @@ std::size_t conv2d_backward_weight_scratch_floats(const Conv2dShape& s, const Ex
   return CNN_CUDA_VALUE(
       std::max({conv2d_backward_weight_scratch_floats_cuda(s, ex.deterministic),
                 conv2d_backward_weight_igemm_scratch_floats(s, ex),
-                conv2d_wgrad_wgmma_scratch_floats(s, ex),
+                conv2d_wgrad_wgmma_scratch_floats(s, ex), conv2d_wgrad_im2col_scratch_floats(s, ex),
                 ex.precision == Precision::BF16 ? conv2d_wgrad_wgmma_nhwc_scratch_floats(s)
                                                 : std::size_t(0),
                 conv2d_1ch_applicable(s) ? conv2d_backward_weight_1ch_scratch_floats(s, ex)
@@ -297,6 +300,27 @@ bool conv2d_backward_shared(const Conv2dShape& s, const float* x, const float* d
     ran = conv2d_backward_wgmma_nhwc_shared_dy(s, x, dy, w, dw, db, dx, scratch, ex);
   });
   return ran;
+}
+
+bool conv2d_backward_weight_may_cluster(const Conv2dShape& s, Algo algo, const Exec& ex, bool db) {
+  check_shape_for(s, algo, ex);
+  if (ex.device != Device::CUDA) return false;
+  return CNN_CUDA_VALUE(
+      [&] {
+        const ConvPath path = cuda_path(s, algo);
+        if (path != ConvPath::Wgmma && path != ConvPath::WgmmaNhwc) return false;
+        // As conv2d_backward_weight dispatches: the BF16 channels-last kernel has no clusters.
+        if (algo == Algo::WgmmaNhwc && (conv2d_wgrad_wgmma_nhwc_refusal(s, ex).empty() ||
+                                        conv2d_wgrad_im2col_refusal(s, ex).empty()))
+          return false;
+        Exec tf32 = ex;
+        if (ex.precision == Precision::BF16) tf32.precision = Precision::TF32;
+        WgmmaWgradOptions o;
+        o.b = s.extended() ? WgmmaWgradOptions::BLoad::Gather : wgmma_wgrad_b_for(algo);
+        const WgradCluster c = conv2d_wgrad_wgmma_planned_cluster(s, tf32, db, o);
+        return c.x * c.z > 1;
+      }(),
+      false);
 }
 
 void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,
@@ -334,6 +358,12 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
         // the call (not deterministic: its splits add with atomics).
         if (algo == Algo::WgmmaNhwc && scratch && conv2d_wgrad_wgmma_nhwc_refusal(s, ex).empty()) {
           conv2d_backward_weight_wgmma_nhwc(s, x, dy, dw, db, scratch, ex);
+          break;
+        }
+        // wgmma-nhwc at tf32 and fp32: one GEMM on explicit copies where they take the shape
+        // (few output pixels a plane), so that autotune weighs it against wgmma's boxes.
+        if (algo == Algo::WgmmaNhwc && scratch && conv2d_wgrad_im2col_refusal(s, ex).empty()) {
+          conv2d_backward_weight_im2col(s, x, dy, dw, db, scratch, ex);
           break;
         }
         // Otherwise the TF32 wgmma kernel on NCHW (TMA boxes of x, or a gather), 3xTF32 at fp32.

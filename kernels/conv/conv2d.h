@@ -61,10 +61,18 @@ void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
 // ACCUMULATES into dw/db (the caller zeroes gradients once per step). Default: atomicAdd;
 // ex.deterministic: fixed-order two-stage reduction through `scratch`, bitwise repeatable.
 // algo wgmma-nhwc at bf16 runs the BF16 channels-last kernel (conv2d_wgmma_wgrad_nhwc.h) where it
-// takes the call (a scratch given, not deterministic), else the TF32 wgmma kernel.
+// takes the call (a scratch given, not deterministic), at tf32 and fp32 the GEMM on explicit
+// copies (conv2d_wgrad_im2col.h) where it takes the call (a scratch given), else the TF32 wgmma
+// kernel.
 std::size_t conv2d_backward_weight_scratch_floats(const Conv2dShape& s, const Exec& ex);
 void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,
                             float* db, float* scratch, Algo algo, const Exec& ex);
+
+// Whether conv2d_backward_weight(s, ..., algo, ex) with a bias gradient where db (and its
+// operands 16-byte aligned) would ask for thread-block clusters (Exec::clusters:
+// conv2d_wgrad_wgmma_planned_cluster of the TF32 wgmma kernel it runs): what the autotuner's
+// whole-pass check of ex.clusters needs to weigh. Host code; false on a build without CUDA.
+bool conv2d_backward_weight_may_cluster(const Conv2dShape& s, Algo algo, const Exec& ex, bool db);
 
 // Both gradients in one call where that saves work: dw_algo and dx_algo both wgmma-nhwc at bf16
 // on a convolution the shared-copy call takes (conv2d_backward_wgmma_nhwc_shares_dy: dy's

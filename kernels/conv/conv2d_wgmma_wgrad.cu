@@ -871,6 +871,33 @@ WgradCluster conv2d_wgrad_wgmma_cluster(int64_t tiles_n, int64_t tiles_m) {
   return c;
 }
 
+namespace {
+
+// The cluster a launch asks for before its placement check: boxed B with dy by TMA at TF32 (not
+// 3xTF32), clusters allowed by ex and the multicast switch; 1 x 1 elsewhere.
+WgradCluster multicast_cluster(bool box, bool tma, const Exec& ex, const WgmmaWgradOptions& opt,
+                               int64_t tiles_n, int64_t tiles_m) {
+  if (!box || !tma || ex.precision != Precision::TF32 || !ex.clusters ||
+      !wgmma_wgrad_multicast(opt))
+    return {};
+  return conv2d_wgrad_wgmma_cluster(tiles_n, tiles_m);
+}
+
+}  // namespace
+
+WgradCluster conv2d_wgrad_wgmma_planned_cluster(const Conv2dShape& s, const Exec& ex, bool db,
+                                                const WgmmaWgradOptions& opt) {
+  if (!conv2d_wgrad_wgmma_refusal(s, ex).empty()) return {};
+  const BLoad b_load = opt.b == BLoad::Default ? wgmma_wgrad_b_for(Algo::Wgmma) : opt.b;
+  // The launch's choice of loaders with x, dy and the scratch 16-byte aligned.
+  const bool box =
+      b_load != BLoad::Gather && (b_load != BLoad::Auto || auto_prefers_box(s)) && box_shape_ok(s);
+  const bool tma = !opt.force_gather && s.ow() % 4 == 0;
+  if (!box || !tma) return {};
+  const Geometry g = geometry_of(s, true, wgmma_wgrad_box_run(opt), db);
+  return multicast_cluster(box, tma, ex, opt, g.tiles_n, g.tiles_m * s.groups);
+}
+
 bool wgmma_wgrad_multicast(const WgmmaWgradOptions& opt) {
   if (opt.multicast != WgmmaWgradOptions::Multicast::Default)
     return opt.multicast == WgmmaWgradOptions::Multicast::On;
@@ -1028,11 +1055,9 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
   const dim3 grid(static_cast<unsigned>(ceil_div(p.ncols, kBN)), static_cast<unsigned>(g.splits),
                   static_cast<unsigned>(g.tiles_m * s.groups));  // every group's row tiles
   const bool split = ex.precision == Precision::FP32;  // 3xTF32
-  if (box && tma && !split && ex.clusters && wgmma_wgrad_multicast(opt)) {
-    const WgradCluster c = conv2d_wgrad_wgmma_cluster(grid.x, grid.z);
-    p.cx = c.x;
-    p.cz = c.z;
-  }
+  const WgradCluster c = multicast_cluster(box, tma, ex, opt, grid.x, grid.z);
+  p.cx = c.x;
+  p.cz = c.z;
   const WgradCluster ran =
       g.bm == 64 ? launch_bm<64>(box, tma, sync, split, map_dy, map_x, map_xd, p, grid, ex.stream)
                  : launch_bm<128>(box, tma, sync, split, map_dy, map_x, map_xd, p, grid, ex.stream);

@@ -119,6 +119,14 @@ int conv2d_wgrad_wgmma_splits(const Conv2dShape& s, bool box = false, int run = 
 // place the clusters in more waves than the blocks alone.
 WgradCluster conv2d_wgrad_wgmma_cluster(int64_t tiles_n, int64_t tiles_m);
 
+// The multicast cluster a call with `opt` at ex (with a bias gradient where db) asks for, with
+// x, dy and the scratch 16-byte aligned: 1 x 1 where its blocks would load their own (as
+// ran_cluster lists), else conv2d_wgrad_wgmma_cluster of its grid. The launch may still run 1 x 1
+// where the device would place the clusters in more waves than the blocks alone. Host work: for
+// the autotuner's question whether a layer's weight gradient has a cluster form to weigh.
+WgradCluster conv2d_wgrad_wgmma_planned_cluster(const Conv2dShape& s, const Exec& ex, bool db,
+                                                const WgmmaWgradOptions& opt = WgmmaWgradOptions{});
+
 // d_scratch: conv2d_wgrad_wgmma_scratch_floats(s, ex, opt.b) floats (null allowed where that is
 // 0), 16-byte aligned where it holds the copies of x (a Buffer's or Tensor's start is).
 // Throws cnn::Error naming the reason when conv2d_wgrad_wgmma_refusal() is not empty.
