@@ -3,20 +3,24 @@
 //   CopiesMatchTheCpuTwin  the copies kernel against conv2d_wgrad_im2col_copies_cpu, bitwise, on
 //                          strided, padded, 1x1-output and 16x16-output planes, and on a layer of
 //                          more rows (C*KH*KW + OC) than a grid's y (the rows' loop).
-//   MatchesTheCpuReference TF32 and FP32 (3xTF32) against conv2d_backward_weight_cpu on awkward
-//                          shapes, accumulating onto random dw/db, atomic and deterministic (two
-//                          runs bitwise equal), a null db left alone (wgrad_test_check.h).
-//   DispatchAndRefusals    conv2d_backward_weight with wgmma-nhwc at TF32 runs it (bitwise equal
-//                          to the direct call) on a 4x4 plane and not on a 17x17 one; BF16,
-//                          grouped and larger planes refused naming why.
+//   MatchesTheCpuReference TF32, FP32 (3xTF32) and BF16 against conv2d_backward_weight_cpu on
+//                          awkward shapes (BF16: on operands rounded as the GEMM rounds them, so
+//                          FP32's tolerance), accumulating onto random dw/db, atomic and
+//                          deterministic (two runs bitwise equal), a null db left alone
+//                          (wgrad_test_check.h).
+//   DispatchAndRefusals    conv2d_backward_weight runs it (bitwise equal to the direct call) with
+//                          wgmma-nhwc at TF32 and wgmma at BF16 on a 4x4 plane; grouped, larger
+//                          planes and copies past the cap refused naming why.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "kernels/common/bf16_round.h"
 #include "kernels/conv/conv2d.h"
 #include "kernels/conv/conv2d_wgrad_im2col.h"
 #include "runtime/exec.h"
@@ -138,16 +142,21 @@ TEST(GpuConvWgradIm2col, MatchesTheCpuReference) {
       conv(1, 3, 1, 1, 5, 3, 3, 1, 1, 1, 1),      // one pixel, k = 1
   };
   for (const Conv2dShape& s : shapes)
-    for (Precision prec : {Precision::TF32, Precision::FP32}) {
+    for (Precision prec : {Precision::TF32, Precision::FP32, Precision::BF16}) {
       const uint64_t seed = test::fresh_seed();
       SCOPED_TRACE(describe_shape(s) + " " + precision_name(prec) + " seed " +
                    std::to_string(seed));
       ASSERT_EQ(conv2d_wgrad_im2col_refusal(s, exec_of(prec, false)), "");
       const WgradProblem pr = make_wgrad_problem(s, seed);
-      std::vector<float> dw_ref = pr.dw0, db_ref = pr.db0;
-      conv2d_backward_weight_cpu(s, pr.x.data(), pr.dy.data(), dw_ref.data(), db_ref.data());
+      const bool bf16 = prec == Precision::BF16;
+      // db sums dy unrounded (its own kernel); dw multiplies the GEMM's BF16 operands.
+      const std::vector<float> xr = bf16 ? round_to_bf16(pr.x) : pr.x;
+      const std::vector<float> dyr = bf16 ? round_to_bf16(pr.dy) : pr.dy;
+      std::vector<float> dw_ref = pr.dw0, db_ref = pr.db0, dw_unused = pr.dw0;
+      conv2d_backward_weight_cpu(s, xr.data(), dyr.data(), dw_ref.data(), nullptr);
+      conv2d_backward_weight_cpu(s, pr.x.data(), pr.dy.data(), dw_unused.data(), db_ref.data());
       const int64_t k = int64_t{s.n} * s.oh() * s.ow();
-      const double tol = test::tolerance(prec, k);
+      const double tol = test::tolerance(bf16 ? Precision::FP32 : prec, k);
       const double worst = check_wgrad_contract(
           pr, dw_ref, db_ref, k, tol,
           [&](bool det, bool with_db, std::vector<float>& dw, std::vector<float>& db) {
@@ -164,24 +173,29 @@ TEST(GpuConvWgradIm2col, MatchesTheCpuReference) {
 TEST(GpuConvWgradIm2col, DispatchAndRefusals) {
 #ifdef CNN_HAVE_CUDA
   CNN_REQUIRE_WGMMA_GEMM();
-  // wgmma-nhwc at TF32 on a 4x4 plane runs the GEMM on copies: bitwise the direct call.
+  // On a 4x4 plane wgmma-nhwc at TF32 and wgmma at BF16 run the GEMM on copies: bitwise the
+  // direct call.
   const Conv2dShape s = conv(8, 32, 4, 4, 48, 3, 3, 1, 1, 1, 1);
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   const WgradProblem pr = make_wgrad_problem(s, seed);
+  const std::pair<Precision, Algo> calls[] = {{Precision::TF32, Algo::WgmmaNhwc},
+                                              {Precision::BF16, Algo::Wgmma}};
+  for (const auto& [prec, algo] : calls) {
+    SCOPED_TRACE(precision_name(prec));
+    const Exec e = exec_of(prec, true);
+    std::vector<float> dw_api, db_api, dw_direct, db_direct;
+    run(s, pr, e, true, dw_api, db_api, &algo);
+    run(s, pr, e, true, dw_direct, db_direct);
+    EXPECT_TRUE(bitwise_equal(dw_api, dw_direct) && bitwise_equal(db_api, db_direct));
+    EXPECT_GE(conv2d_backward_weight_scratch_floats(s, e),
+              conv2d_wgrad_im2col_scratch_floats(s, e));
+  }
   const Exec ex = exec_of(Precision::TF32, true);
-  std::vector<float> dw_api, db_api, dw_direct, db_direct;
-  const Algo nhwc = Algo::WgmmaNhwc;
-  run(s, pr, ex, true, dw_api, db_api, &nhwc);
-  run(s, pr, ex, true, dw_direct, db_direct);
-  EXPECT_TRUE(bitwise_equal(dw_api, dw_direct) && bitwise_equal(db_api, db_direct));
-  EXPECT_GE(conv2d_backward_weight_scratch_floats(s, ex),
-            conv2d_wgrad_im2col_scratch_floats(s, ex));
   // Refusals name why.
   const auto refusal = [](const Conv2dShape& shape, Precision p) {
     return conv2d_wgrad_im2col_refusal(shape, exec_of(p, false));
   };
-  EXPECT_TRUE(test::contains(refusal(s, Precision::BF16), "tf32 or fp32"));
   EXPECT_TRUE(test::contains(refusal(conv(2, 8, 17, 17, 8, 3, 3, 1, 1, 1, 1), Precision::TF32),
                              "at most 256 output pixels"));
   Conv2dShape grouped = s;

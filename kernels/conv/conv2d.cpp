@@ -9,9 +9,9 @@
 // channels-last copy (conv2d_wgmma_nhwc.h, in the caller's scratch) at TF32, BF16, or FP32 as
 // 3xTF32 (split operands: FP32 accuracy on the tensor cores); its weight gradient at BF16 from
 // channels-last copies too (conv2d_wgmma_wgrad_nhwc.h); at TF32 and FP32 on planes of at most
-// 16x16 output pixels as one wgmma GEMM on explicit copies (conv2d_wgrad_im2col.h); elsewhere
-// (and where those refuse: BF16 with db or deterministic, larger planes) as wgmma's (TF32, 3xTF32
-// at FP32); refused where those are.
+// 16x16 output pixels as one wgmma GEMM on explicit copies (conv2d_wgrad_im2col.h), which is
+// wgmma's weight gradient at BF16 there; elsewhere (and where those refuse: BF16 with db or
+// deterministic, larger planes) as wgmma's (TF32, 3xTF32 at FP32); refused where those are.
 // A dilated or grouped shape (Conv2dShape::extended) only under wgmma-nhwc, whose kernels read
 // such windows directly (conv2d_*_runs_directly); every other variant refuses it.
 #include "kernels/conv/conv2d.h"
@@ -310,8 +310,9 @@ bool conv2d_backward_weight_may_cluster(const Conv2dShape& s, Algo algo, const E
         const ConvPath path = cuda_path(s, algo);
         if (path != ConvPath::Wgmma && path != ConvPath::WgmmaNhwc) return false;
         // As conv2d_backward_weight dispatches: the BF16 channels-last kernel has no clusters.
-        if (algo == Algo::WgmmaNhwc && (conv2d_wgrad_wgmma_nhwc_refusal(s, ex).empty() ||
-                                        conv2d_wgrad_im2col_refusal(s, ex).empty()))
+        if (algo == Algo::WgmmaNhwc && conv2d_wgrad_wgmma_nhwc_refusal(s, ex).empty()) return false;
+        if ((algo == Algo::WgmmaNhwc) == (ex.precision != Precision::BF16) &&
+            conv2d_wgrad_im2col_refusal(s, ex).empty())
           return false;
         Exec tf32 = ex;
         if (ex.precision == Precision::BF16) tf32.precision = Precision::TF32;
@@ -360,9 +361,11 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
           conv2d_backward_weight_wgmma_nhwc(s, x, dy, dw, db, scratch, ex);
           break;
         }
-        // wgmma-nhwc at tf32 and fp32: one GEMM on explicit copies where they take the shape
-        // (few output pixels a plane), so that autotune weighs it against wgmma's boxes.
-        if (algo == Algo::WgmmaNhwc && scratch && conv2d_wgrad_im2col_refusal(s, ex).empty()) {
+        // One GEMM on explicit copies where they take the shape (few output pixels a plane):
+        // wgmma-nhwc's at tf32 and fp32, weighed by autotune against wgmma's boxes, and wgmma's
+        // at bf16, weighed against wgmma-nhwc's channels-last kernel.
+        if ((algo == Algo::WgmmaNhwc) == (ex.precision != Precision::BF16) && scratch &&
+            conv2d_wgrad_im2col_refusal(s, ex).empty()) {
           conv2d_backward_weight_im2col(s, x, dy, dw, db, scratch, ex);
           break;
         }

@@ -63,7 +63,7 @@ void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
 // algo wgmma-nhwc at bf16 runs the BF16 channels-last kernel (conv2d_wgmma_wgrad_nhwc.h) where it
 // takes the call (a scratch given, not deterministic), at tf32 and fp32 the GEMM on explicit
 // copies (conv2d_wgrad_im2col.h) where it takes the call (a scratch given), else the TF32 wgmma
-// kernel.
+// kernel; algo wgmma at bf16 runs that GEMM in BF16 where it takes the call.
 std::size_t conv2d_backward_weight_scratch_floats(const Conv2dShape& s, const Exec& ex);
 void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,
                             float* db, float* scratch, Algo algo, const Exec& ex);

@@ -104,11 +104,6 @@ std::string conv2d_wgrad_im2col_refusal(const Conv2dShape& s, const Exec& ex) {
         "conv2d_backward_weight: the weight gradient on explicit copies takes no dilation or "
         "groups (got dilation {}x{}, groups {})",
         s.dil_h, s.dil_w, s.groups);
-  if (ex.precision != Precision::TF32 && ex.precision != Precision::FP32)
-    return fmt::format(
-        "conv2d_backward_weight: the weight gradient on explicit copies runs at tf32 or fp32 "
-        "(got {})",
-        precision_name(ex.precision));
   const int64_t ohw = int64_t{s.oh()} * s.ow();
   if (ohw > kWgradIm2colMaxPixels)
     return fmt::format(

@@ -10,13 +10,13 @@
 //      and dyk (OC rows, the same stride): dyk[oc][n*OH*OW + p] = dy[n][oc][p];
 //   2. where db is given, db[oc] += the sum of row oc of dyk (one block a row, a fixed order);
 //   3. dw (OC, C*KH*KW) += dyk cols^T on the wgmma GEMM (gemm_wgmma.h: both operands K-major by
-//      TMA; TF32, or 3xTF32 at FP32; its split groups in the rest of the scratch).
+//      TMA; TF32, 3xTF32 at FP32, or BF16 operands rounded by its producer; its split groups in
+//      the rest of the scratch).
 // No atomics anywhere: bitwise repeatable in both reduction modes.
 // Refused (cnn::Error naming why, so that autotune leaves it out and the caller falls back): a
-// dilated or grouped shape, a precision other than TF32 and FP32 (BF16 has its channels-last
-// kernel), more than kWgradIm2colMaxPixels output pixels a plane (the copies are KH*KW times x;
-// their traffic outweighs the padding saved on larger planes), copies past kWgradIm2colMaxFloats,
-// no wgmma GEMM on this device.
+// dilated or grouped shape, more than kWgradIm2colMaxPixels output pixels a plane (the copies are
+// KH*KW times x; their traffic outweighs the padding saved on larger planes), copies past
+// kWgradIm2colMaxFloats, no wgmma GEMM on this device.
 #include <cstddef>
 #include <cstdint>
 #include <string>
