@@ -401,8 +401,10 @@ TEST(GpuConvWgmmaNhwcBf16, Dispatch) {
 
   // The weight gradient: wgmma's kernel multiplies in TF32 only, so at bf16 wgmma-nhwc's (and
   // wgmma's) weight gradient runs it in TF32 (never less precise than BF16; autotune weighs it
-  // against the BF16 implicit GEMM); the forward times wgmma-nhwc.
-  const Conv2dShape s = conv(3, 17, 13, 13, 24, 3, 3, 1, 1, 1, 1);
+  // against the BF16 implicit GEMM); the forward times wgmma-nhwc. A plane of more than 16x16
+  // output pixels: on smaller ones wgmma's at bf16 is the GEMM on explicit copies
+  // (gpu_conv_wgrad_im2col.cpp).
+  const Conv2dShape s = conv(3, 17, 17, 17, 24, 3, 3, 1, 1, 1, 1);
   const Exec ex = cuda_exec(Precision::BF16);
   Tensor d_x = test::to_device(test::random_vector(size_t(s.n) * s.c * s.h * s.w, 3));
   Tensor d_dy = test::to_device(test::random_vector(size_t(s.n) * s.oc * s.oh() * s.ow(), 4));

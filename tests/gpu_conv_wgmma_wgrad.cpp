@@ -531,11 +531,12 @@ TEST(GpuConvWgmmaWgrad, MulticastClustersMatchLoadsOfTheirOwn) {
     EXPECT_EQ(std::make_pair(ran_on.x, ran_on.z), std::make_pair(1, 1)) << "Exec::clusters off";
     EXPECT_TRUE(bitwise_equal(own.dw, b.dw) && bitwise_equal(own.db, b.db));
   }
-  // conv2d's answer to the autotuner for VGG's 256-channel 8x8 layer at batch 128 (2 x 2): the
+  // conv2d's answer to the autotuner for a 256-channel 20x20 layer (18 x 2 tiles: 2 x 2): the
   // TF32 wgmma weight gradient clusters under wgmma and wgmma-nhwc at TF32, and under wgmma at
   // BF16 (it runs in TF32 there); not with Exec::clusters off, not as 3xTF32 (FP32), not in the
-  // BF16 channels-last kernel (wgmma-nhwc at BF16), not on another variant.
-  const Conv2dShape vgg = conv(128, 256, 8, 8, 256, 3, 1, 1);
+  // BF16 channels-last kernel (wgmma-nhwc at BF16), not on another variant. On VGG's 8x8 layer
+  // wgmma-nhwc at TF32 and wgmma at BF16 take the GEMM on explicit copies, which has none.
+  const Conv2dShape vgg = conv(8, 256, 20, 20, 256, 3, 1, 1);
   const auto may = [&](Algo algo, Precision precision, bool clusters = true) {
     Exec ex = tf32_exec(false, precision);
     ex.clusters = clusters;
@@ -548,6 +549,13 @@ TEST(GpuConvWgmmaWgrad, MulticastClustersMatchLoadsOfTheirOwn) {
   EXPECT_FALSE(may(Algo::Wgmma, Precision::FP32));
   EXPECT_FALSE(may(Algo::WgmmaNhwc, Precision::BF16));
   EXPECT_FALSE(may(Algo::Fast, Precision::TF32));
+  const auto may_8x8 = [&](Algo algo, Precision precision) {
+    Exec ex = tf32_exec(false, precision);
+    return conv2d_backward_weight_may_cluster(conv(128, 256, 8, 8, 256, 3, 1, 1), algo, ex, false);
+  };
+  EXPECT_TRUE(may_8x8(Algo::Wgmma, Precision::TF32));
+  EXPECT_FALSE(may_8x8(Algo::WgmmaNhwc, Precision::TF32));
+  EXPECT_FALSE(may_8x8(Algo::Wgmma, Precision::BF16));
 }
 
 TEST(GpuConvWgmmaWgrad, Dispatch) {
