@@ -29,10 +29,8 @@
 #include "tests/conv_test_check.h"
 #include "tests/gemm_error_measure.h"
 #include "tests/test_util.h"
+#include "tests/wgmma_test_require.h"
 #include "tests/wgrad_test_check.h"
-#ifdef CNN_HAVE_CUDA
-#include "kernels/gemm/gemm_wgmma.h"
-#endif
 
 using namespace cnn;
 using conv_test::bitwise_equal;
@@ -45,12 +43,6 @@ using conv_test::WgradProblem;
 namespace {
 
 #ifdef CNN_HAVE_CUDA
-
-#define CNN_REQUIRE_WGMMA_GEMM()                                              \
-  do {                                                                        \
-    CNN_REQUIRE_GPU();                                                        \
-    if (!gemm_wgmma_available()) GTEST_SKIP() << "no compute capability 9.0"; \
-  } while (0)
 
 Exec exec_of(Precision p, bool deterministic) {
   Exec ex;
@@ -100,9 +92,8 @@ TEST(GpuConvWgradIm2col, CopiesMatchTheCpuTwin) {
   for (const Conv2dShape& s : shapes) {
     const uint64_t seed = test::fresh_seed();
     SCOPED_TRACE(describe_shape(s) + " seed " + std::to_string(seed));
-    const std::vector<float> x = test::random_vector(size_t(s.n) * s.c * s.h * s.w, seed);
-    const std::vector<float> dy =
-        test::random_vector(size_t(s.n) * s.oc * s.oh() * s.ow(), seed + 1);
+    const WgradProblem pr = make_wgrad_problem(s, seed);
+    const std::vector<float>&x = pr.x, &dy = pr.dy;
     const int64_t ld = conv2d_wgrad_im2col_ld(s), ckk = int64_t{s.c} * s.kh * s.kw;
     const int64_t k = int64_t{s.n} * s.oh() * s.ow();
     std::vector<float> cols(size_t(ckk * ld), 0.f), dyk(size_t(s.oc * ld), 0.f);
@@ -132,7 +123,7 @@ TEST(GpuConvWgradIm2col, CopiesMatchTheCpuTwin) {
 
 TEST(GpuConvWgradIm2col, MatchesTheCpuReference) {
 #ifdef CNN_HAVE_CUDA
-  CNN_REQUIRE_WGMMA_GEMM();
+  CNN_REQUIRE_WGMMA();
   const Conv2dShape shapes[] = {
       conv(6, 64, 4, 4, 96, 3, 3, 1, 1, 1, 1),    // ResNet-18's last stage, small
       conv(5, 33, 7, 7, 70, 3, 3, 1, 1, 1, 1),    // 7x7, odd channels, 245 pixels
@@ -146,7 +137,7 @@ TEST(GpuConvWgradIm2col, MatchesTheCpuReference) {
       const uint64_t seed = test::fresh_seed();
       SCOPED_TRACE(describe_shape(s) + " " + precision_name(prec) + " seed " +
                    std::to_string(seed));
-      ASSERT_EQ(conv2d_wgrad_im2col_refusal(s, exec_of(prec, false)), "");
+      ASSERT_EQ(conv2d_wgrad_im2col_refusal(s), "");
       const WgradProblem pr = make_wgrad_problem(s, seed);
       const bool bf16 = prec == Precision::BF16;
       // db sums dy unrounded (its own kernel); dw multiplies the GEMM's BF16 operands.
@@ -172,7 +163,7 @@ TEST(GpuConvWgradIm2col, MatchesTheCpuReference) {
 
 TEST(GpuConvWgradIm2col, DispatchAndRefusals) {
 #ifdef CNN_HAVE_CUDA
-  CNN_REQUIRE_WGMMA_GEMM();
+  CNN_REQUIRE_WGMMA();
   // On a 4x4 plane wgmma-nhwc at TF32 and wgmma at BF16 run the GEMM on copies: bitwise the
   // direct call.
   const Conv2dShape s = conv(8, 32, 4, 4, 48, 3, 3, 1, 1, 1, 1);
@@ -193,17 +184,16 @@ TEST(GpuConvWgradIm2col, DispatchAndRefusals) {
   }
   const Exec ex = exec_of(Precision::TF32, true);
   // Refusals name why.
-  const auto refusal = [](const Conv2dShape& shape, Precision p) {
-    return conv2d_wgrad_im2col_refusal(shape, exec_of(p, false));
-  };
-  EXPECT_TRUE(test::contains(refusal(conv(2, 8, 17, 17, 8, 3, 3, 1, 1, 1, 1), Precision::TF32),
-                             "at most 256 output pixels"));
+  const Conv2dShape plane_17x17 = conv(2, 8, 17, 17, 8, 3, 3, 1, 1, 1, 1);
+  EXPECT_TRUE(
+      test::contains(conv2d_wgrad_im2col_refusal(plane_17x17), "at most 256 output pixels"));
   Conv2dShape grouped = s;
   grouped.groups = 4;
-  EXPECT_TRUE(test::contains(refusal(grouped, Precision::TF32), "groups 4"));
-  EXPECT_TRUE(test::contains(refusal(conv(512, 512, 4, 4, 512, 3, 3, 1, 1, 1, 1), Precision::TF32),
-                             "floats of copies"));
-  EXPECT_EQ(conv2d_wgrad_im2col_scratch_floats(conv(2, 8, 17, 17, 8, 3, 3, 1, 1, 1, 1), ex), 0u);
+  EXPECT_TRUE(test::contains(conv2d_wgrad_im2col_refusal(grouped), "groups 4"));
+  EXPECT_TRUE(
+      test::contains(conv2d_wgrad_im2col_refusal(conv(512, 512, 4, 4, 512, 3, 3, 1, 1, 1, 1)),
+                     "floats of copies"));
+  EXPECT_EQ(conv2d_wgrad_im2col_scratch_floats(plane_17x17, ex), 0u);
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif

@@ -38,16 +38,13 @@ TEST(ConvWgradIm2col, TwinsCopiesGiveTheReferenceGradient) {
   for (const Conv2dShape& s : shapes) {
     const uint64_t seed = test::fresh_seed();
     SCOPED_TRACE(describe_shape(s) + " seed " + std::to_string(seed));
-    const std::vector<float> x = test::random_vector(size_t(s.n) * s.c * s.h * s.w, seed);
-    const std::vector<float> dy =
-        test::random_vector(size_t(s.n) * s.oc * s.oh() * s.ow(), seed + 1);
+    const conv_test::WgradProblem pr = conv_test::make_wgrad_problem(s, seed);
+    const std::vector<float>&x = pr.x, &dy = pr.dy;
     const int64_t ld = conv2d_wgrad_im2col_ld(s), ckk = int64_t{s.c} * s.kh * s.kw;
     const int64_t k = int64_t{s.n} * s.oh() * s.ow();
     std::vector<float> cols(size_t(ckk * ld), NAN), dyk(size_t(s.oc * ld), NAN);
     conv2d_wgrad_im2col_copies_cpu(s, x.data(), dy.data(), cols.data(), dyk.data());
-    std::vector<float> dw0 = test::random_vector(size_t(s.oc * ckk), seed + 2);
-    std::vector<float> db0 = test::random_vector(size_t(s.oc), seed + 3);
-    std::vector<float> dw = dw0, db = db0, dw_ref = dw0, db_ref = db0;
+    std::vector<float> dw = pr.dw0, db = pr.db0, dw_ref = pr.dw0, db_ref = pr.db0;
     gemm_cpu(false, true, s.oc, ckk, k, 1.f, dyk.data(), ld, cols.data(), ld, 1.f, dw.data(), ckk);
     for (int oc = 0; oc < s.oc; ++oc)
       for (int64_t i = 0; i < k; ++i) db[oc] += dyk[oc * ld + i];

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include "kernels/conv/conv2d_1ch.h"
 #include "kernels/conv/conv2d_cpu_fast.h"
@@ -103,6 +104,52 @@ bool wgmma_nhwc_precision(Precision p) {
   WgmmaNhwcOptions o;
   o.precision = ex.precision;
   return o;
+}
+
+// The kernel conv2d_backward_weight runs for a wgmma or wgmma-nhwc call on CUDA with a scratch.
+enum class WgradRoute {
+  // wgmma-nhwc at bf16: the BF16 kernel on channels-last copies of x and dy, where it takes the
+  // call (not deterministic: its splits add with atomics).
+  ChannelsLast,
+  // One GEMM on explicit copies where they take the shape (few output pixels a plane):
+  // wgmma-nhwc's at tf32 and fp32, weighed by autotune against wgmma's boxes, and wgmma's at
+  // bf16, weighed against wgmma-nhwc's channels-last kernel.
+  Im2colGemm,
+  // The TF32 wgmma kernel on NCHW (TMA boxes of x, or a gather), 3xTF32 at fp32: the rest.
+  WgmmaKernel,
+};
+
+[[maybe_unused]] WgradRoute wgrad_route(const Conv2dShape& s, Algo algo, const Exec& ex) {
+  if (algo == Algo::WgmmaNhwc && conv2d_wgrad_wgmma_nhwc_refusal(s, ex).empty())
+    return WgradRoute::ChannelsLast;
+  if ((algo == Algo::WgmmaNhwc) == (ex.precision != Precision::BF16) &&
+      conv2d_wgrad_im2col_refusal(s).empty())
+    return WgradRoute::Im2colGemm;
+  return WgradRoute::WgmmaKernel;
+}
+
+// The Exec and options WgradRoute::WgmmaKernel calls that kernel with. Under bf16 it runs in
+// TF32: TF32 keeps 3 more mantissa bits than BF16, so the pass is never less precise than the
+// BF16 kernels', and autotune picks it only where it is also faster than the other candidates.
+// Dilated or grouped: the gather (the boxes copy undilated taps of every channel); else the B
+// loader wgmma_wgrad_b_for names (CNN_WGMMA_WGRAD_B).
+[[maybe_unused]] std::pair<Exec, WgmmaWgradOptions> wgmma_kernel_call(const Conv2dShape& s,
+                                                                      Algo algo, const Exec& ex) {
+  Exec tf32 = ex;
+  if (ex.precision == Precision::BF16) tf32.precision = Precision::TF32;
+  WgmmaWgradOptions o;
+  o.b = s.extended() ? WgmmaWgradOptions::BLoad::Gather : wgmma_wgrad_b_for(algo);
+  return {tf32, o};
+}
+
+// conv2d_backward_weight_may_cluster on CUDA: only the TF32 wgmma kernel has clusters.
+[[maybe_unused]] bool wgrad_may_cluster_cuda(const Conv2dShape& s, Algo algo, const Exec& ex,
+                                             bool db) {
+  if (algo != Algo::Wgmma && algo != Algo::WgmmaNhwc) return false;
+  if (wgrad_route(s, algo, ex) != WgradRoute::WgmmaKernel) return false;
+  const auto [tf32, o] = wgmma_kernel_call(s, algo, ex);
+  const WgradCluster c = conv2d_wgrad_wgmma_planned_cluster(s, tf32, db, o);
+  return c.x * c.z > 1;
 }
 
 // The shape check for `algo`: a dilated or grouped shape only under wgmma-nhwc on CUDA, whose
@@ -305,23 +352,7 @@ bool conv2d_backward_shared(const Conv2dShape& s, const float* x, const float* d
 bool conv2d_backward_weight_may_cluster(const Conv2dShape& s, Algo algo, const Exec& ex, bool db) {
   check_shape_for(s, algo, ex);
   if (ex.device != Device::CUDA) return false;
-  return CNN_CUDA_VALUE(
-      [&] {
-        const ConvPath path = cuda_path(s, algo);
-        if (path != ConvPath::Wgmma && path != ConvPath::WgmmaNhwc) return false;
-        // As conv2d_backward_weight dispatches: the BF16 channels-last kernel has no clusters.
-        if (algo == Algo::WgmmaNhwc && conv2d_wgrad_wgmma_nhwc_refusal(s, ex).empty()) return false;
-        if ((algo == Algo::WgmmaNhwc) == (ex.precision != Precision::BF16) &&
-            conv2d_wgrad_im2col_refusal(s, ex).empty())
-          return false;
-        Exec tf32 = ex;
-        if (ex.precision == Precision::BF16) tf32.precision = Precision::TF32;
-        WgmmaWgradOptions o;
-        o.b = s.extended() ? WgmmaWgradOptions::BLoad::Gather : wgmma_wgrad_b_for(algo);
-        const WgradCluster c = conv2d_wgrad_wgmma_planned_cluster(s, tf32, db, o);
-        return c.x * c.z > 1;
-      }(),
-      false);
+  return CNN_CUDA_VALUE(wgrad_may_cluster_cuda(s, algo, ex, db), false);
 }
 
 void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,
@@ -355,30 +386,19 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
         break;
       case ConvPath::Wgmma:
       case ConvPath::WgmmaNhwc: {
-        // wgmma-nhwc at bf16: the BF16 kernel on channels-last copies of x and dy, where it takes
-        // the call (not deterministic: its splits add with atomics).
-        if (algo == Algo::WgmmaNhwc && scratch && conv2d_wgrad_wgmma_nhwc_refusal(s, ex).empty()) {
-          conv2d_backward_weight_wgmma_nhwc(s, x, dy, dw, db, scratch, ex);
-          break;
+        switch (scratch ? wgrad_route(s, algo, ex) : WgradRoute::WgmmaKernel) {
+          case WgradRoute::ChannelsLast:
+            conv2d_backward_weight_wgmma_nhwc(s, x, dy, dw, db, scratch, ex);
+            break;
+          case WgradRoute::Im2colGemm:
+            conv2d_backward_weight_im2col(s, x, dy, dw, db, scratch, ex);
+            break;
+          case WgradRoute::WgmmaKernel: {
+            const auto [tf32, o] = wgmma_kernel_call(s, algo, ex);
+            conv2d_backward_weight_wgmma(s, x, dy, dw, db, scratch, tf32, o);  // throws its reason
+            break;
+          }
         }
-        // One GEMM on explicit copies where they take the shape (few output pixels a plane):
-        // wgmma-nhwc's at tf32 and fp32, weighed by autotune against wgmma's boxes, and wgmma's
-        // at bf16, weighed against wgmma-nhwc's channels-last kernel.
-        if ((algo == Algo::WgmmaNhwc) == (ex.precision != Precision::BF16) && scratch &&
-            conv2d_wgrad_im2col_refusal(s, ex).empty()) {
-          conv2d_backward_weight_im2col(s, x, dy, dw, db, scratch, ex);
-          break;
-        }
-        // Otherwise the TF32 wgmma kernel on NCHW (TMA boxes of x, or a gather), 3xTF32 at fp32.
-        // Under bf16 it runs in TF32: TF32 keeps 3 more mantissa bits than BF16, so the pass is
-        // never less precise than the BF16 kernels', and autotune picks it only where it is also
-        // faster than the other candidates.
-        Exec tf32 = ex;
-        if (ex.precision == Precision::BF16) tf32.precision = Precision::TF32;
-        // Dilated or grouped: the gather (the boxes copy undilated taps of every channel).
-        WgmmaWgradOptions o;  // the B loader wgmma_wgrad_b_for names (CNN_WGMMA_WGRAD_B)
-        o.b = s.extended() ? WgmmaWgradOptions::BLoad::Gather : wgmma_wgrad_b_for(algo);
-        conv2d_backward_weight_wgmma(s, x, dy, dw, db, scratch, tf32, o);  // throws its reason
         break;
       }
     }

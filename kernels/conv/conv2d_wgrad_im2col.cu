@@ -7,6 +7,7 @@
 
 #include "kernels/common/ptx.cuh"
 #include "kernels/conv/conv2d_wgrad_im2col.h"
+#include "kernels/conv/staged_scratch.h"
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_wgmma.h"
 #include "runtime/cuda_check.h"
@@ -17,8 +18,8 @@ namespace cnn {
 namespace {
 
 constexpr int kCopyThreads = 256;
-constexpr int kImagesPerThread =
-    8;  // rows of images a thread writes per block (amortizes its setup)
+// Images a thread writes a row of per block: its setup (the tap's offset and bounds) amortized.
+constexpr int kImagesPerThread = 8;
 
 struct CopiesParams {
   const float* x;
@@ -84,20 +85,39 @@ __global__ void wgrad_im2col_bias_kernel(const float* __restrict__ dyk, int64_t 
   }
 }
 
-int64_t round_up32(int64_t v) {
-  return (v + 31) / 32 * 32;
+// The GEMM view of one call: dw (m = OC, n = C*KH*KW) += dyk (m, k) cols^T, k = N*OH*OW,
+// both copies of row stride ld, and the scratch they and the GEMM's workspace take
+// (carve_staged_scratch's parts).
+struct Im2colPlan {
+  int64_t m, n, k, ld;
+  std::size_t cols_floats, dyk_floats, work_floats = 0;
+};
+
+Im2colPlan plan_of(const Conv2dShape& s) {
+  Im2colPlan p;
+  p.m = s.oc;
+  p.n = int64_t{s.c} * s.kh * s.kw;
+  p.k = int64_t{s.n} * s.oh() * s.ow();
+  p.ld = conv2d_wgrad_im2col_ld(s);
+  p.cols_floats = static_cast<std::size_t>(p.n * p.ld);
+  p.dyk_floats = static_cast<std::size_t>(p.m * p.ld);
+  return p;
 }
 
-int64_t cols_floats(const Conv2dShape& s) {
-  return round_up32(int64_t{s.c} * s.kh * s.kw * conv2d_wgrad_im2col_ld(s));
+// The plan with its GEMM workspace, for a call the refusal lets through (m, n, k fit an int).
+Im2colPlan plan_with_work(const Conv2dShape& s, Precision precision) {
+  Im2colPlan p = plan_of(s);
+  p.work_floats = gemm_cuda_work_floats(int(p.m), int(p.n), int(p.k), precision);
+  return p;
 }
-int64_t dyk_floats(const Conv2dShape& s) {
-  return round_up32(int64_t{s.oc} * conv2d_wgrad_im2col_ld(s));
+
+std::size_t scratch_floats_of(const Im2colPlan& p) {
+  return round_up4(p.cols_floats) + round_up4(p.dyk_floats) + p.work_floats;
 }
 
 }  // namespace
 
-std::string conv2d_wgrad_im2col_refusal(const Conv2dShape& s, const Exec& ex) {
+std::string conv2d_wgrad_im2col_refusal(const Conv2dShape& s) {
   check_conv2d_shape_any(s);
   if (s.extended())
     return fmt::format(
@@ -110,9 +130,9 @@ std::string conv2d_wgrad_im2col_refusal(const Conv2dShape& s, const Exec& ex) {
         "conv2d_backward_weight: the weight gradient on explicit copies takes at most {} output "
         "pixels a plane (got {}x{})",
         kWgradIm2colMaxPixels, s.oh(), s.ow());
-  const int64_t copies = cols_floats(s) + dyk_floats(s);
-  if (copies > kWgradIm2colMaxFloats || int64_t{s.c} * s.kh * s.kw + s.oc > INT_MAX ||
-      int64_t{s.n} * ohw > INT_MAX)
+  const Im2colPlan p = plan_of(s);
+  const std::size_t copies = scratch_floats_of(p);
+  if (copies > std::size_t(kWgradIm2colMaxFloats) || p.n + p.m > INT_MAX || p.k > INT_MAX)
     return fmt::format(
         "conv2d_backward_weight: the weight gradient on explicit copies needs {} floats of copies "
         "for N={} C={} {}x{} OC={} {}x{}, over its {}",
@@ -124,11 +144,8 @@ std::string conv2d_wgrad_im2col_refusal(const Conv2dShape& s, const Exec& ex) {
 }
 
 std::size_t conv2d_wgrad_im2col_scratch_floats(const Conv2dShape& s, const Exec& ex) {
-  if (!conv2d_wgrad_im2col_refusal(s, ex).empty()) return 0;
-  const int ckk = s.c * s.kh * s.kw;
-  const int k = static_cast<int>(int64_t{s.n} * s.oh() * s.ow());
-  return static_cast<std::size_t>(cols_floats(s) + dyk_floats(s)) +
-         gemm_cuda_work_floats(s.oc, ckk, k, ex.precision);
+  if (!conv2d_wgrad_im2col_refusal(s).empty()) return 0;
+  return scratch_floats_of(plan_with_work(s, ex.precision));
 }
 
 void conv2d_wgrad_im2col_copies_cuda(const Conv2dShape& s, const float* d_x, const float* d_dy,
@@ -155,9 +172,8 @@ void conv2d_wgrad_im2col_copies_cuda(const Conv2dShape& s, const float* d_x, con
   p.rows = s.c * p.khw + s.oc;
   p.ld = conv2d_wgrad_im2col_ld(s);
   CNN_CHECK(p.ohw <= kCopyThreads,
-            "conv2d_wgrad_im2col_copies_cuda: {} output pixels a plane, "
-            "at most {}",
-            p.ohw, kCopyThreads);
+            "conv2d_wgrad_im2col_copies_cuda: {} output pixels a plane, at most {}", p.ohw,
+            kCopyThreads);
   p.imgs = kCopyThreads / p.ohw;
   const int per_block = p.imgs * kImagesPerThread;
   const dim3 grid(static_cast<unsigned>(ceil_div(s.n, per_block)),
@@ -168,29 +184,28 @@ void conv2d_wgrad_im2col_copies_cuda(const Conv2dShape& s, const float* d_x, con
 
 void conv2d_backward_weight_im2col(const Conv2dShape& s, const float* d_x, const float* d_dy,
                                    float* d_dw, float* d_db, float* d_scratch, const Exec& ex) {
-  const std::string why = conv2d_wgrad_im2col_refusal(s, ex);
+  const std::string why = conv2d_wgrad_im2col_refusal(s);
   CNN_CHECK(why.empty(), "{}", why);
-  CNN_CHECK(d_x && d_dy && d_dw && d_scratch,
-            "conv2d_backward_weight_im2col: x, dy, dw and the scratch must not be null");
+  CNN_CHECK(d_x && d_dy && d_dw, "conv2d_backward_weight_im2col: x, dy and dw must not be null");
   CNN_CHECK(reinterpret_cast<uintptr_t>(d_scratch) % 16 == 0,
             "conv2d_backward_weight_im2col: the scratch must be 16-byte aligned");
-  const int ckk = s.c * s.kh * s.kw;
-  const int k = static_cast<int>(int64_t{s.n} * s.oh() * s.ow());
-  const int64_t ld = conv2d_wgrad_im2col_ld(s);
-  float* cols = d_scratch;
-  float* dyk = cols + cols_floats(s);
-  float* work = dyk + dyk_floats(s);
+  const Im2colPlan p = plan_with_work(s, ex.precision);
+  const StagedScratch parts =
+      carve_staged_scratch("conv2d_backward_weight_im2col", d_scratch, scratch_floats_of(p),
+                           p.cols_floats, p.dyk_floats, p.work_floats);
+  float* const cols = parts.first;
+  float* const dyk = parts.second;
   conv2d_wgrad_im2col_copies_cuda(s, d_x, d_dy, cols, dyk, ex.stream);
   if (d_db) {
-    wgrad_im2col_bias_kernel<<<std::min(s.oc, 4096), kSumThreads, 0, ex.stream>>>(dyk, ld, k, s.oc,
-                                                                                  d_db);
+    wgrad_im2col_bias_kernel<<<std::min(s.oc, 4096), kSumThreads, 0, ex.stream>>>(dyk, p.ld, p.k,
+                                                                                  s.oc, d_db);
     CNN_LAUNCH_CHECK("conv2d_wgrad_im2col_bias");
   }
   // dw (OC, C*KH*KW) += dyk (OC, K) * cols^T: A K-major as it lies, B stored (n, k): trans_b.
-  const GemmWorkspace ws{work, gemm_cuda_work_floats(s.oc, ckk, k, ex.precision)};
-  gemm_cuda_path(GemmPath::Wgmma, false, true, s.oc, ckk, k, 1.f, dyk, static_cast<int>(ld), cols,
-                 static_cast<int>(ld), 1.f, d_dw, ckk, nullptr, false, ex.precision, ex.stream,
-                 Fp32Math::Tf32x3, ws);
+  const int ld = static_cast<int>(p.ld), n = static_cast<int>(p.n);
+  gemm_cuda_path(GemmPath::Wgmma, false, true, s.oc, n, static_cast<int>(p.k), 1.f, dyk, ld, cols,
+                 ld, 1.f, d_dw, n, nullptr, false, ex.precision, ex.stream, Fp32Math::Tf32x3,
+                 GemmWorkspace{parts.dense, p.work_floats});
 }
 
 }  // namespace cnn

@@ -31,14 +31,14 @@ namespace cnn {
 inline constexpr int64_t kWgradIm2colMaxFloats = int64_t{1} << 25;
 inline constexpr int kWgradIm2colMaxPixels = 256;  // output pixels a plane: 16x16
 
-// Why this call cannot run (see above), or "" when it can. Host code.
-std::string conv2d_wgrad_im2col_refusal(const Conv2dShape& s, const Exec& ex);
+// Why this shape cannot run (see above; every precision can), or "" when it can. Host code.
+std::string conv2d_wgrad_im2col_refusal(const Conv2dShape& s);
 
 // The row stride of both copies: N*OH*OW rounded up to 4 floats (16 bytes, for TMA).
 int64_t conv2d_wgrad_im2col_ld(const Conv2dShape& s);
 
-// Scratch floats of one call (0 where refused): the two copies, each rounded up to 128 bytes,
-// then the GEMM's split-group workspace.
+// Scratch floats of one call (0 where refused): the two copies, each rounded up to 16 bytes
+// (staged_scratch.h), then the GEMM's split-group workspace.
 std::size_t conv2d_wgrad_im2col_scratch_floats(const Conv2dShape& s, const Exec& ex);
 
 // dw += the weight gradient; db (unless null) += the bias gradient. d_scratch:
