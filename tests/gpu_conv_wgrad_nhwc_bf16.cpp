@@ -259,6 +259,8 @@ TEST(GpuConvWgradNhwcBf16, HaloRefusalsAndPicks) {
   EXPECT_TRUE(conv2d_wgrad_wgmma_nhwc_pick_halo(conv(128, 32, 14, 14, 64, 5, 1, 2)));
   EXPECT_FALSE(conv2d_wgrad_wgmma_nhwc_pick_halo(conv(128, 64, 14, 14, 64, 1, 1, 0)));
   EXPECT_FALSE(conv2d_wgrad_wgmma_nhwc_pick_halo(strided));
+  // 4x4 planes, 3x3: 49.6% of the multiplied k rows are pixels, above kWgradHaloMinUseful.
+  EXPECT_TRUE(conv2d_wgrad_wgmma_nhwc_pick_halo(conv(128, 512, 4, 4, 512, 3, 1, 1)));
 }
 
 TEST(GpuConvWgradNhwcBf16, Refusals) {

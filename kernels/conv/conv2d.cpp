@@ -5,7 +5,9 @@
 // C == 1 (conv1), implicit GEMM elsewhere; wgmma = the Hopper wgmma kernels at TF32: the
 // forward and the stride-1 input gradient (conv2d_wgmma.h), the weight gradient
 // (conv2d_wgmma_wgrad.h); refused (cnn::Error, so that autotune leaves it out) wherever they
-// cannot run. wgmma-nhwc = the forward and stride-1 input gradient with TMA im2col on a
+// cannot run; its input gradient on planes of at most 16x16 output pixels as one wgmma GEMM on
+// explicit copies and a col2im gather (conv2d_dgrad_col2im.h), at every precision wgmma-nhwc
+// takes. wgmma-nhwc = the forward and stride-1 input gradient with TMA im2col on a
 // channels-last copy (conv2d_wgmma_nhwc.h, in the caller's scratch) at TF32, BF16, or FP32 as
 // 3xTF32 (split operands: FP32 accuracy on the tensor cores); its weight gradient at BF16 from
 // channels-last copies too (conv2d_wgmma_wgrad_nhwc.h); at TF32 and FP32 on planes of at most
@@ -23,6 +25,7 @@
 #include "kernels/conv/conv2d_1ch.h"
 #include "kernels/conv/conv2d_cpu_fast.h"
 #include "kernels/conv/conv2d_cuda.h"
+#include "kernels/conv/conv2d_dgrad_col2im.h"
 #include "kernels/conv/conv2d_igemm.h"
 #include "kernels/conv/conv2d_nhwc_layout.h"
 #include "kernels/conv/conv2d_nhwc_scratch.h"
@@ -104,6 +107,13 @@ bool wgmma_nhwc_precision(Precision p) {
   WgmmaNhwcOptions o;
   o.precision = ex.precision;
   return o;
+}
+
+// Whether wgmma's input gradient runs as one GEMM on explicit copies and a col2im gather
+// (conv2d_dgrad_col2im.h; at every precision wgmma-nhwc takes, FP32 as 3xTF32): planes of at
+// most 16x16 output pixels, where the implicit GEMMs leave SMs idle; elsewhere the TF32 kernel.
+[[maybe_unused]] bool wgmma_dgrad_on_copies(const Conv2dShape& s, const Exec& ex) {
+  return wgmma_nhwc_precision(ex.precision) && conv2d_dgrad_col2im_refusal(s).empty();
 }
 
 // The kernel conv2d_backward_weight runs for a wgmma or wgmma-nhwc call on CUDA with a scratch.
@@ -232,6 +242,10 @@ std::size_t conv2d_forward_scratch_floats(const Conv2dShape& s, Algo algo, const
 
 std::size_t conv2d_backward_data_scratch_floats(const Conv2dShape& s, Algo algo, const Exec& ex) {
   check_shape_for(s, algo, ex);
+  if (ex.device == Device::CUDA && algo == Algo::Wgmma)
+    return CNN_CUDA_VALUE(
+        wgmma_dgrad_on_copies(s, ex) ? conv2d_dgrad_col2im_scratch_floats(s, ex) : std::size_t(0),
+        std::size_t(0));
   if (ex.device != Device::CUDA || algo != Algo::WgmmaNhwc || !wgmma_nhwc_precision(ex.precision))
     return 0;
   if (!nhwc_dispatch_input_gradient_refusal(s).empty()) return 0;  // refused
@@ -290,6 +304,10 @@ void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
         conv2d_backward_data_cuda(s, dy, w, dx, algo, ex.stream);
         break;
       case ConvPath::Wgmma:
+        if (scratch && wgmma_dgrad_on_copies(s, ex)) {
+          conv2d_backward_data_col2im(s, dy, w, dx, scratch, ex);
+          break;
+        }
         check_wgmma_precision("conv2d_backward_data", ex);
         conv2d_backward_data_wgmma(s, dy, w, dx, ex.stream);
         break;

@@ -38,7 +38,9 @@ void check_conv2d_shape_any(const Conv2dShape& s);
 
 // Scratch floats that conv2d_forward / conv2d_backward_data need for `algo`: on CUDA, algo
 // wgmma-nhwc at TF32 or BF16 writes its channels-last copy and packed weights there
-// (conv2d_nhwc_scratch.h); every other case needs none and returns 0, Auto included (its fixed
+// (conv2d_nhwc_scratch.h), and wgmma's input gradient its copies where it runs on them
+// (conv2d_dgrad_col2im.h; without the scratch it runs the TF32 kernel, or refuses another
+// precision); every other case needs none and returns 0, Auto included (its fixed
 // rule picks a variant without scratch; a layer that autotunes sizes for the candidates it times,
 // layers/conv2d_layer.cpp), and so do the variants' refusals (FP32, a strided input gradient).
 // A function of the shape, algo, ex.device and ex.precision only, never of the device present, so

@@ -367,7 +367,8 @@ std::size_t conv2d_wgrad_wgmma_nhwc_scratch_floats(const Conv2dShape& s) {
 
 bool conv2d_wgrad_wgmma_nhwc_pick_halo(const Conv2dShape& s) {
   if (s.kh * s.kw < 4 || s.c < 16 || !wgrad_halo_refusal(s).empty()) return false;
-  return wgrad_halo_useful_fraction(s, wgrad_halo_geometry(s, "conv2d_backward_weight")) >= 0.5;
+  return wgrad_halo_useful_fraction(s, wgrad_halo_geometry(s, "conv2d_backward_weight")) >=
+         kWgradHaloMinUseful;
 }
 
 int conv2d_wgrad_wgmma_nhwc_halo_splits(const Conv2dShape& s) {

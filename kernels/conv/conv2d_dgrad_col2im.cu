@@ -1,0 +1,243 @@
+// The input gradient as one GEMM on explicit copies and a col2im gather (conv2d_dgrad_col2im.h).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
+#include "kernels/common/ptx.cuh"
+#include "kernels/conv/conv2d_dgrad_col2im.h"
+#include "kernels/conv/staged_scratch.h"
+#include "kernels/gemm/gemm_cuda.h"
+#include "kernels/gemm/gemm_wgmma.h"
+#include "runtime/cuda_check.h"
+#include "runtime/error.h"
+#include "runtime/math_util.h"
+
+namespace cnn {
+namespace {
+
+constexpr int kTile = 32;     // the transposes' square tile
+constexpr int kTileRows = 8;  // thread rows of a transpose block (32 x 8 threads)
+constexpr int kGatherThreads = 256;
+
+// One matrix a transpose block reads: src (rows, cols) of row stride src_ld to dst (cols, rows) of
+// row stride dst_ld; `count` such matrices src_step and dst_step floats apart (dy's images).
+struct TransposeJob {
+  const float* src;
+  float* dst;
+  int rows, cols, count;
+  int64_t src_ld, dst_ld, src_step, dst_step;
+  int tiles_r, tiles_c;  // tiles a matrix
+};
+
+struct CopiesParams {
+  TransposeJob dy, w;
+  int64_t dy_tiles;  // blocks [0, dy_tiles) transpose dy, the rest w
+};
+
+// Block b: one 32 x 32 tile of dy's image b / (its tiles), or of w. Reads along src rows, writes
+// along dst rows, both coalesced, through a padded shared tile (no bank conflicts).
+__global__ void dgrad_col2im_copies_kernel(CopiesParams p) {
+  ptx::griddep_enter();
+  __shared__ float tile[kTile][kTile + 1];
+  int64_t b = blockIdx.x;
+  const bool is_dy = b < p.dy_tiles;
+  const TransposeJob& j = is_dy ? p.dy : p.w;
+  if (!is_dy) b -= p.dy_tiles;
+  const int64_t per = int64_t{j.tiles_r} * j.tiles_c;
+  const int64_t m = b / per, t = b - m * per;
+  const int r0 = int(t / j.tiles_c) * kTile, c0 = int(t % j.tiles_c) * kTile;
+  const float* src = j.src + m * j.src_step;
+  float* dst = j.dst + m * j.dst_step;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  for (int i = ty; i < kTile; i += kTileRows) {
+    const int r = r0 + i, c = c0 + tx;
+    if (r < j.rows && c < j.cols) tile[i][tx] = __ldg(src + r * j.src_ld + c);
+  }
+  __syncthreads();
+  for (int i = ty; i < kTile; i += kTileRows) {
+    const int c = c0 + i, r = r0 + tx;
+    if (r < j.rows && c < j.cols) dst[c * j.dst_ld + r] = tile[tx][i];
+  }
+}
+
+struct GatherParams {
+  const float* cols;
+  float* dx;
+  int c, h, w, kh, kw, sh, sw, ph, pw, oh, ow;
+  int total;  // N*C*H*W (the refusal keeps it an int: 32-bit index arithmetic)
+  int64_t ld;
+};
+
+// One thread a dx element (n, c, iy, ix), consecutive threads along ix: the sum over its taps in
+// a fixed order (kh, then kw), so every run writes the same bits.
+__global__ void dgrad_col2im_gather_kernel(GatherParams p) {
+  ptx::griddep_enter();
+  const int64_t step = int64_t{gridDim.x} * blockDim.x;  // past an int near the end
+  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < p.total; j += step) {
+    const int i = static_cast<int>(j);
+    const int ix = i % p.w, rest = i / p.w, iy = rest % p.h, nc = rest / p.h, c = nc % p.c;
+    const int n = nc / p.c;
+    const float* base = p.cols + int64_t{c} * p.kh * p.kw * p.ld + n * p.oh * p.ow;
+    float sum = 0.f;
+    for (int kh = 0; kh < p.kh; ++kh) {
+      const int ty = iy + p.ph - kh;
+      if (ty < 0 || ty % p.sh || ty / p.sh >= p.oh) continue;
+      for (int kw = 0; kw < p.kw; ++kw) {
+        const int tx = ix + p.pw - kw;
+        if (tx < 0 || tx % p.sw || tx / p.sw >= p.ow) continue;
+        sum += __ldg(base + (kh * p.kw + kw) * p.ld + (ty / p.sh) * p.ow + tx / p.sw);
+      }
+    }
+    p.dx[i] = sum;
+  }
+}
+
+// The GEMM view of one call: cols (m = C*KH*KW, n = N*OH*OW) = wt (m, k) dyt^T, k = OC, and the
+// scratch the copies and the GEMM's workspace take (carve_staged_scratch's parts: dyt and wt,
+// cols, the workspace).
+struct Col2imPlan {
+  int64_t m, n, k, ld_oc, ld_pix;
+  std::size_t copies_floats, cols_floats, work_floats = 0;
+  std::size_t dyt_floats() const { return static_cast<std::size_t>(n * ld_oc); }
+};
+
+Col2imPlan plan_of(const Conv2dShape& s) {
+  Col2imPlan p;
+  p.m = int64_t{s.c} * s.kh * s.kw;
+  p.n = int64_t{s.n} * s.oh() * s.ow();
+  p.k = s.oc;
+  p.ld_oc = conv2d_dgrad_col2im_ld_oc(s);
+  p.ld_pix = conv2d_dgrad_col2im_ld_pix(s);
+  p.copies_floats = static_cast<std::size_t>((p.n + p.m) * p.ld_oc);  // dyt, then wt
+  p.cols_floats = static_cast<std::size_t>(p.m * p.ld_pix);
+  return p;
+}
+
+// The plan with its GEMM workspace, for a call the refusal lets through (m, n, k fit an int).
+Col2imPlan plan_with_work(const Conv2dShape& s, Precision precision) {
+  Col2imPlan p = plan_of(s);
+  p.work_floats = gemm_cuda_work_floats(int(p.m), int(p.n), int(p.k), precision);
+  return p;
+}
+
+std::size_t scratch_floats_of(const Col2imPlan& p) {
+  return round_up4(p.copies_floats) + round_up4(p.cols_floats) + p.work_floats;
+}
+
+TransposeJob transpose_job(const float* src, float* dst, int rows, int cols, int count,
+                           int64_t dst_ld) {
+  TransposeJob j{};
+  j.src = src;
+  j.dst = dst;
+  j.rows = rows;
+  j.cols = cols;
+  j.count = count;
+  j.src_ld = cols;
+  j.dst_ld = dst_ld;
+  j.src_step = int64_t{rows} * cols;
+  j.dst_step = int64_t{cols} * dst_ld;
+  j.tiles_r = ceil_div(rows, kTile);
+  j.tiles_c = ceil_div(cols, kTile);
+  return j;
+}
+
+}  // namespace
+
+std::string conv2d_dgrad_col2im_refusal(const Conv2dShape& s) {
+  check_conv2d_shape_any(s);
+  if (s.extended())
+    return fmt::format(
+        "conv2d_backward_data: the input gradient on explicit copies takes no dilation or groups "
+        "(got dilation {}x{}, groups {})",
+        s.dil_h, s.dil_w, s.groups);
+  const int64_t ohw = int64_t{s.oh()} * s.ow();
+  if (ohw > kDgradCol2imMaxPixels)
+    return fmt::format(
+        "conv2d_backward_data: the input gradient on explicit copies takes at most {} output "
+        "pixels a plane (got {}x{})",
+        kDgradCol2imMaxPixels, s.oh(), s.ow());
+  const Col2imPlan p = plan_of(s);
+  const std::size_t copies = scratch_floats_of(p);
+  if (copies > std::size_t(kDgradCol2imMaxFloats) || p.m + p.n > INT_MAX ||
+      int64_t{s.n} * s.c * s.h * s.w > INT_MAX)
+    return fmt::format(
+        "conv2d_backward_data: the input gradient on explicit copies needs {} floats of copies "
+        "for N={} C={} {}x{} OC={} {}x{}, over its {}",
+        copies, s.n, s.c, s.h, s.w, s.oc, s.kh, s.kw, kDgradCol2imMaxFloats);
+  if (!gemm_wgmma_available())
+    return "conv2d_backward_data: the input gradient on explicit copies runs on the wgmma GEMM "
+           "(a compute capability 9.0 GPU and a build with CUDA architecture 90)";
+  return {};
+}
+
+std::size_t conv2d_dgrad_col2im_scratch_floats(const Conv2dShape& s, const Exec& ex) {
+  if (!conv2d_dgrad_col2im_refusal(s).empty()) return 0;
+  return scratch_floats_of(plan_with_work(s, ex.precision));
+}
+
+void conv2d_dgrad_col2im_copies_cuda(const Conv2dShape& s, const float* d_dy, const float* d_w,
+                                     float* d_dyt, float* d_wt, cudaStream_t stream) {
+  const int64_t ld = conv2d_dgrad_col2im_ld_oc(s);
+  const int ohw = s.oh() * s.ow(), ckk = s.c * s.kh * s.kw;
+  CopiesParams p{};
+  p.dy = transpose_job(d_dy, d_dyt, s.oc, ohw, s.n, ld);
+  p.w = transpose_job(d_w, d_wt, s.oc, ckk, 1, ld);
+  p.dy_tiles = int64_t{s.n} * p.dy.tiles_r * p.dy.tiles_c;
+  const int64_t blocks = p.dy_tiles + int64_t{p.w.tiles_r} * p.w.tiles_c;
+  CNN_CHECK(blocks <= INT_MAX, "conv2d_dgrad_col2im_copies_cuda: {} tiles exceed the grid limit",
+            blocks);
+  dgrad_col2im_copies_kernel<<<static_cast<unsigned>(blocks), dim3(kTile, kTileRows), 0, stream>>>(
+      p);
+  CNN_LAUNCH_CHECK("conv2d_dgrad_col2im_copies");
+}
+
+void conv2d_dgrad_col2im_gather_cuda(const Conv2dShape& s, const float* d_cols, float* d_dx,
+                                     cudaStream_t stream) {
+  GatherParams p{};
+  p.cols = d_cols;
+  p.dx = d_dx;
+  p.c = s.c;
+  p.h = s.h;
+  p.w = s.w;
+  p.kh = s.kh;
+  p.kw = s.kw;
+  p.sh = s.stride_h;
+  p.sw = s.stride_w;
+  p.ph = s.pad_h;
+  p.pw = s.pad_w;
+  p.oh = s.oh();
+  p.ow = s.ow();
+  p.ld = conv2d_dgrad_col2im_ld_pix(s);
+  p.total = s.n * s.c * s.h * s.w;  // the refusal's bound
+  const int blocks = std::min(ceil_div(p.total, kGatherThreads), 65535 * 8);
+  dgrad_col2im_gather_kernel<<<static_cast<unsigned>(blocks), kGatherThreads, 0, stream>>>(p);
+  CNN_LAUNCH_CHECK("conv2d_dgrad_col2im_gather");
+}
+
+void conv2d_backward_data_col2im(const Conv2dShape& s, const float* d_dy, const float* d_w,
+                                 float* d_dx, float* d_scratch, const Exec& ex) {
+  const std::string why = conv2d_dgrad_col2im_refusal(s);
+  CNN_CHECK(why.empty(), "{}", why);
+  CNN_CHECK(d_dy && d_w && d_dx, "conv2d_backward_data_col2im: dy, w and dx must not be null");
+  CNN_CHECK(reinterpret_cast<uintptr_t>(d_scratch) % 16 == 0,
+            "conv2d_backward_data_col2im: the scratch must be 16-byte aligned");
+  const Col2imPlan p = plan_with_work(s, ex.precision);
+  const StagedScratch parts =
+      carve_staged_scratch("conv2d_backward_data_col2im", d_scratch, scratch_floats_of(p),
+                           p.copies_floats, p.cols_floats, p.work_floats);
+  float* const dyt = parts.first;
+  float* const wt = dyt + p.dyt_floats();
+  float* const cols = parts.second;
+  conv2d_dgrad_col2im_copies_cuda(s, d_dy, d_w, dyt, wt, ex.stream);
+  // cols (C*KH*KW, N*OH*OW) = wt (C*KH*KW, OC) dyt^T: A K-major as it lies, B stored (n, k).
+  const int ld_oc = static_cast<int>(p.ld_oc);
+  gemm_cuda_path(GemmPath::Wgmma, false, true, static_cast<int>(p.m), static_cast<int>(p.n), s.oc,
+                 1.f, wt, ld_oc, dyt, ld_oc, 0.f, cols, static_cast<int>(p.ld_pix), nullptr, false,
+                 ex.precision, ex.stream, Fp32Math::Tf32x3,
+                 GemmWorkspace{parts.dense, p.work_floats});
+  conv2d_dgrad_col2im_gather_cuda(s, cols, d_dx, ex.stream);
+}
+
+}  // namespace cnn
