@@ -7,6 +7,7 @@
 
 #include "kernels/common/ptx.cuh"
 #include "kernels/conv/conv2d_dgrad_col2im.h"
+#include "kernels/conv/conv2d_gemm_copies.h"
 #include "kernels/conv/staged_scratch.h"
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_wgmma.h"
@@ -147,29 +148,10 @@ TransposeJob transpose_job(const float* src, float* dst, int rows, int cols, int
 
 std::string conv2d_dgrad_col2im_refusal(const Conv2dShape& s) {
   check_conv2d_shape_any(s);
-  if (s.extended())
-    return fmt::format(
-        "conv2d_backward_data: the input gradient on explicit copies takes no dilation or groups "
-        "(got dilation {}x{}, groups {})",
-        s.dil_h, s.dil_w, s.groups);
-  const int64_t ohw = int64_t{s.oh()} * s.ow();
-  if (ohw > kDgradCol2imMaxPixels)
-    return fmt::format(
-        "conv2d_backward_data: the input gradient on explicit copies takes at most {} output "
-        "pixels a plane (got {}x{})",
-        kDgradCol2imMaxPixels, s.oh(), s.ow());
   const Col2imPlan p = plan_of(s);
-  const std::size_t copies = scratch_floats_of(p);
-  if (copies > std::size_t(kDgradCol2imMaxFloats) || p.m + p.n > INT_MAX ||
-      int64_t{s.n} * s.c * s.h * s.w > INT_MAX)
-    return fmt::format(
-        "conv2d_backward_data: the input gradient on explicit copies needs {} floats of copies "
-        "for N={} C={} {}x{} OC={} {}x{}, over its {}",
-        copies, s.n, s.c, s.h, s.w, s.oc, s.kh, s.kw, kDgradCol2imMaxFloats);
-  if (!gemm_wgmma_available())
-    return "conv2d_backward_data: the input gradient on explicit copies runs on the wgmma GEMM "
-           "(a compute capability 9.0 GPU and a build with CUDA architecture 90)";
-  return {};
+  return gemm_copies_refusal(s, "conv2d_backward_data: the input gradient", kDgradCol2imMaxPixels,
+                             scratch_floats_of(p), std::size_t(kDgradCol2imMaxFloats),
+                             p.m + p.n <= INT_MAX && int64_t{s.n} * s.c * s.h * s.w <= INT_MAX);
 }
 
 std::size_t conv2d_dgrad_col2im_scratch_floats(const Conv2dShape& s, const Exec& ex) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/common/ptx.cuh"
+#include "kernels/conv/conv2d_gemm_copies.h"
 #include "kernels/conv/conv2d_wgrad_im2col.h"
 #include "kernels/conv/staged_scratch.h"
 #include "kernels/gemm/gemm_cuda.h"
@@ -119,28 +120,10 @@ std::size_t scratch_floats_of(const Im2colPlan& p) {
 
 std::string conv2d_wgrad_im2col_refusal(const Conv2dShape& s) {
   check_conv2d_shape_any(s);
-  if (s.extended())
-    return fmt::format(
-        "conv2d_backward_weight: the weight gradient on explicit copies takes no dilation or "
-        "groups (got dilation {}x{}, groups {})",
-        s.dil_h, s.dil_w, s.groups);
-  const int64_t ohw = int64_t{s.oh()} * s.ow();
-  if (ohw > kWgradIm2colMaxPixels)
-    return fmt::format(
-        "conv2d_backward_weight: the weight gradient on explicit copies takes at most {} output "
-        "pixels a plane (got {}x{})",
-        kWgradIm2colMaxPixels, s.oh(), s.ow());
   const Im2colPlan p = plan_of(s);
-  const std::size_t copies = scratch_floats_of(p);
-  if (copies > std::size_t(kWgradIm2colMaxFloats) || p.n + p.m > INT_MAX || p.k > INT_MAX)
-    return fmt::format(
-        "conv2d_backward_weight: the weight gradient on explicit copies needs {} floats of copies "
-        "for N={} C={} {}x{} OC={} {}x{}, over its {}",
-        copies, s.n, s.c, s.h, s.w, s.oc, s.kh, s.kw, kWgradIm2colMaxFloats);
-  if (!gemm_wgmma_available())
-    return "conv2d_backward_weight: the weight gradient on explicit copies runs on the wgmma GEMM "
-           "(a compute capability 9.0 GPU and a build with CUDA architecture 90)";
-  return {};
+  return gemm_copies_refusal(
+      s, "conv2d_backward_weight: the weight gradient", kWgradIm2colMaxPixels, scratch_floats_of(p),
+      std::size_t(kWgradIm2colMaxFloats), p.n + p.m <= INT_MAX && p.k <= INT_MAX);
 }
 
 std::size_t conv2d_wgrad_im2col_scratch_floats(const Conv2dShape& s, const Exec& ex) {
