@@ -2,8 +2,8 @@
 // (kernels/conv/conv2d_dgrad_col2im.h) on the GPU:
 //   KernelsMatchTheCpuTwins  the copies kernel and the gather kernel against
 //                            conv2d_dgrad_col2im_copies_cpu / _gather_cpu, bitwise, on strided,
-//                            padded, 1x1, odd-channel shapes and a batch of more images than a
-//                            tile's rows.
+//                            padded, 1x1, odd-channel shapes, a stride past the kernel, a batch
+//                            of more images than a tile's rows and more dx planes than a grid's y.
 //   MatchesTheCpuReference   TF32, FP32 (3xTF32) and BF16 against conv2d_backward_data_cpu on
 //                            awkward shapes (BF16: on operands rounded as the GEMM rounds them,
 //                            so FP32's tolerance), dx and the scratch poisoned beforehand (every
@@ -84,11 +84,13 @@ TEST(GpuConvDgradCol2im, KernelsMatchTheCpuTwins) {
 #ifdef CNN_HAVE_CUDA
   CNN_REQUIRE_GPU();
   const Conv2dShape shapes[] = {
-      conv(3, 5, 4, 4, 7, 3, 3, 1, 1, 1, 1),     // 7 channels: a padded row stride
-      conv(5, 6, 8, 7, 33, 3, 3, 2, 2, 1, 1),    // stride 2, 33 channels: two tile rows
-      conv(9, 40, 5, 5, 3, 5, 5, 1, 1, 0, 0),    // 1x1 output, 1000 weight columns
-      conv(3, 3, 16, 16, 5, 3, 3, 1, 1, 1, 1),   // 16x16: eight tile columns a plane
-      conv(37, 16, 8, 8, 24, 1, 1, 2, 2, 0, 0),  // 1x1 stride 2, 37 images
+      conv(3, 5, 4, 4, 7, 3, 3, 1, 1, 1, 1),      // 7 channels: a padded row stride
+      conv(5, 6, 8, 7, 33, 3, 3, 2, 2, 1, 1),     // stride 2, 33 channels: two tile rows
+      conv(9, 40, 5, 5, 3, 5, 5, 1, 1, 0, 0),     // 1x1 output, 1000 weight columns
+      conv(3, 3, 16, 16, 5, 3, 3, 1, 1, 1, 1),    // 16x16: eight tile columns a plane
+      conv(37, 16, 8, 8, 24, 1, 1, 2, 2, 0, 0),   // 1x1 stride 2, 37 images
+      conv(2, 3, 7, 7, 5, 2, 2, 3, 3, 0, 0),      // stride 3 > kernel: pixels no tap reaches
+      conv(2, 40000, 1, 1, 3, 1, 1, 1, 1, 0, 0),  // 80000 dx planes, past a grid's y
   };
   for (const Conv2dShape& s : shapes) {
     const uint64_t seed = test::fresh_seed();
