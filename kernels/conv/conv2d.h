@@ -44,8 +44,10 @@ void check_conv2d_shape_any(const Conv2dShape& s);
 // rule picks a variant without scratch; a layer that autotunes sizes for the candidates it times,
 // layers/conv2d_layer.cpp), and so do the variants' refusals (FP32, a strided input gradient).
 // A function of the shape, algo, ex.device and ex.precision only, never of the device present, so
-// that a size is the same on every machine (and testable on the CPU). The caller allocates it once
-// (the Network does, before any CUDA graph capture); the ops never allocate.
+// that a size is the same on every machine (and testable on the CPU); wgmma's input gradient on
+// copies excepted, whose GEMM runs on compute capability 9.0 only and sizes its split-group
+// workspace for the device's SMs (as the weight gradient on copies does). The caller allocates it
+// once (the Network does, before any CUDA graph capture); the ops never allocate.
 std::size_t conv2d_forward_scratch_floats(const Conv2dShape& s, Algo algo, const Exec& ex);
 std::size_t conv2d_backward_data_scratch_floats(const Conv2dShape& s, Algo algo, const Exec& ex);
 
