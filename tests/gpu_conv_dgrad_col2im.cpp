@@ -35,6 +35,7 @@
 using namespace cnn;
 using conv_test::bitwise_equal;
 using conv_test::conv;
+using conv_test::ConvOperands;
 using conv_test::describe_shape;
 
 namespace {
@@ -48,20 +49,16 @@ Exec exec_of(Precision p) {
   return ex;
 }
 
-struct DgradProblem {
-  std::vector<float> dy, w;
-};
-
-DgradProblem make_problem(const Conv2dShape& s, uint64_t seed) {
-  return {test::random_vector(size_t(s.n) * s.oc * s.oh() * s.ow(), seed),
-          test::random_vector(size_t(s.oc) * s.c * s.kh * s.kw, seed + 1)};
+// dy (the operands' `in`) and w as the other convolution tests draw them.
+ConvOperands make_problem(const Conv2dShape& s, uint64_t seed) {
+  return conv_test::make_operands(conv_test::Pass::BackwardData, s, test::Fill::Random, seed);
 }
 
 // dx from the direct call (algo null) or from conv2d_backward_data with `algo`; dx and the
 // scratch start as NaN.
-std::vector<float> run(const Conv2dShape& s, const DgradProblem& pr, const Exec& ex,
+std::vector<float> run(const Conv2dShape& s, const ConvOperands& pr, const Exec& ex,
                        const Algo* algo = nullptr) {
-  Tensor d_dy = test::to_device(pr.dy), d_w = test::to_device(pr.w);
+  Tensor d_dy = test::to_device(pr.in), d_w = test::to_device(pr.w);
   const size_t nx = size_t(s.n) * s.c * s.h * s.w;
   Tensor d_dx({static_cast<int64_t>(nx)}, Device::CUDA);
   test::poison_device(d_dx.data(), nx);
@@ -95,12 +92,12 @@ TEST(GpuConvDgradCol2im, KernelsMatchTheCpuTwins) {
   for (const Conv2dShape& s : shapes) {
     const uint64_t seed = test::fresh_seed();
     SCOPED_TRACE(describe_shape(s) + " seed " + std::to_string(seed));
-    const DgradProblem pr = make_problem(s, seed);
+    const ConvOperands pr = make_problem(s, seed);
     const int64_t ld_oc = conv2d_dgrad_col2im_ld_oc(s), ld_pix = conv2d_dgrad_col2im_ld_pix(s);
     const int64_t ckk = int64_t{s.c} * s.kh * s.kw, k = int64_t{s.n} * s.oh() * s.ow();
     std::vector<float> dyt(size_t(k * ld_oc), 0.f), wt(size_t(ckk * ld_oc), 0.f);
-    conv2d_dgrad_col2im_copies_cpu(s, pr.dy.data(), pr.w.data(), dyt.data(), wt.data());
-    Tensor d_dy = test::to_device(pr.dy), d_w = test::to_device(pr.w);
+    conv2d_dgrad_col2im_copies_cpu(s, pr.in.data(), pr.w.data(), dyt.data(), wt.data());
+    Tensor d_dy = test::to_device(pr.in), d_w = test::to_device(pr.w);
     Tensor d_dyt({k * ld_oc}, Device::CUDA), d_wt({ckk * ld_oc}, Device::CUDA);
     test::poison_device(d_dyt.data(), size_t(k * ld_oc));
     test::poison_device(d_wt.data(), size_t(ckk * ld_oc));
@@ -151,9 +148,9 @@ TEST(GpuConvDgradCol2im, MatchesTheCpuReference) {
       SCOPED_TRACE(describe_shape(s) + " " + precision_name(prec) + " seed " +
                    std::to_string(seed));
       ASSERT_EQ(conv2d_dgrad_col2im_refusal(s), "");
-      const DgradProblem pr = make_problem(s, seed);
+      const ConvOperands pr = make_problem(s, seed);
       const bool bf16 = prec == Precision::BF16;
-      const std::vector<float> dyr = bf16 ? round_to_bf16(pr.dy) : pr.dy;
+      const std::vector<float> dyr = bf16 ? round_to_bf16(pr.in) : pr.in;
       const std::vector<float> wr = bf16 ? round_to_bf16(pr.w) : pr.w;
       std::vector<float> ref(size_t(s.n) * s.c * s.h * s.w);
       conv2d_backward_data_cpu(s, dyr.data(), wr.data(), ref.data());
@@ -178,7 +175,7 @@ TEST(GpuConvDgradCol2im, DispatchAndRefusals) {
   const Conv2dShape s = conv(8, 32, 8, 8, 48, 3, 3, 2, 2, 1, 1);
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  const DgradProblem pr = make_problem(s, seed);
+  const ConvOperands pr = make_problem(s, seed);
   const Algo wgmma = Algo::Wgmma;
   for (Precision prec : {Precision::TF32, Precision::FP32, Precision::BF16}) {
     SCOPED_TRACE(precision_name(prec));

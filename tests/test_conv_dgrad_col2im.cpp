@@ -44,8 +44,9 @@ TEST(ConvDgradCol2im, TwinsGiveTheReferenceGradient) {
   for (const Conv2dShape& s : shapes) {
     const uint64_t seed = test::fresh_seed();
     SCOPED_TRACE(describe_shape(s) + " seed " + std::to_string(seed));
-    const std::vector<float> dy = test::random_vector(size_t(s.n) * s.oc * s.oh() * s.ow(), seed);
-    const std::vector<float> w = test::random_vector(size_t(s.oc) * s.c * s.kh * s.kw, seed + 1);
+    const conv_test::ConvOperands ops =
+        conv_test::make_operands(conv_test::Pass::BackwardData, s, test::Fill::Random, seed);
+    const std::vector<float>&dy = ops.in, &w = ops.w;
     const int64_t ld_oc = conv2d_dgrad_col2im_ld_oc(s), ld_pix = conv2d_dgrad_col2im_ld_pix(s);
     const int64_t ckk = int64_t{s.c} * s.kh * s.kw, k = int64_t{s.n} * s.oh() * s.ow();
     // The padding columns stay NaN: a read of them would show in dx.

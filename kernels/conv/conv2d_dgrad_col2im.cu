@@ -73,10 +73,10 @@ struct GatherParams {
 
 // Block (bx, by): pixels [bx 256, +256) of the dx planes by, by + gridDim.y, ... (plane n*C + c),
 // consecutive threads along ix. A pixel's taps are those of the phase (iy + ph) mod sh,
-// (ix + pw) mod sw, walked from there by the stride, each a step back of one output pixel: two
-// divisions a pixel, none a tap (a division by the stride a tap took five times as long on
-// ResNet-18's stride-2 conv16). The sum runs over (kh, then kw) ascending, the CPU twin's order,
-// so every run writes the same bits.
+// (ix + pw) mod sw, walked from there by the stride, each a step back of one output pixel: a few
+// divisions a pixel, none a tap (dividing at every tap, ResNet-18's stride-2 conv16's whole
+// input gradient took 116.3 us; with this walk 74.4, H100). The sum runs over (kh, then kw)
+// ascending, the CPU twin's order, so every run writes the same bits.
 __global__ void dgrad_col2im_gather_kernel(GatherParams p) {
   ptx::griddep_enter();
   const int hw = p.h * p.w, t = blockIdx.x * blockDim.x + threadIdx.x;
