@@ -159,6 +159,15 @@ EnvSwitches read_env_switches() {
     else
       CNN_FAIL("CNN_WGMMA_NHWC_PER_SM='{}': expected 1, 2 or auto", s);
   }
+  if (const char* v = get("CNN_WGMMA_NHWC_SPLITS")) {
+    const std::string s(v);
+    if (s == "auto")
+      e.wgmma_nhwc_splits = 0;
+    else if (s == "1" || s == "2" || s == "4" || s == "8")
+      e.wgmma_nhwc_splits = std::stoi(s);
+    else
+      CNN_FAIL("CNN_WGMMA_NHWC_SPLITS='{}': expected 1, 2, 4, 8 or auto", s);
+  }
   if (const char* v = get("CNN_WGMMA_NHWC_BM")) {
     const std::string s(v);
     if (s == "auto")
@@ -376,6 +385,9 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "halo per channel chunk (1, stride 1), one im2col copy per filter tap (0), or its pick"},
       {"CNN_WGMMA_NHWC_PER_SM", "1|2|auto",
        "resident blocks an SM of the wgmma-nhwc convolution (auto: 2 past one wave)"},
+      {"CNN_WGMMA_NHWC_SPLITS", "1|2|4|8|auto",
+       "K splits of each launch of the wgmma-nhwc convolution (auto: as many as "
+       "keep one wave at one block an SM and 4 k-tiles a split)"},
       {"CNN_WGMMA_NHWC_BM", "128|256|auto",
        "tile rows of the wgmma-nhwc convolution's 128-column tiles (auto: 256 where that grid, "
        "split at most in two, covers 90% of the SMs)"},

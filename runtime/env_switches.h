@@ -89,6 +89,9 @@ struct EnvSwitches {
   int wgmma_nhwc_blocks_per_sm = 0;
   // CNN_WGMMA_NHWC_BM=128|256|auto: the tile rows of the wgmma-nhwc convolution (0: auto)
   int wgmma_nhwc_block_m = 0;
+  // CNN_WGMMA_NHWC_SPLITS=1|2|4|8|auto: the K splits (cluster size) of every launch of the
+  // wgmma-nhwc convolution, for comparisons (0: auto, one wave at one block an SM)
+  int wgmma_nhwc_splits = 0;
   // CNN_WGMMA_NHWC_BN32=1 (default) | 0: wgmma-nhwc picks its 32-column tile for N <= 32.
   bool wgmma_nhwc_bn32 = true;
   // CNN_WGMMA_NHWC_PHASES=1 (default) | 0: whether algo wgmma-nhwc (and so auto) takes strided

@@ -530,7 +530,10 @@ NhwcTiles plan_tiles(const NhwcLaunch& l, const WgmmaNhwcOptions& opt, bool may_
   t.group_tiles = ceil_div<int64_t>(m, t.bm) * ceil_div<int64_t>(g.ocg(), bn);
   t.tiles = t.halo ? int64_t(g.n) * t.hg.tiles_per_image * ceil_div<int64_t>(g.oc, bn)
                    : t.group_tiles * g.groups;
-  t.splits = opt.splits > 0 ? opt.splits : pick_splits(t.tiles, l.geo.ktiles, sms);
+  const int env_splits = process_env_switches().wgmma_nhwc_splits;
+  t.splits = opt.splits > 0 ? opt.splits
+             : env_splits   ? env_splits
+                            : pick_splits(t.tiles, l.geo.ktiles, sms);
   CNN_CHECK(t.splits == 1 || t.splits == 2 || t.splits == 4 || t.splits == 8,
             "{}: splits={} (expected 1, 2, 4 or 8)", what, t.splits);
 
