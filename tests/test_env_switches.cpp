@@ -90,6 +90,12 @@ const std::vector<SwitchCases>& switch_cases() {
        {{nullptr, 0}, {"auto", 0}, {"1", 1}, {"2", 2}, {"4", 4}, {"8", 8}, {"16", 16}},
        {"0", "3", "32"},
        "auto, 1, 2, 4, 8 or 16"},
+      // The wgmma-nhwc convolution's k splits; 0: its pick.
+      {"CNN_WGMMA_NHWC_SPLITS",
+       field<&EnvSwitches::wgmma_nhwc_splits>,
+       {{nullptr, 0}, {"auto", 0}, {"1", 1}, {"2", 2}, {"4", 4}, {"8", 8}},
+       {"0", "3", "16"},
+       "1, 2, 4, 8 or auto"},
       // Tile rows of the wgmma-nhwc convolution; 0: auto.
       {"CNN_WGMMA_NHWC_BM",
        field<&EnvSwitches::wgmma_nhwc_block_m>,
