@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 
 #include "runtime/error.h"
@@ -54,6 +55,21 @@ int auto_or_power_of_two(const char* name, int fallback) {
   CNN_CHECK(s == "1" || s == "2" || s == "4" || s == "8" || s == "16",
             "{}='{}': expected auto, 1, 2, 4, 8 or 16", name, s);
   return std::stoi(s);
+}
+
+// "auto": 0; one of `values`: that (anything else is refused, naming the values); unset keeps
+// `fallback`.
+int auto_or_one_of(const char* name, int fallback, std::initializer_list<int> values) {
+  const char* v = get(name);
+  if (!v) return fallback;
+  const std::string s(v);
+  if (s == "auto") return 0;
+  std::string expected;
+  for (int x : values) {
+    if (s == std::to_string(x)) return x;
+    expected += (expected.empty() ? "" : ", ") + std::to_string(x);
+  }
+  CNN_FAIL("{}='{}': expected {} or auto", name, s, expected);
 }
 
 std::optional<Algo> algo_of(const char* name) {
@@ -141,51 +157,12 @@ EnvSwitches read_env_switches() {
     else
       CNN_FAIL("CNN_WGMMA_CONV_GATHER='{}': expected async, waitgroup or sync", s);
   }
-  if (const char* v = get("CNN_WGMMA_CONV_BN")) {
-    const std::string s(v);
-    if (s == "auto")
-      e.wgmma_conv_block_n = 0;
-    else if (s == "64" || s == "128")
-      e.wgmma_conv_block_n = std::stoi(s);
-    else
-      CNN_FAIL("CNN_WGMMA_CONV_BN='{}': expected 64, 128 or auto", s);
-  }
-  if (const char* v = get("CNN_WGMMA_NHWC_PER_SM")) {
-    const std::string s(v);
-    if (s == "auto")
-      e.wgmma_nhwc_blocks_per_sm = 0;
-    else if (s == "1" || s == "2")
-      e.wgmma_nhwc_blocks_per_sm = std::stoi(s);
-    else
-      CNN_FAIL("CNN_WGMMA_NHWC_PER_SM='{}': expected 1, 2 or auto", s);
-  }
-  if (const char* v = get("CNN_WGMMA_NHWC_SPLITS")) {
-    const std::string s(v);
-    if (s == "auto")
-      e.wgmma_nhwc_splits = 0;
-    else if (s == "1" || s == "2" || s == "4" || s == "8")
-      e.wgmma_nhwc_splits = std::stoi(s);
-    else
-      CNN_FAIL("CNN_WGMMA_NHWC_SPLITS='{}': expected 1, 2, 4, 8 or auto", s);
-  }
-  if (const char* v = get("CNN_WGMMA_NHWC_BM")) {
-    const std::string s(v);
-    if (s == "auto")
-      e.wgmma_nhwc_block_m = 0;
-    else if (s == "128" || s == "256")
-      e.wgmma_nhwc_block_m = std::stoi(s);
-    else
-      CNN_FAIL("CNN_WGMMA_NHWC_BM='{}': expected 128, 256 or auto", s);
-  }
-  if (const char* v = get("CNN_WGMMA_WGRAD_NHWC_N")) {
-    const std::string s(v);
-    if (s == "auto")
-      e.wgmma_wgrad_nhwc_n = 0;
-    else if (s == "64" || s == "128")
-      e.wgmma_wgrad_nhwc_n = std::stoi(s);
-    else
-      CNN_FAIL("CNN_WGMMA_WGRAD_NHWC_N='{}': expected 64, 128 or auto", s);
-  }
+  e.wgmma_conv_block_n = auto_or_one_of("CNN_WGMMA_CONV_BN", e.wgmma_conv_block_n, {64, 128});
+  e.wgmma_nhwc_blocks_per_sm =
+      auto_or_one_of("CNN_WGMMA_NHWC_PER_SM", e.wgmma_nhwc_blocks_per_sm, {1, 2});
+  e.wgmma_nhwc_splits = auto_or_one_of("CNN_WGMMA_NHWC_SPLITS", e.wgmma_nhwc_splits, {1, 2, 4, 8});
+  e.wgmma_nhwc_block_m = auto_or_one_of("CNN_WGMMA_NHWC_BM", e.wgmma_nhwc_block_m, {128, 256});
+  e.wgmma_wgrad_nhwc_n = auto_or_one_of("CNN_WGMMA_WGRAD_NHWC_N", e.wgmma_wgrad_nhwc_n, {64, 128});
   e.wgmma_nhwc_bn32 = zero_or_one("CNN_WGMMA_NHWC_BN32", e.wgmma_nhwc_bn32);
   e.wgmma_nhwc_phases = zero_or_one("CNN_WGMMA_NHWC_PHASES", e.wgmma_nhwc_phases);
   e.wgmma_nhwc_halo = auto_one_zero("CNN_WGMMA_NHWC_HALO");
@@ -210,15 +187,8 @@ EnvSwitches read_env_switches() {
     else
       CNN_FAIL("CNN_WGMMA_WGRAD_B='{}': expected algo, gather or tma", s);
   }
-  if (const char* v = get("CNN_WGMMA_WGRAD_BOX_RUN")) {
-    const std::string s(v);
-    if (s == "auto")
-      e.wgmma_wgrad_box_run = 0;
-    else if (s == "8" || s == "16" || s == "32" || s == "64" || s == "128")
-      e.wgmma_wgrad_box_run = std::stoi(s);
-    else
-      CNN_FAIL("CNN_WGMMA_WGRAD_BOX_RUN='{}': expected 8, 16, 32, 64, 128 or auto", s);
-  }
+  e.wgmma_wgrad_box_run =
+      auto_or_one_of("CNN_WGMMA_WGRAD_BOX_RUN", e.wgmma_wgrad_box_run, {8, 16, 32, 64, 128});
   if (const char* v = get("CNN_WGMMA_WGRAD_BOX_X")) {
     const std::string s(v);
     if (s == "direct")

@@ -46,7 +46,8 @@ TEST(ConvDgradCol2im, TwinsGiveTheReferenceGradient) {
     SCOPED_TRACE(describe_shape(s) + " seed " + std::to_string(seed));
     const conv_test::ConvOperands ops =
         conv_test::make_operands(conv_test::Pass::BackwardData, s, test::Fill::Random, seed);
-    const std::vector<float>&dy = ops.in, &w = ops.w;
+    const std::vector<float>& dy = ops.in;
+    const std::vector<float>& w = ops.w;
     const int64_t ld_oc = conv2d_dgrad_col2im_ld_oc(s), ld_pix = conv2d_dgrad_col2im_ld_pix(s);
     const int64_t ckk = int64_t{s.c} * s.kh * s.kw, k = int64_t{s.n} * s.oh() * s.ow();
     // The padding columns stay NaN: a read of them would show in dx.
