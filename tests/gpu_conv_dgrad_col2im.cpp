@@ -81,13 +81,13 @@ TEST(GpuConvDgradCol2im, KernelsMatchTheCpuTwins) {
 #ifdef CNN_HAVE_CUDA
   CNN_REQUIRE_GPU();
   const Conv2dShape shapes[] = {
-      conv(3, 5, 4, 4, 7, 3, 3, 1, 1, 1, 1),      // 7 channels: a padded row stride
-      conv(5, 6, 8, 7, 33, 3, 3, 2, 2, 1, 1),     // stride 2, 33 channels: two tile rows
-      conv(9, 40, 5, 5, 3, 5, 5, 1, 1, 0, 0),     // 1x1 output, 1000 weight columns
-      conv(3, 3, 16, 16, 5, 3, 3, 1, 1, 1, 1),    // 16x16: eight tile columns a plane
-      conv(37, 16, 8, 8, 24, 1, 1, 2, 2, 0, 0),   // 1x1 stride 2, 37 images
-      conv(2, 3, 7, 7, 5, 2, 2, 3, 3, 0, 0),      // stride 3 > kernel: pixels no tap reaches
-      conv(2, 40000, 1, 1, 3, 1, 1, 1, 1, 0, 0),  // 80000 dx planes, past a grid's y
+      conv(3, 5, 4, 4, 7, 3, 3, 1, 1, 1, 1),        // 7 channels: a padded row stride
+      conv(5, 6, 8, 7, 33, 3, 3, 2, 2, 1, 1),       // stride 2, 33 channels: two tile rows
+      conv(9, 40, 5, 5, 3, 5, 5, 1, 1, 0, 0),       // 1x1 output, 1000 weight columns
+      conv(3, 3, 16, 16, 5, 3, 3, 1, 1, 1, 1),      // 16x16: eight tile columns a plane
+      conv(37, 16, 8, 8, 24, 1, 1, 2, 2, 0, 0),     // 1x1 stride 2, 37 images
+      conv(2, 3, 7, 7, 5, 2, 2, 3, 3, 0, 0),        // stride 3 > kernel: pixels no tap reaches
+      conv(2, 32769, 10, 13, 1, 1, 1, 1, 1, 0, 0),  // 65538 planes of 130 pixels: past a grid's y
   };
   for (const Conv2dShape& s : shapes) {
     const uint64_t seed = test::fresh_seed();

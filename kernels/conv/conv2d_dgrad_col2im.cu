@@ -68,25 +68,31 @@ struct GatherParams {
   float* dx;
   int c, h, w, kh, kw, sh, sw, ph, pw, oh, ow;
   int planes;  // N*C
+  int per;     // planes a block row holds side by side: 256 / (H*W) on planes of at most 256
   int64_t ld;
 };
 
-// Block (bx, by): pixels [bx 256, +256) of the dx planes by, by + gridDim.y, ... (plane n*C + c),
-// consecutive threads along ix. A pixel's taps are those of the phase (iy + ph) mod sh,
+// Planes of at most 256 pixels: block by holds planes by per + [0, per), thread t pixel t mod
+// H*W of plane t / (H*W), so a 4x4 plane does not leave 240 of 256 threads idle; larger planes:
+// block (bx, by) pixels [bx 256, +256) of plane by. Then the planes gridDim.y per apart, each
+// pixel's consecutive threads along ix. A pixel's taps are those of the phase (iy + ph) mod sh,
 // (ix + pw) mod sw, walked from there by the stride, each a step back of one output pixel: a few
 // divisions a pixel, none a tap (dividing at every tap, ResNet-18's stride-2 conv16's whole
 // input gradient took 116.3 us; with this walk 74.4, H100). The sum runs over (kh, then kw)
 // ascending, the CPU twin's order, so every run writes the same bits.
 __global__ void dgrad_col2im_gather_kernel(GatherParams p) {
   ptx::griddep_enter();
-  const int hw = p.h * p.w, t = blockIdx.x * blockDim.x + threadIdx.x;
-  if (t >= hw) return;
+  const int hw = p.h * p.w;
+  const int lp = p.per > 1 ? int(threadIdx.x) / hw : 0;
+  const int t = p.per > 1 ? int(threadIdx.x) - lp * hw : int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (lp >= p.per || t >= hw) return;
   const int iy = t / p.w, ix = t - iy * p.w;
   const int ry = iy + p.ph, rx = ix + p.pw;
   const int kh0 = ry % p.sh, oy0 = ry / p.sh, kw0 = rx % p.sw, ox0 = rx / p.sw;
   const int ohw = p.oh * p.ow;
-  for (int plane = blockIdx.y; plane < p.planes; plane += gridDim.y) {
-    const int n = plane / p.c, c = plane - n * p.c;
+  const int64_t step = int64_t{gridDim.y} * p.per;
+  for (int64_t plane = int64_t{blockIdx.y} * p.per + lp; plane < p.planes; plane += step) {
+    const int n = int(plane) / p.c, c = int(plane) - n * p.c;
     const float* base = p.cols + int64_t{c} * p.kh * p.kw * p.ld + int64_t{n} * ohw;
     float sum = 0.f;
     for (int kh = kh0, oy = oy0; kh < p.kh && oy >= 0; kh += p.sh, --oy) {
@@ -96,7 +102,7 @@ __global__ void dgrad_col2im_gather_kernel(GatherParams p) {
         sum += __ldg(base + (kh * p.kw + kw) * p.ld + oy * p.ow + ox);
       }
     }
-    p.dx[int64_t{plane} * hw + t] = sum;
+    p.dx[plane * hw + t] = sum;
   }
 }
 
@@ -198,8 +204,10 @@ void conv2d_dgrad_col2im_gather_cuda(const Conv2dShape& s, const float* d_cols, 
   p.ow = s.ow();
   p.ld = conv2d_dgrad_col2im_ld_pix(s);
   p.planes = s.n * s.c;  // the refusal keeps N*C*H*W an int
-  const dim3 grid(static_cast<unsigned>(ceil_div(s.h * s.w, kGatherThreads)),
-                  static_cast<unsigned>(std::min(p.planes, 65535)));
+  const int hw = s.h * s.w;
+  p.per = hw <= kGatherThreads ? kGatherThreads / hw : 1;
+  const dim3 grid(static_cast<unsigned>(p.per > 1 ? 1 : ceil_div(hw, kGatherThreads)),
+                  static_cast<unsigned>(std::min(ceil_div(p.planes, p.per), 65535)));
   dgrad_col2im_gather_kernel<<<grid, kGatherThreads, 0, stream>>>(p);
   CNN_LAUNCH_CHECK("conv2d_dgrad_col2im_gather");
 }
