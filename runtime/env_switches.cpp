@@ -165,6 +165,7 @@ EnvSwitches read_env_switches() {
   e.wgmma_wgrad_nhwc_n = auto_or_one_of("CNN_WGMMA_WGRAD_NHWC_N", e.wgmma_wgrad_nhwc_n, {64, 128});
   e.wgmma_nhwc_bn32 = zero_or_one("CNN_WGMMA_NHWC_BN32", e.wgmma_nhwc_bn32);
   e.wgmma_nhwc_phases = zero_or_one("CNN_WGMMA_NHWC_PHASES", e.wgmma_nhwc_phases);
+  e.wgmma_nhwc_stack = zero_or_one("CNN_WGMMA_NHWC_STACK", e.wgmma_nhwc_stack);
   e.wgmma_nhwc_halo = auto_one_zero("CNN_WGMMA_NHWC_HALO");
   e.wgmma_wgrad_nhwc_halo = auto_one_zero("CNN_WGMMA_WGRAD_NHWC_HALO");
   if (const char* v = get("CNN_WGMMA_WGRAD")) {
@@ -348,8 +349,11 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
       {"CNN_WGMMA_NHWC_BN32", "1|0",
        "whether the wgmma-nhwc convolution picks its 32-column tile where N <= 32"},
       {"CNN_WGMMA_NHWC_PHASES", "1|0",
-       "1 (default): algo wgmma-nhwc (and auto) takes strided input gradients, one launch a "
-       "phase; 0: they are left to the other variants"},
+       "1 (default): algo wgmma-nhwc (and auto) takes strided input gradients, as their "
+       "phases; 0: they are left to the other variants"},
+      {"CNN_WGMMA_NHWC_STACK", "1|0",
+       "1 (default): a strided input gradient's phases on the wgmma-nhwc kernel launch up to "
+       "four in one grid at TF32 and BF16; 0: one launch a phase"},
       {"CNN_WGMMA_NHWC_HALO", "auto|1|0",
        "how the wgmma-nhwc convolution loads its input: one TMA box of a tile's rows with their "
        "halo per channel chunk (1, stride 1), one im2col copy per filter tap (0), or its pick"},

@@ -98,6 +98,9 @@ struct EnvSwitches {
   // input gradients, as their phases (kernels/conv/conv2d_wgmma_nhwc.h); 0 leaves them to the
   // other variants. The kernel's own entry point runs them either way.
   bool wgmma_nhwc_phases = true;
+  // CNN_WGMMA_NHWC_STACK=1 (default) | 0: a strided input gradient's phases on the wgmma-nhwc
+  // kernel launch up to four in one grid at TF32 and BF16 (0: one launch a phase).
+  bool wgmma_nhwc_stack = true;
   // CNN_WGMMA_NHWC_HALO=auto (default) | 1 | 0: how the wgmma-nhwc convolution loads A: halo
   // tiles where the shape allows (1), im2col copies (0), or its pick (-1, auto).
   int wgmma_nhwc_halo = -1;

@@ -17,12 +17,14 @@
 //                        random values.
 //   BackwardDataShapes   the input gradient on the same kinds of shapes, negative effective
 //                        padding (padding > kernel - 1) included; strided ones (stride 2, 3, 2x1;
-//                        1x1 to 7x7 kernels, odd sizes) as their phases.
+//                        1x1 to 7x7 kernels, odd sizes) as their phases, stacked up to four a
+//                        grid (every tile configuration) and one launch each.
 //   SplitsAndRepeat      K split 1, 2, 4, 8 across a cluster (every tile width, each residency
 //                        under some split, the 256-row tile): each correct, each run twice
 //                        bitwise equal.
 //   HaloTilesSmall       the halo tile alone on LeNet's conv2 at batch 1 (for the sanitizers).
-//   StridedInputGradientSmall  two strided input gradients at batch 1 (for the sanitizers).
+//   StridedInputGradientSmall  two strided input gradients at batch 1, phases stacked in one
+//                        grid and one launch each (for the sanitizers).
 //   Picks                the tile width, rows, residency and halo rules (host code: runs
 //                        without a GPU).
 //   Dispatch             Algo::WgmmaNhwc through conv2d_forward / conv2d_backward_data at TF32
@@ -38,8 +40,8 @@
 //                        tiles on a strided input gradient, halo tiles at FP32,
 //                        with a residency asked for, of 256 rows and 128 columns or of 192
 //                        rows, at stride 2 or a row pitch over 128 pixels, grouped convolutions
-//                        and linear layers: one-line cnn::Error; autotune leaves the refused
-//                        variant out and still picks another.
+//                        and linear layers, phases stacked at FP32: one-line cnn::Error;
+//                        autotune leaves the refused variant out and still picks another.
 // Tolerance: as gpu_conv_wgmma.cpp (TF32, expect_close_tf32 in tests/conv_test_check.h): per
 // element
 //   |got - ref| <= 2 (2^-9 + K 2^-23) sum |x w| + 4 ulp (|ref| + 1),
@@ -198,6 +200,12 @@ TEST(GpuConvWgmmaNhwc, BackwardDataShapes) {
       const Tf32Problem p = make_tf32_problem(Pass::BackwardData, cc, fill, test::fresh_seed());
       for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::TF32, Pass::BackwardData, cc.s))
         expect_close_tf32(p, run_gpu(p, o), describe_tiles(o));
+      // The configurations above stack a strided gradient's phases; one launch a phase too.
+      if (cc.s.stride_h > 1 || cc.s.stride_w > 1) {
+        WgmmaNhwcOptions o;
+        o.phase_launch = NhwcPhaseLaunch::Separate;
+        expect_close_tf32(p, run_gpu(p, o), describe_tiles(o) + " phases separate");
+      }
     }
 #else
   GTEST_SKIP() << "built without CUDA";
@@ -257,7 +265,13 @@ TEST(GpuConvWgmmaNhwc, StridedInputGradientSmall) {
     for (int splits : {1, 2}) {
       WgmmaNhwcOptions o;
       o.splits = splits;
-      expect_close_tf32(p, run_gpu(p, o), describe_tiles(o));
+      for (NhwcPhaseLaunch launch : {NhwcPhaseLaunch::Stacked, NhwcPhaseLaunch::Separate}) {
+        o.phase_launch = launch;
+        expect_close_tf32(
+            p, run_gpu(p, o),
+            describe_tiles(o) + (launch == NhwcPhaseLaunch::Stacked ? " stacked" : ""));
+      }
+      o.phase_launch = NhwcPhaseLaunch::Auto;
       o.precision = Precision::FP32;
       expect_close_3xtf32(p, run_gpu(p, o), describe_tiles(o));
     }
@@ -458,6 +472,17 @@ TEST(GpuConvWgmmaNhwc, Refusals) {
                                           o);
         },
         "halo tiles on a stride-2 input gradient");
+  }
+  {
+    WgmmaNhwcOptions o;
+    o.precision = Precision::FP32;
+    o.phase_launch = NhwcPhaseLaunch::Stacked;
+    expect_refused(
+        [&] {
+          conv2d_backward_data_wgmma_nhwc(s2, d_y.data(), d_w.data(), d_x.data(), nullptr, nullptr,
+                                          o);
+        },
+        "phases stacked at fp32");
   }
   expect_refused(
       [&] {

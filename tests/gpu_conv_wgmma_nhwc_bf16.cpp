@@ -324,6 +324,13 @@ TEST(GpuConvWgmmaNhwcBf16, BackwardDataShapes) {
       const Problem p = make_problem(Pass::BackwardData, cc, fill, test::fresh_seed());
       for (const WgmmaNhwcOptions& o : nhwc_tile_configs(Precision::BF16, Pass::BackwardData, cc.s))
         expect_close(p, run_gpu(p, o), describe_tiles(o));
+      // The configurations above stack a strided gradient's phases; one launch a phase too.
+      if (cc.s.stride_h > 1 || cc.s.stride_w > 1) {
+        WgmmaNhwcOptions o;
+        o.precision = Precision::BF16;
+        o.phase_launch = NhwcPhaseLaunch::Separate;
+        expect_close(p, run_gpu(p, o), describe_tiles(o) + " phases separate");
+      }
     }
 #else
   GTEST_SKIP() << "built without CUDA";

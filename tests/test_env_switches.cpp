@@ -169,6 +169,12 @@ const std::vector<SwitchCases>& switch_cases() {
        {{nullptr, true}, {"1", true}, {"0", false}},
        {"on"},
        "0 or 1"},
+      // A strided input gradient's phases in one grid unless set to 0.
+      {"CNN_WGMMA_NHWC_STACK",
+       field<&EnvSwitches::wgmma_nhwc_stack>,
+       {{nullptr, true}, {"1", true}, {"0", false}},
+       {"yes"},
+       "0 or 1"},
       // One channels-last dy copy for both BF16 wgmma-nhwc gradients unless set to 0.
       {"CNN_CONV_SHARED_DY",
        field<&EnvSwitches::conv_shared_dy>,

@@ -163,8 +163,9 @@ struct NhwcParams {
 #define CNN_WGMMA_NHWC_DEVICE_CODE 1
 
 // Thread mapping: see the file comment. Grid (tiles_m * tiles_n, 1, splits), cluster (1, 1,
-// splits); block x owns C rows [R (x / tiles_n), +R) x columns [BN (x % tiles_n), +BN), R = 128
-// kSub, split z its k-tiles [z T / splits, (z + 1) T / splits).
+// splits); block x (`block`: blockIdx.x, or its index within its phase's tiles when phases are
+// stacked) owns C rows [R (x / tiles_n), +R) x columns [BN (x % tiles_n), +BN), R = 128 kSub,
+// split z its k-tiles [z T / splits, (z + 1) T / splits).
 // kSplit: the 3xTF32 instance (T float): a stage's B tiles are map_b's (the weights' TF32 part)
 // then map_b_small's (their residual); the consumers split A themselves, or at two blocks an SM
 // (kSplitA) A comes as two tiles too, map_a's (its TF32 part) then map_a_small's (residual).
@@ -172,8 +173,8 @@ template <int BN, class T, int kPerSm, bool kSplit, int kSub>
 __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a,
                                                const CUtensorMap& map_a_small,
                                                const CUtensorMap& map_b,
-                                               const CUtensorMap& map_b_small,
-                                               const NhwcParams& p) {
+                                               const CUtensorMap& map_b_small, const NhwcParams& p,
+                                               int block) {
   using P = NhwcPlan<BN, kPerSm, kSplit, kSub>;
   constexpr int kStages = P::kStages;
   constexpr int kBK = OperandOf<T>::kBlock;
@@ -189,7 +190,7 @@ __device__ __forceinline__ void conv_nhwc_body(const CUtensorMap& map_a,
 
   const int tid = threadIdx.x;
   const int tiles_n = (p.N + BN - 1) / BN;
-  const int grp = int(blockIdx.x) / p.group_tiles, tile = int(blockIdx.x) - grp * p.group_tiles;
+  const int grp = block / p.group_tiles, tile = block - grp * p.group_tiles;
   const int m0 = (tile / tiles_n) * P::kRows, n0 = (tile % tiles_n) * BN;
   const int b_row = grp * p.N + n0;  // the group's weight rows in the pack
   const uint32_t rank = cluster_rank(), nsplit = cluster_size();
@@ -267,13 +268,52 @@ __global__ void __launch_bounds__(kThreads, kPerSm)
                              const __grid_constant__ CUtensorMap map_b_small, const NhwcParams p) {
   ptx::griddep_enter();
 #ifdef CNN_WGMMA_NHWC_DEVICE_CODE
-  conv_nhwc_body<BN, T, kPerSm, kSplit, kSub>(map_a, map_a_small, map_b, map_b_small, p);
+  conv_nhwc_body<BN, T, kPerSm, kSplit, kSub>(map_a, map_a_small, map_b, map_b_small, p,
+                                              int(blockIdx.x));
 #else
   (void)map_a;
   (void)map_a_small;
   (void)map_b;
   (void)map_b_small;
   (void)p;
+#if defined(__CUDA_ARCH__)
+  __trap();  // never dispatched: conv2d_wgmma_nhwc_available() is false without the sm_90a cubin
+#endif
+#endif
+}
+
+// Up to four phases of a strided input gradient in one grid: phase i's tiles are blocks
+// [first_tile, next phase's first_tile), its A map its own im2col box, B the one phase-ordered
+// pack (each phase's run from p.b_tap0). The TMA reads the maps where they lie, in the kernel's
+// parameters (__grid_constant__), as it does a lone map.
+constexpr int kMaxStackedPhases = 4;
+struct NhwcStackedPhase {
+  CUtensorMap map_a;
+  NhwcParams p;
+  int first_tile;
+};
+struct NhwcStack {
+  NhwcStackedPhase phase[kMaxStackedPhases];
+  int count;
+};
+
+// The main kernel over a stack of phases (TF32 or BF16, 128-row tiles): each block runs the tile
+// of its phase that its index names there.
+template <int BN, class T, int kPerSm>
+__global__ void __launch_bounds__(kThreads, kPerSm)
+    conv2d_wgmma_nhwc_stacked_kernel(const __grid_constant__ NhwcStack st,
+                                     const __grid_constant__ CUtensorMap map_b) {
+  ptx::griddep_enter();
+#ifdef CNN_WGMMA_NHWC_DEVICE_CODE
+  const int x = int(blockIdx.x);
+  int i = 0;
+  while (i + 1 < st.count && x >= st.phase[i + 1].first_tile) ++i;
+  const NhwcStackedPhase& ph = st.phase[i];
+  const NhwcParams p = ph.p;  // the fields in registers; the map stays where TMA reads it
+  conv_nhwc_body<BN, T, kPerSm, false, 1>(ph.map_a, ph.map_a, map_b, map_b, p, x - ph.first_tile);
+#else
+  (void)st;
+  (void)map_b;
 #if defined(__CUDA_ARCH__)
   __trap();  // never dispatched: conv2d_wgmma_nhwc_available() is false without the sm_90a cubin
 #endif
@@ -595,6 +635,119 @@ void launch_tiles(const NhwcTiles& t, cudaStream_t stream, const NhwcMaps& maps,
   }
 }
 
+// The main kernel's parameters for launch l on tiles of group_tiles a group.
+NhwcParams launch_params(const NhwcLaunch& l, int64_t group_tiles, const float* d_b, float* d_y,
+                         bool relu) {
+  NhwcParams p{};
+  p.bias = d_b;
+  p.y = d_y;
+  p.relu = relu;
+  p.M = int(l.m());
+  p.N = l.g.ocg();
+  p.ldc = l.g.oc;
+  p.group_tiles = int(group_tiles);
+  p.group_images = l.g.n;
+  p.ktiles = l.geo.ktiles;
+  p.chunks = l.geo.chunks;
+  p.kw = l.g.kw;
+  p.oh = l.oh;
+  p.ow = l.ow;
+  p.stride_h = l.g.stride_h;
+  p.stride_w = l.g.stride_w;
+  p.lower_h = l.geo.lower_h;
+  p.lower_w = l.geo.lower_w;
+  p.dil_h = l.geo.dil_h;
+  p.dil_w = l.geo.dil_w;
+  p.b_tap0 = l.b_tap0;
+  p.b_kw = l.b_kw;
+  p.store = l.store;
+  return p;
+}
+
+// A call's phases stacked into grids of at most kMaxStackedPhases (NhwcStack): each stack lists
+// its launches, the most k-tiles first (their blocks start in the first wave, the short ones
+// fill in behind), and the tiles it runs on: 128 rows, the phases' width, splits and residency
+// picked for the stack's whole grid and its shortest k.
+struct NhwcStackPlan {
+  std::vector<size_t> launches;
+  std::vector<int64_t> group_tiles;  // a launch's tiles a group, in `launches` order
+  NhwcTiles t;
+};
+
+// Whether this call stacks its phases (NhwcPhaseLaunch): several launches (a strided input
+// gradient), TF32 or BF16, 128-row tiles.
+bool stacks_phases(const NhwcCall& call, const WgmmaNhwcOptions& opt, bool split,
+                   const char* what) {
+  CNN_CHECK(opt.phase_launch != NhwcPhaseLaunch::Stacked || (!split && opt.block_m != 256),
+            "{}: algo wgmma-nhwc stacks phases at precision tf32 or bf16 on 128-row tiles (got "
+            "{}, block_m={})",
+            what, split ? "fp32 (3xTF32)" : "tf32 or bf16", opt.block_m);
+  if (call.launches.size() < 2 || split || opt.block_m == 256) return false;
+  if (opt.phase_launch != NhwcPhaseLaunch::Auto)
+    return opt.phase_launch == NhwcPhaseLaunch::Stacked;
+  return process_env_switches().wgmma_nhwc_stack;
+}
+
+std::vector<NhwcStackPlan> plan_stacks(const NhwcCall& call, const std::vector<NhwcTiles>& plans,
+                                       const WgmmaNhwcOptions& opt, int sms) {
+  std::vector<size_t> order(call.launches.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return call.launches[a].geo.ktiles > call.launches[b].geo.ktiles;
+  });
+  std::vector<NhwcStackPlan> out;
+  for (size_t first = 0; first < order.size(); first += kMaxStackedPhases) {
+    NhwcStackPlan sp;
+    NhwcTiles& t = sp.t;
+    t.bn = plans[order[first]].bn;  // every phase's: the same N, the same pick
+    t.bm = 128;
+    int min_ktiles = INT32_MAX;
+    for (size_t j = first; j < std::min(order.size(), first + kMaxStackedPhases); ++j) {
+      const NhwcLaunch& l = call.launches[order[j]];
+      const int64_t gt = ceil_div<int64_t>(l.m(), t.bm) * ceil_div<int64_t>(l.g.ocg(), t.bn);
+      sp.launches.push_back(order[j]);
+      sp.group_tiles.push_back(gt);
+      t.tiles += gt * l.g.groups;
+      min_ktiles = std::min(min_ktiles, l.geo.ktiles);
+    }
+    const int env_splits = process_env_switches().wgmma_nhwc_splits;
+    t.splits = opt.splits > 0 ? opt.splits
+               : env_splits   ? env_splits
+                              : pick_splits(t.tiles, min_ktiles, sms);
+    const int env_per_sm = process_env_switches().wgmma_nhwc_blocks_per_sm;
+    const int max_per_sm = t.bn == 128 ? 1 : t.bn == 64 ? 2 : 3;
+    t.per_sm = opt.blocks_per_sm ? opt.blocks_per_sm
+               : env_per_sm      ? env_per_sm
+                            : conv2d_wgmma_nhwc_pick_blocks_per_sm(t.tiles * t.splits, sms, t.bn);
+    t.per_sm = std::min(t.per_sm, max_per_sm);
+    out.push_back(sp);
+  }
+  return out;
+}
+
+// One stack's grid (its tiles' width and residency; 128 rows, TF32 or BF16).
+template <class T>
+void launch_stack(const NhwcTiles& t, cudaStream_t stream, const NhwcStack& st,
+                  const CUtensorMap& map_b) {
+  const char* name =
+      OperandOf<T>::kBf16 ? "conv2d_wgmma_nhwc_stacked_bf16" : "conv2d_wgmma_nhwc_stacked";
+  auto go = [&](auto kernel, int smem) {
+    launch_split_k_clusters(kernel, t.tiles, t.splits, kThreads, smem, stream, name, st, map_b);
+  };
+  if (t.bn == 32 && t.per_sm == 3)
+    go(conv2d_wgmma_nhwc_stacked_kernel<32, T, 3>, NhwcPlan<32, 3>::kSmemBytes);
+  else if (t.bn == 32 && t.per_sm == 2)
+    go(conv2d_wgmma_nhwc_stacked_kernel<32, T, 2>, NhwcPlan<32, 2>::kSmemBytes);
+  else if (t.bn == 32)
+    go(conv2d_wgmma_nhwc_stacked_kernel<32, T, 1>, NhwcPlan<32, 1>::kSmemBytes);
+  else if (t.bn == 64 && t.per_sm == 2)
+    go(conv2d_wgmma_nhwc_stacked_kernel<64, T, 2>, NhwcPlan<64, 2>::kSmemBytes);
+  else if (t.bn == 64)
+    go(conv2d_wgmma_nhwc_stacked_kernel<64, T, 1>, NhwcPlan<64, 1>::kSmemBytes);
+  else
+    go(conv2d_wgmma_nhwc_stacked_kernel<128, T, 1>, NhwcPlan<128, 1>::kSmemBytes);
+}
+
 // Runs conv(a, packed weights) of the GEMM view g (a: g's input, NCHW) into y, NCHW, with
 // operands of type T: the pre-pass (weights and copy, one launch) into the scratch, then the main
 // kernel once a launch of `call` (NhwcCall). kSplit (T float): 3xTF32,
@@ -646,6 +799,8 @@ void run(const Conv2dShape& g, const WeightPack& wp, const NhwcCall& call, const
     for (const NhwcTiles& t : plans) per_sm = std::min(per_sm, t.per_sm);
     for (NhwcTiles& t : plans) t.per_sm = per_sm;
   }
+  std::vector<NhwcStackPlan> stacks;
+  if (stacks_phases(call, opt, kSplit, what)) stacks = plan_stacks(call, plans, opt, sms);
   // Checked after the refusals above, so that a variant that cannot run says why, not that it
   // was given no scratch (autotune passes its scratch to every candidate alike).
   const NhwcScratchLayout layout = nhwc_scratch_layout(g, wp, opt.precision);
@@ -685,6 +840,23 @@ void run(const Conv2dShape& g, const WeightPack& wp, const NhwcCall& call, const
     CNN_CUDA_CHECK(cudaMemsetAsync(d_y, 0, size_t(call.zero_floats) * sizeof(float), stream));
 
   const int64_t packed_k = int64_t(wp.taps) * wp.k_pad;
+  if constexpr (!kSplit) {
+    for (const NhwcStackPlan& sp : stacks) {
+      NhwcStack st{};
+      st.count = int(sp.launches.size());
+      int64_t first = 0;
+      for (int j = 0; j < st.count; ++j) {
+        const NhwcLaunch& l = launches[sp.launches[j]];
+        st.phase[j].map_a = make_im2col_map(d_nhwc, l.g, l.geo);
+        st.phase[j].p = launch_params(l, sp.group_tiles[j], d_b, d_y, relu);
+        st.phase[j].first_tile = int(first);
+        first += sp.group_tiles[j] * l.g.groups;
+      }
+      launch_stack<T>(sp.t, stream, st,
+                      make_packed_weight_map(d_wpack, packed_k, wp.rows, sp.t.bn));
+    }
+    if (!stacks.empty()) return;
+  }
   for (size_t i = 0; i < launches.size(); ++i) {
     const NhwcLaunch& l = launches[i];
     const NhwcTiles& t = plans[i];
@@ -698,30 +870,7 @@ void run(const Conv2dShape& g, const WeightPack& wp, const NhwcCall& call, const
       launch_halo<T>(l.g, l.geo, t.hg, t.bn, t.tiles, t.splits, stream, maps, d_b, d_y, relu);
       continue;
     }
-    NhwcParams p{};
-    p.bias = d_b;
-    p.y = d_y;
-    p.relu = relu;
-    p.M = int(l.m());
-    p.N = l.g.ocg();
-    p.ldc = l.g.oc;
-    p.group_tiles = int(t.group_tiles);
-    p.group_images = l.g.n;
-    p.ktiles = l.geo.ktiles;
-    p.chunks = l.geo.chunks;
-    p.kw = l.g.kw;
-    p.oh = l.oh;
-    p.ow = l.ow;
-    p.stride_h = l.g.stride_h;
-    p.stride_w = l.g.stride_w;
-    p.lower_h = l.geo.lower_h;
-    p.lower_w = l.geo.lower_w;
-    p.dil_h = l.geo.dil_h;
-    p.dil_w = l.geo.dil_w;
-    p.b_tap0 = l.b_tap0;
-    p.b_kw = l.b_kw;
-    p.store = l.store;
-    launch_tiles<T, kSplit>(t, stream, maps, p);
+    launch_tiles<T, kSplit>(t, stream, maps, launch_params(l, t.group_tiles, d_b, d_y, relu));
   }
 }
 

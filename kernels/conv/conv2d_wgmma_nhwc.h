@@ -66,6 +66,11 @@ namespace cnn {
 // BF16: conv2d_halo_layout.h, conv2d_wgmma_halo.cuh).
 enum class NhwcALoad { Auto, Im2col, Halo };
 
+// How a strided input gradient's phases launch: up to four in one grid (each block finds its
+// phase by its index; TF32 and BF16, 128-row tiles), or one launch each (FP32 3xTF32 always).
+// Auto: stacked unless CNN_WGMMA_NHWC_STACK=0.
+enum class NhwcPhaseLaunch { Auto, Stacked, Separate };
+
 struct WgmmaNhwcOptions {
   int splits = 0;  // K split across a cluster: 0 picks (1..8), else 1, 2, 4 or 8
   // 0 picks (conv2d_wgmma_nhwc_pick_block_n, CNN_WGMMA_CONV_BN), else 32, 64 or 128.
@@ -85,6 +90,7 @@ struct WgmmaNhwcOptions {
   // one of 128) or 256 (32 or 64 columns, one block an SM); block_m 0 picks
   // (conv2d_wgmma_nhwc_pick_halo_rows). They refuse blocks_per_sm other than 0 and FP32.
   NhwcALoad a_load = NhwcALoad::Auto;
+  NhwcPhaseLaunch phase_launch = NhwcPhaseLaunch::Auto;
 };
 
 // True when this build has the sm_90a kernels and the current device is compute capability 9.0.
