@@ -57,14 +57,17 @@ TEST(ConvWgradTf32HaloLayout, KnownShapes) {
   EXPECT_EQ(w.dy_boxes, 2);
   EXPECT_EQ(w.pitch, 60);
   EXPECT_EQ(w.rows_x, 3);
-  // The taps: 9 in one block of 3 + 3 + 3; 25 in 3 blocks of 8, 8, 9; 4 in 1 + 1 + 2.
+  // The taps: 9 in two blocks of 4 (1 + 1 + 2 a consumer) and 5 (1 + 2 + 2); 25 in 5 blocks of 5.
   const WgradTf32HaloTaps t9 = wgrad_tf32_halo_taps(9);
-  EXPECT_EQ(t9.groups, 1);
-  for (int c = 0; c < 3; ++c) EXPECT_EQ(WgradTf32HaloTaps::consumer_count(9, c), 3);
+  EXPECT_EQ(t9.groups, 2);
+  EXPECT_EQ(t9.count(0, 9), 4);
+  EXPECT_EQ(t9.count(1, 9), 5);
+  EXPECT_EQ(WgradTf32HaloTaps::consumer_count(5, 0), 1);
+  EXPECT_EQ(WgradTf32HaloTaps::consumer_count(5, 1), 2);
+  EXPECT_EQ(WgradTf32HaloTaps::consumer_count(5, 2), 2);
   const WgradTf32HaloTaps t25 = wgrad_tf32_halo_taps(25);
-  EXPECT_EQ(t25.groups, 3);
-  EXPECT_EQ(t25.count(0, 25), 8);
-  EXPECT_EQ(t25.count(2, 25), 9);
+  EXPECT_EQ(t25.groups, 5);
+  for (int g = 0; g < 5; ++g) EXPECT_EQ(t25.count(g, 25), 5);
   EXPECT_EQ(WgradTf32HaloTaps::consumer_count(4, 0), 1);
   EXPECT_EQ(WgradTf32HaloTaps::consumer_count(4, 2), 2);
 }

@@ -33,6 +33,7 @@
 #include "kernels/conv/conv2d_wgmma_nhwc.h"
 #include "kernels/conv/conv2d_wgmma_wgrad.h"
 #include "kernels/conv/conv2d_wgmma_wgrad_nhwc.h"
+#include "kernels/conv/conv2d_wgmma_wgrad_tf32_halo.h"
 #include "kernels/conv/conv2d_wgrad_im2col.h"
 #include "kernels/conv/conv_window_check.h"
 #include "runtime/dispatch.h"
@@ -121,6 +122,10 @@ enum class WgradRoute {
   // wgmma-nhwc at bf16: the BF16 kernel on channels-last copies of x and dy, where it takes the
   // call (not deterministic: its splits add with atomics).
   ChannelsLast,
+  // wgmma-nhwc at tf32: the TF32 halo kernel on the FP32 x and dy themselves
+  // (conv2d_wgmma_wgrad_tf32_halo.h: stride 1, OW a multiple of 8 up to 64; not deterministic),
+  // weighed by autotune against wgmma's boxes.
+  Tf32Halo,
   // One GEMM on explicit copies where they take the shape (few output pixels a plane):
   // wgmma-nhwc's at tf32 and fp32, weighed by autotune against wgmma's boxes, and wgmma's at
   // bf16, weighed against wgmma-nhwc's channels-last kernel.
@@ -132,6 +137,8 @@ enum class WgradRoute {
 [[maybe_unused]] WgradRoute wgrad_route(const Conv2dShape& s, Algo algo, const Exec& ex) {
   if (algo == Algo::WgmmaNhwc && conv2d_wgrad_wgmma_nhwc_refusal(s, ex).empty())
     return WgradRoute::ChannelsLast;
+  if (algo == Algo::WgmmaNhwc && conv2d_wgrad_tf32_halo_refusal(s, ex).empty())
+    return WgradRoute::Tf32Halo;
   if ((algo == Algo::WgmmaNhwc) == (ex.precision != Precision::BF16) &&
       conv2d_wgrad_im2col_refusal(s).empty())
     return WgradRoute::Im2colGemm;
@@ -404,10 +411,19 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
         break;
       case ConvPath::Wgmma:
       case ConvPath::WgmmaNhwc: {
-        switch (scratch ? wgrad_route(s, algo, ex) : WgradRoute::WgmmaKernel) {
+        WgradRoute route = scratch ? wgrad_route(s, algo, ex) : WgradRoute::WgmmaKernel;
+        // The TF32 halo kernel declines x or dy off 16 bytes (the TMA's rule): then the route
+        // below it.
+        if (route == WgradRoute::Tf32Halo) {
+          if (conv2d_backward_weight_tf32_halo(s, x, dy, dw, db, ex)) break;
+          route = conv2d_wgrad_im2col_refusal(s).empty() ? WgradRoute::Im2colGemm
+                                                         : WgradRoute::WgmmaKernel;
+        }
+        switch (route) {
           case WgradRoute::ChannelsLast:
             conv2d_backward_weight_wgmma_nhwc(s, x, dy, dw, db, scratch, ex);
             break;
+          case WgradRoute::Tf32Halo:  // handled above
           case WgradRoute::Im2colGemm:
             conv2d_backward_weight_im2col(s, x, dy, dw, db, scratch, ex);
             break;

@@ -66,10 +66,11 @@ std::string wgrad_tf32_halo_shape_refusal(const Conv2dShape& s);
 // cannot run.
 WgradTf32HaloGeometry wgrad_tf32_halo_geometry(const Conv2dShape& s, const char* what);
 
-// The filter taps a block takes (at most 9: three consumer warpgroups of up to 3) and how its
-// consumers split them: group g of `groups` holds taps [first, first + count); consumer w of its
+// The filter taps a block takes (at most 6: three consumer warpgroups of up to 2, whose
+// accumulators and two register sets of A fit 128 registers a thread) and how its consumers split
+// them: group g of `groups` holds taps [first, first + count); consumer w of its
 // three takes [first + count w / 3, first + count (w + 1) / 3).
-constexpr int kWgradTf32HaloTapsPerConsumer = 3;
+constexpr int kWgradTf32HaloTapsPerConsumer = 2;
 struct WgradTf32HaloTaps {
   int groups = 0;
   CNN_HALO_HD int first(int g, int taps) const { return int(int64_t(taps) * g / groups); }
