@@ -31,6 +31,7 @@
 #include "runtime/tensor.h"
 #include "tests/conv_test_check.h"
 #include "tests/test_util.h"
+#include "tests/wgmma_wgrad_check.h"
 #ifdef CNN_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
@@ -53,8 +54,7 @@ namespace {
                       "sm_90a build";                                                          \
   } while (0)
 
-using conv_test::Fill;
-using conv_test::make_values;
+using test::Fill;
 constexpr auto conv = test::square_conv;  // (n, c, h, w, oc, k, stride, pad)
 
 Exec tf32_exec(bool deterministic = false, Precision precision = Precision::TF32) {
@@ -65,40 +65,9 @@ Exec tf32_exec(bool deterministic = false, Precision precision = Precision::TF32
   return ex;
 }
 
-// One problem: inputs, dw0, the reference dw0 + sum dy x and the sums of |dy x| and (dy x)^2.
-struct Problem {
-  Conv2dShape s;
-  Fill fill;
-  std::vector<float> x, dy, dw0, ref, abs, sq, db_ref, db_abs;
-};
-
-Problem make_problem(const Conv2dShape& s, Fill fill, uint64_t seed) {
-  Problem p{s, fill, {}, {}, {}, {}, {}, {}, {}, {}};
-  const size_t nx = size_t(s.n) * s.c * s.h * s.w, ny = size_t(s.n) * s.oc * s.oh() * s.ow();
-  const size_t nw = size_t(s.oc) * s.c * s.kh * s.kw;
-  p.x = make_values(nx, fill, seed);
-  p.dy = make_values(ny, fill, seed + 1);
-  p.dw0 = make_values(nw, fill, seed + 2);
-  p.ref = p.dw0;
-  std::vector<float> db(size_t(s.oc)), ax(nx), ady(ny), sx(nx), sdy(ny);
-  conv2d_backward_weight_cpu(s, p.x.data(), p.dy.data(), p.ref.data(), db.data());
-  p.db_ref = db;
-  for (size_t i = 0; i < nx; ++i) ax[i] = std::fabs(p.x[i]), sx[i] = p.x[i] * p.x[i];
-  for (size_t i = 0; i < ny; ++i) ady[i] = std::fabs(p.dy[i]), sdy[i] = p.dy[i] * p.dy[i];
-  p.abs.assign(nw, 0.f);
-  p.sq.assign(nw, 0.f);
-  p.db_abs.assign(size_t(s.oc), 0.f);
-  conv2d_backward_weight_cpu(s, ax.data(), ady.data(), p.abs.data(), p.db_abs.data());
-  conv2d_backward_weight_cpu(s, sx.data(), sdy.data(), p.sq.data(), db.data());
-  return p;
-}
-
-std::string describe(const Conv2dShape& s) {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "N=%d C=%d H=%d W=%d OC=%d k=%dx%d stride=%d pad=%d (OH*OW=%d)",
-                s.n, s.c, s.h, s.w, s.oc, s.kh, s.kw, s.stride_h, s.pad_h, s.oh() * s.ow());
-  return buf;
-}
+using wgrad_test::describe;
+using wgrad_test::make_problem;
+using wgrad_test::Problem;
 
 // The kernel itself (splits 0: its pick).
 std::vector<float> run_kernel(const Problem& p, int splits = 0) {
@@ -109,40 +78,9 @@ std::vector<float> run_kernel(const Problem& p, int splits = 0) {
   return d_dw.to_vector();
 }
 
-// Checks got against the reference: exact for integer inputs, else the bound of the file comment.
+// Exact for integer inputs, else the bound of the file comment.
 void check(const Problem& p, const std::vector<float>& got, const std::string& what) {
-  const Conv2dShape& s = p.s;
-  const double k = double(s.n) * s.oh() * s.ow();
-  const double rel = std::ldexp(1.0, -9) + 2 * k * std::ldexp(1.0, -24);
-  int64_t bad = 0, inexact = 0;
-  std::string first;
-  double diff2 = 0, scale2 = 0;
-  for (size_t i = 0; i < p.ref.size(); ++i) {
-    const double e = std::fabs(double(got[i]) - p.ref[i]);
-    const double mag = std::fabs(double(p.ref[i])) + std::fabs(double(p.dw0[i]));
-    const bool over = !(e <= rel * p.abs[i] + 4 * std::ldexp(mag, -23));
-    const bool wrong = !(got[i] == p.ref[i]);
-    if (first.empty() && (over || (wrong && p.fill == Fill::SmallInt))) {
-      const size_t taps = size_t(s.kh) * s.kw, oc = i / (size_t(s.c) * taps);
-      char buf[200];
-      std::snprintf(buf, sizeof buf, "dw[oc %zu][c %zu][tap %zu]: got %.9g, expected %.9g", oc,
-                    (i / taps) % size_t(s.c), i % taps, double(got[i]), double(p.ref[i]));
-      first = buf;
-    }
-    bad += over;
-    inexact += wrong;
-    diff2 += std::isnan(got[i]) ? INFINITY : e * e;
-    scale2 += p.sq[i];
-  }
-  const double frob = std::sqrt(diff2 / std::max(scale2, 1e-30));
-  std::printf("%s %s: %lld inexact, %lld over the bound, rel %.3g%s%s\n", what.c_str(),
-              describe(s).c_str(), static_cast<long long>(inexact), static_cast<long long>(bad),
-              frob, first.empty() ? "" : ", first ", first.c_str());
-  EXPECT_EQ(bad, 0) << what << ": " << first;
-  EXPECT_LE(frob, std::ldexp(1.0, -9)) << what;
-  if (p.fill == Fill::SmallInt) {
-    EXPECT_EQ(inexact, 0) << what << ": " << first;
-  }
+  wgrad_test::check(p, got, what, std::ldexp(1.0, -9), std::ldexp(1.0, -9));
 }
 
 std::vector<Conv2dShape> shapes() {
@@ -248,13 +186,7 @@ TEST(GpuConvWgradTf32Halo, Dispatch) {
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     check(p, d_dw.to_vector(), with_db ? "api, db" : "api");
     if (!with_db) continue;
-    // db: FP32 sums of the FP32 dy (2 N OH OW 2^-24 sum |dy| covers any order).
-    const std::vector<float> db = d_db.to_vector();
-    const double k = double(p.s.n) * p.s.oh() * p.s.ow();
-    for (int o = 0; o < p.s.oc; ++o)
-      EXPECT_LE(std::fabs(double(db[size_t(o)]) - p.db_ref[size_t(o)]),
-                2 * k * std::ldexp(1.0, -24) * p.db_abs[size_t(o)] + 1e-30)
-          << "db[" << o << "]: got " << db[size_t(o)] << ", expected " << p.db_ref[size_t(o)];
+    wgrad_test::check_db(p, d_db.to_vector());
   }
   // x one float past a 16-byte boundary: the kernel declines it and the API runs another.
   std::vector<float> shifted(p.x.size() + 1, 0.f);

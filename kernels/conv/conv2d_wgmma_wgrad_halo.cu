@@ -27,6 +27,7 @@
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/split_k.h"
 #include "kernels/conv/conv2d_wgmma_wgrad_halo.h"
+#include "kernels/conv/conv2d_wgrad_tile_add.cuh"
 #include "kernels/gemm/wgmma_ptx.cuh"
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
@@ -232,21 +233,10 @@ __device__ __forceinline__ void wgrad_halo_body(const CUtensorMap& map_dy, const
   }
 
   // Add the gathered tile to dw with all three warpgroups (the producer's copies all landed: the
-  // consumers waited for every stage before gathering). A thread owns one or two (c, tap) columns
-  // (one division each) and walks its rows; consecutive threads take consecutive columns, so each
-  // warp's atomic instruction covers 32 consecutive floats of dw where the group holds every tap
-  // (runs of group_count otherwise).
+  // consumers waited for every stage before gathering).
   __syncthreads();
-  const int pitch = tile_pitch(group_count), row_len = 64 * group_count;
-  const int rows = min(64, p.oc - oc0), cols = min(64, p.c - c0);
-  const int64_t row_stride = int64_t(p.c) * p.taps;
-  for (int q = tid; q < row_len; q += kThreads) {
-    const int c = q / group_count, t = q - c * group_count;
-    if (c >= cols) continue;
-    float* out = p.dw + (int64_t(oc0) * p.c + c0 + c) * p.taps + group_first + t;
-    for (int r = 0; r < rows; ++r, out += row_stride)
-      atomicAdd(out, ld_shared_f32(base + 4u * uint32_t(r * pitch + q)));
-  }
+  add_wgrad_tile(base, tile_pitch(group_count),
+                 {p.dw, p.oc, p.c, p.taps, oc0, c0, group_first, group_count}, tid, kThreads);
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

@@ -15,8 +15,7 @@
 //     products (two register sets, wgmma_wait<1>) made ptxas serialize the wgmmas (C7513); the
 //     three consumers' steps overlap each other instead.
 // Epilogue: the consumers gather their FP32 tiles in the ring's shared memory as dw's layout runs
-// (input channel, then tap) and add it to dw with atomics, consecutive threads on consecutive
-// addresses (K is split across blocks, so it adds).
+// (input channel, then tap) and every thread adds it to dw (conv2d_wgrad_tile_add.cuh).
 // Every mbarrier wait is bounded (wgmma_ptx.cuh: a trap after 10 s).
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -30,6 +29,7 @@
 #include "kernels/common/split_k.h"
 #include "kernels/conv/conv2d_wgmma.h"
 #include "kernels/conv/conv2d_wgmma_wgrad_tf32_halo.h"
+#include "kernels/conv/conv2d_wgrad_tile_add.cuh"
 #include "kernels/conv/conv2d_wgrad_tf32_halo_layout.h"
 #include "kernels/gemm/wgmma_ptx.cuh"
 #include "runtime/cuda_check.h"
@@ -236,20 +236,11 @@ __device__ __forceinline__ void wgrad_tf32_halo_body(const CUtensorMap& map_x,
     }
   }
 
-  // Add the gathered tile to dw with every thread: a thread owns (c, tap) columns of the tile and
-  // walks its rows; consecutive threads take consecutive columns, i.e. consecutive floats of dw
-  // where the group holds every tap.
+  // Add the gathered tile to dw with every thread (the producer's copies all landed: the consumers
+  // waited for every stage before gathering).
   __syncthreads();
-  const int pitch = tile_pitch(group_count), row_len = 64 * group_count;
-  const int rows = min(64, p.oc - oc0), cols = min(64, p.c - c0);
-  const int64_t row_stride = int64_t(p.c) * p.taps;
-  for (int q = tid; q < row_len; q += kThreads) {
-    const int c = q / group_count, t = q - c * group_count;
-    if (c >= cols) continue;
-    float* out = p.dw + (int64_t(oc0) * p.c + c0 + c) * p.taps + group_first + t;
-    for (int r = 0; r < rows; ++r, out += row_stride)
-      atomicAdd(out, ld_shared_f32(base + 4u * uint32_t(r * pitch + q)));
-  }
+  add_wgrad_tile(base, tile_pitch(group_count),
+                 {p.dw, p.oc, p.c, p.taps, oc0, c0, group_first, group_count}, tid, kThreads);
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
