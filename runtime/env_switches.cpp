@@ -168,6 +168,7 @@ EnvSwitches read_env_switches() {
   e.wgmma_nhwc_stack = zero_or_one("CNN_WGMMA_NHWC_STACK", e.wgmma_nhwc_stack);
   e.wgmma_nhwc_halo = auto_one_zero("CNN_WGMMA_NHWC_HALO");
   e.wgmma_wgrad_nhwc_halo = auto_one_zero("CNN_WGMMA_WGRAD_NHWC_HALO");
+  e.wgmma_wgrad_tf32_halo = zero_or_one("CNN_WGMMA_WGRAD_TF32_HALO", e.wgmma_wgrad_tf32_halo);
   if (const char* v = get("CNN_WGMMA_WGRAD")) {
     const std::string s(v);
     if (s == "async")
@@ -372,6 +373,9 @@ const std::vector<EnvSwitchRow>& env_switch_table() {
        "how the BF16 channels-last weight gradient loads x: one TMA box of a k-tile's rows with "
        "their halo that every filter tap reads (1, stride 1), one im2col copy per tap (0), or its "
        "pick"},
+      {"CNN_WGMMA_WGRAD_TF32_HALO", "1|0",
+       "1 (default): algo wgmma-nhwc (and auto) runs TF32 weight gradients of stride-1 layers "
+       "on the TF32 halo kernel where it takes them; 0: on the im2col GEMM or wgmma's boxes"},
       {"CNN_WGMMA_WGRAD", "async|sync",
        "how the wgmma conv weight gradient hands its cp.async copies to the tensor cores (sync: "
        "each producer thread waits for its copies, then arrives)"},

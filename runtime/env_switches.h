@@ -111,6 +111,11 @@ struct EnvSwitches {
   // loads x: halo boxes that every tap reads where the shape allows (1), im2col copies per tap
   // (0), or its pick (-1, auto).
   int wgmma_wgrad_nhwc_halo = -1;
+  // CNN_WGMMA_WGRAD_TF32_HALO=1 (default) | 0: whether algo wgmma-nhwc (and so auto) runs TF32
+  // weight gradients on the TF32 halo kernel where it takes them
+  // (kernels/conv/conv2d_wgmma_wgrad_tf32_halo.h); 0 leaves them to the im2col GEMM or wgmma's
+  // boxes. The kernel's own entry point runs either way.
+  bool wgmma_wgrad_tf32_halo = true;
   // CNN_WGMMA_WGRAD=async (default) | sync: the wgmma conv weight gradient's producer hands its
   // cp.async copies over by cp.async.mbarrier.arrive (async) or waits for them, fences and
   // arrives (sync), to bisect a wrong answer.

@@ -153,6 +153,12 @@ const std::vector<SwitchCases>& switch_cases() {
        {{nullptr, -1}, {"auto", -1}, {"1", 1}, {"0", 0}},
        {"2", "yes"},
        "1, 0 or auto"},
+      // The TF32 halo weight gradient under wgmma-nhwc unless set to 0.
+      {"CNN_WGMMA_WGRAD_TF32_HALO",
+       field<&EnvSwitches::wgmma_wgrad_tf32_halo>,
+       {{nullptr, true}, {"1", true}, {"0", false}},
+       {"yes"},
+       "0 or 1"},
       // The wgmma-nhwc convolution's A load; -1: auto.
       {"CNN_WGMMA_NHWC_HALO",
        field<&EnvSwitches::wgmma_nhwc_halo>,

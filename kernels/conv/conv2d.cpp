@@ -137,7 +137,8 @@ enum class WgradRoute {
 [[maybe_unused]] WgradRoute wgrad_route(const Conv2dShape& s, Algo algo, const Exec& ex) {
   if (algo == Algo::WgmmaNhwc && conv2d_wgrad_wgmma_nhwc_refusal(s, ex).empty())
     return WgradRoute::ChannelsLast;
-  if (algo == Algo::WgmmaNhwc && conv2d_wgrad_tf32_halo_refusal(s, ex).empty())
+  if (algo == Algo::WgmmaNhwc && process_env_switches().wgmma_wgrad_tf32_halo &&
+      conv2d_wgrad_tf32_halo_refusal(s, ex).empty())
     return WgradRoute::Tf32Halo;
   if ((algo == Algo::WgmmaNhwc) == (ex.precision != Precision::BF16) &&
       conv2d_wgrad_im2col_refusal(s).empty())
