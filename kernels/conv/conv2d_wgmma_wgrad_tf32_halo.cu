@@ -138,15 +138,20 @@ __device__ __forceinline__ void consume_taps(const Tf32Ring& ring, const Tf32Hal
 #pragma unroll
     for (int tt = 0; tt < kN; ++tt) fence_regs(a[tt]);
     fence_taps(acc);
-    // The last step of a stage: every read of its slots by this warp is done.
-    if (ks == p.ksteps - 1 && lane == 0) mbar_arrive(ring.empty(s));
+    // The last step of a stage: every read of its slots by this warp is done (the __syncwarp
+    // orders the other lanes' loads before lane 0's arrival, which releases them).
+    if (ks == p.ksteps - 1) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(ring.empty(s));
+    }
   }
-  // Every wgmma of every consumer is done reading the ring, and every copy landed (each consumer
-  // waited for all nk stages): the ring is free for the tile. The consumers meet on an mbarrier
-  // (they may run different instances of this function; synccheck reports threads of a block
-  // meeting at different barrier instructions).
-  __syncwarp();
-  if (lane == 0) mbar_arrive(ring.drained());
+  // Every wgmma and load of every consumer is done reading the ring, and every copy landed (each
+  // consumer waited for all nk stages): the ring is free for the tile. The consumers meet on an
+  // mbarrier (they may run different instances of this function; synccheck reports threads of a
+  // block meeting at different barrier instructions), every thread arriving: its own loads of
+  // the ring then precede the tile's writes for racecheck too (one arrival a warp after
+  // __syncwarp orders them as well, but racecheck reported those loads racing the writes).
+  mbar_arrive(ring.drained());
   mbar_wait(ring.drained(), 0);
   // Accumulator (row 16 v + g + 8 (e >> 1), column 8 j + 2 t + (e & 1)) of tap tt: input channel
   // row, output channel column (wgmma_ptx.cuh's layout).
@@ -191,7 +196,7 @@ __device__ __forceinline__ void wgrad_tf32_halo_body(const CUtensorMap& map_x,
   // full: the producer's arrive.expect_tx (the copies complete the bytes); empty: lane 0 of each
   // consumer warp.
   if (tid == 0) {
-    mbar_init(ring.drained(), 4 * kConsumers);  // before the ring's: its init fence covers both
+    mbar_init(ring.drained(), 128 * kConsumers);  // before the ring's: its init fence covers both
     mbar_init_ring(ring.bars, p.stages, 1, 4 * kConsumers);
   }
   __syncthreads();
