@@ -64,14 +64,6 @@ namespace {
 using conv_test::Fill;
 constexpr auto conv = test::square_conv;  // (n, c, h, w, oc, k, stride, pad)
 
-Exec bf16_exec(bool deterministic = false, Precision precision = Precision::BF16) {
-  Exec ex;
-  ex.device = Device::CUDA;
-  ex.precision = precision;
-  ex.deterministic = deterministic;
-  return ex;
-}
-
 using wgrad_test::describe;
 using wgrad_test::Problem;
 
@@ -94,7 +86,7 @@ std::vector<float> run_kernel(const Problem& p, int splits = 0, int consumer_n =
   opt.consumer_n = consumer_n;
   opt.b_load = load;
   conv2d_backward_weight_wgmma_nhwc(p.s, d_x.data(), d_dy.data(), d_dw.data(), nullptr,
-                                    scratch.data(), bf16_exec(), opt);
+                                    scratch.data(), wgrad_test::cuda_exec(Precision::BF16), opt);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   return d_dw.to_vector();
 }
@@ -192,7 +184,7 @@ TEST(GpuConvWgradNhwcBf16, HaloRefusalsAndPicks) {
   opt.b_load = WgradNhwcLoad::Halo;
   try {
     conv2d_backward_weight_wgmma_nhwc(strided, d_x.data(), d_dy.data(), d_dw.data(), nullptr,
-                                      scratch.data(), bf16_exec(), opt);
+                                      scratch.data(), wgrad_test::cuda_exec(Precision::BF16), opt);
     ADD_FAILURE() << "halo boxes on stride 2 were not refused";
   } catch (const Error& e) {
     const std::string msg = e.what();
@@ -209,16 +201,17 @@ TEST(GpuConvWgradNhwcBf16, HaloRefusalsAndPicks) {
 TEST(GpuConvWgradNhwcBf16, Refusals) {
   CNN_REQUIRE_WGRAD_NHWC();
   const Conv2dShape s = conv(1, 8, 8, 8, 8, 3, 1, 1);
-  EXPECT_EQ(conv2d_wgrad_wgmma_nhwc_refusal(s, bf16_exec()), "");
+  EXPECT_EQ(conv2d_wgrad_wgmma_nhwc_refusal(s, wgrad_test::cuda_exec(Precision::BF16)), "");
   struct Refused {
     Conv2dShape s;
     Exec ex;
   };
   const Refused refused[] = {
-      {s, bf16_exec(false, Precision::TF32)},
-      {s, bf16_exec(false, Precision::FP32)},
-      {s, bf16_exec(true)},
-      {conv(1, 8, 40, 40, 8, 3, 9, 1), bf16_exec()},  // stride 9: past the TMA's 8
+      {s, wgrad_test::cuda_exec(Precision::TF32)},
+      {s, wgrad_test::cuda_exec(Precision::FP32)},
+      {s, wgrad_test::cuda_exec(Precision::BF16, true)},
+      {conv(1, 8, 40, 40, 8, 3, 9, 1),
+       wgrad_test::cuda_exec(Precision::BF16)},  // stride 9: past the TMA's 8
   };
   std::vector<float> x(size_t(1) * 8 * 40 * 40, 1.f), dy(8 * 64, 1.f), dw(8 * 8 * 9, 0.f);
   Tensor d_x = test::to_device(x), d_dy = test::to_device(dy), d_dw = test::to_device(dw);
@@ -239,7 +232,7 @@ TEST(GpuConvWgradNhwcBf16, Dispatch) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   const Problem p = make_problem(conv(2, 64, 16, 16, 96, 3, 1, 1), Fill::Random, seed);
-  const Exec ex = bf16_exec();
+  const Exec ex = wgrad_test::cuda_exec(Precision::BF16);
   const size_t floats = conv2d_backward_weight_scratch_floats(p.s, ex);
   EXPECT_GE(floats, conv2d_wgrad_wgmma_nhwc_scratch_floats(p.s));
   Tensor scratch({int64_t(floats)}, Device::CUDA);

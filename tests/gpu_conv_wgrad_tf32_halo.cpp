@@ -57,14 +57,6 @@ namespace {
 using test::Fill;
 constexpr auto conv = test::square_conv;  // (n, c, h, w, oc, k, stride, pad)
 
-Exec tf32_exec(bool deterministic = false, Precision precision = Precision::TF32) {
-  Exec ex;
-  ex.device = Device::CUDA;
-  ex.precision = precision;
-  ex.deterministic = deterministic;
-  return ex;
-}
-
 using wgrad_test::describe;
 using wgrad_test::make_problem;
 using wgrad_test::Problem;
@@ -73,7 +65,7 @@ using wgrad_test::Problem;
 std::vector<float> run_kernel(const Problem& p, int splits = 0) {
   Tensor d_x = test::to_device(p.x), d_dy = test::to_device(p.dy), d_dw = test::to_device(p.dw0);
   EXPECT_TRUE(conv2d_backward_weight_tf32_halo(p.s, d_x.data(), d_dy.data(), d_dw.data(), nullptr,
-                                               tf32_exec(), splits));
+                                               wgrad_test::cuda_exec(Precision::TF32), splits));
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   return d_dw.to_vector();
 }
@@ -104,7 +96,7 @@ TEST(GpuConvWgradTf32Halo, Exact) {
   for (const Conv2dShape& s : shapes()) {
     const uint64_t seed = test::fresh_seed();
     SCOPED_TRACE(describe(s) + " seed " + std::to_string(seed));
-    ASSERT_EQ(conv2d_wgrad_tf32_halo_refusal(s, tf32_exec()), "");
+    ASSERT_EQ(conv2d_wgrad_tf32_halo_refusal(s, wgrad_test::cuda_exec(Precision::TF32)), "");
     const Problem p = make_problem(s, Fill::SmallInt, seed);
     check(p, run_kernel(p), "int");
   }
@@ -143,18 +135,18 @@ TEST(GpuConvWgradTf32Halo, Small) {
 TEST(GpuConvWgradTf32Halo, Refusals) {
   CNN_REQUIRE_WGRAD_TF32_HALO();
   const Conv2dShape s = conv(1, 16, 8, 8, 8, 3, 1, 1);
-  EXPECT_EQ(conv2d_wgrad_tf32_halo_refusal(s, tf32_exec()), "");
+  EXPECT_EQ(conv2d_wgrad_tf32_halo_refusal(s, wgrad_test::cuda_exec(Precision::TF32)), "");
   struct Refused {
     Conv2dShape s;
     Exec ex;
     const char* word;
   };
   const Refused refused[] = {
-      {s, tf32_exec(false, Precision::BF16), "precision"},
-      {s, tf32_exec(false, Precision::FP32), "precision"},
-      {s, tf32_exec(true), "deterministic"},
-      {conv(1, 16, 16, 16, 8, 3, 2, 1), tf32_exec(), "stride"},
-      {conv(1, 16, 14, 14, 8, 3, 1, 1), tf32_exec(), "OW"},
+      {s, wgrad_test::cuda_exec(Precision::BF16), "precision"},
+      {s, wgrad_test::cuda_exec(Precision::FP32), "precision"},
+      {s, wgrad_test::cuda_exec(Precision::TF32, true), "deterministic"},
+      {conv(1, 16, 16, 16, 8, 3, 2, 1), wgrad_test::cuda_exec(Precision::TF32), "stride"},
+      {conv(1, 16, 14, 14, 8, 3, 1, 1), wgrad_test::cuda_exec(Precision::TF32), "OW"},
   };
   std::vector<float> x(size_t(16) * 16 * 16, 1.f), dy(8 * 256, 1.f), dw(8 * 16 * 9, 0.f);
   Tensor d_x = test::to_device(x), d_dy = test::to_device(dy), d_dw = test::to_device(dw);
@@ -174,7 +166,7 @@ TEST(GpuConvWgradTf32Halo, Dispatch) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   const Problem p = make_problem(conv(2, 64, 16, 16, 96, 3, 1, 1), Fill::Random, seed);
-  const Exec ex = tf32_exec();
+  const Exec ex = wgrad_test::cuda_exec(Precision::TF32);
   const size_t floats = conv2d_backward_weight_scratch_floats(p.s, ex);
   Tensor scratch({int64_t(std::max<size_t>(floats, 1))}, Device::CUDA);
   for (bool with_db : {false, true}) {

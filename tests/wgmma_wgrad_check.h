@@ -13,11 +13,21 @@
 #include <vector>
 
 #include "kernels/conv/conv2d.h"
+#include "runtime/exec.h"
 #include "tests/test_util.h"
 
 namespace cnn::wgrad_test {
 
 using test::Fill;
+
+// A CUDA call at `precision`, atomic or deterministic.
+inline Exec cuda_exec(Precision precision, bool deterministic = false) {
+  Exec ex;
+  ex.device = Device::CUDA;
+  ex.precision = precision;
+  ex.deterministic = deterministic;
+  return ex;
+}
 
 struct Problem {
   Conv2dShape s;

@@ -134,10 +134,12 @@ enum class WgradRoute {
   WgmmaKernel,
 };
 
-[[maybe_unused]] WgradRoute wgrad_route(const Conv2dShape& s, Algo algo, const Exec& ex) {
+// tf32_halo false: the route where the TF32 halo kernel declined the call.
+[[maybe_unused]] WgradRoute wgrad_route(const Conv2dShape& s, Algo algo, const Exec& ex,
+                                        bool tf32_halo = true) {
   if (algo == Algo::WgmmaNhwc && conv2d_wgrad_wgmma_nhwc_refusal(s, ex).empty())
     return WgradRoute::ChannelsLast;
-  if (algo == Algo::WgmmaNhwc && process_env_switches().wgmma_wgrad_tf32_halo &&
+  if (tf32_halo && algo == Algo::WgmmaNhwc && process_env_switches().wgmma_wgrad_tf32_halo &&
       conv2d_wgrad_tf32_halo_refusal(s, ex).empty())
     return WgradRoute::Tf32Halo;
   if ((algo == Algo::WgmmaNhwc) == (ex.precision != Precision::BF16) &&
@@ -417,8 +419,7 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
         // below it.
         if (route == WgradRoute::Tf32Halo) {
           if (conv2d_backward_weight_tf32_halo(s, x, dy, dw, db, ex)) break;
-          route = conv2d_wgrad_im2col_refusal(s).empty() ? WgradRoute::Im2colGemm
-                                                         : WgradRoute::WgmmaKernel;
+          route = wgrad_route(s, algo, ex, false);
         }
         switch (route) {
           case WgradRoute::ChannelsLast:

@@ -531,6 +531,30 @@ struct NhwcTiles {
   int64_t group_tiles = 0, tiles = 0;
 };
 
+// The K splits of a grid of `tiles` over `ktiles`: the option's, else CNN_WGMMA_NHWC_SPLITS's,
+// else the pick.
+int grid_splits(const WgmmaNhwcOptions& opt, int64_t tiles, int ktiles, int sms) {
+  const int env_splits = process_env_switches().wgmma_nhwc_splits;
+  return opt.splits > 0 ? opt.splits : env_splits ? env_splits : pick_splits(tiles, ktiles, sms);
+}
+
+// Two blocks an SM only with 32- and 64-column tiles: a 128-column consumer (64 accumulators
+// per thread) does not compile within the 80 registers that two 384-thread blocks leave it.
+// Three (56 registers a thread) only with 32-column tiles (16 accumulators; a 64-column stage
+// would leave a ring of two), and not at FP32 (3xTF32: four tiles a stage). The 256-row tile:
+// one.
+int max_blocks_per_sm(int bm, int bn, bool split) {
+  return bm == 256 || bn == 128 ? 1 : split || bn == 64 ? 2 : 3;
+}
+
+// The picked residency of `blocks` blocks of width bn: CNN_WGMMA_NHWC_PER_SM's, else the pick,
+// at most `max`.
+int picked_blocks_per_sm(int64_t blocks, int sms, int bn, int max) {
+  const int env_per_sm = process_env_switches().wgmma_nhwc_blocks_per_sm;
+  return std::min(env_per_sm ? env_per_sm : conv2d_wgmma_nhwc_pick_blocks_per_sm(blocks, sms, bn),
+                  max);
+}
+
 template <bool kSplit>
 NhwcTiles plan_tiles(const NhwcLaunch& l, const WgmmaNhwcOptions& opt, bool may_halo, int sms,
                      const char* what) {
@@ -570,26 +594,14 @@ NhwcTiles plan_tiles(const NhwcLaunch& l, const WgmmaNhwcOptions& opt, bool may_
   t.group_tiles = ceil_div<int64_t>(m, t.bm) * ceil_div<int64_t>(g.ocg(), bn);
   t.tiles = t.halo ? int64_t(g.n) * t.hg.tiles_per_image * ceil_div<int64_t>(g.oc, bn)
                    : t.group_tiles * g.groups;
-  const int env_splits = process_env_switches().wgmma_nhwc_splits;
-  t.splits = opt.splits > 0 ? opt.splits
-             : env_splits   ? env_splits
-                            : pick_splits(t.tiles, l.geo.ktiles, sms);
+  t.splits = grid_splits(opt, t.tiles, l.geo.ktiles, sms);
   CNN_CHECK(t.splits == 1 || t.splits == 2 || t.splits == 4 || t.splits == 8,
             "{}: splits={} (expected 1, 2, 4 or 8)", what, t.splits);
 
-  // Two blocks an SM only with 32- and 64-column tiles: a 128-column consumer (64 accumulators
-  // per thread) does not compile within the 80 registers that two 384-thread blocks leave it.
-  // Three (56 registers a thread) only with 32-column tiles (16 accumulators; a 64-column stage
-  // would leave a ring of two), and not at FP32 (3xTF32: four tiles a stage). The 256-row tile:
-  // one.
-  const int env_per_sm = process_env_switches().wgmma_nhwc_blocks_per_sm;
-  const int max_per_sm = t.bm == 256 || bn == 128 ? 1 : kSplit || bn == 64 ? 2 : 3;
+  const int max_per_sm = max_blocks_per_sm(t.bm, bn, kSplit);
   t.per_sm = opt.blocks_per_sm;  // 0 with halo tiles: their own (halo_blocks_per_sm)
-  if (t.per_sm == 0 && !t.halo) {
-    t.per_sm =
-        env_per_sm ? env_per_sm : conv2d_wgmma_nhwc_pick_blocks_per_sm(t.tiles * t.splits, sms, bn);
-    t.per_sm = std::min(t.per_sm, max_per_sm);
-  }
+  if (t.per_sm == 0 && !t.halo)
+    t.per_sm = picked_blocks_per_sm(t.tiles * t.splits, sms, bn, max_per_sm);
   CNN_CHECK(t.per_sm <= max_per_sm,
             "{}: algo wgmma-nhwc blocks_per_sm={} with block_n={} (expected 1, 2 with block_n 32 "
             "or 64, or 3 with block_n 32 at precision tf32 or bf16)",
@@ -710,16 +722,10 @@ std::vector<NhwcStackPlan> plan_stacks(const NhwcCall& call, const std::vector<N
       t.tiles += gt * l.g.groups;
       min_ktiles = std::min(min_ktiles, l.geo.ktiles);
     }
-    const int env_splits = process_env_switches().wgmma_nhwc_splits;
-    t.splits = opt.splits > 0 ? opt.splits
-               : env_splits   ? env_splits
-                              : pick_splits(t.tiles, min_ktiles, sms);
-    const int env_per_sm = process_env_switches().wgmma_nhwc_blocks_per_sm;
-    const int max_per_sm = t.bn == 128 ? 1 : t.bn == 64 ? 2 : 3;
-    t.per_sm = opt.blocks_per_sm ? opt.blocks_per_sm
-               : env_per_sm      ? env_per_sm
-                            : conv2d_wgmma_nhwc_pick_blocks_per_sm(t.tiles * t.splits, sms, t.bn);
-    t.per_sm = std::min(t.per_sm, max_per_sm);
+    t.splits = grid_splits(opt, t.tiles, min_ktiles, sms);
+    const int max_per_sm = max_blocks_per_sm(t.bm, t.bn, false);
+    t.per_sm = opt.blocks_per_sm ? std::min(opt.blocks_per_sm, max_per_sm)
+                                 : picked_blocks_per_sm(t.tiles * t.splits, sms, t.bn, max_per_sm);
     out.push_back(sp);
   }
   return out;

@@ -114,6 +114,7 @@
 #include "kernels/conv/conv2d_wgmma_wgrad.h"
 #include "kernels/conv/conv2d_wgrad_box.h"
 #include "kernels/conv/conv2d_wgrad_box_copies.h"
+#include "kernels/conv/conv2d_wgrad_dy_map.h"
 #include "kernels/gemm/gemm_wgmma.h"
 #include "kernels/gemm/wgmma_ptx.cuh"
 #include "runtime/cuda_check.h"
@@ -698,24 +699,6 @@ CUtensorMap make_dy_box_map(const float* d_dy, const Conv2dShape& s, const Wgrad
   return map;
 }
 
-// dy as a 3-D tensor (OH*OW, OC, N), boxes (32, BM, 1), 128-byte swizzle, zero fill outside.
-CUtensorMap make_dy_map(const float* d_dy, const Conv2dShape& s, int ohw, int bm) {
-  CUtensorMap map{};
-  const cuuint64_t dims[3] = {cuuint64_t(ohw), cuuint64_t(s.oc), cuuint64_t(s.n)};
-  const cuuint64_t strides[2] = {cuuint64_t(ohw) * 4, cuuint64_t(ohw) * s.oc * 4};
-  const cuuint32_t box[3] = {kBK, cuuint32_t(bm), 1};
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUresult r = tensor_map_encoder()(
-      &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(d_dy), dims, strides, box,
-      elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  CNN_CHECK(r == CUDA_SUCCESS,
-            "conv2d_backward_weight_wgmma: cuTensorMapEncodeTiled failed (error {}) for dy "
-            "(N, OC, OH*OW) = ({}, {}, {})",
-            int(r), s.n, s.oc, ohw);
-  return map;
-}
-
 // p's multicast cluster (p.cx, p.cz) runs where the device places its clusters in as few waves as
 // the blocks alone, else 1 x 1: a GPC holds fewer blocks in clusters than alone, and VGG's
 // 128-channel 16x16 layer (126 blocks) in 42 clusters of 3 took 164 us against 112 alone (H100).
@@ -787,6 +770,24 @@ WgradCluster launch_bm(bool box, bool tma, bool sync, bool split, const CUtensor
 }
 
 }  // namespace
+
+CUtensorMap wgrad_dy_tf32_map(const float* d_dy, const Conv2dShape& s, int rows) {
+  CUtensorMap map{};
+  const cuuint64_t ohw = cuuint64_t(s.oh()) * cuuint64_t(s.ow());
+  const cuuint64_t dims[3] = {ohw, cuuint64_t(s.oc), cuuint64_t(s.n)};
+  const cuuint64_t strides[2] = {ohw * 4, ohw * 4 * cuuint64_t(s.oc)};
+  const cuuint32_t box[3] = {kBK, cuuint32_t(rows), 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = tensor_map_encoder()(
+      &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(d_dy), dims, strides, box,
+      elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  CNN_CHECK(r == CUDA_SUCCESS,
+            "conv2d_backward_weight: cuTensorMapEncodeTiled failed (error {}) for dy (N, OC, "
+            "OH*OW) = ({}, {}, {}) in boxes of {} rows",
+            int(r), s.n, s.oc, ohw, rows);
+  return map;
+}
 
 bool conv2d_wgrad_wgmma_available() {
 #ifdef CNN_WGMMA_SM90A
@@ -1051,7 +1052,7 @@ void conv2d_backward_weight_wgmma(const Conv2dShape& s, const float* d_x, const 
       opt.copies == WgmmaWgradOptions::Copies::Sync ||
       (opt.copies == WgmmaWgradOptions::Copies::Default && process_env_switches().wgmma_wgrad_sync);
   CUtensorMap map_dy{};
-  if (tma) map_dy = box ? make_dy_box_map(d_dy, s, bg, g.bm) : make_dy_map(d_dy, s, p.ohw, g.bm);
+  if (tma) map_dy = box ? make_dy_box_map(d_dy, s, bg, g.bm) : wgrad_dy_tf32_map(d_dy, s, g.bm);
   const dim3 grid(static_cast<unsigned>(ceil_div(p.ncols, kBN)), static_cast<unsigned>(g.splits),
                   static_cast<unsigned>(g.tiles_m * s.groups));  // every group's row tiles
   const bool split = ex.precision == Precision::FP32;  // 3xTF32

@@ -29,8 +29,9 @@
 #include "kernels/common/split_k.h"
 #include "kernels/conv/conv2d_wgmma.h"
 #include "kernels/conv/conv2d_wgmma_wgrad_tf32_halo.h"
-#include "kernels/conv/conv2d_wgrad_tile_add.cuh"
+#include "kernels/conv/conv2d_wgrad_dy_map.h"
 #include "kernels/conv/conv2d_wgrad_tf32_halo_layout.h"
+#include "kernels/conv/conv2d_wgrad_tile_add.cuh"
 #include "kernels/gemm/wgmma_ptx.cuh"
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
@@ -307,26 +308,6 @@ CUtensorMap make_x_map(const float* d_x, const Conv2dShape& s, const WgradTf32Ha
   return map;
 }
 
-// dy (N, OC, OH OW) FP32 as a 3-D tiled map, box {32 pixels, 64 output channels, 1 image} in the
-// 128-byte swizzle (K-major rows of 32 tf32): pixels past OH OW and channels past OC zero filled.
-CUtensorMap make_dy_map(const float* d_dy, const Conv2dShape& s) {
-  CUtensorMap map{};
-  const cuuint64_t ohw = cuuint64_t(s.oh()) * cuuint64_t(s.ow());
-  const cuuint64_t dims[3] = {ohw, cuuint64_t(s.oc), cuuint64_t(s.n)};
-  const cuuint64_t strides[2] = {ohw * 4, ohw * 4 * cuuint64_t(s.oc)};
-  const cuuint32_t box[3] = {32, 64, 1};
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUresult r = tensor_map_encoder()(
-      &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(d_dy), dims, strides, box,
-      elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  CNN_CHECK(r == CUDA_SUCCESS,
-            "conv2d_backward_weight (TF32 halo): cuTensorMapEncodeTiled failed (error {}) for the "
-            "dy boxes of N={} OC={} {} pixels",
-            int(r), s.n, s.oc, ohw);
-  return map;
-}
-
 // The dynamic shared memory: the ring (or the gathered tile, if larger), its barriers (full and
 // empty a stage, the consumers' meeting), the k steps' offsets, and the slack to align the ring
 // to 1024 bytes.
@@ -337,6 +318,12 @@ int64_t ring_bytes(const WgradTf32HaloGeometry& h, int group_count_max) {
 int smem_bytes(const WgradTf32HaloGeometry& h, int group_count_max) {
   return int(1024 + ring_bytes(h, group_count_max) + 16 * h.stages + 8 + 4 * 8);
 }
+// The most any geometry takes (8 stages, a ring of kWgradTf32HaloRingBytes, or the tile of a
+// whole tap group) fits an SM's 227 KB, so no shape is refused for it.
+static_assert(1024 + std::max<int64_t>(kWgradTf32HaloRingBytes, 4 * 64 * tile_pitch(3 * kT)) +
+                      16 * 8 + 8 + 4 * 8 <=
+                  227 * 1024,
+              "the TF32 halo kernel's shared memory");
 
 int64_t output_tiles(const Conv2dShape& s) {
   return ceil_div<int64_t>(s.oc, 64) * ceil_div<int64_t>(s.c, 64) *
@@ -366,8 +353,6 @@ std::string conv2d_wgrad_tf32_halo_refusal(const Conv2dShape& s, const Exec& ex)
         what);
   const std::string why = wgrad_tf32_halo_shape_refusal(s);
   if (!why.empty()) return fmt::format("{}: {}", what, why);
-  if (smem_bytes(wgrad_tf32_halo_geometry(s, what), 3 * kT) > 227 * 1024)
-    return fmt::format("{}: the TF32 halo kernel's shared memory is over 227 KB", what);
   return "";
 }
 
@@ -387,7 +372,7 @@ bool conv2d_backward_weight_tf32_halo(const Conv2dShape& s, const float* d_x, co
     return false;
   const WgradTf32HaloGeometry h = wgrad_tf32_halo_geometry(s, "conv2d_backward_weight");
   const CUtensorMap map_x = make_x_map(d_x, s, h);
-  const CUtensorMap map_dy = make_dy_map(d_dy, s);
+  const CUtensorMap map_dy = wgrad_dy_tf32_map(d_dy, s, 64);
   Tf32HaloParams p{};
   p.dw = d_dw;
   p.oc = s.oc;
